@@ -1,0 +1,92 @@
+"""Atomic file output: nothing shardgnn writes is ever seen half-written.
+
+Every writer goes to a temporary file in the destination folder, flushes and fsyncs it, then
+``os.replace``-s it over the final name (atomic on POSIX). Directories are built under a
+temporary name and renamed into place the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
+    """Open a temporary sibling of ``path`` for writing; rename it over ``path`` on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    """Write ``array`` as ``.npy`` atomically (never with pickled objects)."""
+    array = np.asarray(array)
+    if array.dtype.hasobject:
+        raise TypeError(f"refusing to write an object array to {path}: shardgnn never pickles data")
+    with atomic_open(path, "wb") as fh:
+        np.save(fh, array, allow_pickle=False)
+
+
+def save_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON atomically."""
+    with atomic_open(path, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=False)
+        fh.write("\n")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory; on success it replaces ``path`` as a whole."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        if path.exists():
+            # Move the old copy aside first so that `path` always names a complete directory.
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.rmdir(old)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,148 @@
+"""The ``shardgnn`` command line: ``train``, ``info``, ``plot``.
+
+A thin layer: it parses flags into the config dataclasses, runs, and prints. Every user
+mistake surfaces as a one-paragraph ``error:`` message and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from shardgnn.errors import ShardgnnError
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, e.g. 15,10,5") from None
+
+
+def _add_data_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", nargs="?", default="synthetic",
+                        help="dataset spec (default: synthetic); `shardgnn info --list` shows the known names")
+    parser.add_argument("--data-dir", default=None, help="dataset folder (default: $SHARDGNN_DATA or ~/.cache/shardgnn)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shardgnn", description="Graph neural network training at scale.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train a GNN for node classification",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_data_args(train)
+    train.add_argument("--model", choices=("sage", "gcn", "gat"), default="sage", help="layer type")
+    train.add_argument("--mode", choices=("minibatch", "full"), default="minibatch",
+                       help="sampled mini-batches or full-graph training")
+    train.add_argument("--fanouts", type=_int_list, default=(15, 10, 5),
+                       help="neighbours per layer, output layer first; -1 = all (mini-batch mode)")
+    train.add_argument("--layers", type=int, default=None,
+                       help="number of layers (default: number of fanouts; 2 in full mode)")
+    train.add_argument("--replace", action="store_true", help="sample neighbours with replacement")
+    train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch")
+    train.add_argument("--eval-batch-size", type=int, default=4096, help="seed nodes per evaluation batch")
+    train.add_argument("--eval-fanouts", type=_int_list, default=None, help="fanouts for evaluation (default: --fanouts)")
+    train.add_argument("--hidden", type=int, default=256, help="hidden width (per head for gat)")
+    train.add_argument("--heads", type=int, default=4, help="attention heads (gat)")
+    train.add_argument("--dropout", type=float, default=0.5, help="dropout probability")
+    train.add_argument("--epochs", type=int, default=10, help="training epochs")
+    train.add_argument("--lr", type=float, default=0.003, help="Adam learning rate")
+    train.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay")
+    train.add_argument("--patience", type=int, default=0, help="early-stopping patience in epochs (0: off)")
+    train.add_argument("--feature-norm", choices=("none", "row", "standard"), default="none",
+                       help="feature preprocessing")
+    train.add_argument("--seed", type=int, default=0, help="random seed")
+    train.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    train.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    train.add_argument("--sampler-threads", type=int, default=None, help="sampling threads (default: all cores)")
+    train.add_argument("--results", default=None, help="write the results JSON to this file")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    info = sub.add_parser("info", help="print statistics of a dataset")
+    _add_data_args(info)
+    info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    info.add_argument("--list", action="store_true", help="list the known dataset names and exit")
+
+    plot = sub.add_parser("plot", help="draw PNG figures from results JSON files")
+    plot.add_argument("results", nargs="+", help="results JSON files written by `shardgnn train --results`")
+    plot.add_argument("--out", default="plots", help="output folder for the PNG files")
+    return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    from shardgnn.atomic import save_json
+    from shardgnn.nn.models import ModelConfig
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.report import print_summary
+    from shardgnn.train.single import run_training
+
+    layers = args.layers or (len(args.fanouts) if args.mode == "minibatch" else 2)
+    config = TrainConfig(
+        dataset=args.dataset, mode=args.mode,
+        model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=layers, dropout=args.dropout,
+                          heads=args.heads),
+        sampler=SamplerConfig(fanouts=args.fanouts if args.mode == "minibatch" else (-1,) * layers,
+                              replace=args.replace, num_threads=args.sampler_threads),
+        optim=OptimConfig(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, patience=args.patience),
+        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, eval_fanouts=args.eval_fanouts,
+        feature_norm=args.feature_norm, seed=args.seed, device=args.device, threads=args.threads,
+        data_dir=args.data_dir, results=args.results, progress=not args.quiet,
+    )
+    results = run_training(config)
+    print_summary(results)
+    if args.results:
+        save_json(args.results, results)
+        print(f"results written to {args.results}")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from shardgnn.graph.datasets import describe_datasets, load_dataset
+    from shardgnn.graph.stats import graph_info
+    from shardgnn.train.progress import format_table
+
+    if args.list:
+        print(describe_datasets())
+        return 0
+    info = graph_info(load_dataset(args.dataset, args.data_dir))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    rows = []
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value))
+        rows.append((key, value))
+    print(format_table(["property", "value"], rows))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from shardgnn.plot import plot_training_curves
+
+    for path in plot_training_curves([Path(p) for p in args.results], Path(args.out)):
+        print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"train": _train, "info": _info, "plot": _plot}
+    try:
+        return handlers[args.command](args)
+    except ShardgnnError as exc:
+        print(f"shardgnn {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The graph container: a CSR over in-edges plus node data.
+
+Convention: messages flow ``src -> dst``. For a destination node ``v`` its in-neighbours are
+``indices[indptr[v]:indptr[v + 1]]``. ``indptr`` is int64; ``indices`` is int32 while the node
+count fits (halving the memory of the largest array), int64 otherwise.
+
+Node features are float32 ``[N, F]`` and may be a read-only memory map; labels are int64 ``[N]``
+(``-1`` marks an unlabelled node); splits are sorted int64 index arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from shardgnn.errors import DatasetError
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """The compact dtype that can hold every node id of a graph with ``num_nodes`` nodes."""
+    return np.dtype(np.int32) if num_nodes <= INT32_MAX else np.dtype(np.int64)
+
+
+def csr_from_edges(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int, edge_weight: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Build an in-edge CSR (rows = dst) from edge arrays; keeps edge order stable within a row."""
+    src = np.asarray(src)
+    dst = np.asarray(dst)
+    order = np.argsort(dst, kind="stable")
+    counts = np.bincount(dst, minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = src[order].astype(index_dtype(num_nodes), copy=False)
+    weight = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
+    return indptr, indices, weight
+
+
+@dataclasses.dataclass(kw_only=True)
+class Graph:
+    """A homogeneous graph with optional node features, labels and splits.
+
+    Attributes:
+        indptr: int64 ``[N + 1]`` row pointers of the in-edge CSR.
+        indices: int32/int64 ``[E]`` source node of every in-edge.
+        x: float32 ``[N, F]`` node features, or ``None``.
+        y: int64 ``[N]`` node labels (``-1`` = unlabelled), or ``None``.
+        train_idx, val_idx, test_idx: int64 node index arrays, or ``None``.
+        edge_weight: float32 ``[E]`` aligned with ``indices``, or ``None``.
+        num_classes: number of label classes (``0`` without labels).
+        name: a human-readable dataset name.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    x: np.ndarray | None = None
+    y: np.ndarray | None = None
+    train_idx: np.ndarray | None = None
+    val_idx: np.ndarray | None = None
+    test_idx: np.ndarray | None = None
+    edge_weight: np.ndarray | None = None
+    num_classes: int = 0
+    name: str = "graph"
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_edge_index(
+        cls,
+        src: np.ndarray,
+        dst: np.ndarray,
+        num_nodes: int | None = None,
+        *,
+        edge_weight: np.ndarray | None = None,
+        **node_data: Any,
+    ) -> "Graph":
+        """Build a graph from ``src -> dst`` edge arrays (any integer dtype)."""
+        src = np.asarray(src)
+        dst = np.asarray(dst)
+        if src.shape != dst.shape or src.ndim != 1:
+            raise DatasetError(f"edge arrays must be 1-D and of equal length, got {src.shape} and {dst.shape}")
+        if num_nodes is None:
+            num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
+            raise DatasetError(
+                f"edge ids must lie in [0, {num_nodes}), found range "
+                f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]"
+            )
+        indptr, indices, weight = csr_from_edges(src, dst, num_nodes, edge_weight)
+        return cls(indptr=indptr, indices=indices, edge_weight=weight, **node_data)
+
+    @classmethod
+    def from_pyg(cls, data: Any, name: str = "pyg") -> "Graph":
+        """Convert a ``torch_geometric.data.Data`` (``edge_index`` is ``[2, E]`` src, dst)."""
+        edge_index = data.edge_index.cpu().numpy()
+        num_nodes = int(data.num_nodes)
+        node_data: dict[str, Any] = {"name": name}
+        if getattr(data, "x", None) is not None:
+            node_data["x"] = np.ascontiguousarray(data.x.detach().cpu().numpy(), dtype=np.float32)
+        if getattr(data, "y", None) is not None:
+            y = data.y.cpu().numpy().astype(np.int64).reshape(-1)
+            node_data["y"] = y
+            node_data["num_classes"] = int(y.max()) + 1 if y.size else 0
+        for split, key in (("train_mask", "train_idx"), ("val_mask", "val_idx"), ("test_mask", "test_idx")):
+            mask = getattr(data, split, None)
+            if mask is not None:
+                node_data[key] = np.flatnonzero(mask.cpu().numpy()).astype(np.int64)
+        weight = getattr(data, "edge_weight", None)
+        weight = None if weight is None else weight.cpu().numpy()
+        graph = cls.from_edge_index(edge_index[0], edge_index[1], num_nodes, edge_weight=weight, **node_data)
+        graph.validate()
+        return graph
+
+    def to_pyg(self) -> Any:
+        """Convert to ``torch_geometric.data.Data`` (requires torch_geometric)."""
+        import torch
+        from torch_geometric.data import Data
+
+        src, dst = self.edge_index()
+        data = Data(edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)), num_nodes=self.num_nodes)
+        if self.x is not None:
+            data.x = torch.from_numpy(np.asarray(self.x, dtype=np.float32))
+        if self.y is not None:
+            data.y = torch.from_numpy(np.asarray(self.y))
+        if self.edge_weight is not None:
+            data.edge_weight = torch.from_numpy(np.asarray(self.edge_weight))
+        for key, mask_name in (("train_idx", "train_mask"), ("val_idx", "val_mask"), ("test_idx", "test_mask")):
+            idx = getattr(self, key)
+            if idx is not None:
+                mask = torch.zeros(self.num_nodes, dtype=torch.bool)
+                mask[torch.from_numpy(np.asarray(idx))] = True
+                setattr(data, mask_name, mask)
+        return data
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return 0 if self.x is None else int(self.x.shape[1])
+
+    def in_degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def out_degree(self) -> np.ndarray:
+        return np.bincount(self.indices, minlength=self.num_nodes).astype(np.int64)
+
+    def edge_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(src, dst)`` arrays in CSR order."""
+        dst = np.repeat(np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degree())
+        return np.asarray(self.indices), dst
+
+    def edge_homophily(self) -> float:
+        """Fraction of edges (between labelled nodes) whose endpoints share a label."""
+        if self.y is None:
+            return float("nan")
+        src, dst = self.edge_index()
+        ys, yd = self.y[src], self.y[dst]
+        keep = (ys >= 0) & (yd >= 0)
+        return float(np.mean(ys[keep] == yd[keep])) if keep.any() else float("nan")
+
+    # ------------------------------------------------------------------ transforms
+    def _with_edges(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None) -> "Graph":
+        indptr, indices, weight = csr_from_edges(src, dst, self.num_nodes, weight)
+        return dataclasses.replace(self, indptr=indptr, indices=indices, edge_weight=weight)
+
+    def coalesce(self) -> "Graph":
+        """Remove duplicate edges (keeping the first weight) and sort each row by source id."""
+        src, dst = self.edge_index()
+        key = dst.astype(np.int64) * self.num_nodes + src
+        uniq, first = np.unique(key, return_index=True)
+        weight = None if self.edge_weight is None else self.edge_weight[first]
+        return self._with_edges(uniq % self.num_nodes, uniq // self.num_nodes, weight)
+
+    def symmetrize(self) -> "Graph":
+        """Add the reverse of every edge, then coalesce (the result is undirected)."""
+        src, dst = self.edge_index()
+        weight = None if self.edge_weight is None else np.concatenate([self.edge_weight, self.edge_weight])
+        both = self._with_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), weight)
+        return both.coalesce()
+
+    def remove_self_loops(self) -> "Graph":
+        src, dst = self.edge_index()
+        keep = src != dst
+        weight = None if self.edge_weight is None else self.edge_weight[keep]
+        return self._with_edges(src[keep], dst[keep], weight)
+
+    def add_self_loops(self, fill_weight: float = 1.0) -> "Graph":
+        """Remove existing self-loops, then add exactly one per node."""
+        g = self.remove_self_loops()
+        src, dst = g.edge_index()
+        loops = np.arange(self.num_nodes, dtype=src.dtype)
+        weight = None
+        if g.edge_weight is not None:
+            weight = np.concatenate([g.edge_weight, np.full(self.num_nodes, fill_weight, np.float32)])
+        return g._with_edges(np.concatenate([src, loops]), np.concatenate([dst, loops]), weight)
+
+    def is_symmetric(self) -> bool:
+        src, dst = self.edge_index()
+        n = self.num_nodes
+        fwd = np.sort(dst.astype(np.int64) * n + src)
+        bwd = np.sort(src.astype(np.int64) * n + dst)
+        return bool(np.array_equal(fwd, bwd))
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, source: str | None = None) -> "Graph":
+        """Check every structural invariant; raise :class:`DatasetError` naming ``source``."""
+        where = source or self.name
+        n = self.num_nodes
+
+        def fail(problem: str, fix: str) -> None:
+            raise DatasetError(problem, where, fix)
+
+        if self.indptr.ndim != 1 or self.indptr.shape[0] < 1 or self.indptr[0] != 0:
+            fail("indptr must be a 1-D array starting at 0", "rebuild the CSR with Graph.from_edge_index")
+        if self.indptr[-1] != self.indices.shape[0]:
+            fail(f"indptr ends at {self.indptr[-1]} but there are {self.indices.shape[0]} indices",
+                 "the CSR is truncated; rebuild it")
+        if n and np.any(np.diff(self.indptr) < 0):
+            fail("indptr is not non-decreasing", "rebuild the CSR with Graph.from_edge_index")
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= n):
+            fail(f"neighbour ids must lie in [0, {n}), found [{self.indices.min()}, {self.indices.max()}]",
+                 "drop or renumber the offending edges")
+        if self.edge_weight is not None and self.edge_weight.shape != self.indices.shape:
+            fail(f"{self.edge_weight.shape[0]} edge weights for {self.indices.shape[0]} edges",
+                 "give exactly one weight per edge")
+        if self.x is not None:
+            if self.x.ndim != 2 or self.x.shape[0] != n:
+                fail(f"features have shape {self.x.shape}, expected ({n}, F)", "give one feature row per node")
+        if self.y is not None:
+            if self.y.ndim != 1 or self.y.shape[0] != n:
+                fail(f"{self.y.shape[0] if self.y.ndim else 0} labels for {n} nodes", "give one label per node")
+            if self.y.size and self.y.max() >= max(self.num_classes, 1):
+                fail(f"label {self.y.max()} is not below num_classes={self.num_classes}",
+                     "set num_classes to max(label) + 1")
+            if self.y.size and self.y.min() < -1:
+                fail(f"label {self.y.min()} is negative (only -1 may mark an unlabelled node)",
+                     "relabel classes as 0..C-1")
+        seen: dict[str, np.ndarray] = {}
+        for key in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(self, key)
+            if idx is None:
+                continue
+            if idx.ndim != 1:
+                fail(f"{key} must be 1-D", "store split indices as a flat array")
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                fail(f"{key} holds ids outside [0, {n})", "drop split ids that name no node")
+            if np.unique(idx).size != idx.size:
+                fail(f"{key} holds duplicate node ids", "list every split node once")
+            for other, other_idx in seen.items():
+                both = np.intersect1d(idx, other_idx)
+                if both.size:
+                    fail(f"{key} and {other} overlap in {both.size} nodes (e.g. node {both[0]})",
+                         "make the splits disjoint")
+            seen[key] = idx
+        return self

@@ -1,0 +1,220 @@
+"""Dataset specs: one string names a dataset everywhere (``shardgnn info``, ``train``, ``partition``).
+
+Grammar: ``NAME[:key=value,key=value...]``. Examples::
+
+    cora
+    coauthor-cs:split=60-20-20,seed=3
+    synthetic:nodes=1000000,degree=20,classes=16,features=128,homophily=0.7,seed=0
+    ogbn-arxiv
+    file:/data/edges.txt.gz,base=1,symmetric=1
+    soc-slashdot
+
+For ``file:`` the first comma-separated item is the path; the rest are options.
+
+Data directory: ``data_dir`` argument (``--data-dir``), else ``$SHARDGNN_DATA``, else
+``~/.cache/shardgnn``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable
+
+from shardgnn.errors import DatasetError
+from shardgnn.graph.csr import Graph
+
+
+def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """Resolve the data directory: argument, then ``$SHARDGNN_DATA``, then ``~/.cache/shardgnn``."""
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    env = os.environ.get("SHARDGNN_DATA")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "shardgnn"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """A parsed dataset spec: the name and its ``key=value`` options (values are strings)."""
+
+    name: str
+    options: dict[str, str]
+    path: str | None = None  # only for ``file:``
+
+    @classmethod
+    def parse(cls, spec: str) -> "DatasetSpec":
+        if not isinstance(spec, str) or not spec.strip():
+            raise DatasetError(f"empty dataset spec {spec!r}", fix=f"name one of: {', '.join(known_datasets())}")
+        name, _, rest = spec.strip().partition(":")
+        name = name.strip().lower()
+        items = [item for item in rest.split(",") if item.strip()] if rest else []
+        path = None
+        if name == "file":
+            if not items:
+                raise DatasetError("`file:` needs a path, e.g. file:/data/edges.txt")
+            path, items = items[0].strip(), items[1:]
+        options = {}
+        for item in items:
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise DatasetError(f"option {item!r} in dataset spec {spec!r} is not key=value",
+                                   fix="write options as NAME:key=value,key=value")
+            options[key.strip().lower()] = value.strip()
+        return cls(name=name, options=options, path=path)
+
+    # Typed option access with range checks and a clear message.
+    def take_int(self, key: str, default: int, minimum: int | None = None) -> int:
+        raw = self.options.pop(key, None)
+        if raw is None:
+            return default
+        try:
+            value = int(float(raw)) if "e" in raw.lower() else int(raw)
+        except ValueError:
+            raise DatasetError(f"option {key}={raw!r} of dataset {self.name!r} is not an integer") from None
+        if minimum is not None and value < minimum:
+            raise DatasetError(f"option {key}={value} of dataset {self.name!r} must be >= {minimum}")
+        return value
+
+    def take_float(self, key: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+        raw = self.options.pop(key, None)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise DatasetError(f"option {key}={raw!r} of dataset {self.name!r} is not a number") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise DatasetError(f"option {key}={value} of dataset {self.name!r} must lie in [{lo}, {hi}]")
+        return value
+
+    def take_str(self, key: str, default: str, choices: tuple[str, ...] | None = None) -> str:
+        value = self.options.pop(key, default)
+        if choices is not None and value not in choices:
+            raise DatasetError(f"option {key}={value!r} of dataset {self.name!r} must be one of {choices}")
+        return value
+
+    def finish(self) -> None:
+        """Refuse options nobody consumed (a typo must not be silently ignored)."""
+        if self.options:
+            raise DatasetError(f"unknown option(s) {sorted(self.options)} for dataset {self.name!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetEntry:
+    description: str
+    load: Callable[[DatasetSpec, Path], Graph]
+
+
+def _planetoid(name: str) -> DatasetEntry:
+    def load(spec: DatasetSpec, data_dir: Path) -> Graph:
+        from shardgnn.graph.planetoid import load_planetoid
+
+        nonfinite = spec.take_str("nonfinite", "error", ("error", "zero"))
+        spec.finish()
+        return load_planetoid(_find_folder(data_dir, [name]), name, nonfinite=nonfinite)
+
+    return DatasetEntry(f"Planetoid {name} (ind.{name}.* files, public split)", load)
+
+
+def _gnn_benchmark(name: str, folders: list[str], filename: str) -> DatasetEntry:
+    def load(spec: DatasetSpec, data_dir: Path) -> Graph:
+        from shardgnn.graph.gnnbenchmark import load_gnn_benchmark
+
+        split = spec.take_str("split", "per-class", ("per-class", "60-20-20"))
+        seed = spec.take_int("seed", 0, minimum=0)
+        nonfinite = spec.take_str("nonfinite", "error", ("error", "zero"))
+        spec.finish()
+        folder = _find_folder(data_dir, folders)
+        return load_gnn_benchmark(folder / filename, name, split=split, seed=seed, nonfinite=nonfinite)
+
+    return DatasetEntry(f"{name} (gnn-benchmark .npz; split=per-class (20/30 per class) or 60-20-20)", load)
+
+
+def _ogb(name: str) -> DatasetEntry:
+    def load(spec: DatasetSpec, data_dir: Path) -> Graph:
+        from shardgnn.graph.ogb import load_ogb_nodeprop
+
+        download = spec.take_int("download", 1, minimum=0) != 0
+        nonfinite = spec.take_str("nonfinite", "error", ("error", "zero"))
+        spec.finish()
+        return load_ogb_nodeprop(data_dir, name, download=download, nonfinite=nonfinite)
+
+    return DatasetEntry(f"OGB {name} (raw csv.gz layout; downloaded when absent)", load)
+
+
+def _snap(name: str, folder: str, filename: str) -> DatasetEntry:
+    def load(spec: DatasetSpec, data_dir: Path) -> Graph:
+        from shardgnn.graph.edgelist import load_edge_list
+
+        symmetric = spec.take_int("symmetric", 0, minimum=0) != 0
+        spec.finish()
+        graph = load_edge_list(_find_folder(data_dir, [folder]) / filename, base="auto", symmetric=symmetric)
+        graph.name = name
+        return graph
+
+    return DatasetEntry(f"SNAP {name} edge list (no features or labels)", load)
+
+
+def _file(spec: DatasetSpec, data_dir: Path) -> Graph:
+    from shardgnn.graph.edgelist import load_edge_list
+
+    base = spec.take_str("base", "0", ("0", "1", "auto"))
+    symmetric = spec.take_int("symmetric", 0, minimum=0) != 0
+    spec.finish()
+    assert spec.path is not None
+    return load_edge_list(Path(spec.path).expanduser(), base=base if base == "auto" else int(base), symmetric=symmetric)
+
+
+def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+
+    return generate(SyntheticConfig.from_spec(spec))
+
+
+_REGISTRY: dict[str, DatasetEntry] = {
+    "synthetic": DatasetEntry("power-law graph with learnable labels (built-in default)", _synthetic),
+    "cora": _planetoid("cora"),
+    "citeseer": _planetoid("citeseer"),
+    "pubmed": _planetoid("pubmed"),
+    "amazon-computers": _gnn_benchmark("amazon-computers", ["amazon_cs", "amazon-computers"], "amazon_cs.npz"),
+    "amazon-photo": _gnn_benchmark("amazon-photo", ["amazon_photo", "amazon-photo"], "amazon_photo.npz"),
+    "coauthor-cs": _gnn_benchmark("coauthor-cs", ["coauthor_cs", "coauthor-cs"], "coauthor_cs.npz"),
+    "coauthor-physics": _gnn_benchmark("coauthor-physics", ["coauthor_phy", "coauthor-physics"], "coauthor_phy.npz"),
+    "ogbn-arxiv": _ogb("ogbn-arxiv"),
+    "ogbn-products": _ogb("ogbn-products"),
+    "soc-slashdot": _snap("soc-slashdot", "soc-slashdot0902", "soc-slashdot0902-directed.jlg"),
+    "ego-twitter": _snap("ego-twitter", "ego-twitter", "ego-twitter-undirected.jlg"),
+    "file": DatasetEntry("an edge-list file: file:PATH[,base=0|1|auto][,symmetric=1]", _file),
+}
+
+
+def known_datasets() -> list[str]:
+    return list(_REGISTRY)
+
+
+def describe_datasets() -> str:
+    return "\n".join(f"  {name:18s} {entry.description}" for name, entry in _REGISTRY.items())
+
+
+def _find_folder(data_dir: Path, candidates: list[str]) -> Path:
+    """The first existing ``data_dir/<candidate>``, else ``data_dir`` itself if it holds the files."""
+    for name in candidates:
+        if (data_dir / name).is_dir():
+            return data_dir / name
+    return data_dir
+
+
+def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
+    """Load the dataset a spec string names (see the module docstring for the grammar)."""
+    parsed = DatasetSpec.parse(spec)
+    entry = _REGISTRY.get(parsed.name)
+    if entry is None:
+        raise DatasetError(f"unknown dataset {parsed.name!r}",
+                           fix=f"use one of the known datasets:\n{describe_datasets()}")
+    # The loaders mutate the options (take_* pops), so give them a private copy.
+    parsed = dataclasses.replace(parsed, options=dict(parsed.options))
+    graph = entry.load(parsed, default_data_dir(data_dir))
+    return graph.validate(spec)

@@ -1,0 +1,64 @@
+"""Seeded train/val/test splits and feature sanity checks shared by every loader."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from shardgnn.errors import DatasetError
+
+
+def per_class_split(
+    y: np.ndarray, train_per_class: int = 20, val_per_class: int = 30, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The Shchur et al. (2018) split: ``train_per_class`` and ``val_per_class`` random nodes of
+    every class, the rest test. Classes too small for both keep what they have for training first.
+    """
+    rng = np.random.default_rng(seed)
+    train, val = [], []
+    for c in np.unique(y[y >= 0]):
+        members = rng.permutation(np.flatnonzero(y == c))
+        train.append(members[:train_per_class])
+        val.append(members[train_per_class:train_per_class + val_per_class])
+    train_idx = np.sort(np.concatenate(train)).astype(np.int64)
+    val_idx = np.sort(np.concatenate(val)).astype(np.int64)
+    labelled = np.flatnonzero(y >= 0)
+    test_idx = np.setdiff1d(labelled, np.concatenate([train_idx, val_idx])).astype(np.int64)
+    return train_idx, val_idx, test_idx
+
+
+def fraction_split(
+    num_nodes: int, train: float, val: float, seed: int = 0, labelled: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A random ``train``/``val``/rest split of the (labelled) nodes, each part sorted."""
+    if not (0 < train and 0 <= val and train + val <= 1):
+        raise DatasetError(f"split fractions train={train}, val={val} must be positive and sum to at most 1")
+    nodes = np.arange(num_nodes, dtype=np.int64) if labelled is None else np.asarray(labelled, np.int64)
+    perm = np.random.default_rng(seed).permutation(nodes)
+    n_train = int(round(train * perm.size))
+    n_val = int(round(val * perm.size))
+    return (np.sort(perm[:n_train]), np.sort(perm[n_train:n_train + n_val]), np.sort(perm[n_train + n_val:]))
+
+
+NONFINITE_POLICIES = ("error", "zero")
+
+
+def check_finite_features(x: np.ndarray, source: str | os.PathLike, policy: str = "error") -> np.ndarray:
+    """Reject (``policy='error'``) or zero with a warning (``'zero'``) NaN/inf feature values."""
+    if policy not in NONFINITE_POLICIES:
+        raise DatasetError(f"unknown non-finite policy {policy!r}; choose one of {NONFINITE_POLICIES}")
+    bad = ~np.isfinite(x)
+    if not bad.any():
+        return x
+    rows = np.unique(np.nonzero(bad)[0])
+    if policy == "error":
+        raise DatasetError(
+            f"{int(bad.sum())} non-finite feature values in {rows.size} rows (first row {rows[0]})", source,
+            "clean the features, or pass --nonfinite zero to replace them by 0 with a warning")
+    warnings.warn(f"{source}: replaced {int(bad.sum())} non-finite feature values in {rows.size} rows by 0",
+                  stacklevel=2)
+    x = np.array(x, dtype=np.float32, copy=True)
+    x[bad] = 0.0
+    return x

@@ -1,0 +1,42 @@
+"""Summary statistics of a graph (``shardgnn info``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardgnn.graph.csr import Graph
+
+
+def degree_summary(degree: np.ndarray) -> dict[str, float]:
+    """Mean, extremes, percentiles and a power-law skew hint of a degree array."""
+    if degree.size == 0:
+        return {}
+    pct = np.percentile(degree, [50, 90, 99])
+    return {
+        "mean": float(degree.mean()), "min": int(degree.min()), "median": float(pct[0]),
+        "p90": float(pct[1]), "p99": float(pct[2]), "max": int(degree.max()),
+        "std": float(degree.std()), "isolated": int(np.sum(degree == 0)),
+    }
+
+
+def graph_info(graph: Graph) -> dict[str, Any]:
+    """Everything ``shardgnn info`` prints, as a JSON-ready dictionary."""
+    info: dict[str, Any] = {
+        "name": graph.name,
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "symmetric": graph.is_symmetric(),
+        "self_loops": int(np.sum(graph.edge_index()[0] == graph.edge_index()[1])),
+        "in_degree": degree_summary(graph.in_degree()),
+        "out_degree": degree_summary(graph.out_degree()),
+        "num_features": graph.num_features,
+        "num_classes": graph.num_classes,
+        "splits": {k: (0 if getattr(graph, f"{k}_idx") is None else int(len(getattr(graph, f"{k}_idx"))))
+                   for k in ("train", "val", "test")},
+        "edge_homophily": graph.edge_homophily() if graph.y is not None else None,
+    }
+    if graph.y is not None and graph.num_classes:
+        info["class_sizes"] = np.bincount(graph.y[graph.y >= 0], minlength=graph.num_classes).tolist()
+    return info

@@ -1,0 +1,48 @@
+"""Stage 1 of the pipeline: split seed nodes into mini-batches (the "item sampler")."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.sampling.kernels import mix_seed
+
+
+def split_into_batches(num_items: int, batch_size: int, drop_last: bool = False) -> list[tuple[int, int]]:
+    """``(start, stop)`` ranges covering ``range(num_items)`` in batches of ``batch_size``.
+
+    A pure function: the distributed loader computes it on every rank and gets the same answer.
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size} must be >= 1")
+    stop = (num_items // batch_size) * batch_size if drop_last else num_items
+    return [(s, min(s + batch_size, stop)) for s in range(0, stop, batch_size)]
+
+
+class SeedBatcher:
+    """Yields ``(batch_index, seeds)`` for one epoch; shuffled by ``(seed, epoch)`` when asked.
+
+    Call :meth:`set_epoch` before iterating to get that epoch's order.
+    """
+
+    def __init__(self, seeds: np.ndarray | torch.Tensor, batch_size: int, *, shuffle: bool = True,
+                 drop_last: bool = False, seed: int = 0):
+        self.seeds = torch.as_tensor(np.asarray(seeds), dtype=torch.int64)
+        self.batch_size, self.shuffle, self.drop_last, self.seed = batch_size, shuffle, drop_last, seed
+        self.epoch = 0
+        self._ranges = split_into_batches(len(self.seeds), batch_size, drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self._ranges)
+
+    def __iter__(self):
+        seeds = self.seeds
+        if self.shuffle:
+            perm = np.random.default_rng(mix_seed(self.seed, self.epoch)).permutation(len(seeds))
+            seeds = seeds[torch.from_numpy(perm)]
+        for index, (start, stop) in enumerate(self._ranges):
+            yield index, seeds[start:stop]

@@ -1,0 +1,89 @@
+"""Stages 2 and 3 of the pipeline, and the loader that chains them.
+
+    SeedBatcher -> NeighborSamplingStage -> FeatureFetcher -> (trainer: device copy, model)
+
+Each stage is a small iterable over the previous one; the loader accounts time per stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator
+
+import torch
+
+from shardgnn.loader.batches import SeedBatcher
+from shardgnn.sampling.kernels import mix_seed
+from shardgnn.sampling.neighbor import NeighborSampler
+from shardgnn.sampling.types import SampledBlocks
+from shardgnn.store.feature import FeatureStore
+from shardgnn.timing import StageTimer
+
+
+@dataclasses.dataclass(frozen=True)
+class MiniBatch:
+    """Sampled blocks with their input features and the seeds' labels joined."""
+
+    index: int
+    sample: SampledBlocks
+    x_SF: torch.Tensor
+    """features of ``sample.input_nodes``"""
+    y: torch.Tensor | None
+    """labels of ``sample.seeds``"""
+
+
+class NeighborSamplingStage:
+    """Samples each seed batch; the batch's random stream is ``mix_seed(seed, epoch, index)``."""
+
+    def __init__(self, batches: SeedBatcher, sampler: NeighborSampler, seed: int, timer: StageTimer | None = None):
+        self.batches, self.sampler, self.seed = batches, sampler, seed
+        self.timer = timer or StageTimer()
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[tuple[int, SampledBlocks]]:
+        epoch = self.batches.epoch
+        for index, seeds in self.batches:
+            with self.timer("sample"):
+                sample = self.sampler.sample(seeds, mix_seed(self.seed, epoch, index))
+            yield index, sample
+
+
+class FeatureFetcher:
+    """Joins input-node features and seed labels to each sampled batch."""
+
+    def __init__(self, samples: Iterable[tuple[int, SampledBlocks]], features: FeatureStore,
+                 labels: torch.Tensor | None, timer: StageTimer | None = None):
+        self.samples, self.features, self.labels = samples, features, labels
+        self.timer = timer or StageTimer()
+
+    def __len__(self) -> int:
+        return len(self.samples)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        for index, sample in self.samples:
+            with self.timer("fetch"):
+                x = self.features.gather(sample.input_nodes)
+                y = None if self.labels is None else self.labels[sample.seeds]
+            yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)
+
+
+class MiniBatchLoader:
+    """The whole single-process pipeline for one set of seeds; iterate once per epoch."""
+
+    def __init__(self, seeds, sampler: NeighborSampler, features: FeatureStore, labels: torch.Tensor | None,
+                 *, batch_size: int, shuffle: bool, seed: int, timer: StageTimer | None = None):
+        self.timer = timer or StageTimer()
+        self.batches = SeedBatcher(seeds, batch_size, shuffle=shuffle, seed=seed)
+        self.stages = FeatureFetcher(NeighborSamplingStage(self.batches, sampler, seed, self.timer),
+                                     features, labels, self.timer)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        return iter(self.stages)

@@ -1,0 +1,112 @@
+"""Graph convolution layers that run on a :class:`MessageGraph` (a sampled block or the full
+graph): ``layer(graph, h_SF) -> h_DF``.
+
+Shape legend: ``S`` src nodes, ``D`` dst nodes, ``E`` edges, ``H`` attention heads,
+``F``/``C`` feature widths.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shardgnn.nn.message_graph import MessageGraph, spmm
+
+
+class SAGEConv(nn.Module):
+    """GraphSAGE with mean aggregation: ``W_self h_dst + W_neigh mean_{src in N(dst)} h_src``."""
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True):
+        super().__init__()
+        self.lin_self = nn.Linear(in_dim, out_dim, bias=bias)
+        self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        h_dst_DF = h_SF[: graph.num_dst]
+        # Aggregate at the narrower width: mean is linear, so A (h W) == (A h) W.
+        if self.lin_neigh.out_features < self.lin_neigh.in_features:
+            neigh_DC = spmm(graph, self.lin_neigh(h_SF), "mean")
+        else:
+            neigh_DC = self.lin_neigh(spmm(graph, h_SF, "mean"))
+        return self.lin_self(h_dst_DF) + neigh_DC
+
+
+class GCNConv(nn.Module):
+    """GCN (Kipf & Welling): ``D^-1/2 (A + I) D^-1/2 h W + b`` (see ``MessageGraph.edge_values``)."""
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        if self.lin.out_features < self.lin.in_features:
+            out_DC = spmm(graph, self.lin(h_SF), "gcn")
+        else:
+            out_DC = self.lin(spmm(graph, h_SF, "gcn"))
+        return out_DC if self.bias is None else out_DC + self.bias
+
+
+class GATConv(nn.Module):
+    """Graph attention (Velickovic et al.) with a self-loop per dst node.
+
+    ``alpha_ij = softmax_j LeakyReLU(a_dst . W h_i + a_src . W h_j)``; heads are concatenated
+    (``concat=True``) or averaged.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, heads: int = 4, concat: bool = True,
+                 negative_slope: float = 0.2, attn_dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
+        self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
+        width = heads * out_dim if concat else out_dim
+        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        nn.init.xavier_uniform_(self.lin.weight)
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        H, C, D = self.heads, self.out_dim, graph.num_dst
+        z_SHC = self.lin(h_SF).view(-1, H, C)
+        src_E, dst_E = graph.edge_index()
+        not_loop = src_E != dst_E
+        loops = torch.arange(D, device=z_SHC.device)
+        src_E = torch.cat([src_E[not_loop], loops])
+        dst_E = torch.cat([dst_E[not_loop], loops])
+        score_SH = (z_SHC * self.att_src).sum(-1)
+        score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
+        logit_EH = F.leaky_relu(score_SH[src_E] + score_DH[dst_E], self.negative_slope)
+        # Softmax over each dst node's in-edges; subtracting the per-dst max keeps exp() finite.
+        max_DH = torch.full((D, H), float("-inf"), device=logit_EH.device, dtype=logit_EH.dtype)
+        max_DH = max_DH.scatter_reduce(0, dst_E[:, None].expand(-1, H), logit_EH, "amax", include_self=True)
+        weight_EH = torch.exp(logit_EH - max_DH[dst_E])
+        denom_DH = torch.zeros(D, H, device=weight_EH.device, dtype=weight_EH.dtype).index_add_(0, dst_E, weight_EH)
+        alpha_EH = weight_EH / denom_DH[dst_E]
+        alpha_EH = F.dropout(alpha_EH, self.attn_dropout, self.training)
+        out_DHC = torch.zeros(D, H, C, device=z_SHC.device, dtype=z_SHC.dtype)
+        out_DHC.index_add_(0, dst_E, z_SHC[src_E] * alpha_EH[..., None])
+        out = out_DHC.reshape(D, H * C) if self.concat else out_DHC.mean(1)
+        return out if self.bias is None else out + self.bias
+
+
+class PyGLayer(nn.Module):
+    """Run a PyG ``MessagePassing`` layer inside a shardgnn model.
+
+    ``bipartite=True`` calls ``conv((h_src, h_dst), edge_index, size=(S, D))`` (SAGEConv,
+    GATConv, GraphConv...); ``bipartite=False`` runs the layer on all src nodes and keeps the dst
+    rows (for layers such as PyG's GCNConv that accept only one node set).
+    """
+
+    def __init__(self, conv: nn.Module, bipartite: bool = True):
+        super().__init__()
+        self.conv, self.bipartite = conv, bipartite
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        edge_index = graph.edge_index()
+        if self.bipartite:
+            return self.conv((h_SF, h_SF[: graph.num_dst]), edge_index, size=(graph.num_src, graph.num_dst))
+        return self.conv(h_SF, edge_index)[: graph.num_dst]

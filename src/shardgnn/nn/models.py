@@ -1,0 +1,89 @@
+"""Stacked GNN models that run on sampled blocks or on the full graph alike.
+
+``model(graphs, x)`` takes one :class:`MessageGraph` per layer (input layer first) and the
+features of ``graphs[0]``'s src nodes; it returns ``[D_last, num_classes]`` logits. For
+full-graph training pass the same full-graph ``MessageGraph`` for every layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shardgnn.errors import ConfigError
+from shardgnn.nn.conv import GATConv, GCNConv, SAGEConv
+from shardgnn.nn.message_graph import MessageGraph
+
+MODELS = ("sage", "gcn", "gat")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ModelConfig:
+    """Model architecture."""
+
+    model: str = "sage"
+    """layer type: sage (GraphSAGE-mean), gcn or gat"""
+    hidden: int = 256
+    """hidden width (for gat: per head)"""
+    num_layers: int = 2
+    """number of message-passing layers"""
+    dropout: float = 0.5
+    """dropout on the input of every layer"""
+    heads: int = 4
+    """attention heads (gat only)"""
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ConfigError(f"unknown model {self.model!r}; choose one of {MODELS}")
+        if self.hidden < 1 or self.num_layers < 1 or self.heads < 1:
+            raise ConfigError(f"hidden={self.hidden}, num_layers={self.num_layers}, heads={self.heads} must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout={self.dropout} must lie in [0, 1)")
+
+
+class GNN(nn.Module):
+    """A stack of graph layers with ReLU (ELU for GAT) and dropout between them."""
+
+    def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.5, activation=F.relu):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.dropout = dropout
+        self.activation = activation
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def forward(self, graphs: Sequence[MessageGraph], x_SF: torch.Tensor) -> torch.Tensor:
+        if len(graphs) != len(self.layers):
+            raise ValueError(f"model has {len(self.layers)} layers but got {len(graphs)} graphs")
+        h = x_SF
+        for i, (layer, graph) in enumerate(zip(self.layers, graphs)):
+            h = F.dropout(h, self.dropout, self.training)
+            h = layer(graph, h)
+            if i < len(self.layers) - 1:
+                h = self.activation(h)
+        return h
+
+
+def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
+    """Build the model ``config`` names for ``in_dim`` input features and ``num_classes`` outputs."""
+    dims = [in_dim] + [config.hidden] * (config.num_layers - 1) + [num_classes]
+    layers: list[nn.Module] = []
+    if config.model == "sage":
+        layers = [SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
+        return GNN(layers, config.dropout)
+    if config.model == "gcn":
+        layers = [GCNConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
+        return GNN(layers, config.dropout)
+    heads = config.heads
+    for i in range(config.num_layers):
+        last = i == config.num_layers - 1
+        in_width = in_dim if i == 0 else config.hidden * heads
+        out_width = num_classes if last else config.hidden
+        layers.append(GATConv(in_width, out_width, heads=1 if last else heads, concat=not last))
+    return GNN(layers, config.dropout, activation=F.elu)

@@ -1,0 +1,99 @@
+"""Uniform multi-layer neighbour sampling over an in-edge CSR (returns indices only)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.sampling.kernels import mix_seed, relabel, sample_counts, sample_fill
+from shardgnn.sampling.types import Block, SampledBlocks
+
+
+@dataclasses.dataclass(kw_only=True)
+class SamplerConfig:
+    """Neighbour sampling settings."""
+
+    fanouts: tuple[int, ...] = (15, 10, 5)
+    """neighbours per node for each layer, from the output layer inwards; -1 = all neighbours"""
+    replace: bool = False
+    """sample with replacement (a neighbour may repeat)"""
+    num_threads: int | None = None
+    """numba threads for the sampling kernels (None: numba's default, all cores)"""
+
+    def __post_init__(self) -> None:
+        self.fanouts = tuple(int(f) for f in self.fanouts)
+        if not self.fanouts:
+            raise ConfigError("fanouts must name at least one layer, e.g. --fanouts 15,10,5")
+        bad = [f for f in self.fanouts if f == 0 or f < -1]
+        if bad:
+            raise ConfigError(f"fanout {bad[0]} is invalid: use a positive count or -1 for all neighbours")
+        if self.num_threads is not None and not 1 <= self.num_threads <= numba.config.NUMBA_NUM_THREADS:
+            raise ConfigError(
+                f"num_threads={self.num_threads} must lie in [1, {numba.config.NUMBA_NUM_THREADS}]")
+
+
+def sample_neighbors(
+    indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray, fanout: int, replace: bool, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One hop of sampling for ``frontier`` (global ids).
+
+    Returns ``(offsets, nbr, edge_ids)``: the neighbours of ``frontier[i]`` are
+    ``nbr[offsets[i]:offsets[i + 1]]`` (global ids) at CSR positions ``edge_ids[...]``. This is
+    the kernel every sampler shares, single-process or per-owner in distributed sampling.
+    """
+    counts = sample_counts(indptr, frontier, fanout, replace)
+    offsets = np.cumsum(counts)
+    total = int(offsets[-1])
+    nbr = np.empty(total, dtype=np.int64)
+    eid = np.empty(total, dtype=np.int64)
+    sample_fill(indptr, indices, frontier, fanout, replace, np.uint64(seed), offsets, nbr, eid)
+    return offsets, nbr, eid
+
+
+class NeighborSampler:
+    """Samples the L-hop computation graph of a batch of seed nodes.
+
+    Not thread-safe: one instance keeps an O(N) scratch map reused across batches. Use one
+    sampler per thread.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, config: SamplerConfig):
+        self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        self.indices = indices
+        self.config = config
+        self._node_map = np.full(self.indptr.shape[0] - 1, -1, dtype=np.int64)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.config.fanouts)
+
+    def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
+        """Sample blocks for ``seeds`` (unique global ids); ``seed`` fixes every random draw.
+
+        Layer ``l`` (0 = the output layer, whose fanout is ``fanouts[0]``) uses the layer seed
+        ``mix_seed(seed, l)``.
+        """
+        seeds_np = np.ascontiguousarray(seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64)
+        if self.config.num_threads is not None:
+            numba.set_num_threads(self.config.num_threads)
+        blocks: list[Block] = []
+        frontier = seeds_np
+        for layer, fanout in enumerate(self.config.fanouts):
+            offsets, nbr, eid = sample_neighbors(
+                self.indptr, self.indices, frontier, fanout, self.config.replace, mix_seed(seed, layer))
+            src_nodes, local = relabel(frontier, nbr, self._node_map)
+            blocks.append(Block(
+                src_nodes_S=torch.from_numpy(src_nodes),
+                num_dst=int(frontier.shape[0]),
+                indptr_D1=torch.from_numpy(offsets),
+                indices_E=torch.from_numpy(local),
+                edge_ids_E=torch.from_numpy(eid),
+                src_degree_S=torch.from_numpy(self.indptr[src_nodes + 1] - self.indptr[src_nodes]),
+            ))
+            frontier = src_nodes
+        blocks.reverse()
+        return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)

@@ -1,0 +1,1 @@
+"""Training drivers (single-process now; distributed drivers build on the same pieces)."""

@@ -1,0 +1,30 @@
+"""The end-of-run summary table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardgnn.train.progress import format_table
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    """Print per-epoch rows, then the headline numbers of a run."""
+    epochs = results["epochs"]
+    rows = []
+    for e in epochs:
+        st = e.get("stages", {})
+        rows.append((e["epoch"], e["loss"], e["train_acc"], e["val_acc"], e["time_s"],
+                     st.get("sample", 0.0), st.get("fetch", 0.0), st.get("compute", 0.0)))
+    print(format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", "sample_s", "fetch_s", "compute_s"], rows))
+    ds = results["dataset"]
+    edges_per_s = results.get("sampled_edges_per_s")
+    print()
+    print(format_table(["metric", "value"], [
+        ("dataset", f"{ds['name'][:60]} ({ds['num_nodes']:,} nodes, {ds['num_edges']:,} edges)"),
+        ("best epoch", results["best_epoch"]),
+        ("val accuracy", results["val_acc"]),
+        ("test accuracy (at best val)", results["test_acc"]),
+        ("mean epoch time (s, epochs >= 1)", results["mean_epoch_time_s"]),
+        ("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}"),
+        ("total time (s)", results["total_time_s"]),
+    ]))

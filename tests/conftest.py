@@ -1,0 +1,28 @@
+"""Shared fixtures. Real datasets are read in place from ../shared/data when it exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+requires_shared_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent")
+
+
+@pytest.fixture(scope="session")
+def small_graph():
+    """A 3,000-node synthetic graph (power-law degrees, 4 classes)."""
+    return generate(SyntheticConfig(nodes=3000, degree=12, classes=4, features=16, seed=7))
+
+
+@pytest.fixture(scope="session")
+def arange_graph(small_graph):
+    """The small graph with ``x[i] = i`` in every column, so a fetched row names its node."""
+    import dataclasses
+
+    x = np.repeat(np.arange(small_graph.num_nodes, dtype=np.float32)[:, None], 3, axis=1)
+    return dataclasses.replace(small_graph, x=x)

@@ -1,0 +1,141 @@
+"""The graph container, transforms, save/load and the synthetic generator."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from shardgnn.errors import DatasetError
+from shardgnn.graph import Graph, load_dataset, load_graph, save_graph
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+
+
+def _edges(graph: Graph) -> set[tuple[int, int]]:
+    src, dst = graph.edge_index()
+    return set(zip(src.tolist(), dst.tolist()))
+
+
+def test_csr_holds_in_edges():
+    g = Graph.from_edge_index(np.array([0, 1, 2, 2]), np.array([1, 2, 0, 1]), 3)
+    # Row v lists the sources of v's in-edges.
+    assert g.indices[g.indptr[1]:g.indptr[2]].tolist() == [0, 2]
+    assert g.in_degree().tolist() == [1, 2, 1]
+    assert g.out_degree().tolist() == [1, 1, 2]
+    assert g.indptr.dtype == np.int64 and g.indices.dtype == np.int32
+    assert _edges(g) == {(0, 1), (1, 2), (2, 0), (2, 1)}
+
+
+def test_transforms():
+    g = Graph.from_edge_index(np.array([0, 0, 1, 2, 2]), np.array([1, 1, 1, 0, 2]), 3)
+    assert _edges(g.coalesce()) == {(0, 1), (1, 1), (2, 0), (2, 2)} and g.coalesce().num_edges == 4
+    assert _edges(g.remove_self_loops()) == {(0, 1), (2, 0)}
+    looped = g.add_self_loops()
+    assert _edges(looped) == {(0, 1), (2, 0), (0, 0), (1, 1), (2, 2)} and looped.num_edges == 6  # keeps dup 0->1
+    sym = g.symmetrize()
+    assert sym.is_symmetric() and not g.is_symmetric()
+    assert _edges(sym) == {(0, 1), (1, 0), (1, 1), (2, 0), (0, 2), (2, 2)}
+
+
+def test_from_edge_index_rejects_out_of_range_ids():
+    with pytest.raises(DatasetError, match=r"\[0, 3\)"):
+        Graph.from_edge_index(np.array([0, 5]), np.array([1, 2]), 3)
+    with pytest.raises(DatasetError):
+        Graph.from_edge_index(np.array([-1]), np.array([1]), 3)
+
+
+def test_validate_catches_inconsistent_node_data(small_graph):
+    with pytest.raises(DatasetError, match="labels for"):
+        dataclasses.replace(small_graph, y=small_graph.y[:-1]).validate()
+    with pytest.raises(DatasetError, match="overlap"):
+        dataclasses.replace(small_graph, val_idx=small_graph.train_idx[:5]).validate()
+    with pytest.raises(DatasetError, match="features have shape"):
+        dataclasses.replace(small_graph, x=small_graph.x[:10]).validate()
+
+
+def test_save_load_roundtrip(tmp_path, small_graph):
+    path = save_graph(small_graph, tmp_path / "g")
+    for mmap in (False, True):
+        back = load_graph(path, mmap=mmap)
+        for key in ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx"):
+            np.testing.assert_array_equal(np.asarray(getattr(back, key)), getattr(small_graph, key))
+        assert back.num_classes == small_graph.num_classes and back.name == small_graph.name
+    assert isinstance(load_graph(path, mmap=True).x, np.memmap)
+    with pytest.raises(FileExistsError):
+        save_graph(small_graph, path)
+    save_graph(small_graph, path, overwrite=True)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary files left behind"
+
+
+def test_load_rejects_truncated_and_mismatched_files(tmp_path, small_graph):
+    path = save_graph(small_graph, tmp_path / "g")
+    data = (path / "x.npy").read_bytes()
+    (path / "x.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DatasetError, match="x.npy"):
+        load_graph(path)
+    save_graph(small_graph, path, overwrite=True)
+    np.save(path / "y.npy", small_graph.y[:-3])
+    with pytest.raises(DatasetError, match="y.npy"):
+        load_graph(path)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["version"] = 99
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match="version"):
+        load_graph(path)
+
+
+def test_pyg_roundtrip(small_graph):
+    pytest.importorskip("torch_geometric")
+    data = small_graph.to_pyg()
+    assert data.edge_index.shape == (2, small_graph.num_edges)
+    back = Graph.from_pyg(data, name="back")
+    np.testing.assert_array_equal(back.indptr, small_graph.indptr)
+    assert _edges(back) == _edges(small_graph)
+    np.testing.assert_array_equal(back.x, small_graph.x)
+    np.testing.assert_array_equal(back.test_idx, small_graph.test_idx)
+
+
+# ---------------------------------------------------------------------------- synthetic
+def test_synthetic_is_deterministic_by_seed():
+    a = generate(SyntheticConfig(nodes=2000, seed=3))
+    b = generate(SyntheticConfig(nodes=2000, seed=3))
+    c = generate(SyntheticConfig(nodes=2000, seed=4))
+    for key in ("indptr", "indices", "x", "y", "train_idx"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key))
+    assert not np.array_equal(a.indices, c.indices)
+
+
+def test_synthetic_statistics():
+    cfg = SyntheticConfig(nodes=20000, degree=16, classes=5, homophily=0.6, seed=1)
+    g = generate(cfg)
+    g.validate()
+    assert g.is_symmetric()
+    assert np.sum(g.edge_index()[0] == g.edge_index()[1]) == 0
+    assert abs(g.num_edges / (cfg.nodes * cfg.degree) - 1) < 0.01
+    # Homophily: an edge is drawn inside its class w.p. h, and lands there by chance w.p. (1-h)/C.
+    expected = cfg.homophily + (1 - cfg.homophily) / cfg.classes
+    assert abs(g.edge_homophily() - expected) < 0.03
+    # Power-law skew: the max degree is far above the mean, the median below it.
+    deg = g.in_degree()
+    assert deg.max() > 20 * deg.mean() and np.median(deg) < deg.mean()
+    assert len(g.train_idx) == 2000 and len(g.val_idx) == 2000 and len(g.test_idx) == 16000
+
+
+def test_synthetic_spec_and_bad_options():
+    g = load_dataset("synthetic:nodes=500,degree=6,classes=3,features=5,seed=2")
+    assert g.num_nodes == 500 and g.num_features == 5 and g.num_classes == 3
+    assert load_dataset(g.name).num_edges == g.num_edges  # the name reproduces the graph
+    with pytest.raises(DatasetError, match="homophily"):
+        load_dataset("synthetic:homophily=1.5")
+    with pytest.raises(DatasetError, match="unknown option"):
+        load_dataset("synthetic:nodez=10")
+    with pytest.raises(DatasetError, match="not an integer"):
+        load_dataset("synthetic:nodes=ten")
+
+
+def test_unknown_dataset_lists_known_names():
+    with pytest.raises(DatasetError) as info:
+        load_dataset("korra")
+    assert "cora" in str(info.value) and "synthetic" in str(info.value)
