@@ -117,9 +117,9 @@ def main(argv=None) -> dict:
             speedup = ours["edges_per_s"] / base["edges_per_s"]
             results.append({"threads": threads, "replace": replace, "ours": ours, "baseline": base,
                             "speedup": speedup})
-            rows.append([threads, replace, ours["edges_per_s"] / 1e6, base["edges_per_s"] / 1e6, speedup,
-                         ours["mean_batch_ms"], base["mean_batch_ms"], round(ours["mean_edges_per_batch"]),
-                         round(ours["mean_input_nodes_per_batch"])])
+            rows.append([threads, replace, f"{ours['edges_per_s'] / 1e6:.2f}", f"{base['edges_per_s'] / 1e6:.2f}",
+                         f"{speedup:.1f}x", f"{ours['mean_batch_ms']:.1f}", f"{base['mean_batch_ms']:.1f}",
+                         round(ours["mean_edges_per_batch"]), round(ours["mean_input_nodes_per_batch"])])
             print(f"threads={threads} replace={replace}: ours {ours['edges_per_s'] / 1e6:.2f} M edges/s, "
                   f"torch {base['edges_per_s'] / 1e6:.2f} M edges/s ({speedup:.1f}x)", flush=True)
 
@@ -129,12 +129,17 @@ def main(argv=None) -> dict:
     title = (f"Neighbour sampling throughput: synthetic {graph.num_nodes:,} nodes / {graph.num_edges:,} edges, "
              f"fanouts {','.join(map(str, fanouts))}, batch {args.batch_size}, {args.batches} timed batches "
              f"(after {args.warmup} warm-up)")
+    machine = machine_info()
+    try:
+        machine["numba_threading_layer_used"] = numba.threading_layer()
+    except ValueError:  # no parallel kernel has run
+        pass
     report = {
         "benchmark": "sampler",
         "command": command,
         "argv": sys.argv,
         "args": vars(args),
-        "machine": machine_info(),
+        "machine": machine,
         "graph": {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
                   "generate_s": gen_s},
         "results": results,

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from conftest import SHARED_DATA, requires_shared_data
+
 from shardgnn.errors import DatasetError
 from shardgnn.graph import edgelist as edgelist_module
 from shardgnn.graph import ogb as ogb_module
@@ -31,8 +33,7 @@ from shardgnn.graph.ogb import load_ogb_nodeprop
 from shardgnn.graph.planetoid import load_planetoid
 from shardgnn.graph.safe_pickle import load_npz_safely, safe_load
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"shared datasets not found at {SHARED_DATA}")
+needs_data = requires_shared_data
 
 
 def edge_set(graph) -> set[tuple[int, int]]:
