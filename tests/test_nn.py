@@ -78,3 +78,21 @@ def test_pyg_message_passing_layer_inside_our_model(small_graph):
     assert out.shape == (50, 3)
     out.sum().backward()
     torch.testing.assert_close(PyGLayer(theirs)(graphs[0], x), ours(graphs[0], x), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_sparse_input_features_match_dense(small_graph, model):
+    from shardgnn.nn.functional import to_sparse_if_sparse
+
+    torch.manual_seed(0)
+    net = build_model(ModelConfig(model=model, hidden=8, num_layers=2, heads=2, input_dropout=0.5),
+                      small_graph.num_features, small_graph.num_classes)
+    x = torch.from_numpy(small_graph.x) * (torch.rand(small_graph.x.shape) < 0.05)
+    x_sparse = to_sparse_if_sparse(x)
+    assert x_sparse.layout == torch.sparse_coo
+    full = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
+    net.eval()
+    torch.testing.assert_close(net([full, full], x_sparse), net([full, full], x), atol=1e-5, rtol=1e-4)
+    net.train()
+    net([full, full], x_sparse).sum().backward()
+    assert all(p.grad is not None for p in net.parameters())

@@ -47,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-fanouts", type=_int_list, default=None, help="fanouts for evaluation (default: --fanouts)")
     train.add_argument("--hidden", type=int, default=256, help="hidden width (per head for gat)")
     train.add_argument("--heads", type=int, default=4, help="attention heads (gat)")
-    train.add_argument("--dropout", type=float, default=0.5, help="dropout probability")
+    train.add_argument("--dropout", type=float, default=0.5, help="dropout between layers")
+    train.add_argument("--input-dropout", type=float, default=0.0,
+                       help="dropout on the input features (Kipf & Welling's GCN: 0.5)")
     train.add_argument("--epochs", type=int, default=10, help="training epochs")
     train.add_argument("--lr", type=float, default=0.003, help="Adam learning rate")
     train.add_argument("--weight-decay", type=float, default=0.0, help="L2 weight decay")
@@ -84,6 +86,7 @@ def _train(args: argparse.Namespace) -> int:
     config = TrainConfig(
         dataset=args.dataset, mode=args.mode,
         model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=layers, dropout=args.dropout,
+                          input_dropout=args.input_dropout,
                           heads=args.heads),
         sampler=SamplerConfig(fanouts=args.fanouts if args.mode == "minibatch" else (-1,) * layers,
                               replace=args.replace, num_threads=args.sampler_threads),

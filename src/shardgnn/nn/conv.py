@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shardgnn.nn.functional import dst_rows, is_sparse, linear
 from shardgnn.nn.message_graph import MessageGraph, spmm
 
 
@@ -23,13 +24,14 @@ class SAGEConv(nn.Module):
         self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
 
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
-        h_dst_DF = h_SF[: graph.num_dst]
-        # Aggregate at the narrower width: mean is linear, so A (h W) == (A h) W.
-        if self.lin_neigh.out_features < self.lin_neigh.in_features:
-            neigh_DC = spmm(graph, self.lin_neigh(h_SF), "mean")
+        h_dst_DF = dst_rows(h_SF, graph.num_dst)
+        # Aggregate at the narrower width: mean is linear, so A (h W) == (A h) W. Sparse input
+        # features are multiplied first (the SpMM needs a dense operand).
+        if self.lin_neigh.out_features < self.lin_neigh.in_features or is_sparse(h_SF):
+            neigh_DC = spmm(graph, linear(self.lin_neigh, h_SF), "mean")
         else:
             neigh_DC = self.lin_neigh(spmm(graph, h_SF, "mean"))
-        return self.lin_self(h_dst_DF) + neigh_DC
+        return linear(self.lin_self, h_dst_DF) + neigh_DC
 
 
 class GCNConv(nn.Module):
@@ -41,8 +43,8 @@ class GCNConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
 
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
-        if self.lin.out_features < self.lin.in_features:
-            out_DC = spmm(graph, self.lin(h_SF), "gcn")
+        if self.lin.out_features < self.lin.in_features or is_sparse(h_SF):
+            out_DC = spmm(graph, linear(self.lin, h_SF), "gcn")
         else:
             out_DC = self.lin(spmm(graph, h_SF, "gcn"))
         return out_DC if self.bias is None else out_DC + self.bias
@@ -71,7 +73,7 @@ class GATConv(nn.Module):
 
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         H, C, D = self.heads, self.out_dim, graph.num_dst
-        z_SHC = self.lin(h_SF).view(-1, H, C)
+        z_SHC = linear(self.lin, h_SF).view(-1, H, C)
         src_E, dst_E = graph.edge_index()
         not_loop = src_E != dst_E
         loops = torch.arange(D, device=z_SHC.device)

@@ -16,6 +16,7 @@ from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
 from shardgnn.nn.conv import GATConv, GCNConv, SAGEConv
+from shardgnn.nn.functional import dropout
 from shardgnn.nn.message_graph import MessageGraph
 
 MODELS = ("sage", "gcn", "gat")
@@ -32,7 +33,9 @@ class ModelConfig:
     num_layers: int = 2
     """number of message-passing layers"""
     dropout: float = 0.5
-    """dropout on the input of every layer"""
+    """dropout on the hidden representations between layers"""
+    input_dropout: float = 0.0
+    """dropout on the input features (Kipf & Welling's GCN uses 0.5)"""
     heads: int = 4
     """attention heads (gat only)"""
 
@@ -41,17 +44,22 @@ class ModelConfig:
             raise ConfigError(f"unknown model {self.model!r}; choose one of {MODELS}")
         if self.hidden < 1 or self.num_layers < 1 or self.heads < 1:
             raise ConfigError(f"hidden={self.hidden}, num_layers={self.num_layers}, heads={self.heads} must be >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout={self.dropout} must lie in [0, 1)")
+        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.input_dropout < 1.0):
+            raise ConfigError(f"dropout={self.dropout} and input_dropout={self.input_dropout} must lie in [0, 1)")
 
 
 class GNN(nn.Module):
-    """A stack of graph layers with ReLU (ELU for GAT) and dropout between them."""
+    """A stack of graph layers with ReLU (ELU for GAT) and dropout between them.
 
-    def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.5, activation=F.relu):
+    The input features may be a sparse COO tensor in full-graph mode (see ``nn.functional``).
+    """
+
+    def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.5, activation=F.relu,
+                 input_dropout: float = 0.0):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.dropout = dropout
+        self.input_dropout = input_dropout
         self.activation = activation
 
     @property
@@ -61,12 +69,11 @@ class GNN(nn.Module):
     def forward(self, graphs: Sequence[MessageGraph], x_SF: torch.Tensor) -> torch.Tensor:
         if len(graphs) != len(self.layers):
             raise ValueError(f"model has {len(self.layers)} layers but got {len(graphs)} graphs")
-        h = x_SF
+        h = dropout(x_SF, self.input_dropout, self.training)
         for i, (layer, graph) in enumerate(zip(self.layers, graphs)):
-            h = F.dropout(h, self.dropout, self.training)
+            if i > 0:
+                h = F.dropout(self.activation(h), self.dropout, self.training)
             h = layer(graph, h)
-            if i < len(self.layers) - 1:
-                h = self.activation(h)
         return h
 
 
@@ -76,14 +83,14 @@ def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
     layers: list[nn.Module] = []
     if config.model == "sage":
         layers = [SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
-        return GNN(layers, config.dropout)
+        return GNN(layers, config.dropout, input_dropout=config.input_dropout)
     if config.model == "gcn":
         layers = [GCNConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
-        return GNN(layers, config.dropout)
+        return GNN(layers, config.dropout, input_dropout=config.input_dropout)
     heads = config.heads
     for i in range(config.num_layers):
         last = i == config.num_layers - 1
         in_width = in_dim if i == 0 else config.hidden * heads
         out_width = num_classes if last else config.hidden
         layers.append(GATConv(in_width, out_width, heads=1 if last else heads, concat=not last))
-    return GNN(layers, config.dropout, activation=F.elu)
+    return GNN(layers, config.dropout, activation=F.elu, input_dropout=config.input_dropout)

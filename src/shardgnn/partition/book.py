@@ -1,0 +1,152 @@
+"""The partition book: which part owns a node, after relabelling parts into contiguous id ranges.
+
+After partitioning, nodes are renumbered so that part ``p`` owns the contiguous *new* ids
+``[boundaries[p], boundaries[p + 1])``. Inside a part the nodes keep their original relative
+order (ascending original id), so the relabelling is a pure function of the assignment.
+
+Two arrays link the numberings (``N`` = number of nodes):
+
+* ``orig_ids[new] -> original id`` (int64 ``[N]``), stored in the partition directory;
+* ``new_id_of_orig[orig] -> new id`` (int64 ``[N]``), its inverse permutation.
+
+With contiguous ranges, ``owner`` is a binary search over ``P + 1`` boundaries instead of an
+``[N]`` lookup table, so every rank can hold the whole book for free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+
+class PartitionBook:
+    """Maps new global node ids to their owning part and back.
+
+    Args:
+        boundaries: int64 ``[P + 1]``, non-decreasing, starting at 0; part ``p`` owns the new ids
+            ``[boundaries[p], boundaries[p + 1])``. Equal neighbours mean an empty part.
+
+    Raises:
+        ValueError: ``boundaries`` is not a non-decreasing 1-D integer array starting at 0.
+    """
+
+    def __init__(self, boundaries: np.ndarray | list[int]):
+        b = np.asarray(boundaries)
+        if b.ndim != 1 or b.shape[0] < 2 or not np.issubdtype(b.dtype, np.integer):
+            raise ValueError(f"boundaries must be a 1-D integer array of length P + 1 >= 2, got shape {b.shape} "
+                             f"dtype {b.dtype}")
+        if b[0] != 0 or np.any(np.diff(b) < 0):
+            raise ValueError(f"boundaries must start at 0 and be non-decreasing, got {b[:8].tolist()}...")
+        self.boundaries = b.astype(np.int64, copy=True)
+        self.boundaries.setflags(write=False)
+        self._boundaries_t = torch.from_numpy(self.boundaries.copy())
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_parts(self) -> int:
+        return int(self.boundaries.shape[0] - 1)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.boundaries[-1])
+
+    def part_range(self, part: int) -> tuple[int, int]:
+        """``(start, end)``: the new ids owned by ``part`` are ``start <= id < end``."""
+        if not 0 <= part < self.num_parts:
+            raise ValueError(f"part {part} is out of range [0, {self.num_parts})")
+        return int(self.boundaries[part]), int(self.boundaries[part + 1])
+
+    def part_sizes(self) -> np.ndarray:
+        """int64 ``[P]``: number of nodes owned by each part."""
+        return np.diff(self.boundaries)
+
+    # ------------------------------------------------------------------ lookups
+    def _check_ids(self, ids, lo, hi) -> None:
+        if ids.numel() if isinstance(ids, torch.Tensor) else ids.size:
+            if lo < 0 or hi >= self.num_nodes:
+                raise ValueError(f"node ids must lie in [0, {self.num_nodes}), got range [{lo}, {hi}]")
+
+    def owner(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """The part owning each new global id (numpy in -> int64 numpy out; torch -> int64 torch).
+
+        Raises:
+            ValueError: an id lies outside ``[0, num_nodes)``.
+        """
+        if isinstance(ids, torch.Tensor):
+            if ids.numel():
+                self._check_ids(ids, int(ids.min()), int(ids.max()))
+            b = self._boundaries_t.to(ids.device)
+            return torch.searchsorted(b, ids.to(torch.int64), right=True) - 1
+        ids = np.asarray(ids)
+        if ids.size:
+            self._check_ids(ids, int(ids.min()), int(ids.max()))
+        return np.searchsorted(self.boundaries, ids, side="right").astype(np.int64) - 1
+
+    def local(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+        """Each id's offset inside its owning part (``id - boundaries[owner(id)]``)."""
+        part = self.owner(ids)
+        if isinstance(ids, torch.Tensor):
+            return ids.to(torch.int64) - self._boundaries_t.to(ids.device)[part]
+        return np.asarray(ids, dtype=np.int64) - self.boundaries[part]
+
+    def to_global(self, part: int, local_ids: np.ndarray) -> np.ndarray:
+        """New global ids of ``local_ids`` (offsets inside ``part``)."""
+        start, end = self.part_range(part)
+        local_ids = np.asarray(local_ids, dtype=np.int64)
+        if local_ids.size and (local_ids.min() < 0 or local_ids.max() >= end - start):
+            raise ValueError(f"local ids of part {part} must lie in [0, {end - start})")
+        return local_ids + start
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PartitionBook) and np.array_equal(self.boundaries, other.boundaries)
+
+    def __repr__(self) -> str:
+        return f"PartitionBook(num_parts={self.num_parts}, num_nodes={self.num_nodes})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Relabelling:
+    """The renumbering that makes every part a contiguous id range.
+
+    Attributes:
+        book: the :class:`PartitionBook` of the new numbering.
+        orig_ids: int64 ``[N]``, new id -> original id (ascending original id inside each part).
+        new_id_of_orig: int64 ``[N]``, original id -> new id (the inverse permutation).
+    """
+
+    book: PartitionBook
+    orig_ids: np.ndarray
+    new_id_of_orig: np.ndarray
+
+
+def relabel(assignment: np.ndarray, num_parts: int) -> Relabelling:
+    """Renumber nodes so part ``p`` owns ``[boundaries[p], boundaries[p + 1])``, order kept stable.
+
+    Args:
+        assignment: integer ``[N]``, the part of every original node id, each in ``[0, num_parts)``.
+        num_parts: ``P``.
+    """
+    assignment = np.asarray(assignment)
+    assert assignment.ndim == 1 and np.issubdtype(assignment.dtype, np.integer)
+    n = assignment.shape[0]
+    counts = np.bincount(assignment, minlength=num_parts)
+    assert counts.shape[0] == num_parts, "assignment holds a part id >= num_parts"
+    boundaries = np.zeros(num_parts + 1, dtype=np.int64)
+    np.cumsum(counts, out=boundaries[1:])
+    # A stable sort keeps ascending original ids inside a part.
+    orig_ids = np.argsort(assignment, kind="stable").astype(np.int64, copy=False)
+    new_id_of_orig = np.empty(n, dtype=np.int64)
+    new_id_of_orig[orig_ids] = np.arange(n, dtype=np.int64)
+    return Relabelling(book=PartitionBook(boundaries), orig_ids=orig_ids, new_id_of_orig=new_id_of_orig)
+
+
+def inverse_permutation(perm: np.ndarray) -> np.ndarray:
+    """``inv`` with ``inv[perm[i]] = i`` (int64)."""
+    inv = np.empty(perm.shape[0], dtype=np.int64)
+    inv[np.asarray(perm)] = np.arange(perm.shape[0], dtype=np.int64)
+    return inv
+
+
+__all__ = ["PartitionBook", "Relabelling", "relabel", "inverse_permutation"]

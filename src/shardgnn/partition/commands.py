@@ -1,0 +1,284 @@
+"""CLI glue for ``shardgnn partition``, ``shardgnn verify`` and ``shardgnn plot PARTITION_DIR``.
+
+This module is top-layer code (it may import anything, e.g. ``format_table``); nothing in
+:mod:`shardgnn.partition` imports it. ``shardgnn.cli`` wires it in with::
+
+    from shardgnn.partition.commands import add_parsers, is_partition_dir, plot_partition
+    add_parsers(sub)                      # registers `partition` and `verify`
+    handlers["partition"], handlers["verify"] = partition_command, verify_command
+
+Handlers return an exit code and raise :class:`~shardgnn.errors.ShardgnnError` for user
+mistakes (``cli.main`` turns those into ``error:`` + exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from shardgnn.atomic import atomic_open, save_npy
+from shardgnn.errors import ConfigError
+from shardgnn.partition.format import FORMAT, PartitionSet, read_partitions, verify_partitions, write_partitions
+from shardgnn.partition.methods import BALANCE_KEYS, PartitionConfig, partition_graph
+from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
+from shardgnn.train.progress import format_table
+
+_DEFAULTS = {"seed": 0, "imbalance": 0.03, "slack": 0.05, "chunk_edges": 1 << 20}
+
+
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
+    """Register the ``partition`` and ``verify`` subcommands (each sets ``handler`` as a default)."""
+    part = subparsers.add_parser(
+        "partition", help="split a dataset into P parts and write a partition directory",
+        description="Partition a dataset's nodes into P parts, relabel them so every part owns a contiguous id "
+                    "range, and write one folder per part (CSR of in-edges, features, labels, splits, halo) plus "
+                    "meta.json with checksums and quality metrics.")
+    part.add_argument("dataset", nargs="?", default="synthetic",
+                      help="dataset spec (default: synthetic); `shardgnn info --list` shows the known names")
+    part.add_argument("--data-dir", default=None,
+                      help="dataset folder (default: $SHARDGNN_DATA or ~/.cache/shardgnn)")
+    part.add_argument("--parts", "-k", type=int, required=True, help="number of parts P")
+    part.add_argument("--method", choices=("random", "metis", "ldg", "fennel"), default=None,
+                      help="partitioner (default: metis; not together with --assignment)")
+    part.add_argument("--out", required=True, help="output directory (created atomically)")
+    part.add_argument("--balance", default=None,
+                      help=f"metis: comma-separated balance constraints, a subset of {','.join(BALANCE_KEYS)} "
+                           "(default: every one that applies)")
+    part.add_argument("--imbalance", type=float, default=None,
+                      help=f"metis: allowed imbalance per constraint (default {_DEFAULTS['imbalance']})")
+    part.add_argument("--seed", type=int, default=None, help="random/metis seed (default 0)")
+    part.add_argument("--slack", type=float, default=None,
+                      help=f"ldg/fennel: parts hold at most (1 + slack) * N / P nodes (default {_DEFAULTS['slack']})")
+    part.add_argument("--chunk-edges", type=int, default=None,
+                      help="ldg/fennel: edges per streamed chunk; bounds scratch memory, never changes the result "
+                           f"(default {_DEFAULTS['chunk_edges']})")
+    part.add_argument("--assignment", default=None, metavar="FILE.npy",
+                      help="use this node -> part array (integer .npy of length N) instead of a partitioner")
+    part.add_argument("--save-assignment", default=None, metavar="FILE.npy",
+                      help="also write the node -> part array (original ids) to this .npy")
+    part.add_argument("--allow-empty-parts", action="store_true",
+                      help="accept parts that own no node (a warning instead of an error)")
+    part.add_argument("--overwrite", action="store_true", help="replace an existing partition directory")
+    part.add_argument("--json", action="store_true", help="print the metrics as JSON instead of tables")
+    part.add_argument("--quiet", action="store_true", help="no progress bars")
+    part.set_defaults(handler=partition_command)
+
+    verify = subparsers.add_parser(
+        "verify", help="check a partition directory (checksums, structure, metrics) and print its metrics",
+        description="Recompute the SHA-256 of every array file, check every structural invariant (each node owned "
+                    "once, valid CSRs, halos, splits) and recompute the metrics recorded in meta.json.")
+    verify.add_argument("dir", help="a directory written by `shardgnn partition`")
+    verify.add_argument("--no-checksums", action="store_true", help="skip the SHA-256 pass (sizes are still checked)")
+    verify.add_argument("--json", action="store_true", help="print the metrics as JSON instead of tables")
+    verify.add_argument("--quiet", action="store_true", help="no progress bars")
+    verify.set_defaults(handler=verify_command)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def _warnings_to_stderr(command: str) -> Iterator[None]:
+    """Print Python warnings at once as ``shardgnn CMD: warning: ...`` lines (no source lines)."""
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"shardgnn {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
+
+
+def _fmt_balance(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def metrics_tables(metrics: PartitionMetrics, max_parts: int = 64) -> str:
+    """A summary table and (up to ``max_parts`` parts) a per-part table, as text/Markdown."""
+    summary = format_table(["metric", "value"], [
+        ("parts", metrics.num_parts),
+        ("edge cut", f"{metrics.edge_cut:.4f} ({metrics.cut_edges:,} of {metrics.num_edges:,} edges)"),
+        ("comm volume (rows/layer)", metrics.comm_volume),
+        ("max send volume", metrics.max_send_volume),
+        ("balance nodes (max/mean)", _fmt_balance(metrics.balance_nodes)),
+        ("balance train", _fmt_balance(metrics.balance_train)),
+        ("balance edges", _fmt_balance(metrics.balance_edges)),
+    ])
+    if metrics.num_parts > max_parts:
+        return summary + f"\n({metrics.num_parts} parts: per-part table omitted; see meta.json)"
+    rows = [(p, metrics.part_nodes[p], metrics.part_edges[p], metrics.part_train[p], metrics.send_volume[p],
+             metrics.recv_volume[p]) for p in range(metrics.num_parts)]
+    per_part = format_table(["part", "nodes", "in-edges", "train", "send", "recv (halo)"], rows)
+    return summary + "\n\n" + per_part
+
+
+def _resolve_config(args: argparse.Namespace) -> PartitionConfig:
+    if args.assignment is not None and args.method is not None:
+        raise ConfigError("give either --method or --assignment, not both")
+    method = "assignment" if args.assignment is not None else (args.method or "metis")
+    given = {key: getattr(args, key) for key in _DEFAULTS if getattr(args, key) is not None}
+    uses = {"seed": ("random", "metis"), "imbalance": ("metis",), "slack": ("ldg", "fennel"),
+            "chunk_edges": ("ldg", "fennel")}
+    for key in given:
+        if method not in uses[key]:
+            warnings.warn(f"--{key.replace('_', '-')} is ignored by --method {method}", stacklevel=2)
+    if args.balance is not None and method != "metis":
+        warnings.warn(f"--balance is ignored by --method {method} (only metis balances several constraints)",
+                      stacklevel=2)
+    values = {**_DEFAULTS, **given}
+    balance = None
+    if args.balance is not None:
+        balance = tuple(b.strip() for b in args.balance.split(",") if b.strip())
+        unknown = [b for b in balance if b not in BALANCE_KEYS]
+        if unknown or not balance:
+            raise ConfigError(f"--balance {args.balance!r}: give a comma-separated subset of {','.join(BALANCE_KEYS)}")
+    return PartitionConfig(num_parts=args.parts, method=method, seed=values["seed"], balance=balance,
+                           imbalance=values["imbalance"], slack=values["slack"], chunk_edges=values["chunk_edges"],
+                           assignment=args.assignment, allow_empty_parts=args.allow_empty_parts).validate()
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+# ---------------------------------------------------------------------------------------------- commands
+def partition_command(args: argparse.Namespace) -> int:
+    """``shardgnn partition``: load, partition, write, print the metrics."""
+    from shardgnn.graph.datasets import load_dataset
+
+    show = not args.quiet
+    with _warnings_to_stderr("partition"):
+        config = _resolve_config(args)
+        out = Path(args.out).expanduser()
+        if out.exists() and not args.overwrite:  # fail before the (possibly long) load and partitioning
+            raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+        start = time.perf_counter()
+        graph = load_dataset(args.dataset, args.data_dir)
+        load_s = time.perf_counter() - start
+        print(f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges ({load_s:.1f} s)",
+              file=sys.stderr)
+        result = partition_graph(graph, config, progress=show)
+        metrics = compute_metrics(graph, result.assignment, config.num_parts)
+        if config.method == "metis":
+            _warn_metis_balance(metrics, result.settings)
+        start = time.perf_counter()
+        pset = write_partitions(graph, result.assignment, out, method=result.method, settings=result.settings,
+                                overwrite=args.overwrite, num_parts=config.num_parts, metrics=metrics,
+                                seconds=result.seconds, progress=show)
+        write_s = time.perf_counter() - start
+        if args.save_assignment:
+            save_npy(Path(args.save_assignment).expanduser(), result.assignment)
+    if args.json:
+        print(json.dumps({"out": str(pset.path), "method": result.method, "settings": result.settings,
+                          "partition_seconds": result.seconds, "write_seconds": write_s,
+                          "metrics": metrics.to_dict()}, indent=2))
+        return 0
+    print(f"partitioned {graph.name} into {config.num_parts} parts with {result.method} in {result.seconds:.2f} s; "
+          f"wrote {pset.path} ({_dir_size(pset.path) / 2 ** 20:,.1f} MiB, {write_s:.1f} s)")
+    if args.save_assignment:
+        print(f"assignment written to {args.save_assignment}")
+    print(metrics_tables(metrics))
+    return 0
+
+
+def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:
+    limit = 1.0 + 2.0 * float(settings["imbalance"])
+    over = [f"{key} {getattr(metrics, 'balance_' + key):.3f}" for key in settings["balance"]
+            if getattr(metrics, "balance_" + key) is not None and getattr(metrics, "balance_" + key) > limit]
+    if over:
+        warnings.warn(f"METIS missed its balance target (imbalance {settings['imbalance']}): {', '.join(over)} "
+                      "(max/mean); try another --seed, a larger --imbalance or fewer --balance constraints",
+                      stacklevel=2)
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    """``shardgnn verify``: checksums + invariants + recomputed metrics; exit 0 when all hold."""
+    with _warnings_to_stderr("verify"):
+        start = time.perf_counter()
+        metrics = verify_partitions(args.dir, checksums=not args.no_checksums, progress=not args.quiet)
+        pset = read_partitions(args.dir, verify=False)
+    seconds = time.perf_counter() - start
+    if args.json:
+        print(json.dumps({"dir": str(pset.path), "ok": True, "checksums": not args.no_checksums,
+                          "metrics": metrics.to_dict()}, indent=2))
+        return 0
+    checked = "checksums, structure and metrics" if not args.no_checksums else "structure and metrics (no checksums)"
+    meta = pset.meta
+    print(f"OK: {pset.path}: {FORMAT} v{meta['version']}, graph {meta['graph']}, {pset.num_parts} parts, "
+          f"{pset.num_nodes:,} nodes, {pset.num_edges:,} edges, method {pset.method}; "
+          f"{len(meta['arrays'])} files, {checked} verified in {seconds:.1f} s")
+    print(metrics_tables(metrics))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- plot
+def is_partition_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory holding a ``shardgnn-partitions`` ``meta.json``."""
+    meta = Path(path) / "meta.json"
+    if not meta.is_file():
+        return False
+    try:
+        return json.loads(meta.read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
+    """Draw per-part nodes, in-edges, training nodes and send/receive volumes of a partition
+    directory into ``out_dir/<dir name>-partition.png`` (matplotlib Agg, written atomically).
+
+    Returns:
+        The written PNG paths.
+
+    Raises:
+        DatasetError: ``dir`` is not a readable partition directory.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pset: PartitionSet = read_partitions(dir, verify=False)
+    m = pset.metrics
+    parts = np.arange(m.num_parts)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    panels = [
+        (axes[0, 0], m.part_nodes, "owned nodes", m.balance_nodes),
+        (axes[0, 1], m.part_edges, "in-edges of owned nodes", m.balance_edges),
+        (axes[1, 0], m.part_train, "training nodes", m.balance_train),
+    ]
+    for ax, values, title, bal in panels:
+        ax.bar(parts, values, color="tab:blue")
+        if any(values):
+            ax.axhline(float(np.mean(values)), color="black", linestyle="--", linewidth=1, label="mean")
+        ax.set_title(f"{title} (max/mean {_fmt_balance(bal)})")
+    ax = axes[1, 1]
+    width = 0.4
+    ax.bar(parts - width / 2, m.send_volume, width, label="send", color="tab:orange")
+    ax.bar(parts + width / 2, m.recv_volume, width, label="receive (halo)", color="tab:green")
+    ax.set_title(f"rows exchanged per layer (total {m.comm_volume:,})")
+    ax.legend(fontsize=8)
+    for ax in axes.flat:
+        ax.set_xlabel("part")
+        ax.grid(alpha=0.3, axis="y")
+        if m.num_parts <= 32:
+            ax.set_xticks(parts)
+    fig.suptitle(f"{pset.meta.get('graph')}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}")
+    fig.tight_layout()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{pset.path.resolve().name}-partition.png"
+    with atomic_open(target, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    plt.close(fig)
+    return [target]
+
+
+__all__ = ["add_parsers", "partition_command", "verify_command", "plot_partition", "is_partition_dir",
+           "metrics_tables"]

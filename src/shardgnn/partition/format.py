@@ -1,0 +1,555 @@
+"""Partition directories, format ``shardgnn-partitions`` version 1: writer, reader, verifier.
+
+Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
+:mod:`shardgnn.partition.book`, part ``p`` owning ``[boundaries[p], boundaries[p + 1])``)::
+
+    DIR/meta.json           format, version, graph name, N, E, P, boundaries, feature/label/split
+                            schema, partitioner + settings, metrics, per-part counts, and the shape,
+                            dtype, size and SHA-256 of every array file (paths relative to DIR)
+    DIR/orig_ids.npy        int64 [N]      new id -> original id
+    DIR/part-<p>/indptr.npy int64 [n_p+1]  in-edge CSR of the owned nodes (local rows)
+                 indices.npy int32|int64 [e_p]  source of every in-edge, in NEW global ids
+                 halo.npy   int64 [h_p]    sorted unique new ids of non-owned in-neighbours
+                 x.npy      float32 [n_p, F]   (if the graph has features)
+                 y.npy      int64 [n_p]    (if the graph has labels; -1 = unlabelled)
+                 train_idx.npy, val_idx.npy, test_idx.npy  int64 sorted LOCAL row indices
+                                           (0 <= i < n_p) of the owned nodes in each split, one
+                                           file per split the graph defines
+                 edge_weight.npy float32 [e_p] (if the graph has edge weights)
+
+Splits are stored as local index arrays (not masks) because they are what a trainer iterates
+and they cost 8 bytes per split node instead of one byte per node; ``start + idx`` gives the new
+global id. Rows keep the edge order of the source graph.
+
+Writing is atomic: everything is built in a temporary sibling directory (``atomic_directory``)
+and renamed into place, so ``DIR`` is either complete or absent. Checksums are computed while the
+bytes are written. Reading checks the format and version, the presence and size of every file,
+and (``verify=True``) every SHA-256; any mismatch raises :class:`DatasetError` naming the file.
+No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+import shardgnn
+from shardgnn.atomic import atomic_directory, atomic_open, save_json
+from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.graph.csr import Graph, index_dtype
+from shardgnn.graph.io import load_npy
+from shardgnn.partition.book import PartitionBook, inverse_permutation, relabel
+from shardgnn.partition.methods import check_assignment
+from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
+
+FORMAT = "shardgnn-partitions"
+VERSION = 1
+SPLITS = ("train_idx", "val_idx", "test_idx")
+_PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight") + SPLITS
+_HASH_BLOCK = 4 << 20
+_REMAKE = "re-create the directory with `shardgnn partition ... --overwrite`"
+
+
+def part_dir_name(part: int) -> str:
+    return f"part-{part}"
+
+
+# ---------------------------------------------------------------------------------------------- writing
+class _HashingWriter:
+    """A write-only file wrapper that feeds every byte to SHA-256 (np.save writes through it)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.size += memoryview(data).nbytes
+        return self.fh.write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def _write_array(root: Path, rel: str, array: np.ndarray, record: dict[str, Any]) -> None:
+    array = np.ascontiguousarray(array)
+    assert not array.dtype.hasobject
+    with atomic_open(root / rel, "wb") as fh:
+        writer = _HashingWriter(fh)
+        np.save(writer, array, allow_pickle=False)
+    record["arrays"][rel] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": writer.size}
+    record["sha256"][rel] = writer.sha.hexdigest()
+
+
+def _gather_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(local_indptr, edge_positions)``: the CSR slices of ``rows`` concatenated, vectorised."""
+    starts = np.asarray(indptr[rows], dtype=np.int64)
+    lengths = np.asarray(indptr[rows + 1], dtype=np.int64) - starts
+    local = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=local[1:])
+    positions = np.repeat(starts - local[:-1], lengths) + np.arange(local[-1], dtype=np.int64)
+    return local, positions
+
+
+def _is_partition_dir(path: Path) -> bool:
+    try:
+        return json.loads((path / "meta.json").read_text()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def write_partitions(
+    graph: Graph,
+    assignment: np.ndarray,
+    out_dir: str | os.PathLike,
+    *,
+    method: str,
+    settings: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    num_parts: int | None = None,
+    metrics: PartitionMetrics | None = None,
+    seconds: float | None = None,
+    progress: bool = False,
+) -> "PartitionSet":
+    """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
+
+    Args:
+        graph: the global graph (original ids).
+        assignment: integer ``[N]``, the part of every original node.
+        out_dir: the directory to create.
+        method, settings, seconds: recorded in ``meta.json["partitioner"]``.
+        overwrite: replace an existing partition directory (never a directory of other content).
+        num_parts: ``P`` (default ``max(assignment) + 1``).
+        metrics: precomputed metrics of ``(graph, assignment)`` (computed when ``None``).
+        progress: a tqdm bar over the parts on stderr (only when it is a terminal).
+
+    Returns:
+        The written directory, opened with :func:`read_partitions` (without re-hashing).
+
+    Raises:
+        ConfigError: ``out_dir`` exists and ``overwrite`` is false, or it is not a partition directory.
+        DatasetError: an invalid assignment.
+    """
+    out_dir = Path(out_dir).expanduser()
+    if out_dir.exists():
+        if not overwrite:
+            raise ConfigError(f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it, "
+                              "or choose another --out")
+        if not out_dir.is_dir() or (any(out_dir.iterdir()) and not _is_partition_dir(out_dir)):
+            raise ConfigError(f"{out_dir} exists and is not a shardgnn partition directory; refusing to replace it. "
+                              "Choose another --out")
+    assignment = np.asarray(assignment)
+    p_count = int(num_parts if num_parts is not None else (int(assignment.max()) + 1 if assignment.size else 1))
+    assignment = check_assignment(assignment, graph.num_nodes, p_count, source=f"assignment of {graph.name}",
+                                  allow_empty_parts=True)
+    if metrics is None:
+        metrics = compute_metrics(graph, assignment, p_count)
+    rel = relabel(assignment, p_count)
+    book, orig_ids, new_of_orig = rel.book, rel.orig_ids, rel.new_id_of_orig
+    n, ids_dtype = graph.num_nodes, index_dtype(graph.num_nodes)
+    split_sets = {key: getattr(graph, key) for key in SPLITS if getattr(graph, key) is not None}
+    split_masks = {}
+    for key, idx in split_sets.items():
+        mask = np.zeros(n, dtype=bool)
+        mask[np.asarray(idx)] = True
+        split_masks[key] = mask
+
+    record: dict[str, Any] = {"arrays": {}, "sha256": {}}
+    parts_info = []
+    with atomic_directory(out_dir, overwrite=True) as tmp:
+        _write_array(tmp, "orig_ids.npy", orig_ids, record)
+        bar = tqdm(range(p_count), desc="write parts", unit="part", leave=False, file=sys.stderr,
+                   disable=not (progress and sys.stderr.isatty()))
+        for p in bar:
+            start, end = book.part_range(p)
+            rows = orig_ids[start:end]  # original ids owned by p, ascending
+            local_indptr, positions = _gather_rows(graph.indptr, rows)
+            indices = new_of_orig[np.asarray(graph.indices[positions])].astype(ids_dtype)
+            remote = indices[(indices < start) | (indices >= end)]
+            halo = np.unique(remote).astype(np.int64)
+            del remote
+            folder = part_dir_name(p)
+            (tmp / folder).mkdir()
+            _write_array(tmp, f"{folder}/indptr.npy", local_indptr, record)
+            _write_array(tmp, f"{folder}/indices.npy", indices, record)
+            _write_array(tmp, f"{folder}/halo.npy", halo, record)
+            if graph.edge_weight is not None:
+                _write_array(tmp, f"{folder}/edge_weight.npy",
+                             np.asarray(graph.edge_weight[positions], dtype=np.float32), record)
+            del positions, indices
+            if graph.x is not None:
+                _write_array(tmp, f"{folder}/x.npy", np.asarray(graph.x[rows], dtype=np.float32), record)
+            if graph.y is not None:
+                _write_array(tmp, f"{folder}/y.npy", np.asarray(graph.y[rows], dtype=np.int64), record)
+            info = {"part": p, "start": start, "end": end, "num_nodes": end - start,
+                    "num_edges": int(local_indptr[-1]), "num_halo": int(halo.shape[0])}
+            for key, mask in split_masks.items():
+                local = np.flatnonzero(mask[rows]).astype(np.int64)
+                _write_array(tmp, f"{folder}/{key}.npy", local, record)
+                info[f"num_{key[:-4]}"] = int(local.shape[0])
+            parts_info.append(info)
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "graph": graph.name,
+            "num_parts": p_count,
+            "num_nodes": n,
+            "num_edges": graph.num_edges,
+            "boundaries": book.boundaries.tolist(),
+            "features": None if graph.x is None else {"dim": graph.num_features, "dtype": "float32"},
+            "labels": None if graph.y is None else {"num_classes": int(graph.num_classes), "dtype": "int64"},
+            "splits": {key[:-4]: (None if key not in split_sets else int(np.asarray(split_sets[key]).shape[0]))
+                       for key in SPLITS},
+            "edge_weight": graph.edge_weight is not None,
+            "indices_dtype": str(np.dtype(ids_dtype)),
+            "partitioner": {"method": method, "settings": settings or {}, "seconds": seconds},
+            "metrics": metrics.to_dict(),
+            "parts": parts_info,
+            "arrays": record["arrays"],
+            "sha256": record["sha256"],
+            "created_by": f"shardgnn {shardgnn.__version__}",
+        }
+        save_json(tmp / "meta.json", meta)
+    return read_partitions(out_dir, verify=False)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+@dataclasses.dataclass(kw_only=True)
+class LocalPartition:
+    """One part, as a rank loads it (arrays are read-only memory maps when ``mmap=True``).
+
+    Attributes:
+        part, num_parts: this part's id and ``P``.
+        start, end: the new global ids owned here are ``start <= id < end``.
+        indptr: int64 ``[n_p + 1]`` local CSR rows (row ``i`` = new id ``start + i``).
+        indices: int32/int64 ``[e_p]`` in-neighbours in NEW global ids.
+        halo: int64 sorted unique non-owned in-neighbours (new global ids).
+        x, y: features ``[n_p, F]`` float32 and labels ``[n_p]`` int64, or ``None``.
+        train_idx, val_idx, test_idx: int64 sorted local row indices, or ``None``.
+        edge_weight: float32 ``[e_p]`` or ``None``.
+        num_classes: label classes of the graph.
+        book: the global :class:`PartitionBook`.
+    """
+
+    part: int
+    num_parts: int
+    start: int
+    end: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    halo: np.ndarray
+    x: np.ndarray | None
+    y: np.ndarray | None
+    train_idx: np.ndarray | None
+    val_idx: np.ndarray | None
+    test_idx: np.ndarray | None
+    edge_weight: np.ndarray | None
+    num_classes: int
+    book: PartitionBook
+
+    @property
+    def num_nodes(self) -> int:
+        return self.end - self.start
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def global_ids(self) -> np.ndarray:
+        """int64 new global ids of the owned nodes (``start .. end - 1``)."""
+        return np.arange(self.start, self.end, dtype=np.int64)
+
+
+@dataclasses.dataclass(kw_only=True)
+class PartitionSet:
+    """An opened partition directory: its metadata and partition book.
+
+    Attributes:
+        path: the directory.
+        meta: the parsed ``meta.json``.
+        book: the :class:`PartitionBook`.
+        orig_ids: int64 ``[N]`` new id -> original id (memory-mapped).
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    book: PartitionBook
+    orig_ids: np.ndarray
+
+    @property
+    def num_parts(self) -> int:
+        return self.book.num_parts
+
+    @property
+    def num_nodes(self) -> int:
+        return self.book.num_nodes
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.meta["num_edges"])
+
+    @property
+    def method(self) -> str:
+        return str(self.meta["partitioner"]["method"])
+
+    @property
+    def metrics(self) -> PartitionMetrics:
+        return PartitionMetrics.from_dict(self.meta["metrics"])
+
+    def new_id_of_orig(self) -> np.ndarray:
+        """int64 ``[N]`` original id -> new id (computed, O(N))."""
+        return inverse_permutation(np.asarray(self.orig_ids))
+
+    def load_part(self, part: int, *, mmap: bool = True, verify: bool = False) -> LocalPartition:
+        """Load part ``part`` (``verify`` re-hashes its files; :func:`read_partitions` may have already)."""
+        return _load_part(self, part, mmap=mmap, verify=verify)
+
+    def reassemble(self) -> Graph:
+        """The global graph in NEW ids, concatenated from every part."""
+        return _reassemble(self)
+
+
+def _meta_error(meta_path: Path, problem: str) -> DatasetError:
+    return DatasetError(problem, meta_path, _REMAKE)
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    meta_path = path / "meta.json"
+    if not path.is_dir():
+        raise DatasetError("no such partition directory", path, "run `shardgnn partition DATASET --out DIR` first")
+    if not meta_path.is_file():
+        raise DatasetError("no meta.json: not a shardgnn partition directory (or an interrupted copy)", path,
+                           "point at a directory written by `shardgnn partition`")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _meta_error(meta_path, f"not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise _meta_error(meta_path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
+                                     f"expected {FORMAT!r}")
+    version = meta.get("version")
+    if version != VERSION:
+        newer = isinstance(version, int) and version > VERSION
+        raise DatasetError(f"format version {version!r} is not supported (this shardgnn reads version {VERSION})",
+                           meta_path, "upgrade shardgnn" if newer else _REMAKE)
+    required = ("num_parts", "num_nodes", "num_edges", "boundaries", "arrays", "sha256", "parts", "metrics",
+                "partitioner")
+    missing = [key for key in required if key not in meta]
+    if missing:
+        raise _meta_error(meta_path, f"meta.json lacks the key(s) {', '.join(missing)}")
+    return meta
+
+
+def _sha256_file(path: Path) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(_HASH_BLOCK):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _check_files(path: Path, meta: dict[str, Any], rels: Iterable[str], verify: bool) -> None:
+    """Presence, size and (``verify``) SHA-256 of the listed array files."""
+    for rel in rels:
+        spec = meta["arrays"].get(rel)
+        digest = meta["sha256"].get(rel)
+        if spec is None or digest is None:
+            raise _meta_error(path / "meta.json", f"meta.json records no shape/checksum for {rel}")
+        file = path / rel
+        if not file.is_file():
+            raise DatasetError("file is missing", file, _REMAKE)
+        size = file.stat().st_size
+        if size != spec["bytes"]:
+            raise DatasetError(f"file is {size} bytes but meta.json records {spec['bytes']}: it is truncated or "
+                               "was replaced", file, _REMAKE)
+        if verify and _sha256_file(file) != digest:
+            raise DatasetError("SHA-256 checksum mismatch: the file is corrupt (its content changed after it was "
+                               "written)", file, _REMAKE)
+
+
+def _load_array(path: Path, meta: dict[str, Any], rel: str, mmap: bool) -> np.ndarray:
+    spec = meta["arrays"][rel]
+    array = load_npy(path / rel, mmap=mmap)
+    if list(array.shape) != spec["shape"] or str(array.dtype) != spec["dtype"]:
+        raise DatasetError(f"holds {array.dtype} {list(array.shape)}, meta.json records {spec['dtype']} "
+                           f"{spec['shape']}", path / rel, _REMAKE)
+    return array
+
+
+def read_partitions(path: str | os.PathLike, verify: bool = True, *, progress: bool = False) -> PartitionSet:
+    """Open a partition directory: check format/version and every file (size; SHA-256 if ``verify``).
+
+    Raises:
+        DatasetError: not a partition directory, an unsupported version, or a missing, truncated,
+        corrupt or mismatched file (the message names it and the fix).
+    """
+    path = Path(path).expanduser()
+    meta = _read_meta(path)
+    rels = list(meta["arrays"])
+    if verify:
+        rels = tqdm(rels, desc="verify checksums", unit="file", leave=False, file=sys.stderr,
+                    disable=not (progress and sys.stderr.isatty()))
+    _check_files(path, meta, rels, verify)
+    try:
+        book = PartitionBook(np.asarray(meta["boundaries"], dtype=np.int64))
+    except (ValueError, TypeError) as exc:
+        raise _meta_error(path / "meta.json", f"bad boundaries ({exc})") from None
+    if book.num_parts != meta["num_parts"] or book.num_nodes != meta["num_nodes"]:
+        raise _meta_error(path / "meta.json", f"boundaries describe {book.num_parts} parts / {book.num_nodes} nodes "
+                                              f"but meta.json says {meta['num_parts']} / {meta['num_nodes']}")
+    if "orig_ids.npy" not in meta["arrays"]:
+        raise _meta_error(path / "meta.json", "meta.json lists no orig_ids.npy")
+    orig_ids = _load_array(path, meta, "orig_ids.npy", mmap=True)
+    if orig_ids.shape != (book.num_nodes,):
+        raise DatasetError(f"has shape {orig_ids.shape}, expected ({book.num_nodes},)", path / "orig_ids.npy", _REMAKE)
+    return PartitionSet(path=path, meta=meta, book=book, orig_ids=orig_ids)
+
+
+def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> LocalPartition:
+    if not 0 <= part < pset.num_parts:
+        raise ConfigError(f"part {part} does not exist: {pset.path} has parts 0..{pset.num_parts - 1}")
+    folder = part_dir_name(part)
+    meta, path = pset.meta, pset.path
+    rels = {name: f"{folder}/{name}.npy" for name in _PART_ARRAYS if f"{folder}/{name}.npy" in meta["arrays"]}
+    for name in ("indptr", "indices", "halo"):
+        if name not in rels:
+            raise _meta_error(path / "meta.json", f"meta.json lists no {folder}/{name}.npy")
+    _check_files(path, meta, rels.values(), verify)
+    arrays = {name: _load_array(path, meta, rel, mmap) for name, rel in rels.items()}
+    start, end = pset.book.part_range(part)
+    if arrays["indptr"].shape != (end - start + 1,):
+        raise DatasetError(f"has {arrays['indptr'].shape[0]} entries, expected {end - start + 1} (part owns "
+                           f"{end - start} nodes)", path / rels["indptr"], _REMAKE)
+    labels = meta.get("labels") or {}
+    return LocalPartition(
+        part=part, num_parts=pset.num_parts, start=start, end=end,
+        indptr=arrays["indptr"], indices=arrays["indices"], halo=arrays["halo"],
+        x=arrays.get("x"), y=arrays.get("y"), train_idx=arrays.get("train_idx"), val_idx=arrays.get("val_idx"),
+        test_idx=arrays.get("test_idx"), edge_weight=arrays.get("edge_weight"),
+        num_classes=int(labels.get("num_classes", 0)), book=pset.book,
+    )
+
+
+def load_part(path: str | os.PathLike, part: int, mmap: bool = True, *, verify: bool = True) -> LocalPartition:
+    """Load one part of a partition directory (what a rank does at start-up).
+
+    Only this part's files are checked (size always; SHA-256 when ``verify``), so start-up cost
+    is proportional to the part, not the graph.
+
+    Raises:
+        DatasetError: see :func:`read_partitions`. ConfigError: ``part`` is out of range.
+    """
+    path = Path(path).expanduser()
+    meta = _read_meta(path)
+    pset = PartitionSet(path=path, meta=meta, book=PartitionBook(np.asarray(meta["boundaries"], dtype=np.int64)),
+                        orig_ids=np.zeros(0, dtype=np.int64))
+    return _load_part(pset, part, mmap=mmap, verify=verify)
+
+
+def _reassemble(pset: PartitionSet) -> Graph:
+    parts = [pset.load_part(p, mmap=True) for p in range(pset.num_parts)]
+    meta = pset.meta
+    n = pset.num_nodes
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    offsets = np.cumsum([0] + [lp.num_edges for lp in parts])
+    for lp, off in zip(parts, offsets[:-1]):
+        indptr[lp.start + 1:lp.end + 1] = np.asarray(lp.indptr[1:]) + off
+    indices = np.concatenate([np.asarray(lp.indices) for lp in parts]) if parts else np.zeros(0, np.int32)
+    indices = indices.astype(index_dtype(n), copy=False)
+    fields: dict[str, Any] = {}
+    if meta.get("features") is not None:
+        fields["x"] = np.concatenate([np.asarray(lp.x) for lp in parts])
+    if meta.get("labels") is not None:
+        fields["y"] = np.concatenate([np.asarray(lp.y) for lp in parts])
+    if meta.get("edge_weight"):
+        fields["edge_weight"] = np.concatenate([np.asarray(lp.edge_weight) for lp in parts])
+    for key in SPLITS:
+        if (meta.get("splits") or {}).get(key[:-4]) is not None:
+            fields[key] = np.concatenate([np.asarray(getattr(lp, key)) + lp.start for lp in parts]).astype(np.int64)
+    labels = meta.get("labels") or {}
+    return Graph(indptr=indptr, indices=indices, num_classes=int(labels.get("num_classes", 0)),
+                 name=str(meta.get("graph", pset.path.name)), **fields)
+
+
+def reassemble(path: str | os.PathLike, *, verify: bool = True) -> Graph:
+    """The global graph in NEW ids (``orig_ids[new]`` maps back), rebuilt from the parts."""
+    return read_partitions(path, verify=verify).reassemble()
+
+
+# ---------------------------------------------------------------------------------------------- verifying
+def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progress: bool = False) -> PartitionMetrics:
+    """Check everything about a partition directory and return its recomputed metrics.
+
+    Checks: format, version, files, sizes and (``checksums``) SHA-256; ``orig_ids`` is a
+    permutation; per part: CSR structure, neighbour ids in range, halo = sorted unique remote
+    neighbours, feature/label/split shapes and ranges, counts equal to ``meta.json``; finally the
+    metrics recomputed from the reassembled graph equal the recorded ones.
+
+    Raises:
+        DatasetError: the first violated invariant, naming the file and the fix.
+    """
+    pset = read_partitions(path, verify=checksums, progress=progress)
+    meta, root, n = pset.meta, pset.path, pset.num_nodes
+
+    def fail(rel: str, problem: str) -> None:
+        raise DatasetError(problem, root / rel, _REMAKE)
+
+    orig = np.asarray(pset.orig_ids)
+    if orig.size and (orig.min() < 0 or orig.max() >= n or np.bincount(orig, minlength=n).max() != 1):
+        fail("orig_ids.npy", "is not a permutation of 0..N-1 (a node is missing or owned twice)")
+    features, labels = meta.get("features"), meta.get("labels")
+    for p in range(pset.num_parts):
+        lp = pset.load_part(p, mmap=True)
+        folder = part_dir_name(p)
+        indptr, indices = np.asarray(lp.indptr), np.asarray(lp.indices)
+        if indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != indices.shape[0]:
+            fail(f"{folder}/indptr.npy", "is not a valid CSR row pointer (must start at 0, never decrease and end "
+                                         f"at the {indices.shape[0]} edges of indices.npy)")
+        if indices.size and (indices.min() < 0 or indices.max() >= n):
+            fail(f"{folder}/indices.npy", f"holds neighbour ids outside [0, {n})")
+        remote = indices[(indices < lp.start) | (indices >= lp.end)]
+        if not np.array_equal(np.unique(remote), np.asarray(lp.halo)):
+            fail(f"{folder}/halo.npy", "is not the sorted unique set of non-owned in-neighbours")
+        if features is not None and (lp.x is None or lp.x.shape != (lp.num_nodes, features["dim"])):
+            fail(f"{folder}/x.npy", f"must have shape ({lp.num_nodes}, {features['dim']})")
+        if labels is not None:
+            y = None if lp.y is None else np.asarray(lp.y)
+            if y is None or y.shape != (lp.num_nodes,) or (y.size and (y.min() < -1 or y.max() >= max(1, labels["num_classes"]))):
+                fail(f"{folder}/y.npy", f"must hold {lp.num_nodes} labels in [-1, {labels['num_classes']})")
+        for key in SPLITS:
+            idx = getattr(lp, key)
+            if idx is None:
+                continue
+            idx = np.asarray(idx)
+            if idx.size and (idx.min() < 0 or idx.max() >= lp.num_nodes or np.any(np.diff(idx) <= 0)):
+                fail(f"{folder}/{key}.npy", f"must hold sorted unique local rows in [0, {lp.num_nodes})")
+        info = meta["parts"][p]
+        if (info["num_nodes"], info["num_edges"], info["num_halo"]) != (lp.num_nodes, lp.num_edges, lp.halo.shape[0]):
+            fail("meta.json", f"part {p} counts in meta.json disagree with its arrays")
+    graph = pset.reassemble()
+    if graph.num_edges != pset.num_edges:
+        fail("meta.json", f"the parts hold {graph.num_edges} edges, meta.json says {pset.num_edges}")
+    recomputed = compute_metrics(graph, pset.book.owner(np.arange(n, dtype=np.int64)), pset.num_parts)
+    stored = pset.metrics
+    for field in ("cut_edges", "comm_volume", "max_send_volume", "send_volume", "recv_volume", "part_nodes",
+                  "part_edges", "part_train"):
+        if getattr(recomputed, field) != getattr(stored, field):
+            fail("meta.json", f"metric {field} recorded as {getattr(stored, field)!r} but the arrays give "
+                              f"{getattr(recomputed, field)!r}")
+    halo_sizes = [info["num_halo"] for info in meta["parts"]]
+    if halo_sizes != recomputed.recv_volume:
+        fail("meta.json", "halo sizes disagree with the receive volumes")
+    return recomputed
+
+
+__all__ = [
+    "FORMAT", "VERSION", "LocalPartition", "PartitionSet", "write_partitions", "read_partitions", "load_part",
+    "reassemble", "verify_partitions", "part_dir_name",
+]
