@@ -28,7 +28,6 @@ from shardgnn.partition import (
     partition_graph,
     random_partition,
     read_partitions,
-    reassemble,
     relabel,
     stream_partition,
     verify_partitions,
@@ -155,6 +154,16 @@ def test_metis_multi_constraint_is_really_used(small_graph):
     both = compute_metrics(small_graph, partition_graph(
         small_graph, PartitionConfig(num_parts=p, method="metis", balance=("nodes", "edges"))).assignment, p)
     assert both.balance_edges <= 1.07 < nodes_only.balance_edges
+
+
+def test_metis_fallback_without_c_api(small_graph, monkeypatch):
+    from shardgnn.partition import methods
+
+    monkeypatch.setattr(methods._MetisC, "_instance", None)  # as if the METIS symbols were not exported
+    with pytest.warns(UserWarning, match="one balance constraint"):
+        result = partition_graph(small_graph, PartitionConfig(num_parts=4, method="metis"))
+    assert result.settings["balance"] == ["nodes"] and "pymetis" in result.settings["api"]
+    assert compute_metrics(small_graph, result.assignment, 4).balance_nodes <= 1.06
 
 
 def test_metis_rejects_bad_balance(small_graph):

@@ -1,4 +1,4 @@
-"""The ``shardgnn`` command line: ``train``, ``info``, ``plot``.
+"""The ``shardgnn`` command line: ``train``, ``info``, ``partition``, ``verify``, ``plot``.
 
 A thin layer: it parses flags into the config dataclasses, runs, and prints. Every user
 mistake surfaces as a one-paragraph ``error:`` message and exit code 2, never a traceback.
@@ -68,8 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.add_argument("--list", action="store_true", help="list the known dataset names and exit")
 
-    plot = sub.add_parser("plot", help="draw PNG figures from results JSON files")
-    plot.add_argument("results", nargs="+", help="results JSON files written by `shardgnn train --results`")
+    from shardgnn.partition.commands import add_parsers as add_partition_parsers
+
+    add_partition_parsers(sub)  # `partition` and `verify`
+
+    plot = sub.add_parser("plot", help="draw PNG figures from results JSON files or partition directories")
+    plot.add_argument("results", nargs="+",
+                      help="results JSON files (`shardgnn train --results`) or partition directories")
     plot.add_argument("--out", default="plots", help="output folder for the PNG files")
     return parser
 
@@ -127,16 +132,27 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from shardgnn.partition.commands import is_partition_dir, plot_partition
     from shardgnn.plot import plot_training_curves
 
-    for path in plot_training_curves([Path(p) for p in args.results], Path(args.out)):
+    written: list[Path] = []
+    for path in args.results:
+        if is_partition_dir(path):
+            written += plot_partition(path, Path(args.out))
+    results = [Path(p) for p in args.results if not is_partition_dir(p)]
+    if results:
+        written += plot_training_curves(results, Path(args.out))
+    for path in written:
         print(f"wrote {path}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"train": _train, "info": _info, "plot": _plot}
+    from shardgnn.partition.commands import partition_command, verify_command
+
+    handlers = {"train": _train, "info": _info, "plot": _plot, "partition": partition_command,
+                "verify": verify_command}
     try:
         return handlers[args.command](args)
     except ShardgnnError as exc:

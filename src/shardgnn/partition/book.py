@@ -11,14 +11,19 @@ Two arrays link the numberings (``N`` = number of nodes):
 
 With contiguous ranges, ``owner`` is a binary search over ``P + 1`` boundaries instead of an
 ``[N]`` lookup table, so every rank can hold the whole book for free.
+
+Lookups accept numpy arrays or torch tensors. torch is not imported here: a tensor can only exist
+once torch is imported, so ``sys.modules`` tells whether an argument may be one (this keeps the
+partitioning tools free of torch's import time and memory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+from typing import Any
 
 import numpy as np
-import torch
 
 
 class PartitionBook:
@@ -41,7 +46,7 @@ class PartitionBook:
             raise ValueError(f"boundaries must start at 0 and be non-decreasing, got {b[:8].tolist()}...")
         self.boundaries = b.astype(np.int64, copy=True)
         self.boundaries.setflags(write=False)
-        self._boundaries_t = torch.from_numpy(self.boundaries.copy())
+        self._boundaries_t: Any = None
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -63,32 +68,46 @@ class PartitionBook:
         return np.diff(self.boundaries)
 
     # ------------------------------------------------------------------ lookups
-    def _check_ids(self, ids, lo, hi) -> None:
-        if ids.numel() if isinstance(ids, torch.Tensor) else ids.size:
-            if lo < 0 or hi >= self.num_nodes:
-                raise ValueError(f"node ids must lie in [0, {self.num_nodes}), got range [{lo}, {hi}]")
+    def _check_ids(self, lo: int, hi: int) -> None:
+        if lo < 0 or hi >= self.num_nodes:
+            raise ValueError(f"node ids must lie in [0, {self.num_nodes}), got range [{lo}, {hi}]")
 
-    def owner(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    @staticmethod
+    def _is_tensor(ids: Any) -> bool:
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(ids, torch.Tensor)
+
+    def _torch_boundaries(self, device: Any) -> Any:
+        import torch
+
+        if self._boundaries_t is None:
+            self._boundaries_t = torch.from_numpy(self.boundaries.copy())
+        return self._boundaries_t.to(device)
+
+    def owner(self, ids: Any) -> Any:
         """The part owning each new global id (numpy in -> int64 numpy out; torch -> int64 torch).
 
         Raises:
             ValueError: an id lies outside ``[0, num_nodes)``.
         """
-        if isinstance(ids, torch.Tensor):
+        if self._is_tensor(ids):
+            import torch
+
             if ids.numel():
-                self._check_ids(ids, int(ids.min()), int(ids.max()))
-            b = self._boundaries_t.to(ids.device)
-            return torch.searchsorted(b, ids.to(torch.int64), right=True) - 1
+                self._check_ids(int(ids.min()), int(ids.max()))
+            return torch.searchsorted(self._torch_boundaries(ids.device), ids.to(torch.int64), right=True) - 1
         ids = np.asarray(ids)
         if ids.size:
-            self._check_ids(ids, int(ids.min()), int(ids.max()))
+            self._check_ids(int(ids.min()), int(ids.max()))
         return np.searchsorted(self.boundaries, ids, side="right").astype(np.int64) - 1
 
-    def local(self, ids: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-        """Each id's offset inside its owning part (``id - boundaries[owner(id)]``)."""
+    def local(self, ids: Any) -> Any:
+        """Each id's offset inside its owning part (``id - boundaries[owner(id)]``), numpy or torch."""
         part = self.owner(ids)
-        if isinstance(ids, torch.Tensor):
-            return ids.to(torch.int64) - self._boundaries_t.to(ids.device)[part]
+        if self._is_tensor(ids):
+            import torch
+
+            return ids.to(torch.int64) - self._torch_boundaries(ids.device)[part]
         return np.asarray(ids, dtype=np.int64) - self.boundaries[part]
 
     def to_global(self, part: int, local_ids: np.ndarray) -> np.ndarray:

@@ -26,7 +26,15 @@ import numpy as np
 
 from shardgnn.atomic import atomic_open, save_npy
 from shardgnn.errors import ConfigError
-from shardgnn.partition.format import FORMAT, PartitionSet, read_partitions, verify_partitions, write_partitions
+from shardgnn.partition.format import (
+    FORMAT,
+    PartitionSet,
+    check_output_dir,
+    is_partition_dir,
+    read_partitions,
+    verify_partitions,
+    write_partitions,
+)
 from shardgnn.partition.methods import BALANCE_KEYS, PartitionConfig, partition_graph
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
 from shardgnn.train.progress import format_table
@@ -155,9 +163,7 @@ def partition_command(args: argparse.Namespace) -> int:
     show = not args.quiet
     with _warnings_to_stderr("partition"):
         config = _resolve_config(args)
-        out = Path(args.out).expanduser()
-        if out.exists() and not args.overwrite:  # fail before the (possibly long) load and partitioning
-            raise ConfigError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+        out = check_output_dir(args.out, args.overwrite)  # fail before the (possibly long) load and partitioning
         start = time.perf_counter()
         graph = load_dataset(args.dataset, args.data_dir)
         load_s = time.perf_counter() - start
@@ -218,17 +224,6 @@ def verify_command(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- plot
-def is_partition_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a directory holding a ``shardgnn-partitions`` ``meta.json``."""
-    meta = Path(path) / "meta.json"
-    if not meta.is_file():
-        return False
-    try:
-        return json.loads(meta.read_text()).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Draw per-part nodes, in-edges, training nodes and send/receive volumes of a partition
     directory into ``out_dir/<dir name>-partition.png`` (matplotlib Agg, written atomically).
@@ -269,7 +264,9 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
         ax.grid(alpha=0.3, axis="y")
         if m.num_parts <= 32:
             ax.set_xticks(parts)
-    fig.suptitle(f"{pset.meta.get('graph')}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}")
+    name = str(pset.meta.get("graph"))
+    name = name if len(name) <= 48 else name[:45] + "..."  # synthetic specs are long
+    fig.suptitle(f"{name}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}")
     fig.tight_layout()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -98,11 +99,29 @@ def _gather_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.n
     return local, positions
 
 
-def _is_partition_dir(path: Path) -> bool:
+def is_partition_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a directory holding a ``shardgnn-partitions`` ``meta.json``."""
     try:
-        return json.loads((path / "meta.json").read_text()).get("format") == FORMAT
+        return json.loads((Path(path) / "meta.json").read_text()).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """Refuse an existing ``out_dir`` unless ``overwrite``; never replace a non-partition directory.
+
+    Raises:
+        ConfigError: naming the directory and the fix.
+    """
+    out_dir = Path(out_dir).expanduser()
+    if out_dir.exists():
+        if not overwrite:
+            raise ConfigError(f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it, "
+                              "or choose another --out")
+        if not out_dir.is_dir() or (any(out_dir.iterdir()) and not is_partition_dir(out_dir)):
+            raise ConfigError(f"{out_dir} exists and is not a shardgnn partition directory; refusing to replace "
+                              "it. Choose another --out")
+    return out_dir
 
 
 def write_partitions(
@@ -137,18 +156,13 @@ def write_partitions(
         ConfigError: ``out_dir`` exists and ``overwrite`` is false, or it is not a partition directory.
         DatasetError: an invalid assignment.
     """
-    out_dir = Path(out_dir).expanduser()
-    if out_dir.exists():
-        if not overwrite:
-            raise ConfigError(f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it, "
-                              "or choose another --out")
-        if not out_dir.is_dir() or (any(out_dir.iterdir()) and not _is_partition_dir(out_dir)):
-            raise ConfigError(f"{out_dir} exists and is not a shardgnn partition directory; refusing to replace it. "
-                              "Choose another --out")
+    out_dir = check_output_dir(out_dir, overwrite)
     assignment = np.asarray(assignment)
     p_count = int(num_parts if num_parts is not None else (int(assignment.max()) + 1 if assignment.size else 1))
-    assignment = check_assignment(assignment, graph.num_nodes, p_count, source=f"assignment of {graph.name}",
-                                  allow_empty_parts=True)
+    with warnings.catch_warnings():  # empty parts are the caller's decision (partition_graph warns)
+        warnings.simplefilter("ignore")
+        assignment = check_assignment(assignment, graph.num_nodes, p_count, source=f"assignment of {graph.name}",
+                                      allow_empty_parts=True)
     if metrics is None:
         metrics = compute_metrics(graph, assignment, p_count)
     rel = relabel(assignment, p_count)
@@ -448,8 +462,11 @@ def load_part(path: str | os.PathLike, part: int, mmap: bool = True, *, verify: 
     """
     path = Path(path).expanduser()
     meta = _read_meta(path)
-    pset = PartitionSet(path=path, meta=meta, book=PartitionBook(np.asarray(meta["boundaries"], dtype=np.int64)),
-                        orig_ids=np.zeros(0, dtype=np.int64))
+    try:
+        book = PartitionBook(np.asarray(meta["boundaries"], dtype=np.int64))
+    except (ValueError, TypeError) as exc:
+        raise _meta_error(path / "meta.json", f"bad boundaries ({exc})") from None
+    pset = PartitionSet(path=path, meta=meta, book=book, orig_ids=np.zeros(0, dtype=np.int64))
     return _load_part(pset, part, mmap=mmap, verify=verify)
 
 
@@ -551,5 +568,5 @@ def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progre
 
 __all__ = [
     "FORMAT", "VERSION", "LocalPartition", "PartitionSet", "write_partitions", "read_partitions", "load_part",
-    "reassemble", "verify_partitions", "part_dir_name",
+    "reassemble", "verify_partitions", "part_dir_name", "is_partition_dir", "check_output_dir",
 ]

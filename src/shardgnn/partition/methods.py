@@ -6,11 +6,16 @@ assignment together with the resolved settings (what is recorded in ``meta.json`
 
 * ``random``: ``splitmix64(node ^ splitmix64(seed)) % P``, vectorised over uint64; balanced in
   expectation, the baseline every other method must beat.
-* ``metis``: k-way METIS (pymetis) on the symmetrised graph without self-loops, with one vertex
-  weight per balance constraint (DistDGL's ``balance_ntypes``/``balance_edges``): ``nodes`` (1
-  per node), ``train`` (1 per training node), ``edges`` (the node's in-degree in the original
-  graph, i.e. the edges its owner aggregates). Allowed imbalance ``imbalance`` per constraint
-  (METIS ``ufactor = 1000 * imbalance``); seeded, hence deterministic.
+* ``metis``: k-way METIS on the symmetrised graph without self-loops, with one vertex weight per
+  balance constraint (DistDGL's ``balance_ntypes``/``balance_edges``): ``nodes`` (1 per node),
+  ``train`` (1 per training node), ``edges`` (the node's in-degree in the original graph, i.e.
+  the edges its owner aggregates). Edge weights count the directed edges between two nodes, so
+  METIS minimises exactly our ``cut_edges``. Allowed imbalance ``imbalance`` per constraint (METIS
+  ``ufactor = 1000 * imbalance``; METIS treats it as a target and multi-constraint runs may
+  overshoot by a point or two); seeded, hence deterministic. pymetis 2025.2's ``part_graph``
+  always passes ``ncon = 1`` (extra weight columns are silently misread), so we call the
+  ``METIS_PartGraphKway`` that pymetis's extension bundles and exports through ctypes (see
+  :class:`_MetisC`); without it we fall back to ``part_graph`` with node balance only, and warn.
 * ``ldg``/``fennel``: one-pass streaming, see :mod:`shardgnn.partition.streaming`.
 * ``assignment``: a user-supplied ``.npy`` of part ids, validated by :func:`load_assignment`.
 
@@ -21,7 +26,6 @@ Empty parts are refused by default (a rank with no nodes cannot take part in tra
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 import warnings
@@ -339,8 +343,11 @@ def partition_graph(graph: Graph, config: PartitionConfig, *, progress: bool = F
         assignment = random_partition(n, p, config.seed)
     elif config.method == "metis":
         balance = resolve_balance(graph, config.balance)
-        settings.update(seed=config.seed, balance=list(balance), imbalance=config.imbalance,
-                        ufactor=max(1, int(round(1000 * config.imbalance))), objective="edge-cut", kway=True)
+        c_api = _MetisC.get() is not None
+        settings.update(seed=config.seed, balance=list(balance) if c_api else ["nodes"],
+                        imbalance=config.imbalance, ufactor=max(1, int(round(1000 * config.imbalance))),
+                        objective="edge-cut", kway=True,
+                        api="METIS_PartGraphKway (ctypes)" if c_api else "pymetis.part_graph (nodes only)")
         assignment = metis_partition(graph, p, balance=balance, imbalance=config.imbalance, seed=config.seed)
     elif config.method in STREAM_METHODS:
         symmetric = graph.is_symmetric()
