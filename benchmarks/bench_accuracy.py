@@ -38,14 +38,15 @@ RUNS = [
 
 
 def config_for(dataset: str, model: str, seed: int, data_dir: str) -> tuple[str, TrainConfig]:
-    if dataset == "cora":  # Kipf & Welling's setting
-        spec, hidden, epochs = "cora", 16, 200
-    else:  # Shchur et al.: 64 hidden units; the split is drawn from the seed
-        spec, hidden, epochs = f"{dataset}:seed={seed}", 64, 200
+    if dataset == "cora":  # Kipf & Welling's setting, row-normalised bag-of-words features
+        spec, hidden, epochs, norm = "cora", 16, 200, "row"
+    else:  # Shchur et al.: 64 hidden units, raw features; the split is drawn from the seed.
+        # (Row-normalising Amazon's features costs GCN ~35 points: measured 48% vs 83%.)
+        spec, hidden, epochs, norm = f"{dataset}:seed={seed}", 64, 200, "none"
     return spec, TrainConfig(
         dataset=spec, mode="full", model=ModelConfig(model=model, hidden=hidden, num_layers=2, dropout=0.5, input_dropout=0.5),
         sampler=SamplerConfig(fanouts=(-1, -1)), optim=OptimConfig(epochs=epochs, lr=0.01, weight_decay=5e-4),
-        feature_norm="row", seed=seed, data_dir=data_dir, progress=False)
+        feature_norm=norm, seed=seed, data_dir=data_dir, progress=False)
 
 
 def main() -> int:

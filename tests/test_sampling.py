@@ -109,7 +109,8 @@ def test_feature_join_is_exact(arange_graph):
     g = arange_graph
     sampler = NeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(5, 5)))
     labels = torch.from_numpy(g.y)
-    loader = MiniBatchLoader(g.train_idx, sampler, LocalFeatureStore(g.x), labels, batch_size=64, shuffle=True, seed=0)
+    loader = MiniBatchLoader(g.train_idx, sampler, LocalFeatureStore(g.x), LocalFeatureStore(labels), batch_size=64,
+                             shuffle=True, seed=0)
     seen = []
     for batch in loader:
         assert torch.equal(batch.x_SF[:, 0], batch.sample.input_nodes.to(torch.float32))

@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--layers", type=int, default=None,
                        help="number of layers (default: number of fanouts; 2 in full mode)")
     train.add_argument("--replace", action="store_true", help="sample neighbours with replacement")
-    train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch")
+    train.add_argument("--batch-size", type=int, default=1024, help="seed nodes per mini-batch, over all workers (each of P workers takes 1/P)")
     train.add_argument("--eval-batch-size", type=int, default=4096, help="seed nodes per evaluation batch")
     train.add_argument("--eval-fanouts", type=_int_list, default=None, help="fanouts for evaluation (default: --fanouts)")
     train.add_argument("--hidden", type=int, default=256, help="hidden width (per head for gat)")
@@ -62,6 +62,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--sampler-threads", type=int, default=None, help="sampling threads (default: all cores)")
     train.add_argument("--results", default=None, help="write the results JSON to this file")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
+    dist_args = train.add_argument_group("distributed training")
+    dist_args.add_argument("--workers", type=int, default=None,
+                           help="start N local worker processes (one per partition); without --partitions the "
+                                "dataset is partitioned on the fly with METIS")
+    dist_args.add_argument("--partitions", default=None,
+                           help="a partition directory written by `shardgnn partition` (one worker per part)")
+    dist_args.add_argument("--no-overlap", action="store_true",
+                           help="do not sample/fetch the next batch while training on the current one")
+    dist_args.add_argument("--timeout", type=float, default=120.0,
+                           help="seconds any collective may wait before the job fails (a dead worker ends the "
+                                "job instead of hanging it)")
 
     info = sub.add_parser("info", help="print statistics of a dataset")
     _add_data_args(info)
@@ -79,20 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _train(args: argparse.Namespace) -> int:
-    from shardgnn.atomic import save_json
+def config_from_args(args: argparse.Namespace):
+    """The :class:`TrainConfig` that ``shardgnn train`` flags describe (also used by ``shardgnn.run``)."""
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig, TrainConfig
-    from shardgnn.train.report import print_summary
-    from shardgnn.train.single import run_training
 
     layers = args.layers or (len(args.fanouts) if args.mode == "minibatch" else 2)
-    config = TrainConfig(
+    return TrainConfig(
         dataset=args.dataset, mode=args.mode,
         model=ModelConfig(model=args.model, hidden=args.hidden, num_layers=layers, dropout=args.dropout,
-                          input_dropout=args.input_dropout,
-                          heads=args.heads),
+                          input_dropout=args.input_dropout, heads=args.heads),
         sampler=SamplerConfig(fanouts=args.fanouts if args.mode == "minibatch" else (-1,) * layers,
                               replace=args.replace, num_threads=args.sampler_threads),
         optim=OptimConfig(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, patience=args.patience),
@@ -100,11 +108,57 @@ def _train(args: argparse.Namespace) -> int:
         feature_norm=args.feature_norm, seed=args.seed, device=args.device, threads=args.threads,
         data_dir=args.data_dir, results=args.results, progress=not args.quiet,
     )
-    results = run_training(config)
+
+
+def _train(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.workers is not None or args.partitions is not None:
+        return _train_distributed(args, argv)
+    from shardgnn.atomic import save_json
+    from shardgnn.train.report import print_summary
+    from shardgnn.train.single import run_training
+
+    results = run_training(config_from_args(args))
     print_summary(results)
     if args.results:
         save_json(args.results, results)
         print(f"results written to {args.results}")
+    return 0
+
+
+def _train_distributed(args: argparse.Namespace, argv: list[str]) -> int:
+    """Start ``--workers`` local processes (partitioning on the fly when no --partitions)."""
+    import tempfile
+
+    from shardgnn.distributed.launch import launch_local
+    from shardgnn.errors import ConfigError
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.run import worker_entry
+
+    config_from_args(args)  # validate every flag before starting anything
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers {args.workers} must be >= 1")
+    with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
+        if args.partitions is None:
+            from shardgnn.graph.datasets import load_dataset
+            from shardgnn.partition.format import write_partitions
+            from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+            graph = load_dataset(args.dataset, args.data_dir)
+            method = "metis" if args.workers > 1 else "random"
+            result = partition_graph(graph, PartitionConfig(num_parts=args.workers, method=method, seed=args.seed))
+            parts_dir = str(Path(scratch) / "parts")
+            write_partitions(graph, result.assignment, parts_dir, method=result.method, settings=result.settings)
+            del graph
+            print(f"partitioned {args.dataset} into {args.workers} parts ({method}) in {parts_dir}")
+            argv = [*argv, "--partitions", parts_dir]
+        else:
+            parts_dir = args.partitions
+        num_parts = read_partitions(parts_dir, verify=False).num_parts
+        workers = args.workers if args.workers is not None else num_parts
+        if workers != num_parts:
+            raise ConfigError(f"{parts_dir} holds {num_parts} parts but --workers is {workers}; "
+                              f"use --workers {num_parts} or re-partition with --parts {workers}")
+        launch_local(worker_entry, (argv,), nprocs=workers)
     return 0
 
 
@@ -148,16 +202,24 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     from shardgnn.partition.commands import partition_command, verify_command
 
-    handlers = {"train": _train, "info": _info, "plot": _plot, "partition": partition_command,
+    handlers = {"train": lambda a: _train(a, argv), "info": _info, "plot": _plot, "partition": partition_command,
                 "verify": verify_command}
     try:
         return handlers[args.command](args)
     except ShardgnnError as exc:
         print(f"shardgnn {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        from shardgnn.distributed.launch import WorkerFailedError
+
+        if not isinstance(exc, WorkerFailedError):
+            raise
+        print(f"shardgnn {args.command}: a worker failed; the job was stopped.\n{exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

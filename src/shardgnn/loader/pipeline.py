@@ -51,10 +51,11 @@ class NeighborSamplingStage:
 
 
 class FeatureFetcher:
-    """Joins input-node features and seed labels to each sampled batch."""
+    """Joins input-node features and seed labels (both from stores, local or distributed) to each
+    sampled batch."""
 
     def __init__(self, samples: Iterable[tuple[int, SampledBlocks]], features: FeatureStore,
-                 labels: torch.Tensor | None, timer: StageTimer | None = None):
+                 labels: FeatureStore | None, timer: StageTimer | None = None):
         self.samples, self.features, self.labels = samples, features, labels
         self.timer = timer or StageTimer()
 
@@ -65,14 +66,14 @@ class FeatureFetcher:
         for index, sample in self.samples:
             with self.timer("fetch"):
                 x = self.features.gather(sample.input_nodes)
-                y = None if self.labels is None else self.labels[sample.seeds]
+                y = None if self.labels is None else self.labels.gather(sample.seeds)
             yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)
 
 
 class MiniBatchLoader:
     """The whole single-process pipeline for one set of seeds; iterate once per epoch."""
 
-    def __init__(self, seeds, sampler: NeighborSampler, features: FeatureStore, labels: torch.Tensor | None,
+    def __init__(self, seeds, sampler: NeighborSampler, features: FeatureStore, labels: FeatureStore | None,
                  *, batch_size: int, shuffle: bool, seed: int, timer: StageTimer | None = None):
         self.timer = timer or StageTimer()
         self.batches = SeedBatcher(seeds, batch_size, shuffle=shuffle, seed=seed)

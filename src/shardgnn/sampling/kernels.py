@@ -67,9 +67,13 @@ def sample_counts(indptr, frontier, fanout, replace):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def sample_fill(indptr, indices, frontier, fanout, replace, seed, offsets, out_nbr, out_eid):
+def sample_fill(indptr, indices, frontier, fanout, replace, seed, offsets, out_nbr, out_eid, id_offset):
     """Write the sampled neighbours (global ids) and their edge ids (CSR positions) of frontier
-    node ``i`` into ``out_*[offsets[i]:offsets[i + 1]]``.
+    row ``i`` into ``out_*[offsets[i]:offsets[i + 1]]``.
+
+    ``frontier`` holds CSR row numbers; the random key of a row is its global node id
+    ``row + id_offset`` (a partition owner passes its range start), so an owner draws exactly
+    what a single process holding the whole graph draws.
 
     Without replacement and ``fanout < deg`` this is Floyd's algorithm: ``fanout`` distinct
     positions, uniformly, in ``O(fanout**2)`` time and no scratch memory.
@@ -87,7 +91,7 @@ def sample_fill(indptr, indices, frontier, fanout, replace, seed, offsets, out_n
             for j in range(deg):
                 out_eid[lo + j] = start + j
         else:
-            key = splitmix64(useed ^ splitmix64(np.uint64(v)))
+            key = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset)))
             if replace:
                 for j in range(k):
                     out_eid[lo + j] = start + _below(splitmix64(key + np.uint64(j)), deg)

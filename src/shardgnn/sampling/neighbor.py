@@ -37,9 +37,10 @@ class SamplerConfig:
 
 
 def sample_neighbors(
-    indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray, fanout: int, replace: bool, seed: int
+    indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray, fanout: int, replace: bool, seed: int,
+    id_offset: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One hop of sampling for ``frontier`` (global ids).
+    """One hop of sampling for ``frontier`` (CSR row numbers; global id = row + ``id_offset``).
 
     Returns ``(offsets, nbr, edge_ids)``: the neighbours of ``frontier[i]`` are
     ``nbr[offsets[i]:offsets[i + 1]]`` (global ids) at CSR positions ``edge_ids[...]``. This is
@@ -50,7 +51,7 @@ def sample_neighbors(
     total = int(offsets[-1])
     nbr = np.empty(total, dtype=np.int64)
     eid = np.empty(total, dtype=np.int64)
-    sample_fill(indptr, indices, frontier, fanout, replace, np.uint64(seed), offsets, nbr, eid)
+    sample_fill(indptr, indices, frontier, fanout, replace, np.uint64(seed), offsets, nbr, eid, np.int64(id_offset))
     return offsets, nbr, eid
 
 

@@ -45,7 +45,7 @@ class TrainConfig:
     sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     batch_size: int = 1024
-    """seed nodes per mini-batch"""
+    """seed nodes per mini-batch (the global batch: with P workers each takes batch_size / P)"""
     eval_batch_size: int = 4096
     """seed nodes per evaluation mini-batch"""
     eval_fanouts: tuple[int, ...] | None = None

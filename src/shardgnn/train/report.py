@@ -28,3 +28,9 @@ def print_summary(results: dict[str, Any]) -> None:
         ("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}"),
         ("total time (s)", results["total_time_s"]),
     ]))
+    comm = results.get("comm")
+    if comm:
+        print()
+        print(f"communication over {results.get('workers', '?')} workers (summed over workers and epochs):")
+        print(format_table(["stage", "MB sent", "MB received", "seconds"], [
+            (name, st["bytes_sent"] / 1e6, st["bytes_recv"] / 1e6, st["time_s"]) for name, st in sorted(comm.items())]))

@@ -108,14 +108,15 @@ class Trainer:
             self.x_full = to_sparse_if_sparse(x_full).to(self.device)
         else:
             features = LocalFeatureStore(self.x)
+            labels = LocalFeatureStore(self.y)
             sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
-            self.train_loader = MiniBatchLoader(g.train_idx, sampler, features, self.y, batch_size=config.batch_size,
+            self.train_loader = MiniBatchLoader(g.train_idx, sampler, features, labels, batch_size=config.batch_size,
                                                 shuffle=True, seed=config.seed, timer=self.timer)
             eval_sampler = NeighborSampler(g.indptr, g.indices, SamplerConfig(
                 fanouts=config.eval_fanouts or config.sampler.fanouts, replace=config.sampler.replace,
                 num_threads=config.sampler.num_threads))
             self.eval_loaders = {
-                split: MiniBatchLoader(getattr(g, f"{split}_idx"), eval_sampler, features, self.y,
+                split: MiniBatchLoader(getattr(g, f"{split}_idx"), eval_sampler, features, labels,
                                        batch_size=config.eval_batch_size, shuffle=False,
                                        seed=config.seed + 1, timer=StageTimer())
                 for split in ("val", "test")

@@ -1,0 +1,94 @@
+"""The distributed context: rank, world size, device and process groups, built once.
+
+``init_distributed`` is the only function in shardgnn that reads ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by ``torchrun``, SLURM wrappers or our
+own launcher); everything below receives the resulting :class:`DistContext` explicitly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from shardgnn.errors import ConfigError
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DistContext:
+    """Who this process is in the job, and the process groups it talks through.
+
+    Attributes:
+        rank, world_size: position in the job.
+        local_rank: position on this machine (selects the GPU).
+        device: the torch device this rank computes on.
+        backend: ``gloo`` or ``nccl``.
+        timeout_s: deadline of every collective; a rank that dies makes the others fail by then.
+        group: the default process group (gradients, metrics).
+        data_group: a second group for the data pipeline, so a background thread can sample and
+            fetch batch i+1 while the main thread all-reduces gradients of batch i (collectives
+            of one group must be issued in the same order on every rank; two groups, one per
+            thread, keeps that true).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+    timeout_s: float
+    group: dist.ProcessGroup | None
+    data_group: dist.ProcessGroup | None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.group is not None:
+            dist.barrier(group=self.group)
+
+
+def init_distributed(*, device: str = "auto", backend: str = "auto",
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> DistContext:
+    """Join the job described by the environment (``torchrun`` conventions) and build the context.
+
+    ``device='auto'`` picks ``cuda:LOCAL_RANK`` when CUDA is available, else CPU; ``backend='auto'``
+    picks NCCL for CUDA devices and gloo otherwise. The data group always uses gloo on CPU
+    tensors (sampling runs on CPU), NCCL only carries gradients.
+    """
+    env = os.environ
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in env]
+    if missing:
+        raise ConfigError(f"distributed environment variables {missing} are not set; start workers with "
+                          "`shardgnn train --workers N` or `torchrun ... -m shardgnn.run ...`")
+    rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+    local_rank = int(env.get("LOCAL_RANK", rank))
+    if device == "auto":
+        device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+    torch_device = torch.device(device)
+    if torch_device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+        torch.cuda.set_device(torch_device)
+    if backend == "auto":
+        backend = "nccl" if torch_device.type == "cuda" else "gloo"
+    if timeout_s <= 0:
+        raise ConfigError(f"collective timeout {timeout_s} s must be > 0")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+    data_group = dist.new_group(backend="gloo", timeout=timeout)
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=torch_device,
+                       backend=backend, timeout_s=timeout_s, group=dist.group.WORLD, data_group=data_group)
+
+
+def shutdown() -> None:
+    """Leave the job (idempotent)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,609 @@
+"""Start N worker processes on this machine with PyTorch's elastic launcher, and report failures well.
+
+``shardgnn train --workers N`` and the multi-process tests go through :func:`launch_local`. It is
+``torchrun`` for one machine, as a function: PyTorch's elastic agent (``elastic_launch``) runs in
+the calling process, meets itself at a c10d rendezvous on ``127.0.0.1:<free port>``, spawns the
+workers with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` set (read by
+:func:`shardgnn.distributed.context.init_distributed`, nowhere else) and collects their return
+values. Several machines use ``torchrun`` and :mod:`shardgnn.run` instead.
+
+What this module adds to ``elastic_launch``:
+
+* **The first failure, named.** When one rank dies, its peers fail within milliseconds ("Connection
+  closed by peer"), and elastic's monitor, which polls every ``MONITOR_INTERVAL_S``, reports
+  whichever dead worker it sees first in rank order, so the root cause can be a victim. Each worker
+  registers with a watcher thread over a local socket, says so on it when it raises, and keeps the
+  connection open until it exits; the kernel closes it however the process ends. The
+  :class:`WorkerFailedError` lists the failed ranks in the order the watcher saw them fail, first
+  one first, with exit code or signal, the exception message and a traceback excerpt of the first
+  one from elastic's per-rank error files.
+* **A deadline.** ``timeout_s`` bounds the whole launch: the watcher SIGKILLs every registered
+  worker when it passes (a worker can hang where no collective timeout reaches it), and the
+  launch raises :class:`WorkerTimeoutError`.
+* **No orphans.** Elastic stops the other workers after a failure. On Linux each worker also asks
+  the kernel to SIGKILL it if the launcher process dies (``PR_SET_PDEATHSIG``), so a launcher
+  killed with ``kill -9`` leaves no workers behind.
+* **No oversubscription.** Unless the user set ``OMP_NUM_THREADS``, each worker gets
+  ``max(1, cores // nprocs)`` torch threads. By default every process sizes its OpenMP pool to all
+  cores; N workers on a 2-core machine would then run 2N busy threads on 2 cores, and OpenMP
+  threads spinning at barriers while descheduled make every parallel op slower, not faster.
+* **No side effects on the caller.** Elastic installs SIGTERM/SIGINT/SIGHUP/SIGQUIT handlers in the
+  main thread and never removes them; they are restored when the launch returns. Its per-run log
+  folder goes to a private temporary folder, removed afterwards, unless ``log_dir`` is given.
+
+POSIX only (the watcher reads exit statuses with ``os.waitid`` where it exists, Linux; elsewhere
+the exit status comes from elastic's report alone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import hmac
+import json
+import math
+import os
+import pickle
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous import RendezvousConnectionError
+from torch.distributed.elastic.utils import macros
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+__all__ = ["RankFailure", "WorkerFailedError", "WorkerTimeoutError", "free_port", "launch_local"]
+
+MONITOR_INTERVAL_S = 0.5
+"""How often elastic's agent polls its workers (detection latency of a failure or of the end)."""
+
+SHUTDOWN_TIMEOUT_S = 10
+"""When the launcher is interrupted (Ctrl-C, SIGTERM), how long elastic waits for the workers to exit
+before SIGKILL. After a worker failure the others get SIGTERM and a fixed 30 s (hard-coded in
+``torch.multiprocessing``); that only matters for a worker that handles SIGTERM itself."""
+
+_PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
+_STATUS_WAIT_S = 2.0  # how long the watcher tries to read the exit status of a worker whose socket closed
+# A process that dies without raising may close its connections to its peers a few milliseconds
+# before its connection to the watcher (the kernel closes them in no promised order; 3 ms seen on
+# Linux 6.x), so a peer's "raised" can reach the watcher first. Such a death is dated this much
+# earlier than seen. A peer's echo is an exception, never a death without one (except the
+# launcher's own SIGTERM, which is not advanced).
+_SILENT_DEATH_LEAD_S = 0.1
+
+
+# ---------------------------------------------------------------------------------------------- errors
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """How one worker ended in a failed launch.
+
+    Attributes:
+        rank: the worker's global rank.
+        exitcode: exit status; negative for "killed by signal ``-exitcode``"; ``None`` if unknown.
+        error: ``"ExceptionType: message"`` if the worker raised, else ``None``.
+        traceback: the worker's Python traceback if it raised, else ``None``.
+    """
+
+    rank: int
+    exitcode: int | None
+    error: str | None = None
+    traceback: str | None = None
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.exitcode is None or self.exitcode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.exitcode).name
+        except ValueError:
+            return f"signal {-self.exitcode}"
+
+    def describe(self, *, killed_by_deadline: bool = False) -> str:
+        """One line: rank, how it ended, and the exception message if there was one."""
+        if self.exitcode is None:
+            how = "raised" if self.error else "ended (exit status not observed)"
+        elif self.exitcode < 0:
+            how = f"killed by {self.signal_name}"
+            if killed_by_deadline and self.exitcode == -signal.SIGKILL:
+                how += " (deadline)"
+            elif self.exitcode == -signal.SIGKILL:
+                how += " (without a deadline, SIGKILL usually means the kernel's out-of-memory killer)"
+        else:
+            how = f"exit code {self.exitcode}"
+        text = f"rank {self.rank}: {how}"
+        if self.error:
+            first_line = self.error.strip().splitlines()[0] if self.error.strip() else self.error
+            text += f": {first_line[:300]}"
+        elif self.exitcode is not None and self.exitcode > 0:
+            text += " without a Python exception (os._exit, sys.exit, or a crash in native code)"
+        return text
+
+
+class WorkerFailedError(RuntimeError):
+    """One or more workers of a :func:`launch_local` run failed; the others were stopped.
+
+    Attributes:
+        failures: every worker that ended abnormally, in the order they exited (first = root
+            cause, as far as the launcher could observe it).
+        log_dir: the folder holding elastic's per-rank ``error.json`` files, if it was kept.
+    """
+
+    timed_out = False
+
+    def __init__(self, failures: list[RankFailure], *, nprocs: int, log_dir: str | None = None,
+                 timeout_s: float | None = None):
+        self.failures = failures
+        self.nprocs = nprocs
+        self.log_dir = log_dir
+        self.timeout_s = timeout_s
+        super().__init__(self._format())
+
+    def _headline(self) -> str:
+        if not self.failures:
+            return f"a worker of {self.nprocs} failed (no details were recorded)"
+        first = self.failures[0]
+        return (f"worker rank {first.rank} of {self.nprocs} failed first; "
+                f"{len(self.failures)} worker(s) ended abnormally")
+
+    def _format(self) -> str:
+        lines = [self._headline()]
+        lines += ["  " + f.describe(killed_by_deadline=self.timed_out) for f in self.failures]
+        if self.failures and self.failures[0].traceback:  # the root cause's; the others are its echoes
+            first = self.failures[0]
+            excerpt = first.traceback.rstrip().splitlines()[-15:]
+            lines.append(f"traceback of rank {first.rank} (last {len(excerpt)} lines):")
+            lines += ["    " + line for line in excerpt]
+        if self.log_dir:
+            lines.append(f"per-rank error files: {self.log_dir}")
+        return "\n".join(lines)
+
+
+class WorkerTimeoutError(WorkerFailedError):
+    """The launch passed its ``timeout_s`` deadline; every worker was killed."""
+
+    timed_out = True
+
+    def _headline(self) -> str:
+        return (f"the {self.nprocs} workers did not finish within timeout_s={self.timeout_s:g} s; "
+                "the launcher killed them")
+
+
+# ---------------------------------------------------------------------------------------------- public API
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it: bind to port 0).
+
+    Another process can take it before it is used; :func:`launch_local` retries with a new port
+    when that happens.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int = 1, *,
+                 timeout_s: float | None = None, max_restarts: int = 0,
+                 log_dir: str | os.PathLike | None = None) -> dict[int, Any]:
+    """Run ``entrypoint(*args)`` in ``nprocs`` new processes on this machine; return ``{rank: value}``.
+
+    Each process has the torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``, ``MASTER_PORT``), so ``entrypoint`` typically starts with
+    ``init_distributed(...)``. Processes are started with ``spawn``: ``entrypoint`` must be a
+    module-level function and ``args`` and the return values must be picklable.
+
+    Args:
+        entrypoint: module-level function run by every worker.
+        args: positional arguments, the same for every worker.
+        nprocs: number of workers (the world size).
+        timeout_s: deadline for the whole launch, start-up included; when it passes every worker
+            is killed and :class:`WorkerTimeoutError` is raised. ``None``: no deadline (collective
+            timeouts inside the workers still turn a dead peer into an error).
+        max_restarts: how many times elastic restarts the whole worker group after a failure.
+        log_dir: keep elastic's per-rank error files under this folder (default: a temporary
+            folder, removed afterwards).
+
+    Raises:
+        WorkerFailedError: a worker raised, exited non-zero or was killed; the message names the
+            first failed rank, its exit code or signal and its exception with a traceback excerpt.
+        WorkerTimeoutError: ``timeout_s`` passed.
+        TypeError: ``entrypoint`` or ``args`` cannot be pickled.
+        KeyboardInterrupt: Ctrl-C; the workers were stopped.
+    """
+    if nprocs < 1:
+        raise ValueError(f"nprocs={nprocs} must be >= 1")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s={timeout_s} must be > 0 (or None for no deadline)")
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts={max_restarts} must be >= 0")
+    payload = _pickle_payload(entrypoint, args)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    private_dir = tempfile.mkdtemp(prefix="shardgnn-launch-")
+    log_root = private_dir if log_dir is None else os.fspath(log_dir)
+    try:
+        with _WorkerWatch(deadline) as watch, _restore_signal_handlers():
+            worker_args = (macros.local_rank, watch.address, watch.token, payload,
+                           _threads_per_worker(nprocs), os.getpid())
+            for attempt in range(_PORT_ATTEMPTS):
+                config = _launch_config(nprocs, max_restarts, log_root)
+                try:
+                    return dict(sorted(elastic_launch(config, _worker_main)(*worker_args).items()))
+                except RendezvousConnectionError:
+                    # Raised before any worker starts: the rendezvous store could not bind its port.
+                    if attempt + 1 == _PORT_ATTEMPTS:
+                        raise
+                except ChildFailedError as exc:
+                    failed, run_id = exc, config.run_id
+                    break
+                except SignalException as exc:  # elastic has stopped the workers already
+                    if exc.sigval == signal.SIGINT:
+                        raise KeyboardInterrupt from exc
+                    raise
+        # The watcher has stopped: its record of who exited when is final.
+        error_cls = WorkerTimeoutError if watch.timed_out else WorkerFailedError
+        failures = _collect_failures(failed, watch.records, log_root, run_id)
+        raise error_cls(failures, nprocs=nprocs, log_dir=None if log_dir is None else log_root,
+                        timeout_s=timeout_s) from None
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- launcher side
+def _pickle_payload(entrypoint: Callable[..., Any], args: tuple) -> bytes:
+    """Pickle ``(entrypoint, args)`` now, so a bad argument fails here with a clear message instead of
+    in every child; the workers unpickle it only after setting their thread count, so modules
+    imported by the unpickling already see ``OMP_NUM_THREADS``."""
+    try:
+        return pickle.dumps((entrypoint, tuple(args)))
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise TypeError(f"launch_local starts workers with 'spawn': the entrypoint {entrypoint!r} must be a "
+                        f"module-level function and its arguments picklable ({exc})") from exc
+
+
+def _threads_per_worker(nprocs: int) -> int | None:
+    """Torch threads per worker: the cores this process may use, shared out; ``None`` when the user
+    set ``OMP_NUM_THREADS`` (workers inherit it and elastic forwards it)."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // nprocs)
+
+
+def _launch_config(nprocs: int, max_restarts: int, log_root: str) -> LaunchConfig:
+    return LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
+        run_id=uuid.uuid4().hex,  # fresh: rendezvous keys are namespaced by it
+        role="shardgnn",
+        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        # is_host: this agent hosts the rendezvous store. Elastic guesses it from the address, and
+        # when the guessed bind fails it silently connects as a client to whatever took the port.
+        rdzv_configs={"is_host": True},
+        # local_addr: MASTER_ADDR for the workers; unset, elastic uses socket.getfqdn(), which
+        # may not resolve inside containers.
+        local_addr="127.0.0.1",
+        max_restarts=max_restarts,
+        monitor_interval=MONITOR_INTERVAL_S,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=log_root),
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+    )
+
+
+_ELASTIC_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+                         if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _restore_signal_handlers() -> Iterator[None]:
+    """Undo elastic's process-wide changes when the launch ends.
+
+    ``PContext.start`` installs handlers for SIGTERM/SIGINT/SIGHUP/SIGQUIT (they turn the signal into
+    a ``SignalException`` so the agent can stop its workers) and never removes them: after a
+    launch, Ctrl-C would no longer raise ``KeyboardInterrupt``. ``launch_agent`` also sets
+    ``TORCHELASTIC_SIGNALS_TO_HANDLE`` in ``os.environ``.
+    """
+    env_key = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+    saved_env = os.environ.get(env_key)
+    in_main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.getsignal(sig) for sig in _ELASTIC_SIGNALS} if in_main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:  # None: installed from C, cannot be restored from Python
+                signal.signal(sig, handler)
+        if saved_env is None:
+            os.environ.pop(env_key, None)
+        else:
+            os.environ[env_key] = saved_env
+
+
+@dataclasses.dataclass
+class _WorkerRecord:
+    """One registered worker process, as the watcher saw it."""
+
+    attempt: int  # elastic's restart count
+    local_rank: int
+    pid: int
+    raised_time: float | None = None  # watcher's clock when the worker said it raised
+    raised_stamp: float = 0.0  # the worker's time.time() when it raised
+    exit_time: float | None = None  # watcher's clock when its connection closed (the process ended)
+    exitcode: int | None = None  # negative: killed by that signal
+    status_known: bool = False
+
+
+@dataclasses.dataclass
+class _Connection:
+    buffer: bytes = b""
+    record: _WorkerRecord | None = None
+
+
+class _WorkerWatch:
+    """A background thread that knows every worker of one launch: when it exited, with which status.
+
+    Each worker connects to a listening socket at start-up, sends ``token attempt local_rank pid``,
+    sends ``raised <time>`` if its entrypoint raises, and keeps the connection open, as a bare file
+    descriptor, until the process ends; the kernel closes it however the process ends, so
+    end-of-file here dates the exit. The token keeps other local processes from registering pids.
+    When the deadline passes the watcher SIGKILLs every live worker, and any that registers later.
+    """
+
+    def __init__(self, deadline: float | None):
+        self.token = secrets.token_hex(16)
+        self.timed_out = False
+        self.records: list[_WorkerRecord] = []
+        self._deadline = deadline
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)
+        self.address: tuple[str, int] = self._listener.getsockname()[:2]
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "stop")
+        self._thread = threading.Thread(target=self._run, name="shardgnn-launch-watch", daemon=True)
+
+    def __enter__(self) -> _WorkerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._wake_w.send(b"x")
+        self._thread.join()
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        self._selector.close()
+        self._wake_w.close()
+
+    # -------------------------------------------------------------------------- the loop
+    def _run(self) -> None:
+        pending: list[_WorkerRecord] = []  # exited, exit status not read yet
+        while True:
+            now = time.monotonic()
+            timeouts = [0.01] if pending else []
+            if self._deadline is not None:
+                timeouts.append(max(0.0, self._deadline - now))
+            events = self._selector.select(min(timeouts) if timeouts else None)
+            now = time.monotonic()  # one timestamp for every exit seen in this wake-up
+            for key, _ in events:
+                if key.data == "stop":
+                    return
+                if key.data == "accept":
+                    self._accept()
+                else:
+                    record = self._read(key, now)
+                    if record is not None:
+                        pending.append(record)
+            pending = [r for r in pending if not self._read_status(r)]
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                self._deadline = None
+                self.timed_out = True
+                for record in self.records:
+                    if record.exit_time is None:
+                        _kill_child(record.pid)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            conn, _ = self._listener.accept()
+            conn.setblocking(False)
+            self._selector.register(conn, selectors.EVENT_READ, _Connection())
+
+    def _read(self, key: selectors.SelectorKey, now: float) -> _WorkerRecord | None:
+        """Handle data or end-of-file on a worker connection; return the record of a worker that exited."""
+        conn: socket.socket = key.fileobj  # type: ignore[assignment]
+        state: _Connection = key.data
+        try:
+            data = conn.recv(256)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            data = b""
+        if data:
+            state.buffer += data
+            while b"\n" in state.buffer:
+                line, state.buffer = state.buffer.split(b"\n", 1)
+                if state.record is None:
+                    state.record = self._register(line)
+                    if state.record is None:  # not one of ours
+                        self._drop(conn)
+                        return None
+                elif line.startswith(b"raised ") and state.record.raised_time is None:
+                    state.record.raised_time = now
+                    with contextlib.suppress(ValueError, IndexError):
+                        state.record.raised_stamp = float(line.split()[1])
+            if len(state.buffer) > 1024:
+                self._drop(conn)
+            return None
+        self._drop(conn)
+        if state.record is not None:
+            state.record.exit_time = now
+        return state.record
+
+    def _register(self, line: bytes) -> _WorkerRecord | None:
+        parts = line.split()
+        if len(parts) != 4 or not hmac.compare_digest(parts[0], self.token.encode("ascii")):
+            return None
+        try:
+            attempt, local_rank, pid = (int(p) for p in parts[1:])
+        except ValueError:
+            return None
+        record = _WorkerRecord(attempt, local_rank, pid)
+        self.records.append(record)
+        if self.timed_out:
+            _kill_child(pid)
+        return record
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._selector.unregister(conn)
+        conn.close()
+
+    @staticmethod
+    def _read_status(record: _WorkerRecord) -> bool:
+        """Try to read the exit status of an exited worker without reaping it (elastic reaps it);
+        return True when done (read, or given up)."""
+        if not hasattr(os, "waitid"):
+            return True
+        try:
+            info = os.waitid(os.P_PID, record.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # already reaped by elastic
+            return True
+        if info is None:  # connection closed a moment before the process finished exiting
+            return time.monotonic() - (record.exit_time or 0.0) > _STATUS_WAIT_S
+        record.exitcode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+        record.status_known = True
+        return True
+
+
+def _kill_child(pid: int) -> None:
+    """SIGKILL ``pid`` if it is still an unreaped child of this process (so never a reused pid)."""
+    if hasattr(os, "waitid"):
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return  # already exited
+        except ChildProcessError:
+            return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _collect_failures(exc: ChildFailedError, records: list[_WorkerRecord], log_root: str,
+                      run_id: str) -> list[RankFailure]:
+    """Merge the three sources: the watcher (exit order and status of every worker), elastic's
+    error files (exception and traceback of every worker that raised) and elastic's report (the
+    one failure its monitor saw first, with an authoritative exit code)."""
+    attempt = max((r.attempt for r in records), default=0)
+    by_rank = {r.local_rank: r for r in records if r.attempt == attempt}  # one machine: rank == local rank
+    errors = _read_error_files(log_root, run_id, attempt)
+    reported = {rank: failure.exitcode for rank, failure in exc.failures.items()}
+    # In a failed run no worker exits cleanly: one that returned waits for the others before exiting.
+    ended = {rank for rank, r in by_rank.items()
+             if r.raised_time is not None or (r.exit_time is not None and r.exitcode != 0)}
+    ranks = set(reported) | set(errors) | ended
+
+    def exitcode(rank: int) -> int | None:
+        record = by_rank.get(rank)
+        return reported.get(rank, record.exitcode if record is not None and record.status_known else None)
+
+    def order(rank: int) -> tuple[float, float, int]:
+        """First failure first, on the watcher's clock; same-time exceptions by the workers' clocks."""
+        record = by_rank.get(rank)
+        if record is None or (record.raised_time is None and record.exit_time is None):
+            return (math.inf, 0.0, rank)
+        if record.raised_time is not None:
+            return (record.raised_time, record.raised_stamp, rank)
+        code = exitcode(rank)
+        silent_death = code is not None and code != -signal.SIGTERM
+        return (record.exit_time - (_SILENT_DEATH_LEAD_S if silent_death else 0.0), 0.0, rank)
+
+    failures = []
+    for rank in sorted(ranks, key=order):
+        error, trace = errors.get(rank, (None, None))
+        failures.append(RankFailure(rank=rank, exitcode=exitcode(rank), error=error, traceback=trace))
+    return failures
+
+
+def _read_error_files(log_root: str, run_id: str, attempt: int) -> dict[int, tuple[str, str | None]]:
+    """``{local_rank: (message, traceback)}`` from the ``error.json`` files that elastic's ``record``
+    wrapper writes in ``<log_root>/<run_id>_*/attempt_<k>/<local_rank>/`` when a worker raises."""
+    found: dict[int, tuple[str, str | None]] = {}
+    pattern = os.path.join(glob.escape(log_root), f"{run_id}_*", f"attempt_{attempt}", "*", "error.json")
+    for path in glob.glob(pattern):
+        try:
+            rank = int(os.path.basename(os.path.dirname(path)))
+            with open(path) as fh:
+                message = json.load(fh).get("message")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(message, dict):
+            extra = message.get("extraInfo") or {}
+            found[rank] = (str(message.get("message", "")), extra.get("py_callstack"))
+        elif message:
+            found[rank] = (str(message), None)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- worker side
+_LAUNCHER_CHANNEL: list[int] = []  # worker side: the fd whose closing (at exit) tells the launcher
+
+
+def _worker_main(local_rank: str, watch_address: tuple[str, int], token: str, payload: bytes,
+                 threads: int | None, launcher_pid: int) -> Any:
+    """The function elastic runs in each worker (it wraps it in ``record``, which writes the
+    exception and traceback to the worker's ``error.json``).
+
+    ``local_rank`` arrives as the string elastic substitutes for its ``${local_rank}`` macro.
+    """
+    _die_with_launcher(launcher_pid)
+    if threads is not None:
+        # Torch and its OpenMP runtime are loaded already (elastic's wrapper imports torch), so the
+        # environment variable alone would come too late for them; it still reaches libraries
+        # initialised later and subprocesses.
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+    _register_with_launcher(watch_address, token, int(local_rank))
+    try:
+        entrypoint, args = pickle.loads(payload)  # imports the entrypoint's module
+        return entrypoint(*args)
+    except BaseException as exc:
+        if not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+            _tell_launcher(f"raised {time.time():.6f}")
+        raise
+
+
+def _die_with_launcher(launcher_pid: int) -> None:
+    """Linux: have the kernel SIGKILL this worker when the launcher dies, so none is orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+    if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def _register_with_launcher(address: tuple[str, int], token: str, local_rank: int) -> None:
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    sock = socket.create_connection(address, timeout=30)
+    sock.settimeout(None)  # blocking again, for the os.write in _tell_launcher
+    sock.sendall(f"{token} {attempt} {local_rank} {os.getpid()}\n".encode("ascii"))
+    # Detach: no Python object owns the fd, so interpreter shutdown does not close it early; the
+    # kernel closes it when the process is gone.
+    _LAUNCHER_CHANNEL.append(sock.detach())
+
+
+def _tell_launcher(message: str) -> None:
+    for fd in _LAUNCHER_CHANNEL:
+        with contextlib.suppress(OSError):
+            os.write(fd, (message + "\n").encode("ascii"))

@@ -1,0 +1,95 @@
+r"""Worker entry point for runs on several machines: ``python -m shardgnn.run train ...`` under torchrun.
+
+On one machine, ``shardgnn train --workers N ...`` starts its N workers by itself
+(:func:`shardgnn.distributed.launch.launch_local` running :func:`worker_entry`). On several machines, start one ``torchrun`` per
+machine. The torchrun agents meet at a rendezvous endpoint (a port on any one of the machines),
+agree on ranks, and each starts ``--nproc-per-node`` workers running this module, which takes the
+same arguments as ``shardgnn train``:
+
+    # on every machine (same command, same --rdzv-id):
+    torchrun --nnodes 2 --nproc-per-node 4 \
+        --rdzv-backend c10d --rdzv-endpoint node0.cluster:29500 --rdzv-id products-run1 \
+        -m shardgnn.run train ogbn-products --partitions parts/products-8 --epochs 10
+
+``--rdzv-endpoint`` is HOST:PORT of one of the machines; PORT must be free there and reachable from
+the others; the agent on that machine hosts the rendezvous store. ``--nnodes 2:4`` would accept
+between 2 and 4 machines. torchrun sets ``OMP_NUM_THREADS=1`` when it is unset and
+``--nproc-per-node`` > 1; set it yourself to cores-per-machine / nproc-per-node.
+
+SLURM: one torchrun per node, started by ``srun``; the first node of the allocation hosts the
+rendezvous. No SSH, no lists of addresses:
+
+    #!/bin/bash
+    #SBATCH --job-name=shardgnn
+    #SBATCH --nodes=4
+    #SBATCH --ntasks-per-node=1          # one torchrun agent per node; it starts the workers
+    #SBATCH --cpus-per-task=32
+    #SBATCH --time=04:00:00
+
+    export OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK / 4))
+    # --kill-on-bad-exit: if one node's torchrun fails, SLURM ends the others at once.
+    srun --kill-on-bad-exit=1 torchrun --nnodes $SLURM_NNODES --nproc-per-node 4 \
+        --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d \
+        --rdzv-endpoint $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29500 \
+        -m shardgnn.run train ogbn-products --partitions parts/products-16 --epochs 10
+
+When a worker dies, its torchrun agent stops the other workers on that machine and exits non-zero
+(``--max-restarts K`` would restart the whole group up to K times instead); workers on the other
+machines fail their next collective within the collective timeout and their agents exit too. The
+``@record`` decorator on :func:`main` writes the worker's exception and traceback to the error file
+torchrun names in ``TORCHELASTIC_ERROR_FILE``, so torchrun's failure summary shows the root cause.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from shardgnn.cli import build_parser
+from shardgnn.errors import ConfigError, ShardgnnError
+
+
+def worker_entry(argv: list[str]) -> int:
+    """One worker's share of a ``train`` job; the entrypoint ``shardgnn train --workers N`` gives
+    :func:`~shardgnn.distributed.launch.launch_local` (picklable, takes plain strings).
+
+    ``argv`` is the ``shardgnn`` command line, ``train`` included. Errors propagate, so the launcher
+    reports them with the rank that raised. Returns 0 on success.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "train":
+        parser.error(f"python -m shardgnn.run only runs `train` (got `{args.command}`); "
+                     f"use `shardgnn {args.command}` instead")
+    if args.partitions is None:
+        raise ConfigError("every worker needs the same partition directory: partition once with "
+                          "`shardgnn partition SPEC --parts N --out DIR`, then pass --partitions DIR")
+    # Imported here: the training module is heavy and only this command needs it.
+    from shardgnn.cli import config_from_args
+    from shardgnn.train.distributed import run_worker
+
+    run_worker(config_from_args(args), args.partitions, overlap=not args.no_overlap, timeout_s=args.timeout)
+    return 0
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    """``python -m shardgnn.run train ...`` under torchrun: parse the arguments like ``shardgnn train``
+    and run this process's share of the job.
+
+    Returns the exit status: that of the worker, 2 for a user error (a one-line ``error:``
+    message, as the CLI prints), 130 on Ctrl-C. Other exceptions propagate to ``@record``.
+    """
+    try:
+        return worker_entry(sys.argv[1:] if argv is None else list(argv))
+    except ShardgnnError as exc:
+        print(f"shardgnn train: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

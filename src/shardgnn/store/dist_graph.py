@@ -1,0 +1,69 @@
+"""The distributed graph store: this rank's partition, memory-mapped, plus the partition book.
+
+Rank ``r`` owns part ``r``: the contiguous new-id range ``[start, end)``, its in-edge CSR
+(neighbour ids in the global numbering), and — replicated on every rank — the in-degree of every
+node (4 bytes a node), which GCN normalisation needs for remote neighbours.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from shardgnn.distributed.comm import Communicator
+from shardgnn.errors import ConfigError
+from shardgnn.partition.book import PartitionBook
+from shardgnn.partition.format import LocalPartition, read_partitions
+
+
+class DistGraphStore:
+    """One rank's view of a partitioned graph.
+
+    Attributes:
+        part: the loaded :class:`LocalPartition` (arrays memory-mapped).
+        book: the partition book (owner lookup over ``P + 1`` boundaries).
+        start, end: the owned id range.
+        edge_offset: global CSR position of this part's first edge (parts are concatenated in
+            order, so ``local position + edge_offset`` is the position in the reassembled graph).
+        degree: int32 ``[N]`` in-degree of every node (replicated).
+    """
+
+    def __init__(self, part: LocalPartition, edge_offset: int, degree: np.ndarray):
+        self.part = part
+        self.book: PartitionBook = part.book
+        self.start, self.end = part.start, part.end
+        self.indptr = np.ascontiguousarray(part.indptr, dtype=np.int64)
+        self.indices = part.indices
+        self.edge_offset = int(edge_offset)
+        self.degree = degree
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, rank: int, world_size: int, comm: Communicator,
+             verify: bool = True) -> "DistGraphStore":
+        """Open part ``rank`` of the partition directory (checks its files) and gather degrees.
+
+        Collective: every rank must call it.
+        """
+        pset = read_partitions(path, verify=False)
+        if pset.num_parts != world_size:
+            raise ConfigError(f"{path} holds {pset.num_parts} parts but the job has {world_size} workers; "
+                              f"run with --workers {pset.num_parts} or re-partition with --parts {world_size}")
+        part = pset.load_part(rank, mmap=True, verify=verify)
+        edge_offset = sum(int(info["num_edges"]) for info in pset.meta["parts"][:rank])
+        local_degree = torch.from_numpy(np.diff(np.asarray(part.indptr)).astype(np.int32))
+        # All ranks' degree blocks, in rank (= id range) order: one all-to-all that sends the own
+        # block to every peer.
+        received = comm.all_to_all([local_degree] * world_size, stage="setup")
+        degree = torch.cat(received).numpy()
+        assert degree.shape[0] == pset.num_nodes
+        return cls(part, edge_offset, degree)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.book.num_nodes
+
+    def owner(self, ids: np.ndarray) -> np.ndarray:
+        """Part (= rank) owning each global id."""
+        return self.book.owner(ids)

@@ -1,0 +1,253 @@
+"""Distributed mini-batch training: one process per partition, DDP over the models, the data
+pipeline on ``torch.distributed`` all-to-alls.
+
+Every rank runs the same number of batches (``DistSeedBatcher``), evaluates a disjoint share of
+the validation/test nodes that together cover each exactly once, and reduces metrics over ranks.
+With ``overlap`` the sampling and feature fetch of batch i+1 run in a background thread (on the
+context's ``data_group``) while the main thread trains on batch i (gradients on ``group``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from shardgnn.distributed.comm import CommStats, Communicator
+from shardgnn.distributed.context import DistContext
+from shardgnn.errors import ConfigError
+from shardgnn.loader.dist_batches import DistSeedBatcher
+from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
+from shardgnn.loader.prefetch import Prefetcher
+from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.nn.models import build_model
+from shardgnn.partition.format import read_partitions
+from shardgnn.sampling.distributed import DistNeighborSampler
+from shardgnn.sampling.kernels import mix_seed
+from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.store.dist_feature import DistFeatureStore
+from shardgnn.store.dist_graph import DistGraphStore
+from shardgnn.timing import StageTimer
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.progress import progress
+from shardgnn.train.single import EpochRecord, normalize_features
+
+
+def _counted_allreduce_hook(comm, bucket):  # no annotations: DDP compares them to dist.GradBucket by identity
+    """DDP gradient averaging routed through the communicator, so its bytes are counted."""
+    buffer = bucket.buffer()
+    buffer.div_(comm.world_size)
+    comm.all_reduce(buffer, "allreduce")
+    future: torch.futures.Future = torch.futures.Future()
+    future.set_result(buffer)
+    return future
+
+
+def global_split_ids(partitions: str | Path, split: str) -> np.ndarray:
+    """All nodes of ``split`` (new global ids), read from every part's small index file."""
+    pset = read_partitions(partitions, verify=False)
+    ids = []
+    for p in range(pset.num_parts):
+        part = pset.load_part(p, mmap=True, verify=False)
+        local = getattr(part, f"{split}_idx")
+        if local is not None:
+            ids.append(np.asarray(local, dtype=np.int64) + part.start)
+    return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+
+
+class DistTrainer:
+    """One rank of a distributed mini-batch training job."""
+
+    def __init__(self, config: TrainConfig, ctx: DistContext, partitions: str | Path, *, overlap: bool = True):
+        if config.mode != "minibatch":
+            raise ConfigError("distributed full-graph training is not available yet; use --mode minibatch")
+        self.config, self.ctx, self.overlap = config, ctx, overlap
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+        self.main_comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        self.meta = read_partitions(partitions, verify=False).meta
+        self.graph = DistGraphStore.open(partitions, ctx.rank, ctx.world_size, self.data_comm)
+        part = self.graph.part
+        if part.x is None or part.y is None:
+            raise ConfigError(f"{partitions} has no features or labels; partition a labelled dataset")
+        if config.feature_norm == "standard":
+            raise ConfigError("feature_norm=standard needs global statistics; use row or none when distributed")
+        x_local = normalize_features(part.x, config.feature_norm)
+        book = self.graph.book
+        self.features = DistFeatureStore(x_local, book, ctx.rank, self.data_comm, "fetch")
+        self.labels = DistFeatureStore(np.asarray(part.y, dtype=np.int64), book, ctx.rank, self.data_comm, "fetch")
+        self.timer = StageTimer()
+        rank_seed = mix_seed(config.seed, ctx.rank)
+        self.split_sizes = {split: int(len(global_split_ids(partitions, split))) for split in ("train", "val", "test")}
+        # --batch-size is the global batch: each of the P workers takes B / P seeds per step, so
+        # P workers take the same optimiser steps as one (and DDP's gradient mean is the global one).
+        per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
+        self.train_batches = DistSeedBatcher(global_split_ids(partitions, "train"), book, ctx.rank, ctx.world_size,
+                                             per_rank_batch, shuffle=True, seed=config.seed)
+        sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
+        self.train_stages = FeatureFetcher(NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
+                                           self.features, self.labels, self.timer)
+        eval_sampler = DistNeighborSampler(self.graph, SamplerConfig(
+            fanouts=config.eval_fanouts or config.sampler.fanouts, replace=config.sampler.replace,
+            num_threads=config.sampler.num_threads), self.data_comm, "sample")
+        self.eval_stages = {}
+        for split in ("val", "test"):
+            batches = DistSeedBatcher(global_split_ids(partitions, split), book, ctx.rank, ctx.world_size,
+                                      max(1, -(-config.eval_batch_size // ctx.world_size)), shuffle=False,
+                                      seed=config.seed)
+            self.eval_stages[split] = FeatureFetcher(
+                NeighborSamplingStage(batches, eval_sampler, mix_seed(config.seed + 1, ctx.rank), StageTimer()),
+                self.features, self.labels, StageTimer())
+        self.num_classes = int(part.num_classes)
+        torch.manual_seed(config.seed)  # identical initial weights on every rank
+        model = build_model(config.model, x_local.shape[1], self.num_classes).to(ctx.device)
+        for tensor in model.state_dict().values():  # identical by seeding; made certain here
+            self.main_comm.broadcast(tensor, src=0, stage="setup")
+        self.ddp = DistributedDataParallel(model, device_ids=None if ctx.device.type == "cpu" else [ctx.device],
+                                           process_group=ctx.group, init_sync=False)
+        self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
+        self.model = model
+        self.optimizer = torch.optim.Adam(self.ddp.parameters(), lr=config.optim.lr,
+                                          weight_decay=config.optim.weight_decay)
+        self.sampled_edges = 0
+
+    # ------------------------------------------------------------------ reductions
+    def _sum(self, values: list[float], stage: str = "metrics") -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        self.main_comm.all_reduce(t, stage)
+        return t.tolist()
+
+    def _stream(self, stages):
+        return Prefetcher(stages) if self.overlap else stages
+
+    # ------------------------------------------------------------------ epochs
+    def train_epoch(self, epoch: int) -> tuple[float, float]:
+        self.ddp.train()
+        self.train_batches.set_epoch(epoch)
+        loss_sum = correct = count = 0.0
+        bar = progress(self._stream(self.train_stages), f"epoch {epoch}", self.config.progress and self.ctx.is_main)
+        waited = time.perf_counter()
+        for batch in bar:
+            self.timer.add("wait", time.perf_counter() - waited)
+            with self.timer("compute"):
+                graphs = [MessageGraph.from_block(b, self.ctx.device) for b in batch.sample.blocks]
+                y = batch.y.to(self.ctx.device)
+                self.optimizer.zero_grad(set_to_none=True)
+                logits = self.ddp(graphs, batch.x_SF.to(self.ctx.device))
+                # An empty batch still runs backward (DDP's all-reduce is a collective); its loss
+                # is zero with zero gradients.
+                loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1) if y.numel() else logits.sum() * 0
+                loss.backward()
+                self.optimizer.step()
+            self.sampled_edges += batch.sample.num_sampled_edges
+            loss_sum += loss.item() * y.numel()
+            correct += int((logits.argmax(-1) == y).sum())
+            count += y.numel()
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            waited = time.perf_counter()
+        loss_sum, correct, count = self._sum([loss_sum, correct, count])
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
+        self.model.eval()
+        correct = count = 0
+        for batch in self.eval_stages[split]:
+            graphs = [MessageGraph.from_block(b, self.ctx.device) for b in batch.sample.blocks]
+            logits = self.model(graphs, batch.x_SF.to(self.ctx.device))
+            correct += int((logits.argmax(-1).cpu() == batch.y).sum())
+            count += batch.y.numel()
+        correct, count = self._sum([correct, count])
+        return correct / max(count, 1)
+
+    def fit(self) -> dict[str, Any]:
+        cfg = self.config
+        history: list[EpochRecord] = []
+        best_val, best_epoch, best_state = -1.0, -1, None
+        comm_total: dict[str, CommStats] = {}
+        run_start = time.perf_counter()
+        for epoch in range(cfg.optim.epochs):
+            start = time.perf_counter()
+            loss, train_acc = self.train_epoch(epoch)
+            train_time = time.perf_counter() - start
+            with self.timer("eval"):
+                val_acc = self.evaluate("val")
+            stages = self.timer.reset()
+            names = sorted(stages)
+            # Per-stage seconds, averaged over ranks (every rank has the same stage names).
+            mean_stages = self._sum([stages[n] for n in names])
+            stages = {n: v / self.ctx.world_size for n, v in zip(names, mean_stages)}
+            train_time = self._sum([train_time])[0] / self.ctx.world_size
+            history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
+            if val_acc > best_val:
+                best_val, best_epoch = val_acc, epoch
+                best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            for comm in (self.data_comm, self.main_comm):
+                for name, st in comm.reset().items():
+                    tot = comm_total.setdefault(name, CommStats())
+                    tot.bytes_sent += st.bytes_sent
+                    tot.bytes_recv += st.bytes_recv
+                    tot.time_s += st.time_s
+                    tot.calls += st.calls
+            if cfg.optim.patience and epoch - best_epoch >= cfg.optim.patience:
+                break
+        assert best_state is not None
+        self.model.load_state_dict(best_state)
+        val_acc, test_acc = self.evaluate("val"), self.evaluate("test")
+        total_time = time.perf_counter() - run_start
+        comm_summed = self.main_comm.reduce_stats(comm_total)
+        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
+        edges = self._sum([float(self.sampled_edges)])[0]
+        return {
+            "config": cfg.to_dict(),
+            "dataset": {"name": self.meta.get("graph"), "num_nodes": int(self.meta["num_nodes"]),
+                        "num_edges": int(self.meta["num_edges"]), "num_features": int(self.features.shape[1]),
+                        "num_classes": self.num_classes, **self.split_sizes},
+            "partitioner": self.meta.get("partitioner", {}).get("method"),
+            "workers": self.ctx.world_size,
+            "overlap": self.overlap,
+            "epochs": [dataclasses.asdict(r) for r in history],
+            "best_epoch": best_epoch,
+            "val_acc": val_acc,
+            "test_acc": test_acc,
+            # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
+            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+            "mean_epoch_time_s": float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s])),
+            "total_time_s": total_time,
+            "comm": {name: {"bytes_sent": st.bytes_sent, "bytes_recv": st.bytes_recv, "time_s": st.time_s}
+                     for name, st in comm_summed.items()},
+        }
+
+
+
+def run_worker(config: TrainConfig, partitions: str | Path, *, overlap: bool = True,
+               timeout_s: float = 120.0) -> dict[str, Any] | None:
+    """The body of one worker process: join the job, train, report on rank 0.
+
+    Returns the results on rank 0 (also written to ``config.results`` and summarised on stdout),
+    ``None`` on the other ranks.
+    """
+    from shardgnn.atomic import save_json
+    from shardgnn.distributed.context import init_distributed, shutdown
+    from shardgnn.train.report import print_summary
+
+    ctx = init_distributed(device=config.device, timeout_s=timeout_s)
+    try:
+        results = DistTrainer(config, ctx, partitions, overlap=overlap).fit()
+        if not ctx.is_main:
+            return None
+        print_summary(results)
+        if config.results:
+            save_json(config.results, results)
+            print(f"results written to {config.results}")
+        return results
+    finally:
+        shutdown()
