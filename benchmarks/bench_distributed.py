@@ -77,7 +77,7 @@ from shardgnn.train.distributed import DistTrainer
 from shardgnn.train.progress import format_table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sampler import machine_info  # noqa: E402
+from machine import machine_info  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_GRAPH = "synthetic:nodes=1000000,degree=20,features=100,classes=16"

@@ -18,7 +18,6 @@ import sys
 import time
 
 import numpy as np
-import torch
 
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.graph.synthetic import SyntheticConfig, generate
@@ -29,7 +28,7 @@ from shardgnn.train.progress import format_table
 from shardgnn.train.single import Trainer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_sampler import machine_info  # noqa: E402
+from machine import machine_info  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

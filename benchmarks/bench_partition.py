@@ -30,13 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 
 import numpy as np
 
@@ -154,29 +155,6 @@ def run_child_rss(spec: dict, timeout: float) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- parent
-def machine_info() -> dict:
-    import numba
-    import scipy
-
-    try:
-        import pymetis
-
-        pymetis_version = str(getattr(pymetis, "version", None))
-    except Exception:  # noqa: BLE001 - informational only
-        pymetis_version = None
-    return {
-        "nproc": os.cpu_count(),
-        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "numba": numba.__version__,
-        "pymetis": pymetis_version,
-    }
-
-
 def load(name: str, args: argparse.Namespace):
     from shardgnn.errors import DatasetError
     from shardgnn.graph.datasets import load_dataset

@@ -8,8 +8,6 @@ samplers and reports throughput. Run ``python benchmarks/bench_sampler.py --help
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -18,6 +16,7 @@ import numba
 import numpy as np
 import torch
 
+from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.sampling.kernels import mix_seed
@@ -41,22 +40,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default="benchmarks/out/sampler.json", help="results JSON")
     p.add_argument("--md", default="benchmarks/out/sampler.md", help="results Markdown table")
     return p.parse_args(argv)
-
-
-def machine_info() -> dict:
-    return {
-        "nproc": os.cpu_count(),
-        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "numba": numba.__version__,
-        "numpy": np.__version__,
-        "numba_num_threads_max": numba.config.NUMBA_NUM_THREADS,
-        "numba_threading_layer": numba.config.THREADING_LAYER,
-        "torch_parallel_info": torch.__config__.parallel_info().splitlines()[:6],
-    }
 
 
 def run_sampler(sampler, batches: list[torch.Tensor], warmup: int, base_seed: int) -> dict:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 
+from machine import machine_info  # noqa: E402
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.train.progress import format_table
 
@@ -47,7 +47,7 @@ def main() -> int:
                          [(r["nodes"], r["edges"], r["features"], r["time_s"], r["peak_rss_gb"], r["edge_homophily"],
                            r["max_degree"]) for r in records])
     print(table)
-    save_json(args.out, {"command": " ".join(["python"] + sys.argv), "cpus": os.cpu_count(), "runs": records})
+    save_json(args.out, {"command": " ".join(["python"] + sys.argv), "machine": machine_info(), "runs": records})
     with atomic_open(args.md, "w") as fh:
         fh.write(table + "\n")
     return 0

@@ -1,0 +1,36 @@
+"""What every benchmark records about the machine it ran on (imported by the bench_* scripts)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import sys
+
+
+def machine_info() -> dict:
+    """Cores, platform, and the versions of the numeric stack (absent packages are ``None``)."""
+    info = {
+        "nproc": os.cpu_count(),
+        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "python": sys.version.split()[0],
+        "loadavg": list(os.getloadavg()),
+    }
+    for name in ("torch", "numpy", "scipy", "numba", "pymetis"):
+        try:
+            module = importlib.import_module(name)
+            info[name] = str(getattr(module, "__version__", getattr(module, "version", None)))
+        except Exception:  # noqa: BLE001 - informational only
+            info[name] = None
+    try:
+        import numba
+        import torch
+
+        info["numba_threads_max"] = numba.config.NUMBA_NUM_THREADS
+        info["numba_threading_layer"] = numba.config.THREADING_LAYER
+        info["torch_parallel_info"] = torch.__config__.parallel_info().splitlines()[:6]
+    except Exception:  # noqa: BLE001
+        pass
+    return info
