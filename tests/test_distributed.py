@@ -164,3 +164,41 @@ def test_two_workers_match_one_worker_accuracy(tmp_path):
     assert {"sample", "fetch", "allreduce"} <= set(comm)
     assert all(comm[s]["bytes_sent"] > 0 for s in ("sample", "fetch", "allreduce"))
     assert {"sample", "fetch", "compute"} <= set(two[0]["epochs"][0]["stages"])
+
+
+@pytest.mark.multiprocess
+def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
+    """`torchrun ... -m shardgnn.run train --partitions DIR` is the multi-machine path."""
+    import json
+    import subprocess
+    import sys
+
+    from shardgnn.distributed.launch import free_port
+
+    g = generate(SyntheticConfig(nodes=1500, degree=8, classes=3, features=8, seed=4))
+    path = make_partitions(tmp_path / "parts", g, 2)
+    results = tmp_path / "run.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+           "-m", "shardgnn.run", "train", "--partitions", path, "--fanouts", "5,5", "--hidden", "16",
+           "--epochs", "2", "--quiet", "--timeout", "60", "--results", str(results)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(results.read_text())
+    assert data["workers"] == 2 and len(data["epochs"]) == 2 and data["comm"]["fetch"]["bytes_sent"] > 0
+
+
+@pytest.mark.multiprocess
+def test_cli_workers_partitions_on_the_fly(tmp_path, capsys):
+    import json
+
+    from shardgnn.cli import main
+
+    results = tmp_path / "run.json"
+    assert main(["train", "synthetic:nodes=1500,degree=8,classes=3,features=8", "--workers", "2",
+                 "--fanouts", "5,5", "--hidden", "16", "--epochs", "2", "--quiet",
+                 "--results", str(results)]) == 0
+    data = json.loads(results.read_text())
+    assert data["workers"] == 2 and data["partitioner"] == "metis"
+    assert main(["train", "--partitions", str(tmp_path / "nowhere"), "--workers", "2", "--quiet"]) == 2
+    assert "no such partition directory" in capsys.readouterr().err
