@@ -161,13 +161,12 @@ def fake_worker(monkeypatch):
     calls = []
     module = types.ModuleType("shardgnn.train.distributed")
 
-    def worker(args):
-        calls.append(args)
-        if args.dataset == "raise-config-error":
+    def run_worker(config, partitions, *, overlap, timeout_s):
+        calls.append((config, partitions, overlap, timeout_s))
+        if config.dataset == "raise-config-error":
             raise ConfigError("--partitions parts/ holds 4 partitions but the job has 8 ranks")
-        return None
 
-    module.worker = worker
+    module.run_worker = run_worker
     monkeypatch.setitem(sys.modules, "shardgnn.train.distributed", module)
     return calls
 
@@ -175,25 +174,28 @@ def fake_worker(monkeypatch):
 def test_run_main_parses_train_arguments(fake_worker):
     from shardgnn.run import main, worker_entry
 
-    assert main(["train", "synthetic", "--epochs", "3", "--fanouts", "5,5"]) == 0
-    assert worker_entry(["train", "synthetic", "--epochs", "4"]) == 0
-    first, second = fake_worker
-    assert (first.command, first.dataset, first.epochs, first.fanouts) == ("train", "synthetic", 3, (5, 5))
-    assert second.epochs == 4
+    assert main(["train", "synthetic", "--epochs", "3", "--fanouts", "5,5", "--partitions", "p/"]) == 0
+    assert worker_entry(["train", "synthetic", "--epochs", "4", "--partitions", "p/", "--no-overlap",
+                         "--timeout", "30"]) == 0
+    (first, path, overlap, _), (second, _, overlap2, timeout) = fake_worker
+    assert (first.dataset, first.optim.epochs, first.sampler.fanouts, path, overlap) == ("synthetic", 3, (5, 5), "p/", True)
+    assert (second.optim.epochs, overlap2, timeout) == (4, False, 30.0)
 
 
 def test_worker_entry_lets_errors_reach_the_launcher(fake_worker):
     from shardgnn.run import worker_entry
 
     with pytest.raises(ConfigError, match="holds 4 partitions"):
-        worker_entry(["train", "raise-config-error"])
+        worker_entry(["train", "raise-config-error", "--partitions", "p/"])
+    with pytest.raises(ConfigError, match="--partitions DIR"):
+        worker_entry(["train", "synthetic"])
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record vs. pytest's captured stderr
 def test_run_main_reports_user_errors_like_the_cli(fake_worker, capsys):
     from shardgnn.run import main
 
-    assert main(["train", "raise-config-error"]) == 2
+    assert main(["train", "raise-config-error", "--partitions", "parts/"]) == 2
     assert "shardgnn train: error: --partitions parts/ holds 4 partitions" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["info"])
