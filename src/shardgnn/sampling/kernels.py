@@ -11,8 +11,19 @@ Randomness is counter-based: the ``j``-th draw for node ``v`` under layer seed `
 
 from __future__ import annotations
 
+import os
+import threading
+
 import numba
 import numpy as np
+
+# numba's default OpenMP layer shares libgomp with torch: torch's spin-waiting OpenMP threads
+# then steal the cores from the sampling kernels (measured: 2 threads at half the speed of 1).
+# The workqueue layer has its own pool; it must not be entered by two threads at once, hence
+# KERNEL_LOCK around every parallel launch. A user's NUMBA_THREADING_LAYER wins.
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+KERNEL_LOCK = threading.Lock()
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

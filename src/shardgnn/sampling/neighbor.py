@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.sampling.kernels import mix_seed, relabel, sample_counts, sample_fill
+from shardgnn.sampling.kernels import KERNEL_LOCK, mix_seed, relabel, sample_counts, sample_fill
 from shardgnn.sampling.types import Block, SampledBlocks
 
 
@@ -46,12 +46,14 @@ def sample_neighbors(
     ``nbr[offsets[i]:offsets[i + 1]]`` (global ids) at CSR positions ``edge_ids[...]``. This is
     the kernel every sampler shares, single-process or per-owner in distributed sampling.
     """
-    counts = sample_counts(indptr, frontier, fanout, replace)
-    offsets = np.cumsum(counts)
-    total = int(offsets[-1])
-    nbr = np.empty(total, dtype=np.int64)
-    eid = np.empty(total, dtype=np.int64)
-    sample_fill(indptr, indices, frontier, fanout, replace, np.uint64(seed), offsets, nbr, eid, np.int64(id_offset))
+    with KERNEL_LOCK:
+        counts = sample_counts(indptr, frontier, fanout, replace)
+        offsets = np.cumsum(counts)
+        total = int(offsets[-1])
+        nbr = np.empty(total, dtype=np.int64)
+        eid = np.empty(total, dtype=np.int64)
+        sample_fill(indptr, indices, frontier, fanout, replace, np.uint64(seed), offsets, nbr, eid,
+                    np.int64(id_offset))
     return offsets, nbr, eid
 
 
