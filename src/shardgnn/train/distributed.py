@@ -141,9 +141,9 @@ class DistTrainer:
                 y = batch.y.to(self.ctx.device)
                 self.optimizer.zero_grad(set_to_none=True)
                 logits = self.ddp(graphs, batch.x_SF.to(self.ctx.device))
-                # An empty batch still runs backward (DDP's all-reduce is a collective); its loss
-                # is zero with zero gradients.
-                loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1) if y.numel() else logits.sum() * 0
+                # An empty batch still runs backward (DDP's all-reduce is a collective): a summed
+                # loss over no rows is a zero connected to the graph, so its gradients are zero.
+                loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
                 loss.backward()
                 self.optimizer.step()
             self.sampled_edges += batch.sample.num_sampled_edges
