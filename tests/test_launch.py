@@ -175,10 +175,10 @@ def test_run_main_parses_train_arguments(fake_worker):
     from shardgnn.run import main, worker_entry
 
     assert main(["train", "synthetic", "--epochs", "3", "--fanouts", "5,5", "--partitions", "p/"]) == 0
-    assert worker_entry(["train", "synthetic", "--epochs", "4", "--partitions", "p/", "--no-overlap",
+    assert worker_entry(["train", "synthetic", "--epochs", "4", "--partitions", "p/", "--overlap", "off",
                          "--timeout", "30"]) == 0
     (first, path, overlap, _), (second, _, overlap2, timeout) = fake_worker
-    assert (first.dataset, first.optim.epochs, first.sampler.fanouts, path, overlap) == ("synthetic", 3, (5, 5), "p/", True)
+    assert (first.dataset, first.optim.epochs, first.sampler.fanouts, path, overlap) == ("synthetic", 3, (5, 5), "p/", "auto")
     assert (second.optim.epochs, overlap2, timeout) == (4, False, 30.0)
 
 

@@ -68,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "dataset is partitioned on the fly with METIS")
     dist_args.add_argument("--partitions", default=None,
                            help="a partition directory written by `shardgnn partition` (one worker per part)")
-    dist_args.add_argument("--no-overlap", action="store_true",
-                           help="do not sample/fetch the next batch while training on the current one")
+    dist_args.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
+                           help="sample/fetch the next batch in a background thread while training on the "
+                                "current one; auto: on when every worker has >= 2 cores")
     dist_args.add_argument("--timeout", type=float, default=120.0,
                            help="seconds any collective may wait before the job fails (a dead worker ends the "
                                 "job instead of hanging it)")

@@ -69,7 +69,7 @@ def worker_entry(argv: list[str]) -> int:
     from shardgnn.cli import config_from_args
     from shardgnn.train.distributed import run_worker
 
-    run_worker(config_from_args(args), args.partitions, overlap=not args.no_overlap, timeout_s=args.timeout)
+    run_worker(config_from_args(args), args.partitions, overlap={"on": True, "off": False}.get(args.overlap, "auto"), timeout_s=args.timeout)
     return 0
 
 

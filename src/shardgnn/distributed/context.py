@@ -1,7 +1,7 @@
 """The distributed context: rank, world size, device and process groups, built once.
 
 ``init_distributed`` is the only function in shardgnn that reads ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by ``torchrun``, SLURM wrappers or our
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by ``torchrun``, SLURM wrappers or our
 own launcher); everything below receives the resulting :class:`DistContext` explicitly.
 """
 
@@ -26,6 +26,7 @@ class DistContext:
     Attributes:
         rank, world_size: position in the job.
         local_rank: position on this machine (selects the GPU).
+        local_world_size: workers on this machine (they share its cores).
         device: the torch device this rank computes on.
         backend: ``gloo`` or ``nccl``.
         timeout_s: deadline of every collective; a rank that dies makes the others fail by then.
@@ -39,6 +40,7 @@ class DistContext:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int
     device: torch.device
     backend: str
     timeout_s: float
@@ -69,6 +71,7 @@ def init_distributed(*, device: str = "auto", backend: str = "auto",
                           "`shardgnn train --workers N` or `torchrun ... -m shardgnn.run ...`")
     rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
     local_rank = int(env.get("LOCAL_RANK", rank))
+    local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
     if device == "auto":
         device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
     torch_device = torch.device(device)
@@ -84,7 +87,8 @@ def init_distributed(*, device: str = "auto", backend: str = "auto",
     if not dist.is_initialized():
         dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
     data_group = dist.new_group(backend="gloo", timeout=timeout)
-    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank, device=torch_device,
+    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank,
+                       local_world_size=local_world_size, device=torch_device,
                        backend=backend, timeout_s=timeout_s, group=dist.group.WORLD, data_group=data_group)
 
 
