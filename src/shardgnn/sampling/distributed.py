@@ -19,9 +19,8 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
-from shardgnn.sampling.kernels import mix_seed, relabel
-from shardgnn.sampling.neighbor import SamplerConfig, sample_neighbors
-from shardgnn.sampling.types import Block, SampledBlocks
+from shardgnn.sampling.neighbor import SamplerConfig, sample_blocks, sample_neighbors
+from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.dist_feature import bucket_by_owner
 from shardgnn.store.dist_graph import DistGraphStore
 
@@ -74,20 +73,5 @@ class DistNeighborSampler:
 
     def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
         """Sample blocks for this rank's ``seeds`` (any owners); collective over the communicator."""
-        seeds_np = np.ascontiguousarray(seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64)
-        blocks: list[Block] = []
-        frontier = seeds_np
-        for layer, fanout in enumerate(self.config.fanouts):
-            offsets, nbr, eid = self._sample_remote(frontier, fanout, mix_seed(seed, layer))
-            src_nodes, local = relabel(frontier, nbr, self._node_map)
-            blocks.append(Block(
-                src_nodes_S=torch.from_numpy(src_nodes),
-                num_dst=int(frontier.shape[0]),
-                indptr_D1=torch.from_numpy(offsets),
-                indices_E=torch.from_numpy(local),
-                edge_ids_E=torch.from_numpy(eid),
-                src_degree_S=torch.from_numpy(self.graph.degree[src_nodes].astype(np.int64)),
-            ))
-            frontier = src_nodes
-        blocks.reverse()
-        return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)
+        return sample_blocks(seeds, self.config, seed, one_hop=self._sample_remote,
+                             degree_of=lambda nodes: self.graph.degree[nodes], node_map=self._node_map)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numba
 import numpy as np
@@ -80,23 +81,39 @@ class NeighborSampler:
         Layer ``l`` (0 = the output layer, whose fanout is ``fanouts[0]``) uses the layer seed
         ``mix_seed(seed, l)``.
         """
-        seeds_np = np.ascontiguousarray(seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64)
-        if self.config.num_threads is not None:
-            numba.set_num_threads(self.config.num_threads)
-        blocks: list[Block] = []
-        frontier = seeds_np
-        for layer, fanout in enumerate(self.config.fanouts):
-            offsets, nbr, eid = sample_neighbors(
-                self.indptr, self.indices, frontier, fanout, self.config.replace, mix_seed(seed, layer))
-            src_nodes, local = relabel(frontier, nbr, self._node_map)
-            blocks.append(Block(
-                src_nodes_S=torch.from_numpy(src_nodes),
-                num_dst=int(frontier.shape[0]),
-                indptr_D1=torch.from_numpy(offsets),
-                indices_E=torch.from_numpy(local),
-                edge_ids_E=torch.from_numpy(eid),
-                src_degree_S=torch.from_numpy(self.indptr[src_nodes + 1] - self.indptr[src_nodes]),
-            ))
-            frontier = src_nodes
-        blocks.reverse()
-        return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)
+        return sample_blocks(
+            seeds, self.config, seed,
+            one_hop=lambda frontier, fanout, layer_seed: sample_neighbors(
+                self.indptr, self.indices, frontier, fanout, self.config.replace, layer_seed),
+            degree_of=lambda nodes: self.indptr[nodes + 1] - self.indptr[nodes],
+            node_map=self._node_map)
+
+
+OneHop = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def sample_blocks(seeds: torch.Tensor | np.ndarray, config: SamplerConfig, seed: int, *, one_hop: OneHop,
+                  degree_of: Callable[[np.ndarray], np.ndarray], node_map: np.ndarray) -> SampledBlocks:
+    """The layer loop every sampler shares: for each fanout (output layer first) draw one hop with
+    ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all), relabel, build the
+    block; ``degree_of(global ids)`` gives graph in-degrees. Layer ``l`` uses ``mix_seed(seed, l)``.
+    """
+    seeds_np = np.ascontiguousarray(seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64)
+    if config.num_threads is not None:
+        numba.set_num_threads(config.num_threads)
+    blocks: list[Block] = []
+    frontier = seeds_np
+    for layer, fanout in enumerate(config.fanouts):
+        offsets, nbr, eid = one_hop(frontier, fanout, mix_seed(seed, layer))
+        src_nodes, local = relabel(frontier, nbr, node_map)
+        blocks.append(Block(
+            src_nodes_S=torch.from_numpy(src_nodes),
+            num_dst=int(frontier.shape[0]),
+            indptr_D1=torch.from_numpy(offsets),
+            indices_E=torch.from_numpy(local),
+            edge_ids_E=torch.from_numpy(eid),
+            src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
+        ))
+        frontier = src_nodes
+    blocks.reverse()
+    return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)
