@@ -1,8 +1,7 @@
 """Distributed training: epoch time and communication volume, and accuracy against one worker.
 
 Two parts (``--part epoch|accuracy|all``); every run is a fresh job of ``--workers`` local
-processes (``shardgnn.distributed.launch.launch_local`` when available, else
-``torch.multiprocessing.spawn``), one ``shardgnn.train.distributed.DistTrainer`` per rank.
+processes (``shardgnn.distributed.launch.launch_local``), one ``shardgnn.train.distributed.DistTrainer`` per rank.
 
 **epoch** — GraphSAGE (3 layers, hidden 256, global batch 1024) on the synthetic graph
 (default ``synthetic:nodes=1000000,degree=20,features=100,classes=16``) for every combination of
@@ -54,7 +53,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -65,6 +63,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from shardgnn.distributed.launch import launch_local
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.errors import DatasetError
 from shardgnn.graph.datasets import load_dataset
@@ -152,42 +151,14 @@ def worker_main(config: TrainConfig, partitions: str, overlap: bool, skip_test: 
         shutdown()
 
 
-def _spawned(rank: int, world_size: int, port: int, entrypoint: Callable, args: tuple) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    entrypoint(*args)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launcher_name() -> str:
-    try:
-        from shardgnn.distributed.launch import launch_local  # noqa: F401
-    except ImportError:
-        return "torch.multiprocessing.spawn"
-    return "shardgnn.distributed.launch.launch_local"
-
-
 def run_job(config: TrainConfig, partitions: Path, workers: int, *, overlap: bool, skip_test: bool,
             timeout_s: float, job_timeout_s: float | None) -> dict[str, Any]:
     """A fresh ``workers``-process job; rank 0's results."""
     with tempfile.TemporaryDirectory(prefix="bench_distributed_") as tmp:
         result_path = os.path.join(tmp, "rank0.json")
         args = (config, str(partitions), overlap, skip_test, timeout_s, result_path)
-        try:
-            from shardgnn.distributed.launch import launch_local
-        except ImportError:
-            launch_local = None
-        if launch_local is not None:
-            launch_local(worker_main, args, workers, timeout_s=job_timeout_s)
-        else:
-            torch.multiprocessing.spawn(_spawned, args=(workers, _free_port(), worker_main, args), nprocs=workers,
-                                        join=True)
-        # Rank 0 wrote its results (JSON: the same on either launcher).
+        launch_local(worker_main, args, workers, timeout_s=job_timeout_s)
+        # Rank 0 wrote its results.
         with open(result_path) as fh:
             return json.load(fh)
 
@@ -301,7 +272,7 @@ def common_report(args: argparse.Namespace, command: str, load_before: tuple) ->
         "argv": sys.argv,
         "cwd": os.getcwd(),
         "args": vars(args),
-        "launcher": launcher_name(),
+        "launcher": "shardgnn.distributed.launch.launch_local",
         "machine": dict(machine_info(), cores=cores, loadavg_before=list(load_before),
                         loadavg_now=list(os.getloadavg())),
     }
@@ -426,7 +397,7 @@ def run_epoch_part(args: argparse.Namespace, base: dict[str, Any]) -> bool:
     spec, work_dir, cores = args.graph, Path(args.work_dir), cores_available() if args.cores is None else args.cores
     plan = epoch_plan(args)
     print(f"== epoch part: {spec}; {len(plan)} runs, {epochs} epochs each, {cores} cores, launcher "
-          f"{launcher_name()}", flush=True)
+          "shardgnn.distributed.launch.launch_local", flush=True)
 
     graph_holder: dict[str, Any] = {}
     graph_info: dict[str, Any] = {"spec": spec}
@@ -555,7 +526,7 @@ def run_accuracy_part(args: argparse.Namespace, base: dict[str, Any]) -> bool:
     workers_list = args.workers_list
     total = len(seeds) * len(workers_list)
     print(f"== accuracy part: {ACC_DATASET}, seeds {seeds}, workers {workers_list}, up to {epochs} epochs "
-          f"(patience {ACC_PATIENCE}), {cores} cores, launcher {launcher_name()}", flush=True)
+          f"(patience {ACC_PATIENCE}), {cores} cores, launcher shardgnn.distributed.launch.launch_local", flush=True)
     report = dict(base, benchmark="distributed_accuracy", dataset=ACC_DATASET, epochs=epochs, cores=cores,
                   setting={"model": "sage", "layers": 2, "fanouts": list(ACC_FANOUTS), "hidden": ACC_HIDDEN,
                            "dropout": ACC_DROPOUT, "lr": ACC_LR, "weight_decay": args.weight_decay,

@@ -12,6 +12,7 @@ dead peer turns into an exception on the survivors instead of a hang.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import defaultdict
 from typing import Sequence
@@ -80,7 +81,7 @@ class Communicator:
         received = torch.empty((int(recv_counts.sum()), *row_shape), dtype=template.dtype, device=template.device)
         dist.all_to_all_single(received, payload.contiguous(), output_split_sizes=recv_counts.tolist(),
                                input_split_sizes=send_counts.tolist(), group=self.group)
-        row_bytes = template.element_size() * int(torch.tensor(row_shape).prod().item() if row_shape else 1)
+        row_bytes = template.element_size() * math.prod(row_shape)
         others = [p for p in range(self.world_size) if p != self.rank]
         sent = sum(int(send_counts[p]) for p in others) * row_bytes
         recv = sum(int(recv_counts[p]) for p in others) * row_bytes

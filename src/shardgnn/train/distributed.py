@@ -92,11 +92,14 @@ class DistTrainer:
         self.labels = DistFeatureStore(np.asarray(part.y, dtype=np.int64), book, ctx.rank, self.data_comm, "fetch")
         self.timer = StageTimer()
         rank_seed = mix_seed(config.seed, ctx.rank)
-        self.split_sizes = {split: int(len(global_split_ids(partitions, split))) for split in ("train", "val", "test")}
+        # Every rank reads all parts' (small) split index files once: the seed split is a pure
+        # function of the global ids, computed identically everywhere.
+        split_ids = {split: global_split_ids(partitions, split) for split in ("train", "val", "test")}
+        self.split_sizes = {split: int(len(ids)) for split, ids in split_ids.items()}
         # --batch-size is the global batch: each of the P workers takes B / P seeds per step, so
         # P workers take the same optimiser steps as one (and DDP's gradient mean is the global one).
         per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
-        self.train_batches = DistSeedBatcher(global_split_ids(partitions, "train"), book, ctx.rank, ctx.world_size,
+        self.train_batches = DistSeedBatcher(split_ids["train"], book, ctx.rank, ctx.world_size,
                                              per_rank_batch, shuffle=True, seed=config.seed)
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
         self.train_stages = FeatureFetcher(NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
@@ -106,7 +109,7 @@ class DistTrainer:
             num_threads=config.sampler.num_threads), self.data_comm, "sample")
         self.eval_stages = {}
         for split in ("val", "test"):
-            batches = DistSeedBatcher(global_split_ids(partitions, split), book, ctx.rank, ctx.world_size,
+            batches = DistSeedBatcher(split_ids[split], book, ctx.rank, ctx.world_size,
                                       max(1, -(-config.eval_batch_size // ctx.world_size)), shuffle=False,
                                       seed=config.seed)
             self.eval_stages[split] = FeatureFetcher(
