@@ -71,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     dist_args.add_argument("--overlap", choices=("auto", "on", "off"), default="auto",
                            help="sample/fetch the next batch in a background thread while training on the "
                                 "current one; auto: on when every worker has >= 2 cores")
+    dist_args.add_argument("--fetch-bits", type=int, choices=(1, 2, 4, 8, 16, 32), default=32,
+                           help="mini-batch mode: bits per value of remote feature rows (low-bit codec; 32: exact)")
+    full_args = train.add_argument_group("distributed full-graph training (--mode full --workers N)")
+    full_args.add_argument("--spmm", choices=("1d", "1d-sparse", "1.5d"), default="1d-sparse",
+                           help="distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
+                                "rank needs, 1.5d replicates row blocks --replication times (CAGNET)")
+    full_args.add_argument("--replication", type=int, default=1, help="1.5d replication factor (divides --workers)")
+    full_args.add_argument("--bits", type=int, choices=(1, 2, 4, 8, 16, 32), default=32,
+                           help="bits per value of exchanged features and feature gradients (32: exact)")
+    full_args.add_argument("--staleness", type=int, default=0,
+                           help="1d-sparse: epochs halo rows may lag, so exchanges overlap compute (0: synchronous)")
     dist_args.add_argument("--timeout", type=float, default=120.0,
                            help="seconds any collective may wait before the job fails (a dead worker ends the "
                                 "job instead of hanging it)")
@@ -93,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace):
     """The :class:`TrainConfig` that ``shardgnn train`` flags describe (also used by ``shardgnn.run``)."""
+    from shardgnn.fullgraph.spmm import FullGraphConfig
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig, TrainConfig
@@ -105,6 +117,8 @@ def config_from_args(args: argparse.Namespace):
         sampler=SamplerConfig(fanouts=args.fanouts if args.mode == "minibatch" else (-1,) * layers,
                               replace=args.replace, num_threads=args.sampler_threads),
         optim=OptimConfig(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, patience=args.patience),
+        full=FullGraphConfig(spmm=args.spmm, replication=args.replication, bits=args.bits, staleness=args.staleness),
+        fetch_bits=args.fetch_bits,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, eval_fanouts=args.eval_fanouts,
         feature_norm=args.feature_norm, seed=args.seed, device=args.device, threads=args.threads,
         data_dir=args.data_dir, results=args.results, progress=not args.quiet,

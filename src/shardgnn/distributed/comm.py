@@ -20,6 +20,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from shardgnn.distributed.codec import RowCodec
+
 
 @dataclasses.dataclass
 class CommStats:
@@ -60,34 +62,61 @@ class Communicator:
         return out
 
     # ------------------------------------------------------------------ collectives
-    def all_to_all(self, send: Sequence[torch.Tensor], stage: str) -> list[torch.Tensor]:
+    def all_to_all(self, send: Sequence[torch.Tensor], stage: str, *, recv_counts: Sequence[int] | None = None,
+                   codec: RowCodec | None = None) -> list[torch.Tensor]:
         """Send ``send[p]`` to rank ``p``; return what every rank sent here (``out[p]`` from ``p``).
 
-        Tensors may differ in length along dim 0 but share dtype and trailing shape. Two
-        collectives run: the row counts first (so every receiver can size its buffers), then the
-        payload in one ``all_to_all_single``.
+        Tensors may differ in length along dim 0 but share dtype and trailing shape. Unless the
+        caller knows them (``recv_counts``, e.g. from a communication plan built once), the row
+        counts are exchanged first so every receiver can size its buffers; the payload then
+        moves in one ``all_to_all_single``. With a ``codec`` the rows (2-D float) travel
+        quantised and arrive dequantised; a rank's own slice never leaves the process and is
+        returned as given.
+        """
+        return self.all_to_all_async(send, stage, recv_counts=recv_counts, codec=codec).wait()
+
+    def all_to_all_async(self, send: Sequence[torch.Tensor], stage: str, *,
+                         recv_counts: Sequence[int] | None = None, codec: RowCodec | None = None) -> "PendingExchange":
+        """:meth:`all_to_all` whose payload is still in flight: ``.wait()`` returns the rows.
+
+        Exchanges of one communicator complete in the order they were started; the bytes are
+        counted now, the time spent blocked in ``wait``.
         """
         assert len(send) == self.world_size, "one tensor per rank"
         start = time.perf_counter()
-        template = send[0]
-        row_shape = tuple(template.shape[1:])
+        own = send[self.rank]
         if self.world_size == 1:
             self.record(stage, 0, 0, time.perf_counter() - start)
-            return [send[0]]
+            return PendingExchange(self, stage, None, [own], None, 0.0)
+        width = own.shape[1] if codec is not None else None
+        if codec is not None:
+            assert all(t.dim() == 2 for t in send), "the codec sends [rows, width] float matrices"
+            send = [codec.encode(t) if p != self.rank else codec.encode(t[:0]) for p, t in enumerate(send)]
+        template = send[0]
+        row_shape = tuple(template.shape[1:])
         send_counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
-        recv_counts = torch.empty_like(send_counts)
-        dist.all_to_all_single(recv_counts, send_counts, group=self.group)
-        payload = torch.cat([t.reshape(t.shape[0], *row_shape) for t in send]) if send else template
-        received = torch.empty((int(recv_counts.sum()), *row_shape), dtype=template.dtype, device=template.device)
-        dist.all_to_all_single(received, payload.contiguous(), output_split_sizes=recv_counts.tolist(),
-                               input_split_sizes=send_counts.tolist(), group=self.group)
+        metadata = 0
+        if recv_counts is None:
+            recv = torch.empty_like(send_counts)
+            dist.all_to_all_single(recv, send_counts, group=self.group)
+            recv_counts = recv.tolist()
+            # The 8-byte count per peer is metadata; it is counted too, to be honest.
+            metadata = 8 * (self.world_size - 1)
+        recv_counts = [int(c) for c in recv_counts]
+        assert len(recv_counts) == self.world_size, "one receive count per rank"
+        payload = torch.cat([t.reshape(t.shape[0], *row_shape) for t in send])
+        received = torch.empty((sum(recv_counts), *row_shape), dtype=template.dtype, device=template.device)
+        work = dist.all_to_all_single(received, payload.contiguous(), output_split_sizes=recv_counts,
+                                      input_split_sizes=send_counts.tolist(), group=self.group, async_op=True)
         row_bytes = template.element_size() * math.prod(row_shape)
         others = [p for p in range(self.world_size) if p != self.rank]
         sent = sum(int(send_counts[p]) for p in others) * row_bytes
-        recv = sum(int(recv_counts[p]) for p in others) * row_bytes
-        # The 2 x 8-byte count exchange per peer is metadata; it is counted too, to be honest.
-        self.record(stage, sent + 8 * len(others), recv + 8 * len(others), time.perf_counter() - start)
-        return list(torch.split(received, recv_counts.tolist()))
+        got = sum(recv_counts[p] for p in others) * row_bytes
+        self.record(stage, sent + metadata, got + metadata, 0.0)
+        pieces = list(torch.split(received, recv_counts))
+        pieces[self.rank] = own
+        decode = None if codec is None else (lambda t: codec.decode(t, width))
+        return PendingExchange(self, stage, work, pieces, decode, time.perf_counter() - start)
 
     def all_reduce(self, tensor: torch.Tensor, stage: str, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
         """In-place all-reduce. Counted as a ring all-reduce: each rank sends and receives
@@ -99,15 +128,29 @@ class Communicator:
         self.record(stage, volume, volume, time.perf_counter() - start)
         return tensor
 
-    def broadcast(self, tensor: torch.Tensor, src: int, stage: str) -> torch.Tensor:
-        """In-place broadcast from ``src`` (counted as ``src`` sending the tensor to every peer)."""
+    def broadcast(self, tensor: torch.Tensor, src: int, stage: str, *, codec: RowCodec | None = None) -> torch.Tensor:
+        """Broadcast from ``src`` (counted as ``src`` sending the tensor to every peer).
+
+        Without a codec ``tensor`` is filled in place on the receivers and returned. With one,
+        ``tensor`` (2-D float) travels quantised: ``src`` gets its own tensor back, the others a
+        new dequantised tensor of the same shape (their ``tensor`` is only a shape template).
+        """
         start = time.perf_counter()
+        buffer = tensor
+        if codec is not None:
+            rows, width = tensor.shape
+            buffer = codec.encode(tensor) if self.rank == src else torch.empty(
+                (rows, codec.payload_bytes(width)), dtype=torch.uint8, device=tensor.device)
         if self.world_size > 1:
-            dist.broadcast(tensor, src=src, group=self.group)
-        nbytes = tensor.numel() * tensor.element_size()
+            # ``src`` is a rank of this communicator's group; torch wants the global rank.
+            root = src if self.group is None else dist.get_global_rank(self.group, src)
+            dist.broadcast(buffer, src=root, group=self.group)
+        nbytes = buffer.numel() * buffer.element_size()
         sent = nbytes * (self.world_size - 1) if self.rank == src else 0
         self.record(stage, sent, 0 if self.rank == src else nbytes, time.perf_counter() - start)
-        return tensor
+        if codec is None or self.rank == src:
+            return tensor
+        return codec.decode(buffer, tensor.shape[1]).to(tensor.dtype)
 
     def reduce_stats(self, stats: dict[str, CommStats] | None = None) -> dict[str, CommStats]:
         """Sum per-stage stats over all ranks (every rank gets the totals). Reporting traffic is
@@ -124,3 +167,38 @@ class Communicator:
         if self.world_size > 1 and names:
             dist.all_reduce(values, group=self.group)
         return {n: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3])) for n, v in zip(names, values.tolist())}
+
+    def gather_stats(self, stats: dict[str, CommStats]) -> dict[str, list[CommStats]]:
+        """Every rank's per-stage stats (``out[stage][p]`` of rank ``p``), on every rank: for the
+        maximum any one rank sends or receives. Every rank must hold the same stage names."""
+        names = sorted(stats)
+        values = torch.tensor([[stats[n].bytes_sent, stats[n].bytes_recv, stats[n].time_s, stats[n].calls]
+                               for n in names], dtype=torch.float64).reshape(len(names), 4)
+        gathered = [values.clone() for _ in range(self.world_size)]
+        if self.world_size > 1 and names:
+            dist.all_gather(gathered, values, group=self.group)
+        return {n: [CommStats(int(g[i, 0]), int(g[i, 1]), float(g[i, 2]), int(g[i, 3])) for g in gathered]
+                for i, n in enumerate(names)}
+
+
+class PendingExchange:
+    """An all-to-all in flight (see :meth:`Communicator.all_to_all_async`)."""
+
+    def __init__(self, comm: Communicator, stage: str, work, pieces: list[torch.Tensor], decode, setup_s: float):
+        self._comm, self._stage, self._work, self._pieces = comm, stage, work, pieces
+        self._decode, self._setup_s = decode, setup_s
+        self._result: list[torch.Tensor] | None = None
+
+    def wait(self) -> list[torch.Tensor]:
+        """Block until the rows arrived; ``out[p]`` came from rank ``p``. Idempotent."""
+        if self._result is None:
+            start = time.perf_counter()
+            if self._work is not None:
+                self._work.wait()
+            pieces = self._pieces
+            if self._decode is not None:
+                rank = self._comm.rank
+                pieces = [t if p == rank else self._decode(t) for p, t in enumerate(pieces)]
+            self._comm.stats[self._stage].time_s += self._setup_s + time.perf_counter() - start
+            self._result = pieces
+        return self._result

@@ -145,8 +145,15 @@ class _SpMM(torch.autograd.Function):
         return ctx.graph.adjacency_t(ctx.norm) @ grad_DF.contiguous(), None, None
 
 
-def spmm(graph: MessageGraph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
-    """``A_norm @ h``: aggregate src rows ``[S, F]`` into dst rows ``[D, F]``."""
+def spmm(graph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
+    """``A_norm @ h``: aggregate src rows ``[S, F]`` into dst rows ``[D, F]``.
+
+    ``graph`` is a :class:`MessageGraph` or any object with ``num_src``, ``num_dst`` and an
+    ``aggregate(h_SF, norm)`` method (the distributed full-graph adjacency of
+    :mod:`shardgnn.fullgraph` is one), so the layers of :mod:`shardgnn.nn.conv` run on both.
+    """
     if h_SF.shape[0] != graph.num_src:
         raise ValueError(f"features have {h_SF.shape[0]} rows but the graph has {graph.num_src} src nodes")
+    if not isinstance(graph, MessageGraph):
+        return graph.aggregate(h_SF, norm)
     return _SpMM.apply(h_SF, graph, norm)

@@ -16,8 +16,10 @@ from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
 from shardgnn.nn.conv import GATConv, GCNConv, SAGEConv
+from shardgnn.nn.dropout import hashed_dropout
 from shardgnn.nn.functional import dropout
 from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.sampling.kernels import mix_seed
 
 MODELS = ("sage", "gcn", "gat")
 
@@ -61,6 +63,26 @@ class GNN(nn.Module):
         self.dropout = dropout
         self.input_dropout = input_dropout
         self.activation = activation
+        self.dropout_seed: int | None = None
+        self.dropout_step = 0
+
+    def use_hashed_dropout(self, seed: int) -> None:
+        """Full-graph training: draw dropout masks from ``(seed, training step, layer, global node
+        id, column)`` (:func:`hashed_dropout`), so a rank holding rows ``start..end`` of the graph
+        drops exactly what a single process drops for those nodes. Every graph passed to
+        ``forward`` must then be a full graph (or row block) whose rows start at global id
+        ``graph.row_offset`` (0 when absent)."""
+        self.dropout_seed = int(seed)
+        self.dropout_step = 0
+
+    def _drop(self, h: torch.Tensor, p: float, graph, layer: int) -> torch.Tensor:
+        if p == 0.0 or not self.training:
+            return h
+        if self.dropout_seed is None:
+            return dropout(h, p, True)
+        assert graph.num_src == graph.num_dst, "hashed dropout needs full-graph rows"
+        seed = mix_seed(self.dropout_seed, self.dropout_step, layer)
+        return hashed_dropout(h, p, seed, getattr(graph, "row_offset", 0))
 
     @property
     def num_layers(self) -> int:
@@ -69,11 +91,13 @@ class GNN(nn.Module):
     def forward(self, graphs: Sequence[MessageGraph], x_SF: torch.Tensor) -> torch.Tensor:
         if len(graphs) != len(self.layers):
             raise ValueError(f"model has {len(self.layers)} layers but got {len(graphs)} graphs")
-        h = dropout(x_SF, self.input_dropout, self.training)
+        h = self._drop(x_SF, self.input_dropout, graphs[0], 0)
         for i, (layer, graph) in enumerate(zip(self.layers, graphs)):
             if i > 0:
-                h = F.dropout(self.activation(h), self.dropout, self.training)
+                h = self._drop(self.activation(h), self.dropout, graph, i)
             h = layer(graph, h)
+        if self.training and self.dropout_seed is not None:
+            self.dropout_step += 1
         return h
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shardgnn.distributed.codec import RowCodec
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook
 from shardgnn.store.feature import FeatureStore, LocalFeatureStore
@@ -30,11 +31,13 @@ class DistFeatureStore(FeatureStore):
         rank: this rank (= the part it owns).
         comm: the communicator (all bytes are counted under ``stage``).
         stage: the communication stage name, e.g. ``fetch``.
+        codec: remote rows travel quantised by this low-bit codec (``--fetch-bits``; None: exact).
     """
 
-    def __init__(self, local, book: PartitionBook, rank: int, comm: Communicator, stage: str = "fetch"):
+    def __init__(self, local, book: PartitionBook, rank: int, comm: Communicator, stage: str = "fetch",
+                 codec: RowCodec | None = None):
         self.local = local if isinstance(local, FeatureStore) else LocalFeatureStore(local)
-        self.book, self.rank, self.comm, self.stage = book, rank, comm, stage
+        self.book, self.rank, self.comm, self.stage, self.codec = book, rank, comm, stage, codec
         self.start, self.end = (int(v) for v in book.part_range(rank))
         self._row_shape = tuple(self.local.shape[1:])
 
@@ -54,7 +57,7 @@ class DistFeatureStore(FeatureStore):
         requests[self.rank] = mine[:0]
         incoming = self.comm.all_to_all(requests, self.stage)
         replies = [self.local.gather(req - self.start) for req in incoming]
-        rows = self.comm.all_to_all(replies, self.stage)
+        rows = self.comm.all_to_all(replies, self.stage, codec=self.codec)
         rows[self.rank] = self.local.gather(mine - self.start)
         out = torch.empty((ids_np.shape[0], *self._row_shape), dtype=rows[self.rank].dtype)
         out[torch.from_numpy(order)] = torch.cat(rows)

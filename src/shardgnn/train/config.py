@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from shardgnn.distributed.codec import BITS
 from shardgnn.errors import ConfigError
+from shardgnn.fullgraph.spmm import FullGraphConfig
 from shardgnn.nn.models import ModelConfig
 from shardgnn.sampling.neighbor import SamplerConfig
 
@@ -44,6 +46,10 @@ class TrainConfig:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+    full: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
+    """distributed full-graph training (used with mode=full and several workers)"""
+    fetch_bits: int = 32
+    """bits per value of remote feature rows in distributed mini-batch training (32: exact)"""
     batch_size: int = 1024
     """seed nodes per mini-batch (the global batch: with P workers each takes batch_size / P)"""
     eval_batch_size: int = 4096
@@ -72,6 +78,8 @@ class TrainConfig:
             raise ConfigError(f"feature_norm={self.feature_norm!r} must be one of {FEATURE_NORMS}")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ConfigError(f"batch sizes must be >= 1, got {self.batch_size} and {self.eval_batch_size}")
+        if self.fetch_bits not in BITS:
+            raise ConfigError(f"fetch_bits={self.fetch_bits} must be one of {BITS}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads={self.threads} must be >= 1")
         if self.mode == "minibatch" and self.model.num_layers != len(self.sampler.fanouts):

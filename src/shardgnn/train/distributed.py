@@ -21,6 +21,7 @@ import torch
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from shardgnn.distributed.codec import make_codec
 from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
@@ -63,7 +64,96 @@ def global_split_ids(partitions: str | Path, split: str) -> np.ndarray:
     return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
 
-class DistTrainer:
+class RankTrainer:
+    """The epoch loop shared by the distributed trainers (mini-batch and full-graph).
+
+    Subclasses set ``config``, ``ctx``, ``model``, ``timer``, ``main_comm``, ``comms`` (every
+    communicator whose traffic is reported) and implement ``train_epoch``, ``evaluate``,
+    ``dataset_info`` and ``extra_results``.
+    """
+
+    config: TrainConfig
+    ctx: DistContext
+    main_comm: Communicator
+    comms: tuple[Communicator, ...]
+    timer: StageTimer
+
+    def train_epoch(self, epoch: int) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def evaluate(self, split: str) -> float:
+        raise NotImplementedError
+
+    def dataset_info(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def extra_results(self, history: list[EpochRecord]) -> dict[str, Any]:
+        return {}
+
+    def _sum(self, values: list[float], stage: str = "metrics") -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        self.main_comm.all_reduce(t, stage)
+        return t.tolist()
+
+    def fit(self) -> dict[str, Any]:
+        cfg = self.config
+        history: list[EpochRecord] = []
+        best_val, best_epoch, best_state = -1.0, -1, None
+        comm_total: dict[str, CommStats] = {}
+        run_start = time.perf_counter()
+        for epoch in range(cfg.optim.epochs):
+            start = time.perf_counter()
+            loss, train_acc = self.train_epoch(epoch)
+            train_time = time.perf_counter() - start
+            with self.timer("eval"):
+                val_acc = self.evaluate("val")
+            stages = self.timer.reset()
+            names = sorted(stages)
+            # Per-stage seconds, averaged over ranks (every rank has the same stage names).
+            mean_stages = self._sum([stages[n] for n in names])
+            stages = {n: v / self.ctx.world_size for n, v in zip(names, mean_stages)}
+            train_time = self._sum([train_time])[0] / self.ctx.world_size
+            history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
+            if val_acc > best_val:
+                best_val, best_epoch = val_acc, epoch
+                best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            for comm in self.comms:
+                for name, st in comm.reset().items():
+                    tot = comm_total.setdefault(name, CommStats())
+                    tot.bytes_sent += st.bytes_sent
+                    tot.bytes_recv += st.bytes_recv
+                    tot.time_s += st.time_s
+                    tot.calls += st.calls
+            if cfg.optim.patience and epoch - best_epoch >= cfg.optim.patience:
+                break
+        assert best_state is not None
+        self.model.load_state_dict(best_state)
+        val_acc, test_acc = self.evaluate("val"), self.evaluate("test")
+        total_time = time.perf_counter() - run_start
+        per_rank = self.main_comm.gather_stats(comm_total)
+        return {
+            "config": cfg.to_dict(),
+            "dataset": self.dataset_info(),
+            "workers": self.ctx.world_size,
+            "epochs": [dataclasses.asdict(r) for r in history],
+            "best_epoch": best_epoch,
+            "val_acc": val_acc,
+            "test_acc": test_acc,
+            "mean_epoch_time_s": float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s])),
+            "total_time_s": total_time,
+            # Bytes summed over ranks and epochs, plus the most any one rank sent / received.
+            "comm": {name: {"bytes_sent": sum(st.bytes_sent for st in ranks),
+                            "bytes_recv": sum(st.bytes_recv for st in ranks),
+                            "time_s": sum(st.time_s for st in ranks),
+                            "max_rank_bytes_sent": max(st.bytes_sent for st in ranks),
+                            "max_rank_bytes_recv": max(st.bytes_recv for st in ranks)}
+                     for name, ranks in per_rank.items()},
+            "num_epochs_run": len(history),
+            **self.extra_results(history),
+        }
+
+
+class DistTrainer(RankTrainer):
     """One rank of a distributed mini-batch training job."""
 
     def __init__(self, config: TrainConfig, ctx: DistContext, partitions: str | Path, *,
@@ -73,12 +163,13 @@ class DistTrainer:
             # only steals cycles from compute (measured on 2 cores, 2 workers: 148 s vs 77 s/epoch).
             overlap = (os.cpu_count() or 1) // ctx.local_world_size >= 2
         if config.mode != "minibatch":
-            raise ConfigError("distributed full-graph training is not available yet; use --mode minibatch")
+            raise ConfigError(f"DistTrainer trains --mode minibatch; --mode {config.mode} runs FullGraphTrainer")
         self.config, self.ctx, self.overlap = config, ctx, overlap
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
         self.main_comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        self.comms = (self.data_comm, self.main_comm)
         self.meta = read_partitions(partitions, verify=False).meta
         self.graph = DistGraphStore.open(partitions, ctx.rank, ctx.world_size, self.data_comm)
         part = self.graph.part
@@ -88,7 +179,8 @@ class DistTrainer:
             raise ConfigError("feature_norm=standard needs global statistics; use row or none when distributed")
         x_local = normalize_features(part.x, config.feature_norm)
         book = self.graph.book
-        self.features = DistFeatureStore(x_local, book, ctx.rank, self.data_comm, "fetch")
+        self.features = DistFeatureStore(x_local, book, ctx.rank, self.data_comm, "fetch",
+                                         codec=make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C)))
         self.labels = DistFeatureStore(np.asarray(part.y, dtype=np.int64), book, ctx.rank, self.data_comm, "fetch")
         self.timer = StageTimer()
         rank_seed = mix_seed(config.seed, ctx.rank)
@@ -127,12 +219,6 @@ class DistTrainer:
         self.optimizer = torch.optim.Adam(self.ddp.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.sampled_edges = 0
-
-    # ------------------------------------------------------------------ reductions
-    def _sum(self, values: list[float], stage: str = "metrics") -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64)
-        self.main_comm.all_reduce(t, stage)
-        return t.tolist()
 
     def _stream(self, stages):
         return Prefetcher(stages) if self.overlap else stages
@@ -178,64 +264,17 @@ class DistTrainer:
         correct, count = self._sum([correct, count])
         return correct / max(count, 1)
 
-    def fit(self) -> dict[str, Any]:
-        cfg = self.config
-        history: list[EpochRecord] = []
-        best_val, best_epoch, best_state = -1.0, -1, None
-        comm_total: dict[str, CommStats] = {}
-        run_start = time.perf_counter()
-        for epoch in range(cfg.optim.epochs):
-            start = time.perf_counter()
-            loss, train_acc = self.train_epoch(epoch)
-            train_time = time.perf_counter() - start
-            with self.timer("eval"):
-                val_acc = self.evaluate("val")
-            stages = self.timer.reset()
-            names = sorted(stages)
-            # Per-stage seconds, averaged over ranks (every rank has the same stage names).
-            mean_stages = self._sum([stages[n] for n in names])
-            stages = {n: v / self.ctx.world_size for n, v in zip(names, mean_stages)}
-            train_time = self._sum([train_time])[0] / self.ctx.world_size
-            history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
-            if val_acc > best_val:
-                best_val, best_epoch = val_acc, epoch
-                best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            for comm in (self.data_comm, self.main_comm):
-                for name, st in comm.reset().items():
-                    tot = comm_total.setdefault(name, CommStats())
-                    tot.bytes_sent += st.bytes_sent
-                    tot.bytes_recv += st.bytes_recv
-                    tot.time_s += st.time_s
-                    tot.calls += st.calls
-            if cfg.optim.patience and epoch - best_epoch >= cfg.optim.patience:
-                break
-        assert best_state is not None
-        self.model.load_state_dict(best_state)
-        val_acc, test_acc = self.evaluate("val"), self.evaluate("test")
-        total_time = time.perf_counter() - run_start
-        comm_summed = self.main_comm.reduce_stats(comm_total)
+    def dataset_info(self) -> dict[str, Any]:
+        return {"name": self.meta.get("graph"), "num_nodes": int(self.meta["num_nodes"]),
+                "num_edges": int(self.meta["num_edges"]), "num_features": int(self.features.shape[1]),
+                "num_classes": self.num_classes, **self.split_sizes}
+
+    def extra_results(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         edges = self._sum([float(self.sampled_edges)])[0]
-        return {
-            "config": cfg.to_dict(),
-            "dataset": {"name": self.meta.get("graph"), "num_nodes": int(self.meta["num_nodes"]),
-                        "num_edges": int(self.meta["num_edges"]), "num_features": int(self.features.shape[1]),
-                        "num_classes": self.num_classes, **self.split_sizes},
-            "partitioner": self.meta.get("partitioner", {}).get("method"),
-            "workers": self.ctx.world_size,
-            "overlap": self.overlap,
-            "epochs": [dataclasses.asdict(r) for r in history],
-            "best_epoch": best_epoch,
-            "val_acc": val_acc,
-            "test_acc": test_acc,
-            # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
-            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
-            "mean_epoch_time_s": float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s])),
-            "total_time_s": total_time,
-            "comm": {name: {"bytes_sent": st.bytes_sent, "bytes_recv": st.bytes_recv, "time_s": st.time_s}
-                     for name, st in comm_summed.items()},
-        }
-
+        return {"partitioner": self.meta.get("partitioner", {}).get("method"), "overlap": self.overlap,
+                # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
+                "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None}
 
 
 def run_worker(config: TrainConfig, partitions: str | Path, *, overlap: bool | str = "auto",
@@ -251,7 +290,13 @@ def run_worker(config: TrainConfig, partitions: str | Path, *, overlap: bool | s
 
     ctx = init_distributed(device=config.device, timeout_s=timeout_s)
     try:
-        results = DistTrainer(config, ctx, partitions, overlap=overlap).fit()
+        if config.mode == "full":
+            from shardgnn.train.fullgraph import FullGraphTrainer
+
+            trainer: RankTrainer = FullGraphTrainer(config, ctx, partitions)
+        else:
+            trainer = DistTrainer(config, ctx, partitions, overlap=overlap)
+        results = trainer.fit()
         if not ctx.is_main:
             return None
         print_summary(results)

@@ -102,6 +102,9 @@ class Trainer:
         self.timer = StageTimer()
         self.sampled_edges = 0
         if config.mode == "full":
+            # Dropout keyed by (step, layer, node id, column): a distributed full-graph run with the
+            # same seed drops exactly the same entries (train/fullgraph.py).
+            self.model.use_hashed_dropout(config.seed)
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
             x_full = torch.from_numpy(np.ascontiguousarray(self.x, dtype=np.float32))
             # Bag-of-words features are often <1% dense: keep them sparse (same maths, far cheaper).

@@ -1,0 +1,207 @@
+"""What one rank holds in distributed full-graph training, and the process grid that says which.
+
+The graph is split into ``P`` row blocks by the partition directory (part ``p`` owns new ids
+``[boundaries[p], boundaries[p+1])``). With replication ``c`` (1.5D, CAGNET) the ``P`` ranks form a
+``(P/c) x c`` grid: rank ``(r, k)`` (``r = rank // c``, ``k = rank % c``) holds the *row group* of
+parts ``r c .. r c + c - 1`` (replicated on the ``c`` ranks of row ``r``) and multiplies the columns
+of the parts ``q`` with ``q % c == k``. ``c = 1`` is the 1D layout: a rank holds its own part.
+
+Columns are kept in an *extended* local space: ``0 .. n - 1`` are the held rows, ``n ..`` the
+halo (sorted global ids of non-held in-neighbours, so each owner's halo rows are contiguous).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from shardgnn.distributed.comm import Communicator
+from shardgnn.errors import ConfigError
+from shardgnn.partition.book import PartitionBook
+from shardgnn.partition.format import read_partitions
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The 1.5D process grid: ``P / c`` row groups of ``c`` replicas (``c = 1``: plain 1D).
+
+    Raises:
+        ConfigError: ``c`` does not divide ``P``.
+    """
+
+    world_size: int
+    replication: int = 1
+
+    def __post_init__(self) -> None:
+        if self.replication < 1 or self.world_size % self.replication:
+            raise ConfigError(f"--replication {self.replication} must be >= 1 and divide the number of workers "
+                              f"({self.world_size}); e.g. --replication 2 with 4 workers")
+
+    @property
+    def num_rows(self) -> int:
+        return self.world_size // self.replication
+
+    def row_of(self, rank: int) -> int:
+        return rank // self.replication
+
+    def col_of(self, rank: int) -> int:
+        return rank % self.replication
+
+    def row_parts(self, row: int) -> range:
+        """The parts (= ranks) of row group ``row``."""
+        return range(row * self.replication, (row + 1) * self.replication)
+
+    def col_parts(self, col: int) -> list[int]:
+        """The parts whose columns the ranks of grid column ``col`` multiply (ascending)."""
+        return [q for q in range(self.world_size) if q % self.replication == col]
+
+
+@dataclasses.dataclass
+class GridGroups:
+    """Communicators of one rank: ``row`` over its ``c`` replicas, ``col`` over its grid column
+    (one member per row group; the group rank of member ``(R, k)`` is ``R``)."""
+
+    row: Communicator
+    col: Communicator
+
+
+def make_grid_groups(grid: Grid, rank: int, world_comm: Communicator, timeout_s: float) -> GridGroups:
+    """Create the row and column process groups (every rank must call this, in the same order).
+
+    With ``c = 1`` no group is created: the column group is the world (``world_comm``) and the row
+    group is this rank alone.
+    """
+    if grid.replication == 1:
+        return GridGroups(row=Communicator(0, 1, None), col=world_comm)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    row_comm = col_comm = None
+    # new_group is itself collective over the world: every rank creates every group, in order.
+    for row in range(grid.num_rows):
+        ranks = list(grid.row_parts(row))
+        group = dist.new_group(ranks, timeout=timeout, backend="gloo")
+        if rank in ranks:
+            row_comm = Communicator(ranks.index(rank), len(ranks), group)
+    for col in range(grid.replication):
+        ranks = grid.col_parts(col)
+        group = dist.new_group(ranks, timeout=timeout, backend="gloo")
+        if rank in ranks:
+            col_comm = Communicator(ranks.index(rank), len(ranks), group)
+    assert row_comm is not None and col_comm is not None
+    return GridGroups(row=row_comm, col=col_comm)
+
+
+@dataclasses.dataclass
+class FullGraphShard:
+    """The rows one rank holds (its row group) and their in-edges in extended local ids.
+
+    Attributes:
+        book: the partition book (part ``p`` is held by rank ``p`` and its row-group replicas).
+        row_start, row_end: held new ids (the row group's range).
+        own_start, own_end: this rank's own part (its loss and metrics cover these rows only).
+        indptr: int64 ``[n + 1]`` CSR over held rows.
+        indices: int64 ``[e]`` sources in extended local ids.
+        halo: int64 ``[h]`` sorted global ids of the non-held sources.
+        halo_counts: int64 ``[P]`` halo rows owned by each part (contiguous segments of ``halo``).
+        degree: int64 ``[n + h]`` graph in-degree (self-loops excluded) of every extended column:
+            what GCN normalisation needs of remote sources.
+        x: float32 ``[n, F]`` held features; y: int64 ``[n]`` held labels.
+        splits: ``{"train"|"val"|"test": int64 indices}`` of own-part nodes, in held-row ids.
+        num_classes: label classes.
+    """
+
+    book: PartitionBook
+    row_start: int
+    row_end: int
+    own_start: int
+    own_end: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    halo: np.ndarray
+    halo_counts: np.ndarray
+    degree: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    splits: dict[str, np.ndarray]
+    num_classes: int
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_end - self.row_start
+
+    @property
+    def own_slice(self) -> slice:
+        return slice(self.own_start - self.row_start, self.own_end - self.row_start)
+
+    def halo_segment(self, part: int) -> slice:
+        """Positions in ``halo`` of the rows owned by ``part``."""
+        offsets = np.concatenate([[0], np.cumsum(self.halo_counts)])
+        return slice(int(offsets[part]), int(offsets[part + 1]))
+
+
+def _non_loop_degree(indptr: np.ndarray, indices: np.ndarray, first_id: int) -> np.ndarray:
+    """In-degree of every row ignoring self-loops (row ``i`` is global id ``first_id + i``)."""
+    rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64) + first_id, np.diff(indptr))
+    loops = np.bincount(rows[indices == rows] - first_id, minlength=indptr.shape[0] - 1)
+    return np.diff(indptr) - loops
+
+
+def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Communicator,
+               stage: str = "setup") -> FullGraphShard:
+    """Load this rank's row group from a partition directory and fetch its halo's degrees.
+
+    Collective over ``world_comm`` (one all-to-all pair: halo ids to owners, degrees back).
+
+    Raises:
+        ConfigError: the directory's part count differs from the number of ranks, or it has no
+            features/labels.
+    """
+    pset = read_partitions(partitions, verify=False)
+    if pset.num_parts != grid.world_size:
+        raise ConfigError(f"{partitions} holds {pset.num_parts} parts but {grid.world_size} workers run; "
+                          f"use --workers {pset.num_parts} or re-partition with --parts {grid.world_size}")
+    book = pset.book
+    row = grid.row_of(rank)
+    parts = [pset.load_part(p, mmap=True, verify=False) for p in grid.row_parts(row)]
+    if any(part.x is None or part.y is None for part in parts):
+        raise ConfigError(f"{partitions} has no features or labels; partition a labelled dataset")
+    row_start, row_end = parts[0].start, parts[-1].end
+    n = row_end - row_start
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    offset = 0
+    for part in parts:
+        indptr[part.start - row_start + 1: part.end - row_start + 1] = np.asarray(part.indptr[1:]) + offset
+        offset += part.num_edges
+    global_src = np.concatenate([np.asarray(part.indices, dtype=np.int64) for part in parts])
+    held = (global_src >= row_start) & (global_src < row_end)
+    halo = np.unique(global_src[~held])
+    indices = np.empty_like(global_src)
+    indices[held] = global_src[held] - row_start
+    indices[~held] = n + np.searchsorted(halo, global_src[~held])
+    halo_counts = np.bincount(book.owner(halo), minlength=grid.world_size).astype(np.int64)
+    own_degree = _non_loop_degree(indptr, global_src, row_start)
+
+    # Degrees of the halo from its owners: requests are the halo's per-owner segments.
+    own_part = next(part for part in parts if part.part == rank)
+    requests = list(torch.split(torch.from_numpy(halo), halo_counts.tolist()))
+    incoming = world_comm.all_to_all(requests, stage)
+    local_of_own = own_part.start - row_start
+    replies = [torch.from_numpy(own_degree[(ids.numpy() - own_part.start) + local_of_own]) for ids in incoming]
+    halo_degree = torch.cat(world_comm.all_to_all(replies, stage)).numpy()  # collective: always called
+
+    splits = {}
+    for split in ("train", "val", "test"):
+        local = getattr(own_part, f"{split}_idx")
+        splits[split] = (np.zeros(0, np.int64) if local is None
+                         else np.asarray(local, dtype=np.int64) + local_of_own)
+    return FullGraphShard(
+        book=book, row_start=int(row_start), row_end=int(row_end), own_start=int(own_part.start),
+        own_end=int(own_part.end), indptr=indptr, indices=indices, halo=halo, halo_counts=halo_counts,
+        degree=np.concatenate([own_degree, halo_degree]).astype(np.int64),
+        x=np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts]),
+        y=np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts]),
+        splits=splits, num_classes=int(own_part.num_classes))
