@@ -534,6 +534,13 @@ def run_accuracy_part(args: argparse.Namespace, base: dict[str, Any]) -> bool:
                            "partitioner": "metis (random for 1 worker)", "overlap": True},
                   runs=[], complete=False)
     runs: list[dict[str, Any]] = []
+    previous: dict[tuple[int, int], dict[str, Any]] = {}
+    if args.resume and out_json.is_file():
+        # Keep the successful runs of an earlier invocation with the same output; redo the rest.
+        for r in json.loads(out_json.read_text()).get("runs", []):
+            if "error" not in r:
+                previous[(r["seed"], r["workers"])] = r
+        print(f"  --resume: {len(previous)} finished run(s) kept from {out_json}", flush=True)
     eta = Eta()
     plan_keys = [((w,), (w,)) for _ in seeds for w in workers_list]
     index = 0
@@ -562,6 +569,8 @@ def run_accuracy_part(args: argparse.Namespace, base: dict[str, Any]) -> bool:
         paths: dict[int, Path] = {}
         try:
             for workers in workers_list:
+                if (seed, workers) in previous:
+                    continue
                 method = "random" if workers == 1 else "metis"
                 paths[workers], reused = ensure_partitions(work_dir, spec, workers, method, seed, get_graph)
                 if reused:
@@ -572,6 +581,10 @@ def run_accuracy_part(args: argparse.Namespace, base: dict[str, Any]) -> bool:
         holder.clear()
         for workers in workers_list:
             index += 1
+            if (seed, workers) in previous:
+                runs.append(previous[(seed, workers)])
+                print(f"[{index}/{total}] {spec} workers={workers}: kept from the earlier run", flush=True)
+                continue
             method = "random" if workers == 1 else "metis"
             threads = threads_for(workers, cores)
             label = f"{spec} workers={workers} method={method} threads={threads}"
@@ -703,6 +716,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--epoch-out", default="benchmarks/out/distributed_epoch.json", help="JSON (.md next to it)")
     a = p.add_argument_group("accuracy part")
     a.add_argument("--seeds", type=int, default=3, help="seeds 0 .. N-1 (each its own split and partition)")
+    a.add_argument("--resume", action="store_true",
+                   help="keep the successful runs already in --accuracy-out and run only the missing or failed ones")
     a.add_argument("--weight-decay", type=float, default=0.0, help="Adam weight decay")
     a.add_argument("--target", type=float, default=0.5, help="allowed |Δ| to one worker, in points")
     a.add_argument("--accuracy-out", default="benchmarks/out/distributed_accuracy.json", help="JSON (.md next to it)")

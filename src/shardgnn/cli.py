@@ -130,8 +130,15 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
         return _train_distributed(args, argv)
     from shardgnn.atomic import save_json
     from shardgnn.train.report import print_summary
+    from shardgnn.errors import ConfigError
     from shardgnn.train.single import run_training
 
+    distributed_only = [flag for flag, value, default in (("--bits", args.bits, 32), ("--staleness", args.staleness, 0),
+                                                           ("--replication", args.replication, 1),
+                                                           ("--fetch-bits", args.fetch_bits, 32)) if value != default]
+    if distributed_only:
+        raise ConfigError(f"{', '.join(distributed_only)} shape(s) communication between workers, and this run has "
+                          "one process; add --workers N (or --partitions DIR) to train distributed")
     results = run_training(config_from_args(args))
     print_summary(results)
     if args.results:

@@ -272,7 +272,7 @@ class DistTrainer(RankTrainer):
     def extra_results(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         edges = self._sum([float(self.sampled_edges)])[0]
-        return {"partitioner": self.meta.get("partitioner", {}).get("method"), "overlap": self.overlap,
+        return {"mode": "minibatch", "partitioner": self.meta.get("partitioner", {}).get("method"), "overlap": self.overlap,
                 # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
                 "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None}
 

@@ -10,12 +10,15 @@ from shardgnn.train.progress import format_table
 def print_summary(results: dict[str, Any]) -> None:
     """Print per-epoch rows, then the headline numbers of a run."""
     epochs = results["epochs"]
+    present = {name for e in epochs for name in e.get("stages", {})}
+    # Mini-batch runs split an epoch into sample/fetch/compute; full-graph runs into comm/compute.
+    stages = [name for name in ("sample", "fetch", "comm", "compute") if name in present] or ["compute"]
     rows = []
     for e in epochs:
         st = e.get("stages", {})
         rows.append((e["epoch"], e["loss"], e["train_acc"], e["val_acc"], e["time_s"],
-                     st.get("sample", 0.0), st.get("fetch", 0.0), st.get("compute", 0.0)))
-    print(format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", "sample_s", "fetch_s", "compute_s"], rows))
+                     *(st.get(name, 0.0) for name in stages)))
+    print(format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", *(f"{n}_s" for n in stages)], rows))
     ds = results["dataset"]
     edges_per_s = results.get("sampled_edges_per_s")
     print()
@@ -25,12 +28,17 @@ def print_summary(results: dict[str, Any]) -> None:
         ("val accuracy", results["val_acc"]),
         ("test accuracy (at best val)", results["test_acc"]),
         ("mean epoch time (s, epochs >= 1)", results["mean_epoch_time_s"]),
-        ("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}"),
+        *([] if results.get("mode") == "full" else
+          [("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}")]),
+        *([("distributed SpMM", f"{results['spmm']} (replication {results['replication']}, {results['bits']} bits, "
+                                f"staleness {results['staleness']})")] if "spmm" in results else []),
         ("total time (s)", results["total_time_s"]),
     ]))
     comm = results.get("comm")
     if comm:
         print()
         print(f"communication over {results.get('workers', '?')} workers (summed over workers and epochs):")
-        print(format_table(["stage", "MB sent", "MB received", "seconds"], [
-            (name, st["bytes_sent"] / 1e6, st["bytes_recv"] / 1e6, st["time_s"]) for name, st in sorted(comm.items())]))
+        print(format_table(["stage", "MB sent", "MB received", "max MB sent (1 rank)", "max MB recv (1 rank)",
+                            "seconds"], [
+            (name, st["bytes_sent"] / 1e6, st["bytes_recv"] / 1e6, st.get("max_rank_bytes_sent", 0) / 1e6,
+             st.get("max_rank_bytes_recv", 0) / 1e6, st["time_s"]) for name, st in sorted(comm.items())]))

@@ -213,6 +213,7 @@ class Trainer:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         return {
             "config": cfg.to_dict(),
+            "mode": cfg.mode,
             "dataset": dataset_summary(self.graph),
             "epochs": [dataclasses.asdict(r) for r in history],
             "best_epoch": best_epoch,
