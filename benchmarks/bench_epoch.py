@@ -44,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op and numba sampling threads")
     p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument("--graph-seed", type=int, default=0, help="synthetic graph seed")
+    p.add_argument("--dropout", choices=("hashed", "torch", "both"), default="hashed",
+                   help="dropout masks: shardgnn's parallel counter-based kernel (the default), torch's "
+                        "F.dropout, or both one after the other on the same graph (ratio in the same run)")
     p.add_argument("--out", default="benchmarks/out/epoch.json", help="results JSON")
     p.add_argument("--md", default="benchmarks/out/epoch.md", help="results Markdown table")
     args = p.parse_args(argv)
@@ -108,26 +111,33 @@ def main(argv=None) -> dict:
         sampler=SamplerConfig(fanouts=fanouts, replace=False, num_threads=args.threads),
         optim=OptimConfig(epochs=args.epochs), batch_size=args.batch_size, threads=args.threads,
         seed=args.seed, progress=False)
-    t0 = time.perf_counter()
-    trainer = BenchTrainer(config, graph)
-    setup_s = time.perf_counter() - t0
-    results = trainer.fit()
-
-    epochs = []
-    for record, (edges, inputs, batches) in zip(results["epochs"], trainer.epoch_counts):
-        st = record["stages"]
-        sample, fetch, compute = st.get("sample", 0.0), st.get("fetch", 0.0), st.get("compute", 0.0)
-        epochs.append({
-            "epoch": record["epoch"], "time_s": record["time_s"], "sample_s": sample, "fetch_s": fetch,
-            "compute_s": compute, "other_s": record["time_s"] - sample - fetch - compute,
-            "eval_s": st.get("eval", 0.0), "batches": batches, "s_per_batch": record["time_s"] / max(batches, 1),
-            "sampled_edges": edges, "sampled_edges_per_s": edges / sample if sample > 0 else None,
-            "mean_input_nodes": inputs / max(batches, 1), "loss": record["loss"], "train_acc": record["train_acc"],
-            "val_acc": record["val_acc"],
-        })
-    steady = epochs[1:]
+    runs = {}
+    for impl in (("hashed", "torch") if args.dropout == "both" else (args.dropout,)):
+        t0 = time.perf_counter()
+        trainer = BenchTrainer(config, graph)
+        if impl == "torch":
+            trainer.model.dropout_seed = None  # GNN falls back to torch's F.dropout
+        setup_s = time.perf_counter() - t0
+        results = trainer.fit()
+        epochs = []
+        for record, (edges, inputs, batches) in zip(results["epochs"], trainer.epoch_counts):
+            st = record["stages"]
+            sample, fetch, compute = st.get("sample", 0.0), st.get("fetch", 0.0), st.get("compute", 0.0)
+            epochs.append({
+                "epoch": record["epoch"], "time_s": record["time_s"], "sample_s": sample, "fetch_s": fetch,
+                "compute_s": compute, "other_s": record["time_s"] - sample - fetch - compute,
+                "eval_s": st.get("eval", 0.0), "batches": batches, "s_per_batch": record["time_s"] / max(batches, 1),
+                "sampled_edges": edges, "sampled_edges_per_s": edges / sample if sample > 0 else None,
+                "mean_input_nodes": inputs / max(batches, 1), "loss": record["loss"],
+                "train_acc": record["train_acc"], "val_acc": record["val_acc"],
+            })
+        runs[impl] = {"epochs": epochs, "results": results, "setup_s": setup_s}
+        print(f"dropout={impl}: epochs {[round(e['time_s'], 1) for e in epochs]} s", flush=True)
     keys = ("time_s", "sample_s", "fetch_s", "compute_s", "other_s", "eval_s", "s_per_batch", "sampled_edges_per_s")
-    headline = {k: float(np.mean([e[k] for e in steady])) for k in keys}
+    for run in runs.values():
+        run["headline"] = {k: float(np.mean([e[k] for e in run["epochs"][1:]])) for k in keys}
+    impl = next(iter(runs))
+    epochs, results, setup_s, headline = (runs[impl][k] for k in ("epochs", "results", "setup_s", "headline"))
 
     headers = ["epoch", "epoch s", "sample s", "fetch s", "compute s", "other s", "batches", "s/batch",
                "M sampled edges/s", "input nodes/batch", "val acc", "eval s (separate)"]
@@ -138,11 +148,18 @@ def main(argv=None) -> dict:
                 f"{(e['sampled_edges_per_s'] or 0) / 1e6:.1f}", round(e["mean_input_nodes"]),
                 f"{e['val_acc']:.4f}", f"{e['eval_s']:.1f}"]
 
-    rows = [row(e, str(e["epoch"]) + (" (JIT)" if e["epoch"] == 0 else "")) for e in epochs]
-    mean_steady = dict(headline, batches=steady[0]["batches"], val_acc=steady[-1]["val_acc"],
-                       mean_input_nodes=float(np.mean([e["mean_input_nodes"] for e in steady])))
-    rows.append(row(mean_steady, "mean >= 1"))
+    rows = []
+    for impl, run in runs.items():
+        tag = f"{impl} dropout: " if len(runs) > 1 else ""
+        rows += [row(e, tag + str(e["epoch"]) + (" (JIT)" if e["epoch"] == 0 else "")) for e in run["epochs"]]
+        st = run["epochs"][1:]
+        rows.append(row(dict(run["headline"], batches=st[0]["batches"], val_acc=st[-1]["val_acc"],
+                             mean_input_nodes=float(np.mean([e["mean_input_nodes"] for e in st]))), tag + "mean >= 1"))
     table = format_table(headers, rows)
+    if len(runs) > 1:
+        ratio = runs["hashed"]["headline"]["time_s"] / runs["torch"]["headline"]["time_s"]
+        compute = runs["hashed"]["headline"]["compute_s"] / runs["torch"]["headline"]["compute_s"]
+        table += (f"\n\nhashed / torch dropout, same run: epoch time {ratio:.3f}x, compute time {compute:.3f}x")
     title = (f"Mini-batch GraphSAGE epoch on synthetic {graph.num_nodes:,} nodes / {graph.num_edges:,} edges, "
              f"{graph.num_features} features, {graph.num_classes} classes; {len(fanouts)} layers, hidden "
              f"{args.hidden}, fanouts {','.join(map(str, fanouts))}, batch {args.batch_size}, "
@@ -158,6 +175,8 @@ def main(argv=None) -> dict:
         "trainer_setup_s": setup_s,
         "headline_epochs_ge_1": headline,
         "epochs": epochs,
+        "dropout_runs": {impl: {"headline_epochs_ge_1": run["headline"], "epochs": run["epochs"]}
+                         for impl, run in runs.items()},
         "final": {k: results[k] for k in ("best_epoch", "val_acc", "test_acc", "total_time_s")},
         "train_config": results["config"],
     }

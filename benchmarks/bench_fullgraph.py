@@ -25,9 +25,9 @@ point; 1 bit moves >= 20x fewer bytes).
 
 Outputs (atomic): ``--out`` JSON and the Markdown table beside it, rewritten after every run.
 
-    python benchmarks/bench_fullgraph.py --part bytes --datasets coauthor-physics,amazon-computers
+    python benchmarks/bench_fullgraph.py --part bytes --datasets coauthor-physics amazon-computers
     python benchmarks/bench_fullgraph.py --part bytes --datasets synthetic:nodes=1000000,degree=20,features=100,classes=16 --out benchmarks/out/fullgraph_bytes_1m.json
-    python benchmarks/bench_fullgraph.py --part accuracy --datasets coauthor-physics,amazon-computers
+    python benchmarks/bench_fullgraph.py --part accuracy --datasets coauthor-physics amazon-computers
 """
 
 from __future__ import annotations
@@ -319,8 +319,8 @@ def run_accuracy(args, report: dict[str, Any]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("bytes", "accuracy"), required=True)
-    parser.add_argument("--datasets", default="coauthor-physics,amazon-computers",
-                        help="comma-separated dataset specs")
+    parser.add_argument("--datasets", nargs="+", default=["coauthor-physics", "amazon-computers"],
+                        help="dataset specs, space-separated (a spec may hold commas)")
     parser.add_argument("--workers", default=None, help="comma-separated P values (bytes: 2,4; accuracy: 2)")
     parser.add_argument("--epochs", type=int, default=None, help="bytes: 3, accuracy: 200")
     parser.add_argument("--seed", type=int, default=0)
@@ -329,7 +329,6 @@ def main(argv=None) -> int:
     parser.add_argument("--work-dir", default=str(REPO / "benchmarks" / "out" / "work"))
     parser.add_argument("--out", default=None, help="JSON output (default: benchmarks/out/fullgraph_<part>.json)")
     args = parser.parse_args(argv)
-    args.datasets = [d for d in args.datasets.split(",") if d]
     args.workers = [int(w) for w in (args.workers or ("2,4" if args.part == "bytes" else "2")).split(",")]
     args.epochs = args.epochs or (3 if args.part == "bytes" else 200)
     args.out = Path(args.out or REPO / "benchmarks" / "out" / f"fullgraph_{args.part}.json")

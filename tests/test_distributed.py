@@ -148,7 +148,7 @@ def _train(ctx, path, overlap):
     from shardgnn.train.distributed import DistTrainer
 
     config = TrainConfig(model=ModelConfig(model="sage", hidden=32, num_layers=2), sampler=SamplerConfig(fanouts=(8, 8)),
-                         optim=OptimConfig(epochs=5, lr=0.01), batch_size=128, progress=False, seed=0)
+                         optim=OptimConfig(epochs=10, lr=0.01), batch_size=128, progress=False, seed=0)
     return DistTrainer(config, ctx, path, overlap=overlap).fit()
 
 

@@ -96,3 +96,28 @@ def test_sparse_input_features_match_dense(small_graph, model):
     net.train()
     net([full, full], x_sparse).sum().backward()
     assert all(p.grad is not None for p in net.parameters())
+
+
+def test_hashed_dropout_depends_only_on_seed_node_and_column():
+    from shardgnn.nn.dropout import hashed_dropout
+
+    h = torch.ones(1000, 64, requires_grad=True)
+    out = hashed_dropout(h, 0.3, seed=11, row_offset=0)
+    kept = (out != 0).float().mean().item()
+    assert abs(kept - 0.7) < 0.01
+    assert torch.allclose(out[out != 0], torch.full_like(out[out != 0], 1 / 0.7))
+    # Rows 500..599 alone, by offset or by explicit ids, get the same mask as inside the whole.
+    part = hashed_dropout(torch.ones(100, 64), 0.3, seed=11, row_offset=500)
+    assert torch.equal(part, out[500:600].detach())
+    ids = torch.tensor([7, 3, 999, 7])
+    assert torch.equal(hashed_dropout(torch.ones(4, 64), 0.3, seed=11, row_ids=ids), out[ids].detach())
+    # Another seed, another mask; the gradient is masked like the values.
+    assert not torch.equal(hashed_dropout(torch.ones(1000, 64), 0.3, seed=12), out.detach())
+    out.sum().backward()
+    assert torch.equal(h.grad, out.detach())
+    # Sparse input: only the stored values are dropped, with the dense mask's decisions.
+    dense = torch.zeros(1000, 64)
+    dense[::3, ::5] = 1.0
+    sparse_out = hashed_dropout(dense.to_sparse(), 0.3, seed=11).to_dense()
+    assert torch.equal(sparse_out, hashed_dropout(dense, 0.3, seed=11))
+    assert hashed_dropout(h, 0.0, seed=1) is h

@@ -1,4 +1,4 @@
-"""The ``shardgnn`` command line: ``train``, ``info``, ``partition``, ``verify``, ``plot``.
+"""The ``shardgnn`` command line: ``train``, ``infer``, ``info``, ``partition``, ``verify``, ``plot``.
 
 A thin layer: it parses flags into the config dataclasses, runs, and prints. Every user
 mistake surfaces as a one-paragraph ``error:`` message and exit code 2, never a traceback.
@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--sampler-threads", type=int, default=None, help="sampling threads (default: all cores)")
     train.add_argument("--results", default=None, help="write the results JSON to this file")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
+    train.add_argument("--checkpoint-dir", default=None,
+                       help="write checkpoints (model, optimiser, RNG states, progress) into this folder")
+    train.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints")
+    train.add_argument("--keep-checkpoints", type=int, default=2, help="complete checkpoints to keep")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the newest complete checkpoint in --checkpoint-dir (a fresh start when "
+                            "there is none, so the same command works under torchrun --max-restarts)")
     dist_args = train.add_argument_group("distributed training")
     dist_args.add_argument("--workers", type=int, default=None,
                            help="start N local worker processes (one per partition); without --partitions the "
@@ -85,6 +92,15 @@ def build_parser() -> argparse.ArgumentParser:
     dist_args.add_argument("--timeout", type=float, default=120.0,
                            help="seconds any collective may wait before the job fails (a dead worker ends the "
                                 "job instead of hanging it)")
+
+    infer = sub.add_parser("infer", help="layer-wise distributed inference from a checkpoint",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    infer.add_argument("--checkpoint", required=True,
+                       help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder")
+    infer.add_argument("--partitions", required=True, help="partition directory of the graph (one worker per part)")
+    infer.add_argument("--out", required=True, help="output folder for embeddings/logits/predictions (.npy)")
+    infer.add_argument("--chunk-rows", type=int, default=65536, help="rows per chunk (bounds working memory)")
+    infer.add_argument("--timeout", type=float, default=120.0, help="collective deadline in seconds")
 
     info = sub.add_parser("info", help="print statistics of a dataset")
     _add_data_args(info)
@@ -121,7 +137,8 @@ def config_from_args(args: argparse.Namespace):
         fetch_bits=args.fetch_bits,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, eval_fanouts=args.eval_fanouts,
         feature_norm=args.feature_norm, seed=args.seed, device=args.device, threads=args.threads,
-        data_dir=args.data_dir, results=args.results, progress=not args.quiet,
+        data_dir=args.data_dir, results=args.results, progress=not args.quiet, checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints, resume=args.resume,
     )
 
 
@@ -184,6 +201,22 @@ def _train_distributed(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _infer(args: argparse.Namespace) -> int:
+    from shardgnn.distributed.launch import launch_local
+    from shardgnn.errors import ConfigError
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.infer import infer_worker, resolve_checkpoint
+
+    if args.chunk_rows < 1:
+        raise ConfigError(f"--chunk-rows {args.chunk_rows} must be >= 1")
+    checkpoint = resolve_checkpoint(args.checkpoint)  # a clear error before any worker starts
+    workers = read_partitions(args.partitions, verify=False).num_parts
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    launch_local(infer_worker, (str(checkpoint), args.partitions, args.out, args.chunk_rows, args.timeout),
+                 nprocs=workers)
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
     from shardgnn.graph.datasets import describe_datasets, load_dataset
     from shardgnn.graph.stats import graph_info
@@ -228,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from shardgnn.partition.commands import partition_command, verify_command
 
-    handlers = {"train": lambda a: _train(a, argv), "info": _info, "plot": _plot, "partition": partition_command,
+    handlers = {"train": lambda a: _train(a, argv), "infer": _infer, "info": _info, "plot": _plot, "partition": partition_command,
                 "verify": verify_command}
     try:
         return handlers[args.command](args)

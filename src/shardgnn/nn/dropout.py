@@ -1,5 +1,5 @@
 """Counter-based dropout: whether element ``(v, c)`` of node ``v``'s row is dropped depends only
-on ``(seed, v, c)``, where ``v`` is the node's *global* id.
+on ``(seed, v, c)``, where ``v`` is the node's *global* id (the seed changes per step and layer).
 
 A rank that holds rows ``start..end`` of a row-partitioned matrix therefore draws exactly the
 mask rows a single process draws for those nodes, which is what lets distributed full-graph
@@ -42,9 +42,11 @@ def _threshold(p: float) -> np.uint64:
     return np.uint64(min(int(round(p * 2.0 ** 32)), 2 ** 32))
 
 
-def hashed_dropout(h: torch.Tensor, p: float, seed: int, row_offset: int = 0) -> torch.Tensor:
+def hashed_dropout(h: torch.Tensor, p: float, seed: int, row_offset: int = 0,
+                   row_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Dropout of ``h`` (dense ``[R, F]`` or sparse COO) whose rows are nodes
-    ``row_offset .. row_offset + R - 1``; kept entries are scaled by ``1 / (1 - p)``.
+    ``row_offset .. row_offset + R - 1`` (or the global ids ``row_ids``, e.g. a sampled block's
+    source nodes); kept entries are scaled by ``1 / (1 - p)``.
 
     Differentiable (the gradient is masked the same way). ``seed`` should differ per call
     (e.g. ``mix_seed(base, step, layer)``); it must be below 2**63.
@@ -55,15 +57,19 @@ def hashed_dropout(h: torch.Tensor, p: float, seed: int, row_offset: int = 0) ->
         raise ValueError(f"dropout probability {p} must lie in [0, 1)")
     scale = np.float32(1.0 / (1.0 - p))
     threshold = _threshold(p)
+    ids = None if row_ids is None else row_ids.detach().cpu().numpy().astype(np.int64, copy=False)
+    if ids is not None and ids.shape[0] != h.shape[0]:
+        raise ValueError(f"{ids.shape[0]} row ids for {h.shape[0]} rows")
     if is_sparse(h):
         h = h.coalesce()
         idx = h.indices().cpu().numpy()
+        rows = ids[idx[0]] if ids is not None else idx[0].astype(np.int64) + row_offset
         with KERNEL_LOCK:
-            mask = _sparse_mask(idx[0].astype(np.int64) + row_offset, idx[1].astype(np.int64), seed, threshold,
-                                scale)
+            mask = _sparse_mask(rows, idx[1].astype(np.int64), seed, threshold, scale)
         values = h.values() * torch.from_numpy(mask).to(h.device, h.dtype)
         return torch.sparse_coo_tensor(h.indices(), values, h.shape, is_coalesced=True, check_invariants=False)
-    row_ids = np.arange(row_offset, row_offset + h.shape[0], dtype=np.int64)
+    if ids is None:
+        ids = np.arange(row_offset, row_offset + h.shape[0], dtype=np.int64)
     with KERNEL_LOCK:
-        mask = _dense_mask(row_ids, h.shape[1] if h.dim() > 1 else 1, seed, threshold, scale)
+        mask = _dense_mask(ids, h.shape[1] if h.dim() > 1 else 1, seed, threshold, scale)
     return h * torch.from_numpy(mask).reshape(h.shape).to(h.device, h.dtype)

@@ -28,8 +28,11 @@ class MessageGraph:
     """Edges ``src -> dst`` of one layer, in local ids, as a CSR over dst nodes."""
 
     def __init__(self, indptr_D1: torch.Tensor, indices_E: torch.Tensor, num_src: int,
-                 src_degree_S: torch.Tensor | None = None):
+                 src_degree_S: torch.Tensor | None = None, src_ids_S: torch.Tensor | None = None):
         self.indptr_D1 = indptr_D1.to(torch.int64)
+        # Global ids of the src nodes of a sampled block (None: the full graph, ids 0..S-1); they
+        # key hashed dropout (nn.dropout).
+        self.src_ids_S = src_ids_S
         # Graph-wide in-degrees of the src nodes when this is a sampled block (None: the graph is
         # complete and its own degrees are the graph degrees).
         self.src_degree_S = None if src_degree_S is None else src_degree_S.to(torch.int64)
@@ -44,7 +47,8 @@ class MessageGraph:
     @classmethod
     def from_block(cls, block: Block, device: torch.device | str | None = None) -> "MessageGraph":
         degree = None if block.src_degree_S is None else block.src_degree_S.to(device)
-        return cls(block.indptr_D1.to(device), block.indices_E.to(device), block.num_src, degree)
+        return cls(block.indptr_D1.to(device), block.indices_E.to(device), block.num_src, degree,
+                   src_ids_S=block.src_nodes_S)
 
     @classmethod
     def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, device: torch.device | str | None = None) -> "MessageGraph":

@@ -67,11 +67,12 @@ class GNN(nn.Module):
         self.dropout_step = 0
 
     def use_hashed_dropout(self, seed: int) -> None:
-        """Full-graph training: draw dropout masks from ``(seed, training step, layer, global node
-        id, column)`` (:func:`hashed_dropout`), so a rank holding rows ``start..end`` of the graph
-        drops exactly what a single process drops for those nodes. Every graph passed to
-        ``forward`` must then be a full graph (or row block) whose rows start at global id
-        ``graph.row_offset`` (0 when absent)."""
+        """Draw dropout masks from ``(seed, training step, layer, global node id, column)``
+        (:func:`hashed_dropout`): a parallel kernel instead of torch's single-threaded Bernoulli
+        sampling, and in full-graph training a rank holding rows ``start..end`` of the graph
+        drops exactly what a single process drops for those nodes. Each graph passed to
+        ``forward`` names its rows' global ids: ``graph.src_ids_S`` (sampled blocks) or
+        ``graph.row_offset`` (full graph or row block; 0 when absent)."""
         self.dropout_seed = int(seed)
         self.dropout_step = 0
 
@@ -80,8 +81,11 @@ class GNN(nn.Module):
             return h
         if self.dropout_seed is None:
             return dropout(h, p, True)
-        assert graph.num_src == graph.num_dst, "hashed dropout needs full-graph rows"
         seed = mix_seed(self.dropout_seed, self.dropout_step, layer)
+        src_ids = getattr(graph, "src_ids_S", None)
+        if src_ids is not None:
+            return hashed_dropout(h, p, seed, row_ids=src_ids)
+        assert graph.num_src == graph.num_dst, "hashed dropout needs global row ids or full-graph rows"
         return hashed_dropout(h, p, seed, getattr(graph, "row_offset", 0))
 
     @property

@@ -70,6 +70,14 @@ class TrainConfig:
     """write the results JSON here"""
     progress: bool = True
     """show progress bars"""
+    checkpoint_dir: str | None = None
+    """write checkpoints here (every checkpoint_every epochs and at the end)"""
+    checkpoint_every: int = 1
+    """epochs between checkpoints"""
+    keep_checkpoints: int = 2
+    """complete checkpoints kept (older ones are deleted)"""
+    resume: bool = False
+    """continue from the newest complete checkpoint in checkpoint_dir (start fresh when there is none)"""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -80,6 +88,11 @@ class TrainConfig:
             raise ConfigError(f"batch sizes must be >= 1, got {self.batch_size} and {self.eval_batch_size}")
         if self.fetch_bits not in BITS:
             raise ConfigError(f"fetch_bits={self.fetch_bits} must be one of {BITS}")
+        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ConfigError(f"checkpoint_every={self.checkpoint_every} and keep_checkpoints={self.keep_checkpoints} "
+                              "must be >= 1")
+        if self.resume and not self.checkpoint_dir:
+            raise ConfigError("--resume needs --checkpoint-dir (the folder the interrupted run wrote)")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads={self.threads} must be >= 1")
         if self.mode == "minibatch" and self.model.num_layers != len(self.sampler.fanouts):

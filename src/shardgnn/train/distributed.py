@@ -37,6 +37,7 @@ from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.timing import StageTimer
+from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.progress import progress
 from shardgnn.train.single import EpochRecord, normalize_features
@@ -95,13 +96,29 @@ class RankTrainer:
         self.main_comm.all_reduce(t, stage)
         return t.tolist()
 
+    def generators(self) -> list[torch.Generator]:
+        """Random generators whose state a checkpoint must carry (low-bit codecs)."""
+        return []
+
+    def _checkpointer(self) -> Checkpointer | None:
+        cfg = self.config
+        if not cfg.checkpoint_dir:
+            return None
+        return Checkpointer(cfg.checkpoint_dir, rank=self.ctx.rank, world_size=self.ctx.world_size,
+                            every=cfg.checkpoint_every, keep=cfg.keep_checkpoints, barrier=self.ctx.barrier)
+
     def fit(self) -> dict[str, Any]:
         cfg = self.config
-        history: list[EpochRecord] = []
-        best_val, best_epoch, best_state = -1.0, -1, None
-        comm_total: dict[str, CommStats] = {}
+        checkpointer = self._checkpointer()
+        loop = LoopState()
+        if checkpointer is not None and cfg.resume:
+            state = checkpointer.load_latest(cfg.to_dict())
+            if state is not None:
+                loop = restore_state(state, self.model, self.optimizer, self.generators(), EpochRecord)
+                if self.ctx.is_main:
+                    print(f"resumed from {checkpointer.complete()[-1]} (epoch {loop.next_epoch})", flush=True)
         run_start = time.perf_counter()
-        for epoch in range(cfg.optim.epochs):
+        for epoch in range(loop.next_epoch, cfg.optim.epochs):
             start = time.perf_counter()
             loss, train_acc = self.train_epoch(epoch)
             train_time = time.perf_counter() - start
@@ -113,19 +130,25 @@ class RankTrainer:
             mean_stages = self._sum([stages[n] for n in names])
             stages = {n: v / self.ctx.world_size for n, v in zip(names, mean_stages)}
             train_time = self._sum([train_time])[0] / self.ctx.world_size
-            history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
-            if val_acc > best_val:
-                best_val, best_epoch = val_acc, epoch
-                best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            loop.history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
+            if val_acc > loop.best_val:
+                loop.best_val, loop.best_epoch = val_acc, epoch
+                loop.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             for comm in self.comms:
                 for name, st in comm.reset().items():
-                    tot = comm_total.setdefault(name, CommStats())
-                    tot.bytes_sent += st.bytes_sent
-                    tot.bytes_recv += st.bytes_recv
-                    tot.time_s += st.time_s
-                    tot.calls += st.calls
-            if cfg.optim.patience and epoch - best_epoch >= cfg.optim.patience:
+                    tot = loop.comm_total.setdefault(name, [0, 0, 0.0, 0])
+                    for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
+                        tot[i] += value
+            loop.next_epoch = epoch + 1
+            stop = bool(cfg.optim.patience and epoch - loop.best_epoch >= cfg.optim.patience)
+            if checkpointer is not None and (stop or checkpointer.due(loop.next_epoch, cfg.optim.epochs)):
+                checkpointer.save(loop.next_epoch, capture_state(loop, self.model, self.optimizer, self.generators()),
+                                  cfg.to_dict())
+            if stop:
                 break
+        history, best_epoch, best_state = loop.history, loop.best_epoch, loop.best_state
+        comm_total = {name: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
+                      for name, v in loop.comm_total.items()}
         assert best_state is not None
         self.model.load_state_dict(best_state)
         val_acc, test_acc = self.evaluate("val"), self.evaluate("test")
@@ -212,6 +235,8 @@ class DistTrainer(RankTrainer):
         model = build_model(config.model, x_local.shape[1], self.num_classes).to(ctx.device)
         for tensor in model.state_dict().values():  # identical by seeding; made certain here
             self.main_comm.broadcast(tensor, src=0, stage="setup")
+        # Parallel counter-based dropout masks; the rank in the seed keeps ranks' masks independent.
+        model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
         self.ddp = DistributedDataParallel(model, device_ids=None if ctx.device.type == "cpu" else [ctx.device],
                                            process_group=ctx.group, init_sync=False)
         self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
@@ -263,6 +288,10 @@ class DistTrainer(RankTrainer):
             count += batch.y.numel()
         correct, count = self._sum([correct, count])
         return correct / max(count, 1)
+
+    def generators(self) -> list[torch.Generator]:
+        codec = self.features.codec
+        return [] if codec is None or codec.generator is None else [codec.generator]
 
     def dataset_info(self) -> dict[str, Any]:
         return {"name": self.meta.get("graph"), "num_nodes": int(self.meta["num_nodes"]),

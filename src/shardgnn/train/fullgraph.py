@@ -125,6 +125,10 @@ class FullGraphTrainer(RankTrainer):
         correct = float((logits[idx].argmax(-1) == self.y[self.shard.own_slice][idx]).sum())
         return self._sum([correct])[0] / max(self.split_sizes[split], 1)
 
+    def generators(self) -> list[torch.Generator]:
+        codec = self.graph.codec
+        return [] if codec is None or codec.generator is None else [codec.generator]
+
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
         return {"name": self.meta.get("graph"), "num_nodes": int(self.meta["num_nodes"]),

@@ -101,10 +101,10 @@ class Trainer:
                                           weight_decay=config.optim.weight_decay)
         self.timer = StageTimer()
         self.sampled_edges = 0
+        # Dropout keyed by (step, layer, node id, column): a parallel kernel, and a distributed
+        # full-graph run with the same seed drops exactly the same entries (train/fullgraph.py).
+        self.model.use_hashed_dropout(config.seed)
         if config.mode == "full":
-            # Dropout keyed by (step, layer, node id, column): a distributed full-graph run with the
-            # same seed drops exactly the same entries (train/fullgraph.py).
-            self.model.use_hashed_dropout(config.seed)
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
             x_full = torch.from_numpy(np.ascontiguousarray(self.x, dtype=np.float32))
             # Bag-of-words features are often <1% dense: keep them sparse (same maths, far cheaper).
@@ -185,11 +185,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ the run
     def fit(self) -> dict[str, Any]:
+        from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
+
         cfg = self.config
-        history: list[EpochRecord] = []
-        best_val, best_epoch, best_state = -1.0, -1, None
+        checkpointer = None if not cfg.checkpoint_dir else Checkpointer(
+            cfg.checkpoint_dir, every=cfg.checkpoint_every, keep=cfg.keep_checkpoints)
+        loop = LoopState()
+        if checkpointer is not None and cfg.resume:
+            state = checkpointer.load_latest(cfg.to_dict())
+            if state is not None:
+                loop = restore_state(state, self.model, self.optimizer, [], EpochRecord)
+                print(f"resumed from {checkpointer.complete()[-1]} (epoch {loop.next_epoch})", flush=True)
         run_start = time.perf_counter()
-        epochs = progress(range(cfg.optim.epochs), "training", cfg.progress and cfg.mode == "full")
+        epochs = progress(range(loop.next_epoch, cfg.optim.epochs), "training", cfg.progress and cfg.mode == "full")
         for epoch in epochs:
             start = time.perf_counter()
             if cfg.mode == "full":
@@ -200,12 +208,17 @@ class Trainer:
             with self.timer("eval"):
                 val_acc = self.evaluate(("val",))["val"]
             stages = self.timer.reset()
-            history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
-            if val_acc > best_val:
-                best_val, best_epoch = val_acc, epoch
-                best_state = copy.deepcopy(self.model.state_dict())
-            if cfg.optim.patience and epoch - best_epoch >= cfg.optim.patience:
+            loop.history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
+            if val_acc > loop.best_val:
+                loop.best_val, loop.best_epoch = val_acc, epoch
+                loop.best_state = copy.deepcopy(self.model.state_dict())
+            loop.next_epoch = epoch + 1
+            stop = bool(cfg.optim.patience and epoch - loop.best_epoch >= cfg.optim.patience)
+            if checkpointer is not None and (stop or checkpointer.due(loop.next_epoch, cfg.optim.epochs)):
+                checkpointer.save(loop.next_epoch, capture_state(loop, self.model, self.optimizer, []), cfg.to_dict())
+            if stop:
                 break
+        history, best_epoch, best_state = loop.history, loop.best_epoch, loop.best_state
         assert best_state is not None
         self.model.load_state_dict(best_state)
         final = self.evaluate(("val", "test"))

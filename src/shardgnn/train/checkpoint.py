@@ -1,0 +1,195 @@
+"""Checkpoints with exact resume.
+
+Layout (``E`` = number of completed epochs, zero-padded)::
+
+    DIR/epoch-000005/rank-0.pt ... rank-<P-1>.pt   every rank's state (torch.save, tensors only)
+    DIR/epoch-000005/meta.json                     epoch, world size, config; written LAST
+
+A checkpoint is complete iff its ``meta.json`` exists: every rank writes its file atomically
+(temp file, fsync, rename), the ranks meet at a barrier, then rank 0 writes ``meta.json``
+atomically. A job killed at any moment therefore leaves either a complete checkpoint or a
+directory without ``meta.json``, which is ignored and later removed. The last ``keep`` complete
+checkpoints are kept. Files are read back with ``torch.load(weights_only=True)``: no pickle
+code runs on load.
+
+Every random choice of training is a pure function of ``(seed, epoch, batch)`` (batch order,
+sampling) or of a counter saved here (the dropout step, the codec's and torch's generators), so
+resuming from the checkpoint after epoch ``E`` repeats epochs ``E, E+1, ...`` exactly: the final
+weights are bit-identical (on CPU) to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from shardgnn.atomic import atomic_open, save_json
+from shardgnn.errors import ConfigError, DatasetError
+
+_NAME = re.compile(r"^epoch-(\d{6,})$")
+# Config keys that may differ between the interrupted and the resumed run.
+_RESUMABLE_CHANGES = {"optim.epochs", "results", "progress", "data_dir", "checkpoint_dir", "checkpoint_every",
+                      "keep_checkpoints", "resume"}
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+class Checkpointer:
+    """Saves and finds checkpoints of one job (every rank holds one, with the same arguments).
+
+    Args:
+        directory: the checkpoint folder (created when missing).
+        rank, world_size: this rank in the job.
+        every: save after every ``every`` epochs (and always after the last one).
+        keep: how many complete checkpoints to keep (>= 1).
+        barrier: a collective barrier over the job (no-op for one process).
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, rank: int = 0, world_size: int = 1, every: int = 1,
+                 keep: int = 2, barrier: Callable[[], None] = lambda: None):
+        if every < 1 or keep < 1:
+            raise ConfigError(f"--checkpoint-every {every} and --keep-checkpoints {keep} must be >= 1")
+        self.directory = Path(directory).expanduser()
+        self.rank, self.world_size, self.every, self.keep, self.barrier = rank, world_size, every, keep, barrier
+        if rank == 0:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        barrier()
+
+    def due(self, epochs_done: int, total_epochs: int) -> bool:
+        return epochs_done % self.every == 0 or epochs_done == total_epochs
+
+    # ------------------------------------------------------------------ writing
+    def save(self, epochs_done: int, state: dict[str, Any], config: dict[str, Any]) -> Path:
+        """Write this rank's ``state`` as the checkpoint after ``epochs_done`` epochs (collective)."""
+        path = self.directory / f"epoch-{epochs_done:06d}"
+        if self.rank == 0 and path.exists():
+            shutil.rmtree(path)  # an earlier incomplete attempt, or a run being redone
+        self.barrier()
+        path.mkdir(parents=True, exist_ok=True)
+        with atomic_open(path / f"rank-{self.rank}.pt", "wb") as fh:
+            torch.save(state, fh)
+        self.barrier()  # every rank's file is in place before the checkpoint is declared complete
+        if self.rank == 0:
+            save_json(path / "meta.json", {"format": "shardgnn-checkpoint", "version": 1, "epoch": epochs_done,
+                                           "world_size": self.world_size, "config": config})
+            self._prune()
+        self.barrier()
+        return path
+
+    def _prune(self) -> None:
+        complete = self.complete()
+        for old in complete[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        newest = complete[-1] if complete else None
+        for entry in self.directory.iterdir():
+            if _NAME.match(entry.name) and entry.is_dir() and not (entry / "meta.json").exists() \
+                    and (newest is None or entry.name < newest.name):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    # ------------------------------------------------------------------ reading
+    def complete(self) -> list[Path]:
+        """Complete checkpoints, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [p for p in self.directory.iterdir() if _NAME.match(p.name) and (p / "meta.json").is_file()]
+        return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+    def load_latest(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """This rank's state from the newest complete checkpoint (None when there is none).
+
+        Raises:
+            ConfigError: the checkpoint was written by a job with another world size or another
+                configuration (the differing keys are named).
+            DatasetError: a checkpoint file is missing or unreadable.
+        """
+        complete = self.complete()
+        if not complete:
+            return None
+        path = complete[-1]
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("world_size") != self.world_size:
+            raise ConfigError(f"{path} was written by {meta.get('world_size')} workers but {self.world_size} run now; "
+                              f"resume with --workers {meta.get('world_size')} or use another --checkpoint-dir")
+        # Compare as JSON sees both (tuples become lists).
+        old, new = _flatten(meta.get("config", {})), _flatten(json.loads(json.dumps(config)))
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in _RESUMABLE_CHANGES)
+        if changed:
+            detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:6])
+            raise ConfigError(f"{path} was written with another configuration ({detail}); resume with the same flags "
+                              "(only --epochs may grow) or use another --checkpoint-dir")
+        file = path / f"rank-{self.rank}.pt"
+        try:
+            state = torch.load(file, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, ValueError, EOFError) as exc:
+            raise DatasetError(f"cannot read checkpoint ({type(exc).__name__}: {exc})", file,
+                               "delete this checkpoint folder to resume from the one before it") from None
+        if state.get("epoch") != meta["epoch"]:
+            raise DatasetError(f"holds epoch {state.get('epoch')} but meta.json says {meta['epoch']}", file,
+                               "delete this checkpoint folder to resume from the one before it")
+        return state
+
+
+class LoopState:
+    """What the epoch loop carries from epoch to epoch (and a checkpoint restores)."""
+
+    def __init__(self) -> None:
+        self.next_epoch = 0
+        self.history: list[Any] = []
+        self.best_val, self.best_epoch = -1.0, -1
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.comm_total: dict[str, list[float]] = {}
+
+
+def capture_state(loop: LoopState, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  generators: list[torch.Generator]) -> dict[str, Any]:
+    """This rank's full training state after ``loop.next_epoch`` epochs (tensors and plain data)."""
+    import dataclasses
+
+    return {
+        "epoch": loop.next_epoch,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "dropout_step": int(getattr(model, "dropout_step", 0)),
+        "torch_rng": torch.get_rng_state(),
+        "generators": [g.get_state() for g in generators],
+        "history": [dataclasses.asdict(r) for r in loop.history],
+        "best_val": loop.best_val, "best_epoch": loop.best_epoch,
+        "best_state": loop.best_state or {},
+        "comm_total": loop.comm_total,
+    }
+
+
+def restore_state(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  generators: list[torch.Generator], record_type) -> LoopState:
+    """Load ``state`` into the model, optimiser and generators; return the loop state."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if hasattr(model, "dropout_step"):
+        model.dropout_step = int(state["dropout_step"])
+    torch.set_rng_state(state["torch_rng"])
+    if len(state["generators"]) != len(generators):
+        raise ConfigError("the checkpoint was written with another --bits/--fetch-bits setting")
+    for generator, saved in zip(generators, state["generators"]):
+        generator.set_state(saved)
+    loop = LoopState()
+    loop.next_epoch = int(state["epoch"])
+    loop.history = [record_type(**r) for r in state["history"]]
+    loop.best_val, loop.best_epoch = float(state["best_val"]), int(state["best_epoch"])
+    loop.best_state = dict(state["best_state"]) or None
+    loop.comm_total = {k: list(v) for k, v in state["comm_total"].items()}
+    return loop

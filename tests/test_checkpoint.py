@@ -1,0 +1,122 @@
+"""Checkpoints: atomic layout, retention, config checks, and bit-exact resume (single process, and
+a 2-rank job whose worker is SIGKILLed mid-epoch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from distributed_helpers import run_workers
+from shardgnn.distributed.launch import WorkerFailedError
+from shardgnn.errors import ConfigError
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.nn.models import ModelConfig
+from shardgnn.partition.format import write_partitions
+from shardgnn.partition.methods import PartitionConfig, partition_graph
+from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.train.checkpoint import Checkpointer
+from shardgnn.train.config import OptimConfig, TrainConfig
+from shardgnn.train.single import Trainer
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
+
+
+def _final_weights(directory) -> dict[str, torch.Tensor]:
+    last = Checkpointer(directory).complete()[-1]
+    return torch.load(Path(last) / "rank-0.pt", weights_only=True)["model"]
+
+
+def _assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def _single_config(directory, epochs, resume=False, mode="minibatch"):
+    return TrainConfig(mode=mode, model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
+                       sampler=SamplerConfig(fanouts=(5, 5)), optim=OptimConfig(epochs=epochs, lr=0.01),
+                       batch_size=64, seed=3, progress=False, threads=1, checkpoint_dir=str(directory),
+                       checkpoint_every=1, keep_checkpoints=2, resume=resume)
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "full"])
+def test_single_process_resume_is_bit_exact(tmp_path, graph, mode):
+    straight = tmp_path / "straight"
+    Trainer(_single_config(straight, 4, mode=mode), graph).fit()
+    interrupted = tmp_path / "interrupted"
+    Trainer(_single_config(interrupted, 2, mode=mode), graph).fit()  # "killed" after epoch 2
+    resumed = Trainer(_single_config(interrupted, 4, resume=True, mode=mode), graph).fit()
+    _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
+    assert [e["epoch"] for e in resumed["epochs"]] == [0, 1, 2, 3]  # history carried over
+    # Only the last two complete checkpoints are kept.
+    assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000003", "epoch-000004"]
+
+
+def test_incomplete_checkpoints_are_ignored_and_config_changes_refused(tmp_path, graph):
+    directory = tmp_path / "ck"
+    Trainer(_single_config(directory, 1), graph).fit()
+    # A checkpoint without meta.json (a job killed while writing) is not complete.
+    (directory / "epoch-000002").mkdir()
+    (directory / "epoch-000002" / "rank-0.pt").write_bytes(b"half")
+    assert [p.name for p in Checkpointer(directory).complete()] == ["epoch-000001"]
+    changed = dataclasses.replace(_single_config(directory, 3, resume=True), seed=4)
+    with pytest.raises(ConfigError, match="seed"):
+        Trainer(changed, graph).fit()
+    with pytest.raises(ConfigError, match="--checkpoint-dir"):
+        TrainConfig(resume=True)
+
+
+# ---------------------------------------------------------------------------- multi-process
+def _partitions(tmp_path, graph):
+    path = tmp_path / "parts"
+    result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
+    write_partitions(graph, result.assignment, path, method=result.method, settings=result.settings)
+    return str(path)
+
+
+def _dist_config(directory, resume=False):
+    return TrainConfig(model=ModelConfig(hidden=16, num_layers=2, dropout=0.5), sampler=SamplerConfig(fanouts=(5, 5)),
+                       optim=OptimConfig(epochs=3, lr=0.01), batch_size=64, seed=3, progress=False, threads=1,
+                       checkpoint_dir=str(directory), resume=resume, fetch_bits=8)
+
+
+def _train(ctx, path, config, kill_at_step):
+    from shardgnn.train.distributed import DistTrainer
+
+    trainer = DistTrainer(config, ctx, path, overlap=False)
+    if kill_at_step is not None and ctx.rank == 1:
+        step = trainer.optimizer.step
+        calls = [0]
+
+        def dying_step(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == kill_at_step:
+                os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no goodbye: like the OOM killer
+            return step(*args, **kwargs)
+
+        trainer.optimizer.step = dying_step
+    trainer.fit()
+    return None
+
+
+@pytest.mark.multiprocess
+def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
+    path = _partitions(tmp_path, graph)
+    straight = tmp_path / "straight"
+    run_workers(_train, 2, path, _dist_config(straight), None)
+    batches_per_epoch = -(-len(graph.train_idx) // 64)
+    interrupted = tmp_path / "interrupted"
+    with pytest.raises(WorkerFailedError, match="rank 1"):
+        # Rank 1 dies in the middle of epoch 2 (after the checkpoint of epoch 1 was written).
+        run_workers(_train, 2, path, _dist_config(interrupted), batches_per_epoch + 2, timeout_s=30)
+    assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000001"]
+    run_workers(_train, 2, path, _dist_config(interrupted, resume=True), None)
+    _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
