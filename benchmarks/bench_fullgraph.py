@@ -17,7 +17,7 @@ baselines train the same model full-batch: shardgnn's own ``Trainer`` (``mode=fu
 without torch-sparse). Ratios: ``1d-sparse / 1d`` bytes per (dataset, P).
 
 **accuracy** — GCN, 2 layers, hidden 256, dropout 0.5, Adam lr 0.01, weight decay 5e-4,
-``--epochs`` (default 200) epochs, row-normalised features, ``1d-sparse`` on P = ``--workers``
+``--epochs`` (default 200) epochs, ``--feature-norm`` (default row) features, ``1d-sparse`` on P = ``--workers``
 METIS parts: bits 32/8/4/2/1 at staleness 0, staleness 1/2 at 32 bits, and 1 bit with staleness
 1. Test accuracy at the best validation epoch, the final validation accuracy, SpMM bytes per
 epoch, and the difference to the fp32 synchronous run (target: 1 bit and staleness 1 within 1
@@ -161,7 +161,7 @@ def ours_single_epoch_time(graph, config: TrainConfig) -> dict[str, float]:
 def base_config(spec: str, args, full: FullGraphConfig, threads: int) -> TrainConfig:
     return TrainConfig(dataset=spec, mode="full", model=ModelConfig(model="gcn", hidden=256, num_layers=2, dropout=0.5),
                        optim=OptimConfig(epochs=args.epochs, lr=0.01, weight_decay=5e-4), full=full,
-                       feature_norm="row", seed=args.seed, progress=False, threads=threads, data_dir=args.data_dir)
+                       feature_norm=args.feature_norm, seed=args.seed, progress=False, threads=threads, data_dir=args.data_dir)
 
 
 def variants_for(workers: int) -> list[FullGraphConfig]:
@@ -324,6 +324,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", default=None, help="comma-separated P values (bytes: 2,4; accuracy: 2)")
     parser.add_argument("--epochs", type=int, default=None, help="bytes: 3, accuracy: 200")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--feature-norm", default="row", choices=("none", "row"),
+                        help="feature preprocessing (row suits bag-of-words features; amazon-* train better with none)")
     parser.add_argument("--timeout", type=float, default=300.0, help="collective timeout (s)")
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--work-dir", default=str(REPO / "benchmarks" / "out" / "work"))

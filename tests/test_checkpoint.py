@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -114,9 +116,14 @@ def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
     run_workers(_train, 2, path, _dist_config(straight), None)
     batches_per_epoch = -(-len(graph.train_idx) // 64)
     interrupted = tmp_path / "interrupted"
-    with pytest.raises(WorkerFailedError, match="rank 1"):
+    start = time.perf_counter()
+    with pytest.raises(WorkerFailedError, match="rank 1") as failure:
         # Rank 1 dies in the middle of epoch 2 (after the checkpoint of epoch 1 was written).
         run_workers(_train, 2, path, _dist_config(interrupted), batches_per_epoch + 2, timeout_s=30)
+    # Fail fast: the whole job (start-up included) ended well within 60 s of the death, and the
+    # survivor's error names itself and the stage it was in.
+    assert time.perf_counter() - start < 60
+    assert re.search(r"rank 0: .*stage '\w+'", str(failure.value)), str(failure.value)
     assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000001"]
     run_workers(_train, 2, path, _dist_config(interrupted, resume=True), None)
     _assert_same_weights(_final_weights(straight), _final_weights(interrupted))

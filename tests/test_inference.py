@@ -98,3 +98,44 @@ def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):
     assert main(["infer", "--checkpoint", str(tmp_path), "--partitions", str(tmp_path), "--out",
                  str(tmp_path / "o")]) == 2
     assert "no complete checkpoint" in capsys.readouterr().err
+
+
+def _eval_layerwise(ctx, path):
+    from shardgnn.nn.models import ModelConfig
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.distributed import DistTrainer
+
+    config = TrainConfig(model=ModelConfig(model="gcn", hidden=8, num_layers=2), sampler=SamplerConfig(fanouts=(4, 4)),
+                         eval_fanouts=(-1, -1), optim=OptimConfig(epochs=1), batch_size=128, progress=False)
+    trainer = DistTrainer(config, ctx, path, overlap=False)
+    trainer.train_epoch(0)
+    return trainer.evaluate("test"), {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+@pytest.mark.multiprocess
+def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.single import Trainer
+    from shardgnn.sampling.neighbor import SamplerConfig
+
+    path = _parts(tmp_path, graph, 2)
+    new_graph = read_partitions(path, verify=False).reassemble()
+    full = MessageGraph.from_csr(new_graph.indptr, new_graph.indices)
+    for acc, state in run_workers(_eval_layerwise, 2, path):
+        model = build_model(ModelConfig(model="gcn", hidden=8, num_layers=2), graph.num_features, graph.num_classes)
+        model.load_state_dict(state)
+        model.eval()
+        with torch.no_grad():
+            pred = model([full] * 2, torch.from_numpy(new_graph.x)).argmax(1).numpy()
+        assert acc == pytest.approx(float((pred[new_graph.test_idx] == new_graph.y[new_graph.test_idx]).mean()))
+    # The single-process trainer takes the same path.
+    trainer = Trainer(TrainConfig(model=ModelConfig(model="sage", hidden=8, num_layers=2),
+                                  sampler=SamplerConfig(fanouts=(4, 4)), eval_fanouts=(-1, -1),
+                                  optim=OptimConfig(epochs=1), progress=False), graph)
+    assert trainer.layerwise is not None
+    with torch.no_grad():
+        trainer.model.eval()
+        pred = trainer.model([MessageGraph.from_csr(graph.indptr, graph.indices)] * 2, torch.from_numpy(graph.x))
+    expected = float((pred.argmax(1).numpy()[graph.val_idx] == graph.y[graph.val_idx]).mean())
+    assert trainer.evaluate(("val",))["val"] == pytest.approx(expected)

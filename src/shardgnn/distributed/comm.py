@@ -11,6 +11,7 @@ dead peer turns into an exception on the survivors instead of a hang.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -21,6 +22,27 @@ import torch
 import torch.distributed as dist
 
 from shardgnn.distributed.codec import RowCodec
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed: a peer worker died, stalled past the collective timeout, or the network
+    broke. The message names this rank and the communication stage; the job cannot continue."""
+
+
+@contextlib.contextmanager
+def collective_guard(stage: str, what: str):
+    """Turn a backend failure inside the block into a :class:`CollectiveError` naming the stage."""
+    start = time.perf_counter()
+    try:
+        yield
+    except CollectiveError:
+        raise
+    except RuntimeError as exc:  # DistBackendError, gloo "Connection closed by peer", timeouts
+        rank = dist.get_rank() if dist.is_initialized() else "?"
+        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise CollectiveError(f"rank {rank}: the {what} of stage '{stage}' failed after "
+                              f"{time.perf_counter() - start:.1f} s: a peer worker died or stalled (or the network "
+                              f"failed), so this worker stops too. Cause: {cause}") from exc
 
 
 @dataclasses.dataclass
@@ -98,7 +120,8 @@ class Communicator:
         metadata = 0
         if recv_counts is None:
             recv = torch.empty_like(send_counts)
-            dist.all_to_all_single(recv, send_counts, group=self.group)
+            with collective_guard(stage, "all-to-all of row counts"):
+                dist.all_to_all_single(recv, send_counts, group=self.group)
             recv_counts = recv.tolist()
             # The 8-byte count per peer is metadata; it is counted too, to be honest.
             metadata = 8 * (self.world_size - 1)
@@ -106,8 +129,9 @@ class Communicator:
         assert len(recv_counts) == self.world_size, "one receive count per rank"
         payload = torch.cat([t.reshape(t.shape[0], *row_shape) for t in send])
         received = torch.empty((sum(recv_counts), *row_shape), dtype=template.dtype, device=template.device)
-        work = dist.all_to_all_single(received, payload.contiguous(), output_split_sizes=recv_counts,
-                                      input_split_sizes=send_counts.tolist(), group=self.group, async_op=True)
+        with collective_guard(stage, "all-to-all"):
+            work = dist.all_to_all_single(received, payload.contiguous(), output_split_sizes=recv_counts,
+                                          input_split_sizes=send_counts.tolist(), group=self.group, async_op=True)
         row_bytes = template.element_size() * math.prod(row_shape)
         others = [p for p in range(self.world_size) if p != self.rank]
         sent = sum(int(send_counts[p]) for p in others) * row_bytes
@@ -123,7 +147,8 @@ class Communicator:
         ``2 (P - 1) / P`` times the tensor's bytes."""
         start = time.perf_counter()
         if self.world_size > 1:
-            dist.all_reduce(tensor, op=op, group=self.group)
+            with collective_guard(stage, "all-reduce"):
+                dist.all_reduce(tensor, op=op, group=self.group)
         volume = 2 * (self.world_size - 1) * tensor.numel() * tensor.element_size() // self.world_size
         self.record(stage, volume, volume, time.perf_counter() - start)
         return tensor
@@ -144,7 +169,8 @@ class Communicator:
         if self.world_size > 1:
             # ``src`` is a rank of this communicator's group; torch wants the global rank.
             root = src if self.group is None else dist.get_global_rank(self.group, src)
-            dist.broadcast(buffer, src=root, group=self.group)
+            with collective_guard(stage, "broadcast"):
+                dist.broadcast(buffer, src=root, group=self.group)
         nbytes = buffer.numel() * buffer.element_size()
         sent = nbytes * (self.world_size - 1) if self.rank == src else 0
         self.record(stage, sent, 0 if self.rank == src else nbytes, time.perf_counter() - start)
@@ -165,7 +191,8 @@ class Communicator:
                                 stats.get(n, CommStats()).time_s, stats.get(n, CommStats()).calls] for n in names],
                               dtype=torch.float64).reshape(len(names), 4)
         if self.world_size > 1 and names:
-            dist.all_reduce(values, group=self.group)
+            with collective_guard("report", "all-reduce"):
+                dist.all_reduce(values, group=self.group)
         return {n: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3])) for n, v in zip(names, values.tolist())}
 
     def gather_stats(self, stats: dict[str, CommStats]) -> dict[str, list[CommStats]]:
@@ -176,7 +203,8 @@ class Communicator:
                                for n in names], dtype=torch.float64).reshape(len(names), 4)
         gathered = [values.clone() for _ in range(self.world_size)]
         if self.world_size > 1 and names:
-            dist.all_gather(gathered, values, group=self.group)
+            with collective_guard("report", "all-gather"):
+                dist.all_gather(gathered, values, group=self.group)
         return {n: [CommStats(int(g[i, 0]), int(g[i, 1]), float(g[i, 2]), int(g[i, 3])) for g in gathered]
                 for i, n in enumerate(names)}
 
@@ -194,7 +222,8 @@ class PendingExchange:
         if self._result is None:
             start = time.perf_counter()
             if self._work is not None:
-                self._work.wait()
+                with collective_guard(self._stage, "all-to-all"):
+                    self._work.wait()
             pieces = self._pieces
             if self._decode is not None:
                 rank = self._comm.rank

@@ -14,6 +14,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from shardgnn.distributed.comm import collective_guard
 from shardgnn.errors import ConfigError
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -51,9 +52,10 @@ class DistContext:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def barrier(self) -> None:
+    def barrier(self, stage: str = "barrier") -> None:
         if self.group is not None:
-            dist.barrier(group=self.group)
+            with collective_guard(stage, "barrier"):
+                dist.barrier(group=self.group)
 
 
 def init_distributed(*, device: str = "auto", backend: str = "auto",

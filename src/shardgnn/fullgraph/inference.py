@@ -85,6 +85,21 @@ class LayerwiseInference:
         return embeddings, h
 
 
+@torch.no_grad()
+def layerwise_accuracies(engine: LayerwiseInference, model: GNN, splits, reduce_sum) -> dict[str, float]:
+    """Accuracy over each of ``splits`` with full neighbourhoods (one inference pass), each rank
+    scoring its own part's nodes; ``reduce_sum(list_of_floats)`` sums over ranks."""
+    shard = engine.shard
+    _, logits = engine.run(model, torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32)))
+    y = torch.from_numpy(shard.y).to(logits.device)
+    counts = []
+    for split in splits:
+        idx = torch.from_numpy(shard.splits[split]).to(logits.device)
+        counts += [float((logits[idx].argmax(-1) == y[idx]).sum()), float(idx.numel())]
+    counts = reduce_sum(counts)
+    return {split: counts[2 * i] / max(counts[2 * i + 1], 1.0) for i, split in enumerate(splits)}
+
+
 def _out_width(layer) -> int:
     for name in ("lin_self", "lin"):
         if hasattr(layer, name):

@@ -205,3 +205,20 @@ def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Commun
         x=np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts]),
         y=np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts]),
         splits=splits, num_classes=int(own_part.num_classes))
+
+
+def shard_from_graph(graph) -> FullGraphShard:
+    """The whole of an in-memory :class:`~shardgnn.graph.csr.Graph` as the shard of a single rank
+    (no partition directory needed): single-process layer-wise inference runs on it."""
+    n = graph.num_nodes
+    indptr = np.asarray(graph.indptr, dtype=np.int64)
+    indices = np.asarray(graph.indices, dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int64)
+    splits = {s: (empty if getattr(graph, f"{s}_idx") is None else np.asarray(getattr(graph, f"{s}_idx"), np.int64))
+              for s in ("train", "val", "test")}
+    return FullGraphShard(
+        book=PartitionBook(np.array([0, n], dtype=np.int64)), row_start=0, row_end=n, own_start=0, own_end=n,
+        indptr=indptr, indices=indices, halo=empty, halo_counts=np.zeros(1, dtype=np.int64),
+        degree=_non_loop_degree(indptr, indices, 0), x=graph.x,
+        y=empty if graph.y is None else np.asarray(graph.y, dtype=np.int64), splits=splits,
+        num_classes=int(graph.num_classes))

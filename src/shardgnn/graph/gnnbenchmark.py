@@ -23,7 +23,7 @@ import scipy.sparse as sp
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.safe_pickle import dense_float32, load_npz_safely
+from shardgnn.graph.safe_pickle import check_sparse, dense_float32, load_npz_safely
 from shardgnn.graph.split import fraction_split, per_class_split
 
 SPLITS = ("per-class", "60-20-20")
@@ -84,6 +84,7 @@ def load_gnn_benchmark(
     if not sp.issparse(adj) or adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
         raise DatasetError(f"the adjacency must be a square sparse matrix, found {type(adj).__name__} "
                            f"{getattr(adj, 'shape', '')}", path, _FIX)
+    check_sparse(adj, path, "adjacency")
     num_nodes = adj.shape[0]
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.dtype.kind not in "iu":

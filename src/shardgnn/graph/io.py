@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import tokenize
 from pathlib import Path
 
 import numpy as np
@@ -51,8 +52,9 @@ def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
         raise DatasetError("file is missing", path, "re-create the directory with `save_graph`/`shardgnn partition`")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except ValueError as exc:  # truncated data, object arrays, bad header
-        raise DatasetError(f"not a readable .npy array ({exc})", path, "the file is corrupt or truncated; rewrite it") from None
+    except (ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:  # truncated/empty, damaged header
+        raise DatasetError(f"not a readable .npy array ({type(exc).__name__}: {exc})", path,
+                           "the file is corrupt or truncated; rewrite it") from None
     except OSError as exc:
         raise DatasetError(f"cannot read ({exc})", path) from None
 
@@ -68,22 +70,31 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"meta.json is not valid JSON ({exc})", meta_path, "rewrite the directory") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"meta.json holds a {type(meta).__name__}, not an object", meta_path, "rewrite the directory")
     if meta.get("format") != GRAPH_FORMAT or meta.get("version") != GRAPH_FORMAT_VERSION:
         raise DatasetError(
             f"format {meta.get('format')!r} version {meta.get('version')!r} is not "
             f"{GRAPH_FORMAT!r} version {GRAPH_FORMAT_VERSION}", meta_path,
             "re-create the directory with this version of shardgnn")
+    arrays, name, num_classes = meta.get("arrays", {}), meta.get("name", path.name), meta.get("num_classes", 0)
+    if not (isinstance(arrays, dict) and all(isinstance(v, dict) for v in arrays.values())
+            and isinstance(name, str) and isinstance(num_classes, int) and not isinstance(num_classes, bool)
+            and 0 <= num_classes < 2 ** 31):
+        raise DatasetError("meta.json is malformed: 'arrays' must map names to {shape, dtype}, 'name' must be a "
+                           "string and 'num_classes' a non-negative integer", meta_path, "rewrite the directory")
     fields = {}
-    for key, spec in meta.get("arrays", {}).items():
+    for key, spec in arrays.items():
         if key not in _ARRAYS:
             raise DatasetError(f"unknown array {key!r} in meta.json", meta_path)
         array = load_npy(path / f"{key}.npy", mmap=mmap and key in ("x", "indices"))
-        if list(array.shape) != spec["shape"] or str(array.dtype) != spec["dtype"]:
+        if list(array.shape) != spec.get("shape") or str(array.dtype) != spec.get("dtype"):
             raise DatasetError(
                 f"{key}.npy has shape {list(array.shape)} dtype {array.dtype}, meta.json says "
-                f"{spec['shape']} {spec['dtype']}", path / f"{key}.npy", "the file was replaced or truncated; rewrite it")
+                f"{spec.get('shape')} {spec.get('dtype')}", path / f"{key}.npy",
+                "the file was replaced or truncated; rewrite it")
         fields[key] = array
     if "indptr" not in fields or "indices" not in fields:
         raise DatasetError("meta.json lists no indptr/indices arrays", meta_path)
-    graph = Graph(name=meta.get("name", path.name), num_classes=int(meta.get("num_classes", 0)), **fields)
+    graph = Graph(name=name, num_classes=num_classes, **fields)
     return graph.validate(str(path))

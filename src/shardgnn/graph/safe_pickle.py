@@ -27,7 +27,9 @@ import builtins
 import collections
 import os
 import pickle
+import tokenize
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -167,6 +169,36 @@ def safe_load(fileobj_or_path: str | os.PathLike | BinaryIO, source_name: str | 
     return _unpickle(fileobj_or_path, source_name if source_name is not None else "<pickle>", encoding)
 
 
+def check_sparse(obj: Any, source: str | os.PathLike, what: str) -> None:
+    """Validate the structure of an unpickled (or loaded) scipy sparse matrix.
+
+    Unpickling restores a matrix's arrays without scipy's constructor checks, and scipy's C
+    kernels trust them: a corrupt ``indices`` or ``indptr`` makes ``toarray()`` or ``tocoo()``
+    read out of bounds and crash the process (found by fuzzing). So the structure is checked
+    first: CSR/CSC/BSR with scipy's full check, COO by its coordinate ranges.
+
+    Raises:
+        DatasetError: the matrix is inconsistent or of an unsupported format.
+    """
+    try:
+        shape = tuple(int(v) for v in obj.shape)
+        if len(shape) != 2 or min(shape) < 0:
+            raise ValueError(f"shape {shape} is not a 2-D shape")
+        if obj.format in ("csr", "csc", "bsr"):
+            obj.check_format(full_check=True)
+        elif obj.format == "coo":
+            row, col, data = (np.asarray(a) for a in (obj.row, obj.col, obj.data))
+            if not row.shape == col.shape == data.shape or row.ndim != 1:
+                raise ValueError("row, col and data differ in length")
+            if row.size and (row.min() < 0 or row.max() >= shape[0] or col.min() < 0 or col.max() >= shape[1]):
+                raise ValueError("coordinates out of range")
+        else:
+            raise ValueError(f"unsupported sparse format {obj.format!r} (expected csr, csc, bsr or coo)")
+    except (ValueError, TypeError, AttributeError, IndexError, OverflowError) as exc:
+        raise DatasetError(f"the {what} matrix is corrupt ({exc})", source,
+                           "the file is corrupt or not this dataset; re-download it") from None
+
+
 def dense_float32(obj: Any, source: str | os.PathLike, what: str = "feature",
                   nonfinite: str | None = "error") -> np.ndarray:
     """An unpickled scipy sparse matrix or numeric 2-D array as a dense float32 array.
@@ -179,6 +211,7 @@ def dense_float32(obj: Any, source: str | os.PathLike, what: str = "feature",
         DatasetError: ``obj`` is not a 2-D numeric matrix, or holds non-finite values under ``"error"``.
     """
     if scipy.sparse.issparse(obj) and obj.ndim == 2 and obj.dtype.kind in "biuf":
+        check_sparse(obj, source, what)
         dense = np.asarray(obj.astype(np.float32, copy=False).toarray())
         clean = np.isfinite(obj.data).all()
     elif isinstance(obj, np.ndarray) and obj.ndim == 2 and obj.dtype.kind in "biuf":
@@ -239,13 +272,14 @@ def load_npz_safely(path: str | os.PathLike) -> dict[str, Any]:
                     out[key] = _read_npy_member(archive, member, source)
                 except DatasetError:
                     raise
-                except (ValueError, EOFError, OSError, zipfile.BadZipFile, OverflowError) as exc:
+                except (ValueError, EOFError, OSError, zipfile.BadZipFile, OverflowError, SyntaxError,
+                        NotImplementedError, zlib.error, tokenize.TokenError) as exc:  # damaged .npy header
                     raise DatasetError(f"member {member} is not a readable .npy array ({exc})", path,
                                        "the file is truncated or corrupt; re-download it") from None
     except DatasetError:
         raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
-        raise DatasetError(f"not a readable .npz archive ({exc})", path,
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, zlib.error) as exc:
+        raise DatasetError(f"not a readable .npz archive ({type(exc).__name__}: {exc})", path,
                            "the file is truncated or corrupt; re-download it") from None
     return out
 

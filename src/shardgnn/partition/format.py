@@ -358,7 +358,43 @@ def _read_meta(path: Path) -> dict[str, Any]:
     missing = [key for key in required if key not in meta]
     if missing:
         raise _meta_error(meta_path, f"meta.json lacks the key(s) {', '.join(missing)}")
+    problem = _schema_problem(meta)
+    if problem:
+        raise _meta_error(meta_path, f"meta.json is malformed: {problem}")
     return meta
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 62
+
+
+def _schema_problem(meta: dict[str, Any]) -> str | None:
+    """What is wrong with the types in ``meta`` (None: nothing). Values are checked later."""
+    for key in ("num_parts", "num_nodes", "num_edges"):
+        if not _is_count(meta[key]):
+            return f"{key} must be a non-negative integer, not {meta[key]!r}"
+    if not isinstance(meta["boundaries"], list) or not all(_is_count(b) for b in meta["boundaries"]):
+        return "boundaries must be a list of non-negative integers"
+    arrays = meta["arrays"]
+    if not isinstance(arrays, dict):
+        return "arrays must be an object"
+    for rel, spec in arrays.items():
+        if not (isinstance(spec, dict) and isinstance(spec.get("shape"), list)
+                and all(_is_count(d) for d in spec["shape"]) and isinstance(spec.get("dtype"), str)
+                and _is_count(spec.get("bytes"))):
+            return f"arrays[{rel!r}] must hold shape (list of sizes), dtype (string) and bytes (integer)"
+    if not isinstance(meta["sha256"], dict) or not all(isinstance(v, str) for v in meta["sha256"].values()):
+        return "sha256 must map file names to hex digests"
+    parts = meta["parts"]
+    if not (isinstance(parts, list) and len(parts) == meta["num_parts"]
+            and all(isinstance(p, dict) and _is_count(p.get("num_edges")) for p in parts)):
+        return "parts must list one object with num_edges per part"
+    if not isinstance(meta["metrics"], dict) or not isinstance(meta["partitioner"], dict):
+        return "metrics and partitioner must be objects"
+    labels = meta.get("labels")
+    if labels is not None and not (isinstance(labels, dict) and _is_count(labels.get("num_classes", 0))):
+        return "labels must be an object whose num_classes is a non-negative integer"
+    return None
 
 
 def _sha256_file(path: Path) -> str:

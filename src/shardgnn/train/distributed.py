@@ -25,6 +25,8 @@ from shardgnn.distributed.codec import make_codec
 from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
+from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
+from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
 from shardgnn.loader.prefetch import Prefetcher
@@ -222,6 +224,14 @@ class DistTrainer(RankTrainer):
         eval_sampler = DistNeighborSampler(self.graph, SamplerConfig(
             fanouts=config.eval_fanouts or config.sampler.fanouts, replace=config.sampler.replace,
             num_threads=config.sampler.num_threads), self.data_comm, "sample")
+        # Full-neighbourhood evaluation (--eval-fanouts -1,...) runs layer-wise over the whole
+        # graph: every layer computed once per node instead of once per seed's L-hop neighbourhood.
+        self.layerwise = None
+        eval_fanouts = config.eval_fanouts or config.sampler.fanouts
+        if all(f == -1 for f in eval_fanouts) and config.model.model in ("sage", "gcn"):
+            shard = load_shard(partitions, Grid(ctx.world_size, 1), ctx.rank, self.data_comm)
+            shard.x = x_local
+            self.layerwise = LayerwiseInference(shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval")
         self.eval_stages = {}
         for split in ("val", "test"):
             batches = DistSeedBatcher(split_ids[split], book, ctx.rank, ctx.world_size,
@@ -279,6 +289,8 @@ class DistTrainer(RankTrainer):
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
         """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
+        if self.layerwise is not None:
+            return layerwise_accuracies(self.layerwise, self.model, (split,), self._sum)[split]
         self.model.eval()
         correct = count = 0
         for batch in self.eval_stages[split]:

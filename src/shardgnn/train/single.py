@@ -15,7 +15,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
+from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
+from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.loader.pipeline import MiniBatchLoader
@@ -118,6 +121,13 @@ class Trainer:
             eval_sampler = NeighborSampler(g.indptr, g.indices, SamplerConfig(
                 fanouts=config.eval_fanouts or config.sampler.fanouts, replace=config.sampler.replace,
                 num_threads=config.sampler.num_threads))
+            # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
+            self.layerwise = None
+            eval_fanouts = config.eval_fanouts or config.sampler.fanouts
+            if all(f == -1 for f in eval_fanouts) and config.model.model in ("sage", "gcn"):
+                shard = shard_from_graph(g)
+                shard.x = self.x
+                self.layerwise = LayerwiseInference(shard, 0, Communicator(0, 1, None), device=self.device)
             self.eval_loaders = {
                 split: MiniBatchLoader(getattr(g, f"{split}_idx"), eval_sampler, features, labels,
                                        batch_size=config.eval_batch_size, shuffle=False,
@@ -170,6 +180,8 @@ class Trainer:
                 idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
                 out[split] = accuracy(logits[idx], self.y[idx].to(self.device))
             return out
+        if self.layerwise is not None:
+            return layerwise_accuracies(self.layerwise, self.model, splits, lambda values: values)
         out = {}
         for split in splits:
             loader = self.eval_loaders[split]
