@@ -477,6 +477,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
     if arrays["indptr"].shape != (end - start + 1,):
         raise DatasetError(f"has {arrays['indptr'].shape[0]} entries, expected {end - start + 1} (part owns "
                            f"{end - start} nodes)", path / rels["indptr"], _REMAKE)
+    _check_part_structure(path, rels, arrays, end - start, pset.book.num_nodes)
     labels = meta.get("labels") or {}
     return LocalPartition(
         part=part, num_parts=pset.num_parts, start=start, end=end,
@@ -485,6 +486,36 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
         test_idx=arrays.get("test_idx"), edge_weight=arrays.get("edge_weight"),
         num_classes=int(labels.get("num_classes", 0)), book=pset.book,
     )
+
+
+def _check_part_structure(path: Path, rels: dict[str, str], arrays: dict[str, np.ndarray], num_rows: int,
+                          num_nodes: int) -> None:
+    """Cheap structural invariants, checked on every load (also without SHA-256 verification), so
+    a same-size corruption cannot become a silently wrong graph: CSR offsets, id ranges, split
+    ranges and row counts. O(part size), no hashing."""
+    def bad(name: str, problem: str) -> DatasetError:
+        return DatasetError(problem, path / rels[name], "the file is corrupt; run `shardgnn verify` on the directory "
+                                                        "and " + _REMAKE)
+
+    indptr, indices = arrays["indptr"], arrays["indices"]
+    if indptr.ndim != 1 or indptr.shape[0] < 1 or indptr[0] != 0 or indptr[-1] != indices.shape[0] \
+            or (indptr.shape[0] > 1 and np.any(np.diff(indptr) < 0)):
+        raise bad("indptr", f"is not a CSR offset array for {indices.shape[0]} edges (must start at 0, never "
+                            f"decrease and end at the edge count)")
+    if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= num_nodes):
+        raise bad("indices", f"holds node ids outside [0, {num_nodes})")
+    halo = arrays["halo"]
+    if halo.size and (int(halo.min()) < 0 or int(halo.max()) >= num_nodes or np.any(np.diff(halo) <= 0)):
+        raise bad("halo", f"is not a sorted list of unique node ids in [0, {num_nodes})")
+    for name in ("x", "y", "edge_weight"):
+        if name in arrays:
+            expected = indices.shape[0] if name == "edge_weight" else num_rows
+            if arrays[name].shape[0] != expected:
+                raise bad(name, f"has {arrays[name].shape[0]} rows, expected {expected}")
+    for name in SPLITS:
+        split = arrays.get(name)
+        if split is not None and split.size and (int(split.min()) < 0 or int(split.max()) >= num_rows):
+            raise bad(name, f"holds local rows outside [0, {num_rows})")
 
 
 def load_part(path: str | os.PathLike, part: int, mmap: bool = True, *, verify: bool = True) -> LocalPartition:
