@@ -127,3 +127,52 @@ def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
     assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000001"]
     run_workers(_train, 2, path, _dist_config(interrupted, resume=True), None)
     _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
+
+
+_DYING_WORKER = '''
+import os, signal, sys
+import torch
+from shardgnn.run import main
+
+# First attempt only (torchrun counts restarts): rank 1 dies by SIGKILL at its 6th optimiser step.
+if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK") == "1":
+    step, calls = torch.optim.Adam.step, [0]
+
+    def dying_step(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 6:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return step(self, *args, **kwargs)
+
+    torch.optim.Adam.step = dying_step
+sys.exit(main())
+'''
+
+
+@pytest.mark.multiprocess
+def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph):
+    """The same command under `torchrun --max-restarts 1`: the group restarts after the SIGKILL and
+    `--resume` continues from the last checkpoint; the final weights equal an uninterrupted run."""
+    import subprocess
+    import sys
+
+    from shardgnn.distributed.launch import free_port
+
+    path = _partitions(tmp_path, graph)
+    script = tmp_path / "dying_worker.py"
+    script.write_text(_DYING_WORKER)
+
+    def torchrun(entry: list[str], directory: Path) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+               "--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+               *entry, "train", "--partitions", path, "--fanouts", "5,5", "--hidden", "16", "--batch-size", "64",
+               "--epochs", "3", "--seed", "3", "--quiet", "--timeout", "30", "--overlap", "off",
+               "--checkpoint-dir", str(directory), "--resume"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    straight = torchrun(["-m", "shardgnn.run"], tmp_path / "straight")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    restarted = torchrun([str(script)], tmp_path / "restarted")
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    assert "resumed from" in restarted.stdout + restarted.stderr  # the second attempt picked it up
+    _assert_same_weights(_final_weights(tmp_path / "straight"), _final_weights(tmp_path / "restarted"))

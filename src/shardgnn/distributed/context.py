@@ -1,7 +1,7 @@
 """The distributed context: rank, world size, device and process groups, built once.
 
 ``init_distributed`` is the only function in shardgnn that reads ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by ``torchrun``, SLURM wrappers or our
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT`` (set by ``torchrun``, SLURM wrappers or our
 own launcher); everything below receives the resulting :class:`DistContext` explicitly.
 """
 
@@ -87,7 +87,12 @@ def init_distributed(*, device: str = "auto", backend: str = "auto",
         raise ConfigError(f"collective timeout {timeout_s} s must be > 0")
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        # Under `torchrun --max-restarts` every attempt talks through the same store; scoping our
+        # keys by attempt keeps a restarted group from reading the dead attempt's gloo addresses
+        # (seen as "Connection refused" while creating the data group).
+        store = dist.PrefixStore(f"shardgnn/attempt-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     data_group = dist.new_group(backend="gloo", timeout=timeout)
     return DistContext(rank=rank, world_size=world_size, local_rank=local_rank,
                        local_world_size=local_world_size, device=torch_device,
