@@ -271,7 +271,7 @@ def run_bytes(args, report: dict[str, Any]) -> str:
 def run_accuracy(args, report: dict[str, Any]) -> str:
     cores = cores_available()
     runs = report.setdefault("runs", [])
-    settings = [(32, 0), (8, 0), (4, 0), (2, 0), (1, 0), (32, 1), (32, 2), (1, 1)]
+    settings = [tuple(int(v) for v in item.split(":")) for item in args.settings.split(",")]
 
     def render() -> str:
         rows = []
@@ -324,6 +324,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", default=None, help="comma-separated P values (bytes: 2,4; accuracy: 2)")
     parser.add_argument("--epochs", type=int, default=None, help="bytes: 3, accuracy: 200")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--settings", default="32:0,8:0,4:0,2:0,1:0,32:1,32:2,1:1",
+                        help="accuracy part: comma-separated bits:staleness pairs (the first is the reference)")
     parser.add_argument("--feature-norm", default="row", choices=("none", "row"),
                         help="feature preprocessing (row suits bag-of-words features; amazon-* train better with none)")
     parser.add_argument("--timeout", type=float, default=300.0, help="collective timeout (s)")

@@ -100,16 +100,15 @@ class DistFullGraph:
         self._adj: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._layers: list[DistLayerGraph] = []
         book = shard.book
-        halo_owner = book.owner(shard.halo)
-        self._halo_owner = halo_owner
         if config.spmm == "1d-sparse":
             self._setup_sparse_plan()
         else:
             col = grid.col_of(rank)
             self._col_parts = grid.col_parts(col)
-            # The held parts this rank multiplies, and the remote ones whose blocks it receives.
-            self._column_mask = np.isin(np.concatenate([book.owner(np.arange(shard.row_start, shard.row_end)),
-                                                        halo_owner]), self._col_parts)
+            if grid.replication > 1:  # 1.5D: this replica multiplies only the columns of its parts
+                self._column_mask = np.isin(np.concatenate([book.owner(np.arange(shard.row_start, shard.row_end)),
+                                                            book.owner(shard.halo)]), self._col_parts)
+            # The rows of each remote part this rank's columns need, in that part's local ids.
             self._needed = {q: torch.from_numpy(shard.halo[shard.halo_segment(q)] - int(book.part_range(q)[0]))
                             for q in self._col_parts if grid.row_of(q) != grid.row_of(rank)}
 
