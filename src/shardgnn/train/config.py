@@ -103,5 +103,12 @@ class TrainConfig:
             if len(self.eval_fanouts) != self.model.num_layers:
                 raise ConfigError(f"eval fanouts {self.eval_fanouts} must name {self.model.num_layers} layers")
 
+    @property
+    def layerwise_eval(self) -> bool:
+        """Mini-batch evaluation with full neighbourhoods (all eval fanouts -1) runs layer-wise
+        (every layer once per node, shardgnn.fullgraph.inference) for the models it supports."""
+        fanouts = self.eval_fanouts or self.sampler.fanouts
+        return all(f == -1 for f in fanouts) and self.model.model in ("sage", "gcn")
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -227,8 +227,7 @@ class DistTrainer(RankTrainer):
         # Full-neighbourhood evaluation (--eval-fanouts -1,...) runs layer-wise over the whole
         # graph: every layer computed once per node instead of once per seed's L-hop neighbourhood.
         self.layerwise = None
-        eval_fanouts = config.eval_fanouts or config.sampler.fanouts
-        if all(f == -1 for f in eval_fanouts) and config.model.model in ("sage", "gcn"):
+        if config.layerwise_eval:
             shard = load_shard(partitions, Grid(ctx.world_size, 1), ctx.rank, self.data_comm)
             shard.x = x_local
             self.layerwise = LayerwiseInference(shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval")

@@ -123,8 +123,7 @@ class Trainer:
                 num_threads=config.sampler.num_threads))
             # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
             self.layerwise = None
-            eval_fanouts = config.eval_fanouts or config.sampler.fanouts
-            if all(f == -1 for f in eval_fanouts) and config.model.model in ("sage", "gcn"):
+            if config.layerwise_eval:
                 shard = shard_from_graph(g)
                 shard.x = self.x
                 self.layerwise = LayerwiseInference(shard, 0, Communicator(0, 1, None), device=self.device)
