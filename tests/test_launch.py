@@ -201,3 +201,12 @@ def test_run_main_reports_user_errors_like_the_cli(fake_worker, capsys):
         main(["info"])
     assert info.value.code == 2
     assert fake_worker and len(fake_worker) == 1
+
+
+def test_cli_and_context_agree_on_the_default_collective_timeout():
+    from shardgnn import cli
+    from shardgnn.distributed import context
+
+    assert cli.DEFAULT_TIMEOUT_S == context.DEFAULT_TIMEOUT_S <= 45.0  # a stalled worker ends the job within 60 s
+    args = cli.build_parser().parse_args(["train", "--workers", "2"])
+    assert args.timeout == context.DEFAULT_TIMEOUT_S

@@ -13,6 +13,10 @@ from pathlib import Path
 
 from shardgnn.errors import ShardgnnError
 
+# shardgnn.distributed.context.DEFAULT_TIMEOUT_S, repeated so building the parser never imports
+# torch (tests/test_launch.py checks they agree).
+DEFAULT_TIMEOUT_S = 45.0
+
 
 def _int_list(text: str) -> tuple[int, ...]:
     try:
@@ -89,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="bits per value of exchanged features and feature gradients (32: exact)")
     full_args.add_argument("--staleness", type=int, default=0,
                            help="1d-sparse: epochs halo rows may lag, so exchanges overlap compute (0: synchronous)")
-    dist_args.add_argument("--timeout", type=float, default=120.0,
+    dist_args.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                            help="seconds any collective may wait before the job fails (a dead worker ends the "
                                 "job instead of hanging it)")
 
@@ -100,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument("--partitions", required=True, help="partition directory of the graph (one worker per part)")
     infer.add_argument("--out", required=True, help="output folder for embeddings/logits/predictions (.npy)")
     infer.add_argument("--chunk-rows", type=int, default=65536, help="rows per chunk (bounds working memory)")
-    infer.add_argument("--timeout", type=float, default=120.0, help="collective deadline in seconds")
+    infer.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="collective deadline in seconds")
 
     info = sub.add_parser("info", help="print statistics of a dataset")
     _add_data_args(info)

@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from shardgnn.distributed.codec import make_codec
 from shardgnn.distributed.comm import CommStats, Communicator
-from shardgnn.distributed.context import DistContext
+from shardgnn.distributed.context import DEFAULT_TIMEOUT_S, DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import Grid, load_shard
@@ -318,7 +318,7 @@ class DistTrainer(RankTrainer):
 
 
 def run_worker(config: TrainConfig, partitions: str | Path, *, overlap: bool | str = "auto",
-               timeout_s: float = 120.0) -> dict[str, Any] | None:
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
     """The body of one worker process: join the job, train, report on rank 0.
 
     Returns the results on rank 0 (also written to ``config.results`` and summarised on stdout),
