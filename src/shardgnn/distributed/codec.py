@@ -36,16 +36,6 @@ def _bf16_bits_down(x: torch.Tensor) -> torch.Tensor:
     return torch.where(dropped & (x < 0), kept + 65536, kept)
 
 
-def bf16_floor(x: torch.Tensor) -> torch.Tensor:
-    """``x`` rounded down to a bfloat16 value (returned as float32)."""
-    return _bf16_bits_down(x).view(torch.float32)
-
-
-def bf16_ceil(x: torch.Tensor) -> torch.Tensor:
-    """``x`` rounded up to a bfloat16 value (returned as float32)."""
-    return -bf16_floor(-x)
-
-
 class RowCodec:
     """Quantise float rows to ``bits`` bits and back.
 

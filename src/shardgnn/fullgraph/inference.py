@@ -77,11 +77,11 @@ class LayerwiseInference:
             halo = self.exchange.finish_halo(self.exchange.start_halo(h), h.shape[1]).to(h.dtype)
             h_ext = torch.cat([h, halo])
             out = []
-            for start in range(0, n, self.chunk_rows):
+            for start in range(0, max(n, 1), self.chunk_rows):  # one (empty) chunk for an empty part
                 end = min(n, start + self.chunk_rows)
                 graph, src_ids = self._chunk_graph(start, end)
                 out.append(layer(graph, h_ext[src_ids.to(self.device)]))
-            h = torch.cat(out) if out else h_ext.new_zeros((0, _out_width(layer)))
+            h = torch.cat(out)
         return embeddings, h
 
 
@@ -98,16 +98,3 @@ def layerwise_accuracies(engine: LayerwiseInference, model: GNN, splits, reduce_
         counts += [float((logits[idx].argmax(-1) == y[idx]).sum()), float(idx.numel())]
     counts = reduce_sum(counts)
     return {split: counts[2 * i] / max(counts[2 * i + 1], 1.0) for i, split in enumerate(splits)}
-
-
-def _out_width(layer) -> int:
-    for name in ("lin_self", "lin"):
-        if hasattr(layer, name):
-            lin = getattr(layer, name)
-            return lin.out_features
-    raise AssertionError("unknown layer type")
-
-
-def scatter_to_original(rows: np.ndarray, new_ids: np.ndarray, orig_ids: np.ndarray, out: np.ndarray) -> None:
-    """Write ``rows`` (of nodes ``new_ids``) into ``out`` at their original ids."""
-    out[orig_ids[new_ids]] = rows

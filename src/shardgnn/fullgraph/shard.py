@@ -133,10 +133,6 @@ class FullGraphShard:
     def num_rows(self) -> int:
         return self.row_end - self.row_start
 
-    @property
-    def own_slice(self) -> slice:
-        return slice(self.own_start - self.row_start, self.own_end - self.row_start)
-
     def halo_segment(self, part: int) -> slice:
         """Positions in ``halo`` of the rows owned by ``part``."""
         offsets = np.concatenate([[0], np.cumsum(self.halo_counts)])

@@ -39,7 +39,7 @@ from shardgnn.distributed.codec import RowCodec
 from shardgnn.distributed.comm import PendingExchange
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
-from shardgnn.nn.message_graph import MessageGraph, _csr
+from shardgnn.nn.message_graph import MessageGraph, _csr, transpose_csr
 
 SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d")
 
@@ -126,19 +126,17 @@ class DistFullGraph:
     def adjacency(self, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(A, A^T)`` normalised, in extended local columns, restricted to this rank's columns
         (1.5D), as CSR tensors (cached)."""
+        if self.grid.replication == 1:  # every column: the local graph's own cached matrices
+            return self._graph.adjacency(norm), self._graph.adjacency_t(norm)
         if norm not in self._adj:
+            # Normalise over the whole row (graph degrees), then keep this replica's columns.
             indptr, indices, values = self._graph.edge_values(norm)
-            size = (self.num_rows, self._graph.num_src)
-            if self.config.spmm != "1d-sparse" and self.grid.replication > 1:
-                keep = torch.from_numpy(self._column_mask).to(self.device)[indices]
-                rows = torch.repeat_interleave(torch.arange(self.num_rows, device=self.device), indptr.diff())
-                indptr = torch.zeros_like(indptr)
-                indptr[1:] = torch.cumsum(torch.bincount(rows[keep], minlength=self.num_rows), 0)
-                indices, values = indices[keep], values[keep]
-            adj = _csr(indptr, indices, values, size)
-            csc = adj.to_sparse_csc()
-            adj_t = _csr(csc.ccol_indices(), csc.row_indices(), csc.values(), (size[1], size[0]))
-            self._adj[norm] = (adj, adj_t)
+            keep = torch.from_numpy(self._column_mask).to(self.device)[indices]
+            rows = torch.repeat_interleave(torch.arange(self.num_rows, device=self.device), indptr.diff())
+            indptr = torch.zeros_like(indptr)
+            indptr[1:] = torch.cumsum(torch.bincount(rows[keep], minlength=self.num_rows), 0)
+            adj = _csr(indptr, indices[keep], values[keep], (self.num_rows, self._graph.num_src))
+            self._adj[norm] = (adj, transpose_csr(adj))
         return self._adj[norm]
 
     def layer(self, index: int) -> "DistLayerGraph":
@@ -248,13 +246,12 @@ class DistLayerGraph:
             self.step += 1
         return out
 
-    def stale_target(self) -> int:
-        return max(0, self.step - self.full.config.staleness)
 
 
-def _take(queue: collections.deque, step: int, target: int, started: PendingExchange) -> PendingExchange:
-    """Queue the exchange started at ``step``; return the one of ``target``, dropping older ones
-    (each is waited for first, so exchanges complete in order)."""
+def _take(queue: collections.deque, step: int, staleness: int, started: PendingExchange) -> PendingExchange:
+    """Queue the exchange started at ``step``; return the one of step ``max(0, step - staleness)``,
+    dropping older ones (each is waited for first, so exchanges complete in order)."""
+    target = max(0, step - staleness)
     queue.append((step, started))
     while queue[0][0] < target:
         queue.popleft()[1].wait()
@@ -269,7 +266,7 @@ class _SparseSpMM(torch.autograd.Function):
         width = h_NF.shape[1]
         pending = full.start_halo(h_NF)
         if training and full.config.staleness:
-            pending = _take(layer.halo_queue, layer.step, layer.stale_target(), pending)
+            pending = _take(layer.halo_queue, layer.step, full.config.staleness, pending)
         halo_HF = full.finish_halo(pending, width).to(h_NF.dtype)
         adj, _ = full.adjacency(norm)
         ctx.layer, ctx.norm, ctx.step = layer, norm, layer.step
@@ -284,7 +281,7 @@ class _SparseSpMM(torch.autograd.Function):
         g_h = g_ext[:n].clone()
         pending = full.start_halo_grad(g_ext[n:].contiguous())
         if full.config.staleness:
-            pending = _take(layer.grad_queue, ctx.step, max(0, ctx.step - full.config.staleness), pending)
+            pending = _take(layer.grad_queue, ctx.step, full.config.staleness, pending)
         full.finish_halo_grad(pending, g_h)
         return g_h, None, None, None
 

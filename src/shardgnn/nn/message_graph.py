@@ -24,6 +24,13 @@ def _csr(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, size
         return torch.sparse_csr_tensor(indptr, indices, values, size=size, check_invariants=False)
 
 
+def transpose_csr(adj: torch.Tensor) -> torch.Tensor:
+    """The transpose of a CSR matrix, as CSR (what the backward pass of an SpMM multiplies by)."""
+    csc = adj.to_sparse_csc()
+    rows, cols = adj.shape
+    return _csr(csc.ccol_indices(), csc.row_indices(), csc.values(), (cols, rows))
+
+
 class MessageGraph:
     """Edges ``src -> dst`` of one layer, in local ids, as a CSR over dst nodes."""
 
@@ -130,9 +137,7 @@ class MessageGraph:
     def adjacency_t(self, norm: str) -> torch.Tensor:
         """The transpose ``[S, D]`` as CSR (cached), for the backward pass."""
         if norm not in self._adj_t:
-            csc = self.adjacency(norm).to_sparse_csc()
-            self._adj_t[norm] = _csr(csc.ccol_indices(), csc.row_indices(), csc.values(),
-                                     (self.num_src, self.num_dst))
+            self._adj_t[norm] = transpose_csr(self.adjacency(norm))
         return self._adj_t[norm]
 
 

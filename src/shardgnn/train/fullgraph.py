@@ -81,17 +81,16 @@ class FullGraphTrainer(RankTrainer):
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
     # ------------------------------------------------------------------ epochs
-    def _own_logits(self, logits_NC: torch.Tensor) -> torch.Tensor:
-        return logits_NC[self.shard.own_slice]
-
     def train_epoch(self, epoch: int) -> tuple[float, float]:
         self.model.train()
-        train_idx = self.splits["train"] - self.shard.own_slice.start
+        # Split indices are held-row ids of this rank's own part: with 1.5D replication each
+        # replica scores only its own part, so every node counts once.
+        train_idx = self.splits["train"]
         comm_before = self._comm_seconds()
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self._own_logits(self.model(self.layers, self.x))[train_idx]
-        y = self.y[self.shard.own_slice][train_idx]
+        logits = self.model(self.layers, self.x)[train_idx]
+        y = self.y[train_idx]
         loss_sum = F.cross_entropy(logits, y, reduction="sum")
         # The global mean: every rank divides its own sum by the global count; gradients add up.
         (loss_sum / self.split_sizes["train"]).backward()
@@ -120,9 +119,8 @@ class FullGraphTrainer(RankTrainer):
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
         self.model.eval()
-        logits = self._own_logits(self.model(self.layers, self.x))
-        idx = self.splits[split] - self.shard.own_slice.start
-        correct = float((logits[idx].argmax(-1) == self.y[self.shard.own_slice][idx]).sum())
+        idx = self.splits[split]
+        correct = float((self.model(self.layers, self.x)[idx].argmax(-1) == self.y[idx]).sum())
         return self._sum([correct])[0] / max(self.split_sizes[split], 1)
 
     def generators(self) -> list[torch.Generator]:

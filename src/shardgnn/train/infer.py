@@ -92,6 +92,7 @@ def run_inference(ctx: DistContext, checkpoint: str | Path, partitions: str | Pa
         counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
     totals = torch.tensor(counts + [seconds], dtype=torch.float64)
     comm.all_reduce(totals, "metrics")
+    comm_summed = comm.reduce_stats()  # bytes over all workers (collective: before rank 0 goes on)
 
     # Every rank writes its rows; rank 0 assembles them in original id order.
     scratch = out / f".infer-ranks-{ctx.world_size}"
@@ -124,7 +125,7 @@ def run_inference(ctx: DistContext, checkpoint: str | Path, partitions: str | Pa
                      for i, split in enumerate(("train", "val", "test"))},
         "inference_time_s": t[-1] / ctx.world_size,
         "comm": {name: {"bytes_sent": st.bytes_sent, "bytes_recv": st.bytes_recv, "time_s": st.time_s}
-                 for name, st in comm.stats.items()},
+                 for name, st in comm_summed.items()},
         "outputs": {name: str(out / f"{name}.npy") for name in ("embeddings", "logits", "predictions")},
     }
     save_json(out / "inference.json", summary)
