@@ -16,6 +16,8 @@ from shardgnn.errors import ShardgnnError
 # shardgnn.distributed.context.DEFAULT_TIMEOUT_S, repeated so building the parser never imports
 # torch (tests/test_launch.py checks they agree).
 DEFAULT_TIMEOUT_S = 45.0
+# shardgnn.store.cache.POLICIES, repeated for the same reason.
+POLICIES = ("none", "degree", "presample", "fifo", "lru", "belady")
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -84,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
                                 "current one; auto: on when every worker has >= 2 cores")
     dist_args.add_argument("--fetch-bits", type=int, choices=(1, 2, 4, 8, 16, 32), default=32,
                            help="mini-batch mode: bits per value of remote feature rows (low-bit codec; 32: exact)")
+    cache_args = train.add_argument_group("feature cache and storage (distributed mini-batch training)")
+    cache_args.add_argument("--cache-policy", choices=POLICIES, default="none",
+                            help="cache of remote (and, with --feature-storage disk, local) feature rows per worker: "
+                                 "degree (top in-degree), presample (most sampled in one pre-sampling epoch), "
+                                 "fifo, lru, or belady (evicts the row used farthest ahead in a --cache-lookahead "
+                                 "window)")
+    cache_args.add_argument("--cache-size", default="10%",
+                            help="capacity per worker: percent of all nodes (20%%), a row count (50000) or bytes (256MB)")
+    cache_args.add_argument("--cache-lookahead", type=int, default=16,
+                            help="belady: batches sampled ahead; their missing rows arrive in one exchange")
+    cache_args.add_argument("--feature-storage", choices=("memory", "disk"), default="memory",
+                            help="memory: each worker loads its feature rows; disk: rows are read on demand from the "
+                                 "memory-mapped partition file (feature matrices larger than RAM)")
     full_args = train.add_argument_group("distributed full-graph training (--mode full --workers N)")
     full_args.add_argument("--spmm", choices=("1d", "1d-sparse", "1.5d"), default="1d-sparse",
                            help="distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
@@ -127,6 +142,7 @@ def config_from_args(args: argparse.Namespace):
     from shardgnn.fullgraph.spmm import FullGraphConfig
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.store.cache import CacheConfig
     from shardgnn.train.config import OptimConfig, TrainConfig
 
     layers = args.layers or (len(args.fanouts) if args.mode == "minibatch" else 2)
@@ -139,6 +155,8 @@ def config_from_args(args: argparse.Namespace):
         optim=OptimConfig(epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, patience=args.patience),
         full=FullGraphConfig(spmm=args.spmm, replication=args.replication, bits=args.bits, staleness=args.staleness),
         fetch_bits=args.fetch_bits,
+        cache=CacheConfig(policy=args.cache_policy, size=args.cache_size, lookahead=args.cache_lookahead),
+        feature_storage=args.feature_storage,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, eval_fanouts=args.eval_fanouts,
         feature_norm=args.feature_norm, seed=args.seed, device=args.device, threads=args.threads,
         data_dir=args.data_dir, results=args.results, progress=not args.quiet, checkpoint_dir=args.checkpoint_dir,
@@ -156,10 +174,14 @@ def _train(args: argparse.Namespace, argv: list[str]) -> int:
 
     distributed_only = [flag for flag, value, default in (("--bits", args.bits, 32), ("--staleness", args.staleness, 0),
                                                            ("--replication", args.replication, 1),
-                                                           ("--fetch-bits", args.fetch_bits, 32)) if value != default]
+                                                           ("--fetch-bits", args.fetch_bits, 32),
+                                                           ("--cache-policy", args.cache_policy, "none"),
+                                                           ("--feature-storage", args.feature_storage, "memory"))
+                        if value != default]
     if distributed_only:
         raise ConfigError(f"{', '.join(distributed_only)} shape(s) communication between workers, and this run has "
-                          "one process; add --workers N (or --partitions DIR) to train distributed")
+                          "one process; add --workers N (or --partitions DIR) to train distributed (--workers 1 "
+                          "runs one worker over a one-part partition, which a cache or disk storage can front)")
     results = run_training(config_from_args(args))
     print_summary(results)
     if args.results:

@@ -49,4 +49,30 @@ def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
         fig.savefig(fh, format="png", dpi=120)
     plt.close(fig)
     written.append(target)
+    cached = [(path, data) for path, data in runs if any(e.get("cache") for e in data["epochs"])]
+    if cached:
+        written.append(_plot_cache(cached, out_dir, plt))
     return written
+
+
+def _plot_cache(runs: list[tuple[Path, dict]], out_dir: Path, plt) -> Path:
+    """Hit rate per epoch and remote feature MB per epoch, one line per run labelled by policy."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for path, data in runs:
+        cache = data.get("cache") or {}
+        label = f"{cache.get('policy', '?')}" + (f" {cache['size']}" if cache.get("size") else "") + f" ({path.stem})"
+        epochs = [e for e in data["epochs"] if e.get("cache")]
+        x = [e["epoch"] for e in epochs]
+        axes[0].plot(x, [100 * (e["cache"]["hit_rate"] or 0.0) for e in epochs], marker="o", markersize=3, label=label)
+        axes[1].plot(x, [e["cache"]["remote_feature_mb"] for e in epochs], marker="o", markersize=3, label=label)
+    for ax, title in zip(axes, ("feature cache hit rate (%)", "remote feature MB per epoch")):
+        ax.set_xlabel("epoch")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    target = out_dir / "cache_hit_rate.png"
+    with atomic_open(target, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=120)
+    plt.close(fig)
+    return target

@@ -8,8 +8,10 @@ Each stage is a small iterable over the previous one; the loader accounts time p
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Iterable, Iterator
 
+import numpy as np
 import torch
 
 from shardgnn.loader.batches import SeedBatcher
@@ -52,7 +54,13 @@ class NeighborSamplingStage:
 
 class FeatureFetcher:
     """Joins input-node features and seed labels (both from stores, local or distributed) to each
-    sampled batch."""
+    sampled batch.
+
+    A store with a look-ahead (``features.lookahead = W > 0``, the belady cache) is served a window
+    at a time: the fetcher samples ``W`` batches ahead, announces their ids (``plan``: the
+    inspector, timed as ``lookahead``), lets the store bring the window's missing rows in one
+    exchange (``prefetch``), then gathers each batch in order.
+    """
 
     def __init__(self, samples: Iterable[tuple[int, SampledBlocks]], features: FeatureStore,
                  labels: FeatureStore | None, timer: StageTimer | None = None):
@@ -62,12 +70,32 @@ class FeatureFetcher:
     def __len__(self) -> int:
         return len(self.samples)  # type: ignore[arg-type]
 
+    def _windows(self) -> Iterator[list[tuple[int, SampledBlocks]]]:
+        window = getattr(self.features, "lookahead", 0)
+        samples = iter(self.samples)
+        while chunk := list(itertools.islice(samples, max(window, 1))):
+            if window:
+                with self.timer("lookahead"):
+                    self.features.plan([sample.input_nodes for _, sample in chunk])  # type: ignore[attr-defined]
+                with self.timer("fetch"):
+                    self.features.prefetch()  # type: ignore[attr-defined]
+            yield chunk
+
     def __iter__(self) -> Iterator[MiniBatch]:
-        for index, sample in self.samples:
-            with self.timer("fetch"):
-                x = self.features.gather(sample.input_nodes)
-                y = None if self.labels is None else self.labels.gather(sample.seeds)
-            yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)
+        for chunk in self._windows():
+            for index, sample in chunk:
+                with self.timer("fetch"):
+                    x = self.features.gather(sample.input_nodes)
+                    y = None if self.labels is None else self.labels.gather(sample.seeds)
+                yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)
+
+
+def count_accesses(samples: Iterable[tuple[int, SampledBlocks]], num_nodes: int) -> np.ndarray:
+    """How often each node is an input node over ``samples`` (GNNLab's pre-sampling epoch)."""
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    for _, sample in samples:
+        counts += np.bincount(sample.input_nodes.numpy(), minlength=num_nodes)
+    return counts
 
 
 class MiniBatchLoader:

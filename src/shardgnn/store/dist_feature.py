@@ -40,10 +40,26 @@ class DistFeatureStore(FeatureStore):
         self.book, self.rank, self.comm, self.stage, self.codec = book, rank, comm, stage, codec
         self.start, self.end = (int(v) for v in book.part_range(rank))
         self._row_shape = tuple(self.local.shape[1:])
+        self.slow_rows = 0
+        """rows requested from a slow tier (peers; also own rows when on disk), for hit-rate baselines"""
 
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.book.num_nodes, *self._row_shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.local.dtype
+
+    @property
+    def on_disk(self) -> bool:
+        return self.local.on_disk
+
+    def local_mask(self, ids: np.ndarray) -> np.ndarray:
+        return (ids >= self.start) & (ids < self.end)
+
+    def read_local(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.local.gather(ids - self.start)
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         world = self.comm.world_size
@@ -52,6 +68,7 @@ class DistFeatureStore(FeatureStore):
         order, counts = bucket_by_owner(ids_np, owners, world)
         grouped = torch.from_numpy(ids_np[order])
         requests = list(torch.split(grouped, counts.tolist()))
+        self.slow_rows += ids_np.shape[0] - (0 if self.on_disk else int(counts[self.rank]))
         # Own rows are read below without a round trip; peers get our requests.
         mine = requests[self.rank]
         requests[self.rank] = mine[:0]

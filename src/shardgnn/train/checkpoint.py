@@ -35,7 +35,9 @@ from shardgnn.errors import ConfigError, DatasetError
 _NAME = re.compile(r"^epoch-(\d{6,})$")
 # Config keys that may differ between the interrupted and the resumed run.
 _RESUMABLE_CHANGES = {"optim.epochs", "results", "progress", "data_dir", "checkpoint_dir", "checkpoint_every",
-                      "keep_checkpoints", "resume"}
+                      "keep_checkpoints", "resume",
+                      # a cache and the storage tier change where rows come from, never their values
+                      "cache.policy", "cache.size", "cache.lookahead", "feature_storage"}
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -9,8 +9,10 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.spmm import FullGraphConfig
 from shardgnn.nn.models import ModelConfig
 from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.store.cache import CacheConfig
 
 MODES = ("minibatch", "full")
+FEATURE_STORAGE = ("memory", "disk")
 FEATURE_NORMS = ("none", "row", "standard")
 
 
@@ -48,6 +50,11 @@ class TrainConfig:
     optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
     full: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
     """distributed full-graph training (used with mode=full and several workers)"""
+    cache: CacheConfig = dataclasses.field(default_factory=CacheConfig)
+    """the feature cache of distributed mini-batch training"""
+    feature_storage: str = "memory"
+    """distributed: memory (each worker loads its rows into RAM) or disk (rows read on demand from the
+    memory-mapped part file, so feature matrices larger than RAM train)"""
     fetch_bits: int = 32
     """bits per value of remote feature rows in distributed mini-batch training (32: exact)"""
     batch_size: int = 1024
@@ -84,6 +91,15 @@ class TrainConfig:
             raise ConfigError(f"mode={self.mode!r} must be one of {MODES}")
         if self.feature_norm not in FEATURE_NORMS:
             raise ConfigError(f"feature_norm={self.feature_norm!r} must be one of {FEATURE_NORMS}")
+        if self.feature_storage not in FEATURE_STORAGE:
+            raise ConfigError(f"feature_storage={self.feature_storage!r} must be one of {FEATURE_STORAGE}")
+        if self.mode == "full" and (self.cache.enabled or self.feature_storage != "memory"):
+            raise ConfigError("--cache-policy and --feature-storage disk apply to mini-batch training; full-graph "
+                              "training exchanges halo rows once per layer instead (drop them or use --mode minibatch)")
+        if self.feature_storage == "disk" and self.layerwise_eval:
+            raise ConfigError("--feature-storage disk keeps features out of RAM, but full-neighbourhood evaluation "
+                              "(--eval-fanouts all -1) runs layer-wise over every local row at once; give sampled "
+                              "--eval-fanouts (e.g. 15,10,5) or use --feature-storage memory")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise ConfigError(f"batch sizes must be >= 1, got {self.batch_size} and {self.eval_batch_size}")
         if self.fetch_bits not in BITS:

@@ -28,7 +28,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.loader.dist_batches import DistSeedBatcher
-from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
+from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
@@ -36,7 +36,9 @@ from shardgnn.partition.format import read_partitions
 from shardgnn.sampling.distributed import DistNeighborSampler
 from shardgnn.sampling.kernels import mix_seed
 from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.store.cache import CachedFeatureStore, make_policy, top_ids
 from shardgnn.store.dist_feature import DistFeatureStore
+from shardgnn.store.feature import LocalFeatureStore, row_sums
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
@@ -93,6 +95,11 @@ class RankTrainer:
     def extra_results(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {}
 
+    def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
+        """Per-epoch metrics beyond loss and accuracy (collective); ``epoch_comm``: this rank's
+        ``[bytes_sent, bytes_recv, seconds, calls]`` per stage in the epoch."""
+        return None
+
     def _sum(self, values: list[float], stage: str = "metrics") -> list[float]:
         t = torch.tensor(values, dtype=torch.float64)
         self.main_comm.all_reduce(t, stage)
@@ -132,15 +139,18 @@ class RankTrainer:
             mean_stages = self._sum([stages[n] for n in names])
             stages = {n: v / self.ctx.world_size for n, v in zip(names, mean_stages)}
             train_time = self._sum([train_time])[0] / self.ctx.world_size
-            loop.history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
+            epoch_comm: dict[str, list] = {}
+            for comm in self.comms:
+                for name, st in comm.reset().items():
+                    for tot in (loop.comm_total.setdefault(name, [0, 0, 0.0, 0]),
+                                epoch_comm.setdefault(name, [0, 0, 0.0, 0])):
+                        for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
+                            tot[i] += value
+            loop.history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages,
+                                             self.epoch_metrics(epoch_comm)))
             if val_acc > loop.best_val:
                 loop.best_val, loop.best_epoch = val_acc, epoch
                 loop.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            for comm in self.comms:
-                for name, st in comm.reset().items():
-                    tot = loop.comm_total.setdefault(name, [0, 0, 0.0, 0])
-                    for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
-                        tot[i] += value
             loop.next_epoch = epoch + 1
             stop = bool(cfg.optim.patience and epoch - loop.best_epoch >= cfg.optim.patience)
             if checkpointer is not None and (stop or checkpointer.due(loop.next_epoch, cfg.optim.epochs)):
@@ -202,11 +212,24 @@ class DistTrainer(RankTrainer):
             raise ConfigError(f"{partitions} has no features or labels; partition a labelled dataset")
         if config.feature_norm == "standard":
             raise ConfigError("feature_norm=standard needs global statistics; use row or none when distributed")
-        x_local = normalize_features(part.x, config.feature_norm)
+        if config.feature_storage == "disk":
+            # Rows stay in the memory-mapped part file and are read on demand; row normalisation is
+            # applied per gathered row (its scales computed in one chunked pass).
+            x_local = part.x
+            x_store = LocalFeatureStore(part.x, row_divisor=row_sums(part.x)
+                                        if config.feature_norm == "row" else None)
+        else:
+            x_local = normalize_features(np.array(part.x, dtype=np.float32), config.feature_norm)
+            x_store = LocalFeatureStore(x_local)
         book = self.graph.book
-        self.features = DistFeatureStore(x_local, book, ctx.rank, self.data_comm, "fetch",
-                                         codec=make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C)))
-        self.labels = DistFeatureStore(np.asarray(part.y, dtype=np.int64), book, ctx.rank, self.data_comm, "fetch")
+        codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
+        # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
+        # evaluation and cache set-up are counted apart.
+        self.fetch_store = DistFeatureStore(x_store, book, ctx.rank, self.data_comm, "fetch", codec=codec)
+        y_local = np.asarray(part.y, dtype=np.int64)
+        self.labels = DistFeatureStore(y_local, book, ctx.rank, self.data_comm, "labels")
+        eval_features = DistFeatureStore(x_store, book, ctx.rank, self.data_comm, "eval", codec=codec)
+        eval_labels = DistFeatureStore(y_local, book, ctx.rank, self.data_comm, "eval")
         self.timer = StageTimer()
         rank_seed = mix_seed(config.seed, ctx.rank)
         # Every rank reads all parts' (small) split index files once: the seed split is a pure
@@ -219,6 +242,15 @@ class DistTrainer(RankTrainer):
         self.train_batches = DistSeedBatcher(split_ids["train"], book, ctx.rank, ctx.world_size,
                                              per_rank_batch, shuffle=True, seed=config.seed)
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
+        self.cache: CachedFeatureStore | None = None
+        self.cache_setup_s = 0.0
+        if config.cache.enabled:
+            start = time.perf_counter()
+            self.cache = self._build_cache(x_store, codec, rank_seed)
+            self.cache_setup_s = time.perf_counter() - start
+        self.features = self.cache if self.cache is not None else self.fetch_store
+        if self.cache is not None:  # evaluation reads the cached rows but never changes them
+            eval_features = self.cache.read_only_view(eval_features)
         self.train_stages = FeatureFetcher(NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
                                            self.features, self.labels, self.timer)
         eval_sampler = DistNeighborSampler(self.graph, SamplerConfig(
@@ -238,7 +270,7 @@ class DistTrainer(RankTrainer):
                                       seed=config.seed)
             self.eval_stages[split] = FeatureFetcher(
                 NeighborSamplingStage(batches, eval_sampler, mix_seed(config.seed + 1, ctx.rank), StageTimer()),
-                self.features, self.labels, StageTimer())
+                eval_features, eval_labels, StageTimer())
         self.num_classes = int(part.num_classes)
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         model = build_model(config.model, x_local.shape[1], self.num_classes).to(ctx.device)
@@ -253,6 +285,31 @@ class DistTrainer(RankTrainer):
         self.optimizer = torch.optim.Adam(self.ddp.parameters(), lr=config.optim.lr,
                                           weight_decay=config.optim.weight_decay)
         self.sampled_edges = 0
+
+    def _build_cache(self, x_store: LocalFeatureStore, codec, rank_seed: int) -> CachedFeatureStore:
+        """The feature cache of ``config.cache`` (collective: static policies load their rows;
+        ``presample`` first runs the sampler over one unrecorded epoch)."""
+        cfg, book = self.config.cache, self.graph.book
+        n = book.num_nodes
+        capacity = cfg.capacity_rows(n, self.row_bytes)
+        cacheable = np.ones(n, dtype=bool) if self.fetch_store.on_disk else ~self.fetch_store.local_mask(np.arange(n))
+        static_ids = None
+        if cfg.policy == "degree":
+            static_ids = top_ids(self.graph.degree, cacheable, capacity)
+        elif cfg.policy == "presample":
+            # GNNLab's PreSC: the real sampler over this rank's training seeds, on its own random
+            # stream (so epoch 0 is not replayed) and its own stage (so its bytes stay apart).
+            presampler = DistNeighborSampler(self.graph, self.config.sampler, self.data_comm, "cache_setup")
+            counts = count_accesses(NeighborSamplingStage(self.train_batches, presampler,
+                                                          mix_seed(rank_seed, 0x9E5A)), n)
+            static_ids = top_ids(counts, cacheable, capacity)
+        policy = make_policy(cfg.policy, num_nodes=n, lookahead=cfg.lookahead, static_ids=static_ids)
+        fill = DistFeatureStore(x_store, book, self.ctx.rank, self.data_comm, "cache_setup", codec=codec)
+        return CachedFeatureStore(self.fetch_store, policy, capacity, fill_from=fill)
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.fetch_store.shape[1:])) * torch.empty(0, dtype=self.fetch_store.dtype).element_size()
 
     def _stream(self, stages):
         return Prefetcher(stages) if self.overlap else stages
@@ -300,8 +357,21 @@ class DistTrainer(RankTrainer):
         correct, count = self._sum([correct, count])
         return correct / max(count, 1)
 
+    def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any]:
+        """Feature traffic of the epoch's training batches, summed over ranks: bytes requested from
+        a slow tier (peers, or disk), of them missed by the cache, and bytes the fetch moved."""
+        if self.cache is not None:
+            requested, missed = self.cache.reset_counters()
+        else:
+            requested = missed = self.fetch_store.slow_rows
+        self.fetch_store.slow_rows = 0
+        remote = epoch_comm.get("fetch", [0, 0])[1]
+        requested, missed, remote = self._sum([requested * self.row_bytes, missed * self.row_bytes, float(remote)])
+        return {"hit_rate": (requested - missed) / requested if requested else None,
+                "requested_mb": requested / 1e6, "missed_mb": missed / 1e6, "remote_feature_mb": remote / 1e6}
+
     def generators(self) -> list[torch.Generator]:
-        codec = self.features.codec
+        codec = self.fetch_store.codec
         return [] if codec is None or codec.generator is None else [codec.generator]
 
     def dataset_info(self) -> dict[str, Any]:
@@ -309,10 +379,34 @@ class DistTrainer(RankTrainer):
                 "num_edges": int(self.meta["num_edges"]), "num_features": int(self.features.shape[1]),
                 "num_classes": self.num_classes, **self.split_sizes}
 
+    def cache_summary(self, history: list[EpochRecord]) -> dict[str, Any]:
+        """The cache's configuration and its epoch metrics averaged over epochs >= 1."""
+        cfg = self.config.cache
+        measured = history[1:] or history
+        capacity = self.cache.capacity if self.cache is not None else 0
+        staged = self._sum([float(self.cache.max_staged_rows if self.cache is not None else 0)])[0]
+
+        def mean(values):
+            values = [v for v in values if v is not None]
+            return float(np.mean(values)) if values else None
+
+        return {"policy": cfg.policy, "size": cfg.size if cfg.enabled else None, "capacity_rows": capacity,
+                "capacity_mb": capacity * self.row_bytes / 1e6, "feature_storage": self.config.feature_storage,
+                "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
+                "setup_s": self._sum([self.cache_setup_s])[0] / self.ctx.world_size,
+                "hit_rate": mean(r.cache["hit_rate"] for r in measured),
+                "requested_mb_per_epoch": mean(r.cache["requested_mb"] for r in measured),
+                "remote_feature_mb_per_epoch": mean(r.cache["remote_feature_mb"] for r in measured),
+                "fetch_s_per_epoch": mean(r.stages.get("fetch", 0.0) for r in measured),
+                "lookahead_s_per_epoch": mean(r.stages.get("lookahead", 0.0) for r in measured),
+                # The look-ahead's memory: rows staged for one window (summed over workers).
+                "max_staged_mb": staged * self.row_bytes / 1e6}
+
     def extra_results(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         edges = self._sum([float(self.sampled_edges)])[0]
         return {"mode": "minibatch", "partitioner": self.meta.get("partitioner", {}).get("method"), "overlap": self.overlap,
+                "cache": self.cache_summary(history),
                 # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
                 "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None}
 

@@ -12,13 +12,17 @@ def print_summary(results: dict[str, Any]) -> None:
     epochs = results["epochs"]
     present = {name for e in epochs for name in e.get("stages", {})}
     # Mini-batch runs split an epoch into sample/fetch/compute; full-graph runs into comm/compute.
-    stages = [name for name in ("sample", "fetch", "comm", "compute") if name in present] or ["compute"]
+    stages = [name for name in ("sample", "lookahead", "fetch", "comm", "compute") if name in present] or ["compute"]
+    cached = any(e.get("cache") for e in epochs)
     rows = []
     for e in epochs:
         st = e.get("stages", {})
+        traffic = e.get("cache") or {}
         rows.append((e["epoch"], e["loss"], e["train_acc"], e["val_acc"], e["time_s"],
-                     *(st.get(name, 0.0) for name in stages)))
-    print(format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", *(f"{n}_s" for n in stages)], rows))
+                     *(st.get(name, 0.0) for name in stages),
+                     *((_rate(traffic.get("hit_rate")), traffic.get("remote_feature_mb", 0.0)) if cached else ())))
+    print(format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", *(f"{n}_s" for n in stages),
+                        *(("hit_rate", "remote_MB") if cached else ())], rows))
     ds = results["dataset"]
     edges_per_s = results.get("sampled_edges_per_s")
     print()
@@ -32,6 +36,7 @@ def print_summary(results: dict[str, Any]) -> None:
           [("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}")]),
         *([("distributed SpMM", f"{results['spmm']} (replication {results['replication']}, {results['bits']} bits, "
                                 f"staleness {results['staleness']})")] if "spmm" in results else []),
+        *_cache_rows(results.get("cache")),
         ("total time (s)", results["total_time_s"]),
     ]))
     comm = results.get("comm")
@@ -42,3 +47,27 @@ def print_summary(results: dict[str, Any]) -> None:
                             "seconds"], [
             (name, st["bytes_sent"] / 1e6, st["bytes_recv"] / 1e6, st.get("max_rank_bytes_sent", 0) / 1e6,
              st.get("max_rank_bytes_recv", 0) / 1e6, st["time_s"]) for name, st in sorted(comm.items())]))
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """Summary rows of the feature cache (distributed mini-batch runs)."""
+    if not cache:
+        return []
+    policy = cache["policy"]
+    if policy != "none":
+        policy += f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB per worker"
+        policy += f", look-ahead {cache['lookahead']} batches)" if cache.get("lookahead") else ")"
+    rows = [("feature cache", policy), ("feature storage", cache["feature_storage"]),
+            ("cache hit rate (epochs >= 1)", _rate(cache["hit_rate"])),
+            ("remote feature MB / epoch", cache["remote_feature_mb_per_epoch"]),
+            ("fetch s / epoch", cache["fetch_s_per_epoch"])]
+    if cache["policy"] != "none":
+        rows.append(("cache set-up (s)", cache["setup_s"]))
+    if cache.get("lookahead"):
+        rows += [("look-ahead s / epoch", cache["lookahead_s_per_epoch"]),
+                 ("look-ahead staging MB (max, all workers)", cache["max_staged_mb"])]
+    return rows

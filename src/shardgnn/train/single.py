@@ -83,6 +83,9 @@ class EpochRecord:
     val_acc: float
     time_s: float
     stages: dict[str, float]
+    cache: dict[str, float | None] | None = None
+    """distributed mini-batch: feature-fetch metrics of the epoch, summed over ranks (hit rate,
+    requested / missed / remote MB)"""
 
 
 class Trainer:

@@ -1,0 +1,443 @@
+"""Feature caches: policies on traces (against a brute-force optimum), the cached store's rows and
+counters, disk-backed features, and the distributed cache end to end."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.store.cache import (BeladyPolicy, CacheConfig, CachedFeatureStore, FIFOPolicy, LRUPolicy, StaticPolicy,
+                                  make_policy, resolve_capacity, simulate, top_ids)
+from shardgnn.store.feature import FeatureStore, LocalFeatureStore, row_sums
+
+DYNAMIC = ("fifo", "lru", "belady")
+
+
+def optimal_misses(trace: list[np.ndarray], capacity: int, initial=()) -> int:
+    """Fewest misses any policy can have (fetch on demand, keep any subset of what it holds):
+    exhaustive search over cache contents, from the cache content ``initial``."""
+    best = {frozenset(int(v) for v in initial): 0}
+    for batch in trace:
+        batch = frozenset(int(v) for v in batch)
+        nxt: dict[frozenset, int] = {}
+        for state, cost in best.items():
+            cost += len(batch - state)
+            pool = sorted(state | batch)
+            for k in range(min(capacity, len(pool)) + 1):
+                for keep in itertools.combinations(pool, k):
+                    key = frozenset(keep)
+                    if nxt.get(key, 1 << 30) > cost:
+                        nxt[key] = cost
+        best = nxt
+    return min(best.values())
+
+
+def random_trace(rng, num_nodes, batches, max_batch, skew=1.2):
+    weights = 1.0 / np.arange(1, num_nodes + 1) ** skew
+    weights /= weights.sum()
+    out = []
+    for _ in range(batches):
+        size = int(rng.integers(1, max_batch + 1))
+        out.append(rng.choice(num_nodes, size=size, p=weights))
+    return out
+
+
+def policy(name, num_nodes, trace, capacity, lookahead=None):
+    if name == "degree":  # a stand-in static score: how often each id occurs in the trace
+        counts = np.bincount(np.concatenate(trace), minlength=num_nodes)
+        return StaticPolicy(name, top_ids(counts, np.ones(num_nodes, dtype=bool), capacity))
+    return make_policy(name, num_nodes=num_nodes, lookahead=lookahead or len(trace))
+
+
+# --------------------------------------------------------------------------- policies on traces
+@pytest.mark.parametrize("seed", range(25))
+def test_belady_equals_brute_force_optimum(seed):
+    rng = np.random.default_rng(seed)
+    num_nodes, capacity = 6, int(rng.integers(1, 4))
+    trace = random_trace(rng, num_nodes, int(rng.integers(2, 7)), 3)
+    initial = rng.choice(num_nodes, int(rng.integers(0, capacity + 1)), replace=False) if seed % 2 else []
+    _, missed = simulate(BeladyPolicy(num_nodes, lookahead=len(trace)), num_nodes, capacity, trace, initial)
+    assert missed == optimal_misses(trace, capacity, initial)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_belady_at_least_every_policy(seed):
+    rng = np.random.default_rng(100 + seed)
+    num_nodes, capacity = 300, int(rng.integers(5, 60))
+    trace = random_trace(rng, num_nodes, 40, 50)
+    for name in ("degree", "fifo", "lru"):
+        other = policy(name, num_nodes, trace, capacity)
+        requested, missed = simulate(other, num_nodes, capacity, trace)
+        # From the same starting content (a static policy's preloaded rows are free here).
+        belady = simulate(BeladyPolicy(num_nodes, len(trace)), num_nodes, capacity, trace, other.initial_ids())
+        assert belady[0] == requested and belady[1] <= missed, name
+
+
+def test_windowed_belady_beats_lru_and_fifo_on_skewed_traces():
+    rng = np.random.default_rng(7)
+    num_nodes, capacity = 500, 50
+    trace = random_trace(rng, num_nodes, 60, 80)
+    missed = {name: simulate(policy(name, num_nodes, trace, capacity, lookahead=8), num_nodes, capacity, trace)[1]
+              for name in ("fifo", "lru", "belady")}
+    assert missed["belady"] < missed["lru"] and missed["belady"] < missed["fifo"]
+
+
+def test_fifo_and_lru_rules_on_a_hand_trace():
+    trace = [np.array([1, 2]), np.array([3]), np.array([1]), np.array([4]), np.array([1, 2])]
+    # FIFO (capacity 2): [1 2] -> 3 evicts 1 -> [2 3]; 1 misses, evicts 2 -> [3 1]; 4 evicts 3 -> [1 4];
+    # 1 hits, 2 misses.
+    assert simulate(FIFOPolicy(), 5, 2, trace) == (7, 6)
+    # LRU: [1 2]; 3 evicts 1 -> [2 3]; 1 evicts 2 -> [3 1]; 4 evicts 3 -> [1 4]; 1 hits, 2 misses.
+    assert simulate(LRUPolicy(), 5, 2, trace) == (7, 6)
+    trace = [np.array([1, 2]), np.array([1]), np.array([3]), np.array([1]), np.array([2])]
+    # FIFO: 3 evicts the oldest (1) although 1 was just used; LRU evicts 2.
+    assert simulate(FIFOPolicy(), 5, 2, trace)[1] == 5
+    assert simulate(LRUPolicy(), 5, 2, trace)[1] == 4
+
+
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_second_read_of_the_same_ids_adds_no_misses(name):
+    rng = np.random.default_rng(3)
+    ids = rng.choice(1000, 100, replace=False)
+    trace = [ids, rng.permutation(ids)]
+    requested, missed = simulate(make_policy(name, num_nodes=1000, lookahead=1), 1000, 100, trace)
+    assert (requested, missed) == (200, 100)
+
+
+def test_top_ids_selects_highest_scores_among_cacheable():
+    scores = np.array([5, 9, 9, 1, 0, 7])
+    cacheable = np.array([True, True, True, True, True, False])
+    assert top_ids(scores, cacheable, 3).tolist() == [1, 2, 0]  # 7 is not cacheable; ties by id
+    assert top_ids(scores, cacheable, 10).tolist() == [1, 2, 0, 3]  # never a zero score
+
+
+# --------------------------------------------------------------------------- capacity parsing
+@pytest.mark.parametrize("size,rows", [("20%", 200), ("0.05", 50), ("123", 123), ("4kB", 10), ("1MB", 1000),
+                                       ("5000", 1000), ("100 rows", 100)])
+def test_capacity_forms(size, rows):
+    assert resolve_capacity(size, 1000, 400) == rows
+
+
+@pytest.mark.parametrize("size", ["-5%", "0%", "150%", "1.5", "abc", "12.5 rows", "0"])
+def test_bad_capacity_is_a_clear_error(size):
+    with pytest.raises(ConfigError, match="cache size"):
+        resolve_capacity(size, 1000, 400)
+
+
+def test_bad_policy_and_lookahead():
+    with pytest.raises(ConfigError, match="must be one of"):
+        CacheConfig(policy="clock")
+    with pytest.raises(ConfigError, match="lookahead"):
+        CacheConfig(policy="belady", lookahead=0)
+
+
+# --------------------------------------------------------------------------- the cached store
+class CountingStore(FeatureStore):
+    """A local store that records every gather call (to check what reaches the fallback)."""
+
+    def __init__(self, x, local_below: int | None = None, on_disk: bool = False):
+        self.inner, self.calls, self.local_below, self._on_disk = LocalFeatureStore(x), [], local_below, on_disk
+
+    @property
+    def shape(self):
+        return self.inner.shape
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    @property
+    def on_disk(self):
+        return self._on_disk
+
+    def local_mask(self, ids):
+        if self.local_below is None:
+            return np.zeros(ids.shape[0], dtype=bool)
+        return ids < self.local_below
+
+    def read_local(self, ids):
+        assert (ids < self.local_below).all()
+        return self.inner.gather(ids)
+
+    def _gather(self, ids):
+        self.calls.append(ids.clone())
+        return self.inner.gather(ids)
+
+
+def arange_features(n, dim=3):
+    return torch.arange(n, dtype=torch.float32).unsqueeze(1).repeat(1, dim) + torch.arange(dim) / 10
+
+
+def make_store(name, n, capacity, trace, lookahead=4, **kw):
+    fallback = CountingStore(arange_features(n), **kw)
+    scores = np.bincount(np.concatenate(trace), minlength=n)
+    pol = make_policy(name, num_nodes=n, lookahead=lookahead,
+                      static_ids=top_ids(scores, ~fallback.local_mask(np.arange(n)) | fallback.on_disk, capacity))
+    return CachedFeatureStore(fallback, pol, capacity), fallback
+
+
+def run_trace(store, trace):
+    outs = []
+    if store.lookahead:
+        for start in range(0, len(trace), store.lookahead):
+            window = [torch.from_numpy(t) for t in trace[start:start + store.lookahead]]
+            store.plan(window)
+            store.prefetch()
+            outs += [store.gather(ids) for ids in window]
+    else:
+        outs = [store.gather(torch.from_numpy(t)) for t in trace]
+    return outs
+
+
+@pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
+@pytest.mark.parametrize("local_below", [None, 40])
+def test_cached_store_returns_exact_rows_and_counts_exactly(name, local_below):
+    n, capacity = 200, 30
+    rng = np.random.default_rng(11)
+    trace = random_trace(rng, n, 25, 60)  # repeats within a batch included
+    store, fallback = make_store(name, n, capacity, trace, local_below=local_below)
+    expected = simulate(policy_like(store, name, n, trace, capacity, local_below), n, capacity,
+                        [t[t >= (local_below or 0)] for t in trace])
+    fallback.calls.clear()
+    outs = run_trace(store, trace)
+    x = arange_features(n)
+    for ids, out in zip(trace, outs):
+        assert torch.equal(out, x[torch.from_numpy(ids)])  # never a wrong row
+    assert store.reset_counters() == expected
+    assert store.core.index.size <= capacity and store.rows.shape[0] == capacity
+    # Every fallback call carries only misses and RAM-local rows; belady needs one per window.
+    assert len(fallback.calls) == (-(-len(trace) // 4) if name == "belady" else len(trace))
+    fetched_cacheable = sum(int((c >= (local_below or 0)).sum()) for c in fallback.calls)
+    assert fetched_cacheable <= expected[1]
+
+
+def policy_like(store, name, n, trace, capacity, local_below):
+    """A fresh policy equal to the store's (for the reference simulation)."""
+    if name in ("degree", "presample"):
+        return StaticPolicy(name, store.policy.ids)
+    return make_policy(name, num_nodes=n, lookahead=4)
+
+
+@pytest.mark.parametrize("name", DYNAMIC)
+def test_cache_rows_match_their_ids_after_any_trace(name):
+    n = 120
+    rng = np.random.default_rng(5)
+    trace = random_trace(rng, n, 30, 40)
+    store, _ = make_store(name, n, 17, trace)
+    run_trace(store, trace)
+    index = store.core.index
+    occupied = np.flatnonzero(index.id_of >= 0)
+    assert torch.equal(store.rows[torch.from_numpy(occupied)], arange_features(n)[torch.from_numpy(index.id_of[occupied])])
+    assert (index.slot_of[index.id_of[occupied]] == occupied).all()
+    assert (index.slot_of >= 0).sum() == occupied.shape[0]
+
+
+def test_read_only_view_never_admits_and_counts_apart():
+    n = 100
+    trace = [np.arange(0, 30), np.arange(20, 50)]
+    store, _ = make_store("lru", n, 40, trace)
+    run_trace(store, trace)
+    before = store.core.index.cached_ids().copy()
+    view = store.read_only_view(CountingStore(arange_features(n)))
+    out = view.gather(torch.arange(0, 100))
+    assert torch.equal(out, arange_features(n))
+    assert np.array_equal(store.core.index.cached_ids(), before)
+    assert view.reset_counters() == (100, 60)
+    assert store.reset_counters() == (60, 50)
+
+
+def test_disk_backed_features_are_read_on_demand_and_cached(tmp_path):
+    x = np.random.default_rng(0).random((500, 8), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    local = LocalFeatureStore(mapped, row_divisor=row_sums(mapped, chunk_rows=64))
+    assert local.on_disk and local._tensor is None  # nothing copied into RAM
+    ids = torch.tensor([3, 499, 3, 0])
+    expected = x[[3, 499, 3, 0]] / x[[3, 499, 3, 0]].sum(axis=1, keepdims=True)
+    assert torch.allclose(local.gather(ids), torch.from_numpy(expected))
+    # A cache over a disk-backed local store caches local rows too.
+    store = CachedFeatureStore(local, LRUPolicy(), 10)
+    assert store.cacheable(np.arange(5)).all()
+    store.gather(ids)
+    store.gather(ids)
+    assert store.reset_counters() == (6, 3)
+    # In RAM, the same local store has nothing to cache.
+    assert not CachedFeatureStore(LocalFeatureStore(x), LRUPolicy(), 10).cacheable(np.arange(5)).any()
+
+
+# --------------------------------------------------------------------------- distributed
+from distributed_helpers import run_workers  # noqa: E402
+from test_distributed import make_partitions  # noqa: E402
+
+from shardgnn.graph.synthetic import SyntheticConfig, generate  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def id_graph():
+    import dataclasses
+
+    g = generate(SyntheticConfig(nodes=3000, degree=12, classes=4, features=8, seed=4))
+    # x[i] = i in every column: a fetched row names its node (the partition writer moves rows with nodes).
+    return dataclasses.replace(g, x=np.repeat(np.arange(g.num_nodes, dtype=np.float32)[:, None], 4, axis=1))
+
+
+def _cached_fetch(ctx, path, name, capacity, lookahead):
+    from shardgnn.distributed import Communicator
+    from shardgnn.loader.dist_batches import DistSeedBatcher
+    from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
+    from shardgnn.partition.format import reassemble
+    from shardgnn.sampling.distributed import DistNeighborSampler
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.store.dist_feature import DistFeatureStore
+    from shardgnn.store.dist_graph import DistGraphStore
+    from shardgnn.train.distributed import global_split_ids
+
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+    graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
+    fetch = DistFeatureStore(np.array(graph.part.x), graph.book, ctx.rank, comm, "fetch")
+    n = graph.num_nodes
+    cacheable = ~fetch.local_mask(np.arange(n))
+    batches = DistSeedBatcher(global_split_ids(path, "train"), graph.book, ctx.rank, ctx.world_size, 64,
+                              shuffle=True, seed=1)
+    stage = NeighborSamplingStage(batches, DistNeighborSampler(graph, SamplerConfig(fanouts=(6, 4)), comm), seed=ctx.rank)
+    static = {"degree": lambda: top_ids(graph.degree, cacheable, capacity),
+              "presample": lambda: top_ids(count_accesses(stage, n), cacheable, capacity)}
+    static_ids = static[name]() if name in static else None
+    store = CachedFeatureStore(fetch, make_policy(name, num_nodes=n, lookahead=lookahead, static_ids=static_ids),
+                               capacity)
+    comm.reset()
+    full_x = torch.from_numpy(np.asarray(reassemble(path).x))
+    trace, wrong, max_size = [], 0, 0
+    for epoch in range(2):
+        batches.set_epoch(epoch)
+        for batch in FeatureFetcher(stage, store, None):
+            ids = batch.sample.input_nodes
+            wrong += int((batch.x_SF != full_x[ids]).any())
+            trace.append(ids.numpy()[cacheable[ids.numpy()]])
+            max_size = max(max_size, store.core.index.size)
+    return {"wrong": wrong, "trace": trace, "counters": store.reset_counters(), "max_size": max_size,
+            "initial": None if static_ids is None else static_ids, "remote_in_degree": graph.degree,
+            "cacheable": cacheable, "fetch_calls": comm.reset()["fetch"].calls, "batches": len(batches)}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
+def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_graph, name):
+    path = make_partitions(tmp_path / "parts", id_graph, 2)
+    capacity, lookahead = 300, 3
+    for rank, res in enumerate(run_workers(_cached_fetch, 2, path, name, capacity, lookahead)):
+        assert res["wrong"] == 0
+        assert res["max_size"] <= capacity
+        n = res["cacheable"].shape[0]
+        reference = policy_for(name, n, res["initial"], lookahead)
+        assert res["counters"] == simulate(reference, n, capacity, res["trace"]), rank
+        if name == "degree":  # exactly the top in-degree remote nodes
+            deg = np.where(res["cacheable"], res["remote_in_degree"], -1)
+            assert sorted(deg[res["initial"]])[0] >= np.sort(deg)[-capacity]
+            assert not (~res["cacheable"][res["initial"]]).any()
+        # One feature exchange (ids out, rows back) per batch; belady: per window.
+        windows = -(-res["batches"] // lookahead)
+        assert res["fetch_calls"] == 2 * 2 * (windows if name == "belady" else res["batches"])
+
+
+def policy_for(name, n, initial, lookahead):
+    if initial is not None:
+        return StaticPolicy(name, initial)
+    return make_policy(name, num_nodes=n, lookahead=lookahead)
+
+
+def _train_variants(ctx, path, variants):
+    from shardgnn.nn.models import ModelConfig
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.distributed import DistTrainer
+
+    out = {}
+    for label, cache, storage in variants:
+        config = TrainConfig(model=ModelConfig(model="sage", hidden=16, num_layers=2),
+                             sampler=SamplerConfig(fanouts=(5, 5)), optim=OptimConfig(epochs=3, lr=0.01),
+                             batch_size=256, progress=False, seed=3, feature_norm="row", feature_storage=storage,
+                             cache=CacheConfig(**cache))
+        out[label] = DistTrainer(config, ctx, path, overlap=False).fit()
+    return out
+
+
+@pytest.mark.multiprocess
+def test_training_with_any_cache_or_disk_storage_equals_training_without(tmp_path):
+    g = generate(SyntheticConfig(nodes=4000, degree=10, classes=4, features=16, seed=2))
+    path = make_partitions(tmp_path / "parts", g, 2)
+    variants = [("none", {}, "memory"), ("disk", {}, "disk"),
+                *[(p, {"policy": p, "size": "25%", "lookahead": 4}, "memory")
+                  for p in ("degree", "presample", "fifo", "lru", "belady")],
+                ("disk-lru", {"policy": "lru", "size": "500"}, "disk")]
+    results = run_workers(_train_variants, 2, path, variants)[0]
+    base = results["none"]
+    losses = [e["loss"] for e in base["epochs"]]
+    for label, res in results.items():
+        assert [e["loss"] for e in res["epochs"]] == losses, label  # the same rows, bit for bit
+        assert res["test_acc"] == base["test_acc"]
+        cache = res["cache"]
+        requested = [e["cache"]["requested_mb"] for e in res["epochs"]]
+        assert requested == [e["cache"]["requested_mb"] for e in results[label.split("-")[0] if label != "disk-lru"
+                                                                            else "disk"]["epochs"]]
+        if label in ("none", "disk"):
+            assert cache["hit_rate"] == 0.0 and cache["policy"] == "none"
+        else:
+            assert 0.0 < cache["hit_rate"] <= 1.0, label
+            assert cache["remote_feature_mb_per_epoch"] < base["cache"]["remote_feature_mb_per_epoch"], label
+    # Disk storage requests every row (own rows come from disk too); memory only remote ones.
+    assert results["disk"]["cache"]["requested_mb_per_epoch"] > base["cache"]["requested_mb_per_epoch"]
+    assert results["belady"]["cache"]["hit_rate"] >= max(results[p]["cache"]["hit_rate"] for p in ("fifo", "lru"))
+    assert results["belady"]["cache"]["max_staged_mb"] > 0 and "lookahead" in results["belady"]["epochs"][1]["stages"]
+
+
+# --------------------------------------------------------------------------- configuration
+def test_cli_lists_the_same_policies():
+    from shardgnn import cli
+    from shardgnn.store import cache
+
+    assert cli.POLICIES == cache.POLICIES
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["train", "cora", "--cache-policy", "lru"], "--workers 1"),
+    (["train", "cora", "--feature-storage", "disk"], "--workers 1"),
+])
+def test_single_process_refuses_cache_flags(argv, match, capsys):
+    from shardgnn.cli import main
+
+    assert main(argv) != 0
+    assert match in capsys.readouterr().err
+
+
+def test_config_refuses_cache_in_full_mode_and_disk_with_layerwise_eval():
+    from shardgnn.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="mini-batch"):
+        TrainConfig(mode="full", cache=CacheConfig(policy="lru"))
+    with pytest.raises(ConfigError, match="eval-fanouts"):
+        TrainConfig(feature_storage="disk", eval_fanouts=(-1, -1, -1))
+    with pytest.raises(ConfigError, match="feature_storage"):
+        TrainConfig(feature_storage="ssd")
+
+
+def test_plot_draws_hit_rate_per_policy(tmp_path):
+    import json
+
+    from shardgnn.plot import plot_training_curves
+
+    files = []
+    for policy, rates in (("lru", [0.1, 0.5, 0.52]), ("belady", [0.2, 0.7, 0.71])):
+        epochs = [{"epoch": i, "loss": 1.0, "train_acc": 0.5, "val_acc": 0.5, "time_s": 1.0, "stages": {},
+                   "cache": {"hit_rate": r, "requested_mb": 10.0, "missed_mb": 10 * (1 - r),
+                             "remote_feature_mb": 10 * (1 - r)}} for i, r in enumerate(rates)]
+        path = tmp_path / f"{policy}.json"
+        path.write_text(json.dumps({"epochs": epochs, "cache": {"policy": policy, "size": "20%"}}))
+        files.append(path)
+    written = plot_training_curves(files, tmp_path / "plots")
+    assert (tmp_path / "plots" / "cache_hit_rate.png") in written
+    assert (tmp_path / "plots" / "cache_hit_rate.png").stat().st_size > 1000
