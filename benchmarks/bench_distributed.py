@@ -18,7 +18,9 @@ to the epoch), the validation pass after the epoch (eval, not part of the epoch 
 bytes crossing ranks per epoch, summed over ranks (received = sent for all-to-all):
 
 * ``remote feature bytes/epoch`` = ``comm["fetch"]["bytes_recv"] / epochs``: remote feature rows,
-  labels and the id requests, of the training loop AND the per-epoch validation pass;
+  labels and the id requests, of the training loop AND the per-epoch validation pass (the numbers
+  in BENCHMARKS.md sections 3 were measured so; since issue 5 the ``fetch`` stage counts training
+  features only, labels and evaluation have stages of their own);
 * ``train fetch bytes/epoch``: the same, training loop only, steady epochs (measured by this
   benchmark around ``train_epoch``);
 * ``sample bytes/epoch`` (``comm["sample"]``, training + validation sampling) and

@@ -32,11 +32,12 @@ import collections
 import dataclasses
 import re
 
+import numba
 import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.store.feature import FeatureStore
+from shardgnn.store.feature import FeatureStore, copy_rows
 
 POLICIES = ("none", "degree", "presample", "fifo", "lru", "belady")
 STATIC_POLICIES = ("degree", "presample")
@@ -321,13 +322,34 @@ def make_policy(name: str, *, num_nodes: int, lookahead: int = 16, static_ids: n
     raise ConfigError(f"cache policy {name!r} must be one of {POLICIES[1:]}")
 
 
-def distinct_in_order(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(distinct, inverse)``: the distinct ids in first-occurrence order, ``distinct[inverse] == ids``."""
-    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    return uniq[order], rank[inverse.reshape(-1)]
+@numba.njit(nogil=True, cache=True)
+def _distinct_kernel(ids, marks, distinct, inverse, first):  # pragma: no cover - compiled
+    count = 0
+    for i in range(ids.shape[0]):
+        v = ids[i]
+        if marks[v] < 0:
+            marks[v] = count
+            distinct[count] = v
+            first[count] = i
+            count += 1
+        inverse[i] = marks[v]
+    for j in range(count):  # leave the scratch array as it was found
+        marks[distinct[j]] = -1
+    return count
+
+
+def distinct_in_order(ids: np.ndarray, marks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(distinct, inverse, first)``: the distinct ids in first-occurrence order,
+    ``distinct[inverse] == ids`` and ``ids[first] == distinct`` (first occurrences).
+
+    ``marks``: a scratch int64 array over all node ids, all -1 (returned so); one pass, no sort.
+    """
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if marks is None:
+        marks = np.full(int(ids.max()) + 1 if ids.shape[0] else 0, -1, dtype=np.int64)
+    distinct, inverse, first = np.empty_like(ids), np.empty_like(ids), np.empty_like(ids)
+    count = _distinct_kernel(ids, marks, distinct, inverse, first)
+    return distinct[:count], inverse, first[:count]
 
 
 class CacheCore:
@@ -392,6 +414,7 @@ class CachedFeatureStore(FeatureStore):
         self._window: list[np.ndarray] = []
         self.max_staged_rows = 0
         self.readonly = False
+        self._marks = np.full(fallback.shape[0], -1, dtype=np.int64)  # scratch of distinct_in_order
         # Static content is loaded once (a collective gather when the fallback is distributed).
         initial = policy.initial_ids()[: self.capacity]
         if isinstance(policy, StaticPolicy):
@@ -406,6 +429,10 @@ class CachedFeatureStore(FeatureStore):
     @property
     def dtype(self) -> torch.dtype:
         return self.fallback.dtype
+
+    @property
+    def collective(self) -> bool:
+        return self.fallback.collective
 
     @property
     def lookahead(self) -> int:
@@ -424,6 +451,7 @@ class CachedFeatureStore(FeatureStore):
         view = object.__new__(CachedFeatureStore)
         view.__dict__.update(self.__dict__)
         view.fallback, view.readonly, view._window = fallback, True, []
+        view._marks = np.full(self._marks.shape[0], -1, dtype=np.int64)
         view.core = object.__new__(CacheCore)
         view.core.__dict__.update(policy=self.policy, index=self.core.index, requested=0, missed=0)
         return view
@@ -432,34 +460,33 @@ class CachedFeatureStore(FeatureStore):
         ids_np = ids.numpy()
         cacheable = self.cacheable(ids_np)
         where_c, where_plain = np.flatnonzero(cacheable), np.flatnonzero(~cacheable)
-        distinct, inverse = distinct_in_order(ids_np[where_c])
+        distinct, inverse, first = distinct_in_order(ids_np[where_c], self._marks)
         planned = bool(self._window)
         slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
-        hit = slots >= 0
-        rows_d = torch.empty((distinct.shape[0], *self.shape[1:]), dtype=self.dtype)
-        rows_d[torch.from_numpy(np.flatnonzero(hit))] = self.rows[torch.from_numpy(slots[hit])]
-        missing = np.flatnonzero(~hit)
+        missing = np.flatnonzero(slots < 0)
+        hit_occ = slots[inverse] >= 0  # per cacheable occurrence
         out = torch.empty((ids_np.shape[0], *self.shape[1:]), dtype=self.dtype)
+        copy_rows(out, where_c[hit_occ], self.rows, slots[inverse[hit_occ]])
+        # Every distinct id's first output position: misses are written there, repeats copied.
+        first_occ = where_c[first]
+        miss_first = first_occ[missing]
         if planned:
             self._window.pop(0)
-            # Misses come from the window's staged rows; RAM-resident rows are read directly:
-            # no collective per batch.
+            # Misses come from the window's staged rows; no collective per batch.
             at = np.searchsorted(self._staged_ids, distinct[missing])
             assert (self._staged_ids[at] == distinct[missing]).all(), "a planned miss was not staged"
-            rows_d[torch.from_numpy(missing)] = self._staged_rows[torch.from_numpy(at)]
-            if where_plain.shape[0]:
-                out[torch.from_numpy(where_plain)] = self.fallback.read_local(torch.from_numpy(ids_np[where_plain]))
+            copy_rows(out, miss_first, self._staged_rows, at)
             if not self._window:
                 self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
         else:
-            # One fallback gather (collective when distributed) for the misses and the plain rows.
-            fetched = self.fallback.gather(torch.from_numpy(np.concatenate([distinct[missing], ids_np[where_plain]])))
-            rows_d[torch.from_numpy(missing)] = fetched[: missing.shape[0]]
-            if where_plain.shape[0]:
-                out[torch.from_numpy(where_plain)] = fetched[missing.shape[0]:]
+            # One fallback gather (collective when distributed), straight into the output.
+            self.fallback.gather_into(torch.from_numpy(distinct[missing]), out, miss_first)
+        repeats = ~hit_occ & (where_c != first_occ[inverse])
+        copy_rows(out, where_c[repeats], out, first_occ[inverse[repeats]])
+        # Rows this process holds in RAM are copied directly, never cached.
+        self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
         if admit_pos.shape[0]:
-            self.rows[torch.from_numpy(targets)] = rows_d[torch.from_numpy(admit_pos)]
-        out[torch.from_numpy(where_c)] = rows_d[torch.from_numpy(inverse)]
+            copy_rows(self.rows, targets, out, first_occ[admit_pos])
         return out
 
     # -------------------------------------------------------------- look-ahead (belady)
@@ -470,7 +497,7 @@ class CachedFeatureStore(FeatureStore):
         batches = []
         for ids in window:
             ids_np = ids.numpy()
-            batches.append(distinct_in_order(ids_np[self.cacheable(ids_np)])[0])
+            batches.append(distinct_in_order(ids_np[self.cacheable(ids_np)], self._marks)[0])
         misses = self.policy.plan(self.core.index, batches)
         self._window = batches
         self._to_fetch = np.unique(np.concatenate(misses)) if misses else np.zeros(0, dtype=np.int64)

@@ -58,10 +58,24 @@ class DistFeatureStore(FeatureStore):
     def local_mask(self, ids: np.ndarray) -> np.ndarray:
         return (ids >= self.start) & (ids < self.end)
 
-    def read_local(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.local.gather(ids - self.start)
+    @property
+    def collective(self) -> bool:
+        return True
+
+    def read_local_into(self, ids: np.ndarray, out: torch.Tensor, positions: np.ndarray) -> None:
+        if ids.shape[0]:
+            self.local.gather_into(torch.from_numpy(ids - self.start), out, positions)
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((ids.shape[0], *self._row_shape), dtype=self.dtype)
+        self._gather_into(ids, out, np.arange(ids.shape[0]))
+        return out
+
+    def gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
+        self.check_ids(ids)
+        self._gather_into(ids, out, positions)
+
+    def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
         world = self.comm.world_size
         ids_np = ids.numpy()
         owners = self.book.owner(ids_np)
@@ -75,7 +89,11 @@ class DistFeatureStore(FeatureStore):
         incoming = self.comm.all_to_all(requests, self.stage)
         replies = [self.local.gather(req - self.start) for req in incoming]
         rows = self.comm.all_to_all(replies, self.stage, codec=self.codec)
-        rows[self.rank] = self.local.gather(mine - self.start)
-        out = torch.empty((ids_np.shape[0], *self._row_shape), dtype=rows[self.rank].dtype)
-        out[torch.from_numpy(order)] = torch.cat(rows)
-        return out
+        # Rows arrived grouped by owner; each owner's block is scattered straight to its output
+        # positions, own rows copied from the local store (no concatenated intermediate).
+        targets = np.split(positions[order], np.cumsum(counts)[:-1])
+        for owner, (block, where) in enumerate(zip(rows, targets)):
+            if owner == self.rank:
+                self.local.gather_into(mine - self.start, out, where)
+            elif where.shape[0]:
+                out.index_copy_(0, torch.from_numpy(where), block)

@@ -6,8 +6,28 @@ from __future__ import annotations
 
 import abc
 
+import numba
 import numpy as np
 import torch
+
+
+@numba.njit(nogil=True, cache=True)
+def _copy_rows_kernel(dst, dst_rows, src, src_rows):  # pragma: no cover - compiled
+    width = dst.shape[1]
+    for i in range(dst_rows.shape[0]):
+        a, b = dst_rows[i], src_rows[i]
+        for j in range(width):  # an explicit loop: 4x faster than numba's row-slice assignment
+            dst[a, j] = src[b, j]
+
+
+def copy_rows(dst: torch.Tensor, dst_rows: np.ndarray, src: torch.Tensor | np.ndarray, src_rows: np.ndarray) -> None:
+    """``dst[dst_rows] = src[src_rows]`` in one pass: no intermediate gathered tensor (a fresh
+    large buffer per batch costs a page fault per 4 KB). ``src`` may be a memory map."""
+    if dst_rows.shape[0] == 0:
+        return
+    src_np = src.numpy() if isinstance(src, torch.Tensor) else np.asarray(src).view(np.ndarray)  # memmap: same pages
+    _copy_rows_kernel(dst.view(dst.shape[0], -1).numpy(), np.ascontiguousarray(dst_rows, dtype=np.int64),
+                      src_np.reshape(src_np.shape[0], -1), np.ascontiguousarray(src_rows, dtype=np.int64))
 
 
 class FeatureStore(abc.ABC):
@@ -20,15 +40,33 @@ class FeatureStore(abc.ABC):
 
     def gather(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (int64, any order, repeats allowed) as a new tensor."""
+        self.check_ids(ids)
+        return self._gather(ids)
+
+    def check_ids(self, ids: torch.Tensor) -> None:
+        """Refuse ids that are not a 1-D int64 tensor of valid node ids."""
         if ids.dtype != torch.int64 or ids.dim() != 1:
             raise ValueError(f"ids must be a 1-D int64 tensor, got {ids.dtype} of shape {tuple(ids.shape)}")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.shape[0]):
             raise IndexError(f"node ids must lie in [0, {self.shape[0]}), got [{int(ids.min())}, {int(ids.max())}]")
-        return self._gather(ids)
 
     @abc.abstractmethod
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         """Gather validated ids."""
+
+    def gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
+        """``out[positions] = gather(ids)``, without an intermediate tensor where the store can
+        (collective exactly when ``gather`` is)."""
+        assert positions.shape[0] == ids.shape[0]
+        if ids.numel() or self.collective:
+            rows = self.gather(ids)
+            if ids.numel():
+                out.index_copy_(0, torch.from_numpy(positions), rows)
+
+    @property
+    def collective(self) -> bool:
+        """Whether ``gather`` is a collective (every rank must call it, even with no ids)."""
+        return False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -45,9 +83,10 @@ class FeatureStore(abc.ABC):
         """For each id, whether this process reads it without communication."""
         return np.ones(ids.shape[0], dtype=bool)
 
-    def read_local(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows of ids that :meth:`local_mask` marks local (never communicates)."""
-        return self.gather(ids)
+    def read_local_into(self, ids: np.ndarray, out: torch.Tensor, positions: np.ndarray) -> None:
+        """``out[positions] = rows(ids)`` for ids that :meth:`local_mask` marks local (never
+        communicates)."""
+        self.gather_into(torch.from_numpy(ids), out, positions)
 
 
 class LocalFeatureStore(FeatureStore):
@@ -83,6 +122,12 @@ class LocalFeatureStore(FeatureStore):
     @property
     def on_disk(self) -> bool:
         return self._array is not None
+
+    def gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
+        if self._row_divisor is not None:
+            return super().gather_into(ids, out, positions)
+        source = self._tensor.numpy() if self._tensor is not None else self._array
+        copy_rows(out, positions, source, ids.numpy())
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         if self._tensor is not None:
