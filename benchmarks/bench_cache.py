@@ -27,6 +27,7 @@ job): ``benchmarks/out/cache.{json,md}``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -156,10 +157,45 @@ def summarize(job: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+POLICY_ORDER = ("degree", "presample", "fifo", "lru", "belady")
+
+
+def condensed_markdown(report: dict[str, Any]) -> str:
+    """One row per (dataset, workers, partition, capacity); each policy's cell is
+    ``hit rate / remote bytes vs none / loader epoch vs none``."""
+    rows = [r for job in report["jobs"] for r in summarize(job) if r["part"] == "loader"]
+    policies = [p for p in POLICY_ORDER if any(r["policy"] == p for r in rows)]
+    keys = list(dict.fromkeys((r["dataset"], r["workers"], r["method"], r["capacity"]) for r in rows
+                              if r["capacity"] != "-"))
+    lines = ["| dataset | workers | partition | capacity | " + " | ".join(policies) + " | best static cut |",
+             "|---|---|---|---|" + "---|" * (len(policies) + 1)]
+    for key in keys:
+        sel = {r["policy"]: r for r in rows if (r["dataset"], r["workers"], r["method"], r["capacity"]) == key}
+        cells = [f"{100 * sel[p]['hit_rate']:.1f}% / {sel[p]['remote_vs_none']:.2f} / {sel[p]['epoch_vs_none']:.2f}"
+                 if p in sel else "-" for p in policies]
+        static = [sel[p] for p in ("degree", "presample") if p in sel]
+        best = f"{100 * (1 - min(r['remote_vs_none'] for r in static)):.1f}%" if static else "-"
+        lines.append(f"| {key[0].split(':')[0]} | {key[1]} | {key[2]} | {key[3]} | " + " | ".join(cells) + f" | {best} |")
+    lines += ["", "| dataset | workers | partition | no cache: remote MB/epoch | loader epoch s | belady look-ahead s/epoch "
+              "(5/10/20%) | belady staged MB (max, all workers) |", "|---|---|---|---|---|---|---|"]
+    for job in report["jobs"]:
+        if job["part"] != "loader":
+            continue
+        sel = [r for r in summarize(job)]
+        base = next(r for r in sel if r["policy"] == "none")
+        bel = [r for r in sel if r["policy"] == "belady"]
+        lookahead = " / ".join(f"{r['lookahead_s']:.2f}" for r in bel) or "-"
+        staged = max((r["max_staged_mb"] or 0) for r in bel) if bel else 0
+        lines.append(f"| {job['dataset'].split(':')[0]} | {job['workers']} | {job['method']} | {base['remote_mb']:.0f} | "
+                     f"{base['epoch_s']:.2f} | {lookahead} | {staged:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [f"Command: `{report['command']}`", "",
              f"Machine: {report['machine']['nproc']} cores, torch {report['machine'].get('torch')}; "
              f"epochs per configuration: {report['epochs']}, steady state = mean of epochs >= 1.", ""]
+    lines += ["### Summary (hit rate / remote bytes vs none / loader epoch vs none)", "", condensed_markdown(report)]
     rows = [r for job in report["jobs"] for r in summarize(job)]
     for part, title in (("loader", "Loader (sample + fetch, no model): every policy and capacity"),
                         ("train", "Training epochs (GraphSAGE) per policy")):
@@ -222,7 +258,13 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
     p.add_argument("--out", default="benchmarks/out/cache")
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--rewrite-md", action="store_true", help="only re-render the Markdown of an existing --out JSON")
     args = p.parse_args(argv)
+    if args.rewrite_md:
+        report = json.loads(Path(args.out).with_suffix(".json").read_text())
+        with atomic_open(Path(args.out).with_suffix(".md"), "w") as fh:
+            fh.write(markdown(report))
+        return 0
     os.environ.setdefault("SHARDGNN_DATA", args.data_dir)
     cores = cores_available()
     report: dict[str, Any] = {"command": "python " + shlex.join(sys.argv), "machine": machine_info(),

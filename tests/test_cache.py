@@ -270,6 +270,12 @@ def test_disk_backed_features_are_read_on_demand_and_cached(tmp_path):
     store.gather(ids)
     store.gather(ids)
     assert store.reset_counters() == (6, 3)
+    # Straight into an output buffer, from the map and from RAM alike.
+    out = torch.full((6, 8), -1.0)
+    LocalFeatureStore(mapped).gather_into(torch.tensor([7, 7, 2]), out, np.array([5, 0, 3]))
+    LocalFeatureStore(torch.from_numpy(x)).gather_into(torch.tensor([1]), out, np.array([1]))
+    assert torch.equal(out[[5, 0, 3, 1]], torch.from_numpy(x[[7, 7, 2, 1]]))
+    assert (out[[2, 4]] == -1).all()
     # In RAM, the same local store has nothing to cache.
     assert not CachedFeatureStore(LocalFeatureStore(x), LRUPolicy(), 10).cacheable(np.arange(5)).any()
 
@@ -317,7 +323,8 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
     comm.reset()
     full_x = torch.from_numpy(np.asarray(reassemble(path).x))
     trace, wrong, max_size = [], 0, 0
-    for epoch in range(2):
+    epochs = 3
+    for epoch in range(epochs):
         batches.set_epoch(epoch)
         for batch in FeatureFetcher(stage, store, None):
             ids = batch.sample.input_nodes
@@ -326,27 +333,30 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
             max_size = max(max_size, store.core.index.size)
     return {"wrong": wrong, "trace": trace, "counters": store.reset_counters(), "max_size": max_size,
             "initial": None if static_ids is None else static_ids, "remote_in_degree": graph.degree,
-            "cacheable": cacheable, "fetch_calls": comm.reset()["fetch"].calls, "batches": len(batches)}
+            "cacheable": cacheable, "fetch_calls": comm.reset()["fetch"].calls, "batches": len(batches),
+            "epochs": epochs}
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
 def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_graph, name):
     path = make_partitions(tmp_path / "parts", id_graph, 2)
-    capacity, lookahead = 300, 3
+    capacity, lookahead = 300, 2  # 3 batches per epoch: windows of 2 + 1, restarting each epoch
     for rank, res in enumerate(run_workers(_cached_fetch, 2, path, name, capacity, lookahead)):
         assert res["wrong"] == 0
         assert res["max_size"] <= capacity
         n = res["cacheable"].shape[0]
+        assert res["batches"] == 3
         reference = policy_for(name, n, res["initial"], lookahead)
-        assert res["counters"] == simulate(reference, n, capacity, res["trace"]), rank
+        epoch_sizes = [res["batches"]] * res["epochs"]
+        assert res["counters"] == simulate(reference, n, capacity, res["trace"], epoch_sizes=epoch_sizes), rank
         if name == "degree":  # exactly the top in-degree remote nodes
             deg = np.where(res["cacheable"], res["remote_in_degree"], -1)
             assert sorted(deg[res["initial"]])[0] >= np.sort(deg)[-capacity]
             assert not (~res["cacheable"][res["initial"]]).any()
         # One feature exchange (ids out, rows back) per batch; belady: per window.
         windows = -(-res["batches"] // lookahead)
-        assert res["fetch_calls"] == 2 * 2 * (windows if name == "belady" else res["batches"])
+        assert res["fetch_calls"] == 2 * res["epochs"] * (windows if name == "belady" else res["batches"])
 
 
 def policy_for(name, n, initial, lookahead):
@@ -387,8 +397,8 @@ def test_training_with_any_cache_or_disk_storage_equals_training_without(tmp_pat
         assert res["test_acc"] == base["test_acc"]
         cache = res["cache"]
         requested = [e["cache"]["requested_mb"] for e in res["epochs"]]
-        assert requested == [e["cache"]["requested_mb"] for e in results[label.split("-")[0] if label != "disk-lru"
-                                                                            else "disk"]["epochs"]]
+        same_tier = results["disk" if label.startswith("disk") else "none"]  # the same batches, the same requests
+        assert requested == [e["cache"]["requested_mb"] for e in same_tier["epochs"]], label
         if label in ("none", "disk"):
             assert cache["hit_rate"] == 0.0 and cache["policy"] == "none"
         else:
@@ -419,6 +429,20 @@ def test_single_process_refuses_cache_flags(argv, match, capsys):
     assert match in capsys.readouterr().err
 
 
+def test_epoch_windows_restart_in_the_reference_simulation():
+    class Recording(BeladyPolicy):
+        windows: list[int] = []
+
+        def plan(self, index, window):
+            self.windows.append(len(window))
+            return super().plan(index, window)
+
+    trace = [np.array([i, i + 1]) for i in range(5)]
+    policy = Recording(10, lookahead=2)
+    simulate(policy, 10, 3, trace, epoch_sizes=[3, 2])
+    assert policy.windows == [2, 1, 2]  # like the loader: a window never crosses an epoch
+
+
 def test_config_refuses_cache_in_full_mode_and_disk_with_layerwise_eval():
     from shardgnn.train.config import TrainConfig
 
@@ -446,3 +470,16 @@ def test_plot_draws_hit_rate_per_policy(tmp_path):
     written = plot_training_curves(files, tmp_path / "plots")
     assert (tmp_path / "plots" / "cache_hit_rate.png") in written
     assert (tmp_path / "plots" / "cache_hit_rate.png").stat().st_size > 1000
+
+
+@pytest.mark.multiprocess
+def test_one_worker_in_memory_has_nothing_to_cache(tmp_path):
+    from shardgnn.distributed.launch import WorkerFailedError
+
+    g = generate(SyntheticConfig(nodes=500, degree=6, classes=3, features=4, seed=1))
+    path = make_partitions(tmp_path / "p1", g, 1, method="random")
+    with pytest.raises(WorkerFailedError, match="nothing to cache"):
+        run_workers(_train_variants, 1, path, [("lru", {"policy": "lru", "size": "10%"}, "memory")])
+    # With disk storage the same worker caches its own rows.
+    res = run_workers(_train_variants, 1, path, [("disk-lru", {"policy": "lru", "size": "10%"}, "disk")])[0]
+    assert res["disk-lru"]["cache"]["capacity_rows"] == 50 and res["disk-lru"]["cache"]["hit_rate"] > 0

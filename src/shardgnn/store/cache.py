@@ -375,17 +375,20 @@ class CacheCore:
 
 
 def simulate(policy: CachePolicy, num_nodes: int, capacity: int, trace: list[np.ndarray],
-             initial: np.ndarray | None = None) -> tuple[int, int]:
+             initial: np.ndarray | None = None, epoch_sizes: list[int] | None = None) -> tuple[int, int]:
     """``(requested, missed)`` rows of ``policy`` on a recorded trace of batches (ids may repeat
-    within a batch; belady plans ``policy.lookahead`` batches at a time). The cache starts with
-    ``initial`` (default: the policy's static ids; loading them is not counted)."""
+    within a batch). Belady plans ``policy.lookahead`` batches at a time, a window never crossing
+    an epoch boundary (``epoch_sizes``: batches per epoch; default one epoch), as the loader does.
+    The cache starts with ``initial`` (default: the policy's static ids; loading is not counted)."""
     core = CacheCore(policy, num_nodes, capacity)
     initial = (policy.initial_ids() if initial is None else np.asarray(initial, dtype=np.int64))[:capacity]
     core.index.place(initial, np.arange(initial.shape[0]))
     batches = [distinct_in_order(np.asarray(t, dtype=np.int64))[0] for t in trace]
+    ends = np.cumsum(epoch_sizes if epoch_sizes is not None else [len(batches)])
     for b, ids in enumerate(batches):
         if isinstance(policy, BeladyPolicy) and not policy.pending:
-            policy.plan(core.index, batches[b: b + policy.lookahead])
+            epoch_end = int(ends[np.searchsorted(ends, b, side="right")])
+            policy.plan(core.index, batches[b: min(b + policy.lookahead, epoch_end)])
         core.access(ids)
     return core.requested, core.missed
 
@@ -496,6 +499,7 @@ class CachedFeatureStore(FeatureStore):
         assert isinstance(self.policy, BeladyPolicy) and not self._window
         batches = []
         for ids in window:
+            self.check_ids(ids)
             ids_np = ids.numpy()
             batches.append(distinct_in_order(ids_np[self.cacheable(ids_np)], self._marks)[0])
         misses = self.policy.plan(self.core.index, batches)

@@ -36,7 +36,8 @@ _NAME = re.compile(r"^epoch-(\d{6,})$")
 # Config keys that may differ between the interrupted and the resumed run.
 _RESUMABLE_CHANGES = {"optim.epochs", "results", "progress", "data_dir", "checkpoint_dir", "checkpoint_every",
                       "keep_checkpoints", "resume",
-                      # a cache and the storage tier change where rows come from, never their values
+                      # a cache and the storage tier change where rows come from, not their values
+                      # (with --fetch-bits < 32 a cached row keeps the rounding it arrived with)
                       "cache.policy", "cache.size", "cache.lookahead", "feature_storage"}
 
 

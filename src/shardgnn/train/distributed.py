@@ -291,8 +291,12 @@ class DistTrainer(RankTrainer):
         ``presample`` first runs the sampler over one unrecorded epoch)."""
         cfg, book = self.config.cache, self.graph.book
         n = book.num_nodes
-        capacity = cfg.capacity_rows(n, self.row_bytes)
         cacheable = np.ones(n, dtype=bool) if self.fetch_store.on_disk else ~self.fetch_store.local_mask(np.arange(n))
+        if not cacheable.any():
+            raise ConfigError(f"--cache-policy {cfg.policy}: this worker holds every row in RAM, so there is nothing to "
+                              "cache; use --feature-storage disk (the cache then fronts disk reads) or drop the cache")
+        # Never more slots than rows that can be cached (this worker's own rows in RAM never are).
+        capacity = min(cfg.capacity_rows(n, self.row_bytes), int(cacheable.sum()))
         static_ids = None
         if cfg.policy == "degree":
             static_ids = top_ids(self.graph.degree, cacheable, capacity)
@@ -385,6 +389,9 @@ class DistTrainer(RankTrainer):
         measured = history[1:] or history
         capacity = self.cache.capacity if self.cache is not None else 0
         staged = self._sum([float(self.cache.max_staged_rows if self.cache is not None else 0)])[0]
+
+        # Epochs recorded before a resume may come from a run without these metrics.
+        measured = [r for r in measured if r.cache]
 
         def mean(values):
             values = [v for v in values if v is not None]
