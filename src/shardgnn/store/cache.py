@@ -269,7 +269,8 @@ class BeladyPolicy(CachePolicy):
         misses_per_batch = []
         for b, ids in enumerate(window):
             hit = in_cache[ids]
-            misses = ids[~hit]
+            miss_pos = np.flatnonzero(~hit)
+            misses = ids[miss_pos]
             misses_per_batch.append(misses)
             self._next[ids] = next_after[offsets[b]:offsets[b + 1]]
             self.count[ids] += 1
@@ -285,15 +286,16 @@ class BeladyPolicy(CachePolicy):
             in_cache[cached] = False
             in_cache[keep] = True
             kept = in_cache[candidates]
-            evict, admit = cached[~kept[: cached.shape[0]]], misses[kept[cached.shape[0]:]]
-            self._queue.append((ids, admit, evict))
+            admitted = kept[cached.shape[0]:]
+            evict, admit = cached[~kept[: cached.shape[0]]], misses[admitted]
+            self._queue.append((ids, miss_pos[admitted], admit, evict))
             cached = keep
         return misses_per_batch
 
     def step(self, index, ids, slots):
         if not self._queue:  # used without look-ahead: a window of one batch
             self.plan(index, [ids])
-        planned, admit, evict = self._queue.popleft()
+        planned, admit_pos, admit, evict = self._queue.popleft()
         assert np.array_equal(planned, ids), "gather called with ids other than the planned batch"
         if admit.shape[0] == 0:
             return _NOTHING
@@ -303,8 +305,6 @@ class BeladyPolicy(CachePolicy):
         assert extra >= 0
         targets = np.concatenate([freed, index.free_slots(extra)]) if extra else freed
         assert targets.shape[0] == admit.shape[0], "the plan admits more rows than fit"
-        sorter = np.argsort(ids, kind="stable")
-        admit_pos = sorter[np.searchsorted(ids, admit, sorter=sorter)]
         return admit_pos, targets
 
 
