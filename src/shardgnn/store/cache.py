@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import abc
 import collections
+import copy
 import dataclasses
 import re
+import typing
 
 import numba
 import numpy as np
@@ -359,6 +361,18 @@ class CacheCore:
         self.policy, self.index = policy, CacheIndex(num_nodes, capacity)
         self.requested = self.missed = 0
 
+    def preload(self, ids: np.ndarray) -> np.ndarray:
+        """Place ``ids`` (an empty cache's first content, not counted) in the first slots."""
+        slots = np.arange(ids.shape[0])
+        self.index.place(ids, slots)
+        return slots
+
+    def view(self) -> "CacheCore":
+        """The same index and policy with counters of its own (for read-only lookups)."""
+        view = copy.copy(self)
+        view.requested = view.missed = 0
+        return view
+
     def access(self, ids: np.ndarray, *, admit: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Look up distinct ``ids``; count; let the policy admit. Returns ``(slots_before,
         admit_positions, target_slots)``; the index already reflects the admissions."""
@@ -381,8 +395,7 @@ def simulate(policy: CachePolicy, num_nodes: int, capacity: int, trace: list[np.
     an epoch boundary (``epoch_sizes``: batches per epoch; default one epoch), as the loader does.
     The cache starts with ``initial`` (default: the policy's static ids; loading is not counted)."""
     core = CacheCore(policy, num_nodes, capacity)
-    initial = (policy.initial_ids() if initial is None else np.asarray(initial, dtype=np.int64))[:capacity]
-    core.index.place(initial, np.arange(initial.shape[0]))
+    core.preload((policy.initial_ids() if initial is None else np.asarray(initial, dtype=np.int64))[:capacity])
     batches = [distinct_in_order(np.asarray(t, dtype=np.int64))[0] for t in trace]
     ends = np.cumsum(epoch_sizes if epoch_sizes is not None else [len(batches)])
     for b, ids in enumerate(batches):
@@ -391,6 +404,17 @@ def simulate(policy: CachePolicy, num_nodes: int, capacity: int, trace: list[np.
             policy.plan(core.index, batches[b: min(b + policy.lookahead, epoch_end)])
         core.access(ids)
     return core.requested, core.missed
+
+
+class _Split(typing.NamedTuple):
+    """One batch's ids split for the cache: positions of cacheable and plain (RAM-local) ids, and
+    the cacheable ids' distinct values with ``distinct[inverse]`` = them and first occurrences."""
+
+    where_c: np.ndarray
+    where_plain: np.ndarray
+    distinct: np.ndarray
+    inverse: np.ndarray
+    first: np.ndarray
 
 
 class CachedFeatureStore(FeatureStore):
@@ -411,18 +435,16 @@ class CachedFeatureStore(FeatureStore):
         self.capacity = int(min(capacity, fallback.shape[0]))
         self.core = CacheCore(policy, fallback.shape[0], self.capacity)
         self.rows = torch.zeros((self.capacity, *fallback.shape[1:]), dtype=fallback.dtype)
-        self.row_bytes = int(self.rows[0].numel() * self.rows.element_size()) if self.capacity else 0
         self._staged_ids = np.zeros(0, dtype=np.int64)
         self._staged_rows: torch.Tensor | None = None
-        self._window: list[np.ndarray] = []
+        self._window: list[_Split] = []
         self.max_staged_rows = 0
         self.readonly = False
         self._marks = np.full(fallback.shape[0], -1, dtype=np.int64)  # scratch of distinct_in_order
         # Static content is loaded once (a collective gather when the fallback is distributed).
-        initial = policy.initial_ids()[: self.capacity]
         if isinstance(policy, StaticPolicy):
-            self.rows[: initial.shape[0]] = (fill_from or fallback).gather(torch.from_numpy(initial))
-            self.core.index.place(initial, np.arange(initial.shape[0]))
+            initial = policy.initial_ids()[: self.capacity]
+            self.rows[self.core.preload(initial)] = (fill_from or fallback).gather(torch.from_numpy(initial))
 
     # -------------------------------------------------------------- the store interface
     @property
@@ -451,20 +473,23 @@ class CachedFeatureStore(FeatureStore):
     def read_only_view(self, fallback: FeatureStore) -> "CachedFeatureStore":
         """The same cached rows in front of another store (e.g. evaluation's), never admitting and
         counting separately; it stays valid while this cache changes."""
-        view = object.__new__(CachedFeatureStore)
-        view.__dict__.update(self.__dict__)
-        view.fallback, view.readonly, view._window = fallback, True, []
-        view._marks = np.full(self._marks.shape[0], -1, dtype=np.int64)
-        view.core = object.__new__(CacheCore)
-        view.core.__dict__.update(policy=self.policy, index=self.core.index, requested=0, missed=0)
+        view = copy.copy(self)  # shares rows and index
+        view.fallback, view.readonly, view._window, view.core = fallback, True, [], self.core.view()
+        view._marks = np.full_like(self._marks, -1)
         return view
+
+    def _split(self, ids_np: np.ndarray) -> "_Split":
+        cacheable = self.cacheable(ids_np)
+        where_c = np.flatnonzero(cacheable)
+        return _Split(where_c, np.flatnonzero(~cacheable), *distinct_in_order(ids_np[where_c], self._marks))
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         ids_np = ids.numpy()
-        cacheable = self.cacheable(ids_np)
-        where_c, where_plain = np.flatnonzero(cacheable), np.flatnonzero(~cacheable)
-        distinct, inverse, first = distinct_in_order(ids_np[where_c], self._marks)
         planned = bool(self._window)
+        # A planned batch was split by the inspector already.
+        where_c, where_plain, distinct, inverse, first = self._window.pop(0) if planned else self._split(ids_np)
+        assert where_c.shape[0] + where_plain.shape[0] == ids_np.shape[0] and \
+            np.array_equal(ids_np[where_c[first]], distinct), "gather called with ids other than the planned batch"
         slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
         missing = np.flatnonzero(slots < 0)
         hit_occ = slots[inverse] >= 0  # per cacheable occurrence
@@ -474,7 +499,6 @@ class CachedFeatureStore(FeatureStore):
         first_occ = where_c[first]
         miss_first = first_occ[missing]
         if planned:
-            self._window.pop(0)
             # Misses come from the window's staged rows; no collective per batch.
             at = np.searchsorted(self._staged_ids, distinct[missing])
             assert (self._staged_ids[at] == distinct[missing]).all(), "a planned miss was not staged"
@@ -497,13 +521,10 @@ class CachedFeatureStore(FeatureStore):
         """The inspector: announce the next batches' ids (gathered next, in this order). Pure
         computation; :meth:`prefetch` then brings their misses in one exchange."""
         assert isinstance(self.policy, BeladyPolicy) and not self._window
-        batches = []
         for ids in window:
             self.check_ids(ids)
-            ids_np = ids.numpy()
-            batches.append(distinct_in_order(ids_np[self.cacheable(ids_np)], self._marks)[0])
-        misses = self.policy.plan(self.core.index, batches)
-        self._window = batches
+        self._window = [self._split(ids.numpy()) for ids in window]
+        misses = self.policy.plan(self.core.index, [split.distinct for split in self._window])
         self._to_fetch = np.unique(np.concatenate(misses)) if misses else np.zeros(0, dtype=np.int64)
 
     def prefetch(self) -> None:
