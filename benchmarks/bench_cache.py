@@ -46,7 +46,7 @@ from shardgnn.distributed.launch import launch_local  # noqa: E402
 from shardgnn.graph.datasets import load_dataset  # noqa: E402
 from shardgnn.nn.models import ModelConfig  # noqa: E402
 from shardgnn.sampling.neighbor import SamplerConfig  # noqa: E402
-from shardgnn.store.cache import CacheConfig  # noqa: E402
+from shardgnn.store.cache.config import CacheConfig  # noqa: E402
 from shardgnn.train.config import OptimConfig, TrainConfig  # noqa: E402
 from shardgnn.train.progress import format_table  # noqa: E402
 

@@ -19,7 +19,7 @@ import torch
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.graph.synthetic import SyntheticConfig, generate
-from shardgnn.sampling.kernels import mix_seed
+from shardgnn.seeding import mix_seed
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.sampling.reference import TorchNeighborSampler
 from shardgnn.train.progress import format_table

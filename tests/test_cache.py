@@ -10,9 +10,13 @@ import pytest
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.store.cache import (BeladyPolicy, CacheConfig, CachedFeatureStore, FIFOPolicy, LRUPolicy, StaticPolicy,
-                                  make_policy, resolve_capacity, simulate, top_ids)
-from shardgnn.store.feature import FeatureStore, LocalFeatureStore, row_sums
+from shardgnn.graph.features import row_sums
+from shardgnn.store.cache.build import top_ids
+from shardgnn.store.cache.config import CacheConfig, resolve_capacity
+from shardgnn.store.cache.core import simulate
+from shardgnn.store.cache.policies import BeladyPolicy, FIFOPolicy, LRUPolicy, StaticPolicy, make_policy
+from shardgnn.store.cache.store import CachedFeatureStore
+from shardgnn.store.feature import FeatureStore, LocalFeatureStore
 
 DYNAMIC = ("fifo", "lru", "belady")
 
@@ -124,14 +128,14 @@ def test_capacity_forms(size, rows):
 
 @pytest.mark.parametrize("size", ["-5%", "0%", "150%", "1.5", "abc", "12.5 rows", "0"])
 def test_bad_capacity_is_a_clear_error(size):
-    with pytest.raises(ConfigError, match="cache size"):
+    with pytest.raises(ConfigError, match=f"^--cache-size '{size}'"):
         resolve_capacity(size, 1000, 400)
 
 
 def test_bad_policy_and_lookahead():
-    with pytest.raises(ConfigError, match="must be one of"):
+    with pytest.raises(ConfigError, match="^--cache-policy clock: choose one of none, degree"):
         CacheConfig(policy="clock")
-    with pytest.raises(ConfigError, match="lookahead"):
+    with pytest.raises(ConfigError, match="^--cache-lookahead 0: must be >= 1"):
         CacheConfig(policy="belady", lookahead=0)
 
 
@@ -297,7 +301,7 @@ def id_graph():
 
 
 def _cached_fetch(ctx, path, name, capacity, lookahead):
-    from shardgnn.distributed import Communicator
+    from shardgnn.distributed.comm import Communicator
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
     from shardgnn.partition.format import reassemble
@@ -305,14 +309,14 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.store.dist_graph import DistGraphStore
-    from shardgnn.train.distributed import global_split_ids
+    from shardgnn.partition.format import read_partitions
 
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
     graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
     fetch = DistFeatureStore(np.array(graph.part.x), graph.book, ctx.rank, comm, "fetch")
     n = graph.num_nodes
     cacheable = ~fetch.local_mask(np.arange(n))
-    batches = DistSeedBatcher(global_split_ids(path, "train"), graph.book, ctx.rank, ctx.world_size, 64,
+    batches = DistSeedBatcher(read_partitions(path, verify=False).global_split("train"), graph.book, ctx.rank, ctx.world_size, 64,
                               shuffle=True, seed=1)
     stage = NeighborSamplingStage(batches, DistNeighborSampler(graph, SamplerConfig(fanouts=(6, 4)), comm), seed=ctx.rank)
     static = {"degree": lambda: top_ids(graph.degree, cacheable, capacity),
@@ -368,16 +372,16 @@ def policy_for(name, n, initial, lookahead):
 def _train_variants(ctx, path, variants):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
-    from shardgnn.train.config import OptimConfig, TrainConfig
-    from shardgnn.train.distributed import DistTrainer
+    from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+    from shardgnn.train.worker import train_with_context
 
     out = {}
     for label, cache, storage in variants:
         config = TrainConfig(model=ModelConfig(model="sage", hidden=16, num_layers=2),
                              sampler=SamplerConfig(fanouts=(5, 5)), optim=OptimConfig(epochs=3, lr=0.01),
                              batch_size=256, progress=False, seed=3, feature_norm="row", feature_storage=storage,
-                             cache=CacheConfig(**cache))
-        out[label] = DistTrainer(config, ctx, path, overlap=False).fit()
+                             cache=CacheConfig(**cache), run=RunConfig(partitions=path, overlap="off"))
+        out[label] = train_with_context(config, ctx)
     return out
 
 
@@ -411,13 +415,6 @@ def test_training_with_any_cache_or_disk_storage_equals_training_without(tmp_pat
 
 
 # --------------------------------------------------------------------------- configuration
-def test_cli_lists_the_same_policies():
-    from shardgnn import cli
-    from shardgnn.store import cache
-
-    assert cli.POLICIES == cache.POLICIES
-
-
 @pytest.mark.parametrize("argv,match", [
     (["train", "cora", "--cache-policy", "lru"], "--workers 1"),
     (["train", "cora", "--feature-storage", "disk"], "--workers 1"),
@@ -444,32 +441,37 @@ def test_epoch_windows_restart_in_the_reference_simulation():
 
 
 def test_config_refuses_cache_in_full_mode_and_disk_with_layerwise_eval():
-    from shardgnn.train.config import TrainConfig
+    from shardgnn.train.config import RunConfig, TrainConfig
 
+    workers = RunConfig(workers=2)
     with pytest.raises(ConfigError, match="mini-batch"):
-        TrainConfig(mode="full", cache=CacheConfig(policy="lru"))
+        TrainConfig(mode="full", cache=CacheConfig(policy="lru"), run=workers)
     with pytest.raises(ConfigError, match="eval-fanouts"):
-        TrainConfig(feature_storage="disk", eval_fanouts=(-1, -1, -1))
-    with pytest.raises(ConfigError, match="feature_storage"):
+        TrainConfig(feature_storage="disk", eval_fanouts=(-1, -1, -1), run=workers)
+    with pytest.raises(ConfigError, match="^--feature-storage ssd: choose one of memory, disk$"):
         TrainConfig(feature_storage="ssd")
 
 
 def test_plot_draws_hit_rate_per_policy(tmp_path):
     import json
 
-    from shardgnn.plot import plot_training_curves
+    from shardgnn.cli.plot import plot_training_curves
 
-    files = []
-    for policy, rates in (("lru", [0.1, 0.5, 0.52]), ("belady", [0.2, 0.7, 0.71])):
-        epochs = [{"epoch": i, "loss": 1.0, "train_acc": 0.5, "val_acc": 0.5, "time_s": 1.0, "stages": {},
+    def results(policy, rates):
+        epochs = [{"epoch": i + 1, "loss": 1.0, "train_acc": 0.5, "val_acc": 0.5, "time_s": 1.0, "stages": {},
                    "cache": {"hit_rate": r, "requested_mb": 10.0, "missed_mb": 10 * (1 - r),
                              "remote_feature_mb": 10 * (1 - r)}} for i, r in enumerate(rates)]
         path = tmp_path / f"{policy}.json"
-        path.write_text(json.dumps({"epochs": epochs, "cache": {"policy": policy, "size": "20%"}}))
-        files.append(path)
+        path.write_text(json.dumps({"epochs": epochs, "config": {"cache": {"policy": policy, "size": "20%"}}}))
+        return path
+
+    files = [results("lru", [0.1, 0.5, 0.52]), results("belady", [0.2, 0.7, 0.71])]
     written = plot_training_curves(files, tmp_path / "plots")
     assert (tmp_path / "plots" / "cache_hit_rate.png") in written
     assert (tmp_path / "plots" / "cache_hit_rate.png").stat().st_size > 1000
+    # A distributed run without a cache reports remote bytes per epoch too, but gets no cache plot.
+    assert plot_training_curves([results("none", [0.0, 0.0])], tmp_path / "other") == [
+        tmp_path / "other" / "training_curves.png"]
 
 
 @pytest.mark.multiprocess

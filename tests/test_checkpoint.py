@@ -22,8 +22,8 @@ from shardgnn.partition.format import write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.checkpoint import Checkpointer
-from shardgnn.train.config import OptimConfig, TrainConfig
-from shardgnn.train.single import Trainer
+from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.single import run_training
 
 
 @pytest.fixture(scope="module")
@@ -45,35 +45,43 @@ def _assert_same_weights(a, b):
 def _single_config(directory, epochs, resume=False, mode="minibatch"):
     return TrainConfig(mode=mode, model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
                        sampler=SamplerConfig(fanouts=(5, 5)), optim=OptimConfig(epochs=epochs, lr=0.01),
-                       batch_size=64, seed=3, progress=False, threads=1, checkpoint_dir=str(directory),
-                       checkpoint_every=1, keep_checkpoints=2, resume=resume)
+                       batch_size=64, seed=3, progress=False, threads=1,
+                       checkpoint=CheckpointConfig(dir=str(directory), every=1, keep=2, resume=resume))
 
 
 @pytest.mark.parametrize("mode", ["minibatch", "full"])
 def test_single_process_resume_is_bit_exact(tmp_path, graph, mode):
     straight = tmp_path / "straight"
-    Trainer(_single_config(straight, 4, mode=mode), graph).fit()
+    run_training(_single_config(straight, 4, mode=mode), graph)
     interrupted = tmp_path / "interrupted"
-    Trainer(_single_config(interrupted, 2, mode=mode), graph).fit()  # "killed" after epoch 2
-    resumed = Trainer(_single_config(interrupted, 4, resume=True, mode=mode), graph).fit()
+    run_training(_single_config(interrupted, 2, mode=mode), graph)  # "killed" after epoch 2
+    resumed = run_training(_single_config(interrupted, 4, resume=True, mode=mode), graph)
     _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
-    assert [e["epoch"] for e in resumed["epochs"]] == [0, 1, 2, 3]  # history carried over
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]  # history carried over
     # Only the last two complete checkpoints are kept.
     assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000003", "epoch-000004"]
 
 
 def test_incomplete_checkpoints_are_ignored_and_config_changes_refused(tmp_path, graph):
     directory = tmp_path / "ck"
-    Trainer(_single_config(directory, 1), graph).fit()
+    run_training(_single_config(directory, 1), graph)
     # A checkpoint without meta.json (a job killed while writing) is not complete.
     (directory / "epoch-000002").mkdir()
     (directory / "epoch-000002" / "rank-0.pt").write_bytes(b"half")
     assert [p.name for p in Checkpointer(directory).complete()] == ["epoch-000001"]
     changed = dataclasses.replace(_single_config(directory, 3, resume=True), seed=4)
     with pytest.raises(ConfigError, match="seed"):
-        Trainer(changed, graph).fit()
+        run_training(changed, graph)
     with pytest.raises(ConfigError, match="--checkpoint-dir"):
-        TrainConfig(resume=True)
+        CheckpointConfig(resume=True)
+
+
+def test_resume_on_another_graph_is_refused(tmp_path, graph):
+    directory = tmp_path / "ck"
+    run_training(_single_config(directory, 1), graph)
+    other = generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=3))  # same size, other edges
+    with pytest.raises(ConfigError, match=r"was made from .*1,500 nodes.*resume on the graph it was trained on"):
+        run_training(_single_config(directory, 2, resume=True), other)
 
 
 # ---------------------------------------------------------------------------- multi-process
@@ -84,16 +92,18 @@ def _partitions(tmp_path, graph):
     return str(path)
 
 
-def _dist_config(directory, resume=False):
+def _dist_config(path, directory, resume=False):
     return TrainConfig(model=ModelConfig(hidden=16, num_layers=2, dropout=0.5), sampler=SamplerConfig(fanouts=(5, 5)),
                        optim=OptimConfig(epochs=3, lr=0.01), batch_size=64, seed=3, progress=False, threads=1,
-                       checkpoint_dir=str(directory), resume=resume, fetch_bits=8)
+                       checkpoint=CheckpointConfig(dir=str(directory), resume=resume), fetch_bits=8,
+                       run=RunConfig(partitions=path, overlap="off"))
 
 
-def _train(ctx, path, config, kill_at_step):
-    from shardgnn.train.distributed import DistTrainer
+def _train(ctx, config, kill_at_step):
+    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.loop import TrainingLoop
 
-    trainer = DistTrainer(config, ctx, path, overlap=False)
+    trainer = DistMiniBatchSteps(config, ctx)
     if kill_at_step is not None and ctx.rank == 1:
         step = trainer.optimizer.step
         calls = [0]
@@ -105,7 +115,7 @@ def _train(ctx, path, config, kill_at_step):
             return step(*args, **kwargs)
 
         trainer.optimizer.step = dying_step
-    trainer.fit()
+    TrainingLoop(config, trainer).run()
     return None
 
 
@@ -113,19 +123,19 @@ def _train(ctx, path, config, kill_at_step):
 def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
     path = _partitions(tmp_path, graph)
     straight = tmp_path / "straight"
-    run_workers(_train, 2, path, _dist_config(straight), None)
+    run_workers(_train, 2, _dist_config(path, straight), None)
     batches_per_epoch = -(-len(graph.train_idx) // 64)
     interrupted = tmp_path / "interrupted"
     start = time.perf_counter()
     with pytest.raises(WorkerFailedError, match="rank 1") as failure:
         # Rank 1 dies in the middle of epoch 2 (after the checkpoint of epoch 1 was written).
-        run_workers(_train, 2, path, _dist_config(interrupted), batches_per_epoch + 2, timeout_s=30)
+        run_workers(_train, 2, _dist_config(path, interrupted), batches_per_epoch + 2, timeout_s=30)
     # Fail fast: the whole job (start-up included) ended well within 60 s of the death, and the
     # survivor's error names itself and the stage it was in.
     assert time.perf_counter() - start < 60
     assert re.search(r"rank 0: .*stage '\w+'", str(failure.value)), str(failure.value)
     assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000001"]
-    run_workers(_train, 2, path, _dist_config(interrupted, resume=True), None)
+    run_workers(_train, 2, _dist_config(path, interrupted, resume=True), None)
     _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
 
 

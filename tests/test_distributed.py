@@ -58,7 +58,7 @@ def test_even_assignment_prefers_local_seeds():
 
 # ---------------------------------------------------------------------------- multi-process
 def _sample_and_fetch(ctx, path, seed_lists):
-    from shardgnn.distributed import Communicator
+    from shardgnn.distributed.comm import Communicator
     from shardgnn.sampling.distributed import DistNeighborSampler
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.store.dist_feature import DistFeatureStore
@@ -109,12 +109,11 @@ def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_gr
 def _eval_coverage(ctx, path):
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.distributed import global_split_ids
 
     book = read_partitions(path, verify=False).book
     out = {}
     for split, bs in (("train", 16), ("test", 100)):
-        batcher = DistSeedBatcher(global_split_ids(path, split), book, ctx.rank, ctx.world_size, bs,
+        batcher = DistSeedBatcher(read_partitions(path, verify=False).global_split(split), book, ctx.rank, ctx.world_size, bs,
                                   shuffle=split == "train", seed=1)
         out[split] = (len(batcher), torch.cat([s for _, s in batcher]).tolist())
     return out
@@ -136,20 +135,21 @@ def test_batches_are_even_and_evaluation_covers_every_node_once(tmp_path):
 
 
 def global_ids(path, split):
-    from shardgnn.train.distributed import global_split_ids
+    from shardgnn.partition.format import read_partitions
 
-    return global_split_ids(path, split).tolist()
+    return read_partitions(path, verify=False).global_split(split).tolist()
 
 
 def _train(ctx, path, overlap):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
-    from shardgnn.train.config import OptimConfig, TrainConfig
-    from shardgnn.train.distributed import DistTrainer
+    from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+    from shardgnn.train.worker import train_with_context
 
     config = TrainConfig(model=ModelConfig(model="sage", hidden=32, num_layers=2), sampler=SamplerConfig(fanouts=(8, 8)),
-                         optim=OptimConfig(epochs=10, lr=0.01), batch_size=128, progress=False, seed=0)
-    return DistTrainer(config, ctx, path, overlap=overlap).fit()
+                         optim=OptimConfig(epochs=10, lr=0.01), batch_size=128, progress=False, seed=0,
+                         run=RunConfig(partitions=path, overlap="on" if overlap else "off"))
+    return train_with_context(config, ctx)
 
 
 @pytest.mark.multiprocess

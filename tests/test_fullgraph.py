@@ -1,8 +1,10 @@
 """Distributed full-graph training (issue 6): exactness against single-process full-graph training
-for every SpMM variant and P = 2, 3, 4; byte counters against the analytic volume; the low-bit
-codec; bounded staleness."""
+on the original graph (METIS partitions, dropout on) for every SpMM variant and P = 2, 3, 4; byte
+counters against the analytic volume; the low-bit codec; bounded staleness."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -16,8 +18,8 @@ from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
-from shardgnn.train.config import OptimConfig, TrainConfig
-from shardgnn.train.single import Trainer
+from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.single import run_training
 
 EPOCHS = 4
 
@@ -35,22 +37,23 @@ def _parts(tmp_path_factory, graph, parts, method):
     return str(path)
 
 
-def _config(model="gcn", full=None, epochs=EPOCHS, dropout=0.5, input_dropout=0.2, bits=32):
+def _config(path, model="gcn", full=None, epochs=EPOCHS, dropout=0.5, input_dropout=0.2):
     return TrainConfig(mode="full", model=ModelConfig(model=model, hidden=16, num_layers=3, dropout=dropout,
                                                       input_dropout=input_dropout),
                        optim=OptimConfig(epochs=epochs, lr=0.02, weight_decay=5e-4),
-                       full=full or FullGraphConfig(), seed=7, progress=False, threads=1)
+                       full=full or FullGraphConfig(), seed=7, progress=False, threads=1,
+                       run=RunConfig(partitions=path))
 
 
-def _reference(path, config):
-    graph = read_partitions(path, verify=False).reassemble()
-    return Trainer(config, graph).fit()
+def _reference(graph, config):
+    """One process on the original graph (original node ids: METIS relabels them)."""
+    return run_training(dataclasses.replace(config, full=FullGraphConfig(), run=RunConfig()), graph)
 
 
-def _train_dist(ctx, path, config):
-    from shardgnn.train.fullgraph import FullGraphTrainer
+def _train_dist(ctx, config):
+    from shardgnn.train.worker import train_with_context
 
-    return FullGraphTrainer(config, ctx, path).fit()
+    return train_with_context(config, ctx)
 
 
 def _assert_same_run(ref, got, tol=1e-5):
@@ -71,20 +74,20 @@ CASES = [(2, "1d", 1), (2, "1d-sparse", 1), (2, "1.5d", 2), (3, "1d", 1), (3, "1
 def test_distributed_full_graph_equals_single_process(tmp_path_factory, small_synthetic, world, spmm, replication):
     path = _parts(tmp_path_factory, small_synthetic, world, "metis")
     model = "gcn" if (world + len(spmm)) % 2 else "sage"  # both models, spread over the cases
-    config = _config(model, FullGraphConfig(spmm=spmm, replication=replication))
-    ref = _reference(path, config)
-    results = run_workers(_train_dist, world, path, config)
+    config = _config(path, model, FullGraphConfig(spmm=spmm, replication=replication))
+    ref = _reference(small_synthetic, config)
+    results = run_workers(_train_dist, world, config)
     _assert_same_run(ref, results[0])
     assert all(r is None or r["epochs"] == results[0]["epochs"] for r in results[1:])  # reduced: same on every rank
 
 
-def _count_spmm_bytes(ctx, path, config):
-    from shardgnn.train.fullgraph import FullGraphTrainer
+def _count_spmm_bytes(ctx, config):
+    from shardgnn.train.fullgraph import DistFullGraphSteps
 
-    trainer = FullGraphTrainer(config, ctx, path)
-    trainer.spmm_comm.reset()
-    trainer.train_epoch(0)
-    return trainer.spmm_comm.stats["spmm"].bytes_sent, trainer.spmm_comm.stats["spmm"].bytes_recv
+    steps = DistFullGraphSteps(config, ctx)
+    steps.spmm_comm.reset()
+    steps.train_epoch(0, show_progress=False)
+    return steps.spmm_comm.stats["spmm"].bytes_sent, steps.spmm_comm.stats["spmm"].bytes_recv
 
 
 @pytest.mark.multiprocess
@@ -93,8 +96,8 @@ def test_sparse_spmm_bytes_equal_the_partition_communication_volume(tmp_path_fac
     volume = read_partitions(path, verify=False).meta["metrics"]["comm_volume"]
     # SAGE, hidden 16, 3 layers, 12 input features, 4 classes: aggregation runs at the narrower of
     # in/out width per layer (12 -> 16: 12; 16 -> 16: 16; 16 -> 4: 4), forward and backward.
-    config = _config("sage", FullGraphConfig(spmm="1d-sparse"), dropout=0.0, input_dropout=0.0)
-    sent = [s for s, _ in run_workers(_count_spmm_bytes, 3, path, config)]
+    config = _config(path, "sage", FullGraphConfig(spmm="1d-sparse"), dropout=0.0, input_dropout=0.0)
+    sent = [s for s, _ in run_workers(_count_spmm_bytes, 3, config)]
     widths = [12, 16, 4]
     # Layer 0's input is the raw features, which need no gradient: its backward exchange is skipped.
     expected = volume * 4 * (sum(widths) + sum(widths[1:]))
@@ -140,21 +143,15 @@ def test_full_graph_config_errors():
         FullGraphConfig(spmm="2d")
 
 
-def _train_low_bit(ctx, path, config):
-    from shardgnn.train.fullgraph import FullGraphTrainer
-
-    return FullGraphTrainer(config, ctx, path).fit()
-
-
 @pytest.mark.multiprocess
 def test_low_bit_and_stale_training_still_learns(tmp_path_factory, small_synthetic):
     path = _parts(tmp_path_factory, small_synthetic, 2, "metis")
-    exact = run_workers(_train_low_bit, 2, path, _config("gcn", FullGraphConfig(), epochs=30))[0]
-    cheap = run_workers(_train_low_bit, 2, path, _config("gcn", FullGraphConfig(bits=1, staleness=1), epochs=30))[0]
+    exact = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(), epochs=30))[0]
+    cheap = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=1, staleness=1), epochs=30))[0]
     assert cheap["comm"]["spmm"]["bytes_sent"] * 5 < exact["comm"]["spmm"]["bytes_sent"]
     assert cheap["test_acc"] > exact["test_acc"] - 0.1
     # staleness 0 and bits 32 are the synchronous path: identical to the exact run.
-    same = run_workers(_train_low_bit, 2, path, _config("gcn", FullGraphConfig(bits=32, staleness=0), epochs=30))[0]
+    same = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=32, staleness=0), epochs=30))[0]
     assert [e["loss"] for e in same["epochs"]] == [e["loss"] for e in exact["epochs"]]
 
 

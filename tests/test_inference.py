@@ -100,24 +100,46 @@ def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):
     assert "no complete checkpoint" in capsys.readouterr().err
 
 
+def test_infer_refuses_a_checkpoint_of_another_graph(tmp_path, graph, capsys):
+    """Checked in the parent, before any worker starts: one line naming both graphs."""
+    from shardgnn.cli import main
+    from shardgnn.graph.io import save_graph
+
+    save_graph(graph, tmp_path / "g")
+    assert main(["train", f"graph:{tmp_path / 'g'}", "--mode", "full", "--model", "gcn", "--hidden", "8",
+                 "--epochs", "1", "--quiet", "--checkpoint-dir", str(tmp_path / "ckpt")]) == 0
+    other = generate(SyntheticConfig(nodes=graph.num_nodes + 10, degree=6, classes=3, features=graph.num_features,
+                                     seed=5))
+    save_graph(other, tmp_path / "other")
+    assert main(["partition", f"graph:{tmp_path / 'other'}", "--parts", "2", "--out", str(tmp_path / "parts"),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["infer", "--checkpoint", str(tmp_path / "ckpt"), "--partitions", str(tmp_path / "parts"),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was made from graph:" in err and f"{graph.num_nodes:,} nodes" in err, err
+    assert not (tmp_path / "o").exists()
+
+
 def _eval_layerwise(ctx, path):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
-    from shardgnn.train.config import OptimConfig, TrainConfig
-    from shardgnn.train.distributed import DistTrainer
+    from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+    from shardgnn.train.distributed import DistMiniBatchSteps
 
     config = TrainConfig(model=ModelConfig(model="gcn", hidden=8, num_layers=2), sampler=SamplerConfig(fanouts=(4, 4)),
-                         eval_fanouts=(-1, -1), optim=OptimConfig(epochs=1), batch_size=128, progress=False)
-    trainer = DistTrainer(config, ctx, path, overlap=False)
-    trainer.train_epoch(0)
-    return trainer.evaluate("test"), {k: v.clone() for k, v in trainer.model.state_dict().items()}
+                         eval_fanouts=(-1, -1), optim=OptimConfig(epochs=1), batch_size=128, progress=False,
+                         run=RunConfig(partitions=path, overlap="off"))
+    steps = DistMiniBatchSteps(config, ctx)
+    steps.train_epoch(0, show_progress=False)
+    return steps.evaluate("test"), {k: v.clone() for k, v in steps.model.state_dict().items()}
 
 
 @pytest.mark.multiprocess
 def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
-    from shardgnn.train.config import OptimConfig, TrainConfig
-    from shardgnn.train.single import Trainer
     from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.single import LocalSteps
 
     path = _parts(tmp_path, graph, 2)
     new_graph = read_partitions(path, verify=False).reassemble()
@@ -130,12 +152,12 @@ def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
             pred = model([full] * 2, torch.from_numpy(new_graph.x)).argmax(1).numpy()
         assert acc == pytest.approx(float((pred[new_graph.test_idx] == new_graph.y[new_graph.test_idx]).mean()))
     # The single-process trainer takes the same path.
-    trainer = Trainer(TrainConfig(model=ModelConfig(model="sage", hidden=8, num_layers=2),
-                                  sampler=SamplerConfig(fanouts=(4, 4)), eval_fanouts=(-1, -1),
-                                  optim=OptimConfig(epochs=1), progress=False), graph)
+    trainer = LocalSteps(TrainConfig(model=ModelConfig(model="sage", hidden=8, num_layers=2),
+                                     sampler=SamplerConfig(fanouts=(4, 4)), eval_fanouts=(-1, -1),
+                                     optim=OptimConfig(epochs=1), progress=False), graph)
     assert trainer.layerwise is not None
     with torch.no_grad():
         trainer.model.eval()
         pred = trainer.model([MessageGraph.from_csr(graph.indptr, graph.indices)] * 2, torch.from_numpy(graph.x))
     expected = float((pred.argmax(1).numpy()[graph.val_idx] == graph.y[graph.val_idx]).mean())
-    assert trainer.evaluate(("val",))["val"] == pytest.approx(expected)
+    assert trainer.evaluate("val") == pytest.approx(expected)

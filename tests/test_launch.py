@@ -155,58 +155,51 @@ def test_deadline_kills_hanging_workers(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- python -m shardgnn.run
-@pytest.fixture
-def fake_worker(monkeypatch):
-    """Stand-in for shardgnn.train.distributed (the real one needs a torchrun environment)."""
-    calls = []
-    module = types.ModuleType("shardgnn.train.distributed")
+@pytest.fixture(scope="module")
+def small_parts(tmp_path_factory):
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+    from shardgnn.partition.format import write_partitions
+    from shardgnn.partition.methods import PartitionConfig, partition_graph
 
-    def run_worker(config, partitions, *, overlap, timeout_s):
-        calls.append((config, partitions, overlap, timeout_s))
-        if config.dataset == "raise-config-error":
-            raise ConfigError("--partitions parts/ holds 4 partitions but the job has 8 ranks")
-
-    module.run_worker = run_worker
-    monkeypatch.setitem(sys.modules, "shardgnn.train.distributed", module)
-    return calls
+    graph = generate(SyntheticConfig(nodes=300, degree=6, classes=3, features=4, seed=1))
+    path = tmp_path_factory.mktemp("run") / "parts"
+    result = partition_graph(graph, PartitionConfig(num_parts=2, method="random"))
+    write_partitions(graph, result.assignment, path, method=result.method, dataset_spec="synthetic:nodes=300")
+    return str(path)
 
 
-def test_run_main_parses_train_arguments(fake_worker):
-    from shardgnn.run import main, worker_entry
+def test_run_builds_the_config_from_train_arguments(small_parts):
+    from shardgnn.run import worker_config
 
-    assert main(["train", "synthetic", "--epochs", "3", "--fanouts", "5,5", "--partitions", "p/"]) == 0
-    assert worker_entry(["train", "synthetic", "--epochs", "4", "--partitions", "p/", "--overlap", "off",
-                         "--timeout", "30"]) == 0
-    (first, path, overlap, _), (second, _, overlap2, timeout) = fake_worker
-    assert (first.dataset, first.optim.epochs, first.sampler.fanouts, path, overlap) == ("synthetic", 3, (5, 5), "p/", "auto")
-    assert (second.optim.epochs, overlap2, timeout) == (4, False, 30.0)
-
-
-def test_worker_entry_lets_errors_reach_the_launcher(fake_worker):
-    from shardgnn.run import worker_entry
-
-    with pytest.raises(ConfigError, match="holds 4 partitions"):
-        worker_entry(["train", "raise-config-error", "--partitions", "p/"])
-    with pytest.raises(ConfigError, match="--partitions DIR"):
-        worker_entry(["train", "synthetic"])
+    config = worker_config(["train", "--partitions", small_parts, "--epochs", "3", "--fanouts", "5,5",
+                            "--overlap", "off", "--timeout", "30"])
+    assert (config.optim.epochs, config.sampler.fanouts, config.model.num_layers) == (3, (5, 5), 2)
+    assert (config.run.partitions, config.run.overlap, config.run.timeout, config.run.workers) == (
+        small_parts, "off", 30.0, 2)
+    assert config.dataset == "synthetic:nodes=300"  # what the partition holds, not the default dataset
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record vs. pytest's captured stderr
-def test_run_main_reports_user_errors_like_the_cli(fake_worker, capsys):
-    from shardgnn.run import main
+def test_run_refuses_what_a_worker_cannot_run(small_parts, capsys):
+    from shardgnn.run import main, worker_config
 
-    assert main(["train", "raise-config-error", "--partitions", "parts/"]) == 2
-    assert "shardgnn train: error: --partitions parts/ holds 4 partitions" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--partitions DIR"):
+        worker_config(["train", "synthetic"])
+    with pytest.raises(ConfigError, match="holds synthetic:nodes=300.*, not cora"):
+        worker_config(["train", "cora", "--partitions", small_parts])
+    assert main(["train", "--partitions", small_parts, "--layers", "3", "--fanouts", "5,5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shardgnn train: error: --layers 3 but --fanouts 5,5 names 2") and err.count("\n") == 1
     with pytest.raises(SystemExit) as info:
         main(["info"])
     assert info.value.code == 2
-    assert fake_worker and len(fake_worker) == 1
 
 
-def test_cli_and_context_agree_on_the_default_collective_timeout():
-    from shardgnn import cli
-    from shardgnn.distributed import context
+def test_the_default_collective_timeout_ends_a_stalled_job_within_60_s():
+    from shardgnn.cli import build_parser
+    from shardgnn.cli.flags import config_from_args
+    from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
+    from shardgnn.train.config import TrainConfig
 
-    assert cli.DEFAULT_TIMEOUT_S == context.DEFAULT_TIMEOUT_S <= 45.0  # a stalled worker ends the job within 60 s
-    args = cli.build_parser().parse_args(["train", "--workers", "2"])
-    assert args.timeout == context.DEFAULT_TIMEOUT_S
+    args = build_parser().parse_args(["train", "--workers", "2"])
+    assert config_from_args(TrainConfig, args).run.timeout == DEFAULT_TIMEOUT_S <= 45.0

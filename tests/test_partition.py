@@ -33,7 +33,8 @@ from shardgnn.partition import (
     verify_partitions,
     write_partitions,
 )
-from shardgnn.partition.commands import add_parsers, is_partition_dir, plot_partition
+from shardgnn.cli.partition import add_parsers, plot_partition
+from shardgnn.partition.format import is_partition_dir
 from shardgnn.partition.streaming import capacity
 
 METHODS = ("random", "metis", "ldg", "fennel")

@@ -10,7 +10,7 @@ import torch
 from shardgnn.errors import ConfigError
 from shardgnn.loader import MiniBatchLoader, SeedBatcher, split_into_batches
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
-from shardgnn.store import LocalFeatureStore
+from shardgnn.store.feature import LocalFeatureStore
 
 
 def check_blocks(graph, out, fanouts, replace):

@@ -56,7 +56,7 @@ def test_config_errors():
         TrainConfig(model=ModelConfig(num_layers=2), sampler=SamplerConfig(fanouts=(5, 5, 5)))
     with pytest.raises(ConfigError, match="mode"):
         TrainConfig(mode="fast")
-    with pytest.raises(ConfigError, match="unknown model"):
+    with pytest.raises(ConfigError, match="--model mlp: choose one of sage, gcn, gat"):
         ModelConfig(model="mlp")
 
 

@@ -1,7 +1,8 @@
 r"""Worker entry point for runs on several machines: ``python -m shardgnn.run train ...`` under torchrun.
 
 On one machine, ``shardgnn train --workers N ...`` starts its N workers by itself
-(:func:`shardgnn.distributed.launch.launch_local` running :func:`worker_entry`). On several machines, start one ``torchrun`` per
+(:func:`shardgnn.distributed.launch.launch_local` running
+:func:`shardgnn.train.worker.train_worker` with the resolved config). On several machines, start one ``torchrun`` per
 machine. The torchrun agents meet at a rendezvous endpoint (a port on any one of the machines),
 agree on ranks, and each starts ``--nproc-per-node`` workers running this module, which takes the
 same arguments as ``shardgnn train``:
@@ -46,45 +47,50 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from shardgnn.cli import build_parser
 from shardgnn.errors import ConfigError, ShardgnnError
 
 
-def worker_entry(argv: list[str]) -> int:
-    """One worker's share of a ``train`` job; the entrypoint ``shardgnn train --workers N`` gives
-    :func:`~shardgnn.distributed.launch.launch_local` (picklable, takes plain strings).
+def worker_config(argv: list[str]):
+    """The resolved :class:`~shardgnn.train.config.TrainConfig` of a ``train ...`` command line, as
+    every worker under torchrun builds it (the same flags, checks and dataset resolution as
+    ``shardgnn train --workers N``)."""
+    from shardgnn.cli import build_parser
+    from shardgnn.cli.flags import config_from_args
+    from shardgnn.cli.train import preflight
+    from shardgnn.train.config import TrainConfig
 
-    ``argv`` is the ``shardgnn`` command line, ``train`` included. Errors propagate, so the launcher
-    reports them with the rank that raised. Returns 0 on success.
-    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "train":
         parser.error(f"python -m shardgnn.run only runs `train` (got `{args.command}`); "
                      f"use `shardgnn {args.command}` instead")
-    if args.partitions is None:
+    given = {"dataset": args.dataset_arg} if args.dataset_arg is not None else {}
+    config = config_from_args(TrainConfig, args, **given)
+    if config.run.partitions is None:
         raise ConfigError("every worker needs the same partition directory: partition once with "
                           "`shardgnn partition SPEC --parts N --out DIR`, then pass --partitions DIR")
-    # Imported here: the training module is heavy and only this command needs it.
-    from shardgnn.cli import config_from_args
-    from shardgnn.train.distributed import run_worker
-
-    run_worker(config_from_args(args), args.partitions, overlap={"on": True, "off": False}.get(args.overlap, "auto"), timeout_s=args.timeout)
-    return 0
+    return preflight(config, dataset_given=args.dataset_arg is not None)[0]
 
 
 @record
 def main(argv: list[str] | None = None) -> int:
-    """``python -m shardgnn.run train ...`` under torchrun: parse the arguments like ``shardgnn train``
+    """``python -m shardgnn.run train ...`` under torchrun: build the config like ``shardgnn train``
     and run this process's share of the job.
 
-    Returns the exit status: that of the worker, 2 for a user error (a one-line ``error:``
-    message, as the CLI prints), 130 on Ctrl-C. Other exceptions propagate to ``@record``.
+    Returns the exit status: 0, or 2 for a user error (one ``shardgnn train: error: ... (rank R)``
+    line, as the CLI prints), 130 on Ctrl-C. Other exceptions propagate to ``@record``, which
+    hands them to torchrun's failure report.
     """
+    import os
+
+    from shardgnn.train.worker import run_worker
+
     try:
-        return worker_entry(sys.argv[1:] if argv is None else list(argv))
+        run_worker(worker_config(sys.argv[1:] if argv is None else list(argv)))
+        return 0
     except ShardgnnError as exc:
-        print(f"shardgnn train: error: {exc}", file=sys.stderr)
+        # RANK is torchrun's; read here only to label the message (the context owns it otherwise).
+        print(f"shardgnn train: error: {exc} (rank {os.environ.get('RANK', '?')})", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,7 +1,4 @@
 """The distributed layer: one context object (rank, world, device, process groups) built by one
-init function, and one communicator through which every byte that crosses ranks passes."""
-
-from shardgnn.distributed.comm import Communicator, CommStats
-from shardgnn.distributed.context import DistContext, init_distributed
-
-__all__ = ["Communicator", "CommStats", "DistContext", "init_distributed"]
+init function (:mod:`~shardgnn.distributed.context`), one communicator through which every byte
+that crosses ranks passes (:mod:`~shardgnn.distributed.comm`), the low-bit row codec and the
+local launcher. Nothing is imported here, so :mod:`shardgnn.distributed.config` stays light."""

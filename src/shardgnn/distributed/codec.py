@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from shardgnn.distributed.config import BITS
 from shardgnn.errors import ConfigError
-
-BITS = (1, 2, 4, 8, 16, 32)
 _RANGE_BYTES = 4  # lo and hi as bfloat16
 
 

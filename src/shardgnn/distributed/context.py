@@ -15,12 +15,9 @@ import torch
 import torch.distributed as dist
 
 from shardgnn.distributed.comm import collective_guard
+from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 
-# A worker that stalls makes the others fail within this many seconds (issue: within 60 s). Long
-# enough for any single collective of a 1M-node job on 2 cores (a few seconds); raise it with
-# --timeout when ranks legitimately wait on each other longer.
-DEFAULT_TIMEOUT_S = 45.0
 
 
 @dataclasses.dataclass(frozen=True)

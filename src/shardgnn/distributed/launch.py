@@ -27,9 +27,16 @@ What this module adds to ``elastic_launch``:
   ``max(1, cores // nprocs)`` torch threads. By default every process sizes its OpenMP pool to all
   cores; N workers on a 2-core machine would then run 2N busy threads on 2 cores, and OpenMP
   threads spinning at barriers while descheduled make every parallel op slower, not faster.
+* **Errors a person can read.** A worker that raises writes its full traceback to
+  ``rank-<R>.log`` in the launch's log folder and its message to ``rank-<R>.error.json``;
+  :meth:`WorkerFailedError.summary` turns the first failure into the one line a single process
+  would print, plus the log's path. Elastic's own log lines (per-rank tracebacks, SIGTERM notices)
+  go to ``launcher.log`` in the same folder instead of the console. The folder is ``log_dir``
+  when given; otherwise a temporary folder, removed after a successful launch and kept after a
+  failed one.
 * **No side effects on the caller.** Elastic installs SIGTERM/SIGINT/SIGHUP/SIGQUIT handlers in the
-  main thread and never removes them; they are restored when the launch returns. Its per-run log
-  folder goes to a private temporary folder, removed afterwards, unless ``log_dir`` is given.
+  main thread and never removes them; they are restored when the launch returns, and so is the
+  configuration of elastic's logger.
 
 POSIX only (the watcher reads exit statuses with ``os.waitid`` where it exists, Linux; elsewhere
 the exit status comes from elastic's report alone).
@@ -42,6 +49,7 @@ import dataclasses
 import glob
 import hmac
 import json
+import logging
 import math
 import os
 import pickle
@@ -54,6 +62,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -64,6 +73,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.utils import macros
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from shardgnn.errors import ShardgnnError
 
 __all__ = ["RankFailure", "WorkerFailedError", "WorkerTimeoutError", "free_port", "launch_local"]
 
@@ -95,12 +106,19 @@ class RankFailure:
         exitcode: exit status; negative for "killed by signal ``-exitcode``"; ``None`` if unknown.
         error: ``"ExceptionType: message"`` if the worker raised, else ``None``.
         traceback: the worker's Python traceback if it raised, else ``None``.
+        message: the exception's message alone (``str(exc)``), if the worker raised.
+        user_error: the worker raised a :class:`~shardgnn.errors.ShardgnnError` (bad input or
+            settings, fixable by the user, as opposed to a crash or a failed peer).
+        log_file: the worker's log with its full traceback, if it was written.
     """
 
     rank: int
     exitcode: int | None
     error: str | None = None
     traceback: str | None = None
+    message: str | None = None
+    user_error: bool = False
+    log_file: str | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -138,7 +156,7 @@ class WorkerFailedError(RuntimeError):
     Attributes:
         failures: every worker that ended abnormally, in the order they exited (first = root
             cause, as far as the launcher could observe it).
-        log_dir: the folder holding elastic's per-rank ``error.json`` files, if it was kept.
+        log_dir: the launch's log folder (per-rank logs and ``launcher.log``), kept after a failure.
     """
 
     timed_out = False
@@ -167,8 +185,37 @@ class WorkerFailedError(RuntimeError):
             lines.append(f"traceback of rank {first.rank} (last {len(excerpt)} lines):")
             lines += ["    " + line for line in excerpt]
         if self.log_dir:
-            lines.append(f"per-rank error files: {self.log_dir}")
+            lines.append(f"worker logs: {self.log_dir}")
         return "\n".join(lines)
+
+    @property
+    def user_error(self) -> bool:
+        """The first failure was a user error (bad input or settings) rather than a crash."""
+        return bool(self.failures) and self.failures[0].user_error
+
+    def summary(self, command: str) -> str:
+        """What the command line prints: one line naming the root cause and its rank, as a
+        single process would print the same error, and one line saying where the details are."""
+        if not self.failures:
+            cause = self._headline()
+        else:
+            first = self.failures[0]
+            if first.message is not None:
+                text = first.message.strip() or first.error or "an exception without a message"
+                cause = text if first.user_error else f"{(first.error or '').split(':', 1)[0]}: {text}"
+                same = [f.rank for f in self.failures if f.message == first.message]
+                where = f"rank {first.rank}" if len(same) == 1 else f"ranks {', '.join(map(str, sorted(same)))}"
+                # The rank goes on the first line, which names the problem (a "fix:" line may follow).
+                head, newline, rest = cause.partition("\n")
+                cause = f"{head} ({where}){newline}{rest}"
+            else:
+                cause = f"worker {first.describe(killed_by_deadline=self.timed_out)}; the job was stopped"
+        detail = None
+        if self.failures and self.failures[0].log_file:
+            detail = f"  full traceback: {self.failures[0].log_file}"
+        elif self.log_dir:
+            detail = f"  worker logs: {self.log_dir}"
+        return f"shardgnn {command}: error: {cause}" + (f"\n{detail}" if detail else "")
 
 
 class WorkerTimeoutError(WorkerFailedError):
@@ -211,8 +258,8 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int =
             is killed and :class:`WorkerTimeoutError` is raised. ``None``: no deadline (collective
             timeouts inside the workers still turn a dead peer into an error).
         max_restarts: how many times elastic restarts the whole worker group after a failure.
-        log_dir: keep elastic's per-rank error files under this folder (default: a temporary
-            folder, removed afterwards).
+        log_dir: the folder for per-rank logs and elastic's files (default: a temporary folder,
+            removed after success and kept after a failure, named in the error).
 
     Raises:
         WorkerFailedError: a worker raised, exited non-zero or was killed; the message names the
@@ -229,16 +276,19 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int =
         raise ValueError(f"max_restarts={max_restarts} must be >= 0")
     payload = _pickle_payload(entrypoint, args)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    private_dir = tempfile.mkdtemp(prefix="shardgnn-launch-")
-    log_root = private_dir if log_dir is None else os.fspath(log_dir)
+    log_root = tempfile.mkdtemp(prefix="shardgnn-logs-") if log_dir is None else os.fspath(log_dir)
+    os.makedirs(log_root, exist_ok=True)
+    succeeded = False
     try:
-        with _WorkerWatch(deadline) as watch, _restore_signal_handlers():
+        with _WorkerWatch(deadline) as watch, _restore_signal_handlers(), _elastic_log_to(log_root):
             worker_args = (macros.local_rank, watch.address, watch.token, payload,
-                           _threads_per_worker(nprocs), os.getpid())
+                           _threads_per_worker(nprocs), os.getpid(), log_root)
             for attempt in range(_PORT_ATTEMPTS):
-                config = _launch_config(nprocs, max_restarts, log_root)
+                config = _launch_config(nprocs, max_restarts, os.path.join(log_root, "elastic"))
                 try:
-                    return dict(sorted(elastic_launch(config, _worker_main)(*worker_args).items()))
+                    results = dict(sorted(elastic_launch(config, _worker_main)(*worker_args).items()))
+                    succeeded = True
+                    return results
                 except RendezvousConnectionError:
                     # Raised before any worker starts: the rendezvous store could not bind its port.
                     if attempt + 1 == _PORT_ATTEMPTS:
@@ -252,11 +302,29 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int =
                     raise
         # The watcher has stopped: its record of who exited when is final.
         error_cls = WorkerTimeoutError if watch.timed_out else WorkerFailedError
-        failures = _collect_failures(failed, watch.records, log_root, run_id)
-        raise error_cls(failures, nprocs=nprocs, log_dir=None if log_dir is None else log_root,
-                        timeout_s=timeout_s) from None
+        failures = _collect_failures(failed, watch.records, log_root, run_id, watch.token)
+        raise error_cls(failures, nprocs=nprocs, log_dir=log_root, timeout_s=timeout_s) from None
     finally:
-        shutil.rmtree(private_dir, ignore_errors=True)
+        if succeeded and log_dir is None:
+            shutil.rmtree(log_root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _elastic_log_to(log_root: str) -> Iterator[None]:
+    """Send elastic's log records (its copies of worker tracebacks, SIGTERM notices) to
+    ``launcher.log`` instead of the console; restore the logger afterwards."""
+    logger = logging.getLogger("torch.distributed.elastic")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    handler = logging.FileHandler(os.path.join(log_root, "launcher.log"), delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger.handlers, logger.propagate = [handler], False
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        handler.close()
+        logger.handlers, logger.propagate = saved[0], saved[1]
+        logger.setLevel(saved[2])
 
 
 # ---------------------------------------------------------------------------------------------- launcher side
@@ -497,13 +565,14 @@ def _kill_child(pid: int) -> None:
 
 
 def _collect_failures(exc: ChildFailedError, records: list[_WorkerRecord], log_root: str,
-                      run_id: str) -> list[RankFailure]:
+                      run_id: str, token: str) -> list[RankFailure]:
     """Merge the three sources: the watcher (exit order and status of every worker), elastic's
     error files (exception and traceback of every worker that raised) and elastic's report (the
     one failure its monitor saw first, with an authoritative exit code)."""
     attempt = max((r.attempt for r in records), default=0)
     by_rank = {r.local_rank: r for r in records if r.attempt == attempt}  # one machine: rank == local rank
-    errors = _read_error_files(log_root, run_id, attempt)
+    errors = _read_error_files(os.path.join(log_root, "elastic"), run_id, attempt)
+    ours = _read_rank_errors(log_root, token, attempt)
     reported = {rank: failure.exitcode for rank, failure in exc.failures.items()}
     # In a failed run no worker exits cleanly: one that returned waits for the others before exiting.
     ended = {rank for rank, r in by_rank.items()
@@ -528,8 +597,26 @@ def _collect_failures(exc: ChildFailedError, records: list[_WorkerRecord], log_r
     failures = []
     for rank in sorted(ranks, key=order):
         error, trace = errors.get(rank, (None, None))
-        failures.append(RankFailure(rank=rank, exitcode=exitcode(rank), error=error, traceback=trace))
+        record = ours.get(rank, {})
+        failures.append(RankFailure(rank=rank, exitcode=exitcode(rank), error=error, traceback=trace,
+                                    message=record.get("message"), user_error=bool(record.get("user_error")),
+                                    log_file=record.get("log_file")))
     return failures
+
+
+def _read_rank_errors(log_root: str, token: str, attempt: int) -> dict[int, dict[str, Any]]:
+    """``{rank: {message, user_error, log_file}}`` from the ``rank-<R>.error.json`` files that
+    :func:`_worker_main` writes when its entrypoint raises (this launch's, this attempt's)."""
+    found: dict[int, dict[str, Any]] = {}
+    for path in glob.glob(os.path.join(glob.escape(log_root), "rank-*.error.json")):
+        try:
+            with open(path) as fh:
+                record = json.load(fh)
+            if record.get("token") == token and record.get("attempt") == attempt:
+                found[int(record["rank"])] = record
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return found
 
 
 def _read_error_files(log_root: str, run_id: str, attempt: int) -> dict[int, tuple[str, str | None]]:
@@ -557,7 +644,7 @@ _LAUNCHER_CHANNEL: list[int] = []  # worker side: the fd whose closing (at exit)
 
 
 def _worker_main(local_rank: str, watch_address: tuple[str, int], token: str, payload: bytes,
-                 threads: int | None, launcher_pid: int) -> Any:
+                 threads: int | None, launcher_pid: int, log_root: str) -> Any:
     """The function elastic runs in each worker (it wraps it in ``record``, which writes the
     exception and traceback to the worker's ``error.json``).
 
@@ -576,8 +663,27 @@ def _worker_main(local_rank: str, watch_address: tuple[str, int], token: str, pa
         return entrypoint(*args)
     except BaseException as exc:
         if not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+            _write_rank_error(log_root, int(local_rank), exc, token)
             _tell_launcher(f"raised {time.time():.6f}")
         raise
+
+
+def _write_rank_error(log_root: str, rank: int, exc: BaseException, token: str) -> None:
+    """The full traceback to ``rank-<R>.log``; the message, and whether it is a user error, to
+    ``rank-<R>.error.json`` (read by the launcher). Best effort: a full disk must not mask ``exc``."""
+    log_file = os.path.join(log_root, f"rank-{rank}.log")
+    with contextlib.suppress(OSError):
+        with open(log_file, "a") as fh:
+            fh.write(f"rank {rank} (pid {os.getpid()}) failed at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n")
+            fh.write("".join(traceback.format_exception(exc)))
+        record = {"rank": rank, "type": type(exc).__name__, "message": str(exc),
+                  "user_error": isinstance(exc, ShardgnnError), "log_file": log_file,
+                  # which launch and attempt wrote it: a kept --log-dir may hold older records
+                  "token": token, "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}
+        tmp = os.path.join(log_root, f".rank-{rank}.error.json.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, os.path.join(log_root, f"rank-{rank}.error.json"))
 
 
 def _die_with_launcher(launcher_pid: int) -> None:

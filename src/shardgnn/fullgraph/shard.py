@@ -112,6 +112,8 @@ class FullGraphShard:
         x: float32 ``[n, F]`` held features; y: int64 ``[n]`` held labels.
         splits: ``{"train"|"val"|"test": int64 indices}`` of own-part nodes, in held-row ids.
         num_classes: label classes.
+        orig_ids: int64 ``[n]`` the held rows' ids in the original graph (they key hashed dropout,
+            so every partitioning drops what one process drops).
     """
 
     book: PartitionBook
@@ -128,6 +130,7 @@ class FullGraphShard:
     y: np.ndarray
     splits: dict[str, np.ndarray]
     num_classes: int
+    orig_ids: np.ndarray
 
     @property
     def num_rows(self) -> int:
@@ -200,7 +203,8 @@ def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Commun
         degree=np.concatenate([own_degree, halo_degree]).astype(np.int64),
         x=np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts]),
         y=np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts]),
-        splits=splits, num_classes=int(own_part.num_classes))
+        splits=splits, num_classes=int(own_part.num_classes),
+        orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64))
 
 
 def shard_from_graph(graph) -> FullGraphShard:
@@ -217,4 +221,4 @@ def shard_from_graph(graph) -> FullGraphShard:
         indptr=indptr, indices=indices, halo=empty, halo_counts=np.zeros(1, dtype=np.int64),
         degree=_non_loop_degree(indptr, indices, 0), x=graph.x,
         y=empty if graph.y is None else np.asarray(graph.y, dtype=np.int64), splits=splits,
-        num_classes=int(graph.num_classes))
+        num_classes=int(graph.num_classes), orig_ids=np.arange(n, dtype=np.int64))

@@ -30,50 +30,15 @@ synchronous.
 from __future__ import annotations
 
 import collections
-import dataclasses
 
 import numpy as np
 import torch
 
 from shardgnn.distributed.codec import RowCodec
 from shardgnn.distributed.comm import PendingExchange
-from shardgnn.errors import ConfigError
+from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.nn.message_graph import MessageGraph, _csr, transpose_csr
-
-SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d")
-
-
-@dataclasses.dataclass(kw_only=True)
-class FullGraphConfig:
-    """Distributed full-graph training (``--mode full`` with several workers)."""
-
-    spmm: str = "1d-sparse"
-    """distributed SpMM: 1d (broadcast), 1d-sparse (only the needed rows) or 1.5d (replicated)"""
-    replication: int = 1
-    """1.5d replication factor c (must divide the number of workers)"""
-    bits: int = 32
-    """bits per value of exchanged features and feature gradients (32: exact float32)"""
-    staleness: int = 0
-    """epochs a layer may lag behind for halo rows (1d-sparse; 0: synchronous)"""
-
-    def __post_init__(self) -> None:
-        from shardgnn.distributed.codec import BITS
-
-        if self.spmm not in SPMM_VARIANTS:
-            raise ConfigError(f"--spmm {self.spmm!r} must be one of {SPMM_VARIANTS}")
-        if self.replication < 1:
-            raise ConfigError(f"--replication {self.replication} must be >= 1")
-        if self.replication > 1 and self.spmm != "1.5d":
-            raise ConfigError(f"--replication {self.replication} needs --spmm 1.5d (got --spmm {self.spmm})")
-        if self.bits not in BITS:
-            raise ConfigError(f"--bits {self.bits} must be one of {BITS}")
-        if self.staleness < 0:
-            raise ConfigError(f"--staleness {self.staleness} must be >= 0")
-        if self.staleness > 0 and self.spmm != "1d-sparse":
-            raise ConfigError(f"--staleness {self.staleness} needs --spmm 1d-sparse: stale halo rows are the "
-                              f"point-to-point rows of the sparsity-aware exchange")
-
 
 class DistFullGraph:
     """The distributed normalised adjacency of one rank; ``layer(i)`` gives the graph object that
@@ -226,14 +191,14 @@ class DistFullGraph:
 
 
 class DistLayerGraph:
-    """What one GNN layer runs on: ``num_src == num_dst`` = held rows, ``row_offset`` = their
-    first global id, ``aggregate(h, norm)`` = the distributed product. Holds the layer's
-    staleness queues."""
+    """What one GNN layer runs on: ``num_src == num_dst`` = held rows, ``node_keys_S`` = their
+    original ids (hashed dropout's keys), ``aggregate(h, norm)`` = the distributed product. Holds
+    the layer's staleness queues."""
 
     def __init__(self, full: DistFullGraph, index: int):
         self.full, self.index = full, index
         self.num_src = self.num_dst = full.num_rows
-        self.row_offset = full.shard.row_start
+        self.node_keys_S = torch.from_numpy(full.shard.orig_ids)
         self.step = 0
         self.halo_queue: collections.deque = collections.deque()
         self.grad_queue: collections.deque = collections.deque()

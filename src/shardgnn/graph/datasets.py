@@ -7,9 +7,12 @@ Grammar: ``NAME[:key=value,key=value...]``. Examples::
     synthetic:nodes=1000000,degree=20,classes=16,features=128,homophily=0.7,seed=0
     ogbn-arxiv
     file:/data/edges.txt.gz,base=1,symmetric=1
+    graph:/data/my-graph            (a directory written by save_graph or `shardgnn convert`)
     soc-slashdot
 
-For ``file:`` the first comma-separated item is the path; the rest are options.
+For ``file:`` and ``graph:`` the first comma-separated item is the path; the rest are options.
+:func:`canonical_spec` gives every spec one spelling (defaults dropped, paths absolute), which
+partitions, checkpoints and results record.
 
 Data directory: ``data_dir`` argument (``--data-dir``), else ``$SHARDGNN_DATA``, else
 ``~/.cache/shardgnn``.
@@ -42,7 +45,10 @@ class DatasetSpec:
 
     name: str
     options: dict[str, str]
-    path: str | None = None  # only for ``file:``
+    path: str | None = None  # only for ``file:`` and ``graph:``
+    defaults: dict[str, str] = dataclasses.field(default_factory=dict)
+    """the dataset's option defaults (from its registry entry): what ``take_*`` returns for an
+    option the spec does not give"""
 
     @classmethod
     def parse(cls, spec: str) -> "DatasetSpec":
@@ -52,9 +58,9 @@ class DatasetSpec:
         name = name.strip().lower()
         items = [item for item in rest.split(",") if item.strip()] if rest else []
         path = None
-        if name == "file":
+        if name in _PATH_DATASETS:
             if not items:
-                raise DatasetError("`file:` needs a path, e.g. file:/data/edges.txt")
+                raise DatasetError(f"`{name}:` needs a path, e.g. {name}:/data/{_PATH_DATASETS[name]}")
             path, items = items[0].strip(), items[1:]
         options = {}
         for item in items:
@@ -65,11 +71,14 @@ class DatasetSpec:
             options[key.strip().lower()] = value.strip()
         return cls(name=name, options=options, path=path)
 
-    # Typed option access with range checks and a clear message.
-    def take_int(self, key: str, default: int, minimum: int | None = None) -> int:
+    # Typed option access with range checks and a clear message; ``default`` None: the entry's.
+    def _default(self, key: str, default: object) -> object:
+        return self.defaults[key] if default is None else default
+
+    def take_int(self, key: str, default: int | None = None, minimum: int | None = None) -> int:
         raw = self.options.pop(key, None)
         if raw is None:
-            return default
+            return int(self._default(key, default))  # type: ignore[arg-type]
         try:
             value = int(float(raw)) if "e" in raw.lower() else int(raw)
         except ValueError:
@@ -78,10 +87,11 @@ class DatasetSpec:
             raise DatasetError(f"option {key}={value} of dataset {self.name!r} must be >= {minimum}")
         return value
 
-    def take_float(self, key: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+    def take_float(self, key: str, default: float | None = None, lo: float | None = None,
+                   hi: float | None = None) -> float:
         raw = self.options.pop(key, None)
         if raw is None:
-            return default
+            return float(self._default(key, default))  # type: ignore[arg-type]
         try:
             value = float(raw)
         except ValueError:
@@ -90,8 +100,8 @@ class DatasetSpec:
             raise DatasetError(f"option {key}={value} of dataset {self.name!r} must lie in [{lo}, {hi}]")
         return value
 
-    def take_str(self, key: str, default: str, choices: tuple[str, ...] | None = None) -> str:
-        value = self.options.pop(key, default)
+    def take_str(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
+        value = self.options.pop(key, str(self._default(key, default)))
         if choices is not None and value not in choices:
             raise DatasetError(f"option {key}={value!r} of dataset {self.name!r} must be one of {choices}")
         return value
@@ -106,66 +116,79 @@ class DatasetSpec:
 class DatasetEntry:
     description: str
     load: Callable[[DatasetSpec, Path], Graph]
+    defaults: dict[str, str] = dataclasses.field(default_factory=dict)
+    """option -> default value (as the spec would spell it)"""
 
 
 def _planetoid(name: str) -> DatasetEntry:
     def load(spec: DatasetSpec, data_dir: Path) -> Graph:
         from shardgnn.graph.planetoid import load_planetoid
 
-        nonfinite = spec.take_str("nonfinite", "error", ("error", "zero"))
+        nonfinite = spec.take_str("nonfinite", choices=("error", "zero"))
         spec.finish()
         return load_planetoid(_find_folder(data_dir, [name]), name, nonfinite=nonfinite)
 
-    return DatasetEntry(f"Planetoid {name} (ind.{name}.* files, public split)", load)
+    return DatasetEntry(f"Planetoid {name} (ind.{name}.* files, public split)", load, {"nonfinite": "error"})
 
 
 def _gnn_benchmark(name: str, folders: list[str], filename: str) -> DatasetEntry:
     def load(spec: DatasetSpec, data_dir: Path) -> Graph:
         from shardgnn.graph.gnnbenchmark import load_gnn_benchmark
 
-        split = spec.take_str("split", "per-class", ("per-class", "60-20-20"))
-        seed = spec.take_int("seed", 0, minimum=0)
-        nonfinite = spec.take_str("nonfinite", "error", ("error", "zero"))
+        split = spec.take_str("split", choices=("per-class", "60-20-20"))
+        seed = spec.take_int("seed", minimum=0)
+        nonfinite = spec.take_str("nonfinite", choices=("error", "zero"))
         spec.finish()
         folder = _find_folder(data_dir, folders)
         return load_gnn_benchmark(folder / filename, name, split=split, seed=seed, nonfinite=nonfinite)
 
-    return DatasetEntry(f"{name} (gnn-benchmark .npz; split=per-class (20/30 per class) or 60-20-20)", load)
+    return DatasetEntry(f"{name} (gnn-benchmark .npz; split=per-class (20/30 per class) or 60-20-20)", load,
+                        {"split": "per-class", "seed": "0", "nonfinite": "error"})
 
 
 def _ogb(name: str) -> DatasetEntry:
     def load(spec: DatasetSpec, data_dir: Path) -> Graph:
         from shardgnn.graph.ogb import load_ogb_nodeprop
 
-        download = spec.take_int("download", 1, minimum=0) != 0
-        nonfinite = spec.take_str("nonfinite", "error", ("error", "zero"))
+        download = spec.take_int("download", minimum=0) != 0
+        nonfinite = spec.take_str("nonfinite", choices=("error", "zero"))
         spec.finish()
         return load_ogb_nodeprop(data_dir, name, download=download, nonfinite=nonfinite)
 
-    return DatasetEntry(f"OGB {name} (raw csv.gz layout; downloaded when absent)", load)
+    return DatasetEntry(f"OGB {name} (raw csv.gz layout; downloaded when absent)", load,
+                        {"download": "1", "nonfinite": "error"})
 
 
 def _snap(name: str, folder: str, filename: str) -> DatasetEntry:
     def load(spec: DatasetSpec, data_dir: Path) -> Graph:
         from shardgnn.graph.edgelist import load_edge_list
 
-        symmetric = spec.take_int("symmetric", 0, minimum=0) != 0
+        symmetric = spec.take_int("symmetric", minimum=0) != 0
         spec.finish()
         graph = load_edge_list(_find_folder(data_dir, [folder]) / filename, base="auto", symmetric=symmetric)
         graph.name = name
         return graph
 
-    return DatasetEntry(f"SNAP {name} edge list (no features or labels)", load)
+    return DatasetEntry(f"SNAP {name} edge list (no features or labels)", load, {"symmetric": "0"})
 
 
 def _file(spec: DatasetSpec, data_dir: Path) -> Graph:
     from shardgnn.graph.edgelist import load_edge_list
 
-    base = spec.take_str("base", "0", ("0", "1", "auto"))
-    symmetric = spec.take_int("symmetric", 0, minimum=0) != 0
+    base = spec.take_str("base", choices=("0", "1", "auto"))
+    symmetric = spec.take_int("symmetric", minimum=0) != 0
     spec.finish()
     assert spec.path is not None
     return load_edge_list(Path(spec.path).expanduser(), base=base if base == "auto" else int(base), symmetric=symmetric)
+
+
+def _graph_dir(spec: DatasetSpec, data_dir: Path) -> Graph:
+    from shardgnn.graph.io import load_graph
+
+    spec.finish()
+    assert spec.path is not None
+    # Memory-mapped: a feature matrix larger than RAM opens, and only what is used is read.
+    return load_graph(Path(spec.path).expanduser(), mmap=True)
 
 
 def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
@@ -187,8 +210,11 @@ _REGISTRY: dict[str, DatasetEntry] = {
     "ogbn-products": _ogb("ogbn-products"),
     "soc-slashdot": _snap("soc-slashdot", "soc-slashdot0902", "soc-slashdot0902-directed.jlg"),
     "ego-twitter": _snap("ego-twitter", "ego-twitter", "ego-twitter-undirected.jlg"),
-    "file": DatasetEntry("an edge-list file: file:PATH[,base=0|1|auto][,symmetric=1]", _file),
+    "file": DatasetEntry("an edge-list file (no features or labels): file:PATH[,base=0|1|auto][,symmetric=1]", _file,
+                         {"base": "0", "symmetric": "0"}),
+    "graph": DatasetEntry("a graph directory (save_graph, `shardgnn convert`): graph:DIR", _graph_dir),
 }
+_PATH_DATASETS = {"file": "edges.txt", "graph": "my-graph"}  # datasets whose spec starts with a path
 
 
 def known_datasets() -> list[str]:
@@ -207,14 +233,43 @@ def _find_folder(data_dir: Path, candidates: list[str]) -> Path:
     return data_dir
 
 
-def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
-    """Load the dataset a spec string names (see the module docstring for the grammar)."""
-    parsed = DatasetSpec.parse(spec)
+def _entry(parsed: DatasetSpec) -> DatasetEntry:
     entry = _REGISTRY.get(parsed.name)
     if entry is None:
         raise DatasetError(f"unknown dataset {parsed.name!r}",
                            fix=f"use one of the known datasets:\n{describe_datasets()}")
+    return entry
+
+
+def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
+    """Load the dataset a spec string names (see the module docstring for the grammar)."""
+    parsed = DatasetSpec.parse(spec)
+    entry = _entry(parsed)
     # The loaders mutate the options (take_* pops), so give them a private copy.
-    parsed = dataclasses.replace(parsed, options=dict(parsed.options))
+    parsed = dataclasses.replace(parsed, options=dict(parsed.options), defaults=entry.defaults)
     graph = entry.load(parsed, default_data_dir(data_dir))
     return graph.validate(spec)
+
+
+def canonical_spec(spec: str) -> str:
+    """The one spelling of a dataset spec: options sorted, those equal to their defaults dropped,
+    paths absolute. Two specs name the same dataset exactly when their canonical forms match.
+
+    Raises:
+        DatasetError: an unknown dataset or a malformed option (nothing is loaded).
+    """
+    parsed = DatasetSpec.parse(spec)
+    entry = _entry(parsed)
+    if parsed.name == "synthetic":
+        from shardgnn.graph.synthetic import SyntheticConfig
+
+        return SyntheticConfig.from_spec(dataclasses.replace(parsed, options=dict(parsed.options))).spec()
+    options = {k: v for k, v in sorted(parsed.options.items()) if entry.defaults.get(k) != v}
+    unknown = sorted(set(options) - set(entry.defaults))
+    if unknown:
+        raise DatasetError(f"unknown option(s) {unknown} for dataset {parsed.name!r}")
+    head = parsed.name if parsed.path is None else f"{parsed.name}:{Path(parsed.path).expanduser().resolve()}"
+    items = [f"{k}={v}" for k, v in options.items()]
+    if parsed.path is None:
+        return head + (":" + ",".join(items) if items else "")
+    return ",".join([head, *items])

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.sampling.kernels import mix_seed
+from shardgnn.seeding import mix_seed
 
 
 def split_into_batches(num_items: int, batch_size: int, drop_last: bool = False) -> list[tuple[int, int]]:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from shardgnn.partition.book import PartitionBook
-from shardgnn.sampling.kernels import mix_seed
+from shardgnn.seeding import mix_seed
 
 
 def assign_seeds_evenly(seeds: np.ndarray, book: PartitionBook, world_size: int) -> list[np.ndarray]:

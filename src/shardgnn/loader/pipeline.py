@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from shardgnn.loader.batches import SeedBatcher
-from shardgnn.sampling.kernels import mix_seed
+from shardgnn.seeding import mix_seed
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.feature import FeatureStore
@@ -56,7 +56,7 @@ class FeatureFetcher:
     """Joins input-node features and seed labels (both from stores, local or distributed) to each
     sampled batch.
 
-    A store with a look-ahead (``features.lookahead = W > 0``, the belady cache) is served a window
+    A store with a look-ahead (``features.lookahead == W > 0``, the belady cache) is served a window
     at a time: the fetcher samples ``W`` batches ahead, announces their ids (``plan``: the
     inspector, timed as ``lookahead``), lets the store bring the window's missing rows in one
     exchange (``prefetch``), then gathers each batch in order.
@@ -71,14 +71,14 @@ class FeatureFetcher:
         return len(self.samples)  # type: ignore[arg-type]
 
     def _windows(self) -> Iterator[list[tuple[int, SampledBlocks]]]:
-        window = getattr(self.features, "lookahead", 0)
+        window = self.features.lookahead
         samples = iter(self.samples)
         while chunk := list(itertools.islice(samples, max(window, 1))):
             if window:
                 with self.timer("lookahead"):
-                    self.features.plan([sample.input_nodes for _, sample in chunk])  # type: ignore[attr-defined]
+                    self.features.plan([sample.input_nodes for _, sample in chunk])
                 with self.timer("fetch"):
-                    self.features.prefetch()  # type: ignore[attr-defined]
+                    self.features.prefetch()
             yield chunk
 
     def __iter__(self) -> Iterator[MiniBatch]:

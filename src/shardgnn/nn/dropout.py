@@ -1,9 +1,10 @@
 """Counter-based dropout: whether element ``(v, c)`` of node ``v``'s row is dropped depends only
-on ``(seed, v, c)``, where ``v`` is the node's *global* id (the seed changes per step and layer).
+on ``(seed, v, c)``, where ``v`` is the node's key, its id in the original graph (the seed changes
+per step and layer).
 
-A rank that holds rows ``start..end`` of a row-partitioned matrix therefore draws exactly the
-mask rows a single process draws for those nodes, which is what lets distributed full-graph
-training equal single-process training (loss within 1e-5) with dropout on. The mask is made by a
+A rank that holds any rows of a partitioned matrix therefore draws exactly the mask rows a single
+process draws for those nodes, whatever the partitioning relabelled them to, which is what lets
+distributed full-graph training equal single-process training (loss within 1e-5) with dropout on. The mask is made by a
 parallel numba kernel, also cheaper than torch's single-threaded Bernoulli sampling on CPU.
 """
 

@@ -35,11 +35,11 @@ class MessageGraph:
     """Edges ``src -> dst`` of one layer, in local ids, as a CSR over dst nodes."""
 
     def __init__(self, indptr_D1: torch.Tensor, indices_E: torch.Tensor, num_src: int,
-                 src_degree_S: torch.Tensor | None = None, src_ids_S: torch.Tensor | None = None):
+                 src_degree_S: torch.Tensor | None = None, node_keys_S: torch.Tensor | None = None):
         self.indptr_D1 = indptr_D1.to(torch.int64)
-        # Global ids of the src nodes of a sampled block (None: the full graph, ids 0..S-1); they
-        # key hashed dropout (nn.dropout).
-        self.src_ids_S = src_ids_S
+        # Original ids of the src nodes (None: the whole graph in original ids, 0..S-1); they key
+        # hashed dropout (nn.dropout), so a node is dropped alike however the graph is partitioned.
+        self.node_keys_S = node_keys_S
         # Graph-wide in-degrees of the src nodes when this is a sampled block (None: the graph is
         # complete and its own degrees are the graph degrees).
         self.src_degree_S = None if src_degree_S is None else src_degree_S.to(torch.int64)
@@ -52,10 +52,14 @@ class MessageGraph:
         self._edge_index: torch.Tensor | None = None
 
     @classmethod
-    def from_block(cls, block: Block, device: torch.device | str | None = None) -> "MessageGraph":
+    def from_block(cls, block: Block, device: torch.device | str | None = None,
+                   orig_ids: np.ndarray | None = None) -> "MessageGraph":
+        """A sampled block; ``orig_ids`` maps the block's global ids to original ids (None: they
+        are original ids already, as in single-process training)."""
         degree = None if block.src_degree_S is None else block.src_degree_S.to(device)
-        return cls(block.indptr_D1.to(device), block.indices_E.to(device), block.num_src, degree,
-                   src_ids_S=block.src_nodes_S)
+        keys = block.src_nodes_S if orig_ids is None else torch.from_numpy(
+            np.asarray(orig_ids[block.src_nodes_S.numpy()], dtype=np.int64))
+        return cls(block.indptr_D1.to(device), block.indices_E.to(device), block.num_src, degree, node_keys_S=keys)
 
     @classmethod
     def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, device: torch.device | str | None = None) -> "MessageGraph":

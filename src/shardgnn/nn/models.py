@@ -7,48 +7,18 @@ full-graph training pass the same full-graph ``MessageGraph`` for every layer.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardgnn.errors import ConfigError
+from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.conv import GATConv, GCNConv, SAGEConv
 from shardgnn.nn.dropout import hashed_dropout
 from shardgnn.nn.functional import dropout
 from shardgnn.nn.message_graph import MessageGraph
-from shardgnn.sampling.kernels import mix_seed
-
-MODELS = ("sage", "gcn", "gat")
-
-
-@dataclasses.dataclass(kw_only=True)
-class ModelConfig:
-    """Model architecture."""
-
-    model: str = "sage"
-    """layer type: sage (GraphSAGE-mean), gcn or gat"""
-    hidden: int = 256
-    """hidden width (for gat: per head)"""
-    num_layers: int = 2
-    """number of message-passing layers"""
-    dropout: float = 0.5
-    """dropout on the hidden representations between layers"""
-    input_dropout: float = 0.0
-    """dropout on the input features (Kipf & Welling's GCN uses 0.5)"""
-    heads: int = 4
-    """attention heads (gat only)"""
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ConfigError(f"unknown model {self.model!r}; choose one of {MODELS}")
-        if self.hidden < 1 or self.num_layers < 1 or self.heads < 1:
-            raise ConfigError(f"hidden={self.hidden}, num_layers={self.num_layers}, heads={self.heads} must be >= 1")
-        if not (0.0 <= self.dropout < 1.0 and 0.0 <= self.input_dropout < 1.0):
-            raise ConfigError(f"dropout={self.dropout} and input_dropout={self.input_dropout} must lie in [0, 1)")
-
+from shardgnn.seeding import mix_seed
 
 class GNN(nn.Module):
     """A stack of graph layers with ReLU (ELU for GAT) and dropout between them.
@@ -67,12 +37,11 @@ class GNN(nn.Module):
         self.dropout_step = 0
 
     def use_hashed_dropout(self, seed: int) -> None:
-        """Draw dropout masks from ``(seed, training step, layer, global node id, column)``
+        """Draw dropout masks from ``(seed, training step, layer, original node id, column)``
         (:func:`hashed_dropout`): a parallel kernel instead of torch's single-threaded Bernoulli
-        sampling, and in full-graph training a rank holding rows ``start..end`` of the graph
-        drops exactly what a single process drops for those nodes. Each graph passed to
-        ``forward`` names its rows' global ids: ``graph.src_ids_S`` (sampled blocks) or
-        ``graph.row_offset`` (full graph or row block; 0 when absent)."""
+        sampling, and whatever rows a worker holds of whatever partitioning, it drops exactly
+        what a single process drops for those nodes. Each graph passed to ``forward`` names its
+        rows' original ids in ``graph.node_keys_S`` (None: the whole graph, ids 0..S-1)."""
         self.dropout_seed = int(seed)
         self.dropout_step = 0
 
@@ -82,11 +51,10 @@ class GNN(nn.Module):
         if self.dropout_seed is None:
             return dropout(h, p, True)
         seed = mix_seed(self.dropout_seed, self.dropout_step, layer)
-        src_ids = getattr(graph, "src_ids_S", None)
-        if src_ids is not None:
-            return hashed_dropout(h, p, seed, row_ids=src_ids)
-        assert graph.num_src == graph.num_dst, "hashed dropout needs global row ids or full-graph rows"
-        return hashed_dropout(h, p, seed, getattr(graph, "row_offset", 0))
+        if graph.node_keys_S is not None:
+            return hashed_dropout(h, p, seed, row_ids=graph.node_keys_S)
+        assert graph.num_src == graph.num_dst, "hashed dropout needs node keys unless the graph is whole"
+        return hashed_dropout(h, p, seed)
 
     @property
     def num_layers(self) -> int:
@@ -106,7 +74,9 @@ class GNN(nn.Module):
 
 
 def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
-    """Build the model ``config`` names for ``in_dim`` input features and ``num_classes`` outputs."""
+    """Build the model ``config`` names for ``in_dim`` input features and ``num_classes`` outputs
+    (``config.num_layers`` must be set: a training config resolves it from the fanouts)."""
+    assert config.num_layers is not None, "ModelConfig.num_layers is unresolved"
     dims = [in_dim] + [config.hidden] * (config.num_layers - 1) + [num_classes]
     layers: list[nn.Module] = []
     if config.model == "sage":

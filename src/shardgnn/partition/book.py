@@ -125,6 +125,14 @@ class PartitionBook:
         return f"PartitionBook(num_parts={self.num_parts}, num_nodes={self.num_nodes})"
 
 
+def bucket_by_owner(ids: np.ndarray, owners: np.ndarray, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, counts)``: ``ids[order]`` lists ids grouped by owner rank (stable within a rank),
+    ``counts[p]`` of them owned by ``p``."""
+    order = np.argsort(owners, kind="stable")
+    counts = np.bincount(owners, minlength=world_size)
+    return order, counts
+
+
 @dataclasses.dataclass(frozen=True)
 class Relabelling:
     """The renumbering that makes every part a contiguous id range.

@@ -3,9 +3,11 @@
 Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
 :mod:`shardgnn.partition.book`, part ``p`` owning ``[boundaries[p], boundaries[p + 1])``)::
 
-    DIR/meta.json           format, version, graph name, N, E, P, boundaries, feature/label/split
-                            schema, partitioner + settings, metrics, per-part counts, and the shape,
-                            dtype, size and SHA-256 of every array file (paths relative to DIR)
+    DIR/meta.json           format, version, graph name, the dataset's identity (spec and
+                            fingerprint of the graph before relabelling), N, E, P, boundaries,
+                            feature/label/split schema, partitioner + settings, metrics, per-part
+                            counts, and the shape, dtype, size and SHA-256 of every array file
+                            (paths relative to DIR)
     DIR/orig_ids.npy        int64 [N]      new id -> original id
     DIR/part-<p>/indptr.npy int64 [n_p+1]  in-edge CSR of the owned nodes (local rows)
                  indices.npy int32|int64 [e_p]  source of every in-edge, in NEW global ids
@@ -46,6 +48,7 @@ import shardgnn
 from shardgnn.atomic import atomic_directory, atomic_open, save_json
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, index_dtype
+from shardgnn.graph.identity import fingerprint
 from shardgnn.graph.io import load_npy
 from shardgnn.partition.book import PartitionBook, inverse_permutation, relabel
 from shardgnn.partition.methods import check_assignment
@@ -136,6 +139,7 @@ def write_partitions(
     metrics: PartitionMetrics | None = None,
     seconds: float | None = None,
     progress: bool = False,
+    dataset_spec: str | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -148,6 +152,8 @@ def write_partitions(
         num_parts: ``P`` (default ``max(assignment) + 1``).
         metrics: precomputed metrics of ``(graph, assignment)`` (computed when ``None``).
         progress: a tqdm bar over the parts on stderr (only when it is a terminal).
+        dataset_spec: the canonical spec the graph was loaded from (recorded with the graph's
+            fingerprint in ``meta.json["dataset"]``, so trainers can tell which graph this is).
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -213,6 +219,7 @@ def write_partitions(
             "format": FORMAT,
             "version": VERSION,
             "graph": graph.name,
+            "dataset": {"spec": dataset_spec, "name": graph.name, "fingerprint": fingerprint(graph)},
             "num_parts": p_count,
             "num_nodes": n,
             "num_edges": graph.num_edges,
@@ -314,12 +321,29 @@ class PartitionSet:
         return str(self.meta["partitioner"]["method"])
 
     @property
+    def dataset(self) -> dict[str, Any]:
+        """``{spec, name, fingerprint}`` of the graph this was cut from (directories written by
+        shardgnn before 0.2 record only the name)."""
+        recorded = self.meta.get("dataset")
+        return dict(recorded) if recorded else {"spec": None, "name": str(self.meta.get("graph")), "fingerprint": None}
+
+    @property
     def metrics(self) -> PartitionMetrics:
         return PartitionMetrics.from_dict(self.meta["metrics"])
 
     def new_id_of_orig(self) -> np.ndarray:
         """int64 ``[N]`` original id -> new id (computed, O(N))."""
         return inverse_permutation(np.asarray(self.orig_ids))
+
+    def global_split(self, split: str) -> np.ndarray:
+        """Every node of ``split`` (``train``, ``val`` or ``test``) in new global ids, ascending,
+        read from every part's small index file."""
+        ids = []
+        for p in range(self.num_parts):
+            local = getattr(self.load_part(p, mmap=True, verify=False), f"{split}_idx")
+            if local is not None:
+                ids.append(np.asarray(local, dtype=np.int64) + int(self.book.part_range(p)[0]))
+        return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
     def load_part(self, part: int, *, mmap: bool = True, verify: bool = False) -> LocalPartition:
         """Load part ``part`` (``verify`` re-hashes its files; :func:`read_partitions` may have already)."""
@@ -394,6 +418,10 @@ def _schema_problem(meta: dict[str, Any]) -> str | None:
     labels = meta.get("labels")
     if labels is not None and not (isinstance(labels, dict) and _is_count(labels.get("num_classes", 0))):
         return "labels must be an object whose num_classes is a non-negative integer"
+    dataset = meta.get("dataset")
+    if dataset is not None and not (isinstance(dataset, dict) and isinstance(dataset.get("spec"), (str, type(None)))
+                                    and isinstance(dataset.get("fingerprint"), (dict, type(None)))):
+        return "dataset must be an object with a spec (string or null) and a fingerprint (object or null)"
     return None
 
 

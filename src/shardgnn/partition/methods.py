@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.options import check_choices, invalid, option
 from shardgnn.graph.csr import Graph
 from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
 
@@ -274,39 +275,50 @@ def load_assignment(path: str | os.PathLike, num_nodes: int, num_parts: int, *,
 
 
 # ---------------------------------------------------------------------------------------------- dispatch
+_STREAM_DEFAULTS = StreamConfig()
+
+
 @dataclasses.dataclass(kw_only=True)
 class PartitionConfig:
     """How to partition a graph (every field is a ``shardgnn partition`` flag)."""
 
-    num_parts: int
-    """number of parts P"""
-    method: str = "metis"
-    """random, metis, ldg, fennel, or assignment (read from `assignment`)"""
-    seed: int = 0
-    """random/metis seed (streaming methods are deterministic and take none)"""
-    balance: tuple[str, ...] | None = None
-    """metis balance constraints, a subset of nodes,train,edges (default: every one that applies)"""
-    imbalance: float = 0.03
-    """metis: allowed imbalance per constraint (0.03 = 3% above the average)"""
-    slack: float = 0.05
-    """ldg/fennel: capacity slack, parts hold at most (1 + slack) * N / P nodes"""
-    chunk_edges: int = 1 << 20
-    """ldg/fennel: edges per streamed chunk (the result does not depend on it)"""
-    assignment: str | None = None
-    """path of a node -> part .npy (method=assignment)"""
-    allow_empty_parts: bool = False
-    """accept parts without nodes (with a warning) instead of refusing them"""
+    num_parts: int = option(flag="--parts", short="-k", metavar="P", help="number of parts P")
+    method: str | None = option(None, choices=METHODS,
+                                help="partitioner (unset: metis, or the --assignment file when one is given)")
+    seed: int = option(0, help="random/metis seed (the streaming methods are deterministic)")
+    balance: tuple[str, ...] | None = option(None, metavar="KEY,...",
+                                             help=f"metis: balance constraints, a subset of {','.join(BALANCE_KEYS)} "
+                                                  "(unset: every one that applies)")
+    imbalance: float = option(0.03, help="metis: allowed imbalance per constraint (0.03 = 3%% above the average)")
+    slack: float = option(_STREAM_DEFAULTS.slack,
+                          help="ldg/fennel: parts hold at most (1 + slack) * N / P nodes")
+    chunk_edges: int = option(_STREAM_DEFAULTS.chunk_edges,
+                              help="ldg/fennel: edges per streamed chunk; bounds scratch memory, never changes the "
+                                   "result")
+    assignment: str | None = option(None, metavar="FILE.npy",
+                                    help="use this node -> part array (integer .npy of length N) instead of a "
+                                         "partitioner")
+    allow_empty_parts: bool = option(False, help="accept parts that own no node (a warning instead of an error)")
+
+    def __post_init__(self) -> None:
+        if self.method is None:
+            self.method = "assignment" if self.assignment is not None else "metis"
+        self.validate()
 
     def validate(self) -> "PartitionConfig":
-        if self.method not in METHODS:
-            raise ConfigError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+        check_choices(self)
         if not isinstance(self.num_parts, int) or self.num_parts < 1:
-            raise ConfigError(f"num_parts={self.num_parts} must be a positive integer")
+            raise invalid(self, "num_parts", "must be a positive integer")
         if (self.method == "assignment") != (self.assignment is not None):
-            raise ConfigError("give an assignment file exactly when method='assignment' "
-                              f"(method={self.method!r}, assignment={self.assignment!r})")
+            raise ConfigError(f"give either --method or --assignment, not both (--method {self.method}, "
+                              f"--assignment {self.assignment})" if self.assignment is not None else
+                              "--method assignment needs an --assignment file")
         if self.method == "metis" and not 0.0 < self.imbalance <= 1.0:
-            raise ConfigError(f"imbalance={self.imbalance} must lie in (0, 1]")
+            raise invalid(self, "imbalance", "must lie in (0, 1]")
+        if self.balance is not None:
+            unknown = [b for b in self.balance if b not in BALANCE_KEYS]
+            if unknown or not self.balance:
+                raise invalid(self, "balance", f"give a comma-separated subset of {','.join(BALANCE_KEYS)}")
         if self.method in STREAM_METHODS:
             StreamConfig(method=self.method, slack=self.slack, chunk_edges=self.chunk_edges).validate()
         return self

@@ -21,7 +21,7 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.sampling.neighbor import SamplerConfig, sample_blocks, sample_neighbors
 from shardgnn.sampling.types import SampledBlocks
-from shardgnn.store.dist_feature import bucket_by_owner
+from shardgnn.partition.book import bucket_by_owner
 from shardgnn.store.dist_graph import DistGraphStore
 
 

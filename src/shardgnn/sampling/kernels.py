@@ -45,19 +45,6 @@ def _below(h: np.uint64, n: np.int64) -> np.int64:
     return np.int64(((h >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
-def mix_seed(*parts: int) -> int:
-    """Combine integers (base seed, epoch, batch, layer...) into one 63-bit seed, in Python."""
-    mask = (1 << 64) - 1
-    h = 0x2545F4914F6CDD1D
-    for part in parts:
-        h = (h ^ (int(part) & mask)) & mask
-        h = (h + 0x9E3779B97F4A7C15) & mask
-        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & mask
-        h ^= h >> 31
-    return h & ((1 << 63) - 1)
-
-
 @numba.njit(parallel=True, nogil=True, cache=True)
 def sample_counts(indptr, frontier, fanout, replace):
     """Number of neighbours each frontier node will get: ``min(fanout, deg)`` (``deg`` if

@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import numba
 import numpy as np
 import torch
 
-from shardgnn.errors import ConfigError
-from shardgnn.sampling.kernels import KERNEL_LOCK, mix_seed, relabel, sample_counts, sample_fill
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.kernels import KERNEL_LOCK, relabel, sample_counts, sample_fill
+from shardgnn.seeding import mix_seed
 from shardgnn.sampling.types import Block, SampledBlocks
-
-
-@dataclasses.dataclass(kw_only=True)
-class SamplerConfig:
-    """Neighbour sampling settings."""
-
-    fanouts: tuple[int, ...] = (15, 10, 5)
-    """neighbours per node for each layer, from the output layer inwards; -1 = all neighbours"""
-    replace: bool = False
-    """sample with replacement (a neighbour may repeat)"""
-    num_threads: int | None = None
-    """numba threads for the sampling kernels (None: numba's default, all cores)"""
-
-    def __post_init__(self) -> None:
-        self.fanouts = tuple(int(f) for f in self.fanouts)
-        if not self.fanouts:
-            raise ConfigError("fanouts must name at least one layer, e.g. --fanouts 15,10,5")
-        bad = [f for f in self.fanouts if f == 0 or f < -1]
-        if bad:
-            raise ConfigError(f"fanout {bad[0]} is invalid: use a positive count or -1 for all neighbours")
-        if self.num_threads is not None and not 1 <= self.num_threads <= numba.config.NUMBA_NUM_THREADS:
-            raise ConfigError(
-                f"num_threads={self.num_threads} must lie in [1, {numba.config.NUMBA_NUM_THREADS}]")
 
 
 def sample_neighbors(

@@ -1,5 +1,3 @@
-"""Graph and feature stores: local now; partitioned and cached stores implement the same interface."""
-
-from shardgnn.store.feature import FeatureStore, LocalFeatureStore
-
-__all__ = ["FeatureStore", "LocalFeatureStore"]
+"""Feature and graph stores behind one interface (:class:`~shardgnn.store.feature.FeatureStore`):
+local, distributed (:mod:`~shardgnn.store.dist_feature`) and cached (:mod:`shardgnn.store.cache`).
+Nothing is imported here, so :mod:`shardgnn.store.cache.config` stays light."""

@@ -9,16 +9,8 @@ import torch
 
 from shardgnn.distributed.codec import RowCodec
 from shardgnn.distributed.comm import Communicator
-from shardgnn.partition.book import PartitionBook
+from shardgnn.partition.book import PartitionBook, bucket_by_owner
 from shardgnn.store.feature import FeatureStore, LocalFeatureStore
-
-
-def bucket_by_owner(ids: np.ndarray, owners: np.ndarray, world_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, counts)``: ``ids[order]`` lists ids grouped by owner rank (stable within a rank),
-    ``counts[p]`` of them owned by ``p``."""
-    order = np.argsort(owners, kind="stable")
-    counts = np.bincount(owners, minlength=world_size)
-    return order, counts
 
 
 class DistFeatureStore(FeatureStore):

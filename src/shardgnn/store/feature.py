@@ -5,6 +5,7 @@ implement this interface, so every consumer (the loader, inference, tests) works
 from __future__ import annotations
 
 import abc
+import math
 
 import numba
 import numpy as np
@@ -79,6 +80,24 @@ class FeatureStore(abc.ABC):
         cache may front) rather than RAM."""
         return False
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row."""
+        return math.prod(self.shape[1:]) * torch.empty(0, dtype=self.dtype).element_size()
+
+    # Optional capabilities, declared here with do-nothing defaults so a consumer never has to ask
+    # a store what it is: a store with a look-ahead (the belady cache) overrides all three.
+    @property
+    def lookahead(self) -> int:
+        """Batches the loader should announce through :meth:`plan` before gathering them (0: none)."""
+        return 0
+
+    def plan(self, window: list[torch.Tensor]) -> None:
+        """Announce the ids of the next ``len(window)`` gathers, in order (pure computation)."""
+
+    def prefetch(self) -> None:
+        """Bring what the planned window needs (collective exactly when ``gather`` is)."""
+
     def local_mask(self, ids: np.ndarray) -> np.ndarray:
         """For each id, whether this process reads it without communication."""
         return np.ones(ids.shape[0], dtype=bool)
@@ -137,13 +156,3 @@ class LocalFeatureStore(FeatureStore):
         if self._row_divisor is not None:
             rows = rows / self._row_divisor[ids].view(-1, *([1] * (rows.dim() - 1)))
         return rows
-
-
-def row_sums(array: np.ndarray, chunk_rows: int = 65536) -> np.ndarray:
-    """Row sums (1 for all-zero rows: a divisor) of a possibly memory-mapped matrix, read in
-    chunks; dividing by them equals ``normalize_features(x, "row")`` bit for bit."""
-    out = np.empty(array.shape[0], dtype=np.float32)
-    for start in range(0, array.shape[0], chunk_rows):
-        sums = np.asarray(array[start:start + chunk_rows], dtype=np.float32).sum(axis=1)
-        out[start:start + chunk_rows] = np.where(sums == 0, 1.0, sums)
-    return out

@@ -3,7 +3,8 @@
 Layout (``E`` = number of completed epochs, zero-padded)::
 
     DIR/epoch-000005/rank-0.pt ... rank-<P-1>.pt   every rank's state (torch.save, tensors only)
-    DIR/epoch-000005/meta.json                     epoch, world size, config; written LAST
+    DIR/epoch-000005/meta.json                     epoch, world size, config, dataset identity;
+                                                   written LAST
 
 A checkpoint is complete iff its ``meta.json`` exists: every rank writes its file atomically
 (temp file, fsync, rename), the ranks meet at a barrier, then rank 0 writes ``meta.json``
@@ -31,14 +32,10 @@ import torch
 
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.graph.identity import check_same_graph
+from shardgnn.train.config import RESUMABLE_CHANGES
 
 _NAME = re.compile(r"^epoch-(\d{6,})$")
-# Config keys that may differ between the interrupted and the resumed run.
-_RESUMABLE_CHANGES = {"optim.epochs", "results", "progress", "data_dir", "checkpoint_dir", "checkpoint_every",
-                      "keep_checkpoints", "resume",
-                      # a cache and the storage tier change where rows come from, not their values
-                      # (with --fetch-bits < 32 a cached row keeps the rounding it arrived with)
-                      "cache.policy", "cache.size", "cache.lookahead", "feature_storage"}
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -77,8 +74,10 @@ class Checkpointer:
         return epochs_done % self.every == 0 or epochs_done == total_epochs
 
     # ------------------------------------------------------------------ writing
-    def save(self, epochs_done: int, state: dict[str, Any], config: dict[str, Any]) -> Path:
-        """Write this rank's ``state`` as the checkpoint after ``epochs_done`` epochs (collective)."""
+    def save(self, epochs_done: int, state: dict[str, Any], config: dict[str, Any],
+             dataset: dict[str, Any] | None = None) -> Path:
+        """Write this rank's ``state`` as the checkpoint after ``epochs_done`` epochs (collective);
+        ``dataset`` is the trained graph's identity (spec, name, fingerprint)."""
         path = self.directory / f"epoch-{epochs_done:06d}"
         if self.rank == 0 and path.exists():
             shutil.rmtree(path)  # an earlier incomplete attempt, or a run being redone
@@ -89,7 +88,7 @@ class Checkpointer:
         self.barrier()  # every rank's file is in place before the checkpoint is declared complete
         if self.rank == 0:
             save_json(path / "meta.json", {"format": "shardgnn-checkpoint", "version": 1, "epoch": epochs_done,
-                                           "world_size": self.world_size, "config": config})
+                                           "world_size": self.world_size, "config": config, "dataset": dataset})
             self._prune()
         self.barrier()
         return path
@@ -112,29 +111,27 @@ class Checkpointer:
         found = [p for p in self.directory.iterdir() if _NAME.match(p.name) and (p / "meta.json").is_file()]
         return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
-    def load_latest(self, config: dict[str, Any]) -> dict[str, Any] | None:
-        """This rank's state from the newest complete checkpoint (None when there is none).
-
-        Raises:
-            ConfigError: the checkpoint was written by a job with another world size or another
-                configuration (the differing keys are named).
-            DatasetError: a checkpoint file is missing or unreadable.
-        """
+    def latest(self) -> tuple[Path, dict[str, Any]] | None:
+        """``(folder, meta)`` of the newest complete checkpoint (None when there is none)."""
         complete = self.complete()
         if not complete:
             return None
         path = complete[-1]
-        meta = json.loads((path / "meta.json").read_text())
-        if meta.get("world_size") != self.world_size:
-            raise ConfigError(f"{path} was written by {meta.get('world_size')} workers but {self.world_size} run now; "
-                              f"resume with --workers {meta.get('world_size')} or use another --checkpoint-dir")
-        # Compare as JSON sees both (tuples become lists).
-        old, new = _flatten(meta.get("config", {})), _flatten(json.loads(json.dumps(config)))
-        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and k not in _RESUMABLE_CHANGES)
-        if changed:
-            detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:6])
-            raise ConfigError(f"{path} was written with another configuration ({detail}); resume with the same flags "
-                              "(only --epochs may grow) or use another --checkpoint-dir")
+        return path, read_checkpoint_meta(path)
+
+    def load_latest(self, config: dict[str, Any], dataset: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """This rank's state from the newest complete checkpoint (None when there is none).
+
+        Raises:
+            ConfigError: the checkpoint was written by a job with another world size, another
+                configuration (the differing keys are named) or on another graph.
+            DatasetError: a checkpoint file is missing or unreadable.
+        """
+        latest = self.latest()
+        if latest is None:
+            return None
+        path, meta = latest
+        check_resumable(path, meta, config, self.world_size, dataset)
         file = path / f"rank-{self.rank}.pt"
         try:
             state = torch.load(file, map_location="cpu", weights_only=True)
@@ -147,13 +144,56 @@ class Checkpointer:
         return state
 
 
+def read_checkpoint_meta(path: Path) -> dict[str, Any]:
+    """The ``meta.json`` of checkpoint folder ``path``, checked for the keys resuming reads."""
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(f"cannot read ({type(exc).__name__}: {exc})", meta_path,
+                           "delete this checkpoint folder to resume from the one before it") from None
+    if not (isinstance(meta, dict) and meta.get("format") == "shardgnn-checkpoint"
+            and isinstance(meta.get("epoch"), int) and isinstance(meta.get("world_size"), int)
+            and isinstance(meta.get("config"), dict)):
+        raise DatasetError("is not a shardgnn checkpoint's meta.json (format, epoch, world_size, config)", meta_path,
+                           "delete this checkpoint folder to resume from the one before it")
+    return meta
+
+
+def _resumable(key: str) -> bool:
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_CHANGES)
+
+
+def check_resumable(path: Path, meta: dict[str, Any], config: dict[str, Any], world_size: int,
+                    dataset: dict[str, Any] | None) -> None:
+    """Refuse to resume checkpoint ``path`` (its ``meta``) with this run's ``config``, world size
+    and dataset unless they match: only where and how the run executes may change
+    (``RESUMABLE_CHANGES``), ``--epochs`` among them.
+
+    Raises:
+        ConfigError: naming what differs and what to do.
+    """
+    if meta.get("world_size") != world_size:
+        raise ConfigError(f"{path} was written by {meta.get('world_size')} workers but {world_size} run now; "
+                          f"resume with --workers {meta.get('world_size')} or use another --checkpoint-dir")
+    check_same_graph(meta.get("dataset"), dataset, expected_from=str(path), actual_from="this run's dataset",
+                     fix="resume on the graph it was trained on, or use another --checkpoint-dir")
+    # Compare as JSON sees both (tuples become lists).
+    old, new = _flatten(meta.get("config", {})), _flatten(json.loads(json.dumps(config)))
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and not _resumable(k))
+    if changed:
+        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:6])
+        raise ConfigError(f"{path} was written with another configuration ({detail}); resume with the same flags "
+                          "(only --epochs may grow) or use another --checkpoint-dir")
+
+
 class LoopState:
     """What the epoch loop carries from epoch to epoch (and a checkpoint restores)."""
 
     def __init__(self) -> None:
         self.next_epoch = 0
         self.history: list[Any] = []
-        self.best_val, self.best_epoch = -1.0, -1
+        self.best_val, self.best_epoch = -1.0, 0  # best_epoch: 1-based, 0 before any epoch
         self.best_state: dict[str, torch.Tensor] | None = None
         self.comm_total: dict[str, list[float]] = {}
 

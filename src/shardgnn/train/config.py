@@ -1,98 +1,202 @@
-"""Training configuration: one dataclass per component, validated at construction."""
+"""Training configuration: one dataclass per component, each setting defined once.
+
+Every field is a ``shardgnn train`` flag (``shardgnn.cli.flags`` derives them); the defaults are
+valid, so ``TrainConfig()`` trains the built-in synthetic dataset. The resolved config travels
+as JSON (:meth:`TrainConfig.to_dict` / :meth:`TrainConfig.from_dict`): the launcher hands it to
+every worker, and every results file and checkpoint records it.
+
+Imports nothing heavy (no torch), so the command line is built quickly.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from shardgnn.distributed.codec import BITS
+from shardgnn.distributed.config import BITS, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.spmm import FullGraphConfig
-from shardgnn.nn.models import ModelConfig
-from shardgnn.sampling.neighbor import SamplerConfig
-from shardgnn.store.cache import CacheConfig
+from shardgnn.fullgraph.config import FullGraphConfig
+from shardgnn.graph.features import FEATURE_NORMS
+from shardgnn.nn.config import ModelConfig
+from shardgnn.options import changed_settings, check_choices, component, from_dict, invalid, option, to_dict
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.store.cache.config import CacheConfig
 
 MODES = ("minibatch", "full")
 FEATURE_STORAGE = ("memory", "disk")
-FEATURE_NORMS = ("none", "row", "standard")
+OVERLAP = ("auto", "on", "off")
 
 
 @dataclasses.dataclass(kw_only=True)
 class OptimConfig:
     """Optimiser and schedule."""
 
-    epochs: int = 10
-    """number of training epochs"""
-    lr: float = 0.003
-    """Adam learning rate"""
-    weight_decay: float = 0.0
-    """L2 weight decay"""
-    patience: int = 0
-    """stop after this many epochs without a better validation accuracy (0: never)"""
+    epochs: int = option(10, help="training epochs")
+    lr: float = option(0.003, help="Adam learning rate")
+    weight_decay: float = option(0.0, help="L2 weight decay")
+    patience: int = option(0, help="stop after this many epochs without a better validation accuracy (0: never)")
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
-            raise ConfigError(f"epochs={self.epochs} must be >= 1")
-        if self.lr <= 0 or self.weight_decay < 0 or self.patience < 0:
-            raise ConfigError(f"lr={self.lr} must be > 0; weight_decay={self.weight_decay} and "
-                              f"patience={self.patience} must be >= 0")
+            raise invalid(self, "epochs", "must be >= 1")
+        if not self.lr > 0:
+            raise invalid(self, "lr", "must be > 0")
+        for name in ("weight_decay", "patience"):
+            if getattr(self, name) < 0:
+                raise invalid(self, name, "must be >= 0")
+
+
+@dataclasses.dataclass(kw_only=True)
+class CheckpointConfig:
+    """Checkpoints and resume."""
+
+    dir: str | None = option(None, flag="--checkpoint-dir", metavar="DIR",
+                             help="write checkpoints (model, optimiser, random states, progress) into this folder")
+    every: int = option(1, flag="--checkpoint-every", help="epochs between checkpoints (the last epoch always writes one)")
+    keep: int = option(2, flag="--keep-checkpoints", help="complete checkpoints to keep")
+    resume: bool = option(False, flag="--resume",
+                          help="continue from the newest complete checkpoint in --checkpoint-dir (a fresh start when "
+                               "there is none, so the same command works under torchrun --max-restarts)")
+
+    def __post_init__(self) -> None:
+        for name in ("every", "keep"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if self.resume and not self.dir:
+            raise ConfigError("--resume needs --checkpoint-dir (the folder the interrupted run wrote)")
+
+
+@dataclasses.dataclass(kw_only=True)
+class LaunchConfig:
+    """What every multi-worker command shares: deadlines and logs."""
+
+    timeout: float = option(DEFAULT_TIMEOUT_S,
+                            help="seconds any collective may wait before the job fails, so a dead or stalled worker "
+                                 "ends the job instead of hanging it")
+    log_dir: str | None = option(None, metavar="DIR",
+                                 help="keep every worker's log (tracebacks included) in this folder (unset: a "
+                                      "temporary folder, kept only when a worker fails)")
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise invalid(self, "timeout", "must be > 0 seconds")
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunConfig(LaunchConfig):
+    """How a training job runs: how many workers, on which partition, with which deadlines."""
+
+    workers: int | None = option(None, metavar="N",
+                                 help="start N local worker processes, one per part; without --partitions the dataset "
+                                      "is partitioned on the fly (METIS; one part for --workers 1)")
+    partitions: str | None = option(None, metavar="DIR",
+                                    help="a partition directory written by `shardgnn partition` (one worker per part)")
+    overlap: str = option("auto", choices=OVERLAP,
+                          help="sample and fetch the next batch in a background thread while training on the current "
+                               "one; auto: on when every worker has at least two cores")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choices(self)
+        if self.workers is not None and self.workers < 1:
+            raise invalid(self, "workers", "must be >= 1")
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the run uses worker processes (and a partition directory)."""
+        return self.workers is not None or self.partitions is not None
+
+
+@dataclasses.dataclass(kw_only=True)
+class InferConfig(LaunchConfig):
+    """``shardgnn infer``: layer-wise inference of a trained model over a partitioned graph."""
+
+    checkpoint: str = option(metavar="DIR",
+                             help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder")
+    partitions: str = option(metavar="DIR", help="partition directory of the graph (one worker per part)")
+    out: str = option(metavar="DIR", help="output folder for embeddings, logits and predictions (.npy)")
+    chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.chunk_rows < 1:
+            raise invalid(self, "chunk_rows", "must be >= 1")
 
 
 @dataclasses.dataclass(kw_only=True)
 class TrainConfig:
-    """A single-process training run."""
+    """A training run: what to train, how, and where the results go."""
 
-    dataset: str = "synthetic"
-    """dataset spec, e.g. cora or synthetic:nodes=100000"""
-    mode: str = "minibatch"
-    """minibatch (sampled neighbourhoods) or full (full-graph training)"""
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    sampler: SamplerConfig = dataclasses.field(default_factory=SamplerConfig)
-    optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
-    full: FullGraphConfig = dataclasses.field(default_factory=FullGraphConfig)
-    """distributed full-graph training (used with mode=full and several workers)"""
-    cache: CacheConfig = dataclasses.field(default_factory=CacheConfig)
-    """the feature cache of distributed mini-batch training"""
-    feature_storage: str = "memory"
-    """distributed: memory (each worker loads its rows into RAM) or disk (rows read on demand from the
-    memory-mapped part file, so feature matrices larger than RAM train)"""
-    fetch_bits: int = 32
-    """bits per value of remote feature rows in distributed mini-batch training (32: exact)"""
-    batch_size: int = 1024
-    """seed nodes per mini-batch (the global batch: with P workers each takes batch_size / P)"""
-    eval_batch_size: int = 4096
-    """seed nodes per evaluation mini-batch"""
-    eval_fanouts: tuple[int, ...] | None = None
-    """fanouts for mini-batch evaluation (default: the training fanouts)"""
-    feature_norm: str = "none"
-    """feature preprocessing: none, row (rows sum to 1) or standard (zero mean, unit variance)"""
-    seed: int = 0
-    """seed of model initialisation, dropout, batch order and sampling"""
-    device: str = "cpu"
-    """torch device: cpu, cuda, cuda:1, or auto"""
-    threads: int | None = None
-    """torch intra-op threads (default: torch's choice)"""
-    data_dir: str | None = None
-    """dataset folder (default: $SHARDGNN_DATA or ~/.cache/shardgnn)"""
-    results: str | None = None
-    """write the results JSON here"""
-    progress: bool = True
-    """show progress bars"""
-    checkpoint_dir: str | None = None
-    """write checkpoints here (every checkpoint_every epochs and at the end)"""
-    checkpoint_every: int = 1
-    """epochs between checkpoints"""
-    keep_checkpoints: int = 2
-    """complete checkpoints kept (older ones are deleted)"""
-    resume: bool = False
-    """continue from the newest complete checkpoint in checkpoint_dir (start fresh when there is none)"""
+    dataset: str = option("synthetic", cli=False, help="dataset spec, e.g. cora, synthetic:nodes=100000 or graph:DIR")
+    data_dir: str | None = option(None, metavar="DIR",
+                                  help="dataset folder (unset: $SHARDGNN_DATA, else ~/.cache/shardgnn)")
+    mode: str = option("minibatch", choices=MODES, help="sampled mini-batches, or full-graph training")
+    model: ModelConfig = component(ModelConfig, title="model")
+    sampler: SamplerConfig = component(SamplerConfig, title="neighbour sampling (mini-batch mode)")
+    batch_size: int = option(1024, help="seed nodes per mini-batch, over all workers (each of P workers takes 1/P)")
+    eval_batch_size: int = option(4096, help="seed nodes per evaluation batch")
+    eval_fanouts: tuple[int, ...] | None = option(None, metavar="F,F,...",
+                                                  help="fanouts for evaluation (unset: --fanouts; all -1 evaluates "
+                                                       "full neighbourhoods, layer-wise)")
+    optim: OptimConfig = component(OptimConfig, title="optimisation")
+    feature_norm: str = option("none", choices=FEATURE_NORMS,
+                               help="feature preprocessing: row (rows sum to 1) or standard (z-score per column)")
+    seed: int = option(0, help="seed of initial weights, dropout, batch order and sampling")
+    device: str = option("cpu", help="cpu, cuda, cuda:N, or auto")
+    threads: int | None = option(None, help="torch threads per process (unset: the cores, shared among local workers)")
+    run: RunConfig = component(RunConfig, title="workers (distributed training)")
+    fetch_bits: int = option(32, choices=BITS,
+                             help="mini-batch mode: bits per value of remote feature rows (low-bit codec; 32: exact)")
+    cache: CacheConfig = component(CacheConfig, title="feature cache (distributed mini-batch training)")
+    feature_storage: str = option("memory", choices=FEATURE_STORAGE,
+                                  help="memory: each worker loads its feature rows; disk: rows are read on demand from "
+                                       "the memory-mapped partition file (feature matrices larger than RAM)")
+    full: FullGraphConfig = component(FullGraphConfig, title="distributed full-graph training (--mode full)")
+    checkpoint: CheckpointConfig = component(CheckpointConfig, title="checkpoints")
+    results: str | None = option(None, metavar="FILE.json",
+                                 help="write the results JSON here (rewritten after every epoch)")
+    progress: bool = option(True, negative_flag="--quiet", negative_help="no progress bars",
+                            help="progress bars (on a terminal; a pipe or log gets the epoch lines only)")
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"mode={self.mode!r} must be one of {MODES}")
-        if self.feature_norm not in FEATURE_NORMS:
-            raise ConfigError(f"feature_norm={self.feature_norm!r} must be one of {FEATURE_NORMS}")
-        if self.feature_storage not in FEATURE_STORAGE:
-            raise ConfigError(f"feature_storage={self.feature_storage!r} must be one of {FEATURE_STORAGE}")
+        check_choices(self)
+        if not isinstance(self.dataset, str) or not self.dataset.strip():
+            raise ConfigError(f"dataset spec {self.dataset!r} is empty; name a dataset such as cora or synthetic")
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise invalid(self, "threads", "must be >= 1")
+        self._resolve_layers()
+        if self.eval_fanouts is not None:
+            self.eval_fanouts = SamplerConfig(fanouts=self.eval_fanouts).fanouts
+            if len(self.eval_fanouts) != self.model.num_layers:
+                raise invalid(self, "eval_fanouts", f"name {self.model.num_layers} layers, one per model layer")
+        self._check_combinations()
+
+    def _resolve_layers(self) -> None:
+        """Unset ``--layers``: one per fanout (mini-batch) or 2 (full graph). Full-graph runs
+        record fanouts of -1 (every neighbour), which is what they compute."""
+        model, sampler = self.model, self.sampler
+        if self.mode == "minibatch":
+            if model.num_layers is None:
+                self.model = dataclasses.replace(model, num_layers=len(sampler.fanouts))
+            elif model.num_layers != len(sampler.fanouts):
+                raise ConfigError(f"--layers {model.num_layers} but --fanouts {','.join(map(str, sampler.fanouts))} "
+                                  f"names {len(sampler.fanouts)}; give one fanout per layer")
+        else:
+            layers = 2 if model.num_layers is None else model.num_layers
+            self.model = dataclasses.replace(model, num_layers=layers)
+            self.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
+
+    def _check_combinations(self) -> None:
+        if not self.run.distributed:
+            flags = [*changed_settings(self.full), *changed_settings(self.cache),
+                     *changed_settings(self, ("fetch_bits", "feature_storage"))]
+            if flags:
+                raise ConfigError(f"{', '.join(flags)} shape(s) communication between workers, and this run has one "
+                                  "process; add --workers N (or --partitions DIR) to train distributed (--workers 1 "
+                                  "runs one worker over a one-part partition, which a cache or disk storage can front)")
         if self.mode == "full" and (self.cache.enabled or self.feature_storage != "memory"):
             raise ConfigError("--cache-policy and --feature-storage disk apply to mini-batch training; full-graph "
                               "training exchanges halo rows once per layer instead (drop them or use --mode minibatch)")
@@ -100,31 +204,26 @@ class TrainConfig:
             raise ConfigError("--feature-storage disk keeps features out of RAM, but full-neighbourhood evaluation "
                               "(--eval-fanouts all -1) runs layer-wise over every local row at once; give sampled "
                               "--eval-fanouts (e.g. 15,10,5) or use --feature-storage memory")
-        if self.batch_size < 1 or self.eval_batch_size < 1:
-            raise ConfigError(f"batch sizes must be >= 1, got {self.batch_size} and {self.eval_batch_size}")
-        if self.fetch_bits not in BITS:
-            raise ConfigError(f"fetch_bits={self.fetch_bits} must be one of {BITS}")
-        if self.checkpoint_every < 1 or self.keep_checkpoints < 1:
-            raise ConfigError(f"checkpoint_every={self.checkpoint_every} and keep_checkpoints={self.keep_checkpoints} "
-                              "must be >= 1")
-        if self.resume and not self.checkpoint_dir:
-            raise ConfigError("--resume needs --checkpoint-dir (the folder the interrupted run wrote)")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads={self.threads} must be >= 1")
-        if self.mode == "minibatch" and self.model.num_layers != len(self.sampler.fanouts):
-            raise ConfigError(f"the model has {self.model.num_layers} layers but {len(self.sampler.fanouts)} "
-                              f"fanouts were given ({self.sampler.fanouts}); give one fanout per layer")
-        if self.eval_fanouts is not None:
-            self.eval_fanouts = SamplerConfig(fanouts=self.eval_fanouts).fanouts
-            if len(self.eval_fanouts) != self.model.num_layers:
-                raise ConfigError(f"eval fanouts {self.eval_fanouts} must name {self.model.num_layers} layers")
 
     @property
     def layerwise_eval(self) -> bool:
         """Mini-batch evaluation with full neighbourhoods (all eval fanouts -1) runs layer-wise
         (every layer once per node, shardgnn.fullgraph.inference) for the models it supports."""
         fanouts = self.eval_fanouts or self.sampler.fanouts
-        return all(f == -1 for f in fanouts) and self.model.model in ("sage", "gcn")
+        return self.mode == "minibatch" and all(f == -1 for f in fanouts) and self.model.model in ("sage", "gcn")
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as JSON-ready data."""
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "config") -> "TrainConfig":
+        """The config :meth:`to_dict` wrote (validated again)."""
+        return from_dict(cls, data, where=where)
+
+
+# Settings that may differ between an interrupted run and its resumption: where and how the run
+# executes, not what it computes. (A cache or the storage tier change where rows come from, not
+# their values; with --fetch-bits < 32 a cached row keeps the rounding it arrived with.)
+RESUMABLE_CHANGES = ("optim.epochs", "results", "progress", "data_dir", "dataset", "threads", "sampler.num_threads",
+                     "checkpoint.", "run.", "cache.", "feature_storage")

@@ -1,17 +1,17 @@
 """Distributed full-graph training: every rank computes every layer for its rows of the graph,
 with the distributed SpMM of :mod:`shardgnn.fullgraph.spmm` in place of the local one.
 
-Equal to single-process full-graph training (``Trainer`` with ``mode="full"``): the loss is the
-mean over *all* training nodes (each rank sums its own part's and divides by the global count),
-dropout masks are keyed by global node id (``GNN.use_hashed_dropout``), and weight gradients are
-summed over ranks. At 32 bits and staleness 0, losses and accuracies match per epoch within
-fp32 rounding (tested at 1e-5 for P = 2, 3, 4 and every SpMM variant).
+Equal to single-process full-graph training (:class:`~shardgnn.train.single.LocalSteps` with
+``mode="full"``): the loss is the mean over *all* training nodes (each rank sums its own part's
+and divides by the global count), dropout masks are keyed by original node id
+(``GNN.use_hashed_dropout``), and weight gradients are summed over ranks. At 32 bits and
+staleness 0, losses and accuracies match per epoch within fp32 rounding (tested at 1e-5 for
+P = 2, 3, 4, every SpMM variant, and METIS partitions with dropout on).
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,41 +24,31 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.shard import Grid, load_shard, make_grid_groups
 from shardgnn.fullgraph.spmm import DistFullGraph
+from shardgnn.graph.features import normalize_features
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.models import build_model
-from shardgnn.partition.format import read_partitions
-from shardgnn.sampling.kernels import mix_seed
-from shardgnn.timing import StageTimer
+from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.distributed import RankTrainer
-from shardgnn.train.single import EpochRecord, normalize_features
+from shardgnn.train.distributed import DistSteps, partition_dataset_record
+from shardgnn.train.loop import EpochRecord
 
 
-class FullGraphTrainer(RankTrainer):
+class DistFullGraphSteps(DistSteps):
     """One rank of a distributed full-graph training job (``--mode full --workers N``)."""
 
-    def __init__(self, config: TrainConfig, ctx: DistContext, partitions: str | Path):
-        if config.mode != "full":
-            raise ConfigError(f"FullGraphTrainer trains --mode full, not {config.mode}")
+    def __init__(self, config: TrainConfig, ctx: DistContext):
+        assert config.mode == "full"
         if config.model.model not in ("gcn", "sage"):
-            raise ConfigError(f"distributed full-graph training runs gcn and sage models, not {config.model.model!r}; "
-                              "use --model gcn or --model sage (or --mode minibatch for gat)")
-        if config.feature_norm == "standard":
-            raise ConfigError("feature_norm=standard needs global statistics; use row or none when distributed")
+            raise ConfigError(f"--model {config.model.model}: distributed full-graph training runs gcn and sage; use "
+                              "--model gcn or --model sage (or --mode minibatch for gat)")
+        super().__init__(config, ctx)
         full = config.full
-        self.config, self.ctx = config, ctx
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
         self.grid = Grid(ctx.world_size, full.replication)
         self.spmm_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
-        self.main_comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-        self.comms = (self.spmm_comm, self.main_comm)
-        self.timer = StageTimer()
-        self.meta = read_partitions(partitions, verify=False).meta
-        self.shard = load_shard(partitions, self.grid, ctx.rank, self.spmm_comm)
+        self.shard = load_shard(self.pset.path, self.grid, ctx.rank, self.spmm_comm)
         groups = make_grid_groups(self.grid, ctx.rank, self.spmm_comm, ctx.timeout_s)
         # Comm stats of the grid groups (1.5D) are reported with the world's.
-        self.comms = tuple({id(c): c for c in (self.spmm_comm, self.main_comm, groups.row, groups.col)}.values())
+        self.comms = tuple({id(c): c for c in (self.spmm_comm, groups.row, groups.col, self.main_comm)}.values())
         codec = make_codec(full.bits, mix_seed(config.seed, ctx.rank, 0xC0DEC))
         self.graph = DistFullGraph(self.shard, self.grid, ctx.rank, groups, full, codec, ctx.device)
         shard = self.shard
@@ -66,10 +56,10 @@ class FullGraphTrainer(RankTrainer):
         self.x = to_sparse_if_sparse(x).to(ctx.device)
         self.y = torch.from_numpy(shard.y).to(ctx.device)
         self.splits = {k: torch.from_numpy(v).to(ctx.device) for k, v in shard.splits.items()}
-        counts = self._sum([float(len(v)) for v in shard.splits.values()], "setup")
+        counts = self.sum([float(len(v)) for v in shard.splits.values()], "setup")
         self.split_sizes = {k: int(c) for k, c in zip(shard.splits, counts)}
         if self.split_sizes["train"] == 0:
-            raise ConfigError(f"{partitions} has no training nodes")
+            raise ConfigError(f"{self.pset.path} has no training nodes; partition a dataset with a training split")
         self.num_classes = shard.num_classes
         torch.manual_seed(config.seed)  # identical initial weights on every rank (and as one process)
         self.model = build_model(config.model, shard.x.shape[1], self.num_classes).to(ctx.device)
@@ -81,7 +71,7 @@ class FullGraphTrainer(RankTrainer):
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
     # ------------------------------------------------------------------ epochs
-    def train_epoch(self, epoch: int) -> tuple[float, float]:
+    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
         self.model.train()
         # Split indices are held-row ids of this rank's own part: with 1.5D replication each
         # replica scores only its own part, so every node counts once.
@@ -100,12 +90,11 @@ class FullGraphTrainer(RankTrainer):
         comm = self._comm_seconds() - comm_before
         self.timer.add("comm", comm)
         self.timer.add("compute", elapsed - comm)
-        loss_total, correct = self._sum([float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())])
+        loss_total, correct = self.sum([float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())])
         return loss_total / self.split_sizes["train"], correct / self.split_sizes["train"]
 
     def _comm_seconds(self) -> float:
-        return sum(st.time_s for c in self.comms for name, st in c.stats.items()
-                   if name in ("spmm", "allreduce"))
+        return sum(st.time_s for c in self.comms for name, st in c.stats.items() if name in ("spmm", "allreduce"))
 
     def _allreduce_gradients(self) -> None:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -121,21 +110,20 @@ class FullGraphTrainer(RankTrainer):
         self.model.eval()
         idx = self.splits[split]
         correct = float((self.model(self.layers, self.x)[idx].argmax(-1) == self.y[idx]).sum())
-        return self._sum([correct])[0] / max(self.split_sizes[split], 1)
+        return self.sum([correct])[0] / max(self.split_sizes[split], 1)
 
     def generators(self) -> list[torch.Generator]:
         codec = self.graph.codec
         return [] if codec is None or codec.generator is None else [codec.generator]
 
+    def finish(self) -> None:
+        self.graph.drain()
+
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
-        return {"name": self.meta.get("graph"), "num_nodes": int(self.meta["num_nodes"]),
-                "num_edges": int(self.meta["num_edges"]), "num_features": int(self.shard.x.shape[1]),
-                "num_classes": self.num_classes, **self.split_sizes}
+        return partition_dataset_record(self.pset, int(self.shard.x.shape[1]), self.num_classes, self.split_sizes)
 
-    def extra_results(self, history: list[EpochRecord]) -> dict[str, Any]:
-        self.graph.drain()
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         full = self.config.full
-        return {"partitioner": self.meta.get("partitioner", {}).get("method"), "mode": "full",
-                "spmm": full.spmm, "replication": full.replication, "bits": full.bits,
-                "staleness": full.staleness}
+        return {"partitioner": self.pset.method, "spmm": full.spmm, "replication": full.replication,
+                "bits": full.bits, "staleness": full.staleness}

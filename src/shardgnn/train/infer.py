@@ -26,10 +26,12 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.fullgraph.inference import LayerwiseInference
 from shardgnn.fullgraph.shard import Grid, load_shard
-from shardgnn.nn.models import ModelConfig, build_model
-from shardgnn.partition.format import read_partitions
-from shardgnn.train.checkpoint import Checkpointer
-from shardgnn.train.single import normalize_features
+from shardgnn.graph.identity import check_same_graph
+from shardgnn.nn.models import build_model
+from shardgnn.partition.format import PartitionSet, read_partitions
+from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
+from shardgnn.train.config import InferConfig, TrainConfig
+from shardgnn.graph.features import normalize_features
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -45,40 +47,55 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return complete[-1]
 
 
-def load_model_state(checkpoint: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """``(config, weights)`` of a checkpoint: the best-validation weights when recorded (the
-    model whose test accuracy training reported), else the last ones."""
-    meta = json.loads((checkpoint / "meta.json").read_text())
+def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
+    """The training config of ``checkpoint``, after checking that it fits the partitioned graph
+    (same graph, a model layer-wise inference runs, reproducible feature preprocessing).
+
+    Raises:
+        ConfigError: the checkpoint was trained on another graph, or cannot be run layer-wise.
+    """
+    meta = read_checkpoint_meta(checkpoint)
+    check_same_graph(meta.get("dataset"), pset.dataset, expected_from=f"checkpoint {checkpoint}",
+                     actual_from=f"partition {pset.path}",
+                     fix="infer on a partition of the graph the model was trained on")
+    config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
+    if config.model.model not in ("sage", "gcn"):
+        raise ConfigError(f"layer-wise inference runs sage and gcn models; {checkpoint} holds {config.model.model}")
+    if config.feature_norm == "standard":
+        raise ConfigError(f"{checkpoint} was trained with --feature-norm standard, which distributed inference "
+                          "cannot reproduce; retrain with --feature-norm row or none")
+    return config
+
+
+def load_model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The best-validation weights of a checkpoint when recorded (the model whose test accuracy
+    training reported), else the last ones."""
     file = checkpoint / "rank-0.pt"
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, ValueError, EOFError) as exc:
         raise DatasetError(f"cannot read checkpoint ({type(exc).__name__}: {exc})", file,
                            "use another checkpoint") from None
-    return meta["config"], (state.get("best_state") or state["model"])
+    return state.get("best_state") or state["model"]
 
 
 def run_inference(ctx: DistContext, checkpoint: str | Path, partitions: str | Path, out: str | Path, *,
                   chunk_rows: int = 65536) -> dict[str, Any] | None:
     """One rank of ``shardgnn infer``; rank 0 writes the outputs and returns the summary."""
     checkpoint = resolve_checkpoint(checkpoint)
-    config, weights = load_model_state(checkpoint)
+    pset = read_partitions(partitions, verify=False)
+    config = check_inference_pair(checkpoint, pset)
+    weights = load_model_weights(checkpoint)
     out = Path(out).expanduser()
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    pset = read_partitions(partitions, verify=False)
     shard = load_shard(partitions, Grid(ctx.world_size, 1), ctx.rank, comm)
-    norm = config.get("feature_norm", "none")
-    if norm == "standard":
-        raise ConfigError("the checkpoint was trained with feature_norm=standard, which distributed inference "
-                          "cannot reproduce; retrain with --feature-norm row or none")
-    model = build_model(ModelConfig(**config["model"]), shard.x.shape[1], shard.num_classes)
+    norm = config.feature_norm
+    model = build_model(config.model, shard.x.shape[1], shard.num_classes)
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
         raise ConfigError(f"{checkpoint} does not fit this graph's {shard.x.shape[1]} features and "
                           f"{shard.num_classes} classes ({str(exc).splitlines()[0]})") from None
-    if config["model"]["model"] not in ("sage", "gcn"):
-        raise ConfigError(f"layer-wise inference runs sage and gcn models, not {config['model']['model']!r}")
     x = torch.from_numpy(np.ascontiguousarray(normalize_features(shard.x, norm), dtype=np.float32))
     start = time.perf_counter()
     engine = LayerwiseInference(shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device)
@@ -132,19 +149,21 @@ def run_inference(ctx: DistContext, checkpoint: str | Path, partitions: str | Pa
     return summary
 
 
-def infer_worker(checkpoint: str, partitions: str, out: str, chunk_rows: int, timeout_s: float) -> None:
-    """Body of one ``shardgnn infer`` worker process."""
+def infer_worker(config_json: str) -> None:
+    """Body of one ``shardgnn infer`` worker process (the config arrives resolved, as JSON)."""
     from shardgnn.distributed.context import init_distributed, shutdown
+    from shardgnn.options import from_dict
     from shardgnn.train.progress import format_table
 
-    ctx = init_distributed(device="cpu", timeout_s=timeout_s)
+    config = from_dict(InferConfig, json.loads(config_json))
+    ctx = init_distributed(device="cpu", timeout_s=config.timeout)
     try:
-        summary = run_inference(ctx, checkpoint, partitions, out, chunk_rows=chunk_rows)
+        summary = run_inference(ctx, config.checkpoint, config.partitions, config.out, chunk_rows=config.chunk_rows)
         if summary is not None:
             rows = [(f"{split} accuracy", "-" if acc is None else f"{acc:.4f}") for split, acc in summary["accuracy"].items()]
             rows += [("nodes", f"{summary['num_nodes']:,}"), ("inference time (s)", f"{summary['inference_time_s']:.2f}"),
                      ("checkpoint", summary["checkpoint"])]
             print(format_table(["metric", "value"], rows))
-            print(f"wrote {', '.join(summary['outputs'].values())} and {Path(out) / 'inference.json'}")
+            print(f"wrote {', '.join(summary['outputs'].values())} and {Path(config.out) / 'inference.json'}")
     finally:
         shutdown()

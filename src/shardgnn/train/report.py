@@ -7,31 +7,20 @@ from typing import Any
 from shardgnn.train.progress import format_table
 
 
-def print_summary(results: dict[str, Any]) -> None:
-    """Print per-epoch rows, then the headline numbers of a run."""
-    epochs = results["epochs"]
-    present = {name for e in epochs for name in e.get("stages", {})}
-    # Mini-batch runs split an epoch into sample/fetch/compute; full-graph runs into comm/compute.
-    stages = [name for name in ("sample", "lookahead", "fetch", "comm", "compute") if name in present] or ["compute"]
-    cached = any(e.get("cache") for e in epochs)
-    rows = []
-    for e in epochs:
-        st = e.get("stages", {})
-        traffic = e.get("cache") or {}
-        rows.append((e["epoch"], e["loss"], e["train_acc"], e["val_acc"], e["time_s"],
-                     *(st.get(name, 0.0) for name in stages),
-                     *((_rate(traffic.get("hit_rate")), traffic.get("remote_feature_mb", 0.0)) if cached else ())))
-    print(format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", *(f"{n}_s" for n in stages),
-                        *(("hit_rate", "remote_MB") if cached else ())], rows))
+def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
+    """Print the headline numbers of a run (and, with ``epochs``, a table of every epoch: the
+    training loop prints one line per epoch as it goes, so the CLI leaves it out)."""
+    if epochs:
+        print(epoch_table(results["epochs"]))
+        print()
     ds = results["dataset"]
     edges_per_s = results.get("sampled_edges_per_s")
-    print()
     print(format_table(["metric", "value"], [
-        ("dataset", f"{ds['name'][:60]} ({ds['num_nodes']:,} nodes, {ds['num_edges']:,} edges)"),
-        ("best epoch", results["best_epoch"]),
+        ("dataset", f"{ds.get('spec') or ds['name']} ({ds['num_nodes']:,} nodes, {ds['num_edges']:,} edges)"),
+        ("epochs", f"{results['num_epochs_run']} (best: {results['best_epoch']})"),
         ("val accuracy", results["val_acc"]),
         ("test accuracy (at best val)", results["test_acc"]),
-        ("mean epoch time (s, epochs >= 1)", results["mean_epoch_time_s"]),
+        ("mean epoch time (s, epochs >= 2)", results["mean_epoch_time_s"]),
         *([] if results.get("mode") == "full" else
           [("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}")]),
         *([("distributed SpMM", f"{results['spmm']} (replication {results['replication']}, {results['bits']} bits, "
@@ -49,6 +38,24 @@ def print_summary(results: dict[str, Any]) -> None:
              st.get("max_rank_bytes_recv", 0) / 1e6, st["time_s"]) for name, st in sorted(comm.items())]))
 
 
+def epoch_table(epochs: list[dict[str, Any]]) -> str:
+    """Every epoch of a results file as a table: loss, accuracies, seconds per stage, and the
+    cache's hit rate and remote MB when a cache ran."""
+    present = {name for e in epochs for name in e.get("stages", {})}
+    # Mini-batch runs split an epoch into sample/fetch/compute; full-graph runs into comm/compute.
+    stages = [name for name in ("sample", "lookahead", "fetch", "comm", "compute") if name in present] or ["compute"]
+    cached = any(e.get("cache") for e in epochs)
+    rows = []
+    for e in epochs:
+        st = e.get("stages", {})
+        traffic = e.get("cache") or {}
+        rows.append((e["epoch"], e["loss"], e["train_acc"], e["val_acc"], e["time_s"],
+                     *(st.get(name, 0.0) for name in stages),
+                     *((_rate(traffic.get("hit_rate")), traffic.get("remote_feature_mb", 0.0)) if cached else ())))
+    return format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", *(f"{n}_s" for n in stages),
+                         *(("hit_rate", "remote_MB") if cached else ())], rows)
+
+
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
@@ -61,10 +68,11 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
     if policy != "none":
         policy += f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB per worker"
         policy += f", look-ahead {cache['lookahead']} batches)" if cache.get("lookahead") else ")"
-    rows = [("feature cache", policy), ("feature storage", cache["feature_storage"]),
-            ("cache hit rate (epochs >= 1)", _rate(cache["hit_rate"])),
-            ("remote feature MB / epoch", cache["remote_feature_mb_per_epoch"]),
-            ("fetch s / epoch", cache["fetch_s_per_epoch"])]
+    rows = [("feature cache", policy), ("feature storage", cache["feature_storage"])]
+    if cache["policy"] != "none" or cache["feature_storage"] == "disk":
+        rows.append(("cache hit rate (epochs >= 2)", _rate(cache["hit_rate"])))
+    rows += [("remote feature MB / epoch", cache["remote_feature_mb_per_epoch"]),
+             ("fetch s / epoch", cache["fetch_s_per_epoch"])]
     if cache["policy"] != "none":
         rows.append(("cache set-up (s)", cache["setup_s"]))
     if cache.get("lookahead"):

@@ -1,14 +1,14 @@
 """Single-process training: the reference every distributed result is checked against.
 
-``run_training(config)`` loads the dataset, trains in ``full`` or ``minibatch`` mode, selects the
-epoch with the best validation accuracy and reports test accuracy at that epoch.
+:class:`LocalSteps` trains on an in-memory graph in ``full`` or ``minibatch`` mode with the local
+pipeline (local sampler, local stores) and the local graph operators; the distributed steps
+replace exactly those parts. :func:`run_training` runs it in the shared
+:class:`~shardgnn.train.loop.TrainingLoop`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import time
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,9 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.datasets import load_dataset
+from shardgnn.graph.datasets import canonical_spec, load_dataset
+from shardgnn.graph.features import normalize_features
+from shardgnn.graph.identity import fingerprint
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.message_graph import MessageGraph
@@ -29,28 +31,18 @@ from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.progress import progress
+from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
+from shardgnn.train.minibatch import count_correct, train_batches
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto``: CUDA when available, else CPU; a CUDA device that is absent is refused."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+        raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu")
     return device
-
-
-def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
-    """``row``: rows sum to one (Planetoid practice); ``standard``: per-column z-score."""
-    if how == "none":
-        return x
-    x = np.asarray(x, dtype=np.float32)
-    if how == "row":
-        sums = x.sum(axis=1, keepdims=True)
-        return x / np.where(sums == 0, 1.0, sums).astype(np.float32)
-    mean, std = x.mean(axis=0, keepdims=True), x.std(axis=0, keepdims=True)
-    return (x - mean) / np.where(std == 0, 1.0, std).astype(np.float32)
 
 
 def check_trainable(graph: Graph) -> None:
@@ -68,35 +60,41 @@ def check_trainable(graph: Graph) -> None:
             problems.append(f"its {key.replace('_idx', '')} split holds unlabelled nodes")
     if problems:
         raise ConfigError(f"dataset {graph.name!r} cannot be used for node classification: "
-                          + "; ".join(problems) + ". Use a labelled dataset such as cora or synthetic.")
+                          + "; ".join(problems) + ". Use a labelled dataset such as cora or synthetic, or give "
+                          "yours features, labels and splits with `shardgnn convert`.")
+
+
+def eval_sampler_config(config: TrainConfig) -> SamplerConfig:
+    """The sampler settings of evaluation: the training sampler with ``--eval-fanouts``."""
+    return dataclasses.replace(config.sampler, fanouts=config.eval_fanouts or config.sampler.fanouts)
 
 
 def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
     return float((logits.argmax(-1) == y).float().mean()) if y.numel() else float("nan")
 
 
-@dataclasses.dataclass
-class EpochRecord:
-    epoch: int
-    loss: float
-    train_acc: float
-    val_acc: float
-    time_s: float
-    stages: dict[str, float]
-    cache: dict[str, float | None] | None = None
-    """distributed mini-batch: feature-fetch metrics of the epoch, summed over ranks (hit rate,
-    requested / missed / remote MB)"""
+def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
+    """What results and checkpoints record of a dataset: spec, name, fingerprint, split sizes."""
+    def size(idx) -> int:
+        return int(len(idx)) if idx is not None else 0
+
+    return {"spec": spec, "name": graph.name, "fingerprint": fingerprint(graph),
+            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
+            "num_classes": graph.num_classes,
+            "train": size(graph.train_idx), "val": size(graph.val_idx), "test": size(graph.test_idx)}
 
 
-class Trainer:
-    """Holds the model, optimiser and data of one run; ``fit()`` trains and returns results."""
+class LocalSteps(Steps):
+    """Single-process epochs on an in-memory graph (``graph``: given, else loaded from the spec)."""
 
     def __init__(self, config: TrainConfig, graph: Graph | None = None):
         self.config = config
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         self.device = resolve_device(config.device)
+        spec = canonical_spec(config.dataset) if graph is None else None
         self.graph = graph if graph is not None else load_dataset(config.dataset, config.data_dir)
+        self.spec = spec
         check_trainable(self.graph)
         torch.manual_seed(config.seed)
         g = self.graph
@@ -108,37 +106,42 @@ class Trainer:
         self.timer = StageTimer()
         self.sampled_edges = 0
         # Dropout keyed by (step, layer, node id, column): a parallel kernel, and a distributed
-        # full-graph run with the same seed drops exactly the same entries (train/fullgraph.py).
+        # run with the same seed drops exactly the same entries (train/fullgraph.py).
         self.model.use_hashed_dropout(config.seed)
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
-            x_full = torch.from_numpy(np.ascontiguousarray(self.x, dtype=np.float32))
+            x_full = torch.from_numpy(np.array(self.x, dtype=np.float32))  # a private, writable copy
             # Bag-of-words features are often <1% dense: keep them sparse (same maths, far cheaper).
             self.x_full = to_sparse_if_sparse(x_full).to(self.device)
-        else:
-            features = LocalFeatureStore(self.x)
-            labels = LocalFeatureStore(self.y)
-            sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
-            self.train_loader = MiniBatchLoader(g.train_idx, sampler, features, labels, batch_size=config.batch_size,
-                                                shuffle=True, seed=config.seed, timer=self.timer)
-            eval_sampler = NeighborSampler(g.indptr, g.indices, SamplerConfig(
-                fanouts=config.eval_fanouts or config.sampler.fanouts, replace=config.sampler.replace,
-                num_threads=config.sampler.num_threads))
-            # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
-            self.layerwise = None
-            if config.layerwise_eval:
-                shard = shard_from_graph(g)
-                shard.x = self.x
-                self.layerwise = LayerwiseInference(shard, 0, Communicator(0, 1, None), device=self.device)
-            self.eval_loaders = {
-                split: MiniBatchLoader(getattr(g, f"{split}_idx"), eval_sampler, features, labels,
-                                       batch_size=config.eval_batch_size, shuffle=False,
-                                       seed=config.seed + 1, timer=StageTimer())
-                for split in ("val", "test")
-            }
+            return
+        features, labels = LocalFeatureStore(self.x), LocalFeatureStore(self.y)
+        sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
+        self.train_loader = MiniBatchLoader(g.train_idx, sampler, features, labels, batch_size=config.batch_size,
+                                            shuffle=True, seed=config.seed, timer=self.timer)
+        eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
+        # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
+        self.layerwise = None
+        if config.layerwise_eval:
+            shard = shard_from_graph(g)
+            shard.x = self.x
+            self.layerwise = LayerwiseInference(shard, 0, Communicator(0, 1, None), device=self.device)
+        self.eval_loaders = {
+            split: MiniBatchLoader(getattr(g, f"{split}_idx"), eval_sampler, features, labels,
+                                   batch_size=config.eval_batch_size, shuffle=False, seed=config.seed + 1,
+                                   timer=StageTimer())
+            for split in ("val", "test")
+        }
 
-    # ------------------------------------------------------------------ one epoch
-    def _train_epoch_full(self, epoch: int) -> tuple[float, float]:
+    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
+        if self.config.mode == "full":
+            return self._train_epoch_full()
+        self.train_loader.set_epoch(epoch)
+        sums = train_batches(self.model, self.optimizer, self.train_loader, device=self.device, timer=self.timer,
+                             desc=f"epoch {epoch + 1}", show_progress=show_progress)
+        self.sampled_edges += sums.sampled_edges
+        return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
+
+    def _train_epoch_full(self) -> tuple[float, float]:
         self.model.train()
         train_idx = torch.from_numpy(self.graph.train_idx).to(self.device)
         with self.timer("compute"):
@@ -149,119 +152,34 @@ class Trainer:
             self.optimizer.step()
         return loss.item(), accuracy(logits[train_idx].detach(), self.y[train_idx].to(self.device))
 
-    def _train_epoch_minibatch(self, epoch: int) -> tuple[float, float]:
-        self.model.train()
-        self.train_loader.set_epoch(epoch)
-        total_loss, correct, count = 0.0, 0, 0
-        bar = progress(self.train_loader, f"epoch {epoch}", self.config.progress)
-        for batch in bar:
-            with self.timer("compute"):
-                graphs = [MessageGraph.from_block(b, self.device) for b in batch.sample.blocks]
-                y = batch.y.to(self.device)
-                self.optimizer.zero_grad(set_to_none=True)
-                logits = self.model(graphs, batch.x_SF.to(self.device))
-                loss = F.cross_entropy(logits, y)
-                loss.backward()
-                self.optimizer.step()
-            self.sampled_edges += batch.sample.num_sampled_edges
-            total_loss += loss.item() * y.numel()
-            correct += int((logits.argmax(-1) == y).sum())
-            count += y.numel()
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-        return total_loss / max(count, 1), correct / max(count, 1)
-
-    # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, splits: tuple[str, ...] = ("val", "test")) -> dict[str, float]:
-        """Accuracy on each split (full graph in full mode, sampled blocks in mini-batch mode)."""
-        self.model.eval()
+    def evaluate(self, split: str) -> float:
         if self.config.mode == "full":
+            self.model.eval()
             logits = self.model([self.full_graph] * self.model.num_layers, self.x_full)
-            out = {}
-            for split in splits:
-                idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
-                out[split] = accuracy(logits[idx], self.y[idx].to(self.device))
-            return out
+            idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
+            return accuracy(logits[idx], self.y[idx].to(self.device))
         if self.layerwise is not None:
-            return layerwise_accuracies(self.layerwise, self.model, splits, lambda values: values)
-        out = {}
-        for split in splits:
-            loader = self.eval_loaders[split]
-            loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
-            correct = count = 0
-            for batch in loader:
-                graphs = [MessageGraph.from_block(b, self.device) for b in batch.sample.blocks]
-                logits = self.model(graphs, batch.x_SF.to(self.device))
-                correct += int((logits.argmax(-1).cpu() == batch.y).sum())
-                count += batch.y.numel()
-            out[split] = correct / max(count, 1)
-        return out
+            return layerwise_accuracies(self.layerwise, self.model, (split,), lambda values: values)[split]
+        loader = self.eval_loaders[split]
+        loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
+        correct, count = count_correct(self.model, loader, self.device)
+        return correct / max(count, 1)
 
-    # ------------------------------------------------------------------ the run
-    def fit(self) -> dict[str, Any]:
-        from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
+    def dataset_info(self) -> dict[str, Any]:
+        return dataset_record(self.graph, self.spec)
 
-        cfg = self.config
-        checkpointer = None if not cfg.checkpoint_dir else Checkpointer(
-            cfg.checkpoint_dir, every=cfg.checkpoint_every, keep=cfg.keep_checkpoints)
-        loop = LoopState()
-        if checkpointer is not None and cfg.resume:
-            state = checkpointer.load_latest(cfg.to_dict())
-            if state is not None:
-                loop = restore_state(state, self.model, self.optimizer, [], EpochRecord)
-                print(f"resumed from {checkpointer.complete()[-1]} (epoch {loop.next_epoch})", flush=True)
-        run_start = time.perf_counter()
-        epochs = progress(range(loop.next_epoch, cfg.optim.epochs), "training", cfg.progress and cfg.mode == "full")
-        for epoch in epochs:
-            start = time.perf_counter()
-            if cfg.mode == "full":
-                loss, train_acc = self._train_epoch_full(epoch)
-            else:
-                loss, train_acc = self._train_epoch_minibatch(epoch)
-            train_time = time.perf_counter() - start
-            with self.timer("eval"):
-                val_acc = self.evaluate(("val",))["val"]
-            stages = self.timer.reset()
-            loop.history.append(EpochRecord(epoch, loss, train_acc, val_acc, train_time, stages))
-            if val_acc > loop.best_val:
-                loop.best_val, loop.best_epoch = val_acc, epoch
-                loop.best_state = copy.deepcopy(self.model.state_dict())
-            loop.next_epoch = epoch + 1
-            stop = bool(cfg.optim.patience and epoch - loop.best_epoch >= cfg.optim.patience)
-            if checkpointer is not None and (stop or checkpointer.due(loop.next_epoch, cfg.optim.epochs)):
-                checkpointer.save(loop.next_epoch, capture_state(loop, self.model, self.optimizer, []), cfg.to_dict())
-            if stop:
-                break
-        history, best_epoch, best_state = loop.history, loop.best_epoch, loop.best_state
-        assert best_state is not None
-        self.model.load_state_dict(best_state)
-        final = self.evaluate(("val", "test"))
-        total_time = time.perf_counter() - run_start
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        if self.config.mode == "full":
+            return {}
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        return {
-            "config": cfg.to_dict(),
-            "mode": cfg.mode,
-            "dataset": dataset_summary(self.graph),
-            "epochs": [dataclasses.asdict(r) for r in history],
-            "best_epoch": best_epoch,
-            "val_acc": final["val"],
-            "test_acc": final["test"],
-            "sampled_edges_per_s": (self.sampled_edges / sample_time) if sample_time > 0 else None,
-            "mean_epoch_time_s": float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s])),
-            "total_time_s": total_time,
-        }
-
-
-def dataset_summary(graph: Graph) -> dict[str, Any]:
-    return {
-        "name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-        "num_features": graph.num_features, "num_classes": graph.num_classes,
-        "train": int(len(graph.train_idx)) if graph.train_idx is not None else 0,
-        "val": int(len(graph.val_idx)) if graph.val_idx is not None else 0,
-        "test": int(len(graph.test_idx)) if graph.test_idx is not None else 0,
-    }
+        return {"sampled_edges_per_s": (self.sampled_edges / sample_time) if sample_time > 0 else None}
 
 
 def run_training(config: TrainConfig, graph: Graph | None = None) -> dict[str, Any]:
-    """Train once with ``config`` and return the results dictionary."""
-    return Trainer(config, graph).fit()
+    """Train once in this process with ``config`` (on ``graph`` when given, else on the dataset
+    ``config.dataset`` names) and return the results dictionary."""
+    if config.run.distributed:
+        raise ConfigError("this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
+                          "shardgnn.train.worker.run_worker under torchrun")
+    return TrainingLoop(config, LocalSteps(config, graph)).run()

@@ -1,12 +1,48 @@
-"""``shardgnn plot``: turn results JSON files into PNG figures (matplotlib, no display needed)."""
+"""``shardgnn plot``: turn results JSON files and partition directories into PNG figures
+(matplotlib, no display needed)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 from shardgnn.atomic import atomic_open
 from shardgnn.errors import ShardgnnError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    plot = sub.add_parser("plot", help="draw PNG figures from results JSON files or partition directories",
+                          description="training_curves.png (loss and accuracies per epoch, one line per run), "
+                                      "cache_hit_rate.png (runs with a feature cache), and one figure per partition "
+                                      "directory. Results of a run still going (status: running) plot too.")
+    plot.add_argument("results", nargs="+",
+                      help="results JSON files (`shardgnn train --results`) or partition directories")
+    plot.add_argument("--out", default="plots", help="output folder for the PNG files (default: plots)")
+    plot.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``shardgnn plot``."""
+    from shardgnn.cli.partition import plot_partition
+    from shardgnn.partition.format import is_partition_dir
+
+    written: list[Path] = []
+    for path in args.results:
+        if is_partition_dir(path):
+            written += plot_partition(path, Path(args.out))
+    results = [Path(p) for p in args.results if not is_partition_dir(p)]
+    if results:
+        written += plot_training_curves(results, Path(args.out))
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _integer_epochs(ax) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _load_results(path: Path) -> dict:
@@ -42,6 +78,7 @@ def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
         ax.set_xlabel("epoch")
         ax.set_title(title)
         ax.grid(alpha=0.3)
+        _integer_epochs(ax)
     axes[-1].legend(fontsize=8)
     fig.tight_layout()
     target = out_dir / "training_curves.png"
@@ -49,18 +86,24 @@ def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
         fig.savefig(fh, format="png", dpi=120)
     plt.close(fig)
     written.append(target)
-    cached = [(path, data) for path, data in runs if any(e.get("cache") for e in data["epochs"])]
+    # Only runs that had a cache: a run without one still reports remote bytes, but no hit rate.
+    cached = [(path, data) for path, data in runs if _cache_policy(data) != "none"]
     if cached:
         written.append(_plot_cache(cached, out_dir, plt))
     return written
+
+
+def _cache_policy(data: dict) -> str:
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    return str((config.get("cache") or {}).get("policy", "none"))
 
 
 def _plot_cache(runs: list[tuple[Path, dict]], out_dir: Path, plt) -> Path:
     """Hit rate per epoch and remote feature MB per epoch, one line per run labelled by policy."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for path, data in runs:
-        cache = data.get("cache") or {}
-        label = f"{cache.get('policy', '?')}" + (f" {cache['size']}" if cache.get("size") else "") + f" ({path.stem})"
+        cache = data["config"]["cache"]
+        label = f"{cache['policy']} {cache.get('size', '')} ({path.stem})"
         epochs = [e for e in data["epochs"] if e.get("cache")]
         x = [e["epoch"] for e in epochs]
         axes[0].plot(x, [100 * (e["cache"]["hit_rate"] or 0.0) for e in epochs], marker="o", markersize=3, label=label)
@@ -69,6 +112,7 @@ def _plot_cache(runs: list[tuple[Path, dict]], out_dir: Path, plt) -> Path:
         ax.set_xlabel("epoch")
         ax.set_title(title)
         ax.grid(alpha=0.3)
+        _integer_epochs(ax)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     target = out_dir / "cache_hit_rate.png"

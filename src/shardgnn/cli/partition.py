@@ -1,14 +1,8 @@
-"""CLI glue for ``shardgnn partition``, ``shardgnn verify`` and ``shardgnn plot PARTITION_DIR``.
+"""``shardgnn partition`` and ``shardgnn verify`` (and the partition figure of ``shardgnn plot``).
 
-This module is top-layer code (it may import anything, e.g. ``format_table``); nothing in
-:mod:`shardgnn.partition` imports it. ``shardgnn.cli`` wires it in with::
-
-    from shardgnn.partition.commands import add_parsers, is_partition_dir, plot_partition
-    add_parsers(sub)                      # registers `partition` and `verify`
-    handlers["partition"], handlers["verify"] = partition_command, verify_command
-
-Handlers return an exit code and raise :class:`~shardgnn.errors.ShardgnnError` for user
-mistakes (``cli.main`` turns those into ``error:`` + exit 2).
+The partition flags are derived from :class:`~shardgnn.partition.methods.PartitionConfig`.
+Handlers return an exit code and raise :class:`~shardgnn.errors.ShardgnnError` for user mistakes
+(``shardgnn.cli.main`` turns those into ``error:`` + exit 2).
 """
 
 from __future__ import annotations
@@ -17,6 +11,7 @@ import argparse
 import contextlib
 import json
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -25,55 +20,38 @@ from typing import Iterator
 import numpy as np
 
 from shardgnn.atomic import atomic_open, save_npy
-from shardgnn.errors import ConfigError
+from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
 from shardgnn.partition.format import (
     FORMAT,
     PartitionSet,
     check_output_dir,
-    is_partition_dir,
     read_partitions,
     verify_partitions,
     write_partitions,
 )
-from shardgnn.partition.methods import BALANCE_KEYS, PartitionConfig, partition_graph
+from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
+from shardgnn.train.config import TrainConfig
 from shardgnn.train.progress import format_table
 
-_DEFAULTS = {"seed": 0, "imbalance": 0.03, "slack": 0.05, "chunk_edges": 1 << 20}
+# Which methods read which setting (a setting given for another method is reported, not dropped).
+_USED_BY = {"seed": ("random", "metis"), "balance": ("metis",), "imbalance": ("metis",), "slack": ("ldg", "fennel"),
+            "chunk_edges": ("ldg", "fennel")}
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    """Register the ``partition`` and ``verify`` subcommands (each sets ``handler`` as a default)."""
+    """Register the ``partition`` and ``verify`` subcommands."""
     part = subparsers.add_parser(
         "partition", help="split a dataset into P parts and write a partition directory",
         description="Partition a dataset's nodes into P parts, relabel them so every part owns a contiguous id "
                     "range, and write one folder per part (CSR of in-edges, features, labels, splits, halo) plus "
-                    "meta.json with checksums and quality metrics.")
-    part.add_argument("dataset", nargs="?", default="synthetic",
-                      help="dataset spec (default: synthetic); `shardgnn info --list` shows the known names")
-    part.add_argument("--data-dir", default=None,
-                      help="dataset folder (default: $SHARDGNN_DATA or ~/.cache/shardgnn)")
-    part.add_argument("--parts", "-k", type=int, required=True, help="number of parts P")
-    part.add_argument("--method", choices=("random", "metis", "ldg", "fennel"), default=None,
-                      help="partitioner (default: metis; not together with --assignment)")
+                    "meta.json with the dataset's identity, checksums and quality metrics.")
+    part.add_argument("dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset"))
+    part.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
+    add_flags(part, PartitionConfig)
     part.add_argument("--out", required=True, help="output directory (created atomically)")
-    part.add_argument("--balance", default=None,
-                      help=f"metis: comma-separated balance constraints, a subset of {','.join(BALANCE_KEYS)} "
-                           "(default: every one that applies)")
-    part.add_argument("--imbalance", type=float, default=None,
-                      help=f"metis: allowed imbalance per constraint (default {_DEFAULTS['imbalance']})")
-    part.add_argument("--seed", type=int, default=None, help="random/metis seed (default 0)")
-    part.add_argument("--slack", type=float, default=None,
-                      help=f"ldg/fennel: parts hold at most (1 + slack) * N / P nodes (default {_DEFAULTS['slack']})")
-    part.add_argument("--chunk-edges", type=int, default=None,
-                      help="ldg/fennel: edges per streamed chunk; bounds scratch memory, never changes the result "
-                           f"(default {_DEFAULTS['chunk_edges']})")
-    part.add_argument("--assignment", default=None, metavar="FILE.npy",
-                      help="use this node -> part array (integer .npy of length N) instead of a partitioner")
     part.add_argument("--save-assignment", default=None, metavar="FILE.npy",
                       help="also write the node -> part array (original ids) to this .npy")
-    part.add_argument("--allow-empty-parts", action="store_true",
-                      help="accept parts that own no node (a warning instead of an error)")
     part.add_argument("--overwrite", action="store_true", help="replace an existing partition directory")
     part.add_argument("--json", action="store_true", help="print the metrics as JSON instead of tables")
     part.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -127,28 +105,11 @@ def metrics_tables(metrics: PartitionMetrics, max_parts: int = 64) -> str:
 
 
 def _resolve_config(args: argparse.Namespace) -> PartitionConfig:
-    if args.assignment is not None and args.method is not None:
-        raise ConfigError("give either --method or --assignment, not both")
-    method = "assignment" if args.assignment is not None else (args.method or "metis")
-    given = {key: getattr(args, key) for key in _DEFAULTS if getattr(args, key) is not None}
-    uses = {"seed": ("random", "metis"), "imbalance": ("metis",), "slack": ("ldg", "fennel"),
-            "chunk_edges": ("ldg", "fennel")}
-    for key in given:
-        if method not in uses[key]:
-            warnings.warn(f"--{key.replace('_', '-')} is ignored by --method {method}", stacklevel=2)
-    if args.balance is not None and method != "metis":
-        warnings.warn(f"--balance is ignored by --method {method} (only metis balances several constraints)",
-                      stacklevel=2)
-    values = {**_DEFAULTS, **given}
-    balance = None
-    if args.balance is not None:
-        balance = tuple(b.strip() for b in args.balance.split(",") if b.strip())
-        unknown = [b for b in balance if b not in BALANCE_KEYS]
-        if unknown or not balance:
-            raise ConfigError(f"--balance {args.balance!r}: give a comma-separated subset of {','.join(BALANCE_KEYS)}")
-    return PartitionConfig(num_parts=args.parts, method=method, seed=values["seed"], balance=balance,
-                           imbalance=values["imbalance"], slack=values["slack"], chunk_edges=values["chunk_edges"],
-                           assignment=args.assignment, allow_empty_parts=args.allow_empty_parts).validate()
+    config = config_from_args(PartitionConfig, args)
+    for name, methods in _USED_BY.items():
+        if was_given(args, name) and config.method not in methods:
+            warnings.warn(f"{flag_for(PartitionConfig, name)} is ignored by --method {config.method}", stacklevel=2)
+    return config
 
 
 def _dir_size(path: Path) -> int:
@@ -158,7 +119,7 @@ def _dir_size(path: Path) -> int:
 # ---------------------------------------------------------------------------------------------- commands
 def partition_command(args: argparse.Namespace) -> int:
     """``shardgnn partition``: load, partition, write, print the metrics."""
-    from shardgnn.graph.datasets import load_dataset
+    from shardgnn.graph.datasets import canonical_spec, load_dataset
 
     show = not args.quiet
     with _warnings_to_stderr("partition"):
@@ -176,7 +137,7 @@ def partition_command(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         pset = write_partitions(graph, result.assignment, out, method=result.method, settings=result.settings,
                                 overwrite=args.overwrite, num_parts=config.num_parts, metrics=metrics,
-                                seconds=result.seconds, progress=show)
+                                seconds=result.seconds, progress=show, dataset_spec=canonical_spec(args.dataset))
         write_s = time.perf_counter() - start
         if args.save_assignment:
             save_npy(Path(args.save_assignment).expanduser(), result.assignment)
@@ -264,9 +225,9 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
         ax.grid(alpha=0.3, axis="y")
         if m.num_parts <= 32:
             ax.set_xticks(parts)
-    name = str(pset.meta.get("graph"))
-    name = name if len(name) <= 48 else name[:45] + "..."  # synthetic specs are long
-    fig.suptitle(f"{name}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}")
+    name = str(pset.dataset.get("spec") or pset.meta.get("graph"))
+    # Long names (synthetic specs) wrap instead of being cut.
+    fig.suptitle("\n".join(textwrap.wrap(f"{name}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}", 90)))
     fig.tight_layout()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -277,5 +238,4 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     return [target]
 
 
-__all__ = ["add_parsers", "partition_command", "verify_command", "plot_partition", "is_partition_dir",
-           "metrics_tables"]
+__all__ = ["add_parsers", "partition_command", "verify_command", "plot_partition", "metrics_tables"]

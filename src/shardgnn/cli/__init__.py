@@ -1,0 +1,57 @@
+"""The ``shardgnn`` command line: ``train``, ``infer``, ``info``, ``convert``, ``partition``,
+``verify``, ``plot``.
+
+A thin layer: each command's flags are derived from its config dataclass (:mod:`.flags`), its
+handler builds the config, runs, and prints. Every user mistake surfaces as one
+``shardgnn COMMAND: error: ...`` line and exit code 2, never a traceback, whether it happened in
+this process or in a worker (then the line names the rank and the next line the log with the
+full traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shardgnn import __version__
+from shardgnn.errors import ShardgnnError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every ``shardgnn`` command (building it imports no heavy module)."""
+    from shardgnn.cli import data, infer, partition, plot, train
+
+    parser = argparse.ArgumentParser(
+        prog="shardgnn", description="Train graph neural networks on graphs that outgrow one process, one GPU or one "
+                                     "machine. `shardgnn COMMAND --help` describes each command.")
+    parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (train, infer, data, partition, plot):
+        module.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status (0 ok, 1 a worker crashed, 2 a user error,
+    130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except ShardgnnError as exc:
+        print(f"shardgnn {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        from shardgnn.distributed.launch import WorkerFailedError
+
+        if not isinstance(exc, WorkerFailedError):
+            raise
+        print(exc.summary(args.command), file=sys.stderr)
+        return 2 if exc.user_error else 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

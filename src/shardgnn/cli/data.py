@@ -1,0 +1,69 @@
+"""``shardgnn info`` (what a dataset holds) and ``shardgnn convert`` (your own graph)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from shardgnn.cli.flags import add_flags, config_from_args, field_help
+from shardgnn.graph.convert import ConvertConfig
+from shardgnn.train.config import TrainConfig
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    info = sub.add_parser("info", help="print statistics of a dataset",
+                          description="Load a dataset and print its size, degrees, splits and homophily.")
+    info.add_argument("dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset"))
+    info.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
+    info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    info.add_argument("--list", action="store_true", help="list the known dataset names and exit")
+    info.set_defaults(handler=run_info)
+
+    convert = sub.add_parser(
+        "convert", help="turn your own graph (edge list + files, CSV/Parquet tables, .npz) into a graph directory",
+        description="Write a graph directory from an edge list with feature/label/split files, from node and edge "
+                    "tables (CSV or Parquet), or from an .npz archive. Train it with the dataset spec graph:DIR, e.g. "
+                    "`shardgnn train graph:my-graph --workers 2`.")
+    add_flags(convert, ConvertConfig)
+    convert.set_defaults(handler=run_convert)
+
+
+def _info_table(info: dict[str, Any]) -> str:
+    from shardgnn.train.progress import format_table
+
+    rows = []
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value))
+        rows.append((key, value))
+    return format_table(["property", "value"], rows)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Handler of ``shardgnn info``."""
+    from shardgnn.graph.datasets import describe_datasets, load_dataset
+    from shardgnn.graph.stats import graph_info
+
+    if args.list:
+        print(describe_datasets())
+        return 0
+    info = graph_info(load_dataset(args.dataset, args.data_dir))
+    print(json.dumps(info, indent=2) if args.json else _info_table(info))
+    return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """Handler of ``shardgnn convert``."""
+    from pathlib import Path
+
+    from shardgnn.graph.convert import convert
+    from shardgnn.graph.stats import graph_info
+
+    config = config_from_args(ConvertConfig, args)
+    graph = convert(config)
+    print(_info_table(graph_info(graph)))
+    print(f"wrote {config.out}; train it with: shardgnn train graph:{Path(config.out)}")
+    return 0

@@ -1,0 +1,37 @@
+"""``shardgnn infer``: layer-wise inference from a checkpoint, one worker per part."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from shardgnn.cli.flags import add_flags, config_from_args
+from shardgnn.options import to_dict
+from shardgnn.train.config import InferConfig
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "infer", help="layer-wise distributed inference from a checkpoint",
+        description="Compute every node's embedding, logits and prediction with full neighbourhoods, one layer at a "
+                    "time, one worker per part; outputs are in the graph's original node ids.")
+    add_flags(parser, InferConfig)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``shardgnn infer``: check the checkpoint against the partition, then launch."""
+    from shardgnn.distributed.launch import launch_local
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.infer import check_inference_pair, infer_worker, resolve_checkpoint
+
+    config = config_from_args(InferConfig, args)
+    checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
+    pset = read_partitions(config.partitions, verify=False)
+    check_inference_pair(checkpoint, pset)
+    Path(config.out).expanduser().mkdir(parents=True, exist_ok=True)
+    config = dataclasses.replace(config, checkpoint=str(checkpoint))
+    launch_local(infer_worker, (json.dumps(to_dict(config)),), nprocs=pset.num_parts, log_dir=config.log_dir)
+    return 0

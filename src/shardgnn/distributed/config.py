@@ -1,0 +1,12 @@
+"""Constants of the distributed layer that settings refer to (imports nothing heavy)."""
+
+from __future__ import annotations
+
+BITS = (1, 2, 4, 8, 16, 32)
+"""Bits per value the low-bit row codec can send (32: exact float32)."""
+
+DEFAULT_TIMEOUT_S = 45.0
+"""Deadline of every collective. A worker that stalls makes the others fail within this many
+seconds, so a stalled job ends within 60 s. Long enough for any single collective of a 1M-node
+job on 2 cores (a few seconds); raise it with ``--timeout`` when ranks legitimately wait on each
+other longer (a slow shared file system at start-up, a very large layer-wise inference chunk)."""

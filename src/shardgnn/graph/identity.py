@@ -1,0 +1,66 @@
+"""Which graph is this? A fingerprint that partitions, checkpoints and results record, so a
+partition, a checkpoint or an inference run is never silently paired with another graph.
+
+The fingerprint is the graph's size (nodes, edges, feature width, classes) and the SHA-256 of its
+in-edge CSR in original node ids (``indptr`` and ``indices`` as little-endian int64, whatever
+their stored dtype). Two loads of the same dataset give the same fingerprint; a partition
+directory records the fingerprint of the graph it was cut from, before relabelling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from shardgnn.errors import ConfigError
+
+_CHUNK = 1 << 22  # entries hashed at a time: bounded scratch memory for any graph size
+
+
+def csr_sha256(indptr: np.ndarray, indices: np.ndarray) -> str:
+    """SHA-256 of ``indptr`` then ``indices``, both as little-endian int64."""
+    digest = hashlib.sha256()
+    for array in (indptr, indices):
+        for start in range(0, array.shape[0], _CHUNK):
+            digest.update(np.ascontiguousarray(array[start:start + _CHUNK], dtype="<i8").tobytes())
+    return digest.hexdigest()
+
+
+def fingerprint(graph: Any) -> dict[str, Any]:
+    """``{num_nodes, num_edges, num_features, num_classes, csr_sha256}`` of a
+    :class:`~shardgnn.graph.csr.Graph`."""
+    return {"num_nodes": int(graph.num_nodes), "num_edges": int(graph.num_edges),
+            "num_features": int(graph.num_features), "num_classes": int(graph.num_classes),
+            "csr_sha256": csr_sha256(graph.indptr, graph.indices)}
+
+
+def describe(identity: dict[str, Any]) -> str:
+    """``coauthor-cs (18,333 nodes, 163,788 edges, 6,805 features, 15 classes)`` of a dataset
+    record (``{spec, name, fingerprint}``)."""
+    fp = identity.get("fingerprint") or {}
+    name = identity.get("spec") or identity.get("name") or "an unnamed graph"
+    try:
+        return (f"{name} ({fp['num_nodes']:,} nodes, {fp['num_edges']:,} edges, {fp['num_features']:,} features, "
+                f"{fp['num_classes']:,} classes)")
+    except (KeyError, TypeError, ValueError):  # no fingerprint, or a damaged one
+        return str(name)
+
+
+def check_same_graph(expected: dict[str, Any] | None, actual: dict[str, Any] | None, *, expected_from: str,
+                     actual_from: str, fix: str) -> None:
+    """Refuse to pair two things made from different graphs.
+
+    ``expected`` and ``actual`` are dataset records (``{spec, name, fingerprint}``); a record
+    without a fingerprint (written by an older shardgnn) cannot be checked and passes.
+
+    Raises:
+        ConfigError: the fingerprints differ; the message names both graphs and ``fix``.
+    """
+    fp_expected = (expected or {}).get("fingerprint")
+    fp_actual = (actual or {}).get("fingerprint")
+    if not fp_expected or not fp_actual or fp_expected == fp_actual:
+        return
+    raise ConfigError(f"{expected_from} was made from {describe(expected or {})}, but {actual_from} is "
+                      f"{describe(actual or {})}; {fix}")

@@ -1,0 +1,34 @@
+"""The model's settings (imports nothing heavy: the command line is built from it)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardgnn.options import check_choices, invalid, option
+
+MODELS = ("sage", "gcn", "gat")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ModelConfig:
+    """Model architecture."""
+
+    model: str = option("sage", choices=MODELS, help="layer type: sage (GraphSAGE-mean), gcn or gat")
+    hidden: int = option(256, help="hidden width (for gat: per head)")
+    num_layers: int | None = option(None, flag="--layers",
+                                    help="message-passing layers (unset: one per fanout in mini-batch mode, 2 in "
+                                         "full-graph mode)")
+    dropout: float = option(0.5, help="dropout on the hidden representations between layers")
+    input_dropout: float = option(0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)")
+    heads: int = option(4, help="attention heads (gat)")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        for name in ("hidden", "heads"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if self.num_layers is not None and self.num_layers < 1:
+            raise invalid(self, "num_layers", "must be >= 1")
+        for name in ("dropout", "input_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise invalid(self, name, "a probability in [0, 1)")

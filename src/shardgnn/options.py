@@ -1,0 +1,144 @@
+"""Settings, each defined once: a field of a config dataclass.
+
+A component's config is a ``kw_only`` dataclass whose fields are declared with :func:`option`
+(default, help text, choices, and the flag's spelling when it is not ``--field-name``) or with
+:func:`component` (a nested config). Everything else is derived from those declarations:
+
+* validation of choices (:func:`check_choices`, called from ``__post_init__``) and error messages
+  that name the flag and the bad value (:func:`invalid`);
+* the command-line flags (``shardgnn.cli.flags`` builds ``argparse`` arguments from the fields);
+* the JSON form (:func:`to_dict` / :func:`from_dict`) that the launcher hands to every worker and
+  every results file and checkpoint records.
+
+This module imports only the standard library, so building the command line stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Mapping, TypeVar
+
+from shardgnn.errors import ConfigError
+
+T = TypeVar("T")
+
+_MISSING: Any = dataclasses.MISSING
+
+
+def option(default: Any = _MISSING, *, help: str, choices: tuple | None = None, flag: str | None = None,
+           short: str | None = None, negative_flag: str | None = None, negative_help: str | None = None,
+           metavar: str | None = None, cli: bool = True, default_factory: Any = _MISSING) -> Any:
+    """A setting: a dataclass field that carries its help text and its choices.
+
+    Args:
+        default: the default value (the only place it is written).
+        help: one line for ``--help``; the default is appended by the CLI, so do not repeat it.
+        choices: the allowed values; :func:`check_choices` enforces them and the CLI lists them.
+        flag: the flag's spelling (default ``--`` + the field name with dashes); ``short``: a
+            one-letter alias (``-k``).
+        negative_flag: for a bool that defaults to True, the flag that sets it False (``--quiet``),
+            with ``negative_help`` as its help.
+        metavar: the value's name in ``--help``.
+        cli: False for settings the command line sets another way (a positional argument).
+    """
+    metadata = {"help": help, "choices": choices, "flag": flag, "short": short, "negative_flag": negative_flag,
+                "negative_help": negative_help, "metavar": metavar, "cli": cli}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def component(cls: type, *, title: str) -> Any:
+    """A nested config (its own dataclass); ``title`` names its group of flags in ``--help``."""
+    return dataclasses.field(default_factory=cls, metadata={"component": True, "title": title})
+
+
+def flag_of(obj_or_cls: Any, name: str) -> str:
+    """The command-line spelling of field ``name`` (``--cache-policy`` for ``CacheConfig.policy``)."""
+    field = {f.name: f for f in dataclasses.fields(obj_or_cls)}[name]
+    return field.metadata.get("flag") or "--" + name.replace("_", "-")
+
+
+def invalid(obj: Any, name: str, constraint: str, value: Any = _MISSING) -> ConfigError:
+    """A :class:`ConfigError` naming one setting, its bad value and the constraint it breaks:
+    ``--hidden 0: must be >= 1``."""
+    value = getattr(obj, name) if value is _MISSING else value
+    shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+    return ConfigError(f"{flag_of(obj, name)} {shown!s}: {constraint}")
+
+
+def check_choices(obj: Any) -> None:
+    """Refuse a field whose value is not among its declared choices (None passes: it means unset)."""
+    for field in dataclasses.fields(obj):
+        choices, value = field.metadata.get("choices"), getattr(obj, field.name)
+        if choices is not None and value is not None and value not in choices:
+            raise invalid(obj, field.name, "choose one of " + ", ".join(map(str, choices)))
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """The config as plain JSON-ready data (nested configs as dicts, tuples as lists)."""
+    return _jsonable(dataclasses.asdict(obj))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "config") -> T:
+    """Rebuild ``cls`` from :func:`to_dict` output (validation runs again).
+
+    Raises:
+        ConfigError: an unknown key or a value of the wrong shape (names ``where`` and the key).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+    kwargs = {}
+    for name, value in data.items():
+        kind = hints[name]
+        if fields[name].metadata.get("component"):
+            kwargs[name] = from_dict(kind, value, where=f"{where}.{name}")
+        elif value is not None and _is_tuple(kind):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _is_tuple(kind: Any) -> bool:
+    return any(typing.get_origin(k) is tuple for k in (kind, *typing.get_args(kind)))
+
+
+def value_type(kind: Any) -> tuple[Any, bool]:
+    """``(base type, optional)`` of a field annotation: ``int | None`` -> ``(int, True)``."""
+    optional = False
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(kind))
+        assert len(args) == 1, f"unsupported setting type {kind}"
+        kind = args[0]
+    return kind, optional
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    """The default value a field declares."""
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return field.default
+
+
+def changed_settings(obj: Any, names: tuple[str, ...] | None = None) -> list[str]:
+    """Flags of the fields of ``obj`` (or of ``names`` among them) whose values differ from their
+    declared defaults."""
+    return [flag_of(obj, f.name) for f in dataclasses.fields(obj)
+            if (names is None or f.name in names) and getattr(obj, f.name) != default_of(f)]

@@ -1,0 +1,148 @@
+"""The cached feature store: a cache in front of any :class:`FeatureStore`, behind the same interface."""
+
+from __future__ import annotations
+
+import copy
+import typing
+
+import numpy as np
+import torch
+
+from shardgnn.store.cache.core import CacheCore, distinct_in_order
+from shardgnn.store.cache.policies import BeladyPolicy, CachePolicy, StaticPolicy
+from shardgnn.store.feature import FeatureStore, copy_rows
+
+
+class _Split(typing.NamedTuple):
+    """One batch's ids split for the cache: positions of cacheable and plain (RAM-local) ids, and
+    the cacheable ids' distinct values with ``distinct[inverse]`` = them and first occurrences."""
+
+    where_c: np.ndarray
+    where_plain: np.ndarray
+    distinct: np.ndarray
+    inverse: np.ndarray
+    first: np.ndarray
+
+
+class CachedFeatureStore(FeatureStore):
+    """A cache in front of ``fallback`` (same interface; ``gather`` is collective exactly when
+    the fallback's is: one fallback ``gather`` per call, or per look-ahead window for belady).
+
+    Args:
+        fallback: the store the rows come from (e.g. :class:`DistFeatureStore`).
+        policy: the admission/eviction rule.
+        capacity: rows held at most.
+        fill_from: the store static content is loaded from (default ``fallback``; a distributed
+            store under another communication stage keeps set-up bytes apart from fetch bytes).
+    """
+
+    def __init__(self, fallback: FeatureStore, policy: CachePolicy, capacity: int,
+                 fill_from: FeatureStore | None = None):
+        self.fallback, self.policy = fallback, policy
+        self.capacity = int(min(capacity, fallback.shape[0]))
+        self.core = CacheCore(policy, fallback.shape[0], self.capacity)
+        self.rows = torch.zeros((self.capacity, *fallback.shape[1:]), dtype=fallback.dtype)
+        self._staged_ids = np.zeros(0, dtype=np.int64)
+        self._staged_rows: torch.Tensor | None = None
+        self._window: list[_Split] = []
+        self.max_staged_rows = 0
+        self.readonly = False
+        self._marks = np.full(fallback.shape[0], -1, dtype=np.int64)  # scratch of distinct_in_order
+        # Static content is loaded once (a collective gather when the fallback is distributed).
+        if isinstance(policy, StaticPolicy):
+            initial = policy.initial_ids()[: self.capacity]
+            self.rows[self.core.preload(initial)] = (fill_from or fallback).gather(torch.from_numpy(initial))
+
+    # -------------------------------------------------------------- the store interface
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.fallback.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fallback.dtype
+
+    @property
+    def collective(self) -> bool:
+        return self.fallback.collective
+
+    @property
+    def lookahead(self) -> int:
+        """Batches the loader should announce through :meth:`plan` before gathering them."""
+        return 0 if self.readonly else self.policy.lookahead
+
+    def cacheable(self, ids: np.ndarray) -> np.ndarray:
+        """Rows that come from a slow tier: a peer, or this rank's disk."""
+        if self.fallback.on_disk:
+            return np.ones(ids.shape[0], dtype=bool)
+        return ~self.fallback.local_mask(ids)
+
+    def read_only_view(self, fallback: FeatureStore) -> "CachedFeatureStore":
+        """The same cached rows in front of another store (e.g. evaluation's), never admitting and
+        counting separately; it stays valid while this cache changes."""
+        view = copy.copy(self)  # shares rows and index
+        view.fallback, view.readonly, view._window, view.core = fallback, True, [], self.core.view()
+        view._marks = np.full_like(self._marks, -1)
+        return view
+
+    def _split(self, ids_np: np.ndarray) -> "_Split":
+        cacheable = self.cacheable(ids_np)
+        where_c = np.flatnonzero(cacheable)
+        return _Split(where_c, np.flatnonzero(~cacheable), *distinct_in_order(ids_np[where_c], self._marks))
+
+    def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        ids_np = ids.numpy()
+        planned = bool(self._window)
+        # A planned batch was split by the inspector already.
+        where_c, where_plain, distinct, inverse, first = self._window.pop(0) if planned else self._split(ids_np)
+        assert where_c.shape[0] + where_plain.shape[0] == ids_np.shape[0] and \
+            np.array_equal(ids_np[where_c[first]], distinct), "gather called with ids other than the planned batch"
+        slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
+        missing = np.flatnonzero(slots < 0)
+        hit_occ = slots[inverse] >= 0  # per cacheable occurrence
+        out = torch.empty((ids_np.shape[0], *self.shape[1:]), dtype=self.dtype)
+        copy_rows(out, where_c[hit_occ], self.rows, slots[inverse[hit_occ]])
+        # Every distinct id's first output position: misses are written there, repeats copied.
+        first_occ = where_c[first]
+        miss_first = first_occ[missing]
+        if planned:
+            # Misses come from the window's staged rows; no collective per batch.
+            at = np.searchsorted(self._staged_ids, distinct[missing])
+            assert (self._staged_ids[at] == distinct[missing]).all(), "a planned miss was not staged"
+            copy_rows(out, miss_first, self._staged_rows, at)
+            if not self._window:
+                self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
+        else:
+            # One fallback gather (collective when distributed), straight into the output.
+            self.fallback.gather_into(torch.from_numpy(distinct[missing]), out, miss_first)
+        repeats = ~hit_occ & (where_c != first_occ[inverse])
+        copy_rows(out, where_c[repeats], out, first_occ[inverse[repeats]])
+        # Rows this process holds in RAM are copied directly, never cached.
+        self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
+        if admit_pos.shape[0]:
+            copy_rows(self.rows, targets, out, first_occ[admit_pos])
+        return out
+
+    # -------------------------------------------------------------- look-ahead (belady)
+    def plan(self, window: list[torch.Tensor]) -> None:
+        """The inspector: announce the next batches' ids (gathered next, in this order). Pure
+        computation; :meth:`prefetch` then brings their misses in one exchange."""
+        assert isinstance(self.policy, BeladyPolicy) and not self._window
+        for ids in window:
+            self.check_ids(ids)
+        self._window = [self._split(ids.numpy()) for ids in window]
+        misses = self.policy.plan(self.core.index, [split.distinct for split in self._window])
+        self._to_fetch = np.unique(np.concatenate(misses)) if misses else np.zeros(0, dtype=np.int64)
+
+    def prefetch(self) -> None:
+        """Fetch every row the planned window misses (collective when the fallback's gather is)."""
+        self._staged_ids = self._to_fetch
+        self._staged_rows = self.fallback.gather(torch.from_numpy(self._to_fetch))
+        self.max_staged_rows = max(self.max_staged_rows, int(self._to_fetch.shape[0]))
+
+    # -------------------------------------------------------------- counters
+    def reset_counters(self) -> tuple[int, int]:
+        """``(requested_rows, missed_rows)`` since the last reset."""
+        out = (self.core.requested, self.core.missed)
+        self.core.requested = self.core.missed = 0
+        return out

@@ -1,0 +1,242 @@
+"""The one training loop: epochs, evaluation, best epoch, patience, checkpoints, resume, history,
+progress lines and results, for every kind of training.
+
+What happens inside an epoch is a :class:`Steps` object's business: single-process training
+(:mod:`shardgnn.train.single`, the reference), distributed mini-batch training
+(:mod:`shardgnn.train.distributed`) and distributed full-graph training
+(:mod:`shardgnn.train.fullgraph`). Everything around the epochs is here, once.
+
+In a distributed run every rank runs this loop in lockstep; every reduction goes through
+``Steps.sum`` (an all-reduce, so every rank issues it at the same point), and only rank 0 prints
+and writes files.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn.atomic import save_json
+from shardgnn.distributed.comm import Communicator, CommStats
+from shardgnn.timing import StageTimer
+from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
+from shardgnn.train.config import TrainConfig
+
+
+@dataclasses.dataclass
+class EpochRecord:
+    """One epoch of the history (``epochs[i]`` of the results JSON)."""
+
+    epoch: int
+    """1-based: the epoch's number, which is also the number of epochs done when it ended"""
+    loss: float
+    train_acc: float
+    val_acc: float
+    time_s: float
+    """seconds of training (evaluation excluded), averaged over workers"""
+    stages: dict[str, float]
+    """seconds per stage (sample, fetch, compute, comm, eval...), averaged over workers"""
+    cache: dict[str, float | None] | None = None
+    """distributed mini-batch: feature-fetch metrics of the epoch, summed over workers (hit rate,
+    requested / missed / remote MB)"""
+
+
+class Steps(abc.ABC):
+    """What one kind of training does inside an epoch, and what it knows about its data.
+
+    Attributes the loop reads: ``model`` (the module whose state is checkpointed and whose best
+    weights are kept), ``optimizer``, ``timer`` (stage seconds, reset every epoch), ``rank`` and
+    ``world_size``, ``comms`` (every communicator whose traffic is reported; none for one
+    process) and ``main_comm`` (the communicator over all workers that gathers the report).
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    timer: StageTimer
+    rank: int = 0
+    world_size: int = 1
+    comms: tuple[Communicator, ...] = ()
+    main_comm: Communicator | None = None
+
+    @abc.abstractmethod
+    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
+        """Train one epoch; return ``(mean loss, accuracy)`` over every worker's training nodes."""
+
+    @abc.abstractmethod
+    def evaluate(self, split: str) -> float:
+        """Accuracy over every node of ``split`` (``val`` or ``test``)."""
+
+    @abc.abstractmethod
+    def dataset_info(self) -> dict[str, Any]:
+        """The dataset's identity and size: spec, name, fingerprint, split sizes."""
+
+    def sum(self, values: list[float], stage: str = "metrics") -> list[float]:
+        """``values`` summed over workers (a collective in distributed runs)."""
+        return list(values)
+
+    def barrier(self) -> None:
+        """Wait for every worker (a collective in distributed runs)."""
+
+    def generators(self) -> list[torch.Generator]:
+        """Random generators whose state a checkpoint must carry (low-bit codecs)."""
+        return []
+
+    def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
+        """Per-epoch metrics beyond loss and accuracy (collective); ``epoch_comm``: this rank's
+        ``[bytes_sent, bytes_recv, seconds, calls]`` per stage in the epoch."""
+        return None
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        """Results of this kind of training (collective): sampling rate, SpMM variant, cache..."""
+        return {}
+
+    def finish(self) -> None:
+        """Complete work still in flight (asynchronous exchanges) before the final evaluation."""
+
+
+class TrainingLoop:
+    """Runs ``steps`` for ``config.optim.epochs`` epochs with every piece of bookkeeping.
+
+    Args:
+        config: the resolved training config.
+        steps: what one epoch does.
+    """
+
+    def __init__(self, config: TrainConfig, steps: Steps):
+        self.config, self.steps = config, steps
+        self.is_main = steps.rank == 0
+        ckpt = config.checkpoint
+        self.checkpointer = None if not ckpt.dir else Checkpointer(
+            ckpt.dir, rank=steps.rank, world_size=steps.world_size, every=ckpt.every, keep=ckpt.keep,
+            barrier=steps.barrier)
+
+    def run(self) -> dict[str, Any]:
+        """Train, then evaluate the best epoch's weights; return the results (on every rank).
+        Rank 0 prints a line per epoch and, with ``config.results``, rewrites that file after
+        every epoch (``status: running``) and at the end (``status: complete``)."""
+        cfg, steps = self.config, self.steps
+        dataset = steps.dataset_info()
+        loop = self._resume(dataset)
+        run_start = time.perf_counter()
+        for epoch in range(loop.next_epoch, cfg.optim.epochs):
+            record = self._epoch(epoch, loop)
+            loop.history.append(record)
+            if record.val_acc > loop.best_val:
+                loop.best_val, loop.best_epoch = record.val_acc, record.epoch
+                loop.best_state = {k: v.detach().clone() for k, v in steps.model.state_dict().items()}
+            loop.next_epoch = epoch + 1
+            stop = bool(cfg.optim.patience and record.epoch - loop.best_epoch >= cfg.optim.patience)
+            if self.checkpointer is not None and (stop or self.checkpointer.due(loop.next_epoch, cfg.optim.epochs)):
+                self.checkpointer.save(loop.next_epoch, capture_state(loop, steps.model, steps.optimizer,
+                                                                      steps.generators()),
+                                       cfg.to_dict(), dataset)
+            if self.is_main:
+                print(epoch_line(record, cfg.optim.epochs, loop.best_val, loop.best_epoch, cfg.cache.enabled), flush=True)
+                if cfg.results:
+                    save_json(cfg.results, self._results(loop, dataset, final=None))
+            if stop:
+                if self.is_main:
+                    print(f"no better validation accuracy for {cfg.optim.patience} epochs: stopping early", flush=True)
+                break
+        steps.finish()
+        assert loop.best_state is not None
+        steps.model.load_state_dict(loop.best_state)
+        final = {"val_acc": steps.evaluate("val"), "test_acc": steps.evaluate("test"),
+                 "total_time_s": time.perf_counter() - run_start}
+        results = self._results(loop, dataset, final)
+        if self.is_main and cfg.results:
+            save_json(cfg.results, results)
+        return results
+
+    def _resume(self, dataset: dict[str, Any]) -> LoopState:
+        if self.checkpointer is None or not self.config.checkpoint.resume:
+            return LoopState()
+        state = self.checkpointer.load_latest(self.config.to_dict(), dataset)
+        if state is None:
+            return LoopState()
+        steps = self.steps
+        loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), EpochRecord)
+        if self.is_main:
+            print(f"resumed from {self.checkpointer.complete()[-1]} ({loop.next_epoch} of "
+                  f"{self.config.optim.epochs} epochs done)", flush=True)
+        return loop
+
+    def _epoch(self, epoch: int, loop: LoopState) -> EpochRecord:
+        steps, world = self.steps, self.steps.world_size
+        start = time.perf_counter()
+        loss, train_acc = steps.train_epoch(epoch, self.config.progress and self.is_main)
+        train_time = time.perf_counter() - start
+        with steps.timer("eval"):
+            val_acc = steps.evaluate("val")
+        stages = steps.timer.reset()
+        names = sorted(stages)  # every rank has the same stage names
+        totals = steps.sum([stages[n] for n in names] + [train_time])
+        stages = {n: v / world for n, v in zip(names, totals)}
+        epoch_comm: dict[str, list] = {}
+        for comm in steps.comms:
+            for name, st in comm.reset().items():
+                for total in (loop.comm_total.setdefault(name, [0, 0, 0.0, 0]),
+                              epoch_comm.setdefault(name, [0, 0, 0.0, 0])):
+                    for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
+                        total[i] += value
+        return EpochRecord(epoch + 1, loss, train_acc, val_acc, totals[-1] / world, stages,
+                           steps.epoch_metrics(epoch_comm))
+
+    def _results(self, loop: LoopState, dataset: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any]:
+        """The results JSON: after every epoch (``final`` None: rank 0 only, no collective) and at
+        the end (collective: traffic and extras are gathered from every rank)."""
+        history = loop.history
+        results: dict[str, Any] = {
+            "status": "complete" if final is not None else "running",
+            "config": self.config.to_dict(),
+            "mode": self.config.mode,
+            "dataset": dataset,
+            "workers": self.steps.world_size,
+            "epochs": [dataclasses.asdict(r) for r in history],
+            "num_epochs_run": len(history),
+            "best_epoch": loop.best_epoch,
+            "best_val_acc": loop.best_val if history else None,
+        }
+        if final is None:
+            return results
+        results.update(final)
+        results["mean_epoch_time_s"] = float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s])) \
+            if history else None
+        if self.steps.main_comm is not None:
+            totals = {name: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
+                      for name, v in loop.comm_total.items()}
+            per_rank = self.steps.main_comm.gather_stats(totals)
+            # Bytes summed over ranks and epochs, plus the most any one rank sent / received.
+            results["comm"] = {name: {"bytes_sent": sum(st.bytes_sent for st in ranks),
+                                      "bytes_recv": sum(st.bytes_recv for st in ranks),
+                                      "time_s": sum(st.time_s for st in ranks),
+                                      "max_rank_bytes_sent": max(st.bytes_sent for st in ranks),
+                                      "max_rank_bytes_recv": max(st.bytes_recv for st in ranks)}
+                               for name, ranks in per_rank.items()}
+        results.update(self.steps.results_extra(history))
+        return results
+
+
+_STAGE_ORDER = ("sample", "lookahead", "fetch", "wait", "comm", "compute")
+
+
+def epoch_line(record: EpochRecord, epochs: int, best_val: float, best_epoch: int, cached: bool = False) -> str:
+    """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log)."""
+    width = len(str(epochs))
+    order = {name: i for i, name in enumerate(_STAGE_ORDER)}
+    shown = sorted((name for name in record.stages if name != "eval" and record.stages[name] >= 0.005),
+                   key=lambda name: (order.get(name, len(order)), name))
+    stages = ", ".join(f"{name} {record.stages[name]:.2f}" for name in shown)
+    text = (f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train {100 * record.train_acc:5.1f}%  "
+            f"val {100 * record.val_acc:5.1f}% (best {100 * best_val:.1f}% @ {best_epoch})  "
+            f"{record.time_s:.2f} s" + (f" ({stages})" if stages else "")
+            + f" + eval {record.stages.get('eval', 0.0):.2f} s")
+    if cached and record.cache and record.cache.get("hit_rate") is not None:
+        text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
+    return text
+

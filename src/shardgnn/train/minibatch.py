@@ -1,0 +1,77 @@
+"""The mini-batch step, shared by single-process and distributed training: what is done with a
+stream of :class:`~shardgnn.loader.pipeline.MiniBatch` es. Where the batches come from (a local
+pipeline or the all-to-all one) is the caller's business, and that is what parity tests compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from shardgnn.loader.pipeline import MiniBatch
+from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.timing import StageTimer
+from shardgnn.train.progress import progress
+
+
+@dataclasses.dataclass
+class EpochSums:
+    """What one worker's batches add up to (summed over workers by the caller)."""
+
+    loss_sum: float = 0.0
+    correct: int = 0
+    count: int = 0
+    sampled_edges: int = 0
+
+
+def train_batches(module: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable[MiniBatch], *,
+                  device: torch.device, timer: StageTimer, desc: str, show_progress: bool,
+                  orig_ids: np.ndarray | None = None, time_waits: bool = False) -> EpochSums:
+    """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
+
+    ``orig_ids`` maps global to original node ids for the dropout keys (None: global ids are
+    original). ``time_waits`` records the time spent waiting for each batch as stage ``wait``
+    (with a prefetch thread, what the pipeline failed to hide).
+    """
+    module.train()
+    sums = EpochSums()
+    bar = progress(batches, desc, show_progress)
+    waited = time.perf_counter()
+    for batch in bar:
+        if time_waits:
+            timer.add("wait", time.perf_counter() - waited)
+        with timer("compute"):
+            graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
+            y = batch.y.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            logits = module(graphs, batch.x_SF.to(device))
+            # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
+            # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
+            loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
+            loss.backward()
+            optimizer.step()
+        sums.sampled_edges += batch.sample.num_sampled_edges
+        sums.loss_sum += loss.item() * y.numel()
+        sums.correct += int((logits.argmax(-1) == y).sum())
+        sums.count += y.numel()
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+        waited = time.perf_counter()
+    return sums
+
+
+@torch.no_grad()
+def count_correct(model: torch.nn.Module, batches: Iterable[MiniBatch], device: torch.device) -> tuple[int, int]:
+    """``(correct, count)`` of ``model``'s predictions over ``batches``' seeds."""
+    model.eval()
+    correct = count = 0
+    for batch in batches:
+        graphs = [MessageGraph.from_block(b, device) for b in batch.sample.blocks]
+        logits = model(graphs, batch.x_SF.to(device))
+        correct += int((logits.argmax(-1).cpu() == batch.y).sum())
+        count += batch.y.numel()
+    return correct, count

@@ -1,0 +1,148 @@
+"""The layering of the package, enforced: imports point down (or sideways), never up, and no two
+modules import each other, directly or around a loop.
+
+Every ``import`` and ``from ... import`` in ``src/shardgnn`` counts, including those inside
+functions (a lazy import is still a dependency). The layers, bottom first, are written in
+``shardgnn/__init__.py`` and the README; this table is the one the test holds the code to.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Bottom first. A module belongs to the layer of its longest listed prefix.
+LAYERS: list[tuple[str, ...]] = [
+    ("shardgnn", "shardgnn.errors", "shardgnn.atomic", "shardgnn.timing", "shardgnn.options", "shardgnn.seeding"),
+    ("shardgnn.graph",),
+    ("shardgnn.partition",),
+    ("shardgnn.distributed",),
+    ("shardgnn.store",),
+    ("shardgnn.sampling",),
+    ("shardgnn.loader",),
+    ("shardgnn.nn",),
+    ("shardgnn.fullgraph",),
+    ("shardgnn.train",),
+    ("shardgnn.cli", "shardgnn.run"),
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted((SRC / "shardgnn").rglob("*.py"))}
+
+
+def _layer(module: str) -> int:
+    best, best_len = None, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            exact_root = prefix == "shardgnn" and module == "shardgnn"
+            if (exact_root or (prefix != "shardgnn" and (module == prefix or module.startswith(prefix + "."))))\
+                    and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    if best is None:
+        raise AssertionError(f"module {module} is in no layer; add it to LAYERS in {__file__}")
+    return best
+
+
+def _imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The shardgnn modules ``module`` imports (a ``from pkg import name`` counts as
+    ``pkg.name`` when that is a module, else as ``pkg``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            names = [f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in known else origin
+                     for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:  # `import shardgnn.graph.csr as x` names a module directly
+                name = name.rpartition(".")[0]
+            if name.startswith("shardgnn") and name != module:
+                found.add(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def test_every_module_has_a_layer():
+    for module in _modules():
+        _layer(module)
+
+
+def test_no_import_points_up():
+    upward = sorted(f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+                    for a, targets in _graph().items() for b in targets if _layer(b) > _layer(a))
+    assert not upward, "imports against the layering:\n" + "\n".join(upward)
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    # Tarjan's strongly connected components: a component of more than one module is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from shardgnn.train.progress import x", {"shardgnn.train.progress"}),
+    ("def f():\n    import shardgnn.cli\n", {"shardgnn.cli"}),
+    ("from shardgnn import errors", {"shardgnn.errors"}),
+    ("from ..train import progress", {"shardgnn.train.progress"}),
+])
+def test_the_import_reader_sees_every_form(tmp_path, source, expected):
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    known = set(_modules())
+    assert _imports("shardgnn.partition.probe", path, known) == expected
