@@ -2,7 +2,7 @@
 
 For every (dataset, workers, partitioner) one job of ``--workers`` local processes is launched;
 inside it, for every configuration (no cache, then each ``--policies`` entry at each
-``--capacities`` entry), every rank builds a fresh ``shardgnn.train.distributed.DistTrainer``
+``--capacities`` entry), every rank builds a fresh ``shardgnn.train.distributed.DistMiniBatchSteps``
 (the production data pipeline: distributed sampler -> cached distributed feature store) and runs
 ``--epochs`` epochs of that pipeline:
 
@@ -13,7 +13,7 @@ inside it, for every configuration (no cache, then each ``--policies`` entry at 
   ``fetch`` stage: id requests and rows, summed over ranks), their ratio to no cache, loader epoch
   seconds, fetch seconds, the look-ahead inspector's seconds (belady) and the cache set-up
   seconds (static fill; presample's extra sampling epoch), each averaged over ranks.
-* **train** part (``--train-capacity`` only): ``DistTrainer.fit`` (GraphSAGE, hidden 256) for
+* **train** part (``--train-capacity`` only): the training loop (GraphSAGE, hidden 256) for
   ``--epochs`` epochs per policy; epoch time = mean over epochs >= 1 of the training loop.
 
 Capacity is per worker, as a percentage of all nodes. Graphs: the synthetic power-law graph
@@ -47,7 +47,7 @@ from shardgnn.graph.datasets import load_dataset  # noqa: E402
 from shardgnn.nn.models import ModelConfig  # noqa: E402
 from shardgnn.sampling.neighbor import SamplerConfig  # noqa: E402
 from shardgnn.store.cache.config import CacheConfig  # noqa: E402
-from shardgnn.train.config import OptimConfig, TrainConfig  # noqa: E402
+from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig  # noqa: E402
 from shardgnn.train.progress import format_table  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,12 +55,13 @@ SYNTHETIC = "synthetic:nodes=200000,degree=20,features=100,classes=16"
 PHYSICS = "coauthor-physics:split=60-20-20"
 
 
-def make_config(spec: str, args, cache: dict, threads: int, epochs: int) -> TrainConfig:
+def make_config(spec: str, args, cache: dict, threads: int, epochs: int, partitions: str) -> TrainConfig:
     return TrainConfig(dataset=spec, model=ModelConfig(model="sage", hidden=args.hidden, num_layers=len(args.fanouts)),
                        sampler=SamplerConfig(fanouts=args.fanouts, num_threads=threads),
                        optim=OptimConfig(epochs=epochs, lr=0.003), batch_size=args.batch_size, progress=False,
                        threads=threads, seed=0, cache=CacheConfig(**cache),
-                       feature_norm="row" if spec.startswith("coauthor") else "none")
+                       feature_norm="row" if spec.startswith("coauthor") else "none",
+                       run=RunConfig(partitions=partitions, overlap="off"))
 
 
 def _loader_epochs(trainer, epochs: int) -> list[dict[str, Any]]:
@@ -79,7 +80,7 @@ def _loader_epochs(trainer, epochs: int) -> list[dict[str, Any]]:
                 comm[name] = [st.bytes_sent, st.bytes_recv, st.time_s, st.calls]
         metrics = trainer.epoch_metrics(comm)
         names = ("loader", "fetch", "lookahead", "sample")
-        values = trainer._sum([seconds, *(stages.get(n, 0.0) for n in names[1:])])
+        values = trainer.sum([seconds, *(stages.get(n, 0.0) for n in names[1:])])
         metrics.update({f"{n}_s": v / trainer.ctx.world_size for n, v in zip(names, values)})
         out.append(metrics)
     return out
@@ -89,24 +90,25 @@ def worker(partitions: str, spec: str, args, configs: list[dict], threads: int, 
     import torch
 
     from shardgnn.distributed.context import init_distributed, shutdown
-    from shardgnn.train.distributed import DistTrainer
+    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.loop import TrainingLoop
 
     ctx = init_distributed(device="cpu", timeout_s=timeout_s)
     torch.set_num_threads(threads)
     results = []
     try:
         for item in configs:
-            config = make_config(spec, args, item["cache"], threads, args.epochs)
-            trainer = DistTrainer(config, ctx, partitions, overlap=False)
+            config = make_config(spec, args, item["cache"], threads, args.epochs, partitions)
+            trainer = DistMiniBatchSteps(config, ctx)
             res = {"label": item["label"], "part": item["part"], "cache": dict(item["cache"]),
-                   "setup_s": trainer._sum([trainer.cache_setup_s])[0] / ctx.world_size,
+                   "setup_s": trainer.sum([trainer.cache_setup_s])[0] / ctx.world_size,
                    "capacity_rows": trainer.cache.capacity if trainer.cache is not None else 0}
             if item["part"] == "loader":
                 res["epochs"] = _loader_epochs(trainer, args.epochs)
-                res["max_staged_mb"] = trainer._sum([float(trainer.cache.max_staged_rows if trainer.cache else 0)])[0] \
-                    * trainer.row_bytes / 1e6
+                res["max_staged_mb"] = trainer.sum([float(trainer.cache.max_staged_rows if trainer.cache else 0)])[0] \
+                    * trainer.fetch_store.row_bytes / 1e6
             else:
-                fit = trainer.fit()
+                fit = TrainingLoop(config, trainer).run()
                 res["epochs"] = [{"time_s": e["time_s"], **e["stages"], **(e["cache"] or {})} for e in fit["epochs"]]
                 res["cache_summary"] = fit["cache"]
             results.append(res)

@@ -1,7 +1,7 @@
 """Distributed training: epoch time and communication volume, and accuracy against one worker.
 
 Two parts (``--part epoch|accuracy|all``); every run is a fresh job of ``--workers`` local
-processes (``shardgnn.distributed.launch.launch_local``), one ``shardgnn.train.distributed.DistTrainer`` per rank.
+processes (``shardgnn.distributed.launch.launch_local``), one ``shardgnn.train.distributed.DistMiniBatchSteps`` per rank (in the shared training loop).
 
 **epoch** — GraphSAGE (3 layers, hidden 256, global batch 1024) on the synthetic graph
 (default ``synthetic:nodes=1000000,degree=20,features=100,classes=16``) for every combination of
@@ -26,7 +26,7 @@ bytes crossing ranks per epoch, summed over ranks (received = sent for all-to-al
 * ``sample bytes/epoch`` (``comm["sample"]``, training + validation sampling) and
   ``allreduce bytes/epoch`` (DDP gradients, counted as a ring all-reduce).
 
-The final test-set evaluation that ``DistTrainer.fit`` runs is skipped (``--eval-test`` keeps
+The final test-set evaluation that the training loop runs is skipped (``--eval-test`` keeps
 it): at 1M nodes the test split is 800k nodes, several times the cost of the benchmark itself.
 Derived tables: METIS / random remote-feature-bytes ratio per (fanouts, workers, overlap) and
 overlap on / off epoch-time ratio per (fanouts, workers, method).
@@ -73,8 +73,9 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import is_partition_dir, read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.neighbor import SamplerConfig
-from shardgnn.train.config import OptimConfig, TrainConfig
-from shardgnn.train.distributed import DistTrainer
+from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.distributed import DistMiniBatchSteps
+from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.progress import format_table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -92,9 +93,9 @@ ACC_HIDDEN, ACC_FANOUTS, ACC_DROPOUT, ACC_LR, ACC_BATCH, ACC_PATIENCE = 64, (10,
 
 
 # ============================================================================================ workers
-class BenchDistTrainer(DistTrainer):
-    """``DistTrainer`` plus training-loop-only communication counts per epoch, and an optional
-    skip of the final test evaluation (every rank skips it, so the collectives still match)."""
+class BenchDistTrainer(DistMiniBatchSteps):
+    """``DistMiniBatchSteps`` plus training-loop-only communication counts per epoch, and an
+    optional skip of the final test evaluation (every rank skips it, so the collectives still match)."""
 
     def __init__(self, *args, skip_test: bool = False, **kwargs):
         self.skip_test = skip_test
@@ -110,11 +111,11 @@ class BenchDistTrainer(DistTrainer):
                     totals[name][1] += st.bytes_recv
         return [v for stage in COMM_STAGES for v in totals[stage]]
 
-    def train_epoch(self, epoch: int):
-        # fit() resets the counters after each epoch's validation pass; the prefetch thread has
+    def train_epoch(self, epoch: int, show_progress: bool):
+        # The loop resets the counters after each epoch's validation pass; the prefetch thread has
         # finished when train_epoch returns, so the difference is exactly the training loop's.
         before = self._comm_snapshot()
-        out = super().train_epoch(epoch)
+        out = super().train_epoch(epoch, show_progress)
         after = self._comm_snapshot()
         self.train_comm.append([a - b for a, b in zip(after, before)])
         return out
@@ -125,7 +126,7 @@ class BenchDistTrainer(DistTrainer):
         return super().evaluate(split)
 
     def fit(self) -> dict[str, Any]:
-        results = super().fit()
+        results = TrainingLoop(self.config, self).run()
         counts = torch.tensor(self.train_comm, dtype=torch.float64).reshape(len(self.train_comm), 2 * len(COMM_STAGES))
         if self.ctx.world_size > 1:  # raw collective: not counted in any stage
             torch.distributed.all_reduce(counts, group=self.ctx.group)
@@ -140,11 +141,15 @@ class BenchDistTrainer(DistTrainer):
 def worker_main(config: TrainConfig, partitions: str, overlap: bool, skip_test: bool, timeout_s: float,
                 result_path: str) -> dict[str, Any] | None:
     """One rank: join the job, train, return (and on rank 0 also write) the reduced results."""
+    import dataclasses
+
     from shardgnn.distributed.context import init_distributed, shutdown
 
+    config = dataclasses.replace(config, run=RunConfig(partitions=partitions, overlap="on" if overlap else "off",
+                                                       timeout=timeout_s))
     ctx = init_distributed(device=config.device, timeout_s=timeout_s)
     try:
-        results = BenchDistTrainer(config, ctx, partitions, overlap=overlap, skip_test=skip_test).fit()
+        results = BenchDistTrainer(config, ctx, skip_test=skip_test).fit()
         if not ctx.is_main:
             return None
         save_json(result_path, results)

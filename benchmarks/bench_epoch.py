@@ -1,7 +1,7 @@
 """Single-process mini-batch GraphSAGE epoch time on the synthetic graph.
 
 Builds the graph with ``shardgnn.graph.synthetic.generate``, trains with
-``shardgnn.train.single.Trainer`` and reports, per epoch, the training time split into the
+``shardgnn.train.single.LocalSteps`` (in the shared ``TrainingLoop``) and reports, per epoch, the training time split into the
 trainer's stages (sample / fetch / compute / other), batches, seconds per batch, sampled edges/s
 and the validation accuracy. The validation pass the trainer runs after every epoch is reported
 separately (``eval_s``); it is not part of the epoch time. Epoch 0 includes numba JIT compilation
@@ -25,7 +25,8 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.config import OptimConfig, TrainConfig
 from shardgnn.train.progress import format_table
-from shardgnn.train.single import Trainer
+from shardgnn.train.loop import TrainingLoop
+from shardgnn.train.single import LocalSteps
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_info  # noqa: E402
@@ -75,7 +76,7 @@ class _CountingSampler:
         return counts
 
 
-class BenchTrainer(Trainer):
+class BenchTrainer(LocalSteps):
     """The stock trainer plus per-epoch counts of sampled edges, input nodes and batches."""
 
     def __init__(self, config: TrainConfig, graph):
@@ -85,8 +86,8 @@ class BenchTrainer(Trainer):
         stage.sampler = self.counter
         self.epoch_counts: list[tuple[int, int, int]] = []
 
-    def _train_epoch_minibatch(self, epoch: int):
-        out = super()._train_epoch_minibatch(epoch)
+    def train_epoch(self, epoch: int, show_progress: bool):
+        out = super().train_epoch(epoch, show_progress)
         self.epoch_counts.append(self.counter.take())
         return out
 
@@ -118,7 +119,7 @@ def main(argv=None) -> dict:
         if impl == "torch":
             trainer.model.dropout_seed = None  # GNN falls back to torch's F.dropout
         setup_s = time.perf_counter() - t0
-        results = trainer.fit()
+        results = TrainingLoop(config, trainer).run()
         epochs = []
         for record, (edges, inputs, batches) in zip(results["epochs"], trainer.epoch_counts):
             st = record["stages"]

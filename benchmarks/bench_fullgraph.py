@@ -3,7 +3,7 @@ single-process baselines, and accuracy under low-bit communication and bounded s
 
 Two parts (``--part bytes|accuracy``); every distributed run is a fresh job of ``P`` local
 processes (``shardgnn.distributed.launch.launch_local``), one
-``shardgnn.train.fullgraph.FullGraphTrainer`` per rank, on METIS partitions (written once into
+``shardgnn.train.fullgraph.DistFullGraphSteps`` per rank, on METIS partitions (written once into
 ``--work-dir`` and reused while their recorded settings match).
 
 **bytes** — GCN, 2 layers, hidden 256, for every dataset x ``--workers`` x variant (``1d``,
@@ -12,7 +12,7 @@ processes (``shardgnn.distributed.launch.launch_local``), one
 training step per epoch (features forward + feature gradients backward, summed over ranks, and
 the most one rank sent / received), weight all-reduce bytes, epoch time split into
 communication and compute. In the same invocation and on the same cores, two single-process
-baselines train the same model full-batch: shardgnn's own ``Trainer`` (``mode=full``) and PyG's
+baselines train the same model full-batch: shardgnn's own single-process training (``mode=full``) and PyG's
 ``GCNConv`` (``cached=True``, a ``torch.sparse_csr`` adjacency, which is PyG's fastest CPU path
 without torch-sparse). Ratios: ``1d-sparse / 1d`` bytes per (dataset, P).
 
@@ -50,10 +50,12 @@ from shardgnn.fullgraph.spmm import FullGraphConfig
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import read_partitions
-from shardgnn.train.config import OptimConfig, TrainConfig
-from shardgnn.train.fullgraph import FullGraphTrainer
+from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.fullgraph import DistFullGraphSteps
+from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.progress import format_table
-from shardgnn.train.single import Trainer, normalize_features
+from shardgnn.graph.features import normalize_features
+from shardgnn.train.single import run_training
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_distributed import common_report, cores_available, ensure_partitions, threads_for  # noqa: E402
@@ -63,7 +65,7 @@ MB = 1e6
 
 
 # ============================================================================================ workers
-class BenchFullGraphTrainer(FullGraphTrainer):
+class BenchFullGraphTrainer(DistFullGraphSteps):
     """Counts the SpMM bytes of every training step (not the validation pass) per rank."""
 
     def __init__(self, *args, **kwargs):
@@ -74,15 +76,15 @@ class BenchFullGraphTrainer(FullGraphTrainer):
         stats = [c.stats["spmm"] for c in self.comms if "spmm" in c.stats]
         return sum(s.bytes_sent for s in stats), sum(s.bytes_recv for s in stats)
 
-    def train_epoch(self, epoch: int):
+    def train_epoch(self, epoch: int, show_progress: bool):
         before = self._spmm_bytes()
-        out = super().train_epoch(epoch)
+        out = super().train_epoch(epoch, show_progress)
         after = self._spmm_bytes()
         self.step_bytes.append((after[0] - before[0], after[1] - before[1]))
         return out
 
     def fit(self) -> dict[str, Any]:
-        results = super().fit()
+        results = TrainingLoop(self.config, self).run()
         mine = torch.tensor(self.step_bytes, dtype=torch.float64)
         gathered = [torch.zeros_like(mine) for _ in range(self.ctx.world_size)]
         torch.distributed.all_gather(gathered, mine, group=self.ctx.group)  # raw: not counted
@@ -96,11 +98,14 @@ class BenchFullGraphTrainer(FullGraphTrainer):
 
 
 def worker_main(config: TrainConfig, partitions: str, timeout_s: float, result_path: str) -> None:
+    import dataclasses
+
     from shardgnn.distributed.context import init_distributed, shutdown
 
+    config = dataclasses.replace(config, run=RunConfig(partitions=partitions, timeout=timeout_s))
     ctx = init_distributed(device="cpu", timeout_s=timeout_s)
     try:
-        results = BenchFullGraphTrainer(config, ctx, partitions).fit()
+        results = BenchFullGraphTrainer(config, ctx).fit()
         if ctx.is_main:
             save_json(result_path, results)
     finally:
@@ -152,16 +157,18 @@ def pyg_epoch_time(graph, config: TrainConfig, epochs: int) -> dict[str, float]:
 
 
 def ours_single_epoch_time(graph, config: TrainConfig) -> dict[str, float]:
-    results = Trainer(config, graph).fit()
+    results = run_training(config, graph)
     times = [e["time_s"] for e in results["epochs"]]
     return {"epoch_time_s": float(np.mean(times[1:] or times)), "epoch0_time_s": times[0]}
 
 
 # ============================================================================================ parts
-def base_config(spec: str, args, full: FullGraphConfig, threads: int) -> TrainConfig:
+def base_config(spec: str, args, full: FullGraphConfig, threads: int, workers: int | None) -> TrainConfig:
+    """The benchmark's model and schedule; ``workers`` None: one process (the baseline)."""
     return TrainConfig(dataset=spec, mode="full", model=ModelConfig(model="gcn", hidden=256, num_layers=2, dropout=0.5),
                        optim=OptimConfig(epochs=args.epochs, lr=0.01, weight_decay=5e-4), full=full,
-                       feature_norm=args.feature_norm, seed=args.seed, progress=False, threads=threads, data_dir=args.data_dir)
+                       feature_norm=args.feature_norm, seed=args.seed, progress=False, threads=threads,
+                       data_dir=args.data_dir, run=RunConfig(workers=workers))
 
 
 def variants_for(workers: int) -> list[FullGraphConfig]:
@@ -239,7 +246,7 @@ def run_bytes(args, report: dict[str, Any]) -> str:
             for full in variants_for(workers):
                 label = f"{spec} P={workers} {full.spmm} c={full.replication}"
                 print(f"== {label}", flush=True)
-                config = base_config(spec, args, full, threads_for(workers, cores))
+                config = base_config(spec, args, full, threads_for(workers, cores), workers)
                 record = {"dataset": spec, "workers": workers, "spmm": full.spmm, "replication": full.replication,
                           "comm_volume_rows": meta["metrics"]["comm_volume"], "threads": config.threads}
                 try:
@@ -256,7 +263,7 @@ def run_bytes(args, report: dict[str, Any]) -> str:
                 table = render()
                 write_report(args.out, report, table)
         g = get_graph()
-        single = base_config(spec, args, FullGraphConfig(), cores)
+        single = base_config(spec, args, FullGraphConfig(), cores, None)
         torch.set_num_threads(cores)
         print(f"== {spec}: single-process baselines ({cores} threads)", flush=True)
         baselines[spec] = {"pyg": pyg_epoch_time(g, single, args.epochs), "ours": ours_single_epoch_time(g, single)}
@@ -300,7 +307,7 @@ def run_accuracy(args, report: dict[str, Any]) -> str:
             for bits, staleness in settings:
                 full = FullGraphConfig(spmm="1d-sparse", bits=bits, staleness=staleness)
                 print(f"== {spec} P={workers} bits={bits} staleness={staleness}", flush=True)
-                config = base_config(spec, args, full, threads_for(workers, cores))
+                config = base_config(spec, args, full, threads_for(workers, cores), workers)
                 record = {"dataset": spec, "workers": workers, "bits": bits, "staleness": staleness}
                 try:
                     results = run_job(config, path, workers, args.timeout)

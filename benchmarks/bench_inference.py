@@ -40,7 +40,7 @@ from shardgnn.nn.models import ModelConfig, build_model
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.progress import format_table
-from shardgnn.train.single import EpochRecord
+from shardgnn.train.loop import EpochRecord
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from machine import machine_info  # noqa: E402

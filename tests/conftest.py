@@ -1,7 +1,9 @@
-"""Shared fixtures. Real datasets are read in place from ../shared/data when it exists."""
+"""Shared fixtures. Real datasets are read in place from ``$SHARDGNN_TEST_DATA`` when set, else from
+``../shared/data`` beside the repository; tests that need them skip cleanly when the folder is absent."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +11,7 @@ import pytest
 
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(os.environ.get("SHARDGNN_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 requires_shared_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent")
 
 
@@ -26,3 +28,11 @@ def arange_graph(small_graph):
 
     x = np.repeat(np.arange(small_graph.num_nodes, dtype=np.float32)[:, None], 3, axis=1)
     return dataclasses.replace(small_graph, x=x)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every multi-process test is slow too, so `-m "not slow"` (the fast tier) starts no job."""
+    unmarked = [item.nodeid for item in items if item.get_closest_marker("multiprocess")
+                and not item.get_closest_marker("slow")]
+    if unmarked:
+        raise pytest.UsageError(f"multiprocess tests must also be marked slow: {', '.join(unmarked)}")

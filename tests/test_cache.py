@@ -341,6 +341,7 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
             "epochs": epochs}
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
 def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_graph, name):
@@ -385,6 +386,7 @@ def _train_variants(ctx, path, variants):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_training_with_any_cache_or_disk_storage_equals_training_without(tmp_path):
     g = generate(SyntheticConfig(nodes=4000, degree=10, classes=4, features=16, seed=2))
@@ -474,6 +476,7 @@ def test_plot_draws_hit_rate_per_policy(tmp_path):
         tmp_path / "other" / "training_curves.png"]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_one_worker_in_memory_has_nothing_to_cache(tmp_path):
     from shardgnn.distributed.launch import WorkerFailedError

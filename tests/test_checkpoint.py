@@ -119,6 +119,7 @@ def _train(ctx, config, kill_at_step):
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
     path = _partitions(tmp_path, graph)
@@ -159,6 +160,7 @@ sys.exit(main())
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph):
     """The same command under `torchrun --max-restarts 1`: the group restarts after the SIGKILL and

@@ -78,6 +78,7 @@ def _sample_and_fetch(ctx, path, seed_lists):
     return {"runs": out, "stats": {k: v.as_dict() for k, v in stats.items()}}
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world", [2, 3])
 def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_graph_dist, world):
@@ -119,6 +120,7 @@ def _eval_coverage(ctx, path):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_batches_are_even_and_evaluation_covers_every_node_once(tmp_path):
     g = generate(SyntheticConfig(nodes=1500, degree=8, classes=3, features=4, seed=2))
@@ -152,6 +154,7 @@ def _train(ctx, path, overlap):
     return train_with_context(config, ctx)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_workers_match_one_worker_accuracy(tmp_path):
     g = generate(SyntheticConfig(nodes=5000, degree=10, classes=4, features=16, snr=1.5, seed=9))
@@ -166,6 +169,7 @@ def test_two_workers_match_one_worker_accuracy(tmp_path):
     assert {"sample", "fetch", "compute"} <= set(two[0]["epochs"][0]["stages"])
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
     """`torchrun ... -m shardgnn.run train --partitions DIR` is the multi-machine path."""
@@ -188,6 +192,7 @@ def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
     assert data["workers"] == 2 and len(data["epochs"]) == 2 and data["comm"]["fetch"]["bytes_sent"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_cli_workers_partitions_on_the_fly(tmp_path, capsys):
     import json

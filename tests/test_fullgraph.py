@@ -69,6 +69,7 @@ CASES = [(2, "1d", 1), (2, "1d-sparse", 1), (2, "1.5d", 2), (3, "1d", 1), (3, "1
          (4, "1d", 1), (4, "1d-sparse", 1), (4, "1.5d", 2)]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world,spmm,replication", CASES)
 def test_distributed_full_graph_equals_single_process(tmp_path_factory, small_synthetic, world, spmm, replication):
@@ -90,6 +91,7 @@ def _count_spmm_bytes(ctx, config):
     return steps.spmm_comm.stats["spmm"].bytes_sent, steps.spmm_comm.stats["spmm"].bytes_recv
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_sparse_spmm_bytes_equal_the_partition_communication_volume(tmp_path_factory, small_synthetic):
     path = _parts(tmp_path_factory, small_synthetic, 3, "metis")
@@ -143,6 +145,7 @@ def test_full_graph_config_errors():
         FullGraphConfig(spmm="2d")
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_low_bit_and_stale_training_still_learns(tmp_path_factory, small_synthetic):
     path = _parts(tmp_path_factory, small_synthetic, 2, "metis")
@@ -155,6 +158,7 @@ def test_low_bit_and_stale_training_still_learns(tmp_path_factory, small_synthet
     assert [e["loss"] for e in same["epochs"]] == [e["loss"] for e in exact["epochs"]]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_cli_full_graph_on_the_fly_with_results(tmp_path):
     from shardgnn.cli import main
@@ -194,6 +198,7 @@ def _fetch_low_bit(ctx, path, bits):
     return ids.numpy(), rows.numpy(), own.numpy(), comm.stats["fetch"].bytes_recv
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_fetch_bits_quantises_remote_rows_only(tmp_path_factory, small_synthetic):
     path = _parts(tmp_path_factory, small_synthetic, 2, "random")

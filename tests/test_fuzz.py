@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import SHARED_DATA
 from shardgnn.errors import ShardgnnError
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.graph.gnnbenchmark import load_gnn_benchmark
@@ -149,9 +150,9 @@ def test_npz_with_pickled_object_member_is_refused(tmp_path):
 @FUZZ
 @given(part=st.sampled_from(["x", "y", "tx", "ty", "allx", "ally", "graph", "test.index"]), mutation=mutations())
 def test_fuzz_planetoid_files(tmp_path, part, mutation):
-    source = Path(__file__).resolve().parents[2] / "shared" / "data" / "cora"
+    source = SHARED_DATA / "cora"
     if not source.is_dir():
-        pytest.skip("../shared/data/cora is absent")
+        pytest.skip(f"{source} is absent")
     folder = tmp_path / "cora"
     if folder.exists():
         shutil.rmtree(folder)

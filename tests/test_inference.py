@@ -49,6 +49,7 @@ def _layerwise(ctx, path, kind, chunk_rows):
     return shard.own_start, logits.numpy(), embeddings.numpy()
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world,kind,chunk_rows", [(2, "sage", 37), (3, "gcn", 100), (2, "gcn", 100000)])
 def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind, chunk_rows):
@@ -63,6 +64,7 @@ def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind,
         np.testing.assert_allclose(logits, expected[start:start + logits.shape[0]], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_infer_command_writes_original_ids(tmp_path, graph):
     from shardgnn.cli import main
@@ -135,6 +137,7 @@ def _eval_layerwise(ctx, path):
     return steps.evaluate("test"), {k: v.clone() for k, v in steps.model.state_dict().items()}
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
     from shardgnn.sampling.neighbor import SamplerConfig

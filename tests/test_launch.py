@@ -98,6 +98,7 @@ def test_entrypoint_must_be_picklable():
         launch_local(_hang_forever, ("unused",), 0)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_all_reduce_and_results_in_rank_order(world_size):
@@ -112,6 +113,7 @@ def test_all_reduce_and_results_in_rank_order(world_size):
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_worker_exception_names_rank_and_message(tmp_path):
     before = _children()
@@ -128,6 +130,7 @@ def test_worker_exception_names_rank_and_message(tmp_path):
     _assert_no_orphans(tmp_path, before)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(("how", "exitcode", "text"), [("exit", 3, "exit code 3"),
                                                        ("sigkill", -signal.SIGKILL, "killed by SIGKILL")])
@@ -144,6 +147,7 @@ def test_hard_death_while_peers_block_in_a_collective(tmp_path, how, exitcode, t
     _assert_no_orphans(tmp_path, before)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_deadline_kills_hanging_workers(tmp_path):
     before = _children()

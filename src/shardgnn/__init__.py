@@ -1,8 +1,11 @@
 """shardgnn: graph neural network training on graphs that outgrow one process, GPU or machine.
 
-Layers, one direction (a lower layer never imports a higher one)::
+Layers, one direction (a module imports only from its own layer or those below it; no import
+cycles; ``tests/test_layers.py`` enforces both, imports inside functions included)::
 
-    graph <- partition <- distributed <- store <- sampling <- loader <- nn / fullgraph <- train <- cli
+    base (errors, atomic, timing, options, seeding)
+      <- graph <- partition <- distributed <- store <- sampling <- loader <- nn <- fullgraph
+      <- train <- cli (and run, the torchrun entry point)
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -3,6 +3,10 @@
 Every writer goes to a temporary file in the destination folder, flushes and fsyncs it, then
 ``os.replace``-s it over the final name (atomic on POSIX). Directories are built under a
 temporary name and renamed into place the same way.
+
+Permissions follow the umask, as a plain ``open`` would give them (``tempfile`` creates files
+0600 and folders 0700): on a shared file system other users and machines may need to read a
+partition or a results file.
 """
 
 from __future__ import annotations
@@ -16,6 +20,20 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+
+
+def _umask() -> int:
+    """The process's umask (read without changing it where /proc allows)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, hence the /proc route)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(path: Path) -> None:
@@ -38,6 +56,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, mode) as fh:
             yield fh
             fh.flush()
@@ -75,6 +94,7 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
         _fsync_dir(tmp)
         if path.exists():

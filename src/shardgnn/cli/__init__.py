@@ -17,11 +17,19 @@ from shardgnn import __version__
 from shardgnn.errors import ShardgnnError
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors as one line: a command's usage runs to dozens of lines, and a user
+    who mistyped one flag needs the message, not all of them (``--help`` still shows it)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n  (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``shardgnn`` command (building it imports no heavy module)."""
     from shardgnn.cli import data, infer, partition, plot, train
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="shardgnn", description="Train graph neural networks on graphs that outgrow one process, one GPU or one "
                                      "machine. `shardgnn COMMAND --help` describes each command.")
     parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")

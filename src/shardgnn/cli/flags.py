@@ -19,20 +19,23 @@ from shardgnn.options import default_of, flag_of, from_dict, value_type
 T = TypeVar("T")
 
 
+_WHAT = {int: ("integers such as 15,10,5", "an integer"), float: ("numbers such as 0.6,0.2,0.2", "a number"),
+         str: ("names", "a name")}
+
+
 def _list_of(kind: type) -> Any:
     """A parser of comma-separated ``kind`` values; an empty entry is an error, not one fewer."""
-    names = {int: "integers such as 15,10,5", float: "numbers such as 0.6,0.2,0.2", str: "names"}
+    many, one = _WHAT[kind]
 
     def parse(text: str) -> tuple:
         items = [item.strip() for item in text.split(",")]
         for position, item in enumerate(items, 1):
             if not item:
-                raise argparse.ArgumentTypeError(f"{text!r}: entry {position} is empty; give comma-separated "
-                                                 f"{names[kind]}")
+                raise argparse.ArgumentTypeError(f"{text!r}: entry {position} is empty; give comma-separated {many}")
             try:
                 kind(item)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"{text!r}: {item!r} is not {names[kind].split()[0][:-1]}") from None
+                raise argparse.ArgumentTypeError(f"{text!r}: {item!r} is not {one}") from None
         return tuple(kind(item) for item in items)
 
     parse.__name__ = f"{kind.__name__} list"  # what argparse names in "invalid ... value"

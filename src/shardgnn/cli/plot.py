@@ -57,23 +57,24 @@ def _load_results(path: Path) -> dict:
     return data
 
 
-def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
-    """Draw loss and accuracy per epoch for each results file; one curve per file."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [(path, _load_results(path)) for path in results]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    return plt
+
+
+def training_figure(runs: list[tuple[Path, dict]]):
+    """Loss and accuracies per epoch, one line per run (a matplotlib figure)."""
+    plt = _pyplot()
     panels = [("loss", "training loss"), ("train_acc", "training accuracy"), ("val_acc", "validation accuracy")]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for path, data in runs:
         epochs = [e["epoch"] for e in data["epochs"]]
-        label = path.stem
         for ax, (key, _) in zip(axes, panels):
-            ax.plot(epochs, [e.get(key) for e in data["epochs"]], marker="o", markersize=3, label=label)
+            ax.plot(epochs, [e.get(key) for e in data["epochs"]], marker="o", markersize=3, label=path.stem)
     for ax, (_, title) in zip(axes, panels):
         ax.set_xlabel("epoch")
         ax.set_title(title)
@@ -81,15 +82,26 @@ def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
         _integer_epochs(ax)
     axes[-1].legend(fontsize=8)
     fig.tight_layout()
-    target = out_dir / "training_curves.png"
+    return fig
+
+
+def _save(fig, target: Path) -> Path:
     with atomic_open(target, "wb") as fh:
         fig.savefig(fh, format="png", dpi=120)
-    plt.close(fig)
-    written.append(target)
+    _pyplot().close(fig)
+    return target
+
+
+def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
+    """``training_curves.png`` of every results file, and ``cache_hit_rate.png`` of those whose
+    run had a feature cache; returns the files written."""
+    runs = [(path, _load_results(path)) for path in results]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [_save(training_figure(runs), out_dir / "training_curves.png")]
     # Only runs that had a cache: a run without one still reports remote bytes, but no hit rate.
     cached = [(path, data) for path, data in runs if _cache_policy(data) != "none"]
     if cached:
-        written.append(_plot_cache(cached, out_dir, plt))
+        written.append(_save(_cache_figure(cached), out_dir / "cache_hit_rate.png"))
     return written
 
 
@@ -98,9 +110,9 @@ def _cache_policy(data: dict) -> str:
     return str((config.get("cache") or {}).get("policy", "none"))
 
 
-def _plot_cache(runs: list[tuple[Path, dict]], out_dir: Path, plt) -> Path:
+def _cache_figure(runs: list[tuple[Path, dict]]):
     """Hit rate per epoch and remote feature MB per epoch, one line per run labelled by policy."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4))
     for path, data in runs:
         cache = data["config"]["cache"]
         label = f"{cache['policy']} {cache.get('size', '')} ({path.stem})"
@@ -115,8 +127,4 @@ def _plot_cache(runs: list[tuple[Path, dict]], out_dir: Path, plt) -> Path:
         _integer_epochs(ax)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    target = out_dir / "cache_hit_rate.png"
-    with atomic_open(target, "wb") as fh:
-        fig.savefig(fh, format="png", dpi=120)
-    plt.close(fig)
-    return target
+    return fig

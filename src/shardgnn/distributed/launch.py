@@ -309,22 +309,28 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int =
             shutil.rmtree(log_root, ignore_errors=True)
 
 
+_TORCH_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")  # the launcher's console noise
+
+
 @contextlib.contextmanager
 def _elastic_log_to(log_root: str) -> Iterator[None]:
-    """Send elastic's log records (its copies of worker tracebacks, SIGTERM notices) to
-    ``launcher.log`` instead of the console; restore the logger afterwards."""
-    logger = logging.getLogger("torch.distributed.elastic")
-    saved = (list(logger.handlers), logger.propagate, logger.level)
+    """Send the log records of elastic and of torch's process starter (their copies of worker
+    tracebacks, SIGTERM notices) to ``launcher.log`` instead of the console; restore the loggers
+    afterwards."""
     handler = logging.FileHandler(os.path.join(log_root, "launcher.log"), delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logger.handlers, logger.propagate = [handler], False
-    logger.setLevel(logging.INFO)
+    loggers = [logging.getLogger(name) for name in _TORCH_LOGGERS]
+    saved = [(list(logger.handlers), logger.propagate, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [handler], False
+        logger.setLevel(logging.INFO)
     try:
         yield
     finally:
         handler.close()
-        logger.handlers, logger.propagate = saved[0], saved[1]
-        logger.setLevel(saved[2])
+        for logger, (handlers, propagate, level) in zip(loggers, saved):
+            logger.handlers, logger.propagate = handlers, propagate
+            logger.setLevel(level)
 
 
 # ---------------------------------------------------------------------------------------------- launcher side

@@ -288,7 +288,7 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
         fields.update(_table_splits(nodes[config.split_col], nodes_path, config.split_col))
         used.add(config.split_col)
     columns = list(config.feature_cols) if config.feature_cols else [
-        c for c in nodes.columns if c not in used and np.issubdtype(nodes[c].dtype, np.number)]
+        c for c in nodes.columns if c not in used and _numeric(nodes[c])]
     if columns:
         for column in columns:
             _column(nodes, column, nodes_path, "--feature-cols")
@@ -298,6 +298,13 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
             raise DatasetError(f"feature columns {columns} are not all numeric ({exc})", nodes_path,
                                "name numeric columns with --feature-cols") from None
     return Graph.from_edge_index(src_i, dst_i, num_nodes, edge_weight=weight, name=name, **fields)
+
+
+def _numeric(column: Any) -> bool:
+    """Whether a pandas column holds numbers (not text, not booleans)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return is_numeric_dtype(column.dtype) and not is_bool_dtype(column.dtype)
 
 
 def _map_ids(values: np.ndarray, index: dict[Any, int], path: Path, column: str, nodes_path: Path) -> np.ndarray:
@@ -317,8 +324,7 @@ def _table_labels(column: Any, path: Path) -> tuple[np.ndarray, int]:
     present = column.notna().to_numpy()
     values = column[present]
     y = np.full(len(column), -1, dtype=np.int64)
-    if np.issubdtype(values.dtype, np.integer) or (np.issubdtype(values.dtype, np.floating)
-                                                    and np.all(values == np.floor(values))):
+    if _numeric(values) and np.all(values.to_numpy(dtype=np.float64) == np.floor(values.to_numpy(dtype=np.float64))):
         y[present] = values.to_numpy().astype(np.int64)
         if (y[present] < -1).any():
             raise DatasetError("integer labels must be >= 0 (-1 or empty for unlabelled nodes)", path)
