@@ -37,8 +37,9 @@ RUNS = [
 ]
 
 
-def config_for(dataset: str, model: str, seed: int, data_dir: str, norm_override: str | None = None
-               ) -> tuple[str, TrainConfig]:
+def config_for(
+    dataset: str, model: str, seed: int, data_dir: str, norm_override: str | None = None
+) -> tuple[str, TrainConfig]:
     if dataset == "cora":  # Kipf & Welling's setting, row-normalised bag-of-words features
         spec, hidden, epochs, norm = "cora", 16, 200, "row"
     else:  # Shchur et al.: 64 hidden units, raw features; the split is drawn from the seed.
@@ -46,18 +47,33 @@ def config_for(dataset: str, model: str, seed: int, data_dir: str, norm_override
         spec, hidden, epochs, norm = f"{dataset}:seed={seed}", 64, 200, "none"
     norm = norm_override or norm
     return spec, TrainConfig(
-        dataset=spec, mode="full", model=ModelConfig(model=model, hidden=hidden, num_layers=2, dropout=0.5, input_dropout=0.5),
-        sampler=SamplerConfig(fanouts=(-1, -1)), optim=OptimConfig(epochs=epochs, lr=0.01, weight_decay=5e-4),
-        feature_norm=norm, seed=seed, data_dir=data_dir, progress=False)
+        dataset=spec,
+        mode="full",
+        model=ModelConfig(model=model, hidden=hidden, num_layers=2, dropout=0.5, input_dropout=0.5),
+        sampler=SamplerConfig(fanouts=(-1, -1)),
+        optim=OptimConfig(epochs=epochs, lr=0.01, weight_decay=5e-4),
+        feature_norm=norm,
+        seed=seed,
+        data_dir=data_dir,
+        progress=False,
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data")
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--only", default=None, help="run only this dataset")
-    parser.add_argument("--feature-norm", choices=("none", "row"), default=None,
-                        help="override the per-dataset feature normalisation (Cora: row, others: none)")
+    parser.add_argument(
+        "--feature-norm",
+        choices=("none", "row"),
+        default=None,
+        help="override the per-dataset feature normalisation (Cora: row, others: none)",
+    )
     parser.add_argument("--out", default="benchmarks/out/accuracy.json")
     parser.add_argument("--md", default="benchmarks/out/accuracy.md")
     args = parser.parse_args()
@@ -79,18 +95,58 @@ def main() -> int:
             result = run_training(cfg, graphs[spec])
             times.append(time.perf_counter() - start)
             accs.append(100 * result["test_acc"])
-            print(f"{dataset:18s} {model:5s} seed {seed}: test {accs[-1]:.2f}%  (best epoch {result['best_epoch']})",
-                  flush=True)
+            print(
+                f"{dataset:18s} {model:5s} seed {seed}: test {accs[-1]:.2f}%  (best epoch "
+                f"{result['best_epoch']})",
+                flush=True,
+            )
         mean, std = float(np.mean(accs)), float(np.std(accs))
-        rows.append((dataset, model, cfg.feature_norm, f"{mean:.1f} ± {std:.1f}", f"{published:.1f}", source,
-                     f"{np.mean(times):.1f}"))
-        records.append({"dataset": dataset, "model": model, "test_acc": accs, "mean": mean, "std": std,
-                        "published": published, "source": source, "time_s": times,
-                        "config": dataclasses.asdict(cfg)})
-    table = format_table(["dataset", "model", "features", "test acc % (mean ± std)", "published %", "source", "s / run"], rows)
+        rows.append(
+            (
+                dataset,
+                model,
+                cfg.feature_norm,
+                f"{mean:.1f} ± {std:.1f}",
+                f"{published:.1f}",
+                source,
+                f"{np.mean(times):.1f}",
+            )
+        )
+        records.append(
+            {
+                "dataset": dataset,
+                "model": model,
+                "test_acc": accs,
+                "mean": mean,
+                "std": std,
+                "published": published,
+                "source": source,
+                "time_s": times,
+                "config": dataclasses.asdict(cfg),
+            }
+        )
+    table = format_table(
+        [
+            "dataset",
+            "model",
+            "features",
+            "test acc % (mean ± std)",
+            "published %",
+            "source",
+            "s / run",
+        ],
+        rows,
+    )
     print(table)
-    save_json(args.out, {"command": " ".join(["python"] + sys.argv), "seeds": args.seeds, "runs": records,
-                         "machine": machine_info()})
+    save_json(
+        args.out,
+        {
+            "command": " ".join(["python"] + sys.argv),
+            "seeds": args.seeds,
+            "runs": records,
+            "machine": machine_info(),
+        },
+    )
     with atomic_open(args.md, "w") as fh:
         fh.write(table + "\n")
     return 0

@@ -8,16 +8,16 @@ processes (``shardgnn.distributed.launch.launch_local``), one
 
 **bytes** — GCN, 2 layers, hidden 256, for every dataset x ``--workers`` x variant (``1d``,
 ``1d-sparse``, and ``1.5d`` with c = 2 where 4 divides P... i.e. c^2 <= P): ``--epochs`` epochs
-(default 3; the steady state is the mean over epochs >= 1). Per run: the SpMM bytes of the
-training step per epoch (features forward + feature gradients backward, summed over ranks, and
-the most one rank sent / received), weight all-reduce bytes, epoch time split into
-communication and compute. In the same invocation and on the same cores, two single-process
-baselines train the same model full-batch: shardgnn's own single-process training (``mode=full``) and PyG's
-``GCNConv`` (``cached=True``, a ``torch.sparse_csr`` adjacency, which is PyG's fastest CPU path
-without torch-sparse). Ratios: ``1d-sparse / 1d`` bytes per (dataset, P).
+(default 3; the steady state is the mean over epochs >= 1). Per run: the SpMM bytes of the training
+step per epoch (features forward + feature gradients backward, summed over ranks, and the most one
+rank sent / received), weight all-reduce bytes, epoch time split into communication and compute. In
+the same invocation and on the same cores, two single-process baselines train the same model
+full-batch: shardgnn's own single-process training (``mode=full``) and PyG's ``GCNConv``
+(``cached=True``, a ``torch.sparse_csr`` adjacency, which is PyG's fastest CPU path without
+torch-sparse). Ratios: ``1d-sparse / 1d`` bytes per (dataset, P).
 
-**accuracy** — GCN, 2 layers, hidden 256, dropout 0.5, Adam lr 0.01, weight decay 5e-4,
-``--epochs`` (default 200) epochs, ``--feature-norm`` (default row) features, ``1d-sparse`` on P = ``--workers``
+**accuracy** — GCN, 2 layers, hidden 256, dropout 0.5, Adam lr 0.01, weight decay 5e-4, ``--epochs``
+(default 200) epochs, ``--feature-norm`` (default row) features, ``1d-sparse`` on P = ``--workers``
 METIS parts: bits 32/8/4/2/1 at staleness 0, staleness 1/2 at 32 bits, and 1 bit with staleness
 1. Test accuracy at the best validation epoch, the final validation accuracy, SpMM bytes per
 epoch, and the difference to the fp32 synchronous run (target: 1 bit and staleness 1 within 1
@@ -26,13 +26,17 @@ point; 1 bit moves >= 20x fewer bytes).
 Outputs (atomic): ``--out`` JSON and the Markdown table beside it, rewritten after every run.
 
     python benchmarks/bench_fullgraph.py --part bytes --datasets coauthor-physics amazon-computers
-    python benchmarks/bench_fullgraph.py --part bytes --datasets synthetic:nodes=1000000,degree=20,features=100,classes=16 --out benchmarks/out/fullgraph_bytes_1m.json
-    python benchmarks/bench_fullgraph.py --part accuracy --datasets coauthor-physics amazon-computers
+    python benchmarks/bench_fullgraph.py --part bytes \
+        --datasets synthetic:nodes=1000000,degree=20,features=100,classes=16 \
+        --out benchmarks/out/fullgraph_bytes_1m.json
+    python benchmarks/bench_fullgraph.py --part accuracy \
+        --datasets coauthor-physics amazon-computers
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -48,13 +52,13 @@ from shardgnn.atomic import atomic_open, save_json
 from shardgnn.distributed.launch import launch_local
 from shardgnn.fullgraph.spmm import FullGraphConfig
 from shardgnn.graph.datasets import load_dataset
+from shardgnn.graph.features import normalize_features
 from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import read_partitions
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.fullgraph import DistFullGraphSteps
 from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.progress import format_table
-from shardgnn.graph.features import normalize_features
 from shardgnn.train.single import run_training
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +68,7 @@ REPO = Path(__file__).resolve().parents[1]
 MB = 1e6
 
 
-# ============================================================================================ workers
+# ========================================================================================== workers
 class BenchFullGraphTrainer(DistFullGraphSteps):
     """Counts the SpMM bytes of every training step (not the validation pass) per rank."""
 
@@ -112,18 +116,25 @@ def worker_main(config: TrainConfig, partitions: str, timeout_s: float, result_p
         shutdown()
 
 
-def run_job(config: TrainConfig, partitions: Path, workers: int, timeout_s: float) -> dict[str, Any]:
+def run_job(
+    config: TrainConfig, partitions: Path, workers: int, timeout_s: float
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench_fullgraph_") as tmp:
         result_path = os.path.join(tmp, "rank0.json")
-        launch_local(worker_main, (config, str(partitions), timeout_s, result_path), workers,
-                     timeout_s=max(600.0, 20 * timeout_s))
+        launch_local(
+            worker_main,
+            (config, str(partitions), timeout_s, result_path),
+            workers,
+            timeout_s=max(600.0, 20 * timeout_s),
+        )
         with open(result_path) as fh:
             return json.load(fh)
 
 
-# ============================================================================================ baselines
+# ======================================================================================== baselines
 def pyg_epoch_time(graph, config: TrainConfig, epochs: int) -> dict[str, float]:
-    """Single-process PyG ``GCNConv`` full-batch training of the same model; steady epoch seconds."""
+    """Single-process PyG ``GCNConv`` full-batch training of the same model; steady epoch
+    seconds."""
     import warnings
 
     from torch.nn import functional as F
@@ -138,11 +149,19 @@ def pyg_epoch_time(graph, config: TrainConfig, epochs: int) -> dict[str, float]:
     y = torch.from_numpy(graph.y.astype(np.int64))
     dst = np.repeat(np.arange(n), np.diff(graph.indptr))
     # adj_t[dst, src]: PyG's convention for a sparse adjacency (rows aggregate).
-    adj_t = torch.sparse_csr_tensor(torch.from_numpy(graph.indptr.astype(np.int64)),
-                                    torch.from_numpy(graph.indices.astype(np.int64)), torch.ones(len(dst)), (n, n))
+    adj_t = torch.sparse_csr_tensor(
+        torch.from_numpy(graph.indptr.astype(np.int64)),
+        torch.from_numpy(graph.indices.astype(np.int64)),
+        torch.ones(len(dst)),
+        (n, n),
+    )
     hidden, classes = config.model.hidden, graph.num_classes
-    convs = torch.nn.ModuleList([GCNConv(graph.num_features, hidden, cached=True), GCNConv(hidden, classes, cached=True)])
-    opt = torch.optim.Adam(convs.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
+    convs = torch.nn.ModuleList(
+        [GCNConv(graph.num_features, hidden, cached=True), GCNConv(hidden, classes, cached=True)]
+    )
+    opt = torch.optim.Adam(
+        convs.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+    )
     train = torch.from_numpy(graph.train_idx)
     times = []
     for _ in range(epochs):
@@ -163,12 +182,23 @@ def ours_single_epoch_time(graph, config: TrainConfig) -> dict[str, float]:
 
 
 # ============================================================================================ parts
-def base_config(spec: str, args, full: FullGraphConfig, threads: int, workers: int | None) -> TrainConfig:
+def base_config(
+    spec: str, args, full: FullGraphConfig, threads: int, workers: int | None
+) -> TrainConfig:
     """The benchmark's model and schedule; ``workers`` None: one process (the baseline)."""
-    return TrainConfig(dataset=spec, mode="full", model=ModelConfig(model="gcn", hidden=256, num_layers=2, dropout=0.5),
-                       optim=OptimConfig(epochs=args.epochs, lr=0.01, weight_decay=5e-4), full=full,
-                       feature_norm=args.feature_norm, seed=args.seed, progress=False, threads=threads,
-                       data_dir=args.data_dir, run=RunConfig(workers=workers))
+    return TrainConfig(
+        dataset=spec,
+        mode="full",
+        model=ModelConfig(model="gcn", hidden=256, num_layers=2, dropout=0.5),
+        optim=OptimConfig(epochs=args.epochs, lr=0.01, weight_decay=5e-4),
+        full=full,
+        feature_norm=args.feature_norm,
+        seed=args.seed,
+        progress=False,
+        threads=threads,
+        data_dir=args.data_dir,
+        run=RunConfig(workers=workers),
+    )
 
 
 def variants_for(workers: int) -> list[FullGraphConfig]:
@@ -194,7 +224,9 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         "epoch_time_s": steady([e["time_s"] for e in epochs]),
         "comm_s": steady([e["stages"].get("comm", 0.0) for e in epochs]),
         "compute_s": steady([e["stages"].get("compute", 0.0) for e in epochs]),
-        "val_acc": epochs[-1]["val_acc"], "test_acc": results["test_acc"], "best_epoch": results["best_epoch"],
+        "val_acc": epochs[-1]["val_acc"],
+        "test_acc": results["test_acc"],
+        "best_epoch": results["best_epoch"],
         "loss": epochs[-1]["loss"],
     }
 
@@ -214,48 +246,94 @@ def run_bytes(args, report: dict[str, Any]) -> str:
         rows = []
         for r in runs:
             s = r.get("summary")
-            head = [r["dataset"][:40], r["workers"], r["spmm"] + (f" c={r['replication']}" if r["replication"] > 1 else "")]
+            head = [
+                r["dataset"][:40],
+                r["workers"],
+                r["spmm"] + (f" c={r['replication']}" if r["replication"] > 1 else ""),
+            ]
             if s is None:
                 rows.append(head + ["FAILED"] + [""] * 8)
                 continue
-            ref = next((x for x in runs if x["dataset"] == r["dataset"] and x["workers"] == r["workers"]
-                        and x["spmm"] == "1d" and x.get("summary")), None)
-            ratio = s["spmm_bytes_per_epoch"] / ref["summary"]["spmm_bytes_per_epoch"] if ref else None
+            ref = next(
+                (
+                    x
+                    for x in runs
+                    if x["dataset"] == r["dataset"]
+                    and x["workers"] == r["workers"]
+                    and x["spmm"] == "1d"
+                    and x.get("summary")
+                ),
+                None,
+            )
+            ratio = (
+                s["spmm_bytes_per_epoch"] / ref["summary"]["spmm_bytes_per_epoch"] if ref else None
+            )
             base = baselines.get(r["dataset"], {})
-            rows.append(head + [f"{s['spmm_bytes_per_epoch'] / MB:,.1f}", "-" if ratio is None else f"{ratio:.3f}",
-                                f"{s['max_rank_sent_per_epoch'] / MB:,.1f}", f"{s['max_rank_recv_per_epoch'] / MB:,.1f}",
-                                f"{s['epoch_time_s']:.3f}", f"{s['comm_s']:.3f}", f"{s['compute_s']:.3f}",
-                                "-" if "pyg" not in base else f"{base['pyg']['epoch_time_s']:.3f}",
-                                "-" if "ours" not in base else f"{base['ours']['epoch_time_s']:.3f}"])
-        return format_table(["dataset", "P", "spmm", "SpMM MB/epoch", "vs 1d", "max sent MB (1 rank)",
-                             "max recv MB (1 rank)", "epoch s", "comm s", "compute s", "PyG GCNConv 1-proc s",
-                             "shardgnn 1-proc s"], rows)
+            rows.append(
+                head
+                + [
+                    f"{s['spmm_bytes_per_epoch'] / MB:,.1f}",
+                    "-" if ratio is None else f"{ratio:.3f}",
+                    f"{s['max_rank_sent_per_epoch'] / MB:,.1f}",
+                    f"{s['max_rank_recv_per_epoch'] / MB:,.1f}",
+                    f"{s['epoch_time_s']:.3f}",
+                    f"{s['comm_s']:.3f}",
+                    f"{s['compute_s']:.3f}",
+                    "-" if "pyg" not in base else f"{base['pyg']['epoch_time_s']:.3f}",
+                    "-" if "ours" not in base else f"{base['ours']['epoch_time_s']:.3f}",
+                ]
+            )
+        return format_table(
+            [
+                "dataset",
+                "P",
+                "spmm",
+                "SpMM MB/epoch",
+                "vs 1d",
+                "max sent MB (1 rank)",
+                "max recv MB (1 rank)",
+                "epoch s",
+                "comm s",
+                "compute s",
+                "PyG GCNConv 1-proc s",
+                "shardgnn 1-proc s",
+            ],
+            rows,
+        )
 
     for spec in args.datasets:
-        graph = None
-
-        def get_graph():
-            nonlocal graph
-            if graph is None:
-                graph = load_dataset(spec, args.data_dir)
-            return graph
+        # Loaded once, and only if a partition has to be written.
+        get_graph = functools.cache(functools.partial(load_dataset, spec, args.data_dir))
 
         for workers in args.workers:
-            path, _ = ensure_partitions(Path(args.work_dir), spec, workers, "metis", args.seed, get_graph)
+            path, _ = ensure_partitions(
+                Path(args.work_dir), spec, workers, "metis", args.seed, get_graph
+            )
             meta = read_partitions(path, verify=False).meta
             for full in variants_for(workers):
                 label = f"{spec} P={workers} {full.spmm} c={full.replication}"
                 print(f"== {label}", flush=True)
                 config = base_config(spec, args, full, threads_for(workers, cores), workers)
-                record = {"dataset": spec, "workers": workers, "spmm": full.spmm, "replication": full.replication,
-                          "comm_volume_rows": meta["metrics"]["comm_volume"], "threads": config.threads}
+                record = {
+                    "dataset": spec,
+                    "workers": workers,
+                    "spmm": full.spmm,
+                    "replication": full.replication,
+                    "comm_volume_rows": meta["metrics"]["comm_volume"],
+                    "threads": config.threads,
+                }
                 try:
                     t0 = time.perf_counter()
                     results = run_job(config, path, workers, args.timeout)
-                    record.update(summary=summarize(results), results=results, wall_s=time.perf_counter() - t0)
+                    record.update(
+                        summary=summarize(results), results=results, wall_s=time.perf_counter() - t0
+                    )
                     s = record["summary"]
-                    print(f"   {s['spmm_bytes_per_epoch'] / MB:,.1f} MB/epoch, epoch {s['epoch_time_s']:.3f} s "
-                          f"(comm {s['comm_s']:.3f} s)", flush=True)
+                    print(
+                        f"   {s['spmm_bytes_per_epoch'] / MB:,.1f} MB/epoch, epoch "
+                        f"{s['epoch_time_s']:.3f} s (comm {s['comm_s']:.3f} s)",
+                        flush=True,
+                    )
                 except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
                     record["error"] = repr(exc)
                     print(f"   FAILED: {exc!r}", flush=True)
@@ -266,12 +344,18 @@ def run_bytes(args, report: dict[str, Any]) -> str:
         single = base_config(spec, args, FullGraphConfig(), cores, None)
         torch.set_num_threads(cores)
         print(f"== {spec}: single-process baselines ({cores} threads)", flush=True)
-        baselines[spec] = {"pyg": pyg_epoch_time(g, single, args.epochs), "ours": ours_single_epoch_time(g, single)}
-        print(f"   PyG {baselines[spec]['pyg']['epoch_time_s']:.3f} s, shardgnn {baselines[spec]['ours']['epoch_time_s']:.3f} s",
-              flush=True)
+        baselines[spec] = {
+            "pyg": pyg_epoch_time(g, single, args.epochs),
+            "ours": ours_single_epoch_time(g, single),
+        }
+        print(
+            f"   PyG {baselines[spec]['pyg']['epoch_time_s']:.3f} s, shardgnn "
+            f"{baselines[spec]['ours']['epoch_time_s']:.3f} s",
+            flush=True,
+        )
         table = render()
         write_report(args.out, report, table)
-        del graph
+        get_graph.cache_clear()  # free this dataset before the next one
     return table
 
 
@@ -287,23 +371,61 @@ def run_accuracy(args, report: dict[str, Any]) -> str:
             if "summary" not in r:
                 rows.append(head + ["FAILED", "", "", "", ""])
                 continue
-            ref = next((x for x in runs if x["dataset"] == r["dataset"] and x["bits"] == 32 and x["staleness"] == 0
-                        and "summary" in x), None)
+            ref = next(
+                (
+                    x
+                    for x in runs
+                    if x["dataset"] == r["dataset"]
+                    and x["bits"] == 32
+                    and x["staleness"] == 0
+                    and "summary" in x
+                ),
+                None,
+            )
             s = r["summary"]
             delta = None if ref is None else 100 * (s["test_acc"] - ref["summary"]["test_acc"])
-            fewer = None if ref is None else ref["summary"]["spmm_bytes_per_epoch"] / s["spmm_bytes_per_epoch"]
-            rows.append(head + [f"{100 * s['test_acc']:.2f}", "-" if delta is None else f"{delta:+.2f}",
-                                f"{100 * s['val_acc']:.2f}", f"{s['spmm_bytes_per_epoch'] / MB:,.2f}",
-                                "-" if fewer is None else f"{fewer:.1f}x"])
-        return format_table(["dataset", "P", "bits", "staleness", "test acc %", "vs fp32 sync", "final val acc %",
-                             "SpMM MB/epoch", "fewer bytes than fp32"], rows)
+            fewer = (
+                None
+                if ref is None
+                else ref["summary"]["spmm_bytes_per_epoch"] / s["spmm_bytes_per_epoch"]
+            )
+            rows.append(
+                head
+                + [
+                    f"{100 * s['test_acc']:.2f}",
+                    "-" if delta is None else f"{delta:+.2f}",
+                    f"{100 * s['val_acc']:.2f}",
+                    f"{s['spmm_bytes_per_epoch'] / MB:,.2f}",
+                    "-" if fewer is None else f"{fewer:.1f}x",
+                ]
+            )
+        return format_table(
+            [
+                "dataset",
+                "P",
+                "bits",
+                "staleness",
+                "test acc %",
+                "vs fp32 sync",
+                "final val acc %",
+                "SpMM MB/epoch",
+                "fewer bytes than fp32",
+            ],
+            rows,
+        )
 
     table = ""
     for spec in args.datasets:
-        holder: dict[str, Any] = {}
+        get_graph = functools.cache(functools.partial(load_dataset, spec, args.data_dir))
         for workers in args.workers:
-            path, _ = ensure_partitions(Path(args.work_dir), spec, workers, "metis", args.seed,
-                                        lambda: holder.setdefault("g", load_dataset(spec, args.data_dir)))
+            path, _ = ensure_partitions(
+                Path(args.work_dir),
+                spec,
+                workers,
+                "metis",
+                args.seed,
+                get_graph,
+            )
             for bits, staleness in settings:
                 full = FullGraphConfig(spmm="1d-sparse", bits=bits, staleness=staleness)
                 print(f"== {spec} P={workers} bits={bits} staleness={staleness}", flush=True)
@@ -319,32 +441,54 @@ def run_accuracy(args, report: dict[str, Any]) -> str:
                 runs.append(record)
                 table = render()
                 write_report(args.out, report, table)
-        holder.clear()
+        get_graph.cache_clear()
     return table
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("bytes", "accuracy"), required=True)
-    parser.add_argument("--datasets", nargs="+", default=["coauthor-physics", "amazon-computers"],
-                        help="dataset specs, space-separated (a spec may hold commas)")
-    parser.add_argument("--workers", default=None, help="comma-separated P values (bytes: 2,4; accuracy: 2)")
+    parser.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["coauthor-physics", "amazon-computers"],
+        help="dataset specs, space-separated (a spec may hold commas)",
+    )
+    parser.add_argument(
+        "--workers", default=None, help="comma-separated P values (bytes: 2,4; accuracy: 2)"
+    )
     parser.add_argument("--epochs", type=int, default=None, help="bytes: 3, accuracy: 200")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--settings", default="32:0,8:0,4:0,2:0,1:0,32:1,32:2,1:1",
-                        help="accuracy part: comma-separated bits:staleness pairs (the first is the reference)")
-    parser.add_argument("--feature-norm", default="row", choices=("none", "row"),
-                        help="feature preprocessing (row suits bag-of-words features; amazon-* train better with none)")
+    parser.add_argument(
+        "--settings",
+        default="32:0,8:0,4:0,2:0,1:0,32:1,32:2,1:1",
+        help="accuracy part: comma-separated bits:staleness pairs (the first is the reference)",
+    )
+    parser.add_argument(
+        "--feature-norm",
+        default="row",
+        choices=("none", "row"),
+        help=(
+            "feature preprocessing (row suits bag-of-words features; amazon-* train better with "
+            "none)"
+        ),
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="collective timeout (s)")
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--work-dir", default=str(REPO / "benchmarks" / "out" / "work"))
-    parser.add_argument("--out", default=None, help="JSON output (default: benchmarks/out/fullgraph_<part>.json)")
+    parser.add_argument(
+        "--out", default=None, help="JSON output (default: benchmarks/out/fullgraph_<part>.json)"
+    )
     args = parser.parse_args(argv)
-    args.workers = [int(w) for w in (args.workers or ("2,4" if args.part == "bytes" else "2")).split(",")]
+    args.workers = [
+        int(w) for w in (args.workers or ("2,4" if args.part == "bytes" else "2")).split(",")
+    ]
     args.epochs = args.epochs or (3 if args.part == "bytes" else 200)
     args.out = Path(args.out or REPO / "benchmarks" / "out" / f"fullgraph_{args.part}.json")
     Path(args.work_dir).mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/bench_fullgraph.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python benchmarks/bench_fullgraph.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
     report = common_report(args, command, tuple(os.getloadavg()))
     report["args"] = {k: str(v) for k, v in vars(args).items()}
     table = run_bytes(args, report) if args.part == "bytes" else run_accuracy(args, report)

@@ -19,20 +19,26 @@ import torch
 from machine import machine_info  # noqa: E402  (benchmarks/machine.py)
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.graph.synthetic import SyntheticConfig, generate
-from shardgnn.seeding import mix_seed
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.sampling.reference import TorchNeighborSampler
+from shardgnn.seeding import mix_seed
 from shardgnn.train.progress import format_table
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nodes", type=int, default=1_000_000, help="synthetic graph nodes")
     p.add_argument("--degree", type=float, default=20.0, help="synthetic graph average degree")
-    p.add_argument("--fanouts", default="10,10,10", help="comma-separated fanouts, output layer first")
+    p.add_argument(
+        "--fanouts", default="10,10,10", help="comma-separated fanouts, output layer first"
+    )
     p.add_argument("--batch-size", type=int, default=1024, help="seed nodes per batch")
     p.add_argument("--batches", type=int, default=30, help="timed batches per sampler and config")
-    p.add_argument("--warmup", type=int, default=3, help="untimed batches first (JIT compile, caches)")
+    p.add_argument(
+        "--warmup", type=int, default=3, help="untimed batches first (JIT compile, caches)"
+    )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts to measure")
     p.add_argument("--replace", default="false,true", help="comma-separated: false, true")
     p.add_argument("--graph-seed", type=int, default=0, help="synthetic graph seed")
@@ -72,46 +78,99 @@ def main(argv=None) -> dict:
     command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
 
     t0 = time.perf_counter()
-    graph = generate(SyntheticConfig(nodes=args.nodes, degree=args.degree, features=8, seed=args.graph_seed))
+    graph = generate(
+        SyntheticConfig(nodes=args.nodes, degree=args.degree, features=8, seed=args.graph_seed)
+    )
     gen_s = time.perf_counter() - t0
-    print(f"graph: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges, generated in {gen_s:.1f} s", flush=True)
+    print(
+        f"graph: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges, generated in {gen_s:.1f} s",
+        flush=True,
+    )
 
     n_batches = args.warmup + args.batches
     perm = torch.from_numpy(np.random.default_rng(args.seed).permutation(graph.num_nodes))
     if n_batches * args.batch_size > graph.num_nodes:
-        raise SystemExit(f"{n_batches} batches of {args.batch_size} need more than {graph.num_nodes} nodes")
-    batches = [perm[i * args.batch_size:(i + 1) * args.batch_size].clone() for i in range(n_batches)]
+        raise SystemExit(
+            f"{n_batches} batches of {args.batch_size} need more than {graph.num_nodes} nodes"
+        )
+    batches = [
+        perm[i * args.batch_size : (i + 1) * args.batch_size].clone() for i in range(n_batches)
+    ]
 
     torch_threads_before = torch.get_num_threads()
     results, rows = [], []
     for threads in thread_counts:
         if threads > numba.config.NUMBA_NUM_THREADS:
-            print(f"skipping threads={threads}: numba allows at most {numba.config.NUMBA_NUM_THREADS}", flush=True)
+            print(
+                f"skipping threads={threads}: numba allows at most "
+                f"{numba.config.NUMBA_NUM_THREADS}",
+                flush=True,
+            )
             continue
         for replace in replaces:
             config = SamplerConfig(fanouts=fanouts, replace=replace, num_threads=threads)
-            ours = run_sampler(NeighborSampler(graph.indptr, graph.indices, config), batches, args.warmup, args.seed)
+            ours = run_sampler(
+                NeighborSampler(graph.indptr, graph.indices, config),
+                batches,
+                args.warmup,
+                args.seed,
+            )
             torch.set_num_threads(threads)
             try:
-                base = run_sampler(TorchNeighborSampler(graph.indptr, graph.indices, config), batches, args.warmup,
-                                   args.seed)
+                base = run_sampler(
+                    TorchNeighborSampler(graph.indptr, graph.indices, config),
+                    batches,
+                    args.warmup,
+                    args.seed,
+                )
             finally:
                 torch.set_num_threads(torch_threads_before)
             speedup = ours["edges_per_s"] / base["edges_per_s"]
-            results.append({"threads": threads, "replace": replace, "ours": ours, "baseline": base,
-                            "speedup": speedup})
-            rows.append([threads, replace, f"{ours['edges_per_s'] / 1e6:.2f}", f"{base['edges_per_s'] / 1e6:.2f}",
-                         f"{speedup:.1f}x", f"{ours['mean_batch_ms']:.1f}", f"{base['mean_batch_ms']:.1f}",
-                         round(ours["mean_edges_per_batch"]), round(ours["mean_input_nodes_per_batch"])])
-            print(f"threads={threads} replace={replace}: ours {ours['edges_per_s'] / 1e6:.2f} M edges/s, "
-                  f"torch {base['edges_per_s'] / 1e6:.2f} M edges/s ({speedup:.1f}x)", flush=True)
+            results.append(
+                {
+                    "threads": threads,
+                    "replace": replace,
+                    "ours": ours,
+                    "baseline": base,
+                    "speedup": speedup,
+                }
+            )
+            rows.append(
+                [
+                    threads,
+                    replace,
+                    f"{ours['edges_per_s'] / 1e6:.2f}",
+                    f"{base['edges_per_s'] / 1e6:.2f}",
+                    f"{speedup:.1f}x",
+                    f"{ours['mean_batch_ms']:.1f}",
+                    f"{base['mean_batch_ms']:.1f}",
+                    round(ours["mean_edges_per_batch"]),
+                    round(ours["mean_input_nodes_per_batch"]),
+                ]
+            )
+            print(
+                f"threads={threads} replace={replace}: ours {ours['edges_per_s'] / 1e6:.2f} M "
+                f"edges/s, torch {base['edges_per_s'] / 1e6:.2f} M edges/s ({speedup:.1f}x)",
+                flush=True,
+            )
 
-    headers = ["threads", "replace", "ours (M edges/s)", "torch (M edges/s)", "speedup", "ours ms/batch",
-               "torch ms/batch", "edges/batch", "input nodes/batch"]
+    headers = [
+        "threads",
+        "replace",
+        "ours (M edges/s)",
+        "torch (M edges/s)",
+        "speedup",
+        "ours ms/batch",
+        "torch ms/batch",
+        "edges/batch",
+        "input nodes/batch",
+    ]
     table = format_table(headers, rows)
-    title = (f"Neighbour sampling throughput: synthetic {graph.num_nodes:,} nodes / {graph.num_edges:,} edges, "
-             f"fanouts {','.join(map(str, fanouts))}, batch {args.batch_size}, {args.batches} timed batches "
-             f"(after {args.warmup} warm-up)")
+    title = (
+        f"Neighbour sampling throughput: synthetic {graph.num_nodes:,} nodes / "
+        f"{graph.num_edges:,} edges, fanouts {','.join(map(str, fanouts))}, batch "
+        f"{args.batch_size}, {args.batches} timed batches (after {args.warmup} warm-up)"
+    )
     machine = machine_info()
     try:
         machine["numba_threading_layer_used"] = numba.threading_layer()
@@ -123,16 +182,21 @@ def main(argv=None) -> dict:
         "argv": sys.argv,
         "args": vars(args),
         "machine": machine,
-        "graph": {"name": graph.name, "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-                  "generate_s": gen_s},
+        "graph": {
+            "name": graph.name,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "generate_s": gen_s,
+        },
         "results": results,
     }
     save_json(args.out, report)
     with atomic_open(args.md, "w") as fh:
-        fh.write(f"{title}\n\n{table}\n\n"
-                 "Edges = sampled edges over all layers (`SampledBlocks.num_sampled_edges`); edges/batch and "
-                 "input nodes/batch are the numba sampler's means.\n\n"
-                 f"Command: `{command}`\n")
+        fh.write(
+            f"{title}\n\n{table}\n\nEdges = sampled edges over all layers "
+            "(`SampledBlocks.num_sampled_edges`); edges/batch and input nodes/batch are the "
+            f"numba sampler's means.\n\nCommand: `{command}`\n"
+        )
     print(f"\n{title}\n\n{table}\n\nwrote {args.out} and {args.md}")
     return report
 

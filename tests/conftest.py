@@ -1,5 +1,6 @@
 """Shared fixtures. Real datasets are read in place from ``$SHARDGNN_TEST_DATA`` when set, else from
-``../shared/data`` beside the repository; tests that need them skip cleanly when the folder is absent."""
+``../shared/data`` beside the repository; tests that need them skip cleanly when the folder is
+absent."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ import pytest
 
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 
-SHARED_DATA = Path(os.environ.get("SHARDGNN_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
-requires_shared_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent")
+SHARED_DATA = Path(
+    os.environ.get("SHARDGNN_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
+requires_shared_data = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent"
+)
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +37,12 @@ def arange_graph(small_graph):
 
 def pytest_collection_modifyitems(config, items):
     """Every multi-process test is slow too, so `-m "not slow"` (the fast tier) starts no job."""
-    unmarked = [item.nodeid for item in items if item.get_closest_marker("multiprocess")
-                and not item.get_closest_marker("slow")]
+    unmarked = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("multiprocess") and not item.get_closest_marker("slow")
+    ]
     if unmarked:
-        raise pytest.UsageError(f"multiprocess tests must also be marked slow: {', '.join(unmarked)}")
+        raise pytest.UsageError(
+            f"multiprocess tests must also be marked slow: {', '.join(unmarked)}"
+        )

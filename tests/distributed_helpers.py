@@ -25,15 +25,20 @@ from shardgnn.distributed.context import DistContext, init_distributed, shutdown
 from shardgnn.distributed.launch import launch_local
 
 
-def run_workers(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0) -> list[Any]:
-    """Run ``fn(ctx, *args)`` on ``world_size`` local processes; return each rank's result, rank order.
+def run_workers(
+    fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0
+) -> list[Any]:
+    """Run ``fn(ctx, *args)`` on ``world_size`` local processes; return each rank's result, rank
+    order.
 
     ``fn`` must be a module-level function; ``args`` and the results must be picklable.
     ``timeout_s`` is the collective timeout inside the workers; the whole run is killed after
     ``2 * timeout_s + 60`` s (start-up of spawned workers on a busy 2-core machine takes seconds),
     so a worker that hangs outside any collective cannot hang the test either.
     """
-    results = launch_local(_run_in_context, (fn, timeout_s, args), world_size, timeout_s=2 * timeout_s + 60)
+    results = launch_local(
+        _run_in_context, (fn, timeout_s, args), world_size, timeout_s=2 * timeout_s + 60
+    )
     return [results[rank] for rank in range(world_size)]
 
 

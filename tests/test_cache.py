@@ -14,7 +14,13 @@ from shardgnn.graph.features import row_sums
 from shardgnn.store.cache.build import top_ids
 from shardgnn.store.cache.config import CacheConfig, resolve_capacity
 from shardgnn.store.cache.core import simulate
-from shardgnn.store.cache.policies import BeladyPolicy, FIFOPolicy, LRUPolicy, StaticPolicy, make_policy
+from shardgnn.store.cache.policies import (
+    BeladyPolicy,
+    FIFOPolicy,
+    LRUPolicy,
+    StaticPolicy,
+    make_policy,
+)
 from shardgnn.store.cache.store import CachedFeatureStore
 from shardgnn.store.feature import FeatureStore, LocalFeatureStore
 
@@ -63,8 +69,12 @@ def test_belady_equals_brute_force_optimum(seed):
     rng = np.random.default_rng(seed)
     num_nodes, capacity = 6, int(rng.integers(1, 4))
     trace = random_trace(rng, num_nodes, int(rng.integers(2, 7)), 3)
-    initial = rng.choice(num_nodes, int(rng.integers(0, capacity + 1)), replace=False) if seed % 2 else []
-    _, missed = simulate(BeladyPolicy(num_nodes, lookahead=len(trace)), num_nodes, capacity, trace, initial)
+    initial = (
+        rng.choice(num_nodes, int(rng.integers(0, capacity + 1)), replace=False) if seed % 2 else []
+    )
+    _, missed = simulate(
+        BeladyPolicy(num_nodes, lookahead=len(trace)), num_nodes, capacity, trace, initial
+    )
     assert missed == optimal_misses(trace, capacity, initial)
 
 
@@ -77,7 +87,9 @@ def test_belady_at_least_every_policy(seed):
         other = policy(name, num_nodes, trace, capacity)
         requested, missed = simulate(other, num_nodes, capacity, trace)
         # From the same starting content (a static policy's preloaded rows are free here).
-        belady = simulate(BeladyPolicy(num_nodes, len(trace)), num_nodes, capacity, trace, other.initial_ids())
+        belady = simulate(
+            BeladyPolicy(num_nodes, len(trace)), num_nodes, capacity, trace, other.initial_ids()
+        )
         assert belady[0] == requested and belady[1] <= missed, name
 
 
@@ -85,14 +97,19 @@ def test_windowed_belady_beats_lru_and_fifo_on_skewed_traces():
     rng = np.random.default_rng(7)
     num_nodes, capacity = 500, 50
     trace = random_trace(rng, num_nodes, 60, 80)
-    missed = {name: simulate(policy(name, num_nodes, trace, capacity, lookahead=8), num_nodes, capacity, trace)[1]
-              for name in ("fifo", "lru", "belady")}
+    missed = {
+        name: simulate(
+            policy(name, num_nodes, trace, capacity, lookahead=8), num_nodes, capacity, trace
+        )[1]
+        for name in ("fifo", "lru", "belady")
+    }
     assert missed["belady"] < missed["lru"] and missed["belady"] < missed["fifo"]
 
 
 def test_fifo_and_lru_rules_on_a_hand_trace():
     trace = [np.array([1, 2]), np.array([3]), np.array([1]), np.array([4]), np.array([1, 2])]
-    # FIFO (capacity 2): [1 2] -> 3 evicts 1 -> [2 3]; 1 misses, evicts 2 -> [3 1]; 4 evicts 3 -> [1 4];
+    # FIFO (capacity 2): [1 2] -> 3 evicts 1 -> [2 3]; 1 misses, evicts 2 -> [3 1]; 4 evicts 3 -> [1
+    # 4];
     # 1 hits, 2 misses.
     assert simulate(FIFOPolicy(), 5, 2, trace) == (7, 6)
     # LRU: [1 2]; 3 evicts 1 -> [2 3]; 1 evicts 2 -> [3 1]; 4 evicts 3 -> [1 4]; 1 hits, 2 misses.
@@ -120,8 +137,18 @@ def test_top_ids_selects_highest_scores_among_cacheable():
 
 
 # --------------------------------------------------------------------------- capacity parsing
-@pytest.mark.parametrize("size,rows", [("20%", 200), ("0.05", 50), ("123", 123), ("4kB", 10), ("1MB", 1000),
-                                       ("5000", 1000), ("100 rows", 100)])
+@pytest.mark.parametrize(
+    "size,rows",
+    [
+        ("20%", 200),
+        ("0.05", 50),
+        ("123", 123),
+        ("4kB", 10),
+        ("1MB", 1000),
+        ("5000", 1000),
+        ("100 rows", 100),
+    ],
+)
 def test_capacity_forms(size, rows):
     assert resolve_capacity(size, 1000, 400) == rows
 
@@ -144,7 +171,12 @@ class CountingStore(FeatureStore):
     """A local store that records every gather call (to check what reaches the fallback)."""
 
     def __init__(self, x, local_below: int | None = None, on_disk: bool = False):
-        self.inner, self.calls, self.local_below, self._on_disk = LocalFeatureStore(x), [], local_below, on_disk
+        self.inner, self.calls, self.local_below, self._on_disk = (
+            LocalFeatureStore(x),
+            [],
+            local_below,
+            on_disk,
+        )
 
     @property
     def shape(self):
@@ -184,8 +216,12 @@ def arange_features(n, dim=3):
 def make_store(name, n, capacity, trace, lookahead=4, **kw):
     fallback = CountingStore(arange_features(n), **kw)
     scores = np.bincount(np.concatenate(trace), minlength=n)
-    pol = make_policy(name, num_nodes=n, lookahead=lookahead,
-                      static_ids=top_ids(scores, ~fallback.local_mask(np.arange(n)) | fallback.on_disk, capacity))
+    pol = make_policy(
+        name,
+        num_nodes=n,
+        lookahead=lookahead,
+        static_ids=top_ids(scores, ~fallback.local_mask(np.arange(n)) | fallback.on_disk, capacity),
+    )
     return CachedFeatureStore(fallback, pol, capacity), fallback
 
 
@@ -193,7 +229,7 @@ def run_trace(store, trace):
     outs = []
     if store.lookahead:
         for start in range(0, len(trace), store.lookahead):
-            window = [torch.from_numpy(t) for t in trace[start:start + store.lookahead]]
+            window = [torch.from_numpy(t) for t in trace[start : start + store.lookahead]]
             store.plan(window)
             store.prefetch()
             outs += [store.gather(ids) for ids in window]
@@ -209,8 +245,12 @@ def test_cached_store_returns_exact_rows_and_counts_exactly(name, local_below):
     rng = np.random.default_rng(11)
     trace = random_trace(rng, n, 25, 60)  # repeats within a batch included
     store, fallback = make_store(name, n, capacity, trace, local_below=local_below)
-    expected = simulate(policy_like(store, name, n, trace, capacity, local_below), n, capacity,
-                        [t[t >= (local_below or 0)] for t in trace])
+    expected = simulate(
+        policy_like(store, name, n, trace, capacity, local_below),
+        n,
+        capacity,
+        [t[t >= (local_below or 0)] for t in trace],
+    )
     fallback.calls.clear()
     outs = run_trace(store, trace)
     x = arange_features(n)
@@ -240,7 +280,10 @@ def test_cache_rows_match_their_ids_after_any_trace(name):
     run_trace(store, trace)
     index = store.core.index
     occupied = np.flatnonzero(index.id_of >= 0)
-    assert torch.equal(store.rows[torch.from_numpy(occupied)], arange_features(n)[torch.from_numpy(index.id_of[occupied])])
+    assert torch.equal(
+        store.rows[torch.from_numpy(occupied)],
+        arange_features(n)[torch.from_numpy(index.id_of[occupied])],
+    )
     assert (index.slot_of[index.id_of[occupied]] == occupied).all()
     assert (index.slot_of >= 0).sum() == occupied.shape[0]
 
@@ -281,14 +324,16 @@ def test_disk_backed_features_are_read_on_demand_and_cached(tmp_path):
     assert torch.equal(out[[5, 0, 3, 1]], torch.from_numpy(x[[7, 7, 2, 1]]))
     assert (out[[2, 4]] == -1).all()
     # In RAM, the same local store has nothing to cache.
-    assert not CachedFeatureStore(LocalFeatureStore(x), LRUPolicy(), 10).cacheable(np.arange(5)).any()
+    assert (
+        not CachedFeatureStore(LocalFeatureStore(x), LRUPolicy(), 10).cacheable(np.arange(5)).any()
+    )
 
 
 # --------------------------------------------------------------------------- distributed
-from distributed_helpers import run_workers  # noqa: E402
+from shardgnn.graph.synthetic import SyntheticConfig, generate  # noqa: E402
 from test_distributed import make_partitions  # noqa: E402
 
-from shardgnn.graph.synthetic import SyntheticConfig, generate  # noqa: E402
+from distributed_helpers import run_workers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -296,34 +341,48 @@ def id_graph():
     import dataclasses
 
     g = generate(SyntheticConfig(nodes=3000, degree=12, classes=4, features=8, seed=4))
-    # x[i] = i in every column: a fetched row names its node (the partition writer moves rows with nodes).
-    return dataclasses.replace(g, x=np.repeat(np.arange(g.num_nodes, dtype=np.float32)[:, None], 4, axis=1))
+    # x[i] = i in every column: a fetched row names its node (the partition writer moves rows with
+    # nodes).
+    return dataclasses.replace(
+        g, x=np.repeat(np.arange(g.num_nodes, dtype=np.float32)[:, None], 4, axis=1)
+    )
 
 
 def _cached_fetch(ctx, path, name, capacity, lookahead):
     from shardgnn.distributed.comm import Communicator
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
-    from shardgnn.partition.format import reassemble
+    from shardgnn.partition.format import read_partitions, reassemble
     from shardgnn.sampling.distributed import DistNeighborSampler
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.store.dist_graph import DistGraphStore
-    from shardgnn.partition.format import read_partitions
 
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
     graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
     fetch = DistFeatureStore(np.array(graph.part.x), graph.book, ctx.rank, comm, "fetch")
     n = graph.num_nodes
     cacheable = ~fetch.local_mask(np.arange(n))
-    batches = DistSeedBatcher(read_partitions(path, verify=False).global_split("train"), graph.book, ctx.rank, ctx.world_size, 64,
-                              shuffle=True, seed=1)
-    stage = NeighborSamplingStage(batches, DistNeighborSampler(graph, SamplerConfig(fanouts=(6, 4)), comm), seed=ctx.rank)
-    static = {"degree": lambda: top_ids(graph.degree, cacheable, capacity),
-              "presample": lambda: top_ids(count_accesses(stage, n), cacheable, capacity)}
+    batches = DistSeedBatcher(
+        read_partitions(path, verify=False).global_split("train"),
+        graph.book,
+        ctx.rank,
+        ctx.world_size,
+        64,
+        shuffle=True,
+        seed=1,
+    )
+    stage = NeighborSamplingStage(
+        batches, DistNeighborSampler(graph, SamplerConfig(fanouts=(6, 4)), comm), seed=ctx.rank
+    )
+    static = {
+        "degree": lambda: top_ids(graph.degree, cacheable, capacity),
+        "presample": lambda: top_ids(count_accesses(stage, n), cacheable, capacity),
+    }
     static_ids = static[name]() if name in static else None
-    store = CachedFeatureStore(fetch, make_policy(name, num_nodes=n, lookahead=lookahead, static_ids=static_ids),
-                               capacity)
+    store = CachedFeatureStore(
+        fetch, make_policy(name, num_nodes=n, lookahead=lookahead, static_ids=static_ids), capacity
+    )
     comm.reset()
     full_x = torch.from_numpy(np.asarray(reassemble(path).x))
     trace, wrong, max_size = [], 0, 0
@@ -335,10 +394,18 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
             wrong += int((batch.x_SF != full_x[ids]).any())
             trace.append(ids.numpy()[cacheable[ids.numpy()]])
             max_size = max(max_size, store.core.index.size)
-    return {"wrong": wrong, "trace": trace, "counters": store.reset_counters(), "max_size": max_size,
-            "initial": None if static_ids is None else static_ids, "remote_in_degree": graph.degree,
-            "cacheable": cacheable, "fetch_calls": comm.reset()["fetch"].calls, "batches": len(batches),
-            "epochs": epochs}
+    return {
+        "wrong": wrong,
+        "trace": trace,
+        "counters": store.reset_counters(),
+        "max_size": max_size,
+        "initial": None if static_ids is None else static_ids,
+        "remote_in_degree": graph.degree,
+        "cacheable": cacheable,
+        "fetch_calls": comm.reset()["fetch"].calls,
+        "batches": len(batches),
+        "epochs": epochs,
+    }
 
 
 @pytest.mark.slow
@@ -354,14 +421,18 @@ def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_grap
         assert res["batches"] == 3
         reference = policy_for(name, n, res["initial"], lookahead)
         epoch_sizes = [res["batches"]] * res["epochs"]
-        assert res["counters"] == simulate(reference, n, capacity, res["trace"], epoch_sizes=epoch_sizes), rank
+        assert res["counters"] == simulate(
+            reference, n, capacity, res["trace"], epoch_sizes=epoch_sizes
+        ), rank
         if name == "degree":  # exactly the top in-degree remote nodes
             deg = np.where(res["cacheable"], res["remote_in_degree"], -1)
             assert sorted(deg[res["initial"]])[0] >= np.sort(deg)[-capacity]
             assert not (~res["cacheable"][res["initial"]]).any()
         # One feature exchange (ids out, rows back) per batch; belady: per window.
         windows = -(-res["batches"] // lookahead)
-        assert res["fetch_calls"] == 2 * res["epochs"] * (windows if name == "belady" else res["batches"])
+        assert res["fetch_calls"] == 2 * res["epochs"] * (
+            windows if name == "belady" else res["batches"]
+        )
 
 
 def policy_for(name, n, initial, lookahead):
@@ -378,10 +449,18 @@ def _train_variants(ctx, path, variants):
 
     out = {}
     for label, cache, storage in variants:
-        config = TrainConfig(model=ModelConfig(model="sage", hidden=16, num_layers=2),
-                             sampler=SamplerConfig(fanouts=(5, 5)), optim=OptimConfig(epochs=3, lr=0.01),
-                             batch_size=256, progress=False, seed=3, feature_norm="row", feature_storage=storage,
-                             cache=CacheConfig(**cache), run=RunConfig(partitions=path, overlap="off"))
+        config = TrainConfig(
+            model=ModelConfig(model="sage", hidden=16, num_layers=2),
+            sampler=SamplerConfig(fanouts=(5, 5)),
+            optim=OptimConfig(epochs=3, lr=0.01),
+            batch_size=256,
+            progress=False,
+            seed=3,
+            feature_norm="row",
+            feature_storage=storage,
+            cache=CacheConfig(**cache),
+            run=RunConfig(partitions=path, overlap="off"),
+        )
         out[label] = train_with_context(config, ctx)
     return out
 
@@ -391,10 +470,15 @@ def _train_variants(ctx, path, variants):
 def test_training_with_any_cache_or_disk_storage_equals_training_without(tmp_path):
     g = generate(SyntheticConfig(nodes=4000, degree=10, classes=4, features=16, seed=2))
     path = make_partitions(tmp_path / "parts", g, 2)
-    variants = [("none", {}, "memory"), ("disk", {}, "disk"),
-                *[(p, {"policy": p, "size": "25%", "lookahead": 4}, "memory")
-                  for p in ("degree", "presample", "fifo", "lru", "belady")],
-                ("disk-lru", {"policy": "lru", "size": "500"}, "disk")]
+    variants = [
+        ("none", {}, "memory"),
+        ("disk", {}, "disk"),
+        *[
+            (p, {"policy": p, "size": "25%", "lookahead": 4}, "memory")
+            for p in ("degree", "presample", "fifo", "lru", "belady")
+        ],
+        ("disk-lru", {"policy": "lru", "size": "500"}, "disk"),
+    ]
     results = run_workers(_train_variants, 2, path, variants)[0]
     base = results["none"]
     losses = [e["loss"] for e in base["epochs"]]
@@ -403,24 +487,37 @@ def test_training_with_any_cache_or_disk_storage_equals_training_without(tmp_pat
         assert res["test_acc"] == base["test_acc"]
         cache = res["cache"]
         requested = [e["cache"]["requested_mb"] for e in res["epochs"]]
-        same_tier = results["disk" if label.startswith("disk") else "none"]  # the same batches, the same requests
+        # the same batches, the same requests
+        same_tier = results["disk" if label.startswith("disk") else "none"]
         assert requested == [e["cache"]["requested_mb"] for e in same_tier["epochs"]], label
         if label in ("none", "disk"):
             assert cache["hit_rate"] == 0.0 and cache["policy"] == "none"
         else:
             assert 0.0 < cache["hit_rate"] <= 1.0, label
-            assert cache["remote_feature_mb_per_epoch"] < base["cache"]["remote_feature_mb_per_epoch"], label
+            assert (
+                cache["remote_feature_mb_per_epoch"] < base["cache"]["remote_feature_mb_per_epoch"]
+            ), label
     # Disk storage requests every row (own rows come from disk too); memory only remote ones.
-    assert results["disk"]["cache"]["requested_mb_per_epoch"] > base["cache"]["requested_mb_per_epoch"]
-    assert results["belady"]["cache"]["hit_rate"] >= max(results[p]["cache"]["hit_rate"] for p in ("fifo", "lru"))
-    assert results["belady"]["cache"]["max_staged_mb"] > 0 and "lookahead" in results["belady"]["epochs"][1]["stages"]
+    assert (
+        results["disk"]["cache"]["requested_mb_per_epoch"] > base["cache"]["requested_mb_per_epoch"]
+    )
+    assert results["belady"]["cache"]["hit_rate"] >= max(
+        results[p]["cache"]["hit_rate"] for p in ("fifo", "lru")
+    )
+    assert (
+        results["belady"]["cache"]["max_staged_mb"] > 0
+        and "lookahead" in results["belady"]["epochs"][1]["stages"]
+    )
 
 
 # --------------------------------------------------------------------------- configuration
-@pytest.mark.parametrize("argv,match", [
-    (["train", "cora", "--cache-policy", "lru"], "--workers 1"),
-    (["train", "cora", "--feature-storage", "disk"], "--workers 1"),
-])
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["train", "cora", "--cache-policy", "lru"], "--workers 1"),
+        (["train", "cora", "--feature-storage", "disk"], "--workers 1"),
+    ],
+)
 def test_single_process_refuses_cache_flags(argv, match, capsys):
     from shardgnn.cli import main
 
@@ -460,11 +557,27 @@ def test_plot_draws_hit_rate_per_policy(tmp_path):
     from shardgnn.cli.plot import plot_training_curves
 
     def results(policy, rates):
-        epochs = [{"epoch": i + 1, "loss": 1.0, "train_acc": 0.5, "val_acc": 0.5, "time_s": 1.0, "stages": {},
-                   "cache": {"hit_rate": r, "requested_mb": 10.0, "missed_mb": 10 * (1 - r),
-                             "remote_feature_mb": 10 * (1 - r)}} for i, r in enumerate(rates)]
+        epochs = [
+            {
+                "epoch": i + 1,
+                "loss": 1.0,
+                "train_acc": 0.5,
+                "val_acc": 0.5,
+                "time_s": 1.0,
+                "stages": {},
+                "cache": {
+                    "hit_rate": r,
+                    "requested_mb": 10.0,
+                    "missed_mb": 10 * (1 - r),
+                    "remote_feature_mb": 10 * (1 - r),
+                },
+            }
+            for i, r in enumerate(rates)
+        ]
         path = tmp_path / f"{policy}.json"
-        path.write_text(json.dumps({"epochs": epochs, "config": {"cache": {"policy": policy, "size": "20%"}}}))
+        path.write_text(
+            json.dumps({"epochs": epochs, "config": {"cache": {"policy": policy, "size": "20%"}}})
+        )
         return path
 
     files = [results("lru", [0.1, 0.5, 0.52]), results("belady", [0.2, 0.7, 0.71])]
@@ -473,7 +586,8 @@ def test_plot_draws_hit_rate_per_policy(tmp_path):
     assert (tmp_path / "plots" / "cache_hit_rate.png").stat().st_size > 1000
     # A distributed run without a cache reports remote bytes per epoch too, but gets no cache plot.
     assert plot_training_curves([results("none", [0.0, 0.0])], tmp_path / "other") == [
-        tmp_path / "other" / "training_curves.png"]
+        tmp_path / "other" / "training_curves.png"
+    ]
 
 
 @pytest.mark.slow
@@ -486,5 +600,9 @@ def test_one_worker_in_memory_has_nothing_to_cache(tmp_path):
     with pytest.raises(WorkerFailedError, match="nothing to cache"):
         run_workers(_train_variants, 1, path, [("lru", {"policy": "lru", "size": "10%"}, "memory")])
     # With disk storage the same worker caches its own rows.
-    res = run_workers(_train_variants, 1, path, [("disk-lru", {"policy": "lru", "size": "10%"}, "disk")])[0]
-    assert res["disk-lru"]["cache"]["capacity_rows"] == 50 and res["disk-lru"]["cache"]["hit_rate"] > 0
+    res = run_workers(
+        _train_variants, 1, path, [("disk-lru", {"policy": "lru", "size": "10%"}, "disk")]
+    )[0]
+    assert (
+        res["disk-lru"]["cache"]["capacity_rows"] == 50 and res["disk-lru"]["cache"]["hit_rate"] > 0
+    )

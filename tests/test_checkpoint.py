@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from distributed_helpers import run_workers
 from shardgnn.distributed.launch import WorkerFailedError
 from shardgnn.errors import ConfigError
 from shardgnn.graph.synthetic import SyntheticConfig, generate
@@ -24,6 +23,8 @@ from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import run_training
+
+from distributed_helpers import run_workers
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +44,17 @@ def _assert_same_weights(a, b):
 
 
 def _single_config(directory, epochs, resume=False, mode="minibatch"):
-    return TrainConfig(mode=mode, model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
-                       sampler=SamplerConfig(fanouts=(5, 5)), optim=OptimConfig(epochs=epochs, lr=0.01),
-                       batch_size=64, seed=3, progress=False, threads=1,
-                       checkpoint=CheckpointConfig(dir=str(directory), every=1, keep=2, resume=resume))
+    return TrainConfig(
+        mode=mode,
+        model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
+        sampler=SamplerConfig(fanouts=(5, 5)),
+        optim=OptimConfig(epochs=epochs, lr=0.01),
+        batch_size=64,
+        seed=3,
+        progress=False,
+        threads=1,
+        checkpoint=CheckpointConfig(dir=str(directory), every=1, keep=2, resume=resume),
+    )
 
 
 @pytest.mark.parametrize("mode", ["minibatch", "full"])
@@ -59,7 +67,10 @@ def test_single_process_resume_is_bit_exact(tmp_path, graph, mode):
     _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
     assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]  # history carried over
     # Only the last two complete checkpoints are kept.
-    assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000003", "epoch-000004"]
+    assert [p.name for p in Checkpointer(interrupted).complete()] == [
+        "epoch-000003",
+        "epoch-000004",
+    ]
 
 
 def test_incomplete_checkpoints_are_ignored_and_config_changes_refused(tmp_path, graph):
@@ -79,8 +90,11 @@ def test_incomplete_checkpoints_are_ignored_and_config_changes_refused(tmp_path,
 def test_resume_on_another_graph_is_refused(tmp_path, graph):
     directory = tmp_path / "ck"
     run_training(_single_config(directory, 1), graph)
-    other = generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=3))  # same size, other edges
-    with pytest.raises(ConfigError, match=r"was made from .*1,500 nodes.*resume on the graph it was trained on"):
+    # same size, other edges
+    other = generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=3))
+    with pytest.raises(
+        ConfigError, match=r"was made from .*1,500 nodes.*resume on the graph it was trained on"
+    ):
         run_training(_single_config(directory, 2, resume=True), other)
 
 
@@ -93,10 +107,18 @@ def _partitions(tmp_path, graph):
 
 
 def _dist_config(path, directory, resume=False):
-    return TrainConfig(model=ModelConfig(hidden=16, num_layers=2, dropout=0.5), sampler=SamplerConfig(fanouts=(5, 5)),
-                       optim=OptimConfig(epochs=3, lr=0.01), batch_size=64, seed=3, progress=False, threads=1,
-                       checkpoint=CheckpointConfig(dir=str(directory), resume=resume), fetch_bits=8,
-                       run=RunConfig(partitions=path, overlap="off"))
+    return TrainConfig(
+        model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
+        sampler=SamplerConfig(fanouts=(5, 5)),
+        optim=OptimConfig(epochs=3, lr=0.01),
+        batch_size=64,
+        seed=3,
+        progress=False,
+        threads=1,
+        checkpoint=CheckpointConfig(dir=str(directory), resume=resume),
+        fetch_bits=8,
+        run=RunConfig(partitions=path, overlap="off"),
+    )
 
 
 def _train(ctx, config, kill_at_step):
@@ -140,7 +162,7 @@ def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
     _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
 
 
-_DYING_WORKER = '''
+_DYING_WORKER = """
 import os, signal, sys
 import torch
 from shardgnn.run import main
@@ -157,7 +179,7 @@ if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK"
 
     torch.optim.Adam.step = dying_step
 sys.exit(main())
-'''
+"""
 
 
 @pytest.mark.slow
@@ -175,11 +197,43 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph)
     script.write_text(_DYING_WORKER)
 
     def torchrun(entry: list[str], directory: Path) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-               "--max-restarts", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-               *entry, "train", "--partitions", path, "--fanouts", "5,5", "--hidden", "16", "--batch-size", "64",
-               "--epochs", "3", "--seed", "3", "--quiet", "--timeout", "30", "--overlap", "off",
-               "--checkpoint-dir", str(directory), "--resume"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+            *entry,
+            "train",
+            "--partitions",
+            path,
+            "--fanouts",
+            "5,5",
+            "--hidden",
+            "16",
+            "--batch-size",
+            "64",
+            "--epochs",
+            "3",
+            "--seed",
+            "3",
+            "--quiet",
+            "--timeout",
+            "30",
+            "--overlap",
+            "off",
+            "--checkpoint-dir",
+            str(directory),
+            "--resume",
+        ]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
     straight = torchrun(["-m", "shardgnn.run"], tmp_path / "straight")
@@ -187,4 +241,6 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph)
     restarted = torchrun([str(script)], tmp_path / "restarted")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "resumed from" in restarted.stdout + restarted.stderr  # the second attempt picked it up
-    _assert_same_weights(_final_weights(tmp_path / "straight"), _final_weights(tmp_path / "restarted"))
+    _assert_same_weights(
+        _final_weights(tmp_path / "straight"), _final_weights(tmp_path / "restarted")
+    )

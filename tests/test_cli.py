@@ -44,24 +44,32 @@ def _leaf_fields(cls, prefix=""):
             yield prefix + field.name
 
 
-# ---------------------------------------------------------------------------------------------- settings
+# ----------------------------------------------------------------------------------------- settings
 def test_defaults_are_valid_and_come_from_the_dataclasses_only():
     config = TrainConfig()  # valid as it stands: the synthetic dataset, 3 layers from 3 fanouts
     assert config.model.num_layers == len(config.sampler.fanouts) == 3
     args = build_parser().parse_args(["train"])
-    assert config_from_args(TrainConfig, args) == config  # no flag given: every value from the dataclass
-    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config  # what a worker receives
+    # no flag given: every value from the dataclass
+    assert config_from_args(TrainConfig, args) == config
+    # what a worker receives
+    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
 
 
-@pytest.mark.parametrize("command, cls", [("train", TrainConfig), ("infer", InferConfig), ("partition", PartitionConfig)])
+@pytest.mark.parametrize(
+    "command, cls", [("train", TrainConfig), ("infer", InferConfig), ("partition", PartitionConfig)]
+)
 def test_every_setting_is_a_flag_and_help_shows_each_default_once(command, cls):
     parser = _subparser(command)
     dests = {a.dest for a in parser._actions}
     missing = [name for name in _leaf_fields(cls) if name not in dests]
     assert not missing, f"settings without a flag: {missing}"
     for action in parser._actions:
-        assert action.default in (argparse.SUPPRESS, None, False) or action.dest in ("help", "dataset", "data_dir",
-                                                                                      "out"), action.dest
+        assert action.default in (argparse.SUPPRESS, None, False) or action.dest in (
+            "help",
+            "dataset",
+            "data_dir",
+            "out",
+        ), action.dest
         assert (action.help or "").count("default") <= 1, action.help
     text = parser.format_help()
     assert "(default: 256)" in text if command == "train" else True
@@ -74,35 +82,69 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"shardgnn {shardgnn.__version__}"
 
 
-@pytest.mark.parametrize("fanouts, message", [
-    ("10,,5", "'10,,5': entry 2 is empty"),
-    (",", "',': entry 1 is empty"),
-    ("10,x", "'x' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "fanouts, message",
+    [
+        ("10,,5", "'10,,5': entry 2 is empty"),
+        (",", "',': entry 1 is empty"),
+        ("10,x", "'x' is not an integer"),
+    ],
+)
 def test_malformed_fanouts_are_refused_naming_only_the_fanouts(fanouts, message, capsys):
     with pytest.raises(SystemExit) as info:
         main(["train", "--fanouts", fanouts])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == f"shardgnn train: error: argument --fanouts: {message}" or message in err
-    assert "argument --fanouts" in err and message in err and "hidden" not in err and len(err.splitlines()) == 2
+    assert (
+        err.splitlines()[0] == f"shardgnn train: error: argument --fanouts: {message}"
+        or message in err
+    )
+    assert (
+        "argument --fanouts" in err
+        and message in err
+        and "hidden" not in err
+        and len(err.splitlines()) == 2
+    )
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"model": {"hidden": 0}}, "^--hidden 0: must be >= 1$"),
-    ({"model": {"dropout": 1.5}}, r"^--dropout 1.5: a probability in \[0, 1\)$"),
-    ({"sampler": {"fanouts": []}}, "^--fanouts '': name at least one layer"),
-    ({"optim": {"lr": 0}}, "^--lr 0: must be > 0$"),
-    ({"run": {"overlap": "maybe"}}, "^--overlap maybe: choose one of auto, on, off$"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"model": {"hidden": 0}}, "^--hidden 0: must be >= 1$"),
+        ({"model": {"dropout": 1.5}}, r"^--dropout 1.5: a probability in \[0, 1\)$"),
+        ({"sampler": {"fanouts": []}}, "^--fanouts '': name at least one layer"),
+        ({"optim": {"lr": 0}}, "^--lr 0: must be > 0$"),
+        ({"run": {"overlap": "maybe"}}, "^--overlap maybe: choose one of auto, on, off$"),
+    ],
+)
 def test_error_messages_name_the_one_bad_value(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig.from_dict(kwargs)
 
 
 def test_a_flag_made_pointless_by_another_is_reported(capsys):
-    assert main(["train", SPEC, "--mode", "full", "--fanouts", "5,5", "--epochs", "1", "--hidden", "8", "--quiet"]) == 0
-    assert "shardgnn train: warning: --fanouts is ignored: --mode full uses every neighbour" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "train",
+                SPEC,
+                "--mode",
+                "full",
+                "--fanouts",
+                "5,5",
+                "--epochs",
+                "1",
+                "--hidden",
+                "8",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        "shardgnn train: warning: --fanouts is ignored: --mode full uses every neighbour"
+        in capsys.readouterr().err
+    )
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -125,17 +167,35 @@ def test_options_derive_flags_for_a_new_config():
 
     parser = argparse.ArgumentParser()
     add_flags(parser, _Outer)
-    assert config_from_args(_Outer, parser.parse_args(["--colour", "blue"])) == _Outer(inner=_Inner(colour="blue"))
+    assert config_from_args(_Outer, parser.parse_args(["--colour", "blue"])) == _Outer(
+        inner=_Inner(colour="blue")
+    )
     assert "a size (default: 3)" in parser.format_help() and "inner things" in parser.format_help()
     with pytest.raises(SystemExit):
         parser.parse_args(["--colour", "green"])
 
 
-# ---------------------------------------------------------------------------------------------- progress and results
+# ----------------------------------------------------------------------------- progress and results
 def test_one_line_per_epoch_in_a_pipe_and_no_truncated_names(tmp_path, capsys):
     spec = "synthetic:nodes=700,degree=6,classes=3,features=8,homophily=0.8,snr=1.5,seed=11"
     results = tmp_path / "r.json"
-    assert main(["train", spec, "--fanouts", "4,4", "--hidden", "8", "--epochs", "3", "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                spec,
+                "--fanouts",
+                "4,4",
+                "--hidden",
+                "8",
+                "--epochs",
+                "3",
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert [line.split()[1] for line in lines] == ["1/3", "2/3", "3/3"]
@@ -156,8 +216,12 @@ class _DiesInEpoch2(LocalSteps):
 def test_results_are_rewritten_after_every_epoch_so_a_killed_run_keeps_its_history(tmp_path):
     graph = generate(SyntheticConfig(nodes=500, degree=6, classes=3, features=8, seed=1))
     results = tmp_path / "r.json"
-    config = TrainConfig(sampler=SamplerConfig(fanouts=(4, 4)), optim=OptimConfig(epochs=3), progress=False,
-                         results=str(results))
+    config = TrainConfig(
+        sampler=SamplerConfig(fanouts=(4, 4)),
+        optim=OptimConfig(epochs=3),
+        progress=False,
+        results=str(results),
+    )
     with pytest.raises(RuntimeError, match="went away"):
         TrainingLoop(config, _DiesInEpoch2(config, graph)).run()
     data = json.loads(results.read_text())
@@ -179,7 +243,8 @@ def test_files_honour_the_umask(tmp_path, umask, mode):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == mode
     assert stat.S_IMODE((tmp_path / "parts" / "part-0" / "x.npy").stat().st_mode) == mode
-    assert stat.S_IMODE((tmp_path / "parts").stat().st_mode) == mode | ((mode & 0o444) >> 2)  # + the x bits
+    # + the x bits
+    assert stat.S_IMODE((tmp_path / "parts").stat().st_mode) == mode | ((mode & 0o444) >> 2)
 
 
 def test_plots_have_integer_epoch_ticks():
@@ -192,12 +257,17 @@ def test_plots_have_integer_epoch_ticks():
         assert ticks and all(float(t).is_integer() for t in ticks)
 
 
-# ---------------------------------------------------------------------------------------------- identity
+# ----------------------------------------------------------------------------------------- identity
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
     """A 2-part partition of SPEC, written as `shardgnn partition` writes it."""
     out = tmp_path_factory.mktemp("cli") / "parts"
-    assert main(["partition", SPEC, "--parts", "2", "--method", "random", "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            ["partition", SPEC, "--parts", "2", "--method", "random", "--out", str(out), "--quiet"]
+        )
+        == 0
+    )
     return out
 
 
@@ -206,51 +276,101 @@ def test_training_another_dataset_than_the_partition_holds_is_refused(parts, cap
     other = "synthetic:nodes=900,degree=6,classes=3,features=8"
     assert main(["train", other, "--partitions", str(parts), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "holds synthetic:nodes=600" in err and "not synthetic:nodes=900" in err
+    assert (
+        err.count("\n") == 1
+        and "holds synthetic:nodes=600" in err
+        and "not synthetic:nodes=900" in err
+    )
     # The same dataset spelled another way (defaults written out) is the same dataset.
     from shardgnn.cli.train import preflight
 
-    config = TrainConfig(dataset=SPEC + ",seed=0,homophily=0.7", run=RunConfig(partitions=str(parts)))
+    config = TrainConfig(
+        dataset=SPEC + ",seed=0,homophily=0.7", run=RunConfig(partitions=str(parts))
+    )
     resolved, workers = preflight(config, dataset_given=True)
     assert workers == 2 and resolved.dataset.startswith("synthetic:nodes=600,")
 
 
 def test_resume_with_other_flags_is_refused_before_any_worker_starts(parts, tmp_path, capsys):
-    from shardgnn.train.checkpoint import Checkpointer
-
     from shardgnn.cli.train import preflight
     from shardgnn.partition.format import read_partitions
+    from shardgnn.train.checkpoint import Checkpointer
 
     ckpt = tmp_path / "ckpt"
     # A complete checkpoint as a 2-worker run with fanouts 5,5 leaves it.
-    config = config_from_args(TrainConfig, build_parser().parse_args(
-        ["train", "--partitions", str(parts), "--fanouts", "5,5", "--checkpoint-dir", str(ckpt)]))
+    config = config_from_args(
+        TrainConfig,
+        build_parser().parse_args(
+            ["train", "--partitions", str(parts), "--fanouts", "5,5", "--checkpoint-dir", str(ckpt)]
+        ),
+    )
     config, _ = preflight(config, dataset_given=False)
     for rank in (0, 1):
-        Checkpointer(ckpt, rank=rank, world_size=2).save(1, {"epoch": 1}, config.to_dict(),
-                                                        read_partitions(parts).dataset)
+        Checkpointer(ckpt, rank=rank, world_size=2).save(
+            1, {"epoch": 1}, config.to_dict(), read_partitions(parts).dataset
+        )
     capsys.readouterr()
-    assert main(["train", "--partitions", str(parts), "--fanouts", "5,4", "--checkpoint-dir", str(ckpt), "--resume",
-                 "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--partitions",
+                str(parts),
+                "--fanouts",
+                "5,4",
+                "--checkpoint-dir",
+                str(ckpt),
+                "--resume",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "sampler.fanouts: [5, 5] -> [5, 4]" in err and "Traceback" not in err
+    assert (
+        err.count("\n") == 1
+        and "sampler.fanouts: [5, 5] -> [5, 4]" in err
+        and "Traceback" not in err
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(parts, tmp_path, capsys):
+def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(
+    parts, tmp_path, capsys
+):
     import shutil
 
     damaged = tmp_path / "damaged"
     shutil.copytree(parts, damaged)
     x = np.load(damaged / "part-1" / "x.npy")
-    np.save(damaged / "part-1" / "x.npy", x + 1)  # same size and shape, other content: found by the worker
+    # same size and shape, other content: found by the worker
+    np.save(damaged / "part-1" / "x.npy", x + 1)
     capsys.readouterr()
-    assert main(["train", "--partitions", str(damaged), "--fanouts", "4,4", "--epochs", "1", "--quiet",
-                 "--log-dir", str(tmp_path / "logs")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--partitions",
+                str(damaged),
+                "--fanouts",
+                "4,4",
+                "--epochs",
+                "1",
+                "--quiet",
+                "--log-dir",
+                str(tmp_path / "logs"),
+            ]
+        )
+        == 2
+    )
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
-    assert lines[0].startswith("shardgnn train: error: ") and "part-1/x.npy" in lines[0] and "(rank 1)" in lines[0]
+    assert (
+        lines[0].startswith("shardgnn train: error: ")
+        and "part-1/x.npy" in lines[0]
+        and "(rank 1)" in lines[0]
+    )
     assert lines[-1] == f"  full traceback: {tmp_path / 'logs' / 'rank-1.log'}"
     assert len(lines) <= 3 and "Traceback" not in captured.err and "torch" not in captured.err
     assert "Traceback (most recent call last)" in (tmp_path / "logs" / "rank-1.log").read_text()

@@ -27,7 +27,9 @@ def _edges_of(graph: Graph) -> set[tuple[int, int]]:
 
 
 def test_edge_list_with_feature_label_and_split_files(tmp_path, capsys):
-    (tmp_path / "edges.txt").write_text("# my graph\n" + "".join(f"{u + 1} {v + 1}\n" for u, v in EDGES))
+    (tmp_path / "edges.txt").write_text(
+        "# my graph\n" + "".join(f"{u + 1} {v + 1}\n" for u, v in EDGES)
+    )
     np.save(tmp_path / "x.npy", FEATURES)
     (tmp_path / "y.csv").write_text("label\n" + "\n".join(map(str, LABELS)) + "\n")
     np.save(tmp_path / "train.npy", np.array([1, 4]))  # 1-based like the edge list
@@ -36,29 +38,62 @@ def test_edge_list_with_feature_label_and_split_files(tmp_path, capsys):
     test_mask[[2, 4]] = True
     np.save(tmp_path / "test.npy", test_mask)  # a mask is in node order whatever --base says
     out = tmp_path / "g"
-    assert main(["convert", "--edges", str(tmp_path / "edges.txt"), "--base", "1", "--features",
-                 str(tmp_path / "x.npy"), "--labels", str(tmp_path / "y.csv"), "--train", str(tmp_path / "train.npy"),
-                 "--val", str(tmp_path / "val.txt"), "--test", str(tmp_path / "test.npy"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                "--edges",
+                str(tmp_path / "edges.txt"),
+                "--base",
+                "1",
+                "--features",
+                str(tmp_path / "x.npy"),
+                "--labels",
+                str(tmp_path / "y.csv"),
+                "--train",
+                str(tmp_path / "train.npy"),
+                "--val",
+                str(tmp_path / "val.txt"),
+                "--test",
+                str(tmp_path / "test.npy"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert f"graph:{out}" in capsys.readouterr().out
     graph = load_dataset(f"graph:{out}")
     assert graph.name == "g" and _edges_of(graph) == set(EDGES)
     np.testing.assert_array_equal(graph.x, FEATURES)
     np.testing.assert_array_equal(graph.y, LABELS)
     assert graph.num_classes == 2
-    assert (graph.train_idx.tolist(), graph.val_idx.tolist(), graph.test_idx.tolist()) == ([0, 3], [1], [2, 4])
+    assert (graph.train_idx.tolist(), graph.val_idx.tolist(), graph.test_idx.tolist()) == (
+        [0, 3],
+        [1],
+        [2, 4],
+    )
 
 
 def test_isolated_nodes_and_a_random_split_when_none_is_given(tmp_path):
     (tmp_path / "edges.csv").write_text("0,1\n1,2\n")
     np.save(tmp_path / "x.npy", np.ones((10, 2), dtype=np.float32))  # nodes 3..9 have no edges
     np.save(tmp_path / "y.npy", np.arange(10) % 2)
-    config = ConvertConfig(edges=str(tmp_path / "edges.csv"), features=str(tmp_path / "x.npy"),
-                           labels=str(tmp_path / "y.npy"), out=str(tmp_path / "g"), symmetric=True, seed=3)
+    config = ConvertConfig(
+        edges=str(tmp_path / "edges.csv"),
+        features=str(tmp_path / "x.npy"),
+        labels=str(tmp_path / "y.npy"),
+        out=str(tmp_path / "g"),
+        symmetric=True,
+        seed=3,
+    )
     graph = convert(config)
     assert graph.num_nodes == 10 and _edges_of(graph) == {(0, 1), (1, 0), (1, 2), (2, 1)}
     sizes = [len(graph.train_idx), len(graph.val_idx), len(graph.test_idx)]
     assert sizes == [6, 2, 2]
-    assert sorted(np.concatenate([graph.train_idx, graph.val_idx, graph.test_idx]).tolist()) == list(range(10))
+    assert sorted(
+        np.concatenate([graph.train_idx, graph.val_idx, graph.test_idx]).tolist()
+    ) == list(range(10))
     again = convert(ConvertConfig(**{**config.__dict__, "out": str(tmp_path / "h")}))
     assert again.train_idx.tolist() == graph.train_idx.tolist()  # seeded
 
@@ -69,31 +104,81 @@ def test_node_and_edge_tables(tmp_path, suffix):
     if suffix == ".parquet":
         pytest.importorskip("pyarrow")
     names = ["ann", "bob", "cy", "dee", "eve", "fay"]
-    nodes = pd.DataFrame({"user": names, "kind": ["cat", "cat", "cat", "dog", "dog", None],
-                          "split": ["train", "val", "test", "train", "test", ""],
-                          "f0": FEATURES[:, 0], "f1": FEATURES[:, 1], "note": ["x"] * 6})
-    edges = pd.DataFrame({"from": [names[u] for u, _ in EDGES], "to": [names[v] for _, v in EDGES],
-                          "w": np.linspace(0.5, 1.0, len(EDGES))})
-    write = {".csv": lambda df, p: df.to_csv(p, index=False), ".parquet": lambda df, p: df.to_parquet(p)}[suffix]
+    nodes = pd.DataFrame(
+        {
+            "user": names,
+            "kind": ["cat", "cat", "cat", "dog", "dog", None],
+            "split": ["train", "val", "test", "train", "test", ""],
+            "f0": FEATURES[:, 0],
+            "f1": FEATURES[:, 1],
+            "note": ["x"] * 6,
+        }
+    )
+    edges = pd.DataFrame(
+        {
+            "from": [names[u] for u, _ in EDGES],
+            "to": [names[v] for _, v in EDGES],
+            "w": np.linspace(0.5, 1.0, len(EDGES)),
+        }
+    )
+    write = {
+        ".csv": lambda df, p: df.to_csv(p, index=False),
+        ".parquet": lambda df, p: df.to_parquet(p),
+    }[suffix]
     write(nodes, tmp_path / f"nodes{suffix}")
     write(edges, tmp_path / f"edges{suffix}")
     out = tmp_path / "g"
-    assert main(["convert", "--nodes", str(tmp_path / f"nodes{suffix}"), "--edges", str(tmp_path / f"edges{suffix}"),
-                 "--id-col", "user", "--label-col", "kind", "--src-col", "from", "--dst-col", "to",
-                 "--weight-col", "w", "--name", "people", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                "--nodes",
+                str(tmp_path / f"nodes{suffix}"),
+                "--edges",
+                str(tmp_path / f"edges{suffix}"),
+                "--id-col",
+                "user",
+                "--label-col",
+                "kind",
+                "--src-col",
+                "from",
+                "--dst-col",
+                "to",
+                "--weight-col",
+                "w",
+                "--name",
+                "people",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     graph = load_dataset(f"graph:{out}")
     assert graph.name == "people" and _edges_of(graph) == set(EDGES)
     np.testing.assert_array_equal(graph.x, FEATURES[:, :2])  # the numeric columns; "note" is text
-    assert graph.y.tolist() == [0, 0, 0, 1, 1, -1] and graph.num_classes == 2  # cat < dog, None unlabelled
-    assert (graph.train_idx.tolist(), graph.val_idx.tolist(), graph.test_idx.tolist()) == ([0, 3], [1], [2, 4])
+    # cat < dog, None unlabelled
+    assert graph.y.tolist() == [0, 0, 0, 1, 1, -1] and graph.num_classes == 2
+    assert (graph.train_idx.tolist(), graph.val_idx.tolist(), graph.test_idx.tolist()) == (
+        [0, 3],
+        [1],
+        [2, 4],
+    )
     assert graph.edge_weight is not None and graph.edge_weight.min() == pytest.approx(0.5)
 
 
 def test_npz_archive(tmp_path):
     mask = np.zeros(6, dtype=bool)
     mask[[0, 1, 3]] = True
-    np.savez(tmp_path / "g.npz", edge_index=np.array(EDGES).T, x=FEATURES, y=LABELS, train_mask=mask,
-             val_idx=np.array([2]), test_idx=np.array([4]))
+    np.savez(
+        tmp_path / "g.npz",
+        edge_index=np.array(EDGES).T,
+        x=FEATURES,
+        y=LABELS,
+        train_mask=mask,
+        val_idx=np.array([2]),
+        test_idx=np.array([4]),
+    )
     graph = convert(ConvertConfig(npz=str(tmp_path / "g.npz"), out=str(tmp_path / "g")))
     assert _edges_of(graph) == set(EDGES) and graph.train_idx.tolist() == [0, 1, 3]
     assert load_dataset(f"graph:{tmp_path / 'g'}").num_classes == 2
@@ -104,34 +189,96 @@ def test_pyg_data_through_the_python_api(tmp_path):
     data_module = pytest.importorskip("torch_geometric.data")
     masks = [torch.zeros(6, dtype=torch.bool) for _ in range(3)]
     masks[0][:3], masks[1][3], masks[2][4] = True, True, True
-    data = data_module.Data(edge_index=torch.tensor(EDGES).T, x=torch.from_numpy(FEATURES),
-                            y=torch.from_numpy(LABELS), train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
+    data = data_module.Data(
+        edge_index=torch.tensor(EDGES).T,
+        x=torch.from_numpy(FEATURES),
+        y=torch.from_numpy(LABELS),
+        train_mask=masks[0],
+        val_mask=masks[1],
+        test_mask=masks[2],
+    )
     save_graph(Graph.from_pyg(data, name="from-pyg"), tmp_path / "g")
     graph = load_dataset(f"graph:{tmp_path / 'g'}")
-    assert graph.name == "from-pyg" and _edges_of(graph) == set(EDGES) and graph.train_idx.tolist() == [0, 1, 2]
+    assert (
+        graph.name == "from-pyg"
+        and _edges_of(graph) == set(EDGES)
+        and graph.train_idx.tolist() == [0, 1, 2]
+    )
 
 
 def test_a_converted_graph_trains_and_its_spec_is_canonical(tmp_path, capsys):
     from shardgnn.graph.synthetic import SyntheticConfig, generate
 
-    save_graph(generate(SyntheticConfig(nodes=400, degree=6, classes=3, features=8, seed=2)), tmp_path / "mine")
+    save_graph(
+        generate(SyntheticConfig(nodes=400, degree=6, classes=3, features=8, seed=2)),
+        tmp_path / "mine",
+    )
     results = tmp_path / "r.json"
-    assert main(["train", f"graph:{tmp_path / 'mine'}", "--fanouts", "4,4", "--hidden", "8", "--epochs", "1",
-                 "--quiet", "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                f"graph:{tmp_path / 'mine'}",
+                "--fanouts",
+                "4,4",
+                "--hidden",
+                "8",
+                "--epochs",
+                "1",
+                "--quiet",
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     dataset = json.loads(results.read_text())["dataset"]
-    assert dataset["spec"] == f"graph:{(tmp_path / 'mine').resolve()}" == canonical_spec(f"graph:{tmp_path / 'mine'}")
-    assert dataset["fingerprint"]["num_nodes"] == 400 and len(dataset["fingerprint"]["csr_sha256"]) == 64
+    assert (
+        dataset["spec"]
+        == f"graph:{(tmp_path / 'mine').resolve()}"
+        == canonical_spec(f"graph:{tmp_path / 'mine'}")
+    )
+    assert (
+        dataset["fingerprint"]["num_nodes"] == 400
+        and len(dataset["fingerprint"]["csr_sha256"]) == 64
+    )
 
 
-@pytest.mark.parametrize("setup, args, error, match", [
-    (lambda d: (d / "e.txt").write_text("0 1\n1 2\n"), ["--edges", "{d}/e.txt", "--features", "{d}/x.npy"],
-     DatasetError, "2 feature rows, but the edges name node 2"),
-    (lambda d: (d / "e.txt").write_text("0 1\n"), ["--edges", "{d}/e.txt", "--labels", "{d}/y.txt"],
-     DatasetError, "labels must be integers"),
-    (lambda d: (d / "e.csv").write_text("a,b\n0,1\n"), ["--edges", "{d}/e.csv"], DatasetError, "no column 'src'"),
-    (lambda d: None, ["--edges", "{d}/e.txt", "--npz", "{d}/g.npz"], ConfigError, "give the edges once"),
-    (lambda d: None, ["--edges", "{d}/e.txt", "--split", "0.6,0.5,0.2"], ConfigError, "^--split 0.6,0.5,0.2: "),
-])
+@pytest.mark.parametrize(
+    "setup, args, error, match",
+    [
+        (
+            lambda d: (d / "e.txt").write_text("0 1\n1 2\n"),
+            ["--edges", "{d}/e.txt", "--features", "{d}/x.npy"],
+            DatasetError,
+            "2 feature rows, but the edges name node 2",
+        ),
+        (
+            lambda d: (d / "e.txt").write_text("0 1\n"),
+            ["--edges", "{d}/e.txt", "--labels", "{d}/y.txt"],
+            DatasetError,
+            "labels must be integers",
+        ),
+        (
+            lambda d: (d / "e.csv").write_text("a,b\n0,1\n"),
+            ["--edges", "{d}/e.csv"],
+            DatasetError,
+            "no column 'src'",
+        ),
+        (
+            lambda d: None,
+            ["--edges", "{d}/e.txt", "--npz", "{d}/g.npz"],
+            ConfigError,
+            "give the edges once",
+        ),
+        (
+            lambda d: None,
+            ["--edges", "{d}/e.txt", "--split", "0.6,0.5,0.2"],
+            ConfigError,
+            "^--split 0.6,0.5,0.2: ",
+        ),
+    ],
+)
 def test_bad_input_is_a_clear_error(tmp_path, capsys, setup, args, error, match):
     np.save(tmp_path / "x.npy", np.ones((2, 2), dtype=np.float32))
     (tmp_path / "y.txt").write_text("0.5\n1\n")
@@ -153,5 +300,10 @@ def test_edges_naming_a_node_the_node_table_lacks(tmp_path):
     (tmp_path / "nodes.csv").write_text("id,label\na,0\nb,1\n")
     (tmp_path / "edges.csv").write_text("src,dst\na,b\nb,zed\n")
     with pytest.raises(DatasetError, match="row 2 of column 'dst' names node 'zed'"):
-        convert(ConvertConfig(nodes=str(tmp_path / "nodes.csv"), edges=str(tmp_path / "edges.csv"),
-                              out=str(tmp_path / "g")))
+        convert(
+            ConvertConfig(
+                nodes=str(tmp_path / "nodes.csv"),
+                edges=str(tmp_path / "edges.csv"),
+                out=str(tmp_path / "g"),
+            )
+        )

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from distributed_helpers import run_workers
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.loader.dist_batches import assign_seeds_evenly, num_batches, rank_batches
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import reassemble, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+from distributed_helpers import run_workers
 
 
 def make_partitions(path, graph, parts, method="metis"):
@@ -28,7 +29,9 @@ def arange_graph_dist():
     g = generate(SyntheticConfig(nodes=2500, degree=10, classes=4, features=8, seed=5))
     # x[i] = i (every column) makes a fetched row name its node; it survives relabelling because
     # the partition writer moves rows with their nodes.
-    return dataclasses.replace(g, x=np.repeat(np.arange(g.num_nodes, dtype=np.float32)[:, None], 3, axis=1))
+    return dataclasses.replace(
+        g, x=np.repeat(np.arange(g.num_nodes, dtype=np.float32)[:, None], 3, axis=1)
+    )
 
 
 # ---------------------------------------------------------------------------- even work (pure)
@@ -45,7 +48,10 @@ def test_even_seed_assignment_for_every_rank(world):
     assert np.array_equal(shares[0], np.sort(shares[0]))
     for batch_size in (1, 7, 64, 1000):
         count = num_batches(shares, batch_size)
-        per_rank = [rank_batches(s, count, shuffle=True, seed=3, epoch=1, rank=r) for r, s in enumerate(shares)]
+        per_rank = [
+            rank_batches(s, count, shuffle=True, seed=3, epoch=1, rank=r)
+            for r, s in enumerate(shares)
+        ]
         assert all(len(b) == count for b in per_rank)
         assert all(len(x) <= batch_size for b in per_rank for x in b)
 
@@ -72,8 +78,18 @@ def _sample_and_fetch(ctx, path, seed_lists):
         sample = sampler.sample(torch.tensor(seed_lists[ctx.rank], dtype=torch.int64), seed=77)
         x = DistFeatureStore(store.part.x, store.book, ctx.rank, comm).gather(sample.input_nodes)
         y = DistFeatureStore(store.part.y, store.book, ctx.rank, comm).gather(sample.seeds)
-        out.append({"blocks": [{f.name: getattr(b, f.name) for f in dataclasses.fields(b)} for b in sample.blocks],
-                    "x": x, "y": y, "replace": replace, "fanouts": fanouts})
+        out.append(
+            {
+                "blocks": [
+                    {f.name: getattr(b, f.name) for f in dataclasses.fields(b)}
+                    for b in sample.blocks
+                ],
+                "x": x,
+                "y": y,
+                "replace": replace,
+                "fanouts": fanouts,
+            }
+        )
     stats = comm.reduce_stats()
     return {"runs": out, "stats": {k: v.as_dict() for k, v in stats.items()}}
 
@@ -92,12 +108,20 @@ def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_gr
     results = run_workers(_sample_and_fetch, world, path, seed_lists)
     for rank, res in enumerate(results):
         for run in res["runs"]:
-            ref = NeighborSampler(full.indptr, full.indices, SamplerConfig(fanouts=run["fanouts"], replace=run["replace"]))
+            ref = NeighborSampler(
+                full.indptr,
+                full.indices,
+                SamplerConfig(fanouts=run["fanouts"], replace=run["replace"]),
+            )
             expect = ref.sample(torch.tensor(seed_lists[rank], dtype=torch.int64), seed=77)
             for got, want in zip(run["blocks"], expect.blocks):
                 for name, value in got.items():
                     want_value = getattr(want, name)
-                    assert (value == want_value) if isinstance(value, int) else torch.equal(value, want_value), name
+                    assert (
+                        (value == want_value)
+                        if isinstance(value, int)
+                        else torch.equal(value, want_value)
+                    ), name
             # Fetched rows are exactly x[ids] (x = arange in original ids, moved with the nodes).
             inputs = expect.input_nodes
             assert torch.equal(run["x"], torch.from_numpy(np.asarray(full.x))[inputs])
@@ -114,8 +138,15 @@ def _eval_coverage(ctx, path):
     book = read_partitions(path, verify=False).book
     out = {}
     for split, bs in (("train", 16), ("test", 100)):
-        batcher = DistSeedBatcher(read_partitions(path, verify=False).global_split(split), book, ctx.rank, ctx.world_size, bs,
-                                  shuffle=split == "train", seed=1)
+        batcher = DistSeedBatcher(
+            read_partitions(path, verify=False).global_split(split),
+            book,
+            ctx.rank,
+            ctx.world_size,
+            bs,
+            shuffle=split == "train",
+            seed=1,
+        )
         out[split] = (len(batcher), torch.cat([s for _, s in batcher]).tolist())
     return out
 
@@ -125,8 +156,11 @@ def _eval_coverage(ctx, path):
 def test_batches_are_even_and_evaluation_covers_every_node_once(tmp_path):
     g = generate(SyntheticConfig(nodes=1500, degree=8, classes=3, features=4, seed=2))
     # Skew: all training nodes in the first fifth of the original ids.
-    g = dataclasses.replace(g, train_idx=g.train_idx[g.train_idx < 300],
-                            test_idx=np.union1d(g.test_idx, g.train_idx[g.train_idx >= 300]))
+    g = dataclasses.replace(
+        g,
+        train_idx=g.train_idx[g.train_idx < 300],
+        test_idx=np.union1d(g.test_idx, g.train_idx[g.train_idx >= 300]),
+    )
     path = make_partitions(tmp_path / "parts", g, 3, method="random")
     results = run_workers(_eval_coverage, 3, path)
     for split in ("train", "test"):
@@ -148,9 +182,15 @@ def _train(ctx, path, overlap):
     from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
     from shardgnn.train.worker import train_with_context
 
-    config = TrainConfig(model=ModelConfig(model="sage", hidden=32, num_layers=2), sampler=SamplerConfig(fanouts=(8, 8)),
-                         optim=OptimConfig(epochs=10, lr=0.01), batch_size=128, progress=False, seed=0,
-                         run=RunConfig(partitions=path, overlap="on" if overlap else "off"))
+    config = TrainConfig(
+        model=ModelConfig(model="sage", hidden=32, num_layers=2),
+        sampler=SamplerConfig(fanouts=(8, 8)),
+        optim=OptimConfig(epochs=10, lr=0.01),
+        batch_size=128,
+        progress=False,
+        seed=0,
+        run=RunConfig(partitions=path, overlap="on" if overlap else "off"),
+    )
     return train_with_context(config, ctx)
 
 
@@ -182,14 +222,43 @@ def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
     g = generate(SyntheticConfig(nodes=1500, degree=8, classes=3, features=8, seed=4))
     path = make_partitions(tmp_path / "parts", g, 2)
     results = tmp_path / "run.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-           "-m", "shardgnn.run", "train", "--partitions", path, "--fanouts", "5,5", "--hidden", "16",
-           "--epochs", "2", "--quiet", "--timeout", "60", "--results", str(results)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{free_port()}",
+        "-m",
+        "shardgnn.run",
+        "train",
+        "--partitions",
+        path,
+        "--fanouts",
+        "5,5",
+        "--hidden",
+        "16",
+        "--epochs",
+        "2",
+        "--quiet",
+        "--timeout",
+        "60",
+        "--results",
+        str(results),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(results.read_text())
-    assert data["workers"] == 2 and len(data["epochs"]) == 2 and data["comm"]["fetch"]["bytes_sent"] > 0
+    assert (
+        data["workers"] == 2
+        and len(data["epochs"]) == 2
+        and data["comm"]["fetch"]["bytes_sent"] > 0
+    )
 
 
 @pytest.mark.slow
@@ -200,10 +269,29 @@ def test_cli_workers_partitions_on_the_fly(tmp_path, capsys):
     from shardgnn.cli import main
 
     results = tmp_path / "run.json"
-    assert main(["train", "synthetic:nodes=1500,degree=8,classes=3,features=8", "--workers", "2",
-                 "--fanouts", "5,5", "--hidden", "16", "--epochs", "2", "--quiet",
-                 "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "synthetic:nodes=1500,degree=8,classes=3,features=8",
+                "--workers",
+                "2",
+                "--fanouts",
+                "5,5",
+                "--hidden",
+                "16",
+                "--epochs",
+                "2",
+                "--quiet",
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     data = json.loads(results.read_text())
     assert data["workers"] == 2 and data["partitioner"] == "metis"
-    assert main(["train", "--partitions", str(tmp_path / "nowhere"), "--workers", "2", "--quiet"]) == 2
+    assert (
+        main(["train", "--partitions", str(tmp_path / "nowhere"), "--workers", "2", "--quiet"]) == 2
+    )
     assert "no such partition directory" in capsys.readouterr().err

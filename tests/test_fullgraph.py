@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from distributed_helpers import run_workers
 from shardgnn.distributed.codec import make_codec
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.spmm import FullGraphConfig
@@ -20,6 +19,8 @@ from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import run_training
+
+from distributed_helpers import run_workers
 
 EPOCHS = 4
 
@@ -38,11 +39,18 @@ def _parts(tmp_path_factory, graph, parts, method):
 
 
 def _config(path, model="gcn", full=None, epochs=EPOCHS, dropout=0.5, input_dropout=0.2):
-    return TrainConfig(mode="full", model=ModelConfig(model=model, hidden=16, num_layers=3, dropout=dropout,
-                                                      input_dropout=input_dropout),
-                       optim=OptimConfig(epochs=epochs, lr=0.02, weight_decay=5e-4),
-                       full=full or FullGraphConfig(), seed=7, progress=False, threads=1,
-                       run=RunConfig(partitions=path))
+    return TrainConfig(
+        mode="full",
+        model=ModelConfig(
+            model=model, hidden=16, num_layers=3, dropout=dropout, input_dropout=input_dropout
+        ),
+        optim=OptimConfig(epochs=epochs, lr=0.02, weight_decay=5e-4),
+        full=full or FullGraphConfig(),
+        seed=7,
+        progress=False,
+        threads=1,
+        run=RunConfig(partitions=path),
+    )
 
 
 def _reference(graph, config):
@@ -65,21 +73,33 @@ def _assert_same_run(ref, got, tol=1e-5):
     assert abs(ref["test_acc"] - got["test_acc"]) <= tol
 
 
-CASES = [(2, "1d", 1), (2, "1d-sparse", 1), (2, "1.5d", 2), (3, "1d", 1), (3, "1d-sparse", 1), (3, "1.5d", 1),
-         (4, "1d", 1), (4, "1d-sparse", 1), (4, "1.5d", 2)]
+CASES = [
+    (2, "1d", 1),
+    (2, "1d-sparse", 1),
+    (2, "1.5d", 2),
+    (3, "1d", 1),
+    (3, "1d-sparse", 1),
+    (3, "1.5d", 1),
+    (4, "1d", 1),
+    (4, "1d-sparse", 1),
+    (4, "1.5d", 2),
+]
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world,spmm,replication", CASES)
-def test_distributed_full_graph_equals_single_process(tmp_path_factory, small_synthetic, world, spmm, replication):
+def test_distributed_full_graph_equals_single_process(
+    tmp_path_factory, small_synthetic, world, spmm, replication
+):
     path = _parts(tmp_path_factory, small_synthetic, world, "metis")
     model = "gcn" if (world + len(spmm)) % 2 else "sage"  # both models, spread over the cases
     config = _config(path, model, FullGraphConfig(spmm=spmm, replication=replication))
     ref = _reference(small_synthetic, config)
     results = run_workers(_train_dist, world, config)
     _assert_same_run(ref, results[0])
-    assert all(r is None or r["epochs"] == results[0]["epochs"] for r in results[1:])  # reduced: same on every rank
+    # reduced: same on every rank
+    assert all(r is None or r["epochs"] == results[0]["epochs"] for r in results[1:])
 
 
 def _count_spmm_bytes(ctx, config):
@@ -93,12 +113,16 @@ def _count_spmm_bytes(ctx, config):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_sparse_spmm_bytes_equal_the_partition_communication_volume(tmp_path_factory, small_synthetic):
+def test_sparse_spmm_bytes_equal_the_partition_communication_volume(
+    tmp_path_factory, small_synthetic
+):
     path = _parts(tmp_path_factory, small_synthetic, 3, "metis")
     volume = read_partitions(path, verify=False).meta["metrics"]["comm_volume"]
     # SAGE, hidden 16, 3 layers, 12 input features, 4 classes: aggregation runs at the narrower of
     # in/out width per layer (12 -> 16: 12; 16 -> 16: 16; 16 -> 4: 4), forward and backward.
-    config = _config(path, "sage", FullGraphConfig(spmm="1d-sparse"), dropout=0.0, input_dropout=0.0)
+    config = _config(
+        path, "sage", FullGraphConfig(spmm="1d-sparse"), dropout=0.0, input_dropout=0.0
+    )
     sent = [s for s, _ in run_workers(_count_spmm_bytes, 3, config)]
     widths = [12, 16, 4]
     # Layer 0's input is the raw features, which need no gradient: its backward exchange is skipped.
@@ -116,16 +140,17 @@ def test_codec_error_bounds_and_unbiasedness():
         assert codec.payload_bytes(33) == -(-33 * bits // 8) + 4
         y = codec.decode(payload, 33)
         # Within one quantisation step of the (bfloat16-widened) row range.
-        step = (x.amax(1) - x.amin(1)) * (1 + 2 ** -7) / (2 ** bits - 1) + 1e-6
+        step = (x.amax(1) - x.amin(1)) * (1 + 2**-7) / (2**bits - 1) + 1e-6
         assert torch.all((y - x).abs() <= step[:, None] * 1.0001), bits
-        assert torch.all(y >= x.amin(1, keepdim=True) - step[:, None]) and torch.all(y <= x.amax(1, keepdim=True)
-                                                                                      + step[:, None])
+        assert torch.all(y >= x.amin(1, keepdim=True) - step[:, None]) and torch.all(
+            y <= x.amax(1, keepdim=True) + step[:, None]
+        )
     # Unbiased: the mean of many 1-bit round trips converges to x (error ~ range / 2 / sqrt(draws)).
     codec = make_codec(1, seed=2)
     draws = 4000
     mean = sum(codec.roundtrip(x[:20]) for _ in range(draws)) / draws
     spread = (x[:20].amax(1) - x[:20].amin(1))[:, None] / 2
-    assert torch.all((mean - x[:20]).abs() <= 5 * spread / draws ** 0.5)
+    assert torch.all((mean - x[:20]).abs() <= 5 * spread / draws**0.5)
     assert abs(float((mean - x[:20]).mean())) < 0.05
     # Constant rows and empty inputs survive.
     const = torch.full((3, 5), 1.5)
@@ -150,11 +175,15 @@ def test_full_graph_config_errors():
 def test_low_bit_and_stale_training_still_learns(tmp_path_factory, small_synthetic):
     path = _parts(tmp_path_factory, small_synthetic, 2, "metis")
     exact = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(), epochs=30))[0]
-    cheap = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=1, staleness=1), epochs=30))[0]
+    cheap = run_workers(
+        _train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=1, staleness=1), epochs=30)
+    )[0]
     assert cheap["comm"]["spmm"]["bytes_sent"] * 5 < exact["comm"]["spmm"]["bytes_sent"]
     assert cheap["test_acc"] > exact["test_acc"] - 0.1
     # staleness 0 and bits 32 are the synchronous path: identical to the exact run.
-    same = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=32, staleness=0), epochs=30))[0]
+    same = run_workers(
+        _train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=32, staleness=0), epochs=30)
+    )[0]
     assert [e["loss"] for e in same["epochs"]] == [e["loss"] for e in exact["epochs"]]
 
 
@@ -164,9 +193,29 @@ def test_cli_full_graph_on_the_fly_with_results(tmp_path):
     from shardgnn.cli import main
 
     out = tmp_path / "full.json"
-    code = main(["train", "synthetic:nodes=800,degree=6,classes=3,features=10", "--mode", "full", "--model", "sage",
-                 "--workers", "2", "--spmm", "1d", "--bits", "8", "--epochs", "2", "--hidden", "8", "--quiet",
-                 "--results", str(out)])
+    code = main(
+        [
+            "train",
+            "synthetic:nodes=800,degree=6,classes=3,features=10",
+            "--mode",
+            "full",
+            "--model",
+            "sage",
+            "--workers",
+            "2",
+            "--spmm",
+            "1d",
+            "--bits",
+            "8",
+            "--epochs",
+            "2",
+            "--hidden",
+            "8",
+            "--quiet",
+            "--results",
+            str(out),
+        ]
+    )
     assert code == 0
     import json
 
@@ -179,19 +228,24 @@ def test_cli_full_graph_on_the_fly_with_results(tmp_path):
 def test_single_process_rejects_distributed_only_flags(capsys):
     from shardgnn.cli import main
 
-    assert main(["train", "synthetic:nodes=300", "--mode", "full", "--bits", "4", "--epochs", "1"]) == 2
+    assert (
+        main(["train", "synthetic:nodes=300", "--mode", "full", "--bits", "4", "--epochs", "1"])
+        == 2
+    )
     assert "--workers" in capsys.readouterr().err
 
 
 def _fetch_low_bit(ctx, path, bits):
     from shardgnn.distributed.codec import make_codec
     from shardgnn.distributed.comm import Communicator
-    from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.partition.format import load_part
+    from shardgnn.store.dist_feature import DistFeatureStore
 
     part = load_part(path, ctx.rank, verify=False)
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    store = DistFeatureStore(part.x, part.book, ctx.rank, comm, codec=make_codec(bits, seed=ctx.rank))
+    store = DistFeatureStore(
+        part.x, part.book, ctx.rank, comm, codec=make_codec(bits, seed=ctx.rank)
+    )
     ids = torch.arange(0, part.book.num_nodes, 7)
     rows = store.gather(ids)
     own = (ids >= part.start) & (ids < part.end)
@@ -208,10 +262,11 @@ def test_fetch_bits_quantises_remote_rows_only(tmp_path_factory, small_synthetic
         for ids, rows, own, received in run_workers(_fetch_low_bit, 2, path, bits):
             truth = x[ids]
             assert np.array_equal(rows[own], truth[own])  # local rows never pass through the codec
-            step = (truth.max(1) - truth.min(1)) * (1 + 2 ** -7) / (2 ** bits - 1) + 1e-6
+            step = (truth.max(1) - truth.min(1)) * (1 + 2**-7) / (2**bits - 1) + 1e-6
             assert np.all(np.abs(rows - truth) <= step[:, None] * 1.0001)
             if bits == 32:
                 assert np.array_equal(rows, truth)
                 exact_bytes = received
             else:
-                assert received < exact_bytes / 2  # ids (8 B each) travel as before; rows 48 B -> 10 B
+                # ids (8 B each) travel as before; rows 48 B -> 10 B
+                assert received < exact_bytes / 2

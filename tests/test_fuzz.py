@@ -8,8 +8,8 @@ whole module runs in well under a minute.
 from __future__ import annotations
 
 import io
-import os
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED_DATA
 from shardgnn.errors import ShardgnnError
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.graph.gnnbenchmark import load_gnn_benchmark
@@ -28,8 +27,14 @@ from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 
-FUZZ = settings(max_examples=int(os.environ.get("SHARDGNN_FUZZ_EXAMPLES", 30)), deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+from conftest import SHARED_DATA
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("SHARDGNN_FUZZ_EXAMPLES", 30)),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _accepts_or_refuses(fn, *args, **kwargs):
@@ -63,7 +68,7 @@ def _damage(path: Path, mutation) -> None:
     if kind == "truncate":
         data = data[:at]
     elif kind == "overwrite":
-        data = data[:at] + junk + data[at + len(junk):]
+        data = data[:at] + junk + data[at + len(junk) :]
     elif kind == "append":
         data = data + junk
     else:
@@ -72,13 +77,19 @@ def _damage(path: Path, mutation) -> None:
 
 
 # ---------------------------------------------------------------------------- edge lists
-_token = st.one_of(st.integers(-5, 70).map(str), st.sampled_from(["1.5", "nan", "1e3", "x", "", "#", "%", "-"]),
-                   st.text(alphabet="0123456789abc.,-", max_size=4))
+_token = st.one_of(
+    st.integers(-5, 70).map(str),
+    st.sampled_from(["1.5", "nan", "1e3", "x", "", "#", "%", "-"]),
+    st.text(alphabet="0123456789abc.,-", max_size=4),
+)
 
 
 @FUZZ
-@given(lines=st.lists(st.lists(_token, min_size=0, max_size=4), max_size=30),
-       sep=st.sampled_from([" ", "\t", ",", "  "]), base=st.sampled_from(["0", "1", "auto"]))
+@given(
+    lines=st.lists(st.lists(_token, min_size=0, max_size=4), max_size=30),
+    sep=st.sampled_from([" ", "\t", ",", "  "]),
+    base=st.sampled_from(["0", "1", "auto"]),
+)
 def test_fuzz_edge_list_text(tmp_path, lines, sep, base):
     path = tmp_path / "edges.txt"
     path.write_text("\n".join(sep.join(tokens) for tokens in lines))
@@ -103,15 +114,22 @@ def npz_members(draw):
     n = draw(st.integers(0, 6))
     rng = np.random.default_rng(draw(st.integers(0, 1000)))
     members = {
-        "adj_data": np.ones(draw(st.integers(0, 8)), dtype=draw(st.sampled_from(["float32", "int64", "bool"]))),
+        "adj_data": np.ones(
+            draw(st.integers(0, 8)), dtype=draw(st.sampled_from(["float32", "int64", "bool"]))
+        ),
         "adj_indices": rng.integers(-2, n + 3, size=draw(st.integers(0, 8))),
         "adj_indptr": np.sort(rng.integers(0, 9, size=draw(st.integers(0, n + 2)))),
         "adj_shape": np.array(draw(st.sampled_from([[n, n], [n, n + 1], [n], [-1, n]]))),
-        "attr_matrix": rng.normal(size=draw(st.sampled_from([(n, 3), (n + 1, 3), (n,), (n, 0)]))).astype(
-            draw(st.sampled_from(["float32", "float64", "int8"]))),
+        "attr_matrix": rng.normal(
+            size=draw(st.sampled_from([(n, 3), (n + 1, 3), (n,), (n, 0)]))
+        ).astype(draw(st.sampled_from(["float32", "float64", "int8"]))),
         "labels": rng.integers(-1, 4, size=draw(st.sampled_from([n, n + 1, 0]))),
     }
-    if draw(st.booleans()) and members["attr_matrix"].size and members["attr_matrix"].dtype.kind == "f":
+    if (
+        draw(st.booleans())
+        and members["attr_matrix"].size
+        and members["attr_matrix"].dtype.kind == "f"
+    ):
         members["attr_matrix"].flat[0] = np.nan
     drop = draw(st.sets(st.sampled_from(sorted(members)), max_size=2))
     return {k: v for k, v in members.items() if k not in drop}
@@ -130,8 +148,15 @@ def test_fuzz_gnn_benchmark_npz(tmp_path, members):
 def test_fuzz_damaged_npz_file(tmp_path, tiny, mutation):
     path = tmp_path / "g.npz"
     adj = tiny.indptr, tiny.indices
-    np.savez(path, adj_data=np.ones(len(adj[1]), np.float32), adj_indices=adj[1], adj_indptr=adj[0],
-             adj_shape=np.array([tiny.num_nodes, tiny.num_nodes]), attr_matrix=tiny.x, labels=tiny.y)
+    np.savez(
+        path,
+        adj_data=np.ones(len(adj[1]), np.float32),
+        adj_indices=adj[1],
+        adj_indptr=adj[0],
+        adj_shape=np.array([tiny.num_nodes, tiny.num_nodes]),
+        attr_matrix=tiny.x,
+        labels=tiny.y,
+    )
     _damage(path, mutation)
     _accepts_or_refuses(load_gnn_benchmark, path, "fuzz")
 
@@ -148,7 +173,10 @@ def test_npz_with_pickled_object_member_is_refused(tmp_path):
 
 # ---------------------------------------------------------------------------- Planetoid raw files
 @FUZZ
-@given(part=st.sampled_from(["x", "y", "tx", "ty", "allx", "ally", "graph", "test.index"]), mutation=mutations())
+@given(
+    part=st.sampled_from(["x", "y", "tx", "ty", "allx", "ally", "graph", "test.index"]),
+    mutation=mutations(),
+)
 def test_fuzz_planetoid_files(tmp_path, part, mutation):
     source = SHARED_DATA / "cora"
     if not source.is_dir():
@@ -163,8 +191,12 @@ def test_fuzz_planetoid_files(tmp_path, part, mutation):
 
 # ---------------------------------------------------------------------------- graph directories
 @FUZZ
-@given(target=st.sampled_from(["meta.json", "indptr.npy", "indices.npy", "x.npy", "y.npy", "train_idx.npy"]),
-       mutation=mutations())
+@given(
+    target=st.sampled_from(
+        ["meta.json", "indptr.npy", "indices.npy", "x.npy", "y.npy", "train_idx.npy"]
+    ),
+    mutation=mutations(),
+)
 def test_fuzz_graph_directory_files(tmp_path, tiny, target, mutation):
     path = tmp_path / "g"
     save_graph(tiny, path, overwrite=True)
@@ -172,10 +204,19 @@ def test_fuzz_graph_directory_files(tmp_path, tiny, target, mutation):
     _accepts_or_refuses(load_graph, path)
 
 
-_json_value = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 10 ** 12), st.floats(allow_nan=True),
-                                     st.text(max_size=6)),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                                      max_size=3), max_leaves=6)
+_json_value = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 10**12),
+        st.floats(allow_nan=True),
+        st.text(max_size=6),
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def _set_path(obj, path, value):
@@ -194,7 +235,7 @@ def _json_paths(obj, prefix=()):
 
 
 @FUZZ
-@given(choice=st.integers(0, 10 ** 6), value=_json_value)
+@given(choice=st.integers(0, 10**6), value=_json_value)
 def test_fuzz_graph_meta_json_values(tmp_path, tiny, choice, value):
     path = tmp_path / "g"
     save_graph(tiny, path, overwrite=True)
@@ -243,7 +284,7 @@ def test_fuzz_partition_files(tmp_path, partition_source, data, mutation, verify
 
 
 @FUZZ
-@given(choice=st.integers(0, 10 ** 6), value=_json_value)
+@given(choice=st.integers(0, 10**6), value=_json_value)
 def test_fuzz_partition_meta_json_values(tmp_path, partition_source, choice, value):
     path = tmp_path / "parts"
     if path.exists():

@@ -21,7 +21,7 @@ def _edges(graph: Graph) -> set[tuple[int, int]]:
 def test_csr_holds_in_edges():
     g = Graph.from_edge_index(np.array([0, 1, 2, 2]), np.array([1, 2, 0, 1]), 3)
     # Row v lists the sources of v's in-edges.
-    assert g.indices[g.indptr[1]:g.indptr[2]].tolist() == [0, 2]
+    assert g.indices[g.indptr[1] : g.indptr[2]].tolist() == [0, 2]
     assert g.in_degree().tolist() == [1, 2, 1]
     assert g.out_degree().tolist() == [1, 1, 2]
     assert g.indptr.dtype == np.int64 and g.indices.dtype == np.int32
@@ -33,7 +33,8 @@ def test_transforms():
     assert _edges(g.coalesce()) == {(0, 1), (1, 1), (2, 0), (2, 2)} and g.coalesce().num_edges == 4
     assert _edges(g.remove_self_loops()) == {(0, 1), (2, 0)}
     looped = g.add_self_loops()
-    assert _edges(looped) == {(0, 1), (2, 0), (0, 0), (1, 1), (2, 2)} and looped.num_edges == 6  # keeps dup 0->1
+    # keeps dup 0->1
+    assert _edges(looped) == {(0, 1), (2, 0), (0, 0), (1, 1), (2, 2)} and looped.num_edges == 6
     sym = g.symmetrize()
     assert sym.is_symmetric() and not g.is_symmetric()
     assert _edges(sym) == {(0, 1), (1, 0), (1, 1), (2, 0), (0, 2), (2, 2)}
@@ -66,7 +67,9 @@ def test_save_load_roundtrip(tmp_path, small_graph):
     with pytest.raises(FileExistsError):
         save_graph(small_graph, path)
     save_graph(small_graph, path, overwrite=True)
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary files left behind"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], (
+        "temporary files left behind"
+    )
 
 
 def test_load_rejects_truncated_and_mismatched_files(tmp_path, small_graph):

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from distributed_helpers import run_workers
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import ModelConfig, build_model
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+from distributed_helpers import run_workers
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,9 @@ def _parts(tmp_path, graph, parts):
 
 def _model(kind, graph):
     torch.manual_seed(0)
-    return build_model(ModelConfig(model=kind, hidden=12, num_layers=3), graph.num_features, graph.num_classes).eval()
+    return build_model(
+        ModelConfig(model=kind, hidden=12, num_layers=3), graph.num_features, graph.num_classes
+    ).eval()
 
 
 def _layerwise(ctx, path, kind, chunk_rows):
@@ -45,13 +48,16 @@ def _layerwise(ctx, path, kind, chunk_rows):
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     shard = load_shard(path, Grid(ctx.world_size, 1), ctx.rank, comm)
     embeddings, logits = LayerwiseInference(shard, ctx.rank, comm, chunk_rows=chunk_rows).run(
-        model, torch.from_numpy(shard.x))
+        model, torch.from_numpy(shard.x)
+    )
     return shard.own_start, logits.numpy(), embeddings.numpy()
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("world,kind,chunk_rows", [(2, "sage", 37), (3, "gcn", 100), (2, "gcn", 100000)])
+@pytest.mark.parametrize(
+    "world,kind,chunk_rows", [(2, "sage", 37), (3, "gcn", 100), (2, "gcn", 100000)]
+)
 def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind, chunk_rows):
     path = _parts(tmp_path, graph, world)
     new_graph = read_partitions(path, verify=False).reassemble()
@@ -61,7 +67,9 @@ def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind,
         expected = model([full] * 3, torch.from_numpy(new_graph.x)).numpy()
     for start, logits, embeddings in run_workers(_layerwise, world, path, kind, chunk_rows):
         assert embeddings.shape == (logits.shape[0], 12)
-        np.testing.assert_allclose(logits, expected[start:start + logits.shape[0]], atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(
+            logits, expected[start : start + logits.shape[0]], atol=1e-5, rtol=1e-5
+        )
 
 
 @pytest.mark.slow
@@ -71,11 +79,44 @@ def test_infer_command_writes_original_ids(tmp_path, graph):
 
     path = _parts(tmp_path, graph, 2)
     ckpt = tmp_path / "ckpt"
-    assert main(["train", "--partitions", path, "--model", "gcn", "--fanouts", "5,5", "--hidden", "8", "--epochs", "2",
-                 "--quiet", "--checkpoint-dir", str(ckpt)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--partitions",
+                path,
+                "--model",
+                "gcn",
+                "--fanouts",
+                "5,5",
+                "--hidden",
+                "8",
+                "--epochs",
+                "2",
+                "--quiet",
+                "--checkpoint-dir",
+                str(ckpt),
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "out"
-    assert main(["infer", "--checkpoint", str(ckpt), "--partitions", path, "--out", str(out),
-                 "--chunk-rows", "64"]) == 0
+    assert (
+        main(
+            [
+                "infer",
+                "--checkpoint",
+                str(ckpt),
+                "--partitions",
+                path,
+                "--out",
+                str(out),
+                "--chunk-rows",
+                "64",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "inference.json").read_text())
     logits = np.load(out / "logits.npy", allow_pickle=False)
     predictions = np.load(out / "predictions.npy", allow_pickle=False)
@@ -83,11 +124,15 @@ def test_infer_command_writes_original_ids(tmp_path, graph):
     assert np.load(out / "embeddings.npy", allow_pickle=False).shape == (graph.num_nodes, 8)
     # The checkpoint's model on the ORIGINAL graph gives the same logits row for row.
     state = torch.load(sorted(ckpt.glob("epoch-*"))[-1] / "rank-0.pt", weights_only=True)
-    model = build_model(ModelConfig(model="gcn", hidden=8, num_layers=2), graph.num_features, graph.num_classes)
+    model = build_model(
+        ModelConfig(model="gcn", hidden=8, num_layers=2), graph.num_features, graph.num_classes
+    )
     model.load_state_dict(state["best_state"])
     model.eval()
     with torch.no_grad():
-        expected = model([MessageGraph.from_csr(graph.indptr, graph.indices)] * 2, torch.from_numpy(graph.x)).numpy()
+        expected = model(
+            [MessageGraph.from_csr(graph.indptr, graph.indices)] * 2, torch.from_numpy(graph.x)
+        ).numpy()
     np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
     test_acc = float((expected.argmax(1)[graph.test_idx] == graph.y[graph.test_idx]).mean())
     assert summary["accuracy"]["test"] == pytest.approx(test_acc)
@@ -97,8 +142,20 @@ def test_infer_command_writes_original_ids(tmp_path, graph):
 def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):
     from shardgnn.cli import main
 
-    assert main(["infer", "--checkpoint", str(tmp_path), "--partitions", str(tmp_path), "--out",
-                 str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "infer",
+                "--checkpoint",
+                str(tmp_path),
+                "--partitions",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "no complete checkpoint" in capsys.readouterr().err
 
 
@@ -108,18 +165,67 @@ def test_infer_refuses_a_checkpoint_of_another_graph(tmp_path, graph, capsys):
     from shardgnn.graph.io import save_graph
 
     save_graph(graph, tmp_path / "g")
-    assert main(["train", f"graph:{tmp_path / 'g'}", "--mode", "full", "--model", "gcn", "--hidden", "8",
-                 "--epochs", "1", "--quiet", "--checkpoint-dir", str(tmp_path / "ckpt")]) == 0
-    other = generate(SyntheticConfig(nodes=graph.num_nodes + 10, degree=6, classes=3, features=graph.num_features,
-                                     seed=5))
+    assert (
+        main(
+            [
+                "train",
+                f"graph:{tmp_path / 'g'}",
+                "--mode",
+                "full",
+                "--model",
+                "gcn",
+                "--hidden",
+                "8",
+                "--epochs",
+                "1",
+                "--quiet",
+                "--checkpoint-dir",
+                str(tmp_path / "ckpt"),
+            ]
+        )
+        == 0
+    )
+    other = generate(
+        SyntheticConfig(
+            nodes=graph.num_nodes + 10, degree=6, classes=3, features=graph.num_features, seed=5
+        )
+    )
     save_graph(other, tmp_path / "other")
-    assert main(["partition", f"graph:{tmp_path / 'other'}", "--parts", "2", "--out", str(tmp_path / "parts"),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "partition",
+                f"graph:{tmp_path / 'other'}",
+                "--parts",
+                "2",
+                "--out",
+                str(tmp_path / "parts"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
-    assert main(["infer", "--checkpoint", str(tmp_path / "ckpt"), "--partitions", str(tmp_path / "parts"),
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "infer",
+                "--checkpoint",
+                str(tmp_path / "ckpt"),
+                "--partitions",
+                str(tmp_path / "parts"),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "was made from graph:" in err and f"{graph.num_nodes:,} nodes" in err, err
+    assert (
+        err.count("\n") == 1
+        and "was made from graph:" in err
+        and f"{graph.num_nodes:,} nodes" in err
+    ), err
     assert not (tmp_path / "o").exists()
 
 
@@ -129,9 +235,15 @@ def _eval_layerwise(ctx, path):
     from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
     from shardgnn.train.distributed import DistMiniBatchSteps
 
-    config = TrainConfig(model=ModelConfig(model="gcn", hidden=8, num_layers=2), sampler=SamplerConfig(fanouts=(4, 4)),
-                         eval_fanouts=(-1, -1), optim=OptimConfig(epochs=1), batch_size=128, progress=False,
-                         run=RunConfig(partitions=path, overlap="off"))
+    config = TrainConfig(
+        model=ModelConfig(model="gcn", hidden=8, num_layers=2),
+        sampler=SamplerConfig(fanouts=(4, 4)),
+        eval_fanouts=(-1, -1),
+        optim=OptimConfig(epochs=1),
+        batch_size=128,
+        progress=False,
+        run=RunConfig(partitions=path, overlap="off"),
+    )
     steps = DistMiniBatchSteps(config, ctx)
     steps.train_epoch(0, show_progress=False)
     return steps.evaluate("test"), {k: v.clone() for k, v in steps.model.state_dict().items()}
@@ -148,19 +260,32 @@ def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
     new_graph = read_partitions(path, verify=False).reassemble()
     full = MessageGraph.from_csr(new_graph.indptr, new_graph.indices)
     for acc, state in run_workers(_eval_layerwise, 2, path):
-        model = build_model(ModelConfig(model="gcn", hidden=8, num_layers=2), graph.num_features, graph.num_classes)
+        model = build_model(
+            ModelConfig(model="gcn", hidden=8, num_layers=2), graph.num_features, graph.num_classes
+        )
         model.load_state_dict(state)
         model.eval()
         with torch.no_grad():
             pred = model([full] * 2, torch.from_numpy(new_graph.x)).argmax(1).numpy()
-        assert acc == pytest.approx(float((pred[new_graph.test_idx] == new_graph.y[new_graph.test_idx]).mean()))
+        assert acc == pytest.approx(
+            float((pred[new_graph.test_idx] == new_graph.y[new_graph.test_idx]).mean())
+        )
     # The single-process trainer takes the same path.
-    trainer = LocalSteps(TrainConfig(model=ModelConfig(model="sage", hidden=8, num_layers=2),
-                                     sampler=SamplerConfig(fanouts=(4, 4)), eval_fanouts=(-1, -1),
-                                     optim=OptimConfig(epochs=1), progress=False), graph)
+    trainer = LocalSteps(
+        TrainConfig(
+            model=ModelConfig(model="sage", hidden=8, num_layers=2),
+            sampler=SamplerConfig(fanouts=(4, 4)),
+            eval_fanouts=(-1, -1),
+            optim=OptimConfig(epochs=1),
+            progress=False,
+        ),
+        graph,
+    )
     assert trainer.layerwise is not None
     with torch.no_grad():
         trainer.model.eval()
-        pred = trainer.model([MessageGraph.from_csr(graph.indptr, graph.indices)] * 2, torch.from_numpy(graph.x))
+        pred = trainer.model(
+            [MessageGraph.from_csr(graph.indptr, graph.indices)] * 2, torch.from_numpy(graph.x)
+        )
     expected = float((pred.argmax(1).numpy()[graph.val_idx] == graph.y[graph.val_idx]).mean())
     assert trainer.evaluate("val") == pytest.approx(expected)

@@ -1,4 +1,5 @@
-"""The local launcher (elastic_launch underneath), the test helper run_workers, and `python -m shardgnn.run`.
+"""The local launcher (elastic_launch underneath), the test helper run_workers, and `python -m
+shardgnn.run`.
 
 Multi-process tests spawn real workers (gloo on CPU). Worker functions are module-level so they can
 be pickled; the ones that fail write their pid first so the test can check that no process is left.
@@ -9,23 +10,27 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 import time
-import types
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 import torch.distributed as dist
-from distributed_helpers import run_workers
 
-from shardgnn.distributed.launch import WorkerFailedError, WorkerTimeoutError, free_port, launch_local
+from shardgnn.distributed.launch import (
+    WorkerFailedError,
+    WorkerTimeoutError,
+    free_port,
+    launch_local,
+)
 from shardgnn.errors import ConfigError
 
+from distributed_helpers import run_workers
 
-# ---------------------------------------------------------------------------------------------- worker functions
+
+# --------------------------------------------------------------------------------- worker functions
 def _sum_of_ranks(ctx, offset):
     t = torch.tensor([float(ctx.rank + offset)])
     dist.all_reduce(t)
@@ -62,14 +67,16 @@ def _hang_forever(pid_dir):
     threading.Event().wait()
 
 
-# ---------------------------------------------------------------------------------------------- helpers
+# ------------------------------------------------------------------------------------------ helpers
 def _children() -> set[int]:
     """Live processes below this one, except multiprocessing's resource tracker (one per parent,
     started by the first spawn context and alive until the parent exits)."""
     alive = set()
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(proc.cmdline()):
+            if proc.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(
+                proc.cmdline()
+            ):
                 alive.add(proc.pid)
         except psutil.NoSuchProcess:
             pass
@@ -83,7 +90,7 @@ def _assert_no_orphans(pid_dir: Path, children_before: set[int]) -> None:
     assert _children() - children_before == set()
 
 
-# ---------------------------------------------------------------------------------------------- tests
+# -------------------------------------------------------------------------------------------- tests
 def test_free_port_is_bindable():
     port = free_port()
     assert 0 < port < 65536
@@ -107,7 +114,11 @@ def test_all_reduce_and_results_in_rank_order(world_size):
     total = sum(rank + 10 for rank in range(world_size))
     # Unless the user set OMP_NUM_THREADS, the cores are shared out between the workers.
     cores = len(os.sched_getaffinity(0))
-    threads = int(os.environ["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in os.environ else max(1, cores // world_size)
+    threads = (
+        int(os.environ["OMP_NUM_THREADS"])
+        if "OMP_NUM_THREADS" in os.environ
+        else max(1, cores // world_size)
+    )
     assert results == [(rank, world_size, total, threads) for rank in range(world_size)]
     # elastic installs its own signal handlers; the launcher puts ours back
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
@@ -122,7 +133,10 @@ def test_worker_exception_names_rank_and_message(tmp_path):
         run_workers(_raise_on_rank_1, 2, str(tmp_path), timeout_s=20)
     assert time.monotonic() - start < 30
     message = str(info.value)
-    assert "rank 1" in message and "ValueError: boom from rank 1: the partition file is corrupt" in message
+    assert (
+        "rank 1" in message
+        and "ValueError: boom from rank 1: the partition file is corrupt" in message
+    )
     assert "_raise_on_rank_1" in message  # traceback excerpt
     first = info.value.failures[0]
     assert (first.rank, first.exitcode) == (1, 1)
@@ -132,8 +146,10 @@ def test_worker_exception_names_rank_and_message(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("how", "exitcode", "text"), [("exit", 3, "exit code 3"),
-                                                       ("sigkill", -signal.SIGKILL, "killed by SIGKILL")])
+@pytest.mark.parametrize(
+    ("how", "exitcode", "text"),
+    [("exit", 3, "exit code 3"), ("sigkill", -signal.SIGKILL, "killed by SIGKILL")],
+)
 def test_hard_death_while_peers_block_in_a_collective(tmp_path, how, exitcode, text):
     before = _children()
     start = time.monotonic()
@@ -158,7 +174,7 @@ def test_deadline_kills_hanging_workers(tmp_path):
     _assert_no_orphans(tmp_path, before)
 
 
-# ---------------------------------------------------------------------------------------------- python -m shardgnn.run
+# --------------------------------------------------------------------------- python -m shardgnn.run
 @pytest.fixture(scope="module")
 def small_parts(tmp_path_factory):
     from shardgnn.graph.synthetic import SyntheticConfig, generate
@@ -168,22 +184,43 @@ def small_parts(tmp_path_factory):
     graph = generate(SyntheticConfig(nodes=300, degree=6, classes=3, features=4, seed=1))
     path = tmp_path_factory.mktemp("run") / "parts"
     result = partition_graph(graph, PartitionConfig(num_parts=2, method="random"))
-    write_partitions(graph, result.assignment, path, method=result.method, dataset_spec="synthetic:nodes=300")
+    write_partitions(
+        graph, result.assignment, path, method=result.method, dataset_spec="synthetic:nodes=300"
+    )
     return str(path)
 
 
 def test_run_builds_the_config_from_train_arguments(small_parts):
     from shardgnn.run import worker_config
 
-    config = worker_config(["train", "--partitions", small_parts, "--epochs", "3", "--fanouts", "5,5",
-                            "--overlap", "off", "--timeout", "30"])
+    config = worker_config(
+        [
+            "train",
+            "--partitions",
+            small_parts,
+            "--epochs",
+            "3",
+            "--fanouts",
+            "5,5",
+            "--overlap",
+            "off",
+            "--timeout",
+            "30",
+        ]
+    )
     assert (config.optim.epochs, config.sampler.fanouts, config.model.num_layers) == (3, (5, 5), 2)
     assert (config.run.partitions, config.run.overlap, config.run.timeout, config.run.workers) == (
-        small_parts, "off", 30.0, 2)
-    assert config.dataset == "synthetic:nodes=300"  # what the partition holds, not the default dataset
+        small_parts,
+        "off",
+        30.0,
+        2,
+    )
+    # what the partition holds, not the default dataset
+    assert config.dataset == "synthetic:nodes=300"
 
 
-@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record vs. pytest's captured stderr
+# @record vs. pytest's captured stderr
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 def test_run_refuses_what_a_worker_cannot_run(small_parts, capsys):
     from shardgnn.run import main, worker_config
 
@@ -193,7 +230,10 @@ def test_run_refuses_what_a_worker_cannot_run(small_parts, capsys):
         worker_config(["train", "cora", "--partitions", small_parts])
     assert main(["train", "--partitions", small_parts, "--layers", "3", "--fanouts", "5,5"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("shardgnn train: error: --layers 3 but --fanouts 5,5 names 2") and err.count("\n") == 1
+    assert (
+        err.startswith("shardgnn train: error: --layers 3 but --fanouts 5,5 names 2")
+        and err.count("\n") == 1
+    )
     with pytest.raises(SystemExit) as info:
         main(["info"])
     assert info.value.code == 2

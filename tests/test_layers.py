@@ -17,7 +17,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Bottom first. A module belongs to the layer of its longest listed prefix.
 LAYERS: list[tuple[str, ...]] = [
-    ("shardgnn", "shardgnn.errors", "shardgnn.atomic", "shardgnn.timing", "shardgnn.options", "shardgnn.seeding"),
+    (
+        "shardgnn",
+        "shardgnn.errors",
+        "shardgnn.atomic",
+        "shardgnn.timing",
+        "shardgnn.options",
+        "shardgnn.seeding",
+    ),
     ("shardgnn.graph",),
     ("shardgnn.partition",),
     ("shardgnn.distributed",),
@@ -47,8 +54,10 @@ def _layer(module: str) -> int:
     for index, prefixes in enumerate(LAYERS):
         for prefix in prefixes:
             exact_root = prefix == "shardgnn" and module == "shardgnn"
-            if (exact_root or (prefix != "shardgnn" and (module == prefix or module.startswith(prefix + "."))))\
-                    and len(prefix) > best_len:
+            if (
+                exact_root
+                or (prefix != "shardgnn" and (module == prefix or module.startswith(prefix + ".")))
+            ) and len(prefix) > best_len:
                 best, best_len = index, len(prefix)
     if best is None:
         raise AssertionError(f"module {module} is in no layer; add it to LAYERS in {__file__}")
@@ -70,12 +79,15 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
                 origin = ".".join(base + ([node.module] if node.module else []))
             else:
                 origin = node.module or ""
-            names = [f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in known else origin
-                     for alias in node.names]
+            names = [
+                f"{origin}.{alias.name}" if f"{origin}.{alias.name}" in known else origin
+                for alias in node.names
+            ]
         else:
             continue
         for name in names:
-            while name and name not in known:  # `import shardgnn.graph.csr as x` names a module directly
+            # `import shardgnn.graph.csr as x` names a module directly
+            while name and name not in known:
                 name = name.rpartition(".")[0]
             if name.startswith("shardgnn") and name != module:
                 found.add(name)
@@ -94,8 +106,12 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_points_up():
-    upward = sorted(f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
-                    for a, targets in _graph().items() for b in targets if _layer(b) > _layer(a))
+    upward = sorted(
+        f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+        for a, targets in _graph().items()
+        for b in targets
+        if _layer(b) > _layer(a)
+    )
     assert not upward, "imports against the layering:\n" + "\n".join(upward)
 
 
@@ -135,12 +151,15 @@ def test_no_import_cycles():
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from shardgnn.train.progress import x", {"shardgnn.train.progress"}),
-    ("def f():\n    import shardgnn.cli\n", {"shardgnn.cli"}),
-    ("from shardgnn import errors", {"shardgnn.errors"}),
-    ("from ..train import progress", {"shardgnn.train.progress"}),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from shardgnn.train.progress import x", {"shardgnn.train.progress"}),
+        ("def f():\n    import shardgnn.cli\n", {"shardgnn.cli"}),
+        ("from shardgnn import errors", {"shardgnn.errors"}),
+        ("from ..train import progress", {"shardgnn.train.progress"}),
+    ],
+)
 def test_the_import_reader_sees_every_form(tmp_path, source, expected):
     path = tmp_path / "probe.py"
     path.write_text(source)

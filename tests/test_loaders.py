@@ -21,8 +21,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from conftest import SHARED_DATA, requires_shared_data
-
 from shardgnn.errors import DatasetError
 from shardgnn.graph import edgelist as edgelist_module
 from shardgnn.graph import ogb as ogb_module
@@ -32,6 +30,8 @@ from shardgnn.graph.gnnbenchmark import load_gnn_benchmark
 from shardgnn.graph.ogb import load_ogb_nodeprop
 from shardgnn.graph.planetoid import load_planetoid
 from shardgnn.graph.safe_pickle import load_npz_safely, safe_load
+
+from conftest import SHARED_DATA, requires_shared_data
 
 needs_data = requires_shared_data
 
@@ -54,24 +54,37 @@ def truncate(path: Path, fraction: float = 0.5) -> None:
 
 
 # ====================================================================================== fixtures
-# --- Planetoid: 517 nodes; allx = rows 0..509; test ids 510..516 minus 511 and 515 (the CiteSeer gap).
+# --- Planetoid: 517 nodes; allx = rows 0..509; test ids 510..516 minus 511 and 515 (the CiteSeer
+# gap).
 PLANETOID_TEST_IDS = [513, 510, 512, 514, 516]  # file order, deliberately unsorted
 PLANETOID_EDGES = {0: [1, 2, 2, 0], 1: [0], 2: [], 510: [516], 516: [510, 3], 511: []}
 
 
-def write_planetoid(folder: Path, name: str = "tiny", protocol: int = 2, tx_value: float = 1.0) -> dict:
-    """Pickle tiny ``ind.<name>.*`` files the way the real ones are built (protocol 2 like Python 2)."""
+def write_planetoid(
+    folder: Path, name: str = "tiny", protocol: int = 2, tx_value: float = 1.0
+) -> dict:
+    """Pickle tiny ``ind.<name>.*`` files the way the real ones are built (protocol 2 like Python
+    2)."""
     rng = np.random.default_rng(0)
     num_classes, num_features, num_allx = 3, 4, 510
     allx = sp.csr_matrix((rng.random((num_allx, num_features)) > 0.5).astype(np.float32))
     ally = np.eye(num_classes, dtype=np.int32)[rng.integers(0, num_classes, num_allx)]
     ally[7] = 0  # an all-zero one-hot row -> unlabelled
-    tx_dense = np.arange(len(PLANETOID_TEST_IDS) * num_features, dtype=np.float32).reshape(-1, num_features)
+    tx_dense = np.arange(len(PLANETOID_TEST_IDS) * num_features, dtype=np.float32).reshape(
+        -1, num_features
+    )
     tx_dense[:, 0] = tx_value
     ty = np.eye(num_classes, dtype=np.int32)[[0, 1, 2, 0, 1]]
     graph = collections.defaultdict(list, {k: list(v) for k, v in PLANETOID_EDGES.items()})
-    objects = {"x": allx[:4], "y": ally[:4], "tx": sp.csr_matrix(tx_dense), "ty": ty, "allx": allx,
-               "ally": ally, "graph": graph}
+    objects = {
+        "x": allx[:4],
+        "y": ally[:4],
+        "tx": sp.csr_matrix(tx_dense),
+        "ty": ty,
+        "allx": allx,
+        "ally": ally,
+        "graph": graph,
+    }
     folder.mkdir(parents=True, exist_ok=True)
     for part, obj in objects.items():
         (folder / f"ind.{name}.{part}").write_bytes(pickle.dumps(obj, protocol=protocol))
@@ -84,8 +97,10 @@ def npz_arrays(num_nodes: int = 120):
     rng = np.random.default_rng(1)
     rows = np.arange(num_nodes)
     cols = (rows + 1) % num_nodes
-    adj = sp.csr_matrix((np.ones(num_nodes + 1, np.float32), (np.append(rows, 5), np.append(cols, 5))),
-                        shape=(num_nodes, num_nodes))  # a directed ring plus the self-loop 5->5
+    adj = sp.csr_matrix(
+        (np.ones(num_nodes + 1, np.float32), (np.append(rows, 5), np.append(cols, 5))),
+        shape=(num_nodes, num_nodes),
+    )  # a directed ring plus the self-loop 5->5
     attr = sp.csr_matrix(rng.random((num_nodes, 6)).astype(np.float32))
     labels = (rows % 2).astype(np.int32)
     return adj, attr, labels
@@ -96,16 +111,30 @@ def write_graphgallery_npz(path: Path, adj=None, attr=None, labels=None) -> Path
     adj = d_adj if adj is None else adj
     attr = d_attr if attr is None else attr
     labels = d_labels if labels is None else labels
-    np.savez(path, adj_matrix=adj, node_attr=attr, node_label=labels,
-             metadata={"class_names": np.array(["even", "odd"])})
+    np.savez(
+        path,
+        adj_matrix=adj,
+        node_attr=attr,
+        node_label=labels,
+        metadata={"class_names": np.array(["even", "odd"])},
+    )
     return path
 
 
 def write_shchur_npz(path: Path) -> Path:
     adj, attr, labels = npz_arrays()
-    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
-             attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr, attr_shape=attr.shape,
-             labels=labels)
+    np.savez(
+        path,
+        adj_data=adj.data,
+        adj_indices=adj.indices,
+        adj_indptr=adj.indptr,
+        adj_shape=adj.shape,
+        attr_data=attr.data,
+        attr_indices=attr.indices,
+        attr_indptr=attr.indptr,
+        attr_shape=attr.shape,
+        labels=labels,
+    )
     return path
 
 
@@ -168,8 +197,17 @@ def test_safe_load_roundtrips_dataset_objects(tmp_path, protocol):
             assert repr(loaded) == repr(obj)
 
 
-@pytest.mark.parametrize("forbidden", ["os system", "builtins eval", "subprocess Popen", "numpy load",
-                                       "builtins getattr", "posix system"])
+@pytest.mark.parametrize(
+    "forbidden",
+    [
+        "os system",
+        "builtins eval",
+        "subprocess Popen",
+        "numpy load",
+        "builtins getattr",
+        "posix system",
+    ],
+)
 def test_safe_load_refuses_forbidden_globals(tmp_path, forbidden):
     module, name = forbidden.split()
     payload = f"c{module}\n{name}\n(S'echo pwned'\ntR.".encode()  # protocol 0: GLOBAL, then call
@@ -182,13 +220,17 @@ def test_forbidden_global_is_not_executed(tmp_path):
     marker = tmp_path / "pwned"
     evil = tmp_path / "ind.evil.graph"
     evil.write_bytes(pickle.dumps(_Evil(marker)))
-    with pytest.raises(DatasetError, match=r"ind\.evil\.graph.*forbidden global (os|posix)\.system"):
+    with pytest.raises(
+        DatasetError, match=r"ind\.evil\.graph.*forbidden global (os|posix)\.system"
+    ):
         safe_load(evil)
     assert not marker.exists()
 
     # The same payload as an object member of an npz archive.
     member = io.BytesIO()
-    np.lib.format.write_array_header_1_0(member, {"descr": "|O", "fortran_order": False, "shape": ()})
+    np.lib.format.write_array_header_1_0(
+        member, {"descr": "|O", "fortran_order": False, "shape": ()}
+    )
     member.write(pickle.dumps(_Evil(marker), protocol=3))
     archive = tmp_path / "evil.npz"
     with zipfile.ZipFile(archive, "w") as zf:
@@ -202,7 +244,9 @@ def test_restricted_helpers_are_narrowed():
     codec = b"c_codecs\nencode\n(Vabc\nVrot13\ntR."  # _codecs.encode with a codec other than latin1
     with pytest.raises(DatasetError, match="not a readable pickle"):
         safe_load(io.BytesIO(codec), "codec.pkl")
-    reconstruct = b"ccopy_reg\n_reconstructor\n(ccollections\ndefaultdict\nc__builtin__\nobject\nNtR."
+    reconstruct = (
+        b"ccopy_reg\n_reconstructor\n(ccollections\ndefaultdict\nc__builtin__\nobject\nNtR."
+    )
     with pytest.raises(DatasetError, match="not a readable pickle"):
         safe_load(io.BytesIO(reconstruct), "reconstruct.pkl")
 
@@ -233,7 +277,16 @@ def test_planetoid_fixture_matches_kipf(tmp_path, protocol):
     np.testing.assert_array_equal(g.val_idx, np.arange(4, 504))
     np.testing.assert_array_equal(g.test_idx, sorted(PLANETOID_TEST_IDS))
     # symmetrised, deduplicated, no self-loops
-    assert edge_set(g) == {(0, 1), (1, 0), (0, 2), (2, 0), (510, 516), (516, 510), (3, 516), (516, 3)}
+    assert edge_set(g) == {
+        (0, 1),
+        (1, 0),
+        (0, 2),
+        (2, 0),
+        (510, 516),
+        (516, 510),
+        (3, 516),
+        (516, 3),
+    }
 
 
 def test_planetoid_missing_file(tmp_path):
@@ -247,7 +300,9 @@ def test_planetoid_missing_file(tmp_path):
 def test_planetoid_truncated_pickle(tmp_path, part):
     write_planetoid(tmp_path)
     truncate(tmp_path / f"ind.tiny.{part}")
-    with pytest.raises(DatasetError, match=rf"ind\.tiny\.{part}.*(not a readable pickle|truncated)"):
+    with pytest.raises(
+        DatasetError, match=rf"ind\.tiny\.{part}.*(not a readable pickle|truncated)"
+    ):
         load_planetoid(tmp_path, "tiny")
 
 
@@ -274,13 +329,17 @@ def test_planetoid_nonfinite_features(tmp_path):
     assert np.isfinite(g.x).all() and (g.x[PLANETOID_TEST_IDS, 0] == 0).all()
 
 
-# ============================================================================ gnn-benchmark fixtures
-@pytest.mark.parametrize("writer", [write_graphgallery_npz, write_shchur_npz], ids=["graphgallery", "shchur"])
+# =========================================================================== gnn-benchmark fixtures
+@pytest.mark.parametrize(
+    "writer", [write_graphgallery_npz, write_shchur_npz], ids=["graphgallery", "shchur"]
+)
 def test_gnn_benchmark_fixture_layouts(tmp_path, writer):
     path = writer(tmp_path / "tiny.npz")
     g = load_gnn_benchmark(path, "tiny", seed=4)
     n = 120
-    assert g.num_nodes == n and g.num_features == 6 and g.num_classes == 2 and g.x.dtype == np.float32
+    assert (
+        g.num_nodes == n and g.num_features == 6 and g.num_classes == 2 and g.x.dtype == np.float32
+    )
     assert g.num_edges == 2 * n and g.is_symmetric()  # ring symmetrised, self-loop 5->5 removed
     assert (5, 5) not in edge_set(g)
     assert (len(g.train_idx), len(g.val_idx), len(g.test_idx)) == (40, 60, 20)
@@ -366,7 +425,10 @@ def test_ogb_download_failure_is_clear(tmp_path, monkeypatch):
         load_ogb_nodeprop(tmp_path, "ogbn-arxiv")
     text = str(info.value)
     assert "download" in text and "failed" in text and "arxiv.zip" in text
-    assert ":download=0" in text and str(tmp_path / "ogbn_arxiv" / "split" / "time" / "test.csv.gz") in text
+    assert (
+        ":download=0" in text
+        and str(tmp_path / "ogbn_arxiv" / "split" / "time" / "test.csv.gz") in text
+    )
     assert not (tmp_path / "ogbn_arxiv").exists()
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temp leftovers
 
@@ -393,18 +455,49 @@ def test_ogb_download_extracts_atomically(tmp_path, monkeypatch):
     "overrides, match",
     [
         ({"raw/node-feat.csv.gz": "1,2,3\n4,5\n"}, r"node-feat\.csv\.gz.*line 2 has 2 columns"),
-        ({"raw/edge.csv.gz": "0,1\n1,20\n"}, r"edge\.csv\.gz.*line 2: node id \[1, 20\] is out of range"),
-        ({"raw/edge.csv.gz": "0,1\n-1,2\n"}, r"edge\.csv\.gz.*line 2: node id \[-1, 2\] is out of range"),
-        ({"split/time/test.csv.gz": "15\n99\n"}, r"test\.csv\.gz.*line 2: node id \[99\] is out of range"),
+        (
+            {"raw/edge.csv.gz": "0,1\n1,20\n"},
+            r"edge\.csv\.gz.*line 2: node id \[1, 20\] is out of range",
+        ),
+        (
+            {"raw/edge.csv.gz": "0,1\n-1,2\n"},
+            r"edge\.csv\.gz.*line 2: node id \[-1, 2\] is out of range",
+        ),
+        (
+            {"split/time/test.csv.gz": "15\n99\n"},
+            r"test\.csv\.gz.*line 2: node id \[99\] is out of range",
+        ),
         ({"raw/node-label.csv.gz": "1\n" * 19}, r"node-label\.csv\.gz.*19 labels for 20 nodes"),
-        ({"raw/node-label.csv.gz": "1\n" * 19 + "40\n"}, r"node-label\.csv\.gz.*label 40\.0 .* \[0, 40\)"),
-        ({"split/time/valid.csv.gz": "9\n10\n"}, r"valid\.csv\.gz.*overlapping splits.*train\.csv\.gz"),
-        ({"raw/edge.csv.gz": "0,1\n1,2\n"}, r"edge\.csv\.gz.*holds 2 edges but num-edge-list.*declares 22"),
+        (
+            {"raw/node-label.csv.gz": "1\n" * 19 + "40\n"},
+            r"node-label\.csv\.gz.*label 40\.0 .* \[0, 40\)",
+        ),
+        (
+            {"split/time/valid.csv.gz": "9\n10\n"},
+            r"valid\.csv\.gz.*overlapping splits.*train\.csv\.gz",
+        ),
+        (
+            {"raw/edge.csv.gz": "0,1\n1,2\n"},
+            r"edge\.csv\.gz.*holds 2 edges but num-edge-list.*declares 22",
+        ),
         ({"raw/node-feat.csv.gz": "1,2,3\n" * 19 + "1,nan,3\n"}, r"node-feat\.csv\.gz.*non-finite"),
-        ({"raw/node-feat.csv.gz": "1,2,3\n" * 19 + "1,x,3\n"}, r"node-feat\.csv\.gz.*line 20: b'x'"),
+        (
+            {"raw/node-feat.csv.gz": "1,2,3\n" * 19 + "1,x,3\n"},
+            r"node-feat\.csv\.gz.*line 20: b'x'",
+        ),
     ],
-    ids=["ragged", "id-out-of-range", "id-negative", "split-out-of-range", "label-count", "label-range",
-         "overlap", "edge-count", "nonfinite", "garbage"],
+    ids=[
+        "ragged",
+        "id-out-of-range",
+        "id-negative",
+        "split-out-of-range",
+        "label-count",
+        "label-range",
+        "overlap",
+        "edge-count",
+        "nonfinite",
+        "garbage",
+    ],
 )
 def test_ogb_bad_input(tmp_path, overrides, match):
     write_ogb(tmp_path, overrides)
@@ -441,7 +534,11 @@ UNIQUE = set(EDGES)
 @pytest.mark.parametrize(
     "filename, text, kwargs",
     [
-        ("plain.txt", "# SNAP-style header\n% another comment\n0 1\n1\t2\n\n  2   0\n3 1\r\n1 2\n", {}),
+        (
+            "plain.txt",
+            "# SNAP-style header\n% another comment\n0 1\n1\t2\n\n  2   0\n3 1\r\n1 2\n",
+            {},
+        ),
         ("plain.csv", "0,1\n1,2\n2,0\n3, 1\n1,2\n", {}),
         ("one.txt", "1 2\n2 3\n3 1\n4 2\n2 3\n", {"base": 1}),
         ("auto.txt", "1 2\n2 3\n3 1\n4 2\n2 3\n", {"base": "auto"}),
@@ -477,7 +574,11 @@ def test_edge_list_jlg(tmp_path):
     # header-detected (no .jlg suffix), 'u' symmetrises, header n allows isolated nodes
     undirected = write_gz(tmp_path / "u.txt.gz", "6,3,u,graph\n1,2\n2,3\n3,3\n")
     g = load_edge_list(undirected)
-    assert g.num_nodes == 6 and g.is_symmetric() and edge_set(g) == {(0, 1), (1, 0), (1, 2), (2, 1), (2, 2)}
+    assert (
+        g.num_nodes == 6
+        and g.is_symmetric()
+        and edge_set(g) == {(0, 1), (1, 0), (1, 2), (2, 1), (2, 2)}
+    )
     assert load_dataset(f"file:{undirected}", data_dir=tmp_path).num_edges == 5
 
 
@@ -493,9 +594,24 @@ def test_edge_list_jlg(tmp_path):
         ("word.txt", "0 1\n\n# ok\n1 two\n", {}, r"word\.txt.*line 4: b'two'"),
         ("empty.txt", "", {}, r"empty\.txt.*no edges"),
         ("comments.txt", "# only\n%comments\n\n", {}, r"comments\.txt.*no edges"),
-        ("range.jlg", "3,2,d,graph\n1,2\n2,4\n", {}, r"range\.jlg.*line 3: node id 4 is out of range \[1, 3\]"),
-        ("short.jlg", "3,3,d,graph\n1,2\n2,3\n", {}, r"short\.jlg.*declares 3 edges but the file holds 2"),
-        ("zero.jlg", "3,2,d,graph\n0,1\n1,2\n", {}, r"zero\.jlg.*line 2: node id 0 in a 1-based file"),
+        (
+            "range.jlg",
+            "3,2,d,graph\n1,2\n2,4\n",
+            {},
+            r"range\.jlg.*line 3: node id 4 is out of range \[1, 3\]",
+        ),
+        (
+            "short.jlg",
+            "3,3,d,graph\n1,2\n2,3\n",
+            {},
+            r"short\.jlg.*declares 3 edges but the file holds 2",
+        ),
+        (
+            "zero.jlg",
+            "3,2,d,graph\n0,1\n1,2\n",
+            {},
+            r"zero\.jlg.*line 2: node id 0 in a 1-based file",
+        ),
         ("nohead.jlg", "1,2\n2,3\n", {}, r"nohead\.jlg.*header"),
     ],
 )
@@ -572,7 +688,12 @@ def test_registry_reaches_fixture_loaders(tmp_path):
 )
 def test_real_planetoid(name, nodes, edges, features, classes, split, unlabelled):
     g = load_dataset(name, data_dir=SHARED_DATA)
-    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (nodes, edges, features, classes)
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (
+        nodes,
+        edges,
+        features,
+        classes,
+    )
     assert (len(g.train_idx), len(g.val_idx), len(g.test_idx)) == split
     assert int((g.y == -1).sum()) == unlabelled
     assert g.is_symmetric() and not (g.edge_index()[0] == g.edge_index()[1]).any()
@@ -602,7 +723,11 @@ def test_real_pubmed_reports_missing_allx():
 def test_real_gnn_benchmark(name, nodes, undirected_edges, features, classes):
     g = load_dataset(name, data_dir=SHARED_DATA)
     assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (
-        nodes, 2 * undirected_edges, features, classes)
+        nodes,
+        2 * undirected_edges,
+        features,
+        classes,
+    )
     assert (len(g.train_idx), len(g.val_idx)) == (20 * classes, 30 * classes)
     assert len(g.test_idx) == nodes - 50 * classes
     assert g.is_symmetric() and g.x.dtype == np.float32

@@ -40,8 +40,11 @@ def test_spmm_forward_and_backward_match_dense(small_graph, norm):
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
 def test_models_forward_backward_on_blocks_and_full_graph(small_graph, model):
     torch.manual_seed(0)
-    net = build_model(ModelConfig(model=model, hidden=8, num_layers=2, heads=2), small_graph.num_features,
-                      small_graph.num_classes)
+    net = build_model(
+        ModelConfig(model=model, hidden=8, num_layers=2, heads=2),
+        small_graph.num_features,
+        small_graph.num_classes,
+    )
     x = torch.from_numpy(small_graph.x)
     full = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
     out = net([full, full], x)
@@ -50,7 +53,9 @@ def test_models_forward_backward_on_blocks_and_full_graph(small_graph, model):
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in net.parameters())
     # A block with full fanout computes exactly the full-graph output of its seeds.
     net.eval()
-    sampler = NeighborSampler(small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(-1, -1)))
+    sampler = NeighborSampler(
+        small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(-1, -1))
+    )
     sample = sampler.sample(torch.arange(0, 300, 3), seed=0)
     graphs = [MessageGraph.from_block(b) for b in sample.blocks]
     with torch.no_grad():
@@ -69,7 +74,9 @@ def test_pyg_message_passing_layer_inside_our_model(small_graph):
         theirs.lin_l.weight.copy_(ours.lin_neigh.weight)
         theirs.lin_l.bias.copy_(ours.lin_self.bias)
         theirs.lin_r.weight.copy_(ours.lin_self.weight)
-    sampler = NeighborSampler(small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4, 4)))
+    sampler = NeighborSampler(
+        small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4, 4))
+    )
     sample = sampler.sample(torch.arange(50), seed=1)
     graphs = [MessageGraph.from_block(b) for b in sample.blocks]
     x = torch.from_numpy(small_graph.x)[sample.input_nodes]
@@ -77,7 +84,9 @@ def test_pyg_message_passing_layer_inside_our_model(small_graph):
     out = model(graphs, x)
     assert out.shape == (50, 3)
     out.sum().backward()
-    torch.testing.assert_close(PyGLayer(theirs)(graphs[0], x), ours(graphs[0], x), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        PyGLayer(theirs)(graphs[0], x), ours(graphs[0], x), atol=1e-5, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
@@ -85,14 +94,19 @@ def test_sparse_input_features_match_dense(small_graph, model):
     from shardgnn.nn.functional import to_sparse_if_sparse
 
     torch.manual_seed(0)
-    net = build_model(ModelConfig(model=model, hidden=8, num_layers=2, heads=2, input_dropout=0.5),
-                      small_graph.num_features, small_graph.num_classes)
+    net = build_model(
+        ModelConfig(model=model, hidden=8, num_layers=2, heads=2, input_dropout=0.5),
+        small_graph.num_features,
+        small_graph.num_classes,
+    )
     x = torch.from_numpy(small_graph.x) * (torch.rand(small_graph.x.shape) < 0.05)
     x_sparse = to_sparse_if_sparse(x)
     assert x_sparse.layout == torch.sparse_coo
     full = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
     net.eval()
-    torch.testing.assert_close(net([full, full], x_sparse), net([full, full], x), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        net([full, full], x_sparse), net([full, full], x), atol=1e-5, rtol=1e-4
+    )
     net.train()
     net([full, full], x_sparse).sum().backward()
     assert all(p.grad is not None for p in net.parameters())
@@ -110,7 +124,9 @@ def test_hashed_dropout_depends_only_on_seed_node_and_column():
     part = hashed_dropout(torch.ones(100, 64), 0.3, seed=11, row_offset=500)
     assert torch.equal(part, out[500:600].detach())
     ids = torch.tensor([7, 3, 999, 7])
-    assert torch.equal(hashed_dropout(torch.ones(4, 64), 0.3, seed=11, row_ids=ids), out[ids].detach())
+    assert torch.equal(
+        hashed_dropout(torch.ones(4, 64), 0.3, seed=11, row_ids=ids), out[ids].detach()
+    )
     # Another seed, another mask; the gradient is masked like the values.
     assert not torch.equal(hashed_dropout(torch.ones(1000, 64), 0.3, seed=12), out.detach())
     out.sum().backward()

@@ -15,6 +15,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardgnn.cli.partition import add_parsers, plot_partition
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.synthetic import SyntheticConfig, generate
@@ -33,14 +34,13 @@ from shardgnn.partition import (
     verify_partitions,
     write_partitions,
 )
-from shardgnn.cli.partition import add_parsers, plot_partition
 from shardgnn.partition.format import is_partition_dir
 from shardgnn.partition.streaming import capacity
 
 METHODS = ("random", "metis", "ldg", "fennel")
 
 
-# ---------------------------------------------------------------------------------------------- fixtures
+# ----------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def directed_graph() -> Graph:
     """Directed, with duplicate edges, self-loops, isolated nodes, weights, labels and splits."""
@@ -53,9 +53,18 @@ def directed_graph() -> Graph:
     x = np.repeat(np.arange(n, dtype=np.float32)[:, None], 2, axis=1)
     y = rng.integers(-1, 3, n)
     perm = rng.permutation(n)
-    g = Graph.from_edge_index(src, dst, n, edge_weight=rng.random(4000).astype(np.float32), x=x, y=y,
-                              train_idx=np.sort(perm[:100]), val_idx=np.sort(perm[100:150]), num_classes=3,
-                              name="directed")
+    g = Graph.from_edge_index(
+        src,
+        dst,
+        n,
+        edge_weight=rng.random(4000).astype(np.float32),
+        x=x,
+        y=y,
+        train_idx=np.sort(perm[:100]),
+        val_idx=np.sort(perm[100:150]),
+        num_classes=3,
+        name="directed",
+    )
     return g.validate()
 
 
@@ -66,7 +75,9 @@ def tiny_graph() -> Graph:
 
 
 def _write(graph: Graph, assignment: np.ndarray, out: Path, p: int, **kwargs):
-    return write_partitions(graph, assignment, out, method="test", settings={}, num_parts=p, **kwargs)
+    return write_partitions(
+        graph, assignment, out, method="test", settings={}, num_parts=p, **kwargs
+    )
 
 
 def _edge_set(src, dst, weight=None) -> np.ndarray:
@@ -89,7 +100,7 @@ def _run(*argv: str) -> int:
     return args.handler(args)
 
 
-# ---------------------------------------------------------------------------------------------- partition book
+# ----------------------------------------------------------------------------------- partition book
 def test_book_owner_local_numpy_and_torch():
     book = PartitionBook([0, 3, 3, 7, 10])  # part 1 is empty
     ids = np.arange(10)
@@ -118,49 +129,71 @@ def test_relabel_is_stable_and_inverse():
     for p in range(5):
         start, end = rel.book.part_range(p)
         owned = rel.orig_ids[start:end]
-        np.testing.assert_array_equal(owned, np.flatnonzero(assignment == p))  # ascending original ids
+        # ascending original ids
+        np.testing.assert_array_equal(owned, np.flatnonzero(assignment == p))
     np.testing.assert_array_equal(rel.book.owner(rel.new_id_of_orig), assignment)
 
 
-# ---------------------------------------------------------------------------------------------- partitioners
+# ------------------------------------------------------------------------------------- partitioners
 def test_random_partition_is_seeded_hash():
     a = random_partition(10_000, 7, seed=1)
     assert a.dtype == np.int32 and a.min() == 0 and a.max() == 6
     np.testing.assert_array_equal(a, random_partition(10_000, 7, seed=1))
     assert not np.array_equal(a, random_partition(10_000, 7, seed=2))
-    np.testing.assert_array_equal(a[:100], random_partition(100, 7, seed=1))  # depends on the node id only
+    # depends on the node id only
+    np.testing.assert_array_equal(a[:100], random_partition(100, 7, seed=1))
     counts = np.bincount(a)
     assert counts.max() / counts.mean() < 1.1
 
 
-@pytest.mark.parametrize("balance", [None, ("nodes",), ("nodes", "edges"), ("train",), ("nodes", "train", "edges")])
+@pytest.mark.parametrize(
+    "balance", [None, ("nodes",), ("nodes", "edges"), ("train",), ("nodes", "train", "edges")]
+)
 def test_metis_balance_constraints_hold(small_graph, balance):
     p, imbalance = 4, 0.03
-    result = partition_graph(small_graph, PartitionConfig(num_parts=p, method="metis", balance=balance, seed=1))
+    result = partition_graph(
+        small_graph, PartitionConfig(num_parts=p, method="metis", balance=balance, seed=1)
+    )
     m = compute_metrics(small_graph, result.assignment, p)
-    tolerance = 1 + imbalance + 0.03  # METIS treats the bound as a target; multi-constraint overshoots a little
+    # METIS treats the bound as a target; multi-constraint overshoots a little
+    tolerance = 1 + imbalance + 0.03
     for key in balance or ("nodes", "train", "edges"):
         assert getattr(m, f"balance_{key}") <= tolerance, (key, m.summary())
-    random_cut = compute_metrics(small_graph, random_partition(small_graph.num_nodes, p, 1), p).edge_cut
+    random_cut = compute_metrics(
+        small_graph, random_partition(small_graph.num_nodes, p, 1), p
+    ).edge_cut
     assert m.edge_cut <= 0.5 * random_cut
-    again = partition_graph(small_graph, PartitionConfig(num_parts=p, method="metis", balance=balance, seed=1))
+    again = partition_graph(
+        small_graph, PartitionConfig(num_parts=p, method="metis", balance=balance, seed=1)
+    )
     np.testing.assert_array_equal(result.assignment, again.assignment)  # seeded -> deterministic
 
 
 def test_metis_multi_constraint_is_really_used(small_graph):
     """pymetis' part_graph silently drops extra constraints; ours must balance edges too."""
     p = 8
-    nodes_only = compute_metrics(small_graph, partition_graph(
-        small_graph, PartitionConfig(num_parts=p, method="metis", balance=("nodes",))).assignment, p)
-    both = compute_metrics(small_graph, partition_graph(
-        small_graph, PartitionConfig(num_parts=p, method="metis", balance=("nodes", "edges"))).assignment, p)
+    nodes_only = compute_metrics(
+        small_graph,
+        partition_graph(
+            small_graph, PartitionConfig(num_parts=p, method="metis", balance=("nodes",))
+        ).assignment,
+        p,
+    )
+    both = compute_metrics(
+        small_graph,
+        partition_graph(
+            small_graph, PartitionConfig(num_parts=p, method="metis", balance=("nodes", "edges"))
+        ).assignment,
+        p,
+    )
     assert both.balance_edges <= 1.07 < nodes_only.balance_edges
 
 
 def test_metis_fallback_without_c_api(small_graph, monkeypatch):
     from shardgnn.partition import methods
 
-    monkeypatch.setattr(methods._MetisC, "_instance", None)  # as if the METIS symbols were not exported
+    # as if the METIS symbols were not exported
+    monkeypatch.setattr(methods._MetisC, "_instance", None)
     with pytest.warns(UserWarning, match="one balance constraint"):
         result = partition_graph(small_graph, PartitionConfig(num_parts=4, method="metis"))
     assert result.settings["balance"] == ["nodes"] and "pymetis" in result.settings["api"]
@@ -169,12 +202,15 @@ def test_metis_fallback_without_c_api(small_graph, monkeypatch):
 
 def test_metis_rejects_bad_balance(small_graph):
     with pytest.raises(ConfigError, match="subset of nodes,train,edges"):
-        partition_graph(small_graph, PartitionConfig(num_parts=2, method="metis", balance=("vertices",)))
+        partition_graph(
+            small_graph, PartitionConfig(num_parts=2, method="metis", balance=("vertices",))
+        )
     no_train = dataclasses.replace(small_graph, train_idx=None)
     with pytest.raises(ConfigError, match="needs training nodes"):
         partition_graph(no_train, PartitionConfig(num_parts=2, method="metis", balance=("train",)))
-    assert partition_graph(no_train, PartitionConfig(num_parts=2, method="metis")).settings["balance"] == [
-        "nodes", "edges"]
+    assert partition_graph(no_train, PartitionConfig(num_parts=2, method="metis")).settings[
+        "balance"
+    ] == ["nodes", "edges"]
 
 
 @pytest.mark.parametrize("method", ["ldg", "fennel"])
@@ -186,9 +222,14 @@ def test_streaming_capacity_and_quality(small_graph, method):
     assert counts.sum() == small_graph.num_nodes and counts.max() <= cap == result.capacity
     assert cap <= (1 + slack) * small_graph.num_nodes / p
     m = compute_metrics(small_graph, result.assignment, p)
-    random_cut = compute_metrics(small_graph, random_partition(small_graph.num_nodes, p, 1), p).edge_cut
-    metis_cut = compute_metrics(small_graph, partition_graph(
-        small_graph, PartitionConfig(num_parts=p, method="metis")).assignment, p).edge_cut
+    random_cut = compute_metrics(
+        small_graph, random_partition(small_graph.num_nodes, p, 1), p
+    ).edge_cut
+    metis_cut = compute_metrics(
+        small_graph,
+        partition_graph(small_graph, PartitionConfig(num_parts=p, method="metis")).assignment,
+        p,
+    ).edge_cut
     assert metis_cut < m.edge_cut < random_cut
     assert result.revisited_records == 0
 
@@ -199,7 +240,7 @@ def test_streaming_zero_slack_is_perfectly_balanced(small_graph):
     assert counts.max() - counts.min() <= 1
 
 
-# ---------------------------------------------------------------------------------------------- chunk invariance
+# --------------------------------------------------------------------------------- chunk invariance
 def _write_text(path: Path, src, dst, *, header: str = "", gz: bool = False, base: int = 0) -> Path:
     lines = header + "".join(f"{u + base} {v + base}\n" for u, v in zip(src.tolist(), dst.tolist()))
     data = lines.encode()
@@ -213,8 +254,10 @@ def test_streaming_is_chunk_size_invariant_across_inputs(tiny_graph, tmp_path, m
     p = 5
     reference = stream_partition(g, p, StreamConfig(method=method)).assignment
     for chunk in (1, 3, 64, 1000):
-        np.testing.assert_array_equal(stream_partition(g, p, StreamConfig(method=method, chunk_edges=chunk)).assignment,
-                                      reference)
+        np.testing.assert_array_equal(
+            stream_partition(g, p, StreamConfig(method=method, chunk_edges=chunk)).assignment,
+            reference,
+        )
     src, dst = g.edge_index()  # CSR order: grouped by dst
     np.save(tmp_path / "e2.npy", np.stack([src, dst], axis=1).astype(np.int32))  # [E, 2]
     np.save(tmp_path / "2e.npy", np.stack([src, dst]).astype(np.int64))  # [2, E] (PyG)
@@ -222,20 +265,37 @@ def test_streaming_is_chunk_size_invariant_across_inputs(tiny_graph, tmp_path, m
     _write_text(tmp_path / "e.txt", src, dst, header="# SNAP-like comment\n% another\n")
     _write_text(tmp_path / "e.txt.gz", src, dst, gz=True)
     _write_text(tmp_path / "e1.txt", src, dst, base=1)
-    _write_text(tmp_path / "e.jlg", src, dst, header=f"{g.num_nodes},{g.num_edges},d,test\n", base=1)
-    inputs = [("e2.npy", {}), ("2e.npy", {}), ("fortran.npy", {}), ("e.txt", {}), ("e.txt.gz", {}),
-              ("e1.txt", {"base": 1}), ("e1.txt", {"base": "auto"}), ("e.jlg", {})]
+    _write_text(
+        tmp_path / "e.jlg", src, dst, header=f"{g.num_nodes},{g.num_edges},d,test\n", base=1
+    )
+    inputs = [
+        ("e2.npy", {}),
+        ("2e.npy", {}),
+        ("fortran.npy", {}),
+        ("e.txt", {}),
+        ("e.txt.gz", {}),
+        ("e1.txt", {"base": 1}),
+        ("e1.txt", {"base": "auto"}),
+        ("e.jlg", {}),
+    ]
     for name, options in inputs:
         for chunk in (1, 7, 500, 1 << 20):
-            config = StreamConfig(method=method, chunk_edges=chunk, chunk_bytes=chunk * 9, **options)
+            config = StreamConfig(
+                method=method, chunk_edges=chunk, chunk_bytes=chunk * 9, **options
+            )
             result = stream_partition(tmp_path / name, p, config)
             assert result.key == "dst" and result.num_nodes == g.num_nodes
-            np.testing.assert_array_equal(result.assignment, reference, err_msg=f"{name} chunk {chunk}")
+            np.testing.assert_array_equal(
+                result.assignment, reference, err_msg=f"{name} chunk {chunk}"
+            )
     # In-memory edge array, and a symmetric graph's src-sorted list (records keyed by src).
-    np.testing.assert_array_equal(stream_partition(np.stack([src, dst]), p, StreamConfig(method=method)).assignment,
-                                  reference)
+    np.testing.assert_array_equal(
+        stream_partition(np.stack([src, dst]), p, StreamConfig(method=method)).assignment, reference
+    )
     order = np.lexsort((dst, src))
-    by_src = stream_partition(np.stack([src[order], dst[order]], axis=1), p, StreamConfig(method=method))
+    by_src = stream_partition(
+        np.stack([src[order], dst[order]], axis=1), p, StreamConfig(method=method)
+    )
     assert by_src.key == "src"
     np.testing.assert_array_equal(by_src.assignment, reference)
 
@@ -247,7 +307,9 @@ def test_streaming_unsorted_file_warns_but_stays_chunk_invariant(small_graph, tm
     results = []
     for chunk in (1, 13, 1 << 20):
         with pytest.warns(UserWarning, match="not grouped"):
-            results.append(stream_partition(tmp_path / "shuffled.npy", 4, StreamConfig(chunk_edges=chunk)))
+            results.append(
+                stream_partition(tmp_path / "shuffled.npy", 4, StreamConfig(chunk_edges=chunk))
+            )
     for r in results[1:]:
         np.testing.assert_array_equal(r.assignment, results[0].assignment)
     assert results[0].revisited_records > 0
@@ -283,7 +345,7 @@ def test_streaming_file_errors(tmp_path):
         stream_partition(np.array([[0, 1]]), 2, StreamConfig(slack=-1))
 
 
-# ---------------------------------------------------------------------------------------------- metrics
+# ------------------------------------------------------------------------------------------ metrics
 def _brute_force(graph: Graph, a: np.ndarray, p: int) -> dict:
     src, dst = (x.tolist() for x in graph.edge_index())
     cut = sum(a[u] != a[v] for u, v in zip(src, dst))
@@ -296,12 +358,22 @@ def _brute_force(graph: Graph, a: np.ndarray, p: int) -> dict:
         send[a[u]] += len(parts)
         for q in parts:
             recv[q] += 1
-    return {"cut_edges": cut, "comm_volume": sum(send), "send_volume": send, "recv_volume": recv,
-            "max_send_volume": max(send)}
+    return {
+        "cut_edges": cut,
+        "comm_volume": sum(send),
+        "send_volume": send,
+        "recv_volume": recv,
+        "max_send_volume": max(send),
+    }
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 40), e=st.integers(0, 150), p=st.sampled_from([1, 2, 3, 5, 70]), seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(1, 40),
+    e=st.integers(0, 150),
+    p=st.sampled_from([1, 2, 3, 5, 70]),
+    seed=st.integers(0, 10**6),
+)
 def test_metrics_match_brute_force(n, e, p, seed):
     rng = np.random.default_rng(seed)
     g = Graph.from_edge_index(rng.integers(0, n, e), rng.integers(0, n, e), n)
@@ -326,7 +398,7 @@ def test_metrics_large_part_count_and_balance(small_graph):
         compute_metrics(small_graph, a, 100)
 
 
-# ---------------------------------------------------------------------------------------------- format
+# ------------------------------------------------------------------------------------------- format
 def _check_roundtrip(graph: Graph, assignment: np.ndarray, p: int, out: Path) -> None:
     pset = read_partitions(out, verify=True)
     book, orig = pset.book, np.asarray(pset.orig_ids)
@@ -337,7 +409,9 @@ def _check_roundtrip(graph: Graph, assignment: np.ndarray, p: int, out: Path) ->
     # Edges (with weights) map back to exactly the original edge multiset.
     src, dst = new.edge_index()
     w = None if graph.edge_weight is None else new.edge_weight
-    np.testing.assert_array_equal(_edge_set(orig[src], orig[dst], w), _edge_set(*graph.edge_index(), graph.edge_weight))
+    np.testing.assert_array_equal(
+        _edge_set(orig[src], orig[dst], w), _edge_set(*graph.edge_index(), graph.edge_weight)
+    )
     # Features, labels and splits follow their nodes (x[i] = i).
     np.testing.assert_array_equal(new.x[:, 0], orig.astype(np.float32))
     np.testing.assert_array_equal(new.y, graph.y[orig])
@@ -365,7 +439,9 @@ def test_write_read_roundtrip(arange_graph, tmp_path, method):
     _write(arange_graph, result.assignment, tmp_path / "parts", p)
     _check_roundtrip(arange_graph, result.assignment, p, tmp_path / "parts")
     meta = json.loads((tmp_path / "parts" / "meta.json").read_text())
-    assert meta["format"] == "shardgnn-partitions" and meta["version"] == 1 and meta["num_parts"] == p
+    assert (
+        meta["format"] == "shardgnn-partitions" and meta["version"] == 1 and meta["num_parts"] == p
+    )
     assert meta["features"] == {"dim": 3, "dtype": "float32"} and meta["labels"]["num_classes"] == 4
     assert set(meta["sha256"]) == set(meta["arrays"]) and "part-3/halo.npy" in meta["sha256"]
 
@@ -387,7 +463,9 @@ def test_empty_parts_need_permission(directed_graph, tmp_path):
     with pytest.raises(DatasetError, match="own no node.*part 1"):
         load_assignment(tmp_path / "a.npy", directed_graph.num_nodes, 3)
     with pytest.warns(UserWarning, match="own no node"):
-        loaded = load_assignment(tmp_path / "a.npy", directed_graph.num_nodes, 3, allow_empty_parts=True)
+        loaded = load_assignment(
+            tmp_path / "a.npy", directed_graph.num_nodes, 3, allow_empty_parts=True
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _write(directed_graph, loaded, tmp_path / "parts", 3)
@@ -398,7 +476,11 @@ def test_empty_parts_need_permission(directed_graph, tmp_path):
 def _data_offset(path: Path) -> int:
     with open(path, "rb") as fh:
         version = np.lib.format.read_magic(fh)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         read_header(fh)
         return fh.tell()
 
@@ -410,11 +492,16 @@ def test_corruption_is_detected_naming_the_file(small_graph, tmp_path):
     data = bytearray(target.read_bytes())
     data[_data_offset(target) + 10] ^= 0x01  # one flipped bit in the data
     target.write_bytes(bytes(data))
-    for call in (lambda: read_partitions(out), lambda: load_part(out, 1), lambda: verify_partitions(out)):
+    for call in (
+        lambda: read_partitions(out),
+        lambda: load_part(out, 1),
+        lambda: verify_partitions(out),
+    ):
         with pytest.raises(DatasetError, match=r"part-1/indices\.npy.*checksum") as info:
             call()
         assert "fix:" in str(info.value)
-    read_partitions(out, verify=False)  # sizes still match: only the checksum pass catches a flipped bit
+    # sizes still match: only the checksum pass catches a flipped bit
+    read_partitions(out, verify=False)
     load_part(out, 0)  # other parts are unaffected
 
     _write(small_graph, random_partition(small_graph.num_nodes, 3), out, 3, overwrite=True)
@@ -464,16 +551,19 @@ def test_writer_refuses_to_clobber(small_graph, tmp_path):
     assert (other / "precious.txt").read_text() == "keep me"
 
 
-@pytest.mark.parametrize("content, match", [
-    (np.zeros(10, dtype=np.int64), "has 10 entries but the graph has 3000"),
-    (np.zeros(3000, dtype=np.float32), "dtype float32"),
-    (np.zeros((3000, 1), dtype=np.int64), "shape"),
-    (np.full(3000, 4, dtype=np.int64), r"must lie in \[0, 4\).*node 0 has part 4"),
-    (np.full(3000, -1, dtype=np.int64), r"must lie in \[0, 4\)"),
-    (np.zeros(3000, dtype=bool), "dtype bool"),
-    (np.array([{"a": 1}], dtype=object), "not a readable .npy"),
-    (b"this is not numpy", "not a readable .npy"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (np.zeros(10, dtype=np.int64), "has 10 entries but the graph has 3000"),
+        (np.zeros(3000, dtype=np.float32), "dtype float32"),
+        (np.zeros((3000, 1), dtype=np.int64), "shape"),
+        (np.full(3000, 4, dtype=np.int64), r"must lie in \[0, 4\).*node 0 has part 4"),
+        (np.full(3000, -1, dtype=np.int64), r"must lie in \[0, 4\)"),
+        (np.zeros(3000, dtype=bool), "dtype bool"),
+        (np.array([{"a": 1}], dtype=object), "not a readable .npy"),
+        (b"this is not numpy", "not a readable .npy"),
+    ],
+)
 def test_bad_assignment_files_are_rejected(tmp_path, content, match):
     path = tmp_path / "assignment.npy"
     if isinstance(content, bytes):
@@ -493,8 +583,22 @@ SPEC = "synthetic:nodes=400,degree=6,features=4,classes=3"
 
 def test_cli_partition_verify_plot(tmp_path, capsys):
     out = tmp_path / "parts"
-    assert _run("partition", SPEC, "--parts", "3", "--method", "ldg", "--out", str(out), "--quiet",
-                "--save-assignment", str(tmp_path / "a.npy")) == 0
+    assert (
+        _run(
+            "partition",
+            SPEC,
+            "--parts",
+            "3",
+            "--method",
+            "ldg",
+            "--out",
+            str(out),
+            "--quiet",
+            "--save-assignment",
+            str(tmp_path / "a.npy"),
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "edge cut" in printed and "recv (halo)" in printed
     assert is_partition_dir(out) and not is_partition_dir(tmp_path)
@@ -504,18 +608,59 @@ def test_cli_partition_verify_plot(tmp_path, capsys):
     with pytest.raises(ConfigError, match="already exists"):
         _run("partition", SPEC, "-k", "3", "--out", str(out))
     # Re-using the saved assignment reproduces the same partition.
-    assert _run("partition", SPEC, "-k", "3", "--assignment", str(tmp_path / "a.npy"), "--out", str(out),
-                "--overwrite", "--json") == 0
+    assert (
+        _run(
+            "partition",
+            SPEC,
+            "-k",
+            "3",
+            "--assignment",
+            str(tmp_path / "a.npy"),
+            "--out",
+            str(out),
+            "--overwrite",
+            "--json",
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["method"] == "assignment"
     assert read_partitions(out).meta["metrics"]["cut_edges"] == report["metrics"]["cut_edges"]
     with pytest.raises(ConfigError, match="either --method or --assignment"):
-        _run("partition", SPEC, "-k", "3", "--method", "metis", "--assignment", str(tmp_path / "a.npy"),
-             "--out", str(tmp_path / "x"))
+        _run(
+            "partition",
+            SPEC,
+            "-k",
+            "3",
+            "--method",
+            "metis",
+            "--assignment",
+            str(tmp_path / "a.npy"),
+            "--out",
+            str(tmp_path / "x"),
+        )
     with pytest.raises(DatasetError, match="part ids must lie"):
-        _run("partition", SPEC, "-k", "2", "--assignment", str(tmp_path / "a.npy"), "--out", str(tmp_path / "y"))
+        _run(
+            "partition",
+            SPEC,
+            "-k",
+            "2",
+            "--assignment",
+            str(tmp_path / "a.npy"),
+            "--out",
+            str(tmp_path / "y"),
+        )
     with pytest.raises(ConfigError, match="--balance"):
-        _run("partition", SPEC, "-k", "2", "--balance", "nodes,vertices", "--out", str(tmp_path / "z"))
+        _run(
+            "partition",
+            SPEC,
+            "-k",
+            "2",
+            "--balance",
+            "nodes,vertices",
+            "--out",
+            str(tmp_path / "z"),
+        )
     assert not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
 
     pngs = plot_partition(out, tmp_path / "plots")
@@ -527,8 +672,22 @@ def test_cli_partition_verify_plot(tmp_path, capsys):
 
 
 def test_cli_warns_about_ignored_options(tmp_path, capsys):
-    assert _run("partition", SPEC, "-k", "2", "--method", "metis", "--slack", "0.2", "--out",
-                str(tmp_path / "p"), "--quiet") == 0
+    assert (
+        _run(
+            "partition",
+            SPEC,
+            "-k",
+            "2",
+            "--method",
+            "metis",
+            "--slack",
+            "0.2",
+            "--out",
+            str(tmp_path / "p"),
+            "--quiet",
+        )
+        == 0
+    )
     assert "--slack is ignored by --method metis" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="exceeds the 400 nodes"):
         _run("partition", SPEC, "-k", "401", "--method", "random", "--out", str(tmp_path / "q"))

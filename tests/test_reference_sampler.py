@@ -53,7 +53,9 @@ def check_blocks(graph, sample: SampledBlocks, seeds: torch.Tensor, fanouts, rep
         eid = block.edge_ids_E
         assert torch.equal(indices[eid], src[block.indices_E])
         dst_global = src[block.dst_index_E()]
-        assert bool((eid >= indptr[dst_global]).all()) and bool((eid < indptr[dst_global + 1]).all())
+        assert bool((eid >= indptr[dst_global]).all()) and bool(
+            (eid < indptr[dst_global + 1]).all()
+        )
         if block.src_degree_S is not None:  # graph in-degree of every src node
             assert torch.equal(block.src_degree_S, indptr[src + 1] - indptr[src])
         # neighbour counts: exactly what the fanout rules say
@@ -77,7 +79,9 @@ def check_blocks(graph, sample: SampledBlocks, seeds: torch.Tensor, fanouts, rep
 @pytest.mark.parametrize("fanouts", [(5, 3), (4, 3, -1), (40, 2)])
 def test_reference_invariants(graph, fanouts, replace):
     seeds = _seeds(graph)
-    sampler = TorchNeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=fanouts, replace=replace))
+    sampler = TorchNeighborSampler(
+        graph.indptr, graph.indices, SamplerConfig(fanouts=fanouts, replace=replace)
+    )
     sample = sampler.sample(seeds, seed=11)
     check_blocks(graph, sample, seeds, fanouts, replace)
     # deterministic in its seed, different across seeds
@@ -92,7 +96,9 @@ def test_reference_invariants(graph, fanouts, replace):
 def test_numba_sampler_passes_the_same_checks(graph, replace):
     fanouts = (5, 3, -1)
     seeds = _seeds(graph, seed=1)
-    ours = NeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=fanouts, replace=replace, num_threads=1))
+    ours = NeighborSampler(
+        graph.indptr, graph.indices, SamplerConfig(fanouts=fanouts, replace=replace, num_threads=1)
+    )
     check_blocks(graph, ours.sample(seeds, seed=5), seeds, fanouts, replace)
 
 

@@ -18,8 +18,8 @@ def check_blocks(graph, out, fanouts, replace):
     indptr, indices = graph.indptr, np.asarray(graph.indices)
     assert len(out.blocks) == len(fanouts)
     assert torch.equal(out.blocks[-1].dst_nodes_D, out.seeds)
-    for l in range(len(out.blocks) - 1):
-        assert torch.equal(out.blocks[l + 1].src_nodes_S, out.blocks[l].dst_nodes_D)
+    for layer in range(len(out.blocks) - 1):
+        assert torch.equal(out.blocks[layer + 1].src_nodes_S, out.blocks[layer].dst_nodes_D)
     # blocks run input -> output, fanouts are given output layer first.
     for block, fanout in zip(out.blocks, reversed(fanouts)):
         src = block.src_nodes_S.numpy()
@@ -41,14 +41,20 @@ def check_blocks(graph, out, fanouts, replace):
             assert np.array_equal(counts, np.minimum(deg, fanout))
             for row in np.flatnonzero(counts > 1)[:200]:
                 lo, hi = block.indptr_D1[row], block.indptr_D1[row + 1]
-                assert np.unique(eid[lo:hi]).size == hi - lo, "duplicate neighbour without replacement"
+                assert np.unique(eid[lo:hi]).size == hi - lo, (
+                    "duplicate neighbour without replacement"
+                )
 
 
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [(5, 3), (10, 10, 10), (-1, 4)])
 def test_sampled_blocks_satisfy_invariants(small_graph, fanouts, replace):
-    sampler = NeighborSampler(small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=fanouts, replace=replace))
-    seeds = torch.from_numpy(np.random.default_rng(0).choice(small_graph.num_nodes, 128, replace=False))
+    sampler = NeighborSampler(
+        small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=fanouts, replace=replace)
+    )
+    seeds = torch.from_numpy(
+        np.random.default_rng(0).choice(small_graph.num_nodes, 128, replace=False)
+    )
     check_blocks(small_graph, sampler.sample(seeds, seed=5), fanouts, replace)
 
 
@@ -56,9 +62,15 @@ def test_sampling_is_seeded_and_thread_count_independent(small_graph):
     seeds = torch.arange(0, 3000, 7)
     results = []
     for threads in (1, numba.config.NUMBA_NUM_THREADS):
-        s = NeighborSampler(small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4, 4), num_threads=threads))
+        s = NeighborSampler(
+            small_graph.indptr,
+            small_graph.indices,
+            SamplerConfig(fanouts=(4, 4), num_threads=threads),
+        )
         results.append(s.sample(seeds, seed=11))
-    other = NeighborSampler(small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4, 4))).sample(seeds, seed=12)
+    other = NeighborSampler(
+        small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4, 4))
+    ).sample(seeds, seed=12)
     for a, b in zip(results[0].blocks, results[1].blocks):
         assert torch.equal(a.src_nodes_S, b.src_nodes_S) and torch.equal(a.edge_ids_E, b.edge_ids_E)
     assert not torch.equal(results[0].blocks[-1].edge_ids_E, other.blocks[-1].edge_ids_E)
@@ -109,8 +121,15 @@ def test_feature_join_is_exact(arange_graph):
     g = arange_graph
     sampler = NeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(5, 5)))
     labels = torch.from_numpy(g.y)
-    loader = MiniBatchLoader(g.train_idx, sampler, LocalFeatureStore(g.x), LocalFeatureStore(labels), batch_size=64,
-                             shuffle=True, seed=0)
+    loader = MiniBatchLoader(
+        g.train_idx,
+        sampler,
+        LocalFeatureStore(g.x),
+        LocalFeatureStore(labels),
+        batch_size=64,
+        shuffle=True,
+        seed=0,
+    )
     seen = []
     for batch in loader:
         assert torch.equal(batch.x_SF[:, 0], batch.sample.input_nodes.to(torch.float32))

@@ -23,9 +23,16 @@ def learnable_graph():
 
 def test_minibatch_sage_learns_quickly(learnable_graph):
     start = time.perf_counter()
-    results = run_training(TrainConfig(
-        model=ModelConfig(model="sage", hidden=64, num_layers=2), sampler=SamplerConfig(fanouts=(10, 10)),
-        optim=OptimConfig(epochs=6, lr=0.01), batch_size=256, progress=False), learnable_graph)
+    results = run_training(
+        TrainConfig(
+            model=ModelConfig(model="sage", hidden=64, num_layers=2),
+            sampler=SamplerConfig(fanouts=(10, 10)),
+            optim=OptimConfig(epochs=6, lr=0.01),
+            batch_size=256,
+            progress=False,
+        ),
+        learnable_graph,
+    )
     assert time.perf_counter() - start < 30
     # An MLP on these features reaches ~40%; neighbourhood averaging must do far better.
     assert results["test_acc"] > 0.83, results["test_acc"]  # 0.85 ± 0.005 over seeds 0-3
@@ -35,18 +42,30 @@ def test_minibatch_sage_learns_quickly(learnable_graph):
 
 @pytest.mark.parametrize("model", ["gcn", "gat", "sage"])
 def test_full_graph_training_learns(learnable_graph, model):
-    results = run_training(TrainConfig(
-        mode="full", model=ModelConfig(model=model, hidden=16, num_layers=2, heads=2),
-        sampler=SamplerConfig(fanouts=(-1, -1)), optim=OptimConfig(epochs=30, lr=0.02), progress=False),
-        learnable_graph)
+    results = run_training(
+        TrainConfig(
+            mode="full",
+            model=ModelConfig(model=model, hidden=16, num_layers=2, heads=2),
+            sampler=SamplerConfig(fanouts=(-1, -1)),
+            optim=OptimConfig(epochs=30, lr=0.02),
+            progress=False,
+        ),
+        learnable_graph,
+    )
     assert results["test_acc"] > 0.8, (model, results["test_acc"])
     best = max(e["val_acc"] for e in results["epochs"])
     assert results["val_acc"] == pytest.approx(best)
 
 
 def test_training_is_reproducible(learnable_graph):
-    config = TrainConfig(model=ModelConfig(hidden=16, num_layers=2), sampler=SamplerConfig(fanouts=(5, 5)),
-                         optim=OptimConfig(epochs=2), batch_size=512, progress=False, seed=4)
+    config = TrainConfig(
+        model=ModelConfig(hidden=16, num_layers=2),
+        sampler=SamplerConfig(fanouts=(5, 5)),
+        optim=OptimConfig(epochs=2),
+        batch_size=512,
+        progress=False,
+        seed=4,
+    )
     a, b = run_training(config, learnable_graph), run_training(config, learnable_graph)
     assert [e["loss"] for e in a["epochs"]] == [e["loss"] for e in b["epochs"]]
 
@@ -64,15 +83,38 @@ def test_unlabelled_dataset_is_refused(tmp_path):
     edges = tmp_path / "edges.txt"
     edges.write_text("0 1\n1 2\n")
     with pytest.raises(ConfigError, match="no node features"):
-        run_training(TrainConfig(dataset=f"file:{edges}", mode="full", model=ModelConfig(num_layers=2),
-                                 sampler=SamplerConfig(fanouts=(-1, -1)), progress=False))
+        run_training(
+            TrainConfig(
+                dataset=f"file:{edges}",
+                mode="full",
+                model=ModelConfig(num_layers=2),
+                sampler=SamplerConfig(fanouts=(-1, -1)),
+                progress=False,
+            )
+        )
 
 
 def test_cli_train_info_plot(tmp_path, capsys):
     results = tmp_path / "run.json"
     spec = "synthetic:nodes=2000,degree=8,classes=3,features=8"
-    assert main(["train", spec, "--fanouts", "5,5", "--hidden", "16", "--epochs", "2", "--quiet",
-                 "--results", str(results)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                spec,
+                "--fanouts",
+                "5,5",
+                "--hidden",
+                "16",
+                "--epochs",
+                "2",
+                "--quiet",
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "test accuracy" in out and "sampled edges / s" in out
     data = json.loads(results.read_text())
@@ -93,7 +135,9 @@ def test_cli_reports_user_errors_without_traceback(tmp_path, capsys):
     assert main(["train", "korra", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "unknown dataset 'korra'" in err and "Traceback" not in err
-    assert main(["train", "synthetic:nodes=500", "--fanouts", "5,5", "--layers", "3", "--quiet"]) == 2
+    assert (
+        main(["train", "synthetic:nodes=500", "--fanouts", "5,5", "--layers", "3", "--quiet"]) == 2
+    )
     assert "one fanout per layer" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

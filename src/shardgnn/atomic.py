@@ -90,7 +90,9 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     """Yield a temporary directory; on success it replaces ``path`` as a whole."""
     path = Path(path)
     if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
+        raise FileExistsError(
+            f"{path} already exists; pass overwrite=True (or --overwrite) to replace it"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:

@@ -27,9 +27,19 @@ T = TypeVar("T")
 _MISSING: Any = dataclasses.MISSING
 
 
-def option(default: Any = _MISSING, *, help: str, choices: tuple | None = None, flag: str | None = None,
-           short: str | None = None, negative_flag: str | None = None, negative_help: str | None = None,
-           metavar: str | None = None, cli: bool = True, default_factory: Any = _MISSING) -> Any:
+def option(
+    default: Any = _MISSING,
+    *,
+    help: str,
+    choices: tuple | None = None,
+    flag: str | None = None,
+    short: str | None = None,
+    negative_flag: str | None = None,
+    negative_help: str | None = None,
+    metavar: str | None = None,
+    cli: bool = True,
+    default_factory: Any = _MISSING,
+) -> Any:
     """A setting: a dataclass field that carries its help text and its choices.
 
     Args:
@@ -43,8 +53,16 @@ def option(default: Any = _MISSING, *, help: str, choices: tuple | None = None, 
         metavar: the value's name in ``--help``.
         cli: False for settings the command line sets another way (a positional argument).
     """
-    metadata = {"help": help, "choices": choices, "flag": flag, "short": short, "negative_flag": negative_flag,
-                "negative_help": negative_help, "metavar": metavar, "cli": cli}
+    metadata = {
+        "help": help,
+        "choices": choices,
+        "flag": flag,
+        "short": short,
+        "negative_flag": negative_flag,
+        "negative_help": negative_help,
+        "metavar": metavar,
+        "cli": cli,
+    }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -56,7 +74,8 @@ def component(cls: type, *, title: str) -> Any:
 
 
 def flag_of(obj_or_cls: Any, name: str) -> str:
-    """The command-line spelling of field ``name`` (``--cache-policy`` for ``CacheConfig.policy``)."""
+    """The command-line spelling of field ``name`` (``--cache-policy`` for
+    ``CacheConfig.policy``)."""
     field = {f.name: f for f in dataclasses.fields(obj_or_cls)}[name]
     return field.metadata.get("flag") or "--" + name.replace("_", "-")
 
@@ -70,7 +89,8 @@ def invalid(obj: Any, name: str, constraint: str, value: Any = _MISSING) -> Conf
 
 
 def check_choices(obj: Any) -> None:
-    """Refuse a field whose value is not among its declared choices (None passes: it means unset)."""
+    """Refuse a field whose value is not among its declared choices (None passes: it means
+    unset)."""
     for field in dataclasses.fields(obj):
         choices, value = field.metadata.get("choices"), getattr(obj, field.name)
         if choices is not None and value is not None and value not in choices:
@@ -140,5 +160,8 @@ def default_of(field: dataclasses.Field) -> Any:
 def changed_settings(obj: Any, names: tuple[str, ...] | None = None) -> list[str]:
     """Flags of the fields of ``obj`` (or of ``names`` among them) whose values differ from their
     declared defaults."""
-    return [flag_of(obj, f.name) for f in dataclasses.fields(obj)
-            if (names is None or f.name in names) and getattr(obj, f.name) != default_of(f)]
+    return [
+        flag_of(obj, f.name)
+        for f in dataclasses.fields(obj)
+        if (names is None or f.name in names) and getattr(obj, f.name) != default_of(f)
+    ]

@@ -1,11 +1,12 @@
-r"""Worker entry point for runs on several machines: ``python -m shardgnn.run train ...`` under torchrun.
+r"""Worker entry point for runs on several machines: ``python -m shardgnn.run train ...`` under
+torchrun.
 
 On one machine, ``shardgnn train --workers N ...`` starts its N workers by itself
-(:func:`shardgnn.distributed.launch.launch_local` running
-:func:`shardgnn.train.worker.train_worker` with the resolved config). On several machines, start one ``torchrun`` per
-machine. The torchrun agents meet at a rendezvous endpoint (a port on any one of the machines),
-agree on ranks, and each starts ``--nproc-per-node`` workers running this module, which takes the
-same arguments as ``shardgnn train``:
+(:func:`shardgnn.distributed.launch.launch_local` running :func:`shardgnn.train.worker.train_worker`
+with the resolved config). On several machines, start one ``torchrun`` per machine. The torchrun
+agents meet at a rendezvous endpoint (a port on any one of the machines), agree on ranks, and each
+starts ``--nproc-per-node`` workers running this module, which takes the same arguments as
+``shardgnn train``:
 
     # on every machine (same command, same --rdzv-id):
     torchrun --nnodes 2 --nproc-per-node 4 \
@@ -62,13 +63,17 @@ def worker_config(argv: list[str]):
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "train":
-        parser.error(f"python -m shardgnn.run only runs `train` (got `{args.command}`); "
-                     f"use `shardgnn {args.command}` instead")
+        parser.error(
+            f"python -m shardgnn.run only runs `train` (got `{args.command}`); "
+            f"use `shardgnn {args.command}` instead"
+        )
     given = {"dataset": args.dataset_arg} if args.dataset_arg is not None else {}
     config = config_from_args(TrainConfig, args, **given)
     if config.run.partitions is None:
-        raise ConfigError("every worker needs the same partition directory: partition once with "
-                          "`shardgnn partition SPEC --parts N --out DIR`, then pass --partitions DIR")
+        raise ConfigError(
+            "every worker needs the same partition directory: partition once with "
+            "`shardgnn partition SPEC --parts N --out DIR`, then pass --partitions DIR"
+        )
     return preflight(config, dataset_given=args.dataset_arg is not None)[0]
 
 

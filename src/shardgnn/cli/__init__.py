@@ -30,8 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
     from shardgnn.cli import data, infer, partition, plot, train
 
     parser = _Parser(
-        prog="shardgnn", description="Train graph neural networks on graphs that outgrow one process, one GPU or one "
-                                     "machine. `shardgnn COMMAND --help` describes each command.")
+        prog="shardgnn",
+        description=(
+            "Train graph neural networks on graphs that outgrow one process, one GPU or one "
+            "machine. `shardgnn COMMAND --help` describes each command."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (train, infer, data, partition, plot):

@@ -12,19 +12,31 @@ from shardgnn.train.config import TrainConfig
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    info = sub.add_parser("info", help="print statistics of a dataset",
-                          description="Load a dataset and print its size, degrees, splits and homophily.")
-    info.add_argument("dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset"))
+    info = sub.add_parser(
+        "info",
+        help="print statistics of a dataset",
+        description="Load a dataset and print its size, degrees, splits and homophily.",
+    )
+    info.add_argument(
+        "dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset")
+    )
     info.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.add_argument("--list", action="store_true", help="list the known dataset names and exit")
     info.set_defaults(handler=run_info)
 
     convert = sub.add_parser(
-        "convert", help="turn your own graph (edge list + files, CSV/Parquet tables, .npz) into a graph directory",
-        description="Write a graph directory from an edge list with feature/label/split files, from node and edge "
-                    "tables (CSV or Parquet), or from an .npz archive. Train it with the dataset spec graph:DIR, e.g. "
-                    "`shardgnn train graph:my-graph --workers 2`.")
+        "convert",
+        help=(
+            "turn your own graph (edge list + files, CSV/Parquet tables, .npz) into a graph "
+            "directory"
+        ),
+        description=(
+            "Write a graph directory from an edge list with feature/label/split files, from node "
+            "and edge tables (CSV or Parquet), or from an .npz archive. Train it with the dataset "
+            "spec graph:DIR, e.g. `shardgnn train graph:my-graph --workers 2`."
+        ),
+    )
     add_flags(convert, ConvertConfig)
     convert.set_defaults(handler=run_convert)
 
@@ -35,7 +47,9 @@ def _info_table(info: dict[str, Any]) -> str:
     rows = []
     for key, value in info.items():
         if isinstance(value, dict):
-            value = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items())
+            value = ", ".join(
+                f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
         elif isinstance(value, list):
             value = ", ".join(map(str, value))
         rows.append((key, value))

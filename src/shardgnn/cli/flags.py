@@ -19,8 +19,11 @@ from shardgnn.options import default_of, flag_of, from_dict, value_type
 T = TypeVar("T")
 
 
-_WHAT = {int: ("integers such as 15,10,5", "an integer"), float: ("numbers such as 0.6,0.2,0.2", "a number"),
-         str: ("names", "a name")}
+_WHAT = {
+    int: ("integers such as 15,10,5", "an integer"),
+    float: ("numbers such as 0.6,0.2,0.2", "a number"),
+    str: ("names", "a name"),
+}
 
 
 def _list_of(kind: type) -> Any:
@@ -31,7 +34,9 @@ def _list_of(kind: type) -> Any:
         items = [item.strip() for item in text.split(",")]
         for position, item in enumerate(items, 1):
             if not item:
-                raise argparse.ArgumentTypeError(f"{text!r}: entry {position} is empty; give comma-separated {many}")
+                raise argparse.ArgumentTypeError(
+                    f"{text!r}: entry {position} is empty; give comma-separated {many}"
+                )
             try:
                 kind(item)
             except ValueError:
@@ -68,8 +73,14 @@ def _own_fields_first(cls: type) -> list[dataclasses.Field]:
     return [f for f in fields if f.name in own] + [f for f in fields if f.name not in own]
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, *, group: Any = None, prefix: str = "",
-              skip: tuple[str, ...] = ()) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    group: Any = None,
+    prefix: str = "",
+    skip: tuple[str, ...] = (),
+) -> None:
     """Add a flag for every setting of config class ``cls`` (components as argument groups).
 
     ``dest`` of each flag is the field's dotted path (``model.hidden``); ``skip`` names fields
@@ -82,8 +93,13 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *, group: Any = None, 
         if dest in skip or not meta.get("cli", True):
             continue
         if meta.get("component"):
-            add_flags(parser, hints[field.name], group=parser.add_argument_group(meta["title"]), prefix=dest + ".",
-                      skip=skip)
+            add_flags(
+                parser,
+                hints[field.name],
+                group=parser.add_argument_group(meta["title"]),
+                prefix=dest + ".",
+                skip=skip,
+            )
             continue
         flag = flag_of(cls, field.name)
         names = [flag] + ([meta["short"]] if meta.get("short") else [])
@@ -92,18 +108,36 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, *, group: Any = None, 
         if kind is bool:
             negative = meta.get("negative_flag")
             if default_of(field) and negative:
-                target.add_argument(negative, action="store_false", **{**common, "help": meta["negative_help"]})
+                target.add_argument(
+                    negative, action="store_false", **{**common, "help": meta["negative_help"]}
+                )
             else:
                 target.add_argument(*names, action="store_true", **common)
             continue
         if typing.get_origin(kind) is tuple:
-            target.add_argument(*names, type=_list_of(typing.get_args(kind)[0]),
-                                metavar=meta.get("metavar") or "A,B,...", **common)
+            target.add_argument(
+                *names,
+                type=_list_of(typing.get_args(kind)[0]),
+                metavar=meta.get("metavar") or "A,B,...",
+                **common,
+            )
             continue
-        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING  # type: ignore[misc]
-        metavar = None if meta.get("choices") else meta.get("metavar") or flag.lstrip("-").upper().replace("-", "_")
-        target.add_argument(*names, type=kind, choices=meta.get("choices"), metavar=metavar, required=required,
-                            **common)
+        required = (
+            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        )  # type: ignore[misc]
+        metavar = (
+            None
+            if meta.get("choices")
+            else meta.get("metavar") or flag.lstrip("-").upper().replace("-", "_")
+        )
+        target.add_argument(
+            *names,
+            type=kind,
+            choices=meta.get("choices"),
+            metavar=metavar,
+            required=required,
+            **common,
+        )
 
 
 def flag_for(cls: type, path: str) -> str:

@@ -14,9 +14,13 @@ from shardgnn.train.config import InferConfig
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "infer", help="layer-wise distributed inference from a checkpoint",
-        description="Compute every node's embedding, logits and prediction with full neighbourhoods, one layer at a "
-                    "time, one worker per part; outputs are in the graph's original node ids.")
+        "infer",
+        help="layer-wise distributed inference from a checkpoint",
+        description=(
+            "Compute every node's embedding, logits and prediction with full neighbourhoods, one "
+            "layer at a time, one worker per part; outputs are in the graph's original node ids."
+        ),
+    )
     add_flags(parser, InferConfig)
     parser.set_defaults(handler=run)
 
@@ -33,5 +37,7 @@ def run(args: argparse.Namespace) -> int:
     check_inference_pair(checkpoint, pset)
     Path(config.out).expanduser().mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, checkpoint=str(checkpoint))
-    launch_local(infer_worker, (json.dumps(to_dict(config)),), nprocs=pset.num_parts, log_dir=config.log_dir)
+    launch_local(
+        infer_worker, (json.dumps(to_dict(config)),), nprocs=pset.num_parts, log_dir=config.log_dir
+    )
     return 0

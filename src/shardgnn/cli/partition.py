@@ -35,43 +35,75 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.progress import format_table
 
 # Which methods read which setting (a setting given for another method is reported, not dropped).
-_USED_BY = {"seed": ("random", "metis"), "balance": ("metis",), "imbalance": ("metis",), "slack": ("ldg", "fennel"),
-            "chunk_edges": ("ldg", "fennel")}
+_USED_BY = {
+    "seed": ("random", "metis"),
+    "balance": ("metis",),
+    "imbalance": ("metis",),
+    "slack": ("ldg", "fennel"),
+    "chunk_edges": ("ldg", "fennel"),
+}
 
 
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``partition`` and ``verify`` subcommands."""
     part = subparsers.add_parser(
-        "partition", help="split a dataset into P parts and write a partition directory",
-        description="Partition a dataset's nodes into P parts, relabel them so every part owns a contiguous id "
-                    "range, and write one folder per part (CSR of in-edges, features, labels, splits, halo) plus "
-                    "meta.json with the dataset's identity, checksums and quality metrics.")
-    part.add_argument("dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset"))
+        "partition",
+        help="split a dataset into P parts and write a partition directory",
+        description=(
+            "Partition a dataset's nodes into P parts, relabel them so every part owns a "
+            "contiguous id range, and write one folder per part (CSR of in-edges, features, "
+            "labels, splits, halo) plus meta.json with the dataset's identity, checksums and "
+            "quality metrics."
+        ),
+    )
+    part.add_argument(
+        "dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset")
+    )
     part.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
     add_flags(part, PartitionConfig)
     part.add_argument("--out", required=True, help="output directory (created atomically)")
-    part.add_argument("--save-assignment", default=None, metavar="FILE.npy",
-                      help="also write the node -> part array (original ids) to this .npy")
-    part.add_argument("--overwrite", action="store_true", help="replace an existing partition directory")
-    part.add_argument("--json", action="store_true", help="print the metrics as JSON instead of tables")
+    part.add_argument(
+        "--save-assignment",
+        default=None,
+        metavar="FILE.npy",
+        help="also write the node -> part array (original ids) to this .npy",
+    )
+    part.add_argument(
+        "--overwrite", action="store_true", help="replace an existing partition directory"
+    )
+    part.add_argument(
+        "--json", action="store_true", help="print the metrics as JSON instead of tables"
+    )
     part.add_argument("--quiet", action="store_true", help="no progress bars")
     part.set_defaults(handler=partition_command)
 
     verify = subparsers.add_parser(
-        "verify", help="check a partition directory (checksums, structure, metrics) and print its metrics",
-        description="Recompute the SHA-256 of every array file, check every structural invariant (each node owned "
-                    "once, valid CSRs, halos, splits) and recompute the metrics recorded in meta.json.")
+        "verify",
+        help="check a partition directory (checksums, structure, metrics) and print its metrics",
+        description=(
+            "Recompute the SHA-256 of every array file, check every structural invariant (each "
+            "node owned once, valid CSRs, halos, splits) and recompute the metrics recorded in "
+            "meta.json."
+        ),
+    )
     verify.add_argument("dir", help="a directory written by `shardgnn partition`")
-    verify.add_argument("--no-checksums", action="store_true", help="skip the SHA-256 pass (sizes are still checked)")
-    verify.add_argument("--json", action="store_true", help="print the metrics as JSON instead of tables")
+    verify.add_argument(
+        "--no-checksums",
+        action="store_true",
+        help="skip the SHA-256 pass (sizes are still checked)",
+    )
+    verify.add_argument(
+        "--json", action="store_true", help="print the metrics as JSON instead of tables"
+    )
     verify.add_argument("--quiet", action="store_true", help="no progress bars")
     verify.set_defaults(handler=verify_command)
 
 
-# ---------------------------------------------------------------------------------------------- helpers
+# ------------------------------------------------------------------------------------------ helpers
 @contextlib.contextmanager
 def _warnings_to_stderr(command: str) -> Iterator[None]:
     """Print Python warnings at once as ``shardgnn CMD: warning: ...`` lines (no source lines)."""
+
     def show(message, category, filename, lineno, file=None, line=None) -> None:
         print(f"shardgnn {command}: warning: {message}", file=sys.stderr)
 
@@ -87,19 +119,34 @@ def _fmt_balance(value: float | None) -> str:
 
 def metrics_tables(metrics: PartitionMetrics, max_parts: int = 64) -> str:
     """A summary table and (up to ``max_parts`` parts) a per-part table, as text/Markdown."""
-    summary = format_table(["metric", "value"], [
-        ("parts", metrics.num_parts),
-        ("edge cut", f"{metrics.edge_cut:.4f} ({metrics.cut_edges:,} of {metrics.num_edges:,} edges)"),
-        ("comm volume (rows/layer)", metrics.comm_volume),
-        ("max send volume", metrics.max_send_volume),
-        ("balance nodes (max/mean)", _fmt_balance(metrics.balance_nodes)),
-        ("balance train", _fmt_balance(metrics.balance_train)),
-        ("balance edges", _fmt_balance(metrics.balance_edges)),
-    ])
+    summary = format_table(
+        ["metric", "value"],
+        [
+            ("parts", metrics.num_parts),
+            (
+                "edge cut",
+                f"{metrics.edge_cut:.4f} ({metrics.cut_edges:,} of {metrics.num_edges:,} edges)",
+            ),
+            ("comm volume (rows/layer)", metrics.comm_volume),
+            ("max send volume", metrics.max_send_volume),
+            ("balance nodes (max/mean)", _fmt_balance(metrics.balance_nodes)),
+            ("balance train", _fmt_balance(metrics.balance_train)),
+            ("balance edges", _fmt_balance(metrics.balance_edges)),
+        ],
+    )
     if metrics.num_parts > max_parts:
         return summary + f"\n({metrics.num_parts} parts: per-part table omitted; see meta.json)"
-    rows = [(p, metrics.part_nodes[p], metrics.part_edges[p], metrics.part_train[p], metrics.send_volume[p],
-             metrics.recv_volume[p]) for p in range(metrics.num_parts)]
+    rows = [
+        (
+            p,
+            metrics.part_nodes[p],
+            metrics.part_edges[p],
+            metrics.part_train[p],
+            metrics.send_volume[p],
+            metrics.recv_volume[p],
+        )
+        for p in range(metrics.num_parts)
+    ]
     per_part = format_table(["part", "nodes", "in-edges", "train", "send", "recv (halo)"], rows)
     return summary + "\n\n" + per_part
 
@@ -108,7 +155,10 @@ def _resolve_config(args: argparse.Namespace) -> PartitionConfig:
     config = config_from_args(PartitionConfig, args)
     for name, methods in _USED_BY.items():
         if was_given(args, name) and config.method not in methods:
-            warnings.warn(f"{flag_for(PartitionConfig, name)} is ignored by --method {config.method}", stacklevel=2)
+            warnings.warn(
+                f"{flag_for(PartitionConfig, name)} is ignored by --method {config.method}",
+                stacklevel=2,
+            )
     return config
 
 
@@ -116,7 +166,7 @@ def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-# ---------------------------------------------------------------------------------------------- commands
+# ----------------------------------------------------------------------------------------- commands
 def partition_command(args: argparse.Namespace) -> int:
     """``shardgnn partition``: load, partition, write, print the metrics."""
     from shardgnn.graph.datasets import canonical_spec, load_dataset
@@ -124,30 +174,57 @@ def partition_command(args: argparse.Namespace) -> int:
     show = not args.quiet
     with _warnings_to_stderr("partition"):
         config = _resolve_config(args)
-        out = check_output_dir(args.out, args.overwrite)  # fail before the (possibly long) load and partitioning
+        # fail before the (possibly long) load and partitioning
+        out = check_output_dir(args.out, args.overwrite)
         start = time.perf_counter()
         graph = load_dataset(args.dataset, args.data_dir)
         load_s = time.perf_counter() - start
-        print(f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges ({load_s:.1f} s)",
-              file=sys.stderr)
+        print(
+            f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+            f"({load_s:.1f} s)",
+            file=sys.stderr,
+        )
         result = partition_graph(graph, config, progress=show)
         metrics = compute_metrics(graph, result.assignment, config.num_parts)
         if config.method == "metis":
             _warn_metis_balance(metrics, result.settings)
         start = time.perf_counter()
-        pset = write_partitions(graph, result.assignment, out, method=result.method, settings=result.settings,
-                                overwrite=args.overwrite, num_parts=config.num_parts, metrics=metrics,
-                                seconds=result.seconds, progress=show, dataset_spec=canonical_spec(args.dataset))
+        pset = write_partitions(
+            graph,
+            result.assignment,
+            out,
+            method=result.method,
+            settings=result.settings,
+            overwrite=args.overwrite,
+            num_parts=config.num_parts,
+            metrics=metrics,
+            seconds=result.seconds,
+            progress=show,
+            dataset_spec=canonical_spec(args.dataset),
+        )
         write_s = time.perf_counter() - start
         if args.save_assignment:
             save_npy(Path(args.save_assignment).expanduser(), result.assignment)
     if args.json:
-        print(json.dumps({"out": str(pset.path), "method": result.method, "settings": result.settings,
-                          "partition_seconds": result.seconds, "write_seconds": write_s,
-                          "metrics": metrics.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "out": str(pset.path),
+                    "method": result.method,
+                    "settings": result.settings,
+                    "partition_seconds": result.seconds,
+                    "write_seconds": write_s,
+                    "metrics": metrics.to_dict(),
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"partitioned {graph.name} into {config.num_parts} parts with {result.method} in {result.seconds:.2f} s; "
-          f"wrote {pset.path} ({_dir_size(pset.path) / 2 ** 20:,.1f} MiB, {write_s:.1f} s)")
+    print(
+        f"partitioned {graph.name} into {config.num_parts} parts with {result.method} in "
+        f"{result.seconds:.2f} s; wrote {pset.path} ({_dir_size(pset.path) / 2**20:,.1f} MiB, "
+        f"{write_s:.1f} s)"
+    )
     if args.save_assignment:
         print(f"assignment written to {args.save_assignment}")
     print(metrics_tables(metrics))
@@ -156,35 +233,59 @@ def partition_command(args: argparse.Namespace) -> int:
 
 def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:
     limit = 1.0 + 2.0 * float(settings["imbalance"])
-    over = [f"{key} {getattr(metrics, 'balance_' + key):.3f}" for key in settings["balance"]
-            if getattr(metrics, "balance_" + key) is not None and getattr(metrics, "balance_" + key) > limit]
+    over = [
+        f"{key} {getattr(metrics, 'balance_' + key):.3f}"
+        for key in settings["balance"]
+        if getattr(metrics, "balance_" + key) is not None
+        and getattr(metrics, "balance_" + key) > limit
+    ]
     if over:
-        warnings.warn(f"METIS missed its balance target (imbalance {settings['imbalance']}): {', '.join(over)} "
-                      "(max/mean); try another --seed, a larger --imbalance or fewer --balance constraints",
-                      stacklevel=2)
+        warnings.warn(
+            f"METIS missed its balance target (imbalance {settings['imbalance']}): "
+            f"{', '.join(over)} (max/mean); try another --seed, a larger --imbalance or fewer "
+            "--balance constraints",
+            stacklevel=2,
+        )
 
 
 def verify_command(args: argparse.Namespace) -> int:
     """``shardgnn verify``: checksums + invariants + recomputed metrics; exit 0 when all hold."""
     with _warnings_to_stderr("verify"):
         start = time.perf_counter()
-        metrics = verify_partitions(args.dir, checksums=not args.no_checksums, progress=not args.quiet)
+        metrics = verify_partitions(
+            args.dir, checksums=not args.no_checksums, progress=not args.quiet
+        )
         pset = read_partitions(args.dir, verify=False)
     seconds = time.perf_counter() - start
     if args.json:
-        print(json.dumps({"dir": str(pset.path), "ok": True, "checksums": not args.no_checksums,
-                          "metrics": metrics.to_dict()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "dir": str(pset.path),
+                    "ok": True,
+                    "checksums": not args.no_checksums,
+                    "metrics": metrics.to_dict(),
+                },
+                indent=2,
+            )
+        )
         return 0
-    checked = "checksums, structure and metrics" if not args.no_checksums else "structure and metrics (no checksums)"
+    checked = (
+        "checksums, structure and metrics"
+        if not args.no_checksums
+        else "structure and metrics (no checksums)"
+    )
     meta = pset.meta
-    print(f"OK: {pset.path}: {FORMAT} v{meta['version']}, graph {meta['graph']}, {pset.num_parts} parts, "
-          f"{pset.num_nodes:,} nodes, {pset.num_edges:,} edges, method {pset.method}; "
-          f"{len(meta['arrays'])} files, {checked} verified in {seconds:.1f} s")
+    print(
+        f"OK: {pset.path}: {FORMAT} v{meta['version']}, graph {meta['graph']}, {pset.num_parts} "
+        f"parts, {pset.num_nodes:,} nodes, {pset.num_edges:,} edges, method {pset.method}; "
+        f"{len(meta['arrays'])} files, {checked} verified in {seconds:.1f} s"
+    )
     print(metrics_tables(metrics))
     return 0
 
 
-# ---------------------------------------------------------------------------------------------- plot
+# --------------------------------------------------------------------------------------------- plot
 def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Draw per-part nodes, in-edges, training nodes and send/receive volumes of a partition
     directory into ``out_dir/<dir name>-partition.png`` (matplotlib Agg, written atomically).
@@ -212,7 +313,9 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     for ax, values, title, bal in panels:
         ax.bar(parts, values, color="tab:blue")
         if any(values):
-            ax.axhline(float(np.mean(values)), color="black", linestyle="--", linewidth=1, label="mean")
+            ax.axhline(
+                float(np.mean(values)), color="black", linestyle="--", linewidth=1, label="mean"
+            )
         ax.set_title(f"{title} (max/mean {_fmt_balance(bal)})")
     ax = axes[1, 1]
     width = 0.4
@@ -227,7 +330,11 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
             ax.set_xticks(parts)
     name = str(pset.dataset.get("spec") or pset.meta.get("graph"))
     # Long names (synthetic specs) wrap instead of being cut.
-    fig.suptitle("\n".join(textwrap.wrap(f"{name}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}", 90)))
+    fig.suptitle(
+        "\n".join(
+            textwrap.wrap(f"{name}: {pset.method}, P={m.num_parts}, edge cut {m.edge_cut:.3f}", 90)
+        )
+    )
     fig.tight_layout()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

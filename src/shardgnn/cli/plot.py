@@ -12,13 +12,21 @@ from shardgnn.errors import ShardgnnError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    plot = sub.add_parser("plot", help="draw PNG figures from results JSON files or partition directories",
-                          description="training_curves.png (loss and accuracies per epoch, one line per run), "
-                                      "cache_hit_rate.png (runs with a feature cache), and one figure per partition "
-                                      "directory. Results of a run still going (status: running) plot too.")
-    plot.add_argument("results", nargs="+",
-                      help="results JSON files (`shardgnn train --results`) or partition directories")
-    plot.add_argument("--out", default="plots", help="output folder for the PNG files (default: plots)")
+    plot = sub.add_parser(
+        "plot",
+        help="draw PNG figures from results JSON files or partition directories",
+        description="training_curves.png (loss and accuracies per epoch, one line per run), "
+        "cache_hit_rate.png (runs with a feature cache), and one figure per partition "
+        "directory. Results of a run still going (status: running) plot too.",
+    )
+    plot.add_argument(
+        "results",
+        nargs="+",
+        help="results JSON files (`shardgnn train --results`) or partition directories",
+    )
+    plot.add_argument(
+        "--out", default="plots", help="output folder for the PNG files (default: plots)"
+    )
     plot.set_defaults(handler=run)
 
 
@@ -69,12 +77,22 @@ def _pyplot():
 def training_figure(runs: list[tuple[Path, dict]]):
     """Loss and accuracies per epoch, one line per run (a matplotlib figure)."""
     plt = _pyplot()
-    panels = [("loss", "training loss"), ("train_acc", "training accuracy"), ("val_acc", "validation accuracy")]
+    panels = [
+        ("loss", "training loss"),
+        ("train_acc", "training accuracy"),
+        ("val_acc", "validation accuracy"),
+    ]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for path, data in runs:
         epochs = [e["epoch"] for e in data["epochs"]]
         for ax, (key, _) in zip(axes, panels):
-            ax.plot(epochs, [e.get(key) for e in data["epochs"]], marker="o", markersize=3, label=path.stem)
+            ax.plot(
+                epochs,
+                [e.get(key) for e in data["epochs"]],
+                marker="o",
+                markersize=3,
+                label=path.stem,
+            )
     for ax, (_, title) in zip(axes, panels):
         ax.set_xlabel("epoch")
         ax.set_title(title)
@@ -118,8 +136,20 @@ def _cache_figure(runs: list[tuple[Path, dict]]):
         label = f"{cache['policy']} {cache.get('size', '')} ({path.stem})"
         epochs = [e for e in data["epochs"] if e.get("cache")]
         x = [e["epoch"] for e in epochs]
-        axes[0].plot(x, [100 * (e["cache"]["hit_rate"] or 0.0) for e in epochs], marker="o", markersize=3, label=label)
-        axes[1].plot(x, [e["cache"]["remote_feature_mb"] for e in epochs], marker="o", markersize=3, label=label)
+        axes[0].plot(
+            x,
+            [100 * (e["cache"]["hit_rate"] or 0.0) for e in epochs],
+            marker="o",
+            markersize=3,
+            label=label,
+        )
+        axes[1].plot(
+            x,
+            [e["cache"]["remote_feature_mb"] for e in epochs],
+            marker="o",
+            markersize=3,
+            label=label,
+        )
     for ax, title in zip(axes, ("feature cache hit rate (%)", "remote feature MB per epoch")):
         ax.set_xlabel("epoch")
         ax.set_title(title)

@@ -24,27 +24,53 @@ _IGNORED = (
     ("sampler.fanouts", lambda c: c.mode == "full", "--mode full uses every neighbour"),
     ("sampler.replace", lambda c: c.mode == "full", "--mode full uses every neighbour"),
     ("batch_size", lambda c: c.mode == "full", "--mode full takes one step per epoch"),
-    ("eval_batch_size", lambda c: c.mode == "full", "--mode full evaluates the whole graph at once"),
+    (
+        "eval_batch_size",
+        lambda c: c.mode == "full",
+        "--mode full evaluates the whole graph at once",
+    ),
     ("eval_fanouts", lambda c: c.mode == "full", "--mode full evaluates every neighbour"),
     ("cache.size", lambda c: not c.cache.enabled, "no --cache-policy is set"),
-    ("cache.lookahead", lambda c: c.cache.policy != "belady", "only --cache-policy belady looks ahead"),
+    (
+        "cache.lookahead",
+        lambda c: c.cache.policy != "belady",
+        "only --cache-policy belady looks ahead",
+    ),
     ("full.spmm", lambda c: c.mode != "full", "it applies to --mode full"),
     ("full.replication", lambda c: c.mode != "full", "it applies to --mode full"),
-    ("full.bits", lambda c: c.mode != "full", "it applies to --mode full (--fetch-bits compresses mini-batch rows)"),
+    (
+        "full.bits",
+        lambda c: c.mode != "full",
+        "it applies to --mode full (--fetch-bits compresses mini-batch rows)",
+    ),
     ("full.staleness", lambda c: c.mode != "full", "it applies to --mode full"),
-    ("fetch_bits", lambda c: c.mode == "full", "it applies to --mode minibatch (--bits compresses full-graph rows)"),
+    (
+        "fetch_bits",
+        lambda c: c.mode == "full",
+        "it applies to --mode minibatch (--bits compresses full-graph rows)",
+    ),
 )
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "train", help="train a GNN for node classification",
-        description="Train a GNN for node classification: in this process, or with --workers N on N local worker "
-                    "processes (--partitions DIR, or the dataset partitioned on the fly). One line is printed per "
-                    "epoch; --results FILE.json is rewritten after every epoch.")
-    parser.add_argument("dataset_arg", nargs="?", default=None, metavar="DATASET",
-                        help=field_help(TrainConfig, "dataset") + "; with --partitions, the partitioned one; `shardgnn "
-                             "info --list` names the known datasets")
+        "train",
+        help="train a GNN for node classification",
+        description=(
+            "Train a GNN for node classification: in this process, or with --workers N on N local "
+            "worker processes (--partitions DIR, or the dataset partitioned on the fly). One line "
+            "is printed per epoch; --results FILE.json is rewritten after every epoch."
+        ),
+    )
+    parser.add_argument(
+        "dataset_arg",
+        nargs="?",
+        default=None,
+        metavar="DATASET",
+        help=field_help(TrainConfig, "dataset")
+        + "; with --partitions, the partitioned one; `shardgnn "
+        "info --list` names the known datasets",
+    )
     add_flags(parser, TrainConfig)
     parser.set_defaults(handler=run)
 
@@ -55,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(TrainConfig, args, **given)
     for dest, ignored, why in _IGNORED:
         if was_given(args, dest) and ignored(config):
-            print(f"shardgnn train: warning: {flag_for(TrainConfig, dest)} is ignored: {why}", file=sys.stderr)
+            print(
+                f"shardgnn train: warning: {flag_for(TrainConfig, dest)} is ignored: {why}",
+                file=sys.stderr,
+            )
     if not config.run.distributed:
         from shardgnn.train.report import print_summary
         from shardgnn.train.single import run_training
@@ -78,7 +107,12 @@ def _train_distributed(config: TrainConfig, *, dataset_given: bool) -> int:
             config = _partition_on_the_fly(config, Path(scratch) / "parts")
             dataset_given = False  # it is what was just partitioned
         config, workers = preflight(config, dataset_given=dataset_given)
-        launch_local(train_worker, (json.dumps(config.to_dict()),), nprocs=workers, log_dir=config.run.log_dir)
+        launch_local(
+            train_worker,
+            (json.dumps(config.to_dict()),),
+            nprocs=workers,
+            log_dir=config.run.log_dir,
+        )
     return 0
 
 
@@ -92,10 +126,20 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     spec = canonical_spec(config.dataset)
     graph = load_dataset(config.dataset, config.data_dir)
     method = "metis" if workers > 1 else "random"
-    result = partition_graph(graph, PartitionConfig(num_parts=workers, method=method, seed=config.seed))
-    write_partitions(graph, result.assignment, out, method=result.method, settings=result.settings,
-                     dataset_spec=spec)
-    print(f"partitioned {graph.name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True)
+    result = partition_graph(
+        graph, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
+    )
+    write_partitions(
+        graph,
+        result.assignment,
+        out,
+        method=result.method,
+        settings=result.settings,
+        dataset_spec=spec,
+    )
+    print(
+        f"partitioned {graph.name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True
+    )
     return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
 
 
@@ -119,23 +163,34 @@ def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig,
     if dataset_given:
         spec = canonical_spec(config.dataset)
         if recorded["spec"] is not None and spec != recorded["spec"]:
-            raise ConfigError(f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to train "
-                              f"what the partition holds, or partition {config.dataset} first")
+            raise ConfigError(
+                f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to "
+                f"train what the partition holds, or partition {config.dataset} first"
+            )
     if pset.meta.get("features") is None or pset.meta.get("labels") is None:
         missing = "features" if pset.meta.get("features") is None else "labels"
-        raise ConfigError(f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features and "
-                          "labels with `shardgnn convert`)")
+        raise ConfigError(
+            f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
+            "and labels with `shardgnn convert`)"
+        )
     workers = config.run.workers if config.run.workers is not None else pset.num_parts
     if workers != pset.num_parts:
-        raise ConfigError(f"{pset.path} holds {pset.num_parts} parts but --workers is {workers}; use --workers "
-                          f"{pset.num_parts} or re-partition with --parts {workers}")
+        raise ConfigError(
+            f"{pset.path} holds {pset.num_parts} parts but --workers is {workers}; use --workers "
+            f"{pset.num_parts} or re-partition with --parts {workers}"
+        )
     if config.mode == "full":
         Grid(workers, config.full.replication)  # --replication must divide the workers
-    config = dataclasses.replace(config, dataset=recorded["spec"] or recorded["name"],
-                                 run=dataclasses.replace(config.run, workers=workers))
+    config = dataclasses.replace(
+        config,
+        dataset=recorded["spec"] or recorded["name"],
+        run=dataclasses.replace(config.run, workers=workers),
+    )
     ckpt = config.checkpoint
     if ckpt.resume and ckpt.dir:
-        latest = Checkpointer(ckpt.dir, world_size=workers).latest() if Path(ckpt.dir).is_dir() else None
+        latest = (
+            Checkpointer(ckpt.dir, world_size=workers).latest() if Path(ckpt.dir).is_dir() else None
+        )
         if latest is not None:
             check_resumable(latest[0], latest[1], config.to_dict(), workers, recorded)
     return config, workers

@@ -23,11 +23,13 @@ import torch
 
 from shardgnn.distributed.config import BITS
 from shardgnn.errors import ConfigError
+
 _RANGE_BYTES = 4  # lo and hi as bfloat16
 
 
 def _bf16_bits_down(x: torch.Tensor) -> torch.Tensor:
-    """The largest bfloat16 ``<= x`` (elementwise, float32 input), as its int32 bit pattern << 16."""
+    """The largest bfloat16 ``<= x`` (elementwise, float32 input), as its int32 bit pattern <<
+    16."""
     bits = x.contiguous().view(torch.int32)
     kept = bits & -65536  # clear the low 16 bits: rounds the magnitude towards zero
     dropped = (bits & 0xFFFF) != 0
@@ -45,7 +47,9 @@ class RowCodec:
 
     def __init__(self, bits: int, generator: torch.Generator | None = None):
         if bits not in BITS or bits == 32:
-            raise ConfigError(f"bits={bits} must be one of {BITS[:-1]} for a codec (32 means no codec)")
+            raise ConfigError(
+                f"bits={bits} must be one of {BITS[:-1]} for a codec (32 means no codec)"
+            )
         self.bits = bits
         self.levels = (1 << bits) - 1
         self.generator = generator
@@ -57,11 +61,15 @@ class RowCodec:
     def encode(self, x_RF: torch.Tensor) -> torch.Tensor:
         """``[R, F]`` float rows -> ``[R, payload_bytes(F)]`` uint8."""
         if x_RF.dim() != 2:
-            raise ValueError(f"the codec encodes [rows, width] matrices, got shape {tuple(x_RF.shape)}")
+            raise ValueError(
+                f"the codec encodes [rows, width] matrices, got shape {tuple(x_RF.shape)}"
+            )
         x = x_RF.detach().to(torch.float32)
         rows, width = x.shape
         if rows == 0 or width == 0:
-            return torch.zeros((rows, self.payload_bytes(width)), dtype=torch.uint8, device=x.device)
+            return torch.zeros(
+                (rows, self.payload_bytes(width)), dtype=torch.uint8, device=x.device
+            )
         lo_bits = _bf16_bits_down(x.amin(1))
         hi_bits = _bf16_bits_down(-x.amax(1))  # ceil(max) = -floor(-max)
         lo = lo_bits.view(torch.float32)
@@ -79,8 +87,10 @@ class RowCodec:
         """``[R, payload_bytes(width)]`` uint8 -> ``[R, width]`` float32."""
         rows = payload.shape[0]
         if payload.dim() != 2 or payload.shape[1] != self.payload_bytes(width):
-            raise ValueError(f"payload shape {tuple(payload.shape)} does not hold rows of width {width} "
-                             f"at {self.bits} bits (expected [R, {self.payload_bytes(width)}])")
+            raise ValueError(
+                f"payload shape {tuple(payload.shape)} does not hold rows of width {width} "
+                f"at {self.bits} bits (expected [R, {self.payload_bytes(width)}])"
+            )
         if rows == 0 or width == 0:
             return torch.zeros((rows, width), dtype=torch.float32, device=payload.device)
         ranges = payload[:, -_RANGE_BYTES:].contiguous().view(torch.int16).to(torch.int32) << 16
@@ -117,7 +127,8 @@ class RowCodec:
 
 
 def make_codec(bits: int, seed: int = 0) -> RowCodec | None:
-    """The codec for ``bits`` (None for 32: plain float32), its rounding stream seeded by ``seed``."""
+    """The codec for ``bits`` (None for 32: plain float32), its rounding stream seeded by
+    ``seed``."""
     if bits not in BITS:
         raise ConfigError(f"bits={bits} must be one of {BITS}")
     if bits == 32:

@@ -40,14 +40,17 @@ def collective_guard(stage: str, what: str):
     except RuntimeError as exc:  # DistBackendError, gloo "Connection closed by peer", timeouts
         rank = dist.get_rank() if dist.is_initialized() else "?"
         cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise CollectiveError(f"rank {rank}: the {what} of stage '{stage}' failed after "
-                              f"{time.perf_counter() - start:.1f} s: a peer worker died or stalled (or the network "
-                              f"failed), so this worker stops too. Cause: {cause}") from exc
+        raise CollectiveError(
+            f"rank {rank}: the {what} of stage '{stage}' failed after "
+            f"{time.perf_counter() - start:.1f} s: a peer worker died or stalled (or the network "
+            f"failed), so this worker stops too. Cause: {cause}"
+        ) from exc
 
 
 @dataclasses.dataclass
 class CommStats:
-    """Per-stage totals of one rank (or summed over ranks after :meth:`Communicator.reduce_stats`)."""
+    """Per-stage totals of one rank (or summed over ranks after
+    :meth:`Communicator.reduce_stats`)."""
 
     bytes_sent: int = 0
     bytes_recv: int = 0
@@ -84,8 +87,14 @@ class Communicator:
         return out
 
     # ------------------------------------------------------------------ collectives
-    def all_to_all(self, send: Sequence[torch.Tensor], stage: str, *, recv_counts: Sequence[int] | None = None,
-                   codec: RowCodec | None = None) -> list[torch.Tensor]:
+    def all_to_all(
+        self,
+        send: Sequence[torch.Tensor],
+        stage: str,
+        *,
+        recv_counts: Sequence[int] | None = None,
+        codec: RowCodec | None = None,
+    ) -> list[torch.Tensor]:
         """Send ``send[p]`` to rank ``p``; return what every rank sent here (``out[p]`` from ``p``).
 
         Tensors may differ in length along dim 0 but share dtype and trailing shape. Unless the
@@ -97,8 +106,14 @@ class Communicator:
         """
         return self.all_to_all_async(send, stage, recv_counts=recv_counts, codec=codec).wait()
 
-    def all_to_all_async(self, send: Sequence[torch.Tensor], stage: str, *,
-                         recv_counts: Sequence[int] | None = None, codec: RowCodec | None = None) -> "PendingExchange":
+    def all_to_all_async(
+        self,
+        send: Sequence[torch.Tensor],
+        stage: str,
+        *,
+        recv_counts: Sequence[int] | None = None,
+        codec: RowCodec | None = None,
+    ) -> "PendingExchange":
         """:meth:`all_to_all` whose payload is still in flight: ``.wait()`` returns the rows.
 
         Exchanges of one communicator complete in the order they were started; the bytes are
@@ -113,7 +128,10 @@ class Communicator:
         width = own.shape[1] if codec is not None else None
         if codec is not None:
             assert all(t.dim() == 2 for t in send), "the codec sends [rows, width] float matrices"
-            send = [codec.encode(t) if p != self.rank else codec.encode(t[:0]) for p, t in enumerate(send)]
+            send = [
+                codec.encode(t) if p != self.rank else codec.encode(t[:0])
+                for p, t in enumerate(send)
+            ]
         template = send[0]
         row_shape = tuple(template.shape[1:])
         send_counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
@@ -128,10 +146,18 @@ class Communicator:
         recv_counts = [int(c) for c in recv_counts]
         assert len(recv_counts) == self.world_size, "one receive count per rank"
         payload = torch.cat([t.reshape(t.shape[0], *row_shape) for t in send])
-        received = torch.empty((sum(recv_counts), *row_shape), dtype=template.dtype, device=template.device)
+        received = torch.empty(
+            (sum(recv_counts), *row_shape), dtype=template.dtype, device=template.device
+        )
         with collective_guard(stage, "all-to-all"):
-            work = dist.all_to_all_single(received, payload.contiguous(), output_split_sizes=recv_counts,
-                                          input_split_sizes=send_counts.tolist(), group=self.group, async_op=True)
+            work = dist.all_to_all_single(
+                received,
+                payload.contiguous(),
+                output_split_sizes=recv_counts,
+                input_split_sizes=send_counts.tolist(),
+                group=self.group,
+                async_op=True,
+            )
         row_bytes = template.element_size() * math.prod(row_shape)
         others = [p for p in range(self.world_size) if p != self.rank]
         sent = sum(int(send_counts[p]) for p in others) * row_bytes
@@ -142,18 +168,24 @@ class Communicator:
         decode = None if codec is None else (lambda t: codec.decode(t, width))
         return PendingExchange(self, stage, work, pieces, decode, time.perf_counter() - start)
 
-    def all_reduce(self, tensor: torch.Tensor, stage: str, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+    def all_reduce(
+        self, tensor: torch.Tensor, stage: str, op: dist.ReduceOp = dist.ReduceOp.SUM
+    ) -> torch.Tensor:
         """In-place all-reduce. Counted as a ring all-reduce: each rank sends and receives
         ``2 (P - 1) / P`` times the tensor's bytes."""
         start = time.perf_counter()
         if self.world_size > 1:
             with collective_guard(stage, "all-reduce"):
                 dist.all_reduce(tensor, op=op, group=self.group)
-        volume = 2 * (self.world_size - 1) * tensor.numel() * tensor.element_size() // self.world_size
+        volume = (
+            2 * (self.world_size - 1) * tensor.numel() * tensor.element_size() // self.world_size
+        )
         self.record(stage, volume, volume, time.perf_counter() - start)
         return tensor
 
-    def broadcast(self, tensor: torch.Tensor, src: int, stage: str, *, codec: RowCodec | None = None) -> torch.Tensor:
+    def broadcast(
+        self, tensor: torch.Tensor, src: int, stage: str, *, codec: RowCodec | None = None
+    ) -> torch.Tensor:
         """Broadcast from ``src`` (counted as ``src`` sending the tensor to every peer).
 
         Without a codec ``tensor`` is filled in place on the receivers and returned. With one,
@@ -164,8 +196,13 @@ class Communicator:
         buffer = tensor
         if codec is not None:
             rows, width = tensor.shape
-            buffer = codec.encode(tensor) if self.rank == src else torch.empty(
-                (rows, codec.payload_bytes(width)), dtype=torch.uint8, device=tensor.device)
+            buffer = (
+                codec.encode(tensor)
+                if self.rank == src
+                else torch.empty(
+                    (rows, codec.payload_bytes(width)), dtype=torch.uint8, device=tensor.device
+                )
+            )
         if self.world_size > 1:
             # ``src`` is a rank of this communicator's group; torch wants the global rank.
             root = src if self.group is None else dist.get_global_rank(self.group, src)
@@ -187,32 +224,62 @@ class Communicator:
         """
         stats = dict(self.stats if stats is None else stats)
         names = sorted(stats)
-        values = torch.tensor([[stats.get(n, CommStats()).bytes_sent, stats.get(n, CommStats()).bytes_recv,
-                                stats.get(n, CommStats()).time_s, stats.get(n, CommStats()).calls] for n in names],
-                              dtype=torch.float64).reshape(len(names), 4)
+        values = torch.tensor(
+            [
+                [
+                    stats.get(n, CommStats()).bytes_sent,
+                    stats.get(n, CommStats()).bytes_recv,
+                    stats.get(n, CommStats()).time_s,
+                    stats.get(n, CommStats()).calls,
+                ]
+                for n in names
+            ],
+            dtype=torch.float64,
+        ).reshape(len(names), 4)
         if self.world_size > 1 and names:
             with collective_guard("report", "all-reduce"):
                 dist.all_reduce(values, group=self.group)
-        return {n: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3])) for n, v in zip(names, values.tolist())}
+        return {
+            n: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
+            for n, v in zip(names, values.tolist())
+        }
 
     def gather_stats(self, stats: dict[str, CommStats]) -> dict[str, list[CommStats]]:
         """Every rank's per-stage stats (``out[stage][p]`` of rank ``p``), on every rank: for the
         maximum any one rank sends or receives. Every rank must hold the same stage names."""
         names = sorted(stats)
-        values = torch.tensor([[stats[n].bytes_sent, stats[n].bytes_recv, stats[n].time_s, stats[n].calls]
-                               for n in names], dtype=torch.float64).reshape(len(names), 4)
+        values = torch.tensor(
+            [
+                [stats[n].bytes_sent, stats[n].bytes_recv, stats[n].time_s, stats[n].calls]
+                for n in names
+            ],
+            dtype=torch.float64,
+        ).reshape(len(names), 4)
         gathered = [values.clone() for _ in range(self.world_size)]
         if self.world_size > 1 and names:
             with collective_guard("report", "all-gather"):
                 dist.all_gather(gathered, values, group=self.group)
-        return {n: [CommStats(int(g[i, 0]), int(g[i, 1]), float(g[i, 2]), int(g[i, 3])) for g in gathered]
-                for i, n in enumerate(names)}
+        return {
+            n: [
+                CommStats(int(g[i, 0]), int(g[i, 1]), float(g[i, 2]), int(g[i, 3]))
+                for g in gathered
+            ]
+            for i, n in enumerate(names)
+        }
 
 
 class PendingExchange:
     """An all-to-all in flight (see :meth:`Communicator.all_to_all_async`)."""
 
-    def __init__(self, comm: Communicator, stage: str, work, pieces: list[torch.Tensor], decode, setup_s: float):
+    def __init__(
+        self,
+        comm: Communicator,
+        stage: str,
+        work,
+        pieces: list[torch.Tensor],
+        decode,
+        setup_s: float,
+    ):
         self._comm, self._stage, self._work, self._pieces = comm, stage, work, pieces
         self._decode, self._setup_s = decode, setup_s
         self._result: list[torch.Tensor] | None = None

@@ -1,8 +1,9 @@
 """The distributed context: rank, world size, device and process groups, built once.
 
 ``init_distributed`` is the only function in shardgnn that reads ``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``TORCHELASTIC_RESTART_COUNT`` (set by ``torchrun``, SLURM wrappers or our
-own launcher); everything below receives the resulting :class:`DistContext` explicitly.
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and
+``TORCHELASTIC_RESTART_COUNT`` (set by ``torchrun``, SLURM wrappers or our own launcher); everything
+below receives the resulting :class:`DistContext` explicitly.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch.distributed as dist
 from shardgnn.distributed.comm import collective_guard
 from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,8 +58,9 @@ class DistContext:
                 dist.barrier(group=self.group)
 
 
-def init_distributed(*, device: str = "auto", backend: str = "auto",
-                     timeout_s: float = DEFAULT_TIMEOUT_S) -> DistContext:
+def init_distributed(
+    *, device: str = "auto", backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S
+) -> DistContext:
     """Join the job described by the environment (``torchrun`` conventions) and build the context.
 
     ``device='auto'`` picks ``cuda:LOCAL_RANK`` when CUDA is available, else CPU; ``backend='auto'``
@@ -69,8 +70,10 @@ def init_distributed(*, device: str = "auto", backend: str = "auto",
     env = os.environ
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in env]
     if missing:
-        raise ConfigError(f"distributed environment variables {missing} are not set; start workers with "
-                          "`shardgnn train --workers N` or `torchrun ... -m shardgnn.run ...`")
+        raise ConfigError(
+            f"distributed environment variables {missing} are not set; start workers with "
+            "`shardgnn train --workers N` or `torchrun ... -m shardgnn.run ...`"
+        )
     rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
     local_rank = int(env.get("LOCAL_RANK", rank))
     local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
@@ -79,7 +82,9 @@ def init_distributed(*, device: str = "auto", backend: str = "auto",
     torch_device = torch.device(device)
     if torch_device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+            raise ConfigError(
+                f"device {device!r} requested but CUDA is not available; use --device cpu"
+            )
         torch.cuda.set_device(torch_device)
     if backend == "auto":
         backend = "nccl" if torch_device.type == "cuda" else "gloo"
@@ -87,16 +92,30 @@ def init_distributed(*, device: str = "auto", backend: str = "auto",
         raise ConfigError(f"collective timeout {timeout_s} s must be > 0")
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
-        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        store, _, _ = next(
+            dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout)
+        )
         # Under `torchrun --max-restarts` every attempt talks through the same store; scoping our
         # keys by attempt keeps a restarted group from reading the dead attempt's gloo addresses
         # (seen as "Connection refused" while creating the data group).
-        store = dist.PrefixStore(f"shardgnn/attempt-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        store = dist.PrefixStore(
+            f"shardgnn/attempt-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store
+        )
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+        )
     data_group = dist.new_group(backend="gloo", timeout=timeout)
-    return DistContext(rank=rank, world_size=world_size, local_rank=local_rank,
-                       local_world_size=local_world_size, device=torch_device,
-                       backend=backend, timeout_s=timeout_s, group=dist.group.WORLD, data_group=data_group)
+    return DistContext(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_world_size=local_world_size,
+        device=torch_device,
+        backend=backend,
+        timeout_s=timeout_s,
+        group=dist.group.WORLD,
+        data_group=data_group,
+    )
 
 
 def shutdown() -> None:

@@ -1,4 +1,5 @@
-"""Start N worker processes on this machine with PyTorch's elastic launcher, and report failures well.
+"""Start N worker processes on this machine with PyTorch's elastic launcher, and report failures
+well.
 
 ``shardgnn train --workers N`` and the multi-process tests go through :func:`launch_local`. It is
 ``torchrun`` for one machine, as a function: PyTorch's elastic agent (``elastic_launch``) runs in
@@ -82,12 +83,13 @@ MONITOR_INTERVAL_S = 0.5
 """How often elastic's agent polls its workers (detection latency of a failure or of the end)."""
 
 SHUTDOWN_TIMEOUT_S = 10
-"""When the launcher is interrupted (Ctrl-C, SIGTERM), how long elastic waits for the workers to exit
-before SIGKILL. After a worker failure the others get SIGTERM and a fixed 30 s (hard-coded in
+"""When the launcher is interrupted (Ctrl-C, SIGTERM), how long elastic waits for the workers to
+exit before SIGKILL. After a worker failure the others get SIGTERM and a fixed 30 s (hard-coded in
 ``torch.multiprocessing``); that only matters for a worker that handles SIGTERM itself."""
 
 _PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
-_STATUS_WAIT_S = 2.0  # how long the watcher tries to read the exit status of a worker whose socket closed
+# how long the watcher tries to read the exit status of a worker whose socket closed
+_STATUS_WAIT_S = 2.0
 # A process that dies without raising may close its connections to its peers a few milliseconds
 # before its connection to the watcher (the kernel closes them in no promised order; 3 ms seen on
 # Linux 6.x), so a peer's "raised" can reach the watcher first. Such a death is dated this much
@@ -96,7 +98,7 @@ _STATUS_WAIT_S = 2.0  # how long the watcher tries to read the exit status of a 
 _SILENT_DEATH_LEAD_S = 0.1
 
 
-# ---------------------------------------------------------------------------------------------- errors
+# ------------------------------------------------------------------------------------------- errors
 @dataclasses.dataclass(frozen=True)
 class RankFailure:
     """How one worker ended in a failed launch.
@@ -138,7 +140,9 @@ class RankFailure:
             if killed_by_deadline and self.exitcode == -signal.SIGKILL:
                 how += " (deadline)"
             elif self.exitcode == -signal.SIGKILL:
-                how += " (without a deadline, SIGKILL usually means the kernel's out-of-memory killer)"
+                how += (
+                    " (without a deadline, SIGKILL usually means the kernel's out-of-memory killer)"
+                )
         else:
             how = f"exit code {self.exitcode}"
         text = f"rank {self.rank}: {how}"
@@ -161,8 +165,14 @@ class WorkerFailedError(RuntimeError):
 
     timed_out = False
 
-    def __init__(self, failures: list[RankFailure], *, nprocs: int, log_dir: str | None = None,
-                 timeout_s: float | None = None):
+    def __init__(
+        self,
+        failures: list[RankFailure],
+        *,
+        nprocs: int,
+        log_dir: str | None = None,
+        timeout_s: float | None = None,
+    ):
         self.failures = failures
         self.nprocs = nprocs
         self.log_dir = log_dir
@@ -173,13 +183,16 @@ class WorkerFailedError(RuntimeError):
         if not self.failures:
             return f"a worker of {self.nprocs} failed (no details were recorded)"
         first = self.failures[0]
-        return (f"worker rank {first.rank} of {self.nprocs} failed first; "
-                f"{len(self.failures)} worker(s) ended abnormally")
+        return (
+            f"worker rank {first.rank} of {self.nprocs} failed first; "
+            f"{len(self.failures)} worker(s) ended abnormally"
+        )
 
     def _format(self) -> str:
         lines = [self._headline()]
         lines += ["  " + f.describe(killed_by_deadline=self.timed_out) for f in self.failures]
-        if self.failures and self.failures[0].traceback:  # the root cause's; the others are its echoes
+        # the root cause's; the others are its echoes
+        if self.failures and self.failures[0].traceback:
             first = self.failures[0]
             excerpt = first.traceback.rstrip().splitlines()[-15:]
             lines.append(f"traceback of rank {first.rank} (last {len(excerpt)} lines):")
@@ -202,14 +215,22 @@ class WorkerFailedError(RuntimeError):
             first = self.failures[0]
             if first.message is not None:
                 text = first.message.strip() or first.error or "an exception without a message"
-                cause = text if first.user_error else f"{(first.error or '').split(':', 1)[0]}: {text}"
+                cause = (
+                    text if first.user_error else f"{(first.error or '').split(':', 1)[0]}: {text}"
+                )
                 same = [f.rank for f in self.failures if f.message == first.message]
-                where = f"rank {first.rank}" if len(same) == 1 else f"ranks {', '.join(map(str, sorted(same)))}"
-                # The rank goes on the first line, which names the problem (a "fix:" line may follow).
+                where = (
+                    f"rank {first.rank}"
+                    if len(same) == 1
+                    else f"ranks {', '.join(map(str, sorted(same)))}"
+                )
+                # The rank goes on the first line, which names the problem (a "fix:" line may
+                # follow).
                 head, newline, rest = cause.partition("\n")
                 cause = f"{head} ({where}){newline}{rest}"
             else:
-                cause = f"worker {first.describe(killed_by_deadline=self.timed_out)}; the job was stopped"
+                how = first.describe(killed_by_deadline=self.timed_out)
+                cause = f"worker {how}; the job was stopped"
         detail = None
         if self.failures and self.failures[0].log_file:
             detail = f"  full traceback: {self.failures[0].log_file}"
@@ -224,11 +245,13 @@ class WorkerTimeoutError(WorkerFailedError):
     timed_out = True
 
     def _headline(self) -> str:
-        return (f"the {self.nprocs} workers did not finish within timeout_s={self.timeout_s:g} s; "
-                "the launcher killed them")
+        return (
+            f"the {self.nprocs} workers did not finish within timeout_s={self.timeout_s:g} s; "
+            "the launcher killed them"
+        )
 
 
-# ---------------------------------------------------------------------------------------------- public API
+# --------------------------------------------------------------------------------------- public API
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it: bind to port 0).
 
@@ -240,10 +263,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int = 1, *,
-                 timeout_s: float | None = None, max_restarts: int = 0,
-                 log_dir: str | os.PathLike | None = None) -> dict[int, Any]:
-    """Run ``entrypoint(*args)`` in ``nprocs`` new processes on this machine; return ``{rank: value}``.
+def launch_local(
+    entrypoint: Callable[..., Any],
+    args: tuple = (),
+    nprocs: int = 1,
+    *,
+    timeout_s: float | None = None,
+    max_restarts: int = 0,
+    log_dir: str | os.PathLike | None = None,
+) -> dict[int, Any]:
+    """Run ``entrypoint(*args)`` in ``nprocs`` new processes on this machine; return ``{rank:
+    value}``.
 
     Each process has the torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
     ``MASTER_ADDR``, ``MASTER_PORT``), so ``entrypoint`` typically starts with
@@ -281,12 +311,21 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int =
     succeeded = False
     try:
         with _WorkerWatch(deadline) as watch, _restore_signal_handlers(), _elastic_log_to(log_root):
-            worker_args = (macros.local_rank, watch.address, watch.token, payload,
-                           _threads_per_worker(nprocs), os.getpid(), log_root)
+            worker_args = (
+                macros.local_rank,
+                watch.address,
+                watch.token,
+                payload,
+                _threads_per_worker(nprocs),
+                os.getpid(),
+                log_root,
+            )
             for attempt in range(_PORT_ATTEMPTS):
                 config = _launch_config(nprocs, max_restarts, os.path.join(log_root, "elastic"))
                 try:
-                    results = dict(sorted(elastic_launch(config, _worker_main)(*worker_args).items()))
+                    results = dict(
+                        sorted(elastic_launch(config, _worker_main)(*worker_args).items())
+                    )
                     succeeded = True
                     return results
                 except RendezvousConnectionError:
@@ -309,7 +348,8 @@ def launch_local(entrypoint: Callable[..., Any], args: tuple = (), nprocs: int =
             shutil.rmtree(log_root, ignore_errors=True)
 
 
-_TORCH_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")  # the launcher's console noise
+# the launcher's console noise
+_TORCH_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
 
 
 @contextlib.contextmanager
@@ -333,16 +373,18 @@ def _elastic_log_to(log_root: str) -> Iterator[None]:
             logger.setLevel(level)
 
 
-# ---------------------------------------------------------------------------------------------- launcher side
+# ------------------------------------------------------------------------------------ launcher side
 def _pickle_payload(entrypoint: Callable[..., Any], args: tuple) -> bytes:
-    """Pickle ``(entrypoint, args)`` now, so a bad argument fails here with a clear message instead of
-    in every child; the workers unpickle it only after setting their thread count, so modules
+    """Pickle ``(entrypoint, args)`` now, so a bad argument fails here with a clear message instead
+    of in every child; the workers unpickle it only after setting their thread count, so modules
     imported by the unpickling already see ``OMP_NUM_THREADS``."""
     try:
         return pickle.dumps((entrypoint, tuple(args)))
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
-        raise TypeError(f"launch_local starts workers with 'spawn': the entrypoint {entrypoint!r} must be a "
-                        f"module-level function and its arguments picklable ({exc})") from exc
+        raise TypeError(
+            f"launch_local starts workers with 'spawn': the entrypoint {entrypoint!r} must be a "
+            f"module-level function and its arguments picklable ({exc})"
+        ) from exc
 
 
 def _threads_per_worker(nprocs: int) -> int | None:
@@ -350,16 +392,21 @@ def _threads_per_worker(nprocs: int) -> int | None:
     set ``OMP_NUM_THREADS`` (workers inherit it and elastic forwards it)."""
     if "OMP_NUM_THREADS" in os.environ:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     return max(1, cores // nprocs)
 
 
 def _launch_config(nprocs: int, max_restarts: int, log_root: str) -> LaunchConfig:
     return LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nprocs,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nprocs,
         run_id=uuid.uuid4().hex,  # fresh: rendezvous keys are namespaced by it
         role="shardgnn",
-        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
         # is_host: this agent hosts the rendezvous store. Elastic guesses it from the address, and
         # when the guessed bind fails it silently connects as a client to whatever took the port.
         rdzv_configs={"is_host": True},
@@ -374,16 +421,19 @@ def _launch_config(nprocs: int, max_restarts: int, log_root: str) -> LaunchConfi
     )
 
 
-_ELASTIC_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-                         if hasattr(signal, name))
+_ELASTIC_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
 
 
 @contextlib.contextmanager
 def _restore_signal_handlers() -> Iterator[None]:
     """Undo elastic's process-wide changes when the launch ends.
 
-    ``PContext.start`` installs handlers for SIGTERM/SIGINT/SIGHUP/SIGQUIT (they turn the signal into
-    a ``SignalException`` so the agent can stop its workers) and never removes them: after a
+    ``PContext.start`` installs handlers for SIGTERM/SIGINT/SIGHUP/SIGQUIT (they turn the signal
+    into a ``SignalException`` so the agent can stop its workers) and never removes them: after a
     launch, Ctrl-C would no longer raise ``KeyboardInterrupt``. ``launch_agent`` also sets
     ``TORCHELASTIC_SIGNALS_TO_HANDLE`` in ``os.environ``.
     """
@@ -493,7 +543,8 @@ class _WorkerWatch:
             self._selector.register(conn, selectors.EVENT_READ, _Connection())
 
     def _read(self, key: selectors.SelectorKey, now: float) -> _WorkerRecord | None:
-        """Handle data or end-of-file on a worker connection; return the record of a worker that exited."""
+        """Handle data or end-of-file on a worker connection; return the record of a worker that
+        exited."""
         conn: socket.socket = key.fileobj  # type: ignore[assignment]
         state: _Connection = key.data
         try:
@@ -570,27 +621,36 @@ def _kill_child(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _collect_failures(exc: ChildFailedError, records: list[_WorkerRecord], log_root: str,
-                      run_id: str, token: str) -> list[RankFailure]:
+def _collect_failures(
+    exc: ChildFailedError, records: list[_WorkerRecord], log_root: str, run_id: str, token: str
+) -> list[RankFailure]:
     """Merge the three sources: the watcher (exit order and status of every worker), elastic's
     error files (exception and traceback of every worker that raised) and elastic's report (the
     one failure its monitor saw first, with an authoritative exit code)."""
     attempt = max((r.attempt for r in records), default=0)
-    by_rank = {r.local_rank: r for r in records if r.attempt == attempt}  # one machine: rank == local rank
+    # one machine: rank == local rank
+    by_rank = {r.local_rank: r for r in records if r.attempt == attempt}
     errors = _read_error_files(os.path.join(log_root, "elastic"), run_id, attempt)
     ours = _read_rank_errors(log_root, token, attempt)
     reported = {rank: failure.exitcode for rank, failure in exc.failures.items()}
-    # In a failed run no worker exits cleanly: one that returned waits for the others before exiting.
-    ended = {rank for rank, r in by_rank.items()
-             if r.raised_time is not None or (r.exit_time is not None and r.exitcode != 0)}
+    # In a failed run no worker exits cleanly: one that returned waits for the others before
+    # exiting.
+    ended = {
+        rank
+        for rank, r in by_rank.items()
+        if r.raised_time is not None or (r.exit_time is not None and r.exitcode != 0)
+    }
     ranks = set(reported) | set(errors) | ended
 
     def exitcode(rank: int) -> int | None:
         record = by_rank.get(rank)
-        return reported.get(rank, record.exitcode if record is not None and record.status_known else None)
+        return reported.get(
+            rank, record.exitcode if record is not None and record.status_known else None
+        )
 
     def order(rank: int) -> tuple[float, float, int]:
-        """First failure first, on the watcher's clock; same-time exceptions by the workers' clocks."""
+        """First failure first, on the watcher's clock; same-time exceptions by the workers'
+        clocks."""
         record = by_rank.get(rank)
         if record is None or (record.raised_time is None and record.exit_time is None):
             return (math.inf, 0.0, rank)
@@ -604,9 +664,17 @@ def _collect_failures(exc: ChildFailedError, records: list[_WorkerRecord], log_r
     for rank in sorted(ranks, key=order):
         error, trace = errors.get(rank, (None, None))
         record = ours.get(rank, {})
-        failures.append(RankFailure(rank=rank, exitcode=exitcode(rank), error=error, traceback=trace,
-                                    message=record.get("message"), user_error=bool(record.get("user_error")),
-                                    log_file=record.get("log_file")))
+        failures.append(
+            RankFailure(
+                rank=rank,
+                exitcode=exitcode(rank),
+                error=error,
+                traceback=trace,
+                message=record.get("message"),
+                user_error=bool(record.get("user_error")),
+                log_file=record.get("log_file"),
+            )
+        )
     return failures
 
 
@@ -625,11 +693,16 @@ def _read_rank_errors(log_root: str, token: str, attempt: int) -> dict[int, dict
     return found
 
 
-def _read_error_files(log_root: str, run_id: str, attempt: int) -> dict[int, tuple[str, str | None]]:
-    """``{local_rank: (message, traceback)}`` from the ``error.json`` files that elastic's ``record``
-    wrapper writes in ``<log_root>/<run_id>_*/attempt_<k>/<local_rank>/`` when a worker raises."""
+def _read_error_files(
+    log_root: str, run_id: str, attempt: int
+) -> dict[int, tuple[str, str | None]]:
+    """``{local_rank: (message, traceback)}`` from the ``error.json`` files that elastic's
+    ``record`` wrapper writes in ``<log_root>/<run_id>_*/attempt_<k>/<local_rank>/`` when a worker
+    raises."""
     found: dict[int, tuple[str, str | None]] = {}
-    pattern = os.path.join(glob.escape(log_root), f"{run_id}_*", f"attempt_{attempt}", "*", "error.json")
+    pattern = os.path.join(
+        glob.escape(log_root), f"{run_id}_*", f"attempt_{attempt}", "*", "error.json"
+    )
     for path in glob.glob(pattern):
         try:
             rank = int(os.path.basename(os.path.dirname(path)))
@@ -645,12 +718,19 @@ def _read_error_files(log_root: str, run_id: str, attempt: int) -> dict[int, tup
     return found
 
 
-# ---------------------------------------------------------------------------------------------- worker side
+# -------------------------------------------------------------------------------------- worker side
 _LAUNCHER_CHANNEL: list[int] = []  # worker side: the fd whose closing (at exit) tells the launcher
 
 
-def _worker_main(local_rank: str, watch_address: tuple[str, int], token: str, payload: bytes,
-                 threads: int | None, launcher_pid: int, log_root: str) -> Any:
+def _worker_main(
+    local_rank: str,
+    watch_address: tuple[str, int],
+    token: str,
+    payload: bytes,
+    threads: int | None,
+    launcher_pid: int,
+    log_root: str,
+) -> Any:
     """The function elastic runs in each worker (it wraps it in ``record``, which writes the
     exception and traceback to the worker's ``error.json``).
 
@@ -676,16 +756,25 @@ def _worker_main(local_rank: str, watch_address: tuple[str, int], token: str, pa
 
 def _write_rank_error(log_root: str, rank: int, exc: BaseException, token: str) -> None:
     """The full traceback to ``rank-<R>.log``; the message, and whether it is a user error, to
-    ``rank-<R>.error.json`` (read by the launcher). Best effort: a full disk must not mask ``exc``."""
+    ``rank-<R>.error.json`` (read by the launcher). Best effort: a full disk must not mask ``exc``.
+    """
     log_file = os.path.join(log_root, f"rank-{rank}.log")
     with contextlib.suppress(OSError):
         with open(log_file, "a") as fh:
-            fh.write(f"rank {rank} (pid {os.getpid()}) failed at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n")
+            fh.write(
+                f"rank {rank} (pid {os.getpid()}) failed at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n"
+            )
             fh.write("".join(traceback.format_exception(exc)))
-        record = {"rank": rank, "type": type(exc).__name__, "message": str(exc),
-                  "user_error": isinstance(exc, ShardgnnError), "log_file": log_file,
-                  # which launch and attempt wrote it: a kept --log-dir may hold older records
-                  "token": token, "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}
+        record = {
+            "rank": rank,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "user_error": isinstance(exc, ShardgnnError),
+            "log_file": log_file,
+            # which launch and attempt wrote it: a kept --log-dir may hold older records
+            "token": token,
+            "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        }
         tmp = os.path.join(log_root, f".rank-{rank}.error.json.tmp")
         with open(tmp, "w") as fh:
             json.dump(record, fh)

@@ -1,4 +1,5 @@
-"""Distributed full-graph training settings (imports nothing heavy: the command line is built from them)."""
+"""Distributed full-graph training settings (imports nothing heavy: the command line is built from
+them)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,23 @@ SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d")
 class FullGraphConfig:
     """Distributed full-graph training (``--mode full`` with several workers)."""
 
-    spmm: str = option("1d-sparse", choices=SPMM_VARIANTS,
-                       help="distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each worker "
-                            "needs, 1.5d replicates row blocks --replication times (CAGNET)")
+    spmm: str = option(
+        "1d-sparse",
+        choices=SPMM_VARIANTS,
+        help=(
+            "distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
+            "worker needs, 1.5d replicates row blocks --replication times (CAGNET)"
+        ),
+    )
     replication: int = option(1, help="1.5d replication factor (divides --workers)")
-    bits: int = option(32, choices=BITS, help="bits per value of exchanged features and feature gradients (32: exact)")
-    staleness: int = option(0, help="1d-sparse: epochs halo rows may lag, so exchanges overlap compute (0: synchronous)")
+    bits: int = option(
+        32,
+        choices=BITS,
+        help="bits per value of exchanged features and feature gradients (32: exact)",
+    )
+    staleness: int = option(
+        0, help="1d-sparse: epochs halo rows may lag, so exchanges overlap compute (0: synchronous)"
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -30,5 +42,9 @@ class FullGraphConfig:
         if self.staleness < 0:
             raise invalid(self, "staleness", "must be >= 0")
         if self.staleness > 0 and self.spmm != "1d-sparse":
-            raise invalid(self, "staleness", "needs --spmm 1d-sparse: stale halo rows are the point-to-point rows of "
-                                             "the sparsity-aware exchange")
+            raise invalid(
+                self,
+                "staleness",
+                "needs --spmm 1d-sparse: stale halo rows are the point-to-point rows of "
+                "the sparsity-aware exchange",
+            )

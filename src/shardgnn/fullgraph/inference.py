@@ -31,16 +31,33 @@ class LayerwiseInference:
         chunk_rows: destination rows computed at once (bounds the working memory).
     """
 
-    def __init__(self, shard: FullGraphShard, rank: int, comm: Communicator, *, chunk_rows: int = 65536,
-                 device: torch.device | str = "cpu", stage: str = "infer"):
+    def __init__(
+        self,
+        shard: FullGraphShard,
+        rank: int,
+        comm: Communicator,
+        *,
+        chunk_rows: int = 65536,
+        device: torch.device | str = "cpu",
+        stage: str = "infer",
+    ):
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows={chunk_rows} must be >= 1")
         assert shard.row_start == shard.own_start and shard.row_end == shard.own_end, "a 1D shard"
         self.shard, self.chunk_rows, self.device = shard, chunk_rows, torch.device(device)
         groups = GridGroups(row=Communicator(0, 1, None), col=comm)
-        # Only the halo plan of the sparsity-aware SpMM is used: rows each peer needs, once per layer.
-        self.exchange = DistFullGraph(shard, Grid(comm.world_size, 1), rank, groups,
-                                      FullGraphConfig(spmm="1d-sparse"), None, self.device, stage=stage)
+        # Only the halo plan of the sparsity-aware SpMM is used: rows each peer needs, once per
+        # layer.
+        self.exchange = DistFullGraph(
+            shard,
+            Grid(comm.world_size, 1),
+            rank,
+            groups,
+            FullGraphConfig(spmm="1d-sparse"),
+            None,
+            self.device,
+            stage=stage,
+        )
         self.indptr = torch.from_numpy(shard.indptr)
         self.indices = torch.from_numpy(shard.indices)
         self.degree = torch.from_numpy(shard.degree)
@@ -58,8 +75,12 @@ class LayerwiseInference:
         # proportional to the chunk (no array over all extended rows).
         in_chunk = (cols >= start) & (cols < end)
         local = torch.where(in_chunk, cols - start, end - start + torch.searchsorted(others, cols))
-        graph = MessageGraph((self.indptr[start:end + 1] - lo).to(self.device), local.to(self.device),
-                             src_ids.shape[0], self.degree[src_ids].to(self.device))
+        graph = MessageGraph(
+            (self.indptr[start : end + 1] - lo).to(self.device),
+            local.to(self.device),
+            src_ids.shape[0],
+            self.degree[src_ids].to(self.device),
+        )
         return graph, src_ids
 
     @torch.no_grad()
@@ -77,7 +98,8 @@ class LayerwiseInference:
             halo = self.exchange.finish_halo(self.exchange.start_halo(h), h.shape[1]).to(h.dtype)
             h_ext = torch.cat([h, halo])
             out = []
-            for start in range(0, max(n, 1), self.chunk_rows):  # one (empty) chunk for an empty part
+            # one (empty) chunk for an empty part
+            for start in range(0, max(n, 1), self.chunk_rows):
                 end = min(n, start + self.chunk_rows)
                 graph, src_ids = self._chunk_graph(start, end)
                 out.append(layer(graph, h_ext[src_ids.to(self.device)]))
@@ -86,7 +108,9 @@ class LayerwiseInference:
 
 
 @torch.no_grad()
-def layerwise_accuracies(engine: LayerwiseInference, model: GNN, splits, reduce_sum) -> dict[str, float]:
+def layerwise_accuracies(
+    engine: LayerwiseInference, model: GNN, splits, reduce_sum
+) -> dict[str, float]:
     """Accuracy over each of ``splits`` with full neighbourhoods (one inference pass), each rank
     scoring its own part's nodes; ``reduce_sum(list_of_floats)`` sums over ranks."""
     shard = engine.shard

@@ -39,8 +39,10 @@ class Grid:
 
     def __post_init__(self) -> None:
         if self.replication < 1 or self.world_size % self.replication:
-            raise ConfigError(f"--replication {self.replication} must be >= 1 and divide the number of workers "
-                              f"({self.world_size}); e.g. --replication 2 with 4 workers")
+            raise ConfigError(
+                f"--replication {self.replication} must be >= 1 and divide the number of workers "
+                f"({self.world_size}); e.g. --replication 2 with 4 workers"
+            )
 
     @property
     def num_rows(self) -> int:
@@ -70,7 +72,9 @@ class GridGroups:
     col: Communicator
 
 
-def make_grid_groups(grid: Grid, rank: int, world_comm: Communicator, timeout_s: float) -> GridGroups:
+def make_grid_groups(
+    grid: Grid, rank: int, world_comm: Communicator, timeout_s: float
+) -> GridGroups:
     """Create the row and column process groups (every rank must call this, in the same order).
 
     With ``c = 1`` no group is created: the column group is the world (``world_comm``) and the row
@@ -149,8 +153,9 @@ def _non_loop_degree(indptr: np.ndarray, indices: np.ndarray, first_id: int) -> 
     return np.diff(indptr) - loops
 
 
-def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Communicator,
-               stage: str = "setup") -> FullGraphShard:
+def load_shard(
+    partitions: str | Path, grid: Grid, rank: int, world_comm: Communicator, stage: str = "setup"
+) -> FullGraphShard:
     """Load this rank's row group from a partition directory and fetch its halo's degrees.
 
     Collective over ``world_comm`` (one all-to-all pair: halo ids to owners, degrees back).
@@ -161,8 +166,10 @@ def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Commun
     """
     pset = read_partitions(partitions, verify=False)
     if pset.num_parts != grid.world_size:
-        raise ConfigError(f"{partitions} holds {pset.num_parts} parts but {grid.world_size} workers run; "
-                          f"use --workers {pset.num_parts} or re-partition with --parts {grid.world_size}")
+        raise ConfigError(
+            f"{partitions} holds {pset.num_parts} parts but {grid.world_size} workers run; "
+            f"use --workers {pset.num_parts} or re-partition with --parts {grid.world_size}"
+        )
     book = pset.book
     row = grid.row_of(rank)
     parts = [pset.load_part(p, mmap=True, verify=False) for p in grid.row_parts(row)]
@@ -173,7 +180,9 @@ def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Commun
     indptr = np.zeros(n + 1, dtype=np.int64)
     offset = 0
     for part in parts:
-        indptr[part.start - row_start + 1: part.end - row_start + 1] = np.asarray(part.indptr[1:]) + offset
+        indptr[part.start - row_start + 1 : part.end - row_start + 1] = (
+            np.asarray(part.indptr[1:]) + offset
+        )
         offset += part.num_edges
     global_src = np.concatenate([np.asarray(part.indices, dtype=np.int64) for part in parts])
     held = (global_src >= row_start) & (global_src < row_end)
@@ -189,22 +198,38 @@ def load_shard(partitions: str | Path, grid: Grid, rank: int, world_comm: Commun
     requests = list(torch.split(torch.from_numpy(halo), halo_counts.tolist()))
     incoming = world_comm.all_to_all(requests, stage)
     local_of_own = own_part.start - row_start
-    replies = [torch.from_numpy(own_degree[(ids.numpy() - own_part.start) + local_of_own]) for ids in incoming]
-    halo_degree = torch.cat(world_comm.all_to_all(replies, stage)).numpy()  # collective: always called
+    replies = [
+        torch.from_numpy(own_degree[(ids.numpy() - own_part.start) + local_of_own])
+        for ids in incoming
+    ]
+    # collective: always called
+    halo_degree = torch.cat(world_comm.all_to_all(replies, stage)).numpy()
 
     splits = {}
     for split in ("train", "val", "test"):
         local = getattr(own_part, f"{split}_idx")
-        splits[split] = (np.zeros(0, np.int64) if local is None
-                         else np.asarray(local, dtype=np.int64) + local_of_own)
+        splits[split] = (
+            np.zeros(0, np.int64)
+            if local is None
+            else np.asarray(local, dtype=np.int64) + local_of_own
+        )
     return FullGraphShard(
-        book=book, row_start=int(row_start), row_end=int(row_end), own_start=int(own_part.start),
-        own_end=int(own_part.end), indptr=indptr, indices=indices, halo=halo, halo_counts=halo_counts,
+        book=book,
+        row_start=int(row_start),
+        row_end=int(row_end),
+        own_start=int(own_part.start),
+        own_end=int(own_part.end),
+        indptr=indptr,
+        indices=indices,
+        halo=halo,
+        halo_counts=halo_counts,
         degree=np.concatenate([own_degree, halo_degree]).astype(np.int64),
         x=np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts]),
         y=np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts]),
-        splits=splits, num_classes=int(own_part.num_classes),
-        orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64))
+        splits=splits,
+        num_classes=int(own_part.num_classes),
+        orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64),
+    )
 
 
 def shard_from_graph(graph) -> FullGraphShard:
@@ -214,11 +239,28 @@ def shard_from_graph(graph) -> FullGraphShard:
     indptr = np.asarray(graph.indptr, dtype=np.int64)
     indices = np.asarray(graph.indices, dtype=np.int64)
     empty = np.zeros(0, dtype=np.int64)
-    splits = {s: (empty if getattr(graph, f"{s}_idx") is None else np.asarray(getattr(graph, f"{s}_idx"), np.int64))
-              for s in ("train", "val", "test")}
+    splits = {
+        s: (
+            empty
+            if getattr(graph, f"{s}_idx") is None
+            else np.asarray(getattr(graph, f"{s}_idx"), np.int64)
+        )
+        for s in ("train", "val", "test")
+    }
     return FullGraphShard(
-        book=PartitionBook(np.array([0, n], dtype=np.int64)), row_start=0, row_end=n, own_start=0, own_end=n,
-        indptr=indptr, indices=indices, halo=empty, halo_counts=np.zeros(1, dtype=np.int64),
-        degree=_non_loop_degree(indptr, indices, 0), x=graph.x,
-        y=empty if graph.y is None else np.asarray(graph.y, dtype=np.int64), splits=splits,
-        num_classes=int(graph.num_classes), orig_ids=np.arange(n, dtype=np.int64))
+        book=PartitionBook(np.array([0, n], dtype=np.int64)),
+        row_start=0,
+        row_end=n,
+        own_start=0,
+        own_end=n,
+        indptr=indptr,
+        indices=indices,
+        halo=empty,
+        halo_counts=np.zeros(1, dtype=np.int64),
+        degree=_non_loop_degree(indptr, indices, 0),
+        x=graph.x,
+        y=empty if graph.y is None else np.asarray(graph.y, dtype=np.int64),
+        splits=splits,
+        num_classes=int(graph.num_classes),
+        orig_ids=np.arange(n, dtype=np.int64),
+    )

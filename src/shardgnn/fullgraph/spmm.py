@@ -40,6 +40,7 @@ from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.nn.message_graph import MessageGraph, _csr, transpose_csr
 
+
 class DistFullGraph:
     """The distributed normalised adjacency of one rank; ``layer(i)`` gives the graph object that
     layer ``i`` of a :class:`~shardgnn.nn.models.GNN` runs on.
@@ -54,14 +55,27 @@ class DistFullGraph:
         stage: the communication stage every exchange is counted under.
     """
 
-    def __init__(self, shard: FullGraphShard, grid: Grid, rank: int, groups: GridGroups, config: FullGraphConfig,
-                 codec: RowCodec | None, device: torch.device, stage: str = "spmm"):
+    def __init__(
+        self,
+        shard: FullGraphShard,
+        grid: Grid,
+        rank: int,
+        groups: GridGroups,
+        config: FullGraphConfig,
+        codec: RowCodec | None,
+        device: torch.device,
+        stage: str = "spmm",
+    ):
         self.shard, self.grid, self.rank, self.groups = shard, grid, rank, groups
         self.config, self.codec, self.device, self.stage = config, codec, device, stage
         self.num_rows = shard.num_rows
         n = shard.num_rows
-        self._graph = MessageGraph(torch.from_numpy(shard.indptr).to(device), torch.from_numpy(shard.indices).to(device),
-                                   n + len(shard.halo), torch.from_numpy(shard.degree).to(device))
+        self._graph = MessageGraph(
+            torch.from_numpy(shard.indptr).to(device),
+            torch.from_numpy(shard.indices).to(device),
+            n + len(shard.halo),
+            torch.from_numpy(shard.degree).to(device),
+        )
         self._adj: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._layers: list[DistLayerGraph] = []
         book = shard.book
@@ -71,11 +85,21 @@ class DistFullGraph:
             col = grid.col_of(rank)
             self._col_parts = grid.col_parts(col)
             if grid.replication > 1:  # 1.5D: this replica multiplies only the columns of its parts
-                self._column_mask = np.isin(np.concatenate([book.owner(np.arange(shard.row_start, shard.row_end)),
-                                                            book.owner(shard.halo)]), self._col_parts)
+                self._column_mask = np.isin(
+                    np.concatenate(
+                        [
+                            book.owner(np.arange(shard.row_start, shard.row_end)),
+                            book.owner(shard.halo),
+                        ]
+                    ),
+                    self._col_parts,
+                )
             # The rows of each remote part this rank's columns need, in that part's local ids.
-            self._needed = {q: torch.from_numpy(shard.halo[shard.halo_segment(q)] - int(book.part_range(q)[0]))
-                            for q in self._col_parts if grid.row_of(q) != grid.row_of(rank)}
+            self._needed = {
+                q: torch.from_numpy(shard.halo[shard.halo_segment(q)] - int(book.part_range(q)[0]))
+                for q in self._col_parts
+                if grid.row_of(q) != grid.row_of(rank)
+            }
 
     # ------------------------------------------------------------------ set-up
     def _setup_sparse_plan(self) -> None:
@@ -97,7 +121,9 @@ class DistFullGraph:
             # Normalise over the whole row (graph degrees), then keep this replica's columns.
             indptr, indices, values = self._graph.edge_values(norm)
             keep = torch.from_numpy(self._column_mask).to(self.device)[indices]
-            rows = torch.repeat_interleave(torch.arange(self.num_rows, device=self.device), indptr.diff())
+            rows = torch.repeat_interleave(
+                torch.arange(self.num_rows, device=self.device), indptr.diff()
+            )
             indptr = torch.zeros_like(indptr)
             indptr[1:] = torch.cumsum(torch.bincount(rows[keep], minlength=self.num_rows), 0)
             adj = _csr(indptr, indices[keep], values[keep], (self.num_rows, self._graph.num_src))
@@ -119,7 +145,9 @@ class DistFullGraph:
     # ------------------------------------------------------------------ 1d-sparse exchanges
     def start_halo(self, h_NF: torch.Tensor) -> PendingExchange:
         send = [h_NF[rows] for rows in self._send_rows]
-        return self.groups.col.all_to_all_async(send, self.stage, recv_counts=self._recv_counts, codec=self.codec)
+        return self.groups.col.all_to_all_async(
+            send, self.stage, recv_counts=self._recv_counts, codec=self.codec
+        )
 
     def finish_halo(self, pending: PendingExchange, width: int) -> torch.Tensor:
         pieces = pending.wait()
@@ -131,7 +159,9 @@ class DistFullGraph:
 
     def start_halo_grad(self, g_halo_HF: torch.Tensor) -> PendingExchange:
         send = list(torch.split(g_halo_HF, self._recv_counts))
-        return self.groups.col.all_to_all_async(send, self.stage, recv_counts=self._send_counts, codec=self.codec)
+        return self.groups.col.all_to_all_async(
+            send, self.stage, recv_counts=self._send_counts, codec=self.codec
+        )
 
     def finish_halo_grad(self, pending: PendingExchange, g_NF: torch.Tensor) -> None:
         for p, rows in enumerate(pending.wait()):
@@ -150,11 +180,19 @@ class DistFullGraph:
             start, end = (int(v) for v in book.part_range(q))
             src = self.grid.row_of(q)
             if src == my_row:
-                col.broadcast(h_NF[start - shard.row_start: end - shard.row_start].contiguous(), src, self.stage,
-                              codec=self.codec)
+                col.broadcast(
+                    h_NF[start - shard.row_start : end - shard.row_start].contiguous(),
+                    src,
+                    self.stage,
+                    codec=self.codec,
+                )
                 continue
-            block = col.broadcast(torch.empty((end - start, width), dtype=h_NF.dtype, device=self.device), src,
-                                  self.stage, codec=self.codec)
+            block = col.broadcast(
+                torch.empty((end - start, width), dtype=h_NF.dtype, device=self.device),
+                src,
+                self.stage,
+                codec=self.codec,
+            )
             halo_HF[shard.halo_segment(q)] = block[self._needed[q].to(self.device)]
         return halo_HF
 
@@ -185,8 +223,9 @@ class DistFullGraph:
             offset = 0
             for q in mine:
                 start, end = (int(v) for v in book.part_range(q))
-                g_NF[start - shard.row_start: end - shard.row_start] += rows[offset: offset + end - start].to(
-                    g_NF.device, g_NF.dtype)
+                g_NF[start - shard.row_start : end - shard.row_start] += rows[
+                    offset : offset + end - start
+                ].to(g_NF.device, g_NF.dtype)
                 offset += end - start
 
 
@@ -212,8 +251,9 @@ class DistLayerGraph:
         return out
 
 
-
-def _take(queue: collections.deque, step: int, staleness: int, started: PendingExchange) -> PendingExchange:
+def _take(
+    queue: collections.deque, step: int, staleness: int, started: PendingExchange
+) -> PendingExchange:
     """Queue the exchange started at ``step``; return the one of step ``max(0, step - staleness)``,
     dropping older ones (each is waited for first, so exchanges complete in order)."""
     target = max(0, step - staleness)
@@ -268,7 +308,8 @@ class _BroadcastSpMM(torch.autograd.Function):
     def backward(ctx, g_NF):
         full = ctx.layer.full
         g_NF = g_NF.contiguous()
-        if full.groups.row.world_size > 1:  # partial gradients of a replicated output -> the true one
+        # partial gradients of a replicated output -> the true one
+        if full.groups.row.world_size > 1:
             g_NF = full.groups.row.all_reduce(g_NF.clone(), full.stage)
         _, adj_t = full.adjacency(ctx.norm)
         g_ext = adj_t @ g_NF

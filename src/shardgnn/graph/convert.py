@@ -44,54 +44,103 @@ _NUMBER = re.compile(rb"^[\s,]*[-+]?(\d|\.\d|nan|inf)", re.IGNORECASE)
 class ConvertConfig:
     """``shardgnn convert``: inputs, column names and the output directory."""
 
-    out: str = option(metavar="DIR", help="the graph directory to write (train it with the dataset spec graph:DIR)")
-    edges: str | None = option(None, metavar="FILE",
-                               help="edges: a text edge list (u v [weight] per line; whitespace or CSV; .gz), an .npy "
-                                    "[E, 2], or a table (.csv with a header, or .parquet) with --src-col/--dst-col")
-    nodes: str | None = option(None, metavar="FILE",
-                               help="node table (.csv with a header, or .parquet): --id-col, optionally --label-col, "
-                                    "--split-col and feature columns")
-    npz: str | None = option(None, metavar="FILE.npz",
-                             help="an archive of arrays: edge_index [2, E] (or src, dst), x, y, and train/val/test "
-                                  "ids (*_idx) or masks (*_mask)")
-    features: str | None = option(None, metavar="FILE", help="feature matrix, one row per node (.npy or .csv)")
-    labels: str | None = option(None, metavar="FILE",
-                                help="one integer label per node, -1 for unlabelled (.npy, or text/.csv)")
-    train: str | None = option(None, metavar="FILE", help="training node ids (.npy, text/.csv) or a boolean .npy mask")
+    out: str = option(
+        metavar="DIR",
+        help="the graph directory to write (train it with the dataset spec graph:DIR)",
+    )
+    edges: str | None = option(
+        None,
+        metavar="FILE",
+        help="edges: a text edge list (u v [weight] per line; whitespace or CSV; .gz), an .npy "
+        "[E, 2], or a table (.csv with a header, or .parquet) with --src-col/--dst-col",
+    )
+    nodes: str | None = option(
+        None,
+        metavar="FILE",
+        help="node table (.csv with a header, or .parquet): --id-col, optionally --label-col, "
+        "--split-col and feature columns",
+    )
+    npz: str | None = option(
+        None,
+        metavar="FILE.npz",
+        help="an archive of arrays: edge_index [2, E] (or src, dst), x, y, and train/val/test "
+        "ids (*_idx) or masks (*_mask)",
+    )
+    features: str | None = option(
+        None, metavar="FILE", help="feature matrix, one row per node (.npy or .csv)"
+    )
+    labels: str | None = option(
+        None,
+        metavar="FILE",
+        help="one integer label per node, -1 for unlabelled (.npy, or text/.csv)",
+    )
+    train: str | None = option(
+        None, metavar="FILE", help="training node ids (.npy, text/.csv) or a boolean .npy mask"
+    )
     val: str | None = option(None, metavar="FILE", help="validation node ids or mask (as --train)")
     test: str | None = option(None, metavar="FILE", help="test node ids or mask (as --train)")
-    split: tuple[float, ...] = option((0.6, 0.2, 0.2), metavar="TRAIN,VAL,TEST",
-                                      help="fractions of a random split of the labelled nodes, used when no split is "
-                                           "given")
+    split: tuple[float, ...] = option(
+        (0.6, 0.2, 0.2),
+        metavar="TRAIN,VAL,TEST",
+        help="fractions of a random split of the labelled nodes, used when no split is given",
+    )
     seed: int = option(0, help="seed of the random split")
-    base: str = option("0", choices=("0", "1", "auto"),
-                       help="the first node id in text edge lists and split files: 0, 1, or auto (1 iff the smallest "
-                            "edge-list id is 1)")
+    base: str = option(
+        "0",
+        choices=("0", "1", "auto"),
+        help=(
+            "the first node id in text edge lists and split files: 0, 1, or auto (1 iff the "
+            "smallest edge-list id is 1)"
+        ),
+    )
     symmetric: bool = option(False, help="add the reverse of every edge (an undirected graph)")
     id_col: str = option("id", help="node table: the node id column (node ids may be any values)")
     label_col: str = option("label", help="node table: the label column (absent: no labels)")
-    split_col: str = option("split", help="node table: the split column, train/val/test per node (absent: none)")
-    feature_cols: tuple[str, ...] | None = option(None, metavar="COL,...",
-                                                  help="node table: the feature columns (unset: every other numeric "
-                                                       "column)")
+    split_col: str = option(
+        "split", help="node table: the split column, train/val/test per node (absent: none)"
+    )
+    feature_cols: tuple[str, ...] | None = option(
+        None,
+        metavar="COL,...",
+        help="node table: the feature columns (unset: every other numeric column)",
+    )
     src_col: str = option("src", help="edge table: the source node column")
     dst_col: str = option("dst", help="edge table: the destination node column")
     weight_col: str | None = option(None, help="edge table: an edge weight column")
-    name: str | None = option(None, help="the dataset name recorded in the graph (unset: the output folder's name)")
+    name: str | None = option(
+        None, help="the dataset name recorded in the graph (unset: the output folder's name)"
+    )
     overwrite: bool = option(False, help="replace an existing graph directory")
 
     def __post_init__(self) -> None:
         if (self.edges is None) == (self.npz is None):
-            raise ConfigError("give the edges once: --edges FILE (with optional --nodes, --features, --labels, "
-                              "--train/--val/--test) or --npz FILE")
+            raise ConfigError(
+                "give the edges once: --edges FILE (with optional --nodes, --features, --labels, "
+                "--train/--val/--test) or --npz FILE"
+            )
         if self.npz is not None and self.nodes is not None:
-            raise ConfigError("--nodes describes the nodes of an --edges table; an --npz archive holds its own")
-        if self.nodes is not None and (self.features or self.labels or any(getattr(self, s) for s in SPLITS)):
-            raise ConfigError("with --nodes, features, labels and splits come from the node table's columns; drop "
-                              "--features/--labels/--train/--val/--test (or drop --nodes)")
-        if len(self.split) != 3 or min(self.split) < 0 or not 0 < sum(self.split) <= 1 + 1e-9 or self.split[0] <= 0:
-            raise invalid(self, "split", "three non-negative fractions train,val,test with a positive train "
-                                         "fraction, summing to at most 1 (e.g. 0.6,0.2,0.2)")
+            raise ConfigError(
+                "--nodes describes the nodes of an --edges table; an --npz archive holds its own"
+            )
+        if self.nodes is not None and (
+            self.features or self.labels or any(getattr(self, s) for s in SPLITS)
+        ):
+            raise ConfigError(
+                "with --nodes, features, labels and splits come from the node table's columns; "
+                "drop --features/--labels/--train/--val/--test (or drop --nodes)"
+            )
+        if (
+            len(self.split) != 3
+            or min(self.split) < 0
+            or not 0 < sum(self.split) <= 1 + 1e-9
+            or self.split[0] <= 0
+        ):
+            raise invalid(
+                self,
+                "split",
+                "three non-negative fractions train,val,test with a positive train "
+                "fraction, summing to at most 1 (e.g. 0.6,0.2,0.2)",
+            )
 
 
 def convert(config: ConvertConfig) -> Graph:
@@ -111,15 +160,19 @@ def convert(config: ConvertConfig) -> Graph:
     return graph
 
 
-# ---------------------------------------------------------------------------------------------- edge list + files
+# -------------------------------------------------------------------------------- edge list + files
 def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
     path = Path(config.edges)  # type: ignore[arg-type]
     base: int | str = config.base if config.base == "auto" else int(config.base)
     if path.suffix == ".npy":
         pairs = load_npy(path)
         if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
-            raise DatasetError(f"holds a {pairs.dtype} array of shape {list(pairs.shape)}, not integer [E, 2] edges",
-                               path, "save the edges as numpy.save(path, np.stack([src, dst], axis=1))")
+            raise DatasetError(
+                f"holds a {pairs.dtype} array of shape {list(pairs.shape)}, not integer [E, 2] "
+                "edges",
+                path,
+                "save the edges as numpy.save(path, np.stack([src, dst], axis=1))",
+            )
         offset = (1 if pairs.size and pairs.min() == 1 else 0) if base == "auto" else int(base)
         graph = Graph.from_edge_index(pairs[:, 0] - offset, pairs[:, 1] - offset, name=name)
         base = offset
@@ -139,13 +192,24 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
         y = _integer_labels(y, Path(config.labels))
         num_nodes = _node_count(num_nodes, y.shape[0], Path(config.labels), "labels")
     if x is not None and y is not None and x.shape[0] != y.shape[0]:
-        raise DatasetError(f"{y.shape[0]:,} labels but {x.shape[0]:,} feature rows", config.labels,
-                           "give one label and one feature row per node")
+        raise DatasetError(
+            f"{y.shape[0]:,} labels but {x.shape[0]:,} feature rows",
+            config.labels,
+            "give one label and one feature row per node",
+        )
     graph = _resize(graph, num_nodes)
-    splits = {s: _read_split(Path(getattr(config, s)), num_nodes, int(base), s)
-              for s in SPLITS if getattr(config, s) is not None}
-    return dataclasses.replace(graph, x=x, y=y, num_classes=_num_classes(y),
-                               **{f"{s}_idx": idx for s, idx in splits.items()})
+    splits = {
+        s: _read_split(Path(getattr(config, s)), num_nodes, int(base), s)
+        for s in SPLITS
+        if getattr(config, s) is not None
+    }
+    return dataclasses.replace(
+        graph,
+        x=x,
+        y=y,
+        num_classes=_num_classes(y),
+        **{f"{s}_idx": idx for s, idx in splits.items()},
+    )
 
 
 def _smallest_id(path: Path) -> int:
@@ -156,8 +220,11 @@ def _smallest_id(path: Path) -> int:
 def _node_count(edge_nodes: int, rows: int, path: Path, what: str) -> int:
     """Nodes = rows of the per-node file; edges may not name a node beyond it."""
     if rows < edge_nodes:
-        raise DatasetError(f"{rows:,} {what}, but the edges name node {edge_nodes - 1:,}", path,
-                           "give one row per node, for every node the edges name")
+        raise DatasetError(
+            f"{rows:,} {what}, but the edges name node {edge_nodes - 1:,}",
+            path,
+            "give one row per node, for every node the edges name",
+        )
     return rows
 
 
@@ -165,7 +232,9 @@ def _resize(graph: Graph, num_nodes: int) -> Graph:
     """The graph with isolated nodes appended up to ``num_nodes`` (nodes no edge names)."""
     if num_nodes == graph.num_nodes:
         return graph
-    indptr = np.concatenate([graph.indptr, np.full(num_nodes - graph.num_nodes, graph.indptr[-1], np.int64)])
+    indptr = np.concatenate(
+        [graph.indptr, np.full(num_nodes - graph.num_nodes, graph.indptr[-1], np.int64)]
+    )
     return dataclasses.replace(graph, indptr=indptr)
 
 
@@ -178,8 +247,14 @@ def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
         return array.astype(dtype, copy=False)
     data = read_text_bytes(path)
     first, _, rest = data.partition(b"\n")
-    header = bool(first.strip()) and not first.lstrip().startswith((b"#", b"%")) and not _NUMBER.match(first)
-    values, _ = parse_numeric_table(rest if header else data, path, np.float64, first_line=2 if header else 1)
+    header = (
+        bool(first.strip())
+        and not first.lstrip().startswith((b"#", b"%"))
+        and not _NUMBER.match(first)
+    )
+    values, _ = parse_numeric_table(
+        rest if header else data, path, np.float64, first_line=2 if header else 1
+    )
     if values.size == 0:
         raise DatasetError(f"holds no {what}", path)
     return values.astype(dtype, copy=False)
@@ -187,9 +262,12 @@ def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
 
 def _integer_labels(y: np.ndarray, path: Path | str) -> np.ndarray:
     if not np.all(np.isfinite(y)) or np.any(y != np.floor(y)) or (y.size and y.min() < -1):
-        raise DatasetError("labels must be integers >= 0 (-1 for unlabelled nodes)", path,
-                           "map class names to 0..C-1 first, or use a node table (--nodes), whose labels may be any "
-                           "values")
+        raise DatasetError(
+            "labels must be integers >= 0 (-1 for unlabelled nodes)",
+            path,
+            "map class names to 0..C-1 first, or use a node table (--nodes), whose labels may be "
+            "any values",
+        )
     return y.astype(np.int64)
 
 
@@ -202,21 +280,27 @@ def _read_split(path: Path, num_nodes: int, base: int, split: str) -> np.ndarray
         array = load_npy(path)
         if array.dtype == np.bool_:
             if array.shape != (num_nodes,):
-                raise DatasetError(f"a boolean mask of shape {list(array.shape)} for {num_nodes:,} nodes", path,
-                                   "give one entry per node, or the node ids of the split")
+                raise DatasetError(
+                    f"a boolean mask of shape {list(array.shape)} for {num_nodes:,} nodes",
+                    path,
+                    "give one entry per node, or the node ids of the split",
+                )
             return np.flatnonzero(array).astype(np.int64)
     ids = _read_array(path, np.float64, f"{split} node ids").reshape(-1)
     if not np.all(ids == np.floor(ids)):
         raise DatasetError(f"{split} node ids must be integers", path)
     ids = ids.astype(np.int64) - base
     if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
-        raise DatasetError(f"{split} node ids must lie in [{base}, {num_nodes - 1 + base}]; found "
-                           f"[{ids.min() + base}, {ids.max() + base}]", path,
-                           "use the node numbering of the edge list (--base says where it starts)")
+        raise DatasetError(
+            f"{split} node ids must lie in [{base}, {num_nodes - 1 + base}]; found "
+            f"[{ids.min() + base}, {ids.max() + base}]",
+            path,
+            "use the node numbering of the edge list (--base says where it starts)",
+        )
     return np.unique(ids)
 
 
-# ---------------------------------------------------------------------------------------------- tables
+# ------------------------------------------------------------------------------------------- tables
 def _is_table(path: Path) -> bool:
     """A Parquet file, or a CSV whose first line is a header (text edge lists have none)."""
     if path.suffix.lower() in _TABLE_SUFFIXES:
@@ -224,15 +308,22 @@ def _is_table(path: Path) -> bool:
     if path.suffix.lower() == ".npy" or not path.is_file():
         return False
     first = read_text_bytes(path).partition(b"\n")[0]
-    return bool(first.strip()) and not first.lstrip().startswith((b"#", b"%")) and not _NUMBER.match(first)
+    return (
+        bool(first.strip())
+        and not first.lstrip().startswith((b"#", b"%"))
+        and not _NUMBER.match(first)
+    )
 
 
 def _read_table(path: Path) -> Any:
     try:
         import pandas as pd
     except ImportError:
-        raise DatasetError("reading tables needs pandas (and pyarrow for Parquet)", path,
-                           "pip install pandas pyarrow") from None
+        raise DatasetError(
+            "reading tables needs pandas (and pyarrow for Parquet)",
+            path,
+            "pip install pandas pyarrow",
+        ) from None
     if not path.is_file():
         raise DatasetError("file is missing", path)
     try:
@@ -242,14 +333,18 @@ def _read_table(path: Path) -> Any:
     except ImportError as exc:
         raise DatasetError(f"cannot read Parquet ({exc})", path, "pip install pyarrow") from None
     except Exception as exc:  # pandas/pyarrow raise many types for a damaged file
-        raise DatasetError(f"not a readable table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
-                           path) from None
+        raise DatasetError(
+            f"not a readable table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})", path
+        ) from None
 
 
 def _column(table: Any, column: str, path: Path, flag: str) -> Any:
     if column not in table.columns:
-        raise DatasetError(f"has no column {column!r} (columns: {', '.join(map(str, table.columns))})", path,
-                           f"name the column with {flag}")
+        raise DatasetError(
+            f"has no column {column!r} (columns: {', '.join(map(str, table.columns))})",
+            path,
+            f"name the column with {flag}",
+        )
     return table[column]
 
 
@@ -260,24 +355,39 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     dst = _column(edges, config.dst_col, edges_path, "--dst-col").to_numpy()
     weight = None
     if config.weight_col is not None:
-        weight = _column(edges, config.weight_col, edges_path, "--weight-col").to_numpy(dtype=np.float32)
+        weight = _column(edges, config.weight_col, edges_path, "--weight-col").to_numpy(
+            dtype=np.float32
+        )
     if config.nodes is None:
         # No node table: ids are integers, numbered from --base.
         ids = np.stack([src, dst], axis=1)
         if not np.issubdtype(ids.dtype, np.integer):
-            raise DatasetError(f"columns {config.src_col}/{config.dst_col} hold {ids.dtype} values", edges_path,
-                               "give integer node ids, or a node table (--nodes) that lists every id")
-        offset = (1 if ids.size and ids.min() == 1 else 0) if config.base == "auto" else int(config.base)
-        return Graph.from_edge_index(ids[:, 0] - offset, ids[:, 1] - offset, edge_weight=weight, name=name)
+            raise DatasetError(
+                f"columns {config.src_col}/{config.dst_col} hold {ids.dtype} values",
+                edges_path,
+                "give integer node ids, or a node table (--nodes) that lists every id",
+            )
+        offset = (
+            (1 if ids.size and ids.min() == 1 else 0) if config.base == "auto" else int(config.base)
+        )
+        return Graph.from_edge_index(
+            ids[:, 0] - offset, ids[:, 1] - offset, edge_weight=weight, name=name
+        )
     nodes_path = Path(config.nodes)
     nodes = _read_table(nodes_path)
     node_ids = _column(nodes, config.id_col, nodes_path, "--id-col")
     if node_ids.duplicated().any():
-        raise DatasetError(f"node id {node_ids[node_ids.duplicated()].iloc[0]!r} appears twice in column "
-                           f"{config.id_col!r}", nodes_path, "list every node once")
+        raise DatasetError(
+            f"node id {node_ids[node_ids.duplicated()].iloc[0]!r} appears twice in column "
+            f"{config.id_col!r}",
+            nodes_path,
+            "list every node once",
+        )
     index = {value: i for i, value in enumerate(node_ids.tolist())}
-    src_i, dst_i = (_map_ids(values, index, edges_path, column, nodes_path)
-                    for values, column in ((src, config.src_col), (dst, config.dst_col)))
+    src_i, dst_i = (
+        _map_ids(values, index, edges_path, column, nodes_path)
+        for values, column in ((src, config.src_col), (dst, config.dst_col))
+    )
     num_nodes = len(index)
     fields: dict[str, Any] = {}
     used = {config.id_col}
@@ -287,16 +397,22 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     if config.split_col in nodes.columns:
         fields.update(_table_splits(nodes[config.split_col], nodes_path, config.split_col))
         used.add(config.split_col)
-    columns = list(config.feature_cols) if config.feature_cols else [
-        c for c in nodes.columns if c not in used and _numeric(nodes[c])]
+    columns = (
+        list(config.feature_cols)
+        if config.feature_cols
+        else [c for c in nodes.columns if c not in used and _numeric(nodes[c])]
+    )
     if columns:
         for column in columns:
             _column(nodes, column, nodes_path, "--feature-cols")
         try:
             fields["x"] = np.ascontiguousarray(nodes[columns].to_numpy(dtype=np.float32))
         except (TypeError, ValueError) as exc:
-            raise DatasetError(f"feature columns {columns} are not all numeric ({exc})", nodes_path,
-                               "name numeric columns with --feature-cols") from None
+            raise DatasetError(
+                f"feature columns {columns} are not all numeric ({exc})",
+                nodes_path,
+                "name numeric columns with --feature-cols",
+            ) from None
     return Graph.from_edge_index(src_i, dst_i, num_nodes, edge_weight=weight, name=name, **fields)
 
 
@@ -307,13 +423,19 @@ def _numeric(column: Any) -> bool:
     return is_numeric_dtype(column.dtype) and not is_bool_dtype(column.dtype)
 
 
-def _map_ids(values: np.ndarray, index: dict[Any, int], path: Path, column: str, nodes_path: Path) -> np.ndarray:
+def _map_ids(
+    values: np.ndarray, index: dict[Any, int], path: Path, column: str, nodes_path: Path
+) -> np.ndarray:
     out = np.empty(len(values), dtype=np.int64)
     for i, value in enumerate(values.tolist()):
         position = index.get(value)
         if position is None:
-            raise DatasetError(f"row {i + 1} of column {column!r} names node {value!r}, which the node table does "
-                               f"not list", path, f"add it to {nodes_path} or drop the edge")
+            raise DatasetError(
+                f"row {i + 1} of column {column!r} names node {value!r}, which the node table does "
+                f"not list",
+                path,
+                f"add it to {nodes_path} or drop the edge",
+            )
         out[i] = position
     return out
 
@@ -324,10 +446,14 @@ def _table_labels(column: Any, path: Path) -> tuple[np.ndarray, int]:
     present = column.notna().to_numpy()
     values = column[present]
     y = np.full(len(column), -1, dtype=np.int64)
-    if _numeric(values) and np.all(values.to_numpy(dtype=np.float64) == np.floor(values.to_numpy(dtype=np.float64))):
+    if _numeric(values) and np.all(
+        values.to_numpy(dtype=np.float64) == np.floor(values.to_numpy(dtype=np.float64))
+    ):
         y[present] = values.to_numpy().astype(np.int64)
         if (y[present] < -1).any():
-            raise DatasetError("integer labels must be >= 0 (-1 or empty for unlabelled nodes)", path)
+            raise DatasetError(
+                "integer labels must be >= 0 (-1 or empty for unlabelled nodes)", path
+            )
     else:
         classes = sorted(set(values.astype(str).tolist()))
         lookup = {c: i for i, c in enumerate(classes)}
@@ -339,11 +465,16 @@ def _table_splits(column: Any, path: Path, name: str) -> dict[str, np.ndarray]:
     values = column.fillna("").astype(str).str.strip().str.lower().to_numpy()
     unknown = sorted(set(values) - {"train", "val", "valid", "validation", "test", ""})
     if unknown:
-        raise DatasetError(f"column {name!r} holds {unknown[:3]}; a split is train, val (or valid) or test, or "
-                           "empty", path)
-    return {"train_idx": np.flatnonzero(values == "train").astype(np.int64),
-            "val_idx": np.flatnonzero(np.isin(values, ("val", "valid", "validation"))).astype(np.int64),
-            "test_idx": np.flatnonzero(values == "test").astype(np.int64)}
+        raise DatasetError(
+            f"column {name!r} holds {unknown[:3]}; a split is train, val (or valid) or test, or "
+            "empty",
+            path,
+        )
+    return {
+        "train_idx": np.flatnonzero(values == "train").astype(np.int64),
+        "val_idx": np.flatnonzero(np.isin(values, ("val", "valid", "validation"))).astype(np.int64),
+        "test_idx": np.flatnonzero(values == "test").astype(np.int64),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- npz
@@ -354,8 +485,11 @@ def _from_npz(path: Path, name: str) -> Graph:
         archive = np.load(path, allow_pickle=False)
         arrays = {key: archive[key] for key in archive.files}
     except (OSError, ValueError, EOFError) as exc:
-        raise DatasetError(f"not a readable .npz archive ({type(exc).__name__}: {exc})", path,
-                           "write it with numpy.savez(path, edge_index=..., x=..., y=...)") from None
+        raise DatasetError(
+            f"not a readable .npz archive ({type(exc).__name__}: {exc})",
+            path,
+            "write it with numpy.savez(path, edge_index=..., x=..., y=...)",
+        ) from None
     if "edge_index" in arrays:
         edge_index = arrays["edge_index"]
         if edge_index.ndim != 2 or edge_index.shape[0] != 2:
@@ -364,12 +498,17 @@ def _from_npz(path: Path, name: str) -> Graph:
     elif "src" in arrays and "dst" in arrays:
         src, dst = arrays["src"], arrays["dst"]
     else:
-        raise DatasetError(f"holds no edges (arrays: {', '.join(sorted(arrays)) or 'none'})", path,
-                           "store them as edge_index [2, E], or as src and dst")
+        raise DatasetError(
+            f"holds no edges (arrays: {', '.join(sorted(arrays)) or 'none'})",
+            path,
+            "store them as edge_index [2, E], or as src and dst",
+        )
     x = arrays.get("x")
     y = arrays.get("y")
-    num_nodes = max(int(max(src.max(initial=-1), dst.max(initial=-1))) + 1,
-                    *(a.shape[0] for a in (x, y) if a is not None))
+    num_nodes = max(
+        int(max(src.max(initial=-1), dst.max(initial=-1))) + 1,
+        *(a.shape[0] for a in (x, y) if a is not None),
+    )
     fields: dict[str, Any] = {"name": name}
     if x is not None:
         fields["x"] = np.ascontiguousarray(x.reshape(len(x), -1), dtype=np.float32)
@@ -380,20 +519,27 @@ def _from_npz(path: Path, name: str) -> Graph:
         if f"{split}_idx" in arrays:
             fields[f"{split}_idx"] = np.unique(arrays[f"{split}_idx"].astype(np.int64))
         elif f"{split}_mask" in arrays:
-            fields[f"{split}_idx"] = np.flatnonzero(arrays[f"{split}_mask"].astype(bool)).astype(np.int64)
+            fields[f"{split}_idx"] = np.flatnonzero(arrays[f"{split}_mask"].astype(bool)).astype(
+                np.int64
+            )
     weight = arrays.get("edge_weight")
     return Graph.from_edge_index(src, dst, num_nodes, edge_weight=weight, **fields)
 
 
-# ---------------------------------------------------------------------------------------------- splits
+# ------------------------------------------------------------------------------------------- splits
 def _with_split(graph: Graph, config: ConvertConfig) -> Graph:
     """A random split of the labelled nodes when the graph has labels and no split at all."""
-    if graph.y is None or any(getattr(graph, f"{s}_idx") is not None and len(getattr(graph, f"{s}_idx"))
-                              for s in SPLITS):
+    if graph.y is None or any(
+        getattr(graph, f"{s}_idx") is not None and len(getattr(graph, f"{s}_idx")) for s in SPLITS
+    ):
         return graph
-    labelled = np.random.default_rng(config.seed).permutation(np.flatnonzero(np.asarray(graph.y) >= 0))
+    labelled = np.random.default_rng(config.seed).permutation(
+        np.flatnonzero(np.asarray(graph.y) >= 0)
+    )
     ends = np.cumsum([int(round(f * labelled.size)) for f in config.split]).clip(max=labelled.size)
-    train_idx, val_idx, test_idx = (np.sort(part) for part in np.split(labelled[:ends[-1]], ends[:-1]))
+    train_idx, val_idx, test_idx = (
+        np.sort(part) for part in np.split(labelled[: ends[-1]], ends[:-1])
+    )
     return dataclasses.replace(graph, train_idx=train_idx, val_idx=val_idx, test_idx=test_idx)
 
 

@@ -81,7 +81,9 @@ class Graph:
         src = np.asarray(src)
         dst = np.asarray(dst)
         if src.shape != dst.shape or src.ndim != 1:
-            raise DatasetError(f"edge arrays must be 1-D and of equal length, got {src.shape} and {dst.shape}")
+            raise DatasetError(
+                f"edge arrays must be 1-D and of equal length, got {src.shape} and {dst.shape}"
+            )
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
         if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
@@ -104,13 +106,19 @@ class Graph:
             y = data.y.cpu().numpy().astype(np.int64).reshape(-1)
             node_data["y"] = y
             node_data["num_classes"] = int(y.max()) + 1 if y.size else 0
-        for split, key in (("train_mask", "train_idx"), ("val_mask", "val_idx"), ("test_mask", "test_idx")):
+        for split, key in (
+            ("train_mask", "train_idx"),
+            ("val_mask", "val_idx"),
+            ("test_mask", "test_idx"),
+        ):
             mask = getattr(data, split, None)
             if mask is not None:
                 node_data[key] = np.flatnonzero(mask.cpu().numpy()).astype(np.int64)
         weight = getattr(data, "edge_weight", None)
         weight = None if weight is None else weight.cpu().numpy()
-        graph = cls.from_edge_index(edge_index[0], edge_index[1], num_nodes, edge_weight=weight, **node_data)
+        graph = cls.from_edge_index(
+            edge_index[0], edge_index[1], num_nodes, edge_weight=weight, **node_data
+        )
         graph.validate()
         return graph
 
@@ -120,14 +128,21 @@ class Graph:
         from torch_geometric.data import Data
 
         src, dst = self.edge_index()
-        data = Data(edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)), num_nodes=self.num_nodes)
+        data = Data(
+            edge_index=torch.from_numpy(np.stack([src, dst]).astype(np.int64)),
+            num_nodes=self.num_nodes,
+        )
         if self.x is not None:
             data.x = torch.from_numpy(np.asarray(self.x, dtype=np.float32))
         if self.y is not None:
             data.y = torch.from_numpy(np.asarray(self.y))
         if self.edge_weight is not None:
             data.edge_weight = torch.from_numpy(np.asarray(self.edge_weight))
-        for key, mask_name in (("train_idx", "train_mask"), ("val_idx", "val_mask"), ("test_idx", "test_mask")):
+        for key, mask_name in (
+            ("train_idx", "train_mask"),
+            ("val_idx", "val_mask"),
+            ("test_idx", "test_mask"),
+        ):
             idx = getattr(self, key)
             if idx is not None:
                 mask = torch.zeros(self.num_nodes, dtype=torch.bool)
@@ -184,7 +199,11 @@ class Graph:
     def symmetrize(self) -> "Graph":
         """Add the reverse of every edge, then coalesce (the result is undirected)."""
         src, dst = self.edge_index()
-        weight = None if self.edge_weight is None else np.concatenate([self.edge_weight, self.edge_weight])
+        weight = (
+            None
+            if self.edge_weight is None
+            else np.concatenate([self.edge_weight, self.edge_weight])
+        )
         both = self._with_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), weight)
         return both.coalesce()
 
@@ -201,7 +220,9 @@ class Graph:
         loops = np.arange(self.num_nodes, dtype=src.dtype)
         weight = None
         if g.edge_weight is not None:
-            weight = np.concatenate([g.edge_weight, np.full(self.num_nodes, fill_weight, np.float32)])
+            weight = np.concatenate(
+                [g.edge_weight, np.full(self.num_nodes, fill_weight, np.float32)]
+            )
         return g._with_edges(np.concatenate([src, loops]), np.concatenate([dst, loops]), weight)
 
     def is_symmetric(self) -> bool:
@@ -221,30 +242,50 @@ class Graph:
             raise DatasetError(problem, where, fix)
 
         if self.indptr.ndim != 1 or self.indptr.shape[0] < 1 or self.indptr[0] != 0:
-            fail("indptr must be a 1-D array starting at 0", "rebuild the CSR with Graph.from_edge_index")
+            fail(
+                "indptr must be a 1-D array starting at 0",
+                "rebuild the CSR with Graph.from_edge_index",
+            )
         if self.indptr[-1] != self.indices.shape[0]:
-            fail(f"indptr ends at {self.indptr[-1]} but there are {self.indices.shape[0]} indices",
-                 "the CSR is truncated; rebuild it")
+            fail(
+                f"indptr ends at {self.indptr[-1]} but there are {self.indices.shape[0]} indices",
+                "the CSR is truncated; rebuild it",
+            )
         if n and np.any(np.diff(self.indptr) < 0):
             fail("indptr is not non-decreasing", "rebuild the CSR with Graph.from_edge_index")
         if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= n):
-            fail(f"neighbour ids must lie in [0, {n}), found [{self.indices.min()}, {self.indices.max()}]",
-                 "drop or renumber the offending edges")
+            fail(
+                f"neighbour ids must lie in [0, {n}), found [{self.indices.min()}, "
+                f"{self.indices.max()}]",
+                "drop or renumber the offending edges",
+            )
         if self.edge_weight is not None and self.edge_weight.shape != self.indices.shape:
-            fail(f"{self.edge_weight.shape[0]} edge weights for {self.indices.shape[0]} edges",
-                 "give exactly one weight per edge")
+            fail(
+                f"{self.edge_weight.shape[0]} edge weights for {self.indices.shape[0]} edges",
+                "give exactly one weight per edge",
+            )
         if self.x is not None:
             if self.x.ndim != 2 or self.x.shape[0] != n:
-                fail(f"features have shape {self.x.shape}, expected ({n}, F)", "give one feature row per node")
+                fail(
+                    f"features have shape {self.x.shape}, expected ({n}, F)",
+                    "give one feature row per node",
+                )
         if self.y is not None:
             if self.y.ndim != 1 or self.y.shape[0] != n:
-                fail(f"{self.y.shape[0] if self.y.ndim else 0} labels for {n} nodes", "give one label per node")
+                fail(
+                    f"{self.y.shape[0] if self.y.ndim else 0} labels for {n} nodes",
+                    "give one label per node",
+                )
             if self.y.size and self.y.max() >= max(self.num_classes, 1):
-                fail(f"label {self.y.max()} is not below num_classes={self.num_classes}",
-                     "set num_classes to max(label) + 1")
+                fail(
+                    f"label {self.y.max()} is not below num_classes={self.num_classes}",
+                    "set num_classes to max(label) + 1",
+                )
             if self.y.size and self.y.min() < -1:
-                fail(f"label {self.y.min()} is negative (only -1 may mark an unlabelled node)",
-                     "relabel classes as 0..C-1")
+                fail(
+                    f"label {self.y.min()} is negative (only -1 may mark an unlabelled node)",
+                    "relabel classes as 0..C-1",
+                )
         seen: dict[str, np.ndarray] = {}
         for key in ("train_idx", "val_idx", "test_idx"):
             idx = getattr(self, key)
@@ -259,7 +300,9 @@ class Graph:
             for other, other_idx in seen.items():
                 both = np.intersect1d(idx, other_idx)
                 if both.size:
-                    fail(f"{key} and {other} overlap in {both.size} nodes (e.g. node {both[0]})",
-                         "make the splits disjoint")
+                    fail(
+                        f"{key} and {other} overlap in {both.size} nodes (e.g. node {both[0]})",
+                        "make the splits disjoint",
+                    )
             seen[key] = idx
         return self

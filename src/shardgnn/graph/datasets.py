@@ -1,4 +1,5 @@
-"""Dataset specs: one string names a dataset everywhere (``shardgnn info``, ``train``, ``partition``).
+"""Dataset specs: one string names a dataset everywhere (``shardgnn info``, ``train``,
+``partition``).
 
 Grammar: ``NAME[:key=value,key=value...]``. Examples::
 
@@ -53,21 +54,27 @@ class DatasetSpec:
     @classmethod
     def parse(cls, spec: str) -> "DatasetSpec":
         if not isinstance(spec, str) or not spec.strip():
-            raise DatasetError(f"empty dataset spec {spec!r}", fix=f"name one of: {', '.join(known_datasets())}")
+            raise DatasetError(
+                f"empty dataset spec {spec!r}", fix=f"name one of: {', '.join(known_datasets())}"
+            )
         name, _, rest = spec.strip().partition(":")
         name = name.strip().lower()
         items = [item for item in rest.split(",") if item.strip()] if rest else []
         path = None
         if name in _PATH_DATASETS:
             if not items:
-                raise DatasetError(f"`{name}:` needs a path, e.g. {name}:/data/{_PATH_DATASETS[name]}")
+                raise DatasetError(
+                    f"`{name}:` needs a path, e.g. {name}:/data/{_PATH_DATASETS[name]}"
+                )
             path, items = items[0].strip(), items[1:]
         options = {}
         for item in items:
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
-                raise DatasetError(f"option {item!r} in dataset spec {spec!r} is not key=value",
-                                   fix="write options as NAME:key=value,key=value")
+                raise DatasetError(
+                    f"option {item!r} in dataset spec {spec!r} is not key=value",
+                    fix="write options as NAME:key=value,key=value",
+                )
             options[key.strip().lower()] = value.strip()
         return cls(name=name, options=options, path=path)
 
@@ -82,34 +89,53 @@ class DatasetSpec:
         try:
             value = int(float(raw)) if "e" in raw.lower() else int(raw)
         except ValueError:
-            raise DatasetError(f"option {key}={raw!r} of dataset {self.name!r} is not an integer") from None
+            raise DatasetError(
+                f"option {key}={raw!r} of dataset {self.name!r} is not an integer"
+            ) from None
         if minimum is not None and value < minimum:
-            raise DatasetError(f"option {key}={value} of dataset {self.name!r} must be >= {minimum}")
+            raise DatasetError(
+                f"option {key}={value} of dataset {self.name!r} must be >= {minimum}"
+            )
         return value
 
-    def take_float(self, key: str, default: float | None = None, lo: float | None = None,
-                   hi: float | None = None) -> float:
+    def take_float(
+        self,
+        key: str,
+        default: float | None = None,
+        lo: float | None = None,
+        hi: float | None = None,
+    ) -> float:
         raw = self.options.pop(key, None)
         if raw is None:
             return float(self._default(key, default))  # type: ignore[arg-type]
         try:
             value = float(raw)
         except ValueError:
-            raise DatasetError(f"option {key}={raw!r} of dataset {self.name!r} is not a number") from None
+            raise DatasetError(
+                f"option {key}={raw!r} of dataset {self.name!r} is not a number"
+            ) from None
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise DatasetError(f"option {key}={value} of dataset {self.name!r} must lie in [{lo}, {hi}]")
+            raise DatasetError(
+                f"option {key}={value} of dataset {self.name!r} must lie in [{lo}, {hi}]"
+            )
         return value
 
-    def take_str(self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
+    def take_str(
+        self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None
+    ) -> str:
         value = self.options.pop(key, str(self._default(key, default)))
         if choices is not None and value not in choices:
-            raise DatasetError(f"option {key}={value!r} of dataset {self.name!r} must be one of {choices}")
+            raise DatasetError(
+                f"option {key}={value!r} of dataset {self.name!r} must be one of {choices}"
+            )
         return value
 
     def finish(self) -> None:
         """Refuse options nobody consumed (a typo must not be silently ignored)."""
         if self.options:
-            raise DatasetError(f"unknown option(s) {sorted(self.options)} for dataset {self.name!r}")
+            raise DatasetError(
+                f"unknown option(s) {sorted(self.options)} for dataset {self.name!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +154,9 @@ def _planetoid(name: str) -> DatasetEntry:
         spec.finish()
         return load_planetoid(_find_folder(data_dir, [name]), name, nonfinite=nonfinite)
 
-    return DatasetEntry(f"Planetoid {name} (ind.{name}.* files, public split)", load, {"nonfinite": "error"})
+    return DatasetEntry(
+        f"Planetoid {name} (ind.{name}.* files, public split)", load, {"nonfinite": "error"}
+    )
 
 
 def _gnn_benchmark(name: str, folders: list[str], filename: str) -> DatasetEntry:
@@ -140,10 +168,15 @@ def _gnn_benchmark(name: str, folders: list[str], filename: str) -> DatasetEntry
         nonfinite = spec.take_str("nonfinite", choices=("error", "zero"))
         spec.finish()
         folder = _find_folder(data_dir, folders)
-        return load_gnn_benchmark(folder / filename, name, split=split, seed=seed, nonfinite=nonfinite)
+        return load_gnn_benchmark(
+            folder / filename, name, split=split, seed=seed, nonfinite=nonfinite
+        )
 
-    return DatasetEntry(f"{name} (gnn-benchmark .npz; split=per-class (20/30 per class) or 60-20-20)", load,
-                        {"split": "per-class", "seed": "0", "nonfinite": "error"})
+    return DatasetEntry(
+        f"{name} (gnn-benchmark .npz; split=per-class (20/30 per class) or 60-20-20)",
+        load,
+        {"split": "per-class", "seed": "0", "nonfinite": "error"},
+    )
 
 
 def _ogb(name: str) -> DatasetEntry:
@@ -155,8 +188,11 @@ def _ogb(name: str) -> DatasetEntry:
         spec.finish()
         return load_ogb_nodeprop(data_dir, name, download=download, nonfinite=nonfinite)
 
-    return DatasetEntry(f"OGB {name} (raw csv.gz layout; downloaded when absent)", load,
-                        {"download": "1", "nonfinite": "error"})
+    return DatasetEntry(
+        f"OGB {name} (raw csv.gz layout; downloaded when absent)",
+        load,
+        {"download": "1", "nonfinite": "error"},
+    )
 
 
 def _snap(name: str, folder: str, filename: str) -> DatasetEntry:
@@ -165,7 +201,9 @@ def _snap(name: str, folder: str, filename: str) -> DatasetEntry:
 
         symmetric = spec.take_int("symmetric", minimum=0) != 0
         spec.finish()
-        graph = load_edge_list(_find_folder(data_dir, [folder]) / filename, base="auto", symmetric=symmetric)
+        graph = load_edge_list(
+            _find_folder(data_dir, [folder]) / filename, base="auto", symmetric=symmetric
+        )
         graph.name = name
         return graph
 
@@ -179,7 +217,11 @@ def _file(spec: DatasetSpec, data_dir: Path) -> Graph:
     symmetric = spec.take_int("symmetric", minimum=0) != 0
     spec.finish()
     assert spec.path is not None
-    return load_edge_list(Path(spec.path).expanduser(), base=base if base == "auto" else int(base), symmetric=symmetric)
+    return load_edge_list(
+        Path(spec.path).expanduser(),
+        base=base if base == "auto" else int(base),
+        symmetric=symmetric,
+    )
 
 
 def _graph_dir(spec: DatasetSpec, data_dir: Path) -> Graph:
@@ -198,23 +240,37 @@ def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
 
 
 _REGISTRY: dict[str, DatasetEntry] = {
-    "synthetic": DatasetEntry("power-law graph with learnable labels (built-in default)", _synthetic),
+    "synthetic": DatasetEntry(
+        "power-law graph with learnable labels (built-in default)", _synthetic
+    ),
     "cora": _planetoid("cora"),
     "citeseer": _planetoid("citeseer"),
     "pubmed": _planetoid("pubmed"),
-    "amazon-computers": _gnn_benchmark("amazon-computers", ["amazon_cs", "amazon-computers"], "amazon_cs.npz"),
-    "amazon-photo": _gnn_benchmark("amazon-photo", ["amazon_photo", "amazon-photo"], "amazon_photo.npz"),
+    "amazon-computers": _gnn_benchmark(
+        "amazon-computers", ["amazon_cs", "amazon-computers"], "amazon_cs.npz"
+    ),
+    "amazon-photo": _gnn_benchmark(
+        "amazon-photo", ["amazon_photo", "amazon-photo"], "amazon_photo.npz"
+    ),
     "coauthor-cs": _gnn_benchmark("coauthor-cs", ["coauthor_cs", "coauthor-cs"], "coauthor_cs.npz"),
-    "coauthor-physics": _gnn_benchmark("coauthor-physics", ["coauthor_phy", "coauthor-physics"], "coauthor_phy.npz"),
+    "coauthor-physics": _gnn_benchmark(
+        "coauthor-physics", ["coauthor_phy", "coauthor-physics"], "coauthor_phy.npz"
+    ),
     "ogbn-arxiv": _ogb("ogbn-arxiv"),
     "ogbn-products": _ogb("ogbn-products"),
     "soc-slashdot": _snap("soc-slashdot", "soc-slashdot0902", "soc-slashdot0902-directed.jlg"),
     "ego-twitter": _snap("ego-twitter", "ego-twitter", "ego-twitter-undirected.jlg"),
-    "file": DatasetEntry("an edge-list file (no features or labels): file:PATH[,base=0|1|auto][,symmetric=1]", _file,
-                         {"base": "0", "symmetric": "0"}),
-    "graph": DatasetEntry("a graph directory (save_graph, `shardgnn convert`): graph:DIR", _graph_dir),
+    "file": DatasetEntry(
+        "an edge-list file (no features or labels): file:PATH[,base=0|1|auto][,symmetric=1]",
+        _file,
+        {"base": "0", "symmetric": "0"},
+    ),
+    "graph": DatasetEntry(
+        "a graph directory (save_graph, `shardgnn convert`): graph:DIR", _graph_dir
+    ),
 }
-_PATH_DATASETS = {"file": "edges.txt", "graph": "my-graph"}  # datasets whose spec starts with a path
+# datasets whose spec starts with a path
+_PATH_DATASETS = {"file": "edges.txt", "graph": "my-graph"}
 
 
 def known_datasets() -> list[str]:
@@ -226,7 +282,8 @@ def describe_datasets() -> str:
 
 
 def _find_folder(data_dir: Path, candidates: list[str]) -> Path:
-    """The first existing ``data_dir/<candidate>``, else ``data_dir`` itself if it holds the files."""
+    """The first existing ``data_dir/<candidate>``, else ``data_dir`` itself if it holds the
+    files."""
     for name in candidates:
         if (data_dir / name).is_dir():
             return data_dir / name
@@ -236,8 +293,10 @@ def _find_folder(data_dir: Path, candidates: list[str]) -> Path:
 def _entry(parsed: DatasetSpec) -> DatasetEntry:
     entry = _REGISTRY.get(parsed.name)
     if entry is None:
-        raise DatasetError(f"unknown dataset {parsed.name!r}",
-                           fix=f"use one of the known datasets:\n{describe_datasets()}")
+        raise DatasetError(
+            f"unknown dataset {parsed.name!r}",
+            fix=f"use one of the known datasets:\n{describe_datasets()}",
+        )
     return entry
 
 
@@ -263,12 +322,18 @@ def canonical_spec(spec: str) -> str:
     if parsed.name == "synthetic":
         from shardgnn.graph.synthetic import SyntheticConfig
 
-        return SyntheticConfig.from_spec(dataclasses.replace(parsed, options=dict(parsed.options))).spec()
+        return SyntheticConfig.from_spec(
+            dataclasses.replace(parsed, options=dict(parsed.options))
+        ).spec()
     options = {k: v for k, v in sorted(parsed.options.items()) if entry.defaults.get(k) != v}
     unknown = sorted(set(options) - set(entry.defaults))
     if unknown:
         raise DatasetError(f"unknown option(s) {unknown} for dataset {parsed.name!r}")
-    head = parsed.name if parsed.path is None else f"{parsed.name}:{Path(parsed.path).expanduser().resolve()}"
+    head = (
+        parsed.name
+        if parsed.path is None
+        else f"{parsed.name}:{Path(parsed.path).expanduser().resolve()}"
+    )
     items = [f"{k}={v}" for k, v in options.items()]
     if parsed.path is None:
         return head + (":" + ",".join(items) if items else "")

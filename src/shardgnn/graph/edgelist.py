@@ -38,7 +38,7 @@ _COMMENT_LINE = re.compile(rb"^[ \t]*[#%][^\n]*", re.MULTILINE)
 _JLG_HEADER = re.compile(rb"^[ \t]*(\d+)[ \t]*,[ \t]*(\d+)[ \t]*,[ \t]*([du])[ \t]*,([^\n]*)$")
 _IS_SPACE = np.zeros(256, dtype=bool)
 _IS_SPACE[[9, 10, 11, 12, 13, 32]] = True
-_MAX_EXACT_FLOAT_ID = 2 ** 53  # ids are parsed as float64, exact below this
+_MAX_EXACT_FLOAT_ID = 2**53  # ids are parsed as float64, exact below this
 CHUNK_BYTES = 4 << 20  # text parsed per vectorised step (bounds the scratch memory)
 
 
@@ -57,8 +57,11 @@ def read_text_bytes(path: str | os.PathLike) -> bytes:
             return gzip.decompress(raw)
         return raw
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise DatasetError(f"gzip data is truncated or corrupt ({exc})", path,
-                           "re-download or re-compress the file") from None
+        raise DatasetError(
+            f"gzip data is truncated or corrupt ({exc})",
+            path,
+            "re-download or re-compress the file",
+        ) from None
     except OSError as exc:
         raise DatasetError(f"cannot read ({exc})", path) from None
 
@@ -93,7 +96,8 @@ def _parse_chunk(
     if token_starts.size == 0:  # (np.fromstring would turn blank text into [-1])
         empty = np.zeros(0, dtype=np.int64)
         return np.zeros(0, dtype=dtype), empty, empty
-    token_line = np.searchsorted(np.flatnonzero(raw == 10), token_starts)  # 0-based line of each token
+    # 0-based line of each token
+    token_line = np.searchsorted(np.flatnonzero(raw == 10), token_starts)
     del token_starts
     row_first = np.flatnonzero(np.concatenate(([True], token_line[1:] != token_line[:-1])))
     cols = np.diff(np.append(row_first, token_line.size))
@@ -105,8 +109,11 @@ def _parse_chunk(
     if values is None or values.size != token_line.size:
         bad = _first_bad_token(data, dtype)
         where = f" at line {token_line[bad[0]] + first_line}: {bad[1][:40]!r}" if bad else ""
-        raise DatasetError(f"not a valid {dtype.name} number{where}", source,
-                           "fix or remove the line (the file may be corrupt)")
+        raise DatasetError(
+            f"not a valid {dtype.name} number{where}",
+            source,
+            "fix or remove the line (the file may be corrupt)",
+        )
     return values, line_numbers, cols
 
 
@@ -159,14 +166,18 @@ def parse_numeric_table(
     parts = [part for part in parts if part[0].size]
     if not parts:
         return np.zeros((0, 0), dtype=dtype), np.zeros(0, dtype=np.int64)
-    values, lines, cols = (np.concatenate(arrays) if len(parts) > 1 else arrays[0] for arrays in zip(*parts))
+    values, lines, cols = (
+        np.concatenate(arrays) if len(parts) > 1 else arrays[0] for arrays in zip(*parts)
+    )
     ncols = int(cols[0])
     ragged = np.flatnonzero(cols != ncols)
     if ragged.size:
         i = ragged[0]
         raise DatasetError(
             f"ragged rows: line {lines[i]} has {cols[i]} columns but line {lines[0]} has {ncols}",
-            source, "give every row the same number of columns (the file may be truncated or corrupt)")
+            source,
+            "give every row the same number of columns (the file may be truncated or corrupt)",
+        )
     return values.reshape(-1, ncols), lines
 
 
@@ -182,13 +193,19 @@ def _integral_ids(ids: np.ndarray, lines: np.ndarray, source: Path) -> np.ndarra
     bad = ~np.isfinite(ids) | (ids != np.floor(ids)) | (np.abs(ids) >= _MAX_EXACT_FLOAT_ID)
     if bad.any():
         row = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise DatasetError(f"line {lines[row]}: node ids must be integers below 2^53, got {ids[row].tolist()}",
-                           source, "renumber the nodes 0..N-1")
+        raise DatasetError(
+            f"line {lines[row]}: node ids must be integers below 2^53, got {ids[row].tolist()}",
+            source,
+            "renumber the nodes 0..N-1",
+        )
     ids = ids.astype(np.int64)
     if ids.size and ids.min() < 0:
         row = int(np.flatnonzero((ids < 0).any(axis=1))[0])
-        raise DatasetError(f"line {lines[row]}: negative node id in {ids[row].tolist()}", source,
-                           "node ids must be >= 0 (or >= 1 with base=1)")
+        raise DatasetError(
+            f"line {lines[row]}: negative node id in {ids[row].tolist()}",
+            source,
+            "node ids must be >= 0 (or >= 1 with base=1)",
+        )
     return ids
 
 
@@ -204,10 +221,9 @@ def _split_jlg(data: bytes) -> tuple[int, int, bool, bytes] | None:
 def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool = False) -> Graph:
     """Load an edge-list file (see the module docstring for the accepted formats).
 
-    Args:
-        path: the file (``.txt``, ``.csv``, ``.tsv``, ``.gz`` or ``.jlg``).
-        base: ``0`` (ids start at 0), ``1`` (ids start at 1; an id 0 is an error) or ``"auto"``
-            (1-based iff the smallest id is 1). Ignored for ``.jlg`` files, which are always 1-based.
+    Args: path: the file (``.txt``, ``.csv``, ``.tsv``, ``.gz`` or ``.jlg``). base: ``0`` (ids start
+        at 0), ``1`` (ids start at 1; an id 0 is an error) or ``"auto"`` (1-based iff the smallest
+        id is 1). Ignored for ``.jlg`` files, which are always 1-based.
         symmetric: add every reverse edge (always done for an undirected ``.jlg`` header).
 
     Returns:
@@ -227,8 +243,11 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
 
     jlg = _split_jlg(data)
     if jlg is None and path.suffix.lower() == ".jlg":
-        raise DatasetError("missing Graphs.jl header line `n,m,d|u,name`", path,
-                           "the file is not a .jlg graph, or its first line is damaged")
+        raise DatasetError(
+            "missing Graphs.jl header line `n,m,d|u,name`",
+            path,
+            "the file is not a .jlg graph, or its first line is damaged",
+        )
     num_nodes: int | None = None
     if jlg is not None:
         num_nodes, declared_edges, undirected, data = jlg
@@ -238,15 +257,23 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
         if values.shape[0] != declared_edges:
             raise DatasetError(
                 f"the header declares {declared_edges} edges but the file holds {values.shape[0]}",
-                path, "the file is truncated or corrupt; re-download it")
+                path,
+                "the file is truncated or corrupt; re-download it",
+            )
     else:
         values, lines = parse_numeric_table(data, path, np.float64)
     if values.shape[0] == 0:
-        raise DatasetError("holds no edges (the file is empty or all comments)", path,
-                           "give one `u v` edge per line")
+        raise DatasetError(
+            "holds no edges (the file is empty or all comments)",
+            path,
+            "give one `u v` edge per line",
+        )
     if values.shape[1] < 2:
-        raise DatasetError(f"line {lines[0]} has 1 column; an edge needs two node ids `u v`", path,
-                           "give one `u v` edge per line")
+        raise DatasetError(
+            f"line {lines[0]} has 1 column; an edge needs two node ids `u v`",
+            path,
+            "give one `u v` edge per line",
+        )
 
     ids = _integral_ids(values[:, :2], lines, path)
     weight = values[:, 2].astype(np.float32) if values.shape[1] >= 3 else None
@@ -255,15 +282,21 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
     if base == 1:
         if ids.min() == 0:
             row = int(np.flatnonzero((ids == 0).any(axis=1))[0])
-            raise DatasetError(f"line {lines[row]}: node id 0 in a 1-based file", path,
-                               "load it with base=0 (or base=auto)")
+            raise DatasetError(
+                f"line {lines[row]}: node id 0 in a 1-based file",
+                path,
+                "load it with base=0 (or base=auto)",
+            )
         ids -= 1
     if num_nodes is None:
         num_nodes = int(ids.max()) + 1
     elif ids.max() >= num_nodes:
         row = int(np.flatnonzero((ids >= num_nodes).any(axis=1))[0])
-        raise DatasetError(f"line {lines[row]}: node id {ids[row].max() + 1} is out of range [1, {num_nodes}]",
-                           path, "the header's node count or the edge is wrong; re-download the file")
+        raise DatasetError(
+            f"line {lines[row]}: node id {ids[row].max() + 1} is out of range [1, {num_nodes}]",
+            path,
+            "the header's node count or the edge is wrong; re-download the file",
+        )
 
     graph = Graph.from_edge_index(ids[:, 0], ids[:, 1], num_nodes, edge_weight=weight, name=name)
     return graph.symmetrize() if symmetric else graph.coalesce()

@@ -30,6 +30,6 @@ def row_sums(array: np.ndarray, chunk_rows: int = 65536) -> np.ndarray:
     chunks; dividing by them equals ``normalize_features(x, "row")`` bit for bit."""
     out = np.empty(array.shape[0], dtype=np.float32)
     for start in range(0, array.shape[0], chunk_rows):
-        sums = np.asarray(array[start:start + chunk_rows], dtype=np.float32).sum(axis=1)
-        out[start:start + chunk_rows] = np.where(sums == 0, 1.0, sums)
+        sums = np.asarray(array[start : start + chunk_rows], dtype=np.float32).sum(axis=1)
+        out[start : start + chunk_rows] = np.where(sums == 0, 1.0, sums)
     return out

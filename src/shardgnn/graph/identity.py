@@ -24,16 +24,22 @@ def csr_sha256(indptr: np.ndarray, indices: np.ndarray) -> str:
     digest = hashlib.sha256()
     for array in (indptr, indices):
         for start in range(0, array.shape[0], _CHUNK):
-            digest.update(np.ascontiguousarray(array[start:start + _CHUNK], dtype="<i8").tobytes())
+            digest.update(
+                np.ascontiguousarray(array[start : start + _CHUNK], dtype="<i8").tobytes()
+            )
     return digest.hexdigest()
 
 
 def fingerprint(graph: Any) -> dict[str, Any]:
     """``{num_nodes, num_edges, num_features, num_classes, csr_sha256}`` of a
     :class:`~shardgnn.graph.csr.Graph`."""
-    return {"num_nodes": int(graph.num_nodes), "num_edges": int(graph.num_edges),
-            "num_features": int(graph.num_features), "num_classes": int(graph.num_classes),
-            "csr_sha256": csr_sha256(graph.indptr, graph.indices)}
+    return {
+        "num_nodes": int(graph.num_nodes),
+        "num_edges": int(graph.num_edges),
+        "num_features": int(graph.num_features),
+        "num_classes": int(graph.num_classes),
+        "csr_sha256": csr_sha256(graph.indptr, graph.indices),
+    }
 
 
 def describe(identity: dict[str, Any]) -> str:
@@ -42,14 +48,22 @@ def describe(identity: dict[str, Any]) -> str:
     fp = identity.get("fingerprint") or {}
     name = identity.get("spec") or identity.get("name") or "an unnamed graph"
     try:
-        return (f"{name} ({fp['num_nodes']:,} nodes, {fp['num_edges']:,} edges, {fp['num_features']:,} features, "
-                f"{fp['num_classes']:,} classes)")
+        return (
+            f"{name} ({fp['num_nodes']:,} nodes, {fp['num_edges']:,} edges, "
+            f"{fp['num_features']:,} features, {fp['num_classes']:,} classes)"
+        )
     except (KeyError, TypeError, ValueError):  # no fingerprint, or a damaged one
         return str(name)
 
 
-def check_same_graph(expected: dict[str, Any] | None, actual: dict[str, Any] | None, *, expected_from: str,
-                     actual_from: str, fix: str) -> None:
+def check_same_graph(
+    expected: dict[str, Any] | None,
+    actual: dict[str, Any] | None,
+    *,
+    expected_from: str,
+    actual_from: str,
+    fix: str,
+) -> None:
     """Refuse to pair two things made from different graphs.
 
     ``expected`` and ``actual`` are dataset records (``{spec, name, fingerprint}``); a record
@@ -62,5 +76,7 @@ def check_same_graph(expected: dict[str, Any] | None, actual: dict[str, Any] | N
     fp_actual = (actual or {}).get("fingerprint")
     if not fp_expected or not fp_actual or fp_expected == fp_actual:
         return
-    raise ConfigError(f"{expected_from} was made from {describe(expected or {})}, but {actual_from} is "
-                      f"{describe(actual or {})}; {fix}")
+    raise ConfigError(
+        f"{expected_from} was made from {describe(expected or {})}, but {actual_from} is "
+        f"{describe(actual or {})}; {fix}"
+    )

@@ -41,10 +41,12 @@ from shardgnn.errors import DatasetError
 from shardgnn.graph.split import check_finite_features
 
 try:  # numpy >= 2 (numpy 1.26 ships numpy._core as a shim as well)
-    from numpy._core.multiarray import _reconstruct, scalar as _np_scalar
+    from numpy._core.multiarray import _reconstruct
+    from numpy._core.multiarray import scalar as _np_scalar
     from numpy._core.numeric import _frombuffer
 except ImportError:  # pragma: no cover - numpy < 1.26
-    from numpy.core.multiarray import _reconstruct, scalar as _np_scalar  # type: ignore[no-redef]
+    from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
+    from numpy.core.multiarray import scalar as _np_scalar
     from numpy.core.numeric import _frombuffer  # type: ignore[no-redef]
 
 # Legacy module names -> the canonical names used in the allow-list below.
@@ -66,16 +68,21 @@ _SPARSE_CLASSES: dict[str, type] = {
 
 
 def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
-    """``_codecs.encode`` as protocol 0-2 pickles use it: ``latin1`` text back to bytes, nothing else."""
+    """``_codecs.encode`` as protocol 0-2 pickles use it: ``latin1`` text back to bytes, nothing
+    else."""
     if not isinstance(text, str) or encoding.replace("-", "").replace("_", "").lower() != "latin1":
-        raise pickle.UnpicklingError(f"_codecs.encode is only allowed for str with latin1, got {encoding!r}")
+        raise pickle.UnpicklingError(
+            f"_codecs.encode is only allowed for str with latin1, got {encoding!r}"
+        )
     return text.encode("latin1")
 
 
 def _reconstructor(cls: Any, base: Any, state: Any) -> Any:
     """``copyreg._reconstructor`` limited to the allowed sparse classes on top of ``object``."""
     if base is not object or state is not None or cls not in _SPARSE_CLASSES.values():
-        raise pickle.UnpicklingError(f"copyreg._reconstructor is only allowed for sparse matrices, got {cls!r}")
+        raise pickle.UnpicklingError(
+            f"copyreg._reconstructor is only allowed for sparse matrices, got {cls!r}"
+        )
     return object.__new__(cls)
 
 
@@ -90,8 +97,21 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("copyreg", "_reconstructor"): _reconstructor,
     ("builtins", "object"): object,  # only usable as the base of copyreg._reconstructor
 }
-for _name in ("list", "dict", "set", "frozenset", "tuple", "int", "float", "complex", "bool", "str", "bytes",
-              "bytearray", "slice"):
+for _name in (
+    "list",
+    "dict",
+    "set",
+    "frozenset",
+    "tuple",
+    "int",
+    "float",
+    "complex",
+    "bool",
+    "str",
+    "bytes",
+    "bytearray",
+    "slice",
+):
     _ALLOWED[("builtins", _name)] = getattr(builtins, _name)
 for _name, _cls in _SPARSE_CLASSES.items():
     _ALLOWED[(f"scipy.sparse._{_name[:3]}", _name)] = _cls
@@ -99,8 +119,19 @@ for _name, _cls in _SPARSE_CLASSES.items():
 del _name, _cls
 
 # Everything a corrupt or truncated pickle can make the unpickler raise.
-_PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-                  KeyError, UnicodeDecodeError, OverflowError, MemoryError, ImportError)
+_PICKLE_ERRORS = (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    UnicodeDecodeError,
+    OverflowError,
+    MemoryError,
+    ImportError,
+)
 
 
 def allowed_globals() -> list[str]:
@@ -121,16 +152,19 @@ class RestrictedUnpickler(pickle.Unpickler):
             return _ALLOWED[(canonical, name)]
         except KeyError:
             raise DatasetError(
-                f"refusing to unpickle forbidden global {module}.{name} (only numpy arrays, scipy sparse "
-                "matrices and builtin containers are allowed)",
+                f"refusing to unpickle forbidden global {module}.{name} (only numpy arrays, scipy "
+                "sparse matrices and builtin containers are allowed)",
                 self.source_name,
-                "the file is not a genuine dataset file (or was tampered with); re-download it from the "
-                "original source",
+                "the file is not a genuine dataset file (or was tampered with); re-download it "
+                "from the original source",
             ) from None
 
     def persistent_load(self, pid: Any) -> Any:
-        raise DatasetError(f"refusing persistent id {pid!r} in a pickle", self.source_name,
-                           "the file is not a genuine dataset file; re-download it")
+        raise DatasetError(
+            f"refusing persistent id {pid!r} in a pickle",
+            self.source_name,
+            "the file is not a genuine dataset file; re-download it",
+        )
 
 
 def _unpickle(fh: BinaryIO, source_name: str | os.PathLike, encoding: str) -> Any:
@@ -139,12 +173,18 @@ def _unpickle(fh: BinaryIO, source_name: str | os.PathLike, encoding: str) -> An
     except DatasetError:
         raise
     except _PICKLE_ERRORS as exc:
-        raise DatasetError(f"not a readable pickle ({type(exc).__name__}: {exc})", source_name,
-                           "the file is truncated or corrupt; re-download it") from None
+        raise DatasetError(
+            f"not a readable pickle ({type(exc).__name__}: {exc})",
+            source_name,
+            "the file is truncated or corrupt; re-download it",
+        ) from None
 
 
-def safe_load(fileobj_or_path: str | os.PathLike | BinaryIO, source_name: str | os.PathLike | None = None,
-              encoding: str = "latin1") -> Any:
+def safe_load(
+    fileobj_or_path: str | os.PathLike | BinaryIO,
+    source_name: str | os.PathLike | None = None,
+    encoding: str = "latin1",
+) -> Any:
     """Unpickle one object with :class:`RestrictedUnpickler`.
 
     Args:
@@ -166,7 +206,9 @@ def safe_load(fileobj_or_path: str | os.PathLike | BinaryIO, source_name: str | 
             raise DatasetError(f"cannot read ({exc})", source) from None
         with fh:
             return _unpickle(fh, source, encoding)
-    return _unpickle(fileobj_or_path, source_name if source_name is not None else "<pickle>", encoding)
+    return _unpickle(
+        fileobj_or_path, source_name if source_name is not None else "<pickle>", encoding
+    )
 
 
 def check_sparse(obj: Any, source: str | os.PathLike, what: str) -> None:
@@ -190,25 +232,33 @@ def check_sparse(obj: Any, source: str | os.PathLike, what: str) -> None:
             row, col, data = (np.asarray(a) for a in (obj.row, obj.col, obj.data))
             if not row.shape == col.shape == data.shape or row.ndim != 1:
                 raise ValueError("row, col and data differ in length")
-            if row.size and (row.min() < 0 or row.max() >= shape[0] or col.min() < 0 or col.max() >= shape[1]):
+            if row.size and (
+                row.min() < 0 or row.max() >= shape[0] or col.min() < 0 or col.max() >= shape[1]
+            ):
                 raise ValueError("coordinates out of range")
         else:
-            raise ValueError(f"unsupported sparse format {obj.format!r} (expected csr, csc, bsr or coo)")
+            raise ValueError(
+                f"unsupported sparse format {obj.format!r} (expected csr, csc, bsr or coo)"
+            )
     except (ValueError, TypeError, AttributeError, IndexError, OverflowError) as exc:
-        raise DatasetError(f"the {what} matrix is corrupt ({exc})", source,
-                           "the file is corrupt or not this dataset; re-download it") from None
+        raise DatasetError(
+            f"the {what} matrix is corrupt ({exc})",
+            source,
+            "the file is corrupt or not this dataset; re-download it",
+        ) from None
 
 
-def dense_float32(obj: Any, source: str | os.PathLike, what: str = "feature",
-                  nonfinite: str | None = "error") -> np.ndarray:
+def dense_float32(
+    obj: Any, source: str | os.PathLike, what: str = "feature", nonfinite: str | None = "error"
+) -> np.ndarray:
     """An unpickled scipy sparse matrix or numeric 2-D array as a dense float32 array.
 
     With ``nonfinite`` set, NaN/inf values are handled by
     :func:`~shardgnn.graph.split.check_finite_features` (for sparse input only when the stored
     values hold any, so the check costs nothing on clean data).
 
-    Raises:
-        DatasetError: ``obj`` is not a 2-D numeric matrix, or holds non-finite values under ``"error"``.
+    Raises: DatasetError: ``obj`` is not a 2-D numeric matrix, or holds non-finite values under
+        ``"error"``.
     """
     if scipy.sparse.issparse(obj) and obj.ndim == 2 and obj.dtype.kind in "biuf":
         check_sparse(obj, source, what)
@@ -218,16 +268,20 @@ def dense_float32(obj: Any, source: str | os.PathLike, what: str = "feature",
         dense = obj.astype(np.float32)
         clean = False
     else:
-        raise DatasetError(f"expected a 2-D numeric {what} matrix, found {type(obj).__name__} "
-                           f"{getattr(obj, 'shape', '')} {getattr(obj, 'dtype', '')}", source,
-                           "the file is corrupt or not this dataset; re-download it")
+        raise DatasetError(
+            f"expected a 2-D numeric {what} matrix, found {type(obj).__name__} "
+            f"{getattr(obj, 'shape', '')} {getattr(obj, 'dtype', '')}",
+            source,
+            "the file is corrupt or not this dataset; re-download it",
+        )
     if nonfinite is not None and not clean:
         dense = check_finite_features(dense, source, nonfinite)
     return dense
 
 
 def _read_npy_member(archive: zipfile.ZipFile, member: str, source: str) -> Any:
-    """One ``.npy`` member: plain arrays without pickle, object arrays through the restricted unpickler."""
+    """One ``.npy`` member: plain arrays without pickle, object arrays through the restricted
+    unpickler."""
     with archive.open(member) as fh:
         version = npy_format.read_magic(fh)
         if version == (1, 0):
@@ -239,8 +293,11 @@ def _read_npy_member(archive: zipfile.ZipFile, member: str, source: str) -> Any:
         if dtype.hasobject:
             array = _unpickle(fh, source, "latin1")
             if not isinstance(array, np.ndarray) or array.shape != tuple(shape):
-                raise DatasetError(f"member {member} does not hold the {shape} object array its header declares",
-                                   source, "the file is corrupt; re-download it")
+                raise DatasetError(
+                    f"member {member} does not hold the {shape} object array its header declares",
+                    source,
+                    "the file is corrupt; re-download it",
+                )
             return array.item() if array.ndim == 0 else array
     with archive.open(member) as fh:  # re-open: read_array parses the header itself
         return npy_format.read_array(fh, allow_pickle=False)
@@ -254,8 +311,8 @@ def load_npz_safely(path: str | os.PathLike) -> dict[str, Any]:
     ``np.savez`` stores a single scipy matrix or dict) is unwrapped to the object it holds, other
     object arrays are returned as arrays. Keys are the member names without ``.npy``.
 
-    Raises:
-        DatasetError: the file is missing, not a zip archive, truncated, or holds a forbidden global.
+    Raises: DatasetError: the file is missing, not a zip archive, truncated, or holds a forbidden
+        global.
     """
     path = Path(path)
     if not path.is_file():
@@ -272,16 +329,45 @@ def load_npz_safely(path: str | os.PathLike) -> dict[str, Any]:
                     out[key] = _read_npy_member(archive, member, source)
                 except DatasetError:
                     raise
-                except (ValueError, EOFError, OSError, zipfile.BadZipFile, OverflowError, SyntaxError,
-                        NotImplementedError, zlib.error, tokenize.TokenError) as exc:  # damaged .npy header
-                    raise DatasetError(f"member {member} is not a readable .npy array ({exc})", path,
-                                       "the file is truncated or corrupt; re-download it") from None
+                except (
+                    ValueError,
+                    EOFError,
+                    OSError,
+                    zipfile.BadZipFile,
+                    OverflowError,
+                    SyntaxError,
+                    # damaged .npy header
+                    NotImplementedError,
+                    zlib.error,
+                    tokenize.TokenError,
+                ) as exc:
+                    raise DatasetError(
+                        f"member {member} is not a readable .npy array ({exc})",
+                        path,
+                        "the file is truncated or corrupt; re-download it",
+                    ) from None
     except DatasetError:
         raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError, zlib.error) as exc:
-        raise DatasetError(f"not a readable .npz archive ({type(exc).__name__}: {exc})", path,
-                           "the file is truncated or corrupt; re-download it") from None
+    except (
+        zipfile.BadZipFile,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        zlib.error,
+    ) as exc:
+        raise DatasetError(
+            f"not a readable .npz archive ({type(exc).__name__}: {exc})",
+            path,
+            "the file is truncated or corrupt; re-download it",
+        ) from None
     return out
 
 
-__all__ = ["RestrictedUnpickler", "allowed_globals", "dense_float32", "load_npz_safely", "safe_load"]
+__all__ = [
+    "RestrictedUnpickler",
+    "allowed_globals",
+    "dense_float32",
+    "load_npz_safely",
+    "safe_load",
+]

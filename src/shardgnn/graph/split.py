@@ -21,7 +21,7 @@ def per_class_split(
     for c in np.unique(y[y >= 0]):
         members = rng.permutation(np.flatnonzero(y == c))
         train.append(members[:train_per_class])
-        val.append(members[train_per_class:train_per_class + val_per_class])
+        val.append(members[train_per_class : train_per_class + val_per_class])
     train_idx = np.sort(np.concatenate(train)).astype(np.int64)
     val_idx = np.sort(np.concatenate(val)).astype(np.int64)
     labelled = np.flatnonzero(y >= 0)
@@ -34,31 +34,47 @@ def fraction_split(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A random ``train``/``val``/rest split of the (labelled) nodes, each part sorted."""
     if not (0 < train and 0 <= val and train + val <= 1):
-        raise DatasetError(f"split fractions train={train}, val={val} must be positive and sum to at most 1")
-    nodes = np.arange(num_nodes, dtype=np.int64) if labelled is None else np.asarray(labelled, np.int64)
+        raise DatasetError(
+            f"split fractions train={train}, val={val} must be positive and sum to at most 1"
+        )
+    nodes = (
+        np.arange(num_nodes, dtype=np.int64) if labelled is None else np.asarray(labelled, np.int64)
+    )
     perm = np.random.default_rng(seed).permutation(nodes)
     n_train = int(round(train * perm.size))
     n_val = int(round(val * perm.size))
-    return (np.sort(perm[:n_train]), np.sort(perm[n_train:n_train + n_val]), np.sort(perm[n_train + n_val:]))
+    return (
+        np.sort(perm[:n_train]),
+        np.sort(perm[n_train : n_train + n_val]),
+        np.sort(perm[n_train + n_val :]),
+    )
 
 
 NONFINITE_POLICIES = ("error", "zero")
 
 
-def check_finite_features(x: np.ndarray, source: str | os.PathLike, policy: str = "error") -> np.ndarray:
+def check_finite_features(
+    x: np.ndarray, source: str | os.PathLike, policy: str = "error"
+) -> np.ndarray:
     """Reject (``policy='error'``) or zero with a warning (``'zero'``) NaN/inf feature values."""
     if policy not in NONFINITE_POLICIES:
-        raise DatasetError(f"unknown non-finite policy {policy!r}; choose one of {NONFINITE_POLICIES}")
+        raise DatasetError(
+            f"unknown non-finite policy {policy!r}; choose one of {NONFINITE_POLICIES}"
+        )
     bad = ~np.isfinite(x)
     if not bad.any():
         return x
     rows = np.unique(np.nonzero(bad)[0])
     if policy == "error":
         raise DatasetError(
-            f"{int(bad.sum())} non-finite feature values in {rows.size} rows (first row {rows[0]})", source,
-            "clean the features, or pass --nonfinite zero to replace them by 0 with a warning")
-    warnings.warn(f"{source}: replaced {int(bad.sum())} non-finite feature values in {rows.size} rows by 0",
-                  stacklevel=2)
+            f"{int(bad.sum())} non-finite feature values in {rows.size} rows (first row {rows[0]})",
+            source,
+            "clean the features, or pass --nonfinite zero to replace them by 0 with a warning",
+        )
+    warnings.warn(
+        f"{source}: replaced {int(bad.sum())} non-finite feature values in {rows.size} rows by 0",
+        stacklevel=2,
+    )
     x = np.array(x, dtype=np.float32, copy=True)
     x[bad] = 0.0
     return x

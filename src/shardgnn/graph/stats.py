@@ -15,9 +15,14 @@ def degree_summary(degree: np.ndarray) -> dict[str, float]:
         return {}
     pct = np.percentile(degree, [50, 90, 99])
     return {
-        "mean": float(degree.mean()), "min": int(degree.min()), "median": float(pct[0]),
-        "p90": float(pct[1]), "p99": float(pct[2]), "max": int(degree.max()),
-        "std": float(degree.std()), "isolated": int(np.sum(degree == 0)),
+        "mean": float(degree.mean()),
+        "min": int(degree.min()),
+        "median": float(pct[0]),
+        "p90": float(pct[1]),
+        "p99": float(pct[2]),
+        "max": int(degree.max()),
+        "std": float(degree.std()),
+        "isolated": int(np.sum(degree == 0)),
     }
 
 
@@ -33,10 +38,14 @@ def graph_info(graph: Graph) -> dict[str, Any]:
         "out_degree": degree_summary(graph.out_degree()),
         "num_features": graph.num_features,
         "num_classes": graph.num_classes,
-        "splits": {k: (0 if getattr(graph, f"{k}_idx") is None else int(len(getattr(graph, f"{k}_idx"))))
-                   for k in ("train", "val", "test")},
+        "splits": {
+            k: (0 if getattr(graph, f"{k}_idx") is None else int(len(getattr(graph, f"{k}_idx"))))
+            for k in ("train", "val", "test")
+        },
         "edge_homophily": graph.edge_homophily() if graph.y is not None else None,
     }
     if graph.y is not None and graph.num_classes:
-        info["class_sizes"] = np.bincount(graph.y[graph.y >= 0], minlength=graph.num_classes).tolist()
+        info["class_sizes"] = np.bincount(
+            graph.y[graph.y >= 0], minlength=graph.num_classes
+        ).tolist()
     return info

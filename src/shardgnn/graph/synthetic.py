@@ -60,8 +60,10 @@ class SyntheticConfig:
             (0.0 <= self.homophily <= 1.0, f"homophily={self.homophily} must lie in [0, 1]"),
             (self.exponent > 2.0, f"exponent={self.exponent} must be > 2 (finite mean degree)"),
             (self.snr >= 0.0, f"snr={self.snr} must be >= 0"),
-            (0 < self.train and 0 <= self.val and self.train + self.val < 1,
-             f"train={self.train}, val={self.val} must be positive with train + val < 1"),
+            (
+                0 < self.train and 0 <= self.val and self.train + self.val < 1,
+                f"train={self.train}, val={self.val} must be positive with train + val < 1",
+            ),
             (self.seed >= 0, f"seed={self.seed} must be >= 0"),
         ]
         for ok, message in checks:
@@ -94,8 +96,15 @@ class SyntheticConfig:
 
 
 def _draw_pairs(
-    rng: np.random.Generator, m: int, y: np.ndarray, cum_all: np.ndarray, order: np.ndarray,
-    cum_sorted: np.ndarray, class_lo: np.ndarray, class_mass: np.ndarray, homophily: float,
+    rng: np.random.Generator,
+    m: int,
+    y: np.ndarray,
+    cum_all: np.ndarray,
+    order: np.ndarray,
+    cum_sorted: np.ndarray,
+    class_lo: np.ndarray,
+    class_mass: np.ndarray,
+    homophily: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     total = cum_all[-1]
     u = np.searchsorted(cum_all, rng.random(m) * total, side="right")
@@ -103,8 +112,12 @@ def _draw_pairs(
     r = rng.random(m)
     # Inside-class draw: a point in the class's slice of the class-sorted cumulative weights.
     cls = y[u]
-    inside = order[np.minimum(np.searchsorted(cum_sorted, class_lo[cls] + r * class_mass[cls], side="right"),
-                              order.size - 1)]
+    inside = order[
+        np.minimum(
+            np.searchsorted(cum_sorted, class_lo[cls] + r * class_mass[cls], side="right"),
+            order.size - 1,
+        )
+    ]
     anywhere = np.searchsorted(cum_all, r * total, side="right")
     v = np.where(same, inside, anywhere)
     np.minimum(u, cum_all.size - 1, out=u)
@@ -137,8 +150,17 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
         missing = target_pairs - keys.size
         if missing <= target_pairs * 0.005:
             break
-        u, v = _draw_pairs(rng, int(missing * 1.05) + 16, y, cum_all, order, cum_sorted, class_lo, class_mass,
-                           cfg.homophily)
+        u, v = _draw_pairs(
+            rng,
+            int(missing * 1.05) + 16,
+            y,
+            cum_all,
+            order,
+            cum_sorted,
+            class_lo,
+            class_mass,
+            cfg.homophily,
+        )
         keep = u != v
         lo, hi = np.minimum(u[keep], v[keep]), np.maximum(u[keep], v[keep])
         keys = np.unique(np.concatenate([keys, lo.astype(np.int64) * n + hi]))
@@ -165,5 +187,14 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
     x += means[y]
 
     train_idx, val_idx, test_idx = fraction_split(n, cfg.train, cfg.val, seed=cfg.seed + 1)
-    return Graph(indptr=indptr, indices=indices, x=x, y=y, train_idx=train_idx, val_idx=val_idx,
-                 test_idx=test_idx, num_classes=cfg.classes, name=cfg.spec())
+    return Graph(
+        indptr=indptr,
+        indices=indices,
+        x=x,
+        y=y,
+        train_idx=train_idx,
+        val_idx=val_idx,
+        test_idx=test_idx,
+        num_classes=cfg.classes,
+        name=cfg.spec(),
+    )

@@ -9,7 +9,9 @@ from shardgnn.errors import ConfigError
 from shardgnn.seeding import mix_seed
 
 
-def split_into_batches(num_items: int, batch_size: int, drop_last: bool = False) -> list[tuple[int, int]]:
+def split_into_batches(
+    num_items: int, batch_size: int, drop_last: bool = False
+) -> list[tuple[int, int]]:
     """``(start, stop)`` ranges covering ``range(num_items)`` in batches of ``batch_size``.
 
     A pure function: the distributed loader computes it on every rank and gets the same answer.
@@ -26,10 +28,22 @@ class SeedBatcher:
     Call :meth:`set_epoch` before iterating to get that epoch's order.
     """
 
-    def __init__(self, seeds: np.ndarray | torch.Tensor, batch_size: int, *, shuffle: bool = True,
-                 drop_last: bool = False, seed: int = 0):
+    def __init__(
+        self,
+        seeds: np.ndarray | torch.Tensor,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        seed: int = 0,
+    ):
         self.seeds = torch.as_tensor(np.asarray(seeds), dtype=torch.int64)
-        self.batch_size, self.shuffle, self.drop_last, self.seed = batch_size, shuffle, drop_last, seed
+        self.batch_size, self.shuffle, self.drop_last, self.seed = (
+            batch_size,
+            shuffle,
+            drop_last,
+            seed,
+        )
         self.epoch = 0
         self._ranges = split_into_batches(len(self.seeds), batch_size, drop_last)
 

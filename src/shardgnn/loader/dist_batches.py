@@ -15,7 +15,9 @@ from shardgnn.partition.book import PartitionBook
 from shardgnn.seeding import mix_seed
 
 
-def assign_seeds_evenly(seeds: np.ndarray, book: PartitionBook, world_size: int) -> list[np.ndarray]:
+def assign_seeds_evenly(
+    seeds: np.ndarray, book: PartitionBook, world_size: int
+) -> list[np.ndarray]:
     """Split ``seeds`` (global ids) into ``world_size`` sets whose sizes differ by at most one.
 
     Each rank keeps as many seeds it owns as its quota allows (locality: its own rows need no
@@ -31,12 +33,12 @@ def assign_seeds_evenly(seeds: np.ndarray, book: PartitionBook, world_size: int)
     for r in range(world_size):
         own = seeds[owners == r]
         kept.append(own[: quota[r]])
-        surplus.append(own[quota[r]:])
+        surplus.append(own[quota[r] :])
     pool = np.concatenate(surplus) if surplus else np.zeros(0, dtype=np.int64)
     out, taken = [], 0
     for r in range(world_size):
         need = quota[r] - kept[r].shape[0]
-        out.append(np.sort(np.concatenate([kept[r], pool[taken:taken + need]])))
+        out.append(np.sort(np.concatenate([kept[r], pool[taken : taken + need]])))
         taken += need
     assert taken == pool.shape[0] and sum(o.shape[0] for o in out) == total
     return out
@@ -47,11 +49,15 @@ def num_batches(per_rank: list[np.ndarray], batch_size: int) -> int:
     return max(1, math.ceil(max(a.shape[0] for a in per_rank) / batch_size))
 
 
-def rank_batches(my_seeds: np.ndarray, count: int, *, shuffle: bool, seed: int, epoch: int, rank: int) -> list[np.ndarray]:
+def rank_batches(
+    my_seeds: np.ndarray, count: int, *, shuffle: bool, seed: int, epoch: int, rank: int
+) -> list[np.ndarray]:
     """This rank's seeds in exactly ``count`` batches (sizes differ by at most one; a rank with
     fewer seeds than batches gets some empty batches, which still take part in the collectives)."""
     if shuffle:
-        my_seeds = my_seeds[np.random.default_rng(mix_seed(seed, epoch, rank)).permutation(my_seeds.shape[0])]
+        my_seeds = my_seeds[
+            np.random.default_rng(mix_seed(seed, epoch, rank)).permutation(my_seeds.shape[0])
+        ]
     return np.array_split(my_seeds, count)
 
 
@@ -59,8 +65,17 @@ class DistSeedBatcher:
     """The distributed counterpart of :class:`~shardgnn.loader.batches.SeedBatcher`: yields
     ``(batch_index, seeds)`` for this rank, the same number of batches on every rank."""
 
-    def __init__(self, seeds: np.ndarray, book: PartitionBook, rank: int, world_size: int, batch_size: int,
-                 *, shuffle: bool, seed: int):
+    def __init__(
+        self,
+        seeds: np.ndarray,
+        book: PartitionBook,
+        rank: int,
+        world_size: int,
+        batch_size: int,
+        *,
+        shuffle: bool,
+        seed: int,
+    ):
         shares = assign_seeds_evenly(seeds, book, world_size)
         self.my_seeds = shares[rank]
         self.count = num_batches(shares, batch_size)
@@ -76,7 +91,13 @@ class DistSeedBatcher:
     def __iter__(self):
         import torch
 
-        batches = rank_batches(self.my_seeds, self.count, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                               rank=self.rank)
+        batches = rank_batches(
+            self.my_seeds,
+            self.count,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            rank=self.rank,
+        )
         for index, seeds in enumerate(batches):
             yield index, torch.from_numpy(np.ascontiguousarray(seeds))

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from shardgnn.loader.batches import SeedBatcher
-from shardgnn.seeding import mix_seed
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.sampling.types import SampledBlocks
+from shardgnn.seeding import mix_seed
 from shardgnn.store.feature import FeatureStore
 from shardgnn.timing import StageTimer
 
@@ -37,7 +37,13 @@ class MiniBatch:
 class NeighborSamplingStage:
     """Samples each seed batch; the batch's random stream is ``mix_seed(seed, epoch, index)``."""
 
-    def __init__(self, batches: SeedBatcher, sampler: NeighborSampler, seed: int, timer: StageTimer | None = None):
+    def __init__(
+        self,
+        batches: SeedBatcher,
+        sampler: NeighborSampler,
+        seed: int,
+        timer: StageTimer | None = None,
+    ):
         self.batches, self.sampler, self.seed = batches, sampler, seed
         self.timer = timer or StageTimer()
 
@@ -62,8 +68,13 @@ class FeatureFetcher:
     exchange (``prefetch``), then gathers each batch in order.
     """
 
-    def __init__(self, samples: Iterable[tuple[int, SampledBlocks]], features: FeatureStore,
-                 labels: FeatureStore | None, timer: StageTimer | None = None):
+    def __init__(
+        self,
+        samples: Iterable[tuple[int, SampledBlocks]],
+        features: FeatureStore,
+        labels: FeatureStore | None,
+        timer: StageTimer | None = None,
+    ):
         self.samples, self.features, self.labels = samples, features, labels
         self.timer = timer or StageTimer()
 
@@ -101,12 +112,26 @@ def count_accesses(samples: Iterable[tuple[int, SampledBlocks]], num_nodes: int)
 class MiniBatchLoader:
     """The whole single-process pipeline for one set of seeds; iterate once per epoch."""
 
-    def __init__(self, seeds, sampler: NeighborSampler, features: FeatureStore, labels: FeatureStore | None,
-                 *, batch_size: int, shuffle: bool, seed: int, timer: StageTimer | None = None):
+    def __init__(
+        self,
+        seeds,
+        sampler: NeighborSampler,
+        features: FeatureStore,
+        labels: FeatureStore | None,
+        *,
+        batch_size: int,
+        shuffle: bool,
+        seed: int,
+        timer: StageTimer | None = None,
+    ):
         self.timer = timer or StageTimer()
         self.batches = SeedBatcher(seeds, batch_size, shuffle=shuffle, seed=seed)
-        self.stages = FeatureFetcher(NeighborSamplingStage(self.batches, sampler, seed, self.timer),
-                                     features, labels, self.timer)
+        self.stages = FeatureFetcher(
+            NeighborSamplingStage(self.batches, sampler, seed, self.timer),
+            features,
+            labels,
+            self.timer,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)

@@ -13,13 +13,20 @@ MODELS = ("sage", "gcn", "gat")
 class ModelConfig:
     """Model architecture."""
 
-    model: str = option("sage", choices=MODELS, help="layer type: sage (GraphSAGE-mean), gcn or gat")
+    model: str = option(
+        "sage", choices=MODELS, help="layer type: sage (GraphSAGE-mean), gcn or gat"
+    )
     hidden: int = option(256, help="hidden width (for gat: per head)")
-    num_layers: int | None = option(None, flag="--layers",
-                                    help="message-passing layers (unset: one per fanout in mini-batch mode, 2 in "
-                                         "full-graph mode)")
+    num_layers: int | None = option(
+        None,
+        flag="--layers",
+        help="message-passing layers (unset: one per fanout in mini-batch mode, 2 in "
+        "full-graph mode)",
+    )
     dropout: float = option(0.5, help="dropout on the hidden representations between layers")
-    input_dropout: float = option(0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)")
+    input_dropout: float = option(
+        0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)"
+    )
     heads: int = option(4, help="attention heads (gat)")
 
     def __post_init__(self) -> None:

@@ -35,7 +35,8 @@ class SAGEConv(nn.Module):
 
 
 class GCNConv(nn.Module):
-    """GCN (Kipf & Welling): ``D^-1/2 (A + I) D^-1/2 h W + b`` (see ``MessageGraph.edge_values``)."""
+    """GCN (Kipf & Welling): ``D^-1/2 (A + I) D^-1/2 h W + b`` (see
+    ``MessageGraph.edge_values``)."""
 
     def __init__(self, in_dim: int, out_dim: int, bias: bool = True):
         super().__init__()
@@ -57,8 +58,16 @@ class GATConv(nn.Module):
     (``concat=True``) or averaged.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, heads: int = 4, concat: bool = True,
-                 negative_slope: float = 0.2, attn_dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        heads: int = 4,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+    ):
         super().__init__()
         self.heads, self.out_dim, self.concat = heads, out_dim, concat
         self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
@@ -84,9 +93,13 @@ class GATConv(nn.Module):
         logit_EH = F.leaky_relu(score_SH[src_E] + score_DH[dst_E], self.negative_slope)
         # Softmax over each dst node's in-edges; subtracting the per-dst max keeps exp() finite.
         max_DH = torch.full((D, H), float("-inf"), device=logit_EH.device, dtype=logit_EH.dtype)
-        max_DH = max_DH.scatter_reduce(0, dst_E[:, None].expand(-1, H), logit_EH, "amax", include_self=True)
+        max_DH = max_DH.scatter_reduce(
+            0, dst_E[:, None].expand(-1, H), logit_EH, "amax", include_self=True
+        )
         weight_EH = torch.exp(logit_EH - max_DH[dst_E])
-        denom_DH = torch.zeros(D, H, device=weight_EH.device, dtype=weight_EH.dtype).index_add_(0, dst_E, weight_EH)
+        denom_DH = torch.zeros(D, H, device=weight_EH.device, dtype=weight_EH.dtype).index_add_(
+            0, dst_E, weight_EH
+        )
         alpha_EH = weight_EH / denom_DH[dst_E]
         alpha_EH = F.dropout(alpha_EH, self.attn_dropout, self.training)
         out_DHC = torch.zeros(D, H, C, device=z_SHC.device, dtype=z_SHC.dtype)
@@ -110,5 +123,7 @@ class PyGLayer(nn.Module):
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         edge_index = graph.edge_index()
         if self.bipartite:
-            return self.conv((h_SF, h_SF[: graph.num_dst]), edge_index, size=(graph.num_src, graph.num_dst))
+            return self.conv(
+                (h_SF, h_SF[: graph.num_dst]), edge_index, size=(graph.num_src, graph.num_dst)
+            )
         return self.conv(h_SF, edge_index)[: graph.num_dst]

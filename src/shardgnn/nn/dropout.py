@@ -4,8 +4,9 @@ per step and layer).
 
 A rank that holds any rows of a partitioned matrix therefore draws exactly the mask rows a single
 process draws for those nodes, whatever the partitioning relabelled them to, which is what lets
-distributed full-graph training equal single-process training (loss within 1e-5) with dropout on. The mask is made by a
-parallel numba kernel, also cheaper than torch's single-threaded Bernoulli sampling on CPU.
+distributed full-graph training equal single-process training (loss within 1e-5) with dropout on.
+The mask is made by a parallel numba kernel, also cheaper than torch's single-threaded Bernoulli
+sampling on CPU.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ def _sparse_mask(rows, cols, seed, threshold, scale):
 
 
 def _threshold(p: float) -> np.uint64:
-    return np.uint64(min(int(round(p * 2.0 ** 32)), 2 ** 32))
+    return np.uint64(min(int(round(p * 2.0**32)), 2**32))
 
 
-def hashed_dropout(h: torch.Tensor, p: float, seed: int, row_offset: int = 0,
-                   row_ids: torch.Tensor | None = None) -> torch.Tensor:
+def hashed_dropout(
+    h: torch.Tensor, p: float, seed: int, row_offset: int = 0, row_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """Dropout of ``h`` (dense ``[R, F]`` or sparse COO) whose rows are nodes
     ``row_offset .. row_offset + R - 1`` (or the global ids ``row_ids``, e.g. a sampled block's
     source nodes); kept entries are scaled by ``1 / (1 - p)``.
@@ -68,7 +70,9 @@ def hashed_dropout(h: torch.Tensor, p: float, seed: int, row_offset: int = 0,
         with KERNEL_LOCK:
             mask = _sparse_mask(rows, idx[1].astype(np.int64), seed, threshold, scale)
         values = h.values() * torch.from_numpy(mask).to(h.device, h.dtype)
-        return torch.sparse_coo_tensor(h.indices(), values, h.shape, is_coalesced=True, check_invariants=False)
+        return torch.sparse_coo_tensor(
+            h.indices(), values, h.shape, is_coalesced=True, check_invariants=False
+        )
     if ids is None:
         ids = np.arange(row_offset, row_offset + h.shape[0], dtype=np.int64)
     with KERNEL_LOCK:

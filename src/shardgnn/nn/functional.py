@@ -27,8 +27,13 @@ def dropout(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if not is_sparse(h):
         return F.dropout(h, p, training)
     h = h.coalesce()
-    return torch.sparse_coo_tensor(h.indices(), F.dropout(h.values(), p, training), h.shape, is_coalesced=True,
-                                   check_invariants=False)
+    return torch.sparse_coo_tensor(
+        h.indices(),
+        F.dropout(h.values(), p, training),
+        h.shape,
+        is_coalesced=True,
+        check_invariants=False,
+    )
 
 
 def dst_rows(h_SF: torch.Tensor, num_dst: int) -> torch.Tensor:
@@ -36,7 +41,9 @@ def dst_rows(h_SF: torch.Tensor, num_dst: int) -> torch.Tensor:
     if num_dst == h_SF.shape[0]:
         return h_SF
     if is_sparse(h_SF):
-        raise ValueError("sparse input features are supported only on the full graph (src = dst nodes)")
+        raise ValueError(
+            "sparse input features are supported only on the full graph (src = dst nodes)"
+        )
     return h_SF[:num_dst]
 
 

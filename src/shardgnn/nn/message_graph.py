@@ -18,7 +18,9 @@ from shardgnn.sampling.types import Block
 NORMS = ("mean", "sum", "gcn")
 
 
-def _csr(indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+def _csr(
+    indptr: torch.Tensor, indices: torch.Tensor, values: torch.Tensor, size: tuple[int, int]
+) -> torch.Tensor:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
         return torch.sparse_csr_tensor(indptr, indices, values, size=size, check_invariants=False)
@@ -34,8 +36,14 @@ def transpose_csr(adj: torch.Tensor) -> torch.Tensor:
 class MessageGraph:
     """Edges ``src -> dst`` of one layer, in local ids, as a CSR over dst nodes."""
 
-    def __init__(self, indptr_D1: torch.Tensor, indices_E: torch.Tensor, num_src: int,
-                 src_degree_S: torch.Tensor | None = None, node_keys_S: torch.Tensor | None = None):
+    def __init__(
+        self,
+        indptr_D1: torch.Tensor,
+        indices_E: torch.Tensor,
+        num_src: int,
+        src_degree_S: torch.Tensor | None = None,
+        node_keys_S: torch.Tensor | None = None,
+    ):
         self.indptr_D1 = indptr_D1.to(torch.int64)
         # Original ids of the src nodes (None: the whole graph in original ids, 0..S-1); they key
         # hashed dropout (nn.dropout), so a node is dropped alike however the graph is partitioned.
@@ -52,17 +60,32 @@ class MessageGraph:
         self._edge_index: torch.Tensor | None = None
 
     @classmethod
-    def from_block(cls, block: Block, device: torch.device | str | None = None,
-                   orig_ids: np.ndarray | None = None) -> "MessageGraph":
+    def from_block(
+        cls,
+        block: Block,
+        device: torch.device | str | None = None,
+        orig_ids: np.ndarray | None = None,
+    ) -> "MessageGraph":
         """A sampled block; ``orig_ids`` maps the block's global ids to original ids (None: they
         are original ids already, as in single-process training)."""
         degree = None if block.src_degree_S is None else block.src_degree_S.to(device)
-        keys = block.src_nodes_S if orig_ids is None else torch.from_numpy(
-            np.asarray(orig_ids[block.src_nodes_S.numpy()], dtype=np.int64))
-        return cls(block.indptr_D1.to(device), block.indices_E.to(device), block.num_src, degree, node_keys_S=keys)
+        keys = (
+            block.src_nodes_S
+            if orig_ids is None
+            else torch.from_numpy(np.asarray(orig_ids[block.src_nodes_S.numpy()], dtype=np.int64))
+        )
+        return cls(
+            block.indptr_D1.to(device),
+            block.indices_E.to(device),
+            block.num_src,
+            degree,
+            node_keys_S=keys,
+        )
 
     @classmethod
-    def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, device: torch.device | str | None = None) -> "MessageGraph":
+    def from_csr(
+        cls, indptr: np.ndarray, indices: np.ndarray, device: torch.device | str | None = None
+    ) -> "MessageGraph":
         """The full graph: every node is both a src and a dst node."""
         indptr_t = torch.from_numpy(np.asarray(indptr, dtype=np.int64)).to(device)
         indices_t = torch.from_numpy(np.asarray(indices).astype(np.int64, copy=False)).to(device)
@@ -80,7 +103,9 @@ class MessageGraph:
         return self.indptr_D1[1:] - self.indptr_D1[:-1]
 
     def dst_index_E(self) -> torch.Tensor:
-        return torch.repeat_interleave(torch.arange(self.num_dst, device=self.device), self.in_degree_D())
+        return torch.repeat_interleave(
+            torch.arange(self.num_dst, device=self.device), self.in_degree_D()
+        )
 
     def edge_index(self) -> torch.Tensor:
         """``[2, E]`` local (src, dst) pairs, e.g. for PyG layers with ``size=(S, D)``."""
@@ -166,7 +191,9 @@ def spmm(graph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
     :mod:`shardgnn.fullgraph` is one), so the layers of :mod:`shardgnn.nn.conv` run on both.
     """
     if h_SF.shape[0] != graph.num_src:
-        raise ValueError(f"features have {h_SF.shape[0]} rows but the graph has {graph.num_src} src nodes")
+        raise ValueError(
+            f"features have {h_SF.shape[0]} rows but the graph has {graph.num_src} src nodes"
+        )
     if not isinstance(graph, MessageGraph):
         return graph.aggregate(h_SF, norm)
     return _SpMM.apply(h_SF, graph, norm)

@@ -20,14 +20,20 @@ from shardgnn.nn.functional import dropout
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.seeding import mix_seed
 
+
 class GNN(nn.Module):
     """A stack of graph layers with ReLU (ELU for GAT) and dropout between them.
 
     The input features may be a sparse COO tensor in full-graph mode (see ``nn.functional``).
     """
 
-    def __init__(self, layers: Sequence[nn.Module], dropout: float = 0.5, activation=F.relu,
-                 input_dropout: float = 0.0):
+    def __init__(
+        self,
+        layers: Sequence[nn.Module],
+        dropout: float = 0.5,
+        activation=F.relu,
+        input_dropout: float = 0.0,
+    ):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.dropout = dropout
@@ -53,7 +59,9 @@ class GNN(nn.Module):
         seed = mix_seed(self.dropout_seed, self.dropout_step, layer)
         if graph.node_keys_S is not None:
             return hashed_dropout(h, p, seed, row_ids=graph.node_keys_S)
-        assert graph.num_src == graph.num_dst, "hashed dropout needs node keys unless the graph is whole"
+        assert graph.num_src == graph.num_dst, (
+            "hashed dropout needs node keys unless the graph is whole"
+        )
         return hashed_dropout(h, p, seed)
 
     @property

@@ -40,10 +40,14 @@ class PartitionBook:
     def __init__(self, boundaries: np.ndarray | list[int]):
         b = np.asarray(boundaries)
         if b.ndim != 1 or b.shape[0] < 2 or not np.issubdtype(b.dtype, np.integer):
-            raise ValueError(f"boundaries must be a 1-D integer array of length P + 1 >= 2, got shape {b.shape} "
-                             f"dtype {b.dtype}")
+            raise ValueError(
+                f"boundaries must be a 1-D integer array of length P + 1 >= 2, got shape {b.shape} "
+                f"dtype {b.dtype}"
+            )
         if b[0] != 0 or np.any(np.diff(b) < 0):
-            raise ValueError(f"boundaries must start at 0 and be non-decreasing, got {b[:8].tolist()}...")
+            raise ValueError(
+                f"boundaries must start at 0 and be non-decreasing, got {b[:8].tolist()}..."
+            )
         self.boundaries = b.astype(np.int64, copy=True)
         self.boundaries.setflags(write=False)
         self._boundaries_t: Any = None
@@ -95,14 +99,20 @@ class PartitionBook:
 
             if ids.numel():
                 self._check_ids(int(ids.min()), int(ids.max()))
-            return torch.searchsorted(self._torch_boundaries(ids.device), ids.to(torch.int64), right=True) - 1
+            return (
+                torch.searchsorted(
+                    self._torch_boundaries(ids.device), ids.to(torch.int64), right=True
+                )
+                - 1
+            )
         ids = np.asarray(ids)
         if ids.size:
             self._check_ids(int(ids.min()), int(ids.max()))
         return np.searchsorted(self.boundaries, ids, side="right").astype(np.int64) - 1
 
     def local(self, ids: Any) -> Any:
-        """Each id's offset inside its owning part (``id - boundaries[owner(id)]``), numpy or torch."""
+        """Each id's offset inside its owning part (``id - boundaries[owner(id)]``), numpy or
+        torch."""
         part = self.owner(ids)
         if self._is_tensor(ids):
             import torch
@@ -119,13 +129,17 @@ class PartitionBook:
         return local_ids + start
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PartitionBook) and np.array_equal(self.boundaries, other.boundaries)
+        return isinstance(other, PartitionBook) and np.array_equal(
+            self.boundaries, other.boundaries
+        )
 
     def __repr__(self) -> str:
         return f"PartitionBook(num_parts={self.num_parts}, num_nodes={self.num_nodes})"
 
 
-def bucket_by_owner(ids: np.ndarray, owners: np.ndarray, world_size: int) -> tuple[np.ndarray, np.ndarray]:
+def bucket_by_owner(
+    ids: np.ndarray, owners: np.ndarray, world_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(order, counts)``: ``ids[order]`` lists ids grouped by owner rank (stable within a rank),
     ``counts[p]`` of them owned by ``p``."""
     order = np.argsort(owners, kind="stable")
@@ -166,7 +180,9 @@ def relabel(assignment: np.ndarray, num_parts: int) -> Relabelling:
     orig_ids = np.argsort(assignment, kind="stable").astype(np.int64, copy=False)
     new_id_of_orig = np.empty(n, dtype=np.int64)
     new_id_of_orig[orig_ids] = np.arange(n, dtype=np.int64)
-    return Relabelling(book=PartitionBook(boundaries), orig_ids=orig_ids, new_id_of_orig=new_id_of_orig)
+    return Relabelling(
+        book=PartitionBook(boundaries), orig_ids=orig_ids, new_id_of_orig=new_id_of_orig
+    )
 
 
 def inverse_permutation(perm: np.ndarray) -> np.ndarray:

@@ -66,7 +66,7 @@ def part_dir_name(part: int) -> str:
     return f"part-{part}"
 
 
-# ---------------------------------------------------------------------------------------------- writing
+# ------------------------------------------------------------------------------------------ writing
 class _HashingWriter:
     """A write-only file wrapper that feeds every byte to SHA-256 (np.save writes through it)."""
 
@@ -88,7 +88,11 @@ def _write_array(root: Path, rel: str, array: np.ndarray, record: dict[str, Any]
     with atomic_open(root / rel, "wb") as fh:
         writer = _HashingWriter(fh)
         np.save(writer, array, allow_pickle=False)
-    record["arrays"][rel] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": writer.size}
+    record["arrays"][rel] = {
+        "shape": list(array.shape),
+        "dtype": str(array.dtype),
+        "bytes": writer.size,
+    }
     record["sha256"][rel] = writer.sha.hexdigest()
 
 
@@ -119,11 +123,15 @@ def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
     out_dir = Path(out_dir).expanduser()
     if out_dir.exists():
         if not overwrite:
-            raise ConfigError(f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it, "
-                              "or choose another --out")
+            raise ConfigError(
+                f"{out_dir} already exists; pass --overwrite (overwrite=True) to replace it, "
+                "or choose another --out"
+            )
         if not out_dir.is_dir() or (any(out_dir.iterdir()) and not is_partition_dir(out_dir)):
-            raise ConfigError(f"{out_dir} exists and is not a shardgnn partition directory; refusing to replace "
-                              "it. Choose another --out")
+            raise ConfigError(
+                f"{out_dir} exists and is not a shardgnn partition directory; refusing to replace "
+                "it. Choose another --out"
+            )
     return out_dir
 
 
@@ -158,17 +166,25 @@ def write_partitions(
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
 
-    Raises:
-        ConfigError: ``out_dir`` exists and ``overwrite`` is false, or it is not a partition directory.
-        DatasetError: an invalid assignment.
+    Raises: ConfigError: ``out_dir`` exists and ``overwrite`` is false, or it is not a partition
+        directory. DatasetError: an invalid assignment.
     """
     out_dir = check_output_dir(out_dir, overwrite)
     assignment = np.asarray(assignment)
-    p_count = int(num_parts if num_parts is not None else (int(assignment.max()) + 1 if assignment.size else 1))
+    p_count = int(
+        num_parts
+        if num_parts is not None
+        else (int(assignment.max()) + 1 if assignment.size else 1)
+    )
     with warnings.catch_warnings():  # empty parts are the caller's decision (partition_graph warns)
         warnings.simplefilter("ignore")
-        assignment = check_assignment(assignment, graph.num_nodes, p_count, source=f"assignment of {graph.name}",
-                                      allow_empty_parts=True)
+        assignment = check_assignment(
+            assignment,
+            graph.num_nodes,
+            p_count,
+            source=f"assignment of {graph.name}",
+            allow_empty_parts=True,
+        )
     if metrics is None:
         metrics = compute_metrics(graph, assignment, p_count)
     rel = relabel(assignment, p_count)
@@ -185,8 +201,14 @@ def write_partitions(
     parts_info = []
     with atomic_directory(out_dir, overwrite=True) as tmp:
         _write_array(tmp, "orig_ids.npy", orig_ids, record)
-        bar = tqdm(range(p_count), desc="write parts", unit="part", leave=False, file=sys.stderr,
-                   disable=not (progress and sys.stderr.isatty()))
+        bar = tqdm(
+            range(p_count),
+            desc="write parts",
+            unit="part",
+            leave=False,
+            file=sys.stderr,
+            disable=not (progress and sys.stderr.isatty()),
+        )
         for p in bar:
             start, end = book.part_range(p)
             rows = orig_ids[start:end]  # original ids owned by p, ascending
@@ -201,15 +223,29 @@ def write_partitions(
             _write_array(tmp, f"{folder}/indices.npy", indices, record)
             _write_array(tmp, f"{folder}/halo.npy", halo, record)
             if graph.edge_weight is not None:
-                _write_array(tmp, f"{folder}/edge_weight.npy",
-                             np.asarray(graph.edge_weight[positions], dtype=np.float32), record)
+                _write_array(
+                    tmp,
+                    f"{folder}/edge_weight.npy",
+                    np.asarray(graph.edge_weight[positions], dtype=np.float32),
+                    record,
+                )
             del positions, indices
             if graph.x is not None:
-                _write_array(tmp, f"{folder}/x.npy", np.asarray(graph.x[rows], dtype=np.float32), record)
+                _write_array(
+                    tmp, f"{folder}/x.npy", np.asarray(graph.x[rows], dtype=np.float32), record
+                )
             if graph.y is not None:
-                _write_array(tmp, f"{folder}/y.npy", np.asarray(graph.y[rows], dtype=np.int64), record)
-            info = {"part": p, "start": start, "end": end, "num_nodes": end - start,
-                    "num_edges": int(local_indptr[-1]), "num_halo": int(halo.shape[0])}
+                _write_array(
+                    tmp, f"{folder}/y.npy", np.asarray(graph.y[rows], dtype=np.int64), record
+                )
+            info = {
+                "part": p,
+                "start": start,
+                "end": end,
+                "num_nodes": end - start,
+                "num_edges": int(local_indptr[-1]),
+                "num_halo": int(halo.shape[0]),
+            }
             for key, mask in split_masks.items():
                 local = np.flatnonzero(mask[rows]).astype(np.int64)
                 _write_array(tmp, f"{folder}/{key}.npy", local, record)
@@ -219,15 +255,27 @@ def write_partitions(
             "format": FORMAT,
             "version": VERSION,
             "graph": graph.name,
-            "dataset": {"spec": dataset_spec, "name": graph.name, "fingerprint": fingerprint(graph)},
+            "dataset": {
+                "spec": dataset_spec,
+                "name": graph.name,
+                "fingerprint": fingerprint(graph),
+            },
             "num_parts": p_count,
             "num_nodes": n,
             "num_edges": graph.num_edges,
             "boundaries": book.boundaries.tolist(),
-            "features": None if graph.x is None else {"dim": graph.num_features, "dtype": "float32"},
-            "labels": None if graph.y is None else {"num_classes": int(graph.num_classes), "dtype": "int64"},
-            "splits": {key[:-4]: (None if key not in split_sets else int(np.asarray(split_sets[key]).shape[0]))
-                       for key in SPLITS},
+            "features": None
+            if graph.x is None
+            else {"dim": graph.num_features, "dtype": "float32"},
+            "labels": None
+            if graph.y is None
+            else {"num_classes": int(graph.num_classes), "dtype": "int64"},
+            "splits": {
+                key[:-4]: (
+                    None if key not in split_sets else int(np.asarray(split_sets[key]).shape[0])
+                )
+                for key in SPLITS
+            },
             "edge_weight": graph.edge_weight is not None,
             "indices_dtype": str(np.dtype(ids_dtype)),
             "partitioner": {"method": method, "settings": settings or {}, "seconds": seconds},
@@ -241,7 +289,7 @@ def write_partitions(
     return read_partitions(out_dir, verify=False)
 
 
-# ---------------------------------------------------------------------------------------------- reading
+# ------------------------------------------------------------------------------------------ reading
 @dataclasses.dataclass(kw_only=True)
 class LocalPartition:
     """One part, as a rank loads it (arrays are read-only memory maps when ``mmap=True``).
@@ -325,7 +373,11 @@ class PartitionSet:
         """``{spec, name, fingerprint}`` of the graph this was cut from (directories written by
         shardgnn before 0.2 record only the name)."""
         recorded = self.meta.get("dataset")
-        return dict(recorded) if recorded else {"spec": None, "name": str(self.meta.get("graph")), "fingerprint": None}
+        return (
+            dict(recorded)
+            if recorded
+            else {"spec": None, "name": str(self.meta.get("graph")), "fingerprint": None}
+        )
 
     @property
     def metrics(self) -> PartitionMetrics:
@@ -346,7 +398,8 @@ class PartitionSet:
         return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
 
     def load_part(self, part: int, *, mmap: bool = True, verify: bool = False) -> LocalPartition:
-        """Load part ``part`` (``verify`` re-hashes its files; :func:`read_partitions` may have already)."""
+        """Load part ``part`` (``verify`` re-hashes its files; :func:`read_partitions` may have
+        already)."""
         return _load_part(self, part, mmap=mmap, verify=verify)
 
     def reassemble(self) -> Graph:
@@ -361,24 +414,44 @@ def _meta_error(meta_path: Path, problem: str) -> DatasetError:
 def _read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / "meta.json"
     if not path.is_dir():
-        raise DatasetError("no such partition directory", path, "run `shardgnn partition DATASET --out DIR` first")
+        raise DatasetError(
+            "no such partition directory", path, "run `shardgnn partition DATASET --out DIR` first"
+        )
     if not meta_path.is_file():
-        raise DatasetError("no meta.json: not a shardgnn partition directory (or an interrupted copy)", path,
-                           "point at a directory written by `shardgnn partition`")
+        raise DatasetError(
+            "no meta.json: not a shardgnn partition directory (or an interrupted copy)",
+            path,
+            "point at a directory written by `shardgnn partition`",
+        )
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _meta_error(meta_path, f"not valid JSON ({exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _meta_error(meta_path, f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
-                                     f"expected {FORMAT!r}")
+        raise _meta_error(
+            meta_path,
+            f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
+            f"expected {FORMAT!r}",
+        )
     version = meta.get("version")
     if version != VERSION:
         newer = isinstance(version, int) and version > VERSION
-        raise DatasetError(f"format version {version!r} is not supported (this shardgnn reads version {VERSION})",
-                           meta_path, "upgrade shardgnn" if newer else _REMAKE)
-    required = ("num_parts", "num_nodes", "num_edges", "boundaries", "arrays", "sha256", "parts", "metrics",
-                "partitioner")
+        raise DatasetError(
+            f"format version {version!r} is not supported (this shardgnn reads version {VERSION})",
+            meta_path,
+            "upgrade shardgnn" if newer else _REMAKE,
+        )
+    required = (
+        "num_parts",
+        "num_nodes",
+        "num_edges",
+        "boundaries",
+        "arrays",
+        "sha256",
+        "parts",
+        "metrics",
+        "partitioner",
+    )
     missing = [key for key in required if key not in meta]
     if missing:
         raise _meta_error(meta_path, f"meta.json lacks the key(s) {', '.join(missing)}")
@@ -389,7 +462,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 62
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
 
 
 def _schema_problem(meta: dict[str, Any]) -> str | None:
@@ -397,31 +470,53 @@ def _schema_problem(meta: dict[str, Any]) -> str | None:
     for key in ("num_parts", "num_nodes", "num_edges"):
         if not _is_count(meta[key]):
             return f"{key} must be a non-negative integer, not {meta[key]!r}"
-    if not isinstance(meta["boundaries"], list) or not all(_is_count(b) for b in meta["boundaries"]):
+    if not isinstance(meta["boundaries"], list) or not all(
+        _is_count(b) for b in meta["boundaries"]
+    ):
         return "boundaries must be a list of non-negative integers"
     arrays = meta["arrays"]
     if not isinstance(arrays, dict):
         return "arrays must be an object"
     for rel, spec in arrays.items():
-        if not (isinstance(spec, dict) and isinstance(spec.get("shape"), list)
-                and all(_is_count(d) for d in spec["shape"]) and isinstance(spec.get("dtype"), str)
-                and _is_count(spec.get("bytes"))):
-            return f"arrays[{rel!r}] must hold shape (list of sizes), dtype (string) and bytes (integer)"
-    if not isinstance(meta["sha256"], dict) or not all(isinstance(v, str) for v in meta["sha256"].values()):
+        if not (
+            isinstance(spec, dict)
+            and isinstance(spec.get("shape"), list)
+            and all(_is_count(d) for d in spec["shape"])
+            and isinstance(spec.get("dtype"), str)
+            and _is_count(spec.get("bytes"))
+        ):
+            return (
+                f"arrays[{rel!r}] must hold shape (list of sizes), dtype (string) and bytes "
+                "(integer)"
+            )
+    if not isinstance(meta["sha256"], dict) or not all(
+        isinstance(v, str) for v in meta["sha256"].values()
+    ):
         return "sha256 must map file names to hex digests"
     parts = meta["parts"]
-    if not (isinstance(parts, list) and len(parts) == meta["num_parts"]
-            and all(isinstance(p, dict) and _is_count(p.get("num_edges")) for p in parts)):
+    if not (
+        isinstance(parts, list)
+        and len(parts) == meta["num_parts"]
+        and all(isinstance(p, dict) and _is_count(p.get("num_edges")) for p in parts)
+    ):
         return "parts must list one object with num_edges per part"
     if not isinstance(meta["metrics"], dict) or not isinstance(meta["partitioner"], dict):
         return "metrics and partitioner must be objects"
     labels = meta.get("labels")
-    if labels is not None and not (isinstance(labels, dict) and _is_count(labels.get("num_classes", 0))):
+    if labels is not None and not (
+        isinstance(labels, dict) and _is_count(labels.get("num_classes", 0))
+    ):
         return "labels must be an object whose num_classes is a non-negative integer"
     dataset = meta.get("dataset")
-    if dataset is not None and not (isinstance(dataset, dict) and isinstance(dataset.get("spec"), (str, type(None)))
-                                    and isinstance(dataset.get("fingerprint"), (dict, type(None)))):
-        return "dataset must be an object with a spec (string or null) and a fingerprint (object or null)"
+    if dataset is not None and not (
+        isinstance(dataset, dict)
+        and isinstance(dataset.get("spec"), (str, type(None)))
+        and isinstance(dataset.get("fingerprint"), (dict, type(None)))
+    ):
+        return (
+            "dataset must be an object with a spec (string or null) and a fingerprint (object or "
+            "null)"
+        )
     return None
 
 
@@ -445,24 +540,39 @@ def _check_files(path: Path, meta: dict[str, Any], rels: Iterable[str], verify: 
             raise DatasetError("file is missing", file, _REMAKE)
         size = file.stat().st_size
         if size != spec["bytes"]:
-            raise DatasetError(f"file is {size} bytes but meta.json records {spec['bytes']}: it is truncated or "
-                               "was replaced", file, _REMAKE)
+            raise DatasetError(
+                f"file is {size} bytes but meta.json records {spec['bytes']}: it is truncated or "
+                "was replaced",
+                file,
+                _REMAKE,
+            )
         if verify and _sha256_file(file) != digest:
-            raise DatasetError("SHA-256 checksum mismatch: the file is corrupt (its content changed after it was "
-                               "written)", file, _REMAKE)
+            raise DatasetError(
+                "SHA-256 checksum mismatch: the file is corrupt (its content changed after it was "
+                "written)",
+                file,
+                _REMAKE,
+            )
 
 
 def _load_array(path: Path, meta: dict[str, Any], rel: str, mmap: bool) -> np.ndarray:
     spec = meta["arrays"][rel]
     array = load_npy(path / rel, mmap=mmap)
     if list(array.shape) != spec["shape"] or str(array.dtype) != spec["dtype"]:
-        raise DatasetError(f"holds {array.dtype} {list(array.shape)}, meta.json records {spec['dtype']} "
-                           f"{spec['shape']}", path / rel, _REMAKE)
+        raise DatasetError(
+            f"holds {array.dtype} {list(array.shape)}, meta.json records {spec['dtype']} "
+            f"{spec['shape']}",
+            path / rel,
+            _REMAKE,
+        )
     return array
 
 
-def read_partitions(path: str | os.PathLike, verify: bool = True, *, progress: bool = False) -> PartitionSet:
-    """Open a partition directory: check format/version and every file (size; SHA-256 if ``verify``).
+def read_partitions(
+    path: str | os.PathLike, verify: bool = True, *, progress: bool = False
+) -> PartitionSet:
+    """Open a partition directory: check format/version and every file (size; SHA-256 if
+    ``verify``).
 
     Raises:
         DatasetError: not a partition directory, an unsupported version, or a missing, truncated,
@@ -472,30 +582,49 @@ def read_partitions(path: str | os.PathLike, verify: bool = True, *, progress: b
     meta = _read_meta(path)
     rels = list(meta["arrays"])
     if verify:
-        rels = tqdm(rels, desc="verify checksums", unit="file", leave=False, file=sys.stderr,
-                    disable=not (progress and sys.stderr.isatty()))
+        rels = tqdm(
+            rels,
+            desc="verify checksums",
+            unit="file",
+            leave=False,
+            file=sys.stderr,
+            disable=not (progress and sys.stderr.isatty()),
+        )
     _check_files(path, meta, rels, verify)
     try:
         book = PartitionBook(np.asarray(meta["boundaries"], dtype=np.int64))
     except (ValueError, TypeError) as exc:
         raise _meta_error(path / "meta.json", f"bad boundaries ({exc})") from None
     if book.num_parts != meta["num_parts"] or book.num_nodes != meta["num_nodes"]:
-        raise _meta_error(path / "meta.json", f"boundaries describe {book.num_parts} parts / {book.num_nodes} nodes "
-                                              f"but meta.json says {meta['num_parts']} / {meta['num_nodes']}")
+        raise _meta_error(
+            path / "meta.json",
+            f"boundaries describe {book.num_parts} parts / {book.num_nodes} nodes "
+            f"but meta.json says {meta['num_parts']} / {meta['num_nodes']}",
+        )
     if "orig_ids.npy" not in meta["arrays"]:
         raise _meta_error(path / "meta.json", "meta.json lists no orig_ids.npy")
     orig_ids = _load_array(path, meta, "orig_ids.npy", mmap=True)
     if orig_ids.shape != (book.num_nodes,):
-        raise DatasetError(f"has shape {orig_ids.shape}, expected ({book.num_nodes},)", path / "orig_ids.npy", _REMAKE)
+        raise DatasetError(
+            f"has shape {orig_ids.shape}, expected ({book.num_nodes},)",
+            path / "orig_ids.npy",
+            _REMAKE,
+        )
     return PartitionSet(path=path, meta=meta, book=book, orig_ids=orig_ids)
 
 
 def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> LocalPartition:
     if not 0 <= part < pset.num_parts:
-        raise ConfigError(f"part {part} does not exist: {pset.path} has parts 0..{pset.num_parts - 1}")
+        raise ConfigError(
+            f"part {part} does not exist: {pset.path} has parts 0..{pset.num_parts - 1}"
+        )
     folder = part_dir_name(part)
     meta, path = pset.meta, pset.path
-    rels = {name: f"{folder}/{name}.npy" for name in _PART_ARRAYS if f"{folder}/{name}.npy" in meta["arrays"]}
+    rels = {
+        name: f"{folder}/{name}.npy"
+        for name in _PART_ARRAYS
+        if f"{folder}/{name}.npy" in meta["arrays"]
+    }
     for name in ("indptr", "indices", "halo"):
         if name not in rels:
             raise _meta_error(path / "meta.json", f"meta.json lists no {folder}/{name}.npy")
@@ -503,37 +632,66 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
     arrays = {name: _load_array(path, meta, rel, mmap) for name, rel in rels.items()}
     start, end = pset.book.part_range(part)
     if arrays["indptr"].shape != (end - start + 1,):
-        raise DatasetError(f"has {arrays['indptr'].shape[0]} entries, expected {end - start + 1} (part owns "
-                           f"{end - start} nodes)", path / rels["indptr"], _REMAKE)
+        raise DatasetError(
+            f"has {arrays['indptr'].shape[0]} entries, expected {end - start + 1} (part owns "
+            f"{end - start} nodes)",
+            path / rels["indptr"],
+            _REMAKE,
+        )
     _check_part_structure(path, rels, arrays, end - start, pset.book.num_nodes)
     labels = meta.get("labels") or {}
     return LocalPartition(
-        part=part, num_parts=pset.num_parts, start=start, end=end,
-        indptr=arrays["indptr"], indices=arrays["indices"], halo=arrays["halo"],
-        x=arrays.get("x"), y=arrays.get("y"), train_idx=arrays.get("train_idx"), val_idx=arrays.get("val_idx"),
-        test_idx=arrays.get("test_idx"), edge_weight=arrays.get("edge_weight"),
-        num_classes=int(labels.get("num_classes", 0)), book=pset.book,
+        part=part,
+        num_parts=pset.num_parts,
+        start=start,
+        end=end,
+        indptr=arrays["indptr"],
+        indices=arrays["indices"],
+        halo=arrays["halo"],
+        x=arrays.get("x"),
+        y=arrays.get("y"),
+        train_idx=arrays.get("train_idx"),
+        val_idx=arrays.get("val_idx"),
+        test_idx=arrays.get("test_idx"),
+        edge_weight=arrays.get("edge_weight"),
+        num_classes=int(labels.get("num_classes", 0)),
+        book=pset.book,
     )
 
 
-def _check_part_structure(path: Path, rels: dict[str, str], arrays: dict[str, np.ndarray], num_rows: int,
-                          num_nodes: int) -> None:
+def _check_part_structure(
+    path: Path, rels: dict[str, str], arrays: dict[str, np.ndarray], num_rows: int, num_nodes: int
+) -> None:
     """Cheap structural invariants, checked on every load (also without SHA-256 verification), so
     a same-size corruption cannot become a silently wrong graph: CSR offsets, id ranges, split
     ranges and row counts. O(part size), no hashing."""
+
     def bad(name: str, problem: str) -> DatasetError:
-        return DatasetError(problem, path / rels[name], "the file is corrupt; run `shardgnn verify` on the directory "
-                                                        "and " + _REMAKE)
+        return DatasetError(
+            problem,
+            path / rels[name],
+            "the file is corrupt; run `shardgnn verify` on the directory and " + _REMAKE,
+        )
 
     indptr, indices = arrays["indptr"], arrays["indices"]
-    if indptr.ndim != 1 or indptr.shape[0] < 1 or indptr[0] != 0 or indptr[-1] != indices.shape[0] \
-            or (indptr.shape[0] > 1 and np.any(np.diff(indptr) < 0)):
-        raise bad("indptr", f"is not a CSR offset array for {indices.shape[0]} edges (must start at 0, never "
-                            f"decrease and end at the edge count)")
+    if (
+        indptr.ndim != 1
+        or indptr.shape[0] < 1
+        or indptr[0] != 0
+        or indptr[-1] != indices.shape[0]
+        or (indptr.shape[0] > 1 and np.any(np.diff(indptr) < 0))
+    ):
+        raise bad(
+            "indptr",
+            f"is not a CSR offset array for {indices.shape[0]} edges (must start at 0, never "
+            f"decrease and end at the edge count)",
+        )
     if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= num_nodes):
         raise bad("indices", f"holds node ids outside [0, {num_nodes})")
     halo = arrays["halo"]
-    if halo.size and (int(halo.min()) < 0 or int(halo.max()) >= num_nodes or np.any(np.diff(halo) <= 0)):
+    if halo.size and (
+        int(halo.min()) < 0 or int(halo.max()) >= num_nodes or np.any(np.diff(halo) <= 0)
+    ):
         raise bad("halo", f"is not a sorted list of unique node ids in [0, {num_nodes})")
     for name in ("x", "y", "edge_weight"):
         if name in arrays:
@@ -542,11 +700,17 @@ def _check_part_structure(path: Path, rels: dict[str, str], arrays: dict[str, np
                 raise bad(name, f"has {arrays[name].shape[0]} rows, expected {expected}")
     for name in SPLITS:
         split = arrays.get(name)
-        if split is not None and split.size and (int(split.min()) < 0 or int(split.max()) >= num_rows):
+        if (
+            split is not None
+            and split.size
+            and (int(split.min()) < 0 or int(split.max()) >= num_rows)
+        ):
             raise bad(name, f"holds local rows outside [0, {num_rows})")
 
 
-def load_part(path: str | os.PathLike, part: int, mmap: bool = True, *, verify: bool = True) -> LocalPartition:
+def load_part(
+    path: str | os.PathLike, part: int, mmap: bool = True, *, verify: bool = True
+) -> LocalPartition:
     """Load one part of a partition directory (what a rank does at start-up).
 
     Only this part's files are checked (size always; SHA-256 when ``verify``), so start-up cost
@@ -572,8 +736,10 @@ def _reassemble(pset: PartitionSet) -> Graph:
     indptr = np.zeros(n + 1, dtype=np.int64)
     offsets = np.cumsum([0] + [lp.num_edges for lp in parts])
     for lp, off in zip(parts, offsets[:-1]):
-        indptr[lp.start + 1:lp.end + 1] = np.asarray(lp.indptr[1:]) + off
-    indices = np.concatenate([np.asarray(lp.indices) for lp in parts]) if parts else np.zeros(0, np.int32)
+        indptr[lp.start + 1 : lp.end + 1] = np.asarray(lp.indptr[1:]) + off
+    indices = (
+        np.concatenate([np.asarray(lp.indices) for lp in parts]) if parts else np.zeros(0, np.int32)
+    )
     indices = indices.astype(index_dtype(n), copy=False)
     fields: dict[str, Any] = {}
     if meta.get("features") is not None:
@@ -584,10 +750,17 @@ def _reassemble(pset: PartitionSet) -> Graph:
         fields["edge_weight"] = np.concatenate([np.asarray(lp.edge_weight) for lp in parts])
     for key in SPLITS:
         if (meta.get("splits") or {}).get(key[:-4]) is not None:
-            fields[key] = np.concatenate([np.asarray(getattr(lp, key)) + lp.start for lp in parts]).astype(np.int64)
+            fields[key] = np.concatenate(
+                [np.asarray(getattr(lp, key)) + lp.start for lp in parts]
+            ).astype(np.int64)
     labels = meta.get("labels") or {}
-    return Graph(indptr=indptr, indices=indices, num_classes=int(labels.get("num_classes", 0)),
-                 name=str(meta.get("graph", pset.path.name)), **fields)
+    return Graph(
+        indptr=indptr,
+        indices=indices,
+        num_classes=int(labels.get("num_classes", 0)),
+        name=str(meta.get("graph", pset.path.name)),
+        **fields,
+    )
 
 
 def reassemble(path: str | os.PathLike, *, verify: bool = True) -> Graph:
@@ -595,8 +768,10 @@ def reassemble(path: str | os.PathLike, *, verify: bool = True) -> Graph:
     return read_partitions(path, verify=verify).reassemble()
 
 
-# ---------------------------------------------------------------------------------------------- verifying
-def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progress: bool = False) -> PartitionMetrics:
+# ---------------------------------------------------------------------------------------- verifying
+def verify_partitions(
+    path: str | os.PathLike, *, checksums: bool = True, progress: bool = False
+) -> PartitionMetrics:
     """Check everything about a partition directory and return its recomputed metrics.
 
     Checks: format, version, files, sizes and (``checksums``) SHA-256; ``orig_ids`` is a
@@ -614,7 +789,9 @@ def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progre
         raise DatasetError(problem, root / rel, _REMAKE)
 
     orig = np.asarray(pset.orig_ids)
-    if orig.size and (orig.min() < 0 or orig.max() >= n or np.bincount(orig, minlength=n).max() != 1):
+    if orig.size and (
+        orig.min() < 0 or orig.max() >= n or np.bincount(orig, minlength=n).max() != 1
+    ):
         fail("orig_ids.npy", "is not a permutation of 0..N-1 (a node is missing or owned twice)")
     features, labels = meta.get("features"), meta.get("labels")
     for p in range(pset.num_parts):
@@ -622,8 +799,11 @@ def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progre
         folder = part_dir_name(p)
         indptr, indices = np.asarray(lp.indptr), np.asarray(lp.indices)
         if indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != indices.shape[0]:
-            fail(f"{folder}/indptr.npy", "is not a valid CSR row pointer (must start at 0, never decrease and end "
-                                         f"at the {indices.shape[0]} edges of indices.npy)")
+            fail(
+                f"{folder}/indptr.npy",
+                "is not a valid CSR row pointer (must start at 0, never decrease and end "
+                f"at the {indices.shape[0]} edges of indices.npy)",
+            )
         if indices.size and (indices.min() < 0 or indices.max() >= n):
             fail(f"{folder}/indices.npy", f"holds neighbour ids outside [0, {n})")
         remote = indices[(indices < lp.start) | (indices >= lp.end)]
@@ -633,28 +813,59 @@ def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progre
             fail(f"{folder}/x.npy", f"must have shape ({lp.num_nodes}, {features['dim']})")
         if labels is not None:
             y = None if lp.y is None else np.asarray(lp.y)
-            if y is None or y.shape != (lp.num_nodes,) or (y.size and (y.min() < -1 or y.max() >= max(1, labels["num_classes"]))):
-                fail(f"{folder}/y.npy", f"must hold {lp.num_nodes} labels in [-1, {labels['num_classes']})")
+            if (
+                y is None
+                or y.shape != (lp.num_nodes,)
+                or (y.size and (y.min() < -1 or y.max() >= max(1, labels["num_classes"])))
+            ):
+                fail(
+                    f"{folder}/y.npy",
+                    f"must hold {lp.num_nodes} labels in [-1, {labels['num_classes']})",
+                )
         for key in SPLITS:
             idx = getattr(lp, key)
             if idx is None:
                 continue
             idx = np.asarray(idx)
-            if idx.size and (idx.min() < 0 or idx.max() >= lp.num_nodes or np.any(np.diff(idx) <= 0)):
-                fail(f"{folder}/{key}.npy", f"must hold sorted unique local rows in [0, {lp.num_nodes})")
+            if idx.size and (
+                idx.min() < 0 or idx.max() >= lp.num_nodes or np.any(np.diff(idx) <= 0)
+            ):
+                fail(
+                    f"{folder}/{key}.npy",
+                    f"must hold sorted unique local rows in [0, {lp.num_nodes})",
+                )
         info = meta["parts"][p]
-        if (info["num_nodes"], info["num_edges"], info["num_halo"]) != (lp.num_nodes, lp.num_edges, lp.halo.shape[0]):
+        if (info["num_nodes"], info["num_edges"], info["num_halo"]) != (
+            lp.num_nodes,
+            lp.num_edges,
+            lp.halo.shape[0],
+        ):
             fail("meta.json", f"part {p} counts in meta.json disagree with its arrays")
     graph = pset.reassemble()
     if graph.num_edges != pset.num_edges:
-        fail("meta.json", f"the parts hold {graph.num_edges} edges, meta.json says {pset.num_edges}")
-    recomputed = compute_metrics(graph, pset.book.owner(np.arange(n, dtype=np.int64)), pset.num_parts)
+        fail(
+            "meta.json", f"the parts hold {graph.num_edges} edges, meta.json says {pset.num_edges}"
+        )
+    recomputed = compute_metrics(
+        graph, pset.book.owner(np.arange(n, dtype=np.int64)), pset.num_parts
+    )
     stored = pset.metrics
-    for field in ("cut_edges", "comm_volume", "max_send_volume", "send_volume", "recv_volume", "part_nodes",
-                  "part_edges", "part_train"):
+    for field in (
+        "cut_edges",
+        "comm_volume",
+        "max_send_volume",
+        "send_volume",
+        "recv_volume",
+        "part_nodes",
+        "part_edges",
+        "part_train",
+    ):
         if getattr(recomputed, field) != getattr(stored, field):
-            fail("meta.json", f"metric {field} recorded as {getattr(stored, field)!r} but the arrays give "
-                              f"{getattr(recomputed, field)!r}")
+            fail(
+                "meta.json",
+                f"metric {field} recorded as {getattr(stored, field)!r} but the arrays give "
+                f"{getattr(recomputed, field)!r}",
+            )
     halo_sizes = [info["num_halo"] for info in meta["parts"]]
     if halo_sizes != recomputed.recv_volume:
         fail("meta.json", "halo sizes disagree with the receive volumes")
@@ -662,6 +873,16 @@ def verify_partitions(path: str | os.PathLike, *, checksums: bool = True, progre
 
 
 __all__ = [
-    "FORMAT", "VERSION", "LocalPartition", "PartitionSet", "write_partitions", "read_partitions", "load_part",
-    "reassemble", "verify_partitions", "part_dir_name", "is_partition_dir", "check_output_dir",
+    "FORMAT",
+    "VERSION",
+    "LocalPartition",
+    "PartitionSet",
+    "write_partitions",
+    "read_partitions",
+    "load_part",
+    "reassemble",
+    "verify_partitions",
+    "part_dir_name",
+    "is_partition_dir",
+    "check_output_dir",
 ]

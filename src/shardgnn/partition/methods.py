@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.options import check_choices, invalid, option
 from shardgnn.graph.csr import Graph
+from shardgnn.options import check_choices, invalid, option
 from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
 
 METHODS = ("random", "metis", "ldg", "fennel", "assignment")
@@ -62,12 +62,12 @@ def random_partition(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarra
     """
     if num_parts < 1:
         raise ConfigError(f"num_parts={num_parts} must be >= 1")
-    salt = _splitmix64(np.array([seed & (2 ** 64 - 1)], dtype=np.uint64))[0]
+    salt = _splitmix64(np.array([seed & (2**64 - 1)], dtype=np.uint64))[0]
     h = _splitmix64(np.arange(num_nodes, dtype=np.uint64) ^ salt)
     return (h % np.uint64(num_parts)).astype(np.int32)
 
 
-# ---------------------------------------------------------------------------------------------- METIS
+# -------------------------------------------------------------------------------------------- METIS
 def metis_input(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(xadj, adjncy, adjwgt)`` int64 of the symmetrised graph without self-loops.
 
@@ -78,8 +78,14 @@ def metis_input(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import scipy.sparse as sp
 
     n = graph.num_nodes
-    a = sp.csr_matrix((np.ones(graph.num_edges, dtype=np.int64), np.asarray(graph.indices),
-                       np.asarray(graph.indptr)), shape=(n, n))
+    a = sp.csr_matrix(
+        (
+            np.ones(graph.num_edges, dtype=np.int64),
+            np.asarray(graph.indices),
+            np.asarray(graph.indptr),
+        ),
+        shape=(n, n),
+    )
     a.sum_duplicates()
     s = (a + a.T).tocsr()
     del a
@@ -114,17 +120,26 @@ def resolve_balance(graph: Graph, balance: tuple[str, ...] | str | None) -> tupl
     one that applies (``train`` needs training nodes, ``edges`` needs edges)."""
     has_train = graph.train_idx is not None and graph.train_idx.size > 0
     if balance is None:
-        return tuple(k for k in BALANCE_KEYS if k == "nodes" or (k == "train" and has_train)
-                     or (k == "edges" and graph.num_edges > 0))
+        return tuple(
+            k
+            for k in BALANCE_KEYS
+            if k == "nodes"
+            or (k == "train" and has_train)
+            or (k == "edges" and graph.num_edges > 0)
+        )
     if isinstance(balance, str):
         balance = tuple(b.strip() for b in balance.split(",") if b.strip())
     unknown = [b for b in balance if b not in BALANCE_KEYS]
     if unknown or not balance:
-        raise ConfigError(f"--balance {','.join(balance)!r}: give a comma-separated subset of "
-                          f"{','.join(BALANCE_KEYS)} (unknown: {','.join(unknown) or 'none given'})")
+        raise ConfigError(
+            f"--balance {','.join(balance)!r}: give a comma-separated subset of "
+            f"{','.join(BALANCE_KEYS)} (unknown: {','.join(unknown) or 'none given'})"
+        )
     if "train" in balance and not has_train:
-        raise ConfigError(f"balance constraint 'train' needs training nodes, but {graph.name} has none; "
-                          "drop it from --balance")
+        raise ConfigError(
+            f"balance constraint 'train' needs training nodes, but {graph.name} has none; "
+            "drop it from --balance"
+        )
     return tuple(dict.fromkeys(balance))  # unique, order kept
 
 
@@ -179,17 +194,39 @@ class _MetisC:
         assert all(a is None or (a.dtype == np.int64 and a.flags.c_contiguous) for a in arrays)
         ptr = lambda a, off=0: None if a is None else ctypes.c_void_p(a.ctypes.data + 8 * off)  # noqa: E731
         status = self.lib.METIS_PartGraphKway(
-            ptr(scalars, 0), ptr(scalars, 1), ptr(xadj), ptr(adjncy), ptr(vwgt), None, ptr(adjwgt),
-            ptr(scalars, 2), None, None, ptr(options), ptr(scalars, 3), ptr(part))
+            ptr(scalars, 0),
+            ptr(scalars, 1),
+            ptr(xadj),
+            ptr(adjncy),
+            ptr(vwgt),
+            None,
+            ptr(adjwgt),
+            ptr(scalars, 2),
+            None,
+            None,
+            ptr(options),
+            ptr(scalars, 3),
+            ptr(part),
+        )
         if status != 1:  # METIS_OK
-            kind = {-2: "input error", -3: "out of memory", -4: "error"}.get(status, f"status {status}")
-            raise ConfigError(f"METIS_PartGraphKway failed ({kind}) for {n} nodes, {nparts} parts, "
-                              f"{ncon} constraints; try fewer balance constraints or a larger --imbalance")
+            kind = {-2: "input error", -3: "out of memory", -4: "error"}.get(
+                status, f"status {status}"
+            )
+            raise ConfigError(
+                f"METIS_PartGraphKway failed ({kind}) for {n} nodes, {nparts} parts, "
+                f"{ncon} constraints; try fewer balance constraints or a larger --imbalance"
+            )
         return part
 
 
-def metis_partition(graph: Graph, num_parts: int, *, balance: tuple[str, ...] | str | None = None,
-                    imbalance: float = 0.03, seed: int = 0) -> np.ndarray:
+def metis_partition(
+    graph: Graph,
+    num_parts: int,
+    *,
+    balance: tuple[str, ...] | str | None = None,
+    imbalance: float = 0.03,
+    seed: int = 0,
+) -> np.ndarray:
     """k-way METIS with multi-constraint balance (see the module docstring); int32 ``[N]``.
 
     Raises:
@@ -198,14 +235,18 @@ def metis_partition(graph: Graph, num_parts: int, *, balance: tuple[str, ...] | 
     try:
         import pymetis
     except ImportError:
-        raise ConfigError("the metis method needs pymetis: `pip install pymetis` (or use --method ldg)") from None
+        raise ConfigError(
+            "the metis method needs pymetis: `pip install pymetis` (or use --method ldg)"
+        ) from None
     if not 0.0 < imbalance <= 1.0:
-        raise ConfigError(f"imbalance={imbalance} must lie in (0, 1] (0.03 = parts up to 3% above average)")
+        raise ConfigError(
+            f"imbalance={imbalance} must lie in (0, 1] (0.03 = parts up to 3% above average)"
+        )
     balance = resolve_balance(graph, balance)
     if num_parts == 1:
         return np.zeros(graph.num_nodes, dtype=np.int32)
     ufactor = max(1, int(round(1000 * imbalance)))
-    seed = int(seed) % (2 ** 31)
+    seed = int(seed) % (2**31)
     xadj, adjncy, adjwgt = metis_input(graph)
     metis = _MetisC.get()
     if metis is not None:
@@ -214,16 +255,30 @@ def metis_partition(graph: Graph, num_parts: int, *, balance: tuple[str, ...] | 
         parts = metis.part_kway(xadj, adjncy, adjwgt, vwgt, len(balance), num_parts, seed, ufactor)
     else:
         if balance != ("nodes",):
-            warnings.warn(f"this pymetis build does not expose the METIS C API, and pymetis.part_graph supports "
-                          f"one balance constraint only: balancing nodes, not {','.join(balance)}", stacklevel=2)
-        _, parts = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), eweights=adjwgt,
-                                      recursive=False, options=pymetis.Options(seed=seed, ufactor=ufactor))
+            warnings.warn(
+                "this pymetis build does not expose the METIS C API, and pymetis.part_graph "
+                f"supports one balance constraint only: balancing nodes, not {','.join(balance)}",
+                stacklevel=2,
+            )
+        _, parts = pymetis.part_graph(
+            num_parts,
+            pymetis.CSRAdjacency(xadj, adjncy),
+            eweights=adjwgt,
+            recursive=False,
+            options=pymetis.Options(seed=seed, ufactor=ufactor),
+        )
     return np.asarray(parts, dtype=np.int32)
 
 
-# ---------------------------------------------------------------------------------------------- user file
-def check_assignment(assignment: np.ndarray, num_nodes: int, num_parts: int, *, source: str | os.PathLike = "assignment",
-                     allow_empty_parts: bool = False) -> np.ndarray:
+# ---------------------------------------------------------------------------------------- user file
+def check_assignment(
+    assignment: np.ndarray,
+    num_nodes: int,
+    num_parts: int,
+    *,
+    source: str | os.PathLike = "assignment",
+    allow_empty_parts: bool = False,
+) -> np.ndarray:
     """Validate a node -> part array; returns it as int32.
 
     Raises:
@@ -232,32 +287,50 @@ def check_assignment(assignment: np.ndarray, num_nodes: int, num_parts: int, *, 
     """
     a = np.asarray(assignment)
     if a.ndim != 1:
-        raise DatasetError(f"assignment has shape {a.shape}; expected a 1-D array of {num_nodes} part ids",
-                           source, "save a flat array: np.save(path, parts.reshape(-1))")
+        raise DatasetError(
+            f"assignment has shape {a.shape}; expected a 1-D array of {num_nodes} part ids",
+            source,
+            "save a flat array: np.save(path, parts.reshape(-1))",
+        )
     if not np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:
-        raise DatasetError(f"assignment has dtype {a.dtype}; part ids must be integers", source,
-                           "save it with an integer dtype, e.g. parts.astype(np.int32)")
+        raise DatasetError(
+            f"assignment has dtype {a.dtype}; part ids must be integers",
+            source,
+            "save it with an integer dtype, e.g. parts.astype(np.int32)",
+        )
     if a.shape[0] != num_nodes:
-        raise DatasetError(f"assignment has {a.shape[0]} entries but the graph has {num_nodes} nodes", source,
-                           "give exactly one part id per node, in node id order")
+        raise DatasetError(
+            f"assignment has {a.shape[0]} entries but the graph has {num_nodes} nodes",
+            source,
+            "give exactly one part id per node, in node id order",
+        )
     if a.size:
         lo, hi = int(a.min()), int(a.max())
         if lo < 0 or hi >= num_parts:
             bad = int(np.flatnonzero((a < 0) | (a >= num_parts))[0])
-            raise DatasetError(f"part ids must lie in [0, {num_parts}) but node {bad} has part {int(a[bad])} "
-                               f"(range [{lo}, {hi}])", source, f"use --parts {hi + 1} or fix the file")
+            raise DatasetError(
+                f"part ids must lie in [0, {num_parts}) but node {bad} has part {int(a[bad])} "
+                f"(range [{lo}, {hi}])",
+                source,
+                f"use --parts {hi + 1} or fix the file",
+            )
     counts = np.bincount(a.astype(np.int64), minlength=num_parts)
     empty = np.flatnonzero(counts == 0)
     if empty.size:
         message = f"{empty.size} of {num_parts} parts own no node (e.g. part {int(empty[0])})"
         if not allow_empty_parts:
-            raise DatasetError(message, source, "use fewer parts, or pass --allow-empty-parts to accept empty parts")
+            raise DatasetError(
+                message,
+                source,
+                "use fewer parts, or pass --allow-empty-parts to accept empty parts",
+            )
         warnings.warn(f"{source}: {message}; the empty parts get empty id ranges", stacklevel=2)
     return a.astype(np.int32, copy=False)
 
 
-def load_assignment(path: str | os.PathLike, num_nodes: int, num_parts: int, *,
-                    allow_empty_parts: bool = False) -> np.ndarray:
+def load_assignment(
+    path: str | os.PathLike, num_nodes: int, num_parts: int, *, allow_empty_parts: bool = False
+) -> np.ndarray:
     """Read and validate a user-supplied node -> part ``.npy`` (never unpickled); int32 ``[N]``."""
     path = Path(path).expanduser()
     if not path.is_file():
@@ -265,16 +338,21 @@ def load_assignment(path: str | os.PathLike, num_nodes: int, num_parts: int, *,
     try:
         a = np.load(path, allow_pickle=False)
     except ValueError as exc:
-        raise DatasetError(f"not a readable .npy array ({exc})", path,
-                           "write it with numpy.save(path, parts) with an integer array (no pickle)") from None
+        raise DatasetError(
+            f"not a readable .npy array ({exc})",
+            path,
+            "write it with numpy.save(path, parts) with an integer array (no pickle)",
+        ) from None
     except OSError as exc:
         raise DatasetError(f"cannot read ({exc})", path) from None
     if not isinstance(a, np.ndarray):  # .npz archives
         raise DatasetError("not a single .npy array", path, "write it with numpy.save(path, parts)")
-    return check_assignment(a, num_nodes, num_parts, source=path, allow_empty_parts=allow_empty_parts)
+    return check_assignment(
+        a, num_nodes, num_parts, source=path, allow_empty_parts=allow_empty_parts
+    )
 
 
-# ---------------------------------------------------------------------------------------------- dispatch
+# ----------------------------------------------------------------------------------------- dispatch
 _STREAM_DEFAULTS = StreamConfig()
 
 
@@ -283,22 +361,37 @@ class PartitionConfig:
     """How to partition a graph (every field is a ``shardgnn partition`` flag)."""
 
     num_parts: int = option(flag="--parts", short="-k", metavar="P", help="number of parts P")
-    method: str | None = option(None, choices=METHODS,
-                                help="partitioner (unset: metis, or the --assignment file when one is given)")
+    method: str | None = option(
+        None,
+        choices=METHODS,
+        help="partitioner (unset: metis, or the --assignment file when one is given)",
+    )
     seed: int = option(0, help="random/metis seed (the streaming methods are deterministic)")
-    balance: tuple[str, ...] | None = option(None, metavar="KEY,...",
-                                             help=f"metis: balance constraints, a subset of {','.join(BALANCE_KEYS)} "
-                                                  "(unset: every one that applies)")
-    imbalance: float = option(0.03, help="metis: allowed imbalance per constraint (0.03 = 3%% above the average)")
-    slack: float = option(_STREAM_DEFAULTS.slack,
-                          help="ldg/fennel: parts hold at most (1 + slack) * N / P nodes")
-    chunk_edges: int = option(_STREAM_DEFAULTS.chunk_edges,
-                              help="ldg/fennel: edges per streamed chunk; bounds scratch memory, never changes the "
-                                   "result")
-    assignment: str | None = option(None, metavar="FILE.npy",
-                                    help="use this node -> part array (integer .npy of length N) instead of a "
-                                         "partitioner")
-    allow_empty_parts: bool = option(False, help="accept parts that own no node (a warning instead of an error)")
+    balance: tuple[str, ...] | None = option(
+        None,
+        metavar="KEY,...",
+        help=f"metis: balance constraints, a subset of {','.join(BALANCE_KEYS)} "
+        "(unset: every one that applies)",
+    )
+    imbalance: float = option(
+        0.03, help="metis: allowed imbalance per constraint (0.03 = 3%% above the average)"
+    )
+    slack: float = option(
+        _STREAM_DEFAULTS.slack, help="ldg/fennel: parts hold at most (1 + slack) * N / P nodes"
+    )
+    chunk_edges: int = option(
+        _STREAM_DEFAULTS.chunk_edges,
+        help="ldg/fennel: edges per streamed chunk; bounds scratch memory, never changes the "
+        "result",
+    )
+    assignment: str | None = option(
+        None,
+        metavar="FILE.npy",
+        help="use this node -> part array (integer .npy of length N) instead of a partitioner",
+    )
+    allow_empty_parts: bool = option(
+        False, help="accept parts that own no node (a warning instead of an error)"
+    )
 
     def __post_init__(self) -> None:
         if self.method is None:
@@ -310,17 +403,24 @@ class PartitionConfig:
         if not isinstance(self.num_parts, int) or self.num_parts < 1:
             raise invalid(self, "num_parts", "must be a positive integer")
         if (self.method == "assignment") != (self.assignment is not None):
-            raise ConfigError(f"give either --method or --assignment, not both (--method {self.method}, "
-                              f"--assignment {self.assignment})" if self.assignment is not None else
-                              "--method assignment needs an --assignment file")
+            raise ConfigError(
+                f"give either --method or --assignment, not both (--method {self.method}, "
+                f"--assignment {self.assignment})"
+                if self.assignment is not None
+                else "--method assignment needs an --assignment file"
+            )
         if self.method == "metis" and not 0.0 < self.imbalance <= 1.0:
             raise invalid(self, "imbalance", "must lie in (0, 1]")
         if self.balance is not None:
             unknown = [b for b in self.balance if b not in BALANCE_KEYS]
             if unknown or not self.balance:
-                raise invalid(self, "balance", f"give a comma-separated subset of {','.join(BALANCE_KEYS)}")
+                raise invalid(
+                    self, "balance", f"give a comma-separated subset of {','.join(BALANCE_KEYS)}"
+                )
         if self.method in STREAM_METHODS:
-            StreamConfig(method=self.method, slack=self.slack, chunk_edges=self.chunk_edges).validate()
+            StreamConfig(
+                method=self.method, slack=self.slack, chunk_edges=self.chunk_edges
+            ).validate()
         return self
 
 
@@ -334,7 +434,9 @@ class PartitionResult:
     seconds: float
 
 
-def partition_graph(graph: Graph, config: PartitionConfig, *, progress: bool = False) -> PartitionResult:
+def partition_graph(
+    graph: Graph, config: PartitionConfig, *, progress: bool = False
+) -> PartitionResult:
     """Run the partitioner ``config`` names on ``graph``.
 
     For ``ldg``/``fennel`` the neighbourhood of a node is its in- and out-neighbours: a directed
@@ -347,7 +449,9 @@ def partition_graph(graph: Graph, config: PartitionConfig, *, progress: bool = F
     config.validate()
     n, p = graph.num_nodes, config.num_parts
     if p > n and not config.allow_empty_parts:
-        raise ConfigError(f"--parts {p} exceeds the {n} nodes of {graph.name}; some parts would be empty")
+        raise ConfigError(
+            f"--parts {p} exceeds the {n} nodes of {graph.name}; some parts would be empty"
+        )
     settings: dict[str, Any] = {"num_parts": p}
     start = time.perf_counter()
     if config.method == "random":
@@ -356,34 +460,68 @@ def partition_graph(graph: Graph, config: PartitionConfig, *, progress: bool = F
     elif config.method == "metis":
         balance = resolve_balance(graph, config.balance)
         c_api = _MetisC.get() is not None
-        settings.update(seed=config.seed, balance=list(balance) if c_api else ["nodes"],
-                        imbalance=config.imbalance, ufactor=max(1, int(round(1000 * config.imbalance))),
-                        objective="edge-cut", kway=True,
-                        api="METIS_PartGraphKway (ctypes)" if c_api else "pymetis.part_graph (nodes only)")
-        assignment = metis_partition(graph, p, balance=balance, imbalance=config.imbalance, seed=config.seed)
+        settings.update(
+            seed=config.seed,
+            balance=list(balance) if c_api else ["nodes"],
+            imbalance=config.imbalance,
+            ufactor=max(1, int(round(1000 * config.imbalance))),
+            objective="edge-cut",
+            kway=True,
+            api="METIS_PartGraphKway (ctypes)" if c_api else "pymetis.part_graph (nodes only)",
+        )
+        assignment = metis_partition(
+            graph, p, balance=balance, imbalance=config.imbalance, seed=config.seed
+        )
     elif config.method in STREAM_METHODS:
         symmetric = graph.is_symmetric()
         source = graph if symmetric else graph.symmetrize()
-        result = stream_partition(source, p, StreamConfig(method=config.method, slack=config.slack,
-                                                          chunk_edges=config.chunk_edges), progress=progress)
+        result = stream_partition(
+            source,
+            p,
+            StreamConfig(method=config.method, slack=config.slack, chunk_edges=config.chunk_edges),
+            progress=progress,
+        )
         del source
         assignment = result.assignment
-        settings.update(slack=config.slack, capacity=result.capacity, order="node id",
-                        neighbourhood="in (graph is symmetric)" if symmetric else "in + out (symmetrised)")
+        settings.update(
+            slack=config.slack,
+            capacity=result.capacity,
+            order="node id",
+            neighbourhood="in (graph is symmetric)" if symmetric else "in + out (symmetrised)",
+        )
         if config.method == "fennel":
             settings.update(gamma=1.5, alpha=result.alpha)
     else:
         assert config.assignment is not None
         settings["file"] = str(Path(config.assignment).expanduser().resolve())
-        assignment = load_assignment(config.assignment, n, p, allow_empty_parts=config.allow_empty_parts)
+        assignment = load_assignment(
+            config.assignment, n, p, allow_empty_parts=config.allow_empty_parts
+        )
     seconds = time.perf_counter() - start
     if config.method != "assignment":
-        assignment = check_assignment(assignment, n, p, source=f"{config.method} partition of {graph.name}",
-                                      allow_empty_parts=config.allow_empty_parts)
-    return PartitionResult(assignment=assignment, method=config.method, settings=settings, seconds=seconds)
+        assignment = check_assignment(
+            assignment,
+            n,
+            p,
+            source=f"{config.method} partition of {graph.name}",
+            allow_empty_parts=config.allow_empty_parts,
+        )
+    return PartitionResult(
+        assignment=assignment, method=config.method, settings=settings, seconds=seconds
+    )
 
 
 __all__ = [
-    "METHODS", "BALANCE_KEYS", "PartitionConfig", "PartitionResult", "partition_graph", "random_partition",
-    "metis_partition", "metis_input", "metis_weights", "resolve_balance", "check_assignment", "load_assignment",
+    "METHODS",
+    "BALANCE_KEYS",
+    "PartitionConfig",
+    "PartitionResult",
+    "partition_graph",
+    "random_partition",
+    "metis_partition",
+    "metis_input",
+    "metis_weights",
+    "resolve_balance",
+    "check_assignment",
+    "load_assignment",
 ]

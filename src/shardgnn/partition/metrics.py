@@ -65,15 +65,21 @@ def _volumes(mask, part, num_parts):  # pragma: no cover - compiled
 def _check(graph: Graph, assignment: np.ndarray, num_parts: int) -> np.ndarray:
     assignment = np.asarray(assignment)
     if assignment.shape != (graph.num_nodes,) or not np.issubdtype(assignment.dtype, np.integer):
-        raise ValueError(f"assignment must be an integer array of shape ({graph.num_nodes},), "
-                         f"got {assignment.dtype} {assignment.shape}")
+        raise ValueError(
+            f"assignment must be an integer array of shape ({graph.num_nodes},), "
+            f"got {assignment.dtype} {assignment.shape}"
+        )
     if assignment.size and (assignment.min() < 0 or assignment.max() >= num_parts):
-        raise ValueError(f"assignment values must lie in [0, {num_parts}), got "
-                         f"[{assignment.min()}, {assignment.max()}]")
+        raise ValueError(
+            f"assignment values must lie in [0, {num_parts}), got "
+            f"[{assignment.min()}, {assignment.max()}]"
+        )
     return assignment.astype(np.int64, copy=False)
 
 
-def _cut_volume(graph: Graph, assignment: np.ndarray, num_parts: int) -> tuple[int, np.ndarray, np.ndarray]:
+def _cut_volume(
+    graph: Graph, assignment: np.ndarray, num_parts: int
+) -> tuple[int, np.ndarray, np.ndarray]:
     part = _check(graph, assignment, num_parts)
     words = max(1, math.ceil(num_parts / 64))
     cut, mask = _cut_and_masks(np.asarray(graph.indptr), np.asarray(graph.indices), part, words)
@@ -162,7 +168,9 @@ class PartitionMetrics:
         return {k: v for k, v in self.to_dict().items() if not isinstance(v, list)}
 
 
-def part_counts(graph: Graph, assignment: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def part_counts(
+    graph: Graph, assignment: np.ndarray, num_parts: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(nodes, in_edges, train_nodes)`` per part, each int64 ``[P]``."""
     part = _check(graph, assignment, num_parts)
     nodes = np.bincount(part, minlength=num_parts).astype(np.int64)
@@ -176,8 +184,8 @@ def part_counts(graph: Graph, assignment: np.ndarray, num_parts: int) -> tuple[n
 def compute_metrics(graph: Graph, assignment: np.ndarray, num_parts: int) -> PartitionMetrics:
     """Every metric of :class:`PartitionMetrics` in one O(N + E) pass.
 
-    Raises:
-        ValueError: ``assignment`` is not an integer ``[N]`` array with values in ``[0, num_parts)``.
+    Raises: ValueError: ``assignment`` is not an integer ``[N]`` array with values in ``[0,
+        num_parts)``.
     """
     cut, send, recv = _cut_volume(graph, assignment, num_parts)
     nodes, edges, train = part_counts(graph, assignment, num_parts)
@@ -200,6 +208,13 @@ def compute_metrics(graph: Graph, assignment: np.ndarray, num_parts: int) -> Par
 
 
 __all__ = [
-    "PartitionMetrics", "compute_metrics", "edge_cut", "comm_volume", "max_send_volume", "send_volumes",
-    "recv_volumes", "imbalance", "part_counts",
+    "PartitionMetrics",
+    "compute_metrics",
+    "edge_cut",
+    "comm_volume",
+    "max_send_volume",
+    "send_volumes",
+    "recv_volumes",
+    "imbalance",
+    "part_counts",
 ]

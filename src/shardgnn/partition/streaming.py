@@ -78,10 +78,10 @@ from shardgnn.graph.edgelist import parse_numeric_table
 STREAM_METHODS = ("ldg", "fennel")
 _GZIP_MAGIC = b"\x1f\x8b"
 _JLG_HEADER = re.compile(rb"^[ \t]*(\d+)[ \t]*,[ \t]*(\d+)[ \t]*,[ \t]*([du])[ \t]*,")
-_MAX_EXACT_FLOAT_ID = 2 ** 53
+_MAX_EXACT_FLOAT_ID = 2**53
 
 
-# ---------------------------------------------------------------------------------------------- kernel
+# ------------------------------------------------------------------------------------------- kernel
 @numba.njit(cache=True, nogil=True)
 def _place(v, assign, loads, counts, mult, pen, cap):  # pragma: no cover - compiled
     """Put ``v`` in the best non-full part; reset the neighbour counts."""
@@ -101,7 +101,8 @@ def _place(v, assign, loads, counts, mult, pen, cap):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def _stream_chunk(keys, nbrs, assign, loads, counts, state, mult, pen, cap):  # pragma: no cover - compiled
+# pragma: no cover - compiled
+def _stream_chunk(keys, nbrs, assign, loads, counts, state, mult, pen, cap):
     """Consume one chunk of ``(key, neighbour)`` entries.
 
     ``state`` = [open key (-1: none), fill cursor, records, revisited records]. Every id below
@@ -143,7 +144,7 @@ def _stream_finish(assign, loads, counts, state, mult, pen, cap):  # pragma: no 
     state[1] = assign.shape[0]
 
 
-# ---------------------------------------------------------------------------------------------- config
+# ------------------------------------------------------------------------------------------- config
 @dataclasses.dataclass(kw_only=True)
 class StreamConfig:
     """Settings of a streaming partitioner."""
@@ -161,7 +162,8 @@ class StreamConfig:
     key: str = "auto"
     """files: the column that groups edges into vertex records: auto, src or dst"""
     base: int | str = 0
-    """text files: 0 (ids start at 0), 1, or auto (1-based iff the smallest id is 1); .jlg is always 1"""
+    """text files: 0 (ids start at 0), 1, or auto (1-based iff the smallest id is 1); .jlg is always
+    1"""
     num_nodes: int | None = None
     """files: node count (default: largest id + 1, or the .jlg header)"""
 
@@ -169,7 +171,9 @@ class StreamConfig:
         if self.method not in STREAM_METHODS:
             raise ConfigError(f"streaming method {self.method!r} is not one of {STREAM_METHODS}")
         if not (0.0 <= self.slack <= 10.0) or not math.isfinite(self.slack):
-            raise ConfigError(f"slack={self.slack} must lie in [0, 10] (e.g. 0.05 for 5% above N/P)")
+            raise ConfigError(
+                f"slack={self.slack} must lie in [0, 10] (e.g. 0.05 for 5% above N/P)"
+            )
         if not self.gamma > 1.0 or not math.isfinite(self.gamma):
             raise ConfigError(f"gamma={self.gamma} must be > 1 (Fennel uses 1.5)")
         if self.chunk_edges < 1:
@@ -222,7 +226,7 @@ def capacity(num_nodes: int, num_parts: int, slack: float) -> int:
     return max(-(-num_nodes // num_parts), int(math.floor((1.0 + slack) * num_nodes / num_parts)))
 
 
-# ---------------------------------------------------------------------------------------------- sources
+# ------------------------------------------------------------------------------------------ sources
 class _Source:
     """A sequence of ``(src, dst)`` int64 chunks, readable any number of times."""
 
@@ -247,8 +251,9 @@ class _GraphSource(_Source):
         for e0 in range(0, e_total, self.chunk_edges):
             e1 = min(e0 + self.chunk_edges, e_total)
             r0 = int(np.searchsorted(indptr, e0, side="right")) - 1
-            r1 = int(np.searchsorted(indptr, e1 - 1, side="right"))  # rows r0..r1-1 overlap [e0, e1)
-            per_row = np.diff(np.clip(indptr[r0:r1 + 1], e0, e1))
+            # rows r0..r1-1 overlap [e0, e1)
+            r1 = int(np.searchsorted(indptr, e1 - 1, side="right"))
+            per_row = np.diff(np.clip(indptr[r0 : r1 + 1], e0, e1))
             dst = np.repeat(np.arange(r0, r1, dtype=np.int64), per_row)
             yield np.asarray(indices[e0:e1], dtype=np.int64), dst
 
@@ -258,18 +263,24 @@ class _ArraySource(_Source):
 
     def __init__(self, edges: np.ndarray, chunk_edges: int, source: str = "edge array"):
         if edges.ndim != 2 or 2 not in edges.shape:
-            raise DatasetError(f"edge array has shape {edges.shape}; expected [E, 2] or [2, E]", source,
-                               "store edges as rows (src, dst) or as a PyG edge_index [2, E]")
+            raise DatasetError(
+                f"edge array has shape {edges.shape}; expected [E, 2] or [2, E]",
+                source,
+                "store edges as rows (src, dst) or as a PyG edge_index [2, E]",
+            )
         if not np.issubdtype(edges.dtype, np.integer):
-            raise DatasetError(f"edge array has dtype {edges.dtype}; node ids must be integers", source,
-                               "save the edges with an integer dtype (int32 or int64)")
+            raise DatasetError(
+                f"edge array has dtype {edges.dtype}; node ids must be integers",
+                source,
+                "save the edges with an integer dtype (int32 or int64)",
+            )
         self.edges = edges if edges.shape[0] == 2 else edges.T  # [2, E] view
         self.chunk_edges = chunk_edges
         self.num_entries = int(self.edges.shape[1])
 
     def chunks(self):
         for e0 in range(0, self.num_entries, self.chunk_edges):
-            block = np.asarray(self.edges[:, e0:e0 + self.chunk_edges], dtype=np.int64)
+            block = np.asarray(self.edges[:, e0 : e0 + self.chunk_edges], dtype=np.int64)
             yield block[0], block[1]
 
 
@@ -289,14 +300,23 @@ class _NpySource(_Source):
         except FileNotFoundError:
             raise DatasetError("file is missing", path, "check the path of the edge file") from None
         except (ValueError, OSError) as exc:
-            raise DatasetError(f"not a readable .npy array ({exc})", path,
-                               "write the edges with numpy.save (no pickle)") from None
+            raise DatasetError(
+                f"not a readable .npy array ({exc})",
+                path,
+                "write the edges with numpy.save (no pickle)",
+            ) from None
         if len(shape) != 2 or 2 not in shape:
-            raise DatasetError(f".npy edge array has shape {shape}; expected [E, 2] or [2, E]", path,
-                               "store edges as rows (src, dst) or as a PyG edge_index [2, E]")
+            raise DatasetError(
+                f".npy edge array has shape {shape}; expected [E, 2] or [2, E]",
+                path,
+                "store edges as rows (src, dst) or as a PyG edge_index [2, E]",
+            )
         if dtype.hasobject or not np.issubdtype(dtype, np.integer):
-            raise DatasetError(f".npy edge array has dtype {dtype}; node ids must be integers", path,
-                               "save the edges with an integer dtype (int32 or int64)")
+            raise DatasetError(
+                f".npy edge array has dtype {dtype}; node ids must be integers",
+                path,
+                "save the edges with an integer dtype (int32 or int64)",
+            )
         self.dtype = dtype
         two_by_e = shape[0] == 2
         self.num_entries = int(shape[1] if two_by_e else shape[0])
@@ -305,8 +325,11 @@ class _NpySource(_Source):
         needed = self.offset + 2 * self.num_entries * dtype.itemsize
         size = path.stat().st_size
         if size < needed:
-            raise DatasetError(f"file is truncated: {size} bytes, the header needs {needed}", path,
-                               "rewrite the edge array")
+            raise DatasetError(
+                f"file is truncated: {size} bytes, the header needs {needed}",
+                path,
+                "rewrite the edge array",
+            )
 
     def _read(self, fh, start: int, count: int) -> np.ndarray:
         fh.seek(self.offset + start * self.dtype.itemsize)
@@ -345,12 +368,17 @@ class _TextSource(_Source):
             self.num_nodes, self.declared_edges = int(match.group(1)), int(match.group(2))
             self.header_lines, self.base = 1, 1
             if match.group(3) == b"u":
-                warnings.warn(f"{path}: undirected .jlg lists every edge once, so a streaming pass sees each "
-                              "edge from one endpoint only; quality is lower than on a symmetric edge list",
-                              stacklevel=3)
+                warnings.warn(
+                    f"{path}: undirected .jlg lists every edge once, so a streaming pass sees each "
+                    "edge from one endpoint only; quality is lower than on a symmetric edge list",
+                    stacklevel=3,
+                )
         elif path.suffix.lower() == ".jlg":
-            raise DatasetError("missing Graphs.jl header line `n,m,d|u,name`", path,
-                               "the file is not a .jlg graph, or its first line is damaged")
+            raise DatasetError(
+                "missing Graphs.jl header line `n,m,d|u,name`",
+                path,
+                "the file is not a .jlg graph, or its first line is damaged",
+            )
 
     def _open(self):
         return gzip.open(self.path, "rb") if self.gzip else open(self.path, "rb")
@@ -375,35 +403,49 @@ class _TextSource(_Source):
                     if cut < 0:  # one line longer than a chunk: keep reading
                         rest = data
                         continue
-                    piece, rest = data[:cut + 1], data[cut + 1:]
+                    piece, rest = data[: cut + 1], data[cut + 1 :]
                     yield piece, line
                     line += piece.count(b"\n")
         except (EOFError, gzip.BadGzipFile, OSError) as exc:
-            raise DatasetError(f"cannot read ({exc}); gzip data may be truncated or corrupt", self.path,
-                               "re-download or re-compress the file") from None
+            raise DatasetError(
+                f"cannot read ({exc}); gzip data may be truncated or corrupt",
+                self.path,
+                "re-download or re-compress the file",
+            ) from None
 
     def chunks(self):
         ncols = None
         for text, first_line in self._text_chunks():
-            values, lines = parse_numeric_table(text, self.path, np.float64, comments=self.header_lines == 0,
-                                                first_line=first_line)
+            values, lines = parse_numeric_table(
+                text, self.path, np.float64, comments=self.header_lines == 0, first_line=first_line
+            )
             if values.shape[0] == 0:
                 continue
             if ncols is None:
                 ncols = values.shape[1]
                 if ncols < 2:
-                    raise DatasetError(f"line {lines[0]} has 1 column; an edge needs two node ids `u v`",
-                                       self.path, "give one `u v` edge per line")
+                    raise DatasetError(
+                        f"line {lines[0]} has 1 column; an edge needs two node ids `u v`",
+                        self.path,
+                        "give one `u v` edge per line",
+                    )
             elif values.shape[1] != ncols:
-                raise DatasetError(f"ragged rows: line {lines[0]} has {values.shape[1]} columns, earlier lines "
-                                   f"have {ncols}", self.path,
-                                   "give every row the same number of columns (the file may be truncated)")
+                raise DatasetError(
+                    f"ragged rows: line {lines[0]} has {values.shape[1]} columns, earlier lines "
+                    f"have {ncols}",
+                    self.path,
+                    "give every row the same number of columns (the file may be truncated)",
+                )
             ids = values[:, :2]
             bad = ~np.isfinite(ids) | (ids != np.floor(ids)) | (np.abs(ids) >= _MAX_EXACT_FLOAT_ID)
             if bad.any():
                 row = int(np.flatnonzero(bad.any(axis=1))[0])
-                raise DatasetError(f"line {lines[row]}: node ids must be integers below 2^53, got "
-                                   f"{ids[row].tolist()}", self.path, "renumber the nodes 0..N-1")
+                raise DatasetError(
+                    f"line {lines[row]}: node ids must be integers below 2^53, got "
+                    f"{ids[row].tolist()}",
+                    self.path,
+                    "renumber the nodes 0..N-1",
+                )
             ids = ids.astype(np.int64)
             yield ids[:, 0].copy(), ids[:, 1].copy()
 
@@ -418,13 +460,23 @@ def _open_source(source, config: StreamConfig) -> _Source:
         if path.suffix.lower() == ".npy":
             return _NpySource(path, config.chunk_edges)
         return _TextSource(path, config.chunk_bytes or 16 * config.chunk_edges, config.base)
-    raise TypeError(f"cannot stream a {type(source).__name__}: give a Graph, an edge array or a file path")
+    raise TypeError(
+        f"cannot stream a {type(source).__name__}: give a Graph, an edge array or a file path"
+    )
 
 
-# ---------------------------------------------------------------------------------------------- driver
+# ------------------------------------------------------------------------------------------- driver
 def _bar(total: int, desc: str, enabled: bool):
-    return tqdm(total=total, desc=desc, unit="edge", unit_scale=True, leave=False, dynamic_ncols=True,
-                file=sys.stderr, disable=not (enabled and sys.stderr.isatty()))
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="edge",
+        unit_scale=True,
+        leave=False,
+        dynamic_ncols=True,
+        file=sys.stderr,
+        disable=not (enabled and sys.stderr.isatty()),
+    )
 
 
 @dataclasses.dataclass
@@ -434,12 +486,13 @@ class _Scan:
     hi: int = -1
     runs_src: int = 0
     runs_dst: int = 0
-    last_src: int = -(2 ** 62)
-    last_dst: int = -(2 ** 62)
+    last_src: int = -(2**62)
+    last_dst: int = -(2**62)
 
 
 def _runs(col: np.ndarray, last: int) -> int:
-    """Number of positions where ``col`` changes value, continuing from the previous chunk's ``last``."""
+    """Number of positions where ``col`` changes value, continuing from the previous chunk's
+    ``last``."""
     return int(col[0] != last) + int(np.count_nonzero(col[1:] != col[:-1]))
 
 
@@ -459,8 +512,13 @@ def _scan(src: _Source, progress: bool) -> _Scan:
     return scan
 
 
-def stream_partition(source: Graph | np.ndarray | str | os.PathLike, num_parts: int,
-                     config: StreamConfig | None = None, *, progress: bool = False) -> StreamResult:
+def stream_partition(
+    source: Graph | np.ndarray | str | os.PathLike,
+    num_parts: int,
+    config: StreamConfig | None = None,
+    *,
+    progress: bool = False,
+) -> StreamResult:
     """Partition a graph with LDG or Fennel in one streaming pass (see the module docstring).
 
     Args:
@@ -473,9 +531,9 @@ def stream_partition(source: Graph | np.ndarray | str | os.PathLike, num_parts: 
     Returns:
         A :class:`StreamResult`; ``assignment`` is int32 ``[N]``.
 
-    Raises:
-        ConfigError: a bad setting. DatasetError: a missing/corrupt/truncated file, non-integer or
-        negative ids, ids beyond ``num_nodes``, a ``.jlg`` edge count that disagrees with its header.
+    Raises: ConfigError: a bad setting. DatasetError: a missing/corrupt/truncated file, non-integer
+        or negative ids, ids beyond ``num_nodes``, a ``.jlg`` edge count that disagrees with its
+        header.
     """
     config = (config or StreamConfig()).validate()
     if num_parts < 1:
@@ -487,13 +545,22 @@ def stream_partition(source: Graph | np.ndarray | str | os.PathLike, num_parts: 
     if isinstance(src, _GraphSource):
         n, entries, key, shift = src.num_nodes, src.num_entries, "dst", 0
         if entries and (int(np.min(source.indices)) < 0 or int(np.max(source.indices)) >= n):
-            raise DatasetError(f"neighbour ids must lie in [0, {n})", source.name, "validate the graph")
+            raise DatasetError(
+                f"neighbour ids must lie in [0, {n})", source.name, "validate the graph"
+            )
     else:
         scan = _scan(src, progress)
         entries = scan.entries
-        if isinstance(src, _TextSource) and src.declared_edges is not None and entries != src.declared_edges:
-            raise DatasetError(f"the header declares {src.declared_edges} edges but the file holds {entries}",
-                               where, "the file is truncated or corrupt; re-download it")
+        if (
+            isinstance(src, _TextSource)
+            and src.declared_edges is not None
+            and entries != src.declared_edges
+        ):
+            raise DatasetError(
+                f"the header declares {src.declared_edges} edges but the file holds {entries}",
+                where,
+                "the file is truncated or corrupt; re-download it",
+            )
         base = src.base if isinstance(src, _TextSource) else 0
         if base == "auto":
             base = 1 if entries and scan.lo == 1 else 0
@@ -503,14 +570,19 @@ def stream_partition(source: Graph | np.ndarray | str | os.PathLike, num_parts: 
             raise DatasetError(f"node id {scan.lo} is below the id base {shift}", where, fix)
         n = config.num_nodes or src.num_nodes or (scan.hi - shift + 1 if entries else 0)
         if entries and scan.hi - shift >= n:
-            raise DatasetError(f"node id {scan.hi} is out of range for {n} nodes (base {shift})", where,
-                               "raise num_nodes or drop the offending edges")
+            raise DatasetError(
+                f"node id {scan.hi} is out of range for {n} nodes (base {shift})",
+                where,
+                "raise num_nodes or drop the offending edges",
+            )
         if config.key == "auto":
             key = "src" if scan.runs_src < scan.runs_dst else "dst"
         else:
             key = config.key
     if n < 1:
-        raise DatasetError("the graph has no nodes", where, "give a non-empty edge list (or num_nodes)")
+        raise DatasetError(
+            "the graph has no nodes", where, "give a non-empty edge list (or num_nodes)"
+        )
 
     cap = capacity(n, num_parts, config.slack)
     loads_range = np.arange(cap + 1, dtype=np.float64)
@@ -518,8 +590,11 @@ def stream_partition(source: Graph | np.ndarray | str | os.PathLike, num_parts: 
         alpha = 0.0
         mult, pen = 1.0 - loads_range / cap, np.zeros(cap + 1)
     else:
-        alpha = math.sqrt(num_parts) * entries / n ** 1.5 if config.gamma == 1.5 else \
-            entries * num_parts ** (config.gamma - 1) / n ** config.gamma
+        alpha = (
+            math.sqrt(num_parts) * entries / n**1.5
+            if config.gamma == 1.5
+            else entries * num_parts ** (config.gamma - 1) / n**config.gamma
+        )
         mult, pen = np.ones(cap + 1), alpha * config.gamma * loads_range ** (config.gamma - 1)
 
     assign = np.full(n, -1, dtype=np.int32)
@@ -536,31 +611,67 @@ def stream_partition(source: Graph | np.ndarray | str | os.PathLike, num_parts: 
     _stream_finish(assign, loads, counts, state, mult, pen, cap)
     assert int(loads.sum()) == n and loads.max() <= cap and assign.min() >= 0
 
-    result = StreamResult(assignment=assign, num_nodes=n, num_entries=entries, capacity=cap, alpha=alpha,
-                          input=src.kind, key=key, records=int(state[2]), revisited_records=int(state[3]),
-                          seconds=time.perf_counter() - start)
+    result = StreamResult(
+        assignment=assign,
+        num_nodes=n,
+        num_entries=entries,
+        capacity=cap,
+        alpha=alpha,
+        input=src.kind,
+        key=key,
+        records=int(state[2]),
+        revisited_records=int(state[3]),
+        seconds=time.perf_counter() - start,
+    )
     if result.revisited_records:
         warnings.warn(
-            f"{where}: {result.revisited_records} of {result.records} vertex records name a vertex that was "
-            f"already placed: the edges are not grouped by their {key} column, so such vertices were placed "
-            f"using their first record only; sort the edges by that column for exact streaming",
-            stacklevel=2)
+            f"{where}: {result.revisited_records} of {result.records} vertex records name a "
+            f"vertex that was already placed: the edges are not grouped by their {key} column, so "
+            "such vertices were placed using their first record only; sort the edges by that "
+            "column for exact streaming",
+            stacklevel=2,
+        )
     return result
 
 
-def ldg_partition(source, num_parts: int, *, slack: float = 0.05, chunk_edges: int = 1 << 20,
-                  progress: bool = False, **options) -> np.ndarray:
+def ldg_partition(
+    source,
+    num_parts: int,
+    *,
+    slack: float = 0.05,
+    chunk_edges: int = 1 << 20,
+    progress: bool = False,
+    **options,
+) -> np.ndarray:
     """LDG assignment (int32 ``[N]``); see :func:`stream_partition` for ``source`` and options."""
     config = StreamConfig(method="ldg", slack=slack, chunk_edges=chunk_edges, **options)
     return stream_partition(source, num_parts, config, progress=progress).assignment
 
 
-def fennel_partition(source, num_parts: int, *, slack: float = 0.05, gamma: float = 1.5,
-                     chunk_edges: int = 1 << 20, progress: bool = False, **options) -> np.ndarray:
-    """Fennel assignment (int32 ``[N]``); see :func:`stream_partition` for ``source`` and options."""
-    config = StreamConfig(method="fennel", slack=slack, gamma=gamma, chunk_edges=chunk_edges, **options)
+def fennel_partition(
+    source,
+    num_parts: int,
+    *,
+    slack: float = 0.05,
+    gamma: float = 1.5,
+    chunk_edges: int = 1 << 20,
+    progress: bool = False,
+    **options,
+) -> np.ndarray:
+    """Fennel assignment (int32 ``[N]``); see :func:`stream_partition` for ``source`` and
+    options."""
+    config = StreamConfig(
+        method="fennel", slack=slack, gamma=gamma, chunk_edges=chunk_edges, **options
+    )
     return stream_partition(source, num_parts, config, progress=progress).assignment
 
 
-__all__ = ["StreamConfig", "StreamResult", "stream_partition", "ldg_partition", "fennel_partition", "capacity",
-           "STREAM_METHODS"]
+__all__ = [
+    "StreamConfig",
+    "StreamResult",
+    "stream_partition",
+    "ldg_partition",
+    "fennel_partition",
+    "capacity",
+    "STREAM_METHODS",
+]

@@ -19,16 +19,22 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
+from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.neighbor import SamplerConfig, sample_blocks, sample_neighbors
 from shardgnn.sampling.types import SampledBlocks
-from shardgnn.partition.book import bucket_by_owner
 from shardgnn.store.dist_graph import DistGraphStore
 
 
 class DistNeighborSampler:
     """Multi-layer uniform sampling where each node's neighbours are drawn by its owner."""
 
-    def __init__(self, graph: DistGraphStore, config: SamplerConfig, comm: Communicator, stage: str = "sample"):
+    def __init__(
+        self,
+        graph: DistGraphStore,
+        config: SamplerConfig,
+        comm: Communicator,
+        stage: str = "sample",
+    ):
         self.graph, self.config, self.comm, self.stage = graph, config, comm, stage
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
 
@@ -36,7 +42,9 @@ class DistNeighborSampler:
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
-    def _sample_remote(self, frontier: np.ndarray, fanout: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _sample_remote(
+        self, frontier: np.ndarray, fanout: int, seed: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)`` in frontier order."""
         g, world, rank = self.graph, self.comm.world_size, self.comm.rank
         order, counts = bucket_by_owner(frontier, g.owner(frontier), world)
@@ -46,14 +54,25 @@ class DistNeighborSampler:
         # Serve every requester with one kernel call over all requested rows.
         asked = torch.cat(incoming).numpy()
         asked_per_peer = [len(t) for t in incoming]
-        offsets, nbr, eid = sample_neighbors(g.indptr, g.indices, asked - g.start, fanout, self.config.replace,
-                                             seed, id_offset=g.start)
+        offsets, nbr, eid = sample_neighbors(
+            g.indptr,
+            g.indices,
+            asked - g.start,
+            fanout,
+            self.config.replace,
+            seed,
+            id_offset=g.start,
+        )
         eid += g.edge_offset
         counts_served = np.diff(offsets)
         row_bounds = np.cumsum([0] + asked_per_peer)
-        reply_counts = [torch.from_numpy(counts_served[row_bounds[p]:row_bounds[p + 1]]) for p in range(world)]
+        reply_counts = [
+            torch.from_numpy(counts_served[row_bounds[p] : row_bounds[p + 1]]) for p in range(world)
+        ]
         pairs = torch.from_numpy(np.stack([nbr, eid], axis=1))
-        reply_pairs = [pairs[offsets[row_bounds[p]]:offsets[row_bounds[p + 1]]] for p in range(world)]
+        reply_pairs = [
+            pairs[offsets[row_bounds[p]] : offsets[row_bounds[p + 1]]] for p in range(world)
+        ]
         got_counts = torch.cat(self.comm.all_to_all(reply_counts, self.stage)).numpy()
         got_pairs = torch.cat(self.comm.all_to_all(reply_pairs, self.stage)).numpy()
         assert rank == self.comm.rank and got_counts.shape[0] == frontier.shape[0]
@@ -68,10 +87,19 @@ class DistNeighborSampler:
         out_offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
         np.cumsum(counts_in_order, out=out_offsets[1:])
         total = int(out_offsets[-1])
-        gather = np.repeat(start_in_order - out_offsets[:-1], counts_in_order) + np.arange(total, dtype=np.int64)
+        gather = np.repeat(start_in_order - out_offsets[:-1], counts_in_order) + np.arange(
+            total, dtype=np.int64
+        )
         return out_offsets, got_pairs[gather, 0].copy(), got_pairs[gather, 1].copy()
 
     def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
-        """Sample blocks for this rank's ``seeds`` (any owners); collective over the communicator."""
-        return sample_blocks(seeds, self.config, seed, one_hop=self._sample_remote,
-                             degree_of=lambda nodes: self.graph.degree[nodes], node_map=self._node_map)
+        """Sample blocks for this rank's ``seeds`` (any owners); collective over the
+        communicator."""
+        return sample_blocks(
+            seeds,
+            self.config,
+            seed,
+            one_hop=self._sample_remote,
+            degree_of=lambda nodes: self.graph.degree[nodes],
+            node_map=self._node_map,
+        )

@@ -65,7 +65,9 @@ def sample_counts(indptr, frontier, fanout, replace):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def sample_fill(indptr, indices, frontier, fanout, replace, seed, offsets, out_nbr, out_eid, id_offset):
+def sample_fill(
+    indptr, indices, frontier, fanout, replace, seed, offsets, out_nbr, out_eid, id_offset
+):
     """Write the sampled neighbours (global ids) and their edge ids (CSR positions) of frontier
     row ``i`` into ``out_*[offsets[i]:offsets[i + 1]]``.
 

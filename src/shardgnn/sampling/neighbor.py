@@ -10,12 +10,17 @@ import torch
 
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, relabel, sample_counts, sample_fill
-from shardgnn.seeding import mix_seed
 from shardgnn.sampling.types import Block, SampledBlocks
+from shardgnn.seeding import mix_seed
 
 
 def sample_neighbors(
-    indptr: np.ndarray, indices: np.ndarray, frontier: np.ndarray, fanout: int, replace: bool, seed: int,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    frontier: np.ndarray,
+    fanout: int,
+    replace: bool,
+    seed: int,
     id_offset: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One hop of sampling for ``frontier`` (CSR row numbers; global id = row + ``id_offset``).
@@ -30,8 +35,18 @@ def sample_neighbors(
         total = int(offsets[-1])
         nbr = np.empty(total, dtype=np.int64)
         eid = np.empty(total, dtype=np.int64)
-        sample_fill(indptr, indices, frontier, fanout, replace, np.uint64(seed), offsets, nbr, eid,
-                    np.int64(id_offset))
+        sample_fill(
+            indptr,
+            indices,
+            frontier,
+            fanout,
+            replace,
+            np.uint64(seed),
+            offsets,
+            nbr,
+            eid,
+            np.int64(id_offset),
+        )
     return offsets, nbr, eid
 
 
@@ -59,23 +74,36 @@ class NeighborSampler:
         ``mix_seed(seed, l)``.
         """
         return sample_blocks(
-            seeds, self.config, seed,
+            seeds,
+            self.config,
+            seed,
             one_hop=lambda frontier, fanout, layer_seed: sample_neighbors(
-                self.indptr, self.indices, frontier, fanout, self.config.replace, layer_seed),
+                self.indptr, self.indices, frontier, fanout, self.config.replace, layer_seed
+            ),
             degree_of=lambda nodes: self.indptr[nodes + 1] - self.indptr[nodes],
-            node_map=self._node_map)
+            node_map=self._node_map,
+        )
 
 
 OneHop = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def sample_blocks(seeds: torch.Tensor | np.ndarray, config: SamplerConfig, seed: int, *, one_hop: OneHop,
-                  degree_of: Callable[[np.ndarray], np.ndarray], node_map: np.ndarray) -> SampledBlocks:
+def sample_blocks(
+    seeds: torch.Tensor | np.ndarray,
+    config: SamplerConfig,
+    seed: int,
+    *,
+    one_hop: OneHop,
+    degree_of: Callable[[np.ndarray], np.ndarray],
+    node_map: np.ndarray,
+) -> SampledBlocks:
     """The layer loop every sampler shares: for each fanout (output layer first) draw one hop with
     ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all), relabel, build the
     block; ``degree_of(global ids)`` gives graph in-degrees. Layer ``l`` uses ``mix_seed(seed, l)``.
     """
-    seeds_np = np.ascontiguousarray(seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64)
+    seeds_np = np.ascontiguousarray(
+        seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
+    )
     if config.num_threads is not None:
         numba.set_num_threads(config.num_threads)
     blocks: list[Block] = []
@@ -83,14 +111,16 @@ def sample_blocks(seeds: torch.Tensor | np.ndarray, config: SamplerConfig, seed:
     for layer, fanout in enumerate(config.fanouts):
         offsets, nbr, eid = one_hop(frontier, fanout, mix_seed(seed, layer))
         src_nodes, local = relabel(frontier, nbr, node_map)
-        blocks.append(Block(
-            src_nodes_S=torch.from_numpy(src_nodes),
-            num_dst=int(frontier.shape[0]),
-            indptr_D1=torch.from_numpy(offsets),
-            indices_E=torch.from_numpy(local),
-            edge_ids_E=torch.from_numpy(eid),
-            src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
-        ))
+        blocks.append(
+            Block(
+                src_nodes_S=torch.from_numpy(src_nodes),
+                num_dst=int(frontier.shape[0]),
+                indptr_D1=torch.from_numpy(offsets),
+                indices_E=torch.from_numpy(local),
+                edge_ids_E=torch.from_numpy(eid),
+                src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
+            )
+        )
         frontier = src_nodes
     blocks.reverse()
     return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)

@@ -31,7 +31,9 @@ def _segments(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For ranges of the given lengths laid end to end: ``(segment id, position within the
     segment)`` of every element."""
     total = int(lengths.sum())
-    seg = torch.repeat_interleave(torch.arange(lengths.shape[0], dtype=torch.int64), lengths, output_size=total)
+    seg = torch.repeat_interleave(
+        torch.arange(lengths.shape[0], dtype=torch.int64), lengths, output_size=total
+    )
     starts = torch.cumsum(lengths, 0) - lengths
     within = torch.arange(total, dtype=torch.int64) - starts[seg]
     return seg, within
@@ -45,7 +47,12 @@ class TorchNeighborSampler:
     (torch's intra-op thread count applies: ``torch.set_num_threads``).
     """
 
-    def __init__(self, indptr: np.ndarray | torch.Tensor, indices: np.ndarray | torch.Tensor, config: SamplerConfig):
+    def __init__(
+        self,
+        indptr: np.ndarray | torch.Tensor,
+        indices: np.ndarray | torch.Tensor,
+        config: SamplerConfig,
+    ):
         self.indptr = self._as_tensor(indptr).to(torch.int64)
         self.indices = self._as_tensor(indices)
         self.config = config
@@ -64,8 +71,9 @@ class TorchNeighborSampler:
         return len(self.config.fanouts)
 
     # ------------------------------------------------------------------ one hop
-    def sample_neighbors(self, frontier: torch.Tensor, fanout: int, generator: torch.Generator
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample_neighbors(
+        self, frontier: torch.Tensor, fanout: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One hop for ``frontier`` (global ids): ``(offsets [D + 1], nbr [E], edge_ids [E])``;
         the neighbours of ``frontier[i]`` are ``nbr[offsets[i]:offsets[i + 1]]``."""
         start = self.indptr[frontier]
@@ -129,17 +137,25 @@ class TorchNeighborSampler:
     def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
         """Sample blocks for ``seeds`` (unique global ids); ``seed`` fixes every random draw
         (one ``torch.Generator`` per call, so results do not depend on torch's global RNG)."""
-        seeds_t = torch.as_tensor(np.asarray(seeds) if not isinstance(seeds, torch.Tensor) else seeds,
-                                  dtype=torch.int64).contiguous()
+        seeds_t = torch.as_tensor(
+            np.asarray(seeds) if not isinstance(seeds, torch.Tensor) else seeds, dtype=torch.int64
+        ).contiguous()
         generator = torch.Generator().manual_seed(int(seed) & ((1 << 64) - 1))
         blocks: list[Block] = []
         frontier = seeds_t
         for fanout in self.config.fanouts:
             offsets, nbr, eid = self.sample_neighbors(frontier, fanout, generator)
             src_nodes, local = self.relabel(frontier, nbr)
-            blocks.append(Block(src_nodes_S=src_nodes, num_dst=int(frontier.shape[0]), indptr_D1=offsets,
-                                indices_E=local, edge_ids_E=eid,
-                                src_degree_S=self.indptr[src_nodes + 1] - self.indptr[src_nodes]))
+            blocks.append(
+                Block(
+                    src_nodes_S=src_nodes,
+                    num_dst=int(frontier.shape[0]),
+                    indptr_D1=offsets,
+                    indices_E=local,
+                    edge_ids_E=eid,
+                    src_degree_S=self.indptr[src_nodes + 1] - self.indptr[src_nodes],
+                )
+            )
             frontier = src_nodes
         blocks.reverse()
         return SampledBlocks(seeds=seeds_t, blocks=blocks)

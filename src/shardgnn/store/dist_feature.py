@@ -26,14 +26,22 @@ class DistFeatureStore(FeatureStore):
         codec: remote rows travel quantised by this low-bit codec (``--fetch-bits``; None: exact).
     """
 
-    def __init__(self, local, book: PartitionBook, rank: int, comm: Communicator, stage: str = "fetch",
-                 codec: RowCodec | None = None):
+    def __init__(
+        self,
+        local,
+        book: PartitionBook,
+        rank: int,
+        comm: Communicator,
+        stage: str = "fetch",
+        codec: RowCodec | None = None,
+    ):
         self.local = local if isinstance(local, FeatureStore) else LocalFeatureStore(local)
         self.book, self.rank, self.comm, self.stage, self.codec = book, rank, comm, stage, codec
         self.start, self.end = (int(v) for v in book.part_range(rank))
         self._row_shape = tuple(self.local.shape[1:])
         self.slow_rows = 0
-        """rows requested from a slow tier (peers; also own rows when on disk), for hit-rate baselines"""
+        """rows requested from a slow tier (peers; also own rows when on disk), for hit-rate
+        baselines"""
 
     @property
     def shape(self) -> tuple[int, ...]:

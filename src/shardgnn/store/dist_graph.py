@@ -40,16 +40,24 @@ class DistGraphStore:
         self.degree = degree
 
     @classmethod
-    def open(cls, path: str | os.PathLike, rank: int, world_size: int, comm: Communicator,
-             verify: bool = True) -> "DistGraphStore":
+    def open(
+        cls,
+        path: str | os.PathLike,
+        rank: int,
+        world_size: int,
+        comm: Communicator,
+        verify: bool = True,
+    ) -> "DistGraphStore":
         """Open part ``rank`` of the partition directory (checks its files) and gather degrees.
 
         Collective: every rank must call it.
         """
         pset = read_partitions(path, verify=False)
         if pset.num_parts != world_size:
-            raise ConfigError(f"{path} holds {pset.num_parts} parts but the job has {world_size} workers; "
-                              f"run with --workers {pset.num_parts} or re-partition with --parts {world_size}")
+            raise ConfigError(
+                f"{path} holds {pset.num_parts} parts but the job has {world_size} workers; "
+                f"run with --workers {pset.num_parts} or re-partition with --parts {world_size}"
+            )
         part = pset.load_part(rank, mmap=True, verify=verify)
         edge_offset = sum(int(info["num_edges"]) for info in pset.meta["parts"][:rank])
         local_degree = torch.from_numpy(np.diff(np.asarray(part.indptr)).astype(np.int32))

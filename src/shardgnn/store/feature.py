@@ -21,14 +21,21 @@ def _copy_rows_kernel(dst, dst_rows, src, src_rows):  # pragma: no cover - compi
             dst[a, j] = src[b, j]
 
 
-def copy_rows(dst: torch.Tensor, dst_rows: np.ndarray, src: torch.Tensor | np.ndarray, src_rows: np.ndarray) -> None:
+def copy_rows(
+    dst: torch.Tensor, dst_rows: np.ndarray, src: torch.Tensor | np.ndarray, src_rows: np.ndarray
+) -> None:
     """``dst[dst_rows] = src[src_rows]`` in one pass: no intermediate gathered tensor (a fresh
     large buffer per batch costs a page fault per 4 KB). ``src`` may be a memory map."""
     if dst_rows.shape[0] == 0:
         return
-    src_np = src.numpy() if isinstance(src, torch.Tensor) else np.asarray(src).view(np.ndarray)  # memmap: same pages
-    _copy_rows_kernel(dst.view(dst.shape[0], -1).numpy(), np.ascontiguousarray(dst_rows, dtype=np.int64),
-                      src_np.reshape(src_np.shape[0], -1), np.ascontiguousarray(src_rows, dtype=np.int64))
+    # memmap: same pages
+    src_np = src.numpy() if isinstance(src, torch.Tensor) else np.asarray(src).view(np.ndarray)
+    _copy_rows_kernel(
+        dst.view(dst.shape[0], -1).numpy(),
+        np.ascontiguousarray(dst_rows, dtype=np.int64),
+        src_np.reshape(src_np.shape[0], -1),
+        np.ascontiguousarray(src_rows, dtype=np.int64),
+    )
 
 
 class FeatureStore(abc.ABC):
@@ -47,9 +54,14 @@ class FeatureStore(abc.ABC):
     def check_ids(self, ids: torch.Tensor) -> None:
         """Refuse ids that are not a 1-D int64 tensor of valid node ids."""
         if ids.dtype != torch.int64 or ids.dim() != 1:
-            raise ValueError(f"ids must be a 1-D int64 tensor, got {ids.dtype} of shape {tuple(ids.shape)}")
+            raise ValueError(
+                f"ids must be a 1-D int64 tensor, got {ids.dtype} of shape {tuple(ids.shape)}"
+            )
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.shape[0]):
-            raise IndexError(f"node ids must lie in [0, {self.shape[0]}), got [{int(ids.min())}, {int(ids.max())}]")
+            raise IndexError(
+                f"node ids must lie in [0, {self.shape[0]}), got [{int(ids.min())}, "
+                f"{int(ids.max())}]"
+            )
 
     @abc.abstractmethod
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
@@ -89,7 +101,8 @@ class FeatureStore(abc.ABC):
     # a store what it is: a store with a look-ahead (the belady cache) overrides all three.
     @property
     def lookahead(self) -> int:
-        """Batches the loader should announce through :meth:`plan` before gathering them (0: none)."""
+        """Batches the loader should announce through :meth:`plan` before gathering them (0:
+        none)."""
         return 0
 
     def plan(self, window: list[torch.Tensor]) -> None:
@@ -117,7 +130,11 @@ class LocalFeatureStore(FeatureStore):
     """
 
     def __init__(self, array: np.ndarray | torch.Tensor, row_divisor: np.ndarray | None = None):
-        self._row_divisor = None if row_divisor is None else torch.from_numpy(np.asarray(row_divisor, dtype=np.float32))
+        self._row_divisor = (
+            None
+            if row_divisor is None
+            else torch.from_numpy(np.asarray(row_divisor, dtype=np.float32))
+        )
         if isinstance(array, torch.Tensor):
             self._tensor: torch.Tensor | None = array
             self._array = None

@@ -60,12 +60,28 @@ class Checkpointer:
         barrier: a collective barrier over the job (no-op for one process).
     """
 
-    def __init__(self, directory: str | os.PathLike, *, rank: int = 0, world_size: int = 1, every: int = 1,
-                 keep: int = 2, barrier: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        every: int = 1,
+        keep: int = 2,
+        barrier: Callable[[], None] = lambda: None,
+    ):
         if every < 1 or keep < 1:
-            raise ConfigError(f"--checkpoint-every {every} and --keep-checkpoints {keep} must be >= 1")
+            raise ConfigError(
+                f"--checkpoint-every {every} and --keep-checkpoints {keep} must be >= 1"
+            )
         self.directory = Path(directory).expanduser()
-        self.rank, self.world_size, self.every, self.keep, self.barrier = rank, world_size, every, keep, barrier
+        self.rank, self.world_size, self.every, self.keep, self.barrier = (
+            rank,
+            world_size,
+            every,
+            keep,
+            barrier,
+        )
         if rank == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
         barrier()
@@ -74,8 +90,13 @@ class Checkpointer:
         return epochs_done % self.every == 0 or epochs_done == total_epochs
 
     # ------------------------------------------------------------------ writing
-    def save(self, epochs_done: int, state: dict[str, Any], config: dict[str, Any],
-             dataset: dict[str, Any] | None = None) -> Path:
+    def save(
+        self,
+        epochs_done: int,
+        state: dict[str, Any],
+        config: dict[str, Any],
+        dataset: dict[str, Any] | None = None,
+    ) -> Path:
         """Write this rank's ``state`` as the checkpoint after ``epochs_done`` epochs (collective);
         ``dataset`` is the trained graph's identity (spec, name, fingerprint)."""
         path = self.directory / f"epoch-{epochs_done:06d}"
@@ -87,20 +108,33 @@ class Checkpointer:
             torch.save(state, fh)
         self.barrier()  # every rank's file is in place before the checkpoint is declared complete
         if self.rank == 0:
-            save_json(path / "meta.json", {"format": "shardgnn-checkpoint", "version": 1, "epoch": epochs_done,
-                                           "world_size": self.world_size, "config": config, "dataset": dataset})
+            save_json(
+                path / "meta.json",
+                {
+                    "format": "shardgnn-checkpoint",
+                    "version": 1,
+                    "epoch": epochs_done,
+                    "world_size": self.world_size,
+                    "config": config,
+                    "dataset": dataset,
+                },
+            )
             self._prune()
         self.barrier()
         return path
 
     def _prune(self) -> None:
         complete = self.complete()
-        for old in complete[:-self.keep]:
+        for old in complete[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         newest = complete[-1] if complete else None
         for entry in self.directory.iterdir():
-            if _NAME.match(entry.name) and entry.is_dir() and not (entry / "meta.json").exists() \
-                    and (newest is None or entry.name < newest.name):
+            if (
+                _NAME.match(entry.name)
+                and entry.is_dir()
+                and not (entry / "meta.json").exists()
+                and (newest is None or entry.name < newest.name)
+            ):
                 shutil.rmtree(entry, ignore_errors=True)
 
     # ------------------------------------------------------------------ reading
@@ -108,7 +142,11 @@ class Checkpointer:
         """Complete checkpoints, oldest first."""
         if not self.directory.is_dir():
             return []
-        found = [p for p in self.directory.iterdir() if _NAME.match(p.name) and (p / "meta.json").is_file()]
+        found = [
+            p
+            for p in self.directory.iterdir()
+            if _NAME.match(p.name) and (p / "meta.json").is_file()
+        ]
         return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
     def latest(self) -> tuple[Path, dict[str, Any]] | None:
@@ -119,7 +157,9 @@ class Checkpointer:
         path = complete[-1]
         return path, read_checkpoint_meta(path)
 
-    def load_latest(self, config: dict[str, Any], dataset: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    def load_latest(
+        self, config: dict[str, Any], dataset: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """This rank's state from the newest complete checkpoint (None when there is none).
 
         Raises:
@@ -136,11 +176,17 @@ class Checkpointer:
         try:
             state = torch.load(file, map_location="cpu", weights_only=True)
         except (OSError, RuntimeError, ValueError, EOFError) as exc:
-            raise DatasetError(f"cannot read checkpoint ({type(exc).__name__}: {exc})", file,
-                               "delete this checkpoint folder to resume from the one before it") from None
+            raise DatasetError(
+                f"cannot read checkpoint ({type(exc).__name__}: {exc})",
+                file,
+                "delete this checkpoint folder to resume from the one before it",
+            ) from None
         if state.get("epoch") != meta["epoch"]:
-            raise DatasetError(f"holds epoch {state.get('epoch')} but meta.json says {meta['epoch']}", file,
-                               "delete this checkpoint folder to resume from the one before it")
+            raise DatasetError(
+                f"holds epoch {state.get('epoch')} but meta.json says {meta['epoch']}",
+                file,
+                "delete this checkpoint folder to resume from the one before it",
+            )
         return state
 
 
@@ -150,13 +196,23 @@ def read_checkpoint_meta(path: Path) -> dict[str, Any]:
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"cannot read ({type(exc).__name__}: {exc})", meta_path,
-                           "delete this checkpoint folder to resume from the one before it") from None
-    if not (isinstance(meta, dict) and meta.get("format") == "shardgnn-checkpoint"
-            and isinstance(meta.get("epoch"), int) and isinstance(meta.get("world_size"), int)
-            and isinstance(meta.get("config"), dict)):
-        raise DatasetError("is not a shardgnn checkpoint's meta.json (format, epoch, world_size, config)", meta_path,
-                           "delete this checkpoint folder to resume from the one before it")
+        raise DatasetError(
+            f"cannot read ({type(exc).__name__}: {exc})",
+            meta_path,
+            "delete this checkpoint folder to resume from the one before it",
+        ) from None
+    if not (
+        isinstance(meta, dict)
+        and meta.get("format") == "shardgnn-checkpoint"
+        and isinstance(meta.get("epoch"), int)
+        and isinstance(meta.get("world_size"), int)
+        and isinstance(meta.get("config"), dict)
+    ):
+        raise DatasetError(
+            "is not a shardgnn checkpoint's meta.json (format, epoch, world_size, config)",
+            meta_path,
+            "delete this checkpoint folder to resume from the one before it",
+        )
     return meta
 
 
@@ -164,8 +220,13 @@ def _resumable(key: str) -> bool:
     return any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_CHANGES)
 
 
-def check_resumable(path: Path, meta: dict[str, Any], config: dict[str, Any], world_size: int,
-                    dataset: dict[str, Any] | None) -> None:
+def check_resumable(
+    path: Path,
+    meta: dict[str, Any],
+    config: dict[str, Any],
+    world_size: int,
+    dataset: dict[str, Any] | None,
+) -> None:
     """Refuse to resume checkpoint ``path`` (its ``meta``) with this run's ``config``, world size
     and dataset unless they match: only where and how the run executes may change
     (``RESUMABLE_CHANGES``), ``--epochs`` among them.
@@ -174,17 +235,28 @@ def check_resumable(path: Path, meta: dict[str, Any], config: dict[str, Any], wo
         ConfigError: naming what differs and what to do.
     """
     if meta.get("world_size") != world_size:
-        raise ConfigError(f"{path} was written by {meta.get('world_size')} workers but {world_size} run now; "
-                          f"resume with --workers {meta.get('world_size')} or use another --checkpoint-dir")
-    check_same_graph(meta.get("dataset"), dataset, expected_from=str(path), actual_from="this run's dataset",
-                     fix="resume on the graph it was trained on, or use another --checkpoint-dir")
+        raise ConfigError(
+            f"{path} was written by {meta.get('world_size')} workers but {world_size} run now; "
+            f"resume with --workers {meta.get('world_size')} or use another --checkpoint-dir"
+        )
+    check_same_graph(
+        meta.get("dataset"),
+        dataset,
+        expected_from=str(path),
+        actual_from="this run's dataset",
+        fix="resume on the graph it was trained on, or use another --checkpoint-dir",
+    )
     # Compare as JSON sees both (tuples become lists).
     old, new = _flatten(meta.get("config", {})), _flatten(json.loads(json.dumps(config)))
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and not _resumable(k))
+    changed = sorted(
+        k for k in set(old) | set(new) if old.get(k) != new.get(k) and not _resumable(k)
+    )
     if changed:
         detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:6])
-        raise ConfigError(f"{path} was written with another configuration ({detail}); resume with the same flags "
-                          "(only --epochs may grow) or use another --checkpoint-dir")
+        raise ConfigError(
+            f"{path} was written with another configuration ({detail}); resume with the same flags "
+            "(only --epochs may grow) or use another --checkpoint-dir"
+        )
 
 
 class LoopState:
@@ -198,8 +270,12 @@ class LoopState:
         self.comm_total: dict[str, list[float]] = {}
 
 
-def capture_state(loop: LoopState, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  generators: list[torch.Generator]) -> dict[str, Any]:
+def capture_state(
+    loop: LoopState,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    generators: list[torch.Generator],
+) -> dict[str, Any]:
     """This rank's full training state after ``loop.next_epoch`` epochs (tensors and plain data)."""
     import dataclasses
 
@@ -211,14 +287,20 @@ def capture_state(loop: LoopState, model: torch.nn.Module, optimizer: torch.opti
         "torch_rng": torch.get_rng_state(),
         "generators": [g.get_state() for g in generators],
         "history": [dataclasses.asdict(r) for r in loop.history],
-        "best_val": loop.best_val, "best_epoch": loop.best_epoch,
+        "best_val": loop.best_val,
+        "best_epoch": loop.best_epoch,
         "best_state": loop.best_state or {},
         "comm_total": loop.comm_total,
     }
 
 
-def restore_state(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                  generators: list[torch.Generator], record_type) -> LoopState:
+def restore_state(
+    state: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    generators: list[torch.Generator],
+    record_type,
+) -> LoopState:
     """Load ``state`` into the model, optimiser and generators; return the loop state."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])

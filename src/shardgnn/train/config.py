@@ -18,7 +18,15 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
 from shardgnn.nn.config import ModelConfig
-from shardgnn.options import changed_settings, check_choices, component, from_dict, invalid, option, to_dict
+from shardgnn.options import (
+    changed_settings,
+    check_choices,
+    component,
+    from_dict,
+    invalid,
+    option,
+    to_dict,
+)
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
 
@@ -34,7 +42,9 @@ class OptimConfig:
     epochs: int = option(10, help="training epochs")
     lr: float = option(0.003, help="Adam learning rate")
     weight_decay: float = option(0.0, help="L2 weight decay")
-    patience: int = option(0, help="stop after this many epochs without a better validation accuracy (0: never)")
+    patience: int = option(
+        0, help="stop after this many epochs without a better validation accuracy (0: never)"
+    )
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -50,32 +60,50 @@ class OptimConfig:
 class CheckpointConfig:
     """Checkpoints and resume."""
 
-    dir: str | None = option(None, flag="--checkpoint-dir", metavar="DIR",
-                             help="write checkpoints (model, optimiser, random states, progress) into this folder")
-    every: int = option(1, flag="--checkpoint-every", help="epochs between checkpoints (the last epoch always writes one)")
+    dir: str | None = option(
+        None,
+        flag="--checkpoint-dir",
+        metavar="DIR",
+        help="write checkpoints (model, optimiser, random states, progress) into this folder",
+    )
+    every: int = option(
+        1,
+        flag="--checkpoint-every",
+        help="epochs between checkpoints (the last epoch always writes one)",
+    )
     keep: int = option(2, flag="--keep-checkpoints", help="complete checkpoints to keep")
-    resume: bool = option(False, flag="--resume",
-                          help="continue from the newest complete checkpoint in --checkpoint-dir (a fresh start when "
-                               "there is none, so the same command works under torchrun --max-restarts)")
+    resume: bool = option(
+        False,
+        flag="--resume",
+        help="continue from the newest complete checkpoint in --checkpoint-dir (a fresh start when "
+        "there is none, so the same command works under torchrun --max-restarts)",
+    )
 
     def __post_init__(self) -> None:
         for name in ("every", "keep"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
         if self.resume and not self.dir:
-            raise ConfigError("--resume needs --checkpoint-dir (the folder the interrupted run wrote)")
+            raise ConfigError(
+                "--resume needs --checkpoint-dir (the folder the interrupted run wrote)"
+            )
 
 
 @dataclasses.dataclass(kw_only=True)
 class LaunchConfig:
     """What every multi-worker command shares: deadlines and logs."""
 
-    timeout: float = option(DEFAULT_TIMEOUT_S,
-                            help="seconds any collective may wait before the job fails, so a dead or stalled worker "
-                                 "ends the job instead of hanging it")
-    log_dir: str | None = option(None, metavar="DIR",
-                                 help="keep every worker's log (tracebacks included) in this folder (unset: a "
-                                      "temporary folder, kept only when a worker fails)")
+    timeout: float = option(
+        DEFAULT_TIMEOUT_S,
+        help="seconds any collective may wait before the job fails, so a dead or stalled worker "
+        "ends the job instead of hanging it",
+    )
+    log_dir: str | None = option(
+        None,
+        metavar="DIR",
+        help="keep every worker's log (tracebacks included) in this folder (unset: a "
+        "temporary folder, kept only when a worker fails)",
+    )
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -86,14 +114,23 @@ class LaunchConfig:
 class RunConfig(LaunchConfig):
     """How a training job runs: how many workers, on which partition, with which deadlines."""
 
-    workers: int | None = option(None, metavar="N",
-                                 help="start N local worker processes, one per part; without --partitions the dataset "
-                                      "is partitioned on the fly (METIS; one part for --workers 1)")
-    partitions: str | None = option(None, metavar="DIR",
-                                    help="a partition directory written by `shardgnn partition` (one worker per part)")
-    overlap: str = option("auto", choices=OVERLAP,
-                          help="sample and fetch the next batch in a background thread while training on the current "
-                               "one; auto: on when every worker has at least two cores")
+    workers: int | None = option(
+        None,
+        metavar="N",
+        help="start N local worker processes, one per part; without --partitions the dataset "
+        "is partitioned on the fly (METIS; one part for --workers 1)",
+    )
+    partitions: str | None = option(
+        None,
+        metavar="DIR",
+        help="a partition directory written by `shardgnn partition` (one worker per part)",
+    )
+    overlap: str = option(
+        "auto",
+        choices=OVERLAP,
+        help="sample and fetch the next batch in a background thread while training on the current "
+        "one; auto: on when every worker has at least two cores",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -111,10 +148,16 @@ class RunConfig(LaunchConfig):
 class InferConfig(LaunchConfig):
     """``shardgnn infer``: layer-wise inference of a trained model over a partitioned graph."""
 
-    checkpoint: str = option(metavar="DIR",
-                             help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder")
-    partitions: str = option(metavar="DIR", help="partition directory of the graph (one worker per part)")
-    out: str = option(metavar="DIR", help="output folder for embeddings, logits and predictions (.npy)")
+    checkpoint: str = option(
+        metavar="DIR",
+        help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder",
+    )
+    partitions: str = option(
+        metavar="DIR", help="partition directory of the graph (one worker per part)"
+    )
+    out: str = option(
+        metavar="DIR", help="output folder for embeddings, logits and predictions (.npy)"
+    )
     chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
 
     def __post_init__(self) -> None:
@@ -127,41 +170,73 @@ class InferConfig(LaunchConfig):
 class TrainConfig:
     """A training run: what to train, how, and where the results go."""
 
-    dataset: str = option("synthetic", cli=False, help="dataset spec, e.g. cora, synthetic:nodes=100000 or graph:DIR")
-    data_dir: str | None = option(None, metavar="DIR",
-                                  help="dataset folder (unset: $SHARDGNN_DATA, else ~/.cache/shardgnn)")
-    mode: str = option("minibatch", choices=MODES, help="sampled mini-batches, or full-graph training")
+    dataset: str = option(
+        "synthetic", cli=False, help="dataset spec, e.g. cora, synthetic:nodes=100000 or graph:DIR"
+    )
+    data_dir: str | None = option(
+        None, metavar="DIR", help="dataset folder (unset: $SHARDGNN_DATA, else ~/.cache/shardgnn)"
+    )
+    mode: str = option(
+        "minibatch", choices=MODES, help="sampled mini-batches, or full-graph training"
+    )
     model: ModelConfig = component(ModelConfig, title="model")
     sampler: SamplerConfig = component(SamplerConfig, title="neighbour sampling (mini-batch mode)")
-    batch_size: int = option(1024, help="seed nodes per mini-batch, over all workers (each of P workers takes 1/P)")
+    batch_size: int = option(
+        1024, help="seed nodes per mini-batch, over all workers (each of P workers takes 1/P)"
+    )
     eval_batch_size: int = option(4096, help="seed nodes per evaluation batch")
-    eval_fanouts: tuple[int, ...] | None = option(None, metavar="F,F,...",
-                                                  help="fanouts for evaluation (unset: --fanouts; all -1 evaluates "
-                                                       "full neighbourhoods, layer-wise)")
+    eval_fanouts: tuple[int, ...] | None = option(
+        None,
+        metavar="F,F,...",
+        help="fanouts for evaluation (unset: --fanouts; all -1 evaluates "
+        "full neighbourhoods, layer-wise)",
+    )
     optim: OptimConfig = component(OptimConfig, title="optimisation")
-    feature_norm: str = option("none", choices=FEATURE_NORMS,
-                               help="feature preprocessing: row (rows sum to 1) or standard (z-score per column)")
+    feature_norm: str = option(
+        "none",
+        choices=FEATURE_NORMS,
+        help="feature preprocessing: row (rows sum to 1) or standard (z-score per column)",
+    )
     seed: int = option(0, help="seed of initial weights, dropout, batch order and sampling")
     device: str = option("cpu", help="cpu, cuda, cuda:N, or auto")
-    threads: int | None = option(None, help="torch threads per process (unset: the cores, shared among local workers)")
+    threads: int | None = option(
+        None, help="torch threads per process (unset: the cores, shared among local workers)"
+    )
     run: RunConfig = component(RunConfig, title="workers (distributed training)")
-    fetch_bits: int = option(32, choices=BITS,
-                             help="mini-batch mode: bits per value of remote feature rows (low-bit codec; 32: exact)")
-    cache: CacheConfig = component(CacheConfig, title="feature cache (distributed mini-batch training)")
-    feature_storage: str = option("memory", choices=FEATURE_STORAGE,
-                                  help="memory: each worker loads its feature rows; disk: rows are read on demand from "
-                                       "the memory-mapped partition file (feature matrices larger than RAM)")
-    full: FullGraphConfig = component(FullGraphConfig, title="distributed full-graph training (--mode full)")
+    fetch_bits: int = option(
+        32,
+        choices=BITS,
+        help="mini-batch mode: bits per value of remote feature rows (low-bit codec; 32: exact)",
+    )
+    cache: CacheConfig = component(
+        CacheConfig, title="feature cache (distributed mini-batch training)"
+    )
+    feature_storage: str = option(
+        "memory",
+        choices=FEATURE_STORAGE,
+        help="memory: each worker loads its feature rows; disk: rows are read on demand from "
+        "the memory-mapped partition file (feature matrices larger than RAM)",
+    )
+    full: FullGraphConfig = component(
+        FullGraphConfig, title="distributed full-graph training (--mode full)"
+    )
     checkpoint: CheckpointConfig = component(CheckpointConfig, title="checkpoints")
-    results: str | None = option(None, metavar="FILE.json",
-                                 help="write the results JSON here (rewritten after every epoch)")
-    progress: bool = option(True, negative_flag="--quiet", negative_help="no progress bars",
-                            help="progress bars (on a terminal; a pipe or log gets the epoch lines only)")
+    results: str | None = option(
+        None, metavar="FILE.json", help="write the results JSON here (rewritten after every epoch)"
+    )
+    progress: bool = option(
+        True,
+        negative_flag="--quiet",
+        negative_help="no progress bars",
+        help="progress bars (on a terminal; a pipe or log gets the epoch lines only)",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
         if not isinstance(self.dataset, str) or not self.dataset.strip():
-            raise ConfigError(f"dataset spec {self.dataset!r} is empty; name a dataset such as cora or synthetic")
+            raise ConfigError(
+                f"dataset spec {self.dataset!r} is empty; name a dataset such as cora or synthetic"
+            )
         for name in ("batch_size", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
@@ -171,7 +246,11 @@ class TrainConfig:
         if self.eval_fanouts is not None:
             self.eval_fanouts = SamplerConfig(fanouts=self.eval_fanouts).fanouts
             if len(self.eval_fanouts) != self.model.num_layers:
-                raise invalid(self, "eval_fanouts", f"name {self.model.num_layers} layers, one per model layer")
+                raise invalid(
+                    self,
+                    "eval_fanouts",
+                    f"name {self.model.num_layers} layers, one per model layer",
+                )
         self._check_combinations()
 
     def _resolve_layers(self) -> None:
@@ -182,8 +261,11 @@ class TrainConfig:
             if model.num_layers is None:
                 self.model = dataclasses.replace(model, num_layers=len(sampler.fanouts))
             elif model.num_layers != len(sampler.fanouts):
-                raise ConfigError(f"--layers {model.num_layers} but --fanouts {','.join(map(str, sampler.fanouts))} "
-                                  f"names {len(sampler.fanouts)}; give one fanout per layer")
+                raise ConfigError(
+                    f"--layers {model.num_layers} but --fanouts "
+                    f"{','.join(map(str, sampler.fanouts))} names {len(sampler.fanouts)}; give "
+                    "one fanout per layer"
+                )
         else:
             layers = 2 if model.num_layers is None else model.num_layers
             self.model = dataclasses.replace(model, num_layers=layers)
@@ -191,26 +273,41 @@ class TrainConfig:
 
     def _check_combinations(self) -> None:
         if not self.run.distributed:
-            flags = [*changed_settings(self.full), *changed_settings(self.cache),
-                     *changed_settings(self, ("fetch_bits", "feature_storage"))]
+            flags = [
+                *changed_settings(self.full),
+                *changed_settings(self.cache),
+                *changed_settings(self, ("fetch_bits", "feature_storage")),
+            ]
             if flags:
-                raise ConfigError(f"{', '.join(flags)} shape(s) communication between workers, and this run has one "
-                                  "process; add --workers N (or --partitions DIR) to train distributed (--workers 1 "
-                                  "runs one worker over a one-part partition, which a cache or disk storage can front)")
+                raise ConfigError(
+                    f"{', '.join(flags)} shape(s) communication between workers, and this run has "
+                    "one process; add --workers N (or --partitions DIR) to train distributed "
+                    "(--workers 1 runs one worker over a one-part partition, which a cache or "
+                    "disk storage can front)"
+                )
         if self.mode == "full" and (self.cache.enabled or self.feature_storage != "memory"):
-            raise ConfigError("--cache-policy and --feature-storage disk apply to mini-batch training; full-graph "
-                              "training exchanges halo rows once per layer instead (drop them or use --mode minibatch)")
+            raise ConfigError(
+                "--cache-policy and --feature-storage disk apply to mini-batch training; "
+                "full-graph training exchanges halo rows once per layer instead (drop them or use "
+                "--mode minibatch)"
+            )
         if self.feature_storage == "disk" and self.layerwise_eval:
-            raise ConfigError("--feature-storage disk keeps features out of RAM, but full-neighbourhood evaluation "
-                              "(--eval-fanouts all -1) runs layer-wise over every local row at once; give sampled "
-                              "--eval-fanouts (e.g. 15,10,5) or use --feature-storage memory")
+            raise ConfigError(
+                "--feature-storage disk keeps features out of RAM, but full-neighbourhood "
+                "evaluation (--eval-fanouts all -1) runs layer-wise over every local row at once; "
+                "give sampled --eval-fanouts (e.g. 15,10,5) or use --feature-storage memory"
+            )
 
     @property
     def layerwise_eval(self) -> bool:
         """Mini-batch evaluation with full neighbourhoods (all eval fanouts -1) runs layer-wise
         (every layer once per node, shardgnn.fullgraph.inference) for the models it supports."""
         fanouts = self.eval_fanouts or self.sampler.fanouts
-        return self.mode == "minibatch" and all(f == -1 for f in fanouts) and self.model.model in ("sage", "gcn")
+        return (
+            self.mode == "minibatch"
+            and all(f == -1 for f in fanouts)
+            and self.model.model in ("sage", "gcn")
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as JSON-ready data."""
@@ -225,5 +322,16 @@ class TrainConfig:
 # Settings that may differ between an interrupted run and its resumption: where and how the run
 # executes, not what it computes. (A cache or the storage tier change where rows come from, not
 # their values; with --fetch-bits < 32 a cached row keeps the rounding it arrived with.)
-RESUMABLE_CHANGES = ("optim.epochs", "results", "progress", "data_dir", "dataset", "threads", "sampler.num_threads",
-                     "checkpoint.", "run.", "cache.", "feature_storage")
+RESUMABLE_CHANGES = (
+    "optim.epochs",
+    "results",
+    "progress",
+    "data_dir",
+    "dataset",
+    "threads",
+    "sampler.num_threads",
+    "checkpoint.",
+    "run.",
+    "cache.",
+    "feature_storage",
+)

@@ -44,7 +44,8 @@ from shardgnn.train.minibatch import count_correct, train_batches
 from shardgnn.train.single import eval_sampler_config
 
 
-def _counted_allreduce_hook(comm, bucket):  # no annotations: DDP compares them to dist.GradBucket by identity
+# no annotations: DDP compares them to dist.GradBucket by identity
+def _counted_allreduce_hook(comm, bucket):
     """DDP gradient averaging routed through the communicator, so its bytes are counted."""
     buffer = bucket.buffer()
     buffer.div_(comm.world_size)
@@ -54,13 +55,20 @@ def _counted_allreduce_hook(comm, bucket):  # no annotations: DDP compares them 
     return future
 
 
-def partition_dataset_record(pset: PartitionSet, num_features: int, num_classes: int,
-                             split_sizes: dict[str, int]) -> dict[str, Any]:
+def partition_dataset_record(
+    pset: PartitionSet, num_features: int, num_classes: int, split_sizes: dict[str, int]
+) -> dict[str, Any]:
     """What results and checkpoints record of the partitioned dataset (as ``dataset_record``)."""
     identity = pset.dataset
-    return {**identity, "num_nodes": pset.num_nodes, "num_edges": pset.num_edges, "num_features": num_features,
-            "num_classes": num_classes, **split_sizes,
-            "partitions": {"path": str(pset.path), "parts": pset.num_parts, "method": pset.method}}
+    return {
+        **identity,
+        "num_nodes": pset.num_nodes,
+        "num_edges": pset.num_edges,
+        "num_features": num_features,
+        "num_classes": num_classes,
+        **split_sizes,
+        "partitions": {"path": str(pset.path), "parts": pset.num_parts, "method": pset.method},
+    }
 
 
 class DistSteps(Steps):
@@ -77,10 +85,15 @@ class DistSteps(Steps):
         assert config.run.partitions is not None
         self.pset = read_partitions(config.run.partitions, verify=False)
         if self.pset.num_parts != ctx.world_size:
-            raise ConfigError(f"{self.pset.path} holds {self.pset.num_parts} parts but {ctx.world_size} workers run; "
-                              f"use --workers {self.pset.num_parts} or re-partition with --parts {ctx.world_size}")
+            raise ConfigError(
+                f"{self.pset.path} holds {self.pset.num_parts} parts but {ctx.world_size} workers "
+                f"run; use --workers {self.pset.num_parts} or re-partition with --parts "
+                f"{ctx.world_size}"
+            )
         if config.feature_norm == "standard":
-            raise ConfigError("--feature-norm standard needs global statistics; use row or none when distributed")
+            raise ConfigError(
+                "--feature-norm standard needs global statistics; use row or none when distributed"
+            )
 
     def sum(self, values: list[float], stage: str = "metrics") -> list[float]:
         t = torch.tensor(values, dtype=torch.float64)
@@ -92,9 +105,11 @@ class DistSteps(Steps):
 
     def _check_labelled(self, has_features: bool, has_labels: bool) -> None:
         if not (has_features and has_labels):
-            raise ConfigError(f"{self.pset.path} holds no {'features' if not has_features else 'labels'}; "
-                              "partition a labelled dataset (or give yours features and labels with "
-                              "`shardgnn convert`)")
+            raise ConfigError(
+                f"{self.pset.path} holds no {'features' if not has_features else 'labels'}; "
+                "partition a labelled dataset (or give yours features and labels with "
+                "`shardgnn convert`)"
+            )
 
 
 class DistMiniBatchSteps(DistSteps):
@@ -105,7 +120,11 @@ class DistMiniBatchSteps(DistSteps):
         overlap = config.run.overlap
         # The prefetch thread needs a core of its own: with fewer than 2 cores per worker it only
         # steals cycles from compute (measured on 2 cores, 2 workers: 148 s vs 77 s/epoch).
-        self.overlap = (os.cpu_count() or 1) // ctx.local_world_size >= 2 if overlap == "auto" else overlap == "on"
+        self.overlap = (
+            (os.cpu_count() or 1) // ctx.local_world_size >= 2
+            if overlap == "auto"
+            else overlap == "on"
+        )
         self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
         self.comms = (self.data_comm, self.main_comm)
         self.graph = DistGraphStore.open(self.pset.path, ctx.rank, ctx.world_size, self.data_comm)
@@ -115,7 +134,9 @@ class DistMiniBatchSteps(DistSteps):
             # Rows stay in the memory-mapped part file and are read on demand; row normalisation is
             # applied per gathered row (its scales computed in one chunked pass).
             x_local = part.x
-            x_store = LocalFeatureStore(part.x, row_divisor=row_sums(part.x) if config.feature_norm == "row" else None)
+            x_store = LocalFeatureStore(
+                part.x, row_divisor=row_sums(part.x) if config.feature_norm == "row" else None
+            )
         else:
             x_local = normalize_features(np.array(part.x, dtype=np.float32), config.feature_norm)
             x_store = LocalFeatureStore(x_local)
@@ -123,10 +144,14 @@ class DistMiniBatchSteps(DistSteps):
         codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
-        self.fetch_store = DistFeatureStore(x_store, book, ctx.rank, self.data_comm, "fetch", codec=codec)
+        self.fetch_store = DistFeatureStore(
+            x_store, book, ctx.rank, self.data_comm, "fetch", codec=codec
+        )
         y_local = np.asarray(part.y, dtype=np.int64)
         self.labels = DistFeatureStore(y_local, book, ctx.rank, self.data_comm, "labels")
-        eval_features = DistFeatureStore(x_store, book, ctx.rank, self.data_comm, "eval", codec=codec)
+        eval_features = DistFeatureStore(
+            x_store, book, ctx.rank, self.data_comm, "eval", codec=codec
+        )
         eval_labels = DistFeatureStore(y_local, book, ctx.rank, self.data_comm, "eval")
         rank_seed = mix_seed(config.seed, ctx.rank)
         # Every rank reads all parts' (small) split index files once: the seed split is a pure
@@ -134,10 +159,18 @@ class DistMiniBatchSteps(DistSteps):
         split_ids = {split: self.pset.global_split(split) for split in ("train", "val", "test")}
         self.split_sizes = {split: int(len(ids)) for split, ids in split_ids.items()}
         # --batch-size is the global batch: each of the P workers takes B / P seeds per step, so
-        # P workers take the same optimiser steps as one (and DDP's gradient mean is the global one).
+        # P workers take the same optimiser steps as one (and DDP's gradient mean is the global
+        # one).
         per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
-        self.train_batches = DistSeedBatcher(split_ids["train"], book, ctx.rank, ctx.world_size,
-                                             per_rank_batch, shuffle=True, seed=config.seed)
+        self.train_batches = DistSeedBatcher(
+            split_ids["train"],
+            book,
+            ctx.rank,
+            ctx.world_size,
+            per_rank_batch,
+            shuffle=True,
+            seed=config.seed,
+        )
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
         self.cache: CachedFeatureStore | None = None
         self.cache_setup_s = 0.0
@@ -147,35 +180,67 @@ class DistMiniBatchSteps(DistSteps):
             def presample_counts() -> np.ndarray:
                 # GNNLab's PreSC: the real sampler over this rank's training seeds, on its own
                 # random stream (so epoch 0 is not replayed) and its own stage (its bytes apart).
-                presampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "cache_setup")
-                return count_accesses(NeighborSamplingStage(self.train_batches, presampler,
-                                                            mix_seed(rank_seed, 0x9E5A)), book.num_nodes)
+                presampler = DistNeighborSampler(
+                    self.graph, config.sampler, self.data_comm, "cache_setup"
+                )
+                return count_accesses(
+                    NeighborSamplingStage(
+                        self.train_batches, presampler, mix_seed(rank_seed, 0x9E5A)
+                    ),
+                    book.num_nodes,
+                )
 
-            fill = DistFeatureStore(x_store, book, ctx.rank, self.data_comm, "cache_setup", codec=codec)
-            self.cache = build_cache(config.cache, self.fetch_store, fill_from=fill, degree=self.graph.degree,
-                                     presample_counts=presample_counts)
+            fill = DistFeatureStore(
+                x_store, book, ctx.rank, self.data_comm, "cache_setup", codec=codec
+            )
+            self.cache = build_cache(
+                config.cache,
+                self.fetch_store,
+                fill_from=fill,
+                degree=self.graph.degree,
+                presample_counts=presample_counts,
+            )
             self.cache_setup_s = time.perf_counter() - start
         self.features = self.cache if self.cache is not None else self.fetch_store
         if self.cache is not None:  # evaluation reads the cached rows but never changes them
             eval_features = self.cache.read_only_view(eval_features)
-        self.train_stages = FeatureFetcher(NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
-                                           self.features, self.labels, self.timer)
-        eval_sampler = DistNeighborSampler(self.graph, eval_sampler_config(config), self.data_comm, "sample")
+        self.train_stages = FeatureFetcher(
+            NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
+            self.features,
+            self.labels,
+            self.timer,
+        )
+        eval_sampler = DistNeighborSampler(
+            self.graph, eval_sampler_config(config), self.data_comm, "sample"
+        )
         # Full-neighbourhood evaluation (--eval-fanouts -1,...) runs layer-wise over the whole
         # graph: every layer computed once per node instead of once per seed's L-hop neighbourhood.
         self.layerwise = None
         if config.layerwise_eval:
             shard = load_shard(self.pset.path, Grid(ctx.world_size, 1), ctx.rank, self.data_comm)
             shard.x = x_local
-            self.layerwise = LayerwiseInference(shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval")
+            self.layerwise = LayerwiseInference(
+                shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval"
+            )
         self.eval_stages = {}
         for split in ("val", "test"):
-            batches = DistSeedBatcher(split_ids[split], book, ctx.rank, ctx.world_size,
-                                      max(1, -(-config.eval_batch_size // ctx.world_size)), shuffle=False,
-                                      seed=config.seed)
+            batches = DistSeedBatcher(
+                split_ids[split],
+                book,
+                ctx.rank,
+                ctx.world_size,
+                max(1, -(-config.eval_batch_size // ctx.world_size)),
+                shuffle=False,
+                seed=config.seed,
+            )
             self.eval_stages[split] = FeatureFetcher(
-                NeighborSamplingStage(batches, eval_sampler, mix_seed(config.seed + 1, ctx.rank), StageTimer()),
-                eval_features, eval_labels, StageTimer())
+                NeighborSamplingStage(
+                    batches, eval_sampler, mix_seed(config.seed + 1, ctx.rank), StageTimer()
+                ),
+                eval_features,
+                eval_labels,
+                StageTimer(),
+            )
         self.num_classes = int(part.num_classes)
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         model = build_model(config.model, x_local.shape[1], self.num_classes).to(ctx.device)
@@ -184,21 +249,34 @@ class DistMiniBatchSteps(DistSteps):
         # Parallel counter-based dropout masks keyed by original node ids; the rank in the seed
         # keeps ranks' masks independent (their batches differ anyway).
         model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
-        self.ddp = DistributedDataParallel(model, device_ids=None if ctx.device.type == "cpu" else [ctx.device],
-                                           process_group=ctx.group, init_sync=False)
+        self.ddp = DistributedDataParallel(
+            model,
+            device_ids=None if ctx.device.type == "cpu" else [ctx.device],
+            process_group=ctx.group,
+            init_sync=False,
+        )
         self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
         self.model = model
-        self.optimizer = torch.optim.Adam(self.ddp.parameters(), lr=config.optim.lr,
-                                          weight_decay=config.optim.weight_decay)
+        self.optimizer = torch.optim.Adam(
+            self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
         self.sampled_edges = 0
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
         self.train_batches.set_epoch(epoch)
         stream = Prefetcher(self.train_stages) if self.overlap else self.train_stages
-        sums = train_batches(self.ddp, self.optimizer, stream, device=self.ctx.device, timer=self.timer,
-                             desc=f"epoch {epoch + 1}", show_progress=show_progress,
-                             orig_ids=self.pset.orig_ids, time_waits=self.overlap)
+        sums = train_batches(
+            self.ddp,
+            self.optimizer,
+            stream,
+            device=self.ctx.device,
+            timer=self.timer,
+            desc=f"epoch {epoch + 1}",
+            show_progress=show_progress,
+            orig_ids=self.pset.orig_ids,
+            time_waits=self.overlap,
+        )
         self.sampled_edges += sums.sampled_edges
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
@@ -208,7 +286,9 @@ class DistMiniBatchSteps(DistSteps):
         """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
         if self.layerwise is not None:
             return layerwise_accuracies(self.layerwise, self.model, (split,), self.sum)[split]
-        correct, count = self.sum(list(count_correct(self.model, self.eval_stages[split], self.ctx.device)))
+        correct, count = self.sum(
+            list(count_correct(self.model, self.eval_stages[split], self.ctx.device))
+        )
         return correct / max(count, 1)
 
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any]:
@@ -221,16 +301,24 @@ class DistMiniBatchSteps(DistSteps):
         self.fetch_store.slow_rows = 0
         remote = epoch_comm.get("fetch", [0, 0])[1]
         row_bytes = self.fetch_store.row_bytes
-        requested, missed, remote = self.sum([requested * row_bytes, missed * row_bytes, float(remote)])
-        return {"hit_rate": (requested - missed) / requested if requested else None,
-                "requested_mb": requested / 1e6, "missed_mb": missed / 1e6, "remote_feature_mb": remote / 1e6}
+        requested, missed, remote = self.sum(
+            [requested * row_bytes, missed * row_bytes, float(remote)]
+        )
+        return {
+            "hit_rate": (requested - missed) / requested if requested else None,
+            "requested_mb": requested / 1e6,
+            "missed_mb": missed / 1e6,
+            "remote_feature_mb": remote / 1e6,
+        }
 
     def generators(self) -> list[torch.Generator]:
         codec = self.fetch_store.codec
         return [] if codec is None or codec.generator is None else [codec.generator]
 
     def dataset_info(self) -> dict[str, Any]:
-        return partition_dataset_record(self.pset, int(self.features.shape[1]), self.num_classes, self.split_sizes)
+        return partition_dataset_record(
+            self.pset, int(self.features.shape[1]), self.num_classes, self.split_sizes
+        )
 
     def cache_summary(self, history: list[EpochRecord]) -> dict[str, Any]:
         """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
@@ -245,22 +333,30 @@ class DistMiniBatchSteps(DistSteps):
             values = [v for v in values if v is not None]
             return float(np.mean(values)) if values else None
 
-        return {"policy": cfg.policy, "size": cfg.size if cfg.enabled else None, "capacity_rows": capacity,
-                "capacity_mb": capacity * row_bytes / 1e6, "feature_storage": self.config.feature_storage,
-                "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
-                "setup_s": self.sum([self.cache_setup_s])[0] / self.world_size,
-                "hit_rate": mean(r.cache["hit_rate"] for r in measured),
-                "requested_mb_per_epoch": mean(r.cache["requested_mb"] for r in measured),
-                "remote_feature_mb_per_epoch": mean(r.cache["remote_feature_mb"] for r in measured),
-                "fetch_s_per_epoch": mean(r.stages.get("fetch", 0.0) for r in measured),
-                "lookahead_s_per_epoch": mean(r.stages.get("lookahead", 0.0) for r in measured),
-                # The look-ahead's memory: rows staged for one window (summed over workers).
-                "max_staged_mb": staged * row_bytes / 1e6}
+        return {
+            "policy": cfg.policy,
+            "size": cfg.size if cfg.enabled else None,
+            "capacity_rows": capacity,
+            "capacity_mb": capacity * row_bytes / 1e6,
+            "feature_storage": self.config.feature_storage,
+            "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
+            "setup_s": self.sum([self.cache_setup_s])[0] / self.world_size,
+            "hit_rate": mean(r.cache["hit_rate"] for r in measured),
+            "requested_mb_per_epoch": mean(r.cache["requested_mb"] for r in measured),
+            "remote_feature_mb_per_epoch": mean(r.cache["remote_feature_mb"] for r in measured),
+            "fetch_s_per_epoch": mean(r.stages.get("fetch", 0.0) for r in measured),
+            "lookahead_s_per_epoch": mean(r.stages.get("lookahead", 0.0) for r in measured),
+            # The look-ahead's memory: rows staged for one window (summed over workers).
+            "max_staged_mb": staged * row_bytes / 1e6,
+        }
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         edges = self.sum([float(self.sampled_edges)])[0]
-        return {"partitioner": self.pset.method, "overlap": self.overlap, "cache": self.cache_summary(history),
-                # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
-                "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None}
-
+        return {
+            "partitioner": self.pset.method,
+            "overlap": self.overlap,
+            "cache": self.cache_summary(history),
+            # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
+            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+        }

@@ -39,8 +39,10 @@ class DistFullGraphSteps(DistSteps):
     def __init__(self, config: TrainConfig, ctx: DistContext):
         assert config.mode == "full"
         if config.model.model not in ("gcn", "sage"):
-            raise ConfigError(f"--model {config.model.model}: distributed full-graph training runs gcn and sage; use "
-                              "--model gcn or --model sage (or --mode minibatch for gat)")
+            raise ConfigError(
+                f"--model {config.model.model}: distributed full-graph training runs gcn and "
+                "sage; use --model gcn or --model sage (or --mode minibatch for gat)"
+            )
         super().__init__(config, ctx)
         full = config.full
         self.grid = Grid(ctx.world_size, full.replication)
@@ -48,26 +50,34 @@ class DistFullGraphSteps(DistSteps):
         self.shard = load_shard(self.pset.path, self.grid, ctx.rank, self.spmm_comm)
         groups = make_grid_groups(self.grid, ctx.rank, self.spmm_comm, ctx.timeout_s)
         # Comm stats of the grid groups (1.5D) are reported with the world's.
-        self.comms = tuple({id(c): c for c in (self.spmm_comm, groups.row, groups.col, self.main_comm)}.values())
+        self.comms = tuple(
+            {id(c): c for c in (self.spmm_comm, groups.row, groups.col, self.main_comm)}.values()
+        )
         codec = make_codec(full.bits, mix_seed(config.seed, ctx.rank, 0xC0DEC))
         self.graph = DistFullGraph(self.shard, self.grid, ctx.rank, groups, full, codec, ctx.device)
         shard = self.shard
-        x = torch.from_numpy(np.ascontiguousarray(normalize_features(shard.x, config.feature_norm), dtype=np.float32))
+        x = torch.from_numpy(
+            np.ascontiguousarray(normalize_features(shard.x, config.feature_norm), dtype=np.float32)
+        )
         self.x = to_sparse_if_sparse(x).to(ctx.device)
         self.y = torch.from_numpy(shard.y).to(ctx.device)
         self.splits = {k: torch.from_numpy(v).to(ctx.device) for k, v in shard.splits.items()}
         counts = self.sum([float(len(v)) for v in shard.splits.values()], "setup")
         self.split_sizes = {k: int(c) for k, c in zip(shard.splits, counts)}
         if self.split_sizes["train"] == 0:
-            raise ConfigError(f"{self.pset.path} has no training nodes; partition a dataset with a training split")
+            raise ConfigError(
+                f"{self.pset.path} has no training nodes; partition a dataset with a training split"
+            )
         self.num_classes = shard.num_classes
-        torch.manual_seed(config.seed)  # identical initial weights on every rank (and as one process)
+        # identical initial weights on every rank (and as one process)
+        torch.manual_seed(config.seed)
         self.model = build_model(config.model, shard.x.shape[1], self.num_classes).to(ctx.device)
         self.model.use_hashed_dropout(config.seed)
         for tensor in self.model.state_dict().values():
             self.main_comm.broadcast(tensor, src=0, stage="setup")
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
-                                          weight_decay=config.optim.weight_decay)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
     # ------------------------------------------------------------------ epochs
@@ -90,11 +100,18 @@ class DistFullGraphSteps(DistSteps):
         comm = self._comm_seconds() - comm_before
         self.timer.add("comm", comm)
         self.timer.add("compute", elapsed - comm)
-        loss_total, correct = self.sum([float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())])
+        loss_total, correct = self.sum(
+            [float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())]
+        )
         return loss_total / self.split_sizes["train"], correct / self.split_sizes["train"]
 
     def _comm_seconds(self) -> float:
-        return sum(st.time_s for c in self.comms for name, st in c.stats.items() if name in ("spmm", "allreduce"))
+        return sum(
+            st.time_s
+            for c in self.comms
+            for name, st in c.stats.items()
+            if name in ("spmm", "allreduce")
+        )
 
     def _allreduce_gradients(self) -> None:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -102,7 +119,7 @@ class DistFullGraphSteps(DistSteps):
         self.main_comm.all_reduce(flat, "allreduce")  # a sum: each rank's loss is its share
         offset = 0
         for p in params:
-            p.grad.copy_(flat[offset: offset + p.numel()].view_as(p.grad))
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
             offset += p.numel()
 
     @torch.no_grad()
@@ -121,9 +138,16 @@ class DistFullGraphSteps(DistSteps):
 
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
-        return partition_dataset_record(self.pset, int(self.shard.x.shape[1]), self.num_classes, self.split_sizes)
+        return partition_dataset_record(
+            self.pset, int(self.shard.x.shape[1]), self.num_classes, self.split_sizes
+        )
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         full = self.config.full
-        return {"partitioner": self.pset.method, "spmm": full.spmm, "replication": full.replication,
-                "bits": full.bits, "staleness": full.staleness}
+        return {
+            "partitioner": self.pset.method,
+            "spmm": full.spmm,
+            "replication": full.replication,
+            "bits": full.bits,
+            "staleness": full.staleness,
+        }

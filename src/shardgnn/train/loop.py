@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from shardgnn.atomic import save_json
-from shardgnn.distributed.comm import Communicator, CommStats
+from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.timing import StageTimer
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.config import TrainConfig
@@ -111,9 +111,18 @@ class TrainingLoop:
         self.config, self.steps = config, steps
         self.is_main = steps.rank == 0
         ckpt = config.checkpoint
-        self.checkpointer = None if not ckpt.dir else Checkpointer(
-            ckpt.dir, rank=steps.rank, world_size=steps.world_size, every=ckpt.every, keep=ckpt.keep,
-            barrier=steps.barrier)
+        self.checkpointer = (
+            None
+            if not ckpt.dir
+            else Checkpointer(
+                ckpt.dir,
+                rank=steps.rank,
+                world_size=steps.world_size,
+                every=ckpt.every,
+                keep=ckpt.keep,
+                barrier=steps.barrier,
+            )
+        )
 
     def run(self) -> dict[str, Any]:
         """Train, then evaluate the best epoch's weights; return the results (on every rank).
@@ -128,26 +137,45 @@ class TrainingLoop:
             loop.history.append(record)
             if record.val_acc > loop.best_val:
                 loop.best_val, loop.best_epoch = record.val_acc, record.epoch
-                loop.best_state = {k: v.detach().clone() for k, v in steps.model.state_dict().items()}
+                loop.best_state = {
+                    k: v.detach().clone() for k, v in steps.model.state_dict().items()
+                }
             loop.next_epoch = epoch + 1
             stop = bool(cfg.optim.patience and record.epoch - loop.best_epoch >= cfg.optim.patience)
-            if self.checkpointer is not None and (stop or self.checkpointer.due(loop.next_epoch, cfg.optim.epochs)):
-                self.checkpointer.save(loop.next_epoch, capture_state(loop, steps.model, steps.optimizer,
-                                                                      steps.generators()),
-                                       cfg.to_dict(), dataset)
+            if self.checkpointer is not None and (
+                stop or self.checkpointer.due(loop.next_epoch, cfg.optim.epochs)
+            ):
+                self.checkpointer.save(
+                    loop.next_epoch,
+                    capture_state(loop, steps.model, steps.optimizer, steps.generators()),
+                    cfg.to_dict(),
+                    dataset,
+                )
             if self.is_main:
-                print(epoch_line(record, cfg.optim.epochs, loop.best_val, loop.best_epoch, cfg.cache.enabled), flush=True)
+                print(
+                    epoch_line(
+                        record, cfg.optim.epochs, loop.best_val, loop.best_epoch, cfg.cache.enabled
+                    ),
+                    flush=True,
+                )
                 if cfg.results:
                     save_json(cfg.results, self._results(loop, dataset, final=None))
             if stop:
                 if self.is_main:
-                    print(f"no better validation accuracy for {cfg.optim.patience} epochs: stopping early", flush=True)
+                    print(
+                        f"no better validation accuracy for {cfg.optim.patience} epochs: stopping "
+                        "early",
+                        flush=True,
+                    )
                 break
         steps.finish()
         assert loop.best_state is not None
         steps.model.load_state_dict(loop.best_state)
-        final = {"val_acc": steps.evaluate("val"), "test_acc": steps.evaluate("test"),
-                 "total_time_s": time.perf_counter() - run_start}
+        final = {
+            "val_acc": steps.evaluate("val"),
+            "test_acc": steps.evaluate("test"),
+            "total_time_s": time.perf_counter() - run_start,
+        }
         results = self._results(loop, dataset, final)
         if self.is_main and cfg.results:
             save_json(cfg.results, results)
@@ -162,8 +190,11 @@ class TrainingLoop:
         steps = self.steps
         loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), EpochRecord)
         if self.is_main:
-            print(f"resumed from {self.checkpointer.complete()[-1]} ({loop.next_epoch} of "
-                  f"{self.config.optim.epochs} epochs done)", flush=True)
+            print(
+                f"resumed from {self.checkpointer.complete()[-1]} ({loop.next_epoch} of "
+                f"{self.config.optim.epochs} epochs done)",
+                flush=True,
+            )
         return loop
 
     def _epoch(self, epoch: int, loop: LoopState) -> EpochRecord:
@@ -180,14 +211,25 @@ class TrainingLoop:
         epoch_comm: dict[str, list] = {}
         for comm in steps.comms:
             for name, st in comm.reset().items():
-                for total in (loop.comm_total.setdefault(name, [0, 0, 0.0, 0]),
-                              epoch_comm.setdefault(name, [0, 0, 0.0, 0])):
+                for total in (
+                    loop.comm_total.setdefault(name, [0, 0, 0.0, 0]),
+                    epoch_comm.setdefault(name, [0, 0, 0.0, 0]),
+                ):
                     for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
                         total[i] += value
-        return EpochRecord(epoch + 1, loss, train_acc, val_acc, totals[-1] / world, stages,
-                           steps.epoch_metrics(epoch_comm))
+        return EpochRecord(
+            epoch + 1,
+            loss,
+            train_acc,
+            val_acc,
+            totals[-1] / world,
+            stages,
+            steps.epoch_metrics(epoch_comm),
+        )
 
-    def _results(self, loop: LoopState, dataset: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any]:
+    def _results(
+        self, loop: LoopState, dataset: dict[str, Any], final: dict[str, Any] | None
+    ) -> dict[str, Any]:
         """The results JSON: after every epoch (``final`` None: rank 0 only, no collective) and at
         the end (collective: traffic and extras are gathered from every rank)."""
         history = loop.history
@@ -205,19 +247,28 @@ class TrainingLoop:
         if final is None:
             return results
         results.update(final)
-        results["mean_epoch_time_s"] = float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s])) \
-            if history else None
+        results["mean_epoch_time_s"] = (
+            float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s]))
+            if history
+            else None
+        )
         if self.steps.main_comm is not None:
-            totals = {name: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
-                      for name, v in loop.comm_total.items()}
+            totals = {
+                name: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
+                for name, v in loop.comm_total.items()
+            }
             per_rank = self.steps.main_comm.gather_stats(totals)
             # Bytes summed over ranks and epochs, plus the most any one rank sent / received.
-            results["comm"] = {name: {"bytes_sent": sum(st.bytes_sent for st in ranks),
-                                      "bytes_recv": sum(st.bytes_recv for st in ranks),
-                                      "time_s": sum(st.time_s for st in ranks),
-                                      "max_rank_bytes_sent": max(st.bytes_sent for st in ranks),
-                                      "max_rank_bytes_recv": max(st.bytes_recv for st in ranks)}
-                               for name, ranks in per_rank.items()}
+            results["comm"] = {
+                name: {
+                    "bytes_sent": sum(st.bytes_sent for st in ranks),
+                    "bytes_recv": sum(st.bytes_recv for st in ranks),
+                    "time_s": sum(st.time_s for st in ranks),
+                    "max_rank_bytes_sent": max(st.bytes_sent for st in ranks),
+                    "max_rank_bytes_recv": max(st.bytes_recv for st in ranks),
+                }
+                for name, ranks in per_rank.items()
+            }
         results.update(self.steps.results_extra(history))
         return results
 
@@ -225,18 +276,24 @@ class TrainingLoop:
 _STAGE_ORDER = ("sample", "lookahead", "fetch", "wait", "comm", "compute")
 
 
-def epoch_line(record: EpochRecord, epochs: int, best_val: float, best_epoch: int, cached: bool = False) -> str:
+def epoch_line(
+    record: EpochRecord, epochs: int, best_val: float, best_epoch: int, cached: bool = False
+) -> str:
     """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log)."""
     width = len(str(epochs))
     order = {name: i for i, name in enumerate(_STAGE_ORDER)}
-    shown = sorted((name for name in record.stages if name != "eval" and record.stages[name] >= 0.005),
-                   key=lambda name: (order.get(name, len(order)), name))
+    shown = sorted(
+        (name for name in record.stages if name != "eval" and record.stages[name] >= 0.005),
+        key=lambda name: (order.get(name, len(order)), name),
+    )
     stages = ", ".join(f"{name} {record.stages[name]:.2f}" for name in shown)
-    text = (f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train {100 * record.train_acc:5.1f}%  "
-            f"val {100 * record.val_acc:5.1f}% (best {100 * best_val:.1f}% @ {best_epoch})  "
-            f"{record.time_s:.2f} s" + (f" ({stages})" if stages else "")
-            + f" + eval {record.stages.get('eval', 0.0):.2f} s")
+    text = (
+        f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train "
+        f"{100 * record.train_acc:5.1f}%  val {100 * record.val_acc:5.1f}% (best "
+        f"{100 * best_val:.1f}% @ {best_epoch})  {record.time_s:.2f} s"
+        + (f" ({stages})" if stages else "")
+        + f" + eval {record.stages.get('eval', 0.0):.2f} s"
+    )
     if cached and record.cache and record.cache.get("hit_rate") is not None:
         text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
     return text
-

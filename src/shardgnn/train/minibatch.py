@@ -29,9 +29,18 @@ class EpochSums:
     sampled_edges: int = 0
 
 
-def train_batches(module: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable[MiniBatch], *,
-                  device: torch.device, timer: StageTimer, desc: str, show_progress: bool,
-                  orig_ids: np.ndarray | None = None, time_waits: bool = False) -> EpochSums:
+def train_batches(
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[MiniBatch],
+    *,
+    device: torch.device,
+    timer: StageTimer,
+    desc: str,
+    show_progress: bool,
+    orig_ids: np.ndarray | None = None,
+    time_waits: bool = False,
+) -> EpochSums:
     """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
 
     ``orig_ids`` maps global to original node ids for the dropout keys (None: global ids are
@@ -65,7 +74,9 @@ def train_batches(module: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
 
 
 @torch.no_grad()
-def count_correct(model: torch.nn.Module, batches: Iterable[MiniBatch], device: torch.device) -> tuple[int, int]:
+def count_correct(
+    model: torch.nn.Module, batches: Iterable[MiniBatch], device: torch.device
+) -> tuple[int, int]:
     """``(correct, count)`` of ``model``'s predictions over ``batches``' seeds."""
     model.eval()
     correct = count = 0

@@ -30,6 +30,7 @@ def progress(iterable: Iterable, desc: str, enabled: bool = True):
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A plain aligned text table (also valid Markdown)."""
+
     def cell(value: object) -> str:
         if isinstance(value, bool):
             return "yes" if value else "no"
@@ -40,6 +41,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
         return str(value)
 
     text_rows = [[cell(v) for v in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in text_rows)) if text_rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in text_rows)) if text_rows else len(h)
+        for i, h in enumerate(headers)
+    ]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, text_rows)])
+    return "\n".join(
+        [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, text_rows)]
+    )

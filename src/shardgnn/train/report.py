@@ -15,27 +15,72 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
         print()
     ds = results["dataset"]
     edges_per_s = results.get("sampled_edges_per_s")
-    print(format_table(["metric", "value"], [
-        ("dataset", f"{ds.get('spec') or ds['name']} ({ds['num_nodes']:,} nodes, {ds['num_edges']:,} edges)"),
-        ("epochs", f"{results['num_epochs_run']} (best: {results['best_epoch']})"),
-        ("val accuracy", results["val_acc"]),
-        ("test accuracy (at best val)", results["test_acc"]),
-        ("mean epoch time (s, epochs >= 2)", results["mean_epoch_time_s"]),
-        *([] if results.get("mode") == "full" else
-          [("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}")]),
-        *([("distributed SpMM", f"{results['spmm']} (replication {results['replication']}, {results['bits']} bits, "
-                                f"staleness {results['staleness']})")] if "spmm" in results else []),
-        *_cache_rows(results.get("cache")),
-        ("total time (s)", results["total_time_s"]),
-    ]))
+    print(
+        format_table(
+            ["metric", "value"],
+            [
+                (
+                    "dataset",
+                    f"{ds.get('spec') or ds['name']} ({ds['num_nodes']:,} nodes, "
+                    f"{ds['num_edges']:,} edges)",
+                ),
+                ("epochs", f"{results['num_epochs_run']} (best: {results['best_epoch']})"),
+                ("val accuracy", results["val_acc"]),
+                ("test accuracy (at best val)", results["test_acc"]),
+                ("mean epoch time (s, epochs >= 2)", results["mean_epoch_time_s"]),
+                *(
+                    []
+                    if results.get("mode") == "full"
+                    else [
+                        ("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}")
+                    ]
+                ),
+                *(
+                    [
+                        (
+                            "distributed SpMM",
+                            f"{results['spmm']} (replication {results['replication']}, "
+                            f"{results['bits']} bits, staleness {results['staleness']})",
+                        )
+                    ]
+                    if "spmm" in results
+                    else []
+                ),
+                *_cache_rows(results.get("cache")),
+                ("total time (s)", results["total_time_s"]),
+            ],
+        )
+    )
     comm = results.get("comm")
     if comm:
         print()
-        print(f"communication over {results.get('workers', '?')} workers (summed over workers and epochs):")
-        print(format_table(["stage", "MB sent", "MB received", "max MB sent (1 rank)", "max MB recv (1 rank)",
-                            "seconds"], [
-            (name, st["bytes_sent"] / 1e6, st["bytes_recv"] / 1e6, st.get("max_rank_bytes_sent", 0) / 1e6,
-             st.get("max_rank_bytes_recv", 0) / 1e6, st["time_s"]) for name, st in sorted(comm.items())]))
+        print(
+            f"communication over {results.get('workers', '?')} workers (summed over workers and "
+            "epochs):"
+        )
+        print(
+            format_table(
+                [
+                    "stage",
+                    "MB sent",
+                    "MB received",
+                    "max MB sent (1 rank)",
+                    "max MB recv (1 rank)",
+                    "seconds",
+                ],
+                [
+                    (
+                        name,
+                        st["bytes_sent"] / 1e6,
+                        st["bytes_recv"] / 1e6,
+                        st.get("max_rank_bytes_sent", 0) / 1e6,
+                        st.get("max_rank_bytes_recv", 0) / 1e6,
+                        st["time_s"],
+                    )
+                    for name, st in sorted(comm.items())
+                ],
+            )
+        )
 
 
 def epoch_table(epochs: list[dict[str, Any]]) -> str:
@@ -43,17 +88,41 @@ def epoch_table(epochs: list[dict[str, Any]]) -> str:
     cache's hit rate and remote MB when a cache ran."""
     present = {name for e in epochs for name in e.get("stages", {})}
     # Mini-batch runs split an epoch into sample/fetch/compute; full-graph runs into comm/compute.
-    stages = [name for name in ("sample", "lookahead", "fetch", "comm", "compute") if name in present] or ["compute"]
+    stages = [
+        name for name in ("sample", "lookahead", "fetch", "comm", "compute") if name in present
+    ] or ["compute"]
     cached = any(e.get("cache") for e in epochs)
     rows = []
     for e in epochs:
         st = e.get("stages", {})
         traffic = e.get("cache") or {}
-        rows.append((e["epoch"], e["loss"], e["train_acc"], e["val_acc"], e["time_s"],
-                     *(st.get(name, 0.0) for name in stages),
-                     *((_rate(traffic.get("hit_rate")), traffic.get("remote_feature_mb", 0.0)) if cached else ())))
-    return format_table(["epoch", "loss", "train_acc", "val_acc", "time_s", *(f"{n}_s" for n in stages),
-                         *(("hit_rate", "remote_MB") if cached else ())], rows)
+        rows.append(
+            (
+                e["epoch"],
+                e["loss"],
+                e["train_acc"],
+                e["val_acc"],
+                e["time_s"],
+                *(st.get(name, 0.0) for name in stages),
+                *(
+                    (_rate(traffic.get("hit_rate")), traffic.get("remote_feature_mb", 0.0))
+                    if cached
+                    else ()
+                ),
+            )
+        )
+    return format_table(
+        [
+            "epoch",
+            "loss",
+            "train_acc",
+            "val_acc",
+            "time_s",
+            *(f"{n}_s" for n in stages),
+            *(("hit_rate", "remote_MB") if cached else ()),
+        ],
+        rows,
+    )
 
 
 def _rate(value: float | None) -> str:
@@ -71,11 +140,15 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
     rows = [("feature cache", policy), ("feature storage", cache["feature_storage"])]
     if cache["policy"] != "none" or cache["feature_storage"] == "disk":
         rows.append(("cache hit rate (epochs >= 2)", _rate(cache["hit_rate"])))
-    rows += [("remote feature MB / epoch", cache["remote_feature_mb_per_epoch"]),
-             ("fetch s / epoch", cache["fetch_s_per_epoch"])]
+    rows += [
+        ("remote feature MB / epoch", cache["remote_feature_mb_per_epoch"]),
+        ("fetch s / epoch", cache["fetch_s_per_epoch"]),
+    ]
     if cache["policy"] != "none":
         rows.append(("cache set-up (s)", cache["setup_s"]))
     if cache.get("lookahead"):
-        rows += [("look-ahead s / epoch", cache["lookahead_s_per_epoch"]),
-                 ("look-ahead staging MB (max, all workers)", cache["max_staged_mb"])]
+        rows += [
+            ("look-ahead s / epoch", cache["lookahead_s_per_epoch"]),
+            ("look-ahead staging MB (max, all workers)", cache["max_staged_mb"]),
+        ]
     return rows

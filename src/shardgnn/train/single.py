@@ -59,14 +59,19 @@ def check_trainable(graph: Graph) -> None:
         elif graph.y is not None and np.any(graph.y[idx] < 0):
             problems.append(f"its {key.replace('_idx', '')} split holds unlabelled nodes")
     if problems:
-        raise ConfigError(f"dataset {graph.name!r} cannot be used for node classification: "
-                          + "; ".join(problems) + ". Use a labelled dataset such as cora or synthetic, or give "
-                          "yours features, labels and splits with `shardgnn convert`.")
+        raise ConfigError(
+            f"dataset {graph.name!r} cannot be used for node classification: "
+            + "; ".join(problems)
+            + ". Use a labelled dataset such as cora or synthetic, or give "
+            "yours features, labels and splits with `shardgnn convert`."
+        )
 
 
 def eval_sampler_config(config: TrainConfig) -> SamplerConfig:
     """The sampler settings of evaluation: the training sampler with ``--eval-fanouts``."""
-    return dataclasses.replace(config.sampler, fanouts=config.eval_fanouts or config.sampler.fanouts)
+    return dataclasses.replace(
+        config.sampler, fanouts=config.eval_fanouts or config.sampler.fanouts
+    )
 
 
 def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
@@ -75,13 +80,22 @@ def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
 
 def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
     """What results and checkpoints record of a dataset: spec, name, fingerprint, split sizes."""
+
     def size(idx) -> int:
         return int(len(idx)) if idx is not None else 0
 
-    return {"spec": spec, "name": graph.name, "fingerprint": fingerprint(graph),
-            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges, "num_features": graph.num_features,
-            "num_classes": graph.num_classes,
-            "train": size(graph.train_idx), "val": size(graph.val_idx), "test": size(graph.test_idx)}
+    return {
+        "spec": spec,
+        "name": graph.name,
+        "fingerprint": fingerprint(graph),
+        "num_nodes": graph.num_nodes,
+        "num_edges": graph.num_edges,
+        "num_features": graph.num_features,
+        "num_classes": graph.num_classes,
+        "train": size(graph.train_idx),
+        "val": size(graph.val_idx),
+        "test": size(graph.test_idx),
+    }
 
 
 class LocalSteps(Steps):
@@ -101,8 +115,9 @@ class LocalSteps(Steps):
         self.x = normalize_features(g.x, config.feature_norm)
         self.y = torch.from_numpy(np.asarray(g.y, dtype=np.int64))
         self.model: GNN = build_model(config.model, g.num_features, g.num_classes).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.optim.lr,
-                                          weight_decay=config.optim.weight_decay)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
         self.timer = StageTimer()
         self.sampled_edges = 0
         # Dropout keyed by (step, layer, node id, column): a parallel kernel, and a distributed
@@ -110,25 +125,43 @@ class LocalSteps(Steps):
         self.model.use_hashed_dropout(config.seed)
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
-            x_full = torch.from_numpy(np.array(self.x, dtype=np.float32))  # a private, writable copy
+            # a private, writable copy
+            x_full = torch.from_numpy(np.array(self.x, dtype=np.float32))
             # Bag-of-words features are often <1% dense: keep them sparse (same maths, far cheaper).
             self.x_full = to_sparse_if_sparse(x_full).to(self.device)
             return
         features, labels = LocalFeatureStore(self.x), LocalFeatureStore(self.y)
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
-        self.train_loader = MiniBatchLoader(g.train_idx, sampler, features, labels, batch_size=config.batch_size,
-                                            shuffle=True, seed=config.seed, timer=self.timer)
+        self.train_loader = MiniBatchLoader(
+            g.train_idx,
+            sampler,
+            features,
+            labels,
+            batch_size=config.batch_size,
+            shuffle=True,
+            seed=config.seed,
+            timer=self.timer,
+        )
         eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
         # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
         self.layerwise = None
         if config.layerwise_eval:
             shard = shard_from_graph(g)
             shard.x = self.x
-            self.layerwise = LayerwiseInference(shard, 0, Communicator(0, 1, None), device=self.device)
+            self.layerwise = LayerwiseInference(
+                shard, 0, Communicator(0, 1, None), device=self.device
+            )
         self.eval_loaders = {
-            split: MiniBatchLoader(getattr(g, f"{split}_idx"), eval_sampler, features, labels,
-                                   batch_size=config.eval_batch_size, shuffle=False, seed=config.seed + 1,
-                                   timer=StageTimer())
+            split: MiniBatchLoader(
+                getattr(g, f"{split}_idx"),
+                eval_sampler,
+                features,
+                labels,
+                batch_size=config.eval_batch_size,
+                shuffle=False,
+                seed=config.seed + 1,
+                timer=StageTimer(),
+            )
             for split in ("val", "test")
         }
 
@@ -136,8 +169,15 @@ class LocalSteps(Steps):
         if self.config.mode == "full":
             return self._train_epoch_full()
         self.train_loader.set_epoch(epoch)
-        sums = train_batches(self.model, self.optimizer, self.train_loader, device=self.device, timer=self.timer,
-                             desc=f"epoch {epoch + 1}", show_progress=show_progress)
+        sums = train_batches(
+            self.model,
+            self.optimizer,
+            self.train_loader,
+            device=self.device,
+            timer=self.timer,
+            desc=f"epoch {epoch + 1}",
+            show_progress=show_progress,
+        )
         self.sampled_edges += sums.sampled_edges
         return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
 
@@ -160,7 +200,9 @@ class LocalSteps(Steps):
             idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
             return accuracy(logits[idx], self.y[idx].to(self.device))
         if self.layerwise is not None:
-            return layerwise_accuracies(self.layerwise, self.model, (split,), lambda values: values)[split]
+            return layerwise_accuracies(
+                self.layerwise, self.model, (split,), lambda values: values
+            )[split]
         loader = self.eval_loaders[split]
         loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
         correct, count = count_correct(self.model, loader, self.device)
@@ -173,13 +215,17 @@ class LocalSteps(Steps):
         if self.config.mode == "full":
             return {}
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        return {"sampled_edges_per_s": (self.sampled_edges / sample_time) if sample_time > 0 else None}
+        return {
+            "sampled_edges_per_s": (self.sampled_edges / sample_time) if sample_time > 0 else None
+        }
 
 
 def run_training(config: TrainConfig, graph: Graph | None = None) -> dict[str, Any]:
     """Train once in this process with ``config`` (on ``graph`` when given, else on the dataset
     ``config.dataset`` names) and return the results dictionary."""
     if config.run.distributed:
-        raise ConfigError("this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
-                          "shardgnn.train.worker.run_worker under torchrun")
+        raise ConfigError(
+            "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
+            "shardgnn.train.worker.run_worker under torchrun"
+        )
     return TrainingLoop(config, LocalSteps(config, graph)).run()

@@ -8,15 +8,15 @@ cached; they are already as fast as a cache.
 
 Which rows are kept is a policy (:mod:`~shardgnn.store.cache.policies`):
 
-========== ======= ==================================================================== ============
-policy     kind    rule                                                                 from
-========== ======= ==================================================================== ============
-degree     static  the highest in-degree cacheable nodes                               PaGraph, Quiver
-presample  static  the nodes the sampler touched most often in one unrecorded epoch     GNNLab (PreSC)
-fifo       dynamic admit every miss, evict the oldest admission (a ring)               BGL
-lru        dynamic admit every miss, evict the least recently used                     classic
-belady     dynamic look ``W`` batches ahead; keep the rows used soonest                Ginex, Bagpipe
-========== ======= ==================================================================== ============
+========== ======= ============================================================= ============
+policy     kind    rule                                                          from
+========== ======= ============================================================= ============
+degree     static  the highest in-degree cacheable nodes                         PaGraph
+presample  static  the nodes the sampler touched most in one unrecorded epoch    GNNLab
+fifo       dynamic admit every miss, evict the oldest admission (a ring)         BGL
+lru        dynamic admit every miss, evict the least recently used               classic
+belady     dynamic look ``W`` batches ahead; keep the rows used soonest          Ginex, Bagpipe
+========== ======= ============================================================= ============
 
 Modules: ``config`` (settings, capacity parsing), ``policies``, ``core`` (the row-free part: ids,
 slots, policy, counters, and :func:`~shardgnn.store.cache.core.simulate`, which runs a policy on a

@@ -22,8 +22,14 @@ def top_ids(scores: np.ndarray, cacheable: np.ndarray, k: int) -> np.ndarray:
     return candidates[order[:k]].astype(np.int64)
 
 
-def build_cache(config: CacheConfig, store: FeatureStore, *, fill_from: FeatureStore, degree: np.ndarray,
-                presample_counts: Callable[[], np.ndarray]) -> CachedFeatureStore:
+def build_cache(
+    config: CacheConfig,
+    store: FeatureStore,
+    *,
+    fill_from: FeatureStore,
+    degree: np.ndarray,
+    presample_counts: Callable[[], np.ndarray],
+) -> CachedFeatureStore:
     """The cache ``config`` describes, in front of ``store`` (collective when ``store`` is
     distributed: static policies load their rows through ``fill_from``).
 
@@ -43,8 +49,11 @@ def build_cache(config: CacheConfig, store: FeatureStore, *, fill_from: FeatureS
     n = store.shape[0]
     cacheable = np.ones(n, dtype=bool) if store.on_disk else ~store.local_mask(np.arange(n))
     if not cacheable.any():
-        raise ConfigError(f"--cache-policy {config.policy}: this worker holds every row in RAM, so there is nothing "
-                          "to cache; use --feature-storage disk (the cache then fronts disk reads) or drop the cache")
+        raise ConfigError(
+            f"--cache-policy {config.policy}: this worker holds every row in RAM, so there is "
+            "nothing to cache; use --feature-storage disk (the cache then fronts disk reads) or "
+            "drop the cache"
+        )
     # Never more slots than rows that can be cached (this worker's own rows in RAM never are).
     capacity = min(config.capacity_rows(n, store.row_bytes), int(cacheable.sum()))
     static_ids = None
@@ -52,5 +61,7 @@ def build_cache(config: CacheConfig, store: FeatureStore, *, fill_from: FeatureS
         static_ids = top_ids(degree, cacheable, capacity)
     elif config.policy == "presample":
         static_ids = top_ids(presample_counts(), cacheable, capacity)
-    policy = make_policy(config.policy, num_nodes=n, lookahead=config.lookahead, static_ids=static_ids)
+    policy = make_policy(
+        config.policy, num_nodes=n, lookahead=config.lookahead, static_ids=static_ids
+    )
     return CachedFeatureStore(store, policy, capacity, fill_from=fill_from)

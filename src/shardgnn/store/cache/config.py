@@ -19,15 +19,26 @@ _UNIT_BYTES = {"kb": 1e3, "mb": 1e6, "gb": 1e9}
 class CacheConfig:
     """The feature cache of distributed mini-batch training (one cache per worker)."""
 
-    policy: str = option("none", choices=POLICIES, flag="--cache-policy",
-                         help="cache of remote (with --feature-storage disk also local) feature rows per worker: "
-                              "degree (top in-degree), presample (most sampled in one pre-sampling epoch), fifo, lru, "
-                              "or belady (keeps the rows used soonest in a --cache-lookahead window)")
-    size: str = option("10%", flag="--cache-size", metavar="SIZE",
-                       help="capacity per worker: a percentage of all nodes (20%%), a row count (50000) or bytes "
-                            "(256MB)")
-    lookahead: int = option(16, flag="--cache-lookahead",
-                            help="belady: batches sampled ahead; their missing rows arrive in one exchange")
+    policy: str = option(
+        "none",
+        choices=POLICIES,
+        flag="--cache-policy",
+        help="cache of remote (with --feature-storage disk also local) feature rows per worker: "
+        "degree (top in-degree), presample (most sampled in one pre-sampling epoch), fifo, lru, "
+        "or belady (keeps the rows used soonest in a --cache-lookahead window)",
+    )
+    size: str = option(
+        "10%",
+        flag="--cache-size",
+        metavar="SIZE",
+        help="capacity per worker: a percentage of all nodes (20%%), a row count (50000) or bytes "
+        "(256MB)",
+    )
+    lookahead: int = option(
+        16,
+        flag="--cache-lookahead",
+        help="belady: batches sampled ahead; their missing rows arrive in one exchange",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -48,8 +59,10 @@ def parse_cache_size(text: str) -> tuple[str, float]:
     """``("fraction" | "rows" | "bytes", value)`` of a ``--cache-size`` string."""
     match = _SIZE.match(str(text))
     if not match:
-        raise ConfigError(f"--cache-size {text!r} is not understood; give a percentage of nodes (20%), a fraction "
-                          "(0.2), a row count (50000) or a size in bytes (256MB, 2GB)")
+        raise ConfigError(
+            f"--cache-size {text!r} is not understood; give a percentage of nodes (20%), a "
+            "fraction (0.2), a row count (50000) or a size in bytes (256MB, 2GB)"
+        )
     value, unit = float(match.group(1)), (match.group(2) or "").lower()
     if unit == "%":
         kind, value = "fraction", value / 100
@@ -69,9 +82,14 @@ def parse_cache_size(text: str) -> tuple[str, float]:
 def resolve_capacity(size: str, num_nodes: int, row_bytes: int) -> int:
     """Rows that ``size`` allows, at most ``num_nodes`` and at least 1."""
     kind, value = parse_cache_size(size)
-    rows = {"fraction": lambda: int(round(value * num_nodes)), "rows": lambda: int(value),
-            "bytes": lambda: int(value // max(row_bytes, 1))}[kind]()
+    rows = {
+        "fraction": lambda: int(round(value * num_nodes)),
+        "rows": lambda: int(value),
+        "bytes": lambda: int(value // max(row_bytes, 1)),
+    }[kind]()
     if rows < 1:
-        raise ConfigError(f"--cache-size {size!r} holds no row ({num_nodes:,} nodes of {row_bytes:,} bytes); "
-                          "give a larger --cache-size or --cache-policy none")
+        raise ConfigError(
+            f"--cache-size {size!r} holds no row ({num_nodes:,} nodes of {row_bytes:,} bytes); "
+            "give a larger --cache-size or --cache-policy none"
+        )
     return min(rows, num_nodes)

@@ -1,5 +1,6 @@
 """The row-free part of a cache (ids, slots, policy, exact counters), shared by the store and by
-:func:`simulate`, which runs a policy on a recorded trace through exactly the code the store runs."""
+:func:`simulate`, which runs a policy on a recorded trace through exactly the code the store runs.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def _distinct_kernel(ids, marks, distinct, inverse, first):  # pragma: no cover 
     return count
 
 
-def distinct_in_order(ids: np.ndarray, marks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def distinct_in_order(
+    ids: np.ndarray, marks: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(distinct, inverse, first)``: the distinct ids in first-occurrence order,
     ``distinct[inverse] == ids`` and ``ids[first] == distinct`` (first occurrences).
 
@@ -60,7 +63,9 @@ class CacheCore:
         view.requested = view.missed = 0
         return view
 
-    def access(self, ids: np.ndarray, *, admit: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def access(
+        self, ids: np.ndarray, *, admit: bool = True
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Look up distinct ``ids``; count; let the policy admit. Returns ``(slots_before,
         admit_positions, target_slots)``; the index already reflects the admissions."""
         slots = self.index.slot_of[ids]
@@ -75,19 +80,29 @@ class CacheCore:
         return slots, pos, targets
 
 
-def simulate(policy: CachePolicy, num_nodes: int, capacity: int, trace: list[np.ndarray],
-             initial: np.ndarray | None = None, epoch_sizes: list[int] | None = None) -> tuple[int, int]:
+def simulate(
+    policy: CachePolicy,
+    num_nodes: int,
+    capacity: int,
+    trace: list[np.ndarray],
+    initial: np.ndarray | None = None,
+    epoch_sizes: list[int] | None = None,
+) -> tuple[int, int]:
     """``(requested, missed)`` rows of ``policy`` on a recorded trace of batches (ids may repeat
     within a batch). Belady plans ``policy.lookahead`` batches at a time, a window never crossing
     an epoch boundary (``epoch_sizes``: batches per epoch; default one epoch), as the loader does.
     The cache starts with ``initial`` (default: the policy's static ids; loading is not counted)."""
     core = CacheCore(policy, num_nodes, capacity)
-    core.preload((policy.initial_ids() if initial is None else np.asarray(initial, dtype=np.int64))[:capacity])
+    core.preload(
+        (policy.initial_ids() if initial is None else np.asarray(initial, dtype=np.int64))[
+            :capacity
+        ]
+    )
     batches = [distinct_in_order(np.asarray(t, dtype=np.int64))[0] for t in trace]
     ends = np.cumsum(epoch_sizes if epoch_sizes is not None else [len(batches)])
     for b, ids in enumerate(batches):
         if isinstance(policy, BeladyPolicy) and not policy.pending:
             epoch_end = int(ends[np.searchsorted(ends, b, side="right")])
-            policy.plan(core.index, batches[b: min(b + policy.lookahead, epoch_end)])
+            policy.plan(core.index, batches[b : min(b + policy.lookahead, epoch_end)])
         core.access(ids)
     return core.requested, core.missed

@@ -53,7 +53,9 @@ class CachePolicy(abc.ABC):
         return np.zeros(0, dtype=np.int64)
 
     @abc.abstractmethod
-    def step(self, index: CacheIndex, ids: np.ndarray, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def step(
+        self, index: CacheIndex, ids: np.ndarray, slots: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(admit_positions, target_slots)`` for this batch."""
 
 
@@ -171,7 +173,7 @@ class BeladyPolicy(CachePolicy):
             miss_pos = np.flatnonzero(~hit)
             misses = ids[miss_pos]
             misses_per_batch.append(misses)
-            self._next[ids] = next_after[offsets[b]:offsets[b + 1]]
+            self._next[ids] = next_after[offsets[b] : offsets[b + 1]]
             self.count[ids] += 1
             candidates = np.concatenate([cached, misses])
             if candidates.shape[0] <= capacity:
@@ -180,12 +182,14 @@ class BeladyPolicy(CachePolicy):
                 nxt = self._next[candidates]
                 # Priority: soonest next use; rows unused in the window rank after all others,
                 # the more often accessed the better.
-                key = np.where(nxt == _NEVER, window_len + 1 + 1.0 / (1.0 + self.count[candidates]), nxt)
+                key = np.where(
+                    nxt == _NEVER, window_len + 1 + 1.0 / (1.0 + self.count[candidates]), nxt
+                )
                 keep = candidates[np.argpartition(key, capacity - 1)[:capacity]]
             in_cache[cached] = False
             in_cache[keep] = True
             kept = in_cache[candidates]
-            admitted = kept[cached.shape[0]:]
+            admitted = kept[cached.shape[0] :]
             evict, admit = cached[~kept[: cached.shape[0]]], misses[admitted]
             self._queue.append((ids, miss_pos[admitted], admit, evict))
             cached = keep
@@ -198,7 +202,8 @@ class BeladyPolicy(CachePolicy):
         assert np.array_equal(planned, ids), "gather called with ids other than the planned batch"
         if admit.shape[0] == 0:
             return NOTHING
-        # The plan keeps exactly ``capacity`` rows once full, so admissions = evictions + free slots.
+        # The plan keeps exactly ``capacity`` rows once full, so admissions = evictions + free
+        # slots.
         freed = index.slot_of[evict]
         extra = admit.shape[0] - freed.shape[0]
         assert extra >= 0
@@ -207,7 +212,9 @@ class BeladyPolicy(CachePolicy):
         return admit_pos, targets
 
 
-def make_policy(name: str, *, num_nodes: int, lookahead: int = 16, static_ids: np.ndarray | None = None) -> CachePolicy:
+def make_policy(
+    name: str, *, num_nodes: int, lookahead: int = 16, static_ids: np.ndarray | None = None
+) -> CachePolicy:
     """The policy called ``name``; static policies take the ids they keep."""
     if name in STATIC_POLICIES:
         assert static_ids is not None, f"{name} needs its ids"

@@ -1,4 +1,5 @@
-"""The cached feature store: a cache in front of any :class:`FeatureStore`, behind the same interface."""
+"""The cached feature store: a cache in front of any :class:`FeatureStore`, behind the same
+interface."""
 
 from __future__ import annotations
 
@@ -36,8 +37,13 @@ class CachedFeatureStore(FeatureStore):
             store under another communication stage keeps set-up bytes apart from fetch bytes).
     """
 
-    def __init__(self, fallback: FeatureStore, policy: CachePolicy, capacity: int,
-                 fill_from: FeatureStore | None = None):
+    def __init__(
+        self,
+        fallback: FeatureStore,
+        policy: CachePolicy,
+        capacity: int,
+        fill_from: FeatureStore | None = None,
+    ):
         self.fallback, self.policy = fallback, policy
         self.capacity = int(min(capacity, fallback.shape[0]))
         self.core = CacheCore(policy, fallback.shape[0], self.capacity)
@@ -51,7 +57,9 @@ class CachedFeatureStore(FeatureStore):
         # Static content is loaded once (a collective gather when the fallback is distributed).
         if isinstance(policy, StaticPolicy):
             initial = policy.initial_ids()[: self.capacity]
-            self.rows[self.core.preload(initial)] = (fill_from or fallback).gather(torch.from_numpy(initial))
+            self.rows[self.core.preload(initial)] = (fill_from or fallback).gather(
+                torch.from_numpy(initial)
+            )
 
     # -------------------------------------------------------------- the store interface
     @property
@@ -88,15 +96,20 @@ class CachedFeatureStore(FeatureStore):
     def _split(self, ids_np: np.ndarray) -> "_Split":
         cacheable = self.cacheable(ids_np)
         where_c = np.flatnonzero(cacheable)
-        return _Split(where_c, np.flatnonzero(~cacheable), *distinct_in_order(ids_np[where_c], self._marks))
+        return _Split(
+            where_c, np.flatnonzero(~cacheable), *distinct_in_order(ids_np[where_c], self._marks)
+        )
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         ids_np = ids.numpy()
         planned = bool(self._window)
         # A planned batch was split by the inspector already.
-        where_c, where_plain, distinct, inverse, first = self._window.pop(0) if planned else self._split(ids_np)
-        assert where_c.shape[0] + where_plain.shape[0] == ids_np.shape[0] and \
-            np.array_equal(ids_np[where_c[first]], distinct), "gather called with ids other than the planned batch"
+        where_c, where_plain, distinct, inverse, first = (
+            self._window.pop(0) if planned else self._split(ids_np)
+        )
+        assert where_c.shape[0] + where_plain.shape[0] == ids_np.shape[0] and np.array_equal(
+            ids_np[where_c[first]], distinct
+        ), "gather called with ids other than the planned batch"
         slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
         missing = np.flatnonzero(slots < 0)
         hit_occ = slots[inverse] >= 0  # per cacheable occurrence
@@ -108,7 +121,9 @@ class CachedFeatureStore(FeatureStore):
         if planned:
             # Misses come from the window's staged rows; no collective per batch.
             at = np.searchsorted(self._staged_ids, distinct[missing])
-            assert (self._staged_ids[at] == distinct[missing]).all(), "a planned miss was not staged"
+            assert (self._staged_ids[at] == distinct[missing]).all(), (
+                "a planned miss was not staged"
+            )
             copy_rows(out, miss_first, self._staged_rows, at)
             if not self._window:
                 self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
@@ -132,7 +147,9 @@ class CachedFeatureStore(FeatureStore):
             self.check_ids(ids)
         self._window = [self._split(ids.numpy()) for ids in window]
         misses = self.policy.plan(self.core.index, [split.distinct for split in self._window])
-        self._to_fetch = np.unique(np.concatenate(misses)) if misses else np.zeros(0, dtype=np.int64)
+        self._to_fetch = (
+            np.unique(np.concatenate(misses)) if misses else np.zeros(0, dtype=np.int64)
+        )
 
     def prefetch(self) -> None:
         """Fetch every row the planned window misses (collective when the fallback's gather is)."""

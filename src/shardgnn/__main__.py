@@ -1,0 +1,7 @@
+"""``python -m shardgnn``: the ``shardgnn`` command line."""
+
+import sys
+
+from shardgnn.cli import main
+
+sys.exit(main())
