@@ -12,9 +12,14 @@ import pytest
 
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 
-SHARED_DATA = Path(
-    os.environ.get("SHARDGNN_TEST_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
-)
+
+def shared_data_dir() -> Path:
+    """``$SHARDGNN_TEST_DATA`` when set, else ``shared/data`` beside the repository."""
+    override = os.environ.get("SHARDGNN_TEST_DATA")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+SHARED_DATA = shared_data_dir()
 requires_shared_data = pytest.mark.skipif(
     not SHARED_DATA.is_dir(), reason=f"{SHARED_DATA} is absent"
 )

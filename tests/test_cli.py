@@ -334,6 +334,52 @@ def test_resume_with_other_flags_is_refused_before_any_worker_starts(parts, tmp_
     )
 
 
+def test_resume_on_a_partition_of_another_graph_is_refused(parts, tmp_path, capsys):
+    from shardgnn.cli.train import preflight
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.checkpoint import Checkpointer
+
+    ckpt = tmp_path / "ckpt"
+    config, _ = preflight(TrainConfig(run=RunConfig(partitions=str(parts))), dataset_given=False)
+    for rank in (0, 1):
+        Checkpointer(ckpt, rank=rank, world_size=2).save(
+            1, {"epoch": 1}, config.to_dict(), read_partitions(parts).dataset
+        )
+    other = tmp_path / "other"
+    spec = "synthetic:nodes=600,degree=6,classes=3,features=8,seed=5"  # same size, other edges
+    assert (
+        main(
+            [
+                "partition",
+                spec,
+                "--parts",
+                "2",
+                "--method",
+                "random",
+                "--out",
+                str(other),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert (
+        main(["train", "--partitions", str(other), "--checkpoint-dir", str(ckpt), "--resume"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was made from synthetic:nodes=600" in err and "seed=5" in err
+
+
+def test_the_test_data_folder_can_be_moved(monkeypatch, tmp_path):
+    from conftest import shared_data_dir
+
+    monkeypatch.setenv("SHARDGNN_TEST_DATA", str(tmp_path))
+    assert shared_data_dir() == tmp_path
+    monkeypatch.delenv("SHARDGNN_TEST_DATA")
+    assert shared_data_dir().parts[-2:] == ("shared", "data")
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(

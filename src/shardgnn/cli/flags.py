@@ -79,18 +79,15 @@ def add_flags(
     *,
     group: Any = None,
     prefix: str = "",
-    skip: tuple[str, ...] = (),
 ) -> None:
-    """Add a flag for every setting of config class ``cls`` (components as argument groups).
-
-    ``dest`` of each flag is the field's dotted path (``model.hidden``); ``skip`` names fields
-    (dotted paths) the caller adds itself.
-    """
+    """Add a flag for every setting of config class ``cls`` (components as argument groups);
+    ``dest`` of each flag is the field's dotted path (``model.hidden``). Fields declared with
+    ``cli=False`` are left to the caller (the dataset, a positional argument)."""
     target = group or parser
     hints = typing.get_type_hints(cls)
     for field in _own_fields_first(cls):
         meta, dest = field.metadata, prefix + field.name
-        if dest in skip or not meta.get("cli", True):
+        if not meta.get("cli", True):
             continue
         if meta.get("component"):
             add_flags(
@@ -98,7 +95,6 @@ def add_flags(
                 hints[field.name],
                 group=parser.add_argument_group(meta["title"]),
                 prefix=dest + ".",
-                skip=skip,
             )
             continue
         flag = flag_of(cls, field.name)

@@ -1,9 +1,9 @@
 """Graph partitioning: partitioners, the partition book, quality metrics and the on-disk format.
 
-Layering: this package imports only ``shardgnn.graph``, ``shardgnn.errors``, ``shardgnn.atomic``
-and ``shardgnn.timing`` (plus numpy, scipy, numba, tqdm and pymetis; torch only when a tensor is
-looked up in the book). The CLI glue lives in :mod:`shardgnn.partition.commands`, which is
-top-layer code and is not imported here.
+Layering: this package imports only ``shardgnn.graph`` and the base modules (``errors``,
+``atomic``, ``options``...), plus numpy, scipy, numba, tqdm and pymetis; torch only when a tensor
+is looked up in the book. The ``shardgnn partition`` and ``verify`` commands live in
+:mod:`shardgnn.cli.partition`.
 
 Typical use::
 
