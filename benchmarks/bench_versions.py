@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from machine import machine_info
-
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.train.progress import format_table
 
