@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("shardgnn.nn",),
     ("shardgnn.fullgraph",),
     ("shardgnn.train",),
-    ("shardgnn.cli", "shardgnn.run"),
+    ("shardgnn.cli", "shardgnn.run", "shardgnn.__main__"),
 ]
 
 
