@@ -120,11 +120,11 @@ class BenchDistTrainer(DistMiniBatchSteps):
                     totals[name][1] += st.bytes_recv
         return [v for stage in COMM_STAGES for v in totals[stage]]
 
-    def train_epoch(self, epoch: int, show_progress: bool):
+    def train_epoch(self, run):
         # The loop resets the counters after each epoch's validation pass; the prefetch thread has
         # finished when train_epoch returns, so the difference is exactly the training loop's.
         before = self._comm_snapshot()
-        out = super().train_epoch(epoch, show_progress)
+        out = super().train_epoch(run)
         after = self._comm_snapshot()
         self.train_comm.append([a - b for a, b in zip(after, before)])
         return out

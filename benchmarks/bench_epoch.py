@@ -98,8 +98,8 @@ class BenchTrainer(LocalSteps):
         stage.sampler = self.counter
         self.epoch_counts: list[tuple[int, int, int]] = []
 
-    def train_epoch(self, epoch: int, show_progress: bool):
-        out = super().train_epoch(epoch, show_progress)
+    def train_epoch(self, run):
+        out = super().train_epoch(run)
         self.epoch_counts.append(self.counter.take())
         return out
 

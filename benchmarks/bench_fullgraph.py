@@ -80,9 +80,9 @@ class BenchFullGraphTrainer(DistFullGraphSteps):
         stats = [c.stats["spmm"] for c in self.comms if "spmm" in c.stats]
         return sum(s.bytes_sent for s in stats), sum(s.bytes_recv for s in stats)
 
-    def train_epoch(self, epoch: int, show_progress: bool):
+    def train_epoch(self, run):
         before = self._spmm_bytes()
-        out = super().train_epoch(epoch, show_progress)
+        out = super().train_epoch(run)
         after = self._spmm_bytes()
         self.step_bytes.append((after[0] - before[0], after[1] - before[1]))
         return out

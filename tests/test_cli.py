@@ -73,6 +73,7 @@ def test_every_setting_is_a_flag_and_help_shows_each_default_once(command, cls):
         assert (action.help or "").count("default") <= 1, action.help
     text = parser.format_help()
     assert "(default: 256)" in text if command == "train" else True
+    assert "MISSING" not in text  # a required setting has no default to show
 
 
 def test_version(capsys):
@@ -207,10 +208,10 @@ def test_one_line_per_epoch_in_a_pipe_and_no_truncated_names(tmp_path, capsys):
 
 
 class _DiesInEpoch2(LocalSteps):
-    def train_epoch(self, epoch, show_progress):
-        if epoch == 1:
+    def train_epoch(self, run):
+        if run.epoch == 1:
             raise RuntimeError("the machine went away")
-        return super().train_epoch(epoch, show_progress)
+        return super().train_epoch(run)
 
 
 def test_results_are_rewritten_after_every_epoch_so_a_killed_run_keeps_its_history(tmp_path):

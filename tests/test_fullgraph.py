@@ -18,6 +18,7 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.loop import EpochRun
 from shardgnn.train.single import run_training
 
 from distributed_helpers import run_workers
@@ -107,7 +108,7 @@ def _count_spmm_bytes(ctx, config):
 
     steps = DistFullGraphSteps(config, ctx)
     steps.spmm_comm.reset()
-    steps.train_epoch(0, show_progress=False)
+    steps.train_epoch(EpochRun(0, show_progress=False))
     return steps.spmm_comm.stats["spmm"].bytes_sent, steps.spmm_comm.stats["spmm"].bytes_recv
 
 

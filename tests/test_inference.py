@@ -14,6 +14,7 @@ from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import ModelConfig, build_model
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
+from shardgnn.train.loop import EpochRun
 
 from distributed_helpers import run_workers
 
@@ -245,7 +246,7 @@ def _eval_layerwise(ctx, path):
         run=RunConfig(partitions=path, overlap="off"),
     )
     steps = DistMiniBatchSteps(config, ctx)
-    steps.train_epoch(0, show_progress=False)
+    steps.train_epoch(EpochRun(0, show_progress=False))
     return steps.evaluate("test"), {k: v.clone() for k, v in steps.model.state_dict().items()}
 
 

@@ -26,5 +26,32 @@ class DatasetError(ShardgnnError):
         super().__init__(text)
 
 
+class CheckpointError(DatasetError):
+    """A checkpoint could not be written (full disk, quota, permissions); the previous complete
+    checkpoint is untouched."""
+
+
 class ConfigError(ShardgnnError):
     """A command-line flag or configuration value is out of its allowed range."""
+
+
+REQUEUE_EXIT_CODE = 75
+"""The exit status of a run stopped by preemption after saving its checkpoint: ``EX_TEMPFAIL``
+("temporary failure, retry"), which a SLURM batch script (or ``RequeueExit=75`` in slurm.conf)
+turns into a requeue; ``--resume`` then continues from the checkpoint."""
+
+
+class Preempted(Exception):
+    """Training stopped on a stop signal (SIGTERM, SIGUSR1) at a step every worker agreed on.
+
+    Not an error: the message says what was saved and how to continue, and the process exits with
+    :data:`REQUEUE_EXIT_CODE`.
+
+    Attributes:
+        signal_name: the signal that asked for the stop (``SIGTERM``...).
+        checkpoint: the checkpoint folder written at the stop (None without ``--checkpoint-dir``).
+    """
+
+    def __init__(self, message: str, signal_name: str, checkpoint: str | None):
+        super().__init__(message)
+        self.signal_name, self.checkpoint = signal_name, checkpoint

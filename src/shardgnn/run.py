@@ -48,7 +48,7 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from shardgnn.errors import ConfigError, ShardgnnError
+from shardgnn.errors import REQUEUE_EXIT_CODE, ConfigError, Preempted, ShardgnnError
 
 
 def worker_config(argv: list[str]):
@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     and run this process's share of the job.
 
     Returns the exit status: 0, or 2 for a user error (one ``shardgnn train: error: ... (rank R)``
-    line, as the CLI prints), 130 on Ctrl-C. Other exceptions propagate to ``@record``, which
-    hands them to torchrun's failure report.
+    line, as the CLI prints), 75 when a stop signal (SIGTERM, SIGUSR1, forwarded by torchrun
+    with ``--signals-to-handle``) ended the run after a checkpoint, 130 on Ctrl-C. Other
+    exceptions propagate to ``@record``, which hands them to torchrun's failure report.
     """
     import os
 
@@ -93,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_worker(worker_config(sys.argv[1:] if argv is None else list(argv)))
         return 0
+    except Preempted as exc:
+        if os.environ.get("RANK", "0") == "0":  # every rank stopped alike; one line says so
+            print(f"shardgnn train: {exc}", file=sys.stderr)
+        return REQUEUE_EXIT_CODE
     except ShardgnnError as exc:
         # RANK is torchrun's; read here only to label the message (the context owns it otherwise).
         print(f"shardgnn train: error: {exc} (rank {os.environ.get('RANK', '?')})", file=sys.stderr)

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from shardgnn import __version__
-from shardgnn.errors import ShardgnnError
+from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (0 ok, 1 a worker crashed, 2 a user error,
-    130 interrupted)."""
+    75 stopped by SIGTERM/SIGUSR1 after a checkpoint (requeue), 128 + N stopped by signal N
+    without one, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
@@ -53,12 +54,23 @@ def main(argv: list[str] | None = None) -> int:
     except ShardgnnError as exc:
         print(f"shardgnn {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Preempted as exc:
+        print(f"shardgnn {args.command}: {exc}", file=sys.stderr)
+        return REQUEUE_EXIT_CODE
     except RuntimeError as exc:
-        from shardgnn.distributed.launch import WorkerFailedError
+        from shardgnn.distributed.launch import (
+            WorkerFailedError,
+            WorkerPreemptedError,
+            WorkerStoppedError,
+        )
 
         if not isinstance(exc, WorkerFailedError):
             raise
         print(exc.summary(args.command), file=sys.stderr)
+        if isinstance(exc, WorkerPreemptedError):
+            return REQUEUE_EXIT_CODE
+        if isinstance(exc, WorkerStoppedError):
+            return 128 + exc.signum
         return 2 if exc.user_error else 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

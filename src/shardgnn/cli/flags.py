@@ -61,7 +61,7 @@ def field_help(cls: type, name: str) -> str:
 def _help(field: dataclasses.Field) -> str:
     text = field.metadata["help"]
     default = default_of(field)
-    if default is not None and not isinstance(default, bool):
+    if default is not None and default is not dataclasses.MISSING and not isinstance(default, bool):
         text += f" (default: {_show(default)})"
     return text
 

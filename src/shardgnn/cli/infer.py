@@ -38,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     Path(config.out).expanduser().mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, checkpoint=str(checkpoint))
     launch_local(
-        infer_worker, (json.dumps(to_dict(config)),), nprocs=pset.num_parts, log_dir=config.log_dir
+        infer_worker,
+        (json.dumps(to_dict(config)),),
+        nprocs=pset.num_parts,
+        log_dir=config.log_dir,
+        stop_grace_s=config.stop_grace,
     )
     return 0

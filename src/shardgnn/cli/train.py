@@ -112,6 +112,7 @@ def _train_distributed(config: TrainConfig, *, dataset_given: bool) -> int:
             (json.dumps(config.to_dict()),),
             nprocs=workers,
             log_dir=config.run.log_dir,
+            stop_grace_s=config.run.stop_grace,
         )
     return 0
 

@@ -10,3 +10,8 @@ DEFAULT_TIMEOUT_S = 45.0
 seconds, so a stalled job ends within 60 s. Long enough for any single collective of a 1M-node
 job on 2 cores (a few seconds); raise it with ``--timeout`` when ranks legitimately wait on each
 other longer (a slow shared file system at start-up, a very large layer-wise inference chunk)."""
+
+DEFAULT_STOP_GRACE_S = 30.0
+"""After SIGTERM or SIGUSR1 (preemption), how long workers have to finish their step and save a
+checkpoint before the launcher SIGKILLs them. SLURM's default ``KillWait`` is 30 s; with
+``--signal=USR1@120`` there are 120 s."""

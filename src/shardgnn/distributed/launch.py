@@ -75,17 +75,32 @@ from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.utils import macros
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from shardgnn.errors import ShardgnnError
+from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S
+from shardgnn.distributed.oom import OomWatch, memory_limit_hint
+from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
 
-__all__ = ["RankFailure", "WorkerFailedError", "WorkerTimeoutError", "free_port", "launch_local"]
+__all__ = [
+    "RankFailure",
+    "WorkerFailedError",
+    "WorkerPreemptedError",
+    "WorkerStoppedError",
+    "WorkerTimeoutError",
+    "free_port",
+    "launch_local",
+]
 
 MONITOR_INTERVAL_S = 0.5
 """How often elastic's agent polls its workers (detection latency of a failure or of the end)."""
 
-SHUTDOWN_TIMEOUT_S = 10
-"""When the launcher is interrupted (Ctrl-C, SIGTERM), how long elastic waits for the workers to
-exit before SIGKILL. After a worker failure the others get SIGTERM and a fixed 30 s (hard-coded in
-``torch.multiprocessing``); that only matters for a worker that handles SIGTERM itself."""
+FAILURE_GRACE_S = 3.0
+"""Once a worker has failed, how long the others have to exit by themselves (they write their
+error record and leave in milliseconds) before the watcher SIGKILLs them. Elastic alone sends
+SIGTERM and waits a fixed 30 s (hard-coded for a failed group in torch 2.x), and a stopped process
+(SIGSTOP) or one stuck in native code never acts on SIGTERM."""
+
+_HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
+"""The signals elastic's agent turns into a stop of the workers; it forwards the signal itself, so
+a worker sees SIGTERM or SIGUSR1 (preemption: checkpoint, exit) as the launcher did."""
 
 _PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
 # how long the watcher tries to read the exit status of a worker whose socket closed
@@ -112,6 +127,10 @@ class RankFailure:
         user_error: the worker raised a :class:`~shardgnn.errors.ShardgnnError` (bad input or
             settings, fixable by the user, as opposed to a crash or a failed peer).
         log_file: the worker's log with its full traceback, if it was written.
+        killed_by_launcher: it was still running ``FAILURE_GRACE_S`` after a peer failed, and the
+            launcher SIGKILLed it (stopped, stuck in native code, or not yet at a collective).
+        oom: for a SIGKILL the launcher did not send, the kernel's out-of-memory killer's part in
+            it, as read from the kernel log or the memory cgroup (None: no evidence).
     """
 
     rank: int
@@ -121,6 +140,8 @@ class RankFailure:
     message: str | None = None
     user_error: bool = False
     log_file: str | None = None
+    killed_by_launcher: bool = False
+    oom: str | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -139,9 +160,14 @@ class RankFailure:
             how = f"killed by {self.signal_name}"
             if killed_by_deadline and self.exitcode == -signal.SIGKILL:
                 how += " (deadline)"
+            elif self.killed_by_launcher and self.exitcode == -signal.SIGKILL:
+                how += f" (still running {FAILURE_GRACE_S:g} s after a peer failed)"
+            elif self.exitcode == -signal.SIGKILL and self.oom:
+                how += f": {self.oom}"
             elif self.exitcode == -signal.SIGKILL:
                 how += (
-                    " (without a deadline, SIGKILL usually means the kernel's out-of-memory killer)"
+                    " (not by the launcher, nor by the kernel's OOM killer as far as the kernel "
+                    "log and the memory cgroup show: by another process)"
                 )
         else:
             how = f"exit code {self.exitcode}"
@@ -231,12 +257,59 @@ class WorkerFailedError(RuntimeError):
             else:
                 how = first.describe(killed_by_deadline=self.timed_out)
                 cause = f"worker {how}; the job was stopped"
+            stalled = [f.rank for f in self.failures[1:] if f.killed_by_launcher]
+            waited = (first.error or "").lower()
+            if stalled and ("collectiveerror" in waited or "timed out" in waited):
+                # The peers timed out waiting for it and it never failed by itself: it was stopped
+                # (SIGSTOP), stuck in native code, or hung; name it before the symptom.
+                ranks = ", ".join(map(str, stalled))
+                cause = (
+                    f"worker rank {ranks} stalled (no answer within the collective timeout; "
+                    f"killed): {cause}"
+                )
         detail = None
         if self.failures and self.failures[0].log_file:
             detail = f"  full traceback: {self.failures[0].log_file}"
         elif self.log_dir:
             detail = f"  worker logs: {self.log_dir}"
         return f"shardgnn {command}: error: {cause}" + (f"\n{detail}" if detail else "")
+
+
+class WorkerPreemptedError(WorkerFailedError):
+    """The workers stopped on a stop signal (SIGTERM, SIGUSR1) after the same step and exited
+    with :data:`~shardgnn.errors.REQUEUE_EXIT_CODE`; ``message`` says what rank 0 saved."""
+
+    def __init__(self, message: str, *, nprocs: int, log_dir: str | None = None):
+        self.message = message
+        super().__init__([], nprocs=nprocs, log_dir=log_dir)
+
+    def _format(self) -> str:
+        return self.message
+
+    def summary(self, command: str) -> str:
+        return f"shardgnn {command}: {self.message}"
+
+
+class WorkerStoppedError(WorkerFailedError):
+    """This launcher received a stop signal (SIGTERM, SIGUSR1...) and the workers ended without
+    saving a step at it (they had finished, had no time within the grace, or do not handle it).
+
+    Attributes:
+        signum: the signal; a shell reports such an exit as ``128 + signum``.
+    """
+
+    def __init__(self, signum: int, *, nprocs: int, log_dir: str | None = None):
+        self.signum = signum
+        super().__init__([], nprocs=nprocs, log_dir=log_dir)
+
+    def _format(self) -> str:
+        return (
+            f"stopped by {signal.Signals(self.signum).name}: the {self.nprocs} workers were "
+            "stopped without a checkpoint at the stop"
+        )
+
+    def summary(self, command: str) -> str:
+        return f"shardgnn {command}: {self._format()}"
 
 
 class WorkerTimeoutError(WorkerFailedError):
@@ -271,6 +344,7 @@ def launch_local(
     timeout_s: float | None = None,
     max_restarts: int = 0,
     log_dir: str | os.PathLike | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> dict[int, Any]:
     """Run ``entrypoint(*args)`` in ``nprocs`` new processes on this machine; return ``{rank:
     value}``.
@@ -290,11 +364,15 @@ def launch_local(
         max_restarts: how many times elastic restarts the whole worker group after a failure.
         log_dir: the folder for per-rank logs and elastic's files (default: a temporary folder,
             removed after success and kept after a failure, named in the error).
+        stop_grace_s: when this process receives SIGTERM or SIGUSR1, the workers receive it too
+            and have this long to stop (after a step, with a checkpoint) before SIGKILL.
 
     Raises:
         WorkerFailedError: a worker raised, exited non-zero or was killed; the message names the
             first failed rank, its exit code or signal and its exception with a traceback excerpt.
         WorkerTimeoutError: ``timeout_s`` passed.
+        WorkerPreemptedError: a stop signal ended the run after a checkpoint (the workers raised
+            :class:`~shardgnn.errors.Preempted`).
         TypeError: ``entrypoint`` or ``args`` cannot be pickled.
         KeyboardInterrupt: Ctrl-C; the workers were stopped.
     """
@@ -320,8 +398,11 @@ def launch_local(
                 os.getpid(),
                 log_root,
             )
+            signalled: SignalException | None = None
             for attempt in range(_PORT_ATTEMPTS):
-                config = _launch_config(nprocs, max_restarts, os.path.join(log_root, "elastic"))
+                config = _launch_config(
+                    nprocs, max_restarts, os.path.join(log_root, "elastic"), stop_grace_s
+                )
                 try:
                     results = dict(
                         sorted(elastic_launch(config, _worker_main)(*worker_args).items())
@@ -338,10 +419,20 @@ def launch_local(
                 except SignalException as exc:  # elastic has stopped the workers already
                     if exc.sigval == signal.SIGINT:
                         raise KeyboardInterrupt from exc
-                    raise
+                    # SIGTERM / SIGUSR1: the workers got it too; did they stop with a checkpoint?
+                    failed, run_id, signalled = None, config.run_id, exc
+                    break
         # The watcher has stopped: its record of who exited when is final.
+        preempted = _preempted_message(log_root, watch.token, watch.records)
+        if preempted is not None:
+            raise WorkerPreemptedError(preempted, nprocs=nprocs, log_dir=log_root) from None
+        if failed is None:
+            assert signalled is not None
+            raise WorkerStoppedError(
+                int(signalled.sigval), nprocs=nprocs, log_dir=log_root
+            ) from None
         error_cls = WorkerTimeoutError if watch.timed_out else WorkerFailedError
-        failures = _collect_failures(failed, watch.records, log_root, run_id, watch.token)
+        failures = _collect_failures(failed, watch, log_root, run_id)
         raise error_cls(failures, nprocs=nprocs, log_dir=log_root, timeout_s=timeout_s) from None
     finally:
         if succeeded and log_dir is None:
@@ -398,7 +489,9 @@ def _threads_per_worker(nprocs: int) -> int | None:
     return max(1, cores // nprocs)
 
 
-def _launch_config(nprocs: int, max_restarts: int, log_root: str) -> LaunchConfig:
+def _launch_config(
+    nprocs: int, max_restarts: int, log_root: str, stop_grace_s: float
+) -> LaunchConfig:
     return LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -417,14 +510,15 @@ def _launch_config(nprocs: int, max_restarts: int, log_root: str) -> LaunchConfi
         monitor_interval=MONITOR_INTERVAL_S,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_root),
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        # SIGTERM / SIGUSR1 to the launcher: the workers get the same signal and this long to
+        # finish their step and save a checkpoint.
+        shutdown_timeout=max(1, math.ceil(stop_grace_s)),
+        signals_to_handle=_HANDLED_SIGNALS,
     )
 
 
 _ELASTIC_SIGNALS = tuple(
-    getattr(signal, name)
-    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-    if hasattr(signal, name)
+    getattr(signal, name) for name in _HANDLED_SIGNALS.split(",") if hasattr(signal, name)
 )
 
 
@@ -465,6 +559,8 @@ class _WorkerRecord:
     exit_time: float | None = None  # watcher's clock when its connection closed (the process ended)
     exitcode: int | None = None  # negative: killed by that signal
     status_known: bool = False
+    killed_by_watcher: bool = False  # still running FAILURE_GRACE_S after a peer failed
+    oom: str | None = None  # evidence that the OOM killer sent its SIGKILL
 
 
 @dataclasses.dataclass
@@ -486,6 +582,8 @@ class _WorkerWatch:
     def __init__(self, deadline: float | None):
         self.token = secrets.token_hex(16)
         self.timed_out = False
+        self._kill_at: float | None = None  # set when the first worker fails
+        self._oom = OomWatch.start()
         self.records: list[_WorkerRecord] = []
         self._deadline = deadline
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -517,6 +615,8 @@ class _WorkerWatch:
             timeouts = [0.01] if pending else []
             if self._deadline is not None:
                 timeouts.append(max(0.0, self._deadline - now))
+            if self._kill_at is not None and self._kill_at != math.inf:
+                timeouts.append(max(0.0, self._kill_at - now))
             events = self._selector.select(min(timeouts) if timeouts else None)
             now = time.monotonic()  # one timestamp for every exit seen in this wake-up
             for key, _ in events:
@@ -529,12 +629,30 @@ class _WorkerWatch:
                     if record is not None:
                         pending.append(record)
             pending = [r for r in pending if not self._read_status(r)]
+            if self._kill_at is None and any(self._failed(r) for r in self.records):
+                self._kill_at = time.monotonic() + FAILURE_GRACE_S
+            if self._kill_at is not None and time.monotonic() >= self._kill_at:
+                # A peer failed; whoever still runs is stuck (stopped, in native code, or in a
+                # collective that has not timed out yet): end the job now, not after elastic's 30 s.
+                self._kill_at = math.inf
+                for record in self.records:
+                    if record.exit_time is None:
+                        record.killed_by_watcher = True
+                        _kill_child(record.pid)
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 self._deadline = None
                 self.timed_out = True
                 for record in self.records:
                     if record.exit_time is None:
                         _kill_child(record.pid)
+
+    @staticmethod
+    def _failed(record: _WorkerRecord) -> bool:
+        """The worker raised, or exited with a status known to be other than 0 (a worker that
+        returned exits 0 while its peers still work; an unread status proves nothing)."""
+        if record.raised_time is not None:
+            return True
+        return record.status_known and record.exitcode != 0
 
     def _accept(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -584,6 +702,7 @@ class _WorkerWatch:
             return None
         record = _WorkerRecord(attempt, local_rank, pid)
         self.records.append(record)
+        self._oom.note_worker(pid)
         if self.timed_out:
             _kill_child(pid)
         return record
@@ -592,8 +711,11 @@ class _WorkerWatch:
         self._selector.unregister(conn)
         conn.close()
 
-    @staticmethod
-    def _read_status(record: _WorkerRecord) -> bool:
+    def explain_kill(self, pid: int) -> str | None:
+        """The out-of-memory killer's part in the SIGKILL of worker ``pid`` (None: no evidence)."""
+        return self._oom.explain(pid)
+
+    def _read_status(self, record: _WorkerRecord) -> bool:
         """Try to read the exit status of an exited worker without reaping it (elastic reaps it);
         return True when done (read, or given up)."""
         if not hasattr(os, "waitid"):
@@ -606,6 +728,8 @@ class _WorkerWatch:
             return time.monotonic() - (record.exit_time or 0.0) > _STATUS_WAIT_S
         record.exitcode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         record.status_known = True
+        if record.exitcode == -signal.SIGKILL and not (self.timed_out or record.killed_by_watcher):
+            record.oom = self._oom.explain(record.pid)  # read now: the kernel log moves on
         return True
 
 
@@ -622,11 +746,12 @@ def _kill_child(pid: int) -> None:
 
 
 def _collect_failures(
-    exc: ChildFailedError, records: list[_WorkerRecord], log_root: str, run_id: str, token: str
+    exc: ChildFailedError, watch: _WorkerWatch, log_root: str, run_id: str
 ) -> list[RankFailure]:
     """Merge the three sources: the watcher (exit order and status of every worker), elastic's
     error files (exception and traceback of every worker that raised) and elastic's report (the
     one failure its monitor saw first, with an authoritative exit code)."""
+    records, token = watch.records, watch.token
     attempt = max((r.attempt for r in records), default=0)
     # one machine: rank == local rank
     by_rank = {r.local_rank: r for r in records if r.attempt == attempt}
@@ -664,6 +789,14 @@ def _collect_failures(
     for rank in sorted(ranks, key=order):
         error, trace = errors.get(rank, (None, None))
         record = ours.get(rank, {})
+        seen = by_rank.get(rank)
+        if (
+            seen is not None
+            and seen.oom is None
+            and exitcode(rank) == -signal.SIGKILL
+            and not (watch.timed_out or seen.killed_by_watcher)
+        ):  # elastic reaped it before the watcher read its status
+            seen.oom = watch.explain_kill(seen.pid)
         failures.append(
             RankFailure(
                 rank=rank,
@@ -673,9 +806,18 @@ def _collect_failures(
                 message=record.get("message"),
                 user_error=bool(record.get("user_error")),
                 log_file=record.get("log_file"),
+                killed_by_launcher=rank in by_rank and by_rank[rank].killed_by_watcher,
+                oom=seen.oom if seen is not None else None,
             )
         )
     return failures
+
+
+def _preempted_message(log_root: str, token: str, records: list[_WorkerRecord]) -> str | None:
+    """Rank 0's :class:`Preempted` message if this launch's workers stopped on a stop signal."""
+    attempt = max((r.attempt for r in records), default=0)
+    rank0 = _read_rank_errors(log_root, token, attempt).get(0, {})
+    return rank0.get("message") if rank0.get("preempted") else None
 
 
 def _read_rank_errors(log_root: str, token: str, attempt: int) -> dict[int, dict[str, Any]]:
@@ -747,6 +889,11 @@ def _worker_main(
     try:
         entrypoint, args = pickle.loads(payload)  # imports the entrypoint's module
         return entrypoint(*args)
+    except Preempted as exc:
+        # Not a failure: every rank stopped after the same step and saved. The exit status says
+        # "retry" (a requeue), the record tells the launcher what was saved.
+        _write_rank_error(log_root, int(local_rank), exc, token)
+        raise SystemExit(REQUEUE_EXIT_CODE) from None
     except BaseException as exc:
         if not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             _write_rank_error(log_root, int(local_rank), exc, token)
@@ -765,11 +912,16 @@ def _write_rank_error(log_root: str, rank: int, exc: BaseException, token: str) 
                 f"rank {rank} (pid {os.getpid()}) failed at {time.strftime('%Y-%m-%d %H:%M:%S')}:\n"
             )
             fh.write("".join(traceback.format_exception(exc)))
+        message = str(exc)
+        if isinstance(exc, MemoryError) or "can't allocate memory" in message:
+            hint = memory_limit_hint()  # a ulimit -v far below the machine's memory?
+            message += f" ({hint})" if hint else ""
         record = {
             "rank": rank,
             "type": type(exc).__name__,
-            "message": str(exc),
+            "message": message,
             "user_error": isinstance(exc, ShardgnnError),
+            "preempted": isinstance(exc, Preempted),
             "log_file": log_file,
             # which launch and attempt wrote it: a kept --log-dir may hold older records
             "token": token,

@@ -25,7 +25,8 @@ def split_into_batches(
 class SeedBatcher:
     """Yields ``(batch_index, seeds)`` for one epoch; shuffled by ``(seed, epoch)`` when asked.
 
-    Call :meth:`set_epoch` before iterating to get that epoch's order.
+    Call :meth:`set_epoch` before iterating to get that epoch's order (and, to resume an epoch
+    part-way, the first batch to yield).
     """
 
     def __init__(
@@ -44,14 +45,17 @@ class SeedBatcher:
             drop_last,
             seed,
         )
-        self.epoch = 0
+        self.epoch = self.start = 0
         self._ranges = split_into_batches(len(self.seeds), batch_size, drop_last)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Iterate epoch ``epoch`` from batch ``start`` on (its order does not depend on
+        ``start``: batch ``i`` is the same whether the epoch started at 0 or was resumed)."""
+        self.epoch, self.start = epoch, start
 
     def __len__(self) -> int:
-        return len(self._ranges)
+        """Batches the next iteration yields."""
+        return max(0, len(self._ranges) - self.start)
 
     def __iter__(self):
         seeds = self.seeds
@@ -59,4 +63,5 @@ class SeedBatcher:
             perm = np.random.default_rng(mix_seed(self.seed, self.epoch)).permutation(len(seeds))
             seeds = seeds[torch.from_numpy(perm)]
         for index, (start, stop) in enumerate(self._ranges):
-            yield index, seeds[start:stop]
+            if index >= self.start:
+                yield index, seeds[start:stop]

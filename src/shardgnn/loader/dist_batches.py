@@ -80,13 +80,16 @@ class DistSeedBatcher:
         self.my_seeds = shares[rank]
         self.count = num_batches(shares, batch_size)
         self.rank, self.shuffle, self.seed = rank, shuffle, seed
-        self.epoch = 0
+        self.epoch = self.start = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Iterate epoch ``epoch`` from batch ``start`` on (batch ``i`` does not depend on
+        ``start``)."""
+        self.epoch, self.start = epoch, start
 
     def __len__(self) -> int:
-        return self.count
+        """Batches the next iteration yields (the same on every rank)."""
+        return max(0, self.count - self.start)
 
     def __iter__(self):
         import torch
@@ -100,4 +103,5 @@ class DistSeedBatcher:
             rank=self.rank,
         )
         for index, seeds in enumerate(batches):
-            yield index, torch.from_numpy(np.ascontiguousarray(seeds))
+            if index >= self.start:
+                yield index, torch.from_numpy(np.ascontiguousarray(seeds))

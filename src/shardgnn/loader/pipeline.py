@@ -133,8 +133,9 @@ class MiniBatchLoader:
             self.timer,
         )
 
-    def set_epoch(self, epoch: int) -> None:
-        self.batches.set_epoch(epoch)
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Iterate epoch ``epoch`` from batch ``start`` on."""
+        self.batches.set_epoch(epoch, start)
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -5,6 +5,8 @@ Layout (``E`` = number of completed epochs, zero-padded)::
     DIR/epoch-000005/rank-0.pt ... rank-<P-1>.pt   every rank's state (torch.save, tensors only)
     DIR/epoch-000005/meta.json                     epoch, world size, config, dataset identity;
                                                    written LAST
+    DIR/epoch-000005-batch-000120/...              the same, 120 batches into epoch 6 (written
+                                                   when a stop signal ends a run part-way)
 
 A checkpoint is complete iff its ``meta.json`` exists: every rank writes its file atomically
 (temp file, fsync, rename), the ranks meet at a barrier, then rank 0 writes ``meta.json``
@@ -31,11 +33,25 @@ from typing import Any, Callable
 import torch
 
 from shardgnn.atomic import atomic_open, save_json
-from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.errors import CheckpointError, ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
 from shardgnn.train.config import RESUMABLE_CHANGES
 
-_NAME = re.compile(r"^epoch-(\d{6,})$")
+_NAME = re.compile(r"^epoch-(\d{6,})(?:-batch-(\d{6,}))?$")
+
+
+def _position(path: Path) -> tuple[int, int]:
+    """(completed epochs, batches of the next epoch) of a checkpoint folder."""
+    match = _NAME.match(path.name)
+    assert match is not None
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def checkpoint_name(epochs_done: int, batches_done: int = 0) -> str:
+    """The folder name of the checkpoint after ``epochs_done`` epochs and ``batches_done`` batches
+    of the next."""
+    name = f"epoch-{epochs_done:06d}"
+    return name + (f"-batch-{batches_done:06d}" if batches_done else "")
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -49,6 +65,25 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _size(num_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:,.1f} {unit}"
+    return f"{num_bytes} bytes"
+
+
+def _free_space(path: Path) -> str:
+    """``"12.3 MB free of 1.0 GB"`` on the file system holding ``path`` (or its nearest
+    parent)."""
+    for folder in (path, *path.parents):
+        try:
+            usage = shutil.disk_usage(folder)
+        except OSError:
+            continue
+        return f"{_size(usage.free)} free of {_size(usage.total)}"
+    return "free space unknown"
+
+
 class Checkpointer:
     """Saves and finds checkpoints of one job (every rank holds one, with the same arguments).
 
@@ -57,7 +92,9 @@ class Checkpointer:
         rank, world_size: this rank in the job.
         every: save after every ``every`` epochs (and always after the last one).
         keep: how many complete checkpoints to keep (>= 1).
-        barrier: a collective barrier over the job (no-op for one process).
+        sum_over_ranks: sums a list of numbers over the job's ranks (a collective; identity for
+            one process). It is the barrier between the steps of a save, and tells every rank
+            whether any rank failed to write, so all raise the same error together.
     """
 
     def __init__(
@@ -68,23 +105,21 @@ class Checkpointer:
         world_size: int = 1,
         every: int = 1,
         keep: int = 2,
-        barrier: Callable[[], None] = lambda: None,
+        sum_over_ranks: Callable[[list[float]], list[float]] = lambda values: values,
     ):
         if every < 1 or keep < 1:
             raise ConfigError(
                 f"--checkpoint-every {every} and --keep-checkpoints {keep} must be >= 1"
             )
         self.directory = Path(directory).expanduser()
-        self.rank, self.world_size, self.every, self.keep, self.barrier = (
-            rank,
-            world_size,
-            every,
-            keep,
-            barrier,
-        )
+        self.rank, self.world_size, self.every, self.keep = rank, world_size, every, keep
+        self.sum_over_ranks = sum_over_ranks
         if rank == 0:
             self.directory.mkdir(parents=True, exist_ok=True)
-        barrier()
+        self.barrier()
+
+    def barrier(self) -> None:
+        self.sum_over_ranks([0.0])
 
     def due(self, epochs_done: int, total_epochs: int) -> bool:
         return epochs_done % self.every == 0 or epochs_done == total_epochs
@@ -96,44 +131,88 @@ class Checkpointer:
         state: dict[str, Any],
         config: dict[str, Any],
         dataset: dict[str, Any] | None = None,
+        *,
+        batches_done: int = 0,
     ) -> Path:
-        """Write this rank's ``state`` as the checkpoint after ``epochs_done`` epochs (collective);
-        ``dataset`` is the trained graph's identity (spec, name, fingerprint)."""
-        path = self.directory / f"epoch-{epochs_done:06d}"
+        """Write this rank's ``state`` as the checkpoint after ``epochs_done`` epochs and
+        ``batches_done`` batches of the next (collective); ``dataset`` is the trained graph's
+        identity (spec, name, fingerprint)."""
+        path = self.directory / checkpoint_name(epochs_done, batches_done)
         if self.rank == 0 and path.exists():
             shutil.rmtree(path)  # an earlier incomplete attempt, or a run being redone
         self.barrier()
-        path.mkdir(parents=True, exist_ok=True)
-        with atomic_open(path / f"rank-{self.rank}.pt", "wb") as fh:
-            torch.save(state, fh)
-        self.barrier()  # every rank's file is in place before the checkpoint is declared complete
+        error = None
+        target = path / f"rank-{self.rank}.pt"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with atomic_open(target, "wb") as fh:
+                torch.save(state, fh)
+        except OSError as exc:  # full disk, quota, permissions: the temp file is gone already
+            error = exc
+        # Every rank's file is in place before the checkpoint is declared complete; a rank that
+        # could not write makes every rank stop here with the same error.
+        self._agree_written(path, target, error)
+        error = None
         if self.rank == 0:
-            save_json(
-                path / "meta.json",
-                {
-                    "format": "shardgnn-checkpoint",
-                    "version": 1,
-                    "epoch": epochs_done,
-                    "world_size": self.world_size,
-                    "config": config,
-                    "dataset": dataset,
-                },
-            )
+            try:
+                save_json(
+                    path / "meta.json",
+                    {
+                        "format": "shardgnn-checkpoint",
+                        "version": 1,
+                        "epoch": epochs_done,
+                        "batch": batches_done,
+                        "world_size": self.world_size,
+                        "config": config,
+                        "dataset": dataset,
+                    },
+                )
+            except OSError as exc:
+                error = exc
+        self._agree_written(path, path / "meta.json", error)
+        if self.rank == 0:
             self._prune()
         self.barrier()
         return path
+
+    def _agree_written(self, path: Path, target: Path, error: OSError | None) -> None:
+        """Collective: raise :class:`CheckpointError` on every rank if any rank failed to write,
+        after removing the incomplete checkpoint (the previous complete one stays)."""
+        failed = self.sum_over_ranks([float(error is not None)])[0]
+        if not failed:
+            return
+        if self.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        previous = self.complete()
+        kept = (
+            f"the previous checkpoint {previous[-1]} is intact and --resume uses it"
+            if previous
+            else "no earlier checkpoint exists"
+        )
+        if error is None:
+            raise CheckpointError(
+                f"{int(failed)} other worker(s) could not write their part of this checkpoint; "
+                f"{kept}",
+                path,
+                "see the failing worker's error; free space or use another --checkpoint-dir",
+            )
+        raise CheckpointError(
+            f"cannot write {target.name} ({error.strerror or error}; {_free_space(path)}); {kept}",
+            path,
+            "free space on that file system or point --checkpoint-dir at a larger one",
+        )
 
     def _prune(self) -> None:
         complete = self.complete()
         for old in complete[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
-        newest = complete[-1] if complete else None
+        newest = _position(complete[-1]) if complete else None
         for entry in self.directory.iterdir():
             if (
                 _NAME.match(entry.name)
                 and entry.is_dir()
                 and not (entry / "meta.json").exists()
-                and (newest is None or entry.name < newest.name)
+                and (newest is None or _position(entry) < newest)
             ):
                 shutil.rmtree(entry, ignore_errors=True)
 
@@ -147,7 +226,7 @@ class Checkpointer:
             for p in self.directory.iterdir()
             if _NAME.match(p.name) and (p / "meta.json").is_file()
         ]
-        return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+        return sorted(found, key=_position)
 
     def latest(self) -> tuple[Path, dict[str, Any]] | None:
         """``(folder, meta)`` of the newest complete checkpoint (None when there is none)."""
@@ -181,9 +260,11 @@ class Checkpointer:
                 file,
                 "delete this checkpoint folder to resume from the one before it",
             ) from None
-        if state.get("epoch") != meta["epoch"]:
+        batches = (state.get("partial") or {}).get("batches", 0)
+        if state.get("epoch") != meta["epoch"] or batches != meta.get("batch", 0):
             raise DatasetError(
-                f"holds epoch {state.get('epoch')} but meta.json says {meta['epoch']}",
+                f"holds epoch {state.get('epoch')} batch {batches} but meta.json says "
+                f"{meta['epoch']} batch {meta.get('batch', 0)}",
                 file,
                 "delete this checkpoint folder to resume from the one before it",
             )
@@ -268,6 +349,8 @@ class LoopState:
         self.best_val, self.best_epoch = -1.0, 0  # best_epoch: 1-based, 0 before any epoch
         self.best_state: dict[str, torch.Tensor] | None = None
         self.comm_total: dict[str, list[float]] = {}
+        # this rank's sums of the batches of epoch next_epoch done before a mid-epoch stop
+        self.partial: dict[str, Any] | None = None
 
 
 def capture_state(
@@ -291,6 +374,7 @@ def capture_state(
         "best_epoch": loop.best_epoch,
         "best_state": loop.best_state or {},
         "comm_total": loop.comm_total,
+        "partial": loop.partial or {},
     }
 
 
@@ -317,4 +401,5 @@ def restore_state(
     loop.best_val, loop.best_epoch = float(state["best_val"]), int(state["best_epoch"])
     loop.best_state = dict(state["best_state"]) or None
     loop.comm_total = {k: list(v) for k, v in state["comm_total"].items()}
+    loop.partial = dict(state.get("partial") or {}) or None
     return loop

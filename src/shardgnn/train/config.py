@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shardgnn.distributed.config import BITS, DEFAULT_TIMEOUT_S
+from shardgnn.distributed.config import BITS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
@@ -104,10 +104,17 @@ class LaunchConfig:
         help="keep every worker's log (tracebacks included) in this folder (unset: a "
         "temporary folder, kept only when a worker fails)",
     )
+    stop_grace: float = option(
+        DEFAULT_STOP_GRACE_S,
+        help="after SIGTERM or SIGUSR1 (preemption), seconds the workers have to finish their "
+        "step and save a checkpoint before they are killed",
+    )
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise invalid(self, "timeout", "must be > 0 seconds")
+        if not self.stop_grace > 0:
+            raise invalid(self, "stop_grace", "must be > 0 seconds")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -39,7 +39,7 @@ from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.loop import EpochRecord, Steps
+from shardgnn.train.loop import EpochRecord, EpochRun, Steps
 from shardgnn.train.minibatch import count_correct, train_batches
 from shardgnn.train.single import eval_sampler_config
 
@@ -263,21 +263,28 @@ class DistMiniBatchSteps(DistSteps):
         self.sampled_edges = 0
 
     # ------------------------------------------------------------------ epochs
-    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
-        self.train_batches.set_epoch(epoch)
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        done = run.resumed.batches if run.resumed is not None else 0
+        self.train_batches.set_epoch(run.epoch, start=done)
+        run.total_batches = done + len(self.train_batches)
         stream = Prefetcher(self.train_stages) if self.overlap else self.train_stages
-        sums = train_batches(
+        sums, stopped = train_batches(
             self.ddp,
             self.optimizer,
             stream,
             device=self.ctx.device,
             timer=self.timer,
-            desc=f"epoch {epoch + 1}",
-            show_progress=show_progress,
+            desc=f"epoch {run.epoch + 1}",
+            show_progress=run.show_progress,
             orig_ids=self.pset.orig_ids,
             time_waits=self.overlap,
+            sums=run.resumed,
+            stop_requested=run.stop_requested,
         )
-        self.sampled_edges += sums.sampled_edges
+        self.sampled_edges += sums.sampled_edges - (run.resumed.sampled_edges if done else 0)
+        if stopped:
+            run.stopped = sums
+            return None
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
 

@@ -30,7 +30,7 @@ from shardgnn.nn.models import build_model
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSteps, partition_dataset_record
-from shardgnn.train.loop import EpochRecord
+from shardgnn.train.loop import EpochRecord, EpochRun
 
 
 class DistFullGraphSteps(DistSteps):
@@ -81,7 +81,8 @@ class DistFullGraphSteps(DistSteps):
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
     # ------------------------------------------------------------------ epochs
-    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
+    def train_epoch(self, run: EpochRun) -> tuple[float, float]:
+        # one step per epoch: a stop signal is acted on at the end of the epoch, by the loop
         self.model.train()
         # Split indices are held-row ids of this rank's own part: with 1.5D replication each
         # replica scores only its own part, so every node counts once.

@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import signal
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import CommStats, Communicator
+from shardgnn.errors import Preempted
 from shardgnn.timing import StageTimer
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.config import TrainConfig
+from shardgnn.train.minibatch import EpochSums
+from shardgnn.train.stop import StopSignals
 
 
 @dataclasses.dataclass
@@ -46,6 +51,26 @@ class EpochRecord:
     requested / missed / remote MB)"""
 
 
+@dataclasses.dataclass
+class EpochRun:
+    """What the loop asks of one epoch: where it starts and how it may end early.
+
+    Steps that run batches start after ``resumed.batches`` batches (a mid-epoch checkpoint), ask
+    ``stop_requested`` after every batch but the last, and when it says yes, stop there and put
+    this rank's sums in ``stopped``. Steps with one step per epoch (full graph) ignore both; the
+    loop asks again at the end of every epoch.
+    """
+
+    epoch: int
+    """0-based"""
+    show_progress: bool
+    resumed: EpochSums | None = None
+    stop_requested: Callable[[], bool] | None = None
+    stopped: EpochSums | None = None
+    total_batches: int | None = None
+    """set by batch steps: the epoch's number of batches"""
+
+
 class Steps(abc.ABC):
     """What one kind of training does inside an epoch, and what it knows about its data.
 
@@ -64,8 +89,9 @@ class Steps(abc.ABC):
     main_comm: Communicator | None = None
 
     @abc.abstractmethod
-    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
-        """Train one epoch; return ``(mean loss, accuracy)`` over every worker's training nodes."""
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        """Train one epoch; return ``(mean loss, accuracy)`` over every worker's training nodes,
+        or ``None`` when it stopped early (``run.stopped`` then holds this rank's sums)."""
 
     @abc.abstractmethod
     def evaluate(self, split: str) -> float:
@@ -120,20 +146,37 @@ class TrainingLoop:
                 world_size=steps.world_size,
                 every=ckpt.every,
                 keep=ckpt.keep,
-                barrier=steps.barrier,
+                sum_over_ranks=lambda values: steps.sum(values, stage="checkpoint"),
             )
         )
 
     def run(self) -> dict[str, Any]:
         """Train, then evaluate the best epoch's weights; return the results (on every rank).
         Rank 0 prints a line per epoch and, with ``config.results``, rewrites that file after
-        every epoch (``status: running``) and at the end (``status: complete``)."""
+        every epoch (``status: running``) and at the end (``status: complete``).
+
+        Raises:
+            Preempted: a stop signal (SIGTERM, SIGUSR1) arrived; every rank stopped after the
+                same step and, with ``config.checkpoint.dir``, saved a checkpoint there first.
+        """
+        with StopSignals().installed() as self.stop_signals:
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         cfg, steps = self.config, self.steps
         dataset = steps.dataset_info()
         loop = self._resume(dataset)
         run_start = time.perf_counter()
         for epoch in range(loop.next_epoch, cfg.optim.epochs):
-            record = self._epoch(epoch, loop)
+            resumed = EpochSums(**loop.partial) if loop.partial else None
+            run = EpochRun(
+                epoch, cfg.progress and self.is_main, resumed, stop_requested=self._stop_agreed
+            )
+            record = self._epoch(run, loop)
+            if record is None:  # stopped part-way by a stop signal
+                assert run.stopped is not None
+                self._preempt(loop, dataset, run.stopped, run.total_batches)
+            loop.partial = None
             loop.history.append(record)
             if record.val_acc > loop.best_val:
                 loop.best_val, loop.best_epoch = record.val_acc, record.epoch
@@ -142,15 +185,11 @@ class TrainingLoop:
                 }
             loop.next_epoch = epoch + 1
             stop = bool(cfg.optim.patience and record.epoch - loop.best_epoch >= cfg.optim.patience)
-            if self.checkpointer is not None and (
+            saved = self.checkpointer is not None and (
                 stop or self.checkpointer.due(loop.next_epoch, cfg.optim.epochs)
-            ):
-                self.checkpointer.save(
-                    loop.next_epoch,
-                    capture_state(loop, steps.model, steps.optimizer, steps.generators()),
-                    cfg.to_dict(),
-                    dataset,
-                )
+            )
+            if saved:
+                self._save(loop, dataset)
             if self.is_main:
                 print(
                     epoch_line(
@@ -168,6 +207,8 @@ class TrainingLoop:
                         flush=True,
                     )
                 break
+            if loop.next_epoch < cfg.optim.epochs and self._stop_agreed():
+                self._preempt(loop, dataset, None, None, saved=saved)
         steps.finish()
         assert loop.best_state is not None
         steps.model.load_state_dict(loop.best_state)
@@ -181,6 +222,62 @@ class TrainingLoop:
             save_json(cfg.results, results)
         return results
 
+    def _save(self, loop: LoopState, dataset: dict[str, Any]) -> Path:
+        assert self.checkpointer is not None
+        steps = self.steps
+        return self.checkpointer.save(
+            loop.next_epoch,
+            capture_state(loop, steps.model, steps.optimizer, steps.generators()),
+            self.config.to_dict(),
+            dataset,
+            batches_done=loop.partial["batches"] if loop.partial else 0,
+        )
+
+    def _stop_agreed(self) -> bool:
+        """Whether any rank received a stop signal (collective: every rank asks at the same step,
+        so all of them stop after the same one)."""
+        signum = self.stop_signals.received
+        asked, signal_sum = self.steps.sum(
+            [float(signum is not None), float(signum or 0)], stage="control"
+        )
+        if asked:
+            # the signal one rank received (ranks that received one received the same, typically)
+            self._stop_signal = signal.Signals(round(signal_sum / asked)).name
+        return asked > 0
+
+    def _preempt(
+        self,
+        loop: LoopState,
+        dataset: dict[str, Any],
+        partial: EpochSums | None,
+        total_batches: int | None,
+        *,
+        saved: bool = False,
+    ) -> None:
+        """Save the state after the agreed step (unless just saved) and raise :class:`Preempted`."""
+        cfg = self.config
+        self.stop_signals.acted_on = True
+        loop.partial = dataclasses.asdict(partial) if partial is not None else None
+        path = None
+        if self.checkpointer is not None:
+            path = self.checkpointer.complete()[-1] if saved else self._save(loop, dataset)
+        if partial is not None:
+            where = f"in epoch {loop.next_epoch + 1} after batch {partial.batches}" + (
+                f" of {total_batches}" if total_batches else ""
+            )
+        else:
+            where = f"after epoch {loop.next_epoch}"
+        message = f"stopped by {self._stop_signal} {where}; " + (
+            f"checkpoint saved in {path}; run the same command with --resume to continue"
+            if path is not None
+            else "nothing was saved (no --checkpoint-dir)"
+        )
+        if self.is_main and cfg.results:
+            results = self._results(loop, dataset, final=None)
+            results["status"] = "preempted"
+            save_json(cfg.results, results)
+        raise Preempted(message, self._stop_signal, None if path is None else str(path))
+
     def _resume(self, dataset: dict[str, Any]) -> LoopState:
         if self.checkpointer is None or not self.config.checkpoint.resume:
             return LoopState()
@@ -190,17 +287,21 @@ class TrainingLoop:
         steps = self.steps
         loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), EpochRecord)
         if self.is_main:
-            print(
-                f"resumed from {self.checkpointer.complete()[-1]} ({loop.next_epoch} of "
-                f"{self.config.optim.epochs} epochs done)",
-                flush=True,
+            where = (
+                f"epoch {loop.next_epoch + 1} from batch {loop.partial['batches'] + 1}"
+                if loop.partial
+                else f"{loop.next_epoch} of {self.config.optim.epochs} epochs done"
             )
+            print(f"resumed from {self.checkpointer.complete()[-1]} ({where})", flush=True)
         return loop
 
-    def _epoch(self, epoch: int, loop: LoopState) -> EpochRecord:
+    def _epoch(self, run: EpochRun, loop: LoopState) -> EpochRecord | None:
         steps, world = self.steps, self.steps.world_size
         start = time.perf_counter()
-        loss, train_acc = steps.train_epoch(epoch, self.config.progress and self.is_main)
+        trained = steps.train_epoch(run)
+        if trained is None:
+            return None
+        loss, train_acc = trained
         train_time = time.perf_counter() - start
         with steps.timer("eval"):
             val_acc = steps.evaluate("val")
@@ -218,7 +319,7 @@ class TrainingLoop:
                     for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
                         total[i] += value
         return EpochRecord(
-            epoch + 1,
+            run.epoch + 1,
             loss,
             train_acc,
             val_acc,

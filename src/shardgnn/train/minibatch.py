@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -21,12 +21,15 @@ from shardgnn.train.progress import progress
 
 @dataclasses.dataclass
 class EpochSums:
-    """What one worker's batches add up to (summed over workers by the caller)."""
+    """What one worker's batches of an epoch add up to (summed over workers by the caller); a
+    mid-epoch checkpoint carries them, so the resumed epoch reports the same loss and accuracy."""
 
     loss_sum: float = 0.0
     correct: int = 0
     count: int = 0
     sampled_edges: int = 0
+    batches: int = 0
+    """batches of the epoch done (including those before a resume)"""
 
 
 def train_batches(
@@ -40,37 +43,59 @@ def train_batches(
     show_progress: bool,
     orig_ids: np.ndarray | None = None,
     time_waits: bool = False,
-) -> EpochSums:
+    sums: EpochSums | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+) -> tuple[EpochSums, bool]:
     """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
+    Returns the epoch's sums and whether it stopped early.
 
     ``orig_ids`` maps global to original node ids for the dropout keys (None: global ids are
     original). ``time_waits`` records the time spent waiting for each batch as stage ``wait``
-    (with a prefetch thread, what the pipeline failed to hide).
+    (with a prefetch thread, what the pipeline failed to hide). ``sums`` continues an epoch
+    resumed part-way (``batches`` must then start after its ``sums.batches`` batches).
+    ``stop_requested`` is asked after every batch but the last (a collective in distributed runs:
+    every rank asks at the same batch); when it says yes the epoch ends there and the iterator of
+    ``batches`` is closed, which a :class:`~shardgnn.loader.prefetch.PrefetchIterator` does alike on
+    every rank.
     """
     module.train()
-    sums = EpochSums()
-    bar = progress(batches, desc, show_progress)
+    sums = dataclasses.replace(sums) if sums is not None else EpochSums()
+    total = len(batches)  # type: ignore[arg-type]
+    iterator = iter(batches)
+    bar = progress(iterator, desc, show_progress, total=total)
+    stopped = False
     waited = time.perf_counter()
-    for batch in bar:
-        if time_waits:
-            timer.add("wait", time.perf_counter() - waited)
-        with timer("compute"):
-            graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
-            y = batch.y.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            logits = module(graphs, batch.x_SF.to(device))
-            # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
-            # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
-            loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
-            loss.backward()
-            optimizer.step()
-        sums.sampled_edges += batch.sample.num_sampled_edges
-        sums.loss_sum += loss.item() * y.numel()
-        sums.correct += int((logits.argmax(-1) == y).sum())
-        sums.count += y.numel()
-        bar.set_postfix(loss=f"{loss.item():.4f}")
-        waited = time.perf_counter()
-    return sums
+    try:
+        for i, batch in enumerate(bar):
+            if time_waits:
+                timer.add("wait", time.perf_counter() - waited)
+            with timer("compute"):
+                graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
+                y = batch.y.to(device)
+                optimizer.zero_grad(set_to_none=True)
+                logits = module(graphs, batch.x_SF.to(device))
+                # The mean over this batch; an empty batch still runs backward (a DDP all-reduce
+                # is a collective): a sum over no rows is a zero connected to the graph, its
+                # gradients zero.
+                loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
+                loss.backward()
+                optimizer.step()
+            sums.sampled_edges += batch.sample.num_sampled_edges
+            sums.loss_sum += loss.item() * y.numel()
+            sums.correct += int((logits.argmax(-1) == y).sum())
+            sums.count += y.numel()
+            sums.batches += 1
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            if stop_requested is not None and i + 1 < total and stop_requested():
+                stopped = True
+                break
+            waited = time.perf_counter()
+    except BaseException:
+        getattr(iterator, "abort", getattr(iterator, "close", lambda: None))()
+        raise
+    if stopped:
+        getattr(iterator, "close", lambda: None)()
+    return sums, stopped
 
 
 @torch.no_grad()

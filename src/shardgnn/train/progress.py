@@ -21,11 +21,11 @@ class _Silent:
         pass
 
 
-def progress(iterable: Iterable, desc: str, enabled: bool = True):
+def progress(iterable: Iterable, desc: str, enabled: bool = True, total: int | None = None):
     """A tqdm bar on stderr when ``enabled`` and stderr is a terminal; silent otherwise."""
     if not enabled or not sys.stderr.isatty():
         return _Silent(iterable)
-    return tqdm(iterable, desc=desc, leave=False, dynamic_ncols=True)
+    return tqdm(iterable, desc=desc, leave=False, dynamic_ncols=True, total=total)
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

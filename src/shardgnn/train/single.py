@@ -31,7 +31,7 @@ from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
+from shardgnn.train.loop import EpochRecord, EpochRun, Steps, TrainingLoop
 from shardgnn.train.minibatch import count_correct, train_batches
 
 
@@ -165,20 +165,27 @@ class LocalSteps(Steps):
             for split in ("val", "test")
         }
 
-    def train_epoch(self, epoch: int, show_progress: bool) -> tuple[float, float]:
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         if self.config.mode == "full":
-            return self._train_epoch_full()
-        self.train_loader.set_epoch(epoch)
-        sums = train_batches(
+            return self._train_epoch_full()  # one step: a stop is acted on after the epoch
+        done = run.resumed.batches if run.resumed is not None else 0
+        self.train_loader.set_epoch(run.epoch, start=done)
+        run.total_batches = done + len(self.train_loader)
+        sums, stopped = train_batches(
             self.model,
             self.optimizer,
             self.train_loader,
             device=self.device,
             timer=self.timer,
-            desc=f"epoch {epoch + 1}",
-            show_progress=show_progress,
+            desc=f"epoch {run.epoch + 1}",
+            show_progress=run.show_progress,
+            sums=run.resumed,
+            stop_requested=run.stop_requested,
         )
-        self.sampled_edges += sums.sampled_edges
+        self.sampled_edges += sums.sampled_edges - (run.resumed.sampled_edges if done else 0)
+        if stopped:
+            run.stopped = sums
+            return None
         return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
 
     def _train_epoch_full(self) -> tuple[float, float]:

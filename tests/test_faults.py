@@ -1,0 +1,334 @@
+"""Faults beyond a dead process: preemption (SIGTERM / SIGUSR1 → a mid-epoch checkpoint every rank
+agrees on, bit-exact resume), stalled workers (killed within seconds of the first failure), slow
+workers (never killed), a checkpoint that cannot be written (the previous one stays)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from shardgnn.distributed.launch import WorkerFailedError, launch_local
+from shardgnn.errors import REQUEUE_EXIT_CODE, CheckpointError, Preempted
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.loader.prefetch import Prefetcher
+from shardgnn.nn.models import ModelConfig
+from shardgnn.partition.format import write_partitions
+from shardgnn.partition.methods import PartitionConfig, partition_graph
+from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.train.checkpoint import Checkpointer
+from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.single import LocalSteps, run_training
+
+from distributed_helpers import run_workers
+
+BATCH = 16  # 10 batches per epoch on this graph's 150 training nodes
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
+
+
+def _weights(directory) -> dict[str, torch.Tensor]:
+    last = Checkpointer(directory).complete()[-1]
+    return torch.load(Path(last) / "rank-0.pt", weights_only=True)["model"]
+
+
+def _assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def _config(directory, epochs=3, resume=False, **run):
+    return TrainConfig(
+        model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
+        sampler=SamplerConfig(fanouts=(5, 5)),
+        optim=OptimConfig(epochs=epochs, lr=0.01),
+        batch_size=BATCH,
+        seed=3,
+        progress=False,
+        threads=1,
+        checkpoint=CheckpointConfig(dir=str(directory), every=1, keep=2, resume=resume),
+        **({"run": RunConfig(**run)} if run else {}),
+    )
+
+
+def _signal_self_at_step(optimizer, step_number: int, signum: int) -> None:
+    """Send ``signum`` to this process during optimiser step ``step_number`` (1-based), as a
+    scheduler would at an arbitrary moment."""
+    step, calls = optimizer.step, [0]
+
+    def step_and_signal(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == step_number:
+            os.kill(os.getpid(), signum)
+        return step(*args, **kwargs)
+
+    optimizer.step = step_and_signal
+
+
+# ----------------------------------------------------------------------------- one process
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_stop_signal_saves_mid_epoch_and_resume_is_bit_exact(tmp_path, graph, signum):
+    from shardgnn.train.loop import TrainingLoop
+
+    straight = tmp_path / "straight"
+    expected = run_training(_config(straight), graph)
+    batches = -(-len(graph.train_idx) // BATCH)
+    interrupted = tmp_path / "interrupted"
+    config = _config(interrupted)
+    steps = LocalSteps(config, graph)
+    _signal_self_at_step(steps.optimizer, batches + 3, signum)  # epoch 2, batch 3
+    with pytest.raises(Preempted) as stopped:
+        TrainingLoop(config, steps).run()
+    name = signal.Signals(signum).name
+    assert str(stopped.value).startswith(f"stopped by {name} in epoch 2 after batch 3 of {batches}")
+    assert "--resume" in str(stopped.value)
+    # the step in flight was finished; nothing after it
+    assert [p.name for p in Checkpointer(interrupted).complete()] == [
+        "epoch-000001",
+        "epoch-000001-batch-000003",
+    ]
+    assert signal.getsignal(signum) is not None  # handler restored (not ours any more)
+    resumed = run_training(_config(interrupted, resume=True), graph)
+    _assert_same_weights(_weights(straight), _weights(interrupted))
+    # the resumed epoch carries the sums of its first batches: the same history
+    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in expected["epochs"]]
+    assert [e["train_acc"] for e in resumed["epochs"]] == [
+        e["train_acc"] for e in expected["epochs"]
+    ]
+
+
+def test_stop_signal_without_checkpoint_dir_says_nothing_was_saved(graph):
+    from shardgnn.train.loop import TrainingLoop
+
+    config = TrainConfig(optim=OptimConfig(epochs=2), batch_size=BATCH, progress=False, threads=1)
+    steps = LocalSteps(config, graph)
+    _signal_self_at_step(steps.optimizer, 2, signal.SIGTERM)
+    with pytest.raises(Preempted, match=r"after batch 2 .*nothing was saved \(no --checkpoint-dir"):
+        TrainingLoop(config, steps).run()
+
+
+def test_stop_signal_in_full_graph_mode_stops_after_the_epoch(tmp_path, graph):
+    from shardgnn.train.loop import TrainingLoop
+
+    config = TrainConfig(
+        mode="full",
+        optim=OptimConfig(epochs=4),
+        progress=False,
+        threads=1,
+        checkpoint=CheckpointConfig(dir=str(tmp_path / "ck"), every=3),
+    )
+    steps = LocalSteps(config, graph)
+    _signal_self_at_step(steps.optimizer, 2, signal.SIGTERM)
+    with pytest.raises(Preempted, match="stopped by SIGTERM after epoch 2; checkpoint saved"):
+        TrainingLoop(config, steps).run()
+    assert [p.name for p in Checkpointer(tmp_path / "ck").complete()] == ["epoch-000002"]
+
+
+# ----------------------------------------------------------------------- checkpoint writes
+def _small_tmpfs(path: Path, size: str) -> None:
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a full disk) needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+def test_full_disk_keeps_the_previous_checkpoint_and_names_the_free_space(tmp_path, graph):
+    disk = tmp_path / "disk"
+    # One checkpoint of this model takes 32 kB in 4 kB pages (weights, Adam moments, best
+    # weights, meta.json); 40 kB hold the first and not the second.
+    _small_tmpfs(disk, "40k")
+    try:
+        config = _config(disk, epochs=3)
+        with pytest.raises(CheckpointError) as failure:
+            run_training(config, graph)
+        message = str(failure.value)
+        assert "epoch-000002" in message and "No space left on device" in message, message
+        assert re.search(r"; [\d.]+ (kB|bytes) free of 4\d\.\d kB\)", message), message
+        assert "the previous checkpoint" in message and "epoch-000001 is intact" in message
+        # nothing half-written is left, and the previous checkpoint resumes
+        assert sorted(p.name for p in disk.iterdir()) == ["epoch-000001"]
+        state = Checkpointer(disk).load_latest(config.to_dict(), None)
+        assert state is not None and state["epoch"] == 1
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+# ---------------------------------------------------------------------------- multi-process
+def _partitions(tmp_path, graph):
+    path = tmp_path / "parts"
+    if not path.exists():
+        result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
+        write_partitions(
+            graph, result.assignment, path, method=result.method, settings=result.settings
+        )
+    return str(path)
+
+
+def _train_and_signal(ctx, config, signal_rank, step_number):
+    """A distributed training rank; rank ``signal_rank`` alone receives SIGUSR1 at its optimiser
+    step ``step_number`` (the other rank never sees a signal, yet must stop after the same step)."""
+    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.loop import TrainingLoop
+
+    steps = DistMiniBatchSteps(config, ctx)
+    if ctx.rank == signal_rank:
+        _signal_self_at_step(steps.optimizer, step_number, signal.SIGUSR1)
+    try:
+        TrainingLoop(config, steps).run()
+    except Preempted as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("overlap", ["off", "on"])
+def test_one_rank_signalled_every_rank_stops_after_the_same_step(tmp_path, graph, overlap):
+    """SIGUSR1 on rank 1 only: both ranks agree on the step, write one mid-epoch checkpoint, and the
+    resumed job ends bit-identical to an uninterrupted one (with the prefetch thread too, whose
+    collectives must stay matched when the epoch ends early)."""
+    path = _partitions(tmp_path, graph)
+    straight, interrupted = tmp_path / f"straight-{overlap}", tmp_path / f"interrupted-{overlap}"
+    run_workers(_train_and_signal, 2, _config(straight, partitions=path, overlap=overlap), 0, 0)
+    per_epoch = -(-len(graph.train_idx) // BATCH)
+    config = _config(interrupted, partitions=path, overlap=overlap)
+    messages = run_workers(_train_and_signal, 2, config, 1, per_epoch + 4, timeout_s=30)
+    assert messages[0] == messages[1]
+    assert messages[0].startswith(f"stopped by SIGUSR1 in epoch 2 after batch 4 of {per_epoch}")
+    assert Checkpointer(interrupted).complete()[-1].name == "epoch-000001-batch-000004"
+    resumed = _config(interrupted, resume=True, partitions=path, overlap=overlap)
+    run_workers(_train_and_signal, 2, resumed, 0, 0)
+    _assert_same_weights(_weights(straight), _weights(interrupted))
+
+
+def _prefetch_then_meet(ctx, slow_rank, stop_after):
+    """Consume ``stop_after`` items of a prefetched stream whose producer all-reduces per item on
+    the data group (rank ``slow_rank``'s producer is slow), close it early, then all-reduce on the
+    data group again: it only matches if both producers issued the same collectives."""
+
+    def source():
+        for i in range(50):
+            if ctx.rank == slow_rank:
+                time.sleep(0.05)
+            t = torch.tensor([i])
+            dist.all_reduce(t, group=ctx.data_group)
+            yield int(t)
+
+    stream = iter(Prefetcher(source(), depth=2))
+    got = [next(stream) for _ in range(stop_after)]
+    if ctx.rank != slow_rank:
+        time.sleep(0.5)  # let this rank's producer run ahead and fill its queue
+    stream.close()
+    marker = torch.tensor([1000 + ctx.rank])
+    dist.all_reduce(marker, group=ctx.data_group)
+    return got, int(marker)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_prefetcher_closed_early_leaves_collectives_matched():
+    results = run_workers(_prefetch_then_meet, 2, 1, 5, timeout_s=10)
+    assert results == [([0, 2, 4, 6, 8], 2001)] * 2
+
+
+def _stall_or_crawl(ctx, behaviour, steps):
+    for step in range(steps):
+        if ctx.rank == 1:
+            if behaviour == "stall" and step == 3:
+                os.kill(os.getpid(), signal.SIGSTOP)  # stopped: cannot act on SIGTERM
+            if behaviour == "crawl":
+                time.sleep(0.3)  # 3x the peer's step time, well within the collective timeout
+        time.sleep(0.1)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+    return "done"
+
+
+def _run_in_job(fn, timeout_s, *args):
+    from shardgnn.distributed.context import init_distributed, shutdown
+
+    ctx = init_distributed(device="cpu", timeout_s=timeout_s)
+    result = fn(ctx, *args)
+    shutdown()
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_stalled_worker_is_killed_seconds_after_its_peer_times_out():
+    start = time.perf_counter()
+    with pytest.raises(WorkerFailedError) as failure:
+        launch_local(_run_in_job, (_stall_or_crawl, 5.0, "stall", 30), 2, timeout_s=120)
+    elapsed = time.perf_counter() - start
+    # rank 0's collective times out after 5 s; the stopped rank 1 is SIGKILLed 3 s later (elastic
+    # alone would SIGTERM it, which a stopped process ignores, and wait 30 s more)
+    assert elapsed < 5 + 3 + 12, elapsed
+    summary = failure.value.summary("train")
+    assert "rank 1" in summary and "stalled" in summary, summary
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_worker_three_times_slower_than_its_peer_is_not_killed():
+    results = launch_local(_run_in_job, (_stall_or_crawl, 5.0, "crawl", 15), 2, timeout_s=120)
+    assert results == {0: "done", 1: "done"}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_sigterm_to_the_launcher_checkpoints_and_exits_for_requeue(tmp_path, graph):
+    """`shardgnn train --workers 2` sent SIGTERM (as SLURM does before a preemption): the workers
+    finish their step, save, the command prints one line and exits 75; `--resume` finishes the
+    run with the weights of an uninterrupted one."""
+    from shardgnn.graph.io import save_graph
+
+    data = tmp_path / "graph"
+    save_graph(graph, data)
+    path = _partitions(tmp_path, graph)
+
+    def command(directory, *extra):
+        return [
+            sys.executable, "-m", "shardgnn", "train", f"graph:{data}", "--partitions", path,
+            "--workers", "2", "--epochs", "20", "--batch-size", "16", "--hidden", "16",
+            "--fanouts", "5,5", "--seed", "3", "--checkpoint-dir", str(directory),
+            "--overlap", "off", "--quiet", *extra,
+        ]  # fmt: skip
+
+    straight = tmp_path / "straight"
+    subprocess.run(command(straight), check=True, capture_output=True, timeout=300)
+    interrupted = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        command(interrupted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the first epoch line: training is under way
+        if re.match(r"epoch +1/20 ", line):
+            break
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert time.perf_counter() - sent < 30
+    assert proc.returncode == REQUEUE_EXIT_CODE, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("shardgnn train: stopped by SIGTERM"), err
+    assert "--resume" in lines[0]
+    subprocess.run(command(interrupted, "--resume"), check=True, capture_output=True, timeout=300)
+    _assert_same_weights(_weights(straight), _weights(interrupted))
