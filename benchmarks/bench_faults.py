@@ -268,10 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument(
-        "--into-epoch-s", type=float, default=1.0, help="fault this long after epoch 1"
+        "--into-epoch-s", type=float, default=0.5, help="fault this long after epoch 1"
     )
     parser.add_argument("--deadline-s", type=float, default=180.0)
     parser.add_argument("--oom-limit-mb", type=int, default=64)

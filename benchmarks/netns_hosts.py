@@ -1,8 +1,8 @@
 r"""Fault tests across "hosts" made of Linux network namespaces: cut the network mid-job, measure
 how long every host takes to end.
 
-Needs Linux, root, ``ip`` (iproute2), ``unshare`` and ``hostname`` (util-linux), and ``tc`` for
-``--fault drop``. Everything it creates is torn down in ``finally`` blocks (namespaces, veth pairs,
+Needs Linux, root, ``ip`` (iproute2), ``unshare`` and ``hostname`` (util-linux); ``--gdb-at``
+needs ``gdb``. Everything it creates is torn down in ``finally`` blocks (namespaces, veth pairs,
 every process it started, its scratch directory), also on Ctrl-C, SIGTERM and errors, and a hard
 deadline kills whatever is still running.
 
@@ -19,7 +19,8 @@ of its own hostname (no ``--local-addr``, ``is_host`` or ``GLOO_SOCKET_IFNAME`` 
 Faults (``--fault``). ``down``: ``ip link set sgnet0 down`` inside host ``--fault-host`` (with
 veth, the peer loses its carrier; nothing is closed, packets just stop, as with a dead cable or
 switch). ``switch-down``: the switch port of ``--fault-host`` goes down (bridge topology).
-``drop``: ``tc netem loss 100%`` on every host's interface (links stay up, every packet is lost).
+``drop`` (bridge topology): every switch port is set to the bridge state "disabled" (every link
+stays up with its carrier, the switch silently drops every frame).
 
 Measurements (per host, seconds from the fault): the first output line matching each ``--event``
 regex (default ``collective`` = CollectiveError, ``store`` = a rendezvous/store error), when the
@@ -81,7 +82,7 @@ SRC = REPO / "src"
 IFACE = "sgnet0"
 DEFAULT_EVENTS = {
     "collective": r"CollectiveError",
-    "store": r"RendezvousConnectionError|DistStoreError|Socket Timeout|store.*(fail|unreach)",
+    "store": r"RendezvousConnectionError|DistStoreError|DistNetworkError|Socket Timeout",
     "watchdog": r"torchrun watchdog:",
 }
 _PR_SET_PDEATHSIG = 1
@@ -241,6 +242,8 @@ class NetnsHosts:
 
     # -- faults
     def fault(self, mode: str, host: int) -> str:
+        if mode == "none":
+            return "(none)"
         if mode == "down":
             argv = ["ip", "-n", self.ns[host], "link", "set", IFACE, "down"]
             _run(argv)
@@ -252,21 +255,12 @@ class NetnsHosts:
             _run(argv)
             return shlex.join(argv)
         if mode == "drop":
+            if self.topology != "bridge":
+                raise ValueError("--fault drop needs --topology bridge")
             done = []
-            for ns in self.ns:
-                argv = [
-                    "tc",
-                    "-n",
-                    ns,
-                    "qdisc",
-                    "add",
-                    "dev",
-                    IFACE,
-                    "root",
-                    "netem",
-                    "loss",
-                    "100%",
-                ]
+            for i in range(self.n):  # the switch stops forwarding; every link stays up
+                argv = ["ip", "-n", self.switch, "link", "set", f"p{i}", "type", "bridge_slave",
+                        "state", "0"]  # fmt: skip
                 _run(argv)
                 done.append(shlex.join(argv))
             return "; ".join(done)
@@ -385,7 +379,9 @@ class Tracker:
                     dead = info is None or info[2] != start or info[1] in "ZX"
                     if info is not None and info[1] == "Z" and info[0] == me:
                         with contextlib.suppress(ChildProcessError):
-                            _, status = os.waitpid(pid, os.WNOHANG)
+                            reaped, status = os.waitpid(pid, os.WNOHANG)
+                            if reaped == 0:  # a zombie leader whose other threads still exit
+                                continue
                             if key == run.root and run.exit_status is None:
                                 run.exit_status = os.waitstatus_to_exitcode(status)
                     if dead:
@@ -407,6 +403,30 @@ class Tracker:
                     os.kill(pid, signal.SIGKILL)
 
 
+def native_stacks(pid: int, frames: int = 14) -> list[str]:
+    """The native stack of every thread of ``pid`` (gdb -batch), one string per thread, keeping
+    the frames that name a function (torch's c10d symbols are exported)."""
+    if shutil.which("gdb") is None:
+        return ["gdb not installed"]
+    proc = subprocess.run(
+        ["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+         "-ex", f"thread apply all bt {frames}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    threads, current = [], []
+    for line in proc.stdout.splitlines():
+        if line.startswith("Thread "):
+            if current:
+                threads.append("\n".join(current))
+            current = [line.strip()]
+        elif line.startswith("#") and current:
+            m = re.match(r"#(\d+)\s+(?:0x[0-9a-f]+ in )?(.+?) \(", line)
+            current.append(f"  #{m.group(1)} {m.group(2)[:150]}" if m else "  " + line[:150])
+    if current:
+        threads.append("\n".join(current))
+    return threads or [proc.stderr[-500:]]
+
+
 class Deadline(Exception):
     pass
 
@@ -425,6 +445,8 @@ def run_hosts(
     events: dict[str, str],
     log_dir: Path,
     tail: int = 8,
+    term_after: float | None = None,
+    gdb_at: float | None = None,
 ) -> dict:
     """Start ``argvs[i]`` on host i, wait until ``ready_pattern`` appears in any host's output
     (or not at all when None), wait ``fault_after`` more seconds, inject the fault, wait until
@@ -471,10 +493,31 @@ def run_hosts(
             f"[netns_hosts] fault at {t_fault - t_start:.1f} s: {result['fault']['command']}",
             flush=True,
         )
-        # 3. wait for every tree to be gone
+        # 3. wait for every tree to be gone (SIGTERM to every host's command at term_after)
+        termed = term_after is None
         while time.monotonic() < t_fault + deadline:
             if all(r.gone_at is not None for r in runs):
                 break
+            if (
+                gdb_at is not None
+                and "stacks" not in result
+                and time.monotonic() >= t_fault + gdb_at
+            ):
+                result["stacks"] = {
+                    hosts.names[r.index]: native_stacks(r.root[0])
+                    for r in runs
+                    if r.root is not None and r.exited_at is None
+                }
+            if not termed and time.monotonic() >= t_fault + term_after:
+                termed = True
+                for run in runs:
+                    if run.root is not None and run.exited_at is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(run.root[0], signal.SIGTERM)
+                result["sigterm_at_s"] = round(time.monotonic() - t_fault, 2)
+                print(
+                    f"[netns_hosts] SIGTERM to every host's command at +{term_after} s", flush=True
+                )
             time.sleep(0.1)
         else:
             print(
@@ -498,7 +541,7 @@ def run_hosts(
         return None if t is None else round(t - ref, 2)
 
     for run, host in zip(runs, hosts.names):
-        nonempty = [text for _t, text in run.lines if text.strip()]
+        nonempty = [text for _t, text in run.lines if re.search(r"[A-Za-z0-9]", text)]
         entry = {
             "host": host,
             "command": shlex.join(run.argv),
@@ -562,6 +605,7 @@ def _watchdog(reap_grace: float, store_deadline: float | None, endpoint: str, pe
     """Thread body of the ``agent`` wrapper (see ``agent_main``)."""
     me = os.getpid()
     first_dead: dict[tuple[int, int], tuple[float, int]] = {}
+    labels: dict[tuple[int, int], str] = {}
     while True:
         time.sleep(period)
         now = time.monotonic()
@@ -571,16 +615,18 @@ def _watchdog(reap_grace: float, store_deadline: float | None, endpoint: str, pe
         except OSError:
             continue
         for pid, (ppid, state, start, status) in table.items():
+            key = (pid, start)
+            if ppid == me and state != "Z" and key not in labels:
+                labels[key] = _worker_label(pid)
             if ppid != me or state != "Z":
                 continue
-            key = (pid, start)
             if key not in first_dead:
                 first_dead[key] = (now, status)
             elif now - first_dead[key][0] >= reap_grace:
                 code = os.waitstatus_to_exitcode(status) if status else 0
                 cause = (
-                    f"worker pid {pid} ({_cmdline(pid)[:80] or '?'}) exited with code {code} "
-                    f"{now - first_dead[key][0]:.0f} s ago and the agent has not noticed: it is "
+                    f"worker {labels.get(key, f'pid {pid}')} exited with code {code} "
+                    f"{now - first_dead[key][0]:.0f} s ago and this agent has not noticed: it is "
                     f"stuck, most likely blocked on the rendezvous store at {endpoint} after a "
                     "network failure"
                 )
@@ -611,6 +657,19 @@ def _watchdog(reap_grace: float, store_deadline: float | None, endpoint: str, pe
 
 
 _STORE_CALLS: dict[int, tuple[float, str]] = {}
+
+
+def _worker_label(pid: int) -> str:
+    """``rank R (local rank L, pid P)`` from the environment torchrun gave the worker."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return f"pid {pid}"
+    rank, local = env.get(b"RANK"), env.get(b"LOCAL_RANK")
+    if rank is None:
+        return f"pid {pid}"
+    return f"rank {rank.decode()} (local rank {(local or b'?').decode()}, pid {pid})"
 
 
 def _patch_store_calls() -> None:
@@ -712,7 +771,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topology", choices=["veth", "bridge"], default="veth")
     p.add_argument("--prefix", default="sgnh", help="namespace/interface name prefix")
     p.add_argument("--subnet", default="10.77.0", help="hosts get SUBNET.1, SUBNET.2, ...")
-    p.add_argument("--fault", choices=["down", "switch-down", "drop"], default="down")
+    p.add_argument("--fault", choices=["down", "switch-down", "drop", "none"], default="down")
     p.add_argument("--fault-host", type=int, default=1, help="host whose link goes down")
     p.add_argument(
         "--deadline",
@@ -728,6 +787,20 @@ def add_common(p: argparse.ArgumentParser) -> None:
         help="also time the first output line matching REGEX after the fault",
     )
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--gdb-at",
+        type=float,
+        default=None,
+        help="this many seconds after the fault, record the native stacks of every thread of "
+        "each host's command still running (gdb -batch; shows which store call blocks)",
+    )
+    p.add_argument(
+        "--term-after",
+        type=float,
+        default=None,
+        help="send SIGTERM to every host's command this many seconds after the fault "
+        "(what an outer `timeout` or a scheduler would do)",
+    )
     p.add_argument("--json", default=None, help="write the measurements here")
     p.add_argument("--logs", default=None, help="keep the per-host logs in this folder")
     p.add_argument("--label", default="", help="free text stored in the JSON")
@@ -764,6 +837,8 @@ def execute(
             deadline=args.deadline,
             events=events,
             log_dir=log_dir,
+            term_after=args.term_after,
+            gdb_at=args.gdb_at,
         )
     finally:
         leftovers = hosts.teardown()

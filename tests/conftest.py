@@ -25,6 +25,31 @@ requires_shared_data = pytest.mark.skipif(
 )
 
 
+def final_weights(checkpoint_dir) -> dict:
+    """Rank 0's model weights in the newest complete checkpoint of ``checkpoint_dir``."""
+    import torch
+
+    from shardgnn.train.checkpoint import Checkpointer
+
+    last = Checkpointer(checkpoint_dir).complete()[-1]
+    return torch.load(Path(last) / "rank-0.pt", weights_only=True)["model"]
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    """Bit for bit: the same tensors under the same names."""
+    import torch
+
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+@pytest.fixture(scope="session")
+def checkpoint_graph():
+    """A 1,500-node synthetic graph with 150 training nodes, for checkpoint and fault tests."""
+    return generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
+
+
 @pytest.fixture(scope="session")
 def small_graph():
     """A 3,000-node synthetic graph (power-law degrees, 4 classes)."""

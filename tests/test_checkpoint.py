@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from shardgnn.distributed.launch import WorkerFailedError
 from shardgnn.errors import ConfigError
@@ -24,23 +23,13 @@ from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import run_training
 
+from conftest import assert_same_weights, final_weights
 from distributed_helpers import run_workers
 
 
 @pytest.fixture(scope="module")
-def graph():
-    return generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
-
-
-def _final_weights(directory) -> dict[str, torch.Tensor]:
-    last = Checkpointer(directory).complete()[-1]
-    return torch.load(Path(last) / "rank-0.pt", weights_only=True)["model"]
-
-
-def _assert_same_weights(a, b):
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+def graph(checkpoint_graph):
+    return checkpoint_graph
 
 
 def _single_config(directory, epochs, resume=False, mode="minibatch"):
@@ -64,7 +53,7 @@ def test_single_process_resume_is_bit_exact(tmp_path, graph, mode):
     interrupted = tmp_path / "interrupted"
     run_training(_single_config(interrupted, 2, mode=mode), graph)  # "killed" after epoch 2
     resumed = run_training(_single_config(interrupted, 4, resume=True, mode=mode), graph)
-    _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
+    assert_same_weights(final_weights(straight), final_weights(interrupted))
     assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]  # history carried over
     # Only the last two complete checkpoints are kept.
     assert [p.name for p in Checkpointer(interrupted).complete()] == [
@@ -159,7 +148,7 @@ def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
     assert re.search(r"rank 0: .*stage '\w+'", str(failure.value)), str(failure.value)
     assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000001"]
     run_workers(_train, 2, _dist_config(path, interrupted, resume=True), None)
-    _assert_same_weights(_final_weights(straight), _final_weights(interrupted))
+    assert_same_weights(final_weights(straight), final_weights(interrupted))
 
 
 _DYING_WORKER = """
@@ -241,6 +230,4 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph)
     restarted = torchrun([str(script)], tmp_path / "restarted")
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "resumed from" in restarted.stdout + restarted.stderr  # the second attempt picked it up
-    _assert_same_weights(
-        _final_weights(tmp_path / "straight"), _final_weights(tmp_path / "restarted")
-    )
+    assert_same_weights(final_weights(tmp_path / "straight"), final_weights(tmp_path / "restarted"))

@@ -18,7 +18,6 @@ import torch.distributed as dist
 
 from shardgnn.distributed.launch import WorkerFailedError, launch_local
 from shardgnn.errors import REQUEUE_EXIT_CODE, CheckpointError, Preempted
-from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import write_partitions
@@ -28,25 +27,15 @@ from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import LocalSteps, run_training
 
+from conftest import assert_same_weights, final_weights
 from distributed_helpers import run_workers
 
 BATCH = 16  # 10 batches per epoch on this graph's 150 training nodes
 
 
 @pytest.fixture(scope="module")
-def graph():
-    return generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
-
-
-def _weights(directory) -> dict[str, torch.Tensor]:
-    last = Checkpointer(directory).complete()[-1]
-    return torch.load(Path(last) / "rank-0.pt", weights_only=True)["model"]
-
-
-def _assert_same_weights(a, b):
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
+def graph(checkpoint_graph):
+    return checkpoint_graph
 
 
 def _config(directory, epochs=3, resume=False, **run):
@@ -101,7 +90,7 @@ def test_stop_signal_saves_mid_epoch_and_resume_is_bit_exact(tmp_path, graph, si
     ]
     assert signal.getsignal(signum) is not None  # handler restored (not ours any more)
     resumed = run_training(_config(interrupted, resume=True), graph)
-    _assert_same_weights(_weights(straight), _weights(interrupted))
+    assert_same_weights(final_weights(straight), final_weights(interrupted))
     # the resumed epoch carries the sums of its first batches: the same history
     assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in expected["epochs"]]
     assert [e["train_acc"] for e in resumed["epochs"]] == [
@@ -216,7 +205,7 @@ def test_one_rank_signalled_every_rank_stops_after_the_same_step(tmp_path, graph
     assert Checkpointer(interrupted).complete()[-1].name == "epoch-000001-batch-000004"
     resumed = _config(interrupted, resume=True, partitions=path, overlap=overlap)
     run_workers(_train_and_signal, 2, resumed, 0, 0)
-    _assert_same_weights(_weights(straight), _weights(interrupted))
+    assert_same_weights(final_weights(straight), final_weights(interrupted))
 
 
 def _prefetch_then_meet(ctx, slow_rank, stop_after):
@@ -331,4 +320,4 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_for_requeue(tmp_path, gra
     assert len(lines) == 1 and lines[0].startswith("shardgnn train: stopped by SIGTERM"), err
     assert "--resume" in lines[0]
     subprocess.run(command(interrupted, "--resume"), check=True, capture_output=True, timeout=300)
-    _assert_same_weights(_weights(straight), _weights(interrupted))
+    assert_same_weights(final_weights(straight), final_weights(interrupted))

@@ -18,7 +18,7 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
-from shardgnn.train.loop import EpochRun
+from shardgnn.train.epoch import EpochRun
 from shardgnn.train.single import run_training
 
 from distributed_helpers import run_workers

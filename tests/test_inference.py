@@ -14,7 +14,7 @@ from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import ModelConfig, build_model
 from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
-from shardgnn.train.loop import EpochRun
+from shardgnn.train.epoch import EpochRun
 
 from distributed_helpers import run_workers
 

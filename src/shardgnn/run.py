@@ -28,12 +28,23 @@ rendezvous. No SSH, no lists of addresses:
     #SBATCH --cpus-per-task=32
     #SBATCH --time=04:00:00
 
+    #SBATCH --signal=B:USR1@120          # preemption warning: USR1 120 s before the limit
+    #SBATCH --requeue
+
     export OMP_NUM_THREADS=$((SLURM_CPUS_PER_TASK / 4))
+    # On USR1: pass it on (srun -> torchrun -> workers: they finish the step, save, exit 75),
+    # wait for the save, requeue; the requeued job resumes from that step.
+    requeue() { kill -USR1 "$STEP"; wait "$STEP"; scontrol requeue "$SLURM_JOB_ID"; exit 0; }
+    trap requeue USR1
     # --kill-on-bad-exit: if one node's torchrun fails, SLURM ends the others at once.
     srun --kill-on-bad-exit=1 torchrun --nnodes $SLURM_NNODES --nproc-per-node 4 \
         --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d \
         --rdzv-endpoint $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29500 \
-        -m shardgnn.run train ogbn-products --partitions parts/products-16 --epochs 10
+        --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 --shutdown-timeout 100 \
+        -m shardgnn.run train ogbn-products --partitions parts/products-16 --epochs 10 \
+        --checkpoint-dir ckpt/ --resume &
+    STEP=$!
+    wait "$STEP"
 
 When a worker dies, its torchrun agent stops the other workers on that machine and exits non-zero
 (``--max-restarts K`` would restart the whole group up to K times instead); workers on the other

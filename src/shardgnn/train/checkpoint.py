@@ -23,6 +23,7 @@ weights are bit-identical (on CPU) to an uninterrupted run.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -143,12 +144,17 @@ class Checkpointer:
         self.barrier()
         error = None
         target = path / f"rank-{self.rank}.pt"
+        # Serialised in memory first: torch's zip writer reports a failed write as a RuntimeError
+        # without its errno ("unexpected pos ..."); a plain write says "No space left on device".
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
         try:
             path.mkdir(parents=True, exist_ok=True)
             with atomic_open(target, "wb") as fh:
-                torch.save(state, fh)
+                fh.write(buffer.getbuffer())
         except OSError as exc:  # full disk, quota, permissions: the temp file is gone already
             error = exc
+        del buffer
         # Every rank's file is in place before the checkpoint is declared complete; a rank that
         # could not write makes every rank stop here with the same error.
         self._agree_written(path, target, error)

@@ -39,8 +39,9 @@ from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.loop import EpochRecord, EpochRun, Steps
-from shardgnn.train.minibatch import count_correct, train_batches
+from shardgnn.train.epoch import EpochRun
+from shardgnn.train.loop import EpochRecord, Steps
+from shardgnn.train.minibatch import count_correct, train_epoch_batches
 from shardgnn.train.single import eval_sampler_config
 
 
@@ -264,27 +265,21 @@ class DistMiniBatchSteps(DistSteps):
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
-        done = run.resumed.batches if run.resumed is not None else 0
-        self.train_batches.set_epoch(run.epoch, start=done)
-        run.total_batches = done + len(self.train_batches)
-        stream = Prefetcher(self.train_stages) if self.overlap else self.train_stages
-        sums, stopped = train_batches(
+        trained = train_epoch_batches(
+            run,
+            self.train_batches,
+            Prefetcher(self.train_stages) if self.overlap else self.train_stages,
             self.ddp,
             self.optimizer,
-            stream,
             device=self.ctx.device,
             timer=self.timer,
-            desc=f"epoch {run.epoch + 1}",
-            show_progress=run.show_progress,
             orig_ids=self.pset.orig_ids,
             time_waits=self.overlap,
-            sums=run.resumed,
-            stop_requested=run.stop_requested,
         )
-        self.sampled_edges += sums.sampled_edges - (run.resumed.sampled_edges if done else 0)
-        if stopped:
-            run.stopped = sums
+        if trained is None:
             return None
+        sums, new_edges = trained
+        self.sampled_edges += new_edges
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
 

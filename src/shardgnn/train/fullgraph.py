@@ -30,7 +30,8 @@ from shardgnn.nn.models import build_model
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSteps, partition_dataset_record
-from shardgnn.train.loop import EpochRecord, EpochRun
+from shardgnn.train.epoch import EpochRun
+from shardgnn.train.loop import EpochRecord
 
 
 class DistFullGraphSteps(DistSteps):

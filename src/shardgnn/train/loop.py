@@ -18,7 +18,7 @@ import dataclasses
 import signal
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from shardgnn.errors import Preempted
 from shardgnn.timing import StageTimer
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.minibatch import EpochSums
+from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.stop import StopSignals
 
 
@@ -49,26 +49,6 @@ class EpochRecord:
     cache: dict[str, float | None] | None = None
     """distributed mini-batch: feature-fetch metrics of the epoch, summed over workers (hit rate,
     requested / missed / remote MB)"""
-
-
-@dataclasses.dataclass
-class EpochRun:
-    """What the loop asks of one epoch: where it starts and how it may end early.
-
-    Steps that run batches start after ``resumed.batches`` batches (a mid-epoch checkpoint), ask
-    ``stop_requested`` after every batch but the last, and when it says yes, stop there and put
-    this rank's sums in ``stopped``. Steps with one step per epoch (full graph) ignore both; the
-    loop asks again at the end of every epoch.
-    """
-
-    epoch: int
-    """0-based"""
-    show_progress: bool
-    resumed: EpochSums | None = None
-    stop_requested: Callable[[], bool] | None = None
-    stopped: EpochSums | None = None
-    total_batches: int | None = None
-    """set by batch steps: the epoch's number of batches"""
 
 
 class Steps(abc.ABC):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -16,20 +16,8 @@ from torch.nn import functional as F
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.timing import StageTimer
+from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.progress import progress
-
-
-@dataclasses.dataclass
-class EpochSums:
-    """What one worker's batches of an epoch add up to (summed over workers by the caller); a
-    mid-epoch checkpoint carries them, so the resumed epoch reports the same loss and accuracy."""
-
-    loss_sum: float = 0.0
-    correct: int = 0
-    count: int = 0
-    sampled_edges: int = 0
-    batches: int = 0
-    """batches of the epoch done (including those before a resume)"""
 
 
 def train_batches(
@@ -96,6 +84,38 @@ def train_batches(
     if stopped:
         getattr(iterator, "close", lambda: None)()
     return sums, stopped
+
+
+def train_epoch_batches(
+    run: EpochRun,
+    batcher: Any,
+    stream: Iterable[MiniBatch],
+    module: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    **kwargs: Any,
+) -> tuple[EpochSums, int] | None:
+    """Epoch ``run`` over ``stream``, the pipeline fed by ``batcher`` (a seed batcher with
+    ``set_epoch(epoch, start)``): from the batch a mid-epoch checkpoint reached, stopping early
+    when ``run.stop_requested`` says so (then ``None``, with this rank's sums in ``run.stopped``).
+    Returns this rank's sums and the edges sampled in this process (``kwargs``: the rest of
+    :func:`train_batches`' arguments)."""
+    done = run.resumed.batches if run.resumed is not None else 0
+    batcher.set_epoch(run.epoch, start=done)
+    run.total_batches = done + len(batcher)
+    sums, stopped = train_batches(
+        module,
+        optimizer,
+        stream,
+        desc=f"epoch {run.epoch + 1}",
+        show_progress=run.show_progress,
+        sums=run.resumed,
+        stop_requested=run.stop_requested,
+        **kwargs,
+    )
+    if stopped:
+        run.stopped = sums
+        return None
+    return sums, sums.sampled_edges - (run.resumed.sampled_edges if done else 0)
 
 
 @torch.no_grad()

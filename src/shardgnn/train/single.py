@@ -31,8 +31,9 @@ from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.loop import EpochRecord, EpochRun, Steps, TrainingLoop
-from shardgnn.train.minibatch import count_correct, train_batches
+from shardgnn.train.epoch import EpochRun
+from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
+from shardgnn.train.minibatch import count_correct, train_epoch_batches
 
 
 def resolve_device(name: str) -> torch.device:
@@ -168,24 +169,19 @@ class LocalSteps(Steps):
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         if self.config.mode == "full":
             return self._train_epoch_full()  # one step: a stop is acted on after the epoch
-        done = run.resumed.batches if run.resumed is not None else 0
-        self.train_loader.set_epoch(run.epoch, start=done)
-        run.total_batches = done + len(self.train_loader)
-        sums, stopped = train_batches(
+        trained = train_epoch_batches(
+            run,
+            self.train_loader,
+            self.train_loader,
             self.model,
             self.optimizer,
-            self.train_loader,
             device=self.device,
             timer=self.timer,
-            desc=f"epoch {run.epoch + 1}",
-            show_progress=run.show_progress,
-            sums=run.resumed,
-            stop_requested=run.stop_requested,
         )
-        self.sampled_edges += sums.sampled_edges - (run.resumed.sampled_edges if done else 0)
-        if stopped:
-            run.stopped = sums
+        if trained is None:
             return None
+        sums, new_edges = trained
+        self.sampled_edges += new_edges
         return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
 
     def _train_epoch_full(self) -> tuple[float, float]:
