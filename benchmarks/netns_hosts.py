@@ -19,8 +19,8 @@ of its own hostname (no ``--local-addr``, ``is_host`` or ``GLOO_SOCKET_IFNAME`` 
 Faults (``--fault``). ``down``: ``ip link set sgnet0 down`` inside host ``--fault-host`` (with
 veth, the peer loses its carrier; nothing is closed, packets just stop, as with a dead cable or
 switch). ``switch-down``: the switch port of ``--fault-host`` goes down (bridge topology).
-``drop`` (bridge topology): every switch port is set to the bridge state "disabled" (every link
-stays up with its carrier, the switch silently drops every frame).
+``drop`` (bridge topology): every switch port leaves the bridge (``ip link set pI nomaster``):
+every link stays up with its carrier, the frames reach the switch and go nowhere.
 
 Measurements (per host, seconds from the fault): the first output line matching each ``--event``
 regex (default ``collective`` = CollectiveError, ``store`` = a rendezvous/store error), when the
@@ -40,22 +40,13 @@ replaced per host::
 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint h0:PORT --rdzv-id ID [--torchrun-args]
 -m shardgnn.run train synthetic:nodes=N --partitions DIR --epochs E --timeout T``), waits for the
 first epoch line, takes the link down ``--fault-delay`` seconds later (mid-epoch) and measures.
-``--launcher wrapper`` runs the same agents through the ``agent`` subcommand below instead::
+``--launcher shardgnn`` runs the same agents as ``python -m shardgnn.torchrun`` (torchrun with
+a watchdog for an agent blocked on an unreachable rendezvous store, see that module)::
 
     python benchmarks/netns_hosts.py partition --timeout 20 --json /tmp/run.json
     python benchmarks/netns_hosts.py partition --timeout 20 \
         --torchrun-args "--rdzv-conf read_timeout=5,close_timeout=5 --shutdown-timeout 5"
-    python benchmarks/netns_hosts.py partition --timeout 20 --launcher wrapper --reap-grace 5
-
-``agent``: prototype of a fix, a drop-in for ``torchrun`` (same arguments after ``--``): runs
-``torch.distributed.run.main`` in this process with a watchdog thread. A torchrun agent cut off
-from the c10d store hangs inside a TCPStore call (see the report); while it hangs it does not poll
-its workers, so a worker that died stays a zombie. The watchdog exits the agent when a child has
-been dead but not reaped for ``--reap-grace`` seconds (and, optionally, when one rendezvous store
-call has been running for ``--store-deadline`` seconds), after killing the remaining workers and
-printing the cause::
-
-    python benchmarks/netns_hosts.py agent --reap-grace 5 -- --nnodes 2 ... -m shardgnn.run ...
+    python benchmarks/netns_hosts.py partition --launcher shardgnn --json /tmp/run.json
 """
 
 from __future__ import annotations
@@ -259,8 +250,7 @@ class NetnsHosts:
                 raise ValueError("--fault drop needs --topology bridge")
             done = []
             for i in range(self.n):  # the switch stops forwarding; every link stays up
-                argv = ["ip", "-n", self.switch, "link", "set", f"p{i}", "type", "bridge_slave",
-                        "state", "0"]  # fmt: skip
+                argv = ["ip", "-n", self.switch, "link", "set", f"p{i}", "nomaster"]
                 _run(argv)
                 done.append(shlex.join(argv))
             return "; ".join(done)
@@ -600,134 +590,6 @@ def print_summary(result: dict) -> None:
         )
 
 
-# ------------------------------------------------------------------------------ agent wrapper
-def _watchdog(reap_grace: float, store_deadline: float | None, endpoint: str, period: float):
-    """Thread body of the ``agent`` wrapper (see ``agent_main``)."""
-    me = os.getpid()
-    first_dead: dict[tuple[int, int], tuple[float, int]] = {}
-    labels: dict[tuple[int, int], str] = {}
-    while True:
-        time.sleep(period)
-        now = time.monotonic()
-        cause = None
-        try:
-            table = proc_table()
-        except OSError:
-            continue
-        for pid, (ppid, state, start, status) in table.items():
-            key = (pid, start)
-            if ppid == me and state != "Z" and key not in labels:
-                labels[key] = _worker_label(pid)
-            if ppid != me or state != "Z":
-                continue
-            if key not in first_dead:
-                first_dead[key] = (now, status)
-            elif now - first_dead[key][0] >= reap_grace:
-                code = os.waitstatus_to_exitcode(status) if status else 0
-                cause = (
-                    f"worker {labels.get(key, f'pid {pid}')} exited with code {code} "
-                    f"{now - first_dead[key][0]:.0f} s ago and this agent has not noticed: it is "
-                    f"stuck, most likely blocked on the rendezvous store at {endpoint} after a "
-                    "network failure"
-                )
-                break
-        if cause is None and store_deadline is not None:
-            for started, op in list(_STORE_CALLS.values()):
-                if now - started >= store_deadline:
-                    cause = (
-                        f"a call to the rendezvous store at {endpoint} ({op}) has not returned for "
-                        f"{now - started:.0f} s: the store is unreachable (network failure?)"
-                    )
-                    break
-        if cause is None:
-            continue
-        victims = [pid for pid, info in table.items() if info[0] == me and info[1] != "Z"]
-        print(
-            f"torchrun watchdog: {cause}; killing {len(victims)} remaining worker(s) and "
-            "exiting with code 1",
-            file=sys.stderr,
-            flush=True,
-        )
-        for pid in victims:  # elastic starts each worker in a session of its own
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        os._exit(1)
-
-
-_STORE_CALLS: dict[int, tuple[float, str]] = {}
-
-
-def _worker_label(pid: int) -> str:
-    """``rank R (local rank L, pid P)`` from the environment torchrun gave the worker."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
-    except OSError:
-        return f"pid {pid}"
-    rank, local = env.get(b"RANK"), env.get(b"LOCAL_RANK")
-    if rank is None:
-        return f"pid {pid}"
-    return f"rank {rank.decode()} (local rank {(local or b'?').decode()}, pid {pid})"
-
-
-def _patch_store_calls() -> None:
-    """Record the start of every rendezvous store call (C10dRendezvousBackend._call_store, the one
-    place the c10d rendezvous talks to its store) so the watchdog can see one that never returns."""
-    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
-
-    original = backend.C10dRendezvousBackend._call_store
-    counter = iter(range(1 << 62))
-
-    def timed(self, store_op, *args, **kwargs):
-        token = next(counter)
-        _STORE_CALLS[token] = (time.monotonic(), store_op)
-        try:
-            return original(self, store_op, *args, **kwargs)
-        finally:
-            _STORE_CALLS.pop(token, None)
-
-    backend.C10dRendezvousBackend._call_store = timed
-
-
-def agent_main(argv: list[str]) -> int:
-    """``agent [--reap-grace G] [--store-deadline S] -- TORCHRUN-ARGS``: torchrun with a watchdog.
-
-    The watchdog (a daemon thread of the agent process) ends the agent when it is stuck: a worker
-    process of this agent has been dead for G seconds without the agent reaping it (the agent polls
-    its workers every --monitor-interval, 0.1 s by default, so a dead unreaped worker means its
-    main loop is blocked), or, with S, one call of the c10d rendezvous to its store has been
-    running for S seconds. It prints one ``torchrun watchdog: ...`` line naming the cause,
-    SIGKILLs the remaining workers and exits with 1 (torchrun's code for a failed worker)."""
-    parser = argparse.ArgumentParser(prog="netns_hosts.py agent")
-    parser.add_argument("--reap-grace", type=float, default=5.0)
-    parser.add_argument("--store-deadline", type=float, default=None)
-    parser.add_argument("--period", type=float, default=0.5)
-    parser.add_argument("torchrun_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    rest = args.torchrun_args[1:] if args.torchrun_args[:1] == ["--"] else args.torchrun_args
-    endpoint = "?"
-    for i, a in enumerate(rest):
-        if a in ("--rdzv-endpoint", "--rdzv_endpoint") and i + 1 < len(rest):
-            endpoint = rest[i + 1]
-        elif a.startswith(("--rdzv-endpoint=", "--rdzv_endpoint=")):
-            endpoint = a.split("=", 1)[1]
-    if args.store_deadline is not None:
-        _patch_store_calls()
-    threading.Thread(
-        target=_watchdog,
-        args=(args.reap_grace, args.store_deadline, endpoint, args.period),
-        daemon=True,
-        name="torchrun-watchdog",
-    ).start()
-    from torch.distributed.run import main as torchrun_main
-
-    sys.argv = ["torchrun", *rest]
-    torchrun_main(rest)
-    return 0
-
-
 # ------------------------------------------------------------------------------ scenarios
 def ensure_partitions(nodes: int, out: Path, env: dict[str, str]) -> Path:
     if (out / "meta.json").exists():
@@ -856,8 +718,6 @@ def execute(
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["agent"]:
-        return agent_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
 
@@ -882,9 +742,12 @@ def main(argv: list[str] | None = None) -> int:
     part.add_argument("--rdzv-id", default="netns-fault")
     part.add_argument("--torchrun-args", default="", help="extra torchrun flags (one string)")
     part.add_argument("--train-args", default="", help="extra shardgnn train flags (one string)")
-    part.add_argument("--launcher", choices=["torchrun", "wrapper"], default="torchrun")
-    part.add_argument("--reap-grace", type=float, default=5.0, help="wrapper: see `agent`")
-    part.add_argument("--store-deadline", type=float, default=None, help="wrapper: see `agent`")
+    part.add_argument(
+        "--launcher",
+        choices=["torchrun", "shardgnn"],
+        default="torchrun",
+        help="plain torchrun, or `python -m shardgnn.torchrun` (torchrun bounded on faults)",
+    )
     part.add_argument("--ready", default=r"^epoch\s+\d+/", help="regex: training has started")
     part.add_argument("--ready-timeout", type=float, default=240.0)
     part.add_argument(
@@ -916,16 +779,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.launcher == "torchrun":
         launcher = torchrun_argv()
     else:
-        launcher = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "agent",
-            "--reap-grace",
-            str(args.reap_grace),
-        ]
-        if args.store_deadline is not None:
-            launcher += ["--store-deadline", str(args.store_deadline)]
-        launcher.append("--")
+        launcher = [sys.executable, "-m", "shardgnn.torchrun"]
     command = [
         *launcher,
         "--nnodes",

@@ -4,6 +4,7 @@ workers (never killed), a checkpoint that cannot be written (the previous one st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -321,3 +322,72 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_for_requeue(tmp_path, gra
     assert "--resume" in lines[0]
     subprocess.run(command(interrupted, "--resume"), check=True, capture_output=True, timeout=300)
     assert_same_weights(final_weights(straight), final_weights(interrupted))
+
+
+# ---------------------------------------------------------------------------------- torchrun
+_STUCK_AGENT = """
+import subprocess, sys, time
+from shardgnn.torchrun import watch_agent
+
+done = subprocess.Popen([sys.executable, "-c", "pass"])  # exits at once, never reaped: a zombie
+alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(alive.pid, flush=True)
+watch_agent("h0:29500", grace_s=1.0)  # exits the process
+"""
+
+
+def test_torchrun_watchdog_ends_an_agent_that_stopped_reaping_its_workers(tmp_path):
+    """The agent's main loop blocked (a store call across a broken network): a worker it does not
+    reap for the grace period makes the watchdog kill the rest and exit 1 with one line."""
+    script = tmp_path / "stuck_agent.py"
+    script.write_text(_STUCK_AGENT)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert time.perf_counter() - start < 20
+    assert "blocked on the rendezvous store at h0:29500" in done.stderr, done.stderr
+    alive_pid = int(done.stdout.split()[0])
+    time.sleep(0.2)
+    assert (
+        not Path(f"/proc/{alive_pid}").exists()
+        or "Z" in Path(f"/proc/{alive_pid}/stat").read_text().rsplit(")", 1)[1].split()[:1]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_path, graph):
+    """Under `python -m shardgnn.torchrun`, a stopped worker is SIGKILLed 3 s after its peer's
+    collective timed out (plain torchrun waits 30 s more: SIGTERM means nothing to it)."""
+    from shardgnn.distributed.launch import free_port
+    from shardgnn.graph.io import save_graph
+
+    data = tmp_path / "graph"
+    save_graph(graph, data)
+    path = _partitions(tmp_path, graph)
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions", path, "--epochs", "200",
+        "--batch-size", "16", "--hidden", "16", "--fanouts", "5,5", "--overlap", "off",
+        "--quiet", "--timeout", "5",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if re.match(r"epoch +2/200 ", line):
+            break
+    workers = sorted(
+        int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    )
+    os.kill(workers[-1], signal.SIGSTOP)  # torchrun starts local ranks in order: rank 1
+    stopped = time.perf_counter()
+    try:
+        proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(workers[-1], signal.SIGKILL)
+    # collective timeout 5 s + 3 s grace + start-up slack; plain torchrun: 5 + 30
+    assert time.perf_counter() - stopped < 5 + 3 + 10
+    assert proc.returncode != 0
+    assert not Path(f"/proc/{workers[-1]}").exists()

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("shardgnn.nn",),
     ("shardgnn.fullgraph",),
     ("shardgnn.train",),
-    ("shardgnn.cli", "shardgnn.run", "shardgnn.__main__"),
+    ("shardgnn.cli", "shardgnn.run", "shardgnn.torchrun", "shardgnn.__main__"),
 ]
 
 

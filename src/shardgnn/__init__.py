@@ -5,7 +5,7 @@ cycles; ``tests/test_layers.py`` enforces both, imports inside functions include
 
     base (errors, atomic, timing, options, seeding)
       <- graph <- partition <- distributed <- store <- sampling <- loader <- nn <- fullgraph
-      <- train <- cli (and run, the torchrun entry point)
+      <- train <- cli (and run, the worker entry point under torchrun; torchrun, the agent)
 """
 
 __version__ = "0.2.0"

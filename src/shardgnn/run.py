@@ -9,7 +9,7 @@ starts ``--nproc-per-node`` workers running this module, which takes the same ar
 ``shardgnn train``:
 
     # on every machine (same command, same --rdzv-id):
-    torchrun --nnodes 2 --nproc-per-node 4 \
+    python -m shardgnn.torchrun --nnodes 2 --nproc-per-node 4 \
         --rdzv-backend c10d --rdzv-endpoint node0.cluster:29500 --rdzv-id products-run1 \
         -m shardgnn.run train ogbn-products --partitions parts/products-8 --epochs 10
 
@@ -37,10 +37,11 @@ rendezvous. No SSH, no lists of addresses:
     requeue() { kill -USR1 "$STEP"; wait "$STEP"; scontrol requeue "$SLURM_JOB_ID"; exit 0; }
     trap requeue USR1
     # --kill-on-bad-exit: if one node's torchrun fails, SLURM ends the others at once.
-    srun --kill-on-bad-exit=1 torchrun --nnodes $SLURM_NNODES --nproc-per-node 4 \
-        --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d \
+    # shardgnn.torchrun: torchrun bounded on faults (network partitions, stalls; SIGUSR1 handled)
+    srun --kill-on-bad-exit=1 python -m shardgnn.torchrun --nnodes $SLURM_NNODES \
+        --nproc-per-node 4 --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d \
         --rdzv-endpoint $(scontrol show hostnames $SLURM_JOB_NODELIST | head -n1):29500 \
-        --signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1 --shutdown-timeout 100 \
+        --shutdown-timeout 100 \
         -m shardgnn.run train ogbn-products --partitions parts/products-16 --epochs 10 \
         --checkpoint-dir ckpt/ --resume &
     STEP=$!
