@@ -41,6 +41,7 @@ import torch
 
 from machine import machine_info
 from shardgnn.atomic import atomic_open, save_json
+from shardgnn.distributed.launch import free_port
 from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.progress import format_table
 
@@ -51,15 +52,16 @@ FAULTS = ("kill9", "sigstop", "sigterm", "oom", "diskfull", "slow")
 # ------------------------------------------------------------------------------------ processes
 def worker_pids(launcher_pid: int) -> dict[int, int]:
     """``{rank: pid}`` of the launcher's worker processes: its children started by
-    multiprocessing's ``spawn`` (not its resource tracker), which elastic starts in local-rank
-    order, so ascending pids are ranks 0, 1, ... (their ``RANK`` is set after exec, invisible in
-    ``/proc/PID/environ``)."""
+    multiprocessing's ``spawn`` (``shardgnn train --workers``; not its resource tracker) or running
+    ``shardgnn.run`` (torchrun), which elastic starts in local-rank order, so ascending pids are
+    ranks 0, 1, ..."""
     pids = []
     for task in Path(f"/proc/{launcher_pid}/task").glob("*"):
         with contextlib.suppress(OSError):
             for pid in map(int, (task / "children").read_text().split()):
                 with contextlib.suppress(OSError):
-                    if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if b"spawn_main" in cmdline or b"shardgnn.run" in cmdline:
                         pids.append(pid)
     return dict(enumerate(sorted(pids)))
 
@@ -120,12 +122,30 @@ def duty_cycle(pid: int, stop: threading.Event, period_s: float = 0.3) -> None:
 
 # ------------------------------------------------------------------------------------- one run
 def train_command(args, checkpoint: Path, log_dir: Path, resume: bool = False) -> list[str]:
-    return [
-        sys.executable, "-m", "shardgnn", "train", args.dataset, "--partitions", str(args.parts),
-        "--workers", "2", "--epochs", str(args.epochs), "--fanouts", "10,10",
-        "--batch-size", str(args.batch_size), "--checkpoint-dir", str(checkpoint),
-        "--log-dir", str(log_dir), "--overlap", "off", "--quiet",
+    """The job: ``shardgnn train --workers 2``, or 2 workers under (shardgnn's) torchrun."""
+    train = [
+        "train", args.dataset, "--partitions", str(args.parts), "--epochs", str(args.epochs),
+        "--fanouts", "10,10", "--batch-size", str(args.batch_size),
+        "--checkpoint-dir", str(checkpoint), "--overlap", "off", "--quiet",
         *(["--resume"] if resume else []),
+    ]  # fmt: skip
+    if args.launcher == "local":
+        return [
+            sys.executable,
+            "-m",
+            "shardgnn",
+            *train,
+            "--workers",
+            "2",
+            "--log-dir",
+            str(log_dir),
+        ]
+    agent = ["torch.distributed.run"] if args.launcher == "torchrun" else ["shardgnn.torchrun"]
+    return [
+        sys.executable, "-m", *agent, "--nnodes", "1", "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+        "-m", "shardgnn.run", *train,
     ]  # fmt: skip
 
 
@@ -211,7 +231,11 @@ def run_fault(fault: str, args, work: Path, reference) -> dict:
             detect_s=None if detected is None else round(detected - fault_time, 2),
             exit_s=round(exit_time - fault_time, 2),
             all_gone_s=round(gone_time - fault_time, 2),
-            console=[line.rstrip() for line in stderr_lines if line.strip()],
+            console=[
+                line.rstrip()
+                for line in stderr_lines
+                if line.strip() and (args.launcher == "local" or "shardgnn" in line)
+            ][-2:],
             saved=[p.name for p in complete],
             workers_left=sum(alive(pid) for pid in pids.values()),
         )
@@ -259,7 +283,8 @@ def markdown(report: dict) -> str:
         "resume bit-exact",
     ]
     return (
-        f"Fault matrix, 2 local workers, `{report['dataset']}`, {report['epochs']} epochs "
+        f"Fault matrix, 2 workers ({report['launcher']}), `{report['dataset']}`, "
+        f"{report['epochs']} epochs "
         f"(seconds after the fault)\n\n" + format_table(head, rows) + "\n"
     )
 
@@ -275,8 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deadline-s", type=float, default=180.0)
     parser.add_argument("--oom-limit-mb", type=int, default=64)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "faults.json"))
+    parser.add_argument(
+        "--launcher",
+        choices=["local", "torchrun", "shardgnn-torchrun"],
+        default="local",
+        help="`shardgnn train --workers 2`, plain torchrun, or `python -m shardgnn.torchrun`",
+    )
+    parser.add_argument("--out", default=None, help="default: benchmarks/out/faults-LAUNCHER.json")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = str(REPO / "benchmarks" / "out" / f"faults-{args.launcher}.json")
     args.dataset = f"synthetic:nodes={args.nodes}"
     with tempfile.TemporaryDirectory(prefix="shardgnn-faults-") as tmp:
         work = Path(tmp)
@@ -309,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "dataset": args.dataset,
         "epochs": args.epochs,
+        "launcher": args.launcher,
         "rows": rows,
     }
     out = Path(args.out)

@@ -391,3 +391,34 @@ def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_p
     assert time.perf_counter() - stopped < 5 + 3 + 10
     assert proc.returncode != 0
     assert not Path(f"/proc/{workers[-1]}").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchrun_wrapper_forwards_sigusr1_and_exits_for_requeue(tmp_path, graph):
+    """SLURM's early warning (SIGUSR1) to `python -m shardgnn.torchrun`: the workers save a
+    checkpoint at a common step and the agent exits 75 with one line of its own."""
+    from shardgnn.distributed.launch import free_port
+    from shardgnn.graph.io import save_graph
+
+    data = tmp_path / "graph"
+    save_graph(graph, data)
+    path = _partitions(tmp_path, graph)
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions", path, "--epochs", "200",
+        "--batch-size", "16", "--hidden", "16", "--fanouts", "5,5", "--overlap", "off",
+        "--quiet", "--checkpoint-dir", str(tmp_path / "ck"),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if re.match(r"epoch +2/200 ", line):
+            break
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == REQUEUE_EXIT_CODE, err[-2000:]
+    assert "shardgnn train: stopped by SIGUSR1" in err
+    assert "shardgnn.torchrun: stopped by SIGUSR1; every worker saved its checkpoint" in err
+    assert Checkpointer(tmp_path / "ck").complete()

@@ -24,7 +24,9 @@ This wrapper runs torchrun's own ``main`` in this process and adds:
   while the main thread is blocked: the store call releases the GIL;
 * after a worker failure, the other workers get the same seconds between SIGTERM and SIGKILL
   (instead of 30);
-* ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given.
+* ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given, and on such a
+  signal one line and exit code 75 (:data:`~shardgnn.errors.REQUEUE_EXIT_CODE`) when every worker
+  saved its checkpoint and exited 75, as ``shardgnn train`` does (torchrun: a traceback, exit 1).
 
 With them every host of a job ends within ``--timeout`` + ~7 s of a partition, with a named
 cause (measured: 50-52 s at the default 45 s timeout). Use it wherever the README says torchrun:
@@ -44,9 +46,11 @@ import threading
 import time
 
 from shardgnn.distributed.launch import FAILURE_GRACE_S
+from shardgnn.errors import REQUEUE_EXIT_CODE
 
 STOP_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 _POLL_S = 0.5
+_EXIT_CODES: list[int | None] = []  # the workers' exit codes when the agent last stopped them
 
 
 def _children() -> dict[int, tuple[str, int]]:
@@ -135,6 +139,8 @@ def _bound_failure_shutdown(grace_s: float) -> None:
 
     def close_soon(self, death_sig=None, timeout=None) -> None:
         close(self, death_sig, math.ceil(grace_s) if timeout is None else timeout)
+        handlers = getattr(self, "subprocess_handlers", None) or {}
+        _EXIT_CODES[:] = [h.proc.returncode for h in handlers.values()]
 
     def stop_workers(self, *args, **kwargs) -> None:
         self._shutdown(timeout=math.ceil(grace_s))
@@ -165,10 +171,27 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(
         target=watch_agent, args=(endpoint,), daemon=True, name="shardgnn-torchrun-watch"
     ).start()
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun_main
 
     sys.argv = ["torchrun", *argv]
-    torchrun_main(argv)
+    try:
+        torchrun_main(argv)
+    except SignalException as exc:
+        # SIGTERM/SIGUSR1 (preemption): the agent forwarded it and waited --shutdown-timeout.
+        name = signal.Signals(exc.sigval).name
+        if _EXIT_CODES and all(code == REQUEUE_EXIT_CODE for code in _EXIT_CODES):
+            print(
+                f"shardgnn.torchrun: stopped by {name}; every worker saved its checkpoint and "
+                f"exited {REQUEUE_EXIT_CODE} (requeue, then --resume)",
+                file=sys.stderr,
+            )
+            return REQUEUE_EXIT_CODE
+        print(
+            f"shardgnn.torchrun: stopped by {name}; worker exit codes {_EXIT_CODES or '?'}",
+            file=sys.stderr,
+        )
+        return 128 + int(exc.sigval)
     return 0
 
 
