@@ -68,6 +68,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shardgnn.torchrun import proc_table
+
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 IFACE = "sgnet0"
@@ -93,24 +95,6 @@ def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
 
 
 # ------------------------------------------------------------------------------ /proc helpers
-def proc_table() -> dict[int, tuple[int, str, int, int]]:
-    """pid -> (ppid, state, starttime, exit status) of every process, from /proc/PID/stat."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        # fields 3 (state), 4 (ppid), 22 (starttime), 52 (exit_code, a wait status)
-        exit_status = int(rest[49]) if len(rest) > 49 else 0
-        table[int(name)] = (int(rest[1]), rest[0].decode(), int(rest[19]), exit_status)
-    return table
-
-
 def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:

@@ -354,29 +354,35 @@ def test_torchrun_watchdog_ends_an_agent_that_stopped_reaping_its_workers(tmp_pa
     )
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_path, graph):
-    """Under `python -m shardgnn.torchrun`, a stopped worker is SIGKILLed 3 s after its peer's
-    collective timed out (plain torchrun waits 30 s more: SIGTERM means nothing to it)."""
+def _start_job(tmp_path, graph, *train_args: str) -> subprocess.Popen:
+    """2 workers under `python -m shardgnn.torchrun` on ``graph`` (saved as a graph directory),
+    returned once epoch 2 has begun (200 epochs: it runs until the test stops it)."""
     from shardgnn.distributed.launch import free_port
     from shardgnn.graph.io import save_graph
 
     data = tmp_path / "graph"
     save_graph(graph, data)
-    path = _partitions(tmp_path, graph)
     cmd = [
         sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-        "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions", path, "--epochs", "200",
-        "--batch-size", "16", "--hidden", "16", "--fanouts", "5,5", "--overlap", "off",
-        "--quiet", "--timeout", "5",
+        "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions",
+        _partitions(tmp_path, graph), "--epochs", "200", "--batch-size", "16", "--hidden", "16",
+        "--fanouts", "5,5", "--overlap", "off", "--quiet", *train_args,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
         if re.match(r"epoch +2/200 ", line):
             break
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_path, graph):
+    """Under `python -m shardgnn.torchrun`, a stopped worker is SIGKILLed 3 s after its peer's
+    collective timed out (plain torchrun waits 30 s more: SIGTERM means nothing to it)."""
+    proc = _start_job(tmp_path, graph, "--timeout", "5")
     workers = sorted(
         int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     )
@@ -398,24 +404,7 @@ def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_p
 def test_torchrun_wrapper_forwards_sigusr1_and_exits_for_requeue(tmp_path, graph):
     """SLURM's early warning (SIGUSR1) to `python -m shardgnn.torchrun`: the workers save a
     checkpoint at a common step and the agent exits 75 with one line of its own."""
-    from shardgnn.distributed.launch import free_port
-    from shardgnn.graph.io import save_graph
-
-    data = tmp_path / "graph"
-    save_graph(graph, data)
-    path = _partitions(tmp_path, graph)
-    cmd = [
-        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-        "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions", path, "--epochs", "200",
-        "--batch-size", "16", "--hidden", "16", "--fanouts", "5,5", "--overlap", "off",
-        "--quiet", "--checkpoint-dir", str(tmp_path / "ck"),
-    ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if re.match(r"epoch +2/200 ", line):
-            break
+    proc = _start_job(tmp_path, graph, "--checkpoint-dir", str(tmp_path / "ck"))
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == REQUEUE_EXIT_CODE, err[-2000:]

@@ -53,9 +53,10 @@ _POLL_S = 0.5
 _EXIT_CODES: list[int | None] = []  # the workers' exit codes when the agent last stopped them
 
 
-def _children() -> dict[int, tuple[str, int]]:
-    """``{pid: (state, starttime)}`` of this process's child processes, from ``/proc``."""
-    me, found = os.getpid(), {}
+def proc_table() -> dict[int, tuple[int, str, int, int]]:
+    """``{pid: (ppid, state, starttime, exit status)}`` of every process, from ``/proc/PID/stat``
+    (the exit status, a wait status, is readable while the process is a zombie)."""
+    table = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -64,11 +65,19 @@ def _children() -> dict[int, tuple[str, int]]:
                 data = fh.read()
         except OSError:
             continue
-        # after "(comm)": field 3 state, 4 ppid, ... 22 starttime
-        fields = data[data.rfind(b")") + 2 :].split()
-        if int(fields[1]) == me:
-            found[int(name)] = (fields[0].decode(), int(fields[19]))
-    return found
+        # after "(comm)": fields 3 (state), 4 (ppid), 22 (starttime), 52 (exit_code)
+        rest = data[data.rfind(b")") + 2 :].split()
+        exit_status = int(rest[49]) if len(rest) > 49 else 0
+        table[int(name)] = (int(rest[1]), rest[0].decode(), int(rest[19]), exit_status)
+    return table
+
+
+def _children() -> dict[int, tuple[str, int]]:
+    """``{pid: (state, starttime)}`` of this process's child processes."""
+    me = os.getpid()
+    return {
+        pid: (state, start) for pid, (ppid, state, start, _) in proc_table().items() if ppid == me
+    }
 
 
 def _label(pid: int) -> str:
