@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
         "shardgnn.timing",
         "shardgnn.options",
         "shardgnn.seeding",
+        "shardgnn.heap",
     ),
     ("shardgnn.graph",),
     ("shardgnn.partition",),

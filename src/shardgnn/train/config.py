@@ -13,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 from shardgnn.distributed.config import BITS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
+from shardgnn.heap import HEAP_MODES, configure_heap
 from shardgnn.nn.config import ModelConfig
 from shardgnn.options import (
     changed_settings,
@@ -209,6 +212,12 @@ class TrainConfig:
     threads: int | None = option(
         None, help="torch threads per process (unset: the cores, shared among local workers)"
     )
+    heap: str = option(
+        "reuse",
+        choices=HEAP_MODES,
+        help="reuse: the C heap keeps freed memory for the next batch (no page faults on every "
+        "large tensor; holds the heap's high-water mark); system: the C library's defaults",
+    )
     run: RunConfig = component(RunConfig, title="workers (distributed training)")
     fetch_bits: int = option(
         32,
@@ -326,6 +335,13 @@ class TrainConfig:
         return from_dict(cls, data, where=where)
 
 
+def apply_process_settings(config: TrainConfig) -> None:
+    """What ``config`` sets for the whole process: torch's thread count and the C heap mode."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    configure_heap(config.heap)
+
+
 # Settings that may differ between an interrupted run and its resumption: where and how the run
 # executes, not what it computes. (A cache or the storage tier change where rows come from, not
 # their values; with --fetch-bits < 32 a cached row keeps the rounding it arrived with.)
@@ -336,6 +352,7 @@ RESUMABLE_CHANGES = (
     "data_dir",
     "dataset",
     "threads",
+    "heap",
     "sampler.num_threads",
     "checkpoint.",
     "run.",

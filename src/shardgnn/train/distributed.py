@@ -38,7 +38,7 @@ from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
-from shardgnn.train.config import TrainConfig
+from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
@@ -79,8 +79,7 @@ class DistSteps(Steps):
     def __init__(self, config: TrainConfig, ctx: DistContext):
         self.config, self.ctx = config, ctx
         self.rank, self.world_size = ctx.rank, ctx.world_size
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
+        apply_process_settings(config)
         self.main_comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
         self.timer = StageTimer()
         assert config.run.partitions is not None

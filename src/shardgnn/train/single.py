@@ -30,7 +30,7 @@ from shardgnn.nn.models import GNN, build_model
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
-from shardgnn.train.config import TrainConfig
+from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
@@ -104,8 +104,7 @@ class LocalSteps(Steps):
 
     def __init__(self, config: TrainConfig, graph: Graph | None = None):
         self.config = config
-        if config.threads is not None:
-            torch.set_num_threads(config.threads)
+        apply_process_settings(config)
         self.device = resolve_device(config.device)
         spec = canonical_spec(config.dataset) if graph is None else None
         self.graph = graph if graph is not None else load_dataset(config.dataset, config.data_dir)
