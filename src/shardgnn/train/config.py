@@ -216,7 +216,7 @@ class TrainConfig:
         "reuse",
         choices=HEAP_MODES,
         help="reuse: the C heap keeps freed memory for the next batch (no page faults on every "
-        "large tensor; holds the heap's high-water mark); system: the C library's defaults",
+        "large tensor; holds the heap's high-water mark); system: the C library's stock settings",
     )
     run: RunConfig = component(RunConfig, title="workers (distributed training)")
     fetch_bits: int = option(
