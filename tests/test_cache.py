@@ -459,7 +459,8 @@ def _train_variants(ctx, path, variants):
             feature_norm="row",
             feature_storage=storage,
             cache=CacheConfig(**cache),
-            run=RunConfig(partitions=path, overlap="off"),
+            # Both workers share this host; the caches front rows that cross processes.
+            run=RunConfig(partitions=path, overlap="off", host_sharing="off"),
         )
         out[label] = train_with_context(config, ctx)
     return out

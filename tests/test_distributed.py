@@ -63,21 +63,31 @@ def test_even_assignment_prefers_local_seeds():
 
 
 # ---------------------------------------------------------------------------- multi-process
-def _sample_and_fetch(ctx, path, seed_lists):
+def _sample_and_fetch(ctx, path, seed_lists, sample_seeds, hosts=None):
+    """``hosts``: the ranks grouped as if by host (None: no sharing, everything through
+    collectives); a rank maps the parts of the others in its group. ``sample_seeds[r]``: rank
+    ``r``'s sampling seed."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.sampling.distributed import DistNeighborSampler
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.store.dist_graph import DistGraphStore
 
+    host_ranks = next((h for h in hosts if ctx.rank in h), ()) if hosts else ()
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
-    store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
+    store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm, host_ranks=host_ranks)
+    peers_x = {p: peer.part.x for p, peer in store.peers.items()}
+    peers_y = {p: peer.part.y for p, peer in store.peers.items()}
     out = []
     for replace, fanouts in ((False, (5, 3)), (True, (4, 4)), (False, (-1, 2))):
         sampler = DistNeighborSampler(store, SamplerConfig(fanouts=fanouts, replace=replace), comm)
-        sample = sampler.sample(torch.tensor(seed_lists[ctx.rank], dtype=torch.int64), seed=77)
-        x = DistFeatureStore(store.part.x, store.book, ctx.rank, comm).gather(sample.input_nodes)
-        y = DistFeatureStore(store.part.y, store.book, ctx.rank, comm).gather(sample.seeds)
+        seeds = torch.tensor(seed_lists[ctx.rank], dtype=torch.int64)
+        sample = sampler.sample(seeds, seed=sample_seeds[ctx.rank])
+        x_store = DistFeatureStore(store.part.x, store.book, ctx.rank, comm, peers=peers_x)
+        x = x_store.gather(sample.input_nodes)
+        y = DistFeatureStore(store.part.y, store.book, ctx.rank, comm, peers=peers_y).gather(
+            sample.seeds
+        )
         out.append(
             {
                 "blocks": [
@@ -96,8 +106,19 @@ def _sample_and_fetch(ctx, path, seed_lists):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("world", [2, 3])
-def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_graph_dist, world):
+@pytest.mark.parametrize(
+    "world, hosts, rank_seeds",
+    [
+        (2, None, False),
+        (3, None, False),
+        (3, None, True),  # each rank's draws follow its own seed, whoever serves them
+        (2, [(0, 1)], True),  # one host: no collective at all
+        (3, [(0, 2), (1,)], True),  # two hosts: rank 1's rows travel; 0 and 2 read each other's
+    ],
+)
+def test_distributed_sampling_and_fetch_equal_single_process(
+    tmp_path, arange_graph_dist, world, hosts, rank_seeds
+):
     from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
 
     path = make_partitions(tmp_path / "parts", arange_graph_dist, world)
@@ -105,7 +126,8 @@ def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_gr
     rng = np.random.default_rng(0)
     seed_lists = [rng.choice(full.num_nodes, 40, replace=False).tolist() for _ in range(world)]
     seed_lists[-1] = []  # a rank with nothing to sample still takes part in the collectives
-    results = run_workers(_sample_and_fetch, world, path, seed_lists)
+    sample_seeds = [77 + 1000 * r if rank_seeds else 77 for r in range(world)]
+    results = run_workers(_sample_and_fetch, world, path, seed_lists, sample_seeds, hosts)
     for rank, res in enumerate(results):
         for run in res["runs"]:
             ref = NeighborSampler(
@@ -113,7 +135,8 @@ def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_gr
                 full.indices,
                 SamplerConfig(fanouts=run["fanouts"], replace=run["replace"]),
             )
-            expect = ref.sample(torch.tensor(seed_lists[rank], dtype=torch.int64), seed=77)
+            seeds = torch.tensor(seed_lists[rank], dtype=torch.int64)
+            expect = ref.sample(seeds, seed=sample_seeds[rank])
             for got, want in zip(run["blocks"], expect.blocks):
                 for name, value in got.items():
                     want_value = getattr(want, name)
@@ -127,8 +150,16 @@ def test_distributed_sampling_and_fetch_equal_single_process(tmp_path, arange_gr
             assert torch.equal(run["x"], torch.from_numpy(np.asarray(full.x))[inputs])
             assert torch.equal(run["y"], torch.from_numpy(np.asarray(full.y))[expect.seeds])
     stats = results[0]["stats"]
-    assert stats["sample"]["bytes_sent"] == stats["sample"]["bytes_recv"] > 0
-    assert stats["fetch"]["bytes_sent"] > 0
+    if hosts is None:
+        assert stats["sample"]["bytes_sent"] == stats["sample"]["bytes_recv"] > 0
+        assert stats["fetch"]["bytes_sent"] > 0
+        assert stats["sample"]["host_bytes"] == stats["fetch"]["host_bytes"] == 0
+    elif len(hosts) == 1:  # nothing crosses a host: no collective moved a byte
+        assert stats["sample"]["calls"] == stats["fetch"]["calls"] == 0
+        assert stats["sample"]["host_bytes"] > 0 and stats["fetch"]["host_bytes"] > 0
+    else:
+        assert stats["sample"]["bytes_sent"] > 0 and stats["fetch"]["bytes_sent"] > 0
+        assert stats["sample"]["host_bytes"] > 0 and stats["fetch"]["host_bytes"] > 0
 
 
 def _eval_coverage(ctx, path):
@@ -176,7 +207,7 @@ def global_ids(path, split):
     return read_partitions(path, verify=False).global_split(split).tolist()
 
 
-def _train(ctx, path, overlap):
+def _train(ctx, path, overlap, host_sharing="auto"):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
@@ -189,7 +220,9 @@ def _train(ctx, path, overlap):
         batch_size=128,
         progress=False,
         seed=0,
-        run=RunConfig(partitions=path, overlap="on" if overlap else "off"),
+        run=RunConfig(
+            partitions=path, overlap="on" if overlap else "off", host_sharing=host_sharing
+        ),
     )
     return train_with_context(config, ctx)
 
@@ -199,14 +232,25 @@ def _train(ctx, path, overlap):
 def test_two_workers_match_one_worker_accuracy(tmp_path):
     g = generate(SyntheticConfig(nodes=5000, degree=10, classes=4, features=16, snr=1.5, seed=9))
     one = run_workers(_train, 1, make_partitions(tmp_path / "p1", g, 1, method="random"), False)[0]
-    two = run_workers(_train, 2, make_partitions(tmp_path / "p2", g, 2), True)
+    p2 = make_partitions(tmp_path / "p2", g, 2)
+    two = run_workers(_train, 2, p2, True)
     assert two[0]["test_acc"] == two[1]["test_acc"]  # reduced over ranks
     assert abs(two[0]["test_acc"] - one["test_acc"]) <= 0.01, (one["test_acc"], two[0]["test_acc"])
     assert one["test_acc"] > 0.75
     comm = two[0]["comm"]
     assert {"sample", "fetch", "allreduce"} <= set(comm)
-    assert all(comm[s]["bytes_sent"] > 0 for s in ("sample", "fetch", "allreduce"))
+    # Both workers share this host: sampling and fetching read the peer's mapped part directly.
+    assert all(
+        comm[s]["bytes_sent"] == 0 and comm[s]["host_bytes"] > 0 for s in ("sample", "fetch")
+    )
+    assert comm["allreduce"]["bytes_sent"] > 0
     assert {"sample", "fetch", "compute"} <= set(two[0]["epochs"][0]["stages"])
+    # Reading a peer's rows in place gives the very same run as receiving them.
+    off = run_workers(_train, 2, p2, True, "off")
+    assert [e["loss"] for e in off[0]["epochs"]] == [e["loss"] for e in two[0]["epochs"]]
+    assert off[0]["test_acc"] == two[0]["test_acc"]
+    assert all(off[0]["comm"][s]["bytes_sent"] > 0 for s in ("sample", "fetch"))
+    assert all(off[0]["comm"][s]["host_bytes"] == 0 for s in ("sample", "fetch"))
 
 
 @pytest.mark.slow
@@ -257,7 +301,7 @@ def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
     assert (
         data["workers"] == 2
         and len(data["epochs"]) == 2
-        and data["comm"]["fetch"]["bytes_sent"] > 0
+        and data["comm"]["fetch"]["host_bytes"] > 0  # torchrun's workers found their host
     )
 
 

@@ -3,6 +3,9 @@
 Stages are free-form names (``sample``, ``fetch``, ``allreduce``, ``spmm``...). For each stage the
 communicator counts bytes sent to and received from *other* ranks (a rank's own slice of an
 all-to-all never leaves the process and is not counted) and the wall time spent in collectives.
+Bytes a rank reads straight from the memory of a peer on its own host (no collective) are counted
+apart, as ``host_bytes`` (:meth:`Communicator.record_host`): ``bytes_*`` cross hosts, or at least
+processes through the backend; ``host_bytes`` never leave the machine.
 
 All collectives of one communicator go through one process group and must be called in the same
 order on every rank (the usual collective contract). Every call has the group's timeout, so a
@@ -56,6 +59,8 @@ class CommStats:
     bytes_recv: int = 0
     time_s: float = 0.0
     calls: int = 0
+    host_bytes: int = 0
+    """bytes read from same-host peers' memory instead of received"""
 
     def as_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
@@ -72,8 +77,18 @@ class Communicator:
     def __init__(self, rank: int, world_size: int, group: dist.ProcessGroup | None = None):
         self.rank, self.world_size, self.group = rank, world_size, group
         self.stats: dict[str, CommStats] = defaultdict(CommStats)
+        self._declared: set[str] = set()
 
     # ------------------------------------------------------------------ accounting
+    def declare(self, stage: str) -> None:
+        """Report ``stage`` from now on even while this rank moves nothing through it.
+
+        The reports' reductions need the same stage names on every rank. A stage that only runs
+        collectives appears on every rank at once, but one served from same-host memory may see
+        no call at all on a rank with nothing to read while its peers record bytes."""
+        self._declared.add(stage)
+        self.stats[stage]  # noqa: B018 - creates the entry
+
     def record(self, stage: str, sent: int, recv: int, seconds: float) -> None:
         st = self.stats[stage]
         st.bytes_sent += int(sent)
@@ -81,9 +96,15 @@ class Communicator:
         st.time_s += seconds
         st.calls += 1
 
+    def record_host(self, stage: str, nbytes: int) -> None:
+        """Count ``nbytes`` this rank read from a same-host peer's memory (no collective)."""
+        self.stats[stage].host_bytes += int(nbytes)
+
     def reset(self) -> dict[str, CommStats]:
         out = dict(self.stats)
         self.stats = defaultdict(CommStats)
+        for stage in self._declared:
+            self.stats[stage]  # noqa: B018 - creates the entry
         return out
 
     # ------------------------------------------------------------------ collectives
@@ -224,48 +245,38 @@ class Communicator:
         """
         stats = dict(self.stats if stats is None else stats)
         names = sorted(stats)
-        values = torch.tensor(
-            [
-                [
-                    stats.get(n, CommStats()).bytes_sent,
-                    stats.get(n, CommStats()).bytes_recv,
-                    stats.get(n, CommStats()).time_s,
-                    stats.get(n, CommStats()).calls,
-                ]
-                for n in names
-            ],
-            dtype=torch.float64,
-        ).reshape(len(names), 4)
+        values = _stats_matrix([stats.get(n, CommStats()) for n in names])
         if self.world_size > 1 and names:
             with collective_guard("report", "all-reduce"):
                 dist.all_reduce(values, group=self.group)
-        return {
-            n: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
-            for n, v in zip(names, values.tolist())
-        }
+        return {n: _stats_from_row(v) for n, v in zip(names, values.tolist())}
 
     def gather_stats(self, stats: dict[str, CommStats]) -> dict[str, list[CommStats]]:
         """Every rank's per-stage stats (``out[stage][p]`` of rank ``p``), on every rank: for the
         maximum any one rank sends or receives. Every rank must hold the same stage names."""
         names = sorted(stats)
-        values = torch.tensor(
-            [
-                [stats[n].bytes_sent, stats[n].bytes_recv, stats[n].time_s, stats[n].calls]
-                for n in names
-            ],
-            dtype=torch.float64,
-        ).reshape(len(names), 4)
+        values = _stats_matrix([stats[n] for n in names])
         gathered = [values.clone() for _ in range(self.world_size)]
         if self.world_size > 1 and names:
             with collective_guard("report", "all-gather"):
                 dist.all_gather(gathered, values, group=self.group)
-        return {
-            n: [
-                CommStats(int(g[i, 0]), int(g[i, 1]), float(g[i, 2]), int(g[i, 3]))
-                for g in gathered
-            ]
-            for i, n in enumerate(names)
-        }
+        return {n: [_stats_from_row(g[i].tolist()) for g in gathered] for i, n in enumerate(names)}
+
+
+_STAT_FIELDS = tuple(f.name for f in dataclasses.fields(CommStats))
+
+
+def _stats_matrix(rows: list[CommStats]) -> torch.Tensor:
+    """``[stages, fields]`` float64 (exact for counts below 2**53), for one reduction."""
+    return torch.tensor(
+        [[float(getattr(st, f)) for f in _STAT_FIELDS] for st in rows], dtype=torch.float64
+    ).reshape(len(rows), len(_STAT_FIELDS))
+
+
+def _stats_from_row(row: list[float]) -> CommStats:
+    return CommStats(
+        **{f: (float(v) if f == "time_s" else int(v)) for f, v in zip(_STAT_FIELDS, row)}
+    )
 
 
 class PendingExchange:

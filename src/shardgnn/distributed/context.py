@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -36,6 +38,9 @@ class DistContext:
             fetch batch i+1 while the main thread all-reduces gradients of batch i (collectives
             of one group must be issued in the same order on every rank; two groups, one per
             thread, keeps that true).
+        host_ranks: the ranks on this rank's host, itself included, ascending: they can read each
+            other's memory and files (found at start-up from a host key every rank sends, see
+            :func:`host_key`; no setting to get right).
     """
 
     rank: int
@@ -47,6 +52,7 @@ class DistContext:
     timeout_s: float
     group: dist.ProcessGroup | None
     data_group: dist.ProcessGroup | None
+    host_ranks: tuple[int, ...] = ()
 
     @property
     def is_main(self) -> bool:
@@ -105,6 +111,7 @@ def init_distributed(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
     data_group = dist.new_group(backend="gloo", timeout=timeout)
+    host_ranks = _host_ranks(rank, world_size, data_group)
     return DistContext(
         rank=rank,
         world_size=world_size,
@@ -115,7 +122,37 @@ def init_distributed(
         timeout_s=timeout_s,
         group=dist.group.WORLD,
         data_group=data_group,
+        host_ranks=host_ranks,
     )
+
+
+def host_key() -> str:
+    """What identifies the machine this process runs on, as far as sharing memory and files goes:
+    the host name, the kernel's boot id, and the network and mount namespaces (two namespaces of
+    one machine are two hosts to us: they may not see each other's files, and a benchmark uses
+    them to stand for separate machines)."""
+    parts = [socket.gethostname()]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        pass
+    for ns in ("net", "mnt"):
+        try:
+            parts.append(f"{ns}:{os.stat(f'/proc/self/ns/{ns}').st_ino}")
+        except OSError:
+            pass
+    return "|".join(parts)
+
+
+def _host_ranks(rank: int, world_size: int, group: dist.ProcessGroup) -> tuple[int, ...]:
+    """The ranks whose :func:`host_key` equals this rank's (one all-gather of 8-byte digests)."""
+    digest = hashlib.blake2b(host_key().encode(), digest_size=8).digest()
+    mine = torch.tensor([int.from_bytes(digest, "little", signed=True)], dtype=torch.int64)
+    keys = [torch.empty_like(mine) for _ in range(world_size)]
+    with collective_guard("setup", "all-gather of host keys"):
+        dist.all_gather(keys, mine, group=group)
+    return tuple(p for p in range(world_size) if int(keys[p]) == int(mine))
 
 
 def shutdown() -> None:

@@ -1,16 +1,19 @@
 """Cross-worker neighbour sampling over ``torch.distributed`` all-to-all (no RPC).
 
 Per layer:
-  1. the frontier (unique global ids, dst nodes first) is bucketed by owner;
-  2. all-to-all: request ids to their owners;
+  1. the frontier (unique global ids, dst nodes first) is bucketed by owner; rows owned on this
+     host (this rank's, and same-host peers' whose parts are mapped here) are sampled right here;
+  2. all-to-all: request the other ids from their owners, each request headed by the requester's
+     layer seed (skipped when all ranks share a host);
   3. each owner samples its requested rows with the single-process kernel, keyed on the global id
-     (``id_offset = start``), so it draws exactly what a single process would;
+     (``id_offset = start``) and the requester's seed, so it draws exactly what a single process
+     sampling that rank's batch would;
   4. all-to-all: per-request neighbour counts back, then ``(neighbour, edge id)`` pairs;
   5. the requester restores frontier order and relabels locally, as the single-process sampler.
 
 The output is therefore identical to :class:`~shardgnn.sampling.neighbor.NeighborSampler` on the
-reassembled graph, for the same seeds and seed. Every rank must call :meth:`sample` the same
-number of times (possibly with no seeds): it is a collective.
+reassembled graph, for the same seeds and seed, whichever ranks share a host. Every rank must call
+:meth:`sample` the same number of times (possibly with no seeds): it is a collective.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.neighbor import SamplerConfig, sample_blocks, sample_neighbors
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.dist_graph import DistGraphStore
+
+_UINT64 = (1 << 64) - 1
+
+
+def _seed_to_int64(seed: int) -> int:
+    """A 64-bit seed as the int64 with the same bits (so it travels in an id tensor)."""
+    seed &= _UINT64
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
 
 
 class DistNeighborSampler:
@@ -37,45 +48,56 @@ class DistNeighborSampler:
     ):
         self.graph, self.config, self.comm, self.stage = graph, config, comm, stage
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
+        if graph.peers:
+            comm.declare(stage)
 
     @property
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
+    def _serve(
+        self, owner: int, asked: np.ndarray, fanout: int, seed: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Sample ``asked`` (global ids owned by ``owner``: this rank or a same-host peer, whose
+        CSR is mapped here): ``(per-row counts, [n, 2] (neighbour, edge id) pairs)``."""
+        g = self.graph
+        if owner == self.comm.rank:
+            indptr, indices, start, edge_offset = g.indptr, g.indices, g.start, g.edge_offset
+        else:
+            peer = g.peers[owner]
+            indptr, indices = peer.indptr, peer.part.indices
+            start, edge_offset = peer.start, peer.edge_offset
+        offsets, nbr, eid = sample_neighbors(
+            indptr, indices, asked - start, fanout, self.config.replace, seed, id_offset=start
+        )
+        eid += edge_offset
+        return np.diff(offsets), np.stack([nbr, eid], axis=1)
+
     def _sample_remote(
         self, frontier: np.ndarray, fanout: int, seed: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)`` in frontier order."""
+        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)`` in frontier order.
+
+        Rows owned on this host (this rank's and mapped peers') are sampled here; the others are
+        requested from their owners. Every draw is keyed on the global id, so who samples a row
+        does not change what is drawn.
+        """
         g, world, rank = self.graph, self.comm.world_size, self.comm.rank
         order, counts = bucket_by_owner(frontier, g.owner(frontier), world)
-        requests = list(torch.split(torch.from_numpy(frontier[order]), counts.tolist()))
-        incoming = self.comm.all_to_all(requests, self.stage)
-
-        # Serve every requester with one kernel call over all requested rows.
-        asked = torch.cat(incoming).numpy()
-        asked_per_peer = [len(t) for t in incoming]
-        offsets, nbr, eid = sample_neighbors(
-            g.indptr,
-            g.indices,
-            asked - g.start,
-            fanout,
-            self.config.replace,
-            seed,
-            id_offset=g.start,
-        )
-        eid += g.edge_offset
-        counts_served = np.diff(offsets)
-        row_bounds = np.cumsum([0] + asked_per_peer)
-        reply_counts = [
-            torch.from_numpy(counts_served[row_bounds[p] : row_bounds[p + 1]]) for p in range(world)
-        ]
-        pairs = torch.from_numpy(np.stack([nbr, eid], axis=1))
-        reply_pairs = [
-            pairs[offsets[row_bounds[p]] : offsets[row_bounds[p + 1]]] for p in range(world)
-        ]
-        got_counts = torch.cat(self.comm.all_to_all(reply_counts, self.stage)).numpy()
-        got_pairs = torch.cat(self.comm.all_to_all(reply_pairs, self.stage)).numpy()
-        assert rank == self.comm.rank and got_counts.shape[0] == frontier.shape[0]
+        grouped = np.split(frontier[order], np.cumsum(counts)[:-1])
+        on_host = {rank, *g.peers}
+        served: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for owner in sorted(on_host):
+            served[owner] = self._serve(owner, grouped[owner], fanout, seed)
+            if owner != rank:
+                pair_counts, pairs = served[owner]
+                self.comm.record_host(self.stage, 8 * grouped[owner].size + 8 * pair_counts.size)
+                self.comm.record_host(self.stage, pairs.nbytes)
+        if len(on_host) < world:
+            served.update(self._exchange(grouped, on_host, fanout, seed))
+        got_counts = np.concatenate([served[p][0] for p in range(world)])
+        got_pairs = np.concatenate([served[p][1] for p in range(world)])
+        assert got_counts.shape[0] == frontier.shape[0]
 
         # Replies arrive grouped by owner (order[j] is the frontier position of reply j): put each
         # node's segment back at its frontier position.
@@ -91,6 +113,44 @@ class DistNeighborSampler:
             total, dtype=np.int64
         )
         return out_offsets, got_pairs[gather, 0].copy(), got_pairs[gather, 1].copy()
+
+    def _exchange(
+        self, grouped: list[np.ndarray], on_host: set[int], fanout: int, seed: int
+    ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Ask the owners off this host for their rows (three all-to-alls: ids out, per-row counts
+        and pairs back) and serve what they ask of us. Every rank takes part, even with nothing
+        to ask: ranks on one host agree on who is on it, so all ranks of the job call this, or
+        none (when every rank shares one host).
+
+        A request starts with the requester's layer seed (one int64) and the owner draws with
+        it: the rows a rank samples for its batch depend on its seed only, not on who serves
+        them, so reading a same-host peer's CSR draws exactly what asking it would.
+        """
+        world, rank = self.comm.world_size, self.comm.rank
+        header = torch.tensor([_seed_to_int64(seed)], dtype=torch.int64)
+        requests = [
+            torch.cat([header, torch.from_numpy(grouped[p])])
+            if p not in on_host and grouped[p].size
+            else torch.zeros(0, dtype=torch.int64)
+            for p in range(world)
+        ]
+        incoming = self.comm.all_to_all(requests, self.stage)
+        reply_counts, reply_pairs = [], []
+        for request in incoming:
+            if request.numel():
+                requester_seed = int(request[0]) & _UINT64
+                counts, pairs = self._serve(rank, request[1:].numpy(), fanout, requester_seed)
+            else:
+                counts, pairs = np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
+            reply_counts.append(torch.from_numpy(counts))
+            reply_pairs.append(torch.from_numpy(pairs))
+        got_counts = self.comm.all_to_all(reply_counts, self.stage)
+        got_pairs = self.comm.all_to_all(reply_pairs, self.stage)
+        return {
+            p: (got_counts[p].numpy(), got_pairs[p].numpy().reshape(-1, 2))
+            for p in range(world)
+            if p not in on_host
+        }
 
     def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
         """Sample blocks for this rank's ``seeds`` (any owners); collective over the

@@ -1,5 +1,7 @@
 """The distributed feature store: rows live with their owners; ``gather`` fetches remote rows with
-two all-to-alls (ids out, rows back) and reads local rows directly. Bit-exact by construction.
+two all-to-alls (ids out, rows back) and reads local rows directly. Rows of same-host peers (whose
+part files this rank maps) are read directly too, and only rows owned off this host travel through
+the collectives. Bit-exact by construction.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ class DistFeatureStore(FeatureStore):
         comm: the communicator (all bytes are counted under ``stage``).
         stage: the communication stage name, e.g. ``fetch``.
         codec: remote rows travel quantised by this low-bit codec (``--fetch-bits``; None: exact).
+            Rows read from same-host peers are never quantised: they cost no transfer.
+        peers: the rows of same-host peers, by rank (each indexed by the peer's local row, e.g. a
+            memory map of its part file); their rows are read here, counted as ``host_bytes``.
     """
 
     def __init__(
@@ -34,14 +39,23 @@ class DistFeatureStore(FeatureStore):
         comm: Communicator,
         stage: str = "fetch",
         codec: RowCodec | None = None,
+        peers: dict[int, FeatureStore | np.ndarray] | None = None,
     ):
-        self.local = local if isinstance(local, FeatureStore) else LocalFeatureStore(local)
+        self.local = _as_store(local)
         self.book, self.rank, self.comm, self.stage, self.codec = book, rank, comm, stage, codec
         self.start, self.end = (int(v) for v in book.part_range(rank))
+        # This rank's rows are a peer of its own, at its own range: one code path reads both.
+        self._on_host = {rank: self.local} | {p: _as_store(a) for p, a in (peers or {}).items()}
+        self._starts = {p: int(book.part_range(p)[0]) for p in self._on_host}
+        # Whether any owner is off this host. Ranks of one host agree on who shares it, so either
+        # every rank's gather is a collective or none is (all ranks on one host).
+        self._any_off_host = len(self._on_host) < comm.world_size
+        if peers:
+            comm.declare(stage)
         self._row_shape = tuple(self.local.shape[1:])
         self.slow_rows = 0
-        """rows requested from a slow tier (peers; also own rows when on disk), for hit-rate
-        baselines"""
+        """rows requested from a slow tier (owners off this host; also own and same-host rows when
+        on disk), for hit-rate baselines"""
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -55,16 +69,37 @@ class DistFeatureStore(FeatureStore):
     def on_disk(self) -> bool:
         return self.local.on_disk
 
+    @property
+    def host_ranks(self) -> tuple[int, ...]:
+        """The owners whose rows this rank reads without a collective (itself included)."""
+        return tuple(sorted(self._on_host))
+
     def local_mask(self, ids: np.ndarray) -> np.ndarray:
-        return (ids >= self.start) & (ids < self.end)
+        return np.isin(self.book.owner(ids), self.host_ranks)
 
     @property
     def collective(self) -> bool:
-        return True
+        return self._any_off_host
 
     def read_local_into(self, ids: np.ndarray, out: torch.Tensor, positions: np.ndarray) -> None:
         if ids.shape[0]:
-            self.local.gather_into(torch.from_numpy(ids - self.start), out, positions)
+            owners = self.book.owner(ids)
+            order, counts = bucket_by_owner(ids, owners, self.comm.world_size)
+            self._read_on_host(ids[order], positions[order], counts, out)
+
+    def _read_on_host(
+        self, grouped: np.ndarray, positions: np.ndarray, counts: np.ndarray, out: torch.Tensor
+    ) -> None:
+        """``out[positions] = rows(grouped)`` for the on-host owners' segments of ``grouped``
+        (ids bucketed by owner, ``counts[p]`` of owner ``p``); peers' bytes are counted."""
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for owner, store in self._on_host.items():
+            lo, hi = bounds[owner], bounds[owner + 1]
+            if hi > lo:
+                rows = torch.from_numpy(grouped[lo:hi] - self._starts[owner])
+                store.gather_into(rows, out, positions[lo:hi])
+                if owner != self.rank:
+                    self.comm.record_host(self.stage, int(hi - lo) * self.row_bytes)
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         out = torch.empty((ids.shape[0], *self._row_shape), dtype=self.dtype)
@@ -80,20 +115,27 @@ class DistFeatureStore(FeatureStore):
         ids_np = ids.numpy()
         owners = self.book.owner(ids_np)
         order, counts = bucket_by_owner(ids_np, owners, world)
-        grouped = torch.from_numpy(ids_np[order])
-        requests = list(torch.split(grouped, counts.tolist()))
-        self.slow_rows += ids_np.shape[0] - (0 if self.on_disk else int(counts[self.rank]))
-        # Own rows are read below without a round trip; peers get our requests.
-        mine = requests[self.rank]
-        requests[self.rank] = mine[:0]
-        incoming = self.comm.all_to_all(requests, self.stage)
-        replies = [self.local.gather(req - self.start) for req in incoming]
-        rows = self.comm.all_to_all(replies, self.stage, codec=self.codec)
-        # Rows arrived grouped by owner; each owner's block is scattered straight to its output
-        # positions, own rows copied from the local store (no concatenated intermediate).
-        targets = np.split(positions[order], np.cumsum(counts)[:-1])
-        for owner, (block, where) in enumerate(zip(rows, targets)):
-            if owner == self.rank:
-                self.local.gather_into(mine - self.start, out, where)
-            elif where.shape[0]:
-                out.index_copy_(0, torch.from_numpy(where), block)
+        grouped, targets = ids_np[order], positions[order]
+        on_host_rows = sum(int(counts[p]) for p in self._on_host)
+        self.slow_rows += ids_np.shape[0] - (0 if self.on_disk else on_host_rows)
+        if self._any_off_host:
+            # Off-host owners get our requests; on-host owners (ourselves included) get none.
+            requests = [
+                torch.from_numpy(seg if p not in self._on_host else seg[:0])
+                for p, seg in enumerate(np.split(grouped, np.cumsum(counts)[:-1]))
+            ]
+            incoming = self.comm.all_to_all(requests, self.stage)
+            replies = [self.local.gather(req - self.start) for req in incoming]
+            rows = self.comm.all_to_all(replies, self.stage, codec=self.codec)
+            # Rows arrived grouped by owner; each block is scattered straight to its output
+            # positions (no concatenated intermediate).
+            for owner, (block, where) in enumerate(
+                zip(rows, np.split(targets, np.cumsum(counts)[:-1]))
+            ):
+                if owner not in self._on_host and where.shape[0]:
+                    out.index_copy_(0, torch.from_numpy(where), block)
+        self._read_on_host(grouped, targets, counts, out)
+
+
+def _as_store(rows) -> FeatureStore:
+    return rows if isinstance(rows, FeatureStore) else LocalFeatureStore(rows)

@@ -3,10 +3,15 @@
 Rank ``r`` owns part ``r``: the contiguous new-id range ``[start, end)``, its in-edge CSR
 (neighbour ids in the global numbering), and — replicated on every rank — the in-degree of every
 node (4 bytes a node), which GCN normalisation needs for remote neighbours.
+
+Ranks on one host also open each other's parts, memory-mapped (:attr:`DistGraphStore.peers`): the
+files sit once in the host's page cache, and a rank samples a same-host peer's nodes and reads its
+feature rows itself instead of asking the peer through a collective.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -16,6 +21,19 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import LocalPartition, read_partitions
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerPart:
+    """A same-host peer's part, as this rank reads it (memory-mapped, read-only)."""
+
+    part: LocalPartition
+    edge_offset: int
+    indptr: np.ndarray
+
+    @property
+    def start(self) -> int:
+        return self.part.start
 
 
 class DistGraphStore:
@@ -28,10 +46,19 @@ class DistGraphStore:
         edge_offset: global CSR position of this part's first edge (parts are concatenated in
             order, so ``local position + edge_offset`` is the position in the reassembled graph).
         degree: int32 ``[N]`` in-degree of every node (replicated).
+        peers: the parts of the other ranks on this host, by rank (empty: every peer is reached
+            through collectives).
     """
 
-    def __init__(self, part: LocalPartition, edge_offset: int, degree: np.ndarray):
+    def __init__(
+        self,
+        part: LocalPartition,
+        edge_offset: int,
+        degree: np.ndarray,
+        peers: dict[int, PeerPart] | None = None,
+    ):
         self.part = part
+        self.peers = dict(peers or {})
         self.book: PartitionBook = part.book
         self.start, self.end = part.start, part.end
         self.indptr = np.ascontiguousarray(part.indptr, dtype=np.int64)
@@ -47,8 +74,10 @@ class DistGraphStore:
         world_size: int,
         comm: Communicator,
         verify: bool = True,
+        host_ranks: tuple[int, ...] = (),
     ) -> "DistGraphStore":
-        """Open part ``rank`` of the partition directory (checks its files) and gather degrees.
+        """Open part ``rank`` of the partition directory (checks its files) and gather degrees;
+        also open, memory-mapped, the parts of the other ``host_ranks`` (same-host peers).
 
         Collective: every rank must call it.
         """
@@ -59,14 +88,25 @@ class DistGraphStore:
                 f"run with --workers {pset.num_parts} or re-partition with --parts {world_size}"
             )
         part = pset.load_part(rank, mmap=True, verify=verify)
-        edge_offset = sum(int(info["num_edges"]) for info in pset.meta["parts"][:rank])
+
+        def edge_offset_of(p: int) -> int:
+            return sum(int(info["num_edges"]) for info in pset.meta["parts"][:p])
+
+        edge_offset = edge_offset_of(rank)
+        # The owner verifies its own files; peers trust that and only map them.
+        peers = {}
+        for p in host_ranks:
+            if p != rank:
+                peer = pset.load_part(p, mmap=True, verify=False)
+                indptr = np.ascontiguousarray(peer.indptr, dtype=np.int64)
+                peers[p] = PeerPart(peer, edge_offset_of(p), indptr)
         local_degree = torch.from_numpy(np.diff(np.asarray(part.indptr)).astype(np.int32))
         # All ranks' degree blocks, in rank (= id range) order: one all-to-all that sends the own
         # block to every peer.
         received = comm.all_to_all([local_degree] * world_size, stage="setup")
         degree = torch.cat(received).numpy()
         assert degree.shape[0] == pset.num_nodes
-        return cls(part, edge_offset, degree)
+        return cls(part, edge_offset, degree, peers)
 
     @property
     def num_nodes(self) -> int:
@@ -75,3 +115,6 @@ class DistGraphStore:
     def owner(self, ids: np.ndarray) -> np.ndarray:
         """Part (= rank) owning each global id."""
         return self.book.owner(ids)
+
+
+__all__ = ["DistGraphStore", "PeerPart"]

@@ -406,6 +406,7 @@ def restore_state(
     loop.history = [record_type(**r) for r in state["history"]]
     loop.best_val, loop.best_epoch = float(state["best_val"]), int(state["best_epoch"])
     loop.best_state = dict(state["best_state"]) or None
-    loop.comm_total = {k: list(v) for k, v in state["comm_total"].items()}
+    # Checkpoints before same-host reads carry 4 counters per stage; host_bytes starts at 0.
+    loop.comm_total = {k: list(v) + [0] * (5 - len(v)) for k, v in state["comm_total"].items()}
     loop.partial = dict(state.get("partial") or {}) or None
     return loop

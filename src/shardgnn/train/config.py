@@ -36,6 +36,7 @@ from shardgnn.store.cache.config import CacheConfig
 MODES = ("minibatch", "full")
 FEATURE_STORAGE = ("memory", "disk")
 OVERLAP = ("auto", "on", "off")
+HOST_SHARING = ("auto", "off")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -140,6 +141,14 @@ class RunConfig(LaunchConfig):
         choices=OVERLAP,
         help="sample and fetch the next batch in a background thread while training on the current "
         "one; auto: on when every worker has at least two cores",
+    )
+
+    host_sharing: str = option(
+        "auto",
+        choices=HOST_SHARING,
+        help="auto: workers on one host read each other's graph and feature rows from the mapped "
+        "partition files (found at start-up; only rows owned on other hosts travel through "
+        "collectives); off: every remote row travels through collectives",
     )
 
     def __post_init__(self) -> None:

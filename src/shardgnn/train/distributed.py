@@ -72,6 +72,12 @@ def partition_dataset_record(
     }
 
 
+def _mapped_rows(rows: np.ndarray, feature_norm: str) -> LocalFeatureStore:
+    """A store over memory-mapped feature rows, normalised per gathered row (bit for bit what
+    :func:`normalize_features` gives; ``standard`` is refused for distributed runs)."""
+    return LocalFeatureStore(rows, row_divisor=row_sums(rows) if feature_norm == "row" else None)
+
+
 class DistSteps(Steps):
     """What every distributed kind of training shares: the context, the communicators and the
     reductions over ranks."""
@@ -127,32 +133,46 @@ class DistMiniBatchSteps(DistSteps):
         )
         self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
         self.comms = (self.data_comm, self.main_comm)
-        self.graph = DistGraphStore.open(self.pset.path, ctx.rank, ctx.world_size, self.data_comm)
+        # Ranks on this host map each other's part files (--host-sharing auto): sampling and
+        # feature reads of their nodes need no collective.
+        host_ranks = ctx.host_ranks if config.run.host_sharing == "auto" else ()
+        self.graph = DistGraphStore.open(
+            self.pset.path, ctx.rank, ctx.world_size, self.data_comm, host_ranks=host_ranks
+        )
         part = self.graph.part
         self._check_labelled(part.x is not None, part.y is not None)
         if config.feature_storage == "disk":
             # Rows stay in the memory-mapped part file and are read on demand; row normalisation is
             # applied per gathered row (its scales computed in one chunked pass).
             x_local = part.x
-            x_store = LocalFeatureStore(
-                part.x, row_divisor=row_sums(part.x) if config.feature_norm == "row" else None
-            )
+            x_store = _mapped_rows(part.x, config.feature_norm)
         else:
             x_local = normalize_features(np.array(part.x, dtype=np.float32), config.feature_norm)
             x_store = LocalFeatureStore(x_local)
+        # Same-host peers' rows stay in their mapped files (one copy in the page cache for the
+        # host), normalised per gathered row exactly as their owner normalises them.
+        peer_x = {
+            p: _mapped_rows(peer.part.x, config.feature_norm)
+            for p, peer in self.graph.peers.items()
+        }
+        peer_y = {
+            p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
+        }
         book = self.graph.book
         codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
+
+        def dist_rows(local, peers, stage: str, codec=None) -> DistFeatureStore:
+            return DistFeatureStore(
+                local, book, ctx.rank, self.data_comm, stage, codec=codec, peers=peers
+            )
+
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
-        self.fetch_store = DistFeatureStore(
-            x_store, book, ctx.rank, self.data_comm, "fetch", codec=codec
-        )
+        self.fetch_store = dist_rows(x_store, peer_x, "fetch", codec)
         y_local = np.asarray(part.y, dtype=np.int64)
-        self.labels = DistFeatureStore(y_local, book, ctx.rank, self.data_comm, "labels")
-        eval_features = DistFeatureStore(
-            x_store, book, ctx.rank, self.data_comm, "eval", codec=codec
-        )
-        eval_labels = DistFeatureStore(y_local, book, ctx.rank, self.data_comm, "eval")
+        self.labels = dist_rows(y_local, peer_y, "labels")
+        eval_features = dist_rows(x_store, peer_x, "eval", codec)
+        eval_labels = dist_rows(y_local, peer_y, "eval")
         rank_seed = mix_seed(config.seed, ctx.rank)
         # Every rank reads all parts' (small) split index files once: the seed split is a pure
         # function of the global ids, computed identically everywhere.
@@ -190,9 +210,7 @@ class DistMiniBatchSteps(DistSteps):
                     book.num_nodes,
                 )
 
-            fill = DistFeatureStore(
-                x_store, book, ctx.rank, self.data_comm, "cache_setup", codec=codec
-            )
+            fill = dist_rows(x_store, peer_x, "cache_setup", codec)
             self.cache = build_cache(
                 config.cache,
                 self.fetch_store,

@@ -94,7 +94,7 @@ class Steps(abc.ABC):
 
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
         """Per-epoch metrics beyond loss and accuracy (collective); ``epoch_comm``: this rank's
-        ``[bytes_sent, bytes_recv, seconds, calls]`` per stage in the epoch."""
+        ``[bytes_sent, bytes_recv, seconds, calls, host_bytes]`` per stage in the epoch."""
         return None
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
@@ -293,10 +293,10 @@ class TrainingLoop:
         for comm in steps.comms:
             for name, st in comm.reset().items():
                 for total in (
-                    loop.comm_total.setdefault(name, [0, 0, 0.0, 0]),
-                    epoch_comm.setdefault(name, [0, 0, 0.0, 0]),
+                    loop.comm_total.setdefault(name, [0, 0, 0.0, 0, 0]),
+                    epoch_comm.setdefault(name, [0, 0, 0.0, 0, 0]),
                 ):
-                    for i, value in enumerate((st.bytes_sent, st.bytes_recv, st.time_s, st.calls)):
+                    for i, value in enumerate(dataclasses.astuple(st)):
                         total[i] += value
         return EpochRecord(
             run.epoch + 1,
@@ -334,10 +334,7 @@ class TrainingLoop:
             else None
         )
         if self.steps.main_comm is not None:
-            totals = {
-                name: CommStats(int(v[0]), int(v[1]), float(v[2]), int(v[3]))
-                for name, v in loop.comm_total.items()
-            }
+            totals = {name: CommStats(*v) for name, v in loop.comm_total.items()}
             per_rank = self.steps.main_comm.gather_stats(totals)
             # Bytes summed over ranks and epochs, plus the most any one rank sent / received.
             results["comm"] = {
@@ -347,6 +344,7 @@ class TrainingLoop:
                     "time_s": sum(st.time_s for st in ranks),
                     "max_rank_bytes_sent": max(st.bytes_sent for st in ranks),
                     "max_rank_bytes_recv": max(st.bytes_recv for st in ranks),
+                    "host_bytes": sum(st.host_bytes for st in ranks),
                 }
                 for name, ranks in per_rank.items()
             }

@@ -66,6 +66,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
                     "MB received",
                     "max MB sent (1 rank)",
                     "max MB recv (1 rank)",
+                    "MB same-host",
                     "seconds",
                 ],
                 [
@@ -75,6 +76,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
                         st["bytes_recv"] / 1e6,
                         st.get("max_rank_bytes_sent", 0) / 1e6,
                         st.get("max_rank_bytes_recv", 0) / 1e6,
+                        st.get("host_bytes", 0) / 1e6,
                         st["time_s"],
                     )
                     for name, st in sorted(comm.items())

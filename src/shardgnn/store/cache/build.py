@@ -43,16 +43,17 @@ def build_cache(
             in one pre-sampling epoch.
 
     Raises:
-        ConfigError: nothing here can be cached (every row is in this process's RAM already).
+        ConfigError: nothing here can be cached (every row is read without communication).
     """
     assert config.enabled
     n = store.shape[0]
     cacheable = np.ones(n, dtype=bool) if store.on_disk else ~store.local_mask(np.arange(n))
     if not cacheable.any():
         raise ConfigError(
-            f"--cache-policy {config.policy}: this worker holds every row in RAM, so there is "
-            "nothing to cache; use --feature-storage disk (the cache then fronts disk reads) or "
-            "drop the cache"
+            f"--cache-policy {config.policy}: this worker reads every row without communication "
+            "(its own rows in RAM, the rest from the mapped parts of workers on its host), so "
+            "there is nothing to cache; use --feature-storage disk (the cache then fronts disk "
+            "reads), --host-sharing off, or drop the cache"
         )
     # Never more slots than rows that can be cached (this worker's own rows in RAM never are).
     capacity = min(config.capacity_rows(n, store.row_bytes), int(cacheable.sum()))
