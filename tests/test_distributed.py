@@ -339,3 +339,25 @@ def test_cli_workers_partitions_on_the_fly(tmp_path, capsys):
         main(["train", "--partitions", str(tmp_path / "nowhere"), "--workers", "2", "--quiet"]) == 2
     )
     assert "no such partition directory" in capsys.readouterr().err
+
+
+def test_host_key_is_one_per_machine_and_namespace():
+    """Processes of one host agree on the key; another network namespace is another host (the
+    netns benchmark stands two machines up so)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from shardgnn.distributed.context import host_key
+
+    code = "from shardgnn.distributed.context import host_key; print(host_key())"
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert here.stdout.strip() == host_key()
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) here")
+    other = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", code], capture_output=True, text=True
+    )
+    if other.returncode != 0:
+        pytest.skip(f"cannot create a network namespace here: {other.stderr.strip()[-200:]}")
+    assert other.stdout.strip() != host_key()
