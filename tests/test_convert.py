@@ -184,6 +184,19 @@ def test_npz_archive(tmp_path):
     assert load_dataset(f"graph:{tmp_path / 'g'}").num_classes == 2
 
 
+def test_npz_archive_with_dgl_names(tmp_path):
+    """The peer benchmarks' graph files (benchmarks/peers/gen_graph.py) name features and labels
+    as DGL does; two names for one array are refused."""
+    src, dst = np.array(EDGES).T
+    np.savez(tmp_path / "g.npz", src=src, dst=dst, feat=FEATURES, label=LABELS)
+    graph = convert(ConvertConfig(npz=str(tmp_path / "g.npz"), out=str(tmp_path / "g")))
+    np.testing.assert_array_equal(graph.x, FEATURES)
+    np.testing.assert_array_equal(graph.y, LABELS)
+    np.savez(tmp_path / "both.npz", src=src, dst=dst, x=FEATURES, feat=FEATURES)
+    with pytest.raises(DatasetError, match="holds both x and feat"):
+        convert(ConvertConfig(npz=str(tmp_path / "both.npz"), out=str(tmp_path / "both")))
+
+
 def test_pyg_data_through_the_python_api(tmp_path):
     torch = pytest.importorskip("torch")
     data_module = pytest.importorskip("torch_geometric.data")

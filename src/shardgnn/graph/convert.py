@@ -11,7 +11,8 @@ Three ways in, all ending in :func:`~shardgnn.graph.io.save_graph`:
   (``train``/``val``/``test``) and feature columns; ``--edges`` with source and destination
   columns naming node ids (any values), optionally a weight column.
 * **An ``.npz`` archive** (``--npz``): ``edge_index`` ``[2, E]`` (or ``src`` and ``dst``), ``x``,
-  ``y``, and ``train_idx``/``val_idx``/``test_idx`` or ``train_mask``/``val_mask``/``test_mask``.
+  ``y`` (or DGL's names ``feat`` and ``label``), and ``train_idx``/``val_idx``/``test_idx`` or
+  ``train_mask``/``val_mask``/``test_mask``.
 
 A PyG ``Data`` converts through the Python API: ``save_graph(Graph.from_pyg(data), "my-graph")``.
 
@@ -63,8 +64,8 @@ class ConvertConfig:
     npz: str | None = option(
         None,
         metavar="FILE.npz",
-        help="an archive of arrays: edge_index [2, E] (or src, dst), x, y, and train/val/test "
-        "ids (*_idx) or masks (*_mask)",
+        help="an archive of arrays: edge_index [2, E] (or src, dst), x (or feat), y (or label), "
+        "and train/val/test ids (*_idx) or masks (*_mask)",
     )
     features: str | None = option(
         None, metavar="FILE", help="feature matrix, one row per node (.npy or .csv)"
@@ -503,8 +504,9 @@ def _from_npz(path: Path, name: str) -> Graph:
             path,
             "store them as edge_index [2, E], or as src and dst",
         )
-    x = arrays.get("x")
-    y = arrays.get("y")
+    # DGL's node-data names (feat, label) are accepted too: the peer benchmarks' graph files
+    # (benchmarks/peers/gen_graph.py) use them.
+    x, y = (_one_of(arrays, names, path) for names in (("x", "feat"), ("y", "label")))
     num_nodes = max(
         int(max(src.max(initial=-1), dst.max(initial=-1))) + 1,
         *(a.shape[0] for a in (x, y) if a is not None),
@@ -524,6 +526,16 @@ def _from_npz(path: Path, name: str) -> Graph:
             )
     weight = arrays.get("edge_weight")
     return Graph.from_edge_index(src, dst, num_nodes, edge_weight=weight, **fields)
+
+
+def _one_of(arrays: dict[str, np.ndarray], names: tuple[str, ...], path: Path):
+    """The array stored under one of ``names`` (None: none of them); two of them is ambiguous."""
+    present = [n for n in names if n in arrays]
+    if len(present) > 1:
+        raise DatasetError(
+            f"holds both {' and '.join(present)}", path, f"keep one of them (named {names[0]})"
+        )
+    return arrays[present[0]] if present else None
 
 
 # ------------------------------------------------------------------------------------------- splits
