@@ -232,10 +232,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.poll < 0:
         p.error("--poll must be >= 0")
     if not Path(args.dgl_python).exists():
-        p.error(
-            f"--dgl-python {args.dgl_python} does not exist: build the venv with "
+        # No DGL here (CI never builds it): nothing to compare against, so skip, successfully.
+        print(
+            f"skipped: --dgl-python {args.dgl_python} does not exist; build the venv with "
             "`bash benchmarks/peers/setup_dgl.sh` (PEERS=DIR for another place than ~/peers)"
         )
+        raise SystemExit(0)
     if {"dist2", "netns"} & set(args.what_list) and os.geteuid() != 0:
         p.error("dist2 and netns need root (mount namespaces, network namespaces)")
     return args
