@@ -2,6 +2,12 @@
 full graph, with cached normalised sparse matrices and an SpMM whose backward uses a cached
 transpose (torch's generic CSR backward is ~3x slower on CPU).
 
+On CPU with float32 (or float64) features the SpMM runs the numba kernels of
+:mod:`shardgnn.nn.kernels`: row-parallel, deterministic (each output row summed in edge order by
+one thread, whatever the thread count), with an O(E) counting-sort transpose for the backward
+pass. Elsewhere (CUDA, other dtypes) it multiplies torch sparse CSR tensors
+(:func:`spmm_reference`, the path the kernels are tested and benchmarked against).
+
 Shape legend: ``S`` src nodes, ``D`` dst nodes (the first ``D`` src nodes are the dst nodes),
 ``E`` edges, ``F`` feature width.
 """
@@ -10,12 +16,19 @@ from __future__ import annotations
 
 import warnings
 
+import numba
 import numpy as np
 import torch
 
+from shardgnn.nn import kernels
 from shardgnn.sampling.types import Block
 
 NORMS = ("mean", "sum", "gcn")
+
+# Whether CPU float32/float64 SpMMs run the numba kernels (True) or torch sparse CSR (False).
+# A module switch for tests and benchmarks that compare the two paths, not a user setting.
+USE_KERNELS = True
+_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def _csr(
@@ -58,6 +71,10 @@ class MessageGraph:
         self._adj: dict[str, torch.Tensor] = {}
         self._adj_t: dict[str, torch.Tensor] = {}
         self._edge_index: torch.Tensor | None = None
+        # numba path: numpy CSRs keyed by (norm, transposed, dtype), and the transposes keyed by
+        # structure ("graph": mean and sum share the graph's own; "gcn" adds self-loops).
+        self._kernel_csr: dict[tuple, tuple] = {}
+        self._kernel_t: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def from_block(
@@ -133,19 +150,19 @@ class MessageGraph:
             return indptr, indices, values
         if norm == "sum":
             return indptr, indices, torch.ones(self.num_edges, device=self.device)
+        if self.device.type == "cpu" and USE_KERNELS:
+            return self._gcn_values_cpu()
+        return self._gcn_values_torch()
+
+    def _gcn_values_torch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The gcn ``edge_values`` in torch ops (any device)."""
+        indices = self.indices_E
         # gcn: drop self-loop edges, append one self-loop per row, then sort rows back together.
         dst = self.dst_index_E()
         not_loop = indices != dst
         nbr_src, nbr_dst = indices[not_loop], dst[not_loop]
         kept_D = torch.bincount(nbr_dst, minlength=self.num_dst).to(torch.float32)
-        if self.src_degree_S is None:
-            assert self.num_src == self.num_dst, "a graph without src_degree_S must be complete"
-            degree_S = kept_D  # in-degrees, like the block path
-            scale_D = torch.ones(self.num_dst, device=self.device)
-        else:
-            degree_S = self.src_degree_S.to(torch.float32)
-            scale_D = degree_S[: self.num_dst] / kept_D.clamp(min=1)
-        inv_sqrt_S = (degree_S + 1).rsqrt()
+        inv_sqrt_S, scale_D = self._gcn_scales(kept_D)
         loops = torch.arange(self.num_dst, device=self.device)
         all_dst = torch.cat([nbr_dst, loops])
         all_src = torch.cat([nbr_src, loops])
@@ -155,6 +172,45 @@ class MessageGraph:
         new_indptr = torch.zeros(self.num_dst + 1, dtype=torch.int64, device=self.device)
         new_indptr[1:] = torch.cumsum(kept_D.to(torch.int64) + 1, 0)
         return new_indptr, all_src[order], values[order]
+
+    def _gcn_scales(self, kept_D: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(inv_sqrt_S, scale_D)`` of the gcn norm, given the non-loop edges kept per row."""
+        if self.src_degree_S is None:
+            assert self.num_src == self.num_dst, "a graph without src_degree_S must be complete"
+            degree_S = kept_D  # in-degrees, like the block path
+            scale_D = torch.ones(self.num_dst, device=self.device)
+        else:
+            degree_S = self.src_degree_S.to(torch.float32)
+            scale_D = degree_S[: self.num_dst] / kept_D.clamp(min=1)
+        return (degree_S + 1).rsqrt(), scale_D
+
+    def _gcn_values_cpu(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The gcn ``edge_values`` in two O(E) row-parallel passes instead of a stable argsort
+        over all edges (bit-identical: the same float32 products in the same order)."""
+        indptr_D1, indices_E = _np(self.indptr_D1), _np(self.indices_E)
+        with kernels.KERNEL_LOCK, _numba_threads():
+            kept_D = kernels.count_non_loops(indptr_D1, indices_E)
+        inv_sqrt_S, scale_D = self._gcn_scales(torch.from_numpy(kept_D).to(torch.float32))
+        new_indptr_D1 = np.zeros(self.num_dst + 1, dtype=np.int64)
+        np.cumsum(kept_D + 1, out=new_indptr_D1[1:])
+        num_edges = int(new_indptr_D1[-1])
+        new_indices_E = np.empty(num_edges, dtype=np.int64)
+        values_E = np.empty(num_edges, dtype=np.float32)
+        with kernels.KERNEL_LOCK, _numba_threads():
+            kernels.gcn_fill(
+                indptr_D1,
+                indices_E,
+                new_indptr_D1,
+                _np(inv_sqrt_S),
+                _np(scale_D),
+                new_indices_E,
+                values_E,
+            )
+        return (
+            torch.from_numpy(new_indptr_D1),
+            torch.from_numpy(new_indices_E),
+            torch.from_numpy(values_E),
+        )
 
     def adjacency(self, norm: str) -> torch.Tensor:
         """The normalised sparse matrix ``[D, S]`` (cached)."""
@@ -169,18 +225,139 @@ class MessageGraph:
             self._adj_t[norm] = transpose_csr(self.adjacency(norm))
         return self._adj_t[norm]
 
+    def kernel_transpose(self, norm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(indptr_S1, dst_E, perm_E)`` of the transposed normalised matrix (numpy, cached;
+        see :func:`shardgnn.nn.kernels.csr_transpose`). CPU only."""
+        key = "gcn" if norm == "gcn" else "graph"
+        if key not in self._kernel_t:
+            indptr_D1, indices_E, _, _ = self.kernel_csr(norm, False, torch.float32)
+            # A sequential kernel: no KERNEL_LOCK (that guards numba's parallel pool), so it runs
+            # alongside a sampler's kernels in a prefetch thread (nogil).
+            self._kernel_t[key] = kernels.csr_transpose(indptr_D1, indices_E, self.num_src)
+        return self._kernel_t[key]
+
+    def kernel_csr(
+        self, norm: str, transposed: bool, dtype: torch.dtype
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]:
+        """``(indptr, indices, values or None, mean)``: the arguments of
+        :func:`shardgnn.nn.kernels.csr_spmm` for ``A_norm`` (``[D, S]``) or, ``transposed``, its
+        transpose (``[S, D]``), with values of ``dtype`` (cached). CPU only.
+
+        ``mean`` and ``sum`` need no values array in the forward direction (the kernel derives
+        ``1 / deg``); the transposed mean carries ``1 / deg(dst)`` per edge.
+        """
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
+        key = (norm, transposed, dtype)
+        if key in self._kernel_csr:
+            return self._kernel_csr[key]
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        if not transposed:
+            if norm == "gcn":
+                indptr, indices, values = self.edge_values("gcn")
+                args = (_np(indptr), _np(indices), _np(values).astype(np_dtype, copy=False), False)
+            else:
+                args = (_np(self.indptr_D1), _np(self.indices_E), None, norm == "mean")
+        else:
+            indptr_S1, dst_E, perm_E = self.kernel_transpose(norm)
+            if norm == "sum":
+                values_t = None
+            elif norm == "mean":
+                # the forward kernel's 1 / deg(dst) in this dtype (in float32 exactly the values
+                # of edge_values), so the backward is the exact transpose of the forward
+                inv_deg_D = 1.0 / self.in_degree_D().clamp(min=1).to(dtype)
+                values_t = _np(inv_deg_D)[dst_E]
+            else:
+                values_t = self.kernel_csr("gcn", False, dtype)[2][perm_E]
+            args = (indptr_S1, dst_E, values_t, False)
+        self._kernel_csr[key] = args
+        return args
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """A C-contiguous numpy view (a copy only if ``t`` is not contiguous) of a CPU tensor."""
+    return np.ascontiguousarray(t.detach().numpy())
+
+
+class _numba_threads:
+    """Run numba's parallel kernels on as many threads as torch uses (``torch.set_num_threads``
+    is the project's per-process setting); the previous count is restored, so a sampler that
+    relies on numba's default is not affected. numba's count is per calling thread."""
+
+    def __enter__(self):
+        want = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+        self.prev = numba.get_num_threads()
+        if want != self.prev:
+            numba.set_num_threads(want)
+
+    def __exit__(self, *exc):
+        if numba.get_num_threads() != self.prev:
+            numba.set_num_threads(self.prev)
+
+
+def uses_kernels(h_SF: torch.Tensor) -> bool:
+    """Whether :func:`spmm` of ``h_SF`` runs the numba kernels (dense 2-D CPU float32/float64,
+    and :data:`USE_KERNELS`) rather than torch sparse CSR."""
+    return (
+        USE_KERNELS
+        and h_SF.device.type == "cpu"
+        and h_SF.layout == torch.strided
+        and h_SF.dim() == 2
+        and h_SF.dtype in _KERNEL_DTYPES
+    )
+
+
+def kernel_spmm(
+    graph: MessageGraph, x_RF: torch.Tensor, norm: str, transposed: bool = False
+) -> torch.Tensor:
+    """``A_norm @ x`` (``x_RF`` has ``S`` rows, the result ``D``) or, ``transposed``,
+    ``A_norm^T @ x`` (``D`` rows in, ``S`` out) with the numba kernels; no autograd."""
+    indptr, indices, values, mean = graph.kernel_csr(norm, transposed, x_RF.dtype)
+    x_np = _np(x_RF)
+    out_RF = torch.empty((indptr.shape[0] - 1, x_np.shape[1]), dtype=x_RF.dtype)
+    args = (indptr, indices, values, mean, x_np, out_RF.numpy())
+    if indices.shape[0] * x_np.shape[1] < kernels.SERIAL_WORK:
+        kernels.csr_spmm_serial(*args)  # no pool: no KERNEL_LOCK, no thread setting
+    else:
+        with kernels.KERNEL_LOCK, _numba_threads():
+            kernels.csr_spmm(*args)
+    return out_RF
+
 
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h_SF: torch.Tensor, graph: MessageGraph, norm: str) -> torch.Tensor:
-        ctx.graph, ctx.norm = graph, norm
+    def forward(
+        ctx, h_SF: torch.Tensor, graph: MessageGraph, norm: str, use_kernels: bool
+    ) -> torch.Tensor:
+        ctx.graph, ctx.norm, ctx.use_kernels = graph, norm, use_kernels
+        if use_kernels:
+            return kernel_spmm(graph, h_SF, norm)
         return graph.adjacency(norm) @ h_SF
 
     @staticmethod
     def backward(ctx, grad_DF: torch.Tensor):
         if not ctx.needs_input_grad[0]:
-            return None, None, None
-        return ctx.graph.adjacency_t(ctx.norm) @ grad_DF.contiguous(), None, None
+            return None, None, None, None
+        if ctx.use_kernels:
+            grad_SF = kernel_spmm(ctx.graph, grad_DF, ctx.norm, transposed=True)
+        else:
+            grad_SF = ctx.graph.adjacency_t(ctx.norm) @ grad_DF.contiguous()
+        return grad_SF, None, None, None
+
+
+def _check_rows(graph, h_SF: torch.Tensor) -> None:
+    if h_SF.shape[0] != graph.num_src:
+        raise ValueError(
+            f"features have {h_SF.shape[0]} rows but the graph has {graph.num_src} src nodes"
+        )
+
+
+def spmm_reference(graph: MessageGraph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
+    """:func:`spmm` on torch sparse CSR tensors, whatever :data:`USE_KERNELS` says (any device;
+    float32 features, like the cached matrices; differentiable): the baseline the numba kernels
+    are tested and benchmarked against."""
+    _check_rows(graph, h_SF)
+    return _SpMM.apply(h_SF, graph, norm, False)
 
 
 def spmm(graph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
@@ -190,10 +367,7 @@ def spmm(graph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
     ``aggregate(h_SF, norm)`` method (the distributed full-graph adjacency of
     :mod:`shardgnn.fullgraph` is one), so the layers of :mod:`shardgnn.nn.conv` run on both.
     """
-    if h_SF.shape[0] != graph.num_src:
-        raise ValueError(
-            f"features have {h_SF.shape[0]} rows but the graph has {graph.num_src} src nodes"
-        )
+    _check_rows(graph, h_SF)
     if not isinstance(graph, MessageGraph):
         return graph.aggregate(h_SF, norm)
-    return _SpMM.apply(h_SF, graph, norm)
+    return _SpMM.apply(h_SF, graph, norm, uses_kernels(h_SF) and graph.device.type == "cpu")
