@@ -29,9 +29,12 @@ class SAGEConv(nn.Module):
         # features are multiplied first (the SpMM needs a dense operand).
         if self.lin_neigh.out_features < self.lin_neigh.in_features or is_sparse(h_SF):
             neigh_DC = spmm(graph, linear(self.lin_neigh, h_SF), "mean")
-        else:
-            neigh_DC = self.lin_neigh(spmm(graph, h_SF, "mean"))
-        return linear(self.lin_self, h_dst_DF) + neigh_DC
+            return linear(self.lin_self, h_dst_DF) + neigh_DC
+        # Dense, aggregate first (the wide layers): the self term's bias rides on the neighbour
+        # GEMM and the self GEMM accumulates into its output (addmm), so the [D, C] sum takes no
+        # pass of its own over memory.
+        neigh_DC = F.linear(spmm(graph, h_SF, "mean"), self.lin_neigh.weight, self.lin_self.bias)
+        return torch.addmm(neigh_DC, h_dst_DF, self.lin_self.weight.t())
 
 
 class GCNConv(nn.Module):
