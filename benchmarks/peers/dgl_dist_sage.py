@@ -16,31 +16,14 @@ import time
 
 import dgl
 import dgl.distributed.rpc_client as rpc_client
-import dgl.nn as dglnn
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from dgl_model import SAGE  # the script's folder is on sys.path when run as a file
 
 if os.environ.get("SIM_MACHINE_ID") is not None:
     _mid = int(os.environ["SIM_MACHINE_ID"])
     rpc_client.get_local_machine_id = lambda namebook: _mid
-
-
-class SAGE(nn.Module):
-    def __init__(self, din, dh, dout, nlayers):
-        super().__init__()
-        dims = [din] + [dh] * (nlayers - 1) + [dout]
-        self.layers = nn.ModuleList(
-            dglnn.SAGEConv(dims[i], dims[i + 1], "mean") for i in range(nlayers)
-        )
-
-    def forward(self, blocks, x):
-        h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, h)
-            if i != len(self.layers) - 1:
-                h = F.relu(h)
-        return h
 
 
 def main():

@@ -16,31 +16,13 @@ import sys
 import time
 
 import dgl
-import dgl.nn as dglnn
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import load_npz, summarize  # noqa: E402
-
-
-class SAGE(nn.Module):
-    def __init__(self, din, dh, dout, nlayers):
-        super().__init__()
-        dims = [din] + [dh] * (nlayers - 1) + [dout]
-        self.layers = nn.ModuleList(
-            dglnn.SAGEConv(dims[i], dims[i + 1], "mean") for i in range(nlayers)
-        )
-
-    def forward(self, blocks, x):
-        h = x
-        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-            h = layer(block, h)
-            if i != len(self.layers) - 1:
-                h = F.relu(h)
-        return h
+from dgl_model import SAGE  # noqa: E402
 
 
 def main():
