@@ -89,10 +89,11 @@ class DistNeighborSampler:
         served: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for owner in sorted(on_host):
             served[owner] = self._serve(owner, grouped[owner], fanout, seed)
-            if owner != rank:
+            if owner != rank:  # what a request and its replies would have carried
                 pair_counts, pairs = served[owner]
-                self.comm.record_host(self.stage, 8 * grouped[owner].size + 8 * pair_counts.size)
-                self.comm.record_host(self.stage, pairs.nbytes)
+                self.comm.record_host(
+                    self.stage, grouped[owner].nbytes + pair_counts.nbytes + pairs.nbytes
+                )
         if len(on_host) < world:
             served.update(self._exchange(grouped, on_host, fanout, seed))
         got_counts = np.concatenate([served[p][0] for p in range(world)])

@@ -23,6 +23,7 @@ weights are bit-identical (on CPU) to an uninterrupted run.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -34,6 +35,7 @@ from typing import Any, Callable
 import torch
 
 from shardgnn.atomic import atomic_open, save_json
+from shardgnn.distributed.comm import CommStats
 from shardgnn.errors import CheckpointError, ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
 from shardgnn.train.config import RESUMABLE_CHANGES
@@ -406,7 +408,9 @@ def restore_state(
     loop.history = [record_type(**r) for r in state["history"]]
     loop.best_val, loop.best_epoch = float(state["best_val"]), int(state["best_epoch"])
     loop.best_state = dict(state["best_state"]) or None
-    # Checkpoints before same-host reads carry 4 counters per stage; host_bytes starts at 0.
-    loop.comm_total = {k: list(v) + [0] * (5 - len(v)) for k, v in state["comm_total"].items()}
+    # Checkpoints from before a counter existed (e.g. host_bytes) carry fewer per stage: the
+    # missing trailing counters start at their defaults.
+    zero = dataclasses.astuple(CommStats())
+    loop.comm_total = {k: [*v, *zero[len(v) :]] for k, v in state["comm_total"].items()}
     loop.partial = dict(state.get("partial") or {}) or None
     return loop

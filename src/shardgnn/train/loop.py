@@ -293,8 +293,8 @@ class TrainingLoop:
         for comm in steps.comms:
             for name, st in comm.reset().items():
                 for total in (
-                    loop.comm_total.setdefault(name, [0, 0, 0.0, 0, 0]),
-                    epoch_comm.setdefault(name, [0, 0, 0.0, 0, 0]),
+                    loop.comm_total.setdefault(name, list(dataclasses.astuple(CommStats()))),
+                    epoch_comm.setdefault(name, list(dataclasses.astuple(CommStats()))),
                 ):
                     for i, value in enumerate(dataclasses.astuple(st)):
                         total[i] += value
