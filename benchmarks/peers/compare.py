@@ -22,9 +22,11 @@ Runs with the project's Python (shardgnn installed); the DGL side runs in the DG
    * ``dist2`` — DistDGL (``dgl_partition.py`` METIS, 2 parts; ``run_distdgl.sh``: 2 simulated
      machines on this host, 1 server + 1 trainer each; needs root) against ``shardgnn partition``
      (METIS, 2 parts) + ``shardgnn train --partitions DIR --workers 2``;
-   * ``netns`` (not in the default set) — shardgnn alone on the same 2-part partition across two
-     network namespaces joined by a veth pair (``benchmarks/netns_hosts.py run --fault none``,
-     one ``torchrun`` agent + 1 worker per "host"); needs root and iproute2.
+   * ``netns`` (not in the default set) — the same two partitions across two network
+     namespaces joined by a veth pair (``benchmarks/netns_hosts.py run --fault none``): DistDGL
+     with one machine (1 server + 1 trainer) per namespace (``TRANSPORT=netns
+     run_distdgl.sh``) against shardgnn with one ``torchrun`` agent + 1 worker per namespace;
+     needs root and iproute2.
 
 Per run, the epoch time is the median over epochs 2..N (epoch 1 holds numba JIT compilation and
 first-touch costs; with ``--epochs 1`` it is epoch 1); per comparison, the median over rounds.
@@ -889,23 +891,30 @@ class Peers:
         res = check(self.run(argv, name), "shardgnn train --workers 2")
         return self.shardgnn_record(res, path)
 
-    def run_dgl_dist2(self, name: str) -> dict[str, Any]:
+    def run_dgl_dist2(self, name: str, transport: str = "loopback") -> dict[str, Any]:
+        """DistDGL, 2 machines of 1 server + 1 trainer: simulated on this host (``loopback``) or
+        one per network namespace (``netns``, the same two-host setup as shardgnn's netns run)."""
         a = self.args
         argv = ["bash", str(HERE / "run_distdgl.sh"), *self.dgl_common()]
         argv += ["--classes", str(a.classes)]
         env = dict(
             self.env,
             PY=a.dgl_python,
+            SG_PY=sys.executable,
             PEERS=str(self.work),
             PART_CONFIG=str(self.dgl_parts / "synth.json"),
             NUM_MACHINES="2",
+            TRANSPORT=transport,
             LOGDIR=str(self.logs / f"{name}.distdgl"),
         )
+        if a.job_timeout:  # the harness's own deadline first, so it removes its namespaces
+            env["DEADLINE"] = str(max(30.0, a.job_timeout - 60))
         res = check(self.run(argv, name, env=env), "run_distdgl.sh")
         rec = result_line(res["output"])
+        keys = ("PY", "PEERS", "PART_CONFIG", "NUM_MACHINES", "TRANSPORT", "LOGDIR")
         return dict(
             res,
-            env={k: env[k] for k in ("PY", "PEERS", "PART_CONFIG", "NUM_MACHINES", "LOGDIR")},
+            env={k: env[k] for k in keys},
             result=rec,
             epochs_s=rec["runs_s"],
             value_s=median(steady(rec["runs_s"])),
@@ -1035,23 +1044,24 @@ class Peers:
                 if what not in whats:
                     continue
                 sg = self.shardgnn_runs(what)
-                if what == "netns":
-                    for k, (variant, extra) in enumerate(sg):
-                        port = 29600 + (rnd * len(sg) + k) % 50
-                        fn = self.run_shardgnn_netns
-                        self.record("netns", "shardgnn", rnd, fn, extra, port, variant=variant)
-                    continue
                 if what == "sample":
                     # shardgnn's side: the stage times of this round's `single` runs, if any
                     sg = [(v, e) for v, e in sg if self.sample_source(v) == "sample"]
                 dgl_fn, dgl_args = {
                     "single": (self.run_dgl_single, (False,)),
                     "sample": (self.run_dgl_single, (True,)),
-                    "dist2": (self.run_dgl_dist2, ()),
+                    "dist2": (self.run_dgl_dist2, ("loopback",)),
+                    "netns": (self.run_dgl_dist2, ("netns",)),
                 }[what]
-                sg_fn = self.run_shardgnn_dist2 if what == "dist2" else self.run_shardgnn_single
                 dgl_steps = [("dgl", None, dgl_fn, dgl_args)]
-                sg_steps = [("shardgnn", v, sg_fn, (e,)) for v, e in sg]
+                if what == "netns":  # a fresh rendezvous port per run
+                    sg_steps = [
+                        ("shardgnn", v, self.run_shardgnn_netns, (e, 29600 + (rnd * 8 + k) % 50))
+                        for k, (v, e) in enumerate(sg)
+                    ]
+                else:
+                    sg_fn = self.run_shardgnn_dist2 if what == "dist2" else self.run_shardgnn_single
+                    sg_steps = [("shardgnn", v, sg_fn, (e,)) for v, e in sg]
                 # DGL, then shardgnn's default run, then each variant (reversed every other
                 # round: shardgnn's default and variants, then DGL)
                 for side, variant, fn, fn_args in (
@@ -1236,9 +1246,11 @@ class Peers:
             f"max over trainers. shardgnn: `shardgnn train --partitions DIR --workers 2`, "
             f"global batch {b} ({b // 2} per worker per step), epoch = mean over ranks; "
             "both METIS, 2 parts.",
-            "[3] shardgnn only: the same partition, one torchrun agent + 1 worker (1 torch "
-            "thread) in each of 2 network namespaces joined by a veth pair "
-            "(`benchmarks/netns_hosts.py run --fault none`).",
+            "[3] The same partitions on 2 network namespaces joined by a veth pair "
+            "(`benchmarks/netns_hosts.py run --fault none`), so every byte between the two "
+            "sides crosses the veth: DistDGL with 1 server + 1 trainer per namespace "
+            "(`TRANSPORT=netns run_distdgl.sh`), shardgnn with one torchrun agent + 1 worker "
+            "(1 torch thread) per namespace; batches as in [2].",
             "[4] one run each, not alternated (wall time of `dgl_partition.py` / "
             "`shardgnn partition`, graph loading and writing included); taken from the "
             "sidecar when the partition was reused.",
