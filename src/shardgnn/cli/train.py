@@ -16,7 +16,7 @@ from pathlib import Path
 
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
 from shardgnn.errors import ConfigError
-from shardgnn.train.config import TrainConfig
+from shardgnn.train.config import LinkConfig, TrainConfig
 
 # Flags that a setting makes pointless: (dest, when it is ignored, why). Given anyway, they are
 # reported, never silently dropped.
@@ -49,13 +49,17 @@ _IGNORED = (
         lambda c: c.mode == "full",
         "it applies to --mode minibatch (--bits compresses full-graph rows)",
     ),
+    *(
+        (f"link.{field.name}", lambda c: c.task != "link", "it applies to --task link")
+        for field in dataclasses.fields(LinkConfig)
+    ),
 )
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "train",
-        help="train a GNN for node classification",
+        help="train a GNN for node classification or link prediction",
         description=(
             "Train a GNN for node classification: in this process, or with --workers N on N local "
             "worker processes (--partitions DIR, or the dataset partitioned on the fly). One line "

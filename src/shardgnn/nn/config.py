@@ -7,6 +7,8 @@ import dataclasses
 from shardgnn.options import check_choices, invalid, option
 
 MODELS = ("sage", "gcn", "gat")
+PREDICTORS = ("dot", "mlp")
+LINK_LOSSES = ("bce", "margin")
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -6,6 +6,8 @@ import dataclasses
 
 from shardgnn.options import invalid, option
 
+NEGATIVE_KINDS = ("uniform", "degree", "in-batch")
+
 
 @dataclasses.dataclass(kw_only=True)
 class SamplerConfig:

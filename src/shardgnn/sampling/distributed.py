@@ -153,13 +153,17 @@ class DistNeighborSampler:
             if p not in on_host
         }
 
-    def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
+    def sample(
+        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
+    ) -> SampledBlocks:
         """Sample blocks for this rank's ``seeds`` (any owners); collective over the
-        communicator."""
+        communicator. ``exclude``: as :meth:`NeighborSampler.sample` (applied by the requester
+        after the owners' draws)."""
         return sample_blocks(
             seeds,
             self.config,
             seed,
+            exclude=exclude,
             one_hop=self._sample_remote,
             degree_of=lambda nodes: self.graph.degree[nodes],
             node_map=self._node_map,

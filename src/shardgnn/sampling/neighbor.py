@@ -8,6 +8,7 @@ import numba
 import numpy as np
 import torch
 
+from shardgnn.graph.linksplit import pair_keys
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, relabel, sample_counts, sample_fill
 from shardgnn.sampling.types import Block, SampledBlocks
@@ -67,16 +68,20 @@ class NeighborSampler:
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
-    def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
+    def sample(
+        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
+    ) -> SampledBlocks:
         """Sample blocks for ``seeds`` (unique global ids); ``seed`` fixes every random draw.
 
         Layer ``l`` (0 = the output layer, whose fanout is ``fanouts[0]``) uses the layer seed
-        ``mix_seed(seed, l)``.
+        ``mix_seed(seed, l)``. ``exclude``: sorted pair keys of edges no block may hold
+        (:func:`drop_excluded`).
         """
         return sample_blocks(
             seeds,
             self.config,
             seed,
+            exclude=exclude,
             one_hop=lambda frontier, fanout, layer_seed: sample_neighbors(
                 self.indptr, self.indices, frontier, fanout, self.config.replace, layer_seed
             ),
@@ -96,10 +101,12 @@ def sample_blocks(
     one_hop: OneHop,
     degree_of: Callable[[np.ndarray], np.ndarray],
     node_map: np.ndarray,
+    exclude: np.ndarray | None = None,
 ) -> SampledBlocks:
     """The layer loop every sampler shares: for each fanout (output layer first) draw one hop with
     ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all), relabel, build the
     block; ``degree_of(global ids)`` gives graph in-degrees. Layer ``l`` uses ``mix_seed(seed, l)``.
+    ``exclude`` (sorted pair keys) drops those edges from every hop (:func:`drop_excluded`).
     """
     seeds_np = np.ascontiguousarray(
         seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
@@ -110,6 +117,9 @@ def sample_blocks(
     frontier = seeds_np
     for layer, fanout in enumerate(config.fanouts):
         offsets, nbr, eid = one_hop(frontier, fanout, mix_seed(seed, layer))
+        if exclude is not None and exclude.shape[0]:
+            num_nodes = node_map.shape[0]
+            offsets, nbr, eid = drop_excluded(frontier, offsets, nbr, eid, exclude, num_nodes)
         src_nodes, local = relabel(frontier, nbr, node_map)
         blocks.append(
             Block(
@@ -124,3 +134,33 @@ def sample_blocks(
         frontier = src_nodes
     blocks.reverse()
     return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)
+
+
+def drop_excluded(
+    frontier: np.ndarray,
+    offsets: np.ndarray,
+    nbr: np.ndarray,
+    eid: np.ndarray,
+    exclude: np.ndarray,
+    num_nodes: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One hop's draws without the edges ``exclude`` names (sorted keys ``dst * N + src``,
+    :func:`~shardgnn.graph.linksplit.pair_keys`): a link-prediction batch must not pass messages
+    along its own target edges.
+
+    The edges are dropped after the draw, so a node that drew an excluded edge has one neighbour
+    fewer than its fanout. The draws themselves stay those of the plain sampler, which keeps
+    distributed sampling (owners draw, the requester filters) equal to single-process sampling.
+    """
+    counts = np.diff(offsets)
+    dst = np.repeat(frontier, counts)
+    keys = pair_keys(nbr, dst, num_nodes)
+    pos = np.minimum(np.searchsorted(exclude, keys), exclude.shape[0] - 1)
+    keep = exclude[pos] != keys
+    if keep.all():
+        return offsets, nbr, eid
+    row = np.repeat(np.arange(frontier.shape[0]), counts)
+    kept = np.bincount(row[keep], minlength=frontier.shape[0])
+    new_offsets = np.zeros_like(offsets)
+    np.cumsum(kept, out=new_offsets[1:])
+    return new_offsets, nbr[keep], eid[keep]

@@ -20,7 +20,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
 from shardgnn.heap import HEAP_MODES, configure_heap
-from shardgnn.nn.config import ModelConfig
+from shardgnn.nn.config import LINK_LOSSES, PREDICTORS, ModelConfig
 from shardgnn.options import (
     changed_settings,
     check_choices,
@@ -30,10 +30,11 @@ from shardgnn.options import (
     option,
     to_dict,
 )
-from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.config import NEGATIVE_KINDS, SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
 
 MODES = ("minibatch", "full")
+TASKS = ("node", "link")
 FEATURE_STORAGE = ("memory", "disk")
 OVERLAP = ("auto", "on", "off")
 HOST_SHARING = ("auto", "off")
@@ -58,6 +59,66 @@ class OptimConfig:
         for name in ("weight_decay", "patience"):
             if getattr(self, name) < 0:
                 raise invalid(self, name, "must be >= 0")
+
+
+@dataclasses.dataclass(kw_only=True)
+class LinkConfig:
+    """Link prediction (``--task link``): the edge split, negatives, predictor, loss, metrics."""
+
+    val: float = option(
+        0.05,
+        flag="--link-val",
+        help="fraction of the edges held out for validation (removed from the message-passing "
+        "graph, both directions when the graph is symmetric)",
+    )
+    test: float = option(0.10, flag="--link-test", help="fraction of the edges held out for tests")
+    split_seed: int = option(
+        0, flag="--link-split-seed", help="seed of the edge split and its evaluation negatives"
+    )
+    eval_negatives: int = option(
+        100,
+        help="fixed negatives per held-out edge, drawn once from non-edges: AUC and AP use the "
+        "first (one per positive, as GAE), MRR and Hits@K rank against all of them (as OGB)",
+    )
+    negative_sampler: str = option(
+        "uniform",
+        choices=NEGATIVE_KINDS,
+        help="training negatives: uniform over all nodes, degree (in-degree^0.75), or in-batch "
+        "(the other positives' destinations)",
+    )
+    negatives: int = option(1, help="training negatives per positive edge")
+    predictor: str = option(
+        "dot", choices=PREDICTORS, help="edge scorer: dot product, or an MLP on h_u * h_v"
+    )
+    loss: str = option(
+        "bce",
+        choices=LINK_LOSSES,
+        flag="--link-loss",
+        help="bce (binary cross-entropy) or margin (max(0, margin - pos + neg))",
+    )
+    margin: float = option(1.0, help="margin of --link-loss margin")
+    hits_at: tuple[int, ...] = option(
+        (10, 50, 100), metavar="K,K,...", help="Hits@K values reported"
+    )
+    out_dim: int = option(
+        64, help="width of the node embeddings (the encoder's last layer) in --task link"
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        self.hits_at = tuple(int(k) for k in self.hits_at)
+        for name in ("val", "test"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise invalid(self, name, "a fraction in (0, 1)")
+        if self.val + self.test >= 1.0:
+            raise invalid(self, "test", f"with --link-val {self.val} leaves no training edges")
+        for name in ("eval_negatives", "negatives", "out_dim"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if not self.margin > 0:
+            raise invalid(self, "margin", "must be > 0")
+        if not self.hits_at or min(self.hits_at) < 1:
+            raise invalid(self, "hits_at", "name positive ranks, e.g. 10,50,100")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -195,13 +256,21 @@ class TrainConfig:
     data_dir: str | None = option(
         None, metavar="DIR", help="dataset folder (unset: $SHARDGNN_DATA, else ~/.cache/shardgnn)"
     )
+    task: str = option(
+        "node",
+        choices=TASKS,
+        help="node: node classification; link: link prediction (held-out edges, negatives, "
+        "AUC/AP/MRR/Hits@K)",
+    )
     mode: str = option(
         "minibatch", choices=MODES, help="sampled mini-batches, or full-graph training"
     )
     model: ModelConfig = component(ModelConfig, title="model")
     sampler: SamplerConfig = component(SamplerConfig, title="neighbour sampling (mini-batch mode)")
     batch_size: int = option(
-        1024, help="seed nodes per mini-batch, over all workers (each of P workers takes 1/P)"
+        1024,
+        help="seed nodes (--task link: target edges) per mini-batch, over all workers (each of P "
+        "workers takes 1/P)",
     )
     eval_batch_size: int = option(4096, help="seed nodes per evaluation batch")
     eval_fanouts: tuple[int, ...] | None = option(
@@ -211,6 +280,7 @@ class TrainConfig:
         "full neighbourhoods, layer-wise)",
     )
     optim: OptimConfig = component(OptimConfig, title="optimisation")
+    link: LinkConfig = component(LinkConfig, title="link prediction (--task link)")
     feature_norm: str = option(
         "none",
         choices=FEATURE_NORMS,
@@ -297,6 +367,11 @@ class TrainConfig:
             self.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
 
     def _check_combinations(self) -> None:
+        if self.task == "link" and self.run.distributed:
+            raise ConfigError(
+                "--task link trains in one process so far: distributed link prediction "
+                "(--workers/--partitions) is not built yet; drop --workers/--partitions"
+            )
         if not self.run.distributed:
             flags = [
                 *changed_settings(self.full),
@@ -330,6 +405,7 @@ class TrainConfig:
         fanouts = self.eval_fanouts or self.sampler.fanouts
         return (
             self.mode == "minibatch"
+            and self.task == "node"
             and all(f == -1 for f in fanouts)
             and self.model.model in ("sage", "gcn")
         )

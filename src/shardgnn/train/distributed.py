@@ -42,7 +42,7 @@ from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
-from shardgnn.train.single import eval_sampler_config
+from shardgnn.train.setup import eval_sampler_config
 
 
 # no annotations: DDP compares them to dist.GradBucket by identity

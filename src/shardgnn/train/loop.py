@@ -41,7 +41,9 @@ class EpochRecord:
     """1-based: the epoch's number, which is also the number of epochs done when it ended"""
     loss: float
     train_acc: float
+    """share of right training predictions (link prediction: pairs on the right side of 0)"""
     val_acc: float
+    """the validation metric (``Steps.metric``: accuracy, or AUC for link prediction)"""
     time_s: float
     """seconds of training (evaluation excluded), averaged over workers"""
     stages: dict[str, float]
@@ -67,6 +69,9 @@ class Steps(abc.ABC):
     world_size: int = 1
     comms: tuple[Communicator, ...] = ()
     main_comm: Communicator | None = None
+    metric: str = "acc"
+    """what :meth:`evaluate` measures (``acc``, or ``auc`` for link prediction): the results'
+    ``val_acc``/``test_acc`` and the epoch lines hold it"""
 
     @abc.abstractmethod
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
@@ -75,7 +80,8 @@ class Steps(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(self, split: str) -> float:
-        """Accuracy over every node of ``split`` (``val`` or ``test``)."""
+        """The selection metric (``metric``) over every node (or edge) of ``split`` (``val`` or
+        ``test``)."""
 
     @abc.abstractmethod
     def dataset_info(self) -> dict[str, Any]:
@@ -173,7 +179,12 @@ class TrainingLoop:
             if self.is_main:
                 print(
                     epoch_line(
-                        record, cfg.optim.epochs, loop.best_val, loop.best_epoch, cfg.cache.enabled
+                        record,
+                        cfg.optim.epochs,
+                        loop.best_val,
+                        loop.best_epoch,
+                        cfg.cache.enabled,
+                        metric=steps.metric,
                     ),
                     flush=True,
                 )
@@ -318,6 +329,8 @@ class TrainingLoop:
             "status": "complete" if final is not None else "running",
             "config": self.config.to_dict(),
             "mode": self.config.mode,
+            "task": self.config.task,
+            "metric": self.steps.metric,
             "dataset": dataset,
             "workers": self.steps.world_size,
             "epochs": [dataclasses.asdict(r) for r in history],
@@ -356,9 +369,15 @@ _STAGE_ORDER = ("sample", "lookahead", "fetch", "wait", "comm", "compute")
 
 
 def epoch_line(
-    record: EpochRecord, epochs: int, best_val: float, best_epoch: int, cached: bool = False
+    record: EpochRecord,
+    epochs: int,
+    best_val: float,
+    best_epoch: int,
+    cached: bool = False,
+    metric: str = "acc",
 ) -> str:
-    """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log)."""
+    """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log).
+    ``metric``: what ``val_acc`` measures (named in the line unless it is accuracy)."""
     width = len(str(epochs))
     order = {name: i for i, name in enumerate(_STAGE_ORDER)}
     shown = sorted(
@@ -368,7 +387,8 @@ def epoch_line(
     stages = ", ".join(f"{name} {record.stages[name]:.2f}" for name in shown)
     text = (
         f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train "
-        f"{100 * record.train_acc:5.1f}%  val {100 * record.val_acc:5.1f}% (best "
+        f"{100 * record.train_acc:5.1f}%  val{'' if metric == 'acc' else ' ' + metric} "
+        f"{100 * record.val_acc:5.1f}% (best "
         f"{100 * best_val:.1f}% @ {best_epoch})  {record.time_s:.2f} s"
         + (f" ({stages})" if stages else "")
         + f" + eval {record.stages.get('eval', 0.0):.2f} s"

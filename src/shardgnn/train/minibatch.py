@@ -19,6 +19,25 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.progress import progress
 
+# What a training step computes from a batch: the loss to minimise, and how many of the batch's
+# predictions were right out of how many (node classification: its seeds; link prediction: its
+# positive and negative pairs).
+Objective = Callable[
+    [torch.nn.Module, list[MessageGraph], MiniBatch, torch.device], tuple[torch.Tensor, int, int]
+]
+
+
+def node_classification(
+    module: torch.nn.Module, graphs: list[MessageGraph], batch: MiniBatch, device: torch.device
+) -> tuple[torch.Tensor, int, int]:
+    """Cross-entropy of the seeds' logits against their labels."""
+    y = batch.y.to(device)
+    logits = module(graphs, batch.x_SF.to(device))
+    # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
+    # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
+    loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
+    return loss, int((logits.argmax(-1) == y).sum()), y.numel()
+
 
 def train_batches(
     module: torch.nn.Module,
@@ -33,6 +52,7 @@ def train_batches(
     time_waits: bool = False,
     sums: EpochSums | None = None,
     stop_requested: Callable[[], bool] | None = None,
+    objective: Objective = node_classification,
 ) -> tuple[EpochSums, bool]:
     """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
     Returns the epoch's sums and whether it stopped early.
@@ -59,19 +79,14 @@ def train_batches(
                 timer.add("wait", time.perf_counter() - waited)
             with timer("compute"):
                 graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
-                y = batch.y.to(device)
                 optimizer.zero_grad(set_to_none=True)
-                logits = module(graphs, batch.x_SF.to(device))
-                # The mean over this batch; an empty batch still runs backward (a DDP all-reduce
-                # is a collective): a sum over no rows is a zero connected to the graph, its
-                # gradients zero.
-                loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
+                loss, correct, count = objective(module, graphs, batch, device)
                 loss.backward()
                 optimizer.step()
             sums.sampled_edges += batch.sample.num_sampled_edges
-            sums.loss_sum += loss.item() * y.numel()
-            sums.correct += int((logits.argmax(-1) == y).sum())
-            sums.count += y.numel()
+            sums.loss_sum += loss.item() * count
+            sums.correct += correct
+            sums.count += count
             sums.batches += 1
             bar.set_postfix(loss=f"{loss.item():.4f}")
             if stop_requested is not None and i + 1 < total and stop_requested():

@@ -25,8 +25,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
                     f"{ds['num_edges']:,} edges)",
                 ),
                 ("epochs", f"{results['num_epochs_run']} (best: {results['best_epoch']})"),
-                ("val accuracy", results["val_acc"]),
-                ("test accuracy (at best val)", results["test_acc"]),
+                *_selection_rows(results),
                 ("mean epoch time (s, epochs >= 2)", results["mean_epoch_time_s"]),
                 *(
                     []
@@ -153,4 +152,19 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
             ("look-ahead s / epoch", cache["lookahead_s_per_epoch"]),
             ("look-ahead staging MB (max, all workers)", cache["max_staged_mb"]),
         ]
+    return rows
+
+
+def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The validation and test metric of the best epoch; link prediction adds every metric."""
+    link = results.get("link")
+    if not link:
+        return [
+            ("val accuracy", results["val_acc"]),
+            ("test accuracy (at best val)", results["test_acc"]),
+        ]
+    rows: list[tuple[str, Any]] = [("edges (train / val / test)", link["edges"])]
+    for split in ("val", "test"):
+        for name, value in link[split].items():
+            rows.append((f"{split} {name}" + (" (at best val)" if split == "test" else ""), value))
     return rows

@@ -8,7 +8,6 @@ replace exactly those parts. :func:`run_training` runs it in the shared
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -22,28 +21,19 @@ from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
-from shardgnn.graph.identity import fingerprint
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
-from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
+from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
+from shardgnn.train.link import LinkLocalSteps
 from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto``: CUDA when available, else CPU; a CUDA device that is absent is refused."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu")
-    return device
+from shardgnn.train.setup import dataset_record, eval_sampler_config, resolve_device
 
 
 def check_trainable(graph: Graph) -> None:
@@ -68,35 +58,8 @@ def check_trainable(graph: Graph) -> None:
         )
 
 
-def eval_sampler_config(config: TrainConfig) -> SamplerConfig:
-    """The sampler settings of evaluation: the training sampler with ``--eval-fanouts``."""
-    return dataclasses.replace(
-        config.sampler, fanouts=config.eval_fanouts or config.sampler.fanouts
-    )
-
-
 def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
     return float((logits.argmax(-1) == y).float().mean()) if y.numel() else float("nan")
-
-
-def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
-    """What results and checkpoints record of a dataset: spec, name, fingerprint, split sizes."""
-
-    def size(idx) -> int:
-        return int(len(idx)) if idx is not None else 0
-
-    return {
-        "spec": spec,
-        "name": graph.name,
-        "fingerprint": fingerprint(graph),
-        "num_nodes": graph.num_nodes,
-        "num_edges": graph.num_edges,
-        "num_features": graph.num_features,
-        "num_classes": graph.num_classes,
-        "train": size(graph.train_idx),
-        "val": size(graph.val_idx),
-        "test": size(graph.test_idx),
-    }
 
 
 class LocalSteps(Steps):
@@ -230,4 +193,6 @@ def run_training(config: TrainConfig, graph: Graph | None = None) -> dict[str, A
             "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
             "shardgnn.train.worker.run_worker under torchrun"
         )
+    if config.task == "link":
+        return TrainingLoop(config, LinkLocalSteps(config, graph)).run()
     return TrainingLoop(config, LocalSteps(config, graph)).run()

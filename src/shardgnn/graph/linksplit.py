@@ -1,0 +1,174 @@
+"""Edge splits for link prediction: training, validation and test edges, reproducible from a seed.
+
+Held-out (validation and test) edges leave the message-passing graph, both directions when the
+graph is symmetric, so a model never sees an edge it is scored on. Every held-out positive gets
+a fixed set of negatives drawn once (OGB's protocol): pairs ``(u, w)`` with the positive's source
+``u`` and a node ``w`` that is not a neighbour of ``u`` in the full graph. The split is a pure
+function of the graph and :class:`LinkSplitSpec`, so every worker and every resumed run that
+computes it gets the same one.
+
+Shape legend: ``P`` positive pairs, ``K`` negatives per positive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from shardgnn.errors import DatasetError
+from shardgnn.graph.csr import Graph, csr_from_edges
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkSplitSpec:
+    """How to split: the held-out fractions of the (undirected, for symmetric graphs) edges, the
+    fixed negatives per held-out positive, and the seed."""
+
+    val: float = 0.05
+    test: float = 0.10
+    eval_negatives: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("val", "test"):
+            value = getattr(self, name)
+            if not 0.0 < value < 1.0:
+                raise DatasetError(
+                    f"link split: the {name} fraction {value} must lie in (0, 1); e.g. "
+                    "--link-val 0.05 --link-test 0.1"
+                )
+        if self.val + self.test >= 1.0:
+            raise DatasetError(
+                f"link split: val {self.val} + test {self.test} leave no training edges; keep "
+                "their sum below 1"
+            )
+        if self.eval_negatives < 1:
+            raise DatasetError(
+                f"link split: eval_negatives={self.eval_negatives} must be >= 1 (AUC and AP use "
+                "the first negative of every positive, MRR and Hits@K all of them)"
+            )
+
+
+@dataclasses.dataclass
+class LinkSplit:
+    """Target edges of a link-prediction run.
+
+    Attributes:
+        train_pos_2P: int64 ``[2, P]`` training target pairs ``(src, dst)``: every edge of the
+            message-passing graph once (one direction of each undirected edge when ``symmetric``),
+            self-loops excluded.
+        val_pos_2P, test_pos_2P: int64 held-out positive pairs (absent from the training graph).
+        val_neg_PK, test_neg_PK: int64 ``[P, K]`` negative destinations of each held-out positive
+            (its negatives are ``(src, neg)``); never an edge of the full graph.
+        symmetric: the graph stores every edge in both directions (a target edge then stands
+            for both, and both are removed or excluded).
+    """
+
+    train_pos_2P: np.ndarray
+    val_pos_2P: np.ndarray
+    test_pos_2P: np.ndarray
+    val_neg_PK: np.ndarray
+    test_neg_PK: np.ndarray
+    symmetric: bool
+    spec: LinkSplitSpec
+
+    def sizes(self) -> dict[str, int]:
+        return {
+            "train_edges": int(self.train_pos_2P.shape[1]),
+            "val_edges": int(self.val_pos_2P.shape[1]),
+            "test_edges": int(self.test_pos_2P.shape[1]),
+            "eval_negatives": int(self.val_neg_PK.shape[1]),
+        }
+
+
+def edge_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` int64 of every edge, in CSR order."""
+    dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr))
+    return np.asarray(graph.indices, dtype=np.int64), dst
+
+
+def pair_keys(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
+    """One int64 per ``(src, dst)`` pair: ``dst * N + src`` (exact for ``N < 3e9``)."""
+    return np.asarray(dst, dtype=np.int64) * np.int64(num_nodes) + np.asarray(src, dtype=np.int64)
+
+
+def is_symmetric(graph: Graph) -> bool:
+    """Whether every edge ``u -> v`` has its reverse ``v -> u``."""
+    src, dst = edge_arrays(graph)
+    n = graph.num_nodes
+    forward = np.unique(pair_keys(src, dst, n))
+    return bool(np.array_equal(forward, np.unique(pair_keys(dst, src, n))))
+
+
+def split_edges(graph: Graph, spec: LinkSplitSpec) -> tuple[Graph, LinkSplit]:
+    """The training graph (held-out edges removed) and the split; node data is kept as is."""
+    n = graph.num_nodes
+    src, dst = edge_arrays(graph)
+    symmetric = is_symmetric(graph)
+    keys = pair_keys(src, dst, n)
+    # Candidate target pairs: unique, no self-loops, one direction per undirected edge.
+    cand = (src < dst) if symmetric else (src != dst)
+    cand_keys = np.unique(keys[cand])
+    num = cand_keys.shape[0]
+    rng = np.random.default_rng(spec.seed)
+    n_val = int(round(spec.val * num))
+    n_test = int(round(spec.test * num))
+    if num == 0 or n_val < 1 or n_test < 1 or num - n_val - n_test < 1:
+        raise DatasetError(
+            f"link split of {graph.name!r}: {num} candidate edges (self-loops excluded"
+            + (", one per undirected pair" if symmetric else "")
+            + f") cannot give val {spec.val}, test {spec.test} and at least one training edge; "
+            "use a graph with more edges or other fractions"
+        )
+    perm = rng.permutation(num)
+    val_keys = cand_keys[perm[:n_val]]
+    test_keys = cand_keys[perm[n_val : n_val + n_test]]
+    train_keys = np.sort(cand_keys[perm[n_val + n_test :]])
+
+    held = np.concatenate([val_keys, test_keys])
+    if symmetric:
+        hs, hd = held % n, held // n
+        held = np.concatenate([held, pair_keys(hd, hs, n)])
+    keep = ~np.isin(keys, held)
+    weight = None if graph.edge_weight is None else graph.edge_weight[keep]
+    indptr, indices, weight = csr_from_edges(src[keep], dst[keep], n, weight)
+    train_graph = dataclasses.replace(graph, indptr=indptr, indices=indices, edge_weight=weight)
+
+    # Negatives are non-edges of the FULL graph (held-out edges included), in either direction
+    # for symmetric graphs (the keys already hold both).
+    all_keys = np.unique(keys)
+
+    def pairs(k: np.ndarray) -> np.ndarray:
+        return np.stack([k % n, k // n]).astype(np.int64)
+
+    val_pos, test_pos = pairs(np.sort(val_keys)), pairs(np.sort(test_keys))
+    val_neg = _eval_negatives(val_pos[0], all_keys, n, spec.eval_negatives, rng)
+    test_neg = _eval_negatives(test_pos[0], all_keys, n, spec.eval_negatives, rng)
+    split = LinkSplit(
+        train_pos_2P=pairs(train_keys),
+        val_pos_2P=val_pos,
+        test_pos_2P=test_pos,
+        val_neg_PK=val_neg,
+        test_neg_PK=test_neg,
+        symmetric=symmetric,
+        spec=spec,
+    )
+    return train_graph, split
+
+
+def _eval_negatives(
+    src_P: np.ndarray, edge_keys: np.ndarray, n: int, k: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``[P, K]`` uniform destinations ``w != src`` with ``(src, w)`` not an edge (rejection)."""
+    neg = rng.integers(0, n, size=(src_P.shape[0], k), dtype=np.int64)
+    src_PK = np.broadcast_to(src_P[:, None], neg.shape)
+    for _ in range(100):
+        bad = (neg == src_PK) | np.isin(pair_keys(src_PK, neg, n), edge_keys)
+        if not bad.any():
+            return neg
+        neg[bad] = rng.integers(0, n, size=int(bad.sum()), dtype=np.int64)
+    raise DatasetError(
+        "link split: could not draw negatives that are not edges in 100 rounds; the graph is "
+        "too dense for sampled negatives (some nodes are linked to almost every other node)"
+    )

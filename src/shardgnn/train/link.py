@@ -1,0 +1,276 @@
+"""Link prediction in one process: mini-batch (edge batches through the link pipeline) or
+full-graph (GAE: one step per epoch over every training edge).
+
+The dataset's edges are split once (:func:`~shardgnn.graph.linksplit.split_edges`, a pure
+function of the graph and ``--link-split-seed``, so a resumed run splits identically); the model
+trains on the remaining graph, and evaluation scores the held-out edges against their fixed
+negatives with embeddings computed on that same training graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.graph.csr import Graph
+from shardgnn.graph.datasets import canonical_spec, load_dataset
+from shardgnn.graph.features import normalize_features
+from shardgnn.graph.linksplit import LinkSplitSpec, split_edges
+from shardgnn.loader.link import LinkSample, LinkSamplingStage, edge_batcher
+from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, MiniBatchLoader
+from shardgnn.nn.functional import to_sparse_if_sparse
+from shardgnn.nn.link import LinkModel, build_predictor, link_loss
+from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.nn.models import build_model
+from shardgnn.sampling.negative import NegativeSampler
+from shardgnn.sampling.neighbor import NeighborSampler
+from shardgnn.seeding import mix_seed
+from shardgnn.store.feature import LocalFeatureStore
+from shardgnn.timing import StageTimer
+from shardgnn.train.config import LinkConfig, TrainConfig, apply_process_settings
+from shardgnn.train.epoch import EpochRun
+from shardgnn.train.linkmetrics import link_metrics
+from shardgnn.train.loop import EpochRecord, Steps
+from shardgnn.train.minibatch import train_epoch_batches
+from shardgnn.train.setup import dataset_record, eval_sampler_config, resolve_device
+
+
+def split_spec(link: LinkConfig) -> LinkSplitSpec:
+    return LinkSplitSpec(
+        val=link.val, test=link.test, eval_negatives=link.eval_negatives, seed=link.split_seed
+    )
+
+
+def check_link_trainable(graph: Graph) -> None:
+    if graph.x is None:
+        raise ConfigError(
+            f"dataset {graph.name!r} has no node features, which --task link needs for now "
+            "(learnable node embeddings are not built yet); give it features with `shardgnn "
+            "convert`, or use a dataset with features such as cora"
+        )
+
+
+def link_objective(config: LinkConfig):
+    """The training objective of a :class:`LinkSample` batch (``train_batches``' ``objective``):
+    the link loss, and how many pairs lie on the right side of 0 (positives above, negatives
+    below)."""
+
+    def objective(module, graphs, batch: MiniBatch, device):
+        h_ND = module(graphs, batch.x_SF.to(device))
+        sample = batch.sample
+        assert isinstance(sample, LinkSample)
+        model = getattr(module, "module", module)  # a DDP wrapper holds the LinkModel
+        pos_P, neg_PK = model.score_batch(
+            h_ND,
+            sample.pos_src_P.to(device),
+            sample.pos_dst_P.to(device),
+            sample.neg_dst_PK.to(device),
+        )
+        loss = link_loss(pos_P, neg_PK, config.loss, config.margin)
+        correct = int((pos_P > 0).sum()) + int((neg_PK <= 0).sum())
+        return loss, correct, pos_P.numel() + neg_PK.numel()
+
+    return objective
+
+
+@dataclasses.dataclass
+class EvalPairs:
+    """One evaluation split: its positives and fixed negatives as rows of ``nodes``' embeddings."""
+
+    nodes: np.ndarray
+    """sorted unique endpoints (global ids)"""
+    src_P: torch.Tensor
+    dst_P: torch.Tensor
+    neg_PK: torch.Tensor
+
+    @classmethod
+    def of(cls, pos_2P: np.ndarray, neg_PK: np.ndarray) -> "EvalPairs":
+        nodes, inverse = np.unique(
+            np.concatenate([pos_2P[0], pos_2P[1], neg_PK.ravel()]), return_inverse=True
+        )
+        p = pos_2P.shape[1]
+        inverse = torch.from_numpy(inverse.astype(np.int64))
+        return cls(nodes, inverse[:p], inverse[p : 2 * p], inverse[2 * p :].reshape(p, -1))
+
+
+@torch.no_grad()
+def score_pairs(model: LinkModel, h_ND: torch.Tensor, pairs: EvalPairs, chunk: int = 65536):
+    """``(pos [P], neg [P, K])`` scores as numpy arrays, computed ``chunk`` positives at a time."""
+    pos, neg = [], []
+    for start in range(0, pairs.src_P.shape[0], chunk):
+        sl = slice(start, start + chunk)
+        p, n = model.score_batch(h_ND, pairs.src_P[sl], pairs.dst_P[sl], pairs.neg_PK[sl])
+        pos.append(p.cpu().numpy())
+        neg.append(n.cpu().numpy())
+    k = pairs.neg_PK.shape[1]
+    return (
+        np.concatenate(pos) if pos else np.zeros(0),
+        np.concatenate(neg) if neg else np.zeros((0, k)),
+    )
+
+
+class LinkLocalSteps(Steps):
+    """Single-process link prediction (``graph``: given, else loaded from the spec)."""
+
+    metric = "auc"
+
+    def __init__(self, config: TrainConfig, graph: Graph | None = None):
+        self.config = config
+        link = config.link
+        apply_process_settings(config)
+        self.device = resolve_device(config.device)
+        self.spec = canonical_spec(config.dataset) if graph is None else None
+        full = graph if graph is not None else load_dataset(config.dataset, config.data_dir)
+        check_link_trainable(full)
+        self.full_graph = full
+        self.graph, self.split = split_edges(full, split_spec(link))
+        g = self.graph
+        torch.manual_seed(config.seed)
+        x = normalize_features(g.x, config.feature_norm)
+        encoder = build_model(config.model, g.num_features, link.out_dim)
+        predictor = build_predictor(link.predictor, link.out_dim, config.model.hidden)
+        self.model = LinkModel(encoder, predictor).to(self.device)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
+        self.model.use_hashed_dropout(config.seed)
+        self.timer = StageTimer()
+        self.sampled_edges = 0
+        degree = np.diff(g.indptr)
+        self.negatives = NegativeSampler(link.negative_sampler, g.num_nodes, link.negatives, degree)
+        self.eval_pairs = {
+            "val": EvalPairs.of(self.split.val_pos_2P, self.split.val_neg_PK),
+            "test": EvalPairs.of(self.split.test_pos_2P, self.split.test_neg_PK),
+        }
+        self.last_metrics: dict[str, dict[str, float]] = {}
+        if config.mode == "full":
+            self.message_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
+            self.x_full = to_sparse_if_sparse(torch.from_numpy(np.array(x, dtype=np.float32))).to(
+                self.device
+            )
+            return
+        self.features = LocalFeatureStore(x)
+        sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
+        self.batches = edge_batcher(
+            self.split.train_pos_2P.shape[1], config.batch_size, shuffle=True, seed=config.seed
+        )
+        self.train_stages = FeatureFetcher(
+            LinkSamplingStage(
+                self.batches,
+                self.split.train_pos_2P,
+                sampler,
+                self.negatives,
+                num_nodes=g.num_nodes,
+                symmetric=self.split.symmetric,
+                seed=config.seed,
+                timer=self.timer,
+            ),
+            self.features,
+            None,
+            self.timer,
+        )
+        self.eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
+
+    # ------------------------------------------------------------------ training
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        if self.config.mode == "full":
+            return self._train_epoch_full(run.epoch)
+        trained = train_epoch_batches(
+            run,
+            self.batches,
+            self.train_stages,
+            self.model,
+            self.optimizer,
+            device=self.device,
+            timer=self.timer,
+            objective=link_objective(self.config.link),
+        )
+        if trained is None:
+            return None
+        sums, new_edges = trained
+        self.sampled_edges += new_edges
+        return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
+
+    def _train_epoch_full(self, epoch: int) -> tuple[float, float]:
+        """GAE: embeddings of the whole training graph, every training edge once, fresh
+        negatives every epoch (``mix_seed(seed, epoch)``)."""
+        self.model.train()
+        link, pos_2P = self.config.link, self.split.train_pos_2P
+        with self.timer("compute"):
+            neg_PK = self.negatives.sample(pos_2P[0], pos_2P[1], mix_seed(self.config.seed, epoch))
+            self.optimizer.zero_grad(set_to_none=True)
+            h_ND = self.model([self.message_graph] * self.model.num_layers, self.x_full)
+            pos, neg = self.model.score_batch(
+                h_ND,
+                torch.from_numpy(pos_2P[0]).to(self.device),
+                torch.from_numpy(pos_2P[1]).to(self.device),
+                torch.from_numpy(neg_PK).to(self.device),
+            )
+            loss = link_loss(pos, neg, link.loss, link.margin)
+            loss.backward()
+            self.optimizer.step()
+        correct = int((pos > 0).sum()) + int((neg <= 0).sum())
+        return loss.item(), correct / max(pos.numel() + neg.numel(), 1)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def embed(self, nodes: np.ndarray) -> torch.Tensor:
+        """Embeddings ``[len(nodes), D]`` of ``nodes`` (sorted global ids) in eval mode."""
+        self.model.eval()
+        if self.config.mode == "full":
+            h_ND = self.model([self.message_graph] * self.model.num_layers, self.x_full)
+            return h_ND[torch.from_numpy(nodes).to(self.device)]
+        loader = MiniBatchLoader(
+            nodes,
+            self.eval_sampler,
+            self.features,
+            None,
+            batch_size=self.config.eval_batch_size,
+            shuffle=False,
+            seed=self.config.seed + 1,
+            timer=StageTimer(),
+        )
+        loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
+        parts = [
+            self.model(
+                [MessageGraph.from_block(b, self.device) for b in batch.sample.blocks],
+                batch.x_SF.to(self.device),
+            )
+            for batch in loader
+        ]
+        return torch.cat(parts) if parts else torch.zeros(0, self.config.link.out_dim)
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        pairs = self.eval_pairs[split]
+        pos, neg = score_pairs(self.model, self.embed(pairs.nodes), pairs)
+        metrics = link_metrics(pos, neg, self.config.link.hits_at)
+        self.last_metrics[split] = metrics
+        return metrics["auc"]
+
+    def dataset_info(self) -> dict[str, Any]:
+        record = dataset_record(self.full_graph, self.spec)
+        record.update(self.split.sizes())
+        record["symmetric"] = self.split.symmetric
+        return record
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        sizes = self.split.sizes()
+        extra: dict[str, Any] = {
+            "link": {
+                "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
+                "symmetric": self.split.symmetric,
+                "val": self.last_metrics.get("val", {}),
+                "test": self.last_metrics.get("test", {}),
+            }
+        }
+        if self.config.mode == "minibatch":
+            sample_time = sum(r.stages.get("sample", 0.0) for r in history)
+            extra["sampled_edges_per_s"] = (
+                self.sampled_edges / sample_time if sample_time > 0 else None
+            )
+        return extra
