@@ -7,6 +7,10 @@ import time
 from collections import defaultdict
 from typing import Iterator
 
+# The order in which epoch lines and tables show a step's stages: the pipeline's order, then the
+# step itself, then the learnable rows' update.
+STAGE_ORDER = ("negatives", "sample", "lookahead", "fetch", "wait", "comm", "compute", "embed")
+
 
 class StageTimer:
     """Accumulates seconds per stage name: ``with timer("sample"): ...``."""

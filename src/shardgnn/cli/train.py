@@ -53,6 +53,8 @@ _IGNORED = (
         (f"link.{field.name}", lambda c: c.task != "link", "it applies to --task link")
         for field in dataclasses.fields(LinkConfig)
     ),
+    ("embedding.optimizer", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
+    ("embedding.lr", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
 )
 
 

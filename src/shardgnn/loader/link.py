@@ -82,17 +82,20 @@ class LinkSamplingStage:
     def __iter__(self) -> Iterator[tuple[int, LinkSample]]:
         epoch = self.batches.epoch
         for index, positions in self.batches:
-            with self.timer("sample"):
-                yield index, self.sample_batch(np.asarray(positions), epoch, index)
+            yield index, self.sample_batch(np.asarray(positions), epoch, index)
 
     def sample_batch(self, positions: np.ndarray, epoch: int, index: int) -> LinkSample:
+        """Batch ``index`` of ``epoch`` (the pairs at ``positions``), timed as stages
+        ``negatives`` and ``sample``."""
         src, dst = self.pairs_2P[0, positions], self.pairs_2P[1, positions]
-        neg = self.negatives.sample(src, dst, mix_seed(self.seed, epoch, index, 1))
-        seeds, inverse = np.unique(np.concatenate([src, dst, neg.ravel()]), return_inverse=True)
-        p = src.shape[0]
-        exclude = target_exclusion(src, dst, self.num_nodes, self.symmetric)
-        sample = self.sampler.sample(seeds, mix_seed(self.seed, epoch, index), exclude=exclude)
-        inverse = torch.from_numpy(inverse.astype(np.int64))
+        with self.timer("negatives"):
+            neg = self.negatives.sample(src, dst, mix_seed(self.seed, epoch, index, 1))
+        with self.timer("sample"):
+            seeds, inverse = np.unique(np.concatenate([src, dst, neg.ravel()]), return_inverse=True)
+            p = src.shape[0]
+            exclude = target_exclusion(src, dst, self.num_nodes, self.symmetric)
+            sample = self.sampler.sample(seeds, mix_seed(self.seed, epoch, index), exclude=exclude)
+            inverse = torch.from_numpy(inverse.astype(np.int64))
         return LinkSample(
             seeds=sample.seeds,
             blocks=sample.blocks,

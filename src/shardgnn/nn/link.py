@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from shardgnn.nn.config import LINK_LOSSES, PREDICTORS
 from shardgnn.nn.models import GNN
+from shardgnn.store.embedding import EmbeddingTable
 
 
 class DotPredictor(nn.Module):
@@ -46,9 +47,13 @@ class LinkModel(nn.Module):
     ``model.score(h_u, h_v)`` scores pairs of them.
     """
 
-    def __init__(self, encoder: GNN, predictor: nn.Module):
+    def __init__(self, encoder: GNN, predictor: nn.Module, embedding: EmbeddingTable | None = None):
         super().__init__()
         self.encoder, self.predictor = encoder, predictor
+        # Learnable input rows, when any: held here so that the model's state (checkpoints, the
+        # best epoch's weights) includes them and their optimiser state. They are buffers, not
+        # parameters: their sparse optimiser updates them, never the dense one.
+        self.embedding = embedding
 
     @property
     def num_layers(self) -> int:

@@ -38,21 +38,10 @@ from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.options import check_choices, invalid, option
 from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
+from shardgnn.seeding import splitmix64_array
 
 METHODS = ("random", "metis", "ldg", "fennel", "assignment")
 BALANCE_KEYS = ("nodes", "train", "edges")
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """Vectorised splitmix64 finaliser on uint64 (wrapping arithmetic)."""
-    z = x + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
 
 
 def random_partition(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarray:
@@ -62,8 +51,8 @@ def random_partition(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarra
     """
     if num_parts < 1:
         raise ConfigError(f"num_parts={num_parts} must be >= 1")
-    salt = _splitmix64(np.array([seed & (2**64 - 1)], dtype=np.uint64))[0]
-    h = _splitmix64(np.arange(num_nodes, dtype=np.uint64) ^ salt)
+    salt = splitmix64_array(np.array([seed & (2**64 - 1)], dtype=np.uint64))[0]
+    h = splitmix64_array(np.arange(num_nodes, dtype=np.uint64) ^ salt)
     return (h % np.uint64(num_parts)).astype(np.int32)
 
 

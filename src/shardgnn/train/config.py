@@ -32,6 +32,7 @@ from shardgnn.options import (
 )
 from shardgnn.sampling.config import NEGATIVE_KINDS, SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
+from shardgnn.store.config import EmbeddingConfig
 
 MODES = ("minibatch", "full")
 TASKS = ("node", "link")
@@ -281,6 +282,9 @@ class TrainConfig:
     )
     optim: OptimConfig = component(OptimConfig, title="optimisation")
     link: LinkConfig = component(LinkConfig, title="link prediction (--task link)")
+    embedding: EmbeddingConfig = component(
+        EmbeddingConfig, title="learnable node embeddings (--task link)"
+    )
     feature_norm: str = option(
         "none",
         choices=FEATURE_NORMS,
@@ -367,6 +371,11 @@ class TrainConfig:
             self.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
 
     def _check_combinations(self) -> None:
+        if self.embedding.enabled and self.task != "link":
+            raise ConfigError(
+                f"--embedding-dim {self.embedding.dim}: learnable node embeddings train with "
+                "--task link so far; add --task link, or drop --embedding-dim"
+            )
         if self.task == "link" and self.run.distributed:
             raise ConfigError(
                 "--task link trains in one process so far: distributed link prediction "

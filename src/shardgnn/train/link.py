@@ -29,6 +29,8 @@ from shardgnn.nn.models import build_model
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.seeding import mix_seed
+from shardgnn.store.config import EmbeddingConfig
+from shardgnn.store.embedding import EmbeddingTable, check_table_fits, input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import LinkConfig, TrainConfig, apply_process_settings
@@ -38,6 +40,9 @@ from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import train_epoch_batches
 from shardgnn.train.setup import dataset_record, eval_sampler_config, resolve_device
 
+# The random stream of the learnable rows' initial values: mix_seed(seed, EMBEDDING_STREAM).
+EMBEDDING_STREAM = 0x454D4244
+
 
 def split_spec(link: LinkConfig) -> LinkSplitSpec:
     return LinkSplitSpec(
@@ -45,12 +50,11 @@ def split_spec(link: LinkConfig) -> LinkSplitSpec:
     )
 
 
-def check_link_trainable(graph: Graph) -> None:
-    if graph.x is None:
+def check_link_trainable(graph: Graph, embedding: EmbeddingConfig) -> None:
+    if graph.x is None and not embedding.enabled:
         raise ConfigError(
-            f"dataset {graph.name!r} has no node features, which --task link needs for now "
-            "(learnable node embeddings are not built yet); give it features with `shardgnn "
-            "convert`, or use a dataset with features such as cora"
+            f"dataset {graph.name!r} has no node features: give every node a learnable row "
+            "with --embedding-dim (e.g. 64), or features with `shardgnn convert`"
         )
 
 
@@ -125,15 +129,22 @@ class LinkLocalSteps(Steps):
         self.device = resolve_device(config.device)
         self.spec = canonical_spec(config.dataset) if graph is None else None
         full = graph if graph is not None else load_dataset(config.dataset, config.data_dir)
-        check_link_trainable(full)
+        check_link_trainable(full, config.embedding)
         self.full_graph = full
         self.graph, self.split = split_edges(full, split_spec(link))
         g = self.graph
         torch.manual_seed(config.seed)
-        x = normalize_features(g.x, config.feature_norm)
-        encoder = build_model(config.model, g.num_features, link.out_dim)
+        x = None if g.x is None else normalize_features(g.x, config.feature_norm)
+        self.embedding: EmbeddingTable | None = None
+        if config.embedding.enabled:
+            check_table_fits(g.num_nodes, config.embedding)
+            self.embedding = EmbeddingTable(
+                g.num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM)
+            )
+        in_dim = g.num_features + config.embedding.dim
+        encoder = build_model(config.model, in_dim, link.out_dim)
         predictor = build_predictor(link.predictor, link.out_dim, config.model.hidden)
-        self.model = LinkModel(encoder, predictor).to(self.device)
+        self.model = LinkModel(encoder, predictor, self.embedding).to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
@@ -149,11 +160,15 @@ class LinkLocalSteps(Steps):
         self.last_metrics: dict[str, dict[str, float]] = {}
         if config.mode == "full":
             self.message_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
-            self.x_full = to_sparse_if_sparse(torch.from_numpy(np.array(x, dtype=np.float32))).to(
-                self.device
+            self.features_full = (
+                None
+                if x is None
+                else to_sparse_if_sparse(torch.from_numpy(np.array(x, dtype=np.float32))).to(
+                    self.device
+                )
             )
             return
-        self.features = LocalFeatureStore(x)
+        self.features = input_store(None if x is None else LocalFeatureStore(x), self.embedding)
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
         self.batches = edge_batcher(
             self.split.train_pos_2P.shape[1], config.batch_size, shuffle=True, seed=config.seed
@@ -188,6 +203,7 @@ class LinkLocalSteps(Steps):
             device=self.device,
             timer=self.timer,
             objective=link_objective(self.config.link),
+            embedding=self.embedding,
         )
         if trained is None:
             return None
@@ -203,7 +219,8 @@ class LinkLocalSteps(Steps):
         with self.timer("compute"):
             neg_PK = self.negatives.sample(pos_2P[0], pos_2P[1], mix_seed(self.config.seed, epoch))
             self.optimizer.zero_grad(set_to_none=True)
-            h_ND = self.model([self.message_graph] * self.model.num_layers, self.x_full)
+            x_NF = self.full_input(requires_grad=True)
+            h_ND = self.model([self.message_graph] * self.model.num_layers, x_NF)
             pos, neg = self.model.score_batch(
                 h_ND,
                 torch.from_numpy(pos_2P[0]).to(self.device),
@@ -213,8 +230,26 @@ class LinkLocalSteps(Steps):
             loss = link_loss(pos, neg, link.loss, link.margin)
             loss.backward()
             self.optimizer.step()
+        if self.embedding is not None:
+            with self.timer("embed"):
+                every_node = torch.arange(x_NF.shape[0])
+                grad_ND = x_NF.grad[:, -self.config.embedding.dim :]
+                self.embedding.apply_gradients(every_node, grad_ND)
         correct = int((pos > 0).sum()) + int((neg <= 0).sum())
         return loss.item(), correct / max(pos.numel() + neg.numel(), 1)
+
+    def full_input(self, requires_grad: bool = False) -> torch.Tensor:
+        """Every node's input row (full-graph mode): features, learnable rows, or both; with
+        ``requires_grad`` a leaf whose gradient the rows' optimiser takes."""
+        if self.embedding is None:
+            return self.features_full
+        rows = self.embedding.weight.detach().clone().requires_grad_(False)
+        x_NF = (
+            rows
+            if self.features_full is None
+            else torch.cat([self.features_full.to_dense(), rows], dim=1)
+        )
+        return x_NF.requires_grad_(requires_grad)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -222,7 +257,7 @@ class LinkLocalSteps(Steps):
         """Embeddings ``[len(nodes), D]`` of ``nodes`` (sorted global ids) in eval mode."""
         self.model.eval()
         if self.config.mode == "full":
-            h_ND = self.model([self.message_graph] * self.model.num_layers, self.x_full)
+            h_ND = self.model([self.message_graph] * self.model.num_layers, self.full_input())
             return h_ND[torch.from_numpy(nodes).to(self.device)]
         loader = MiniBatchLoader(
             nodes,

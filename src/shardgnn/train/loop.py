@@ -26,7 +26,7 @@ import torch
 from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.errors import Preempted
-from shardgnn.timing import StageTimer
+from shardgnn.timing import STAGE_ORDER, StageTimer
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.epoch import EpochRun, EpochSums
@@ -365,9 +365,6 @@ class TrainingLoop:
         return results
 
 
-_STAGE_ORDER = ("sample", "lookahead", "fetch", "wait", "comm", "compute")
-
-
 def epoch_line(
     record: EpochRecord,
     epochs: int,
@@ -379,7 +376,7 @@ def epoch_line(
     """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log).
     ``metric``: what ``val_acc`` measures (named in the line unless it is accuracy)."""
     width = len(str(epochs))
-    order = {name: i for i, name in enumerate(_STAGE_ORDER)}
+    order = {name: i for i, name in enumerate(STAGE_ORDER)}
     shown = sorted(
         (name for name in record.stages if name != "eval" and record.stages[name] >= 0.005),
         key=lambda name: (order.get(name, len(order)), name),

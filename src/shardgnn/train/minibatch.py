@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.store.embedding import EmbeddingTable
 from shardgnn.timing import StageTimer
 from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.progress import progress
@@ -53,6 +54,7 @@ def train_batches(
     sums: EpochSums | None = None,
     stop_requested: Callable[[], bool] | None = None,
     objective: Objective = node_classification,
+    embedding: EmbeddingTable | None = None,
 ) -> tuple[EpochSums, bool]:
     """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
     Returns the epoch's sums and whether it stopped early.
@@ -64,7 +66,9 @@ def train_batches(
     ``stop_requested`` is asked after every batch but the last (a collective in distributed runs:
     every rank asks at the same batch); when it says yes the epoch ends there and the iterator of
     ``batches`` is closed, which a :class:`~shardgnn.loader.prefetch.PrefetchIterator` does alike on
-    every rank.
+    every rank. ``embedding``: learnable rows that end each batch's input rows (``x_SF[:, -D:]``);
+    after the optimiser step their gradient goes to the table's sparse optimiser (stage
+    ``embed``).
     """
     module.train()
     sums = dataclasses.replace(sums) if sums is not None else EpochSums()
@@ -80,9 +84,15 @@ def train_batches(
             with timer("compute"):
                 graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
                 optimizer.zero_grad(set_to_none=True)
+                if embedding is not None:
+                    batch.x_SF.requires_grad_(True)
                 loss, correct, count = objective(module, graphs, batch, device)
                 loss.backward()
                 optimizer.step()
+            if embedding is not None:
+                with timer("embed"):
+                    grad_SD = batch.x_SF.grad[:, -embedding.config.dim :]
+                    embedding.apply_gradients(batch.sample.input_nodes, grad_SD)
             sums.sampled_edges += batch.sample.num_sampled_edges
             sums.loss_sum += loss.item() * count
             sums.correct += correct

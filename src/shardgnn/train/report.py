@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardgnn.timing import STAGE_ORDER
 from shardgnn.train.progress import format_table
 
 
@@ -89,9 +90,7 @@ def epoch_table(epochs: list[dict[str, Any]]) -> str:
     cache's hit rate and remote MB when a cache ran."""
     present = {name for e in epochs for name in e.get("stages", {})}
     # Mini-batch runs split an epoch into sample/fetch/compute; full-graph runs into comm/compute.
-    stages = [
-        name for name in ("sample", "lookahead", "fetch", "comm", "compute") if name in present
-    ] or ["compute"]
+    stages = [name for name in STAGE_ORDER if name in present] or ["compute"]
     cached = any(e.get("cache") for e in epochs)
     rows = []
     for e in epochs:

@@ -1,0 +1,172 @@
+"""Learnable node embeddings: a table of rows and the sparse optimiser that owns their state.
+
+A training step gathers the rows of its batch's input nodes (:meth:`EmbeddingTable.gather`, a
+copy, so the model's graph ends in a leaf whose gradient is the rows' gradient), runs forward
+and backward, and hands the gradient back (:meth:`EmbeddingTable.apply_gradients`). Only the rows
+a step used change, and only their optimiser state is read or written (lazy updates):
+
+* ``adagrad``, row-wise (as DGL's ``SparseAdagrad`` and PyTorch-BigGraph): one accumulator per
+  row, ``s_v += mean_c g_vc**2``, ``w_v -= lr * g_v / (sqrt(s_v) + eps)``; the state is one
+  float per row instead of one per entry. With ``dim = 1`` it is exactly ``torch.optim.Adagrad``.
+* ``adam``: ``torch.optim.SparseAdam``'s update, bit for bit: the moments of the used rows decay
+  and take the gradient, untouched rows keep theirs; the step count (for bias correction) counts
+  every step of the table, used rows or not.
+
+The rows and the optimiser state are buffers of this module, so a checkpoint of the model that
+holds the table carries both, and the kept "best" weights include the rows of the best epoch.
+Rows are initialised by :func:`~shardgnn.seeding.hashed_uniform` of their node id, so whoever
+owns a row creates it identically.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.seeding import hashed_uniform
+from shardgnn.store.config import EmbeddingConfig
+from shardgnn.store.feature import FeatureStore
+
+ADAGRAD_EPS = 1e-10  # torch.optim.Adagrad's default
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.SparseAdam's defaults
+ADAM_EPS = 1e-8
+
+
+def table_bytes(num_rows: int, dim: int, optimizer: str) -> int:
+    """Bytes of ``num_rows`` float32 rows of width ``dim`` with their optimiser state."""
+    per_row = dim * 4 + (4 if optimizer == "adagrad" else 2 * dim * 4)
+    return num_rows * per_row
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel reports as available (``MemAvailable``), or None where it does not."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def check_table_fits(num_rows: int, config: EmbeddingConfig, share: float = 0.8) -> None:
+    """Refuse a table (rows and optimiser state) larger than ``share`` of the available memory."""
+    need = table_bytes(num_rows, config.dim, config.optimizer)
+    have = available_memory()
+    if have is not None and need > share * have:
+        raise ConfigError(
+            f"--embedding-dim {config.dim}: {num_rows:,} rows of {config.dim} float32 values "
+            f"and their {config.optimizer} state need {need / 1e9:.1f} GB, more than "
+            f"{share:.0%} of the {have / 1e9:.1f} GB available; use a smaller --embedding-dim, "
+            "or --embedding-optimizer adagrad (one float of state per row)"
+        )
+
+
+class EmbeddingTable(torch.nn.Module, FeatureStore):
+    """``num_rows`` learnable rows of width ``config.dim`` (the rows of nodes
+    ``first_row .. first_row + num_rows - 1``) and their sparse optimiser's state.
+
+    Args:
+        num_rows: rows held here.
+        config: width, optimiser and learning rate.
+        seed: seed of the rows' initial values.
+        first_row: node id of the first row (ids given to :meth:`gather` and
+            :meth:`apply_gradients` are node ids).
+    """
+
+    def __init__(self, num_rows: int, config: EmbeddingConfig, seed: int, first_row: int = 0):
+        torch.nn.Module.__init__(self)
+        assert config.dim > 0
+        self.config, self.first_row = config, first_row
+        ids = np.arange(first_row, first_row + num_rows, dtype=np.int64)
+        self.register_buffer("weight", torch.from_numpy(hashed_uniform(ids, config.dim, seed)))
+        if config.optimizer == "adagrad":
+            self.register_buffer("sum_sq", torch.zeros(num_rows))
+        else:
+            self.register_buffer("exp_avg", torch.zeros(num_rows, config.dim))
+            self.register_buffer("exp_avg_sq", torch.zeros(num_rows, config.dim))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    # FeatureStore ---------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.first_row + self.weight.shape[0], self.config.dim)
+
+    def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        # On the table's device (a GPU-resident table gathers there; the step moves x anyway).
+        return self.weight.index_select(0, (ids - self.first_row).to(self.weight.device))
+
+    # The optimiser ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def apply_gradients(self, ids: torch.Tensor, grad_RD: torch.Tensor) -> None:
+        """One optimiser step: rows ``ids`` (node ids, repeats summed) took gradient ``grad_RD``.
+        Call it once per training step, also with no rows: Adam's step count counts steps."""
+        self.steps += 1
+        if ids.numel() == 0:
+            return
+        rows = ids.to(self.weight.device) - self.first_row
+        grad_RD = grad_RD.to(self.weight.device, self.weight.dtype)
+        rows, inverse = torch.unique(rows, return_inverse=True)
+        if rows.numel() != inverse.numel():  # the update is not linear: sum repeats first
+            summed = grad_RD.new_zeros(rows.numel(), grad_RD.shape[1])
+            grad_RD = summed.index_add_(0, inverse, grad_RD)
+        else:
+            grad_RD = torch.empty_like(grad_RD).index_copy_(0, inverse, grad_RD)
+        if self.config.optimizer == "adagrad":
+            self._adagrad(rows, grad_RD)
+        else:
+            self._adam(rows, grad_RD)
+
+    def _adagrad(self, rows: torch.Tensor, grad_RD: torch.Tensor) -> None:
+        sum_sq = self.sum_sq[rows] + grad_RD.pow(2).mean(1)
+        self.sum_sq[rows] = sum_sq
+        denom = sum_sq.sqrt_().add_(ADAGRAD_EPS)
+        self.weight[rows] -= self.config.lr * (grad_RD / denom[:, None])
+
+    def _adam(self, rows: torch.Tensor, grad_RD: torch.Tensor) -> None:
+        # The same operations in the same order as torch.optim._functional.sparse_adam, so the
+        # rows come out bit-identical to SparseAdam's (tested).
+        beta1, beta2 = ADAM_BETAS
+        old_avg, old_avg_sq = self.exp_avg[rows], self.exp_avg_sq[rows]
+        avg_update = grad_RD.sub(old_avg).mul_(1 - beta1)
+        avg_sq_update = grad_RD.pow(2).sub_(old_avg_sq).mul_(1 - beta2)
+        self.exp_avg[rows] = old_avg + avg_update
+        self.exp_avg_sq[rows] = old_avg_sq + avg_sq_update
+        numer = avg_update.add_(old_avg)
+        denom = avg_sq_update.add_(old_avg_sq).sqrt_().add_(ADAM_EPS)
+        step = int(self.steps)
+        step_size = self.config.lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+        self.weight[rows] += -step_size * numer.div_(denom)
+
+
+class FeaturesAndRows(FeatureStore):
+    """Each node's features followed by its learnable row: ``[N, F + D]``."""
+
+    def __init__(self, features: FeatureStore, table: EmbeddingTable):
+        assert features.shape[0] == table.shape[0]
+        self.features, self.table = features, table
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.table.shape[0], self.features.shape[1] + self.table.shape[1])
+
+    def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.table.gather(ids)
+        return torch.cat([self.features.gather(ids).to(rows.device), rows], dim=1)
+
+
+def input_store(features: FeatureStore | None, table: EmbeddingTable | None) -> FeatureStore:
+    """The model's input rows: the features, the learnable rows, or both side by side (the rows
+    last, so a batch's input gradient ``grad[:, -D:]`` is the rows' gradient)."""
+    if table is None:
+        assert features is not None
+        return features
+    return table if features is None else FeaturesAndRows(features, table)

@@ -1,0 +1,211 @@
+"""Learnable node embeddings: the sparse optimisers against torch's, initial rows, gathers,
+featureless training end to end, resume, and bad settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.cli import main
+from shardgnn.errors import ConfigError
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.nn.config import ModelConfig
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.seeding import hashed_uniform
+from shardgnn.store.config import EmbeddingConfig
+from shardgnn.store.embedding import (
+    EmbeddingTable,
+    check_table_fits,
+    input_store,
+    table_bytes,
+)
+from shardgnn.store.feature import LocalFeatureStore
+from shardgnn.train.config import CheckpointConfig, LinkConfig, OptimConfig, TrainConfig
+from shardgnn.train.single import run_training
+
+from conftest import assert_same_weights, final_weights
+
+
+def random_steps(num_rows: int, dim: int, steps: int, seed: int = 0):
+    """Per step: row ids (with repeats, sometimes none) and their gradient rows."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for step in range(steps):
+        count = 0 if step == 3 else int(rng.integers(1, num_rows))
+        ids = torch.from_numpy(rng.integers(0, num_rows, count).astype(np.int64))
+        out.append((ids, torch.from_numpy(rng.standard_normal((count, dim)).astype(np.float32))))
+    return out
+
+
+def torch_reference(table: EmbeddingTable, optimizer: str, steps) -> torch.Tensor:
+    """The same updates through nn.Embedding(sparse=True) and torch's own optimiser."""
+    emb = torch.nn.Embedding.from_pretrained(table.weight.clone(), freeze=False, sparse=True)
+    lr = table.config.lr
+    if optimizer == "adam":
+        opt = torch.optim.SparseAdam(emb.parameters(), lr=lr)
+    else:
+        opt = torch.optim.Adagrad(emb.parameters(), lr=lr)
+    with torch.sparse.check_sparse_tensor_invariants(enable=True):
+        return _run_reference(emb, opt, steps)
+
+
+def _run_reference(emb, opt, steps) -> torch.Tensor:
+    for ids, grad in steps:
+        opt.zero_grad()
+        # d(sum(rows * grad))/d rows = grad: the sparse gradient of exactly these rows.
+        (emb(ids) * grad).sum().backward()
+        if ids.numel() == 0:  # torch's optimisers skip a missing gradient, but count the step
+            emb.weight.grad = torch.sparse_coo_tensor(
+                torch.zeros((1, 0), dtype=torch.int64),
+                torch.zeros((0, grad.shape[1])),
+                emb.weight.shape,
+                check_invariants=True,
+            )
+        opt.step()
+    return emb.weight.detach()
+
+
+@pytest.mark.parametrize(("optimizer", "dim"), [("adam", 8), ("adagrad", 1)])
+def test_sparse_optimizers_equal_torchs(optimizer, dim):
+    """adam is torch.optim.SparseAdam; row-wise adagrad with one column is torch.optim.Adagrad."""
+    config = EmbeddingConfig(dim=dim, optimizer=optimizer, lr=0.05)
+    table = EmbeddingTable(40, config, seed=1)
+    steps = random_steps(40, dim, 8)
+    expected = torch_reference(table, optimizer, steps)
+    for ids, grad in steps:
+        table.apply_gradients(ids, grad)
+    torch.testing.assert_close(table.weight, expected, rtol=0, atol=1e-6)
+    assert int(table.steps) == len(steps)
+
+
+def test_rowwise_adagrad_keeps_one_accumulator_per_row():
+    config = EmbeddingConfig(dim=4, optimizer="adagrad", lr=0.1)
+    table = EmbeddingTable(10, config, seed=0)
+    w = table.weight.clone().double().numpy()
+    acc = np.zeros(10)
+    for ids, grad in random_steps(10, 4, 6, seed=5):
+        table.apply_gradients(ids, grad)
+        g = np.zeros((10, 4))
+        np.add.at(g, ids.numpy(), grad.double().numpy())
+        used = np.unique(ids.numpy())
+        acc[used] += (g[used] ** 2).mean(1)
+        w[used] -= 0.1 * g[used] / (np.sqrt(acc[used])[:, None] + 1e-10)
+    np.testing.assert_allclose(table.weight.numpy(), w, atol=1e-6)
+    np.testing.assert_allclose(table.sum_sq.numpy(), acc, rtol=1e-5)
+    assert table.sum_sq.shape == (10,)  # state: one float per row
+
+
+def test_initial_rows_depend_only_on_node_and_seed():
+    config = EmbeddingConfig(dim=6)
+    whole = EmbeddingTable(100, config, seed=3)
+    part = EmbeddingTable(30, config, seed=3, first_row=50)  # an owner of rows 50..79
+    assert torch.equal(part.weight, whole.weight[50:80])
+    assert not torch.equal(EmbeddingTable(100, config, seed=4).weight, whole.weight)
+    values = hashed_uniform(np.arange(20000), 8, seed=0)
+    assert values.min() >= -1 and values.max() < 1
+    assert abs(values.mean()) < 0.01 and abs(values.var() - 1 / 3) < 0.01  # uniform on [-1, 1)
+
+
+def test_gathers_return_the_current_rows():
+    """x = arange: every gathered entry names its node and column, before and after an update."""
+    table = EmbeddingTable(50, EmbeddingConfig(dim=3, optimizer="adagrad", lr=1.0), seed=0)
+    table.weight.copy_(torch.arange(150, dtype=torch.float32).view(50, 3))
+    ids = torch.tensor([7, 3, 7, 49])
+    assert torch.equal(table.gather(ids), table.weight[ids])
+    assert torch.equal(table.gather(ids)[:, 0], ids.float() * 3)
+    table.apply_gradients(torch.tensor([3]), torch.ones(1, 3))
+    assert torch.equal(table.gather(torch.tensor([3]))[0], torch.tensor([8.0, 9.0, 10.0]))
+    both = input_store(LocalFeatureStore(np.full((50, 2), -1.0, np.float32)), table)
+    row = both.gather(torch.tensor([3]))[0]
+    assert both.shape == (50, 5) and row.tolist() == [-1.0, -1.0, 8.0, 9.0, 10.0]
+    with pytest.raises(IndexError):
+        table.gather(torch.tensor([50]))
+
+
+def test_bad_embedding_settings_are_refused():
+    with pytest.raises(ConfigError, match="--embedding-dim -1"):
+        EmbeddingConfig(dim=-1)
+    with pytest.raises(ConfigError, match="--embedding-lr 0"):
+        EmbeddingConfig(dim=4, lr=0)
+    with pytest.raises(ConfigError, match="train with --task link"):
+        TrainConfig(embedding=EmbeddingConfig(dim=8))
+    huge = EmbeddingConfig(dim=1 << 20, optimizer="adam")
+    with pytest.raises(ConfigError, match=r"--embedding-dim 1048576: .* GB available"):
+        check_table_fits(1 << 20, huge)
+    assert table_bytes(10, 4, "adam") == 10 * 4 * 4 * 3
+    assert table_bytes(10, 4, "adagrad") == 10 * (4 * 4 + 4)
+
+
+@pytest.fixture(scope="module")
+def featureless():
+    g = generate(SyntheticConfig(nodes=1500, degree=10, classes=4, features=4, seed=2))
+    return dataclasses.replace(g, x=None)
+
+
+def link_config(mode, optimizer, epochs, **kw):
+    return TrainConfig(
+        task="link",
+        mode=mode,
+        sampler=SamplerConfig(fanouts=(10, 10)),
+        batch_size=256,
+        optim=OptimConfig(epochs=epochs, lr=0.01),
+        model=ModelConfig(hidden=32, dropout=0.0),
+        link=LinkConfig(out_dim=16, eval_negatives=20),
+        embedding=EmbeddingConfig(
+            dim=16, optimizer=optimizer, lr=0.1 if optimizer == "adagrad" else 0.01
+        ),
+        threads=1,
+        progress=False,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(("mode", "optimizer"), [("minibatch", "adagrad"), ("minibatch", "adam")])
+def test_a_featureless_graph_learns_with_embeddings(featureless, mode, optimizer):
+    results = run_training(link_config(mode, optimizer, 5), featureless)
+    assert results["link"]["test"]["auc"] > 0.65, results["link"]["test"]
+    assert results["epochs"][-1]["stages"]["embed"] > 0  # timed as its own stage
+
+
+@pytest.mark.parametrize(("mode", "optimizer"), [("minibatch", "adam"), ("full", "adagrad")])
+def test_embedding_rows_and_state_resume_bit_exact(featureless, mode, optimizer, tmp_path):
+    def config(directory, epochs, resume=False):
+        return link_config(
+            mode, optimizer, epochs, checkpoint=CheckpointConfig(dir=str(directory), resume=resume)
+        )
+
+    straight = run_training(config(tmp_path / "a", 4), featureless)
+    run_training(config(tmp_path / "b", 2), featureless)
+    resumed = run_training(config(tmp_path / "b", 4, resume=True), featureless)
+    weights = final_weights(tmp_path / "a")
+    assert "embedding.weight" in weights and "embedding.steps" in weights
+    assert_same_weights(weights, final_weights(tmp_path / "b"))
+    assert resumed["link"] == straight["link"]
+
+
+def test_cli_trains_an_edge_list_with_embeddings(tmp_path, capsys):
+    edges = tmp_path / "edges.txt"
+    rng = np.random.default_rng(0)
+    pairs = rng.integers(0, 300, (3000, 2))
+    edges.write_text("".join(f"{u} {v}\n" for u, v in pairs if u != v))
+    out = tmp_path / "r.json"
+    argv = ["train", f"file:{edges}", "--task", "link", "--fanouts", "5,5", "--epochs", "2"]
+    argv += [
+        "--embedding-dim",
+        "8",
+        "--embedding-optimizer",
+        "adam",
+        "--quiet",
+        "--results",
+        str(out),
+    ]
+    assert main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["config"]["embedding"]["dim"] == 8 and 0 <= results["link"]["test"]["mrr"] <= 1
+    capsys.readouterr()
+    assert main(["train", "cora", "--embedding-dim", "8", "--quiet"]) == 2
+    assert "--task link" in capsys.readouterr().err
