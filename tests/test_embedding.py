@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import shardgnn.store.embedding as embedding_module
 from shardgnn.cli import main
 from shardgnn.errors import ConfigError
 from shardgnn.graph.synthetic import SyntheticConfig, generate
@@ -69,9 +70,12 @@ def _run_reference(emb, opt, steps) -> torch.Tensor:
     return emb.weight.detach()
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["numba", "torch-ops"])
 @pytest.mark.parametrize(("optimizer", "dim"), [("adam", 8), ("adagrad", 1)])
-def test_sparse_optimizers_equal_torchs(optimizer, dim):
-    """adam is torch.optim.SparseAdam; row-wise adagrad with one column is torch.optim.Adagrad."""
+def test_sparse_optimizers_equal_torchs(optimizer, dim, kernels, monkeypatch):
+    """adam is torch.optim.SparseAdam; row-wise adagrad with one column is torch.optim.Adagrad
+    (both update paths: the CPU kernels and the torch operations other devices use)."""
+    monkeypatch.setattr(embedding_module, "USE_KERNELS", kernels)
     config = EmbeddingConfig(dim=dim, optimizer=optimizer, lr=0.05)
     table = EmbeddingTable(40, config, seed=1)
     steps = random_steps(40, dim, 8)
@@ -82,7 +86,9 @@ def test_sparse_optimizers_equal_torchs(optimizer, dim):
     assert int(table.steps) == len(steps)
 
 
-def test_rowwise_adagrad_keeps_one_accumulator_per_row():
+@pytest.mark.parametrize("kernels", [True, False], ids=["numba", "torch-ops"])
+def test_rowwise_adagrad_keeps_one_accumulator_per_row(kernels, monkeypatch):
+    monkeypatch.setattr(embedding_module, "USE_KERNELS", kernels)
     config = EmbeddingConfig(dim=4, optimizer="adagrad", lr=0.1)
     table = EmbeddingTable(10, config, seed=0)
     w = table.weight.clone().double().numpy()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 
+import numba
 import numpy as np
 import torch
 
@@ -34,6 +35,57 @@ from shardgnn.store.feature import FeatureStore
 ADAGRAD_EPS = 1e-10  # torch.optim.Adagrad's default
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.SparseAdam's defaults
 ADAM_EPS = 1e-8
+# CPU tables update through the numba kernels below; the torch operations serve other devices
+# (tests switch this off to check that path on CPU too).
+USE_KERNELS = True
+
+
+# The update kernels: one fused pass over the used rows, in parallel (rows are unique, so no two
+# iterations touch the same row). Every constant is float32, as torch computes a float32 tensor
+# times a Python scalar, so the results follow torch's operation for operation.
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _adagrad_kernel(weight, sum_sq, rows, grad, lr, eps):  # pragma: no cover - compiled
+    dim = grad.shape[1]
+    for i in numba.prange(rows.shape[0]):
+        r = rows[i]
+        acc = np.float32(0.0)
+        for c in range(dim):
+            acc += grad[i, c] * grad[i, c]
+        total = sum_sq[r] + acc / np.float32(dim)
+        sum_sq[r] = total
+        denom = np.sqrt(total) + eps
+        for c in range(dim):
+            weight[r, c] -= lr * (grad[i, c] / denom)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _adam_kernel(
+    weight, exp_avg, exp_avg_sq, rows, grad, one_minus_beta1, one_minus_beta2, eps, neg_step_size
+):  # pragma: no cover - compiled
+    dim = grad.shape[1]
+    for i in numba.prange(rows.shape[0]):
+        r = rows[i]
+        for c in range(dim):
+            g = grad[i, c]
+            old_avg, old_avg_sq = exp_avg[r, c], exp_avg_sq[r, c]
+            avg_update = (g - old_avg) * one_minus_beta1
+            avg_sq_update = (g * g - old_avg_sq) * one_minus_beta2
+            exp_avg[r, c] = old_avg + avg_update
+            exp_avg_sq[r, c] = old_avg_sq + avg_sq_update
+            denom = np.sqrt(avg_sq_update + old_avg_sq) + eps
+            weight[r, c] += neg_step_size * ((avg_update + old_avg) / denom)
+
+
+@numba.njit(nogil=True, cache=True)
+def _has_repeats(rows, seen):  # pragma: no cover - compiled
+    """Whether ``rows`` holds a value twice; ``seen`` (zeros, one per row) is left as found."""
+    repeats = False
+    for r in rows:
+        repeats |= seen[r] != 0
+        seen[r] = 1
+    for r in rows:
+        seen[r] = 0
+    return repeats
 
 
 def table_bytes(num_rows: int, dim: int, optimizer: str) -> int:
@@ -94,6 +146,7 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
             self.register_buffer("exp_avg", torch.zeros(num_rows, config.dim))
             self.register_buffer("exp_avg_sq", torch.zeros(num_rows, config.dim))
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+        self._seen: np.ndarray | None = None  # scratch of the repeat check
 
     # FeatureStore ---------------------------------------------------------------------------
     @property
@@ -114,27 +167,47 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
             return
         rows = ids.to(self.weight.device) - self.first_row
         grad_RD = grad_RD.to(self.weight.device, self.weight.dtype)
-        rows, inverse = torch.unique(rows, return_inverse=True)
-        if rows.numel() != inverse.numel():  # the update is not linear: sum repeats first
-            summed = grad_RD.new_zeros(rows.numel(), grad_RD.shape[1])
-            grad_RD = summed.index_add_(0, inverse, grad_RD)
+        if self._kernels:
+            if self._seen is None:
+                self._seen = np.zeros(self.weight.shape[0], dtype=np.uint8)
+            repeats = _has_repeats(rows.numpy(), self._seen)
         else:
-            grad_RD = torch.empty_like(grad_RD).index_copy_(0, inverse, grad_RD)
+            repeats = torch.unique(rows).numel() != rows.numel()
+        if repeats:  # the update is not linear: sum a row's gradients first
+            rows, inverse = torch.unique(rows, return_inverse=True)
+            grad_RD = grad_RD.new_zeros(rows.numel(), grad_RD.shape[1]).index_add_(
+                0, inverse, grad_RD
+            )
         if self.config.optimizer == "adagrad":
-            self._adagrad(rows, grad_RD)
+            self._adagrad(rows, grad_RD.contiguous())
         else:
-            self._adam(rows, grad_RD)
+            self._adam(rows, grad_RD.contiguous())
+
+    @property
+    def _kernels(self) -> bool:
+        return USE_KERNELS and self.weight.device.type == "cpu"
 
     def _adagrad(self, rows: torch.Tensor, grad_RD: torch.Tensor) -> None:
+        lr, eps = np.float32(self.config.lr), np.float32(ADAGRAD_EPS)
+        if self._kernels:
+            arrays = (self.weight.numpy(), self.sum_sq.numpy(), rows.numpy(), grad_RD.numpy())
+            _adagrad_kernel(*arrays, lr, eps)
+            return
         sum_sq = self.sum_sq[rows] + grad_RD.pow(2).mean(1)
         self.sum_sq[rows] = sum_sq
         denom = sum_sq.sqrt_().add_(ADAGRAD_EPS)
         self.weight[rows] -= self.config.lr * (grad_RD / denom[:, None])
 
     def _adam(self, rows: torch.Tensor, grad_RD: torch.Tensor) -> None:
-        # The same operations in the same order as torch.optim._functional.sparse_adam, so the
-        # rows come out bit-identical to SparseAdam's (tested).
+        # The operations and their order of torch.optim._functional.sparse_adam (tested equal).
         beta1, beta2 = ADAM_BETAS
+        step = int(self.steps)
+        step_size = self.config.lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+        if self._kernels:
+            arrays = (self.weight, self.exp_avg, self.exp_avg_sq, rows, grad_RD)
+            constants = (1 - beta1, 1 - beta2, ADAM_EPS, -step_size)
+            _adam_kernel(*(a.numpy() for a in arrays), *map(np.float32, constants))
+            return
         old_avg, old_avg_sq = self.exp_avg[rows], self.exp_avg_sq[rows]
         avg_update = grad_RD.sub(old_avg).mul_(1 - beta1)
         avg_sq_update = grad_RD.pow(2).sub_(old_avg_sq).mul_(1 - beta2)
@@ -142,8 +215,6 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
         self.exp_avg_sq[rows] = old_avg_sq + avg_sq_update
         numer = avg_update.add_(old_avg)
         denom = avg_sq_update.add_(old_avg_sq).sqrt_().add_(ADAM_EPS)
-        step = int(self.steps)
-        step_size = self.config.lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
         self.weight[rows] += -step_size * numer.div_(denom)
 
 
