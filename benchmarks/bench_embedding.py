@@ -3,7 +3,8 @@ baselines, and where a link-prediction step spends its time.
 
     python benchmarks/bench_embedding.py --data-dir ../shared/data --epochs 2
 
-soc-slashdot (82k nodes, no features) with ``--task link --embedding-dim 64``: GraphSAGE 64 -> 64,
+soc-slashdot (82k nodes, no features) with ``--task link --embedding-dim 64``: GraphSAGE (or
+``--model``) 64 -> 64,
 fanouts 10,10, 1024 target edges per batch, one uniform negative each, row-wise Adagrad on the
 rows. Test MRR and Hits@K rank each held-out edge among its 100 fixed non-edges; the baselines
 score the same pairs by chance (``random``) and by the destination's degree in the training
@@ -54,6 +55,7 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default="soc-slashdot")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--model", default="sage")
     p.add_argument("--optimizers", default="adagrad,adam")
     p.add_argument("--out", default="benchmarks/out/embedding.json")
     p.add_argument("--md", default="benchmarks/out/embedding.md")
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
             dataset=a.dataset,
             data_dir=a.data_dir,
             task="link",
-            model=ModelConfig(model="sage", hidden=a.dim, dropout=0.0),
+            model=ModelConfig(model=a.model, hidden=a.dim, dropout=0.0),
             sampler=SamplerConfig(fanouts=(10, 10)),
             batch_size=1024,
             optim=OptimConfig(epochs=a.epochs, lr=0.003),
@@ -128,7 +130,8 @@ def main(argv=None) -> int:
     save_json(a.out, report)
     with atomic_open(a.md, "w") as fh:
         fh.write(
-            f"{a.dataset}, --embedding-dim {a.dim}, {a.epochs} epoch(s), 1 process; edges/s and "
+            f"{a.dataset}, --model {a.model}, --embedding-dim {a.dim}, {a.epochs} epoch(s), 1 "
+            "process; edges/s and "
             f"stage shares of the last epoch\n\n{table}\n"
         )
     return 0

@@ -17,8 +17,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "infer",
         help="layer-wise distributed inference from a checkpoint",
         description=(
-            "Compute every node's embedding, logits and prediction with full neighbourhoods, one "
-            "layer at a time, one worker per part; outputs are in the graph's original node ids."
+            "Compute every node's embedding, logits and prediction (a link-prediction model: "
+            "its embedding, and with --pairs the score of each pair) with full neighbourhoods, "
+            "one layer at a time, one worker per part; outputs are in the graph's original node "
+            "ids."
         ),
     )
     add_flags(parser, InferConfig)
@@ -28,13 +30,26 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn infer``: check the checkpoint against the partition, then launch."""
     from shardgnn.distributed.launch import launch_local
+    from shardgnn.errors import ConfigError
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.infer import check_inference_pair, infer_worker, resolve_checkpoint
+    from shardgnn.train.infer import (
+        check_inference_pair,
+        infer_worker,
+        read_pairs,
+        resolve_checkpoint,
+    )
 
     config = config_from_args(InferConfig, args)
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
-    check_inference_pair(checkpoint, pset)
+    trained = check_inference_pair(checkpoint, pset)
+    if config.pairs is not None:
+        if trained.task != "link":
+            raise ConfigError(
+                f"--pairs: {checkpoint} holds a node-classification model; pairs are scored by "
+                "a model trained with --task link"
+            )
+        read_pairs(config.pairs, pset.num_nodes)  # a bad file is refused before workers start
     Path(config.out).expanduser().mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, checkpoint=str(checkpoint))
     launch_local(

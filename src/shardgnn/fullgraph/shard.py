@@ -113,7 +113,8 @@ class FullGraphShard:
         halo_counts: int64 ``[P]`` halo rows owned by each part (contiguous segments of ``halo``).
         degree: int64 ``[n + h]`` graph in-degree (self-loops excluded) of every extended column:
             what GCN normalisation needs of remote sources.
-        x: float32 ``[n, F]`` held features; y: int64 ``[n]`` held labels.
+        x: float32 ``[n, F]`` held features (None: the graph has none); y: int64 ``[n]`` held
+            labels (empty: none).
         splits: ``{"train"|"val"|"test": int64 indices}`` of own-part nodes, in held-row ids.
         num_classes: label classes.
         orig_ids: int64 ``[n]`` the held rows' ids in the original graph (they key hashed dropout,
@@ -130,7 +131,7 @@ class FullGraphShard:
     halo: np.ndarray
     halo_counts: np.ndarray
     degree: np.ndarray
-    x: np.ndarray
+    x: np.ndarray | None
     y: np.ndarray
     splits: dict[str, np.ndarray]
     num_classes: int
@@ -154,15 +155,25 @@ def _non_loop_degree(indptr: np.ndarray, indices: np.ndarray, first_id: int) -> 
 
 
 def load_shard(
-    partitions: str | Path, grid: Grid, rank: int, world_comm: Communicator, stage: str = "setup"
+    partitions: str | Path,
+    grid: Grid,
+    rank: int,
+    world_comm: Communicator,
+    stage: str = "setup",
+    *,
+    need_features: bool = True,
+    need_labels: bool = True,
 ) -> FullGraphShard:
     """Load this rank's row group from a partition directory and fetch its halo's degrees.
 
     Collective over ``world_comm`` (one all-to-all pair: halo ids to owners, degrees back).
 
+    Without ``need_features``/``need_labels`` a part may lack them (``x`` is then None, ``y``
+    empty): link-prediction inference with learnable rows needs neither.
+
     Raises:
         ConfigError: the directory's part count differs from the number of ranks, or it has no
-            features/labels.
+            features/labels that are needed.
     """
     pset = read_partitions(partitions, verify=False)
     if pset.num_parts != grid.world_size:
@@ -173,8 +184,12 @@ def load_shard(
     book = pset.book
     row = grid.row_of(rank)
     parts = [pset.load_part(p, mmap=True, verify=False) for p in grid.row_parts(row)]
-    if any(part.x is None or part.y is None for part in parts):
-        raise ConfigError(f"{partitions} has no features or labels; partition a labelled dataset")
+    if need_features and any(part.x is None for part in parts):
+        raise ConfigError(f"{partitions} has no features; partition a dataset with features")
+    if need_labels and any(part.y is None for part in parts):
+        raise ConfigError(f"{partitions} has no labels; partition a labelled dataset")
+    has_x = all(part.x is not None for part in parts)
+    has_y = all(part.y is not None for part in parts)
     row_start, row_end = parts[0].start, parts[-1].end
     n = row_end - row_start
     indptr = np.zeros(n + 1, dtype=np.int64)
@@ -224,8 +239,16 @@ def load_shard(
         halo=halo,
         halo_counts=halo_counts,
         degree=np.concatenate([own_degree, halo_degree]).astype(np.int64),
-        x=np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts]),
-        y=np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts]),
+        x=(
+            np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts])
+            if has_x
+            else None
+        ),
+        y=(
+            np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts])
+            if has_y
+            else np.zeros(0, dtype=np.int64)
+        ),
         splits=splits,
         num_classes=int(own_part.num_classes),
         orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64),

@@ -240,6 +240,12 @@ class InferConfig(LaunchConfig):
         metavar="DIR", help="output folder for embeddings, logits and predictions (.npy)"
     )
     chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
+    pairs: str | None = option(
+        None,
+        metavar="FILE",
+        help="link-prediction models: node pairs to score, one per row (original ids; .npy of "
+        "shape [P, 2], or text with two ids per line), written to OUT/scores.npy",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

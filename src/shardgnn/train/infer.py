@@ -1,12 +1,23 @@
 """``shardgnn infer``: layer-wise distributed inference from a checkpoint, with embeddings and
 predictions written in the graph's *original* node ids.
 
-Outputs (each written to a temporary name and renamed into place)::
+Outputs of a node-classification model (each written to a temporary name and renamed into
+place)::
 
     OUT/embeddings.npy   float32 [N, H]  input of the last layer (after the activation)
     OUT/logits.npy       float32 [N, C]
     OUT/predictions.npy  int64   [N]     argmax class
     OUT/inference.json   accuracy per split, timing, bytes exchanged, the checkpoint used
+
+Of a link-prediction model (``--task link``)::
+
+    OUT/embeddings.npy   float32 [N, D]  the encoder's output, what its predictor scores
+    OUT/scores.npy       float32 [P]     with --pairs: the predictor's raw score of each pair
+                                         (a logit under --link-loss bce)
+    OUT/inference.json   timing, bytes exchanged, the checkpoint used
+
+Messages pass over every edge of the partitioned graph: the held-out edges of training are
+edges again, as they are for a model put to use.
 """
 
 from __future__ import annotations
@@ -93,6 +104,95 @@ def load_model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     return state.get("best_state") or state["model"]
 
 
+def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
+    """int64 ``[P, 2]`` node pairs (original ids) from ``.npy`` (``[P, 2]`` integers) or text (two
+    integers per line, whitespace or comma separated, ``#`` comments).
+
+    Raises:
+        DatasetError: the file is unreadable, not two integer columns, or names a node outside
+            ``[0, num_nodes)``.
+    """
+    path = Path(path).expanduser()
+    fix = "give one pair per row: two node ids of the graph (a .npy of shape [P, 2], or text)"
+    try:
+        if path.suffix == ".npy":
+            pairs = np.load(path, allow_pickle=False)
+        else:
+            text = path.read_text().replace(",", " ")
+            rows = [line.split("#")[0].split() for line in text.splitlines()]
+            rows = [row for row in rows if row]
+            if any(len(row) != 2 for row in rows):
+                bad = next(i for i, row in enumerate(rows) if len(row) != 2)
+                raise DatasetError(f"pair {bad + 1} has {len(rows[bad])} values", path, fix)
+            pairs = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"cannot read pairs ({type(exc).__name__}: {exc})", path, fix) from None
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
+        raise DatasetError(f"holds {pairs.dtype} of shape {pairs.shape}, not [P, 2]", path, fix)
+    pairs = pairs.astype(np.int64)
+    outside = (pairs < 0) | (pairs >= num_nodes)
+    if outside.any():
+        row = int(np.argwhere(outside)[0][0])
+        raise DatasetError(
+            f"pair {row + 1} ({pairs[row, 0]}, {pairs[row, 1]}) names a node outside "
+            f"[0, {num_nodes})",
+            path,
+            fix,
+        )
+    return pairs
+
+
+def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
+    """The node classifier and its input rows."""
+    model = build_model(config.model, shard.x.shape[1], shard.num_classes)
+    what = f"{shard.x.shape[1]} features and {shard.num_classes} classes"
+    _load(model, weights, checkpoint, what)
+    x = normalize_features(shard.x, config.feature_norm)
+    return model, torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
+
+def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
+    """The link model and its input rows: the features, then the learnable rows of the held
+    nodes (the checkpoint keeps them in original id order)."""
+    from shardgnn.train.link import build_link_model
+
+    weights = dict(weights)
+    rows = weights.pop("embedding.weight", None)
+    weights = {k: v for k, v in weights.items() if not k.startswith("embedding.")}
+    num_features = 0 if shard.x is None else shard.x.shape[1]
+    model = build_link_model(config, num_features)
+    _load(model, weights, checkpoint, f"{num_features} features")
+    parts = []
+    if shard.x is not None:
+        x = normalize_features(shard.x, config.feature_norm)
+        parts.append(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+    if config.embedding.enabled:
+        assert rows is not None, "a model trained with --embedding-dim checkpoints its rows"
+        parts.append(rows[torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64))])
+    return model, torch.cat(parts, dim=1)
+
+
+def _load(model: torch.nn.Module, weights, checkpoint: Path, what: str) -> None:
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"{checkpoint} does not fit this graph's {what} ({str(exc).splitlines()[0]})"
+        ) from None
+
+
+@torch.no_grad()
+def score_pairs_file(model, embeddings_ND: np.ndarray, pairs_P2: np.ndarray, chunk: int = 1 << 16):
+    """The predictor's score of every pair (rows of ``embeddings_ND`` by original id)."""
+    scores = np.empty(pairs_P2.shape[0], dtype=np.float32)
+    for start in range(0, pairs_P2.shape[0], chunk):
+        block = pairs_P2[start : start + chunk]
+        h_u = torch.from_numpy(np.asarray(embeddings_ND[block[:, 0]], dtype=np.float32))
+        h_v = torch.from_numpy(np.asarray(embeddings_ND[block[:, 1]], dtype=np.float32))
+        scores[start : start + block.shape[0]] = model.score(h_u, h_v).numpy()
+    return scores
+
+
 def run_inference(
     ctx: DistContext,
     checkpoint: str | Path,
@@ -100,35 +200,45 @@ def run_inference(
     out: str | Path,
     *,
     chunk_rows: int = 65536,
+    pairs: str | Path | None = None,
 ) -> dict[str, Any] | None:
-    """One rank of ``shardgnn infer``; rank 0 writes the outputs and returns the summary."""
+    """One rank of ``shardgnn infer``; rank 0 writes the outputs and returns the summary.
+    ``pairs``: a file of node pairs for a link-prediction model to score (:func:`read_pairs`)."""
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
     config = check_inference_pair(checkpoint, pset)
+    link = config.task == "link"
     weights = load_model_weights(checkpoint)
     out = Path(out).expanduser()
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    shard = load_shard(partitions, Grid(ctx.world_size, 1), ctx.rank, comm)
-    norm = config.feature_norm
-    model = build_model(config.model, shard.x.shape[1], shard.num_classes)
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as exc:
-        raise ConfigError(
-            f"{checkpoint} does not fit this graph's {shard.x.shape[1]} features and "
-            f"{shard.num_classes} classes ({str(exc).splitlines()[0]})"
-        ) from None
-    x = torch.from_numpy(np.ascontiguousarray(normalize_features(shard.x, norm), dtype=np.float32))
+    shard = load_shard(
+        partitions,
+        Grid(ctx.world_size, 1),
+        ctx.rank,
+        comm,
+        need_features=not (link and config.embedding.enabled),
+        need_labels=not link,
+    )
+    model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
     start = time.perf_counter()
     engine = LayerwiseInference(shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device)
-    embeddings, logits = engine.run(model, x)
+    if link:
+        _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
+        outputs = {"embeddings": embeddings}
+    else:
+        embeddings, logits = engine.run(model, x)
+        outputs = {
+            "embeddings": embeddings,
+            "logits": logits,
+            "predictions": logits.argmax(-1).cpu(),
+        }
     seconds = time.perf_counter() - start
-    predictions = logits.argmax(-1).cpu()
-    y = torch.from_numpy(shard.y)
     counts = []
-    for split in ("train", "val", "test"):
-        idx = torch.from_numpy(shard.splits[split])
-        counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
+    if not link:
+        y, predictions = torch.from_numpy(shard.y), outputs["predictions"]
+        for split in ("train", "val", "test"):
+            idx = torch.from_numpy(shard.splits[split])
+            counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
     totals = torch.tensor(counts + [seconds], dtype=torch.float64)
     comm.all_reduce(totals, "metrics")
     comm_summed = comm.reduce_stats()  # bytes over all workers (collective: before rank 0 goes on)
@@ -138,11 +248,7 @@ def run_inference(
     if ctx.is_main:
         scratch.mkdir(parents=True, exist_ok=True)
     ctx.barrier()
-    for name, tensor in (
-        ("embeddings", embeddings),
-        ("logits", logits),
-        ("predictions", predictions),
-    ):
+    for name, tensor in outputs.items():
         np.save(
             scratch / f"{name}-{ctx.rank}.npy", tensor.detach().cpu().numpy(), allow_pickle=False
         )
@@ -150,7 +256,7 @@ def run_inference(
     if not ctx.is_main:
         return None
     orig_ids = np.asarray(pset.orig_ids)
-    for name in ("embeddings", "logits", "predictions"):
+    for name in outputs:
         pieces = [
             np.load(scratch / f"{name}-{p}.npy", mmap_mode="r") for p in range(ctx.world_size)
         ]
@@ -166,8 +272,20 @@ def run_inference(
         del array
         tmp.replace(out / f"{name}.npy")
     shutil.rmtree(scratch, ignore_errors=True)
+    written = {name: str(out / f"{name}.npy") for name in outputs}
+    scored = None
+    if link and pairs is not None:
+        pair_array = read_pairs(pairs, len(orig_ids))
+        table = np.load(out / "embeddings.npy", mmap_mode="r")
+        scores = score_pairs_file(model, table, pair_array)
+        tmp = out / ".scores.npy.tmp"
+        with open(tmp, "wb") as fh:
+            np.save(fh, scores, allow_pickle=False)
+        tmp.replace(out / "scores.npy")
+        written["scores"], scored = str(out / "scores.npy"), int(scores.shape[0])
     t = totals.tolist()
     summary = {
+        "task": config.task,
         "checkpoint": str(checkpoint),
         "partitions": str(partitions),
         "workers": ctx.world_size,
@@ -176,15 +294,16 @@ def run_inference(
         "accuracy": {
             split: (t[2 * i] / t[2 * i + 1] if t[2 * i + 1] else None)
             for i, split in enumerate(("train", "val", "test"))
-        },
+        }
+        if not link
+        else None,
+        "pairs_scored": scored,
         "inference_time_s": t[-1] / ctx.world_size,
         "comm": {
             name: {"bytes_sent": st.bytes_sent, "bytes_recv": st.bytes_recv, "time_s": st.time_s}
             for name, st in comm_summed.items()
         },
-        "outputs": {
-            name: str(out / f"{name}.npy") for name in ("embeddings", "logits", "predictions")
-        },
+        "outputs": written,
     }
     save_json(out / "inference.json", summary)
     return summary
@@ -200,14 +319,22 @@ def infer_worker(config_json: str) -> None:
     ctx = init_distributed(device="cpu", timeout_s=config.timeout)
     try:
         summary = run_inference(
-            ctx, config.checkpoint, config.partitions, config.out, chunk_rows=config.chunk_rows
+            ctx,
+            config.checkpoint,
+            config.partitions,
+            config.out,
+            chunk_rows=config.chunk_rows,
+            pairs=config.pairs,
         )
         if summary is not None:
             rows = [
                 (f"{split} accuracy", "-" if acc is None else f"{acc:.4f}")
-                for split, acc in summary["accuracy"].items()
+                for split, acc in (summary["accuracy"] or {}).items()
             ]
+            if summary["pairs_scored"] is not None:
+                rows.append(("pairs scored", f"{summary['pairs_scored']:,}"))
             rows += [
+                ("embedding width", str(summary["embedding_width"])),
                 ("nodes", f"{summary['num_nodes']:,}"),
                 ("inference time (s)", f"{summary['inference_time_s']:.2f}"),
                 ("checkpoint", summary["checkpoint"]),

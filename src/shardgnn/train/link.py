@@ -81,6 +81,17 @@ def link_objective(config: LinkConfig):
     return objective
 
 
+def build_link_model(
+    config: TrainConfig, num_features: int, embedding: EmbeddingTable | None = None
+) -> LinkModel:
+    """The encoder (input: the features, then ``--embedding-dim`` learnable columns), the
+    predictor, and the learnable rows when given."""
+    in_dim = num_features + config.embedding.dim
+    encoder = build_model(config.model, in_dim, config.link.out_dim)
+    predictor = build_predictor(config.link.predictor, config.link.out_dim, config.model.hidden)
+    return LinkModel(encoder, predictor, embedding)
+
+
 @dataclasses.dataclass
 class EvalPairs:
     """One evaluation split: its positives and fixed negatives as rows of ``nodes``' embeddings."""
@@ -141,10 +152,7 @@ class LinkLocalSteps(Steps):
             self.embedding = EmbeddingTable(
                 g.num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM)
             )
-        in_dim = g.num_features + config.embedding.dim
-        encoder = build_model(config.model, in_dim, link.out_dim)
-        predictor = build_predictor(link.predictor, link.out_dim, config.model.hidden)
-        self.model = LinkModel(encoder, predictor, self.embedding).to(self.device)
+        self.model = build_link_model(config, g.num_features, self.embedding).to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
