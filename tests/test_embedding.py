@@ -137,8 +137,6 @@ def test_bad_embedding_settings_are_refused():
         EmbeddingConfig(dim=-1)
     with pytest.raises(ConfigError, match="--embedding-lr 0"):
         EmbeddingConfig(dim=4, lr=0)
-    with pytest.raises(ConfigError, match="train with --task link"):
-        TrainConfig(embedding=EmbeddingConfig(dim=8))
     huge = EmbeddingConfig(dim=1 << 20, optimizer="adam")
     with pytest.raises(ConfigError, match=r"--embedding-dim 1048576: .* GB available"):
         check_table_fits(1 << 20, huge)
@@ -213,5 +211,89 @@ def test_cli_trains_an_edge_list_with_embeddings(tmp_path, capsys):
     results = json.loads(out.read_text())
     assert results["config"]["embedding"]["dim"] == 8 and 0 <= results["link"]["test"]["mrr"] <= 1
     capsys.readouterr()
-    assert main(["train", "cora", "--embedding-dim", "8", "--quiet"]) == 2
-    assert "--task link" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------- node classification
+def node_config(mode="minibatch", epochs=5, **kw):
+    return TrainConfig(
+        mode=mode,
+        sampler=SamplerConfig(fanouts=(10, 10)),
+        batch_size=128,
+        optim=OptimConfig(epochs=epochs, lr=0.01),
+        model=ModelConfig(hidden=16, dropout=0.0),
+        embedding=EmbeddingConfig(dim=16, lr=0.1),
+        threads=1,
+        progress=False,
+        **kw,
+    )
+
+
+def test_a_featureless_labelled_graph_learns_node_classes(featureless):
+    """Only the structure carries the classes (homophily 0.7, 4 classes): well above chance."""
+    results = run_training(node_config(), featureless)
+    assert results["test_acc"] > 0.45, results["test_acc"]
+    with pytest.raises(ConfigError, match="no node features .*--embedding-dim"):
+        run_training(dataclasses.replace(node_config(), embedding=EmbeddingConfig()), featureless)
+
+
+def test_layerwise_evaluation_reads_the_current_rows(featureless):
+    """Full-neighbourhood evaluation runs layer-wise over a copy of the input: it must see the
+    rows as trained, as node-wise evaluation with fanouts above every degree does."""
+    layerwise = run_training(node_config(epochs=2, eval_fanouts=(-1, -1)), featureless)
+    nodewise = run_training(node_config(epochs=2, eval_fanouts=(10_000, 10_000)), featureless)
+    assert [e["loss"] for e in layerwise["epochs"]] == [e["loss"] for e in nodewise["epochs"]]
+    assert layerwise["val_acc"] == pytest.approx(nodewise["val_acc"], abs=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "full"])
+def test_node_classification_rows_resume_bit_exact(featureless, mode, tmp_path):
+    def config(directory, epochs, resume=False):
+        checkpoint = CheckpointConfig(dir=str(directory), resume=resume)
+        return node_config(mode, epochs, checkpoint=checkpoint)
+
+    straight = run_training(config(tmp_path / "a", 4), featureless)
+    run_training(config(tmp_path / "b", 2), featureless)
+    resumed = run_training(config(tmp_path / "b", 4, resume=True), featureless)
+    assert_same_weights(final_weights(tmp_path / "a"), final_weights(tmp_path / "b"))
+    assert resumed["test_acc"] == straight["test_acc"]
+
+
+def test_embeddings_with_workers_are_refused():
+    from shardgnn.train.config import RunConfig
+
+    with pytest.raises(ConfigError, match="--embedding-dim 8: .* one process so far"):
+        TrainConfig(embedding=EmbeddingConfig(dim=8), run=RunConfig(workers=2))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_infer_of_a_node_model_with_rows(tmp_path):
+    """`shardgnn infer` puts each node's checkpointed row behind it: 2 workers' logits equal the
+    checkpoint's model on the whole graph."""
+    from shardgnn.graph.datasets import load_dataset
+    from shardgnn.graph.io import save_graph
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.models import build_model
+
+    graph = generate(SyntheticConfig(nodes=500, degree=6, classes=3, features=2, seed=1))
+    save_graph(dataclasses.replace(graph, x=None), tmp_path / "g")
+    spec, ckpt, parts = f"graph:{tmp_path / 'g'}", tmp_path / "ckpt", tmp_path / "parts"
+    argv = ["train", spec, "--model", "sage", "--fanouts", "5,5", "--hidden", "8", "--epochs"]
+    argv += ["2", "--embedding-dim", "4", "--quiet", "--checkpoint-dir", str(ckpt)]
+    assert main(argv) == 0
+    assert main(["partition", spec, "--parts", "2", "--out", str(parts), "--quiet"]) == 0
+    out = tmp_path / "out"
+    argv = ["infer", "--checkpoint", str(ckpt), "--partitions", str(parts), "--out", str(out)]
+    assert main(argv) == 0
+    state = torch.load(sorted(ckpt.glob("epoch-*"))[-1] / "rank-0.pt", weights_only=True)
+    state = state["best_state"]
+    g = load_dataset(spec)
+    model = build_model(ModelConfig(model="sage", hidden=8, num_layers=2), 4, g.num_classes)
+    model.load_state_dict({k: v for k, v in state.items() if not k.startswith("embedding.")})
+    model.eval()
+    with torch.no_grad():
+        expected = model(
+            [MessageGraph.from_csr(g.indptr, g.indices)] * 2, state["embedding.weight"]
+        ).numpy()
+    logits = np.load(out / "logits.npy", allow_pickle=False)
+    np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)

@@ -306,6 +306,11 @@ def test_link_cli_runs_and_refuses_a_featureless_graph(tmp_path, capsys):
     edges.write_text("".join(f"{i} {(i * 7 + 1) % 50}\n" for i in range(50)))
     assert main(["train", f"file:{edges}", "--task", "link", "--epochs", "1", "--quiet"]) == 2
     assert "no node features" in capsys.readouterr().err
+    # `shardgnn plot` names what a link run's curves hold.
+    from shardgnn.cli.plot import training_figure
+
+    figure = training_figure([(out, json.loads(out.read_text()))])
+    assert [ax.get_title() for ax in figure.axes][2] == "validation AUC"
 
 
 @requires_shared_data

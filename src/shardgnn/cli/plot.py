@@ -77,11 +77,7 @@ def _pyplot():
 def training_figure(runs: list[tuple[Path, dict]]):
     """Loss and accuracies per epoch, one line per run (a matplotlib figure)."""
     plt = _pyplot()
-    panels = [
-        ("loss", "training loss"),
-        ("train_acc", "training accuracy"),
-        ("val_acc", "validation accuracy"),
-    ]
+    panels = [("loss", "training loss"), *_metric_panels({d.get("metric", "acc") for _, d in runs})]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
     for path, data in runs:
         epochs = [e["epoch"] for e in data["epochs"]]
@@ -101,6 +97,22 @@ def training_figure(runs: list[tuple[Path, dict]]):
     axes[-1].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _metric_panels(metrics: set[str]) -> list[tuple[str, str]]:
+    """Titles of the training and validation panels: what ``train_acc``/``val_acc`` hold (node
+    classification: accuracy; link prediction: pairs on the right side of 0, and AUC)."""
+    if metrics == {"auc"}:
+        return [
+            ("train_acc", "training pairs scored on the right side"),
+            ("val_acc", "validation AUC"),
+        ]
+    if "auc" in metrics:
+        return [
+            ("train_acc", "training accuracy (link runs: pairs right)"),
+            ("val_acc", "validation accuracy (link runs: AUC)"),
+        ]
+    return [("train_acc", "training accuracy"), ("val_acc", "validation accuracy")]
 
 
 def _save(fig, target: Path) -> Path:

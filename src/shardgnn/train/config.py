@@ -288,9 +288,7 @@ class TrainConfig:
     )
     optim: OptimConfig = component(OptimConfig, title="optimisation")
     link: LinkConfig = component(LinkConfig, title="link prediction (--task link)")
-    embedding: EmbeddingConfig = component(
-        EmbeddingConfig, title="learnable node embeddings (--task link)"
-    )
+    embedding: EmbeddingConfig = component(EmbeddingConfig, title="learnable node embeddings")
     feature_norm: str = option(
         "none",
         choices=FEATURE_NORMS,
@@ -377,10 +375,11 @@ class TrainConfig:
             self.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
 
     def _check_combinations(self) -> None:
-        if self.embedding.enabled and self.task != "link":
+        if self.embedding.enabled and self.run.distributed:
             raise ConfigError(
-                f"--embedding-dim {self.embedding.dim}: learnable node embeddings train with "
-                "--task link so far; add --task link, or drop --embedding-dim"
+                f"--embedding-dim {self.embedding.dim}: learnable node embeddings train in one "
+                "process so far (rows sharded across workers are not built yet); drop "
+                "--workers/--partitions, or --embedding-dim"
             )
         if self.task == "link" and self.run.distributed:
             raise ConfigError(

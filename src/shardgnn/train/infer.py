@@ -142,26 +142,15 @@ def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
     return pairs
 
 
-def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
-    """The node classifier and its input rows."""
-    model = build_model(config.model, shard.x.shape[1], shard.num_classes)
-    what = f"{shard.x.shape[1]} features and {shard.num_classes} classes"
-    _load(model, weights, checkpoint, what)
-    x = normalize_features(shard.x, config.feature_norm)
-    return model, torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+def _split_rows(weights) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """The model's weights without its learnable rows, and the rows (None without any)."""
+    rows = weights.get("embedding.weight")
+    return {k: v for k, v in weights.items() if not k.startswith("embedding.")}, rows
 
 
-def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
-    """The link model and its input rows: the features, then the learnable rows of the held
-    nodes (the checkpoint keeps them in original id order)."""
-    from shardgnn.train.link import build_link_model
-
-    weights = dict(weights)
-    rows = weights.pop("embedding.weight", None)
-    weights = {k: v for k, v in weights.items() if not k.startswith("embedding.")}
-    num_features = 0 if shard.x is None else shard.x.shape[1]
-    model = build_link_model(config, num_features)
-    _load(model, weights, checkpoint, f"{num_features} features")
+def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.Tensor:
+    """The held nodes' input: the features, then their learnable rows (kept in original id order
+    by the checkpoint)."""
     parts = []
     if shard.x is not None:
         x = normalize_features(shard.x, config.feature_norm)
@@ -169,7 +158,27 @@ def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
     if config.embedding.enabled:
         assert rows is not None, "a model trained with --embedding-dim checkpoints its rows"
         parts.append(rows[torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64))])
-    return model, torch.cat(parts, dim=1)
+    return torch.cat(parts, dim=1)
+
+
+def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
+    """The node classifier and its input rows."""
+    weights, rows = _split_rows(weights)
+    num_features = 0 if shard.x is None else shard.x.shape[1]
+    model = build_model(config.model, num_features + config.embedding.dim, shard.num_classes)
+    _load(model, weights, checkpoint, f"{num_features} features and {shard.num_classes} classes")
+    return model, _input_rows(config, shard, rows)
+
+
+def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
+    """The link model (its encoder and predictor) and its input rows."""
+    from shardgnn.train.link import build_link_model
+
+    weights, rows = _split_rows(weights)
+    num_features = 0 if shard.x is None else shard.x.shape[1]
+    model = build_link_model(config, num_features)
+    _load(model, weights, checkpoint, f"{num_features} features")
+    return model, _input_rows(config, shard, rows)
 
 
 def _load(model: torch.nn.Module, weights, checkpoint: Path, what: str) -> None:
@@ -216,7 +225,7 @@ def run_inference(
         Grid(ctx.world_size, 1),
         ctx.rank,
         comm,
-        need_features=not (link and config.embedding.enabled),
+        need_features=not config.embedding.enabled,
         need_labels=not link,
     )
     model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)

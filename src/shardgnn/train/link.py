@@ -30,7 +30,7 @@ from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.config import EmbeddingConfig
-from shardgnn.store.embedding import EmbeddingTable, check_table_fits, input_store
+from shardgnn.store.embedding import EmbeddingTable, input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import LinkConfig, TrainConfig, apply_process_settings
@@ -38,10 +38,14 @@ from shardgnn.train.epoch import EpochRun
 from shardgnn.train.linkmetrics import link_metrics
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import train_epoch_batches
-from shardgnn.train.setup import dataset_record, eval_sampler_config, resolve_device
-
-# The random stream of the learnable rows' initial values: mix_seed(seed, EMBEDDING_STREAM).
-EMBEDDING_STREAM = 0x454D4244
+from shardgnn.train.setup import (
+    dataset_record,
+    eval_sampler_config,
+    full_input,
+    make_embedding_table,
+    resolve_device,
+    step_rows,
+)
 
 
 def split_spec(link: LinkConfig) -> LinkSplitSpec:
@@ -146,12 +150,7 @@ class LinkLocalSteps(Steps):
         g = self.graph
         torch.manual_seed(config.seed)
         x = None if g.x is None else normalize_features(g.x, config.feature_norm)
-        self.embedding: EmbeddingTable | None = None
-        if config.embedding.enabled:
-            check_table_fits(g.num_nodes, config.embedding)
-            self.embedding = EmbeddingTable(
-                g.num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM)
-            )
+        self.embedding = make_embedding_table(config, g.num_nodes)
         self.model = build_link_model(config, g.num_features, self.embedding).to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
@@ -227,7 +226,7 @@ class LinkLocalSteps(Steps):
         with self.timer("compute"):
             neg_PK = self.negatives.sample(pos_2P[0], pos_2P[1], mix_seed(self.config.seed, epoch))
             self.optimizer.zero_grad(set_to_none=True)
-            x_NF = self.full_input(requires_grad=True)
+            x_NF = full_input(self.features_full, self.embedding, requires_grad=True)
             h_ND = self.model([self.message_graph] * self.model.num_layers, x_NF)
             pos, neg = self.model.score_batch(
                 h_ND,
@@ -238,26 +237,9 @@ class LinkLocalSteps(Steps):
             loss = link_loss(pos, neg, link.loss, link.margin)
             loss.backward()
             self.optimizer.step()
-        if self.embedding is not None:
-            with self.timer("embed"):
-                every_node = torch.arange(x_NF.shape[0])
-                grad_ND = x_NF.grad[:, -self.config.embedding.dim :]
-                self.embedding.apply_gradients(every_node, grad_ND)
+        step_rows(self.embedding, x_NF, self.timer)
         correct = int((pos > 0).sum()) + int((neg <= 0).sum())
         return loss.item(), correct / max(pos.numel() + neg.numel(), 1)
-
-    def full_input(self, requires_grad: bool = False) -> torch.Tensor:
-        """Every node's input row (full-graph mode): features, learnable rows, or both; with
-        ``requires_grad`` a leaf whose gradient the rows' optimiser takes."""
-        if self.embedding is None:
-            return self.features_full
-        rows = self.embedding.weight.detach().clone().requires_grad_(False)
-        x_NF = (
-            rows
-            if self.features_full is None
-            else torch.cat([self.features_full.to_dense(), rows], dim=1)
-        )
-        return x_NF.requires_grad_(requires_grad)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -265,7 +247,8 @@ class LinkLocalSteps(Steps):
         """Embeddings ``[len(nodes), D]`` of ``nodes`` (sorted global ids) in eval mode."""
         self.model.eval()
         if self.config.mode == "full":
-            h_ND = self.model([self.message_graph] * self.model.num_layers, self.full_input())
+            x_NF = full_input(self.features_full, self.embedding)
+            h_ND = self.model([self.message_graph] * self.model.num_layers, x_NF)
             return h_ND[torch.from_numpy(nodes).to(self.device)]
         loader = MiniBatchLoader(
             nodes,

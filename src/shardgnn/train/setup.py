@@ -1,5 +1,5 @@
 """What every kind of training resolves the same way: the device, the evaluation sampler, the
-dataset's record in results and checkpoints."""
+dataset's record in results and checkpoints, the learnable rows and full-graph input."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import fingerprint
 from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.seeding import mix_seed
+from shardgnn.store.embedding import EmbeddingTable, check_table_fits
+from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 
 
@@ -50,3 +53,38 @@ def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
         "val": size(graph.val_idx),
         "test": size(graph.test_idx),
     }
+
+
+# The random stream of the learnable rows' initial values: mix_seed(seed, EMBEDDING_STREAM).
+EMBEDDING_STREAM = 0x454D4244
+
+
+def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable | None:
+    """The learnable rows of ``--embedding-dim`` (None without it), refused when they and their
+    optimiser state would not fit in memory."""
+    if not config.embedding.enabled:
+        return None
+    check_table_fits(num_nodes, config.embedding)
+    return EmbeddingTable(num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM))
+
+
+def full_input(
+    features_NF: torch.Tensor | None, table: EmbeddingTable | None, requires_grad: bool = False
+) -> torch.Tensor:
+    """Every node's input row in full-graph mode: the features, the learnable rows, or both (rows
+    last); with ``requires_grad`` and rows, a leaf whose gradient :func:`step_rows` hands on."""
+    if table is None:
+        assert features_NF is not None
+        return features_NF
+    rows = table.weight.detach().clone()
+    if features_NF is not None:
+        rows = torch.cat([features_NF.to_dense(), rows], dim=1)
+    return rows.requires_grad_(requires_grad)
+
+
+def step_rows(table: EmbeddingTable | None, x_NF: torch.Tensor, timer: StageTimer) -> None:
+    """Full-graph mode: the rows' sparse step after backward (every row took part)."""
+    if table is None:
+        return
+    with timer("embed"):
+        table.apply_gradients(torch.arange(x_NF.shape[0]), x_NF.grad[:, -table.config.dim :])

@@ -26,6 +26,7 @@ from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
 from shardgnn.sampling.neighbor import NeighborSampler
+from shardgnn.store.embedding import input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
@@ -33,14 +34,22 @@ from shardgnn.train.epoch import EpochRun
 from shardgnn.train.link import LinkLocalSteps
 from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
-from shardgnn.train.setup import dataset_record, eval_sampler_config, resolve_device
+from shardgnn.train.setup import (
+    dataset_record,
+    eval_sampler_config,
+    full_input,
+    make_embedding_table,
+    resolve_device,
+    step_rows,
+)
 
 
-def check_trainable(graph: Graph) -> None:
-    """Refuse graphs that cannot be trained on, with the reason and the fix."""
+def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
+    """Refuse graphs that cannot be trained on, with the reason and the fix
+    (``learnable_rows``: ``--embedding-dim`` gives the nodes their input)."""
     problems = []
-    if graph.x is None:
-        problems.append("it has no node features")
+    if graph.x is None and not learnable_rows:
+        problems.append("it has no node features (--embedding-dim D gives each node a row)")
     if graph.y is None or graph.num_classes < 1:
         problems.append("it has no labels")
     for key in ("train_idx", "val_idx", "test_idx"):
@@ -72,12 +81,19 @@ class LocalSteps(Steps):
         spec = canonical_spec(config.dataset) if graph is None else None
         self.graph = graph if graph is not None else load_dataset(config.dataset, config.data_dir)
         self.spec = spec
-        check_trainable(self.graph)
+        check_trainable(self.graph, config.embedding.enabled)
         torch.manual_seed(config.seed)
         g = self.graph
-        self.x = normalize_features(g.x, config.feature_norm)
+        self.x = None if g.x is None else normalize_features(g.x, config.feature_norm)
         self.y = torch.from_numpy(np.asarray(g.y, dtype=np.int64))
-        self.model: GNN = build_model(config.model, g.num_features, g.num_classes).to(self.device)
+        self.embedding = make_embedding_table(config, g.num_nodes)
+        in_dim = g.num_features + config.embedding.dim
+        self.model: GNN = build_model(config.model, in_dim, g.num_classes)
+        if self.embedding is not None:
+            # The rows (buffers) become part of the model's state: checkpoints and the best
+            # epoch's weights carry them; their sparse optimiser, not Adam, updates them.
+            self.model.embedding = self.embedding
+        self.model.to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
@@ -88,12 +104,18 @@ class LocalSteps(Steps):
         self.model.use_hashed_dropout(config.seed)
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
-            # a private, writable copy
-            x_full = torch.from_numpy(np.array(self.x, dtype=np.float32))
-            # Bag-of-words features are often <1% dense: keep them sparse (same maths, far cheaper).
-            self.x_full = to_sparse_if_sparse(x_full).to(self.device)
+            self.features_full = None
+            if self.x is not None:
+                # a private, writable copy
+                x_full = torch.from_numpy(np.array(self.x, dtype=np.float32))
+                # Bag-of-words features are often <1% dense: keep them sparse (same maths, far
+                # cheaper).
+                self.features_full = to_sparse_if_sparse(x_full).to(self.device)
             return
-        features, labels = LocalFeatureStore(self.x), LocalFeatureStore(self.y)
+        features = input_store(
+            None if self.x is None else LocalFeatureStore(self.x), self.embedding
+        )
+        labels = LocalFeatureStore(self.y)
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
         self.train_loader = MiniBatchLoader(
             g.train_idx,
@@ -110,7 +132,7 @@ class LocalSteps(Steps):
         self.layerwise = None
         if config.layerwise_eval:
             shard = shard_from_graph(g)
-            shard.x = self.x
+            shard.x = self.x  # with learnable rows, set before each evaluation (they change)
             self.layerwise = LayerwiseInference(
                 shard, 0, Communicator(0, 1, None), device=self.device
             )
@@ -139,6 +161,7 @@ class LocalSteps(Steps):
             self.optimizer,
             device=self.device,
             timer=self.timer,
+            embedding=self.embedding,
         )
         if trained is None:
             return None
@@ -151,20 +174,26 @@ class LocalSteps(Steps):
         train_idx = torch.from_numpy(self.graph.train_idx).to(self.device)
         with self.timer("compute"):
             self.optimizer.zero_grad(set_to_none=True)
-            logits = self.model([self.full_graph] * self.model.num_layers, self.x_full)
+            x_NF = full_input(self.features_full, self.embedding, requires_grad=True)
+            logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
             loss = F.cross_entropy(logits[train_idx], self.y[train_idx].to(self.device))
             loss.backward()
             self.optimizer.step()
+        step_rows(self.embedding, x_NF, self.timer)
         return loss.item(), accuracy(logits[train_idx].detach(), self.y[train_idx].to(self.device))
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
         if self.config.mode == "full":
             self.model.eval()
-            logits = self.model([self.full_graph] * self.model.num_layers, self.x_full)
+            x_NF = full_input(self.features_full, self.embedding)
+            logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
             idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
             return accuracy(logits[idx], self.y[idx].to(self.device))
         if self.layerwise is not None:
+            if self.embedding is not None:
+                rows = self.embedding.weight.cpu().numpy()
+                self.layerwise.shard.x = rows if self.x is None else np.hstack([self.x, rows])
             return layerwise_accuracies(
                 self.layerwise, self.model, (split,), lambda values: values
             )[split]
