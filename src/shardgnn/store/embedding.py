@@ -132,14 +132,27 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
         seed: seed of the rows' initial values.
         first_row: node id of the first row (ids given to :meth:`gather` and
             :meth:`apply_gradients` are node ids).
+        init_ids: the ids that key the rows' initial values (default: their node ids); a shard of
+            a relabelled (partitioned) graph passes its rows' original ids, so its rows start as
+            one process's rows of the same nodes.
     """
 
-    def __init__(self, num_rows: int, config: EmbeddingConfig, seed: int, first_row: int = 0):
+    def __init__(
+        self,
+        num_rows: int,
+        config: EmbeddingConfig,
+        seed: int,
+        first_row: int = 0,
+        init_ids: np.ndarray | None = None,
+    ):
         torch.nn.Module.__init__(self)
         assert config.dim > 0
         self.config, self.first_row = config, first_row
-        ids = np.arange(first_row, first_row + num_rows, dtype=np.int64)
-        self.register_buffer("weight", torch.from_numpy(hashed_uniform(ids, config.dim, seed)))
+        if init_ids is None:
+            init_ids = np.arange(first_row, first_row + num_rows, dtype=np.int64)
+        assert len(init_ids) == num_rows
+        initial = hashed_uniform(np.asarray(init_ids), config.dim, seed)
+        self.register_buffer("weight", torch.from_numpy(initial))
         if config.optimizer == "adagrad":
             self.register_buffer("sum_sq", torch.zeros(num_rows))
         else:
@@ -152,6 +165,10 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.first_row + self.weight.shape[0], self.config.dim)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight.dtype
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         # On the table's device (a GPU-resident table gathers there; the step moves x anyway).
