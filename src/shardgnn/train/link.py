@@ -22,7 +22,6 @@ from shardgnn.graph.features import normalize_features
 from shardgnn.graph.linksplit import LinkSplitSpec, split_edges
 from shardgnn.loader.link import LinkSample, LinkSamplingStage, edge_batcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, MiniBatchLoader
-from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.link import LinkModel, build_predictor, link_loss
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
@@ -41,6 +40,7 @@ from shardgnn.train.minibatch import train_epoch_batches
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
+    full_features,
     full_input,
     make_embedding_table,
     resolve_device,
@@ -167,13 +167,7 @@ class LinkLocalSteps(Steps):
         self.last_metrics: dict[str, dict[str, float]] = {}
         if config.mode == "full":
             self.message_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
-            self.features_full = (
-                None
-                if x is None
-                else to_sparse_if_sparse(torch.from_numpy(np.array(x, dtype=np.float32))).to(
-                    self.device
-                )
-            )
+            self.features_full = full_features(x, self.device)
             return
         self.features = input_store(None if x is None else LocalFeatureStore(x), self.embedding)
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)

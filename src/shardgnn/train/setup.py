@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import fingerprint
+from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.seeding import mix_seed
 from shardgnn.store.embedding import EmbeddingTable, check_table_fits
@@ -66,6 +68,15 @@ def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable 
         return None
     check_table_fits(num_nodes, config.embedding)
     return EmbeddingTable(num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM))
+
+
+def full_features(x: np.ndarray | None, device: torch.device) -> torch.Tensor | None:
+    """Full-graph mode's feature matrix on ``device`` (a private, writable copy; None without
+    features). Bag-of-words features are often <1% dense: they stay sparse (same maths, far
+    cheaper)."""
+    if x is None:
+        return None
+    return to_sparse_if_sparse(torch.from_numpy(np.array(x, dtype=np.float32))).to(device)
 
 
 def full_input(

@@ -22,7 +22,6 @@ from shardgnn.graph.csr import Graph
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
 from shardgnn.loader.pipeline import MiniBatchLoader
-from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
 from shardgnn.sampling.neighbor import NeighborSampler
@@ -37,6 +36,7 @@ from shardgnn.train.minibatch import count_correct, train_epoch_batches
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
+    full_features,
     full_input,
     make_embedding_table,
     resolve_device,
@@ -104,13 +104,7 @@ class LocalSteps(Steps):
         self.model.use_hashed_dropout(config.seed)
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
-            self.features_full = None
-            if self.x is not None:
-                # a private, writable copy
-                x_full = torch.from_numpy(np.array(self.x, dtype=np.float32))
-                # Bag-of-words features are often <1% dense: keep them sparse (same maths, far
-                # cheaper).
-                self.features_full = to_sparse_if_sparse(x_full).to(self.device)
+            self.features_full = full_features(self.x, self.device)
             return
         features = input_store(
             None if self.x is None else LocalFeatureStore(self.x), self.embedding
