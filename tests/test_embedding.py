@@ -258,11 +258,54 @@ def test_node_classification_rows_resume_bit_exact(featureless, mode, tmp_path):
     assert resumed["test_acc"] == straight["test_acc"]
 
 
-def test_embeddings_with_workers_are_refused():
+def test_what_sharded_rows_do_not_support_yet_is_refused():
+    from shardgnn.store.cache.config import CacheConfig
     from shardgnn.train.config import RunConfig
 
-    with pytest.raises(ConfigError, match="--embedding-dim 8: .* one process so far"):
-        TrainConfig(embedding=EmbeddingConfig(dim=8), run=RunConfig(workers=2))
+    rows, workers = EmbeddingConfig(dim=8), RunConfig(workers=2)
+    with pytest.raises(ConfigError, match="--embedding-dim 8: .* --mode minibatch so far"):
+        TrainConfig(embedding=rows, run=workers, mode="full")
+    with pytest.raises(ConfigError, match="--embedding-dim 8 with --cache-policy"):
+        TrainConfig(embedding=rows, run=workers, cache=CacheConfig(policy="lru"))
+    with pytest.raises(ConfigError, match="--embedding-dim 8 with --overlap on"):
+        TrainConfig(embedding=rows, run=RunConfig(workers=2, overlap="on"))
+
+
+def _workers_argv(spec, out, *extra):
+    argv = ["train", spec, "--workers", "2", "--fanouts", "10,10", "--batch-size", "128"]
+    argv += ["--hidden", "16", "--dropout", "0", "--lr", "0.01", "--embedding-dim", "16"]
+    return [*argv, "--embedding-lr", "0.1", "--quiet", "--results", str(out), *extra]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_workers_with_sharded_rows_learn_as_one_process(featureless, tmp_path):
+    """Featureless graph, node classes: 2 workers (each holding half the rows) reach the
+    one-process accuracy within noise, and a run stopped after 2 epochs and resumed ends with
+    the weights and rows of an uninterrupted one, rank by rank."""
+    from shardgnn.graph.io import save_graph
+
+    save_graph(featureless, tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    one = run_training(node_config(epochs=4), featureless)
+    straight = tmp_path / "straight"
+    argv = _workers_argv(spec, tmp_path / "a.json", "--epochs", "4")
+    assert main([*argv, "--checkpoint-dir", str(straight)]) == 0
+    two = json.loads((tmp_path / "a.json").read_text())
+    assert abs(two["test_acc"] - one["test_acc"]) < 0.05, (two["test_acc"], one["test_acc"])
+    assert two["comm"]["embed"]["bytes_sent"] > 0  # rows and their gradients crossed ranks
+    stopped = tmp_path / "stopped"
+    argv = _workers_argv(spec, tmp_path / "b.json", "--checkpoint-dir", str(stopped))
+    assert main([*argv, "--epochs", "2"]) == 0
+    assert main([*argv, "--epochs", "4", "--resume"]) == 0
+    for rank in (0, 1):
+        weights = [
+            torch.load(sorted(d.glob("epoch-*"))[-1] / f"rank-{rank}.pt", weights_only=True)
+            for d in (straight, stopped)
+        ]
+        assert_same_weights(weights[0]["model"], weights[1]["model"])
+        held = weights[0]["model"]["embedding.weight"].shape[0]
+        assert held < featureless.num_nodes  # each rank holds only its part's rows
 
 
 @pytest.mark.slow

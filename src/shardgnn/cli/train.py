@@ -174,11 +174,12 @@ def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig,
                 f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to "
                 f"train what the partition holds, or partition {config.dataset} first"
             )
-    if pset.meta.get("features") is None or pset.meta.get("labels") is None:
-        missing = "features" if pset.meta.get("features") is None else "labels"
+    no_features = pset.meta.get("features") is None and not config.embedding.enabled
+    if no_features or pset.meta.get("labels") is None:
+        missing = "features" if no_features else "labels"
         raise ConfigError(
             f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
-            "and labels with `shardgnn convert`)"
+            "and labels with `shardgnn convert`, or the nodes learnable rows with --embedding-dim)"
         )
     workers = config.run.workers if config.run.workers is not None else pset.num_parts
     if workers != pset.num_parts:

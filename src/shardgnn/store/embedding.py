@@ -170,6 +170,10 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
     def dtype(self) -> torch.dtype:
         return self.weight.dtype
 
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         # On the table's device (a GPU-resident table gathers there; the step moves x anyway).
         return self.weight.index_select(0, (ids - self.first_row).to(self.weight.device))
@@ -236,9 +240,10 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
 
 
 class FeaturesAndRows(FeatureStore):
-    """Each node's features followed by its learnable row: ``[N, F + D]``."""
+    """Each node's features followed by its learnable row: ``[N, F + D]`` (``table``: the rows'
+    store, local or distributed; a distributed one gathers after the features, on every rank)."""
 
-    def __init__(self, features: FeatureStore, table: EmbeddingTable):
+    def __init__(self, features: FeatureStore, table: FeatureStore):
         assert features.shape[0] == table.shape[0]
         self.features, self.table = features, table
 
@@ -251,7 +256,7 @@ class FeaturesAndRows(FeatureStore):
         return torch.cat([self.features.gather(ids).to(rows.device), rows], dim=1)
 
 
-def input_store(features: FeatureStore | None, table: EmbeddingTable | None) -> FeatureStore:
+def input_store(features: FeatureStore | None, table: FeatureStore | None) -> FeatureStore:
     """The model's input rows: the features, the learnable rows, or both side by side (the rows
     last, so a batch's input gradient ``grad[:, -D:]`` is the rows' gradient)."""
     if table is None:

@@ -376,11 +376,23 @@ class TrainConfig:
 
     def _check_combinations(self) -> None:
         if self.embedding.enabled and self.run.distributed:
-            raise ConfigError(
-                f"--embedding-dim {self.embedding.dim}: learnable node embeddings train in one "
-                "process so far (rows sharded across workers are not built yet); drop "
-                "--workers/--partitions, or --embedding-dim"
-            )
+            dim = f"--embedding-dim {self.embedding.dim}"
+            if self.mode == "full":
+                raise ConfigError(
+                    f"{dim}: sharded learnable rows train in --mode minibatch so far; use it, or "
+                    "one process for full-graph training"
+                )
+            if self.cache.enabled:
+                raise ConfigError(
+                    f"{dim} with --cache-policy: the cache fronts feature rows only and is not "
+                    "combined with learnable rows yet; drop --cache-policy"
+                )
+            if self.run.overlap == "on":
+                raise ConfigError(
+                    f"{dim} with --overlap on: a batch must read the rows after the previous "
+                    "step updated them, so learnable rows run without the prefetch thread; use "
+                    "--overlap auto or off"
+                )
         if self.task == "link" and self.run.distributed:
             raise ConfigError(
                 "--task link trains in one process so far: distributed link prediction "

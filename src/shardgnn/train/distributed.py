@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -34,15 +35,17 @@ from shardgnn.sampling.distributed import DistNeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.build import build_cache
 from shardgnn.store.cache.store import CachedFeatureStore
+from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
+from shardgnn.store.embedding import check_table_fits, input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
-from shardgnn.train.setup import eval_sampler_config
+from shardgnn.train.setup import EMBEDDING_STREAM, eval_sampler_config
 
 
 # no annotations: DDP compares them to dist.GradBucket by identity
@@ -140,21 +143,24 @@ class DistMiniBatchSteps(DistSteps):
             self.pset.path, ctx.rank, ctx.world_size, self.data_comm, host_ranks=host_ranks
         )
         part = self.graph.part
-        self._check_labelled(part.x is not None, part.y is not None)
-        if config.feature_storage == "disk":
+        has_x = part.x is not None
+        self._check_labelled(has_x or config.embedding.enabled, part.y is not None)
+        x_local, x_store, peer_x = None, None, {}
+        if has_x and config.feature_storage == "disk":
             # Rows stay in the memory-mapped part file and are read on demand; row normalisation is
             # applied per gathered row (its scales computed in one chunked pass).
             x_local = part.x
             x_store = _mapped_rows(part.x, config.feature_norm)
-        else:
+        elif has_x:
             x_local = normalize_features(np.array(part.x, dtype=np.float32), config.feature_norm)
             x_store = LocalFeatureStore(x_local)
-        # Same-host peers' rows stay in their mapped files (one copy in the page cache for the
-        # host), normalised per gathered row exactly as their owner normalises them.
-        peer_x = {
-            p: _mapped_rows(peer.part.x, config.feature_norm)
-            for p, peer in self.graph.peers.items()
-        }
+        if has_x:
+            # Same-host peers' rows stay in their mapped files (one copy in the page cache for the
+            # host), normalised per gathered row exactly as their owner normalises them.
+            peer_x = {
+                p: _mapped_rows(peer.part.x, config.feature_norm)
+                for p, peer in self.graph.peers.items()
+            }
         peer_y = {
             p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
         }
@@ -168,11 +174,33 @@ class DistMiniBatchSteps(DistSteps):
 
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
-        self.fetch_store = dist_rows(x_store, peer_x, "fetch", codec)
+        self.fetch_store = dist_rows(x_store, peer_x, "fetch", codec) if has_x else None
         y_local = np.asarray(part.y, dtype=np.int64)
         self.labels = dist_rows(y_local, peer_y, "labels")
-        eval_features = dist_rows(x_store, peer_x, "eval", codec)
+        eval_features = dist_rows(x_store, peer_x, "eval", codec) if has_x else None
         eval_labels = dist_rows(y_local, peer_y, "eval")
+        # Learnable rows (--embedding-dim): this rank holds and steps its own part's rows only;
+        # batches read them after their features (both gathers are collectives, same order on
+        # every rank) and evaluation reads them under its own stage.
+        self.embedding: DistEmbeddingTable | None = None
+        eval_rows = None
+        if config.embedding.enabled:
+            start, end = book.part_range(ctx.rank)
+            check_table_fits(end - start, config.embedding)
+            self.embedding = DistEmbeddingTable(
+                book,
+                ctx.rank,
+                self.data_comm,
+                config.embedding,
+                mix_seed(config.seed, EMBEDDING_STREAM),
+                np.asarray(self.pset.orig_ids[start:end], dtype=np.int64),
+            )
+            eval_rows = DistFeatureStore(
+                self.embedding.local, book, ctx.rank, self.data_comm, "eval"
+            )
+            # The next batch's rows must be read after this step's update, on this thread: no
+            # prefetch thread (it would read them a step early, and share the communicator).
+            self.overlap = False
         rank_seed = mix_seed(config.seed, ctx.rank)
         # Every rank reads all parts' (small) split index files once: the seed split is a pure
         # function of the global ids, computed identically everywhere.
@@ -219,9 +247,13 @@ class DistMiniBatchSteps(DistSteps):
                 presample_counts=presample_counts,
             )
             self.cache_setup_s = time.perf_counter() - start
-        self.features = self.cache if self.cache is not None else self.fetch_store
+        self.features = input_store(
+            self.cache if self.cache is not None else self.fetch_store,
+            None if self.embedding is None else self.embedding.rows,
+        )
         if self.cache is not None:  # evaluation reads the cached rows but never changes them
             eval_features = self.cache.read_only_view(eval_features)
+        eval_features = input_store(eval_features, eval_rows)
         self.train_stages = FeatureFetcher(
             NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
             self.features,
@@ -235,8 +267,14 @@ class DistMiniBatchSteps(DistSteps):
         # graph: every layer computed once per node instead of once per seed's L-hop neighbourhood.
         self.layerwise = None
         if config.layerwise_eval:
-            shard = load_shard(self.pset.path, Grid(ctx.world_size, 1), ctx.rank, self.data_comm)
-            shard.x = x_local
+            shard = load_shard(
+                self.pset.path,
+                Grid(ctx.world_size, 1),
+                ctx.rank,
+                self.data_comm,
+                need_features=has_x,
+            )
+            shard.x = x_local  # with learnable rows, set before each evaluation (they change)
             self.layerwise = LayerwiseInference(
                 shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval"
             )
@@ -261,18 +299,33 @@ class DistMiniBatchSteps(DistSteps):
             )
         self.num_classes = int(part.num_classes)
         torch.manual_seed(config.seed)  # identical initial weights on every rank
-        model = build_model(config.model, x_local.shape[1], self.num_classes).to(ctx.device)
+        self.x_local = x_local
+        in_dim = (0 if x_local is None else x_local.shape[1]) + config.embedding.dim
+        model = build_model(config.model, in_dim, self.num_classes).to(ctx.device)
         for tensor in model.state_dict().values():  # identical by seeding; made certain here
             self.main_comm.broadcast(tensor, src=0, stage="setup")
+        if self.embedding is not None:
+            # This rank's rows join the model's state after the broadcast above (they differ per
+            # rank): each rank's checkpoint and best weights carry its own rows. DDP must not
+            # broadcast them (broadcast_buffers=False below); the model has no other buffers.
+            model.embedding = self.embedding.local
         # Parallel counter-based dropout masks keyed by original node ids; the rank in the seed
         # keeps ranks' masks independent (their batches differ anyway).
         model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
-        self.ddp = DistributedDataParallel(
-            model,
-            device_ids=None if ctx.device.type == "cpu" else [ctx.device],
-            process_group=ctx.group,
-            init_sync=False,
-        )
+        with warnings.catch_warnings():
+            # torch deprecates broadcast_buffers in favour of forward_sync_buffers, which still
+            # syncs buffers at init; rank-local buffers (the sharded rows) need the old switch,
+            # as the warning itself advises until init_sync_buffers exists.
+            warnings.filterwarnings(
+                "ignore", message=".*broadcast_buffers.*", category=FutureWarning
+            )
+            self.ddp = DistributedDataParallel(
+                model,
+                device_ids=None if ctx.device.type == "cpu" else [ctx.device],
+                process_group=ctx.group,
+                init_sync=False,
+                broadcast_buffers=False,
+            )
         self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
         self.model = model
         self.optimizer = torch.optim.Adam(
@@ -292,6 +345,7 @@ class DistMiniBatchSteps(DistSteps):
             timer=self.timer,
             orig_ids=self.pset.orig_ids,
             time_waits=self.overlap,
+            embedding=self.embedding,
         )
         if trained is None:
             return None
@@ -304,6 +358,10 @@ class DistMiniBatchSteps(DistSteps):
     def evaluate(self, split: str) -> float:
         """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
         if self.layerwise is not None:
+            if self.embedding is not None:
+                rows = self.embedding.local.weight.cpu().numpy()
+                x = self.x_local
+                self.layerwise.shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
             return layerwise_accuracies(self.layerwise, self.model, (split,), self.sum)[split]
         correct, count = self.sum(
             list(count_correct(self.model, self.eval_stages[split], self.ctx.device))
@@ -312,7 +370,10 @@ class DistMiniBatchSteps(DistSteps):
 
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any]:
         """Feature traffic of the epoch's training batches, summed over ranks: bytes requested from
-        a slow tier (peers, or disk), of them missed by the cache, and bytes the fetch moved."""
+        a slow tier (peers, or disk), of them missed by the cache, and bytes the fetch moved
+        (None on a graph without features: every rank has none, so none calls the collective)."""
+        if self.fetch_store is None:
+            return None
         if self.cache is not None:
             requested, missed = self.cache.reset_counters()
         else:
@@ -331,7 +392,7 @@ class DistMiniBatchSteps(DistSteps):
         }
 
     def generators(self) -> list[torch.Generator]:
-        codec = self.fetch_store.codec
+        codec = None if self.fetch_store is None else self.fetch_store.codec
         return [] if codec is None or codec.generator is None else [codec.generator]
 
     def dataset_info(self) -> dict[str, Any]:
@@ -346,7 +407,7 @@ class DistMiniBatchSteps(DistSteps):
         staged = self.sum([float(self.cache.max_staged_rows if self.cache is not None else 0)])[0]
         # Epochs recorded before a resume may come from a run without these metrics.
         measured = [r for r in (history[1:] or history) if r.cache]
-        row_bytes = self.fetch_store.row_bytes
+        row_bytes = 0 if self.fetch_store is None else self.fetch_store.row_bytes
 
         def mean(values):
             values = [v for v in values if v is not None]

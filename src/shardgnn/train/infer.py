@@ -78,6 +78,12 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
         fix="infer on a partition of the graph the model was trained on",
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
+    if config.embedding.enabled and int(meta.get("world_size", 1)) > 1:
+        raise ConfigError(
+            f"{checkpoint} was trained by {meta['world_size']} workers with --embedding-dim: each "
+            "worker's checkpoint holds its part's rows, and inference cannot assemble them yet; "
+            "evaluate during training (--eval-fanouts) instead"
+        )
     if config.model.model not in ("sage", "gcn"):
         raise ConfigError(
             f"layer-wise inference runs sage and gcn models; {checkpoint} holds "

@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.embedding import EmbeddingTable
 from shardgnn.timing import StageTimer
 from shardgnn.train.epoch import EpochRun, EpochSums
@@ -54,7 +55,7 @@ def train_batches(
     sums: EpochSums | None = None,
     stop_requested: Callable[[], bool] | None = None,
     objective: Objective = node_classification,
-    embedding: EmbeddingTable | None = None,
+    embedding: EmbeddingTable | DistEmbeddingTable | None = None,
 ) -> tuple[EpochSums, bool]:
     """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
     Returns the epoch's sums and whether it stopped early.
@@ -68,7 +69,7 @@ def train_batches(
     ``batches`` is closed, which a :class:`~shardgnn.loader.prefetch.PrefetchIterator` does alike on
     every rank. ``embedding``: learnable rows that end each batch's input rows (``x_SF[:, -D:]``);
     after the optimiser step their gradient goes to the table's sparse optimiser (stage
-    ``embed``).
+    ``embed``; a sharded table's update is a collective, made by every rank once per batch).
     """
     module.train()
     sums = dataclasses.replace(sums) if sums is not None else EpochSums()
@@ -91,7 +92,7 @@ def train_batches(
                 optimizer.step()
             if embedding is not None:
                 with timer("embed"):
-                    grad_SD = batch.x_SF.grad[:, -embedding.config.dim :]
+                    grad_SD = batch.x_SF.grad[:, -embedding.dim :]
                     embedding.apply_gradients(batch.sample.input_nodes, grad_SD)
             sums.sampled_edges += batch.sample.num_sampled_edges
             sums.loss_sum += loss.item() * count
