@@ -9,12 +9,22 @@ fanouts 10,10, 1024 target edges per batch, one uniform negative each, row-wise 
 rows. Test MRR and Hits@K rank each held-out edge among its 100 fixed non-edges; the baselines
 score the same pairs by chance (``random``) and by the destination's degree in the training
 graph (``degree``). Writes ``benchmarks/out/embedding.{json,md}``.
+
+``--part workers``: node classification on a featureless synthetic graph (the generator's graph with
+its features dropped: only structure and homophily carry the classes), ``--embedding-dim 64``, in
+one process and on 2 workers whose rows are sharded by partition: test accuracy, epoch time, the
+rows each worker holds against the whole table, and the bytes the rows and their gradients moved.
+Writes ``benchmarks/out/embedding_workers.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,6 +59,70 @@ def baselines(config: TrainConfig, hits_at: tuple[int, ...]) -> dict[str, dict[s
     }
 
 
+def workers_part(a) -> int:
+    """1 process against 2 workers with sharded rows, same featureless graph and settings."""
+    from shardgnn.graph.io import save_graph
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+
+    graph = generate(SyntheticConfig(nodes=a.nodes, degree=10, classes=8, features=1, seed=0))
+    graph = dataclasses.replace(graph, x=None)
+    rows = []
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        save_graph(graph, Path(tmp) / "g")
+        spec = f"graph:{Path(tmp) / 'g'}"
+        for seed in range(a.seeds):
+            for workers in (1, 2):
+                out = Path(tmp) / f"r{workers}_{seed}.json"
+                cmd = [sys.executable, "-m", "shardgnn", "train", spec, "--fanouts", "10,10"]
+                cmd += ["--hidden", "64", "--batch-size", "1024", "--epochs", str(a.epochs)]
+                cmd += ["--embedding-dim", str(a.dim), "--embedding-lr", "0.1", "--seed", str(seed)]
+                cmd += ["--quiet", "--results", str(out)]
+                if workers > 1:
+                    cmd += ["--workers", str(workers)]
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                res = json.loads(out.read_text())
+                embed = res.get("comm", {}).get("embed", {})
+                runs.append(
+                    {
+                        "workers": workers,
+                        "seed": seed,
+                        "test_acc": res["test_acc"],
+                        "epoch_s": res["mean_epoch_time_s"],
+                        "embed_mb": embed.get("bytes_sent", 0) / 1e6,
+                        "epochs": res["epochs"],
+                    }
+                )
+    table_mb = a.nodes * a.dim * 4 / 1e6
+    for workers in (1, 2):
+        sel = [r for r in runs if r["workers"] == workers]
+        acc = 100 * np.array([r["test_acc"] for r in sel])
+        held = table_mb / workers  # METIS parts are balanced in nodes
+        rows.append(
+            [
+                str(workers),
+                f"{acc.mean():.2f} ± {acc.std():.2f}",
+                f"{np.mean([r['epoch_s'] for r in sel]):.2f}",
+                f"{held:.1f} of {table_mb:.1f}",
+                f"{np.mean([r['embed_mb'] for r in sel]) / a.epochs:.1f}",
+            ]
+        )
+    table = format_table(
+        ["workers", "test acc %", "epoch (s)", "rows per worker (MB)", "row bytes per epoch (MB)"],
+        rows,
+    )
+    print(table)
+    report = {"command": " ".join([sys.executable, *sys.argv]), "machine": machine_info()}
+    report.update(runs=runs)
+    save_json(a.out, report)
+    with atomic_open(a.md, "w") as fh:
+        fh.write(
+            f"featureless synthetic graph, {a.nodes:,} nodes, 8 classes, --embedding-dim {a.dim}, "
+            f"{a.epochs} epochs, {a.seeds} seed(s)\n\n{table}\n"
+        )
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data"))
@@ -56,10 +130,17 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--model", default="sage")
+    p.add_argument("--part", default="link", choices=("link", "workers"))
+    p.add_argument("--nodes", type=int, default=100_000)
+    p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--optimizers", default="adagrad,adam")
-    p.add_argument("--out", default="benchmarks/out/embedding.json")
-    p.add_argument("--md", default="benchmarks/out/embedding.md")
+    p.add_argument("--out", help="default: benchmarks/out/embedding[_workers].json")
+    p.add_argument("--md", help="default: benchmarks/out/embedding[_workers].md")
     a = p.parse_args(argv)
+    stem = "benchmarks/out/embedding" + ("_workers" if a.part == "workers" else "")
+    a.out, a.md = a.out or f"{stem}.json", a.md or f"{stem}.md"
+    if a.part == "workers":
+        return workers_part(a)
     if not Path(a.data_dir).is_dir():
         print(f"skipped: {a.data_dir} is absent")
         return 0
