@@ -306,6 +306,28 @@ def test_two_workers_with_sharded_rows_learn_as_one_process(featureless, tmp_pat
         assert_same_weights(weights[0]["model"], weights[1]["model"])
         held = weights[0]["model"]["embedding.weight"].shape[0]
         assert held < featureless.num_nodes  # each rank holds only its part's rows
+    # `shardgnn infer` puts the ranks' rows back together by original id (on a partition of its
+    # own): its logits equal the model over the whole graph with the assembled table.
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.models import build_model
+
+    parts, out = tmp_path / "parts", tmp_path / "out"
+    assert main(["partition", spec, "--parts", "2", "--method", "random", "--out", str(parts)]) == 0
+    argv = ["infer", "--checkpoint", str(straight), "--partitions", str(parts), "--out", str(out)]
+    assert main(argv) == 0
+    last = sorted(straight.glob("epoch-*"))[-1]
+    states = [torch.load(last / f"rank-{r}.pt", weights_only=True)["best_state"] for r in (0, 1)]
+    table = torch.empty(featureless.num_nodes, 16)
+    for state in states:
+        table[state["embedding.node_ids"]] = state["embedding.weight"]
+    model = build_model(ModelConfig(model="sage", hidden=16, num_layers=2), 16, 4)
+    model.load_state_dict({k: v for k, v in states[0].items() if not k.startswith("embedding.")})
+    model.eval()
+    graph = [MessageGraph.from_csr(featureless.indptr, featureless.indices)] * 2
+    with torch.no_grad():
+        expected = model(graph, table).numpy()
+    logits = np.load(out / "logits.npy", allow_pickle=False)
+    np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow

@@ -153,6 +153,9 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
         assert len(init_ids) == num_rows
         initial = hashed_uniform(np.asarray(init_ids), config.dim, seed)
         self.register_buffer("weight", torch.from_numpy(initial))
+        # Whose rows these are (original node ids): a checkpoint of sharded rows can be put back
+        # together in original id order whatever the partitioning was.
+        self.register_buffer("node_ids", torch.from_numpy(np.array(init_ids, dtype=np.int64)))
         if config.optimizer == "adagrad":
             self.register_buffer("sum_sq", torch.zeros(num_rows))
         else:

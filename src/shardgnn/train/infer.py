@@ -78,12 +78,6 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
         fix="infer on a partition of the graph the model was trained on",
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
-    if config.embedding.enabled and int(meta.get("world_size", 1)) > 1:
-        raise ConfigError(
-            f"{checkpoint} was trained by {meta['world_size']} workers with --embedding-dim: each "
-            "worker's checkpoint holds its part's rows, and inference cannot assemble them yet; "
-            "evaluate during training (--eval-fanouts) instead"
-        )
     if config.model.model not in ("sage", "gcn"):
         raise ConfigError(
             f"layer-wise inference runs sage and gcn models; {checkpoint} holds "
@@ -97,10 +91,10 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
     return config
 
 
-def load_model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
-    """The best-validation weights of a checkpoint when recorded (the model whose test accuracy
-    training reported), else the last ones."""
-    file = checkpoint / "rank-0.pt"
+def _read_rank_state(checkpoint: Path, rank: int) -> dict[str, torch.Tensor]:
+    """Rank ``rank``'s best-validation weights when recorded (the model whose test accuracy
+    training reported), else its last ones."""
+    file = checkpoint / f"rank-{rank}.pt"
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, ValueError, EOFError) as exc:
@@ -108,6 +102,22 @@ def load_model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
             f"cannot read checkpoint ({type(exc).__name__}: {exc})", file, "use another checkpoint"
         ) from None
     return state.get("best_state") or state["model"]
+
+
+def load_model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The model's weights (rank 0's: DDP keeps them equal on every rank). Learnable rows, which
+    each rank holds only for its own part, are put back together from every rank's file as one
+    ``embedding.weight`` in original node id order."""
+    weights = _read_rank_state(checkpoint, 0)
+    if "embedding.weight" not in weights:
+        return weights
+    world_size = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
+    shards = [weights] + [_read_rank_state(checkpoint, r) for r in range(1, world_size)]
+    ids = torch.cat([s["embedding.node_ids"] for s in shards])
+    rows = torch.cat([s["embedding.weight"] for s in shards])
+    table = torch.empty_like(rows)
+    table[ids] = rows
+    return {**weights, "embedding.weight": table}
 
 
 def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
