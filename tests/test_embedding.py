@@ -259,14 +259,11 @@ def test_node_classification_rows_resume_bit_exact(featureless, mode, tmp_path):
 
 
 def test_what_sharded_rows_do_not_support_yet_is_refused():
-    from shardgnn.store.cache.config import CacheConfig
     from shardgnn.train.config import RunConfig
 
     rows, workers = EmbeddingConfig(dim=8), RunConfig(workers=2)
     with pytest.raises(ConfigError, match="--embedding-dim 8: .* --mode minibatch so far"):
         TrainConfig(embedding=rows, run=workers, mode="full")
-    with pytest.raises(ConfigError, match="--embedding-dim 8 with --cache-policy"):
-        TrainConfig(embedding=rows, run=workers, cache=CacheConfig(policy="lru"))
     with pytest.raises(ConfigError, match="--embedding-dim 8 with --overlap on"):
         TrainConfig(embedding=rows, run=RunConfig(workers=2, overlap="on"))
 
@@ -362,3 +359,36 @@ def test_infer_of_a_node_model_with_rows(tmp_path):
         ).numpy()
     logits = np.load(out / "logits.npy", allow_pickle=False)
     np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("policy", ["lru", "belady"])
+def test_a_feature_cache_beside_sharded_rows_changes_nothing(tmp_path, policy, capsys):
+    """Features and rows on 2 workers: the cache fronts the features only (rows are always read
+    from their owners), so a cached run's losses and rows equal an uncached run's bit for bit; a
+    featureless partition has nothing to cache and says so."""
+    from shardgnn.graph.io import save_graph
+
+    graph = generate(SyntheticConfig(nodes=1200, degree=8, classes=4, features=6, seed=5))
+    save_graph(graph, tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    runs = {}
+    cached = ["--cache-policy", policy, "--cache-size", "30%"]
+    for name, extra in (("none", []), (policy, cached)):
+        ckpt = tmp_path / f"ckpt-{name}"
+        # host sharing off: on one host every row would be read in place, nothing to cache
+        argv = _workers_argv(spec, tmp_path / f"{name}.json", "--epochs", "2", *extra)
+        argv += ["--host-sharing", "off"]
+        assert main([*argv, "--checkpoint-dir", str(ckpt)]) == 0
+        runs[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        runs[name]["weights"] = final_weights(ckpt)
+    losses = {name: [e["loss"] for e in run["epochs"]] for name, run in runs.items()}
+    assert losses["none"] == losses[policy]
+    assert_same_weights(runs["none"]["weights"], runs[policy]["weights"])
+    assert runs[policy]["cache"]["hit_rate"] > 0
+    save_graph(dataclasses.replace(graph, x=None), tmp_path / "bare")
+    capsys.readouterr()
+    argv = _workers_argv(f"graph:{tmp_path / 'bare'}", tmp_path / "x.json", "--epochs", "1")
+    assert main([*argv, "--cache-policy", "lru"]) == 2
+    assert "nothing to cache" in capsys.readouterr().err

@@ -181,6 +181,12 @@ def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig,
             f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
             "and labels with `shardgnn convert`, or the nodes learnable rows with --embedding-dim)"
         )
+    if pset.meta.get("features") is None and config.cache.enabled:
+        raise ConfigError(
+            f"--cache-policy {config.cache.policy}: {pset.path} holds no features, so there is "
+            "nothing to cache (learnable rows are never cached: each step changes them); drop "
+            "--cache-policy"
+        )
     workers = config.run.workers if config.run.workers is not None else pset.num_parts
     if workers != pset.num_parts:
         raise ConfigError(

@@ -244,7 +244,13 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
 
 class FeaturesAndRows(FeatureStore):
     """Each node's features followed by its learnable row: ``[N, F + D]`` (``table``: the rows'
-    store, local or distributed; a distributed one gathers after the features, on every rank)."""
+    store, local or distributed; a distributed one gathers after the features, on every rank).
+
+    A feature cache in front of ``features`` works as without rows, its look-ahead included (the
+    capabilities below are the features'). The rows themselves are never cached: a row changes
+    at every step that uses it, so a copy kept past that step would be stale; every batch reads
+    them from their owners (the rule: always invalidated, no staleness).
+    """
 
     def __init__(self, features: FeatureStore, table: FeatureStore):
         assert features.shape[0] == table.shape[0]
@@ -255,8 +261,19 @@ class FeaturesAndRows(FeatureStore):
         return (self.table.shape[0], self.features.shape[1] + self.table.shape[1])
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        features = self.features.gather(ids)
         rows = self.table.gather(ids)
-        return torch.cat([self.features.gather(ids).to(rows.device), rows], dim=1)
+        return torch.cat([features.to(rows.device), rows], dim=1)
+
+    @property
+    def lookahead(self) -> int:
+        return self.features.lookahead
+
+    def plan(self, window: list[torch.Tensor]) -> None:
+        self.features.plan(window)
+
+    def prefetch(self) -> None:
+        self.features.prefetch()
 
 
 def input_store(features: FeatureStore | None, table: FeatureStore | None) -> FeatureStore:

@@ -382,11 +382,6 @@ class TrainConfig:
                     f"{dim}: sharded learnable rows train in --mode minibatch so far; use it, or "
                     "one process for full-graph training"
                 )
-            if self.cache.enabled:
-                raise ConfigError(
-                    f"{dim} with --cache-policy: the cache fronts feature rows only and is not "
-                    "combined with learnable rows yet; drop --cache-policy"
-                )
             if self.run.overlap == "on":
                 raise ConfigError(
                     f"{dim} with --overlap on: a batch must read the rows after the previous "
