@@ -30,8 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import machine_info  # noqa: E402
-from shardgnn.atomic import atomic_open, save_json
+from machine import write_report  # noqa: E402
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.graph.linksplit import split_edges
 from shardgnn.nn.models import ModelConfig
@@ -112,14 +111,11 @@ def workers_part(a) -> int:
         rows,
     )
     print(table)
-    report = {"command": " ".join([sys.executable, *sys.argv]), "machine": machine_info()}
-    report.update(runs=runs)
-    save_json(a.out, report)
-    with atomic_open(a.md, "w") as fh:
-        fh.write(
-            f"featureless synthetic graph, {a.nodes:,} nodes, 8 classes, --embedding-dim {a.dim}, "
-            f"{a.epochs} epochs, {a.seeds} seed(s)\n\n{table}\n"
-        )
+    header = (
+        f"featureless synthetic graph, {a.nodes:,} nodes, 8 classes, --embedding-dim {a.dim}, "
+        f"{a.epochs} epochs, {a.seeds} seed(s)"
+    )
+    write_report(a.out, a.md, header, table, runs=runs)
     return 0
 
 
@@ -206,15 +202,11 @@ def main(argv=None) -> int:
         rows,
     )
     print(table)
-    report = {"command": " ".join([sys.executable, *sys.argv]), "machine": machine_info()}
-    report.update(runs=runs)
-    save_json(a.out, report)
-    with atomic_open(a.md, "w") as fh:
-        fh.write(
-            f"{a.dataset}, --model {a.model}, --embedding-dim {a.dim}, {a.epochs} epoch(s), 1 "
-            "process; edges/s and "
-            f"stage shares of the last epoch\n\n{table}\n"
-        )
+    header = (
+        f"{a.dataset}, --model {a.model}, --embedding-dim {a.dim}, {a.epochs} epoch(s), 1 "
+        "process; edges/s and stage shares of the last epoch"
+    )
+    write_report(a.out, a.md, header, table, runs=runs)
     return 0
 
 

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import machine_info  # noqa: E402
-from shardgnn.atomic import atomic_open, save_json
+from machine import write_report  # noqa: E402
 from shardgnn.nn.models import ModelConfig
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.config import LinkConfig, OptimConfig, TrainConfig
@@ -137,14 +136,8 @@ def main(argv=None) -> int:
         rows,
     )
     print(table)
-    report = {"command": " ".join([sys.executable, *sys.argv]), "machine": machine_info()}
-    report.update(runs=runs, summary=summary)
-    save_json(a.out, report)
-    with atomic_open(a.md, "w") as fh:
-        fh.write(
-            f"Seeds: {a.seeds} (split and model); features: --feature-norm {a.feature_norm}\n\n"
-            f"{table}\n"
-        )
+    header = f"Seeds: {a.seeds} (split and model); features: --feature-norm {a.feature_norm}"
+    write_report(a.out, a.md, header, table, runs=runs, summary=summary)
     return 0
 
 

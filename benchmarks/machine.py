@@ -1,4 +1,5 @@
-"""What every benchmark records about the machine it ran on (imported by the bench_* scripts)."""
+"""What every benchmark records about the machine it ran on, and how it writes its report
+(imported by the bench_* scripts)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,16 @@ def machine_info() -> dict:
     except Exception:  # noqa: BLE001
         pass
     return info
+
+
+def write_report(json_path: str, md_path: str, header: str, table: str, **data) -> None:
+    """The benchmark's JSON (the command, this machine, ``data``) and its Markdown (``header``,
+    then ``table``), each written atomically."""
+    import sys
+
+    from shardgnn.atomic import atomic_open, save_json
+
+    report = {"command": " ".join([sys.executable, *sys.argv]), "machine": machine_info(), **data}
+    save_json(json_path, report)
+    with atomic_open(md_path, "w") as fh:
+        fh.write(f"{header}\n\n{table}\n")
