@@ -9,12 +9,21 @@ split and the model both change with the seed. AUC and AP pair every held-out ed
 non-edge (the paper's protocol); MRR and Hits@K rank it against 100 fixed non-edges. Also runs the
 same model in mini-batch mode (edge batches of 512, fanouts 10,10, target edges excluded).
 Writes ``benchmarks/out/link.{json,md}``.
+
+``--part workers``: GraphSAGE link prediction (mini-batch, 85/5/10 split, fanouts 10,10, 1024
+target edges per step, 5 epochs, ``--feature-norm row``) in one process and on 2 workers
+(``--task link --workers 2``) on amazon-photo and coauthor-physics, every seed in both; test AUC /
+AP / MRR and epoch time.
+Writes ``benchmarks/out/link_workers.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,19 +59,88 @@ def config_for(
     )
 
 
+def workers_part(a) -> int:
+    """Test metrics of 1 process against 2 workers, same split (the launcher splits as one
+    process does), same settings, several seeds."""
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dataset in a.datasets.split(","):
+            for seed in range(a.seeds):
+                for workers in (1, 2):
+                    out = Path(tmp) / f"{dataset}-{workers}-{seed}.json"
+                    cmd = [sys.executable, "-m", "shardgnn", "train", dataset, "--task", "link"]
+                    cmd += ["--data-dir", a.data_dir, "--fanouts", "10,10", "--batch-size", "1024"]
+                    cmd += ["--hidden", "128", "--out-dim", "64", "--dropout", "0", "--lr", "0.003"]
+                    cmd += ["--epochs", str(a.epochs), "--seed", str(seed), "--link-split-seed"]
+                    cmd += [str(seed), "--feature-norm", a.feature_norm, "--quiet"]
+                    cmd += ["--results", str(out)]
+                    if workers > 1:
+                        cmd += ["--workers", str(workers)]
+                    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+                    res = json.loads(out.read_text())
+                    runs.append(
+                        {
+                            "dataset": dataset,
+                            "workers": workers,
+                            "seed": seed,
+                            "test": res["link"]["test"],
+                            "epoch_s": res["mean_epoch_time_s"],
+                        }
+                    )
+                    print(dataset, workers, seed, res["link"]["test"]["auc"], flush=True)
+    rows = []
+    for dataset in a.datasets.split(","):
+        base = {r["seed"]: r for r in runs if r["dataset"] == dataset and r["workers"] == 1}
+        for workers in (1, 2):
+            sel = [r for r in runs if r["dataset"] == dataset and r["workers"] == workers]
+
+            def ms(key, sel=sel):
+                v = 100 * np.array([r["test"][key] for r in sel])
+                return f"{v.mean():.2f} ± {v.std():.2f}"
+
+            delta = 100 * np.array([r["test"]["auc"] - base[r["seed"]]["test"]["auc"] for r in sel])
+            rows.append(
+                [
+                    dataset,
+                    str(workers),
+                    ms("auc"),
+                    ms("ap"),
+                    f"{np.mean([r['test']['mrr'] for r in sel]):.3f}",
+                    "-" if workers == 1 else f"{delta.mean():+.2f} ± {delta.std():.2f}",
+                    f"{np.mean([r['epoch_s'] for r in sel]):.1f}",
+                ]
+            )
+    table = format_table(
+        ["dataset", "workers", "test AUC %", "test AP %", "MRR", "paired Δ AUC", "epoch (s)"], rows
+    )
+    print(table)
+    header = (
+        f"{a.seeds} seeds (split and model), {a.epochs} epochs, GraphSAGE 128 -> 64, "
+        f"--feature-norm {a.feature_norm}"
+    )
+    write_report(a.out, a.md, header, table, runs=runs)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data"))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--datasets", default="cora,citeseer")
     p.add_argument("--modes", default="full,minibatch")
-    p.add_argument("--out", default="benchmarks/out/link.json")
-    p.add_argument("--md", default="benchmarks/out/link.md")
+    p.add_argument("--out", help="default: benchmarks/out/link[_workers].json")
+    p.add_argument("--md", help="default: benchmarks/out/link[_workers].md")
     p.add_argument("--feature-norm", default="none", help="none (GAE) or row")
+    p.add_argument("--part", default="gae", choices=("gae", "workers"))
+    p.add_argument("--epochs", type=int, default=5, help="--part workers: epochs per run")
     a = p.parse_args(argv)
+    stem = "benchmarks/out/link" + ("_workers" if a.part == "workers" else "")
+    a.out, a.md = a.out or f"{stem}.json", a.md or f"{stem}.md"
     if not Path(a.data_dir).is_dir():
         print(f"skipped: {a.data_dir} is absent")
         return 0
+    if a.part == "workers":
+        return workers_part(a)
     runs = []
     for dataset in a.datasets.split(","):
         for mode in a.modes.split(","):

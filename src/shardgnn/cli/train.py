@@ -132,6 +132,17 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     assert workers is not None
     spec = canonical_spec(config.dataset)
     graph = load_dataset(config.dataset, config.data_dir)
+    split, dataset_fingerprint = None, None
+    if config.task == "link":
+        # The held-out edges leave the graph before it is partitioned: workers only ever see the
+        # training graph, and read the split itself from the partition directory.
+        from shardgnn.graph.identity import fingerprint
+        from shardgnn.graph.linksplit import split_edges
+        from shardgnn.train.link import check_link_trainable, split_spec
+
+        check_link_trainable(graph, config.embedding)
+        dataset_fingerprint = fingerprint(graph)
+        graph, split = split_edges(graph, split_spec(config.link))
     method = "metis" if workers > 1 else "random"
     result = partition_graph(
         graph, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
@@ -143,7 +154,12 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
         method=result.method,
         settings=result.settings,
         dataset_spec=spec,
+        dataset_fingerprint=dataset_fingerprint,
     )
+    if split is not None:
+        from shardgnn.graph.linksplit import LINK_SPLIT_DIR, save_link_split
+
+        save_link_split(split, out / LINK_SPLIT_DIR)
     print(
         f"partitioned {graph.name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True
     )
@@ -175,7 +191,8 @@ def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig,
                 f"train what the partition holds, or partition {config.dataset} first"
             )
     no_features = pset.meta.get("features") is None and not config.embedding.enabled
-    if no_features or pset.meta.get("labels") is None:
+    no_labels = pset.meta.get("labels") is None and config.task == "node"
+    if no_features or no_labels:
         missing = "features" if no_features else "labels"
         raise ConfigError(
             f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
@@ -186,6 +203,14 @@ def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig,
             f"--cache-policy {config.cache.policy}: {pset.path} holds no features, so there is "
             "nothing to cache (learnable rows are never cached: each step changes them); drop "
             "--cache-policy"
+        )
+    from shardgnn.graph.linksplit import LINK_SPLIT_DIR
+
+    if config.task == "link" and not (pset.path / LINK_SPLIT_DIR / "meta.json").is_file():
+        raise ConfigError(
+            f"--task link: {pset.path} holds no link split ({LINK_SPLIT_DIR}/); give the dataset "
+            "and --workers N instead of --partitions, so that the held-out edges leave the graph "
+            "before it is partitioned"
         )
     workers = config.run.workers if config.run.workers is not None else pset.num_parts
     if workers != pset.num_parts:

@@ -13,11 +13,16 @@ Shape legend: ``P`` positive pairs, ``K`` negatives per positive.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from pathlib import Path
 
 import numpy as np
 
+from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph, csr_from_edges
+from shardgnn.graph.io import load_npy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,3 +177,48 @@ def _eval_negatives(
         "link split: could not draw negatives that are not edges in 100 rounds; the graph is "
         "too dense for sampled negatives (some nodes are linked to almost every other node)"
     )
+
+
+LINK_SPLIT_DIR = "link"
+"""Where a partition directory keeps the link split of the graph it was made from."""
+
+_SPLIT_ARRAYS = ("train_pos_2P", "val_pos_2P", "test_pos_2P", "val_neg_PK", "test_neg_PK")
+
+
+def save_link_split(split: LinkSplit, directory: str | os.PathLike) -> Path:
+    """Write ``split`` (node ids of the graph it was made from) as ``DIR/meta.json`` plus one
+    ``.npy`` per array; the directory appears complete or not at all. A partition directory keeps
+    it in ``link/`` so that every worker, and every resumed run, reads the same split."""
+    directory = Path(directory)
+    with atomic_directory(directory, overwrite=True) as tmp:
+        for name in _SPLIT_ARRAYS:
+            save_npy(tmp / f"{name}.npy", np.ascontiguousarray(getattr(split, name)))
+        save_json(
+            tmp / "meta.json",
+            {"symmetric": split.symmetric, "spec": dataclasses.asdict(split.spec)},
+        )
+    return directory
+
+
+def load_link_split(directory: str | os.PathLike) -> LinkSplit:
+    """The split :func:`save_link_split` wrote, checked for shape.
+
+    Raises:
+        DatasetError: a file is missing, unreadable or of the wrong shape.
+    """
+    directory = Path(directory)
+    meta_path = directory / "meta.json"
+    fix = "partition again with `shardgnn train DATASET --task link --workers N`"
+    try:
+        meta = json.loads(meta_path.read_text())
+        spec = LinkSplitSpec(**meta["spec"])
+        symmetric = bool(meta["symmetric"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        message = f"no readable link split ({type(exc).__name__}: {exc})"
+        raise DatasetError(message, meta_path, fix) from None
+    arrays = {name: load_npy(directory / f"{name}.npy") for name in _SPLIT_ARRAYS}
+    for name, array in arrays.items():
+        wanted_rows = 2 if name.endswith("_2P") else None
+        if array.ndim != 2 or (wanted_rows and array.shape[0] != 2):
+            raise DatasetError(f"{name}.npy has shape {array.shape}", directory, fix)
+    return LinkSplit(**arrays, symmetric=symmetric, spec=spec)

@@ -148,6 +148,7 @@ def write_partitions(
     seconds: float | None = None,
     progress: bool = False,
     dataset_spec: str | None = None,
+    dataset_fingerprint: dict[str, Any] | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -162,6 +163,9 @@ def write_partitions(
         progress: a tqdm bar over the parts on stderr (only when it is a terminal).
         dataset_spec: the canonical spec the graph was loaded from (recorded with the graph's
             fingerprint in ``meta.json["dataset"]``, so trainers can tell which graph this is).
+        dataset_fingerprint: the fingerprint recorded instead of ``graph``'s own: a link-prediction
+            partition holds the training graph (held-out edges removed) but names the dataset it
+            was split from, which checkpoints and inference compare against.
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -258,7 +262,7 @@ def write_partitions(
             "dataset": {
                 "spec": dataset_spec,
                 "name": graph.name,
-                "fingerprint": fingerprint(graph),
+                "fingerprint": dataset_fingerprint or fingerprint(graph),
             },
             "num_parts": p_count,
             "num_nodes": n,

@@ -388,10 +388,10 @@ class TrainConfig:
                     "step updated them, so learnable rows run without the prefetch thread; use "
                     "--overlap auto or off"
                 )
-        if self.task == "link" and self.run.distributed:
+        if self.task == "link" and self.run.distributed and self.mode == "full":
             raise ConfigError(
-                "--task link trains in one process so far: distributed link prediction "
-                "(--workers/--partitions) is not built yet; drop --workers/--partitions"
+                "--task link with --workers trains in --mode minibatch so far (distributed "
+                "full-graph link prediction is not built yet); use it, or one process for GAE"
             )
         if not self.run.distributed:
             flags = [

@@ -121,11 +121,14 @@ class DistSteps(Steps):
             )
 
 
-class DistMiniBatchSteps(DistSteps):
-    """One rank of a distributed mini-batch training job."""
+class DistSampledSteps(DistSteps):
+    """What sampled (mini-batch) distributed training shares, node classification or link
+    prediction: the graph store, the input rows (features, learnable rows, or both) and the
+    DDP-wrapped model."""
 
-    def __init__(self, config: TrainConfig, ctx: DistContext):
-        super().__init__(config, ctx)
+    def _open_inputs(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool) -> None:
+        """Open this rank's part and its input stores: ``fetch_store`` (training features, None
+        without features), ``eval_features``, ``embedding`` and ``eval_rows`` (learnable rows)."""
         overlap = config.run.overlap
         # The prefetch thread needs a core of its own: with fewer than 2 cores per worker it only
         # steals cycles from compute (measured on 2 cores, 2 workers: 148 s vs 77 s/epoch).
@@ -144,7 +147,9 @@ class DistMiniBatchSteps(DistSteps):
         )
         part = self.graph.part
         has_x = part.x is not None
-        self._check_labelled(has_x or config.embedding.enabled, part.y is not None)
+        self._check_labelled(
+            has_x or config.embedding.enabled, part.y is not None or not need_labels
+        )
         x_local, x_store, peer_x = None, None, {}
         if has_x and config.feature_storage == "disk":
             # Rows stay in the memory-mapped part file and are read on demand; row normalisation is
@@ -161,29 +166,18 @@ class DistMiniBatchSteps(DistSteps):
                 p: _mapped_rows(peer.part.x, config.feature_norm)
                 for p, peer in self.graph.peers.items()
             }
-        peer_y = {
-            p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
-        }
+        self.has_x, self.x_local, self.x_store, self.peer_x = has_x, x_local, x_store, peer_x
         book = self.graph.book
-        codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
-
-        def dist_rows(local, peers, stage: str, codec=None) -> DistFeatureStore:
-            return DistFeatureStore(
-                local, book, ctx.rank, self.data_comm, stage, codec=codec, peers=peers
-            )
-
+        self.codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
-        self.fetch_store = dist_rows(x_store, peer_x, "fetch", codec) if has_x else None
-        y_local = np.asarray(part.y, dtype=np.int64)
-        self.labels = dist_rows(y_local, peer_y, "labels")
-        eval_features = dist_rows(x_store, peer_x, "eval", codec) if has_x else None
-        eval_labels = dist_rows(y_local, peer_y, "eval")
+        self.fetch_store = self.dist_rows(x_store, peer_x, "fetch", self.codec) if has_x else None
+        self.eval_features = self.dist_rows(x_store, peer_x, "eval", self.codec) if has_x else None
         # Learnable rows (--embedding-dim): this rank holds and steps its own part's rows only;
         # batches read them after their features (both gathers are collectives, same order on
         # every rank) and evaluation reads them under its own stage.
         self.embedding: DistEmbeddingTable | None = None
-        eval_rows = None
+        self.eval_rows = None
         if config.embedding.enabled:
             start, end = book.part_range(ctx.rank)
             check_table_fits(end - start, config.embedding)
@@ -195,12 +189,77 @@ class DistMiniBatchSteps(DistSteps):
                 mix_seed(config.seed, EMBEDDING_STREAM),
                 np.asarray(self.pset.orig_ids[start:end], dtype=np.int64),
             )
-            eval_rows = DistFeatureStore(
-                self.embedding.local, book, ctx.rank, self.data_comm, "eval"
-            )
+            self.eval_rows = self.dist_rows(self.embedding.local, None, "eval")
             # The next batch's rows must be read after this step's update, on this thread: no
             # prefetch thread (it would read them a step early, and share the communicator).
             self.overlap = False
+
+    def dist_rows(self, local, peers, stage: str, codec=None) -> DistFeatureStore:
+        """Rows held by their owners (this rank: ``local``; same-host ``peers``), one stage."""
+        return DistFeatureStore(
+            local, self.graph.book, self.ctx.rank, self.data_comm, stage, codec=codec, peers=peers
+        )
+
+    @property
+    def feature_width(self) -> int:
+        return 0 if self.x_local is None else int(self.x_local.shape[1])
+
+    @property
+    def input_width(self) -> int:
+        """Width of a node's input row: its features, then its learnable row."""
+        return self.feature_width + self.config.embedding.dim
+
+    def _wrap_model(self, model: torch.nn.Module) -> None:
+        """Make ``model`` this rank's (identical weights everywhere, its own rows attached), wrap
+        it in DDP and create the optimiser."""
+        config, ctx = self.config, self.ctx
+        for tensor in model.state_dict().values():  # identical by seeding; made certain here
+            self.main_comm.broadcast(tensor, src=0, stage="setup")
+        if self.embedding is not None:
+            # This rank's rows join the model's state after the broadcast above (they differ per
+            # rank): each rank's checkpoint and best weights carry its own rows. DDP must not
+            # broadcast them (broadcast_buffers=False below); the model has no other buffers.
+            model.embedding = self.embedding.local
+        # Parallel counter-based dropout masks keyed by original node ids; the rank in the seed
+        # keeps ranks' masks independent (their batches differ anyway).
+        model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
+        with warnings.catch_warnings():
+            # torch deprecates broadcast_buffers in favour of forward_sync_buffers, which still
+            # syncs buffers at init; rank-local buffers (the sharded rows) need the old switch,
+            # as the warning itself advises until init_sync_buffers exists.
+            warnings.filterwarnings(
+                "ignore", message=".*broadcast_buffers.*", category=FutureWarning
+            )
+            self.ddp = DistributedDataParallel(
+                model,
+                device_ids=None if ctx.device.type == "cpu" else [ctx.device],
+                process_group=ctx.group,
+                init_sync=False,
+                broadcast_buffers=False,
+            )
+        self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
+        self.model = model
+        self.optimizer = torch.optim.Adam(
+            self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
+
+
+class DistMiniBatchSteps(DistSampledSteps):
+    """One rank of a distributed mini-batch training job."""
+
+    def __init__(self, config: TrainConfig, ctx: DistContext):
+        super().__init__(config, ctx)
+        self._open_inputs(config, ctx, need_labels=True)
+        part, book = self.graph.part, self.graph.book
+        x_store, peer_x, codec = self.x_store, self.peer_x, self.codec
+        dist_rows = self.dist_rows
+        peer_y = {
+            p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
+        }
+        y_local = np.asarray(part.y, dtype=np.int64)
+        self.labels = dist_rows(y_local, peer_y, "labels")
+        eval_labels = dist_rows(y_local, peer_y, "eval")
+        eval_features, eval_rows = self.eval_features, self.eval_rows
         rank_seed = mix_seed(config.seed, ctx.rank)
         # Every rank reads all parts' (small) split index files once: the seed split is a pure
         # function of the global ids, computed identically everywhere.
@@ -272,9 +331,9 @@ class DistMiniBatchSteps(DistSteps):
                 Grid(ctx.world_size, 1),
                 ctx.rank,
                 self.data_comm,
-                need_features=has_x,
+                need_features=self.has_x,
             )
-            shard.x = x_local  # with learnable rows, set before each evaluation (they change)
+            shard.x = self.x_local  # with learnable rows, set before each evaluation (they change)
             self.layerwise = LayerwiseInference(
                 shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval"
             )
@@ -299,38 +358,8 @@ class DistMiniBatchSteps(DistSteps):
             )
         self.num_classes = int(part.num_classes)
         torch.manual_seed(config.seed)  # identical initial weights on every rank
-        self.x_local = x_local
-        in_dim = (0 if x_local is None else x_local.shape[1]) + config.embedding.dim
-        model = build_model(config.model, in_dim, self.num_classes).to(ctx.device)
-        for tensor in model.state_dict().values():  # identical by seeding; made certain here
-            self.main_comm.broadcast(tensor, src=0, stage="setup")
-        if self.embedding is not None:
-            # This rank's rows join the model's state after the broadcast above (they differ per
-            # rank): each rank's checkpoint and best weights carry its own rows. DDP must not
-            # broadcast them (broadcast_buffers=False below); the model has no other buffers.
-            model.embedding = self.embedding.local
-        # Parallel counter-based dropout masks keyed by original node ids; the rank in the seed
-        # keeps ranks' masks independent (their batches differ anyway).
-        model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
-        with warnings.catch_warnings():
-            # torch deprecates broadcast_buffers in favour of forward_sync_buffers, which still
-            # syncs buffers at init; rank-local buffers (the sharded rows) need the old switch,
-            # as the warning itself advises until init_sync_buffers exists.
-            warnings.filterwarnings(
-                "ignore", message=".*broadcast_buffers.*", category=FutureWarning
-            )
-            self.ddp = DistributedDataParallel(
-                model,
-                device_ids=None if ctx.device.type == "cpu" else [ctx.device],
-                process_group=ctx.group,
-                init_sync=False,
-                broadcast_buffers=False,
-            )
-        self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
-        self.model = model
-        self.optimizer = torch.optim.Adam(
-            self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        model = build_model(config.model, self.input_width, self.num_classes).to(ctx.device)
+        self._wrap_model(model)
         self.sampled_edges = 0
 
     # ------------------------------------------------------------------ epochs

@@ -23,6 +23,10 @@ def train_with_context(config: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         from shardgnn.train.fullgraph import DistFullGraphSteps
 
         return TrainingLoop(config, DistFullGraphSteps(config, ctx)).run()
+    if config.task == "link":
+        from shardgnn.train.link_distributed import DistLinkSteps
+
+        return TrainingLoop(config, DistLinkSteps(config, ctx)).run()
     from shardgnn.train.distributed import DistMiniBatchSteps
 
     return TrainingLoop(config, DistMiniBatchSteps(config, ctx)).run()

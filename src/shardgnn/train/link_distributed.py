@@ -1,0 +1,224 @@
+"""Distributed mini-batch link prediction: one rank of ``shardgnn train --task link --workers N``.
+
+The launcher split the edges before partitioning (:func:`~shardgnn.graph.linksplit.split_edges`
+on the whole graph, the same function one process uses), so the partitions hold the training
+graph only and ``DIR/link/`` the split, in original node ids; every rank reads the same split.
+
+* **Training edges** are dealt out so that every rank runs the same number of batches: each pair
+  belongs to the owner of its destination, ranks keep their own up to an even quota and the
+  surplus goes to ranks below it (:class:`~shardgnn.loader.dist_batches.DistSeedBatcher` over
+  pair positions). ``--batch-size`` is the global batch.
+* **Negatives** are drawn over the whole graph (the degrees are replicated), their rows fetched
+  through the same all-to-all path as every other input row; each batch's own target edges are
+  excluded from its sampled blocks by the owners that sample them.
+* **Evaluation**: each rank scores an even share of the held-out pairs against their fixed
+  negatives, with the embeddings of the nodes they name; the scores are gathered (one
+  all-to-all) so every rank computes the same AUC, AP, MRR and Hits@K.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn.distributed.context import DistContext
+from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+from shardgnn.loader.dist_batches import DistSeedBatcher
+from shardgnn.loader.link import LinkSamplingStage
+from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
+from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.partition.book import PartitionBook
+from shardgnn.sampling.distributed import DistNeighborSampler
+from shardgnn.sampling.negative import NegativeSampler
+from shardgnn.seeding import mix_seed
+from shardgnn.store.embedding import input_store
+from shardgnn.timing import StageTimer
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.distributed import DistSampledSteps, partition_dataset_record
+from shardgnn.train.epoch import EpochRun
+from shardgnn.train.link import EvalPairs, build_link_model, link_objective, score_pairs
+from shardgnn.train.linkmetrics import link_metrics
+from shardgnn.train.loop import EpochRecord
+from shardgnn.train.minibatch import train_epoch_batches
+from shardgnn.train.setup import eval_sampler_config
+
+
+class FixedBatches:
+    """This rank's ``count`` batches of given node ids (sizes differ by at most one; ``count`` is
+    the same on every rank, so an empty batch still takes part in the collectives)."""
+
+    def __init__(self, ids: np.ndarray, count: int):
+        self.batches = np.array_split(np.asarray(ids, dtype=np.int64), count)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for index, ids in enumerate(self.batches):
+            yield index, torch.from_numpy(np.ascontiguousarray(ids))
+
+
+class DistLinkSteps(DistSampledSteps):
+    """One rank of a distributed mini-batch link-prediction job."""
+
+    metric = "auc"
+
+    def __init__(self, config: TrainConfig, ctx: DistContext):
+        super().__init__(config, ctx)
+        self._open_inputs(config, ctx, need_labels=False)
+        book, n = self.graph.book, self.graph.book.num_nodes
+        split = load_link_split(self.pset.path / LINK_SPLIT_DIR)
+        self.split = split
+        # The split is in the original ids of the graph; the partitions number nodes anew.
+        new_of_orig = np.empty(n, dtype=np.int64)
+        new_of_orig[np.asarray(self.pset.orig_ids, dtype=np.int64)] = np.arange(n)
+        train = new_of_orig[split.train_pos_2P]
+        # Pairs grouped by the owner of their destination, so that positions double as "node
+        # ids" of a partition book over pairs: DistSeedBatcher then keeps pairs with the rank
+        # that owns their destination and evens the counts out.
+        order = np.argsort(book.owner(train[1]), kind="stable")
+        self.train_pairs_2P = train[:, order]
+        pair_counts = np.bincount(book.owner(self.train_pairs_2P[1]), minlength=ctx.world_size)
+        pair_book = PartitionBook(np.concatenate([[0], np.cumsum(pair_counts)]).astype(np.int64))
+        per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
+        self.train_batches = DistSeedBatcher(
+            np.arange(self.train_pairs_2P.shape[1], dtype=np.int64),
+            pair_book,
+            ctx.rank,
+            ctx.world_size,
+            per_rank_batch,
+            shuffle=True,
+            seed=config.seed,
+        )
+        link = config.link
+        self.negatives = NegativeSampler(
+            link.negative_sampler, n, link.negatives, np.asarray(self.graph.degree)
+        )
+        sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
+        features = input_store(
+            self.fetch_store, None if self.embedding is None else self.embedding.rows
+        )
+        self.train_stages = FeatureFetcher(
+            LinkSamplingStage(
+                self.train_batches,
+                self.train_pairs_2P,
+                sampler,
+                self.negatives,
+                num_nodes=n,
+                symmetric=split.symmetric,
+                seed=mix_seed(config.seed, ctx.rank),
+                timer=self.timer,
+            ),
+            features,
+            None,
+            self.timer,
+        )
+        # Evaluation: an even share of each split's positives per rank, all ranks the same
+        # number of embedding batches.
+        self.eval_inputs = input_store(self.eval_features, self.eval_rows)
+        self.eval_sampler = DistNeighborSampler(
+            self.graph, eval_sampler_config(config), self.data_comm, "eval"
+        )
+        self.eval_pairs: dict[str, EvalPairs] = {}
+        self.eval_counts: dict[str, int] = {}
+        for name in ("val", "test"):
+            pos = new_of_orig[getattr(split, f"{name}_pos_2P")]
+            neg = new_of_orig[getattr(split, f"{name}_neg_PK")]
+            shares = np.array_split(np.arange(pos.shape[1]), ctx.world_size)
+            mine = shares[ctx.rank]
+            self.eval_pairs[name] = EvalPairs.of(pos[:, mine], neg[mine])
+            # every rank's node count, so the batch count is agreed without a collective
+            sizes = [
+                np.unique(np.concatenate([pos[0, s], pos[1, s], neg[s].ravel()])).shape[0]
+                for s in shares
+            ]
+            self.eval_counts[name] = max(1, -(-max(sizes) // config.eval_batch_size))
+        self.last_metrics: dict[str, dict[str, float]] = {}
+        torch.manual_seed(config.seed)  # identical initial weights on every rank
+        self._wrap_model(build_link_model(config, self.feature_width).to(ctx.device))
+        self.sampled_edges = 0
+
+    # ------------------------------------------------------------------ epochs
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        trained = train_epoch_batches(
+            run,
+            self.train_batches,
+            self.train_stages,
+            self.ddp,
+            self.optimizer,
+            device=self.ctx.device,
+            timer=self.timer,
+            orig_ids=self.pset.orig_ids,
+            objective=link_objective(self.config.link),
+            embedding=self.embedding,
+        )
+        if trained is None:
+            return None
+        sums, new_edges = trained
+        self.sampled_edges += new_edges
+        loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    @torch.no_grad()
+    def _embed(self, nodes: np.ndarray, count: int) -> torch.Tensor:
+        """Embeddings of ``nodes`` (this rank's, sorted) in ``count`` batches (collective)."""
+        self.model.eval()
+        fetcher = FeatureFetcher(
+            NeighborSamplingStage(
+                FixedBatches(nodes, count),
+                self.eval_sampler,
+                mix_seed(self.config.seed + 1, self.ctx.rank),
+                StageTimer(),
+            ),
+            self.eval_inputs,
+            None,
+            StageTimer(),
+        )
+        device = self.ctx.device
+        parts = [
+            self.model(
+                [MessageGraph.from_block(b, device) for b in batch.sample.blocks],
+                batch.x_SF.to(device),
+            )
+            for batch in fetcher
+        ]
+        return torch.cat(parts)
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        """AUC over every held-out pair of ``split`` (each scored by exactly one rank; the scores
+        of all ranks are gathered, so every rank returns the same metrics)."""
+        pairs = self.eval_pairs[split]
+        h_ND = self._embed(pairs.nodes, self.eval_counts[split])
+        pos, neg = score_pairs(self.model, h_ND, pairs)
+        world = self.ctx.world_size
+        pos_t = torch.from_numpy(np.ascontiguousarray(pos, dtype=np.float32))
+        neg_t = torch.from_numpy(np.ascontiguousarray(neg, dtype=np.float32))
+        # Every rank sends its scores to every rank: rank order is the split's pair order.
+        all_pos = torch.cat(self.data_comm.all_to_all([pos_t] * world, "eval"))
+        all_neg = torch.cat(self.data_comm.all_to_all([neg_t] * world, "eval"))
+        metrics = link_metrics(all_pos.numpy(), all_neg.numpy(), self.config.link.hits_at)
+        self.last_metrics[split] = metrics
+        return metrics["auc"]
+
+    def dataset_info(self) -> dict[str, Any]:
+        record = partition_dataset_record(self.pset, self.feature_width, 0, self.split.sizes())
+        record["symmetric"] = self.split.symmetric
+        return record
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        sizes = self.split.sizes()
+        sample_time = self.sum([sum(r.stages.get("sample", 0.0) for r in history)])[0]
+        edges = self.sum([float(self.sampled_edges)])[0]
+        return {
+            "link": {
+                "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
+                "symmetric": self.split.symmetric,
+                "val": self.last_metrics.get("val", {}),
+                "test": self.last_metrics.get("test", {}),
+            },
+            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+        }
