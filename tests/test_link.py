@@ -118,8 +118,9 @@ def test_config_refuses_bad_link_settings():
         LinkConfig(val=1.0)
     with pytest.raises(ConfigError, match="--link-test"):
         LinkConfig(val=0.6, test=0.5)
-    with pytest.raises(ConfigError, match="--task link trains in one process"):
-        TrainConfig(task="link", run=RunConfig(workers=2))
+    assert TrainConfig(task="link", run=RunConfig(workers=2)).run.distributed  # mini-batch: yes
+    with pytest.raises(ConfigError, match="--task link with --workers trains in --mode minibatch"):
+        TrainConfig(task="link", mode="full", run=RunConfig(workers=2))
 
 
 # ---------------------------------------------------------------------------- edge mini-batches
