@@ -44,7 +44,12 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.minibatch import count_correct, train_epoch_batches
+from shardgnn.train.minibatch import (
+    Objective,
+    count_correct,
+    node_classification,
+    train_epoch_batches,
+)
 from shardgnn.train.setup import EMBEDDING_STREAM, eval_sampler_config
 
 
@@ -123,8 +128,43 @@ class DistSteps(Steps):
 
 class DistSampledSteps(DistSteps):
     """What sampled (mini-batch) distributed training shares, node classification or link
-    prediction: the graph store, the input rows (features, learnable rows, or both) and the
-    DDP-wrapped model."""
+    prediction: the graph store, the input rows (features, learnable rows, or both), the
+    DDP-wrapped model and the epoch. Subclasses set ``train_batches`` (the batcher),
+    ``train_stages`` (the pipeline it feeds) and ``objective``."""
+
+    objective: Objective = staticmethod(node_classification)
+    sampled_edges = 0
+
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        trained = train_epoch_batches(
+            run,
+            self.train_batches,
+            Prefetcher(self.train_stages) if self.overlap else self.train_stages,
+            self.ddp,
+            self.optimizer,
+            device=self.ctx.device,
+            timer=self.timer,
+            orig_ids=self.pset.orig_ids,
+            time_waits=self.overlap,
+            objective=self.objective,
+            embedding=self.embedding,
+        )
+        if trained is None:
+            return None
+        sums, new_edges = trained
+        self.sampled_edges += new_edges
+        loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
+        edges = self.sum([float(self.sampled_edges)])[0]
+        return {
+            "partitioner": self.pset.method,
+            "overlap": self.overlap,
+            # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
+            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+        }
 
     def _open_inputs(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool) -> None:
         """Open this rank's part and its input stores: ``fetch_store`` (training features, None
@@ -360,28 +400,6 @@ class DistMiniBatchSteps(DistSampledSteps):
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         model = build_model(config.model, self.input_width, self.num_classes).to(ctx.device)
         self._wrap_model(model)
-        self.sampled_edges = 0
-
-    # ------------------------------------------------------------------ epochs
-    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
-        trained = train_epoch_batches(
-            run,
-            self.train_batches,
-            Prefetcher(self.train_stages) if self.overlap else self.train_stages,
-            self.ddp,
-            self.optimizer,
-            device=self.ctx.device,
-            timer=self.timer,
-            orig_ids=self.pset.orig_ids,
-            time_waits=self.overlap,
-            embedding=self.embedding,
-        )
-        if trained is None:
-            return None
-        sums, new_edges = trained
-        self.sampled_edges += new_edges
-        loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
-        return loss_sum / max(count, 1), correct / max(count, 1)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
@@ -460,12 +478,4 @@ class DistMiniBatchSteps(DistSampledSteps):
         }
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
-        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        edges = self.sum([float(self.sampled_edges)])[0]
-        return {
-            "partitioner": self.pset.method,
-            "overlap": self.overlap,
-            "cache": self.cache_summary(history),
-            # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
-            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
-        }
+        return {**super().results_extra(history), "cache": self.cache_summary(history)}

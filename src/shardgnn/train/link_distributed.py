@@ -37,11 +37,9 @@ from shardgnn.store.embedding import input_store
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSampledSteps, partition_dataset_record
-from shardgnn.train.epoch import EpochRun
 from shardgnn.train.link import EvalPairs, build_link_model, link_objective, score_pairs
 from shardgnn.train.linkmetrics import link_metrics
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.minibatch import train_epoch_batches
 from shardgnn.train.setup import eval_sampler_config
 
 
@@ -138,30 +136,10 @@ class DistLinkSteps(DistSampledSteps):
             self.eval_counts[name] = max(1, -(-max(sizes) // config.eval_batch_size))
         self.last_metrics: dict[str, dict[str, float]] = {}
         torch.manual_seed(config.seed)  # identical initial weights on every rank
+        self.objective = link_objective(link)
         self._wrap_model(build_link_model(config, self.feature_width).to(ctx.device))
-        self.sampled_edges = 0
 
-    # ------------------------------------------------------------------ epochs
-    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
-        trained = train_epoch_batches(
-            run,
-            self.train_batches,
-            self.train_stages,
-            self.ddp,
-            self.optimizer,
-            device=self.ctx.device,
-            timer=self.timer,
-            orig_ids=self.pset.orig_ids,
-            objective=link_objective(self.config.link),
-            embedding=self.embedding,
-        )
-        if trained is None:
-            return None
-        sums, new_edges = trained
-        self.sampled_edges += new_edges
-        loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
-        return loss_sum / max(count, 1), correct / max(count, 1)
-
+    # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def _embed(self, nodes: np.ndarray, count: int) -> torch.Tensor:
         """Embeddings of ``nodes`` (this rank's, sorted) in ``count`` batches (collective)."""
@@ -211,14 +189,12 @@ class DistLinkSteps(DistSampledSteps):
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         sizes = self.split.sizes()
-        sample_time = self.sum([sum(r.stages.get("sample", 0.0) for r in history)])[0]
-        edges = self.sum([float(self.sampled_edges)])[0]
         return {
+            **super().results_extra(history),
             "link": {
                 "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
                 "symmetric": self.split.symmetric,
                 "val": self.last_metrics.get("val", {}),
                 "test": self.last_metrics.get("test", {}),
             },
-            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
         }
