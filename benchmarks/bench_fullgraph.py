@@ -3,7 +3,7 @@ single-process baselines, and accuracy under low-bit communication and bounded s
 
 Two parts (``--part bytes|accuracy``); every distributed run is a fresh job of ``P`` local
 processes (``shardgnn.distributed.launch.launch_local``), one
-``shardgnn.train.fullgraph.DistFullGraphSteps`` per rank, on METIS partitions (written once into
+``shardgnn.train.fullgraph.DistFullNodeSteps`` per rank, on METIS partitions (written once into
 ``--work-dir`` and reused while their recorded settings match).
 
 **bytes** — GCN, 2 layers, hidden 256, for every dataset x ``--workers`` x variant (``1d``,
@@ -56,7 +56,7 @@ from shardgnn.graph.features import normalize_features
 from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import read_partitions
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
-from shardgnn.train.fullgraph import DistFullGraphSteps
+from shardgnn.train.fullgraph import DistFullNodeSteps
 from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.progress import format_table
 from shardgnn.train.single import run_training
@@ -69,7 +69,7 @@ MB = 1e6
 
 
 # ========================================================================================== workers
-class BenchFullGraphTrainer(DistFullGraphSteps):
+class BenchFullGraphTrainer(DistFullNodeSteps):
     """Counts the SpMM bytes of every training step (not the validation pass) per rank."""
 
     def __init__(self, *args, **kwargs):

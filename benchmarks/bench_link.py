@@ -15,6 +15,11 @@ target edges per step, 5 epochs, ``--feature-norm row``) in one process and on 2
 (``--task link --workers 2``) on amazon-photo and coauthor-physics, every seed in both; test AUC /
 AP / MRR and epoch time.
 Writes ``benchmarks/out/link_workers.{json,md}``.
+
+``--part workers --train-mode full``: the same comparison in full-graph mode (GAE: GCN 32 -> 16,
+lr 0.01, ``--epochs`` full-graph steps, one uniform negative per positive; the 2-worker job runs
+the distributed SpMM and gathers each pair's rows from their owners).
+Writes ``benchmarks/out/link_workers_full.{json,md}``.
 """
 
 from __future__ import annotations
@@ -69,8 +74,13 @@ def workers_part(a) -> int:
                 for workers in (1, 2):
                     out = Path(tmp) / f"{dataset}-{workers}-{seed}.json"
                     cmd = [sys.executable, "-m", "shardgnn", "train", dataset, "--task", "link"]
-                    cmd += ["--data-dir", a.data_dir, "--fanouts", "10,10", "--batch-size", "1024"]
-                    cmd += ["--hidden", "128", "--out-dim", "64", "--dropout", "0", "--lr", "0.003"]
+                    cmd += ["--data-dir", a.data_dir, "--dropout", "0"]
+                    if a.train_mode == "full":
+                        cmd += ["--mode", "full", "--model", "gcn", "--hidden", "32"]
+                        cmd += ["--out-dim", "16", "--lr", "0.01"]
+                    else:
+                        cmd += ["--fanouts", "10,10", "--batch-size", "1024"]
+                        cmd += ["--hidden", "128", "--out-dim", "64", "--lr", "0.003"]
                     cmd += ["--epochs", str(a.epochs), "--seed", str(seed), "--link-split-seed"]
                     cmd += [str(seed), "--feature-norm", a.feature_norm, "--quiet"]
                     cmd += ["--results", str(out)]
@@ -114,8 +124,9 @@ def workers_part(a) -> int:
         ["dataset", "workers", "test AUC %", "test AP %", "MRR", "paired Δ AUC", "epoch (s)"], rows
     )
     print(table)
+    model = "full graph, GCN 32 -> 16" if a.train_mode == "full" else "GraphSAGE 128 -> 64"
     header = (
-        f"{a.seeds} seeds (split and model), {a.epochs} epochs, GraphSAGE 128 -> 64, "
+        f"{a.seeds} seeds (split and model), {a.epochs} epochs, {model}, "
         f"--feature-norm {a.feature_norm}"
     )
     write_report(a.out, a.md, header, table, runs=runs)
@@ -132,9 +143,14 @@ def main(argv=None) -> int:
     p.add_argument("--md", help="default: benchmarks/out/link[_workers].md")
     p.add_argument("--feature-norm", default="none", help="none (GAE) or row")
     p.add_argument("--part", default="gae", choices=("gae", "workers"))
-    p.add_argument("--epochs", type=int, default=5, help="--part workers: epochs per run")
+    p.add_argument(
+        "--epochs", type=int, help="--part workers: epochs per run (5 mini-batch, 200 full)"
+    )
+    p.add_argument("--train-mode", default="minibatch", choices=("minibatch", "full"))
     a = p.parse_args(argv)
+    a.epochs = a.epochs or (200 if a.train_mode == "full" else 5)
     stem = "benchmarks/out/link" + ("_workers" if a.part == "workers" else "")
+    stem += "_full" if a.part == "workers" and a.train_mode == "full" else ""
     a.out, a.md = a.out or f"{stem}.json", a.md or f"{stem}.md"
     if not Path(a.data_dir).is_dir():
         print(f"skipped: {a.data_dir} is absent")

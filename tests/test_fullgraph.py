@@ -104,9 +104,9 @@ def test_distributed_full_graph_equals_single_process(
 
 
 def _count_spmm_bytes(ctx, config):
-    from shardgnn.train.fullgraph import DistFullGraphSteps
+    from shardgnn.train.fullgraph import DistFullNodeSteps
 
-    steps = DistFullGraphSteps(config, ctx)
+    steps = DistFullNodeSteps(config, ctx)
     steps.spmm_comm.reset()
     steps.train_epoch(EpochRun(0, show_progress=False))
     return steps.spmm_comm.stats["spmm"].bytes_sent, steps.spmm_comm.stats["spmm"].bytes_recv

@@ -118,9 +118,8 @@ def test_config_refuses_bad_link_settings():
         LinkConfig(val=1.0)
     with pytest.raises(ConfigError, match="--link-test"):
         LinkConfig(val=0.6, test=0.5)
-    assert TrainConfig(task="link", run=RunConfig(workers=2)).run.distributed  # mini-batch: yes
-    with pytest.raises(ConfigError, match="--task link with --workers trains in --mode minibatch"):
-        TrainConfig(task="link", mode="full", run=RunConfig(workers=2))
+    assert TrainConfig(task="link", run=RunConfig(workers=2)).run.distributed
+    assert TrainConfig(task="link", mode="full", run=RunConfig(workers=2)).run.distributed
 
 
 # ---------------------------------------------------------------------------- edge mini-batches

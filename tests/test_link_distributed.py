@@ -4,6 +4,7 @@ reach one process's AUC, and a resumed run ends bit-identical to an uninterrupte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,7 +12,6 @@ import pytest
 import torch
 
 from shardgnn.cli import main
-from shardgnn.errors import ConfigError
 from shardgnn.graph.io import save_graph
 from shardgnn.graph.linksplit import (
     LINK_SPLIT_DIR,
@@ -37,9 +37,71 @@ def graph():
     return generate(SyntheticConfig(nodes=1200, degree=8, classes=4, features=16, snr=4.0, seed=3))
 
 
-def test_distributed_full_graph_link_is_refused():
-    with pytest.raises(ConfigError, match="--task link with --workers trains in --mode minibatch"):
-        TrainConfig(task="link", mode="full", run=RunConfig(workers=2))
+def _full_link_config(spec, **changes):
+    settings = dict(
+        dataset=spec,
+        task="link",
+        mode="full",
+        model=ModelConfig(model="gcn", hidden=16, num_layers=2, dropout=0.3, input_dropout=0.1),
+        optim=OptimConfig(epochs=4, lr=0.02),
+        link=LinkConfig(out_dim=8, eval_negatives=10, hits_at=(5,)),
+        seed=5,
+        progress=False,
+        threads=1,
+    )
+    settings.update(changes)
+    return TrainConfig(**settings)
+
+
+def _train_dist(ctx, config):
+    from shardgnn.train.worker import train_with_context
+
+    return train_with_context(config, ctx)
+
+
+FULL_LINK_CASES = [
+    (2, "1d-sparse", 1, "gcn", LinkConfig(out_dim=8, eval_negatives=10, hits_at=(5,))),
+    (3, "1d", 1, "sage", LinkConfig(out_dim=8, eval_negatives=10, predictor="mlp", loss="margin")),
+    (4, "1.5d", 2, "gcn", LinkConfig(out_dim=8, eval_negatives=10, negative_sampler="degree")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world,spmm,replication,model,link", FULL_LINK_CASES)
+def test_distributed_full_graph_link_equals_one_process(
+    graph, tmp_path, world, spmm, replication, model, link
+):
+    """GAE on P ranks (METIS parts of the training graph, dropout on): loss, pair accuracy and
+    every held-out metric equal one process's, epoch by epoch, within fp32 rounding."""
+    from shardgnn.cli.train import _partition_on_the_fly
+    from shardgnn.fullgraph.config import FullGraphConfig
+
+    save_graph(graph, tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    base = _full_link_config(
+        spec, model=ModelConfig(model=model, hidden=16, dropout=0.3, input_dropout=0.1), link=link
+    )
+    one = run_training(base)
+    dist_config = _partition_on_the_fly(
+        dataclasses.replace(
+            base,
+            run=RunConfig(workers=world),
+            full=FullGraphConfig(spmm=spmm, replication=replication),
+        ),
+        tmp_path / "parts",
+    )
+    results = run_workers(_train_dist, world, dist_config)
+    got = results[0]
+    assert len(got["epochs"]) == len(one["epochs"]) == 4
+    for r, g in zip(one["epochs"], got["epochs"]):
+        assert abs(r["loss"] - g["loss"]) <= 1e-5, (r["epoch"], r["loss"], g["loss"])
+        assert abs(r["train_acc"] - g["train_acc"]) <= 1e-5
+        assert abs(r["val_acc"] - g["val_acc"]) <= 1e-5
+    assert got["link"]["edges"] == one["link"]["edges"]
+    for name, value in one["link"]["test"].items():
+        assert abs(got["link"]["test"][name] - value) <= 1e-5, name
+    assert all(r is None or r["epochs"] == got["epochs"] for r in results[1:])
 
 
 def test_the_launcher_splits_as_one_process_and_partitions_the_training_graph(graph, tmp_path):
@@ -195,3 +257,53 @@ def test_a_checkpoint_of_workers_infers_on_the_whole_graph(graph, tmp_path):
         ).numpy()
     embeddings = np.load(out / "embeddings.npy", allow_pickle=False)
     np.testing.assert_allclose(embeddings, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_full_graph_link_on_workers_resumes_exactly(graph, tmp_path):
+    save_graph(graph, tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    argv = ["train", spec, "--task", "link", "--mode", "full", "--workers", "2", "--quiet"]
+    argv += ["--hidden", "16", "--out-dim", "8", "--eval-negatives", "10", "--lr", "0.02"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main([*argv, "--epochs", "4", "--checkpoint-dir", str(straight)]) == 0
+    assert main([*argv, "--epochs", "2", "--checkpoint-dir", str(stopped)]) == 0
+    assert main([*argv, "--epochs", "4", "--checkpoint-dir", str(stopped), "--resume"]) == 0
+    assert_same_weights(final_weights(straight), final_weights(stopped))
+
+
+def test_partition_command_writes_the_link_split(graph, tmp_path, capsys):
+    """`shardgnn partition --task link` writes what the launcher writes: the training graph, the
+    split of one process in link/, the whole graph's fingerprint; training on it takes the stored
+    split's settings and refuses a conflicting one."""
+    from shardgnn.cli.train import preflight
+    from shardgnn.graph.identity import fingerprint
+
+    save_graph(graph, tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    out = tmp_path / "parts"
+    argv = ["partition", spec, "--parts", "2", "--task", "link", "--link-val", "0.1"]
+    assert main([*argv, "--link-split-seed", "3", "--out", str(out), "--quiet"]) == 0
+    link_spec = LinkSplitSpec(val=0.1, seed=3)
+    train_graph, expected = split_edges(graph, link_spec)
+    stored = load_link_split(out / LINK_SPLIT_DIR)
+    for name in ("train_pos_2P", "val_pos_2P", "test_pos_2P", "val_neg_PK", "test_neg_PK"):
+        assert np.array_equal(getattr(stored, name), getattr(expected, name)), name
+    pset = read_partitions(out)
+    assert pset.num_edges == train_graph.num_edges
+    assert pset.dataset["fingerprint"] == fingerprint(graph)
+    assert main(["verify", str(out), "--quiet"]) == 0  # the link/ folder is part of the format
+    config = TrainConfig(task="link", mode="full", run=RunConfig(partitions=str(out)))
+    resolved, workers = preflight(config, dataset_given=False)
+    assert workers == 2
+    assert (resolved.link.val, resolved.link.split_seed) == (0.1, 3)  # the stored split's
+    capsys.readouterr()
+    train = ["train", "--partitions", str(out), "--task", "link", "--link-split-seed", "4"]
+    assert main(train) == 2
+    assert "holds a split made with --link-split-seed 3" in capsys.readouterr().err
+    # a node-classification partition has no split to train links on
+    plain = tmp_path / "plain"
+    assert main(["partition", spec, "--parts", "2", "--out", str(plain), "--quiet"]) == 0
+    assert main(["train", "--partitions", str(plain), "--task", "link"]) == 2
+    assert "holds no link split" in capsys.readouterr().err

@@ -69,7 +69,7 @@ def worker_config(argv: list[str]):
     ``shardgnn train --workers N``)."""
     from shardgnn.cli import build_parser
     from shardgnn.cli.flags import config_from_args
-    from shardgnn.cli.train import preflight
+    from shardgnn.cli.train import preflight, split_settings_given
     from shardgnn.train.config import TrainConfig
 
     parser = build_parser()
@@ -86,7 +86,9 @@ def worker_config(argv: list[str]):
             "every worker needs the same partition directory: partition once with "
             "`shardgnn partition SPEC --parts N --out DIR`, then pass --partitions DIR"
         )
-    return preflight(config, dataset_given=args.dataset_arg is not None)[0]
+    return preflight(
+        config, dataset_given=args.dataset_arg is not None, split_given=split_settings_given(args)
+    )[0]
 
 
 @record

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 from shardgnn.options import default_of, flag_of, from_dict, value_type
@@ -79,15 +80,17 @@ def add_flags(
     *,
     group: Any = None,
     prefix: str = "",
+    only: Collection[str] | None = None,
 ) -> None:
     """Add a flag for every setting of config class ``cls`` (components as argument groups);
     ``dest`` of each flag is the field's dotted path (``model.hidden``). Fields declared with
-    ``cli=False`` are left to the caller (the dataset, a positional argument)."""
+    ``cli=False`` are left to the caller (the dataset, a positional argument). ``only``: the
+    names of the settings to add (a command that reads a few settings of a shared config)."""
     target = group or parser
     hints = typing.get_type_hints(cls)
     for field in _own_fields_first(cls):
         meta, dest = field.metadata, prefix + field.name
-        if not meta.get("cli", True):
+        if not meta.get("cli", True) or (only is not None and field.name not in only):
             continue
         if meta.get("component"):
             add_flags(

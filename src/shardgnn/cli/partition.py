@@ -31,7 +31,7 @@ from shardgnn.partition.format import (
 )
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
-from shardgnn.train.config import TrainConfig
+from shardgnn.train.config import LINK_SPLIT_SETTINGS, TASKS, LinkConfig, TrainConfig
 from shardgnn.train.progress import format_table
 
 # Which methods read which setting (a setting given for another method is reported, not dropped).
@@ -61,6 +61,21 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     )
     part.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
     add_flags(part, PartitionConfig)
+    part.add_argument(
+        "--task",
+        choices=TASKS,
+        default=argparse.SUPPRESS,
+        help="node (default) or link: split the edges first (the settings below) and partition "
+        "the training graph; the split is stored in OUT/link/ for `shardgnn train --task link "
+        "--partitions OUT`",
+    )
+    add_flags(
+        part,
+        LinkConfig,
+        group=part.add_argument_group("edge split (--task link)"),
+        prefix="link.",
+        only=LINK_SPLIT_SETTINGS,
+    )
     part.add_argument("--out", required=True, help="output directory (created atomically)")
     part.add_argument(
         "--save-assignment",
@@ -162,6 +177,16 @@ def _resolve_config(args: argparse.Namespace) -> PartitionConfig:
     return config
 
 
+def _link_config(args: argparse.Namespace) -> LinkConfig | None:
+    given = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("link.")}
+    if getattr(args, "task", "node") != "link":
+        if given:
+            flags = ", ".join(flag_for(LinkConfig, name) for name in given)
+            warnings.warn(f"{flags} only apply with --task link", stacklevel=2)
+        return None
+    return LinkConfig(**given)
+
+
 def _dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -174,6 +199,7 @@ def partition_command(args: argparse.Namespace) -> int:
     show = not args.quiet
     with _warnings_to_stderr("partition"):
         config = _resolve_config(args)
+        link = _link_config(args)
         # fail before the (possibly long) load and partitioning
         out = check_output_dir(args.out, args.overwrite)
         start = time.perf_counter()
@@ -184,6 +210,18 @@ def partition_command(args: argparse.Namespace) -> int:
             f"({load_s:.1f} s)",
             file=sys.stderr,
         )
+        split, dataset_fingerprint = None, None
+        if link is not None:
+            from shardgnn.train.link import split_for_partitioning
+
+            graph, split, dataset_fingerprint = split_for_partitioning(graph, link)
+            sizes = split.sizes()
+            print(
+                f"link split: {sizes['train_edges']:,} training / {sizes['val_edges']:,} "
+                f"validation / {sizes['test_edges']:,} test edges; partitioning the training "
+                "graph",
+                file=sys.stderr,
+            )
         result = partition_graph(graph, config, progress=show)
         metrics = compute_metrics(graph, result.assignment, config.num_parts)
         if config.method == "metis":
@@ -201,6 +239,8 @@ def partition_command(args: argparse.Namespace) -> int:
             seconds=result.seconds,
             progress=show,
             dataset_spec=canonical_spec(args.dataset),
+            dataset_fingerprint=dataset_fingerprint,
+            link_split=split,
         )
         write_s = time.perf_counter() - start
         if args.save_assignment:

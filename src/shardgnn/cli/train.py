@@ -12,11 +12,12 @@ import dataclasses
 import json
 import sys
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
 from shardgnn.errors import ConfigError
-from shardgnn.train.config import LinkConfig, TrainConfig
+from shardgnn.train.config import LINK_SPLIT_SETTINGS, LinkConfig, TrainConfig
 
 # Flags that a setting makes pointless: (dest, when it is ignored, why). Given anyway, they are
 # reported, never silently dropped.
@@ -100,10 +101,19 @@ def run(args: argparse.Namespace) -> int:
         if config.results:
             print(f"results written to {config.results}")
         return 0
-    return _train_distributed(config, dataset_given=args.dataset_arg is not None)
+    return _train_distributed(
+        config, dataset_given=args.dataset_arg is not None, split_given=split_settings_given(args)
+    )
 
 
-def _train_distributed(config: TrainConfig, *, dataset_given: bool) -> int:
+def split_settings_given(args: argparse.Namespace) -> list[str]:
+    """The edge split settings given on the command line (checked against a stored split)."""
+    return [name for name in LINK_SPLIT_SETTINGS if was_given(args, f"link.{name}")]
+
+
+def _train_distributed(
+    config: TrainConfig, *, dataset_given: bool, split_given: Collection[str] = ()
+) -> int:
     """Partition when no --partitions, check everything, then start one worker per part."""
     from shardgnn.distributed.launch import launch_local
     from shardgnn.train.worker import train_worker
@@ -112,7 +122,7 @@ def _train_distributed(config: TrainConfig, *, dataset_given: bool) -> int:
         if config.run.partitions is None:
             config = _partition_on_the_fly(config, Path(scratch) / "parts")
             dataset_given = False  # it is what was just partitioned
-        config, workers = preflight(config, dataset_given=dataset_given)
+        config, workers = preflight(config, dataset_given=dataset_given, split_given=split_given)
         launch_local(
             train_worker,
             (json.dumps(config.to_dict()),),
@@ -134,15 +144,10 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     graph = load_dataset(config.dataset, config.data_dir)
     split, dataset_fingerprint = None, None
     if config.task == "link":
-        # The held-out edges leave the graph before it is partitioned: workers only ever see the
-        # training graph, and read the split itself from the partition directory.
-        from shardgnn.graph.identity import fingerprint
-        from shardgnn.graph.linksplit import split_edges
-        from shardgnn.train.link import check_link_trainable, split_spec
+        from shardgnn.train.link import check_link_trainable, split_for_partitioning
 
         check_link_trainable(graph, config.embedding)
-        dataset_fingerprint = fingerprint(graph)
-        graph, split = split_edges(graph, split_spec(config.link))
+        graph, split, dataset_fingerprint = split_for_partitioning(graph, config.link)
     method = "metis" if workers > 1 else "random"
     result = partition_graph(
         graph, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
@@ -155,18 +160,43 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
         settings=result.settings,
         dataset_spec=spec,
         dataset_fingerprint=dataset_fingerprint,
+        link_split=split,
     )
-    if split is not None:
-        from shardgnn.graph.linksplit import LINK_SPLIT_DIR, save_link_split
-
-        save_link_split(split, out / LINK_SPLIT_DIR)
     print(
         f"partitioned {graph.name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True
     )
     return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
 
 
-def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig, int]:
+def _with_stored_split(config: TrainConfig, path: Path, given: Collection[str]) -> TrainConfig:
+    """``config`` with the edge split settings of the split stored in ``path`` (the split the
+    workers read, so results and checkpoints record it); a split setting given on the command
+    line (``given``) that differs from the stored one is refused."""
+    from shardgnn.graph.linksplit import LINK_SPLIT_DIR, read_link_split_spec
+
+    if not (path / LINK_SPLIT_DIR / "meta.json").is_file():
+        raise ConfigError(
+            f"--task link: {path} holds no link split ({LINK_SPLIT_DIR}/); partition with "
+            "`shardgnn partition DATASET --task link --parts N --out DIR`, or give the dataset "
+            "and --workers N instead of --partitions, so that the held-out edges leave the graph "
+            "before it is partitioned"
+        )
+    spec = read_link_split_spec(path / LINK_SPLIT_DIR)
+    stored = {"val": spec.val, "test": spec.test, "eval_negatives": spec.eval_negatives}
+    stored["split_seed"] = spec.seed
+    for name, value in stored.items():
+        if name in given and getattr(config.link, name) != value:
+            flag = flag_for(LinkConfig, name)
+            raise ConfigError(
+                f"{flag} {getattr(config.link, name)}: {path} holds a split made with {flag} "
+                f"{value}; drop {flag} to train on that split, or partition again with yours"
+            )
+    return dataclasses.replace(config, link=dataclasses.replace(config.link, **stored))
+
+
+def preflight(
+    config: TrainConfig, *, dataset_given: bool, split_given: Collection[str] = ()
+) -> tuple[TrainConfig, int]:
     """Everything the parent can check before a worker starts; returns the config the workers
     get (its dataset: the one the partition holds) and the number of workers.
 
@@ -204,14 +234,8 @@ def preflight(config: TrainConfig, *, dataset_given: bool) -> tuple[TrainConfig,
             "nothing to cache (learnable rows are never cached: each step changes them); drop "
             "--cache-policy"
         )
-    from shardgnn.graph.linksplit import LINK_SPLIT_DIR
-
-    if config.task == "link" and not (pset.path / LINK_SPLIT_DIR / "meta.json").is_file():
-        raise ConfigError(
-            f"--task link: {pset.path} holds no link split ({LINK_SPLIT_DIR}/); give the dataset "
-            "and --workers N instead of --partitions, so that the held-out edges leave the graph "
-            "before it is partitioned"
-        )
+    if config.task == "link":
+        config = _with_stored_split(config, pset.path, split_given)
     workers = config.run.workers if config.run.workers is not None else pset.num_parts
     if workers != pset.num_parts:
         raise ConfigError(

@@ -237,7 +237,7 @@ class DistLayerGraph:
     def __init__(self, full: DistFullGraph, index: int):
         self.full, self.index = full, index
         self.num_src = self.num_dst = full.num_rows
-        self.node_keys_S = torch.from_numpy(full.shard.orig_ids)
+        self.node_keys_S = torch.from_numpy(np.array(full.shard.orig_ids, dtype=np.int64))
         self.step = 0
         self.halo_queue: collections.deque = collections.deque()
         self.grad_queue: collections.deque = collections.deque()

@@ -200,6 +200,31 @@ def save_link_split(split: LinkSplit, directory: str | os.PathLike) -> Path:
     return directory
 
 
+_FIX = (
+    "partition again with `shardgnn partition DATASET --task link --parts N --out DIR` (or "
+    "`shardgnn train DATASET --task link --workers N`)"
+)
+
+
+def _read_split_meta(directory: Path) -> tuple[LinkSplitSpec, bool]:
+    meta_path = directory / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        return LinkSplitSpec(**meta["spec"]), bool(meta["symmetric"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        message = f"no readable link split ({type(exc).__name__}: {exc})"
+        raise DatasetError(message, meta_path, _FIX) from None
+
+
+def read_link_split_spec(directory: str | os.PathLike) -> LinkSplitSpec:
+    """How the split in ``directory`` was made (its arrays are not read).
+
+    Raises:
+        DatasetError: ``meta.json`` is missing or unreadable.
+    """
+    return _read_split_meta(Path(directory))[0]
+
+
 def load_link_split(directory: str | os.PathLike) -> LinkSplit:
     """The split :func:`save_link_split` wrote, checked for shape.
 
@@ -207,18 +232,10 @@ def load_link_split(directory: str | os.PathLike) -> LinkSplit:
         DatasetError: a file is missing, unreadable or of the wrong shape.
     """
     directory = Path(directory)
-    meta_path = directory / "meta.json"
-    fix = "partition again with `shardgnn train DATASET --task link --workers N`"
-    try:
-        meta = json.loads(meta_path.read_text())
-        spec = LinkSplitSpec(**meta["spec"])
-        symmetric = bool(meta["symmetric"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        message = f"no readable link split ({type(exc).__name__}: {exc})"
-        raise DatasetError(message, meta_path, fix) from None
+    spec, symmetric = _read_split_meta(directory)
     arrays = {name: load_npy(directory / f"{name}.npy") for name in _SPLIT_ARRAYS}
     for name, array in arrays.items():
         wanted_rows = 2 if name.endswith("_2P") else None
         if array.ndim != 2 or (wanted_rows and array.shape[0] != 2):
-            raise DatasetError(f"{name}.npy has shape {array.shape}", directory, fix)
+            raise DatasetError(f"{name}.npy has shape {array.shape}", directory, _FIX)
     return LinkSplit(**arrays, symmetric=symmetric, spec=spec)

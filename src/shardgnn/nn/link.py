@@ -97,18 +97,31 @@ def build_predictor(kind: str, dim: int, hidden: int) -> nn.Module:
     return DotPredictor() if kind == "dot" else MLPPredictor(dim, hidden)
 
 
-def link_loss(pos_P: torch.Tensor, neg_PK: torch.Tensor, kind: str, margin: float) -> torch.Tensor:
+def link_loss(
+    pos_P: torch.Tensor,
+    neg_PK: torch.Tensor,
+    kind: str,
+    margin: float,
+    num_pos: int | None = None,
+    num_neg: int | None = None,
+) -> torch.Tensor:
     """``bce``: mean of ``-log sigmoid(pos)`` plus mean of ``-log(1 - sigmoid(neg))`` (GAE's
     reconstruction loss); ``margin``: mean of ``max(0, margin - pos + neg)`` over every
     (positive, its negative) pair. An empty batch gives a zero connected to the graph (a DDP
-    backward must still run)."""
+    backward must still run).
+
+    ``num_pos``/``num_neg`` (default: the pairs given) are the means' denominators: a rank that
+    scores a share of all pairs divides its sums by the global counts, so the shares' losses
+    (and gradients) add up to the loss over all pairs."""
     assert kind in LINK_LOSSES, kind
+    num_pos = pos_P.numel() if num_pos is None else num_pos
+    num_neg = neg_PK.numel() if num_neg is None else num_neg
     if pos_P.numel() == 0:
         return pos_P.sum() + neg_PK.sum()
     if kind == "bce":
-        pos_loss = F.softplus(-pos_P).mean()
-        neg_loss = F.softplus(neg_PK).mean() if neg_PK.numel() else neg_PK.sum()
+        pos_loss = F.softplus(-pos_P).sum() / num_pos
+        neg_loss = F.softplus(neg_PK).sum() / num_neg if neg_PK.numel() else neg_PK.sum()
         return pos_loss + neg_loss
     if neg_PK.numel() == 0:
         return pos_P.sum() * 0.0
-    return F.relu(margin - pos_P[:, None] + neg_PK).mean()
+    return F.relu(margin - pos_P[:, None] + neg_PK).sum() / num_neg

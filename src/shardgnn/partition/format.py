@@ -50,6 +50,7 @@ from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, index_dtype
 from shardgnn.graph.identity import fingerprint
 from shardgnn.graph.io import load_npy
+from shardgnn.graph.linksplit import LINK_SPLIT_DIR, LinkSplit, save_link_split
 from shardgnn.partition.book import PartitionBook, inverse_permutation, relabel
 from shardgnn.partition.methods import check_assignment
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
@@ -149,6 +150,7 @@ def write_partitions(
     progress: bool = False,
     dataset_spec: str | None = None,
     dataset_fingerprint: dict[str, Any] | None = None,
+    link_split: LinkSplit | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -166,6 +168,8 @@ def write_partitions(
         dataset_fingerprint: the fingerprint recorded instead of ``graph``'s own: a link-prediction
             partition holds the training graph (held-out edges removed) but names the dataset it
             was split from, which checkpoints and inference compare against.
+        link_split: the edge split ``graph`` is the training graph of (original ids), written
+            to ``link/`` inside the directory before it appears (so it never lacks its split).
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -289,6 +293,8 @@ def write_partitions(
             "sha256": record["sha256"],
             "created_by": f"shardgnn {shardgnn.__version__}",
         }
+        if link_split is not None:
+            save_link_split(link_split, tmp / LINK_SPLIT_DIR)
         save_json(tmp / "meta.json", meta)
     return read_partitions(out_dir, verify=False)
 

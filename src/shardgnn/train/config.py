@@ -62,6 +62,10 @@ class OptimConfig:
                 raise invalid(self, name, "must be >= 0")
 
 
+LINK_SPLIT_SETTINGS = ("val", "test", "split_seed", "eval_negatives")
+"""The settings of :class:`LinkConfig` that make the edge split (stored with a partition)."""
+
+
 @dataclasses.dataclass(kw_only=True)
 class LinkConfig:
     """Link prediction (``--task link``): the edge split, negatives, predictor, loss, metrics."""
@@ -388,11 +392,6 @@ class TrainConfig:
                     "step updated them, so learnable rows run without the prefetch thread; use "
                     "--overlap auto or off"
                 )
-        if self.task == "link" and self.run.distributed and self.mode == "full":
-            raise ConfigError(
-                "--task link with --workers trains in --mode minibatch so far (distributed "
-                "full-graph link prediction is not built yet); use it, or one process for GAE"
-            )
         if not self.run.distributed:
             flags = [
                 *changed_settings(self.full),

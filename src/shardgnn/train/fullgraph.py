@@ -11,7 +11,9 @@ P = 2, 3, 4, every SpMM variant, and METIS partitions with dropout on).
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,9 +37,13 @@ from shardgnn.train.loop import EpochRecord
 
 
 class DistFullGraphSteps(DistSteps):
-    """One rank of a distributed full-graph training job (``--mode full --workers N``)."""
+    """What one rank of any distributed full-graph job holds (``--mode full --workers N``): its
+    rows of the graph and their features, the distributed adjacency every layer runs on, a
+    model with identical initial weights on every rank, and the step that sums weight gradients
+    over ranks. Subclasses add the task: :class:`DistFullNodeSteps` (node classes) and
+    :class:`~shardgnn.train.link_fullgraph.DistFullLinkSteps` (links)."""
 
-    def __init__(self, config: TrainConfig, ctx: DistContext):
+    def __init__(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool):
         assert config.mode == "full"
         if config.model.model not in ("gcn", "sage"):
             raise ConfigError(
@@ -48,7 +54,9 @@ class DistFullGraphSteps(DistSteps):
         full = config.full
         self.grid = Grid(ctx.world_size, full.replication)
         self.spmm_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
-        self.shard = load_shard(self.pset.path, self.grid, ctx.rank, self.spmm_comm)
+        self.shard = load_shard(
+            self.pset.path, self.grid, ctx.rank, self.spmm_comm, need_labels=need_labels
+        )
         groups = make_grid_groups(self.grid, ctx.rank, self.spmm_comm, ctx.timeout_s)
         # Comm stats of the grid groups (1.5D) are reported with the world's.
         self.comms = tuple(
@@ -56,63 +64,55 @@ class DistFullGraphSteps(DistSteps):
         )
         codec = make_codec(full.bits, mix_seed(config.seed, ctx.rank, 0xC0DEC))
         self.graph = DistFullGraph(self.shard, self.grid, ctx.rank, groups, full, codec, ctx.device)
-        shard = self.shard
         x = torch.from_numpy(
-            np.ascontiguousarray(normalize_features(shard.x, config.feature_norm), dtype=np.float32)
+            np.ascontiguousarray(
+                normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
+            )
         )
         self.x = to_sparse_if_sparse(x).to(ctx.device)
-        self.y = torch.from_numpy(shard.y).to(ctx.device)
-        self.splits = {k: torch.from_numpy(v).to(ctx.device) for k, v in shard.splits.items()}
-        counts = self.sum([float(len(v)) for v in shard.splits.values()], "setup")
-        self.split_sizes = {k: int(c) for k, c in zip(shard.splits, counts)}
-        if self.split_sizes["train"] == 0:
-            raise ConfigError(
-                f"{self.pset.path} has no training nodes; partition a dataset with a training split"
-            )
-        self.num_classes = shard.num_classes
-        # identical initial weights on every rank (and as one process)
-        torch.manual_seed(config.seed)
-        self.model = build_model(config.model, shard.x.shape[1], self.num_classes).to(ctx.device)
-        self.model.use_hashed_dropout(config.seed)
+
+    def _set_model(self, build: Callable[[], torch.nn.Module]) -> None:
+        """Build the model from ``--seed`` (identical initial weights on every rank, and as one
+        process), key its dropout by original node id, and create its optimiser."""
+        torch.manual_seed(self.config.seed)
+        self.model = build().to(self.ctx.device)
+        self.model.use_hashed_dropout(self.config.seed)
         for tensor in self.model.state_dict().values():
             self.main_comm.broadcast(tensor, src=0, stage="setup")
+        optim = self.config.optim
         self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+            self.model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay
         )
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
-    # ------------------------------------------------------------------ epochs
-    def train_epoch(self, run: EpochRun) -> tuple[float, float]:
-        # one step per epoch: a stop signal is acted on at the end of the epoch, by the loop
+    @contextlib.contextmanager
+    def _timed_step(self):
+        """Time one training step as ``comm`` (SpMM exchanges, gradient all-reduce, pair rows)
+        and ``compute`` (the rest)."""
         self.model.train()
-        # Split indices are held-row ids of this rank's own part: with 1.5D replication each
-        # replica scores only its own part, so every node counts once.
-        train_idx = self.splits["train"]
         comm_before = self._comm_seconds()
         start = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.model(self.layers, self.x)[train_idx]
-        y = self.y[train_idx]
-        loss_sum = F.cross_entropy(logits, y, reduction="sum")
-        # The global mean: every rank divides its own sum by the global count; gradients add up.
-        (loss_sum / self.split_sizes["train"]).backward()
-        self._allreduce_gradients()
-        self.optimizer.step()
+        yield
         elapsed = time.perf_counter() - start
         comm = self._comm_seconds() - comm_before
         self.timer.add("comm", comm)
         self.timer.add("compute", elapsed - comm)
-        loss_total, correct = self.sum(
-            [float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())]
-        )
-        return loss_total / self.split_sizes["train"], correct / self.split_sizes["train"]
+
+    def _backward_and_step(self, loss_share: torch.Tensor) -> None:
+        """``loss_share``: this rank's share of the global loss (its sum over its own rows or
+        pairs divided by the global count), so the weight gradients of all ranks add up to the
+        gradient of the global loss."""
+        loss_share.backward()
+        self._allreduce_gradients()
+        self.optimizer.step()
 
     def _comm_seconds(self) -> float:
         return sum(
             st.time_s
             for c in self.comms
             for name, st in c.stats.items()
-            if name in ("spmm", "allreduce")
+            if name in ("spmm", "allreduce", "pairs")
         )
 
     def _allreduce_gradients(self) -> None:
@@ -124,25 +124,12 @@ class DistFullGraphSteps(DistSteps):
             p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
             offset += p.numel()
 
-    @torch.no_grad()
-    def evaluate(self, split: str) -> float:
-        self.model.eval()
-        idx = self.splits[split]
-        correct = float((self.model(self.layers, self.x)[idx].argmax(-1) == self.y[idx]).sum())
-        return self.sum([correct])[0] / max(self.split_sizes[split], 1)
-
     def generators(self) -> list[torch.Generator]:
         codec = self.graph.codec
         return [] if codec is None or codec.generator is None else [codec.generator]
 
     def finish(self) -> None:
         self.graph.drain()
-
-    # ------------------------------------------------------------------ results
-    def dataset_info(self) -> dict[str, Any]:
-        return partition_dataset_record(
-            self.pset, int(self.shard.x.shape[1]), self.num_classes, self.split_sizes
-        )
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         full = self.config.full
@@ -153,3 +140,50 @@ class DistFullGraphSteps(DistSteps):
             "bits": full.bits,
             "staleness": full.staleness,
         }
+
+
+class DistFullNodeSteps(DistFullGraphSteps):
+    """One rank of distributed full-graph node classification."""
+
+    def __init__(self, config: TrainConfig, ctx: DistContext):
+        super().__init__(config, ctx, need_labels=True)
+        shard = self.shard
+        self.y = torch.from_numpy(shard.y).to(ctx.device)
+        self.splits = {k: torch.from_numpy(v).to(ctx.device) for k, v in shard.splits.items()}
+        counts = self.sum([float(len(v)) for v in shard.splits.values()], "setup")
+        self.split_sizes = {k: int(c) for k, c in zip(shard.splits, counts)}
+        if self.split_sizes["train"] == 0:
+            raise ConfigError(
+                f"{self.pset.path} has no training nodes; partition a dataset with a training split"
+            )
+        self.num_classes = shard.num_classes
+        self._set_model(lambda: build_model(config.model, shard.x.shape[1], self.num_classes))
+
+    # ------------------------------------------------------------------ epochs
+    def train_epoch(self, run: EpochRun) -> tuple[float, float]:
+        # one step per epoch: a stop signal is acted on at the end of the epoch, by the loop
+        # Split indices are held-row ids of this rank's own part: with 1.5D replication each
+        # replica scores only its own part, so every node counts once.
+        train_idx = self.splits["train"]
+        with self._timed_step():
+            logits = self.model(self.layers, self.x)[train_idx]
+            y = self.y[train_idx]
+            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            self._backward_and_step(loss_sum / self.split_sizes["train"])
+        loss_total, correct = self.sum(
+            [float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())]
+        )
+        return loss_total / self.split_sizes["train"], correct / self.split_sizes["train"]
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        self.model.eval()
+        idx = self.splits[split]
+        correct = float((self.model(self.layers, self.x)[idx].argmax(-1) == self.y[idx]).sum())
+        return self.sum([correct])[0] / max(self.split_sizes[split], 1)
+
+    # ------------------------------------------------------------------ results
+    def dataset_info(self) -> dict[str, Any]:
+        return partition_dataset_record(
+            self.pset, int(self.shard.x.shape[1]), self.num_classes, self.split_sizes
+        )

@@ -19,7 +19,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
-from shardgnn.graph.linksplit import LinkSplitSpec, split_edges
+from shardgnn.graph.linksplit import LinkSplit, LinkSplitSpec, split_edges
 from shardgnn.loader.link import LinkSample, LinkSamplingStage, edge_batcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, MiniBatchLoader
 from shardgnn.nn.link import LinkModel, build_predictor, link_loss
@@ -62,6 +62,17 @@ def check_link_trainable(graph: Graph, embedding: EmbeddingConfig) -> None:
         )
 
 
+def split_for_partitioning(graph: Graph, link: LinkConfig) -> tuple[Graph, LinkSplit, dict]:
+    """What a link-prediction partition directory is written from: the training graph (the
+    held-out edges leave the graph *before* it is partitioned, so workers never see them), the
+    split itself (stored with the partitions: every worker and every resumed run reads the same
+    one), and the whole graph's fingerprint (the dataset checkpoints and inference name)."""
+    from shardgnn.graph.identity import fingerprint
+
+    train_graph, split = split_edges(graph, split_spec(link))
+    return train_graph, split, fingerprint(graph)
+
+
 def link_objective(config: LinkConfig):
     """The training objective of a :class:`LinkSample` batch (``train_batches``' ``objective``):
     the link loss, and how many pairs lie on the right side of 0 (positives above, negatives
@@ -97,8 +108,9 @@ def build_link_model(
 
 
 @dataclasses.dataclass
-class EvalPairs:
-    """One evaluation split: its positives and fixed negatives as rows of ``nodes``' embeddings."""
+class IndexedPairs:
+    """Positive pairs and their negatives as rows of ``nodes``' embeddings (an evaluation split
+    with its fixed negatives, or one rank's training pairs of a full-graph epoch)."""
 
     nodes: np.ndarray
     """sorted unique endpoints (global ids)"""
@@ -107,7 +119,7 @@ class EvalPairs:
     neg_PK: torch.Tensor
 
     @classmethod
-    def of(cls, pos_2P: np.ndarray, neg_PK: np.ndarray) -> "EvalPairs":
+    def of(cls, pos_2P: np.ndarray, neg_PK: np.ndarray) -> "IndexedPairs":
         nodes, inverse = np.unique(
             np.concatenate([pos_2P[0], pos_2P[1], neg_PK.ravel()]), return_inverse=True
         )
@@ -117,7 +129,7 @@ class EvalPairs:
 
 
 @torch.no_grad()
-def score_pairs(model: LinkModel, h_ND: torch.Tensor, pairs: EvalPairs, chunk: int = 65536):
+def score_pairs(model: LinkModel, h_ND: torch.Tensor, pairs: IndexedPairs, chunk: int = 65536):
     """``(pos [P], neg [P, K])`` scores as numpy arrays, computed ``chunk`` positives at a time."""
     pos, neg = [], []
     for start in range(0, pairs.src_P.shape[0], chunk):
@@ -130,6 +142,17 @@ def score_pairs(model: LinkModel, h_ND: torch.Tensor, pairs: EvalPairs, chunk: i
         np.concatenate(pos) if pos else np.zeros(0),
         np.concatenate(neg) if neg else np.zeros((0, k)),
     )
+
+
+def link_record(split: LinkSplit, last_metrics: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The ``link`` entry of the results: the split's sizes and the last metrics of each split."""
+    sizes = split.sizes()
+    return {
+        "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
+        "symmetric": split.symmetric,
+        "val": last_metrics.get("val", {}),
+        "test": last_metrics.get("test", {}),
+    }
 
 
 class LinkLocalSteps(Steps):
@@ -161,8 +184,8 @@ class LinkLocalSteps(Steps):
         degree = np.diff(g.indptr)
         self.negatives = NegativeSampler(link.negative_sampler, g.num_nodes, link.negatives, degree)
         self.eval_pairs = {
-            "val": EvalPairs.of(self.split.val_pos_2P, self.split.val_neg_PK),
-            "test": EvalPairs.of(self.split.test_pos_2P, self.split.test_neg_PK),
+            "val": IndexedPairs.of(self.split.val_pos_2P, self.split.val_neg_PK),
+            "test": IndexedPairs.of(self.split.test_pos_2P, self.split.test_neg_PK),
         }
         self.last_metrics: dict[str, dict[str, float]] = {}
         if config.mode == "full":
@@ -279,15 +302,7 @@ class LinkLocalSteps(Steps):
         return record
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
-        sizes = self.split.sizes()
-        extra: dict[str, Any] = {
-            "link": {
-                "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
-                "symmetric": self.split.symmetric,
-                "val": self.last_metrics.get("val", {}),
-                "test": self.last_metrics.get("test", {}),
-            }
-        }
+        extra: dict[str, Any] = {"link": link_record(self.split, self.last_metrics)}
         if self.config.mode == "minibatch":
             sample_time = sum(r.stages.get("sample", 0.0) for r in history)
             extra["sampled_edges_per_s"] = (

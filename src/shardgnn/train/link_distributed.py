@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
-from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+from shardgnn.graph.linksplit import LINK_SPLIT_DIR, LinkSplit, load_link_split
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.link import LinkSamplingStage
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
@@ -37,10 +38,38 @@ from shardgnn.store.embedding import input_store
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSampledSteps, partition_dataset_record
-from shardgnn.train.link import EvalPairs, build_link_model, link_objective, score_pairs
+from shardgnn.train.link import (
+    IndexedPairs,
+    build_link_model,
+    link_objective,
+    link_record,
+    score_pairs,
+)
 from shardgnn.train.linkmetrics import link_metrics
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import eval_sampler_config
+
+
+def metrics_of_shares(
+    comm: Communicator, pos: np.ndarray, neg: np.ndarray, hits_at: tuple[int, ...]
+) -> dict[str, float]:
+    """The link metrics over the scores of every rank's share of a split's pairs (rank order is
+    the split's pair order; collective: every rank gets the same metrics)."""
+    world = comm.world_size
+    pos_t = torch.from_numpy(np.ascontiguousarray(pos, dtype=np.float32))
+    neg_t = torch.from_numpy(np.ascontiguousarray(neg, dtype=np.float32))
+    all_pos = torch.cat(comm.all_to_all([pos_t] * world, "eval"))
+    all_neg = torch.cat(comm.all_to_all([neg_t] * world, "eval"))
+    return link_metrics(all_pos.numpy(), all_neg.numpy(), hits_at)
+
+
+def even_share(split: LinkSplit, name: str, new_of_orig: np.ndarray, rank: int, world: int):
+    """Rank ``rank``'s even share of split ``name``'s (``val``/``test``) pairs in new ids, in
+    pair order: ``(pos_2P, neg_PK, positions of every rank's share)``."""
+    pos = new_of_orig[getattr(split, f"{name}_pos_2P")]
+    neg = new_of_orig[getattr(split, f"{name}_neg_PK")]
+    shares = np.array_split(np.arange(pos.shape[1]), world)
+    return pos[:, shares[rank]], neg[shares[rank]], shares
 
 
 class FixedBatches:
@@ -71,8 +100,7 @@ class DistLinkSteps(DistSampledSteps):
         split = load_link_split(self.pset.path / LINK_SPLIT_DIR)
         self.split = split
         # The split is in the original ids of the graph; the partitions number nodes anew.
-        new_of_orig = np.empty(n, dtype=np.int64)
-        new_of_orig[np.asarray(self.pset.orig_ids, dtype=np.int64)] = np.arange(n)
+        new_of_orig = self.pset.new_id_of_orig()
         train = new_of_orig[split.train_pos_2P]
         # Pairs grouped by the owner of their destination, so that positions double as "node
         # ids" of a partition book over pairs: DistSeedBatcher then keeps pairs with the rank
@@ -120,17 +148,15 @@ class DistLinkSteps(DistSampledSteps):
         self.eval_sampler = DistNeighborSampler(
             self.graph, eval_sampler_config(config), self.data_comm, "eval"
         )
-        self.eval_pairs: dict[str, EvalPairs] = {}
+        self.eval_pairs: dict[str, IndexedPairs] = {}
         self.eval_counts: dict[str, int] = {}
         for name in ("val", "test"):
-            pos = new_of_orig[getattr(split, f"{name}_pos_2P")]
-            neg = new_of_orig[getattr(split, f"{name}_neg_PK")]
-            shares = np.array_split(np.arange(pos.shape[1]), ctx.world_size)
-            mine = shares[ctx.rank]
-            self.eval_pairs[name] = EvalPairs.of(pos[:, mine], neg[mine])
+            pos, neg, shares = even_share(split, name, new_of_orig, ctx.rank, ctx.world_size)
+            self.eval_pairs[name] = IndexedPairs.of(pos, neg)
             # every rank's node count, so the batch count is agreed without a collective
+            pos_all, neg_all = getattr(split, f"{name}_pos_2P"), getattr(split, f"{name}_neg_PK")
             sizes = [
-                np.unique(np.concatenate([pos[0, s], pos[1, s], neg[s].ravel()])).shape[0]
+                np.unique(np.concatenate([pos_all[0, s], pos_all[1, s], neg_all[s].ravel()])).size
                 for s in shares
             ]
             self.eval_counts[name] = max(1, -(-max(sizes) // config.eval_batch_size))
@@ -172,13 +198,7 @@ class DistLinkSteps(DistSampledSteps):
         pairs = self.eval_pairs[split]
         h_ND = self._embed(pairs.nodes, self.eval_counts[split])
         pos, neg = score_pairs(self.model, h_ND, pairs)
-        world = self.ctx.world_size
-        pos_t = torch.from_numpy(np.ascontiguousarray(pos, dtype=np.float32))
-        neg_t = torch.from_numpy(np.ascontiguousarray(neg, dtype=np.float32))
-        # Every rank sends its scores to every rank: rank order is the split's pair order.
-        all_pos = torch.cat(self.data_comm.all_to_all([pos_t] * world, "eval"))
-        all_neg = torch.cat(self.data_comm.all_to_all([neg_t] * world, "eval"))
-        metrics = link_metrics(all_pos.numpy(), all_neg.numpy(), self.config.link.hits_at)
+        metrics = metrics_of_shares(self.data_comm, pos, neg, self.config.link.hits_at)
         self.last_metrics[split] = metrics
         return metrics["auc"]
 
@@ -188,13 +208,7 @@ class DistLinkSteps(DistSampledSteps):
         return record
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
-        sizes = self.split.sizes()
         return {
             **super().results_extra(history),
-            "link": {
-                "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
-                "symmetric": self.split.symmetric,
-                "val": self.last_metrics.get("val", {}),
-                "test": self.last_metrics.get("test", {}),
-            },
+            "link": link_record(self.split, self.last_metrics),
         }

@@ -19,10 +19,14 @@ from shardgnn.train.report import print_summary
 def train_with_context(config: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     """Train this rank's share of ``config`` in a job that ``ctx`` has joined already; return the
     results (the same on every rank)."""
-    if config.mode == "full":
-        from shardgnn.train.fullgraph import DistFullGraphSteps
+    if config.mode == "full" and config.task == "link":
+        from shardgnn.train.link_fullgraph import DistFullLinkSteps
 
-        return TrainingLoop(config, DistFullGraphSteps(config, ctx)).run()
+        return TrainingLoop(config, DistFullLinkSteps(config, ctx)).run()
+    if config.mode == "full":
+        from shardgnn.train.fullgraph import DistFullNodeSteps
+
+        return TrainingLoop(config, DistFullNodeSteps(config, ctx)).run()
     if config.task == "link":
         from shardgnn.train.link_distributed import DistLinkSteps
 
