@@ -15,6 +15,11 @@ its features dropped: only structure and homophily carry the classes), ``--embed
 one process and on 2 workers whose rows are sharded by partition: test accuracy, epoch time, the
 rows each worker holds against the whole table, and the bytes the rows and their gradients moved.
 Writes ``benchmarks/out/embedding_workers.{json,md}``.
+
+``--part staleness``: the link setting above on 2 workers, peers' rows uncached against cached
+(``--cache-policy degree|lru --cache-size 20%``) at several ``--embedding-staleness`` bounds
+(``--bounds``): test MRR and AUC, the row cache's hit rate, the age of the rows it served, the
+row and gradient bytes per epoch, and epoch time. Writes ``benchmarks/out/embedding_staleness.*``.
 """
 
 from __future__ import annotations
@@ -58,9 +63,9 @@ def baselines(config: TrainConfig, hits_at: tuple[int, ...]) -> dict[str, dict[s
     }
 
 
-def train_link(config: TrainConfig, workers: int) -> dict:
+def train_link(config: TrainConfig, workers: int, extra: tuple[str, ...] = ()) -> dict:
     """The results of ``config`` in this process, or on ``workers`` workers (the command line,
-    with the same settings)."""
+    with the same settings, plus ``extra`` flags)."""
     if workers == 1:
         return run_training(config)
     e, m = config.embedding, config.model
@@ -74,8 +79,73 @@ def train_link(config: TrainConfig, workers: int) -> dict:
         cmd += ["--hits-at", ",".join(map(str, config.link.hits_at))]
         cmd += ["--embedding-dim", str(e.dim), "--embedding-optimizer", e.optimizer]
         cmd += ["--embedding-lr", str(e.lr), "--workers", str(workers), "--quiet"]
+        cmd += ["--seed", str(config.seed), *extra]
         subprocess.run([*cmd, "--results", str(out)], check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())
+
+
+def link_config(a, optimizer: str, hits_at: tuple[int, ...]) -> TrainConfig:
+    return TrainConfig(
+        dataset=a.dataset,
+        data_dir=a.data_dir,
+        task="link",
+        model=ModelConfig(model=a.model, hidden=a.dim, dropout=0.0),
+        sampler=SamplerConfig(fanouts=(10, 10)),
+        batch_size=1024,
+        optim=OptimConfig(epochs=a.epochs, lr=0.003),
+        link=LinkConfig(out_dim=a.dim, hits_at=hits_at),
+        embedding=EmbeddingConfig(
+            dim=a.dim, optimizer=optimizer, lr=0.1 if optimizer == "adagrad" else 0.01
+        ),
+        progress=False,
+    )
+
+
+def staleness_part(a, config: TrainConfig) -> int:
+    """2 workers: peers' rows uncached, then cached at each staleness bound."""
+    variants = [("no row cache", ())]
+    for policy in a.policies.split(","):
+        for bound in a.bounds.split(","):
+            flags = ("--cache-policy", policy, "--cache-size", "20%")
+            variants.append(
+                (f"{policy} 20%, s = {bound}", (*flags, "--embedding-staleness", bound))
+            )
+    rows, runs = [], []
+    for name, extra in variants:
+        res = train_link(config, 2, extra)
+        rows_cache = (res.get("cache") or {}).get("rows") or {}
+        measured = res["epochs"][1:] or res["epochs"]
+        embed_mb = res["comm"]["embed"]["bytes_recv"] / 1e6 / len(res["epochs"])
+        test = res["link"]["test"]
+        ages = rows_cache.get("mean_served_age")
+        runs.append({"variant": name, "test": test, "cache": rows_cache, "embed_mb": embed_mb})
+        rows.append(
+            [
+                name,
+                f"{test['mrr']:.3f}",
+                f"{100 * test['auc']:.1f}",
+                "-" if not rows_cache else f"{100 * (rows_cache['hit_rate'] or 0):.1f}",
+                "-" if ages is None else f"{ages:.2f} / {rows_cache['max_served_age']}",
+                f"{embed_mb:.1f}",
+                f"{np.mean([e['time_s'] for e in measured]):.1f}",
+            ]
+        )
+        print(rows[-1], flush=True)
+    columns = ["rows of peers", "test MRR", "AUC %", "row cache hit %"]
+    columns += ["age served (mean / max)", "row + gradient MB / epoch", "epoch (s)"]
+    header = (
+        f"{config.dataset}, 2 workers, --embedding-dim {a.dim} (row-wise Adagrad), "
+        f"{a.epochs} epochs, seed {config.seed}"
+    )
+    return publish(a, header, columns, rows, runs)
+
+
+def publish(a, header: str, columns: list[str], rows: list[list[str]], runs: list) -> int:
+    """Print the table and write the JSON and Markdown reports."""
+    table = format_table(columns, rows)
+    print(table)
+    write_report(a.out, a.md, header, table, runs=runs)
+    return 0
 
 
 def workers_part(a) -> int:
@@ -126,17 +196,12 @@ def workers_part(a) -> int:
                 f"{np.mean([r['embed_mb'] for r in sel]) / a.epochs:.1f}",
             ]
         )
-    table = format_table(
-        ["workers", "test acc %", "epoch (s)", "rows per worker (MB)", "row bytes per epoch (MB)"],
-        rows,
-    )
-    print(table)
+    columns = ["workers", "test acc %", "epoch (s)", "rows per worker (MB)"]
     header = (
         f"featureless synthetic graph, {a.nodes:,} nodes, 8 classes, --embedding-dim {a.dim}, "
         f"{a.epochs} epochs, {a.seeds} seed(s)"
     )
-    write_report(a.out, a.md, header, table, runs=runs)
-    return 0
+    return publish(a, header, [*columns, "row bytes per epoch (MB)"], rows, runs)
 
 
 def main(argv=None) -> int:
@@ -146,7 +211,9 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--model", default="sage")
-    p.add_argument("--part", default="link", choices=("link", "workers"))
+    p.add_argument("--part", default="link", choices=("link", "workers", "staleness"))
+    p.add_argument("--bounds", default="0,4,16", help="--part staleness: staleness bounds")
+    p.add_argument("--policies", default="degree,lru", help="--part staleness: cache policies")
     p.add_argument("--nodes", type=int, default=100_000)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--optimizers", default="adagrad,adam")
@@ -154,7 +221,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="default: benchmarks/out/embedding[_workers].json")
     p.add_argument("--md", help="default: benchmarks/out/embedding[_workers].md")
     a = p.parse_args(argv)
-    stem = "benchmarks/out/embedding" + ("_workers" if a.part == "workers" else "")
+    stem = "benchmarks/out/embedding" + {"workers": "_workers", "staleness": "_staleness"}.get(
+        a.part, ""
+    )
     a.out, a.md = a.out or f"{stem}.json", a.md or f"{stem}.md"
     if a.part == "workers":
         return workers_part(a)
@@ -163,21 +232,10 @@ def main(argv=None) -> int:
         return 0
     hits_at = (10, 50)
     runs, rows = [], []
+    if a.part == "staleness":
+        return staleness_part(a, link_config(a, "adagrad", hits_at))
     for optimizer in a.optimizers.split(","):
-        config = TrainConfig(
-            dataset=a.dataset,
-            data_dir=a.data_dir,
-            task="link",
-            model=ModelConfig(model=a.model, hidden=a.dim, dropout=0.0),
-            sampler=SamplerConfig(fanouts=(10, 10)),
-            batch_size=1024,
-            optim=OptimConfig(epochs=a.epochs, lr=0.003),
-            link=LinkConfig(out_dim=a.dim, hits_at=hits_at),
-            embedding=EmbeddingConfig(
-                dim=a.dim, optimizer=optimizer, lr=0.1 if optimizer == "adagrad" else 0.01
-            ),
-            progress=False,
-        )
+        config = link_config(a, optimizer, hits_at)
         start = time.perf_counter()
         res = train_link(config, a.workers)
         wall = time.perf_counter() - start

@@ -117,7 +117,7 @@ def workers_part(a) -> int:
                     ms("ap"),
                     f"{np.mean([r['test']['mrr'] for r in sel]):.3f}",
                     "-" if workers == 1 else f"{delta.mean():+.2f} ± {delta.std():.2f}",
-                    f"{np.mean([r['epoch_s'] for r in sel]):.1f}",
+                    f"{np.mean([r['epoch_s'] for r in sel]):.2f}",
                 ]
             )
     table = format_table(

@@ -175,12 +175,17 @@ def test_a_featureless_graph_learns_with_embeddings(featureless, mode, optimizer
     assert results["epochs"][-1]["stages"]["embed"] > 0  # timed as its own stage
 
 
-@pytest.mark.parametrize(("mode", "optimizer"), [("minibatch", "adam"), ("full", "adagrad")])
-def test_embedding_rows_and_state_resume_bit_exact(featureless, mode, optimizer, tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "optimizer", "storage"),
+    [("minibatch", "adam", "memory"), ("full", "adagrad", "memory"), ("minibatch", "adam", "disk")],
+)
+def test_embedding_rows_and_state_resume_bit_exact(featureless, mode, optimizer, storage, tmp_path):
     def config(directory, epochs, resume=False):
-        return link_config(
+        base = link_config(
             mode, optimizer, epochs, checkpoint=CheckpointConfig(dir=str(directory), resume=resume)
         )
+        rows = dataclasses.replace(base.embedding, storage=storage, directory=str(tmp_path))
+        return dataclasses.replace(base, embedding=rows)
 
     straight = run_training(config(tmp_path / "a", 4), featureless)
     run_training(config(tmp_path / "b", 2), featureless)
@@ -392,3 +397,107 @@ def test_a_feature_cache_beside_sharded_rows_changes_nothing(tmp_path, policy, c
     argv = _workers_argv(f"graph:{tmp_path / 'bare'}", tmp_path / "x.json", "--epochs", "1")
     assert main([*argv, "--cache-policy", "lru"]) == 2
     assert "nothing to cache" in capsys.readouterr().err
+
+
+def test_bad_row_staleness_settings_are_refused():
+    from shardgnn.store.cache.config import CacheConfig
+    from shardgnn.train.config import RunConfig
+
+    rows, workers = EmbeddingConfig(dim=8, staleness=2), RunConfig(workers=2)
+    with pytest.raises(ConfigError, match="--embedding-staleness -1: must be >= 0"):
+        EmbeddingConfig(dim=8, staleness=-1)
+    with pytest.raises(ConfigError, match="--embedding-staleness 2 bounds .* add --embedding-dim"):
+        TrainConfig(embedding=EmbeddingConfig(staleness=2), run=workers)
+    for policy in ("none", "belady"):
+        with pytest.raises(ConfigError, match=f"which is {policy}: give degree, presample"):
+            TrainConfig(embedding=rows, run=workers, cache=CacheConfig(policy=policy))
+    with pytest.raises(ConfigError, match="--embedding-staleness .* one process"):
+        TrainConfig(embedding=rows, cache=CacheConfig(policy="lru"))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_cached_rows_on_workers(featureless, tmp_path):
+    """A featureless graph on 2 workers (link prediction), peers' rows cached: with staleness 0
+    the run equals the uncached run bit for bit; with staleness 3 the cache serves rows at most 3
+    steps old, moves fewer row bytes, and the model still learns."""
+    from shardgnn.graph.io import save_graph
+
+    save_graph(featureless, tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    runs = {}
+    for name, extra in (
+        ("none", []),
+        ("s0", ["--cache-policy", "lru", "--embedding-staleness", "0"]),
+        ("s3", ["--cache-policy", "degree", "--cache-size", "40%", "--embedding-staleness", "3"]),
+    ):
+        ckpt = tmp_path / f"ckpt-{name}"
+        argv = _workers_argv(spec, tmp_path / f"{name}.json", "--epochs", "3", "--task", "link")
+        argv += ["--out-dim", "16", "--eval-negatives", "20"]
+        assert main([*argv, *extra, "--checkpoint-dir", str(ckpt)]) == 0
+        runs[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        runs[name]["weights"] = final_weights(ckpt)
+    assert [e["loss"] for e in runs["none"]["epochs"]] == [e["loss"] for e in runs["s0"]["epochs"]]
+    assert_same_weights(runs["none"]["weights"], runs["s0"]["weights"])
+    assert runs["s0"]["cache"]["rows"]["hit_rate"] == 0  # nothing may be served at age 0
+    stale = runs["s3"]["cache"]["rows"]
+    assert stale["hit_rate"] > 0.2 and stale["max_served_age"] <= 3 and stale["staleness"] == 3
+    embed = {name: run["comm"]["embed"]["bytes_recv"] for name, run in runs.items()}
+    assert embed["s3"] < embed["none"] == embed["s0"]
+    assert runs["s3"]["test_acc"] > 0.6  # test AUC: still learns
+
+
+def _mapped_scratch_files() -> int:
+    with open("/proc/self/maps") as fh:
+        return sum("shardgnn-rows-" in line for line in fh)
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_disk_rows_equal_memory_rows_and_leave_no_file(optimizer, tmp_path):
+    """--embedding-storage disk: the same rows, bit for bit, in memory-mapped files that are
+    unlinked at once; the best-epoch copy is mapped too."""
+    from shardgnn.store.embedding import snapshot_state
+
+    tables = {
+        storage: EmbeddingTable(
+            500,
+            EmbeddingConfig(
+                dim=6, optimizer=optimizer, storage=storage, directory=str(tmp_path), lr=0.05
+            ),
+            seed=3,
+        )
+        for storage in ("memory", "disk")
+    }
+    before = _mapped_scratch_files()
+    for step in range(5):
+        rng = np.random.default_rng(step)
+        ids = torch.from_numpy(rng.integers(0, 500, 80))
+        grad = torch.from_numpy(rng.standard_normal((80, 6)).astype(np.float32))
+        for table in tables.values():
+            table.apply_gradients(ids, grad)
+    memory, disk = (dict(t.state_dict()) for t in tables.values())
+    assert memory.keys() == disk.keys()
+    for key in memory:
+        assert torch.equal(memory[key], disk[key]), key
+    assert list(tmp_path.iterdir()) == []  # unlinked as soon as mapped
+    assert before >= (3 if optimizer == "adam" else 2)  # weight + state are mappings
+    best = snapshot_state(tables["disk"])
+    assert _mapped_scratch_files() > before  # the copy went to mapped files, not memory
+    assert all(torch.equal(best[k], disk[k]) for k in disk)
+    tables["disk"].apply_gradients(torch.tensor([0]), torch.ones(1, 6))
+    assert not torch.equal(best["weight"], tables["disk"].weight)  # a copy, not a view
+    with pytest.raises(ConfigError, match="free in .* give --embedding-dir on a larger disk"):
+        check_table_fits(1 << 40, EmbeddingConfig(dim=64, storage="disk"))
+    with pytest.raises(ConfigError, match="--embedding-dir /nonexistent/x: cannot be used"):
+        check_table_fits(10, EmbeddingConfig(dim=4, storage="disk", directory="/nonexistent/x"))
+
+
+def test_disk_rows_train_and_resume_as_memory_rows(featureless, tmp_path):
+    """A featureless graph trained with disk-backed rows: the same run as with rows in memory
+    (resume: test_embedding_rows_and_state_resume_bit_exact)."""
+    disk = EmbeddingConfig(dim=16, lr=0.1, storage="disk", directory=str(tmp_path))
+    base = link_config("minibatch", "adagrad", 2)
+    one = run_training(base, featureless)
+    two = run_training(dataclasses.replace(base, embedding=disk), featureless)
+    assert [e["loss"] for e in one["epochs"]] == [e["loss"] for e in two["epochs"]]
+    assert one["link"]["test"] == two["link"]["test"]

@@ -228,11 +228,15 @@ def preflight(
             f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
             "and labels with `shardgnn convert`, or the nodes learnable rows with --embedding-dim)"
         )
-    if pset.meta.get("features") is None and config.cache.enabled:
+    if (
+        pset.meta.get("features") is None
+        and config.cache.enabled
+        and config.embedding.staleness is None
+    ):
         raise ConfigError(
             f"--cache-policy {config.cache.policy}: {pset.path} holds no features, so there is "
-            "nothing to cache (learnable rows are never cached: each step changes them); drop "
-            "--cache-policy"
+            "nothing to cache (learnable rows are cached only with a bound on their age); add "
+            "--embedding-staleness S, or drop --cache-policy"
         )
     if config.task == "link":
         config = _with_stored_split(config, pset.path, split_given)

@@ -8,6 +8,7 @@ import dataclasses
 from shardgnn.options import check_choices, invalid, option
 
 EMBEDDING_OPTIMIZERS = ("adagrad", "adam")
+EMBEDDING_STORAGE = ("memory", "disk")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -28,6 +29,28 @@ class EmbeddingConfig:
         "(row-wise: one accumulator per row) or adam (lazy moments, as torch.optim.SparseAdam)",
     )
     lr: float = option(0.01, flag="--embedding-lr", help="learning rate of the rows")
+    storage: str = option(
+        "memory",
+        choices=EMBEDDING_STORAGE,
+        flag="--embedding-storage",
+        help="where the rows and their optimiser state live: memory, or disk (memory-mapped "
+        "files in --embedding-dir, for tables larger than RAM: the kernel pages rows in and out)",
+    )
+    directory: str | None = option(
+        None,
+        flag="--embedding-dir",
+        metavar="DIR",
+        help="folder of the --embedding-storage disk files (unset: the system's temporary "
+        "folder); they are unlinked as soon as they are mapped, so none is left behind",
+    )
+    staleness: int | None = option(
+        None,
+        flag="--embedding-staleness",
+        metavar="S",
+        help="workers with a --cache-policy: also cache peers' rows, each serving reads for at "
+        "most S training steps after it was fetched (HET's bounded staleness; 0: never stale, "
+        "equal to uncached); unset: rows are never cached",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -35,6 +58,8 @@ class EmbeddingConfig:
             raise invalid(self, "dim", "must be >= 0 (0: no learnable rows)")
         if not self.lr > 0:
             raise invalid(self, "lr", "must be > 0")
+        if self.staleness is not None and self.staleness < 0:
+            raise invalid(self, "staleness", "must be >= 0 steps (0: never stale)")
 
     @property
     def enabled(self) -> bool:

@@ -8,6 +8,10 @@ everything it received, repeats from several ranks summed. P ranks therefore tak
 the step one process takes over the union of their batches (tested against one table, P = 2
 and 3, across checkpoint and resume).
 
+A cache may front the rows (:meth:`DistEmbeddingTable.cache_rows`, ``--embedding-staleness s``):
+peers' rows are then read from it while they are at most ``s`` steps old (HET's bounded
+staleness; see :mod:`shardgnn.store.cache.store`), and every update ticks its clock.
+
 Collective ordering: :meth:`DistEmbeddingTable.gather` and :meth:`apply_gradients` are
 collectives; every rank calls both once per training step, in that order, also with no rows
 (an owner whose rows nobody used still steps, which keeps Adam's step count equal everywhere).
@@ -20,9 +24,11 @@ import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
+from shardgnn.store.cache.store import CachedFeatureStore
 from shardgnn.store.config import EmbeddingConfig
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.embedding import EmbeddingTable
+from shardgnn.store.feature import FeatureStore
 
 
 class DistEmbeddingTable:
@@ -51,7 +57,18 @@ class DistEmbeddingTable:
         self.book, self.rank, self.comm, self.stage = book, rank, comm, stage
         self.start, self.end = (int(v) for v in book.part_range(rank))
         self.local = EmbeddingTable(self.end - self.start, config, seed, init_ids=orig_ids)
-        self.rows = DistFeatureStore(self.local, book, rank, comm, stage)
+        self.owners = DistFeatureStore(self.local, book, rank, comm, stage)
+        self.cache: CachedFeatureStore | None = None
+
+    @property
+    def rows(self) -> FeatureStore:
+        """The store training reads rows from: the cache when one fronts the owners."""
+        return self.owners if self.cache is None else self.cache
+
+    def cache_rows(self, cache: CachedFeatureStore) -> None:
+        """Read peers' rows through ``cache`` (built over :attr:`owners`, with a ``max_age``)."""
+        assert cache.fallback is self.owners and cache.max_age is not None
+        self.cache = cache
 
     @property
     def dim(self) -> int:
@@ -78,6 +95,8 @@ class DistEmbeddingTable:
         # process makes of the ranks' batches, so repeats sum in the same order.
         local_ids = torch.cat(got_ids) - self.start
         self.local.apply_gradients(local_ids, torch.cat(got_grads))
+        if self.cache is not None:
+            self.cache.tick()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """This rank's rows and optimiser state (a checkpoint holds one per rank)."""

@@ -16,12 +16,20 @@ The rows and the optimiser state are buffers of this module, so a checkpoint of 
 holds the table carries both, and the kept "best" weights include the rows of the best epoch.
 Rows are initialised by :func:`~shardgnn.seeding.hashed_uniform` of their node id, so whoever
 owns a row creates it identically.
+
+``--embedding-storage disk`` keeps the rows and their optimiser state in memory-mapped scratch
+files (:func:`mapped_zeros`): the same tensors, the same kernels, bit-identical updates, but the
+kernel pages rows in and out, so a table may exceed RAM. The files are unlinked as soon as they
+are mapped (nothing is left behind, even after a crash); the best epoch's copy of the table is
+kept in such files too (:func:`snapshot_state`).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 
 import numba
 import numpy as np
@@ -38,6 +46,7 @@ ADAM_EPS = 1e-8
 # CPU tables update through the numba kernels below; the torch operations serve other devices
 # (tests switch this off to check that path on CPU too).
 USE_KERNELS = True
+INIT_CHUNK_ROWS = 1 << 20
 
 
 # The update kernels: one fused pass over the used rows, in parallel (rows are unique, so no two
@@ -109,17 +118,79 @@ def available_memory() -> int | None:
         return None
 
 
+def table_directory(config: EmbeddingConfig) -> str:
+    """The folder of ``--embedding-storage disk`` files."""
+    return config.directory or tempfile.gettempdir()
+
+
 def check_table_fits(num_rows: int, config: EmbeddingConfig, share: float = 0.8) -> None:
-    """Refuse a table (rows and optimiser state) larger than ``share`` of the available memory."""
+    """Refuse a table (rows and optimiser state) larger than ``share`` of the available memory
+    (``--embedding-storage disk``: of the free space of ``--embedding-dir``; the best epoch's copy
+    needs as much again there)."""
     need = table_bytes(num_rows, config.dim, config.optimizer)
+    what = (
+        f"--embedding-dim {config.dim}: {num_rows:,} rows of {config.dim} float32 values and "
+        f"their {config.optimizer} state need {need / 1e9:.1f} GB"
+    )
+    if config.storage == "disk":
+        directory = table_directory(config)
+        try:
+            free = shutil.disk_usage(directory).free
+        except OSError as exc:
+            raise ConfigError(
+                f"--embedding-dir {directory}: cannot be used ({exc.strerror}); give an existing, "
+                "writable folder"
+            ) from None
+        if 2 * need > share * free:
+            raise ConfigError(
+                f"{what} (twice: the table and its best epoch's copy), more than {share:.0%} of "
+                f"the {free / 1e9:.1f} GB free in {directory}; give --embedding-dir on a larger "
+                "disk, or a smaller --embedding-dim"
+            )
+        return
     have = available_memory()
     if have is not None and need > share * have:
         raise ConfigError(
-            f"--embedding-dim {config.dim}: {num_rows:,} rows of {config.dim} float32 values "
-            f"and their {config.optimizer} state need {need / 1e9:.1f} GB, more than "
-            f"{share:.0%} of the {have / 1e9:.1f} GB available; use a smaller --embedding-dim, "
-            "or --embedding-optimizer adagrad (one float of state per row)"
+            f"{what}, more than {share:.0%} of the {have / 1e9:.1f} GB available; use "
+            "--embedding-storage disk (memory-mapped files), a smaller --embedding-dim, or "
+            "--embedding-optimizer adagrad (one float of state per row)"
         )
+
+
+def mapped_zeros(shape: tuple[int, ...], dtype: torch.dtype, directory: str) -> torch.Tensor:
+    """A zero tensor backed by a scratch file in ``directory``, unlinked at once (the mapping
+    keeps its pages; the space is freed when the tensor is)."""
+    numel = math.prod(shape)
+    if numel == 0:
+        return torch.zeros(shape, dtype=dtype)
+    fd, path = tempfile.mkstemp(prefix="shardgnn-rows-", suffix=".bin", dir=directory)
+    try:
+        # A sparse file of the right size: zeros, with no block written until a row is.
+        os.ftruncate(fd, numel * torch.tensor([], dtype=dtype).element_size())
+        tensor = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return tensor.view(shape)
+
+
+def snapshot_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of ``module``'s state (the best epoch's weights): tensors are cloned, and the
+    buffers of a disk-backed :class:`EmbeddingTable` are copied into new mapped files instead of
+    memory."""
+    on_disk: dict[str, EmbeddingTable] = {}
+    for name, sub in module.named_modules():
+        if isinstance(sub, EmbeddingTable) and sub.mapped:
+            for buffer_name, _ in sub.named_buffers(recurse=False):
+                on_disk[f"{name}.{buffer_name}" if name else buffer_name] = sub
+    state = {}
+    for key, value in module.state_dict().items():
+        table = on_disk.get(key)
+        if table is None:
+            state[key] = value.detach().clone()
+        else:
+            state[key] = table.allocate(tuple(value.shape), value.dtype).copy_(value)
+    return state
 
 
 class EmbeddingTable(torch.nn.Module, FeatureStore):
@@ -148,21 +219,35 @@ class EmbeddingTable(torch.nn.Module, FeatureStore):
         torch.nn.Module.__init__(self)
         assert config.dim > 0
         self.config, self.first_row = config, first_row
+        self.mapped = config.storage == "disk"
         if init_ids is None:
             init_ids = np.arange(first_row, first_row + num_rows, dtype=np.int64)
         assert len(init_ids) == num_rows
-        initial = hashed_uniform(np.asarray(init_ids), config.dim, seed)
-        self.register_buffer("weight", torch.from_numpy(initial))
+        init_ids = np.asarray(init_ids, dtype=np.int64)
+        weight = self.allocate((num_rows, config.dim), torch.float32)
+        # In chunks: a disk-backed table never needs a second copy of itself in memory.
+        for start in range(0, num_rows, INIT_CHUNK_ROWS):
+            ids = init_ids[start : start + INIT_CHUNK_ROWS]
+            weight[start : start + len(ids)] = torch.from_numpy(
+                hashed_uniform(ids, config.dim, seed)
+            )
+        self.register_buffer("weight", weight)
         # Whose rows these are (original node ids): a checkpoint of sharded rows can be put back
         # together in original id order whatever the partitioning was.
-        self.register_buffer("node_ids", torch.from_numpy(np.array(init_ids, dtype=np.int64)))
+        self.register_buffer("node_ids", torch.from_numpy(init_ids.copy()))
         if config.optimizer == "adagrad":
-            self.register_buffer("sum_sq", torch.zeros(num_rows))
+            self.register_buffer("sum_sq", self.allocate((num_rows,), torch.float32))
         else:
-            self.register_buffer("exp_avg", torch.zeros(num_rows, config.dim))
-            self.register_buffer("exp_avg_sq", torch.zeros(num_rows, config.dim))
+            self.register_buffer("exp_avg", self.allocate((num_rows, config.dim), torch.float32))
+            self.register_buffer("exp_avg_sq", self.allocate((num_rows, config.dim), torch.float32))
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
         self._seen: np.ndarray | None = None  # scratch of the repeat check
+
+    def allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A zero tensor in this table's storage (memory, or a mapped scratch file)."""
+        if self.mapped:
+            return mapped_zeros(shape, dtype, table_directory(self.config))
+        return torch.zeros(shape, dtype=dtype)
 
     # FeatureStore ---------------------------------------------------------------------------
     @property
@@ -247,9 +332,10 @@ class FeaturesAndRows(FeatureStore):
     store, local or distributed; a distributed one gathers after the features, on every rank).
 
     A feature cache in front of ``features`` works as without rows, its look-ahead included (the
-    capabilities below are the features'). The rows themselves are never cached: a row changes
-    at every step that uses it, so a copy kept past that step would be stale; every batch reads
-    them from their owners (the rule: always invalidated, no staleness).
+    capabilities below are the features'). The feature cache never holds rows: a row changes at
+    every step that uses it. ``table`` reads them from their owners, or through a cache of its
+    own that bounds their age (``--embedding-staleness``, HET's bounded staleness; see
+    :mod:`shardgnn.store.dist_embedding`).
     """
 
     def __init__(self, features: FeatureStore, table: FeatureStore):

@@ -261,7 +261,9 @@ class Checkpointer:
         check_resumable(path, meta, config, self.world_size, dataset)
         file = path / f"rank-{self.rank}.pt"
         try:
-            state = torch.load(file, map_location="cpu", weights_only=True)
+            # Memory-mapped: a disk-backed embedding table (and its best epoch's copy) is read
+            # page by page as it is copied into place, never whole into memory.
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
         except (OSError, RuntimeError, ValueError, EOFError) as exc:
             raise DatasetError(
                 f"cannot read checkpoint ({type(exc).__name__}: {exc})",

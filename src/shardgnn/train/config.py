@@ -397,6 +397,7 @@ class TrainConfig:
                 *changed_settings(self.full),
                 *changed_settings(self.cache),
                 *changed_settings(self, ("fetch_bits", "feature_storage")),
+                *changed_settings(self.embedding, ("staleness",)),
             ]
             if flags:
                 raise ConfigError(
@@ -405,6 +406,18 @@ class TrainConfig:
                     "(--workers 1 runs one worker over a one-part partition, which a cache or "
                     "disk storage can front)"
                 )
+        staleness = self.embedding.staleness
+        if staleness is not None and not self.embedding.enabled:
+            raise ConfigError(
+                f"--embedding-staleness {staleness} bounds the age of cached learnable rows, and "
+                "this run has none; add --embedding-dim D or drop --embedding-staleness"
+            )
+        if staleness is not None and self.cache.policy in ("none", "belady"):
+            raise ConfigError(
+                f"--embedding-staleness {staleness} caches peers' learnable rows in the cache of "
+                f"--cache-policy, which is {self.cache.policy}: give degree, presample, fifo or "
+                "lru (belady fetches rows batches before they are read)"
+            )
         if self.mode == "full" and (self.cache.enabled or self.feature_storage != "memory"):
             raise ConfigError(
                 "--cache-policy and --feature-storage disk apply to mini-batch training; "

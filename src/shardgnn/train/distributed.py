@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from shardgnn.nn.models import build_model
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.sampling.distributed import DistNeighborSampler
 from shardgnn.seeding import mix_seed
-from shardgnn.store.cache.build import build_cache
+from shardgnn.store.cache.build import build_cache, cacheable_rows
 from shardgnn.store.cache.store import CachedFeatureStore
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
@@ -164,6 +165,113 @@ class DistSampledSteps(DistSteps):
             "overlap": self.overlap,
             # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+            "cache": self.cache_summary(history),
+        }
+
+    def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
+        """Input traffic of the epoch's training batches, summed over ranks (collective; every
+        rank has the same stores, so all or none call it).
+
+        Features: bytes requested from a slow tier (peers, or disk), of them missed by the
+        cache, and bytes the fetch moved. Cached learnable rows (``--embedding-staleness``):
+        peers' rows requested, missed (fetched: not cached, or too old and refreshed), the
+        refreshed ones, the row and gradient bytes received, and how old the served cached rows
+        were (``row_ages[a]``: rows served
+        ``a`` steps after they were fetched)."""
+        metrics: dict[str, Any] = {}
+        if self.fetch_store is not None:
+            if self.cache is not None:
+                requested, missed = self.cache.reset_counters()
+            else:
+                requested = missed = self.fetch_store.slow_rows
+            self.fetch_store.slow_rows = 0
+            remote = epoch_comm.get("fetch", [0, 0])[1]
+            row_bytes = self.fetch_store.row_bytes
+            requested, missed, remote = self.sum(
+                [requested * row_bytes, missed * row_bytes, float(remote)]
+            )
+            metrics.update(
+                hit_rate=(requested - missed) / requested if requested else None,
+                requested_mb=requested / 1e6,
+                missed_mb=missed / 1e6,
+                remote_feature_mb=remote / 1e6,
+            )
+        row_cache = None if self.embedding is None else self.embedding.cache
+        if row_cache is not None:
+            requested, missed = row_cache.reset_counters()
+            ages = row_cache.served_ages
+            embed = float(epoch_comm.get("embed", [0, 0])[1])  # rows and gradients received
+            totals = self.sum([requested, missed, row_cache.refreshed, embed, *ages.tolist()])
+            row_cache.refreshed, ages[:] = 0, 0
+            metrics.update(
+                row_hit_rate=(totals[0] - totals[1]) / totals[0] if totals[0] else None,
+                row_requested=int(totals[0]),
+                row_missed=int(totals[1]),
+                row_refreshed=int(totals[2]),
+                row_embed_mb=totals[3] / 1e6,
+                row_ages=[int(v) for v in totals[4:]],
+            )
+        return metrics or None
+
+    def generators(self) -> list[torch.Generator]:
+        codec = None if self.fetch_store is None else self.fetch_store.codec
+        return [] if codec is None or codec.generator is None else [codec.generator]
+
+    def cache_summary(self, history: list[EpochRecord]) -> dict[str, Any]:
+        """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
+        cfg = self.config.cache
+        capacity = self.cache.capacity if self.cache is not None else 0
+        staged = self.sum([float(self.cache.max_staged_rows if self.cache is not None else 0)])[0]
+        # Epochs recorded before a resume may come from a run without these metrics.
+        measured = [r for r in (history[1:] or history) if r.cache]
+        row_bytes = 0 if self.fetch_store is None else self.fetch_store.row_bytes
+
+        def mean(values):
+            values = [v for v in values if v is not None]
+            return float(np.mean(values)) if values else None
+
+        return {
+            "policy": cfg.policy,
+            "size": cfg.size if cfg.enabled else None,
+            "capacity_rows": capacity,
+            "capacity_mb": capacity * row_bytes / 1e6,
+            "feature_storage": self.config.feature_storage,
+            "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
+            "setup_s": self.sum([self.cache_setup_s])[0] / self.world_size,
+            "hit_rate": mean(r.cache.get("hit_rate") for r in measured),
+            "requested_mb_per_epoch": mean(r.cache.get("requested_mb") for r in measured),
+            "remote_feature_mb_per_epoch": mean(r.cache.get("remote_feature_mb") for r in measured),
+            "fetch_s_per_epoch": mean(r.stages.get("fetch", 0.0) for r in measured),
+            "lookahead_s_per_epoch": mean(r.stages.get("lookahead", 0.0) for r in measured),
+            # The look-ahead's memory: rows staged for one window (summed over workers).
+            "max_staged_mb": staged * row_bytes / 1e6,
+            "rows": self._row_cache_summary(measured),
+        }
+
+    def _row_cache_summary(self, measured: list[EpochRecord]) -> dict[str, Any] | None:
+        """The learnable rows' cache (``--embedding-staleness``) over the measured epochs."""
+        row_cache = None if self.embedding is None else self.embedding.cache
+        if row_cache is None:
+            return None
+        epochs = [r.cache for r in measured if r.cache and "row_requested" in r.cache]
+        requested = sum(e["row_requested"] for e in epochs)
+        missed = sum(e["row_missed"] for e in epochs)
+        ages = np.sum([e["row_ages"] for e in epochs], axis=0) if epochs else []
+        served = int(np.sum(ages))
+        return {
+            "staleness": row_cache.max_age,
+            "capacity_rows": row_cache.capacity,
+            "hit_rate": (requested - missed) / requested if requested else None,
+            "refreshed_per_epoch": (
+                sum(e["row_refreshed"] for e in epochs) / len(epochs) if epochs else None
+            ),
+            "mean_served_age": (
+                float(np.dot(np.arange(len(ages)), ages) / served) if served else None
+            ),
+            "max_served_age": int(np.flatnonzero(ages)[-1]) if served else None,
+            "embed_mb_per_epoch": (
+                float(np.mean([e["row_embed_mb"] for e in epochs])) if epochs else None
+            ),
         }
 
     def _open_inputs(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool) -> None:
@@ -234,6 +342,55 @@ class DistSampledSteps(DistSteps):
             # prefetch thread (it would read them a step early, and share the communicator).
             self.overlap = False
 
+    def _build_caches(self, presample_stage: Callable[[DistNeighborSampler, int], Any]) -> None:
+        """The caches of ``--cache-policy`` (collective): ``self.cache`` in front of the training
+        features, and with ``--embedding-staleness`` one in front of peers' learnable rows.
+
+        ``presample_stage(sampler, seed)``: this rank's training batches sampled by ``sampler``
+        (GNNLab's pre-sampling epoch of ``presample``: the real sampler over this rank's training
+        seeds, on its own random stream so epoch 0 is not replayed, and its own stage)."""
+        config, book = self.config, self.graph.book
+        self.cache: CachedFeatureStore | None = None
+        self.cache_setup_s = 0.0
+        if not config.cache.enabled:
+            return
+        start = time.perf_counter()
+        counts: list[np.ndarray] = []
+
+        def presample_counts() -> np.ndarray:
+            if not counts:  # one pre-sampling epoch serves both caches
+                presampler = DistNeighborSampler(
+                    self.graph, config.sampler, self.data_comm, "cache_setup"
+                )
+                seed = mix_seed(mix_seed(config.seed, self.ctx.rank), 0x9E5A)
+                counts.append(count_accesses(presample_stage(presampler, seed), book.num_nodes))
+            return counts[0]
+
+        rows_cached = self.embedding is not None and config.embedding.staleness is not None
+        # With cached learnable rows, features that need no cache (all on this host) go without.
+        if self.fetch_store is not None and (
+            not rows_cached or cacheable_rows(self.fetch_store).any()
+        ):
+            self.cache = build_cache(
+                config.cache,
+                self.fetch_store,
+                fill_from=self.dist_rows(self.x_store, self.peer_x, "cache_setup", self.codec),
+                degree=self.graph.degree,
+                presample_counts=presample_counts,
+            )
+        if rows_cached:
+            self.embedding.cache_rows(
+                build_cache(
+                    config.cache,
+                    self.embedding.owners,
+                    fill_from=self.dist_rows(self.embedding.local, None, "cache_setup"),
+                    degree=self.graph.degree,
+                    presample_counts=presample_counts,
+                    max_age=config.embedding.staleness,
+                )
+            )
+        self.cache_setup_s = time.perf_counter() - start
+
     def dist_rows(self, local, peers, stage: str, codec=None) -> DistFeatureStore:
         """Rows held by their owners (this rank: ``local``; same-host ``peers``), one stage."""
         return DistFeatureStore(
@@ -291,7 +448,6 @@ class DistMiniBatchSteps(DistSampledSteps):
         super().__init__(config, ctx)
         self._open_inputs(config, ctx, need_labels=True)
         part, book = self.graph.part, self.graph.book
-        x_store, peer_x, codec = self.x_store, self.peer_x, self.codec
         dist_rows = self.dist_rows
         peer_y = {
             p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
@@ -319,33 +475,9 @@ class DistMiniBatchSteps(DistSampledSteps):
             seed=config.seed,
         )
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
-        self.cache: CachedFeatureStore | None = None
-        self.cache_setup_s = 0.0
-        if config.cache.enabled:
-            start = time.perf_counter()
-
-            def presample_counts() -> np.ndarray:
-                # GNNLab's PreSC: the real sampler over this rank's training seeds, on its own
-                # random stream (so epoch 0 is not replayed) and its own stage (its bytes apart).
-                presampler = DistNeighborSampler(
-                    self.graph, config.sampler, self.data_comm, "cache_setup"
-                )
-                return count_accesses(
-                    NeighborSamplingStage(
-                        self.train_batches, presampler, mix_seed(rank_seed, 0x9E5A)
-                    ),
-                    book.num_nodes,
-                )
-
-            fill = dist_rows(x_store, peer_x, "cache_setup", codec)
-            self.cache = build_cache(
-                config.cache,
-                self.fetch_store,
-                fill_from=fill,
-                degree=self.graph.degree,
-                presample_counts=presample_counts,
-            )
-            self.cache_setup_s = time.perf_counter() - start
+        self._build_caches(
+            lambda presampler, seed: NeighborSamplingStage(self.train_batches, presampler, seed)
+        )
         self.features = input_store(
             self.cache if self.cache is not None else self.fetch_store,
             None if self.embedding is None else self.embedding.rows,
@@ -415,67 +547,7 @@ class DistMiniBatchSteps(DistSampledSteps):
         )
         return correct / max(count, 1)
 
-    def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any]:
-        """Feature traffic of the epoch's training batches, summed over ranks: bytes requested from
-        a slow tier (peers, or disk), of them missed by the cache, and bytes the fetch moved
-        (None on a graph without features: every rank has none, so none calls the collective)."""
-        if self.fetch_store is None:
-            return None
-        if self.cache is not None:
-            requested, missed = self.cache.reset_counters()
-        else:
-            requested = missed = self.fetch_store.slow_rows
-        self.fetch_store.slow_rows = 0
-        remote = epoch_comm.get("fetch", [0, 0])[1]
-        row_bytes = self.fetch_store.row_bytes
-        requested, missed, remote = self.sum(
-            [requested * row_bytes, missed * row_bytes, float(remote)]
-        )
-        return {
-            "hit_rate": (requested - missed) / requested if requested else None,
-            "requested_mb": requested / 1e6,
-            "missed_mb": missed / 1e6,
-            "remote_feature_mb": remote / 1e6,
-        }
-
-    def generators(self) -> list[torch.Generator]:
-        codec = None if self.fetch_store is None else self.fetch_store.codec
-        return [] if codec is None or codec.generator is None else [codec.generator]
-
     def dataset_info(self) -> dict[str, Any]:
         return partition_dataset_record(
             self.pset, int(self.features.shape[1]), self.num_classes, self.split_sizes
         )
-
-    def cache_summary(self, history: list[EpochRecord]) -> dict[str, Any]:
-        """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
-        cfg = self.config.cache
-        capacity = self.cache.capacity if self.cache is not None else 0
-        staged = self.sum([float(self.cache.max_staged_rows if self.cache is not None else 0)])[0]
-        # Epochs recorded before a resume may come from a run without these metrics.
-        measured = [r for r in (history[1:] or history) if r.cache]
-        row_bytes = 0 if self.fetch_store is None else self.fetch_store.row_bytes
-
-        def mean(values):
-            values = [v for v in values if v is not None]
-            return float(np.mean(values)) if values else None
-
-        return {
-            "policy": cfg.policy,
-            "size": cfg.size if cfg.enabled else None,
-            "capacity_rows": capacity,
-            "capacity_mb": capacity * row_bytes / 1e6,
-            "feature_storage": self.config.feature_storage,
-            "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
-            "setup_s": self.sum([self.cache_setup_s])[0] / self.world_size,
-            "hit_rate": mean(r.cache["hit_rate"] for r in measured),
-            "requested_mb_per_epoch": mean(r.cache["requested_mb"] for r in measured),
-            "remote_feature_mb_per_epoch": mean(r.cache["remote_feature_mb"] for r in measured),
-            "fetch_s_per_epoch": mean(r.stages.get("fetch", 0.0) for r in measured),
-            "lookahead_s_per_epoch": mean(r.stages.get("lookahead", 0.0) for r in measured),
-            # The look-ahead's memory: rows staged for one window (summed over workers).
-            "max_staged_mb": staged * row_bytes / 1e6,
-        }
-
-    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
-        return {**super().results_extra(history), "cache": self.cache_summary(history)}

@@ -123,28 +123,37 @@ class DistLinkSteps(DistSampledSteps):
         self.negatives = NegativeSampler(
             link.negative_sampler, n, link.negatives, np.asarray(self.graph.degree)
         )
-        sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
-        features = input_store(
-            self.fetch_store, None if self.embedding is None else self.embedding.rows
-        )
-        self.train_stages = FeatureFetcher(
-            LinkSamplingStage(
+
+        def link_stage(sampler: DistNeighborSampler, seed: int, timer=None) -> LinkSamplingStage:
+            return LinkSamplingStage(
                 self.train_batches,
                 self.train_pairs_2P,
                 sampler,
                 self.negatives,
                 num_nodes=n,
                 symmetric=split.symmetric,
-                seed=mix_seed(config.seed, ctx.rank),
-                timer=self.timer,
-            ),
+                seed=seed,
+                timer=timer,
+            )
+
+        self._build_caches(link_stage)
+        features = input_store(
+            self.fetch_store if self.cache is None else self.cache,
+            None if self.embedding is None else self.embedding.rows,
+        )
+        sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
+        self.train_stages = FeatureFetcher(
+            link_stage(sampler, mix_seed(config.seed, ctx.rank), self.timer),
             features,
             None,
             self.timer,
         )
         # Evaluation: an even share of each split's positives per rank, all ranks the same
         # number of embedding batches.
-        self.eval_inputs = input_store(self.eval_features, self.eval_rows)
+        eval_features = self.eval_features
+        if self.cache is not None:  # evaluation reads the cached rows but never changes them
+            eval_features = self.cache.read_only_view(eval_features)
+        self.eval_inputs = input_store(eval_features, self.eval_rows)
         self.eval_sampler = DistNeighborSampler(
             self.graph, eval_sampler_config(config), self.data_comm, "eval"
         )

@@ -26,6 +26,7 @@ import torch
 from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.errors import Preempted
+from shardgnn.store.embedding import snapshot_state
 from shardgnn.timing import STAGE_ORDER, StageTimer
 from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
 from shardgnn.train.config import TrainConfig
@@ -166,9 +167,7 @@ class TrainingLoop:
             loop.history.append(record)
             if record.val_acc > loop.best_val:
                 loop.best_val, loop.best_epoch = record.val_acc, record.epoch
-                loop.best_state = {
-                    k: v.detach().clone() for k, v in steps.model.state_dict().items()
-                }
+                loop.best_state = snapshot_state(steps.model)
             loop.next_epoch = epoch + 1
             stop = bool(cfg.optim.patience and record.epoch - loop.best_epoch >= cfg.optim.patience)
             saved = self.checkpointer is not None and (
@@ -392,4 +391,6 @@ def epoch_line(
     )
     if cached and record.cache and record.cache.get("hit_rate") is not None:
         text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
+    if cached and record.cache and record.cache.get("row_hit_rate") is not None:
+        text += f"  row cache hit {100 * record.cache['row_hit_rate']:.1f}%"
     return text

@@ -151,7 +151,26 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
             ("look-ahead s / epoch", cache["lookahead_s_per_epoch"]),
             ("look-ahead staging MB (max, all workers)", cache["max_staged_mb"]),
         ]
+    row_cache = cache.get("rows")
+    if row_cache:
+        rows += [
+            (
+                "row cache",
+                f"{row_cache['capacity_rows']:,} rows per worker, staleness "
+                f"{row_cache['staleness']} steps",
+            ),
+            ("row cache hit rate (epochs >= 2)", _rate(row_cache["hit_rate"])),
+            ("row age served (mean / max steps)", _ages(row_cache)),
+            ("rows refreshed / epoch (too old)", row_cache["refreshed_per_epoch"]),
+            ("row + gradient MB / epoch", row_cache["embed_mb_per_epoch"]),
+        ]
     return rows
+
+
+def _ages(row_cache: dict[str, Any]) -> str:
+    if row_cache["mean_served_age"] is None:
+        return "-"
+    return f"{row_cache['mean_served_age']:.2f} / {row_cache['max_served_age']}"
 
 
 def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:

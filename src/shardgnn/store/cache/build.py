@@ -22,6 +22,13 @@ def top_ids(scores: np.ndarray, cacheable: np.ndarray, k: int) -> np.ndarray:
     return candidates[order[:k]].astype(np.int64)
 
 
+def cacheable_rows(store: FeatureStore) -> np.ndarray:
+    """Which rows of ``store`` a cache may hold (bool ``[N]``): those from a slow tier (a peer,
+    or this rank's disk); rows in this process's RAM, or mapped from same-host peers, never."""
+    n = store.shape[0]
+    return np.ones(n, dtype=bool) if store.on_disk else ~store.local_mask(np.arange(n))
+
+
 def build_cache(
     config: CacheConfig,
     store: FeatureStore,
@@ -29,6 +36,7 @@ def build_cache(
     fill_from: FeatureStore,
     degree: np.ndarray,
     presample_counts: Callable[[], np.ndarray],
+    max_age: int | None = None,
 ) -> CachedFeatureStore:
     """The cache ``config`` describes, in front of ``store`` (collective when ``store`` is
     distributed: static policies load their rows through ``fill_from``).
@@ -41,13 +49,14 @@ def build_cache(
         degree: in-degree of every node (``degree``'s scores).
         presample_counts: called once for ``presample``: how often the sampler touched each node
             in one pre-sampling epoch.
+        max_age: rows that change (learnable rows): the most steps a cached row serves reads.
 
     Raises:
         ConfigError: nothing here can be cached (every row is read without communication).
     """
     assert config.enabled
     n = store.shape[0]
-    cacheable = np.ones(n, dtype=bool) if store.on_disk else ~store.local_mask(np.arange(n))
+    cacheable = cacheable_rows(store)
     if not cacheable.any():
         raise ConfigError(
             f"--cache-policy {config.policy}: this worker reads every row without communication "
@@ -65,4 +74,4 @@ def build_cache(
     policy = make_policy(
         config.policy, num_nodes=n, lookahead=config.lookahead, static_ids=static_ids
     )
-    return CachedFeatureStore(store, policy, capacity, fill_from=fill_from)
+    return CachedFeatureStore(store, policy, capacity, fill_from=fill_from, max_age=max_age)

@@ -1,5 +1,14 @@
 """The cached feature store: a cache in front of any :class:`FeatureStore`, behind the same
-interface."""
+interface.
+
+Rows that change (learnable rows, stepped by their owners) are cached with a bound on their age
+(HET's bounded staleness, ``max_age = s``): every slot carries the step its row was fetched at,
+the store's clock counts the training steps (:meth:`CachedFeatureStore.tick`, called after each
+step's update), and a cached row older than ``s`` steps is fetched again (into its slot) before
+it serves a read. An owner updates a row at most once per step, so a row served at age ``<= s``
+has missed at most ``s`` of its owner's updates: the bound holds without any message from the
+owner. ``s = 0`` serves only rows fetched in the current step: reads equal uncached reads.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ class CachedFeatureStore(FeatureStore):
         capacity: rows held at most.
         fill_from: the store static content is loaded from (default ``fallback``; a distributed
             store under another communication stage keeps set-up bytes apart from fetch bytes).
+        max_age: rows that change: a cached row serves reads for at most this many steps after
+            it was fetched (:meth:`tick` counts steps); None: rows never change (features).
     """
 
     def __init__(
@@ -43,7 +54,11 @@ class CachedFeatureStore(FeatureStore):
         policy: CachePolicy,
         capacity: int,
         fill_from: FeatureStore | None = None,
+        max_age: int | None = None,
     ):
+        assert max_age is None or (max_age >= 0 and not isinstance(policy, BeladyPolicy)), (
+            "a look-ahead window fetches rows steps before they are read"
+        )
         self.fallback, self.policy = fallback, policy
         self.capacity = int(min(capacity, fallback.shape[0]))
         self.core = CacheCore(policy, fallback.shape[0], self.capacity)
@@ -54,6 +69,11 @@ class CachedFeatureStore(FeatureStore):
         self.max_staged_rows = 0
         self.readonly = False
         self._marks = np.full(fallback.shape[0], -1, dtype=np.int64)  # scratch of distinct_in_order
+        # Bounded staleness: the step each slot's row was fetched at, and the current step.
+        self.max_age, self.clock = max_age, 0
+        self.fetched_at = np.zeros(self.capacity, dtype=np.int64)
+        self.refreshed = 0  # rows fetched again because they were too old
+        self.served_ages = np.zeros(0 if max_age is None else max_age + 1, dtype=np.int64)
         # Static content is loaded once (a collective gather when the fallback is distributed).
         if isinstance(policy, StaticPolicy):
             initial = policy.initial_ids()[: self.capacity]
@@ -111,6 +131,12 @@ class CachedFeatureStore(FeatureStore):
             ids_np[where_c[first]], distinct
         ), "gather called with ids other than the planned batch"
         slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
+        refresh = self._too_old(slots)
+        if refresh.shape[0]:
+            # Too old to serve: fetched again with the misses, then written back to its slot.
+            refresh_slots = slots[refresh].copy()
+            slots = slots.copy()
+            slots[refresh] = -1
         missing = np.flatnonzero(slots < 0)
         hit_occ = slots[inverse] >= 0  # per cacheable occurrence
         out = torch.empty((ids_np.shape[0], *self.shape[1:]), dtype=self.dtype)
@@ -136,7 +162,29 @@ class CachedFeatureStore(FeatureStore):
         self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
         if admit_pos.shape[0]:
             copy_rows(self.rows, targets, out, first_occ[admit_pos])
+            self.fetched_at[targets] = self.clock
+        if refresh.shape[0]:
+            copy_rows(self.rows, refresh_slots, out, first_occ[refresh])
+            self.fetched_at[refresh_slots] = self.clock
         return out
+
+    # -------------------------------------------------------------- bounded staleness
+    def _too_old(self, slots: np.ndarray) -> np.ndarray:
+        """Positions of cached rows older than ``max_age`` steps (none for rows that never
+        change); records the age of every cached row served."""
+        if self.max_age is None:
+            return np.zeros(0, dtype=np.int64)
+        hit = np.flatnonzero(slots >= 0)
+        age = self.clock - self.fetched_at[slots[hit]]
+        old = age > self.max_age
+        self.served_ages += np.bincount(age[~old], minlength=self.max_age + 1)
+        self.refreshed += int(old.sum())
+        self.core.missed += int(old.sum())  # fetched like a miss
+        return hit[old]
+
+    def tick(self) -> None:
+        """One training step's update happened: every cached row is one step older."""
+        self.clock += 1
 
     # -------------------------------------------------------------- look-ahead (belady)
     def plan(self, window: list[torch.Tensor]) -> None:
