@@ -36,6 +36,7 @@ Outputs (atomic): ``--out`` JSON and the Markdown table beside it, rewritten aft
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -102,8 +103,6 @@ class BenchFullGraphTrainer(DistFullNodeSteps):
 
 
 def worker_main(config: TrainConfig, partitions: str, timeout_s: float, result_path: str) -> None:
-    import dataclasses
-
     from shardgnn.distributed.context import init_distributed, shutdown
 
     config = dataclasses.replace(config, run=RunConfig(partitions=partitions, timeout=timeout_s))
@@ -359,44 +358,63 @@ def run_bytes(args, report: dict[str, Any]) -> str:
     return table
 
 
+def parse_setting(item: str) -> tuple[int, int, bool]:
+    """``bits:staleness`` or ``bits:staleness:ef`` (error feedback)."""
+    parts = item.split(":")
+    return int(parts[0]), int(parts[1]), len(parts) > 2 and parts[2] == "ef"
+
+
 def run_accuracy(args, report: dict[str, Any]) -> str:
     cores = cores_available()
     runs = report.setdefault("runs", [])
-    settings = [tuple(int(v) for v in item.split(":")) for item in args.settings.split(",")]
+    settings = [parse_setting(item) for item in args.settings.split(",")]
+    seeds = [int(v) for v in args.seeds.split(",")] if args.seeds else [args.seed]
+
+    def key(r):
+        return (
+            r["dataset"],
+            r["workers"],
+            r["bits"],
+            r["staleness"],
+            r.get("error_feedback", False),
+        )
 
     def render() -> str:
-        rows = []
+        groups: dict[tuple, list] = {}
         for r in runs:
-            head = [r["dataset"][:30], r["workers"], r["bits"], r["staleness"]]
-            if "summary" not in r:
-                rows.append(head + ["FAILED", "", "", "", ""])
+            groups.setdefault(key(r), []).append(r)
+        rows = []
+        for k, group in groups.items():
+            head = [k[0][:30], k[1], k[2], k[3], "on" if k[4] else "off"]
+            done = [r for r in group if "summary" in r]
+            if not done:
+                rows.append(head + ["FAILED", "", "", "", "", ""])
                 continue
-            ref = next(
-                (
-                    x
-                    for x in runs
-                    if x["dataset"] == r["dataset"]
-                    and x["bits"] == 32
-                    and x["staleness"] == 0
-                    and "summary" in x
-                ),
-                None,
+            reference = {
+                r.get("seed", 0): r["summary"]
+                for r in groups.get((k[0], k[1], 32, 0, False), [])
+                if "summary" in r
+            }
+            acc = 100 * np.array([r["summary"]["test_acc"] for r in done])
+            deltas = 100 * np.array(
+                [
+                    r["summary"]["test_acc"] - reference[r.get("seed", 0)]["test_acc"]
+                    for r in done
+                    if r.get("seed", 0) in reference
+                ]
             )
-            s = r["summary"]
-            delta = None if ref is None else 100 * (s["test_acc"] - ref["summary"]["test_acc"])
-            fewer = (
-                None
-                if ref is None
-                else ref["summary"]["spmm_bytes_per_epoch"] / s["spmm_bytes_per_epoch"]
-            )
+            mb = np.mean([r["summary"]["spmm_bytes_per_epoch"] for r in done])
+            ref_mb = np.mean([s["spmm_bytes_per_epoch"] for s in reference.values()] or [np.nan])
+            residual = np.mean([r["results"].get("residual_mb", 0.0) for r in done])
             rows.append(
                 head
                 + [
-                    f"{100 * s['test_acc']:.2f}",
-                    "-" if delta is None else f"{delta:+.2f}",
-                    f"{100 * s['val_acc']:.2f}",
-                    f"{s['spmm_bytes_per_epoch'] / MB:,.2f}",
-                    "-" if fewer is None else f"{fewer:.1f}x",
+                    len(done),
+                    f"{acc.mean():.2f} ± {acc.std():.2f}",
+                    "-" if not deltas.size else f"{deltas.mean():+.2f} ± {deltas.std():.2f}",
+                    f"{mb / MB:,.2f}",
+                    "-" if np.isnan(ref_mb) else f"{ref_mb / mb:.1f}x",
+                    f"{residual:.1f}",
                 ]
             )
         return format_table(
@@ -405,11 +423,13 @@ def run_accuracy(args, report: dict[str, Any]) -> str:
                 "P",
                 "bits",
                 "staleness",
+                "error feedback",
+                "seeds",
                 "test acc %",
-                "vs fp32 sync",
-                "final val acc %",
+                "vs fp32 sync (paired)",
                 "SpMM MB/epoch",
                 "fewer bytes than fp32",
+                "residual MB",
             ],
             rows,
         )
@@ -426,21 +446,37 @@ def run_accuracy(args, report: dict[str, Any]) -> str:
                 args.seed,
                 get_graph,
             )
-            for bits, staleness in settings:
-                full = FullGraphConfig(spmm="1d-sparse", bits=bits, staleness=staleness)
-                print(f"== {spec} P={workers} bits={bits} staleness={staleness}", flush=True)
-                config = base_config(spec, args, full, threads_for(workers, cores), workers)
-                record = {"dataset": spec, "workers": workers, "bits": bits, "staleness": staleness}
-                try:
-                    results = run_job(config, path, workers, args.timeout)
-                    record.update(summary=summarize(results), results=results)
-                    print(f"   test {100 * record['summary']['test_acc']:.2f}%", flush=True)
-                except Exception as exc:  # noqa: BLE001
-                    record["error"] = repr(exc)
-                    print(f"   FAILED: {exc!r}", flush=True)
-                runs.append(record)
-                table = render()
-                write_report(args.out, report, table)
+            for seed in seeds:
+                for bits, staleness, feedback in settings:
+                    full = FullGraphConfig(spmm="1d-sparse", bits=bits, staleness=staleness)
+                    print(
+                        f"== {spec} P={workers} bits={bits} staleness={staleness} "
+                        f"error feedback={feedback} seed={seed}",
+                        flush=True,
+                    )
+                    config = dataclasses.replace(
+                        base_config(spec, args, full, threads_for(workers, cores), workers),
+                        seed=seed,
+                        error_feedback=feedback,
+                    )
+                    record = {
+                        "dataset": spec,
+                        "workers": workers,
+                        "bits": bits,
+                        "staleness": staleness,
+                        "error_feedback": feedback,
+                        "seed": seed,
+                    }
+                    try:
+                        results = run_job(config, path, workers, args.timeout)
+                        record.update(summary=summarize(results), results=results)
+                        print(f"   test {100 * record['summary']['test_acc']:.2f}%", flush=True)
+                    except Exception as exc:  # noqa: BLE001
+                        record["error"] = repr(exc)
+                        print(f"   FAILED: {exc!r}", flush=True)
+                    runs.append(record)
+                    table = render()
+                    write_report(args.out, report, table)
         get_graph.cache_clear()
     return table
 
@@ -462,7 +498,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--settings",
         default="32:0,8:0,4:0,2:0,1:0,32:1,32:2,1:1",
-        help="accuracy part: comma-separated bits:staleness pairs (the first is the reference)",
+        help="accuracy part: comma-separated bits:staleness pairs, bits:staleness:ef with error "
+        "feedback (32:0 is the reference)",
+    )
+    parser.add_argument(
+        "--seeds", default=None, help="accuracy part: comma-separated model seeds (default --seed)"
     )
     parser.add_argument(
         "--feature-norm",

@@ -14,6 +14,18 @@ unbiasedness survives the 16-bit range. One encoded row is ``ceil(F b / 8) + 4``
 F = 256: 36 bytes instead of 1024). This is the quantiser of AdaQP/Sylvie (see
 shared/research/algorithms.md, section 2).
 
+Error feedback (Sylvie's error compensation, EF-SGD's residual): the sender keeps what
+quantisation lost and adds it to the row's next send. With ``v = x + r`` sent as ``Q(v)`` and
+``r <- v - Q(v)``, where ``Q`` quantises on ``x``'s own range (clamping ``v`` to it: on ``v``'s
+range, 1-bit errors widen the next range and ``r`` grows without bound), the residual plus what
+the receiver decodes is exactly what was meant to be sent (up to float32 rounding), and the
+errors of repeated sends telescope: after ``T`` sends of a constant row the mean of what arrived
+is off by ``r_T / T``, at most ``x``'s range over ``T``, where plain stochastic rounding leaves
+an error of one quantisation step divided by ``sqrt(T)``.
+:class:`Feedback` says where each destination's residuals live:
+:class:`AlignedResiduals` for exchanges that send the same rows every time (full-graph halos),
+:class:`RowResiduals` for a table of rows sent in any selection (mini-batch feature fetch).
+
 ``bits = 32`` is not a codec: callers send plain float32 rows (``make_codec(32)`` returns None).
 """
 
@@ -58,8 +70,23 @@ class RowCodec:
         """Bytes of one encoded row of ``width`` values."""
         return -(-width * self.bits // 8) + _RANGE_BYTES
 
-    def encode(self, x_RF: torch.Tensor) -> torch.Tensor:
-        """``[R, F]`` float rows -> ``[R, payload_bytes(F)]`` uint8."""
+    def encode_compensated(self, x_RF: torch.Tensor, residual_RF: torch.Tensor) -> torch.Tensor:
+        """Encode ``x + residual`` and leave in ``residual`` (in place) what the encoding lost:
+        ``residual_new + decode(payload) == x + residual_old`` up to float32 rounding."""
+        assert residual_RF.shape == x_RF.shape, (residual_RF.shape, x_RF.shape)
+        x = x_RF.detach().to(torch.float32)
+        meant = x + residual_RF
+        # Quantised on x's own range (values beyond it are clamped to its ends): on the range of
+        # x + residual, 1-bit errors as wide as that range would feed the next range and the
+        # residual would grow without bound. On x's range every residual entry stays within one
+        # range of x, so the error of the mean of T sends is at most that range over T.
+        payload = self.encode(meant, range_of=x)
+        residual_RF.copy_(meant - self.decode(payload, x_RF.shape[1]))
+        return payload
+
+    def encode(self, x_RF: torch.Tensor, range_of: torch.Tensor | None = None) -> torch.Tensor:
+        """``[R, F]`` float rows -> ``[R, payload_bytes(F)]`` uint8 (each row quantised on its
+        own ``[min, max]``, or on that of the same row of ``range_of``, clamping to it)."""
         if x_RF.dim() != 2:
             raise ValueError(
                 f"the codec encodes [rows, width] matrices, got shape {tuple(x_RF.shape)}"
@@ -70,8 +97,9 @@ class RowCodec:
             return torch.zeros(
                 (rows, self.payload_bytes(width)), dtype=torch.uint8, device=x.device
             )
-        lo_bits = _bf16_bits_down(x.amin(1))
-        hi_bits = _bf16_bits_down(-x.amax(1))  # ceil(max) = -floor(-max)
+        bounds = x if range_of is None else range_of.detach().to(torch.float32)
+        lo_bits = _bf16_bits_down(bounds.amin(1))
+        hi_bits = _bf16_bits_down(-bounds.amax(1))  # ceil(max) = -floor(-max)
         lo = lo_bits.view(torch.float32)
         hi = -hi_bits.view(torch.float32)
         span = (hi - lo).clamp(min=torch.finfo(torch.float32).tiny)
@@ -93,7 +121,10 @@ class RowCodec:
             )
         if rows == 0 or width == 0:
             return torch.zeros((rows, width), dtype=torch.float32, device=payload.device)
-        ranges = payload[:, -_RANGE_BYTES:].contiguous().view(torch.int16).to(torch.int32) << 16
+        # A fresh buffer, not .contiguous(): a single row's range bytes count as contiguous
+        # but may start at an odd byte (or keep an odd stride), which int16 cannot view.
+        range_bytes = payload.new_empty((rows, _RANGE_BYTES)).copy_(payload[:, -_RANGE_BYTES:])
+        ranges = range_bytes.view(torch.int16).to(torch.int32) << 16
         lo = ranges[:, 0].contiguous().view(torch.float32)
         hi = -ranges[:, 1].contiguous().view(torch.float32)
         q = self._unpack(payload[:, :-_RANGE_BYTES], width)
@@ -124,6 +155,86 @@ class RowCodec:
     def roundtrip(self, x_RF: torch.Tensor) -> torch.Tensor:
         """``decode(encode(x))``: what the receiver of ``x`` sees."""
         return self.decode(self.encode(x_RF), x_RF.shape[1]).to(x_RF.dtype)
+
+
+class Feedback:
+    """Where the residuals of one stream of sends live (see the module docstring)."""
+
+    def take(self, peer: int, x_RF: torch.Tensor) -> torch.Tensor:
+        """The residual rows of what goes to ``peer`` now (``x_RF``'s shape; updated in place by
+        the encoder, then handed back to :meth:`put`)."""
+        raise NotImplementedError
+
+    def put(self, peer: int, residual_RF: torch.Tensor) -> None:
+        """Keep the updated residual rows of the send to ``peer``."""
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the residuals take."""
+        raise NotImplementedError
+
+
+class AlignedResiduals(Feedback):
+    """One residual block per (stream key, peer), aligned with the rows sent: for exchanges
+    that send the same rows in the same order every time (a fixed communication plan). A block
+    whose shape changes starts again from zero."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[tuple, torch.Tensor] = {}
+        self.key: tuple = ()
+
+    def stream(self, *key) -> "AlignedResiduals":
+        """This store, for the sends of stream ``key`` (e.g. a layer's forward halo)."""
+        self.key = key
+        return self
+
+    def take(self, peer: int, x_RF: torch.Tensor) -> torch.Tensor:
+        block = self.blocks.get((*self.key, peer))
+        if block is None or block.shape != x_RF.shape:
+            block = torch.zeros(x_RF.shape, dtype=torch.float32, device=x_RF.device)
+            self.blocks[(*self.key, peer)] = block
+        return block
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.blocks.values())
+
+
+class RowResiduals(Feedback):
+    """One residual row per row of a local table (``num_rows x width``), whichever rows a send
+    selects: ``select(rows)`` names the table rows of the next send to each peer. Peers are
+    served one after the other, so a row sent to two peers carries the first send's error into
+    the second."""
+
+    def __init__(self, num_rows: int, width: int):
+        self.table = torch.zeros((num_rows, width), dtype=torch.float32)
+        self.rows: list[torch.Tensor] = []
+
+    def select(self, rows_per_peer: list[torch.Tensor]) -> "RowResiduals":
+        self.rows = rows_per_peer
+        return self
+
+    def take(self, peer: int, x_RF: torch.Tensor) -> torch.Tensor:
+        return self.table[self.rows[peer]]
+
+    def put(self, peer: int, residual_RF: torch.Tensor) -> None:
+        self.table[self.rows[peer]] = residual_RF
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.numel() * self.table.element_size()
+
+
+def encode_with(
+    codec: RowCodec, x_RF: torch.Tensor, feedback: Feedback | None, peer: int
+) -> torch.Tensor:
+    """``codec.encode(x)``, compensated by ``feedback``'s residuals for ``peer`` when given."""
+    if feedback is None or x_RF.shape[0] == 0:
+        return codec.encode(x_RF)
+    residual = feedback.take(peer, x_RF)
+    payload = codec.encode_compensated(x_RF, residual)
+    feedback.put(peer, residual)
+    return payload
 
 
 def make_codec(bits: int, seed: int = 0) -> RowCodec | None:

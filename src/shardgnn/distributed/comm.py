@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from shardgnn.distributed.codec import RowCodec
+from shardgnn.distributed.codec import Feedback, RowCodec, encode_with
 
 
 class CollectiveError(RuntimeError):
@@ -115,6 +115,7 @@ class Communicator:
         *,
         recv_counts: Sequence[int] | None = None,
         codec: RowCodec | None = None,
+        feedback: Feedback | None = None,
     ) -> list[torch.Tensor]:
         """Send ``send[p]`` to rank ``p``; return what every rank sent here (``out[p]`` from ``p``).
 
@@ -123,9 +124,11 @@ class Communicator:
         counts are exchanged first so every receiver can size its buffers; the payload then
         moves in one ``all_to_all_single``. With a ``codec`` the rows (2-D float) travel
         quantised and arrive dequantised; a rank's own slice never leaves the process and is
-        returned as given.
+        returned as given. ``feedback``: the senders' residuals (error compensation).
         """
-        return self.all_to_all_async(send, stage, recv_counts=recv_counts, codec=codec).wait()
+        return self.all_to_all_async(
+            send, stage, recv_counts=recv_counts, codec=codec, feedback=feedback
+        ).wait()
 
     def all_to_all_async(
         self,
@@ -134,6 +137,7 @@ class Communicator:
         *,
         recv_counts: Sequence[int] | None = None,
         codec: RowCodec | None = None,
+        feedback: Feedback | None = None,
     ) -> "PendingExchange":
         """:meth:`all_to_all` whose payload is still in flight: ``.wait()`` returns the rows.
 
@@ -149,8 +153,10 @@ class Communicator:
         width = own.shape[1] if codec is not None else None
         if codec is not None:
             assert all(t.dim() == 2 for t in send), "the codec sends [rows, width] float matrices"
+            # One peer after the other: a row sent to two peers carries the first send's
+            # quantisation error into the second (error feedback).
             send = [
-                codec.encode(t) if p != self.rank else codec.encode(t[:0])
+                encode_with(codec, t, feedback, p) if p != self.rank else codec.encode(t[:0])
                 for p, t in enumerate(send)
             ]
         template = send[0]
@@ -205,20 +211,27 @@ class Communicator:
         return tensor
 
     def broadcast(
-        self, tensor: torch.Tensor, src: int, stage: str, *, codec: RowCodec | None = None
+        self,
+        tensor: torch.Tensor,
+        src: int,
+        stage: str,
+        *,
+        codec: RowCodec | None = None,
+        feedback: Feedback | None = None,
     ) -> torch.Tensor:
         """Broadcast from ``src`` (counted as ``src`` sending the tensor to every peer).
 
         Without a codec ``tensor`` is filled in place on the receivers and returned. With one,
         ``tensor`` (2-D float) travels quantised: ``src`` gets its own tensor back, the others a
-        new dequantised tensor of the same shape (their ``tensor`` is only a shape template).
+        new dequantised tensor of the same shape (their ``tensor`` is only a shape template);
+        ``feedback`` (on ``src``): its residuals, under peer ``src``.
         """
         start = time.perf_counter()
         buffer = tensor
         if codec is not None:
             rows, width = tensor.shape
             buffer = (
-                codec.encode(tensor)
+                encode_with(codec, tensor, feedback, src)
                 if self.rank == src
                 else torch.empty(
                     (rows, codec.payload_bytes(width)), dtype=torch.uint8, device=tensor.device

@@ -21,9 +21,11 @@ an all-reduce of the gradients; each rank's loss covers only its own part's rows
 gradients are summed over all ranks.
 
 Low-bit codec: halo rows and halo-row gradients travel quantised (``codec``); a rank's own rows
-never do. Bounded staleness (``1d-sparse`` only): with ``staleness = s`` the training step ``t``
-of a layer starts the exchange of step ``t`` and computes with the halo rows (and applies the
-halo gradients) of step ``max(0, t - s)``, so the exchange overlaps computation; ``s = 0`` is
+never do. With error feedback (``--error-feedback``) each training send adds the quantisation
+error the same stream left at the previous step (the sender's residual) before quantising.
+Bounded staleness (``1d-sparse`` only): with ``staleness = s`` the training step ``t`` of a layer
+starts the exchange of step ``t`` and computes with the halo rows (and applies the halo
+gradients) of step ``max(0, t - s)``, so the exchange overlaps computation; ``s = 0`` is
 synchronous.
 """
 
@@ -34,7 +36,7 @@ import collections
 import numpy as np
 import torch
 
-from shardgnn.distributed.codec import RowCodec
+from shardgnn.distributed.codec import AlignedResiduals, RowCodec
 from shardgnn.distributed.comm import PendingExchange
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
@@ -53,6 +55,9 @@ class DistFullGraph:
         config: variant, bits, staleness.
         codec: the low-bit codec (None: float32).
         stage: the communication stage every exchange is counted under.
+        error_feedback: with a codec, each training exchange adds the quantisation error of a
+            row's previous send to its next one (residuals kept by the sender, per layer, per
+            direction and per peer: the plan sends the same rows every step).
     """
 
     def __init__(
@@ -65,9 +70,11 @@ class DistFullGraph:
         codec: RowCodec | None,
         device: torch.device,
         stage: str = "spmm",
+        error_feedback: bool = False,
     ):
         self.shard, self.grid, self.rank, self.groups = shard, grid, rank, groups
         self.config, self.codec, self.device, self.stage = config, codec, device, stage
+        self.residuals = AlignedResiduals() if error_feedback and codec is not None else None
         self.num_rows = shard.num_rows
         n = shard.num_rows
         self._graph = MessageGraph(
@@ -142,11 +149,27 @@ class DistFullGraph:
                 while queue:
                     queue.popleft()[1].wait()
 
+    @property
+    def residual_bytes(self) -> int:
+        """Memory of the error-feedback residuals (0 without)."""
+        return 0 if self.residuals is None else self.residuals.nbytes
+
+    def _feedback(self, *key) -> AlignedResiduals | None:
+        """The residuals of stream ``key`` (None: no error feedback, or not a training send)."""
+        if self.residuals is None or key[0] is None:
+            return None
+        return self.residuals.stream(*key)
+
     # ------------------------------------------------------------------ 1d-sparse exchanges
-    def start_halo(self, h_NF: torch.Tensor) -> PendingExchange:
+    def start_halo(self, h_NF: torch.Tensor, layer: int | None = None) -> PendingExchange:
+        """``layer``: a training step's layer (its sends are error-compensated)."""
         send = [h_NF[rows] for rows in self._send_rows]
         return self.groups.col.all_to_all_async(
-            send, self.stage, recv_counts=self._recv_counts, codec=self.codec
+            send,
+            self.stage,
+            recv_counts=self._recv_counts,
+            codec=self.codec,
+            feedback=self._feedback(layer, "halo"),
         )
 
     def finish_halo(self, pending: PendingExchange, width: int) -> torch.Tensor:
@@ -157,10 +180,14 @@ class DistFullGraph:
             return torch.zeros((0, width), device=self.device)
         return torch.cat(rows).to(self.device)
 
-    def start_halo_grad(self, g_halo_HF: torch.Tensor) -> PendingExchange:
+    def start_halo_grad(self, g_halo_HF: torch.Tensor, layer: int | None = None) -> PendingExchange:
         send = list(torch.split(g_halo_HF, self._recv_counts))
         return self.groups.col.all_to_all_async(
-            send, self.stage, recv_counts=self._send_counts, codec=self.codec
+            send,
+            self.stage,
+            recv_counts=self._send_counts,
+            codec=self.codec,
+            feedback=self._feedback(layer, "halo_grad"),
         )
 
     def finish_halo_grad(self, pending: PendingExchange, g_NF: torch.Tensor) -> None:
@@ -169,7 +196,7 @@ class DistFullGraph:
                 g_NF.index_add_(0, self._send_rows[p], rows.to(g_NF.device, g_NF.dtype))
 
     # ------------------------------------------------------------------ 1d / 1.5d exchanges
-    def broadcast_halo(self, h_NF: torch.Tensor) -> torch.Tensor:
+    def broadcast_halo(self, h_NF: torch.Tensor, layer: int | None = None) -> torch.Tensor:
         """Every part of this grid column is broadcast by its row group's member here; keep the
         rows this rank's columns need."""
         shard, book, col = self.shard, self.shard.book, self.groups.col
@@ -185,6 +212,7 @@ class DistFullGraph:
                     src,
                     self.stage,
                     codec=self.codec,
+                    feedback=self._feedback(layer, "broadcast", q),
                 )
                 continue
             block = col.broadcast(
@@ -196,7 +224,9 @@ class DistFullGraph:
             halo_HF[shard.halo_segment(q)] = block[self._needed[q].to(self.device)]
         return halo_HF
 
-    def reduce_halo_grad(self, g_halo_HF: torch.Tensor, g_NF: torch.Tensor) -> None:
+    def reduce_halo_grad(
+        self, g_halo_HF: torch.Tensor, g_NF: torch.Tensor, layer: int | None = None
+    ) -> None:
         """Send every owner in this grid column a dense gradient block of its part (zeros where this
         rank has no edge) and add the blocks received for the parts held here."""
         shard, book, col = self.shard, self.shard.book, self.groups.col
@@ -216,7 +246,13 @@ class DistFullGraph:
         mine_rows = sum(int(book.part_range(q)[1] - book.part_range(q)[0]) for q in mine)
         tensors = [torch.cat(blocks) if blocks else g_NF.new_zeros((0, width)) for blocks in send]
         recv_counts = [0 if r == my_row else mine_rows for r in range(col.world_size)]
-        received = col.all_to_all(tensors, self.stage, recv_counts=recv_counts, codec=self.codec)
+        received = col.all_to_all(
+            tensors,
+            self.stage,
+            recv_counts=recv_counts,
+            codec=self.codec,
+            feedback=self._feedback(layer, "reduce"),
+        )
         for r, rows in enumerate(received):
             if r == my_row or rows.shape[0] == 0:
                 continue
@@ -269,7 +305,7 @@ class _SparseSpMM(torch.autograd.Function):
     def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
         full = layer.full
         width = h_NF.shape[1]
-        pending = full.start_halo(h_NF)
+        pending = full.start_halo(h_NF, layer.index if training else None)
         if training and full.config.staleness:
             pending = _take(layer.halo_queue, layer.step, full.config.staleness, pending)
         halo_HF = full.finish_halo(pending, width).to(h_NF.dtype)
@@ -284,7 +320,7 @@ class _SparseSpMM(torch.autograd.Function):
         g_ext = adj_t @ g_NF.contiguous()
         n = full.num_rows
         g_h = g_ext[:n].clone()
-        pending = full.start_halo_grad(g_ext[n:].contiguous())
+        pending = full.start_halo_grad(g_ext[n:].contiguous(), layer.index)
         if full.config.staleness:
             pending = _take(layer.grad_queue, ctx.step, full.config.staleness, pending)
         full.finish_halo_grad(pending, g_h)
@@ -295,7 +331,7 @@ class _BroadcastSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
         full = layer.full
-        halo_HF = full.broadcast_halo(h_NF)
+        halo_HF = full.broadcast_halo(h_NF, layer.index if training else None)
         adj, _ = full.adjacency(norm)
         z_NF = adj @ torch.cat([h_NF, halo_HF])
         # 1.5D: the c replicas each multiplied a subset of the columns; sum the partial products.
@@ -315,5 +351,5 @@ class _BroadcastSpMM(torch.autograd.Function):
         g_ext = adj_t @ g_NF
         n = full.num_rows
         g_h = g_ext[:n].clone()
-        full.reduce_halo_grad(g_ext[n:], g_h)
+        full.reduce_halo_grad(g_ext[n:], g_h, ctx.layer.index)
         return g_h, None, None, None

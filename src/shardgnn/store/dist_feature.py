@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shardgnn.distributed.codec import RowCodec
+from shardgnn.distributed.codec import RowCodec, RowResiduals
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
 from shardgnn.store.feature import FeatureStore, LocalFeatureStore
@@ -29,6 +29,8 @@ class DistFeatureStore(FeatureStore):
             Rows read from same-host peers are never quantised: they cost no transfer.
         peers: the rows of same-host peers, by rank (each indexed by the peer's local row, e.g. a
             memory map of its part file); their rows are read here, counted as ``host_bytes``.
+        feedback: with a codec, one residual per local row (error feedback, ``--error-feedback``):
+            each row sent to a peer carries the quantisation error of its previous send.
     """
 
     def __init__(
@@ -40,8 +42,11 @@ class DistFeatureStore(FeatureStore):
         stage: str = "fetch",
         codec: RowCodec | None = None,
         peers: dict[int, FeatureStore | np.ndarray] | None = None,
+        feedback: RowResiduals | None = None,
     ):
+        assert feedback is None or codec is not None, "error feedback compensates a codec"
         self.local = _as_store(local)
+        self.feedback = feedback
         self.book, self.rank, self.comm, self.stage, self.codec = book, rank, comm, stage, codec
         self.start, self.end = (int(v) for v in book.part_range(rank))
         # This rank's rows are a peer of its own, at its own range: one code path reads both.
@@ -125,8 +130,10 @@ class DistFeatureStore(FeatureStore):
                 for p, seg in enumerate(np.split(grouped, np.cumsum(counts)[:-1]))
             ]
             incoming = self.comm.all_to_all(requests, self.stage)
-            replies = [self.local.gather(req - self.start) for req in incoming]
-            rows = self.comm.all_to_all(replies, self.stage, codec=self.codec)
+            local_rows = [req - self.start for req in incoming]
+            replies = [self.local.gather(rows) for rows in local_rows]
+            feedback = None if self.feedback is None else self.feedback.select(local_rows)
+            rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
             # Rows arrived grouped by owner; each block is scattered straight to its output
             # positions (no concatenated intermediate).
             for owner, (block, where) in enumerate(

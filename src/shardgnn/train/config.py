@@ -315,6 +315,11 @@ class TrainConfig:
         choices=BITS,
         help="mini-batch mode: bits per value of remote feature rows (low-bit codec; 32: exact)",
     )
+    error_feedback: bool = option(
+        False,
+        help="with --bits or --fetch-bits below 32: the sender keeps each row's quantisation "
+        "error and adds it to that row's next send (error compensation, as Sylvie)",
+    )
     cache: CacheConfig = component(
         CacheConfig, title="feature cache (distributed mini-batch training)"
     )
@@ -398,6 +403,7 @@ class TrainConfig:
                 *changed_settings(self.cache),
                 *changed_settings(self, ("fetch_bits", "feature_storage")),
                 *changed_settings(self.embedding, ("staleness",)),
+                *changed_settings(self, ("error_feedback",)),
             ]
             if flags:
                 raise ConfigError(
@@ -406,6 +412,13 @@ class TrainConfig:
                     "(--workers 1 runs one worker over a one-part partition, which a cache or "
                     "disk storage can front)"
                 )
+        bits = self.full.bits if self.mode == "full" else self.fetch_bits
+        if self.error_feedback and bits == 32:
+            flag = "--bits" if self.mode == "full" else "--fetch-bits"
+            raise ConfigError(
+                f"--error-feedback compensates low-bit sends, and {flag} is 32 (exact); give "
+                f"{flag} 1, 2, 4, 8 or 16, or drop --error-feedback"
+            )
         staleness = self.embedding.staleness
         if staleness is not None and not self.embedding.enabled:
             raise ConfigError(

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from shardgnn.distributed.codec import make_codec
+from shardgnn.distributed.codec import RowResiduals, make_codec
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
@@ -166,6 +166,13 @@ class DistSampledSteps(DistSteps):
             # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
             "cache": self.cache_summary(history),
+            "fetch_bits": self.config.fetch_bits,
+            "error_feedback": self.config.error_feedback,
+            # the owners' residuals, summed over workers
+            "residual_mb": self.sum([float(0 if self.feedback is None else self.feedback.nbytes)])[
+                0
+            ]
+            / 1e6,
         }
 
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
@@ -319,7 +326,13 @@ class DistSampledSteps(DistSteps):
         self.codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
-        self.fetch_store = self.dist_rows(x_store, peer_x, "fetch", self.codec) if has_x else None
+        self.feedback = None
+        if has_x and self.codec is not None and config.error_feedback:
+            # One residual per local row: what its previous send to any peer lost.
+            self.feedback = RowResiduals(*x_store.shape)
+        self.fetch_store = (
+            self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback) if has_x else None
+        )
         self.eval_features = self.dist_rows(x_store, peer_x, "eval", self.codec) if has_x else None
         # Learnable rows (--embedding-dim): this rank holds and steps its own part's rows only;
         # batches read them after their features (both gathers are collectives, same order on
@@ -391,10 +404,17 @@ class DistSampledSteps(DistSteps):
             )
         self.cache_setup_s = time.perf_counter() - start
 
-    def dist_rows(self, local, peers, stage: str, codec=None) -> DistFeatureStore:
+    def dist_rows(self, local, peers, stage: str, codec=None, feedback=None) -> DistFeatureStore:
         """Rows held by their owners (this rank: ``local``; same-host ``peers``), one stage."""
         return DistFeatureStore(
-            local, self.graph.book, self.ctx.rank, self.data_comm, stage, codec=codec, peers=peers
+            local,
+            self.graph.book,
+            self.ctx.rank,
+            self.data_comm,
+            stage,
+            codec=codec,
+            peers=peers,
+            feedback=feedback,
         )
 
     @property

@@ -63,7 +63,16 @@ class DistFullGraphSteps(DistSteps):
             {id(c): c for c in (self.spmm_comm, groups.row, groups.col, self.main_comm)}.values()
         )
         codec = make_codec(full.bits, mix_seed(config.seed, ctx.rank, 0xC0DEC))
-        self.graph = DistFullGraph(self.shard, self.grid, ctx.rank, groups, full, codec, ctx.device)
+        self.graph = DistFullGraph(
+            self.shard,
+            self.grid,
+            ctx.rank,
+            groups,
+            full,
+            codec,
+            ctx.device,
+            error_feedback=config.error_feedback,
+        )
         x = torch.from_numpy(
             np.ascontiguousarray(
                 normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
@@ -139,6 +148,9 @@ class DistFullGraphSteps(DistSteps):
             "replication": full.replication,
             "bits": full.bits,
             "staleness": full.staleness,
+            "error_feedback": self.config.error_feedback,
+            # the senders' residuals, summed over workers
+            "residual_mb": self.sum([float(self.graph.residual_bytes)])[0] / 1e6,
         }
 
 
