@@ -73,7 +73,9 @@ def test_error_feedback_needs_low_bits():
         TrainConfig(error_feedback=True, mode="full", run=RunConfig(workers=2))
     with pytest.raises(ConfigError, match="--error-feedback .* one process"):
         TrainConfig(error_feedback=True, fetch_bits=1)
-    TrainConfig(error_feedback=True, mode="full", full=FullGraphConfig(bits=1), run=RunConfig(workers=2))
+    TrainConfig(
+        error_feedback=True, mode="full", full=FullGraphConfig(bits=1), run=RunConfig(workers=2)
+    )
 
 
 @pytest.fixture(scope="module")
