@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import write_report  # noqa: E402
+from machine import publish  # noqa: E402
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.graph.linksplit import split_edges
 from shardgnn.nn.models import ModelConfig
@@ -44,7 +44,6 @@ from shardgnn.store.config import EmbeddingConfig
 from shardgnn.train.config import LinkConfig, OptimConfig, TrainConfig
 from shardgnn.train.link import split_spec
 from shardgnn.train.linkmetrics import link_metrics
-from shardgnn.train.progress import format_table
 from shardgnn.train.single import run_training
 
 STAGES = ("negatives", "sample", "fetch", "compute", "embed")
@@ -137,15 +136,7 @@ def staleness_part(a, config: TrainConfig) -> int:
         f"{config.dataset}, 2 workers, --embedding-dim {a.dim} (row-wise Adagrad), "
         f"{a.epochs} epochs, seed {config.seed}"
     )
-    return publish(a, header, columns, rows, runs)
-
-
-def publish(a, header: str, columns: list[str], rows: list[list[str]], runs: list) -> int:
-    """Print the table and write the JSON and Markdown reports."""
-    table = format_table(columns, rows)
-    print(table)
-    write_report(a.out, a.md, header, table, runs=runs)
-    return 0
+    return publish(a.out, a.md, header, columns, rows, runs=runs)
 
 
 def workers_part(a) -> int:
@@ -201,7 +192,7 @@ def workers_part(a) -> int:
         f"featureless synthetic graph, {a.nodes:,} nodes, 8 classes, --embedding-dim {a.dim}, "
         f"{a.epochs} epochs, {a.seeds} seed(s)"
     )
-    return publish(a, header, [*columns, "row bytes per epoch (MB)"], rows, runs)
+    return publish(a.out, a.md, header, [*columns, "row bytes per epoch (MB)"], rows, runs=runs)
 
 
 def main(argv=None) -> int:
@@ -268,25 +259,13 @@ def main(argv=None) -> int:
         runs.append({"baseline": name, "test": t})
         row = [name, f"{t['mrr']:.3f}", f"{100 * t['hits@10']:.1f}", f"{100 * t['hits@50']:.1f}"]
         rows.append([*row, f"{100 * t['auc']:.1f}", "-", "-"])
-    table = format_table(
-        [
-            "scorer",
-            "test MRR",
-            "Hits@10 %",
-            "Hits@50 %",
-            "AUC %",
-            "train edges/s",
-            "% " + " / ".join(STAGES),
-        ],
-        rows,
-    )
-    print(table)
+    columns = ["scorer", "test MRR", "Hits@10 %", "Hits@50 %", "AUC %", "train edges/s"]
     header = (
         f"{a.dataset}, --model {a.model}, --embedding-dim {a.dim}, {a.epochs} epoch(s), "
         f"{a.workers} worker(s); edges/s and stage shares of the last epoch"
     )
-    write_report(a.out, a.md, header, table, runs=runs)
-    return 0
+    columns.append("% " + " / ".join(STAGES))
+    return publish(a.out, a.md, header, columns, rows, runs=runs)
 
 
 if __name__ == "__main__":

@@ -48,3 +48,16 @@ def write_report(json_path: str, md_path: str, header: str, table: str, **data) 
     save_json(json_path, report)
     with atomic_open(md_path, "w") as fh:
         fh.write(f"{header}\n\n{table}\n")
+
+
+def publish(
+    json_path: str, md_path: str, header: str, columns: list[str], rows: list, **data
+) -> int:
+    """Print the table of ``columns`` x ``rows`` and write the reports (:func:`write_report`);
+    returns 0, the script's exit code."""
+    from shardgnn.train.progress import format_table
+
+    table = format_table(columns, rows)
+    print(table)
+    write_report(json_path, md_path, header, table, **data)
+    return 0

@@ -91,10 +91,9 @@ class DistSeedBatcher:
         """Batches the next iteration yields (the same on every rank)."""
         return max(0, self.count - self.start)
 
-    def __iter__(self):
-        import torch
-
-        batches = rank_batches(
+    def batches(self) -> list[np.ndarray]:
+        """This epoch's ``count`` batches of this rank."""
+        return rank_batches(
             self.my_seeds,
             self.count,
             shuffle=self.shuffle,
@@ -102,6 +101,10 @@ class DistSeedBatcher:
             epoch=self.epoch,
             rank=self.rank,
         )
-        for index, seeds in enumerate(batches):
+
+    def __iter__(self):
+        import torch
+
+        for index, seeds in enumerate(self.batches()):
             if index >= self.start:
                 yield index, torch.from_numpy(np.ascontiguousarray(seeds))

@@ -36,6 +36,7 @@ from shardgnn.store.config import EmbeddingConfig
 
 MODES = ("minibatch", "full")
 TASKS = ("node", "link")
+BATCHINGS = ("random", "cluster")
 FEATURE_STORAGE = ("memory", "disk")
 OVERLAP = ("auto", "on", "off")
 HOST_SHARING = ("auto", "off")
@@ -310,6 +311,16 @@ class TrainConfig:
         "large tensor; holds the heap's high-water mark); system: the C library's stock settings",
     )
     run: RunConfig = component(RunConfig, title="workers (distributed training)")
+    batching: str = option(
+        "random",
+        choices=BATCHINGS,
+        help="distributed mini-batch node classification: random seeds per batch, or cluster "
+        "(each batch a group of METIS clusters of the worker's own part, so a batch's "
+        "neighbourhoods overlap and stay local; GraphTheta, Cluster-GCN)",
+    )
+    clusters_per_batch: int = option(
+        4, help="--batching cluster: clusters per batch (each part is split into batches x this)"
+    )
     fetch_bits: int = option(
         32,
         choices=BITS,
@@ -412,6 +423,16 @@ class TrainConfig:
                     "(--workers 1 runs one worker over a one-part partition, which a cache or "
                     "disk storage can front)"
                 )
+        if self.batching == "cluster" and (
+            not self.run.distributed or self.mode != "minibatch" or self.task != "node"
+        ):
+            raise ConfigError(
+                "--batching cluster groups the training nodes of each worker's part: it applies "
+                "to distributed mini-batch node classification (add --workers N, --mode "
+                "minibatch, --task node), or drop it"
+            )
+        if self.clusters_per_batch < 1:
+            raise invalid(self, "clusters_per_batch", "must be >= 1")
         bits = self.full.bits if self.mode == "full" else self.fetch_bits
         if self.error_feedback and bits == 32:
             flag = "--bits" if self.mode == "full" else "--fetch-bits"

@@ -27,6 +27,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features, row_sums
+from shardgnn.loader.cluster_batches import ClusterBatcher
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
 from shardgnn.loader.prefetch import Prefetcher
@@ -166,6 +167,7 @@ class DistSampledSteps(DistSteps):
             # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
             "cache": self.cache_summary(history),
+            "batching": self.config.batching,
             "fetch_bits": self.config.fetch_bits,
             "error_feedback": self.config.error_feedback,
             # the owners' residuals, summed over workers
@@ -485,15 +487,28 @@ class DistMiniBatchSteps(DistSampledSteps):
         # P workers take the same optimiser steps as one (and DDP's gradient mean is the global
         # one).
         per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
-        self.train_batches = DistSeedBatcher(
-            split_ids["train"],
-            book,
-            ctx.rank,
-            ctx.world_size,
-            per_rank_batch,
-            shuffle=True,
-            seed=config.seed,
-        )
+        if config.batching == "cluster":
+            self.train_batches = ClusterBatcher(
+                split_ids["train"],
+                book,
+                ctx.rank,
+                ctx.world_size,
+                per_rank_batch,
+                np.asarray(part.indptr),
+                np.asarray(part.indices),
+                config.clusters_per_batch,
+                seed=config.seed,
+            )
+        else:
+            self.train_batches = DistSeedBatcher(
+                split_ids["train"],
+                book,
+                ctx.rank,
+                ctx.world_size,
+                per_rank_batch,
+                shuffle=True,
+                seed=config.seed,
+            )
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
         self._build_caches(
             lambda presampler, seed: NeighborSamplingStage(self.train_batches, presampler, seed)

@@ -1,0 +1,114 @@
+"""Communication-avoiding strategies side by side (issue 16): remote feature bytes, epoch time and
+accuracy of distributed mini-batch training, exact against each strategy, in one run.
+
+    python benchmarks/bench_strategies.py --data-dir ../shared/data --datasets amazon-computers \\
+        --workers 2 --epochs 10 --seeds 1
+
+Every run is ``shardgnn train DATASET --workers P --host-sharing off`` (so every row a worker does
+not own crosses the network, as between machines), GraphSAGE, fanouts 10,10, global batch 1024,
+``--feature-norm none``; the strategies only add flags (``--strategies`` picks them):
+
+* ``exact``: random seed batches, float32 rows;
+* ``cluster``: ``--batching cluster`` (METIS clusters of each part per batch);
+* ``cache``: ``--cache-policy degree --cache-size 20%``;
+* ``fetch-1bit`` / ``fetch-1bit-ef``: ``--fetch-bits 1``, without / with ``--error-feedback``;
+* ``cluster+cache``: both.
+
+Remote MB is what the feature fetch received per epoch, summed over workers. Writes
+``benchmarks/out/strategies.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from machine import publish  # noqa: E402
+
+STRATEGIES = {
+    "exact": [],
+    "cluster": ["--batching", "cluster"],
+    "cache": ["--cache-policy", "degree", "--cache-size", "20%"],
+    "fetch-1bit": ["--fetch-bits", "1"],
+    "fetch-1bit-ef": ["--fetch-bits", "1", "--error-feedback"],
+    "cluster+cache": ["--batching", "cluster", "--cache-policy", "degree", "--cache-size", "20%"],
+}
+
+
+def run(a, dataset: str, strategy: str, seed: int, tmp: Path) -> dict:
+    out = tmp / f"{dataset}-{strategy}-{seed}.json"
+    cmd = [sys.executable, "-m", "shardgnn", "train", dataset, "--data-dir", a.data_dir]
+    cmd += ["--workers", str(a.workers), "--host-sharing", "off", "--model", "sage"]
+    cmd += ["--fanouts", "10,10", "--batch-size", "1024", "--hidden", "128"]
+    cmd += ["--epochs", str(a.epochs), "--seed", str(seed), "--feature-norm", "none"]
+    cmd += ["--quiet", "--results", str(out), *STRATEGIES[strategy]]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    res = json.loads(out.read_text())
+    measured = res["epochs"][1:] or res["epochs"]
+    return {
+        "dataset": dataset,
+        "strategy": strategy,
+        "seed": seed,
+        "test_acc": res["test_acc"],
+        "remote_mb": float(np.mean([e["cache"]["remote_feature_mb"] for e in measured])),
+        "epoch_s": float(np.mean([e["time_s"] for e in measured])),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data"))
+    p.add_argument("--datasets", default="amazon-computers")
+    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--out", default="benchmarks/out/strategies.json")
+    p.add_argument("--md", default="benchmarks/out/strategies.md")
+    a = p.parse_args(argv)
+    if not Path(a.data_dir).is_dir():
+        print(f"skipped: {a.data_dir} is absent")
+        return 0
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for dataset in a.datasets.split(","):
+            for seed in range(a.seeds):
+                for strategy in a.strategies.split(","):
+                    runs.append(run(a, dataset, strategy, seed, Path(tmp)))
+                    print(runs[-1], flush=True)
+    rows = []
+    for dataset in a.datasets.split(","):
+        exact = {r["seed"]: r for r in runs if r["dataset"] == dataset and r["strategy"] == "exact"}
+        for strategy in a.strategies.split(","):
+            sel = [r for r in runs if r["dataset"] == dataset and r["strategy"] == strategy]
+            acc = 100 * np.array([r["test_acc"] for r in sel])
+            delta = [100 * (r["test_acc"] - exact[r["seed"]]["test_acc"]) for r in sel]
+            mb = np.mean([r["remote_mb"] for r in sel])
+            base_mb = np.mean([r["remote_mb"] for r in exact.values()]) if exact else np.nan
+            rows.append(
+                [
+                    dataset,
+                    strategy,
+                    f"{acc.mean():.2f} ± {acc.std():.2f}",
+                    f"{np.mean(delta):+.2f}" if exact else "-",
+                    f"{mb:,.1f}",
+                    f"{mb / base_mb:.2f}x" if exact else "-",
+                    f"{np.mean([r['epoch_s'] for r in sel]):.2f}",
+                ]
+            )
+    columns = ["dataset", "strategy", "test acc %", "Δ vs exact", "remote MB / epoch"]
+    header = (
+        f"{a.workers} workers, --host-sharing off, GraphSAGE 128, fanouts 10,10, batch 1024, "
+        f"{a.epochs} epochs, {a.seeds} seed(s)"
+    )
+    return publish(a.out, a.md, header, [*columns, "vs exact bytes", "epoch (s)"], rows, runs=runs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
