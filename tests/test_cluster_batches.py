@@ -101,6 +101,14 @@ def test_cluster_batches_keep_neighbours_together(pset):
     assert share["cluster"] > 3 * share["random"], share
 
 
+def test_more_clusters_than_metis_can_fill_still_partition_the_seeds(pset):
+    # batch size 4 asks for hundreds of clusters per part: METIS leaves some empty, which
+    # must neither fail nor lose a seed
+    train, batchers = _batchers(pset, ClusterBatcher, batch_size=4)
+    seen = np.concatenate([s.numpy() for b in batchers for _, s in b])
+    assert np.array_equal(np.sort(seen), np.sort(train))
+
+
 def test_cluster_batching_is_refused_where_it_does_not_apply():
     with pytest.raises(ConfigError, match="--batching cluster .* distributed mini-batch node"):
         TrainConfig(batching="cluster")

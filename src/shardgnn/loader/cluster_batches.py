@@ -14,6 +14,8 @@ in id order.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from shardgnn.graph.csr import Graph
@@ -36,8 +38,18 @@ def local_clusters(
     src = np.asarray(indices, dtype=np.int64) - start
     inside = (src >= 0) & (src < n)
     graph = Graph.from_edge_index(src[inside], dst[inside], n, name="local part").symmetrize()
-    config = PartitionConfig(num_parts=num_clusters, method="metis", seed=seed, balance=("nodes",))
-    return np.asarray(partition_graph(graph, config).assignment, dtype=np.int64)
+    config = PartitionConfig(
+        num_parts=num_clusters,
+        method="metis",
+        seed=seed,
+        balance=("nodes",),
+        allow_empty_parts=True,
+    )
+    # METIS may leave a cluster empty when clusters are small; an empty cluster is harmless here
+    # (it contributes no batch), so its warning would only be noise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(partition_graph(graph, config).assignment, dtype=np.int64)
 
 
 class ClusterBatcher(DistSeedBatcher):
