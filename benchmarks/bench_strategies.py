@@ -4,7 +4,8 @@ accuracy of distributed mini-batch training, exact against each strategy, in one
     python benchmarks/bench_strategies.py --data-dir ../shared/data --datasets amazon-computers \\
         --workers 2 --epochs 10 --seeds 1
 
-Every run is ``shardgnn train DATASET --workers P --host-sharing off`` (so every row a worker does
+Each dataset is partitioned once (METIS, P parts); every run is ``shardgnn train --partitions
+DIR --host-sharing off`` (so every row a worker does
 not own crosses the network, as between machines), GraphSAGE, fanouts 10,10, global batch 1024,
 ``--feature-norm none``; the strategies only add flags (``--strategies`` picks them):
 
@@ -12,9 +13,14 @@ not own crosses the network, as between machines), GraphSAGE, fanouts 10,10, glo
 * ``cluster``: ``--batching cluster`` (METIS clusters of each part per batch);
 * ``cache``: ``--cache-policy degree --cache-size 20%``;
 * ``fetch-1bit`` / ``fetch-1bit-ef``: ``--fetch-bits 1``, without / with ``--error-feedback``;
-* ``cluster+cache``: both.
+* ``cluster+cache``: both;
+* ``hist-A``: ``--historical 1:A`` (remote nodes' layer-1 embeddings pushed by their owners, at
+  most A steps old, instead of expanding them);
+* ``hist-A+cache``: with the degree cache.
 
-Remote MB is what the feature fetch received per epoch, summed over workers. Writes
+Feature MB is what the feature fetch received per epoch; remote MB adds the sampling requests and
+replies and the historical pushes (everything a strategy trades; ``shardgnn plot`` draws accuracy
+against it), both summed over workers. Writes
 ``benchmarks/out/strategies.{json,md}``.
 """
 
@@ -30,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from machine import publish  # noqa: E402
+from shardgnn.cli.plot import remote_mb_per_epoch
 
 STRATEGIES = {
     "exact": [],
@@ -38,13 +45,25 @@ STRATEGIES = {
     "fetch-1bit": ["--fetch-bits", "1"],
     "fetch-1bit-ef": ["--fetch-bits", "1", "--error-feedback"],
     "cluster+cache": ["--batching", "cluster", "--cache-policy", "degree", "--cache-size", "20%"],
+    "hist-4": ["--historical", "1:4"],
+    "hist-16": ["--historical", "1:16"],
+    "hist-4+cache": ["--historical", "1:4", "--cache-policy", "degree", "--cache-size", "20%"],
 }
 
 
-def run(a, dataset: str, strategy: str, seed: int, tmp: Path) -> dict:
-    out = tmp / f"{dataset}-{strategy}-{seed}.json"
-    cmd = [sys.executable, "-m", "shardgnn", "train", dataset, "--data-dir", a.data_dir]
-    cmd += ["--workers", str(a.workers), "--host-sharing", "off", "--model", "sage"]
+def partition(a, dataset: str, tmp: Path) -> Path:
+    """The dataset partitioned once (METIS) for every run of it."""
+    out = tmp / f"parts-{abs(hash(dataset))}"
+    cmd = [sys.executable, "-m", "shardgnn", "partition", dataset, "--data-dir", a.data_dir]
+    cmd += ["--parts", str(a.workers), "--method", "metis", "--out", str(out), "--quiet"]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def run(a, dataset: str, parts: Path, strategy: str, seed: int, tmp: Path) -> dict:
+    out = tmp / f"{strategy}-{seed}.json"
+    cmd = [sys.executable, "-m", "shardgnn", "train", "--partitions", str(parts)]
+    cmd += ["--host-sharing", "off", "--model", "sage"]
     cmd += ["--fanouts", "10,10", "--batch-size", "1024", "--hidden", "128"]
     cmd += ["--epochs", str(a.epochs), "--seed", str(seed), "--feature-norm", "none"]
     cmd += ["--quiet", "--results", str(out), *STRATEGIES[strategy]]
@@ -56,9 +75,17 @@ def run(a, dataset: str, strategy: str, seed: int, tmp: Path) -> dict:
         "strategy": strategy,
         "seed": seed,
         "test_acc": res["test_acc"],
-        "remote_mb": float(np.mean([e["cache"]["remote_feature_mb"] for e in measured])),
+        "feature_mb": float(np.mean([e["cache"]["remote_feature_mb"] for e in measured])),
+        "remote_mb": remote_mb_per_epoch(res),
+        "historical": res.get("historical"),
+        "local_edge_share": res.get("local_edge_share"),
         "epoch_s": float(np.mean([e["time_s"] for e in measured])),
     }
+
+
+def _percent(values) -> str:
+    values = [v for v in values if v is not None]
+    return f"{100 * np.mean(values):.1f} %" if values else "-"
 
 
 def main(argv=None) -> int:
@@ -78,9 +105,10 @@ def main(argv=None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in a.datasets.split(","):
+            parts = partition(a, dataset, Path(tmp))
             for seed in range(a.seeds):
                 for strategy in a.strategies.split(","):
-                    runs.append(run(a, dataset, strategy, seed, Path(tmp)))
+                    runs.append(run(a, dataset, parts, strategy, seed, Path(tmp)))
                     print(runs[-1], flush=True)
     rows = []
     for dataset in a.datasets.split(","):
@@ -90,6 +118,7 @@ def main(argv=None) -> int:
             acc = 100 * np.array([r["test_acc"] for r in sel])
             delta = [100 * (r["test_acc"] - exact[r["seed"]]["test_acc"]) for r in sel]
             mb = np.mean([r["remote_mb"] for r in sel])
+            feature_mb = np.mean([r["feature_mb"] for r in sel])
             base_mb = np.mean([r["remote_mb"] for r in exact.values()]) if exact else np.nan
             rows.append(
                 [
@@ -97,17 +126,21 @@ def main(argv=None) -> int:
                     strategy,
                     f"{acc.mean():.2f} ± {acc.std():.2f}",
                     f"{np.mean(delta):+.2f}" if exact else "-",
+                    f"{feature_mb:,.1f}",
                     f"{mb:,.1f}",
                     f"{mb / base_mb:.2f}x" if exact else "-",
                     f"{np.mean([r['epoch_s'] for r in sel]):.2f}",
+                    _percent([r.get("local_edge_share") for r in sel]),
                 ]
             )
-    columns = ["dataset", "strategy", "test acc %", "Δ vs exact", "remote MB / epoch"]
+    columns = ["dataset", "strategy", "test acc %", "Δ vs exact", "feature MB / epoch"]
+    columns += ["remote MB / epoch"]
     header = (
         f"{a.workers} workers, --host-sharing off, GraphSAGE 128, fanouts 10,10, batch 1024, "
         f"{a.epochs} epochs, {a.seeds} seed(s)"
     )
-    return publish(a.out, a.md, header, [*columns, "vs exact bytes", "epoch (s)"], rows, runs=runs)
+    columns += ["vs exact bytes", "epoch (s)", "edges from own part"]
+    return publish(a.out, a.md, header, columns, rows, runs=runs)
 
 
 if __name__ == "__main__":

@@ -258,6 +258,29 @@ def test_plots_have_integer_epoch_ticks():
         assert ticks and all(float(t).is_integer() for t in ticks)
 
 
+def test_plot_draws_accuracy_against_remote_bytes_per_strategy(tmp_path):
+    from shardgnn.cli.plot import remote_mb_per_epoch, strategy_label
+
+    def run(name, acc, fetch_mb, config):
+        epochs = [{"epoch": i, "loss": 1.0, "train_acc": 0.5, "val_acc": 0.5} for i in (1, 2)]
+        comm = {"fetch": {"bytes_recv": 2e6 * fetch_mb}, "allreduce": {"bytes_recv": 5e9}}
+        data = {"epochs": epochs, "test_acc": acc, "comm": comm, "config": config}
+        (tmp_path / name).write_text(json.dumps(data))
+        return data
+
+    exact = run("exact.json", 0.86, 100.0, {"cache": {"policy": "none"}})
+    hist = run("hist.json", 0.85, 20.0, {"historical": "1:4", "fetch_bits": 1})
+    assert remote_mb_per_epoch(exact) == 100.0  # gradients are not traded: not counted
+    assert strategy_label(exact) == "exact"
+    assert strategy_label(hist) == "historical 1:4, 1-bit"
+    out = tmp_path / "plots"
+    assert (
+        main(["plot", str(tmp_path / "exact.json"), str(tmp_path / "hist.json"), "--out", str(out)])
+        == 0
+    )
+    assert (out / "accuracy_vs_bytes.png").stat().st_size > 0
+
+
 # ----------------------------------------------------------------------------------------- identity
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):

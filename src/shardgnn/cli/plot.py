@@ -16,8 +16,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "plot",
         help="draw PNG figures from results JSON files or partition directories",
         description="training_curves.png (loss and accuracies per epoch, one line per run), "
-        "cache_hit_rate.png (runs with a feature cache), and one figure per partition "
-        "directory. Results of a run still going (status: running) plot too.",
+        "cache_hit_rate.png (runs with a feature cache), accuracy_vs_bytes.png (two or more "
+        "distributed runs: test accuracy against remote bytes per epoch, one point per run "
+        "labelled by its communication strategy), and one figure per partition directory. "
+        "Results of a run still going (status: running) plot too.",
     )
     plot.add_argument(
         "results",
@@ -132,7 +134,62 @@ def plot_training_curves(results: list[Path], out_dir: Path) -> list[Path]:
     cached = [(path, data) for path, data in runs if _cache_policy(data) != "none"]
     if cached:
         written.append(_save(_cache_figure(cached), out_dir / "cache_hit_rate.png"))
+    traded = [(p, d) for p, d in runs if remote_mb_per_epoch(d) and d.get("test_acc") is not None]
+    if len(traded) >= 2:
+        written.append(_save(_strategies_figure(traded), out_dir / "accuracy_vs_bytes.png"))
     return written
+
+
+TRADED_STAGES = ("fetch", "sample", "historical", "embed")
+"""Stages whose traffic communication-avoiding strategies trade against each other: input rows,
+sampling requests and replies, historical embeddings and learnable rows."""
+
+
+def remote_mb_per_epoch(data: dict) -> float | None:
+    """MB received over the network per epoch in ``TRADED_STAGES``, summed over workers (None: a
+    run with no such traffic, e.g. one process)."""
+    comm = data.get("comm") or {}
+    total = sum(float((comm.get(s) or {}).get("bytes_recv", 0)) for s in TRADED_STAGES)
+    return total / 1e6 / len(data["epochs"]) if total else None
+
+
+def strategy_label(data: dict) -> str:
+    """A run's communication strategy in a few words, from its config (``exact`` when none)."""
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    parts = []
+    if config.get("batching", "random") != "random":
+        parts.append(str(config["batching"]))
+    if config.get("historical"):
+        parts.append(f"historical {config['historical']}")
+    cache = config.get("cache") or {}
+    if cache.get("policy", "none") != "none":
+        parts.append(f"cache {cache['policy']} {cache.get('size', '')}".strip())
+    if config.get("fetch_bits", 32) != 32:
+        ef = "+EF" if config.get("error_feedback") else ""
+        parts.append(f"{config['fetch_bits']}-bit{ef}")
+    return ", ".join(parts) or "exact"
+
+
+def _strategies_figure(runs: list[tuple[Path, dict]]):
+    """Test accuracy against remote MB per epoch, one labelled point per run."""
+    fig, ax = _pyplot().subplots(figsize=(7, 5))
+    for path, data in runs:
+        x, y = remote_mb_per_epoch(data), 100 * float(data["test_acc"])
+        ax.scatter([x], [y], s=25)
+        ax.annotate(
+            f"{strategy_label(data)} ({path.stem})",
+            (x, y),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("remote MB per epoch (fetch, sampling, historical, learnable rows)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("accuracy against remote bytes")
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
 
 
 def _cache_policy(data: dict) -> str:

@@ -19,6 +19,7 @@ from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.seeding import mix_seed
 from shardgnn.store.feature import FeatureStore
+from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.timing import StageTimer
 
 
@@ -32,6 +33,18 @@ class MiniBatch:
     """features of ``sample.input_nodes``"""
     y: torch.Tensor | None
     """labels of ``sample.seeds``"""
+    history: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """historical embeddings of ``sample.blocks[l].src_nodes_S[history_S]``, per layer ``l``"""
+    computed: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """filled by the forward pass: the embeddings it computed at each historical layer"""
+
+    def model_history(self, device: torch.device) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """``history`` as the model takes it: ``{layer: (mask_S, rows_HF)}``."""
+        blocks = self.sample.blocks
+        return {
+            layer: (blocks[layer].history_S.to(device), rows.to(device))
+            for layer, rows in self.history.items()
+        }
 
 
 class NeighborSamplingStage:
@@ -55,6 +68,27 @@ class NeighborSamplingStage:
         for index, seeds in self.batches:
             with self.timer("sample"):
                 sample = self.sampler.sample(seeds, mix_seed(self.seed, epoch, index))
+            yield index, sample
+
+
+class LocalityCounter:
+    """Passes sampled batches through, counting their sampled edges and those whose source node
+    ``owned(global ids) -> bool mask`` says this worker owns (how local a batching keeps its
+    neighbourhoods)."""
+
+    def __init__(self, samples: Iterable[tuple[int, SampledBlocks]], owned):
+        self.samples, self.owned = samples, owned
+        self.local_edges = self.edges = 0
+
+    def __len__(self) -> int:
+        return len(self.samples)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[tuple[int, SampledBlocks]]:
+        for index, sample in self.samples:
+            for block in sample.blocks:
+                sources = block.src_nodes_S.numpy()[block.indices_E.numpy()]
+                self.local_edges += int(self.owned(sources).sum())
+                self.edges += int(sources.shape[0])
             yield index, sample
 
 
@@ -99,6 +133,34 @@ class FeatureFetcher:
                     x = self.features.gather(sample.input_nodes)
                     y = None if self.labels is None else self.labels.gather(sample.seeds)
                 yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)
+
+
+class HistoryReader:
+    """Joins each batch's historical embeddings (the rows its sampler chose to take from
+    ``tables`` instead of expanding, :class:`~shardgnn.store.historical.HistoricalEmbeddings`).
+    Rows are read right after their batch is sampled, before the step that may replace them."""
+
+    def __init__(
+        self,
+        batches: Iterable[MiniBatch],
+        tables: HistoricalEmbeddings,
+        timer: StageTimer | None = None,
+    ):
+        self.batches, self.tables = batches, tables
+        self.timer = timer or StageTimer()
+
+    def __len__(self) -> int:
+        return len(self.batches)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[MiniBatch]:
+        for batch in self.batches:
+            with self.timer("historical"):
+                history = {
+                    layer: self.tables.read(layer, block.src_nodes_S[block.history_S].numpy())
+                    for layer, block in enumerate(batch.sample.blocks)
+                    if block.history_S is not None
+                }
+            yield dataclasses.replace(batch, history=history)
 
 
 def count_accesses(samples: Iterable[tuple[int, SampledBlocks]], num_nodes: int) -> np.ndarray:

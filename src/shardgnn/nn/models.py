@@ -7,7 +7,7 @@ full-graph training pass the same full-graph ``MessageGraph`` for every layer.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -68,17 +68,44 @@ class GNN(nn.Module):
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def forward(self, graphs: Sequence[MessageGraph], x_SF: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        graphs: Sequence[MessageGraph],
+        x_SF: torch.Tensor,
+        history: Mapping[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
+        computed: dict[int, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Logits of the last graph's dst nodes.
+
+        ``history[l] = (mask_S, rows_HF)``: layer ``l``'s src nodes where ``mask_S`` holds take
+        their input embedding from ``rows_HF`` (historical embeddings, in mask order, no
+        gradient); the layer below computed the others. ``computed``, when given, receives each
+        such layer's computed input (``computed[l]``, detached: what owners push)."""
         if len(graphs) != len(self.layers):
             raise ValueError(f"model has {len(self.layers)} layers but got {len(graphs)} graphs")
         h = self._drop(x_SF, self.input_dropout, graphs[0], 0)
         for i, (layer, graph) in enumerate(zip(self.layers, graphs)):
+            if i > 0 and history is not None and i in history:
+                if computed is not None:
+                    computed[i] = h.detach()
+                h = with_history(h, *history[i])
             if i > 0:
                 h = self._drop(self.activation(h), self.dropout, graph, i)
             h = layer(graph, h)
         if self.training and self.dropout_seed is not None:
             self.dropout_step += 1
         return h
+
+
+def with_history(h_CF: torch.Tensor, mask_S: torch.Tensor, rows_HF: torch.Tensor) -> torch.Tensor:
+    """``[S, F]``: the computed rows ``h_CF`` where ``mask_S`` is False and the historical
+    ``rows_HF`` where it is True, each in order (differentiable in ``h_CF``)."""
+    assert int(mask_S.sum()) == rows_HF.shape[0] and h_CF.shape[0] + rows_HF.shape[0] == len(mask_S)
+    if rows_HF.shape[0] == 0:
+        return h_CF
+    order = torch.cat([torch.nonzero(~mask_S).flatten(), torch.nonzero(mask_S).flatten()])
+    stacked = torch.cat([h_CF, rows_HF.to(device=h_CF.device, dtype=h_CF.dtype)])
+    return stacked[torch.argsort(order)]
 
 
 def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:

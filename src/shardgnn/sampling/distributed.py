@@ -23,7 +23,7 @@ import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import bucket_by_owner
-from shardgnn.sampling.neighbor import SamplerConfig, sample_blocks, sample_neighbors
+from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.dist_graph import DistGraphStore
 
@@ -45,8 +45,10 @@ class DistNeighborSampler:
         config: SamplerConfig,
         comm: Communicator,
         stage: str = "sample",
+        prune: Prune | None = None,
     ):
         self.graph, self.config, self.comm, self.stage = graph, config, comm, stage
+        self.prune = prune  # historical embeddings: nodes not to expand (sample_blocks)
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
         if graph.peers:
             comm.declare(stage)
@@ -167,4 +169,5 @@ class DistNeighborSampler:
             one_hop=self._sample_remote,
             degree_of=lambda nodes: self.graph.degree[nodes],
             node_map=self._node_map,
+            prune=self.prune,
         )

@@ -91,6 +91,8 @@ class NeighborSampler:
 
 
 OneHop = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# prune(block layer, src nodes, num dst) -> bool mask of src nodes not to expand, or None
+Prune = Callable[[int, np.ndarray, int], "np.ndarray | None"]
 
 
 def sample_blocks(
@@ -102,11 +104,15 @@ def sample_blocks(
     degree_of: Callable[[np.ndarray], np.ndarray],
     node_map: np.ndarray,
     exclude: np.ndarray | None = None,
+    prune: Prune | None = None,
 ) -> SampledBlocks:
     """The layer loop every sampler shares: for each fanout (output layer first) draw one hop with
     ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all), relabel, build the
     block; ``degree_of(global ids)`` gives graph in-degrees. Layer ``l`` uses ``mix_seed(seed, l)``.
     ``exclude`` (sorted pair keys) drops those edges from every hop (:func:`drop_excluded`).
+    ``prune(block layer, src nodes, num dst)`` marks src nodes whose input embedding comes from
+    elsewhere (historical embeddings): they become the block's ``history_S`` and are not
+    expanded further out.
     """
     seeds_np = np.ascontiguousarray(
         seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
@@ -121,6 +127,10 @@ def sample_blocks(
             num_nodes = node_map.shape[0]
             offsets, nbr, eid = drop_excluded(frontier, offsets, nbr, eid, exclude, num_nodes)
         src_nodes, local = relabel(frontier, nbr, node_map)
+        block_layer = len(config.fanouts) - 1 - layer
+        history = None
+        if prune is not None and block_layer > 0:
+            history = prune(block_layer, src_nodes, int(frontier.shape[0]))
         blocks.append(
             Block(
                 src_nodes_S=torch.from_numpy(src_nodes),
@@ -129,9 +139,10 @@ def sample_blocks(
                 indices_E=torch.from_numpy(local),
                 edge_ids_E=torch.from_numpy(eid),
                 src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
+                history_S=None if history is None else torch.from_numpy(history),
             )
         )
-        frontier = src_nodes
+        frontier = src_nodes if history is None else src_nodes[~history]
     blocks.reverse()
     return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)
 

@@ -23,6 +23,9 @@ class Block:
         edge_ids_E: int64 ``[E]`` position of every edge in the graph's CSR, or ``None``.
         src_degree_S: int64 ``[S]`` in-degree of every src node in the whole graph, or ``None``
             (GCN normalises with graph degrees so that a full-fanout block equals the full graph).
+        history_S: bool ``[S]``, or ``None``: the src nodes whose input embedding comes from
+            historical embeddings (:mod:`shardgnn.store.historical`) instead of the layer below;
+            the block below computes only the others (never any of the first ``D``).
     """
 
     src_nodes_S: torch.Tensor
@@ -31,6 +34,7 @@ class Block:
     indices_E: torch.Tensor
     edge_ids_E: torch.Tensor | None = None
     src_degree_S: torch.Tensor | None = None
+    history_S: torch.Tensor | None = None
 
     @property
     def num_src(self) -> int:
@@ -61,7 +65,8 @@ class SampledBlocks:
 
     ``blocks`` go from the input layer to the output layer: ``blocks[0].src_nodes_S`` are the
     nodes whose features are needed, ``blocks[-1].dst_nodes_D`` are the seeds, and
-    ``blocks[l + 1].src_nodes_S`` equals ``blocks[l].dst_nodes_D``.
+    ``blocks[l + 1].src_nodes_S`` equals ``blocks[l].dst_nodes_D`` (with historical embeddings:
+    ``blocks[l + 1].src_nodes_S[~blocks[l + 1].history_S]``).
     """
 
     seeds: torch.Tensor

@@ -368,8 +368,10 @@ def capture_state(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     generators: list[torch.Generator],
+    extra: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """This rank's full training state after ``loop.next_epoch`` epochs (tensors and plain data)."""
+    """This rank's full training state after ``loop.next_epoch`` epochs (tensors and plain data);
+    ``extra``: the steps' own state (:meth:`Steps.extra_state`)."""
     import dataclasses
 
     return {
@@ -385,6 +387,7 @@ def capture_state(
         "best_state": loop.best_state or {},
         "comm_total": loop.comm_total,
         "partial": loop.partial or {},
+        "extra": extra or {},
     }
 
 

@@ -321,6 +321,19 @@ class TrainConfig:
     clusters_per_batch: int = option(
         4, help="--batching cluster: clusters per batch (each part is split into batches x this)"
     )
+    historical: str | None = option(
+        None,
+        metavar="L:AGE",
+        help="distributed mini-batch node classification: at layer L and above, remote nodes "
+        "take their hidden embedding from what their owners pushed, at most AGE steps old, "
+        "instead of expanding their neighbourhoods (historical embeddings, DistGNN-MB; AGE 0 "
+        "is exact training)",
+    )
+    historical_push_every: int | None = option(
+        None,
+        help="--historical: an owner re-sends a node's embedding to a worker at most every this "
+        "many steps (unset: AGE, a row is re-sent as the copy it replaces reaches the bound)",
+    )
     fetch_bits: int = option(
         32,
         choices=BITS,
@@ -433,6 +446,7 @@ class TrainConfig:
             )
         if self.clusters_per_batch < 1:
             raise invalid(self, "clusters_per_batch", "must be >= 1")
+        self._check_historical()
         bits = self.full.bits if self.mode == "full" else self.fetch_bits
         if self.error_feedback and bits == 32:
             flag = "--bits" if self.mode == "full" else "--fetch-bits"
@@ -464,6 +478,54 @@ class TrainConfig:
                 "evaluation (--eval-fanouts all -1) runs layer-wise over every local row at once; "
                 "give sampled --eval-fanouts (e.g. 15,10,5) or use --feature-storage memory"
             )
+
+    def _check_historical(self) -> None:
+        if self.historical_push_every is not None and self.historical_push_every < 1:
+            raise invalid(self, "historical_push_every", "must be >= 1")
+        if self.historical is None:
+            return
+        flag = f"--historical {self.historical}"
+        layer, sep, age = str(self.historical).partition(":")
+        if not (sep and layer.strip().isdigit() and age.strip().isdigit()):
+            raise ConfigError(
+                f"{flag}: give LAYER:AGE, two non-negative integers, e.g. --historical 1:4"
+            )
+        layers = self.model.num_layers
+        if not 1 <= int(layer) <= layers - 1:
+            raise ConfigError(
+                f"{flag}: the layer must lie in [1, {layers - 1}] for a {layers}-layer model "
+                "(layer 0 reads input features, which no owner computes)"
+            )
+        if not self.run.distributed or self.mode != "minibatch" or self.task != "node":
+            raise ConfigError(
+                f"{flag} replaces remote nodes' embeddings with their owners' pushes: it applies "
+                "to distributed mini-batch node classification (add --workers N, --mode "
+                "minibatch, --task node), or drop it"
+            )
+        if self.run.overlap == "on":
+            raise ConfigError(
+                f"{flag} with --overlap on: a batch must be sampled after the previous step's "
+                "push, so historical embeddings run without the prefetch thread; use --overlap "
+                "auto or off"
+            )
+
+    @property
+    def historical_layers(self) -> range | None:
+        """The block layers served from historical embeddings (``--historical L:AGE``)."""
+        if self.historical is None:
+            return None
+        return range(int(self.historical.split(":")[0]), self.model.num_layers)
+
+    @property
+    def historical_age(self) -> int | None:
+        return None if self.historical is None else int(self.historical.split(":")[1])
+
+    @property
+    def historical_push_interval(self) -> int:
+        """Steps between two sends of one node's embedding to one worker."""
+        if self.historical_push_every is not None:
+            return self.historical_push_every
+        return max(1, self.historical_age or 0)
 
     @property
     def layerwise_eval(self) -> bool:

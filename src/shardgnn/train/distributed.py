@@ -29,7 +29,13 @@ from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features, row_sums
 from shardgnn.loader.cluster_batches import ClusterBatcher
 from shardgnn.loader.dist_batches import DistSeedBatcher
-from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
+from shardgnn.loader.pipeline import (
+    FeatureFetcher,
+    HistoryReader,
+    LocalityCounter,
+    NeighborSamplingStage,
+    count_accesses,
+)
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.nn.models import build_model
 from shardgnn.partition.format import PartitionSet, read_partitions
@@ -42,6 +48,7 @@ from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits, input_store
 from shardgnn.store.feature import LocalFeatureStore
+from shardgnn.store.historical import HistoricalEmbeddings, halo_of
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
@@ -80,6 +87,21 @@ def partition_dataset_record(
         **split_sizes,
         "partitions": {"path": str(pset.path), "parts": pset.num_parts, "method": pset.method},
     }
+
+
+def _served_ages(ages) -> dict[str, Any]:
+    """Mean and largest age of served entries, from ``ages[a]`` = entries served at age ``a``."""
+    served = int(np.sum(ages))
+    return {
+        "mean_served_age": float(np.dot(np.arange(len(ages)), ages) / served) if served else None,
+        "max_served_age": int(np.flatnonzero(ages)[-1]) if served else None,
+    }
+
+
+def _mean_of(history: list[EpochRecord], key: str) -> float | None:
+    """The mean of epoch metric ``key`` over the epochs that recorded it."""
+    values = [r.cache[key] for r in history if r.cache and r.cache.get(key) is not None]
+    return float(np.mean(values)) if values else None
 
 
 def _mapped_rows(rows: np.ndarray, feature_norm: str) -> LocalFeatureStore:
@@ -136,6 +158,8 @@ class DistSampledSteps(DistSteps):
 
     objective: Objective = staticmethod(node_classification)
     sampled_edges = 0
+    history: HistoricalEmbeddings | None = None
+    locality: LocalityCounter | None = None
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         trained = train_epoch_batches(
@@ -150,6 +174,7 @@ class DistSampledSteps(DistSteps):
             time_waits=self.overlap,
             objective=self.objective,
             embedding=self.embedding,
+            history=self.history,
         )
         if trained is None:
             return None
@@ -168,6 +193,8 @@ class DistSampledSteps(DistSteps):
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
             "cache": self.cache_summary(history),
             "batching": self.config.batching,
+            # sampled training edges whose source the worker owns, mean over epochs
+            "local_edge_share": _mean_of(history, "local_edge_share"),
             "fetch_bits": self.config.fetch_bits,
             "error_feedback": self.config.error_feedback,
             # the owners' residuals, summed over workers
@@ -175,6 +202,27 @@ class DistSampledSteps(DistSteps):
                 0
             ]
             / 1e6,
+            "historical": self._historical_summary(history),
+        }
+
+    def _historical_summary(self, history: list[EpochRecord]) -> dict[str, Any] | None:
+        """Historical embeddings (``--historical``) over the epochs that recorded them."""
+        if self.history is None:
+            return None
+        epochs = [r.cache["historical"] for r in history if r.cache and "historical" in r.cache]
+        ages = np.sum([e["ages"] for e in epochs], axis=0) if epochs else []
+        lookups = sum(e["lookups"] for e in epochs)
+        return {
+            "layers": list(self.history.layers),
+            "max_age": self.history.max_age,
+            "push_every": self.history.push_every,
+            "hit_rate": sum(e["hits"] for e in epochs) / lookups if lookups else None,
+            **_served_ages(ages),
+            "push_mb_per_epoch": (
+                float(np.mean([e["push_mb"] for e in epochs])) if epochs else None
+            ),
+            # the tables, summed over workers
+            "memory_mb": self.sum([float(self.history.nbytes)])[0] / 1e6,
         }
 
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
@@ -220,7 +268,36 @@ class DistSampledSteps(DistSteps):
                 row_embed_mb=totals[3] / 1e6,
                 row_ages=[int(v) for v in totals[4:]],
             )
+        if self.locality is not None:
+            local, edges = self.sum([self.locality.local_edges, self.locality.edges])
+            self.locality.local_edges = self.locality.edges = 0
+            metrics["local_edge_share"] = local / edges if edges else None
+        if self.history is not None:
+            pushed = float(epoch_comm.get(self.history.stage, [0, 0])[1])
+            totals = self.sum([*self.history.counters(), pushed])
+            self.history.reset_counters()
+            lookups, hits, pushed_rows = totals[:3]
+            metrics["historical"] = {
+                "lookups": int(lookups),
+                "hits": int(hits),
+                "hit_rate": hits / lookups if lookups else None,
+                "pushed_rows": int(pushed_rows),
+                "ages": [int(v) for v in totals[3:-1]],
+                "push_mb": totals[-1] / 1e6,
+            }
         return metrics or None
+
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        if self.history is None:
+            return {}
+        return {f"historical.{k}": v for k, v in self.history.state_dict().items()}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        if self.history is not None:
+            prefix = "historical."
+            self.history.load_state_dict(
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            )
 
     def generators(self) -> list[torch.Generator]:
         codec = None if self.fetch_store is None else self.fetch_store.codec
@@ -266,7 +343,6 @@ class DistSampledSteps(DistSteps):
         requested = sum(e["row_requested"] for e in epochs)
         missed = sum(e["row_missed"] for e in epochs)
         ages = np.sum([e["row_ages"] for e in epochs], axis=0) if epochs else []
-        served = int(np.sum(ages))
         return {
             "staleness": row_cache.max_age,
             "capacity_rows": row_cache.capacity,
@@ -274,10 +350,7 @@ class DistSampledSteps(DistSteps):
             "refreshed_per_epoch": (
                 sum(e["row_refreshed"] for e in epochs) / len(epochs) if epochs else None
             ),
-            "mean_served_age": (
-                float(np.dot(np.arange(len(ages)), ages) / served) if served else None
-            ),
-            "max_served_age": int(np.flatnonzero(ages)[-1]) if served else None,
+            **_served_ages(ages),
             "embed_mb_per_epoch": (
                 float(np.mean([e["row_embed_mb"] for e in epochs])) if epochs else None
             ),
@@ -510,6 +583,20 @@ class DistMiniBatchSteps(DistSampledSteps):
                 seed=config.seed,
             )
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
+        if config.historical is not None:
+            start, end = book.part_range(ctx.rank)
+            self.history = HistoricalEmbeddings(
+                book,
+                ctx.rank,
+                self.data_comm,
+                halo_of(np.asarray(part.indices), start, end),
+                config.historical_layers,
+                config.historical_age,
+                config.historical_push_interval,
+            )
+            sampler.prune = self.history.prune
+            # A batch is sampled after the previous step pushed: no prefetch thread.
+            self.overlap = False
         self._build_caches(
             lambda presampler, seed: NeighborSamplingStage(self.train_batches, presampler, seed)
         )
@@ -520,12 +607,19 @@ class DistMiniBatchSteps(DistSampledSteps):
         if self.cache is not None:  # evaluation reads the cached rows but never changes them
             eval_features = self.cache.read_only_view(eval_features)
         eval_features = input_store(eval_features, eval_rows)
-        self.train_stages = FeatureFetcher(
+        start, end = book.part_range(ctx.rank)
+        self.locality = LocalityCounter(
             NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
+            lambda ids: (ids >= start) & (ids < end),
+        )
+        self.train_stages = FeatureFetcher(
+            self.locality,
             self.features,
             self.labels,
             self.timer,
         )
+        if self.history is not None:
+            self.train_stages = HistoryReader(self.train_stages, self.history, self.timer)
         eval_sampler = DistNeighborSampler(
             self.graph, eval_sampler_config(config), self.data_comm, "sample"
         )

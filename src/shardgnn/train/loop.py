@@ -99,6 +99,14 @@ class Steps(abc.ABC):
         """Random generators whose state a checkpoint must carry (low-bit codecs)."""
         return []
 
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        """This rank's state beyond model, optimiser and generators that a checkpoint must carry
+        for an exact resume (historical embeddings' tables)."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`extra_state` returned."""
+
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
         """Per-epoch metrics beyond loss and accuracy (collective); ``epoch_comm``: this rank's
         ``[bytes_sent, bytes_recv, seconds, calls, host_bytes]`` per stage in the epoch."""
@@ -217,7 +225,9 @@ class TrainingLoop:
         steps = self.steps
         return self.checkpointer.save(
             loop.next_epoch,
-            capture_state(loop, steps.model, steps.optimizer, steps.generators()),
+            capture_state(
+                loop, steps.model, steps.optimizer, steps.generators(), steps.extra_state()
+            ),
             self.config.to_dict(),
             dataset,
             batches_done=loop.partial["batches"] if loop.partial else 0,
@@ -276,6 +286,7 @@ class TrainingLoop:
             return LoopState()
         steps = self.steps
         loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), EpochRecord)
+        steps.load_extra_state(dict(state.get("extra") or {}))
         if self.is_main:
             where = (
                 f"epoch {loop.next_epoch + 1} from batch {loop.partial['batches'] + 1}"
@@ -393,4 +404,7 @@ def epoch_line(
         text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
     if cached and record.cache and record.cache.get("row_hit_rate") is not None:
         text += f"  row cache hit {100 * record.cache['row_hit_rate']:.1f}%"
+    history = (record.cache or {}).get("historical")
+    if history and history.get("hit_rate") is not None:
+        text += f"  historical hit {100 * history['hit_rate']:.1f}%"
     return text

@@ -17,6 +17,7 @@ from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.embedding import EmbeddingTable
+from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.timing import StageTimer
 from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.progress import progress
@@ -34,11 +35,19 @@ def node_classification(
 ) -> tuple[torch.Tensor, int, int]:
     """Cross-entropy of the seeds' logits against their labels."""
     y = batch.y.to(device)
-    logits = module(graphs, batch.x_SF.to(device))
+    logits = module(graphs, batch.x_SF.to(device), **model_extras(batch, device))
     # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
     # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
     loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
     return loss, int((logits.argmax(-1) == y).sum()), y.numel()
+
+
+def model_extras(batch: MiniBatch, device: torch.device) -> dict[str, Any]:
+    """The model's keyword arguments beyond graphs and features: a batch with historical
+    embeddings passes them, and collects what the forward pass computed at their layers."""
+    if not batch.history:
+        return {}
+    return {"history": batch.model_history(device), "computed": batch.computed}
 
 
 def train_batches(
@@ -56,6 +65,7 @@ def train_batches(
     stop_requested: Callable[[], bool] | None = None,
     objective: Objective = node_classification,
     embedding: EmbeddingTable | DistEmbeddingTable | None = None,
+    history: HistoricalEmbeddings | None = None,
 ) -> tuple[EpochSums, bool]:
     """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
     Returns the epoch's sums and whether it stopped early.
@@ -70,6 +80,8 @@ def train_batches(
     every rank. ``embedding``: learnable rows that end each batch's input rows (``x_SF[:, -D:]``);
     after the optimiser step their gradient goes to the table's sparse optimiser (stage
     ``embed``; a sharded table's update is a collective, made by every rank once per batch).
+    ``history``: historical embeddings; after every step the owners push what it computed
+    (a collective, once per batch on every rank).
     """
     module.train()
     sums = dataclasses.replace(sums) if sums is not None else EpochSums()
@@ -94,6 +106,15 @@ def train_batches(
                 with timer("embed"):
                     grad_SD = batch.x_SF.grad[:, -embedding.dim :]
                     embedding.apply_gradients(batch.sample.input_nodes, grad_SD)
+            if history is not None:
+                with timer("historical"):
+                    blocks = batch.sample.blocks
+                    history.after_step(
+                        {
+                            layer: (blocks[layer - 1].dst_nodes_D.numpy(), batch.computed[layer])
+                            for layer in history.layers
+                        }
+                    )
             sums.sampled_edges += batch.sample.num_sampled_edges
             sums.loss_sum += loss.item() * count
             sums.correct += correct

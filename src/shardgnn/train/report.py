@@ -47,6 +47,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
                     else []
                 ),
                 *_cache_rows(results.get("cache")),
+                *_locality_rows(results),
                 ("total time (s)", results["total_time_s"]),
             ],
         )
@@ -163,6 +164,27 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
             ("row age served (mean / max steps)", _ages(row_cache)),
             ("rows refreshed / epoch (too old)", row_cache["refreshed_per_epoch"]),
             ("row + gradient MB / epoch", row_cache["embed_mb_per_epoch"]),
+        ]
+    return rows
+
+
+def _locality_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Where distributed mini-batch neighbourhoods came from, and historical embeddings."""
+    rows: list[tuple[str, Any]] = []
+    if results.get("local_edge_share") is not None:
+        rows.append(("sampled edges from own part", _rate(results["local_edge_share"])))
+    history = results.get("historical")
+    if history:
+        rows += [
+            (
+                "historical embeddings",
+                f"layers {','.join(map(str, history['layers']))}, at most {history['max_age']} "
+                f"steps old, re-sent every {history['push_every']}",
+            ),
+            ("historical hit rate (remote nodes served)", _rate(history["hit_rate"])),
+            ("historical age served (mean / max steps)", _ages(history)),
+            ("historical push MB / epoch", history["push_mb_per_epoch"]),
+            ("historical tables MB (all workers)", history["memory_mb"]),
         ]
     return rows
 

@@ -1,0 +1,208 @@
+"""Historical embeddings of remote nodes (DistGNN-MB's historical embedding cache, HEC;
+GNNAutoScale's historical embeddings on one machine).
+
+A sampled mini-batch needs, at layer ``l``, the hidden embedding ``h^l`` of every source node of
+block ``l``. For a node another rank owns, computing it exactly means sampling its neighbourhood
+one hop further out and fetching the input rows below it, most of them remote too. With
+historical embeddings from layer ``L`` on (``--historical L:age``) a rank keeps, per layer
+``l >= L``, a table of ``h^l`` of its halo (the remote in-neighbours of its own nodes) that the
+owners pushed: the sampler serves such a node from the table instead of expanding it (its
+subtree below layer ``l`` is never sampled nor fetched) when the entry is at most ``age`` steps
+old, and expands it exactly otherwise.
+
+Owners push what they compute anyway: after every training step a rank sends the ``h^l`` its
+batch computed for its own nodes to every rank whose halo holds them, each node to each rank at
+most once every ``push_every`` steps (one all-to-all for the ids, one for the rows, per layer;
+stage ``historical``). ``push_every = age`` (the default) re-sends a row just as the copy it
+replaces reaches the age bound. An entry pushed after
+step ``t`` is stamped ``t`` and may serve steps ``t + 1 .. t + age``: age 0 serves nothing, and
+training is then exact bit for bit. Served entries are detached (no gradient flows to their
+owners), as in both papers.
+
+Collective ordering: :meth:`HistoricalEmbeddings.after_step` is a collective made by every rank
+after every training step (all ranks run the same number of steps, so they agree on which steps
+push). The constructor is a collective too (ranks tell the owners which of their nodes they
+watch). :meth:`prune` and :meth:`read` are local.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from shardgnn.distributed.comm import Communicator
+from shardgnn.partition.book import PartitionBook, bucket_by_owner
+
+NEVER = np.iinfo(np.int64).min // 2
+"""Stamp of an entry no owner has pushed yet."""
+
+
+def halo_of(indices: np.ndarray, start: int, end: int) -> np.ndarray:
+    """The sorted remote in-neighbours of a part (sources of its in-edges outside
+    ``[start, end)``; ``indices`` in new global ids)."""
+    indices = np.asarray(indices, dtype=np.int64)
+    return np.unique(indices[(indices < start) | (indices >= end)])
+
+
+class HistoricalEmbeddings:
+    """Per-layer tables of the halo's hidden embeddings, pushed by their owners.
+
+    Args:
+        book: the partition book (part ``p`` is owned by rank ``p``).
+        rank: this rank.
+        comm: the communicator (stage ``stage``; set-up under ``stage + "_setup"``).
+        halo: the nodes this rank keeps entries for (:func:`halo_of` its part).
+        layers: the block layers served from the tables (``L .. num_layers - 1``, ``L >= 1``).
+        max_age: an entry serves at most this many steps after the step that computed it.
+        push_every: an owner sends a node's row to a watching rank at most once every this
+            many steps (and only after steps that computed it).
+    """
+
+    def __init__(
+        self,
+        book: PartitionBook,
+        rank: int,
+        comm: Communicator,
+        halo: np.ndarray,
+        layers: range,
+        max_age: int,
+        push_every: int = 1,
+        stage: str = "historical",
+    ):
+        assert min(layers) >= 1 and max_age >= 0 and push_every >= 1
+        self.book, self.rank, self.comm, self.stage = book, rank, comm, stage
+        self.layers, self.max_age, self.push_every = layers, max_age, push_every
+        self.watch = np.asarray(halo, dtype=np.int64)
+        assert np.all(book.owner(self.watch) != rank) and np.all(np.diff(self.watch) > 0)
+        self.stamps = {layer: np.full(self.watch.shape[0], NEVER, np.int64) for layer in layers}
+        self.rows: dict[int, torch.Tensor] = {}  # allocated at the first push (width known then)
+        self.step = 0
+        comm.declare(stage)
+        # Tell every owner which of its nodes this rank watches: owners push only those.
+        owners = book.owner(self.watch)
+        order, counts = bucket_by_owner(self.watch, owners, comm.world_size)
+        asks = np.split(self.watch[order], np.cumsum(counts)[:-1])
+        got = comm.all_to_all([torch.from_numpy(a) for a in asks], stage + "_setup")
+        self.subscribers = {
+            q: np.sort(t.numpy()) for q, t in enumerate(got) if q != rank and t.numel()
+        }
+        # per layer and watching rank: the step each watched node was last sent at
+        self.sent = {
+            layer: {q: np.full(w.shape[0], NEVER, np.int64) for q, w in self.subscribers.items()}
+            for layer in layers
+        }
+        self.reset_counters()
+
+    def reset_counters(self) -> None:
+        """Zero the counters of :meth:`counters` (per epoch)."""
+        self.lookups = self.hits = self.pushed_rows = 0
+        self.ages = np.zeros(self.max_age + 1, dtype=np.int64)
+
+    def counters(self) -> list[float]:
+        """``[lookups, hits, pushed rows, served at age 0, 1, ..., max_age]`` since the last
+        :meth:`reset_counters` (``lookups``: remote nodes the tables' layers needed)."""
+        return [self.lookups, self.hits, self.pushed_rows, *self.ages.tolist()]
+
+    @property
+    def nbytes(self) -> int:
+        """Memory of the tables (rows and stamps)."""
+        rows = sum(t.numel() * t.element_size() for t in self.rows.values())
+        return rows + sum(s.nbytes for s in self.stamps.values())
+
+    def _positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(watched, pos)``: which ``nodes`` the tables watch, and their table rows."""
+        pos = np.searchsorted(self.watch, nodes)
+        pos = np.minimum(pos, max(self.watch.shape[0] - 1, 0))
+        watched = self.watch[pos] == nodes if self.watch.shape[0] else np.zeros(len(nodes), bool)
+        return watched, pos
+
+    def _fresh(self, layer: int, pos: np.ndarray, watched: np.ndarray) -> np.ndarray:
+        age = self.step - self.stamps[layer][pos]
+        return watched & (age <= self.max_age)
+
+    def prune(self, layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray | None:
+        """Which ``src_nodes`` of block ``layer`` take ``h^layer`` from the table (a bool mask;
+        None: the layer keeps none). The block's dst nodes are always computed (their own
+        ``h^layer`` is needed exactly where it is computed); of the others, a node is served when
+        its entry is at most ``max_age`` steps old at the current step."""
+        if layer not in self.layers:
+            return None
+        mask = np.zeros(src_nodes.shape[0], dtype=bool)
+        others = src_nodes[num_dst:]
+        self.lookups += int((self.book.owner(others) != self.rank).sum())
+        watched, pos = self._positions(others)
+        mask[num_dst:] = self._fresh(layer, pos, watched)
+        return mask
+
+    def read(self, layer: int, nodes: np.ndarray) -> torch.Tensor:
+        """The table rows of ``nodes`` (served by :meth:`prune` at this step); each entry's age is
+        checked against the bound and counted."""
+        if layer not in self.rows:  # nothing pushed yet, so nothing served
+            assert nodes.shape[0] == 0
+            return torch.zeros((0, 0), dtype=torch.float32)
+        watched, pos = self._positions(nodes)
+        ages = self.step - self.stamps[layer][pos]
+        if not (watched.all() and np.all((ages >= 1) & (ages <= self.max_age))):
+            raise AssertionError(
+                f"historical layer {layer}: an entry served at step {self.step} is missing or "
+                f"older than {self.max_age} steps (ages {np.unique(ages).tolist()})"
+            )
+        self.hits += int(nodes.shape[0])
+        self.ages += np.bincount(ages, minlength=self.max_age + 1)[: self.max_age + 1]
+        return self.rows[layer][torch.from_numpy(pos)]
+
+    @torch.no_grad()
+    def after_step(self, computed: dict[int, tuple[np.ndarray, torch.Tensor]]) -> None:
+        """End of a training step (collective). ``computed[l] = (nodes, h_DF)``: the
+        ``h^l`` this rank's batch computed, and for which nodes. Every owner sends its own
+        nodes' rows, stamped with this step, to the ranks that watch them, each row to each rank
+        at most once every ``push_every`` steps."""
+        for layer in self.layers:
+            nodes, h_DF = computed[layer]
+            self._push(layer, np.asarray(nodes, dtype=np.int64), h_DF.detach().float().cpu())
+        self.step += 1
+
+    def _push(self, layer: int, nodes: np.ndarray, h_DF: torch.Tensor) -> None:
+        world, width = self.comm.world_size, int(h_DF.shape[1])
+        empty_ids, empty_rows = torch.zeros(0, dtype=torch.int64), h_DF.new_zeros((0, width))
+        own = np.flatnonzero(self.book.owner(nodes) == self.rank)
+        ids_out, rows_out = [empty_ids] * world, [empty_rows] * world
+        for q, watched in self.subscribers.items():
+            pos = np.minimum(np.searchsorted(watched, nodes[own]), watched.shape[0] - 1)
+            sent = self.sent[layer][q]
+            due = (watched[pos] == nodes[own]) & (self.step - sent[pos] >= self.push_every)
+            sent[pos[due]] = self.step
+            ids_out[q] = torch.from_numpy(nodes[own[due]])
+            rows_out[q] = h_DF[torch.from_numpy(own[due])]
+        got_ids = self.comm.all_to_all(ids_out, self.stage)
+        got_rows = self.comm.all_to_all(
+            rows_out, self.stage, recv_counts=[int(t.shape[0]) for t in got_ids]
+        )
+        if layer not in self.rows:
+            self.rows[layer] = torch.zeros((self.watch.shape[0], width), dtype=torch.float32)
+        ids = torch.cat(got_ids).numpy()
+        watched, pos = self._positions(ids)
+        assert watched.all(), "an owner pushed a node this rank does not watch"
+        self.rows[layer][torch.from_numpy(pos)] = torch.cat(got_rows)
+        self.stamps[layer][pos] = self.step
+        self.pushed_rows += int(sum(int(t.shape[0]) for t in rows_out))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The tables, their stamps and the step (a checkpoint holds one per rank)."""
+        state = {"step": torch.tensor(self.step)}
+        for layer in self.layers:
+            state[f"stamps.{layer}"] = torch.from_numpy(self.stamps[layer].copy())
+            for q, sent in self.sent[layer].items():
+                state[f"sent.{layer}.{q}"] = torch.from_numpy(sent.copy())
+            if layer in self.rows:
+                state[f"rows.{layer}"] = self.rows[layer].clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.step = int(state["step"])
+        for layer in self.layers:
+            self.stamps[layer] = state[f"stamps.{layer}"].numpy().astype(np.int64)
+            for q in self.sent[layer]:
+                self.sent[layer][q] = state[f"sent.{layer}.{q}"].numpy().astype(np.int64)
+            if f"rows.{layer}" in state:
+                self.rows[layer] = state[f"rows.{layer}"].to(torch.float32).clone()

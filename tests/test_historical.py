@@ -1,0 +1,178 @@
+"""Historical embeddings (``--historical L:AGE``): every served entry is checked against the
+owners' pushes (right node, right stamp, never older than the bound, the latest push when owners
+push every step); sampled blocks skip exactly the served nodes; age 0 is exact training bit for
+bit; training with a bound stays as accurate as exact training; a resumed run equals an
+uninterrupted one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.nn.models import with_history
+from shardgnn.partition.book import PartitionBook
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.train.config import RunConfig, TrainConfig
+
+from distributed_helpers import run_workers
+
+NUM_NODES = 90
+
+
+def _computed(step: int, rank: int) -> np.ndarray:
+    """The nodes rank ``rank``'s batch computes at ``step`` (any owners, sorted, unique)."""
+    rng = np.random.default_rng([step, rank, 7])
+    return np.unique(rng.integers(0, NUM_NODES, int(rng.integers(0, 40))))
+
+
+def _tables(ctx, age: int, push_every: int, steps: int):
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.store.historical import HistoricalEmbeddings
+
+    world, rank = ctx.world_size, ctx.rank
+    book = PartitionBook(np.linspace(0, NUM_NODES, world + 1).astype(np.int64))
+    start, end = book.part_range(rank)
+    comm = Communicator(rank, world, ctx.group)
+    # every other remote node is watched
+    halo = np.array([v for v in range(0, NUM_NODES, 2) if not start <= v < end], dtype=np.int64)
+    tables = HistoricalEmbeddings(book, rank, comm, halo, range(1, 2), age, push_every)
+    served_total = 0
+    for step in range(steps):
+        # a block: dst nodes first (never served), then other src nodes
+        rng = np.random.default_rng([step, rank, 3])
+        src = rng.permutation(NUM_NODES)[:50].astype(np.int64)
+        mask = tables.prune(1, src, 10)
+        assert not mask[:10].any()
+        served = src[mask]
+        assert np.all(np.isin(served, halo))
+        rows = tables.read(1, served).numpy()
+        if served.size:
+            assert np.array_equal(rows[:, 0], served)  # the node's own row
+            stamps = rows[:, 1].astype(np.int64)
+            assert np.all((step - stamps >= 1) & (step - stamps <= age))
+            assert np.array_equal(rows[:, 2], book.owner(served))  # pushed by its owner
+            if push_every == 1:  # the owner's latest computation before this step
+                for v, stamp in zip(served, stamps):
+                    owner = int(book.owner(np.array([v]))[0])
+                    last = max(t for t in range(step) if v in _computed(t, owner))
+                    assert stamp == last
+        served_total += served.size
+        nodes = _computed(step, rank)
+        h = torch.tensor([[v, step, rank] for v in nodes], dtype=torch.float32).reshape(-1, 3)
+        tables.after_step({1: (nodes, h)})
+    return served_total, tables.counters()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("world", "age", "push_every"), [(2, 3, 1), (3, 4, 3), (2, 0, 1)])
+def test_served_entries_are_the_owners_pushes_within_the_bound(world, age, push_every):
+    results = run_workers(_tables, world, age, push_every, 25)
+    served = sum(r[0] for r in results)
+    if age == 0:
+        assert served == 0  # age 0 serves nothing: exact
+    else:
+        assert served > 50
+        for _, counters in results:
+            lookups, hits, _, *ages = counters
+            assert hits <= lookups and sum(ages) == hits and ages[0] == 0
+
+
+def test_with_history_merges_in_order_and_passes_gradients_to_computed_rows():
+    mask = torch.tensor([False, True, False, True, True])
+    h = torch.tensor([[1.0], [2.0]], requires_grad=True)
+    rows = torch.tensor([[10.0], [20.0], [30.0]])
+    out = with_history(h, mask, rows)
+    assert out.flatten().tolist() == [1.0, 10.0, 2.0, 20.0, 30.0]
+    out.sum().backward()
+    assert h.grad.flatten().tolist() == [1.0, 1.0]
+
+
+def test_historical_settings_are_checked():
+    two = RunConfig(workers=2)
+    with pytest.raises(ConfigError, match="applies to distributed mini-batch node"):
+        TrainConfig(historical="1:2")
+    with pytest.raises(ConfigError, match=r"must lie in \[1, 1\]"):
+        TrainConfig(historical="2:2", sampler=SamplerConfig(fanouts=(5, 5)), run=two)
+    with pytest.raises(ConfigError, match="LAYER:AGE"):
+        TrainConfig(historical="1-2", sampler=SamplerConfig(fanouts=(5, 5)), run=two)
+    with pytest.raises(ConfigError, match="--overlap on"):
+        TrainConfig(historical="1:2", run=RunConfig(workers=2, overlap="on"))
+    config = TrainConfig(historical="1:3", sampler=SamplerConfig(fanouts=(5, 5, 5)), run=two)
+    assert config.historical_layers == range(1, 3) and config.historical_push_interval == 3
+
+
+def _train(ctx, path, historical, epochs):
+    from shardgnn.nn.models import ModelConfig
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.train.config import OptimConfig
+    from shardgnn.train.worker import train_with_context
+
+    config = TrainConfig(
+        model=ModelConfig(model="sage", hidden=32, num_layers=2),
+        sampler=SamplerConfig(fanouts=(8, 8)),
+        optim=OptimConfig(epochs=epochs, lr=0.01),
+        batch_size=128,
+        progress=False,
+        seed=0,
+        historical=historical,
+        run=RunConfig(partitions=path, overlap="off", host_sharing="off"),
+    )
+    return train_with_context(config, ctx)
+
+
+@pytest.fixture(scope="module")
+def two_parts(tmp_path_factory):
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+    from shardgnn.partition.format import write_partitions
+    from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+    g = generate(SyntheticConfig(nodes=4000, degree=10, classes=4, features=16, snr=1.5, seed=9))
+    path = tmp_path_factory.mktemp("historical") / "p2"
+    result = partition_graph(g, PartitionConfig(num_parts=2, method="metis", seed=0))
+    write_partitions(g, result.assignment, path, method=result.method)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_age_zero_is_exact_and_a_bound_keeps_accuracy(two_parts):
+    exact = run_workers(_train, 2, two_parts, None, 6)[0]
+    zero = run_workers(_train, 2, two_parts, "1:0", 6)[0]
+    assert [e["loss"] for e in zero["epochs"]] == [e["loss"] for e in exact["epochs"]]
+    assert zero["test_acc"] == exact["test_acc"]
+    assert zero["historical"]["hit_rate"] == 0.0
+    bounded = run_workers(_train, 2, two_parts, "1:3", 6)[0]
+    summary = bounded["historical"]
+    assert summary["hit_rate"] > 0.3 and summary["max_served_age"] <= 3
+    assert summary["push_mb_per_epoch"] > 0 and summary["memory_mb"] > 0
+    assert abs(bounded["test_acc"] - exact["test_acc"]) <= 0.02, (bounded, exact["test_acc"])
+    # served nodes are not expanded: fewer rows fetched, fewer neighbours sampled, and of the
+    # sampled edges more come from the worker's own part
+    assert 0.5 < exact["local_edge_share"] < bounded["local_edge_share"] <= 1.0
+    for stage in ("fetch", "sample"):
+        assert bounded["comm"][stage]["bytes_sent"] < exact["comm"][stage]["bytes_sent"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(two_parts, tmp_path):
+    import json
+
+    from shardgnn.cli import main
+
+    from conftest import assert_same_weights, final_weights
+
+    argv = ["train", "--partitions", two_parts, "--fanouts", "8,8", "--hidden", "32"]
+    argv += ["--batch-size", "128", "--historical", "1:3", "--host-sharing", "off", "--quiet"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert main([*argv, "--epochs", "4", "--checkpoint-dir", str(straight), "--results", a]) == 0
+    stop = [*argv, "--checkpoint-dir", str(stopped), "--results", b]
+    assert main([*stop, "--epochs", "2"]) == 0
+    assert main([*stop, "--epochs", "4", "--resume"]) == 0
+    assert_same_weights(final_weights(straight), final_weights(stopped))
+    first, resumed = (json.loads(open(f).read()) for f in (a, b))
+    assert [e["loss"] for e in first["epochs"]] == [e["loss"] for e in resumed["epochs"]]
