@@ -14,6 +14,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.nn.models import with_history
 from shardgnn.partition.book import PartitionBook
 from shardgnn.sampling.config import SamplerConfig
+from shardgnn.store.cache.config import CacheConfig
 from shardgnn.train.config import RunConfig, TrainConfig
 
 from distributed_helpers import run_workers
@@ -100,6 +101,8 @@ def test_historical_settings_are_checked():
         TrainConfig(historical="1-2", sampler=SamplerConfig(fanouts=(5, 5)), run=two)
     with pytest.raises(ConfigError, match="--overlap on"):
         TrainConfig(historical="1:2", run=RunConfig(workers=2, overlap="on"))
+    with pytest.raises(ConfigError, match="--cache-policy belady"):
+        TrainConfig(historical="1:2", cache=CacheConfig(policy="belady"), run=two)
     config = TrainConfig(historical="1:3", sampler=SamplerConfig(fanouts=(5, 5, 5)), run=two)
     assert config.historical_layers == range(1, 3) and config.historical_push_interval == 3
 

@@ -502,11 +502,12 @@ class TrainConfig:
                 "to distributed mini-batch node classification (add --workers N, --mode "
                 "minibatch, --task node), or drop it"
             )
-        if self.run.overlap == "on":
+        if self.run.overlap == "on" or self.cache.policy == "belady":
+            what = "--overlap on" if self.run.overlap == "on" else "--cache-policy belady"
             raise ConfigError(
-                f"{flag} with --overlap on: a batch must be sampled after the previous step's "
-                "push, so historical embeddings run without the prefetch thread; use --overlap "
-                "auto or off"
+                f"{flag} with {what}: a batch must be sampled after the previous step's push, "
+                "and both sample batches ahead; use --overlap auto or off and another cache "
+                "policy"
             )
 
     @property
