@@ -11,8 +11,10 @@ not own crosses the network, as between machines), GraphSAGE, fanouts 10,10, glo
 
 * ``exact``: random seed batches, float32 rows;
 * ``cluster``: ``--batching cluster`` (METIS clusters of each part per batch);
+* ``cluster-halo0`` / ``cluster-halo1``: with ``--cluster-halo 0`` / ``1``;
 * ``cache``: ``--cache-policy degree --cache-size 20%``;
 * ``fetch-1bit`` / ``fetch-1bit-ef``: ``--fetch-bits 1``, without / with ``--error-feedback``;
+* ``fetch-8bit``: ``--fetch-bits 8``;
 * ``cluster+cache``: both;
 * ``hist-A``: ``--historical 1:A`` (remote nodes' layer-1 embeddings pushed by their owners, at
   most A steps old, instead of expanding them);
@@ -41,8 +43,11 @@ from shardgnn.cli.plot import remote_mb_per_epoch
 STRATEGIES = {
     "exact": [],
     "cluster": ["--batching", "cluster"],
+    "cluster-halo0": ["--batching", "cluster", "--cluster-halo", "0"],
+    "cluster-halo1": ["--batching", "cluster", "--cluster-halo", "1"],
     "cache": ["--cache-policy", "degree", "--cache-size", "20%"],
     "fetch-1bit": ["--fetch-bits", "1"],
+    "fetch-8bit": ["--fetch-bits", "8"],
     "fetch-1bit-ef": ["--fetch-bits", "1", "--error-feedback"],
     "cluster+cache": ["--batching", "cluster", "--cache-policy", "degree", "--cache-size", "20%"],
     "hist-4": ["--historical", "1:4"],
@@ -79,6 +84,7 @@ def run(a, dataset: str, parts: Path, strategy: str, seed: int, tmp: Path) -> di
         "remote_mb": remote_mb_per_epoch(res),
         "historical": res.get("historical"),
         "local_edge_share": res.get("local_edge_share"),
+        "kept_edge_share": res.get("kept_edge_share"),
         "epoch_s": float(np.mean([e["time_s"] for e in measured])),
     }
 

@@ -117,3 +117,66 @@ def test_cluster_batching_is_refused_where_it_does_not_apply():
     with pytest.raises(ConfigError, match="--clusters-per-batch 0"):
         TrainConfig(batching="cluster", clusters_per_batch=0, run=RunConfig(workers=2))
     assert TrainConfig(batching="cluster", run=RunConfig(workers=2)).batching == "cluster"
+
+
+@pytest.mark.parametrize("halo", [0, 1, 2])
+def test_a_bounded_halo_keeps_only_edges_among_the_nodes_it_reached(pset, halo):
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.neighbor import NeighborSampler, sample_blocks, sample_neighbors
+
+    graph = pset.reassemble()
+    config = SamplerConfig(fanouts=(5, 5))
+    plain = NeighborSampler(graph.indptr, graph.indices, config)
+    seeds = np.arange(0, 3000, 37)
+    node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
+    bounded = sample_blocks(
+        seeds,
+        config,
+        11,
+        one_hop=lambda frontier, fanout, s: sample_neighbors(
+            plain.indptr, plain.indices, frontier, fanout, False, s
+        ),
+        degree_of=lambda nodes: np.diff(plain.indptr)[nodes],
+        node_map=node_map,
+        halo_hops=halo,
+    )
+    exact = plain.sample(seeds, 11)
+    if halo >= 1:  # hop 0 unbounded: the last hop draws for the same frontier as the plain one
+        dropped_or_kept = bounded.num_sampled_edges + bounded.num_dropped_edges
+        assert dropped_or_kept == exact.num_sampled_edges
+    reached = seeds if halo == 0 else bounded.blocks[-1].src_nodes_S.numpy()
+    if halo == 2:
+        assert bounded.num_dropped_edges == 0
+        reached = bounded.blocks[0].src_nodes_S.numpy()
+    for block in bounded.blocks:
+        src = block.src_nodes_S.numpy()
+        assert np.all(np.isin(src, reached))  # no node beyond the halo
+        dst = np.repeat(block.dst_nodes_D.numpy(), np.diff(block.indptr_D1.numpy()))
+        for u, v in zip(src[block.indices_E.numpy()], dst):  # every edge is a graph edge
+            assert u in graph.indices[graph.indptr[v] : graph.indptr[v + 1]]
+
+
+def test_cluster_halo_settings_are_checked():
+    two = RunConfig(workers=2)
+    with pytest.raises(ConfigError, match="--batching cluster or drop it"):
+        TrainConfig(cluster_halo=0, run=two)
+    with pytest.raises(ConfigError, match="cluster-halo"):
+        TrainConfig(batching="cluster", cluster_halo=4, run=two)
+    assert TrainConfig(batching="cluster", cluster_halo=0, run=two).cluster_halo == 0
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_cluster_batches_with_a_zero_halo_train_on_their_own_part(tmp_path):
+    import json
+
+    from shardgnn.cli import main
+
+    out = tmp_path / "r.json"
+    argv = ["train", "synthetic:nodes=3000", "--workers", "2", "--epochs", "1", "--quiet"]
+    argv += ["--batching", "cluster", "--cluster-halo", "0", "--results", str(out)]
+    assert main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["batching"] == "cluster"
+    # only edges among a batch's seeds: almost all inside the worker's part, most drawn dropped
+    assert results["local_edge_share"] > 0.95 and results["kept_edge_share"] < 0.5

@@ -72,13 +72,13 @@ class NeighborSamplingStage:
 
 
 class LocalityCounter:
-    """Passes sampled batches through, counting their sampled edges and those whose source node
+    """Passes sampled batches through, counting their sampled edges, those whose source node
     ``owned(global ids) -> bool mask`` says this worker owns (how local a batching keeps its
-    neighbourhoods)."""
+    neighbourhoods), and the drawn edges a bounded halo dropped."""
 
     def __init__(self, samples: Iterable[tuple[int, SampledBlocks]], owned):
         self.samples, self.owned = samples, owned
-        self.local_edges = self.edges = 0
+        self.local_edges = self.edges = self.dropped = 0
 
     def __len__(self) -> int:
         return len(self.samples)  # type: ignore[arg-type]
@@ -89,6 +89,7 @@ class LocalityCounter:
                 sources = block.src_nodes_S.numpy()[block.indices_E.numpy()]
                 self.local_edges += int(self.owned(sources).sum())
                 self.edges += int(sources.shape[0])
+            self.dropped += sample.num_dropped_edges
             yield index, sample
 
 

@@ -46,9 +46,11 @@ class DistNeighborSampler:
         comm: Communicator,
         stage: str = "sample",
         prune: Prune | None = None,
+        halo_hops: int | None = None,
     ):
         self.graph, self.config, self.comm, self.stage = graph, config, comm, stage
         self.prune = prune  # historical embeddings: nodes not to expand (sample_blocks)
+        self.halo_hops = halo_hops  # cluster batches with a bounded halo (sample_blocks)
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
         if graph.peers:
             comm.declare(stage)
@@ -170,4 +172,5 @@ class DistNeighborSampler:
             degree_of=lambda nodes: self.graph.degree[nodes],
             node_map=self._node_map,
             prune=self.prune,
+            halo_hops=self.halo_hops,
         )

@@ -105,6 +105,7 @@ def sample_blocks(
     node_map: np.ndarray,
     exclude: np.ndarray | None = None,
     prune: Prune | None = None,
+    halo_hops: int | None = None,
 ) -> SampledBlocks:
     """The layer loop every sampler shares: for each fanout (output layer first) draw one hop with
     ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all), relabel, build the
@@ -112,7 +113,10 @@ def sample_blocks(
     ``exclude`` (sorted pair keys) drops those edges from every hop (:func:`drop_excluded`).
     ``prune(block layer, src nodes, num dst)`` marks src nodes whose input embedding comes from
     elsewhere (historical embeddings): they become the block's ``history_S`` and are not
-    expanded further out.
+    expanded further out. ``halo_hops = h``: from hop ``h`` on (0 = the seeds' own hop) only
+    edges between nodes already reached are kept, so the batch's nodes are its seeds and their
+    ``h``-hop neighbourhood (Cluster-GCN: ``h = 0``); the draws are those of the plain sampler,
+    edges to other nodes are dropped after it and counted in ``num_dropped_edges``.
     """
     seeds_np = np.ascontiguousarray(
         seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
@@ -121,11 +125,16 @@ def sample_blocks(
         numba.set_num_threads(config.num_threads)
     blocks: list[Block] = []
     frontier = seeds_np
+    dropped = 0
     for layer, fanout in enumerate(config.fanouts):
         offsets, nbr, eid = one_hop(frontier, fanout, mix_seed(seed, layer))
         if exclude is not None and exclude.shape[0]:
             num_nodes = node_map.shape[0]
             offsets, nbr, eid = drop_excluded(frontier, offsets, nbr, eid, exclude, num_nodes)
+        if halo_hops is not None and layer >= halo_hops:
+            drawn = nbr.shape[0]
+            offsets, nbr, eid = keep_edges(offsets, nbr, eid, np.isin(nbr, frontier))
+            dropped += drawn - nbr.shape[0]
         src_nodes, local = relabel(frontier, nbr, node_map)
         block_layer = len(config.fanouts) - 1 - layer
         history = None
@@ -144,7 +153,21 @@ def sample_blocks(
         )
         frontier = src_nodes if history is None else src_nodes[~history]
     blocks.reverse()
-    return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks)
+    return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks, num_dropped_edges=dropped)
+
+
+def keep_edges(
+    offsets: np.ndarray, nbr: np.ndarray, eid: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One hop's draws ``(offsets, nbr, edge ids)`` with only the edges where ``keep`` holds."""
+    if keep.all():
+        return offsets, nbr, eid
+    counts = np.diff(offsets)
+    row = np.repeat(np.arange(counts.shape[0]), counts)
+    kept = np.bincount(row[keep], minlength=counts.shape[0])
+    new_offsets = np.zeros_like(offsets)
+    np.cumsum(kept, out=new_offsets[1:])
+    return new_offsets, nbr[keep], eid[keep]
 
 
 def drop_excluded(
@@ -167,11 +190,4 @@ def drop_excluded(
     dst = np.repeat(frontier, counts)
     keys = pair_keys(nbr, dst, num_nodes)
     pos = np.minimum(np.searchsorted(exclude, keys), exclude.shape[0] - 1)
-    keep = exclude[pos] != keys
-    if keep.all():
-        return offsets, nbr, eid
-    row = np.repeat(np.arange(frontier.shape[0]), counts)
-    kept = np.bincount(row[keep], minlength=frontier.shape[0])
-    new_offsets = np.zeros_like(offsets)
-    np.cumsum(kept, out=new_offsets[1:])
-    return new_offsets, nbr[keep], eid[keep]
+    return keep_edges(offsets, nbr, eid, exclude[pos] != keys)

@@ -71,6 +71,8 @@ class SampledBlocks:
 
     seeds: torch.Tensor
     blocks: list[Block]
+    num_dropped_edges: int = dataclasses.field(default=0, kw_only=True)
+    """drawn edges left out by a bounded halo (``sample_blocks``' ``halo_hops``)"""
 
     @property
     def input_nodes(self) -> torch.Tensor:

@@ -321,6 +321,13 @@ class TrainConfig:
     clusters_per_batch: int = option(
         4, help="--batching cluster: clusters per batch (each part is split into batches x this)"
     )
+    cluster_halo: int | None = option(
+        None,
+        metavar="H",
+        help="--batching cluster: a batch's nodes are its seeds and their H-hop sampled "
+        "neighbourhood, later hops keep only edges among them (0: the clusters' own subgraph, "
+        "as Cluster-GCN; unset: every layer's hop)",
+    )
     historical: str | None = option(
         None,
         metavar="L:AGE",
@@ -446,6 +453,16 @@ class TrainConfig:
             )
         if self.clusters_per_batch < 1:
             raise invalid(self, "clusters_per_batch", "must be >= 1")
+        if self.cluster_halo is not None:
+            if self.batching != "cluster":
+                raise ConfigError(
+                    f"--cluster-halo {self.cluster_halo} bounds the halo of cluster batches; add "
+                    "--batching cluster or drop it"
+                )
+            if not 0 <= self.cluster_halo <= self.model.num_layers:
+                raise invalid(
+                    self, "cluster_halo", f"must lie in [0, {self.model.num_layers}] (the layers)"
+                )
         self._check_historical()
         bits = self.full.bits if self.mode == "full" else self.fetch_bits
         if self.error_feedback and bits == 32:

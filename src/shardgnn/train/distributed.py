@@ -195,6 +195,8 @@ class DistSampledSteps(DistSteps):
             "batching": self.config.batching,
             # sampled training edges whose source the worker owns, mean over epochs
             "local_edge_share": _mean_of(history, "local_edge_share"),
+            # with --cluster-halo: sampled edges kept inside the bounded halo, mean over epochs
+            "kept_edge_share": _mean_of(history, "kept_edge_share"),
             "fetch_bits": self.config.fetch_bits,
             "error_feedback": self.config.error_feedback,
             # the owners' residuals, summed over workers
@@ -269,9 +271,12 @@ class DistSampledSteps(DistSteps):
                 row_ages=[int(v) for v in totals[4:]],
             )
         if self.locality is not None:
-            local, edges = self.sum([self.locality.local_edges, self.locality.edges])
-            self.locality.local_edges = self.locality.edges = 0
+            counts = self.locality
+            local, edges, dropped = self.sum([counts.local_edges, counts.edges, counts.dropped])
+            counts.local_edges = counts.edges = counts.dropped = 0
             metrics["local_edge_share"] = local / edges if edges else None
+            if self.config.cluster_halo is not None:
+                metrics["kept_edge_share"] = edges / (edges + dropped) if edges else None
         if self.history is not None:
             pushed = float(epoch_comm.get(self.history.stage, [0, 0])[1])
             totals = self.sum([*self.history.counters(), pushed])
@@ -582,7 +587,9 @@ class DistMiniBatchSteps(DistSampledSteps):
                 shuffle=True,
                 seed=config.seed,
             )
-        sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
+        sampler = DistNeighborSampler(
+            self.graph, config.sampler, self.data_comm, "sample", halo_hops=config.cluster_halo
+        )
         if config.historical is not None:
             start, end = book.part_range(ctx.rank)
             self.history = HistoricalEmbeddings(

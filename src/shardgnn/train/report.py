@@ -173,6 +173,8 @@ def _locality_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
     if results.get("local_edge_share") is not None:
         rows.append(("sampled edges from own part", _rate(results["local_edge_share"])))
+    if results.get("kept_edge_share") is not None:
+        rows.append(("sampled edges kept in the halo", _rate(results["kept_edge_share"])))
     history = results.get("historical")
     if history:
         rows += [
