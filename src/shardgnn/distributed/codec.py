@@ -80,19 +80,15 @@ class RowCodec:
         # x + residual, 1-bit errors as wide as that range would feed the next range and the
         # residual would grow without bound. On x's range every residual entry stays within one
         # range of x, so the error of the mean of T sends is at most that range over T.
-        # Rounded to nearest, not stochastically: the residual already carries each error into
-        # the next send (sigma-delta), and random rounding on top only adds variance to what
-        # the receiver computes with (measured: BENCHMARKS.md section 4).
-        payload = self.encode(meant, range_of=x, stochastic=False)
+        # Rounded stochastically like plain sends: rounding to the nearest level instead
+        # (sigma-delta) was measured worse in full-graph training (BENCHMARKS.md section 4).
+        payload = self.encode(meant, range_of=x)
         residual_RF.copy_(meant - self.decode(payload, x_RF.shape[1]))
         return payload
 
-    def encode(
-        self, x_RF: torch.Tensor, range_of: torch.Tensor | None = None, stochastic: bool = True
-    ) -> torch.Tensor:
+    def encode(self, x_RF: torch.Tensor, range_of: torch.Tensor | None = None) -> torch.Tensor:
         """``[R, F]`` float rows -> ``[R, payload_bytes(F)]`` uint8 (each row quantised on its
-        own ``[min, max]``, or on that of the same row of ``range_of``, clamping to it; rounded
-        stochastically (unbiased) or, ``stochastic=False``, to the nearest level)."""
+        own ``[min, max]``, or on that of the same row of ``range_of``, clamping to it)."""
         if x_RF.dim() != 2:
             raise ValueError(
                 f"the codec encodes [rows, width] matrices, got shape {tuple(x_RF.shape)}"
@@ -110,7 +106,7 @@ class RowCodec:
         hi = -hi_bits.view(torch.float32)
         span = (hi - lo).clamp(min=torch.finfo(torch.float32).tiny)
         # The rounding stream lives on the CPU so runs are reproducible whatever the device.
-        noise = torch.rand(x.shape, generator=self.generator).to(x.device) if stochastic else 0.5
+        noise = torch.rand(x.shape, generator=self.generator).to(x.device)
         q = torch.floor((x - lo[:, None]) * (self.levels / span)[:, None] + noise)
         q = q.clamp_(0, self.levels).to(torch.int32)
         packed = self._pack(q)
