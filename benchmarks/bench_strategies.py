@@ -18,7 +18,8 @@ not own crosses the network, as between machines), GraphSAGE, fanouts 10,10, glo
 * ``cluster+cache``: both;
 * ``hist-A``: ``--historical 1:A`` (remote nodes' layer-1 embeddings pushed by their owners, at
   most A steps old, instead of expanding them);
-* ``hist-A+cache``: with the degree cache.
+* ``hist-A+cache``: with the degree cache;
+* ``pull-A``, ``pull-A+cache``: the same with ``--historical-mode pull``.
 
 Feature MB is what the feature fetch received per epoch; remote MB adds the sampling requests and
 replies and the historical pushes (everything a strategy trades; ``shardgnn plot`` draws accuracy
@@ -53,6 +54,10 @@ STRATEGIES = {
     "hist-4": ["--historical", "1:4"],
     "hist-16": ["--historical", "1:16"],
     "hist-4+cache": ["--historical", "1:4", "--cache-policy", "degree", "--cache-size", "20%"],
+    "pull-4": ["--historical", "1:4", "--historical-mode", "pull"],
+    "pull-16": ["--historical", "1:16", "--historical-mode", "pull"],
+    "pull-4+cache": ["--historical", "1:4", "--historical-mode", "pull"]
+    + ["--cache-policy", "degree", "--cache-size", "20%"],
 }
 
 

@@ -28,7 +28,7 @@ def _computed(step: int, rank: int) -> np.ndarray:
     return np.unique(rng.integers(0, NUM_NODES, int(rng.integers(0, 40))))
 
 
-def _tables(ctx, age: int, push_every: int, steps: int):
+def _tables(ctx, age: int, push_every: int, steps: int, mode: str = "push"):
     from shardgnn.distributed.comm import Communicator
     from shardgnn.store.historical import HistoricalEmbeddings
 
@@ -38,7 +38,7 @@ def _tables(ctx, age: int, push_every: int, steps: int):
     comm = Communicator(rank, world, ctx.group)
     # every other remote node is watched
     halo = np.array([v for v in range(0, NUM_NODES, 2) if not start <= v < end], dtype=np.int64)
-    tables = HistoricalEmbeddings(book, rank, comm, halo, range(1, 2), age, push_every)
+    tables = HistoricalEmbeddings(book, rank, comm, halo, range(1, 2), age, push_every, mode=mode)
     served_total = 0
     for step in range(steps):
         # a block: dst nodes first (never served), then other src nodes
@@ -54,7 +54,7 @@ def _tables(ctx, age: int, push_every: int, steps: int):
             stamps = rows[:, 1].astype(np.int64)
             assert np.all((step - stamps >= 1) & (step - stamps <= age))
             assert np.array_equal(rows[:, 2], book.owner(served))  # pushed by its owner
-            if push_every == 1:  # the owner's latest computation before this step
+            if push_every == 1 and mode == "push":  # the owner's latest computation before this
                 for v, stamp in zip(served, stamps):
                     owner = int(book.owner(np.array([v]))[0])
                     last = max(t for t in range(step) if v in _computed(t, owner))
@@ -68,9 +68,12 @@ def _tables(ctx, age: int, push_every: int, steps: int):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("world", "age", "push_every"), [(2, 3, 1), (3, 4, 3), (2, 0, 1)])
-def test_served_entries_are_the_owners_pushes_within_the_bound(world, age, push_every):
-    results = run_workers(_tables, world, age, push_every, 25)
+@pytest.mark.parametrize(
+    ("world", "age", "push_every", "mode"),
+    [(2, 3, 1, "push"), (3, 4, 3, "push"), (2, 0, 1, "push"), (2, 3, 1, "pull"), (3, 0, 1, "pull")],
+)
+def test_served_entries_are_the_owners_rows_within_the_bound(world, age, push_every, mode):
+    results = run_workers(_tables, world, age, push_every, 25, mode)
     served = sum(r[0] for r in results)
     if age == 0:
         assert served == 0  # age 0 serves nothing: exact
@@ -105,9 +108,11 @@ def test_historical_settings_are_checked():
         TrainConfig(historical="1:2", cache=CacheConfig(policy="belady"), run=two)
     config = TrainConfig(historical="1:3", sampler=SamplerConfig(fanouts=(5, 5, 5)), run=two)
     assert config.historical_layers == range(1, 3) and config.historical_push_interval == 3
+    with pytest.raises(ConfigError, match="--historical-mode is pull"):
+        TrainConfig(historical="1:3", historical_mode="pull", historical_push_every=2, run=two)
 
 
-def _train(ctx, path, historical, epochs):
+def _train(ctx, path, historical, epochs, mode="push"):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig
@@ -121,6 +126,7 @@ def _train(ctx, path, historical, epochs):
         progress=False,
         seed=0,
         historical=historical,
+        historical_mode=mode,
         run=RunConfig(partitions=path, overlap="off", host_sharing="off"),
     )
     return train_with_context(config, ctx)
@@ -150,18 +156,28 @@ def test_age_zero_is_exact_and_a_bound_keeps_accuracy(two_parts):
     bounded = run_workers(_train, 2, two_parts, "1:3", 6)[0]
     summary = bounded["historical"]
     assert summary["hit_rate"] > 0.3 and summary["max_served_age"] <= 3
-    assert summary["push_mb_per_epoch"] > 0 and summary["memory_mb"] > 0
+    assert summary["traffic_mb_per_epoch"] > 0 and summary["memory_mb"] > 0
     assert abs(bounded["test_acc"] - exact["test_acc"]) <= 0.02, (bounded, exact["test_acc"])
     # served nodes are not expanded: fewer rows fetched, fewer neighbours sampled, and of the
     # sampled edges more come from the worker's own part
     assert 0.5 < exact["local_edge_share"] < bounded["local_edge_share"] <= 1.0
     for stage in ("fetch", "sample"):
         assert bounded["comm"][stage]["bytes_sent"] < exact["comm"][stage]["bytes_sent"]
+    # pulled rows: the same bound, the same checks, only rows that are read move
+    pulled = run_workers(_train, 2, two_parts, "1:3", 6, "pull")[0]
+    assert pulled["historical"]["mode"] == "pull" and pulled["historical"]["hit_rate"] > 0.3
+    assert pulled["historical"]["max_served_age"] <= 3
+    assert abs(pulled["test_acc"] - exact["test_acc"]) <= 0.02
+    zero_pull = run_workers(_train, 2, two_parts, "1:0", 6, "pull")[0]
+    assert [e["loss"] for e in zero_pull["epochs"]] == [e["loss"] for e in exact["epochs"]]
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(two_parts, tmp_path):
+@pytest.mark.parametrize("mode", ["push", "pull"])
+def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(
+    two_parts, tmp_path, mode
+):
     import json
 
     from shardgnn.cli import main
@@ -170,6 +186,7 @@ def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(tw
 
     argv = ["train", "--partitions", two_parts, "--fanouts", "8,8", "--hidden", "32"]
     argv += ["--batch-size", "128", "--historical", "1:3", "--host-sharing", "off", "--quiet"]
+    argv += ["--historical-mode", mode]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     assert main([*argv, "--epochs", "4", "--checkpoint-dir", str(straight), "--results", a]) == 0

@@ -9,6 +9,8 @@ from shardgnn.options import check_choices, invalid, option
 
 EMBEDDING_OPTIMIZERS = ("adagrad", "adam")
 EMBEDDING_STORAGE = ("memory", "disk")
+HISTORICAL_MODES = ("push", "pull")
+"""How owners fill historical-embedding tables (:mod:`shardgnn.store.historical`)."""
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -10,19 +10,27 @@ owners pushed: the sampler serves such a node from the table instead of expandin
 subtree below layer ``l`` is never sampled nor fetched) when the entry is at most ``age`` steps
 old, and expands it exactly otherwise.
 
-Owners push what they compute anyway: after every training step a rank sends the ``h^l`` its
-batch computed for its own nodes to every rank whose halo holds them, each node to each rank at
-most once every ``push_every`` steps (one all-to-all for the ids, one for the rows, per layer;
-stage ``historical``). ``push_every = age`` (the default) re-sends a row just as the copy it
-replaces reaches the age bound. An entry pushed after
+The tables are filled from what owners compute anyway, in one of two modes (stage
+``historical`` either way):
+
+* ``push`` (DistGNN-MB): after every training step a rank sends the ``h^l`` its batch computed
+  for its own nodes to every rank whose halo holds them, each node to each rank at most once
+  every ``push_every`` steps (one all-to-all for the ids, one for the rows, per layer).
+  ``push_every = age`` re-sends a row just as the copy it replaces reaches the age bound. Rows
+  move whether or not anyone reads them.
+* ``pull``: owners keep the latest ``h^l`` their batches computed for their boundary nodes; when
+  the sampler meets remote nodes it holds no fresh entry for, it asks their owners (ids out,
+  stamps back, then the rows of the fresh ones). Only rows that are read move, at the price of
+  one more exchange per layer while sampling. An entry pushed after
 step ``t`` is stamped ``t`` and may serve steps ``t + 1 .. t + age``: age 0 serves nothing, and
 training is then exact bit for bit. Served entries are detached (no gradient flows to their
 owners), as in both papers.
 
-Collective ordering: :meth:`HistoricalEmbeddings.after_step` is a collective made by every rank
-after every training step (all ranks run the same number of steps, so they agree on which steps
-push). The constructor is a collective too (ranks tell the owners which of their nodes they
-watch). :meth:`prune` and :meth:`read` are local.
+Collective ordering: the constructor is a collective (ranks tell the owners which of their nodes
+they watch). In push mode :meth:`HistoricalEmbeddings.after_step` is a collective made by every
+rank after every training step; in pull mode :meth:`prune` is one, made inside sampling, which
+every rank runs the same number of times with the same layers in the same order. :meth:`read`
+is local.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
+from shardgnn.store.config import HISTORICAL_MODES
 
 NEVER = np.iinfo(np.int64).min // 2
 """Stamp of an entry no owner has pushed yet."""
@@ -54,8 +63,9 @@ class HistoricalEmbeddings:
         halo: the nodes this rank keeps entries for (:func:`halo_of` its part).
         layers: the block layers served from the tables (``L .. num_layers - 1``, ``L >= 1``).
         max_age: an entry serves at most this many steps after the step that computed it.
-        push_every: an owner sends a node's row to a watching rank at most once every this
-            many steps (and only after steps that computed it).
+        push_every: push mode: an owner sends a node's row to a watching rank at most once
+            every this many steps (and only after steps that computed it).
+        mode: ``push`` or ``pull`` (module docstring).
     """
 
     def __init__(
@@ -68,8 +78,12 @@ class HistoricalEmbeddings:
         max_age: int,
         push_every: int = 1,
         stage: str = "historical",
+        mode: str = "push",
     ):
         assert min(layers) >= 1 and max_age >= 0 and push_every >= 1
+        assert mode in HISTORICAL_MODES, mode
+        self.pull = mode == "pull"
+        self.mode = mode
         self.book, self.rank, self.comm, self.stage = book, rank, comm, stage
         self.layers, self.max_age, self.push_every = layers, max_age, push_every
         self.watch = np.asarray(halo, dtype=np.int64)
@@ -86,28 +100,40 @@ class HistoricalEmbeddings:
         self.subscribers = {
             q: np.sort(t.numpy()) for q, t in enumerate(got) if q != rank and t.numel()
         }
-        # per layer and watching rank: the step each watched node was last sent at
+        # push: per layer and watching rank, the step each watched node was last sent at
         self.sent = {
             layer: {q: np.full(w.shape[0], NEVER, np.int64) for q, w in self.subscribers.items()}
             for layer in layers
         }
+        # pull: this rank's boundary nodes (watched by some rank), their latest computed rows
+        # and the steps that computed them
+        self.boundary = np.unique(
+            np.concatenate([np.zeros(0, np.int64), *self.subscribers.values()])
+        )
+        self.own_stamps = {
+            layer: np.full(self.boundary.shape[0], NEVER, np.int64) for layer in layers
+        }
+        self.own_rows: dict[int, torch.Tensor] = {}
         self.reset_counters()
 
     def reset_counters(self) -> None:
         """Zero the counters of :meth:`counters` (per epoch)."""
-        self.lookups = self.hits = self.pushed_rows = 0
+        self.lookups = self.hits = self.sent_rows = 0
         self.ages = np.zeros(self.max_age + 1, dtype=np.int64)
 
     def counters(self) -> list[float]:
-        """``[lookups, hits, pushed rows, served at age 0, 1, ..., max_age]`` since the last
-        :meth:`reset_counters` (``lookups``: remote nodes the tables' layers needed)."""
-        return [self.lookups, self.hits, self.pushed_rows, *self.ages.tolist()]
+        """``[lookups, hits, rows sent, served at age 0, 1, ..., max_age]`` since the last
+        :meth:`reset_counters` (``lookups``: remote nodes the tables' layers needed; rows sent:
+        pushed, or sent in reply to pulls)."""
+        return [self.lookups, self.hits, self.sent_rows, *self.ages.tolist()]
 
     @property
     def nbytes(self) -> int:
-        """Memory of the tables (rows and stamps)."""
-        rows = sum(t.numel() * t.element_size() for t in self.rows.values())
-        return rows + sum(s.nbytes for s in self.stamps.values())
+        """Memory of the tables (rows and stamps; in pull mode also the owner's rows)."""
+        tables = [*self.rows.values(), *self.own_rows.values()]
+        rows = sum(t.numel() * t.element_size() for t in tables)
+        stamps = [*self.stamps.values(), *self.own_stamps.values()]
+        return rows + sum(s.nbytes for s in stamps)
 
     def _positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(watched, pos)``: which ``nodes`` the tables watch, and their table rows."""
@@ -131,8 +157,48 @@ class HistoricalEmbeddings:
         others = src_nodes[num_dst:]
         self.lookups += int((self.book.owner(others) != self.rank).sum())
         watched, pos = self._positions(others)
-        mask[num_dst:] = self._fresh(layer, pos, watched)
+        fresh = self._fresh(layer, pos, watched)
+        if self.pull:  # ask the owners for what this rank holds no fresh entry of
+            self._pull(layer, others[watched & ~fresh])
+            fresh = self._fresh(layer, pos, watched)
+        mask[num_dst:] = fresh
         return mask
+
+    def _pull(self, layer: int, ids: np.ndarray) -> None:
+        """Ask the owners of ``ids`` (watched) for entries at most ``max_age`` steps old, and
+        answer what the other ranks ask of this one (collective: ids out; stamps back, NEVER
+        where the owner has nothing fresh; then the fresh rows)."""
+        world = self.comm.world_size
+        order, counts = bucket_by_owner(ids, self.book.owner(ids), world)
+        asks = np.split(ids[order], np.cumsum(counts)[:-1])
+        asked = self.comm.all_to_all([torch.from_numpy(a) for a in asks], self.stage)
+        own_rows = self.own_rows.get(layer)
+        width = 0 if own_rows is None else int(own_rows.shape[1])
+        stamps_out, rows_out = [], []
+        for request in asked:
+            nodes = request.numpy()
+            pos = np.searchsorted(self.boundary, nodes)
+            assert np.all(self.boundary[pos] == nodes), "a rank asked for a node it does not watch"
+            stamp = self.own_stamps[layer][pos]
+            fresh = self.step - stamp <= self.max_age
+            stamps_out.append(torch.from_numpy(np.where(fresh, stamp, NEVER)))
+            rows = torch.zeros((0, width)) if own_rows is None else own_rows[pos[fresh]]
+            rows_out.append(rows)
+            self.sent_rows += int(fresh.sum())
+        got_stamps = self.comm.all_to_all(
+            stamps_out, self.stage, recv_counts=[a.shape[0] for a in asks]
+        )
+        got_rows = self.comm.all_to_all(rows_out, self.stage)
+        for nodes, stamp_t, rows in zip(asks, got_stamps, got_rows):
+            stamp = stamp_t.numpy()
+            fresh = stamp != NEVER
+            if not fresh.any():
+                continue
+            if layer not in self.rows:
+                self.rows[layer] = torch.zeros((self.watch.shape[0], rows.shape[1]))
+            _, pos = self._positions(nodes[fresh])
+            self.rows[layer][torch.from_numpy(pos)] = rows
+            self.stamps[layer][pos] = stamp[fresh]
 
     def read(self, layer: int, nodes: np.ndarray) -> torch.Tensor:
         """The table rows of ``nodes`` (served by :meth:`prune` at this step); each entry's age is
@@ -159,8 +225,23 @@ class HistoricalEmbeddings:
         at most once every ``push_every`` steps."""
         for layer in self.layers:
             nodes, h_DF = computed[layer]
-            self._push(layer, np.asarray(nodes, dtype=np.int64), h_DF.detach().float().cpu())
+            nodes, h_DF = np.asarray(nodes, dtype=np.int64), h_DF.detach().float().cpu()
+            if self.pull:
+                self._keep_own(layer, nodes, h_DF)
+            else:
+                self._push(layer, nodes, h_DF)
         self.step += 1
+
+    def _keep_own(self, layer: int, nodes: np.ndarray, h_DF: torch.Tensor) -> None:
+        """Pull mode: remember the rows this step computed for this rank's boundary nodes."""
+        if layer not in self.own_rows:
+            self.own_rows[layer] = torch.zeros((self.boundary.shape[0], int(h_DF.shape[1])))
+        if not self.boundary.shape[0]:
+            return
+        pos = np.minimum(np.searchsorted(self.boundary, nodes), self.boundary.shape[0] - 1)
+        hit = np.flatnonzero(self.boundary[pos] == nodes)
+        self.own_rows[layer][torch.from_numpy(pos[hit])] = h_DF[torch.from_numpy(hit)]
+        self.own_stamps[layer][pos[hit]] = self.step
 
     def _push(self, layer: int, nodes: np.ndarray, h_DF: torch.Tensor) -> None:
         world, width = self.comm.world_size, int(h_DF.shape[1])
@@ -185,7 +266,7 @@ class HistoricalEmbeddings:
         assert watched.all(), "an owner pushed a node this rank does not watch"
         self.rows[layer][torch.from_numpy(pos)] = torch.cat(got_rows)
         self.stamps[layer][pos] = self.step
-        self.pushed_rows += int(sum(int(t.shape[0]) for t in rows_out))
+        self.sent_rows += int(sum(int(t.shape[0]) for t in rows_out))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The tables, their stamps and the step (a checkpoint holds one per rank)."""
@@ -194,6 +275,9 @@ class HistoricalEmbeddings:
             state[f"stamps.{layer}"] = torch.from_numpy(self.stamps[layer].copy())
             for q, sent in self.sent[layer].items():
                 state[f"sent.{layer}.{q}"] = torch.from_numpy(sent.copy())
+            state[f"own_stamps.{layer}"] = torch.from_numpy(self.own_stamps[layer].copy())
+            if layer in self.own_rows:
+                state[f"own_rows.{layer}"] = self.own_rows[layer].clone()
             if layer in self.rows:
                 state[f"rows.{layer}"] = self.rows[layer].clone()
         return state
@@ -204,5 +288,8 @@ class HistoricalEmbeddings:
             self.stamps[layer] = state[f"stamps.{layer}"].numpy().astype(np.int64)
             for q in self.sent[layer]:
                 self.sent[layer][q] = state[f"sent.{layer}.{q}"].numpy().astype(np.int64)
+            self.own_stamps[layer] = state[f"own_stamps.{layer}"].numpy().astype(np.int64)
+            if f"own_rows.{layer}" in state:
+                self.own_rows[layer] = state[f"own_rows.{layer}"].to(torch.float32).clone()
             if f"rows.{layer}" in state:
                 self.rows[layer] = state[f"rows.{layer}"].to(torch.float32).clone()

@@ -32,7 +32,7 @@ from shardgnn.options import (
 )
 from shardgnn.sampling.config import NEGATIVE_KINDS, SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
-from shardgnn.store.config import EmbeddingConfig
+from shardgnn.store.config import HISTORICAL_MODES, EmbeddingConfig
 
 MODES = ("minibatch", "full")
 TASKS = ("node", "link")
@@ -336,10 +336,17 @@ class TrainConfig:
         "instead of expanding their neighbourhoods (historical embeddings, DistGNN-MB; AGE 0 "
         "is exact training)",
     )
+    historical_mode: str = option(
+        "push",
+        choices=HISTORICAL_MODES,
+        help="--historical: push (owners send what they computed to the workers that watch it, "
+        "DistGNN-MB) or pull (workers ask owners while sampling, only for rows they lack)",
+    )
     historical_push_every: int | None = option(
         None,
-        help="--historical: an owner re-sends a node's embedding to a worker at most every this "
-        "many steps (unset: AGE, a row is re-sent as the copy it replaces reaches the bound)",
+        help="--historical-mode push: an owner re-sends a node's embedding to a worker at most "
+        "every this many steps (unset: AGE, a row is re-sent as the copy it replaces reaches the "
+        "bound)",
     )
     fetch_bits: int = option(
         32,
@@ -499,6 +506,11 @@ class TrainConfig:
     def _check_historical(self) -> None:
         if self.historical_push_every is not None and self.historical_push_every < 1:
             raise invalid(self, "historical_push_every", "must be >= 1")
+        if self.historical_push_every is not None and self.historical_mode == "pull":
+            raise ConfigError(
+                f"--historical-push-every {self.historical_push_every} paces pushes, and "
+                "--historical-mode is pull; drop one of them"
+            )
         if self.historical is None:
             return
         flag = f"--historical {self.historical}"

@@ -217,11 +217,13 @@ class DistSampledSteps(DistSteps):
         return {
             "layers": list(self.history.layers),
             "max_age": self.history.max_age,
-            "push_every": self.history.push_every,
+            "mode": self.history.mode,
+            "push_every": self.history.push_every if not self.history.pull else None,
             "hit_rate": sum(e["hits"] for e in epochs) / lookups if lookups else None,
             **_served_ages(ages),
-            "push_mb_per_epoch": (
-                float(np.mean([e["push_mb"] for e in epochs])) if epochs else None
+            # pushes, or pull requests and replies, received per epoch (all workers)
+            "traffic_mb_per_epoch": (
+                float(np.mean([e["traffic_mb"] for e in epochs])) if epochs else None
             ),
             # the tables, summed over workers
             "memory_mb": self.sum([float(self.history.nbytes)])[0] / 1e6,
@@ -278,17 +280,17 @@ class DistSampledSteps(DistSteps):
             if self.config.cluster_halo is not None:
                 metrics["kept_edge_share"] = edges / (edges + dropped) if edges else None
         if self.history is not None:
-            pushed = float(epoch_comm.get(self.history.stage, [0, 0])[1])
-            totals = self.sum([*self.history.counters(), pushed])
+            traffic = float(epoch_comm.get(self.history.stage, [0, 0])[1])
+            totals = self.sum([*self.history.counters(), traffic])
             self.history.reset_counters()
-            lookups, hits, pushed_rows = totals[:3]
+            lookups, hits, sent_rows = totals[:3]
             metrics["historical"] = {
                 "lookups": int(lookups),
                 "hits": int(hits),
                 "hit_rate": hits / lookups if lookups else None,
-                "pushed_rows": int(pushed_rows),
+                "sent_rows": int(sent_rows),
                 "ages": [int(v) for v in totals[3:-1]],
-                "push_mb": totals[-1] / 1e6,
+                "traffic_mb": totals[-1] / 1e6,
             }
         return metrics or None
 
@@ -600,6 +602,7 @@ class DistMiniBatchSteps(DistSampledSteps):
                 config.historical_layers,
                 config.historical_age,
                 config.historical_push_interval,
+                mode=config.historical_mode,
             )
             sampler.prune = self.history.prune
             # A batch is sampled after the previous step pushed: no prefetch thread.

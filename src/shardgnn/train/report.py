@@ -181,11 +181,12 @@ def _locality_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
             (
                 "historical embeddings",
                 f"layers {','.join(map(str, history['layers']))}, at most {history['max_age']} "
-                f"steps old, re-sent every {history['push_every']}",
+                f"steps old, {history['mode']}"
+                + (f", re-sent every {history['push_every']}" if history["push_every"] else ""),
             ),
             ("historical hit rate (remote nodes served)", _rate(history["hit_rate"])),
             ("historical age served (mean / max steps)", _ages(history)),
-            ("historical push MB / epoch", history["push_mb_per_epoch"]),
+            (f"historical {history['mode']} MB / epoch", history["traffic_mb_per_epoch"]),
             ("historical tables MB (all workers)", history["memory_mb"]),
         ]
     return rows
