@@ -142,6 +142,7 @@ def main(argv=None) -> int:
                     f"{mb / base_mb:.2f}x" if exact else "-",
                     f"{np.mean([r['epoch_s'] for r in sel]):.2f}",
                     _percent([r.get("local_edge_share") for r in sel]),
+                    _percent([r.get("kept_edge_share") for r in sel]),
                 ]
             )
     columns = ["dataset", "strategy", "test acc %", "Δ vs exact", "feature MB / epoch"]
@@ -150,7 +151,7 @@ def main(argv=None) -> int:
         f"{a.workers} workers, --host-sharing off, GraphSAGE 128, fanouts 10,10, batch 1024, "
         f"{a.epochs} epochs, {a.seeds} seed(s)"
     )
-    columns += ["vs exact bytes", "epoch (s)", "edges from own part"]
+    columns += ["vs exact bytes", "epoch (s)", "edges from own part", "drawn edges kept"]
     return publish(a.out, a.md, header, columns, rows, runs=runs)
 
 
