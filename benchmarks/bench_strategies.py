@@ -53,9 +53,11 @@ STRATEGIES = {
     "cluster+cache": ["--batching", "cluster", "--cache-policy", "degree", "--cache-size", "20%"],
     "hist-4": ["--historical", "1:4"],
     "hist-16": ["--historical", "1:16"],
+    "hist-64": ["--historical", "1:64"],
     "hist-4+cache": ["--historical", "1:4", "--cache-policy", "degree", "--cache-size", "20%"],
     "pull-4": ["--historical", "1:4", "--historical-mode", "pull"],
     "pull-16": ["--historical", "1:16", "--historical-mode", "pull"],
+    "pull-64": ["--historical", "1:64", "--historical-mode", "pull"],
     "pull-4+cache": ["--historical", "1:4", "--historical-mode", "pull"]
     + ["--cache-policy", "degree", "--cache-size", "20%"],
 }
