@@ -46,6 +46,15 @@ NEVER = np.iinfo(np.int64).min // 2
 """Stamp of an entry no owner has pushed yet."""
 
 
+def sorted_lookup(sorted_ids: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, pos)``: which ``nodes`` occur in the sorted unique ``sorted_ids``, and where
+    (``pos`` is only meaningful where ``found``)."""
+    if not sorted_ids.shape[0]:
+        return np.zeros(nodes.shape[0], dtype=bool), np.zeros(nodes.shape[0], dtype=np.int64)
+    pos = np.minimum(np.searchsorted(sorted_ids, nodes), sorted_ids.shape[0] - 1)
+    return sorted_ids[pos] == nodes, pos
+
+
 def halo_of(indices: np.ndarray, start: int, end: int) -> np.ndarray:
     """The sorted remote in-neighbours of a part (sources of its in-edges outside
     ``[start, end)``; ``indices`` in new global ids)."""
@@ -137,10 +146,7 @@ class HistoricalEmbeddings:
 
     def _positions(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(watched, pos)``: which ``nodes`` the tables watch, and their table rows."""
-        pos = np.searchsorted(self.watch, nodes)
-        pos = np.minimum(pos, max(self.watch.shape[0] - 1, 0))
-        watched = self.watch[pos] == nodes if self.watch.shape[0] else np.zeros(len(nodes), bool)
-        return watched, pos
+        return sorted_lookup(self.watch, nodes)
 
     def _fresh(self, layer: int, pos: np.ndarray, watched: np.ndarray) -> np.ndarray:
         age = self.step - self.stamps[layer][pos]
@@ -177,8 +183,8 @@ class HistoricalEmbeddings:
         stamps_out, rows_out = [], []
         for request in asked:
             nodes = request.numpy()
-            pos = np.searchsorted(self.boundary, nodes)
-            assert np.all(self.boundary[pos] == nodes), "a rank asked for a node it does not watch"
+            found, pos = sorted_lookup(self.boundary, nodes)
+            assert found.all(), "a rank asked for a node it does not watch"
             stamp = self.own_stamps[layer][pos]
             fresh = self.step - stamp <= self.max_age
             stamps_out.append(torch.from_numpy(np.where(fresh, stamp, NEVER)))
@@ -236,10 +242,8 @@ class HistoricalEmbeddings:
         """Pull mode: remember the rows this step computed for this rank's boundary nodes."""
         if layer not in self.own_rows:
             self.own_rows[layer] = torch.zeros((self.boundary.shape[0], int(h_DF.shape[1])))
-        if not self.boundary.shape[0]:
-            return
-        pos = np.minimum(np.searchsorted(self.boundary, nodes), self.boundary.shape[0] - 1)
-        hit = np.flatnonzero(self.boundary[pos] == nodes)
+        found, pos = sorted_lookup(self.boundary, nodes)
+        hit = np.flatnonzero(found)
         self.own_rows[layer][torch.from_numpy(pos[hit])] = h_DF[torch.from_numpy(hit)]
         self.own_stamps[layer][pos[hit]] = self.step
 
@@ -249,9 +253,9 @@ class HistoricalEmbeddings:
         own = np.flatnonzero(self.book.owner(nodes) == self.rank)
         ids_out, rows_out = [empty_ids] * world, [empty_rows] * world
         for q, watched in self.subscribers.items():
-            pos = np.minimum(np.searchsorted(watched, nodes[own]), watched.shape[0] - 1)
+            found, pos = sorted_lookup(watched, nodes[own])
             sent = self.sent[layer][q]
-            due = (watched[pos] == nodes[own]) & (self.step - sent[pos] >= self.push_every)
+            due = found & (self.step - sent[pos] >= self.push_every)
             sent[pos[due]] = self.step
             ids_out[q] = torch.from_numpy(nodes[own[due]])
             rows_out[q] = h_DF[torch.from_numpy(own[due])]

@@ -592,8 +592,8 @@ class DistMiniBatchSteps(DistSampledSteps):
         sampler = DistNeighborSampler(
             self.graph, config.sampler, self.data_comm, "sample", halo_hops=config.cluster_halo
         )
+        start, end = book.part_range(ctx.rank)
         if config.historical is not None:
-            start, end = book.part_range(ctx.rank)
             self.history = HistoricalEmbeddings(
                 book,
                 ctx.rank,
@@ -617,7 +617,6 @@ class DistMiniBatchSteps(DistSampledSteps):
         if self.cache is not None:  # evaluation reads the cached rows but never changes them
             eval_features = self.cache.read_only_view(eval_features)
         eval_features = input_store(eval_features, eval_rows)
-        start, end = book.part_range(ctx.rank)
         self.locality = LocalityCounter(
             NeighborSamplingStage(self.train_batches, sampler, rank_seed, self.timer),
             lambda ids: (ids >= start) & (ids < end),
