@@ -21,8 +21,9 @@ an all-reduce of the gradients; each rank's loss covers only its own part's rows
 gradients are summed over all ranks.
 
 Low-bit codec: halo rows and halo-row gradients travel quantised (``codec``); a rank's own rows
-never do. With error feedback (``--error-feedback``) each training send adds the quantisation
-error the same stream left at the previous step (the sender's residual) before quantising.
+never do. With error feedback (``--error-feedback``) each gradient send adds the quantisation
+error the same stream left at the previous step (the sender's residual) before quantising;
+forward rows stay unbiased stochastic rounding (:class:`DistFullGraph`).
 Bounded staleness (``1d-sparse`` only): with ``staleness = s`` the training step ``t`` of a layer
 starts the exchange of step ``t`` and computes with the halo rows (and applies the halo
 gradients) of step ``max(0, t - s)``, so the exchange overlaps computation; ``s = 0`` is
@@ -55,9 +56,13 @@ class DistFullGraph:
         config: variant, bits, staleness.
         codec: the low-bit codec (None: float32).
         stage: the communication stage every exchange is counted under.
-        error_feedback: with a codec, each training exchange adds the quantisation error of a
-            row's previous send to its next one (residuals kept by the sender, per layer, per
-            direction and per peer: the plan sends the same rows every step).
+        error_feedback: with a codec, each training step's *gradient* exchange adds the
+            quantisation error of a row's previous send to its next one (residuals kept by the
+            sender, per layer and per peer: the plan sends the same rows every step). Forward
+            halo rows are sent with plain (unbiased) stochastic rounding: they change every step
+            and feed the next layer at once, so a carried error only adds variance there, where
+            the optimiser sums gradients over steps, which is what error feedback corrects
+            (1-bit SGD; BENCHMARKS.md section 4 measures both).
     """
 
     def __init__(
@@ -155,21 +160,14 @@ class DistFullGraph:
         return 0 if self.residuals is None else self.residuals.nbytes
 
     def _feedback(self, *key) -> AlignedResiduals | None:
-        """The residuals of stream ``key`` (None: no error feedback, or not a training send)."""
-        if self.residuals is None or key[0] is None:
-            return None
-        return self.residuals.stream(*key)
+        """The residuals of gradient stream ``key`` (None: no error feedback)."""
+        return None if self.residuals is None else self.residuals.stream(*key)
 
     # ------------------------------------------------------------------ 1d-sparse exchanges
-    def start_halo(self, h_NF: torch.Tensor, layer: int | None = None) -> PendingExchange:
-        """``layer``: a training step's layer (its sends are error-compensated)."""
+    def start_halo(self, h_NF: torch.Tensor) -> PendingExchange:
         send = [h_NF[rows] for rows in self._send_rows]
         return self.groups.col.all_to_all_async(
-            send,
-            self.stage,
-            recv_counts=self._recv_counts,
-            codec=self.codec,
-            feedback=self._feedback(layer, "halo"),
+            send, self.stage, recv_counts=self._recv_counts, codec=self.codec
         )
 
     def finish_halo(self, pending: PendingExchange, width: int) -> torch.Tensor:
@@ -180,7 +178,8 @@ class DistFullGraph:
             return torch.zeros((0, width), device=self.device)
         return torch.cat(rows).to(self.device)
 
-    def start_halo_grad(self, g_halo_HF: torch.Tensor, layer: int | None = None) -> PendingExchange:
+    def start_halo_grad(self, g_halo_HF: torch.Tensor, layer: int) -> PendingExchange:
+        """``layer``: whose gradient stream this is (its sends are error-compensated)."""
         send = list(torch.split(g_halo_HF, self._recv_counts))
         return self.groups.col.all_to_all_async(
             send,
@@ -196,7 +195,7 @@ class DistFullGraph:
                 g_NF.index_add_(0, self._send_rows[p], rows.to(g_NF.device, g_NF.dtype))
 
     # ------------------------------------------------------------------ 1d / 1.5d exchanges
-    def broadcast_halo(self, h_NF: torch.Tensor, layer: int | None = None) -> torch.Tensor:
+    def broadcast_halo(self, h_NF: torch.Tensor) -> torch.Tensor:
         """Every part of this grid column is broadcast by its row group's member here; keep the
         rows this rank's columns need."""
         shard, book, col = self.shard, self.shard.book, self.groups.col
@@ -212,7 +211,6 @@ class DistFullGraph:
                     src,
                     self.stage,
                     codec=self.codec,
-                    feedback=self._feedback(layer, "broadcast", q),
                 )
                 continue
             block = col.broadcast(
@@ -224,9 +222,7 @@ class DistFullGraph:
             halo_HF[shard.halo_segment(q)] = block[self._needed[q].to(self.device)]
         return halo_HF
 
-    def reduce_halo_grad(
-        self, g_halo_HF: torch.Tensor, g_NF: torch.Tensor, layer: int | None = None
-    ) -> None:
+    def reduce_halo_grad(self, g_halo_HF: torch.Tensor, g_NF: torch.Tensor, layer: int) -> None:
         """Send every owner in this grid column a dense gradient block of its part (zeros where this
         rank has no edge) and add the blocks received for the parts held here."""
         shard, book, col = self.shard, self.shard.book, self.groups.col
@@ -305,7 +301,7 @@ class _SparseSpMM(torch.autograd.Function):
     def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
         full = layer.full
         width = h_NF.shape[1]
-        pending = full.start_halo(h_NF, layer.index if training else None)
+        pending = full.start_halo(h_NF)
         if training and full.config.staleness:
             pending = _take(layer.halo_queue, layer.step, full.config.staleness, pending)
         halo_HF = full.finish_halo(pending, width).to(h_NF.dtype)
@@ -331,7 +327,7 @@ class _BroadcastSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
         full = layer.full
-        halo_HF = full.broadcast_halo(h_NF, layer.index if training else None)
+        halo_HF = full.broadcast_halo(h_NF)
         adj, _ = full.adjacency(norm)
         z_NF = adj @ torch.cat([h_NF, halo_HF])
         # 1.5D: the c replicas each multiplied a subset of the columns; sum the partial products.
