@@ -28,7 +28,7 @@ def _computed(step: int, rank: int) -> np.ndarray:
     return np.unique(rng.integers(0, NUM_NODES, int(rng.integers(0, 40))))
 
 
-def _tables(ctx, age: int, push_every: int, steps: int, mode: str = "push"):
+def _tables(ctx, age: int, push_every: int, steps: int, mode: str = "push", scope="remote"):
     from shardgnn.distributed.comm import Communicator
     from shardgnn.store.historical import HistoricalEmbeddings
 
@@ -38,7 +38,10 @@ def _tables(ctx, age: int, push_every: int, steps: int, mode: str = "push"):
     comm = Communicator(rank, world, ctx.group)
     # every other remote node is watched
     halo = np.array([v for v in range(0, NUM_NODES, 2) if not start <= v < end], dtype=np.int64)
-    tables = HistoricalEmbeddings(book, rank, comm, halo, range(1, 2), age, push_every, mode=mode)
+    tables = HistoricalEmbeddings(
+        book, rank, comm, halo, range(1, 2), age, push_every, mode=mode, scope=scope
+    )
+    own = (halo[:0] if scope == "remote" else np.arange(start, end)).astype(np.int64)
     served_total = 0
     for step in range(steps):
         # a block: dst nodes first (never served), then other src nodes
@@ -47,15 +50,25 @@ def _tables(ctx, age: int, push_every: int, steps: int, mode: str = "push"):
         mask = tables.prune(1, src, 10)
         assert not mask[:10].any()
         served = src[mask]
-        assert np.all(np.isin(served, halo))
+        assert np.all(np.isin(served, np.concatenate([halo, own])))
+        if scope == "all":  # every kept own node computed within the bound is served
+            others = src[10:]
+            recent = [
+                v
+                for v in others
+                if start <= v < end
+                and any(v in _computed(t, rank) for t in range(max(0, step - age), step))
+            ]
+            assert np.all(np.isin(recent, served))
         rows = tables.read(1, served).numpy()
         if served.size:
             assert np.array_equal(rows[:, 0], served)  # the node's own row
             stamps = rows[:, 1].astype(np.int64)
             assert np.all((step - stamps >= 1) & (step - stamps <= age))
             assert np.array_equal(rows[:, 2], book.owner(served))  # pushed by its owner
-            if push_every == 1 and mode == "push":  # the owner's latest computation before this
-                for v, stamp in zip(served, stamps):
+            latest = push_every == 1 and mode == "push"
+            for v, stamp in zip(served, stamps):  # the owner's latest computation before this
+                if latest or start <= v < end:
                     owner = int(book.owner(np.array([v]))[0])
                     last = max(t for t in range(step) if v in _computed(t, owner))
                     assert stamp == last
@@ -69,11 +82,20 @@ def _tables(ctx, age: int, push_every: int, steps: int, mode: str = "push"):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
-    ("world", "age", "push_every", "mode"),
-    [(2, 3, 1, "push"), (3, 4, 3, "push"), (2, 0, 1, "push"), (2, 3, 1, "pull"), (3, 0, 1, "pull")],
+    ("world", "age", "push_every", "mode", "scope"),
+    [
+        (2, 3, 1, "push", "remote"),
+        (3, 4, 3, "push", "remote"),
+        (2, 0, 1, "push", "remote"),
+        (2, 3, 1, "pull", "remote"),
+        (3, 0, 1, "pull", "remote"),
+        (2, 3, 1, "push", "all"),
+        (3, 4, 3, "pull", "all"),
+        (2, 0, 1, "pull", "all"),
+    ],
 )
-def test_served_entries_are_the_owners_rows_within_the_bound(world, age, push_every, mode):
-    results = run_workers(_tables, world, age, push_every, 25, mode)
+def test_served_entries_are_the_owners_rows_within_the_bound(world, age, push_every, mode, scope):
+    results = run_workers(_tables, world, age, push_every, 25, mode, scope)
     served = sum(r[0] for r in results)
     if age == 0:
         assert served == 0  # age 0 serves nothing: exact
@@ -108,11 +130,13 @@ def test_historical_settings_are_checked():
         TrainConfig(historical="1:2", cache=CacheConfig(policy="belady"), run=two)
     config = TrainConfig(historical="1:3", sampler=SamplerConfig(fanouts=(5, 5, 5)), run=two)
     assert config.historical_layers == range(1, 3) and config.historical_push_interval == 3
+    with pytest.raises(ConfigError, match="add --historical L:AGE"):
+        TrainConfig(historical_scope="all", run=two)
     with pytest.raises(ConfigError, match="--historical-mode is pull"):
         TrainConfig(historical="1:3", historical_mode="pull", historical_push_every=2, run=two)
 
 
-def _train(ctx, path, historical, epochs, mode="push"):
+def _train(ctx, path, historical, epochs, mode="push", scope="remote"):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig
@@ -127,6 +151,7 @@ def _train(ctx, path, historical, epochs, mode="push"):
         seed=0,
         historical=historical,
         historical_mode=mode,
+        historical_scope=scope,
         run=RunConfig(partitions=path, overlap="off", host_sharing="off"),
     )
     return train_with_context(config, ctx)
@@ -170,13 +195,25 @@ def test_age_zero_is_exact_and_a_bound_keeps_accuracy(two_parts):
     assert abs(pulled["test_acc"] - exact["test_acc"]) <= 0.02
     zero_pull = run_workers(_train, 2, two_parts, "1:0", 6, "pull")[0]
     assert [e["loss"] for e in zero_pull["epochs"]] == [e["loss"] for e in exact["epochs"]]
+    # own nodes served too (GNNAutoScale): age 0 is exact; a bound samples fewer edges than
+    # serving remote nodes only, moves fewer bytes than exact training, and keeps accuracy
+    # (remote bytes need not drop below scope remote's: owners compute, and so push, fewer rows)
+    zero_all = run_workers(_train, 2, two_parts, "1:0", 6, "push", "all")[0]
+    assert [e["loss"] for e in zero_all["epochs"]] == [e["loss"] for e in exact["epochs"]]
+    every = run_workers(_train, 2, two_parts, "1:3", 6, "push", "all")[0]
+    assert every["historical"]["scope"] == "all" and every["historical"]["max_served_age"] <= 3
+    assert every["historical"]["hit_rate"] > 0.3
+    assert every["sampled_edges_per_epoch"] < 0.8 * bounded["sampled_edges_per_epoch"]
+    for stage in ("fetch", "sample"):
+        assert every["comm"][stage]["bytes_sent"] < exact["comm"][stage]["bytes_sent"]
+    assert abs(every["test_acc"] - exact["test_acc"]) <= 0.03, (every["test_acc"], exact)
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("mode", ["push", "pull"])
+@pytest.mark.parametrize(("mode", "scope"), [("push", "remote"), ("pull", "all")])
 def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(
-    two_parts, tmp_path, mode
+    two_parts, tmp_path, mode, scope
 ):
     import json
 
@@ -186,7 +223,7 @@ def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(
 
     argv = ["train", "--partitions", two_parts, "--fanouts", "8,8", "--hidden", "32"]
     argv += ["--batch-size", "128", "--historical", "1:3", "--host-sharing", "off", "--quiet"]
-    argv += ["--historical-mode", mode]
+    argv += ["--historical-mode", mode, "--historical-scope", scope]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
     assert main([*argv, "--epochs", "4", "--checkpoint-dir", str(straight), "--results", a]) == 0

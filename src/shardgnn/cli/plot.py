@@ -160,7 +160,9 @@ def strategy_label(data: dict) -> str:
     if config.get("batching", "random") != "random":
         parts.append(str(config["batching"]))
     if config.get("historical"):
-        parts.append(f"historical {config['historical']}")
+        mode = "pull " if config.get("historical_mode") == "pull" else ""
+        scope = " all" if config.get("historical_scope") == "all" else ""
+        parts.append(f"historical {mode}{config['historical']}{scope}")
     cache = config.get("cache") or {}
     if cache.get("policy", "none") != "none":
         parts.append(f"cache {cache['policy']} {cache.get('size', '')}".strip())

@@ -11,6 +11,9 @@ EMBEDDING_OPTIMIZERS = ("adagrad", "adam")
 EMBEDDING_STORAGE = ("memory", "disk")
 HISTORICAL_MODES = ("push", "pull")
 """How owners fill historical-embedding tables (:mod:`shardgnn.store.historical`)."""
+HISTORICAL_SCOPES = ("remote", "all")
+"""Which nodes historical embeddings serve: remote ones only (DistGNN-MB), or every node outside
+the batch's own layer (GNNAutoScale)."""
 
 
 @dataclasses.dataclass(kw_only=True)

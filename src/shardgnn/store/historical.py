@@ -26,6 +26,12 @@ step ``t`` is stamped ``t`` and may serve steps ``t + 1 .. t + age``: age 0 serv
 training is then exact bit for bit. Served entries are detached (no gradient flows to their
 owners), as in both papers.
 
+Scope ``all`` (GNNAutoScale's historical embeddings, ``--historical-scope all``) also serves the
+rank's *own* nodes from a local table of what its batches computed: a layer's src nodes outside
+its dst nodes are served whoever owns them, so a batch expands only what no fresh entry covers.
+Nothing moves for own nodes; this saves sampling, feature rows and compute even on one host,
+where remote bytes cost little. Remote nodes are served as in the mode chosen.
+
 Collective ordering: the constructor is a collective (ranks tell the owners which of their nodes
 they watch). In push mode :meth:`HistoricalEmbeddings.after_step` is a collective made by every
 rank after every training step; in pull mode :meth:`prune` is one, made inside sampling, which
@@ -40,7 +46,7 @@ import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
-from shardgnn.store.config import HISTORICAL_MODES
+from shardgnn.store.config import HISTORICAL_MODES, HISTORICAL_SCOPES
 
 NEVER = np.iinfo(np.int64).min // 2
 """Stamp of an entry no owner has pushed yet."""
@@ -75,6 +81,8 @@ class HistoricalEmbeddings:
         push_every: push mode: an owner sends a node's row to a watching rank at most once
             every this many steps (and only after steps that computed it).
         mode: ``push`` or ``pull`` (module docstring).
+        scope: ``remote`` (serve remote nodes only) or ``all`` (own nodes too, from a local
+            table; module docstring).
     """
 
     def __init__(
@@ -88,11 +96,12 @@ class HistoricalEmbeddings:
         push_every: int = 1,
         stage: str = "historical",
         mode: str = "push",
+        scope: str = "remote",
     ):
         assert min(layers) >= 1 and max_age >= 0 and push_every >= 1
-        assert mode in HISTORICAL_MODES, mode
+        assert mode in HISTORICAL_MODES and scope in HISTORICAL_SCOPES, (mode, scope)
         self.pull = mode == "pull"
-        self.mode = mode
+        self.mode, self.scope = mode, scope
         self.book, self.rank, self.comm, self.stage = book, rank, comm, stage
         self.layers, self.max_age, self.push_every = layers, max_age, push_every
         self.watch = np.asarray(halo, dtype=np.int64)
@@ -114,13 +123,19 @@ class HistoricalEmbeddings:
             layer: {q: np.full(w.shape[0], NEVER, np.int64) for q, w in self.subscribers.items()}
             for layer in layers
         }
-        # pull: this rank's boundary nodes (watched by some rank), their latest computed rows
-        # and the steps that computed them
-        self.boundary = np.unique(
-            np.concatenate([np.zeros(0, np.int64), *self.subscribers.values()])
-        )
+        # The own nodes whose latest computed rows (and the steps that computed them) this rank
+        # keeps: pull mode answers from them (its boundary nodes, watched by some rank), scope
+        # all serves its own batches from them (every own node).
+        if scope == "all":
+            self.own_ids = np.arange(*(int(v) for v in book.part_range(rank)), dtype=np.int64)
+        elif self.pull:
+            self.own_ids = np.unique(
+                np.concatenate([np.zeros(0, np.int64), *self.subscribers.values()])
+            )
+        else:
+            self.own_ids = np.zeros(0, np.int64)
         self.own_stamps = {
-            layer: np.full(self.boundary.shape[0], NEVER, np.int64) for layer in layers
+            layer: np.full(self.own_ids.shape[0], NEVER, np.int64) for layer in layers
         }
         self.own_rows: dict[int, torch.Tensor] = {}
         self.reset_counters()
@@ -133,12 +148,14 @@ class HistoricalEmbeddings:
     def counters(self) -> list[float]:
         """``[lookups, hits, rows sent, served at age 0, 1, ..., max_age]`` since the last
         :meth:`reset_counters` (``lookups``: remote nodes the tables' layers needed; rows sent:
-        pushed, or sent in reply to pulls)."""
+        pushed, or sent in reply to pulls; lookups count the nodes in scope: remote ones, or with
+        scope ``all`` every src node outside the block's dst nodes)."""
         return [self.lookups, self.hits, self.sent_rows, *self.ages.tolist()]
 
     @property
     def nbytes(self) -> int:
-        """Memory of the tables (rows and stamps; in pull mode also the owner's rows)."""
+        """Memory of the tables (rows and stamps; in pull mode or scope ``all`` also the rows of
+        own nodes)."""
         tables = [*self.rows.values(), *self.own_rows.values()]
         rows = sum(t.numel() * t.element_size() for t in tables)
         stamps = [*self.stamps.values(), *self.own_stamps.values()]
@@ -152,6 +169,12 @@ class HistoricalEmbeddings:
         age = self.step - self.stamps[layer][pos]
         return watched & (age <= self.max_age)
 
+    def _own_fresh(self, layer: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(fresh, pos)``: which own ``nodes`` have a kept row at most ``max_age`` steps old,
+        and their rows in the own table."""
+        found, pos = sorted_lookup(self.own_ids, nodes)
+        return found & (self.step - self.own_stamps[layer][pos] <= self.max_age), pos
+
     def prune(self, layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray | None:
         """Which ``src_nodes`` of block ``layer`` take ``h^layer`` from the table (a bool mask;
         None: the layer keeps none). The block's dst nodes are always computed (their own
@@ -161,12 +184,15 @@ class HistoricalEmbeddings:
             return None
         mask = np.zeros(src_nodes.shape[0], dtype=bool)
         others = src_nodes[num_dst:]
-        self.lookups += int((self.book.owner(others) != self.rank).sum())
+        own = self.book.owner(others) == self.rank
+        self.lookups += int(others.shape[0] if self.scope == "all" else (~own).sum())
         watched, pos = self._positions(others)
         fresh = self._fresh(layer, pos, watched)
         if self.pull:  # ask the owners for what this rank holds no fresh entry of
             self._pull(layer, others[watched & ~fresh])
             fresh = self._fresh(layer, pos, watched)
+        if self.scope == "all":
+            fresh |= own & self._own_fresh(layer, others)[0]
         mask[num_dst:] = fresh
         return mask
 
@@ -183,7 +209,7 @@ class HistoricalEmbeddings:
         stamps_out, rows_out = [], []
         for request in asked:
             nodes = request.numpy()
-            found, pos = sorted_lookup(self.boundary, nodes)
+            found, pos = sorted_lookup(self.own_ids, nodes)
             assert found.all(), "a rank asked for a node it does not watch"
             stamp = self.own_stamps[layer][pos]
             fresh = self.step - stamp <= self.max_age
@@ -209,19 +235,31 @@ class HistoricalEmbeddings:
     def read(self, layer: int, nodes: np.ndarray) -> torch.Tensor:
         """The table rows of ``nodes`` (served by :meth:`prune` at this step); each entry's age is
         checked against the bound and counted."""
-        if layer not in self.rows:  # nothing pushed yet, so nothing served
-            assert nodes.shape[0] == 0
+        if nodes.shape[0] == 0:
             return torch.zeros((0, 0), dtype=torch.float32)
-        watched, pos = self._positions(nodes)
-        ages = self.step - self.stamps[layer][pos]
-        if not (watched.all() and np.all((ages >= 1) & (ages <= self.max_age))):
+        own = self.book.owner(nodes) == self.rank
+        watched, pos = self._positions(nodes[~own])
+        stamps = self.stamps[layer][pos]
+        found = watched.all()
+        if own.any():
+            own_found, own_pos = sorted_lookup(self.own_ids, nodes[own])
+            found = found and own_found.all()
+            stamps = np.concatenate([stamps, self.own_stamps[layer][own_pos]])
+        ages = self.step - stamps
+        if not (found and np.all((ages >= 1) & (ages <= self.max_age))):
             raise AssertionError(
                 f"historical layer {layer}: an entry served at step {self.step} is missing or "
                 f"older than {self.max_age} steps (ages {np.unique(ages).tolist()})"
             )
         self.hits += int(nodes.shape[0])
         self.ages += np.bincount(ages, minlength=self.max_age + 1)[: self.max_age + 1]
-        return self.rows[layer][torch.from_numpy(pos)]
+        if not own.any():
+            return self.rows[layer][torch.from_numpy(pos)]
+        rows = self.own_rows[layer].new_empty((nodes.shape[0], self.own_rows[layer].shape[1]))
+        rows[torch.from_numpy(own)] = self.own_rows[layer][torch.from_numpy(own_pos)]
+        if (~own).any():
+            rows[torch.from_numpy(~own)] = self.rows[layer][torch.from_numpy(pos)]
+        return rows
 
     @torch.no_grad()
     def after_step(self, computed: dict[int, tuple[np.ndarray, torch.Tensor]]) -> None:
@@ -232,17 +270,17 @@ class HistoricalEmbeddings:
         for layer in self.layers:
             nodes, h_DF = computed[layer]
             nodes, h_DF = np.asarray(nodes, dtype=np.int64), h_DF.detach().float().cpu()
-            if self.pull:
+            if self.own_ids.shape[0]:
                 self._keep_own(layer, nodes, h_DF)
-            else:
+            if not self.pull:
                 self._push(layer, nodes, h_DF)
         self.step += 1
 
     def _keep_own(self, layer: int, nodes: np.ndarray, h_DF: torch.Tensor) -> None:
-        """Pull mode: remember the rows this step computed for this rank's boundary nodes."""
+        """Remember the rows this step computed for the own nodes kept (``own_ids``)."""
         if layer not in self.own_rows:
-            self.own_rows[layer] = torch.zeros((self.boundary.shape[0], int(h_DF.shape[1])))
-        found, pos = sorted_lookup(self.boundary, nodes)
+            self.own_rows[layer] = torch.zeros((self.own_ids.shape[0], int(h_DF.shape[1])))
+        found, pos = sorted_lookup(self.own_ids, nodes)
         hit = np.flatnonzero(found)
         self.own_rows[layer][torch.from_numpy(pos[hit])] = h_DF[torch.from_numpy(hit)]
         self.own_stamps[layer][pos[hit]] = self.step

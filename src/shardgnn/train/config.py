@@ -32,7 +32,7 @@ from shardgnn.options import (
 )
 from shardgnn.sampling.config import NEGATIVE_KINDS, SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
-from shardgnn.store.config import HISTORICAL_MODES, EmbeddingConfig
+from shardgnn.store.config import HISTORICAL_MODES, HISTORICAL_SCOPES, EmbeddingConfig
 
 MODES = ("minibatch", "full")
 TASKS = ("node", "link")
@@ -342,6 +342,13 @@ class TrainConfig:
         help="--historical: push (owners send what they computed to the workers that watch it, "
         "DistGNN-MB) or pull (workers ask owners while sampling, only for rows they lack)",
     )
+    historical_scope: str = option(
+        "remote",
+        choices=HISTORICAL_SCOPES,
+        help="--historical: serve remote nodes only (DistGNN-MB), or all nodes outside a batch's "
+        "own layer, own ones from a local table of what this worker's batches computed "
+        "(GNNAutoScale; saves sampling and compute, not only bytes)",
+    )
     historical_push_every: int | None = option(
         None,
         help="--historical-mode push: an owner re-sends a node's embedding to a worker at most "
@@ -356,7 +363,8 @@ class TrainConfig:
     error_feedback: bool = option(
         False,
         help="with --bits or --fetch-bits below 32: the sender keeps each row's quantisation "
-        "error and adds it to that row's next send (error compensation, as Sylvie)",
+        "error and adds it to that row's next send (error compensation, as Sylvie; full-graph: "
+        "the gradient exchanges)",
     )
     cache: CacheConfig = component(
         CacheConfig, title="feature cache (distributed mini-batch training)"
@@ -512,6 +520,11 @@ class TrainConfig:
                 "--historical-mode is pull; drop one of them"
             )
         if self.historical is None:
+            if self.historical_scope != "remote":
+                raise ConfigError(
+                    f"--historical-scope {self.historical_scope} says which nodes historical "
+                    "embeddings serve, and --historical is not set; add --historical L:AGE"
+                )
             return
         flag = f"--historical {self.historical}"
         layer, sep, age = str(self.historical).partition(":")

@@ -158,6 +158,7 @@ class DistSampledSteps(DistSteps):
 
     objective: Objective = staticmethod(node_classification)
     sampled_edges = 0
+    sampled_epochs = 0
     history: HistoricalEmbeddings | None = None
     locality: LocalityCounter | None = None
 
@@ -180,6 +181,7 @@ class DistSampledSteps(DistSteps):
             return None
         sums, new_edges = trained
         self.sampled_edges += new_edges
+        self.sampled_epochs += 1
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
 
@@ -191,6 +193,9 @@ class DistSampledSteps(DistSteps):
             "overlap": self.overlap,
             # Sampling runs on every rank at once: edges summed over ranks per second of one rank.
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+            # all ranks' sampled edges per epoch this process trained (a resumed run counts its
+            # own epochs only)
+            "sampled_edges_per_epoch": edges / self.sampled_epochs if self.sampled_epochs else None,
             "cache": self.cache_summary(history),
             "batching": self.config.batching,
             # sampled training edges whose source the worker owns, mean over epochs
@@ -218,6 +223,7 @@ class DistSampledSteps(DistSteps):
             "layers": list(self.history.layers),
             "max_age": self.history.max_age,
             "mode": self.history.mode,
+            "scope": self.history.scope,
             "push_every": self.history.push_every if not self.history.pull else None,
             "hit_rate": sum(e["hits"] for e in epochs) / lookups if lookups else None,
             **_served_ages(ages),
@@ -603,6 +609,7 @@ class DistMiniBatchSteps(DistSampledSteps):
                 config.historical_age,
                 config.historical_push_interval,
                 mode=config.historical_mode,
+                scope=config.historical_scope,
             )
             sampler.prune = self.history.prune
             # A batch is sampled after the previous step pushed: no prefetch thread.

@@ -182,9 +182,15 @@ def _locality_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
                 "historical embeddings",
                 f"layers {','.join(map(str, history['layers']))}, at most {history['max_age']} "
                 f"steps old, {history['mode']}"
-                + (f", re-sent every {history['push_every']}" if history["push_every"] else ""),
+                + (f", re-sent every {history['push_every']}" if history["push_every"] else "")
+                + (", own nodes too" if history.get("scope") == "all" else ""),
             ),
-            ("historical hit rate (remote nodes served)", _rate(history["hit_rate"])),
+            (
+                "historical hit rate ("
+                + ("nodes" if history.get("scope") == "all" else "remote nodes")
+                + " served)",
+                _rate(history["hit_rate"]),
+            ),
             ("historical age served (mean / max steps)", _ages(history)),
             (f"historical {history['mode']} MB / epoch", history["traffic_mb_per_epoch"]),
             ("historical tables MB (all workers)", history["memory_mb"]),
