@@ -126,8 +126,9 @@ class HistoricalEmbeddings:
         # The own nodes whose latest computed rows (and the steps that computed them) this rank
         # keeps: pull mode answers from them (its boundary nodes, watched by some rank), scope
         # all serves its own batches from them (every own node).
+        self._own_start = int(book.part_range(rank)[0])
         if scope == "all":
-            self.own_ids = np.arange(*(int(v) for v in book.part_range(rank)), dtype=np.int64)
+            self.own_ids = np.arange(self._own_start, int(book.part_range(rank)[1]), dtype=np.int64)
         elif self.pull:
             self.own_ids = np.unique(
                 np.concatenate([np.zeros(0, np.int64), *self.subscribers.values()])
@@ -169,10 +170,20 @@ class HistoricalEmbeddings:
         age = self.step - self.stamps[layer][pos]
         return watched & (age <= self.max_age)
 
+    def _own_lookup(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, pos)`` of ``nodes`` in ``own_ids``; with scope ``all`` that is the whole
+        part range, so positions are offsets (a search per node would cost more than the
+        subtrees that serving saves on large parts)."""
+        if self.scope != "all":
+            return sorted_lookup(self.own_ids, nodes)
+        pos = nodes - self._own_start
+        found = (pos >= 0) & (pos < self.own_ids.shape[0])
+        return found, np.where(found, pos, 0)
+
     def _own_fresh(self, layer: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(fresh, pos)``: which own ``nodes`` have a kept row at most ``max_age`` steps old,
         and their rows in the own table."""
-        found, pos = sorted_lookup(self.own_ids, nodes)
+        found, pos = self._own_lookup(nodes)
         return found & (self.step - self.own_stamps[layer][pos] <= self.max_age), pos
 
     def prune(self, layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray | None:
@@ -185,15 +196,17 @@ class HistoricalEmbeddings:
         mask = np.zeros(src_nodes.shape[0], dtype=bool)
         others = src_nodes[num_dst:]
         own = self.book.owner(others) == self.rank
-        self.lookups += int(others.shape[0] if self.scope == "all" else (~own).sum())
-        watched, pos = self._positions(others)
+        remote = np.flatnonzero(~own)
+        self.lookups += int(others.shape[0] if self.scope == "all" else remote.shape[0])
+        watched, pos = self._positions(others[remote])
         fresh = self._fresh(layer, pos, watched)
         if self.pull:  # ask the owners for what this rank holds no fresh entry of
-            self._pull(layer, others[watched & ~fresh])
+            self._pull(layer, others[remote[watched & ~fresh]])
             fresh = self._fresh(layer, pos, watched)
+        mask[num_dst + remote] = fresh
         if self.scope == "all":
-            fresh |= own & self._own_fresh(layer, others)[0]
-        mask[num_dst:] = fresh
+            own_at = np.flatnonzero(own)
+            mask[num_dst + own_at] = self._own_fresh(layer, others[own_at])[0]
         return mask
 
     def _pull(self, layer: int, ids: np.ndarray) -> None:
@@ -209,7 +222,7 @@ class HistoricalEmbeddings:
         stamps_out, rows_out = [], []
         for request in asked:
             nodes = request.numpy()
-            found, pos = sorted_lookup(self.own_ids, nodes)
+            found, pos = self._own_lookup(nodes)
             assert found.all(), "a rank asked for a node it does not watch"
             stamp = self.own_stamps[layer][pos]
             fresh = self.step - stamp <= self.max_age
@@ -242,7 +255,7 @@ class HistoricalEmbeddings:
         stamps = self.stamps[layer][pos]
         found = watched.all()
         if own.any():
-            own_found, own_pos = sorted_lookup(self.own_ids, nodes[own])
+            own_found, own_pos = self._own_lookup(nodes[own])
             found = found and own_found.all()
             stamps = np.concatenate([stamps, self.own_stamps[layer][own_pos]])
         ages = self.step - stamps
@@ -280,7 +293,7 @@ class HistoricalEmbeddings:
         """Remember the rows this step computed for the own nodes kept (``own_ids``)."""
         if layer not in self.own_rows:
             self.own_rows[layer] = torch.zeros((self.own_ids.shape[0], int(h_DF.shape[1])))
-        found, pos = sorted_lookup(self.own_ids, nodes)
+        found, pos = self._own_lookup(nodes)
         hit = np.flatnonzero(found)
         self.own_rows[layer][torch.from_numpy(pos[hit])] = h_DF[torch.from_numpy(hit)]
         self.own_stamps[layer][pos[hit]] = self.step
