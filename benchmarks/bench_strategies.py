@@ -62,6 +62,8 @@ STRATEGIES = {
     "pull-64": ["--historical", "1:64", "--historical-mode", "pull"],
     "pull-4+cache": ["--historical", "1:4", "--historical-mode", "pull"]
     + ["--cache-policy", "degree", "--cache-size", "20%"],
+    "pull-16+cache": ["--historical", "1:16", "--historical-mode", "pull"]
+    + ["--cache-policy", "degree", "--cache-size", "20%"],
     "all-16": ["--historical", "1:16", "--historical-scope", "all"],
     "all-64": ["--historical", "1:64", "--historical-scope", "all"],
     "all-pull-16": ["--historical", "1:16", "--historical-scope", "all"]

@@ -273,6 +273,8 @@ def test_plot_draws_accuracy_against_remote_bytes_per_strategy(tmp_path):
     assert remote_mb_per_epoch(exact) == 100.0  # gradients are not traded: not counted
     assert strategy_label(exact) == "exact"
     assert strategy_label(hist) == "historical 1:4, 1-bit"
+    every = {"historical": "1:16", "historical_mode": "pull", "historical_scope": "all"}
+    assert strategy_label({"config": every}) == "historical pull 1:16 all"
     out = tmp_path / "plots"
     assert (
         main(["plot", str(tmp_path / "exact.json"), str(tmp_path / "hist.json"), "--out", str(out)])
