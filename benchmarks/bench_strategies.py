@@ -142,7 +142,7 @@ def main(argv=None) -> int:
         for strategy in a.strategies.split(","):
             sel = [r for r in runs if r["dataset"] == dataset and r["strategy"] == strategy]
             acc = 100 * np.array([r["test_acc"] for r in sel])
-            delta = [100 * (r["test_acc"] - exact[r["seed"]]["test_acc"]) for r in sel]
+            delta = [100 * (r["test_acc"] - exact[r["seed"]]["test_acc"]) for r in sel if exact]
             mb = np.mean([r["remote_mb"] for r in sel])
             feature_mb = np.mean([r["feature_mb"] for r in sel])
             base_mb = np.mean([r["remote_mb"] for r in exact.values()]) if exact else np.nan
