@@ -99,8 +99,10 @@ def test_distributed_full_graph_link_equals_one_process(
         assert abs(r["train_acc"] - g["train_acc"]) <= 1e-5
         assert abs(r["val_acc"] - g["val_acc"]) <= 1e-5
     assert got["link"]["edges"] == one["link"]["edges"]
+    # Ranking metrics jump when two near-equal scores swap order, which a different float
+    # summation order can do (seen once in CI: AP off by 1.8e-5 on 3 ranks): allow a few swaps.
     for name, value in one["link"]["test"].items():
-        assert abs(got["link"]["test"][name] - value) <= 1e-5, name
+        assert abs(got["link"]["test"][name] - value) <= 1e-4, name
     assert all(r is None or r["epochs"] == got["epochs"] for r in results[1:])
 
 
