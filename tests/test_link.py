@@ -232,6 +232,11 @@ def test_predictors_and_losses():
     ref = torch.nn.functional.binary_cross_entropy_with_logits
     expected = ref(pos, torch.ones(2)) + ref(neg, torch.zeros(2, 2))
     assert bce.item() == pytest.approx(expected.item())
+    # softmax: each positive is class 0 among itself and its negatives
+    softmax = link_loss(pos, neg, "softmax", 1.0)
+    logits = torch.cat([pos[:, None], neg], dim=1)
+    expected = torch.nn.functional.cross_entropy(logits, torch.zeros(2, dtype=torch.long))
+    assert softmax.item() == pytest.approx(expected.item())
 
 
 # ------------------------------------------------------------------------------------ training

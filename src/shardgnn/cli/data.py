@@ -58,13 +58,22 @@ def _info_table(info: dict[str, Any]) -> str:
 
 def run_info(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn info``."""
-    from shardgnn.graph.datasets import describe_datasets, load_dataset
+    from shardgnn.graph.datasets import (
+        describe_datasets,
+        is_relational,
+        load_dataset,
+        load_hetero_dataset,
+    )
     from shardgnn.graph.stats import graph_info
 
     if args.list:
         print(describe_datasets())
         return 0
-    info = graph_info(load_dataset(args.dataset, args.data_dir))
+    if is_relational(args.dataset):
+        # per node type and per relation (a typed graph's sizes are its types' sizes)
+        info = load_hetero_dataset(args.dataset, args.data_dir).summary()
+    else:
+        info = graph_info(load_dataset(args.dataset, args.data_dir))
     print(json.dumps(info, indent=2) if args.json else _info_table(info))
     return 0
 

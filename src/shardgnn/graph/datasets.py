@@ -10,8 +10,11 @@ Grammar: ``NAME[:key=value,key=value...]``. Examples::
     file:/data/edges.txt.gz,base=1,symmetric=1
     graph:/data/my-graph            (a directory written by save_graph or `shardgnn convert`)
     soc-slashdot
+    kg-umls                         (relational: a knowledge graph's triples)
+    kg:/data/fb15k-237              (a folder of train/valid/test triples)
 
-For ``file:`` and ``graph:`` the first comma-separated item is the path; the rest are options.
+For ``file:``, ``graph:``, ``kg:`` and ``hetero:`` the first comma-separated item is the path;
+the rest are options.
 :func:`canonical_spec` gives every spec one spelling (defaults dropped, paths absolute), which
 partitions, checkpoints and results record.
 
@@ -24,10 +27,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
+from shardgnn.graph.hetero import HeteroGraph
 
 
 def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
@@ -141,9 +145,11 @@ class DatasetSpec:
 @dataclasses.dataclass(frozen=True)
 class DatasetEntry:
     description: str
-    load: Callable[[DatasetSpec, Path], Graph]
+    load: Callable[[DatasetSpec, Path], Any]
     defaults: dict[str, str] = dataclasses.field(default_factory=dict)
     """option -> default value (as the spec would spell it)"""
+    relational: bool = False
+    """loads a :class:`~shardgnn.graph.hetero.HeteroGraph` (:func:`load_hetero_dataset`)"""
 
 
 def _planetoid(name: str) -> DatasetEntry:
@@ -233,6 +239,36 @@ def _graph_dir(spec: DatasetSpec, data_dir: Path) -> Graph:
     return load_graph(Path(spec.path).expanduser(), mmap=True)
 
 
+def _kg(name: str, folder: str) -> DatasetEntry:
+    def load(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+        from shardgnn.graph.kg import load_kg_triples
+
+        spec.finish()
+        return load_kg_triples(_find_folder(data_dir, [f"kg/{folder}", folder]), name)
+
+    return DatasetEntry(
+        f"knowledge graph {folder.upper()} (head/relation/tail triples, standard split)",
+        load,
+        relational=True,
+    )
+
+
+def _kg_dir(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+    from shardgnn.graph.kg import load_kg_triples
+
+    spec.finish()
+    assert spec.path is not None
+    return load_kg_triples(Path(spec.path).expanduser())
+
+
+def _hetero_dir(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+    from shardgnn.graph.hetero import load_hetero_graph
+
+    spec.finish()
+    assert spec.path is not None
+    return load_hetero_graph(Path(spec.path).expanduser())
+
+
 def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
     from shardgnn.graph.synthetic import SyntheticConfig, generate
 
@@ -268,9 +304,23 @@ _REGISTRY: dict[str, DatasetEntry] = {
     "graph": DatasetEntry(
         "a graph directory (save_graph, `shardgnn convert`): graph:DIR", _graph_dir
     ),
+    "kg-umls": _kg("kg-umls", "umls"),
+    "kg-kinships": _kg("kg-kinships", "kinships"),
+    "kg-nations": _kg("kg-nations", "nations"),
+    "kg": DatasetEntry(
+        "a folder of knowledge-graph triples (train.txt, valid.txt, test.txt; "
+        "head<TAB>relation<TAB>tail): kg:DIR",
+        _kg_dir,
+        relational=True,
+    ),
+    "hetero": DatasetEntry(
+        "a heterogeneous graph directory (save_hetero_graph): hetero:DIR",
+        _hetero_dir,
+        relational=True,
+    ),
 }
 # datasets whose spec starts with a path
-_PATH_DATASETS = {"file": "edges.txt", "graph": "my-graph"}
+_PATH_DATASETS = {"file": "edges.txt", "graph": "my-graph", "kg": "triples", "hetero": "my-graph"}
 
 
 def known_datasets() -> list[str]:
@@ -300,9 +350,36 @@ def _entry(parsed: DatasetSpec) -> DatasetEntry:
     return entry
 
 
+def is_relational(spec: str) -> bool:
+    """Whether ``spec`` names a heterogeneous/relational dataset (a knowledge graph...)."""
+    return _entry(DatasetSpec.parse(spec)).relational
+
+
 def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
-    """Load the dataset a spec string names (see the module docstring for the grammar)."""
+    """Load the (homogeneous) dataset a spec string names (see the module docstring for the
+    grammar); a relational one is refused with what it supports."""
     parsed = DatasetSpec.parse(spec)
+    if _entry(parsed).relational:
+        raise DatasetError(
+            f"{spec!r} is a relational (typed) graph; so far it trains relational link "
+            "prediction in one process",
+            fix=f"run `shardgnn train {spec} --task link --model rgcn`",
+        )
+    return _load(parsed, spec, data_dir)
+
+
+def load_hetero_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> HeteroGraph:
+    """Load the relational dataset a spec names (``kg-umls``, ``kg:DIR``, ``hetero:DIR``)."""
+    parsed = DatasetSpec.parse(spec)
+    if not _entry(parsed).relational:
+        raise DatasetError(
+            f"{spec!r} is a homogeneous graph: it has no node or edge types",
+            fix="name a relational dataset (kg-umls, kg-kinships, kg-nations, kg:DIR, hetero:DIR)",
+        )
+    return _load(parsed, spec, data_dir)
+
+
+def _load(parsed: DatasetSpec, spec: str, data_dir: str | os.PathLike | None) -> Any:
     entry = _entry(parsed)
     # The loaders mutate the options (take_* pops), so give them a private copy.
     parsed = dataclasses.replace(parsed, options=dict(parsed.options), defaults=entry.defaults)

@@ -6,9 +6,11 @@ import dataclasses
 
 from shardgnn.options import check_choices, invalid, option
 
-MODELS = ("sage", "gcn", "gat")
-PREDICTORS = ("dot", "mlp")
-LINK_LOSSES = ("bce", "margin")
+MODELS = ("sage", "gcn", "gat", "rgcn")
+PREDICTORS = ("auto", "dot", "mlp", "distmult")
+LINK_LOSSES = ("bce", "margin", "softmax")
+RELATIONAL_MODELS = ("rgcn",)
+"""models that need typed edges (a relational dataset)"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -16,7 +18,10 @@ class ModelConfig:
     """Model architecture."""
 
     model: str = option(
-        "sage", choices=MODELS, help="layer type: sage (GraphSAGE-mean), gcn or gat"
+        "sage",
+        choices=MODELS,
+        help="layer type: sage (GraphSAGE-mean), gcn, gat, or rgcn (relational graphs: one weight "
+        "per relation and direction, Schlichtkrull et al.)",
     )
     hidden: int = option(256, help="hidden width (for gat: per head)")
     num_layers: int | None = option(
@@ -30,12 +35,19 @@ class ModelConfig:
         0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)"
     )
     heads: int = option(4, help="attention heads (gat)")
+    num_bases: int = option(
+        0,
+        help="rgcn: basis matrices shared by all relations, each relation's weight a learnt mix "
+        "of them (basis decomposition; 0: one full matrix per relation)",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
         for name in ("hidden", "heads"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
+        if self.num_bases < 0:
+            raise invalid(self, "num_bases", "must be >= 0")
         if self.num_layers is not None and self.num_layers < 1:
             raise invalid(self, "num_layers", "must be >= 1")
         for name in ("dropout", "input_dropout"):

@@ -93,8 +93,9 @@ class LinkModel(nn.Module):
 
 
 def build_predictor(kind: str, dim: int, hidden: int) -> nn.Module:
-    assert kind in PREDICTORS, kind
-    return DotPredictor() if kind == "dot" else MLPPredictor(dim, hidden)
+    """The scorer of a homogeneous graph's pairs (``auto`` is ``dot`` there)."""
+    assert kind in PREDICTORS and kind != "distmult", kind
+    return MLPPredictor(dim, hidden) if kind == "mlp" else DotPredictor()
 
 
 def link_loss(
@@ -107,8 +108,9 @@ def link_loss(
 ) -> torch.Tensor:
     """``bce``: mean of ``-log sigmoid(pos)`` plus mean of ``-log(1 - sigmoid(neg))`` (GAE's
     reconstruction loss); ``margin``: mean of ``max(0, margin - pos + neg)`` over every
-    (positive, its negative) pair. An empty batch gives a zero connected to the graph (a DDP
-    backward must still run).
+    (positive, its negative) pair; ``softmax``: mean over positives of the cross-entropy of the
+    positive against its ``K`` negatives (sampled softmax). An empty batch gives a zero connected
+    to the graph (a DDP backward must still run).
 
     ``num_pos``/``num_neg`` (default: the pairs given) are the means' denominators: a rank that
     scores a share of all pairs divides its sums by the global counts, so the shares' losses
@@ -124,4 +126,7 @@ def link_loss(
         return pos_loss + neg_loss
     if neg_PK.numel() == 0:
         return pos_P.sum() * 0.0
+    if kind == "softmax":
+        logits_PK1 = torch.cat([pos_P[:, None], neg_PK], dim=1)
+        return (torch.logsumexp(logits_PK1, dim=1) - pos_P).sum() / num_pos
     return F.relu(margin - pos_P[:, None] + neg_PK).sum() / num_neg

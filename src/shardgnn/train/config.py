@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from shardgnn.distributed.config import BITS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
-from shardgnn.errors import ConfigError
+from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
 from shardgnn.heap import HEAP_MODES, configure_heap
-from shardgnn.nn.config import LINK_LOSSES, PREDICTORS, ModelConfig
+from shardgnn.nn.config import LINK_LOSSES, PREDICTORS, RELATIONAL_MODELS, ModelConfig
 from shardgnn.options import (
     changed_settings,
     check_choices,
@@ -94,13 +94,18 @@ class LinkConfig:
     )
     negatives: int = option(1, help="training negatives per positive edge")
     predictor: str = option(
-        "dot", choices=PREDICTORS, help="edge scorer: dot product, or an MLP on h_u * h_v"
+        "auto",
+        choices=PREDICTORS,
+        help="edge scorer: dot product, an MLP on h_u * h_v, or distmult (<h_u, w_r, h_v>, one "
+        "diagonal per relation; relational graphs); auto: distmult on relational graphs, else dot",
     )
     loss: str = option(
         "bce",
         choices=LINK_LOSSES,
         flag="--link-loss",
-        help="bce (binary cross-entropy) or margin (max(0, margin - pos + neg))",
+        help="bce (binary cross-entropy), margin (max(0, margin - pos + neg)) or softmax "
+        "(cross-entropy of each positive against its negatives; relational graphs: against every "
+        "entity)",
     )
     margin: float = option(1.0, help="margin of --link-loss margin")
     hits_at: tuple[int, ...] = option(
@@ -400,6 +405,10 @@ class TrainConfig:
                 raise invalid(self, name, "must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise invalid(self, "threads", "must be >= 1")
+        if self._names_relational():
+            # Relational link prediction encodes the whole graph at every step (the knowledge
+            # graphs it runs on are small): full-graph layers, whatever --mode says.
+            self.mode = "full"
         self._resolve_layers()
         if self.eval_fanouts is not None:
             self.eval_fanouts = SamplerConfig(fanouts=self.eval_fanouts).fanouts
@@ -429,7 +438,50 @@ class TrainConfig:
             self.model = dataclasses.replace(model, num_layers=layers)
             self.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
 
+    def _names_relational(self) -> bool:
+        """Whether the dataset spec names a relational graph (no file is read)."""
+        from shardgnn.graph.datasets import is_relational
+
+        try:
+            return is_relational(self.dataset)
+        except DatasetError:
+            return False  # an unknown dataset: loading it says so, with the list of known ones
+
+    def _check_relational(self) -> None:
+        """Relational datasets (typed edges) train R-GCN + DistMult link prediction; the other
+        models and scorers need a homogeneous graph."""
+        relational = self._names_relational()
+        model, predictor = self.model.model, self.link.predictor
+        if relational:
+            problem = None
+            if self.task != "link":
+                problem = (
+                    "trains relational link prediction so far (--task link); node "
+                    "classification on typed graphs is not built yet"
+                )
+            elif model not in RELATIONAL_MODELS:
+                problem = f"needs a relational model, not --model {model}: use --model rgcn"
+            elif predictor not in ("auto", "distmult"):
+                problem = (
+                    f"scores (head, relation, tail) with --predictor distmult, not {predictor}"
+                )
+            elif self.link.loss == "margin":
+                problem = "ranks every entity: use --link-loss softmax or bce, not margin"
+            elif self.run.distributed:
+                problem = "trains in one process so far: drop --workers/--partitions"
+            elif self.embedding.enabled:
+                problem = "gives every entity a learnt input row already: drop --embedding-dim"
+            if problem:
+                raise ConfigError(f"dataset {self.dataset!r} is a relational graph: it {problem}")
+        elif model in RELATIONAL_MODELS or predictor == "distmult":
+            flag = f"--model {model}" if model in RELATIONAL_MODELS else "--predictor distmult"
+            raise ConfigError(
+                f"{flag} needs typed edges (relations), and dataset {self.dataset!r} has none; "
+                "use a relational dataset (kg-umls, kg:DIR, hetero:DIR) or another model"
+            )
+
     def _check_combinations(self) -> None:
+        self._check_relational()
         if self.embedding.enabled and self.run.distributed:
             dim = f"--embedding-dim {self.embedding.dim}"
             if self.mode == "full":

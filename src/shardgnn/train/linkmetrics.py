@@ -66,3 +66,27 @@ def link_metrics(pos_P: np.ndarray, neg_PK: np.ndarray, hits_at: tuple[int, ...]
     for k in hits_at:
         out[f"hits@{k}"] = float(np.mean(r <= k)) if r.size else float("nan")
     return out
+
+
+def filtered_ranks(scores_QN: np.ndarray, answer_Q: np.ndarray, known_QN: np.ndarray) -> np.ndarray:
+    """Filtered rank of every query's answer among all candidates (Bordes et al. 2013): the
+    other candidates known to be true (``known_QN``, e.g. in train, valid or test) are left out,
+    so a model is not penalised for ranking another right answer first; ties count half, as
+    :func:`ranks` (pykeen's "realistic" rank)."""
+    scores_QN = np.asarray(scores_QN, np.float64)
+    rows = np.arange(len(answer_Q))
+    true_Q = scores_QN[rows, answer_Q]
+    others = np.asarray(known_QN, bool).copy()
+    others[rows, answer_Q] = True  # the answer is not its own competitor either
+    optimistic = ((scores_QN > true_Q[:, None]) & ~others).sum(1)
+    pessimistic = ((scores_QN >= true_Q[:, None]) & ~others).sum(1)
+    return 1.0 + 0.5 * (optimistic + pessimistic)
+
+
+def rank_metrics(ranks_Q: np.ndarray, hits_at: tuple[int, ...]) -> dict[str, float]:
+    """MRR and Hits@K of a set of ranks."""
+    r = np.asarray(ranks_Q, np.float64)
+    out = {"mrr": float(np.mean(1.0 / r)) if r.size else float("nan")}
+    for k in hits_at:
+        out[f"hits@{k}"] = float(np.mean(r <= k)) if r.size else float("nan")
+    return out

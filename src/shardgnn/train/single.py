@@ -19,8 +19,9 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.datasets import canonical_spec, load_dataset
+from shardgnn.graph.datasets import canonical_spec, is_relational, load_dataset
 from shardgnn.graph.features import normalize_features
+from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
@@ -33,6 +34,7 @@ from shardgnn.train.epoch import EpochRun
 from shardgnn.train.link import LinkLocalSteps
 from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
+from shardgnn.train.relational import RelationalLinkSteps
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
@@ -208,7 +210,7 @@ class LocalSteps(Steps):
         }
 
 
-def run_training(config: TrainConfig, graph: Graph | None = None) -> dict[str, Any]:
+def run_training(config: TrainConfig, graph: Graph | HeteroGraph | None = None) -> dict[str, Any]:
     """Train once in this process with ``config`` (on ``graph`` when given, else on the dataset
     ``config.dataset`` names) and return the results dictionary."""
     if config.run.distributed:
@@ -216,6 +218,10 @@ def run_training(config: TrainConfig, graph: Graph | None = None) -> dict[str, A
             "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
             "shardgnn.train.worker.run_worker under torchrun"
         )
+    if config.task == "link" and (
+        isinstance(graph, HeteroGraph) or (graph is None and is_relational(config.dataset))
+    ):
+        return TrainingLoop(config, RelationalLinkSteps(config, graph)).run()
     if config.task == "link":
         return TrainingLoop(config, LinkLocalSteps(config, graph)).run()
     return TrainingLoop(config, LocalSteps(config, graph)).run()

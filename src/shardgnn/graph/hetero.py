@@ -1,0 +1,392 @@
+"""Heterogeneous graphs: typed nodes, typed edges, and relational (knowledge-graph) triples.
+
+Storage: one in-edge CSR over *global* node ids plus a relation id per edge (``etype``), the
+layout DistDGL partitions. A node ``(type t, local id i)`` has global id ``type_offsets[t] + i``,
+so every type is a contiguous id range and the (type, id) <-> global map costs ``T + 1``
+integers. Within a row the edges are sorted by relation, so "the in-neighbours of ``v`` under
+relation ``r``" is a contiguous slice found by a binary search over a row's few relation ids.
+
+Why one CSR and not one per relation: the partitioner, the partition book, the feature store and
+the distributed sampler all work on one id space and one CSR, so a heterogeneous graph reuses
+them unchanged (a relation is an edge label, a node type an id range); one CSR per relation would
+need ``R`` row-pointer arrays over all destinations (or R id maps) and R lookups per seed even
+when a fanout covers every relation.
+
+Relational triples (``head, relation, tail``, the knowledge-graph form) are the edge list:
+``src = head``, ``dst = tail``, ``etype = relation``. Held-out triples (``valid``/``test``) are
+kept beside the graph, never in its CSR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardgnn.atomic import atomic_directory, save_json, save_npy
+from shardgnn.errors import DatasetError
+from shardgnn.graph.csr import index_dtype
+
+HETERO_FORMAT = "shardgnn-hetero-graph"
+HETERO_FORMAT_VERSION = 1
+TRIPLE_SPLITS = ("train", "valid", "test")
+
+Relation = tuple[str, str, str]
+"""A canonical edge type ``(source node type, relation name, destination node type)``."""
+
+
+def _etype_dtype(num_relations: int) -> np.dtype:
+    return np.dtype(np.int16) if num_relations <= np.iinfo(np.int16).max else np.dtype(np.int32)
+
+
+@dataclasses.dataclass(kw_only=True)
+class HeteroGraph:
+    """Typed nodes and edges as one in-edge CSR over global ids with a relation id per edge.
+
+    Attributes:
+        node_types: the node type names, in id-range order.
+        type_offsets: int64 ``[T + 1]``; type ``t`` owns global ids
+            ``type_offsets[t] .. type_offsets[t + 1] - 1``.
+        relations: the canonical edge types ``(src type, relation, dst type)``; ``etype`` indexes
+            them.
+        indptr: int64 ``[N + 1]`` in-edge row pointers over global ids.
+        indices: int32/int64 ``[E]`` global source id of every in-edge.
+        etype: int16/int32 ``[E]`` relation of every in-edge; ascending within each row.
+        x: node features per type (float32 ``[N_t, F_t]``); a type without an entry has none.
+        node_names: per type, the original name of each node (ingested ids), when known.
+        triples: relational splits ``{train, valid, test}``: int64 ``[T, 3]`` rows of
+            (head global id, relation id, tail global id); ``train`` is the CSR's edge list.
+        name: a human-readable dataset name.
+    """
+
+    node_types: tuple[str, ...]
+    type_offsets: np.ndarray
+    relations: tuple[Relation, ...]
+    indptr: np.ndarray
+    indices: np.ndarray
+    etype: np.ndarray
+    x: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    node_names: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    triples: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    name: str = "hetero-graph"
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_typed_edges(
+        cls,
+        num_nodes: dict[str, int],
+        edges: dict[Relation, tuple[np.ndarray, np.ndarray]],
+        **fields: Any,
+    ) -> "HeteroGraph":
+        """Build from per-type node counts and per-relation ``(src, dst)`` arrays of *local* ids
+        (the form of PyG's ``HeteroData`` and of typed edge tables)."""
+        node_types = tuple(num_nodes)
+        offsets = np.zeros(len(node_types) + 1, dtype=np.int64)
+        np.cumsum([int(num_nodes[t]) for t in node_types], out=offsets[1:])
+        relations = tuple(edges)
+        srcs, dsts, rels = [], [], []
+        for r, (rel, (src, dst)) in enumerate(edges.items()):
+            src_type, _, dst_type = rel
+            for node_type in (src_type, dst_type):
+                if node_type not in num_nodes:
+                    raise DatasetError(
+                        f"relation {rel} names node type {node_type!r}, which has no node count",
+                        fix=f"give a count for every node type; known: {list(node_types)}",
+                    )
+            src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+            for ids, node_type, end in ((src, src_type, "source"), (dst, dst_type, "destination")):
+                count = int(num_nodes[node_type])
+                if ids.size and (ids.min() < 0 or ids.max() >= count):
+                    raise DatasetError(
+                        f"relation {rel}: {end} ids span [{ids.min()}, {ids.max()}] but node type "
+                        f"{node_type!r} has {count} nodes",
+                        fix="ids of a type must be local ids in [0, its count)",
+                    )
+            srcs.append(src + offsets[node_types.index(src_type)])
+            dsts.append(dst + offsets[node_types.index(dst_type)])
+            rels.append(np.full(src.size, r, dtype=np.int64))
+        cat = (lambda parts: np.concatenate(parts)) if srcs else (lambda _: np.zeros(0, np.int64))
+        return cls.from_global_edges(
+            node_types, offsets, relations, cat(srcs), cat(dsts), cat(rels), **fields
+        )
+
+    @classmethod
+    def from_global_edges(
+        cls,
+        node_types: tuple[str, ...],
+        type_offsets: np.ndarray,
+        relations: tuple[Relation, ...],
+        src: np.ndarray,
+        dst: np.ndarray,
+        etype: np.ndarray,
+        **fields: Any,
+    ) -> "HeteroGraph":
+        """Build from global-id edge arrays and their relation ids (order kept within a
+        (destination, relation) group)."""
+        num_nodes = int(type_offsets[-1])
+        order = np.lexsort((etype, dst))  # by destination, then relation; stable
+        counts = np.bincount(dst, minlength=num_nodes)
+        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        graph = cls(
+            node_types=tuple(node_types),
+            type_offsets=np.asarray(type_offsets, dtype=np.int64),
+            relations=tuple(tuple(r) for r in relations),
+            indptr=indptr,
+            indices=np.asarray(src)[order].astype(index_dtype(num_nodes)),
+            etype=np.asarray(etype)[order].astype(_etype_dtype(len(relations))),
+            **fields,
+        )
+        return graph.validate()
+
+    @classmethod
+    def from_pyg(cls, data: Any, name: str = "pyg-hetero") -> "HeteroGraph":
+        """Convert a ``torch_geometric.data.HeteroData``: every node type with its count (and
+        ``x`` when present), every edge type with its ``edge_index``."""
+        num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+        edges = {tuple(rel): tuple(data[rel].edge_index.cpu().numpy()) for rel in data.edge_types}
+        x = {
+            t: np.ascontiguousarray(data[t].x.detach().cpu().numpy(), dtype=np.float32)
+            for t in data.node_types
+            if getattr(data[t], "x", None) is not None
+        }
+        return cls.from_typed_edges(num_nodes, edges, x=x, name=name)
+
+    def to_pyg(self) -> Any:
+        """A ``torch_geometric.data.HeteroData`` with local ids per type (the inverse of
+        :meth:`from_pyg`)."""
+        import torch
+        from torch_geometric.data import HeteroData
+
+        data = HeteroData()
+        for t in self.node_types:
+            data[t].num_nodes = self.num_nodes_of(t)
+            if t in self.x:
+                data[t].x = torch.from_numpy(np.asarray(self.x[t]))
+        src, dst, etype = self.edge_arrays()
+        for r, rel in enumerate(self.relations):
+            keep = etype == r
+            s = src[keep] - self.type_offsets[self.node_types.index(rel[0])]
+            d = dst[keep] - self.type_offsets[self.node_types.index(rel[2])]
+            data[rel].edge_index = torch.from_numpy(np.stack([s, d]).astype(np.int64))
+        return data
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_nodes(self) -> int:
+        return int(self.type_offsets[-1])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def num_relations(self) -> int:
+        return len(self.relations)
+
+    def num_nodes_of(self, node_type: str) -> int:
+        t = self.node_types.index(node_type)
+        return int(self.type_offsets[t + 1] - self.type_offsets[t])
+
+    def node_type_of(self, ids: np.ndarray) -> np.ndarray:
+        """The type index of every global id in ``ids``."""
+        return np.searchsorted(self.type_offsets, np.asarray(ids), side="right") - 1
+
+    def edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(src, dst, etype)`` of every edge, in CSR order (int64)."""
+        dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
+        return self.indices.astype(np.int64), dst, self.etype.astype(np.int64)
+
+    def edges_per_relation(self) -> dict[str, int]:
+        counts = np.bincount(self.etype.astype(np.int64), minlength=self.num_relations)
+        return {"/".join(rel): int(c) for rel, c in zip(self.relations, counts)}
+
+    def summary(self) -> dict[str, Any]:
+        """Per-type counts (``shardgnn info``, results files)."""
+        return {
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "nodes_per_type": {t: self.num_nodes_of(t) for t in self.node_types},
+            "features_per_type": {t: int(self.x[t].shape[1]) for t in self.x},
+            "edges_per_relation": self.edges_per_relation(),
+            "triples": {k: int(v.shape[0]) for k, v in self.triples.items()},
+        }
+
+    # ------------------------------------------------------------------ checks
+    def validate(self, source: str | os.PathLike | None = None) -> "HeteroGraph":
+        """Check every invariant; raise :class:`DatasetError` naming ``source`` otherwise."""
+
+        def fail(problem: str) -> None:
+            raise DatasetError(problem, source, "rebuild the graph (ingest again)")
+
+        offsets = self.type_offsets
+        if len(self.node_types) != len(set(self.node_types)) or not self.node_types:
+            fail(f"node types {list(self.node_types)} must be non-empty and distinct")
+        if offsets.shape != (len(self.node_types) + 1,) or offsets[0] != 0:
+            fail(f"type_offsets {offsets.tolist()} must start at 0 with one entry per type + 1")
+        if np.any(np.diff(offsets) < 0):
+            fail(f"type_offsets {offsets.tolist()} decrease")
+        if len(set(self.relations)) != len(self.relations):
+            fail("relations repeat")
+        for rel in self.relations:
+            if len(rel) != 3 or rel[0] not in self.node_types or rel[2] not in self.node_types:
+                fail(f"relation {rel} is not (src type, name, dst type) over known node types")
+        n, e = self.num_nodes, self.num_edges
+        if self.indptr.shape != (n + 1,) or self.indptr[0] != 0 or self.indptr[-1] != e:
+            fail(f"indptr must have {n + 1} entries from 0 to {e}")
+        if np.any(np.diff(self.indptr) < 0):
+            fail("indptr decreases")
+        if self.etype.shape != (e,):
+            fail(f"etype has shape {self.etype.shape}, expected ({e},)")
+        if e:
+            if self.indices.min() < 0 or self.indices.max() >= n:
+                fail(f"edge sources must lie in [0, {n})")
+            if self.etype.min() < 0 or self.etype.max() >= self.num_relations:
+                fail(f"edge relation ids must lie in [0, {self.num_relations})")
+            src, dst, etype = self.edge_arrays()
+            rel_src = np.array([self.node_types.index(r[0]) for r in self.relations])
+            rel_dst = np.array([self.node_types.index(r[2]) for r in self.relations])
+            if np.any(self.node_type_of(src) != rel_src[etype]) or np.any(
+                self.node_type_of(dst) != rel_dst[etype]
+            ):
+                fail("an edge's endpoint types do not match its relation")
+            same_row = dst[1:] == dst[:-1]
+            if np.any(same_row & (etype[1:] < etype[:-1])):
+                fail("relation ids are not ascending within a row")
+        for t, x in self.x.items():
+            if t not in self.node_types:
+                fail(f"features for unknown node type {t!r}")
+            if x.ndim != 2 or x.shape[0] != self.num_nodes_of(t):
+                fail(
+                    f"features of {t!r} have shape {x.shape}, expected ({self.num_nodes_of(t)}, F)"
+                )
+        for t, names in self.node_names.items():
+            if t not in self.node_types or len(names) != self.num_nodes_of(t):
+                fail(f"node names of {t!r} do not match its node count")
+        for split, triples in self.triples.items():
+            if split not in TRIPLE_SPLITS or triples.ndim != 2 or triples.shape[1] != 3:
+                fail(f"triples {split!r} must be one of {TRIPLE_SPLITS} with shape (T, 3)")
+            if triples.size and (
+                triples[:, [0, 2]].min() < 0
+                or triples[:, [0, 2]].max() >= n
+                or triples[:, 1].min() < 0
+                or triples[:, 1].max() >= self.num_relations
+            ):
+                fail(f"triples {split!r} name nodes or relations outside the graph")
+        return self
+
+
+# ---------------------------------------------------------------------- graph directory
+def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write ``graph`` to directory ``path`` atomically: ``meta.json`` (types, relations, names)
+    and one ``.npy`` per array."""
+    path = Path(path)
+    arrays: dict[str, np.ndarray] = {
+        "type_offsets": graph.type_offsets,
+        "indptr": graph.indptr,
+        "indices": graph.indices,
+        "etype": graph.etype,
+    }
+    arrays.update({f"x.{graph.node_types.index(t)}": x for t, x in graph.x.items()})
+    arrays.update({f"triples.{k}": v for k, v in graph.triples.items()})
+    with atomic_directory(path, overwrite=overwrite) as tmp:
+        for key, value in arrays.items():
+            save_npy(tmp / f"{key}.npy", value)
+        save_json(
+            tmp / "meta.json",
+            {
+                "format": HETERO_FORMAT,
+                "version": HETERO_FORMAT_VERSION,
+                "name": graph.name,
+                "node_types": list(graph.node_types),
+                "relations": [list(r) for r in graph.relations],
+                "node_names": graph.node_names,
+                "arrays": {
+                    k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()
+                },
+            },
+        )
+    return path
+
+
+def is_hetero_graph_dir(path: str | os.PathLike) -> bool:
+    meta = Path(path) / "meta.json"
+    try:
+        return json.loads(meta.read_text()).get("format") == HETERO_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
+    """Load a directory written by :func:`save_hetero_graph`, checking every array against
+    ``meta.json`` and every graph invariant."""
+    from shardgnn.graph.io import load_npy
+
+    path = Path(path)
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise DatasetError("no meta.json: not a shardgnn graph directory", path) from None
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"meta.json is unreadable ({exc})", meta_path) from None
+    if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
+        HETERO_FORMAT,
+        HETERO_FORMAT_VERSION,
+    ):
+        raise DatasetError(
+            f"not a {HETERO_FORMAT!r} version {HETERO_FORMAT_VERSION} directory",
+            meta_path,
+            "re-create the directory with this version of shardgnn",
+        )
+    try:
+        node_types = tuple(str(t) for t in meta["node_types"])
+        relations = tuple(tuple(str(p) for p in r) for r in meta["relations"])
+        specs = dict(meta["arrays"])
+        names = {str(t): [str(s) for s in v] for t, v in dict(meta.get("node_names", {})).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"meta.json is malformed ({exc!r})", meta_path) from None
+    arrays = {}
+    for key, spec in specs.items():
+        array = load_npy(path / f"{key}.npy")
+        if not isinstance(spec, dict) or (list(array.shape), str(array.dtype)) != (
+            spec.get("shape"),
+            spec.get("dtype"),
+        ):
+            raise DatasetError(
+                f"{key}.npy has shape {list(array.shape)} dtype {array.dtype}, meta.json says "
+                f"{spec}",
+                path / f"{key}.npy",
+                "the file was replaced or truncated; rewrite the directory",
+            )
+        arrays[key] = array
+    missing = {"type_offsets", "indptr", "indices", "etype"} - set(arrays)
+    if missing:
+        raise DatasetError(f"meta.json lists no {sorted(missing)} arrays", meta_path)
+    x, triples = {}, {}
+    for key, array in arrays.items():
+        kind, _, which = key.partition(".")
+        if kind == "x":
+            if not which.isdigit() or int(which) >= len(node_types):
+                raise DatasetError(f"array {key!r} names no node type", meta_path)
+            x[node_types[int(which)]] = array
+        elif kind == "triples":
+            triples[which] = array
+    graph = HeteroGraph(
+        node_types=node_types,
+        type_offsets=arrays["type_offsets"],
+        relations=relations,
+        indptr=arrays["indptr"],
+        indices=arrays["indices"],
+        etype=arrays["etype"],
+        x=x,
+        node_names=names,
+        triples=triples,
+        name=str(meta.get("name", path.name)),
+    )
+    return graph.validate(path)
