@@ -35,11 +35,11 @@ METRICS = ("mrr", "hits@1", "hits@3", "hits@10")
 # dataset -> (our settings, the reference's settings chosen by validation MRR)
 SETTINGS = {
     "umls": (
-        {"layers": 1, "hidden": 128, "lr": 0.01, "epochs": 30},
+        {"layers": 2, "hidden": 128, "lr": 0.005, "epochs": 30},
         ["--dim", "256", "--epochs", "25", "--lr", "0.01", "--batch-size", "256"],
     ),
     "kinships": (
-        {"layers": 1, "hidden": 128, "lr": 0.01, "epochs": 30},
+        {"layers": 2, "hidden": 128, "lr": 0.005, "epochs": 20},
         ["--dim", "256", "--epochs", "30", "--lr", "0.003", "--batch-size", "256"],
     ),
 }

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.graph.synthetic_hetero import AcademicConfig
 
 
 def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
@@ -269,6 +270,12 @@ def _hetero_dir(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
     return load_hetero_graph(Path(spec.path).expanduser())
 
 
+def _synthetic_hetero(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+    from shardgnn.graph.synthetic_hetero import generate_academic
+
+    return generate_academic(AcademicConfig.from_spec(spec))
+
+
 def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
     from shardgnn.graph.synthetic import SyntheticConfig, generate
 
@@ -278,6 +285,13 @@ def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
 _REGISTRY: dict[str, DatasetEntry] = {
     "synthetic": DatasetEntry(
         "power-law graph with learnable labels (built-in default)", _synthetic
+    ),
+    "synthetic-hetero": DatasetEntry(
+        "academic graph: papers, authors, institutions, fields; typed power-law edges, paper "
+        "topics to learn (relational)",
+        _synthetic_hetero,
+        AcademicConfig.defaults(),
+        relational=True,
     ),
     "cora": _planetoid("cora"),
     "citeseer": _planetoid("citeseer"),

@@ -34,6 +34,7 @@ from shardgnn.graph.csr import index_dtype
 HETERO_FORMAT = "shardgnn-hetero-graph"
 HETERO_FORMAT_VERSION = 1
 TRIPLE_SPLITS = ("train", "valid", "test")
+_LABEL_ARRAYS = ("y", "train_idx", "val_idx", "test_idx")
 
 Relation = tuple[str, str, str]
 """A canonical edge type ``(source node type, relation name, destination node type)``."""
@@ -60,6 +61,10 @@ class HeteroGraph:
         node_names: per type, the original name of each node (ingested ids), when known.
         triples: relational splits ``{train, valid, test}``: int64 ``[T, 3]`` rows of
             (head global id, relation id, tail global id); ``train`` is the CSR's edge list.
+        target_type: the node type whose nodes carry labels (node classification), or None.
+        y: int64 ``[N_target]`` labels of the target type's nodes (local ids), or None.
+        num_classes: label classes (0 without labels).
+        train_idx, val_idx, test_idx: int64 local ids of labelled target nodes per split.
         name: a human-readable dataset name.
     """
 
@@ -72,6 +77,12 @@ class HeteroGraph:
     x: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     node_names: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     triples: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    target_type: str | None = None
+    y: np.ndarray | None = None
+    num_classes: int = 0
+    train_idx: np.ndarray | None = None
+    val_idx: np.ndarray | None = None
+    test_idx: np.ndarray | None = None
     name: str = "hetero-graph"
 
     # ------------------------------------------------------------------ construction
@@ -175,6 +186,26 @@ class HeteroGraph:
             data[rel].edge_index = torch.from_numpy(np.stack([s, d]).astype(np.int64))
         return data
 
+    def with_reverse_relations(self) -> "HeteroGraph":
+        """This graph plus, for every relation ``(s, r, d)``, a relation ``(d, rev_r, s)`` holding
+        each edge reversed (PyG's ``ToUndirected`` on typed graphs): messages, and sampled
+        neighbourhoods, then reach every node type from every side of its relations."""
+        src, dst, etype = self.edge_arrays()
+        r = self.num_relations
+        reverse = tuple((d, f"rev_{name}", s) for s, name, d in self.relations)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for key in ("node_types", "type_offsets", "relations", "indptr", "indices", "etype"):
+            del fields[key]
+        return HeteroGraph.from_global_edges(
+            self.node_types,
+            self.type_offsets,
+            self.relations + reverse,
+            np.concatenate([src, dst]),
+            np.concatenate([dst, src]),
+            np.concatenate([etype, etype + r]),
+            **fields,
+        )
+
     # ------------------------------------------------------------------ queries
     @property
     def num_nodes(self) -> int:
@@ -214,8 +245,22 @@ class HeteroGraph:
             "nodes_per_type": {t: self.num_nodes_of(t) for t in self.node_types},
             "features_per_type": {t: int(self.x[t].shape[1]) for t in self.x},
             "edges_per_relation": self.edges_per_relation(),
+            "num_relations": self.num_relations,
             "triples": {k: int(v.shape[0]) for k, v in self.triples.items()},
+            "target_type": self.target_type,
+            "num_classes": self.num_classes,
+            "splits": {
+                key: int(len(getattr(self, f"{key}_idx")))
+                for key in ("train", "val", "test")
+                if getattr(self, f"{key}_idx") is not None
+            },
         }
+
+    def global_ids(self, node_type: str, local: np.ndarray) -> np.ndarray:
+        """Global ids of ``node_type``'s nodes ``local``."""
+        return (
+            np.asarray(local, dtype=np.int64) + self.type_offsets[self.node_types.index(node_type)]
+        )
 
     # ------------------------------------------------------------------ checks
     def validate(self, source: str | os.PathLike | None = None) -> "HeteroGraph":
@@ -268,6 +313,18 @@ class HeteroGraph:
         for t, names in self.node_names.items():
             if t not in self.node_types or len(names) != self.num_nodes_of(t):
                 fail(f"node names of {t!r} do not match its node count")
+        if self.target_type is not None or self.y is not None:
+            if self.target_type not in self.node_types:
+                fail(f"target type {self.target_type!r} is not a node type")
+            count = self.num_nodes_of(self.target_type)
+            if self.y is None or self.y.shape != (count,):
+                fail(f"labels must have one entry per {self.target_type!r} node ({count})")
+            if self.y.size and (self.y.max() >= self.num_classes or self.y.min() < -1):
+                fail(f"labels must lie in [-1, {self.num_classes})")
+            for key in ("train_idx", "val_idx", "test_idx"):
+                idx = getattr(self, key)
+                if idx is not None and idx.size and (idx.min() < 0 or idx.max() >= count):
+                    fail(f"{key} must hold local {self.target_type!r} ids in [0, {count})")
         for split, triples in self.triples.items():
             if split not in TRIPLE_SPLITS or triples.ndim != 2 or triples.shape[1] != 3:
                 fail(f"triples {split!r} must be one of {TRIPLE_SPLITS} with shape (T, 3)")
@@ -294,6 +351,9 @@ def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bo
     }
     arrays.update({f"x.{graph.node_types.index(t)}": x for t, x in graph.x.items()})
     arrays.update({f"triples.{k}": v for k, v in graph.triples.items()})
+    arrays.update(
+        {key: getattr(graph, key) for key in _LABEL_ARRAYS if getattr(graph, key) is not None}
+    )
     with atomic_directory(path, overwrite=overwrite) as tmp:
         for key, value in arrays.items():
             save_npy(tmp / f"{key}.npy", value)
@@ -306,6 +366,8 @@ def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bo
                 "node_types": list(graph.node_types),
                 "relations": [list(r) for r in graph.relations],
                 "node_names": graph.node_names,
+                "target_type": graph.target_type,
+                "num_classes": graph.num_classes,
                 "arrays": {
                     k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()
                 },
@@ -349,6 +411,9 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
         relations = tuple(tuple(str(p) for p in r) for r in meta["relations"])
         specs = dict(meta["arrays"])
         names = {str(t): [str(s) for s in v] for t, v in dict(meta.get("node_names", {})).items()}
+        target_type = meta.get("target_type")
+        target_type = None if target_type is None else str(target_type)
+        num_classes = int(meta.get("num_classes", 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise DatasetError(f"meta.json is malformed ({exc!r})", meta_path) from None
     arrays = {}
@@ -377,6 +442,8 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
             x[node_types[int(which)]] = array
         elif kind == "triples":
             triples[which] = array
+        elif key not in _LABEL_ARRAYS + ("type_offsets", "indptr", "indices", "etype"):
+            raise DatasetError(f"unknown array {key!r} in meta.json", meta_path)
     graph = HeteroGraph(
         node_types=node_types,
         type_offsets=arrays["type_offsets"],
@@ -387,6 +454,9 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
         x=x,
         node_names=names,
         triples=triples,
+        target_type=target_type,
+        num_classes=num_classes,
+        **{key: arrays.get(key) for key in _LABEL_ARRAYS},
         name=str(meta.get("name", path.name)),
     )
     return graph.validate(path)

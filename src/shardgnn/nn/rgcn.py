@@ -228,3 +228,46 @@ class RelationalLinkModel(nn.Module):
 
     def forward(self, graph: RelationalMessageGraph) -> torch.Tensor:
         return self.encoder(graph)
+
+
+class TypedInput(nn.Module):
+    """Every node's input row, type by type in global id order: a linear projection of the
+    type's features when it has them, else a learnt row per node (featureless types)."""
+
+    def __init__(self, type_sizes: list[int], feature_widths: list[int], dim: int):
+        super().__init__()
+        assert len(type_sizes) == len(feature_widths)
+        self.type_sizes = list(type_sizes)
+        self.project = nn.ModuleDict(
+            {str(t): nn.Linear(f, dim) for t, f in enumerate(feature_widths) if f > 0}
+        )
+        self.rows = nn.ParameterDict(
+            {
+                str(t): nn.Parameter(nn.init.xavier_uniform_(torch.empty(n, dim)))
+                for t, (n, f) in enumerate(zip(type_sizes, feature_widths))
+                if f == 0
+            }
+        )
+
+    def forward(self, features: dict[int, torch.Tensor]) -> torch.Tensor:
+        """``features``: type index -> ``[N_t, F_t]`` for the types with features."""
+        parts = []
+        for t in range(len(self.type_sizes)):
+            key = str(t)
+            parts.append(self.project[key](features[t]) if key in self.project else self.rows[key])
+        return torch.cat(parts)
+
+
+class RelationalNodeModel(nn.Module):
+    """Node classification on a typed graph: typed input rows, then R-GCN layers whose last
+    gives class logits."""
+
+    def __init__(self, typed_input: TypedInput, encoder: RGCN, input_dropout: float = 0.0):
+        super().__init__()
+        self.typed_input, self.encoder, self.input_dropout = typed_input, encoder, input_dropout
+
+    def forward(
+        self, graph: RelationalMessageGraph, features: dict[int, torch.Tensor]
+    ) -> torch.Tensor:
+        x_NI = F.dropout(self.typed_input(features), self.input_dropout, self.training)
+        return self.encoder(graph, x_NI)

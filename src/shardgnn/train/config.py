@@ -454,23 +454,18 @@ class TrainConfig:
         model, predictor = self.model.model, self.link.predictor
         if relational:
             problem = None
-            if self.task != "link":
-                problem = (
-                    "trains relational link prediction so far (--task link); node "
-                    "classification on typed graphs is not built yet"
-                )
-            elif model not in RELATIONAL_MODELS:
+            if model not in RELATIONAL_MODELS:
                 problem = f"needs a relational model, not --model {model}: use --model rgcn"
-            elif predictor not in ("auto", "distmult"):
+            elif self.task == "link" and predictor not in ("auto", "distmult"):
                 problem = (
                     f"scores (head, relation, tail) with --predictor distmult, not {predictor}"
                 )
-            elif self.link.loss == "margin":
+            elif self.task == "link" and self.link.loss == "margin":
                 problem = "ranks every entity: use --link-loss softmax or bce, not margin"
             elif self.run.distributed:
                 problem = "trains in one process so far: drop --workers/--partitions"
             elif self.embedding.enabled:
-                problem = "gives every entity a learnt input row already: drop --embedding-dim"
+                problem = "gives featureless nodes learnt input rows already: drop --embedding-dim"
             if problem:
                 raise ConfigError(f"dataset {self.dataset!r} is a relational graph: it {problem}")
         elif model in RELATIONAL_MODELS or predictor == "distmult":

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
 from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.identity import csr_sha256
@@ -29,6 +30,8 @@ from shardgnn.nn.rgcn import (
     DistMult,
     RelationalLinkModel,
     RelationalMessageGraph,
+    RelationalNodeModel,
+    TypedInput,
     with_inverse_relations,
 )
 from shardgnn.seeding import mix_seed
@@ -86,9 +89,36 @@ def both_directions(triples_T3: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
-def check_relational_trainable(graph: HeteroGraph) -> None:
-    from shardgnn.errors import ConfigError
+def message_graph(graph: HeteroGraph, device: torch.device) -> RelationalMessageGraph:
+    """The graph's edges plus their reversals (relation ``r + R``): R-GCN's message graph."""
+    r = graph.num_relations
+    src, dst, etype = with_inverse_relations(*graph.edge_arrays(), r)
+    return RelationalMessageGraph.from_edges(src, dst, etype, graph.num_nodes, 2 * r, device)
 
+
+def dataset_info(graph: HeteroGraph, spec: str | None) -> dict[str, Any]:
+    """What results and checkpoints record of a typed dataset (sizes per type, fingerprint)."""
+    summary = graph.summary()
+    return {
+        "spec": spec,
+        "name": graph.name,
+        "fingerprint": {
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "num_features": sum(summary["features_per_type"].values()),
+            "num_classes": graph.num_classes,
+            # the CSR and the relation of every edge
+            "csr_sha256": csr_sha256(
+                graph.indptr,
+                np.concatenate([graph.indices, graph.etype.astype(graph.indices.dtype)]),
+            ),
+        },
+        **{k: summary[k] for k in ("num_nodes", "num_edges", "num_relations", "nodes_per_type")},
+        **{k: summary[k] for k in ("edges_per_relation", "triples", "splits") if summary[k]},
+    }
+
+
+def check_relational_trainable(graph: HeteroGraph) -> None:
     missing = [s for s in ("train", "valid", "test") if not len(graph.triples.get(s, ()))]
     if missing:
         raise ConfigError(
@@ -118,10 +148,7 @@ class RelationalLinkSteps(Steps):
         check_relational_trainable(g)
         self.graph = g
         n, r = g.num_nodes, g.num_relations
-        src, dst, etype = with_inverse_relations(*g.edge_arrays(), r)
-        self.message_graph = RelationalMessageGraph.from_edges(
-            src, dst, etype, n, 2 * r, self.device
-        )
+        self.message_graph = message_graph(g, self.device)
         torch.manual_seed(config.seed)
         model, out_dim = config.model, config.link.out_dim
         encoder = RGCN(
@@ -212,24 +239,7 @@ class RelationalLinkSteps(Steps):
         return metrics["mrr"]
 
     def dataset_info(self) -> dict[str, Any]:
-        g = self.graph
-        summary = g.summary()
-        return {
-            "spec": self.spec,
-            "name": g.name,
-            "fingerprint": {
-                "num_nodes": g.num_nodes,
-                "num_edges": g.num_edges,
-                "num_features": 0,
-                "num_classes": 0,
-                "csr_sha256": csr_sha256(g.indptr, np.concatenate([g.indices, g.etype])),
-            },
-            "num_nodes": g.num_nodes,
-            "num_edges": g.num_edges,
-            "num_relations": g.num_relations,
-            "nodes_per_type": summary["nodes_per_type"],
-            "triples": summary["triples"],
-        }
+        return dataset_info(self.graph, self.spec)
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {
@@ -240,3 +250,98 @@ class RelationalLinkSteps(Steps):
                 "test": self.last_metrics.get("test", {}),
             }
         }
+
+
+def check_node_trainable(graph: HeteroGraph) -> None:
+    """Refuse a typed graph without labels or splits, with the reason and the fix."""
+    problems = []
+    if graph.target_type is None or graph.y is None or graph.num_classes < 1:
+        problems.append("it has no labelled node type")
+    for key in ("train_idx", "val_idx", "test_idx"):
+        idx = getattr(graph, key)
+        if idx is None or len(idx) == 0:
+            problems.append(f"its {key.replace('_idx', '')} split is empty")
+    if problems:
+        raise ConfigError(
+            f"dataset {graph.name!r} cannot be used for node classification: "
+            + "; ".join(problems)
+            + ". Knowledge graphs train --task link; synthetic-hetero has paper labels."
+        )
+
+
+class RelationalNodeSteps(Steps):
+    """Single-process node classification of a typed graph's target type with R-GCN, full graph
+    (one step per epoch over every training node)."""
+
+    def __init__(self, config: TrainConfig, graph: HeteroGraph | None = None):
+        self.config = config
+        apply_process_settings(config)
+        self.device = resolve_device(config.device)
+        self.spec = canonical_spec(config.dataset) if graph is None else None
+        g = graph if graph is not None else load_hetero_dataset(config.dataset, config.data_dir)
+        check_node_trainable(g)
+        self.graph = g
+        self.message_graph = message_graph(g, self.device)
+        torch.manual_seed(config.seed)
+        model = config.model
+        sizes = [g.num_nodes_of(t) for t in g.node_types]
+        widths = [int(g.x[t].shape[1]) if t in g.x else 0 for t in g.node_types]
+        self.features = {
+            i: torch.as_tensor(np.asarray(g.x[t]), dtype=torch.float32, device=self.device)
+            for i, t in enumerate(g.node_types)
+            if t in g.x
+        }
+        encoder = RGCN(
+            num_nodes=g.num_nodes,
+            in_dim=model.hidden,
+            hidden=model.hidden,
+            out_dim=g.num_classes,
+            num_layers=model.num_layers,
+            num_relations=2 * g.num_relations,
+            num_bases=model.num_bases,
+            dropout=model.dropout,
+            learn_input=False,
+        )
+        self.model = RelationalNodeModel(
+            TypedInput(sizes, widths, model.hidden), encoder, model.input_dropout
+        ).to(self.device)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
+        self.timer = StageTimer()
+        y = torch.from_numpy(np.asarray(g.y, dtype=np.int64)).to(self.device)
+        offset = int(g.type_offsets[g.node_types.index(g.target_type)])
+        self.y = y
+        self.splits = {
+            key: torch.from_numpy(np.asarray(getattr(g, f"{key}_idx"), dtype=np.int64)).to(
+                self.device
+            )
+            for key in ("train", "val", "test")
+        }
+        self.offset = offset
+
+    def logits(self) -> torch.Tensor:
+        """Class logits of every target-type node (local ids)."""
+        start = self.offset
+        out = self.model(self.message_graph, self.features)
+        return out[start : start + self.y.shape[0]]
+
+    def train_epoch(self, run: EpochRun) -> tuple[float, float]:
+        self.model.train()
+        idx = self.splits["train"]
+        with self.timer("compute"):
+            self.optimizer.zero_grad(set_to_none=True)
+            logits = self.logits()[idx]
+            loss = F.cross_entropy(logits, self.y[idx])
+            loss.backward()
+            self.optimizer.step()
+        return loss.item(), float((logits.argmax(1) == self.y[idx]).float().mean())
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        self.model.eval()
+        idx = self.splits[split]
+        return float((self.logits()[idx].argmax(1) == self.y[idx]).float().mean())
+
+    def dataset_info(self) -> dict[str, Any]:
+        return dataset_info(self.graph, self.spec)

@@ -34,7 +34,7 @@ from shardgnn.train.epoch import EpochRun
 from shardgnn.train.link import LinkLocalSteps
 from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
-from shardgnn.train.relational import RelationalLinkSteps
+from shardgnn.train.relational import RelationalLinkSteps, RelationalNodeSteps
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
@@ -218,10 +218,9 @@ def run_training(config: TrainConfig, graph: Graph | HeteroGraph | None = None) 
             "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
             "shardgnn.train.worker.run_worker under torchrun"
         )
-    if config.task == "link" and (
-        isinstance(graph, HeteroGraph) or (graph is None and is_relational(config.dataset))
-    ):
-        return TrainingLoop(config, RelationalLinkSteps(config, graph)).run()
+    if isinstance(graph, HeteroGraph) or (graph is None and is_relational(config.dataset)):
+        steps = RelationalLinkSteps if config.task == "link" else RelationalNodeSteps
+        return TrainingLoop(config, steps(config, graph)).run()
     if config.task == "link":
         return TrainingLoop(config, LinkLocalSteps(config, graph)).run()
     return TrainingLoop(config, LocalSteps(config, graph)).run()

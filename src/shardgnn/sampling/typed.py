@@ -1,0 +1,281 @@
+"""Neighbour sampling on typed graphs: a fanout per relation and layer, meta-path restriction
+(fanout 0 leaves a relation out of a layer), and an edge-attribute filter (Euler's conditional
+sampling: a timestamp window, a weight threshold).
+
+Works on :class:`~shardgnn.graph.hetero.HeteroGraph`'s one CSR, whose rows are sorted by
+relation: the edges of relation ``r`` into ``v`` are one slice found by binary search, so a
+relation's draw costs the same as a homogeneous draw over that slice. Blocks are the ordinary
+:class:`~shardgnn.sampling.types.Block` (the layer loop, relabelling, exclusion and pruning are
+:func:`~shardgnn.sampling.neighbor.sample_blocks`'); ``graph.etype[block.edge_ids_E]`` gives each
+sampled edge's relation.
+
+Randomness is counter-based as in :mod:`shardgnn.sampling.kernels`: the draws of ``(v, r)``
+depend only on the layer seed, ``v``'s global id and ``r``, so any thread count, and an owner
+sampling its own rows, give the same neighbours.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
+from shardgnn.sampling.neighbor import sample_blocks
+from shardgnn.sampling.types import SampledBlocks
+
+_RELATION_SALT = np.uint64(0xD1B54A32D192ED03)
+
+
+@numba.njit(inline="always")
+def _lower_bound(etype, lo, hi, r):
+    """The first position in ``[lo, hi)`` whose relation is ``>= r`` (rows sorted by relation):
+    binary search down to a few entries, then a scan (most rows of a power-law graph are short)."""
+    while hi - lo > 8:
+        mid = (lo + hi) >> 1
+        if etype[mid] < r:
+            lo = mid + 1
+        else:
+            hi = mid
+    while lo < hi and etype[lo] < r:
+        lo += 1
+    return lo
+
+
+@numba.njit(inline="always")
+def _take(fanout, candidates, replace):
+    if fanout < 0:
+        return candidates
+    if replace:
+        return fanout if candidates > 0 else 0
+    return min(fanout, candidates)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def typed_sample_bounds(indptr, frontier, fanouts_R, replace):
+    """An upper bound of every frontier row's draws, without looking at relations: the row's
+    degree, or the sum of the fanouts when smaller (with replacement: that sum). The fill pass
+    writes into these slots and reports the true counts; :func:`compact` closes the gaps. One
+    relation scan per row instead of two (count, then fill)."""
+    total_fanout = 0
+    every = False
+    for r in range(fanouts_R.shape[0]):
+        if fanouts_R[r] < 0:
+            every = True
+        total_fanout += max(fanouts_R[r], 0)
+    bounds = np.empty(frontier.shape[0] + 1, dtype=np.int64)
+    bounds[0] = 0
+    for i in numba.prange(frontier.shape[0]):
+        v = frontier[i]
+        deg = indptr[v + 1] - indptr[v]
+        if replace:  # relations at -1 give all their edges, the others their fanout
+            bounds[i + 1] = (deg if every else 0) + (total_fanout if deg > 0 else 0)
+        else:
+            bounds[i + 1] = deg if every else min(deg, total_fanout)
+    return bounds
+
+
+@numba.njit(nogil=True, cache=True)
+def compact(bounds, counts, nbr, eid):
+    """Move every row's ``counts[i]`` draws from slot ``bounds[i]`` to their final, gap-free
+    place; returns the final offsets (rows only move towards the front: in place is safe)."""
+    offsets = np.empty(counts.shape[0] + 1, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(counts.shape[0]):
+        src, dst = bounds[i], offsets[i]
+        if src != dst:
+            for j in range(counts[i]):
+                nbr[dst + j] = nbr[src + j]
+                eid[dst + j] = eid[src + j]
+        offsets[i + 1] = dst + counts[i]
+    return offsets
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def typed_sample_fill(
+    indptr, indices, etype, frontier, fanouts_R, replace, attr, lo, hi, filtered, seed, offsets,
+    out_nbr, out_eid, id_offset, out_counts,
+):  # fmt: skip
+    """Per frontier row, relation by relation: all passing edges when the fanout covers them,
+    else ``fanout`` of them uniformly (Floyd's algorithm without replacement). Unfiltered, the
+    candidates are the relation's slice itself (no scratch); filtered, the passing positions are
+    listed first."""
+    useed = np.uint64(seed)
+    no_scratch = np.empty(0, dtype=np.int64)
+    for i in numba.prange(frontier.shape[0]):
+        v = frontier[i]
+        start, end = indptr[v], indptr[v + 1]
+        out_counts[i] = 0
+        if offsets[i + 1] == offsets[i]:
+            continue
+        key = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset)))
+        pos = offsets[i]
+        scratch = np.empty(end - start, dtype=np.int64) if filtered else no_scratch
+        b = start
+        for r in range(fanouts_R.shape[0]):
+            a = b
+            b = _lower_bound(etype, a, end, r + 1)
+            fanout = fanouts_R[r]
+            if fanout == 0 or a == b:
+                continue
+            if filtered:
+                c = 0
+                for e in range(a, b):
+                    if lo <= attr[e] < hi:
+                        scratch[c] = e
+                        c += 1
+            else:
+                c = b - a
+            k = _take(fanout, c, replace)
+            if k == 0:
+                continue
+            rkey = splitmix64(key ^ splitmix64(np.uint64(r) + _RELATION_SALT))
+            if k == c and (fanout < 0 or not replace):
+                for j in range(c):
+                    out_eid[pos + j] = scratch[j] if filtered else a + j
+            elif replace:
+                for j in range(k):
+                    t = _below(splitmix64(rkey + np.uint64(j)), c)
+                    out_eid[pos + j] = scratch[t] if filtered else a + t
+            else:
+                # Floyd: k distinct indices of [0, c), held in out_eid as candidate indices
+                for q, top in enumerate(range(c - k, c)):
+                    t = _below(splitmix64(rkey + np.uint64(top)), top + 1)
+                    for p in range(q):
+                        if out_eid[pos + p] == t:
+                            t = top
+                            break
+                    out_eid[pos + q] = t
+                for j in range(k):
+                    t = out_eid[pos + j]
+                    out_eid[pos + j] = scratch[t] if filtered else a + t
+            for j in range(k):
+                out_nbr[pos + j] = indices[out_eid[pos + j]]
+            pos += k
+        out_counts[i] = pos - offsets[i]
+
+
+def relation_fanouts(graph: HeteroGraph, layers: list) -> np.ndarray:
+    """Per-layer, per-relation fanouts ``[L, R]`` (int64; -1 = every neighbour, 0 = relation left
+    out of that layer), output layer first, from one entry per layer: an int (every relation),
+    a list of ``R`` ints, or a dict from relation name (or ``src/rel/dst``) to fanout (relations
+    not named get 0: a meta-path)."""
+    names = {"/".join(rel): r for r, rel in enumerate(graph.relations)}
+    short = {}
+    for r, rel in enumerate(graph.relations):
+        short.setdefault(rel[1], []).append(r)
+    listing = ", ".join(names)
+    out = np.zeros((len(layers), graph.num_relations), dtype=np.int64)
+    for layer, entry in enumerate(layers):
+        if isinstance(entry, (int, np.integer)):
+            out[layer] = int(entry)
+        elif isinstance(entry, dict):
+            for name, fanout in entry.items():
+                if name in names:
+                    out[layer, names[name]] = int(fanout)
+                elif len(short.get(name, ())) == 1:
+                    out[layer, short[name][0]] = int(fanout)
+                else:
+                    raise ConfigError(
+                        f"fanouts of layer {layer} name relation {name!r}, which "
+                        + ("is ambiguous" if name in short else "the graph does not have")
+                        + f"; its relations: {listing}"
+                    )
+        else:
+            values = list(entry)
+            if len(values) != graph.num_relations:
+                raise ConfigError(
+                    f"fanouts of layer {layer} list {len(values)} values but the graph has "
+                    f"{graph.num_relations} relations ({listing}); give one per relation, or "
+                    "name them (relation=fanout)"
+                )
+            out[layer] = values
+    if np.any(out < -1):
+        raise ConfigError("a fanout must be >= -1 (-1: every neighbour, 0: leave the relation out)")
+    empty = np.flatnonzero(~out.any(axis=1))
+    if empty.size:
+        raise ConfigError(f"fanouts of layer {empty[0]} leave out every relation; name one")
+    return out
+
+
+class TypedNeighborSampler:
+    """Samples the L-hop computation graph of a batch of seeds on a typed graph.
+
+    Args:
+        graph: the typed graph (its CSR, relation ids and, for filtering, ``edge_attr``).
+        fanouts_LR: :func:`relation_fanouts` (output layer first).
+        replace: draw with replacement.
+        edge_attr: float ``[E]`` aligned with the CSR (timestamps, weights), or None.
+        attr_window: keep only edges with ``lo <= edge_attr < hi`` (requires ``edge_attr``).
+
+    Not thread-safe (an O(N) scratch map is reused across batches).
+    """
+
+    def __init__(
+        self,
+        graph: HeteroGraph,
+        fanouts_LR: np.ndarray,
+        replace: bool = False,
+        edge_attr: np.ndarray | None = None,
+        attr_window: tuple[float, float] | None = None,
+    ):
+        fanouts_LR = np.ascontiguousarray(fanouts_LR, dtype=np.int64)
+        assert fanouts_LR.ndim == 2 and fanouts_LR.shape[1] == graph.num_relations
+        if attr_window is not None and edge_attr is None:
+            raise ConfigError("an attribute window needs an edge attribute to filter on")
+        if edge_attr is not None and np.shape(edge_attr) != (graph.num_edges,):
+            raise ConfigError(
+                f"the edge attribute has shape {np.shape(edge_attr)}; it needs one value per "
+                f"edge ({graph.num_edges}), in the graph's CSR order"
+            )
+        self.graph = graph
+        self.indptr = np.ascontiguousarray(graph.indptr, dtype=np.int64)
+        self.fanouts_LR = fanouts_LR
+        self.replace = replace
+        self.filtered = attr_window is not None
+        self.attr = (
+            np.ascontiguousarray(edge_attr, dtype=np.float64)
+            if self.filtered
+            else np.zeros(1, dtype=np.float64)
+        )
+        self.window = attr_window if attr_window is not None else (0.0, 0.0)
+        self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
+
+    def one_hop(
+        self, frontier: np.ndarray, fanouts_R: np.ndarray, seed: int, id_offset: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop for ``frontier`` (CSR rows): ``(offsets, nbr, edge_ids)``, as
+        :func:`~shardgnn.sampling.neighbor.sample_neighbors`."""
+        g, lo, hi = self.graph, float(self.window[0]), float(self.window[1])
+        with KERNEL_LOCK:
+            bounds = np.cumsum(typed_sample_bounds(self.indptr, frontier, fanouts_R, self.replace))
+            nbr = np.empty(int(bounds[-1]), dtype=np.int64)
+            eid = np.empty(int(bounds[-1]), dtype=np.int64)
+            counts = np.empty(frontier.shape[0], dtype=np.int64)
+            typed_sample_fill(
+                self.indptr, g.indices, g.etype, frontier, fanouts_R, self.replace, self.attr,
+                lo, hi, self.filtered, np.uint64(seed), bounds, nbr, eid, np.int64(id_offset),
+                counts,
+            )  # fmt: skip
+            offsets = compact(bounds, counts, nbr, eid)
+        return offsets, nbr[: offsets[-1]], eid[: offsets[-1]]
+
+    def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
+        """Sample blocks for ``seeds`` (unique global ids); layer ``l`` uses
+        ``mix_seed(seed, l)``, as the homogeneous sampler."""
+        layers = iter(self.fanouts_LR)
+        # sample_blocks calls one_hop once per layer, output layer first: the per-relation
+        # fanouts of each call are the next row (the config's scalar fanouts only count layers).
+        return sample_blocks(
+            seeds,
+            SamplerConfig(fanouts=(-1,) * len(self.fanouts_LR), replace=self.replace),
+            seed,
+            one_hop=lambda frontier, _fanout, layer_seed: self.one_hop(
+                frontier, next(layers), layer_seed
+            ),
+            degree_of=lambda nodes: self.indptr[nodes + 1] - self.indptr[nodes],
+            node_map=self._node_map,
+        )
