@@ -691,3 +691,18 @@ def test_cli_warns_about_ignored_options(tmp_path, capsys):
     assert "--slack is ignored by --method metis" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="exceeds the 400 nodes"):
         _run("partition", SPEC, "-k", "401", "--method", "random", "--out", str(tmp_path / "q"))
+
+
+def test_metis_leaves_the_callers_graph_untouched():
+    """scipy sorts the index arrays it is given in place; METIS input must not hand it the
+    graph's own (rows would be reordered and per-edge arrays such as weights misaligned)."""
+    from shardgnn.graph.csr import Graph
+    from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 200, 3000), rng.integers(0, 200, 3000)
+    graph = Graph.from_edge_index(src, dst, 200, edge_weight=rng.random(3000))
+    before = graph.indices.copy(), graph.indptr.copy(), graph.edge_weight.copy()
+    partition_graph(graph, PartitionConfig(num_parts=2, method="metis"))
+    for kept, now in zip(before, (graph.indices, graph.indptr, graph.edge_weight)):
+        np.testing.assert_array_equal(kept, now)

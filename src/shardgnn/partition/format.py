@@ -18,6 +18,13 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                                            (0 <= i < n_p) of the owned nodes in each split, one
                                            file per split the graph defines
                  edge_weight.npy float32 [e_p] (if the graph has edge weights)
+                 etype.npy  int16|int32 [e_p]  relation of every in-edge (typed graphs)
+
+A typed graph (``meta.json["hetero"]``: node types, their original id ranges, relations) keeps
+each part's rows grouped by node type, because a part's rows are its original ids in ascending
+order and every type is an original id range: ``hetero.type_bounds[p]`` (``P x (T + 1)`` numbers)
+are the first new id of each type in part ``p``, which is the whole (type, id) <-> (part, local
+row) book.
 
 Splits are stored as local index arrays (not masks) because they are what a trainer iterates
 and they cost 8 bytes per split node instead of one byte per node; ``start + idx`` gives the new
@@ -58,7 +65,7 @@ from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
 FORMAT = "shardgnn-partitions"
 VERSION = 1
 SPLITS = ("train_idx", "val_idx", "test_idx")
-_PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight") + SPLITS
+_PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight", "etype") + SPLITS
 _HASH_BLOCK = 4 << 20
 _REMAKE = "re-create the directory with `shardgnn partition ... --overwrite`"
 
@@ -151,6 +158,8 @@ def write_partitions(
     dataset_spec: str | None = None,
     dataset_fingerprint: dict[str, Any] | None = None,
     link_split: LinkSplit | None = None,
+    edge_type: np.ndarray | None = None,
+    hetero: dict[str, Any] | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -170,6 +179,9 @@ def write_partitions(
             was split from, which checkpoints and inference compare against.
         link_split: the edge split ``graph`` is the training graph of (original ids), written
             to ``link/`` inside the directory before it appears (so it never lacks its split).
+        edge_type: the relation of every edge of ``graph``'s CSR (typed graphs), written per part
+            as ``etype.npy``; with it ``hetero`` (``node_types``, original ``type_offsets``,
+            ``relations``), recorded in ``meta.json`` with the per-part type bounds.
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -237,6 +249,8 @@ def write_partitions(
                     np.asarray(graph.edge_weight[positions], dtype=np.float32),
                     record,
                 )
+            if edge_type is not None:
+                _write_array(tmp, f"{folder}/etype.npy", np.asarray(edge_type)[positions], record)
             del positions, indices
             if graph.x is not None:
                 _write_array(
@@ -293,10 +307,31 @@ def write_partitions(
             "sha256": record["sha256"],
             "created_by": f"shardgnn {shardgnn.__version__}",
         }
+        if edge_type is not None:
+            assert hetero is not None, "a typed partition records its types"
+            meta["hetero"] = hetero_meta(hetero, orig_ids, book)
         if link_split is not None:
             save_link_split(link_split, tmp / LINK_SPLIT_DIR)
         save_json(tmp / "meta.json", meta)
     return read_partitions(out_dir, verify=False)
+
+
+def hetero_meta(hetero: dict[str, Any], orig_ids: np.ndarray, book: PartitionBook) -> dict:
+    """``meta.json["hetero"]``: the types and relations, and ``type_bounds[p][t]``, the first new
+    id of node type ``t`` in part ``p`` (rows of a part ascend in original id, so its nodes come
+    type by type)."""
+    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
+    bounds = []
+    for p in range(book.num_parts):
+        start, end = book.part_range(p)
+        first = np.searchsorted(np.asarray(orig_ids[start:end]), offsets, side="left")
+        bounds.append((first + start).tolist())
+    return {
+        "node_types": list(hetero["node_types"]),
+        "type_offsets": offsets.tolist(),
+        "relations": [list(r) for r in hetero["relations"]],
+        "type_bounds": bounds,
+    }
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -332,6 +367,8 @@ class LocalPartition:
     edge_weight: np.ndarray | None
     num_classes: int
     book: PartitionBook
+    etype: np.ndarray | None = None
+    """int16/int32 ``[e_p]`` relation of every in-edge (typed graphs), else ``None``"""
 
     @property
     def num_nodes(self) -> int:
@@ -666,6 +703,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
         edge_weight=arrays.get("edge_weight"),
         num_classes=int(labels.get("num_classes", 0)),
         book=pset.book,
+        etype=arrays.get("etype"),
     )
 
 
@@ -703,9 +741,9 @@ def _check_part_structure(
         int(halo.min()) < 0 or int(halo.max()) >= num_nodes or np.any(np.diff(halo) <= 0)
     ):
         raise bad("halo", f"is not a sorted list of unique node ids in [0, {num_nodes})")
-    for name in ("x", "y", "edge_weight"):
+    for name in ("x", "y", "edge_weight", "etype"):
         if name in arrays:
-            expected = indices.shape[0] if name == "edge_weight" else num_rows
+            expected = indices.shape[0] if name in ("edge_weight", "etype") else num_rows
             if arrays[name].shape[0] != expected:
                 raise bad(name, f"has {arrays[name].shape[0]} rows, expected {expected}")
     for name in SPLITS:

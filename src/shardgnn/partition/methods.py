@@ -67,11 +67,13 @@ def metis_input(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import scipy.sparse as sp
 
     n = graph.num_nodes
+    # Copies: scipy keeps the arrays it is given, and sum_duplicates sorts them in place, which
+    # would reorder the caller's rows (and misalign its per-edge arrays: weights, relations).
     a = sp.csr_matrix(
         (
             np.ones(graph.num_edges, dtype=np.int64),
-            np.asarray(graph.indices),
-            np.asarray(graph.indptr),
+            np.array(graph.indices, copy=True),
+            np.array(graph.indptr, copy=True),
         ),
         shape=(n, n),
     )
@@ -89,11 +91,18 @@ def metis_input(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return xadj, adjncy, adjwgt
 
 
-def metis_weights(graph: Graph, balance: tuple[str, ...]) -> np.ndarray:
-    """int64 ``[N * ncon]`` vertex weights, node-major (METIS layout: ``w[v * ncon + c]``)."""
+def metis_weights(
+    graph: Graph, balance: tuple[str, ...], node_type: np.ndarray | None = None
+) -> np.ndarray:
+    """int64 ``[N * ncon]`` vertex weights, node-major (METIS layout: ``w[v * ncon + c]``).
+    With ``node_type`` (typed graphs), ``nodes`` becomes one column per node type: every type is
+    balanced on its own (DistDGL's ``balance_ntypes``)."""
     columns = []
     for key in balance:
-        if key == "nodes":
+        if key == "nodes" and node_type is not None:
+            for t in range(int(node_type.max()) + 1):
+                columns.append((node_type == t).astype(np.int64))
+        elif key == "nodes":
             columns.append(np.ones(graph.num_nodes, dtype=np.int64))
         elif key == "train":
             col = np.zeros(graph.num_nodes, dtype=np.int64)
@@ -215,8 +224,10 @@ def metis_partition(
     balance: tuple[str, ...] | str | None = None,
     imbalance: float = 0.03,
     seed: int = 0,
+    node_type: np.ndarray | None = None,
 ) -> np.ndarray:
     """k-way METIS with multi-constraint balance (see the module docstring); int32 ``[N]``.
+    ``node_type`` (typed graphs): balance every node type separately (:func:`metis_weights`).
 
     Raises:
         ConfigError: pymetis is missing, or a bad ``balance``/``imbalance``.
@@ -240,10 +251,16 @@ def metis_partition(
     metis = _MetisC.get()
     if metis is not None:
         # k-way (not recursive bisection): it balances several constraints much better.
-        vwgt = None if balance == ("nodes",) else metis_weights(graph, balance)
-        parts = metis.part_kway(xadj, adjncy, adjwgt, vwgt, len(balance), num_parts, seed, ufactor)
+        typed = node_type is not None and "nodes" in balance and int(node_type.max()) > 0
+        vwgt = (
+            None
+            if balance == ("nodes",) and not typed
+            else metis_weights(graph, balance, node_type if typed else None)
+        )
+        ncon = len(vwgt) // graph.num_nodes if vwgt is not None else 1
+        parts = metis.part_kway(xadj, adjncy, adjwgt, vwgt, ncon, num_parts, seed, ufactor)
     else:
-        if balance != ("nodes",):
+        if balance != ("nodes",) or node_type is not None:
             warnings.warn(
                 "this pymetis build does not expose the METIS C API, and pymetis.part_graph "
                 f"supports one balance constraint only: balancing nodes, not {','.join(balance)}",
@@ -424,9 +441,14 @@ class PartitionResult:
 
 
 def partition_graph(
-    graph: Graph, config: PartitionConfig, *, progress: bool = False
+    graph: Graph,
+    config: PartitionConfig,
+    *,
+    progress: bool = False,
+    node_type: np.ndarray | None = None,
 ) -> PartitionResult:
-    """Run the partitioner ``config`` names on ``graph``.
+    """Run the partitioner ``config`` names on ``graph``. ``node_type`` (typed graphs): METIS
+    balances each node type on its own instead of the node count.
 
     For ``ldg``/``fennel`` the neighbourhood of a node is its in- and out-neighbours: a directed
     graph is symmetrised in memory first (``settings["neighbourhood"]`` records which).
@@ -459,8 +481,15 @@ def partition_graph(
             api="METIS_PartGraphKway (ctypes)" if c_api else "pymetis.part_graph (nodes only)",
         )
         assignment = metis_partition(
-            graph, p, balance=balance, imbalance=config.imbalance, seed=config.seed
+            graph,
+            p,
+            balance=balance,
+            imbalance=config.imbalance,
+            seed=config.seed,
+            node_type=node_type,
         )
+        if node_type is not None and c_api:
+            settings["balance_node_types"] = True
     elif config.method in STREAM_METHODS:
         symmetric = graph.is_symmetric()
         source = graph if symmetric else graph.symmetrize()

@@ -24,6 +24,7 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
+from shardgnn.sampling.typed import sample_typed_neighbors
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.dist_graph import DistGraphStore
 
@@ -173,4 +174,62 @@ class DistNeighborSampler:
             node_map=self._node_map,
             prune=self.prune,
             halo_hops=self.halo_hops,
+        )
+
+
+class DistTypedNeighborSampler(DistNeighborSampler):
+    """Per-relation sampling (:class:`~shardgnn.sampling.typed.TypedNeighborSampler`) where each
+    node's neighbours are drawn by its owner, over the same all-to-all path: identical to the
+    single-process typed sampler on the reassembled graph.
+
+    The owner serving a request at layer ``l`` uses layer ``l``'s fanouts: every rank calls
+    :meth:`sample` in lockstep (a collective), so the server is at the requester's layer.
+    """
+
+    def __init__(
+        self, graph: DistGraphStore, fanouts_LR: np.ndarray, comm: Communicator,
+        replace: bool = False, stage: str = "sample",
+    ):  # fmt: skip
+        if graph.etype is None:
+            raise ValueError("typed sampling needs a typed partition (etype.npy per part)")
+        self.fanouts_LR = np.ascontiguousarray(fanouts_LR, dtype=np.int64)
+        config = SamplerConfig(fanouts=(-1,) * len(self.fanouts_LR), replace=replace)
+        super().__init__(graph, config, comm, stage)
+        self._layer = 0
+
+    def _serve(
+        self, owner: int, asked: np.ndarray, fanout: int, seed: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        g = self.graph
+        if owner == self.comm.rank:
+            indptr, indices, etype = g.indptr, g.indices, g.etype
+            start, edge_offset = g.start, g.edge_offset
+        else:
+            peer = g.peers[owner]
+            indptr, indices, etype = peer.indptr, peer.part.indices, peer.part.etype
+            start, edge_offset = peer.start, peer.edge_offset
+        offsets, nbr, eid = sample_typed_neighbors(
+            indptr, indices, etype, asked - start, self.fanouts_LR[self._layer],
+            self.config.replace, seed, id_offset=start,
+        )  # fmt: skip
+        eid += edge_offset
+        return np.diff(offsets), np.stack([nbr, eid], axis=1)
+
+    def sample(
+        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
+    ) -> SampledBlocks:
+        layers = iter(range(len(self.fanouts_LR)))
+
+        def one_hop(frontier: np.ndarray, fanout: int, layer_seed: int):
+            self._layer = next(layers)
+            return self._sample_remote(frontier, fanout, layer_seed)
+
+        return sample_blocks(
+            seeds,
+            self.config,
+            seed,
+            exclude=exclude,
+            one_hop=one_hop,
+            degree_of=lambda nodes: self.graph.degree[nodes],
+            node_map=self._node_map,
         )

@@ -158,6 +158,39 @@ def typed_sample_fill(
         out_counts[i] = pos - offsets[i]
 
 
+def sample_typed_neighbors(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    etype: np.ndarray,
+    frontier: np.ndarray,
+    fanouts_R: np.ndarray,
+    replace: bool,
+    seed: int,
+    id_offset: int = 0,
+    attr: np.ndarray | None = None,
+    window: tuple[float, float] = (0.0, 0.0),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One typed hop for ``frontier`` (CSR rows; global id = row + ``id_offset``):
+    ``(offsets, nbr, edge_ids)`` as :func:`~shardgnn.sampling.neighbor.sample_neighbors`, with
+    ``fanouts_R[r]`` draws among relation ``r``'s edges (whose ``attr`` lies in ``window`` when
+    ``attr`` is given). The kernel every typed sampler shares, single-process or per owner."""
+    filtered = attr is not None
+    attr = np.zeros(1, np.float64) if attr is None else attr
+    lo, hi = float(window[0]), float(window[1])
+    fanouts_R = np.ascontiguousarray(fanouts_R, dtype=np.int64)
+    with KERNEL_LOCK:
+        bounds = np.cumsum(typed_sample_bounds(indptr, frontier, fanouts_R, replace))
+        nbr = np.empty(int(bounds[-1]), dtype=np.int64)
+        eid = np.empty(int(bounds[-1]), dtype=np.int64)
+        counts = np.empty(frontier.shape[0], dtype=np.int64)
+        typed_sample_fill(
+            indptr, indices, etype, frontier, fanouts_R, replace, attr, lo, hi, filtered,
+            np.uint64(seed), bounds, nbr, eid, np.int64(id_offset), counts,
+        )  # fmt: skip
+        offsets = compact(bounds, counts, nbr, eid)
+    return offsets, nbr[: offsets[-1]], eid[: offsets[-1]]
+
+
 def relation_fanouts(graph: HeteroGraph, layers: list) -> np.ndarray:
     """Per-layer, per-relation fanouts ``[L, R]`` (int64; -1 = every neighbour, 0 = relation left
     out of that layer), output layer first, from one entry per layer: an int (every relation),
@@ -245,23 +278,13 @@ class TypedNeighborSampler:
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
 
     def one_hop(
-        self, frontier: np.ndarray, fanouts_R: np.ndarray, seed: int, id_offset: int = 0
+        self, frontier: np.ndarray, fanouts_R: np.ndarray, seed: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One hop for ``frontier`` (CSR rows): ``(offsets, nbr, edge_ids)``, as
-        :func:`~shardgnn.sampling.neighbor.sample_neighbors`."""
-        g, lo, hi = self.graph, float(self.window[0]), float(self.window[1])
-        with KERNEL_LOCK:
-            bounds = np.cumsum(typed_sample_bounds(self.indptr, frontier, fanouts_R, self.replace))
-            nbr = np.empty(int(bounds[-1]), dtype=np.int64)
-            eid = np.empty(int(bounds[-1]), dtype=np.int64)
-            counts = np.empty(frontier.shape[0], dtype=np.int64)
-            typed_sample_fill(
-                self.indptr, g.indices, g.etype, frontier, fanouts_R, self.replace, self.attr,
-                lo, hi, self.filtered, np.uint64(seed), bounds, nbr, eid, np.int64(id_offset),
-                counts,
-            )  # fmt: skip
-            offsets = compact(bounds, counts, nbr, eid)
-        return offsets, nbr[: offsets[-1]], eid[: offsets[-1]]
+        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)``."""
+        return sample_typed_neighbors(
+            self.indptr, self.graph.indices, self.graph.etype, frontier, fanouts_R,
+            self.replace, seed, attr=self.attr if self.filtered else None, window=self.window,
+        )  # fmt: skip
 
     def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
         """Sample blocks for ``seeds`` (unique global ids); layer ``l`` uses

@@ -1,0 +1,135 @@
+"""Typed graphs across parts: partitioning with per-type balance, the typed partition book, the
+partition round trip, and distributed typed sampling equal to single-process sampling."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.graph.synthetic_hetero import AcademicConfig, generate_academic
+from shardgnn.partition.format import reassemble
+from shardgnn.partition.hetero import (
+    partition_hetero,
+    reassemble_hetero,
+    typed_book,
+    write_hetero_partitions,
+)
+from shardgnn.partition.methods import PartitionConfig
+from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
+
+from distributed_helpers import run_workers
+
+FANOUT_LAYERS = [{"writes": 2, "cites": 3, "rev_writes": 2}, 2, [1, -1, 1, 0, 1, 1, 0, 1]]
+
+
+@pytest.fixture(scope="module")
+def academic():
+    config = AcademicConfig(papers=1200, authors=900, institutions=30, fields=24, features=4)
+    return generate_academic(config).with_reverse_relations()
+
+
+def write(graph, path, parts, method="metis"):
+    result = partition_hetero(graph, PartitionConfig(num_parts=parts, method=method, seed=0))
+    write_hetero_partitions(
+        graph, result.assignment, path, method=result.method, settings=result.settings
+    )
+    return str(path), result
+
+
+def edge_list(graph):
+    src, dst, etype = graph.edge_arrays()
+    return np.stack([dst, etype, src])  # CSR order: rows, relations, then their order
+
+
+@pytest.mark.parametrize("parts, method", [(2, "metis"), (3, "metis"), (3, "random")])
+def test_typed_partitions_round_trip_and_balance_every_type(tmp_path, academic, parts, method):
+    path, result = write(academic, tmp_path / "p", parts, method)
+    back = reassemble_hetero(path)
+    assert back.relations == academic.relations and back.node_types == academic.node_types
+    np.testing.assert_array_equal(back.type_offsets, academic.type_offsets)
+    np.testing.assert_array_equal(edge_list(back), edge_list(academic))
+    # the book: type of every new id, and (type, typed id) -> new id, in P x (T + 1) numbers
+    book = typed_book(path)
+    assert book.type_bounds.shape == (parts, len(academic.node_types) + 1)
+    from shardgnn.partition.format import read_partitions
+
+    orig = np.asarray(read_partitions(path, verify=False).orig_ids)
+    new_ids = np.arange(academic.num_nodes)
+    np.testing.assert_array_equal(book.type_of(new_ids), academic.node_type_of(orig))
+    for t, name in enumerate(academic.node_types):
+        of_type = new_ids[book.type_of(new_ids) == t]
+        np.testing.assert_array_equal(book.new_id(name, np.arange(of_type.size)), of_type)
+    if method == "metis":
+        assert result.settings.get("balance_node_types")
+        per_part = np.stack(
+            [np.bincount(academic.node_type_of(np.flatnonzero(result.assignment == p)), minlength=4)
+             for p in range(parts)]
+        )  # fmt: skip
+        # every node type is spread evenly (METIS's per-constraint tolerance, small types looser)
+        for t in range(4):
+            share = per_part[:, t] / per_part[:, t].sum()
+            assert share.max() <= 1 / parts + 0.1, (academic.node_types[t], per_part[:, t])
+
+
+def _typed_sample(ctx, path, fanouts_LR, seed_lists, sample_seed):
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.sampling.distributed import DistTypedNeighborSampler
+    from shardgnn.store.dist_graph import DistGraphStore
+
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+    store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
+    out = []
+    for replace in (False, True):
+        sampler = DistTypedNeighborSampler(store, fanouts_LR, comm, replace=replace)
+        sample = sampler.sample(torch.tensor(seed_lists[ctx.rank], dtype=torch.int64), sample_seed)
+        out.append(
+            [{f.name: getattr(b, f.name) for f in dataclasses.fields(b)} for b in sample.blocks]
+        )
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world", [2, 3])
+def test_distributed_typed_sampling_equals_single_process(tmp_path, academic, world):
+    path, _ = write(academic, tmp_path / "p", world)
+    fanouts = relation_fanouts(academic, FANOUT_LAYERS)
+    full = reassemble(path)  # new ids: what the workers see
+    etype = np.concatenate([np.asarray(typed_part.etype) for typed_part in _parts(path, world)])
+    new_graph = types.SimpleNamespace(
+        indptr=full.indptr, indices=full.indices, etype=etype, num_nodes=full.num_nodes,
+        num_edges=full.num_edges, num_relations=academic.num_relations,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    seed_lists = [rng.choice(full.num_nodes, 50, replace=False).tolist() for _ in range(world)]
+    seed_lists[-1] = []  # a rank with no seeds still serves the others
+    results = run_workers(_typed_sample, world, path, fanouts, seed_lists, 91)
+    for rank, runs in enumerate(results):
+        for replace, blocks in zip((False, True), runs):
+            ref = TypedNeighborSampler(new_graph, fanouts, replace=replace)
+            expect = ref.sample(np.asarray(seed_lists[rank], dtype=np.int64), seed=91)
+            assert len(blocks) == len(expect.blocks) == 3
+            for got, want in zip(blocks, expect.blocks):
+                for name, value in got.items():
+                    want_value = getattr(want, name)
+                    same = (
+                        value == want_value
+                        if value is None or isinstance(value, int)
+                        else torch.equal(value, want_value)
+                    )
+                    assert same, (rank, replace, name)
+            # relations respected: layer l's edges only from relations with a fanout there
+            for layer, block in enumerate(reversed(blocks)):
+                rel = etype[block["edge_ids_E"].numpy()]
+                assert np.all(fanouts[layer][rel] != 0)
+
+
+def _parts(path, world):
+    from shardgnn.partition.format import read_partitions
+
+    pset = read_partitions(path, verify=False)
+    return [pset.load_part(p) for p in range(world)]
