@@ -477,3 +477,48 @@ def test_fanouts_that_do_not_match_the_relations_are_refused(academic_graph, lay
 
     with pytest.raises(ConfigError, match=match):
         relation_fanouts(academic_graph, layers)
+
+
+# ---------------------------------------------------------------------- meta-path walks
+def test_metapath_walks_follow_the_path_and_real_edges(academic_graph):
+    import numba
+
+    from shardgnn.sampling.walks import metapath_walks
+
+    g = academic_graph.with_reverse_relations()
+    authors = g.global_ids("author", np.arange(300))
+    walks = metapath_walks(g, ["writes", "rev_writes"], authors, length=6, seed=4)
+    assert walks.shape == (300, 7)
+    src, dst, etype = academic_graph.edge_arrays()
+    writes = set(zip(src[etype == 0].tolist(), dst[etype == 0].tolist()))
+    types = g.node_type_of(np.where(walks >= 0, walks, 0))
+    for w in walks[:100]:
+        steps = w[w >= 0]
+        for i, (a, b) in enumerate(zip(steps[:-1], steps[1:])):
+            # author -writes-> paper on even steps, paper <-writes- author on odd ones
+            assert ((a, b) if i % 2 == 0 else (b, a)) in writes
+    assert np.all(types[:, ::2][walks[:, ::2] >= 0] == g.node_types.index("author"))
+    assert np.all(types[:, 1::2][walks[:, 1::2] >= 0] == g.node_types.index("paper"))
+    assert (walks[:, -1] >= 0).mean() > 0.5  # most authors have papers, so most walks go on
+    # counter-based: the same walk ids give the same walks on one thread, alone or together
+    numba.set_num_threads(1)
+    try:
+        alone = metapath_walks(g, ["writes", "rev_writes"], authors[50:60], 6, 4, walk_offset=50)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_array_equal(alone, walks[50:60])
+
+
+@pytest.mark.parametrize(
+    "path, match",
+    [
+        (["writes", "cites"], "does not chain|return to its start"),
+        (["reviews"], "names no relation"),
+    ],
+)
+def test_bad_metapaths_are_refused(academic_graph, path, match):
+    from shardgnn.sampling.walks import metapath_walks
+
+    g = academic_graph.with_reverse_relations()
+    with pytest.raises(ConfigError, match=match):
+        metapath_walks(g, path, np.arange(3), 4, 0)
