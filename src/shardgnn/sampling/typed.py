@@ -114,12 +114,14 @@ def typed_sample_fill(
         key = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset)))
         pos = offsets[i]
         scratch = np.empty(end - start, dtype=np.int64) if filtered else no_scratch
+        # Walk the row's runs of equal relation: only the relations the row has cost anything.
         b = start
-        for r in range(fanouts_R.shape[0]):
+        while b < end:
             a = b
+            r = np.int64(etype[a])
             b = _lower_bound(etype, a, end, r + 1)
             fanout = fanouts_R[r]
-            if fanout == 0 or a == b:
+            if fanout == 0:
                 continue
             if filtered:
                 c = 0
@@ -135,25 +137,29 @@ def typed_sample_fill(
             rkey = splitmix64(key ^ splitmix64(np.uint64(r) + _RELATION_SALT))
             if k == c and (fanout < 0 or not replace):
                 for j in range(c):
-                    out_eid[pos + j] = scratch[j] if filtered else a + j
+                    e = scratch[j] if filtered else a + j
+                    out_eid[pos + j] = e
+                    out_nbr[pos + j] = indices[e]
             elif replace:
                 for j in range(k):
                     t = _below(splitmix64(rkey + np.uint64(j)), c)
-                    out_eid[pos + j] = scratch[t] if filtered else a + t
+                    e = scratch[t] if filtered else a + t
+                    out_eid[pos + j] = e
+                    out_nbr[pos + j] = indices[e]
             else:
-                # Floyd: k distinct indices of [0, c), held in out_eid as candidate indices
+                # Floyd: k distinct indices of [0, c) (out_nbr holds them until mapped to edges)
                 for q, top in enumerate(range(c - k, c)):
                     t = _below(splitmix64(rkey + np.uint64(top)), top + 1)
                     for p in range(q):
-                        if out_eid[pos + p] == t:
+                        if out_nbr[pos + p] == t:
                             t = top
                             break
-                    out_eid[pos + q] = t
+                    out_nbr[pos + q] = t
                 for j in range(k):
-                    t = out_eid[pos + j]
-                    out_eid[pos + j] = scratch[t] if filtered else a + t
-            for j in range(k):
-                out_nbr[pos + j] = indices[out_eid[pos + j]]
+                    t = out_nbr[pos + j]
+                    e = scratch[t] if filtered else a + t
+                    out_eid[pos + j] = e
+                    out_nbr[pos + j] = indices[e]
             pos += k
         out_counts[i] = pos - offsets[i]
 
