@@ -522,3 +522,19 @@ def test_bad_metapaths_are_refused(academic_graph, path, match):
     g = academic_graph.with_reverse_relations()
     with pytest.raises(ConfigError, match=match):
         metapath_walks(g, path, np.arange(3), 4, 0)
+
+
+@requires_shared_data
+def test_relational_training_resumes_exactly(tmp_path):
+    """Stop after 2 of 4 epochs, resume: the same weights as 4 epochs in one go."""
+    from shardgnn.cli import main
+
+    from conftest import assert_same_weights, final_weights
+
+    argv = ["train", "kg-nations", "--data-dir", str(SHARED_DATA), "--task", "link"]
+    argv += ["--model", "rgcn", "--hidden", "16", "--out-dim", "16", "--num-bases", "4", "--quiet"]
+    assert main([*argv, "--epochs", "4", "--checkpoint-dir", str(tmp_path / "a")]) == 0
+    assert main([*argv, "--epochs", "2", "--checkpoint-dir", str(tmp_path / "b")]) == 0
+    resumed = ["--epochs", "4", "--checkpoint-dir", str(tmp_path / "b"), "--resume"]
+    assert main([*argv, *resumed]) == 0
+    assert_same_weights(final_weights(tmp_path / "a"), final_weights(tmp_path / "b"))

@@ -133,23 +133,37 @@ def check_relational_trainable(graph: HeteroGraph) -> None:
         )
 
 
-class RelationalLinkSteps(Steps):
+class _TypedGraphSteps(Steps):
+    """What every single-process typed-graph training shares: the config applied, the graph
+    (``graph``: given, else loaded from the spec) checked by ``check``, its R-GCN message graph,
+    and the dataset record."""
+
+    def __init__(self, config: TrainConfig, graph: HeteroGraph | None, check) -> None:
+        self.config = config
+        apply_process_settings(config)
+        self.device = resolve_device(config.device)
+        self.spec = canonical_spec(config.dataset) if graph is None else None
+        g = graph if graph is not None else load_hetero_dataset(config.dataset, config.data_dir)
+        check(g)
+        self.graph = g
+        self.message_graph = message_graph(g, self.device)
+        self.timer = StageTimer()
+        torch.manual_seed(config.seed)
+
+    def dataset_info(self) -> dict[str, Any]:
+        return dataset_info(self.graph, self.spec)
+
+
+class RelationalLinkSteps(_TypedGraphSteps):
     """Single-process relational link prediction on a knowledge graph (``graph``: given, else
     loaded from the spec)."""
 
     metric = "mrr"
 
     def __init__(self, config: TrainConfig, graph: HeteroGraph | None = None):
-        self.config = config
-        apply_process_settings(config)
-        self.device = resolve_device(config.device)
-        self.spec = canonical_spec(config.dataset) if graph is None else None
-        g = graph if graph is not None else load_hetero_dataset(config.dataset, config.data_dir)
-        check_relational_trainable(g)
-        self.graph = g
+        super().__init__(config, graph, check_relational_trainable)
+        g = self.graph
         n, r = g.num_nodes, g.num_relations
-        self.message_graph = message_graph(g, self.device)
-        torch.manual_seed(config.seed)
         model, out_dim = config.model, config.link.out_dim
         encoder = RGCN(
             num_nodes=n,
@@ -169,7 +183,6 @@ class RelationalLinkSteps(Steps):
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
-        self.timer = StageTimer()
         self.train_queries = both_directions(g.triples["train"])
         self.train_answers = AnswerIndex(g.triples["train"], n, r)
         self.known = AnswerIndex(np.concatenate([g.triples[s] for s in g.triples]), n, r)
@@ -238,9 +251,6 @@ class RelationalLinkSteps(Steps):
         self.last_metrics[split] = metrics
         return metrics["mrr"]
 
-    def dataset_info(self) -> dict[str, Any]:
-        return dataset_info(self.graph, self.spec)
-
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {
             "relational": {
@@ -269,20 +279,13 @@ def check_node_trainable(graph: HeteroGraph) -> None:
         )
 
 
-class RelationalNodeSteps(Steps):
+class RelationalNodeSteps(_TypedGraphSteps):
     """Single-process node classification of a typed graph's target type with R-GCN, full graph
     (one step per epoch over every training node)."""
 
     def __init__(self, config: TrainConfig, graph: HeteroGraph | None = None):
-        self.config = config
-        apply_process_settings(config)
-        self.device = resolve_device(config.device)
-        self.spec = canonical_spec(config.dataset) if graph is None else None
-        g = graph if graph is not None else load_hetero_dataset(config.dataset, config.data_dir)
-        check_node_trainable(g)
-        self.graph = g
-        self.message_graph = message_graph(g, self.device)
-        torch.manual_seed(config.seed)
+        super().__init__(config, graph, check_node_trainable)
+        g = self.graph
         model = config.model
         sizes = [g.num_nodes_of(t) for t in g.node_types]
         widths = [int(g.x[t].shape[1]) if t in g.x else 0 for t in g.node_types]
@@ -308,7 +311,6 @@ class RelationalNodeSteps(Steps):
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
-        self.timer = StageTimer()
         y = torch.from_numpy(np.asarray(g.y, dtype=np.int64)).to(self.device)
         offset = int(g.type_offsets[g.node_types.index(g.target_type)])
         self.y = y
@@ -342,6 +344,3 @@ class RelationalNodeSteps(Steps):
         self.model.eval()
         idx = self.splits[split]
         return float((self.logits()[idx].argmax(1) == self.y[idx]).float().mean())
-
-    def dataset_info(self) -> dict[str, Any]:
-        return dataset_info(self.graph, self.spec)
