@@ -76,6 +76,17 @@ class RelationalMessageGraph:
         )
 
 
+def block_message_graph(
+    block, etype_E: np.ndarray, num_relations: int, device: torch.device | str = "cpu"
+) -> RelationalMessageGraph:
+    """The R-GCN message graph of a sampled block (local ids; its destinations are the first
+    ``num_dst`` sources); ``etype_E``: the relation of each of its edges."""
+    dst = np.repeat(np.arange(block.num_dst, dtype=np.int64), np.diff(block.indptr_D1.numpy()))
+    return RelationalMessageGraph.from_edges(
+        block.indices_E.numpy(), dst, etype_E, block.num_src, num_relations, device, block.num_dst
+    )
+
+
 def with_inverse_relations(
     src: np.ndarray, dst: np.ndarray, etype: np.ndarray, num_relations: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -189,14 +200,20 @@ class RGCN(nn.Module):
         return len(self.convs)
 
     def forward(
-        self, graph: RelationalMessageGraph, x_NI: torch.Tensor | None = None
+        self,
+        graph: RelationalMessageGraph | list[RelationalMessageGraph],
+        x_NI: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """One message graph for every layer (full graph), or one per layer (sampled blocks,
+        input layer first)."""
+        graphs = graph if isinstance(graph, list) else [graph] * len(self.convs)
+        assert len(graphs) == len(self.convs), (len(graphs), len(self.convs))
         h = self.input_NI if x_NI is None else x_NI
         assert h is not None, "an RGCN without learnable input needs features"
-        for i, conv in enumerate(self.convs):
+        for i, (conv, layer_graph) in enumerate(zip(self.convs, graphs)):
             if i:
                 h = F.dropout(F.relu(h), self.dropout, self.training)
-            h = conv(graph, h)
+            h = conv(layer_graph, h)
         return h
 
 
@@ -250,12 +267,35 @@ class TypedInput(nn.Module):
         )
 
     def forward(self, features: dict[int, torch.Tensor]) -> torch.Tensor:
-        """``features``: type index -> ``[N_t, F_t]`` for the types with features."""
+        """Every node's row; ``features``: type index -> ``[N_t, F_t]`` for the types with
+        features."""
         parts = []
         for t in range(len(self.type_sizes)):
             key = str(t)
             parts.append(self.project[key](features[t]) if key in self.project else self.rows[key])
         return torch.cat(parts)
+
+    def rows_of(self, ids_S: torch.Tensor, features: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The rows of global ids ``ids_S`` only (a sampled batch's input nodes)."""
+        offsets = torch.tensor([0, *np.cumsum(self.type_sizes)], device=ids_S.device)
+        type_S = torch.searchsorted(offsets, ids_S, right=True) - 1
+        parts, order = [], []
+        for t in range(len(self.type_sizes)):
+            where = torch.nonzero(type_S == t).squeeze(1)
+            if where.numel() == 0:
+                continue
+            local = ids_S[where] - offsets[t]
+            key = str(t)
+            rows = (
+                self.project[key](features[t][local])
+                if key in self.project
+                else self.rows[key][local]
+            )
+            parts.append(rows)
+            order.append(where)
+        out_SD = torch.cat(parts)
+        # rows were gathered type by type: put them back in ``ids_S`` order
+        return out_SD[torch.argsort(torch.cat(order))]
 
 
 class RelationalNodeModel(nn.Module):
@@ -271,3 +311,14 @@ class RelationalNodeModel(nn.Module):
     ) -> torch.Tensor:
         x_NI = F.dropout(self.typed_input(features), self.input_dropout, self.training)
         return self.encoder(graph, x_NI)
+
+    def forward_blocks(
+        self,
+        graphs: list[RelationalMessageGraph],
+        input_nodes_S: torch.Tensor,
+        features: dict[int, torch.Tensor],
+    ) -> torch.Tensor:
+        """Logits of a sampled batch's seeds: ``graphs`` one per layer, input layer first."""
+        x_SI = self.typed_input.rows_of(input_nodes_S, features)
+        x_SI = F.dropout(x_SI, self.input_dropout, self.training)
+        return self.encoder(graphs, x_SI)

@@ -405,7 +405,7 @@ class TrainConfig:
                 raise invalid(self, name, "must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise invalid(self, "threads", "must be >= 1")
-        if self._names_relational():
+        if self.task == "link" and self._names_relational():
             # Relational link prediction encodes the whole graph at every step (the knowledge
             # graphs it runs on are small): full-graph layers, whatever --mode says.
             self.mode = "full"
