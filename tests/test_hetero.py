@@ -75,6 +75,15 @@ def test_graph_directory_round_trip(tmp_path):
     np.testing.assert_array_equal(loaded.x["paper"], g.x["paper"])
 
 
+def test_a_typed_directory_named_as_a_plain_graph_says_how_to_name_it(tmp_path):
+    from shardgnn.graph.datasets import load_dataset
+
+    path = save_hetero_graph(academic(), tmp_path / "g")
+    with pytest.raises(DatasetError, match=f"name it as hetero:{path}"):
+        load_dataset(f"graph:{path}")
+    assert load_hetero_graph(path).num_nodes == 8
+
+
 def test_damaged_directory_is_refused(tmp_path):
     path = save_hetero_graph(academic(), tmp_path / "g")
     np.save(path / "etype.npy", np.zeros(3, dtype=np.int16))

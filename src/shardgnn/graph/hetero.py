@@ -30,8 +30,8 @@ import numpy as np
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import index_dtype
+from shardgnn.graph.io import HETERO_FORMAT, load_npy
 
-HETERO_FORMAT = "shardgnn-hetero-graph"
 HETERO_FORMAT_VERSION = 1
 TRIPLE_SPLITS = ("train", "valid", "test")
 _LABEL_ARRAYS = ("y", "train_idx", "val_idx", "test_idx")
@@ -387,8 +387,6 @@ def is_hetero_graph_dir(path: str | os.PathLike) -> bool:
 def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
     """Load a directory written by :func:`save_hetero_graph`, checking every array against
     ``meta.json`` and every graph invariant."""
-    from shardgnn.graph.io import load_npy
-
     path = Path(path)
     meta_path = path / "meta.json"
     try:

@@ -19,6 +19,8 @@ from shardgnn.graph.csr import Graph
 
 GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
+HETERO_FORMAT = "shardgnn-hetero-graph"
+"""The format of typed graph directories (:mod:`shardgnn.graph.hetero`)."""
 _ARRAYS = ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight")
 
 
@@ -92,6 +94,12 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
             f"meta.json holds a {type(meta).__name__}, not an object",
             meta_path,
             "rewrite the directory",
+        )
+    if meta.get("format") == HETERO_FORMAT:
+        raise DatasetError(
+            "this is a typed (heterogeneous) graph directory",
+            path,
+            f"name it as hetero:{path} (typed graphs train with --model rgcn)",
         )
     if meta.get("format") != GRAPH_FORMAT or meta.get("version") != GRAPH_FORMAT_VERSION:
         raise DatasetError(
