@@ -10,9 +10,14 @@ import pytest
 import torch
 
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.hetero import HeteroGraph, load_hetero_graph, save_hetero_graph
+from shardgnn.graph.hetero import (
+    HeteroGraph,
+    load_hetero_graph,
+    save_hetero_graph,
+    with_reverse_edges,
+)
 from shardgnn.graph.kg import load_kg_triples
-from shardgnn.nn.rgcn import RelationalMessageGraph, RGCNConv, with_inverse_relations
+from shardgnn.nn.rgcn import RelationalMessageGraph, RGCNConv
 from shardgnn.train.linkmetrics import filtered_ranks, rank_metrics
 from shardgnn.train.relational import AnswerIndex, both_directions
 
@@ -214,9 +219,7 @@ def test_rgcn_matches_dense_reference_and_pyg(num_bases, transform_all):
 
 
 def test_inverse_relations_reverse_every_edge():
-    src, dst, etype = with_inverse_relations(
-        np.array([0, 1]), np.array([2, 3]), np.array([0, 1]), 2
-    )
+    src, dst, etype = with_reverse_edges(np.array([0, 1]), np.array([2, 3]), np.array([0, 1]), 2)
     assert list(zip(src, dst, etype)) == [(0, 2, 0), (1, 3, 1), (2, 0, 2), (3, 1, 3)]
 
 

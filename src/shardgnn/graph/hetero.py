@@ -40,6 +40,18 @@ Relation = tuple[str, str, str]
 """A canonical edge type ``(source node type, relation name, destination node type)``."""
 
 
+def with_reverse_edges(
+    src: np.ndarray, dst: np.ndarray, etype: np.ndarray, num_relations: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges plus one reversed edge each, under relation ``r + num_relations`` (R-GCN's
+    inverse relations, PyG's ``rev_`` edge types)."""
+    return (
+        np.concatenate([src, dst]),
+        np.concatenate([dst, src]),
+        np.concatenate([etype, np.asarray(etype) + num_relations]),
+    )
+
+
 def _etype_dtype(num_relations: int) -> np.dtype:
     return np.dtype(np.int16) if num_relations <= np.iinfo(np.int16).max else np.dtype(np.int32)
 
@@ -190,8 +202,6 @@ class HeteroGraph:
         """This graph plus, for every relation ``(s, r, d)``, a relation ``(d, rev_r, s)`` holding
         each edge reversed (PyG's ``ToUndirected`` on typed graphs): messages, and sampled
         neighbourhoods, then reach every node type from every side of its relations."""
-        src, dst, etype = self.edge_arrays()
-        r = self.num_relations
         reverse = tuple((d, f"rev_{name}", s) for s, name, d in self.relations)
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for key in ("node_types", "type_offsets", "relations", "indptr", "indices", "etype"):
@@ -200,11 +210,17 @@ class HeteroGraph:
             self.node_types,
             self.type_offsets,
             self.relations + reverse,
-            np.concatenate([src, dst]),
-            np.concatenate([dst, src]),
-            np.concatenate([etype, etype + r]),
+            *with_reverse_edges(*self.edge_arrays(), self.num_relations),
             **fields,
         )
+
+    def relation_ids(self, name: str) -> list[int]:
+        """The relations ``name`` may mean: ``src/rel/dst`` names one; a bare relation name
+        every relation called so (callers refuse none or several)."""
+        full = ["/".join(rel) for rel in self.relations]
+        if name in full:
+            return [full.index(name)]
+        return [r for r, rel in enumerate(self.relations) if rel[1] == name]
 
     # ------------------------------------------------------------------ queries
     @property

@@ -87,18 +87,6 @@ def block_message_graph(
     )
 
 
-def with_inverse_relations(
-    src: np.ndarray, dst: np.ndarray, etype: np.ndarray, num_relations: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The edges plus one reversed edge each, under relation ``r + num_relations``: R-GCN passes
-    messages both ways along a triple, with separate weights per direction."""
-    return (
-        np.concatenate([src, dst]),
-        np.concatenate([dst, src]),
-        np.concatenate([etype, np.asarray(etype) + num_relations]),
-    )
-
-
 class RGCNConv(nn.Module):
     """One R-GCN layer (mean per relation, self-loop weight, bias), optional basis
     decomposition (``num_bases`` > 0)."""

@@ -53,6 +53,7 @@ class DistNeighborSampler:
         self.prune = prune  # historical embeddings: nodes not to expand (sample_blocks)
         self.halo_hops = halo_hops  # cluster batches with a bounded halo (sample_blocks)
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
+        self._layer = 0  # the hop being sampled (set by sample)
         if graph.peers:
             comm.declare(stage)
 
@@ -67,16 +68,21 @@ class DistNeighborSampler:
         CSR is mapped here): ``(per-row counts, [n, 2] (neighbour, edge id) pairs)``."""
         g = self.graph
         if owner == self.comm.rank:
-            indptr, indices, start, edge_offset = g.indptr, g.indices, g.start, g.edge_offset
+            part, indptr, edge_offset = g.part, g.indptr, g.edge_offset
         else:
             peer = g.peers[owner]
-            indptr, indices = peer.indptr, peer.part.indices
-            start, edge_offset = peer.start, peer.edge_offset
-        offsets, nbr, eid = sample_neighbors(
-            indptr, indices, asked - start, fanout, self.config.replace, seed, id_offset=start
-        )
+            part, indptr, edge_offset = peer.part, peer.indptr, peer.edge_offset
+        offsets, nbr, eid = self._draw(part, indptr, asked - part.start, fanout, seed)
         eid += edge_offset
         return np.diff(offsets), np.stack([nbr, eid], axis=1)
+
+    def _draw(
+        self, part, indptr: np.ndarray, rows: np.ndarray, fanout: int, seed: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One hop over ``rows`` of ``part`` (keyed on global ids, ``id_offset = part.start``)."""
+        return sample_neighbors(
+            indptr, part.indices, rows, fanout, self.config.replace, seed, id_offset=part.start
+        )
 
     def _sample_remote(
         self, frontier: np.ndarray, fanout: int, seed: int
@@ -164,12 +170,20 @@ class DistNeighborSampler:
         """Sample blocks for this rank's ``seeds`` (any owners); collective over the
         communicator. ``exclude``: as :meth:`NeighborSampler.sample` (applied by the requester
         after the owners' draws)."""
+        layers = iter(range(self.num_layers))
+
+        def one_hop(frontier: np.ndarray, fanout: int, layer_seed: int):
+            # what layer this hop is (typed sampling serves each layer's fanouts); every rank
+            # is at the same layer, as the hops are collectives
+            self._layer = next(layers)
+            return self._sample_remote(frontier, fanout, layer_seed)
+
         return sample_blocks(
             seeds,
             self.config,
             seed,
             exclude=exclude,
-            one_hop=self._sample_remote,
+            one_hop=one_hop,
             degree_of=lambda nodes: self.graph.degree[nodes],
             node_map=self._node_map,
             prune=self.prune,
@@ -190,46 +204,16 @@ class DistTypedNeighborSampler(DistNeighborSampler):
         self, graph: DistGraphStore, fanouts_LR: np.ndarray, comm: Communicator,
         replace: bool = False, stage: str = "sample",
     ):  # fmt: skip
-        if graph.etype is None:
+        if graph.part.etype is None:
             raise ValueError("typed sampling needs a typed partition (etype.npy per part)")
         self.fanouts_LR = np.ascontiguousarray(fanouts_LR, dtype=np.int64)
         config = SamplerConfig(fanouts=(-1,) * len(self.fanouts_LR), replace=replace)
         super().__init__(graph, config, comm, stage)
-        self._layer = 0
 
-    def _serve(
-        self, owner: int, asked: np.ndarray, fanout: int, seed: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        g = self.graph
-        if owner == self.comm.rank:
-            indptr, indices, etype = g.indptr, g.indices, g.etype
-            start, edge_offset = g.start, g.edge_offset
-        else:
-            peer = g.peers[owner]
-            indptr, indices, etype = peer.indptr, peer.part.indices, peer.part.etype
-            start, edge_offset = peer.start, peer.edge_offset
-        offsets, nbr, eid = sample_typed_neighbors(
-            indptr, indices, etype, asked - start, self.fanouts_LR[self._layer],
-            self.config.replace, seed, id_offset=start,
+    def _draw(
+        self, part, indptr: np.ndarray, rows: np.ndarray, fanout: int, seed: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return sample_typed_neighbors(
+            indptr, part.indices, part.etype, rows, self.fanouts_LR[self._layer],
+            self.config.replace, seed, id_offset=part.start,
         )  # fmt: skip
-        eid += edge_offset
-        return np.diff(offsets), np.stack([nbr, eid], axis=1)
-
-    def sample(
-        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
-    ) -> SampledBlocks:
-        layers = iter(range(len(self.fanouts_LR)))
-
-        def one_hop(frontier: np.ndarray, fanout: int, layer_seed: int):
-            self._layer = next(layers)
-            return self._sample_remote(frontier, fanout, layer_seed)
-
-        return sample_blocks(
-            seeds,
-            self.config,
-            seed,
-            exclude=exclude,
-            one_hop=one_hop,
-            degree_of=lambda nodes: self.graph.degree[nodes],
-            node_map=self._node_map,
-        )

@@ -202,27 +202,21 @@ def relation_fanouts(graph: HeteroGraph, layers: list) -> np.ndarray:
     out of that layer), output layer first, from one entry per layer: an int (every relation),
     a list of ``R`` ints, or a dict from relation name (or ``src/rel/dst``) to fanout (relations
     not named get 0: a meta-path)."""
-    names = {"/".join(rel): r for r, rel in enumerate(graph.relations)}
-    short = {}
-    for r, rel in enumerate(graph.relations):
-        short.setdefault(rel[1], []).append(r)
-    listing = ", ".join(names)
+    listing = ", ".join("/".join(rel) for rel in graph.relations)
     out = np.zeros((len(layers), graph.num_relations), dtype=np.int64)
     for layer, entry in enumerate(layers):
         if isinstance(entry, (int, np.integer)):
             out[layer] = int(entry)
         elif isinstance(entry, dict):
             for name, fanout in entry.items():
-                if name in names:
-                    out[layer, names[name]] = int(fanout)
-                elif len(short.get(name, ())) == 1:
-                    out[layer, short[name][0]] = int(fanout)
-                else:
+                ids = graph.relation_ids(name)
+                if len(ids) != 1:
                     raise ConfigError(
                         f"fanouts of layer {layer} name relation {name!r}, which "
-                        + ("is ambiguous" if name in short else "the graph does not have")
+                        + ("is ambiguous" if ids else "the graph does not have")
                         + f"; its relations: {listing}"
                     )
+                out[layer, ids[0]] = int(fanout)
         else:
             values = list(entry)
             if len(values) != graph.num_relations:
@@ -274,11 +268,9 @@ class TypedNeighborSampler:
         self.indptr = np.ascontiguousarray(graph.indptr, dtype=np.int64)
         self.fanouts_LR = fanouts_LR
         self.replace = replace
-        self.filtered = attr_window is not None
-        self.attr = (
-            np.ascontiguousarray(edge_attr, dtype=np.float64)
-            if self.filtered
-            else np.zeros(1, dtype=np.float64)
+        # the attribute is read only when filtering
+        self.edge_attr = (
+            None if attr_window is None else np.ascontiguousarray(edge_attr, dtype=np.float64)
         )
         self.window = attr_window if attr_window is not None else (0.0, 0.0)
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
@@ -289,7 +281,7 @@ class TypedNeighborSampler:
         """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)``."""
         return sample_typed_neighbors(
             self.indptr, self.graph.indices, self.graph.etype, frontier, fanouts_R,
-            self.replace, seed, attr=self.attr if self.filtered else None, window=self.window,
+            self.replace, seed, attr=self.edge_attr, window=self.window,
         )  # fmt: skip
 
     def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:

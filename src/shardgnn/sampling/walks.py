@@ -50,14 +50,10 @@ def metapath_relations(graph: HeteroGraph, metapath: list[str]) -> np.ndarray:
     """The relation ids a walker reads for each step of ``metapath`` (forward relation names, or
     ``src/rel/dst``): the reverse of each, which the graph must hold. Checks that the path
     chains (each relation starts where the last ended) and closes into a cycle."""
-    index = {"/".join(rel): r for r, rel in enumerate(graph.relations)}
-    by_name: dict[str, list[int]] = {}
-    for r, rel in enumerate(graph.relations):
-        by_name.setdefault(rel[1], []).append(r)
-    listing = ", ".join(index)
+    listing = ", ".join("/".join(rel) for rel in graph.relations)
     forward = []
     for name in metapath:
-        ids = [index[name]] if name in index else by_name.get(name, [])
+        ids = graph.relation_ids(name)
         if len(ids) != 1:
             raise ConfigError(
                 f"meta-path step {name!r} names "

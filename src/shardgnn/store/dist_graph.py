@@ -63,7 +63,6 @@ class DistGraphStore:
         self.start, self.end = part.start, part.end
         self.indptr = np.ascontiguousarray(part.indptr, dtype=np.int64)
         self.indices = part.indices
-        self.etype = part.etype  # relation of every in-edge (typed graphs), else None
         self.edge_offset = int(edge_offset)
         self.degree = degree
 

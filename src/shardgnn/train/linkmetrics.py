@@ -57,15 +57,11 @@ def link_metrics(pos_P: np.ndarray, neg_PK: np.ndarray, hits_at: tuple[int, ...]
     """Every metric of a scored evaluation split. AUC and AP pair every positive with its first
     negative (one negative per positive, GAE's protocol: AP depends on the class ratio); MRR and
     Hits@K rank every positive among all its ``K`` negatives (OGB's protocol)."""
-    r = ranks(pos_P, neg_PK)
-    out = {
+    return {
         "auc": auc(pos_P, neg_PK[:, :1]),
         "ap": average_precision(pos_P, neg_PK[:, :1]),
-        "mrr": float(np.mean(1.0 / r)) if r.size else float("nan"),
+        **rank_metrics(ranks(pos_P, neg_PK), hits_at),
     }
-    for k in hits_at:
-        out[f"hits@{k}"] = float(np.mean(r <= k)) if r.size else float("nan")
-    return out
 
 
 def filtered_ranks(scores_QN: np.ndarray, answer_Q: np.ndarray, known_QN: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
-from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.graph.hetero import HeteroGraph, with_reverse_edges
 from shardgnn.graph.identity import csr_sha256
 from shardgnn.loader.batches import SeedBatcher
 from shardgnn.nn.rgcn import (
@@ -34,7 +34,6 @@ from shardgnn.nn.rgcn import (
     RelationalNodeModel,
     TypedInput,
     block_message_graph,
-    with_inverse_relations,
 )
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
@@ -95,7 +94,7 @@ def both_directions(triples_T3: np.ndarray) -> tuple[np.ndarray, ...]:
 def message_graph(graph: HeteroGraph, device: torch.device) -> RelationalMessageGraph:
     """The graph's edges plus their reversals (relation ``r + R``): R-GCN's message graph."""
     r = graph.num_relations
-    src, dst, etype = with_inverse_relations(*graph.edge_arrays(), r)
+    src, dst, etype = with_reverse_edges(*graph.edge_arrays(), r)
     return RelationalMessageGraph.from_edges(src, dst, etype, graph.num_nodes, 2 * r, device)
 
 
