@@ -65,12 +65,12 @@ def main() -> int:
     year = rng.uniform(1990, 2030, g.num_edges)
     samplers = {
         "homogeneous": NeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(10, 10))),
-        "typed": TypedNeighborSampler(g, relation_fanouts(g, [4, 4])),
+        "typed": TypedNeighborSampler(g, relation_fanouts(g.relations, [4, 4])),
         "typed meta-path": TypedNeighborSampler(
-            g, relation_fanouts(g, [{"writes": 5, "cites": 5}, 4])
+            g, relation_fanouts(g.relations, [{"writes": 5, "cites": 5}, 4])
         ),
         "typed + filter": TypedNeighborSampler(
-            g, relation_fanouts(g, [4, 4]), edge_attr=year, attr_window=(2000, 2020)
+            g, relation_fanouts(g.relations, [4, 4]), edge_attr=year, attr_window=(2000, 2020)
         ),
     }
     rounds: list[dict[str, tuple[float, int]]] = []

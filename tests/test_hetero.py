@@ -316,9 +316,28 @@ def test_cli_trains_a_triples_folder_and_reports_per_type_counts(tmp_path, capsy
     assert results["config"]["mode"] == "full"  # relational runs encode the whole graph
     assert 0 < results["relational"]["test"]["mrr"] <= 1
     assert "val mrr" in capsys.readouterr().out
-    # what is not built for typed graphs yet says so in one line, and what does work
-    assert main(["partition", f"kg:{folder}", "--parts", "2", "--out", str(tmp_path / "p")]) == 2
-    assert "relational (typed) graph" in capsys.readouterr().err
+    # partitioning a typed graph reports the cut per relation (and its reverse) and the balance
+    # per node type
+    parts = tmp_path / "p"
+    assert main(["partition", f"kg:{folder}", "--parts", "2", "--out", str(parts), "--json"]) == 0
+    typed = json.loads(capsys.readouterr().out)["typed_metrics"]
+    assert set(typed["relations"]) == {
+        f"entity/{prefix}r{r}/entity" for r in range(3) for prefix in ("", "rev_")
+    }
+    assert sum(typed["node_types"]["entity"]["part_nodes"]) == 20
+    # what is not built for typed graphs says so in one line, and what does work
+    for extra, message in [
+        (["--workers", "2"], "trains link prediction in one process so far: drop --workers"),
+    ]:
+        assert main([*argv, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["train", "--partitions", str(parts), "--quiet"]) == 2
+    assert "holds a typed graph: train it with --model rgcn" in capsys.readouterr().err
+    assert main(["partition", f"kg:{folder}", "--parts", "2", "--task", "link",
+                 "--out", str(tmp_path / "q")]) == 2  # fmt: skip
+    assert "drop --task link" in capsys.readouterr().err
+    assert main(["train", "cora", "--relation-fanouts", "writes=2"]) == 2
+    assert "has no relations; use --fanouts" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- synthetic academic graph
@@ -447,7 +466,7 @@ def test_typed_sampler_respects_relations_and_fanouts(academic_graph):
     from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 
     g = academic_graph
-    fanouts = relation_fanouts(g, [{"writes": 2, "cites": 4}, [1, -1, 1, 0]])
+    fanouts = relation_fanouts(g.relations, [{"writes": 2, "cites": 4}, [1, -1, 1, 0]])
     sampler = TypedNeighborSampler(g, fanouts)
     papers = np.arange(0, 3000, 7)
     src_all, dst_all, etype_all = g.edge_arrays()
@@ -472,7 +491,7 @@ def test_attribute_filter_keeps_only_edges_in_the_window(academic_graph):
 
     g = academic_graph
     year = np.random.default_rng(1).integers(1990, 2025, g.num_edges).astype(np.float64)
-    fanouts = relation_fanouts(g, [3])
+    fanouts = relation_fanouts(g.relations, [3])
     sampler = TypedNeighborSampler(g, fanouts, edge_attr=year, attr_window=(2000, 2010))
     papers = np.arange(3000)
     dst, nbr, eid = hop_edges(sampler, papers, fanouts[0])
@@ -493,7 +512,7 @@ def test_typed_draws_depend_only_on_node_relation_and_seed(academic_graph):
     from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 
     g = academic_graph
-    fanouts = relation_fanouts(g, [{"writes": 2, "cites": 3, "has_topic": 1}])
+    fanouts = relation_fanouts(g.relations, [{"writes": 2, "cites": 3, "has_topic": 1}])
     sampler = TypedNeighborSampler(g, fanouts)
     everyone = np.arange(3000)
     dst, nbr, _ = hop_edges(sampler, everyone, fanouts[0], seed=11)
@@ -525,7 +544,7 @@ def test_fanouts_that_do_not_match_the_relations_are_refused(academic_graph, lay
     from shardgnn.sampling.typed import relation_fanouts
 
     with pytest.raises(ConfigError, match=match):
-        relation_fanouts(academic_graph, layers)
+        relation_fanouts(academic_graph.relations, layers)
 
 
 # ---------------------------------------------------------------------- meta-path walks
@@ -587,3 +606,19 @@ def test_relational_training_resumes_exactly(tmp_path):
     resumed = ["--epochs", "4", "--checkpoint-dir", str(tmp_path / "b"), "--resume"]
     assert main([*argv, *resumed]) == 0
     assert_same_weights(final_weights(tmp_path / "a"), final_weights(tmp_path / "b"))
+
+
+def test_relation_fanouts_flag_parses_per_layer_counts_and_names_bad_layers():
+    from shardgnn.sampling.config import SamplerConfig
+
+    config = SamplerConfig(relation_fanouts="writes=5, cites=-1; 4")
+    assert config.relation_layers() == [{"writes": 5, "cites": -1}, 4]
+    assert config.fanouts == (-1, 4)  # each layer's largest count (-1: every neighbour)
+    assert SamplerConfig(fanouts=(3, 2)).relation_layers() == [3, 2]
+    for text, message in [
+        ("writes=5,cites;4", "layer 'writes=5,cites' is neither a count nor relation=count"),
+        ("writes=0,cites=0", "draws no neighbour"),
+        ("writes=-2", "below -1"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            SamplerConfig(relation_fanouts=text)

@@ -21,6 +21,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_open, save_npy
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
+from shardgnn.errors import ConfigError
 from shardgnn.partition.format import (
     FORMAT,
     PartitionSet,
@@ -194,7 +195,7 @@ def _dir_size(path: Path) -> int:
 # ----------------------------------------------------------------------------------------- commands
 def partition_command(args: argparse.Namespace) -> int:
     """``shardgnn partition``: load, partition, write, print the metrics."""
-    from shardgnn.graph.datasets import canonical_spec, load_dataset
+    from shardgnn.graph.datasets import canonical_spec, is_relational, load_dataset
 
     show = not args.quiet
     with _warnings_to_stderr("partition"):
@@ -202,6 +203,14 @@ def partition_command(args: argparse.Namespace) -> int:
         link = _link_config(args)
         # fail before the (possibly long) load and partitioning
         out = check_output_dir(args.out, args.overwrite)
+        if is_relational(args.dataset):
+            if link is not None:
+                raise ConfigError(
+                    f"{args.dataset} is a typed graph: it is partitioned for node "
+                    "classification (relational link prediction trains in one process); drop "
+                    "--task link"
+                )
+            return _partition_typed(args, config, out, show)
         start = time.perf_counter()
         graph = load_dataset(args.dataset, args.data_dir)
         load_s = time.perf_counter() - start
@@ -245,30 +254,107 @@ def partition_command(args: argparse.Namespace) -> int:
         write_s = time.perf_counter() - start
         if args.save_assignment:
             save_npy(Path(args.save_assignment).expanduser(), result.assignment)
+    return _report(args, graph.name, pset, result, metrics, write_s)
+
+
+def _report(
+    args: argparse.Namespace,
+    name: str,
+    pset,
+    result,
+    metrics: PartitionMetrics,
+    write_s: float,
+    typed: dict | None = None,
+) -> int:
+    """Print what was written and its quality: JSON (``--json``), else a line and tables (with
+    ``typed``, :func:`~shardgnn.partition.hetero.typed_metrics`, per relation and node type)."""
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "out": str(pset.path),
-                    "method": result.method,
-                    "settings": result.settings,
-                    "partition_seconds": result.seconds,
-                    "write_seconds": write_s,
-                    "metrics": metrics.to_dict(),
-                },
-                indent=2,
-            )
-        )
+        report = {
+            "out": str(pset.path),
+            "method": result.method,
+            "settings": result.settings,
+            "partition_seconds": result.seconds,
+            "write_seconds": write_s,
+            "metrics": metrics.to_dict(),
+        }
+        if typed is not None:
+            report["typed_metrics"] = typed
+        print(json.dumps(report, indent=2))
         return 0
     print(
-        f"partitioned {graph.name} into {config.num_parts} parts with {result.method} in "
-        f"{result.seconds:.2f} s; wrote {pset.path} ({_dir_size(pset.path) / 2**20:,.1f} MiB, "
-        f"{write_s:.1f} s)"
+        f"partitioned {name} into {pset.num_parts} parts with {result.method} in "
+        f"{result.seconds:.2f} s{', every node type balanced' if typed else ''}; wrote "
+        f"{pset.path} ({_dir_size(pset.path) / 2**20:,.1f} MiB, {write_s:.1f} s)"
     )
     if args.save_assignment:
         print(f"assignment written to {args.save_assignment}")
     print(metrics_tables(metrics))
+    if typed is not None:
+        print(
+            format_table(
+                ["relation", "edges", "cut edges", "edge cut"],
+                [
+                    (rel, f"{m['edges']:,}", f"{m['cut_edges']:,}", f"{m['edge_cut']:.4f}")
+                    for rel, m in typed["relations"].items()
+                ],
+            )
+        )
+        print(
+            format_table(
+                ["node type", "nodes per part", "balance (max/mean)"],
+                [
+                    (t, " ".join(f"{c:,}" for c in m["part_nodes"]), _fmt_balance(m["balance"]))
+                    for t, m in typed["node_types"].items()
+                ],
+            )
+        )
     return 0
+
+
+def _partition_typed(
+    args: argparse.Namespace, config: PartitionConfig, out: Path, show: bool
+) -> int:
+    """``shardgnn partition`` of a typed graph: every node type balanced on its own, the parts
+    holding each edge's relation and each featured type's rows; quality by relation and type."""
+    from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
+    from shardgnn.partition.hetero import (
+        homogeneous_view,
+        partition_hetero,
+        typed_metrics,
+        write_hetero_partitions,
+    )
+
+    start = time.perf_counter()
+    typed = load_hetero_dataset(args.dataset, args.data_dir)
+    # R-GCN sends messages both ways along every relation: the parts hold the reversed edges too
+    typed = typed.with_reverse_relations()
+    print(
+        f"loaded {typed.name}: {typed.num_nodes:,} nodes of {len(typed.node_types)} types, "
+        f"{typed.num_edges:,} edges of {typed.num_relations} relations (with reverses) "
+        f"({time.perf_counter() - start:.1f} s)",
+        file=sys.stderr,
+    )
+    result = partition_hetero(typed, config)
+    metrics = compute_metrics(homogeneous_view(typed), result.assignment, config.num_parts)
+    start = time.perf_counter()
+    pset = write_hetero_partitions(
+        typed,
+        result.assignment,
+        out,
+        method=result.method,
+        settings=result.settings,
+        overwrite=args.overwrite,
+        dataset_spec=canonical_spec(args.dataset),
+        num_parts=config.num_parts,
+        metrics=metrics,
+        seconds=result.seconds,
+        progress=show,
+    )
+    write_s = time.perf_counter() - start
+    if args.save_assignment:
+        save_npy(Path(args.save_assignment).expanduser(), result.assignment)
+    by_type = typed_metrics(typed, result.assignment, config.num_parts)
+    return _report(args, typed.name, pset, result, metrics, write_s, by_type)
 
 
 def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:

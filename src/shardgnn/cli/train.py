@@ -17,7 +17,12 @@ from pathlib import Path
 
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
 from shardgnn.errors import ConfigError
-from shardgnn.train.config import LINK_SPLIT_SETTINGS, LinkConfig, TrainConfig
+from shardgnn.train.config import (
+    LINK_SPLIT_SETTINGS,
+    RELATIONAL_MODELS,
+    LinkConfig,
+    TrainConfig,
+)
 
 # Flags that a setting makes pointless: (dest, when it is ignored, why). Given anyway, they are
 # reported, never silently dropped.
@@ -134,13 +139,39 @@ def _train_distributed(
 
 
 def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
-    from shardgnn.graph.datasets import canonical_spec, load_dataset
+    from shardgnn.graph.datasets import (
+        canonical_spec,
+        is_relational,
+        load_dataset,
+        load_hetero_dataset,
+    )
     from shardgnn.partition.format import write_partitions
+    from shardgnn.partition.hetero import partition_hetero, write_hetero_partitions
     from shardgnn.partition.methods import PartitionConfig, partition_graph
+    from shardgnn.sampling.typed import relation_fanouts
+    from shardgnn.train.relational import check_node_trainable
 
     workers = config.run.workers
     assert workers is not None
     spec = canonical_spec(config.dataset)
+    method = "metis" if workers > 1 else "random"
+    if is_relational(config.dataset):
+        typed = load_hetero_dataset(config.dataset, config.data_dir)
+        check_node_trainable(typed)
+        # messages flow both ways along every relation (R-GCN's inverse relations): the parts
+        # hold the reversed edges too
+        typed = typed.with_reverse_relations()
+        # unknown relation names fail before the partitioning, not in the workers
+        relation_fanouts(typed.relations, config.sampler.relation_layers())
+        result = partition_hetero(
+            typed, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
+        )
+        write_hetero_partitions(
+            typed, result.assignment, out, method=result.method, settings=result.settings,
+            dataset_spec=spec,
+        )  # fmt: skip
+        print(f"partitioned {typed.name} into {workers} part{'s' * (workers > 1)} ({method})")
+        return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
     graph = load_dataset(config.dataset, config.data_dir)
     split, dataset_fingerprint = None, None
     if config.task == "link":
@@ -148,7 +179,6 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
 
         check_link_trainable(graph, config.embedding)
         graph, split, dataset_fingerprint = split_for_partitioning(graph, config.link)
-    method = "metis" if workers > 1 else "random"
     result = partition_graph(
         graph, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
     )
@@ -220,7 +250,22 @@ def preflight(
                 f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to "
                 f"train what the partition holds, or partition {config.dataset} first"
             )
-    no_features = pset.meta.get("features") is None and not config.embedding.enabled
+    typed = bool(pset.meta.get("hetero"))
+    relational_model = config.model.model in RELATIONAL_MODELS
+    if typed != relational_model:
+        raise ConfigError(
+            f"{pset.path} holds a typed graph: train it with --model rgcn"
+            if typed
+            else f"--model {config.model.model} needs a typed graph and {pset.path} holds an "
+            "untyped one; partition a typed dataset (synthetic-hetero, hetero:DIR) or pick "
+            "another model"
+        )
+    if typed:  # relation names in --relation-fanouts name the partition's relations
+        from shardgnn.sampling.typed import relation_fanouts
+
+        relation_fanouts(pset.meta["hetero"]["relations"], config.sampler.relation_layers())
+    # a typed graph's featureless node types get learnt rows
+    no_features = pset.meta.get("features") is None and not (config.embedding.enabled or typed)
     no_labels = pset.meta.get("labels") is None and config.task == "node"
     if no_features or no_labels:
         missing = "features" if no_features else "labels"

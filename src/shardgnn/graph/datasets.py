@@ -245,7 +245,15 @@ def _kg(name: str, folder: str) -> DatasetEntry:
         from shardgnn.graph.kg import load_kg_triples
 
         spec.finish()
-        return load_kg_triples(_find_folder(data_dir, [f"kg/{folder}", folder]), name)
+        found = _find_folder(data_dir, [f"kg/{folder}", folder])
+        if found == data_dir and not (data_dir / "train.txt").is_file():
+            raise DatasetError(
+                f"{name}: no folder kg/{folder} (or {folder}) with its triples",
+                data_dir,
+                f"give --data-dir the folder that holds kg/{folder}/ (train.txt, valid.txt, "
+                "test.txt), or name the triples folder itself with kg:DIR",
+            )
+        return load_kg_triples(found, name)
 
     return DatasetEntry(
         f"knowledge graph {folder.upper()} (head/relation/tail triples, standard split)",

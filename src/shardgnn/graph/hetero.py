@@ -40,6 +40,15 @@ Relation = tuple[str, str, str]
 """A canonical edge type ``(source node type, relation name, destination node type)``."""
 
 
+def relation_ids(relations, name: str) -> list[int]:
+    """The relations of ``relations`` that ``name`` may mean: ``src/rel/dst`` names one; a bare
+    relation name every relation called so (callers refuse none or several)."""
+    full = ["/".join(rel) for rel in relations]
+    if name in full:
+        return [full.index(name)]
+    return [r for r, rel in enumerate(relations) if rel[1] == name]
+
+
 def with_reverse_edges(
     src: np.ndarray, dst: np.ndarray, etype: np.ndarray, num_relations: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -215,12 +224,8 @@ class HeteroGraph:
         )
 
     def relation_ids(self, name: str) -> list[int]:
-        """The relations ``name`` may mean: ``src/rel/dst`` names one; a bare relation name
-        every relation called so (callers refuse none or several)."""
-        full = ["/".join(rel) for rel in self.relations]
-        if name in full:
-            return [full.index(name)]
-        return [r for r, rel in enumerate(self.relations) if rel[1] == name]
+        """The relations ``name`` may mean (:func:`relation_ids`)."""
+        return relation_ids(self.relations, name)
 
     # ------------------------------------------------------------------ queries
     @property

@@ -77,13 +77,20 @@ class RelationalMessageGraph:
 
 
 def block_message_graph(
-    block, etype_E: np.ndarray, num_relations: int, device: torch.device | str = "cpu"
+    block, num_relations: int, device: torch.device | str = "cpu"
 ) -> RelationalMessageGraph:
-    """The R-GCN message graph of a sampled block (local ids; its destinations are the first
-    ``num_dst`` sources); ``etype_E``: the relation of each of its edges."""
+    """The R-GCN message graph of a sampled typed block (local ids; its destinations are the
+    first ``num_dst`` sources; ``block.edge_type_E``: the relation of each of its edges)."""
+    assert block.edge_type_E is not None, "a typed sampler sets the edges' relations"
     dst = np.repeat(np.arange(block.num_dst, dtype=np.int64), np.diff(block.indptr_D1.numpy()))
     return RelationalMessageGraph.from_edges(
-        block.indices_E.numpy(), dst, etype_E, block.num_src, num_relations, device, block.num_dst
+        block.indices_E.numpy(),
+        dst,
+        block.edge_type_E.numpy(),
+        block.num_src,
+        num_relations,
+        device,
+        block.num_dst,
     )
 
 
@@ -237,9 +244,14 @@ class RelationalLinkModel(nn.Module):
 
 class TypedInput(nn.Module):
     """Every node's input row, type by type in global id order: a linear projection of the
-    type's features when it has them, else a learnt row per node (featureless types)."""
+    type's features when it has them, else a learnt row per node (featureless types).
 
-    def __init__(self, type_sizes: list[int], feature_widths: list[int], dim: int):
+    ``learn_rows=False``: featureless types' rows are not held here but given with every batch
+    (:meth:`assemble`; distributed training keeps them in sharded tables)."""
+
+    def __init__(
+        self, type_sizes: list[int], feature_widths: list[int], dim: int, learn_rows: bool = True
+    ):
         super().__init__()
         assert len(type_sizes) == len(feature_widths)
         self.type_sizes = list(type_sizes)
@@ -250,7 +262,7 @@ class TypedInput(nn.Module):
             {
                 str(t): nn.Parameter(nn.init.xavier_uniform_(torch.empty(n, dim)))
                 for t, (n, f) in enumerate(zip(type_sizes, feature_widths))
-                if f == 0
+                if f == 0 and learn_rows
             }
         )
 
@@ -267,22 +279,29 @@ class TypedInput(nn.Module):
         """The rows of global ids ``ids_S`` only (a sampled batch's input nodes)."""
         offsets = torch.tensor([0, *np.cumsum(self.type_sizes)], device=ids_S.device)
         type_S = torch.searchsorted(offsets, ids_S, right=True) - 1
-        parts, order = [], []
+        by_type = {}
         for t in range(len(self.type_sizes)):
             where = torch.nonzero(type_S == t).squeeze(1)
-            if where.numel() == 0:
-                continue
             local = ids_S[where] - offsets[t]
             key = str(t)
-            rows = (
-                self.project[key](features[t][local])
-                if key in self.project
-                else self.rows[key][local]
+            by_type[t] = (
+                where,
+                features[t][local] if key in self.project else self.rows[key][local],
             )
-            parts.append(rows)
+        return self.assemble(by_type)
+
+    def assemble(self, by_type: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """A batch's input rows from its nodes grouped by type: ``by_type[t] = (positions,
+        rows)``, the positions of type ``t``'s nodes among the batch's and their raw rows
+        (features, projected here, for featured types; learnt rows for the others). Every
+        projection runs, also over no rows: each weight gets a gradient every step (DDP)."""
+        parts, order = [], []
+        for t, (where, rows) in sorted(by_type.items()):
+            key = str(t)
+            parts.append(self.project[key](rows) if key in self.project else rows)
             order.append(where)
         out_SD = torch.cat(parts)
-        # rows were gathered type by type: put them back in ``ids_S`` order
+        # rows were gathered type by type: put them back in the batch's order
         return out_SD[torch.argsort(torch.cat(order))]
 
 
@@ -307,6 +326,17 @@ class RelationalNodeModel(nn.Module):
         features: dict[int, torch.Tensor],
     ) -> torch.Tensor:
         """Logits of a sampled batch's seeds: ``graphs`` one per layer, input layer first."""
-        x_SI = self.typed_input.rows_of(input_nodes_S, features)
+        return self._encode(graphs, self.typed_input.rows_of(input_nodes_S, features))
+
+    def forward_typed_rows(
+        self,
+        graphs: list[RelationalMessageGraph],
+        by_type: dict[int, tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """Logits of a sampled batch's seeds from its input nodes' raw rows by type
+        (:meth:`TypedInput.assemble`: distributed training fetches them itself)."""
+        return self._encode(graphs, self.typed_input.assemble(by_type))
+
+    def _encode(self, graphs: list[RelationalMessageGraph], x_SI: torch.Tensor) -> torch.Tensor:
         x_SI = F.dropout(x_SI, self.input_dropout, self.training)
         return self.encoder(graphs, x_SI)

@@ -19,6 +19,8 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                                            file per split the graph defines
                  edge_weight.npy float32 [e_p] (if the graph has edge weights)
                  etype.npy  int16|int32 [e_p]  relation of every in-edge (typed graphs)
+                 x_type<t>.npy  float32 [n_p^t, F_t]  features of the part's type-t nodes
+                                (typed graphs, types with features; in new-id order)
 
 A typed graph (``meta.json["hetero"]``: node types, their original id ranges, relations) keeps
 each part's rows grouped by node type, because a part's rows are its original ids in ascending
@@ -160,6 +162,7 @@ def write_partitions(
     link_split: LinkSplit | None = None,
     edge_type: np.ndarray | None = None,
     hetero: dict[str, Any] | None = None,
+    type_features: dict[int, np.ndarray] | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -182,6 +185,9 @@ def write_partitions(
         edge_type: the relation of every edge of ``graph``'s CSR (typed graphs), written per part
             as ``etype.npy``; with it ``hetero`` (``node_types``, original ``type_offsets``,
             ``relations``), recorded in ``meta.json`` with the per-part type bounds.
+        type_features: typed graphs: node type index -> ``[N_t, F_t]`` features of that type's
+            nodes (rows by original id minus the type's offset), written per part as
+            ``x_type<t>.npy`` and recorded as ``meta.json["hetero"]["features"]``.
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -260,6 +266,18 @@ def write_partitions(
                 _write_array(
                     tmp, f"{folder}/y.npy", np.asarray(graph.y[rows], dtype=np.int64), record
                 )
+            for t, x_t in (type_features or {}).items():
+                # a part's rows ascend in original id and a type is an original id range, so
+                # its type-t rows are one slice, in the new-id order of the part
+                assert hetero is not None, "typed features need the types' offsets"
+                lo, hi = hetero["type_offsets"][t], hetero["type_offsets"][t + 1]
+                typed_rows = rows[(rows >= lo) & (rows < hi)] - lo
+                _write_array(
+                    tmp,
+                    f"{folder}/{type_features_name(t)}.npy",
+                    np.asarray(x_t[typed_rows], dtype=np.float32),
+                    record,
+                )
             info = {
                 "part": p,
                 "start": start,
@@ -310,10 +328,18 @@ def write_partitions(
         if edge_type is not None:
             assert hetero is not None, "a typed partition records its types"
             meta["hetero"] = hetero_meta(hetero, orig_ids, book)
+            meta["hetero"]["features"] = {
+                str(t): int(np.asarray(x_t).shape[1]) for t, x_t in (type_features or {}).items()
+            }
         if link_split is not None:
             save_link_split(link_split, tmp / LINK_SPLIT_DIR)
         save_json(tmp / "meta.json", meta)
     return read_partitions(out_dir, verify=False)
+
+
+def type_features_name(t: int) -> str:
+    """The array name of node type ``t``'s features in a typed partition."""
+    return f"x_type{t}"
 
 
 def hetero_meta(hetero: dict[str, Any], orig_ids: np.ndarray, book: PartitionBook) -> dict:
@@ -330,7 +356,9 @@ def hetero_meta(hetero: dict[str, Any], orig_ids: np.ndarray, book: PartitionBoo
         "node_types": list(hetero["node_types"]),
         "type_offsets": offsets.tolist(),
         "relations": [list(r) for r in hetero["relations"]],
+        "target_type": hetero.get("target_type"),
         "type_bounds": bounds,
+        "metrics": hetero.get("metrics"),
     }
 
 
@@ -369,6 +397,9 @@ class LocalPartition:
     book: PartitionBook
     etype: np.ndarray | None = None
     """int16/int32 ``[e_p]`` relation of every in-edge (typed graphs), else ``None``"""
+    type_x: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    """typed graphs: node type index -> float32 ``[n_p^t, F_t]`` features of this part's nodes
+    of that type (new-id order), for the types with features"""
 
     @property
     def num_nodes(self) -> int:
@@ -667,9 +698,12 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
         )
     folder = part_dir_name(part)
     meta, path = pset.meta, pset.path
+    typed = {
+        type_features_name(int(t)): int(t) for t in (meta.get("hetero") or {}).get("features", {})
+    }
     rels = {
         name: f"{folder}/{name}.npy"
-        for name in _PART_ARRAYS
+        for name in (*_PART_ARRAYS, *typed)
         if f"{folder}/{name}.npy" in meta["arrays"]
     }
     for name in ("indptr", "indices", "halo"):
@@ -686,6 +720,16 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
             _REMAKE,
         )
     _check_part_structure(path, rels, arrays, end - start, pset.book.num_nodes)
+    for name, t in typed.items():
+        bounds = meta["hetero"]["type_bounds"][part]
+        expected = int(bounds[t + 1]) - int(bounds[t])
+        if name in arrays and arrays[name].shape[0] != expected:
+            raise DatasetError(
+                f"has {arrays[name].shape[0]} rows, expected {expected} (the part's nodes of "
+                f"type {meta['hetero']['node_types'][t]!r})",
+                path / rels[name],
+                _REMAKE,
+            )
     labels = meta.get("labels") or {}
     return LocalPartition(
         part=part,
@@ -704,6 +748,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
         num_classes=int(labels.get("num_classes", 0)),
         book=pset.book,
         etype=arrays.get("etype"),
+        type_x={t: arrays[name] for name, t in typed.items() if name in arrays},
     )
 
 

@@ -17,17 +17,27 @@ import numpy as np
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import PartitionSet, read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, PartitionResult, partition_graph
 
 
 def homogeneous_view(graph: HeteroGraph) -> Graph:
-    """The typed graph's CSR as a plain graph (no copy), with the target type's training nodes
-    as global ids (METIS's ``train`` balance constraint)."""
-    train = None
-    if graph.target_type is not None and graph.train_idx is not None:
-        train = graph.global_ids(graph.target_type, graph.train_idx)
-    return Graph(indptr=graph.indptr, indices=graph.indices, train_idx=train, name=graph.name)
+    """The typed graph's CSR as a plain graph (no copy of the edges): the target type's labels
+    (``-1`` on every other node) and splits in global ids (METIS's ``train`` balance constraint;
+    the splits and labels each part stores)."""
+    fields: dict = {}
+    if graph.target_type is not None:
+        offset = int(graph.type_offsets[graph.node_types.index(graph.target_type)])
+        for key in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(graph, key)
+            if idx is not None:
+                fields[key] = np.asarray(idx, dtype=np.int64) + offset
+        if graph.y is not None:
+            y = np.full(graph.num_nodes, -1, dtype=np.int64)
+            y[offset : offset + len(graph.y)] = graph.y
+            fields.update(y=y, num_classes=int(graph.num_classes))
+    return Graph(indptr=graph.indptr, indices=graph.indices, name=graph.name, **fields)
 
 
 def partition_hetero(graph: HeteroGraph, config: PartitionConfig) -> PartitionResult:
@@ -36,6 +46,34 @@ def partition_hetero(graph: HeteroGraph, config: PartitionConfig) -> PartitionRe
     result = partition_graph(homogeneous_view(graph), config, node_type=node_type)
     result.settings["node_types"] = list(graph.node_types)
     return result
+
+
+def typed_metrics(graph: HeteroGraph, assignment: np.ndarray, num_parts: int) -> dict:
+    """Partition quality by relation (edges, cut edges and their share) and by node type (nodes
+    per part and balance, max over mean): what the homogeneous metrics sum up."""
+    assignment = np.asarray(assignment)
+    src, dst, etype = graph.edge_arrays()
+    cut = assignment[src] != assignment[dst]
+    edges_R = np.bincount(etype, minlength=graph.num_relations)
+    cut_R = np.bincount(etype[cut], minlength=graph.num_relations)
+    node_type = graph.node_type_of(np.arange(graph.num_nodes))
+    relations = {
+        "/".join(rel): {
+            "edges": int(edges_R[r]),
+            "cut_edges": int(cut_R[r]),
+            "edge_cut": float(cut_R[r] / edges_R[r]) if edges_R[r] else 0.0,
+        }
+        for r, rel in enumerate(graph.relations)
+    }
+    node_types = {}
+    for t, name in enumerate(graph.node_types):
+        per_part = np.bincount(assignment[node_type == t], minlength=num_parts)
+        mean = per_part.mean() if num_parts else 0.0
+        node_types[name] = {
+            "part_nodes": per_part.tolist(),
+            "balance": float(per_part.max() / mean) if mean else None,
+        }
+    return {"relations": relations, "node_types": node_types}
 
 
 def write_hetero_partitions(
@@ -47,9 +85,12 @@ def write_hetero_partitions(
     settings: dict | None = None,
     overwrite: bool = False,
     dataset_spec: str | None = None,
+    **write_options,
 ) -> PartitionSet:
-    """Write the partition directory of a typed graph: the ordinary parts plus each edge's
-    relation and the types' bounds per part."""
+    """Write the partition directory of a typed graph: the ordinary parts (with the target
+    type's labels and splits) plus each edge's relation, each featured type's rows, and the
+    types' bounds per part, and the quality by relation and node type (:func:`typed_metrics`).
+    ``write_options``: more of :func:`write_partitions`' arguments (metrics, progress...)."""
     return write_partitions(
         homogeneous_view(graph),
         assignment,
@@ -63,7 +104,13 @@ def write_hetero_partitions(
             "node_types": graph.node_types,
             "type_offsets": graph.type_offsets,
             "relations": graph.relations,
+            "target_type": graph.target_type,
+            "metrics": typed_metrics(
+                graph, assignment, write_options.get("num_parts") or int(np.max(assignment)) + 1
+            ),
         },
+        type_features={graph.node_types.index(t): x for t, x in graph.x.items()},
+        **write_options,
     )
 
 
@@ -86,6 +133,7 @@ class TypedPartitionBook:
                 f"({len(boundaries) - 1}, {num_types + 1})"
             )
         self.type_bounds = bounds
+        self.boundaries = np.asarray(boundaries, dtype=np.int64)
         counts = np.diff(bounds, axis=1)  # [P, T] nodes of each type per part
         # typed_start[p, t]: typed new id of the first type-t node of part p
         self.typed_start = np.vstack([np.zeros((1, num_types), np.int64), np.cumsum(counts, 0)])
@@ -94,6 +142,18 @@ class TypedPartitionBook:
         """The type index of every new id."""
         flat = self.type_bounds[:, :-1].reshape(-1)  # ascending: parts, then types
         return (np.searchsorted(flat, np.asarray(new_ids), side="right") - 1) % len(self.node_types)
+
+    def typed_id(self, new_ids: np.ndarray, t: int) -> np.ndarray:
+        """Typed new ids of ``new_ids``, every one a node of type index ``t``."""
+        new_ids = np.asarray(new_ids, dtype=np.int64)
+        part = np.searchsorted(self.boundaries[1:], new_ids, side="right")
+        return new_ids - self.type_bounds[part, t] + self.typed_start[part, t]
+
+    def type_book(self, t: int) -> PartitionBook:
+        """The partition book of type index ``t``'s nodes by typed new id (part ``p`` owns
+        ``[typed_start[p, t], typed_start[p + 1, t])``): per-type rows (features, learnt rows)
+        are fetched and owned through it."""
+        return PartitionBook(self.typed_start[:, t])
 
     def new_id(self, node_type: str, typed_ids: np.ndarray) -> np.ndarray:
         """Global new ids of ``node_type``'s nodes by typed new id."""
@@ -130,12 +190,34 @@ def reassemble_hetero(path: str | os.PathLike, *, verify: bool = True) -> Hetero
     )
     orig = np.asarray(pset.orig_ids)
     dst_new = np.repeat(np.arange(new.num_nodes, dtype=np.int64), np.diff(new.indptr))
+    node_types = tuple(hetero["node_types"])
+    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
+    fields: dict = {"x": {}}
+    for key, dim in hetero.get("features", {}).items():
+        t = int(key)
+        x_t = np.zeros((int(offsets[t + 1] - offsets[t]), dim), dtype=np.float32)
+        for p in range(pset.num_parts):
+            lo, hi = (int(b) for b in pset.meta["hetero"]["type_bounds"][p][t : t + 2])
+            x_t[orig[lo:hi] - offsets[t]] = pset.load_part(p, mmap=True).type_x[t]
+        fields["x"][node_types[t]] = x_t
+    target = hetero.get("target_type")
+    if target is not None and new.y is not None:
+        t = node_types.index(target)
+        y = np.empty(int(offsets[t + 1] - offsets[t]), dtype=np.int64)
+        new_of_type = np.flatnonzero((orig >= offsets[t]) & (orig < offsets[t + 1]))
+        y[orig[new_of_type] - offsets[t]] = new.y[new_of_type]
+        fields.update(target_type=target, y=y, num_classes=new.num_classes)
+        for key in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(new, key)
+            if idx is not None:
+                fields[key] = np.sort(orig[np.asarray(idx)] - offsets[t])
     return HeteroGraph.from_global_edges(
-        tuple(hetero["node_types"]),
-        np.asarray(hetero["type_offsets"], dtype=np.int64),
+        node_types,
+        offsets,
         tuple(tuple(r) for r in hetero["relations"]),
         orig[np.asarray(new.indices, dtype=np.int64)],
         orig[dst_new],
         etype,
         name=new.name,
+        **fields,
     )

@@ -440,6 +440,13 @@ class PartitionResult:
     seconds: float
 
 
+def _type_segments(node_type: np.ndarray) -> np.ndarray:
+    """The id boundaries of the node types (a typed graph's types are contiguous id ranges)."""
+    change = np.flatnonzero(np.diff(node_type)) + 1
+    assert np.all(np.diff(node_type) >= 0), "node types must be contiguous id ranges"
+    return np.concatenate([[0], change, [node_type.shape[0]]]).astype(np.int64)
+
+
 def partition_graph(
     graph: Graph,
     config: PartitionConfig,
@@ -447,8 +454,8 @@ def partition_graph(
     progress: bool = False,
     node_type: np.ndarray | None = None,
 ) -> PartitionResult:
-    """Run the partitioner ``config`` names on ``graph``. ``node_type`` (typed graphs): METIS
-    balances each node type on its own instead of the node count.
+    """Run the partitioner ``config`` names on ``graph``. ``node_type`` (typed graphs): METIS and
+    the streaming partitioners balance each node type on its own instead of the node count.
 
     For ``ldg``/``fennel`` the neighbourhood of a node is its in- and out-neighbours: a directed
     graph is symmetrised in memory first (``settings["neighbourhood"]`` records which).
@@ -498,6 +505,7 @@ def partition_graph(
             p,
             StreamConfig(method=config.method, slack=config.slack, chunk_edges=config.chunk_edges),
             progress=progress,
+            segments=None if node_type is None else _type_segments(node_type),
         )
         del source
         assignment = result.assignment
@@ -509,6 +517,8 @@ def partition_graph(
         )
         if config.method == "fennel":
             settings.update(gamma=1.5, alpha=result.alpha)
+        if node_type is not None:
+            settings["balance_node_types"] = True
     else:
         assert config.assignment is not None
         settings["file"] = str(Path(config.assignment).expanduser().resolve())

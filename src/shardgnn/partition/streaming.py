@@ -221,6 +221,24 @@ class StreamResult:
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "assignment"}
 
 
+def _score_tables(
+    config: StreamConfig, n: int, entries: int, num_parts: int
+) -> tuple[int, float, np.ndarray, np.ndarray]:
+    """``(capacity, alpha, mult, pen)``: a part with ``l`` nodes scores a vertex with ``c``
+    neighbours in it ``c * mult[l] - pen[l]`` (LDG: ``mult`` falls to 0 at the capacity; Fennel:
+    ``pen`` grows as ``l ** (gamma - 1)``)."""
+    cap = capacity(n, num_parts, config.slack)
+    loads_range = np.arange(cap + 1, dtype=np.float64)
+    if config.method == "ldg":
+        return cap, 0.0, 1.0 - loads_range / cap, np.zeros(cap + 1)
+    alpha = (
+        math.sqrt(num_parts) * entries / n**1.5
+        if config.gamma == 1.5
+        else entries * num_parts ** (config.gamma - 1) / n**config.gamma
+    )
+    return cap, alpha, np.ones(cap + 1), alpha * config.gamma * loads_range ** (config.gamma - 1)
+
+
 def capacity(num_nodes: int, num_parts: int, slack: float) -> int:
     """The hard node limit per part: ``max(ceil(N / P), floor((1 + slack) * N / P))``."""
     return max(-(-num_nodes // num_parts), int(math.floor((1.0 + slack) * num_nodes / num_parts)))
@@ -245,10 +263,12 @@ class _GraphSource(_Source):
         self.graph, self.chunk_edges = graph, chunk_edges
         self.num_nodes, self.num_entries = graph.num_nodes, graph.num_edges
 
-    def chunks(self):
+    def chunks(self, rows: tuple[int, int] | None = None):
+        """The in-edges of every row, or of rows ``[lo, hi)`` only."""
         indptr, indices = self.graph.indptr, self.graph.indices
-        e_total = self.num_entries
-        for e0 in range(0, e_total, self.chunk_edges):
+        lo, hi = rows if rows is not None else (0, self.num_nodes)
+        e_start, e_total = int(indptr[lo]), int(indptr[hi])
+        for e0 in range(e_start, e_total, self.chunk_edges):
             e1 = min(e0 + self.chunk_edges, e_total)
             r0 = int(np.searchsorted(indptr, e0, side="right")) - 1
             # rows r0..r1-1 overlap [e0, e1)
@@ -518,6 +538,7 @@ def stream_partition(
     config: StreamConfig | None = None,
     *,
     progress: bool = False,
+    segments: np.ndarray | None = None,
 ) -> StreamResult:
     """Partition a graph with LDG or Fennel in one streaming pass (see the module docstring).
 
@@ -527,6 +548,9 @@ def stream_partition(
         num_parts: ``P >= 1``.
         config: method, slack, chunk sizes, key column, id base.
         progress: show tqdm bars on stderr (only when it is a terminal).
+        segments: Graph input only: id boundaries ``[0, ..., N]`` of ranges balanced apart (a
+            typed graph's node types): each range gets its own capacity and loads, so every
+            part holds about ``1/P`` of each. ``capacity`` is then the sum of the ranges'.
 
     Returns:
         A :class:`StreamResult`; ``assignment`` is int32 ``[N]``.
@@ -584,32 +608,45 @@ def stream_partition(
             "the graph has no nodes", where, "give a non-empty edge list (or num_nodes)"
         )
 
-    cap = capacity(n, num_parts, config.slack)
-    loads_range = np.arange(cap + 1, dtype=np.float64)
-    if config.method == "ldg":
-        alpha = 0.0
-        mult, pen = 1.0 - loads_range / cap, np.zeros(cap + 1)
-    else:
-        alpha = (
-            math.sqrt(num_parts) * entries / n**1.5
-            if config.gamma == 1.5
-            else entries * num_parts ** (config.gamma - 1) / n**config.gamma
-        )
-        mult, pen = np.ones(cap + 1), alpha * config.gamma * loads_range ** (config.gamma - 1)
-
     assign = np.full(n, -1, dtype=np.int32)
-    loads = np.zeros(num_parts, dtype=np.int64)
-    counts = np.zeros(num_parts, dtype=np.int64)
-    state = np.array([-1, 0, 0, 0], dtype=np.int64)
+    if segments is None:
+        bounds = np.array([0, n], dtype=np.int64)
+    else:
+        bounds = np.asarray(segments, dtype=np.int64)
+        if not isinstance(src, _GraphSource):
+            raise ConfigError("id segments balanced apart need a Graph input")
+        assert bounds[0] == 0 and bounds[-1] == n and np.all(np.diff(bounds) >= 0), bounds
+    records = revisited = 0
+    caps, alphas = [], []
     with _bar(entries, f"{config.method} P={num_parts}", progress) as bar:
-        for s, d in src.chunks():
-            if shift:
-                s, d = s - shift, d - shift
-            keys, nbrs = (d, s) if key == "dst" else (s, d)
-            _stream_chunk(keys, nbrs, assign, loads, counts, state, mult, pen, cap)
-            bar.update(s.size)
-    _stream_finish(assign, loads, counts, state, mult, pen, cap)
-    assert int(loads.sum()) == n and loads.max() <= cap and assign.min() >= 0
+        # Each id segment (a typed graph's node type) is streamed with its own loads and
+        # capacity, so every part gets its share of every segment; neighbour counts see every
+        # node placed before, of any segment.
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if hi == lo:
+                continue
+            seg_entries = (
+                entries if segments is None else int(src.graph.indptr[hi] - src.graph.indptr[lo])
+            )
+            cap, alpha, mult, pen = _score_tables(config, hi - lo, seg_entries, num_parts)
+            caps.append(cap)
+            alphas.append(alpha)
+            loads = np.zeros(num_parts, dtype=np.int64)
+            counts = np.zeros(num_parts, dtype=np.int64)
+            state = np.array([-1, lo, 0, 0], dtype=np.int64)
+            chunks = src.chunks() if segments is None else src.chunks((lo, hi))
+            for s, d in chunks:
+                if shift:
+                    s, d = s - shift, d - shift
+                keys, nbrs = (d, s) if key == "dst" else (s, d)
+                _stream_chunk(keys, nbrs, assign, loads, counts, state, mult, pen, cap)
+                bar.update(s.size)
+            _stream_finish(assign[:hi], loads, counts, state, mult, pen, cap)
+            assert int(loads.sum()) == hi - lo and loads.max() <= cap
+            records += int(state[2])
+            revisited += int(state[3])
+    assert assign.min() >= 0
+    cap, alpha = sum(caps), alphas[0] if len(alphas) == 1 else float(np.mean(alphas))
 
     result = StreamResult(
         assignment=assign,
@@ -619,8 +656,8 @@ def stream_partition(
         alpha=alpha,
         input=src.kind,
         key=key,
-        records=int(state[2]),
-        revisited_records=int(state[3]),
+        records=records,
+        revisited_records=revisited,
         seconds=time.perf_counter() - start,
     )
     if result.revisited_records:

@@ -18,12 +18,35 @@ class SamplerConfig:
         metavar="F,F,...",
         help="neighbours sampled per layer, output layer first; -1 = all",
     )
+    relation_fanouts: str | None = option(
+        None,
+        metavar="REL=F,...;...",
+        help="typed graphs: neighbours per relation and layer, output layer first, layers "
+        "separated by ';'; a layer is one count for every relation, or relation=count pairs "
+        "(relations not named are left out of that layer: a meta-path), e.g. "
+        "'writes=5,cites=10;4'. Names are relation or src/relation/dst. Replaces --fanouts "
+        "(which then holds each layer's largest count)",
+    )
     replace: bool = option(False, help="sample neighbours with replacement")
     num_threads: int | None = option(
         None, flag="--sampler-threads", help="sampling threads (unset: numba's default, every core)"
     )
 
     def __post_init__(self) -> None:
+        if self.relation_fanouts is not None:
+            for entry in self.relation_layers():
+                counts = [entry] if isinstance(entry, int) else list(entry.values())
+                if any(c < -1 for c in counts) or not any(counts):
+                    raise invalid(
+                        self,
+                        "relation_fanouts",
+                        f"layer {entry} draws no neighbour or has a count below -1; counts are "
+                        ">= 1, -1 (every neighbour) or 0 (relation left out), at least one not 0",
+                    )
+            self.fanouts = tuple(
+                entry if isinstance(entry, int) else max(entry.values(), key=_as_count)
+                for entry in self.relation_layers()
+            )
         self.fanouts = tuple(int(f) for f in self.fanouts)
         if not self.fanouts:
             raise invalid(self, "fanouts", "name at least one layer, e.g. 15,10,5", value="''")
@@ -41,3 +64,33 @@ class SamplerConfig:
                 raise invalid(
                     self, "num_threads", f"must lie in [1, {numba.config.NUMBA_NUM_THREADS}]"
                 )
+
+    def relation_layers(self) -> list[int | dict[str, int]]:
+        """Per layer (output layer first), what typed sampling draws: one count for every
+        relation, or counts by relation name (``--relation-fanouts``, else ``--fanouts``)."""
+        if self.relation_fanouts is None:
+            return list(self.fanouts)
+        layers: list[int | dict[str, int]] = []
+        for text in self.relation_fanouts.split(";"):
+            text = text.strip()
+            try:
+                if "=" not in text:
+                    layers.append(int(text))
+                    continue
+                pairs = [item.split("=") for item in text.split(",")]
+                if any(len(pair) != 2 or not pair[0].strip() for pair in pairs):
+                    raise ValueError(text)
+                layers.append({name.strip(): int(count) for name, count in pairs})
+            except ValueError:
+                raise invalid(
+                    self,
+                    "relation_fanouts",
+                    f"layer {text!r} is neither a count nor relation=count pairs; e.g. "
+                    "'writes=5,cites=10;4'",
+                ) from None
+        return layers
+
+
+def _as_count(fanout: int) -> float:
+    """Order fanouts by how many neighbours they draw (-1, every neighbour, is the most)."""
+    return float("inf") if fanout == -1 else fanout

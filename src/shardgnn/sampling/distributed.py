@@ -24,7 +24,7 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
-from shardgnn.sampling.typed import sample_typed_neighbors
+from shardgnn.sampling.typed import sample_typed_neighbors, with_edge_types
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.dist_graph import DistGraphStore
 
@@ -54,6 +54,8 @@ class DistNeighborSampler:
         self.halo_hops = halo_hops  # cluster batches with a bounded halo (sample_blocks)
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
         self._layer = 0  # the hop being sampled (set by sample)
+        # per-edge values the owners send with each drawn edge (``_edge_payload``), per hop
+        self._hop_payloads: list[tuple[np.ndarray, np.ndarray]] = []
         if graph.peers:
             comm.declare(stage)
 
@@ -61,11 +63,20 @@ class DistNeighborSampler:
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
+    payload_columns = 0
+    """How many per-edge values :meth:`_edge_payload` adds to each drawn edge."""
+
+    def _edge_payload(self, part, local_edge_ids: np.ndarray) -> list[np.ndarray]:
+        """Values the owner sends with each drawn edge (``payload_columns`` arrays), read from its
+        part by local edge id: none here."""
+        return []
+
     def _serve(
         self, owner: int, asked: np.ndarray, fanout: int, seed: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Sample ``asked`` (global ids owned by ``owner``: this rank or a same-host peer, whose
-        CSR is mapped here): ``(per-row counts, [n, 2] (neighbour, edge id) pairs)``."""
+        CSR is mapped here): ``(per-row counts, [n, 2 + payload_columns] (neighbour, edge id,
+        payload...) rows)``."""
         g = self.graph
         if owner == self.comm.rank:
             part, indptr, edge_offset = g.part, g.indptr, g.edge_offset
@@ -73,8 +84,8 @@ class DistNeighborSampler:
             peer = g.peers[owner]
             part, indptr, edge_offset = peer.part, peer.indptr, peer.edge_offset
         offsets, nbr, eid = self._draw(part, indptr, asked - part.start, fanout, seed)
-        eid += edge_offset
-        return np.diff(offsets), np.stack([nbr, eid], axis=1)
+        payload = [np.asarray(v, dtype=np.int64) for v in self._edge_payload(part, eid)]
+        return np.diff(offsets), np.stack([nbr, eid + edge_offset, *payload], axis=1)
 
     def _draw(
         self, part, indptr: np.ndarray, rows: np.ndarray, fanout: int, seed: int
@@ -124,7 +135,10 @@ class DistNeighborSampler:
         gather = np.repeat(start_in_order - out_offsets[:-1], counts_in_order) + np.arange(
             total, dtype=np.int64
         )
-        return out_offsets, got_pairs[gather, 0].copy(), got_pairs[gather, 1].copy()
+        eid = got_pairs[gather, 1].copy()
+        if self.payload_columns:
+            self._hop_payloads.append((eid, got_pairs[gather, 2:]))
+        return out_offsets, got_pairs[gather, 0].copy(), eid
 
     def _exchange(
         self, grouped: list[np.ndarray], on_host: set[int], fanout: int, seed: int
@@ -153,13 +167,14 @@ class DistNeighborSampler:
                 requester_seed = int(request[0]) & _UINT64
                 counts, pairs = self._serve(rank, request[1:].numpy(), fanout, requester_seed)
             else:
-                counts, pairs = np.zeros(0, np.int64), np.zeros((0, 2), np.int64)
+                counts = np.zeros(0, np.int64)
+                pairs = np.zeros((0, 2 + self.payload_columns), np.int64)
             reply_counts.append(torch.from_numpy(counts))
             reply_pairs.append(torch.from_numpy(pairs))
         got_counts = self.comm.all_to_all(reply_counts, self.stage)
         got_pairs = self.comm.all_to_all(reply_pairs, self.stage)
         return {
-            p: (got_counts[p].numpy(), got_pairs[p].numpy().reshape(-1, 2))
+            p: (got_counts[p].numpy(), got_pairs[p].numpy().reshape(-1, 2 + self.payload_columns))
             for p in range(world)
             if p not in on_host
         }
@@ -171,6 +186,7 @@ class DistNeighborSampler:
         communicator. ``exclude``: as :meth:`NeighborSampler.sample` (applied by the requester
         after the owners' draws)."""
         layers = iter(range(self.num_layers))
+        self._hop_payloads = []
 
         def one_hop(frontier: np.ndarray, fanout: int, layer_seed: int):
             # what layer this hop is (typed sampling serves each layer's fanouts); every rank
@@ -217,3 +233,22 @@ class DistTypedNeighborSampler(DistNeighborSampler):
             indptr, part.indices, part.etype, rows, self.fanouts_LR[self._layer],
             self.config.replace, seed, id_offset=part.start,
         )  # fmt: skip
+
+    # The owner sends each drawn edge's relation with it: the requester holds no other part's
+    # relations, and the R-GCN block needs them.
+    payload_columns = 1
+
+    def _edge_payload(self, part, local_edge_ids: np.ndarray) -> list[np.ndarray]:
+        return [part.etype[local_edge_ids]]
+
+    def sample(
+        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
+    ) -> SampledBlocks:
+        """As :meth:`DistNeighborSampler.sample`, with every block's ``edge_type_E`` (the
+        relations the owners sent with the edges)."""
+        sample = super().sample(seeds, seed, exclude)
+        eid = np.concatenate([e for e, _ in self._hop_payloads])
+        relation = np.concatenate([v[:, 0] for _, v in self._hop_payloads])
+        order = np.argsort(eid, kind="stable")
+        eid, relation = eid[order], relation[order]
+        return with_edge_types(sample, lambda ids: relation[np.searchsorted(eid, ids)])

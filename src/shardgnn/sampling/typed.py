@@ -16,12 +16,14 @@ sampling its own rows, give the same neighbours.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numba
 import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.graph.hetero import HeteroGraph, relation_ids
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
 from shardgnn.sampling.neighbor import sample_blocks
@@ -197,19 +199,20 @@ def sample_typed_neighbors(
     return offsets, nbr[: offsets[-1]], eid[: offsets[-1]]
 
 
-def relation_fanouts(graph: HeteroGraph, layers: list) -> np.ndarray:
+def relation_fanouts(relations, layers: list) -> np.ndarray:
     """Per-layer, per-relation fanouts ``[L, R]`` (int64; -1 = every neighbour, 0 = relation left
     out of that layer), output layer first, from one entry per layer: an int (every relation),
     a list of ``R`` ints, or a dict from relation name (or ``src/rel/dst``) to fanout (relations
-    not named get 0: a meta-path)."""
-    listing = ", ".join("/".join(rel) for rel in graph.relations)
-    out = np.zeros((len(layers), graph.num_relations), dtype=np.int64)
+    not named get 0: a meta-path). ``relations``: the graph's ``(src, rel, dst)`` triples
+    (``HeteroGraph.relations``, or a typed partition's)."""
+    listing = ", ".join("/".join(rel) for rel in relations)
+    out = np.zeros((len(layers), len(relations)), dtype=np.int64)
     for layer, entry in enumerate(layers):
         if isinstance(entry, (int, np.integer)):
             out[layer] = int(entry)
         elif isinstance(entry, dict):
             for name, fanout in entry.items():
-                ids = graph.relation_ids(name)
+                ids = relation_ids(relations, name)
                 if len(ids) != 1:
                     raise ConfigError(
                         f"fanouts of layer {layer} name relation {name!r}, which "
@@ -219,10 +222,10 @@ def relation_fanouts(graph: HeteroGraph, layers: list) -> np.ndarray:
                 out[layer, ids[0]] = int(fanout)
         else:
             values = list(entry)
-            if len(values) != graph.num_relations:
+            if len(values) != len(relations):
                 raise ConfigError(
                     f"fanouts of layer {layer} list {len(values)} values but the graph has "
-                    f"{graph.num_relations} relations ({listing}); give one per relation, or "
+                    f"{len(relations)} relations ({listing}); give one per relation, or "
                     "name them (relation=fanout)"
                 )
             out[layer] = values
@@ -290,7 +293,7 @@ class TypedNeighborSampler:
         layers = iter(self.fanouts_LR)
         # sample_blocks calls one_hop once per layer, output layer first: the per-relation
         # fanouts of each call are the next row (the config's scalar fanouts only count layers).
-        return sample_blocks(
+        sample = sample_blocks(
             seeds,
             SamplerConfig(fanouts=(-1,) * len(self.fanouts_LR), replace=self.replace),
             seed,
@@ -300,3 +303,16 @@ class TypedNeighborSampler:
             degree_of=lambda nodes: self.indptr[nodes + 1] - self.indptr[nodes],
             node_map=self._node_map,
         )
+        return with_edge_types(sample, lambda edge_ids: self.graph.etype[edge_ids])
+
+
+def with_edge_types(sample: SampledBlocks, relation_of) -> SampledBlocks:
+    """``sample`` with every block's ``edge_type_E`` set from its edge ids (``relation_of``:
+    edge ids -> relation ids)."""
+    blocks = [
+        dataclasses.replace(
+            b, edge_type_E=torch.from_numpy(relation_of(b.edge_ids_E.numpy()).astype(np.int64))
+        )
+        for b in sample.blocks
+    ]
+    return dataclasses.replace(sample, blocks=blocks)

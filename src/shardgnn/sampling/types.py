@@ -26,6 +26,7 @@ class Block:
         history_S: bool ``[S]``, or ``None``: the src nodes whose input embedding comes from
             historical embeddings (:mod:`shardgnn.store.historical`) instead of the layer below;
             the block below computes only the others (never any of the first ``D``).
+        edge_type_E: ``[E]`` relation of every edge (typed graphs), or ``None``.
     """
 
     src_nodes_S: torch.Tensor
@@ -35,6 +36,7 @@ class Block:
     edge_ids_E: torch.Tensor | None = None
     src_degree_S: torch.Tensor | None = None
     history_S: torch.Tensor | None = None
+    edge_type_E: torch.Tensor | None = None
 
     @property
     def num_src(self) -> int:

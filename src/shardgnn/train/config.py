@@ -462,13 +462,24 @@ class TrainConfig:
                 )
             elif self.task == "link" and self.link.loss == "margin":
                 problem = "ranks every entity: use --link-loss softmax or bce, not margin"
-            elif self.run.distributed:
-                problem = "trains in one process so far: drop --workers/--partitions"
+            elif self.run.distributed and self.task == "link":
+                problem = "trains link prediction in one process so far: drop --workers"
+            elif self.run.distributed and self.mode == "full":
+                problem = "trains with workers on sampled blocks: use --mode minibatch"
             elif self.embedding.enabled:
                 problem = "gives featureless nodes learnt input rows already: drop --embedding-dim"
             if problem:
                 raise ConfigError(f"dataset {self.dataset!r} is a relational graph: it {problem}")
-        elif model in RELATIONAL_MODELS or predictor == "distmult":
+        elif self.sampler.relation_fanouts is not None and self.run.partitions is None:
+            raise ConfigError(
+                f"--relation-fanouts draws per relation, and dataset {self.dataset!r} has no "
+                "relations; use --fanouts"
+            )
+        elif (model in RELATIONAL_MODELS and self.run.partitions is None) or (
+            predictor == "distmult"
+        ):
+            # with --partitions the dataset is what the directory holds: the workers check it is
+            # typed
             flag = f"--model {model}" if model in RELATIONAL_MODELS else "--predictor distmult"
             raise ConfigError(
                 f"{flag} needs typed edges (relations), and dataset {self.dataset!r} has none; "

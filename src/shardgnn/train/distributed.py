@@ -141,6 +141,33 @@ class DistSteps(Steps):
     def barrier(self) -> None:
         self.ctx.barrier()
 
+    def broadcast_weights(self, model: torch.nn.Module) -> None:
+        """Rank 0's weights everywhere (identical by seeding already; made certain here)."""
+        for tensor in model.state_dict().values():
+            self.main_comm.broadcast(tensor, src=0, stage="setup")
+
+    def data_parallel(self, module: torch.nn.Module) -> DistributedDataParallel:
+        """``module`` in DDP over the job's group, its gradient all-reduce counted by the
+        communicator; buffers are never broadcast (sharded rows attached to a model are
+        rank-local)."""
+        ctx = self.ctx
+        with warnings.catch_warnings():
+            # torch deprecates broadcast_buffers in favour of forward_sync_buffers, which still
+            # syncs buffers at init; rank-local buffers (the sharded rows) need the old switch,
+            # as the warning itself advises until init_sync_buffers exists.
+            warnings.filterwarnings(
+                "ignore", message=".*broadcast_buffers.*", category=FutureWarning
+            )
+            ddp = DistributedDataParallel(
+                module,
+                device_ids=None if ctx.device.type == "cpu" else [ctx.device],
+                process_group=ctx.group,
+                init_sync=False,
+                broadcast_buffers=False,
+            )
+        ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
+        return ddp
+
     def _check_labelled(self, has_features: bool, has_labels: bool) -> None:
         if not (has_features and has_labels):
             raise ConfigError(
@@ -518,31 +545,17 @@ class DistSampledSteps(DistSteps):
         """Make ``model`` this rank's (identical weights everywhere, its own rows attached), wrap
         it in DDP and create the optimiser."""
         config, ctx = self.config, self.ctx
-        for tensor in model.state_dict().values():  # identical by seeding; made certain here
-            self.main_comm.broadcast(tensor, src=0, stage="setup")
+        self.broadcast_weights(model)
         if self.embedding is not None:
             # This rank's rows join the model's state after the broadcast above (they differ per
             # rank): each rank's checkpoint and best weights carry its own rows. DDP must not
-            # broadcast them (broadcast_buffers=False below); the model has no other buffers.
+            # broadcast them (broadcast_buffers=False in data_parallel); the model has no other
+            # buffers.
             model.embedding = self.embedding.local
         # Parallel counter-based dropout masks keyed by original node ids; the rank in the seed
         # keeps ranks' masks independent (their batches differ anyway).
         model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
-        with warnings.catch_warnings():
-            # torch deprecates broadcast_buffers in favour of forward_sync_buffers, which still
-            # syncs buffers at init; rank-local buffers (the sharded rows) need the old switch,
-            # as the warning itself advises until init_sync_buffers exists.
-            warnings.filterwarnings(
-                "ignore", message=".*broadcast_buffers.*", category=FutureWarning
-            )
-            self.ddp = DistributedDataParallel(
-                model,
-                device_ids=None if ctx.device.type == "cpu" else [ctx.device],
-                process_group=ctx.group,
-                init_sync=False,
-                broadcast_buffers=False,
-            )
-        self.ddp.register_comm_hook(self.main_comm, _counted_allreduce_hook)
+        self.ddp = self.data_parallel(model)
         self.model = model
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay

@@ -86,8 +86,7 @@ class DistFullGraphSteps(DistSteps):
         torch.manual_seed(self.config.seed)
         self.model = build().to(self.ctx.device)
         self.model.use_hashed_dropout(self.config.seed)
-        for tensor in self.model.state_dict().values():
-            self.main_comm.broadcast(tensor, src=0, stage="setup")
+        self.broadcast_weights(self.model)
         optim = self.config.optim
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay

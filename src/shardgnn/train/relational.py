@@ -332,7 +332,9 @@ class RelationalNodeSteps(_TypedGraphSteps):
             # The reverse relations are r + R: the full-graph message graph's inverse relations,
             # so a model trained on blocks evaluates on the full graph with the same weights.
             self.sample_graph = g.with_reverse_relations()
-            fanouts = relation_fanouts(self.sample_graph, list(config.sampler.fanouts))
+            fanouts = relation_fanouts(
+                self.sample_graph.relations, config.sampler.relation_layers()
+            )
             self.sampler = TypedNeighborSampler(
                 self.sample_graph, fanouts, replace=config.sampler.replace
             )
@@ -366,12 +368,7 @@ class RelationalNodeSteps(_TypedGraphSteps):
         for index, seeds in self.batches:
             with self.timer("sample"):
                 sample = self.sampler.sample(seeds, seed=mix_seed(self.config.seed, epoch, index))
-                graphs = [
-                    block_message_graph(
-                        b, self.sample_graph.etype[b.edge_ids_E.numpy()], num_relations, self.device
-                    )
-                    for b in sample.blocks
-                ]
+                graphs = [block_message_graph(b, num_relations, self.device) for b in sample.blocks]
                 self.sampled_edges += sample.num_sampled_edges
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,368 @@
+"""Distributed R-GCN node classification on a typed graph: one process per part of a typed
+partition (``write_hetero_partitions``), DDP over the weights, the data on ``torch.distributed``
+all-to-alls.
+
+Per batch (every step is a sequence of collectives, the same on every rank):
+  1. each rank takes ``ceil(B / P)`` of the global batch's target-type seeds
+     (:class:`DistSeedBatcher`), samples their typed blocks per relation
+     (:class:`DistTypedNeighborSampler`: each owner draws its nodes' neighbours and sends each
+     edge's relation with it);
+  2. the input nodes are split by type (the typed book: ``P x (T + 1)`` numbers); for every type
+     in type order, featured types fetch their feature rows from the owners through the type's
+     own book (typed ids, so a part's rows of one type are one array), featureless types read
+     their learnt rows from a sharded table (:class:`DistEmbeddingTable`: each rank holds and
+     steps its own part's rows only);
+  3. forward and backward through the DDP-wrapped model (projections per featured type, R-GCN
+     layers); the learnt rows' gradients go back to their owners, which step them.
+
+Evaluation samples the validation/test seeds the same way (``--eval-fanouts``, default the
+training fanouts), each rank a disjoint share, and sums the counts over ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from shardgnn.distributed.comm import Communicator
+from shardgnn.distributed.context import DistContext
+from shardgnn.errors import ConfigError
+from shardgnn.loader.dist_batches import DistSeedBatcher
+from shardgnn.nn.rgcn import RGCN, RelationalNodeModel, TypedInput, block_message_graph
+from shardgnn.partition.hetero import TypedPartitionBook
+from shardgnn.sampling.distributed import DistTypedNeighborSampler
+from shardgnn.sampling.typed import relation_fanouts
+from shardgnn.seeding import mix_seed
+from shardgnn.store.dist_embedding import DistEmbeddingTable
+from shardgnn.store.dist_feature import DistFeatureStore
+from shardgnn.store.dist_graph import DistGraphStore
+from shardgnn.store.embedding import check_table_fits
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.distributed import DistSteps, partition_dataset_record
+from shardgnn.train.epoch import EpochRun, EpochSums
+from shardgnn.train.loop import EpochRecord
+from shardgnn.train.progress import progress
+from shardgnn.train.setup import EMBEDDING_STREAM
+
+
+class TypedRowFetcher:
+    """A batch's input rows by node type, fetched from their owners: feature rows of featured
+    types, learnt rows of featureless ones (collective: every rank fetches every type, in type
+    order, also with no nodes of it)."""
+
+    def __init__(
+        self,
+        typed: TypedPartitionBook,
+        features: dict[int, DistFeatureStore],
+        tables: dict[int, DistEmbeddingTable | DistFeatureStore],
+        device: torch.device,
+    ):
+        self.typed, self.features, self.tables, self.device = typed, features, tables, device
+        self.num_types = len(typed.node_types)
+
+    def fetch(
+        self, input_nodes: torch.Tensor, learn: bool
+    ) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], list]:
+        """``(by_type, learnt)``: ``by_type[t] = (positions, rows)`` for
+        :meth:`TypedInput.assemble`; ``learnt``: ``(table, typed ids, rows)`` of the learnt rows
+        that take a gradient (``learn``)."""
+        ids = input_nodes.numpy()
+        type_S = self.typed.type_of(ids)
+        by_type, learnt = {}, []
+        for t in range(self.num_types):
+            where = np.flatnonzero(type_S == t)
+            typed_ids = torch.from_numpy(self.typed.typed_id(ids[where], t))
+            if t in self.features:
+                rows = self.features[t].gather(typed_ids).to(self.device)
+            else:
+                table = self.tables[t]
+                rows = table.gather(typed_ids).to(self.device)
+                if learn:
+                    rows.requires_grad_(True)
+                    learnt.append((table, typed_ids, rows))
+            by_type[t] = (torch.from_numpy(where).to(self.device), rows)
+        return by_type, learnt
+
+
+class DistRelationalNodeSteps(DistSteps):
+    """One rank of distributed R-GCN node classification (sampled typed blocks)."""
+
+    def __init__(self, config: TrainConfig, ctx: DistContext):
+        super().__init__(config, ctx)
+        hetero = self.pset.meta.get("hetero")
+        if not hetero:
+            raise ConfigError(
+                f"{self.pset.path} holds an untyped graph; --model rgcn trains typed graphs: "
+                "partition one (shardgnn partition synthetic-hetero ...), or pick a homogeneous "
+                "model"
+            )
+        self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+        self.comms = (self.data_comm, self.main_comm)
+        host_ranks = ctx.host_ranks if config.run.host_sharing == "auto" else ()
+        self.graph = DistGraphStore.open(
+            self.pset.path, ctx.rank, ctx.world_size, self.data_comm, host_ranks=host_ranks
+        )
+        part, book = self.graph.part, self.graph.book
+        self._check_labelled(True, part.y is not None)
+        typed = TypedPartitionBook(hetero, book.boundaries)
+        self.typed = typed
+        self.num_relations = len(typed.relations)
+        widths = [
+            int(hetero.get("features", {}).get(str(t), 0)) for t in range(len(typed.node_types))
+        ]
+        hidden = config.model.hidden
+        self.fetchers = {}
+        features = {stage: {} for stage in ("fetch", "eval")}
+        tables: dict[int, DistEmbeddingTable] = {}
+        rows_config = dataclasses.replace(
+            config.embedding, dim=hidden, optimizer="adam", lr=config.optim.lr
+        )
+        orig = np.asarray(self.pset.orig_ids)
+        offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
+        for t, width in enumerate(widths):
+            type_book = typed.type_book(t)
+            if width:
+                peers = {p: peer.part.type_x[t] for p, peer in self.graph.peers.items()}
+                for stage, stores in features.items():
+                    stores[t] = DistFeatureStore(
+                        part.type_x[t], type_book, ctx.rank, self.data_comm, stage, peers=peers
+                    )
+                continue
+            # A featureless type's learnt rows, sharded like its nodes; initial values keyed by
+            # original typed id, so P workers start from one worker's rows.
+            lo, hi = (int(b) for b in typed.type_bounds[ctx.rank, t : t + 2])
+            check_table_fits(hi - lo, rows_config)
+            tables[t] = DistEmbeddingTable(
+                type_book,
+                ctx.rank,
+                self.data_comm,
+                rows_config,
+                mix_seed(config.seed, EMBEDDING_STREAM, t),
+                orig[lo:hi] - offsets[t],
+            )
+        self.tables = tables
+        eval_tables = {
+            t: DistFeatureStore(table.local, typed.type_book(t), ctx.rank, self.data_comm, "eval")
+            for t, table in tables.items()
+        }
+        self.train_rows = TypedRowFetcher(typed, features["fetch"], tables, ctx.device)
+        self.eval_rows = TypedRowFetcher(typed, features["eval"], eval_tables, ctx.device)
+        peer_y = {
+            p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
+        }
+        y_local = np.asarray(part.y, dtype=np.int64)
+        self.labels = {
+            stage: DistFeatureStore(y_local, book, ctx.rank, self.data_comm, stage, peers=peer_y)
+            for stage in ("labels", "eval")
+        }
+        split_ids = {split: self.pset.global_split(split) for split in ("train", "val", "test")}
+        self.split_sizes = {split: int(len(ids)) for split, ids in split_ids.items()}
+        # --batch-size is the global batch: each of the P workers takes B / P seeds per step.
+        per_rank = max(1, -(-config.batch_size // ctx.world_size))
+        self.train_batches = DistSeedBatcher(
+            split_ids["train"], book, ctx.rank, ctx.world_size, per_rank, shuffle=True,
+            seed=config.seed,
+        )  # fmt: skip
+        eval_per_rank = max(1, -(-config.eval_batch_size // ctx.world_size))
+        self.eval_batches = {
+            split: DistSeedBatcher(
+                split_ids[split],
+                book,
+                ctx.rank,
+                ctx.world_size,
+                eval_per_rank,
+                shuffle=False,
+                seed=config.seed,
+            )  # fmt: skip
+            for split in ("val", "test")
+        }
+        relations = typed.relations
+        self.sampler = DistTypedNeighborSampler(
+            self.graph,
+            relation_fanouts(relations, config.sampler.relation_layers()),
+            self.data_comm,
+            replace=config.sampler.replace,
+        )
+        self.eval_sampler = DistTypedNeighborSampler(
+            self.graph,
+            relation_fanouts(
+                relations,
+                list(config.eval_fanouts)
+                if config.eval_fanouts
+                else config.sampler.relation_layers(),
+            ),
+            self.data_comm,
+            replace=config.sampler.replace,
+            stage="eval",
+        )
+        self.num_classes = int(part.num_classes)
+        self.sampled_edges = self.sampled_epochs = 0
+        # traffic by relation and by node type, this rank's training batches: sampled edges
+        # (all, and drawn by another rank's owner), input rows (all, and owned by another rank)
+        num_types = len(typed.node_types)
+        self.relation_edges = np.zeros((2, self.num_relations), dtype=np.int64)
+        self.type_rows = np.zeros((2, num_types), dtype=np.int64)
+        self.row_bytes = np.array(
+            [4 * (w if w else hidden) * (1 if w else 2) for w in widths], dtype=np.float64
+        )  # a feature row, or a learnt row and its gradient back
+        torch.manual_seed(config.seed)  # identical initial weights on every rank
+        model = config.model
+        encoder = RGCN(
+            num_nodes=0,
+            in_dim=hidden,
+            hidden=hidden,
+            out_dim=self.num_classes,
+            num_layers=model.num_layers,
+            num_relations=self.num_relations,
+            num_bases=model.num_bases,
+            dropout=model.dropout,
+            learn_input=False,
+        )
+        sizes = np.diff(offsets).tolist()
+        self.model = RelationalNodeModel(
+            TypedInput(sizes, widths, hidden, learn_rows=False), encoder, model.input_dropout
+        ).to(ctx.device)
+        self.broadcast_weights(self.model)
+        # This rank's learnt rows join the model's state after the broadcast (they differ per
+        # rank): checkpoints and best weights carry each rank's own rows. DDP never sees them
+        # (buffers, not broadcast).
+        self.model.learnt_rows = torch.nn.ModuleDict({str(t): tb.local for t, tb in tables.items()})
+        self.ddp = self.data_parallel(_TypedRowsForward(self.model))
+        self.optimizer = torch.optim.Adam(
+            self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
+        )
+        # dropout masks differ per rank (their batches differ anyway)
+        torch.manual_seed(mix_seed(config.seed, ctx.rank))
+
+    # ------------------------------------------------------------------ one batch
+    def _graphs(self, sample) -> list:
+        return [block_message_graph(b, self.num_relations, self.ctx.device) for b in sample.blocks]
+
+    def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        config, ctx = self.config, self.ctx
+        sums = run.resumed if run.resumed is not None else EpochSums()
+        done = sums.batches
+        self.train_batches.set_epoch(run.epoch, start=done)
+        run.total_batches = done + len(self.train_batches)
+        self.ddp.train()
+        bar = progress(self.train_batches, f"epoch {run.epoch + 1}", run.show_progress)
+        for index, seeds in bar:
+            with self.timer("sample"):
+                sample = self.sampler.sample(
+                    seeds, mix_seed(config.seed, ctx.rank, run.epoch, index)
+                )
+                graphs = self._graphs(sample)
+            with self.timer("fetch"):
+                by_type, learnt = self.train_rows.fetch(sample.input_nodes, learn=True)
+                y = self.labels["labels"].gather(seeds).to(ctx.device)
+            with self.timer("compute"):
+                self.optimizer.zero_grad(set_to_none=True)
+                logits = self.ddp(graphs, by_type)
+                loss = F.cross_entropy(logits, y)
+                loss.backward()
+                self.optimizer.step()
+            with self.timer("embed"):
+                for table, typed_ids, rows in learnt:  # type order: the same on every rank
+                    grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+                    table.apply_gradients(typed_ids, grad.cpu())
+            self._count_traffic(sample)
+            count = int(y.shape[0])
+            sums.loss_sum += loss.item() * count
+            sums.correct += int((logits.argmax(1) == y).sum())
+            sums.count += count
+            sums.sampled_edges += sample.num_sampled_edges
+            sums.batches += 1
+            self.sampled_edges += sample.num_sampled_edges
+            if (
+                run.stop_requested is not None
+                and index + 1 < run.total_batches
+                and run.stop_requested()
+            ):
+                run.stopped = sums
+                return None
+        self.sampled_epochs += 1
+        loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    def _count_traffic(self, sample) -> None:
+        rank, relations = self.ctx.rank, self.num_relations
+        for b in sample.blocks:
+            remote_D = self.graph.owner(b.dst_nodes_D.numpy()) != rank
+            remote_E = np.repeat(remote_D, np.diff(b.indptr_D1.numpy()))
+            rel_E = b.edge_type_E.numpy()
+            self.relation_edges[0] += np.bincount(rel_E, minlength=relations)
+            self.relation_edges[1] += np.bincount(rel_E[remote_E], minlength=relations)
+        ids = sample.input_nodes.numpy()
+        type_S = self.typed.type_of(ids)
+        types = self.type_rows.shape[1]
+        self.type_rows[0] += np.bincount(type_S, minlength=types)
+        self.type_rows[1] += np.bincount(type_S[self.graph.owner(ids) != rank], minlength=types)
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
+        self.ddp.eval()
+        correct = count = 0
+        for index, seeds in self.eval_batches[split]:
+            sample = self.eval_sampler.sample(seeds, mix_seed(self.config.seed + 1, index))
+            by_type, _ = self.eval_rows.fetch(sample.input_nodes, learn=False)
+            y = self.labels["eval"].gather(seeds).to(self.ctx.device)
+            logits = self.model.forward_typed_rows(self._graphs(sample), by_type)
+            correct += int((logits.argmax(1) == y).sum())
+            count += int(y.shape[0])
+        correct, count = self.sum([correct, count])
+        return correct / max(count, 1)
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
+        edges = self.sum([float(self.sampled_edges)])[0]
+        epochs = max(self.sampled_epochs, 1)
+        edges_R = np.asarray(self.sum(self.relation_edges.ravel().tolist())).reshape(2, -1)
+        rows_T = np.asarray(self.sum(self.type_rows.ravel().tolist())).reshape(2, -1)
+        # a sampled edge travels as (neighbour, edge id, relation): three int64
+        edge_bytes = 24
+        return {
+            "partitioner": self.pset.method,
+            "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
+            "sampled_edges_per_epoch": edges / epochs,
+            "relational": {
+                "note": "per epoch of training batches, summed over workers; remote: drawn by "
+                "(edges) or owned by (rows) another worker",
+                "relations": {
+                    "/".join(rel): {
+                        "sampled_edges_per_epoch": edges_R[0, r] / epochs,
+                        "remote_edges_per_epoch": edges_R[1, r] / epochs,
+                        "remote_mb_per_epoch": edges_R[1, r] * edge_bytes / epochs / 1e6,
+                    }
+                    for r, rel in enumerate(self.typed.relations)
+                },
+                "node_types": {
+                    name: {
+                        "input_rows_per_epoch": rows_T[0, t] / epochs,
+                        "remote_rows_per_epoch": rows_T[1, t] / epochs,
+                        "remote_mb_per_epoch": rows_T[1, t] * self.row_bytes[t] / epochs / 1e6,
+                        "learnt_rows": int(t) in self.tables,
+                    }
+                    for t, name in enumerate(self.typed.node_types)
+                },
+            },
+        }
+
+    def dataset_info(self) -> dict[str, Any]:
+        width = sum(int(v) for v in self.pset.meta["hetero"].get("features", {}).values())
+        return partition_dataset_record(self.pset, width, self.num_classes, self.split_sizes)
+
+
+class _TypedRowsForward(torch.nn.Module):
+    """The model as DDP calls it: logits from sampled blocks and the batch's rows by type."""
+
+    def __init__(self, model: RelationalNodeModel):
+        super().__init__()
+        self.model = model
+
+    def forward(self, graphs, by_type):
+        return self.model.forward_typed_rows(graphs, by_type)
