@@ -218,6 +218,59 @@ def test_rgcn_matches_dense_reference_and_pyg(num_bases, transform_all):
     torch.testing.assert_close(mine, pyg.weight.grad, atol=1e-5, rtol=1e-5)
 
 
+def test_hetero_sage_matches_pyg_heteroconv_of_sage_forward_and_backward():
+    """One SAGE aggregator per relation, summed per destination type, as PyG's
+    ``HeteroConv({rel: SAGEConv}, aggr="sum")`` with the same weights."""
+    from torch_geometric.nn import HeteroConv, SAGEConv
+
+    from shardgnn.nn.rgcn import HeteroSAGEConv
+
+    sizes, offsets = {"a": 6, "b": 5}, {"a": 0, "b": 6}
+    relations = [("a", "r0", "a"), ("b", "r1", "a"), ("a", "r2", "b"), ("b", "r3", "a")]
+    rng = np.random.default_rng(1)
+    local = {rel: (rng.integers(0, sizes[rel[0]], 9), rng.integers(0, sizes[rel[2]], 9))
+             for rel in relations}  # fmt: skip
+    src = np.concatenate([s + offsets[rel[0]] for rel, (s, _) in local.items()])
+    dst = np.concatenate([d + offsets[rel[2]] for rel, (_, d) in local.items()])
+    etype = np.repeat(np.arange(len(relations)), 9)
+    types = np.array([0] * 6 + [1] * 5)
+    torch.manual_seed(0)
+    conv = HeteroSAGEConv(3, 4, [0, 0, 1, 0], num_types=2)
+    with torch.no_grad():
+        conv.bias_RO.normal_()
+    graph = RelationalMessageGraph.from_edges(src, dst, etype, 11, 4, dst_type=types)
+    x = torch.randn(11, 3, requires_grad=True)
+    ours = conv(graph, x)
+
+    pyg = HeteroConv({rel: SAGEConv((3, 3), 4) for rel in relations}, aggr="sum")
+    with torch.no_grad():
+        for r, rel in enumerate(relations):
+            sage = pyg.convs[rel]
+            sage.lin_l.weight.copy_(conv.neigh_RIO[r].T)
+            sage.lin_l.bias.copy_(conv.bias_RO[r])
+            sage.lin_r.weight.copy_(conv.root_RIO[r].T)
+    x_ref = x.detach().clone().requires_grad_(True)
+    theirs = pyg(
+        {"a": x_ref[:6], "b": x_ref[6:]},
+        {rel: torch.from_numpy(np.stack(local[rel])) for rel in relations},
+    )
+    theirs = torch.cat([theirs["a"], theirs["b"]])
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(ours)
+    ours.backward(grad)
+    theirs.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    for r, rel in enumerate(relations):
+        sage = pyg.convs[rel]
+        torch.testing.assert_close(
+            conv.neigh_RIO.grad[r], sage.lin_l.weight.grad.T, atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(
+            conv.root_RIO.grad[r], sage.lin_r.weight.grad.T, atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(conv.bias_RO.grad[r], sage.lin_l.bias.grad, atol=1e-5, rtol=1e-5)
+
+
 def test_inverse_relations_reverse_every_edge():
     src, dst, etype = with_reverse_edges(np.array([0, 1]), np.array([2, 3]), np.array([0, 1]), 2)
     assert list(zip(src, dst, etype)) == [(0, 2, 0), (1, 3, 1), (2, 0, 2), (3, 1, 3)]
@@ -370,8 +423,10 @@ def test_academic_generator_is_typed_skewed_and_deterministic(tmp_path):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(g, key))
 
 
-@pytest.mark.parametrize("mode", ["full", "minibatch"])
-def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode):
+@pytest.mark.parametrize(
+    "mode, model", [("full", "rgcn"), ("minibatch", "rgcn"), ("minibatch", "hetero-sage")]
+)
+def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode, model):
     """Paper topics from features alone (a linear classifier) stay near chance; R-GCN over
     authors, citations and fields does much better, on the full graph and on sampled blocks."""
     from shardgnn.nn.config import ModelConfig
@@ -395,7 +450,7 @@ def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode):
     config = TrainConfig(
         dataset="synthetic-hetero",
         mode=mode,
-        model=ModelConfig(model="rgcn", hidden=32, dropout=0.2, num_bases=2),
+        model=ModelConfig(model=model, hidden=32, dropout=0.2, num_bases=2),
         sampler=SamplerConfig(fanouts=(8, 8)),
         batch_size=64,
         optim=OptimConfig(epochs=30 if mode == "full" else 6, lr=0.01),
@@ -409,7 +464,8 @@ def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode):
         assert results["sampled_edges_per_s"] > 0
 
 
-def test_a_block_with_every_neighbour_is_the_full_graph():
+@pytest.mark.parametrize("model", ["rgcn", "hetero-sage"])
+def test_a_block_with_every_neighbour_is_the_full_graph(model):
     """Sampling every neighbour of every training node in one batch gives the full-graph step:
     the same loss and the same updated weights (up to float summation order)."""
     from shardgnn.nn.config import ModelConfig
@@ -424,7 +480,7 @@ def test_a_block_with_every_neighbour_is_the_full_graph():
         config = TrainConfig(
             dataset="synthetic-hetero",
             mode=mode,
-            model=ModelConfig(model="rgcn", hidden=16, dropout=0.0, num_bases=3),
+            model=ModelConfig(model=model, hidden=16, dropout=0.0, num_bases=3),
             sampler=SamplerConfig(fanouts=(-1, -1)),
             batch_size=10_000,
             optim=OptimConfig(epochs=1, lr=0.01),

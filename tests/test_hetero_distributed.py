@@ -213,3 +213,16 @@ def test_distributed_rgcn_two_workers_match_one(labelled):
     assert sum(r["remote_mb_per_epoch"] for r in per_relation.values()) > 0
     types = two["relational"]["node_types"]
     assert types["paper"]["learnt_rows"] is False and types["author"]["learnt_rows"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_distributed_hetero_sage_learns_on_two_workers(labelled):
+    """Heterogeneous GraphSAGE (an aggregator per relation, summed per destination type) on
+    the same distributed path: the destinations' types come from the typed book."""
+    from shardgnn.nn.config import ModelConfig
+
+    model = ModelConfig(model="hetero-sage", hidden=16, dropout=0.0)
+    two = run_workers(_train, 2, _rgcn_config(labelled[2], 2, model=model))[0]
+    assert two["config"]["model"]["model"] == "hetero-sage"
+    assert two["test_acc"] > 0.5, two["test_acc"]

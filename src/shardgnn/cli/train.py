@@ -254,7 +254,7 @@ def preflight(
     relational_model = config.model.model in RELATIONAL_MODELS
     if typed != relational_model:
         raise ConfigError(
-            f"{pset.path} holds a typed graph: train it with --model rgcn"
+            f"{pset.path} holds a typed graph: train it with --model rgcn or hetero-sage"
             if typed
             else f"--model {config.model.model} needs a typed graph and {pset.path} holds an "
             "untyped one; partition a typed dataset (synthetic-hetero, hetero:DIR) or pick "

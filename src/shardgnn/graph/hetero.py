@@ -40,6 +40,13 @@ Relation = tuple[str, str, str]
 """A canonical edge type ``(source node type, relation name, destination node type)``."""
 
 
+def reverse_relations(relations) -> tuple[Relation, ...]:
+    """``(d, rev_r, s)`` for every relation ``(s, r, d)``: the relations of the reversed edges
+    (:meth:`HeteroGraph.with_reverse_relations` appends them, relation ``r`` reversed is
+    ``r + R``)."""
+    return tuple((d, f"rev_{name}", s) for s, name, d in relations)
+
+
 def relation_ids(relations, name: str) -> list[int]:
     """The relations of ``relations`` that ``name`` may mean: ``src/rel/dst`` names one; a bare
     relation name every relation called so (callers refuse none or several)."""
@@ -211,7 +218,7 @@ class HeteroGraph:
         """This graph plus, for every relation ``(s, r, d)``, a relation ``(d, rev_r, s)`` holding
         each edge reversed (PyG's ``ToUndirected`` on typed graphs): messages, and sampled
         neighbourhoods, then reach every node type from every side of its relations."""
-        reverse = tuple((d, f"rev_{name}", s) for s, name, d in self.relations)
+        reverse = reverse_relations(self.relations)
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for key in ("node_types", "type_offsets", "relations", "indptr", "indices", "etype"):
             del fields[key]

@@ -6,10 +6,10 @@ import dataclasses
 
 from shardgnn.options import check_choices, invalid, option
 
-MODELS = ("sage", "gcn", "gat", "rgcn")
+MODELS = ("sage", "gcn", "gat", "rgcn", "hetero-sage")
 PREDICTORS = ("auto", "dot", "mlp", "distmult")
 LINK_LOSSES = ("bce", "margin", "softmax")
-RELATIONAL_MODELS = ("rgcn",)
+RELATIONAL_MODELS = ("rgcn", "hetero-sage")
 """models that need typed edges (a relational dataset)"""
 
 
@@ -20,8 +20,9 @@ class ModelConfig:
     model: str = option(
         "sage",
         choices=MODELS,
-        help="layer type: sage (GraphSAGE-mean), gcn, gat, or rgcn (relational graphs: one weight "
-        "per relation and direction, Schlichtkrull et al.)",
+        help="layer type: sage (GraphSAGE-mean), gcn, gat; typed graphs: rgcn (one weight per "
+        "relation and direction, Schlichtkrull et al.) or hetero-sage (a GraphSAGE aggregator "
+        "per relation, summed per destination type)",
     )
     hidden: int = option(256, help="hidden width (for gat: per head)")
     num_layers: int | None = option(

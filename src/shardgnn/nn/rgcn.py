@@ -42,6 +42,8 @@ class RelationalMessageGraph:
     group_sizes: list[int]
     norm_E: torch.Tensor
     """``1 / |N_r(dst)|`` of every edge, in ``order_E`` order"""
+    dst_type_D: torch.Tensor | None = None
+    """node type of every destination (heterogeneous SAGE's per-type root terms), or None"""
 
     @classmethod
     def from_edges(
@@ -53,6 +55,7 @@ class RelationalMessageGraph:
         num_relations: int,
         device: torch.device | str = "cpu",
         num_dst: int | None = None,
+        dst_type: np.ndarray | None = None,
     ) -> "RelationalMessageGraph":
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         etype = np.asarray(etype, np.int64)
@@ -73,14 +76,16 @@ class RelationalMessageGraph:
             order_E=as_tensor(order),
             group_sizes=[int(s) for s in sizes],
             norm_E=as_tensor(norm[order]),
+            dst_type_D=None if dst_type is None else as_tensor(np.asarray(dst_type, np.int64)),
         )
 
 
 def block_message_graph(
-    block, num_relations: int, device: torch.device | str = "cpu"
+    block, num_relations: int, device: torch.device | str = "cpu", node_type_of=None
 ) -> RelationalMessageGraph:
-    """The R-GCN message graph of a sampled typed block (local ids; its destinations are the
-    first ``num_dst`` sources; ``block.edge_type_E``: the relation of each of its edges)."""
+    """The message graph of a sampled typed block (local ids; its destinations are the first
+    ``num_dst`` sources; ``block.edge_type_E``: the relation of each of its edges).
+    ``node_type_of``: global ids -> node types, to record the destinations' types."""
     assert block.edge_type_E is not None, "a typed sampler sets the edges' relations"
     dst = np.repeat(np.arange(block.num_dst, dtype=np.int64), np.diff(block.indptr_D1.numpy()))
     return RelationalMessageGraph.from_edges(
@@ -91,6 +96,7 @@ def block_message_graph(
         num_relations,
         device,
         block.num_dst,
+        None if node_type_of is None else node_type_of(block.dst_nodes_D.numpy()),
     )
 
 
@@ -133,40 +139,92 @@ class RGCNConv(nn.Module):
         x_SI: torch.Tensor,
         transform_all: bool | None = None,
     ) -> torch.Tensor:
-        """``h'`` of the ``graph.num_dst`` destinations. ``transform_all`` (unset: when it is
-        the cheaper) multiplies every source by every relation's weight in one product and
-        gathers each edge's row; otherwise one product per relation over its edges' sources.
-        The first suits few nodes with many relations (knowledge graphs), the second many
-        nodes; both are exact."""
+        """``h'`` of the ``graph.num_dst`` destinations (``transform_all``: see
+        :func:`relation_messages`)."""
         assert graph.num_relations == self.num_relations, (graph.num_relations, self.num_relations)
-        num_edges, r, o = graph.src_E.shape[0], self.num_relations, self.out_dim
-        weight_RIO = self.relation_weights()
-        if transform_all is None:
-            transform_all = graph.num_src * r <= 2 * num_edges
-        if transform_all:
-            # [S, I] @ [I, R * O]: row (s, r) of the result is x_s W_r
-            xw_SRO = (x_SI @ weight_RIO.permute(1, 0, 2).reshape(self.in_dim, r * o)).view(-1, o)
-            msg_EO = xw_SRO[graph.src_E * r + graph.etype_E]
-        else:
-            # unbind, not weight[r] per relation: the backward of R selections would add R full
-            # [R, I, O] zero-padded gradients; unbind's backward stacks the R pieces once.
-            weights_IO = weight_RIO.unbind(0)
-            # One gather of every edge's source row, then one product per relation over its
-            # edges (consecutive in order_E).
-            x_EI = x_SI[graph.src_E]
-            parts = [
-                rows_I @ weights_IO[rel]
-                for rel, rows_I in enumerate(x_EI.split(graph.group_sizes))
-                if rows_I.shape[0]
-            ]
-            msg_EO = torch.cat(parts) if parts else x_SI.new_zeros(0, o)
+        msg_EO = relation_messages(graph, x_SI, self.relation_weights(), transform_all)
         out_DO = x_SI[: graph.num_dst] @ self.root_IO + self.bias_O
         return out_DO.index_add(0, graph.dst_E, msg_EO * graph.norm_E[:, None])
 
 
+def relation_messages(
+    graph: RelationalMessageGraph,
+    x_SI: torch.Tensor,
+    weight_RIO: torch.Tensor,
+    transform_all: bool | None = None,
+) -> torch.Tensor:
+    """``x_src W_r`` of every edge (``[E, O]``, in ``graph.order_E`` order).
+
+    ``transform_all`` (unset: when it is the cheaper) multiplies every source by every
+    relation's weight in one product and gathers each edge's row; otherwise one product per
+    relation over its edges' sources. The first suits few nodes with many relations (knowledge
+    graphs), the second many nodes; both are exact."""
+    num_edges = graph.src_E.shape[0]
+    r, i, o = weight_RIO.shape
+    if transform_all is None:
+        transform_all = graph.num_src * r <= 2 * num_edges
+    if transform_all:
+        # [S, I] @ [I, R * O]: row (s, r) of the result is x_s W_r
+        xw_SRO = (x_SI @ weight_RIO.permute(1, 0, 2).reshape(i, r * o)).view(-1, o)
+        return xw_SRO[graph.src_E * r + graph.etype_E]
+    # unbind, not weight[r] per relation: the backward of R selections would add R full
+    # [R, I, O] zero-padded gradients; unbind's backward stacks the R pieces once.
+    weights_IO = weight_RIO.unbind(0)
+    # One gather of every edge's source row, then one product per relation over its edges
+    # (consecutive in order_E).
+    x_EI = x_SI[graph.src_E]
+    parts = [
+        rows_I @ weights_IO[rel]
+        for rel, rows_I in enumerate(x_EI.split(graph.group_sizes))
+        if rows_I.shape[0]
+    ]
+    return torch.cat(parts) if parts else x_SI.new_zeros(0, o)
+
+
+class HeteroSAGEConv(nn.Module):
+    """Heterogeneous GraphSAGE: a SAGE aggregator per relation, summed per destination type
+    (PyG's ``HeteroConv({rel: SAGEConv(...)}, aggr="sum")``; a test checks the two agree)::
+
+        h'_i = sum_{r into type(i)} (W_r mean_{j in N_r(i)} x_j + b_r + U_r x_i)
+
+    ``relation_dst_types[r]``: the destination node type of relation ``r``. The root terms of
+    the relations into one type are one product with ``sum_r U_r`` (the same function and
+    gradients); a node of a type no relation enters gets zeros.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, relation_dst_types: list[int], num_types: int):
+        super().__init__()
+        self.num_relations, self.num_types = len(relation_dst_types), num_types
+        self.neigh_RIO = nn.Parameter(torch.empty(self.num_relations, in_dim, out_dim))
+        self.root_RIO = nn.Parameter(torch.empty(self.num_relations, in_dim, out_dim))
+        self.bias_RO = nn.Parameter(torch.zeros(self.num_relations, out_dim))
+        self.register_buffer(
+            "dst_type_R", torch.tensor(relation_dst_types, dtype=torch.int64), persistent=False
+        )
+        for matrix_IO in (*self.neigh_RIO, *self.root_RIO):  # Glorot per [I, O] matrix
+            nn.init.xavier_uniform_(matrix_IO)
+
+    def forward(self, graph: RelationalMessageGraph, x_SI: torch.Tensor) -> torch.Tensor:
+        assert graph.num_relations == self.num_relations, (graph.num_relations, self.num_relations)
+        assert graph.dst_type_D is not None, "heterogeneous SAGE needs the destinations' types"
+        t, (_, i, o) = self.num_types, self.root_RIO.shape
+        msg_EO = relation_messages(graph, x_SI, self.neigh_RIO)
+        root_TIO = x_SI.new_zeros(t, i, o).index_add(0, self.dst_type_R, self.root_RIO)
+        bias_TO = x_SI.new_zeros(t, o).index_add(0, self.dst_type_R, self.bias_RO)
+        x_DI, type_D = x_SI[: graph.num_dst], graph.dst_type_D
+        out_DO = x_SI.new_zeros(graph.num_dst, o)
+        for node_type in range(t):
+            rows = torch.nonzero(type_D == node_type).squeeze(1)
+            out_DO = out_DO.index_add(
+                0, rows, x_DI[rows] @ root_TIO[node_type] + bias_TO[node_type]
+            )
+        return out_DO.index_add(0, graph.dst_E, msg_EO * graph.norm_E[:, None])
+
+
 class RGCN(nn.Module):
-    """A stack of :class:`RGCNConv` layers (ReLU and dropout between them) over learnable entity
-    embeddings, or over given features."""
+    """A stack of :class:`RGCNConv` layers, or of :class:`HeteroSAGEConv` layers (``conv``
+    ``hetero-sage``: needs ``relation_dst_types`` and ``num_types``), ReLU and dropout between
+    them, over learnable entity embeddings or over given rows."""
 
     def __init__(
         self,
@@ -179,15 +237,26 @@ class RGCN(nn.Module):
         num_bases: int = 0,
         dropout: float = 0.0,
         learn_input: bool = True,
+        conv: str = "rgcn",
+        relation_dst_types: list[int] | None = None,
+        num_types: int = 1,
     ):
         super().__init__()
         self.input_NI = nn.Parameter(torch.empty(num_nodes, in_dim)) if learn_input else None
         if self.input_NI is not None:
             nn.init.xavier_uniform_(self.input_NI)
         widths = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
-        self.convs = nn.ModuleList(
-            RGCNConv(a, b, num_relations, num_bases) for a, b in zip(widths[:-1], widths[1:])
-        )
+        if conv == "hetero-sage":
+            assert relation_dst_types is not None and len(relation_dst_types) == num_relations
+            self.convs = nn.ModuleList(
+                HeteroSAGEConv(a, b, relation_dst_types, num_types)
+                for a, b in zip(widths[:-1], widths[1:])
+            )
+        else:
+            assert conv == "rgcn", conv
+            self.convs = nn.ModuleList(
+                RGCNConv(a, b, num_relations, num_bases) for a, b in zip(widths[:-1], widths[1:])
+            )
         self.dropout = dropout
 
     @property
@@ -210,6 +279,35 @@ class RGCN(nn.Module):
                 h = F.dropout(F.relu(h), self.dropout, self.training)
             h = conv(layer_graph, h)
         return h
+
+
+def relational_encoder(
+    model,
+    relations,
+    node_types,
+    *,
+    out_dim: int,
+    in_dim: int | None = None,
+    num_nodes: int = 0,
+    learn_input: bool = False,
+) -> RGCN:
+    """The ``--model`` stack (``rgcn`` or ``hetero-sage``, a :class:`ModelConfig` ``model``)
+    over the message graph's ``relations`` (``(src, rel, dst)`` names, every direction
+    included) of a graph with ``node_types``."""
+    return RGCN(
+        num_nodes=num_nodes,
+        in_dim=model.hidden if in_dim is None else in_dim,
+        hidden=model.hidden,
+        out_dim=out_dim,
+        num_layers=model.num_layers,
+        num_relations=len(relations),
+        num_bases=model.num_bases,
+        dropout=model.dropout,
+        learn_input=learn_input,
+        conv=model.model,
+        relation_dst_types=[list(node_types).index(rel[2]) for rel in relations],
+        num_types=len(node_types),
+    )
 
 
 class DistMult(nn.Module):

@@ -455,7 +455,10 @@ class TrainConfig:
         if relational:
             problem = None
             if model not in RELATIONAL_MODELS:
-                problem = f"needs a relational model, not --model {model}: use --model rgcn"
+                problem = (
+                    f"needs a relational model, not --model {model}: use --model rgcn or "
+                    "hetero-sage"
+                )
             elif self.task == "link" and predictor not in ("auto", "distmult"):
                 problem = (
                     f"scores (head, relation, tail) with --predictor distmult, not {predictor}"

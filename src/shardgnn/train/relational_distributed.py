@@ -32,7 +32,12 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.loader.dist_batches import DistSeedBatcher
-from shardgnn.nn.rgcn import RGCN, RelationalNodeModel, TypedInput, block_message_graph
+from shardgnn.nn.rgcn import (
+    RelationalNodeModel,
+    TypedInput,
+    block_message_graph,
+    relational_encoder,
+)
 from shardgnn.partition.hetero import TypedPartitionBook
 from shardgnn.sampling.distributed import DistTypedNeighborSampler
 from shardgnn.sampling.typed import relation_fanouts
@@ -211,16 +216,8 @@ class DistRelationalNodeSteps(DistSteps):
         )  # a feature row, or a learnt row and its gradient back
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         model = config.model
-        encoder = RGCN(
-            num_nodes=0,
-            in_dim=hidden,
-            hidden=hidden,
-            out_dim=self.num_classes,
-            num_layers=model.num_layers,
-            num_relations=self.num_relations,
-            num_bases=model.num_bases,
-            dropout=model.dropout,
-            learn_input=False,
+        encoder = relational_encoder(
+            model, typed.relations, typed.node_types, out_dim=self.num_classes
         )
         sizes = np.diff(offsets).tolist()
         self.model = RelationalNodeModel(
@@ -240,7 +237,10 @@ class DistRelationalNodeSteps(DistSteps):
 
     # ------------------------------------------------------------------ one batch
     def _graphs(self, sample) -> list:
-        return [block_message_graph(b, self.num_relations, self.ctx.device) for b in sample.blocks]
+        return [
+            block_message_graph(b, self.num_relations, self.ctx.device, self.typed.type_of)
+            for b in sample.blocks
+        ]
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         config, ctx = self.config, self.ctx
