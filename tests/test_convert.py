@@ -320,3 +320,67 @@ def test_edges_naming_a_node_the_node_table_lacks(tmp_path):
                 out=str(tmp_path / "g"),
             )
         )
+
+
+# ------------------------------------------------------------------------------------- typed tables
+def _typed_tables(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    pd.DataFrame(
+        {
+            "id": ["p0", "p1", "p2", "p3"],
+            "f0": [0.0, 1.0, 2.0, 3.0],
+            "f1": [1.0, 1.0, 0.0, 0.0],
+            "label": ["db", "ml", "ml", None],
+            "split": ["train", "val", "test", ""],
+        }
+    ).to_csv(tmp_path / "papers.csv", index=False)
+    # no numeric column: a featureless type (learnt rows when trained)
+    pd.DataFrame({"id": ["ann", "bob", "cy"], "country": ["x", "y", "x"]}).to_csv(
+        tmp_path / "authors.csv", index=False
+    )
+    pd.DataFrame({"src": ["ann", "bob", "cy", "ann"], "dst": ["p0", "p1", "p1", "p3"]}).to_csv(
+        tmp_path / "writes.csv", index=False
+    )
+    pd.DataFrame({"src": ["p1", "p2"], "dst": ["p0", "p0"]}).to_parquet(tmp_path / "cites.parquet")
+    return [
+        "convert",
+        "--node-tables",
+        f"paper={tmp_path / 'papers.csv'},author={tmp_path / 'authors.csv'}",
+        "--edge-tables",
+        f"author/writes/paper={tmp_path / 'writes.csv'},paper/cites/paper={tmp_path / 'cites.parquet'}",
+        "--out",
+        str(tmp_path / "g"),
+    ]
+
+
+def test_typed_node_and_edge_tables_make_a_typed_graph(tmp_path, capsys):
+    from shardgnn.graph.datasets import load_hetero_dataset
+
+    assert main(_typed_tables(tmp_path)) == 0
+    assert f"shardgnn train hetero:{tmp_path / 'g'}" in capsys.readouterr().out
+    g = load_hetero_dataset(f"hetero:{tmp_path / 'g'}")
+    assert g.node_types == ("paper", "author") and g.num_nodes_of("author") == 3
+    assert g.relations == (("author", "writes", "paper"), ("paper", "cites", "paper"))
+    assert set(g.x) == {"paper"}
+    np.testing.assert_array_equal(g.x["paper"], [[0, 1], [1, 1], [2, 0], [3, 0]])
+    src, dst, etype = g.edge_arrays()
+    edges = {(int(s), int(d), int(r)) for s, d, r in zip(src, dst, etype)}
+    # authors are global ids 4, 5, 6
+    assert edges == {(4, 0, 0), (5, 1, 0), (6, 1, 0), (4, 3, 0), (1, 0, 1), (2, 0, 1)}
+    assert g.target_type == "paper" and g.y.tolist() == [0, 1, 1, -1] and g.num_classes == 2
+    assert (g.train_idx.tolist(), g.val_idx.tolist(), g.test_idx.tolist()) == ([0], [1], [2])
+
+
+def test_typed_tables_refuse_unknown_types_and_nodes_in_one_line(tmp_path, capsys):
+    argv = _typed_tables(tmp_path)
+    bad_type = [a.replace("author/writes", "person/writes") for a in argv]
+    assert main(bad_type) == 2
+    err = capsys.readouterr().err
+    assert "names node type 'person', which no node table lists" in err
+    (tmp_path / "writes.csv").write_text("src,dst\nann,p0\nzed,p1\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "row 2 of column 'src' names node 'zed'" in err
+    assert main(["convert", "--node-tables", "paper=x.csv", "--out", str(tmp_path / "h")]) == 2
+    assert "needs both --node-tables" in capsys.readouterr().err

@@ -83,10 +83,18 @@ def run_convert(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from shardgnn.graph.convert import convert
+    from shardgnn.graph.hetero import HeteroGraph
     from shardgnn.graph.stats import graph_info
 
     config = config_from_args(ConvertConfig, args)
     graph = convert(config)
+    if isinstance(graph, HeteroGraph):
+        print(_info_table(graph.summary()))
+        print(
+            f"wrote {config.out}; train it with: shardgnn train hetero:{Path(config.out)} "
+            "--model rgcn"
+        )
+        return 0
     print(_info_table(graph_info(graph)))
     print(f"wrote {config.out}; train it with: shardgnn train graph:{Path(config.out)}")
     return 0

@@ -10,6 +10,12 @@ Three ways in, all ending in :func:`~shardgnn.graph.io.save_graph`:
   label column (any values: sorted distinct values become classes 0..C-1), a split column
   (``train``/``val``/``test``) and feature columns; ``--edges`` with source and destination
   columns naming node ids (any values), optionally a weight column.
+* **Typed tables** (a heterogeneous graph; train it as ``hetero:DIR``): ``--node-tables
+  TYPE=FILE,...``, one node table per node type (id column, feature columns: a type without
+  numeric columns is featureless and gets learnt rows when trained), and ``--edge-tables
+  SRC/REL/DST=FILE,...``, one edge table per relation whose source and destination columns name
+  ids of its source and destination types. ``--target-type`` names the type whose label and
+  split columns are read.
 * **An ``.npz`` archive** (``--npz``): ``edge_index`` ``[2, E]`` (or ``src`` and ``dst``), ``x``,
   ``y`` (or DGL's names ``feat`` and ``label``), and ``train_idx``/``val_idx``/``test_idx`` or
   ``train_mask``/``val_mask``/``test_mask``.
@@ -33,6 +39,7 @@ import numpy as np
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.edgelist import load_edge_list, parse_numeric_table, read_text_bytes
+from shardgnn.graph.hetero import HeteroGraph, save_hetero_graph
 from shardgnn.graph.io import load_npy, save_graph
 from shardgnn.options import invalid, option
 
@@ -60,6 +67,25 @@ class ConvertConfig:
         metavar="FILE",
         help="node table (.csv with a header, or .parquet): --id-col, optionally --label-col, "
         "--split-col and feature columns",
+    )
+    node_tables: tuple[str, ...] = option(
+        (),
+        metavar="TYPE=FILE,...",
+        help="typed graph: one node table per node type (.csv with a header, or .parquet): "
+        "--id-col and feature columns (a type with none is featureless), and on --target-type "
+        "--label-col/--split-col",
+    )
+    edge_tables: tuple[str, ...] = option(
+        (),
+        metavar="SRC/REL/DST=FILE,...",
+        help="typed graph: one edge table per relation, e.g. author/writes/paper=writes.csv; "
+        "--src-col names ids of SRC's table, --dst-col ids of DST's",
+    )
+    target_type: str | None = option(
+        None,
+        metavar="TYPE",
+        help="typed graph: the node type whose labels and splits are read (unset: the only node "
+        "table with a --label-col column)",
     )
     npz: str | None = option(
         None,
@@ -114,6 +140,20 @@ class ConvertConfig:
     overwrite: bool = option(False, help="replace an existing graph directory")
 
     def __post_init__(self) -> None:
+        if self.node_tables or self.edge_tables:
+            if not (self.node_tables and self.edge_tables):
+                raise ConfigError(
+                    "a typed graph needs both --node-tables TYPE=FILE,... and --edge-tables "
+                    "SRC/REL/DST=FILE,..."
+                )
+            if self.edges or self.npz or self.nodes or self.features or self.labels:
+                raise ConfigError(
+                    "--node-tables/--edge-tables describe a whole typed graph: drop --edges, "
+                    "--nodes, --npz, --features and --labels"
+                )
+            return
+        if self.target_type is not None:
+            raise ConfigError("--target-type names a node type of --node-tables; give those")
         if (self.edges is None) == (self.npz is None):
             raise ConfigError(
                 "give the edges once: --edges FILE (with optional --nodes, --features, --labels, "
@@ -144,9 +184,13 @@ class ConvertConfig:
             )
 
 
-def convert(config: ConvertConfig) -> Graph:
+def convert(config: ConvertConfig) -> Graph | HeteroGraph:
     """Build the graph ``config`` describes and write it to ``config.out``; return it."""
     name = config.name or Path(config.out).expanduser().resolve().name
+    if config.node_tables:
+        typed = _from_typed_tables(config, name)
+        save_hetero_graph(typed, Path(config.out).expanduser(), overwrite=config.overwrite)
+        return typed
     if config.npz is not None:
         graph = _from_npz(Path(config.npz), name)
     elif config.nodes is not None or _is_table(Path(config.edges)):  # type: ignore[arg-type]
@@ -417,6 +461,91 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     return Graph.from_edge_index(src_i, dst_i, num_nodes, edge_weight=weight, name=name, **fields)
 
 
+def _named_files(entries: tuple[str, ...], flag: str, example: str) -> dict[str, Path]:
+    """``NAME=FILE`` entries as a dict (in the given order)."""
+    out: dict[str, Path] = {}
+    for entry in entries:
+        name, sep, file = entry.partition("=")
+        if not sep or not name.strip() or not file.strip():
+            raise ConfigError(f"{flag} entry {entry!r} is not NAME=FILE (e.g. {example})")
+        if name.strip() in out:
+            raise ConfigError(f"{flag} names {name.strip()!r} twice")
+        out[name.strip()] = Path(file.strip()).expanduser()
+    return out
+
+
+def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
+    """A typed graph from one node table per type and one edge table per relation."""
+    node_files = _named_files(config.node_tables, "--node-tables", "paper=papers.csv")
+    edge_files = _named_files(config.edge_tables, "--edge-tables", "author/writes/paper=w.csv")
+    counts: dict[str, int] = {}
+    index: dict[str, dict[Any, int]] = {}
+    x: dict[str, np.ndarray] = {}
+    labelled: dict[str, tuple[Path, Any]] = {}
+    used = {config.id_col, config.label_col, config.split_col}
+    for node_type, path in node_files.items():
+        table = _read_table(path)
+        ids = _column(table, config.id_col, path, "--id-col")
+        if ids.duplicated().any():
+            raise DatasetError(
+                f"node id {ids[ids.duplicated()].iloc[0]!r} appears twice in column "
+                f"{config.id_col!r}",
+                path,
+                "list every node of the type once",
+            )
+        index[node_type] = {value: i for i, value in enumerate(ids.tolist())}
+        counts[node_type] = len(ids)
+        columns = [c for c in table.columns if c not in used and _numeric(table[c])]
+        if columns:
+            x[node_type] = np.ascontiguousarray(table[columns].to_numpy(dtype=np.float32))
+        if config.label_col in table.columns:
+            labelled[node_type] = (path, table)
+    target = config.target_type
+    if target is None and len(labelled) == 1:
+        target = next(iter(labelled))
+    elif target is None and len(labelled) > 1:
+        raise ConfigError(
+            f"node tables of {sorted(labelled)} have a {config.label_col!r} column; name the one "
+            "to learn with --target-type"
+        )
+    elif target is not None and target not in counts:
+        raise ConfigError(
+            f"--target-type {target}: no node table of that type (types: {', '.join(counts)})"
+        )
+    edges: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
+    for key, path in edge_files.items():
+        relation = tuple(part.strip() for part in key.split("/"))
+        if len(relation) != 3 or not all(relation):
+            raise ConfigError(
+                f"--edge-tables relation {key!r} is not SRC/REL/DST (e.g. author/writes/paper)"
+            )
+        for node_type in (relation[0], relation[2]):
+            if node_type not in counts:
+                raise DatasetError(
+                    f"relation {key} names node type {node_type!r}, which no node table lists "
+                    f"(types: {', '.join(counts)})",
+                    path,
+                    f"add {node_type}=FILE to --node-tables, or fix the relation's types",
+                )
+        table = _read_table(path)
+        src = _column(table, config.src_col, path, "--src-col").to_numpy()
+        dst = _column(table, config.dst_col, path, "--dst-col").to_numpy()
+        edges[relation] = (  # type: ignore[index]
+            _map_ids(src, index[relation[0]], path, config.src_col, node_files[relation[0]]),
+            _map_ids(dst, index[relation[2]], path, config.dst_col, node_files[relation[2]]),
+        )
+    fields: dict[str, Any] = {"x": x, "name": name}
+    if target is not None and target in labelled:
+        path, table = labelled[target]
+        fields["y"], fields["num_classes"] = _table_labels(table[config.label_col], path)
+        fields["target_type"] = target
+        if config.split_col in table.columns:
+            fields.update(_table_splits(table[config.split_col], path, config.split_col))
+        else:
+            fields.update(random_split(fields["y"], config.split, config.seed))
+    return HeteroGraph.from_typed_edges(counts, edges, **fields)
+
+
 def _numeric(column: Any) -> bool:
     """Whether a pandas column holds numbers (not text, not booleans)."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
@@ -545,14 +674,16 @@ def _with_split(graph: Graph, config: ConvertConfig) -> Graph:
         getattr(graph, f"{s}_idx") is not None and len(getattr(graph, f"{s}_idx")) for s in SPLITS
     ):
         return graph
-    labelled = np.random.default_rng(config.seed).permutation(
-        np.flatnonzero(np.asarray(graph.y) >= 0)
-    )
-    ends = np.cumsum([int(round(f * labelled.size)) for f in config.split]).clip(max=labelled.size)
-    train_idx, val_idx, test_idx = (
-        np.sort(part) for part in np.split(labelled[: ends[-1]], ends[:-1])
-    )
-    return dataclasses.replace(graph, train_idx=train_idx, val_idx=val_idx, test_idx=test_idx)
+    return dataclasses.replace(graph, **random_split(graph.y, config.split, config.seed))
+
+
+def random_split(y: np.ndarray, fractions: tuple[float, ...], seed: int) -> dict[str, np.ndarray]:
+    """``train_idx``/``val_idx``/``test_idx``: the labelled nodes (``y >= 0``) shuffled by
+    ``seed`` and cut by ``fractions``, each sorted."""
+    labelled = np.random.default_rng(seed).permutation(np.flatnonzero(np.asarray(y) >= 0))
+    ends = np.cumsum([int(round(f * labelled.size)) for f in fractions]).clip(max=labelled.size)
+    parts = [np.sort(part) for part in np.split(labelled[: ends[-1]], ends[:-1])]
+    return dict(zip(("train_idx", "val_idx", "test_idx"), parts))
 
 
 __all__ = ["ConvertConfig", "convert"]
