@@ -348,7 +348,8 @@ def _typed_tables(tmp_path):
         "--node-tables",
         f"paper={tmp_path / 'papers.csv'},author={tmp_path / 'authors.csv'}",
         "--edge-tables",
-        f"author/writes/paper={tmp_path / 'writes.csv'},paper/cites/paper={tmp_path / 'cites.parquet'}",
+        f"author/writes/paper={tmp_path / 'writes.csv'},"
+        f"paper/cites/paper={tmp_path / 'cites.parquet'}",
         "--out",
         str(tmp_path / "g"),
     ]
