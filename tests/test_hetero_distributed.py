@@ -192,12 +192,16 @@ def labelled(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_distributed_rgcn_two_workers_match_one(labelled):
+def test_distributed_rgcn_two_workers_match_one_and_infer_layer_wise(labelled, tmp_path):
     """R-GCN with typed feature fetch, sharded learnt rows for featureless types and DDP: two
     workers reach one worker's accuracy (the same global batch and steps; only the seeds'
-    split over ranks and their sampling streams differ)."""
+    split over ranks and their sampling streams differ). Layer-wise inference from the two
+    workers' checkpoint equals one process's full-graph forward pass with the same weights."""
+    from shardgnn.train.config import CheckpointConfig
+
     one = run_workers(_train, 1, _rgcn_config(labelled[1], 1))[0]
-    two = run_workers(_train, 2, _rgcn_config(labelled[2], 2))[0]
+    ckpt = CheckpointConfig(dir=str(tmp_path / "ckpt"))
+    two = run_workers(_train, 2, _rgcn_config(labelled[2], 2, checkpoint=ckpt))[0]
     assert one["test_acc"] > 0.5 and two["test_acc"] > 0.5  # 8 classes: chance is 0.125
     assert abs(one["test_acc"] - two["test_acc"]) < 0.06, (one["test_acc"], two["test_acc"])
     per_relation = two["relational"]["relations"]
@@ -213,6 +217,48 @@ def test_distributed_rgcn_two_workers_match_one(labelled):
     assert sum(r["remote_mb_per_epoch"] for r in per_relation.values()) > 0
     types = two["relational"]["node_types"]
     assert types["paper"]["learnt_rows"] is False and types["author"]["learnt_rows"] is True
+    _check_inference(labelled[2], tmp_path / "ckpt", tmp_path / "inferred")
+
+
+def _check_inference(path, checkpoint, out):
+    from shardgnn.cli import main
+    from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.checkpoint import read_checkpoint_meta
+    from shardgnn.train.config import TrainConfig
+    from shardgnn.train.infer import load_typed_rows, resolve_checkpoint
+
+    assert main(["infer", "--checkpoint", str(checkpoint), "--partitions", path,
+                 "--out", str(out), "--chunk-rows", "300"]) == 0  # fmt: skip
+    graph = reassemble_hetero(path)  # original ids
+    resolved = resolve_checkpoint(checkpoint)
+    config = TrainConfig.from_dict(read_checkpoint_meta(resolved)["config"])
+    weights, tables = load_typed_rows(resolved)
+    pset = read_partitions(path, verify=False)
+    model = partitioned_node_model(config.model, pset.meta["hetero"], graph.num_classes)
+    model.load_state_dict(weights)
+    model.eval()
+    with torch.no_grad():
+        x = torch.cat(
+            [
+                model.typed_input.project["0"](torch.from_numpy(graph.x["paper"]))
+                if name == "paper"
+                else tables[t]
+                for t, name in enumerate(graph.node_types)
+            ]
+        )
+    embeddings, logits = layerwise_forward(
+        model.encoder, x, graph.indptr, graph.indices, graph.etype, 0,
+        lambda h, ids: h[torch.from_numpy(ids)], graph.node_type_of,
+    )  # fmt: skip
+    for t, name in enumerate(graph.node_types):
+        lo, hi = graph.type_offsets[t], graph.type_offsets[t + 1]
+        got = np.load(out / name / "embeddings.npy")
+        np.testing.assert_allclose(got, embeddings[lo:hi].numpy(), atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(
+        np.load(out / "paper" / "logits.npy"), logits[: graph.num_nodes_of("paper")].numpy(),
+        atol=1e-5, rtol=1e-4,
+    )  # fmt: skip
 
 
 @pytest.mark.slow

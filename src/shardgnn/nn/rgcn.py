@@ -195,6 +195,7 @@ class HeteroSAGEConv(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, relation_dst_types: list[int], num_types: int):
         super().__init__()
         self.num_relations, self.num_types = len(relation_dst_types), num_types
+        self.out_dim = out_dim
         self.neigh_RIO = nn.Parameter(torch.empty(self.num_relations, in_dim, out_dim))
         self.root_RIO = nn.Parameter(torch.empty(self.num_relations, in_dim, out_dim))
         self.bias_RO = nn.Parameter(torch.zeros(self.num_relations, out_dim))
@@ -308,6 +309,18 @@ def relational_encoder(
         relation_dst_types=[list(node_types).index(rel[2]) for rel in relations],
         num_types=len(node_types),
     )
+
+
+def partitioned_node_model(model, hetero: dict, num_classes: int) -> "RelationalNodeModel":
+    """The node classifier of a typed partition (``meta.json["hetero"]``: its node types and
+    sizes, relations, featured types' widths): projections for featured types, the ``--model``
+    stack; featureless types' rows are given with each batch (sharded learnt rows)."""
+    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
+    widths = [int(hetero.get("features", {}).get(str(t), 0)) for t in range(len(offsets) - 1)]
+    relations = [tuple(r) for r in hetero["relations"]]
+    encoder = relational_encoder(model, relations, hetero["node_types"], out_dim=num_classes)
+    typed_input = TypedInput(np.diff(offsets).tolist(), widths, model.hidden, learn_rows=False)
+    return RelationalNodeModel(typed_input, encoder, model.input_dropout)
 
 
 class DistMult(nn.Module):
@@ -438,3 +451,65 @@ class RelationalNodeModel(nn.Module):
     def _encode(self, graphs: list[RelationalMessageGraph], x_SI: torch.Tensor) -> torch.Tensor:
         x_SI = F.dropout(x_SI, self.input_dropout, self.training)
         return self.encoder(graphs, x_SI)
+
+
+def chunk_sources(dst_ids: np.ndarray, src_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(nodes, local_src)``: the nodes a chunk of destinations reads, destinations first (a
+    block's layout), and every edge's source as an index into them."""
+    extra = np.setdiff1d(np.unique(src_ids), dst_ids, assume_unique=False)
+    nodes = np.concatenate([dst_ids, extra])
+    order = np.argsort(nodes, kind="stable")
+    local_src = order[np.searchsorted(nodes[order], src_ids)]
+    return nodes, local_src
+
+
+@torch.no_grad()
+def layerwise_forward(
+    encoder: RGCN,
+    x_NI: torch.Tensor,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    etype: np.ndarray,
+    start: int,
+    gather,
+    node_type_of,
+    chunk_rows: int = 65536,
+    num_chunks: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every layer of ``encoder`` over the held rows, one layer at a time in chunks of
+    destinations: ``(input of the last layer, output)`` of every held row. Working memory is one
+    chunk's in-edges, not the whole graph's messages.
+
+    ``x_NI``: input rows of the held nodes (global ids ``start ..``); ``indptr``/``indices``/
+    ``etype``: their in-edge CSR (sources in global ids, each edge's relation); ``gather(h,
+    ids)``: rows of global ``ids`` of a layer whose held rows are ``h`` (a collective when other
+    processes hold rows: every process calls it ``num_chunks`` times per layer, with no ids past
+    its own chunks); ``node_type_of``: global ids -> node types (heterogeneous SAGE).
+    """
+    encoder.eval()
+    n = x_NI.shape[0]
+    own_chunks = -(-n // chunk_rows)
+    total = own_chunks if num_chunks is None else num_chunks
+    assert total >= own_chunks, (total, own_chunks)
+    h, before_last = x_NI, x_NI
+    for layer, conv in enumerate(encoder.convs):
+        if layer:
+            h = F.relu(h)
+        before_last = h
+        out = h.new_empty(n, conv.out_dim)
+        for chunk in range(total):
+            a, b = min(chunk * chunk_rows, n), min((chunk + 1) * chunk_rows, n)
+            lo, hi = int(indptr[a]), int(indptr[b])
+            dst_ids = np.arange(start + a, start + b, dtype=np.int64)
+            nodes, local_src = chunk_sources(dst_ids, np.asarray(indices[lo:hi], dtype=np.int64))
+            rows = gather(h, nodes)
+            if b == a:
+                continue
+            local_dst = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(indptr[a : b + 1]))
+            graph = RelationalMessageGraph.from_edges(
+                local_src, local_dst, etype[lo:hi], len(nodes), conv.num_relations, x_NI.device,
+                b - a, node_type_of(dst_ids),
+            )  # fmt: skip
+            out[a:b] = conv(graph, rows)
+        h = out
+    return before_last, h

@@ -42,7 +42,7 @@ from shardgnn.graph.identity import check_same_graph
 from shardgnn.nn.models import build_model
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
-from shardgnn.train.config import InferConfig, TrainConfig
+from shardgnn.train.config import RELATIONAL_MODELS, InferConfig, TrainConfig
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -78,9 +78,16 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
         fix="infer on a partition of the graph the model was trained on",
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
-    if config.model.model not in ("sage", "gcn"):
+    relational = config.model.model in RELATIONAL_MODELS
+    if relational != bool(pset.meta.get("hetero")):
         raise ConfigError(
-            f"layer-wise inference runs sage and gcn models; {checkpoint} holds "
+            f"{checkpoint} holds a {config.model.model} model and {pset.path} "
+            f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
+            "trained on"
+        )
+    if config.model.model not in ("sage", "gcn", *RELATIONAL_MODELS):
+        raise ConfigError(
+            f"layer-wise inference runs sage, gcn, rgcn and hetero-sage models; {checkpoint} holds "
             f"{config.model.model}"
         )
     if config.feature_norm == "standard":
@@ -232,6 +239,8 @@ def run_inference(
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
     config = check_inference_pair(checkpoint, pset)
+    if pset.meta.get("hetero"):
+        return _run_typed_inference(ctx, checkpoint, pset, config, Path(out), chunk_rows)
     link = config.task == "link"
     weights = load_model_weights(checkpoint)
     out = Path(out).expanduser()
@@ -308,7 +317,6 @@ def run_inference(
             np.save(fh, scores, allow_pickle=False)
         tmp.replace(out / "scores.npy")
         written["scores"], scored = str(out / "scores.npy"), int(scores.shape[0])
-    t = totals.tolist()
     summary = {
         "task": config.task,
         "checkpoint": str(checkpoint),
@@ -316,18 +324,170 @@ def run_inference(
         "workers": ctx.world_size,
         "num_nodes": int(len(orig_ids)),
         "embedding_width": int(embeddings.shape[1]),
+        **_measured(totals, comm_summed, ctx.world_size, accuracy=not link),
+        "pairs_scored": scored,
+        "outputs": written,
+    }
+    save_json(out / "inference.json", summary)
+    return summary
+
+
+def _measured(totals: torch.Tensor, comm_summed, world_size: int, accuracy: bool) -> dict:
+    """Accuracy per split (``totals``: correct and count per split, then seconds, summed over
+    ranks), the mean inference time of a rank, and the bytes exchanged."""
+    t = totals.tolist()
+    return {
         "accuracy": {
             split: (t[2 * i] / t[2 * i + 1] if t[2 * i + 1] else None)
             for i, split in enumerate(("train", "val", "test"))
         }
-        if not link
+        if accuracy
         else None,
-        "pairs_scored": scored,
-        "inference_time_s": t[-1] / ctx.world_size,
+        "inference_time_s": t[-1] / world_size,
         "comm": {
             name: {"bytes_sent": st.bytes_sent, "bytes_recv": st.bytes_recv, "time_s": st.time_s}
             for name, st in comm_summed.items()
         },
+    }
+
+
+def load_typed_rows(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict[int, torch.Tensor]]:
+    """A typed model's weights (rank 0's) without its learnt rows, and the learnt rows of every
+    featureless node type put back together from every rank's file, in original typed id
+    order."""
+    weights = _read_rank_state(checkpoint, 0)
+    world_size = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
+    shards = [weights] + [_read_rank_state(checkpoint, r) for r in range(1, world_size)]
+    prefix = "learnt_rows."
+    types = sorted({int(k.split(".")[1]) for k in weights if k.startswith(prefix)})
+    tables = {}
+    for t in types:
+        ids = torch.cat([s[f"{prefix}{t}.node_ids"] for s in shards])
+        rows = torch.cat([s[f"{prefix}{t}.weight"] for s in shards])
+        table = torch.empty_like(rows)
+        table[ids] = rows
+        tables[t] = table
+    return {k: v for k, v in weights.items() if not k.startswith(prefix)}, tables
+
+
+def _run_typed_inference(
+    ctx: DistContext,
+    checkpoint: Path,
+    pset: PartitionSet,
+    config: TrainConfig,
+    out: Path,
+    chunk_rows: int,
+) -> dict[str, Any] | None:
+    """Layer-wise inference of a typed node classifier (``rgcn``/``hetero-sage``) over a typed
+    partition: every rank computes its own nodes, layer by layer in chunks of destinations,
+    fetching the previous layer's rows of its chunk's sources from their owners. Writes, per node
+    type in original (typed) ids, ``OUT/<type>/embeddings.npy`` (the last layer's input) and, for
+    the labelled type, ``logits.npy`` and ``predictions.npy``."""
+    from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
+    from shardgnn.partition.hetero import TypedPartitionBook
+    from shardgnn.store.dist_feature import DistFeatureStore
+
+    hetero = pset.meta["hetero"]
+    typed = TypedPartitionBook(hetero, pset.book.boundaries)
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    part = pset.load_part(ctx.rank)
+    weights, tables = load_typed_rows(checkpoint)
+    model = partitioned_node_model(config.model, hetero, part.num_classes)
+    _load(model, weights, checkpoint, f"{len(typed.node_types)} node types")
+    model.eval()
+    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
+    orig = np.asarray(pset.orig_ids)
+    start, end = part.start, part.end
+    bounds = typed.type_bounds[ctx.rank]
+    with torch.no_grad():
+        pieces = []
+        for t in range(len(typed.node_types)):
+            lo, hi = int(bounds[t]), int(bounds[t + 1])
+            if t in part.type_x:
+                raw = torch.from_numpy(np.array(part.type_x[t], dtype=np.float32))
+                pieces.append(model.typed_input.project[str(t)](raw))
+            else:
+                pieces.append(tables[t][torch.from_numpy(orig[lo:hi] - offsets[t])])
+        x = torch.cat(pieces) if pieces else torch.zeros(0, config.model.hidden)
+    assert x.shape[0] == end - start
+    # every rank fetches in every chunk (a collective): as many chunks as the largest part needs
+    chunks = torch.tensor([-(-(end - start) // chunk_rows)], dtype=torch.int64)
+    comm.all_reduce(chunks, "control", op=torch.distributed.ReduceOp.MAX)
+    stores: dict[int, DistFeatureStore] = {}
+
+    def gather(h: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        if id(h) not in stores:  # one store per layer's rows
+            stores.clear()
+            stores[id(h)] = DistFeatureStore(h, pset.book, ctx.rank, comm, "infer")
+        return stores[id(h)].gather(torch.from_numpy(ids))
+
+    begin = time.perf_counter()
+    embeddings, logits = layerwise_forward(
+        model.encoder, x, np.asarray(part.indptr), np.asarray(part.indices),
+        np.asarray(part.etype), start, gather, typed.type_of, chunk_rows, int(chunks),
+    )  # fmt: skip
+    seconds = time.perf_counter() - begin
+    predictions = logits.argmax(-1)
+    y = torch.from_numpy(np.asarray(part.y, dtype=np.int64))
+    counts = []
+    for split in ("train", "val", "test"):
+        idx = torch.from_numpy(np.asarray(getattr(part, f"{split}_idx"), dtype=np.int64))
+        counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
+    totals = torch.tensor(counts + [seconds], dtype=torch.float64)
+    comm.all_reduce(totals, "metrics")
+    comm_summed = comm.reduce_stats()
+
+    target = hetero.get("target_type")
+    scratch = out / f".infer-ranks-{ctx.world_size}"
+    if ctx.is_main:
+        scratch.mkdir(parents=True, exist_ok=True)
+    ctx.barrier()
+    for t, name in enumerate(typed.node_types):
+        lo, hi = int(bounds[t]) - start, int(bounds[t + 1]) - start
+        arrays = {"embeddings": embeddings[lo:hi]}
+        if name == target:
+            arrays.update(logits=logits[lo:hi], predictions=predictions[lo:hi])
+        for kind, tensor in arrays.items():
+            np.save(scratch / f"{name}-{kind}-{ctx.rank}.npy", tensor.numpy(), allow_pickle=False)
+    ctx.barrier()
+    if not ctx.is_main:
+        return None
+    written = {}
+    for t, name in enumerate(typed.node_types):
+        kinds = ["embeddings"] + (["logits", "predictions"] if name == target else [])
+        (out / name).mkdir(parents=True, exist_ok=True)
+        for kind in kinds:
+            parts = [
+                np.load(scratch / f"{name}-{kind}-{p}.npy", mmap_mode="r")
+                for p in range(ctx.world_size)
+            ]
+            tmp = out / name / f".{kind}.npy.tmp"
+            array = np.lib.format.open_memmap(
+                tmp, mode="w+", dtype=parts[0].dtype,
+                shape=(int(offsets[t + 1] - offsets[t]), *parts[0].shape[1:]),
+            )  # fmt: skip
+            for p, piece in enumerate(parts):
+                lo, hi = (int(b) for b in typed.type_bounds[p, t : t + 2])
+                array[orig[lo:hi] - offsets[t]] = piece
+            array.flush()
+            del array
+            tmp.replace(out / name / f"{kind}.npy")
+            written[f"{name}/{kind}"] = str(out / name / f"{kind}.npy")
+    shutil.rmtree(scratch, ignore_errors=True)
+    summary = {
+        "task": config.task,
+        "model": config.model.model,
+        "checkpoint": str(checkpoint),
+        "partitions": str(pset.path),
+        "workers": ctx.world_size,
+        "num_nodes": int(len(orig)),
+        "nodes_per_type": {
+            name: int(offsets[t + 1] - offsets[t]) for t, name in enumerate(typed.node_types)
+        },
+        "target_type": target,
+        "embedding_width": int(embeddings.shape[1]),
+        **_measured(totals, comm_summed, ctx.world_size, accuracy=True),
+        "pairs_scored": None,
         "outputs": written,
     }
     save_json(out / "inference.json", summary)

@@ -23,17 +23,18 @@ from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
-from shardgnn.graph.hetero import HeteroGraph, with_reverse_edges
+from shardgnn.graph.hetero import HeteroGraph, reverse_relations, with_reverse_edges
 from shardgnn.graph.identity import csr_sha256
 from shardgnn.loader.batches import SeedBatcher
 from shardgnn.nn.rgcn import (
-    RGCN,
     DistMult,
     RelationalLinkModel,
     RelationalMessageGraph,
     RelationalNodeModel,
     TypedInput,
     block_message_graph,
+    layerwise_forward,
+    relational_encoder,
 )
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
@@ -95,7 +96,15 @@ def message_graph(graph: HeteroGraph, device: torch.device) -> RelationalMessage
     """The graph's edges plus their reversals (relation ``r + R``): R-GCN's message graph."""
     r = graph.num_relations
     src, dst, etype = with_reverse_edges(*graph.edge_arrays(), r)
-    return RelationalMessageGraph.from_edges(src, dst, etype, graph.num_nodes, 2 * r, device)
+    return RelationalMessageGraph.from_edges(
+        src, dst, etype, graph.num_nodes, 2 * r, device,
+        dst_type=graph.node_type_of(np.arange(graph.num_nodes)),
+    )  # fmt: skip
+
+
+def message_relations(graph: HeteroGraph) -> tuple:
+    """The relations of :func:`message_graph` (and of ``graph.with_reverse_relations()``)."""
+    return graph.relations + reverse_relations(graph.relations)
 
 
 def dataset_info(graph: HeteroGraph, spec: str | None) -> dict[str, Any]:
@@ -167,16 +176,10 @@ class RelationalLinkSteps(_TypedGraphSteps):
         g = self.graph
         n, r = g.num_nodes, g.num_relations
         model, out_dim = config.model, config.link.out_dim
-        encoder = RGCN(
-            num_nodes=n,
-            in_dim=model.hidden,
-            hidden=model.hidden,
-            out_dim=out_dim,
-            num_layers=model.num_layers,
-            num_relations=2 * r,
-            num_bases=model.num_bases,
-            dropout=model.dropout,
-        )
+        encoder = relational_encoder(
+            model, message_relations(g), g.node_types, out_dim=out_dim, num_nodes=n,
+            learn_input=True,
+        )  # fmt: skip
         # A relation vector per direction (reciprocal relations, Lacroix et al. 2018): head
         # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head
         # and tail, so with one vector per relation an asymmetric relation could not tell its
@@ -300,16 +303,8 @@ class RelationalNodeSteps(_TypedGraphSteps):
             for i, t in enumerate(g.node_types)
             if t in g.x
         }
-        encoder = RGCN(
-            num_nodes=g.num_nodes,
-            in_dim=model.hidden,
-            hidden=model.hidden,
-            out_dim=g.num_classes,
-            num_layers=model.num_layers,
-            num_relations=2 * g.num_relations,
-            num_bases=model.num_bases,
-            dropout=model.dropout,
-            learn_input=False,
+        encoder = relational_encoder(
+            model, message_relations(g), g.node_types, out_dim=g.num_classes
         )
         self.model = RelationalNodeModel(
             TypedInput(sizes, widths, model.hidden), encoder, model.input_dropout
@@ -328,10 +323,11 @@ class RelationalNodeSteps(_TypedGraphSteps):
         }
         self.offset = offset
         self.sampled_edges = 0
+        # The reverse relations are r + R: the full-graph message graph's inverse relations, so
+        # a model trained on blocks evaluates on the full graph (layer-wise, over this CSR) with
+        # the same weights.
+        self.sample_graph = g.with_reverse_relations()
         if config.mode == "minibatch":
-            # The reverse relations are r + R: the full-graph message graph's inverse relations,
-            # so a model trained on blocks evaluates on the full graph with the same weights.
-            self.sample_graph = g.with_reverse_relations()
             fanouts = relation_fanouts(
                 self.sample_graph.relations, config.sampler.relation_layers()
             )
@@ -368,7 +364,12 @@ class RelationalNodeSteps(_TypedGraphSteps):
         for index, seeds in self.batches:
             with self.timer("sample"):
                 sample = self.sampler.sample(seeds, seed=mix_seed(self.config.seed, epoch, index))
-                graphs = [block_message_graph(b, num_relations, self.device) for b in sample.blocks]
+                graphs = [
+                    block_message_graph(
+                        b, num_relations, self.device, self.sample_graph.node_type_of
+                    )
+                    for b in sample.blocks
+                ]
                 self.sampled_edges += sample.num_sampled_edges
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -394,6 +395,17 @@ class RelationalNodeSteps(_TypedGraphSteps):
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
+        """Accuracy over ``split`` from every node's full neighbourhood, computed layer-wise in
+        chunks of nodes (memory: one chunk's in-edges, not the whole graph's messages)."""
         self.model.eval()
+        g = self.sample_graph
+        _, out = layerwise_forward(
+            self.model.encoder,
+            self.model.typed_input(self.features),
+            g.indptr, g.indices, g.etype, 0,
+            lambda h, ids: h[torch.from_numpy(ids).to(h.device)],
+            g.node_type_of,
+        )  # fmt: skip
+        logits = out[self.offset : self.offset + self.y.shape[0]]
         idx = self.splits[split]
-        return float((self.logits()[idx].argmax(1) == self.y[idx]).float().mean())
+        return float((logits[idx].argmax(1) == self.y[idx]).float().mean())

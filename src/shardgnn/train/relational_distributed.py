@@ -32,12 +32,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.loader.dist_batches import DistSeedBatcher
-from shardgnn.nn.rgcn import (
-    RelationalNodeModel,
-    TypedInput,
-    block_message_graph,
-    relational_encoder,
-)
+from shardgnn.nn.rgcn import RelationalNodeModel, block_message_graph, partitioned_node_model
 from shardgnn.partition.hetero import TypedPartitionBook
 from shardgnn.sampling.distributed import DistTypedNeighborSampler
 from shardgnn.sampling.typed import relation_fanouts
@@ -216,13 +211,7 @@ class DistRelationalNodeSteps(DistSteps):
         )  # a feature row, or a learnt row and its gradient back
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         model = config.model
-        encoder = relational_encoder(
-            model, typed.relations, typed.node_types, out_dim=self.num_classes
-        )
-        sizes = np.diff(offsets).tolist()
-        self.model = RelationalNodeModel(
-            TypedInput(sizes, widths, hidden, learn_rows=False), encoder, model.input_dropout
-        ).to(ctx.device)
+        self.model = partitioned_node_model(model, hetero, self.num_classes).to(ctx.device)
         self.broadcast_weights(self.model)
         # This rank's learnt rows join the model's state after the broadcast (they differ per
         # rank): checkpoints and best weights carry each rank's own rows. DDP never sees them
