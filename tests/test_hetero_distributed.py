@@ -89,6 +89,8 @@ def _typed_sample(ctx, path, fanouts_LR, seed_lists, sample_seed):
     from shardgnn.sampling.distributed import DistTypedNeighborSampler
     from shardgnn.store.dist_graph import DistGraphStore
 
+    from shardgnn.sampling.walks import dist_metapath_walks
+
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
     store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
     out = []
@@ -98,7 +100,13 @@ def _typed_sample(ctx, path, fanouts_LR, seed_lists, sample_seed):
         out.append(
             [{f.name: getattr(b, f.name) for f in dataclasses.fields(b)} for b in sample.blocks]
         )
-    return out
+    book = typed_book(path)
+    authors = np.flatnonzero(book.type_of(np.arange(store.num_nodes)) == 1)[ctx.rank :: 7]
+    walks = dist_metapath_walks(
+        store, book, comm, ["writes", "rev_writes"], authors, 6, sample_seed,
+        walk_offset=1000 * ctx.rank,
+    )  # fmt: skip
+    return out, authors, walks
 
 
 @pytest.mark.slow
@@ -117,6 +125,19 @@ def test_distributed_typed_sampling_equals_single_process(tmp_path, academic, wo
     seed_lists = [rng.choice(full.num_nodes, 50, replace=False).tolist() for _ in range(world)]
     seed_lists[-1] = []  # a rank with no seeds still serves the others
     results = run_workers(_typed_sample, world, path, fanouts, seed_lists, 91)
+    # meta-path walks drawn step by step by the current node's owner are one process's walks
+    from shardgnn.sampling.walks import metapath_walks
+
+    book = typed_book(path)
+    walk_graph = types.SimpleNamespace(
+        indptr=full.indptr, indices=full.indices, etype=etype, relations=book.relations,
+        node_types=book.node_types, node_type_of=book.type_of,
+    )  # fmt: skip
+    for rank, (_, authors, walks) in enumerate(results):
+        expect = metapath_walks(walk_graph, ["writes", "rev_writes"], authors, 6, 91, 1000 * rank)
+        np.testing.assert_array_equal(walks, expect)
+        assert (walks[:, 1] >= 0).any() and authors.size
+    results = [runs for runs, _, _ in results]
     for rank, runs in enumerate(results):
         for replace, blocks in zip((False, True), runs):
             ref = TypedNeighborSampler(new_graph, fanouts, replace=replace)

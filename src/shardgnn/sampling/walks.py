@@ -9,18 +9,39 @@ in-edge of ``v`` under the reverse relation, so the walker reads its own row und
 
 Randomness is counter-based per (walk id, step), so walks do not depend on the thread count or
 on the other walks in the call, and a walk can be continued by whichever process holds its
-current node.
+current node: :func:`dist_metapath_walks` has each step drawn by the current node's owner.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+import torch
 
+from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
-from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.graph.hetero import HeteroGraph, relation_ids
+from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
 from shardgnn.sampling.typed import _lower_bound
+from shardgnn.store.dist_graph import DistGraphStore
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _walk_key(seed, walk):  # pragma: no cover - compiled
+    """The random stream of walk ``walk`` (draw ``i`` is ``splitmix64(key + i)``)."""
+    return splitmix64(seed ^ splitmix64(np.uint64(walk)))
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _walk_next(indptr, indices, etype, row, r, key, i):  # pragma: no cover - compiled
+    """Step ``i`` of a walk at (local) ``row``: a uniform in-neighbour under relation ``r``,
+    ``-1`` when it has none."""
+    a = _lower_bound(etype, indptr[row], indptr[row + 1], r)
+    b = _lower_bound(etype, a, indptr[row + 1], r + 1)
+    if a == b:
+        return -1
+    return indices[a + _below(splitmix64(key + np.uint64(i)), b - a)]
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -29,38 +50,41 @@ def walk_kernel(indptr, indices, etype, starts, path_R, length, seed, walk_offse
     ``out[w, i]`` under relation ``path_R[i % len(path_R)]``; ``-1`` after a dead end."""
     useed = np.uint64(seed)
     for w in numba.prange(starts.shape[0]):
-        key = splitmix64(useed ^ splitmix64(np.uint64(w + walk_offset)))
+        key = _walk_key(useed, w + walk_offset)
         v = starts[w]
         out[w, 0] = v
         for i in range(length):
-            if v < 0:
-                out[w, i + 1] = -1
-                continue
-            r = path_R[i % path_R.shape[0]]
-            a = _lower_bound(etype, indptr[v], indptr[v + 1], r)
-            b = _lower_bound(etype, a, indptr[v + 1], r + 1)
-            if a == b:
-                v = -1
-            else:
-                v = indices[a + _below(splitmix64(key + np.uint64(i)), b - a)]
+            if v >= 0:
+                v = _walk_next(indptr, indices, etype, v, path_R[i % path_R.shape[0]], key, i)
             out[w, i + 1] = v
 
 
-def metapath_relations(graph: HeteroGraph, metapath: list[str]) -> np.ndarray:
+@numba.njit(parallel=True, nogil=True, cache=True)
+def walk_step_kernel(indptr, indices, etype, id_offset, nodes, walks, r, seed, i, out):
+    """Step ``i`` (relation ``r``) of walks ``walks`` at global ``nodes`` held here (rows
+    ``nodes - id_offset``): what :func:`walk_kernel` draws at that step."""
+    useed = np.uint64(seed)
+    for j in numba.prange(nodes.shape[0]):
+        key = _walk_key(useed, walks[j])
+        out[j] = _walk_next(indptr, indices, etype, nodes[j] - id_offset, r, key, i)
+
+
+def metapath_relations(relations, metapath: list[str]) -> np.ndarray:
     """The relation ids a walker reads for each step of ``metapath`` (forward relation names, or
-    ``src/rel/dst``): the reverse of each, which the graph must hold. Checks that the path
-    chains (each relation starts where the last ended) and closes into a cycle."""
-    listing = ", ".join("/".join(rel) for rel in graph.relations)
+    ``src/rel/dst``): the reverse of each, which ``relations`` (a graph's) must hold. Checks that
+    the path chains (each relation starts where the last ended) and closes into a cycle."""
+    relations = tuple(tuple(r) for r in relations)
+    listing = ", ".join("/".join(rel) for rel in relations)
     forward = []
     for name in metapath:
-        ids = graph.relation_ids(name)
+        ids = relation_ids(relations, name)
         if len(ids) != 1:
             raise ConfigError(
                 f"meta-path step {name!r} names "
                 + ("several relations" if ids else "no relation of the graph")
                 + f"; its relations: {listing}"
             )
-        forward.append(graph.relations[ids[0]])
+        forward.append(relations[ids[0]])
     if not forward:
         raise ConfigError("a meta-path needs at least one relation")
     for a, b in zip(forward, forward[1:] + forward[:1]):
@@ -73,12 +97,12 @@ def metapath_relations(graph: HeteroGraph, metapath: list[str]) -> np.ndarray:
     for src, name, dst in forward:
         reverse_name = name[4:] if name.startswith("rev_") else f"rev_{name}"
         reverse = (dst, reverse_name, src)
-        if reverse not in graph.relations:
+        if reverse not in relations:
             raise ConfigError(
                 f"walking {name} needs its reverse relation {reverse}; use "
                 "graph.with_reverse_relations()"
             )
-        read.append(graph.relations.index(reverse))
+        read.append(relations.index(reverse))
     return np.asarray(read, dtype=np.int64)
 
 
@@ -94,18 +118,82 @@ def metapath_walks(
     first type) following ``metapath`` cyclically; ``-1`` pads a walk that reached a node with no
     neighbour under the next relation. Walk ``w``'s draws depend on ``(seed, w + walk_offset)``
     only."""
-    path_R = metapath_relations(graph, metapath)
-    starts = np.ascontiguousarray(starts, dtype=np.int64)
-    first = graph.relations[path_R[0]][2]  # the walker reads (next type, rev, start type)
-    start_type = graph.node_types.index(first)
-    if starts.size and np.any(graph.node_type_of(starts) != start_type):
-        raise ConfigError(f"meta-path walks start at {first!r} nodes; some starts are not")
-    if length < 1:
-        raise ConfigError(f"walk length {length} must be >= 1")
+    path_R = metapath_relations(graph.relations, metapath)
+    starts = _check_walks(
+        graph.relations, graph.node_types, graph.node_type_of, path_R, starts, length
+    )
     out = np.empty((starts.shape[0], length + 1), dtype=np.int64)
     with KERNEL_LOCK:
         walk_kernel(
             np.ascontiguousarray(graph.indptr, dtype=np.int64), graph.indices, graph.etype,
             starts, path_R, length, np.uint64(seed), np.int64(walk_offset), out,
         )  # fmt: skip
+    return out
+
+
+def _check_walks(relations, node_types, node_type_of, path_R, starts, length) -> np.ndarray:
+    """``starts`` as int64, after checking they are of the meta-path's first type."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    first = relations[path_R[0]][2]  # the walker reads (next type, rev, start type)
+    start_type = list(node_types).index(first)
+    if starts.size and np.any(node_type_of(starts) != start_type):
+        raise ConfigError(f"meta-path walks start at {first!r} nodes; some starts are not")
+    if length < 1:
+        raise ConfigError(f"walk length {length} must be >= 1")
+    return starts
+
+
+def dist_metapath_walks(
+    graph: DistGraphStore,
+    typed_book,
+    comm: Communicator,
+    metapath: list[str],
+    starts: np.ndarray,
+    length: int,
+    seed: int,
+    walk_offset: int = 0,
+    stage: str = "walk",
+) -> np.ndarray:
+    """:func:`metapath_walks` over a typed partition (``typed_book``: its
+    :class:`~shardgnn.partition.hetero.TypedPartitionBook`): each step of a walk is drawn by the
+    owner of its current node, over an all-to-all per step (a collective: every rank calls it,
+    possibly with no starts). The owner draws with the walk's own stream, so the walks equal one
+    process's on the reassembled graph, for any number of ranks.
+
+    Walk ``w`` of this rank is walk ``w + walk_offset`` (give ranks disjoint offsets)."""
+    relations = typed_book.relations
+    path_R = metapath_relations(relations, metapath)
+    starts = _check_walks(
+        relations, typed_book.node_types, typed_book.type_of, path_R, starts, length
+    )
+    part, world = graph.part, comm.world_size
+    indptr = np.ascontiguousarray(graph.indptr, dtype=np.int64)
+    out = np.full((starts.shape[0], length + 1), -1, dtype=np.int64)
+    out[:, 0] = starts
+    walk_ids = np.arange(starts.shape[0], dtype=np.int64) + walk_offset
+    for i in range(length):
+        current = out[:, i]
+        active = np.flatnonzero(current >= 0)
+        order, counts = bucket_by_owner(current[active], graph.owner(current[active]), world)
+        asked = active[order]
+        bounds = np.cumsum(counts)[:-1]
+        # a request is (node, walk id) pairs; the step and relation are the same everywhere
+        requests = [
+            torch.from_numpy(np.stack([current[rows], walk_ids[rows]], axis=1))
+            for rows in np.split(asked, bounds)
+        ]
+        incoming = comm.all_to_all(requests, stage)
+        replies = []
+        for request in incoming:
+            pairs = request.numpy().reshape(-1, 2)
+            nxt = np.empty(pairs.shape[0], dtype=np.int64)
+            with KERNEL_LOCK:
+                walk_step_kernel(
+                    indptr, part.indices, part.etype, np.int64(part.start),
+                    np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]),
+                    np.int64(path_R[i % len(path_R)]), np.uint64(seed), np.int64(i), nxt,
+                )  # fmt: skip
+            replies.append(torch.from_numpy(nxt))
+        got = comm.all_to_all(replies, stage, recv_counts=counts.tolist())
+        out[asked, i + 1] = torch.cat(got).numpy() if asked.size else np.zeros(0, np.int64)
     return out
