@@ -87,9 +87,8 @@ def test_typed_partitions_round_trip_and_balance_every_type(tmp_path, academic, 
 def _typed_sample(ctx, path, fanouts_LR, seed_lists, sample_seed):
     from shardgnn.distributed.comm import Communicator
     from shardgnn.sampling.distributed import DistTypedNeighborSampler
-    from shardgnn.store.dist_graph import DistGraphStore
-
     from shardgnn.sampling.walks import dist_metapath_walks
+    from shardgnn.store.dist_graph import DistGraphStore
 
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
     store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
