@@ -694,3 +694,51 @@ def test_relation_fanouts_flag_parses_per_layer_counts_and_names_bad_layers():
     ]:
         with pytest.raises(ConfigError, match=message):
             SamplerConfig(relation_fanouts=text)
+
+
+def test_typed_minibatch_stops_mid_epoch_on_sigterm_and_resumes_bit_exact(tmp_path):
+    """A stop signal ends a typed mini-batch epoch after the step in flight, with a mid-epoch
+    checkpoint; resuming gives the weights and history of the run that was never stopped."""
+    import os
+    import signal
+
+    from shardgnn.errors import Preempted
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.train.checkpoint import Checkpointer
+    from shardgnn.train.config import CheckpointConfig, OptimConfig, TrainConfig
+    from shardgnn.train.loop import TrainingLoop
+    from shardgnn.train.relational import RelationalNodeSteps
+    from shardgnn.train.single import run_training
+
+    g = small_academic(papers=800, authors=600)
+
+    def config(directory, resume=False):
+        return TrainConfig(
+            dataset="synthetic-hetero",
+            model=ModelConfig(model="rgcn", hidden=16, dropout=0.3, num_bases=2),
+            sampler=SamplerConfig(fanouts=(4, 4)),
+            batch_size=16,
+            optim=OptimConfig(epochs=2, lr=0.01),
+            progress=False,
+            checkpoint=CheckpointConfig(dir=str(directory), every=1, resume=resume),
+        )
+
+    expected = run_training(config(tmp_path / "straight"), g)
+    steps = RelationalNodeSteps(config(tmp_path / "stopped"), g)
+    step, calls = steps.optimizer.step, [0]
+
+    def step_and_signal(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 5 + 3:  # epoch 2, batch 3 (80 training papers: 5 batches)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(*args, **kwargs)
+
+    steps.optimizer.step = step_and_signal
+    with pytest.raises(Preempted, match="in epoch 2 after batch 3"):
+        TrainingLoop(config(tmp_path / "stopped"), steps).run()
+    names = [p.name for p in Checkpointer(tmp_path / "stopped").complete()]
+    assert names[-1] == "epoch-000001-batch-000003"
+    resumed = run_training(config(tmp_path / "stopped", resume=True), g)
+    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in expected["epochs"]]
+    assert resumed["test_acc"] == expected["test_acc"]

@@ -40,9 +40,10 @@ from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
-from shardgnn.train.epoch import EpochRun
+from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.linkmetrics import filtered_ranks, rank_metrics
 from shardgnn.train.loop import EpochRecord, Steps
+from shardgnn.train.progress import progress
 from shardgnn.train.setup import resolve_device
 
 RELATIONAL_HITS_AT = (1, 3, 10)
@@ -284,6 +285,28 @@ def check_node_trainable(graph: HeteroGraph) -> None:
         )
 
 
+def batch_epoch(run: EpochRun, batches, step) -> EpochSums | None:
+    """Epoch ``run`` over ``batches`` (``set_epoch(epoch, start)``, then ``(index, seeds)``):
+    ``step(index, seeds) -> (loss, correct, count, sampled edges)`` per batch. Starts after the
+    batches a mid-epoch checkpoint reached and stops after a batch when ``run.stop_requested``
+    says so (``None``; this process's sums in ``run.stopped``); else this process's sums."""
+    sums = run.resumed if run.resumed is not None else EpochSums()
+    batches.set_epoch(run.epoch, start=sums.batches)
+    run.total_batches = sums.batches + len(batches)
+    for index, seeds in progress(batches, f"epoch {run.epoch + 1}", run.show_progress):
+        loss, correct, count, edges = step(index, seeds)
+        sums.loss_sum += loss * count
+        sums.correct += correct
+        sums.count += count
+        sums.sampled_edges += edges
+        sums.batches += 1
+        if run.stop_requested is not None and index + 1 < run.total_batches:
+            if run.stop_requested():
+                run.stopped = sums
+                return None
+    return sums
+
+
 class RelationalNodeSteps(_TypedGraphSteps):
     """Single-process node classification of a typed graph's target type with R-GCN.
 
@@ -345,7 +368,7 @@ class RelationalNodeSteps(_TypedGraphSteps):
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float]:
         if self.config.mode == "minibatch":
-            return self._train_epoch_blocks(run.epoch)
+            return self._train_epoch_blocks(run)
         self.model.train()
         idx = self.splits["train"]
         with self.timer("compute"):
@@ -356,21 +379,20 @@ class RelationalNodeSteps(_TypedGraphSteps):
             self.optimizer.step()
         return loss.item(), float((logits.argmax(1) == self.y[idx]).float().mean())
 
-    def _train_epoch_blocks(self, epoch: int) -> tuple[float, float]:
+    def _train_epoch_blocks(self, run: EpochRun) -> tuple[float, float] | None:
         self.model.train()
-        self.batches.set_epoch(epoch)
-        loss_sum, correct, count = 0.0, 0, 0
         num_relations = self.sample_graph.num_relations
-        for index, seeds in self.batches:
+
+        def step(index: int, seeds: torch.Tensor) -> tuple[float, int, int, int]:
             with self.timer("sample"):
-                sample = self.sampler.sample(seeds, seed=mix_seed(self.config.seed, epoch, index))
+                seed = mix_seed(self.config.seed, run.epoch, index)
+                sample = self.sampler.sample(seeds, seed=seed)
                 graphs = [
                     block_message_graph(
                         b, num_relations, self.device, self.sample_graph.node_type_of
                     )
                     for b in sample.blocks
                 ]
-                self.sampled_edges += sample.num_sampled_edges
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
                 logits = self.model.forward_blocks(
@@ -380,10 +402,14 @@ class RelationalNodeSteps(_TypedGraphSteps):
                 loss = F.cross_entropy(logits, y)
                 loss.backward()
                 self.optimizer.step()
-            loss_sum += loss.item() * len(seeds)
-            correct += int((logits.argmax(1) == y).sum())
-            count += len(seeds)
-        return loss_sum / max(count, 1), correct / max(count, 1)
+            self.sampled_edges += sample.num_sampled_edges
+            correct = int((logits.argmax(1) == y).sum())
+            return loss.item(), correct, len(seeds), sample.num_sampled_edges
+
+        sums = batch_epoch(run, self.batches, step)
+        if sums is None:
+            return None
+        return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         if self.config.mode != "minibatch":

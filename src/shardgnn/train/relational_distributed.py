@@ -43,9 +43,9 @@ from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSteps, partition_dataset_record
-from shardgnn.train.epoch import EpochRun, EpochSums
+from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.progress import progress
+from shardgnn.train.relational import batch_epoch
 from shardgnn.train.setup import EMBEDDING_STREAM
 
 
@@ -233,17 +233,12 @@ class DistRelationalNodeSteps(DistSteps):
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         config, ctx = self.config, self.ctx
-        sums = run.resumed if run.resumed is not None else EpochSums()
-        done = sums.batches
-        self.train_batches.set_epoch(run.epoch, start=done)
-        run.total_batches = done + len(self.train_batches)
         self.ddp.train()
-        bar = progress(self.train_batches, f"epoch {run.epoch + 1}", run.show_progress)
-        for index, seeds in bar:
+
+        def step(index: int, seeds: torch.Tensor) -> tuple[float, int, int, int]:
             with self.timer("sample"):
-                sample = self.sampler.sample(
-                    seeds, mix_seed(config.seed, ctx.rank, run.epoch, index)
-                )
+                seed = mix_seed(config.seed, ctx.rank, run.epoch, index)
+                sample = self.sampler.sample(seeds, seed)
                 graphs = self._graphs(sample)
             with self.timer("fetch"):
                 by_type, learnt = self.train_rows.fetch(sample.input_nodes, learn=True)
@@ -259,20 +254,15 @@ class DistRelationalNodeSteps(DistSteps):
                     grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
                     table.apply_gradients(typed_ids, grad.cpu())
             self._count_traffic(sample)
-            count = int(y.shape[0])
-            sums.loss_sum += loss.item() * count
-            sums.correct += int((logits.argmax(1) == y).sum())
-            sums.count += count
-            sums.sampled_edges += sample.num_sampled_edges
-            sums.batches += 1
             self.sampled_edges += sample.num_sampled_edges
-            if (
-                run.stop_requested is not None
-                and index + 1 < run.total_batches
-                and run.stop_requested()
-            ):
-                run.stopped = sums
-                return None
+            correct = int((logits.argmax(1) == y).sum())
+            return loss.item(), correct, int(y.shape[0]), sample.num_sampled_edges
+
+        # every rank runs the same number of batches (DistSeedBatcher), so the stop agreement
+        # and the collectives inside a step line up
+        sums = batch_epoch(run, self.train_batches, step)
+        if sums is None:
+            return None
         self.sampled_epochs += 1
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
