@@ -243,7 +243,6 @@ def test_distributed_rgcn_two_workers_match_one_and_infer_layer_wise(labelled, t
 def _check_inference(path, checkpoint, out):
     from shardgnn.cli import main
     from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
-    from shardgnn.partition.format import read_partitions
     from shardgnn.train.checkpoint import read_checkpoint_meta
     from shardgnn.train.config import TrainConfig
     from shardgnn.train.infer import load_typed_rows, resolve_checkpoint
@@ -254,8 +253,7 @@ def _check_inference(path, checkpoint, out):
     resolved = resolve_checkpoint(checkpoint)
     config = TrainConfig.from_dict(read_checkpoint_meta(resolved)["config"])
     weights, tables = load_typed_rows(resolved)
-    pset = read_partitions(path, verify=False)
-    model = partitioned_node_model(config.model, pset.meta["hetero"], graph.num_classes)
+    model = partitioned_node_model(config.model, typed_book(path), graph.num_classes)
     model.load_state_dict(weights)
     model.eval()
     with torch.no_grad():

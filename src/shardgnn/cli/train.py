@@ -42,6 +42,16 @@ _IGNORED = (
         lambda c: c.cache.policy != "belady",
         "only --cache-policy belady looks ahead",
     ),
+    (
+        "model.num_bases",
+        lambda c: c.model.model != "rgcn",
+        "it applies to --model rgcn (basis decomposition)",
+    ),
+    (
+        "sampler.relation_fanouts",
+        lambda c: c.mode == "full",
+        "--mode full uses every neighbour",
+    ),
     ("full.spmm", lambda c: c.mode != "full", "it applies to --mode full"),
     ("full.replication", lambda c: c.mode != "full", "it applies to --mode full"),
     (

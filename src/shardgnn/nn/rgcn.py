@@ -311,15 +311,14 @@ def relational_encoder(
     )
 
 
-def partitioned_node_model(model, hetero: dict, num_classes: int) -> "RelationalNodeModel":
-    """The node classifier of a typed partition (``meta.json["hetero"]``: its node types and
-    sizes, relations, featured types' widths): projections for featured types, the ``--model``
-    stack; featureless types' rows are given with each batch (sharded learnt rows)."""
-    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
-    widths = [int(hetero.get("features", {}).get(str(t), 0)) for t in range(len(offsets) - 1)]
-    relations = [tuple(r) for r in hetero["relations"]]
-    encoder = relational_encoder(model, relations, hetero["node_types"], out_dim=num_classes)
-    typed_input = TypedInput(np.diff(offsets).tolist(), widths, model.hidden, learn_rows=False)
+def partitioned_node_model(model, typed, num_classes: int) -> "RelationalNodeModel":
+    """The node classifier of a typed partition (``typed``: its
+    :class:`~shardgnn.partition.hetero.TypedPartitionBook`: node types and sizes, relations,
+    featured types' widths): projections for featured types, the ``--model`` stack;
+    featureless types' rows are given with each batch (sharded learnt rows)."""
+    encoder = relational_encoder(model, typed.relations, typed.node_types, out_dim=num_classes)
+    sizes = np.diff(typed.type_offsets).tolist()
+    typed_input = TypedInput(sizes, typed.feature_widths, model.hidden, learn_rows=False)
     return RelationalNodeModel(typed_input, encoder, model.input_dropout)
 
 

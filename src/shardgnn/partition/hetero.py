@@ -125,6 +125,10 @@ class TypedPartitionBook:
     def __init__(self, hetero: dict, boundaries: np.ndarray):
         self.node_types = tuple(hetero["node_types"])
         self.relations = tuple(tuple(r) for r in hetero["relations"])
+        self.type_offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)  # original ids
+        features = hetero.get("features") or {}
+        # the feature width of every type (0: featureless)
+        self.feature_widths = [int(features.get(str(t), 0)) for t in range(len(self.node_types))]
         bounds = np.asarray(hetero["type_bounds"], dtype=np.int64)  # [P, T + 1]
         num_types = len(self.node_types)
         if bounds.shape != (len(boundaries) - 1, num_types + 1):

@@ -392,10 +392,10 @@ def _run_typed_inference(
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     part = pset.load_part(ctx.rank)
     weights, tables = load_typed_rows(checkpoint)
-    model = partitioned_node_model(config.model, hetero, part.num_classes)
+    model = partitioned_node_model(config.model, typed, part.num_classes)
     _load(model, weights, checkpoint, f"{len(typed.node_types)} node types")
     model.eval()
-    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
+    offsets = typed.type_offsets
     orig = np.asarray(pset.orig_ids)
     start, end = part.start, part.end
     bounds = typed.type_bounds[ctx.rank]

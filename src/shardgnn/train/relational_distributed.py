@@ -89,16 +89,17 @@ class TypedRowFetcher:
 
 
 class DistRelationalNodeSteps(DistSteps):
-    """One rank of distributed R-GCN node classification (sampled typed blocks)."""
+    """One rank of distributed R-GCN / heterogeneous SAGE node classification (sampled typed
+    blocks)."""
 
     def __init__(self, config: TrainConfig, ctx: DistContext):
         super().__init__(config, ctx)
         hetero = self.pset.meta.get("hetero")
         if not hetero:
             raise ConfigError(
-                f"{self.pset.path} holds an untyped graph; --model rgcn trains typed graphs: "
-                "partition one (shardgnn partition synthetic-hetero ...), or pick a homogeneous "
-                "model"
+                f"{self.pset.path} holds an untyped graph; --model {config.model.model} trains "
+                "typed graphs: partition one (shardgnn partition synthetic-hetero ...), or pick a "
+                "homogeneous model"
             )
         self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
         self.comms = (self.data_comm, self.main_comm)
@@ -106,24 +107,39 @@ class DistRelationalNodeSteps(DistSteps):
         self.graph = DistGraphStore.open(
             self.pset.path, ctx.rank, ctx.world_size, self.data_comm, host_ranks=host_ranks
         )
-        part, book = self.graph.part, self.graph.book
-        self._check_labelled(True, part.y is not None)
-        typed = TypedPartitionBook(hetero, book.boundaries)
-        self.typed = typed
-        self.num_relations = len(typed.relations)
-        widths = [
-            int(hetero.get("features", {}).get(str(t), 0)) for t in range(len(typed.node_types))
-        ]
+        self._check_labelled(True, self.graph.part.y is not None)
+        self.typed = TypedPartitionBook(hetero, self.graph.book.boundaries)
+        self.num_relations = len(self.typed.relations)
+        self.num_classes = int(self.graph.part.num_classes)
+        self._open_rows()
+        self._make_batches()
+        self.sampler = self._sampler(config.sampler.relation_layers(), "sample")
+        eval_layers = list(config.eval_fanouts or ()) or config.sampler.relation_layers()
+        self.eval_sampler = self._sampler(eval_layers, "eval")
+        self.sampled_edges = self.sampled_epochs = 0
+        # traffic by relation and by node type, this rank's training batches: sampled edges
+        # (all, and drawn by another rank's owner), input rows (all, and owned by another rank)
+        self.relation_edges = np.zeros((2, self.num_relations), dtype=np.int64)
+        self.type_rows = np.zeros((2, len(self.typed.node_types)), dtype=np.int64)
         hidden = config.model.hidden
-        self.fetchers = {}
-        features = {stage: {} for stage in ("fetch", "eval")}
+        self.row_bytes = np.array(
+            [4 * (w if w else hidden) * (1 if w else 2) for w in self.typed.feature_widths],
+            dtype=np.float64,
+        )  # a feature row, or a learnt row and its gradient back
+        self._make_model()
+
+    def _open_rows(self) -> None:
+        """Every node type's input rows, held by their owners: a featured type's feature rows
+        (this rank's in its part's ``x_type<t>.npy``), a featureless type's learnt rows in a
+        sharded table; ``train_rows``/``eval_rows`` fetch a batch's by type. And the labels."""
+        config, ctx, typed, part = self.config, self.ctx, self.typed, self.graph.part
+        features: dict[str, dict[int, DistFeatureStore]] = {"fetch": {}, "eval": {}}
         tables: dict[int, DistEmbeddingTable] = {}
         rows_config = dataclasses.replace(
-            config.embedding, dim=hidden, optimizer="adam", lr=config.optim.lr
+            config.embedding, dim=config.model.hidden, optimizer="adam", lr=config.optim.lr
         )
         orig = np.asarray(self.pset.orig_ids)
-        offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
-        for t, width in enumerate(widths):
+        for t, width in enumerate(typed.feature_widths):
             type_book = typed.type_book(t)
             if width:
                 peers = {p: peer.part.type_x[t] for p, peer in self.graph.peers.items()}
@@ -142,7 +158,7 @@ class DistRelationalNodeSteps(DistSteps):
                 self.data_comm,
                 rows_config,
                 mix_seed(config.seed, EMBEDDING_STREAM, t),
-                orig[lo:hi] - offsets[t],
+                orig[lo:hi] - typed.type_offsets[t],
             )
         self.tables = tables
         eval_tables = {
@@ -156,67 +172,52 @@ class DistRelationalNodeSteps(DistSteps):
         }
         y_local = np.asarray(part.y, dtype=np.int64)
         self.labels = {
-            stage: DistFeatureStore(y_local, book, ctx.rank, self.data_comm, stage, peers=peer_y)
+            stage: DistFeatureStore(
+                y_local, self.graph.book, ctx.rank, self.data_comm, stage, peers=peer_y
+            )
             for stage in ("labels", "eval")
         }
+
+    def _make_batches(self) -> None:
+        """Training batches (``--batch-size`` is the global batch: each of the P workers takes
+        ``B / P`` seeds per step) and the validation/test seeds, each evaluated by one rank."""
+        config, ctx, book = self.config, self.ctx, self.graph.book
         split_ids = {split: self.pset.global_split(split) for split in ("train", "val", "test")}
         self.split_sizes = {split: int(len(ids)) for split, ids in split_ids.items()}
-        # --batch-size is the global batch: each of the P workers takes B / P seeds per step.
-        per_rank = max(1, -(-config.batch_size // ctx.world_size))
-        self.train_batches = DistSeedBatcher(
-            split_ids["train"], book, ctx.rank, ctx.world_size, per_rank, shuffle=True,
-            seed=config.seed,
-        )  # fmt: skip
-        eval_per_rank = max(1, -(-config.eval_batch_size // ctx.world_size))
-        self.eval_batches = {
-            split: DistSeedBatcher(
-                split_ids[split],
-                book,
-                ctx.rank,
-                ctx.world_size,
-                eval_per_rank,
-                shuffle=False,
+
+        def batcher(split: str, batch_size: int, shuffle: bool) -> DistSeedBatcher:
+            per_rank = max(1, -(-batch_size // ctx.world_size))
+            return DistSeedBatcher(
+                split_ids[split], book, ctx.rank, ctx.world_size, per_rank, shuffle=shuffle,
                 seed=config.seed,
             )  # fmt: skip
-            for split in ("val", "test")
-        }
-        relations = typed.relations
-        self.sampler = DistTypedNeighborSampler(
+
+        self.train_batches = batcher("train", config.batch_size, True)
+        self.eval_batches = {s: batcher(s, config.eval_batch_size, False) for s in ("val", "test")}
+
+    def _sampler(self, layers: list, stage: str) -> DistTypedNeighborSampler:
+        return DistTypedNeighborSampler(
             self.graph,
-            relation_fanouts(relations, config.sampler.relation_layers()),
+            relation_fanouts(self.typed.relations, layers),
             self.data_comm,
-            replace=config.sampler.replace,
+            replace=self.config.sampler.replace,
+            stage=stage,
         )
-        self.eval_sampler = DistTypedNeighborSampler(
-            self.graph,
-            relation_fanouts(
-                relations,
-                list(config.eval_fanouts)
-                if config.eval_fanouts
-                else config.sampler.relation_layers(),
-            ),
-            self.data_comm,
-            replace=config.sampler.replace,
-            stage="eval",
-        )
-        self.num_classes = int(part.num_classes)
-        self.sampled_edges = self.sampled_epochs = 0
-        # traffic by relation and by node type, this rank's training batches: sampled edges
-        # (all, and drawn by another rank's owner), input rows (all, and owned by another rank)
-        num_types = len(typed.node_types)
-        self.relation_edges = np.zeros((2, self.num_relations), dtype=np.int64)
-        self.type_rows = np.zeros((2, num_types), dtype=np.int64)
-        self.row_bytes = np.array(
-            [4 * (w if w else hidden) * (1 if w else 2) for w in widths], dtype=np.float64
-        )  # a feature row, or a learnt row and its gradient back
-        torch.manual_seed(config.seed)  # identical initial weights on every rank
-        model = config.model
-        self.model = partitioned_node_model(model, hetero, self.num_classes).to(ctx.device)
+
+    def _make_model(self) -> None:
+        """The model (identical initial weights on every rank), its learnt rows, DDP and the
+        optimiser."""
+        config, ctx = self.config, self.ctx
+        torch.manual_seed(config.seed)
+        self.model = partitioned_node_model(config.model, self.typed, self.num_classes)
+        self.model = self.model.to(ctx.device)
         self.broadcast_weights(self.model)
         # This rank's learnt rows join the model's state after the broadcast (they differ per
         # rank): checkpoints and best weights carry each rank's own rows. DDP never sees them
         # (buffers, not broadcast).
-        self.model.learnt_rows = torch.nn.ModuleDict({str(t): tb.local for t, tb in tables.items()})
+        self.model.learnt_rows = torch.nn.ModuleDict(
+            {str(t): table.local for t, table in self.tables.items()}
+        )
         self.ddp = self.data_parallel(_TypedRowsForward(self.model))
         self.optimizer = torch.optim.Adam(
             self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
@@ -332,7 +333,7 @@ class DistRelationalNodeSteps(DistSteps):
         }
 
     def dataset_info(self) -> dict[str, Any]:
-        width = sum(int(v) for v in self.pset.meta["hetero"].get("features", {}).values())
+        width = sum(self.typed.feature_widths)
         return partition_dataset_record(self.pset, width, self.num_classes, self.split_sizes)
 
 
