@@ -529,7 +529,9 @@ def academic_graph():
 
 
 def hop_edges(sampler, frontier, fanouts_R, seed=5):
-    offsets, nbr, eid = sampler.one_hop(np.asarray(frontier, np.int64), fanouts_R, seed)
+    offsets, nbr, eid, rel = sampler.one_hop(np.asarray(frontier, np.int64), fanouts_R, seed)
+    # the kernel's relation of every drawn edge is the graph's
+    np.testing.assert_array_equal(rel, sampler.graph.etype[eid])
     dst = np.repeat(np.asarray(frontier), np.diff(offsets))
     return dst, nbr, eid
 

@@ -37,7 +37,7 @@ class LinkSample(SampledBlocks):
 
 def target_exclusion(src_P: np.ndarray, dst_P: np.ndarray, num_nodes: int, symmetric: bool):
     """Sorted pair keys of the target edges ``src -> dst`` (and ``dst -> src`` when the graph is
-    symmetric): what :func:`~shardgnn.sampling.neighbor.drop_excluded` removes."""
+    symmetric): what :func:`~shardgnn.sampling.neighbor.excluded` drops."""
     keys = pair_keys(src_P, dst_P, num_nodes)
     if symmetric:
         keys = np.concatenate([keys, pair_keys(dst_P, src_P, num_nodes)])

@@ -24,7 +24,7 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
-from shardgnn.sampling.typed import sample_typed_neighbors, with_edge_types
+from shardgnn.sampling.typed import sample_typed_neighbors
 from shardgnn.sampling.types import SampledBlocks
 from shardgnn.store.dist_graph import DistGraphStore
 
@@ -54,8 +54,6 @@ class DistNeighborSampler:
         self.halo_hops = halo_hops  # cluster batches with a bounded halo (sample_blocks)
         self._node_map = np.full(graph.num_nodes, -1, dtype=np.int64)
         self._layer = 0  # the hop being sampled (set by sample)
-        # per-edge values the owners send with each drawn edge (``_edge_payload``), per hop
-        self._hop_payloads: list[tuple[np.ndarray, np.ndarray]] = []
         if graph.peers:
             comm.declare(stage)
 
@@ -64,12 +62,8 @@ class DistNeighborSampler:
         return len(self.config.fanouts)
 
     payload_columns = 0
-    """How many per-edge values :meth:`_edge_payload` adds to each drawn edge."""
-
-    def _edge_payload(self, part, local_edge_ids: np.ndarray) -> list[np.ndarray]:
-        """Values the owner sends with each drawn edge (``payload_columns`` arrays), read from its
-        part by local edge id: none here."""
-        return []
+    """How many per-edge values :meth:`_draw` returns beyond neighbours and edge ids (the owner
+    sends them with each drawn edge)."""
 
     def _serve(
         self, owner: int, asked: np.ndarray, fanout: int, seed: int
@@ -83,22 +77,23 @@ class DistNeighborSampler:
         else:
             peer = g.peers[owner]
             part, indptr, edge_offset = peer.part, peer.indptr, peer.edge_offset
-        offsets, nbr, eid = self._draw(part, indptr, asked - part.start, fanout, seed)
-        payload = [np.asarray(v, dtype=np.int64) for v in self._edge_payload(part, eid)]
+        offsets, nbr, eid, *payload = self._draw(part, indptr, asked - part.start, fanout, seed)
         return np.diff(offsets), np.stack([nbr, eid + edge_offset, *payload], axis=1)
 
     def _draw(
         self, part, indptr: np.ndarray, rows: np.ndarray, fanout: int, seed: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One hop over ``rows`` of ``part`` (keyed on global ids, ``id_offset = part.start``)."""
+    ) -> tuple[np.ndarray, ...]:
+        """One hop over ``rows`` of ``part`` (keyed on global ids, ``id_offset = part.start``):
+        ``(offsets, nbr, local edge ids, *payload_columns per-edge arrays)``."""
         return sample_neighbors(
             indptr, part.indices, rows, fanout, self.config.replace, seed, id_offset=part.start
         )
 
     def _sample_remote(
         self, frontier: np.ndarray, fanout: int, seed: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)`` in frontier order.
+    ) -> tuple[np.ndarray, ...]:
+        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids, *payload)`` in
+        frontier order.
 
         Rows owned on this host (this rank's and mapped peers') are sampled here; the others are
         requested from their owners. Every draw is keyed on the global id, so who samples a row
@@ -135,10 +130,8 @@ class DistNeighborSampler:
         gather = np.repeat(start_in_order - out_offsets[:-1], counts_in_order) + np.arange(
             total, dtype=np.int64
         )
-        eid = got_pairs[gather, 1].copy()
-        if self.payload_columns:
-            self._hop_payloads.append((eid, got_pairs[gather, 2:]))
-        return out_offsets, got_pairs[gather, 0].copy(), eid
+        columns = got_pairs[gather]
+        return (out_offsets, *(columns[:, c].copy() for c in range(columns.shape[1])))
 
     def _exchange(
         self, grouped: list[np.ndarray], on_host: set[int], fanout: int, seed: int
@@ -186,7 +179,6 @@ class DistNeighborSampler:
         communicator. ``exclude``: as :meth:`NeighborSampler.sample` (applied by the requester
         after the owners' draws)."""
         layers = iter(range(self.num_layers))
-        self._hop_payloads = []
 
         def one_hop(frontier: np.ndarray, fanout: int, layer_seed: int):
             # what layer this hop is (typed sampling serves each layer's fanouts); every rank
@@ -228,27 +220,12 @@ class DistTypedNeighborSampler(DistNeighborSampler):
 
     def _draw(
         self, part, indptr: np.ndarray, rows: np.ndarray, fanout: int, seed: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, ...]:
         return sample_typed_neighbors(
             indptr, part.indices, part.etype, rows, self.fanouts_LR[self._layer],
             self.config.replace, seed, id_offset=part.start,
         )  # fmt: skip
 
-    # The owner sends each drawn edge's relation with it: the requester holds no other part's
-    # relations, and the R-GCN block needs them.
+    # The kernel returns each drawn edge's relation: the owner sends it with the edge (the
+    # requester holds no other part's relations, and the R-GCN block needs them).
     payload_columns = 1
-
-    def _edge_payload(self, part, local_edge_ids: np.ndarray) -> list[np.ndarray]:
-        return [part.etype[local_edge_ids]]
-
-    def sample(
-        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
-    ) -> SampledBlocks:
-        """As :meth:`DistNeighborSampler.sample`, with every block's ``edge_type_E`` (the
-        relations the owners sent with the edges)."""
-        sample = super().sample(seeds, seed, exclude)
-        eid = np.concatenate([e for e, _ in self._hop_payloads])
-        relation = np.concatenate([v[:, 0] for _, v in self._hop_payloads])
-        order = np.argsort(eid, kind="stable")
-        eid, relation = eid[order], relation[order]
-        return with_edge_types(sample, lambda ids: relation[np.searchsorted(eid, ids)])

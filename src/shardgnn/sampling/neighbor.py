@@ -75,7 +75,7 @@ class NeighborSampler:
 
         Layer ``l`` (0 = the output layer, whose fanout is ``fanouts[0]``) uses the layer seed
         ``mix_seed(seed, l)``. ``exclude``: sorted pair keys of edges no block may hold
-        (:func:`drop_excluded`).
+        (:func:`excluded`).
         """
         return sample_blocks(
             seeds,
@@ -90,7 +90,8 @@ class NeighborSampler:
         )
 
 
-OneHop = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+# one_hop(frontier, fanout, layer seed) -> (offsets, nbr, edge ids[, relation of each edge])
+OneHop = Callable[[np.ndarray, int, int], tuple[np.ndarray, ...]]
 # prune(block layer, src nodes, num dst) -> bool mask of src nodes not to expand, or None
 Prune = Callable[[int, np.ndarray, int], "np.ndarray | None"]
 
@@ -108,9 +109,10 @@ def sample_blocks(
     halo_hops: int | None = None,
 ) -> SampledBlocks:
     """The layer loop every sampler shares: for each fanout (output layer first) draw one hop with
-    ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all), relabel, build the
+    ``one_hop(frontier, fanout, layer_seed)`` (local kernel or all-to-all; typed samplers also
+    return each drawn edge's relation, the blocks' ``edge_type_E``), relabel, build the
     block; ``degree_of(global ids)`` gives graph in-degrees. Layer ``l`` uses ``mix_seed(seed, l)``.
-    ``exclude`` (sorted pair keys) drops those edges from every hop (:func:`drop_excluded`).
+    ``exclude`` (sorted pair keys) drops those edges from every hop (:func:`excluded`).
     ``prune(block layer, src nodes, num dst)`` marks src nodes whose input embedding comes from
     elsewhere (historical embeddings): they become the block's ``history_S`` and are not
     expanded further out. ``halo_hops = h``: from hop ``h`` on (0 = the seeds' own hop) only
@@ -127,14 +129,17 @@ def sample_blocks(
     frontier = seeds_np
     dropped = 0
     for layer, fanout in enumerate(config.fanouts):
-        offsets, nbr, eid = one_hop(frontier, fanout, mix_seed(seed, layer))
+        # edges: neighbour, edge id and, from typed samplers, relation of every drawn edge
+        offsets, *edges = one_hop(frontier, fanout, mix_seed(seed, layer))
         if exclude is not None and exclude.shape[0]:
-            num_nodes = node_map.shape[0]
-            offsets, nbr, eid = drop_excluded(frontier, offsets, nbr, eid, exclude, num_nodes)
+            keep = excluded(frontier, offsets, edges[0], exclude, node_map.shape[0])
+            offsets, *edges = keep_edges(offsets, keep, *edges)
         if halo_hops is not None and layer >= halo_hops:
-            drawn = nbr.shape[0]
-            offsets, nbr, eid = keep_edges(offsets, nbr, eid, np.isin(nbr, frontier))
-            dropped += drawn - nbr.shape[0]
+            drawn = edges[0].shape[0]
+            offsets, *edges = keep_edges(offsets, np.isin(edges[0], frontier), *edges)
+            dropped += drawn - edges[0].shape[0]
+        nbr, eid = edges[0], edges[1]
+        relation = None if len(edges) < 3 else torch.from_numpy(edges[2])
         src_nodes, local = relabel(frontier, nbr, node_map)
         block_layer = len(config.fanouts) - 1 - layer
         history = None
@@ -149,6 +154,7 @@ def sample_blocks(
                 edge_ids_E=torch.from_numpy(eid),
                 src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
                 history_S=None if history is None else torch.from_numpy(history),
+                edge_type_E=relation,
             )
         )
         frontier = src_nodes if history is None else src_nodes[~history]
@@ -156,31 +162,29 @@ def sample_blocks(
     return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks, num_dropped_edges=dropped)
 
 
-def keep_edges(
-    offsets: np.ndarray, nbr: np.ndarray, eid: np.ndarray, keep: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One hop's draws ``(offsets, nbr, edge ids)`` with only the edges where ``keep`` holds."""
+def keep_edges(offsets: np.ndarray, keep: np.ndarray, *edges: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One hop's draws ``(offsets, *edges)`` (per-edge arrays: neighbours, edge ids...) with
+    only the edges where ``keep`` holds."""
     if keep.all():
-        return offsets, nbr, eid
+        return (offsets, *edges)
     counts = np.diff(offsets)
     row = np.repeat(np.arange(counts.shape[0]), counts)
     kept = np.bincount(row[keep], minlength=counts.shape[0])
     new_offsets = np.zeros_like(offsets)
     np.cumsum(kept, out=new_offsets[1:])
-    return new_offsets, nbr[keep], eid[keep]
+    return (new_offsets, *(values[keep] for values in edges))
 
 
-def drop_excluded(
+def excluded(
     frontier: np.ndarray,
     offsets: np.ndarray,
     nbr: np.ndarray,
-    eid: np.ndarray,
     exclude: np.ndarray,
     num_nodes: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One hop's draws without the edges ``exclude`` names (sorted keys ``dst * N + src``,
-    :func:`~shardgnn.graph.linksplit.pair_keys`): a link-prediction batch must not pass messages
-    along its own target edges.
+) -> np.ndarray:
+    """Which of one hop's draws to keep: not the edges ``exclude`` names (sorted keys
+    ``dst * N + src``, :func:`~shardgnn.graph.linksplit.pair_keys`): a link-prediction batch must
+    not pass messages along its own target edges.
 
     The edges are dropped after the draw, so a node that drew an excluded edge has one neighbour
     fewer than its fanout. The draws themselves stay those of the plain sampler, which keeps
@@ -190,4 +194,4 @@ def drop_excluded(
     dst = np.repeat(frontier, counts)
     keys = pair_keys(nbr, dst, num_nodes)
     pos = np.minimum(np.searchsorted(exclude, keys), exclude.shape[0] - 1)
-    return keep_edges(offsets, nbr, eid, exclude[pos] != keys)
+    return exclude[pos] != keys

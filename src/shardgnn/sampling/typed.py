@@ -16,8 +16,6 @@ sampling its own rows, give the same neighbours.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numba
 import numpy as np
 import torch
@@ -60,7 +58,7 @@ def _take(fanout, candidates, replace):
 def typed_sample_bounds(indptr, frontier, fanouts_R, replace):
     """An upper bound of every frontier row's draws, without looking at relations: the row's
     degree, or the sum of the fanouts when smaller (with replacement: that sum). The fill pass
-    writes into these slots and reports the true counts; :func:`compact` closes the gaps. One
+    writes into these slots and reports the true counts; :func:`compact` copies them out. One
     relation scan per row instead of two (count, then fill)."""
     total_fanout = 0
     every = False
@@ -80,26 +78,46 @@ def typed_sample_bounds(indptr, frontier, fanouts_R, replace):
     return bounds
 
 
-@numba.njit(nogil=True, cache=True)
-def compact(bounds, counts, nbr, eid):
-    """Move every row's ``counts[i]`` draws from slot ``bounds[i]`` to their final, gap-free
-    place; returns the final offsets (rows only move towards the front: in place is safe)."""
-    offsets = np.empty(counts.shape[0] + 1, dtype=np.int64)
+@numba.njit(parallel=True, nogil=True, cache=True)
+def compact(bounds, counts, nbr, eid, rel):
+    """``(offsets, nbr, eid, rel)`` without gaps: every row's ``counts[i]`` draws, written from
+    slot ``bounds[i]`` on, copied to their final place in new arrays (in parallel: the fill's
+    slots are scratch reused across calls)."""
+    n = counts.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    for i in range(counts.shape[0]):
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + counts[i]
+    out_nbr = np.empty(offsets[n], dtype=np.int64)
+    out_eid = np.empty(offsets[n], dtype=np.int64)
+    out_rel = np.empty(offsets[n], dtype=np.int64)
+    for i in numba.prange(n):
         src, dst = bounds[i], offsets[i]
-        if src != dst:
-            for j in range(counts[i]):
-                nbr[dst + j] = nbr[src + j]
-                eid[dst + j] = eid[src + j]
-        offsets[i + 1] = dst + counts[i]
-    return offsets
+        for j in range(counts[i]):
+            out_nbr[dst + j] = nbr[src + j]
+            out_eid[dst + j] = eid[src + j]
+            out_rel[dst + j] = rel[src + j]
+    return offsets, out_nbr, out_eid, out_rel
+
+
+class _Slots:
+    """The fill's slot arrays, kept across calls (grown when a hop needs more): only used under
+    ``KERNEL_LOCK``, and never returned (:func:`compact` copies the draws out), so reusing them
+    saves a hop the page faults of fresh arrays larger than its draws."""
+
+    arrays = (np.empty(0, dtype=np.int64),) * 3
+
+    @classmethod
+    def get(cls, size: int) -> tuple[np.ndarray, ...]:
+        if cls.arrays[0].shape[0] < size:
+            cls.arrays = tuple(np.empty(size + size // 4, dtype=np.int64) for _ in range(3))
+        return cls.arrays
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
 def typed_sample_fill(
     indptr, indices, etype, frontier, fanouts_R, replace, attr, lo, hi, filtered, seed, offsets,
-    out_nbr, out_eid, id_offset, out_counts,
+    out_nbr, out_eid, out_rel, id_offset, out_counts,
 ):  # fmt: skip
     """Per frontier row, relation by relation: all passing edges when the fanout covers them,
     else ``fanout`` of them uniformly (Floyd's algorithm without replacement). Unfiltered, the
@@ -113,7 +131,7 @@ def typed_sample_fill(
         out_counts[i] = 0
         if offsets[i + 1] == offsets[i]:
             continue
-        key = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset)))
+        key, keyed = np.uint64(0), False  # the row's random key, made at its first draw
         pos = offsets[i]
         scratch = np.empty(end - start, dtype=np.int64) if filtered else no_scratch
         # Walk the row's runs of equal relation: only the relations the row has cost anything.
@@ -136,13 +154,19 @@ def typed_sample_fill(
             k = _take(fanout, c, replace)
             if k == 0:
                 continue
-            rkey = splitmix64(key ^ splitmix64(np.uint64(r) + _RELATION_SALT))
             if k == c and (fanout < 0 or not replace):
                 for j in range(c):
                     e = scratch[j] if filtered else a + j
                     out_eid[pos + j] = e
                     out_nbr[pos + j] = indices[e]
-            elif replace:
+                for j in range(k):
+                    out_rel[pos + j] = r
+                pos += k
+                continue
+            if not keyed:
+                key, keyed = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset))), True
+            rkey = splitmix64(key ^ splitmix64(np.uint64(r) + _RELATION_SALT))
+            if replace:
                 for j in range(k):
                     t = _below(splitmix64(rkey + np.uint64(j)), c)
                     e = scratch[t] if filtered else a + t
@@ -162,6 +186,8 @@ def typed_sample_fill(
                     e = scratch[t] if filtered else a + t
                     out_eid[pos + j] = e
                     out_nbr[pos + j] = indices[e]
+            for j in range(k):
+                out_rel[pos + j] = r
             pos += k
         out_counts[i] = pos - offsets[i]
 
@@ -179,24 +205,23 @@ def sample_typed_neighbors(
     window: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One typed hop for ``frontier`` (CSR rows; global id = row + ``id_offset``):
-    ``(offsets, nbr, edge_ids)`` as :func:`~shardgnn.sampling.neighbor.sample_neighbors`, with
-    ``fanouts_R[r]`` draws among relation ``r``'s edges (whose ``attr`` lies in ``window`` when
-    ``attr`` is given). The kernel every typed sampler shares, single-process or per owner."""
+    ``(offsets, nbr, edge_ids, relations)`` as :func:`~shardgnn.sampling.neighbor.sample_neighbors`
+    plus each drawn edge's relation, with ``fanouts_R[r]`` draws among relation ``r``'s edges
+    (whose ``attr`` lies in ``window`` when ``attr`` is given). The kernel every typed sampler
+    shares, single-process or per owner."""
     filtered = attr is not None
     attr = np.zeros(1, np.float64) if attr is None else attr
     lo, hi = float(window[0]), float(window[1])
     fanouts_R = np.ascontiguousarray(fanouts_R, dtype=np.int64)
     with KERNEL_LOCK:
         bounds = np.cumsum(typed_sample_bounds(indptr, frontier, fanouts_R, replace))
-        nbr = np.empty(int(bounds[-1]), dtype=np.int64)
-        eid = np.empty(int(bounds[-1]), dtype=np.int64)
+        nbr, eid, rel = _Slots.get(int(bounds[-1]))
         counts = np.empty(frontier.shape[0], dtype=np.int64)
         typed_sample_fill(
             indptr, indices, etype, frontier, fanouts_R, replace, attr, lo, hi, filtered,
-            np.uint64(seed), bounds, nbr, eid, np.int64(id_offset), counts,
+            np.uint64(seed), bounds, nbr, eid, rel, np.int64(id_offset), counts,
         )  # fmt: skip
-        offsets = compact(bounds, counts, nbr, eid)
-    return offsets, nbr[: offsets[-1]], eid[: offsets[-1]]
+        return compact(bounds, counts, nbr, eid, rel)
 
 
 def relation_fanouts(relations, layers: list) -> np.ndarray:
@@ -280,8 +305,8 @@ class TypedNeighborSampler:
 
     def one_hop(
         self, frontier: np.ndarray, fanouts_R: np.ndarray, seed: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids)``."""
+    ) -> tuple[np.ndarray, ...]:
+        """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids, relations)``."""
         return sample_typed_neighbors(
             self.indptr, self.graph.indices, self.graph.etype, frontier, fanouts_R,
             self.replace, seed, attr=self.edge_attr, window=self.window,
@@ -293,7 +318,7 @@ class TypedNeighborSampler:
         layers = iter(self.fanouts_LR)
         # sample_blocks calls one_hop once per layer, output layer first: the per-relation
         # fanouts of each call are the next row (the config's scalar fanouts only count layers).
-        sample = sample_blocks(
+        return sample_blocks(
             seeds,
             SamplerConfig(fanouts=(-1,) * len(self.fanouts_LR), replace=self.replace),
             seed,
@@ -303,16 +328,3 @@ class TypedNeighborSampler:
             degree_of=lambda nodes: self.indptr[nodes + 1] - self.indptr[nodes],
             node_map=self._node_map,
         )
-        return with_edge_types(sample, lambda edge_ids: self.graph.etype[edge_ids])
-
-
-def with_edge_types(sample: SampledBlocks, relation_of) -> SampledBlocks:
-    """``sample`` with every block's ``edge_type_E`` set from its edge ids (``relation_of``:
-    edge ids -> relation ids)."""
-    blocks = [
-        dataclasses.replace(
-            b, edge_type_E=torch.from_numpy(relation_of(b.edge_ids_E.numpy()).astype(np.int64))
-        )
-        for b in sample.blocks
-    ]
-    return dataclasses.replace(sample, blocks=blocks)
