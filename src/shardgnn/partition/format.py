@@ -18,7 +18,7 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                                            (0 <= i < n_p) of the owned nodes in each split, one
                                            file per split the graph defines
                  edge_weight.npy float32 [e_p] (if the graph has edge weights)
-                 etype.npy  int16|int32 [e_p]  relation of every in-edge (typed graphs)
+                 etype.npy  int8|16|32 [e_p]  relation of every in-edge (typed graphs)
                  x_type<t>.npy  float32 [n_p^t, F_t]  features of the part's type-t nodes
                                 (typed graphs, types with features; in new-id order)
 
@@ -396,7 +396,7 @@ class LocalPartition:
     num_classes: int
     book: PartitionBook
     etype: np.ndarray | None = None
-    """int16/int32 ``[e_p]`` relation of every in-edge (typed graphs), else ``None``"""
+    """int8/16/32 ``[e_p]`` relation of every in-edge (typed graphs), else ``None``"""
     type_x: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     """typed graphs: node type index -> float32 ``[n_p^t, F_t]`` features of this part's nodes
     of that type (new-id order), for the types with features"""
