@@ -420,15 +420,7 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
         )
     nodes_path = Path(config.nodes)
     nodes = _read_table(nodes_path)
-    node_ids = _column(nodes, config.id_col, nodes_path, "--id-col")
-    if node_ids.duplicated().any():
-        raise DatasetError(
-            f"node id {node_ids[node_ids.duplicated()].iloc[0]!r} appears twice in column "
-            f"{config.id_col!r}",
-            nodes_path,
-            "list every node once",
-        )
-    index = {value: i for i, value in enumerate(node_ids.tolist())}
+    index = _node_index(nodes, config.id_col, nodes_path)
     src_i, dst_i = (
         _map_ids(values, index, edges_path, column, nodes_path)
         for values, column in ((src, config.src_col), (dst, config.dst_col))
@@ -461,6 +453,18 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     return Graph.from_edge_index(src_i, dst_i, num_nodes, edge_weight=weight, name=name, **fields)
 
 
+def _node_index(table: Any, id_col: str, path: Path) -> dict[Any, int]:
+    """Row of every node id of a node table (ids of any values, each listed once)."""
+    ids = _column(table, id_col, path, "--id-col")
+    if ids.duplicated().any():
+        raise DatasetError(
+            f"node id {ids[ids.duplicated()].iloc[0]!r} appears twice in column {id_col!r}",
+            path,
+            "list every node once",
+        )
+    return {value: i for i, value in enumerate(ids.tolist())}
+
+
 def _named_files(entries: tuple[str, ...], flag: str, example: str) -> dict[str, Path]:
     """``NAME=FILE`` entries as a dict (in the given order)."""
     out: dict[str, Path] = {}
@@ -485,16 +489,8 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
     used = {config.id_col, config.label_col, config.split_col}
     for node_type, path in node_files.items():
         table = _read_table(path)
-        ids = _column(table, config.id_col, path, "--id-col")
-        if ids.duplicated().any():
-            raise DatasetError(
-                f"node id {ids[ids.duplicated()].iloc[0]!r} appears twice in column "
-                f"{config.id_col!r}",
-                path,
-                "list every node of the type once",
-            )
-        index[node_type] = {value: i for i, value in enumerate(ids.tolist())}
-        counts[node_type] = len(ids)
+        index[node_type] = _node_index(table, config.id_col, path)
+        counts[node_type] = len(index[node_type])
         columns = [c for c in table.columns if c not in used and _numeric(table[c])]
         if columns:
             x[node_type] = np.ascontiguousarray(table[columns].to_numpy(dtype=np.float32))
