@@ -61,8 +61,10 @@ def run_info(args: argparse.Namespace) -> int:
     from shardgnn.graph.datasets import (
         describe_datasets,
         is_relational,
+        is_temporal,
         load_dataset,
         load_hetero_dataset,
+        load_temporal_dataset,
     )
     from shardgnn.graph.stats import graph_info
 
@@ -72,6 +74,8 @@ def run_info(args: argparse.Namespace) -> int:
     if is_relational(args.dataset):
         # per node type and per relation (a typed graph's sizes are its types' sizes)
         info = load_hetero_dataset(args.dataset, args.data_dir).summary()
+    elif is_temporal(args.dataset):
+        info = load_temporal_dataset(args.dataset, args.data_dir).summary()
     else:
         info = graph_info(load_dataset(args.dataset, args.data_dir))
     print(json.dumps(info, indent=2) if args.json else _info_table(info))

@@ -30,7 +30,6 @@ is a :class:`~shardgnn.errors.DatasetError` naming the file and the fix.
 from __future__ import annotations
 
 import dataclasses
-import re
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +37,18 @@ import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.edgelist import load_edge_list, parse_numeric_table, read_text_bytes
+from shardgnn.graph.edgelist import (
+    NUMBER_LINE,
+    load_edge_list,
+    parse_numeric_table,
+    read_text_bytes,
+)
 from shardgnn.graph.hetero import HeteroGraph, save_hetero_graph
 from shardgnn.graph.io import load_npy, save_graph
 from shardgnn.options import invalid, option
 
 SPLITS = ("train", "val", "test")
 _TABLE_SUFFIXES = (".parquet", ".pq")
-_NUMBER = re.compile(rb"^[\s,]*[-+]?(\d|\.\d|nan|inf)", re.IGNORECASE)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -295,7 +298,7 @@ def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
     header = (
         bool(first.strip())
         and not first.lstrip().startswith((b"#", b"%"))
-        and not _NUMBER.match(first)
+        and not NUMBER_LINE.match(first)
     )
     values, _ = parse_numeric_table(
         rest if header else data, path, np.float64, first_line=2 if header else 1
@@ -356,7 +359,7 @@ def _is_table(path: Path) -> bool:
     return (
         bool(first.strip())
         and not first.lstrip().startswith((b"#", b"%"))
-        and not _NUMBER.match(first)
+        and not NUMBER_LINE.match(first)
     )
 
 

@@ -33,6 +33,8 @@ from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.synthetic_hetero import AcademicConfig
+from shardgnn.graph.synthetic_temporal import TemporalStreamConfig
+from shardgnn.graph.temporal import TemporalGraph
 
 
 def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
@@ -151,6 +153,8 @@ class DatasetEntry:
     """option -> default value (as the spec would spell it)"""
     relational: bool = False
     """loads a :class:`~shardgnn.graph.hetero.HeteroGraph` (:func:`load_hetero_dataset`)"""
+    temporal: bool = False
+    """loads a :class:`~shardgnn.graph.temporal.TemporalGraph` (:func:`load_temporal_dataset`)"""
 
 
 def _planetoid(name: str) -> DatasetEntry:
@@ -284,6 +288,31 @@ def _synthetic_hetero(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
     return generate_academic(AcademicConfig.from_spec(spec))
 
 
+def _synthetic_temporal(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
+    from shardgnn.graph.synthetic_temporal import TemporalStreamConfig, generate_temporal
+
+    return generate_temporal(TemporalStreamConfig.from_spec(spec))
+
+
+def _collegemsg(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
+    from shardgnn.graph.temporal import load_temporal_events
+
+    spec.finish()
+    folder = _find_folder(data_dir, ["temporal/collegemsg", "collegemsg"])
+    return load_temporal_events(folder / "CollegeMsg.txt", base=1, name="collegemsg")
+
+
+def _temporal_file(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
+    from shardgnn.graph.temporal import load_temporal_events
+
+    base = spec.take_str("base", choices=("0", "1", "auto"))
+    directed = spec.take_int("directed", 0, minimum=0) > 0
+    spec.finish()
+    assert spec.path is not None
+    path = Path(spec.path).expanduser()
+    return load_temporal_events(path, base=base if base == "auto" else int(base), directed=directed)
+
+
 def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
     from shardgnn.graph.synthetic import SyntheticConfig, generate
 
@@ -293,6 +322,24 @@ def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
 _REGISTRY: dict[str, DatasetEntry] = {
     "synthetic": DatasetEntry(
         "power-law graph with learnable labels (built-in default)", _synthetic
+    ),
+    "synthetic-temporal": DatasetEntry(
+        "interaction stream: power-law activity, recurring pairs, learnable future links "
+        "(temporal)",
+        _synthetic_temporal,
+        TemporalStreamConfig.defaults(),
+        temporal=True,
+    ),
+    "collegemsg": DatasetEntry(
+        "SNAP CollegeMsg: 59,835 timestamped messages among 1,899 users (temporal)",
+        _collegemsg,
+        temporal=True,
+    ),
+    "temporal": DatasetEntry(
+        "your timestamped events, SRC DST TIME [features...] per row (temporal): temporal:FILE",
+        _temporal_file,
+        {"base": "auto", "directed": "0"},
+        temporal=True,
     ),
     "synthetic-hetero": DatasetEntry(
         "academic graph: papers, authors, institutions, fields; typed power-law edges, paper "
@@ -342,7 +389,13 @@ _REGISTRY: dict[str, DatasetEntry] = {
     ),
 }
 # datasets whose spec starts with a path
-_PATH_DATASETS = {"file": "edges.txt", "graph": "my-graph", "kg": "triples", "hetero": "my-graph"}
+_PATH_DATASETS = {
+    "file": "edges.txt",
+    "graph": "my-graph",
+    "kg": "triples",
+    "hetero": "my-graph",
+    "temporal": "events.txt",
+}
 
 
 def known_datasets() -> list[str]:
@@ -377,15 +430,37 @@ def is_relational(spec: str) -> bool:
     return _entry(DatasetSpec.parse(spec)).relational
 
 
+def is_temporal(spec: str) -> bool:
+    """Whether ``spec`` names a temporal dataset (timestamped events)."""
+    return _entry(DatasetSpec.parse(spec)).temporal
+
+
 def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
     """Load the (homogeneous) dataset a spec string names (see the module docstring for the
-    grammar); a relational one is refused with what it supports."""
+    grammar); a relational or temporal one is refused with what it supports."""
     parsed = DatasetSpec.parse(spec)
     if _entry(parsed).relational:
         raise DatasetError(
-            f"{spec!r} is a relational (typed) graph; so far it trains relational link "
-            "prediction in one process",
-            fix=f"run `shardgnn train {spec} --task link --model rgcn`",
+            f"{spec!r} is a relational (typed) graph: it trains with --model rgcn or hetero-sage",
+            fix=f"run `shardgnn train {spec} --model rgcn` (knowledge graphs: --task link)",
+        )
+    if _entry(parsed).temporal:
+        raise DatasetError(
+            f"{spec!r} is a temporal graph (timestamped events); temporal training is not built "
+            "yet (`shardgnn info` shows it; shardgnn.sampling.temporal samples it)",
+            fix="train a static graph, or use the Python API for temporal sampling",
+        )
+    return _load(parsed, spec, data_dir)
+
+
+def load_temporal_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> TemporalGraph:
+    """Load the temporal dataset a spec names (``collegemsg``, ``synthetic-temporal``,
+    ``temporal:FILE``)."""
+    parsed = DatasetSpec.parse(spec)
+    if not _entry(parsed).temporal:
+        raise DatasetError(
+            f"{spec!r} is not a temporal graph: it has no event times",
+            fix="name a temporal dataset (collegemsg, synthetic-temporal, temporal:FILE)",
         )
     return _load(parsed, spec, data_dir)
 

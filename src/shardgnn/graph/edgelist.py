@@ -42,6 +42,10 @@ _MAX_EXACT_FLOAT_ID = 2**53  # ids are parsed as float64, exact below this
 CHUNK_BYTES = 4 << 20  # text parsed per vectorised step (bounds the scratch memory)
 
 
+# a line that starts with a number (a data row, not a header)
+NUMBER_LINE = re.compile(rb"^[\s,]*[-+]?(\d|\.\d|nan|inf)", re.IGNORECASE)
+
+
 def read_text_bytes(path: str | os.PathLike) -> bytes:
     """The content of a text file, gunzipped when it starts with the gzip magic bytes.
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.graph.spec_options import SpecOptions
 from shardgnn.graph.split import fraction_split
 
 PAPER, AUTHOR, INSTITUTION, FIELD = "paper", "author", "institution", "field"
@@ -40,7 +41,7 @@ RELATIONS = (
 
 
 @dataclasses.dataclass(kw_only=True)
-class AcademicConfig:
+class AcademicConfig(SpecOptions):
     """Parameters of the academic graph (each is a ``synthetic-hetero:key=value`` option)."""
 
     papers: int = 50_000
@@ -83,23 +84,6 @@ class AcademicConfig:
                     f"synthetic-hetero: {self} breaks {rule}",
                     fix="change the option in the spec, e.g. synthetic-hetero:papers=100000",
                 )
-
-    @classmethod
-    def defaults(cls) -> dict[str, str]:
-        """Every option's default as a spec would spell it."""
-        return {f.name: str(f.default) for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def from_spec(cls, spec) -> "AcademicConfig":
-        """Read options from a parsed :class:`~shardgnn.graph.datasets.DatasetSpec`."""
-        values = {}
-        for f in dataclasses.fields(cls):
-            if f.type in ("int", int):
-                values[f.name] = spec.take_int(f.name, f.default, minimum=0)
-            else:
-                values[f.name] = spec.take_float(f.name, f.default, lo=0)
-        spec.finish()
-        return cls(**values)
 
 
 def _pareto_weights(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:

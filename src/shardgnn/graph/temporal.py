@@ -1,0 +1,185 @@
+"""Temporal graphs: timestamped events and the temporal CSR (T-CSR) of TGL.
+
+A :class:`TemporalGraph` holds events ``src -> dst at time t`` in chronological order (an
+event's id is its position), optionally with a feature row per event, and the T-CSR: every
+node's incident events sorted by time, with the times beside the neighbour ids, so "the
+neighbours of ``v`` before ``t``" is one binary search in ``v``'s row. By default an event is in
+the rows of both endpoints (TGL and PyG's ``LastNeighborLoader`` treat interactions as
+undirected for neighbourhoods); ``directed=True`` keeps it in its destination's row only.
+
+Ingest: :func:`load_temporal_events` reads ``SRC DST TIME [features...]`` rows (whitespace or
+commas, an optional header line, ``#`` comments, ``.gz``): a non-numeric or negative time, a
+fractional node id, or a feature width that changes from row to row is one error naming the
+file and line; rows out of time order are sorted (stable) with a warning saying how many.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from shardgnn.errors import DatasetError
+from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
+
+
+@dataclasses.dataclass
+class TemporalGraph:
+    """Chronological events and their T-CSR.
+
+    Attributes:
+        num_nodes: ``N``.
+        src, dst: int64 ``[E]`` endpoints of every event, in time order (event id = position).
+        t: float64 ``[E]`` non-decreasing event times.
+        edge_feat: float32 ``[E, F]`` event features, or ``None``.
+        indptr: int64 ``[N + 1]`` T-CSR rows.
+        indices: int64 ``[M]`` the other endpoint of each incident event, row by row, by time.
+        times: float64 ``[M]`` the event's time, beside ``indices``.
+        eids: int64 ``[M]`` the event's id (ties in time keep event order).
+        directed: events are in their destination's row only (else in both endpoints' rows).
+        name: the dataset's name.
+    """
+
+    num_nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    indptr: np.ndarray
+    indices: np.ndarray
+    times: np.ndarray
+    eids: np.ndarray
+    edge_feat: np.ndarray | None = None
+    directed: bool = False
+    name: str = "temporal"
+
+    @classmethod
+    def from_events(
+        cls,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        edge_feat: np.ndarray | None = None,
+        *,
+        num_nodes: int | None = None,
+        directed: bool = False,
+        name: str = "temporal",
+    ) -> "TemporalGraph":
+        """Build from events in time order (``t`` non-decreasing; :func:`load_temporal_events`
+        sorts a file's rows)."""
+        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        t = np.asarray(t, dtype=np.float64)
+        if not (src.shape == dst.shape == t.shape and src.ndim == 1):
+            raise DatasetError(f"src, dst and t must be 1-D of one length, got {src.shape}, "
+                               f"{dst.shape}, {t.shape}")  # fmt: skip
+        if t.size and np.any(np.diff(t) < 0):
+            raise DatasetError("events must be in time order", fix="sort them by time first")
+        n = int(
+            num_nodes
+            if num_nodes is not None
+            else (max(src.max(), dst.max()) + 1 if src.size else 0)
+        )
+        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+            raise DatasetError(f"node ids must lie in [0, {n})")
+        eid = np.arange(src.size, dtype=np.int64)
+        if directed:
+            rows, nbrs, ev = dst, src, eid
+        else:
+            rows = np.concatenate([dst, src])
+            nbrs = np.concatenate([src, dst])
+            ev = np.concatenate([eid, eid])
+        # by row, then time, then event id (events are in time order: event id orders ties)
+        order = np.lexsort((ev, rows))
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+        feat = None if edge_feat is None else np.ascontiguousarray(edge_feat, dtype=np.float32)
+        if feat is not None and feat.shape[0] != src.size:
+            raise DatasetError(f"edge features have {feat.shape[0]} rows for {src.size} events")
+        return cls(
+            num_nodes=n, src=src, dst=dst, t=t, indptr=indptr, indices=nbrs[order],
+            times=t[ev[order]], eids=ev[order], edge_feat=feat, directed=directed, name=name,
+        )  # fmt: skip
+
+    def validate(self, source: str | None = None) -> "TemporalGraph":
+        """Check the T-CSR invariants (every row sorted by time; one or two entries per
+        event); raise :class:`DatasetError` naming ``source``."""
+        where = source or self.name
+        entries = self.num_events * (1 if self.directed else 2)
+        if self.indptr.shape != (self.num_nodes + 1,) or int(self.indptr[-1]) != entries:
+            raise DatasetError(f"T-CSR has {int(self.indptr[-1])} entries for {entries}", where)
+        step = np.diff(self.times)
+        row_start = np.zeros(self.times.shape[0], dtype=bool)
+        row_start[self.indptr[:-1][self.indptr[:-1] < self.times.shape[0]]] = True
+        if np.any((step < 0) & ~row_start[1:]):
+            raise DatasetError("a T-CSR row is not sorted by time", where)
+        return self
+
+    @property
+    def num_events(self) -> int:
+        return int(self.src.shape[0])
+
+    def summary(self) -> dict:
+        """Sizes and time span, for ``shardgnn info``."""
+        pairs = np.unique(self.src * max(self.num_nodes, 1) + self.dst).size if self.src.size else 0
+        return {
+            "name": self.name,
+            "num_nodes": self.num_nodes,
+            "num_events": self.num_events,
+            "distinct_pairs": int(pairs),
+            "time_span": [float(self.t[0]), float(self.t[-1])] if self.t.size else None,
+            "edge_features": 0 if self.edge_feat is None else int(self.edge_feat.shape[1]),
+            "directed": self.directed,
+        }
+
+
+def load_temporal_events(
+    path: str | Path, *, base: int | str = "auto", directed: bool = False, name: str | None = None
+) -> TemporalGraph:
+    """Read ``SRC DST TIME [features...]`` rows (see the module docstring). ``base``: the first
+    node id (0, 1, or ``auto``: 1 when the smallest id is 1)."""
+    path = Path(path)
+    data = read_text_bytes(path)
+    first_line = 1
+    head, _, rest = data.partition(b"\n")
+    if head.strip() and not head.lstrip().startswith((b"#", b"%")) and not NUMBER_LINE.match(head):
+        data, first_line = rest, 2  # a header line (e.g. "src dst time")
+    rows, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
+    if rows.shape[0] == 0:
+        raise DatasetError("holds no events", path, "give SRC DST TIME rows")
+    if rows.shape[1] < 3:
+        raise DatasetError(
+            f"rows have {rows.shape[1]} columns; an event is SRC DST TIME [features...]", path
+        )
+    ids, t = rows[:, :2], rows[:, 2]
+    bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
+    if bad.size:
+        raise DatasetError(
+            f"line {lines[bad[0]]}: time {float(t[bad[0]])} is not a finite non-negative number",
+            path,
+            "times are numbers >= 0 (e.g. unix seconds)",
+        )
+    bad = np.flatnonzero((ids != np.floor(ids)).any(axis=1) | (ids < 0).any(axis=1))
+    if bad.size:
+        raise DatasetError(
+            f"line {lines[bad[0]]}: node ids {ids[bad[0]].tolist()} are not non-negative integers",
+            path,
+        )
+    ids = ids.astype(np.int64)
+    offset = (1 if ids.min() == 1 else 0) if base == "auto" else int(base)
+    if ids.min() - offset < 0:
+        raise DatasetError(f"node id {ids.min()} is below the id base {offset}", path)
+    ids -= offset
+    order = np.argsort(t, kind="stable")
+    moved = int(np.count_nonzero(order != np.arange(order.size)))
+    if moved:
+        warnings.warn(
+            f"{path}: {moved} of {t.size} events were not in time order; sorted them by time "
+            "(stable: rows with equal times keep their file order)",
+            stacklevel=2,
+        )
+        ids, t, rows = ids[order], t[order], rows[order]
+    feat = rows[:, 3:] if rows.shape[1] > 3 else None
+    return TemporalGraph.from_events(
+        ids[:, 0], ids[:, 1], t, feat, directed=directed, name=name or path.stem
+    )

@@ -1,0 +1,162 @@
+"""Temporal neighbour sampling (TGL's parallel sampler over the T-CSR).
+
+For each seed ``(v, t)``: the events in ``v``'s T-CSR row strictly before ``t`` are a prefix of
+the row (one binary search); ``recent`` takes the ``k`` latest of them, most recent first (TGN,
+PyG's ``LastNeighborLoader``), ``uniform`` draws ``k`` of them without replacement (TGAT).
+Never an event at or after ``t``: a model trained on these neighbourhoods sees no future.
+Multi-hop sampling (TGAT) continues from each sampled ``(neighbour, event time)``: the
+neighbour's own neighbourhood before the interaction that reached it.
+
+Uniform draws are counter-based per ``(node, seed time, seed)``, so they do not depend on the
+rest of the batch or the thread count: the property a distributed sampler needs to be
+bit-identical to this one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+
+from shardgnn.errors import ConfigError
+from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
+from shardgnn.seeding import mix_seed
+
+TEMPORAL_MODES = ("recent", "uniform")
+
+
+@numba.njit(inline="always")
+def _before(times, lo, hi, t):  # pragma: no cover - compiled
+    """The first position in ``[lo, hi)`` whose time is ``>= t`` (row sorted by time)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if times[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def temporal_counts(indptr, times, nodes, seed_times, fanout):  # pragma: no cover - compiled
+    """Per seed: ``min(fanout, events before its time)`` (all of them at ``fanout < 0``)."""
+    counts = np.empty(nodes.shape[0] + 1, dtype=np.int64)
+    counts[0] = 0
+    for i in numba.prange(nodes.shape[0]):
+        v = nodes[i]
+        c = _before(times, indptr[v], indptr[v + 1], seed_times[i]) - indptr[v]
+        counts[i + 1] = c if fanout < 0 else min(fanout, c)
+    return counts
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def temporal_fill(
+    indptr, indices, times, eids, nodes, seed_times, time_bits, fanout, uniform, seed, offsets,
+    out_nbr, out_time, out_eid,
+):  # pragma: no cover - compiled  # fmt: skip
+    """Write seed ``i``'s sampled events into ``out_*[offsets[i]:offsets[i + 1]]``: the latest
+    first (``recent``, and every event when the fanout covers them), or a uniform draw."""
+    useed = np.uint64(seed)
+    for i in numba.prange(nodes.shape[0]):
+        v = nodes[i]
+        start = indptr[v]
+        end = _before(times, start, indptr[v + 1], seed_times[i])
+        lo, k = offsets[i], offsets[i + 1] - offsets[i]
+        c = end - start
+        if k == 0:
+            continue
+        if not uniform or k == c:
+            for j in range(k):  # most recent first
+                e = end - 1 - j
+                out_nbr[lo + j] = indices[e]
+                out_time[lo + j] = times[e]
+                out_eid[lo + j] = eids[e]
+            continue
+        # the seed's own stream: its node and the bits of its time
+        key = splitmix64(useed ^ splitmix64(np.uint64(v)) ^ splitmix64(time_bits[i]))
+        # Floyd: k distinct positions of [0, c); out_eid holds them until mapped
+        for q, top in enumerate(range(c - k, c)):
+            pick = _below(splitmix64(key + np.uint64(top)), top + 1)
+            for p in range(q):
+                if out_eid[lo + p] == pick:
+                    pick = top
+                    break
+            out_eid[lo + q] = pick
+        for j in range(k):
+            e = start + out_eid[lo + j]
+            out_nbr[lo + j] = indices[e]
+            out_time[lo + j] = times[e]
+            out_eid[lo + j] = eids[e]
+
+
+@dataclasses.dataclass(frozen=True)
+class TemporalHop:
+    """One hop of temporal sampling: seed ``i`` = ``(dst_nodes[i], dst_times[i])`` got the
+    events ``offsets[i]:offsets[i + 1]`` of ``nbr`` (the other endpoint), ``nbr_times`` (the
+    event's time, before ``dst_times[i]``) and ``eids`` (event ids: their features)."""
+
+    dst_nodes: np.ndarray
+    dst_times: np.ndarray
+    offsets: np.ndarray
+    nbr: np.ndarray
+    nbr_times: np.ndarray
+    eids: np.ndarray
+
+    @property
+    def num_events(self) -> int:
+        return int(self.nbr.shape[0])
+
+
+def sample_temporal_neighbors(
+    graph: TemporalGraph,
+    nodes: np.ndarray,
+    seed_times: np.ndarray,
+    fanout: int,
+    mode: str = "recent",
+    seed: int = 0,
+) -> TemporalHop:
+    """One hop for seeds ``(nodes[i], seed_times[i])``: up to ``fanout`` events strictly before
+    each seed's time (``-1``: all of them)."""
+    if mode not in TEMPORAL_MODES:
+        raise ConfigError(f"temporal sampling mode {mode!r} is not one of {TEMPORAL_MODES}")
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
+    if nodes.shape != seed_times.shape:
+        raise ConfigError("every seed node needs one seed time")
+    with KERNEL_LOCK:
+        offsets = np.cumsum(temporal_counts(graph.indptr, graph.times, nodes, seed_times, fanout))
+        total = int(offsets[-1])
+        nbr = np.empty(total, dtype=np.int64)
+        when = np.empty(total, dtype=np.float64)
+        eid = np.empty(total, dtype=np.int64)
+        temporal_fill(
+            graph.indptr, graph.indices, graph.times, graph.eids, nodes, seed_times,
+            seed_times.view(np.uint64), np.int64(fanout), mode == "uniform", np.uint64(seed),
+            offsets, nbr, when, eid,
+        )  # fmt: skip
+    return TemporalHop(nodes, seed_times, offsets, nbr, when, eid)
+
+
+class TemporalNeighborSampler:
+    """Multi-hop temporal sampling: hop ``l`` samples ``fanouts[l]`` events before each seed of
+    hop ``l - 1``'s ``(neighbour, event time)`` pairs (the first hop: the batch's seeds)."""
+
+    def __init__(self, graph: TemporalGraph, fanouts: list[int], mode: str = "recent"):
+        if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+            raise ConfigError(f"temporal fanouts {fanouts}: one count >= 1 (or -1) per hop")
+        if mode not in TEMPORAL_MODES:
+            raise ConfigError(f"temporal sampling mode {mode!r} is not one of {TEMPORAL_MODES}")
+        self.graph, self.fanouts, self.mode = graph, list(fanouts), mode
+
+    def sample(self, nodes: np.ndarray, seed_times: np.ndarray, seed: int = 0) -> list[TemporalHop]:
+        """The hops of seeds ``(nodes[i], seed_times[i])``, first hop first."""
+        hops = []
+        for layer, fanout in enumerate(self.fanouts):
+            hop = sample_temporal_neighbors(
+                self.graph, nodes, seed_times, fanout, self.mode, mix_seed(seed, layer)
+            )
+            hops.append(hop)
+            nodes, seed_times = hop.nbr, hop.nbr_times
+        return hops

@@ -1,0 +1,153 @@
+"""Temporal graphs (issue 17, first part): the T-CSR, event ingest with its errors, the synthetic
+stream, and the temporal neighbour sampler (never the future; most-recent is exactly the latest
+events; uniform draws depend only on the seed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardgnn.errors import DatasetError
+from shardgnn.graph.synthetic_temporal import TemporalStreamConfig, generate_temporal
+from shardgnn.graph.temporal import TemporalGraph, load_temporal_events
+from shardgnn.sampling.temporal import TemporalNeighborSampler, sample_temporal_neighbors
+
+from conftest import SHARED_DATA, requires_shared_data
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return generate_temporal(TemporalStreamConfig(nodes=300, events=5000, seed=2))
+
+
+def incident(graph, v):
+    """Brute force: ``(time, event id, other endpoint)`` of every event in ``v``'s row."""
+    out = [(graph.t[e], e, graph.src[e]) for e in np.flatnonzero(graph.dst == v)]
+    if not graph.directed:
+        out += [(graph.t[e], e, graph.dst[e]) for e in np.flatnonzero(graph.src == v)]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_tcsr_rows_hold_every_incident_event_sorted_by_time(directed):
+    g = generate_temporal(TemporalStreamConfig(nodes=50, events=400, seed=1))
+    g = TemporalGraph.from_events(g.src, g.dst, g.t, num_nodes=50, directed=directed)
+    g.validate()
+    for v in range(50):
+        row = slice(g.indptr[v], g.indptr[v + 1])
+        got = list(zip(g.times[row], g.eids[row], g.indices[row]))
+        assert got == incident(g, v)
+
+
+def test_synthetic_stream_is_deterministic_and_pairs_recur():
+    a = generate_temporal(TemporalStreamConfig(nodes=1000, events=20000, seed=4))
+    b = generate_temporal(TemporalStreamConfig(nodes=1000, events=20000, seed=4))
+    np.testing.assert_array_equal(a.src, b.src)
+    np.testing.assert_array_equal(a.t, b.t)
+    assert np.all(np.diff(a.t) > 0) and np.all(a.src != a.dst)
+    pairs = np.unique(a.src * 1000 + a.dst).size
+    fresh = generate_temporal(TemporalStreamConfig(nodes=1000, events=20000, recurrence=0.0))
+    # recurring pairs: far fewer distinct pairs than a stream without partners
+    assert pairs < 0.7 * np.unique(fresh.src * 1000 + fresh.dst).size
+
+
+@pytest.mark.parametrize("mode", ["recent", "uniform"])
+def test_sampler_never_returns_an_event_at_or_after_the_seed_time(stream, mode):
+    rng = np.random.default_rng(0)
+    nodes = rng.integers(0, stream.num_nodes, 400)
+    times = rng.choice(stream.t, 400)  # seed times that are event times: ties must be excluded
+    hops = TemporalNeighborSampler(stream, [5, 3], mode).sample(nodes, times, seed=7)
+    for hop in hops:
+        seed_time = np.repeat(hop.dst_times, np.diff(hop.offsets))
+        assert np.all(hop.nbr_times < seed_time)
+        # every returned event is real, incident to its seed, at the time it says
+        row_node = np.repeat(hop.dst_nodes, np.diff(hop.offsets))
+        ends = np.stack([stream.src[hop.eids], stream.dst[hop.eids]])
+        assert np.all((ends == row_node).any(axis=0))
+        np.testing.assert_array_equal(stream.t[hop.eids], hop.nbr_times)
+    assert hops[1].dst_nodes.size == hops[0].num_events  # hop 2 starts from hop 1's events
+
+
+def test_most_recent_is_exactly_the_k_latest_events(stream):
+    rng = np.random.default_rng(1)
+    nodes = rng.integers(0, stream.num_nodes, 200)
+    times = rng.uniform(stream.t[0], stream.t[-1], 200)
+    hop = sample_temporal_neighbors(stream, nodes, times, 4, "recent")
+    for i, (v, t) in enumerate(zip(nodes, times)):
+        before = [e for e in incident(stream, v) if e[0] < t]
+        expect = [e[1] for e in reversed(before[-4:])]  # latest first
+        assert hop.eids[hop.offsets[i] : hop.offsets[i + 1]].tolist() == expect
+
+
+def test_uniform_draws_are_distinct_and_depend_only_on_the_seed(stream):
+    rng = np.random.default_rng(2)
+    nodes = rng.integers(0, stream.num_nodes, 300)
+    times = rng.uniform(stream.t[0], stream.t[-1], 300)
+    hop = sample_temporal_neighbors(stream, nodes, times, 3, "uniform", seed=5)
+    counts = np.diff(hop.offsets)
+    for i in range(300):
+        eids = hop.eids[hop.offsets[i] : hop.offsets[i + 1]]
+        assert len(set(eids.tolist())) == len(eids)
+        available = sum(1 for e in incident(stream, nodes[i]) if e[0] < times[i])
+        assert counts[i] == min(3, available)
+    # a seed's draw does not depend on the rest of the batch
+    alone = sample_temporal_neighbors(stream, nodes[7:9], times[7:9], 3, "uniform", seed=5)
+    np.testing.assert_array_equal(alone.eids, hop.eids[hop.offsets[7] : hop.offsets[9]])
+    other = sample_temporal_neighbors(stream, nodes, times, 3, "uniform", seed=6)
+    assert not np.array_equal(other.eids, hop.eids)
+
+
+def write(tmp_path, text, name="events.txt"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_event_files_load_with_header_features_and_one_based_ids(tmp_path):
+    path = write(tmp_path, "src,dst,time,f0,f1\n1,2,10,0.5,1\n2,3,11,1.5,2\n3,1,11,2.5,3\n")
+    g = load_temporal_events(path)
+    assert g.num_nodes == 3 and g.num_events == 3
+    assert g.src.tolist() == [0, 1, 2] and g.dst.tolist() == [1, 2, 0]
+    np.testing.assert_array_equal(g.edge_feat, [[0.5, 1], [1.5, 2], [2.5, 3]])
+
+
+def test_unsorted_events_are_sorted_with_a_warning(tmp_path):
+    path = write(tmp_path, "0 1 5\n1 2 3\n2 0 4\n")
+    with pytest.warns(UserWarning, match="3 of 3 events were not in time order; sorted"):
+        g = load_temporal_events(path, base=0)
+    assert g.t.tolist() == [3, 4, 5] and g.src.tolist() == [1, 2, 0]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("0 1 5\n1 2 soon\n", "line 2"),
+        ("0 1 5\n1 2 -3\n", "line 2: time -3.0 is not a finite non-negative number"),
+        ("0 1 5 0.1\n1 2 6 0.1 0.2\n", "line 2"),
+        ("0 1.5 5\n", "line 1: node ids [0.0, 1.5] are not non-negative integers"),
+        ("0 1\n", "an event is SRC DST TIME"),
+    ],
+)
+def test_bad_event_files_get_one_clear_error(tmp_path, text, message):
+    with pytest.raises(DatasetError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_temporal_events(write(tmp_path, text), base=0)
+
+
+@requires_shared_data
+def test_collegemsg_loads_with_snap_counts():
+    from shardgnn.graph.datasets import load_temporal_dataset
+
+    g = load_temporal_dataset("collegemsg", SHARED_DATA)
+    assert (g.num_nodes, g.num_events) == (1899, 59835)
+    assert g.summary()["distinct_pairs"] == 20296  # SNAP's static edge count
+    hop = sample_temporal_neighbors(g, g.src[-100:], g.t[-100:], 10)
+    assert np.all(hop.nbr_times < np.repeat(g.t[-100:], np.diff(hop.offsets)))
+
+
+def test_cli_shows_a_temporal_dataset_and_refuses_to_train_it(capsys):
+    from shardgnn.cli import main
+
+    assert main(["info", "synthetic-temporal:nodes=50,events=100", "--json"]) == 0
+    assert '"num_events": 100' in capsys.readouterr().out
+    assert main(["train", "synthetic-temporal:nodes=50,events=100"]) == 2
+    assert "temporal training is not built yet" in capsys.readouterr().err
