@@ -151,3 +151,20 @@ def test_cli_shows_a_temporal_dataset_and_refuses_to_train_it(capsys):
     assert '"num_events": 100' in capsys.readouterr().out
     assert main(["train", "synthetic-temporal:nodes=50,events=100"]) == 2
     assert "temporal training is not built yet" in capsys.readouterr().err
+
+
+def test_recent_subgraph_is_the_recent_hop_relabelled(stream):
+    """TGN's batch neighbourhood in one pass: the same events as the recent hop, with local ids
+    that point back at the right nodes (and the scratch map left clean for the next batch)."""
+    sampler = TemporalNeighborSampler(stream, [6])
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        nodes = np.unique(rng.integers(0, stream.num_nodes, 120))
+        times = np.full(nodes.size, rng.uniform(stream.t[0], stream.t[-1]))
+        n_id, edge_index, eids = sampler.recent_subgraph(nodes, times)
+        hop = sample_temporal_neighbors(stream, nodes, times, 6, "recent")
+        np.testing.assert_array_equal(eids, hop.eids)
+        np.testing.assert_array_equal(n_id[edge_index[0]], hop.nbr)
+        np.testing.assert_array_equal(n_id[edge_index[1]], np.repeat(nodes, np.diff(hop.offsets)))
+        assert np.unique(n_id).size == n_id.size and n_id[: nodes.size].tolist() == nodes.tolist()
+        assert np.all(sampler._node_map == -1)

@@ -91,6 +91,53 @@ def temporal_fill(
             out_eid[lo + j] = eids[e]
 
 
+@numba.njit(nogil=True, cache=True)
+def recent_subgraph_kernel(
+    indptr, indices, times, eids, nodes, seed_times, k, node_map
+):  # pragma: no cover - compiled  # fmt: skip
+    """One pass, one thread (a TGN batch is small: thread start-up would cost more): the ``k``
+    latest events before each seed's time, relabelled. Returns ``(n_id, nbr, dst, eid)``:
+    global ids of the subgraph's nodes (seeds first, then new neighbours in order of
+    appearance), and per event its neighbour's and its seed's local id and its event id.
+    ``node_map`` is ``-1`` everywhere on entry and on return."""
+    n = nodes.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    offsets[0] = 0
+    for i in range(n):
+        v = nodes[i]
+        end = _before(times, indptr[v], indptr[v + 1], seed_times[i])
+        ends[i] = end
+        c = end - indptr[v]
+        offsets[i + 1] = offsets[i] + (c if k < 0 else min(k, c))
+    total = offsets[n]
+    n_id = np.empty(n + total, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        if node_map[nodes[i]] < 0:
+            node_map[nodes[i]] = count
+            n_id[count] = nodes[i]
+            count += 1
+    nbr = np.empty(total, dtype=np.int64)
+    dst = np.empty(total, dtype=np.int64)
+    out_eid = np.empty(total, dtype=np.int64)
+    for i in range(n):
+        lo = offsets[i]
+        for j in range(offsets[i + 1] - lo):
+            e = ends[i] - 1 - j  # latest first
+            u = indices[e]
+            if node_map[u] < 0:
+                node_map[u] = count
+                n_id[count] = u
+                count += 1
+            nbr[lo + j] = node_map[u]
+            dst[lo + j] = node_map[nodes[i]]
+            out_eid[lo + j] = eids[e]
+    for i in range(count):
+        node_map[n_id[i]] = -1
+    return n_id[:count], nbr, dst, out_eid
+
+
 @dataclasses.dataclass(frozen=True)
 class TemporalHop:
     """One hop of temporal sampling: seed ``i`` = ``(dst_nodes[i], dst_times[i])`` got the
@@ -141,7 +188,9 @@ def sample_temporal_neighbors(
 
 class TemporalNeighborSampler:
     """Multi-hop temporal sampling: hop ``l`` samples ``fanouts[l]`` events before each seed of
-    hop ``l - 1``'s ``(neighbour, event time)`` pairs (the first hop: the batch's seeds)."""
+    hop ``l - 1``'s ``(neighbour, event time)`` pairs (the first hop: the batch's seeds).
+
+    Not thread-safe (:meth:`recent_subgraph` reuses an O(N) scratch map)."""
 
     def __init__(self, graph: TemporalGraph, fanouts: list[int], mode: str = "recent"):
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):
@@ -149,6 +198,25 @@ class TemporalNeighborSampler:
         if mode not in TEMPORAL_MODES:
             raise ConfigError(f"temporal sampling mode {mode!r} is not one of {TEMPORAL_MODES}")
         self.graph, self.fanouts, self.mode = graph, list(fanouts), mode
+        self._node_map: np.ndarray | None = None  # O(N) relabelling scratch, made on first use
+
+    def recent_subgraph(
+        self, nodes: np.ndarray, seed_times: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """TGN's one-hop neighbourhood of a batch: the first hop's ``fanouts[0]`` latest events
+        before each seed's time, relabelled in one pass: ``(n_id, edge_index [2, E] (neighbour,
+        seed) in local ids, event ids)``, the form of PyG's ``LastNeighborLoader``."""
+        nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+        seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
+        if self._node_map is None:
+            self._node_map = np.full(self.graph.num_nodes, -1, dtype=np.int64)
+        g = self.graph
+        with KERNEL_LOCK:
+            n_id, nbr, dst, eid = recent_subgraph_kernel(
+                g.indptr, g.indices, g.times, g.eids, nodes, seed_times,
+                np.int64(self.fanouts[0]), self._node_map,
+            )  # fmt: skip
+        return n_id, np.stack([nbr, dst]), eid
 
     def sample(self, nodes: np.ndarray, seed_times: np.ndarray, seed: int = 0) -> list[TemporalHop]:
         """The hops of seeds ``(nodes[i], seed_times[i])``, first hop first."""
