@@ -168,3 +168,62 @@ def test_recent_subgraph_is_the_recent_hop_relabelled(stream):
         np.testing.assert_array_equal(n_id[edge_index[1]], np.repeat(nodes, np.diff(hop.offsets)))
         assert np.unique(n_id).size == n_id.size and n_id[: nodes.size].tolist() == nodes.tolist()
         assert np.all(sampler._node_map == -1)
+
+
+# ------------------------------------------------------------------------------ distributed
+def _dist_hops(ctx, path, seed_lists, time_lists, fanout):
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.sampling.temporal import dist_temporal_hop
+    from shardgnn.store.dist_graph import DistGraphStore
+
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+    store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
+    out = []
+    for mode in ("recent", "uniform"):
+        hop = dist_temporal_hop(
+            store, comm, np.asarray(seed_lists[ctx.rank]), np.asarray(time_lists[ctx.rank]),
+            fanout, mode, seed=11,
+        )  # fmt: skip
+        out.append((hop.offsets, hop.nbr, hop.nbr_times, hop.eids))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world", [2, 3])
+def test_distributed_temporal_sampling_equals_one_process(tmp_path, stream, world):
+    """Each seed's events drawn by its node's owner (recent and uniform) are one process's
+    draws on the reassembled T-CSR, whichever rank asks; a rank without seeds still serves."""
+    import types
+
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.partition.methods import random_partition
+    from shardgnn.partition.temporal import write_temporal_partitions
+
+    from distributed_helpers import run_workers
+
+    path = tmp_path / "parts"
+    assignment = random_partition(stream.num_nodes, world, seed=0)
+    pset = write_temporal_partitions(stream, assignment, path, method="random")
+    parts = [pset.load_part(p) for p in range(world)]
+    ends = np.cumsum([0] + [p.num_edges for p in parts])
+    new = types.SimpleNamespace(
+        indptr=np.concatenate([[0]] + [np.asarray(p.indptr[1:]) + e for p, e in zip(parts, ends)]),
+        indices=np.concatenate([np.asarray(p.indices) for p in parts]).astype(np.int64),
+        times=np.concatenate([np.asarray(p.edge_arrays["times"]) for p in parts]),
+        eids=np.concatenate([np.asarray(p.edge_arrays["eids"]) for p in parts]),
+    )
+    assert read_partitions(path).meta["temporal"]["num_events"] == stream.num_events
+    rng = np.random.default_rng(5)
+    seed_lists = [rng.integers(0, stream.num_nodes, 80).tolist() for _ in range(world)]
+    time_lists = [rng.uniform(stream.t[0], stream.t[-1], 80).tolist() for _ in range(world)]
+    seed_lists[-1], time_lists[-1] = [], []
+    results = run_workers(_dist_hops, world, str(path), seed_lists, time_lists, 4)
+    for rank, hops in enumerate(results):
+        for mode, got in zip(("recent", "uniform"), hops):
+            want = sample_temporal_neighbors(
+                new, np.asarray(seed_lists[rank], np.int64), np.asarray(time_lists[rank]), 4,
+                mode, seed=11,
+            )  # fmt: skip
+            for g, w in zip(got, (want.offsets, want.nbr, want.nbr_times, want.eids)):
+                np.testing.assert_array_equal(g, w)

@@ -21,6 +21,7 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                  etype.npy  int8|16|32 [e_p]  relation of every in-edge (typed graphs)
                  x_type<t>.npy  float32 [n_p^t, F_t]  features of the part's type-t nodes
                                 (typed graphs, types with features; in new-id order)
+                 edge_<name>.npy  [e_p]  more per-edge values (temporal graphs: times, eids)
 
 A typed graph (``meta.json["hetero"]``: node types, their original id ranges, relations) keeps
 each part's rows grouped by node type, because a part's rows are its original ids in ascending
@@ -163,6 +164,8 @@ def write_partitions(
     edge_type: np.ndarray | None = None,
     hetero: dict[str, Any] | None = None,
     type_features: dict[int, np.ndarray] | None = None,
+    edge_arrays: dict[str, np.ndarray] | None = None,
+    extra_meta: dict[str, Any] | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -188,6 +191,10 @@ def write_partitions(
         type_features: typed graphs: node type index -> ``[N_t, F_t]`` features of that type's
             nodes (rows by original id minus the type's offset), written per part as
             ``x_type<t>.npy`` and recorded as ``meta.json["hetero"]["features"]``.
+        edge_arrays: name -> ``[E]`` values aligned with ``graph``'s CSR (a temporal graph's
+            event times and ids), written per part as ``edge_<name>.npy`` in their own dtype and
+            listed in ``meta.json["edge_arrays"]``.
+        extra_meta: more ``meta.json`` sections (a temporal graph's ``temporal``).
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -257,6 +264,10 @@ def write_partitions(
                 )
             if edge_type is not None:
                 _write_array(tmp, f"{folder}/etype.npy", np.asarray(edge_type)[positions], record)
+            for name, values in (edge_arrays or {}).items():
+                _write_array(
+                    tmp, f"{folder}/edge_{name}.npy", np.asarray(values)[positions], record
+                )
             del positions, indices
             if graph.x is not None:
                 _write_array(
@@ -331,6 +342,11 @@ def write_partitions(
             meta["hetero"]["features"] = {
                 str(t): int(np.asarray(x_t).shape[1]) for t, x_t in (type_features or {}).items()
             }
+        if edge_arrays:
+            meta["edge_arrays"] = {
+                name: str(np.asarray(v).dtype) for name, v in edge_arrays.items()
+            }
+        meta.update(extra_meta or {})
         if link_split is not None:
             save_link_split(link_split, tmp / LINK_SPLIT_DIR)
         save_json(tmp / "meta.json", meta)
@@ -397,6 +413,8 @@ class LocalPartition:
     book: PartitionBook
     etype: np.ndarray | None = None
     """int8/16/32 ``[e_p]`` relation of every in-edge (typed graphs), else ``None``"""
+    edge_arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """more per-edge values aligned with ``indices`` (a temporal graph's ``times``, ``eids``)"""
     type_x: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     """typed graphs: node type index -> float32 ``[n_p^t, F_t]`` features of this part's nodes
     of that type (new-id order), for the types with features"""
@@ -701,9 +719,10 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
     typed = {
         type_features_name(int(t)): int(t) for t in (meta.get("hetero") or {}).get("features", {})
     }
+    per_edge = {f"edge_{name}": name for name in meta.get("edge_arrays") or {}}
     rels = {
         name: f"{folder}/{name}.npy"
-        for name in (*_PART_ARRAYS, *typed)
+        for name in (*_PART_ARRAYS, *typed, *per_edge)
         if f"{folder}/{name}.npy" in meta["arrays"]
     }
     for name in ("indptr", "indices", "halo"):
@@ -720,6 +739,14 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
             _REMAKE,
         )
     _check_part_structure(path, rels, arrays, end - start, pset.book.num_nodes)
+    for name in per_edge:
+        if name in arrays and arrays[name].shape[0] != arrays["indices"].shape[0]:
+            raise DatasetError(
+                f"has {arrays[name].shape[0]} rows, expected {arrays['indices'].shape[0]} (one "
+                "per edge)",
+                path / rels[name],
+                _REMAKE,
+            )
     for name, t in typed.items():
         bounds = meta["hetero"]["type_bounds"][part]
         expected = int(bounds[t + 1]) - int(bounds[t])
@@ -749,6 +776,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
         book=pset.book,
         etype=arrays.get("etype"),
         type_x={t: arrays[name] for name, t in typed.items() if name in arrays},
+        edge_arrays={short: arrays[name] for name, short in per_edge.items() if name in arrays},
     )
 
 

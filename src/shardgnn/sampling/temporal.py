@@ -18,9 +18,11 @@ import dataclasses
 
 import numba
 import numpy as np
+import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
 from shardgnn.seeding import mix_seed
 
@@ -54,10 +56,12 @@ def temporal_counts(indptr, times, nodes, seed_times, fanout):  # pragma: no cov
 @numba.njit(parallel=True, nogil=True, cache=True)
 def temporal_fill(
     indptr, indices, times, eids, nodes, seed_times, time_bits, fanout, uniform, seed, offsets,
-    out_nbr, out_time, out_eid,
+    out_nbr, out_time, out_eid, id_offset,
 ):  # pragma: no cover - compiled  # fmt: skip
     """Write seed ``i``'s sampled events into ``out_*[offsets[i]:offsets[i + 1]]``: the latest
-    first (``recent``, and every event when the fanout covers them), or a uniform draw."""
+    first (``recent``, and every event when the fanout covers them), or a uniform draw.
+    ``nodes`` are T-CSR rows; a seed's random key uses its global id ``row + id_offset`` (a
+    partition's owner passes its first id), so an owner draws what one process would."""
     useed = np.uint64(seed)
     for i in numba.prange(nodes.shape[0]):
         v = nodes[i]
@@ -75,7 +79,7 @@ def temporal_fill(
                 out_eid[lo + j] = eids[e]
             continue
         # the seed's own stream: its node and the bits of its time
-        key = splitmix64(useed ^ splitmix64(np.uint64(v)) ^ splitmix64(time_bits[i]))
+        key = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset)) ^ splitmix64(time_bits[i]))
         # Floyd: k distinct positions of [0, c); out_eid holds them until mapped
         for q, top in enumerate(range(c - k, c)):
             pick = _below(splitmix64(key + np.uint64(top)), top + 1)
@@ -166,24 +170,94 @@ def sample_temporal_neighbors(
 ) -> TemporalHop:
     """One hop for seeds ``(nodes[i], seed_times[i])``: up to ``fanout`` events strictly before
     each seed's time (``-1``: all of them)."""
-    if mode not in TEMPORAL_MODES:
-        raise ConfigError(f"temporal sampling mode {mode!r} is not one of {TEMPORAL_MODES}")
     nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
-    if nodes.shape != seed_times.shape:
+    offsets, nbr, when, eid = temporal_hop(
+        graph.indptr, graph.indices, graph.times, graph.eids, nodes, seed_times, fanout, mode,
+        seed,
+    )  # fmt: skip
+    return TemporalHop(nodes, seed_times, offsets, nbr, when, eid)
+
+
+def temporal_hop(
+    indptr, indices, times, eids, rows, seed_times, fanout, mode, seed, id_offset=0
+) -> tuple[np.ndarray, ...]:
+    """The kernel every temporal sampler shares, one process or per owner: ``(offsets, nbr,
+    event times, event ids)`` of seeds at T-CSR ``rows`` (global id ``row + id_offset``)."""
+    if mode not in TEMPORAL_MODES:
+        raise ConfigError(f"temporal sampling mode {mode!r} is not one of {TEMPORAL_MODES}")
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
+    if rows.shape != seed_times.shape:
         raise ConfigError("every seed node needs one seed time")
     with KERNEL_LOCK:
-        offsets = np.cumsum(temporal_counts(graph.indptr, graph.times, nodes, seed_times, fanout))
+        offsets = np.cumsum(temporal_counts(indptr, times, rows, seed_times, fanout))
         total = int(offsets[-1])
         nbr = np.empty(total, dtype=np.int64)
         when = np.empty(total, dtype=np.float64)
         eid = np.empty(total, dtype=np.int64)
         temporal_fill(
-            graph.indptr, graph.indices, graph.times, graph.eids, nodes, seed_times,
-            seed_times.view(np.uint64), np.int64(fanout), mode == "uniform", np.uint64(seed),
-            offsets, nbr, when, eid,
+            indptr, indices, times, eids, rows, seed_times, seed_times.view(np.uint64),
+            np.int64(fanout), mode == "uniform", np.uint64(seed), offsets, nbr, when, eid,
+            np.int64(id_offset),
         )  # fmt: skip
-    return TemporalHop(nodes, seed_times, offsets, nbr, when, eid)
+    return offsets, nbr, when, eid
+
+
+def dist_temporal_hop(
+    store,
+    comm,
+    nodes: np.ndarray,
+    seed_times: np.ndarray,
+    fanout: int,
+    mode: str = "recent",
+    seed: int = 0,
+    stage: str = "sample",
+) -> TemporalHop:
+    """:func:`sample_temporal_neighbors` over a temporal partition (``store``: its
+    :class:`~shardgnn.store.dist_graph.DistGraphStore`): each seed's events are drawn by its
+    node's owner over one all-to-all of requests and two of replies (a collective: every rank
+    calls it, possibly with no seeds). The owner draws with the seed's own key (global id,
+    time, ``seed``), so the hop equals one process's on the reassembled graph."""
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
+    seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
+    world, part = comm.world_size, store.part
+    order, counts = bucket_by_owner(nodes, store.owner(nodes), world)
+    bounds = np.cumsum(counts)[:-1]
+    # a request row: (node, time bits); replies: per-seed counts, then (nbr, time bits, eid)
+    requests = [
+        torch.from_numpy(np.stack([nodes[rows], seed_times[rows].view(np.int64)], axis=1))
+        for rows in np.split(order, bounds)
+    ]
+    incoming = comm.all_to_all(requests, stage)
+    reply_counts, reply_rows = [], []
+    for request in incoming:
+        pairs = request.numpy().reshape(-1, 2)
+        offsets, nbr, when, eid = temporal_hop(
+            store.indptr, part.indices, part.edge_arrays["times"], part.edge_arrays["eids"],
+            pairs[:, 0] - part.start, pairs[:, 1].view(np.float64), fanout, mode, seed,
+            id_offset=part.start,
+        )  # fmt: skip
+        reply_counts.append(torch.from_numpy(np.diff(offsets)))
+        reply_rows.append(torch.from_numpy(np.stack([nbr, when.view(np.int64), eid], axis=1)))
+    got_counts = comm.all_to_all(reply_counts, stage, recv_counts=counts.tolist())
+    got_rows = comm.all_to_all(reply_rows, stage)
+    per_seed = torch.cat(got_counts).numpy() if nodes.size else np.zeros(0, np.int64)
+    rows = torch.cat(got_rows).numpy().reshape(-1, 3) if nodes.size else np.zeros((0, 3), np.int64)
+    # replies arrive grouped by owner: put every seed's segment back at its position
+    count_in_order = np.empty_like(per_seed)
+    count_in_order[order] = per_seed
+    start_grouped = np.cumsum(per_seed) - per_seed
+    start_in_order = np.empty_like(start_grouped)
+    start_in_order[order] = start_grouped
+    offsets = np.zeros(nodes.size + 1, dtype=np.int64)
+    np.cumsum(count_in_order, out=offsets[1:])
+    gather = np.repeat(start_in_order - offsets[:-1], count_in_order) + np.arange(offsets[-1])
+    rows = rows[gather]
+    return TemporalHop(
+        nodes, seed_times, offsets, rows[:, 0].copy(), rows[:, 1].view(np.float64).copy(),
+        rows[:, 2].copy(),
+    )  # fmt: skip
 
 
 class TemporalNeighborSampler:
