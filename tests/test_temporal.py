@@ -158,9 +158,12 @@ def test_recent_subgraph_is_the_recent_hop_relabelled(stream):
     that point back at the right nodes (and the scratch map left clean for the next batch)."""
     sampler = TemporalNeighborSampler(stream, [6])
     rng = np.random.default_rng(3)
-    for _ in range(3):
+    # a chronological stream of batches (per-node cursors), then times going back (binary
+    # search), then forward again
+    batch_times = [*np.linspace(stream.t[100], stream.t[-1], 8), stream.t[50], stream.t[-1]]
+    for when in batch_times:
         nodes = np.unique(rng.integers(0, stream.num_nodes, 120))
-        times = np.full(nodes.size, rng.uniform(stream.t[0], stream.t[-1]))
+        times = np.full(nodes.size, when)
         n_id, edge_index, eids = sampler.recent_subgraph(nodes, times)
         hop = sample_temporal_neighbors(stream, nodes, times, 6, "recent")
         np.testing.assert_array_equal(eids, hop.eids)

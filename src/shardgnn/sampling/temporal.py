@@ -97,20 +97,31 @@ def temporal_fill(
 
 @numba.njit(nogil=True, cache=True)
 def recent_subgraph_kernel(
-    indptr, indices, times, eids, nodes, seed_times, k, node_map
+    indptr, indices, times, eids, nodes, seed_times, k, node_map, cursor, use_cursor
 ):  # pragma: no cover - compiled  # fmt: skip
     """One pass, one thread (a TGN batch is small: thread start-up would cost more): the ``k``
     latest events before each seed's time, relabelled. Returns ``(n_id, nbr, dst, eid)``:
     global ids of the subgraph's nodes (seeds first, then new neighbours in order of
     appearance), and per event its neighbour's and its seed's local id and its event id.
-    ``node_map`` is ``-1`` everywhere on entry and on return."""
+    ``node_map`` is ``-1`` everywhere on entry and on return.
+
+    ``use_cursor`` (queries in time order, as a chronological stream makes them):
+    ``cursor[v]`` is the first position of ``v``'s row at or after the last query time, and
+    moves forward past the events before this one (TGL's pointers): over a stream every event
+    is passed once, and a query reads a few cells instead of binary-searching its row."""
     n = nodes.shape[0]
     offsets = np.empty(n + 1, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
     offsets[0] = 0
     for i in range(n):
         v = nodes[i]
-        end = _before(times, indptr[v], indptr[v + 1], seed_times[i])
+        if use_cursor:
+            end, stop = cursor[v], indptr[v + 1]
+            while end < stop and times[end] < seed_times[i]:
+                end += 1
+            cursor[v] = end
+        else:
+            end = _before(times, indptr[v], indptr[v + 1], seed_times[i])
         ends[i] = end
         c = end - indptr[v]
         offsets[i + 1] = offsets[i] + (c if k < 0 else min(k, c))
@@ -282,14 +293,24 @@ class TemporalNeighborSampler:
         seed) in local ids, event ids)``, the form of PyG's ``LastNeighborLoader``."""
         nodes = np.ascontiguousarray(nodes, dtype=np.int64)
         seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
-        if self._node_map is None:
-            self._node_map = np.full(self.graph.num_nodes, -1, dtype=np.int64)
         g = self.graph
+        if self._node_map is None:
+            self._node_map = np.full(g.num_nodes, -1, dtype=np.int64)
+            self._cursor = g.indptr[:-1].copy()
+            self._last_time = -np.inf
+        # A batch queried at one time, never earlier than the last (chronological training),
+        # moves per-node cursors; any other is answered by binary search and leaves them.
+        forward = bool(
+            seed_times.size == 0
+            or (seed_times.min() == seed_times.max() and seed_times[0] >= self._last_time)
+        )
         with KERNEL_LOCK:
             n_id, nbr, dst, eid = recent_subgraph_kernel(
                 g.indptr, g.indices, g.times, g.eids, nodes, seed_times,
-                np.int64(self.fanouts[0]), self._node_map,
+                np.int64(self.fanouts[0]), self._node_map, self._cursor, forward,
             )  # fmt: skip
+        if forward and seed_times.size:
+            self._last_time = float(seed_times.max())
         return n_id, np.stack([nbr, dst]), eid
 
     def sample(self, nodes: np.ndarray, seed_times: np.ndarray, seed: int = 0) -> list[TemporalHop]:
