@@ -45,6 +45,21 @@ def _below(h: np.uint64, n: np.int64) -> np.int64:
     return np.int64(((h >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
+@numba.njit(inline="always")
+def floyd_positions(key, c, k, out, lo):  # pragma: no cover - compiled
+    """Floyd's algorithm: ``k`` distinct positions of ``[0, c)``, uniformly, into
+    ``out[lo:lo + k]``; draw ``top`` is ``splitmix64(key + top)``. ``O(k**2)`` time, no
+    scratch: every sampler without replacement draws through it, so a row's draw depends only on
+    its key."""
+    for q, top in enumerate(range(c - k, c)):
+        pick = _below(splitmix64(key + np.uint64(top)), top + 1)
+        for p in range(q):
+            if out[lo + p] == pick:
+                pick = top
+                break
+        out[lo + q] = pick
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
 def sample_counts(indptr, frontier, fanout, replace):
     """Number of neighbours each frontier node will get: ``min(fanout, deg)`` (``deg`` if
@@ -96,16 +111,9 @@ def sample_fill(
                 for j in range(k):
                     out_eid[lo + j] = start + _below(splitmix64(key + np.uint64(j)), deg)
             else:
-                filled = 0
-                for top in range(deg - k, deg):
-                    t = _below(splitmix64(key + np.uint64(top)), top + 1)
-                    taken = False
-                    for q in range(filled):
-                        if out_eid[lo + q] == start + t:
-                            taken = True
-                            break
-                    out_eid[lo + filled] = start + (top if taken else t)
-                    filled += 1
+                floyd_positions(key, deg, k, out_eid, lo)
+                for j in range(k):
+                    out_eid[lo + j] += start
         for j in range(k):
             out_nbr[lo + j] = indices[out_eid[lo + j]]
 

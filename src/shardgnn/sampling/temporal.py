@@ -23,7 +23,7 @@ import torch
 from shardgnn.errors import ConfigError
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.partition.book import bucket_by_owner
-from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
+from shardgnn.sampling.kernels import KERNEL_LOCK, floyd_positions, splitmix64
 from shardgnn.seeding import mix_seed
 
 TEMPORAL_MODES = ("recent", "uniform")
@@ -80,14 +80,7 @@ def temporal_fill(
             continue
         # the seed's own stream: its node and the bits of its time
         key = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset)) ^ splitmix64(time_bits[i]))
-        # Floyd: k distinct positions of [0, c); out_eid holds them until mapped
-        for q, top in enumerate(range(c - k, c)):
-            pick = _below(splitmix64(key + np.uint64(top)), top + 1)
-            for p in range(q):
-                if out_eid[lo + p] == pick:
-                    pick = top
-                    break
-            out_eid[lo + q] = pick
+        floyd_positions(key, c, k, out_eid, lo)  # out_eid holds them until mapped
         for j in range(k):
             e = start + out_eid[lo + j]
             out_nbr[lo + j] = indices[e]

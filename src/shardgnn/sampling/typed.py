@@ -23,7 +23,7 @@ import torch
 from shardgnn.errors import ConfigError
 from shardgnn.graph.hetero import HeteroGraph, relation_ids
 from shardgnn.sampling.config import SamplerConfig
-from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
+from shardgnn.sampling.kernels import KERNEL_LOCK, _below, floyd_positions, splitmix64
 from shardgnn.sampling.neighbor import sample_blocks
 from shardgnn.sampling.types import SampledBlocks
 
@@ -131,7 +131,7 @@ def typed_sample_fill(
         out_counts[i] = 0
         if offsets[i + 1] == offsets[i]:
             continue
-        key, keyed = np.uint64(0), False  # the row's random key, made at its first draw
+        key, keyed = np.uint64(0), False
         pos = offsets[i]
         scratch = np.empty(end - start, dtype=np.int64) if filtered else no_scratch
         # Walk the row's runs of equal relation: only the relations the row has cost anything.
@@ -154,39 +154,25 @@ def typed_sample_fill(
             k = _take(fanout, c, replace)
             if k == 0:
                 continue
+            # out_nbr holds the candidate positions until they are mapped to edges
             if k == c and (fanout < 0 or not replace):
-                for j in range(c):
-                    e = scratch[j] if filtered else a + j
-                    out_eid[pos + j] = e
-                    out_nbr[pos + j] = indices[e]
                 for j in range(k):
-                    out_rel[pos + j] = r
-                pos += k
-                continue
-            if not keyed:
-                key, keyed = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset))), True
-            rkey = splitmix64(key ^ splitmix64(np.uint64(r) + _RELATION_SALT))
-            if replace:
-                for j in range(k):
-                    t = _below(splitmix64(rkey + np.uint64(j)), c)
-                    e = scratch[t] if filtered else a + t
-                    out_eid[pos + j] = e
-                    out_nbr[pos + j] = indices[e]
+                    out_nbr[pos + j] = j
             else:
-                # Floyd: k distinct indices of [0, c) (out_nbr holds them until mapped to edges)
-                for q, top in enumerate(range(c - k, c)):
-                    t = _below(splitmix64(rkey + np.uint64(top)), top + 1)
-                    for p in range(q):
-                        if out_nbr[pos + p] == t:
-                            t = top
-                            break
-                    out_nbr[pos + q] = t
-                for j in range(k):
-                    t = out_nbr[pos + j]
-                    e = scratch[t] if filtered else a + t
-                    out_eid[pos + j] = e
-                    out_nbr[pos + j] = indices[e]
+                # the row's key is made at its first draw (taking every edge needs none)
+                if not keyed:
+                    key, keyed = splitmix64(useed ^ splitmix64(np.uint64(v + id_offset))), True
+                rkey = splitmix64(key ^ splitmix64(np.uint64(r) + _RELATION_SALT))
+                if replace:
+                    for j in range(k):
+                        out_nbr[pos + j] = _below(splitmix64(rkey + np.uint64(j)), c)
+                else:
+                    floyd_positions(rkey, c, k, out_nbr, pos)
             for j in range(k):
+                t = out_nbr[pos + j]
+                e = scratch[t] if filtered else a + t
+                out_eid[pos + j] = e
+                out_nbr[pos + j] = indices[e]
                 out_rel[pos + j] = r
             pos += k
         out_counts[i] = pos - offsets[i]
@@ -203,7 +189,7 @@ def sample_typed_neighbors(
     id_offset: int = 0,
     attr: np.ndarray | None = None,
     window: tuple[float, float] = (0.0, 0.0),
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """One typed hop for ``frontier`` (CSR rows; global id = row + ``id_offset``):
     ``(offsets, nbr, edge_ids, relations)`` as :func:`~shardgnn.sampling.neighbor.sample_neighbors`
     plus each drawn edge's relation, with ``fanouts_R[r]`` draws among relation ``r``'s edges
