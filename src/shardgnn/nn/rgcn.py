@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shardgnn.sampling.kernels import relabel
+
 
 @dataclasses.dataclass
 class RelationalMessageGraph:
@@ -452,16 +454,6 @@ class RelationalNodeModel(nn.Module):
         return self.encoder(graphs, x_SI)
 
 
-def chunk_sources(dst_ids: np.ndarray, src_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(nodes, local_src)``: the nodes a chunk of destinations reads, destinations first (a
-    block's layout), and every edge's source as an index into them."""
-    extra = np.setdiff1d(np.unique(src_ids), dst_ids, assume_unique=False)
-    nodes = np.concatenate([dst_ids, extra])
-    order = np.argsort(nodes, kind="stable")
-    local_src = order[np.searchsorted(nodes[order], src_ids)]
-    return nodes, local_src
-
-
 @torch.no_grad()
 def layerwise_forward(
     encoder: RGCN,
@@ -491,6 +483,9 @@ def layerwise_forward(
     total = own_chunks if num_chunks is None else num_chunks
     assert total >= own_chunks, (total, own_chunks)
     h, before_last = x_NI, x_NI
+    # relabel's scratch map: every id a chunk names (held rows and their sources)
+    top = max(start + n, int(np.max(indices)) + 1 if len(indices) else 0)
+    node_map = np.full(top, -1, dtype=np.int64)
     for layer, conv in enumerate(encoder.convs):
         if layer:
             h = F.relu(h)
@@ -500,7 +495,8 @@ def layerwise_forward(
             a, b = min(chunk * chunk_rows, n), min((chunk + 1) * chunk_rows, n)
             lo, hi = int(indptr[a]), int(indptr[b])
             dst_ids = np.arange(start + a, start + b, dtype=np.int64)
-            nodes, local_src = chunk_sources(dst_ids, np.asarray(indices[lo:hi], dtype=np.int64))
+            # the chunk's nodes, destinations first (a block's layout), and its edges' sources
+            nodes, local_src = relabel(dst_ids, np.asarray(indices[lo:hi], np.int64), node_map)
             rows = gather(h, nodes)
             if b == a:
                 continue

@@ -147,6 +147,26 @@ def bucket_by_owner(
     return order, counts
 
 
+def unbucket_segments(
+    order: np.ndarray, grouped_counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The inverse of :func:`bucket_by_owner` for variable-length replies: request ``j`` (in
+    owner-grouped order, ``order[j]`` its original position) got ``grouped_counts[j]`` rows,
+    concatenated in grouped order. Returns ``(offsets, gather)``: the replies' rows ``gather``
+    put every request's rows at its original position, which holds ``offsets[i]:offsets[i+1]``."""
+    start_grouped = np.cumsum(grouped_counts) - grouped_counts
+    counts_in_order = np.empty_like(grouped_counts)
+    counts_in_order[order] = grouped_counts
+    start_in_order = np.empty_like(start_grouped)
+    start_in_order[order] = start_grouped
+    offsets = np.zeros(order.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts_in_order, out=offsets[1:])
+    gather = np.repeat(start_in_order - offsets[:-1], counts_in_order) + np.arange(
+        offsets[-1], dtype=np.int64
+    )
+    return offsets, gather
+
+
 @dataclasses.dataclass(frozen=True)
 class Relabelling:
     """The renumbering that makes every part a contiguous id range.

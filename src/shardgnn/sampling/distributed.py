@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
-from shardgnn.partition.book import bucket_by_owner
+from shardgnn.partition.book import bucket_by_owner, unbucket_segments
 from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
 from shardgnn.sampling.typed import sample_typed_neighbors
 from shardgnn.sampling.types import SampledBlocks
@@ -118,18 +118,8 @@ class DistNeighborSampler:
         assert got_counts.shape[0] == frontier.shape[0]
 
         # Replies arrive grouped by owner (order[j] is the frontier position of reply j): put each
-        # node's segment back at its frontier position.
-        seg_start_grouped = np.cumsum(got_counts) - got_counts
-        counts_in_order = np.empty_like(got_counts)
-        counts_in_order[order] = got_counts
-        start_in_order = np.empty_like(seg_start_grouped)
-        start_in_order[order] = seg_start_grouped
-        out_offsets = np.zeros(frontier.shape[0] + 1, dtype=np.int64)
-        np.cumsum(counts_in_order, out=out_offsets[1:])
-        total = int(out_offsets[-1])
-        gather = np.repeat(start_in_order - out_offsets[:-1], counts_in_order) + np.arange(
-            total, dtype=np.int64
-        )
+        # node's segment back at its frontier position, as the single-process sampler has them.
+        out_offsets, gather = unbucket_segments(order, got_counts)
         columns = got_pairs[gather]
         return (out_offsets, *(columns[:, c].copy() for c in range(columns.shape[1])))
 

@@ -22,8 +22,8 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.temporal import TemporalGraph
-from shardgnn.partition.book import bucket_by_owner
-from shardgnn.sampling.kernels import KERNEL_LOCK, floyd_positions, splitmix64
+from shardgnn.partition.book import bucket_by_owner, unbucket_segments
+from shardgnn.sampling.kernels import KERNEL_LOCK, floyd_positions, relabel, splitmix64
 from shardgnn.seeding import mix_seed
 
 TEMPORAL_MODES = ("recent", "uniform")
@@ -92,11 +92,11 @@ def temporal_fill(
 def recent_subgraph_kernel(
     indptr, indices, times, eids, nodes, seed_times, k, node_map, cursor, use_cursor
 ):  # pragma: no cover - compiled  # fmt: skip
-    """One pass, one thread (a TGN batch is small: thread start-up would cost more): the ``k``
-    latest events before each seed's time, relabelled. Returns ``(n_id, nbr, dst, eid)``:
-    global ids of the subgraph's nodes (seeds first, then new neighbours in order of
-    appearance), and per event its neighbour's and its seed's local id and its event id.
-    ``node_map`` is ``-1`` everywhere on entry and on return.
+    """One thread (a TGN batch is small: thread start-up would cost more): the ``k`` latest
+    events before each of the (unique) seeds' times, relabelled by :func:`relabel`. Returns
+    ``(n_id, nbr, dst, eid)``: global ids of the subgraph's nodes (seeds first, then new
+    neighbours in order of appearance), and per event its neighbour's and its seed's local id
+    and its event id. ``node_map`` is ``-1`` everywhere on entry and on return.
 
     ``use_cursor`` (queries in time order, as a chronological stream makes them):
     ``cursor[v]`` is the first position of ``v``'s row at or after the last query time, and
@@ -119,13 +119,6 @@ def recent_subgraph_kernel(
         c = end - indptr[v]
         offsets[i + 1] = offsets[i] + (c if k < 0 else min(k, c))
     total = offsets[n]
-    n_id = np.empty(n + total, dtype=np.int64)
-    count = 0
-    for i in range(n):
-        if node_map[nodes[i]] < 0:
-            node_map[nodes[i]] = count
-            n_id[count] = nodes[i]
-            count += 1
     nbr = np.empty(total, dtype=np.int64)
     dst = np.empty(total, dtype=np.int64)
     out_eid = np.empty(total, dtype=np.int64)
@@ -133,17 +126,11 @@ def recent_subgraph_kernel(
         lo = offsets[i]
         for j in range(offsets[i + 1] - lo):
             e = ends[i] - 1 - j  # latest first
-            u = indices[e]
-            if node_map[u] < 0:
-                node_map[u] = count
-                n_id[count] = u
-                count += 1
-            nbr[lo + j] = node_map[u]
-            dst[lo + j] = node_map[nodes[i]]
+            nbr[lo + j] = indices[e]
+            dst[lo + j] = i
             out_eid[lo + j] = eids[e]
-    for i in range(count):
-        node_map[n_id[i]] = -1
-    return n_id[:count], nbr, dst, out_eid
+    n_id, local_nbr = relabel(nodes, nbr, node_map)
+    return n_id, local_nbr, dst, out_eid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,14 +236,7 @@ def dist_temporal_hop(
     per_seed = torch.cat(got_counts).numpy() if nodes.size else np.zeros(0, np.int64)
     rows = torch.cat(got_rows).numpy().reshape(-1, 3) if nodes.size else np.zeros((0, 3), np.int64)
     # replies arrive grouped by owner: put every seed's segment back at its position
-    count_in_order = np.empty_like(per_seed)
-    count_in_order[order] = per_seed
-    start_grouped = np.cumsum(per_seed) - per_seed
-    start_in_order = np.empty_like(start_grouped)
-    start_in_order[order] = start_grouped
-    offsets = np.zeros(nodes.size + 1, dtype=np.int64)
-    np.cumsum(count_in_order, out=offsets[1:])
-    gather = np.repeat(start_in_order - offsets[:-1], count_in_order) + np.arange(offsets[-1])
+    offsets, gather = unbucket_segments(order, per_seed)
     rows = rows[gather]
     return TemporalHop(
         nodes, seed_times, offsets, rows[:, 0].copy(), rows[:, 1].view(np.float64).copy(),
@@ -281,9 +261,10 @@ class TemporalNeighborSampler:
     def recent_subgraph(
         self, nodes: np.ndarray, seed_times: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """TGN's one-hop neighbourhood of a batch: the first hop's ``fanouts[0]`` latest events
-        before each seed's time, relabelled in one pass: ``(n_id, edge_index [2, E] (neighbour,
-        seed) in local ids, event ids)``, the form of PyG's ``LastNeighborLoader``."""
+        """TGN's one-hop neighbourhood of a batch of unique seeds: the first hop's
+        ``fanouts[0]`` latest events before each seed's time, relabelled in one call:
+        ``(n_id, edge_index [2, E] (neighbour, seed) in local ids, event ids)``, the form of
+        PyG's ``LastNeighborLoader``."""
         nodes = np.ascontiguousarray(nodes, dtype=np.int64)
         seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
         g = self.graph
