@@ -267,46 +267,18 @@ def run_inference(
             "predictions": logits.argmax(-1).cpu(),
         }
     seconds = time.perf_counter() - start
-    counts = []
-    if not link:
-        y, predictions = torch.from_numpy(shard.y), outputs["predictions"]
-        for split in ("train", "val", "test"):
-            idx = torch.from_numpy(shard.splits[split])
-            counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
-    totals = torch.tensor(counts + [seconds], dtype=torch.float64)
-    comm.all_reduce(totals, "metrics")
-    comm_summed = comm.reduce_stats()  # bytes over all workers (collective: before rank 0 goes on)
-
-    # Every rank writes its rows; rank 0 assembles them in original id order.
-    scratch = out / f".infer-ranks-{ctx.world_size}"
-    if ctx.is_main:
-        scratch.mkdir(parents=True, exist_ok=True)
-    ctx.barrier()
-    for name, tensor in outputs.items():
-        np.save(
-            scratch / f"{name}-{ctx.rank}.npy", tensor.detach().cpu().numpy(), allow_pickle=False
-        )
-    ctx.barrier()
-    if not ctx.is_main:
-        return None
+    labelled = None if link else (outputs["predictions"], shard.y, shard.splits)
+    totals, comm_summed = _totals(comm, seconds, labelled)
     orig_ids = np.asarray(pset.orig_ids)
-    for name in outputs:
-        pieces = [
-            np.load(scratch / f"{name}-{p}.npy", mmap_mode="r") for p in range(ctx.world_size)
-        ]
-        rows = pieces[0].shape[1:]
-        tmp = out / f".{name}.npy.tmp"
-        array = np.lib.format.open_memmap(
-            tmp, mode="w+", dtype=pieces[0].dtype, shape=(len(orig_ids), *rows)
-        )
-        for p, piece in enumerate(pieces):
-            start_p, end_p = (int(v) for v in pset.book.part_range(p))
-            array[orig_ids[start_p:end_p]] = piece
-        array.flush()
-        del array
-        tmp.replace(out / f"{name}.npy")
-    shutil.rmtree(scratch, ignore_errors=True)
-    written = {name: str(out / f"{name}.npy") for name in outputs}
+    ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
+    written = write_by_original_id(
+        ctx,
+        out,
+        {name: tensor.detach().cpu().numpy() for name, tensor in outputs.items()},
+        {name: (len(orig_ids), lambda p: orig_ids[slice(*ranges[p])]) for name in outputs},
+    )
+    if written is None:
+        return None
     scored = None
     if link and pairs is not None:
         pair_array = read_pairs(pairs, len(orig_ids))
@@ -330,6 +302,57 @@ def run_inference(
     }
     save_json(out / "inference.json", summary)
     return summary
+
+
+def _totals(comm: Communicator, seconds: float, labelled=None) -> tuple[torch.Tensor, dict]:
+    """Correct predictions and nodes per split (``labelled``: this rank's predictions, labels
+    and ``{split: rows}``; none for link models) and the seconds, summed over ranks; and the
+    bytes every worker exchanged (collectives: every rank, before rank 0 goes on)."""
+    counts = []
+    if labelled is not None:
+        predictions, y, splits = labelled
+        y = torch.from_numpy(np.array(y, dtype=np.int64))  # a copy: parts are read-only maps
+        for split in ("train", "val", "test"):
+            idx = torch.from_numpy(np.array(splits[split], dtype=np.int64))
+            counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
+    totals = torch.tensor(counts + [seconds], dtype=torch.float64)
+    comm.all_reduce(totals, "metrics")
+    return totals, comm.reduce_stats()
+
+
+def write_by_original_id(ctx: DistContext, out: Path, rows: dict, placement: dict) -> dict | None:
+    """Every rank's rows of each output, written by rank 0 as ``OUT/<name>.npy`` in original id
+    order (a collective: barriers): ``rows[name]`` this rank's rows, ``placement[name] =
+    (total rows, part -> original ids of that part's rows)``; names may hold a folder
+    (``paper/embeddings``). Each file appears whole (temporary name, then rename). Returns the
+    written paths on rank 0, ``None`` on the others."""
+    scratch = out / f".infer-ranks-{ctx.world_size}"
+    if ctx.is_main:
+        scratch.mkdir(parents=True, exist_ok=True)
+    ctx.barrier()
+    piece = lambda name, p: scratch / f"{name.replace('/', '--')}-{p}.npy"  # noqa: E731
+    for name, values in rows.items():
+        np.save(piece(name, ctx.rank), values, allow_pickle=False)
+    ctx.barrier()
+    if not ctx.is_main:
+        return None
+    written = {}
+    for name, (total, ids_of) in placement.items():
+        pieces = [np.load(piece(name, p), mmap_mode="r") for p in range(ctx.world_size)]
+        target = out / f"{name}.npy"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.tmp"
+        array = np.lib.format.open_memmap(
+            tmp, mode="w+", dtype=pieces[0].dtype, shape=(total, *pieces[0].shape[1:])
+        )
+        for p, values in enumerate(pieces):
+            array[ids_of(p)] = values
+        array.flush()
+        del array
+        tmp.replace(target)
+        written[name] = str(target)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return written
 
 
 def _measured(totals: torch.Tensor, comm_summed, world_size: int, accuracy: bool) -> dict:
@@ -428,52 +451,25 @@ def _run_typed_inference(
     )  # fmt: skip
     seconds = time.perf_counter() - begin
     predictions = logits.argmax(-1)
-    y = torch.from_numpy(np.asarray(part.y, dtype=np.int64))
-    counts = []
-    for split in ("train", "val", "test"):
-        idx = torch.from_numpy(np.asarray(getattr(part, f"{split}_idx"), dtype=np.int64))
-        counts += [float((predictions[idx] == y[idx]).sum()), float(len(idx))]
-    totals = torch.tensor(counts + [seconds], dtype=torch.float64)
-    comm.all_reduce(totals, "metrics")
-    comm_summed = comm.reduce_stats()
-
+    splits = {split: getattr(part, f"{split}_idx") for split in ("train", "val", "test")}
+    totals, comm_summed = _totals(comm, seconds, (predictions, part.y, splits))
+    # per node type, its rows of every rank in original typed ids
     target = hetero.get("target_type")
-    scratch = out / f".infer-ranks-{ctx.world_size}"
-    if ctx.is_main:
-        scratch.mkdir(parents=True, exist_ok=True)
-    ctx.barrier()
+    rows, placement = {}, {}
     for t, name in enumerate(typed.node_types):
         lo, hi = int(bounds[t]) - start, int(bounds[t + 1]) - start
-        arrays = {"embeddings": embeddings[lo:hi]}
+        kinds = {"embeddings": embeddings}
         if name == target:
-            arrays.update(logits=logits[lo:hi], predictions=predictions[lo:hi])
-        for kind, tensor in arrays.items():
-            np.save(scratch / f"{name}-{kind}-{ctx.rank}.npy", tensor.numpy(), allow_pickle=False)
-    ctx.barrier()
-    if not ctx.is_main:
+            kinds.update(logits=logits, predictions=predictions)
+        for kind, tensor in kinds.items():
+            rows[f"{name}/{kind}"] = tensor[lo:hi].numpy()
+            placement[f"{name}/{kind}"] = (
+                int(offsets[t + 1] - offsets[t]),
+                lambda p, t=t: orig[slice(*typed.type_bounds[p, t : t + 2])] - offsets[t],
+            )
+    written = write_by_original_id(ctx, out, rows, placement)
+    if written is None:
         return None
-    written = {}
-    for t, name in enumerate(typed.node_types):
-        kinds = ["embeddings"] + (["logits", "predictions"] if name == target else [])
-        (out / name).mkdir(parents=True, exist_ok=True)
-        for kind in kinds:
-            parts = [
-                np.load(scratch / f"{name}-{kind}-{p}.npy", mmap_mode="r")
-                for p in range(ctx.world_size)
-            ]
-            tmp = out / name / f".{kind}.npy.tmp"
-            array = np.lib.format.open_memmap(
-                tmp, mode="w+", dtype=parts[0].dtype,
-                shape=(int(offsets[t + 1] - offsets[t]), *parts[0].shape[1:]),
-            )  # fmt: skip
-            for p, piece in enumerate(parts):
-                lo, hi = (int(b) for b in typed.type_bounds[p, t : t + 2])
-                array[orig[lo:hi] - offsets[t]] = piece
-            array.flush()
-            del array
-            tmp.replace(out / name / f"{kind}.npy")
-            written[f"{name}/{kind}"] = str(out / name / f"{kind}.npy")
-    shutil.rmtree(scratch, ignore_errors=True)
     summary = {
         "task": config.task,
         "model": config.model.model,
