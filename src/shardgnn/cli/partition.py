@@ -317,44 +317,26 @@ def _partition_typed(
     """``shardgnn partition`` of a typed graph: every node type balanced on its own, the parts
     holding each edge's relation and each featured type's rows; quality by relation and type."""
     from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
-    from shardgnn.partition.hetero import (
-        homogeneous_view,
-        partition_hetero,
-        typed_metrics,
-        write_hetero_partitions,
-    )
+    from shardgnn.partition.hetero import partition_for_training
 
     start = time.perf_counter()
-    typed = load_hetero_dataset(args.dataset, args.data_dir)
-    # R-GCN sends messages both ways along every relation: the parts hold the reversed edges too
-    typed = typed.with_reverse_relations()
+    graph = load_hetero_dataset(args.dataset, args.data_dir)
     print(
-        f"loaded {typed.name}: {typed.num_nodes:,} nodes of {len(typed.node_types)} types, "
-        f"{typed.num_edges:,} edges of {typed.num_relations} relations (with reverses) "
-        f"({time.perf_counter() - start:.1f} s)",
+        f"loaded {graph.name}: {graph.num_nodes:,} nodes of {len(graph.node_types)} types, "
+        f"{graph.num_edges:,} edges of {graph.num_relations} relations "
+        f"({time.perf_counter() - start:.1f} s); partitioning it with every relation reversed",
         file=sys.stderr,
     )
-    result = partition_hetero(typed, config)
-    metrics = compute_metrics(homogeneous_view(typed), result.assignment, config.num_parts)
     start = time.perf_counter()
-    pset = write_hetero_partitions(
-        typed,
-        result.assignment,
-        out,
-        method=result.method,
-        settings=result.settings,
-        overwrite=args.overwrite,
-        dataset_spec=canonical_spec(args.dataset),
-        num_parts=config.num_parts,
-        metrics=metrics,
-        seconds=result.seconds,
-        progress=show,
-    )
-    write_s = time.perf_counter() - start
+    typed, result, pset = partition_for_training(
+        graph, config, out, overwrite=args.overwrite, dataset_spec=canonical_spec(args.dataset),
+        num_parts=config.num_parts, progress=show,
+    )  # fmt: skip
+    write_s = time.perf_counter() - start - result.seconds
     if args.save_assignment:
         save_npy(Path(args.save_assignment).expanduser(), result.assignment)
-    by_type = typed_metrics(typed, result.assignment, config.num_parts)
-    return _report(args, typed.name, pset, result, metrics, write_s, by_type)
+    by_type = pset.meta["hetero"]["metrics"]  # written with the parts
+    return _report(args, typed.name, pset, result, pset.metrics, write_s, by_type)
 
 
 def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:

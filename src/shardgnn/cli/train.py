@@ -156,10 +156,10 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
         load_hetero_dataset,
     )
     from shardgnn.partition.format import write_partitions
-    from shardgnn.partition.hetero import partition_hetero, write_hetero_partitions
+    from shardgnn.partition.hetero import partition_for_training
     from shardgnn.partition.methods import PartitionConfig, partition_graph
     from shardgnn.sampling.typed import relation_fanouts
-    from shardgnn.train.relational import check_node_trainable
+    from shardgnn.train.relational import check_node_trainable, message_relations
 
     workers = config.run.workers
     assert workers is not None
@@ -168,16 +168,10 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     if is_relational(config.dataset):
         typed = load_hetero_dataset(config.dataset, config.data_dir)
         check_node_trainable(typed)
-        # messages flow both ways along every relation (R-GCN's inverse relations): the parts
-        # hold the reversed edges too
-        typed = typed.with_reverse_relations()
         # unknown relation names fail before the partitioning, not in the workers
-        relation_fanouts(typed.relations, config.sampler.relation_layers())
-        result = partition_hetero(
-            typed, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
-        )
-        write_hetero_partitions(
-            typed, result.assignment, out, method=result.method, settings=result.settings,
+        relation_fanouts(message_relations(typed), config.sampler.relation_layers())
+        partition_for_training(
+            typed, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
             dataset_spec=spec,
         )  # fmt: skip
         print(f"partitioned {typed.name} into {workers} part{'s' * (workers > 1)} ({method})")

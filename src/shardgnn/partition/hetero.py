@@ -114,6 +114,23 @@ def write_hetero_partitions(
     )
 
 
+def partition_for_training(
+    graph: HeteroGraph, config: PartitionConfig, out_dir: str | os.PathLike, **write_options
+) -> tuple[HeteroGraph, PartitionResult, PartitionSet]:
+    """Partition ``graph`` as typed training reads it and write the directory: every relation
+    and its reverse (R-GCN and heterogeneous SAGE pass messages both ways along a relation, so
+    each part holds its nodes' in-edges of both directions), every node type balanced.
+    Returns the graph that was partitioned (with the reverses), the partition and the
+    directory (``write_options``: :func:`write_hetero_partitions`' keyword arguments)."""
+    typed = graph.with_reverse_relations()
+    result = partition_hetero(typed, config)
+    pset = write_hetero_partitions(
+        typed, result.assignment, out_dir, method=result.method, settings=result.settings,
+        seconds=result.seconds, **write_options,
+    )  # fmt: skip
+    return typed, result, pset
+
+
 class TypedPartitionBook:
     """Which part holds ``(type, id)``, and which type a new id has: ``P x (T + 1)`` bounds.
 
