@@ -144,13 +144,17 @@ def test_collegemsg_loads_with_snap_counts():
     assert np.all(hop.nbr_times < np.repeat(g.t[-100:], np.diff(hop.offsets)))
 
 
-def test_cli_shows_a_temporal_dataset_and_refuses_to_train_it(capsys):
+def test_cli_shows_a_temporal_dataset_and_says_how_to_train_it(capsys):
     from shardgnn.cli import main
 
     assert main(["info", "synthetic-temporal:nodes=50,events=100", "--json"]) == 0
     assert '"num_events": 100' in capsys.readouterr().out
     assert main(["train", "synthetic-temporal:nodes=50,events=100"]) == 2
-    assert "temporal training is not built yet" in capsys.readouterr().err
+    assert "predicts future events: add --task link" in capsys.readouterr().err
+    assert main(["train", "synthetic-temporal:nodes=50,events=100", "--task", "link"]) == 2
+    assert "use --model tgn, jodie or tgat" in capsys.readouterr().err
+    assert main(["train", "cora", "--task", "link", "--model", "tgn"]) == 2
+    assert "has none; use a temporal dataset" in capsys.readouterr().err
 
 
 def test_recent_subgraph_is_the_recent_hop_relabelled(stream):

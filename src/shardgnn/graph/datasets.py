@@ -446,9 +446,9 @@ def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
         )
     if _entry(parsed).temporal:
         raise DatasetError(
-            f"{spec!r} is a temporal graph (timestamped events); temporal training is not built "
-            "yet (`shardgnn info` shows it; shardgnn.sampling.temporal samples it)",
-            fix="train a static graph, or use the Python API for temporal sampling",
+            f"{spec!r} is a temporal graph (timestamped events), not a static one",
+            fix="train it with --task link --model tgn (or jodie, tgat); "
+            "load_temporal_dataset loads it",
         )
     return _load(parsed, spec, data_dir)
 

@@ -115,6 +115,16 @@ class TemporalGraph:
             raise DatasetError("a T-CSR row is not sorted by time", where)
         return self
 
+    def split_points(self, val: float, test: float) -> tuple[int, int]:
+        """Chronological split: ``(val_start, test_start)`` event positions, training events
+        ``[0, val_start)``, validation ``[val_start, test_start)``, test the rest. The cuts are
+        the time quantiles ``1 - val - test`` and ``1 - test`` (events at a cut's time go before
+        it), as PyG's ``TemporalData.train_val_test_split``: no time is in two splits."""
+        if self.num_events == 0:
+            raise DatasetError("holds no events to split", self.name)
+        val_time, test_time = np.quantile(self.t, [1.0 - val - test, 1.0 - test])
+        return int(np.sum(self.t <= val_time)), int(np.sum(self.t <= test_time))
+
     @property
     def num_events(self) -> int:
         return int(self.src.shape[0])

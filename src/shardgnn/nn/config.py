@@ -6,11 +6,13 @@ import dataclasses
 
 from shardgnn.options import check_choices, invalid, option
 
-MODELS = ("sage", "gcn", "gat", "rgcn", "hetero-sage")
+MODELS = ("sage", "gcn", "gat", "rgcn", "hetero-sage", "tgn", "jodie", "tgat")
 PREDICTORS = ("auto", "dot", "mlp", "distmult")
 LINK_LOSSES = ("bce", "margin", "softmax")
 RELATIONAL_MODELS = ("rgcn", "hetero-sage")
 """models that need typed edges (a relational dataset)"""
+TEMPORAL_MODELS = ("tgn", "jodie", "tgat")
+"""models of timestamped events (a temporal dataset, ``--task link``)"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -22,7 +24,9 @@ class ModelConfig:
         choices=MODELS,
         help="layer type: sage (GraphSAGE-mean), gcn, gat; typed graphs: rgcn (one weight per "
         "relation and direction, Schlichtkrull et al.) or hetero-sage (a GraphSAGE aggregator "
-        "per relation, summed per destination type)",
+        "per relation, summed per destination type); temporal graphs (--task link): tgn (node "
+        "memory + attention over recent events), jodie (node memory projected in time) or tgat "
+        "(attention over sampled earlier events, no memory)",
     )
     hidden: int = option(256, help="hidden width (for gat: per head)")
     num_layers: int | None = option(

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardgnn.nn.functional import dst_rows, is_sparse, linear
+from shardgnn.nn.functional import dst_rows, is_sparse, linear, segment_softmax
 from shardgnn.nn.message_graph import MessageGraph, spmm
 
 
@@ -94,16 +94,7 @@ class GATConv(nn.Module):
         score_SH = (z_SHC * self.att_src).sum(-1)
         score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
         logit_EH = F.leaky_relu(score_SH[src_E] + score_DH[dst_E], self.negative_slope)
-        # Softmax over each dst node's in-edges; subtracting the per-dst max keeps exp() finite.
-        max_DH = torch.full((D, H), float("-inf"), device=logit_EH.device, dtype=logit_EH.dtype)
-        max_DH = max_DH.scatter_reduce(
-            0, dst_E[:, None].expand(-1, H), logit_EH, "amax", include_self=True
-        )
-        weight_EH = torch.exp(logit_EH - max_DH[dst_E])
-        denom_DH = torch.zeros(D, H, device=weight_EH.device, dtype=weight_EH.dtype).index_add_(
-            0, dst_E, weight_EH
-        )
-        alpha_EH = weight_EH / denom_DH[dst_E]
+        alpha_EH = segment_softmax(logit_EH, dst_E, D)
         alpha_EH = F.dropout(alpha_EH, self.attn_dropout, self.training)
         out_DHC = torch.zeros(D, H, C, device=z_SHC.device, dtype=z_SHC.dtype)
         out_DHC.index_add_(0, dst_E, z_SHC[src_E] * alpha_EH[..., None])

@@ -52,3 +52,17 @@ def to_sparse_if_sparse(x: torch.Tensor, max_density: float = 0.1) -> torch.Tens
     if x.numel() == 0 or float((x != 0).sum()) / x.numel() > max_density:
         return x
     return x.to_sparse().coalesce()
+
+
+def segment_softmax(logit_EH: torch.Tensor, dst_E: torch.Tensor, num_dst: int) -> torch.Tensor:
+    """Softmax of edge logits ``[E, H]`` over each destination's in-edges (attention weights);
+    subtracting the per-destination maximum keeps ``exp`` finite. The maximum is a constant to
+    autograd (a softmax does not depend on it), and gathers are ``index_select`` (whose backward
+    is an ``index_add``, twice as fast on CPU as indexing's accumulating ``index_put``)."""
+    H = logit_EH.shape[1]
+    max_DH = logit_EH.new_full((num_dst, H), float("-inf")).scatter_reduce(
+        0, dst_E[:, None].expand(-1, H), logit_EH.detach(), "amax", include_self=True
+    )
+    weight_EH = torch.exp(logit_EH - max_DH.index_select(0, dst_E))
+    denom_DH = logit_EH.new_zeros(num_dst, H).index_add(0, dst_E, weight_EH)
+    return weight_EH / denom_DH.index_select(0, dst_E)

@@ -258,6 +258,14 @@ class TemporalNeighborSampler:
         self.graph, self.fanouts, self.mode = graph, list(fanouts), mode
         self._node_map: np.ndarray | None = None  # O(N) relabelling scratch, made on first use
 
+    def restart_stream(self) -> None:
+        """A new pass over the events from the start: :meth:`recent_subgraph`'s cursors go back
+        to the rows' starts (else every query of the new pass, earlier than the last one, would
+        binary-search)."""
+        if self._node_map is not None:
+            self._cursor = self.graph.indptr[:-1].copy()
+            self._last_time = -np.inf
+
     def recent_subgraph(
         self, nodes: np.ndarray, seed_times: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,7 +20,13 @@ from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
 from shardgnn.heap import HEAP_MODES, configure_heap
-from shardgnn.nn.config import LINK_LOSSES, PREDICTORS, RELATIONAL_MODELS, ModelConfig
+from shardgnn.nn.config import (
+    LINK_LOSSES,
+    PREDICTORS,
+    RELATIONAL_MODELS,
+    TEMPORAL_MODELS,
+    ModelConfig,
+)
 from shardgnn.options import (
     changed_settings,
     check_choices,
@@ -130,6 +136,45 @@ class LinkConfig:
             raise invalid(self, "margin", "must be > 0")
         if not self.hits_at or min(self.hits_at) < 1:
             raise invalid(self, "hits_at", "name positive ranks, e.g. 10,50,100")
+
+
+TEMPORAL_SAMPLING = ("auto", "recent", "uniform")
+
+
+@dataclasses.dataclass(kw_only=True)
+class TemporalConfig:
+    """Continuous-time models of timestamped events (``--model tgn``, ``jodie``, ``tgat``)."""
+
+    memory_dim: int = option(100, help="tgn, jodie: width of each node's memory")
+    time_dim: int = option(100, help="width of the time encoding cos(w * dt + b)")
+    neighbors: tuple[int, ...] = option(
+        (10,),
+        flag="--temporal-neighbors",
+        metavar="K,K,...",
+        help="earlier events sampled per node: tgn the K most recent (one count); tgat one count "
+        "per layer",
+    )
+    sampling: str = option(
+        "auto",
+        choices=TEMPORAL_SAMPLING,
+        flag="--temporal-sampling",
+        help="which earlier events: recent (the latest K) or uniform (K drawn from all earlier "
+        "ones); auto: recent for tgn, uniform for tgat",
+    )
+    chunks: int = option(
+        1,
+        help="TGL's random chunk scheduling: split each batch into this many chunks and start "
+        "every epoch's batches at a random chunk boundary (1: every epoch the same batches)",
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        self.neighbors = tuple(int(k) for k in self.neighbors)
+        for name in ("memory_dim", "time_dim", "chunks"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if not self.neighbors or min(self.neighbors) < 1:
+            raise invalid(self, "neighbors", "one count >= 1 per hop, e.g. 10 or 10,10")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -298,6 +343,9 @@ class TrainConfig:
     )
     optim: OptimConfig = component(OptimConfig, title="optimisation")
     link: LinkConfig = component(LinkConfig, title="link prediction (--task link)")
+    temporal: TemporalConfig = component(
+        TemporalConfig, title="temporal graphs (--model tgn, jodie, tgat)"
+    )
     embedding: EmbeddingConfig = component(EmbeddingConfig, title="learnable node embeddings")
     feature_norm: str = option(
         "none",
@@ -489,8 +537,56 @@ class TrainConfig:
                 "use a relational dataset (kg-umls, kg:DIR, hetero:DIR) or another model"
             )
 
+    def _names_temporal(self) -> bool:
+        """Whether the dataset spec names a temporal graph (no file is read)."""
+        from shardgnn.graph.datasets import is_temporal
+
+        try:
+            return is_temporal(self.dataset)
+        except DatasetError:
+            return False
+
+    def _check_temporal(self) -> None:
+        """Temporal datasets train the temporal models on link prediction, in one process."""
+        model = self.model.model
+        if self._names_temporal():
+            problem = None
+            if self.task != "link":
+                problem = "predicts future events: add --task link"
+            elif model not in TEMPORAL_MODELS:
+                problem = (
+                    f"needs a temporal model, not --model {model}: use --model tgn, jodie or tgat"
+                )
+            elif self.run.distributed:
+                problem = "trains in one process so far: drop --workers / --partitions"
+            elif self.embedding.enabled and model != "tgat":
+                problem = (
+                    f"gives nodes memory with --model {model}: drop --embedding-dim (learnt input "
+                    "rows are for --model tgat)"
+                )
+            if problem:
+                raise ConfigError(f"dataset {self.dataset!r} is a temporal graph: it {problem}")
+            if model == "tgn" and len(self.temporal.neighbors) != 1:
+                raise ConfigError(
+                    f"--temporal-neighbors {','.join(map(str, self.temporal.neighbors))}: tgn "
+                    "attends over one hop of recent events; give one count (e.g. 10)"
+                )
+        elif model in TEMPORAL_MODELS:
+            raise ConfigError(
+                f"--model {model} learns from timestamped events, and dataset {self.dataset!r} "
+                "has none; use a temporal dataset (collegemsg, synthetic-temporal, temporal:FILE)"
+            )
+
+    @property
+    def temporal_sampling(self) -> str:
+        """The temporal sampler's mode (``--temporal-sampling auto`` resolved by the model)."""
+        if self.temporal.sampling != "auto":
+            return self.temporal.sampling
+        return "uniform" if self.model.model == "tgat" else "recent"
+
     def _check_combinations(self) -> None:
         self._check_relational()
+        self._check_temporal()
         if self.embedding.enabled and self.run.distributed:
             dim = f"--embedding-dim {self.embedding.dim}"
             if self.mode == "full":

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from shardgnn.train.progress import progress
+
 
 @dataclasses.dataclass
 class EpochSums:
@@ -38,3 +40,25 @@ class EpochRun:
     stopped: EpochSums | None = None
     total_batches: int | None = None
     """set by batch steps: the epoch's number of batches"""
+
+
+def batch_epoch(run: EpochRun, batches, step) -> EpochSums | None:
+    """Epoch ``run`` over ``batches`` (``set_epoch(epoch, start)``, then ``(index, seeds)``):
+    ``step(index, seeds) -> (loss, correct, count, sampled edges)`` per batch. Starts after the
+    batches a mid-epoch checkpoint reached and stops after a batch when ``run.stop_requested``
+    says so (``None``; this process's sums in ``run.stopped``); else this process's sums."""
+    sums = run.resumed if run.resumed is not None else EpochSums()
+    batches.set_epoch(run.epoch, start=sums.batches)
+    run.total_batches = sums.batches + len(batches)
+    for index, seeds in progress(batches, f"epoch {run.epoch + 1}", run.show_progress):
+        loss, correct, count, edges = step(index, seeds)
+        sums.loss_sum += loss * count
+        sums.correct += correct
+        sums.count += count
+        sums.sampled_edges += edges
+        sums.batches += 1
+        if run.stop_requested is not None and index + 1 < run.total_batches:
+            if run.stop_requested():
+                run.stopped = sums
+                return None
+    return sums

@@ -40,10 +40,9 @@ from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
-from shardgnn.train.epoch import EpochRun, EpochSums
+from shardgnn.train.epoch import EpochRun, batch_epoch
 from shardgnn.train.linkmetrics import filtered_ranks, rank_metrics
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.progress import progress
 from shardgnn.train.setup import resolve_device
 
 RELATIONAL_HITS_AT = (1, 3, 10)
@@ -283,28 +282,6 @@ def check_node_trainable(graph: HeteroGraph) -> None:
             + "; ".join(problems)
             + ". Knowledge graphs train --task link; synthetic-hetero has paper labels."
         )
-
-
-def batch_epoch(run: EpochRun, batches, step) -> EpochSums | None:
-    """Epoch ``run`` over ``batches`` (``set_epoch(epoch, start)``, then ``(index, seeds)``):
-    ``step(index, seeds) -> (loss, correct, count, sampled edges)`` per batch. Starts after the
-    batches a mid-epoch checkpoint reached and stops after a batch when ``run.stop_requested``
-    says so (``None``; this process's sums in ``run.stopped``); else this process's sums."""
-    sums = run.resumed if run.resumed is not None else EpochSums()
-    batches.set_epoch(run.epoch, start=sums.batches)
-    run.total_batches = sums.batches + len(batches)
-    for index, seeds in progress(batches, f"epoch {run.epoch + 1}", run.show_progress):
-        loss, correct, count, edges = step(index, seeds)
-        sums.loss_sum += loss * count
-        sums.correct += correct
-        sums.count += count
-        sums.sampled_edges += edges
-        sums.batches += 1
-        if run.stop_requested is not None and index + 1 < run.total_batches:
-            if run.stop_requested():
-                run.stopped = sums
-                return None
-    return sums
 
 
 class RelationalNodeSteps(_TypedGraphSteps):

@@ -43,9 +43,8 @@ from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSteps, partition_dataset_record
-from shardgnn.train.epoch import EpochRun
+from shardgnn.train.epoch import EpochRun, batch_epoch
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.relational import batch_epoch
 from shardgnn.train.setup import EMBEDDING_STREAM
 
 

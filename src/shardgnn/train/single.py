@@ -19,9 +19,10 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.datasets import canonical_spec, is_relational, load_dataset
+from shardgnn.graph.datasets import canonical_spec, is_relational, is_temporal, load_dataset
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.hetero import HeteroGraph
+from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
@@ -44,6 +45,7 @@ from shardgnn.train.setup import (
     resolve_device,
     step_rows,
 )
+from shardgnn.train.temporal import TemporalLinkSteps
 
 
 def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
@@ -210,7 +212,9 @@ class LocalSteps(Steps):
         }
 
 
-def run_training(config: TrainConfig, graph: Graph | HeteroGraph | None = None) -> dict[str, Any]:
+def run_training(
+    config: TrainConfig, graph: Graph | HeteroGraph | TemporalGraph | None = None
+) -> dict[str, Any]:
     """Train once in this process with ``config`` (on ``graph`` when given, else on the dataset
     ``config.dataset`` names) and return the results dictionary."""
     if config.run.distributed:
@@ -218,6 +222,8 @@ def run_training(config: TrainConfig, graph: Graph | HeteroGraph | None = None) 
             "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
             "shardgnn.train.worker.run_worker under torchrun"
         )
+    if isinstance(graph, TemporalGraph) or (graph is None and is_temporal(config.dataset)):
+        return TrainingLoop(config, TemporalLinkSteps(config, graph)).run()
     if isinstance(graph, HeteroGraph) or (graph is None and is_relational(config.dataset)):
         steps = RelationalLinkSteps if config.task == "link" else RelationalNodeSteps
         return TrainingLoop(config, steps(config, graph)).run()

@@ -1,0 +1,389 @@
+"""Continuous-time temporal GNNs for link prediction: TGN, JODIE-style memory, TGAT.
+
+* :class:`TimeEncoder`: ``cos(w * dt + b)`` with learnt ``w, b`` (TGAT's functional encoding).
+* :class:`TemporalAttention`: multi-head attention of a destination over its sampled events,
+  keys and values carrying the event's features and time encoding (TGN's graph attention
+  embedding; the maths of PyG's ``TransformerConv`` with ``edge_dim``, tested equal to it).
+* :class:`NodeMemory`: TGN's memory: a vector per node, updated by a GRU from the node's last
+  message (identity message ``[s_v, s_u, e, phi(t - t_v)]``, last-message aggregator).
+* :class:`TemporalLinkModel`: memory and/or an embedding module, then a link predictor.
+
+Memory semantics (those of PyG's ``TGNMemory``, which the benchmark compares against): an event
+is *pending* for its endpoints until the next batch that touches them. In training, reading a
+node's memory applies its pending message through the GRU (so the loss trains the GRU and the
+message inputs), and a batch's events become pending only after the batch is scored: a batch's
+predictions never see its own events. In evaluation (no gradient), a batch's events are applied
+at once after scoring. :meth:`NodeMemory.flush` applies everything pending (the switch from
+training to evaluation).
+
+Shape legend: ``N`` nodes, ``B`` nodes of a batch's subgraph, ``E`` sampled events, ``P`` pairs,
+``M`` memory width, ``T`` time-encoding width, ``F`` event-feature width, ``H`` heads, ``C``
+channels per head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from shardgnn.nn.config import TEMPORAL_MODELS
+from shardgnn.nn.functional import segment_softmax
+from shardgnn.sampling.temporal import TemporalHop
+
+
+class TimeEncoder(nn.Module):
+    """``phi(dt) = cos(dt * w + b)``, ``[*] -> [*, T]``."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+        self.lin = nn.Linear(1, dim)
+
+    def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        # an outer product, not a K=1 matmul (3x cheaper on CPU, forward and backward)
+        dt = dt.to(self.lin.weight.dtype).unsqueeze(-1)
+        return torch.cos(torch.addcmul(self.lin.bias, dt, self.lin.weight.view(-1)))
+
+
+class TemporalAttention(nn.Module):
+    """Attention of each destination over its in-events: ``q = W_q x_dst``,
+    ``k = W_k x_src + W_e a``, ``v = W_v x_src + W_e a`` (``a``: the event's attributes),
+    softmax of ``q.k / sqrt(C)`` over each destination's events, attention dropout, heads
+    concatenated, plus a skip ``W_s x_dst``."""
+
+    def __init__(self, in_dim: int, out_dim: int, edge_dim: int, heads: int = 2, dropout=0.1):
+        super().__init__()
+        if out_dim % heads:
+            raise ValueError(f"attention width {out_dim} must be a multiple of heads {heads}")
+        self.heads, self.channels, self.dropout = heads, out_dim // heads, dropout
+        self.lin_query = nn.Linear(in_dim, out_dim)
+        self.lin_key = nn.Linear(in_dim, out_dim)
+        self.lin_value = nn.Linear(in_dim, out_dim)
+        # no attributes (a featureless stream under TGAT): keys and values are the sources'
+        self.lin_edge = nn.Linear(edge_dim, out_dim, bias=False) if edge_dim else None
+        self.lin_skip = nn.Linear(in_dim, out_dim)
+
+    def forward(
+        self,
+        x_dst_DF: torch.Tensor,
+        x_src_SF: torch.Tensor,
+        src_E: torch.Tensor | None,
+        dst_E: torch.Tensor,
+        attr_EA: torch.Tensor,
+    ) -> torch.Tensor:
+        """``[D, heads * C]``: destination ``i`` attends over the events ``e`` with
+        ``dst_E[e] == i``, whose source is row ``src_E[e]`` of ``x_src_SF`` (``None``: row
+        ``e``) and whose attributes are ``attr_EA[e]``."""
+        H, C, D = self.heads, self.channels, x_dst_DF.shape[0]
+        # keys and values in one product over the source rows, then one gather per event:
+        # sources repeat across events (a node is many seeds' neighbour)
+        weight = torch.cat([self.lin_key.weight, self.lin_value.weight])
+        bias = torch.cat([self.lin_key.bias, self.lin_value.bias])
+        kv_S2HC = F.linear(x_src_SF, weight, bias).view(-1, 2, H, C)
+        kv_E2HC = kv_S2HC if src_E is None else kv_S2HC.index_select(0, src_E)
+        key_EHC, value_EHC = kv_E2HC[:, 0], kv_E2HC[:, 1]
+        if self.lin_edge is not None:
+            edge_EHC = self.lin_edge(attr_EA).view(-1, H, C)
+            key_EHC, value_EHC = key_EHC + edge_EHC, value_EHC + edge_EHC
+        query_EHC = self.lin_query(x_dst_DF).view(D, H, C).index_select(0, dst_E)
+        logit_EH = (query_EHC * key_EHC).sum(-1) / math.sqrt(C)
+        alpha_EH = F.dropout(segment_softmax(logit_EH, dst_E, D), self.dropout, self.training)
+        out_DHC = x_dst_DF.new_zeros(D, H, C).index_add_(
+            0, dst_E, value_EHC * alpha_EH.unsqueeze(-1)
+        )
+        return out_DHC.reshape(D, H * C) + self.lin_skip(x_dst_DF)
+
+
+class NodeMemory(nn.Module):
+    """TGN's node memory (see the module docstring for when messages apply).
+
+    Buffers (part of the state dict, so the best epoch's weights come with the memory they
+    produced): ``memory`` ``[N, M]``, ``last_update`` ``[N]`` (time of the last applied
+    message), and per node its pending event: ``pending_other`` (the other endpoint, -1: none),
+    ``pending_time``, ``pending_event``.
+
+    Args:
+        num_nodes: ``N``.
+        dim: ``M``.
+        time_encoder: shared with the embedding module (as TGN and PyG's example do).
+        event_feat_EF: every event's features (``[E, 0]`` for none): messages read rows of it.
+    """
+
+    def __init__(
+        self, num_nodes: int, dim: int, time_encoder: TimeEncoder, event_feat_EF: torch.Tensor
+    ):
+        super().__init__()
+        self.num_nodes, self.dim = num_nodes, dim
+        self.time_encoder = time_encoder
+        self.event_feat_EF = event_feat_EF  # data, not state: not a buffer
+        message_dim = 2 * dim + event_feat_EF.shape[1] + time_encoder.dim
+        self.gru = nn.GRUCell(message_dim, dim)
+        self.register_buffer("memory", torch.zeros(num_nodes, dim))
+        self.register_buffer("last_update", torch.zeros(num_nodes, dtype=torch.float64))
+        self.register_buffer("pending_other", torch.full((num_nodes,), -1, dtype=torch.int64))
+        self.register_buffer("pending_time", torch.zeros(num_nodes, dtype=torch.float64))
+        self.register_buffer("pending_event", torch.zeros(num_nodes, dtype=torch.int64))
+
+    def reset(self) -> None:
+        """Empty memory (the start of a pass over the events)."""
+        self.memory.zero_()
+        self.last_update.zero_()
+        self.pending_other.fill_(-1)
+        self.pending_time.zero_()
+        self.pending_event.zero_()
+
+    def snapshot(self) -> dict[str, torch.Tensor]:
+        """A copy of the buffers (evaluation streams events through a copy and restores)."""
+        return {name: buf.clone() for name, buf in self.named_buffers()}
+
+    def restore(self, snapshot: dict[str, torch.Tensor]) -> None:
+        for name, buf in self.named_buffers():
+            buf.copy_(snapshot[name])
+
+    def updated(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(memory [B, M], last_update [B])`` of nodes ``n_id_B`` with their pending
+        messages applied (nodes without one get the GRU of a zero message, as TGN), without
+        storing it. Differentiable in the GRU, the time encoder and the memory rows read."""
+        other_B = self.pending_other[n_id_B]
+        has_B = other_B >= 0
+        rows = torch.nonzero(has_B).squeeze(1)
+        message_BF = self.memory.new_zeros(n_id_B.shape[0], self.gru.input_size)
+        if rows.numel():
+            v, u = n_id_B[rows], other_B[rows]
+            dt = self.pending_time[v] - self.last_update[v]  # float64: exact on unix times
+            message = torch.cat(
+                [
+                    self.memory[v],
+                    self.memory[u],
+                    self.event_feat_EF[self.pending_event[v]],
+                    self.time_encoder(dt),
+                ],
+                dim=1,
+            )
+            message_BF = message_BF.index_copy(0, rows, message)
+        memory_BM = self.gru(message_BF, self.memory[n_id_B])
+        last_B = torch.where(has_B, self.pending_time[n_id_B], self.last_update[n_id_B])
+        return memory_BM, last_B
+
+    def read(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The memory a batch's model sees: :meth:`updated` in training, the stored memory in
+        evaluation (where every event was applied after its batch)."""
+        if self.training:
+            return self.updated(n_id_B)
+        return self.memory[n_id_B], self.last_update[n_id_B]
+
+    def store(self, n_id_B: torch.Tensor, memory_BM: torch.Tensor, last_B: torch.Tensor) -> None:
+        """Write ``memory_BM`` (detached) for ``n_id_B``; their pending messages are consumed."""
+        self.memory[n_id_B] = memory_BM.detach()
+        self.last_update[n_id_B] = last_B
+        self.pending_other[n_id_B] = -1
+
+    def observe(
+        self, src_P: torch.Tensor, dst_P: torch.Tensor, t_P: torch.Tensor, eid_P: torch.Tensor
+    ) -> torch.Tensor:
+        """Make a scored batch's events pending: each endpoint keeps its latest event of the
+        batch (the last-message aggregator: earlier ones would never be read). Returns the
+        batch's nodes (unique)."""
+        nodes = torch.cat([src_P, dst_P])
+        others = torch.cat([dst_P, src_P])
+        events = torch.cat([eid_P, eid_P])
+        n_id, inverse = torch.unique(nodes, return_inverse=True)
+        # the latest event of each node: entry i is event i % P (events come in time order,
+        # ties in time in event order), so the key 2 * (i % P) + (i // P) orders a node's
+        # entries by event; the highest key is its latest
+        p = src_P.shape[0]
+        key = torch.arange(2 * p, device=nodes.device)
+        key = 2 * (key % p) + key // p
+        top = torch.full_like(n_id, -1).scatter_reduce(0, inverse, key, "amax")
+        last = top // 2 + (top % 2) * p
+        self.pending_other[n_id] = others[last]
+        self.pending_event[n_id] = events[last]
+        self.pending_time[n_id] = torch.cat([t_P, t_P])[last]
+        return n_id
+
+    @torch.no_grad()
+    def apply_pending(self, n_id_B: torch.Tensor) -> None:
+        """Apply the pending messages of ``n_id_B`` and store the result."""
+        self.store(n_id_B, *self.updated(n_id_B))
+
+    @torch.no_grad()
+    def flush(self) -> None:
+        """Apply every node's pending message (as PyG's switch to evaluation: every node takes a
+        GRU step, with a zero message when none is pending)."""
+        self.apply_pending(torch.arange(self.num_nodes, device=self.memory.device))
+
+
+class LinkPredictor(nn.Module):
+    """``score(u, v) = w . relu(W_s z_u + W_d z_v) + b`` (TGN's link decoder)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.lin_src = nn.Linear(dim, dim)
+        self.lin_dst = nn.Linear(dim, dim)
+        self.lin_out = nn.Linear(dim, 1)
+
+    def forward(self, z_src_PD: torch.Tensor, z_dst_PD: torch.Tensor) -> torch.Tensor:
+        return self.lin_out(F.relu(self.lin_src(z_src_PD) + self.lin_dst(z_dst_PD))).squeeze(-1)
+
+    def score_against(self, z_src_PD: torch.Tensor, z_dst_KPD: list[torch.Tensor]) -> torch.Tensor:
+        """``[K, P]``: ``score(u_i, v_i)`` for each of ``K`` destination sets, the sources'
+        transform computed once and the destinations' in one product."""
+        k, p = len(z_dst_KPD), z_src_PD.shape[0]
+        dst_KPD = self.lin_dst(torch.cat(z_dst_KPD)).view(k, p, -1)
+        return self.lin_out(F.relu(self.lin_src(z_src_PD).unsqueeze(0) + dst_KPD)).squeeze(-1)
+
+
+@dataclasses.dataclass
+class HopTensors:
+    """One hop of temporal sampling as the tensors :meth:`TemporalLinkModel.embed_hops` reads:
+    per sampled event its seed's row (``dst_index``), the seed's time, and the event's other
+    endpoint, time and id."""
+
+    dst_index: torch.Tensor
+    dst_times: torch.Tensor
+    nbr: torch.Tensor
+    nbr_times: torch.Tensor
+    eids: torch.Tensor
+
+    @classmethod
+    def of(cls, hop: TemporalHop, device: torch.device) -> "HopTensors":
+        counts = np.diff(hop.offsets)
+        return cls(
+            dst_index=torch.from_numpy(np.repeat(np.arange(counts.size), counts)).to(device),
+            dst_times=torch.from_numpy(hop.dst_times).to(device),
+            nbr=torch.from_numpy(hop.nbr).to(device),
+            nbr_times=torch.from_numpy(hop.nbr_times).to(device),
+            eids=torch.from_numpy(hop.eids).to(device),
+        )
+
+
+class TemporalLinkModel(nn.Module):
+    """A temporal link-prediction model: node memory (``tgn``, ``jodie``) and an embedding of a
+    batch's nodes at the batch's time, scored in pairs by :class:`LinkPredictor`.
+
+    * ``tgn``: memory, then one :class:`TemporalAttention` over each node's most recent events
+      (attributes: ``phi(t_u - t_e)`` and the event's features).
+    * ``jodie``: memory projected to the query time, ``(1 + w * dt / scale) * s_v`` (JODIE's
+      projection; ``scale``: the training events' mean gap per node, so ``dt`` is O(1)).
+    * ``tgat``: no memory; ``layers`` of attention over uniformly sampled earlier events, each
+      hop continuing from the event's time (TGAT). Its input rows are zeros (as TGAT on graphs
+      without node features: it then learns from event features and times only), or with
+      ``node_rows > 0`` a learnt row per node (trained densely with the model: the graphs one
+      process trains on are small enough).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        num_nodes: int,
+        event_feat_EF: torch.Tensor,
+        *,
+        memory_dim: int = 100,
+        time_dim: int = 100,
+        embedding_dim: int = 100,
+        heads: int = 2,
+        dropout: float = 0.1,
+        layers: int = 1,
+        time_scale: float = 1.0,
+        node_rows: int = 0,
+    ):
+        super().__init__()
+        assert kind in TEMPORAL_MODELS, kind
+        self.kind = kind
+        self.time_encoder = TimeEncoder(time_dim)
+        feat_dim = event_feat_EF.shape[1]
+        self.memory: NodeMemory | None = None
+        if kind in ("tgn", "jodie"):
+            self.memory = NodeMemory(num_nodes, memory_dim, self.time_encoder, event_feat_EF)
+        self.event_feat_EF = event_feat_EF
+        if kind == "tgn":
+            self.attention = nn.ModuleList(
+                [TemporalAttention(memory_dim, embedding_dim, time_dim + feat_dim, heads, dropout)]
+            )
+        elif kind == "tgat":
+            self.input_dim = node_rows or embedding_dim
+            self.node_rows = nn.Embedding(num_nodes, node_rows) if node_rows else None
+            self.attention = nn.ModuleList(
+                TemporalAttention(
+                    (self.input_dim if layer == 0 else embedding_dim) + time_dim,
+                    embedding_dim,
+                    feat_dim,
+                    heads,
+                    dropout,
+                )
+                for layer in range(layers)
+            )
+        else:
+            embedding_dim = memory_dim
+            self.projection = nn.Linear(1, memory_dim, bias=False)
+            nn.init.normal_(self.projection.weight, 0.0, 0.1)  # JODIE: starts near identity
+            self.time_scale = float(time_scale)
+        self.predictor = LinkPredictor(embedding_dim)
+
+    def embed_recent(
+        self,
+        memory_BM: torch.Tensor,
+        last_B: torch.Tensor,
+        edge_index_2E: torch.Tensor,
+        event_E: torch.Tensor,
+        event_time_E: torch.Tensor,
+        num_seeds: int,
+    ) -> torch.Tensor:
+        """``tgn``: embeddings ``[Q, D]`` of the first ``num_seeds`` nodes of a batch's subgraph
+        (the seeds: only their embeddings are scored) from the memory of its ``B`` nodes
+        (:meth:`NodeMemory.read`) and the events ``edge_index_2E`` (local neighbour, local
+        seed) of the seeds' recent neighbourhoods."""
+        nbr_E, dst_E = edge_index_2E
+        attr_EA = torch.cat(
+            [
+                self.time_encoder(last_B.index_select(0, nbr_E) - event_time_E),
+                self.event_feat_EF[event_E],
+            ],
+            dim=1,
+        )
+        return self.attention[0](memory_BM[:num_seeds], memory_BM, nbr_E, dst_E, attr_EA)
+
+    def embed_projected(
+        self, memory_PM: torch.Tensor, last_P: torch.Tensor, time_P: torch.Tensor
+    ) -> torch.Tensor:
+        """``jodie``: memory rows projected from their last update to the query times."""
+        dt_P1 = ((time_P - last_P) / self.time_scale).to(memory_PM.dtype).unsqueeze(1)
+        return memory_PM * (1.0 + self.projection(dt_P1))
+
+    def embed_hops(self, hops: list[HopTensors], seeds_Q: torch.Tensor) -> torch.Tensor:
+        """``tgat``: embeddings of the first hop's ``num_seeds`` seeds, one hop per layer (first
+        hop first). Rows of depth ``d`` are the seeds (``d = 0``) or hop ``d - 1``'s sampled
+        events, each a node at an event's time; layer ``l`` updates every depth a later layer
+        still reads, attending from ``[h_v, phi(0)]`` over ``[h_u, phi(t_v - t_e)]`` and the
+        events' features."""
+        layers = len(self.attention)
+        assert len(hops) == layers
+        nodes = [seeds_Q] + [hop.nbr for hop in hops]
+        sizes = [int(n.shape[0]) for n in nodes]
+        if self.node_rows is not None:
+            h = [self.node_rows(n) for n in nodes]
+        else:
+            h = [seeds_Q.new_zeros((size, self.input_dim), dtype=torch.float32) for size in sizes]
+        for layer, attention in enumerate(self.attention):
+            nxt = []
+            for depth in range(layers - layer):
+                hop = hops[depth]
+                gap_E = hop.dst_times[hop.dst_index] - hop.nbr_times
+                x_src_EF = torch.cat([h[depth + 1], self.time_encoder(gap_E)], dim=1)
+                zero_time = self.time_encoder(hop.dst_times.new_zeros(sizes[depth]))
+                x_dst_DF = torch.cat([h[depth], zero_time], dim=1)
+                out = attention(
+                    x_dst_DF, x_src_EF, None, hop.dst_index, self.event_feat_EF[hop.eids]
+                )
+                nxt.append(F.relu(out) if layer < layers - 1 else out)
+            h = nxt
+        return h[0]
+
+    def score(self, z_src_PD: torch.Tensor, z_dst_KPD: list[torch.Tensor]) -> torch.Tensor:
+        """``[K, P]`` scores of the sources against each of ``K`` destination sets."""
+        return self.predictor.score_against(z_src_PD, z_dst_KPD)
