@@ -122,8 +122,7 @@ class TemporalGraph:
         it), as PyG's ``TemporalData.train_val_test_split``: no time is in two splits."""
         if self.num_events == 0:
             raise DatasetError("holds no events to split", self.name)
-        val_time, test_time = np.quantile(self.t, [1.0 - val - test, 1.0 - test])
-        return int(np.sum(self.t <= val_time)), int(np.sum(self.t <= test_time))
+        return chronological_split(self.t, val, test)
 
     @property
     def num_events(self) -> int:
@@ -141,6 +140,12 @@ class TemporalGraph:
             "edge_features": 0 if self.edge_feat is None else int(self.edge_feat.shape[1]),
             "directed": self.directed,
         }
+
+
+def chronological_split(t: np.ndarray, val: float, test: float) -> tuple[int, int]:
+    """:meth:`TemporalGraph.split_points` of non-decreasing event times ``t`` (non-empty)."""
+    val_time, test_time = np.quantile(t, [1.0 - val - test, 1.0 - test])
+    return int(np.sum(t <= val_time)), int(np.sum(t <= test_time))
 
 
 def load_temporal_events(

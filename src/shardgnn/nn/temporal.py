@@ -99,35 +99,59 @@ class TemporalAttention(nn.Module):
         return out_DHC.reshape(D, H * C) + self.lin_skip(x_dst_DF)
 
 
+@dataclasses.dataclass
+class MemoryState:
+    """What a node's memory update needs, for ``B`` nodes: their memory and last update, and
+    their pending event (``other_B``: the other endpoint, -1 for none; its time and id)."""
+
+    memory_BM: torch.Tensor
+    last_B: torch.Tensor
+    other_B: torch.Tensor
+    time_B: torch.Tensor
+    event_B: torch.Tensor
+
+
 class NodeMemory(nn.Module):
     """TGN's node memory (see the module docstring for when messages apply).
 
     Buffers (part of the state dict, so the best epoch's weights come with the memory they
-    produced): ``memory`` ``[N, M]``, ``last_update`` ``[N]`` (time of the last applied
-    message), and per node its pending event: ``pending_other`` (the other endpoint, -1: none),
-    ``pending_time``, ``pending_event``.
+    produced), one row per node this process holds (global ids ``[first, first + rows)``; all
+    ``N`` in one process, the owner's part when sharded): ``memory`` ``[rows, M]``,
+    ``last_update`` (time of the last applied message), and the pending event:
+    ``pending_other`` (the other endpoint, -1: none), ``pending_time``, ``pending_event``.
 
     Args:
         num_nodes: ``N``.
         dim: ``M``.
         time_encoder: shared with the embedding module (as TGN and PyG's example do).
         event_feat_EF: every event's features (``[E, 0]`` for none): messages read rows of it.
+        first, rows: the global ids held here (default: all).
     """
 
     def __init__(
-        self, num_nodes: int, dim: int, time_encoder: TimeEncoder, event_feat_EF: torch.Tensor
+        self,
+        num_nodes: int,
+        dim: int,
+        time_encoder: TimeEncoder,
+        event_feat_EF: torch.Tensor,
+        *,
+        first: int = 0,
+        rows: int | None = None,
     ):
         super().__init__()
         self.num_nodes, self.dim = num_nodes, dim
+        self.first = first
+        self.rows = num_nodes - first if rows is None else rows
         self.time_encoder = time_encoder
         self.event_feat_EF = event_feat_EF  # data, not state: not a buffer
         message_dim = 2 * dim + event_feat_EF.shape[1] + time_encoder.dim
         self.gru = nn.GRUCell(message_dim, dim)
-        self.register_buffer("memory", torch.zeros(num_nodes, dim))
-        self.register_buffer("last_update", torch.zeros(num_nodes, dtype=torch.float64))
-        self.register_buffer("pending_other", torch.full((num_nodes,), -1, dtype=torch.int64))
-        self.register_buffer("pending_time", torch.zeros(num_nodes, dtype=torch.float64))
-        self.register_buffer("pending_event", torch.zeros(num_nodes, dtype=torch.int64))
+        n = self.rows
+        self.register_buffer("memory", torch.zeros(n, dim))
+        self.register_buffer("last_update", torch.zeros(n, dtype=torch.float64))
+        self.register_buffer("pending_other", torch.full((n,), -1, dtype=torch.int64))
+        self.register_buffer("pending_time", torch.zeros(n, dtype=torch.float64))
+        self.register_buffer("pending_event", torch.zeros(n, dtype=torch.int64))
 
     def reset(self) -> None:
         """Empty memory (the start of a pass over the events)."""
@@ -145,50 +169,70 @@ class NodeMemory(nn.Module):
         for name, buf in self.named_buffers():
             buf.copy_(snapshot[name])
 
-    def updated(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(memory [B, M], last_update [B])`` of nodes ``n_id_B`` with their pending
-        messages applied (nodes without one get the GRU of a zero message, as TGN), without
-        storing it. Differentiable in the GRU, the time encoder and the memory rows read."""
-        other_B = self.pending_other[n_id_B]
-        has_B = other_B >= 0
+    def state(self, n_id_B: torch.Tensor) -> MemoryState:
+        """The held rows of global ids ``n_id_B``."""
+        local = n_id_B - self.first
+        return MemoryState(
+            self.memory[local],
+            self.last_update[local],
+            self.pending_other[local],
+            self.pending_time[local],
+            self.pending_event[local],
+        )
+
+    def step(self, state: MemoryState, other_memory_RM: torch.Tensor) -> tuple:
+        """``(memory [B, M], last_update [B])`` after one GRU step on each node's pending
+        message ``[s_v, s_u, e, phi(t - t_v)]`` (``other_memory_RM``: ``s_u`` of the nodes with
+        one, in order); nodes without one take the step on a zero message, as TGN.
+        Differentiable in the GRU and the time encoder."""
+        has_B = state.other_B >= 0
         rows = torch.nonzero(has_B).squeeze(1)
-        message_BF = self.memory.new_zeros(n_id_B.shape[0], self.gru.input_size)
+        message_BF = state.memory_BM.new_zeros(state.memory_BM.shape[0], self.gru.input_size)
         if rows.numel():
-            v, u = n_id_B[rows], other_B[rows]
-            dt = self.pending_time[v] - self.last_update[v]  # float64: exact on unix times
+            dt = state.time_B[rows] - state.last_B[rows]  # float64: exact on unix times
             message = torch.cat(
                 [
-                    self.memory[v],
-                    self.memory[u],
-                    self.event_feat_EF[self.pending_event[v]],
+                    state.memory_BM[rows],
+                    other_memory_RM,
+                    self.event_feat_EF[state.event_B[rows]],
                     self.time_encoder(dt),
                 ],
                 dim=1,
             )
             message_BF = message_BF.index_copy(0, rows, message)
-        memory_BM = self.gru(message_BF, self.memory[n_id_B])
-        last_B = torch.where(has_B, self.pending_time[n_id_B], self.last_update[n_id_B])
-        return memory_BM, last_B
+        memory_BM = self.gru(message_BF, state.memory_BM)
+        return memory_BM, torch.where(has_B, state.time_B, state.last_B)
+
+    def updated(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(memory [B, M], last_update [B])`` of held nodes ``n_id_B`` with their pending
+        messages applied (:meth:`step`), without storing it (one process: every other endpoint
+        is held here too)."""
+        state = self.state(n_id_B)
+        others = state.other_B[state.other_B >= 0]
+        return self.step(state, self.memory[others - self.first])
 
     def read(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The memory a batch's model sees: :meth:`updated` in training, the stored memory in
         evaluation (where every event was applied after its batch)."""
         if self.training:
             return self.updated(n_id_B)
-        return self.memory[n_id_B], self.last_update[n_id_B]
+        local = n_id_B - self.first
+        return self.memory[local], self.last_update[local]
 
     def store(self, n_id_B: torch.Tensor, memory_BM: torch.Tensor, last_B: torch.Tensor) -> None:
-        """Write ``memory_BM`` (detached) for ``n_id_B``; their pending messages are consumed."""
-        self.memory[n_id_B] = memory_BM.detach()
-        self.last_update[n_id_B] = last_B
-        self.pending_other[n_id_B] = -1
+        """Write ``memory_BM`` (detached) for held ``n_id_B``; their pending messages are
+        consumed."""
+        local = n_id_B - self.first
+        self.memory[local] = memory_BM.detach()
+        self.last_update[local] = last_B
+        self.pending_other[local] = -1
 
     def observe(
         self, src_P: torch.Tensor, dst_P: torch.Tensor, t_P: torch.Tensor, eid_P: torch.Tensor
     ) -> torch.Tensor:
-        """Make a scored batch's events pending: each endpoint keeps its latest event of the
-        batch (the last-message aggregator: earlier ones would never be read). Returns the
-        batch's nodes (unique)."""
+        """Make a scored batch's events (in event order) pending: each held endpoint keeps its
+        latest event of the batch (the last-message aggregator: earlier ones would never be
+        read). Returns the batch's held nodes (unique)."""
         nodes = torch.cat([src_P, dst_P])
         others = torch.cat([dst_P, src_P])
         events = torch.cat([eid_P, eid_P])
@@ -201,21 +245,27 @@ class NodeMemory(nn.Module):
         key = 2 * (key % p) + key // p
         top = torch.full_like(n_id, -1).scatter_reduce(0, inverse, key, "amax")
         last = top // 2 + (top % 2) * p
-        self.pending_other[n_id] = others[last]
-        self.pending_event[n_id] = events[last]
-        self.pending_time[n_id] = torch.cat([t_P, t_P])[last]
+        held = (n_id >= self.first) & (n_id < self.first + self.rows)
+        n_id, last = n_id[held], last[held]
+        local = n_id - self.first
+        self.pending_other[local] = others[last]
+        self.pending_event[local] = events[last]
+        self.pending_time[local] = torch.cat([t_P, t_P])[last]
         return n_id
 
     @torch.no_grad()
     def apply_pending(self, n_id_B: torch.Tensor) -> None:
-        """Apply the pending messages of ``n_id_B`` and store the result."""
+        """Apply the pending messages of held ``n_id_B`` and store the result."""
         self.store(n_id_B, *self.updated(n_id_B))
 
     @torch.no_grad()
     def flush(self) -> None:
         """Apply every node's pending message (as PyG's switch to evaluation: every node takes a
         GRU step, with a zero message when none is pending)."""
-        self.apply_pending(torch.arange(self.num_nodes, device=self.memory.device))
+        self.apply_pending(self.held_ids())
+
+    def held_ids(self) -> torch.Tensor:
+        return torch.arange(self.first, self.first + self.rows, device=self.memory.device)
 
 
 class LinkPredictor(nn.Module):
@@ -268,6 +318,9 @@ class TemporalLinkModel(nn.Module):
 
     * ``tgn``: memory, then one :class:`TemporalAttention` over each node's most recent events
       (attributes: ``phi(t_u - t_e)`` and the event's features).
+    ``memory_rows``: ``(first, rows)``, the global ids whose memory this process holds (the
+    owner's part when memory is sharded; default all).
+
     * ``jodie``: memory projected to the query time, ``(1 + w * dt / scale) * s_v`` (JODIE's
       projection; ``scale``: the training events' mean gap per node, so ``dt`` is O(1)).
     * ``tgat``: no memory; ``layers`` of attention over uniformly sampled earlier events, each
@@ -291,6 +344,7 @@ class TemporalLinkModel(nn.Module):
         layers: int = 1,
         time_scale: float = 1.0,
         node_rows: int = 0,
+        memory_rows: tuple[int, int] | None = None,
     ):
         super().__init__()
         assert kind in TEMPORAL_MODELS, kind
@@ -299,7 +353,10 @@ class TemporalLinkModel(nn.Module):
         feat_dim = event_feat_EF.shape[1]
         self.memory: NodeMemory | None = None
         if kind in ("tgn", "jodie"):
-            self.memory = NodeMemory(num_nodes, memory_dim, self.time_encoder, event_feat_EF)
+            first, rows = memory_rows or (0, num_nodes)
+            self.memory = NodeMemory(
+                num_nodes, memory_dim, self.time_encoder, event_feat_EF, first=first, rows=rows
+            )
         self.event_feat_EF = event_feat_EF
         if kind == "tgn":
             self.attention = nn.ModuleList(

@@ -166,6 +166,7 @@ def write_partitions(
     type_features: dict[int, np.ndarray] | None = None,
     edge_arrays: dict[str, np.ndarray] | None = None,
     extra_meta: dict[str, Any] | None = None,
+    shared_arrays: dict[str, np.ndarray] | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -195,6 +196,9 @@ def write_partitions(
             event times and ids), written per part as ``edge_<name>.npy`` in their own dtype and
             listed in ``meta.json["edge_arrays"]``.
         extra_meta: more ``meta.json`` sections (a temporal graph's ``temporal``).
+        shared_arrays: relative path (``events/src.npy``) -> an array every part reads whole (a
+            temporal graph's event stream in new ids), written and checksummed like the parts'
+            (:meth:`PartitionSet.shared_array` loads one).
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -234,6 +238,9 @@ def write_partitions(
     parts_info = []
     with atomic_directory(out_dir, overwrite=True) as tmp:
         _write_array(tmp, "orig_ids.npy", orig_ids, record)
+        for rel, array in (shared_arrays or {}).items():
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            _write_array(tmp, rel, array, record)
         bar = tqdm(
             range(p_count),
             desc="write parts",
@@ -478,6 +485,12 @@ class PartitionSet:
     @property
     def metrics(self) -> PartitionMetrics:
         return PartitionMetrics.from_dict(self.meta["metrics"])
+
+    def shared_array(self, rel: str, *, mmap: bool = True) -> np.ndarray:
+        """An array of ``write_partitions(shared_arrays=...)`` (checked against meta.json)."""
+        if rel not in self.meta["arrays"]:
+            raise DatasetError(f"holds no {rel}", self.path, _REMAKE)
+        return _load_array(self.path, self.meta, rel, mmap)
 
     def new_id_of_orig(self) -> np.ndarray:
         """int64 ``[N]`` original id -> new id (computed, O(N))."""

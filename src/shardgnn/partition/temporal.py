@@ -10,6 +10,7 @@ import numpy as np
 
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.partition.book import relabel
 from shardgnn.partition.format import PartitionSet, write_partitions
 
 
@@ -29,7 +30,17 @@ def write_temporal_partitions(
     overwrite: bool = False,
 ) -> PartitionSet:
     """Write the partition directory of a temporal graph (rows keep their time order: a part's
-    rows are the T-CSR's rows of its nodes, neighbours relabelled to new ids)."""
+    rows are the T-CSR's rows of its nodes, neighbours relabelled to new ids), with the event
+    stream in new ids beside the parts (``events/src.npy``, ``dst``, ``t``, ``feat`` when the
+    events have features): every worker reads the events of its share of each batch."""
+    new_id = relabel(assignment, int(np.max(assignment, initial=0)) + 1).new_id_of_orig
+    events = {
+        "events/src.npy": new_id[graph.src],
+        "events/dst.npy": new_id[graph.dst],
+        "events/t.npy": graph.t,
+    }
+    if graph.edge_feat is not None:
+        events["events/feat.npy"] = graph.edge_feat
     return write_partitions(
         static_view(graph),
         assignment,
@@ -39,4 +50,5 @@ def write_temporal_partitions(
         overwrite=overwrite,
         edge_arrays={"times": graph.times, "eids": graph.eids},
         extra_meta={"temporal": {"num_events": graph.num_events, "directed": graph.directed}},
+        shared_arrays=events,
     )

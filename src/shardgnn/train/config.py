@@ -557,8 +557,13 @@ class TrainConfig:
                 problem = (
                     f"needs a temporal model, not --model {model}: use --model tgn, jodie or tgat"
                 )
-            elif self.run.distributed:
-                problem = "trains in one process so far: drop --workers / --partitions"
+            elif self.run.distributed and self.mode == "full":
+                problem = "streams events in batches: drop --mode full"
+            elif self.run.distributed and self.embedding.enabled:
+                problem = (
+                    "gives tgat learnt input rows in one process only: drop --embedding-dim or "
+                    "--workers"
+                )
             elif self.embedding.enabled and model != "tgat":
                 problem = (
                     f"gives nodes memory with --model {model}: drop --embedding-dim (learnt input "
@@ -571,7 +576,10 @@ class TrainConfig:
                     f"--temporal-neighbors {','.join(map(str, self.temporal.neighbors))}: tgn "
                     "attends over one hop of recent events; give one count (e.g. 10)"
                 )
-        elif model in TEMPORAL_MODELS:
+        elif model in TEMPORAL_MODELS and self.task != "link":
+            raise ConfigError(f"--model {model} predicts future events: add --task link")
+        elif model in TEMPORAL_MODELS and self.run.partitions is None:
+            # with --partitions the dataset is what the directory holds: the workers check it
             raise ConfigError(
                 f"--model {model} learns from timestamped events, and dataset {self.dataset!r} "
                 "has none; use a temporal dataset (collegemsg, synthetic-temporal, temporal:FILE)"

@@ -21,6 +21,7 @@ Each positive ``(u, v, t)`` is scored against fixed negatives drawn once (``--li
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
-from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.graph.temporal import TemporalGraph, chronological_split
 from shardgnn.loader.temporal import EventBatches
 from shardgnn.nn.link import link_loss
 from shardgnn.nn.temporal import HopTensors, TemporalLinkModel
@@ -65,10 +66,29 @@ def historical_negatives(
     return np.concatenate([np.full(train_end, -1, dtype=np.int64), chosen.astype(np.int64)])
 
 
-def events_sha256(graph: TemporalGraph) -> str:
+def evaluation_negatives(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int, train_end: int, split_seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fixed negative destinations of every event (used after ``train_end``): uniform, and
+    historical (:func:`historical_negatives`), drawn once from ``split_seed``."""
+    rng = np.random.default_rng(mix_seed(split_seed, EVAL_STREAM))
+    uniform = rng.integers(0, num_nodes, src.shape[0]).astype(np.int64)
+    past = historical_negatives(np.asarray(src), np.asarray(dst), train_end, num_nodes, rng)
+    return uniform, past
+
+
+def mean_gap(src: np.ndarray, dst: np.ndarray, t: np.ndarray, train_end: int) -> float:
+    """JODIE's time scale: about the mean time between a node's consecutive training events
+    (the training span times the active nodes over the event endpoints)."""
+    span = float(t[max(train_end - 1, 0)] - t[0])
+    active = max(np.unique(np.r_[src[:train_end], dst[:train_end]]).size, 1)
+    return max(span * active / max(2 * train_end, 1), 1e-9)
+
+
+def events_sha256(src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> str:
     """SHA-256 of the events (sources, destinations, times): a checkpoint's graph identity."""
     digest = hashlib.sha256()
-    for array, dtype in ((graph.src, "<i8"), (graph.dst, "<i8"), (graph.t, "<f8")):
+    for array, dtype in ((src, "<i8"), (dst, "<i8"), (t, "<f8")):
         digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
     return digest.hexdigest()
 
@@ -88,37 +108,74 @@ def stream_metrics(pos, neg, neg_hist, new, batch_ap) -> dict[str, float]:
     return metrics
 
 
+@dataclasses.dataclass
+class EventStream:
+    """The events a trainer streams (every process holds all of them: each batch is split
+    among ranks), in the ids its memory and sampler use."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    feat: np.ndarray | None
+    num_nodes: int
+    name: str
+
+    @property
+    def num_events(self) -> int:
+        return int(self.src.shape[0])
+
+    @classmethod
+    def of(cls, graph: TemporalGraph) -> "EventStream":
+        return cls(graph.src, graph.dst, graph.t, graph.edge_feat, graph.num_nodes, graph.name)
+
+
 class TemporalLinkSteps(Steps):
-    """One process's temporal link prediction (``graph``: given, else loaded from the spec)."""
+    """One process's temporal link prediction (``graph``: given, else loaded from the spec).
+
+    Every batch is a global range of events; :meth:`_share` is the part this process scores
+    (all of it here). The hooks a distributed trainer replaces: :meth:`_neighbourhood` and
+    :meth:`_hops` (sampling), :meth:`_read` (memory), :meth:`_commit` and :meth:`_apply`
+    (memory updates), :meth:`_all_scores` and :meth:`_sync_gradients`."""
 
     metric = "ap"
 
     def __init__(self, config: TrainConfig, graph: TemporalGraph | None = None):
-        self.config = config
         apply_process_settings(config)
-        self.device = resolve_device(config.device)
         self.spec = canonical_spec(config.dataset) if graph is None else None
         g = graph if graph is not None else load_temporal_dataset(config.dataset, config.data_dir)
         self.graph = g
-        self.val_start, self.test_start = g.split_points(config.link.val, config.link.test)
+        self._setup(config, EventStream.of(g), None)
+        self.sampler = TemporalNeighborSampler(
+            g, list(config.temporal.neighbors), config.temporal_sampling
+        )
+
+    def _setup(
+        self, config: TrainConfig, events: EventStream, memory_rows: tuple[int, int] | None
+    ) -> None:
+        """Everything but the sampler: split, event tensors, model, optimiser, negatives."""
+        self.config, self.events = config, events
+        self.device = dev = resolve_device(config.device)
+        ev = events
+        self.val_start, self.test_start = chronological_split(
+            np.asarray(ev.t), config.link.val, config.link.test
+        )
         if self.val_start == 0 or self.test_start == self.val_start:
             raise ValueError(
-                f"temporal graph {g.name!r}: the split --link-val {config.link.val} --link-test "
+                f"temporal graph {ev.name!r}: the split --link-val {config.link.val} --link-test "
                 f"{config.link.test} leaves an empty training or validation span "
                 f"({self.val_start} / {self.test_start - self.val_start} events); give more "
                 "events or other fractions"
             )
-        dev = self.device
-        self.src_E = torch.from_numpy(g.src).to(dev)
-        self.dst_E = torch.from_numpy(g.dst).to(dev)
-        self.t_E = torch.from_numpy(g.t).to(dev)
-        feat = g.edge_feat if g.edge_feat is not None else np.zeros((g.num_events, 0), np.float32)
+        self.src_E = torch.from_numpy(np.asarray(ev.src)).to(dev)
+        self.dst_E = torch.from_numpy(np.asarray(ev.dst)).to(dev)
+        self.t_E = torch.from_numpy(np.asarray(ev.t)).to(dev)
+        feat = ev.feat if ev.feat is not None else np.zeros((ev.num_events, 0), np.float32)
         self.event_feat_EF = torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
         kind, temporal = config.model.model, config.temporal
         torch.manual_seed(config.seed)
         self.model = TemporalLinkModel(
             kind,
-            g.num_nodes,
+            ev.num_nodes,
             self.event_feat_EF,
             memory_dim=temporal.memory_dim,
             time_dim=temporal.time_dim,
@@ -126,8 +183,9 @@ class TemporalLinkSteps(Steps):
             heads=config.model.heads,
             dropout=config.model.dropout,
             layers=len(temporal.neighbors),
-            time_scale=self._mean_gap(),
+            time_scale=mean_gap(ev.src, ev.dst, ev.t, self.val_start),
             node_rows=config.embedding.dim if config.embedding.enabled else 0,
+            memory_rows=memory_rows,
         ).to(dev)
         # fused: one kernel over all ~20 small weights (the per-tensor loop was 10% of a step)
         self.optimizer = torch.optim.Adam(
@@ -136,59 +194,91 @@ class TemporalLinkSteps(Steps):
             weight_decay=config.optim.weight_decay,
             fused=True,
         )
-        self.sampler = TemporalNeighborSampler(
-            g, list(temporal.neighbors), config.temporal_sampling
-        )
         self.batches = EventBatches(
             0, self.val_start, config.batch_size, temporal.chunks, seed=config.seed
         )
         self.timer = StageTimer()
-        rng = np.random.default_rng(mix_seed(config.link.split_seed, EVAL_STREAM))
-        self.eval_neg = rng.integers(0, g.num_nodes, g.num_events).astype(np.int64)
-        self.eval_neg_hist = historical_negatives(g.src, g.dst, self.val_start, g.num_nodes, rng)
-        seen = np.zeros(g.num_nodes, dtype=bool)
-        seen[g.src[: self.val_start]] = True
-        seen[g.dst[: self.val_start]] = True
-        self.new_event = ~seen[g.src] | ~seen[g.dst]
+        self.eval_neg, self.eval_neg_hist = evaluation_negatives(
+            ev.src, ev.dst, ev.num_nodes, self.val_start, config.link.split_seed
+        )
+        seen = np.zeros(ev.num_nodes, dtype=bool)
+        seen[ev.src[: self.val_start]] = True
+        seen[ev.dst[: self.val_start]] = True
+        self.new_event = ~seen[ev.src] | ~seen[ev.dst]
         self.last_metrics: dict[str, dict[str, float]] = {}
         self.sampled_events = 0
 
-    def _mean_gap(self) -> float:
-        """JODIE's time scale: the mean time between a node's consecutive training events."""
-        g = self.graph
-        span = float(g.t[max(self.val_start - 1, 0)] - g.t[0])
-        active = max(np.unique(np.r_[g.src[: self.val_start], g.dst[: self.val_start]]).size, 1)
-        return max(span * active / max(2 * self.val_start, 1), 1e-9)
+    # ------------------------------------------------------------------ hooks
+    def _share(self, lo: int, hi: int) -> tuple[int, int]:
+        """The events of the global batch ``[lo, hi)`` this process scores."""
+        return lo, hi
+
+    def _neighbourhood(self, seeds: np.ndarray, time: float):
+        """TGN: ``(n_id, edge_index, event ids)`` of the seeds' recent events before ``time``."""
+        n_id, edge_index, events = self.sampler.recent_subgraph(seeds, np.full(seeds.size, time))
+        return n_id, edge_index, events
+
+    def _hops(self, nodes: np.ndarray, times: np.ndarray, seed: int):
+        """TGAT: the multi-hop sample of ``(nodes, times)``."""
+        return self.sampler.sample(nodes, times, seed=seed)
+
+    def _read(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.memory.read(n_id_B)
+
+    def _commit(self, nodes, memory_BM, last_B, a: int, b: int) -> None:
+        """After a training step: the scored nodes take the memory they were read with, then the
+        events ``[a, b)`` become pending."""
+        memory = self.model.memory
+        memory.store(nodes, memory_BM, last_B)
+        memory.observe(self.src_E[a:b], self.dst_E[a:b], self.t_E[a:b], _arange(a, b, self.device))
+
+    def _apply(self, a: int, b: int) -> None:
+        """Evaluation: the events ``[a, b)`` reach memory at once."""
+        memory = self.model.memory
+        nodes = memory.observe(
+            self.src_E[a:b], self.dst_E[a:b], self.t_E[a:b], _arange(a, b, self.device)
+        )
+        memory.apply_pending(nodes)
+
+    def _flush(self) -> None:
+        self.model.memory.flush()
+
+    def _all_scores(self, index: np.ndarray, scores_KN: np.ndarray) -> np.ndarray:
+        """Every process's scores ``[K, n]`` of a split's events ``index``, in event order (one
+        process: its own)."""
+        return scores_KN
+
+    def _sync_gradients(self) -> None:
+        """Sum the gradients over processes (one process: nothing to do)."""
 
     # ------------------------------------------------------------------ one batch
     def _embed(
-        self, lo: int, hi: int, others: list[np.ndarray], seed: int
+        self, a: int, b: int, time: float, others: list[np.ndarray], seed: int
     ) -> tuple[list[torch.Tensor], tuple | None]:
-        """Embeddings of the batch's sources, destinations and every array of ``others``
-        (destinations scored against the sources), at the batch's time; and, for memory models,
-        ``(nodes, memory, last update)`` read for the batch's own nodes (to store after a
-        training step)."""
-        g, model, dev = self.graph, self.model, self.device
-        src, dst = g.src[lo:hi], g.dst[lo:hi]
+        """Embeddings of the sources and destinations of events ``[a, b)`` and of every array
+        of ``others`` (destinations scored against the sources), at the batch's start ``time``
+        (TGAT: each pair's own time); and, for memory models, ``(nodes, memory, last update)``
+        read for the events' own nodes (to store after a training step)."""
+        ev, model, dev = self.events, self.model, self.device
+        src, dst = np.asarray(ev.src[a:b]), np.asarray(ev.dst[a:b])
         queried = [src, dst, *others]
         if model.kind == "tgat":
             nodes = np.concatenate(queried)
-            times = np.tile(g.t[lo:hi], len(queried))
+            times = np.tile(np.asarray(ev.t[a:b]), len(queried))
             with self.timer("sample"):
-                hops = self.sampler.sample(nodes, times, seed=seed)
+                hops = self._hops(nodes, times, seed)
                 self.sampled_events += sum(hop.num_events for hop in hops)
                 hops = [HopTensors.of(hop, dev) for hop in hops]
             z = model.embed_hops(hops, torch.from_numpy(nodes).to(dev))
-            return list(torch.split(z, hi - lo)), None
+            return list(torch.split(z, b - a)), None
         seeds = np.unique(np.concatenate(queried))
         if model.kind == "tgn":
             with self.timer("sample"):
-                n_id, edge_index, events = self.sampler.recent_subgraph(
-                    seeds, np.full(seeds.size, g.t[lo])
-                )
+                n_id, edge_index, events = self._neighbourhood(seeds, time)
                 self.sampled_events += int(events.size)
             n_id_B = torch.from_numpy(n_id).to(dev)
-            memory_BM, last_B = model.memory.read(n_id_B)
+            with self.timer("memory"):
+                memory_BM, last_B = self._read(n_id_B)
             events_E = torch.from_numpy(events).to(dev)
             z_QD = model.embed_recent(
                 memory_BM,
@@ -202,79 +292,81 @@ class TemporalLinkSteps(Steps):
             z = [z_QD.index_select(0, r) for r in rows]
         else:  # jodie
             n_id_B = torch.from_numpy(seeds).to(dev)
-            memory_BM, last_B = model.memory.read(n_id_B)
-            t_P = self.t_E[lo:hi]
+            with self.timer("memory"):
+                memory_BM, last_B = self._read(n_id_B)
+            t_P = self.t_E[a:b]
             rows = [torch.from_numpy(np.searchsorted(seeds, q)).to(dev) for q in queried]
             z = [model.embed_projected(memory_BM.index_select(0, r), last_B[r], t_P) for r in rows]
-        own = torch.from_numpy(np.unique(np.r_[src, dst])).to(dev)
-        own_rows = torch.from_numpy(np.searchsorted(seeds, own.cpu().numpy())).to(dev)
-        return z, (own, memory_BM[own_rows], last_B[own_rows])
+        own = np.unique(np.r_[src, dst])
+        own_rows = torch.from_numpy(np.searchsorted(seeds, own)).to(dev)
+        return z, (torch.from_numpy(own).to(dev), memory_BM[own_rows], last_B[own_rows])
 
     def _train_step(self, epoch: int, index: int, lo: int, hi: int) -> tuple[float, int, int, int]:
-        g, model = self.graph, self.model
+        model = self.model
+        a, b = self._share(lo, hi)
         before = self.sampled_events
-        rng = np.random.default_rng(mix_seed(self.config.seed, epoch, index))
-        neg = rng.integers(0, g.num_nodes, hi - lo).astype(np.int64)
+        seed = mix_seed(self.config.seed, epoch, index)
+        # the global batch's negatives, whoever scores which share of it
+        neg = np.random.default_rng(seed).integers(0, self.events.num_nodes, hi - lo)
         with self.timer("compute"):
             self.optimizer.zero_grad(set_to_none=True)
             (z_src, z_dst, z_neg), read = self._embed(
-                lo, hi, [neg], mix_seed(self.config.seed, epoch, index)
+                a, b, float(self.events.t[lo]), [neg[a - lo : b - lo]], seed
             )
             pos, negs = model.score(z_src, [z_dst, z_neg])
-            loss = link_loss(pos, negs[:, None], "bce", 1.0)
+            # the mean over the global batch: the shares' gradients add up to the batch's
+            loss = link_loss(pos, negs[:, None], "bce", 1.0, num_pos=hi - lo, num_neg=hi - lo)
             loss.backward()
+        with self.timer("comm"):
+            self._sync_gradients()
+        with self.timer("compute"):
             self.optimizer.step()
         if model.memory is not None:
             with self.timer("memory"):
-                model.memory.store(*read)  # the batch's nodes take their messages read above
-                model.memory.observe(
-                    self.src_E[lo:hi],
-                    self.dst_E[lo:hi],
-                    self.t_E[lo:hi],
-                    _arange(lo, hi, self.device),
-                )
+                self._commit(*read, a, b)
         correct = int((pos > 0).sum()) + int((negs <= 0).sum())
-        return loss.item(), correct, 2 * (hi - lo), self.sampled_events - before
+        # the epoch's loss averages per pair: this share's pairs' mean (its loss is their sum
+        # over the global batch's count)
+        share_mean = loss.item() * (hi - lo) / max(b - a, 1)
+        return share_mean, correct, 2 * (b - a), self.sampled_events - before
 
     # ------------------------------------------------------------------ training
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         self.model.train()
         if run.resumed is None and self.model.memory is not None:
             self.model.memory.reset()
-        self.sampler.restart_stream()
+        self._restart_stream()
         sums = batch_epoch(run, self.batches, lambda i, span: self._train_step(run.epoch, i, *span))
         if sums is None:
             return None
-        return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
+        loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    def _restart_stream(self) -> None:
+        self.sampler.restart_stream()
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def _stream(self, first: int, last: int, score: bool):
+    def _stream(self, first: int, last: int, score: bool) -> tuple[np.ndarray, np.ndarray]:
         """Score (when ``score``) and then apply the events ``[first, last)`` batch by batch;
-        returns the positive, random-negative and historical-negative scores and per-batch APs."""
-        pos, neg, hist, batch_ap = [], [], [], []
-        batches = EventBatches(first, last, self.config.batch_size)
-        memory = self.model.memory
-        for index, (lo, hi) in batches:
+        returns the events this process scored and their scores ``[3, n]`` (positive, random
+        negative, historical negative)."""
+        index, scores = [], []
+        for batch, (lo, hi) in EventBatches(first, last, self.config.batch_size):
+            a, b = self._share(lo, hi)
             if score:
                 z_src, z_dst, z_neg, z_hist = self._embed(
-                    lo, hi, [self.eval_neg[lo:hi], self.eval_neg_hist[lo:hi]],
-                    mix_seed(self.config.seed, EVAL_STREAM, first, index),
+                    a, b, float(self.events.t[lo]),
+                    [self.eval_neg[a:b], self.eval_neg_hist[a:b]],
+                    mix_seed(self.config.seed, EVAL_STREAM, first, batch),
                 )[0]  # fmt: skip
-                p, n, h = self.model.score(z_src, [z_dst, z_neg, z_hist]).cpu().numpy()
-                pos.append(p)
-                neg.append(n)
-                hist.append(h)
-                batch_ap.append(average_precision(p, n))
-            if memory is not None:
-                nodes = memory.observe(
-                    self.src_E[lo:hi],
-                    self.dst_E[lo:hi],
-                    self.t_E[lo:hi],
-                    _arange(lo, hi, self.device),
-                )
-                memory.apply_pending(nodes)
-        return pos, neg, hist, batch_ap
+                scores.append(self.model.score(z_src, [z_dst, z_neg, z_hist]).cpu().numpy())
+                index.append(np.arange(a, b))
+            if self.model.memory is not None:
+                self._apply(a, b)
+        if not scores:
+            return np.zeros(0, dtype=np.int64), np.zeros((3, 0))
+        return np.concatenate(index), np.concatenate(scores, axis=1).astype(np.float64)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
@@ -285,28 +377,30 @@ class TemporalLinkSteps(Steps):
         memory = model.memory
         snapshot = memory.snapshot() if memory is not None else None
         if memory is not None:
-            memory.flush()
-        self.sampler.restart_stream()
+            self._flush()
+        self._restart_stream()
         try:
             if split == "test":
                 self._stream(self.val_start, self.test_start, score=False)
-                first, last = self.test_start, self.graph.num_events
+                first, last = self.test_start, self.events.num_events
             else:
                 first, last = self.val_start, self.test_start
-            pos, neg, hist, batch_ap = self._stream(first, last, score=True)
+            pos, neg, hist = self._all_scores(*self._stream(first, last, score=True))
         finally:
             if memory is not None:
                 memory.restore(snapshot)
-        cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0)  # noqa: E731
-        metrics = stream_metrics(
-            cat(pos), cat(neg), cat(hist), self.new_event[first:last], batch_ap
-        )
+        ends = [hi - first for _, (_, hi) in EventBatches(first, last, self.config.batch_size)]
+        batch_ap = [
+            average_precision(p, n)
+            for p, n in zip(np.split(pos, ends[:-1]), np.split(neg, ends[:-1]))
+        ]
+        metrics = stream_metrics(pos, neg, hist, self.new_event[first:last], batch_ap)
         self.last_metrics[split] = metrics
         return metrics["ap"]
 
     # ------------------------------------------------------------------ records
     def dataset_info(self) -> dict[str, Any]:
-        g = self.graph
+        g = self.events
         return {
             "spec": self.spec,
             "name": g.name,
@@ -317,12 +411,12 @@ class TemporalLinkSteps(Steps):
             "train": self.val_start,
             "val": self.test_start - self.val_start,
             "test": g.num_events - self.test_start,
-            "events_sha256": events_sha256(g),
+            "events_sha256": events_sha256(g.src, g.dst, g.t),
         }
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        g = self.graph
+        g = self.events
         return {
             "link": {
                 "edges": f"{self.val_start} / {self.test_start - self.val_start} / "

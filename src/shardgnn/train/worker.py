@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from shardgnn.distributed.context import DistContext, init_distributed, shutdown
-from shardgnn.train.config import RELATIONAL_MODELS, TrainConfig
+from shardgnn.train.config import RELATIONAL_MODELS, TEMPORAL_MODELS, TrainConfig
 from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.report import print_summary
 
@@ -27,6 +27,10 @@ def train_with_context(config: TrainConfig, ctx: DistContext) -> dict[str, Any]:
         from shardgnn.train.fullgraph import DistFullNodeSteps
 
         return TrainingLoop(config, DistFullNodeSteps(config, ctx)).run()
+    if config.model.model in TEMPORAL_MODELS:
+        from shardgnn.train.temporal_distributed import DistTemporalLinkSteps
+
+        return TrainingLoop(config, DistTemporalLinkSteps(config, ctx)).run()
     if config.model.model in RELATIONAL_MODELS:
         from shardgnn.train.relational_distributed import DistRelationalNodeSteps
 
