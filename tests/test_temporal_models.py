@@ -303,5 +303,5 @@ def test_distributed_training_equals_one_process(tmp_path, model, world):
     for key in ("ap", "auc", "ap_historical", "ap_new_nodes"):
         # scores of never-seen nodes tie exactly in one process; rounding splits the ties
         assert abs(test[key] - single["link"]["test"][key]) < 5e-3, key
-    assert comm["sample"]["bytes_sent"] > 0
-    assert model == "tgat" or comm["memory"]["bytes_sent"] > 0
+    assert model == "jodie" or comm["sample"]["bytes_sent"] > 0  # jodie samples nothing
+    assert model == "tgat" or comm["memory"]["bytes_sent"] > 0  # tgat has no memory
