@@ -305,3 +305,53 @@ def test_distributed_training_equals_one_process(tmp_path, model, world):
         assert abs(test[key] - single["link"]["test"][key]) < 5e-3, key
     assert model == "jodie" or comm["sample"]["bytes_sent"] > 0  # jodie samples nothing
     assert model == "tgat" or comm["memory"]["bytes_sent"] > 0  # tgat has no memory
+
+
+def test_partition_command_writes_the_event_stream_in_new_ids(tmp_path, capsys):
+    from shardgnn.cli import main
+    from shardgnn.graph.datasets import load_temporal_dataset
+    from shardgnn.partition.format import read_partitions
+
+    spec = "synthetic-temporal:nodes=200,events=3000"
+    out = tmp_path / "parts"
+    assert main(["partition", spec, "--parts", "2", "--method", "random", "--out", str(out)]) == 0
+    pset = read_partitions(out, verify=True)
+    g = load_temporal_dataset(spec)
+    new_id = pset.new_id_of_orig()
+    np.testing.assert_array_equal(pset.shared_array("events/src.npy"), new_id[g.src])
+    np.testing.assert_array_equal(pset.shared_array("events/dst.npy"), new_id[g.dst])
+    np.testing.assert_array_equal(pset.shared_array("events/t.npy"), g.t)
+    assert pset.meta["temporal"]["num_events"] == 3000
+    assert (
+        main(
+            ["partition", spec, "--parts", "2", "--task", "link", "--out", str(out), "--overwrite"]
+        )
+        == 2
+    )
+    assert "its split is chronological" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_cli_trains_temporal_events_with_workers(tmp_path, capsys):
+    """`shardgnn train DATASET --workers 2` partitions the events, trains, and reports the bytes
+    of memory and sampling; a static model on the temporal partition is refused in one line."""
+    from shardgnn.cli import main
+
+    out = tmp_path / "results.json"
+    args = [
+        "train", "synthetic-temporal:nodes=200,events=3000", "--task", "link", "--model", "tgn",
+        "--epochs", "1", "--batch-size", "100", "--memory-dim", "16", "--time-dim", "8",
+        "--out-dim", "16", "--heads", "2", "--results", str(out), "--quiet",
+    ]  # fmt: skip
+    assert main([*args, "--workers", "2"]) == 0
+    results = json.loads(out.read_text())
+    assert results["workers"] == 2
+    assert results["comm"]["memory"]["bytes_sent"] > 0
+    assert results["comm"]["sample"]["bytes_sent"] > 0
+    assert 0.5 < results["link"]["test"]["ap"] <= 1.0
+    parts = tmp_path / "parts"
+    assert main(["partition", args[1], "--parts", "2", "--out", str(parts)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--partitions", str(parts), "--epochs", "1"]) == 2
+    assert "holds a temporal graph: train it with --task link" in capsys.readouterr().err

@@ -195,7 +195,7 @@ def _dir_size(path: Path) -> int:
 # ----------------------------------------------------------------------------------------- commands
 def partition_command(args: argparse.Namespace) -> int:
     """``shardgnn partition``: load, partition, write, print the metrics."""
-    from shardgnn.graph.datasets import canonical_spec, is_relational, load_dataset
+    from shardgnn.graph.datasets import canonical_spec, is_relational, is_temporal, load_dataset
 
     show = not args.quiet
     with _warnings_to_stderr("partition"):
@@ -211,6 +211,13 @@ def partition_command(args: argparse.Namespace) -> int:
                     "--task link"
                 )
             return _partition_typed(args, config, out, show)
+        if is_temporal(args.dataset):
+            if link is not None:
+                raise ConfigError(
+                    f"{args.dataset} is a temporal graph: its split is chronological (made by "
+                    "the trainer from --link-val/--link-test); drop --task link"
+                )
+            return _partition_temporal(args, config, out, show)
         start = time.perf_counter()
         graph = load_dataset(args.dataset, args.data_dir)
         load_s = time.perf_counter() - start
@@ -309,6 +316,24 @@ def _report(
             )
         )
     return 0
+
+
+def _partition_temporal(args: argparse.Namespace, config, out: Path, show: bool) -> int:
+    """A temporal graph: its T-CSR cut like a static graph, the event stream written beside."""
+    from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
+    from shardgnn.partition.temporal import partition_temporal
+
+    graph = load_temporal_dataset(args.dataset, args.data_dir)
+    print(f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_events:,} events",
+          file=sys.stderr)  # fmt: skip
+    start = time.perf_counter()
+    result, metrics, pset = partition_temporal(
+        graph, config, out, progress=show, overwrite=args.overwrite,
+        dataset_spec=canonical_spec(args.dataset),
+    )  # fmt: skip
+    if args.save_assignment:
+        save_npy(Path(args.save_assignment).expanduser(), result.assignment)
+    return _report(args, graph.name, pset, result, metrics, time.perf_counter() - start)
 
 
 def _partition_typed(

@@ -20,6 +20,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.train.config import (
     LINK_SPLIT_SETTINGS,
     RELATIONAL_MODELS,
+    TEMPORAL_MODELS,
     LinkConfig,
     TrainConfig,
 )
@@ -152,8 +153,10 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     from shardgnn.graph.datasets import (
         canonical_spec,
         is_relational,
+        is_temporal,
         load_dataset,
         load_hetero_dataset,
+        load_temporal_dataset,
     )
     from shardgnn.partition.format import write_partitions
     from shardgnn.partition.hetero import partition_for_training
@@ -165,6 +168,16 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     assert workers is not None
     spec = canonical_spec(config.dataset)
     method = "metis" if workers > 1 else "random"
+    if is_temporal(config.dataset):
+        from shardgnn.partition.temporal import partition_temporal
+
+        events = load_temporal_dataset(config.dataset, config.data_dir)
+        partition_temporal(
+            events, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
+            dataset_spec=spec,
+        )  # fmt: skip
+        print(f"partitioned {events.name} into {workers} part{'s' * (workers > 1)} ({method})")
+        return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
     if is_relational(config.dataset):
         typed = load_hetero_dataset(config.dataset, config.data_dir)
         check_node_trainable(typed)
@@ -239,10 +252,8 @@ def preflight(
             argument naming another graph, a worker count that does not match, a checkpoint that
             cannot be resumed by this run.
     """
-    from shardgnn.fullgraph.shard import Grid
     from shardgnn.graph.datasets import canonical_spec
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.checkpoint import Checkpointer, check_resumable
 
     assert config.run.partitions is not None
     pset = read_partitions(config.run.partitions, verify=False)  # meta.json and every file's size
@@ -254,6 +265,17 @@ def preflight(
                 f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to "
                 f"train what the partition holds, or partition {config.dataset} first"
             )
+    temporal_model = config.model.model in TEMPORAL_MODELS
+    if bool(pset.meta.get("temporal")) != temporal_model:
+        raise ConfigError(
+            f"{pset.path} holds a temporal graph: train it with --task link --model tgn, jodie "
+            "or tgat"
+            if not temporal_model
+            else f"--model {config.model.model} needs timestamped events and {pset.path} holds "
+            "a static graph; partition a temporal dataset (collegemsg, synthetic-temporal)"
+        )
+    if temporal_model:  # no features, labels or stored split: the events are all it needs
+        return _resolved(config, pset)
     typed = bool(pset.meta.get("hetero"))
     relational_model = config.model.model in RELATIONAL_MODELS
     if typed != relational_model:
@@ -289,6 +311,17 @@ def preflight(
         )
     if config.task == "link":
         config = _with_stored_split(config, pset.path, split_given)
+    return _resolved(config, pset)
+
+
+def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
+    """The workers' config (the dataset the partition holds, the worker count) after the checks
+    every kind of partition shares: the part count, the replication grid, a resumable
+    checkpoint."""
+    from shardgnn.fullgraph.shard import Grid
+    from shardgnn.train.checkpoint import Checkpointer, check_resumable
+
+    recorded = pset.dataset
     workers = config.run.workers if config.run.workers is not None else pset.num_parts
     if workers != pset.num_parts:
         raise ConfigError(

@@ -12,6 +12,8 @@ from shardgnn.graph.csr import Graph
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.partition.book import relabel
 from shardgnn.partition.format import PartitionSet, write_partitions
+from shardgnn.partition.methods import PartitionConfig, PartitionResult, partition_graph
+from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
 
 
 def static_view(graph: TemporalGraph) -> Graph:
@@ -28,11 +30,13 @@ def write_temporal_partitions(
     method: str,
     settings: dict | None = None,
     overwrite: bool = False,
+    **written,
 ) -> PartitionSet:
     """Write the partition directory of a temporal graph (rows keep their time order: a part's
     rows are the T-CSR's rows of its nodes, neighbours relabelled to new ids), with the event
     stream in new ids beside the parts (``events/src.npy``, ``dst``, ``t``, ``feat`` when the
-    events have features): every worker reads the events of its share of each batch."""
+    events have features): every worker reads the events of its share of each batch.
+    ``written``: more :func:`write_partitions` arguments (metrics, seconds, dataset_spec...)."""
     new_id = relabel(assignment, int(np.max(assignment, initial=0)) + 1).new_id_of_orig
     events = {
         "events/src.npy": new_id[graph.src],
@@ -51,4 +55,25 @@ def write_temporal_partitions(
         edge_arrays={"times": graph.times, "eids": graph.eids},
         extra_meta={"temporal": {"num_events": graph.num_events, "directed": graph.directed}},
         shared_arrays=events,
+        **written,
     )
+
+
+def partition_temporal(
+    graph: TemporalGraph,
+    config: PartitionConfig,
+    out_dir: str | os.PathLike,
+    *,
+    progress: bool = False,
+    **written,
+) -> tuple[PartitionResult, PartitionMetrics, PartitionSet]:
+    """Partition a temporal graph's T-CSR (one edge per event and direction, so frequent pairs
+    weigh more) and write it: ``(result, metrics, the written directory)``."""
+    static = static_view(graph)
+    result = partition_graph(static, config, progress=progress)
+    metrics = compute_metrics(static, result.assignment, config.num_parts)
+    pset = write_temporal_partitions(
+        graph, result.assignment, out_dir, method=result.method, settings=result.settings,
+        num_parts=config.num_parts, metrics=metrics, seconds=result.seconds, **written,
+    )  # fmt: skip
+    return result, metrics, pset

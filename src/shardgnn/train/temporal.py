@@ -93,16 +93,17 @@ def events_sha256(src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def stream_metrics(pos, neg, neg_hist, new, batch_ap) -> dict[str, float]:
-    """The evaluation metrics of one split (see the module docstring)."""
+def stream_metrics(pos, neg, neg_hist, new, batch_ap) -> dict[str, float | None]:
+    """The evaluation metrics of one split (see the module docstring; the new-node metrics are
+    ``None`` when no event of the split has a node unseen in training)."""
     metrics = {
         "ap": average_precision(pos, neg),
         "auc": auc(pos, neg),
         "ap_batch_mean": float(np.mean(batch_ap)) if batch_ap else float("nan"),
         "ap_historical": average_precision(pos, neg_hist),
         "auc_historical": auc(pos, neg_hist),
-        "ap_new_nodes": average_precision(pos[new], neg[new]),
-        "auc_new_nodes": auc(pos[new], neg[new]),
+        "ap_new_nodes": average_precision(pos[new], neg[new]) if new.any() else None,
+        "auc_new_nodes": auc(pos[new], neg[new]) if new.any() else None,
         "new_node_events": int(new.sum()),
     }
     return metrics

@@ -34,34 +34,31 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.nn.temporal import MemoryState
 from shardgnn.partition.book import bucket_by_owner
-from shardgnn.partition.format import read_partitions
 from shardgnn.sampling.kernels import relabel
 from shardgnn.sampling.temporal import dist_temporal_hop
 from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_graph import DistGraphStore
-from shardgnn.train.config import TrainConfig, apply_process_settings
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.distributed import DistSteps
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.temporal import EventStream, TemporalLinkSteps
 
 
-class DistTemporalLinkSteps(TemporalLinkSteps):
-    """One rank of distributed TGN / JODIE / TGAT training (see the module docstring)."""
+class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
+    """One rank of distributed TGN / JODIE / TGAT training (see the module docstring); the
+    reductions over ranks are :class:`DistSteps`'."""
 
     def __init__(self, config: TrainConfig, ctx: DistContext):
-        apply_process_settings(config)
-        self.ctx, self.rank, self.world_size = ctx, ctx.rank, ctx.world_size
-        self.main_comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        DistSteps.__init__(self, config, ctx)  # the partition, its part count, main_comm
         self.data_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
         self.comms = (self.data_comm, self.main_comm)
-        assert config.run.partitions is not None
-        pset = read_partitions(config.run.partitions, verify=False)
+        pset = self.pset
         if "temporal" not in pset.meta:
             raise ConfigError(
                 f"{pset.path} holds a static graph; --model {config.model.model} trains on "
                 "timestamped events: partition a temporal dataset (shardgnn partition "
                 "synthetic-temporal ...) or give the dataset with --workers N"
             )
-        self.pset = pset
         self.store = DistGraphStore.open(pset.path, ctx.rank, ctx.world_size, self.data_comm)
         arrays = pset.meta["arrays"]
         # every rank reads every batch's events: held in memory (private, writable copies)
@@ -82,15 +79,6 @@ class DistTemporalLinkSteps(TemporalLinkSteps):
         self._setup(config, events, (start, end - start))
         self.node_map = np.full(pset.num_nodes, -1, dtype=np.int64)  # relabelling scratch
         self.mode = config.temporal_sampling
-
-    # ------------------------------------------------------------------ reductions
-    def sum(self, values: list[float], stage: str = "metrics") -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64)
-        self.main_comm.all_reduce(t, stage)
-        return t.tolist()
-
-    def barrier(self) -> None:
-        self.ctx.barrier()
 
     # ------------------------------------------------------------------ hooks
     def _share(self, lo: int, hi: int) -> tuple[int, int]:
