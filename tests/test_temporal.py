@@ -155,6 +155,9 @@ def test_cli_shows_a_temporal_dataset_and_says_how_to_train_it(capsys):
     assert "use --model tgn, jodie or tgat" in capsys.readouterr().err
     assert main(["train", "cora", "--task", "link", "--model", "tgn"]) == 2
     assert "has none; use a temporal dataset" in capsys.readouterr().err
+    snapshots = ["--task", "link", "--model", "tgcn", "--workers", "2"]
+    assert main(["train", "synthetic-temporal:nodes=50,events=100", *snapshots]) == 2
+    assert "on snapshots in one process: drop --workers" in capsys.readouterr().err
 
 
 def test_recent_subgraph_is_the_recent_hop_relabelled(stream):

@@ -6,13 +6,15 @@ import dataclasses
 
 from shardgnn.options import check_choices, invalid, option
 
-MODELS = ("sage", "gcn", "gat", "rgcn", "hetero-sage", "tgn", "jodie", "tgat")
+MODELS = ("sage", "gcn", "gat", "rgcn", "hetero-sage", "tgn", "jodie", "tgat", "tgcn")
 PREDICTORS = ("auto", "dot", "mlp", "distmult")
 LINK_LOSSES = ("bce", "margin", "softmax")
 RELATIONAL_MODELS = ("rgcn", "hetero-sage")
 """models that need typed edges (a relational dataset)"""
-TEMPORAL_MODELS = ("tgn", "jodie", "tgat")
+TEMPORAL_MODELS = ("tgn", "jodie", "tgat", "tgcn")
 """models of timestamped events (a temporal dataset, ``--task link``)"""
+SNAPSHOT_MODELS = ("tgcn",)
+"""temporal models that train on discrete snapshots (the others stream events)"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -25,8 +27,9 @@ class ModelConfig:
         help="layer type: sage (GraphSAGE-mean), gcn, gat; typed graphs: rgcn (one weight per "
         "relation and direction, Schlichtkrull et al.) or hetero-sage (a GraphSAGE aggregator "
         "per relation, summed per destination type); temporal graphs (--task link): tgn (node "
-        "memory + attention over recent events), jodie (node memory projected in time) or tgat "
-        "(attention over sampled earlier events, no memory)",
+        "memory + attention over recent events), jodie (node memory projected in time), tgat "
+        "(attention over sampled earlier events, no memory) or tgcn (a GCN per snapshot "
+        "feeding a GRU per node: discrete-time snapshots)",
     )
     hidden: int = option(256, help="hidden width (for gat: per head)")
     num_layers: int | None = option(

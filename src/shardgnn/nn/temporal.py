@@ -31,7 +31,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardgnn.nn.config import TEMPORAL_MODELS
 from shardgnn.nn.functional import segment_softmax
 from shardgnn.sampling.temporal import TemporalHop
 
@@ -347,7 +346,7 @@ class TemporalLinkModel(nn.Module):
         memory_rows: tuple[int, int] | None = None,
     ):
         super().__init__()
-        assert kind in TEMPORAL_MODELS, kind
+        assert kind in ("tgn", "jodie", "tgat"), kind
         self.kind = kind
         self.time_encoder = TimeEncoder(time_dim)
         feat_dim = event_feat_EF.shape[1]

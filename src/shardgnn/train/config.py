@@ -24,6 +24,7 @@ from shardgnn.nn.config import (
     LINK_LOSSES,
     PREDICTORS,
     RELATIONAL_MODELS,
+    SNAPSHOT_MODELS,
     TEMPORAL_MODELS,
     ModelConfig,
 )
@@ -166,13 +167,24 @@ class TemporalConfig:
         help="TGL's random chunk scheduling: split each batch into this many chunks and start "
         "every epoch's batches at a random chunk boundary (1: every epoch the same batches)",
     )
+    snapshots: int = option(
+        20,
+        help="tgcn: periods of equal event counts the events are cut into (one snapshot each)",
+    )
+    snapshot_window: int = option(
+        1,
+        help="tgcn: periods each snapshot's graph covers (a sliding window: consecutive "
+        "snapshots share the overlap, stored once as a base graph plus deltas)",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
         self.neighbors = tuple(int(k) for k in self.neighbors)
-        for name in ("memory_dim", "time_dim", "chunks"):
+        for name in ("memory_dim", "time_dim", "chunks", "snapshot_window"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
+        if self.snapshots < 3:
+            raise invalid(self, "snapshots", "must be >= 3 (training, validation and test periods)")
         if not self.neighbors or min(self.neighbors) < 1:
             raise invalid(self, "neighbors", "one count >= 1 per hop, e.g. 10 or 10,10")
 
@@ -515,6 +527,8 @@ class TrainConfig:
                 problem = "ranks every entity: use --link-loss softmax or bce, not margin"
             elif self.run.distributed and self.task == "link":
                 problem = "trains link prediction in one process so far: drop --workers"
+            elif self.run.distributed and model in SNAPSHOT_MODELS:
+                problem = f"trains --model {model} on snapshots in one process: drop --workers"
             elif self.run.distributed and self.mode == "full":
                 problem = "trains with workers on sampled blocks: use --mode minibatch"
             elif self.embedding.enabled:
@@ -557,6 +571,8 @@ class TrainConfig:
                 problem = (
                     f"needs a temporal model, not --model {model}: use --model tgn, jodie or tgat"
                 )
+            elif self.run.distributed and model in SNAPSHOT_MODELS:
+                problem = f"trains --model {model} on snapshots in one process: drop --workers"
             elif self.run.distributed and self.mode == "full":
                 problem = "streams events in batches: drop --mode full"
             elif self.run.distributed and self.embedding.enabled:

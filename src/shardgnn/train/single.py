@@ -30,7 +30,7 @@ from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.embedding import input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
-from shardgnn.train.config import TrainConfig, apply_process_settings
+from shardgnn.train.config import SNAPSHOT_MODELS, TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.link import LinkLocalSteps
 from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
@@ -45,6 +45,7 @@ from shardgnn.train.setup import (
     resolve_device,
     step_rows,
 )
+from shardgnn.train.snapshot import SnapshotLinkSteps
 from shardgnn.train.temporal import TemporalLinkSteps
 
 
@@ -223,6 +224,8 @@ def run_training(
             "shardgnn.train.worker.run_worker under torchrun"
         )
     if isinstance(graph, TemporalGraph) or (graph is None and is_temporal(config.dataset)):
+        if config.model.model in SNAPSHOT_MODELS:
+            return TrainingLoop(config, SnapshotLinkSteps(config, graph)).run()
         return TrainingLoop(config, TemporalLinkSteps(config, graph)).run()
     if isinstance(graph, HeteroGraph) or (graph is None and is_relational(config.dataset)):
         steps = RelationalLinkSteps if config.task == "link" else RelationalNodeSteps
