@@ -103,18 +103,21 @@ def training_figure(runs: list[tuple[Path, dict]]):
 
 def _metric_panels(metrics: set[str]) -> list[tuple[str, str]]:
     """Titles of the training and validation panels: what ``train_acc``/``val_acc`` hold (node
-    classification: accuracy; link prediction: pairs on the right side of 0, and AUC)."""
-    if metrics == {"auc"}:
+    classification: accuracy; link prediction: pairs on the right side of 0, and AUC, or AP for
+    temporal link prediction)."""
+    link = metrics - {"acc"}
+    if not link:
+        return [("train_acc", "training accuracy"), ("val_acc", "validation accuracy")]
+    names = "/".join(sorted(m.upper() for m in link))
+    if "acc" not in metrics:
         return [
             ("train_acc", "training pairs scored on the right side"),
-            ("val_acc", "validation AUC"),
+            ("val_acc", f"validation {names}"),
         ]
-    if "auc" in metrics:
-        return [
-            ("train_acc", "training accuracy (link runs: pairs right)"),
-            ("val_acc", "validation accuracy (link runs: AUC)"),
-        ]
-    return [("train_acc", "training accuracy"), ("val_acc", "validation accuracy")]
+    return [
+        ("train_acc", "training accuracy (link runs: pairs right)"),
+        ("val_acc", f"validation accuracy (link runs: {names})"),
+    ]
 
 
 def _save(fig, target: Path) -> Path:

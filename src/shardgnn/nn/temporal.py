@@ -317,9 +317,6 @@ class TemporalLinkModel(nn.Module):
 
     * ``tgn``: memory, then one :class:`TemporalAttention` over each node's most recent events
       (attributes: ``phi(t_u - t_e)`` and the event's features).
-    ``memory_rows``: ``(first, rows)``, the global ids whose memory this process holds (the
-    owner's part when memory is sharded; default all).
-
     * ``jodie``: memory projected to the query time, ``(1 + w * dt / scale) * s_v`` (JODIE's
       projection; ``scale``: the training events' mean gap per node, so ``dt`` is O(1)).
     * ``tgat``: no memory; ``layers`` of attention over uniformly sampled earlier events, each
@@ -327,6 +324,9 @@ class TemporalLinkModel(nn.Module):
       without node features: it then learns from event features and times only), or with
       ``node_rows > 0`` a learnt row per node (trained densely with the model: the graphs one
       process trains on are small enough).
+
+    ``memory_rows``: ``(first, rows)``, the global ids whose memory this process holds (the
+    owner's part when memory is sharded; default all).
     """
 
     def __init__(
