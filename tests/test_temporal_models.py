@@ -259,7 +259,8 @@ def test_cli_trains_a_temporal_file_and_writes_results(tmp_path, capsys):
         [
             "train", f"temporal:{tmp_path / 'events.txt'}", "--task", "link", "--model", "tgn",
             "--epochs", "2", "--batch-size", "100", "--memory-dim", "16", "--time-dim", "8",
-            "--out-dim", "16", "--heads", "2", "--results", str(out), "--quiet",
+            "--out-dim", "16", "--heads", "2", "--chunks", "4", "--results", str(out),
+            "--quiet",
         ]
     )  # fmt: skip
     assert code == 0
