@@ -416,10 +416,13 @@ def test_temporal_training_resumes_exactly(tmp_path, model):
 
     extra = {"temporal": {"snapshots": 8}} if model == "tgcn" else {}
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    run_training(temporal_config(model, optim={"epochs": 2, "lr": 1e-3},
-                                 checkpoint={"dir": str(straight)}, **extra))  # fmt: skip
-    run_training(temporal_config(model, optim={"epochs": 1, "lr": 1e-3},
-                                 checkpoint={"dir": str(resumed)}, **extra))  # fmt: skip
-    run_training(temporal_config(model, optim={"epochs": 2, "lr": 1e-3},
-                                 checkpoint={"dir": str(resumed), "resume": True}, **extra))  # fmt: skip
+
+    def train(epochs: int, where, resume: bool = False) -> None:
+        checkpoint = {"dir": str(where), "resume": resume}
+        optim = {"epochs": epochs, "lr": 1e-3}
+        run_training(temporal_config(model, optim=optim, checkpoint=checkpoint, **extra))
+
+    train(2, straight)
+    train(1, resumed)
+    train(2, resumed, resume=True)
     assert_same_weights(final_weights(straight), final_weights(resumed))
