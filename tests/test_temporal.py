@@ -158,6 +158,9 @@ def test_cli_shows_a_temporal_dataset_and_says_how_to_train_it(capsys):
     snapshots = ["--task", "link", "--model", "tgcn", "--workers", "2"]
     assert main(["train", "synthetic-temporal:nodes=50,events=100", *snapshots]) == 2
     assert "on snapshots in one process: drop --workers" in capsys.readouterr().err
+    tgn = ["--task", "link", "--model", "tgn"]
+    assert main(["train", "synthetic-temporal:nodes=50,events=100", *tgn, "--heads", "3"]) == 2
+    assert "give a multiple of 3" in capsys.readouterr().err
 
 
 def test_recent_subgraph_is_the_recent_hop_relabelled(stream):

@@ -587,6 +587,12 @@ class TrainConfig:
                 )
             if problem:
                 raise ConfigError(f"dataset {self.dataset!r} is a temporal graph: it {problem}")
+            if model in ("tgn", "tgat") and self.link.out_dim % self.model.heads:
+                raise ConfigError(
+                    f"--out-dim {self.link.out_dim} is split over --heads {self.model.heads} "
+                    f"attention heads: give a multiple of {self.model.heads} (e.g. "
+                    f"{self.model.heads * max(1, self.link.out_dim // self.model.heads)})"
+                )
             if model == "tgn" and len(self.temporal.neighbors) != 1:
                 raise ConfigError(
                     f"--temporal-neighbors {','.join(map(str, self.temporal.neighbors))}: tgn "

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
 from shardgnn.graph.snapshots import SnapshotSequence, build_snapshots
 from shardgnn.graph.temporal import TemporalGraph
@@ -81,7 +82,7 @@ class SnapshotLinkSteps(Steps):
         self.num_val = max(1, round(periods * config.link.val))
         self.val_start = periods - self.num_test - self.num_val  # the first validation period
         if self.val_start < 2:
-            raise ValueError(
+            raise ConfigError(
                 f"--snapshots {periods} with --link-val {config.link.val} --link-test "
                 f"{config.link.test} leaves {self.val_start} training period(s); give more "
                 "snapshots (training needs at least 2 periods: one to see, one to predict)"

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
 from shardgnn.graph.temporal import TemporalGraph, chronological_split
 from shardgnn.loader.temporal import EventBatches
@@ -161,7 +162,7 @@ class TemporalLinkSteps(Steps):
             np.asarray(ev.t), config.link.val, config.link.test
         )
         if self.val_start == 0 or self.test_start == self.val_start:
-            raise ValueError(
+            raise ConfigError(
                 f"temporal graph {ev.name!r}: the split --link-val {config.link.val} --link-test "
                 f"{config.link.test} leaves an empty training or validation span "
                 f"({self.val_start} / {self.test_start - self.val_start} events); give more "
