@@ -115,26 +115,32 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         return order, counts.tolist(), [torch.from_numpy(np.ascontiguousarray(g)) for g in groups]
 
     def _fetch(self, nodes: np.ndarray, rows_only: bool = False) -> MemoryState | torch.Tensor:
-        """The memory state of global ``nodes`` from their owners (collective); ``rows_only``:
-        the memory rows alone."""
+        """The memory state of global ``nodes`` from their owners (collective: one all-to-all
+        of ids, one of replies); ``rows_only``: the memory rows alone."""
         comm, memory = self.data_comm, self.model.memory
         order, counts, requests = self._to_owners(nodes)
         incoming = comm.all_to_all(requests, "memory")
-        states = [memory.state(ids.to(self.device)) for ids in incoming]
-        rows = comm.all_to_all([s.memory_BM for s in states], "memory", recv_counts=counts)
+        replies = []
+        for ids in incoming:
+            state = memory.state(ids.to(self.device))
+            if rows_only:
+                replies.append(state.memory_BM)
+                continue
+            meta_B4 = torch.stack(
+                [state.last_B.view(torch.int64), state.other_B, state.time_B.view(torch.int64),
+                 state.event_B], dim=1,
+            )  # fmt: skip
+            # one reply per owner: the rows, then the 32 bytes of metadata as 8 float32 columns
+            replies.append(torch.cat([state.memory_BM, _as_float32(meta_B4)], dim=1))
+        got = comm.all_to_all(replies, "memory", recv_counts=counts)
+        width = memory.dim + (0 if rows_only else 8)
         back = torch.from_numpy(np.argsort(order, kind="stable"))
-        memory_BM = torch.cat(rows)[back] if nodes.size else memory.memory[:0]
+        packed = torch.cat(got)[back] if nodes.size else memory.memory.new_zeros(0, width)
         if rows_only:
-            return memory_BM
-        meta = [
-            torch.stack([s.last_B.view(torch.int64), s.other_B, s.time_B.view(torch.int64),
-                         s.event_B], dim=1)
-            for s in states
-        ]  # fmt: skip
-        got = comm.all_to_all(meta, "memory", recv_counts=counts)
-        meta_B4 = torch.cat(got)[back] if nodes.size else torch.zeros(0, 4, dtype=torch.int64)
+            return packed
+        meta_B4 = _as_int64(packed[:, memory.dim :])
         return MemoryState(
-            memory_BM,
+            packed[:, : memory.dim],
             meta_B4[:, 0].contiguous().view(torch.float64),
             meta_B4[:, 1].contiguous(),
             meta_B4[:, 2].contiguous().view(torch.float64),
@@ -179,16 +185,15 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
     def _commit(self, nodes, memory_BM, last_B, a: int, b: int) -> None:
         """The owners store the rows this rank read for its events' nodes (every reader of a
         node read the same), then make the global batch's events pending (collective)."""
-        ids = nodes.cpu().numpy()
-        order, counts, requests = self._to_owners(ids)
-        comm = self.data_comm
+        order, counts, _ = self._to_owners(nodes.cpu().numpy())
         sort = torch.from_numpy(order)
-        stored_ids = comm.all_to_all(requests, "memory")
-        lasts = comm.all_to_all(list(torch.split(last_B[sort], counts)), "memory")
-        rows = comm.all_to_all(list(torch.split(memory_BM.detach()[sort], counts)), "memory")
+        # one message per owner: node id and last update (as 4 float32 columns), then the row
+        key_B2 = torch.stack([nodes, last_B.view(torch.int64)], dim=1)[sort]
+        packed = torch.cat([_as_float32(key_B2), memory_BM.detach()[sort]], dim=1)
         memory = self.model.memory
-        for got_ids, got_last, got_rows in zip(stored_ids, lasts, rows):
-            memory.store(got_ids, got_rows, got_last)
+        for got in self.data_comm.all_to_all(list(torch.split(packed, counts)), "memory"):
+            key_B2 = _as_int64(got[:, :4])
+            memory.store(key_B2[:, 0], got[:, 4:], key_B2[:, 1].contiguous().view(torch.float64))
         self._observe(self._send_events(a, b))
 
     def _apply_pending(self, nodes: torch.Tensor) -> None:
@@ -234,3 +239,13 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         extra = super().results_extra(history)
         extra["sampled_edges_per_s"] = None  # sampling waits on peers: see the comm stages
         return extra
+
+
+def _as_float32(values_BK: torch.Tensor) -> torch.Tensor:
+    """int64 columns as twice as many float32 columns, bit for bit (to travel with rows)."""
+    return values_BK.contiguous().view(torch.float32)
+
+
+def _as_int64(columns_B2K: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`_as_float32`."""
+    return columns_B2K.contiguous().view(torch.int64)
