@@ -8,8 +8,8 @@ collective, so every rank takes part, with an empty share too):
 1. samples its seeds' recent events (TGN) or hops (TGAT) from their owners
    (:func:`~shardgnn.sampling.temporal.dist_temporal_hop`; stage ``sample``);
 2. reads the memory of its subgraph's nodes from their owners: rows, last update and pending
-   event; in training also the memory of each pending event's other endpoint, and applies the
-   GRU step itself (stage ``memory``);
+   event; in training also the memory of each pending event's other endpoint that is not in the
+   subgraph already, and applies the GRU step itself (stage ``memory``);
 3. scores its share, backward, and sums the gradients over ranks (one all-reduce, stage
    ``grad``): the loss is the global batch's mean, so the sum is one process's gradient;
 4. sends to the owners the memory it read for its events' nodes and the events themselves
@@ -147,17 +147,28 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
             meta_B4[:, 3].contiguous(),
         )
 
-    def _others_memory(self, state: MemoryState) -> torch.Tensor:
-        """The memory rows of each pending event's other endpoint (collective)."""
+    def _others_memory(self, state: MemoryState, known: np.ndarray | None = None) -> torch.Tensor:
+        """The memory rows of each pending event's other endpoint (collective). ``known``: the
+        global ids whose rows ``state`` already holds (a batch's subgraph nodes, whose pending
+        partners are often among them): only the others are fetched."""
         others = state.other_B[state.other_B >= 0].cpu().numpy()
         unique, inverse = np.unique(others, return_inverse=True)
-        return self._fetch(unique, rows_only=True)[torch.from_numpy(inverse)]
+        rows = state.memory_BM.new_empty(unique.size, state.memory_BM.shape[1])
+        have = np.zeros(unique.size, dtype=bool)
+        if known is not None and known.size and unique.size:
+            sorter = np.argsort(known, kind="stable")
+            pos = np.minimum(np.searchsorted(known, unique, sorter=sorter), known.size - 1)
+            have = known[sorter[pos]] == unique
+            rows[torch.from_numpy(have)] = state.memory_BM[torch.from_numpy(sorter[pos[have]])]
+        rows[torch.from_numpy(~have)] = self._fetch(unique[~have], rows_only=True)
+        return rows[torch.from_numpy(inverse)]
 
     def _read(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        state = self._fetch(n_id_B.cpu().numpy())
+        n_id = n_id_B.cpu().numpy()
+        state = self._fetch(n_id)
         if not self.model.memory.training:
             return state.memory_BM, state.last_B
-        return self.model.memory.step(state, self._others_memory(state))
+        return self.model.memory.step(state, self._others_memory(state, n_id))
 
     def _send_events(self, a: int, b: int) -> torch.Tensor:
         """Events ``[a, b)`` to the owners of their endpoints (once per owner); returns the
