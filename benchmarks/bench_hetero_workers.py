@@ -23,18 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from machine import publish  # noqa: E402
-
-
-def shardgnn(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "shardgnn", *args], check=True)
+from machine import publish, shardgnn  # noqa: E402
 
 
 def main() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 import platform
+import subprocess
 import sys
 
 
@@ -61,3 +62,8 @@ def publish(
     print(table)
     write_report(json_path, md_path, header, table, **data)
     return 0
+
+
+def shardgnn(*args: str) -> None:
+    """Run the ``shardgnn`` command line in a child process (this interpreter); fail loudly."""
+    subprocess.run([sys.executable, "-m", "shardgnn", *args], check=True)

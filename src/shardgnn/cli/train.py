@@ -150,6 +150,16 @@ def _train_distributed(
 
 
 def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
+    workers = config.run.workers
+    assert workers is not None
+    method = "metis" if workers > 1 else "random"
+    name = _write_partitions(config, out, workers, method)
+    print(f"partitioned {name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True)
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
+
+
+def _write_partitions(config: TrainConfig, out: Path, workers: int, method: str) -> str:
+    """Partition ``config``'s dataset for training into ``out``; returns the graph's name."""
     from shardgnn.graph.datasets import (
         canonical_spec,
         is_relational,
@@ -164,10 +174,7 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     from shardgnn.sampling.typed import relation_fanouts
     from shardgnn.train.relational import check_node_trainable, message_relations
 
-    workers = config.run.workers
-    assert workers is not None
     spec = canonical_spec(config.dataset)
-    method = "metis" if workers > 1 else "random"
     if is_temporal(config.dataset):
         from shardgnn.partition.temporal import partition_temporal
 
@@ -176,8 +183,7 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
             events, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
             dataset_spec=spec,
         )  # fmt: skip
-        print(f"partitioned {events.name} into {workers} part{'s' * (workers > 1)} ({method})")
-        return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
+        return events.name
     if is_relational(config.dataset):
         typed = load_hetero_dataset(config.dataset, config.data_dir)
         check_node_trainable(typed)
@@ -187,8 +193,7 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
             typed, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
             dataset_spec=spec,
         )  # fmt: skip
-        print(f"partitioned {typed.name} into {workers} part{'s' * (workers > 1)} ({method})")
-        return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
+        return typed.name
     graph = load_dataset(config.dataset, config.data_dir)
     split, dataset_fingerprint = None, None
     if config.task == "link":
@@ -209,10 +214,7 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
         dataset_fingerprint=dataset_fingerprint,
         link_split=split,
     )
-    print(
-        f"partitioned {graph.name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True
-    )
-    return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
+    return graph.name
 
 
 def _with_stored_split(config: TrainConfig, path: Path, given: Collection[str]) -> TrainConfig:

@@ -58,7 +58,10 @@ def historical_negatives(
     s, d = src[train_end:], dst[train_end:]
     count = start[s + 1] - start[s]
     pick = (rng.random(s.size) * np.maximum(count, 1)).astype(np.int64)
-    chosen = partner[np.minimum(start[s] + pick, max(partner.size - 1, 0))] if partner.size else d
+    if partner.size:
+        chosen = partner[np.minimum(start[s] + pick, partner.size - 1)]
+    else:
+        chosen = d.copy()  # written below: never into the caller's events
     # the positive itself is no negative: take the next past partner instead
     clash = (count > 1) & (chosen == d)
     chosen[clash] = partner[start[s[clash]] + (pick[clash] + 1) % count[clash]]
@@ -185,7 +188,7 @@ class TemporalLinkSteps(Steps):
             heads=config.model.heads,
             dropout=config.model.dropout,
             layers=len(temporal.neighbors),
-            time_scale=mean_gap(ev.src, ev.dst, ev.t, self.val_start),
+            time_scale=mean_gap(ev.src, ev.dst, ev.t, self.val_start) if kind == "jodie" else 1.0,
             node_rows=config.embedding.dim if config.embedding.enabled else 0,
             memory_rows=memory_rows,
         ).to(dev)
@@ -271,9 +274,11 @@ class TemporalLinkSteps(Steps):
                 hops = self._hops(nodes, times, seed)
                 self.sampled_events += sum(hop.num_events for hop in hops)
                 hops = [HopTensors.of(hop, dev) for hop in hops]
-            z = model.embed_hops(hops, torch.from_numpy(nodes).to(dev))
+            with self.timer("compute"):
+                z = model.embed_hops(hops, torch.from_numpy(nodes).to(dev))
             return list(torch.split(z, b - a)), None
         seeds = np.unique(np.concatenate(queried))
+        rows = [torch.from_numpy(np.searchsorted(seeds, q)).to(dev) for q in queried]
         if model.kind == "tgn":
             with self.timer("sample"):
                 n_id, edge_index, events = self._neighbourhood(seeds, time)
@@ -282,23 +287,26 @@ class TemporalLinkSteps(Steps):
             with self.timer("memory"):
                 memory_BM, last_B = self._read(n_id_B)
             events_E = torch.from_numpy(events).to(dev)
-            z_QD = model.embed_recent(
-                memory_BM,
-                last_B,
-                torch.from_numpy(edge_index).to(dev),
-                events_E,
-                self.t_E[events_E],
-                seeds.size,
-            )
-            rows = [torch.from_numpy(np.searchsorted(seeds, q)).to(dev) for q in queried]
-            z = [z_QD.index_select(0, r) for r in rows]
+            with self.timer("compute"):
+                z_QD = model.embed_recent(
+                    memory_BM,
+                    last_B,
+                    torch.from_numpy(edge_index).to(dev),
+                    events_E,
+                    self.t_E[events_E],
+                    seeds.size,
+                )
+                z = [z_QD.index_select(0, r) for r in rows]
         else:  # jodie
             n_id_B = torch.from_numpy(seeds).to(dev)
             with self.timer("memory"):
                 memory_BM, last_B = self._read(n_id_B)
             t_P = self.t_E[a:b]
-            rows = [torch.from_numpy(np.searchsorted(seeds, q)).to(dev) for q in queried]
-            z = [model.embed_projected(memory_BM.index_select(0, r), last_B[r], t_P) for r in rows]
+            with self.timer("compute"):
+                z = [
+                    model.embed_projected(memory_BM.index_select(0, r), last_B[r], t_P)
+                    for r in rows
+                ]
         own = np.unique(np.r_[src, dst])
         own_rows = torch.from_numpy(np.searchsorted(seeds, own)).to(dev)
         return z, (torch.from_numpy(own).to(dev), memory_BM[own_rows], last_B[own_rows])
@@ -310,11 +318,12 @@ class TemporalLinkSteps(Steps):
         seed = mix_seed(self.config.seed, epoch, index)
         # the global batch's negatives, whoever scores which share of it
         neg = np.random.default_rng(seed).integers(0, self.events.num_nodes, hi - lo)
+        self.optimizer.zero_grad(set_to_none=True)
+        # _embed times its own stages (sample, memory, compute): the stages never overlap
+        (z_src, z_dst, z_neg), read = self._embed(
+            a, b, float(self.events.t[lo]), [neg[a - lo : b - lo]], seed
+        )
         with self.timer("compute"):
-            self.optimizer.zero_grad(set_to_none=True)
-            (z_src, z_dst, z_neg), read = self._embed(
-                a, b, float(self.events.t[lo]), [neg[a - lo : b - lo]], seed
-            )
             pos, negs = model.score(z_src, [z_dst, z_neg])
             # the mean over the global batch: the shares' gradients add up to the batch's
             loss = link_loss(pos, negs[:, None], "bce", 1.0, num_pos=hi - lo, num_neg=hi - lo)
