@@ -769,9 +769,13 @@ def _collect_failures(
 
     def exitcode(rank: int) -> int | None:
         record = by_rank.get(rank)
-        return reported.get(
-            rank, record.exitcode if record is not None and record.status_known else None
-        )
+        if rank in reported:
+            return reported[rank]
+        if record is not None and record.status_known:
+            return record.exitcode
+        # A worker that raised exits with 1 (torch's spawn wrapper); elastic may reap it before
+        # the watcher reads its status, and report another rank as its first failure.
+        return 1 if rank in errors else None
 
     def order(rank: int) -> tuple[float, float, int]:
         """First failure first, on the watcher's clock; same-time exceptions by the workers'
