@@ -109,7 +109,11 @@ def test_memory_equals_pyg_tgn_memory():
     ours = NodeMemory(n, 8, TimeEncoder(6), feat)
     theirs = tgn.TGNMemory(n, 3, 8, 6, tgn.IdentityMessage(3, 8, 6), tgn.LastAggregator())
     theirs.gru.load_state_dict(ours.gru.state_dict())
-    theirs.time_enc.lin.load_state_dict(ours.time_encoder.lin.state_dict())
+    # one time encoder for both: ours rounds ``dt * w + b`` once (a fused multiply-add wherever
+    # ATen's AVX2/AVX-512 kernels run), PyG's linear layer twice; cos of arguments in the
+    # thousands turns that one rounding into ~1e-6 of memory. The encoders are compared on
+    # their own below, with a tolerance derived from the rounding.
+    theirs.time_enc = ours.time_encoder
     theirs.train()
     src, dst = torch.from_numpy(g.src), torch.from_numpy(g.dst)
     t = torch.from_numpy(g.t).long()
@@ -125,6 +129,41 @@ def test_memory_equals_pyg_tgn_memory():
             torch.testing.assert_close(read, their_read, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(last.numpy(), their_last.numpy())
     assert ours.memory.abs().sum() > 0
+
+
+def test_time_encoder_equals_pyg_time_encoder_to_the_rounding_of_its_argument():
+    """``cos(dt * w + b)`` against PyG's ``TimeEncoder`` (a linear layer, then cos): the two
+    round the argument differently (one fused rounding or two), so they may differ by the
+    argument's rounding, a few ulps of ``|dt * w| + |b|``, and by no more."""
+    tgn = pytest.importorskip("torch_geometric.nn.models.tgn")
+    torch.manual_seed(0)
+    ours = TimeEncoder(16)
+    theirs = tgn.TimeEncoder(16)
+    theirs.lin.load_state_dict(ours.lin.state_dict())
+    dt = torch.cat([torch.arange(0, 100, dtype=torch.float32), torch.arange(0, 1e6, 997.0)])
+    with torch.no_grad():
+        arg = dt[:, None] * ours.lin.weight.view(-1) + ours.lin.bias
+        bound = 4 * torch.finfo(torch.float32).eps * (arg.abs() + ours.lin.bias.abs()) + 1e-6
+        diff = (ours(dt) - theirs(dt)).abs()
+    assert bool((diff <= bound).all()), float((diff - bound).max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_memory_equals_pyg_tgn_memory_under_every_cpu_kernel(capability):
+    """The comparison with PyG holds whichever vectorised kernels ATen picks (a fresh machine
+    picks AVX2/AVX-512 ones, which fuse multiply-adds; ``default`` does not): the same test,
+    run in a process started with ``ATEN_CPU_CAPABILITY``."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch_geometric.nn.models.tgn")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    test = f"{__file__}::test_memory_equals_pyg_tgn_memory"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
 def test_temporal_attention_equals_pyg_transformer_conv():
