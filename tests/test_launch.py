@@ -247,3 +247,24 @@ def test_the_default_collective_timeout_ends_a_stalled_job_within_60_s():
 
     args = build_parser().parse_args(["train", "--workers", "2"])
     assert config_from_args(TrainConfig, args).run.timeout == DEFAULT_TIMEOUT_S <= 45.0
+
+
+def test_elastic_error_file_is_written_whole_and_once(tmp_path, monkeypatch):
+    """A failed worker's error file is renamed into place (never seen half-written by the agent,
+    which died parsing an empty one when a SIGTERM cut elastic's in-place write), parses as
+    elastic's ``ProcessFailure`` expects, and ``record`` is left no name to write it again."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from shardgnn.distributed.launch import record_elastic_error
+
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    try:
+        raise RuntimeError("collective failed: peer closed")
+    except RuntimeError as exc:
+        record_elastic_error(exc)
+    assert "TORCHELASTIC_ERROR_FILE" not in os.environ
+    assert [p.name for p in tmp_path.iterdir()] == ["error.json"]  # no temporary file left
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(path))
+    assert failure.message["message"] == "RuntimeError: collective failed: peer closed"
+    assert "raise RuntimeError" in failure.error_file_data["message"]["extraInfo"]["py_callstack"]

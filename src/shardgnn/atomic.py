@@ -112,3 +112,34 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_output_path(path: str | os.PathLike, flag: str, *, folder: bool) -> None:
+    """Refuse, before any work, an output path that cannot be written: a file path naming a
+    folder (or ending in ``/``), a folder path naming a file, or a location under a file or a
+    folder this process cannot write.
+
+    Raises:
+        ConfigError: one line naming ``flag``, the path, the problem and the fix.
+    """
+    from shardgnn.errors import ConfigError
+
+    text = os.fspath(path)
+    target = Path(text).expanduser()
+    what = "a folder" if folder else "a file"
+    if not folder and (text.endswith(os.sep) or target.is_dir()):
+        raise ConfigError(
+            f"{flag} {text}: names a folder, and it takes a file; give a file name, e.g. "
+            f"{flag} {target / 'results.json'}"
+        )
+    if folder and target.exists() and not target.is_dir():
+        raise ConfigError(f"{flag} {text}: is a file, and it takes {what}; give a folder")
+    existing = target if folder and target.exists() else target.parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(
+            f"{flag} {text}: {existing} is a file, so nothing can be written under it"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {text}: {existing} is not writable by this user; choose another")

@@ -51,7 +51,9 @@ When a worker dies, its torchrun agent stops the other workers on that machine a
 (``--max-restarts K`` would restart the whole group up to K times instead); workers on the other
 machines fail their next collective within the collective timeout and their agents exit too. The
 ``@record`` decorator on :func:`main` writes the worker's exception and traceback to the error file
-torchrun names in ``TORCHELASTIC_ERROR_FILE``, so torchrun's failure summary shows the root cause.
+torchrun names in ``TORCHELASTIC_ERROR_FILE`` (atomically, first:
+:func:`~shardgnn.distributed.launch.record_elastic_error`), so torchrun's failure summary shows the
+root cause.
 """
 
 from __future__ import annotations
@@ -119,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BaseException as exc:
+        from shardgnn.distributed.launch import record_elastic_error
+
+        record_elastic_error(exc)
+        raise
 
 
 if __name__ == "__main__":

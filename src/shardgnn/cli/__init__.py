@@ -19,10 +19,37 @@ from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
 
 class _Parser(argparse.ArgumentParser):
     """argparse with errors as one line: a command's usage runs to dozens of lines, and a user
-    who mistyped one flag needs the message, not all of them (``--help`` still shows it)."""
+    who mistyped one flag needs the message, not all of them (``--help`` still shows it).
+
+    Abbreviated flags are refused (``--epoch`` for ``--epochs``): with ~100 flags, a typo
+    accepted as a prefix could land on a neighbouring flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    known_flags: tuple[str, ...] = ()
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n  (`{self.prog} --help` lists the flags)\n")
+        hint = _closest_flags(message, self.known_flags)
+        self.exit(
+            2, f"{self.prog}: error: {message}{hint}\n  (`{self.prog} --help` lists the flags)\n"
+        )
+
+
+def _closest_flags(message: str, flags: tuple[str, ...]) -> str:
+    """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one."""
+    import difflib
+
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    hints = []
+    for word in message.split(":", 1)[1].split():
+        name = word.split("=", 1)[0]
+        if name.startswith("--"):
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
+            hints += [f"{close[0]} for {name}"] if close else []
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (train, infer, data, partition, plot):
         module.add_parsers(sub)
+    parser.known_flags = tuple(
+        sorted(
+            {flag for command in sub.choices.values() for flag in command._option_string_actions}
+        )
+    )
     return parser
 
 

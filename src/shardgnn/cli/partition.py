@@ -419,6 +419,11 @@ def verify_command(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------------------------- plot
+def partition_figure_name(path: str | Path) -> str:
+    """The file name :func:`plot_partition` gives a directory's figure."""
+    return f"{Path(path).resolve().name}-partition.png"
+
+
 def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Draw per-part nodes, in-edges, training nodes and send/receive volumes of a partition
     directory into ``out_dir/<dir name>-partition.png`` (matplotlib Agg, written atomically).
@@ -471,7 +476,7 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     fig.tight_layout()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{pset.path.resolve().name}-partition.png"
+    target = out_dir / partition_figure_name(pset.path)
     with atomic_open(target, "wb") as fh:
         fig.savefig(fh, format="png", dpi=110)
     plt.close(fig)

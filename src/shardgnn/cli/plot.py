@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from shardgnn.atomic import atomic_open
-from shardgnn.errors import ShardgnnError
+from shardgnn.errors import ConfigError, ShardgnnError
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -29,14 +29,27 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     plot.add_argument(
         "--out", default="plots", help="output folder for the PNG files (default: plots)"
     )
+    plot.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace figures already in --out (without it, existing figures are never replaced)",
+    )
     plot.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn plot``."""
-    from shardgnn.cli.partition import plot_partition
+    from shardgnn.cli.partition import partition_figure_name, plot_partition
     from shardgnn.partition.format import is_partition_dir
 
+    out = Path(args.out)
+    names = [*TRAINING_FIGURES, *(partition_figure_name(p) for p in args.results)]
+    present = [name for name in names if (out / name).exists()]
+    if present and not args.overwrite:
+        raise ConfigError(
+            f"--out {args.out} already holds {', '.join(present)} (from an earlier plot); pass "
+            "--overwrite to replace them, or choose another --out"
+        )
     written: list[Path] = []
     for path in args.results:
         if is_partition_dir(path):
@@ -118,6 +131,10 @@ def _metric_panels(metrics: set[str]) -> list[tuple[str, str]]:
         ("train_acc", "training accuracy (link runs: pairs right)"),
         ("val_acc", f"validation accuracy (link runs: {names})"),
     ]
+
+
+TRAINING_FIGURES = ("training_curves.png", "cache_hit_rate.png", "accuracy_vs_bytes.png")
+"""What :func:`plot_training_curves` may write (the last two only for some runs)."""
 
 
 def _save(fig, target: Path) -> Path:

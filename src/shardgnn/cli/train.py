@@ -30,7 +30,14 @@ from shardgnn.train.config import (
 _IGNORED = (
     ("sampler.fanouts", lambda c: c.mode == "full", "--mode full uses every neighbour"),
     ("sampler.replace", lambda c: c.mode == "full", "--mode full uses every neighbour"),
-    ("batch_size", lambda c: c.mode == "full", "--mode full takes one step per epoch"),
+    (
+        "batch_size",
+        # knowledge graphs run the full graph's encoder once per batch of training triples
+        lambda c: (
+            c.mode == "full" and not (c.task == "link" and c.model.model in RELATIONAL_MODELS)
+        ),
+        "--mode full takes one step per epoch",
+    ),
     (
         "eval_batch_size",
         lambda c: c.mode == "full",
@@ -108,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
                 f"shardgnn train: warning: {flag_for(TrainConfig, dest)} is ignored: {why}",
                 file=sys.stderr,
             )
+    _check_outputs(config)
+    _warn_oversubscribed(config.run.workers)
     if not config.run.distributed:
         from shardgnn.train.report import print_summary
         from shardgnn.train.single import run_training
@@ -120,6 +129,37 @@ def run(args: argparse.Namespace) -> int:
     return _train_distributed(
         config, dataset_given=args.dataset_arg is not None, split_given=split_settings_given(args)
     )
+
+
+def _check_outputs(config: TrainConfig) -> None:
+    """Every output path is checked before the first epoch, not when it is first written."""
+    from shardgnn.atomic import check_output_path
+
+    if config.results:
+        check_output_path(config.results, "--results", folder=False)
+    for dest, path in (
+        ("checkpoint.dir", config.checkpoint.dir),
+        ("run.log_dir", config.run.log_dir),
+        ("embedding.directory", config.embedding.directory),
+    ):
+        if path:
+            check_output_path(path, flag_for(TrainConfig, dest), folder=True)
+
+
+def _warn_oversubscribed(workers: int | None) -> None:
+    """One line when local workers outnumber the cores this process may run on: it runs, but each
+    worker gets a fraction of a core (and a collective waits for the slowest)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if workers is not None and cores and workers > cores:
+        print(
+            f"shardgnn train: warning: --workers {workers} on {cores} CPU core"
+            f"{'s' * (cores > 1)}: the workers share cores, so epochs are slower than with "
+            f"--workers {cores} (for more parts than cores, partition with `shardgnn partition "
+            "--parts N` and run them on more machines under torchrun)",
+            file=sys.stderr,
+        )
 
 
 def split_settings_given(args: argparse.Namespace) -> list[str]:
@@ -153,7 +193,15 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     workers = config.run.workers
     assert workers is not None
     method = "metis" if workers > 1 else "random"
-    name = _write_partitions(config, out, workers, method)
+    from shardgnn.partition.methods import EmptyPartsError
+
+    try:
+        name = _write_partitions(config, out, workers, method)
+    except EmptyPartsError as exc:
+        raise ConfigError(
+            f"--workers {workers}: {str(exc).splitlines()[0]}; use fewer workers (every worker "
+            "needs nodes of its own)"
+        ) from None
     print(f"partitioned {name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True)
     return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
 
@@ -179,6 +227,7 @@ def _write_partitions(config: TrainConfig, out: Path, workers: int, method: str)
         from shardgnn.partition.temporal import partition_temporal
 
         events = load_temporal_dataset(config.dataset, config.data_dir)
+        _check_worker_count(workers, events.num_nodes, events.name)
         partition_temporal(
             events, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
             dataset_spec=spec,
@@ -186,6 +235,7 @@ def _write_partitions(config: TrainConfig, out: Path, workers: int, method: str)
         return events.name
     if is_relational(config.dataset):
         typed = load_hetero_dataset(config.dataset, config.data_dir)
+        _check_worker_count(workers, typed.num_nodes, typed.name)
         check_node_trainable(typed)
         # unknown relation names fail before the partitioning, not in the workers
         relation_fanouts(message_relations(typed), config.sampler.relation_layers())
@@ -195,6 +245,7 @@ def _write_partitions(config: TrainConfig, out: Path, workers: int, method: str)
         )  # fmt: skip
         return typed.name
     graph = load_dataset(config.dataset, config.data_dir)
+    _check_worker_count(workers, graph.num_nodes, graph.name)
     split, dataset_fingerprint = None, None
     if config.task == "link":
         from shardgnn.train.link import check_link_trainable, split_for_partitioning
@@ -215,6 +266,15 @@ def _write_partitions(config: TrainConfig, out: Path, workers: int, method: str)
         link_split=split,
     )
     return graph.name
+
+
+def _check_worker_count(workers: int, num_nodes: int, name: str) -> None:
+    """Each worker owns one part of the nodes: no more workers than nodes."""
+    if workers > num_nodes:
+        raise ConfigError(
+            f"--workers {workers} exceeds the {num_nodes:,} nodes of {name}: each worker owns a "
+            f"part of the nodes; use --workers {num_nodes} or fewer"
+        )
 
 
 def _with_stored_split(config: TrainConfig, path: Path, given: Collection[str]) -> TrainConfig:

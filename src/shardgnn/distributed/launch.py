@@ -901,8 +901,40 @@ def _worker_main(
     except BaseException as exc:
         if not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             _write_rank_error(log_root, int(local_rank), exc, token)
+            record_elastic_error(exc)
             _tell_launcher(f"raised {time.time():.6f}")
         raise
+
+
+def record_elastic_error(exc: BaseException) -> None:
+    """Write ``exc`` to the error file elastic names in ``TORCHELASTIC_ERROR_FILE`` (the JSON its
+    ``record`` wrapper writes), atomically, and take the name away so that ``record`` does not
+    write it again.
+
+    ``record`` writes in place (open, truncate, dump): the agent, stopping the other workers
+    after one failed, SIGTERMs this one, which by then has left training's signal handling, so
+    a SIGTERM mid-dump left an empty file, and the agent itself died parsing it (a
+    ``JSONDecodeError`` instead of a restart). Written to a temporary file and renamed, the file
+    is whole or absent; absent, elastic reports the exit code alone."""
+    if isinstance(exc, SystemExit):
+        return
+    path = os.environ.pop("TORCHELASTIC_ERROR_FILE", None)
+    if not path:
+        return
+    data = {
+        "message": {
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(exc)),
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with contextlib.suppress(OSError):
+        with open(tmp, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
 
 
 def _write_rank_error(log_root: str, rank: int, exc: BaseException, token: str) -> None:

@@ -480,7 +480,20 @@ def _load(parsed: DatasetSpec, spec: str, data_dir: str | os.PathLike | None) ->
     entry = _entry(parsed)
     # The loaders mutate the options (take_* pops), so give them a private copy.
     parsed = dataclasses.replace(parsed, options=dict(parsed.options), defaults=entry.defaults)
-    graph = entry.load(parsed, default_data_dir(data_dir))
+    folder = default_data_dir(data_dir)
+    try:
+        graph = entry.load(parsed, folder)
+    except DatasetError as exc:
+        reads_files = parsed.path is None and not parsed.name.startswith("synthetic")
+        if data_dir is None and reads_files and not os.environ.get("SHARDGNN_DATA"):
+            # the files were looked up in the default folder: the likelier fix is to name the
+            # folder that holds them
+            raise DatasetError(
+                f"{exc}\n  or: no --data-dir was given and $SHARDGNN_DATA is unset, so {spec!r} "
+                f"was looked up in {folder}; pass --data-dir DIR, the folder that holds the "
+                "dataset's folder (e.g. --data-dir ../shared/data)"
+            ) from None
+        raise
     return graph.validate(spec)
 
 

@@ -44,6 +44,11 @@ METHODS = ("random", "metis", "ldg", "fennel", "assignment")
 BALANCE_KEYS = ("nodes", "train", "edges")
 
 
+class EmptyPartsError(DatasetError):
+    """A partition left some part without nodes (``shardgnn train --workers N`` says so in terms
+    of its own flag)."""
+
+
 def random_partition(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarray:
     """Seeded hash partition: ``splitmix64(node ^ splitmix64(seed)) % P`` (int32 ``[N]``).
 
@@ -325,7 +330,7 @@ def check_assignment(
     if empty.size:
         message = f"{empty.size} of {num_parts} parts own no node (e.g. part {int(empty[0])})"
         if not allow_empty_parts:
-            raise DatasetError(
+            raise EmptyPartsError(
                 message,
                 source,
                 "use fewer parts, or pass --allow-empty-parts to accept empty parts",

@@ -208,9 +208,12 @@ def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
     """The validation and test metric of the best epoch; link prediction adds every metric."""
     link = results.get("link")
     if not link:
+        # the metric the run selects on: accuracy, or MRR (knowledge graphs), AP (temporal), ...
+        metric = results.get("metric", "acc")
+        name = "accuracy" if metric == "acc" else metric.upper()
         return [
-            ("val accuracy", results["val_acc"]),
-            ("test accuracy (at best val)", results["test_acc"]),
+            (f"val {name}", results["val_acc"]),
+            (f"test {name} (at best val)", results["test_acc"]),
         ]
     rows: list[tuple[str, Any]] = [("edges (train / val / test)", link["edges"])]
     for split in ("val", "test"):

@@ -1,0 +1,176 @@
+"""What a new user met (issue 34): messages that point at the real fix, flags that are never
+guessed, and output paths checked before the first epoch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATA, requires_shared_data
+from shardgnn.cli import main
+from shardgnn.errors import DatasetError
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.graph.io import save_graph
+from shardgnn.train.infer import read_pairs
+from shardgnn.train.report import print_summary
+
+SPEC = "synthetic:nodes=300,degree=6,classes=3,features=8"
+QUICK = ["--epochs", "1", "--hidden", "8", "--fanouts", "3,3", "--quiet"]
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    return err
+
+
+# ------------------------------------------------------------------------------------------ flags
+def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", SPEC, "--epoch", "1", "--hid", "8"])
+    assert done.value.code == 2
+    err = _error(capsys)
+    assert "unrecognized arguments: --epoch 1 --hid 8" in err
+    assert "did you mean --epochs for --epoch, --hidden for --hid?" in err
+
+
+def test_a_flag_with_nothing_close_gets_no_guess(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", SPEC, "--zzzzzz"])
+    assert "did you mean" not in _error(capsys)
+
+
+# ---------------------------------------------------------------------------------- data directory
+def test_a_missing_dataset_without_data_dir_names_data_dir(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SHARDGNN_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["train", "cora", *QUICK]) == 2
+    err = _error(capsys)
+    assert "no --data-dir was given" in err and "pass --data-dir DIR" in err
+    assert str(tmp_path / ".cache" / "shardgnn") in err
+
+
+def test_a_missing_dataset_in_a_given_data_dir_does_not_suggest_data_dir(tmp_path, capsys):
+    assert main(["train", "cora", *QUICK, "--data-dir", str(tmp_path)]) == 2
+    err = _error(capsys)
+    assert "missing Planetoid file(s)" in err and "no --data-dir was given" not in err
+
+
+def test_a_bad_synthetic_option_does_not_suggest_data_dir(monkeypatch, capsys):
+    monkeypatch.delenv("SHARDGNN_DATA", raising=False)
+    assert main(["train", "synthetic:nodes=0", *QUICK]) == 2
+    assert "--data-dir" not in _error(capsys)
+
+
+# ------------------------------------------------------------------------------ partitions/workers
+@pytest.fixture(scope="module")
+def graph_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("messages") / "my-graph"
+    save_graph(generate(SyntheticConfig(nodes=6, degree=2, classes=2, features=4)), out)
+    return out
+
+
+def test_partitions_naming_a_graph_directory_says_how_to_train_it(graph_dir, capsys):
+    assert main(["train", "--partitions", str(graph_dir), *QUICK]) == 2
+    err = _error(capsys)
+    assert "a graph directory" in err and f"graph:{graph_dir}" in err
+    assert "--overwrite" not in err
+
+
+def test_more_workers_than_nodes_speaks_of_workers(graph_dir, capsys):
+    assert main(["train", f"graph:{graph_dir}", "--workers", "8", *QUICK]) == 2
+    err = _error(capsys).splitlines()[-1]  # (after the warning of more workers than cores)
+    assert "--workers 8 exceeds the 6 nodes" in err and "--workers 6 or fewer" in err
+    assert "--parts" not in err
+
+
+def test_more_workers_than_cores_is_said_before_anything_starts(graph_dir, capsys):
+    cores = len(os.sched_getaffinity(0))
+    if cores >= 6:
+        pytest.skip("needs fewer cores than the 6-node graph's nodes")
+    # one worker more than the cores, on a graph too small for them: warned, then refused
+    assert main(["train", f"graph:{graph_dir}", "--workers", "7", *QUICK]) == 2
+    err = _error(capsys)
+    assert f"warning: --workers 7 on {cores} CPU core" in err
+
+
+# ------------------------------------------------------------------------------------ output paths
+def test_results_naming_a_folder_is_refused_before_training(tmp_path, capsys):
+    (tmp_path / "out").mkdir()
+    for given in (f"{tmp_path / 'out'}/", str(tmp_path / "out")):
+        assert main(["train", SPEC, *QUICK, "--results", given]) == 2
+        captured = capsys.readouterr()
+        assert "--results" in captured.err and "names a folder" in captured.err
+        assert "epoch 1" not in captured.out  # refused before the first epoch
+        assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_output_folders_under_a_file_are_refused(tmp_path, capsys):
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    assert main(["train", SPEC, *QUICK, "--checkpoint-dir", str(afile)]) == 2
+    assert "--checkpoint-dir" in _error(capsys)
+    assert main(["train", SPEC, *QUICK, "--results", str(afile / "r.json")]) == 2
+    assert "is a file" in _error(capsys)
+
+
+def test_plot_never_replaces_earlier_figures_unless_asked(tmp_path, capsys):
+    results = tmp_path / "r.json"
+    assert main(["train", SPEC, *QUICK, "--results", str(results)]) == 0
+    out = tmp_path / "plots"
+    assert main(["plot", str(results), "--out", str(out)]) == 0
+    before = (out / "training_curves.png").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["plot", str(results), "--out", str(out)]) == 2
+    assert "already holds training_curves.png" in _error(capsys)
+    assert (out / "training_curves.png").stat().st_mtime_ns == before
+    assert main(["plot", str(results), "--out", str(out), "--overwrite"]) == 0
+
+
+# -------------------------------------------------------------------------------- what is reported
+def test_a_malformed_pairs_file_prints_its_fix_once(tmp_path):
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("0 1\n2 3 4\n")
+    with pytest.raises(DatasetError) as failure:
+        read_pairs(pairs, 10)
+    assert "pair 2 has 3 values" in str(failure.value)
+    assert str(failure.value).count("fix:") == 1
+
+
+def test_the_summary_names_the_metric_selected_on(capsys):
+    results = {
+        "dataset": {"name": "kg-umls", "num_nodes": 135, "num_edges": 5216},
+        "num_epochs_run": 1,
+        "best_epoch": 1,
+        "metric": "mrr",
+        "val_acc": 0.78,
+        "test_acc": 0.77,
+        "mean_epoch_time_s": 1.0,
+        "mode": "full",
+        "total_time_s": 2.0,
+    }
+    print_summary(results)
+    out = capsys.readouterr().out
+    assert "val MRR" in out and "test MRR (at best val)" in out and "accuracy" not in out
+    print_summary({**results, "metric": "acc"})
+    assert "val accuracy" in capsys.readouterr().out
+
+
+@requires_shared_data
+def test_knowledge_graph_batch_size_is_read_not_called_ignored(tmp_path, capsys):
+    cmd = ["train", "kg-nations", "--task", "link", "--model", "rgcn", "--layers", "1"]
+    cmd += ["--hidden", "8", "--out-dim", "8", "--epochs", "1", "--link-loss", "softmax"]
+    cmd += ["--data-dir", str(SHARED_DATA), "--quiet"]
+    for batch in ("64", "4096"):
+        assert main([*cmd, "--batch-size", batch, "--results", str(tmp_path / f"{batch}.json")]) == 0
+        captured = capsys.readouterr()
+        assert "--batch-size is ignored" not in captured.err
+        assert "val MRR" in captured.out
+    # the batch size changes the steps taken, so the result
+    import json
+
+    small, large = (json.loads((tmp_path / f"{b}.json").read_text()) for b in ("64", "4096"))
+    assert small["epochs"][0]["loss"] != large["epochs"][0]["loss"]
+    assert np.isfinite(small["epochs"][0]["loss"])
