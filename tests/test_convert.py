@@ -84,6 +84,7 @@ def test_isolated_nodes_and_a_random_split_when_none_is_given(tmp_path):
         features=str(tmp_path / "x.npy"),
         labels=str(tmp_path / "y.npy"),
         out=str(tmp_path / "g"),
+        num_nodes=10,  # isolated nodes are added only when asked
         symmetric=True,
         seed=3,
     )
@@ -385,3 +386,162 @@ def test_typed_tables_refuse_unknown_types_and_nodes_in_one_line(tmp_path, capsy
     assert "row 2 of column 'src' names node 'zed'" in err
     assert main(["convert", "--node-tables", "paper=x.csv", "--out", str(tmp_path / "h")]) == 2
     assert "needs both --node-tables" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ nothing lost silently, no traceback
+def _refused(argv: list[str], capsys) -> str:
+    """The error of a refused ``shardgnn convert``: exit 2, one ``error:`` line (and its ``fix:``
+    line), no traceback."""
+    assert main(["convert", *argv]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    while lines and lines[0].startswith("shardgnn convert: warning: "):
+        lines.pop(0)  # (a typed table's text columns, named as they are read)
+    assert lines and lines[0].startswith("shardgnn convert: error: "), lines
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("  fix: ")), lines
+    return "\n".join(lines)
+
+
+def _people(tmp_path, f2=("2", "5", "8")):
+    """A node table (text column 'name', numeric f0..f3, f2 given as text cells) and an edge
+    table."""
+    pytest.importorskip("pandas")
+    rows = [
+        f"{i},{seg},{i}.0,1,{cell},3,nm{i},train"
+        for i, (seg, cell) in enumerate(zip(["a", "b", "a"], f2))
+    ]
+    (tmp_path / "nodes.csv").write_text("id,segment,f0,f1,f2,f3,name,split\n" + "\n".join(rows))
+    (tmp_path / "edges.csv").write_text("src,dst,w\n0,1,0.5\n1,2,1.0\n")
+    return ["--nodes", str(tmp_path / "nodes.csv"), "--edges", str(tmp_path / "edges.csv")]
+
+
+def test_a_feature_column_with_a_cell_that_is_not_a_number_is_refused(tmp_path, capsys):
+    base = _people(tmp_path, f2=("2", "abc", "8"))
+    out = ["--label-col", "segment", "--out", str(tmp_path / "g")]
+    err = _refused([*base, *out], capsys)
+    assert "nodes.csv: feature column 'f2' holds 'abc', not a number, at data row 2" in err
+    assert "--feature-cols" in err and not (tmp_path / "g").exists()
+    # a text column asked for as a feature: refused at its first cell
+    err = _refused([*base, *out, "--feature-cols", "f0,name"], capsys)
+    assert "feature column 'name' holds 'nm0', not a number, at data row 1" in err
+    # leaving the column out works
+    assert main(["convert", *base, *out, "--feature-cols", "f0,f1,f3"]) == 0
+    np.testing.assert_array_equal(
+        load_dataset(f"graph:{tmp_path / 'g'}").x, [[0, 1, 3], [1, 1, 3], [2, 1, 3]]
+    )
+
+
+def test_text_columns_left_out_of_the_features_are_named(tmp_path, capsys):
+    base = _people(tmp_path)
+    assert main([*["convert", *base], "--label-col", "segment", "--out", str(tmp_path / "g")]) == 0
+    err = capsys.readouterr().err
+    assert err == (
+        f"shardgnn convert: warning: {tmp_path / 'nodes.csv'}: left out non-numeric column(s) "
+        "'name' (not features); --feature-cols names the feature columns\n"
+    )
+    assert load_dataset(f"graph:{tmp_path / 'g'}").x.shape == (3, 4)  # f0..f3, all four
+
+
+@pytest.mark.parametrize(
+    "flag, value, close",
+    [
+        ("--label-col", "segmnt", "segment"),
+        ("--split-col", "splits", "split"),
+        ("--id-col", "idd", "id"),
+        ("--src-col", "source", None),
+        ("--dst-col", "dest", "dst"),
+        ("--weight-col", "weight", None),
+        ("--feature-cols", "f0,ff1", "f1"),
+    ],
+)
+def test_a_mistyped_column_is_refused_with_the_columns_and_a_close_match(
+    tmp_path, capsys, flag, value, close
+):
+    base = _people(tmp_path)
+    err = _refused([*base, flag, value, "--out", str(tmp_path / "g")], capsys)
+    missing = value.split(",")[-1]
+    assert f"has no column {missing!r} (named by {flag}" in err
+    assert "its columns: " in err
+    if close is not None:
+        fix = f"replace {missing!r} by {close!r} in" if "," in value else f"{flag} {close}"
+        assert f"did you mean {close!r}?" in err and f"fix: {fix}" in err
+    assert not (tmp_path / "g").exists()
+
+
+def test_typed_tables_refuse_a_mistyped_label_or_split_column(tmp_path, capsys):
+    argv = _typed_tables(tmp_path)[1:]  # without "convert"
+    err = _refused([*argv, "--label-col", "topic"], capsys)
+    assert "no node table has a 'topic' column (--label-col)" in err
+    err = _refused([*argv, "--split-col", "splt"], capsys)
+    assert "papers.csv: has no column 'splt' (named by --split-col; did you mean 'split'?)" in err
+    err = _refused([*argv, "--target-type", "author"], capsys)
+    assert "authors.csv: has no column 'label' (named by --label-col)" in err
+
+
+@pytest.mark.parametrize("what", ["labels", "features"])
+def test_more_rows_than_the_edge_list_has_nodes_need_num_nodes(tmp_path, capsys, what):
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")  # 3 nodes
+    (tmp_path / "labels.txt").write_text("0\n1\n0\n1\n")
+    np.save(tmp_path / "features.npy", np.ones((4, 2), dtype=np.float32))
+    file = tmp_path / ("labels.txt" if what == "labels" else "features.npy")
+    argv = ["--edges", str(tmp_path / "e.txt"), f"--{what}", str(file)]
+    err = _refused([*argv, "--out", str(tmp_path / "g")], capsys)
+    rows = "4 labels" if what == "labels" else "4 feature rows"
+    assert f"{file}: {rows}, but the edge list {tmp_path / 'e.txt'} names 3 nodes" in err
+    assert "pass --num-nodes 4" in err and not (tmp_path / "g").exists()
+    err = _refused([*argv, "--num-nodes", "5", "--out", str(tmp_path / "g")], capsys)
+    assert f"{file}: {rows} for --num-nodes 5" in err
+    err = _refused([*argv, "--num-nodes", "2", "--out", str(tmp_path / "g")], capsys)
+    assert "e.txt: names node 2, beyond --num-nodes 2" in err
+    assert main(["convert", *argv, "--num-nodes", "4", "--out", str(tmp_path / "g")]) == 0
+    assert load_dataset(f"graph:{tmp_path / 'g'}").num_nodes == 4  # node 3 isolated, as asked
+    _people(tmp_path)
+    err = _refused(
+        ["--nodes", str(tmp_path / "nodes.csv"), "--edges", str(tmp_path / "edges.csv")]
+        + ["--num-nodes", "4", "--out", str(tmp_path / "h")],
+        capsys,
+    )
+    assert "--num-nodes 4: applies to --edges without --nodes" in err
+
+
+def test_node_files_next_to_an_edge_table_are_refused_not_dropped(tmp_path, capsys):
+    (tmp_path / "e.csv").write_text("src,dst\n0,1\n1,2\n")
+    np.save(tmp_path / "x.npy", np.ones((3, 2), dtype=np.float32))
+    argv = ["--edges", str(tmp_path / "e.csv"), "--features", str(tmp_path / "x.npy")]
+    err = _refused([*argv, "--out", str(tmp_path / "g")], capsys)
+    assert "--features with an edge table" in err and "(--nodes)" in err
+
+
+@pytest.mark.parametrize(
+    "edges, line, found",
+    [("src,dst\n0,1\n1,2,3\n2,0\n", 3, 3), ("src,dst\n\n0,1,2\n1,2\n", 3, 3)],
+)
+def test_a_ragged_csv_names_the_line(tmp_path, capsys, edges, line, found):
+    pytest.importorskip("pandas")
+    (tmp_path / "e.csv").write_text(edges)
+    err = _refused(["--edges", str(tmp_path / "e.csv"), "--out", str(tmp_path / "g")], capsys)
+    assert f"e.csv: line {line} has {found} fields but the header has 2" in err
+    assert "fix: give every row one cell per header column" in err
+
+
+def test_an_existing_out_is_refused_before_any_work(tmp_path, capsys):
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    # refused before reading the (missing) labels file
+    argv = ["--edges", str(tmp_path / "e.txt"), "--labels", str(tmp_path / "nope.txt")]
+    err = _refused([*argv, "--out", str(mine)], capsys)
+    assert f"--out {mine}: already exists and is not a graph directory" in err
+    # --overwrite replaces a graph directory only, never another folder
+    err = _refused([*argv, "--out", str(mine), "--overwrite"], capsys)
+    assert "is not a graph directory" in err and (mine / "notes.txt").read_text() == "keep me"
+    argv = ["--edges", str(tmp_path / "e.txt")]
+    assert main(["convert", *argv, "--out", str(tmp_path / "g")]) == 0
+    err = _refused([*argv, "--symmetric", "--out", str(tmp_path / "g")], capsys)
+    assert (
+        f"--out {tmp_path / 'g'}: the folder already exists; choose another --out, or pass "
+        "--overwrite to replace it" in err
+    )
+    assert load_dataset(f"graph:{tmp_path / 'g'}").num_edges == 2  # untouched
+    assert main(["convert", *argv, "--symmetric", "--out", str(tmp_path / "g"), "--overwrite"]) == 0
+    assert load_dataset(f"graph:{tmp_path / 'g'}").num_edges == 4

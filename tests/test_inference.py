@@ -138,6 +138,17 @@ def test_infer_command_writes_original_ids(tmp_path, graph):
     test_acc = float((expected.argmax(1)[graph.test_idx] == graph.y[graph.test_idx]).mean())
     assert summary["accuracy"]["test"] == pytest.approx(test_acc)
     assert np.array_equal(predictions, logits.argmax(1))
+    # a graph without ids or class names of its own: the tables are keyed by 0..N-1 and name
+    # classes by number (the same columns as a converted graph's)
+    assert summary["tables"]["node_id"] == "row numbers 0..N-1"
+    table = np.genfromtxt(out / "predictions.csv", delimiter=",", names=True, dtype=np.int64)
+    assert table.dtype.names == ("node_id", "class", "class_name")
+    assert np.array_equal(table["node_id"], np.arange(graph.num_nodes))
+    assert np.array_equal(table["class"], predictions)
+    assert np.array_equal(table["class_name"], predictions)
+    embeddings = np.loadtxt(out / "embeddings.csv", delimiter=",", skiprows=1, dtype=np.float64)
+    assert np.array_equal(embeddings[:, 0], np.arange(graph.num_nodes))
+    assert np.array_equal(embeddings[:, 1:].astype(np.float32), np.load(out / "embeddings.npy"))
 
 
 def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):

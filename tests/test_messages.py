@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, requires_shared_data
 from shardgnn.cli import main
 from shardgnn.errors import DatasetError
-from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.graph.io import save_graph
+from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.train.infer import read_pairs
 from shardgnn.train.report import print_summary
+
+from conftest import SHARED_DATA, requires_shared_data
 
 SPEC = "synthetic:nodes=300,degree=6,classes=3,features=8"
 QUICK = ["--epochs", "1", "--hidden", "8", "--fanouts", "3,3", "--quiet"]
@@ -164,7 +165,9 @@ def test_knowledge_graph_batch_size_is_read_not_called_ignored(tmp_path, capsys)
     cmd += ["--hidden", "8", "--out-dim", "8", "--epochs", "1", "--link-loss", "softmax"]
     cmd += ["--data-dir", str(SHARED_DATA), "--quiet"]
     for batch in ("64", "4096"):
-        assert main([*cmd, "--batch-size", batch, "--results", str(tmp_path / f"{batch}.json")]) == 0
+        assert (
+            main([*cmd, "--batch-size", batch, "--results", str(tmp_path / f"{batch}.json")]) == 0
+        )
         captured = capsys.readouterr()
         assert "--batch-size is ignored" not in captured.err
         assert "val MRR" in captured.out

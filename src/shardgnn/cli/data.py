@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import warnings
 from typing import Any
 
 from shardgnn.cli.flags import add_flags, config_from_args, field_help
@@ -82,6 +84,10 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"shardgnn convert: warning: {message}", file=sys.stderr)
+
+
 def run_convert(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn convert``."""
     from pathlib import Path
@@ -91,7 +97,11 @@ def run_convert(args: argparse.Namespace) -> int:
     from shardgnn.graph.stats import graph_info
 
     config = config_from_args(ConvertConfig, args)
-    graph = convert(config)
+    with warnings.catch_warnings():
+        # what convert leaves out (text columns) as one `warning:` line each, not silently
+        warnings.simplefilter("always")
+        warnings.showwarning = _show_warning
+        graph = convert(config)
     if isinstance(graph, HeteroGraph):
         print(_info_table(graph.summary()))
         print(

@@ -20,7 +20,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "Compute every node's embedding, logits and prediction (a link-prediction model: "
             "its embedding, and with --pairs the score of each pair) with full neighbourhoods, "
             "one layer at a time, one worker per part; outputs are in the graph's original node "
-            "ids."
+            "ids, as .npy files and as tables (CSV by default) keyed by the graph's own node ids "
+            "(those `shardgnn convert` kept; else 0..N-1), with class names."
         ),
     )
     add_flags(parser, InferConfig)
@@ -38,8 +39,10 @@ def run(args: argparse.Namespace) -> int:
         read_pairs,
         resolve_checkpoint,
     )
+    from shardgnn.train.tables import check_table_format
 
     config = config_from_args(InferConfig, args)
+    check_table_format(config.table_format)  # Parquet without pyarrow: refused before any work
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)

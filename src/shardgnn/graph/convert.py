@@ -5,7 +5,8 @@ Three ways in, all ending in :func:`~shardgnn.graph.io.save_graph`:
 * **An edge list plus files**: ``--edges`` (text ``u v [weight]`` per line, whitespace or CSV,
   ``#`` comments, ``.gz``; or an ``.npy`` of shape ``[E, 2]``), with ``--features`` (``.npy`` or
   CSV, one row per node), ``--labels`` (one integer per node, -1 unlabelled) and ``--train``,
-  ``--val``, ``--test`` (node ids, or a boolean ``.npy`` mask).
+  ``--val``, ``--test`` (node ids, or a boolean ``.npy`` mask). Nodes no edge names (rows past
+  the largest edge-list id) are added only when ``--num-nodes`` asks for them.
 * **Tables** (CSV or Parquet, read with pandas): ``--nodes`` with an id column, optionally a
   label column (any values: sorted distinct values become classes 0..C-1), a split column
   (``train``/``val``/``test``) and feature columns; ``--edges`` with source and destination
@@ -22,14 +23,26 @@ Three ways in, all ending in :func:`~shardgnn.graph.io.save_graph`:
 
 A PyG ``Data`` converts through the Python API: ``save_graph(Graph.from_pyg(data), "my-graph")``.
 
+The graph keeps the user's names for what it numbers: a node table's ids (per node type for typed
+tables) and a 1-based edge list's ids as ``node_ids``, a label column's values as
+``class_names`` (see :mod:`shardgnn.graph.io`); ``shardgnn partition`` carries them into the
+partition directory and ``shardgnn infer`` writes its tables keyed by them.
+
 Labels without a split get a seeded random split of the labelled nodes (``--split``). Every
-problem (a missing column, an edge naming an unknown node, a feature matrix of the wrong length)
-is a :class:`~shardgnn.errors.DatasetError` naming the file and the fix.
+problem (a missing column, an edge naming an unknown node, a feature matrix of the wrong length,
+a feature cell that is not a number, a ragged CSV row, an existing ``--out``) is a
+:class:`~shardgnn.errors.DatasetError` or :class:`~shardgnn.errors.ConfigError` naming the file
+and the fix; nothing is dropped silently (text columns left out of the features are named in a
+warning).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +57,7 @@ from shardgnn.graph.edgelist import (
     read_text_bytes,
 )
 from shardgnn.graph.hetero import HeteroGraph, save_hetero_graph
-from shardgnn.graph.io import load_npy, save_graph
+from shardgnn.graph.io import GRAPH_FORMAT, HETERO_FORMAT, as_node_ids, load_npy, save_graph
 from shardgnn.options import invalid, option
 
 SPLITS = ("train", "val", "test")
@@ -109,6 +122,12 @@ class ConvertConfig:
     )
     val: str | None = option(None, metavar="FILE", help="validation node ids or mask (as --train)")
     test: str | None = option(None, metavar="FILE", help="test node ids or mask (as --train)")
+    num_nodes: int | None = option(
+        None,
+        metavar="N",
+        help="edge list: the node count, when nodes no edge names (isolated nodes) come after the "
+        "largest id; --features and --labels then have N rows (unset: the largest id + 1)",
+    )
     split: tuple[float, ...] = option(
         (0.6, 0.2, 0.2),
         metavar="TRAIN,VAL,TEST",
@@ -143,6 +162,15 @@ class ConvertConfig:
     overwrite: bool = option(False, help="replace an existing graph directory")
 
     def __post_init__(self) -> None:
+        if self.num_nodes is not None and self.num_nodes < 1:
+            raise invalid(self, "num_nodes", "must be >= 1")
+        if self.num_nodes is not None and (self.node_tables or self.npz or self.nodes):
+            raise invalid(
+                self,
+                "num_nodes",
+                "applies to --edges without --nodes; drop it (a node table or an .npz archive "
+                "gives the node count itself)",
+            )
         if self.node_tables or self.edge_tables:
             if not (self.node_tables and self.edge_tables):
                 raise ConfigError(
@@ -189,6 +217,7 @@ class ConvertConfig:
 
 def convert(config: ConvertConfig) -> Graph | HeteroGraph:
     """Build the graph ``config`` describes and write it to ``config.out``; return it."""
+    _check_out(config)
     name = config.name or Path(config.out).expanduser().resolve().name
     if config.node_tables:
         typed = _from_typed_tables(config, name)
@@ -206,6 +235,32 @@ def convert(config: ConvertConfig) -> Graph | HeteroGraph:
     graph.validate(config.out)
     save_graph(graph, Path(config.out).expanduser(), overwrite=config.overwrite)
     return graph
+
+
+def _check_out(config: ConvertConfig) -> None:
+    """Refuse an existing ``--out`` before any work; ``--overwrite`` replaces only a graph
+    directory (or an empty folder), never another folder or a file."""
+    out = Path(config.out).expanduser()
+    if not (out.exists() or out.is_symlink()):
+        return
+    if not out.is_dir() or (any(out.iterdir()) and not _is_graph_dir(out)):
+        raise ConfigError(
+            f"--out {config.out}: already exists and is not a graph directory; choose another "
+            "--out (a new folder)"
+        )
+    if not config.overwrite:
+        raise ConfigError(
+            f"--out {config.out}: the folder already exists; choose another --out, or pass "
+            "--overwrite to replace it"
+        )
+
+
+def _is_graph_dir(path: Path) -> bool:
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") in (GRAPH_FORMAT, HETERO_FORMAT)
 
 
 # -------------------------------------------------------------------------------- edge list + files
@@ -230,15 +285,24 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
         if base == "auto":
             base = 1 if _smallest_id(path) == 1 else 0
     num_nodes = graph.num_nodes
+    if config.num_nodes is not None:
+        if num_nodes > config.num_nodes:
+            raise DatasetError(
+                f"names node {num_nodes - 1 + int(base):,}, beyond --num-nodes "
+                f"{config.num_nodes:,} (ids {int(base)}..{config.num_nodes - 1 + int(base):,})",
+                path,
+                "raise --num-nodes to the node count, or leave it unset",
+            )
+        num_nodes = config.num_nodes
     x = y = None
     if config.features is not None:
         x = _read_array(Path(config.features), np.float32, "features")
         x = x.reshape(-1, 1) if x.ndim == 1 else x
-        num_nodes = _node_count(num_nodes, x.shape[0], Path(config.features), "feature rows")
+        _node_count(num_nodes, x.shape[0], Path(config.features), "feature rows", config)
     if config.labels is not None:
         y = _read_array(Path(config.labels), np.float64, "labels").reshape(-1)
         y = _integer_labels(y, Path(config.labels))
-        num_nodes = _node_count(num_nodes, y.shape[0], Path(config.labels), "labels")
+        _node_count(num_nodes, y.shape[0], Path(config.labels), "labels", config)
     if x is not None and y is not None and x.shape[0] != y.shape[0]:
         raise DatasetError(
             f"{y.shape[0]:,} labels but {x.shape[0]:,} feature rows",
@@ -256,8 +320,14 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
         x=x,
         y=y,
         num_classes=_num_classes(y),
+        node_ids=_numbered_ids(num_nodes, int(base)),
         **{f"{s}_idx": idx for s, idx in splits.items()},
     )
+
+
+def _numbered_ids(num_nodes: int, base: int) -> np.ndarray | None:
+    """The file's own ids of nodes numbered from ``base`` (None for 0: node ``i`` is id ``i``)."""
+    return None if base == 0 else np.arange(num_nodes, dtype=np.int64) + base
 
 
 def _smallest_id(path: Path) -> int:
@@ -265,15 +335,29 @@ def _smallest_id(path: Path) -> int:
     return int(values[:, :2].min()) if values.size else 0
 
 
-def _node_count(edge_nodes: int, rows: int, path: Path, what: str) -> int:
-    """Nodes = rows of the per-node file; edges may not name a node beyond it."""
-    if rows < edge_nodes:
+def _node_count(num_nodes: int, rows: int, path: Path, what: str, config: ConvertConfig) -> None:
+    """A per-node file has one row per node: the edge list's nodes, or ``--num-nodes``. Isolated
+    nodes (rows beyond the largest edge-list id) are added only when ``--num-nodes`` asks."""
+    if rows == num_nodes:
+        return
+    if config.num_nodes is not None:
         raise DatasetError(
-            f"{rows:,} {what}, but the edges name node {edge_nodes - 1:,}",
+            f"{rows:,} {what} for --num-nodes {num_nodes:,}",
+            path,
+            f"give one row per node ({num_nodes:,} rows), or set --num-nodes to the node count",
+        )
+    if rows < num_nodes:
+        raise DatasetError(
+            f"{rows:,} {what}, but the edges name node {num_nodes - 1:,}",
             path,
             "give one row per node, for every node the edges name",
         )
-    return rows
+    raise DatasetError(
+        f"{rows:,} {what}, but the edge list {config.edges} names {num_nodes:,} nodes",
+        path,
+        f"if the extra rows are nodes without edges, pass --num-nodes {rows} to add them as "
+        "isolated nodes; otherwise drop the extra rows",
+    )
 
 
 def _resize(graph: Graph, num_nodes: int) -> Graph:
@@ -377,23 +461,203 @@ def _read_table(path: Path) -> Any:
     try:
         if path.suffix.lower() in _TABLE_SUFFIXES:
             return pd.read_parquet(path)
-        return pd.read_csv(path, comment="#", skipinitialspace=True)
+        with warnings.catch_warnings():
+            # index_col=False: a first row longer than the header is an error (pandas would
+            # otherwise take its first cells as row labels and shift every column)
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            return pd.read_csv(path, comment="#", skipinitialspace=True, index_col=False)
     except ImportError as exc:
         raise DatasetError(f"cannot read Parquet ({exc})", path, "pip install pyarrow") from None
+    except (pd.errors.ParserError, pd.errors.ParserWarning) as exc:
+        match = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        ragged = tuple(map(int, match.groups())) if match else _long_first_row(path)
+        if ragged is None:
+            raise DatasetError(
+                f"not a readable table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                path,
+            ) from None
+        expected, line, found = ragged
+        raise DatasetError(
+            f"line {line} has {found} fields but the header has {expected}",
+            path,
+            "give every row one cell per header column (quote a cell that holds a comma), or "
+            "name the extra column in the header",
+        ) from None
     except Exception as exc:  # pandas/pyarrow raise many types for a damaged file
         raise DatasetError(
             f"not a readable table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})", path
         ) from None
 
 
+def _long_first_row(path: Path) -> tuple[int, int, int] | None:
+    """``(header fields, line, fields)`` of the first data row when it is longer than the header
+    (for the error message only)."""
+    import csv
+
+    rows = []
+    text = read_text_bytes(path).decode("utf-8", "replace")
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0]
+        if line.strip():
+            rows.append((number, len(next(csv.reader([line], skipinitialspace=True)))))
+            if len(rows) == 2:
+                return (rows[0][1], *rows[1]) if rows[1][1] > rows[0][1] else None
+    return None
+
+
 def _column(table: Any, column: str, path: Path, flag: str) -> Any:
     if column not in table.columns:
-        raise DatasetError(
-            f"has no column {column!r} (columns: {', '.join(map(str, table.columns))})",
-            path,
-            f"name the column with {flag}",
-        )
+        raise _no_column(table, column, path, flag)
     return table[column]
+
+
+def _no_column(table: Any, column: Any, path: Path, flag: str) -> DatasetError:
+    """A missing column, the table's columns, and a close match (a typo) if there is one."""
+    names = [str(c) for c in table.columns]
+    close = difflib.get_close_matches(str(column), names, n=1)
+    shown = ", ".join(names[:30]) + (f", ... ({len(names) - 30} more)" if len(names) > 30 else "")
+    return DatasetError(
+        f"has no column {column!r} (named by {flag}"
+        + (f"; did you mean {close[0]!r}?" if close else "")
+        + f"); its columns: {shown}",
+        path,
+        (
+            f"replace {column!r} by {close[0]!r} in {flag}"
+            if flag == "--feature-cols"
+            else f"{flag} {close[0]}"
+        )
+        if close
+        else f"name one of its columns with {flag}",
+    )
+
+
+_DEFAULT_COLUMNS = {"label_col": "label", "split_col": "split"}
+
+
+def _check_named_columns(table: Any, path: Path, config: ConvertConfig) -> None:
+    """A --label-col/--split-col the user set must name a column (a typo would otherwise write a
+    graph without labels or splits); the default one may be absent."""
+    for field, default in _DEFAULT_COLUMNS.items():
+        column, flag = getattr(config, field), "--" + field.replace("_", "-")
+        if column in table.columns:
+            continue
+        if column != default:
+            raise _no_column(table, column, path, flag)
+        close = difflib.get_close_matches(column, [str(c) for c in table.columns], n=1)
+        if close:
+            warnings.warn(
+                f"{path}: no column {column!r}, so no {field[:-4]}s; if column {close[0]!r} "
+                f"holds them, pass {flag} {close[0]}",
+                stacklevel=3,
+            )
+
+
+def _check_target_columns(
+    config: ConvertConfig,
+    target: str | None,
+    labelled: dict[str, tuple[Path, Any]],
+    node_files: dict[str, Path],
+) -> None:
+    """Typed tables: a --target-type whose table lacks the label column, or a --label-col or
+    --split-col that no table read has, is refused (rather than a graph without labels)."""
+    if target is not None and target in labelled:
+        _check_named_columns(labelled[target][1], labelled[target][0], config)
+    elif target is not None:
+        path = node_files[target]
+        raise _no_column(_read_table(path), config.label_col, path, "--label-col")
+    elif config.label_col != _DEFAULT_COLUMNS["label_col"] or (
+        config.split_col != _DEFAULT_COLUMNS["split_col"]
+    ):
+        raise ConfigError(
+            f"no node table has a {config.label_col!r} column (--label-col); name the label "
+            "column of one table (and --target-type its type), or drop --label-col/--split-col"
+        )
+
+
+def _numbers(column: Any, name: Any, path: Path, what: str, fix: str) -> np.ndarray:
+    """The float64 values of a table column (missing cells NaN); a cell that is not a number is
+    refused, naming its row and value."""
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype
+
+    if _numeric(column) or is_bool_dtype(column.dtype):
+        return column.to_numpy(dtype=np.float64, na_value=np.nan)
+    numbers = pd.to_numeric(column, errors="coerce")
+    bad = (column.notna() & numbers.isna()).to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetError(
+            f"{what} column {name!r} holds {column.iloc[row]!r}, not a number, at data row "
+            f"{row + 1} (1-based, the header not counted)",
+            path,
+            fix,
+        )
+    return numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _feature_columns(table: Any, used: set, path: Path, typed: bool = False) -> list:
+    """The feature columns when --feature-cols is unset: every other numeric column. A column of
+    numbers but for some cells is refused (naming the first); text columns are left out, and a
+    warning names them. ``typed``: a table of --node-tables (which --feature-cols does not
+    name)."""
+    import pandas as pd
+    from pandas.api.types import is_bool_dtype
+
+    columns, left_out = [], []
+    for column in table.columns:
+        values = table[column]
+        if column in used:
+            continue
+        if _numeric(values):
+            columns.append(column)
+            continue
+        present = int(values.notna().sum())
+        numbers = int(pd.to_numeric(values, errors="coerce").notna().sum())
+        if is_bool_dtype(values.dtype) or not present or 2 * numbers < present:
+            left_out.append(column)
+            continue
+        _numbers(  # mostly numbers: raises at the first cell that is not one
+            values,
+            column,
+            path,
+            "feature",
+            "fix or empty that cell"
+            + (
+                ""
+                if typed
+                else ", or name the feature columns with --feature-cols (leaving it out)"
+            ),
+        )
+        columns.append(column)
+    if left_out:
+        warnings.warn(
+            f"{path}: left out non-numeric column(s) {', '.join(map(repr, left_out))} (not "
+            "features)" + ("" if typed else "; --feature-cols names the feature columns"),
+            stacklevel=3,
+        )
+    return columns
+
+
+def _features(table: Any, columns: list, path: Path) -> np.ndarray:
+    """The float32 feature matrix of ``columns`` (each must exist and hold numbers)."""
+    for column in columns:
+        _column(table, column, path, "--feature-cols")
+    return np.ascontiguousarray(
+        np.stack(
+            [
+                _numbers(
+                    table[column],
+                    column,
+                    path,
+                    "feature",
+                    "fix or empty that cell, or leave the column out of --feature-cols",
+                )
+                for column in columns
+            ],
+            axis=1,
+        ),
+        dtype=np.float32,
+    )
 
 
 def _from_tables(config: ConvertConfig, name: str) -> Graph:
@@ -403,9 +667,13 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     dst = _column(edges, config.dst_col, edges_path, "--dst-col").to_numpy()
     weight = None
     if config.weight_col is not None:
-        weight = _column(edges, config.weight_col, edges_path, "--weight-col").to_numpy(
-            dtype=np.float32
-        )
+        weight = _numbers(
+            _column(edges, config.weight_col, edges_path, "--weight-col"),
+            config.weight_col,
+            edges_path,
+            "weight",
+            "fix that cell, or leave --weight-col unset",
+        ).astype(np.float32)
     if config.nodes is None:
         # No node table: ids are integers, numbered from --base.
         ids = np.stack([src, dst], axis=1)
@@ -418,9 +686,27 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
         offset = (
             (1 if ids.size and ids.min() == 1 else 0) if config.base == "auto" else int(config.base)
         )
-        return Graph.from_edge_index(
-            ids[:, 0] - offset, ids[:, 1] - offset, edge_weight=weight, name=name
+        given = [f"--{s}" for s in ("features", "labels", *SPLITS) if getattr(config, s)]
+        if given:  # read by the plain edge list path only: refuse rather than drop them
+            raise ConfigError(
+                f"{'/'.join(given)} with an edge table ({edges_path} has a header line): give "
+                "the node data as columns of a node table (--nodes), or the edges as a plain "
+                "edge list without a header"
+            )
+        if config.num_nodes is not None and ids.size and ids.max() - offset >= config.num_nodes:
+            raise DatasetError(
+                f"names node {ids.max()}, beyond --num-nodes {config.num_nodes:,}",
+                edges_path,
+                "raise --num-nodes to the node count, or leave it unset",
+            )
+        graph = Graph.from_edge_index(
+            ids[:, 0] - offset,
+            ids[:, 1] - offset,
+            config.num_nodes,
+            edge_weight=weight,
+            name=name,
         )
+        return dataclasses.replace(graph, node_ids=_numbered_ids(graph.num_nodes, offset))
     nodes_path = Path(config.nodes)
     nodes = _read_table(nodes_path)
     index = _node_index(nodes, config.id_col, nodes_path)
@@ -429,10 +715,13 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
         for values, column in ((src, config.src_col), (dst, config.dst_col))
     )
     num_nodes = len(index)
-    fields: dict[str, Any] = {}
+    _check_named_columns(nodes, nodes_path, config)
+    fields: dict[str, Any] = {"node_ids": as_node_ids(nodes[config.id_col])}
     used = {config.id_col}
     if config.label_col in nodes.columns:
-        fields["y"], fields["num_classes"] = _table_labels(nodes[config.label_col], nodes_path)
+        fields["y"], fields["num_classes"], fields["class_names"] = _table_labels(
+            nodes[config.label_col], nodes_path
+        )
         used.add(config.label_col)
     if config.split_col in nodes.columns:
         fields.update(_table_splits(nodes[config.split_col], nodes_path, config.split_col))
@@ -440,19 +729,10 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     columns = (
         list(config.feature_cols)
         if config.feature_cols
-        else [c for c in nodes.columns if c not in used and _numeric(nodes[c])]
+        else _feature_columns(nodes, used, nodes_path)
     )
     if columns:
-        for column in columns:
-            _column(nodes, column, nodes_path, "--feature-cols")
-        try:
-            fields["x"] = np.ascontiguousarray(nodes[columns].to_numpy(dtype=np.float32))
-        except (TypeError, ValueError) as exc:
-            raise DatasetError(
-                f"feature columns {columns} are not all numeric ({exc})",
-                nodes_path,
-                "name numeric columns with --feature-cols",
-            ) from None
+        fields["x"] = _features(nodes, columns, nodes_path)
     return Graph.from_edge_index(src_i, dst_i, num_nodes, edge_weight=weight, name=name, **fields)
 
 
@@ -487,6 +767,7 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
     edge_files = _named_files(config.edge_tables, "--edge-tables", "author/writes/paper=w.csv")
     counts: dict[str, int] = {}
     index: dict[str, dict[Any, int]] = {}
+    node_ids: dict[str, np.ndarray] = {}
     x: dict[str, np.ndarray] = {}
     labelled: dict[str, tuple[Path, Any]] = {}
     used = {config.id_col, config.label_col, config.split_col}
@@ -494,9 +775,10 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
         table = _read_table(path)
         index[node_type] = _node_index(table, config.id_col, path)
         counts[node_type] = len(index[node_type])
-        columns = [c for c in table.columns if c not in used and _numeric(table[c])]
+        node_ids[node_type] = as_node_ids(table[config.id_col])
+        columns = _feature_columns(table, used, path, typed=True)
         if columns:
-            x[node_type] = np.ascontiguousarray(table[columns].to_numpy(dtype=np.float32))
+            x[node_type] = _features(table, columns, path)
         if config.label_col in table.columns:
             labelled[node_type] = (path, table)
     target = config.target_type
@@ -511,6 +793,7 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
         raise ConfigError(
             f"--target-type {target}: no node table of that type (types: {', '.join(counts)})"
         )
+    _check_target_columns(config, target, labelled, node_files)
     edges: dict[tuple[str, str, str], tuple[np.ndarray, np.ndarray]] = {}
     for key, path in edge_files.items():
         relation = tuple(part.strip() for part in key.split("/"))
@@ -533,10 +816,12 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
             _map_ids(src, index[relation[0]], path, config.src_col, node_files[relation[0]]),
             _map_ids(dst, index[relation[2]], path, config.dst_col, node_files[relation[2]]),
         )
-    fields: dict[str, Any] = {"x": x, "name": name}
+    fields: dict[str, Any] = {"x": x, "name": name, "node_ids": node_ids}
     if target is not None and target in labelled:
         path, table = labelled[target]
-        fields["y"], fields["num_classes"] = _table_labels(table[config.label_col], path)
+        fields["y"], fields["num_classes"], fields["class_names"] = _table_labels(
+            table[config.label_col], path
+        )
         fields["target_type"] = target
         if config.split_col in table.columns:
             fields.update(_table_splits(table[config.split_col], path, config.split_col))
@@ -569,12 +854,14 @@ def _map_ids(
     return out
 
 
-def _table_labels(column: Any, path: Path) -> tuple[np.ndarray, int]:
+def _table_labels(column: Any, path: Path) -> tuple[np.ndarray, int, tuple[str, ...] | None]:
     """Labels of any values: missing -> -1; integers >= 0 kept; anything else -> sorted distinct
-    values numbered 0..C-1."""
+    values numbered 0..C-1. Returns the labels, the class count and the class names (None for
+    integer labels: a class is its number)."""
     present = column.notna().to_numpy()
     values = column[present]
     y = np.full(len(column), -1, dtype=np.int64)
+    classes: list[str] | None = None
     if _numeric(values) and np.all(
         values.to_numpy(dtype=np.float64) == np.floor(values.to_numpy(dtype=np.float64))
     ):
@@ -587,7 +874,7 @@ def _table_labels(column: Any, path: Path) -> tuple[np.ndarray, int]:
         classes = sorted(set(values.astype(str).tolist()))
         lookup = {c: i for i, c in enumerate(classes)}
         y[present] = [lookup[v] for v in values.astype(str).tolist()]
-    return y, _num_classes(y)
+    return y, _num_classes(y), None if classes is None else tuple(classes)
 
 
 def _table_splits(column: Any, path: Path, name: str) -> dict[str, np.ndarray]:

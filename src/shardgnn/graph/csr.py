@@ -53,6 +53,10 @@ class Graph:
         edge_weight: float32 ``[E]`` aligned with ``indices``, or ``None``.
         num_classes: number of label classes (``0`` without labels).
         name: a human-readable dataset name.
+        node_ids: ``[N]`` the user's own id of every node (int64, or text ``<U``), when the graph
+            was built from ids of its own (``shardgnn convert``); ``None``: ids are 0..N-1.
+        class_names: the name of every class 0..C-1 (a node table's label values), or ``None``:
+            a class is its number.
     """
 
     indptr: np.ndarray
@@ -65,6 +69,8 @@ class Graph:
     edge_weight: np.ndarray | None = None
     num_classes: int = 0
     name: str = "graph"
+    node_ids: np.ndarray | None = None
+    class_names: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -286,6 +292,19 @@ class Graph:
                     f"label {self.y.min()} is negative (only -1 may mark an unlabelled node)",
                     "relabel classes as 0..C-1",
                 )
+        if self.node_ids is not None and (
+            self.node_ids.shape != (n,) or self.node_ids.dtype.kind not in "iuU"
+        ):
+            fail(
+                f"node_ids holds {self.node_ids.dtype} {list(self.node_ids.shape)}, not one "
+                f"integer or text id per node ({n})",
+                "give one original id per node",
+            )
+        if self.class_names is not None and len(self.class_names) != self.num_classes:
+            fail(
+                f"{len(self.class_names)} class names for {self.num_classes} classes",
+                "name every class 0..C-1 once",
+            )
         seen: dict[str, np.ndarray] = {}
         for key in ("train_idx", "val_idx", "test_idx"):
             idx = getattr(self, key)

@@ -30,7 +30,13 @@ import numpy as np
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import index_dtype
-from shardgnn.graph.io import HETERO_FORMAT, load_npy
+from shardgnn.graph.io import (
+    HETERO_FORMAT,
+    load_node_ids,
+    load_npy,
+    read_class_names,
+    save_node_ids,
+)
 
 HETERO_FORMAT_VERSION = 1
 TRIPLE_SPLITS = ("train", "valid", "test")
@@ -99,6 +105,9 @@ class HeteroGraph:
         num_classes: label classes (0 without labels).
         train_idx, val_idx, test_idx: int64 local ids of labelled target nodes per split.
         name: a human-readable dataset name.
+        node_ids: per type, ``[N_t]`` the user's own id of each node (int64 or text ``<U``), by
+            local id, when the graph was built from ids of its own (``shardgnn convert``).
+        class_names: the name of every class 0..C-1 of the target type, or ``None``.
     """
 
     node_types: tuple[str, ...]
@@ -117,6 +126,8 @@ class HeteroGraph:
     val_idx: np.ndarray | None = None
     test_idx: np.ndarray | None = None
     name: str = "hetero-graph"
+    node_ids: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    class_names: tuple[str, ...] | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -289,6 +300,15 @@ class HeteroGraph:
             },
         }
 
+    def original_ids(self, node_type: str) -> np.ndarray | None:
+        """The user's ids of ``node_type``'s nodes by local id (``node_ids``, else the ingested
+        ``node_names``), or ``None`` when the graph has none (ids are 0..N_t-1)."""
+        if node_type in self.node_ids:
+            return self.node_ids[node_type]
+        if node_type in self.node_names:
+            return np.array(self.node_names[node_type], dtype=np.str_)
+        return None
+
     def global_ids(self, node_type: str, local: np.ndarray) -> np.ndarray:
         """Global ids of ``node_type``'s nodes ``local``."""
         return (
@@ -346,6 +366,15 @@ class HeteroGraph:
         for t, names in self.node_names.items():
             if t not in self.node_types or len(names) != self.num_nodes_of(t):
                 fail(f"node names of {t!r} do not match its node count")
+        for t, ids in self.node_ids.items():
+            if (
+                t not in self.node_types
+                or ids.shape != (self.num_nodes_of(t),)
+                or ids.dtype.kind not in "iuU"
+            ):
+                fail(f"node ids of {t!r} are not one integer or text id per node of the type")
+        if self.class_names is not None and len(self.class_names) != self.num_classes:
+            fail(f"{len(self.class_names)} class names for {self.num_classes} classes")
         if self.target_type is not None or self.y is not None:
             if self.target_type not in self.node_types:
                 fail(f"target type {self.target_type!r} is not a node type")
@@ -373,8 +402,9 @@ class HeteroGraph:
 
 # ---------------------------------------------------------------------- graph directory
 def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write ``graph`` to directory ``path`` atomically: ``meta.json`` (types, relations, names)
-    and one ``.npy`` per array."""
+    """Write ``graph`` to directory ``path`` atomically: ``meta.json`` (types, relations, names,
+    class names) and one ``.npy`` per array; the user's ids of type ``t`` (the ``t``-th node
+    type) in ``node_ids.<t>.npy``, recorded in ``meta.json["node_ids"]`` by type name."""
     path = Path(path)
     arrays: dict[str, np.ndarray] = {
         "type_offsets": graph.type_offsets,
@@ -390,22 +420,28 @@ def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bo
     with atomic_directory(path, overwrite=overwrite) as tmp:
         for key, value in arrays.items():
             save_npy(tmp / f"{key}.npy", value)
-        save_json(
-            tmp / "meta.json",
-            {
-                "format": HETERO_FORMAT,
-                "version": HETERO_FORMAT_VERSION,
-                "name": graph.name,
-                "node_types": list(graph.node_types),
-                "relations": [list(r) for r in graph.relations],
-                "node_names": graph.node_names,
-                "target_type": graph.target_type,
-                "num_classes": graph.num_classes,
-                "arrays": {
-                    k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()
-                },
+        meta = {
+            "format": HETERO_FORMAT,
+            "version": HETERO_FORMAT_VERSION,
+            "name": graph.name,
+            "node_types": list(graph.node_types),
+            "relations": [list(r) for r in graph.relations],
+            "node_names": graph.node_names,
+            "target_type": graph.target_type,
+            "num_classes": graph.num_classes,
+            "arrays": {
+                k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()
             },
-        )
+        }
+        # the user's ids per type (outside "arrays": a graph without them is written as before)
+        if graph.node_ids:
+            meta["node_ids"] = {
+                t: save_node_ids(tmp, f"node_ids.{graph.node_types.index(t)}.npy", ids)
+                for t, ids in graph.node_ids.items()
+            }
+        if graph.class_names is not None:
+            meta["class_names"] = list(graph.class_names)
+        save_json(tmp / "meta.json", meta)
     return path
 
 
@@ -445,8 +481,11 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
         target_type = meta.get("target_type")
         target_type = None if target_type is None else str(target_type)
         num_classes = int(meta.get("num_classes", 0))
+        id_specs = dict(meta.get("node_ids", {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise DatasetError(f"meta.json is malformed ({exc!r})", meta_path) from None
+    node_ids = {str(t): load_node_ids(path, spec, meta_path) for t, spec in id_specs.items()}
+    class_names = read_class_names(meta.get("class_names"), meta_path)
     arrays = {}
     for key, spec in specs.items():
         array = load_npy(path / f"{key}.npy")
@@ -489,5 +528,7 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
         num_classes=num_classes,
         **{key: arrays.get(key) for key in _LABEL_ARRAYS},
         name=str(meta.get("name", path.name)),
+        node_ids=node_ids,
+        class_names=class_names,
     )
     return graph.validate(path)

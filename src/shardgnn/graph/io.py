@@ -2,6 +2,12 @@
 
 No pickle anywhere: arrays are read with ``allow_pickle=False`` and may be memory-mapped, so a
 feature matrix larger than RAM can be opened.
+
+A graph built from the user's own ids (``shardgnn convert``) also keeps them: ``node_ids.npy``
+(``[N]``, int64 or text ``<U``: the id of every node, in node order), recorded in
+``meta.json["node_ids"]`` (file, dtype, shape), and ``meta.json["class_names"]`` (the name of
+every class 0..C-1). Both lie outside ``meta.json["arrays"]`` and the graph's fingerprint: a
+graph without them is written exactly as before, and an older shardgnn ignores them.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import json
 import os
 import tokenize
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,19 +43,79 @@ def save_graph(graph: Graph, path: str | os.PathLike, overwrite: bool = False) -
                 continue
             save_npy(tmp / f"{key}.npy", value)
             arrays[key] = {"dtype": str(np.asarray(value).dtype), "shape": list(np.shape(value))}
-        save_json(
-            tmp / "meta.json",
-            {
-                "format": GRAPH_FORMAT,
-                "version": GRAPH_FORMAT_VERSION,
-                "name": graph.name,
-                "num_nodes": graph.num_nodes,
-                "num_edges": graph.num_edges,
-                "num_classes": graph.num_classes,
-                "arrays": arrays,
-            },
-        )
+        meta = {
+            "format": GRAPH_FORMAT,
+            "version": GRAPH_FORMAT_VERSION,
+            "name": graph.name,
+            "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
+            "num_classes": graph.num_classes,
+            "arrays": arrays,
+        }
+        if graph.node_ids is not None:
+            meta["node_ids"] = save_node_ids(tmp, "node_ids.npy", graph.node_ids)
+        if graph.class_names is not None:
+            meta["class_names"] = list(graph.class_names)
+        save_json(tmp / "meta.json", meta)
     return path
+
+
+def as_node_ids(values: Any) -> np.ndarray:
+    """The user's ids as an array stored without pickle: int64 when every id is an integer, else
+    text (each id as ``str``)."""
+    array = np.asarray(values)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64)
+    return np.array([str(v) for v in np.asarray(values, dtype=object).tolist()], dtype=np.str_)
+
+
+def save_node_ids(folder: Path, file: str, ids: np.ndarray) -> dict[str, Any]:
+    """Write ``folder/file`` (int64 or text ids) and return its ``meta.json`` record."""
+    ids = np.ascontiguousarray(ids)
+    if ids.ndim != 1 or ids.dtype.kind not in "iuU":
+        raise DatasetError(
+            f"node ids must be a 1-D integer or text array, not {ids.dtype} {list(ids.shape)}"
+        )
+    save_npy(folder / file, ids)
+    return {"file": file, "dtype": str(ids.dtype), "shape": list(ids.shape)}
+
+
+def load_node_ids(folder: Path, spec: Any, meta_path: Path, mmap: bool = False) -> np.ndarray:
+    """The ids a :func:`save_node_ids` record names, checked against it."""
+    file = spec.get("file") if isinstance(spec, dict) else None
+    if not isinstance(file, str) or Path(file).name != file or file.startswith("."):
+        raise DatasetError(
+            f"meta.json is malformed: node ids {spec!r} must be {{file, dtype, shape}}",
+            meta_path,
+            "rewrite the directory",
+        )
+    array = load_npy(folder / file, mmap=mmap)
+    if (
+        list(array.shape) != spec.get("shape")
+        or str(array.dtype) != spec.get("dtype")
+        or array.ndim != 1
+        or array.dtype.kind not in "iuU"
+    ):
+        raise DatasetError(
+            f"holds {array.dtype} {list(array.shape)}, meta.json says {spec.get('dtype')} "
+            f"{spec.get('shape')} (node ids: 1-D integers or text)",
+            folder / file,
+            "the file was replaced or truncated; rewrite the directory",
+        )
+    return array
+
+
+def read_class_names(value: Any, meta_path: Path) -> tuple[str, ...] | None:
+    """``meta.json["class_names"]``: a list of strings, or absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DatasetError(
+            "meta.json is malformed: 'class_names' must be a list of strings",
+            meta_path,
+            "rewrite the directory",
+        )
+    return tuple(value)
 
 
 def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
@@ -142,5 +209,8 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
         fields[key] = array
     if "indptr" not in fields or "indices" not in fields:
         raise DatasetError("meta.json lists no indptr/indices arrays", meta_path)
+    if "node_ids" in meta:
+        fields["node_ids"] = load_node_ids(path, meta["node_ids"], meta_path, mmap=mmap)
+    fields["class_names"] = read_class_names(meta.get("class_names"), meta_path)
     graph = Graph(name=name, num_classes=num_classes, **fields)
     return graph.validate(str(path))

@@ -22,6 +22,14 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                  x_type<t>.npy  float32 [n_p^t, F_t]  features of the part's type-t nodes
                                 (typed graphs, types with features; in new-id order)
                  edge_<name>.npy  [e_p]  more per-edge values (temporal graphs: times, eids)
+    DIR/names/node_ids.npy  int64|<U [N]   the user's id of every node by ORIGINAL id (graphs
+                            built from ids of their own, e.g. by `shardgnn convert`)
+    DIR/names/node_ids_type<t>.npy  int64|<U [N_t]  typed graphs: the user's ids of node type
+                            ``t`` by original id within the type
+
+``meta.json["names"]`` (absent when the graph has none) lists those files (``node_ids``; typed
+graphs ``type_node_ids``, by type name) and ``class_names``, the name of every class 0..C-1;
+``shardgnn infer`` keys its tables by them.
 
 A typed graph (``meta.json["hetero"]``: node types, their original id ranges, relations) keeps
 each part's rows grouped by node type, because a part's rows are its original ids in ascending
@@ -59,7 +67,7 @@ from shardgnn.atomic import atomic_directory, atomic_open, save_json
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, index_dtype
 from shardgnn.graph.identity import fingerprint
-from shardgnn.graph.io import load_npy
+from shardgnn.graph.io import GRAPH_FORMAT, HETERO_FORMAT, load_npy
 from shardgnn.graph.linksplit import LINK_SPLIT_DIR, LinkSplit, save_link_split
 from shardgnn.partition.book import PartitionBook, inverse_permutation, relabel
 from shardgnn.partition.methods import check_assignment
@@ -71,6 +79,7 @@ SPLITS = ("train_idx", "val_idx", "test_idx")
 _PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight", "etype") + SPLITS
 _HASH_BLOCK = 4 << 20
 _REMAKE = "re-create the directory with `shardgnn partition ... --overwrite`"
+NAMES_DIR = "names"
 
 
 def part_dir_name(part: int) -> str:
@@ -167,6 +176,7 @@ def write_partitions(
     edge_arrays: dict[str, np.ndarray] | None = None,
     extra_meta: dict[str, Any] | None = None,
     shared_arrays: dict[str, np.ndarray] | None = None,
+    type_node_ids: dict[int, np.ndarray] | None = None,
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -199,6 +209,10 @@ def write_partitions(
         shared_arrays: relative path (``events/src.npy``) -> an array every part reads whole (a
             temporal graph's event stream in new ids), written and checksummed like the parts'
             (:meth:`PartitionSet.shared_array` loads one).
+        type_node_ids: typed graphs: node type index -> ``[N_t]`` the user's ids of that type's
+            nodes (by original id minus the type's offset), written as
+            ``names/node_ids_type<t>.npy``. An untyped graph's ``graph.node_ids`` and any graph's
+            ``graph.class_names`` are written too (``meta.json["names"]``).
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -238,6 +252,7 @@ def write_partitions(
     parts_info = []
     with atomic_directory(out_dir, overwrite=True) as tmp:
         _write_array(tmp, "orig_ids.npy", orig_ids, record)
+        names = _write_names(tmp, graph, hetero, type_node_ids, record)
         for rel, array in (shared_arrays or {}).items():
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             _write_array(tmp, rel, array, record)
@@ -353,11 +368,35 @@ def write_partitions(
             meta["edge_arrays"] = {
                 name: str(np.asarray(v).dtype) for name, v in edge_arrays.items()
             }
+        if names:
+            meta["names"] = names
         meta.update(extra_meta or {})
         if link_split is not None:
             save_link_split(link_split, tmp / LINK_SPLIT_DIR)
         save_json(tmp / "meta.json", meta)
     return read_partitions(out_dir, verify=False)
+
+
+def _write_names(
+    root: Path,
+    graph: Graph,
+    hetero: dict[str, Any] | None,
+    type_node_ids: dict[int, np.ndarray] | None,
+    record: dict[str, Any],
+) -> dict[str, Any]:
+    """Write the graph's own ids (``names/``) and return ``meta.json["names"]`` (empty: none)."""
+    names: dict[str, Any] = {}
+    if graph.node_ids is not None:
+        names["node_ids"] = f"{NAMES_DIR}/node_ids.npy"
+        _write_array(root, names["node_ids"], graph.node_ids, record)
+    for t, ids in sorted((type_node_ids or {}).items()):
+        assert hetero is not None, "typed ids need the types"
+        rel = f"{NAMES_DIR}/node_ids_type{t}.npy"
+        _write_array(root, rel, ids, record)
+        names.setdefault("type_node_ids", {})[str(hetero["node_types"][t])] = rel
+    if graph.class_names is not None:
+        names["class_names"] = [str(c) for c in graph.class_names]
+    return names
 
 
 def type_features_name(t: int) -> str:
@@ -492,6 +531,36 @@ class PartitionSet:
             raise DatasetError(f"holds no {rel}", self.path, _REMAKE)
         return _load_array(self.path, self.meta, rel, mmap)
 
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        """The name of every class 0..C-1 (a node table's label values), or ``None``."""
+        names = (self.meta.get("names") or {}).get("class_names")
+        return None if names is None else tuple(names)
+
+    def node_ids(self, node_type: str | None = None) -> np.ndarray | None:
+        """The user's id of every node by original id (int64 or text; a typed graph's
+        ``node_type``: by original id within the type), or ``None`` when the graph has none (its
+        ids are 0..N-1)."""
+        names = self.meta.get("names") or {}
+        if node_type is None:
+            rel, count = names.get("node_ids"), self.num_nodes
+        else:
+            hetero = self.meta.get("hetero") or {}
+            rel = (names.get("type_node_ids") or {}).get(node_type)
+            t = list(hetero.get("node_types", [])).index(node_type) if rel else 0
+            count = int(hetero["type_offsets"][t + 1] - hetero["type_offsets"][t]) if rel else 0
+        if rel is None:
+            return None
+        ids = self.shared_array(rel)
+        if ids.shape != (count,) or ids.dtype.kind not in "iuU":
+            raise DatasetError(
+                f"holds {ids.dtype} {list(ids.shape)}, not one integer or text id per node "
+                f"({count})",
+                self.path / rel,
+                _REMAKE,
+            )
+        return ids
+
     def new_id_of_orig(self) -> np.ndarray:
         """int64 ``[N]`` original id -> new id (computed, O(N))."""
         return inverse_permutation(np.asarray(self.orig_ids))
@@ -536,6 +605,15 @@ def _read_meta(path: Path) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _meta_error(meta_path, f"not valid JSON ({exc})") from None
+    graph_kinds = {GRAPH_FORMAT: "graph", HETERO_FORMAT: "hetero"}
+    if isinstance(meta, dict) and meta.get("format") in graph_kinds:
+        kind = graph_kinds[meta["format"]]
+        raise DatasetError(
+            "a graph directory (`shardgnn convert`, save_graph), not a partition directory",
+            path,
+            f"train it as the dataset {kind}:{path} (with --workers N it is partitioned on the "
+            f"fly), or partition it first: `shardgnn partition {kind}:{path} --parts N --out DIR`",
+        )
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _meta_error(
             meta_path,
@@ -616,6 +694,10 @@ def _schema_problem(meta: dict[str, Any]) -> str | None:
         isinstance(labels, dict) and _is_count(labels.get("num_classes", 0))
     ):
         return "labels must be an object whose num_classes is a non-negative integer"
+    if meta.get("names") is not None:
+        problem = _names_problem(meta["names"], arrays)
+        if problem:
+            return problem
     dataset = meta.get("dataset")
     if dataset is not None and not (
         isinstance(dataset, dict)
@@ -626,6 +708,24 @@ def _schema_problem(meta: dict[str, Any]) -> str | None:
             "dataset must be an object with a spec (string or null) and a fingerprint (object or "
             "null)"
         )
+    return None
+
+
+def _names_problem(names: Any, arrays: dict[str, Any]) -> str | None:
+    """What is wrong with ``meta.json["names"]`` (None: nothing)."""
+    if not isinstance(names, dict):
+        return "names must be an object"
+    typed = names.get("type_node_ids") or {}
+    if not isinstance(typed, dict):
+        return "names.type_node_ids must map node types to array files"
+    for rel in (names.get("node_ids"), *typed.values()):
+        if rel is not None and not (isinstance(rel, str) and rel in arrays):
+            return f"names lists {rel!r}, which is not a listed array"
+    classes = names.get("class_names")
+    if classes is not None and not (
+        isinstance(classes, list) and all(isinstance(c, str) for c in classes)
+    ):
+        return "names.class_names must be a list of strings"
     return None
 
 
@@ -928,6 +1028,11 @@ def verify_partitions(
     ):
         fail("orig_ids.npy", "is not a permutation of 0..N-1 (a node is missing or owned twice)")
     features, labels = meta.get("features"), meta.get("labels")
+    for node_type in (None, *((meta.get("names") or {}).get("type_node_ids") or {})):
+        pset.node_ids(node_type)  # one id per node (raises naming the file)
+    num_classes = (labels or {}).get("num_classes", 0)
+    if pset.class_names is not None and len(pset.class_names) != num_classes:
+        fail("meta.json", f"names {len(pset.class_names)} classes; the labels have {num_classes}")
     for p in range(pset.num_parts):
         lp = pset.load_part(p, mmap=True)
         folder = part_dir_name(p)

@@ -36,7 +36,7 @@ def homogeneous_view(graph: HeteroGraph) -> Graph:
         if graph.y is not None:
             y = np.full(graph.num_nodes, -1, dtype=np.int64)
             y[offset : offset + len(graph.y)] = graph.y
-            fields.update(y=y, num_classes=int(graph.num_classes))
+            fields.update(y=y, num_classes=int(graph.num_classes), class_names=graph.class_names)
     return Graph(indptr=graph.indptr, indices=graph.indices, name=graph.name, **fields)
 
 
@@ -89,7 +89,8 @@ def write_hetero_partitions(
 ) -> PartitionSet:
     """Write the partition directory of a typed graph: the ordinary parts (with the target
     type's labels and splits) plus each edge's relation, each featured type's rows, and the
-    types' bounds per part, and the quality by relation and node type (:func:`typed_metrics`).
+    types' bounds per part, the user's ids of every type that has them and the class names, and
+    the quality by relation and node type (:func:`typed_metrics`).
     ``write_options``: more of :func:`write_partitions`' arguments (metrics, progress...)."""
     return write_partitions(
         homogeneous_view(graph),
@@ -110,6 +111,11 @@ def write_hetero_partitions(
             ),
         },
         type_features={graph.node_types.index(t): x for t, x in graph.x.items()},
+        type_node_ids={
+            t: ids
+            for t, name in enumerate(graph.node_types)
+            if (ids := graph.original_ids(name)) is not None
+        },
         **write_options,
     )
 

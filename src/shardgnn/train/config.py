@@ -40,6 +40,7 @@ from shardgnn.options import (
 from shardgnn.sampling.config import NEGATIVE_KINDS, SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
 from shardgnn.store.config import HISTORICAL_MODES, HISTORICAL_SCOPES, EmbeddingConfig
+from shardgnn.train.tables import TABLE_FORMATS
 
 MODES = ("minibatch", "full")
 TASKS = ("node", "link")
@@ -304,9 +305,17 @@ class InferConfig(LaunchConfig):
         metavar="DIR", help="partition directory of the graph (one worker per part)"
     )
     out: str = option(
-        metavar="DIR", help="output folder for embeddings, logits and predictions (.npy)"
+        metavar="DIR",
+        help="output folder for embeddings, logits and predictions (.npy), and tables of them "
+        "keyed by the graph's own node ids",
     )
     chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
+    table_format: str = option(
+        "csv",
+        choices=TABLE_FORMATS,
+        help="the tables beside the .npy outputs (predictions: node_id, class, class_name; "
+        "embeddings: node_id, emb_0, ...): csv, parquet (needs pyarrow) or none",
+    )
     pairs: str | None = option(
         None,
         metavar="FILE",

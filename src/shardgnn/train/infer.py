@@ -16,6 +16,16 @@ Of a link-prediction model (``--task link``)::
                                          (a logit under --link-loss bce)
     OUT/inference.json   timing, bytes exchanged, the checkpoint used
 
+Beside them, tables keyed by the user's own node ids (:mod:`shardgnn.train.tables`; CSV unless
+``--table-format`` says ``parquet`` or ``none``)::
+
+    OUT/predictions.csv  node_id, class, class_name   (node classification)
+    OUT/embeddings.csv   node_id, emb_0, ..., emb_{H-1}
+
+``node_id`` is the id the graph was built from (``shardgnn convert`` keeps a node table's ids and
+a label column's class names; the partition directory carries them), else ``0..N-1``. A typed
+graph's outputs are per node type, ``OUT/<type>/...``, ids of that type.
+
 Messages pass over every edge of the partitioned graph: the held-out edges of training are
 edges again, as they are for a model put to use.
 """
@@ -43,6 +53,7 @@ from shardgnn.nn.models import build_model
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import RELATIONAL_MODELS, InferConfig, TrainConfig
+from shardgnn.train.tables import write_output_tables
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -148,6 +159,8 @@ def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
                 bad = next(i for i, row in enumerate(rows) if len(row) != 2)
                 raise DatasetError(f"pair {bad + 1} has {len(rows[bad])} values", path, fix)
             pairs = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    except DatasetError:
+        raise  # already one line with its fix (a DatasetError is a ValueError too)
     except (OSError, ValueError) as exc:
         raise DatasetError(f"cannot read pairs ({type(exc).__name__}: {exc})", path, fix) from None
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
@@ -233,14 +246,18 @@ def run_inference(
     *,
     chunk_rows: int = 65536,
     pairs: str | Path | None = None,
+    table_format: str = "csv",
 ) -> dict[str, Any] | None:
     """One rank of ``shardgnn infer``; rank 0 writes the outputs and returns the summary.
-    ``pairs``: a file of node pairs for a link-prediction model to score (:func:`read_pairs`)."""
+    ``pairs``: a file of node pairs for a link-prediction model to score (:func:`read_pairs`).
+    ``table_format``: the tables keyed by the user's ids (:mod:`shardgnn.train.tables`)."""
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
     config = check_inference_pair(checkpoint, pset)
     if pset.meta.get("hetero"):
-        return _run_typed_inference(ctx, checkpoint, pset, config, Path(out), chunk_rows)
+        return _run_typed_inference(
+            ctx, checkpoint, pset, config, Path(out), chunk_rows, table_format
+        )
     link = config.task == "link"
     weights = load_model_weights(checkpoint)
     out = Path(out).expanduser()
@@ -289,6 +306,10 @@ def run_inference(
             np.save(fh, scores, allow_pickle=False)
         tmp.replace(out / "scores.npy")
         written["scores"], scored = str(out / "scores.npy"), int(scores.shape[0])
+    ids = pset.node_ids()
+    written.update(
+        write_output_tables(out, table_format, ids, pset.class_names, predictions=not link)
+    )
     summary = {
         "task": config.task,
         "checkpoint": str(checkpoint),
@@ -299,9 +320,19 @@ def run_inference(
         **_measured(totals, comm_summed, ctx.world_size, accuracy=not link),
         "pairs_scored": scored,
         "outputs": written,
+        "tables": _tables_summary(table_format, ids is not None, pset.class_names),
     }
     save_json(out / "inference.json", summary)
     return summary
+
+
+def _tables_summary(table_format: str, named: bool, class_names) -> dict[str, Any]:
+    """``inference.json["tables"]``: the tables' format and what keys them."""
+    return {
+        "format": table_format,
+        "node_id": "the graph's own ids" if named else "row numbers 0..N-1",
+        "class_names": None if class_names is None else list(class_names),
+    }
 
 
 def _totals(comm: Communicator, seconds: float, labelled=None) -> tuple[torch.Tensor, dict]:
@@ -400,12 +431,14 @@ def _run_typed_inference(
     config: TrainConfig,
     out: Path,
     chunk_rows: int,
+    table_format: str = "csv",
 ) -> dict[str, Any] | None:
     """Layer-wise inference of a typed node classifier (``rgcn``/``hetero-sage``) over a typed
     partition: every rank computes its own nodes, layer by layer in chunks of destinations,
     fetching the previous layer's rows of its chunk's sources from their owners. Writes, per node
     type in original (typed) ids, ``OUT/<type>/embeddings.npy`` (the last layer's input) and, for
-    the labelled type, ``logits.npy`` and ``predictions.npy``."""
+    the labelled type, ``logits.npy`` and ``predictions.npy``; and their tables keyed by the
+    type's own ids (``OUT/<type>/embeddings.csv``, ``predictions.csv``)."""
     from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
     from shardgnn.partition.hetero import TypedPartitionBook
     from shardgnn.store.dist_feature import DistFeatureStore
@@ -470,6 +503,15 @@ def _run_typed_inference(
     written = write_by_original_id(ctx, out, rows, placement)
     if written is None:
         return None
+    named = False
+    for name in typed.node_types:
+        ids = pset.node_ids(name)
+        named = named or ids is not None
+        written.update(
+            write_output_tables(
+                out / name, table_format, ids, pset.class_names, f"{name}/", name == target
+            )
+        )
     summary = {
         "task": config.task,
         "model": config.model.model,
@@ -485,6 +527,7 @@ def _run_typed_inference(
         **_measured(totals, comm_summed, ctx.world_size, accuracy=True),
         "pairs_scored": None,
         "outputs": written,
+        "tables": _tables_summary(table_format, named, pset.class_names),
     }
     save_json(out / "inference.json", summary)
     return summary
@@ -506,6 +549,7 @@ def infer_worker(config_json: str) -> None:
             config.out,
             chunk_rows=config.chunk_rows,
             pairs=config.pairs,
+            table_format=config.table_format,
         )
         if summary is not None:
             rows = [
