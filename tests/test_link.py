@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -12,17 +13,20 @@ import torch
 from shardgnn.cli import main
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
+import shardgnn.graph.linksplit as linksplit_module
 from shardgnn.graph.linksplit import (
     LinkSplitSpec,
     edge_arrays,
+    in_sorted,
     is_symmetric,
     pair_keys,
+    sorted_unique,
     split_edges,
 )
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.loader.link import LinkSamplingStage, edge_batcher, target_exclusion
 from shardgnn.nn.config import ModelConfig
-from shardgnn.nn.link import DotPredictor, MLPPredictor, link_loss
+from shardgnn.nn.link import DotPredictor, LinkModel, MLPPredictor, link_loss
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.sampling.neighbor import NeighborSampler
@@ -33,6 +37,7 @@ from shardgnn.train.config import (
     RunConfig,
     TrainConfig,
 )
+from shardgnn.train.link import SCORE_CHUNK_VALUES, IndexedPairs, score_pairs, unique_ids
 from shardgnn.train.linkmetrics import auc, average_precision, link_metrics, ranks
 from shardgnn.train.single import run_training
 
@@ -111,6 +116,73 @@ def test_split_refuses_a_graph_with_too_few_edges():
     graph = Graph.from_edge_index(np.array([0, 1]), np.array([1, 0]), 3, name="tiny")
     with pytest.raises(DatasetError, match="'tiny': 1 candidate edges"):
         split_edges(graph, LinkSplitSpec())
+
+
+def reference_eval_negatives(src_P, edge_keys, n, k, rng):
+    """The rejection loop as first written: every round checks all ``P * K`` entries."""
+    neg = rng.integers(0, n, size=(src_P.shape[0], k), dtype=np.int64)
+    src_PK = np.broadcast_to(src_P[:, None], neg.shape)
+    for _ in range(100):
+        bad = (neg == src_PK) | np.isin(pair_keys(src_PK, neg, n), edge_keys)
+        if not bad.any():
+            return neg
+        neg[bad] = rng.integers(0, n, size=int(bad.sum()), dtype=np.int64)
+    raise DatasetError("100 rounds")
+
+
+@pytest.mark.parametrize("check_chunk", [7, 1 << 20])
+def test_eval_negatives_equal_the_full_rejection_loop(check_chunk, monkeypatch):
+    """Rechecking only the redrawn entries (first check in chunks of rows) draws exactly what
+    the loop that rechecks every entry draws: same generator calls, same accepted values."""
+    monkeypatch.setattr(linksplit_module, "_CHECK_CHUNK", check_chunk)
+    rng = np.random.default_rng(1)
+    n = 40  # dense: about a third of the pairs are edges, so several rounds redraw
+    src, dst = rng.integers(0, n, 500), rng.integers(0, n, 500)
+    keys = sorted_unique(pair_keys(src, dst, n))
+    src_P = rng.integers(0, n, 300)
+    ours = linksplit_module._eval_negatives(src_P, keys, n, 9, np.random.default_rng(2))
+    theirs = reference_eval_negatives(src_P, keys, n, 9, np.random.default_rng(2))
+    assert np.array_equal(ours, theirs)
+    assert not in_sorted(pair_keys(src_P[:, None], ours, n), keys).any()
+    assert (ours != src_P[:, None]).all()
+    complete = sorted_unique(pair_keys(*np.divmod(np.arange(n * n), n), n))
+    with pytest.raises(DatasetError, match="in 100 rounds"):
+        linksplit_module._eval_negatives(src_P, complete, n, 3, np.random.default_rng(0))
+
+
+def test_eval_negatives_memory_is_the_output_plus_a_chunk(monkeypatch):
+    """The first rejection check runs in chunks of rows: beyond the ``[P, K]`` result, the draw
+    holds O(chunk) temporaries, not several arrays of ``P * K`` keys (the old loop's ``np.isin``
+    over every entry of soc-slashdot's test split held ~1 GB)."""
+    monkeypatch.setattr(linksplit_module, "_CHECK_CHUNK", 4096)
+    rng = np.random.default_rng(0)
+    n = 5000
+    keys = sorted_unique(pair_keys(rng.integers(0, n, 20000), rng.integers(0, n, 20000), n))
+    src_P = rng.integers(0, n, 4000)
+    out_bytes = 4000 * 100 * 8
+    tracemalloc.start()
+    try:
+        neg = linksplit_module._eval_negatives(src_P, keys, n, 100, np.random.default_rng(1))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert neg.shape == (4000, 100)
+    assert peak < out_bytes + 20 * 4096 * 8, (peak, out_bytes)  # the reference: > 4x out_bytes
+
+
+def test_set_helpers_equal_numpys():
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 1000, 5000)
+    keys = rng.integers(0, 1000, 300)
+    assert np.array_equal(sorted_unique(values), np.unique(values))
+    assert sorted_unique(values[:0]).size == 0
+    assert np.array_equal(in_sorted(values, np.unique(keys)), np.isin(values, keys))
+    assert not in_sorted(values, keys[:0]).any()
+    nodes, inverse = unique_ids(values)
+    ref_nodes, ref_inverse = np.unique(values, return_inverse=True)
+    assert np.array_equal(nodes, ref_nodes) and nodes.dtype == ref_nodes.dtype
+    assert np.array_equal(inverse, ref_inverse) and inverse.dtype == np.int64
+    assert unique_ids(values[:0])[0].size == 0
 
 
 def test_config_refuses_bad_link_settings():
@@ -239,6 +311,50 @@ def test_predictors_and_losses():
     assert softmax.item() == pytest.approx(expected.item())
 
 
+class OperandSpy(torch.nn.Module):
+    """A predictor that records the largest operand it is given (then scores as ``inner``)."""
+
+    def __init__(self, inner: torch.nn.Module):
+        super().__init__()
+        self.inner, self.largest = inner, 0
+
+    def forward(self, h_u, h_v):
+        self.largest = max(self.largest, h_u.numel(), h_v.numel())
+        return self.inner(h_u, h_v)
+
+
+@pytest.mark.parametrize("predictor", [DotPredictor, lambda: MLPPredictor(64, 32)])
+def test_scoring_an_evaluation_split_holds_o_chunk_rows(predictor):
+    """Regression: evaluation scored 65,536 positives at a time, each with its K negatives, so a
+    split with K = 100 and D = 64 put three [6.5M, 64] operands (1.7 GB each) in memory at
+    once (soc-slashdot: 7.4 GB peak RSS). A chunk's operands now stay within
+    ``SCORE_CHUNK_VALUES``, whatever the split's size, and the scores equal one-chunk scoring
+    bit for bit."""
+    rng = np.random.default_rng(0)
+    num_nodes, p, k, d = 3000, 700, 100, 64  # one 700-positive chunk: 4.5M values
+    pos_2P = rng.integers(0, num_nodes, (2, p))
+    pairs = IndexedPairs.of(pos_2P, rng.integers(0, num_nodes, (p, k)))
+    h_ND = torch.randn(len(pairs.nodes), d)
+    spy = OperandSpy(predictor())
+    model = LinkModel(torch.nn.Identity(), spy)
+    pos, neg = score_pairs(model, h_ND, pairs)
+    assert 0 < spy.largest <= SCORE_CHUNK_VALUES < p * k * d
+    spy.largest = 0
+    one_pos, one_neg = score_pairs(model, h_ND, pairs, chunk_values=p * (1 + k) * d)
+    assert spy.largest == p * k * d  # one chunk: the whole split at once
+    assert pos.dtype == one_pos.dtype == np.float32 and neg.shape == (p, k)
+    assert np.array_equal(pos, one_pos) and np.array_equal(neg, one_neg)
+    small_pos, small_neg = score_pairs(model, h_ND, pairs, chunk_values=7 * (1 + k) * d)
+    if isinstance(spy.inner, DotPredictor):  # a product and a sum per row: any chunking
+        assert np.array_equal(small_pos, pos) and np.array_equal(small_neg, neg)
+    else:  # a GEMM over 7 rows may take another kernel than over 648, rounding differently
+        assert np.allclose(small_pos, pos, rtol=1e-5, atol=1e-6)
+        assert np.allclose(small_neg, neg, rtol=1e-5, atol=1e-6)
+    empty = IndexedPairs.of(pos_2P[:, :0], np.zeros((0, k), dtype=np.int64))
+    none_pos, none_neg = score_pairs(model, h_ND, empty)
+    assert none_pos.shape == (0,) and none_neg.shape == (0, k)
+
+
 # ------------------------------------------------------------------------------------ training
 @pytest.mark.parametrize("mode", ["minibatch", "full"])
 def test_link_training_learns_and_reports_every_metric(link_graph, mode, tmp_path):
@@ -309,8 +425,13 @@ def test_link_cli_runs_and_refuses_a_featureless_graph(tmp_path, capsys):
     assert json.loads(out.read_text())["link"]["test"]["hits@100"] >= 0
     edges = tmp_path / "edges.txt"
     edges.write_text("".join(f"{i} {(i * 7 + 1) % 50}\n" for i in range(50)))
-    assert main(["train", f"file:{edges}", "--task", "link", "--epochs", "1", "--quiet"]) == 2
+    featureless = ["train", f"file:{edges}", "--task", "link", "--epochs", "1", "--quiet"]
+    # asked for no learnt rows, a featureless graph is refused; by default its recipe gives
+    # every node learnt rows (--embedding-dim 64) and it trains
+    assert main([*featureless, "--embedding-dim", "0"]) == 2
     assert "no node features" in capsys.readouterr().err
+    assert main([*featureless, "--results", str(tmp_path / "f.json")]) == 0
+    assert json.loads((tmp_path / "f.json").read_text())["config"]["embedding"]["dim"] == 64
     # `shardgnn plot` names what a link run's curves hold.
     from shardgnn.cli.plot import training_figure
 

@@ -177,3 +177,29 @@ def test_knowledge_graph_batch_size_is_read_not_called_ignored(tmp_path, capsys)
     small, large = (json.loads((tmp_path / f"{b}.json").read_text()) for b in ("64", "4096"))
     assert small["epochs"][0]["loss"] != large["epochs"][0]["loss"]
     assert np.isfinite(small["epochs"][0]["loss"])
+
+
+# -------------------------------------------------------------------------------------- defaults
+def test_the_default_batch_gives_a_small_training_set_eight_steps():
+    from shardgnn.train.config import TrainConfig
+
+    config = TrainConfig()
+    assert config.node_batch_size(200) == 32  # amazon-computers' 20 per class: 7 steps
+    assert config.node_batch_size(1000) == 125  # 8 steps
+    assert config.node_batch_size(10_000) == 1024  # the synthetic default: as before
+    assert config.item_batch_size == 1024
+    given = TrainConfig(batch_size=500)
+    assert given.node_batch_size(200) == given.item_batch_size == 500
+
+
+@pytest.mark.slow
+@requires_shared_data
+def test_default_settings_train_a_per_class_split(tmp_path):
+    """amazon-computers' standard split (20 training nodes per class) with nothing but the dataset
+    and 10 epochs: 0.24 test accuracy when the default batch took one step per epoch."""
+    import json
+
+    results = tmp_path / "r.json"
+    cmd = ["train", "amazon-computers", "--epochs", "10", "--data-dir", str(SHARED_DATA)]
+    assert main([*cmd, "--quiet", "--results", str(results)]) == 0
+    assert json.loads(results.read_text())["test_acc"] > 0.6

@@ -80,6 +80,15 @@ def flag_of(obj_or_cls: Any, name: str) -> str:
     return field.metadata.get("flag") or "--" + name.replace("_", "-")
 
 
+def flag_for(cls: type, path: str) -> str:
+    """The flag of the setting at dotted ``path`` below config class ``cls`` (``cache.size`` ->
+    ``--cache-size``)."""
+    *parents, leaf = path.split(".")
+    for name in parents:
+        cls = typing.get_type_hints(cls)[name]
+    return flag_of(cls, leaf)
+
+
 def invalid(obj: Any, name: str, constraint: str, value: Any = _MISSING) -> ConfigError:
     """A :class:`ConfigError` naming one setting, its bad value and the constraint it breaks:
     ``--hidden 0: must be >= 1``."""

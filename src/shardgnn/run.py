@@ -70,9 +70,7 @@ def worker_config(argv: list[str]):
     every worker under torchrun builds it (the same flags, checks and dataset resolution as
     ``shardgnn train --workers N``)."""
     from shardgnn.cli import build_parser
-    from shardgnn.cli.flags import config_from_args
-    from shardgnn.cli.train import preflight, split_settings_given
-    from shardgnn.train.config import TrainConfig
+    from shardgnn.cli.train import preflight, split_settings_given, train_config
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -81,8 +79,7 @@ def worker_config(argv: list[str]):
             f"python -m shardgnn.run only runs `train` (got `{args.command}`); "
             f"use `shardgnn {args.command}` instead"
         )
-    given = {"dataset": args.dataset_arg} if args.dataset_arg is not None else {}
-    config = config_from_args(TrainConfig, args, **given)
+    config = train_config(args)
     if config.run.partitions is None:
         raise ConfigError(
             "every worker needs the same partition directory: partition once with "

@@ -15,7 +15,9 @@ import typing
 from collections.abc import Collection
 from typing import Any, TypeVar
 
-from shardgnn.options import default_of, flag_of, from_dict, value_type
+from shardgnn.options import default_of, flag_for, flag_of, from_dict, value_type
+
+__all__ = ["add_flags", "config_from_args", "field_help", "flag_for", "was_given"]
 
 T = TypeVar("T")
 
@@ -137,15 +139,6 @@ def add_flags(
             required=required,
             **common,
         )
-
-
-def flag_for(cls: type, path: str) -> str:
-    """The flag of the setting at dotted ``path`` below config class ``cls`` (``cache.size`` ->
-    ``--cache-size``)."""
-    *parents, leaf = path.split(".")
-    for name in parents:
-        cls = typing.get_type_hints(cls)[name]
-    return flag_of(cls, leaf)
 
 
 def was_given(args: argparse.Namespace, dest: str) -> bool:

@@ -19,63 +19,18 @@ from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for
 from shardgnn.errors import ConfigError
 from shardgnn.train.config import (
     LINK_SPLIT_SETTINGS,
-    RELATIONAL_MODELS,
-    TEMPORAL_MODELS,
     LinkConfig,
     TrainConfig,
 )
 
-# Flags that a setting makes pointless: (dest, when it is ignored, why). Given anyway, they are
-# reported, never silently dropped.
-_IGNORED = (
-    ("sampler.fanouts", lambda c: c.mode == "full", "--mode full uses every neighbour"),
-    ("sampler.replace", lambda c: c.mode == "full", "--mode full uses every neighbour"),
-    (
-        "batch_size",
-        # knowledge graphs run the full graph's encoder once per batch of training triples
-        lambda c: (
-            c.mode == "full" and not (c.task == "link" and c.model.model in RELATIONAL_MODELS)
-        ),
-        "--mode full takes one step per epoch",
-    ),
-    (
-        "eval_batch_size",
-        lambda c: c.mode == "full",
-        "--mode full evaluates the whole graph at once",
-    ),
-    ("eval_fanouts", lambda c: c.mode == "full", "--mode full evaluates every neighbour"),
+# Settings that another setting of the same recipe makes pointless: (dest, when, why). Given
+# anyway, they are refused (what a recipe never reads is refused by the recipe).
+_POINTLESS = (
     ("cache.size", lambda c: not c.cache.enabled, "no --cache-policy is set"),
     (
         "cache.lookahead",
         lambda c: c.cache.policy != "belady",
         "only --cache-policy belady looks ahead",
-    ),
-    (
-        "model.num_bases",
-        lambda c: c.model.model != "rgcn",
-        "it applies to --model rgcn (basis decomposition)",
-    ),
-    (
-        "sampler.relation_fanouts",
-        lambda c: c.mode == "full",
-        "--mode full uses every neighbour",
-    ),
-    ("full.spmm", lambda c: c.mode != "full", "it applies to --mode full"),
-    ("full.replication", lambda c: c.mode != "full", "it applies to --mode full"),
-    (
-        "full.bits",
-        lambda c: c.mode != "full",
-        "it applies to --mode full (--fetch-bits compresses mini-batch rows)",
-    ),
-    ("full.staleness", lambda c: c.mode != "full", "it applies to --mode full"),
-    (
-        "fetch_bits",
-        lambda c: c.mode == "full",
-        "it applies to --mode minibatch (--bits compresses full-graph rows)",
-    ),
-    *(
-        (f"link.{field.name}", lambda c: c.task != "link", "it applies to --task link")
-        for field in dataclasses.fields(LinkConfig)
     ),
     ("embedding.optimizer", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
     ("embedding.lr", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
@@ -105,16 +60,29 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    """The config of a ``train`` command line: the flags given, then the defaults of the recipe
+    its dataset trains with (:func:`~shardgnn.train.recipes.recipe_defaults`: a knowledge graph
+    trains link prediction with R-GCN, a temporal graph TGN, ...), then the dataclasses'."""
+    from shardgnn.train.recipes import recipe_defaults, refuse_unread, select, traits_of
+
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k.split(".")[0] in fields}
+    if args.dataset_arg is not None:
+        given["dataset"] = args.dataset_arg
+    traits = traits_of(given.get("dataset", TrainConfig.dataset), given.get("run.partitions"))
+    config = config_from_args(TrainConfig, args, **recipe_defaults(traits, given), **given)
+    flags_given = [dest for dest in given if dest != "dataset"]
+    refuse_unread(select(config, traits.kind), config, flags_given)
+    for dest, pointless, why in _POINTLESS:
+        if dest in given and pointless(config):
+            raise ConfigError(f"{flag_for(TrainConfig, dest)} does not apply: {why}; drop it")
+    return config
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn train``."""
-    given = {"dataset": args.dataset_arg} if args.dataset_arg is not None else {}
-    config = config_from_args(TrainConfig, args, **given)
-    for dest, ignored, why in _IGNORED:
-        if was_given(args, dest) and ignored(config):
-            print(
-                f"shardgnn train: warning: {flag_for(TrainConfig, dest)} is ignored: {why}",
-                file=sys.stderr,
-            )
+    config = train_config(args)
     _check_outputs(config)
     _warn_oversubscribed(config.run.workers)
     if not config.run.distributed:
@@ -193,10 +161,13 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     workers = config.run.workers
     assert workers is not None
     method = "metis" if workers > 1 else "random"
+    from shardgnn.graph.datasets import dataset_traits
     from shardgnn.partition.methods import EmptyPartsError
+    from shardgnn.train.recipes import select
 
+    recipe = select(config, dataset_traits(config.dataset).kind)
     try:
-        name = _write_partitions(config, out, workers, method)
+        name = recipe.partition_for_training(config, out, workers, method)
     except EmptyPartsError as exc:
         raise ConfigError(
             f"--workers {workers}: {str(exc).splitlines()[0]}; use fewer workers (every worker "
@@ -204,77 +175,6 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
         ) from None
     print(f"partitioned {name} into {workers} part{'s' * (workers > 1)} ({method})", flush=True)
     return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
-
-
-def _write_partitions(config: TrainConfig, out: Path, workers: int, method: str) -> str:
-    """Partition ``config``'s dataset for training into ``out``; returns the graph's name."""
-    from shardgnn.graph.datasets import (
-        canonical_spec,
-        is_relational,
-        is_temporal,
-        load_dataset,
-        load_hetero_dataset,
-        load_temporal_dataset,
-    )
-    from shardgnn.partition.format import write_partitions
-    from shardgnn.partition.hetero import partition_for_training
-    from shardgnn.partition.methods import PartitionConfig, partition_graph
-    from shardgnn.sampling.typed import relation_fanouts
-    from shardgnn.train.relational import check_node_trainable, message_relations
-
-    spec = canonical_spec(config.dataset)
-    if is_temporal(config.dataset):
-        from shardgnn.partition.temporal import partition_temporal
-
-        events = load_temporal_dataset(config.dataset, config.data_dir)
-        _check_worker_count(workers, events.num_nodes, events.name)
-        partition_temporal(
-            events, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
-            dataset_spec=spec,
-        )  # fmt: skip
-        return events.name
-    if is_relational(config.dataset):
-        typed = load_hetero_dataset(config.dataset, config.data_dir)
-        _check_worker_count(workers, typed.num_nodes, typed.name)
-        check_node_trainable(typed)
-        # unknown relation names fail before the partitioning, not in the workers
-        relation_fanouts(message_relations(typed), config.sampler.relation_layers())
-        partition_for_training(
-            typed, PartitionConfig(num_parts=workers, method=method, seed=config.seed), out,
-            dataset_spec=spec,
-        )  # fmt: skip
-        return typed.name
-    graph = load_dataset(config.dataset, config.data_dir)
-    _check_worker_count(workers, graph.num_nodes, graph.name)
-    split, dataset_fingerprint = None, None
-    if config.task == "link":
-        from shardgnn.train.link import check_link_trainable, split_for_partitioning
-
-        check_link_trainable(graph, config.embedding)
-        graph, split, dataset_fingerprint = split_for_partitioning(graph, config.link)
-    result = partition_graph(
-        graph, PartitionConfig(num_parts=workers, method=method, seed=config.seed)
-    )
-    write_partitions(
-        graph,
-        result.assignment,
-        out,
-        method=result.method,
-        settings=result.settings,
-        dataset_spec=spec,
-        dataset_fingerprint=dataset_fingerprint,
-        link_split=split,
-    )
-    return graph.name
-
-
-def _check_worker_count(workers: int, num_nodes: int, name: str) -> None:
-    """Each worker owns one part of the nodes: no more workers than nodes."""
-    if workers > num_nodes:
-        raise ConfigError(
-            f"--workers {workers} exceeds the {num_nodes:,} nodes of {name}: each worker owns a "
-            f"part of the nodes; use --workers {num_nodes} or fewer"
-        )
 
 
 def _with_stored_split(config: TrainConfig, path: Path, given: Collection[str]) -> TrainConfig:
@@ -316,6 +216,7 @@ def preflight(
     """
     from shardgnn.graph.datasets import canonical_spec
     from shardgnn.partition.format import read_partitions
+    from shardgnn.train.recipes import graph_kind_of_partition, select, trains_with_workers
 
     assert config.run.partitions is not None
     pset = read_partitions(config.run.partitions, verify=False)  # meta.json and every file's size
@@ -327,27 +228,17 @@ def preflight(
                 f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to "
                 f"train what the partition holds, or partition {config.dataset} first"
             )
-    temporal_model = config.model.model in TEMPORAL_MODELS
-    if bool(pset.meta.get("temporal")) != temporal_model:
-        raise ConfigError(
-            f"{pset.path} holds a temporal graph: train it with --task link --model tgn, jodie "
-            "or tgat"
-            if not temporal_model
-            else f"--model {config.model.model} needs timestamped events and {pset.path} holds "
-            "a static graph; partition a temporal dataset (collegemsg, synthetic-temporal)"
-        )
-    if temporal_model:  # no features, labels or stored split: the events are all it needs
+    kind = graph_kind_of_partition(pset.meta)
+    holds = f"{pset.path} holds a {kind} graph: train it with {trains_with_workers(kind)}"
+    try:
+        recipe = select(config, kind)
+    except ConfigError:
+        raise ConfigError(holds) from None
+    if recipe.distributed is None:
+        raise ConfigError(f"{holds}; {recipe.description} trains in one process so far")
+    if recipe.graph == "temporal":  # no features, labels or stored split: the events suffice
         return _resolved(config, pset)
-    typed = bool(pset.meta.get("hetero"))
-    relational_model = config.model.model in RELATIONAL_MODELS
-    if typed != relational_model:
-        raise ConfigError(
-            f"{pset.path} holds a typed graph: train it with --model rgcn or hetero-sage"
-            if typed
-            else f"--model {config.model.model} needs a typed graph and {pset.path} holds an "
-            "untyped one; partition a typed dataset (synthetic-hetero, hetero:DIR) or pick "
-            "another model"
-        )
+    typed = recipe.graph == "typed"
     if typed:  # relation names in --relation-fanouts name the partition's relations
         from shardgnn.sampling.typed import relation_fanouts
 

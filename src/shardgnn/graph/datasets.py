@@ -25,6 +25,7 @@ Data directory: ``data_dir`` argument (``--data-dir``), else ``$SHARDGNN_DATA``,
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -155,6 +156,10 @@ class DatasetEntry:
     """loads a :class:`~shardgnn.graph.hetero.HeteroGraph` (:func:`load_hetero_dataset`)"""
     temporal: bool = False
     """loads a :class:`~shardgnn.graph.temporal.TemporalGraph` (:func:`load_temporal_dataset`)"""
+    labelled: bool = True
+    """its nodes carry class labels (else it trains link prediction)"""
+    featured: bool = True
+    """its nodes carry features (else they get learnt input rows)"""
 
 
 def _planetoid(name: str) -> DatasetEntry:
@@ -218,7 +223,13 @@ def _snap(name: str, folder: str, filename: str) -> DatasetEntry:
         graph.name = name
         return graph
 
-    return DatasetEntry(f"SNAP {name} edge list (no features or labels)", load, {"symmetric": "0"})
+    return DatasetEntry(
+        f"SNAP {name} edge list (no features or labels)",
+        load,
+        {"symmetric": "0"},
+        labelled=False,
+        featured=False,
+    )
 
 
 def _file(spec: DatasetSpec, data_dir: Path) -> Graph:
@@ -263,6 +274,8 @@ def _kg(name: str, folder: str) -> DatasetEntry:
         f"knowledge graph {folder.upper()} (head/relation/tail triples, standard split)",
         load,
         relational=True,
+        labelled=False,
+        featured=False,
     )
 
 
@@ -369,6 +382,8 @@ _REGISTRY: dict[str, DatasetEntry] = {
         "an edge-list file (no features or labels): file:PATH[,base=0|1|auto][,symmetric=1]",
         _file,
         {"base": "0", "symmetric": "0"},
+        labelled=False,
+        featured=False,
     ),
     "graph": DatasetEntry(
         "a graph directory (save_graph, `shardgnn convert`): graph:DIR", _graph_dir
@@ -381,6 +396,8 @@ _REGISTRY: dict[str, DatasetEntry] = {
         "head<TAB>relation<TAB>tail): kg:DIR",
         _kg_dir,
         relational=True,
+        labelled=False,
+        featured=False,
     ),
     "hetero": DatasetEntry(
         "a heterogeneous graph directory (save_hetero_graph): hetero:DIR",
@@ -423,6 +440,40 @@ def _entry(parsed: DatasetSpec) -> DatasetEntry:
             fix=f"use one of the known datasets:\n{describe_datasets()}",
         )
     return entry
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetTraits:
+    """What a dataset spec names, known without loading the graph."""
+
+    kind: str
+    """``homogeneous``, ``typed`` (node and edge types) or ``temporal`` (timestamped events)"""
+    labelled: bool
+    """its nodes carry class labels"""
+    featured: bool
+    """its nodes carry features"""
+
+
+def dataset_traits(spec: str) -> DatasetTraits:
+    """The kind of graph ``spec`` names and whether it has labels and features, from the registry
+    (a graph directory's ``meta.json`` for ``graph:``/``hetero:``; nothing else is read).
+
+    Raises:
+        DatasetError: an unknown dataset or a malformed spec.
+    """
+    parsed = DatasetSpec.parse(spec)
+    entry = _entry(parsed)
+    kind = "typed" if entry.relational else "temporal" if entry.temporal else "homogeneous"
+    labelled, featured = entry.labelled, entry.featured
+    if parsed.name in ("graph", "hetero") and parsed.path is not None:
+        try:
+            meta = json.loads((Path(parsed.path).expanduser() / "meta.json").read_text())
+            arrays = meta.get("arrays") or {}
+            labelled = "y" in arrays
+            featured = "x" in arrays or parsed.name == "hetero"  # featureless types learn rows
+        except (OSError, ValueError, AttributeError):
+            pass  # the loader reports an unreadable directory with its fix
+    return DatasetTraits(kind, labelled, featured)
 
 
 def is_relational(spec: str) -> bool:

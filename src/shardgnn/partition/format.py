@@ -589,6 +589,12 @@ def _meta_error(meta_path: Path, problem: str) -> DatasetError:
     return DatasetError(problem, meta_path, _REMAKE)
 
 
+def read_partition_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """A partition directory's ``meta.json``, its format and version checked (no array is
+    opened)."""
+    return _read_meta(Path(path).expanduser())
+
+
 def _read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / "meta.json"
     if not path.is_dir():

@@ -329,6 +329,12 @@ class InferConfig(LaunchConfig):
             raise invalid(self, "chunk_rows", "must be >= 1")
 
 
+DEFAULT_BATCH_SIZE = 1024
+"""Items per step when ``--batch-size`` is not given (node classification: at most)."""
+MIN_AUTO_BATCH_SIZE = 32
+"""The smallest batch node classification picks by itself on a small training set."""
+
+
 @dataclasses.dataclass(kw_only=True)
 class TrainConfig:
     """A training run: what to train, how, and where the results go."""
@@ -350,10 +356,13 @@ class TrainConfig:
     )
     model: ModelConfig = component(ModelConfig, title="model")
     sampler: SamplerConfig = component(SamplerConfig, title="neighbour sampling (mini-batch mode)")
-    batch_size: int = option(
-        1024,
-        help="seed nodes (--task link: target edges) per mini-batch, over all workers (each of P "
-        "workers takes 1/P)",
+    batch_size: int | None = option(
+        None,
+        help="seed nodes (--task link: target edges; temporal graphs: events; knowledge graphs: "
+        f"triples) per mini-batch, over all workers (each of P workers takes 1/P); unset: "
+        f"{DEFAULT_BATCH_SIZE}, and for node classification at most an eighth of the training "
+        f"nodes (at least {MIN_AUTO_BATCH_SIZE}), so that a small training set still takes 8 "
+        "steps per epoch",
     )
     eval_batch_size: int = option(4096, help="seed nodes per evaluation batch")
     eval_fanouts: tuple[int, ...] | None = option(
@@ -463,6 +472,22 @@ class TrainConfig:
         help="progress bars (on a terminal; a pipe or log gets the epoch lines only)",
     )
 
+    def node_batch_size(self, num_train: int) -> int:
+        """Seed nodes per step of node classification with ``num_train`` training nodes:
+        ``--batch-size``, else :data:`DEFAULT_BATCH_SIZE` or, on a small training set, an eighth
+        of it (at least :data:`MIN_AUTO_BATCH_SIZE`): the per-class splits (20 nodes per class)
+        took one step per epoch at 1024 and stopped far from trained (0.24 test accuracy on
+        amazon-computers after 10 epochs; 0.76 at 8 steps per epoch)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return min(DEFAULT_BATCH_SIZE, max(MIN_AUTO_BATCH_SIZE, -(-num_train // 8)))
+
+    @property
+    def item_batch_size(self) -> int:
+        """Target edges, events or triples per step: ``--batch-size``, else
+        :data:`DEFAULT_BATCH_SIZE`."""
+        return DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
+
     def __post_init__(self) -> None:
         check_choices(self)
         if not isinstance(self.dataset, str) or not self.dataset.strip():
@@ -470,7 +495,7 @@ class TrainConfig:
                 f"dataset spec {self.dataset!r} is empty; name a dataset such as cora or synthetic"
             )
         for name in ("batch_size", "eval_batch_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise invalid(self, "threads", "must be >= 1")

@@ -585,7 +585,8 @@ class DistMiniBatchSteps(DistSampledSteps):
         # --batch-size is the global batch: each of the P workers takes B / P seeds per step, so
         # P workers take the same optimiser steps as one (and DDP's gradient mean is the global
         # one).
-        per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
+        batch_size = config.node_batch_size(self.split_sizes["train"])
+        per_rank_batch = max(1, -(-batch_size // ctx.world_size))
         if config.batching == "cluster":
             self.train_batches = ClusterBatcher(
                 split_ids["train"],

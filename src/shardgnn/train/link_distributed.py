@@ -109,7 +109,7 @@ class DistLinkSteps(DistSampledSteps):
         self.train_pairs_2P = train[:, order]
         pair_counts = np.bincount(book.owner(self.train_pairs_2P[1]), minlength=ctx.world_size)
         pair_book = PartitionBook(np.concatenate([[0], np.cumsum(pair_counts)]).astype(np.int64))
-        per_rank_batch = max(1, -(-config.batch_size // ctx.world_size))
+        per_rank_batch = max(1, -(-config.item_batch_size // ctx.world_size))
         self.train_batches = DistSeedBatcher(
             np.arange(self.train_pairs_2P.shape[1], dtype=np.int64),
             pair_book,

@@ -126,10 +126,12 @@ class TrainingLoop:
     Args:
         config: the resolved training config.
         steps: what one epoch does.
+        recipe: the name of the kind of training (:mod:`shardgnn.train.recipes`), recorded in
+            the results.
     """
 
-    def __init__(self, config: TrainConfig, steps: Steps):
-        self.config, self.steps = config, steps
+    def __init__(self, config: TrainConfig, steps: Steps, recipe: str | None = None):
+        self.config, self.steps, self.recipe = config, steps, recipe
         self.is_main = steps.rank == 0
         ckpt = config.checkpoint
         self.checkpointer = (
@@ -340,6 +342,7 @@ class TrainingLoop:
             "config": self.config.to_dict(),
             "mode": self.config.mode,
             "task": self.config.task,
+            "recipe": self.recipe,
             "metric": self.steps.metric,
             "dataset": dataset,
             "workers": self.steps.world_size,

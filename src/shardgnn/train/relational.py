@@ -203,7 +203,7 @@ class RelationalLinkSteps(_TypedGraphSteps):
         config = self.config
         anchor, relation, answer, direction = self.train_queries
         order = np.random.default_rng(mix_seed(config.seed, run.epoch)).permutation(len(anchor))
-        batch = config.batch_size
+        batch = config.item_batch_size
         loss_sum, correct = 0.0, 0
         self.model.train()
         for start in range(0, len(order), batch):
@@ -335,7 +335,8 @@ class RelationalNodeSteps(_TypedGraphSteps):
                 self.sample_graph, fanouts, replace=config.sampler.replace
             )
             train_ids = g.global_ids(g.target_type, g.train_idx)
-            self.batches = SeedBatcher(train_ids, config.batch_size, shuffle=True, seed=config.seed)
+            batch_size = config.node_batch_size(len(train_ids))
+            self.batches = SeedBatcher(train_ids, batch_size, shuffle=True, seed=config.seed)
 
     def logits(self) -> torch.Tensor:
         """Class logits of every target-type node (local ids)."""

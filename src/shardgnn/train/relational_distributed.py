@@ -191,7 +191,9 @@ class DistRelationalNodeSteps(DistSteps):
                 seed=config.seed,
             )  # fmt: skip
 
-        self.train_batches = batcher("train", config.batch_size, True)
+        self.train_batches = batcher(
+            "train", config.node_batch_size(self.split_sizes["train"]), True
+        )
         self.eval_batches = {s: batcher(s, config.eval_batch_size, False) for s in ("val", "test")}
 
     def _sampler(self, layers: list, stage: str) -> DistTypedNeighborSampler:

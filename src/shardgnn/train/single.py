@@ -19,7 +19,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.datasets import canonical_spec, is_relational, is_temporal, load_dataset
+from shardgnn.graph.datasets import canonical_spec, dataset_traits, load_dataset
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.temporal import TemporalGraph
@@ -30,12 +30,10 @@ from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.embedding import input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
-from shardgnn.train.config import SNAPSHOT_MODELS, TrainConfig, apply_process_settings
+from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
-from shardgnn.train.link import LinkLocalSteps
-from shardgnn.train.loop import EpochRecord, Steps, TrainingLoop
+from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import count_correct, train_epoch_batches
-from shardgnn.train.relational import RelationalLinkSteps, RelationalNodeSteps
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
@@ -45,8 +43,6 @@ from shardgnn.train.setup import (
     resolve_device,
     step_rows,
 )
-from shardgnn.train.snapshot import SnapshotLinkSteps
-from shardgnn.train.temporal import TemporalLinkSteps
 
 
 def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
@@ -121,7 +117,7 @@ class LocalSteps(Steps):
             sampler,
             features,
             labels,
-            batch_size=config.batch_size,
+            batch_size=config.node_batch_size(len(g.train_idx)),
             shuffle=True,
             seed=config.seed,
             timer=self.timer,
@@ -223,13 +219,15 @@ def run_training(
             "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
             "shardgnn.train.worker.run_worker under torchrun"
         )
-    if isinstance(graph, TemporalGraph) or (graph is None and is_temporal(config.dataset)):
-        if config.model.model in SNAPSHOT_MODELS:
-            return TrainingLoop(config, SnapshotLinkSteps(config, graph)).run()
-        return TrainingLoop(config, TemporalLinkSteps(config, graph)).run()
-    if isinstance(graph, HeteroGraph) or (graph is None and is_relational(config.dataset)):
-        steps = RelationalLinkSteps if config.task == "link" else RelationalNodeSteps
-        return TrainingLoop(config, steps(config, graph)).run()
-    if config.task == "link":
-        return TrainingLoop(config, LinkLocalSteps(config, graph)).run()
-    return TrainingLoop(config, LocalSteps(config, graph)).run()
+    from shardgnn.train.recipes import select
+
+    return select(config, graph_kind(config, graph)).train(config, graph=graph)
+
+
+def graph_kind(config: TrainConfig, graph: Graph | HeteroGraph | TemporalGraph | None) -> str:
+    """The kind of graph ``graph`` is, else the kind ``config.dataset`` names."""
+    if graph is None:
+        return dataset_traits(config.dataset).kind
+    if isinstance(graph, TemporalGraph):
+        return "temporal"
+    return "typed" if isinstance(graph, HeteroGraph) else "homogeneous"

@@ -200,7 +200,7 @@ class TemporalLinkSteps(Steps):
             fused=True,
         )
         self.batches = EventBatches(
-            0, self.val_start, config.batch_size, temporal.chunks, seed=config.seed
+            0, self.val_start, config.item_batch_size, temporal.chunks, seed=config.seed
         )
         self.timer = StageTimer()
         self.eval_neg, self.eval_neg_hist = evaluation_negatives(
@@ -363,7 +363,7 @@ class TemporalLinkSteps(Steps):
         returns the events this process scored and their scores ``[3, n]`` (positive, random
         negative, historical negative)."""
         index, scores = [], []
-        for batch, (lo, hi) in EventBatches(first, last, self.config.batch_size):
+        for batch, (lo, hi) in EventBatches(first, last, self.config.item_batch_size):
             a, b = self._share(lo, hi)
             if score:
                 z_src, z_dst, z_neg, z_hist = self._embed(
@@ -400,7 +400,7 @@ class TemporalLinkSteps(Steps):
         finally:
             if memory is not None:
                 memory.restore(snapshot)
-        ends = [hi - first for _, (_, hi) in EventBatches(first, last, self.config.batch_size)]
+        ends = [hi - first for _, (_, hi) in EventBatches(first, last, self.config.item_batch_size)]
         batch_ap = [
             average_precision(p, n)
             for p, n in zip(np.split(pos, ends[:-1]), np.split(neg, ends[:-1]))

@@ -11,37 +11,19 @@ import json
 from typing import Any
 
 from shardgnn.distributed.context import DistContext, init_distributed, shutdown
-from shardgnn.train.config import RELATIONAL_MODELS, TEMPORAL_MODELS, TrainConfig
-from shardgnn.train.loop import TrainingLoop
+from shardgnn.train.config import TrainConfig
 from shardgnn.train.report import print_summary
 
 
 def train_with_context(config: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     """Train this rank's share of ``config`` in a job that ``ctx`` has joined already; return the
     results (the same on every rank)."""
-    if config.mode == "full" and config.task == "link":
-        from shardgnn.train.link_fullgraph import DistFullLinkSteps
+    from shardgnn.partition.format import read_partition_meta
+    from shardgnn.train.recipes import graph_kind_of_partition, select
 
-        return TrainingLoop(config, DistFullLinkSteps(config, ctx)).run()
-    if config.mode == "full":
-        from shardgnn.train.fullgraph import DistFullNodeSteps
-
-        return TrainingLoop(config, DistFullNodeSteps(config, ctx)).run()
-    if config.model.model in TEMPORAL_MODELS:
-        from shardgnn.train.temporal_distributed import DistTemporalLinkSteps
-
-        return TrainingLoop(config, DistTemporalLinkSteps(config, ctx)).run()
-    if config.model.model in RELATIONAL_MODELS:
-        from shardgnn.train.relational_distributed import DistRelationalNodeSteps
-
-        return TrainingLoop(config, DistRelationalNodeSteps(config, ctx)).run()
-    if config.task == "link":
-        from shardgnn.train.link_distributed import DistLinkSteps
-
-        return TrainingLoop(config, DistLinkSteps(config, ctx)).run()
-    from shardgnn.train.distributed import DistMiniBatchSteps
-
-    return TrainingLoop(config, DistMiniBatchSteps(config, ctx)).run()
+    assert config.run.partitions is not None, "workers train a partition directory"
+    kind = graph_kind_of_partition(read_partition_meta(config.run.partitions))
+    return select(config, kind).train(config, ctx=ctx)
 
 
 def run_worker(config: TrainConfig) -> dict[str, Any] | None:

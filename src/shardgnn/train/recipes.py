@@ -1,0 +1,414 @@
+"""The recipes: one object per kind of training, and the one place that decides which runs.
+
+A kind of training is (graph kind: homogeneous, typed, temporal) x (task) x (mode) x (the models
+it trains). Its :class:`Recipe` knows the steps that train it in one process and with workers,
+how its graph is partitioned for training, the settings it reads (a flag given explicitly that
+it does not read is refused, :func:`refuse_unread`) and the defaults it trains best with (applied
+to the settings the user did not give, :func:`recipe_defaults`).
+
+Every place that used to decide the kind asks :func:`select`: one-process training
+(:func:`shardgnn.train.single.run_training`), a worker
+(:func:`shardgnn.train.worker.train_with_context`), ``shardgnn train``'s partitioning on the fly
+and its checks of a partition directory, and ``shardgnn partition``.
+
+Adding a kind of training: write its steps (a :class:`~shardgnn.train.loop.Steps`), then one
+:class:`Recipe` line in :data:`RECIPES` naming them, its graph kind, task, modes and models, and
+the settings it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from shardgnn.errors import ConfigError
+from shardgnn.graph.datasets import DatasetTraits, dataset_traits
+from shardgnn.nn.config import RELATIONAL_MODELS, SNAPSHOT_MODELS, TEMPORAL_MODELS, ModelConfig
+from shardgnn.options import flag_for
+from shardgnn.train.config import TrainConfig
+
+GRAPH_KINDS = ("homogeneous", "typed", "temporal")
+HOMOGENEOUS_MODELS = ("sage", "gcn", "gat")
+_STREAM_MODELS = tuple(m for m in TEMPORAL_MODELS if m not in SNAPSHOT_MODELS)
+DEFAULT_EMBEDDING_DIM = 64
+"""Learnt input rows of a featureless graph when ``--embedding-dim`` is not given."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One kind of training.
+
+    Attributes:
+        name: how messages and results name it (``node``, ``kg-link``, ...).
+        graph: the graph kind it trains on (:data:`GRAPH_KINDS`).
+        task: ``node`` or ``link``.
+        modes: the ``--mode`` values it trains in.
+        models: the ``--model`` values it trains; the first is its default.
+        local: ``module:Class`` of its one-process steps.
+        distributed: ``module:Class`` of its steps on workers, or ``None`` (one process only).
+        partition: ``module:function`` that partitions its graph for training with workers.
+        defaults: setting (dotted field path) -> the value this kind trains best with, used when
+            the setting is not given.
+        description: one line for ``--help`` and messages.
+    """
+
+    name: str
+    graph: str
+    task: str
+    modes: tuple[str, ...]
+    models: tuple[str, ...]
+    local: str
+    distributed: str | None
+    description: str
+    partition: str = "shardgnn.train.partitioning:partition_homogeneous"
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reads: frozenset[str] = frozenset()
+    """settings its steps read in one process, beyond :data:`COMMON_SETTINGS`"""
+    worker_reads: frozenset[str] = frozenset()
+    """settings its steps read on workers, beyond :data:`COMMON_SETTINGS`"""
+    model_reads: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """model -> settings only that model reads"""
+    worker_model_reads: Mapping[str, frozenset[str]] | None = None
+    """the same on workers (``None``: as in one process)"""
+    mode_reads: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    """mode -> settings read only in that mode (in one process)"""
+
+    def settings_read(self, config: TrainConfig) -> frozenset[str]:
+        """Every setting (dotted field path) that training ``config`` with this recipe reads."""
+        workers = config.run.distributed
+        by_model = self.model_reads
+        if workers and self.worker_model_reads is not None:
+            by_model = self.worker_model_reads
+        return (
+            COMMON_SETTINGS
+            | (self.worker_reads if workers else self.reads)
+            | by_model.get(config.model.model, frozenset())
+            | (frozenset() if workers else self.mode_reads.get(config.mode, frozenset()))
+        )
+
+    def trains(self, graph: str, config: TrainConfig) -> bool:
+        """Whether this recipe is the one for ``config`` on a graph of kind ``graph``."""
+        return (
+            graph == self.graph
+            and config.task == self.task
+            and config.mode in self.modes
+            and config.model.model in self.models
+        )
+
+    def steps(self, config: TrainConfig, *, graph: Any = None, ctx: Any = None):
+        """The steps that train ``config``: in this process (``ctx`` None, on ``graph`` when
+        given), or this rank's share of a job ``ctx`` has joined."""
+        if ctx is None:
+            return _load(self.local)(config, graph)
+        if self.distributed is None:
+            raise ConfigError(f"{self.description} trains in one process so far: drop --workers")
+        return _load(self.distributed)(config, ctx)
+
+    def train(self, config: TrainConfig, *, graph: Any = None, ctx: Any = None) -> dict[str, Any]:
+        """Train ``config`` with this recipe's steps in the shared loop; return the results."""
+        from shardgnn.train.loop import TrainingLoop
+
+        return TrainingLoop(config, self.steps(config, graph=graph, ctx=ctx), self.name).run()
+
+    def partition_for_training(self, config: TrainConfig, out, workers: int, method: str) -> str:
+        """Partition ``config``'s dataset for training on ``workers`` workers into ``out``;
+        returns the graph's name."""
+        return _load(self.partition)(config, out, workers, method)
+
+
+def _load(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _settings(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+COMMON_SETTINGS = _settings(
+    "data_dir", "task", "mode", "model.model", "optim.epochs", "optim.lr", "optim.weight_decay",
+    "optim.patience", "seed", "device", "threads", "heap", "checkpoint.dir", "checkpoint.every",
+    "checkpoint.keep", "checkpoint.resume", "results", "progress", "run.workers",
+    "run.partitions",
+)  # fmt: skip
+"""Settings every kind of training reads (the loop, checkpoints, the launcher's choice)."""
+_MODEL = _settings("model.hidden", "model.num_layers", "model.dropout", "model.input_dropout")
+_SAMPLED = _settings(
+    "sampler.fanouts", "sampler.replace", "sampler.num_threads", "batch_size",
+    "eval_batch_size", "eval_fanouts",
+)  # fmt: skip
+_LINK = _settings(
+    "link.val", "link.test", "link.split_seed", "link.eval_negatives", "link.negative_sampler",
+    "link.negatives", "link.predictor", "link.loss", "link.margin", "link.hits_at",
+    "link.out_dim",
+)  # fmt: skip
+_ROWS = _settings(
+    "embedding.dim", "embedding.optimizer", "embedding.lr", "embedding.storage",
+    "embedding.directory",
+)  # fmt: skip
+_WORKERS = _settings("run.timeout", "run.log_dir", "run.stop_grace")
+_DIST_SAMPLED = _WORKERS | _settings(
+    "embedding.staleness", "run.overlap", "run.host_sharing", "fetch_bits", "error_feedback",
+    "cache.policy", "cache.size", "cache.lookahead", "feature_storage",
+)  # fmt: skip
+_CLUSTER_HISTORICAL = _settings(
+    "batching", "clusters_per_batch", "cluster_halo", "historical", "historical_mode",
+    "historical_scope", "historical_push_every",
+)  # fmt: skip
+_DIST_FULL = _WORKERS | _settings(
+    "full.spmm", "full.replication", "full.bits", "full.staleness", "error_feedback"
+)
+_GAT = {"gat": _settings("model.heads")}
+_TYPED_SAMPLED = _settings(
+    "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
+)
+_RGCN = {"rgcn": _settings("model.num_bases")}
+_TEMPORAL = _settings(
+    "batch_size", "link.val", "link.test", "link.split_seed", "temporal.time_dim",
+    "temporal.chunks",
+)  # fmt: skip
+_TGN = _settings(
+    "model.dropout", "model.heads", "link.out_dim", "temporal.memory_dim", "temporal.neighbors"
+)
+_TGAT = _settings(
+    "model.dropout", "model.heads", "link.out_dim", "temporal.neighbors", "temporal.sampling"
+)
+_JODIE = _settings("temporal.memory_dim")
+
+_KG_DEFAULTS = {
+    "mode": "full",
+    # the README's recipe (BENCHMARKS section 11): kinships filtered MRR 0.709 against 0.495 with
+    # the node-classification defaults
+    "model.num_layers": 2,
+    "model.hidden": 128,
+    "link.out_dim": 128,
+    "optim.lr": 0.01,
+    "batch_size": 256,
+    "model.dropout": 0.2,
+    "link.loss": "softmax",
+}
+
+RECIPES: tuple[Recipe, ...] = (
+    Recipe(
+        "node", "homogeneous", "node", ("minibatch",), HOMOGENEOUS_MODELS,
+        "shardgnn.train.single:LocalSteps", "shardgnn.train.distributed:DistMiniBatchSteps",
+        "node classification on sampled mini-batches",
+        reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"},
+        worker_reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"} | _DIST_SAMPLED
+        | _CLUSTER_HISTORICAL,
+        model_reads=_GAT,
+    ),
+    Recipe(
+        "node-full", "homogeneous", "node", ("full",), HOMOGENEOUS_MODELS,
+        "shardgnn.train.single:LocalSteps", "shardgnn.train.fullgraph:DistFullNodeSteps",
+        "full-graph node classification",
+        reads=_MODEL | _ROWS | {"feature_norm"},
+        worker_reads=_MODEL | {"feature_norm"} | _DIST_FULL,
+        model_reads=_GAT,
+    ),
+    Recipe(
+        "link", "homogeneous", "link", ("minibatch",), HOMOGENEOUS_MODELS,
+        "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_distributed:DistLinkSteps",
+        "link prediction on sampled mini-batches",
+        reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"},
+        worker_reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"} | _DIST_SAMPLED,
+        model_reads=_GAT,
+    ),
+    Recipe(
+        "link-full", "homogeneous", "link", ("full",), HOMOGENEOUS_MODELS,
+        "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_fullgraph:DistFullLinkSteps",
+        "full-graph link prediction (GAE)",
+        reads=_MODEL | _LINK | _ROWS | {"feature_norm"},
+        worker_reads=_MODEL | _LINK | {"feature_norm"} | _DIST_FULL,
+        model_reads=_GAT,
+    ),
+    Recipe(
+        "typed-node", "typed", "node", ("minibatch", "full"), RELATIONAL_MODELS,
+        "shardgnn.train.relational:RelationalNodeSteps",
+        "shardgnn.train.relational_distributed:DistRelationalNodeSteps",
+        "node classification on a typed graph",
+        partition="shardgnn.train.partitioning:partition_typed",
+        reads=_MODEL,
+        worker_reads=_MODEL | _TYPED_SAMPLED | _WORKERS | _settings(
+            "eval_batch_size", "eval_fanouts", "embedding.storage", "embedding.directory",
+            "run.host_sharing",
+        ),
+        model_reads=_RGCN,
+        mode_reads={"minibatch": _TYPED_SAMPLED},
+    ),
+    Recipe(
+        # the whole graph's encoder runs at every step: --mode full (config sets it for a
+        # knowledge-graph spec; a HeteroGraph handed to run_training may say minibatch)
+        "kg-link", "typed", "link", ("full", "minibatch"), ("rgcn",),
+        "shardgnn.train.relational:RelationalLinkSteps", None,
+        "knowledge-graph link prediction (R-GCN + DistMult)",
+        partition="shardgnn.train.partitioning:partition_typed",
+        defaults=_KG_DEFAULTS,
+        reads=_MODEL - {"model.input_dropout"} | _settings(
+            "batch_size", "link.loss", "link.out_dim"
+        ),
+        model_reads=_RGCN,
+    ),
+    Recipe(
+        "temporal-link", "temporal", "link", ("minibatch",), _STREAM_MODELS,
+        "shardgnn.train.temporal:TemporalLinkSteps",
+        "shardgnn.train.temporal_distributed:DistTemporalLinkSteps",
+        "temporal link prediction (TGN, JODIE, TGAT)",
+        partition="shardgnn.train.partitioning:partition_temporal",
+        reads=_TEMPORAL,
+        worker_reads=_TEMPORAL | _WORKERS,
+        # tgn draws the most recent events in one process (--temporal-sampling is read by the
+        # distributed sampler only); tgat learns input rows in one process only
+        model_reads={"tgn": _TGN, "jodie": _JODIE, "tgat": _TGAT | {"embedding.dim"}},
+        worker_model_reads={"tgn": _TGN | {"temporal.sampling"}, "jodie": _JODIE, "tgat": _TGAT},
+    ),
+    Recipe(
+        "snapshot-link", "temporal", "link", ("minibatch",), SNAPSHOT_MODELS,
+        "shardgnn.train.snapshot:SnapshotLinkSteps", None,
+        "link prediction on snapshots (T-GCN)",
+        partition="shardgnn.train.partitioning:partition_temporal",
+        reads=_settings(
+            "model.dropout", "link.val", "link.test", "link.split_seed", "link.out_dim",
+            "temporal.snapshots", "temporal.snapshot_window", "run.overlap",
+        ),
+    ),
+)  # fmt: skip
+
+
+def recipe_named(name: str) -> Recipe:
+    """The recipe called ``name``."""
+    for recipe in RECIPES:
+        if recipe.name == name:
+            return recipe
+    raise KeyError(name)
+
+
+def select(config: TrainConfig, graph: str) -> Recipe:
+    """The recipe that trains ``config`` on a graph of kind ``graph``.
+
+    Raises:
+        ConfigError: no recipe trains that combination; the message says what does.
+    """
+    for recipe in RECIPES:
+        if recipe.trains(graph, config):
+            return recipe
+    kinds = [r for r in RECIPES if r.graph == graph]
+    offered = "; ".join(
+        f"{r.description}: --task {r.task} --mode {'|'.join(r.modes)} --model {'|'.join(r.models)}"
+        for r in kinds
+    )
+    raise ConfigError(
+        f"nothing trains --task {config.task} --mode {config.mode} --model {config.model.model} "
+        f"on a {graph} graph; it trains {offered}"
+    )
+
+
+def default_task(traits: DatasetTraits) -> str:
+    """Node classification where nodes carry labels; link prediction otherwise (temporal graphs,
+    knowledge graphs, unlabelled edge lists)."""
+    return "node" if traits.kind != "temporal" and traits.labelled else "link"
+
+
+def traits_of(spec: str, partitions: str | None = None) -> DatasetTraits:
+    """What a run trains on: the partition directory's graph when ``partitions`` is given (its
+    ``meta.json`` only), else the dataset ``spec`` names (nothing is loaded)."""
+    if partitions is None:
+        return dataset_traits(spec)
+    from shardgnn.partition.format import read_partition_meta
+
+    meta = read_partition_meta(partitions)
+    return DatasetTraits(
+        graph_kind_of_partition(meta),
+        labelled=meta.get("labels") is not None,
+        featured=meta.get("features") is not None or bool(meta.get("hetero")),
+    )
+
+
+def recipe_defaults(traits: DatasetTraits, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a run takes from its recipe when the user gives only some (``given``: dotted
+    field path -> value, as given): the task its data asks for (:func:`default_task`), the
+    recipe's first model, a mode it trains in, and the recipe's own defaults; a featureless
+    homogeneous graph gets learnt input rows. Only settings absent from ``given`` are returned;
+    with nothing to choose from (a combination no recipe trains) none is, and :func:`select`
+    says what trains."""
+    chosen: dict[str, Any] = {}
+    task = given.get("task", default_task(traits))
+    if "task" not in given and task != TrainConfig.task:
+        chosen["task"] = task
+    candidates = [r for r in RECIPES if r.graph == traits.kind and r.task == task]
+    if "model.model" in given:
+        candidates = [r for r in candidates if given["model.model"] in r.models]
+    if "mode" in given:
+        candidates = [r for r in candidates if given["mode"] in r.modes]
+    if not candidates:
+        return chosen
+    recipe = candidates[0]
+    if "model.model" not in given and recipe.models[0] != ModelConfig.model:
+        chosen["model.model"] = recipe.models[0]
+    if "mode" not in given and TrainConfig.mode not in recipe.modes:
+        chosen["mode"] = recipe.modes[0]
+    chosen.update({k: v for k, v in recipe.defaults.items() if k not in given})
+    learnt_rows = traits.kind == "homogeneous" and not traits.featured
+    if learnt_rows and "embedding.dim" not in given:
+        chosen["embedding.dim"] = DEFAULT_EMBEDDING_DIM
+    return chosen
+
+
+def trains_with_workers(graph: str) -> str:
+    """What trains on a partitioned graph of kind ``graph``, as flags
+    (``--task link --model tgn, jodie or tgat``)."""
+
+    def models(names: tuple[str, ...]) -> str:
+        return " or ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+    by_task: dict[str, dict[str, None]] = {}
+    for r in RECIPES:
+        if r.graph == graph and r.distributed is not None:
+            by_task.setdefault(r.task, {}).update(dict.fromkeys(r.models))
+    return "; ".join(
+        ("" if task == "node" else f"--task {task} ") + f"--model {models(tuple(names))}"
+        for task, names in by_task.items()
+    )
+
+
+def graph_kind_of_partition(meta: Mapping[str, Any]) -> str:
+    """The graph kind a partition directory's ``meta.json`` records."""
+    if meta.get("temporal"):
+        return "temporal"
+    return "typed" if meta.get("hetero") else "homogeneous"
+
+
+def refuse_unread(recipe: Recipe, config: TrainConfig, given: Collection[str]) -> None:
+    """Refuse a setting given explicitly (``given``: dotted field paths) that ``recipe`` does
+    not read for ``config``: one line naming its flag and the kinds of training it applies to.
+
+    Raises:
+        ConfigError: the first such setting, in flag order.
+    """
+    unread = [dest for dest in given if dest not in recipe.settings_read(config)]
+    if not unread:
+        return
+    dest = unread[0]
+    where = _readers(dest)
+    what = f"{recipe.description} (--model {config.model.model}"
+    what += ", with workers)" if config.run.distributed else ", in one process)"
+    raise ConfigError(
+        f"{flag_for(TrainConfig, dest)} does not apply to {what}: it applies to {where}; drop it"
+    )
+
+
+def _readers(dest: str) -> str:
+    """The kinds of training that read ``dest``, in words."""
+    places = []
+    for recipe in RECIPES:
+        local = dest in recipe.reads or any(dest in r for r in recipe.model_reads.values())
+        local = local or any(dest in r for r in recipe.mode_reads.values())
+        by_model = recipe.worker_model_reads or recipe.model_reads
+        workers = dest in recipe.worker_reads or any(dest in r for r in by_model.values())
+        if local or workers:
+            places.append((recipe.description, local))
+    if places and not any(local for _, local in places):
+        return "training with workers (--workers N or --partitions DIR)"
+    return "; ".join(what + ("" if local else " with workers") for what, local in places)
