@@ -117,6 +117,14 @@ def test_output_folders_under_a_file_are_refused(tmp_path, capsys):
     assert "is a file" in _error(capsys)
 
 
+def test_infer_checks_its_output_folder_before_any_work(tmp_path, capsys):
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    argv = ["infer", "--checkpoint", str(tmp_path / "none"), "--partitions", str(tmp_path)]
+    assert main([*argv, "--out", str(afile)]) == 2
+    assert "--out" in _error(capsys)
+
+
 def test_plot_never_replaces_earlier_figures_unless_asked(tmp_path, capsys):
     results = tmp_path / "r.json"
     assert main(["train", SPEC, *QUICK, "--results", str(results)]) == 0

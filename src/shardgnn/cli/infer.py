@@ -30,6 +30,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn infer``: check the checkpoint against the partition, then launch."""
+    from shardgnn.atomic import check_output_path
     from shardgnn.distributed.launch import launch_local
     from shardgnn.errors import ConfigError
     from shardgnn.partition.format import read_partitions
@@ -43,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(InferConfig, args)
     check_table_format(config.table_format)  # Parquet without pyarrow: refused before any work
+    check_output_path(config.out, "--out", folder=True)
+    if config.log_dir:
+        check_output_path(config.log_dir, "--log-dir", folder=True)
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)

@@ -445,14 +445,6 @@ def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bo
     return path
 
 
-def is_hetero_graph_dir(path: str | os.PathLike) -> bool:
-    meta = Path(path) / "meta.json"
-    try:
-        return json.loads(meta.read_text()).get("format") == HETERO_FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
     """Load a directory written by :func:`save_hetero_graph`, checking every array against
     ``meta.json`` and every graph invariant."""

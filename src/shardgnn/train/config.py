@@ -5,7 +5,7 @@ valid, so ``TrainConfig()`` trains the built-in synthetic dataset. The resolved 
 as JSON (:meth:`TrainConfig.to_dict` / :meth:`TrainConfig.from_dict`): the launcher hands it to
 every worker, and every results file and checkpoint records it.
 
-Imports nothing heavy (no torch), so the command line is built quickly.
+Imports torch only to apply ``--threads`` (:func:`apply_process_settings`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The one training loop: epochs, evaluation, best epoch, patience, checkpoints, resume, history,
 progress lines and results, for every kind of training.
 
-What happens inside an epoch is a :class:`Steps` object's business: single-process training
-(:mod:`shardgnn.train.single`, the reference), distributed mini-batch training
-(:mod:`shardgnn.train.distributed`) and distributed full-graph training
-(:mod:`shardgnn.train.fullgraph`). Everything around the epochs is here, once.
+What happens inside an epoch is a :class:`Steps` object's business: each recipe of
+:mod:`shardgnn.train.recipes` names its steps, in one process (the reference) and on workers.
+Everything around the epochs is here, once; the loop imports no recipe.
 
 In a distributed run every rank runs this loop in lockstep; every reduction goes through
 ``Steps.sum`` (an all-reduce, so every rank issues it at the same point), and only rank 0 prints
