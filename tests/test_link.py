@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+import shardgnn.graph.linksplit as linksplit_module
 from shardgnn.cli import main
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
-import shardgnn.graph.linksplit as linksplit_module
 from shardgnn.graph.linksplit import (
     LinkSplitSpec,
     edge_arrays,
@@ -183,6 +183,10 @@ def test_set_helpers_equal_numpys():
     assert np.array_equal(nodes, ref_nodes) and nodes.dtype == ref_nodes.dtype
     assert np.array_equal(inverse, ref_inverse) and inverse.dtype == np.int64
     assert unique_ids(values[:0])[0].size == 0
+    sparse = values * 10**9  # ids of a huge graph: sorted instead of marked
+    nodes, inverse = unique_ids(sparse)
+    assert np.array_equal(nodes, ref_nodes * 10**9) and np.array_equal(inverse, ref_inverse)
+    assert inverse.dtype == np.int64
 
 
 def test_config_refuses_bad_link_settings():

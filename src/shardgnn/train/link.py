@@ -120,28 +120,61 @@ class IndexedPairs:
 
     @classmethod
     def of(cls, pos_2P: np.ndarray, neg_PK: np.ndarray) -> "IndexedPairs":
-        nodes, inverse = np.unique(
-            np.concatenate([pos_2P[0], pos_2P[1], neg_PK.ravel()]), return_inverse=True
-        )
+        nodes, inverse = unique_ids(np.concatenate([pos_2P[0], pos_2P[1], neg_PK.ravel()]))
         p = pos_2P.shape[1]
-        inverse = torch.from_numpy(inverse.astype(np.int64))
-        return cls(nodes, inverse[:p], inverse[p : 2 * p], inverse[2 * p :].reshape(p, -1))
+        inverse = torch.from_numpy(inverse)
+        neg = inverse[2 * p :].reshape(neg_PK.shape)
+        return cls(nodes, inverse[:p], inverse[p : 2 * p], neg)
+
+
+def unique_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_inverse=True)`` of non-negative int ids (inverse as int64), by
+    marking them in an array of ``max + 1`` instead of sorting: no O(len) sort temporaries (an
+    evaluation split's ids are P * (K + 2), 9M on soc-slashdot's test split). Ids far sparser
+    than that array (a few ids of a huge graph) are sorted as ``np.unique`` does."""
+    ids = np.asarray(ids)
+    if ids.size == 0:
+        return ids.copy(), np.zeros(0, dtype=np.int64)
+    top = int(ids.max()) + 1
+    if top > 4 * ids.size + (1 << 20):
+        nodes, inverse = np.unique(ids, return_inverse=True)
+        return nodes, inverse.reshape(-1).astype(np.int64, copy=False)
+    index = np.zeros(top, dtype=np.int64)
+    index[ids] = 1
+    nodes = np.flatnonzero(index).astype(ids.dtype, copy=False)
+    np.cumsum(index, out=index)
+    index -= 1  # position of each present id among the present ids
+    return nodes, index[ids]
+
+
+SCORE_CHUNK_VALUES = 1 << 22
+"""Embedding values per operand of one :func:`score_pairs` chunk (16 MB of float32)."""
 
 
 @torch.no_grad()
-def score_pairs(model: LinkModel, h_ND: torch.Tensor, pairs: IndexedPairs, chunk: int = 65536):
-    """``(pos [P], neg [P, K])`` scores as numpy arrays, computed ``chunk`` positives at a time."""
-    pos, neg = [], []
-    for start in range(0, pairs.src_P.shape[0], chunk):
+def score_pairs(
+    model: LinkModel, h_ND: torch.Tensor, pairs: IndexedPairs, chunk_values: int | None = None
+):
+    """``(pos [P], neg [P, K])`` scores as numpy arrays, computed a chunk of positives at a time:
+    a chunk gathers ``1 + K`` rows of width ``D`` per positive, so it takes as many positives as
+    keep that within ``chunk_values`` (default :data:`SCORE_CHUNK_VALUES`). (A fixed 65,536
+    positives with K = 100 and D = 64 made three 1.7 GB operands.) Each pair's score is computed
+    on its own, so the chunking does not change it."""
+    num, k = pairs.neg_PK.shape
+    width = h_ND.shape[1] if h_ND.dim() > 1 else 1
+    values = SCORE_CHUNK_VALUES if chunk_values is None else chunk_values
+    chunk = max(1, values // ((1 + k) * max(width, 1)))
+    pos, neg = None, None
+    for start in range(0, num, chunk):
         sl = slice(start, start + chunk)
         p, n = model.score_batch(h_ND, pairs.src_P[sl], pairs.dst_P[sl], pairs.neg_PK[sl])
-        pos.append(p.cpu().numpy())
-        neg.append(n.cpu().numpy())
-    k = pairs.neg_PK.shape[1]
-    return (
-        np.concatenate(pos) if pos else np.zeros(0),
-        np.concatenate(neg) if neg else np.zeros((0, k)),
-    )
+        p, n = p.cpu().numpy(), n.cpu().numpy()
+        if pos is None:  # the predictor's dtype, as a concatenation of the chunks has
+            pos, neg = np.empty(num, dtype=p.dtype), np.empty((num, k), dtype=n.dtype)
+        pos[sl], neg[sl] = p, n
+    if pos is None:
+        return np.zeros(0), np.zeros((0, k))
+    return pos, neg
 
 
 def link_record(split: LinkSplit, last_metrics: dict[str, dict[str, float]]) -> dict[str, Any]:
@@ -195,7 +228,7 @@ class LinkLocalSteps(Steps):
         self.features = input_store(None if x is None else LocalFeatureStore(x), self.embedding)
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
         self.batches = edge_batcher(
-            self.split.train_pos_2P.shape[1], config.batch_size, shuffle=True, seed=config.seed
+            self.split.train_pos_2P.shape[1], config.item_batch_size, shuffle=True, seed=config.seed
         )
         self.train_stages = FeatureFetcher(
             LinkSamplingStage(
