@@ -187,3 +187,23 @@ def test_every_listed_dataset_trains_with_nothing_but_its_name(name, tmp_path):
     recipe = next(r for r in RECIPES if r.name == results["recipe"])
     assert recipe.graph == traits.kind
     assert results["task"] == ("node" if traits.labelled and traits.kind != "temporal" else "link")
+
+
+def test_link_prediction_over_learnt_rows_defaults_to_the_benchmarked_model():
+    """soc-slashdot (no features, no labels): link prediction, learnt rows of 64, 2 layers of 64
+    at fanouts 10,10 (BENCHMARKS section 15: ~30 s an epoch against ~300 s at the
+    node-classification defaults); what is given wins."""
+    from shardgnn.train.recipes import recipe_defaults
+
+    traits = dataset_traits("soc-slashdot")
+    assert recipe_defaults(traits, {}) == {
+        "task": "link",
+        "embedding.dim": 64,
+        "sampler.fanouts": (10, 10),
+        "model.hidden": 64,
+    }
+    assert recipe_defaults(traits, {"model.num_layers": 3, "model.hidden": 128}) == {
+        "task": "link",
+        "embedding.dim": 64,
+    }
+    assert recipe_defaults(dataset_traits("cora"), {}) == {}
