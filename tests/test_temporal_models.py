@@ -393,7 +393,8 @@ def test_cli_trains_temporal_events_with_workers(tmp_path, capsys):
     parts = tmp_path / "parts"
     assert main(["partition", args[1], "--parts", "2", "--out", str(parts)]) == 0
     capsys.readouterr()
-    assert main(["train", "--partitions", str(parts), "--epochs", "1"]) == 2
+    # nothing given, its recipe trains it (TGN); a static model given is refused
+    assert main(["train", "--partitions", str(parts), "--epochs", "1", "--model", "sage"]) == 2
     assert "holds a temporal graph: train it with --task link" in capsys.readouterr().err
 
 

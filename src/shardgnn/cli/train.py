@@ -64,7 +64,13 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     """The config of a ``train`` command line: the flags given, then the defaults of the recipe
     its dataset trains with (:func:`~shardgnn.train.recipes.recipe_defaults`: a knowledge graph
     trains link prediction with R-GCN, a temporal graph TGN, ...), then the dataclasses'."""
-    from shardgnn.train.recipes import recipe_defaults, refuse_unread, select, traits_of
+    from shardgnn.train.recipes import (
+        partition_holds,
+        recipe_defaults,
+        refuse_unread,
+        select,
+        traits_of,
+    )
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k.split(".")[0] in fields}
@@ -73,7 +79,14 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     traits = traits_of(given.get("dataset", TrainConfig.dataset), given.get("run.partitions"))
     config = config_from_args(TrainConfig, args, **recipe_defaults(traits, given), **given)
     flags_given = [dest for dest in given if dest != "dataset"]
-    refuse_unread(select(config, traits.kind), config, flags_given)
+    try:
+        recipe = select(config, traits.kind)
+    except ConfigError:
+        partitions = given.get("run.partitions")
+        if partitions is None:
+            raise
+        raise ConfigError(partition_holds(partitions, traits.kind)) from None
+    refuse_unread(recipe, config, flags_given)
     for dest, pointless, why in _POINTLESS:
         if dest in given and pointless(config):
             raise ConfigError(f"{flag_for(TrainConfig, dest)} does not apply: {why}; drop it")
@@ -216,7 +229,7 @@ def preflight(
     """
     from shardgnn.graph.datasets import canonical_spec
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.recipes import graph_kind_of_partition, select, trains_with_workers
+    from shardgnn.train.recipes import graph_kind_of_partition, partition_holds, select
 
     assert config.run.partitions is not None
     pset = read_partitions(config.run.partitions, verify=False)  # meta.json and every file's size
@@ -229,7 +242,7 @@ def preflight(
                 f"train what the partition holds, or partition {config.dataset} first"
             )
     kind = graph_kind_of_partition(pset.meta)
-    holds = f"{pset.path} holds a {kind} graph: train it with {trains_with_workers(kind)}"
+    holds = partition_holds(pset.path, kind)
     try:
         recipe = select(config, kind)
     except ConfigError:

@@ -8,8 +8,9 @@ to the settings the user did not give, :func:`recipe_defaults`).
 
 Every place that used to decide the kind asks :func:`select`: one-process training
 (:func:`shardgnn.train.single.run_training`), a worker
-(:func:`shardgnn.train.worker.train_with_context`), ``shardgnn train``'s partitioning on the fly
-and its checks of a partition directory, and ``shardgnn partition``.
+(:func:`shardgnn.train.worker.train_with_context`), and ``shardgnn train``'s partitioning on the
+fly and its checks of a partition directory. (``shardgnn partition`` still branches on the graph
+kind itself, and ``shardgnn infer`` on the model: the next steps of this registry.)
 
 Adding a kind of training: write its steps (a :class:`~shardgnn.train.loop.Steps`), then one
 :class:`Recipe` line in :data:`RECIPES` naming them, its graph kind, task, modes and models, and
@@ -56,7 +57,7 @@ class Recipe:
         partition: ``module:function`` that partitions its graph for training with workers.
         defaults: setting (dotted field path) -> the value this kind trains best with, used when
             the setting is not given.
-        description: one line for ``--help`` and messages.
+        description: what it trains, in the words of messages.
     """
 
     name: str
@@ -380,6 +381,11 @@ def trains_with_workers(graph: str) -> str:
         ("" if task == "node" else f"--task {task} ") + f"--model {models(tuple(names))}"
         for task, names in by_task.items()
     )
+
+
+def partition_holds(path: Any, graph: str) -> str:
+    """``DIR holds a temporal graph: train it with --task link --model tgn, ...``."""
+    return f"{path} holds a {graph} graph: train it with {trains_with_workers(graph)}"
 
 
 def graph_kind_of_partition(meta: Mapping[str, Any]) -> str:
