@@ -25,6 +25,18 @@ requires_shared_data = pytest.mark.skipif(
 )
 
 
+def setting_paths(cls, prefix=""):
+    """The dotted path of every command-line setting of config class ``cls`` (nested
+    components included)."""
+    import dataclasses
+
+    for field in dataclasses.fields(cls):
+        if field.metadata.get("component"):
+            yield from setting_paths(field.default_factory(), prefix + field.name + ".")
+        elif field.metadata.get("cli", True):
+            yield prefix + field.name
+
+
 def final_weights(checkpoint_dir) -> dict:
     """Rank 0's model weights in the newest complete checkpoint of ``checkpoint_dir``."""
     import torch

@@ -27,6 +27,8 @@ from shardgnn.train.config import InferConfig, OptimConfig, RunConfig, TrainConf
 from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.single import LocalSteps
 
+from conftest import setting_paths
+
 SPEC = "synthetic:nodes=600,degree=6,classes=3,features=8"
 
 
@@ -34,14 +36,6 @@ def _subparser(name: str) -> argparse.ArgumentParser:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return sub.choices[name]
-
-
-def _leaf_fields(cls, prefix=""):
-    for field in dataclasses.fields(cls):
-        if field.metadata.get("component"):
-            yield from _leaf_fields(field.default_factory(), prefix + field.name + ".")
-        elif field.metadata.get("cli", True):
-            yield prefix + field.name
 
 
 # ----------------------------------------------------------------------------------------- settings
@@ -61,7 +55,7 @@ def test_defaults_are_valid_and_come_from_the_dataclasses_only():
 def test_every_setting_is_a_flag_and_help_shows_each_default_once(command, cls):
     parser = _subparser(command)
     dests = {a.dest for a in parser._actions}
-    missing = [name for name in _leaf_fields(cls) if name not in dests]
+    missing = [name for name in setting_paths(cls) if name not in dests]
     assert not missing, f"settings without a flag: {missing}"
     for action in parser._actions:
         assert action.default in (argparse.SUPPRESS, None, False) or action.dest in (

@@ -3,7 +3,6 @@ or refused by every recipe; every dataset trains with nothing but its name."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -17,18 +16,9 @@ from shardgnn.options import flag_for
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.recipes import COMMON_SETTINGS, RECIPES, graph_kind_of_partition, select
 
-from conftest import SHARED_DATA, requires_shared_data
+from conftest import SHARED_DATA, requires_shared_data, setting_paths
 
-
-def _leaves(cls, prefix=""):
-    for field in dataclasses.fields(cls):
-        if field.metadata.get("component"):
-            yield from _leaves(field.default_factory(), prefix + field.name + ".")
-        elif field.metadata.get("cli", True):
-            yield prefix + field.name
-
-
-SETTINGS = [dest for dest in _leaves(TrainConfig) if dest != "dataset"]
+SETTINGS = [dest for dest in setting_paths(TrainConfig) if dest != "dataset"]
 
 # A command line that selects each recipe (one process), on a small graph of its kind.
 SMALL = {
