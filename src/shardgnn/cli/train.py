@@ -77,6 +77,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     if args.dataset_arg is not None:
         given["dataset"] = args.dataset_arg
     traits = traits_of(given.get("dataset", TrainConfig.dataset), given.get("run.partitions"))
+    # overrides replace the flags' values, so what was given comes last and wins
     config = config_from_args(TrainConfig, args, **recipe_defaults(traits, given), **given)
     flags_given = [dest for dest in given if dest != "dataset"]
     try:
