@@ -107,7 +107,7 @@ def main() -> int:
     from shardgnn.store.config import EmbeddingConfig
     from shardgnn.train.config import OptimConfig, TrainConfig, apply_process_settings
     from shardgnn.train.link import LinkLocalSteps, link_objective, score_pairs
-    from shardgnn.train.minibatch import train_batches
+    from shardgnn.train.minibatch import minibatch_step
 
     config = TrainConfig(
         dataset="soc-slashdot",
@@ -126,17 +126,17 @@ def main() -> int:
     steps = LinkLocalSteps(config, graph)
     phases.done("edge split, model, pipeline")
     steps.batches.set_epoch(0)
-    train_batches(
+    steps.model.train()
+    step = minibatch_step(
         steps.model,
         steps.optimizer,
-        FirstBatches(steps.train_stages, args.batches),
         device=steps.device,
         timer=steps.timer,
-        desc="train",
-        show_progress=False,
         objective=link_objective(config.link),
         embedding=steps.embedding,
     )
+    for batch in FirstBatches(steps.train_stages, args.batches):
+        step(batch)
     phases.done(f"{args.batches} training batches")
     pairs = steps.eval_pairs["val"]
     h_ND = steps.embed(pairs.nodes)

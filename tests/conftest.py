@@ -88,3 +88,11 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"multiprocess tests must also be marked slow: {', '.join(unmarked)}"
         )
+    # The `gpu` tier runs where CUDA is (benchmarks/gpu_check.sh); elsewhere it is skipped.
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (the gpu tier: benchmarks/gpu_check.sh)")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)

@@ -318,13 +318,15 @@ def test_answer_index_knows_every_answer_both_ways():
     ],
 )
 def test_model_and_dataset_mismatch_is_refused(kwargs, match):
+    """The checks of the kind of graph the dataset names, run where a recipe is chosen."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.train.config import LinkConfig, TrainConfig
+    from shardgnn.train.kinds import check_dataset_kind
 
     model = ModelConfig(model=kwargs.pop("model", "sage"))
     link = LinkConfig(predictor=kwargs.pop("predictor", "auto"))
     with pytest.raises(ConfigError, match=match):
-        TrainConfig(model=model, link=link, **kwargs)
+        check_dataset_kind(TrainConfig(model=model, link=link, **kwargs))
 
 
 @requires_shared_data

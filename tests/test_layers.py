@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
         "shardgnn.options",
         "shardgnn.seeding",
         "shardgnn.heap",
+        "shardgnn.devicemem",
+        "shardgnn.precision",
     ),
     ("shardgnn.graph",),
     ("shardgnn.partition",),

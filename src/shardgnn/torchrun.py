@@ -170,10 +170,19 @@ def _option(argv: list[str], name: str) -> str | None:
     return None
 
 
+def torchrun_has_option(flag: str) -> bool:
+    """Whether the installed torch's torchrun takes ``flag`` (``--signals-to-handle`` is newer
+    than the torch 2.3 pyproject allows: an older torchrun would refuse the whole command line,
+    and forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT without it)."""
+    from torch.distributed.run import get_args_parser
+
+    return flag in get_args_parser()._option_string_actions
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv`` (its own arguments), bounded as the module docstring says."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if _option(argv, "signals-to-handle") is None:
+    if _option(argv, "signals-to-handle") is None and torchrun_has_option("--signals-to-handle"):
         argv = ["--signals-to-handle", STOP_SIGNALS, *argv]
     _bound_failure_shutdown(FAILURE_GRACE_S)
     endpoint = _option(argv, "rdzv-endpoint") or "the rendezvous endpoint"

@@ -31,6 +31,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn infer``: check the checkpoint against the partition, then launch."""
     from shardgnn.atomic import check_output_path
+    from shardgnn.distributed.context import check_placement
     from shardgnn.distributed.launch import launch_local
     from shardgnn.errors import ConfigError
     from shardgnn.partition.format import read_partitions
@@ -40,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         read_pairs,
         resolve_checkpoint,
     )
+    from shardgnn.train.kinds import KINDS
+    from shardgnn.train.recipes import graph_kind_of_partition
     from shardgnn.train.tables import check_table_format
 
     config = config_from_args(InferConfig, args)
@@ -50,6 +53,15 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
+    kind = graph_kind_of_partition(pset.meta)
+    if KINDS[kind].infer_on_cpu:
+        if config.device not in ("cpu", "auto"):
+            raise ConfigError(
+                f"--device {config.device}: inference of a {kind} graph runs on the CPU so far; "
+                "use --device cpu"
+            )
+        config = dataclasses.replace(config, device="cpu")
+    check_placement(config.device, "gloo", pset.num_parts)
     if config.pairs is not None:
         if trained.task != "link":
             raise ConfigError(

@@ -21,17 +21,15 @@ import numpy as np
 
 from shardgnn.atomic import atomic_open, save_npy
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
-from shardgnn.errors import ConfigError
 from shardgnn.partition.format import (
     FORMAT,
     PartitionSet,
     check_output_dir,
     read_partitions,
     verify_partitions,
-    write_partitions,
 )
-from shardgnn.partition.methods import PartitionConfig, partition_graph
-from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
+from shardgnn.partition.methods import PartitionConfig
+from shardgnn.partition.metrics import PartitionMetrics
 from shardgnn.train.config import LINK_SPLIT_SETTINGS, TASKS, LinkConfig, TrainConfig
 from shardgnn.train.progress import format_table
 
@@ -194,74 +192,25 @@ def _dir_size(path: Path) -> int:
 
 # ----------------------------------------------------------------------------------------- commands
 def partition_command(args: argparse.Namespace) -> int:
-    """``shardgnn partition``: load, partition, write, print the metrics."""
-    from shardgnn.graph.datasets import canonical_spec, is_relational, is_temporal, load_dataset
+    """``shardgnn partition``: load, partition, write, print the metrics (the graph kind the
+    dataset names picks how: :func:`~shardgnn.train.partitioning.partition_dataset`)."""
+    from shardgnn.graph.datasets import dataset_traits
+    from shardgnn.train.partitioning import PartitionJob, partition_dataset
 
-    show = not args.quiet
     with _warnings_to_stderr("partition"):
         config = _resolve_config(args)
         link = _link_config(args)
         # fail before the (possibly long) load and partitioning
         out = check_output_dir(args.out, args.overwrite)
-        if is_relational(args.dataset):
-            if link is not None:
-                raise ConfigError(
-                    f"{args.dataset} is a typed graph: it is partitioned for node "
-                    "classification (relational link prediction trains in one process); drop "
-                    "--task link"
-                )
-            return _partition_typed(args, config, out, show)
-        if is_temporal(args.dataset):
-            if link is not None:
-                raise ConfigError(
-                    f"{args.dataset} is a temporal graph: its split is chronological (made by "
-                    "the trainer from --link-val/--link-test); drop --task link"
-                )
-            return _partition_temporal(args, config, out, show)
-        start = time.perf_counter()
-        graph = load_dataset(args.dataset, args.data_dir)
-        load_s = time.perf_counter() - start
-        print(
-            f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
-            f"({load_s:.1f} s)",
-            file=sys.stderr,
-        )
-        split, dataset_fingerprint = None, None
-        if link is not None:
-            from shardgnn.train.link import split_for_partitioning
-
-            graph, split, dataset_fingerprint = split_for_partitioning(graph, link)
-            sizes = split.sizes()
-            print(
-                f"link split: {sizes['train_edges']:,} training / {sizes['val_edges']:,} "
-                f"validation / {sizes['test_edges']:,} test edges; partitioning the training "
-                "graph",
-                file=sys.stderr,
-            )
-        result = partition_graph(graph, config, progress=show)
-        metrics = compute_metrics(graph, result.assignment, config.num_parts)
-        if config.method == "metis":
-            _warn_metis_balance(metrics, result.settings)
-        start = time.perf_counter()
-        pset = write_partitions(
-            graph,
-            result.assignment,
-            out,
-            method=result.method,
-            settings=result.settings,
-            overwrite=args.overwrite,
-            num_parts=config.num_parts,
-            metrics=metrics,
-            seconds=result.seconds,
-            progress=show,
-            dataset_spec=canonical_spec(args.dataset),
-            dataset_fingerprint=dataset_fingerprint,
-            link_split=split,
-        )
-        write_s = time.perf_counter() - start
+        kind = dataset_traits(args.dataset).kind
+        job = PartitionJob(
+            args.dataset, args.data_dir, config, out, link=link, overwrite=args.overwrite,
+            progress=not args.quiet, report=True,
+        )  # fmt: skip
+        done = partition_dataset(kind, job)
         if args.save_assignment:
-            save_npy(Path(args.save_assignment).expanduser(), result.assignment)
-    return _report(args, graph.name, pset, result, metrics, write_s)
+            save_npy(Path(args.save_assignment).expanduser(), done.result.assignment)
+    return _report(args, done.name, done.pset, done.result, done.metrics, done.write_s, done.typed)
 
 
 def _report(
@@ -316,69 +265,6 @@ def _report(
             )
         )
     return 0
-
-
-def _partition_temporal(args: argparse.Namespace, config, out: Path, show: bool) -> int:
-    """A temporal graph: its T-CSR cut like a static graph, the event stream written beside."""
-    from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
-    from shardgnn.partition.temporal import partition_temporal
-
-    graph = load_temporal_dataset(args.dataset, args.data_dir)
-    print(f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_events:,} events",
-          file=sys.stderr)  # fmt: skip
-    start = time.perf_counter()
-    result, metrics, pset = partition_temporal(
-        graph, config, out, progress=show, overwrite=args.overwrite,
-        dataset_spec=canonical_spec(args.dataset),
-    )  # fmt: skip
-    if args.save_assignment:
-        save_npy(Path(args.save_assignment).expanduser(), result.assignment)
-    return _report(args, graph.name, pset, result, metrics, time.perf_counter() - start)
-
-
-def _partition_typed(
-    args: argparse.Namespace, config: PartitionConfig, out: Path, show: bool
-) -> int:
-    """``shardgnn partition`` of a typed graph: every node type balanced on its own, the parts
-    holding each edge's relation and each featured type's rows; quality by relation and type."""
-    from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
-    from shardgnn.partition.hetero import partition_for_training
-
-    start = time.perf_counter()
-    graph = load_hetero_dataset(args.dataset, args.data_dir)
-    print(
-        f"loaded {graph.name}: {graph.num_nodes:,} nodes of {len(graph.node_types)} types, "
-        f"{graph.num_edges:,} edges of {graph.num_relations} relations "
-        f"({time.perf_counter() - start:.1f} s); partitioning it with every relation reversed",
-        file=sys.stderr,
-    )
-    start = time.perf_counter()
-    typed, result, pset = partition_for_training(
-        graph, config, out, overwrite=args.overwrite, dataset_spec=canonical_spec(args.dataset),
-        num_parts=config.num_parts, progress=show,
-    )  # fmt: skip
-    write_s = time.perf_counter() - start - result.seconds
-    if args.save_assignment:
-        save_npy(Path(args.save_assignment).expanduser(), result.assignment)
-    by_type = pset.meta["hetero"]["metrics"]  # written with the parts
-    return _report(args, typed.name, pset, result, pset.metrics, write_s, by_type)
-
-
-def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:
-    limit = 1.0 + 2.0 * float(settings["imbalance"])
-    over = [
-        f"{key} {getattr(metrics, 'balance_' + key):.3f}"
-        for key in settings["balance"]
-        if getattr(metrics, "balance_" + key) is not None
-        and getattr(metrics, "balance_" + key) > limit
-    ]
-    if over:
-        warnings.warn(
-            f"METIS missed its balance target (imbalance {settings['imbalance']}): "
-            f"{', '.join(over)} (max/mean); try another --seed, a larger --imbalance or fewer "
-            "--balance constraints",
-            stacklevel=2,
-        )
 
 
 def verify_command(args: argparse.Namespace) -> int:

@@ -65,6 +65,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     its dataset trains with (:func:`~shardgnn.train.recipes.recipe_defaults`: a knowledge graph
     trains link prediction with R-GCN, a temporal graph TGN, ...), then the dataclasses'."""
     from shardgnn.train.recipes import (
+        NoRecipeError,
         partition_holds,
         recipe_defaults,
         refuse_unread,
@@ -82,7 +83,7 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     flags_given = [dest for dest in given if dest != "dataset"]
     try:
         recipe = select(config, traits.kind)
-    except ConfigError:
+    except NoRecipeError:
         partitions = given.get("run.partitions")
         if partitions is None:
             raise
@@ -153,14 +154,18 @@ def _train_distributed(
     config: TrainConfig, *, dataset_given: bool, split_given: Collection[str] = ()
 ) -> int:
     """Partition when no --partitions, check everything, then start one worker per part."""
+    from shardgnn.distributed.context import check_placement
     from shardgnn.distributed.launch import launch_local
     from shardgnn.train.worker import train_worker
 
+    if config.run.workers is not None:  # refused before partitioning on the fly
+        check_placement(config.device, config.run.backend, config.run.workers)
     with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
         if config.run.partitions is None:
             config = _partition_on_the_fly(config, Path(scratch) / "parts")
             dataset_given = False  # it is what was just partitioned
         config, workers = preflight(config, dataset_given=dataset_given, split_given=split_given)
+        check_placement(config.device, config.run.backend, workers)
         launch_local(
             train_worker,
             (json.dumps(config.to_dict()),),
@@ -177,11 +182,11 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     method = "metis" if workers > 1 else "random"
     from shardgnn.graph.datasets import dataset_traits
     from shardgnn.partition.methods import EmptyPartsError
-    from shardgnn.train.recipes import select
+    from shardgnn.train.partitioning import partition_for_training
 
-    recipe = select(config, dataset_traits(config.dataset).kind)
+    kind = dataset_traits(config.dataset).kind
     try:
-        name = recipe.partition_for_training(config, out, workers, method)
+        name = partition_for_training(config, kind, out, workers, method)
     except EmptyPartsError as exc:
         raise ConfigError(
             f"--workers {workers}: {str(exc).splitlines()[0]}; use fewer workers (every worker "
@@ -230,7 +235,12 @@ def preflight(
     """
     from shardgnn.graph.datasets import canonical_spec
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.recipes import graph_kind_of_partition, partition_holds, select
+    from shardgnn.train.recipes import (
+        NoRecipeError,
+        graph_kind_of_partition,
+        partition_holds,
+        select,
+    )
 
     assert config.run.partitions is not None
     pset = read_partitions(config.run.partitions, verify=False)  # meta.json and every file's size
@@ -246,7 +256,7 @@ def preflight(
     holds = partition_holds(pset.path, kind)
     try:
         recipe = select(config, kind)
-    except ConfigError:
+    except NoRecipeError:
         raise ConfigError(holds) from None
     if recipe.distributed is None:
         raise ConfigError(f"{holds}; {recipe.description} trains in one process so far")

@@ -10,6 +10,11 @@ processes through the backend; ``host_bytes`` never leave the machine.
 All collectives of one communicator go through one process group and must be called in the same
 order on every rank (the usual collective contract). Every call has the group's timeout, so a
 dead peer turns into an exception on the survivors instead of a hang.
+
+Tensors may live on the host or a GPU whatever the group's backend: gloo takes both, and on an
+NCCL group (the default group of ``--backend nccl``: gradients, metrics, reports) a host tensor
+is copied to this rank's GPU for the collective and the result comes back where the caller's
+tensor lives (:meth:`Communicator.on_wire`). The data pipeline's group is gloo, on host tensors.
 """
 
 from __future__ import annotations
@@ -78,6 +83,21 @@ class Communicator:
         self.rank, self.world_size, self.group = rank, world_size, group
         self.stats: dict[str, CommStats] = defaultdict(CommStats)
         self._declared: set[str] = set()
+        self._wire: torch.device | None = None
+
+    @property
+    def wire_device(self) -> torch.device | None:
+        """The device this group's backend needs its tensors on: this rank's GPU under NCCL;
+        ``None`` (any: host or GPU) under gloo or in a one-rank communicator."""
+        if self._wire is None and self.world_size > 1 and dist.is_initialized():
+            if dist.get_backend(self.group) == "nccl":
+                self._wire = torch.device("cuda", torch.cuda.current_device())
+        return self._wire
+
+    def on_wire(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` where the backend takes it (itself when it is there already)."""
+        wire = self.wire_device
+        return tensor if wire is None or tensor.device == wire else tensor.to(wire)
 
     # ------------------------------------------------------------------ accounting
     def declare(self, stage: str) -> None:
@@ -164,17 +184,18 @@ class Communicator:
         send_counts = torch.tensor([t.shape[0] for t in send], dtype=torch.int64)
         metadata = 0
         if recv_counts is None:
-            recv = torch.empty_like(send_counts)
+            counts = self.on_wire(send_counts)
+            recv = torch.empty_like(counts)
             with collective_guard(stage, "all-to-all of row counts"):
-                dist.all_to_all_single(recv, send_counts, group=self.group)
+                dist.all_to_all_single(recv, counts, group=self.group)
             recv_counts = recv.tolist()
             # The 8-byte count per peer is metadata; it is counted too, to be honest.
             metadata = 8 * (self.world_size - 1)
         recv_counts = [int(c) for c in recv_counts]
         assert len(recv_counts) == self.world_size, "one receive count per rank"
-        payload = torch.cat([t.reshape(t.shape[0], *row_shape) for t in send])
+        payload = self.on_wire(torch.cat([t.reshape(t.shape[0], *row_shape) for t in send]))
         received = torch.empty(
-            (sum(recv_counts), *row_shape), dtype=template.dtype, device=template.device
+            (sum(recv_counts), *row_shape), dtype=template.dtype, device=payload.device
         )
         with collective_guard(stage, "all-to-all"):
             work = dist.all_to_all_single(
@@ -193,6 +214,11 @@ class Communicator:
         pieces = list(torch.split(received, recv_counts))
         pieces[self.rank] = own
         decode = None if codec is None else (lambda t: codec.decode(t, width))
+        if received.device != template.device:  # staged on the GPU for NCCL: back where sent
+            origin, decoded = template.device, decode
+            decode = (
+                (lambda t: t.to(origin)) if decoded is None else (lambda t: decoded(t.to(origin)))
+            )
         return PendingExchange(self, stage, work, pieces, decode, time.perf_counter() - start)
 
     def all_reduce(
@@ -202,8 +228,11 @@ class Communicator:
         ``2 (P - 1) / P`` times the tensor's bytes."""
         start = time.perf_counter()
         if self.world_size > 1:
+            wire = self.on_wire(tensor)
             with collective_guard(stage, "all-reduce"):
-                dist.all_reduce(tensor, op=op, group=self.group)
+                dist.all_reduce(wire, op=op, group=self.group)
+            if wire is not tensor:
+                tensor.copy_(wire)
         volume = (
             2 * (self.world_size - 1) * tensor.numel() * tensor.element_size() // self.world_size
         )
@@ -240,8 +269,11 @@ class Communicator:
         if self.world_size > 1:
             # ``src`` is a rank of this communicator's group; torch wants the global rank.
             root = src if self.group is None else dist.get_global_rank(self.group, src)
+            wire = self.on_wire(buffer)
             with collective_guard(stage, "broadcast"):
-                dist.broadcast(buffer, src=root, group=self.group)
+                dist.broadcast(wire, src=root, group=self.group)
+            if wire is not buffer and self.rank != src:
+                buffer.copy_(wire)
         nbytes = buffer.numel() * buffer.element_size()
         sent = nbytes * (self.world_size - 1) if self.rank == src else 0
         self.record(stage, sent, 0 if self.rank == src else nbytes, time.perf_counter() - start)
@@ -260,6 +292,7 @@ class Communicator:
         names = sorted(stats)
         values = _stats_matrix([stats.get(n, CommStats()) for n in names])
         if self.world_size > 1 and names:
+            values = self.on_wire(values)
             with collective_guard("report", "all-reduce"):
                 dist.all_reduce(values, group=self.group)
         return {n: _stats_from_row(v) for n, v in zip(names, values.tolist())}
@@ -268,7 +301,7 @@ class Communicator:
         """Every rank's per-stage stats (``out[stage][p]`` of rank ``p``), on every rank: for the
         maximum any one rank sends or receives. Every rank must hold the same stage names."""
         names = sorted(stats)
-        values = _stats_matrix([stats[n] for n in names])
+        values = self.on_wire(_stats_matrix([stats[n] for n in names]))
         gathered = [values.clone() for _ in range(self.world_size)]
         if self.world_size > 1 and names:
             with collective_guard("report", "all-gather"):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+BACKENDS = ("auto", "gloo", "nccl")
+"""``--backend`` choices: the process group of gradients and metrics (the data group is gloo)."""
+
 BITS = (1, 2, 4, 8, 16, 32)
 """Bits per value the low-bit row codec can send (32: exact float32)."""
 

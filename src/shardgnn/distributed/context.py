@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from shardgnn.distributed.comm import collective_guard
-from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
+from shardgnn.distributed.config import BACKENDS, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 
 
@@ -60,8 +60,82 @@ class DistContext:
 
     def barrier(self, stage: str = "barrier") -> None:
         if self.group is not None:
+            # NCCL's barrier runs on a device: this rank's, not one guessed from the rank
+            ids = [self.device.index] if self.backend == "nccl" else None
             with collective_guard(stage, "barrier"):
-                dist.barrier(group=self.group)
+                dist.barrier(group=self.group, device_ids=ids)
+
+
+def choose_placement(
+    device: str, backend: str, *, local_rank: int, local_world_size: int, cuda_devices: int
+) -> tuple[str, str]:
+    """``(device, backend)`` of one rank: pure, so it is tested without GPUs or processes.
+
+    Device: ``auto`` is ``cuda`` when this machine has CUDA devices (``cuda_devices`` > 0), else
+    ``cpu``; ``cuda`` is ``cuda:(local_rank % cuda_devices)`` (one GPU per local rank, ranks
+    beyond the GPU count sharing them round-robin); ``cuda:N`` is taken as given (every local
+    rank on GPU N); ``cpu`` stays. Backend: ``auto`` is ``nccl`` when the device is CUDA and
+    every local rank has a GPU of its own, else ``gloo`` (NCCL refuses two ranks on one GPU, and
+    carries no CPU tensors); ``nccl`` on CPU or with ranks sharing a GPU is refused.
+
+    Raises:
+        ConfigError: CUDA asked for where there is none, ``cuda:N`` beyond the GPUs, a backend
+            that is not one of :data:`BACKENDS`, or ``nccl`` where it cannot run (one line each).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if device == "auto":
+        device = "cuda" if cuda_devices > 0 else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"--device {device!r}: give cpu, cuda, cuda:N or auto") from None
+    if parsed.type == "cuda":
+        if cuda_devices < 1:
+            raise ConfigError(
+                f"--device {device}: CUDA is not available here; use --device cpu (or auto)"
+            )
+        if parsed.index is None:
+            parsed = torch.device("cuda", local_rank % cuda_devices)
+        elif parsed.index >= cuda_devices:
+            raise ConfigError(
+                f"--device {device}: this machine has {cuda_devices} CUDA device(s) "
+                f"(cuda:0..cuda:{cuda_devices - 1}); use --device cuda for one per worker"
+            )
+    elif parsed.type != "cpu":
+        raise ConfigError(f"--device {device!r}: give cpu, cuda, cuda:N or auto")
+    own_gpu = parsed.type == "cuda" and (
+        local_world_size <= cuda_devices if device == "cuda" else local_world_size == 1
+    )
+    if backend == "auto":
+        backend = "nccl" if own_gpu else "gloo"
+    elif backend == "nccl" and not own_gpu:
+        why = (
+            "runs on CUDA devices and this run is on the CPU"
+            if parsed.type != "cuda"
+            else f"needs a GPU per rank and {local_world_size} workers share "
+            f"{cuda_devices if device == 'cuda' else 1} GPU(s) here"
+        )
+        raise ConfigError(f"--backend nccl {why}; use --backend gloo or auto")
+    return str(parsed), backend
+
+
+def local_cuda_devices() -> int:
+    """The CUDA devices this process sees (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_placement(device: str, backend: str, workers: int) -> None:
+    """Refuse, before any worker starts, a device or backend that ``workers`` local workers could
+    not use (:func:`choose_placement`'s checks for every local rank)."""
+    for local_rank in range(workers):
+        choose_placement(
+            device,
+            backend,
+            local_rank=local_rank,
+            local_world_size=workers,
+            cuda_devices=local_cuda_devices(),
+        )
 
 
 def init_distributed(
@@ -69,9 +143,12 @@ def init_distributed(
 ) -> DistContext:
     """Join the job described by the environment (``torchrun`` conventions) and build the context.
 
-    ``device='auto'`` picks ``cuda:LOCAL_RANK`` when CUDA is available, else CPU; ``backend='auto'``
-    picks NCCL for CUDA devices and gloo otherwise. The data group always uses gloo on CPU
-    tensors (sampling runs on CPU), NCCL only carries gradients.
+    The rank's device and the default group's backend are :func:`choose_placement`'s (``auto``:
+    ``cuda:(LOCAL_RANK % GPUs)`` when CUDA is present, NCCL when every local rank has its own
+    GPU, else gloo). The default group carries gradients and metrics; the data group always uses
+    gloo (sampling and feature exchanges run on host tensors; the
+    :class:`~shardgnn.distributed.comm.Communicator` moves any tensor to the device its group's
+    backend needs and back).
     """
     env = os.environ
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in env]
@@ -83,17 +160,16 @@ def init_distributed(
     rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
     local_rank = int(env.get("LOCAL_RANK", rank))
     local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
-    if device == "auto":
-        device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+    device, backend = choose_placement(
+        device,
+        backend,
+        local_rank=local_rank,
+        local_world_size=local_world_size,
+        cuda_devices=local_cuda_devices(),
+    )
     torch_device = torch.device(device)
     if torch_device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"device {device!r} requested but CUDA is not available; use --device cpu"
-            )
         torch.cuda.set_device(torch_device)
-    if backend == "auto":
-        backend = "nccl" if torch_device.type == "cuda" else "gloo"
     if timeout_s <= 0:
         raise ConfigError(f"collective timeout {timeout_s} s must be > 0")
     timeout = datetime.timedelta(seconds=timeout_s)

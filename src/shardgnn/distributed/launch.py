@@ -503,18 +503,31 @@ def _launch_config(
         # is_host: this agent hosts the rendezvous store. Elastic guesses it from the address, and
         # when the guessed bind fails it silently connects as a client to whatever took the port.
         rdzv_configs={"is_host": True},
-        # local_addr: MASTER_ADDR for the workers; unset, elastic uses socket.getfqdn(), which
-        # may not resolve inside containers.
-        local_addr="127.0.0.1",
         max_restarts=max_restarts,
         monitor_interval=MONITOR_INTERVAL_S,
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_root),
-        # SIGTERM / SIGUSR1 to the launcher: the workers get the same signal and this long to
-        # finish their step and save a checkpoint.
-        shutdown_timeout=max(1, math.ceil(stop_grace_s)),
-        signals_to_handle=_HANDLED_SIGNALS,
+        **supported_fields(
+            LaunchConfig,
+            # local_addr: MASTER_ADDR for the workers; unset, elastic uses socket.getfqdn(),
+            # which may not resolve inside containers.
+            local_addr="127.0.0.1",
+            # SIGTERM / SIGUSR1 to the launcher: the workers get the same signal and this long to
+            # finish their step and save a checkpoint (a torch without the field: its fixed 30 s).
+            shutdown_timeout=max(1, math.ceil(stop_grace_s)),
+            # a torch without the field forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT only
+            signals_to_handle=_HANDLED_SIGNALS,
+        ),
     )
+
+
+def supported_fields(cls: type, **optional: Any) -> dict[str, Any]:
+    """The keywords of ``optional`` that dataclass ``cls`` has fields for. Elastic's
+    ``LaunchConfig`` gains fields between torch releases (``signals_to_handle``,
+    ``shutdown_timeout`` is in 2.13 and not in 2.11); pyproject allows torch >= 2.3, so a field
+    newer than that is passed only where the installed torch has it."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in optional.items() if k in names}
 
 
 _ELASTIC_SIGNALS = tuple(

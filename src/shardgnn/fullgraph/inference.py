@@ -95,7 +95,9 @@ class LayerwiseInference:
             if i > 0:
                 h = model.activation(h)
             embeddings = h
-            halo = self.exchange.finish_halo(self.exchange.start_halo(h), h.shape[1]).to(h.dtype)
+            # rows travel in fp32 (bf16 activations under --precision bf16 included)
+            pending = self.exchange.start_halo(h.float())
+            halo = self.exchange.finish_halo(pending, h.shape[1]).to(h.dtype)
             h_ext = torch.cat([h, halo])
             out = []
             # one (empty) chunk for an empty part

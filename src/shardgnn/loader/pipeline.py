@@ -35,8 +35,6 @@ class MiniBatch:
     """labels of ``sample.seeds``"""
     history: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
     """historical embeddings of ``sample.blocks[l].src_nodes_S[history_S]``, per layer ``l``"""
-    computed: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
-    """filled by the forward pass: the embeddings it computed at each historical layer"""
 
     def model_history(self, device: torch.device) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """``history`` as the model takes it: ``{layer: (mask_S, rows_HF)}``."""

@@ -51,7 +51,8 @@ class GCNConv(nn.Module):
             out_DC = spmm(graph, linear(self.lin, h_SF), "gcn")
         else:
             out_DC = self.lin(spmm(graph, h_SF, "gcn"))
-        return out_DC if self.bias is None else out_DC + self.bias
+        # the bias in the output's dtype (bf16 under autocast, as nn.Linear's own bias)
+        return out_DC if self.bias is None else out_DC + self.bias.to(out_DC.dtype)
 
 
 class GATConv(nn.Module):
@@ -94,10 +95,13 @@ class GATConv(nn.Module):
         score_SH = (z_SHC * self.att_src).sum(-1)
         score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
         logit_EH = F.leaky_relu(score_SH[src_E] + score_DH[dst_E], self.negative_slope)
-        alpha_EH = segment_softmax(logit_EH, dst_E, D)
+        # The softmax and the weighted sum in fp32 even when the projection ran in bf16
+        # (--precision bf16): attention weights summed over many in-edges need its mantissa.
+        alpha_EH = segment_softmax(logit_EH.float(), dst_E, D)
         alpha_EH = F.dropout(alpha_EH, self.attn_dropout, self.training)
-        out_DHC = torch.zeros(D, H, C, device=z_SHC.device, dtype=z_SHC.dtype)
-        out_DHC.index_add_(0, dst_E, z_SHC[src_E] * alpha_EH[..., None])
+        msg_EHC = z_SHC[src_E] * alpha_EH[..., None]
+        out_DHC = torch.zeros(D, H, C, device=z_SHC.device, dtype=msg_EHC.dtype)
+        out_DHC.index_add_(0, dst_E, msg_EHC)
         out = out_DHC.reshape(D, H * C) if self.concat else out_DHC.mean(1)
         return out if self.bias is None else out + self.bias
 

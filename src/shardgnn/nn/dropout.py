@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from shardgnn.nn.functional import is_sparse
+from shardgnn.sampling.device import splitmix64 as device_splitmix64
 from shardgnn.sampling.kernels import KERNEL_LOCK, splitmix64
 
 
@@ -40,6 +41,26 @@ def _sparse_mask(rows, cols, seed, threshold, scale):
     return out
 
 
+def _device_mask(
+    h: torch.Tensor,
+    seed: int,
+    threshold: np.uint64,
+    scale: np.float32,
+    row_offset: int,
+    row_ids: torch.Tensor | None,
+) -> torch.Tensor:
+    """The kernels' dense mask, computed on ``h``'s device (the same bits: no host round trip)."""
+    if row_ids is None:
+        row_ids = torch.arange(row_offset, row_offset + h.shape[0], device=h.device)
+    elif row_ids.shape[0] != h.shape[0]:
+        raise ValueError(f"{row_ids.shape[0]} row ids for {h.shape[0]} rows")
+    base = device_splitmix64(seed ^ device_splitmix64(row_ids.to(h.device, torch.int64)))
+    cols = torch.arange(h.shape[1] if h.dim() > 1 else 1, device=h.device)
+    draws = device_splitmix64(base.unsqueeze(1) + cols)
+    keep = ((draws >> 32) & 0xFFFFFFFF) >= int(threshold)
+    return (keep.to(h.dtype) * float(scale)).reshape(h.shape)
+
+
 def _threshold(p: float) -> np.uint64:
     return np.uint64(min(int(round(p * 2.0**32)), 2**32))
 
@@ -60,6 +81,8 @@ def hashed_dropout(
         raise ValueError(f"dropout probability {p} must lie in [0, 1)")
     scale = np.float32(1.0 / (1.0 - p))
     threshold = _threshold(p)
+    if h.device.type != "cpu" and not is_sparse(h):
+        return h * _device_mask(h, seed, threshold, scale, row_offset, row_ids)
     ids = None if row_ids is None else row_ids.detach().cpu().numpy().astype(np.int64, copy=False)
     if ids is not None and ids.shape[0] != h.shape[0]:
         raise ValueError(f"{ids.shape[0]} row ids for {h.shape[0]} rows")

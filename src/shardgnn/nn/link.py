@@ -114,8 +114,10 @@ def link_loss(
 
     ``num_pos``/``num_neg`` (default: the pairs given) are the means' denominators: a rank that
     scores a share of all pairs divides its sums by the global counts, so the shares' losses
-    (and gradients) add up to the loss over all pairs."""
+    (and gradients) add up to the loss over all pairs. Computed in fp32 whatever the scores'
+    dtype (``--precision bf16``)."""
     assert kind in LINK_LOSSES, kind
+    pos_P, neg_PK = pos_P.float(), neg_PK.float()  # fp32 scores under bf16 autocast too
     num_pos = pos_P.numel() if num_pos is None else num_pos
     num_neg = neg_PK.numel() if num_neg is None else num_neg
     if pos_P.numel() == 0:

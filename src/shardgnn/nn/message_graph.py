@@ -6,7 +6,10 @@ On CPU with float32 (or float64) features the SpMM runs the numba kernels of
 :mod:`shardgnn.nn.kernels`: row-parallel, deterministic (each output row summed in edge order by
 one thread, whatever the thread count), with an O(E) counting-sort transpose for the backward
 pass. Elsewhere (CUDA, other dtypes) it multiplies torch sparse CSR tensors
-(:func:`spmm_reference`, the path the kernels are tested and benchmarked against).
+(:func:`spmm_reference`, the path the kernels are tested and benchmarked against). Reduced-precision
+rows (bf16 under ``--precision bf16`` autocast) are aggregated in fp32 and returned in their own
+dtype (:func:`spmm`): the aggregation is memory-bound, so bf16 gains nothing there, and fp32
+keeps the kernels and the fp32 normalised matrices.
 
 Shape legend: ``S`` src nodes, ``D`` dst nodes (the first ``D`` src nodes are the dst nodes),
 ``E`` edges, ``F`` feature width.
@@ -21,6 +24,7 @@ import numpy as np
 import torch
 
 from shardgnn.nn import kernels
+from shardgnn.precision import REDUCED_DTYPES
 from shardgnn.sampling.types import Block
 
 NORMS = ("mean", "sum", "gcn")
@@ -366,8 +370,23 @@ def spmm(graph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
     ``graph`` is a :class:`MessageGraph` or any object with ``num_src``, ``num_dst`` and an
     ``aggregate(h_SF, norm)`` method (the distributed full-graph adjacency of
     :mod:`shardgnn.fullgraph` is one), so the layers of :mod:`shardgnn.nn.conv` run on both.
+
+    Reduced-precision rows (bf16 or fp16, from layers under autocast) are aggregated in fp32,
+    outside the autocast (which would run a torch sparse product in bf16), and the result cast
+    back to their dtype; the gradient flows back through both casts, so it reaches ``h_SF`` in its
+    dtype.
     """
     _check_rows(graph, h_SF)
+    device_type = h_SF.device.type
+    reduced = h_SF.dtype in REDUCED_DTYPES
+    if reduced or torch.is_autocast_enabled(device_type):
+        with torch.autocast(device_type, enabled=False):
+            return _aggregate(graph, h_SF.float() if reduced else h_SF, norm).to(h_SF.dtype)
+    return _aggregate(graph, h_SF, norm)
+
+
+def _aggregate(graph, h_SF: torch.Tensor, norm: str) -> torch.Tensor:
+    """:func:`spmm` of rows in the dtype they are to be aggregated in."""
     if not isinstance(graph, MessageGraph):
         return graph.aggregate(h_SF, norm)
     return _SpMM.apply(h_SF, graph, norm, uses_kernels(h_SF) and graph.device.type == "cpu")

@@ -73,28 +73,27 @@ class GNN(nn.Module):
         graphs: Sequence[MessageGraph],
         x_SF: torch.Tensor,
         history: Mapping[int, tuple[torch.Tensor, torch.Tensor]] | None = None,
-        computed: dict[int, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """Logits of the last graph's dst nodes.
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Logits of the last graph's dst nodes; with ``history``, ``(logits, computed)``.
 
         ``history[l] = (mask_S, rows_HF)``: layer ``l``'s src nodes where ``mask_S`` holds take
         their input embedding from ``rows_HF`` (historical embeddings, in mask order, no
-        gradient); the layer below computed the others. ``computed``, when given, receives each
-        such layer's computed input (``computed[l]``, detached: what owners push)."""
+        gradient); the layer below computed the others. ``computed[l]`` is that layer's computed
+        input (detached: what owners push), for each layer ``history`` names."""
         if len(graphs) != len(self.layers):
             raise ValueError(f"model has {len(self.layers)} layers but got {len(graphs)} graphs")
+        computed: dict[int, torch.Tensor] = {}
         h = self._drop(x_SF, self.input_dropout, graphs[0], 0)
         for i, (layer, graph) in enumerate(zip(self.layers, graphs)):
             if i > 0 and history is not None and i in history:
-                if computed is not None:
-                    computed[i] = h.detach()
+                computed[i] = h.detach()
                 h = with_history(h, *history[i])
             if i > 0:
                 h = self._drop(self.activation(h), self.dropout, graph, i)
             h = layer(graph, h)
         if self.training and self.dropout_seed is not None:
             self.dropout_step += 1
-        return h
+        return h if history is None else (h, computed)
 
 
 def with_history(h_CF: torch.Tensor, mask_S: torch.Tensor, rows_HF: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shardgnn.sampling.device import tensor_block
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.sampling.types import Block, SampledBlocks
 
@@ -146,16 +147,7 @@ class TorchNeighborSampler:
         for fanout in self.config.fanouts:
             offsets, nbr, eid = self.sample_neighbors(frontier, fanout, generator)
             src_nodes, local = self.relabel(frontier, nbr)
-            blocks.append(
-                Block(
-                    src_nodes_S=src_nodes,
-                    num_dst=int(frontier.shape[0]),
-                    indptr_D1=offsets,
-                    indices_E=local,
-                    edge_ids_E=eid,
-                    src_degree_S=self.indptr[src_nodes + 1] - self.indptr[src_nodes],
-                )
-            )
+            blocks.append(tensor_block(self.indptr, frontier, src_nodes, offsets, local, eid))
             frontier = src_nodes
         blocks.reverse()
         return SampledBlocks(seeds=seeds_t, blocks=blocks)

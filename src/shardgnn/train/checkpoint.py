@@ -398,7 +398,13 @@ def restore_state(
     generators: list[torch.Generator],
     record_type,
 ) -> LoopState:
-    """Load ``state`` into the model, optimiser and generators; return the loop state."""
+    """Load ``state`` into the model, optimiser and generators; return the loop state.
+
+    ``state`` is read onto the host (:meth:`Checkpointer.load_latest`), wherever it was written:
+    the model's ``load_state_dict`` copies into its parameters on their device, the optimiser's
+    casts its moments to their parameter's device, and the best epoch's weights are copied in
+    the same way at the end, so a checkpoint of a GPU run resumes on the CPU and the other way
+    round."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     if hasattr(model, "dropout_step"):

@@ -15,17 +15,15 @@ from typing import Any
 
 import torch
 
-from shardgnn.distributed.config import BITS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
+from shardgnn.distributed.config import BACKENDS, BITS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
 from shardgnn.heap import HEAP_MODES, configure_heap
+from shardgnn.loader.config import DeviceConfig
 from shardgnn.nn.config import (
     LINK_LOSSES,
     PREDICTORS,
-    RELATIONAL_MODELS,
-    SNAPSHOT_MODELS,
-    TEMPORAL_MODELS,
     ModelConfig,
 )
 from shardgnn.options import (
@@ -37,6 +35,7 @@ from shardgnn.options import (
     option,
     to_dict,
 )
+from shardgnn.precision import PRECISIONS
 from shardgnn.sampling.config import NEGATIVE_KINDS, SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
 from shardgnn.store.config import HISTORICAL_MODES, HISTORICAL_SCOPES, EmbeddingConfig
@@ -280,6 +279,13 @@ class RunConfig(LaunchConfig):
         "partition files (found at start-up; only rows owned on other hosts travel through "
         "collectives); off: every remote row travels through collectives",
     )
+    backend: str = option(
+        "auto",
+        choices=BACKENDS,
+        help="process group of the workers' gradients and metrics: nccl (one GPU per worker), "
+        "gloo, or auto: nccl when --device is cuda and every worker on a machine has a GPU of "
+        "its own, else gloo (sampling and feature exchanges always use gloo)",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -310,6 +316,11 @@ class InferConfig(LaunchConfig):
         "keyed by the graph's own node ids",
     )
     chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
+    device: str = option(
+        "cpu",
+        help="where the layers run: cpu, cuda (one GPU per worker, shared round-robin when the "
+        "workers outnumber the GPUs), cuda:N, or auto (cuda when available)",
+    )
     table_format: str = option(
         "csv",
         choices=TABLE_FORMATS,
@@ -384,6 +395,16 @@ class TrainConfig:
     )
     seed: int = option(0, help="seed of initial weights, dropout, batch order and sampling")
     device: str = option("cpu", help="cpu, cuda, cuda:N, or auto")
+    precision: str = option(
+        "fp32",
+        choices=PRECISIONS,
+        help="bf16: the dense layers' forward pass and the loss run under bf16 autocast on the "
+        "training device (parameters, gradients and optimiser stay fp32; the sparse aggregation "
+        "and the loss are fp32); fp32: everything in fp32",
+    )
+    gpu: DeviceConfig = component(
+        DeviceConfig, title="GPU pipeline (--device cuda, mini-batch training in one process)"
+    )
     threads: int | None = option(
         None, help="torch threads per process (unset: the cores, shared among local workers)"
     )
@@ -541,106 +562,6 @@ class TrainConfig:
         except DatasetError:
             return False  # an unknown dataset: loading it says so, with the list of known ones
 
-    def _check_relational(self) -> None:
-        """Relational datasets (typed edges) train R-GCN + DistMult link prediction; the other
-        models and scorers need a homogeneous graph."""
-        relational = self._names_relational()
-        model, predictor = self.model.model, self.link.predictor
-        if relational:
-            problem = None
-            if model not in RELATIONAL_MODELS:
-                problem = (
-                    f"needs a relational model, not --model {model}: use --model rgcn or "
-                    "hetero-sage"
-                )
-            elif self.task == "link" and predictor not in ("auto", "distmult"):
-                problem = (
-                    f"scores (head, relation, tail) with --predictor distmult, not {predictor}"
-                )
-            elif self.task == "link" and self.link.loss == "margin":
-                problem = "ranks every entity: use --link-loss softmax or bce, not margin"
-            elif self.run.distributed and self.task == "link":
-                problem = "trains link prediction in one process so far: drop --workers"
-            elif self.run.distributed and model in SNAPSHOT_MODELS:
-                problem = f"trains --model {model} on snapshots in one process: drop --workers"
-            elif self.run.distributed and self.mode == "full":
-                problem = "trains with workers on sampled blocks: use --mode minibatch"
-            elif self.embedding.enabled:
-                problem = "gives featureless nodes learnt input rows already: drop --embedding-dim"
-            if problem:
-                raise ConfigError(f"dataset {self.dataset!r} is a relational graph: it {problem}")
-        elif self.sampler.relation_fanouts is not None and self.run.partitions is None:
-            raise ConfigError(
-                f"--relation-fanouts draws per relation, and dataset {self.dataset!r} has no "
-                "relations; use --fanouts"
-            )
-        elif (model in RELATIONAL_MODELS and self.run.partitions is None) or (
-            predictor == "distmult"
-        ):
-            # with --partitions the dataset is what the directory holds: the workers check it is
-            # typed
-            flag = f"--model {model}" if model in RELATIONAL_MODELS else "--predictor distmult"
-            raise ConfigError(
-                f"{flag} needs typed edges (relations), and dataset {self.dataset!r} has none; "
-                "use a relational dataset (kg-umls, kg:DIR, hetero:DIR) or another model"
-            )
-
-    def _names_temporal(self) -> bool:
-        """Whether the dataset spec names a temporal graph (no file is read)."""
-        from shardgnn.graph.datasets import is_temporal
-
-        try:
-            return is_temporal(self.dataset)
-        except DatasetError:
-            return False
-
-    def _check_temporal(self) -> None:
-        """Temporal datasets train the temporal models on link prediction, in one process."""
-        model = self.model.model
-        if self._names_temporal():
-            problem = None
-            if self.task != "link":
-                problem = "predicts future events: add --task link"
-            elif model not in TEMPORAL_MODELS:
-                problem = (
-                    f"needs a temporal model, not --model {model}: use --model tgn, jodie or tgat"
-                )
-            elif self.run.distributed and model in SNAPSHOT_MODELS:
-                problem = f"trains --model {model} on snapshots in one process: drop --workers"
-            elif self.run.distributed and self.mode == "full":
-                problem = "streams events in batches: drop --mode full"
-            elif self.run.distributed and self.embedding.enabled:
-                problem = (
-                    "gives tgat learnt input rows in one process only: drop --embedding-dim or "
-                    "--workers"
-                )
-            elif self.embedding.enabled and model != "tgat":
-                problem = (
-                    f"gives nodes memory with --model {model}: drop --embedding-dim (learnt input "
-                    "rows are for --model tgat)"
-                )
-            if problem:
-                raise ConfigError(f"dataset {self.dataset!r} is a temporal graph: it {problem}")
-            if model in ("tgn", "tgat") and self.link.out_dim % self.model.heads:
-                raise ConfigError(
-                    f"--out-dim {self.link.out_dim} is split over --heads {self.model.heads} "
-                    f"attention heads: give a multiple of {self.model.heads} (e.g. "
-                    f"{self.model.heads * max(1, self.link.out_dim // self.model.heads)})"
-                )
-            if model == "tgn" and len(self.temporal.neighbors) != 1:
-                raise ConfigError(
-                    f"--temporal-neighbors {','.join(map(str, self.temporal.neighbors))}: tgn "
-                    "attends over one hop of recent events; give one count (e.g. 10)"
-                )
-        elif model in TEMPORAL_MODELS and self.task != "link":
-            raise ConfigError(f"--model {model} predicts future events: add --task link")
-        elif model in TEMPORAL_MODELS and self.run.partitions is None:
-            # with --partitions the dataset is what the directory holds: the workers check it
-            raise ConfigError(
-                f"--model {model} learns from timestamped events, and dataset {self.dataset!r} "
-                "has none; use a temporal dataset (collegemsg, synthetic-temporal, temporal:FILE)"
-            )
-
     @property
     def temporal_sampling(self) -> str:
         """The temporal sampler's mode (``--temporal-sampling auto`` resolved by the model)."""
@@ -649,8 +570,8 @@ class TrainConfig:
         return "uniform" if self.model.model == "tgat" else "recent"
 
     def _check_combinations(self) -> None:
-        self._check_relational()
-        self._check_temporal()
+        # the checks against the kind of graph the dataset names run with the recipe's choice
+        # (shardgnn.train.recipes.select, shardgnn.train.recipe_checks)
         if self.embedding.enabled and self.run.distributed:
             dim = f"--embedding-dim {self.embedding.dim}"
             if self.mode == "full":
@@ -822,9 +743,11 @@ def apply_process_settings(config: TrainConfig) -> None:
 
 # Settings that may differ between an interrupted run and its resumption: where and how the run
 # executes, not what it computes. (A cache or the storage tier change where rows come from, not
-# their values; with --fetch-bits < 32 a cached row keeps the rounding it arrived with.)
+# their values; with --fetch-bits < 32 a cached row keeps the rounding it arrived with. The device
+# changes the arithmetic's rounding only: a GPU run resumes on the CPU and the other way round.)
 RESUMABLE_CHANGES = (
     "optim.epochs",
+    "device",
     "results",
     "progress",
     "data_dir",

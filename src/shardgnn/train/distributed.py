@@ -39,6 +39,7 @@ from shardgnn.loader.pipeline import (
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.nn.models import build_model
 from shardgnn.partition.format import PartitionSet, read_partitions
+from shardgnn.precision import precision_context
 from shardgnn.sampling.distributed import DistNeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.build import build_cache, cacheable_rows
@@ -203,6 +204,7 @@ class DistSampledSteps(DistSteps):
             objective=self.objective,
             embedding=self.embedding,
             history=self.history,
+            precision=self.config.precision,
         )
         if trained is None:
             return None
@@ -700,9 +702,14 @@ class DistMiniBatchSteps(DistSampledSteps):
                 rows = self.embedding.local.weight.cpu().numpy()
                 x = self.x_local
                 self.layerwise.shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
-            return layerwise_accuracies(self.layerwise, self.model, (split,), self.sum)[split]
+            with precision_context(self.config.precision, self.ctx.device):
+                return layerwise_accuracies(self.layerwise, self.model, (split,), self.sum)[split]
         correct, count = self.sum(
-            list(count_correct(self.model, self.eval_stages[split], self.ctx.device))
+            list(
+                count_correct(
+                    self.model, self.eval_stages[split], self.ctx.device, self.config.precision
+                )
+            )
         )
         return correct / max(count, 1)
 

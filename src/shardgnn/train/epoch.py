@@ -4,8 +4,10 @@ early, and what its batches add up to (kept in a mid-epoch checkpoint)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import time
+from typing import Any, Callable, Iterable, NamedTuple
 
+from shardgnn.timing import StageTimer
 from shardgnn.train.progress import progress
 
 
@@ -42,23 +44,68 @@ class EpochRun:
     """set by batch steps: the epoch's number of batches"""
 
 
-def batch_epoch(run: EpochRun, batches, step) -> EpochSums | None:
-    """Epoch ``run`` over ``batches`` (``set_epoch(epoch, start)``, then ``(index, seeds)``):
-    ``step(index, seeds) -> (loss, correct, count, sampled edges)`` per batch. Starts after the
-    batches a mid-epoch checkpoint reached and stops after a batch when ``run.stop_requested``
-    says so (``None``; this process's sums in ``run.stopped``); else this process's sums."""
-    sums = run.resumed if run.resumed is not None else EpochSums()
-    batches.set_epoch(run.epoch, start=sums.batches)
-    run.total_batches = sums.batches + len(batches)
-    for index, seeds in progress(batches, f"epoch {run.epoch + 1}", run.show_progress):
-        loss, correct, count, edges = step(index, seeds)
-        sums.loss_sum += loss * count
-        sums.correct += correct
-        sums.count += count
-        sums.sampled_edges += edges
-        sums.batches += 1
-        if run.stop_requested is not None and index + 1 < run.total_batches:
-            if run.stop_requested():
-                run.stopped = sums
-                return None
+class StepResult(NamedTuple):
+    """What one optimiser step over a batch adds to its epoch's :class:`EpochSums`."""
+
+    loss: float
+    """the batch's mean loss"""
+    correct: int
+    count: int
+    """the predictions ``loss`` averages over and ``correct`` counts from: what a batch counts
+    for in the epoch's means (node classification: its seeds; link prediction: its pairs)"""
+    sampled_edges: int
+
+
+def batch_epoch(
+    run: EpochRun,
+    batcher: Any,
+    step: Callable[[Any], StepResult],
+    stream: Iterable[Any] | None = None,
+    *,
+    wait_timer: StageTimer | None = None,
+) -> EpochSums | None:
+    """Epoch ``run``: one ``step(item)`` per item of ``stream``, the pipeline ``batcher`` feeds
+    (default: ``batcher`` itself, its ``(index, seeds)``); every kind of batch training runs its
+    epochs here, with its own ``step``.
+
+    ``batcher.set_epoch(epoch, start)`` starts the epoch after the batches a mid-epoch checkpoint
+    reached (``run.resumed``, whose sums it continues); ``len(batcher)`` is then the number of
+    batches left. ``run.stop_requested`` is asked after every batch but the last (a collective in
+    distributed runs: every rank asks at the same batch); when it says yes the epoch ends there:
+    the stream's iterator is closed (a :class:`~shardgnn.loader.prefetch.PrefetchIterator` does
+    alike on every rank), this process's sums go to ``run.stopped`` and the result is ``None``.
+    ``wait_timer``, when given, records the time spent waiting for each item as stage ``wait``
+    (with a prefetch thread, what the pipeline failed to hide). Returns this process's sums.
+    """
+    sums = dataclasses.replace(run.resumed) if run.resumed is not None else EpochSums()
+    batcher.set_epoch(run.epoch, start=sums.batches)
+    left = len(batcher)
+    run.total_batches = sums.batches + left
+    iterator = iter(batcher if stream is None else stream)
+    bar = progress(iterator, f"epoch {run.epoch + 1}", run.show_progress, total=left)
+    stopped = False
+    waited = time.perf_counter()
+    try:
+        for item in bar:
+            if wait_timer is not None:
+                wait_timer.add("wait", time.perf_counter() - waited)
+            result = step(item)
+            sums.loss_sum += result.loss * result.count
+            sums.correct += result.correct
+            sums.count += result.count
+            sums.sampled_edges += result.sampled_edges
+            sums.batches += 1
+            bar.set_postfix(loss=f"{result.loss:.4f}")
+            stop = run.stop_requested
+            if stop is not None and sums.batches < run.total_batches and stop():
+                stopped = True
+                break
+            waited = time.perf_counter()
+    except BaseException:
+        getattr(iterator, "abort", getattr(iterator, "close", lambda: None))()
+        raise
+    if stopped:
+        getattr(iterator, "close", lambda: None)()
+        run.stopped = sums
+        return None
     return sums

@@ -29,6 +29,7 @@ from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.models import build_model
+from shardgnn.precision import precision_context
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSteps, partition_dataset_record
@@ -177,9 +178,10 @@ class DistFullNodeSteps(DistFullGraphSteps):
         # replica scores only its own part, so every node counts once.
         train_idx = self.splits["train"]
         with self._timed_step():
-            logits = self.model(self.layers, self.x)[train_idx]
-            y = self.y[train_idx]
-            loss_sum = F.cross_entropy(logits, y, reduction="sum")
+            with precision_context(self.config.precision, self.ctx.device):
+                logits = self.model(self.layers, self.x)[train_idx].float()
+                y = self.y[train_idx]
+                loss_sum = F.cross_entropy(logits, y, reduction="sum")
             self._backward_and_step(loss_sum / self.split_sizes["train"])
         loss_total, correct = self.sum(
             [float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())]
@@ -190,7 +192,9 @@ class DistFullNodeSteps(DistFullGraphSteps):
     def evaluate(self, split: str) -> float:
         self.model.eval()
         idx = self.splits[split]
-        correct = float((self.model(self.layers, self.x)[idx].argmax(-1) == self.y[idx]).sum())
+        with precision_context(self.config.precision, self.ctx.device):
+            logits = self.model(self.layers, self.x)
+        correct = float((logits[idx].argmax(-1) == self.y[idx]).sum())
         return self.sum([correct])[0] / max(self.split_sizes[split], 1)
 
     # ------------------------------------------------------------------ results

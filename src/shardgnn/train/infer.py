@@ -32,28 +32,25 @@ edges again, as they are for a model put to use.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.fullgraph.inference import LayerwiseInference
-from shardgnn.fullgraph.shard import Grid, load_shard
-from shardgnn.graph.features import normalize_features
 from shardgnn.graph.identity import check_same_graph
-from shardgnn.nn.models import build_model
+from shardgnn.nn.config import RELATIONAL_MODELS
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
-from shardgnn.train.config import RELATIONAL_MODELS, InferConfig, TrainConfig
-from shardgnn.train.tables import write_output_tables
+from shardgnn.train.config import InferConfig, TrainConfig
+from shardgnn.train.kinds import infer_for
+from shardgnn.train.recipes import graph_kind_of_partition
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -89,8 +86,9 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
         fix="infer on a partition of the graph the model was trained on",
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
+    kind = graph_kind_of_partition(pset.meta)
     relational = config.model.model in RELATIONAL_MODELS
-    if relational != bool(pset.meta.get("hetero")):
+    if relational != (kind == "typed"):
         raise ConfigError(
             f"{checkpoint} holds a {config.model.model} model and {pset.path} "
             f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
@@ -106,10 +104,12 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
             f"{checkpoint} was trained with --feature-norm standard, which distributed inference "
             "cannot reproduce; retrain with --feature-norm row or none"
         )
+    if infer_for(kind) is None:
+        raise ConfigError(f"{pset.path} holds a {kind} graph, which `shardgnn infer` does not run")
     return config
 
 
-def _read_rank_state(checkpoint: Path, rank: int) -> dict[str, torch.Tensor]:
+def read_rank_state(checkpoint: Path, rank: int) -> dict[str, torch.Tensor]:
     """Rank ``rank``'s best-validation weights when recorded (the model whose test accuracy
     training reported), else its last ones."""
     file = checkpoint / f"rank-{rank}.pt"
@@ -126,11 +126,11 @@ def load_model_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     """The model's weights (rank 0's: DDP keeps them equal on every rank). Learnable rows, which
     each rank holds only for its own part, are put back together from every rank's file as one
     ``embedding.weight`` in original node id order."""
-    weights = _read_rank_state(checkpoint, 0)
+    weights = read_rank_state(checkpoint, 0)
     if "embedding.weight" not in weights:
         return weights
     world_size = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
-    shards = [weights] + [_read_rank_state(checkpoint, r) for r in range(1, world_size)]
+    shards = [weights] + [read_rank_state(checkpoint, r) for r in range(1, world_size)]
     ids = torch.cat([s["embedding.node_ids"] for s in shards])
     rows = torch.cat([s["embedding.weight"] for s in shards])
     table = torch.empty_like(rows)
@@ -178,46 +178,7 @@ def read_pairs(path: str | Path, num_nodes: int) -> np.ndarray:
     return pairs
 
 
-def _split_rows(weights) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-    """The model's weights without its learnable rows, and the rows (None without any)."""
-    rows = weights.get("embedding.weight")
-    return {k: v for k, v in weights.items() if not k.startswith("embedding.")}, rows
-
-
-def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.Tensor:
-    """The held nodes' input: the features, then their learnable rows (kept in original id order
-    by the checkpoint)."""
-    parts = []
-    if shard.x is not None:
-        x = normalize_features(shard.x, config.feature_norm)
-        parts.append(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
-    if config.embedding.enabled:
-        assert rows is not None, "a model trained with --embedding-dim checkpoints its rows"
-        parts.append(rows[torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64))])
-    return torch.cat(parts, dim=1)
-
-
-def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
-    """The node classifier and its input rows."""
-    weights, rows = _split_rows(weights)
-    num_features = 0 if shard.x is None else shard.x.shape[1]
-    model = build_model(config.model, num_features + config.embedding.dim, shard.num_classes)
-    _load(model, weights, checkpoint, f"{num_features} features and {shard.num_classes} classes")
-    return model, _input_rows(config, shard, rows)
-
-
-def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
-    """The link model (its encoder and predictor) and its input rows."""
-    from shardgnn.train.link import build_link_model
-
-    weights, rows = _split_rows(weights)
-    num_features = 0 if shard.x is None else shard.x.shape[1]
-    model = build_link_model(config, num_features)
-    _load(model, weights, checkpoint, f"{num_features} features")
-    return model, _input_rows(config, shard, rows)
-
-
-def _load(model: torch.nn.Module, weights, checkpoint: Path, what: str) -> None:
+def load_weights_into(model: torch.nn.Module, weights, checkpoint: Path, what: str) -> None:
     try:
         model.load_state_dict(weights)
     except RuntimeError as exc:
@@ -226,16 +187,20 @@ def _load(model: torch.nn.Module, weights, checkpoint: Path, what: str) -> None:
         ) from None
 
 
-@torch.no_grad()
-def score_pairs_file(model, embeddings_ND: np.ndarray, pairs_P2: np.ndarray, chunk: int = 1 << 16):
-    """The predictor's score of every pair (rows of ``embeddings_ND`` by original id)."""
-    scores = np.empty(pairs_P2.shape[0], dtype=np.float32)
-    for start in range(0, pairs_P2.shape[0], chunk):
-        block = pairs_P2[start : start + chunk]
-        h_u = torch.from_numpy(np.asarray(embeddings_ND[block[:, 0]], dtype=np.float32))
-        h_v = torch.from_numpy(np.asarray(embeddings_ND[block[:, 1]], dtype=np.float32))
-        scores[start : start + block.shape[0]] = model.score(h_u, h_v).numpy()
-    return scores
+@dataclasses.dataclass(frozen=True)
+class InferRun:
+    """What one rank of ``shardgnn infer`` runs: the checkpoint, the partition directory (as
+    given, and opened), the model's training config, the output folder, the destination rows
+    per chunk, the pairs to score (a link model's) and the tables' format."""
+
+    checkpoint: Path
+    partitions: str | Path
+    pset: PartitionSet
+    config: TrainConfig
+    out: Path
+    chunk_rows: int
+    pairs: str | Path | None
+    table_format: str
 
 
 def run_inference(
@@ -248,85 +213,22 @@ def run_inference(
     pairs: str | Path | None = None,
     table_format: str = "csv",
 ) -> dict[str, Any] | None:
-    """One rank of ``shardgnn infer``; rank 0 writes the outputs and returns the summary.
-    ``pairs``: a file of node pairs for a link-prediction model to score (:func:`read_pairs`).
-    ``table_format``: the tables keyed by the user's ids (:mod:`shardgnn.train.tables`)."""
+    """One rank of ``shardgnn infer``, by the function the registry names for the partition's
+    graph kind (:func:`~shardgnn.train.kinds.infer_for`); rank 0 writes the outputs and
+    returns the summary. ``pairs``: a file of node pairs for a link-prediction model to score
+    (:func:`read_pairs`). ``table_format``: the tables keyed by the user's ids
+    (:mod:`shardgnn.train.tables`)."""
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
     config = check_inference_pair(checkpoint, pset)
-    if pset.meta.get("hetero"):
-        return _run_typed_inference(
-            ctx, checkpoint, pset, config, Path(out), chunk_rows, table_format
-        )
-    link = config.task == "link"
-    weights = load_model_weights(checkpoint)
-    out = Path(out).expanduser()
-    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    shard = load_shard(
-        partitions,
-        Grid(ctx.world_size, 1),
-        ctx.rank,
-        comm,
-        need_features=not config.embedding.enabled,
-        need_labels=not link,
-    )
-    model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
-    start = time.perf_counter()
-    engine = LayerwiseInference(shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device)
-    if link:
-        _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
-        outputs = {"embeddings": embeddings}
-    else:
-        embeddings, logits = engine.run(model, x)
-        outputs = {
-            "embeddings": embeddings,
-            "logits": logits,
-            "predictions": logits.argmax(-1).cpu(),
-        }
-    seconds = time.perf_counter() - start
-    labelled = None if link else (outputs["predictions"], shard.y, shard.splits)
-    totals, comm_summed = _totals(comm, seconds, labelled)
-    orig_ids = np.asarray(pset.orig_ids)
-    ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
-    written = write_by_original_id(
-        ctx,
-        out,
-        {name: tensor.detach().cpu().numpy() for name, tensor in outputs.items()},
-        {name: (len(orig_ids), lambda p: orig_ids[slice(*ranges[p])]) for name in outputs},
-    )
-    if written is None:
-        return None
-    scored = None
-    if link and pairs is not None:
-        pair_array = read_pairs(pairs, len(orig_ids))
-        table = np.load(out / "embeddings.npy", mmap_mode="r")
-        scores = score_pairs_file(model, table, pair_array)
-        tmp = out / ".scores.npy.tmp"
-        with open(tmp, "wb") as fh:
-            np.save(fh, scores, allow_pickle=False)
-        tmp.replace(out / "scores.npy")
-        written["scores"], scored = str(out / "scores.npy"), int(scores.shape[0])
-    ids = pset.node_ids()
-    written.update(
-        write_output_tables(out, table_format, ids, pset.class_names, predictions=not link)
-    )
-    summary = {
-        "task": config.task,
-        "checkpoint": str(checkpoint),
-        "partitions": str(partitions),
-        "workers": ctx.world_size,
-        "num_nodes": int(len(orig_ids)),
-        "embedding_width": int(embeddings.shape[1]),
-        **_measured(totals, comm_summed, ctx.world_size, accuracy=not link),
-        "pairs_scored": scored,
-        "outputs": written,
-        "tables": _tables_summary(table_format, ids is not None, pset.class_names),
-    }
-    save_json(out / "inference.json", summary)
-    return summary
+    run = InferRun(
+        checkpoint, partitions, pset, config, Path(out).expanduser(), chunk_rows, pairs,
+        table_format,
+    )  # fmt: skip
+    return infer_for(graph_kind_of_partition(pset.meta))(ctx, run)
 
 
-def _tables_summary(table_format: str, named: bool, class_names) -> dict[str, Any]:
+def tables_summary(table_format: str, named: bool, class_names) -> dict[str, Any]:
     """``inference.json["tables"]``: the tables' format and what keys them."""
     return {
         "format": table_format,
@@ -335,7 +237,7 @@ def _tables_summary(table_format: str, named: bool, class_names) -> dict[str, An
     }
 
 
-def _totals(comm: Communicator, seconds: float, labelled=None) -> tuple[torch.Tensor, dict]:
+def sum_over_ranks(comm: Communicator, seconds: float, labelled=None) -> tuple[torch.Tensor, dict]:
     """Correct predictions and nodes per split (``labelled``: this rank's predictions, labels
     and ``{split: rows}``; none for link models) and the seconds, summed over ranks; and the
     bytes every worker exchanged (collectives: every rank, before rank 0 goes on)."""
@@ -386,7 +288,7 @@ def write_by_original_id(ctx: DistContext, out: Path, rows: dict, placement: dic
     return written
 
 
-def _measured(totals: torch.Tensor, comm_summed, world_size: int, accuracy: bool) -> dict:
+def measured(totals: torch.Tensor, comm_summed, world_size: int, accuracy: bool) -> dict:
     """Accuracy per split (``totals``: correct and count per split, then seconds, summed over
     ranks), the mean inference time of a rank, and the bytes exchanged."""
     t = totals.tolist()
@@ -409,9 +311,9 @@ def load_typed_rows(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict[int
     """A typed model's weights (rank 0's) without its learnt rows, and the learnt rows of every
     featureless node type put back together from every rank's file, in original typed id
     order."""
-    weights = _read_rank_state(checkpoint, 0)
+    weights = read_rank_state(checkpoint, 0)
     world_size = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
-    shards = [weights] + [_read_rank_state(checkpoint, r) for r in range(1, world_size)]
+    shards = [weights] + [read_rank_state(checkpoint, r) for r in range(1, world_size)]
     prefix = "learnt_rows."
     types = sorted({int(k.split(".")[1]) for k in weights if k.startswith(prefix)})
     tables = {}
@@ -424,115 +326,6 @@ def load_typed_rows(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict[int
     return {k: v for k, v in weights.items() if not k.startswith(prefix)}, tables
 
 
-def _run_typed_inference(
-    ctx: DistContext,
-    checkpoint: Path,
-    pset: PartitionSet,
-    config: TrainConfig,
-    out: Path,
-    chunk_rows: int,
-    table_format: str = "csv",
-) -> dict[str, Any] | None:
-    """Layer-wise inference of a typed node classifier (``rgcn``/``hetero-sage``) over a typed
-    partition: every rank computes its own nodes, layer by layer in chunks of destinations,
-    fetching the previous layer's rows of its chunk's sources from their owners. Writes, per node
-    type in original (typed) ids, ``OUT/<type>/embeddings.npy`` (the last layer's input) and, for
-    the labelled type, ``logits.npy`` and ``predictions.npy``; and their tables keyed by the
-    type's own ids (``OUT/<type>/embeddings.csv``, ``predictions.csv``)."""
-    from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
-    from shardgnn.partition.hetero import TypedPartitionBook
-    from shardgnn.store.dist_feature import DistFeatureStore
-
-    hetero = pset.meta["hetero"]
-    typed = TypedPartitionBook(hetero, pset.book.boundaries)
-    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    part = pset.load_part(ctx.rank)
-    weights, tables = load_typed_rows(checkpoint)
-    model = partitioned_node_model(config.model, typed, part.num_classes)
-    _load(model, weights, checkpoint, f"{len(typed.node_types)} node types")
-    model.eval()
-    offsets = typed.type_offsets
-    orig = np.asarray(pset.orig_ids)
-    start, end = part.start, part.end
-    bounds = typed.type_bounds[ctx.rank]
-    with torch.no_grad():
-        pieces = []
-        for t in range(len(typed.node_types)):
-            lo, hi = int(bounds[t]), int(bounds[t + 1])
-            if t in part.type_x:
-                raw = torch.from_numpy(np.array(part.type_x[t], dtype=np.float32))
-                pieces.append(model.typed_input.project[str(t)](raw))
-            else:
-                pieces.append(tables[t][torch.from_numpy(orig[lo:hi] - offsets[t])])
-        x = torch.cat(pieces) if pieces else torch.zeros(0, config.model.hidden)
-    assert x.shape[0] == end - start
-    # every rank fetches in every chunk (a collective): as many chunks as the largest part needs
-    chunks = torch.tensor([-(-(end - start) // chunk_rows)], dtype=torch.int64)
-    comm.all_reduce(chunks, "control", op=torch.distributed.ReduceOp.MAX)
-    stores: dict[int, DistFeatureStore] = {}
-
-    def gather(h: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
-        if id(h) not in stores:  # one store per layer's rows
-            stores.clear()
-            stores[id(h)] = DistFeatureStore(h, pset.book, ctx.rank, comm, "infer")
-        return stores[id(h)].gather(torch.from_numpy(ids))
-
-    begin = time.perf_counter()
-    embeddings, logits = layerwise_forward(
-        model.encoder, x, np.asarray(part.indptr), np.asarray(part.indices),
-        np.asarray(part.etype), start, gather, typed.type_of, chunk_rows, int(chunks),
-    )  # fmt: skip
-    seconds = time.perf_counter() - begin
-    predictions = logits.argmax(-1)
-    splits = {split: getattr(part, f"{split}_idx") for split in ("train", "val", "test")}
-    totals, comm_summed = _totals(comm, seconds, (predictions, part.y, splits))
-    # per node type, its rows of every rank in original typed ids
-    target = hetero.get("target_type")
-    rows, placement = {}, {}
-    for t, name in enumerate(typed.node_types):
-        lo, hi = int(bounds[t]) - start, int(bounds[t + 1]) - start
-        kinds = {"embeddings": embeddings}
-        if name == target:
-            kinds.update(logits=logits, predictions=predictions)
-        for kind, tensor in kinds.items():
-            rows[f"{name}/{kind}"] = tensor[lo:hi].numpy()
-            placement[f"{name}/{kind}"] = (
-                int(offsets[t + 1] - offsets[t]),
-                lambda p, t=t: orig[slice(*typed.type_bounds[p, t : t + 2])] - offsets[t],
-            )
-    written = write_by_original_id(ctx, out, rows, placement)
-    if written is None:
-        return None
-    named = False
-    for name in typed.node_types:
-        ids = pset.node_ids(name)
-        named = named or ids is not None
-        written.update(
-            write_output_tables(
-                out / name, table_format, ids, pset.class_names, f"{name}/", name == target
-            )
-        )
-    summary = {
-        "task": config.task,
-        "model": config.model.model,
-        "checkpoint": str(checkpoint),
-        "partitions": str(pset.path),
-        "workers": ctx.world_size,
-        "num_nodes": int(len(orig)),
-        "nodes_per_type": {
-            name: int(offsets[t + 1] - offsets[t]) for t, name in enumerate(typed.node_types)
-        },
-        "target_type": target,
-        "embedding_width": int(embeddings.shape[1]),
-        **_measured(totals, comm_summed, ctx.world_size, accuracy=True),
-        "pairs_scored": None,
-        "outputs": written,
-        "tables": _tables_summary(table_format, named, pset.class_names),
-    }
-    save_json(out / "inference.json", summary)
-    return summary
-
-
 def infer_worker(config_json: str) -> None:
     """Body of one ``shardgnn infer`` worker process (the config arrives resolved, as JSON)."""
     from shardgnn.distributed.context import init_distributed, shutdown
@@ -540,7 +333,8 @@ def infer_worker(config_json: str) -> None:
     from shardgnn.train.progress import format_table
 
     config = from_dict(InferConfig, json.loads(config_json))
-    ctx = init_distributed(device="cpu", timeout_s=config.timeout)
+    # gloo: inference exchanges rows (the data path); gloo carries GPU tensors too
+    ctx = init_distributed(device=config.device, backend="gloo", timeout_s=config.timeout)
     try:
         summary = run_inference(
             ctx,

@@ -25,6 +25,7 @@ from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, MiniBatchLoader
 from shardgnn.nn.link import LinkModel, build_predictor, link_loss
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
+from shardgnn.precision import precision_context
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.seeding import mix_seed
@@ -36,7 +37,7 @@ from shardgnn.train.config import LinkConfig, TrainConfig, apply_process_setting
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.linkmetrics import link_metrics
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.minibatch import train_epoch_batches
+from shardgnn.train.minibatch import Outcome, train_epoch_batches
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
@@ -74,11 +75,11 @@ def split_for_partitioning(graph: Graph, link: LinkConfig) -> tuple[Graph, LinkS
 
 
 def link_objective(config: LinkConfig):
-    """The training objective of a :class:`LinkSample` batch (``train_batches``' ``objective``):
-    the link loss, and how many pairs lie on the right side of 0 (positives above, negatives
-    below)."""
+    """The training objective of a :class:`LinkSample` batch (``minibatch_step``'s
+    ``objective``): the link loss, and how many pairs lie on the right side of 0 (positives
+    above, negatives below)."""
 
-    def objective(module, graphs, batch: MiniBatch, device):
+    def objective(module, graphs, batch: MiniBatch, device) -> Outcome:
         h_ND = module(graphs, batch.x_SF.to(device))
         sample = batch.sample
         assert isinstance(sample, LinkSample)
@@ -91,7 +92,7 @@ def link_objective(config: LinkConfig):
         )
         loss = link_loss(pos_P, neg_PK, config.loss, config.margin)
         correct = int((pos_P > 0).sum()) + int((neg_PK <= 0).sum())
-        return loss, correct, pos_P.numel() + neg_PK.numel()
+        return Outcome(loss, correct, pos_P.numel() + neg_PK.numel())
 
     return objective
 
@@ -261,6 +262,7 @@ class LinkLocalSteps(Steps):
             timer=self.timer,
             objective=link_objective(self.config.link),
             embedding=self.embedding,
+            precision=self.config.precision,
         )
         if trained is None:
             return None
@@ -277,14 +279,15 @@ class LinkLocalSteps(Steps):
             neg_PK = self.negatives.sample(pos_2P[0], pos_2P[1], mix_seed(self.config.seed, epoch))
             self.optimizer.zero_grad(set_to_none=True)
             x_NF = full_input(self.features_full, self.embedding, requires_grad=True)
-            h_ND = self.model([self.message_graph] * self.model.num_layers, x_NF)
-            pos, neg = self.model.score_batch(
-                h_ND,
-                torch.from_numpy(pos_2P[0]).to(self.device),
-                torch.from_numpy(pos_2P[1]).to(self.device),
-                torch.from_numpy(neg_PK).to(self.device),
-            )
-            loss = link_loss(pos, neg, link.loss, link.margin)
+            with precision_context(self.config.precision, self.device):
+                h_ND = self.model([self.message_graph] * self.model.num_layers, x_NF)
+                pos, neg = self.model.score_batch(
+                    h_ND,
+                    torch.from_numpy(pos_2P[0]).to(self.device),
+                    torch.from_numpy(pos_2P[1]).to(self.device),
+                    torch.from_numpy(neg_PK).to(self.device),
+                )
+                loss = link_loss(pos, neg, link.loss, link.margin)
             loss.backward()
             self.optimizer.step()
         step_rows(self.embedding, x_NF, self.timer)
@@ -294,7 +297,11 @@ class LinkLocalSteps(Steps):
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def embed(self, nodes: np.ndarray) -> torch.Tensor:
-        """Embeddings ``[len(nodes), D]`` of ``nodes`` (sorted global ids) in eval mode."""
+        """Embeddings ``[len(nodes), D]`` (fp32) of ``nodes`` (sorted global ids) in eval mode."""
+        with precision_context(self.config.precision, self.device):
+            return self._embed(nodes).float()
+
+    def _embed(self, nodes: np.ndarray) -> torch.Tensor:
         self.model.eval()
         if self.config.mode == "full":
             x_NF = full_input(self.features_full, self.embedding)

@@ -31,6 +31,7 @@ from shardgnn.loader.link import LinkSamplingStage
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.partition.book import PartitionBook
+from shardgnn.precision import precision_context
 from shardgnn.sampling.distributed import DistNeighborSampler
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.seeding import mix_seed
@@ -191,13 +192,14 @@ class DistLinkSteps(DistSampledSteps):
             StageTimer(),
         )
         device = self.ctx.device
-        parts = [
-            self.model(
-                [MessageGraph.from_block(b, device) for b in batch.sample.blocks],
-                batch.x_SF.to(device),
-            )
-            for batch in fetcher
-        ]
+        with precision_context(self.config.precision, device):
+            parts = [
+                self.model(
+                    [MessageGraph.from_block(b, device) for b in batch.sample.blocks],
+                    batch.x_SF.to(device),
+                ).float()
+                for batch in fetcher
+            ]
         return torch.cat(parts)
 
     @torch.no_grad()

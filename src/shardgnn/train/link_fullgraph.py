@@ -27,6 +27,7 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.fullgraph.rows import RowGather
 from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
 from shardgnn.nn.link import link_loss
+from shardgnn.precision import precision_context
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
@@ -94,12 +95,13 @@ class DistFullLinkSteps(DistFullGraphSteps):
         num_pos = pos_orig_2P.shape[1]
         num_neg = neg_orig_PK.size
         with self._timed_step():
-            h_ND = self.model(self.layers, self.x)
-            h_UD = gather.gather(h_ND)
-            pos, neg = self.model.score_batch(
-                h_UD, pairs.src_P.to(device), pairs.dst_P.to(device), pairs.neg_PK.to(device)
-            )
-            loss_share = link_loss(pos, neg, link.loss, link.margin, num_pos, num_neg)
+            with precision_context(self.config.precision, device):
+                h_ND = self.model(self.layers, self.x).float()  # rows travel in fp32
+                h_UD = gather.gather(h_ND)
+                pos, neg = self.model.score_batch(
+                    h_UD, pairs.src_P.to(device), pairs.dst_P.to(device), pairs.neg_PK.to(device)
+                )
+                loss_share = link_loss(pos, neg, link.loss, link.margin, num_pos, num_neg)
             self._backward_and_step(loss_share)
         correct = int((pos > 0).sum()) + int((neg <= 0).sum())
         loss_total, correct_total = self.sum([float(loss_share.detach()), float(correct)])
@@ -112,7 +114,9 @@ class DistFullLinkSteps(DistFullGraphSteps):
         returns the same metrics)."""
         self.model.eval()
         pairs = self.eval_pairs[split]
-        h_UD = self.eval_gathers[split].gather(self.model(self.layers, self.x))
+        with precision_context(self.config.precision, self.ctx.device):
+            h_ND = self.model(self.layers, self.x).float()
+        h_UD = self.eval_gathers[split].gather(h_ND)
         pos, neg = score_pairs(self.model, h_UD, pairs)
         metrics = metrics_of_shares(self.main_comm, pos, neg, self.config.link.hits_at)
         self.last_metrics[split] = metrics

@@ -5,9 +5,7 @@ pipeline or the all-to-all one) is the caller's business, and that is what parit
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 import torch
@@ -15,122 +13,107 @@ from torch.nn import functional as F
 
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.precision import precision_context
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.embedding import EmbeddingTable
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.timing import StageTimer
-from shardgnn.train.epoch import EpochRun, EpochSums
-from shardgnn.train.progress import progress
+from shardgnn.train.epoch import EpochRun, EpochSums, StepResult, batch_epoch
 
-# What a training step computes from a batch: the loss to minimise, and how many of the batch's
-# predictions were right out of how many (node classification: its seeds; link prediction: its
-# positive and negative pairs).
-Objective = Callable[
-    [torch.nn.Module, list[MessageGraph], MiniBatch, torch.device], tuple[torch.Tensor, int, int]
-]
+
+class Outcome(NamedTuple):
+    """What a training objective computes from a batch."""
+
+    loss: torch.Tensor
+    """the loss to minimise"""
+    correct: int
+    count: int
+    """how many of the batch's predictions were right out of how many (node classification:
+    its seeds; link prediction: its positive and negative pairs)"""
+    computed: Mapping[int, torch.Tensor] | None = None
+    """with historical embeddings: the embeddings the forward pass computed at each historical
+    layer (``{layer: h_DF}``, detached: what owners push), else None"""
+
+
+Objective = Callable[[torch.nn.Module, list[MessageGraph], MiniBatch, torch.device], Outcome]
+"""What a training step computes from a batch: ``objective(module, graphs, batch, device)``."""
 
 
 def node_classification(
     module: torch.nn.Module, graphs: list[MessageGraph], batch: MiniBatch, device: torch.device
-) -> tuple[torch.Tensor, int, int]:
-    """Cross-entropy of the seeds' logits against their labels."""
+) -> Outcome:
+    """Cross-entropy of the seeds' logits (in fp32, whatever the autocast) against their labels;
+    a batch with historical embeddings passes them to the model, which returns what it computed
+    at their layers."""
     y = batch.y.to(device)
-    logits = module(graphs, batch.x_SF.to(device), **model_extras(batch, device))
+    x_SF = batch.x_SF.to(device)
+    computed = None
+    if batch.history:
+        logits, computed = module(graphs, x_SF, history=batch.model_history(device))
+    else:
+        logits = module(graphs, x_SF)
+    logits = logits.float()
     # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
     # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
     loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
-    return loss, int((logits.argmax(-1) == y).sum()), y.numel()
+    return Outcome(loss, int((logits.argmax(-1) == y).sum()), y.numel(), computed)
 
 
-def model_extras(batch: MiniBatch, device: torch.device) -> dict[str, Any]:
-    """The model's keyword arguments beyond graphs and features: a batch with historical
-    embeddings passes them, and collects what the forward pass computed at their layers."""
-    if not batch.history:
-        return {}
-    return {"history": batch.model_history(device), "computed": batch.computed}
-
-
-def train_batches(
+def minibatch_step(
     module: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    batches: Iterable[MiniBatch],
     *,
     device: torch.device,
     timer: StageTimer,
-    desc: str,
-    show_progress: bool,
     orig_ids: np.ndarray | None = None,
-    time_waits: bool = False,
-    sums: EpochSums | None = None,
-    stop_requested: Callable[[], bool] | None = None,
     objective: Objective = node_classification,
     embedding: EmbeddingTable | DistEmbeddingTable | None = None,
     history: HistoricalEmbeddings | None = None,
-) -> tuple[EpochSums, bool]:
-    """One optimiser step per batch; ``module`` may be a DDP wrapper (its backward all-reduces).
-    Returns the epoch's sums and whether it stopped early.
+    precision: str = "fp32",
+) -> Callable[[MiniBatch], StepResult]:
+    """The optimiser step over one :class:`MiniBatch` (the ``step`` of
+    :func:`~shardgnn.train.epoch.batch_epoch`); ``module`` may be a DDP wrapper (its backward
+    all-reduces).
 
     ``orig_ids`` maps global to original node ids for the dropout keys (None: global ids are
-    original). ``time_waits`` records the time spent waiting for each batch as stage ``wait``
-    (with a prefetch thread, what the pipeline failed to hide). ``sums`` continues an epoch
-    resumed part-way (``batches`` must then start after its ``sums.batches`` batches).
-    ``stop_requested`` is asked after every batch but the last (a collective in distributed runs:
-    every rank asks at the same batch); when it says yes the epoch ends there and the iterator of
-    ``batches`` is closed, which a :class:`~shardgnn.loader.prefetch.PrefetchIterator` does alike on
-    every rank. ``embedding``: learnable rows that end each batch's input rows (``x_SF[:, -D:]``);
+    original). ``embedding``: learnable rows that end each batch's input rows (``x_SF[:, -D:]``);
     after the optimiser step their gradient goes to the table's sparse optimiser (stage
     ``embed``; a sharded table's update is a collective, made by every rank once per batch).
-    ``history``: historical embeddings; after every step the owners push what it computed
-    (a collective, once per batch on every rank).
+    ``history``: historical embeddings; after every step the owners push what the objective's
+    forward pass computed (a collective, once per batch on every rank). ``precision``: ``bf16``
+    runs the objective (forward pass and loss) under bf16 autocast
+    (:func:`shardgnn.precision.precision_context`); the backward pass and the optimiser step run
+    outside it, on fp32 parameters.
     """
-    module.train()
-    sums = dataclasses.replace(sums) if sums is not None else EpochSums()
-    total = len(batches)  # type: ignore[arg-type]
-    iterator = iter(batches)
-    bar = progress(iterator, desc, show_progress, total=total)
-    stopped = False
-    waited = time.perf_counter()
-    try:
-        for i, batch in enumerate(bar):
-            if time_waits:
-                timer.add("wait", time.perf_counter() - waited)
-            with timer("compute"):
-                graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
-                optimizer.zero_grad(set_to_none=True)
-                if embedding is not None:
-                    batch.x_SF.requires_grad_(True)
-                loss, correct, count = objective(module, graphs, batch, device)
-                loss.backward()
-                optimizer.step()
+
+    def step(batch: MiniBatch) -> StepResult:
+        with timer("compute"):
+            graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
+            optimizer.zero_grad(set_to_none=True)
             if embedding is not None:
-                with timer("embed"):
-                    grad_SD = batch.x_SF.grad[:, -embedding.dim :]
-                    embedding.apply_gradients(batch.sample.input_nodes, grad_SD)
-            if history is not None:
-                with timer("historical"):
-                    blocks = batch.sample.blocks
-                    history.after_step(
-                        {
-                            layer: (blocks[layer - 1].dst_nodes_D.numpy(), batch.computed[layer])
-                            for layer in history.layers
-                        }
-                    )
-            sums.sampled_edges += batch.sample.num_sampled_edges
-            sums.loss_sum += loss.item() * count
-            sums.correct += correct
-            sums.count += count
-            sums.batches += 1
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            if stop_requested is not None and i + 1 < total and stop_requested():
-                stopped = True
-                break
-            waited = time.perf_counter()
-    except BaseException:
-        getattr(iterator, "abort", getattr(iterator, "close", lambda: None))()
-        raise
-    if stopped:
-        getattr(iterator, "close", lambda: None)()
-    return sums, stopped
+                batch.x_SF.requires_grad_(True)
+            with precision_context(precision, device):
+                outcome = objective(module, graphs, batch, device)
+            outcome.loss.backward()
+            optimizer.step()
+        if embedding is not None:
+            with timer("embed"):
+                grad_SD = batch.x_SF.grad[:, -embedding.dim :]
+                embedding.apply_gradients(batch.sample.input_nodes, grad_SD)
+        if history is not None:
+            with timer("historical"):
+                blocks = batch.sample.blocks
+                history.after_step(
+                    {
+                        layer: (blocks[layer - 1].dst_nodes_D.numpy(), outcome.computed[layer])
+                        for layer in history.layers
+                    }
+                )
+        return StepResult(
+            outcome.loss.item(), outcome.correct, outcome.count, batch.sample.num_sampled_edges
+        )
+
+    return step
 
 
 def train_epoch_batches(
@@ -139,42 +122,39 @@ def train_epoch_batches(
     stream: Iterable[MiniBatch],
     module: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
+    *,
+    timer: StageTimer,
+    time_waits: bool = False,
     **kwargs: Any,
 ) -> tuple[EpochSums, int] | None:
-    """Epoch ``run`` over ``stream``, the pipeline fed by ``batcher`` (a seed batcher with
-    ``set_epoch(epoch, start)``): from the batch a mid-epoch checkpoint reached, stopping early
-    when ``run.stop_requested`` says so (then ``None``, with this rank's sums in ``run.stopped``).
-    Returns this rank's sums and the edges sampled in this process (``kwargs``: the rest of
-    :func:`train_batches`' arguments)."""
-    done = run.resumed.batches if run.resumed is not None else 0
-    batcher.set_epoch(run.epoch, start=done)
-    run.total_batches = done + len(batcher)
-    sums, stopped = train_batches(
-        module,
-        optimizer,
-        stream,
-        desc=f"epoch {run.epoch + 1}",
-        show_progress=run.show_progress,
-        sums=run.resumed,
-        stop_requested=run.stop_requested,
-        **kwargs,
-    )
-    if stopped:
-        run.stopped = sums
+    """Epoch ``run`` of :func:`minibatch_step` s over ``stream``, the pipeline fed by ``batcher``
+    (:func:`~shardgnn.train.epoch.batch_epoch`; ``None`` when it stopped early). Returns this
+    rank's sums and the edges sampled in this process. ``time_waits`` records the time spent
+    waiting for each batch as stage ``wait`` (``kwargs``: the rest of :func:`minibatch_step`'s
+    arguments)."""
+    module.train()
+    step = minibatch_step(module, optimizer, timer=timer, **kwargs)
+    sums = batch_epoch(run, batcher, step, stream, wait_timer=timer if time_waits else None)
+    if sums is None:
         return None
-    return sums, sums.sampled_edges - (run.resumed.sampled_edges if done else 0)
+    return sums, sums.sampled_edges - (run.resumed.sampled_edges if run.resumed else 0)
 
 
 @torch.no_grad()
 def count_correct(
-    model: torch.nn.Module, batches: Iterable[MiniBatch], device: torch.device
+    model: torch.nn.Module,
+    batches: Iterable[MiniBatch],
+    device: torch.device,
+    precision: str = "fp32",
 ) -> tuple[int, int]:
-    """``(correct, count)`` of ``model``'s predictions over ``batches``' seeds."""
+    """``(correct, count)`` of ``model``'s predictions over ``batches``' seeds (``precision``:
+    as in :func:`minibatch_step`)."""
     model.eval()
     correct = count = 0
     for batch in batches:
         graphs = [MessageGraph.from_block(b, device) for b in batch.sample.blocks]
-        logits = model(graphs, batch.x_SF.to(device))
-        correct += int((logits.argmax(-1).cpu() == batch.y).sum())
+        with precision_context(precision, device):
+            logits = model(graphs, batch.x_SF.to(device))
+        correct += int((logits.argmax(-1) == batch.y.to(logits.device)).sum())
         count += batch.y.numel()
     return correct, count

@@ -1,10 +1,16 @@
-"""Partitioning a dataset for training with workers, one function per graph kind; each
-:class:`~shardgnn.train.recipes.Recipe` names the one its graph needs (``shardgnn train --workers
-N`` without ``--partitions`` calls it through the recipe)."""
+"""Partitioning a dataset: one function, :func:`partition_dataset`, for ``shardgnn partition``
+and for ``shardgnn train --workers N`` without ``--partitions``; the graph kind picks the
+partitioner from the registry (:func:`shardgnn.train.kinds.partition_for`), one per kind below.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import time
+import warnings
 from pathlib import Path
+from typing import Any
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import (
@@ -14,7 +20,71 @@ from shardgnn.graph.datasets import (
     load_temporal_dataset,
 )
 from shardgnn.partition.methods import PartitionConfig
-from shardgnn.train.config import TrainConfig
+from shardgnn.partition.metrics import PartitionMetrics
+from shardgnn.train.config import LinkConfig, TrainConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionJob:
+    """What to partition, where, and for whom.
+
+    Attributes:
+        dataset: the dataset spec, as given (messages name it so).
+        data_dir: where datasets are found.
+        config: the partitioner's settings (``num_parts``: the parts to write).
+        out: the partition directory to write.
+        link: ``shardgnn partition --task link``: the edge split made before partitioning (a
+            homogeneous graph's; the other kinds refuse it).
+        training: partitioning for ``shardgnn train --workers N``: its config, whose checks run
+            after the load (a worker per node at most, a trainable graph) and whose link split is
+            made first (``--task link``).
+        overwrite: replace an existing partition directory.
+        progress: progress bars on stderr (when it is a terminal).
+        report: say on stderr what is done, as ``shardgnn partition`` does (the graph loaded,
+            the link split, a missed METIS balance).
+    """
+
+    dataset: str
+    data_dir: str | None
+    config: PartitionConfig
+    out: Path
+    link: LinkConfig | None = None
+    training: TrainConfig | None = None
+    overwrite: bool = False
+    progress: bool = False
+    report: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Partitioned:
+    """What :func:`partition_dataset` wrote: the graph's name, the partition directory, the
+    partitioner's result, the metrics, the seconds spent writing, and (typed graphs) the
+    metrics per relation and node type (:func:`~shardgnn.partition.hetero.typed_metrics`)."""
+
+    name: str
+    pset: Any
+    result: Any
+    metrics: PartitionMetrics
+    write_s: float
+    typed: dict | None = None
+
+
+def partition_dataset(kind: str, job: PartitionJob) -> Partitioned:
+    """Partition ``job``'s dataset, a graph of kind ``kind``, with the partitioner the registry
+    names for that kind, and write the directory."""
+    from shardgnn.train.kinds import partition_for
+
+    return partition_for(kind)(job)
+
+
+def partition_for_training(
+    config: TrainConfig, kind: str, out: Path, workers: int, method: str
+) -> str:
+    """Partition ``config``'s dataset (a graph of kind ``kind``) for training on ``workers``
+    workers into ``out``; returns the graph's name."""
+    parts = PartitionConfig(num_parts=workers, method=method, seed=config.seed)
+    job = PartitionJob(config.dataset, config.data_dir, parts, out, training=config)
+    return partition_dataset(kind, job).name
 
 
 def check_worker_count(workers: int, num_nodes: int, name: str) -> None:
@@ -26,62 +96,128 @@ def check_worker_count(workers: int, num_nodes: int, name: str) -> None:
         )
 
 
-def _config(config: TrainConfig, workers: int, method: str) -> PartitionConfig:
-    return PartitionConfig(num_parts=workers, method=method, seed=config.seed)
+def _say(job: PartitionJob, line: str) -> None:
+    if job.report:
+        print(line, file=sys.stderr)
 
 
-def partition_homogeneous(config: TrainConfig, out: Path, workers: int, method: str) -> str:
+def partition_homogeneous(job: PartitionJob) -> Partitioned:
     """A homogeneous graph; for link prediction the held-out edges leave the graph first and
-    the split is stored with the parts. Returns the graph's name."""
+    the split is stored with the parts."""
     from shardgnn.partition.format import write_partitions
     from shardgnn.partition.methods import partition_graph
+    from shardgnn.partition.metrics import compute_metrics
 
-    graph = load_dataset(config.dataset, config.data_dir)
-    check_worker_count(workers, graph.num_nodes, graph.name)
-    split, dataset_fingerprint = None, None
-    if config.task == "link":
-        from shardgnn.train.link import check_link_trainable, split_for_partitioning
-
-        check_link_trainable(graph, config.embedding)
-        graph, split, dataset_fingerprint = split_for_partitioning(graph, config.link)
-    result = partition_graph(graph, _config(config, workers, method))
-    write_partitions(
-        graph,
-        result.assignment,
-        out,
-        method=result.method,
-        settings=result.settings,
-        dataset_spec=canonical_spec(config.dataset),
-        dataset_fingerprint=dataset_fingerprint,
-        link_split=split,
+    start = time.perf_counter()
+    graph = load_dataset(job.dataset, job.data_dir)
+    _say(
+        job,
+        f"loaded {graph.name}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges "
+        f"({time.perf_counter() - start:.1f} s)",
     )
-    return graph.name
+    link, split, dataset_fingerprint = job.link, None, None
+    if job.training is not None:
+        check_worker_count(job.config.num_parts, graph.num_nodes, graph.name)
+        if job.training.task == "link":
+            from shardgnn.train.link import check_link_trainable
+
+            check_link_trainable(graph, job.training.embedding)
+            link = job.training.link
+    if link is not None:
+        from shardgnn.train.link import split_for_partitioning
+
+        graph, split, dataset_fingerprint = split_for_partitioning(graph, link)
+        sizes = split.sizes()
+        _say(
+            job,
+            f"link split: {sizes['train_edges']:,} training / {sizes['val_edges']:,} "
+            f"validation / {sizes['test_edges']:,} test edges; partitioning the training "
+            "graph",
+        )
+    result = partition_graph(graph, job.config, progress=job.progress)
+    metrics = compute_metrics(graph, result.assignment, job.config.num_parts)
+    if job.report and job.config.method == "metis":
+        _warn_metis_balance(metrics, result.settings)
+    start = time.perf_counter()
+    pset = write_partitions(
+        graph, result.assignment, job.out, method=result.method, settings=result.settings,
+        overwrite=job.overwrite, num_parts=job.config.num_parts, metrics=metrics,
+        seconds=result.seconds, progress=job.progress, dataset_spec=canonical_spec(job.dataset),
+        dataset_fingerprint=dataset_fingerprint, link_split=split,
+    )  # fmt: skip
+    return Partitioned(graph.name, pset, result, metrics, time.perf_counter() - start)
 
 
-def partition_typed(config: TrainConfig, out: Path, workers: int, method: str) -> str:
-    """A typed graph: every relation reversed, every node type balanced. Returns its name."""
-    from shardgnn.partition.hetero import partition_for_training
+def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:
+    limit = 1.0 + 2.0 * float(settings["imbalance"])
+    over = [
+        f"{key} {getattr(metrics, 'balance_' + key):.3f}"
+        for key in settings["balance"]
+        if getattr(metrics, "balance_" + key) is not None
+        and getattr(metrics, "balance_" + key) > limit
+    ]
+    if over:
+        warnings.warn(
+            f"METIS missed its balance target (imbalance {settings['imbalance']}): "
+            f"{', '.join(over)} (max/mean); try another --seed, a larger --imbalance or fewer "
+            "--balance constraints",
+            stacklevel=2,
+        )
+
+
+def partition_typed(job: PartitionJob) -> Partitioned:
+    """A typed graph: every relation reversed, every node type balanced; quality by relation
+    and node type too."""
+    from shardgnn.partition.hetero import partition_for_training as write_typed
     from shardgnn.sampling.typed import relation_fanouts
     from shardgnn.train.relational import check_node_trainable, message_relations
 
-    typed = load_hetero_dataset(config.dataset, config.data_dir)
-    check_worker_count(workers, typed.num_nodes, typed.name)
-    check_node_trainable(typed)
-    # unknown relation names fail before the partitioning, not in the workers
-    relation_fanouts(message_relations(typed), config.sampler.relation_layers())
-    partition_for_training(
-        typed, _config(config, workers, method), out, dataset_spec=canonical_spec(config.dataset)
+    if job.link is not None:
+        raise ConfigError(
+            f"{job.dataset} is a typed graph: it is partitioned for node classification "
+            "(relational link prediction trains in one process); drop --task link"
+        )
+    start = time.perf_counter()
+    typed = load_hetero_dataset(job.dataset, job.data_dir)
+    _say(
+        job,
+        f"loaded {typed.name}: {typed.num_nodes:,} nodes of {len(typed.node_types)} types, "
+        f"{typed.num_edges:,} edges of {typed.num_relations} relations "
+        f"({time.perf_counter() - start:.1f} s); partitioning it with every relation "
+        "reversed",
     )
-    return typed.name
+    if job.training is not None:
+        check_worker_count(job.config.num_parts, typed.num_nodes, typed.name)
+        check_node_trainable(typed)
+        # unknown relation names fail before the partitioning, not in the workers
+        relation_fanouts(message_relations(typed), job.training.sampler.relation_layers())
+    start = time.perf_counter()
+    written, result, pset = write_typed(
+        typed, job.config, job.out, overwrite=job.overwrite,
+        dataset_spec=canonical_spec(job.dataset), num_parts=job.config.num_parts,
+        progress=job.progress,
+    )  # fmt: skip
+    write_s = time.perf_counter() - start - result.seconds
+    by_type = pset.meta["hetero"]["metrics"]  # written with the parts
+    return Partitioned(written.name, pset, result, pset.metrics, write_s, by_type)
 
 
-def partition_temporal(config: TrainConfig, out: Path, workers: int, method: str) -> str:
-    """A temporal graph: its nodes partitioned, the event stream stored with the parts."""
+def partition_temporal(job: PartitionJob) -> Partitioned:
+    """A temporal graph: its T-CSR cut like a static graph, the event stream written beside."""
     from shardgnn.partition.temporal import partition_temporal as write_temporal
 
-    events = load_temporal_dataset(config.dataset, config.data_dir)
-    check_worker_count(workers, events.num_nodes, events.name)
-    write_temporal(
-        events, _config(config, workers, method), out, dataset_spec=canonical_spec(config.dataset)
-    )
-    return events.name
+    if job.link is not None:
+        raise ConfigError(
+            f"{job.dataset} is a temporal graph: its split is chronological (made by the "
+            "trainer from --link-val/--link-test); drop --task link"
+        )
+    events = load_temporal_dataset(job.dataset, job.data_dir)
+    _say(job, f"loaded {events.name}: {events.num_nodes:,} nodes, {events.num_events:,} events")
+    if job.training is not None:
+        check_worker_count(job.config.num_parts, events.num_nodes, events.name)
+    start = time.perf_counter()
+    result, metrics, pset = write_temporal(
+        events, job.config, job.out, progress=job.progress, overwrite=job.overwrite,
+        dataset_spec=canonical_spec(job.dataset),
+    )  # fmt: skip
+    return Partitioned(events.name, pset, result, metrics, time.perf_counter() - start)

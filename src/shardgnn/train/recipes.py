@@ -2,15 +2,18 @@
 
 A kind of training is (graph kind: homogeneous, typed, temporal) x (task) x (mode) x (the models
 it trains). Its :class:`Recipe` knows the steps that train it in one process and with workers,
-how its graph is partitioned for training, the settings it reads (a flag given explicitly that
-it does not read is refused, :func:`refuse_unread`) and the defaults it trains best with (applied
-to the settings the user did not give, :func:`recipe_defaults`).
+the settings it reads (a flag given explicitly that it does not read is refused,
+:func:`refuse_unread`) and the defaults it trains best with (applied to the settings the user did
+not give, :func:`recipe_defaults`).
 
 Every place that used to decide the kind asks :func:`select`: one-process training
 (:func:`shardgnn.train.single.run_training`), a worker
-(:func:`shardgnn.train.worker.train_with_context`), and ``shardgnn train``'s partitioning on the
-fly and its checks of a partition directory. (``shardgnn partition`` still branches on the graph
-kind itself, and ``shardgnn infer`` on the model: the next steps of this registry.)
+(:func:`shardgnn.train.worker.train_with_context`), and ``shardgnn train``'s checks of a partition
+directory. :func:`select` is also the one place that checks a config against the kind of graph
+its dataset names (:func:`~shardgnn.train.kinds.check_dataset_kind`).
+
+What depends on the graph kind alone, whatever trains on it (its checks, its partitioning, its
+inference), is one entry of :data:`shardgnn.train.kinds.KINDS`.
 
 Adding a kind of training: write its steps (a :class:`~shardgnn.train.loop.Steps`), then one
 :class:`Recipe` line in :data:`RECIPES` naming them, its graph kind, task, modes and models, and
@@ -20,7 +23,6 @@ the settings it reads.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -29,8 +31,8 @@ from shardgnn.graph.datasets import DatasetTraits, dataset_traits
 from shardgnn.nn.config import RELATIONAL_MODELS, SNAPSHOT_MODELS, TEMPORAL_MODELS, ModelConfig
 from shardgnn.options import flag_for
 from shardgnn.train.config import TrainConfig
+from shardgnn.train.kinds import check_dataset_kind, load_target
 
-GRAPH_KINDS = ("homogeneous", "typed", "temporal")
 HOMOGENEOUS_MODELS = ("sage", "gcn", "gat")
 _STREAM_MODELS = tuple(m for m in TEMPORAL_MODELS if m not in SNAPSHOT_MODELS)
 DEFAULT_EMBEDDING_DIM = 64
@@ -48,13 +50,12 @@ class Recipe:
 
     Attributes:
         name: how messages and results name it (``node``, ``kg-link``, ...).
-        graph: the graph kind it trains on (:data:`GRAPH_KINDS`).
+        graph: the graph kind it trains on (:data:`~shardgnn.train.kinds.GRAPH_KINDS`).
         task: ``node`` or ``link``.
         modes: the ``--mode`` values it trains in.
         models: the ``--model`` values it trains; the first is its default.
         local: ``module:Class`` of its one-process steps.
         distributed: ``module:Class`` of its steps on workers, or ``None`` (one process only).
-        partition: ``module:function`` that partitions its graph for training with workers.
         defaults: setting (dotted field path) -> the value this kind trains best with, used when
             the setting is not given.
         description: what it trains, in the words of messages.
@@ -68,7 +69,6 @@ class Recipe:
     local: str
     distributed: str | None
     description: str
-    partition: str = "shardgnn.train.partitioning:partition_homogeneous"
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     reads: frozenset[str] = frozenset()
     """settings its steps read in one process, beyond :data:`COMMON_SETTINGS`"""
@@ -107,26 +107,16 @@ class Recipe:
         """The steps that train ``config``: in this process (``ctx`` None, on ``graph`` when
         given), or this rank's share of a job ``ctx`` has joined."""
         if ctx is None:
-            return _load(self.local)(config, graph)
+            return load_target(self.local)(config, graph)
         if self.distributed is None:
             raise ConfigError(f"{self.description} trains in one process so far: drop --workers")
-        return _load(self.distributed)(config, ctx)
+        return load_target(self.distributed)(config, ctx)
 
     def train(self, config: TrainConfig, *, graph: Any = None, ctx: Any = None) -> dict[str, Any]:
         """Train ``config`` with this recipe's steps in the shared loop; return the results."""
         from shardgnn.train.loop import TrainingLoop
 
         return TrainingLoop(config, self.steps(config, graph=graph, ctx=ctx), self.name).run()
-
-    def partition_for_training(self, config: TrainConfig, out, workers: int, method: str) -> str:
-        """Partition ``config``'s dataset for training on ``workers`` workers into ``out``;
-        returns the graph's name."""
-        return _load(self.partition)(config, out, workers, method)
-
-
-def _load(target: str) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def _settings(*names: str) -> frozenset[str]:
@@ -154,7 +144,7 @@ _ROWS = _settings(
     "embedding.dim", "embedding.optimizer", "embedding.lr", "embedding.storage",
     "embedding.directory",
 )  # fmt: skip
-_WORKERS = _settings("run.timeout", "run.log_dir", "run.stop_grace")
+_WORKERS = _settings("run.timeout", "run.log_dir", "run.stop_grace", "run.backend")
 _DIST_SAMPLED = _WORKERS | _settings(
     "embedding.staleness", "run.overlap", "run.host_sharing", "fetch_bits", "error_feedback",
     "cache.policy", "cache.size", "cache.lookahead", "feature_storage",
@@ -166,6 +156,10 @@ _CLUSTER_HISTORICAL = _settings(
 _DIST_FULL = _WORKERS | _settings(
     "full.spmm", "full.replication", "full.bits", "full.staleness", "error_feedback"
 )
+_PRECISION = _settings("precision")
+# the GPU pipeline of single-process node classification (loader/device.py)
+_GPU = _settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy")
+"""bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
 _GAT = {"gat": _settings("model.heads")}
 _TYPED_SAMPLED = _settings(
     "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
@@ -201,33 +195,34 @@ RECIPES: tuple[Recipe, ...] = (
         "node", "homogeneous", "node", ("minibatch",), HOMOGENEOUS_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.distributed:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
-        reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"},
+        reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"} | _PRECISION | _GPU,
         worker_reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"} | _DIST_SAMPLED
-        | _CLUSTER_HISTORICAL,
+        | _CLUSTER_HISTORICAL | _PRECISION,
         model_reads=_GAT,
     ),
     Recipe(
         "node-full", "homogeneous", "node", ("full",), HOMOGENEOUS_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.fullgraph:DistFullNodeSteps",
         "full-graph node classification",
-        reads=_MODEL | _ROWS | {"feature_norm"},
-        worker_reads=_MODEL | {"feature_norm"} | _DIST_FULL,
+        reads=_MODEL | _ROWS | {"feature_norm"} | _PRECISION,
+        worker_reads=_MODEL | {"feature_norm"} | _DIST_FULL | _PRECISION,
         model_reads=_GAT,
     ),
     Recipe(
         "link", "homogeneous", "link", ("minibatch",), HOMOGENEOUS_MODELS,
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_distributed:DistLinkSteps",
         "link prediction on sampled mini-batches",
-        reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"},
-        worker_reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"} | _DIST_SAMPLED,
+        reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"} | _PRECISION,
+        worker_reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"} | _DIST_SAMPLED
+        | _PRECISION,
         model_reads=_GAT,
     ),
     Recipe(
         "link-full", "homogeneous", "link", ("full",), HOMOGENEOUS_MODELS,
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_fullgraph:DistFullLinkSteps",
         "full-graph link prediction (GAE)",
-        reads=_MODEL | _LINK | _ROWS | {"feature_norm"},
-        worker_reads=_MODEL | _LINK | {"feature_norm"} | _DIST_FULL,
+        reads=_MODEL | _LINK | _ROWS | {"feature_norm"} | _PRECISION,
+        worker_reads=_MODEL | _LINK | {"feature_norm"} | _DIST_FULL | _PRECISION,
         model_reads=_GAT,
     ),
     Recipe(
@@ -235,7 +230,6 @@ RECIPES: tuple[Recipe, ...] = (
         "shardgnn.train.relational:RelationalNodeSteps",
         "shardgnn.train.relational_distributed:DistRelationalNodeSteps",
         "node classification on a typed graph",
-        partition="shardgnn.train.partitioning:partition_typed",
         reads=_MODEL,
         worker_reads=_MODEL | _TYPED_SAMPLED | _WORKERS | _settings(
             "eval_batch_size", "eval_fanouts", "embedding.storage", "embedding.directory",
@@ -250,7 +244,6 @@ RECIPES: tuple[Recipe, ...] = (
         "kg-link", "typed", "link", ("full", "minibatch"), ("rgcn",),
         "shardgnn.train.relational:RelationalLinkSteps", None,
         "knowledge-graph link prediction (R-GCN + DistMult)",
-        partition="shardgnn.train.partitioning:partition_typed",
         defaults=_KG_DEFAULTS,
         reads=_MODEL - {"model.input_dropout"} | _settings(
             "batch_size", "link.loss", "link.out_dim"
@@ -262,7 +255,6 @@ RECIPES: tuple[Recipe, ...] = (
         "shardgnn.train.temporal:TemporalLinkSteps",
         "shardgnn.train.temporal_distributed:DistTemporalLinkSteps",
         "temporal link prediction (TGN, JODIE, TGAT)",
-        partition="shardgnn.train.partitioning:partition_temporal",
         reads=_TEMPORAL,
         worker_reads=_TEMPORAL | _WORKERS,
         # tgn draws the most recent events in one process (--temporal-sampling is read by the
@@ -274,7 +266,6 @@ RECIPES: tuple[Recipe, ...] = (
         "snapshot-link", "temporal", "link", ("minibatch",), SNAPSHOT_MODELS,
         "shardgnn.train.snapshot:SnapshotLinkSteps", None,
         "link prediction on snapshots (T-GCN)",
-        partition="shardgnn.train.partitioning:partition_temporal",
         reads=_settings(
             "model.dropout", "link.val", "link.test", "link.split_seed", "link.out_dim",
             "temporal.snapshots", "temporal.snapshot_window", "run.overlap",
@@ -291,12 +282,19 @@ def recipe_named(name: str) -> Recipe:
     raise KeyError(name)
 
 
+class NoRecipeError(ConfigError):
+    """No recipe trains a config on a graph of the kind given (the config fits its dataset)."""
+
+
 def select(config: TrainConfig, graph: str) -> Recipe:
-    """The recipe that trains ``config`` on a graph of kind ``graph``.
+    """The recipe that trains ``config`` on a graph of kind ``graph``, after the checks of the
+    kind its dataset names (:func:`check_dataset_kind`).
 
     Raises:
-        ConfigError: no recipe trains that combination; the message says what does.
+        ConfigError: the config does not fit its dataset.
+        NoRecipeError: no recipe trains that combination; the message says what does.
     """
+    check_dataset_kind(config)
     for recipe in RECIPES:
         if recipe.trains(graph, config):
             return recipe
@@ -305,7 +303,7 @@ def select(config: TrainConfig, graph: str) -> Recipe:
         f"{r.description}: --task {r.task} --mode {'|'.join(r.modes)} --model {'|'.join(r.models)}"
         for r in kinds
     )
-    raise ConfigError(
+    raise NoRecipeError(
         f"nothing trains --task {config.task} --mode {config.mode} --model {config.model.model} "
         f"on a {graph} graph; it trains {offered}"
     )

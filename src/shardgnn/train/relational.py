@@ -40,7 +40,7 @@ from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
-from shardgnn.train.epoch import EpochRun, batch_epoch
+from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.linkmetrics import filtered_ranks, rank_metrics
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.setup import resolve_device
@@ -361,7 +361,8 @@ class RelationalNodeSteps(_TypedGraphSteps):
         self.model.train()
         num_relations = self.sample_graph.num_relations
 
-        def step(index: int, seeds: torch.Tensor) -> tuple[float, int, int, int]:
+        def step(batch: tuple[int, torch.Tensor]) -> StepResult:
+            index, seeds = batch
             with self.timer("sample"):
                 seed = mix_seed(self.config.seed, run.epoch, index)
                 sample = self.sampler.sample(seeds, seed=seed)
@@ -382,7 +383,7 @@ class RelationalNodeSteps(_TypedGraphSteps):
                 self.optimizer.step()
             self.sampled_edges += sample.num_sampled_edges
             correct = int((logits.argmax(1) == y).sum())
-            return loss.item(), correct, len(seeds), sample.num_sampled_edges
+            return StepResult(loss.item(), correct, len(seeds), sample.num_sampled_edges)
 
         sums = batch_epoch(run, self.batches, step)
         if sums is None:

@@ -43,7 +43,7 @@ from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.distributed import DistSteps, partition_dataset_record
-from shardgnn.train.epoch import EpochRun, batch_epoch
+from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import EMBEDDING_STREAM
 
@@ -237,7 +237,8 @@ class DistRelationalNodeSteps(DistSteps):
         config, ctx = self.config, self.ctx
         self.ddp.train()
 
-        def step(index: int, seeds: torch.Tensor) -> tuple[float, int, int, int]:
+        def step(batch: tuple[int, torch.Tensor]) -> StepResult:
+            index, seeds = batch
             with self.timer("sample"):
                 seed = mix_seed(config.seed, ctx.rank, run.epoch, index)
                 sample = self.sampler.sample(seeds, seed)
@@ -258,7 +259,7 @@ class DistRelationalNodeSteps(DistSteps):
             self._count_traffic(sample)
             self.sampled_edges += sample.num_sampled_edges
             correct = int((logits.argmax(1) == y).sum())
-            return loss.item(), correct, int(y.shape[0]), sample.num_sampled_edges
+            return StepResult(loss.item(), correct, int(y.shape[0]), sample.num_sampled_edges)
 
         # every rank runs the same number of batches (DistSeedBatcher), so the stop agreement
         # and the collectives inside a step line up

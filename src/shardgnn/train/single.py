@@ -23,9 +23,12 @@ from shardgnn.graph.datasets import canonical_spec, dataset_traits, load_dataset
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.loader.device import Staged, device_pipeline
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
+from shardgnn.options import changed_settings
+from shardgnn.precision import precision_context
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.embedding import input_store
 from shardgnn.store.feature import LocalFeatureStore
@@ -68,6 +71,28 @@ def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
         )
 
 
+def gpu_sampling(config: TrainConfig, device: torch.device) -> bool:
+    """Whether mini-batches are sampled and gathered on the GPU (``--sampler-device``); the GPU
+    pipeline's settings given without a GPU to apply to are refused."""
+    given = changed_settings(config.gpu)
+    if device.type != "cuda":
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to training on a "
+                f"GPU (--device cuda); this run trains on {device}: drop "
+                f"{'them' if len(given) > 1 else 'it'}"
+            )
+        return False
+    if config.embedding.enabled:
+        if config.gpu.sampler_device == "gpu":
+            raise ConfigError(
+                "--sampler-device gpu: learnable rows (--embedding-dim) stay in host memory and "
+                "are gathered on the CPU; use --sampler-device cpu (or auto)"
+            )
+        return False
+    return config.gpu.sampler_device != "cpu"
+
+
 def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
     return float((logits.argmax(-1) == y).float().mean()) if y.numel() else float("nan")
 
@@ -106,23 +131,48 @@ class LocalSteps(Steps):
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
             self.features_full = full_features(self.x, self.device)
+            # the labels beside the logits: indexed by split ids on the device
+            self.y_full = self.y.to(self.device)
             return
-        features = input_store(
-            None if self.x is None else LocalFeatureStore(self.x), self.embedding
-        )
-        labels = LocalFeatureStore(self.y)
-        sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
+        batch_size = config.node_batch_size(len(g.train_idx))
+        # On a GPU: sampled and gathered there (device_pipeline), or made on the CPU and staged.
+        self.pipeline = None
+        if gpu_sampling(config, self.device):
+            self.pipeline = device_pipeline(
+                g.indptr,
+                g.indices,
+                self.x,
+                self.y,
+                g.train_idx,
+                device=self.device,
+                config=config.gpu,
+                sampler_config=config.sampler,
+                eval_sampler_config=eval_sampler_config(config),
+                batch_size=batch_size,
+                seed=config.seed,
+            )
+            features, labels = self.pipeline.features, self.pipeline.labels
+            sampler, eval_sampler = self.pipeline.sampler, self.pipeline.eval_sampler
+        else:
+            features = input_store(
+                None if self.x is None else LocalFeatureStore(self.x), self.embedding
+            )
+            labels = LocalFeatureStore(self.y)
+            sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
+            eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
         self.train_loader = MiniBatchLoader(
             g.train_idx,
             sampler,
             features,
             labels,
-            batch_size=config.node_batch_size(len(g.train_idx)),
+            batch_size=batch_size,
             shuffle=True,
             seed=config.seed,
             timer=self.timer,
         )
-        eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
+        self.train_stream = self.train_loader
+        if self.device.type == "cuda" and self.pipeline is None:
+            self.train_stream = Staged(self.train_loader, self.device, self.timer)
         # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
         self.layerwise = None
         if config.layerwise_eval:
@@ -151,12 +201,13 @@ class LocalSteps(Steps):
         trained = train_epoch_batches(
             run,
             self.train_loader,
-            self.train_loader,
+            self.train_stream,
             self.model,
             self.optimizer,
             device=self.device,
             timer=self.timer,
             embedding=self.embedding,
+            precision=self.config.precision,
         )
         if trained is None:
             return None
@@ -170,31 +221,34 @@ class LocalSteps(Steps):
         with self.timer("compute"):
             self.optimizer.zero_grad(set_to_none=True)
             x_NF = full_input(self.features_full, self.embedding, requires_grad=True)
-            logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
-            loss = F.cross_entropy(logits[train_idx], self.y[train_idx].to(self.device))
+            with precision_context(self.config.precision, self.device):
+                logits = self.model([self.full_graph] * self.model.num_layers, x_NF).float()
+                loss = F.cross_entropy(logits[train_idx], self.y_full[train_idx])
             loss.backward()
             self.optimizer.step()
         step_rows(self.embedding, x_NF, self.timer)
-        return loss.item(), accuracy(logits[train_idx].detach(), self.y[train_idx].to(self.device))
+        return loss.item(), accuracy(logits[train_idx].detach(), self.y_full[train_idx])
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
         if self.config.mode == "full":
             self.model.eval()
             x_NF = full_input(self.features_full, self.embedding)
-            logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
+            with precision_context(self.config.precision, self.device):
+                logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
             idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
-            return accuracy(logits[idx], self.y[idx].to(self.device))
+            return accuracy(logits[idx], self.y_full[idx])
         if self.layerwise is not None:
             if self.embedding is not None:
                 rows = self.embedding.weight.cpu().numpy()
                 self.layerwise.shard.x = rows if self.x is None else np.hstack([self.x, rows])
-            return layerwise_accuracies(
-                self.layerwise, self.model, (split,), lambda values: values
-            )[split]
+            with precision_context(self.config.precision, self.device):
+                return layerwise_accuracies(
+                    self.layerwise, self.model, (split,), lambda values: values
+                )[split]
         loader = self.eval_loaders[split]
         loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
-        correct, count = count_correct(self.model, loader, self.device)
+        correct, count = count_correct(self.model, loader, self.device, self.config.precision)
         return correct / max(count, 1)
 
     def dataset_info(self) -> dict[str, Any]:
@@ -204,9 +258,12 @@ class LocalSteps(Steps):
         if self.config.mode == "full":
             return {}
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        return {
+        extra = {
             "sampled_edges_per_s": (self.sampled_edges / sample_time) if sample_time > 0 else None
         }
+        if self.pipeline is not None:
+            extra["gpu_pipeline"] = self.pipeline.stats()
+        return extra
 
 
 def run_training(

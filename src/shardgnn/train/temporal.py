@@ -38,7 +38,7 @@ from shardgnn.sampling.temporal import TemporalNeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
-from shardgnn.train.epoch import EpochRun, batch_epoch
+from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.linkmetrics import auc, average_precision
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.setup import resolve_device
@@ -311,7 +311,7 @@ class TemporalLinkSteps(Steps):
         own_rows = torch.from_numpy(np.searchsorted(seeds, own)).to(dev)
         return z, (torch.from_numpy(own).to(dev), memory_BM[own_rows], last_B[own_rows])
 
-    def _train_step(self, epoch: int, index: int, lo: int, hi: int) -> tuple[float, int, int, int]:
+    def _train_step(self, epoch: int, index: int, lo: int, hi: int) -> StepResult:
         model = self.model
         a, b = self._share(lo, hi)
         before = self.sampled_events
@@ -339,7 +339,7 @@ class TemporalLinkSteps(Steps):
         # the epoch's loss averages per pair: this share's pairs' mean (its loss is their sum
         # over the global batch's count)
         share_mean = loss.item() * (hi - lo) / max(b - a, 1)
-        return share_mean, correct, 2 * (b - a), self.sampled_events - before
+        return StepResult(share_mean, correct, 2 * (b - a), self.sampled_events - before)
 
     # ------------------------------------------------------------------ training
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
@@ -347,7 +347,8 @@ class TemporalLinkSteps(Steps):
         if run.resumed is None and self.model.memory is not None:
             self.model.memory.reset()
         self._restart_stream()
-        sums = batch_epoch(run, self.batches, lambda i, span: self._train_step(run.epoch, i, *span))
+        step = lambda batch: self._train_step(run.epoch, batch[0], *batch[1])  # noqa: E731
+        sums = batch_epoch(run, self.batches, step)
         if sums is None:
             return None
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])

@@ -189,6 +189,7 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         return events[torch.argsort(events[:, 3], stable=True)]
 
     def _observe(self, events: torch.Tensor) -> torch.Tensor:
+        events = events.to(self.device)  # arrived on the host; the memory's buffers may not be
         return self.model.memory.observe(
             events[:, 0], events[:, 1], events[:, 2].contiguous().view(torch.float64), events[:, 3]
         )
@@ -224,7 +225,7 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
     def _sync_gradients(self) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
         flat = torch.cat(
-            [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel()) for p in params]
+            [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in params]
         )
         self.main_comm.all_reduce(flat, "grad")
         offset = 0

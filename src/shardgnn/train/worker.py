@@ -32,7 +32,9 @@ def run_worker(config: TrainConfig) -> dict[str, Any] | None:
     Returns the results on rank 0 (also written to ``config.results`` and summarised on stdout),
     ``None`` on the other ranks.
     """
-    ctx = init_distributed(device=config.device, timeout_s=config.run.timeout)
+    ctx = init_distributed(
+        device=config.device, backend=config.run.backend, timeout_s=config.run.timeout
+    )
     try:
         results = train_with_context(config, ctx)
         if not ctx.is_main:

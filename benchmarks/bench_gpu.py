@@ -1,0 +1,410 @@
+"""The GPU pipeline against the CPU path and its floor, on one GPU machine, in one run.
+
+Sections (each writes its numbers to ``--out`` as soon as it has them; a section that would run
+past ``--deadline`` seconds is skipped and says so):
+
+* ``ceilings`` — the device's measured copy bandwidth and fp32 GEMM rate (the floor's rates);
+* ``epoch`` — GraphSAGE (3 layers, hidden 256, fanouts 15,10,5, batch 1024) on the peers graph
+  (``benchmarks/peers/gen_graph.py``, 1M nodes / ~19M edges, 128 features): the GPU pipeline
+  (GPU sampling, rows on the GPU), the staged CPU sampler, two-tier rows (``--gpu-feature-memory
+  20%``), bf16, and the CPU path on the machine's cores (over ``--cpu-batches`` batches, per
+  batch, scaled to the epoch's batch count); epoch 2 of each; the epoch's floor (bytes moved over
+  bandwidth, FLOPs over the GEMM rate, from the sampled blocks' sizes);
+* ``busy`` — share of one GPU epoch's wall time with a kernel running (torch profiler);
+* ``sampler`` — sampled edges per second: the GPU sampler against the numba kernels on every core;
+* ``fullgraph`` — a full-graph GCN step (2 layers, hidden 256) against PyG's ``GCNConv``;
+* ``accuracy`` — CPU and GPU, fp32 and bf16, 3 seeds, on a learnable synthetic graph;
+* ``big`` — the GPU epoch on a 2.4M-node / 62M-edge synthetic graph (ogbn-products' size).
+
+    python benchmarks/bench_gpu.py --out $OUT/gpu.json --md $OUT/gpu.md
+    python benchmarks/bench_gpu.py --device cpu --nodes 20000 --edges 200000 --smoke  # no GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
+from gen_graph import make_graph  # noqa: E402
+
+from machine import machine_info  # noqa: E402
+from shardgnn.atomic import atomic_open, save_json  # noqa: E402
+from shardgnn.graph.csr import Graph, csr_from_edges  # noqa: E402
+from shardgnn.graph.synthetic import SyntheticConfig, generate  # noqa: E402
+from shardgnn.loader.config import DeviceConfig  # noqa: E402
+from shardgnn.nn.config import ModelConfig  # noqa: E402
+from shardgnn.nn.message_graph import MessageGraph  # noqa: E402
+from shardgnn.nn.models import build_model  # noqa: E402
+from shardgnn.sampling.config import SamplerConfig  # noqa: E402
+from shardgnn.sampling.device import DeviceNeighborSampler  # noqa: E402
+from shardgnn.sampling.neighbor import NeighborSampler  # noqa: E402
+from shardgnn.seeding import mix_seed  # noqa: E402
+from shardgnn.train.config import OptimConfig, TrainConfig  # noqa: E402
+from shardgnn.train.progress import format_table  # noqa: E402
+from shardgnn.train.single import run_training  # noqa: E402
+
+FANOUTS = (15, 10, 5)
+HIDDEN = 256
+BATCH = 1024
+START = time.perf_counter()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--edges", type=int, default=20_000_000)
+    p.add_argument("--feat", type=int, default=128)
+    p.add_argument("--classes", type=int, default=40)
+    p.add_argument("--big-nodes", type=int, default=2_400_000)
+    p.add_argument("--big-edges", type=int, default=62_000_000)
+    p.add_argument("--big-feat", type=int, default=100)
+    p.add_argument("--cpu-batches", type=int, default=12)
+    p.add_argument("--accuracy-nodes", type=int, default=100_000)
+    p.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole run")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script runs")
+    p.add_argument("--out", default="benchmarks/out/gpu.json")
+    p.add_argument("--md", default="benchmarks/out/gpu.md")
+    return p.parse_args(argv)
+
+
+def elapsed() -> float:
+    return time.perf_counter() - START
+
+
+def peers_graph(nodes: int, edges: int, feat: int, classes: int, seed: int = 0) -> Graph:
+    """The peers benchmark graph (gen_graph.py's arrays), as a shardgnn graph."""
+    src, dst = make_graph(nodes, edges, "powerlaw", 0.8, seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.standard_normal((nodes, feat), dtype=np.float32)
+    y = rng.integers(0, classes, nodes, dtype=np.int64)
+    perm = rng.permutation(nodes)
+    train, val = np.sort(perm[: nodes // 10]), np.sort(perm[nodes // 10 : nodes // 10 + 4096])
+    indptr, indices = csr_from_edges(src, dst, nodes)[:2]
+    return Graph(
+        indptr=indptr, indices=indices, x=x, y=y, train_idx=train, val_idx=val,
+        test_idx=val, num_classes=classes, name=f"peers-{nodes}",
+    )  # fmt: skip
+
+
+def big_graph(args: argparse.Namespace) -> Graph:
+    """The ogbn-products-sized graph from the built-in generator (gen_graph.py's numpy code took
+    over 150 s for it on the H200 machine); 10% training nodes, validation cut to 4096."""
+    graph = generate(
+        SyntheticConfig(
+            nodes=args.big_nodes,
+            degree=args.big_edges / args.big_nodes,
+            features=args.big_feat,
+            classes=47,
+        )
+    )
+    return dataclasses.replace(graph, val_idx=graph.val_idx[:4096], test_idx=graph.val_idx[:4096])
+
+
+def train_config(device: str, epochs: int = 2, **kwargs) -> TrainConfig:
+    config = TrainConfig(
+        dataset="synthetic", device=device, sampler=SamplerConfig(fanouts=FANOUTS),
+        model=ModelConfig(model="sage", hidden=HIDDEN, dropout=0.0),
+        optim=OptimConfig(epochs=epochs, lr=1e-3), batch_size=BATCH, eval_batch_size=4096,
+        **kwargs,
+    )  # fmt: skip
+    config.progress = False
+    return config
+
+
+def epoch_run(graph: Graph, device: str, **kwargs) -> dict:
+    """Two epochs; epoch 2's time and stages (epoch 1 holds compilation and first touches)."""
+    result = run_training(train_config(device, **kwargs), graph=graph)
+    last = result["epochs"][-1]
+    batches = -(-len(graph.train_idx) // BATCH)
+    return {
+        "epoch_s": last["time_s"],
+        "per_batch_s": last["time_s"] / batches,
+        "stages": last["stages"],
+        "val_acc": last["val_acc"],
+        "gpu_pipeline": result.get("gpu_pipeline"),
+    }
+
+
+def ceilings(device: torch.device) -> dict:
+    """Measured device-to-device copy bandwidth (read + write) and fp32 GEMM rate."""
+    if device.type != "cuda":
+        return {}
+    a = torch.empty(512 * 2**20, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    m = torch.randn(8192, 8192, device=device)
+    out = {}
+    for name, fn, work in (
+        ("copy_GBps", lambda: b.copy_(a), 2 * a.numel() / 1e9),
+        ("fp32_gemm_TFLOPs", lambda: m @ m, 2 * 8192**3 / 1e12),
+    ):
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(10):
+            start = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        out[name] = work / statistics.median(times)
+    return out
+
+
+def floor_per_batch(graph: Graph, device: torch.device, rates: dict, batches: int = 5) -> dict:
+    """The least time one batch could take: bytes it must move (input rows read, each layer's
+    neighbour rows gathered and outputs written, forward and backward ~3x) over the copy
+    bandwidth, against its GEMM FLOPs (two linear maps per SAGE layer, x3 for backward) over the
+    GEMM rate; the larger is the floor."""
+    sampler = NeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=FANOUTS))
+    dims = [graph.x.shape[1], HIDDEN, HIDDEN, graph.num_classes]
+    flops = moved = 0.0
+    seeds = np.random.default_rng(0).permutation(graph.train_idx)
+    for i in range(batches):
+        sample = sampler.sample(torch.from_numpy(seeds[i * BATCH : (i + 1) * BATCH]), i)
+        moved += sample.input_nodes.shape[0] * dims[0] * 4
+        for block, din, dout in zip(sample.blocks, dims[:-1], dims[1:]):
+            flops += 3 * 2 * 2 * block.num_dst * din * dout
+            moved += 3 * 4 * (block.num_edges * din + block.num_dst * (din + dout))
+    flops, moved = flops / batches, moved / batches
+    bw = rates.get("copy_GBps", 0) * 1e9
+    rate = rates.get("fp32_gemm_TFLOPs", 0) * 1e12
+    out = {"flops_per_batch": flops, "bytes_per_batch": moved}
+    if bw and rate:
+        out.update(
+            memory_s=moved / bw, compute_s=flops / rate, floor_s=max(moved / bw, flops / rate)
+        )
+    return out
+
+
+def gpu_busy(graph: Graph, device: str) -> dict:
+    """Share of a GPU epoch's wall time during which some kernel runs (union of kernel spans)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    small = dataclasses.replace(graph, train_idx=graph.train_idx[: 30 * BATCH])
+    run_training(train_config(device, epochs=1), graph=small)  # warm
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        result = run_training(train_config(device, epochs=1), graph=small)
+        wall = time.perf_counter() - start
+    spans = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start
+    )
+    busy, cur_start, cur_end = 0.0, None, None
+    for s, e in spans:
+        if cur_end is None or s > cur_end:
+            if cur_end is not None:
+                busy += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    if cur_end is not None:
+        busy += cur_end - cur_start
+    epoch = result["epochs"][-1]["time_s"]
+    return {
+        "busy_s": busy / 1e6,
+        "epoch_s": epoch,
+        "busy_share": busy / 1e6 / epoch,
+        "wall_s": wall,
+    }
+
+
+def sampler_rates(graph: Graph, device: torch.device, batches: int = 20) -> dict:
+    config = SamplerConfig(fanouts=FANOUTS)
+    seeds = np.random.default_rng(1).permutation(graph.num_nodes)
+    chunks = [torch.from_numpy(seeds[i * BATCH : (i + 1) * BATCH]) for i in range(batches + 2)]
+    out = {}
+    for name, sampler in (
+        ("cpu", NeighborSampler(graph.indptr, graph.indices, config)),
+        ("gpu", DeviceNeighborSampler(graph.indptr, graph.indices, config, device)),
+    ):
+        for i in range(2):
+            sampler.sample(chunks[i], i)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start, edges = time.perf_counter(), 0
+        for i in range(2, batches + 2):
+            edges += sampler.sample(chunks[i], mix_seed(7, i)).num_sampled_edges
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out[f"{name}_edges_per_s"] = edges / (time.perf_counter() - start)
+    out["threads"] = int(os.cpu_count() or 1)
+    return out
+
+
+def fullgraph_step(graph: Graph, device: torch.device) -> dict:
+    """One training step of a 2-layer GCN over the whole graph: ours against PyG's GCNConv."""
+    x = torch.from_numpy(graph.x).to(device)
+    y = torch.from_numpy(graph.y).to(device)
+    ours = build_model(ModelConfig(model="gcn", hidden=HIDDEN, num_layers=2, dropout=0.0),
+                       x.shape[1], graph.num_classes).to(device)  # fmt: skip
+    mg = MessageGraph.from_csr(graph.indptr, graph.indices, device)
+    out = {"ours_s": _step_time(lambda: ours([mg, mg], x), ours, y, device)}
+    try:
+        from torch_geometric.nn import GCNConv
+    except ImportError as exc:
+        out["pyg"] = f"not importable: {exc}"
+        return out
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    edge_index = torch.from_numpy(np.stack([graph.indices.astype(np.int64), dst])).to(device)
+
+    class PygGCN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = GCNConv(x.shape[1], HIDDEN, cached=True)
+            self.b = GCNConv(HIDDEN, graph.num_classes, cached=True)
+
+        def forward(self):
+            return self.b(torch.relu(self.a(x, edge_index)), edge_index)
+
+    pyg = PygGCN().to(device)
+    out["pyg_s"] = _step_time(pyg, pyg, y, device)
+    out["ratio"] = out["ours_s"] / out["pyg_s"]
+    return out
+
+
+def _step_time(forward, module, y, device, repeats: int = 5) -> float:
+    opt = torch.optim.Adam(module.parameters(), lr=1e-3)
+    times = []
+    for i in range(repeats + 2):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(forward(), y)
+        loss.backward()
+        opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def accuracy_runs(nodes: int, device: str) -> dict:
+    """Test accuracy at the best validation epoch, 3 seeds, CPU/GPU and fp32/bf16."""
+    out = {}
+    spec = f"synthetic:nodes={nodes}"
+    for label, dev, precision in (
+        ("cpu-fp32", "cpu", "fp32"),
+        ("gpu-fp32", device, "fp32"),
+        ("gpu-bf16", device, "bf16"),
+    ):
+        accs = []
+        for seed in range(3):
+            config = TrainConfig(dataset=spec, device=dev, precision=precision, seed=seed,
+                                 optim=OptimConfig(epochs=3))  # fmt: skip
+            config.progress = False
+            accs.append(run_training(config)["test_acc"])
+        out[label] = accs
+    return out
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.smoke:
+        args.nodes, args.edges, args.big_nodes, args.big_edges = 20000, 200000, 30000, 300000
+        args.accuracy_nodes, args.cpu_batches = 5000, 2
+    device = torch.device(args.device)
+    results: dict = {"machine": machine_info(), "device": None, "args": vars(args)}
+    if device.type == "cuda":
+        results["device"] = torch.cuda.get_device_name(device)
+    save = lambda: save_json(args.out, results)  # noqa: E731
+
+    def section(name: str, budget: float, fn):
+        if elapsed() + budget > args.deadline:
+            results[name] = f"skipped: {elapsed():.0f} s gone, needs ~{budget:.0f} s"
+            print(f"[{elapsed():6.1f}s] {name}: skipped", flush=True)
+            save()
+            return
+        start = time.perf_counter()
+        try:
+            results[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - one failed section must not lose the others
+            results[name] = f"failed: {type(exc).__name__}: {exc}"
+        print(f"[{elapsed():6.1f}s] {name} ({time.perf_counter() - start:.1f} s): "
+              f"{results[name]}", flush=True)  # fmt: skip
+        save()
+
+    section("ceilings", 10, lambda: ceilings(device))
+    graph = peers_graph(args.nodes, args.edges, args.feat, args.classes)
+    results["graph"] = {"nodes": graph.num_nodes, "edges": graph.num_edges, "feat": args.feat}
+    print(f"[{elapsed():6.1f}s] graph {graph.num_nodes} nodes {graph.num_edges} edges", flush=True)
+    dev = args.device
+    section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
+    section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
+    section("sampler", 30, lambda: sampler_rates(graph, device))
+    cpu_graph = dataclasses.replace(graph, train_idx=graph.train_idx[: args.cpu_batches * BATCH])
+    section("epoch_cpu", 60, lambda: epoch_run(cpu_graph, "cpu"))
+    section("busy", 30, lambda: gpu_busy(graph, dev) if device.type == "cuda" else None)
+    section("fullgraph", 30, lambda: fullgraph_step(graph, device))
+    section("epoch_gpu_bf16", 30, lambda: epoch_run(graph, dev, precision="bf16"))
+    section(
+        "epoch_gpu_tiered",
+        30,
+        lambda: epoch_run(graph, dev, gpu=DeviceConfig(feature_memory="20%")),
+    )
+    section(
+        "epoch_staged", 50, lambda: epoch_run(graph, dev, gpu=DeviceConfig(sampler_device="cpu"))
+    )
+    section("accuracy", 60, lambda: accuracy_runs(args.accuracy_nodes, dev))
+    graph = cpu_graph = None  # noqa: F841 - freed before the big graph is made
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    section("big", 120, lambda: epoch_run(big_graph(args), dev))
+    results["total_s"] = elapsed()
+    save()
+    table = summary(results)
+    with atomic_open(args.md, "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+def summary(r: dict) -> str:
+    def get(name, key):
+        v = r.get(name)
+        return v.get(key) if isinstance(v, dict) else None
+
+    def fmt(v, spec=".3f"):
+        return "-" if v is None else format(v, spec)
+
+    batches = -(-r["graph"]["nodes"] // 10 // BATCH)
+    cpu_epoch = (get("epoch_cpu", "per_batch_s") or 0) * batches or None
+    gpu_epoch = get("epoch_gpu", "epoch_s")
+    floor = get("floor", "floor_s")
+    rows = [
+        ["GPU epoch (s)", fmt(gpu_epoch)],
+        ["CPU epoch, all cores (s, per batch x batches)", fmt(cpu_epoch)],
+        ["CPU / GPU", fmt(cpu_epoch / gpu_epoch if cpu_epoch and gpu_epoch else None, ".1f")],
+        ["epoch floor (s)", fmt(floor * batches if floor else None)],
+        ["GPU epoch / floor",
+         fmt(gpu_epoch / (floor * batches) if floor and gpu_epoch else None, ".1f")],
+        ["GPU busy share", fmt(get("busy", "busy_share"), ".2f")],
+        ["bf16 epoch / fp32 epoch", fmt(
+            get("epoch_gpu_bf16", "epoch_s") / gpu_epoch
+            if get("epoch_gpu_bf16", "epoch_s") and gpu_epoch else None, ".2f")],
+        ["tiered (20% rows on GPU) epoch (s)", fmt(get("epoch_gpu_tiered", "epoch_s"))],
+        ["staged CPU sampling epoch (s)", fmt(get("epoch_staged", "epoch_s"))],
+        ["GPU / CPU sampler edges/s", fmt(
+            get("sampler", "gpu_edges_per_s") / get("sampler", "cpu_edges_per_s")
+            if get("sampler", "cpu_edges_per_s") else None, ".1f")],
+        ["full-graph GCN step ours / PyG", fmt(get("fullgraph", "ratio"), ".2f")],
+        ["2.4M-node graph GPU epoch (s)", fmt(get("big", "epoch_s"))],
+    ]  # fmt: skip
+    return f"device: {r.get('device')}\n" + format_table(["measure", "value"], rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with one NVIDIA GPU and no network, install the project, run the
+# `gpu` test tier and the GPU benchmarks (benchmarks/bench_gpu.py), and print their table.
+# Wheels the machine lacks (pymetis) travel in .whl/ (see benchmarks/README.md). Under 8 minutes.
+#
+#   bash benchmarks/gpu_check.sh            # results in $OUT (default benchmarks/out)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+SITE=""
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl && SITE=/tmp/site
+fi
+export PYTHONPATH="$PWD/src${SITE:+:$SITE}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "import torch, shardgnn; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+torch.cuda.get_device_name(0))" || exit 1
+echo "== gpu test tier"
+timeout "${GPU_TESTS_TIMEOUT:-200}" python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
+    -rs ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+echo "== benchmarks"
+timeout "${GPU_BENCH_TIMEOUT:-380}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" --md "$OUT/gpu.md" \
+    --deadline "${GPU_BENCH_DEADLINE:-330}" 2>&1 | grep -v "^epoch " | tee "$OUT/gpu_bench.log" | tail -40

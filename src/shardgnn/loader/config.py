@@ -1,0 +1,66 @@
+"""The GPU pipeline's settings (imports nothing heavy: the command line is built from them)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardgnn.errors import ConfigError
+from shardgnn.options import check_choices, invalid, option
+from shardgnn.store.cache.config import parse_cache_size
+
+SAMPLER_DEVICES = ("auto", "gpu", "cpu")
+HOT_POLICIES = ("degree", "presample")
+
+
+@dataclasses.dataclass(kw_only=True)
+class DeviceConfig:
+    """Where a mini-batch is made when training on a GPU (``--device cuda``)."""
+
+    sampler_device: str = option(
+        "auto",
+        choices=SAMPLER_DEVICES,
+        flag="--sampler-device",
+        help="--device cuda: gpu samples on the GPU (the CSR in GPU memory, or in pinned host "
+        "memory read in place when it does not fit; the same draws as the CPU sampler); cpu "
+        "samples with the CPU kernels in a background thread and copies each batch to the GPU "
+        "on a side stream, one batch ahead; auto: gpu, except with learnable rows "
+        "(--embedding-dim), whose table stays in host memory",
+    )
+    feature_memory: str = option(
+        "auto",
+        flag="--gpu-feature-memory",
+        metavar="SIZE",
+        help="--device cuda with GPU sampling: feature rows kept in GPU memory: auto (every row "
+        "when they fit in half the free memory, else as many as fit), a percentage of nodes "
+        "(20%%), a row count (50000) or bytes (8GB); the other rows stay in pinned host memory "
+        "and are read in place over PCIe",
+    )
+    hot_policy: str = option(
+        "degree",
+        choices=HOT_POLICIES,
+        flag="--gpu-hot-policy",
+        help="which rows --gpu-feature-memory keeps on the GPU when not all fit: degree (highest "
+        "in-degree) or presample (most often sampled in one pre-sampling epoch)",
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if self.feature_memory != "auto":
+            try:
+                parse_cache_size(self.feature_memory)
+            except ConfigError:
+                raise invalid(
+                    self,
+                    "feature_memory",
+                    "give auto, a percentage of nodes (20%), a row count (50000) or bytes (8GB)",
+                ) from None
+
+    def resident_rows(self, num_nodes: int, row_bytes: int, free_bytes: int) -> int:
+        """Feature rows to keep on the GPU, given its free memory now."""
+        if self.feature_memory == "auto":
+            from shardgnn.devicemem import DEFAULT_DEVICE_SHARE
+
+            return min(num_nodes, int(free_bytes * DEFAULT_DEVICE_SHARE) // max(row_bytes, 1))
+        kind, value = parse_cache_size(self.feature_memory)
+        rows = {"fraction": value * num_nodes, "rows": value, "bytes": value // max(row_bytes, 1)}
+        return min(num_nodes, int(rows[kind]))

@@ -1,0 +1,231 @@
+"""Uniform neighbour sampling as tensor code on the training device (the GPU path).
+
+The draws are those of the numba kernels (:mod:`shardgnn.sampling.kernels`), bit for bit: the same
+counter-based hash (splitmix64 in wrapping int64 arithmetic, logical shifts by masking), the same
+Floyd's algorithm without replacement, one vectorised step per draw across every frontier node at
+once. A draw depends only on ``(layer seed, node, position)``, never on thread or block order, so
+the GPU sampler, the CPU sampler and distributed owners all return the same neighbourhoods, and
+relabelling keeps the CPU order (dst nodes first, then new nodes in order of first appearance):
+the blocks are equal, and so is every step trained on them.
+
+The CSR sits in device memory when it fits (``budget_bytes``, default half the free memory), else
+in pinned host memory that the kernels read in place over unified addressing
+(:func:`shardgnn.devicemem.place`). On a CPU device the same code runs on CPU tensors (how it is
+tested against the numba kernels without a GPU).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from shardgnn.devicemem import place
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.types import Block, SampledBlocks
+from shardgnn.seeding import mix_seed
+
+
+def _int64(value: int) -> int:
+    """An unsigned 64-bit constant as the int64 with the same bits."""
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+_GOLDEN = _int64(0x9E3779B97F4A7C15)
+_MIX1 = _int64(0xBF58476D1CE4E5B9)
+_MIX2 = _int64(0x94D049BB133111EB)
+
+
+def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 bits (torch's ``>>`` is arithmetic)."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def splitmix64(x: torch.Tensor) -> torch.Tensor:
+    """The kernels' ``splitmix64`` on int64 tensors (products wrap modulo 2**64, as uint64)."""
+    z = x + _GOLDEN
+    z = (z ^ _srl(z, 30)) * _MIX1
+    z = (z ^ _srl(z, 27)) * _MIX2
+    return z ^ _srl(z, 31)
+
+
+def _below(h: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """The kernels' multiply-shift map of a hash to ``[0, n)`` (top 32 bits times n, top 32)."""
+    return _srl(_srl(h, 32) * n, 32)
+
+
+def sample_hop(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    frontier: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    seed: int,
+    id_offset: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One hop for ``frontier`` (CSR rows on the tensors' device): ``(offsets, nbr, edge_ids)`` as
+    :func:`~shardgnn.sampling.neighbor.sample_neighbors` returns them, computed where the tensors
+    are."""
+    device = frontier.device
+    start = indptr[frontier]
+    deg = indptr[frontier + 1] - start
+    if fanout < 0:
+        counts = deg
+    elif replace:
+        counts = torch.where(deg > 0, fanout, 0)
+    else:
+        counts = deg.clamp(max=fanout)
+    offsets = torch.zeros(frontier.shape[0] + 1, dtype=torch.int64, device=device)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    total = int(offsets[-1])
+    row = torch.repeat_interleave(
+        torch.arange(frontier.shape[0], device=device), counts, output_size=total
+    )
+    position = torch.arange(total, device=device) - offsets[row]
+    if fanout < 0:
+        eid = start[row] + position
+    else:
+        key = splitmix64(_int64(seed) ^ splitmix64(frontier + id_offset))
+        if replace:
+            eid = start[row] + _below(splitmix64(key[row] + position), deg[row])
+        else:
+            eid = start[row] + position  # rows that keep every neighbour
+            floyd = torch.nonzero(deg > fanout).squeeze(1)
+            if floyd.numel():
+                picks = _floyd(key[floyd], deg[floyd], fanout)
+                slots = offsets[floyd].unsqueeze(1) + torch.arange(fanout, device=device)
+                eid[slots.reshape(-1)] = (start[floyd].unsqueeze(1) + picks).reshape(-1)
+    return offsets, indices[eid].to(torch.int64), eid
+
+
+def _floyd(key: torch.Tensor, count: torch.Tensor, k: int) -> torch.Tensor:
+    """Floyd's algorithm for every row at once: ``[R, k]`` distinct positions of ``[0, count)``,
+    draw ``top`` being ``splitmix64(key + top)`` (the kernels' ``floyd_positions``).
+
+    Every draw is hashed in one pass over ``[R, k]`` (a draw does not depend on earlier picks, only
+    its replacement does); the loop over ``q`` then only resolves repeats, a few small kernels per
+    step instead of a whole hash chain each (the GPU cost is kernel launches, not arithmetic)."""
+    top = count.unsqueeze(1) - k + torch.arange(k, device=key.device)
+    draws = _below(splitmix64(key.unsqueeze(1) + top), top + 1)
+    out = torch.empty_like(draws)
+    out[:, 0] = draws[:, 0]
+    for q in range(1, k):
+        pick = draws[:, q]
+        out[:, q] = torch.where((out[:, :q] == pick.unsqueeze(1)).any(1), top[:, q], pick)
+    return out
+
+
+def relabel(frontier: torch.Tensor, nbr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' ``relabel`` as sorting: frontier nodes ``0..D-1``, then each new neighbour in
+    order of first appearance. Returns ``(src_nodes, local_nbr)``."""
+    both = torch.cat([frontier, nbr])
+    unique, inverse = torch.unique(both, return_inverse=True)
+    first = torch.full((unique.shape[0],), both.shape[0], dtype=torch.int64, device=both.device)
+    first.scatter_reduce_(0, inverse, torch.arange(both.shape[0], device=both.device), "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.shape[0], device=order.device)
+    return unique[order], rank[inverse[frontier.shape[0] :]]
+
+
+def tensor_block(
+    indptr: torch.Tensor,
+    frontier: torch.Tensor,
+    src_nodes: torch.Tensor,
+    offsets: torch.Tensor,
+    local: torch.Tensor,
+    eid: torch.Tensor,
+) -> Block:
+    """The block of one relabelled hop drawn with tensor code (src degrees read off ``indptr``)."""
+    return Block(
+        src_nodes_S=src_nodes,
+        num_dst=int(frontier.shape[0]),
+        indptr_D1=offsets,
+        indices_E=local,
+        edge_ids_E=eid,
+        src_degree_S=indptr[src_nodes + 1] - indptr[src_nodes],
+    )
+
+
+class DeviceNeighborSampler:
+    """:class:`~shardgnn.sampling.neighbor.NeighborSampler` on ``device``: the same blocks, its
+    tensors on ``device`` (the CSR there, or pinned and read in place when it does not fit
+    ``budget_bytes``). Excluded edges (link prediction) are filtered after the draw, as there."""
+
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        config: SamplerConfig,
+        device: torch.device,
+        budget_bytes: int | None = None,
+    ):
+        self.config = config
+        self.device = device
+        indptr_t = torch.from_numpy(np.ascontiguousarray(indptr, dtype=np.int64))
+        indices_t = torch.from_numpy(np.ascontiguousarray(indices))
+        self.num_nodes = int(indptr_t.shape[0] - 1)
+        # The row pointers are small and read twice per node: always on the device.
+        self.indptr = indptr_t.to(device)
+        self.indices, self.resident = place(indices_t, device, budget_bytes)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.config.fanouts)
+
+    def with_config(self, config: SamplerConfig) -> DeviceNeighborSampler:
+        """A sampler with other settings over the same CSR (no second copy on the device)."""
+        other = object.__new__(DeviceNeighborSampler)
+        other.__dict__.update(self.__dict__)
+        other.config = config
+        return other
+
+    def sample(
+        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
+    ) -> SampledBlocks:
+        """Blocks for ``seeds`` as :meth:`NeighborSampler.sample` draws them, on the device."""
+        frontier = torch.as_tensor(seeds, dtype=torch.int64).to(self.device)
+        seeds_dev = frontier
+        keys = None
+        if exclude is not None and exclude.shape[0]:
+            keys = torch.from_numpy(np.ascontiguousarray(exclude, dtype=np.int64)).to(self.device)
+        blocks: list[Block] = []
+        for layer, fanout in enumerate(self.config.fanouts):
+            offsets, nbr, eid = sample_hop(
+                self.indptr,
+                self.indices,
+                frontier,
+                fanout,
+                self.config.replace,
+                mix_seed(seed, layer),
+            )
+            if keys is not None:
+                offsets, nbr, eid = _drop_excluded(
+                    frontier, offsets, nbr, eid, keys, self.num_nodes
+                )
+            src_nodes, local = relabel(frontier, nbr)
+            blocks.append(tensor_block(self.indptr, frontier, src_nodes, offsets, local, eid))
+            frontier = src_nodes
+        blocks.reverse()
+        return SampledBlocks(seeds=seeds_dev, blocks=blocks)
+
+
+def _drop_excluded(
+    frontier: torch.Tensor,
+    offsets: torch.Tensor,
+    nbr: torch.Tensor,
+    eid: torch.Tensor,
+    exclude: torch.Tensor,
+    num_nodes: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`~shardgnn.sampling.neighbor.excluded` and ``keep_edges`` on tensors: drop the drawn
+    edges whose pair key ``dst * N + src`` is in ``exclude`` (sorted)."""
+    counts = offsets[1:] - offsets[:-1]
+    row = torch.repeat_interleave(torch.arange(frontier.shape[0], device=nbr.device), counts)
+    keys = frontier[row] * num_nodes + nbr
+    pos = torch.searchsorted(exclude, keys).clamp(max=exclude.shape[0] - 1)
+    keep = exclude[pos] != keys
+    kept = torch.zeros(frontier.shape[0], dtype=torch.int64, device=nbr.device)
+    kept.index_add_(0, row[keep], torch.ones_like(row[keep]))
+    new_offsets = torch.zeros_like(offsets)
+    torch.cumsum(kept, 0, out=new_offsets[1:])
+    return new_offsets, nbr[keep], eid[keep]

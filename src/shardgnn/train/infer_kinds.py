@@ -1,0 +1,270 @@
+"""``shardgnn infer`` over a partition of each graph kind: the function that runs one rank
+over a homogeneous partition (:func:`infer_homogeneous`) and over a typed one
+(:func:`infer_typed`), which the registry names (:data:`shardgnn.train.kinds.KINDS`), and the
+models they rebuild. The command's flow, and what every kind shares, is
+:mod:`shardgnn.train.infer`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from shardgnn.atomic import save_json
+from shardgnn.distributed.comm import Communicator
+from shardgnn.distributed.context import DistContext
+from shardgnn.fullgraph.inference import LayerwiseInference
+from shardgnn.fullgraph.shard import Grid, load_shard
+from shardgnn.graph.features import normalize_features
+from shardgnn.nn.models import build_model
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.infer import (
+    InferRun,
+    load_model_weights,
+    load_typed_rows,
+    load_weights_into,
+    measured,
+    read_pairs,
+    sum_over_ranks,
+    tables_summary,
+    write_by_original_id,
+)
+from shardgnn.train.tables import write_output_tables
+
+
+def _split_rows(weights) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """The model's weights without its learnable rows, and the rows (None without any)."""
+    rows = weights.get("embedding.weight")
+    return {k: v for k, v in weights.items() if not k.startswith("embedding.")}, rows
+
+
+def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.Tensor:
+    """The held nodes' input: the features, then their learnable rows (kept in original id order
+    by the checkpoint)."""
+    parts = []
+    if shard.x is not None:
+        x = normalize_features(shard.x, config.feature_norm)
+        parts.append(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+    if config.embedding.enabled:
+        assert rows is not None, "a model trained with --embedding-dim checkpoints its rows"
+        parts.append(rows[torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64))])
+    return torch.cat(parts, dim=1)
+
+
+def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
+    """The node classifier and its input rows."""
+    weights, rows = _split_rows(weights)
+    num_features = 0 if shard.x is None else shard.x.shape[1]
+    model = build_model(config.model, num_features + config.embedding.dim, shard.num_classes)
+    load_weights_into(
+        model, weights, checkpoint, f"{num_features} features and {shard.num_classes} classes"
+    )
+    return model, _input_rows(config, shard, rows)
+
+
+def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
+    """The link model (its encoder and predictor) and its input rows."""
+    from shardgnn.train.link import build_link_model
+
+    weights, rows = _split_rows(weights)
+    num_features = 0 if shard.x is None else shard.x.shape[1]
+    model = build_link_model(config, num_features)
+    load_weights_into(model, weights, checkpoint, f"{num_features} features")
+    return model, _input_rows(config, shard, rows)
+
+
+@torch.no_grad()
+def score_pairs_file(model, embeddings_ND: np.ndarray, pairs_P2: np.ndarray, chunk: int = 1 << 16):
+    """The predictor's score of every pair (rows of ``embeddings_ND`` by original id)."""
+    scores = np.empty(pairs_P2.shape[0], dtype=np.float32)
+    device = next(model.parameters(), torch.empty(0)).device
+    for start in range(0, pairs_P2.shape[0], chunk):
+        block = pairs_P2[start : start + chunk]
+        h_u = torch.from_numpy(np.asarray(embeddings_ND[block[:, 0]], dtype=np.float32))
+        h_v = torch.from_numpy(np.asarray(embeddings_ND[block[:, 1]], dtype=np.float32))
+        score = model.score(h_u.to(device), h_v.to(device))
+        scores[start : start + block.shape[0]] = score.cpu().numpy()
+    return scores
+
+
+def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
+    """Layer-wise inference of a node classifier (logits, predictions, accuracy per split) or a
+    link model (its encoder's embeddings, and with ``run.pairs`` their scores) over a
+    homogeneous partition; rank 0 writes the outputs and returns the summary."""
+    checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
+    partitions, chunk_rows, pairs, table_format = (
+        run.partitions, run.chunk_rows, run.pairs, run.table_format
+    )  # fmt: skip
+    link = config.task == "link"
+    weights = load_model_weights(checkpoint)
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    shard = load_shard(
+        partitions,
+        Grid(ctx.world_size, 1),
+        ctx.rank,
+        comm,
+        need_features=not config.embedding.enabled,
+        need_labels=not link,
+    )
+    model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
+    model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
+    start = time.perf_counter()
+    engine = LayerwiseInference(shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device)
+    if link:
+        _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
+        outputs = {"embeddings": embeddings}
+    else:
+        embeddings, logits = engine.run(model, x)
+        outputs = {
+            "embeddings": embeddings,
+            "logits": logits,
+            "predictions": logits.argmax(-1).cpu(),
+        }
+    seconds = time.perf_counter() - start
+    labelled = None if link else (outputs["predictions"], shard.y, shard.splits)
+    totals, comm_summed = sum_over_ranks(comm, seconds, labelled)
+    orig_ids = np.asarray(pset.orig_ids)
+    ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
+    written = write_by_original_id(
+        ctx,
+        out,
+        {name: tensor.detach().cpu().numpy() for name, tensor in outputs.items()},
+        {name: (len(orig_ids), lambda p: orig_ids[slice(*ranges[p])]) for name in outputs},
+    )
+    if written is None:
+        return None
+    scored = None
+    if link and pairs is not None:
+        pair_array = read_pairs(pairs, len(orig_ids))
+        table = np.load(out / "embeddings.npy", mmap_mode="r")
+        scores = score_pairs_file(model, table, pair_array)
+        tmp = out / ".scores.npy.tmp"
+        with open(tmp, "wb") as fh:
+            np.save(fh, scores, allow_pickle=False)
+        tmp.replace(out / "scores.npy")
+        written["scores"], scored = str(out / "scores.npy"), int(scores.shape[0])
+    ids = pset.node_ids()
+    written.update(
+        write_output_tables(out, table_format, ids, pset.class_names, predictions=not link)
+    )
+    summary = {
+        "task": config.task,
+        "checkpoint": str(checkpoint),
+        "partitions": str(partitions),
+        "workers": ctx.world_size,
+        "num_nodes": int(len(orig_ids)),
+        "embedding_width": int(embeddings.shape[1]),
+        **measured(totals, comm_summed, ctx.world_size, accuracy=not link),
+        "pairs_scored": scored,
+        "outputs": written,
+        "tables": tables_summary(table_format, ids is not None, pset.class_names),
+    }
+    save_json(out / "inference.json", summary)
+    return summary
+
+
+def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
+    """Layer-wise inference of a typed node classifier (``rgcn``/``hetero-sage``) over a typed
+    partition: every rank computes its own nodes, layer by layer in chunks of destinations,
+    fetching the previous layer's rows of its chunk's sources from their owners. Writes, per node
+    type in original (typed) ids, ``OUT/<type>/embeddings.npy`` (the last layer's input) and, for
+    the labelled type, ``logits.npy`` and ``predictions.npy``; and their tables keyed by the
+    type's own ids (``OUT/<type>/embeddings.csv``, ``predictions.csv``)."""
+    from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
+    from shardgnn.partition.hetero import TypedPartitionBook
+    from shardgnn.store.dist_feature import DistFeatureStore
+
+    checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
+    chunk_rows, table_format = run.chunk_rows, run.table_format
+
+    hetero = pset.meta["hetero"]
+    typed = TypedPartitionBook(hetero, pset.book.boundaries)
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    part = pset.load_part(ctx.rank)
+    weights, tables = load_typed_rows(checkpoint)
+    model = partitioned_node_model(config.model, typed, part.num_classes)
+    load_weights_into(model, weights, checkpoint, f"{len(typed.node_types)} node types")
+    model.eval()
+    offsets = typed.type_offsets
+    orig = np.asarray(pset.orig_ids)
+    start, end = part.start, part.end
+    bounds = typed.type_bounds[ctx.rank]
+    with torch.no_grad():
+        pieces = []
+        for t in range(len(typed.node_types)):
+            lo, hi = int(bounds[t]), int(bounds[t + 1])
+            if t in part.type_x:
+                raw = torch.from_numpy(np.array(part.type_x[t], dtype=np.float32))
+                pieces.append(model.typed_input.project[str(t)](raw))
+            else:
+                pieces.append(tables[t][torch.from_numpy(orig[lo:hi] - offsets[t])])
+        x = torch.cat(pieces) if pieces else torch.zeros(0, config.model.hidden)
+    assert x.shape[0] == end - start
+    # every rank fetches in every chunk (a collective): as many chunks as the largest part needs
+    chunks = torch.tensor([-(-(end - start) // chunk_rows)], dtype=torch.int64)
+    comm.all_reduce(chunks, "control", op=torch.distributed.ReduceOp.MAX)
+    stores: dict[int, DistFeatureStore] = {}
+
+    def gather(h: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        if id(h) not in stores:  # one store per layer's rows
+            stores.clear()
+            stores[id(h)] = DistFeatureStore(h, pset.book, ctx.rank, comm, "infer")
+        return stores[id(h)].gather(torch.from_numpy(ids))
+
+    begin = time.perf_counter()
+    embeddings, logits = layerwise_forward(
+        model.encoder, x, np.asarray(part.indptr), np.asarray(part.indices),
+        np.asarray(part.etype), start, gather, typed.type_of, chunk_rows, int(chunks),
+    )  # fmt: skip
+    seconds = time.perf_counter() - begin
+    predictions = logits.argmax(-1)
+    splits = {split: getattr(part, f"{split}_idx") for split in ("train", "val", "test")}
+    totals, comm_summed = sum_over_ranks(comm, seconds, (predictions, part.y, splits))
+    # per node type, its rows of every rank in original typed ids
+    target = hetero.get("target_type")
+    rows, placement = {}, {}
+    for t, name in enumerate(typed.node_types):
+        lo, hi = int(bounds[t]) - start, int(bounds[t + 1]) - start
+        kinds = {"embeddings": embeddings}
+        if name == target:
+            kinds.update(logits=logits, predictions=predictions)
+        for kind, tensor in kinds.items():
+            rows[f"{name}/{kind}"] = tensor[lo:hi].numpy()
+            placement[f"{name}/{kind}"] = (
+                int(offsets[t + 1] - offsets[t]),
+                lambda p, t=t: orig[slice(*typed.type_bounds[p, t : t + 2])] - offsets[t],
+            )
+    written = write_by_original_id(ctx, out, rows, placement)
+    if written is None:
+        return None
+    named = False
+    for name in typed.node_types:
+        ids = pset.node_ids(name)
+        named = named or ids is not None
+        written.update(
+            write_output_tables(
+                out / name, table_format, ids, pset.class_names, f"{name}/", name == target
+            )
+        )
+    summary = {
+        "task": config.task,
+        "model": config.model.model,
+        "checkpoint": str(checkpoint),
+        "partitions": str(pset.path),
+        "workers": ctx.world_size,
+        "num_nodes": int(len(orig)),
+        "nodes_per_type": {
+            name: int(offsets[t + 1] - offsets[t]) for t, name in enumerate(typed.node_types)
+        },
+        "target_type": target,
+        "embedding_width": int(embeddings.shape[1]),
+        **measured(totals, comm_summed, ctx.world_size, accuracy=True),
+        "pairs_scored": None,
+        "outputs": written,
+        "tables": tables_summary(table_format, named, pset.class_names),
+    }
+    save_json(out / "inference.json", summary)
+    return summary

@@ -1,0 +1,179 @@
+"""The GPU pipeline's device-independent logic, run on CPU tensors: the tensor sampler draws what
+the numba kernels draw (bit for bit, so the chi-square tests of those kernels cover it), the
+two-tier store gathers the rows a plain store gathers, and a batch made by the device pipeline
+equals the CPU pipeline's. The same checks on a GPU are in tests/test_gpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.errors import ConfigError
+from shardgnn.graph.linksplit import pair_keys, sorted_unique
+from shardgnn.loader.config import DeviceConfig
+from shardgnn.loader.device import device_pipeline, map_batch
+from shardgnn.loader.pipeline import MiniBatchLoader
+from shardgnn.nn.dropout import _device_mask, _threshold, hashed_dropout
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.device import DeviceNeighborSampler, relabel, splitmix64
+from shardgnn.sampling.kernels import relabel as relabel_kernel
+from shardgnn.sampling.kernels import splitmix64 as splitmix64_kernel
+from shardgnn.sampling.neighbor import NeighborSampler
+from shardgnn.store.device import DeviceFeatureStore, degree_order
+from shardgnn.store.feature import LocalFeatureStore
+
+CPU = torch.device("cpu")
+BLOCK_FIELDS = ("src_nodes_S", "indptr_D1", "indices_E", "edge_ids_E", "src_degree_S")
+
+
+def assert_same_blocks(a, b):
+    assert torch.equal(a.seeds, b.seeds)
+    for block_a, block_b in zip(a.blocks, b.blocks, strict=True):
+        assert block_a.num_dst == block_b.num_dst
+        for field in BLOCK_FIELDS:
+            assert torch.equal(getattr(block_a, field), getattr(block_b, field)), field
+
+
+def test_splitmix64_matches_the_kernels_bits():
+    values = np.array([0, 1, 2**31, 2**62 + 12345, 2**63 - 1], dtype=np.int64)
+    ours = splitmix64(torch.from_numpy(values)).numpy().view(np.uint64)
+    theirs = [splitmix64_kernel(np.uint64(v)) for v in values]
+    assert ours.tolist() == [int(t) for t in theirs]
+
+
+@pytest.mark.parametrize(
+    "fanouts,replace", [((15, 10, 5), False), ((3, 2), True), ((-1, 4), False), ((40,), False)]
+)
+@pytest.mark.parametrize("seed", [1, 2**63 + 5])
+def test_tensor_sampler_draws_what_the_kernels_draw(small_graph, fanouts, replace, seed):
+    config = SamplerConfig(fanouts=fanouts, replace=replace)
+    cpu = NeighborSampler(small_graph.indptr, small_graph.indices, config)
+    tensor = DeviceNeighborSampler(small_graph.indptr, small_graph.indices, config, CPU)
+    rng = np.random.default_rng(seed % 1000)
+    seeds = torch.from_numpy(rng.choice(small_graph.num_nodes, 64, replace=False))
+    assert_same_blocks(cpu.sample(seeds, seed), tensor.sample(seeds, seed))
+
+
+def test_tensor_sampler_excludes_edges_as_the_kernels_do(small_graph):
+    config = SamplerConfig(fanouts=(5, 5))
+    g = small_graph
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    chosen = np.random.default_rng(0).choice(g.indices.shape[0], 300, replace=False)
+    exclude = sorted_unique(pair_keys(g.indices[chosen], dst[chosen], g.num_nodes))
+    seeds = torch.from_numpy(np.unique(dst[chosen])[:50])
+    cpu = NeighborSampler(g.indptr, g.indices, config).sample(seeds, 7, exclude=exclude)
+    tensor = DeviceNeighborSampler(g.indptr, g.indices, config, CPU).sample(seeds, 7, exclude)
+    assert_same_blocks(cpu, tensor)
+    assert (
+        cpu.num_sampled_edges
+        < NeighborSampler(g.indptr, g.indices, config).sample(seeds, 7).num_sampled_edges
+    )  # the exclusion removed something
+
+
+def test_relabel_keeps_first_appearance_order():
+    frontier = np.array([9, 4, 7], dtype=np.int64)
+    nbr = np.array([4, 12, 3, 12, 9, 5, 3], dtype=np.int64)
+    src, local = relabel(torch.from_numpy(frontier), torch.from_numpy(nbr))
+    src_k, local_k = relabel_kernel(frontier, nbr, np.full(20, -1, dtype=np.int64))
+    assert src.tolist() == src_k.tolist() == [9, 4, 7, 12, 3, 5]
+    assert local.tolist() == local_k.tolist()
+
+
+def test_draws_depend_only_on_seed_and_node(small_graph):
+    """Counter-based: a node's neighbours do not change with the batch it is drawn in."""
+    sampler = DeviceNeighborSampler(
+        small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(3,)), CPU
+    )
+    alone = sampler.sample(torch.tensor([5]), 11).blocks[0]
+    among = sampler.sample(torch.tensor([8, 2, 5, 1]), 11).blocks[0]
+    picked = among.src_nodes_S[among.indices_E[among.indptr_D1[2] : among.indptr_D1[3]]]
+    assert picked.tolist() == alone.src_nodes_S[alone.indices_E].tolist()
+
+
+@pytest.mark.parametrize("resident", [0, 37, None])
+def test_two_tier_store_gathers_the_rows(small_graph, resident):
+    x = np.random.default_rng(1).standard_normal((small_graph.num_nodes, 6)).astype(np.float32)
+    store = DeviceFeatureStore(x, CPU, resident, hot_order=degree_order(small_graph.indptr))
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, small_graph.num_nodes, 500))
+    assert torch.equal(store.gather(ids), LocalFeatureStore(x).gather(ids))
+    expected = small_graph.num_nodes if resident is None else resident
+    assert store.resident_rows == expected
+    assert store.hits + store.misses == 500
+    assert store.pcie_bytes == store.misses * 6 * 4
+    if resident == 0:
+        assert store.hit_rate == 0.0
+
+
+def test_degree_policy_keeps_the_highest_degrees(small_graph):
+    order = degree_order(small_graph.indptr)
+    degree = np.diff(small_graph.indptr)
+    assert np.all(np.diff(degree[order]) <= 0)
+    x = np.arange(small_graph.num_nodes, dtype=np.float32)[:, None]
+    store = DeviceFeatureStore(x, CPU, 10, hot_order=order)
+    store.gather(torch.from_numpy(order[:10]))
+    assert store.hit_rate == 1.0
+
+
+@pytest.mark.parametrize("policy", ["degree", "presample"])
+def test_device_pipeline_batches_equal_the_cpu_pipeline(small_graph, policy):
+    g = small_graph
+    x = np.random.default_rng(3).standard_normal((g.num_nodes, 5)).astype(np.float32)
+    y = torch.from_numpy(np.asarray(g.y, dtype=np.int64))
+    config = SamplerConfig(fanouts=(4, 3))
+    parts = device_pipeline(
+        g.indptr, g.indices, x, y, g.train_idx,
+        device=CPU, config=DeviceConfig(feature_memory="30%", hot_policy=policy),
+        sampler_config=config, eval_sampler_config=config, batch_size=16, seed=4,
+    )  # fmt: skip
+    assert parts.features.resident_rows == round(0.3 * g.num_nodes)
+
+    def loader(sampler, features, labels):
+        return MiniBatchLoader(
+            g.train_idx, sampler, features, labels, batch_size=16, shuffle=True, seed=4
+        )
+
+    ours = loader(parts.sampler, parts.features, parts.labels)
+    cpu = loader(NeighborSampler(g.indptr, g.indices, config), LocalFeatureStore(x),
+                 LocalFeatureStore(y))  # fmt: skip
+    for epoch in (0, 1):
+        ours.set_epoch(epoch)
+        cpu.set_epoch(epoch)
+        for a, b in zip(ours, cpu, strict=True):
+            assert_same_blocks(a.sample, b.sample)
+            assert torch.equal(a.x_SF, b.x_SF) and torch.equal(a.y, b.y)
+    assert 0 < parts.features.hit_rate < 1
+
+
+def test_map_batch_reaches_every_tensor(small_graph):
+    config = SamplerConfig(fanouts=(3, 3))
+    batch = next(iter(MiniBatchLoader(
+        small_graph.train_idx, NeighborSampler(small_graph.indptr, small_graph.indices, config),
+        LocalFeatureStore(np.ones((small_graph.num_nodes, 2), np.float32)),
+        LocalFeatureStore(torch.zeros(small_graph.num_nodes, dtype=torch.int64)),
+        batch_size=8, shuffle=False, seed=0,
+    )))  # fmt: skip
+    seen = []
+    map_batch(batch, lambda t: seen.append(t) or t)
+    assert len(seen) == 3 + 5 * len(batch.sample.blocks)
+
+
+def test_device_dropout_mask_has_the_kernels_bits():
+    h = torch.randn(200, 9)
+    ids = torch.randint(0, 10**9, (200,))
+    for p, seed in ((0.3, 3), (0.5, 2**62 + 7)):
+        scale = np.float32(1 / (1 - p))
+        mask = _device_mask(h, seed, _threshold(p), scale, 0, ids)
+        assert torch.equal(hashed_dropout(h, p, seed, row_ids=ids), h * mask)
+
+
+def test_gpu_settings_without_a_gpu_are_refused():
+    from shardgnn.train.config import TrainConfig
+    from shardgnn.train.single import gpu_sampling
+
+    config = TrainConfig(gpu=DeviceConfig(sampler_device="gpu"))
+    with pytest.raises(ConfigError, match="--sampler-device applies to training on a GPU"):
+        gpu_sampling(config, CPU)
+    assert gpu_sampling(TrainConfig(), CPU) is False
+    with pytest.raises(ConfigError, match="--gpu-feature-memory"):
+        DeviceConfig(feature_memory="lots")
