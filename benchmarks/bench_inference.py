@@ -39,8 +39,9 @@ from shardgnn.graph.datasets import load_dataset
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import ModelConfig, build_model
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
-from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
+from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.loop import EpochRecord
+from shardgnn.train.loop_state import LoopState, capture_state, restore_state
 from shardgnn.train.progress import format_table
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -23,8 +23,9 @@ from shardgnn.options import check_choices, component, option
 from shardgnn.partition.format import write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.config import SamplerConfig
-from shardgnn.train.config import InferConfig, OptimConfig, RunConfig, TrainConfig
+from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.loop import TrainingLoop
+from shardgnn.train.settings import InferConfig
 from shardgnn.train.single import LocalSteps
 
 from conftest import setting_paths

@@ -18,8 +18,7 @@ from shardgnn.graph.hetero import (
 )
 from shardgnn.graph.kg import load_kg_triples
 from shardgnn.nn.rgcn import RelationalMessageGraph, RGCNConv
-from shardgnn.train.linkmetrics import filtered_ranks, rank_metrics
-from shardgnn.train.relational import AnswerIndex, both_directions
+from shardgnn.train.linkmetrics import AnswerIndex, both_directions, filtered_ranks, rank_metrics
 
 from conftest import SHARED_DATA, requires_shared_data
 

@@ -168,3 +168,80 @@ def test_the_import_reader_sees_every_form(tmp_path, source, expected):
     path.write_text(source)
     known = set(_modules())
     assert _imports("shardgnn.partition.probe", path, known) == expected
+
+
+# ---------------------------------------------------------------- the rooms inside train/
+LOOP_MODULES = ("shardgnn.train.loop", "shardgnn.train.epoch")
+
+
+def _recipe_rooms() -> tuple[set[str], dict[str, set[str]]]:
+    """The recipe modules (the ``module`` parts of every recipe's ``local`` and ``distributed``
+    steps in :data:`shardgnn.train.recipes.RECIPES`) and, for each, the other recipe modules it
+    may import (see :func:`test_recipes_import_the_shared_core_not_each_other`)."""
+    from shardgnn.train.kinds import load_target
+    from shardgnn.train.recipes import RECIPES
+
+    rooms: set[str] = set()
+    allowed: dict[str, set[str]] = {}
+    for recipe in RECIPES:
+        targets = [t for t in (recipe.local, recipe.distributed) if t is not None]
+        for target in targets:
+            module = target.partition(":")[0]
+            rooms.add(module)
+            bases = {cls.__module__ for cls in load_target(target).__mro__}
+            allowed.setdefault(module, set()).update(bases)
+        if recipe.distributed is not None:
+            local = recipe.local.partition(":")[0]
+            allowed.setdefault(recipe.distributed.partition(":")[0], set()).add(local)
+    return rooms, {m: (a & rooms) - {m} for m, a in allowed.items()}
+
+
+def test_recipes_import_the_shared_core_not_each_other():
+    """A recipe module imports the shared core of ``train/`` (loop, epoch, setup, metrics,
+    config...) and the layers below, never another recipe module, with the two exceptions the
+    code is built on:
+
+    * a recipe's distributed steps import the module of its one-process steps (the same
+      :class:`~shardgnn.train.recipes.Recipe` line): the model builders, pair scoring and result
+      records the two share (``link_distributed`` and ``link_fullgraph`` import ``link``,
+      ``temporal_distributed`` imports ``temporal``);
+    * a module imports the module of a base class of the steps it registers (their MRO): the
+      full-graph link steps extend the full-graph node steps' ``DistFullGraphSteps``
+      (``train.fullgraph``), the temporal steps on workers the one-process
+      ``TemporalLinkSteps``, and every distributed steps class ``DistSteps`` wherever it lives.
+
+    Anything else two recipes share belongs to a shared module (``linkmetrics``, ``setup``) or a
+    lower layer (``loader``, ``graph``), not to one of them.
+    """
+    rooms, allowed = _recipe_rooms()
+    graph = _graph()
+    crossing = sorted(
+        f"{a} imports {b}"
+        for a in rooms
+        for b in graph[a] & rooms
+        if b != a and b not in allowed.get(a, set())
+    )
+    assert not crossing, "recipe modules importing one another:\n" + "\n".join(crossing)
+
+
+def test_the_loop_imports_no_recipe():
+    """The loop and the batch-epoch helper import no recipe module, directly or through another
+    module of the package: every recipe plugs into them, none is built into them."""
+    rooms, _ = _recipe_rooms()
+    graph = _graph()
+    for start in LOOP_MODULES:
+        seen, todo, via = {start}, [start], {start: start}
+        while todo:
+            module = todo.pop()
+            for target in graph[module] - seen:
+                seen.add(target)
+                via[target] = module
+                todo.append(target)
+        reached = sorted(seen & rooms)
+        chains = []
+        for recipe in reached:
+            chain = [recipe]
+            while chain[-1] != start:
+                chain.append(via[chain[-1]])
+            chains.append(" <- ".join(chain))
+        assert not reached, f"{start} reaches recipe modules:\n" + "\n".join(chains)

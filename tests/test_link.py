@@ -24,7 +24,13 @@ from shardgnn.graph.linksplit import (
     split_edges,
 )
 from shardgnn.graph.synthetic import SyntheticConfig, generate
-from shardgnn.loader.link import LinkSamplingStage, edge_batcher, target_exclusion
+from shardgnn.loader.link import (
+    IndexedPairs,
+    LinkSamplingStage,
+    edge_batcher,
+    target_exclusion,
+    unique_ids,
+)
 from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.link import DotPredictor, LinkModel, MLPPredictor, link_loss
 from shardgnn.sampling.config import SamplerConfig
@@ -37,7 +43,7 @@ from shardgnn.train.config import (
     RunConfig,
     TrainConfig,
 )
-from shardgnn.train.link import SCORE_CHUNK_VALUES, IndexedPairs, score_pairs, unique_ids
+from shardgnn.train.link import SCORE_CHUNK_VALUES, score_pairs
 from shardgnn.train.linkmetrics import auc, average_precision, link_metrics, ranks
 from shardgnn.train.single import run_training
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from shardgnn.cli.flags import add_flags, config_from_args
 from shardgnn.options import to_dict
-from shardgnn.train.config import InferConfig
+from shardgnn.train.settings import InferConfig
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -30,8 +30,9 @@ from shardgnn.partition.format import (
 )
 from shardgnn.partition.methods import PartitionConfig
 from shardgnn.partition.metrics import PartitionMetrics
-from shardgnn.train.config import LINK_SPLIT_SETTINGS, TASKS, LinkConfig, TrainConfig
+from shardgnn.train.config import TASKS, TrainConfig
 from shardgnn.train.progress import format_table
+from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
 
 # Which methods read which setting (a setting given for another method is reported, not dropped).
 _USED_BY = {

@@ -17,11 +17,8 @@ from pathlib import Path
 
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
 from shardgnn.errors import ConfigError
-from shardgnn.train.config import (
-    LINK_SPLIT_SETTINGS,
-    LinkConfig,
-    TrainConfig,
-)
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
 
 # Settings that another setting of the same recipe makes pointless: (dest, when, why). Given
 # anyway, they are refused (what a recipe never reads is refused by the recipe).

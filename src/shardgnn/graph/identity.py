@@ -30,6 +30,14 @@ def csr_sha256(indptr: np.ndarray, indices: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def events_sha256(src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> str:
+    """SHA-256 of the events (sources, destinations, times): a checkpoint's graph identity."""
+    digest = hashlib.sha256()
+    for array, dtype in ((src, "<i8"), (dst, "<i8"), (t, "<f8")):
+        digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    return digest.hexdigest()
+
+
 def fingerprint(graph: Any) -> dict[str, Any]:
     """``{num_nodes, num_edges, num_features, num_classes, csr_sha256}`` of a
     :class:`~shardgnn.graph.csr.Graph`."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from shardgnn.partition.book import PartitionBook
 from shardgnn.seeding import mix_seed
@@ -108,3 +109,19 @@ class DistSeedBatcher:
         for index, seeds in enumerate(self.batches()):
             if index >= self.start:
                 yield index, torch.from_numpy(np.ascontiguousarray(seeds))
+
+
+class FixedBatches:
+    """This rank's ``count`` batches of given node ids (sizes differ by at most one; ``count`` is
+    the same on every rank, so an empty batch still takes part in the collectives)."""
+
+    def __init__(self, ids: np.ndarray, count: int):
+        self.batches = np.array_split(np.asarray(ids, dtype=np.int64), count)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for index, ids in enumerate(self.batches):
+            yield index, torch.from_numpy(np.ascontiguousarray(ids))

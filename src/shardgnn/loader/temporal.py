@@ -1,4 +1,4 @@
-"""Chronological event batches (the item sampler of temporal training).
+"""Chronological event batches (the item sampler of temporal training) over the event stream.
 
 Events are trained in time order: a batch is a contiguous range of event positions, scored
 before any of its events enters node memory. TGL's random chunk scheduling: with ``chunks``
@@ -9,8 +9,11 @@ and memory sees different batch boundaries from one epoch to the next.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.seeding import mix_seed
 
 
@@ -53,3 +56,24 @@ class EventBatches:
     def __iter__(self):
         for index in range(self._start, len(self._bounds) - 1):
             yield index, (int(self._bounds[index]), int(self._bounds[index + 1]))
+
+
+@dataclasses.dataclass
+class EventStream:
+    """The events a trainer streams (every process holds all of them: each batch is split
+    among ranks), in the ids its memory and sampler use."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    feat: np.ndarray | None
+    num_nodes: int
+    name: str
+
+    @property
+    def num_events(self) -> int:
+        return int(self.src.shape[0])
+
+    @classmethod
+    def of(cls, graph: TemporalGraph) -> "EventStream":
+        return cls(graph.src, graph.dst, graph.t, graph.edge_feat, graph.num_nodes, graph.name)

@@ -32,7 +32,7 @@ from shardgnn.nn.models import build_model
 from shardgnn.precision import precision_context
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.distributed import DistSteps, partition_dataset_record
+from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord
 

@@ -48,9 +48,10 @@ from shardgnn.graph.identity import check_same_graph
 from shardgnn.nn.config import RELATIONAL_MODELS
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
-from shardgnn.train.config import InferConfig, TrainConfig
+from shardgnn.train.config import TrainConfig
 from shardgnn.train.kinds import infer_for
 from shardgnn.train.recipes import graph_kind_of_partition
+from shardgnn.train.settings import InferConfig
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

@@ -9,7 +9,6 @@ negatives with embeddings computed on that same training graph.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from shardgnn.graph.csr import Graph
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.linksplit import LinkSplit, LinkSplitSpec, split_edges
-from shardgnn.loader.link import LinkSample, LinkSamplingStage, edge_batcher
+from shardgnn.loader.link import IndexedPairs, LinkSample, LinkSamplingStage, edge_batcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, MiniBatchLoader
 from shardgnn.nn.link import LinkModel, build_predictor, link_loss
 from shardgnn.nn.message_graph import MessageGraph
@@ -106,46 +105,6 @@ def build_link_model(
     encoder = build_model(config.model, in_dim, config.link.out_dim)
     predictor = build_predictor(config.link.predictor, config.link.out_dim, config.model.hidden)
     return LinkModel(encoder, predictor, embedding)
-
-
-@dataclasses.dataclass
-class IndexedPairs:
-    """Positive pairs and their negatives as rows of ``nodes``' embeddings (an evaluation split
-    with its fixed negatives, or one rank's training pairs of a full-graph epoch)."""
-
-    nodes: np.ndarray
-    """sorted unique endpoints (global ids)"""
-    src_P: torch.Tensor
-    dst_P: torch.Tensor
-    neg_PK: torch.Tensor
-
-    @classmethod
-    def of(cls, pos_2P: np.ndarray, neg_PK: np.ndarray) -> "IndexedPairs":
-        nodes, inverse = unique_ids(np.concatenate([pos_2P[0], pos_2P[1], neg_PK.ravel()]))
-        p = pos_2P.shape[1]
-        inverse = torch.from_numpy(inverse)
-        neg = inverse[2 * p :].reshape(neg_PK.shape)
-        return cls(nodes, inverse[:p], inverse[p : 2 * p], neg)
-
-
-def unique_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(ids, return_inverse=True)`` of non-negative int ids (inverse as int64), by
-    marking them in an array of ``max + 1`` instead of sorting: no O(len) sort temporaries (an
-    evaluation split's ids are P * (K + 2), 9M on soc-slashdot's test split). Ids far sparser
-    than that array (a few ids of a huge graph) are sorted as ``np.unique`` does."""
-    ids = np.asarray(ids)
-    if ids.size == 0:
-        return ids.copy(), np.zeros(0, dtype=np.int64)
-    top = int(ids.max()) + 1
-    if top > 4 * ids.size + (1 << 20):
-        nodes, inverse = np.unique(ids, return_inverse=True)
-        return nodes, inverse.reshape(-1).astype(np.int64, copy=False)
-    index = np.zeros(top, dtype=np.int64)
-    index[ids] = 1
-    nodes = np.flatnonzero(index).astype(ids.dtype, copy=False)
-    np.cumsum(index, out=index)
-    index -= 1  # position of each present id among the present ids
-    return nodes, index[ids]
 
 
 SCORE_CHUNK_VALUES = 1 << 22

@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
-from shardgnn.graph.linksplit import LINK_SPLIT_DIR, LinkSplit, load_link_split
-from shardgnn.loader.dist_batches import DistSeedBatcher
-from shardgnn.loader.link import LinkSamplingStage
+from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+from shardgnn.loader.dist_batches import DistSeedBatcher, FixedBatches
+from shardgnn.loader.link import IndexedPairs, LinkSamplingStage, even_share
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.partition.book import PartitionBook
@@ -38,55 +37,12 @@ from shardgnn.seeding import mix_seed
 from shardgnn.store.embedding import input_store
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.distributed import DistSampledSteps, partition_dataset_record
-from shardgnn.train.link import (
-    IndexedPairs,
-    build_link_model,
-    link_objective,
-    link_record,
-    score_pairs,
-)
-from shardgnn.train.linkmetrics import link_metrics
+from shardgnn.train.dist_sampled import DistSampledSteps
+from shardgnn.train.dist_steps import partition_dataset_record
+from shardgnn.train.link import build_link_model, link_objective, link_record, score_pairs
+from shardgnn.train.linkmetrics import metrics_of_shares
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import eval_sampler_config
-
-
-def metrics_of_shares(
-    comm: Communicator, pos: np.ndarray, neg: np.ndarray, hits_at: tuple[int, ...]
-) -> dict[str, float]:
-    """The link metrics over the scores of every rank's share of a split's pairs (rank order is
-    the split's pair order; collective: every rank gets the same metrics)."""
-    world = comm.world_size
-    pos_t = torch.from_numpy(np.ascontiguousarray(pos, dtype=np.float32))
-    neg_t = torch.from_numpy(np.ascontiguousarray(neg, dtype=np.float32))
-    all_pos = torch.cat(comm.all_to_all([pos_t] * world, "eval"))
-    all_neg = torch.cat(comm.all_to_all([neg_t] * world, "eval"))
-    return link_metrics(all_pos.numpy(), all_neg.numpy(), hits_at)
-
-
-def even_share(split: LinkSplit, name: str, new_of_orig: np.ndarray, rank: int, world: int):
-    """Rank ``rank``'s even share of split ``name``'s (``val``/``test``) pairs in new ids, in
-    pair order: ``(pos_2P, neg_PK, positions of every rank's share)``."""
-    pos = new_of_orig[getattr(split, f"{name}_pos_2P")]
-    neg = new_of_orig[getattr(split, f"{name}_neg_PK")]
-    shares = np.array_split(np.arange(pos.shape[1]), world)
-    return pos[:, shares[rank]], neg[shares[rank]], shares
-
-
-class FixedBatches:
-    """This rank's ``count`` batches of given node ids (sizes differ by at most one; ``count`` is
-    the same on every rank, so an empty batch still takes part in the collectives)."""
-
-    def __init__(self, ids: np.ndarray, count: int):
-        self.batches = np.array_split(np.asarray(ids, dtype=np.int64), count)
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self):
-        for index, ids in enumerate(self.batches):
-            yield index, torch.from_numpy(np.ascontiguousarray(ids))
 
 
 class DistLinkSteps(DistSampledSteps):

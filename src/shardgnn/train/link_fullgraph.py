@@ -26,16 +26,17 @@ import torch
 from shardgnn.distributed.context import DistContext
 from shardgnn.fullgraph.rows import RowGather
 from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+from shardgnn.loader.link import IndexedPairs, even_share
 from shardgnn.nn.link import link_loss
 from shardgnn.precision import precision_context
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.distributed import partition_dataset_record
+from shardgnn.train.dist_steps import partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.fullgraph import DistFullGraphSteps
-from shardgnn.train.link import IndexedPairs, build_link_model, link_record, score_pairs
-from shardgnn.train.link_distributed import even_share, metrics_of_shares
+from shardgnn.train.link import build_link_model, link_record, score_pairs
+from shardgnn.train.linkmetrics import metrics_of_shares
 from shardgnn.train.loop import EpochRecord
 
 PAIR_STAGE = "pairs"

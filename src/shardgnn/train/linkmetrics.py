@@ -1,4 +1,7 @@
-"""Link-prediction metrics over scores: AUC, average precision, MRR and Hits@K.
+"""Link-prediction metrics over scores: AUC, average precision, MRR and Hits@K; the same over
+every rank's share of a split (:func:`metrics_of_shares`), a temporal stream's metrics
+(:func:`stream_metrics`), and the known answers of knowledge-graph queries that filtered ranking
+removes (:class:`AnswerIndex`).
 
 Ties are shared the usual ways: AUC counts a tied (positive, negative) pair as half right; AP
 takes one precision per distinct score threshold (as scikit-learn); a positive's rank among its
@@ -8,6 +11,9 @@ negatives is the mean of its optimistic and pessimistic rank (as OGB's evaluator
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from shardgnn.distributed.comm import Communicator
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -86,3 +92,76 @@ def rank_metrics(ranks_Q: np.ndarray, hits_at: tuple[int, ...]) -> dict[str, flo
     for k in hits_at:
         out[f"hits@{k}"] = float(np.mean(r <= k)) if r.size else float("nan")
     return out
+
+
+def stream_metrics(pos, neg, neg_hist, new, batch_ap) -> dict[str, float | None]:
+    """The evaluation metrics of one split of a temporal event stream (the negatives are
+    described in :mod:`shardgnn.train.temporal`; the new-node metrics are ``None`` when no event
+    of the split has a node unseen in training)."""
+    metrics = {
+        "ap": average_precision(pos, neg),
+        "auc": auc(pos, neg),
+        "ap_batch_mean": float(np.mean(batch_ap)) if batch_ap else float("nan"),
+        "ap_historical": average_precision(pos, neg_hist),
+        "auc_historical": auc(pos, neg_hist),
+        "ap_new_nodes": average_precision(pos[new], neg[new]) if new.any() else None,
+        "auc_new_nodes": auc(pos[new], neg[new]) if new.any() else None,
+        "new_node_events": int(new.sum()),
+    }
+    return metrics
+
+
+def metrics_of_shares(
+    comm: Communicator, pos: np.ndarray, neg: np.ndarray, hits_at: tuple[int, ...]
+) -> dict[str, float]:
+    """The link metrics over the scores of every rank's share of a split's pairs (rank order is
+    the split's pair order; collective: every rank gets the same metrics)."""
+    world = comm.world_size
+    pos_t = torch.from_numpy(np.ascontiguousarray(pos, dtype=np.float32))
+    neg_t = torch.from_numpy(np.ascontiguousarray(neg, dtype=np.float32))
+    all_pos = torch.cat(comm.all_to_all([pos_t] * world, "eval"))
+    all_neg = torch.cat(comm.all_to_all([neg_t] * world, "eval"))
+    return link_metrics(all_pos.numpy(), all_neg.numpy(), hits_at)
+
+
+class AnswerIndex:
+    """For every query ``(anchor, relation, direction)``, the set of entities known to answer it:
+    a CSR over sorted query keys (``direction`` 0 asks for tails, 1 for heads)."""
+
+    def __init__(self, triples_T3: np.ndarray, num_entities: int, num_relations: int):
+        self.num_entities, self.num_relations = num_entities, num_relations
+        keys, answers = self._queries(triples_T3)
+        order = np.lexsort((answers, keys))
+        self.keys, self.answers = keys[order], answers[order]
+
+    def _key(self, anchor: np.ndarray, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        return (direction * self.num_relations + relation) * self.num_entities + anchor
+
+    def _queries(self, triples_T3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        anchor, relation, answer, direction = both_directions(triples_T3)
+        return self._key(anchor, relation, direction), answer
+
+    def mask(self, anchor: np.ndarray, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        """``[Q, N]`` bool: True where the entity is a known answer of the query."""
+        keys = self._key(anchor, relation, direction)
+        lo = np.searchsorted(self.keys, keys, side="left")
+        hi = np.searchsorted(self.keys, keys, side="right")
+        out = np.zeros((len(keys), self.num_entities), dtype=bool)
+        rows = np.repeat(np.arange(len(keys)), hi - lo)
+        # positions lo..hi-1 of every row, flattened
+        starts = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo)
+        out[rows, self.answers[starts + np.arange(rows.size)]] = True
+        return out
+
+
+def both_directions(triples_T3: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(anchor, relation, answer, direction)`` of the ``2T`` queries of ``T`` triples: tail
+    queries ``(h, r, ?)`` then head queries ``(?, r, t)``."""
+    h, r, t = (triples_T3[:, i].astype(np.int64) for i in range(3))
+    n = len(h)
+    return (
+        np.concatenate([h, t]),
+        np.concatenate([r, r]),
+        np.concatenate([t, h]),
+        np.repeat(np.array([0, 1], dtype=np.int64), n),
+    )

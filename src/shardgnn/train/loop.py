@@ -26,10 +26,12 @@ from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.errors import Preempted
 from shardgnn.store.embedding import snapshot_state
-from shardgnn.timing import STAGE_ORDER, StageTimer
-from shardgnn.train.checkpoint import Checkpointer, LoopState, capture_state, restore_state
+from shardgnn.timing import StageTimer
+from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.epoch import EpochRun, EpochSums
+from shardgnn.train.loop_state import LoopState, capture_state, restore_state
+from shardgnn.train.report import epoch_line
 from shardgnn.train.stop import StopSignals
 
 
@@ -375,38 +377,3 @@ class TrainingLoop:
             }
         results.update(self.steps.results_extra(history))
         return results
-
-
-def epoch_line(
-    record: EpochRecord,
-    epochs: int,
-    best_val: float,
-    best_epoch: int,
-    cached: bool = False,
-    metric: str = "acc",
-) -> str:
-    """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log).
-    ``metric``: what ``val_acc`` measures (named in the line unless it is accuracy)."""
-    width = len(str(epochs))
-    order = {name: i for i, name in enumerate(STAGE_ORDER)}
-    shown = sorted(
-        (name for name in record.stages if name != "eval" and record.stages[name] >= 0.005),
-        key=lambda name: (order.get(name, len(order)), name),
-    )
-    stages = ", ".join(f"{name} {record.stages[name]:.2f}" for name in shown)
-    text = (
-        f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train "
-        f"{100 * record.train_acc:5.1f}%  val{'' if metric == 'acc' else ' ' + metric} "
-        f"{100 * record.val_acc:5.1f}% (best "
-        f"{100 * best_val:.1f}% @ {best_epoch})  {record.time_s:.2f} s"
-        + (f" ({stages})" if stages else "")
-        + f" + eval {record.stages.get('eval', 0.0):.2f} s"
-    )
-    if cached and record.cache and record.cache.get("hit_rate") is not None:
-        text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
-    if cached and record.cache and record.cache.get("row_hit_rate") is not None:
-        text += f"  row cache hit {100 * record.cache['row_hit_rate']:.1f}%"
-    history = (record.cache or {}).get("historical")
-    if history and history.get("hit_rate") is not None:
-        text += f"  historical hit {100 * history['hit_rate']:.1f}%"
-    return text

@@ -32,6 +32,28 @@ from shardgnn.nn.config import RELATIONAL_MODELS, SNAPSHOT_MODELS, TEMPORAL_MODE
 from shardgnn.options import flag_for
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.kinds import check_dataset_kind, load_target
+from shardgnn.train.recipe_settings import (
+    CLUSTER_HISTORICAL,
+    COMMON_SETTINGS,
+    DIST_FULL,
+    DIST_SAMPLED,
+    GAT,
+    GPU,
+    JODIE,
+    KG_DEFAULTS,
+    LINK,
+    MODEL,
+    PRECISION,
+    RGCN,
+    ROWS,
+    SAMPLED,
+    TEMPORAL,
+    TGAT,
+    TGN,
+    TYPED_SAMPLED,
+    WORKERS,
+    settings,
+)
 
 HOMOGENEOUS_MODELS = ("sage", "gcn", "gat")
 _STREAM_MODELS = tuple(m for m in TEMPORAL_MODELS if m not in SNAPSHOT_MODELS)
@@ -119,124 +141,53 @@ class Recipe:
         return TrainingLoop(config, self.steps(config, graph=graph, ctx=ctx), self.name).run()
 
 
-def _settings(*names: str) -> frozenset[str]:
-    return frozenset(names)
-
-
-COMMON_SETTINGS = _settings(
-    "data_dir", "task", "mode", "model.model", "optim.epochs", "optim.lr", "optim.weight_decay",
-    "optim.patience", "seed", "device", "threads", "heap", "checkpoint.dir", "checkpoint.every",
-    "checkpoint.keep", "checkpoint.resume", "results", "progress", "run.workers",
-    "run.partitions",
-)  # fmt: skip
-"""Settings every kind of training reads (the loop, checkpoints, the launcher's choice)."""
-_MODEL = _settings("model.hidden", "model.num_layers", "model.dropout", "model.input_dropout")
-_SAMPLED = _settings(
-    "sampler.fanouts", "sampler.replace", "sampler.num_threads", "batch_size",
-    "eval_batch_size", "eval_fanouts",
-)  # fmt: skip
-_LINK = _settings(
-    "link.val", "link.test", "link.split_seed", "link.eval_negatives", "link.negative_sampler",
-    "link.negatives", "link.predictor", "link.loss", "link.margin", "link.hits_at",
-    "link.out_dim",
-)  # fmt: skip
-_ROWS = _settings(
-    "embedding.dim", "embedding.optimizer", "embedding.lr", "embedding.storage",
-    "embedding.directory",
-)  # fmt: skip
-_WORKERS = _settings("run.timeout", "run.log_dir", "run.stop_grace", "run.backend")
-_DIST_SAMPLED = _WORKERS | _settings(
-    "embedding.staleness", "run.overlap", "run.host_sharing", "fetch_bits", "error_feedback",
-    "cache.policy", "cache.size", "cache.lookahead", "feature_storage",
-)  # fmt: skip
-_CLUSTER_HISTORICAL = _settings(
-    "batching", "clusters_per_batch", "cluster_halo", "historical", "historical_mode",
-    "historical_scope", "historical_push_every",
-)  # fmt: skip
-_DIST_FULL = _WORKERS | _settings(
-    "full.spmm", "full.replication", "full.bits", "full.staleness", "error_feedback"
-)
-_PRECISION = _settings("precision")
-# the GPU pipeline of single-process node classification (loader/device.py)
-_GPU = _settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy")
-"""bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
-_GAT = {"gat": _settings("model.heads")}
-_TYPED_SAMPLED = _settings(
-    "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
-)
-_RGCN = {"rgcn": _settings("model.num_bases")}
-_TEMPORAL = _settings(
-    "batch_size", "link.val", "link.test", "link.split_seed", "temporal.time_dim",
-    "temporal.chunks",
-)  # fmt: skip
-_TGN = _settings(
-    "model.dropout", "model.heads", "link.out_dim", "temporal.memory_dim", "temporal.neighbors"
-)
-_TGAT = _settings(
-    "model.dropout", "model.heads", "link.out_dim", "temporal.neighbors", "temporal.sampling"
-)
-_JODIE = _settings("temporal.memory_dim")
-
-_KG_DEFAULTS = {
-    "mode": "full",
-    # the README's recipe (BENCHMARKS section 11): kinships filtered MRR 0.709 against 0.495 with
-    # the node-classification defaults
-    "model.num_layers": 2,
-    "model.hidden": 128,
-    "link.out_dim": 128,
-    "optim.lr": 0.01,
-    "batch_size": 256,
-    "model.dropout": 0.2,
-    "link.loss": "softmax",
-}
-
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "node", "homogeneous", "node", ("minibatch",), HOMOGENEOUS_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.distributed:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
-        reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"} | _PRECISION | _GPU,
-        worker_reads=_MODEL | _SAMPLED | _ROWS | {"feature_norm"} | _DIST_SAMPLED
-        | _CLUSTER_HISTORICAL | _PRECISION,
-        model_reads=_GAT,
+        reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | PRECISION | GPU,
+        worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | DIST_SAMPLED
+        | CLUSTER_HISTORICAL | PRECISION,
+        model_reads=GAT,
     ),
     Recipe(
         "node-full", "homogeneous", "node", ("full",), HOMOGENEOUS_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.fullgraph:DistFullNodeSteps",
         "full-graph node classification",
-        reads=_MODEL | _ROWS | {"feature_norm"} | _PRECISION,
-        worker_reads=_MODEL | {"feature_norm"} | _DIST_FULL | _PRECISION,
-        model_reads=_GAT,
+        reads=MODEL | ROWS | {"feature_norm"} | PRECISION,
+        worker_reads=MODEL | {"feature_norm"} | DIST_FULL | PRECISION,
+        model_reads=GAT,
     ),
     Recipe(
         "link", "homogeneous", "link", ("minibatch",), HOMOGENEOUS_MODELS,
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_distributed:DistLinkSteps",
         "link prediction on sampled mini-batches",
-        reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"} | _PRECISION,
-        worker_reads=_MODEL | _SAMPLED | _LINK | _ROWS | {"feature_norm"} | _DIST_SAMPLED
-        | _PRECISION,
-        model_reads=_GAT,
+        reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | PRECISION,
+        worker_reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | DIST_SAMPLED
+        | PRECISION,
+        model_reads=GAT,
     ),
     Recipe(
         "link-full", "homogeneous", "link", ("full",), HOMOGENEOUS_MODELS,
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_fullgraph:DistFullLinkSteps",
         "full-graph link prediction (GAE)",
-        reads=_MODEL | _LINK | _ROWS | {"feature_norm"} | _PRECISION,
-        worker_reads=_MODEL | _LINK | {"feature_norm"} | _DIST_FULL | _PRECISION,
-        model_reads=_GAT,
+        reads=MODEL | LINK | ROWS | {"feature_norm"} | PRECISION,
+        worker_reads=MODEL | LINK | {"feature_norm"} | DIST_FULL | PRECISION,
+        model_reads=GAT,
     ),
     Recipe(
         "typed-node", "typed", "node", ("minibatch", "full"), RELATIONAL_MODELS,
         "shardgnn.train.relational:RelationalNodeSteps",
         "shardgnn.train.relational_distributed:DistRelationalNodeSteps",
         "node classification on a typed graph",
-        reads=_MODEL,
-        worker_reads=_MODEL | _TYPED_SAMPLED | _WORKERS | _settings(
+        reads=MODEL,
+        worker_reads=MODEL | TYPED_SAMPLED | WORKERS | settings(
             "eval_batch_size", "eval_fanouts", "embedding.storage", "embedding.directory",
             "run.host_sharing",
         ),
-        model_reads=_RGCN,
-        mode_reads={"minibatch": _TYPED_SAMPLED},
+        model_reads=RGCN,
+        mode_reads={"minibatch": TYPED_SAMPLED},
     ),
     Recipe(
         # the whole graph's encoder runs at every step: --mode full (config sets it for a
@@ -244,29 +195,29 @@ RECIPES: tuple[Recipe, ...] = (
         "kg-link", "typed", "link", ("full", "minibatch"), ("rgcn",),
         "shardgnn.train.relational:RelationalLinkSteps", None,
         "knowledge-graph link prediction (R-GCN + DistMult)",
-        defaults=_KG_DEFAULTS,
-        reads=_MODEL - {"model.input_dropout"} | _settings(
+        defaults=KG_DEFAULTS,
+        reads=MODEL - {"model.input_dropout"} | settings(
             "batch_size", "link.loss", "link.out_dim"
         ),
-        model_reads=_RGCN,
+        model_reads=RGCN,
     ),
     Recipe(
         "temporal-link", "temporal", "link", ("minibatch",), _STREAM_MODELS,
         "shardgnn.train.temporal:TemporalLinkSteps",
         "shardgnn.train.temporal_distributed:DistTemporalLinkSteps",
         "temporal link prediction (TGN, JODIE, TGAT)",
-        reads=_TEMPORAL,
-        worker_reads=_TEMPORAL | _WORKERS,
+        reads=TEMPORAL,
+        worker_reads=TEMPORAL | WORKERS,
         # tgn draws the most recent events in one process (--temporal-sampling is read by the
         # distributed sampler only); tgat learns input rows in one process only
-        model_reads={"tgn": _TGN, "jodie": _JODIE, "tgat": _TGAT | {"embedding.dim"}},
-        worker_model_reads={"tgn": _TGN | {"temporal.sampling"}, "jodie": _JODIE, "tgat": _TGAT},
+        model_reads={"tgn": TGN, "jodie": JODIE, "tgat": TGAT | {"embedding.dim"}},
+        worker_model_reads={"tgn": TGN | {"temporal.sampling"}, "jodie": JODIE, "tgat": TGAT},
     ),
     Recipe(
         "snapshot-link", "temporal", "link", ("minibatch",), SNAPSHOT_MODELS,
         "shardgnn.train.snapshot:SnapshotLinkSteps", None,
         "link prediction on snapshots (T-GCN)",
-        reads=_settings(
+        reads=settings(
             "model.dropout", "link.val", "link.test", "link.split_seed", "link.out_dim",
             "temporal.snapshots", "temporal.snapshot_window", "run.overlap",
         ),

@@ -41,55 +41,12 @@ from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.linkmetrics import filtered_ranks, rank_metrics
+from shardgnn.train.linkmetrics import AnswerIndex, both_directions, filtered_ranks, rank_metrics
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.setup import resolve_device
 
 RELATIONAL_HITS_AT = (1, 3, 10)
 """Hits@K reported for knowledge-graph completion (the benchmarks' standard set)."""
-
-
-class AnswerIndex:
-    """For every query ``(anchor, relation, direction)``, the set of entities known to answer it:
-    a CSR over sorted query keys (``direction`` 0 asks for tails, 1 for heads)."""
-
-    def __init__(self, triples_T3: np.ndarray, num_entities: int, num_relations: int):
-        self.num_entities, self.num_relations = num_entities, num_relations
-        keys, answers = self._queries(triples_T3)
-        order = np.lexsort((answers, keys))
-        self.keys, self.answers = keys[order], answers[order]
-
-    def _key(self, anchor: np.ndarray, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
-        return (direction * self.num_relations + relation) * self.num_entities + anchor
-
-    def _queries(self, triples_T3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        anchor, relation, answer, direction = both_directions(triples_T3)
-        return self._key(anchor, relation, direction), answer
-
-    def mask(self, anchor: np.ndarray, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
-        """``[Q, N]`` bool: True where the entity is a known answer of the query."""
-        keys = self._key(anchor, relation, direction)
-        lo = np.searchsorted(self.keys, keys, side="left")
-        hi = np.searchsorted(self.keys, keys, side="right")
-        out = np.zeros((len(keys), self.num_entities), dtype=bool)
-        rows = np.repeat(np.arange(len(keys)), hi - lo)
-        # positions lo..hi-1 of every row, flattened
-        starts = np.repeat(lo - np.r_[0, np.cumsum(hi - lo)[:-1]], hi - lo)
-        out[rows, self.answers[starts + np.arange(rows.size)]] = True
-        return out
-
-
-def both_directions(triples_T3: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``(anchor, relation, answer, direction)`` of the ``2T`` queries of ``T`` triples: tail
-    queries ``(h, r, ?)`` then head queries ``(?, r, t)``."""
-    h, r, t = (triples_T3[:, i].astype(np.int64) for i in range(3))
-    n = len(h)
-    return (
-        np.concatenate([h, t]),
-        np.concatenate([r, r]),
-        np.concatenate([t, h]),
-        np.repeat(np.array([0, 1], dtype=np.int64), n),
-    )
 
 
 def message_graph(graph: HeteroGraph, device: torch.device) -> RelationalMessageGraph:

@@ -1,4 +1,4 @@
-"""The end-of-run summary table."""
+"""What a run prints: the line at the end of every epoch and the end-of-run summary table."""
 
 from __future__ import annotations
 
@@ -220,3 +220,40 @@ def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
         for name, value in link[split].items():
             rows.append((f"{split} {name}" + (" (at best val)" if split == "test" else ""), value))
     return rows
+
+
+def epoch_line(
+    record: Any,
+    epochs: int,
+    best_val: float,
+    best_epoch: int,
+    cached: bool = False,
+    metric: str = "acc",
+) -> str:
+    """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log)
+    for ``record`` (a :class:`~shardgnn.train.loop.EpochRecord`, which this module cannot import:
+    the loop imports it). ``metric``: what ``val_acc`` measures (named in the line unless it is
+    accuracy)."""
+    width = len(str(epochs))
+    order = {name: i for i, name in enumerate(STAGE_ORDER)}
+    shown = sorted(
+        (name for name in record.stages if name != "eval" and record.stages[name] >= 0.005),
+        key=lambda name: (order.get(name, len(order)), name),
+    )
+    stages = ", ".join(f"{name} {record.stages[name]:.2f}" for name in shown)
+    text = (
+        f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train "
+        f"{100 * record.train_acc:5.1f}%  val{'' if metric == 'acc' else ' ' + metric} "
+        f"{100 * record.val_acc:5.1f}% (best "
+        f"{100 * best_val:.1f}% @ {best_epoch})  {record.time_s:.2f} s"
+        + (f" ({stages})" if stages else "")
+        + f" + eval {record.stages.get('eval', 0.0):.2f} s"
+    )
+    if cached and record.cache and record.cache.get("hit_rate") is not None:
+        text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
+    if cached and record.cache and record.cache.get("row_hit_rate") is not None:
+        text += f"  row cache hit {100 * record.cache['row_hit_rate']:.1f}%"
+    history = (record.cache or {}).get("historical")
+    if history and history.get("hit_rate") is not None:
+        text += f"  historical hit {100 * history['hit_rate']:.1f}%"
+    return text

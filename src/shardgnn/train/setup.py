@@ -59,6 +59,8 @@ def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
 
 # The random stream of the learnable rows' initial values: mix_seed(seed, EMBEDDING_STREAM).
 EMBEDDING_STREAM = 0x454D4244
+# The fixed evaluation negatives of temporal link prediction: mix_seed(split_seed, EVAL_STREAM).
+EVAL_STREAM = 0x45564E47
 
 
 def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable | None:

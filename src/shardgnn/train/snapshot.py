@@ -25,9 +25,11 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
-from shardgnn.graph.snapshots import SnapshotSequence, build_snapshots
+from shardgnn.graph.identity import events_sha256
+from shardgnn.graph.snapshots import build_snapshots
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.loader.prefetch import Prefetcher
+from shardgnn.loader.snapshots import SnapshotGraphs
 from shardgnn.nn.link import link_loss
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.snapshot import GCNGRU
@@ -37,30 +39,7 @@ from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.linkmetrics import auc, average_precision
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import resolve_device
-from shardgnn.train.temporal import EVAL_STREAM, events_sha256
-
-
-class SnapshotGraphs:
-    """The message graphs of snapshots ``0 .. count - 1`` in order, each rebuilt from the
-    previous one and its delta; ``prep_s`` sums the time spent building them."""
-
-    def __init__(self, seq: SnapshotSequence, count: int, device: torch.device):
-        self.seq, self.count, self.device = seq, count, device
-        self.prep_s = 0.0
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self):
-        keys = None
-        for t in range(self.count):
-            start = time.perf_counter()
-            keys = self.seq.edges(t, keys)
-            indptr, indices = self.seq.csr(keys)
-            graph = MessageGraph.from_csr(indptr, indices, self.device)
-            self.prep_s += time.perf_counter() - start
-            yield t, graph
+from shardgnn.train.setup import EVAL_STREAM, resolve_device
 
 
 class SnapshotLinkSteps(Steps):
@@ -107,7 +86,10 @@ class SnapshotLinkSteps(Steps):
     def _snapshots(self, count: int):
         """``(t, message graph)`` of the first ``count`` snapshots, prepared ahead when
         overlapping; the preparation and waiting times are added up."""
-        graphs = SnapshotGraphs(self.seq, count, self.device)
+        device = self.device
+        graphs = SnapshotGraphs(
+            self.seq, count, lambda indptr, indices: MessageGraph.from_csr(indptr, indices, device)
+        )
         source = Prefetcher(graphs) if self.overlap else graphs
         iterator = iter(source)
         while True:

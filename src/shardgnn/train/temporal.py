@@ -21,8 +21,6 @@ Each positive ``(u, v, t)`` is scored against fixed negatives drawn once (``--li
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 from typing import Any
 
 import numpy as np
@@ -30,8 +28,9 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
+from shardgnn.graph.identity import events_sha256
 from shardgnn.graph.temporal import TemporalGraph, chronological_split
-from shardgnn.loader.temporal import EventBatches
+from shardgnn.loader.temporal import EventBatches, EventStream
 from shardgnn.nn.link import link_loss
 from shardgnn.nn.temporal import HopTensors, TemporalLinkModel
 from shardgnn.sampling.temporal import TemporalNeighborSampler
@@ -39,11 +38,9 @@ from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.linkmetrics import auc, average_precision
+from shardgnn.train.linkmetrics import average_precision, stream_metrics
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import resolve_device
-
-EVAL_STREAM = 0x45564E47  # the fixed evaluation negatives: mix_seed(split_seed, EVAL_STREAM)
+from shardgnn.train.setup import EVAL_STREAM, resolve_device
 
 
 def historical_negatives(
@@ -87,51 +84,6 @@ def mean_gap(src: np.ndarray, dst: np.ndarray, t: np.ndarray, train_end: int) ->
     span = float(t[max(train_end - 1, 0)] - t[0])
     active = max(np.unique(np.r_[src[:train_end], dst[:train_end]]).size, 1)
     return max(span * active / max(2 * train_end, 1), 1e-9)
-
-
-def events_sha256(src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> str:
-    """SHA-256 of the events (sources, destinations, times): a checkpoint's graph identity."""
-    digest = hashlib.sha256()
-    for array, dtype in ((src, "<i8"), (dst, "<i8"), (t, "<f8")):
-        digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
-    return digest.hexdigest()
-
-
-def stream_metrics(pos, neg, neg_hist, new, batch_ap) -> dict[str, float | None]:
-    """The evaluation metrics of one split (see the module docstring; the new-node metrics are
-    ``None`` when no event of the split has a node unseen in training)."""
-    metrics = {
-        "ap": average_precision(pos, neg),
-        "auc": auc(pos, neg),
-        "ap_batch_mean": float(np.mean(batch_ap)) if batch_ap else float("nan"),
-        "ap_historical": average_precision(pos, neg_hist),
-        "auc_historical": auc(pos, neg_hist),
-        "ap_new_nodes": average_precision(pos[new], neg[new]) if new.any() else None,
-        "auc_new_nodes": auc(pos[new], neg[new]) if new.any() else None,
-        "new_node_events": int(new.sum()),
-    }
-    return metrics
-
-
-@dataclasses.dataclass
-class EventStream:
-    """The events a trainer streams (every process holds all of them: each batch is split
-    among ranks), in the ids its memory and sampler use."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    t: np.ndarray
-    feat: np.ndarray | None
-    num_nodes: int
-    name: str
-
-    @property
-    def num_events(self) -> int:
-        return int(self.src.shape[0])
-
-    @classmethod
-    def of(cls, graph: TemporalGraph) -> "EventStream":
-        return cls(graph.src, graph.dst, graph.t, graph.edge_feat, graph.num_nodes, graph.name)
 
 
 class TemporalLinkSteps(Steps):

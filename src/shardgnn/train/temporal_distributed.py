@@ -32,6 +32,7 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
+from shardgnn.loader.temporal import EventStream
 from shardgnn.nn.temporal import MemoryState
 from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.kernels import relabel
@@ -39,9 +40,9 @@ from shardgnn.sampling.temporal import dist_temporal_hop
 from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.distributed import DistSteps
+from shardgnn.train.dist_steps import DistSteps
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.temporal import EventStream, TemporalLinkSteps
+from shardgnn.train.temporal import TemporalLinkSteps
 
 
 class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):

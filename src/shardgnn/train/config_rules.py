@@ -1,0 +1,271 @@
+"""What the settings of a :class:`~shardgnn.train.config.TrainConfig` resolve to, and which
+combinations it refuses.
+
+:class:`ResolvedSettings`, a base of ``TrainConfig``, derives on request the values that settings
+leave unset or ``auto`` (batch sizes, temporal sampling, historical embeddings, layer-wise
+evaluation); :func:`resolve_and_check`, run as the config is built, resolves the rest once and
+refuses invalid settings and combinations.
+
+Neither names ``TrainConfig`` (the checks take it as ``Any``): ``shardgnn.train.config`` imports
+this module, and the layering (tests/test_layers.py) allows no import back, not even for
+annotations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.options import changed_settings, check_choices, invalid
+from shardgnn.sampling.config import SamplerConfig
+
+DEFAULT_BATCH_SIZE = 1024
+"""Items per step when ``--batch-size`` is not given (node classification: at most)."""
+MIN_AUTO_BATCH_SIZE = 32
+"""The smallest batch node classification picks by itself on a small training set."""
+
+
+class ResolvedSettings:
+    """The values a :class:`~shardgnn.train.config.TrainConfig` derives from its settings (a
+    base of it, holding no fields of its own)."""
+
+    def node_batch_size(self, num_train: int) -> int:
+        """Seed nodes per step of node classification with ``num_train`` training nodes:
+        ``--batch-size``, else :data:`DEFAULT_BATCH_SIZE` or, on a small training set, an eighth
+        of it (at least :data:`MIN_AUTO_BATCH_SIZE`): the per-class splits (20 nodes per class)
+        took one step per epoch at 1024 and stopped far from trained (0.24 test accuracy on
+        amazon-computers after 10 epochs; 0.76 at 8 steps per epoch)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return min(DEFAULT_BATCH_SIZE, max(MIN_AUTO_BATCH_SIZE, -(-num_train // 8)))
+
+    @property
+    def item_batch_size(self) -> int:
+        """Target edges, events or triples per step: ``--batch-size``, else
+        :data:`DEFAULT_BATCH_SIZE`."""
+        return DEFAULT_BATCH_SIZE if self.batch_size is None else self.batch_size
+
+    @property
+    def temporal_sampling(self) -> str:
+        """The temporal sampler's mode (``--temporal-sampling auto`` resolved by the model)."""
+        if self.temporal.sampling != "auto":
+            return self.temporal.sampling
+        return "uniform" if self.model.model == "tgat" else "recent"
+
+    @property
+    def historical_layers(self) -> range | None:
+        """The block layers served from historical embeddings (``--historical L:AGE``)."""
+        if self.historical is None:
+            return None
+        return range(int(self.historical.split(":")[0]), self.model.num_layers)
+
+    @property
+    def historical_age(self) -> int | None:
+        return None if self.historical is None else int(self.historical.split(":")[1])
+
+    @property
+    def historical_push_interval(self) -> int:
+        """Steps between two sends of one node's embedding to one worker."""
+        if self.historical_push_every is not None:
+            return self.historical_push_every
+        return max(1, self.historical_age or 0)
+
+    @property
+    def layerwise_eval(self) -> bool:
+        """Mini-batch evaluation with full neighbourhoods (all eval fanouts -1) runs layer-wise
+        (every layer once per node, shardgnn.fullgraph.inference) for the models it supports."""
+        fanouts = self.eval_fanouts or self.sampler.fanouts
+        return (
+            self.mode == "minibatch"
+            and self.task == "node"
+            and all(f == -1 for f in fanouts)
+            and self.model.model in ("sage", "gcn")
+        )
+
+
+def resolve_and_check(config: Any) -> None:
+    """Resolve what ``config`` leaves to its other settings (the layers, a relational link
+    task's mode, the evaluation fanouts) and refuse invalid settings and combinations, each in
+    one line that says what to give instead. A :class:`~shardgnn.train.config.TrainConfig` runs
+    this as it is built, so every config is valid."""
+    check_choices(config)
+    if not isinstance(config.dataset, str) or not config.dataset.strip():
+        raise ConfigError(
+            f"dataset spec {config.dataset!r} is empty; name a dataset such as cora or synthetic"
+        )
+    for name in ("batch_size", "eval_batch_size"):
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise invalid(config, name, "must be >= 1")
+    if config.threads is not None and config.threads < 1:
+        raise invalid(config, "threads", "must be >= 1")
+    if config.task == "link" and _names_relational(config):
+        # Relational link prediction encodes the whole graph at every step (the knowledge
+        # graphs it runs on are small): full-graph layers, whatever --mode says.
+        config.mode = "full"
+    _resolve_layers(config)
+    if config.eval_fanouts is not None:
+        config.eval_fanouts = SamplerConfig(fanouts=config.eval_fanouts).fanouts
+        if len(config.eval_fanouts) != config.model.num_layers:
+            raise invalid(
+                config,
+                "eval_fanouts",
+                f"name {config.model.num_layers} layers, one per model layer",
+            )
+    _check_combinations(config)
+
+
+def _resolve_layers(config: Any) -> None:
+    """Unset ``--layers``: one per fanout (mini-batch) or 2 (full graph). Full-graph runs
+    record fanouts of -1 (every neighbour), which is what they compute."""
+    model, sampler = config.model, config.sampler
+    if config.mode == "minibatch":
+        if model.num_layers is None:
+            config.model = dataclasses.replace(model, num_layers=len(sampler.fanouts))
+        elif model.num_layers != len(sampler.fanouts):
+            raise ConfigError(
+                f"--layers {model.num_layers} but --fanouts "
+                f"{','.join(map(str, sampler.fanouts))} names {len(sampler.fanouts)}; give "
+                "one fanout per layer"
+            )
+    else:
+        layers = 2 if model.num_layers is None else model.num_layers
+        config.model = dataclasses.replace(model, num_layers=layers)
+        config.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
+
+
+def _names_relational(config: Any) -> bool:
+    """Whether the dataset spec names a relational graph (no file is read)."""
+    from shardgnn.graph.datasets import is_relational
+
+    try:
+        return is_relational(config.dataset)
+    except DatasetError:
+        return False  # an unknown dataset: loading it says so, with the list of known ones
+
+
+def _check_combinations(config: Any) -> None:
+    # the checks against the kind of graph the dataset names run with the recipe's choice
+    # (shardgnn.train.recipes.select, shardgnn.train.recipe_checks)
+    if config.embedding.enabled and config.run.distributed:
+        dim = f"--embedding-dim {config.embedding.dim}"
+        if config.mode == "full":
+            raise ConfigError(
+                f"{dim}: sharded learnable rows train in --mode minibatch so far; use it, or "
+                "one process for full-graph training"
+            )
+        if config.run.overlap == "on":
+            raise ConfigError(
+                f"{dim} with --overlap on: a batch must read the rows after the previous "
+                "step updated them, so learnable rows run without the prefetch thread; use "
+                "--overlap auto or off"
+            )
+    if not config.run.distributed:
+        flags = [
+            *changed_settings(config.full),
+            *changed_settings(config.cache),
+            *changed_settings(config, ("fetch_bits", "feature_storage")),
+            *changed_settings(config.embedding, ("staleness",)),
+            *changed_settings(config, ("error_feedback",)),
+        ]
+        if flags:
+            raise ConfigError(
+                f"{', '.join(flags)} shape(s) communication between workers, and this run has "
+                "one process; add --workers N (or --partitions DIR) to train distributed "
+                "(--workers 1 runs one worker over a one-part partition, which a cache or "
+                "disk storage can front)"
+            )
+    if config.batching == "cluster" and (
+        not config.run.distributed or config.mode != "minibatch" or config.task != "node"
+    ):
+        raise ConfigError(
+            "--batching cluster groups the training nodes of each worker's part: it applies "
+            "to distributed mini-batch node classification (add --workers N, --mode "
+            "minibatch, --task node), or drop it"
+        )
+    if config.clusters_per_batch < 1:
+        raise invalid(config, "clusters_per_batch", "must be >= 1")
+    if config.cluster_halo is not None:
+        if config.batching != "cluster":
+            raise ConfigError(
+                f"--cluster-halo {config.cluster_halo} bounds the halo of cluster batches; add "
+                "--batching cluster or drop it"
+            )
+        if not 0 <= config.cluster_halo <= config.model.num_layers:
+            raise invalid(
+                config, "cluster_halo", f"must lie in [0, {config.model.num_layers}] (the layers)"
+            )
+    _check_historical(config)
+    bits = config.full.bits if config.mode == "full" else config.fetch_bits
+    if config.error_feedback and bits == 32:
+        flag = "--bits" if config.mode == "full" else "--fetch-bits"
+        raise ConfigError(
+            f"--error-feedback compensates low-bit sends, and {flag} is 32 (exact); give "
+            f"{flag} 1, 2, 4, 8 or 16, or drop --error-feedback"
+        )
+    staleness = config.embedding.staleness
+    if staleness is not None and not config.embedding.enabled:
+        raise ConfigError(
+            f"--embedding-staleness {staleness} bounds the age of cached learnable rows, and "
+            "this run has none; add --embedding-dim D or drop --embedding-staleness"
+        )
+    if staleness is not None and config.cache.policy in ("none", "belady"):
+        raise ConfigError(
+            f"--embedding-staleness {staleness} caches peers' learnable rows in the cache of "
+            f"--cache-policy, which is {config.cache.policy}: give degree, presample, fifo or "
+            "lru (belady fetches rows batches before they are read)"
+        )
+    if config.mode == "full" and (config.cache.enabled or config.feature_storage != "memory"):
+        raise ConfigError(
+            "--cache-policy and --feature-storage disk apply to mini-batch training; "
+            "full-graph training exchanges halo rows once per layer instead (drop them or use "
+            "--mode minibatch)"
+        )
+    if config.feature_storage == "disk" and config.layerwise_eval:
+        raise ConfigError(
+            "--feature-storage disk keeps features out of RAM, but full-neighbourhood "
+            "evaluation (--eval-fanouts all -1) runs layer-wise over every local row at once; "
+            "give sampled --eval-fanouts (e.g. 15,10,5) or use --feature-storage memory"
+        )
+
+
+def _check_historical(config: Any) -> None:
+    if config.historical_push_every is not None and config.historical_push_every < 1:
+        raise invalid(config, "historical_push_every", "must be >= 1")
+    if config.historical_push_every is not None and config.historical_mode == "pull":
+        raise ConfigError(
+            f"--historical-push-every {config.historical_push_every} paces pushes, and "
+            "--historical-mode is pull; drop one of them"
+        )
+    if config.historical is None:
+        if config.historical_scope != "remote":
+            raise ConfigError(
+                f"--historical-scope {config.historical_scope} says which nodes historical "
+                "embeddings serve, and --historical is not set; add --historical L:AGE"
+            )
+        return
+    flag = f"--historical {config.historical}"
+    layer, sep, age = str(config.historical).partition(":")
+    if not (sep and layer.strip().isdigit() and age.strip().isdigit()):
+        raise ConfigError(
+            f"{flag}: give LAYER:AGE, two non-negative integers, e.g. --historical 1:4"
+        )
+    layers = config.model.num_layers
+    if not 1 <= int(layer) <= layers - 1:
+        raise ConfigError(
+            f"{flag}: the layer must lie in [1, {layers - 1}] for a {layers}-layer model "
+            "(layer 0 reads input features, which no owner computes)"
+        )
+    if not config.run.distributed or config.mode != "minibatch" or config.task != "node":
+        raise ConfigError(
+            f"{flag} replaces remote nodes' embeddings with their owners' pushes: it applies "
+            "to distributed mini-batch node classification (add --workers N, --mode "
+            "minibatch, --task node), or drop it"
+        )
+    if config.run.overlap == "on" or config.cache.policy == "belady":
+        what = "--overlap on" if config.run.overlap == "on" else "--cache-policy belady"
+        raise ConfigError(
+            f"{flag} with {what}: a batch must be sampled after the previous step's push, "
+            "and both sample batches ahead; use --overlap auto or off and another cache "
+            "policy"
+        )

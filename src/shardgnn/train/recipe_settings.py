@@ -1,0 +1,76 @@
+"""The groups of settings the recipes read (:mod:`shardgnn.train.recipes`), and the defaults of
+the knowledge-graph recipe: which flags a kind of training honours is data, kept here."""
+
+from __future__ import annotations
+
+
+def settings(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+COMMON_SETTINGS = settings(
+    "data_dir", "task", "mode", "model.model", "optim.epochs", "optim.lr", "optim.weight_decay",
+    "optim.patience", "seed", "device", "threads", "heap", "checkpoint.dir", "checkpoint.every",
+    "checkpoint.keep", "checkpoint.resume", "results", "progress", "run.workers",
+    "run.partitions",
+)  # fmt: skip
+"""Settings every kind of training reads (the loop, checkpoints, the launcher's choice)."""
+MODEL = settings("model.hidden", "model.num_layers", "model.dropout", "model.input_dropout")
+SAMPLED = settings(
+    "sampler.fanouts", "sampler.replace", "sampler.num_threads", "batch_size",
+    "eval_batch_size", "eval_fanouts",
+)  # fmt: skip
+LINK = settings(
+    "link.val", "link.test", "link.split_seed", "link.eval_negatives", "link.negative_sampler",
+    "link.negatives", "link.predictor", "link.loss", "link.margin", "link.hits_at",
+    "link.out_dim",
+)  # fmt: skip
+ROWS = settings(
+    "embedding.dim", "embedding.optimizer", "embedding.lr", "embedding.storage",
+    "embedding.directory",
+)  # fmt: skip
+WORKERS = settings("run.timeout", "run.log_dir", "run.stop_grace", "run.backend")
+DIST_SAMPLED = WORKERS | settings(
+    "embedding.staleness", "run.overlap", "run.host_sharing", "fetch_bits", "error_feedback",
+    "cache.policy", "cache.size", "cache.lookahead", "feature_storage",
+)  # fmt: skip
+CLUSTER_HISTORICAL = settings(
+    "batching", "clusters_per_batch", "cluster_halo", "historical", "historical_mode",
+    "historical_scope", "historical_push_every",
+)  # fmt: skip
+DIST_FULL = WORKERS | settings(
+    "full.spmm", "full.replication", "full.bits", "full.staleness", "error_feedback"
+)
+PRECISION = settings("precision")
+"""bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
+GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy")
+"""the GPU pipeline of single-process node classification (shardgnn.loader.device)"""
+GAT = {"gat": settings("model.heads")}
+TYPED_SAMPLED = settings(
+    "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
+)
+RGCN = {"rgcn": settings("model.num_bases")}
+TEMPORAL = settings(
+    "batch_size", "link.val", "link.test", "link.split_seed", "temporal.time_dim",
+    "temporal.chunks",
+)  # fmt: skip
+TGN = settings(
+    "model.dropout", "model.heads", "link.out_dim", "temporal.memory_dim", "temporal.neighbors"
+)
+TGAT = settings(
+    "model.dropout", "model.heads", "link.out_dim", "temporal.neighbors", "temporal.sampling"
+)
+JODIE = settings("temporal.memory_dim")
+
+KG_DEFAULTS = {
+    "mode": "full",
+    # the README's recipe (BENCHMARKS section 11): kinships filtered MRR 0.709 against 0.495 with
+    # the node-classification defaults
+    "model.num_layers": 2,
+    "model.hidden": 128,
+    "link.out_dim": 128,
+    "optim.lr": 0.01,
+    "batch_size": 256,
+    "model.dropout": 0.2,
+    "link.loss": "softmax",
+}

@@ -1,0 +1,312 @@
+"""The component configs of training beside the model, sampler and stores: optimisation, link
+prediction, temporal graphs, checkpoints, and the workers of a job (``shardgnn train``'s
+:class:`RunConfig`, ``shardgnn infer``'s :class:`InferConfig`).
+
+:class:`~shardgnn.train.config.TrainConfig` holds one of each; like it, every field is a command
+flag and every default is valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from shardgnn.distributed.config import BACKENDS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
+from shardgnn.errors import ConfigError
+from shardgnn.nn.config import LINK_LOSSES, PREDICTORS
+from shardgnn.options import check_choices, invalid, option
+from shardgnn.sampling.config import NEGATIVE_KINDS
+from shardgnn.train.tables import TABLE_FORMATS
+
+OVERLAP = ("auto", "on", "off")
+HOST_SHARING = ("auto", "off")
+
+
+@dataclasses.dataclass(kw_only=True)
+class OptimConfig:
+    """Optimiser and schedule."""
+
+    epochs: int = option(10, help="training epochs")
+    lr: float = option(0.003, help="Adam learning rate")
+    weight_decay: float = option(0.0, help="L2 weight decay")
+    patience: int = option(
+        0, help="stop after this many epochs without a better validation accuracy (0: never)"
+    )
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise invalid(self, "epochs", "must be >= 1")
+        if not self.lr > 0:
+            raise invalid(self, "lr", "must be > 0")
+        for name in ("weight_decay", "patience"):
+            if getattr(self, name) < 0:
+                raise invalid(self, name, "must be >= 0")
+
+
+LINK_SPLIT_SETTINGS = ("val", "test", "split_seed", "eval_negatives")
+"""The settings of :class:`LinkConfig` that make the edge split (stored with a partition)."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class LinkConfig:
+    """Link prediction (``--task link``): the edge split, negatives, predictor, loss, metrics."""
+
+    val: float = option(
+        0.05,
+        flag="--link-val",
+        help="fraction of the edges held out for validation (removed from the message-passing "
+        "graph, both directions when the graph is symmetric)",
+    )
+    test: float = option(0.10, flag="--link-test", help="fraction of the edges held out for tests")
+    split_seed: int = option(
+        0, flag="--link-split-seed", help="seed of the edge split and its evaluation negatives"
+    )
+    eval_negatives: int = option(
+        100,
+        help="fixed negatives per held-out edge, drawn once from non-edges: AUC and AP use the "
+        "first (one per positive, as GAE), MRR and Hits@K rank against all of them (as OGB)",
+    )
+    negative_sampler: str = option(
+        "uniform",
+        choices=NEGATIVE_KINDS,
+        help="training negatives: uniform over all nodes, degree (in-degree^0.75), or in-batch "
+        "(the other positives' destinations)",
+    )
+    negatives: int = option(1, help="training negatives per positive edge")
+    predictor: str = option(
+        "auto",
+        choices=PREDICTORS,
+        help="edge scorer: dot product, an MLP on h_u * h_v, or distmult (<h_u, w_r, h_v>, one "
+        "diagonal per relation; relational graphs); auto: distmult on relational graphs, else dot",
+    )
+    loss: str = option(
+        "bce",
+        choices=LINK_LOSSES,
+        flag="--link-loss",
+        help="bce (binary cross-entropy), margin (max(0, margin - pos + neg)) or softmax "
+        "(cross-entropy of each positive against its negatives; relational graphs: against every "
+        "entity)",
+    )
+    margin: float = option(1.0, help="margin of --link-loss margin")
+    hits_at: tuple[int, ...] = option(
+        (10, 50, 100), metavar="K,K,...", help="Hits@K values reported"
+    )
+    out_dim: int = option(
+        64, help="width of the node embeddings (the encoder's last layer) in --task link"
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        self.hits_at = tuple(int(k) for k in self.hits_at)
+        for name in ("val", "test"):
+            if not 0.0 < getattr(self, name) < 1.0:
+                raise invalid(self, name, "a fraction in (0, 1)")
+        if self.val + self.test >= 1.0:
+            raise invalid(self, "test", f"with --link-val {self.val} leaves no training edges")
+        for name in ("eval_negatives", "negatives", "out_dim"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if not self.margin > 0:
+            raise invalid(self, "margin", "must be > 0")
+        if not self.hits_at or min(self.hits_at) < 1:
+            raise invalid(self, "hits_at", "name positive ranks, e.g. 10,50,100")
+
+
+TEMPORAL_SAMPLING = ("auto", "recent", "uniform")
+
+
+@dataclasses.dataclass(kw_only=True)
+class TemporalConfig:
+    """Continuous-time models of timestamped events (``--model tgn``, ``jodie``, ``tgat``)."""
+
+    memory_dim: int = option(100, help="tgn, jodie: width of each node's memory")
+    time_dim: int = option(100, help="width of the time encoding cos(w * dt + b)")
+    neighbors: tuple[int, ...] = option(
+        (10,),
+        flag="--temporal-neighbors",
+        metavar="K,K,...",
+        help="earlier events sampled per node: tgn the K most recent (one count); tgat one count "
+        "per layer",
+    )
+    sampling: str = option(
+        "auto",
+        choices=TEMPORAL_SAMPLING,
+        flag="--temporal-sampling",
+        help="which earlier events: recent (the latest K) or uniform (K drawn from all earlier "
+        "ones); auto: recent for tgn, uniform for tgat",
+    )
+    chunks: int = option(
+        1,
+        help="TGL's random chunk scheduling: split each batch into this many chunks and start "
+        "every epoch's batches at a random chunk boundary (1: every epoch the same batches)",
+    )
+    snapshots: int = option(
+        20,
+        help="tgcn: periods of equal event counts the events are cut into (one snapshot each)",
+    )
+    snapshot_window: int = option(
+        1,
+        help="tgcn: periods each snapshot's graph covers (a sliding window: consecutive "
+        "snapshots share the overlap, stored once as a base graph plus deltas)",
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        self.neighbors = tuple(int(k) for k in self.neighbors)
+        for name in ("memory_dim", "time_dim", "chunks", "snapshot_window"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if self.snapshots < 3:
+            raise invalid(self, "snapshots", "must be >= 3 (training, validation and test periods)")
+        if not self.neighbors or min(self.neighbors) < 1:
+            raise invalid(self, "neighbors", "one count >= 1 per hop, e.g. 10 or 10,10")
+
+
+@dataclasses.dataclass(kw_only=True)
+class CheckpointConfig:
+    """Checkpoints and resume."""
+
+    dir: str | None = option(
+        None,
+        flag="--checkpoint-dir",
+        metavar="DIR",
+        help="write checkpoints (model, optimiser, random states, progress) into this folder",
+    )
+    every: int = option(
+        1,
+        flag="--checkpoint-every",
+        help="epochs between checkpoints (the last epoch always writes one)",
+    )
+    keep: int = option(2, flag="--keep-checkpoints", help="complete checkpoints to keep")
+    resume: bool = option(
+        False,
+        flag="--resume",
+        help="continue from the newest complete checkpoint in --checkpoint-dir (a fresh start when "
+        "there is none, so the same command works under torchrun --max-restarts)",
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("every", "keep"):
+            if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        if self.resume and not self.dir:
+            raise ConfigError(
+                "--resume needs --checkpoint-dir (the folder the interrupted run wrote)"
+            )
+
+
+@dataclasses.dataclass(kw_only=True)
+class LaunchConfig:
+    """What every multi-worker command shares: deadlines and logs."""
+
+    timeout: float = option(
+        DEFAULT_TIMEOUT_S,
+        help="seconds any collective may wait before the job fails, so a dead or stalled worker "
+        "ends the job instead of hanging it",
+    )
+    log_dir: str | None = option(
+        None,
+        metavar="DIR",
+        help="keep every worker's log (tracebacks included) in this folder (unset: a "
+        "temporary folder, kept only when a worker fails)",
+    )
+    stop_grace: float = option(
+        DEFAULT_STOP_GRACE_S,
+        help="after SIGTERM or SIGUSR1 (preemption), seconds the workers have to finish their "
+        "step and save a checkpoint before they are killed",
+    )
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise invalid(self, "timeout", "must be > 0 seconds")
+        if not self.stop_grace > 0:
+            raise invalid(self, "stop_grace", "must be > 0 seconds")
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunConfig(LaunchConfig):
+    """How a training job runs: how many workers, on which partition, with which deadlines."""
+
+    workers: int | None = option(
+        None,
+        metavar="N",
+        help="start N local worker processes, one per part; without --partitions the dataset "
+        "is partitioned on the fly (METIS; one part for --workers 1)",
+    )
+    partitions: str | None = option(
+        None,
+        metavar="DIR",
+        help="a partition directory written by `shardgnn partition` (one worker per part)",
+    )
+    overlap: str = option(
+        "auto",
+        choices=OVERLAP,
+        help="sample and fetch the next batch in a background thread while training on the current "
+        "one; auto: on when every worker has at least two cores",
+    )
+
+    host_sharing: str = option(
+        "auto",
+        choices=HOST_SHARING,
+        help="auto: workers on one host read each other's graph and feature rows from the mapped "
+        "partition files (found at start-up; only rows owned on other hosts travel through "
+        "collectives); off: every remote row travels through collectives",
+    )
+    backend: str = option(
+        "auto",
+        choices=BACKENDS,
+        help="process group of the workers' gradients and metrics: nccl (one GPU per worker), "
+        "gloo, or auto: nccl when --device is cuda and every worker on a machine has a GPU of "
+        "its own, else gloo (sampling and feature exchanges always use gloo)",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choices(self)
+        if self.workers is not None and self.workers < 1:
+            raise invalid(self, "workers", "must be >= 1")
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the run uses worker processes (and a partition directory)."""
+        return self.workers is not None or self.partitions is not None
+
+
+@dataclasses.dataclass(kw_only=True)
+class InferConfig(LaunchConfig):
+    """``shardgnn infer``: layer-wise inference of a trained model over a partitioned graph."""
+
+    checkpoint: str = option(
+        metavar="DIR",
+        help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder",
+    )
+    partitions: str = option(
+        metavar="DIR", help="partition directory of the graph (one worker per part)"
+    )
+    out: str = option(
+        metavar="DIR",
+        help="output folder for embeddings, logits and predictions (.npy), and tables of them "
+        "keyed by the graph's own node ids",
+    )
+    chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
+    device: str = option(
+        "cpu",
+        help="where the layers run: cpu, cuda (one GPU per worker, shared round-robin when the "
+        "workers outnumber the GPUs), cuda:N, or auto (cuda when available)",
+    )
+    table_format: str = option(
+        "csv",
+        choices=TABLE_FORMATS,
+        help="the tables beside the .npy outputs (predictions: node_id, class, class_name; "
+        "embeddings: node_id, emb_0, ...): csv, parquet (needs pyarrow) or none",
+    )
+    pairs: str | None = option(
+        None,
+        metavar="FILE",
+        help="link-prediction models: node pairs to score, one per row (original ids; .npy of "
+        "shape [P, 2], or text with two ids per line), written to OUT/scores.npy",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.chunk_rows < 1:
+            raise invalid(self, "chunk_rows", "must be >= 1")
