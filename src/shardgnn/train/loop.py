@@ -19,18 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from shardgnn.atomic import save_json
-from shardgnn.distributed.comm import CommStats, Communicator
+from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import Preempted
 from shardgnn.store.embedding import snapshot_state
 from shardgnn.timing import StageTimer
-from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.epoch import EpochRun, EpochSums
-from shardgnn.train.loop_state import LoopState, capture_state, restore_state
+from shardgnn.train.loop_results import add_epoch_comm, loop_results
+from shardgnn.train.loop_state import LoopState, loop_checkpointer, resume_loop, save_checkpoint
 from shardgnn.train.report import epoch_line
 from shardgnn.train.stop import StopSignals
 
@@ -134,19 +133,7 @@ class TrainingLoop:
     def __init__(self, config: TrainConfig, steps: Steps, recipe: str | None = None):
         self.config, self.steps, self.recipe = config, steps, recipe
         self.is_main = steps.rank == 0
-        ckpt = config.checkpoint
-        self.checkpointer = (
-            None
-            if not ckpt.dir
-            else Checkpointer(
-                ckpt.dir,
-                rank=steps.rank,
-                world_size=steps.world_size,
-                every=ckpt.every,
-                keep=ckpt.keep,
-                sum_over_ranks=lambda values: steps.sum(values, stage="checkpoint"),
-            )
-        )
+        self.checkpointer = loop_checkpointer(config, steps)
 
     def run(self) -> dict[str, Any]:
         """Train, then evaluate the best epoch's weights; return the results (on every rank).
@@ -163,7 +150,9 @@ class TrainingLoop:
     def _run(self) -> dict[str, Any]:
         cfg, steps = self.config, self.steps
         dataset = steps.dataset_info()
-        loop = self._resume(dataset)
+        loop = resume_loop(
+            self.checkpointer, cfg, steps, dataset, EpochRecord, announce=self.is_main
+        )
         run_start = time.perf_counter()
         for epoch in range(loop.next_epoch, cfg.optim.epochs):
             resumed = EpochSums(**loop.partial) if loop.partial else None
@@ -225,16 +214,7 @@ class TrainingLoop:
 
     def _save(self, loop: LoopState, dataset: dict[str, Any]) -> Path:
         assert self.checkpointer is not None
-        steps = self.steps
-        return self.checkpointer.save(
-            loop.next_epoch,
-            capture_state(
-                loop, steps.model, steps.optimizer, steps.generators(), steps.extra_state()
-            ),
-            self.config.to_dict(),
-            dataset,
-            batches_done=loop.partial["batches"] if loop.partial else 0,
-        )
+        return save_checkpoint(self.checkpointer, loop, self.steps, self.config, dataset)
 
     def _stop_agreed(self) -> bool:
         """Whether any rank received a stop signal (collective: every rank asks at the same step,
@@ -281,24 +261,6 @@ class TrainingLoop:
             save_json(cfg.results, results)
         raise Preempted(message, self._stop_signal, None if path is None else str(path))
 
-    def _resume(self, dataset: dict[str, Any]) -> LoopState:
-        if self.checkpointer is None or not self.config.checkpoint.resume:
-            return LoopState()
-        state = self.checkpointer.load_latest(self.config.to_dict(), dataset)
-        if state is None:
-            return LoopState()
-        steps = self.steps
-        loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), EpochRecord)
-        steps.load_extra_state(dict(state.get("extra") or {}))
-        if self.is_main:
-            where = (
-                f"epoch {loop.next_epoch + 1} from batch {loop.partial['batches'] + 1}"
-                if loop.partial
-                else f"{loop.next_epoch} of {self.config.optim.epochs} epochs done"
-            )
-            print(f"resumed from {self.checkpointer.complete()[-1]} ({where})", flush=True)
-        return loop
-
     def _epoch(self, run: EpochRun, loop: LoopState) -> EpochRecord | None:
         steps, world = self.steps, self.steps.world_size
         start = time.perf_counter()
@@ -313,15 +275,7 @@ class TrainingLoop:
         names = sorted(stages)  # every rank has the same stage names
         totals = steps.sum([stages[n] for n in names] + [train_time])
         stages = {n: v / world for n, v in zip(names, totals)}
-        epoch_comm: dict[str, list] = {}
-        for comm in steps.comms:
-            for name, st in comm.reset().items():
-                for total in (
-                    loop.comm_total.setdefault(name, list(dataclasses.astuple(CommStats()))),
-                    epoch_comm.setdefault(name, list(dataclasses.astuple(CommStats()))),
-                ):
-                    for i, value in enumerate(dataclasses.astuple(st)):
-                        total[i] += value
+        epoch_comm = add_epoch_comm(steps.comms, loop.comm_total)
         return EpochRecord(
             run.epoch + 1,
             loss,
@@ -335,45 +289,6 @@ class TrainingLoop:
     def _results(
         self, loop: LoopState, dataset: dict[str, Any], final: dict[str, Any] | None
     ) -> dict[str, Any]:
-        """The results JSON: after every epoch (``final`` None: rank 0 only, no collective) and at
-        the end (collective: traffic and extras are gathered from every rank)."""
-        history = loop.history
-        results: dict[str, Any] = {
-            "status": "complete" if final is not None else "running",
-            "config": self.config.to_dict(),
-            "mode": self.config.mode,
-            "task": self.config.task,
-            "recipe": self.recipe,
-            "metric": self.steps.metric,
-            "dataset": dataset,
-            "workers": self.steps.world_size,
-            "epochs": [dataclasses.asdict(r) for r in history],
-            "num_epochs_run": len(history),
-            "best_epoch": loop.best_epoch,
-            "best_val_acc": loop.best_val if history else None,
-        }
-        if final is None:
-            return results
-        results.update(final)
-        results["mean_epoch_time_s"] = (
-            float(np.mean([r.time_s for r in history[1:]] or [history[0].time_s]))
-            if history
-            else None
-        )
-        if self.steps.main_comm is not None:
-            totals = {name: CommStats(*v) for name, v in loop.comm_total.items()}
-            per_rank = self.steps.main_comm.gather_stats(totals)
-            # Bytes summed over ranks and epochs, plus the most any one rank sent / received.
-            results["comm"] = {
-                name: {
-                    "bytes_sent": sum(st.bytes_sent for st in ranks),
-                    "bytes_recv": sum(st.bytes_recv for st in ranks),
-                    "time_s": sum(st.time_s for st in ranks),
-                    "max_rank_bytes_sent": max(st.bytes_sent for st in ranks),
-                    "max_rank_bytes_recv": max(st.bytes_recv for st in ranks),
-                    "host_bytes": sum(st.host_bytes for st in ranks),
-                }
-                for name, ranks in per_rank.items()
-            }
-        results.update(self.steps.results_extra(history))
-        return results
+        """The results JSON (:func:`~shardgnn.train.loop_results.loop_results`; collective when
+        ``final`` is given)."""
+        return loop_results(self.config, self.recipe, self.steps, loop, dataset, final)

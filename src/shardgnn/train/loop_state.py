@@ -1,16 +1,19 @@
 """What the training loop carries from epoch to epoch, and its capture into (and restore from)
 the state a checkpoint holds (:class:`~shardgnn.train.checkpoint.Checkpointer` writes and reads
-the files)."""
+the files): the loop's checkpointer, its saves and its resume."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from shardgnn.distributed.comm import CommStats
 from shardgnn.errors import ConfigError
+from shardgnn.train.checkpoint import Checkpointer
+from shardgnn.train.config import TrainConfig
 
 
 class LoopState:
@@ -85,4 +88,71 @@ def restore_state(
     zero = dataclasses.astuple(CommStats())
     loop.comm_total = {k: [*v, *zero[len(v) :]] for k, v in state["comm_total"].items()}
     loop.partial = dict(state.get("partial") or {}) or None
+    return loop
+
+
+# The loop's checkpoints. ``steps`` is the loop's :class:`~shardgnn.train.loop.Steps`, typed
+# loosely: this module sits below the loop, which imports it.
+def loop_checkpointer(config: TrainConfig, steps: Any) -> Checkpointer | None:
+    """The checkpointer of ``config.checkpoint`` for the rank ``steps`` trains, or ``None``
+    without a checkpoint directory."""
+    ckpt = config.checkpoint
+    return (
+        None
+        if not ckpt.dir
+        else Checkpointer(
+            ckpt.dir,
+            rank=steps.rank,
+            world_size=steps.world_size,
+            every=ckpt.every,
+            keep=ckpt.keep,
+            sum_over_ranks=lambda values: steps.sum(values, stage="checkpoint"),
+        )
+    )
+
+
+def save_checkpoint(
+    checkpointer: Checkpointer,
+    loop: LoopState,
+    steps: Any,
+    config: TrainConfig,
+    dataset: dict[str, Any],
+) -> Path:
+    """Save this rank's state after ``loop.next_epoch`` epochs (and the batches of
+    ``loop.partial`` when it stopped mid-epoch); return the checkpoint's path."""
+    return checkpointer.save(
+        loop.next_epoch,
+        capture_state(loop, steps.model, steps.optimizer, steps.generators(), steps.extra_state()),
+        config.to_dict(),
+        dataset,
+        batches_done=loop.partial["batches"] if loop.partial else 0,
+    )
+
+
+def resume_loop(
+    checkpointer: Checkpointer | None,
+    config: TrainConfig,
+    steps: Any,
+    dataset: dict[str, Any],
+    record_type,
+    *,
+    announce: bool,
+) -> LoopState:
+    """The loop state to start from: the latest checkpoint's, loaded into ``steps``, with
+    ``--resume`` and a checkpoint to resume from (``announce``: print where it resumed), else a
+    fresh one."""
+    if checkpointer is None or not config.checkpoint.resume:
+        return LoopState()
+    state = checkpointer.load_latest(config.to_dict(), dataset)
+    if state is None:
+        return LoopState()
+    loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), record_type)
+    steps.load_extra_state(dict(state.get("extra") or {}))
+    if announce:
+        where = (
+            f"epoch {loop.next_epoch + 1} from batch {loop.partial['batches'] + 1}"
+            if loop.partial
+            else f"{loop.next_epoch} of {config.optim.epochs} epochs done"
+        )
+        print(f"resumed from {checkpointer.complete()[-1]} ({where})", flush=True)
     return loop

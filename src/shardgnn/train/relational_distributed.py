@@ -22,7 +22,8 @@ training fanouts), each rank a disjoint share, and sums the counts over ranks.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.typed import TypedRowFetcher
 from shardgnn.nn.rgcn import RelationalNodeModel, block_message_graph, partitioned_node_model
+from shardgnn.partition.format import PartitionSet
 from shardgnn.partition.hetero import TypedPartitionBook
 from shardgnn.sampling.distributed import DistTypedNeighborSampler
 from shardgnn.sampling.typed import relation_fanouts
@@ -72,72 +74,16 @@ class DistRelationalNodeSteps(DistSteps):
         self.typed = TypedPartitionBook(hetero, self.graph.book.boundaries)
         self.num_relations = len(self.typed.relations)
         self.num_classes = int(self.graph.part.num_classes)
-        self._open_rows()
+        self.tables, self.train_rows, self.eval_rows, self.labels = open_typed_rows(
+            config, ctx, self.pset, self.graph, self.typed, self.data_comm
+        )
         self._make_batches()
         self.sampler = self._sampler(config.sampler.relation_layers(), "sample")
         eval_layers = list(config.eval_fanouts or ()) or config.sampler.relation_layers()
         self.eval_sampler = self._sampler(eval_layers, "eval")
         self.sampled_edges = self.sampled_epochs = 0
-        # traffic by relation and by node type, this rank's training batches: sampled edges
-        # (all, and drawn by another rank's owner), input rows (all, and owned by another rank)
-        self.relation_edges = np.zeros((2, self.num_relations), dtype=np.int64)
-        self.type_rows = np.zeros((2, len(self.typed.node_types)), dtype=np.int64)
-        hidden = config.model.hidden
-        self.row_bytes = np.array(
-            [4 * (w if w else hidden) * (1 if w else 2) for w in self.typed.feature_widths],
-            dtype=np.float64,
-        )  # a feature row, or a learnt row and its gradient back
+        self.traffic = TypedTraffic(self.typed, self.graph, ctx.rank, config.model.hidden)
         self._make_model()
-
-    def _open_rows(self) -> None:
-        """Every node type's input rows, held by their owners: a featured type's feature rows
-        (this rank's in its part's ``x_type<t>.npy``), a featureless type's learnt rows in a
-        sharded table; ``train_rows``/``eval_rows`` fetch a batch's by type. And the labels."""
-        config, ctx, typed, part = self.config, self.ctx, self.typed, self.graph.part
-        features: dict[str, dict[int, DistFeatureStore]] = {"fetch": {}, "eval": {}}
-        tables: dict[int, DistEmbeddingTable] = {}
-        rows_config = dataclasses.replace(
-            config.embedding, dim=config.model.hidden, optimizer="adam", lr=config.optim.lr
-        )
-        orig = np.asarray(self.pset.orig_ids)
-        for t, width in enumerate(typed.feature_widths):
-            type_book = typed.type_book(t)
-            if width:
-                peers = {p: peer.part.type_x[t] for p, peer in self.graph.peers.items()}
-                for stage, stores in features.items():
-                    stores[t] = DistFeatureStore(
-                        part.type_x[t], type_book, ctx.rank, self.data_comm, stage, peers=peers
-                    )
-                continue
-            # A featureless type's learnt rows, sharded like its nodes; initial values keyed by
-            # original typed id, so P workers start from one worker's rows.
-            lo, hi = (int(b) for b in typed.type_bounds[ctx.rank, t : t + 2])
-            check_table_fits(hi - lo, rows_config)
-            tables[t] = DistEmbeddingTable(
-                type_book,
-                ctx.rank,
-                self.data_comm,
-                rows_config,
-                mix_seed(config.seed, EMBEDDING_STREAM, t),
-                orig[lo:hi] - typed.type_offsets[t],
-            )
-        self.tables = tables
-        eval_tables = {
-            t: DistFeatureStore(table.local, typed.type_book(t), ctx.rank, self.data_comm, "eval")
-            for t, table in tables.items()
-        }
-        self.train_rows = TypedRowFetcher(typed, features["fetch"], tables, ctx.device)
-        self.eval_rows = TypedRowFetcher(typed, features["eval"], eval_tables, ctx.device)
-        peer_y = {
-            p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
-        }
-        y_local = np.asarray(part.y, dtype=np.int64)
-        self.labels = {
-            stage: DistFeatureStore(
-                y_local, self.graph.book, ctx.rank, self.data_comm, stage, peers=peer_y
-            )
-            for stage in ("labels", "eval")
-        }
 
     def _make_batches(self) -> None:
         """Training batches (``--batch-size`` is the global batch: each of the P workers takes
@@ -218,7 +164,7 @@ class DistRelationalNodeSteps(DistSteps):
                 for table, typed_ids, rows in learnt:  # type order: the same on every rank
                     grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
                     table.apply_gradients(typed_ids, grad.cpu())
-            self._count_traffic(sample)
+            self.traffic.count(sample)
             self.sampled_edges += sample.num_sampled_edges
             correct = int((logits.argmax(1) == y).sum())
             return StepResult(loss.item(), correct, int(y.shape[0]), sample.num_sampled_edges)
@@ -231,20 +177,6 @@ class DistRelationalNodeSteps(DistSteps):
         self.sampled_epochs += 1
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
-
-    def _count_traffic(self, sample) -> None:
-        rank, relations = self.ctx.rank, self.num_relations
-        for b in sample.blocks:
-            remote_D = self.graph.owner(b.dst_nodes_D.numpy()) != rank
-            remote_E = np.repeat(remote_D, np.diff(b.indptr_D1.numpy()))
-            rel_E = b.edge_type_E.numpy()
-            self.relation_edges[0] += np.bincount(rel_E, minlength=relations)
-            self.relation_edges[1] += np.bincount(rel_E[remote_E], minlength=relations)
-        ids = sample.input_nodes.numpy()
-        type_S = self.typed.type_of(ids)
-        types = self.type_rows.shape[1]
-        self.type_rows[0] += np.bincount(type_S, minlength=types)
-        self.type_rows[1] += np.bincount(type_S[self.graph.owner(ids) != rank], minlength=types)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
@@ -265,40 +197,150 @@ class DistRelationalNodeSteps(DistSteps):
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         edges = self.sum([float(self.sampled_edges)])[0]
         epochs = max(self.sampled_epochs, 1)
-        edges_R = np.asarray(self.sum(self.relation_edges.ravel().tolist())).reshape(2, -1)
-        rows_T = np.asarray(self.sum(self.type_rows.ravel().tolist())).reshape(2, -1)
-        # a sampled edge travels as (neighbour, edge id, relation): three int64
-        edge_bytes = 24
         return {
             "partitioner": self.pset.method,
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
             "sampled_edges_per_epoch": edges / epochs,
-            "relational": {
-                "note": "per epoch of training batches, summed over workers; remote: drawn by "
-                "(edges) or owned by (rows) another worker",
-                "relations": {
-                    "/".join(rel): {
-                        "sampled_edges_per_epoch": edges_R[0, r] / epochs,
-                        "remote_edges_per_epoch": edges_R[1, r] / epochs,
-                        "remote_mb_per_epoch": edges_R[1, r] * edge_bytes / epochs / 1e6,
-                    }
-                    for r, rel in enumerate(self.typed.relations)
-                },
-                "node_types": {
-                    name: {
-                        "input_rows_per_epoch": rows_T[0, t] / epochs,
-                        "remote_rows_per_epoch": rows_T[1, t] / epochs,
-                        "remote_mb_per_epoch": rows_T[1, t] * self.row_bytes[t] / epochs / 1e6,
-                        "learnt_rows": int(t) in self.tables,
-                    }
-                    for t, name in enumerate(self.typed.node_types)
-                },
-            },
+            "relational": self.traffic.report(self.sum, epochs, self.tables),
         }
 
     def dataset_info(self) -> dict[str, Any]:
         width = sum(self.typed.feature_widths)
         return partition_dataset_record(self.pset, width, self.num_classes, self.split_sizes)
+
+
+class TypedRows(NamedTuple):
+    """A rank's input rows of every node type and its labels (:func:`open_typed_rows`)."""
+
+    tables: dict[int, DistEmbeddingTable]
+    """featureless type -> its learnt rows, sharded by owner"""
+    train_rows: TypedRowFetcher
+    """fetches a training batch's rows by type (learnt rows with their gradients)"""
+    eval_rows: TypedRowFetcher
+    """fetches an evaluation batch's rows by type"""
+    labels: dict[str, DistFeatureStore]
+    """stage (``labels``, ``eval``) -> the labels, held by their owners"""
+
+
+def open_typed_rows(
+    config: TrainConfig,
+    ctx: DistContext,
+    pset: PartitionSet,
+    graph: DistGraphStore,
+    typed: TypedPartitionBook,
+    data_comm: Communicator,
+) -> TypedRows:
+    """Every node type's input rows, held by their owners: a featured type's feature rows
+    (this rank's in its part's ``x_type<t>.npy``), a featureless type's learnt rows in a
+    sharded table; ``train_rows``/``eval_rows`` fetch a batch's by type. And the labels."""
+    part = graph.part
+    features: dict[str, dict[int, DistFeatureStore]] = {"fetch": {}, "eval": {}}
+    tables: dict[int, DistEmbeddingTable] = {}
+    rows_config = dataclasses.replace(
+        config.embedding, dim=config.model.hidden, optimizer="adam", lr=config.optim.lr
+    )
+    orig = np.asarray(pset.orig_ids)
+    for t, width in enumerate(typed.feature_widths):
+        type_book = typed.type_book(t)
+        if width:
+            peers = {p: peer.part.type_x[t] for p, peer in graph.peers.items()}
+            for stage, stores in features.items():
+                stores[t] = DistFeatureStore(
+                    part.type_x[t], type_book, ctx.rank, data_comm, stage, peers=peers
+                )
+            continue
+        # A featureless type's learnt rows, sharded like its nodes; initial values keyed by
+        # original typed id, so P workers start from one worker's rows.
+        lo, hi = (int(b) for b in typed.type_bounds[ctx.rank, t : t + 2])
+        check_table_fits(hi - lo, rows_config)
+        tables[t] = DistEmbeddingTable(
+            type_book,
+            ctx.rank,
+            data_comm,
+            rows_config,
+            mix_seed(config.seed, EMBEDDING_STREAM, t),
+            orig[lo:hi] - typed.type_offsets[t],
+        )
+    eval_tables = {
+        t: DistFeatureStore(table.local, typed.type_book(t), ctx.rank, data_comm, "eval")
+        for t, table in tables.items()
+    }
+    peer_y = {p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in graph.peers.items()}
+    y_local = np.asarray(part.y, dtype=np.int64)
+    return TypedRows(
+        tables,
+        TypedRowFetcher(typed, features["fetch"], tables, ctx.device),
+        TypedRowFetcher(typed, features["eval"], eval_tables, ctx.device),
+        {
+            stage: DistFeatureStore(y_local, graph.book, ctx.rank, data_comm, stage, peers=peer_y)
+            for stage in ("labels", "eval")
+        },
+    )
+
+
+class TypedTraffic:
+    """Traffic by relation and by node type of this rank's training batches: sampled edges (all,
+    and drawn by another rank's owner), input rows (all, and owned by another rank)."""
+
+    EDGE_BYTES = 24
+    """a sampled edge travels as (neighbour, edge id, relation): three int64"""
+
+    def __init__(self, typed: TypedPartitionBook, graph: DistGraphStore, rank: int, hidden: int):
+        self.typed, self.graph, self.rank = typed, graph, rank
+        self.relation_edges = np.zeros((2, len(typed.relations)), dtype=np.int64)
+        self.type_rows = np.zeros((2, len(typed.node_types)), dtype=np.int64)
+        self.row_bytes = np.array(
+            [4 * (w if w else hidden) * (1 if w else 2) for w in typed.feature_widths],
+            dtype=np.float64,
+        )  # a feature row, or a learnt row and its gradient back
+
+    def count(self, sample) -> None:
+        """Add a training batch's sampled typed blocks and input rows."""
+        rank, relations = self.rank, len(self.typed.relations)
+        for b in sample.blocks:
+            remote_D = self.graph.owner(b.dst_nodes_D.numpy()) != rank
+            remote_E = np.repeat(remote_D, np.diff(b.indptr_D1.numpy()))
+            rel_E = b.edge_type_E.numpy()
+            self.relation_edges[0] += np.bincount(rel_E, minlength=relations)
+            self.relation_edges[1] += np.bincount(rel_E[remote_E], minlength=relations)
+        ids = sample.input_nodes.numpy()
+        type_S = self.typed.type_of(ids)
+        types = self.type_rows.shape[1]
+        self.type_rows[0] += np.bincount(type_S, minlength=types)
+        self.type_rows[1] += np.bincount(type_S[self.graph.owner(ids) != rank], minlength=types)
+
+    def report(
+        self,
+        sum_over_ranks: Callable[[list[float]], list[float]],
+        epochs: int,
+        learnt: Collection[int],
+    ) -> dict[str, Any]:
+        """The results' ``relational`` record (collective: ``sum_over_ranks`` sums the counts of
+        every rank): per epoch of ``epochs``; ``learnt``: the node types with learnt rows."""
+        edges_R = np.asarray(sum_over_ranks(self.relation_edges.ravel().tolist())).reshape(2, -1)
+        rows_T = np.asarray(sum_over_ranks(self.type_rows.ravel().tolist())).reshape(2, -1)
+        edge_bytes = self.EDGE_BYTES
+        return {
+            "note": "per epoch of training batches, summed over workers; remote: drawn by "
+            "(edges) or owned by (rows) another worker",
+            "relations": {
+                "/".join(rel): {
+                    "sampled_edges_per_epoch": edges_R[0, r] / epochs,
+                    "remote_edges_per_epoch": edges_R[1, r] / epochs,
+                    "remote_mb_per_epoch": edges_R[1, r] * edge_bytes / epochs / 1e6,
+                }
+                for r, rel in enumerate(self.typed.relations)
+            },
+            "node_types": {
+                name: {
+                    "input_rows_per_epoch": rows_T[0, t] / epochs,
+                    "remote_rows_per_epoch": rows_T[1, t] / epochs,
+                    "remote_mb_per_epoch": rows_T[1, t] * self.row_bytes[t] / epochs / 1e6,
+                    "learnt_rows": int(t) in learnt,
+                }
+                for t, name in enumerate(self.typed.node_types)
+            },
+        }
 
 
 class _TypedRowsForward(torch.nn.Module):

@@ -7,8 +7,9 @@ reach node memory, so no prediction sees its own or later events. Neighbourhoods
 strictly before the batch's first event time (``recent_subgraph``, TGN) or before each pair's
 own time (TGAT), so nothing of the batch leaks through them either.
 
-Evaluation continues the stream: from the memory at the end of training, the validation events
-(and for the test split, validation then test events) are scored batch by batch, then applied.
+Evaluation continues the stream (:mod:`shardgnn.train.temporal_eval`): from the memory at the end
+of training, the validation events (and for the test split, validation then test events) are
+scored batch by batch, then applied.
 Each positive ``(u, v, t)`` is scored against fixed negatives drawn once (``--link-split-seed``):
 
 * ``random``: a uniform node ``(u, w)`` (AP, AUC; ``ap_batch_mean``: the mean of per-batch APs,
@@ -21,14 +22,11 @@ Each positive ``(u, v, t)`` is scored against fixed negatives drawn once (``--li
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
-from shardgnn.graph.identity import events_sha256
 from shardgnn.graph.temporal import TemporalGraph, chronological_split
 from shardgnn.loader.temporal import EventBatches, EventStream
 from shardgnn.nn.link import link_loss
@@ -38,9 +36,9 @@ from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.linkmetrics import average_precision, stream_metrics
-from shardgnn.train.loop import EpochRecord, Steps
+from shardgnn.train.loop import Steps
 from shardgnn.train.setup import EVAL_STREAM, resolve_device
+from shardgnn.train.temporal_eval import TemporalStreamEvaluation
 
 
 def historical_negatives(
@@ -86,7 +84,65 @@ def mean_gap(src: np.ndarray, dst: np.ndarray, t: np.ndarray, train_end: int) ->
     return max(span * active / max(2 * train_end, 1), 1e-9)
 
 
-class TemporalLinkSteps(Steps):
+def split_events(config: TrainConfig, events: EventStream) -> tuple[int, int]:
+    """``(val_start, test_start)``: the chronological split of ``events`` by ``--link-val`` and
+    ``--link-test``.
+
+    Raises:
+        ConfigError: the split leaves no training or no validation event.
+    """
+    val_start, test_start = chronological_split(
+        np.asarray(events.t), config.link.val, config.link.test
+    )
+    if val_start == 0 or test_start == val_start:
+        raise ConfigError(
+            f"temporal graph {events.name!r}: the split --link-val {config.link.val} --link-test "
+            f"{config.link.test} leaves an empty training or validation span "
+            f"({val_start} / {test_start - val_start} events); give more events or other "
+            "fractions"
+        )
+    return val_start, test_start
+
+
+def temporal_model(
+    config: TrainConfig,
+    events: EventStream,
+    event_feat_EF: torch.Tensor,
+    train_end: int,
+    memory_rows: tuple[int, int] | None,
+    device: torch.device,
+) -> TemporalLinkModel:
+    """The model ``config`` names, from the initial weights of ``config.seed``, on ``device``;
+    ``memory_rows``: ``(first, count)`` of the nodes whose memory this process holds (``None``:
+    all of them)."""
+    kind, temporal, ev = config.model.model, config.temporal, events
+    torch.manual_seed(config.seed)
+    return TemporalLinkModel(
+        kind,
+        ev.num_nodes,
+        event_feat_EF,
+        memory_dim=temporal.memory_dim,
+        time_dim=temporal.time_dim,
+        embedding_dim=config.link.out_dim,
+        heads=config.model.heads,
+        dropout=config.model.dropout,
+        layers=len(temporal.neighbors),
+        time_scale=mean_gap(ev.src, ev.dst, ev.t, train_end) if kind == "jodie" else 1.0,
+        node_rows=config.embedding.dim if config.embedding.enabled else 0,
+        memory_rows=memory_rows,
+    ).to(device)
+
+
+def new_endpoint_events(events: EventStream, train_end: int) -> np.ndarray:
+    """Per event: whether an endpoint never occurs in the training events ``[0, train_end)``
+    (the ``new_nodes`` metrics' events)."""
+    seen = np.zeros(events.num_nodes, dtype=bool)
+    seen[events.src[:train_end]] = True
+    seen[events.dst[:train_end]] = True
+    return ~seen[events.src] | ~seen[events.dst]
+
+
+class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
     """One process's temporal link prediction (``graph``: given, else loaded from the spec).
 
     Every batch is a global range of events; :meth:`_share` is the part this process scores
@@ -113,37 +169,15 @@ class TemporalLinkSteps(Steps):
         self.config, self.events = config, events
         self.device = dev = resolve_device(config.device)
         ev = events
-        self.val_start, self.test_start = chronological_split(
-            np.asarray(ev.t), config.link.val, config.link.test
-        )
-        if self.val_start == 0 or self.test_start == self.val_start:
-            raise ConfigError(
-                f"temporal graph {ev.name!r}: the split --link-val {config.link.val} --link-test "
-                f"{config.link.test} leaves an empty training or validation span "
-                f"({self.val_start} / {self.test_start - self.val_start} events); give more "
-                "events or other fractions"
-            )
+        self.val_start, self.test_start = split_events(config, ev)
         self.src_E = torch.from_numpy(np.asarray(ev.src)).to(dev)
         self.dst_E = torch.from_numpy(np.asarray(ev.dst)).to(dev)
         self.t_E = torch.from_numpy(np.asarray(ev.t)).to(dev)
         feat = ev.feat if ev.feat is not None else np.zeros((ev.num_events, 0), np.float32)
         self.event_feat_EF = torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
-        kind, temporal = config.model.model, config.temporal
-        torch.manual_seed(config.seed)
-        self.model = TemporalLinkModel(
-            kind,
-            ev.num_nodes,
-            self.event_feat_EF,
-            memory_dim=temporal.memory_dim,
-            time_dim=temporal.time_dim,
-            embedding_dim=config.link.out_dim,
-            heads=config.model.heads,
-            dropout=config.model.dropout,
-            layers=len(temporal.neighbors),
-            time_scale=mean_gap(ev.src, ev.dst, ev.t, self.val_start) if kind == "jodie" else 1.0,
-            node_rows=config.embedding.dim if config.embedding.enabled else 0,
-            memory_rows=memory_rows,
-        ).to(dev)
+        self.model = temporal_model(
+            config, ev, self.event_feat_EF, self.val_start, memory_rows, dev
+        )
         # fused: one kernel over all ~20 small weights (the per-tensor loop was 10% of a step)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(),
@@ -152,16 +186,13 @@ class TemporalLinkSteps(Steps):
             fused=True,
         )
         self.batches = EventBatches(
-            0, self.val_start, config.item_batch_size, temporal.chunks, seed=config.seed
+            0, self.val_start, config.item_batch_size, config.temporal.chunks, seed=config.seed
         )
         self.timer = StageTimer()
         self.eval_neg, self.eval_neg_hist = evaluation_negatives(
             ev.src, ev.dst, ev.num_nodes, self.val_start, config.link.split_seed
         )
-        seen = np.zeros(ev.num_nodes, dtype=bool)
-        seen[ev.src[: self.val_start]] = True
-        seen[ev.dst[: self.val_start]] = True
-        self.new_event = ~seen[ev.src] | ~seen[ev.dst]
+        self.new_event = new_endpoint_events(ev, self.val_start)
         self.last_metrics: dict[str, dict[str, float]] = {}
         self.sampled_events = 0
 
@@ -308,88 +339,6 @@ class TemporalLinkSteps(Steps):
 
     def _restart_stream(self) -> None:
         self.sampler.restart_stream()
-
-    # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def _stream(self, first: int, last: int, score: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Score (when ``score``) and then apply the events ``[first, last)`` batch by batch;
-        returns the events this process scored and their scores ``[3, n]`` (positive, random
-        negative, historical negative)."""
-        index, scores = [], []
-        for batch, (lo, hi) in EventBatches(first, last, self.config.item_batch_size):
-            a, b = self._share(lo, hi)
-            if score:
-                z_src, z_dst, z_neg, z_hist = self._embed(
-                    a, b, float(self.events.t[lo]),
-                    [self.eval_neg[a:b], self.eval_neg_hist[a:b]],
-                    mix_seed(self.config.seed, EVAL_STREAM, first, batch),
-                )[0]  # fmt: skip
-                scores.append(self.model.score(z_src, [z_dst, z_neg, z_hist]).cpu().numpy())
-                index.append(np.arange(a, b))
-            if self.model.memory is not None:
-                self._apply(a, b)
-        if not scores:
-            return np.zeros(0, dtype=np.int64), np.zeros((3, 0))
-        return np.concatenate(index), np.concatenate(scores, axis=1).astype(np.float64)
-
-    @torch.no_grad()
-    def evaluate(self, split: str) -> float:
-        """Continue the stream from the end of training over the validation events (and for
-        ``test``, then the test events), from a copy of memory: the model's state is unchanged."""
-        model = self.model
-        model.eval()
-        memory = model.memory
-        snapshot = memory.snapshot() if memory is not None else None
-        if memory is not None:
-            self._flush()
-        self._restart_stream()
-        try:
-            if split == "test":
-                self._stream(self.val_start, self.test_start, score=False)
-                first, last = self.test_start, self.events.num_events
-            else:
-                first, last = self.val_start, self.test_start
-            pos, neg, hist = self._all_scores(*self._stream(first, last, score=True))
-        finally:
-            if memory is not None:
-                memory.restore(snapshot)
-        ends = [hi - first for _, (_, hi) in EventBatches(first, last, self.config.item_batch_size)]
-        batch_ap = [
-            average_precision(p, n)
-            for p, n in zip(np.split(pos, ends[:-1]), np.split(neg, ends[:-1]))
-        ]
-        metrics = stream_metrics(pos, neg, hist, self.new_event[first:last], batch_ap)
-        self.last_metrics[split] = metrics
-        return metrics["ap"]
-
-    # ------------------------------------------------------------------ records
-    def dataset_info(self) -> dict[str, Any]:
-        g = self.events
-        return {
-            "spec": self.spec,
-            "name": g.name,
-            "num_nodes": g.num_nodes,
-            "num_events": g.num_events,
-            "num_edges": g.num_events,  # an event is a (timestamped) edge
-            "edge_features": int(self.event_feat_EF.shape[1]),
-            "train": self.val_start,
-            "val": self.test_start - self.val_start,
-            "test": g.num_events - self.test_start,
-            "events_sha256": events_sha256(g.src, g.dst, g.t),
-        }
-
-    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
-        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        g = self.events
-        return {
-            "link": {
-                "edges": f"{self.val_start} / {self.test_start - self.val_start} / "
-                f"{g.num_events - self.test_start} events",
-                "val": self.last_metrics.get("val", {}),
-                "test": self.last_metrics.get("test", {}),
-            },
-            "sampled_edges_per_s": self.sampled_events / sample_time if sample_time > 0 else None,
-        }
 
 
 def _arange(lo: int, hi: int, device: torch.device) -> torch.Tensor:

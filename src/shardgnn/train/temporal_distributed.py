@@ -33,7 +33,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.loader.temporal import EventStream
-from shardgnn.nn.temporal import MemoryState
+from shardgnn.nn.temporal import MemoryState, NodeMemory
 from shardgnn.partition.book import bucket_by_owner
 from shardgnn.sampling.kernels import relabel
 from shardgnn.sampling.temporal import dist_temporal_hop
@@ -109,44 +109,10 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         pass  # owners binary-search their rows: no cursors to rewind
 
     # ------------------------------------------------------------------ memory exchange
-    def _to_owners(self, ids: np.ndarray) -> tuple[np.ndarray, list[int], list[torch.Tensor]]:
-        """``(order, counts, requests)``: ``ids`` grouped by owner, one request per rank."""
-        order, counts = bucket_by_owner(ids, self.store.owner(ids), self.world_size)
-        groups = np.split(ids[order], np.cumsum(counts)[:-1])
-        return order, counts.tolist(), [torch.from_numpy(np.ascontiguousarray(g)) for g in groups]
-
     def _fetch(self, nodes: np.ndarray, rows_only: bool = False) -> MemoryState | torch.Tensor:
-        """The memory state of global ``nodes`` from their owners (collective: one all-to-all
-        of ids, one of replies); ``rows_only``: the memory rows alone."""
-        comm, memory = self.data_comm, self.model.memory
-        order, counts, requests = self._to_owners(nodes)
-        incoming = comm.all_to_all(requests, "memory")
-        replies = []
-        for ids in incoming:
-            state = memory.state(ids.to(self.device))
-            if rows_only:
-                replies.append(state.memory_BM)
-                continue
-            meta_B4 = torch.stack(
-                [state.last_B.view(torch.int64), state.other_B, state.time_B.view(torch.int64),
-                 state.event_B], dim=1,
-            )  # fmt: skip
-            # one reply per owner: the rows, then the 32 bytes of metadata as 8 float32 columns
-            replies.append(torch.cat([state.memory_BM, _as_float32(meta_B4)], dim=1))
-        got = comm.all_to_all(replies, "memory", recv_counts=counts)
-        width = memory.dim + (0 if rows_only else 8)
-        back = torch.from_numpy(np.argsort(order, kind="stable"))
-        packed = torch.cat(got)[back] if nodes.size else memory.memory.new_zeros(0, width)
-        if rows_only:
-            return packed
-        meta_B4 = _as_int64(packed[:, memory.dim :])
-        return MemoryState(
-            packed[:, : memory.dim],
-            meta_B4[:, 0].contiguous().view(torch.float64),
-            meta_B4[:, 1].contiguous(),
-            meta_B4[:, 2].contiguous().view(torch.float64),
-            meta_B4[:, 3].contiguous(),
-        )
+        """:func:`fetch_memory` of ``nodes`` (collective)."""
+        memory = self.model.memory
+        return fetch_memory(self.store, self.data_comm, memory, self.device, nodes, rows_only)
 
     def _others_memory(self, state: MemoryState, known: np.ndarray | None = None) -> torch.Tensor:
         """The memory rows of each pending event's other endpoint (collective). ``known``: the
@@ -198,7 +164,7 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
     def _commit(self, nodes, memory_BM, last_B, a: int, b: int) -> None:
         """The owners store the rows this rank read for its events' nodes (every reader of a
         node read the same), then make the global batch's events pending (collective)."""
-        order, counts, _ = self._to_owners(nodes.cpu().numpy())
+        order, counts, _ = owner_requests(self.store, self.world_size, nodes.cpu().numpy())
         sort = torch.from_numpy(order)
         # one message per owner: node id and last update (as 4 float32 columns), then the row
         key_B2 = torch.stack([nodes, last_B.view(torch.int64)], dim=1)[sort]
@@ -252,6 +218,56 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         extra = super().results_extra(history)
         extra["sampled_edges_per_s"] = None  # sampling waits on peers: see the comm stages
         return extra
+
+
+def owner_requests(
+    store: DistGraphStore, world_size: int, ids: np.ndarray
+) -> tuple[np.ndarray, list[int], list[torch.Tensor]]:
+    """``(order, counts, requests)``: ``ids`` grouped by owner, one request per rank."""
+    order, counts = bucket_by_owner(ids, store.owner(ids), world_size)
+    groups = np.split(ids[order], np.cumsum(counts)[:-1])
+    return order, counts.tolist(), [torch.from_numpy(np.ascontiguousarray(g)) for g in groups]
+
+
+def fetch_memory(
+    store: DistGraphStore,
+    comm: Communicator,
+    memory: NodeMemory,
+    device: torch.device,
+    nodes: np.ndarray,
+    rows_only: bool = False,
+) -> MemoryState | torch.Tensor:
+    """The memory state of global ``nodes`` from their owners (collective over ``comm``: one
+    all-to-all of ids, one of replies; each owner answers from its shard ``memory``, on
+    ``device``); ``rows_only``: the memory rows alone."""
+    order, counts, requests = owner_requests(store, comm.world_size, nodes)
+    incoming = comm.all_to_all(requests, "memory")
+    replies = []
+    for ids in incoming:
+        state = memory.state(ids.to(device))
+        if rows_only:
+            replies.append(state.memory_BM)
+            continue
+        meta_B4 = torch.stack(
+            [state.last_B.view(torch.int64), state.other_B, state.time_B.view(torch.int64),
+             state.event_B], dim=1,
+        )  # fmt: skip
+        # one reply per owner: the rows, then the 32 bytes of metadata as 8 float32 columns
+        replies.append(torch.cat([state.memory_BM, _as_float32(meta_B4)], dim=1))
+    got = comm.all_to_all(replies, "memory", recv_counts=counts)
+    width = memory.dim + (0 if rows_only else 8)
+    back = torch.from_numpy(np.argsort(order, kind="stable"))
+    packed = torch.cat(got)[back] if nodes.size else memory.memory.new_zeros(0, width)
+    if rows_only:
+        return packed
+    meta_B4 = _as_int64(packed[:, memory.dim :])
+    return MemoryState(
+        packed[:, : memory.dim],
+        meta_B4[:, 0].contiguous().view(torch.float64),
+        meta_B4[:, 1].contiguous(),
+        meta_B4[:, 2].contiguous().view(torch.float64),
+        meta_B4[:, 3].contiguous(),
+    )
 
 
 def _as_float32(values_BK: torch.Tensor) -> torch.Tensor:
