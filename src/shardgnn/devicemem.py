@@ -24,13 +24,12 @@ class _CudaArrayInterface:
         typestr = {
             torch.float32: "<f4",
             torch.float16: "<f2",
-            torch.bfloat16: "<V2",
             torch.int64: "<i8",
             torch.int32: "<i4",
             torch.uint8: "|u1",
             torch.int8: "|i1",
         }
-        if host.dtype not in typestr or host.dtype == torch.bfloat16:
+        if host.dtype not in typestr:
             raise TypeError(f"no zero-copy view for dtype {host.dtype}")
         self.__cuda_array_interface__ = {
             "shape": tuple(host.shape),
@@ -53,12 +52,13 @@ def uva_view(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     return view
 
 
-def free_device_bytes(device: torch.device) -> int:
-    """Free memory on ``device`` now (CUDA); 0 elsewhere."""
+def device_budget(device: torch.device) -> int:
+    """Bytes that may be placed on ``device`` when nothing says otherwise: a share
+    (:data:`DEFAULT_DEVICE_SHARE`) of its free memory now (CUDA); 0 elsewhere."""
     if device.type != "cuda":
         return 0
     free, _ = torch.cuda.mem_get_info(device)
-    return int(free)
+    return int(free * DEFAULT_DEVICE_SHARE)
 
 
 def place(
@@ -68,11 +68,7 @@ def place(
     zero-copy view of it in pinned host memory. Returns ``(tensor, resident)``."""
     if device.type != "cuda":
         return host.to(device), True
-    budget = (
-        int(free_device_bytes(device) * DEFAULT_DEVICE_SHARE)
-        if budget_bytes is None
-        else budget_bytes
-    )
+    budget = device_budget(device) if budget_bytes is None else budget_bytes
     size = host.numel() * host.element_size()
     if size <= budget:
         return host.to(device), True

@@ -55,12 +55,10 @@ class DeviceConfig:
                     "give auto, a percentage of nodes (20%), a row count (50000) or bytes (8GB)",
                 ) from None
 
-    def resident_rows(self, num_nodes: int, row_bytes: int, free_bytes: int) -> int:
-        """Feature rows to keep on the GPU, given its free memory now."""
+    def resident_rows(self, num_nodes: int, row_bytes: int, budget_bytes: int) -> int:
+        """Feature rows to keep on the GPU; ``auto`` takes what ``budget_bytes`` holds."""
         if self.feature_memory == "auto":
-            from shardgnn.devicemem import DEFAULT_DEVICE_SHARE
-
-            return min(num_nodes, int(free_bytes * DEFAULT_DEVICE_SHARE) // max(row_bytes, 1))
+            return min(num_nodes, budget_bytes // max(row_bytes, 1))
         kind, value = parse_cache_size(self.feature_memory)
         rows = {"fraction": value * num_nodes, "rows": value, "bytes": value // max(row_bytes, 1)}
         return min(num_nodes, int(rows[kind]))

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from shardgnn.devicemem import free_device_bytes
+from shardgnn.devicemem import device_budget
 from shardgnn.loader.batches import SeedBatcher
 from shardgnn.loader.config import DeviceConfig
 from shardgnn.loader.pipeline import MiniBatch
@@ -195,7 +195,7 @@ def device_pipeline(
     eval_sampler = sampler.with_config(eval_sampler_config)
     num_nodes = int(x.shape[0])
     row_bytes = int(np.prod(x.shape[1:])) * x.dtype.itemsize
-    rows = config.resident_rows(num_nodes, row_bytes, free_device_bytes(device))
+    rows = config.resident_rows(num_nodes, row_bytes, device_budget(device))
     hot_order = None
     if rows < num_nodes:
         if config.hot_policy == "presample":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shardgnn.devicemem import DEFAULT_DEVICE_SHARE, free_device_bytes, uva_view
+from shardgnn.devicemem import device_budget, uva_view
 from shardgnn.store.feature import FeatureStore
 
 
@@ -40,8 +40,8 @@ class DeviceFeatureStore(FeatureStore):
         self._dtype = host.dtype
         n = self._shape[0]
         if resident_rows is None:
-            budget = int(free_device_bytes(device) * DEFAULT_DEVICE_SHARE)
-            resident_rows = budget // max(self.row_bytes, 1) if device.type == "cuda" else n
+            on_gpu = device.type == "cuda"
+            resident_rows = device_budget(device) // max(self.row_bytes, 1) if on_gpu else n
         hot_rows = min(n, resident_rows)
         self.hits = self.misses = 0
         if hot_rows == n:
@@ -91,10 +91,7 @@ class DeviceFeatureStore(FeatureStore):
     def check_ids(self, ids: torch.Tensor) -> None:
         # The device path checks dtype and shape only: a bounds check is a device-to-host sync
         # per batch; out-of-range ids are a sampler bug, caught by the CPU path's tests.
-        if ids.dtype != torch.int64 or ids.dim() != 1:
-            raise ValueError(
-                f"ids must be a 1-D int64 tensor, got {ids.dtype} of shape {tuple(ids.shape)}"
-            )
+        self.check_id_shape(ids)
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         ids = ids.to(self.device, non_blocking=True)

@@ -53,14 +53,19 @@ class FeatureStore(abc.ABC):
 
     def check_ids(self, ids: torch.Tensor) -> None:
         """Refuse ids that are not a 1-D int64 tensor of valid node ids."""
-        if ids.dtype != torch.int64 or ids.dim() != 1:
-            raise ValueError(
-                f"ids must be a 1-D int64 tensor, got {ids.dtype} of shape {tuple(ids.shape)}"
-            )
+        self.check_id_shape(ids)
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.shape[0]):
             raise IndexError(
                 f"node ids must lie in [0, {self.shape[0]}), got [{int(ids.min())}, "
                 f"{int(ids.max())}]"
+            )
+
+    @staticmethod
+    def check_id_shape(ids: torch.Tensor) -> None:
+        """Refuse ids that are not a 1-D int64 tensor."""
+        if ids.dtype != torch.int64 or ids.dim() != 1:
+            raise ValueError(
+                f"ids must be a 1-D int64 tensor, got {ids.dtype} of shape {tuple(ids.shape)}"
             )
 
     @abc.abstractmethod
