@@ -2,7 +2,7 @@
 
 For every (dataset, workers, partitioner) one job of ``--workers`` local processes is launched;
 inside it, for every configuration (no cache, then each ``--policies`` entry at each
-``--capacities`` entry), every rank builds a fresh ``shardgnn.train.distributed.DistMiniBatchSteps``
+``--capacities`` entry), every rank builds a fresh ``shardgnn.train.dist_node.DistMiniBatchSteps``
 (the production data pipeline: distributed sampler -> cached distributed feature store) and runs
 ``--epochs`` epochs of that pipeline:
 
@@ -99,7 +99,7 @@ def worker(partitions: str, spec: str, args, configs: list[dict], threads: int, 
     import torch
 
     from shardgnn.distributed.context import init_distributed, shutdown
-    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.dist_node import DistMiniBatchSteps
     from shardgnn.train.loop import TrainingLoop
 
     ctx = init_distributed(device="cpu", timeout_s=timeout_s)

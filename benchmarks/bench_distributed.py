@@ -2,7 +2,7 @@
 
 Two parts (``--part epoch|accuracy|all``); every run is a fresh job of ``--workers`` local processes
 (``shardgnn.distributed.launch.launch_local``), one
-``shardgnn.train.distributed.DistMiniBatchSteps`` per rank (in the shared training loop).
+``shardgnn.train.dist_node.DistMiniBatchSteps`` per rank (in the shared training loop).
 
 **epoch** — GraphSAGE (3 layers, hidden 256, global batch 1024) on the synthetic graph
 (default ``synthetic:nodes=1000000,degree=20,features=100,classes=16``) for every combination of
@@ -75,7 +75,7 @@ from shardgnn.partition.format import is_partition_dir, read_partitions, write_p
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
-from shardgnn.train.distributed import DistMiniBatchSteps
+from shardgnn.train.dist_node import DistMiniBatchSteps
 from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.progress import format_table
 

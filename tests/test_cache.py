@@ -353,7 +353,7 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
     from shardgnn.partition.format import read_partitions, reassemble
-    from shardgnn.sampling.distributed import DistNeighborSampler
+    from shardgnn.sampling.dist_neighbor import DistNeighborSampler
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.store.dist_graph import DistGraphStore

@@ -111,7 +111,7 @@ def _dist_config(path, directory, resume=False):
 
 
 def _train(ctx, config, kill_at_step):
-    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.dist_node import DistMiniBatchSteps
     from shardgnn.train.loop import TrainingLoop
 
     trainer = DistMiniBatchSteps(config, ctx)

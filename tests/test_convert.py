@@ -357,11 +357,11 @@ def _typed_tables(tmp_path):
 
 
 def test_typed_node_and_edge_tables_make_a_typed_graph(tmp_path, capsys):
-    from shardgnn.graph.datasets import load_hetero_dataset
+    from shardgnn.graph.datasets import load_typed_dataset
 
     assert main(_typed_tables(tmp_path)) == 0
     assert f"shardgnn train hetero:{tmp_path / 'g'}" in capsys.readouterr().out
-    g = load_hetero_dataset(f"hetero:{tmp_path / 'g'}")
+    g = load_typed_dataset(f"hetero:{tmp_path / 'g'}")
     assert g.node_types == ("paper", "author") and g.num_nodes_of("author") == 3
     assert g.relations == (("author", "writes", "paper"), ("paper", "cites", "paper"))
     assert set(g.x) == {"paper"}

@@ -20,6 +20,7 @@ from shardgnn.sampling.device import DeviceNeighborSampler, relabel, splitmix64
 from shardgnn.sampling.kernels import relabel as relabel_kernel
 from shardgnn.sampling.kernels import splitmix64 as splitmix64_kernel
 from shardgnn.sampling.neighbor import NeighborSampler
+from shardgnn.sampling.types import SeedInput
 from shardgnn.store.device import DeviceFeatureStore, degree_order
 from shardgnn.store.feature import LocalFeatureStore
 
@@ -62,8 +63,9 @@ def test_tensor_sampler_excludes_edges_as_the_kernels_do(small_graph):
     chosen = np.random.default_rng(0).choice(g.indices.shape[0], 300, replace=False)
     exclude = sorted_unique(pair_keys(g.indices[chosen], dst[chosen], g.num_nodes))
     seeds = torch.from_numpy(np.unique(dst[chosen])[:50])
-    cpu = NeighborSampler(g.indptr, g.indices, config).sample(seeds, 7, exclude=exclude)
-    tensor = DeviceNeighborSampler(g.indptr, g.indices, config, CPU).sample(seeds, 7, exclude)
+    inputs = SeedInput(seeds, exclude=exclude)
+    cpu = NeighborSampler(g.indptr, g.indices, config).sample(inputs, 7)
+    tensor = DeviceNeighborSampler(g.indptr, g.indices, config, CPU).sample(inputs, 7)
     assert_same_blocks(cpu, tensor)
     assert (
         cpu.num_sampled_edges

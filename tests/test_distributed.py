@@ -68,7 +68,7 @@ def _sample_and_fetch(ctx, path, seed_lists, sample_seeds, hosts=None):
     collectives); a rank maps the parts of the others in its group. ``sample_seeds[r]``: rank
     ``r``'s sampling seed."""
     from shardgnn.distributed.comm import Communicator
-    from shardgnn.sampling.distributed import DistNeighborSampler
+    from shardgnn.sampling.dist_neighbor import DistNeighborSampler
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.store.dist_graph import DistGraphStore
@@ -361,3 +361,31 @@ def test_host_key_is_one_per_machine_and_namespace():
     if other.returncode != 0:
         pytest.skip(f"cannot create a network namespace here: {other.stderr.strip()[-200:]}")
     assert other.stdout.strip() != host_key()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_rank_without_training_nodes_never_hangs(tmp_path):
+    """A partition that gives rank 1 no training node: every rank still runs the same number of
+    batches (rank 1's are empty), in mini-batch, cluster and full-graph training alike, and the
+    job ends with its results instead of a hang."""
+    import json
+
+    from shardgnn.cli import main
+
+    graph = generate(SyntheticConfig(nodes=600, degree=6, classes=3, features=8, seed=0))
+    assignment = (np.arange(graph.num_nodes) >= 300).astype(np.int64)
+    train = np.asarray(graph.train_idx)
+    graph = dataclasses.replace(graph, train_idx=train[train < 300])
+    pset = write_partitions(graph, assignment, tmp_path / "parts", method="test")
+    assert pset.meta["parts"][1]["num_train"] == 0 < pset.meta["parts"][0]["num_train"]
+    runs = {
+        "minibatch": ["--fanouts", "3,3", "--batch-size", "32"],
+        "cluster": ["--batching", "cluster", "--fanouts", "3,3"],
+        "full": ["--mode", "full"],
+    }
+    for name, flags in runs.items():
+        out = tmp_path / f"{name}.json"
+        argv = ["train", "--partitions", str(tmp_path / "parts"), "--epochs", "2", "--quiet"]
+        assert main([*argv, *flags, "--timeout", "60", "--results", str(out)]) == 0, name
+        assert len(json.loads(out.read_text())["epochs"]) == 2, name

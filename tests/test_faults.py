@@ -175,7 +175,7 @@ def _partitions(tmp_path, graph):
 def _train_and_signal(ctx, config, signal_rank, step_number):
     """A distributed training rank; rank ``signal_rank`` alone receives SIGUSR1 at its optimiser
     step ``step_number`` (the other rank never sees a signal, yet must stop after the same step)."""
-    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.dist_node import DistMiniBatchSteps
     from shardgnn.train.loop import TrainingLoop
 
     steps = DistMiniBatchSteps(config, ctx)

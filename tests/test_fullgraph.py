@@ -94,7 +94,8 @@ def test_distributed_full_graph_equals_single_process(
     tmp_path_factory, small_synthetic, world, spmm, replication
 ):
     path = _parts(tmp_path_factory, small_synthetic, world, "metis")
-    model = "gcn" if (world + len(spmm)) % 2 else "sage"  # both models, spread over the cases
+    # every model distributed full-graph training runs, spread over the cases
+    model = ("gcn", "sage", "gin", "appnp", "sgc")[(world + len(spmm)) % 5]
     config = _config(path, model, FullGraphConfig(spmm=spmm, replication=replication))
     ref = _reference(small_synthetic, config)
     results = run_workers(_train_dist, world, config)

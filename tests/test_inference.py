@@ -245,7 +245,7 @@ def _eval_layerwise(ctx, path):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
-    from shardgnn.train.distributed import DistMiniBatchSteps
+    from shardgnn.train.dist_node import DistMiniBatchSteps
 
     config = TrainConfig(
         model=ModelConfig(model="gcn", hidden=8, num_layers=2),

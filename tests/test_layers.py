@@ -203,8 +203,8 @@ def test_recipes_import_the_shared_core_not_each_other():
 
     * a recipe's distributed steps import the module of its one-process steps (the same
       :class:`~shardgnn.train.recipes.Recipe` line): the model builders, pair scoring and result
-      records the two share (``link_distributed`` and ``link_fullgraph`` import ``link``,
-      ``temporal_distributed`` imports ``temporal``);
+      records the two share (``dist_link`` and ``link_fullgraph`` import ``link``,
+      ``dist_temporal`` imports ``temporal``);
     * a module imports the module of a base class of the steps it registers (their MRO): the
       full-graph link steps extend the full-graph node steps' ``DistFullGraphSteps``
       (``train.fullgraph``), the temporal steps on workers the one-process
@@ -245,3 +245,45 @@ def test_the_loop_imports_no_recipe():
                 chain.append(via[chain[-1]])
             chains.append(" <- ".join(chain))
         assert not reached, f"{start} reaches recipe modules:\n" + "\n".join(chains)
+
+
+# ---------------------------------------------------------------- inference, a room of its own
+INFERENCE = "shardgnn.train.inference"
+# The recipe modules inference may import: the model builders of the recipes it rebuilds a
+# checkpoint of (``train.link.build_link_model``); nothing else of a recipe.
+INFERENCE_MAY_IMPORT = {"shardgnn.train.link"}
+
+
+def _in_inference(module: str) -> bool:
+    return module == INFERENCE or module.startswith(INFERENCE + ".")
+
+
+def test_inference_is_its_own_room():
+    """``shardgnn infer`` lives in its own package, ``train.inference``: the graph-kind registry
+    names its per-kind functions by ``module:function`` (:data:`shardgnn.train.kinds.KINDS`), so
+    no other module of ``train/`` imports it (the command line does); it imports the shared core
+    of ``train/`` and the layers below, and of the recipes only their model builders."""
+    from shardgnn.train.kinds import KINDS
+
+    rooms, _ = _recipe_rooms()
+    graph = _graph()
+    inside = {m for m in graph if _in_inference(m)}
+    assert inside, f"no {INFERENCE} package"
+    into = sorted(
+        f"{a} imports {b}"
+        for a, targets in graph.items()
+        if a.startswith("shardgnn.train") and not _in_inference(a)
+        for b in targets
+        if _in_inference(b)
+    )
+    assert not into, "train/ importing the inference room:\n" + "\n".join(into)
+    out_of = sorted(
+        f"{a} imports {b}"
+        for a in inside
+        for b in graph[a] & rooms
+        if b not in INFERENCE_MAY_IMPORT
+    )
+    assert not out_of, "the inference room importing recipe modules:\n" + "\n".join(out_of)
+    for kind in KINDS.values():
+        if kind.infer is not None:
+            assert _in_inference(kind.infer.partition(":")[0]), kind

@@ -129,7 +129,7 @@ def _exclusion_on_owners(ctx, path):
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.loader.link import LinkSamplingStage, target_exclusion
     from shardgnn.partition.book import PartitionBook
-    from shardgnn.sampling.distributed import DistNeighborSampler
+    from shardgnn.sampling.dist_neighbor import DistNeighborSampler
     from shardgnn.sampling.negative import NegativeSampler
     from shardgnn.store.dist_graph import DistGraphStore
 

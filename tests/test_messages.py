@@ -13,7 +13,7 @@ from shardgnn.cli import main
 from shardgnn.errors import DatasetError
 from shardgnn.graph.io import save_graph
 from shardgnn.graph.synthetic import SyntheticConfig, generate
-from shardgnn.train.infer import read_pairs
+from shardgnn.train.inference import read_pairs
 from shardgnn.train.report import print_summary
 
 from conftest import SHARED_DATA, requires_shared_data
@@ -35,6 +35,15 @@ def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
     err = _error(capsys)
     assert "unrecognized arguments: --epoch 1 --hid 8" in err
     assert "did you mean --epochs for --epoch, --hidden for --hid?" in err
+
+
+def test_a_flag_of_another_command_names_that_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", SPEC, "--out", "x"])
+    assert done.value.code == 2
+    err = _error(capsys)
+    assert "--out is a flag of `shardgnn infer`" in err
+    assert "did you mean" not in err
 
 
 def test_a_flag_with_nothing_close_gets_no_guess(capsys):

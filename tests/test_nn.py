@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from shardgnn.nn.conv import PyGLayer, SAGEConv
+from shardgnn.nn.conv import GATv2Conv, GINConv, PyGLayer, SAGEConv
 from shardgnn.nn.message_graph import MessageGraph, spmm
 from shardgnn.nn.models import GNN, ModelConfig, build_model
 from shardgnn.sampling.neighbor import NeighborSampler, SamplerConfig
@@ -37,7 +37,7 @@ def test_spmm_forward_and_backward_match_dense(small_graph, norm):
     np.testing.assert_allclose(h.grad.numpy(), a.T @ g.numpy(), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc"])
 def test_models_forward_backward_on_blocks_and_full_graph(small_graph, model):
     torch.manual_seed(0)
     net = build_model(
@@ -87,6 +87,114 @@ def test_pyg_message_passing_layer_inside_our_model(small_graph):
     torch.testing.assert_close(
         PyGLayer(theirs)(graphs[0], x), ours(graphs[0], x), atol=1e-5, rtol=1e-4
     )
+
+
+def _pyg_twin(ours, pyg):
+    """PyG's layer of the same name holding ``ours``' weights."""
+    if isinstance(ours, GINConv):
+        mlp = torch.nn.Sequential(ours.lin1, torch.nn.ReLU(), ours.lin2)
+        theirs = pyg.GINConv(mlp, train_eps=True)
+        with torch.no_grad():
+            theirs.eps.copy_(ours.eps)
+        return theirs
+    heads, out_dim = ours.heads, ours.out_dim
+    theirs = pyg.GATv2Conv(
+        ours.lin_src.in_features, out_dim, heads=heads, concat=ours.concat, share_weights=False
+    )
+    with torch.no_grad():
+        theirs.lin_l.weight.copy_(ours.lin_src.weight)
+        theirs.lin_l.bias.copy_(ours.lin_src.bias)
+        theirs.lin_r.weight.copy_(ours.lin_dst.weight)
+        theirs.lin_r.bias.copy_(ours.lin_dst.bias)
+        theirs.att.copy_(ours.att)
+        theirs.bias.copy_(ours.bias)
+    return theirs
+
+
+@pytest.mark.parametrize("layer", ["gin", "gatv2", "gatv2-mean"])
+@pytest.mark.parametrize("where", ["block", "full"])
+def test_new_layers_equal_pygs_forward_and_backward(small_graph, layer, where):
+    """GIN and GATv2 equal PyG's GINConv and GATv2Conv with the same weights, on a sampled block
+    (bipartite: PyG gets ``(x_src, x_dst)``) and on the whole graph, outputs and every gradient."""
+    pyg = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
+    F_in = small_graph.num_features
+    if layer == "gin":
+        ours = GINConv(F_in, 6)
+        with torch.no_grad():
+            ours.eps.fill_(0.3)
+    else:
+        ours = GATv2Conv(F_in, 5, heads=3, concat=layer == "gatv2")
+        with torch.no_grad():
+            ours.bias.normal_()
+            ours.lin_src.bias.normal_()
+            ours.lin_dst.bias.normal_()
+    theirs = _pyg_twin(ours, pyg)
+    x_all = torch.from_numpy(small_graph.x)
+    if where == "block":
+        sampler = NeighborSampler(
+            small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4,))
+        )
+        block = sampler.sample(torch.arange(0, 200, 2), seed=1).blocks[0]
+        graph = MessageGraph.from_block(block)
+        x = x_all[block.src_nodes_S].clone().requires_grad_(True)
+        x_pyg = x.detach().clone().requires_grad_(True)
+        # GATv2Conv takes no size: its self-loops and softmax need the dst count from x_dst
+        pair, size = (x_pyg, x_pyg[: graph.num_dst]), (graph.num_src, graph.num_dst)
+        kwargs = {"size": size} if layer == "gin" else {}
+        theirs_out = theirs(pair, graph.edge_index(), **kwargs)
+    else:
+        graph = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
+        x = x_all.clone().requires_grad_(True)
+        x_pyg = x.detach().clone().requires_grad_(True)
+        theirs_out = theirs(x_pyg, graph.edge_index())
+    ours_out = ours(graph, x)
+    torch.testing.assert_close(ours_out, theirs_out, atol=1e-5, rtol=1e-4)
+    grad = torch.randn_like(ours_out)
+    ours_out.backward(grad)
+    theirs_out.backward(grad)
+    torch.testing.assert_close(x.grad, x_pyg.grad, atol=1e-5, rtol=1e-4)
+    ours_grads = [p.grad for p in ours.parameters()]
+    theirs_grads = {id(p): p.grad for p in theirs.parameters()}
+    if layer == "gin":  # the same modules: their gradients accumulated twice
+        torch.testing.assert_close(ours.eps.grad, theirs.eps.grad)
+    else:
+        pairs = [
+            (ours.lin_src.weight, theirs.lin_l.weight), (ours.lin_dst.weight, theirs.lin_r.weight),
+            (ours.att, theirs.att), (ours.bias, theirs.bias),
+        ]  # fmt: skip
+        for mine, their in pairs:
+            torch.testing.assert_close(mine.grad, theirs_grads[id(their)], atol=1e-5, rtol=1e-4)
+    assert all(g is not None for g in ours_grads)
+
+
+@pytest.mark.parametrize("model", ["appnp", "sgc"])
+def test_decoupled_models_equal_pygs_propagation(small_graph, model):
+    """APPNP equals PyG's ``APPNP(K, alpha)`` over the same MLP's output, SGC PyG's
+    ``SGConv(K)`` with the same weights: outputs and input gradients within 1e-5."""
+    pyg = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
+    config = ModelConfig(model=model, hidden=8, num_layers=3, dropout=0.0, alpha=0.2)
+    ours = build_model(config, small_graph.num_features, small_graph.num_classes)
+    graph = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
+    x = torch.from_numpy(small_graph.x).clone().requires_grad_(True)
+    x_pyg = x.detach().clone().requires_grad_(True)
+    edge_index = graph.edge_index()
+    if model == "appnp":
+        mlp = ours.lin2(torch.relu(ours.lin1(x_pyg)))
+        theirs = pyg.APPNP(K=3, alpha=0.2)(mlp, edge_index)
+    else:
+        conv = pyg.SGConv(small_graph.num_features, small_graph.num_classes, K=3)
+        with torch.no_grad():
+            conv.lin.weight.copy_(ours.lin.weight)
+            conv.lin.bias.copy_(ours.bias)
+        theirs = conv(x_pyg, edge_index)
+    out = ours([graph] * 3, x)
+    torch.testing.assert_close(out, theirs, atol=1e-5, rtol=1e-4)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    theirs.backward(grad)
+    torch.testing.assert_close(x.grad, x_pyg.grad, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat"])

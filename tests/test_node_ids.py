@@ -13,12 +13,12 @@ import pytest
 from shardgnn.cli import main
 from shardgnn.errors import DatasetError
 from shardgnn.graph.convert import ConvertConfig, convert
-from shardgnn.graph.hetero import load_hetero_graph
 from shardgnn.graph.identity import fingerprint
 from shardgnn.graph.io import load_graph, save_graph
+from shardgnn.graph.typed import load_typed_graph
 from shardgnn.partition.format import read_partitions, verify_partitions, write_partitions
-from shardgnn.partition.hetero import partition_for_training
 from shardgnn.partition.methods import PartitionConfig, partition_graph
+from shardgnn.partition.typed import partition_for_training
 from shardgnn.train.tables import write_output_tables
 
 pd = pytest.importorskip("pandas")
@@ -153,7 +153,7 @@ def test_edge_lists_keep_ids_they_renumber(tmp_path, text, args, expected):
 
 def test_typed_tables_keep_ids_per_type_and_the_target_class_names(tmp_path):
     papers, authors, out = _typed(tmp_path)
-    graph = load_hetero_graph(out)
+    graph = load_typed_graph(out)
     assert graph.node_ids["paper"].tolist() == papers["id"].tolist()
     assert graph.node_ids["author"].tolist() == authors["id"].tolist()
     assert graph.class_names == ("db", "ml", "os")
@@ -192,7 +192,7 @@ def test_partitions_carry_the_ids_and_class_names(tmp_path):
 def test_typed_partitions_carry_the_ids_of_every_type(tmp_path):
     papers, authors, out = _typed(tmp_path)
     _, _, pset = partition_for_training(
-        load_hetero_graph(out), PartitionConfig(num_parts=2, method="metis"), tmp_path / "parts"
+        load_typed_graph(out), PartitionConfig(num_parts=2, method="metis"), tmp_path / "parts"
     )
     assert pset.node_ids("paper").tolist() == papers["id"].tolist()
     assert pset.node_ids("author").tolist() == authors["id"].tolist()
@@ -318,5 +318,5 @@ def test_typed_infer_writes_tables_per_type_keyed_by_its_ids(tmp_path):
             np.load(out / name / "embeddings.npy"),
         )
     assert not (out / "author" / "predictions.parquet").exists()
-    test_rows = load_hetero_graph(graph_dir).test_idx
+    test_rows = load_typed_graph(graph_dir).test_idx
     _check_joined_accuracy(table, papers, "label", test_rows, summary["accuracy"]["test"])

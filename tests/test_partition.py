@@ -446,6 +446,40 @@ def test_write_read_roundtrip(arange_graph, tmp_path, method):
     assert set(meta["sha256"]) == set(meta["arrays"]) and "part-3/halo.npy" in meta["sha256"]
 
 
+def test_a_homogeneous_partition_is_a_typed_one_with_one_type(small_graph, tmp_path):
+    p = 3
+    result = partition_graph(small_graph, PartitionConfig(num_parts=p, method="random"))
+    pset = _write(small_graph, result.assignment, tmp_path / "parts", p)
+    assert pset.kind == "homogeneous" and "typed" not in pset.meta
+    book = pset.typed_book
+    assert book.node_types == ("node",) and book.relations == (("node", "edge", "node"),)
+    assert book.feature_widths == [small_graph.num_features]
+    ids = np.arange(small_graph.num_nodes)
+    assert (book.type_of(ids) == 0).all()
+    # one type: a node's typed new id is its new id, and the type's book is the partition book
+    assert np.array_equal(book.typed_id(ids, 0), ids)
+    assert np.array_equal(book.new_id("node", ids), ids)
+    assert np.array_equal(book.type_book(0).boundaries, pset.book.boundaries)
+
+
+def test_a_partition_written_before_typed_had_one_name_still_reads(small_graph, tmp_path):
+    """``meta.json["hetero"]`` (the typed section's former name) reads as ``typed``."""
+    from shardgnn.graph.synthetic_hetero import AcademicConfig, generate_academic
+    from shardgnn.partition.typed import write_typed_partitions
+
+    graph = generate_academic(
+        AcademicConfig(papers=60, authors=40, institutions=4, fields=5, classes=3, features=4)
+    )
+    assignment = np.arange(graph.num_nodes) % 2
+    write_typed_partitions(graph, assignment, tmp_path / "parts", method="test")
+    meta_path = tmp_path / "parts" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["hetero"] = meta.pop("typed")
+    meta_path.write_text(json.dumps(meta))
+    pset = read_partitions(tmp_path / "parts")
+    assert pset.kind == "typed" and pset.typed_book.node_types == tuple(graph.node_types)
+
+
 def test_roundtrip_directed_weighted_graph(directed_graph, tmp_path):
     p = 3
     for method in ("ldg", "metis"):

@@ -4,17 +4,21 @@ or refused by every recipe; every dataset trains with nothing but its name."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
+import shardgnn
 from shardgnn.cli import build_parser, main
 from shardgnn.cli.train import train_config
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import dataset_traits, known_datasets
 from shardgnn.nn.config import ModelConfig
 from shardgnn.options import flag_for
+from shardgnn.partition.format import partition_kind
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.recipes import COMMON_SETTINGS, RECIPES, graph_kind_of_partition, select
+from shardgnn.train.recipes import COMMON_SETTINGS, RECIPES, select
 
 from conftest import SHARED_DATA, requires_shared_data, setting_paths
 
@@ -140,9 +144,9 @@ def test_a_knowledge_graph_selects_its_recipe_and_defaults(tmp_path):
 
 
 def test_the_partition_kind_is_read_in_one_place():
-    assert graph_kind_of_partition({}) == "homogeneous"
-    assert graph_kind_of_partition({"hetero": {"node_types": ["a"]}}) == "typed"
-    assert graph_kind_of_partition({"temporal": {"events": 3}}) == "temporal"
+    assert partition_kind({}) == "homogeneous"
+    assert partition_kind({"typed": {"node_types": ["a"]}}) == "typed"
+    assert partition_kind({"temporal": {"events": 3}}) == "temporal"
 
 
 DATASETS = [
@@ -201,3 +205,29 @@ def test_link_prediction_over_learnt_rows_defaults_to_the_benchmarked_model():
         "embedding.dim": 64,
     }
     assert recipe_defaults(dataset_traits("cora"), {}) == {}
+
+
+# What tells the graph kinds apart: a partition's meta.json sections, the loaded graph classes.
+_KIND_DISPATCH = re.compile(
+    r"""meta(\.get\(|\[)["'](typed|hetero|temporal)["']"""
+    r"|isinstance\([^)]*\b(TypedGraph|TemporalGraph)\b"
+)
+# The places that may tell them apart: the registry of graph kinds, the partition format (which
+# reads its own meta.json, PartitionSet.kind), the graph classes' own modules.
+_KIND_DECIDERS = {"train/kinds.py", "partition/format.py", "graph/typed.py", "graph/temporal.py"}
+
+
+def test_no_kind_dispatch_outside_the_registry():
+    """Every place that decides the kind of graph asks the registry (``train.kinds``,
+    ``PartitionSet.kind``): no module of the commands or of training reads a partition's typed or
+    temporal section, or tests a graph's class, to decide for itself."""
+    root = Path(shardgnn.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in _KIND_DECIDERS or not rel.startswith(("train/", "cli/")):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if _KIND_DISPATCH.search(line):
+                found.append(f"{rel}:{number}: {line.strip()}")
+    assert not found, "kind decided outside the registry:\n" + "\n".join(found)

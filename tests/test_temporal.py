@@ -56,7 +56,7 @@ def test_sampler_never_returns_an_event_at_or_after_the_seed_time(stream, mode):
     rng = np.random.default_rng(0)
     nodes = rng.integers(0, stream.num_nodes, 400)
     times = rng.choice(stream.t, 400)  # seed times that are event times: ties must be excluded
-    hops = TemporalNeighborSampler(stream, [5, 3], mode).sample(nodes, times, seed=7)
+    hops = TemporalNeighborSampler(stream, [5, 3], mode).sample_hops(nodes, times, seed=7)
     for hop in hops:
         seed_time = np.repeat(hop.dst_times, np.diff(hop.offsets))
         assert np.all(hop.nbr_times < seed_time)
@@ -189,7 +189,7 @@ def test_recent_subgraph_is_the_recent_hop_relabelled(stream):
 # ------------------------------------------------------------------------------ distributed
 def _dist_hops(ctx, path, seed_lists, time_lists, fanout):
     from shardgnn.distributed.comm import Communicator
-    from shardgnn.sampling.temporal import dist_temporal_hop
+    from shardgnn.sampling.dist_temporal import dist_temporal_hop
     from shardgnn.store.dist_graph import DistGraphStore
 
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)

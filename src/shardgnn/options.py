@@ -39,6 +39,7 @@ def option(
     metavar: str | None = None,
     cli: bool = True,
     default_factory: Any = _MISSING,
+    accepts: Any = None,
 ) -> Any:
     """A setting: a dataclass field that carries its help text and its choices.
 
@@ -52,6 +53,8 @@ def option(
             with ``negative_help`` as its help.
         metavar: the value's name in ``--help``.
         cli: False for settings the command line sets another way (a positional argument).
+        accepts: ``(predicate, what)``: values outside ``choices`` that ``predicate`` accepts
+            are valid too (``what`` names them in ``--help`` and in messages: ``MODULE:CLASS``).
     """
     metadata = {
         "help": help,
@@ -62,6 +65,7 @@ def option(
         "negative_help": negative_help,
         "metavar": metavar,
         "cli": cli,
+        "accepts": accepts,
     }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -102,8 +106,13 @@ def check_choices(obj: Any) -> None:
     unset)."""
     for field in dataclasses.fields(obj):
         choices, value = field.metadata.get("choices"), getattr(obj, field.name)
-        if choices is not None and value is not None and value not in choices:
-            raise invalid(obj, field.name, "choose one of " + ", ".join(map(str, choices)))
+        if choices is None or value is None or value in choices:
+            continue
+        accepts = field.metadata.get("accepts")
+        if accepts is not None and accepts[0](value):
+            continue
+        also = f" or {accepts[1]}" if accepts is not None else ""
+        raise invalid(obj, field.name, "choose one of " + ", ".join(map(str, choices)) + also)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -28,28 +28,36 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    known_flags: tuple[str, ...] = ()
+    flag_commands: dict[str, tuple[str, ...]] = {}
+    """Each known flag and the commands that take it."""
 
     def error(self, message: str):  # type: ignore[override]
-        hint = _closest_flags(message, self.known_flags)
+        hint = _closest_flags(message, self.flag_commands)
         self.exit(
             2, f"{self.prog}: error: {message}{hint}\n  (`{self.prog} --help` lists the flags)\n"
         )
 
 
-def _closest_flags(message: str, flags: tuple[str, ...]) -> str:
-    """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one."""
+def _closest_flags(message: str, flag_commands: dict[str, tuple[str, ...]]) -> str:
+    """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one, and
+    `` (--out is a flag of `shardgnn infer`)`` for one that another command takes."""
     import difflib
 
     if not message.startswith("unrecognized arguments:"):
         return ""
-    hints = []
+    hints, elsewhere = [], []
     for word in message.split(":", 1)[1].split():
         name = word.split("=", 1)[0]
-        if name.startswith("--"):
-            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6)
-            hints += [f"{close[0]} for {name}"] if close else []
-    return f" (did you mean {', '.join(hints)}?)" if hints else ""
+        if not name.startswith("--"):
+            continue
+        if name in flag_commands:
+            commands = " / ".join(f"`shardgnn {c}`" for c in flag_commands[name])
+            elsewhere.append(f"{name} is a flag of {commands}")
+            continue
+        close = difflib.get_close_matches(name, flag_commands, n=1, cutoff=0.6)
+        hints += [f"{close[0]} for {name}"] if close else []
+    text = f" (did you mean {', '.join(hints)}?)" if hints else ""
+    return text + (f" ({'; '.join(elsewhere)})" if elsewhere else "")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,11 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (train, infer, data, partition, plot):
         module.add_parsers(sub)
-    parser.known_flags = tuple(
-        sorted(
-            {flag for command in sub.choices.values() for flag in command._option_string_actions}
-        )
-    )
+    flag_commands: dict[str, list[str]] = {}
+    for name, command in sub.choices.items():
+        for flag in command._option_string_actions:
+            if flag.startswith("--") and flag != "--help":
+                flag_commands.setdefault(flag, []).append(name)
+    parser.flag_commands = {flag: tuple(names) for flag, names in sorted(flag_commands.items())}
     return parser
 
 

@@ -60,26 +60,15 @@ def _info_table(info: dict[str, Any]) -> str:
 
 def run_info(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn info``."""
-    from shardgnn.graph.datasets import (
-        describe_datasets,
-        is_relational,
-        is_temporal,
-        load_dataset,
-        load_hetero_dataset,
-        load_temporal_dataset,
-    )
-    from shardgnn.graph.stats import graph_info
+    from shardgnn.graph.datasets import describe_datasets
+    from shardgnn.train.kinds import describe_dataset
 
     if args.list:
         print(describe_datasets())
         return 0
-    if is_relational(args.dataset):
-        # per node type and per relation (a typed graph's sizes are its types' sizes)
-        info = load_hetero_dataset(args.dataset, args.data_dir).summary()
-    elif is_temporal(args.dataset):
-        info = load_temporal_dataset(args.dataset, args.data_dir).summary()
-    else:
-        info = graph_info(load_dataset(args.dataset, args.data_dir))
+    # by the dataset's graph kind (the registry's `describe`): a typed graph per node type and
+    # per relation, a temporal one its events and time span
+    info = describe_dataset(args.dataset, args.data_dir)
     print(json.dumps(info, indent=2) if args.json else _info_table(info))
     return 0
 
@@ -93,8 +82,8 @@ def run_convert(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from shardgnn.graph.convert import convert
-    from shardgnn.graph.hetero import HeteroGraph
     from shardgnn.graph.stats import graph_info
+    from shardgnn.train.kinds import kind_of_graph
 
     config = config_from_args(ConvertConfig, args)
     with warnings.catch_warnings():
@@ -102,7 +91,7 @@ def run_convert(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         warnings.showwarning = _show_warning
         graph = convert(config)
-    if isinstance(graph, HeteroGraph):
+    if kind_of_graph(graph) == "typed":
         print(_info_table(graph.summary()))
         print(
             f"wrote {config.out}; train it with: shardgnn train hetero:{Path(config.out)} "

@@ -126,15 +126,18 @@ def add_flags(
         required = (
             field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         )  # type: ignore[misc]
+        choices, accepts = meta.get("choices"), meta.get("accepts")
         metavar = (
             None
-            if meta.get("choices")
+            if choices and not accepts
             else meta.get("metavar") or flag.lstrip("-").upper().replace("-", "_")
         )
+        if choices and accepts:  # more than the choices: the config checks the value
+            metavar = "{" + ",".join(map(str, choices)) + "}|" + accepts[1]
         target.add_argument(
             *names,
             type=kind,
-            choices=meta.get("choices"),
+            choices=None if accepts else choices,
             metavar=metavar,
             required=required,
             **common,

@@ -35,14 +35,13 @@ def run(args: argparse.Namespace) -> int:
     from shardgnn.distributed.launch import launch_local
     from shardgnn.errors import ConfigError
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.infer import (
+    from shardgnn.train.inference import (
         check_inference_pair,
         infer_worker,
         read_pairs,
         resolve_checkpoint,
     )
     from shardgnn.train.kinds import KINDS
-    from shardgnn.train.recipes import graph_kind_of_partition
     from shardgnn.train.tables import check_table_format
 
     config = config_from_args(InferConfig, args)
@@ -53,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
-    kind = graph_kind_of_partition(pset.meta)
+    kind = pset.kind
     if KINDS[kind].infer_on_cpu:
         if config.device not in ("cpu", "auto"):
             raise ConfigError(

@@ -224,7 +224,7 @@ def _report(
     typed: dict | None = None,
 ) -> int:
     """Print what was written and its quality: JSON (``--json``), else a line and tables (with
-    ``typed``, :func:`~shardgnn.partition.hetero.typed_metrics`, per relation and node type)."""
+    ``typed``, :func:`~shardgnn.partition.typed.typed_metrics`, per relation and node type)."""
     if args.json:
         report = {
             "out": str(pset.path),

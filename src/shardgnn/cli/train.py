@@ -18,7 +18,7 @@ from pathlib import Path
 from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
 from shardgnn.errors import ConfigError
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
+from shardgnn.train.settings import LINK_SPLIT_SETTINGS
 
 # Settings that another setting of the same recipe makes pointless: (dest, when, why). Given
 # anyway, they are refused (what a recipe never reads is refused by the recipe).
@@ -193,32 +193,6 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, partitions=str(out)))
 
 
-def _with_stored_split(config: TrainConfig, path: Path, given: Collection[str]) -> TrainConfig:
-    """``config`` with the edge split settings of the split stored in ``path`` (the split the
-    workers read, so results and checkpoints record it); a split setting given on the command
-    line (``given``) that differs from the stored one is refused."""
-    from shardgnn.graph.linksplit import LINK_SPLIT_DIR, read_link_split_spec
-
-    if not (path / LINK_SPLIT_DIR / "meta.json").is_file():
-        raise ConfigError(
-            f"--task link: {path} holds no link split ({LINK_SPLIT_DIR}/); partition with "
-            "`shardgnn partition DATASET --task link --parts N --out DIR`, or give the dataset "
-            "and --workers N instead of --partitions, so that the held-out edges leave the graph "
-            "before it is partitioned"
-        )
-    spec = read_link_split_spec(path / LINK_SPLIT_DIR)
-    stored = {"val": spec.val, "test": spec.test, "eval_negatives": spec.eval_negatives}
-    stored["split_seed"] = spec.seed
-    for name, value in stored.items():
-        if name in given and getattr(config.link, name) != value:
-            flag = flag_for(LinkConfig, name)
-            raise ConfigError(
-                f"{flag} {getattr(config.link, name)}: {path} holds a split made with {flag} "
-                f"{value}; drop {flag} to train on that split, or partition again with yours"
-            )
-    return dataclasses.replace(config, link=dataclasses.replace(config.link, **stored))
-
-
 def preflight(
     config: TrainConfig, *, dataset_given: bool, split_given: Collection[str] = ()
 ) -> tuple[TrainConfig, int]:
@@ -232,9 +206,9 @@ def preflight(
     """
     from shardgnn.graph.datasets import canonical_spec
     from shardgnn.partition.format import read_partitions
+    from shardgnn.train.kinds import check_partition
     from shardgnn.train.recipes import (
         NoRecipeError,
-        graph_kind_of_partition,
         partition_holds,
         select,
     )
@@ -249,7 +223,7 @@ def preflight(
                 f"{pset.path} holds {recorded['spec']}, not {spec}; drop the dataset argument to "
                 f"train what the partition holds, or partition {config.dataset} first"
             )
-    kind = graph_kind_of_partition(pset.meta)
+    kind = pset.kind
     holds = partition_holds(pset.path, kind)
     try:
         recipe = select(config, kind)
@@ -257,34 +231,7 @@ def preflight(
         raise ConfigError(holds) from None
     if recipe.distributed is None:
         raise ConfigError(f"{holds}; {recipe.description} trains in one process so far")
-    if recipe.graph == "temporal":  # no features, labels or stored split: the events suffice
-        return _resolved(config, pset)
-    typed = recipe.graph == "typed"
-    if typed:  # relation names in --relation-fanouts name the partition's relations
-        from shardgnn.sampling.typed import relation_fanouts
-
-        relation_fanouts(pset.meta["hetero"]["relations"], config.sampler.relation_layers())
-    # a typed graph's featureless node types get learnt rows
-    no_features = pset.meta.get("features") is None and not (config.embedding.enabled or typed)
-    no_labels = pset.meta.get("labels") is None and config.task == "node"
-    if no_features or no_labels:
-        missing = "features" if no_features else "labels"
-        raise ConfigError(
-            f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
-            "and labels with `shardgnn convert`, or the nodes learnable rows with --embedding-dim)"
-        )
-    if (
-        pset.meta.get("features") is None
-        and config.cache.enabled
-        and config.embedding.staleness is None
-    ):
-        raise ConfigError(
-            f"--cache-policy {config.cache.policy}: {pset.path} holds no features, so there is "
-            "nothing to cache (learnable rows are cached only with a bound on their age); add "
-            "--embedding-staleness S, or drop --cache-policy"
-        )
-    if config.task == "link":
-        config = _with_stored_split(config, pset.path, split_given)
+    config = check_partition(kind, config, pset, split_given)
     return _resolved(config, pset)
 
 

@@ -56,8 +56,8 @@ from shardgnn.graph.edgelist import (
     parse_numeric_table,
     read_text_bytes,
 )
-from shardgnn.graph.hetero import HeteroGraph, save_hetero_graph
-from shardgnn.graph.io import GRAPH_FORMAT, HETERO_FORMAT, as_node_ids, load_npy, save_graph
+from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
+from shardgnn.graph.typed import TypedGraph, save_typed_graph
 from shardgnn.options import invalid, option
 
 SPLITS = ("train", "val", "test")
@@ -215,13 +215,13 @@ class ConvertConfig:
             )
 
 
-def convert(config: ConvertConfig) -> Graph | HeteroGraph:
+def convert(config: ConvertConfig) -> Graph | TypedGraph:
     """Build the graph ``config`` describes and write it to ``config.out``; return it."""
     _check_out(config)
     name = config.name or Path(config.out).expanduser().resolve().name
     if config.node_tables:
         typed = _from_typed_tables(config, name)
-        save_hetero_graph(typed, Path(config.out).expanduser(), overwrite=config.overwrite)
+        save_typed_graph(typed, Path(config.out).expanduser(), overwrite=config.overwrite)
         return typed
     if config.npz is not None:
         graph = _from_npz(Path(config.npz), name)
@@ -260,7 +260,7 @@ def _is_graph_dir(path: Path) -> bool:
         meta = json.loads((path / "meta.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(meta, dict) and meta.get("format") in (GRAPH_FORMAT, HETERO_FORMAT)
+    return isinstance(meta, dict) and meta.get("format") in (GRAPH_FORMAT, TYPED_GRAPH_FORMAT)
 
 
 # -------------------------------------------------------------------------------- edge list + files
@@ -761,7 +761,7 @@ def _named_files(entries: tuple[str, ...], flag: str, example: str) -> dict[str,
     return out
 
 
-def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
+def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
     """A typed graph from one node table per type and one edge table per relation."""
     node_files = _named_files(config.node_tables, "--node-tables", "paper=papers.csv")
     edge_files = _named_files(config.edge_tables, "--edge-tables", "author/writes/paper=w.csv")
@@ -827,7 +827,7 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> HeteroGraph:
             fields.update(_table_splits(table[config.split_col], path, config.split_col))
         else:
             fields.update(random_split(fields["y"], config.split, config.seed))
-    return HeteroGraph.from_typed_edges(counts, edges, **fields)
+    return TypedGraph.from_typed_edges(counts, edges, **fields)
 
 
 def _numeric(column: Any) -> bool:

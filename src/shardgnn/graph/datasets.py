@@ -32,10 +32,10 @@ from typing import Any, Callable
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.synthetic_hetero import AcademicConfig
 from shardgnn.graph.synthetic_temporal import TemporalStreamConfig
 from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.graph.typed import TypedGraph
 
 
 def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
@@ -152,8 +152,8 @@ class DatasetEntry:
     load: Callable[[DatasetSpec, Path], Any]
     defaults: dict[str, str] = dataclasses.field(default_factory=dict)
     """option -> default value (as the spec would spell it)"""
-    relational: bool = False
-    """loads a :class:`~shardgnn.graph.hetero.HeteroGraph` (:func:`load_hetero_dataset`)"""
+    typed: bool = False
+    """loads a :class:`~shardgnn.graph.typed.TypedGraph` (:func:`load_typed_dataset`)"""
     temporal: bool = False
     """loads a :class:`~shardgnn.graph.temporal.TemporalGraph` (:func:`load_temporal_dataset`)"""
     labelled: bool = True
@@ -256,7 +256,7 @@ def _graph_dir(spec: DatasetSpec, data_dir: Path) -> Graph:
 
 
 def _kg(name: str, folder: str) -> DatasetEntry:
-    def load(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+    def load(spec: DatasetSpec, data_dir: Path) -> TypedGraph:
         from shardgnn.graph.kg import load_kg_triples
 
         spec.finish()
@@ -273,13 +273,13 @@ def _kg(name: str, folder: str) -> DatasetEntry:
     return DatasetEntry(
         f"knowledge graph {folder.upper()} (head/relation/tail triples, standard split)",
         load,
-        relational=True,
+        typed=True,
         labelled=False,
         featured=False,
     )
 
 
-def _kg_dir(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+def _kg_dir(spec: DatasetSpec, data_dir: Path) -> TypedGraph:
     from shardgnn.graph.kg import load_kg_triples
 
     spec.finish()
@@ -287,15 +287,15 @@ def _kg_dir(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
     return load_kg_triples(Path(spec.path).expanduser())
 
 
-def _hetero_dir(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
-    from shardgnn.graph.hetero import load_hetero_graph
+def _typed_dir(spec: DatasetSpec, data_dir: Path) -> TypedGraph:
+    from shardgnn.graph.typed import load_typed_graph
 
     spec.finish()
     assert spec.path is not None
-    return load_hetero_graph(Path(spec.path).expanduser())
+    return load_typed_graph(Path(spec.path).expanduser())
 
 
-def _synthetic_hetero(spec: DatasetSpec, data_dir: Path) -> HeteroGraph:
+def _synthetic_typed(spec: DatasetSpec, data_dir: Path) -> TypedGraph:
     from shardgnn.graph.synthetic_hetero import generate_academic
 
     return generate_academic(AcademicConfig.from_spec(spec))
@@ -357,9 +357,9 @@ _REGISTRY: dict[str, DatasetEntry] = {
     "synthetic-hetero": DatasetEntry(
         "academic graph: papers, authors, institutions, fields; typed power-law edges, paper "
         "topics to learn (relational)",
-        _synthetic_hetero,
+        _synthetic_typed,
         AcademicConfig.defaults(),
-        relational=True,
+        typed=True,
     ),
     "cora": _planetoid("cora"),
     "citeseer": _planetoid("citeseer"),
@@ -395,14 +395,14 @@ _REGISTRY: dict[str, DatasetEntry] = {
         "a folder of knowledge-graph triples (train.txt, valid.txt, test.txt; "
         "head<TAB>relation<TAB>tail): kg:DIR",
         _kg_dir,
-        relational=True,
+        typed=True,
         labelled=False,
         featured=False,
     ),
     "hetero": DatasetEntry(
-        "a heterogeneous graph directory (save_hetero_graph): hetero:DIR",
-        _hetero_dir,
-        relational=True,
+        "a heterogeneous graph directory (save_typed_graph): hetero:DIR",
+        _typed_dir,
+        typed=True,
     ),
 }
 # datasets whose spec starts with a path
@@ -463,7 +463,7 @@ def dataset_traits(spec: str) -> DatasetTraits:
     """
     parsed = DatasetSpec.parse(spec)
     entry = _entry(parsed)
-    kind = "typed" if entry.relational else "temporal" if entry.temporal else "homogeneous"
+    kind = "typed" if entry.typed else "temporal" if entry.temporal else "homogeneous"
     labelled, featured = entry.labelled, entry.featured
     if parsed.name in ("graph", "hetero") and parsed.path is not None:
         try:
@@ -476,21 +476,11 @@ def dataset_traits(spec: str) -> DatasetTraits:
     return DatasetTraits(kind, labelled, featured)
 
 
-def is_relational(spec: str) -> bool:
-    """Whether ``spec`` names a heterogeneous/relational dataset (a knowledge graph...)."""
-    return _entry(DatasetSpec.parse(spec)).relational
-
-
-def is_temporal(spec: str) -> bool:
-    """Whether ``spec`` names a temporal dataset (timestamped events)."""
-    return _entry(DatasetSpec.parse(spec)).temporal
-
-
 def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
     """Load the (homogeneous) dataset a spec string names (see the module docstring for the
     grammar); a relational or temporal one is refused with what it supports."""
     parsed = DatasetSpec.parse(spec)
-    if _entry(parsed).relational:
+    if _entry(parsed).typed:
         raise DatasetError(
             f"{spec!r} is a relational (typed) graph: it trains with --model rgcn or hetero-sage",
             fix=f"run `shardgnn train {spec} --model rgcn` (knowledge graphs: --task link)",
@@ -516,10 +506,10 @@ def load_temporal_dataset(spec: str, data_dir: str | os.PathLike | None = None) 
     return _load(parsed, spec, data_dir)
 
 
-def load_hetero_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> HeteroGraph:
+def load_typed_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> TypedGraph:
     """Load the relational dataset a spec names (``kg-umls``, ``kg:DIR``, ``hetero:DIR``)."""
     parsed = DatasetSpec.parse(spec)
-    if not _entry(parsed).relational:
+    if not _entry(parsed).typed:
         raise DatasetError(
             f"{spec!r} is a homogeneous graph: it has no node or edge types",
             fix="name a relational dataset (kg-umls, kg-kinships, kg-nations, kg:DIR, hetero:DIR)",

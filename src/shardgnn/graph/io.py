@@ -26,8 +26,8 @@ from shardgnn.graph.csr import Graph
 
 GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
-HETERO_FORMAT = "shardgnn-hetero-graph"
-"""The format of typed graph directories (:mod:`shardgnn.graph.hetero`)."""
+TYPED_GRAPH_FORMAT = "shardgnn-hetero-graph"  # the on-disk name of directories users have written
+"""The format of typed graph directories (:mod:`shardgnn.graph.typed`)."""
 _ARRAYS = ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight")
 
 
@@ -162,7 +162,7 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
             meta_path,
             "rewrite the directory",
         )
-    if meta.get("format") == HETERO_FORMAT:
+    if meta.get("format") == TYPED_GRAPH_FORMAT:
         raise DatasetError(
             "this is a typed (heterogeneous) graph directory",
             path,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from shardgnn.errors import DatasetError
-from shardgnn.graph.hetero import TRIPLE_SPLITS, HeteroGraph
+from shardgnn.graph.typed import TRIPLE_SPLITS, TypedGraph
 
 ENTITY = "entity"
 """The one node type of a knowledge graph read from triples."""
@@ -47,8 +47,8 @@ def _read_lines(path: Path) -> list[tuple[int, list[str]]]:
     return rows
 
 
-def load_kg_triples(folder: str | os.PathLike, name: str | None = None) -> HeteroGraph:
-    """Read a triples folder into a :class:`HeteroGraph` with one node type (``entity``), one
+def load_kg_triples(folder: str | os.PathLike, name: str | None = None) -> TypedGraph:
+    """Read a triples folder into a :class:`TypedGraph` with one node type (``entity``), one
     relation per relation name, the training triples as its edges (head -> tail), and all three
     splits in ``graph.triples``.
 
@@ -92,7 +92,7 @@ def load_kg_triples(folder: str | os.PathLike, name: str | None = None) -> Heter
         raise DatasetError("train.txt holds no triples", folder / "train.txt")
     train = triples["train"]
     relations = tuple((ENTITY, r, ENTITY) for r in relation_ids)
-    return HeteroGraph.from_global_edges(
+    return TypedGraph.from_global_edges(
         (ENTITY,),
         np.array([0, len(entity_ids)], dtype=np.int64),
         relations,

@@ -1,4 +1,6 @@
-"""Summary statistics of a graph (``shardgnn info``)."""
+"""Summary statistics of a graph (``shardgnn info``), and what the command prints of a dataset
+of each graph kind (:func:`describe_homogeneous`, :func:`describe_typed`,
+:func:`describe_temporal`)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,26 @@ def graph_info(graph: Graph) -> dict[str, Any]:
             graph.y[graph.y >= 0], minlength=graph.num_classes
         ).tolist()
     return info
+
+
+# What `shardgnn info` prints of a dataset of each graph kind, which the graph-kind registry
+# names (`shardgnn.train.kinds.KINDS`, its `describe` field).
+def describe_homogeneous(spec: str, data_dir: str | None = None) -> dict[str, Any]:
+    """``shardgnn info`` of a homogeneous dataset: sizes, degrees, splits, homophily."""
+    from shardgnn.graph.datasets import load_dataset
+
+    return graph_info(load_dataset(spec, data_dir))
+
+
+def describe_typed(spec: str, data_dir: str | None = None) -> dict[str, Any]:
+    """``shardgnn info`` of a typed dataset: its sizes per node type and per relation."""
+    from shardgnn.graph.datasets import load_typed_dataset
+
+    return load_typed_dataset(spec, data_dir).summary()
+
+
+def describe_temporal(spec: str, data_dir: str | None = None) -> dict[str, Any]:
+    """``shardgnn info`` of a temporal dataset: its sizes and time span."""
+    from shardgnn.graph.datasets import load_temporal_dataset
+
+    return load_temporal_dataset(spec, data_dir).summary()

@@ -27,9 +27,9 @@ import dataclasses
 import numpy as np
 
 from shardgnn.errors import DatasetError
-from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.spec_options import SpecOptions
 from shardgnn.graph.split import fraction_split
+from shardgnn.graph.typed import TypedGraph
 
 PAPER, AUTHOR, INSTITUTION, FIELD = "paper", "author", "institution", "field"
 RELATIONS = (
@@ -118,7 +118,7 @@ class _TopicSampler:
         return np.where(same, inside, anywhere)
 
 
-def generate_academic(config: AcademicConfig | None = None) -> HeteroGraph:
+def generate_academic(config: AcademicConfig | None = None) -> TypedGraph:
     """Generate the academic graph ``config`` describes (defaults: 50k papers, 40k authors)."""
     cfg = config or AcademicConfig()
     rng = np.random.default_rng(cfg.seed)
@@ -167,7 +167,7 @@ def generate_academic(config: AcademicConfig | None = None) -> HeteroGraph:
     spec = "synthetic-hetero:" + ",".join(
         f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
     )
-    return HeteroGraph.from_typed_edges(
+    return TypedGraph.from_typed_edges(
         {PAPER: cfg.papers, AUTHOR: cfg.authors, INSTITUTION: cfg.institutions, FIELD: cfg.fields},
         edges,
         x={PAPER: x},

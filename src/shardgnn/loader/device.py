@@ -28,7 +28,7 @@ from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.device import DeviceNeighborSampler
-from shardgnn.sampling.types import SampledBlocks
+from shardgnn.sampling.types import SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.device import DeviceFeatureStore, degree_order
 from shardgnn.timing import StageTimer
@@ -215,6 +215,6 @@ def presample_order(
     batches = SeedBatcher(seeds, batch_size, shuffle=True, seed=seed)
     batches.set_epoch(0)
     for index, batch_seeds in batches:
-        sample = sampler.sample(batch_seeds, mix_seed(seed, 0, index))
+        sample = sampler.sample(SeedInput(batch_seeds), mix_seed(seed, 0, index))
         counts += torch.bincount(sample.input_nodes, minlength=num_nodes)
     return torch.argsort(counts, descending=True, stable=True).cpu().numpy()

@@ -19,7 +19,7 @@ import torch
 from shardgnn.graph.linksplit import LinkSplit, pair_keys
 from shardgnn.loader.batches import SeedBatcher
 from shardgnn.sampling.negative import NegativeSampler
-from shardgnn.sampling.types import SampledBlocks
+from shardgnn.sampling.types import SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 
@@ -51,7 +51,8 @@ class LinkSamplingStage:
         batches: a seed batcher over positions ``0..P-1`` of ``pairs_2P`` (a
             :class:`~shardgnn.loader.batches.SeedBatcher` or the distributed one).
         pairs_2P: int64 ``[2, P]`` target pairs (global ids).
-        sampler: a neighbour sampler with ``sample(seeds, seed, exclude=...)``.
+        sampler: a :class:`~shardgnn.sampling.types.Sampler` that honours
+            ``SeedInput.exclude`` (every block sampler but the torch reference and temporal).
         negatives: the negative sampler.
         num_nodes: nodes of the whole graph.
         symmetric: whether a target edge stands for both directions.
@@ -94,7 +95,8 @@ class LinkSamplingStage:
             seeds, inverse = np.unique(np.concatenate([src, dst, neg.ravel()]), return_inverse=True)
             p = src.shape[0]
             exclude = target_exclusion(src, dst, self.num_nodes, self.symmetric)
-            sample = self.sampler.sample(seeds, mix_seed(self.seed, epoch, index), exclude=exclude)
+            inputs = SeedInput(seeds, exclude=exclude)
+            sample = self.sampler.sample(inputs, mix_seed(self.seed, epoch, index))
             inverse = torch.from_numpy(inverse.astype(np.int64))
         return LinkSample(
             seeds=sample.seeds,

@@ -2,21 +2,23 @@
 
     SeedBatcher -> NeighborSamplingStage -> FeatureFetcher -> (trainer: device copy, model)
 
-Each stage is a small iterable over the previous one; the loader accounts time per stage.
+Each stage is a small iterable over the previous one; the loader accounts time per stage. The
+sampling stage drives any :class:`~shardgnn.sampling.types.Sampler` (homogeneous, typed, device,
+distributed), the fetcher any :class:`InputRows` (a :class:`~shardgnn.store.feature.FeatureStore`,
+or a typed graph's rows by node type, :mod:`shardgnn.loader.typed`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator, Protocol
 
 import numpy as np
 import torch
 
 from shardgnn.loader.batches import SeedBatcher
-from shardgnn.sampling.neighbor import NeighborSampler
-from shardgnn.sampling.types import SampledBlocks
+from shardgnn.sampling.types import SampledBlocks, Sampler, SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.feature import FeatureStore
 from shardgnn.store.historical import HistoricalEmbeddings
@@ -29,8 +31,10 @@ class MiniBatch:
 
     index: int
     sample: SampledBlocks
-    x_SF: torch.Tensor
-    """features of ``sample.input_nodes``"""
+    x_SF: Any
+    """features of ``sample.input_nodes``: a ``[S, F]`` tensor, or what the fetcher's
+    :class:`InputRows` gives (typed graphs: rows by node type,
+    :class:`~shardgnn.loader.typed.TypedBatchRows`)"""
     y: torch.Tensor | None
     """labels of ``sample.seeds``"""
     history: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
@@ -46,17 +50,28 @@ class MiniBatch:
 
 
 class NeighborSamplingStage:
-    """Samples each seed batch; the batch's random stream is ``mix_seed(seed, epoch, index)``."""
+    """Samples each seed batch with any :class:`~shardgnn.sampling.types.Sampler`; batch
+    ``index``'s random stream is ``mix_seed(*seed, epoch, index)`` (``seed``: an int, or a tuple
+    of ints naming the stream, e.g. ``(base seed, rank)``), or ``mix_seed(*seed, index)`` with
+    ``per_epoch=False`` (evaluation, the same draws every epoch)."""
 
     def __init__(
         self,
         batches: SeedBatcher,
-        sampler: NeighborSampler,
-        seed: int,
+        sampler: Sampler,
+        seed: int | tuple[int, ...],
         timer: StageTimer | None = None,
+        *,
+        per_epoch: bool = True,
     ):
         self.batches, self.sampler, self.seed = batches, sampler, seed
+        self.per_epoch = per_epoch
         self.timer = timer or StageTimer()
+
+    def batch_seed(self, epoch: int, index: int) -> int:
+        """The seed batch ``index`` of ``epoch`` is sampled with."""
+        parts = self.seed if isinstance(self.seed, tuple) else (self.seed,)
+        return mix_seed(*parts, epoch, index) if self.per_epoch else mix_seed(*parts, index)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -65,7 +80,7 @@ class NeighborSamplingStage:
         epoch = self.batches.epoch
         for index, seeds in self.batches:
             with self.timer("sample"):
-                sample = self.sampler.sample(seeds, mix_seed(self.seed, epoch, index))
+                sample = self.sampler.sample(SeedInput(seeds), self.batch_seed(epoch, index))
             yield index, sample
 
 
@@ -91,6 +106,22 @@ class LocalityCounter:
             yield index, sample
 
 
+class InputRows(Protocol):
+    """What :class:`FeatureFetcher` reads a batch's input rows from: a
+    :class:`~shardgnn.store.feature.FeatureStore` (rows by global id, local or distributed, with
+    an optional look-ahead), or a typed graph's rows by node type
+    (:mod:`shardgnn.loader.typed`)."""
+
+    @property
+    def lookahead(self) -> int: ...
+
+    def plan(self, window: list[torch.Tensor]) -> None: ...
+
+    def prefetch(self) -> None: ...
+
+    def gather(self, ids: torch.Tensor) -> Any: ...
+
+
 class FeatureFetcher:
     """Joins input-node features and seed labels (both from stores, local or distributed) to each
     sampled batch.
@@ -104,7 +135,7 @@ class FeatureFetcher:
     def __init__(
         self,
         samples: Iterable[tuple[int, SampledBlocks]],
-        features: FeatureStore,
+        features: InputRows,
         labels: FeatureStore | None,
         timer: StageTimer | None = None,
     ):
@@ -176,8 +207,8 @@ class MiniBatchLoader:
     def __init__(
         self,
         seeds,
-        sampler: NeighborSampler,
-        features: FeatureStore,
+        sampler: Sampler,
+        features: InputRows,
         labels: FeatureStore | None,
         *,
         batch_size: int,

@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from shardgnn.options import check_choices, invalid, option
 
-MODELS = ("sage", "gcn", "gat", "rgcn", "hetero-sage", "tgn", "jodie", "tgat", "tgcn")
+MODELS = (
+    "sage",
+    "gcn",
+    "gat",
+    "gatv2",
+    "gin",
+    "appnp",
+    "sgc",
+    "rgcn",
+    "hetero-sage",
+    "tgn",
+    "jodie",
+    "tgat",
+    "tgcn",
+)
 PREDICTORS = ("auto", "dot", "mlp", "distmult")
 LINK_LOSSES = ("bce", "margin", "softmax")
-RELATIONAL_MODELS = ("rgcn", "hetero-sage")
+TYPED_MODELS = ("rgcn", "hetero-sage")
 """models that need typed edges (a relational dataset)"""
 TEMPORAL_MODELS = ("tgn", "jodie", "tgat", "tgcn")
 """models of timestamped events (a temporal dataset, ``--task link``)"""
 SNAPSHOT_MODELS = ("tgcn",)
 """temporal models that train on discrete snapshots (the others stream events)"""
+
+
+def is_user_model(model: str) -> bool:
+    """Whether ``--model`` names a model of the user's (``package.module:Class`` or
+    ``path/to/file.py:Class``, :mod:`shardgnn.nn.user`) instead of a built-in one."""
+    module, sep, name = model.rpartition(":")
+    return bool(sep and module and name.isidentifier())
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -24,14 +46,20 @@ class ModelConfig:
     model: str = option(
         "sage",
         choices=MODELS,
-        help="layer type: sage (GraphSAGE-mean), gcn, gat; typed graphs: rgcn (one weight per "
-        "relation and direction, Schlichtkrull et al.) or hetero-sage (a GraphSAGE aggregator "
-        "per relation, summed per destination type); temporal graphs (--task link): tgn (node "
-        "memory + attention over recent events), jodie (node memory projected in time), tgat "
-        "(attention over sampled earlier events, no memory) or tgcn (a GCN per snapshot "
-        "feeding a GRU per node: discrete-time snapshots)",
+        accepts=(is_user_model, "MODULE:CLASS"),
+        help="layer type: sage (GraphSAGE-mean), gcn, gat, gatv2 (dynamic attention, Brody et "
+        "al.), gin (graph isomorphism network: sum aggregation and a 2-layer MLP), appnp (an "
+        "MLP, then --layers steps of personalised-PageRank propagation), sgc (--layers GCN "
+        "propagation steps, then one linear layer); typed "
+        "graphs: rgcn (one weight per relation and direction, Schlichtkrull et al.) or "
+        "hetero-sage (a GraphSAGE aggregator per relation, summed per destination type); "
+        "temporal graphs (--task link): tgn (node memory + attention over recent events),"
+        " jodie (node memory projected in time), tgat (attention over sampled earlier "
+        "events, no memory) or tgcn (a GCN per snapshot feeding a GRU per node: discrete-"
+        "time snapshots); or a model of your own: package.module:Class or "
+        "path/to/file.py:Class (its contract: README, Your own model)",
     )
-    hidden: int = option(256, help="hidden width (for gat: per head)")
+    hidden: int = option(256, help="hidden width (gat, gatv2: per head)")
     num_layers: int | None = option(
         None,
         flag="--layers",
@@ -42,7 +70,8 @@ class ModelConfig:
     input_dropout: float = option(
         0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)"
     )
-    heads: int = option(4, help="attention heads (gat)")
+    heads: int = option(4, help="attention heads (gat, gatv2)")
+    alpha: float = option(0.1, help="appnp: the teleport probability of each propagation step")
     num_bases: int = option(
         0,
         help="rgcn: basis matrices shared by all relations, each relation's weight a learnt mix "
@@ -51,6 +80,10 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check_choices(self)
+        where, _, name = self.model.rpartition(":")
+        if is_user_model(self.model) and where.endswith(".py"):
+            # workers (and a resumed run) import the file again, from wherever they start
+            self.model = f"{os.path.abspath(os.path.expanduser(where))}:{name}"
         for name in ("hidden", "heads"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
@@ -58,6 +91,8 @@ class ModelConfig:
             raise invalid(self, "num_bases", "must be >= 0")
         if self.num_layers is not None and self.num_layers < 1:
             raise invalid(self, "num_layers", "must be >= 1")
+        if not 0.0 < self.alpha < 1.0:
+            raise invalid(self, "alpha", "a probability in (0, 1)")
         for name in ("dropout", "input_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise invalid(self, name, "a probability in [0, 1)")

@@ -87,23 +87,104 @@ class GATConv(nn.Module):
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         H, C, D = self.heads, self.out_dim, graph.num_dst
         z_SHC = linear(self.lin, h_SF).view(-1, H, C)
-        src_E, dst_E = graph.edge_index()
-        not_loop = src_E != dst_E
-        loops = torch.arange(D, device=z_SHC.device)
-        src_E = torch.cat([src_E[not_loop], loops])
-        dst_E = torch.cat([dst_E[not_loop], loops])
+        src_E, dst_E = _edges_with_self_loops(graph, z_SHC.device)
         score_SH = (z_SHC * self.att_src).sum(-1)
         score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
         logit_EH = F.leaky_relu(score_SH[src_E] + score_DH[dst_E], self.negative_slope)
-        # The softmax and the weighted sum in fp32 even when the projection ran in bf16
-        # (--precision bf16): attention weights summed over many in-edges need its mantissa.
-        alpha_EH = segment_softmax(logit_EH.float(), dst_E, D)
-        alpha_EH = F.dropout(alpha_EH, self.attn_dropout, self.training)
-        msg_EHC = z_SHC[src_E] * alpha_EH[..., None]
-        out_DHC = torch.zeros(D, H, C, device=z_SHC.device, dtype=msg_EHC.dtype)
-        out_DHC.index_add_(0, dst_E, msg_EHC)
-        out = out_DHC.reshape(D, H * C) if self.concat else out_DHC.mean(1)
-        return out if self.bias is None else out + self.bias
+        return _attend(self, z_SHC[src_E], logit_EH, dst_E, D)
+
+
+def _edges_with_self_loops(graph: MessageGraph, device: torch.device):
+    """``(src_E, dst_E)``: the graph's edges without its self-loops, then one loop per dst node
+    (GAT's and GATv2's neighbourhoods)."""
+    src_E, dst_E = graph.edge_index()
+    not_loop = src_E != dst_E
+    loops = torch.arange(graph.num_dst, device=device)
+    return torch.cat([src_E[not_loop], loops]), torch.cat([dst_E[not_loop], loops])
+
+
+def _attend(layer, value_EHC: torch.Tensor, logit_EH: torch.Tensor, dst_E, num_dst: int):
+    """An attention layer's output: each dst node's in-edge values weighted by the softmax of
+    their logits (with ``layer.attn_dropout``), heads concatenated or averaged, plus the bias.
+    The softmax and the weighted sum run in fp32 even when the projection ran in bf16
+    (--precision bf16): attention weights summed over many in-edges need its mantissa."""
+    H, C = layer.heads, layer.out_dim
+    alpha_EH = segment_softmax(logit_EH.float(), dst_E, num_dst)
+    alpha_EH = F.dropout(alpha_EH, layer.attn_dropout, layer.training)
+    msg_EHC = value_EHC * alpha_EH[..., None]
+    out_DHC = torch.zeros(num_dst, H, C, device=value_EHC.device, dtype=msg_EHC.dtype)
+    out_DHC.index_add_(0, dst_E, msg_EHC)
+    out = out_DHC.reshape(num_dst, H * C) if layer.concat else out_DHC.mean(1)
+    return out if layer.bias is None else out + layer.bias
+
+
+class GINConv(nn.Module):
+    """Graph isomorphism network (Xu et al.): ``MLP((1 + eps) h_dst + sum_{src in N(dst)} h_src)``,
+    the MLP two linear layers with a ReLU between them, ``eps`` learnt (``train_eps``) or fixed:
+    PyG's ``GINConv(nn=Sequential(Linear, ReLU, Linear), train_eps=...)``."""
+
+    def __init__(self, in_dim: int, out_dim: int, eps: float = 0.0, train_eps: bool = True):
+        super().__init__()
+        self.lin1 = nn.Linear(in_dim, out_dim)
+        self.lin2 = nn.Linear(out_dim, out_dim)
+        eps_t = torch.tensor([float(eps)])
+        if train_eps:
+            self.eps = nn.Parameter(eps_t)
+        else:
+            self.register_buffer("eps", eps_t)
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        h_dst_DF = dst_rows(h_SF, graph.num_dst)
+        w = self.lin1.weight
+        # The first linear layer commutes with the sum over neighbours (its bias added once,
+        # after it): project first when that narrows the rows or the input is sparse.
+        if w.shape[0] < w.shape[1] or is_sparse(h_SF):
+            z_SC = torch.sparse.mm(h_SF, w.t()) if is_sparse(h_SF) else h_SF @ w.t()
+            pre_DC = spmm(graph, z_SC, "sum") + (1 + self.eps) * z_SC[: graph.num_dst]
+            pre_DC = pre_DC + self.lin1.bias
+        else:
+            pre_DC = self.lin1(spmm(graph, h_SF, "sum") + (1 + self.eps) * h_dst_DF)
+        return self.lin2(F.relu(pre_DC))
+
+
+class GATv2Conv(nn.Module):
+    """GATv2 (Brody et al., "How attentive are graph attention networks?") with a self-loop per
+    dst node: ``alpha_ij = softmax_j a . LeakyReLU(W_dst h_i + W_src h_j)`` (the attention
+    vector after the non-linearity: dynamic attention), messages ``W_src h_j``; heads
+    concatenated or averaged. PyG's ``GATv2Conv(share_weights=False)``."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        heads: int = 4,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        attn_dropout: float = 0.0,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
+        self.lin_src = nn.Linear(in_dim, heads * out_dim)
+        self.lin_dst = nn.Linear(in_dim, heads * out_dim)
+        self.att = nn.Parameter(torch.empty(1, heads, out_dim))
+        width = heads * out_dim if concat else out_dim
+        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        for weight in (self.lin_src.weight, self.lin_dst.weight, self.att):
+            nn.init.xavier_uniform_(weight)
+        nn.init.zeros_(self.lin_src.bias)
+        nn.init.zeros_(self.lin_dst.bias)
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        H, C, D = self.heads, self.out_dim, graph.num_dst
+        src_SHC = linear(self.lin_src, h_SF).view(-1, H, C)
+        dst_DHC = linear(self.lin_dst, dst_rows(h_SF, D)).view(-1, H, C)
+        src_E, dst_E = _edges_with_self_loops(graph, src_SHC.device)
+        value_EHC = src_SHC.index_select(0, src_E)
+        pair_EHC = F.leaky_relu(value_EHC + dst_DHC.index_select(0, dst_E), self.negative_slope)
+        logit_EH = (pair_EHC * self.att).sum(-1)
+        return _attend(self, value_EHC, logit_EH, dst_E, D)
 
 
 class PyGLayer(nn.Module):

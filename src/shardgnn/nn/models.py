@@ -7,17 +7,19 @@ full-graph training pass the same full-graph ``MessageGraph`` for every layer.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardgnn.nn.config import ModelConfig
-from shardgnn.nn.conv import GATConv, GCNConv, SAGEConv
+from shardgnn.errors import ConfigError
+from shardgnn.nn.config import ModelConfig, is_user_model
+from shardgnn.nn.conv import GATConv, GATv2Conv, GCNConv, GINConv, SAGEConv
 from shardgnn.nn.dropout import hashed_dropout
-from shardgnn.nn.functional import dropout
-from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.nn.functional import dropout, linear
+from shardgnn.nn.message_graph import MessageGraph, spmm
+from shardgnn.nn.user import build_user_model
 from shardgnn.seeding import mix_seed
 
 
@@ -107,10 +109,84 @@ def with_history(h_CF: torch.Tensor, mask_S: torch.Tensor, rows_HF: torch.Tensor
     return stacked[torch.argsort(order)]
 
 
+# ---------------------------------------------------------------- propagation decoupled from layers
+# Propagation decoupled from the transformation: APPNP (Gasteiger et al.: an MLP on the input
+# rows, then ``K`` steps of personalised-PageRank propagation ``h = (1 - alpha) A h + alpha h0``)
+# and SGC (Wu et al.: ``K`` steps of GCN propagation, then one linear layer). ``A`` is GCN's
+# ``D^-1/2 (A + I) D^-1/2`` with the graph's degrees (:func:`~shardgnn.nn.message_graph.spmm`'s
+# ``"gcn"``), so a block with every neighbour computes exactly the full graph's rows.
+#
+# One graph per propagation step, as the stacked models take one per layer: a sampled block
+# (``--fanouts`` sets ``K``), the whole graph, or a distributed full-graph adjacency. Every
+# block's dst nodes are a prefix of the first block's src nodes, so ``h0[:D]`` are the teleport
+# rows of any step.
+
+
+class DecoupledGNN(GNN):
+    """APPNP (``kind="appnp"``: a two-layer MLP of width ``hidden``, then propagation) or SGC
+    (``kind="sgc"``: propagation, then one linear layer; the layer runs first, which is the same
+    product and moves ``out_dim`` columns instead of ``in_dim``). Dropout (hashed by original node
+    id, as :class:`GNN`) on the input and, for APPNP, on the MLP's hidden rows."""
+
+    def __init__(
+        self,
+        kind: str,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        steps: int,
+        *,
+        alpha: float = 0.1,
+        dropout: float = 0.5,
+        input_dropout: float = 0.0,
+    ):
+        super().__init__([], dropout, input_dropout=input_dropout)
+        assert kind in ("appnp", "sgc") and steps >= 1
+        self.kind, self.steps, self.alpha = kind, steps, alpha
+        if kind == "appnp":
+            self.lin1 = nn.Linear(in_dim, hidden)
+            self.lin2 = nn.Linear(hidden, out_dim)
+        else:
+            self.lin = nn.Linear(in_dim, out_dim, bias=False)
+            self.bias = nn.Parameter(torch.zeros(out_dim))
+
+    @property
+    def num_layers(self) -> int:
+        return self.steps
+
+    def forward(
+        self, graphs: Sequence[Any], x_SF: torch.Tensor, history: Any = None
+    ) -> torch.Tensor:
+        if history is not None:
+            raise ConfigError(
+                f"--model {self.kind}: historical embeddings replace a layer's inputs, and "
+                f"{self.kind} has no layer between its propagation steps; drop --historical"
+            )
+        if len(graphs) != self.steps:
+            raise ValueError(f"model has {self.steps} steps but got {len(graphs)} graphs")
+        h = self._drop(x_SF, self.input_dropout, graphs[0], 0)
+        if self.kind == "sgc":
+            z = linear(self.lin, h)
+            for graph in graphs:
+                z = spmm(graph, z, "gcn")
+            out = z + self.bias.to(z.dtype)
+        else:
+            h = self._drop(F.relu(linear(self.lin1, h)), self.dropout, graphs[0], 1)
+            h0 = self.lin2(h)
+            out = h0
+            for graph in graphs:
+                out = (1 - self.alpha) * spmm(graph, out, "gcn") + self.alpha * h0[: graph.num_dst]
+        if self.training and self.dropout_seed is not None:
+            self.dropout_step += 1
+        return out
+
+
 def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
     """Build the model ``config`` names for ``in_dim`` input features and ``num_classes`` outputs
     (``config.num_layers`` must be set: a training config resolves it from the fanouts)."""
     assert config.num_layers is not None, "ModelConfig.num_layers is unresolved"
+    if is_user_model(config.model):
+        return build_user_model(config.model, config, in_dim, num_classes)  # type: ignore[return-value]
     dims = [in_dim] + [config.hidden] * (config.num_layers - 1) + [num_classes]
     layers: list[nn.Module] = []
     if config.model == "sage":
@@ -119,10 +195,19 @@ def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
     if config.model == "gcn":
         layers = [GCNConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
         return GNN(layers, config.dropout, input_dropout=config.input_dropout)
+    if config.model in ("appnp", "sgc"):
+        return DecoupledGNN(
+            config.model, in_dim, config.hidden, num_classes, config.num_layers,
+            alpha=config.alpha, dropout=config.dropout, input_dropout=config.input_dropout,
+        )  # fmt: skip
+    if config.model == "gin":
+        layers = [GINConv(a, b) for a, b in zip(dims[:-1], dims[1:])]
+        return GNN(layers, config.dropout, input_dropout=config.input_dropout)
+    attention = GATv2Conv if config.model == "gatv2" else GATConv
     heads = config.heads
     for i in range(config.num_layers):
         last = i == config.num_layers - 1
         in_width = in_dim if i == 0 else config.hidden * heads
         out_width = num_classes if last else config.hidden
-        layers.append(GATConv(in_width, out_width, heads=1 if last else heads, concat=not last))
+        layers.append(attention(in_width, out_width, heads=1 if last else heads, concat=not last))
     return GNN(layers, config.dropout, activation=F.elu, input_dropout=config.input_dropout)

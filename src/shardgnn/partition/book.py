@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.errors import DatasetError
+
 
 class PartitionBook:
     """Maps new global node ids to their owning part and back.
@@ -212,4 +214,92 @@ def inverse_permutation(perm: np.ndarray) -> np.ndarray:
     return inv
 
 
-__all__ = ["PartitionBook", "Relabelling", "relabel", "inverse_permutation"]
+class TypedPartitionBook:
+    """Which part holds ``(type, id)``, and which type a new id has: ``P x (T + 1)`` bounds.
+
+    Inside part ``p`` the new ids of type ``t`` are ``[type_bounds[p, t], type_bounds[p, t + 1])``
+    (the last bound of a part is its end). A node's rank among its type's nodes in new-id order
+    (part by part) is its *typed new id*; ``(type, typed new id) -> global new id`` is a search
+    over ``P`` cumulative counts.
+
+    A homogeneous graph is a typed graph with one node type and one relation
+    (:meth:`one_type`): every partition directory has a typed book
+    (:attr:`~shardgnn.partition.format.PartitionSet.typed_book`).
+
+    Args:
+        typed: ``meta.json["typed"]`` (``node_types``, original ``type_offsets``, ``relations``,
+            ``type_bounds``, ``features`` widths by type index).
+        boundaries: the parts' new-id boundaries (``[P + 1]``).
+    """
+
+    ONE_TYPE = "node"
+    """The node type of a homogeneous graph seen as a typed one (its one relation:
+    ``(node, edge, node)``)."""
+
+    @classmethod
+    def one_type(cls, boundaries: np.ndarray, num_features: int = 0) -> "TypedPartitionBook":
+        """The book of a homogeneous graph: one node type owning every id, one relation."""
+        boundaries = np.asarray(boundaries, dtype=np.int64)
+        typed = {
+            "node_types": [cls.ONE_TYPE],
+            "type_offsets": [0, int(boundaries[-1])],
+            "relations": [[cls.ONE_TYPE, "edge", cls.ONE_TYPE]],
+            "type_bounds": np.stack([boundaries[:-1], boundaries[1:]], axis=1).tolist(),
+            "features": {"0": num_features} if num_features else {},
+        }
+        return cls(typed, boundaries)
+
+    def __init__(self, typed: dict, boundaries: np.ndarray):
+        self.node_types = tuple(typed["node_types"])
+        self.relations = tuple(tuple(r) for r in typed["relations"])
+        self.type_offsets = np.asarray(typed["type_offsets"], dtype=np.int64)  # original ids
+        self.target_type: str | None = typed.get("target_type")  # the labelled type, if any
+        self.metrics: dict | None = typed.get("metrics")  # the quality by relation and type
+        features = typed.get("features") or {}
+        # the feature width of every type (0: featureless)
+        self.feature_widths = [int(features.get(str(t), 0)) for t in range(len(self.node_types))]
+        bounds = np.asarray(typed["type_bounds"], dtype=np.int64)  # [P, T + 1]
+        num_types = len(self.node_types)
+        if bounds.shape != (len(boundaries) - 1, num_types + 1):
+            raise DatasetError(
+                f"meta.json typed.type_bounds has shape {bounds.shape}, expected "
+                f"({len(boundaries) - 1}, {num_types + 1})"
+            )
+        self.type_bounds = bounds
+        self.boundaries = np.asarray(boundaries, dtype=np.int64)
+        counts = np.diff(bounds, axis=1)  # [P, T] nodes of each type per part
+        # typed_start[p, t]: typed new id of the first type-t node of part p
+        self.typed_start = np.vstack([np.zeros((1, num_types), np.int64), np.cumsum(counts, 0)])
+
+    def type_of(self, new_ids: np.ndarray) -> np.ndarray:
+        """The type index of every new id."""
+        flat = self.type_bounds[:, :-1].reshape(-1)  # ascending: parts, then types
+        return (np.searchsorted(flat, np.asarray(new_ids), side="right") - 1) % len(self.node_types)
+
+    def typed_id(self, new_ids: np.ndarray, t: int) -> np.ndarray:
+        """Typed new ids of ``new_ids``, every one a node of type index ``t``."""
+        new_ids = np.asarray(new_ids, dtype=np.int64)
+        part = np.searchsorted(self.boundaries[1:], new_ids, side="right")
+        return new_ids - self.type_bounds[part, t] + self.typed_start[part, t]
+
+    def type_book(self, t: int) -> PartitionBook:
+        """The partition book of type index ``t``'s nodes by typed new id (part ``p`` owns
+        ``[typed_start[p, t], typed_start[p + 1, t])``): per-type rows (features, learnt rows)
+        are fetched and owned through it."""
+        return PartitionBook(self.typed_start[:, t])
+
+    def new_id(self, node_type: str, typed_ids: np.ndarray) -> np.ndarray:
+        """Global new ids of ``node_type``'s nodes by typed new id."""
+        t = self.node_types.index(node_type)
+        typed_ids = np.asarray(typed_ids, dtype=np.int64)
+        part = np.searchsorted(self.typed_start[1:, t], typed_ids, side="right")
+        return self.type_bounds[part, t] + typed_ids - self.typed_start[part, t]
+
+
+__all__ = [
+    "PartitionBook",
+    "Relabelling",
+    "TypedPartitionBook",
+    "relabel",
+    "inverse_permutation",
+]

@@ -31,9 +31,9 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
 graphs ``type_node_ids``, by type name) and ``class_names``, the name of every class 0..C-1;
 ``shardgnn infer`` keys its tables by them.
 
-A typed graph (``meta.json["hetero"]``: node types, their original id ranges, relations) keeps
+A typed graph (``meta.json["typed"]``: node types, their original id ranges, relations) keeps
 each part's rows grouped by node type, because a part's rows are its original ids in ascending
-order and every type is an original id range: ``hetero.type_bounds[p]`` (``P x (T + 1)`` numbers)
+order and every type is an original id range: ``typed.type_bounds[p]`` (``P x (T + 1)`` numbers)
 are the first new id of each type in part ``p``, which is the whole (type, id) <-> (part, local
 row) book.
 
@@ -57,29 +57,35 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 import shardgnn
-from shardgnn.atomic import atomic_directory, atomic_open, save_json
+from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, index_dtype
 from shardgnn.graph.identity import fingerprint
-from shardgnn.graph.io import GRAPH_FORMAT, HETERO_FORMAT, load_npy
-from shardgnn.graph.linksplit import LINK_SPLIT_DIR, LinkSplit, save_link_split
-from shardgnn.partition.book import PartitionBook, inverse_permutation, relabel
+from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, load_npy
+from shardgnn.partition.book import PartitionBook, TypedPartitionBook, inverse_permutation, relabel
 from shardgnn.partition.methods import check_assignment
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
+from shardgnn.partition.sections import (
+    SPLITS,
+    ArrayWriter,
+    PartRows,
+    Relabelled,
+    Section,
+    standard_sections,
+    type_features_name,
+)
 
 FORMAT = "shardgnn-partitions"
 VERSION = 1
-SPLITS = ("train_idx", "val_idx", "test_idx")
 _PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight", "etype") + SPLITS
 _HASH_BLOCK = 4 << 20
 _REMAKE = "re-create the directory with `shardgnn partition ... --overwrite`"
-NAMES_DIR = "names"
 
 
 def part_dir_name(part: int) -> str:
@@ -87,35 +93,6 @@ def part_dir_name(part: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------ writing
-class _HashingWriter:
-    """A write-only file wrapper that feeds every byte to SHA-256 (np.save writes through it)."""
-
-    def __init__(self, fh) -> None:
-        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
-
-    def write(self, data) -> int:
-        self.sha.update(data)
-        self.size += memoryview(data).nbytes
-        return self.fh.write(data)
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
-def _write_array(root: Path, rel: str, array: np.ndarray, record: dict[str, Any]) -> None:
-    array = np.ascontiguousarray(array)
-    assert not array.dtype.hasobject
-    with atomic_open(root / rel, "wb") as fh:
-        writer = _HashingWriter(fh)
-        np.save(writer, array, allow_pickle=False)
-    record["arrays"][rel] = {
-        "shape": list(array.shape),
-        "dtype": str(array.dtype),
-        "bytes": writer.size,
-    }
-    record["sha256"][rel] = writer.sha.hexdigest()
-
-
 def _gather_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(local_indptr, edge_positions)``: the CSR slices of ``rows`` concatenated, vectorised."""
     starts = np.asarray(indptr[rows], dtype=np.int64)
@@ -169,14 +146,7 @@ def write_partitions(
     progress: bool = False,
     dataset_spec: str | None = None,
     dataset_fingerprint: dict[str, Any] | None = None,
-    link_split: LinkSplit | None = None,
-    edge_type: np.ndarray | None = None,
-    hetero: dict[str, Any] | None = None,
-    type_features: dict[int, np.ndarray] | None = None,
-    edge_arrays: dict[str, np.ndarray] | None = None,
-    extra_meta: dict[str, Any] | None = None,
-    shared_arrays: dict[str, np.ndarray] | None = None,
-    type_node_ids: dict[int, np.ndarray] | None = None,
+    sections: Sequence[Section] = (),
 ) -> "PartitionSet":
     """Relabel ``graph`` by ``assignment`` and write the partition directory ``out_dir`` atomically.
 
@@ -194,25 +164,9 @@ def write_partitions(
         dataset_fingerprint: the fingerprint recorded instead of ``graph``'s own: a link-prediction
             partition holds the training graph (held-out edges removed) but names the dataset it
             was split from, which checkpoints and inference compare against.
-        link_split: the edge split ``graph`` is the training graph of (original ids), written
-            to ``link/`` inside the directory before it appears (so it never lacks its split).
-        edge_type: the relation of every edge of ``graph``'s CSR (typed graphs), written per part
-            as ``etype.npy``; with it ``hetero`` (``node_types``, original ``type_offsets``,
-            ``relations``), recorded in ``meta.json`` with the per-part type bounds.
-        type_features: typed graphs: node type index -> ``[N_t, F_t]`` features of that type's
-            nodes (rows by original id minus the type's offset), written per part as
-            ``x_type<t>.npy`` and recorded as ``meta.json["hetero"]["features"]``.
-        edge_arrays: name -> ``[E]`` values aligned with ``graph``'s CSR (a temporal graph's
-            event times and ids), written per part as ``edge_<name>.npy`` in their own dtype and
-            listed in ``meta.json["edge_arrays"]``.
-        extra_meta: more ``meta.json`` sections (a temporal graph's ``temporal``).
-        shared_arrays: relative path (``events/src.npy``) -> an array every part reads whole (a
-            temporal graph's event stream in new ids), written and checksummed like the parts'
-            (:meth:`PartitionSet.shared_array` loads one).
-        type_node_ids: typed graphs: node type index -> ``[N_t]`` the user's ids of that type's
-            nodes (by original id minus the type's offset), written as
-            ``names/node_ids_type<t>.npy``. An untyped graph's ``graph.node_ids`` and any graph's
-            ``graph.class_names`` are written too (``meta.json["names"]``).
+        sections: what the data adds to the :func:`~shardgnn.partition.sections.standard_sections`
+            every graph is written with (:mod:`shardgnn.partition.sections`: typed graphs,
+            temporal events, a link split).
 
     Returns:
         The written directory, opened with :func:`read_partitions` (without re-hashing).
@@ -239,23 +193,14 @@ def write_partitions(
     if metrics is None:
         metrics = compute_metrics(graph, assignment, p_count)
     rel = relabel(assignment, p_count)
-    book, orig_ids, new_of_orig = rel.book, rel.orig_ids, rel.new_id_of_orig
-    n, ids_dtype = graph.num_nodes, index_dtype(graph.num_nodes)
-    split_sets = {key: getattr(graph, key) for key in SPLITS if getattr(graph, key) is not None}
-    split_masks = {}
-    for key, idx in split_sets.items():
-        mask = np.zeros(n, dtype=bool)
-        mask[np.asarray(idx)] = True
-        split_masks[key] = mask
-
-    record: dict[str, Any] = {"arrays": {}, "sha256": {}}
+    data = Relabelled(graph, rel.book, rel.orig_ids, rel.new_id_of_orig)
+    every = (*standard_sections(), *sections)
     parts_info = []
     with atomic_directory(out_dir, overwrite=True) as tmp:
-        _write_array(tmp, "orig_ids.npy", orig_ids, record)
-        names = _write_names(tmp, graph, hetero, type_node_ids, record)
-        for rel, array in (shared_arrays or {}).items():
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            _write_array(tmp, rel, array, record)
+        out = ArrayWriter(tmp)
+        out.write("orig_ids.npy", data.orig_ids)
+        for section in every:
+            section.write_shared(data, out)
         bar = tqdm(
             range(p_count),
             desc="write parts",
@@ -265,66 +210,18 @@ def write_partitions(
             disable=not (progress and sys.stderr.isatty()),
         )
         for p in bar:
-            start, end = book.part_range(p)
-            rows = orig_ids[start:end]  # original ids owned by p, ascending
+            start, end = data.book.part_range(p)
+            rows = data.orig_ids[start:end]  # original ids owned by p, ascending
             local_indptr, positions = _gather_rows(graph.indptr, rows)
-            indices = new_of_orig[np.asarray(graph.indices[positions])].astype(ids_dtype)
-            remote = indices[(indices < start) | (indices >= end)]
-            halo = np.unique(remote).astype(np.int64)
-            del remote
             folder = part_dir_name(p)
             (tmp / folder).mkdir()
-            _write_array(tmp, f"{folder}/indptr.npy", local_indptr, record)
-            _write_array(tmp, f"{folder}/indices.npy", indices, record)
-            _write_array(tmp, f"{folder}/halo.npy", halo, record)
-            if graph.edge_weight is not None:
-                _write_array(
-                    tmp,
-                    f"{folder}/edge_weight.npy",
-                    np.asarray(graph.edge_weight[positions], dtype=np.float32),
-                    record,
-                )
-            if edge_type is not None:
-                _write_array(tmp, f"{folder}/etype.npy", np.asarray(edge_type)[positions], record)
-            for name, values in (edge_arrays or {}).items():
-                _write_array(
-                    tmp, f"{folder}/edge_{name}.npy", np.asarray(values)[positions], record
-                )
-            del positions, indices
-            if graph.x is not None:
-                _write_array(
-                    tmp, f"{folder}/x.npy", np.asarray(graph.x[rows], dtype=np.float32), record
-                )
-            if graph.y is not None:
-                _write_array(
-                    tmp, f"{folder}/y.npy", np.asarray(graph.y[rows], dtype=np.int64), record
-                )
-            for t, x_t in (type_features or {}).items():
-                # a part's rows ascend in original id and a type is an original id range, so
-                # its type-t rows are one slice, in the new-id order of the part
-                assert hetero is not None, "typed features need the types' offsets"
-                lo, hi = hetero["type_offsets"][t], hetero["type_offsets"][t + 1]
-                typed_rows = rows[(rows >= lo) & (rows < hi)] - lo
-                _write_array(
-                    tmp,
-                    f"{folder}/{type_features_name(t)}.npy",
-                    np.asarray(x_t[typed_rows], dtype=np.float32),
-                    record,
-                )
-            info = {
-                "part": p,
-                "start": start,
-                "end": end,
-                "num_nodes": end - start,
-                "num_edges": int(local_indptr[-1]),
-                "num_halo": int(halo.shape[0]),
-            }
-            for key, mask in split_masks.items():
-                local = np.flatnonzero(mask[rows]).astype(np.int64)
-                _write_array(tmp, f"{folder}/{key}.npy", local, record)
-                info[f"num_{key[:-4]}"] = int(local.shape[0])
+            part = PartRows(p, start, end, folder, rows, local_indptr, positions)
+            info = {"part": p, "start": start, "end": end, "num_nodes": end - start}
+            for section in every:
+                section.write_part(data, out, part, info)
             parts_info.append(info)
-        meta = {
+            del part, positions
+        meta: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "graph": graph.name,
@@ -334,94 +231,24 @@ def write_partitions(
                 "fingerprint": dataset_fingerprint or fingerprint(graph),
             },
             "num_parts": p_count,
-            "num_nodes": n,
+            "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges,
-            "boundaries": book.boundaries.tolist(),
-            "features": None
-            if graph.x is None
-            else {"dim": graph.num_features, "dtype": "float32"},
-            "labels": None
-            if graph.y is None
-            else {"num_classes": int(graph.num_classes), "dtype": "int64"},
-            "splits": {
-                key[:-4]: (
-                    None if key not in split_sets else int(np.asarray(split_sets[key]).shape[0])
-                )
-                for key in SPLITS
-            },
-            "edge_weight": graph.edge_weight is not None,
-            "indices_dtype": str(np.dtype(ids_dtype)),
-            "partitioner": {"method": method, "settings": settings or {}, "seconds": seconds},
-            "metrics": metrics.to_dict(),
-            "parts": parts_info,
-            "arrays": record["arrays"],
-            "sha256": record["sha256"],
-            "created_by": f"shardgnn {shardgnn.__version__}",
+            "boundaries": data.book.boundaries.tolist(),
         }
-        if edge_type is not None:
-            assert hetero is not None, "a typed partition records its types"
-            meta["hetero"] = hetero_meta(hetero, orig_ids, book)
-            meta["hetero"]["features"] = {
-                str(t): int(np.asarray(x_t).shape[1]) for t, x_t in (type_features or {}).items()
-            }
-        if edge_arrays:
-            meta["edge_arrays"] = {
-                name: str(np.asarray(v).dtype) for name, v in edge_arrays.items()
-            }
-        if names:
-            meta["names"] = names
-        meta.update(extra_meta or {})
-        if link_split is not None:
-            save_link_split(link_split, tmp / LINK_SPLIT_DIR)
+        for section in every:
+            section.describe(data, meta)
+        meta.update(
+            partitioner={"method": method, "settings": settings or {}, "seconds": seconds},
+            metrics=metrics.to_dict(),
+            parts=parts_info,
+            arrays=out.arrays,
+            sha256=out.sha256,
+            created_by=f"shardgnn {shardgnn.__version__}",
+        )
+        for section in every:
+            section.write_beside(tmp)
         save_json(tmp / "meta.json", meta)
     return read_partitions(out_dir, verify=False)
-
-
-def _write_names(
-    root: Path,
-    graph: Graph,
-    hetero: dict[str, Any] | None,
-    type_node_ids: dict[int, np.ndarray] | None,
-    record: dict[str, Any],
-) -> dict[str, Any]:
-    """Write the graph's own ids (``names/``) and return ``meta.json["names"]`` (empty: none)."""
-    names: dict[str, Any] = {}
-    if graph.node_ids is not None:
-        names["node_ids"] = f"{NAMES_DIR}/node_ids.npy"
-        _write_array(root, names["node_ids"], graph.node_ids, record)
-    for t, ids in sorted((type_node_ids or {}).items()):
-        assert hetero is not None, "typed ids need the types"
-        rel = f"{NAMES_DIR}/node_ids_type{t}.npy"
-        _write_array(root, rel, ids, record)
-        names.setdefault("type_node_ids", {})[str(hetero["node_types"][t])] = rel
-    if graph.class_names is not None:
-        names["class_names"] = [str(c) for c in graph.class_names]
-    return names
-
-
-def type_features_name(t: int) -> str:
-    """The array name of node type ``t``'s features in a typed partition."""
-    return f"x_type{t}"
-
-
-def hetero_meta(hetero: dict[str, Any], orig_ids: np.ndarray, book: PartitionBook) -> dict:
-    """``meta.json["hetero"]``: the types and relations, and ``type_bounds[p][t]``, the first new
-    id of node type ``t`` in part ``p`` (rows of a part ascend in original id, so its nodes come
-    type by type)."""
-    offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)
-    bounds = []
-    for p in range(book.num_parts):
-        start, end = book.part_range(p)
-        first = np.searchsorted(np.asarray(orig_ids[start:end]), offsets, side="left")
-        bounds.append((first + start).tolist())
-    return {
-        "node_types": list(hetero["node_types"]),
-        "type_offsets": offsets.tolist(),
-        "relations": [list(r) for r in hetero["relations"]],
-        "target_type": hetero.get("target_type"),
-        "type_bounds": bounds,
-        "metrics": hetero.get("metrics"),
-    }
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -525,8 +352,25 @@ class PartitionSet:
     def metrics(self) -> PartitionMetrics:
         return PartitionMetrics.from_dict(self.meta["metrics"])
 
+    @property
+    def kind(self) -> str:
+        """The kind of graph the parts hold: ``homogeneous``, ``typed`` or ``temporal``
+        (:func:`partition_kind`)."""
+        return partition_kind(self.meta)
+
+    @property
+    def typed_book(self) -> TypedPartitionBook:
+        """The (type, id) book of the parts: a typed graph's types and relations, a homogeneous
+        graph's one node type and one relation (:meth:`TypedPartitionBook.one_type`)."""
+        typed = self.meta.get("typed")
+        if typed:
+            return TypedPartitionBook(typed, self.book.boundaries)
+        features = self.meta.get("features") or {}
+        return TypedPartitionBook.one_type(self.book.boundaries, int(features.get("dim", 0)))
+
     def shared_array(self, rel: str, *, mmap: bool = True) -> np.ndarray:
-        """An array of ``write_partitions(shared_arrays=...)`` (checked against meta.json)."""
+        """An array every part reads whole (a temporal graph's event stream,
+        :class:`~shardgnn.partition.sections.EventSection`), checked against meta.json."""
         if rel not in self.meta["arrays"]:
             raise DatasetError(f"holds no {rel}", self.path, _REMAKE)
         return _load_array(self.path, self.meta, rel, mmap)
@@ -545,7 +389,7 @@ class PartitionSet:
         if node_type is None:
             rel, count = names.get("node_ids"), self.num_nodes
         else:
-            hetero = self.meta.get("hetero") or {}
+            hetero = self.meta.get("typed") or {}
             rel = (names.get("type_node_ids") or {}).get(node_type)
             t = list(hetero.get("node_types", [])).index(node_type) if rel else 0
             count = int(hetero["type_offsets"][t + 1] - hetero["type_offsets"][t]) if rel else 0
@@ -585,6 +429,15 @@ class PartitionSet:
         return _reassemble(self)
 
 
+def partition_kind(meta: dict[str, Any]) -> str:
+    """The kind of graph a partition directory's ``meta.json`` records: ``temporal`` (an event
+    stream beside the parts), ``typed`` (node types and relations) or ``homogeneous``. The one
+    place that tells them apart by what ``meta.json`` holds."""
+    if meta.get("temporal"):
+        return "temporal"
+    return "typed" if meta.get("typed") else "homogeneous"
+
+
 def _meta_error(meta_path: Path, problem: str) -> DatasetError:
     return DatasetError(problem, meta_path, _REMAKE)
 
@@ -611,7 +464,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _meta_error(meta_path, f"not valid JSON ({exc})") from None
-    graph_kinds = {GRAPH_FORMAT: "graph", HETERO_FORMAT: "hetero"}
+    graph_kinds = {GRAPH_FORMAT: "graph", TYPED_GRAPH_FORMAT: "hetero"}
     if isinstance(meta, dict) and meta.get("format") in graph_kinds:
         kind = graph_kinds[meta["format"]]
         raise DatasetError(
@@ -626,6 +479,9 @@ def _read_meta(path: Path) -> dict[str, Any]:
             f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
             f"expected {FORMAT!r}",
         )
+    if isinstance(meta, dict) and "hetero" in meta and "typed" not in meta:
+        # written before typed graphs had one name across packages: same content
+        meta["typed"] = meta.pop("hetero")
     version = meta.get("version")
     if version != VERSION:
         newer = isinstance(version, int) and version > VERSION
@@ -836,7 +692,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
     folder = part_dir_name(part)
     meta, path = pset.meta, pset.path
     typed = {
-        type_features_name(int(t)): int(t) for t in (meta.get("hetero") or {}).get("features", {})
+        type_features_name(int(t)): int(t) for t in (meta.get("typed") or {}).get("features", {})
     }
     per_edge = {f"edge_{name}": name for name in meta.get("edge_arrays") or {}}
     rels = {
@@ -867,7 +723,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
                 _REMAKE,
             )
     for name, t in typed.items():
-        bounds = meta["hetero"]["type_bounds"][part]
+        bounds = meta["typed"]["type_bounds"][part]
         expected = int(bounds[t + 1]) - int(bounds[t])
         if name in arrays and arrays[name].shape[0] != expected:
             raise DatasetError(

@@ -14,6 +14,7 @@ from shardgnn.partition.book import relabel
 from shardgnn.partition.format import PartitionSet, write_partitions
 from shardgnn.partition.methods import PartitionConfig, PartitionResult, partition_graph
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
+from shardgnn.partition.sections import EventSection
 
 
 def static_view(graph: TemporalGraph) -> Graph:
@@ -52,9 +53,13 @@ def write_temporal_partitions(
         method=method,
         settings=settings,
         overwrite=overwrite,
-        edge_arrays={"times": graph.times, "eids": graph.eids},
-        extra_meta={"temporal": {"num_events": graph.num_events, "directed": graph.directed}},
-        shared_arrays=events,
+        sections=(
+            EventSection(
+                edge_arrays={"times": graph.times, "eids": graph.eids},
+                shared=events,
+                temporal={"num_events": graph.num_events, "directed": graph.directed},
+            ),
+        ),
         **written,
     )
 

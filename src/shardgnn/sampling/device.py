@@ -21,7 +21,7 @@ import torch
 
 from shardgnn.devicemem import place
 from shardgnn.sampling.config import SamplerConfig
-from shardgnn.sampling.types import Block, SampledBlocks
+from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
 
@@ -179,13 +179,13 @@ class DeviceNeighborSampler:
         other.config = config
         return other
 
-    def sample(
-        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
-    ) -> SampledBlocks:
-        """Blocks for ``seeds`` as :meth:`NeighborSampler.sample` draws them, on the device."""
-        frontier = torch.as_tensor(seeds, dtype=torch.int64).to(self.device)
+    def sample(self, inputs: SeedInput, seed: int) -> SampledBlocks:
+        """Blocks for ``inputs`` as :meth:`NeighborSampler.sample` draws them, on the device."""
+        inputs = SeedInput.of(inputs).untimed(self)
+        frontier = inputs.nodes.to(self.device)
         seeds_dev = frontier
         keys = None
+        exclude = inputs.exclude
         if exclude is not None and exclude.shape[0]:
             keys = torch.from_numpy(np.ascontiguousarray(exclude, dtype=np.int64)).to(self.device)
         blocks: list[Block] = []

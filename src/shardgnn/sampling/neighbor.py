@@ -11,7 +11,7 @@ import torch
 from shardgnn.graph.linksplit import pair_keys
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, relabel, sample_counts, sample_fill
-from shardgnn.sampling.types import Block, SampledBlocks
+from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
 
@@ -68,20 +68,20 @@ class NeighborSampler:
     def num_layers(self) -> int:
         return len(self.config.fanouts)
 
-    def sample(
-        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
-    ) -> SampledBlocks:
-        """Sample blocks for ``seeds`` (unique global ids); ``seed`` fixes every random draw.
+    def sample(self, inputs: SeedInput, seed: int) -> SampledBlocks:
+        """Sample blocks for ``inputs.nodes`` (unique global ids); ``seed`` fixes every random
+        draw (the :class:`~shardgnn.sampling.types.Sampler` protocol).
 
         Layer ``l`` (0 = the output layer, whose fanout is ``fanouts[0]``) uses the layer seed
-        ``mix_seed(seed, l)``. ``exclude``: sorted pair keys of edges no block may hold
+        ``mix_seed(seed, l)``. ``inputs.exclude``: sorted pair keys of edges no block may hold
         (:func:`excluded`).
         """
+        inputs = SeedInput.of(inputs).untimed(self)
         return sample_blocks(
-            seeds,
+            inputs.nodes,
             self.config,
             seed,
-            exclude=exclude,
+            exclude=inputs.exclude,
             one_hop=lambda frontier, fanout, layer_seed: sample_neighbors(
                 self.indptr, self.indices, frontier, fanout, self.config.replace, layer_seed
             ),

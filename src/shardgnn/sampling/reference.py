@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shardgnn.errors import ConfigError
 from shardgnn.sampling.device import tensor_block
 from shardgnn.sampling.neighbor import SamplerConfig
-from shardgnn.sampling.types import Block, SampledBlocks
+from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 
 
 def _segments(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,12 +136,14 @@ class TorchNeighborSampler:
         return src_nodes, new_id[inverse[n_dst:]]
 
     # ------------------------------------------------------------------ all hops
-    def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
-        """Sample blocks for ``seeds`` (unique global ids); ``seed`` fixes every random draw
-        (one ``torch.Generator`` per call, so results do not depend on torch's global RNG)."""
-        seeds_t = torch.as_tensor(
-            np.asarray(seeds) if not isinstance(seeds, torch.Tensor) else seeds, dtype=torch.int64
-        ).contiguous()
+    def sample(self, inputs: SeedInput, seed: int) -> SampledBlocks:
+        """Sample blocks for ``inputs.nodes`` (unique global ids); ``seed`` fixes every random
+        draw (one ``torch.Generator`` per call, so results do not depend on torch's global RNG).
+        No exclusion (the benchmark's baseline draws plain neighbourhoods)."""
+        inputs = SeedInput.of(inputs).untimed(self)
+        if inputs.exclude is not None:
+            raise ConfigError("TorchNeighborSampler does not exclude edges; use NeighborSampler")
+        seeds_t = inputs.nodes.contiguous()
         generator = torch.Generator().manual_seed(int(seed) & ((1 << 64) - 1))
         blocks: list[Block] = []
         frontier = seeds_t

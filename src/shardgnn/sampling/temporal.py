@@ -22,8 +22,8 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.temporal import TemporalGraph
-from shardgnn.partition.book import bucket_by_owner, unbucket_segments
 from shardgnn.sampling.kernels import KERNEL_LOCK, floyd_positions, relabel, splitmix64
+from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
 TEMPORAL_MODES = ("recent", "uniform")
@@ -195,55 +195,6 @@ def temporal_hop(
     return offsets, nbr, when, eid
 
 
-def dist_temporal_hop(
-    store,
-    comm,
-    nodes: np.ndarray,
-    seed_times: np.ndarray,
-    fanout: int,
-    mode: str = "recent",
-    seed: int = 0,
-    stage: str = "sample",
-) -> TemporalHop:
-    """:func:`sample_temporal_neighbors` over a temporal partition (``store``: its
-    :class:`~shardgnn.store.dist_graph.DistGraphStore`): each seed's events are drawn by its
-    node's owner over one all-to-all of requests and two of replies (a collective: every rank
-    calls it, possibly with no seeds). The owner draws with the seed's own key (global id,
-    time, ``seed``), so the hop equals one process's on the reassembled graph."""
-    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
-    seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
-    world, part = comm.world_size, store.part
-    order, counts = bucket_by_owner(nodes, store.owner(nodes), world)
-    bounds = np.cumsum(counts)[:-1]
-    # a request row: (node, time bits); replies: per-seed counts, then (nbr, time bits, eid)
-    requests = [
-        torch.from_numpy(np.stack([nodes[rows], seed_times[rows].view(np.int64)], axis=1))
-        for rows in np.split(order, bounds)
-    ]
-    incoming = comm.all_to_all(requests, stage)
-    reply_counts, reply_rows = [], []
-    for request in incoming:
-        pairs = request.numpy().reshape(-1, 2)
-        offsets, nbr, when, eid = temporal_hop(
-            store.indptr, part.indices, part.edge_arrays["times"], part.edge_arrays["eids"],
-            pairs[:, 0] - part.start, pairs[:, 1].view(np.float64), fanout, mode, seed,
-            id_offset=part.start,
-        )  # fmt: skip
-        reply_counts.append(torch.from_numpy(np.diff(offsets)))
-        reply_rows.append(torch.from_numpy(np.stack([nbr, when.view(np.int64), eid], axis=1)))
-    got_counts = comm.all_to_all(reply_counts, stage, recv_counts=counts.tolist())
-    got_rows = comm.all_to_all(reply_rows, stage)
-    per_seed = torch.cat(got_counts).numpy() if nodes.size else np.zeros(0, np.int64)
-    rows = torch.cat(got_rows).numpy().reshape(-1, 3) if nodes.size else np.zeros((0, 3), np.int64)
-    # replies arrive grouped by owner: put every seed's segment back at its position
-    offsets, gather = unbucket_segments(order, per_seed)
-    rows = rows[gather]
-    return TemporalHop(
-        nodes, seed_times, offsets, rows[:, 0].copy(), rows[:, 1].view(np.float64).copy(),
-        rows[:, 2].copy(),
-    )  # fmt: skip
-
-
 class TemporalNeighborSampler:
     """Multi-hop temporal sampling: hop ``l`` samples ``fanouts[l]`` events before each seed of
     hop ``l - 1``'s ``(neighbour, event time)`` pairs (the first hop: the batch's seeds).
@@ -295,8 +246,26 @@ class TemporalNeighborSampler:
             self._last_time = float(seed_times.max())
         return n_id, np.stack([nbr, dst]), eid
 
-    def sample(self, nodes: np.ndarray, seed_times: np.ndarray, seed: int = 0) -> list[TemporalHop]:
-        """The hops of seeds ``(nodes[i], seed_times[i])``, first hop first."""
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts)
+
+    def sample(self, inputs: SeedInput, seed: int = 0) -> SampledBlocks:
+        """The :class:`~shardgnn.sampling.types.Sampler` protocol: the blocks of seeds
+        ``(inputs.nodes[i], inputs.times[i])`` (:func:`hops_to_blocks` of :meth:`sample_hops`,
+        the same draws)."""
+        if not isinstance(inputs, SeedInput) or inputs.times is None:
+            raise ConfigError("temporal sampling needs a SeedInput with a time for every seed")
+        if inputs.exclude is not None:
+            raise ConfigError("temporal sampling does not exclude edges (events)")
+        nodes, times = inputs.nodes_numpy(), inputs.times.cpu().numpy()
+        return hops_to_blocks(self.sample_hops(nodes, times, seed), nodes, times)
+
+    def sample_hops(
+        self, nodes: np.ndarray, seed_times: np.ndarray, seed: int = 0
+    ) -> list[TemporalHop]:
+        """The hops of seeds ``(nodes[i], seed_times[i])``, first hop first (what the TGAT model
+        reads, :meth:`~shardgnn.nn.temporal.TemporalLinkModel.embed_hops`)."""
         hops = []
         for layer, fanout in enumerate(self.fanouts):
             hop = sample_temporal_neighbors(
@@ -305,3 +274,35 @@ class TemporalNeighborSampler:
             hops.append(hop)
             nodes, seed_times = hop.nbr, hop.nbr_times
         return hops
+
+
+def hops_to_blocks(hops: list[TemporalHop], nodes: np.ndarray, times: np.ndarray) -> SampledBlocks:
+    """Temporal hops as blocks. A row is a node at a time (rows are not merged by node: one node
+    at two times is two rows): depth 0 the seeds, depth ``d + 1`` hop ``d``'s events (their
+    other endpoint at the event's time). The block of layer ``l`` (input layer first, of ``L``)
+    holds hops ``0..L - 1 - l``: its dst rows are depths ``0..L - 1 - l``, its src rows one depth
+    more, every event an edge from its row at depth ``d + 1`` to its seed at depth ``d`` (as
+    TGAT computes: every layer updates each depth a later layer still reads). Edge ids are
+    event ids; ``edge_time_E`` the events' times, ``src_time_S`` each row's time."""
+    node_rows = [np.asarray(nodes, dtype=np.int64)] + [hop.nbr for hop in hops]
+    time_rows = [np.asarray(times, dtype=np.float64)] + [hop.nbr_times for hop in hops]
+    starts = np.cumsum([0] + [rows.shape[0] for rows in node_rows])
+    blocks = []
+    for k in range(len(hops), 0, -1):  # hops in the block: input layer (all of them) first
+        offsets = [np.zeros(1, dtype=np.int64)]
+        for hop in hops[:k]:
+            offsets.append(hop.offsets[1:] + offsets[-1][-1])
+        blocks.append(
+            Block(
+                src_nodes_S=torch.from_numpy(np.concatenate(node_rows[: k + 1])),
+                num_dst=int(starts[k]),
+                indptr_D1=torch.from_numpy(np.concatenate(offsets)),
+                indices_E=torch.from_numpy(
+                    np.concatenate([np.arange(starts[d + 1], starts[d + 2]) for d in range(k)])
+                ),
+                edge_ids_E=torch.from_numpy(np.concatenate([hop.eids for hop in hops[:k]])),
+                edge_time_E=torch.from_numpy(np.concatenate([h.nbr_times for h in hops[:k]])),
+                src_time_S=torch.from_numpy(np.concatenate(time_rows[: k + 1])),
+            )
+        )
+    return SampledBlocks(seeds=torch.from_numpy(node_rows[0]), blocks=blocks)

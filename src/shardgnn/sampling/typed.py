@@ -2,7 +2,7 @@
 (fanout 0 leaves a relation out of a layer), and an edge-attribute filter (Euler's conditional
 sampling: a timestamp window, a weight threshold).
 
-Works on :class:`~shardgnn.graph.hetero.HeteroGraph`'s one CSR, whose rows are sorted by
+Works on :class:`~shardgnn.graph.typed.TypedGraph`'s one CSR, whose rows are sorted by
 relation: the edges of relation ``r`` into ``v`` are one slice found by binary search, so a
 relation's draw costs the same as a homogeneous draw over that slice. Blocks are the ordinary
 :class:`~shardgnn.sampling.types.Block` (the layer loop, relabelling, exclusion and pruning are
@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.graph.hetero import HeteroGraph, relation_ids
+from shardgnn.graph.typed import TypedGraph, relation_ids
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, _below, floyd_positions, splitmix64
 from shardgnn.sampling.neighbor import sample_blocks
-from shardgnn.sampling.types import SampledBlocks
+from shardgnn.sampling.types import SampledBlocks, SeedInput
 
 _RELATION_SALT = np.uint64(0xD1B54A32D192ED03)
 
@@ -215,7 +214,7 @@ def relation_fanouts(relations, layers: list) -> np.ndarray:
     out of that layer), output layer first, from one entry per layer: an int (every relation),
     a list of ``R`` ints, or a dict from relation name (or ``src/rel/dst``) to fanout (relations
     not named get 0: a meta-path). ``relations``: the graph's ``(src, rel, dst)`` triples
-    (``HeteroGraph.relations``, or a typed partition's)."""
+    (``TypedGraph.relations``, or a typed partition's)."""
     listing = ", ".join("/".join(rel) for rel in relations)
     out = np.zeros((len(layers), len(relations)), dtype=np.int64)
     for layer, entry in enumerate(layers):
@@ -263,7 +262,7 @@ class TypedNeighborSampler:
 
     def __init__(
         self,
-        graph: HeteroGraph,
+        graph: TypedGraph,
         fanouts_LR: np.ndarray,
         replace: bool = False,
         edge_attr: np.ndarray | None = None,
@@ -298,16 +297,23 @@ class TypedNeighborSampler:
             self.replace, seed, attr=self.edge_attr, window=self.window,
         )  # fmt: skip
 
-    def sample(self, seeds: torch.Tensor | np.ndarray, seed: int) -> SampledBlocks:
-        """Sample blocks for ``seeds`` (unique global ids); layer ``l`` uses
-        ``mix_seed(seed, l)``, as the homogeneous sampler."""
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanouts_LR)
+
+    def sample(self, inputs: SeedInput, seed: int) -> SampledBlocks:
+        """Sample blocks for ``inputs.nodes`` (unique global ids); layer ``l`` uses
+        ``mix_seed(seed, l)``, as the homogeneous sampler (the
+        :class:`~shardgnn.sampling.types.Sampler` protocol; ``inputs.exclude`` as there)."""
+        inputs = SeedInput.of(inputs).untimed(self)
         layers = iter(self.fanouts_LR)
         # sample_blocks calls one_hop once per layer, output layer first: the per-relation
         # fanouts of each call are the next row (the config's scalar fanouts only count layers).
         return sample_blocks(
-            seeds,
+            inputs.nodes,
             SamplerConfig(fanouts=(-1,) * len(self.fanouts_LR), replace=self.replace),
             seed,
+            exclude=inputs.exclude,
             one_hop=lambda frontier, _fanout, layer_seed: self.one_hop(
                 frontier, next(layers), layer_seed
             ),

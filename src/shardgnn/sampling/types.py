@@ -1,14 +1,73 @@
-"""Typed outputs of the sampling stage: indices only, no features (PyG's sampler/loader split).
+"""The sampling stage's protocol: what every block sampler is asked (:class:`SeedInput`) and
+what it returns (:class:`SampledBlocks`): indices only, no features (PyG's sampler/loader split,
+its ``BaseSampler``). Homogeneous, typed, temporal, device and distributed samplers all implement
+:class:`Sampler`, so one loader (:class:`~shardgnn.loader.pipeline.NeighborSamplingStage`) drives
+any of them.
 
-Shape legend: ``D`` dst nodes of a block, ``S`` src nodes (``S >= D``, the first ``D`` are the dst
-nodes themselves), ``E`` sampled edges.
+Shape legend: ``B`` seeds, ``D`` dst nodes of a block, ``S`` src nodes (``S >= D``, the first
+``D`` are the dst nodes themselves), ``E`` sampled edges.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
+
+from shardgnn.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SeedInput:
+    """What a sampler is asked for one batch.
+
+    Attributes:
+        nodes: int64 ``[B]`` global ids of the seeds (a tensor, on any device); unique for
+            block samplers, any ``(node, time)`` pairs for temporal ones.
+        times: float64 ``[B]`` the time of every seed (temporal graphs: only events strictly
+            before it are sampled), or ``None``.
+        exclude: sorted int64 pair keys ``dst * N + src`` of edges no block may hold (link
+            prediction: a batch's own target edges, :func:`~shardgnn.sampling.neighbor.excluded`),
+            or ``None``.
+    """
+
+    nodes: torch.Tensor
+    times: torch.Tensor | None = None
+    exclude: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        # int64 arrays and tensors are taken as they are (no copy)
+        nodes = self.nodes
+        if not isinstance(nodes, torch.Tensor):
+            nodes = torch.from_numpy(np.ascontiguousarray(nodes, dtype=np.int64))
+        object.__setattr__(self, "nodes", nodes.to(torch.int64))
+        if self.times is not None:
+            times = self.times
+            if not isinstance(times, torch.Tensor):
+                times = torch.from_numpy(np.ascontiguousarray(times, dtype=np.float64))
+            if times.shape != self.nodes.shape:
+                raise ConfigError("every seed node needs one seed time")
+            object.__setattr__(self, "times", times.to(torch.float64))
+
+    @classmethod
+    def of(cls, inputs: SeedInput | torch.Tensor | np.ndarray) -> SeedInput:
+        """``inputs`` as a :class:`SeedInput` (bare seed ids: no times, nothing excluded)."""
+        return inputs if isinstance(inputs, SeedInput) else cls(inputs)
+
+    def nodes_numpy(self) -> np.ndarray:
+        """The seeds as a contiguous int64 array (no copy for a CPU tensor)."""
+        return np.ascontiguousarray(self.nodes.cpu().numpy(), dtype=np.int64)
+
+    def untimed(self, sampler: object) -> SeedInput:
+        """This input, checked to carry no times (``sampler``'s graph has none)."""
+        if self.times is not None:
+            raise ConfigError(
+                f"{type(sampler).__name__} samples a graph without event times; seed times are "
+                "for temporal samplers"
+            )
+        return self
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +86,10 @@ class Block:
             historical embeddings (:mod:`shardgnn.store.historical`) instead of the layer below;
             the block below computes only the others (never any of the first ``D``).
         edge_type_E: ``[E]`` relation of every edge (typed graphs), or ``None``.
+        edge_time_E: float64 ``[E]`` event time of every edge (temporal graphs), or ``None``.
+        src_time_S: float64 ``[S]`` the time each src node is at (temporal graphs: a seed's time,
+            or the time of the event that reached it; its edges are events before it), or
+            ``None``.
     """
 
     src_nodes_S: torch.Tensor
@@ -37,6 +100,8 @@ class Block:
     src_degree_S: torch.Tensor | None = None
     history_S: torch.Tensor | None = None
     edge_type_E: torch.Tensor | None = None
+    edge_time_E: torch.Tensor | None = None
+    src_time_S: torch.Tensor | None = None
 
     @property
     def num_src(self) -> int:
@@ -83,3 +148,19 @@ class SampledBlocks:
     @property
     def num_sampled_edges(self) -> int:
         return sum(b.num_edges for b in self.blocks)
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """What every block sampler implements (PyG's ``BaseSampler``): ``sample(inputs, seed)``
+    draws the ``num_layers`` blocks of a batch; ``seed`` fixes every random draw (layer ``l``
+    uses ``mix_seed(seed, l)``), so the same inputs and seed give the same blocks, locally or
+    distributed (distributed samplers are collectives: every rank calls ``sample`` in step).
+
+    The blocks hold ``edge_type_E`` when the graph is typed, ``edge_time_E`` and ``src_time_S``
+    when it is temporal. ``inputs`` may also be bare seed ids (:meth:`SeedInput.of`)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    def sample(self, inputs: SeedInput, seed: int) -> SampledBlocks: ...

@@ -4,27 +4,24 @@ A meta-path is a cycle of relations, e.g. ``writes, rev_writes`` (author -> pape
 walk step ``i`` moves from the current node ``v`` to a uniformly drawn ``u`` with an edge
 ``v -> u`` of relation ``path[i % len(path)]``. The graph stores in-edges, and ``v -r-> u`` is an
 in-edge of ``v`` under the reverse relation, so the walker reads its own row under ``rev_r``
-(:meth:`~shardgnn.graph.hetero.HeteroGraph.with_reverse_relations` adds every reverse;
+(:meth:`~shardgnn.graph.typed.TypedGraph.with_reverse_relations` adds every reverse;
 ``rev_rev_r`` is not needed: the reverse of ``rev_writes`` is ``writes``).
 
 Randomness is counter-based per (walk id, step), so walks do not depend on the thread count or
 on the other walks in the call, and a walk can be continued by whichever process holds its
-current node: :func:`dist_metapath_walks` has each step drawn by the current node's owner.
+current node: :func:`~shardgnn.sampling.dist_walks.dist_metapath_walks` has each step drawn by
+the current node's owner.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
-import torch
 
-from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
-from shardgnn.graph.hetero import HeteroGraph, relation_ids
-from shardgnn.partition.book import bucket_by_owner
+from shardgnn.graph.typed import TypedGraph, relation_ids
 from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
 from shardgnn.sampling.typed import _lower_bound
-from shardgnn.store.dist_graph import DistGraphStore
 
 
 @numba.njit(nogil=True, cache=True, inline="always")
@@ -107,7 +104,7 @@ def metapath_relations(relations, metapath: list[str]) -> np.ndarray:
 
 
 def metapath_walks(
-    graph: HeteroGraph,
+    graph: TypedGraph,
     metapath: list[str],
     starts: np.ndarray,
     length: int,
@@ -119,7 +116,7 @@ def metapath_walks(
     neighbour under the next relation. Walk ``w``'s draws depend on ``(seed, w + walk_offset)``
     only."""
     path_R = metapath_relations(graph.relations, metapath)
-    starts = _check_walks(
+    starts = check_walks(
         graph.relations, graph.node_types, graph.node_type_of, path_R, starts, length
     )
     out = np.empty((starts.shape[0], length + 1), dtype=np.int64)
@@ -131,7 +128,7 @@ def metapath_walks(
     return out
 
 
-def _check_walks(relations, node_types, node_type_of, path_R, starts, length) -> np.ndarray:
+def check_walks(relations, node_types, node_type_of, path_R, starts, length) -> np.ndarray:
     """``starts`` as int64, after checking they are of the meta-path's first type."""
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     first = relations[path_R[0]][2]  # the walker reads (next type, rev, start type)
@@ -141,59 +138,3 @@ def _check_walks(relations, node_types, node_type_of, path_R, starts, length) ->
     if length < 1:
         raise ConfigError(f"walk length {length} must be >= 1")
     return starts
-
-
-def dist_metapath_walks(
-    graph: DistGraphStore,
-    typed_book,
-    comm: Communicator,
-    metapath: list[str],
-    starts: np.ndarray,
-    length: int,
-    seed: int,
-    walk_offset: int = 0,
-    stage: str = "walk",
-) -> np.ndarray:
-    """:func:`metapath_walks` over a typed partition (``typed_book``: its
-    :class:`~shardgnn.partition.hetero.TypedPartitionBook`): each step of a walk is drawn by the
-    owner of its current node, over an all-to-all per step (a collective: every rank calls it,
-    possibly with no starts). The owner draws with the walk's own stream, so the walks equal one
-    process's on the reassembled graph, for any number of ranks.
-
-    Walk ``w`` of this rank is walk ``w + walk_offset`` (give ranks disjoint offsets)."""
-    relations = typed_book.relations
-    path_R = metapath_relations(relations, metapath)
-    starts = _check_walks(
-        relations, typed_book.node_types, typed_book.type_of, path_R, starts, length
-    )
-    part, world = graph.part, comm.world_size
-    indptr = np.ascontiguousarray(graph.indptr, dtype=np.int64)
-    out = np.full((starts.shape[0], length + 1), -1, dtype=np.int64)
-    out[:, 0] = starts
-    walk_ids = np.arange(starts.shape[0], dtype=np.int64) + walk_offset
-    for i in range(length):
-        current = out[:, i]
-        active = np.flatnonzero(current >= 0)
-        order, counts = bucket_by_owner(current[active], graph.owner(current[active]), world)
-        asked = active[order]
-        bounds = np.cumsum(counts)[:-1]
-        # a request is (node, walk id) pairs; the step and relation are the same everywhere
-        requests = [
-            torch.from_numpy(np.stack([current[rows], walk_ids[rows]], axis=1))
-            for rows in np.split(asked, bounds)
-        ]
-        incoming = comm.all_to_all(requests, stage)
-        replies = []
-        for request in incoming:
-            pairs = request.numpy().reshape(-1, 2)
-            nxt = np.empty(pairs.shape[0], dtype=np.int64)
-            with KERNEL_LOCK:
-                walk_step_kernel(
-                    indptr, part.indices, part.etype, np.int64(part.start),
-                    np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]),
-                    np.int64(path_R[i % len(path_R)]), np.uint64(seed), np.int64(i), nxt,
-                )  # fmt: skip
-            replies.append(torch.from_numpy(nxt))
-        got = comm.all_to_all(replies, stage, recv_counts=counts.tolist())
-        out[asked, i + 1] = torch.cat(got).numpy() if asked.size else np.zeros(0, np.int64)
-    return out

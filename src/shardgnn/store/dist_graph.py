@@ -19,7 +19,7 @@ import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
-from shardgnn.partition.book import PartitionBook
+from shardgnn.partition.book import PartitionBook, TypedPartitionBook
 from shardgnn.partition.format import LocalPartition, read_partitions
 
 
@@ -48,6 +48,9 @@ class DistGraphStore:
         degree: int32 ``[N]`` in-degree of every node (replicated).
         peers: the parts of the other ranks on this host, by rank (empty: every peer is reached
             through collectives).
+        typed: the (type, id) book: a typed graph's node types and relations, a homogeneous
+            graph's one type and one relation (DGL's ``DistGraph``: homogeneous is typed with one
+            type), so code over node types needs no branch for the homogeneous case.
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class DistGraphStore:
         edge_offset: int,
         degree: np.ndarray,
         peers: dict[int, PeerPart] | None = None,
+        typed: TypedPartitionBook | None = None,
     ):
         self.part = part
         self.peers = dict(peers or {})
@@ -65,6 +69,9 @@ class DistGraphStore:
         self.indices = part.indices
         self.edge_offset = int(edge_offset)
         self.degree = degree
+        self.typed = (
+            typed if typed is not None else TypedPartitionBook.one_type(self.book.boundaries)
+        )
 
     @classmethod
     def open(
@@ -106,7 +113,7 @@ class DistGraphStore:
         received = comm.all_to_all([local_degree] * world_size, stage="setup")
         degree = torch.cat(received).numpy()
         assert degree.shape[0] == pset.num_nodes
-        return cls(part, edge_offset, degree, peers)
+        return cls(part, edge_offset, degree, peers, pset.typed_book)
 
     @property
     def num_nodes(self) -> int:

@@ -99,7 +99,7 @@ def resolve_and_check(config: Any) -> None:
             raise invalid(config, name, "must be >= 1")
     if config.threads is not None and config.threads < 1:
         raise invalid(config, "threads", "must be >= 1")
-    if config.task == "link" and _names_relational(config):
+    if config.task == "link" and _names_typed(config):
         # Relational link prediction encodes the whole graph at every step (the knowledge
         # graphs it runs on are small): full-graph layers, whatever --mode says.
         config.mode = "full"
@@ -134,12 +134,13 @@ def _resolve_layers(config: Any) -> None:
         config.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
 
 
-def _names_relational(config: Any) -> bool:
-    """Whether the dataset spec names a relational graph (no file is read)."""
-    from shardgnn.graph.datasets import is_relational
+def _names_typed(config: Any) -> bool:
+    """Whether the dataset spec names a typed graph (its graph kind, as the registry of datasets
+    records it; no graph is loaded)."""
+    from shardgnn.graph.datasets import dataset_traits
 
     try:
-        return is_relational(config.dataset)
+        return dataset_traits(config.dataset).kind == "typed"
     except DatasetError:
         return False  # an unknown dataset: loading it says so, with the list of known ones
 
@@ -229,6 +230,10 @@ def _check_combinations(config: Any) -> None:
         )
 
 
+STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin")
+"""the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""
+
+
 def _check_historical(config: Any) -> None:
     if config.historical_push_every is not None and config.historical_push_every < 1:
         raise invalid(config, "historical_push_every", "must be >= 1")
@@ -245,6 +250,12 @@ def _check_historical(config: Any) -> None:
             )
         return
     flag = f"--historical {config.historical}"
+    if config.model.model not in STACKED_MODELS:
+        raise ConfigError(
+            f"{flag} replaces a layer's inputs inside a stack of message-passing layers "
+            f"({', '.join(STACKED_MODELS)}); --model {config.model.model} has none to replace: "
+            "drop --historical"
+        )
     layer, sep, age = str(config.historical).partition(":")
     if not (sep and layer.strip().isdigit() and age.strip().isdigit()):
         raise ConfigError(

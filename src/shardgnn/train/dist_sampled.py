@@ -1,5 +1,5 @@
 """What sampled (mini-batch) distributed training shares, node classification
-(:mod:`shardgnn.train.distributed`) or link prediction (:mod:`shardgnn.train.link_distributed`):
+(:mod:`shardgnn.train.dist_node`) or link prediction (:mod:`shardgnn.train.dist_link`):
 the graph store and input rows of a rank (:class:`SampledInputs`), the epoch over its batches and
 the DDP-wrapped model (:class:`DistSampledSteps`).
 
@@ -24,7 +24,7 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.graph.features import normalize_features, row_sums
 from shardgnn.loader.pipeline import LocalityCounter, count_accesses
 from shardgnn.loader.prefetch import Prefetcher
-from shardgnn.sampling.distributed import DistNeighborSampler
+from shardgnn.sampling.dist_neighbor import DistNeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.build import build_cache, cacheable_rows
 from shardgnn.store.cache.store import CachedFeatureStore

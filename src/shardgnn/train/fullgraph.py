@@ -36,6 +36,9 @@ from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord
 
+DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc")
+"""the models whose layers aggregate through the distributed SpMM (attention needs edges)"""
+
 
 class DistFullGraphSteps(DistSteps):
     """What one rank of any distributed full-graph job holds (``--mode full --workers N``): its
@@ -46,10 +49,11 @@ class DistFullGraphSteps(DistSteps):
 
     def __init__(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool):
         assert config.mode == "full"
-        if config.model.model not in ("gcn", "sage"):
+        if config.model.model not in DIST_FULL_MODELS:
             raise ConfigError(
-                f"--model {config.model.model}: distributed full-graph training runs gcn and "
-                "sage; use --model gcn or --model sage (or --mode minibatch for gat)"
+                f"--model {config.model.model}: distributed full-graph training runs "
+                f"{', '.join(DIST_FULL_MODELS)}; use one of them (or --mode minibatch for "
+                f"{config.model.model})"
             )
         super().__init__(config, ctx)
         full = config.full

@@ -16,8 +16,8 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import (
     canonical_spec,
     load_dataset,
-    load_hetero_dataset,
     load_temporal_dataset,
+    load_typed_dataset,
 )
 from shardgnn.partition.methods import PartitionConfig
 from shardgnn.partition.metrics import PartitionMetrics
@@ -59,7 +59,7 @@ class PartitionJob:
 class Partitioned:
     """What :func:`partition_dataset` wrote: the graph's name, the partition directory, the
     partitioner's result, the metrics, the seconds spent writing, and (typed graphs) the
-    metrics per relation and node type (:func:`~shardgnn.partition.hetero.typed_metrics`)."""
+    metrics per relation and node type (:func:`~shardgnn.partition.typed.typed_metrics`)."""
 
     name: str
     pset: Any
@@ -107,6 +107,7 @@ def partition_homogeneous(job: PartitionJob) -> Partitioned:
     from shardgnn.partition.format import write_partitions
     from shardgnn.partition.methods import partition_graph
     from shardgnn.partition.metrics import compute_metrics
+    from shardgnn.partition.sections import LinkSplitSection
 
     start = time.perf_counter()
     graph = load_dataset(job.dataset, job.data_dir)
@@ -143,7 +144,8 @@ def partition_homogeneous(job: PartitionJob) -> Partitioned:
         graph, result.assignment, job.out, method=result.method, settings=result.settings,
         overwrite=job.overwrite, num_parts=job.config.num_parts, metrics=metrics,
         seconds=result.seconds, progress=job.progress, dataset_spec=canonical_spec(job.dataset),
-        dataset_fingerprint=dataset_fingerprint, link_split=split,
+        dataset_fingerprint=dataset_fingerprint,
+        sections=() if split is None else (LinkSplitSection(split),),
     )  # fmt: skip
     return Partitioned(graph.name, pset, result, metrics, time.perf_counter() - start)
 
@@ -168,9 +170,9 @@ def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:
 def partition_typed(job: PartitionJob) -> Partitioned:
     """A typed graph: every relation reversed, every node type balanced; quality by relation
     and node type too."""
-    from shardgnn.partition.hetero import partition_for_training as write_typed
+    from shardgnn.partition.typed import partition_for_training as write_typed
     from shardgnn.sampling.typed import relation_fanouts
-    from shardgnn.train.relational import check_node_trainable, message_relations
+    from shardgnn.train.typed import check_node_trainable, message_relations
 
     if job.link is not None:
         raise ConfigError(
@@ -178,7 +180,7 @@ def partition_typed(job: PartitionJob) -> Partitioned:
             "(relational link prediction trains in one process); drop --task link"
         )
     start = time.perf_counter()
-    typed = load_hetero_dataset(job.dataset, job.data_dir)
+    typed = load_typed_dataset(job.dataset, job.data_dir)
     _say(
         job,
         f"loaded {typed.name}: {typed.num_nodes:,} nodes of {len(typed.node_types)} types, "
@@ -198,7 +200,7 @@ def partition_typed(job: PartitionJob) -> Partitioned:
         progress=job.progress,
     )  # fmt: skip
     write_s = time.perf_counter() - start - result.seconds
-    by_type = pset.meta["hetero"]["metrics"]  # written with the parts
+    by_type = pset.typed_book.metrics  # written with the parts
     return Partitioned(written.name, pset, result, pset.metrics, write_s, by_type)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardgnn.errors import ConfigError
-from shardgnn.nn.config import RELATIONAL_MODELS, SNAPSHOT_MODELS, TEMPORAL_MODELS
+from shardgnn.nn.config import SNAPSHOT_MODELS, TEMPORAL_MODELS, TYPED_MODELS
 
 if TYPE_CHECKING:
     from shardgnn.train.config import TrainConfig
@@ -19,7 +19,7 @@ def check_typed(config: TrainConfig) -> None:
     classification; the other models and scorers need a homogeneous graph."""
     model, predictor = config.model.model, config.link.predictor
     problem = None
-    if model not in RELATIONAL_MODELS:
+    if model not in TYPED_MODELS:
         problem = f"needs a relational model, not --model {model}: use --model rgcn or hetero-sage"
     elif config.task == "link" and predictor not in ("auto", "distmult"):
         problem = f"scores (head, relation, tail) with --predictor distmult, not {predictor}"
@@ -45,10 +45,10 @@ def _check_untyped(config: TrainConfig) -> None:
             f"--relation-fanouts draws per relation, and dataset {config.dataset!r} has no "
             "relations; use --fanouts"
         )
-    if (model in RELATIONAL_MODELS and config.run.partitions is None) or (predictor == "distmult"):
+    if (model in TYPED_MODELS and config.run.partitions is None) or (predictor == "distmult"):
         # with --partitions the dataset is what the directory holds: the workers check it is
         # typed
-        flag = f"--model {model}" if model in RELATIONAL_MODELS else "--predictor distmult"
+        flag = f"--model {model}" if model in TYPED_MODELS else "--predictor distmult"
         raise ConfigError(
             f"{flag} needs typed edges (relations), and dataset {config.dataset!r} has none; "
             "use a relational dataset (kg-umls, kg:DIR, hetero:DIR) or another model"

@@ -45,7 +45,12 @@ PRECISION = settings("precision")
 """bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
 GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy")
 """the GPU pipeline of single-process node classification (shardgnn.loader.device)"""
-GAT = {"gat": settings("model.heads")}
+LAYER_READS = {
+    "gat": settings("model.heads"),
+    "gatv2": settings("model.heads"),
+    "appnp": settings("model.alpha"),
+}
+"""the settings only some of the homogeneous models read"""
 TYPED_SAMPLED = settings(
     "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
 )

@@ -28,7 +28,13 @@ from typing import Any
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import DatasetTraits, dataset_traits
-from shardgnn.nn.config import RELATIONAL_MODELS, SNAPSHOT_MODELS, TEMPORAL_MODELS, ModelConfig
+from shardgnn.nn.config import (
+    SNAPSHOT_MODELS,
+    TEMPORAL_MODELS,
+    TYPED_MODELS,
+    ModelConfig,
+    is_user_model,
+)
 from shardgnn.options import flag_for
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.kinds import check_dataset_kind, load_target
@@ -37,10 +43,10 @@ from shardgnn.train.recipe_settings import (
     COMMON_SETTINGS,
     DIST_FULL,
     DIST_SAMPLED,
-    GAT,
     GPU,
     JODIE,
     KG_DEFAULTS,
+    LAYER_READS,
     LINK,
     MODEL,
     PRECISION,
@@ -55,7 +61,7 @@ from shardgnn.train.recipe_settings import (
     settings,
 )
 
-HOMOGENEOUS_MODELS = ("sage", "gcn", "gat")
+HOMOGENEOUS_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
 _STREAM_MODELS = tuple(m for m in TEMPORAL_MODELS if m not in SNAPSHOT_MODELS)
 DEFAULT_EMBEDDING_DIM = 64
 """Learnt input rows of a featureless graph when ``--embedding-dim`` is not given; link
@@ -102,6 +108,12 @@ class Recipe:
     """the same on workers (``None``: as in one process)"""
     mode_reads: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     """mode -> settings read only in that mode (in one process)"""
+    user_models: bool = False
+    """it also trains a model of the user's (``--model module:Class``, :mod:`shardgnn.nn.user`)"""
+
+    def takes_model(self, model: str) -> bool:
+        """Whether ``--model model`` is one this recipe trains."""
+        return model in self.models or (self.user_models and is_user_model(model))
 
     def settings_read(self, config: TrainConfig) -> frozenset[str]:
         """Every setting (dotted field path) that training ``config`` with this recipe reads."""
@@ -122,7 +134,7 @@ class Recipe:
             graph == self.graph
             and config.task == self.task
             and config.mode in self.modes
-            and config.model.model in self.models
+            and self.takes_model(config.model.model)
         )
 
     def steps(self, config: TrainConfig, *, graph: Any = None, ctx: Any = None):
@@ -144,12 +156,13 @@ class Recipe:
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "node", "homogeneous", "node", ("minibatch",), HOMOGENEOUS_MODELS,
-        "shardgnn.train.single:LocalSteps", "shardgnn.train.distributed:DistMiniBatchSteps",
+        "shardgnn.train.single:LocalSteps", "shardgnn.train.dist_node:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
         reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | PRECISION | GPU,
         worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | DIST_SAMPLED
         | CLUSTER_HISTORICAL | PRECISION,
-        model_reads=GAT,
+        model_reads=LAYER_READS,
+        user_models=True,
     ),
     Recipe(
         "node-full", "homogeneous", "node", ("full",), HOMOGENEOUS_MODELS,
@@ -157,16 +170,18 @@ RECIPES: tuple[Recipe, ...] = (
         "full-graph node classification",
         reads=MODEL | ROWS | {"feature_norm"} | PRECISION,
         worker_reads=MODEL | {"feature_norm"} | DIST_FULL | PRECISION,
-        model_reads=GAT,
+        model_reads=LAYER_READS,
+        user_models=True,
     ),
     Recipe(
         "link", "homogeneous", "link", ("minibatch",), HOMOGENEOUS_MODELS,
-        "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_distributed:DistLinkSteps",
+        "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.dist_link:DistLinkSteps",
         "link prediction on sampled mini-batches",
         reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | PRECISION,
         worker_reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | DIST_SAMPLED
         | PRECISION,
-        model_reads=GAT,
+        model_reads=LAYER_READS,
+        user_models=True,
     ),
     Recipe(
         "link-full", "homogeneous", "link", ("full",), HOMOGENEOUS_MODELS,
@@ -174,12 +189,13 @@ RECIPES: tuple[Recipe, ...] = (
         "full-graph link prediction (GAE)",
         reads=MODEL | LINK | ROWS | {"feature_norm"} | PRECISION,
         worker_reads=MODEL | LINK | {"feature_norm"} | DIST_FULL | PRECISION,
-        model_reads=GAT,
+        model_reads=LAYER_READS,
+        user_models=True,
     ),
     Recipe(
-        "typed-node", "typed", "node", ("minibatch", "full"), RELATIONAL_MODELS,
-        "shardgnn.train.relational:RelationalNodeSteps",
-        "shardgnn.train.relational_distributed:DistRelationalNodeSteps",
+        "typed-node", "typed", "node", ("minibatch", "full"), TYPED_MODELS,
+        "shardgnn.train.typed:TypedNodeSteps",
+        "shardgnn.train.dist_typed:DistTypedNodeSteps",
         "node classification on a typed graph",
         reads=MODEL,
         worker_reads=MODEL | TYPED_SAMPLED | WORKERS | settings(
@@ -191,9 +207,9 @@ RECIPES: tuple[Recipe, ...] = (
     ),
     Recipe(
         # the whole graph's encoder runs at every step: --mode full (config sets it for a
-        # knowledge-graph spec; a HeteroGraph handed to run_training may say minibatch)
+        # knowledge-graph spec; a TypedGraph handed to run_training may say minibatch)
         "kg-link", "typed", "link", ("full", "minibatch"), ("rgcn",),
-        "shardgnn.train.relational:RelationalLinkSteps", None,
+        "shardgnn.train.typed:TypedLinkSteps", None,
         "knowledge-graph link prediction (R-GCN + DistMult)",
         defaults=KG_DEFAULTS,
         reads=MODEL - {"model.input_dropout"} | settings(
@@ -204,7 +220,7 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "temporal-link", "temporal", "link", ("minibatch",), _STREAM_MODELS,
         "shardgnn.train.temporal:TemporalLinkSteps",
-        "shardgnn.train.temporal_distributed:DistTemporalLinkSteps",
+        "shardgnn.train.dist_temporal:DistTemporalLinkSteps",
         "temporal link prediction (TGN, JODIE, TGAT)",
         reads=TEMPORAL,
         worker_reads=TEMPORAL | WORKERS,
@@ -271,13 +287,14 @@ def traits_of(spec: str, partitions: str | None = None) -> DatasetTraits:
     ``meta.json`` only), else the dataset ``spec`` names (nothing is loaded)."""
     if partitions is None:
         return dataset_traits(spec)
-    from shardgnn.partition.format import read_partition_meta
+    from shardgnn.partition.format import partition_kind, read_partition_meta
 
     meta = read_partition_meta(partitions)
+    kind = partition_kind(meta)
     return DatasetTraits(
-        graph_kind_of_partition(meta),
+        kind,
         labelled=meta.get("labels") is not None,
-        featured=meta.get("features") is not None or bool(meta.get("hetero")),
+        featured=meta.get("features") is not None or kind == "typed",
     )
 
 
@@ -294,7 +311,7 @@ def recipe_defaults(traits: DatasetTraits, given: Mapping[str, Any]) -> dict[str
         chosen["task"] = task
     candidates = [r for r in RECIPES if r.graph == traits.kind and r.task == task]
     if "model.model" in given:
-        candidates = [r for r in candidates if given["model.model"] in r.models]
+        candidates = [r for r in candidates if r.takes_model(given["model.model"])]
     if "mode" in given:
         candidates = [r for r in candidates if given["mode"] in r.modes]
     if not candidates:
@@ -335,13 +352,6 @@ def trains_with_workers(graph: str) -> str:
 def partition_holds(path: Any, graph: str) -> str:
     """``DIR holds a temporal graph: train it with --task link --model tgn, ...``."""
     return f"{path} holds a {graph} graph: train it with {trains_with_workers(graph)}"
-
-
-def graph_kind_of_partition(meta: Mapping[str, Any]) -> str:
-    """The graph kind a partition directory's ``meta.json`` records."""
-    if meta.get("temporal"):
-        return "temporal"
-    return "typed" if meta.get("hetero") else "homogeneous"
 
 
 def refuse_unread(recipe: Recipe, config: TrainConfig, given: Collection[str]) -> None:

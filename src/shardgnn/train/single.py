@@ -19,10 +19,10 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
 from shardgnn.fullgraph.shard import shard_from_graph
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.datasets import canonical_spec, dataset_traits, load_dataset
+from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
-from shardgnn.graph.hetero import HeteroGraph
 from shardgnn.graph.temporal import TemporalGraph
+from shardgnn.graph.typed import TypedGraph
 from shardgnn.loader.device import Staged, device_pipeline
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.message_graph import MessageGraph
@@ -267,7 +267,7 @@ class LocalSteps(Steps):
 
 
 def run_training(
-    config: TrainConfig, graph: Graph | HeteroGraph | TemporalGraph | None = None
+    config: TrainConfig, graph: Graph | TypedGraph | TemporalGraph | None = None
 ) -> dict[str, Any]:
     """Train once in this process with ``config`` (on ``graph`` when given, else on the dataset
     ``config.dataset`` names) and return the results dictionary."""
@@ -276,15 +276,7 @@ def run_training(
             "this config runs workers (--workers/--partitions); start it with `shardgnn train` or "
             "shardgnn.train.worker.run_worker under torchrun"
         )
+    from shardgnn.train.kinds import kind_of
     from shardgnn.train.recipes import select
 
-    return select(config, graph_kind(config, graph)).train(config, graph=graph)
-
-
-def graph_kind(config: TrainConfig, graph: Graph | HeteroGraph | TemporalGraph | None) -> str:
-    """The kind of graph ``graph`` is, else the kind ``config.dataset`` names."""
-    if graph is None:
-        return dataset_traits(config.dataset).kind
-    if isinstance(graph, TemporalGraph):
-        return "temporal"
-    return "typed" if isinstance(graph, HeteroGraph) else "homogeneous"
+    return select(config, kind_of(config, graph)).train(config, graph=graph)

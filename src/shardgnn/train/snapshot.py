@@ -16,6 +16,7 @@ the compute waited for.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -36,7 +37,7 @@ from shardgnn.nn.snapshot import GCNGRU
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
-from shardgnn.train.epoch import EpochRun
+from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.linkmetrics import auc, average_precision
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.setup import EVAL_STREAM, resolve_device
@@ -82,6 +83,8 @@ class SnapshotLinkSteps(Steps):
         ]
         self.prep_s = self.waited_s = 0.0
         self.last_metrics: dict[str, dict[str, float]] = {}
+        self._state = torch.zeros(0)  # the recurrent state a training epoch carries forward
+        self._epoch = 0
 
     def _snapshots(self, count: int):
         """``(t, message graph)`` of the first ``count`` snapshots, prepared ahead when
@@ -110,26 +113,37 @@ class SnapshotLinkSteps(Steps):
         )
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float]:
+        """One step per training snapshot, in the batch-epoch loop every kind of batch training
+        runs (:func:`~shardgnn.train.epoch.batch_epoch`). The recurrent state is not part of a
+        mid-epoch checkpoint, so an epoch runs whole: a stop is taken at its end."""
         self.model.train()
-        state = torch.zeros(self.graph.num_nodes, self.config.link.out_dim, device=self.device)
-        loss_sum = correct = count = 0
+        self._state = torch.zeros(
+            self.graph.num_nodes, self.config.link.out_dim, device=self.device
+        )
+        self._epoch = run.epoch
+        whole = dataclasses.replace(run, stop_requested=None)
         # snapshot t predicts period t + 1, for every training period after the first
-        for t, graph in self._snapshots(self.val_start - 1):
-            with self.timer("compute"):
-                self.optimizer.zero_grad(set_to_none=True)
-                new_state = self.model.step(graph, state)
-                src, dst = self._pairs(t + 1)
-                rng = np.random.default_rng(mix_seed(self.config.seed, run.epoch, t))
-                neg = torch.from_numpy(rng.integers(0, self.graph.num_nodes, src.numel()))
-                pos, negs = self.model.score(new_state, src, [dst, neg.to(self.device)])
-                loss = link_loss(pos, negs[:, None], "bce", 1.0)
-                loss.backward()
-                self.optimizer.step()
-                state = new_state.detach()
-            loss_sum += loss.item() * 2 * src.numel()
-            correct += int((pos > 0).sum()) + int((negs <= 0).sum())
-            count += 2 * src.numel()
-        return loss_sum / max(count, 1), correct / max(count, 1)
+        sums = batch_epoch(whole, _TrainingSnapshots(self, self.val_start - 1), self._train_step)
+        assert sums is not None  # nothing stops it early
+        run.total_batches = whole.total_batches
+        return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
+
+    def _train_step(self, item: tuple[int, MessageGraph]) -> StepResult:
+        """One optimiser step: snapshot ``t``'s state scores period ``t + 1``'s pairs."""
+        t, graph = item
+        with self.timer("compute"):
+            self.optimizer.zero_grad(set_to_none=True)
+            new_state = self.model.step(graph, self._state)
+            src, dst = self._pairs(t + 1)
+            rng = np.random.default_rng(mix_seed(self.config.seed, self._epoch, t))
+            neg = torch.from_numpy(rng.integers(0, self.graph.num_nodes, src.numel()))
+            pos, negs = self.model.score(new_state, src, [dst, neg.to(self.device)])
+            loss = link_loss(pos, negs[:, None], "bce", 1.0)
+            loss.backward()
+            self.optimizer.step()
+            self._state = new_state.detach()
+        correct = int((pos > 0).sum()) + int((negs <= 0).sum())
+        return StepResult(loss.item(), correct, 2 * src.numel(), 0)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
@@ -185,3 +199,20 @@ class SnapshotLinkSteps(Steps):
                 "waited_s": self.waited_s,
             },
         }
+
+
+class _TrainingSnapshots:
+    """The first ``count`` snapshots of an epoch, as :func:`~shardgnn.train.epoch.batch_epoch`'s
+    batcher (always from the first: an epoch of snapshots is never resumed mid-way)."""
+
+    def __init__(self, steps: SnapshotLinkSteps, count: int):
+        self.steps, self.count = steps, count
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        assert start == 0, "snapshot epochs are not resumed mid-epoch"
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        return iter(self.steps._snapshots(self.count))

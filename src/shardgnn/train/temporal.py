@@ -208,7 +208,7 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
 
     def _hops(self, nodes: np.ndarray, times: np.ndarray, seed: int):
         """TGAT: the multi-hop sample of ``(nodes, times)``."""
-        return self.sampler.sample(nodes, times, seed=seed)
+        return self.sampler.sample_hops(nodes, times, seed=seed)
 
     def _read(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.model.memory.read(n_id_B)

@@ -18,11 +18,11 @@ from shardgnn.train.report import print_summary
 def train_with_context(config: TrainConfig, ctx: DistContext) -> dict[str, Any]:
     """Train this rank's share of ``config`` in a job that ``ctx`` has joined already; return the
     results (the same on every rank)."""
-    from shardgnn.partition.format import read_partition_meta
-    from shardgnn.train.recipes import graph_kind_of_partition, select
+    from shardgnn.partition.format import partition_kind, read_partition_meta
+    from shardgnn.train.recipes import select
 
     assert config.run.partitions is not None, "workers train a partition directory"
-    kind = graph_kind_of_partition(read_partition_meta(config.run.partitions))
+    kind = partition_kind(read_partition_meta(config.run.partitions))
     return select(config, kind).train(config, ctx=ctx)
 
 

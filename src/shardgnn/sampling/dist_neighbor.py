@@ -25,7 +25,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import bucket_by_owner, unbucket_segments
 from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
 from shardgnn.sampling.typed import sample_typed_neighbors
-from shardgnn.sampling.types import SampledBlocks
+from shardgnn.sampling.types import SampledBlocks, SeedInput
 from shardgnn.store.dist_graph import DistGraphStore
 
 _UINT64 = (1 << 64) - 1
@@ -162,12 +162,11 @@ class DistNeighborSampler:
             if p not in on_host
         }
 
-    def sample(
-        self, seeds: torch.Tensor | np.ndarray, seed: int, exclude: np.ndarray | None = None
-    ) -> SampledBlocks:
-        """Sample blocks for this rank's ``seeds`` (any owners); collective over the
-        communicator. ``exclude``: as :meth:`NeighborSampler.sample` (applied by the requester
-        after the owners' draws)."""
+    def sample(self, inputs: SeedInput, seed: int) -> SampledBlocks:
+        """Sample blocks for this rank's ``inputs.nodes`` (any owners); collective over the
+        communicator. ``inputs.exclude``: as :meth:`NeighborSampler.sample` (applied by the
+        requester after the owners' draws)."""
+        inputs = SeedInput.of(inputs).untimed(self)
         layers = iter(range(self.num_layers))
 
         def one_hop(frontier: np.ndarray, fanout: int, layer_seed: int):
@@ -177,10 +176,10 @@ class DistNeighborSampler:
             return self._sample_remote(frontier, fanout, layer_seed)
 
         return sample_blocks(
-            seeds,
+            inputs.nodes,
             self.config,
             seed,
-            exclude=exclude,
+            exclude=inputs.exclude,
             one_hop=one_hop,
             degree_of=lambda nodes: self.graph.degree[nodes],
             node_map=self._node_map,

@@ -1,5 +1,5 @@
 """Distributed R-GCN node classification on a typed graph: one process per part of a typed
-partition (``write_hetero_partitions``), DDP over the weights, the data on ``torch.distributed``
+partition (``write_typed_partitions``), DDP over the weights, the data on ``torch.distributed``
 all-to-alls.
 
 Per batch (every step is a sequence of collectives, the same on every rank):
@@ -33,17 +33,19 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.loader.dist_batches import DistSeedBatcher
+from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, NeighborSamplingStage
 from shardgnn.loader.typed import TypedRowFetcher
-from shardgnn.nn.rgcn import RelationalNodeModel, block_message_graph, partitioned_node_model
+from shardgnn.nn.typed import TypedNodeModel, block_message_graph, partitioned_node_model
 from shardgnn.partition.format import PartitionSet
-from shardgnn.partition.hetero import TypedPartitionBook
-from shardgnn.sampling.distributed import DistTypedNeighborSampler
+from shardgnn.partition.typed import TypedPartitionBook
+from shardgnn.sampling.dist_neighbor import DistTypedNeighborSampler
 from shardgnn.sampling.typed import relation_fanouts
 from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits
+from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
@@ -51,14 +53,13 @@ from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import EMBEDDING_STREAM
 
 
-class DistRelationalNodeSteps(DistSteps):
+class DistTypedNodeSteps(DistSteps):
     """One rank of distributed R-GCN / heterogeneous SAGE node classification (sampled typed
     blocks)."""
 
     def __init__(self, config: TrainConfig, ctx: DistContext):
         super().__init__(config, ctx)
-        hetero = self.pset.meta.get("hetero")
-        if not hetero:
+        if self.pset.kind != "typed":
             raise ConfigError(
                 f"{self.pset.path} holds an untyped graph; --model {config.model.model} trains "
                 "typed graphs: partition one (shardgnn partition synthetic-hetero ...), or pick a "
@@ -71,7 +72,7 @@ class DistRelationalNodeSteps(DistSteps):
             self.pset.path, ctx.rank, ctx.world_size, self.data_comm, host_ranks=host_ranks
         )
         self._check_labelled(True, self.graph.part.y is not None)
-        self.typed = TypedPartitionBook(hetero, self.graph.book.boundaries)
+        self.typed = self.graph.typed
         self.num_relations = len(self.typed.relations)
         self.num_classes = int(self.graph.part.num_classes)
         self.tables, self.train_rows, self.eval_rows, self.labels = open_typed_rows(
@@ -81,6 +82,7 @@ class DistRelationalNodeSteps(DistSteps):
         self.sampler = self._sampler(config.sampler.relation_layers(), "sample")
         eval_layers = list(config.eval_fanouts or ()) or config.sampler.relation_layers()
         self.eval_sampler = self._sampler(eval_layers, "eval")
+        self._make_stages()
         self.sampled_edges = self.sampled_epochs = 0
         self.traffic = TypedTraffic(self.typed, self.graph, ctx.rank, config.model.hidden)
         self._make_model()
@@ -103,6 +105,24 @@ class DistRelationalNodeSteps(DistSteps):
             "train", config.node_batch_size(self.split_sizes["train"]), True
         )
         self.eval_batches = {s: batcher(s, config.eval_batch_size, False) for s in ("val", "test")}
+
+    def _make_stages(self) -> None:
+        """The loader every sampled training runs, over typed blocks and rows by type: training
+        batch ``i`` of epoch ``e`` sampled with ``mix_seed(seed, rank, e, i)``, evaluation's with
+        ``mix_seed(seed + 1, i)``; then the batch's rows and labels fetched from their owners."""
+        seed, timer = self.config.seed, self.timer
+        samples = NeighborSamplingStage(
+            self.train_batches, self.sampler, (seed, self.ctx.rank), timer
+        )
+        self.train_stages = FeatureFetcher(samples, self.train_rows, self.labels["labels"], timer)
+        self.eval_stages = {}
+        for split, batches in self.eval_batches.items():
+            samples = NeighborSamplingStage(
+                batches, self.eval_sampler, seed + 1, StageTimer(), per_epoch=False
+            )
+            self.eval_stages[split] = FeatureFetcher(
+                samples, self.eval_rows, self.labels["eval"], StageTimer()
+            )
 
     def _sampler(self, layers: list, stage: str) -> DistTypedNeighborSampler:
         return DistTypedNeighborSampler(
@@ -142,18 +162,15 @@ class DistRelationalNodeSteps(DistSteps):
         ]
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
-        config, ctx = self.config, self.ctx
+        ctx = self.ctx
         self.ddp.train()
 
-        def step(batch: tuple[int, torch.Tensor]) -> StepResult:
-            index, seeds = batch
-            with self.timer("sample"):
-                seed = mix_seed(config.seed, ctx.rank, run.epoch, index)
-                sample = self.sampler.sample(seeds, seed)
+        def step(batch: MiniBatch) -> StepResult:
+            sample = batch.sample
+            with self.timer("sample"):  # the blocks as the model reads them
                 graphs = self._graphs(sample)
-            with self.timer("fetch"):
-                by_type, learnt = self.train_rows.fetch(sample.input_nodes, learn=True)
-                y = self.labels["labels"].gather(seeds).to(ctx.device)
+            by_type, learnt = batch.x_SF
+            y = batch.y.to(ctx.device)
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
                 logits = self.ddp(graphs, by_type)
@@ -171,7 +188,7 @@ class DistRelationalNodeSteps(DistSteps):
 
         # every rank runs the same number of batches (DistSeedBatcher), so the stop agreement
         # and the collectives inside a step line up
-        sums = batch_epoch(run, self.train_batches, step)
+        sums = batch_epoch(run, self.train_batches, step, self.train_stages)
         if sums is None:
             return None
         self.sampled_epochs += 1
@@ -183,11 +200,10 @@ class DistRelationalNodeSteps(DistSteps):
         """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
         self.ddp.eval()
         correct = count = 0
-        for index, seeds in self.eval_batches[split]:
-            sample = self.eval_sampler.sample(seeds, mix_seed(self.config.seed + 1, index))
-            by_type, _ = self.eval_rows.fetch(sample.input_nodes, learn=False)
-            y = self.labels["eval"].gather(seeds).to(self.ctx.device)
-            logits = self.model.forward_typed_rows(self._graphs(sample), by_type)
+        for batch in self.eval_stages[split]:
+            by_type, _ = batch.x_SF
+            y = batch.y.to(self.ctx.device)
+            logits = self.model.forward_typed_rows(self._graphs(batch.sample), by_type)
             correct += int((logits.argmax(1) == y).sum())
             count += int(y.shape[0])
         correct, count = self.sum([correct, count])
@@ -269,7 +285,7 @@ def open_typed_rows(
     y_local = np.asarray(part.y, dtype=np.int64)
     return TypedRows(
         tables,
-        TypedRowFetcher(typed, features["fetch"], tables, ctx.device),
+        TypedRowFetcher(typed, features["fetch"], tables, ctx.device, learn=True),
         TypedRowFetcher(typed, features["eval"], eval_tables, ctx.device),
         {
             stage: DistFeatureStore(y_local, graph.book, ctx.rank, data_comm, stage, peers=peer_y)
@@ -346,7 +362,7 @@ class TypedTraffic:
 class _TypedRowsForward(torch.nn.Module):
     """The model as DDP calls it: logits from sampled blocks and the batch's rows by type."""
 
-    def __init__(self, model: RelationalNodeModel):
+    def __init__(self, model: TypedNodeModel):
         super().__init__()
         self.model = model
 

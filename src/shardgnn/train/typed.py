@@ -22,19 +22,20 @@ import torch
 from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
-from shardgnn.graph.datasets import canonical_spec, load_hetero_dataset
-from shardgnn.graph.hetero import HeteroGraph, reverse_relations, with_reverse_edges
+from shardgnn.graph.datasets import canonical_spec, load_typed_dataset
 from shardgnn.graph.identity import csr_sha256
-from shardgnn.loader.batches import SeedBatcher
-from shardgnn.nn.rgcn import (
+from shardgnn.graph.typed import TypedGraph, reverse_relations, with_reverse_edges
+from shardgnn.loader.pipeline import MiniBatch, MiniBatchLoader
+from shardgnn.loader.typed import LocalTypedRows
+from shardgnn.nn.typed import (
     DistMult,
-    RelationalLinkModel,
-    RelationalMessageGraph,
-    RelationalNodeModel,
     TypedInput,
+    TypedLinkModel,
+    TypedMessageGraph,
+    TypedNodeModel,
     block_message_graph,
     layerwise_forward,
-    relational_encoder,
+    typed_encoder,
 )
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
@@ -49,22 +50,22 @@ RELATIONAL_HITS_AT = (1, 3, 10)
 """Hits@K reported for knowledge-graph completion (the benchmarks' standard set)."""
 
 
-def message_graph(graph: HeteroGraph, device: torch.device) -> RelationalMessageGraph:
+def message_graph(graph: TypedGraph, device: torch.device) -> TypedMessageGraph:
     """The graph's edges plus their reversals (relation ``r + R``): R-GCN's message graph."""
     r = graph.num_relations
     src, dst, etype = with_reverse_edges(*graph.edge_arrays(), r)
-    return RelationalMessageGraph.from_edges(
+    return TypedMessageGraph.from_edges(
         src, dst, etype, graph.num_nodes, 2 * r, device,
         dst_type=graph.node_type_of(np.arange(graph.num_nodes)),
     )  # fmt: skip
 
 
-def message_relations(graph: HeteroGraph) -> tuple:
+def message_relations(graph: TypedGraph) -> tuple:
     """The relations of :func:`message_graph` (and of ``graph.with_reverse_relations()``)."""
     return graph.relations + reverse_relations(graph.relations)
 
 
-def dataset_info(graph: HeteroGraph, spec: str | None) -> dict[str, Any]:
+def dataset_info(graph: TypedGraph, spec: str | None) -> dict[str, Any]:
     """What results and checkpoints record of a typed dataset (sizes per type, fingerprint)."""
     summary = graph.summary()
     return {
@@ -86,7 +87,7 @@ def dataset_info(graph: HeteroGraph, spec: str | None) -> dict[str, Any]:
     }
 
 
-def check_relational_trainable(graph: HeteroGraph) -> None:
+def check_typed_trainable(graph: TypedGraph) -> None:
     missing = [s for s in ("train", "valid", "test") if not len(graph.triples.get(s, ()))]
     if missing:
         raise ConfigError(
@@ -106,12 +107,12 @@ class _TypedGraphSteps(Steps):
     (``graph``: given, else loaded from the spec) checked by ``check``, its R-GCN message graph,
     and the dataset record."""
 
-    def __init__(self, config: TrainConfig, graph: HeteroGraph | None, check) -> None:
+    def __init__(self, config: TrainConfig, graph: TypedGraph | None, check) -> None:
         self.config = config
         apply_process_settings(config)
         self.device = resolve_device(config.device)
         self.spec = canonical_spec(config.dataset) if graph is None else None
-        g = graph if graph is not None else load_hetero_dataset(config.dataset, config.data_dir)
+        g = graph if graph is not None else load_typed_dataset(config.dataset, config.data_dir)
         check(g)
         self.graph = g
         self.message_graph = message_graph(g, self.device)
@@ -122,18 +123,18 @@ class _TypedGraphSteps(Steps):
         return dataset_info(self.graph, self.spec)
 
 
-class RelationalLinkSteps(_TypedGraphSteps):
+class TypedLinkSteps(_TypedGraphSteps):
     """Single-process relational link prediction on a knowledge graph (``graph``: given, else
     loaded from the spec)."""
 
     metric = "mrr"
 
-    def __init__(self, config: TrainConfig, graph: HeteroGraph | None = None):
-        super().__init__(config, graph, check_relational_trainable)
+    def __init__(self, config: TrainConfig, graph: TypedGraph | None = None):
+        super().__init__(config, graph, check_typed_trainable)
         g = self.graph
         n, r = g.num_nodes, g.num_relations
         model, out_dim = config.model, config.link.out_dim
-        encoder = relational_encoder(
+        encoder = typed_encoder(
             model, message_relations(g), g.node_types, out_dim=out_dim, num_nodes=n,
             learn_input=True,
         )  # fmt: skip
@@ -141,7 +142,7 @@ class RelationalLinkSteps(_TypedGraphSteps):
         # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head
         # and tail, so with one vector per relation an asymmetric relation could not tell its
         # heads from its tails.
-        self.model = RelationalLinkModel(encoder, DistMult(2 * r, out_dim)).to(self.device)
+        self.model = TypedLinkModel(encoder, DistMult(2 * r, out_dim)).to(self.device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
         )
@@ -224,7 +225,7 @@ class RelationalLinkSteps(_TypedGraphSteps):
         }
 
 
-def check_node_trainable(graph: HeteroGraph) -> None:
+def check_node_trainable(graph: TypedGraph) -> None:
     """Refuse a typed graph without labels or splits, with the reason and the fix."""
     problems = []
     if graph.target_type is None or graph.y is None or graph.num_classes < 1:
@@ -241,7 +242,7 @@ def check_node_trainable(graph: HeteroGraph) -> None:
         )
 
 
-class RelationalNodeSteps(_TypedGraphSteps):
+class TypedNodeSteps(_TypedGraphSteps):
     """Single-process node classification of a typed graph's target type with R-GCN.
 
     ``--mode full``: one step per epoch over every training node. ``--mode minibatch``: batches
@@ -249,7 +250,7 @@ class RelationalNodeSteps(_TypedGraphSteps):
     relation and its reverse get the layer's fanout; :class:`TypedNeighborSampler`). Evaluation
     runs the full graph either way (every neighbour, exact)."""
 
-    def __init__(self, config: TrainConfig, graph: HeteroGraph | None = None):
+    def __init__(self, config: TrainConfig, graph: TypedGraph | None = None):
         super().__init__(config, graph, check_node_trainable)
         g = self.graph
         model = config.model
@@ -260,10 +261,8 @@ class RelationalNodeSteps(_TypedGraphSteps):
             for i, t in enumerate(g.node_types)
             if t in g.x
         }
-        encoder = relational_encoder(
-            model, message_relations(g), g.node_types, out_dim=g.num_classes
-        )
-        self.model = RelationalNodeModel(
+        encoder = typed_encoder(model, message_relations(g), g.node_types, out_dim=g.num_classes)
+        self.model = TypedNodeModel(
             TypedInput(sizes, widths, model.hidden), encoder, model.input_dropout
         ).to(self.device)
         self.optimizer = torch.optim.Adam(
@@ -292,8 +291,13 @@ class RelationalNodeSteps(_TypedGraphSteps):
                 self.sample_graph, fanouts, replace=config.sampler.replace
             )
             train_ids = g.global_ids(g.target_type, g.train_idx)
-            batch_size = config.node_batch_size(len(train_ids))
-            self.batches = SeedBatcher(train_ids, batch_size, shuffle=True, seed=config.seed)
+            # the loader of every sampled training: typed blocks, input rows by node type
+            rows = LocalTypedRows(self.model.typed_input, self.features, self.device)
+            self.loader = MiniBatchLoader(
+                train_ids, self.sampler, rows, None,
+                batch_size=config.node_batch_size(len(train_ids)), shuffle=True,
+                seed=config.seed, timer=self.timer,
+            )  # fmt: skip
 
     def logits(self) -> torch.Tensor:
         """Class logits of every target-type node (local ids)."""
@@ -318,11 +322,9 @@ class RelationalNodeSteps(_TypedGraphSteps):
         self.model.train()
         num_relations = self.sample_graph.num_relations
 
-        def step(batch: tuple[int, torch.Tensor]) -> StepResult:
-            index, seeds = batch
-            with self.timer("sample"):
-                seed = mix_seed(self.config.seed, run.epoch, index)
-                sample = self.sampler.sample(seeds, seed=seed)
+        def step(batch: MiniBatch) -> StepResult:
+            sample, seeds = batch.sample, batch.sample.seeds
+            with self.timer("sample"):  # the blocks as the model reads them
                 graphs = [
                     block_message_graph(
                         b, num_relations, self.device, self.sample_graph.node_type_of
@@ -331,9 +333,7 @@ class RelationalNodeSteps(_TypedGraphSteps):
                 ]
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
-                logits = self.model.forward_blocks(
-                    graphs, sample.input_nodes.to(self.device), self.features
-                )
+                logits = self.model.forward_typed_rows(graphs, batch.x_SF.by_type)
                 y = self.y[(seeds - self.offset).to(self.device)]
                 loss = F.cross_entropy(logits, y)
                 loss.backward()
@@ -342,7 +342,7 @@ class RelationalNodeSteps(_TypedGraphSteps):
             correct = int((logits.argmax(1) == y).sum())
             return StepResult(loss.item(), correct, len(seeds), sample.num_sampled_edges)
 
-        sums = batch_epoch(run, self.batches, step)
+        sums = batch_epoch(run, self.loader, step)
         if sums is None:
             return None
         return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)

@@ -6,7 +6,7 @@ split into ``P`` contiguous shares, one per rank; per step, every rank, in this 
 collective, so every rank takes part, with an empty share too):
 
 1. samples its seeds' recent events (TGN) or hops (TGAT) from their owners
-   (:func:`~shardgnn.sampling.temporal.dist_temporal_hop`; stage ``sample``);
+   (:func:`~shardgnn.sampling.dist_temporal.dist_temporal_hop`; stage ``sample``);
 2. reads the memory of its subgraph's nodes from their owners: rows, last update and pending
    event; in training also the memory of each pending event's other endpoint that is not in the
    subgraph already, and applies the GRU step itself (stage ``memory``);
@@ -35,8 +35,8 @@ from shardgnn.errors import ConfigError
 from shardgnn.loader.temporal import EventStream
 from shardgnn.nn.temporal import MemoryState, NodeMemory
 from shardgnn.partition.book import bucket_by_owner
+from shardgnn.sampling.dist_temporal import dist_temporal_hop
 from shardgnn.sampling.kernels import relabel
-from shardgnn.sampling.temporal import dist_temporal_hop
 from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.train.config import TrainConfig

@@ -45,12 +45,11 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
-from shardgnn.nn.config import RELATIONAL_MODELS
+from shardgnn.nn.config import TYPED_MODELS
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.kinds import infer_for
-from shardgnn.train.recipes import graph_kind_of_partition
 from shardgnn.train.settings import InferConfig
 
 
@@ -87,15 +86,15 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
         fix="infer on a partition of the graph the model was trained on",
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
-    kind = graph_kind_of_partition(pset.meta)
-    relational = config.model.model in RELATIONAL_MODELS
+    kind = pset.kind
+    relational = config.model.model in TYPED_MODELS
     if relational != (kind == "typed"):
         raise ConfigError(
             f"{checkpoint} holds a {config.model.model} model and {pset.path} "
             f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
             "trained on"
         )
-    if config.model.model not in ("sage", "gcn", *RELATIONAL_MODELS):
+    if config.model.model not in ("sage", "gcn", *TYPED_MODELS):
         raise ConfigError(
             f"layer-wise inference runs sage, gcn, rgcn and hetero-sage models; {checkpoint} holds "
             f"{config.model.model}"
@@ -226,7 +225,7 @@ def run_inference(
         checkpoint, partitions, pset, config, Path(out).expanduser(), chunk_rows, pairs,
         table_format,
     )  # fmt: skip
-    return infer_for(graph_kind_of_partition(pset.meta))(ctx, run)
+    return infer_for(pset.kind)(ctx, run)
 
 
 def tables_summary(table_format: str, named: bool, class_names) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 over a homogeneous partition (:func:`infer_homogeneous`) and over a typed one
 (:func:`infer_typed`), which the registry names (:data:`shardgnn.train.kinds.KINDS`), and the
 models they rebuild. The command's flow, and what every kind shares, is
-:mod:`shardgnn.train.infer`."""
+:mod:`shardgnn.train.inference.run`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.models import build_model
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.infer import (
+from shardgnn.train.inference.run import (
     InferRun,
     load_model_weights,
     load_typed_rows,
@@ -173,15 +173,13 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     type in original (typed) ids, ``OUT/<type>/embeddings.npy`` (the last layer's input) and, for
     the labelled type, ``logits.npy`` and ``predictions.npy``; and their tables keyed by the
     type's own ids (``OUT/<type>/embeddings.csv``, ``predictions.csv``)."""
-    from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
-    from shardgnn.partition.hetero import TypedPartitionBook
+    from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
     from shardgnn.store.dist_feature import DistFeatureStore
 
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
     chunk_rows, table_format = run.chunk_rows, run.table_format
 
-    hetero = pset.meta["hetero"]
-    typed = TypedPartitionBook(hetero, pset.book.boundaries)
+    typed = pset.typed_book
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     part = pset.load_part(ctx.rank)
     weights, tables = load_typed_rows(checkpoint)
@@ -224,7 +222,7 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     splits = {split: getattr(part, f"{split}_idx") for split in ("train", "val", "test")}
     totals, comm_summed = sum_over_ranks(comm, seconds, (predictions, part.y, splits))
     # per node type, its rows of every rank in original typed ids
-    target = hetero.get("target_type")
+    target = typed.target_type
     rows, placement = {}, {}
     for t, name in enumerate(typed.node_types):
         lo, hi = int(bounds[t]) - start, int(bounds[t + 1]) - start

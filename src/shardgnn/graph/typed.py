@@ -31,14 +31,14 @@ from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import index_dtype
 from shardgnn.graph.io import (
-    HETERO_FORMAT,
+    TYPED_GRAPH_FORMAT,
     load_node_ids,
     load_npy,
     read_class_names,
     save_node_ids,
 )
 
-HETERO_FORMAT_VERSION = 1
+TYPED_GRAPH_FORMAT_VERSION = 1
 TRIPLE_SPLITS = ("train", "valid", "test")
 _LABEL_ARRAYS = ("y", "train_idx", "val_idx", "test_idx")
 
@@ -48,7 +48,7 @@ Relation = tuple[str, str, str]
 
 def reverse_relations(relations) -> tuple[Relation, ...]:
     """``(d, rev_r, s)`` for every relation ``(s, r, d)``: the relations of the reversed edges
-    (:meth:`HeteroGraph.with_reverse_relations` appends them, relation ``r`` reversed is
+    (:meth:`TypedGraph.with_reverse_relations` appends them, relation ``r`` reversed is
     ``r + R``)."""
     return tuple((d, f"rev_{name}", s) for s, name, d in relations)
 
@@ -84,7 +84,7 @@ def _etype_dtype(num_relations: int) -> np.dtype:
 
 
 @dataclasses.dataclass(kw_only=True)
-class HeteroGraph:
+class TypedGraph:
     """Typed nodes and edges as one in-edge CSR over global ids with a relation id per edge.
 
     Attributes:
@@ -136,7 +136,7 @@ class HeteroGraph:
         num_nodes: dict[str, int],
         edges: dict[Relation, tuple[np.ndarray, np.ndarray]],
         **fields: Any,
-    ) -> "HeteroGraph":
+    ) -> "TypedGraph":
         """Build from per-type node counts and per-relation ``(src, dst)`` arrays of *local* ids
         (the form of PyG's ``HeteroData`` and of typed edge tables)."""
         node_types = tuple(num_nodes)
@@ -179,7 +179,7 @@ class HeteroGraph:
         dst: np.ndarray,
         etype: np.ndarray,
         **fields: Any,
-    ) -> "HeteroGraph":
+    ) -> "TypedGraph":
         """Build from global-id edge arrays and their relation ids (order kept within a
         (destination, relation) group)."""
         num_nodes = int(type_offsets[-1])
@@ -199,7 +199,7 @@ class HeteroGraph:
         return graph.validate()
 
     @classmethod
-    def from_pyg(cls, data: Any, name: str = "pyg-hetero") -> "HeteroGraph":
+    def from_pyg(cls, data: Any, name: str = "pyg-hetero") -> "TypedGraph":
         """Convert a ``torch_geometric.data.HeteroData``: every node type with its count (and
         ``x`` when present), every edge type with its ``edge_index``."""
         num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
@@ -230,7 +230,7 @@ class HeteroGraph:
             data[rel].edge_index = torch.from_numpy(np.stack([s, d]).astype(np.int64))
         return data
 
-    def with_reverse_relations(self) -> "HeteroGraph":
+    def with_reverse_relations(self) -> "TypedGraph":
         """This graph plus, for every relation ``(s, r, d)``, a relation ``(d, rev_r, s)`` holding
         each edge reversed (PyG's ``ToUndirected`` on typed graphs): messages, and sampled
         neighbourhoods, then reach every node type from every side of its relations."""
@@ -238,7 +238,7 @@ class HeteroGraph:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for key in ("node_types", "type_offsets", "relations", "indptr", "indices", "etype"):
             del fields[key]
-        return HeteroGraph.from_global_edges(
+        return TypedGraph.from_global_edges(
             self.node_types,
             self.type_offsets,
             self.relations + reverse,
@@ -316,7 +316,7 @@ class HeteroGraph:
         )
 
     # ------------------------------------------------------------------ checks
-    def validate(self, source: str | os.PathLike | None = None) -> "HeteroGraph":
+    def validate(self, source: str | os.PathLike | None = None) -> "TypedGraph":
         """Check every invariant; raise :class:`DatasetError` naming ``source`` otherwise."""
 
         def fail(problem: str) -> None:
@@ -401,7 +401,7 @@ class HeteroGraph:
 
 
 # ---------------------------------------------------------------------- graph directory
-def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bool = False) -> Path:
+def save_typed_graph(graph: TypedGraph, path: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write ``graph`` to directory ``path`` atomically: ``meta.json`` (types, relations, names,
     class names) and one ``.npy`` per array; the user's ids of type ``t`` (the ``t``-th node
     type) in ``node_ids.<t>.npy``, recorded in ``meta.json["node_ids"]`` by type name."""
@@ -421,8 +421,8 @@ def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bo
         for key, value in arrays.items():
             save_npy(tmp / f"{key}.npy", value)
         meta = {
-            "format": HETERO_FORMAT,
-            "version": HETERO_FORMAT_VERSION,
+            "format": TYPED_GRAPH_FORMAT,
+            "version": TYPED_GRAPH_FORMAT_VERSION,
             "name": graph.name,
             "node_types": list(graph.node_types),
             "relations": [list(r) for r in graph.relations],
@@ -445,8 +445,8 @@ def save_hetero_graph(graph: HeteroGraph, path: str | os.PathLike, overwrite: bo
     return path
 
 
-def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
-    """Load a directory written by :func:`save_hetero_graph`, checking every array against
+def load_typed_graph(path: str | os.PathLike) -> TypedGraph:
+    """Load a directory written by :func:`save_typed_graph`, checking every array against
     ``meta.json`` and every graph invariant."""
     path = Path(path)
     meta_path = path / "meta.json"
@@ -457,11 +457,11 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
     except (OSError, ValueError) as exc:
         raise DatasetError(f"meta.json is unreadable ({exc})", meta_path) from None
     if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
-        HETERO_FORMAT,
-        HETERO_FORMAT_VERSION,
+        TYPED_GRAPH_FORMAT,
+        TYPED_GRAPH_FORMAT_VERSION,
     ):
         raise DatasetError(
-            f"not a {HETERO_FORMAT!r} version {HETERO_FORMAT_VERSION} directory",
+            f"not a {TYPED_GRAPH_FORMAT!r} version {TYPED_GRAPH_FORMAT_VERSION} directory",
             meta_path,
             "re-create the directory with this version of shardgnn",
         )
@@ -506,7 +506,7 @@ def load_hetero_graph(path: str | os.PathLike) -> HeteroGraph:
             triples[which] = array
         elif key not in _LABEL_ARRAYS + ("type_offsets", "indptr", "indices", "etype"):
             raise DatasetError(f"unknown array {key!r} in meta.json", meta_path)
-    graph = HeteroGraph(
+    graph = TypedGraph(
         node_types=node_types,
         type_offsets=arrays["type_offsets"],
         relations=relations,

@@ -1,11 +1,11 @@
 """Partitioning typed graphs: all node types together, each type balanced on its own, and the
 (type, id) <-> (part, local row) book in ``P x (T + 1)`` numbers.
 
-A :class:`~shardgnn.graph.hetero.HeteroGraph` is one CSR over global ids plus a relation per
+A :class:`~shardgnn.graph.typed.TypedGraph` is one CSR over global ids plus a relation per
 edge, so it partitions as a homogeneous graph (METIS, streaming, random) whose vertex weights
 have one column per node type (METIS multi-constraint: no part gets all the papers and none of
 the authors). The partition directory is the ordinary format plus ``etype.npy`` per part and
-``meta.json["hetero"]``; :class:`TypedPartitionBook` reads it back.
+``meta.json["typed"]``; :class:`TypedPartitionBook` reads it back.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.hetero import HeteroGraph
-from shardgnn.partition.book import PartitionBook
+from shardgnn.graph.typed import TypedGraph
+from shardgnn.partition.book import TypedPartitionBook
 from shardgnn.partition.format import PartitionSet, read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, PartitionResult, partition_graph
+from shardgnn.partition.sections import TypedSection
 
 
-def homogeneous_view(graph: HeteroGraph) -> Graph:
+def homogeneous_view(graph: TypedGraph) -> Graph:
     """The typed graph's CSR as a plain graph (no copy of the edges): the target type's labels
     (``-1`` on every other node) and splits in global ids (METIS's ``train`` balance constraint;
     the splits and labels each part stores)."""
@@ -40,7 +41,7 @@ def homogeneous_view(graph: HeteroGraph) -> Graph:
     return Graph(indptr=graph.indptr, indices=graph.indices, name=graph.name, **fields)
 
 
-def partition_hetero(graph: HeteroGraph, config: PartitionConfig) -> PartitionResult:
+def partition_typed_graph(graph: TypedGraph, config: PartitionConfig) -> PartitionResult:
     """Partition every node type together; METIS balances each type separately."""
     node_type = graph.node_type_of(np.arange(graph.num_nodes)).astype(np.int64)
     result = partition_graph(homogeneous_view(graph), config, node_type=node_type)
@@ -48,7 +49,7 @@ def partition_hetero(graph: HeteroGraph, config: PartitionConfig) -> PartitionRe
     return result
 
 
-def typed_metrics(graph: HeteroGraph, assignment: np.ndarray, num_parts: int) -> dict:
+def typed_metrics(graph: TypedGraph, assignment: np.ndarray, num_parts: int) -> dict:
     """Partition quality by relation (edges, cut edges and their share) and by node type (nodes
     per part and balance, max over mean): what the homogeneous metrics sum up."""
     assignment = np.asarray(assignment)
@@ -76,8 +77,8 @@ def typed_metrics(graph: HeteroGraph, assignment: np.ndarray, num_parts: int) ->
     return {"relations": relations, "node_types": node_types}
 
 
-def write_hetero_partitions(
-    graph: HeteroGraph,
+def write_typed_partitions(
+    graph: TypedGraph,
     assignment: np.ndarray,
     out_dir: str | os.PathLike,
     *,
@@ -92,6 +93,21 @@ def write_hetero_partitions(
     types' bounds per part, the user's ids of every type that has them and the class names, and
     the quality by relation and node type (:func:`typed_metrics`).
     ``write_options``: more of :func:`write_partitions`' arguments (metrics, progress...)."""
+    num_parts = write_options.get("num_parts") or int(np.max(assignment)) + 1
+    typed = TypedSection(
+        edge_type=graph.etype,
+        node_types=tuple(graph.node_types),
+        type_offsets=np.asarray(graph.type_offsets),
+        relations=tuple(graph.relations),
+        target_type=graph.target_type,
+        type_features={graph.node_types.index(t): x for t, x in graph.x.items()},
+        type_node_ids={
+            t: ids
+            for t, name in enumerate(graph.node_types)
+            if (ids := graph.original_ids(name)) is not None
+        },
+        metrics=typed_metrics(graph, assignment, num_parts),
+    )
     return write_partitions(
         homogeneous_view(graph),
         assignment,
@@ -100,115 +116,47 @@ def write_hetero_partitions(
         settings=settings,
         overwrite=overwrite,
         dataset_spec=dataset_spec,
-        edge_type=graph.etype,
-        hetero={
-            "node_types": graph.node_types,
-            "type_offsets": graph.type_offsets,
-            "relations": graph.relations,
-            "target_type": graph.target_type,
-            "metrics": typed_metrics(
-                graph, assignment, write_options.get("num_parts") or int(np.max(assignment)) + 1
-            ),
-        },
-        type_features={graph.node_types.index(t): x for t, x in graph.x.items()},
-        type_node_ids={
-            t: ids
-            for t, name in enumerate(graph.node_types)
-            if (ids := graph.original_ids(name)) is not None
-        },
+        sections=(typed,),
         **write_options,
     )
 
 
 def partition_for_training(
-    graph: HeteroGraph, config: PartitionConfig, out_dir: str | os.PathLike, **write_options
-) -> tuple[HeteroGraph, PartitionResult, PartitionSet]:
+    graph: TypedGraph, config: PartitionConfig, out_dir: str | os.PathLike, **write_options
+) -> tuple[TypedGraph, PartitionResult, PartitionSet]:
     """Partition ``graph`` as typed training reads it and write the directory: every relation
     and its reverse (R-GCN and heterogeneous SAGE pass messages both ways along a relation, so
     each part holds its nodes' in-edges of both directions), every node type balanced.
     Returns the graph that was partitioned (with the reverses), the partition and the
-    directory (``write_options``: :func:`write_hetero_partitions`' keyword arguments)."""
+    directory (``write_options``: :func:`write_typed_partitions`' keyword arguments)."""
     typed = graph.with_reverse_relations()
-    result = partition_hetero(typed, config)
-    pset = write_hetero_partitions(
+    result = partition_typed_graph(typed, config)
+    pset = write_typed_partitions(
         typed, result.assignment, out_dir, method=result.method, settings=result.settings,
         seconds=result.seconds, **write_options,
     )  # fmt: skip
     return typed, result, pset
 
 
-class TypedPartitionBook:
-    """Which part holds ``(type, id)``, and which type a new id has: ``P x (T + 1)`` bounds.
-
-    Inside part ``p`` the new ids of type ``t`` are ``[type_bounds[p, t], type_bounds[p, t + 1])``
-    (the last bound of a part is its end). A node's rank among its type's nodes in new-id order
-    (part by part) is its *typed new id*; ``(type, typed new id) -> global new id`` is a search
-    over ``P`` cumulative counts."""
-
-    def __init__(self, hetero: dict, boundaries: np.ndarray):
-        self.node_types = tuple(hetero["node_types"])
-        self.relations = tuple(tuple(r) for r in hetero["relations"])
-        self.type_offsets = np.asarray(hetero["type_offsets"], dtype=np.int64)  # original ids
-        features = hetero.get("features") or {}
-        # the feature width of every type (0: featureless)
-        self.feature_widths = [int(features.get(str(t), 0)) for t in range(len(self.node_types))]
-        bounds = np.asarray(hetero["type_bounds"], dtype=np.int64)  # [P, T + 1]
-        num_types = len(self.node_types)
-        if bounds.shape != (len(boundaries) - 1, num_types + 1):
-            raise DatasetError(
-                f"meta.json hetero.type_bounds has shape {bounds.shape}, expected "
-                f"({len(boundaries) - 1}, {num_types + 1})"
-            )
-        self.type_bounds = bounds
-        self.boundaries = np.asarray(boundaries, dtype=np.int64)
-        counts = np.diff(bounds, axis=1)  # [P, T] nodes of each type per part
-        # typed_start[p, t]: typed new id of the first type-t node of part p
-        self.typed_start = np.vstack([np.zeros((1, num_types), np.int64), np.cumsum(counts, 0)])
-
-    def type_of(self, new_ids: np.ndarray) -> np.ndarray:
-        """The type index of every new id."""
-        flat = self.type_bounds[:, :-1].reshape(-1)  # ascending: parts, then types
-        return (np.searchsorted(flat, np.asarray(new_ids), side="right") - 1) % len(self.node_types)
-
-    def typed_id(self, new_ids: np.ndarray, t: int) -> np.ndarray:
-        """Typed new ids of ``new_ids``, every one a node of type index ``t``."""
-        new_ids = np.asarray(new_ids, dtype=np.int64)
-        part = np.searchsorted(self.boundaries[1:], new_ids, side="right")
-        return new_ids - self.type_bounds[part, t] + self.typed_start[part, t]
-
-    def type_book(self, t: int) -> PartitionBook:
-        """The partition book of type index ``t``'s nodes by typed new id (part ``p`` owns
-        ``[typed_start[p, t], typed_start[p + 1, t])``): per-type rows (features, learnt rows)
-        are fetched and owned through it."""
-        return PartitionBook(self.typed_start[:, t])
-
-    def new_id(self, node_type: str, typed_ids: np.ndarray) -> np.ndarray:
-        """Global new ids of ``node_type``'s nodes by typed new id."""
-        t = self.node_types.index(node_type)
-        typed_ids = np.asarray(typed_ids, dtype=np.int64)
-        part = np.searchsorted(self.typed_start[1:, t], typed_ids, side="right")
-        return self.type_bounds[part, t] + typed_ids - self.typed_start[part, t]
-
-
 def typed_book(path: str | os.PathLike) -> TypedPartitionBook:
     """The typed partition book of a partition directory written by
-    :func:`write_hetero_partitions`."""
+    :func:`write_typed_partitions`."""
     pset = read_partitions(path, verify=False)
-    hetero = pset.meta.get("hetero")
+    hetero = pset.meta.get("typed")
     if not hetero:
         raise DatasetError(
             "holds an untyped graph (no hetero section in meta.json)",
             pset.path,
-            "partition a typed graph with write_hetero_partitions",
+            "partition a typed graph with write_typed_partitions",
         )
     return TypedPartitionBook(hetero, pset.book.boundaries)
 
 
-def reassemble_hetero(path: str | os.PathLike, *, verify: bool = True) -> HeteroGraph:
+def reassemble_typed(path: str | os.PathLike, *, verify: bool = True) -> TypedGraph:
     """The typed graph in ORIGINAL ids, rebuilt from the parts (the inverse of
-    :func:`write_hetero_partitions`: a round trip gives back the same CSR and relations)."""
+    :func:`write_typed_partitions`: a round trip gives back the same CSR and relations)."""
     pset = read_partitions(path, verify=verify)
-    hetero = pset.meta.get("hetero")
+    hetero = pset.meta.get("typed")
     if not hetero:
         raise DatasetError("holds an untyped graph (no hetero section in meta.json)", pset.path)
     new = pset.reassemble()
@@ -224,7 +172,7 @@ def reassemble_hetero(path: str | os.PathLike, *, verify: bool = True) -> Hetero
         t = int(key)
         x_t = np.zeros((int(offsets[t + 1] - offsets[t]), dim), dtype=np.float32)
         for p in range(pset.num_parts):
-            lo, hi = (int(b) for b in pset.meta["hetero"]["type_bounds"][p][t : t + 2])
+            lo, hi = (int(b) for b in pset.meta["typed"]["type_bounds"][p][t : t + 2])
             x_t[orig[lo:hi] - offsets[t]] = pset.load_part(p, mmap=True).type_x[t]
         fields["x"][node_types[t]] = x_t
     target = hetero.get("target_type")
@@ -238,7 +186,7 @@ def reassemble_hetero(path: str | os.PathLike, *, verify: bool = True) -> Hetero
             idx = getattr(new, key)
             if idx is not None:
                 fields[key] = np.sort(orig[np.asarray(idx)] - offsets[t])
-    return HeteroGraph.from_global_edges(
+    return TypedGraph.from_global_edges(
         node_types,
         offsets,
         tuple(tuple(r) for r in hetero["relations"]),

@@ -12,13 +12,13 @@ import torch
 
 from shardgnn.graph.synthetic_hetero import AcademicConfig, generate_academic
 from shardgnn.partition.format import reassemble
-from shardgnn.partition.hetero import (
-    partition_hetero,
-    reassemble_hetero,
-    typed_book,
-    write_hetero_partitions,
-)
 from shardgnn.partition.methods import PartitionConfig
+from shardgnn.partition.typed import (
+    partition_typed_graph,
+    reassemble_typed,
+    typed_book,
+    write_typed_partitions,
+)
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 
 from distributed_helpers import run_workers
@@ -33,8 +33,8 @@ def academic():
 
 
 def write(graph, path, parts, method="metis"):
-    result = partition_hetero(graph, PartitionConfig(num_parts=parts, method=method, seed=0))
-    write_hetero_partitions(
+    result = partition_typed_graph(graph, PartitionConfig(num_parts=parts, method=method, seed=0))
+    write_typed_partitions(
         graph, result.assignment, path, method=result.method, settings=result.settings
     )
     return str(path), result
@@ -50,7 +50,7 @@ def edge_list(graph):
 )
 def test_typed_partitions_round_trip_and_balance_every_type(tmp_path, academic, parts, method):
     path, result = write(academic, tmp_path / "p", parts, method)
-    back = reassemble_hetero(path)
+    back = reassemble_typed(path)
     assert back.relations == academic.relations and back.node_types == academic.node_types
     np.testing.assert_array_equal(back.type_offsets, academic.type_offsets)
     np.testing.assert_array_equal(edge_list(back), edge_list(academic))
@@ -86,8 +86,8 @@ def test_typed_partitions_round_trip_and_balance_every_type(tmp_path, academic, 
 
 def _typed_sample(ctx, path, fanouts_LR, seed_lists, sample_seed):
     from shardgnn.distributed.comm import Communicator
-    from shardgnn.sampling.distributed import DistTypedNeighborSampler
-    from shardgnn.sampling.walks import dist_metapath_walks
+    from shardgnn.sampling.dist_neighbor import DistTypedNeighborSampler
+    from shardgnn.sampling.dist_walks import dist_metapath_walks
     from shardgnn.store.dist_graph import DistGraphStore
 
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
@@ -242,14 +242,14 @@ def test_distributed_rgcn_two_workers_match_one_and_infer_layer_wise(labelled, t
 
 def _check_inference(path, checkpoint, out):
     from shardgnn.cli import main
-    from shardgnn.nn.rgcn import layerwise_forward, partitioned_node_model
+    from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
     from shardgnn.train.checkpoint import read_checkpoint_meta
     from shardgnn.train.config import TrainConfig
-    from shardgnn.train.infer import load_typed_rows, resolve_checkpoint
+    from shardgnn.train.inference import load_typed_rows, resolve_checkpoint
 
     assert main(["infer", "--checkpoint", str(checkpoint), "--partitions", path,
                  "--out", str(out), "--chunk-rows", "300"]) == 0  # fmt: skip
-    graph = reassemble_hetero(path)  # original ids
+    graph = reassemble_typed(path)  # original ids
     resolved = resolve_checkpoint(checkpoint)
     config = TrainConfig.from_dict(read_checkpoint_meta(resolved)["config"])
     weights, tables = load_typed_rows(resolved)

@@ -31,7 +31,7 @@ from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.partition.book import PartitionBook
 from shardgnn.precision import precision_context
-from shardgnn.sampling.distributed import DistNeighborSampler
+from shardgnn.sampling.dist_neighbor import DistNeighborSampler
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.embedding import input_store

@@ -26,7 +26,7 @@ from shardgnn.loader.pipeline import (
 )
 from shardgnn.nn.models import build_model
 from shardgnn.precision import precision_context
-from shardgnn.sampling.distributed import DistNeighborSampler
+from shardgnn.sampling.dist_neighbor import DistNeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.embedding import input_store

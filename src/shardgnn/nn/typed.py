@@ -26,7 +26,7 @@ from shardgnn.sampling.kernels import relabel
 
 
 @dataclasses.dataclass
-class RelationalMessageGraph:
+class TypedMessageGraph:
     """Typed edges ``src -> dst`` grouped by relation, with R-GCN's per-relation mean weights.
 
     ``order_E`` lists the edges relation by relation (``group_sizes[r]`` of relation ``r``), so a
@@ -58,7 +58,7 @@ class RelationalMessageGraph:
         device: torch.device | str = "cpu",
         num_dst: int | None = None,
         dst_type: np.ndarray | None = None,
-    ) -> "RelationalMessageGraph":
+    ) -> "TypedMessageGraph":
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         etype = np.asarray(etype, np.int64)
         order = np.argsort(etype, kind="stable")
@@ -84,13 +84,13 @@ class RelationalMessageGraph:
 
 def block_message_graph(
     block, num_relations: int, device: torch.device | str = "cpu", node_type_of=None
-) -> RelationalMessageGraph:
+) -> TypedMessageGraph:
     """The message graph of a sampled typed block (local ids; its destinations are the first
     ``num_dst`` sources; ``block.edge_type_E``: the relation of each of its edges).
     ``node_type_of``: global ids -> node types, to record the destinations' types."""
     assert block.edge_type_E is not None, "a typed sampler sets the edges' relations"
     dst = np.repeat(np.arange(block.num_dst, dtype=np.int64), np.diff(block.indptr_D1.numpy()))
-    return RelationalMessageGraph.from_edges(
+    return TypedMessageGraph.from_edges(
         block.indices_E.numpy(),
         dst,
         block.edge_type_E.numpy(),
@@ -137,7 +137,7 @@ class RGCNConv(nn.Module):
 
     def forward(
         self,
-        graph: RelationalMessageGraph,
+        graph: TypedMessageGraph,
         x_SI: torch.Tensor,
         transform_all: bool | None = None,
     ) -> torch.Tensor:
@@ -150,7 +150,7 @@ class RGCNConv(nn.Module):
 
 
 def relation_messages(
-    graph: RelationalMessageGraph,
+    graph: TypedMessageGraph,
     x_SI: torch.Tensor,
     weight_RIO: torch.Tensor,
     transform_all: bool | None = None,
@@ -183,7 +183,7 @@ def relation_messages(
     return torch.cat(parts) if parts else x_SI.new_zeros(0, o)
 
 
-class HeteroSAGEConv(nn.Module):
+class TypedSAGEConv(nn.Module):
     """Heterogeneous GraphSAGE: a SAGE aggregator per relation, summed per destination type
     (PyG's ``HeteroConv({rel: SAGEConv(...)}, aggr="sum")``; a test checks the two agree)::
 
@@ -207,7 +207,7 @@ class HeteroSAGEConv(nn.Module):
         for matrix_IO in (*self.neigh_RIO, *self.root_RIO):  # Glorot per [I, O] matrix
             nn.init.xavier_uniform_(matrix_IO)
 
-    def forward(self, graph: RelationalMessageGraph, x_SI: torch.Tensor) -> torch.Tensor:
+    def forward(self, graph: TypedMessageGraph, x_SI: torch.Tensor) -> torch.Tensor:
         assert graph.num_relations == self.num_relations, (graph.num_relations, self.num_relations)
         assert graph.dst_type_D is not None, "heterogeneous SAGE needs the destinations' types"
         t, (_, i, o) = self.num_types, self.root_RIO.shape
@@ -225,7 +225,7 @@ class HeteroSAGEConv(nn.Module):
 
 
 class RGCN(nn.Module):
-    """A stack of :class:`RGCNConv` layers, or of :class:`HeteroSAGEConv` layers (``conv``
+    """A stack of :class:`RGCNConv` layers, or of :class:`TypedSAGEConv` layers (``conv``
     ``hetero-sage``: needs ``relation_dst_types`` and ``num_types``), ReLU and dropout between
     them, over learnable entity embeddings or over given rows."""
 
@@ -252,7 +252,7 @@ class RGCN(nn.Module):
         if conv == "hetero-sage":
             assert relation_dst_types is not None and len(relation_dst_types) == num_relations
             self.convs = nn.ModuleList(
-                HeteroSAGEConv(a, b, relation_dst_types, num_types)
+                TypedSAGEConv(a, b, relation_dst_types, num_types)
                 for a, b in zip(widths[:-1], widths[1:])
             )
         else:
@@ -268,7 +268,7 @@ class RGCN(nn.Module):
 
     def forward(
         self,
-        graph: RelationalMessageGraph | list[RelationalMessageGraph],
+        graph: TypedMessageGraph | list[TypedMessageGraph],
         x_NI: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One message graph for every layer (full graph), or one per layer (sampled blocks,
@@ -284,7 +284,7 @@ class RGCN(nn.Module):
         return h
 
 
-def relational_encoder(
+def typed_encoder(
     model,
     relations,
     node_types,
@@ -313,15 +313,15 @@ def relational_encoder(
     )
 
 
-def partitioned_node_model(model, typed, num_classes: int) -> "RelationalNodeModel":
+def partitioned_node_model(model, typed, num_classes: int) -> "TypedNodeModel":
     """The node classifier of a typed partition (``typed``: its
-    :class:`~shardgnn.partition.hetero.TypedPartitionBook`: node types and sizes, relations,
+    :class:`~shardgnn.partition.typed.TypedPartitionBook`: node types and sizes, relations,
     featured types' widths): projections for featured types, the ``--model`` stack;
     featureless types' rows are given with each batch (sharded learnt rows)."""
-    encoder = relational_encoder(model, typed.relations, typed.node_types, out_dim=num_classes)
+    encoder = typed_encoder(model, typed.relations, typed.node_types, out_dim=num_classes)
     sizes = np.diff(typed.type_offsets).tolist()
     typed_input = TypedInput(sizes, typed.feature_widths, model.hidden, learn_rows=False)
-    return RelationalNodeModel(typed_input, encoder, model.input_dropout)
+    return TypedNodeModel(typed_input, encoder, model.input_dropout)
 
 
 class DistMult(nn.Module):
@@ -343,14 +343,14 @@ class DistMult(nn.Module):
         return (e_QD * self.rel_RD[r_Q]) @ ent_ND.T
 
 
-class RelationalLinkModel(nn.Module):
+class TypedLinkModel(nn.Module):
     """R-GCN encoder + DistMult decoder (Schlichtkrull et al.'s link-prediction model)."""
 
     def __init__(self, encoder: RGCN, decoder: DistMult):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 
-    def forward(self, graph: RelationalMessageGraph) -> torch.Tensor:
+    def forward(self, graph: TypedMessageGraph) -> torch.Tensor:
         return self.encoder(graph)
 
 
@@ -389,6 +389,13 @@ class TypedInput(nn.Module):
 
     def rows_of(self, ids_S: torch.Tensor, features: dict[int, torch.Tensor]) -> torch.Tensor:
         """The rows of global ids ``ids_S`` only (a sampled batch's input nodes)."""
+        return self.assemble(self.raw_rows(ids_S, features))
+
+    def raw_rows(
+        self, ids_S: torch.Tensor, features: dict[int, torch.Tensor]
+    ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """The raw rows of global ids ``ids_S`` by type, as :meth:`assemble` takes them: the
+        featured types' feature rows, the others' learnt rows (held here)."""
         offsets = torch.tensor([0, *np.cumsum(self.type_sizes)], device=ids_S.device)
         type_S = torch.searchsorted(offsets, ids_S, right=True) - 1
         by_type = {}
@@ -400,7 +407,7 @@ class TypedInput(nn.Module):
                 where,
                 features[t][local] if key in self.project else self.rows[key][local],
             )
-        return self.assemble(by_type)
+        return by_type
 
     def assemble(self, by_type: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """A batch's input rows from its nodes grouped by type: ``by_type[t] = (positions,
@@ -417,7 +424,7 @@ class TypedInput(nn.Module):
         return out_SD[torch.argsort(torch.cat(order))]
 
 
-class RelationalNodeModel(nn.Module):
+class TypedNodeModel(nn.Module):
     """Node classification on a typed graph: typed input rows, then R-GCN layers whose last
     gives class logits."""
 
@@ -425,15 +432,13 @@ class RelationalNodeModel(nn.Module):
         super().__init__()
         self.typed_input, self.encoder, self.input_dropout = typed_input, encoder, input_dropout
 
-    def forward(
-        self, graph: RelationalMessageGraph, features: dict[int, torch.Tensor]
-    ) -> torch.Tensor:
+    def forward(self, graph: TypedMessageGraph, features: dict[int, torch.Tensor]) -> torch.Tensor:
         x_NI = F.dropout(self.typed_input(features), self.input_dropout, self.training)
         return self.encoder(graph, x_NI)
 
     def forward_blocks(
         self,
-        graphs: list[RelationalMessageGraph],
+        graphs: list[TypedMessageGraph],
         input_nodes_S: torch.Tensor,
         features: dict[int, torch.Tensor],
     ) -> torch.Tensor:
@@ -442,14 +447,14 @@ class RelationalNodeModel(nn.Module):
 
     def forward_typed_rows(
         self,
-        graphs: list[RelationalMessageGraph],
+        graphs: list[TypedMessageGraph],
         by_type: dict[int, tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
         """Logits of a sampled batch's seeds from its input nodes' raw rows by type
         (:meth:`TypedInput.assemble`: distributed training fetches them itself)."""
         return self._encode(graphs, self.typed_input.assemble(by_type))
 
-    def _encode(self, graphs: list[RelationalMessageGraph], x_SI: torch.Tensor) -> torch.Tensor:
+    def _encode(self, graphs: list[TypedMessageGraph], x_SI: torch.Tensor) -> torch.Tensor:
         x_SI = F.dropout(x_SI, self.input_dropout, self.training)
         return self.encoder(graphs, x_SI)
 
@@ -501,7 +506,7 @@ def layerwise_forward(
             if b == a:
                 continue
             local_dst = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(indptr[a : b + 1]))
-            graph = RelationalMessageGraph.from_edges(
+            graph = TypedMessageGraph.from_edges(
                 local_src, local_dst, etype[lo:hi], len(nodes), conv.num_relations, x_NI.device,
                 b - a, node_type_of(dst_ids),
             )  # fmt: skip

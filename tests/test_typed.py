@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.hetero import (
-    HeteroGraph,
-    load_hetero_graph,
-    save_hetero_graph,
+from shardgnn.graph.kg import load_kg_triples
+from shardgnn.graph.typed import (
+    TypedGraph,
+    load_typed_graph,
+    save_typed_graph,
     with_reverse_edges,
 )
-from shardgnn.graph.kg import load_kg_triples
-from shardgnn.nn.rgcn import RelationalMessageGraph, RGCNConv
+from shardgnn.nn.typed import RGCNConv, TypedMessageGraph
 from shardgnn.train.linkmetrics import AnswerIndex, both_directions, filtered_ranks, rank_metrics
 
 from conftest import SHARED_DATA, requires_shared_data
@@ -30,13 +30,13 @@ ACADEMIC = {
 COUNTS = {"author": 3, "paper": 3, "field": 2}
 
 
-def academic() -> HeteroGraph:
+def academic() -> TypedGraph:
     rng = np.random.default_rng(0)
     x = {"paper": rng.standard_normal((3, 4)).astype(np.float32)}
-    return HeteroGraph.from_typed_edges(COUNTS, ACADEMIC, x=x, name="tiny-academic")
+    return TypedGraph.from_typed_edges(COUNTS, ACADEMIC, x=x, name="tiny-academic")
 
 
-def typed_edge_set(graph: HeteroGraph) -> set:
+def typed_edge_set(graph: TypedGraph) -> set:
     src, dst, etype = graph.edge_arrays()
     return set(zip(src.tolist(), dst.tolist(), etype.tolist()))
 
@@ -63,7 +63,7 @@ def test_typed_edges_become_one_csr_with_relation_ids():
 
 def test_pyg_heterodata_round_trip():
     g = academic()
-    back = HeteroGraph.from_pyg(g.to_pyg(), name=g.name)
+    back = TypedGraph.from_pyg(g.to_pyg(), name=g.name)
     assert back.node_types == g.node_types and back.relations == g.relations
     assert typed_edge_set(back) == typed_edge_set(g)
     np.testing.assert_array_equal(back.x["paper"], g.x["paper"])
@@ -71,7 +71,7 @@ def test_pyg_heterodata_round_trip():
 
 def test_graph_directory_round_trip(tmp_path):
     g = academic()
-    loaded = load_hetero_graph(save_hetero_graph(g, tmp_path / "g"))
+    loaded = load_typed_graph(save_typed_graph(g, tmp_path / "g"))
     for key in ("type_offsets", "indptr", "indices", "etype"):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(g, key))
         assert getattr(loaded, key).dtype == getattr(g, key).dtype
@@ -82,24 +82,24 @@ def test_graph_directory_round_trip(tmp_path):
 def test_a_typed_directory_named_as_a_plain_graph_says_how_to_name_it(tmp_path):
     from shardgnn.graph.datasets import load_dataset
 
-    path = save_hetero_graph(academic(), tmp_path / "g")
+    path = save_typed_graph(academic(), tmp_path / "g")
     with pytest.raises(DatasetError, match=f"name it as hetero:{path}"):
         load_dataset(f"graph:{path}")
-    assert load_hetero_graph(path).num_nodes == 8
+    assert load_typed_graph(path).num_nodes == 8
 
 
 def test_damaged_directory_is_refused(tmp_path):
-    path = save_hetero_graph(academic(), tmp_path / "g")
+    path = save_typed_graph(academic(), tmp_path / "g")
     np.save(path / "etype.npy", np.zeros(3, dtype=np.int16))
     with pytest.raises(DatasetError, match="etype.npy has shape"):
-        load_hetero_graph(path)
+        load_typed_graph(path)
 
 
 def test_bad_typed_edges_name_the_problem():
     with pytest.raises(DatasetError, match="has 3 nodes"):
-        HeteroGraph.from_typed_edges(COUNTS, {("author", "writes", "paper"): ([0], [3])})
+        TypedGraph.from_typed_edges(COUNTS, {("author", "writes", "paper"): ([0], [3])})
     with pytest.raises(DatasetError, match="node type 'venue'"):
-        HeteroGraph.from_typed_edges(COUNTS, {("paper", "at", "venue"): ([0], [0])})
+        TypedGraph.from_typed_edges(COUNTS, {("paper", "at", "venue"): ([0], [0])})
 
 
 # ---------------------------------------------------------------------- triples ingest
@@ -121,7 +121,7 @@ def test_triples_to_directory_and_back(tmp_path):
     np.testing.assert_array_equal(g.triples["valid"], [[1, 1, 3]])
     # the training triples are the graph's edges (head -> tail)
     assert typed_edge_set(g) == {(h, t, r) for h, r, t in g.triples["train"].tolist()}
-    loaded = load_hetero_graph(save_hetero_graph(g, tmp_path / "dir"))
+    loaded = load_typed_graph(save_typed_graph(g, tmp_path / "dir"))
     for split in ("train", "valid", "test"):
         np.testing.assert_array_equal(loaded.triples[split], g.triples[split])
     assert loaded.node_names == g.node_names
@@ -152,9 +152,9 @@ def test_bad_triples_get_one_clear_error(tmp_path, valid, match):
     ],
 )
 def test_real_knowledge_graphs_load(name, entities, relations, sizes):
-    from shardgnn.graph.datasets import load_hetero_dataset
+    from shardgnn.graph.datasets import load_typed_dataset
 
-    g = load_hetero_dataset(f"kg-{name}", SHARED_DATA)
+    g = load_typed_dataset(f"kg-{name}", SHARED_DATA)
     assert (g.num_nodes, g.num_relations) == (entities, relations)
     assert tuple(len(g.triples[s]) for s in ("train", "valid", "test")) == sizes
 
@@ -190,7 +190,7 @@ def test_rgcn_matches_dense_reference_and_pyg(num_bases, transform_all):
     conv = RGCNConv(5, 4, r, num_bases)
     with torch.no_grad():
         conv.bias_O.normal_()
-    graph = RelationalMessageGraph.from_edges(src, dst, etype, n, r)
+    graph = TypedMessageGraph.from_edges(src, dst, etype, n, r)
     x = torch.randn(n, 5, requires_grad=True)
     ours = conv(graph, x, transform_all=transform_all)
     torch.testing.assert_close(ours, dense_rgcn(conv, x, src, dst, etype), atol=1e-5, rtol=1e-5)
@@ -222,7 +222,7 @@ def test_hetero_sage_matches_pyg_heteroconv_of_sage_forward_and_backward():
     ``HeteroConv({rel: SAGEConv}, aggr="sum")`` with the same weights."""
     from torch_geometric.nn import HeteroConv, SAGEConv
 
-    from shardgnn.nn.rgcn import HeteroSAGEConv
+    from shardgnn.nn.typed import TypedSAGEConv
 
     sizes, offsets = {"a": 6, "b": 5}, {"a": 0, "b": 6}
     relations = [("a", "r0", "a"), ("b", "r1", "a"), ("a", "r2", "b"), ("b", "r3", "a")]
@@ -234,10 +234,10 @@ def test_hetero_sage_matches_pyg_heteroconv_of_sage_forward_and_backward():
     etype = np.repeat(np.arange(len(relations)), 9)
     types = np.array([0] * 6 + [1] * 5)
     torch.manual_seed(0)
-    conv = HeteroSAGEConv(3, 4, [0, 0, 1, 0], num_types=2)
+    conv = TypedSAGEConv(3, 4, [0, 0, 1, 0], num_types=2)
     with torch.no_grad():
         conv.bias_RO.normal_()
-    graph = RelationalMessageGraph.from_edges(src, dst, etype, 11, 4, dst_type=types)
+    graph = TypedMessageGraph.from_edges(src, dst, etype, 11, 4, dst_type=types)
     x = torch.randn(11, 3, requires_grad=True)
     ours = conv(graph, x)
 
@@ -418,7 +418,7 @@ def test_academic_generator_is_typed_skewed_and_deterministic(tmp_path):
     np.testing.assert_array_equal(again.indices, g.indices)
     np.testing.assert_array_equal(again.x["paper"], g.x["paper"])
     # labels and splits survive the directory round trip
-    loaded = load_hetero_graph(save_hetero_graph(g, tmp_path / "g"))
+    loaded = load_typed_graph(save_typed_graph(g, tmp_path / "g"))
     assert loaded.target_type == "paper" and loaded.num_classes == g.num_classes
     for key in ("y", "train_idx", "val_idx", "test_idx"):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(g, key))
@@ -473,7 +473,7 @@ def test_a_block_with_every_neighbour_is_the_full_graph(model):
     from shardgnn.sampling.config import SamplerConfig
     from shardgnn.train.config import OptimConfig, TrainConfig
     from shardgnn.train.epoch import EpochRun
-    from shardgnn.train.relational import RelationalNodeSteps
+    from shardgnn.train.typed import TypedNodeSteps
 
     g = small_academic(papers=600, authors=500)
     steps = {}
@@ -487,14 +487,14 @@ def test_a_block_with_every_neighbour_is_the_full_graph(model):
             optim=OptimConfig(epochs=1, lr=0.01),
             progress=False,
         )
-        steps[mode] = RelationalNodeSteps(config, g)
+        steps[mode] = TypedNodeSteps(config, g)
         loss, _ = steps[mode].train_epoch(EpochRun(0, False, None, stop_requested=lambda: False))
         steps[mode].loss = loss
-    conv = {"rgcn": "RGCNConv", "hetero-sage": "HeteroSAGEConv"}[model]
+    conv = {"rgcn": "RGCNConv", "hetero-sage": "TypedSAGEConv"}[model]
     assert type(steps["full"].model.encoder.convs[0]).__name__ == conv
     assert steps["minibatch"].loss == pytest.approx(steps["full"].loss, abs=1e-5)
     # layer-wise evaluation, in chunks of destinations, is the full-graph forward pass
-    from shardgnn.nn.rgcn import layerwise_forward
+    from shardgnn.nn.typed import layerwise_forward
 
     full_steps = steps["full"]
     full_steps.model.eval()
@@ -711,8 +711,8 @@ def test_typed_minibatch_stops_mid_epoch_on_sigterm_and_resumes_bit_exact(tmp_pa
     from shardgnn.train.checkpoint import Checkpointer
     from shardgnn.train.config import CheckpointConfig, OptimConfig, TrainConfig
     from shardgnn.train.loop import TrainingLoop
-    from shardgnn.train.relational import RelationalNodeSteps
     from shardgnn.train.single import run_training
+    from shardgnn.train.typed import TypedNodeSteps
 
     g = small_academic(papers=800, authors=600)
 
@@ -728,7 +728,7 @@ def test_typed_minibatch_stops_mid_epoch_on_sigterm_and_resumes_bit_exact(tmp_pa
         )
 
     expected = run_training(config(tmp_path / "straight"), g)
-    steps = RelationalNodeSteps(config(tmp_path / "stopped"), g)
+    steps = TypedNodeSteps(config(tmp_path / "stopped"), g)
     step, calls = steps.optimizer.step, [0]
 
     def step_and_signal(*args, **kwargs):
@@ -762,7 +762,7 @@ def test_metapath2vec_embeddings_carry_the_topics_of_the_walks():
     """Skip-gram on author -> paper -> author walks: paper embeddings predict paper topics far
     better than random rows (authors write papers of their own topic)."""
     from shardgnn.graph.synthetic_hetero import AcademicConfig, generate_academic
-    from shardgnn.nn.metapath2vec import Metapath2VecConfig, train_metapath2vec
+    from shardgnn.train.metapath2vec import Metapath2VecConfig, train_metapath2vec
 
     config = AcademicConfig(
         papers=1500, authors=1000, institutions=20, fields=20, features=4, homophily=0.9,

@@ -1,0 +1,112 @@
+"""Models of the user's own: ``--model package.module:Class`` or ``--model path/to/file.py:Class``
+(the Python API: the same string in ``ModelConfig.model``).
+
+The contract (README, "Your own model"): the class is built as ``Class(in_dim, out_dim,
+config)``, ``config`` the run's :class:`~shardgnn.nn.config.ModelConfig` (``hidden``,
+``num_layers``, ``dropout``... as given), and is a ``torch.nn.Module`` whose
+``forward(graphs, x_SF)`` takes one graph per layer, input layer first, and the input rows of
+``graphs[0]``'s source nodes, and returns ``[D, out_dim]`` for ``graphs[-1]``'s destination
+nodes (node classification: the logits; link prediction: the node embeddings the predictor
+scores). A graph is a sampled block or the whole graph: ``num_src``, ``num_dst`` (the first
+``num_dst`` source rows are the destination nodes), ``edge_index()`` (``[2, E]`` local
+``(src, dst)``, what PyG layers take with ``size=(num_src, num_dst)``) and
+:func:`shardgnn.nn.message_graph.spmm` for its normalised aggregations.
+
+Workers import the class again, so a file path must be readable on every machine (the path is
+made absolute when the config is built). Dropout inside the module draws from torch's generator
+(seeded per run), not from the per-node keys of the built-in models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from shardgnn.errors import ConfigError
+
+
+def load_user_class(spec: str) -> type:
+    """The class ``spec`` names (``package.module:Class`` or ``path/to/file.py:Class``).
+
+    Raises:
+        ConfigError: one line: the module or file cannot be imported, or it has no such class.
+    """
+    where, _, name = spec.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            path = Path(where).expanduser().resolve()
+            if not path.is_file():
+                raise ConfigError(f"--model {spec}: no such file {path}")
+            module_name = "shardgnn_user_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+            module = sys.modules.get(module_name)
+            if module is None:
+                loader_spec = importlib.util.spec_from_file_location(module_name, path)
+                assert loader_spec is not None and loader_spec.loader is not None
+                module = importlib.util.module_from_spec(loader_spec)
+                sys.modules[module_name] = module
+                loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except ConfigError:
+        raise
+    except Exception as exc:  # the user's code: any import error is theirs to fix
+        raise ConfigError(
+            f"--model {spec}: importing {where} failed ({type(exc).__name__}: {exc})"
+        ) from None
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type) or not issubclass(cls, nn.Module):
+        raise ConfigError(f"--model {spec}: {where} has no torch.nn.Module subclass {name!r}")
+    return cls
+
+
+class UserModel(nn.Module):
+    """A user's module behind what the trainers ask of a model: ``num_layers`` (one graph per
+    layer), ``use_hashed_dropout`` (nothing: the module draws its own dropout) and
+    ``forward(graphs, x, history=None)``."""
+
+    def __init__(self, module: nn.Module, num_layers: int, spec: str):
+        super().__init__()
+        self.module, self._num_layers, self.spec = module, num_layers, spec
+
+    @property
+    def num_layers(self) -> int:
+        return self._num_layers
+
+    def use_hashed_dropout(self, seed: int) -> None:
+        """Nothing to do: the module's dropout, if any, is its own (torch's generator)."""
+
+    def forward(
+        self, graphs: Sequence[Any], x_SF: torch.Tensor, history: Any = None
+    ) -> torch.Tensor:
+        if history is not None:
+            raise ConfigError(
+                f"--model {self.spec}: historical embeddings replace a layer's inputs inside "
+                "shardgnn's own models; drop --historical"
+            )
+        if len(graphs) != self._num_layers:
+            raise ValueError(f"model has {self._num_layers} layers but got {len(graphs)} graphs")
+        return self.module(list(graphs), x_SF)
+
+
+def build_user_model(spec: str, config: Any, in_dim: int, out_dim: int) -> UserModel:
+    """``Class(in_dim, out_dim, config)`` for the class ``spec`` names, behind :class:`UserModel`.
+
+    Raises:
+        ConfigError: the class cannot be loaded or built.
+    """
+    cls = load_user_class(spec)
+    try:
+        module = cls(in_dim, out_dim, config)
+    except Exception as exc:
+        raise ConfigError(
+            f"--model {spec}: {cls.__name__}(in_dim, out_dim, config) failed "
+            f"({type(exc).__name__}: {exc}); the contract: README, Your own model"
+        ) from None
+    return UserModel(module, int(config.num_layers), spec)

@@ -1,0 +1,102 @@
+"""The checks of a config against a partition directory it trains with workers, one function
+per graph kind (:data:`shardgnn.train.kinds.KINDS` names it, ``shardgnn train``'s preflight
+calls it through :func:`shardgnn.train.kinds.check_partition`): what the parts must hold for
+the chosen recipe (features, labels, a stored link split, the relations the fan-outs name), in
+one line each, before any worker starts. Each returns the config the workers get (a link run
+takes the stored split's settings)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shardgnn.errors import ConfigError
+from shardgnn.options import flag_for
+from shardgnn.train.settings import LinkConfig
+
+if TYPE_CHECKING:
+    from shardgnn.partition.format import PartitionSet
+    from shardgnn.train.config import TrainConfig
+
+
+def check_homogeneous_partition(
+    config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
+) -> TrainConfig:
+    """Features (or learnt rows), labels for node classification, something to cache, and a
+    stored split for link prediction."""
+    return _check_rows(config, pset, split_given, featureless_types=False)
+
+
+def check_typed_partition(
+    config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
+) -> TrainConfig:
+    """As a homogeneous partition, except that featureless node types learn rows; relation
+    names in ``--relation-fanouts`` name the partition's relations."""
+    from shardgnn.sampling.typed import relation_fanouts
+
+    relation_fanouts(pset.typed_book.relations, config.sampler.relation_layers())
+    return _check_rows(config, pset, split_given, featureless_types=True)
+
+
+def check_temporal_partition(
+    config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
+) -> TrainConfig:
+    """Nothing: no features, labels or stored split; the event stream beside the parts suffices
+    (the recipe's own checks ran on the config)."""
+    return config
+
+
+def _check_rows(
+    config: TrainConfig, pset: PartitionSet, split_given: Collection[str], featureless_types: bool
+) -> TrainConfig:
+    no_features = pset.meta.get("features") is None and not (
+        config.embedding.enabled or featureless_types
+    )
+    no_labels = pset.meta.get("labels") is None and config.task == "node"
+    if no_features or no_labels:
+        missing = "features" if no_features else "labels"
+        raise ConfigError(
+            f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
+            "and labels with `shardgnn convert`, or the nodes learnable rows with --embedding-dim)"
+        )
+    if (
+        pset.meta.get("features") is None
+        and config.cache.enabled
+        and config.embedding.staleness is None
+    ):
+        raise ConfigError(
+            f"--cache-policy {config.cache.policy}: {pset.path} holds no features, so there is "
+            "nothing to cache (learnable rows are cached only with a bound on their age); add "
+            "--embedding-staleness S, or drop --cache-policy"
+        )
+    if config.task == "link":
+        config = with_stored_split(config, pset.path, split_given)
+    return config
+
+
+def with_stored_split(config: TrainConfig, path: Path, given: Collection[str]) -> TrainConfig:
+    """``config`` with the edge split settings of the split stored in ``path`` (the split the
+    workers read, so results and checkpoints record it); a split setting given on the command
+    line (``given``) that differs from the stored one is refused."""
+    from shardgnn.graph.linksplit import LINK_SPLIT_DIR, read_link_split_spec
+
+    if not (path / LINK_SPLIT_DIR / "meta.json").is_file():
+        raise ConfigError(
+            f"--task link: {path} holds no link split ({LINK_SPLIT_DIR}/); partition with "
+            "`shardgnn partition DATASET --task link --parts N --out DIR`, or give the dataset "
+            "and --workers N instead of --partitions, so that the held-out edges leave the graph "
+            "before it is partitioned"
+        )
+    spec = read_link_split_spec(path / LINK_SPLIT_DIR)
+    stored = {"val": spec.val, "test": spec.test, "eval_negatives": spec.eval_negatives}
+    stored["split_seed"] = spec.seed
+    for name, value in stored.items():
+        if name in given and getattr(config.link, name) != value:
+            flag = flag_for(LinkConfig, name)
+            raise ConfigError(
+                f"{flag} {getattr(config.link, name)}: {path} holds a split made with {flag} "
+                f"{value}; drop {flag} to train on that split, or partition again with yours"
+            )
+    return dataclasses.replace(config, link=dataclasses.replace(config.link, **stored))

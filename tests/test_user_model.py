@@ -1,0 +1,123 @@
+"""A model of the user's own (``--model package.module:Class`` or ``path/to/file.py:Class``):
+built from the documented contract, trained by every homogeneous recipe, refused in one line
+where it cannot run."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from shardgnn.cli import main
+from shardgnn.errors import ConfigError
+from shardgnn.nn.config import ModelConfig, is_user_model
+from shardgnn.nn.user import UserModel
+from shardgnn.train.config import OptimConfig, TrainConfig
+from shardgnn.train.single import run_training
+
+SPEC = "synthetic:nodes=600,degree=6,classes=3,features=8"
+
+# A stack of PyG layers, as a user would write it against the contract (README, Your own model).
+PYG_STACK = textwrap.dedent(
+    """
+    from torch import nn
+    from torch_geometric.nn import SAGEConv
+
+
+    class StackedSAGE(nn.Module):
+        def __init__(self, in_dim, out_dim, config):
+            super().__init__()
+            dims = [in_dim] + [config.hidden] * (config.num_layers - 1) + [out_dim]
+            self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+            self.dropout = config.dropout
+
+        def forward(self, graphs, x):
+            h = x
+            for i, (conv, g) in enumerate(zip(self.convs, graphs)):
+                if i:
+                    h = nn.functional.dropout(h.relu(), self.dropout, self.training)
+                h = conv((h, h[: g.num_dst]), g.edge_index(), size=(g.num_src, g.num_dst))
+            return h
+
+
+    class NotAModule:
+        pass
+    """
+)
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    pytest.importorskip("torch_geometric.nn")
+    path = tmp_path / "my_models.py"
+    path.write_text(PYG_STACK)
+    return path
+
+
+def test_a_user_model_is_told_from_the_built_in_ones():
+    assert is_user_model("pkg.mod:Class") and is_user_model("a/b.py:Net")
+    assert not is_user_model("sage") and not is_user_model(":Net") and not is_user_model("m:")
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "full"])
+def test_a_model_from_a_file_trains_in_one_process(model_file, mode, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # a relative path is made absolute for the workers
+    config = TrainConfig(
+        dataset=SPEC, mode=mode, model=ModelConfig(model="my_models.py:StackedSAGE", hidden=16),
+        optim=OptimConfig(epochs=3), progress=False,
+    )  # fmt: skip
+    assert config.model.model == f"{model_file}:StackedSAGE"
+    results = run_training(config)
+    losses = [e["loss"] for e in results["epochs"]]
+    assert losses[-1] < losses[0]
+    assert results["config"]["model"]["model"] == f"{model_file}:StackedSAGE"
+
+
+def test_a_model_from_a_module_trains_link_prediction(model_file, monkeypatch):
+    monkeypatch.syspath_prepend(str(model_file.parent))
+    config = TrainConfig(
+        dataset=SPEC, task="link", model=ModelConfig(model="my_models:StackedSAGE", hidden=16),
+        optim=OptimConfig(epochs=1), progress=False,
+    )  # fmt: skip
+    results = run_training(config)
+    assert 0.0 <= results["link"]["test"]["auc"] <= 1.0
+
+
+def test_what_cannot_run_is_refused_in_one_line(model_file, tmp_path, capsys):
+    cases = [
+        ([f"{tmp_path}/absent.py:Net"], "no such file"),
+        ([f"{model_file}:NotAModule"], "has no torch.nn.Module subclass 'NotAModule'"),
+        ([f"{model_file}:Missing"], "has no torch.nn.Module subclass 'Missing'"),
+        (["no_such_package_here:Net"], "importing no_such_package_here failed"),
+        ([f"{model_file}:StackedSAGE", "--heads", "2"], "--heads does not apply"),
+        ([f"{model_file}:StackedSAGE", "--historical", "1:2"], "--historical"),
+    ]
+    for model, expected in cases:
+        argv = ["train", SPEC, "--epochs", "1", "--quiet", "--model", *model]
+        assert main(argv) == 2, model
+        err = capsys.readouterr().err.strip()
+        assert expected in err and "\n" not in err, (model, err)
+    with pytest.raises(ConfigError, match="or MODULE:CLASS"):
+        ModelConfig(model="unknown")
+
+
+def test_the_adapter_refuses_historical_inputs(model_file):
+    from shardgnn.nn.user import build_user_model
+
+    model = build_user_model(f"{model_file}:StackedSAGE", ModelConfig(hidden=4, num_layers=2), 8, 3)
+    assert isinstance(model, UserModel) and model.num_layers == 2
+    with pytest.raises(ConfigError, match="historical"):
+        model([None, None], None, history={1: None})
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_model_from_a_file_trains_with_workers(model_file, tmp_path):
+    out = tmp_path / "results.json"
+    argv = ["train", SPEC, "--model", f"{model_file}:StackedSAGE", "--workers", "2"]
+    argv += ["--epochs", "2", "--fanouts", "4,4", "--hidden", "16", "--quiet"]
+    assert main([*argv, "--results", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert results["config"]["model"]["model"] == f"{model_file}:StackedSAGE"
+    assert len(results["epochs"]) == 2
