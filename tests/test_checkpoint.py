@@ -32,10 +32,10 @@ def graph(checkpoint_graph):
     return checkpoint_graph
 
 
-def _single_config(directory, epochs, resume=False, mode="minibatch"):
+def _single_config(directory, epochs, resume=False, mode="minibatch", model="sage"):
     return TrainConfig(
         mode=mode,
-        model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
+        model=ModelConfig(model=model, hidden=16, num_layers=2, dropout=0.5, heads=2),
         sampler=SamplerConfig(fanouts=(5, 5)),
         optim=OptimConfig(epochs=epochs, lr=0.01),
         batch_size=64,
@@ -60,6 +60,42 @@ def test_single_process_resume_is_bit_exact(tmp_path, graph, mode):
         "epoch-000003",
         "epoch-000004",
     ]
+
+
+USER_MODEL = """
+from torch import nn
+from shardgnn.nn.message_graph import spmm
+
+
+class MeanStack(nn.Module):
+    def __init__(self, in_dim, out_dim, config):
+        super().__init__()
+        dims = [in_dim] + [config.hidden] * (config.num_layers - 1) + [out_dim]
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = config.dropout
+
+    def forward(self, graphs, x):
+        h = x
+        for i, (lin, g) in enumerate(zip(self.lins, graphs)):
+            if i:
+                h = nn.functional.dropout(h.relu(), self.dropout, self.training)
+            h = lin(spmm(g, h, "mean") + h[: g.num_dst])
+        return h
+"""
+
+
+@pytest.mark.parametrize("model", ["gatv2", "gin", "appnp", "sgc", "user"])
+def test_the_new_models_resume_bit_exact(tmp_path, graph, model):
+    """Every model of issue 31, a model of the user's included (its dropout draws from torch's
+    generator, whose state the checkpoint carries), resumes to the uninterrupted weights."""
+    if model == "user":
+        (tmp_path / "mine.py").write_text(USER_MODEL)
+        model = f"{tmp_path / 'mine.py'}:MeanStack"
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    run_training(_single_config(straight, 3, model=model), graph)
+    run_training(_single_config(interrupted, 2, model=model), graph)
+    run_training(_single_config(interrupted, 3, resume=True, model=model), graph)
+    assert_same_weights(final_weights(straight), final_weights(interrupted))
 
 
 def test_incomplete_checkpoints_are_ignored_and_config_changes_refused(tmp_path, graph):

@@ -57,7 +57,7 @@ def _layerwise(ctx, path, kind, chunk_rows):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
-    "world,kind,chunk_rows", [(2, "sage", 37), (3, "gcn", 100), (2, "gcn", 100000)]
+    "world,kind,chunk_rows", [(2, "sage", 37), (3, "gcn", 100), (2, "gin", 100000), (2, "gin", 41)]
 )
 def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind, chunk_rows):
     path = _parts(tmp_path, graph, world)

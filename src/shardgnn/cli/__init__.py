@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from shardgnn import __version__
+from shardgnn.cli.config_file import CONFIG_FLAG, expand_config_file
 from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
 
 
@@ -75,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (train, infer, data, partition, plot):
         module.add_parsers(sub)
+    for command in sub.choices.values():
+        command.add_argument(
+            CONFIG_FLAG,
+            metavar="FILE",
+            help="read flags from a TOML, YAML or JSON file (keys: the flags without their "
+            "dashes, or [tables] named like the settings); the command line overrides it",
+        )
     flag_commands: dict[str, list[str]] = {}
     for name, command in sub.choices.items():
         for flag in command._option_string_actions:
@@ -89,7 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     75 stopped by SIGTERM/SIGUSR1 after a checkpoint (requeue), 128 + N stopped by signal N
     without one, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    try:
+        argv = expand_config_file(argv, parser)
+    except ShardgnnError as exc:
+        print(f"shardgnn {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         return args.handler(args)
     except ShardgnnError as exc:

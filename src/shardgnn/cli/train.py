@@ -117,7 +117,11 @@ def _check_outputs(config: TrainConfig) -> None:
 
     if config.results:
         check_output_path(config.results, "--results", folder=False)
+    from shardgnn.train.scalars import check_tensorboard
+
+    check_tensorboard(config.tensorboard)
     for dest, path in (
+        ("tensorboard", config.tensorboard),
         ("checkpoint.dir", config.checkpoint.dir),
         ("run.log_dir", config.run.log_dir),
         ("embedding.directory", config.embedding.directory),

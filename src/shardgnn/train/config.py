@@ -190,6 +190,12 @@ class TrainConfig(ResolvedSettings):
     results: str | None = option(
         None, metavar="FILE.json", help="write the results JSON here (rewritten after every epoch)"
     )
+    tensorboard: str | None = option(
+        None,
+        metavar="DIR",
+        help="write TensorBoard scalars per epoch into DIR (loss, metrics, stage seconds; needs "
+        "the tensorboard package)",
+    )
     progress: bool = option(
         True,
         negative_flag="--quiet",

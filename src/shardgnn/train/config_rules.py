@@ -25,6 +25,11 @@ DEFAULT_BATCH_SIZE = 1024
 MIN_AUTO_BATCH_SIZE = 32
 """The smallest batch node classification picks by itself on a small training set."""
 
+LAYERWISE_MODELS = ("sage", "gcn", "gin")
+"""the homogeneous models layer-wise inference runs (:mod:`shardgnn.fullgraph.inference`)"""
+STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin")
+"""the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""
+
 
 class ResolvedSettings:
     """The values a :class:`~shardgnn.train.config.TrainConfig` derives from its settings (a
@@ -80,7 +85,7 @@ class ResolvedSettings:
             self.mode == "minibatch"
             and self.task == "node"
             and all(f == -1 for f in fanouts)
-            and self.model.model in ("sage", "gcn")
+            and self.model.model in LAYERWISE_MODELS
         )
 
 
@@ -228,10 +233,6 @@ def _check_combinations(config: Any) -> None:
             "evaluation (--eval-fanouts all -1) runs layer-wise over every local row at once; "
             "give sampled --eval-fanouts (e.g. 15,10,5) or use --feature-storage memory"
         )
-
-
-STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin")
-"""the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""
 
 
 def _check_historical(config: Any) -> None:

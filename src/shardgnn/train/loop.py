@@ -31,6 +31,7 @@ from shardgnn.train.epoch import EpochRun, EpochSums
 from shardgnn.train.loop_results import add_epoch_comm, loop_results
 from shardgnn.train.loop_state import LoopState, loop_checkpointer, resume_loop, save_checkpoint
 from shardgnn.train.report import epoch_line
+from shardgnn.train.scalars import ScalarLog
 from shardgnn.train.stop import StopSignals
 
 
@@ -154,6 +155,16 @@ class TrainingLoop:
             self.checkpointer, cfg, steps, dataset, EpochRecord, announce=self.is_main
         )
         run_start = time.perf_counter()
+        scalars = ScalarLog(cfg.tensorboard if self.is_main else None, steps.metric)
+        try:
+            return self._epochs(loop, dataset, run_start, scalars)
+        finally:
+            scalars.close()
+
+    def _epochs(
+        self, loop: LoopState, dataset: dict[str, Any], run_start: float, scalars: ScalarLog
+    ) -> dict[str, Any]:
+        cfg, steps = self.config, self.steps
         for epoch in range(loop.next_epoch, cfg.optim.epochs):
             resumed = EpochSums(**loop.partial) if loop.partial else None
             run = EpochRun(
@@ -189,6 +200,7 @@ class TrainingLoop:
                 )
                 if cfg.results:
                     save_json(cfg.results, self._results(loop, dataset, final=None))
+                scalars.epoch(record)
             if stop:
                 if self.is_main:
                     print(
@@ -210,6 +222,7 @@ class TrainingLoop:
         results = self._results(loop, dataset, final)
         if self.is_main and cfg.results:
             save_json(cfg.results, results)
+        scalars.final(loop.best_epoch, final["val_acc"], final["test_acc"])
         return results
 
     def _save(self, loop: LoopState, dataset: dict[str, Any]) -> Path:

@@ -11,7 +11,7 @@ def settings(*names: str) -> frozenset[str]:
 COMMON_SETTINGS = settings(
     "data_dir", "task", "mode", "model.model", "optim.epochs", "optim.lr", "optim.weight_decay",
     "optim.patience", "seed", "device", "threads", "heap", "checkpoint.dir", "checkpoint.every",
-    "checkpoint.keep", "checkpoint.resume", "results", "progress", "run.workers",
+    "checkpoint.keep", "checkpoint.resume", "results", "tensorboard", "progress", "run.workers",
     "run.partitions",
 )  # fmt: skip
 """Settings every kind of training reads (the loop, checkpoints, the launcher's choice)."""

@@ -49,6 +49,7 @@ from shardgnn.nn.config import TYPED_MODELS
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
+from shardgnn.train.config_rules import LAYERWISE_MODELS
 from shardgnn.train.kinds import infer_for
 from shardgnn.train.settings import InferConfig
 
@@ -94,10 +95,10 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
             f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
             "trained on"
         )
-    if config.model.model not in ("sage", "gcn", *TYPED_MODELS):
+    if config.model.model not in (*LAYERWISE_MODELS, *TYPED_MODELS):
         raise ConfigError(
-            f"layer-wise inference runs sage, gcn, rgcn and hetero-sage models; {checkpoint} holds "
-            f"{config.model.model}"
+            f"layer-wise inference runs {', '.join((*LAYERWISE_MODELS, *TYPED_MODELS))} models; "
+            f"{checkpoint} holds {config.model.model}"
         )
     if config.feature_norm == "standard":
         raise ConfigError(

@@ -1,0 +1,88 @@
+"""``--config FILE``: flags from a TOML, YAML or JSON file, the command line over them, every
+mistake in the file refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardgnn.cli import main
+
+SPEC = "synthetic:nodes=400,degree=5,classes=3,features=6"
+
+
+def _config_of(results) -> dict:
+    return json.loads(results.read_text())["config"]
+
+
+@pytest.mark.parametrize("fmt", ["toml", "yaml", "json"])
+def test_flags_and_tables_from_a_file(tmp_path, fmt):
+    if fmt == "yaml":
+        pytest.importorskip("yaml")
+    text = {
+        "toml": f'dataset = "{SPEC}"\nepochs = 2\nfanouts = [4, 4]\nquiet = true\n'
+        "[model]\nhidden = 12\n",
+        "yaml": f"dataset: '{SPEC}'\nepochs: 2\nfanouts: [4, 4]\nquiet: true\n"
+        "model:\n  hidden: 12\n",
+        "json": json.dumps(
+            {"dataset": SPEC, "epochs": 2, "fanouts": [4, 4], "quiet": True,
+             "model": {"hidden": 12}}
+        ),
+    }[fmt]  # fmt: skip
+    path = tmp_path / f"run.{fmt}"
+    path.write_text(text)
+    results = tmp_path / "r.json"
+    assert main(["train", "--config", str(path), "--results", str(results)]) == 0
+    config = _config_of(results)
+    assert config["dataset"] == SPEC and config["optim"]["epochs"] == 2
+    assert config["sampler"]["fanouts"] == [4, 4] and config["model"]["hidden"] == 12
+    assert config["progress"] is False
+
+
+def test_the_command_line_overrides_the_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('dataset = "synthetic:nodes=9999"\nepochs = 3\nhidden = 12\nquiet = true\n')
+    results = tmp_path / "r.json"
+    argv = ["train", SPEC, "--config", str(path), "--epochs", "1", "--hidden=8"]
+    assert main([*argv, "--results", str(results)]) == 0
+    config = _config_of(results)
+    assert config["dataset"] == SPEC  # the positional typed wins over the file's
+    assert (config["optim"]["epochs"], config["model"]["hidden"]) == (1, 8)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("hiden = 3\n", "'hiden' is not a flag of `shardgnn train` (did you mean hidden?)"),
+        ("epochs = [\n", "does not parse"),
+        ("quiet = 3\n", "quiet is an on/off flag: true or false"),
+        ("heads = 2\n", "--heads does not apply"),  # given in a file: refused as if typed
+        ("epochs = 0\n", "--epochs 0"),
+        ("[nothing]\nhere = 1\n", "'nothing.here' is not a flag"),
+    ],
+)
+def test_mistakes_in_the_file_are_refused_in_one_line(tmp_path, capsys, text, expected):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    assert main(["train", SPEC, "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err, err
+
+
+def test_a_missing_or_unknown_file_is_refused(tmp_path, capsys):
+    assert main(["train", SPEC, "--config", str(tmp_path / "absent.toml")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "run.ini").write_text("x")
+    assert main(["train", SPEC, "--config", str(tmp_path / "run.ini")]) == 2
+    assert "give a .toml, .yaml/.yml or .json file" in capsys.readouterr().err
+
+
+def test_other_commands_read_their_own_flags(tmp_path, capsys):
+    path = tmp_path / "parts.toml"
+    path.write_text(f'dataset = "{SPEC}"\nparts = 2\nout = "{tmp_path / "parts"}"\n')
+    assert main(["partition", "--config", str(path)]) == 0
+    assert (tmp_path / "parts" / "meta.json").is_file()
+    path.write_text("epochs = 2\n")
+    assert main(["partition", SPEC, "--config", str(path)]) == 2
+    assert "'epochs' is not a flag of `shardgnn partition`" in capsys.readouterr().err
