@@ -57,7 +57,15 @@ def _layerwise(ctx, path, kind, chunk_rows):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
-    "world,kind,chunk_rows", [(2, "sage", 37), (3, "gcn", 100), (2, "gin", 100000), (2, "gin", 41)]
+    "world,kind,chunk_rows",
+    [
+        (2, "sage", 37),
+        (3, "gcn", 100),
+        (2, "gin", 100000),
+        (2, "gin", 41),
+        (2, "gatv2", 53),
+        (3, "gat", 100000),
+    ],
 )
 def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind, chunk_rows):
     path = _parts(tmp_path, graph, world)
@@ -67,7 +75,8 @@ def test_layerwise_equals_full_neighbour_inference(tmp_path, graph, world, kind,
     with torch.no_grad():
         expected = model([full] * 3, torch.from_numpy(new_graph.x)).numpy()
     for start, logits, embeddings in run_workers(_layerwise, world, path, kind, chunk_rows):
-        assert embeddings.shape == (logits.shape[0], 12)
+        heads = 4 if kind in ("gat", "gatv2") else 1  # the hidden layers' heads, concatenated
+        assert embeddings.shape == (logits.shape[0], 12 * heads)
         np.testing.assert_allclose(
             logits, expected[start : start + logits.shape[0]], atol=1e-5, rtol=1e-5
         )
