@@ -37,6 +37,13 @@ def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
     assert "did you mean --epochs for --epoch, --hidden for --hid?" in err
 
 
+def test_negative_fanout_lists_are_values_not_flags():
+    from shardgnn.cli import build_parser
+
+    args = build_parser().parse_args(["train", SPEC, "--eval-fanouts", "-1,-1", "--fanouts", "-1"])
+    assert args.eval_fanouts == (-1, -1) and getattr(args, "sampler.fanouts") == (-1,)
+
+
 def test_a_flag_of_another_command_names_that_command(capsys):
     with pytest.raises(SystemExit) as done:
         main(["train", SPEC, "--out", "x"])

@@ -11,6 +11,7 @@ full traceback).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from shardgnn import __version__
@@ -28,6 +29,10 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        # "-1,-1" (every neighbour, per layer) is a value, not a flag: argparse's own pattern
+        # knows single negative numbers only, and `--eval-fanouts -1,-1` failed with
+        # "expected one argument"
+        self._negative_number_matcher = re.compile(r"^-\d+(,-?\d+)*$|^-\d*\.\d+$")
 
     flag_commands: dict[str, tuple[str, ...]] = {}
     """Each known flag and the commands that take it."""
