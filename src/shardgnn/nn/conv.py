@@ -55,7 +55,45 @@ class GCNConv(nn.Module):
         return out_DC if self.bias is None else out_DC + self.bias.to(out_DC.dtype)
 
 
-class GATConv(nn.Module):
+class _Attention(nn.Module):
+    """What GAT and GATv2 share: their heads' settings, each dst node's neighbourhood (its
+    in-edges without self-loops, then one loop) and the softmax-weighted sum of the in-edges'
+    values. Subclasses create their parameters, then the output bias (:meth:`_output_bias`)."""
+
+    def __init__(self, out_dim, heads, concat, negative_slope, attn_dropout):
+        super().__init__()
+        self.heads, self.out_dim, self.concat = heads, out_dim, concat
+        self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
+
+    def _output_bias(self, bias: bool) -> None:
+        width = self.heads * self.out_dim if self.concat else self.out_dim
+        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+
+    @staticmethod
+    def _edges_with_self_loops(graph: MessageGraph, device: torch.device):
+        """``(src_E, dst_E)``: the graph's edges without its self-loops, then one loop per dst
+        node."""
+        src_E, dst_E = graph.edge_index()
+        not_loop = src_E != dst_E
+        loops = torch.arange(graph.num_dst, device=device)
+        return torch.cat([src_E[not_loop], loops]), torch.cat([dst_E[not_loop], loops])
+
+    def _attend(self, value_EHC: torch.Tensor, logit_EH: torch.Tensor, dst_E, num_dst: int):
+        """Each dst node's in-edge values weighted by the softmax of their logits (with
+        ``attn_dropout``), heads concatenated or averaged, plus the bias. The softmax and the
+        weighted sum run in fp32 even when the projection ran in bf16 (--precision bf16):
+        attention weights summed over many in-edges need its mantissa."""
+        H, C = self.heads, self.out_dim
+        alpha_EH = segment_softmax(logit_EH.float(), dst_E, num_dst)
+        alpha_EH = F.dropout(alpha_EH, self.attn_dropout, self.training)
+        msg_EHC = value_EHC * alpha_EH[..., None]
+        out_DHC = torch.zeros(num_dst, H, C, device=value_EHC.device, dtype=msg_EHC.dtype)
+        out_DHC.index_add_(0, dst_E, msg_EHC)
+        out = out_DHC.reshape(num_dst, H * C) if self.concat else out_DHC.mean(1)
+        return out if self.bias is None else out + self.bias
+
+
+class GATConv(_Attention):
     """Graph attention (Velickovic et al.) with a self-loop per dst node.
 
     ``alpha_ij = softmax_j LeakyReLU(a_dst . W h_i + a_src . W h_j)``; heads are concatenated
@@ -72,14 +110,11 @@ class GATConv(nn.Module):
         attn_dropout: float = 0.0,
         bias: bool = True,
     ):
-        super().__init__()
-        self.heads, self.out_dim, self.concat = heads, out_dim, concat
-        self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
+        super().__init__(out_dim, heads, concat, negative_slope, attn_dropout)
         self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
-        width = heads * out_dim if concat else out_dim
-        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self._output_bias(bias)
         nn.init.xavier_uniform_(self.lin.weight)
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
@@ -87,35 +122,11 @@ class GATConv(nn.Module):
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         H, C, D = self.heads, self.out_dim, graph.num_dst
         z_SHC = linear(self.lin, h_SF).view(-1, H, C)
-        src_E, dst_E = _edges_with_self_loops(graph, z_SHC.device)
+        src_E, dst_E = self._edges_with_self_loops(graph, z_SHC.device)
         score_SH = (z_SHC * self.att_src).sum(-1)
         score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
         logit_EH = F.leaky_relu(score_SH[src_E] + score_DH[dst_E], self.negative_slope)
-        return _attend(self, z_SHC[src_E], logit_EH, dst_E, D)
-
-
-def _edges_with_self_loops(graph: MessageGraph, device: torch.device):
-    """``(src_E, dst_E)``: the graph's edges without its self-loops, then one loop per dst node
-    (GAT's and GATv2's neighbourhoods)."""
-    src_E, dst_E = graph.edge_index()
-    not_loop = src_E != dst_E
-    loops = torch.arange(graph.num_dst, device=device)
-    return torch.cat([src_E[not_loop], loops]), torch.cat([dst_E[not_loop], loops])
-
-
-def _attend(layer, value_EHC: torch.Tensor, logit_EH: torch.Tensor, dst_E, num_dst: int):
-    """An attention layer's output: each dst node's in-edge values weighted by the softmax of
-    their logits (with ``layer.attn_dropout``), heads concatenated or averaged, plus the bias.
-    The softmax and the weighted sum run in fp32 even when the projection ran in bf16
-    (--precision bf16): attention weights summed over many in-edges need its mantissa."""
-    H, C = layer.heads, layer.out_dim
-    alpha_EH = segment_softmax(logit_EH.float(), dst_E, num_dst)
-    alpha_EH = F.dropout(alpha_EH, layer.attn_dropout, layer.training)
-    msg_EHC = value_EHC * alpha_EH[..., None]
-    out_DHC = torch.zeros(num_dst, H, C, device=value_EHC.device, dtype=msg_EHC.dtype)
-    out_DHC.index_add_(0, dst_E, msg_EHC)
-    out = out_DHC.reshape(num_dst, H * C) if layer.concat else out_DHC.mean(1)
-    return out if layer.bias is None else out + layer.bias
+        return self._attend(z_SHC[src_E], logit_EH, dst_E, D)
 
 
 class GINConv(nn.Module):
@@ -147,7 +158,7 @@ class GINConv(nn.Module):
         return self.lin2(F.relu(pre_DC))
 
 
-class GATv2Conv(nn.Module):
+class GATv2Conv(_Attention):
     """GATv2 (Brody et al., "How attentive are graph attention networks?") with a self-loop per
     dst node: ``alpha_ij = softmax_j a . LeakyReLU(W_dst h_i + W_src h_j)`` (the attention
     vector after the non-linearity: dynamic attention), messages ``W_src h_j``; heads
@@ -163,14 +174,11 @@ class GATv2Conv(nn.Module):
         attn_dropout: float = 0.0,
         bias: bool = True,
     ):
-        super().__init__()
-        self.heads, self.out_dim, self.concat = heads, out_dim, concat
-        self.negative_slope, self.attn_dropout = negative_slope, attn_dropout
+        super().__init__(out_dim, heads, concat, negative_slope, attn_dropout)
         self.lin_src = nn.Linear(in_dim, heads * out_dim)
         self.lin_dst = nn.Linear(in_dim, heads * out_dim)
         self.att = nn.Parameter(torch.empty(1, heads, out_dim))
-        width = heads * out_dim if concat else out_dim
-        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self._output_bias(bias)
         for weight in (self.lin_src.weight, self.lin_dst.weight, self.att):
             nn.init.xavier_uniform_(weight)
         nn.init.zeros_(self.lin_src.bias)
@@ -180,11 +188,11 @@ class GATv2Conv(nn.Module):
         H, C, D = self.heads, self.out_dim, graph.num_dst
         src_SHC = linear(self.lin_src, h_SF).view(-1, H, C)
         dst_DHC = linear(self.lin_dst, dst_rows(h_SF, D)).view(-1, H, C)
-        src_E, dst_E = _edges_with_self_loops(graph, src_SHC.device)
+        src_E, dst_E = self._edges_with_self_loops(graph, src_SHC.device)
         value_EHC = src_SHC.index_select(0, src_E)
         pair_EHC = F.leaky_relu(value_EHC + dst_DHC.index_select(0, dst_E), self.negative_slope)
         logit_EH = (pair_EHC * self.att).sum(-1)
-        return _attend(self, value_EHC, logit_EH, dst_E, D)
+        return self._attend(value_EHC, logit_EH, dst_E, D)
 
 
 class PyGLayer(nn.Module):
