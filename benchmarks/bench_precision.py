@@ -34,7 +34,7 @@ from shardgnn.precision import bf16_is_fast, precision_context
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.config import OptimConfig, TrainConfig
 from shardgnn.train.loop import TrainingLoop
-from shardgnn.train.minibatch import node_classification
+from shardgnn.train.minibatch import node_objective
 from shardgnn.train.progress import format_table
 from shardgnn.train.single import LocalSteps
 
@@ -107,7 +107,7 @@ def _profile(steps: LocalSteps, precision: str, count: int) -> list[dict]:
         graphs = [MessageGraph.from_block(b, device) for b in batch.sample.blocks]
         optimizer.zero_grad(set_to_none=True)
         with precision_context(precision, device):
-            loss = node_classification(model, graphs, batch, device).loss
+            loss = node_objective(steps.target)(model, graphs, batch, device).loss
         loss.backward()
         optimizer.step()
 

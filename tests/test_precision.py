@@ -18,7 +18,7 @@ from shardgnn.precision import precision_context
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.train.config import OptimConfig, TrainConfig
 from shardgnn.train.loop import TrainingLoop
-from shardgnn.train.minibatch import node_classification
+from shardgnn.train.minibatch import node_objective
 from shardgnn.train.single import LocalSteps, run_training
 
 CPU = torch.device("cpu")
@@ -46,7 +46,7 @@ def _first_batch_loss(config: TrainConfig, graph) -> tuple[torch.Tensor, torch.T
     steps.model.train()
     with precision_context(config.precision, CPU):
         logits = steps.model(graphs, batch.x_SF)
-        loss = node_classification(steps.model, graphs, batch, CPU).loss
+        loss = node_objective(steps.target)(steps.model, graphs, batch, CPU).loss
     return loss, logits, steps
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from shardgnn.atomic import atomic_open
 from shardgnn.errors import ConfigError, ShardgnnError
+from shardgnn.train.report import NODE_SCORES, metric_name
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -118,9 +119,15 @@ def _metric_panels(metrics: set[str]) -> list[tuple[str, str]]:
     """Titles of the training and validation panels: what ``train_acc``/``val_acc`` hold (node
     classification: accuracy; link prediction: pairs on the right side of 0, and AUC, or AP for
     temporal link prediction)."""
-    link = metrics - {"acc"}
+    link = metrics - NODE_SCORES.keys()
+    if not link and len(metrics) == 1:
+        (metric,) = metrics
+        return [
+            ("train_acc", NODE_SCORES[metric]),
+            ("val_acc", f"validation {metric_name(metric)}"),
+        ]
     if not link:
-        return [("train_acc", "training accuracy"), ("val_acc", "validation accuracy")]
+        return [("train_acc", "training score"), ("val_acc", "validation metric")]
     names = "/".join(sorted(m.upper() for m in link))
     if "acc" not in metrics:
         return [

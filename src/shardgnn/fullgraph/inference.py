@@ -20,6 +20,7 @@ from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.fullgraph.spmm import DistFullGraph, FullGraphConfig
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN
+from shardgnn.nn.targets import NodeTarget, Reducer
 
 
 class LayerwiseInference:
@@ -110,17 +111,18 @@ class LayerwiseInference:
 
 
 @torch.no_grad()
-def layerwise_accuracies(
-    engine: LayerwiseInference, model: GNN, splits, reduce_sum
-) -> dict[str, float]:
-    """Accuracy over each of ``splits`` with full neighbourhoods (one inference pass), each rank
-    scoring its own part's nodes; ``reduce_sum(list_of_floats)`` sums over ranks."""
+def layerwise_metrics(
+    engine: LayerwiseInference, model: GNN, splits, target: NodeTarget, reducer: Reducer
+) -> dict[str, tuple[float, dict]]:
+    """``target``'s ``(metric, details)`` over each of ``splits`` with full neighbourhoods (one
+    inference pass), each rank scoring its own part's nodes; ``reducer`` combines the ranks."""
     shard = engine.shard
     _, logits = engine.run(model, torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32)))
     y = torch.from_numpy(shard.y).to(logits.device)
-    counts = []
+    results = {}
     for split in splits:
         idx = torch.from_numpy(shard.splits[split]).to(logits.device)
-        counts += [float((logits[idx].argmax(-1) == y[idx]).sum()), float(idx.numel())]
-    counts = reduce_sum(counts)
-    return {split: counts[2 * i] / max(counts[2 * i + 1], 1.0) for i, split in enumerate(splits)}
+        evaluation = target.evaluation()
+        evaluation.add(logits[idx], y[idx])
+        results[split] = evaluation.result(reducer)
+    return results

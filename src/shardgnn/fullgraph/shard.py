@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
+from shardgnn.graph.csr import label_dtype
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
 
@@ -114,9 +115,10 @@ class FullGraphShard:
         degree: int64 ``[n + h]`` graph in-degree (self-loops excluded) of every extended column:
             what GCN normalisation needs of remote sources.
         x: float32 ``[n, F]`` held features (None: the graph has none); y: int64 ``[n]`` held
-            labels (empty: none).
+            labels (empty: none), float32 ``[n, W]`` for the other ``label_kind`` s.
         splits: ``{"train"|"val"|"test": int64 indices}`` of own-part nodes, in held-row ids.
         num_classes: label classes.
+        label_kind: what a label is (:mod:`shardgnn.nn.targets`).
         orig_ids: int64 ``[n]`` the held rows' ids in the original graph (they key hashed dropout,
             so every partitioning drops what one process drops).
     """
@@ -136,6 +138,7 @@ class FullGraphShard:
     splits: dict[str, np.ndarray]
     num_classes: int
     orig_ids: np.ndarray
+    label_kind: str = "class"
 
     @property
     def num_rows(self) -> int:
@@ -245,12 +248,15 @@ def load_shard(
             else None
         ),
         y=(
-            np.concatenate([np.asarray(part.y, dtype=np.int64) for part in parts])
+            np.concatenate(
+                [np.asarray(part.y, dtype=label_dtype(own_part.label_kind)) for part in parts]
+            )
             if has_y
             else np.zeros(0, dtype=np.int64)
         ),
         splits=splits,
         num_classes=int(own_part.num_classes),
+        label_kind=own_part.label_kind,
         orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64),
     )
 
@@ -282,8 +288,9 @@ def shard_from_graph(graph) -> FullGraphShard:
         halo_counts=np.zeros(1, dtype=np.int64),
         degree=_non_loop_degree(indptr, indices, 0),
         x=graph.x,
-        y=empty if graph.y is None else np.asarray(graph.y, dtype=np.int64),
+        y=empty if graph.y is None else np.asarray(graph.y, dtype=label_dtype(graph.label_kind)),
         splits=splits,
         num_classes=int(graph.num_classes),
+        label_kind=graph.label_kind,
         orig_ids=np.arange(n, dtype=np.int64),
     )

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.csr import Graph
+from shardgnn.graph.csr import LABEL_KINDS, Graph, label_problem
 from shardgnn.graph.edgelist import (
     NUMBER_LINE,
     load_edge_list,
@@ -116,6 +116,13 @@ class ConvertConfig:
         None,
         metavar="FILE",
         help="one integer label per node, -1 for unlabelled (.npy, or text/.csv)",
+    )
+    label_kind: str = option(
+        "class",
+        choices=LABEL_KINDS,
+        help="what --labels (or an --npz archive's y) holds: one class per node (class), a row "
+        "of 0/1 per node (multilabel) or a row of real targets per node (regression); NaN marks "
+        "an unknown entry of a row",
     )
     train: str | None = option(
         None, metavar="FILE", help="training node ids (.npy, text/.csv) or a boolean .npy mask"
@@ -185,6 +192,12 @@ class ConvertConfig:
             return
         if self.target_type is not None:
             raise ConfigError("--target-type names a node type of --node-tables; give those")
+        if self.label_kind != "class" and not (self.labels or self.npz):
+            raise ConfigError(
+                f"--label-kind {self.label_kind} describes the rows of --labels FILE or of an "
+                "--npz archive's y (a node table's label column holds classes); give one, or "
+                "drop --label-kind"
+            )
         if (self.edges is None) == (self.npz is None):
             raise ConfigError(
                 "give the edges once: --edges FILE (with optional --nodes, --features, --labels, "
@@ -224,7 +237,7 @@ def convert(config: ConvertConfig) -> Graph | TypedGraph:
         save_typed_graph(typed, Path(config.out).expanduser(), overwrite=config.overwrite)
         return typed
     if config.npz is not None:
-        graph = _from_npz(Path(config.npz), name)
+        graph = _from_npz(Path(config.npz), name, config.label_kind)
     elif config.nodes is not None or _is_table(Path(config.edges)):  # type: ignore[arg-type]
         graph = _from_tables(config, name)
     else:
@@ -300,8 +313,8 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
         x = x.reshape(-1, 1) if x.ndim == 1 else x
         _node_count(num_nodes, x.shape[0], Path(config.features), "feature rows", config)
     if config.labels is not None:
-        y = _read_array(Path(config.labels), np.float64, "labels").reshape(-1)
-        y = _integer_labels(y, Path(config.labels))
+        y = _read_array(Path(config.labels), np.float64, "labels")
+        y = _labels(y, config.label_kind, Path(config.labels))
         _node_count(num_nodes, y.shape[0], Path(config.labels), "labels", config)
     if x is not None and y is not None and x.shape[0] != y.shape[0]:
         raise DatasetError(
@@ -319,7 +332,8 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
         graph,
         x=x,
         y=y,
-        num_classes=_num_classes(y),
+        num_classes=_num_classes(y) if config.label_kind == "class" else 0,
+        label_kind=config.label_kind,
         node_ids=_numbered_ids(num_nodes, int(base)),
         **{f"{s}_idx": idx for s, idx in splits.items()},
     )
@@ -390,6 +404,18 @@ def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
     if values.size == 0:
         raise DatasetError(f"holds no {what}", path)
     return values.astype(dtype, copy=False)
+
+
+def _labels(y: np.ndarray, label_kind: str, path: Path) -> np.ndarray:
+    """The labels of ``label_kind`` read from ``path``: one integer per node (``class``) or a
+    float32 ``[N, W]`` table (a 1-D file is one column), checked as the graph checks them."""
+    if label_kind == "class":
+        return _integer_labels(y.reshape(-1), path)
+    table = np.ascontiguousarray(y.reshape(len(y), -1) if y.ndim == 1 else y, dtype=np.float32)
+    problem = label_problem(table, label_kind, 0, table.shape[0])
+    if problem is not None:
+        raise DatasetError(problem[0], path, problem[1])
+    return table
 
 
 def _integer_labels(y: np.ndarray, path: Path | str) -> np.ndarray:
@@ -894,7 +920,7 @@ def _table_splits(column: Any, path: Path, name: str) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------- npz
-def _from_npz(path: Path, name: str) -> Graph:
+def _from_npz(path: Path, name: str, label_kind: str = "class") -> Graph:
     if not path.is_file():
         raise DatasetError("file is missing", path)
     try:
@@ -930,8 +956,9 @@ def _from_npz(path: Path, name: str) -> Graph:
     if x is not None:
         fields["x"] = np.ascontiguousarray(x.reshape(len(x), -1), dtype=np.float32)
     if y is not None:
-        fields["y"] = _integer_labels(y.reshape(-1).astype(np.float64), path)
-        fields["num_classes"] = _num_classes(fields["y"])
+        fields["y"] = _labels(y.astype(np.float64), label_kind, path)
+        fields["num_classes"] = _num_classes(fields["y"]) if label_kind == "class" else 0
+        fields["label_kind"] = label_kind
     for split in SPLITS:
         if f"{split}_idx" in arrays:
             fields[f"{split}_idx"] = np.unique(arrays[f"{split}_idx"].astype(np.int64))
@@ -964,9 +991,11 @@ def _with_split(graph: Graph, config: ConvertConfig) -> Graph:
 
 
 def random_split(y: np.ndarray, fractions: tuple[float, ...], seed: int) -> dict[str, np.ndarray]:
-    """``train_idx``/``val_idx``/``test_idx``: the labelled nodes (``y >= 0``) shuffled by
-    ``seed`` and cut by ``fractions``, each sorted."""
-    labelled = np.random.default_rng(seed).permutation(np.flatnonzero(np.asarray(y) >= 0))
+    """``train_idx``/``val_idx``/``test_idx``: the labelled nodes (``y >= 0``; of a label table,
+    rows with a known entry) shuffled by ``seed`` and cut by ``fractions``, each sorted."""
+    y = np.asarray(y)
+    known = (y >= 0) if y.ndim == 1 else ~np.isnan(y).all(axis=1)
+    labelled = np.random.default_rng(seed).permutation(np.flatnonzero(known))
     ends = np.cumsum([int(round(f * labelled.size)) for f in fractions]).clip(max=labelled.size)
     parts = [np.sort(part) for part in np.split(labelled[: ends[-1]], ends[:-1])]
     return dict(zip(("train_idx", "val_idx", "test_idx"), parts))

@@ -40,6 +40,72 @@ def csr_from_edges(
     return indptr, indices, weight
 
 
+LABEL_KINDS = ("class", "multilabel", "regression")
+"""every kind of node label (:mod:`shardgnn.nn.targets` trains and scores each)"""
+
+
+def label_dtype(label_kind: str) -> type:
+    """The dtype of labels of ``label_kind``: int64 classes, float32 tables."""
+    return np.int64 if label_kind == "class" else np.float32
+
+
+def labels_of(y: np.ndarray, num_nodes: int) -> dict[str, Any]:
+    """``y``, ``num_classes`` and ``label_kind`` of a label array as PyG and OGB give them:
+    integers ``[N]`` (or ``[N, 1]``) are classes, integers or booleans ``[N, L]`` are multi-label
+    0/1 (as ``ogbn-proteins``), floats are regression targets (``[N]`` becomes ``[N, 1]``)."""
+    y = np.asarray(y)
+    if y.dtype.kind in "iub" and (y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)):
+        y = y.astype(np.int64).reshape(-1)
+        return {"y": y, "num_classes": int(y.max()) + 1 if y.size else 0, "label_kind": "class"}
+    kind = "multilabel" if y.dtype.kind in "iub" else "regression"
+    y = np.ascontiguousarray(y.reshape(num_nodes, -1) if y.ndim == 1 else y, dtype=np.float32)
+    return {"y": y, "num_classes": 0, "label_kind": kind}
+
+
+def label_problem(
+    y: np.ndarray, label_kind: str, num_classes: int, num_nodes: int
+) -> tuple[str, str] | None:
+    """``(problem, fix)`` when ``y`` is not a valid label array of ``label_kind`` for
+    ``num_nodes`` nodes, else None."""
+    if label_kind not in LABEL_KINDS:
+        return (
+            f"label_kind {label_kind!r} is not one of {', '.join(LABEL_KINDS)}",
+            "name one of them",
+        )
+    rows = y.shape[0] if y.ndim else 0
+    if label_kind == "class":
+        if y.ndim != 1 or rows != num_nodes:
+            return f"{rows} labels for {num_nodes} nodes", "give one label per node"
+        if y.dtype.kind not in "iu":
+            return f"class labels are {y.dtype}, not integers", "give class ids 0..C-1"
+        if y.size and y.max() >= max(num_classes, 1):
+            return (
+                f"label {y.max()} is not below num_classes={num_classes}",
+                "set num_classes to max(label) + 1",
+            )
+        if y.size and y.min() < -1:
+            return (
+                f"label {y.min()} is negative (only -1 may mark an unlabelled node)",
+                "relabel classes as 0..C-1",
+            )
+        return None
+    if y.ndim != 2 or rows != num_nodes or y.shape[1] < 1 or y.dtype != np.float32:
+        return (
+            f"{label_kind} labels are {y.dtype} {list(y.shape)}, not float32 [{num_nodes}, W]",
+            "give one row of W >= 1 columns per node (NaN = unknown)",
+        )
+    if label_kind == "multilabel":
+        bad = ~np.isnan(y) & (y != 0) & (y != 1)
+        if bad.any():
+            return (
+                f"multi-label entry {y[bad][0]} is neither 0 nor 1",
+                "give 0 or 1 per label (NaN = unknown)",
+            )
+    elif np.isinf(y).any():
+        return "a regression target is infinite", "give finite targets (NaN = unknown)"
+    return None
+
+
 @dataclasses.dataclass(kw_only=True)
 class Graph:
     """A homogeneous graph with optional node features, labels and splits.
@@ -48,10 +114,15 @@ class Graph:
         indptr: int64 ``[N + 1]`` row pointers of the in-edge CSR.
         indices: int32/int64 ``[E]`` source node of every in-edge.
         x: float32 ``[N, F]`` node features, or ``None``.
-        y: int64 ``[N]`` node labels (``-1`` = unlabelled), or ``None``.
+        y: node labels, or ``None``: int64 ``[N]`` classes (``-1`` = unlabelled), or float32
+            ``[N, W]`` for the other ``label_kind`` s (NaN = unknown).
         train_idx, val_idx, test_idx: int64 node index arrays, or ``None``.
         edge_weight: float32 ``[E]`` aligned with ``indices``, or ``None``.
-        num_classes: number of label classes (``0`` without labels).
+        num_classes: number of label classes (``0`` without labels or for labels other than
+            classes).
+        label_kind: what a label is: ``class`` (one class per node), ``multilabel`` (0/1 per
+            label, ``W`` labels) or ``regression`` (``W`` real targets); see
+            :mod:`shardgnn.nn.targets` for how each is trained and scored.
         name: a human-readable dataset name.
         node_ids: ``[N]`` the user's own id of every node (int64, or text ``<U``), when the graph
             was built from ids of its own (``shardgnn convert``); ``None``: ids are 0..N-1.
@@ -71,6 +142,7 @@ class Graph:
     name: str = "graph"
     node_ids: np.ndarray | None = None
     class_names: tuple[str, ...] | None = None
+    label_kind: str = "class"
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -109,9 +181,7 @@ class Graph:
         if getattr(data, "x", None) is not None:
             node_data["x"] = np.ascontiguousarray(data.x.detach().cpu().numpy(), dtype=np.float32)
         if getattr(data, "y", None) is not None:
-            y = data.y.cpu().numpy().astype(np.int64).reshape(-1)
-            node_data["y"] = y
-            node_data["num_classes"] = int(y.max()) + 1 if y.size else 0
+            node_data.update(labels_of(data.y.detach().cpu().numpy(), num_nodes))
         for split, key in (
             ("train_mask", "train_idx"),
             ("val_mask", "val_idx"),
@@ -182,7 +252,7 @@ class Graph:
 
     def edge_homophily(self) -> float:
         """Fraction of edges (between labelled nodes) whose endpoints share a label."""
-        if self.y is None:
+        if self.y is None or self.label_kind != "class":
             return float("nan")
         src, dst = self.edge_index()
         ys, yd = self.y[src], self.y[dst]
@@ -277,21 +347,9 @@ class Graph:
                     "give one feature row per node",
                 )
         if self.y is not None:
-            if self.y.ndim != 1 or self.y.shape[0] != n:
-                fail(
-                    f"{self.y.shape[0] if self.y.ndim else 0} labels for {n} nodes",
-                    "give one label per node",
-                )
-            if self.y.size and self.y.max() >= max(self.num_classes, 1):
-                fail(
-                    f"label {self.y.max()} is not below num_classes={self.num_classes}",
-                    "set num_classes to max(label) + 1",
-                )
-            if self.y.size and self.y.min() < -1:
-                fail(
-                    f"label {self.y.min()} is negative (only -1 may mark an unlabelled node)",
-                    "relabel classes as 0..C-1",
-                )
+            problem = label_problem(self.y, self.label_kind, self.num_classes, n)
+            if problem is not None:
+                fail(*problem)
         if self.node_ids is not None and (
             self.node_ids.shape != (n,) or self.node_ids.dtype.kind not in "iuU"
         ):

@@ -22,7 +22,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import Graph
+from shardgnn.graph.csr import LABEL_KINDS, Graph
 
 GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
@@ -56,6 +56,8 @@ def save_graph(graph: Graph, path: str | os.PathLike, overwrite: bool = False) -
             meta["node_ids"] = save_node_ids(tmp, "node_ids.npy", graph.node_ids)
         if graph.class_names is not None:
             meta["class_names"] = list(graph.class_names)
+        if graph.label_kind != "class":  # a class-labelled graph is written as before
+            meta["label_kind"] = graph.label_kind
         save_json(tmp / "meta.json", meta)
     return path
 
@@ -212,5 +214,12 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
     if "node_ids" in meta:
         fields["node_ids"] = load_node_ids(path, meta["node_ids"], meta_path, mmap=mmap)
     fields["class_names"] = read_class_names(meta.get("class_names"), meta_path)
-    graph = Graph(name=name, num_classes=num_classes, **fields)
+    label_kind = meta.get("label_kind", "class")
+    if label_kind not in LABEL_KINDS:
+        raise DatasetError(
+            f"label_kind {label_kind!r} is not one of {', '.join(LABEL_KINDS)}",
+            meta_path,
+            "rewrite the directory",
+        )
+    graph = Graph(name=name, num_classes=num_classes, label_kind=label_kind, **fields)
     return graph.validate(str(path))

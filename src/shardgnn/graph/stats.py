@@ -40,13 +40,21 @@ def graph_info(graph: Graph) -> dict[str, Any]:
         "out_degree": degree_summary(graph.out_degree()),
         "num_features": graph.num_features,
         "num_classes": graph.num_classes,
+        "label_kind": graph.label_kind,
+        **(
+            {}
+            if graph.y is None or graph.label_kind == "class"
+            else {"label_columns": int(graph.y.shape[1])}
+        ),
         "splits": {
             k: (0 if getattr(graph, f"{k}_idx") is None else int(len(getattr(graph, f"{k}_idx"))))
             for k in ("train", "val", "test")
         },
-        "edge_homophily": graph.edge_homophily() if graph.y is not None else None,
+        "edge_homophily": (
+            graph.edge_homophily() if graph.y is not None and graph.label_kind == "class" else None
+        ),
     }
-    if graph.y is not None and graph.num_classes:
+    if graph.y is not None and graph.num_classes and graph.label_kind == "class":
         info["class_sizes"] = np.bincount(
             graph.y[graph.y >= 0], minlength=graph.num_classes
         ).tolist()

@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import Graph, index_dtype
+from shardgnn.graph.csr import LABEL_KINDS, Graph, index_dtype
 from shardgnn.graph.split import fraction_split
 
 
@@ -50,6 +50,12 @@ class SyntheticConfig:
     """fraction of nodes in the validation split (the rest is test)"""
     seed: int = 0
     """random seed: same seed, same graph"""
+    labels: str = "class"
+    """what a node's label is: ``class`` (its community), ``multilabel`` (0/1 labels drawn with
+    per-community probabilities) or ``regression`` (real targets: a per-community mean plus
+    noise of standard deviation 0.5, so R² can reach 0.8)"""
+    label_columns: int = 0
+    """labels (``multilabel``) or targets (``regression``) per node; 0: 128 labels, 1 target"""
 
     def __post_init__(self) -> None:
         checks = [
@@ -65,6 +71,15 @@ class SyntheticConfig:
                 f"train={self.train}, val={self.val} must be positive with train + val < 1",
             ),
             (self.seed >= 0, f"seed={self.seed} must be >= 0"),
+            (
+                self.labels in LABEL_KINDS,
+                f"labels={self.labels} must be one of {', '.join(LABEL_KINDS)}",
+            ),
+            (
+                self.label_columns >= 0 and (self.labels != "class" or not self.label_columns),
+                f"label_columns={self.label_columns} must be >= 0 and given with labels="
+                "multilabel or regression only",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -85,13 +100,20 @@ class SyntheticConfig:
             train=spec.take_float("train", d["train"].default, lo=0, hi=1),
             val=spec.take_float("val", d["val"].default, lo=0, hi=1),
             seed=spec.take_int("seed", d["seed"].default, minimum=0),
+            labels=spec.take_str("labels", d["labels"].default),
+            label_columns=spec.take_int("label_columns", d["label_columns"].default, minimum=0),
         )
         spec.finish()
         return cfg
 
     def spec(self) -> str:
         """The spec string that reproduces this config."""
-        parts = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)]
+        # class labels (the default) are not spelled: specs of class-labelled graphs are as before
+        parts = [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)
+            if self.labels != "class" or f.name not in ("labels", "label_columns")
+        ]
         return "synthetic:" + ",".join(parts)
 
 
@@ -187,14 +209,33 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
     x += means[y]
 
     train_idx, val_idx, test_idx = fraction_split(n, cfg.train, cfg.val, seed=cfg.seed + 1)
+    labels = {"y": y, "num_classes": cfg.classes}
+    if cfg.labels != "class":
+        labels = {"y": _label_table(cfg, y), "num_classes": 0, "label_kind": cfg.labels}
     return Graph(
         indptr=indptr,
         indices=indices,
         x=x,
-        y=y,
         train_idx=train_idx,
         val_idx=val_idx,
         test_idx=test_idx,
-        num_classes=cfg.classes,
         name=cfg.spec(),
+        **labels,
     )
+
+
+def _label_table(cfg: SyntheticConfig, community: np.ndarray) -> np.ndarray:
+    """The float32 ``[N, W]`` labels of ``cfg.labels`` derived from each node's community (a
+    stream of its own: the graph and features are those of class labels with the same seed).
+    Multi-label: label ``j`` is 1 with probability ``p[c, j]``, ``p = U(0, 1)^3`` per community
+    (most labels rare, each community with a profile of its own). Regression: target ``t`` is
+    ``mu[c, t] + 0.5 * noise`` with ``mu ~ N(0, 1)``."""
+    rng = np.random.default_rng([cfg.seed, 1])
+    n = community.shape[0]
+    if cfg.labels == "multilabel":
+        width = cfg.label_columns or 128
+        profile = rng.random((cfg.classes, width)) ** 3
+        return (rng.random((n, width)) < profile[community]).astype(np.float32)
+    width = cfg.label_columns or 1
+    means = rng.standard_normal((cfg.classes, width))
+    return (means[community] + 0.5 * rng.standard_normal((n, width))).astype(np.float32)

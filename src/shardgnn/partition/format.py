@@ -13,7 +13,9 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                  indices.npy int32|int64 [e_p]  source of every in-edge, in NEW global ids
                  halo.npy   int64 [h_p]    sorted unique new ids of non-owned in-neighbours
                  x.npy      float32 [n_p, F]   (if the graph has features)
-                 y.npy      int64 [n_p]    (if the graph has labels; -1 = unlabelled)
+                 y.npy      int64 [n_p]    (if the graph has labels; -1 = unlabelled), float32
+                                           [n_p, W] for multilabel and regression labels
+                                           (NaN = unknown)
                  train_idx.npy, val_idx.npy, test_idx.npy  int64 sorted LOCAL row indices
                                            (0 <= i < n_p) of the owned nodes in each split, one
                                            file per split the graph defines
@@ -65,7 +67,7 @@ from tqdm.auto import tqdm
 import shardgnn
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.csr import Graph, index_dtype
+from shardgnn.graph.csr import LABEL_KINDS, Graph, index_dtype, label_problem
 from shardgnn.graph.identity import fingerprint
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, load_npy
 from shardgnn.partition.book import PartitionBook, TypedPartitionBook, inverse_permutation, relabel
@@ -266,6 +268,8 @@ class LocalPartition:
         train_idx, val_idx, test_idx: int64 sorted local row indices, or ``None``.
         edge_weight: float32 ``[e_p]`` or ``None``.
         num_classes: label classes of the graph.
+        label_kind: what ``y`` holds (``class``: int64 ``[n_p]``; ``multilabel``,
+            ``regression``: float32 ``[n_p, W]``, NaN = unknown).
         book: the global :class:`PartitionBook`.
     """
 
@@ -284,6 +288,7 @@ class LocalPartition:
     edge_weight: np.ndarray | None
     num_classes: int
     book: PartitionBook
+    label_kind: str = "class"
     etype: np.ndarray | None = None
     """int8/16/32 ``[e_p]`` relation of every in-edge (typed graphs), else ``None``"""
     edge_arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
@@ -553,9 +558,15 @@ def _schema_problem(meta: dict[str, Any]) -> str | None:
         return "metrics and partitioner must be objects"
     labels = meta.get("labels")
     if labels is not None and not (
-        isinstance(labels, dict) and _is_count(labels.get("num_classes", 0))
+        isinstance(labels, dict)
+        and _is_count(labels.get("num_classes", 0))
+        and labels.get("kind", "class") in LABEL_KINDS
+        and (labels.get("kind", "class") == "class" or _is_count(labels.get("width")))
     ):
-        return "labels must be an object whose num_classes is a non-negative integer"
+        return (
+            "labels must be an object whose num_classes is a non-negative integer, kind one of "
+            f"{', '.join(LABEL_KINDS)} and width (for kinds other than class) a count"
+        )
     if meta.get("names") is not None:
         problem = _names_problem(meta["names"], arrays)
         if problem:
@@ -748,6 +759,7 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
         test_idx=arrays.get("test_idx"),
         edge_weight=arrays.get("edge_weight"),
         num_classes=int(labels.get("num_classes", 0)),
+        label_kind=labels.get("kind", "class"),
         book=pset.book,
         etype=arrays.get("etype"),
         type_x={t: arrays[name] for name, t in typed.items() if name in arrays},
@@ -854,6 +866,7 @@ def _reassemble(pset: PartitionSet) -> Graph:
         indptr=indptr,
         indices=indices,
         num_classes=int(labels.get("num_classes", 0)),
+        label_kind=labels.get("kind", "class"),
         name=str(meta.get("graph", pset.path.name)),
         **fields,
     )
@@ -914,15 +927,16 @@ def verify_partitions(
             fail(f"{folder}/x.npy", f"must have shape ({lp.num_nodes}, {features['dim']})")
         if labels is not None:
             y = None if lp.y is None else np.asarray(lp.y)
-            if (
-                y is None
-                or y.shape != (lp.num_nodes,)
-                or (y.size and (y.min() < -1 or y.max() >= max(1, labels["num_classes"])))
-            ):
-                fail(
-                    f"{folder}/y.npy",
-                    f"must hold {lp.num_nodes} labels in [-1, {labels['num_classes']})",
-                )
+            kind = labels.get("kind", "class")
+            problem = (
+                ("is missing", "")
+                if y is None
+                else label_problem(y, kind, labels["num_classes"], lp.num_nodes)
+            )
+            if problem is None and kind != "class" and y.shape[1] != labels["width"]:
+                problem = (f"has {y.shape[1]} columns; meta.json says {labels['width']}", "")
+            if problem is not None:
+                fail(f"{folder}/y.npy", f"{problem[0]} ({kind} labels of {lp.num_nodes} nodes)")
         for key in SPLITS:
             idx = getattr(lp, key)
             if idx is None:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.atomic import atomic_open
-from shardgnn.graph.csr import Graph, index_dtype
+from shardgnn.graph.csr import Graph, index_dtype, label_dtype
 from shardgnn.graph.linksplit import LINK_SPLIT_DIR, LinkSplit, save_link_split
 from shardgnn.partition.book import PartitionBook
 
@@ -155,6 +155,19 @@ class Features(Section):
         )
 
 
+def labels_meta(graph: Graph) -> dict[str, Any]:
+    """``meta.json["labels"]``: classes as before; other kinds (:mod:`shardgnn.nn.targets`) add
+    their name and width (``num_classes`` 0: an older reader sees no classes)."""
+    if graph.label_kind == "class":
+        return {"num_classes": int(graph.num_classes), "dtype": "int64"}
+    return {
+        "num_classes": 0,
+        "dtype": "float32",
+        "kind": graph.label_kind,
+        "width": int(graph.y.shape[1]),
+    }
+
+
 class LabelsAndSplits(Section):
     """Each part's labels (``y.npy``) and its local rows in each split the graph defines."""
 
@@ -173,8 +186,9 @@ class LabelsAndSplits(Section):
         return self._masks
 
     def write_part(self, data: Relabelled, out: ArrayWriter, part: PartRows, info: dict) -> None:
-        if data.graph.y is not None:
-            labels = np.asarray(data.graph.y[part.rows], dtype=np.int64)
+        graph = data.graph
+        if graph.y is not None:
+            labels = np.asarray(graph.y[part.rows], dtype=label_dtype(graph.label_kind))
             out.write(f"{part.folder}/y.npy", labels)
         for key, mask in self._split_masks(data.graph).items():
             local = np.flatnonzero(mask[part.rows]).astype(np.int64)
@@ -183,9 +197,7 @@ class LabelsAndSplits(Section):
 
     def describe(self, data: Relabelled, meta: dict[str, Any]) -> None:
         graph = data.graph
-        meta["labels"] = (
-            None if graph.y is None else {"num_classes": int(graph.num_classes), "dtype": "int64"}
-        )
+        meta["labels"] = None if graph.y is None else labels_meta(graph)
         meta["splits"] = {
             key[:-4]: None
             if getattr(graph, key) is None

@@ -1,6 +1,6 @@
-"""Distributed mini-batch node classification: one process per partition, DDP over the models,
-the data pipeline on ``torch.distributed`` all-to-alls (what it shares with link prediction is in
-:mod:`shardgnn.train.dist_sampled`).
+"""Distributed mini-batch node prediction (classes, multi-label, regression): one process per
+partition, DDP over the models, the data pipeline on ``torch.distributed`` all-to-alls (what it
+shares with link prediction is in :mod:`shardgnn.train.dist_sampled`).
 
 Every rank runs the same number of batches (``DistSeedBatcher``), evaluates a disjoint share of
 the validation/test nodes that together cover each exactly once, and reduces metrics over ranks.
@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.context import DistContext
-from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
+from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_metrics
 from shardgnn.fullgraph.shard import Grid, load_shard
+from shardgnn.graph.csr import label_dtype
 from shardgnn.loader.cluster_batches import ClusterBatcher
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.pipeline import (
@@ -25,6 +26,7 @@ from shardgnn.loader.pipeline import (
     NeighborSamplingStage,
 )
 from shardgnn.nn.models import build_model
+from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.precision import precision_context
 from shardgnn.sampling.dist_neighbor import DistNeighborSampler
 from shardgnn.seeding import mix_seed
@@ -35,8 +37,9 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_sampled import DistSampledSteps
 from shardgnn.train.dist_steps import partition_dataset_record
-from shardgnn.train.minibatch import count_correct
-from shardgnn.train.setup import eval_sampler_config
+from shardgnn.train.loop import EpochRecord
+from shardgnn.train.minibatch import evaluate_batches, node_objective
+from shardgnn.train.setup import eval_sampler_config, label_results
 
 
 class DistMiniBatchSteps(DistSampledSteps):
@@ -61,18 +64,25 @@ class DistMiniBatchSteps(DistSampledSteps):
         )
         self._build_train_stages(sampler)
         self._build_eval_stages(split_ids, eval_labels)
-        self.num_classes = int(self.graph.part.num_classes)
+        part = self.graph.part
+        self.num_classes = int(part.num_classes)
+        self.target = target_of_labels(part.label_kind, part.y, self.num_classes)
+        self.metric, self.details = self.target.metric, {}
+        self.objective = node_objective(self.target)
+        train_rows = np.asarray(part.train_idx if part.train_idx is not None else [], np.int64)
+        statistics = self.target.fit_statistics(torch.from_numpy(np.asarray(part.y[train_rows])))
+        if statistics:  # the same kind on every rank: all or none reduce
+            self.target.fit(self.sum(statistics, "setup"))
         torch.manual_seed(config.seed)  # identical initial weights on every rank
-        model = build_model(config.model, self.input_width, self.num_classes).to(ctx.device)
+        model = build_model(config.model, self.input_width, self.target.out_dim).to(ctx.device)
         self._wrap_model(model)
 
     def _open_labels(self) -> DistFeatureStore:
         """Set ``labels``, the training batches' labels, and return evaluation's (its own
         stage)."""
-        peer_y = {
-            p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in self.graph.peers.items()
-        }
-        y_local = np.asarray(self.graph.part.y, dtype=np.int64)
+        dtype = label_dtype(self.graph.part.label_kind)
+        peer_y = {p: np.asarray(peer.part.y, dtype=dtype) for p, peer in self.graph.peers.items()}
+        y_local = np.asarray(self.graph.part.y, dtype=dtype)
         self.labels = self.dist_rows(y_local, peer_y, "labels")
         return self.dist_rows(y_local, peer_y, "eval")
 
@@ -205,22 +215,32 @@ class DistMiniBatchSteps(DistSampledSteps):
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
-        """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
+        """The target's metric over every node of ``split`` (each evaluated by exactly one
+        rank)."""
+        reducer = CommReducer(self.main_comm)
         if self.layerwise is not None:
             if self.embedding is not None:
                 rows = self.embedding.local.weight.cpu().numpy()
                 x = self.x_local
                 self.layerwise.shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
             with precision_context(self.config.precision, self.ctx.device):
-                return layerwise_accuracies(self.layerwise, self.model, (split,), self.sum)[split]
-        correct, count = self.sum(
-            list(
-                count_correct(
-                    self.model, self.eval_stages[split], self.ctx.device, self.config.precision
-                )
+                metric, details = layerwise_metrics(
+                    self.layerwise, self.model, (split,), self.target, reducer
+                )[split]
+        else:
+            evaluation = evaluate_batches(
+                self.model,
+                self.eval_stages[split],
+                self.ctx.device,
+                self.target,
+                self.config.precision,
             )
-        )
-        return correct / max(count, 1)
+            metric, details = evaluation.result(reducer)
+        self.details[split] = details
+        return metric
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        return {**super().results_extra(history), **label_results(self.target, self.details)}
 
     def dataset_info(self) -> dict[str, Any]:
         return partition_dataset_record(

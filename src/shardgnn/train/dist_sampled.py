@@ -38,7 +38,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_report import SampledReport
 from shardgnn.train.dist_steps import DistSteps
 from shardgnn.train.epoch import EpochRun
-from shardgnn.train.minibatch import Objective, node_classification, train_epoch_batches
+from shardgnn.train.minibatch import Objective, train_epoch_batches
 from shardgnn.train.setup import EMBEDDING_STREAM
 
 
@@ -205,7 +205,7 @@ class DistSampledSteps(SampledReport, SampledInputs):
     DDP-wrapped model and the epoch. Subclasses set ``train_batches`` (the batcher),
     ``train_stages`` (the pipeline it feeds) and ``objective``."""
 
-    objective: Objective = staticmethod(node_classification)
+    objective: Objective
     sampled_edges = 0
     sampled_epochs = 0
     history: HistoricalEmbeddings | None = None

@@ -19,6 +19,7 @@ from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.loop import Steps
+from shardgnn.train.setup import labels_record
 
 
 # no annotations: DDP compares them to dist.GradBucket by identity
@@ -37,12 +38,14 @@ def partition_dataset_record(
 ) -> dict[str, Any]:
     """What results and checkpoints record of the partitioned dataset (as ``dataset_record``)."""
     identity = pset.dataset
+    labels = pset.meta.get("labels") or {}
     return {
         **identity,
         "num_nodes": pset.num_nodes,
         "num_edges": pset.num_edges,
         "num_features": num_features,
         "num_classes": num_classes,
+        **labels_record(labels.get("kind", "class"), (0, labels.get("width", 0))),
         **split_sizes,
         "partitions": {"path": str(pset.path), "parts": pset.num_parts, "method": pset.method},
     }

@@ -17,7 +17,8 @@ class EpochSums:
     mid-epoch checkpoint carries them, so the resumed epoch reports the same loss and accuracy."""
 
     loss_sum: float = 0.0
-    correct: int = 0
+    correct: float = 0
+    """summed training score (right predictions for classes and links)"""
     count: int = 0
     sampled_edges: int = 0
     batches: int = 0
@@ -49,7 +50,7 @@ class StepResult(NamedTuple):
 
     loss: float
     """the batch's mean loss"""
-    correct: int
+    correct: float
     count: int
     """the predictions ``loss`` averages over and ``correct`` counts from: what a batch counts
     for in the epoch's means (node classification: its seeds; link prediction: its pairs)"""

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from shardgnn.distributed.codec import make_codec
 from shardgnn.distributed.comm import Communicator
@@ -29,12 +28,14 @@ from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.models import build_model
+from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.precision import precision_context
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord
+from shardgnn.train.setup import label_results
 
 DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc")
 """the models whose layers aggregate through the distributed SpMM (attention needs edges)"""
@@ -173,7 +174,12 @@ class DistFullNodeSteps(DistFullGraphSteps):
                 f"{self.pset.path} has no training nodes; partition a dataset with a training split"
             )
         self.num_classes = shard.num_classes
-        self._set_model(lambda: build_model(config.model, shard.x.shape[1], self.num_classes))
+        self.target = target_of_labels(shard.label_kind, shard.y, self.num_classes)
+        self.metric, self.details = self.target.metric, {}
+        statistics = self.target.fit_statistics(self.y[self.splits["train"]].cpu())
+        if statistics:  # the same kind on every rank: all or none reduce
+            self.target.fit(self.sum(statistics, "setup"))
+        self._set_model(lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim))
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, run: EpochRun) -> tuple[float, float]:
@@ -185,10 +191,10 @@ class DistFullNodeSteps(DistFullGraphSteps):
             with precision_context(self.config.precision, self.ctx.device):
                 logits = self.model(self.layers, self.x)[train_idx].float()
                 y = self.y[train_idx]
-                loss_sum = F.cross_entropy(logits, y, reduction="sum")
+                loss_sum = self.target.loss_sum(logits, y)
             self._backward_and_step(loss_sum / self.split_sizes["train"])
         loss_total, correct = self.sum(
-            [float(loss_sum.detach()), float((logits.argmax(-1) == y).sum())]
+            [float(loss_sum.detach()), float(self.target.score_sum(logits.detach(), y))]
         )
         return loss_total / self.split_sizes["train"], correct / self.split_sizes["train"]
 
@@ -198,8 +204,13 @@ class DistFullNodeSteps(DistFullGraphSteps):
         idx = self.splits[split]
         with precision_context(self.config.precision, self.ctx.device):
             logits = self.model(self.layers, self.x)
-        correct = float((logits[idx].argmax(-1) == self.y[idx]).sum())
-        return self.sum([correct])[0] / max(self.split_sizes[split], 1)
+        evaluation = self.target.evaluation()
+        evaluation.add(logits[idx], self.y[idx])
+        metric, self.details[split] = evaluation.result(CommReducer(self.main_comm))
+        return metric
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        return {**super().results_extra(history), **label_results(self.target, self.details)}
 
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:

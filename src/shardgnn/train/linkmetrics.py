@@ -14,21 +14,7 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
-
-
-def auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Area under the ROC curve: the probability that a random positive outscores a random
-    negative (Mann-Whitney U with average ranks for ties)."""
-    pos, neg = np.asarray(pos, np.float64).ravel(), np.asarray(neg, np.float64).ravel()
-    if not pos.size or not neg.size:
-        return float("nan")
-    scores = np.concatenate([pos, neg])
-    _, inverse, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    # average rank (1-based) of each distinct value: its first rank plus half its run
-    first = np.cumsum(counts) - counts + 1
-    ranks = (first + (counts - 1) / 2.0)[inverse]
-    u = ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2.0
-    return float(u / (pos.size * neg.size))
+from shardgnn.nn.targets import roc_auc as auc
 
 
 def average_precision(pos: np.ndarray, neg: np.ndarray) -> float:

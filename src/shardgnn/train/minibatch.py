@@ -9,10 +9,10 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.nn.targets import Evaluation, NodeTarget
 from shardgnn.precision import precision_context
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.embedding import EmbeddingTable
@@ -26,10 +26,11 @@ class Outcome(NamedTuple):
 
     loss: torch.Tensor
     """the loss to minimise"""
-    correct: int
+    correct: float
     count: int
-    """how many of the batch's predictions were right out of how many (node classification:
-    its seeds; link prediction: its positive and negative pairs)"""
+    """the batch's summed training score (right predictions, or a per-node score in [0, 1] for
+    labels other than classes: :mod:`shardgnn.nn.targets`) and what it sums over (node
+    prediction: its seeds; link prediction: its positive and negative pairs)"""
     computed: Mapping[int, torch.Tensor] | None = None
     """with historical embeddings: the embeddings the forward pass computed at each historical
     layer (``{layer: h_DF}``, detached: what owners push), else None"""
@@ -39,24 +40,28 @@ Objective = Callable[[torch.nn.Module, list[MessageGraph], MiniBatch, torch.devi
 """What a training step computes from a batch: ``objective(module, graphs, batch, device)``."""
 
 
-def node_classification(
-    module: torch.nn.Module, graphs: list[MessageGraph], batch: MiniBatch, device: torch.device
-) -> Outcome:
-    """Cross-entropy of the seeds' logits (in fp32, whatever the autocast) against their labels;
-    a batch with historical embeddings passes them to the model, which returns what it computed
-    at their layers."""
-    y = batch.y.to(device)
-    x_SF = batch.x_SF.to(device)
-    computed = None
-    if batch.history:
-        logits, computed = module(graphs, x_SF, history=batch.model_history(device))
-    else:
-        logits = module(graphs, x_SF)
-    logits = logits.float()
-    # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
-    # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
-    loss = F.cross_entropy(logits, y, reduction="sum") / max(y.numel(), 1)
-    return Outcome(loss, int((logits.argmax(-1) == y).sum()), y.numel(), computed)
+def node_objective(target: NodeTarget) -> Objective:
+    """The objective of node labels of ``target``'s kind: the seeds' mean loss (in fp32, whatever
+    the autocast) and their summed training score; a batch with historical embeddings passes them
+    to the model, which returns what it computed at their layers."""
+
+    def objective(
+        module: torch.nn.Module, graphs: list[MessageGraph], batch: MiniBatch, device: torch.device
+    ) -> Outcome:
+        y = batch.y.to(device)
+        x_SF = batch.x_SF.to(device)
+        computed = None
+        if batch.history:
+            logits, computed = module(graphs, x_SF, history=batch.model_history(device))
+        else:
+            logits = module(graphs, x_SF)
+        logits = logits.float()
+        # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
+        # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
+        loss = target.loss_sum(logits, y) / max(y.shape[0], 1)
+        return Outcome(loss, target.score_sum(logits, y), y.shape[0], computed)
+
+    return objective
 
 
 def minibatch_step(
@@ -66,7 +71,7 @@ def minibatch_step(
     device: torch.device,
     timer: StageTimer,
     orig_ids: np.ndarray | None = None,
-    objective: Objective = node_classification,
+    objective: Objective,
     embedding: EmbeddingTable | DistEmbeddingTable | None = None,
     history: HistoricalEmbeddings | None = None,
     precision: str = "fp32",
@@ -141,20 +146,20 @@ def train_epoch_batches(
 
 
 @torch.no_grad()
-def count_correct(
+def evaluate_batches(
     model: torch.nn.Module,
     batches: Iterable[MiniBatch],
     device: torch.device,
+    target: NodeTarget,
     precision: str = "fp32",
-) -> tuple[int, int]:
-    """``(correct, count)`` of ``model``'s predictions over ``batches``' seeds (``precision``:
-    as in :func:`minibatch_step`)."""
+) -> Evaluation:
+    """``target``'s evaluation of ``model``'s outputs over ``batches``' seeds, this rank's share
+    (``precision``: as in :func:`minibatch_step`); its ``result`` reduces over ranks."""
     model.eval()
-    correct = count = 0
+    evaluation = target.evaluation()
     for batch in batches:
         graphs = [MessageGraph.from_block(b, device) for b in batch.sample.blocks]
         with precision_context(precision, device):
             logits = model(graphs, batch.x_SF.to(device))
-        correct += int((logits.argmax(-1) == batch.y.to(logits.device)).sum())
-        count += batch.y.numel()
-    return correct, count
+        evaluation.add(logits, batch.y)
+    return evaluation

@@ -204,13 +204,25 @@ def _ages(row_cache: dict[str, Any]) -> str:
     return f"{row_cache['mean_served_age']:.2f} / {row_cache['max_served_age']}"
 
 
+NODE_SCORES = {
+    "acc": "training accuracy",
+    "rocauc": "training labels right (at probability 0.5)",
+    "r2": "training R²",
+}
+"""what ``train_acc`` holds for each node-label metric (:mod:`shardgnn.nn.targets`)"""
+
+
+def metric_name(metric: str) -> str:
+    """How a selection metric is named to users: accuracy, ROC-AUC, R², MRR, AP..."""
+    return {"acc": "accuracy", "rocauc": "ROC-AUC", "r2": "R²"}.get(metric, metric.upper())
+
+
 def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
     """The validation and test metric of the best epoch; link prediction adds every metric."""
     link = results.get("link")
     if not link:
         # the metric the run selects on: accuracy, or MRR (knowledge graphs), AP (temporal), ...
-        metric = results.get("metric", "acc")
-        name = "accuracy" if metric == "acc" else metric.upper()
+        name = metric_name(results.get("metric", "acc"))
         return [
             (f"val {name}", results["val_acc"]),
             (f"test {name} (at best val)", results["test_acc"]),
@@ -241,9 +253,13 @@ def epoch_line(
         key=lambda name: (order.get(name, len(order)), name),
     )
     stages = ", ".join(f"{name} {record.stages[name]:.2f}" for name in shown)
+    # node metrics by name (ROC-AUC, R²), link metrics as their keys (auc, mrr, ap)
+    named = (
+        "" if metric == "acc" else " " + (metric_name(metric) if metric in NODE_SCORES else metric)
+    )
     text = (
         f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train "
-        f"{100 * record.train_acc:5.1f}%  val{'' if metric == 'acc' else ' ' + metric} "
+        f"{100 * record.train_acc:5.1f}%  val{named} "
         f"{100 * record.val_acc:5.1f}% (best "
         f"{100 * best_val:.1f}% @ {best_epoch})  {record.time_s:.2f} s"
         + (f" ({stages})" if stages else "")

@@ -13,6 +13,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import fingerprint
 from shardgnn.nn.functional import to_sparse_if_sparse
+from shardgnn.nn.targets import NodeTarget
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.seeding import mix_seed
 from shardgnn.store.embedding import EmbeddingTable, check_table_fits
@@ -51,9 +52,29 @@ def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
         "num_edges": graph.num_edges,
         "num_features": graph.num_features,
         "num_classes": graph.num_classes,
+        **labels_record(graph.label_kind, None if graph.y is None else np.shape(graph.y)),
         "train": size(graph.train_idx),
         "val": size(graph.val_idx),
         "test": size(graph.test_idx),
+    }
+
+
+def labels_record(label_kind: str, y_shape: tuple[int, ...] | None) -> dict[str, Any]:
+    """What results and checkpoints record of labels other than classes (kind and columns;
+    nothing for classes, recorded as before)."""
+    if label_kind == "class" or y_shape is None:
+        return {}
+    return {"label_kind": label_kind, "label_columns": int(y_shape[1])}
+
+
+def label_results(target: NodeTarget, details: dict[str, dict]) -> dict[str, Any]:
+    """What results add for labels other than classes: each split's details at the final
+    evaluation (per-label ROC-AUC; per-target R² and the RMSE)."""
+    if target.label_kind == "class":
+        return {}
+    return {
+        "label_kind": target.label_kind,
+        "metric_details": {split: details.get(split) for split in ("val", "test")},
     }
 
 

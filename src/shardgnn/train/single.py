@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_accuracies
+from shardgnn.fullgraph.inference import LayerwiseInference, layerwise_metrics
 from shardgnn.fullgraph.shard import shard_from_graph
-from shardgnn.graph.csr import Graph
+from shardgnn.graph.csr import Graph, label_dtype
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.temporal import TemporalGraph
@@ -27,6 +26,7 @@ from shardgnn.loader.device import Staged, device_pipeline
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
+from shardgnn.nn.targets import LocalReducer, target_of_labels
 from shardgnn.options import changed_settings
 from shardgnn.precision import precision_context
 from shardgnn.sampling.neighbor import NeighborSampler
@@ -36,12 +36,13 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.minibatch import count_correct, train_epoch_batches
+from shardgnn.train.minibatch import evaluate_batches, node_objective, train_epoch_batches
 from shardgnn.train.setup import (
     dataset_record,
     eval_sampler_config,
     full_features,
     full_input,
+    label_results,
     make_embedding_table,
     resolve_device,
     step_rows,
@@ -54,17 +55,20 @@ def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
     problems = []
     if graph.x is None and not learnable_rows:
         problems.append("it has no node features (--embedding-dim D gives each node a row)")
-    if graph.y is None or graph.num_classes < 1:
+    if graph.y is None or (graph.label_kind == "class" and graph.num_classes < 1):
         problems.append("it has no labels")
+    target = (
+        None if graph.y is None else target_of_labels(graph.label_kind, graph.y, graph.num_classes)
+    )
     for key in ("train_idx", "val_idx", "test_idx"):
         idx = getattr(graph, key)
         if idx is None or len(idx) == 0:
             problems.append(f"its {key.replace('_idx', '')} split is empty")
-        elif graph.y is not None and np.any(graph.y[idx] < 0):
-            problems.append(f"its {key.replace('_idx', '')} split holds unlabelled nodes")
+        elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
+            problems.append(f"its {key.replace('_idx', '')} split {problem}")
     if problems:
         raise ConfigError(
-            f"dataset {graph.name!r} cannot be used for node classification: "
+            f"dataset {graph.name!r} cannot be used for node prediction: "
             + "; ".join(problems)
             + ". Use a labelled dataset such as cora or synthetic, or give "
             "yours features, labels and splits with `shardgnn convert`."
@@ -93,10 +97,6 @@ def gpu_sampling(config: TrainConfig, device: torch.device) -> bool:
     return config.gpu.sampler_device != "cpu"
 
 
-def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
-    return float((logits.argmax(-1) == y).float().mean()) if y.numel() else float("nan")
-
-
 class LocalSteps(Steps):
     """Single-process epochs on an in-memory graph (``graph``: given, else loaded from the spec)."""
 
@@ -111,10 +111,14 @@ class LocalSteps(Steps):
         torch.manual_seed(config.seed)
         g = self.graph
         self.x = None if g.x is None else normalize_features(g.x, config.feature_norm)
-        self.y = torch.from_numpy(np.asarray(g.y, dtype=np.int64))
+        self.y = torch.from_numpy(np.asarray(g.y, dtype=label_dtype(g.label_kind)))
+        self.target = target_of_labels(g.label_kind, g.y, g.num_classes)
+        self.metric = self.target.metric
+        self.target.fit(self.target.fit_statistics(self.y[torch.from_numpy(g.train_idx)]))
+        self.details: dict[str, dict] = {}
         self.embedding = make_embedding_table(config, g.num_nodes)
         in_dim = g.num_features + config.embedding.dim
-        self.model: GNN = build_model(config.model, in_dim, g.num_classes)
+        self.model: GNN = build_model(config.model, in_dim, self.target.out_dim)
         if self.embedding is not None:
             # The rows (buffers) become part of the model's state: checkpoints and the best
             # epoch's weights carry them; their sparse optimiser, not Adam, updates them.
@@ -206,6 +210,7 @@ class LocalSteps(Steps):
             self.optimizer,
             device=self.device,
             timer=self.timer,
+            objective=node_objective(self.target),
             embedding=self.embedding,
             precision=self.config.precision,
         )
@@ -223,44 +228,55 @@ class LocalSteps(Steps):
             x_NF = full_input(self.features_full, self.embedding, requires_grad=True)
             with precision_context(self.config.precision, self.device):
                 logits = self.model([self.full_graph] * self.model.num_layers, x_NF).float()
-                loss = F.cross_entropy(logits[train_idx], self.y_full[train_idx])
+                y = self.y_full[train_idx]
+                loss = self.target.loss_mean(logits[train_idx], y)
             loss.backward()
             self.optimizer.step()
         step_rows(self.embedding, x_NF, self.timer)
-        return loss.item(), accuracy(logits[train_idx].detach(), self.y_full[train_idx])
+        score = self.target.score_sum(logits[train_idx].detach(), y)
+        return loss.item(), score / max(len(train_idx), 1)
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
+        metric, self.details[split] = self._evaluate(split)
+        return metric
+
+    def _evaluate(self, split: str) -> tuple[float, dict]:
         if self.config.mode == "full":
             self.model.eval()
             x_NF = full_input(self.features_full, self.embedding)
             with precision_context(self.config.precision, self.device):
                 logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
             idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
-            return accuracy(logits[idx], self.y_full[idx])
+            evaluation = self.target.evaluation()
+            evaluation.add(logits[idx], self.y_full[idx])
+            return evaluation.result(LocalReducer())
         if self.layerwise is not None:
             if self.embedding is not None:
                 rows = self.embedding.weight.cpu().numpy()
                 self.layerwise.shard.x = rows if self.x is None else np.hstack([self.x, rows])
             with precision_context(self.config.precision, self.device):
-                return layerwise_accuracies(
-                    self.layerwise, self.model, (split,), lambda values: values
+                return layerwise_metrics(
+                    self.layerwise, self.model, (split,), self.target, LocalReducer()
                 )[split]
         loader = self.eval_loaders[split]
         loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
-        correct, count = count_correct(self.model, loader, self.device, self.config.precision)
-        return correct / max(count, 1)
+        evaluation = evaluate_batches(
+            self.model, loader, self.device, self.target, self.config.precision
+        )
+        return evaluation.result(LocalReducer())
 
     def dataset_info(self) -> dict[str, Any]:
         return dataset_record(self.graph, self.spec)
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        extra = label_results(self.target, self.details)
         if self.config.mode == "full":
-            return {}
+            return extra
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        extra = {
-            "sampled_edges_per_s": (self.sampled_edges / sample_time) if sample_time > 0 else None
-        }
+        extra["sampled_edges_per_s"] = (
+            (self.sampled_edges / sample_time) if sample_time > 0 else None
+        )
         if self.pipeline is not None:
             extra["gpu_pipeline"] = self.pipeline.stats()
         return extra

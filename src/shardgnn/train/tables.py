@@ -127,11 +127,13 @@ def write_output_tables(
     class_names: tuple[str, ...] | None,
     key: str = "",
     predictions: bool = True,
+    label_kind: str = "class",
 ) -> dict[str, str]:
     """Beside ``folder/embeddings.npy`` (and, with ``predictions``, ``predictions.npy``) write
     ``embeddings.<ext>`` (and ``predictions.<ext>``) keyed by ``node_ids`` (``None``: 0..N-1),
-    classes named by ``class_names`` (``None``: their numbers). Returns ``{key + "embeddings_table":
-    path, ...}``; nothing for ``table_format`` ``none``."""
+    classes named by ``class_names`` (``None``: their numbers); labels of another ``label_kind``
+    give ``probability_<j>`` (multi-label) or ``value_<j>`` (regression) columns. Returns
+    ``{key + "embeddings_table": path, ...}``; nothing for ``table_format`` ``none``."""
     if table_format == "none":
         return {}
     folder = Path(folder)
@@ -140,7 +142,14 @@ def write_output_tables(
     ids = np.arange(num_nodes, dtype=np.int64) if node_ids is None else node_ids
     assert len(ids) == num_nodes, f"{len(ids)} node ids for {num_nodes} rows"
     written = {}
-    if predictions:
+    if predictions and label_kind != "class":
+        # one column per label (its probability) or per target (the predicted value)
+        values = np.load(folder / "predictions.npy", mmap_mode="r", allow_pickle=False)
+        column = "probability" if label_kind == "multilabel" else "value"
+        target = folder / f"predictions.{table_format}"
+        columns = {"node_id": ids, column: values}
+        written[f"{key}predictions_table"] = str(write_table(target, columns, table_format))
+    elif predictions:
         classes = np.load(folder / "predictions.npy", allow_pickle=False)
         names = classes.astype(np.str_)
         if class_names:

@@ -20,6 +20,7 @@ from shardgnn.fullgraph.inference import LayerwiseInference
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.models import build_model
+from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.inference.run import (
     InferRun,
@@ -58,10 +59,14 @@ def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
     """The node classifier and its input rows."""
     weights, rows = _split_rows(weights)
     num_features = 0 if shard.x is None else shard.x.shape[1]
-    model = build_model(config.model, num_features + config.embedding.dim, shard.num_classes)
-    load_weights_into(
-        model, weights, checkpoint, f"{num_features} features and {shard.num_classes} classes"
+    target = target_of_labels(shard.label_kind, shard.y, shard.num_classes)
+    model = build_model(config.model, num_features + config.embedding.dim, target.out_dim)
+    outputs = (
+        f"{shard.num_classes} classes"
+        if target.label_kind == "class"
+        else f"{target.out_dim} {target.label_kind} outputs"
     )
+    load_weights_into(model, weights, checkpoint, f"{num_features} features and {outputs}")
     return model, _input_rows(config, shard, rows)
 
 
@@ -109,6 +114,7 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         need_features=not config.embedding.enabled,
         need_labels=not link,
     )
+    target = None if link else target_of_labels(shard.label_kind, shard.y, shard.num_classes)
     model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
@@ -121,11 +127,21 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         outputs = {
             "embeddings": embeddings,
             "logits": logits,
-            "predictions": logits.argmax(-1).cpu(),
+            "predictions": target.predict(logits).cpu(),
         }
     seconds = time.perf_counter() - start
-    labelled = None if link else (outputs["predictions"], shard.y, shard.splits)
+    by_class = target is not None and target.label_kind == "class"
+    labelled = (outputs["predictions"], shard.y, shard.splits) if by_class else None
     totals, comm_summed = sum_over_ranks(comm, seconds, labelled)
+    scores = None
+    if target is not None and not by_class:  # collectives, every rank in the same order
+        scores = {"name": target.metric}
+        y = torch.from_numpy(np.array(shard.y))  # a copy: parts are read-only maps
+        for split in ("train", "val", "test"):
+            idx = torch.from_numpy(np.array(shard.splits[split], dtype=np.int64))
+            evaluation = target.evaluation()
+            evaluation.add(logits[idx.to(logits.device)].cpu(), y[idx])
+            scores[split] = evaluation.result(CommReducer(comm))[0]
     orig_ids = np.asarray(pset.orig_ids)
     ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
     written = write_by_original_id(
@@ -148,7 +164,14 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         written["scores"], scored = str(out / "scores.npy"), int(scores.shape[0])
     ids = pset.node_ids()
     written.update(
-        write_output_tables(out, table_format, ids, pset.class_names, predictions=not link)
+        write_output_tables(
+            out,
+            table_format,
+            ids,
+            pset.class_names,
+            predictions=not link,
+            label_kind=shard.label_kind if not link else "class",
+        )
     )
     summary = {
         "task": config.task,
@@ -157,7 +180,8 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "workers": ctx.world_size,
         "num_nodes": int(len(orig_ids)),
         "embedding_width": int(embeddings.shape[1]),
-        **measured(totals, comm_summed, ctx.world_size, accuracy=not link),
+        **measured(totals, comm_summed, ctx.world_size, accuracy=by_class),
+        **({} if scores is None else {"label_kind": target.label_kind, "metric": scores}),
         "pairs_scored": scored,
         "outputs": written,
         "tables": tables_summary(table_format, ids is not None, pset.class_names),

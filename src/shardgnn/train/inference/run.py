@@ -9,6 +9,10 @@ place)::
     OUT/predictions.npy  int64   [N]     argmax class
     OUT/inference.json   accuracy per split, timing, bytes exchanged, the checkpoint used
 
+A model of multi-label or regression labels (:mod:`shardgnn.nn.targets`) writes
+``predictions.npy`` float32 ``[N, W]``: each label's probability, or each target's predicted
+value; ``inference.json`` holds its metric per split (ROC-AUC or R²) instead of accuracy.
+
 Of a link-prediction model (``--task link``)::
 
     OUT/embeddings.npy   float32 [N, D]  the encoder's output, what its predictor scores
@@ -19,7 +23,8 @@ Of a link-prediction model (``--task link``)::
 Beside them, tables keyed by the user's own node ids (:mod:`shardgnn.train.tables`; CSV unless
 ``--table-format`` says ``parquet`` or ``none``)::
 
-    OUT/predictions.csv  node_id, class, class_name   (node classification)
+    OUT/predictions.csv  node_id, class, class_name   (node classification; multi-label:
+                         node_id, probability_0, ...; regression: node_id, value_0, ...)
     OUT/embeddings.csv   node_id, emb_0, ..., emb_{H-1}
 
 ``node_id`` is the id the graph was built from (``shardgnn convert`` keeps a node table's ids and
@@ -332,6 +337,7 @@ def infer_worker(config_json: str) -> None:
     from shardgnn.distributed.context import init_distributed, shutdown
     from shardgnn.options import from_dict
     from shardgnn.train.progress import format_table
+    from shardgnn.train.report import metric_name
 
     config = from_dict(InferConfig, json.loads(config_json))
     # gloo: inference exchanges rows (the data path); gloo carries GPU tensors too
@@ -351,6 +357,13 @@ def infer_worker(config_json: str) -> None:
                 (f"{split} accuracy", "-" if acc is None else f"{acc:.4f}")
                 for split, acc in (summary["accuracy"] or {}).items()
             ]
+            metric = summary.get("metric")
+            if metric is not None:
+                name = metric_name(metric["name"])
+                rows += [
+                    (f"{split} {name}", f"{metric[split]:.4f}")
+                    for split in ("train", "val", "test")
+                ]
             if summary["pairs_scored"] is not None:
                 rows.append(("pairs scored", f"{summary['pairs_scored']:,}"))
             rows += [
