@@ -4,6 +4,7 @@ a 2-rank job whose worker is SIGKILLed mid-epoch)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from shardgnn.distributed.launch import WorkerFailedError
 from shardgnn.errors import ConfigError
@@ -19,6 +21,7 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.store.config import EmbeddingConfig
 from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import run_training
@@ -267,3 +270,143 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "resumed from" in restarted.stdout + restarted.stderr  # the second attempt picked it up
     assert_same_weights(final_weights(tmp_path / "straight"), final_weights(tmp_path / "restarted"))
+
+
+# ------------------------------------------------------------------ another number of workers
+def _parts_of(tmp_path, graph, parts):
+    path = tmp_path / f"parts{parts}"
+    result = partition_graph(graph, PartitionConfig(num_parts=parts, method="metis", seed=0))
+    write_partitions(graph, result.assignment, path, method=result.method, settings=result.settings)
+    return str(path)
+
+
+def _rows_config(path, directory, epochs, resume=False):
+    """Features and learnable rows (sharded by partition, with their Adagrad state)."""
+    return dataclasses.replace(
+        _dist_config(path, directory, resume),
+        embedding=EmbeddingConfig(dim=8, lr=0.05),
+        optim=OptimConfig(epochs=epochs, lr=0.01),
+        run=RunConfig(partitions=path, overlap="off"),
+    )
+
+
+def _train_results(ctx, config):
+    from shardgnn.train.worker import train_with_context
+
+    return train_with_context(config, ctx)
+
+
+def _by_original_id(states, section, name):
+    ids = torch.cat([s[section]["embedding.node_ids"] for s in states])
+    rows = torch.cat([s[section][name] for s in states])
+    out = torch.empty_like(rows)
+    out[ids] = rows
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_checkpoint_of_4_workers_resumes_on_2_3_and_1(tmp_path, graph):
+    """Issue 33: learnable rows and their optimiser state are re-sharded by original node id, bit
+    for bit; the replicated weights are rank 0's; the run goes on with another worker count."""
+    import numpy as np
+
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.checkpoint import reshard
+
+    p4, p2, p3 = (_parts_of(tmp_path, graph, k) for k in (4, 2, 3))
+    directory = tmp_path / "ck"
+    straight = run_workers(_train_results, 4, _rows_config(p4, directory, 2))[0]
+    written = Checkpointer(directory).complete()[-1]
+    old = [torch.load(written / f"rank-{p}.pt", weights_only=True) for p in range(4)]
+    for parts, world in ((p2, 2), (p3, 3)):
+        pset = read_partitions(parts)
+        for rank in range(world):
+            start, end = pset.book.part_range(rank)
+            ids = np.asarray(pset.orig_ids[start:end], dtype=np.int64)
+            state = reshard(old, rank, {"embedding.": ids})
+            for section in ("model", "best_state"):
+                for name in ("embedding.weight", "embedding.sum_sq"):
+                    expected = _by_original_id(old, section, name)[torch.from_numpy(ids)]
+                    assert torch.equal(state[section][name], expected), (world, rank, name)
+            for name, tensor in old[0]["model"].items():
+                if not name.startswith("embedding."):
+                    assert torch.equal(state["model"][name], tensor), name
+            assert state["optimizer"] is old[0]["optimizer"]
+    # a run that cannot re-shard says so in one line
+    with pytest.raises(ConfigError, match="written by 4 workers but 3 run now.*--workers 4"):
+        Checkpointer(directory, world_size=3).load_latest(
+            _rows_config(p3, directory, 3, resume=True).to_dict(), fixed="this"
+        )
+    # 4 -> 2 workers, then 2 -> 1 process: each resumes where the last stopped
+    resumed = run_workers(_train_results, 2, _rows_config(p2, directory, 3, resume=True))[0]
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3]
+    assert resumed["epochs"][:2] == straight["epochs"]
+    assert (
+        json.loads((Checkpointer(directory).complete()[-1] / "meta.json").read_text())["world_size"]
+        == 2
+    )
+    p1 = _parts_of(tmp_path, graph, 1)
+    single = run_workers(_train_results, 1, _rows_config(p1, directory, 4, resume=True))[0]
+    assert [e["epoch"] for e in single["epochs"]] == [1, 2, 3, 4]
+    assert single["test_acc"] > 0.5  # 4 classes; the re-sharded rows and weights carried on
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_link_prediction_with_learnt_rows_resumes_on_one_process(tmp_path, capsys):
+    """soc-slashdot's recipe in small: learnt rows of 2 workers go on in one process."""
+    from shardgnn.cli import main
+
+    spec = "synthetic:nodes=1200,degree=8,features=8"
+    common = [spec, "--task", "link", "--embedding-dim", "8", "--checkpoint-dir"]
+    common += [str(tmp_path / "ck"), "--quiet", "--fanouts", "5,5"]
+    assert main(["train", *common, "--workers", "2", "--epochs", "1"]) == 0
+    assert main(["train", *common, "--epochs", "2", "--resume"]) == 0
+    assert "written by 2 workers, re-sharded for 1" in capsys.readouterr().out
+    state = torch.load(Checkpointer(tmp_path / "ck").complete()[-1] / "rank-0.pt")
+    assert torch.equal(state["model"]["embedding.node_ids"], torch.arange(1200))
+
+
+def test_reshard_reassembles_rows_and_carries_mid_epoch_sums():
+    from shardgnn.errors import DatasetError
+    from shardgnn.train.checkpoint import reshard
+
+    def state(ids, lin, sums):
+        ids = torch.tensor(ids)
+        return {
+            "model": {
+                "embedding.node_ids": ids,
+                "embedding.weight": ids[:, None].float().repeat(1, 3),
+                "embedding.steps": torch.tensor(7),
+                "lin.weight": lin,
+            },
+            "best_state": {},
+            "optimizer": {"state": {}},
+            "partial": {"loss_sum": sums, "correct": sums, "count": 10, "batches": 4},
+            "sampled_edges": 0,
+            "torch_rng": torch.get_rng_state(),
+            "comm_total": {},
+            "generators": [],
+        }
+
+    for s in (old := [state([3, 0], torch.ones(2), 1.5), state([2, 4, 1], torch.ones(2), 2.0)]):
+        s["partial"]["sampled_edges"] = 5
+    new = [reshard(old, rank, {"embedding.": ids}) for rank, ids in enumerate(([4, 0], [1, 3, 2]))]
+    assert new[0]["model"]["embedding.weight"][:, 0].tolist() == [4.0, 0.0]
+    assert new[1]["model"]["embedding.weight"][:, 0].tolist() == [1.0, 3.0, 2.0]
+    assert new[1]["model"]["embedding.node_ids"].tolist() == [1, 3, 2]
+    assert new[0]["partial"] == {
+        "loss_sum": 3.5,
+        "correct": 3.5,
+        "count": 20,
+        "batches": 4,
+        "sampled_edges": 10,
+    }
+    assert new[1]["partial"]["count"] == 0 and new[1]["partial"]["batches"] == 4
+    assert new[0]["generators"] is None  # low-bit codecs start afresh
+    with pytest.raises(DatasetError, match="no row of node 9"):
+        reshard(old, 0, {"embedding.": [9]})
+    old[1]["model"]["lin.weight"] = torch.zeros(2)  # rank-local state that is no table of rows
+    with pytest.raises(ConfigError, match="lin.weight differs from rank to rank"):
+        reshard(old, 0, {"embedding.": [4, 0]})

@@ -249,6 +249,8 @@ def test_two_workers_match_one_worker_accuracy(tmp_path):
     off = run_workers(_train, 2, p2, True, "off")
     assert [e["loss"] for e in off[0]["epochs"]] == [e["loss"] for e in two[0]["epochs"]]
     assert off[0]["test_acc"] == two[0]["test_acc"]
+    # two runs, bit for bit the same weights (every rank names the same digest)
+    assert off[0]["weights_sha256"] == two[0]["weights_sha256"] == two[1]["weights_sha256"]
     assert all(off[0]["comm"][s]["bytes_sent"] > 0 for s in ("sample", "fetch"))
     assert all(off[0]["comm"][s]["host_bytes"] == 0 for s in ("sample", "fetch"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -68,6 +69,10 @@ def test_training_is_reproducible(learnable_graph):
     )
     a, b = run_training(config, learnable_graph), run_training(config, learnable_graph)
     assert [e["loss"] for e in a["epochs"]] == [e["loss"] for e in b["epochs"]]
+    # the results name the weights training ended with: equal bit for bit, equal digests
+    assert len(a["weights_sha256"]) == 64 and a["weights_sha256"] == b["weights_sha256"]
+    other = run_training(dataclasses.replace(config, seed=5), learnable_graph)
+    assert other["weights_sha256"] != a["weights_sha256"]
 
 
 def test_config_errors():

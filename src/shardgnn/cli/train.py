@@ -266,5 +266,5 @@ def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
             Checkpointer(ckpt.dir, world_size=workers).latest() if Path(ckpt.dir).is_dir() else None
         )
         if latest is not None:
-            check_resumable(latest[0], latest[1], config.to_dict(), workers, recorded)
+            check_resumable(latest[0], latest[1], config.to_dict(), recorded)
     return config, workers

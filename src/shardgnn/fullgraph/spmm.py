@@ -273,6 +273,25 @@ class DistLayerGraph:
         self.step = 0
         self.halo_queue: collections.deque = collections.deque()
         self.grad_queue: collections.deque = collections.deque()
+        self._edge_index: torch.Tensor | None = None
+
+    def source_rows(self, h_NF: torch.Tensor) -> torch.Tensor:
+        """The rows an attention layer scores edges over: the held rows, then the halo rows
+        (``1d-sparse``: each from its owner, one all-to-all; their gradients go back to the
+        owners in the backward pass, the same all-to-all reversed)."""
+        return torch.cat([h_NF, _HaloRows.apply(h_NF, self)])
+
+    def edge_index(self) -> torch.Tensor:
+        """``[2, E]`` (src, dst) of every in-edge of the held rows: src in extended local ids
+        (held rows, then halo), dst in held-row ids; what :meth:`source_rows` lines up with."""
+        device = self.full.device
+        if self._edge_index is None or self._edge_index.device != device:
+            shard = self.full.shard
+            degree = np.diff(np.asarray(shard.indptr))
+            dst = np.repeat(np.arange(self.num_dst, dtype=np.int64), degree)
+            src = np.asarray(shard.indices, dtype=np.int64)
+            self._edge_index = torch.from_numpy(np.stack([src, dst])).to(device)
+        return self._edge_index
 
     def aggregate(self, h_NF: torch.Tensor, norm: str) -> torch.Tensor:
         training = torch.is_grad_enabled() and h_NF.requires_grad
@@ -294,6 +313,24 @@ def _take(
         queue.popleft()[1].wait()
     assert queue[0][0] == target
     return queue[0][1]
+
+
+class _HaloRows(torch.autograd.Function):
+    """The halo rows of ``h_NF`` from their owners (``1d-sparse`` plan, synchronous); backward:
+    their gradients back to the owners, added into the owners' rows."""
+
+    @staticmethod
+    def forward(ctx, h_NF, layer: DistLayerGraph):
+        full = layer.full
+        ctx.layer = layer
+        return full.finish_halo(full.start_halo(h_NF), h_NF.shape[1]).to(h_NF.dtype)
+
+    @staticmethod
+    def backward(ctx, g_HF):
+        layer, full = ctx.layer, ctx.layer.full
+        g_h = torch.zeros(full.num_rows, g_HF.shape[1], dtype=g_HF.dtype, device=g_HF.device)
+        full.finish_halo_grad(full.start_halo_grad(g_HF.contiguous(), layer.index), g_h)
+        return g_h, None
 
 
 class _SparseSpMM(torch.autograd.Function):

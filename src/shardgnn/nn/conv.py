@@ -121,7 +121,9 @@ class GATConv(_Attention):
 
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         H, C, D = self.heads, self.out_dim, graph.num_dst
-        z_SHC = linear(self.lin, h_SF).view(-1, H, C)
+        # projected before the halo rows join (a distributed full-graph layer moves H * C wide
+        # rows, not the input's width)
+        z_SHC = graph.source_rows(linear(self.lin, h_SF)).view(-1, H, C)
         src_E, dst_E = self._edges_with_self_loops(graph, z_SHC.device)
         score_SH = (z_SHC * self.att_src).sum(-1)
         score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
@@ -186,7 +188,7 @@ class GATv2Conv(_Attention):
 
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         H, C, D = self.heads, self.out_dim, graph.num_dst
-        src_SHC = linear(self.lin_src, h_SF).view(-1, H, C)
+        src_SHC = graph.source_rows(linear(self.lin_src, h_SF)).view(-1, H, C)
         dst_DHC = linear(self.lin_dst, dst_rows(h_SF, D)).view(-1, H, C)
         src_E, dst_E = self._edges_with_self_loops(graph, src_SHC.device)
         value_EHC = src_SHC.index_select(0, src_E)

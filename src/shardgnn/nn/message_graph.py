@@ -128,6 +128,11 @@ class MessageGraph:
             torch.arange(self.num_dst, device=self.device), self.in_degree_D()
         )
 
+    def source_rows(self, h_SF: torch.Tensor) -> torch.Tensor:
+        """The rows :meth:`edge_index`'s sources index: ``h_SF`` itself (a distributed
+        full-graph layer appends its halo rows)."""
+        return h_SF
+
     def edge_index(self) -> torch.Tensor:
         """``[2, E]`` local (src, dst) pairs, e.g. for PyG layers with ``size=(S, D)``."""
         if self._edge_index is None:

@@ -19,6 +19,11 @@ Every random choice of training is a pure function of ``(seed, epoch, batch)`` (
 sampling) or of a counter saved here (the dropout step, the codec's and torch's generators), so
 resuming from the checkpoint after epoch ``E`` repeats epochs ``E, E+1, ...`` exactly: the final
 weights are bit-identical (on CPU) to an uninterrupted run.
+
+A checkpoint of P workers resumes on Q != P workers where the kind of training allows it
+(:func:`reshard`: sharded learnable rows and their optimiser state are put back together by
+original node id and cut along the new partition); the run then goes on as Q workers train,
+equal to the P-worker run within noise, not bit for bit (other batches per rank).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from shardgnn.atomic import atomic_open, save_json
@@ -243,40 +249,146 @@ class Checkpointer:
         return path, read_checkpoint_meta(path)
 
     def load_latest(
-        self, config: dict[str, Any], dataset: dict[str, Any] | None = None
+        self,
+        config: dict[str, Any],
+        dataset: dict[str, Any] | None = None,
+        *,
+        rows: dict[str, np.ndarray] | None = None,
+        fixed: str | None = None,
     ) -> dict[str, Any] | None:
         """This rank's state from the newest complete checkpoint (None when there is none).
 
+        A checkpoint written by another number of workers is re-sharded (:func:`reshard`) when
+        ``rows`` is given: for every sharded table of the model (a state prefix whose
+        ``node_ids`` it holds), the original node ids of the rows this rank holds now. ``fixed``
+        (with ``rows`` None) says why this run's state cannot be re-sharded.
+
         Raises:
-            ConfigError: the checkpoint was written by a job with another world size, another
-                configuration (the differing keys are named) or on another graph.
+            ConfigError: the checkpoint was written by a job with another world size that cannot
+                be re-sharded, another configuration (the differing keys are named) or on
+                another graph.
             DatasetError: a checkpoint file is missing or unreadable.
         """
         latest = self.latest()
         if latest is None:
             return None
         path, meta = latest
-        check_resumable(path, meta, config, self.world_size, dataset)
-        file = path / f"rank-{self.rank}.pt"
-        try:
-            # Memory-mapped: a disk-backed embedding table (and its best epoch's copy) is read
-            # page by page as it is copied into place, never whole into memory.
-            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-        except (OSError, RuntimeError, ValueError, EOFError) as exc:
-            raise DatasetError(
-                f"cannot read checkpoint ({type(exc).__name__}: {exc})",
-                file,
-                "delete this checkpoint folder to resume from the one before it",
-            ) from None
+        written_by = int(meta["world_size"])
+        if written_by != self.world_size and rows is None:
+            raise ConfigError(
+                f"{path} was written by {written_by} workers but {self.world_size} run now, and "
+                f"{fixed or 'this kind of training'} resumes only on the worker count that wrote "
+                f"it; resume with --workers {written_by} or use another --checkpoint-dir"
+            )
+        check_resumable(path, meta, config, dataset)
+        state = _read_rank(path, min(self.rank, written_by - 1))
+        if written_by != self.world_size or not _same_rows(state, rows):
+            # another worker count, or the same count over another partition (one worker's
+            # partition of one part against one process's original order): rows by node id
+            state = reshard([_read_rank(path, p) for p in range(written_by)], self.rank, rows)
         batches = (state.get("partial") or {}).get("batches", 0)
         if state.get("epoch") != meta["epoch"] or batches != meta.get("batch", 0):
             raise DatasetError(
                 f"holds epoch {state.get('epoch')} batch {batches} but meta.json says "
                 f"{meta['epoch']} batch {meta.get('batch', 0)}",
-                file,
+                path / f"rank-{self.rank}.pt",
                 "delete this checkpoint folder to resume from the one before it",
             )
         return state
+
+
+def _read_rank(path: Path, rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s state in checkpoint folder ``path``."""
+    file = path / f"rank-{rank}.pt"
+    try:
+        # Memory-mapped: a disk-backed embedding table (and its best epoch's copy) is read page
+        # by page as it is copied into place, never whole into memory.
+        return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except (OSError, RuntimeError, ValueError, EOFError) as exc:
+        raise DatasetError(
+            f"cannot read checkpoint ({type(exc).__name__}: {exc})",
+            file,
+            "delete this checkpoint folder to resume from the one before it",
+        ) from None
+
+
+def _same_rows(state: dict[str, Any], rows: dict[str, np.ndarray] | None) -> bool:
+    """Whether ``state`` holds the rows ``rows`` names, in that order (no rows to compare:
+    yes)."""
+    for prefix, ids in (rows or {}).items():
+        held = state["model"].get(f"{prefix}node_ids")
+        if held is not None and not np.array_equal(held.numpy(), ids):
+            return False
+    return True
+
+
+_SUMS = ("loss_sum", "correct", "count", "sampled_edges")
+"""what a mid-epoch checkpoint's per-rank sums add up (``EpochSums``; ``batches`` is shared)"""
+
+
+def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Rank ``rank``'s state in a job of another size, from every rank's state of the job that
+    wrote the checkpoint (``states``, in rank order).
+
+    What every rank holds alike (the model's weights and the optimiser's state, kept equal by
+    DDP; the history and the best epoch) is rank 0's. Each sharded table of the model and of the
+    best epoch's weights (state names ``<prefix>weight``, its optimiser's per-row state, and
+    ``<prefix>node_ids``, the rows' original node ids) is put together from every rank's rows
+    and cut to this rank's: ``rows[prefix]``, the original ids of the rows it holds now. The
+    sums of a mid-epoch checkpoint go to rank 0 (every rank's epoch sums are added at the end of
+    the epoch); the torch generator of old rank ``min(rank, P - 1)`` carries on; low-bit codecs'
+    generators start afresh (``generators`` None).
+
+    Raises:
+        DatasetError: a row this rank needs is in no rank's file (another graph's checkpoint).
+    """
+    first = states[0]
+    sharded = tuple(rows)
+    for name, tensor in first["model"].items():
+        if not name.startswith(sharded) and not all(
+            torch.equal(tensor, s["model"][name]) for s in states[1:]
+        ):
+            raise ConfigError(
+                f"the checkpoint's {name} differs from rank to rank and is not a table of node "
+                f"rows; resume it on the {len(states)} workers that wrote it"
+            )
+    state = dict(first)
+    for section in ("model", "best_state"):
+        merged = dict(first[section])
+        for prefix, ids in rows.items():
+            ids = np.asarray(ids, dtype=np.int64)
+            key = f"{prefix}node_ids"
+            if key not in merged:
+                continue
+            held = [s[section][key].numpy() for s in states]
+            every = np.concatenate(held)
+            position = np.full(int(max(every.max(initial=-1), ids.max(initial=-1))) + 1, -1)
+            position[every] = np.arange(every.shape[0])
+            take = position[ids]
+            if (take < 0).any():
+                raise DatasetError(
+                    f"holds no row of node {int(ids[take < 0][0])} in {key}",
+                    "the checkpoint",
+                    "resume on the graph it was trained on, or use another --checkpoint-dir",
+                )
+            take_t = torch.from_numpy(take)
+            for name, tensor in first[section].items():
+                per_row = tensor.dim() > 0 and tensor.shape[0] == held[0].shape[0]
+                if name.startswith(prefix) and name != key and per_row:
+                    merged[name] = torch.cat([s[section][name] for s in states])[take_t]
+            merged[key] = torch.from_numpy(ids.copy())
+        state[section] = merged
+    old = states[min(rank, len(states) - 1)]
+    state["torch_rng"] = old["torch_rng"]
+    state["comm_total"] = old["comm_total"] if rank < len(states) else {}
+    state["generators"] = None
+    partial = dict(first.get("partial") or {})
+    if partial:
+        for name in _SUMS:
+            partial[name] = sum(s["partial"][name] for s in states) if rank == 0 else 0
+    state["partial"] = partial
+    state["resharded_from"] = len(states)
+    return state
 
 
 def read_checkpoint_meta(path: Path) -> dict[str, Any]:
@@ -313,21 +425,15 @@ def check_resumable(
     path: Path,
     meta: dict[str, Any],
     config: dict[str, Any],
-    world_size: int,
     dataset: dict[str, Any] | None,
 ) -> None:
-    """Refuse to resume checkpoint ``path`` (its ``meta``) with this run's ``config``, world size
-    and dataset unless they match: only where and how the run executes may change
-    (``RESUMABLE_CHANGES``), ``--epochs`` among them.
+    """Refuse to resume checkpoint ``path`` (its ``meta``) with this run's ``config`` and dataset
+    unless they match: only where and how the run executes may change (``RESUMABLE_CHANGES``),
+    ``--epochs`` and the workers among them.
 
     Raises:
         ConfigError: naming what differs and what to do.
     """
-    if meta.get("world_size") != world_size:
-        raise ConfigError(
-            f"{path} was written by {meta.get('world_size')} workers but {world_size} run now; "
-            f"resume with --workers {meta.get('world_size')} or use another --checkpoint-dir"
-        )
     check_same_graph(
         meta.get("dataset"),
         dataset,

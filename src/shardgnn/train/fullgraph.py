@@ -34,11 +34,16 @@ from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
-from shardgnn.train.loop import EpochRecord
+from shardgnn.train.loop import EpochRecord, model_rows
 from shardgnn.train.setup import label_results
 
-DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc")
-"""the models whose layers aggregate through the distributed SpMM (attention needs edges)"""
+DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc", "gat", "gatv2")
+"""the models distributed full-graph training runs: layers that aggregate through the
+distributed SpMM, and attention layers that score every in-edge over the halo rows"""
+
+ATTENTION_MODELS = ("gat", "gatv2")
+"""the models whose layers read the halo rows themselves (``DistLayerGraph.source_rows``): the
+synchronous ``1d-sparse`` plan without replication only"""
 
 
 class DistFullGraphSteps(DistSteps):
@@ -56,8 +61,16 @@ class DistFullGraphSteps(DistSteps):
                 f"{', '.join(DIST_FULL_MODELS)}; use one of them (or --mode minibatch for "
                 f"{config.model.model})"
             )
-        super().__init__(config, ctx)
         full = config.full
+        if config.model.model in ATTENTION_MODELS and (
+            full.spmm != "1d-sparse" or full.replication != 1 or full.staleness
+        ):
+            raise ConfigError(
+                f"--model {config.model.model} in distributed full-graph mode reads each edge's "
+                "source row from its owner: it runs with --spmm 1d-sparse, --replication 1 and "
+                "--staleness 0; drop the others (or use --model gcn/sage/gin for them)"
+            )
+        super().__init__(config, ctx)
         self.grid = Grid(ctx.world_size, full.replication)
         self.spmm_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
         self.shard = load_shard(
@@ -211,6 +224,9 @@ class DistFullNodeSteps(DistFullGraphSteps):
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {**super().results_extra(history), **label_results(self.target, self.details)}
+
+    def sharded_rows(self) -> dict[str, np.ndarray]:
+        return model_rows(self.model)
 
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:

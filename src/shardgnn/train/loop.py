@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from shardgnn.atomic import save_json
@@ -108,6 +110,16 @@ class Steps(abc.ABC):
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`extra_state` returned."""
 
+    fixed_shards: str = "this kind of training"
+    """why :meth:`sharded_rows` is None: what ties a checkpoint to its worker count"""
+
+    def sharded_rows(self) -> dict[str, np.ndarray] | None:
+        """For a checkpoint written by another number of workers: the original node ids of the
+        rows every sharded table of the model holds on this rank (``{state prefix: ids}``,
+        :func:`~shardgnn.train.checkpoint.reshard`), or None when this kind of training resumes
+        only on the worker count that wrote it (:attr:`fixed_shards` says why)."""
+        return None
+
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
         """Per-epoch metrics beyond loss and accuracy (collective); ``epoch_comm``: this rank's
         ``[bytes_sent, bytes_recv, seconds, calls, host_bytes]`` per stage in the epoch."""
@@ -119,6 +131,34 @@ class Steps(abc.ABC):
 
     def finish(self) -> None:
         """Complete work still in flight (asynchronous exchanges) before the final evaluation."""
+
+
+def weights_sha256(steps: Steps) -> str:
+    """SHA-256 of the weights training ended with, over every rank (a collective): each rank's
+    model state (names, dtypes, shapes and bytes, in name order; sharded rows differ per rank)
+    and its extra state, then the ranks' digests in rank order. Two runs of the same command
+    agree on it exactly when they computed the same weights bit for bit."""
+    digest = hashlib.sha256()
+    state = {**steps.model.state_dict(), **steps.extra_state()}
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    # every rank's 32 bytes, each in its own row of a sum over ranks (exact in float64)
+    rows = [0.0] * (32 * steps.world_size)
+    rows[32 * steps.rank : 32 * (steps.rank + 1)] = [float(b) for b in digest.digest()]
+    every = bytes(int(v) for v in steps.sum(rows, stage="control"))
+    return hashlib.sha256(every).hexdigest()
+
+
+def model_rows(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """:meth:`Steps.sharded_rows` of a model whose only rank-local state is tables of node rows
+    that name their rows' original ids (``<prefix>node_ids``: the learnable rows)."""
+    return {
+        name[: -len("node_ids")]: tensor.numpy()
+        for name, tensor in model.state_dict().items()
+        if name.endswith("node_ids")
+    }
 
 
 class TrainingLoop:
@@ -213,11 +253,13 @@ class TrainingLoop:
                 self._preempt(loop, dataset, None, None, saved=saved)
         steps.finish()
         assert loop.best_state is not None
+        digest = weights_sha256(steps)
         steps.model.load_state_dict(loop.best_state)
         final = {
             "val_acc": steps.evaluate("val"),
             "test_acc": steps.evaluate("test"),
             "total_time_s": time.perf_counter() - run_start,
+            "weights_sha256": digest,
         }
         results = self._results(loop, dataset, final)
         if self.is_main and cfg.results:

@@ -74,6 +74,8 @@ def restore_state(
     if hasattr(model, "dropout_step"):
         model.dropout_step = int(state["dropout_step"])
     torch.set_rng_state(state["torch_rng"])
+    if state["generators"] is None:  # re-sharded for another worker count: fresh generators
+        state = {**state, "generators": [g.get_state() for g in generators]}
     if len(state["generators"]) != len(generators):
         raise ConfigError("the checkpoint was written with another --bits/--fetch-bits setting")
     for generator, saved in zip(generators, state["generators"]):
@@ -143,7 +145,8 @@ def resume_loop(
     fresh one."""
     if checkpointer is None or not config.checkpoint.resume:
         return LoopState()
-    state = checkpointer.load_latest(config.to_dict(), dataset)
+    rows = steps.sharded_rows()
+    state = checkpointer.load_latest(config.to_dict(), dataset, rows=rows, fixed=steps.fixed_shards)
     if state is None:
         return LoopState()
     loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), record_type)
@@ -154,5 +157,11 @@ def resume_loop(
             if loop.partial
             else f"{loop.next_epoch} of {config.optim.epochs} epochs done"
         )
+        if state.get("resharded_from"):
+            written = state["resharded_from"]
+            where += (
+                f"; written by {written} worker{'s' * (written > 1)}, re-sharded for "
+                f"{steps.world_size}"
+            )
         print(f"resumed from {checkpointer.complete()[-1]} ({where})", flush=True)
     return loop
