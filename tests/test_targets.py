@@ -14,11 +14,11 @@ import torch
 from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.csr import Graph, labels_of
+from shardgnn.graph.csr import Graph, label_tasks, labels_of
 from shardgnn.graph.io import load_graph, save_graph
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.nn.models import ModelConfig
-from shardgnn.nn.targets import LocalReducer, node_target, roc_auc
+from shardgnn.nn.targets import LocalReducer, node_target, roc_auc, target_of_labels
 from shardgnn.partition.format import read_partitions, verify_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.neighbor import SamplerConfig
@@ -53,6 +53,11 @@ def multilabel_graph():
 @pytest.fixture(scope="module")
 def regression_graph():
     return _graph("regression", columns=3)
+
+
+@pytest.fixture(scope="module")
+def multitask_graph():
+    return _graph("multitask", columns=6)
 
 
 # ------------------------------------------------------------------------------- metrics and losses
@@ -235,18 +240,23 @@ def _train_dist(ctx, config):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_distributed_full_graph_regression_equals_one_process(tmp_path, regression_graph):
-    config = _config(8, "full", path=_parts(tmp_path, regression_graph))
-    ref = run_training(dataclasses.replace(config, run=RunConfig()), regression_graph)
+@pytest.mark.parametrize("labels", ["regression", "multitask"])
+def test_distributed_full_graph_regression_equals_one_process(
+    tmp_path, regression_graph, multitask_graph, labels
+):
+    graph = regression_graph if labels == "regression" else multitask_graph
+    config = _config(8, "full", path=_parts(tmp_path, graph))
+    ref = run_training(dataclasses.replace(config, run=RunConfig()), graph)
     got = run_workers(_train_dist, 2, config)[0]
     for r, g in zip(ref["epochs"], got["epochs"], strict=True):
         assert abs(r["loss"] - g["loss"]) <= 1e-5
         assert abs(r["train_acc"] - g["train_acc"]) <= 1e-5
         assert abs(r["val_acc"] - g["val_acc"]) <= 1e-5
     assert abs(ref["test_acc"] - got["test_acc"]) <= 1e-5
-    assert got["metric_details"]["test"]["r2_per_target"] == pytest.approx(
-        ref["metric_details"]["test"]["r2_per_target"], abs=1e-5
-    )
+    if labels == "regression":
+        assert got["metric_details"]["test"]["r2_per_target"] == pytest.approx(
+            ref["metric_details"]["test"]["r2_per_target"], abs=1e-5
+        )
 
 
 @pytest.mark.slow
@@ -273,3 +283,85 @@ def test_distributed_minibatch_multilabel_matches_one_process_and_infers(
     assert summary["label_kind"] == "multilabel"
     header = (out / "predictions.csv").read_text().splitlines()[0]
     assert header.startswith("node_id,probability_0,probability_1")
+
+
+# ---------------------------------------------------------------------------------- several tasks
+def test_multitask_specs_are_parsed_and_refused_with_the_reason():
+    tasks = label_tasks("multitask:topic=class/7,tags=multilabel/20*0.5,views=regression")
+    assert [(t.name, t.kind, t.width, t.weight, t.columns) for t in tasks] == [
+        ("topic", "class", 7, 1.0, 1),
+        ("tags", "multilabel", 20, 0.5, 20),
+        ("views", "regression", 1, 1.0, 1),
+    ]
+    assert label_tasks("regression") is None
+    for bad, reason in [
+        ("multitask:topic=class", "names its width"),
+        ("multitask:topic=ordinal/3", "KIND one of"),
+        ("multitask:a=regression,a=regression", "same name"),
+        ("multitask:a=regression*0", "weight > 0"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            label_tasks(bad)
+
+
+def test_multitask_loss_is_the_weighted_sum_of_the_tasks_losses():
+    torch.manual_seed(2)
+    kind = "multitask:topic=class/3,tags=multilabel/4*0.5,views=regression/2"
+    target = target_of_labels(kind, None, 0)
+    assert target.out_dim == 3 + 4 + 2
+    out = torch.randn(30, 9)
+    y = torch.cat(
+        [
+            torch.randint(0, 3, (30, 1)).float(),
+            (torch.rand(30, 4) < 0.5).float(),
+            torch.randn(30, 2),
+        ],
+        dim=1,
+    )
+    y[0, 0] = float("nan")  # node 0's class is unknown: the class loss leaves it out
+    known = ~torch.isnan(y[:, 0])
+    expected = (
+        F.cross_entropy(out[known, :3], y[known, 0].long(), reduction="sum")
+        + 0.5 * node_target("multilabel", 4).loss_sum(out[:, 3:7], y[:, 1:5])
+        + node_target("regression", 2).loss_sum(out[:, 7:], y[:, 5:])
+    )
+    assert target.loss_sum(out, y).item() == pytest.approx(expected.item(), rel=1e-6)
+    evaluation = target.evaluation()
+    evaluation.add(out[:12], y[:12])
+    evaluation.add(out[12:], y[12:])
+    metric, details = evaluation.result(LocalReducer())
+    values = [details["tasks"][name]["value"] for name in ("topic", "tags", "views")]
+    assert metric == pytest.approx(np.dot([1, 0.5, 1], values) / 2.5)
+    predicted = target.predict(out)  # the label columns' layout: class id, probabilities, values
+    assert predicted.shape == (30, 1 + 4 + 2)
+    assert torch.equal(predicted[:, 0], out[:, :3].argmax(1).float())
+
+
+def test_multitask_graph_trains_partitions_and_converts(tmp_path, multitask_graph):
+    g = multitask_graph
+    assert g.y.shape == (1200, 1 + 6 + 1) and g.label_kind.startswith("multitask:")
+    result = run_training(_config(4), g)
+    assert set(result["metric_details"]["test"]["tasks"]) == {"community", "tags", "score"}
+    assert result["metric"] == "tasks"
+    loaded = load_graph(save_graph(g, tmp_path / "g"))
+    assert loaded.label_kind == g.label_kind
+    path = _parts(tmp_path, g)
+    verify_partitions(path)
+    assert read_partitions(path).meta["labels"]["kind"] == g.label_kind
+    bad = g.y.copy()
+    bad[3, 0] = 9.0  # not a class of community=class/4
+    with pytest.raises(DatasetError, match="class 9.0 is not an id in"):
+        dataclasses.replace(g, y=bad).validate()
+    # the same table from files
+    from shardgnn.cli import main
+
+    src, dst = g.edge_index()
+    np.savetxt(tmp_path / "edges.txt", np.stack([src, dst], 1), fmt="%d")
+    np.save(tmp_path / "x.npy", g.x)
+    np.save(tmp_path / "y.npy", g.y)
+    argv = ["convert", "--edges", str(tmp_path / "edges.txt"), "--features"]
+    argv += [str(tmp_path / "x.npy"), "--labels", str(tmp_path / "y.npy"), "--out"]
+    argv += [str(tmp_path / "c"), "--label-kind", g.label_kind]
+    assert main(argv) == 0
+    assert load_graph(tmp_path / "c").label_kind == g.label_kind
+    assert main([*argv[:-1], "multitask:a=class"]) == 2

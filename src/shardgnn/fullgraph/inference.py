@@ -18,8 +18,8 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.fullgraph.spmm import DistFullGraph, FullGraphConfig
-from shardgnn.nn.message_graph import MessageGraph
-from shardgnn.nn.models import GNN
+from shardgnn.nn.message_graph import MessageGraph, spmm
+from shardgnn.nn.models import GNN, DecoupledGNN
 from shardgnn.nn.targets import NodeTarget, Reducer
 
 
@@ -90,24 +90,36 @@ class LayerwiseInference:
         activation) and the model's output. ``x_NF``: this rank's (dense) input features."""
         model.eval()
         h = x_NF.to(self.device)
+        if isinstance(model, DecoupledGNN):  # its propagation steps are whole-graph products
+            return model.rows_forward(h, lambda z: self._over_chunks(z, _gcn_product))
         embeddings = h
-        n = self.shard.num_rows
         for i, layer in enumerate(model.layers):
             if i > 0:
                 h = model.activation(h)
             embeddings = h
-            # rows travel in fp32 (bf16 activations under --precision bf16 included)
-            pending = self.exchange.start_halo(h.float())
-            halo = self.exchange.finish_halo(pending, h.shape[1]).to(h.dtype)
-            h_ext = torch.cat([h, halo])
-            out = []
-            # one (empty) chunk for an empty part
-            for start in range(0, max(n, 1), self.chunk_rows):
-                end = min(n, start + self.chunk_rows)
-                graph, src_ids = self._chunk_graph(start, end)
-                out.append(layer(graph, h_ext[src_ids.to(self.device)]))
-            h = torch.cat(out)
+            h = self._over_chunks(h, layer)
         return embeddings, h
+
+    def _over_chunks(self, h_NF: torch.Tensor, layer) -> torch.Tensor:
+        """``layer(graph, rows)`` over this rank's rows, chunk by chunk: the halo rows of
+        ``h_NF`` from their owners (one all-to-all), then every chunk's full neighbourhood."""
+        # rows travel in fp32 (bf16 activations under --precision bf16 included)
+        pending = self.exchange.start_halo(h_NF.float())
+        halo = self.exchange.finish_halo(pending, h_NF.shape[1]).to(h_NF.dtype)
+        h_ext = torch.cat([h_NF, halo])
+        out = []
+        n = self.shard.num_rows
+        # one (empty) chunk for an empty part
+        for start in range(0, max(n, 1), self.chunk_rows):
+            end = min(n, start + self.chunk_rows)
+            graph, src_ids = self._chunk_graph(start, end)
+            out.append(layer(graph, h_ext[src_ids.to(self.device)]))
+        return torch.cat(out)
+
+
+def _gcn_product(graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+    """One propagation step of APPNP and SGC on a chunk (GCN's normalisation, graph degrees)."""
+    return spmm(graph, h_SF, "gcn")
 
 
 @torch.no_grad()

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.csr import LABEL_KINDS, Graph, label_problem
+from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
     NUMBER_LINE,
     load_edge_list,
@@ -119,10 +119,12 @@ class ConvertConfig:
     )
     label_kind: str = option(
         "class",
-        choices=LABEL_KINDS,
+        metavar="KIND",
         help="what --labels (or an --npz archive's y) holds: one class per node (class), a row "
-        "of 0/1 per node (multilabel) or a row of real targets per node (regression); NaN marks "
-        "an unknown entry of a row",
+        "of 0/1 per node (multilabel), a row of real targets per node (regression), or several "
+        "tasks side by side (multitask:NAME=KIND/WIDTH*WEIGHT,..., e.g. "
+        "multitask:topic=class/7,tags=multilabel/20,views=regression*0.5: a class task takes "
+        "one column of class ids); NaN marks an unknown entry",
     )
     train: str | None = option(
         None, metavar="FILE", help="training node ids (.npy, text/.csv) or a boolean .npy mask"
@@ -192,9 +194,11 @@ class ConvertConfig:
             return
         if self.target_type is not None:
             raise ConfigError("--target-type names a node type of --node-tables; give those")
+        if (problem := label_kind_problem(self.label_kind)) is not None:
+            raise invalid(self, "label_kind", problem)
         if self.label_kind != "class" and not (self.labels or self.npz):
             raise ConfigError(
-                f"--label-kind {self.label_kind} describes the rows of --labels FILE or of an "
+                "--label-kind describes the rows of --labels FILE or of an "
                 "--npz archive's y (a node table's label column holds classes); give one, or "
                 "drop --label-kind"
             )

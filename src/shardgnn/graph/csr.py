@@ -41,7 +41,78 @@ def csr_from_edges(
 
 
 LABEL_KINDS = ("class", "multilabel", "regression")
-"""every kind of node label (:mod:`shardgnn.nn.targets` trains and scores each)"""
+"""every kind of one node label (:mod:`shardgnn.nn.targets` trains and scores each); several
+at once are a multi-task kind, ``multitask:NAME=KIND/WIDTH*WEIGHT,...`` (:func:`label_tasks`)"""
+
+MULTITASK = "multitask:"
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelTask:
+    """One task of a multi-task label kind: its label columns and the model outputs it reads."""
+
+    name: str
+    kind: str
+    """``class``, ``multilabel`` or ``regression``"""
+    width: int
+    """model outputs: classes, labels or targets"""
+    weight: float = 1.0
+    """its loss's weight in the sum the model is trained on"""
+
+    @property
+    def columns(self) -> int:
+        """label columns: one class id (NaN: unknown), else one per output"""
+        return 1 if self.kind == "class" else self.width
+
+
+def label_tasks(label_kind: str) -> list[LabelTask] | None:
+    """The tasks of ``multitask:NAME=KIND/WIDTH*WEIGHT,...`` (``/WIDTH``: classes or labels,
+    required for them, targets for regression, default 1; ``*WEIGHT``: default 1), in label
+    column order; None for one kind of label.
+
+    Raises:
+        ValueError: a malformed spec (the message says what is wrong).
+    """
+    if not label_kind.startswith(MULTITASK):
+        return None
+    tasks = []
+    for entry in label_kind[len(MULTITASK) :].split(","):
+        name, _, rest = entry.strip().partition("=")
+        rest, _, weight = rest.partition("*")
+        kind, _, width = rest.partition("/")
+        if not name.isidentifier() or kind not in LABEL_KINDS:
+            raise ValueError(
+                f"task {entry.strip()!r} is not NAME=KIND/WIDTH*WEIGHT with KIND one of "
+                f"{', '.join(LABEL_KINDS)}"
+            )
+        if not width and kind != "regression":
+            raise ValueError(f"task {name!r}: a {kind} task names its width ({name}={kind}/W)")
+        try:
+            task = LabelTask(name, kind, int(width or 1), float(weight or 1.0))
+        except ValueError:
+            raise ValueError(f"task {name!r}: width and weight must be numbers") from None
+        if task.width < 1 or not task.weight > 0:
+            raise ValueError(f"task {name!r}: width must be >= 1 and weight > 0")
+        tasks.append(task)
+    if len({t.name for t in tasks}) != len(tasks):
+        raise ValueError("two tasks have the same name")
+    return tasks
+
+
+def label_kind_problem(label_kind: str) -> str | None:
+    """Why ``label_kind`` names no kind of label, or None."""
+    if label_kind in LABEL_KINDS:
+        return None
+    if not label_kind.startswith(MULTITASK):
+        return (
+            f"label_kind {label_kind!r} is not one of {', '.join(LABEL_KINDS)} or "
+            "multitask:NAME=KIND/WIDTH*WEIGHT,..."
+        )
+    try:
+        label_tasks(label_kind)
+    except ValueError as exc:
+        return f"label_kind {label_kind!r}: {exc}"
+    return None
 
 
 def label_dtype(label_kind: str) -> type:
@@ -67,11 +138,9 @@ def label_problem(
 ) -> tuple[str, str] | None:
     """``(problem, fix)`` when ``y`` is not a valid label array of ``label_kind`` for
     ``num_nodes`` nodes, else None."""
-    if label_kind not in LABEL_KINDS:
-        return (
-            f"label_kind {label_kind!r} is not one of {', '.join(LABEL_KINDS)}",
-            "name one of them",
-        )
+    problem = label_kind_problem(label_kind)
+    if problem is not None:
+        return problem, "name one of them"
     rows = y.shape[0] if y.ndim else 0
     if label_kind == "class":
         if y.ndim != 1 or rows != num_nodes:
@@ -94,15 +163,34 @@ def label_problem(
             f"{label_kind} labels are {y.dtype} {list(y.shape)}, not float32 [{num_nodes}, W]",
             "give one row of W >= 1 columns per node (NaN = unknown)",
         )
-    if label_kind == "multilabel":
-        bad = ~np.isnan(y) & (y != 0) & (y != 1)
-        if bad.any():
-            return (
-                f"multi-label entry {y[bad][0]} is neither 0 nor 1",
-                "give 0 or 1 per label (NaN = unknown)",
-            )
-    elif np.isinf(y).any():
-        return "a regression target is infinite", "give finite targets (NaN = unknown)"
+    tasks = label_tasks(label_kind) or [LabelTask(label_kind, label_kind, y.shape[1])]
+    if sum(t.columns for t in tasks) != y.shape[1]:
+        return (
+            f"the labels have {y.shape[1]} columns; {label_kind} reads "
+            f"{sum(t.columns for t in tasks)}",
+            "give one column per class task, one per label and one per target",
+        )
+    start = 0
+    for task in tasks:
+        cols = y[:, start : start + task.columns]
+        start += task.columns
+        known = ~np.isnan(cols)
+        if task.kind == "multilabel":
+            bad = known & (cols != 0) & (cols != 1)
+            if bad.any():
+                return (
+                    f"multi-label entry {cols[bad][0]} is neither 0 nor 1",
+                    "give 0 or 1 per label (NaN = unknown)",
+                )
+        elif task.kind == "class":
+            bad = known & ((cols != np.floor(cols)) | (cols < 0) | (cols >= task.width))
+            if bad.any():
+                return (
+                    f"task {task.name!r}: class {cols[bad][0]} is not an id in [0, {task.width})",
+                    "give class ids 0..C-1 (NaN = unknown)",
+                )
+        elif np.isinf(cols).any():
+            return "a regression target is infinite", "give finite targets (NaN = unknown)"
     return None
 
 

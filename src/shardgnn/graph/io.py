@@ -22,7 +22,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import LABEL_KINDS, Graph
+from shardgnn.graph.csr import Graph, label_kind_problem
 
 GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
@@ -215,11 +215,8 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
         fields["node_ids"] = load_node_ids(path, meta["node_ids"], meta_path, mmap=mmap)
     fields["class_names"] = read_class_names(meta.get("class_names"), meta_path)
     label_kind = meta.get("label_kind", "class")
-    if label_kind not in LABEL_KINDS:
-        raise DatasetError(
-            f"label_kind {label_kind!r} is not one of {', '.join(LABEL_KINDS)}",
-            meta_path,
-            "rewrite the directory",
-        )
+    problem = label_kind_problem(label_kind) if isinstance(label_kind, str) else "not a string"
+    if problem is not None:
+        raise DatasetError(f"label_kind: {problem}", meta_path, "rewrite the directory")
     graph = Graph(name=name, num_classes=num_classes, label_kind=label_kind, **fields)
     return graph.validate(str(path))

@@ -52,10 +52,12 @@ class SyntheticConfig:
     """random seed: same seed, same graph"""
     labels: str = "class"
     """what a node's label is: ``class`` (its community), ``multilabel`` (0/1 labels drawn with
-    per-community probabilities) or ``regression`` (real targets: a per-community mean plus
-    noise of standard deviation 0.5, so R² can reach 0.8)"""
+    per-community probabilities), ``regression`` (real targets: a per-community mean plus
+    noise of standard deviation 0.5, so R² can reach 0.8) or ``multitask`` (three tasks:
+    ``community`` (its class), ``tags`` (multi-label) and ``score`` (one regression target))"""
     label_columns: int = 0
-    """labels (``multilabel``) or targets (``regression``) per node; 0: 128 labels, 1 target"""
+    """labels (``multilabel``, and ``multitask``'s tags) or targets (``regression``) per node;
+    0: 128 labels (16 tags), 1 target"""
 
     def __post_init__(self) -> None:
         checks = [
@@ -72,8 +74,8 @@ class SyntheticConfig:
             ),
             (self.seed >= 0, f"seed={self.seed} must be >= 0"),
             (
-                self.labels in LABEL_KINDS,
-                f"labels={self.labels} must be one of {', '.join(LABEL_KINDS)}",
+                self.labels in (*LABEL_KINDS, "multitask"),
+                f"labels={self.labels} must be one of {', '.join(LABEL_KINDS)}, multitask",
             ),
             (
                 self.label_columns >= 0 and (self.labels != "class" or not self.label_columns),
@@ -210,7 +212,14 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
 
     train_idx, val_idx, test_idx = fraction_split(n, cfg.train, cfg.val, seed=cfg.seed + 1)
     labels = {"y": y, "num_classes": cfg.classes}
-    if cfg.labels != "class":
+    if cfg.labels == "multitask":
+        tags = cfg.label_columns or 16
+        kind = f"multitask:community=class/{cfg.classes},tags=multilabel/{tags},score=regression"
+        table = _label_table(dataclasses.replace(cfg, labels="multilabel", label_columns=tags), y)
+        score = _label_table(dataclasses.replace(cfg, labels="regression", label_columns=1), y)
+        columns = [y[:, None].astype(np.float32), table, score]
+        labels = {"y": np.hstack(columns), "num_classes": 0, "label_kind": kind}
+    elif cfg.labels != "class":
         labels = {"y": _label_table(cfg, y), "num_classes": 0, "label_kind": cfg.labels}
     return Graph(
         indptr=indptr,

@@ -180,6 +180,24 @@ class DecoupledGNN(GNN):
             self.dropout_step += 1
         return out
 
+    def rows_forward(self, x_NF: torch.Tensor, propagate) -> tuple[torch.Tensor, torch.Tensor]:
+        """Evaluation over whole rows (layer-wise inference): ``propagate(z)`` is one
+        propagation step over every row (``A z``, a distributed product). Returns
+        ``(embeddings, outputs)``: APPNP's embeddings are its MLP's hidden rows; SGC has no
+        hidden layer, its embeddings are its outputs."""
+        if self.kind == "sgc":
+            z = linear(self.lin, x_NF)
+            for _ in range(self.steps):
+                z = propagate(z)
+            out = z + self.bias.to(z.dtype)
+            return out, out
+        hidden = F.relu(linear(self.lin1, x_NF))
+        h0 = self.lin2(hidden)
+        out = h0
+        for _ in range(self.steps):
+            out = (1 - self.alpha) * propagate(out) + self.alpha * h0
+        return hidden, out
+
 
 def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
     """Build the model ``config`` names for ``in_dim`` input features and ``num_classes`` outputs

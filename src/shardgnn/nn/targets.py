@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from shardgnn.graph.csr import LABEL_KINDS
+from shardgnn.graph.csr import LABEL_KINDS, LabelTask, label_tasks
 
 __all__ = ["LABEL_KINDS", "NodeTarget", "node_target", "roc_auc", "target_of_labels"]
 
@@ -114,6 +114,9 @@ class NodeTarget(abc.ABC):
     def score_sum(self, out_BC: torch.Tensor, y_B: torch.Tensor) -> float:
         """The sum over the rows of each row's training score in [0, 1] (class: right or not)."""
 
+    fit_width = 0
+    """how many numbers :meth:`fit_statistics` gives"""
+
     def fit_statistics(self, y_B: torch.Tensor) -> list[float]:
         """What this rank's training labels add to :meth:`fit` (summed over ranks)."""
         return []
@@ -123,11 +126,11 @@ class NodeTarget(abc.ABC):
 
     # ------------------------------------------------------------------ evaluation
     @abc.abstractmethod
-    def batch_state(self, out_BC: torch.Tensor, y_B: torch.Tensor) -> torch.Tensor:
-        """What one batch adds to its split's evaluation (CPU)."""
+    def batch_state(self, out_BC: torch.Tensor, y_B: torch.Tensor) -> Any:
+        """What one batch adds to its split's evaluation (CPU tensors)."""
 
     @abc.abstractmethod
-    def result(self, states: list[torch.Tensor], reducer: Reducer) -> tuple[float, dict]:
+    def result(self, states: list[Any], reducer: Reducer) -> tuple[float, dict]:
         """``(metric, details)`` over every rank's batches (a collective with a
         :class:`CommReducer`: every rank calls it, batches or not)."""
 
@@ -254,6 +257,7 @@ class RegressionTarget(_TableTarget):
     def __init__(self, width: int):
         super().__init__(width)
         self.variance_C = torch.ones(width, dtype=torch.float64)
+        self.fit_width = 3 * width
 
     def entry_loss(self, out_BC, y_BC):
         return (out_BC - y_BC) ** 2
@@ -310,6 +314,85 @@ class RegressionTarget(_TableTarget):
         return out_BC.float()
 
 
+class MultiTaskTarget(NodeTarget):
+    """Several tasks over one encoder (``multitask:NAME=KIND/WIDTH*WEIGHT,...``): the model's
+    outputs are the tasks' outputs side by side, as the label columns are; the loss is the
+    weighted sum of the tasks' losses, the training score and the selection metric the weighted
+    means of theirs (a node unknown to a task scores 0 there); ``details`` holds every task's
+    metric and details by name."""
+
+    label_kind, metric = "multitask", "tasks"
+
+    def __init__(self, tasks: list[LabelTask]):
+        self.tasks = tasks
+        self.heads = [node_target(t.kind, t.width) for t in tasks]
+        super().__init__(sum(t.width for t in tasks))
+        out = np.cumsum([0] + [t.width for t in tasks])
+        cols = np.cumsum([0] + [t.columns for t in tasks])
+        self._out = [slice(int(a), int(b)) for a, b in zip(out[:-1], out[1:])]
+        self._cols = [slice(int(a), int(b)) for a, b in zip(cols[:-1], cols[1:])]
+        self._weights = np.array([t.weight for t in tasks], dtype=np.float64)
+        self.fit_width = sum(head.fit_width for head in self.heads)
+
+    def _parts(self, out_BC: torch.Tensor, y_B: torch.Tensor):
+        """``(task, head, its outputs, its labels)`` per task; a class task's rows are its known
+        ones, their labels class ids."""
+        for task, head, o, c in zip(self.tasks, self.heads, self._out, self._cols):
+            out_t, y_t = out_BC[:, o], y_B[:, c]
+            if task.kind == "class":
+                known = ~torch.isnan(y_t[:, 0])
+                out_t, y_t = out_t[known], y_t[known, 0].long()
+            yield task, head, out_t, y_t
+
+    def loss_sum(self, out_BC, y_B):
+        total = out_BC.new_zeros(())
+        for task, head, out_t, y_t in self._parts(out_BC, y_B):
+            total = total + task.weight * head.loss_sum(out_t, y_t)
+        return total
+
+    def score_sum(self, out_BC, y_B):
+        scores = [head.score_sum(out_t, y_t) for _, head, out_t, y_t in self._parts(out_BC, y_B)]
+        return float(np.dot(self._weights, scores) / self._weights.sum())
+
+    def fit_statistics(self, y_B):
+        return [
+            v for head, c in zip(self.heads, self._cols) for v in head.fit_statistics(y_B[:, c])
+        ]
+
+    def fit(self, sums):
+        start = 0
+        for head in self.heads:
+            head.fit(sums[start : start + head.fit_width])
+            start += head.fit_width
+
+    def batch_state(self, out_BC, y_B):
+        return [
+            head.batch_state(out_t, y_t.to(out_t.device))
+            for _, head, out_t, y_t in self._parts(out_BC, y_B)
+        ]
+
+    def result(self, states, reducer):
+        metrics, details = [], {}
+        for t, (task, head) in enumerate(zip(self.tasks, self.heads)):
+            metric, more = head.result([state[t] for state in states], reducer)
+            metrics.append(metric)
+            details[task.name] = {"kind": task.kind, "metric": head.metric, "value": metric, **more}
+        return float(np.dot(self._weights, metrics) / self._weights.sum()), {"tasks": details}
+
+    def predict(self, out_BC):
+        parts = []
+        for task, head, o in zip(self.tasks, self.heads, self._out):
+            predicted = head.predict(out_BC[:, o]).float()
+            parts.append(predicted[:, None] if task.kind == "class" else predicted)
+        return torch.cat(parts, dim=1)
+
+    def check_labels(self, y, rows):
+        table = np.asarray(y[rows])
+        if len(rows) and bool(np.isnan(table).all(axis=1).any()):
+            return "holds nodes none of whose labels is known"
+        return None
+
+
 _TARGETS = {t.label_kind: t for t in (ClassTarget, MultiLabelTarget, RegressionTarget)}
 
 
@@ -321,7 +404,11 @@ def node_target(label_kind: str, width: int) -> NodeTarget:
 
 def target_of_labels(label_kind: str, y: Any, num_classes: int) -> NodeTarget:
     """The target of label array ``y`` (``[N]`` classes or a ``[N, W]`` table) of
-    ``label_kind``: classes are ``num_classes`` wide, tables as wide as their columns."""
+    ``label_kind``: classes are ``num_classes`` wide, tables as wide as their columns, several
+    tasks as their spec says (:func:`~shardgnn.graph.csr.label_tasks`)."""
     if label_kind == "class":
         return ClassTarget(num_classes)
+    tasks = label_tasks(label_kind)
+    if tasks is not None:
+        return MultiTaskTarget(tasks)
     return node_target(label_kind, int(np.shape(y)[1]))

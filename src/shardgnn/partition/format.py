@@ -67,7 +67,13 @@ from tqdm.auto import tqdm
 import shardgnn
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.csr import LABEL_KINDS, Graph, index_dtype, label_problem
+from shardgnn.graph.csr import (
+    LABEL_KINDS,
+    Graph,
+    index_dtype,
+    label_kind_problem,
+    label_problem,
+)
 from shardgnn.graph.identity import fingerprint
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, load_npy
 from shardgnn.partition.book import PartitionBook, TypedPartitionBook, inverse_permutation, relabel
@@ -560,12 +566,14 @@ def _schema_problem(meta: dict[str, Any]) -> str | None:
     if labels is not None and not (
         isinstance(labels, dict)
         and _is_count(labels.get("num_classes", 0))
-        and labels.get("kind", "class") in LABEL_KINDS
+        and isinstance(labels.get("kind", "class"), str)
+        and label_kind_problem(labels.get("kind", "class")) is None
         and (labels.get("kind", "class") == "class" or _is_count(labels.get("width")))
     ):
         return (
             "labels must be an object whose num_classes is a non-negative integer, kind one of "
-            f"{', '.join(LABEL_KINDS)} and width (for kinds other than class) a count"
+            f"{', '.join(LABEL_KINDS)} or a multitask: spec, and width (for kinds other than "
+            "class) a count"
         )
     if meta.get("names") is not None:
         problem = _names_problem(meta["names"], arrays)

@@ -25,7 +25,7 @@ DEFAULT_BATCH_SIZE = 1024
 MIN_AUTO_BATCH_SIZE = 32
 """The smallest batch node classification picks by itself on a small training set."""
 
-LAYERWISE_MODELS = ("sage", "gcn", "gat", "gatv2", "gin")
+LAYERWISE_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
 """the homogeneous models layer-wise inference runs (:mod:`shardgnn.fullgraph.inference`)"""
 STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin")
 """the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""

@@ -208,13 +208,15 @@ NODE_SCORES = {
     "acc": "training accuracy",
     "rocauc": "training labels right (at probability 0.5)",
     "r2": "training R²",
+    "tasks": "training score (weighted mean over tasks)",
 }
 """what ``train_acc`` holds for each node-label metric (:mod:`shardgnn.nn.targets`)"""
 
 
 def metric_name(metric: str) -> str:
     """How a selection metric is named to users: accuracy, ROC-AUC, R², MRR, AP..."""
-    return {"acc": "accuracy", "rocauc": "ROC-AUC", "r2": "R²"}.get(metric, metric.upper())
+    names = {"acc": "accuracy", "rocauc": "ROC-AUC", "r2": "R²", "tasks": "task metric"}
+    return names.get(metric, metric.upper())
 
 
 def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -223,10 +225,14 @@ def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
     if not link:
         # the metric the run selects on: accuracy, or MRR (knowledge graphs), AP (temporal), ...
         name = metric_name(results.get("metric", "acc"))
-        return [
+        rows = [
             (f"val {name}", results["val_acc"]),
             (f"test {name} (at best val)", results["test_acc"]),
         ]
+        tasks = ((results.get("metric_details") or {}).get("test") or {}).get("tasks") or {}
+        for task, detail in tasks.items():  # several tasks: each one's own metric
+            rows.append((f"test {task} {metric_name(detail['metric'])}", detail["value"]))
+        return rows
     rows: list[tuple[str, Any]] = [("edges (train / val / test)", link["edges"])]
     for split in ("val", "test"):
         for name, value in link[split].items():

@@ -11,7 +11,9 @@ place)::
 
 A model of multi-label or regression labels (:mod:`shardgnn.nn.targets`) writes
 ``predictions.npy`` float32 ``[N, W]``: each label's probability, or each target's predicted
-value; ``inference.json`` holds its metric per split (ROC-AUC or R²) instead of accuracy.
+value (several tasks: laid out as their label columns, a class task's column its predicted
+class); ``inference.json`` holds its metric per split (ROC-AUC, R², the tasks' weighted mean)
+instead of accuracy.
 
 Of a link-prediction model (``--task link``)::
 
