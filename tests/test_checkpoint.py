@@ -407,6 +407,9 @@ def test_reshard_reassembles_rows_and_carries_mid_epoch_sums():
     assert new[0]["generators"] is None  # low-bit codecs start afresh
     with pytest.raises(DatasetError, match="no row of node 9"):
         reshard(old, 0, {"embedding.": [9]})
+    old[1]["optimizer"] = {"state": {0: {"exp_avg": torch.ones(2)}}}  # an optimiser per rank
+    with pytest.raises(ConfigError, match="optimizer.state.0.exp_avg differs from rank to rank"):
+        reshard(old[::-1], 0, {"embedding.": [4, 0]})
     old[1]["model"]["lin.weight"] = torch.zeros(2)  # rank-local state that is no table of rows
     with pytest.raises(ConfigError, match="lin.weight differs from rank to rank"):
         reshard(old, 0, {"embedding.": [4, 0]})

@@ -326,6 +326,19 @@ _SUMS = ("loss_sum", "correct", "count", "sampled_edges")
 """what a mid-epoch checkpoint's per-rank sums add up (``EpochSums``; ``batches`` is shared)"""
 
 
+def _tensors(value: Any, name: str) -> dict[str, torch.Tensor]:
+    """Every tensor in a nested state (an optimiser's), by its path."""
+    if isinstance(value, torch.Tensor):
+        return {name: value}
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    if not isinstance(value, (dict, list, tuple)):
+        return {}
+    out = {}
+    for key, item in items:
+        out.update(_tensors(item, f"{name}.{key}"))
+    return out
+
+
 def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]) -> dict[str, Any]:
     """Rank ``rank``'s state in a job of another size, from every rank's state of the job that
     wrote the checkpoint (``states``, in rank order).
@@ -344,9 +357,17 @@ def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]
     """
     first = states[0]
     sharded = tuple(rows)
-    for name, tensor in first["model"].items():
-        if not name.startswith(sharded) and not all(
-            torch.equal(tensor, s["model"][name]) for s in states[1:]
+    replicated = {n: t for n, t in first["model"].items() if not n.startswith(sharded)}
+    replicated.update(_tensors(first["optimizer"], "optimizer"))
+    for name, tensor in replicated.items():
+        others = [
+            s["model"].get(name)
+            if name in first["model"]
+            else _tensors(s["optimizer"], "optimizer").get(name)
+            for s in states[1:]
+        ]
+        if not all(
+            o is not None and o.shape == tensor.shape and torch.equal(tensor, o) for o in others
         ):
             raise ConfigError(
                 f"the checkpoint's {name} differs from rank to rank and is not a table of node "
