@@ -18,6 +18,10 @@ reports a per-node score summed over its nodes (right or wrong; the share of lab
 probability 0.5; ``1 - squared error / variance of the training targets``), so the epoch's
 training score is a mean over nodes whatever the batching, as the loss.
 
+Several tasks over one encoder (``multitask:NAME=KIND/WIDTH*WEIGHT,...``, a
+:class:`MultiTaskTarget`) put their label columns and their outputs side by side; a class task
+takes one column of class ids (NaN = unknown).
+
 Evaluation accumulates a state per batch on each rank and reduces it over ranks once per split
 (:class:`Reducer`): sums for accuracy and R² (exact), every rank's scores and labels gathered for
 ROC-AUC (exact: the metric of ``ogbn-proteins``, averaged over labels with both a positive and a
