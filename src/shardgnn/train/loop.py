@@ -141,7 +141,8 @@ def weights_sha256(steps: Steps) -> str:
     digest = hashlib.sha256()
     state = {**steps.model.state_dict(), **steps.extra_state()}
     for name in sorted(state):
-        tensor = state[name].detach().cpu().contiguous()
+        # a fresh row-major copy: an expanded or strided tensor cannot be viewed as bytes
+        tensor = state[name].detach().cpu().clone(memory_format=torch.contiguous_format)
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
     # every rank's 32 bytes, each in its own row of a sum over ranks (exact in float64)

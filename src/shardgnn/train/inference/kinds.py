@@ -133,15 +133,15 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     by_class = target is not None and target.label_kind == "class"
     labelled = (outputs["predictions"], shard.y, shard.splits) if by_class else None
     totals, comm_summed = sum_over_ranks(comm, seconds, labelled)
-    scores = None
+    split_metric = None
     if target is not None and not by_class:  # collectives, every rank in the same order
-        scores = {"name": target.metric}
+        split_metric = {"name": target.metric}
         y = torch.from_numpy(np.array(shard.y))  # a copy: parts are read-only maps
         for split in ("train", "val", "test"):
             idx = torch.from_numpy(np.array(shard.splits[split], dtype=np.int64))
             evaluation = target.evaluation()
             evaluation.add(logits[idx.to(logits.device)].cpu(), y[idx])
-            scores[split] = evaluation.result(CommReducer(comm))[0]
+            split_metric[split] = evaluation.result(CommReducer(comm))[0]
     orig_ids = np.asarray(pset.orig_ids)
     ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
     written = write_by_original_id(
@@ -181,7 +181,11 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "num_nodes": int(len(orig_ids)),
         "embedding_width": int(embeddings.shape[1]),
         **measured(totals, comm_summed, ctx.world_size, accuracy=by_class),
-        **({} if scores is None else {"label_kind": target.label_kind, "metric": scores}),
+        **(
+            {}
+            if split_metric is None
+            else {"label_kind": target.label_kind, "metric": split_metric}
+        ),
         "pairs_scored": scored,
         "outputs": written,
         "tables": tables_summary(table_format, ids is not None, pset.class_names),
