@@ -382,7 +382,7 @@ def test_reshard_reassembles_rows_and_carries_mid_epoch_sums():
                 "lin.weight": lin,
             },
             "best_state": {},
-            "optimizer": {"state": {}},
+            "optimizer": {"state": {}, "param_groups": [{"lr": 0.01, "params": [0]}]},
             "partial": {"loss_sum": sums, "correct": sums, "count": 10, "batches": 4},
             "sampled_edges": 0,
             "torch_rng": torch.get_rng_state(),

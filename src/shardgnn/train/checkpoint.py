@@ -330,9 +330,9 @@ def _tensors(value: Any, name: str) -> dict[str, torch.Tensor]:
     """Every tensor in a nested state (an optimiser's), by its path."""
     if isinstance(value, torch.Tensor):
         return {name: value}
-    items = value.items() if isinstance(value, dict) else enumerate(value)
     if not isinstance(value, (dict, list, tuple)):
         return {}
+    items = value.items() if isinstance(value, dict) else enumerate(value)
     out = {}
     for key, item in items:
         out.update(_tensors(item, f"{name}.{key}"))
