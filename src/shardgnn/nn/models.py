@@ -165,17 +165,8 @@ class DecoupledGNN(GNN):
         if len(graphs) != self.steps:
             raise ValueError(f"model has {self.steps} steps but got {len(graphs)} graphs")
         h = self._drop(x_SF, self.input_dropout, graphs[0], 0)
-        if self.kind == "sgc":
-            z = linear(self.lin, h)
-            for graph in graphs:
-                z = spmm(graph, z, "gcn")
-            out = z + self.bias.to(z.dtype)
-        else:
-            h = self._drop(F.relu(linear(self.lin1, h)), self.dropout, graphs[0], 1)
-            h0 = self.lin2(h)
-            out = h0
-            for graph in graphs:
-                out = (1 - self.alpha) * spmm(graph, out, "gcn") + self.alpha * h0[: graph.num_dst]
+        steps = iter(graphs)
+        _, out = self._propagated(h, lambda z: spmm(next(steps), z, "gcn"), graphs[0])
         if self.training and self.dropout_seed is not None:
             self.dropout_step += 1
         return out
@@ -185,17 +176,26 @@ class DecoupledGNN(GNN):
         propagation step over every row (``A z``, a distributed product). Returns
         ``(embeddings, outputs)``: APPNP's embeddings are its MLP's hidden rows; SGC has no
         hidden layer, its embeddings are its outputs."""
+        return self._propagated(x_NF, propagate, None)
+
+    def _propagated(self, h, propagate, graph) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(hidden rows, outputs)`` of input rows ``h``, ``propagate(z)`` one propagation step
+        (its output: the step's dst rows, a prefix of its input's); ``graph`` keys the hidden
+        rows' dropout (None: evaluation, no dropout)."""
         if self.kind == "sgc":
-            z = linear(self.lin, x_NF)
+            z = linear(self.lin, h)
             for _ in range(self.steps):
                 z = propagate(z)
             out = z + self.bias.to(z.dtype)
             return out, out
-        hidden = F.relu(linear(self.lin1, x_NF))
+        hidden = F.relu(linear(self.lin1, h))
+        if graph is not None:
+            hidden = self._drop(hidden, self.dropout, graph, 1)
         h0 = self.lin2(hidden)
         out = h0
         for _ in range(self.steps):
-            out = (1 - self.alpha) * propagate(out) + self.alpha * h0
+            step = propagate(out)
+            out = (1 - self.alpha) * step + self.alpha * h0[: step.shape[0]]
         return hidden, out
 
 

@@ -128,6 +128,14 @@ class NodeTarget(abc.ABC):
     def fit(self, sums: list[float]) -> None:
         """Learn what the training score needs from every rank's :meth:`fit_statistics`."""
 
+    def fit_labels(self, y_B: torch.Tensor, reduce_sum=None) -> None:
+        """:meth:`fit` on this rank's training labels ``y_B``, their statistics summed over ranks
+        by ``reduce_sum`` (None: one process). A target with nothing to learn reduces nothing
+        (the same kind on every rank: all reduce or none)."""
+        if self.fit_width:
+            statistics = self.fit_statistics(y_B)
+            self.fit(statistics if reduce_sum is None else reduce_sum(statistics))
+
     # ------------------------------------------------------------------ evaluation
     @abc.abstractmethod
     def batch_state(self, out_BC: torch.Tensor, y_B: torch.Tensor) -> Any:
@@ -390,11 +398,7 @@ class MultiTaskTarget(NodeTarget):
             parts.append(predicted[:, None] if task.kind == "class" else predicted)
         return torch.cat(parts, dim=1)
 
-    def check_labels(self, y, rows):
-        table = np.asarray(y[rows])
-        if len(rows) and bool(np.isnan(table).all(axis=1).any()):
-            return "holds nodes none of whose labels is known"
-        return None
+    check_labels = _TableTarget.check_labels
 
 
 _TARGETS = {t.label_kind: t for t in (ClassTarget, MultiLabelTarget, RegressionTarget)}

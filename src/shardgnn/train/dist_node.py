@@ -70,9 +70,8 @@ class DistMiniBatchSteps(DistSampledSteps):
         self.metric, self.details = self.target.metric, {}
         self.objective = node_objective(self.target)
         train_rows = np.asarray(part.train_idx if part.train_idx is not None else [], np.int64)
-        statistics = self.target.fit_statistics(torch.from_numpy(np.asarray(part.y[train_rows])))
-        if statistics:  # the same kind on every rank: all or none reduce
-            self.target.fit(self.sum(statistics, "setup"))
+        y_train = torch.from_numpy(np.asarray(part.y[train_rows]))
+        self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         model = build_model(config.model, self.input_width, self.target.out_dim).to(ctx.device)
         self._wrap_model(model)

@@ -189,9 +189,8 @@ class DistFullNodeSteps(DistFullGraphSteps):
         self.num_classes = shard.num_classes
         self.target = target_of_labels(shard.label_kind, shard.y, self.num_classes)
         self.metric, self.details = self.target.metric, {}
-        statistics = self.target.fit_statistics(self.y[self.splits["train"]].cpu())
-        if statistics:  # the same kind on every rank: all or none reduce
-            self.target.fit(self.sum(statistics, "setup"))
+        y_train = self.y[self.splits["train"]].cpu()
+        self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
         self._set_model(lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim))
 
     # ------------------------------------------------------------------ epochs

@@ -114,7 +114,7 @@ class LocalSteps(Steps):
         self.y = torch.from_numpy(np.asarray(g.y, dtype=label_dtype(g.label_kind)))
         self.target = target_of_labels(g.label_kind, g.y, g.num_classes)
         self.metric = self.target.metric
-        self.target.fit(self.target.fit_statistics(self.y[torch.from_numpy(g.train_idx)]))
+        self.target.fit_labels(self.y[torch.from_numpy(g.train_idx)])
         self.details: dict[str, dict] = {}
         self.embedding = make_embedding_table(config, g.num_nodes)
         in_dim = g.num_features + config.embedding.dim
