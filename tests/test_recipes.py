@@ -18,7 +18,7 @@ from shardgnn.nn.config import ModelConfig
 from shardgnn.options import flag_for
 from shardgnn.partition.format import partition_kind
 from shardgnn.train.config import TrainConfig
-from shardgnn.train.recipes import COMMON_SETTINGS, RECIPES, select
+from shardgnn.train.recipes import COMMON_SETTINGS, RECIPES, default_task, select
 
 from conftest import SHARED_DATA, requires_shared_data, setting_paths
 
@@ -29,6 +29,7 @@ SMALL = {
     "homogeneous": "synthetic:nodes=300,degree=6,classes=3,features=8",
     "typed": "synthetic-hetero:papers=300,authors=200,institutions=10,fields=20",
     "temporal": "synthetic-temporal:nodes=60,events=600",
+    "graphset": "csl:pe=4",
 }
 SELECTS = {
     "node": ["--fanouts", "3,3"],
@@ -39,6 +40,7 @@ SELECTS = {
     "kg-link": None,  # a knowledge graph (shared data), below
     "temporal-link": ["--task", "link", "--model", "tgn"],
     "snapshot-link": ["--task", "link", "--model", "tgcn"],
+    "graph": [],
 }
 
 
@@ -147,12 +149,14 @@ def test_the_partition_kind_is_read_in_one_place():
     assert partition_kind({}) == "homogeneous"
     assert partition_kind({"typed": {"node_types": ["a"]}}) == "typed"
     assert partition_kind({"temporal": {"events": 3}}) == "temporal"
+    assert partition_kind({"graphset": {"num_graphs": 3}}) == "graphset"
 
 
 DATASETS = [
     name
     for name in known_datasets()
-    if name not in ("file", "graph", "kg", "hetero", "temporal") and not name.startswith("ogbn")
+    if name not in ("file", "graph", "kg", "hetero", "temporal", "molecules", "graphset")
+    and not name.startswith("ogbn")
 ]
 
 
@@ -175,6 +179,8 @@ def test_every_listed_dataset_trains_with_nothing_but_its_name(name, tmp_path):
         # 45 s of loading 34k x 8,415 features; coauthor-cs takes the same loader and recipe,
         # and the README test trains coauthor-physics itself
         pytest.skip("coauthor-cs covers its loader and recipe")
+    if name == "freesolv":
+        pytest.importorskip("rdkit")
     if name in ("soc-slashdot", "ego-twitter"):
         pytest.skip("one epoch of link prediction over ~1M edges: the README test runs it")
     out = tmp_path / "r.json"
@@ -184,7 +190,7 @@ def test_every_listed_dataset_trains_with_nothing_but_its_name(name, tmp_path):
     traits = dataset_traits(spec)
     recipe = next(r for r in RECIPES if r.name == results["recipe"])
     assert recipe.graph == traits.kind
-    assert results["task"] == ("node" if traits.labelled and traits.kind != "temporal" else "link")
+    assert results["task"] == default_task(traits)
 
 
 def test_link_prediction_over_learnt_rows_defaults_to_the_benchmarked_model():

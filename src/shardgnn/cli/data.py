@@ -91,6 +91,12 @@ def run_convert(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         warnings.showwarning = _show_warning
         graph = convert(config)
+    if kind_of_graph(graph) == "graphset":
+        from shardgnn.graph.stats import describe_graphset
+
+        print(_info_table(describe_graphset(f"graphset:{config.out}")))
+        print(f"wrote {config.out}; train it with: shardgnn train graphset:{Path(config.out)}")
+        return 0
     if kind_of_graph(graph) == "typed":
         print(_info_table(graph.summary()))
         print(

@@ -187,7 +187,7 @@ def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
 
     kind = dataset_traits(config.dataset).kind
     try:
-        name = partition_for_training(config, kind, out, workers, method)
+        name, method = partition_for_training(config, kind, out, workers, method)
     except EmptyPartsError as exc:
         raise ConfigError(
             f"--workers {workers}: {str(exc).splitlines()[0]}; use fewer workers (every worker "

@@ -109,6 +109,14 @@ class ConvertConfig:
         help="an archive of arrays: edge_index [2, E] (or src, dst), x (or feat), y (or label), "
         "and train/val/test ids (*_idx) or masks (*_mask)",
     )
+    molecules: str | None = option(
+        None,
+        metavar="FILE.csv",
+        help="a graph set: one molecule per row of a CSV, its SMILES in --smiles-col (parsed by "
+        "RDKit: atoms are nodes, bonds edges with features), its label in --label-col "
+        "(--label-kind class or regression); split at random by --split and --seed",
+    )
+    smiles_col: str = option("smiles", help="--molecules: the SMILES column")
     features: str | None = option(
         None, metavar="FILE", help="feature matrix, one row per node (.npy or .csv)"
     )
@@ -194,6 +202,15 @@ class ConvertConfig:
             return
         if self.target_type is not None:
             raise ConfigError("--target-type names a node type of --node-tables; give those")
+        if self.molecules is not None:
+            if self.edges or self.npz or self.nodes or self.features or self.labels:
+                raise ConfigError(
+                    "--molecules describes a whole graph set: drop --edges, --nodes, --npz, "
+                    "--features and --labels"
+                )
+            if self.label_kind not in ("class", "regression"):
+                raise invalid(self, "label_kind", "a molecule's label is class or regression")
+            return
         if (problem := label_kind_problem(self.label_kind)) is not None:
             raise invalid(self, "label_kind", problem)
         if self.label_kind != "class" and not (self.labels or self.npz):
@@ -232,10 +249,20 @@ class ConvertConfig:
             )
 
 
-def convert(config: ConvertConfig) -> Graph | TypedGraph:
+def convert(config: ConvertConfig) -> Any:
     """Build the graph ``config`` describes and write it to ``config.out``; return it."""
     _check_out(config)
     name = config.name or Path(config.out).expanduser().resolve().name
+    if config.molecules is not None:
+        from shardgnn.graph.graphset import save_graphset
+        from shardgnn.graph.graphset_data import molecules
+
+        graphs = molecules(
+            config.molecules, smiles=config.smiles_col, target=config.label_col,
+            task=config.label_kind, seed=config.seed, split=config.split[:2], name=name,
+        )  # fmt: skip
+        save_graphset(graphs, Path(config.out).expanduser(), overwrite=config.overwrite)
+        return graphs
     if config.node_tables:
         typed = _from_typed_tables(config, name)
         save_typed_graph(typed, Path(config.out).expanduser(), overwrite=config.overwrite)
@@ -277,7 +304,10 @@ def _is_graph_dir(path: Path) -> bool:
         meta = json.loads((path / "meta.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(meta, dict) and meta.get("format") in (GRAPH_FORMAT, TYPED_GRAPH_FORMAT)
+    from shardgnn.graph.graphset import GRAPH_SET_FORMAT
+
+    formats = (GRAPH_FORMAT, TYPED_GRAPH_FORMAT, GRAPH_SET_FORMAT)
+    return isinstance(meta, dict) and meta.get("format") in formats
 
 
 # -------------------------------------------------------------------------------- edge list + files

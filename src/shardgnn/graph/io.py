@@ -31,18 +31,25 @@ TYPED_GRAPH_FORMAT = "shardgnn-hetero-graph"  # the on-disk name of directories 
 _ARRAYS = ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight")
 
 
+def save_arrays(folder: Path, holder: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Write each array attribute ``names`` of ``holder`` that is not None as
+    ``folder/<name>.npy``; return ``meta.json["arrays"]`` for them (dtype and shape)."""
+    arrays = {}
+    for key in names:
+        value = getattr(holder, key)
+        if value is None:
+            continue
+        save_npy(folder / f"{key}.npy", value)
+        arrays[key] = {"dtype": str(np.asarray(value).dtype), "shape": list(np.shape(value))}
+    return arrays
+
+
 def save_graph(graph: Graph, path: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write ``graph`` to directory ``path`` atomically (the directory appears complete or not at
     all)."""
     path = Path(path)
     with atomic_directory(path, overwrite=overwrite) as tmp:
-        arrays = {}
-        for key in _ARRAYS:
-            value = getattr(graph, key)
-            if value is None:
-                continue
-            save_npy(tmp / f"{key}.npy", value)
-            arrays[key] = {"dtype": str(np.asarray(value).dtype), "shape": list(np.shape(value))}
+        arrays = save_arrays(tmp, graph, _ARRAYS)
         meta = {
             "format": GRAPH_FORMAT,
             "version": GRAPH_FORMAT_VERSION,

@@ -77,6 +77,31 @@ def describe_typed(spec: str, data_dir: str | None = None) -> dict[str, Any]:
     return load_typed_dataset(spec, data_dir).summary()
 
 
+def describe_graphset(spec: str, data_dir: str | None = None) -> dict[str, Any]:
+    """``shardgnn info`` of a graph set: graphs, nodes, edges, features, labels, splits."""
+    from shardgnn.graph.datasets import load_graphset_dataset
+
+    gs = load_graphset_dataset(spec, data_dir)
+    sizes = np.diff(gs.graph_ptr)
+    return {
+        "name": gs.name,
+        "kind": "graphset",
+        "num_graphs": gs.num_graphs,
+        "num_nodes": gs.num_nodes,
+        "num_edges": gs.num_edges,
+        "nodes_per_graph": {
+            "min": int(sizes.min()),
+            "mean": float(sizes.mean()),
+            "max": int(sizes.max()),
+        },
+        "num_features": gs.num_features,
+        "edge_features": gs.edge_dim,
+        "label_kind": gs.label_kind,
+        "num_classes": gs.num_classes,
+        "splits": {s: int(len(getattr(gs, f"{s}_idx"))) for s in ("train", "val", "test")},
+    }
+
+
 def describe_temporal(spec: str, data_dir: str | None = None) -> dict[str, Any]:
     """``shardgnn info`` of a temporal dataset: its sizes and time span."""
     from shardgnn.graph.datasets import load_temporal_dataset

@@ -13,6 +13,7 @@ MODELS = (
     "gat",
     "gatv2",
     "gin",
+    "gine",
     "appnp",
     "sgc",
     "rgcn",
@@ -30,6 +31,10 @@ TEMPORAL_MODELS = ("tgn", "jodie", "tgat", "tgcn")
 """models of timestamped events (a temporal dataset, ``--task link``)"""
 SNAPSHOT_MODELS = ("tgcn",)
 """temporal models that train on discrete snapshots (the others stream events)"""
+GRAPH_MODELS = ("gin", "gine")
+"""models of graph-level training (a graph set, ``--task graph``); gine also reads edge features"""
+READOUTS = ("sum", "mean", "max", "attention")
+"""how a graph-level model turns a graph's node rows into one row (``--readout``)"""
 
 
 def is_user_model(model: str) -> bool:
@@ -48,9 +53,10 @@ class ModelConfig:
         choices=MODELS,
         accepts=(is_user_model, "MODULE:CLASS"),
         help="layer type: sage (GraphSAGE-mean), gcn, gat, gatv2 (dynamic attention, Brody et "
-        "al.), gin (graph isomorphism network: sum aggregation and a 2-layer MLP), appnp (an "
-        "MLP, then --layers steps of personalised-PageRank propagation), sgc (--layers GCN "
-        "propagation steps, then one linear layer); typed "
+        "al.), gin (graph isomorphism network: sum aggregation and a 2-layer MLP), gine (GIN "
+        "with edge features, graph sets only), appnp (an MLP, then --layers steps of "
+        "personalised-PageRank propagation), sgc (--layers GCN propagation steps, then one "
+        "linear layer); typed "
         "graphs: rgcn (one weight per relation and direction, Schlichtkrull et al.) or "
         "hetero-sage (a GraphSAGE aggregator per relation, summed per destination type); "
         "temporal graphs (--task link): tgn (node memory + attention over recent events),"
@@ -71,6 +77,12 @@ class ModelConfig:
         0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)"
     )
     heads: int = option(4, help="attention heads (gat, gatv2)")
+    readout: str = option(
+        "sum",
+        choices=READOUTS,
+        help="--task graph: how a graph's node rows become one row: sum, mean, max, or "
+        "attention (softmax-weighted sum, the weights a learnt gate per node)",
+    )
     alpha: float = option(0.1, help="appnp: the teleport probability of each propagation step")
     num_bases: int = option(
         0,

@@ -160,6 +160,29 @@ class GINConv(nn.Module):
         return self.lin2(F.relu(pre_DC))
 
 
+class GINEConv(GINConv):
+    """GIN with edge features (Hu et al., "Strategies for pre-training GNNs"):
+    ``MLP((1 + eps) h_dst + sum_{src in N(dst)} ReLU(h_src + W e_src,dst))``, ``W`` a linear map
+    of the edge rows to the input width. PyG's ``GINEConv(nn=Sequential(Linear, ReLU, Linear),
+    train_eps=..., edge_dim=...)``."""
+
+    def __init__(
+        self, in_dim: int, out_dim: int, edge_dim: int, eps: float = 0.0, train_eps: bool = True
+    ):
+        super().__init__(in_dim, out_dim, eps, train_eps)
+        self.lin_edge = nn.Linear(edge_dim, in_dim)
+
+    def forward(  # type: ignore[override]
+        self, graph: MessageGraph, h_SF: torch.Tensor, edge_attr_ED: torch.Tensor
+    ) -> torch.Tensor:
+        src_E = graph.indices_E
+        message_EF = F.relu(h_SF.index_select(0, src_E) + self.lin_edge(edge_attr_ED))
+        sum_DF = h_SF.new_zeros(graph.num_dst, h_SF.shape[1]).index_add(
+            0, graph.dst_index_E(), message_EF
+        )
+        return self.lin2(F.relu(self.lin1(sum_DF + (1 + self.eps) * dst_rows(h_SF, graph.num_dst))))
+
+
 class GATv2Conv(_Attention):
     """GATv2 (Brody et al., "How attentive are graph attention networks?") with a self-loop per
     dst node: ``alpha_ij = softmax_j a . LeakyReLU(W_dst h_i + W_src h_j)`` (the attention

@@ -442,8 +442,11 @@ class PartitionSet:
 
 def partition_kind(meta: dict[str, Any]) -> str:
     """The kind of graph a partition directory's ``meta.json`` records: ``temporal`` (an event
-    stream beside the parts), ``typed`` (node types and relations) or ``homogeneous``. The one
-    place that tells them apart by what ``meta.json`` holds."""
+    stream beside the parts), ``typed`` (node types and relations), ``graphset`` (many graphs,
+    whole graphs per part) or ``homogeneous``. The one place that tells them apart by what
+    ``meta.json`` holds."""
+    if meta.get("graphset"):
+        return "graphset"
     if meta.get("temporal"):
         return "temporal"
     return "typed" if meta.get("typed") else "homogeneous"

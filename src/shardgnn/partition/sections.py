@@ -307,20 +307,12 @@ class TypedSection(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class EventSection(Section):
-    """A temporal graph's part: per-edge values aligned with the graph's CSR (event times and
-    ids, ``edge_<name>.npy`` in their own dtype, listed in ``meta.json["edge_arrays"]``), the
-    event stream every part reads whole (``shared``: relative path -> array, e.g.
-    ``events/src.npy``; :meth:`~shardgnn.partition.format.PartitionSet.shared_array` loads one)
-    and ``meta.json["temporal"]``."""
+class EdgeArraysSection(Section):
+    """Per-edge values aligned with the graph's CSR, written with their edges into each part
+    (``edge_<name>.npy`` in their own dtype, listed in ``meta.json["edge_arrays"]``; a loaded
+    part's ``edge_arrays``)."""
 
     edge_arrays: dict[str, np.ndarray]
-    shared: dict[str, np.ndarray]
-    temporal: dict[str, Any]
-
-    def write_shared(self, data: Relabelled, out: ArrayWriter) -> None:
-        for rel, array in self.shared.items():
-            out.write(rel, array)
 
     def write_part(self, data: Relabelled, out: ArrayWriter, part: PartRows, info: dict) -> None:
         for name, values in self.edge_arrays.items():
@@ -330,6 +322,24 @@ class EventSection(Section):
         meta["edge_arrays"] = {
             name: str(np.asarray(v).dtype) for name, v in self.edge_arrays.items()
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class EventSection(EdgeArraysSection):
+    """A temporal graph's part: per-edge event times and ids (:class:`EdgeArraysSection`), the
+    event stream every part reads whole (``shared``: relative path -> array, e.g.
+    ``events/src.npy``; :meth:`~shardgnn.partition.format.PartitionSet.shared_array` loads one)
+    and ``meta.json["temporal"]``."""
+
+    shared: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    temporal: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def write_shared(self, data: Relabelled, out: ArrayWriter) -> None:
+        for rel, array in self.shared.items():
+            out.write(rel, array)
+
+    def describe(self, data: Relabelled, meta: dict[str, Any]) -> None:
+        super().describe(data, meta)
         meta["temporal"] = self.temporal
 
 

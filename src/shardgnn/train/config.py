@@ -45,7 +45,7 @@ from shardgnn.train.settings import (
 )
 
 MODES = ("minibatch", "full")
-TASKS = ("node", "link")
+TASKS = ("node", "link", "graph")
 BATCHINGS = ("random", "cluster")
 FEATURE_STORAGE = ("memory", "disk")
 
@@ -64,7 +64,8 @@ class TrainConfig(ResolvedSettings):
         "node",
         choices=TASKS,
         help="node: node classification; link: link prediction (held-out edges, negatives, "
-        "AUC/AP/MRR/Hits@K)",
+        "AUC/AP/MRR/Hits@K); graph: one label per graph of a graph set (classification or "
+        "regression)",
     )
     mode: str = option(
         "minibatch", choices=MODES, help="sampled mini-batches, or full-graph training"

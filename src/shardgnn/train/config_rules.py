@@ -121,10 +121,11 @@ def resolve_and_check(config: Any) -> None:
 
 
 def _resolve_layers(config: Any) -> None:
-    """Unset ``--layers``: one per fanout (mini-batch) or 2 (full graph). Full-graph runs
-    record fanouts of -1 (every neighbour), which is what they compute."""
+    """Unset ``--layers``: one per fanout (mini-batch), 2 (full graph) or 4 (graph-level
+    training, whose batches are whole graphs). Full-graph and graph-level runs record fanouts
+    of -1 (every neighbour), which is what they compute."""
     model, sampler = config.model, config.sampler
-    if config.mode == "minibatch":
+    if config.mode == "minibatch" and config.task != "graph":
         if model.num_layers is None:
             config.model = dataclasses.replace(model, num_layers=len(sampler.fanouts))
         elif model.num_layers != len(sampler.fanouts):
@@ -134,7 +135,8 @@ def _resolve_layers(config: Any) -> None:
                 "one fanout per layer"
             )
     else:
-        layers = 2 if model.num_layers is None else model.num_layers
+        default = 4 if config.task == "graph" else 2
+        layers = default if model.num_layers is None else model.num_layers
         config.model = dataclasses.replace(model, num_layers=layers)
         config.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)
 

@@ -29,7 +29,8 @@ class GraphKind:
     """What a kind of graph decides, whatever trains on it.
 
     Attributes:
-        name: ``homogeneous``, ``typed`` or ``temporal``.
+        name: ``homogeneous``, ``typed``, ``graphset`` (many graphs, a label each) or
+            ``temporal``.
         graph_class: ``module:Class`` of a loaded graph of this kind (what the Python API's
             ``run_training(config, graph=...)`` is given).
         check: ``module:function(config)`` refusing, in one line, a config that does not fit a
@@ -74,6 +75,14 @@ KINDS: dict[str, GraphKind] = {
             check_partition="shardgnn.train.partition_checks:check_typed_partition",
             describe="shardgnn.graph.stats:describe_typed",
             infer="shardgnn.train.inference.kinds:infer_typed", infer_on_cpu=True,
+        ),
+        GraphKind(
+            "graphset", "shardgnn.graph.graphset:GraphSet",
+            "shardgnn.train.recipe_checks:check_graphset",
+            "shardgnn.train.partitioning:partition_graphset",
+            check_partition="shardgnn.train.partition_checks:check_graphset_partition",
+            describe="shardgnn.graph.stats:describe_graphset",
+            infer="shardgnn.train.inference.kinds:infer_graphset",
         ),
         GraphKind(
             "temporal", "shardgnn.graph.temporal:TemporalGraph",

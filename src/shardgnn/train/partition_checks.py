@@ -40,6 +40,18 @@ def check_typed_partition(
     return _check_rows(config, pset, split_given, featureless_types=True)
 
 
+def check_graphset_partition(
+    config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
+) -> TrainConfig:
+    """Edge features for GINE (the rest travels with the graphs)."""
+    if config.model.model == "gine" and not (pset.meta["graphset"].get("edge_dim") or 0):
+        raise ConfigError(
+            f"{pset.path} holds graphs without edge features: --model gine reads them; use "
+            "--model gin"
+        )
+    return config
+
+
 def check_temporal_partition(
     config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
 ) -> TrainConfig:

@@ -79,12 +79,14 @@ def partition_dataset(kind: str, job: PartitionJob) -> Partitioned:
 
 def partition_for_training(
     config: TrainConfig, kind: str, out: Path, workers: int, method: str
-) -> str:
+) -> tuple[str, str]:
     """Partition ``config``'s dataset (a graph of kind ``kind``) for training on ``workers``
-    workers into ``out``; returns the graph's name."""
+    workers into ``out`` (with ``method`` where the kind partitions nodes); returns the graph's
+    name and the method that partitioned it."""
     parts = PartitionConfig(num_parts=workers, method=method, seed=config.seed)
     job = PartitionJob(config.dataset, config.data_dir, parts, out, training=config)
-    return partition_dataset(kind, job).name
+    written = partition_dataset(kind, job)
+    return written.name, written.pset.method
 
 
 def check_worker_count(workers: int, num_nodes: int, name: str) -> None:
@@ -202,6 +204,31 @@ def partition_typed(job: PartitionJob) -> Partitioned:
     write_s = time.perf_counter() - start - result.seconds
     by_type = pset.typed_book.metrics  # written with the parts
     return Partitioned(written.name, pset, result, pset.metrics, write_s, by_type)
+
+
+def partition_graphset(job: PartitionJob) -> Partitioned:
+    """A graph set: whole graphs per part, every split spread evenly
+    (:mod:`shardgnn.partition.graphset`)."""
+    from shardgnn.graph.datasets import load_graphset_dataset
+    from shardgnn.partition.graphset import write_graphset_partitions
+
+    if job.link is not None:
+        raise ConfigError(f"{job.dataset} is a set of graphs: drop --task link")
+    graphs = load_graphset_dataset(job.dataset, job.data_dir)
+    _say(job, f"loaded {graphs.name}: {graphs.num_graphs:,} graphs, {graphs.num_nodes:,} nodes")
+    if job.training is not None and job.config.num_parts > len(graphs.train_idx):
+        raise ConfigError(
+            f"--workers {job.config.num_parts} exceeds the {len(graphs.train_idx)} training "
+            f"graphs of {graphs.name}: each worker trains on whole graphs of its own; use "
+            f"--workers {len(graphs.train_idx)} or fewer"
+        )
+    start = time.perf_counter()
+    result, pset = write_graphset_partitions(
+        graphs, job.config.num_parts, job.out, overwrite=job.overwrite,
+        dataset_spec=canonical_spec(job.dataset), progress=job.progress,
+    )  # fmt: skip
+    write_s = time.perf_counter() - start - result.seconds
+    return Partitioned(graphs.name, pset, result, pset.metrics, write_s)
 
 
 def partition_temporal(job: PartitionJob) -> Partitioned:

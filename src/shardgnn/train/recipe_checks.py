@@ -59,6 +59,12 @@ def check_homogeneous(config: TrainConfig) -> None:
     """A homogeneous graph: no relations, and no timestamped events for the temporal models."""
     _check_untyped(config)
     model = config.model.model
+    if config.task == "graph":
+        raise ConfigError(
+            f"--task graph trains one label per graph of a graph set, and dataset "
+            f"{config.dataset!r} is one graph; use csl, freesolv, molecules:FILE.csv or "
+            "graphset:DIR"
+        )
     if model in TEMPORAL_MODELS and config.task != "link":
         raise ConfigError(f"--model {model} predicts future events: add --task link")
     if model in TEMPORAL_MODELS and config.run.partitions is None:
@@ -67,6 +73,20 @@ def check_homogeneous(config: TrainConfig) -> None:
             f"--model {model} learns from timestamped events, and dataset {config.dataset!r} "
             "has none; use a temporal dataset (collegemsg, synthetic-temporal, temporal:FILE)"
         )
+
+
+def check_graphset(config: TrainConfig) -> None:
+    """A graph set trains one label per graph (``--task graph``) with a graph-level model."""
+    from shardgnn.nn.config import GRAPH_MODELS
+
+    _check_untyped(config)
+    problem = None
+    if config.task != "graph":
+        problem = "has one label per graph: use --task graph"
+    elif config.model.model not in GRAPH_MODELS:
+        problem = f"trains --model gin or gine, not --model {config.model.model}"
+    if problem:
+        raise ConfigError(f"dataset {config.dataset!r} is a set of graphs: it {problem}")
 
 
 def check_temporal(config: TrainConfig) -> None:

@@ -67,6 +67,17 @@ TGAT = settings(
 )
 JODIE = settings("temporal.memory_dim")
 
+GRAPH = MODEL - {"model.input_dropout"} | settings("model.readout", "batch_size", "eval_batch_size")
+"""graph-level training (a graph set)"""
+GRAPH_DEFAULTS = {
+    # GIN's graph-classification setting (Xu et al. 2019: hidden 64, batch 32, lr 0.01 in
+    # their search) as "Benchmarking GNNs" runs it on CSL; BENCHMARKS section 22
+    "model.hidden": 64,
+    "model.dropout": 0.0,
+    "optim.lr": 0.001,
+    "optim.epochs": 100,
+}
+
 KG_DEFAULTS = {
     "mode": "full",
     # the README's recipe (BENCHMARKS section 11): kinships filtered MRR 0.709 against 0.495 with

@@ -29,6 +29,7 @@ from typing import Any
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import DatasetTraits, dataset_traits
 from shardgnn.nn.config import (
+    GRAPH_MODELS,
     SNAPSHOT_MODELS,
     TEMPORAL_MODELS,
     TYPED_MODELS,
@@ -44,6 +45,8 @@ from shardgnn.train.recipe_settings import (
     DIST_FULL,
     DIST_SAMPLED,
     GPU,
+    GRAPH,
+    GRAPH_DEFAULTS,
     JODIE,
     KG_DEFAULTS,
     LAYER_READS,
@@ -218,6 +221,15 @@ RECIPES: tuple[Recipe, ...] = (
         model_reads=RGCN,
     ),
     Recipe(
+        "graph", "graphset", "graph", ("minibatch",), GRAPH_MODELS,
+        "shardgnn.train.graphlevel:GraphSetSteps",
+        "shardgnn.train.graphlevel:DistGraphSetSteps",
+        "graph classification and regression (one label per graph of a set)",
+        defaults=GRAPH_DEFAULTS,
+        reads=GRAPH | PRECISION,
+        worker_reads=GRAPH | WORKERS,
+    ),
+    Recipe(
         "temporal-link", "temporal", "link", ("minibatch",), _STREAM_MODELS,
         "shardgnn.train.temporal:TemporalLinkSteps",
         "shardgnn.train.dist_temporal:DistTemporalLinkSteps",
@@ -278,7 +290,9 @@ def select(config: TrainConfig, graph: str) -> Recipe:
 
 def default_task(traits: DatasetTraits) -> str:
     """Node classification where nodes carry labels; link prediction otherwise (temporal graphs,
-    knowledge graphs, unlabelled edge lists)."""
+    knowledge graphs, unlabelled edge lists); a graph set's labels are its graphs'."""
+    if traits.kind == "graphset":
+        return "graph"
     return "node" if traits.kind != "temporal" and traits.labelled else "link"
 
 

@@ -22,8 +22,9 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
             [
                 (
                     "dataset",
-                    f"{ds.get('spec') or ds['name']} ({ds['num_nodes']:,} nodes, "
-                    f"{ds['num_edges']:,} edges)",
+                    f"{ds.get('spec') or ds['name']} ("
+                    + (f"{ds['num_graphs']:,} graphs, " if "num_graphs" in ds else "")
+                    + f"{ds['num_nodes']:,} nodes, {ds['num_edges']:,} edges)",
                 ),
                 ("epochs", f"{results['num_epochs_run']} (best: {results['best_epoch']})"),
                 *_selection_rows(results),

@@ -128,11 +128,13 @@ def write_output_tables(
     key: str = "",
     predictions: bool = True,
     label_kind: str = "class",
+    id_column: str = "node_id",
 ) -> dict[str, str]:
     """Beside ``folder/embeddings.npy`` (and, with ``predictions``, ``predictions.npy``) write
     ``embeddings.<ext>`` (and ``predictions.<ext>``) keyed by ``node_ids`` (``None``: 0..N-1),
     classes named by ``class_names`` (``None``: their numbers); labels of another ``label_kind``
-    give ``probability_<j>`` (multi-label) or ``value_<j>`` (regression) columns. Returns
+    give ``probability_<j>`` (multi-label) or ``value_<j>`` (regression) columns; the rows are
+    keyed by column ``id_column`` (``graph_id`` for a graph set's graphs). Returns
     ``{key + "embeddings_table": path, ...}``; nothing for ``table_format`` ``none``."""
     if table_format == "none":
         return {}
@@ -147,7 +149,7 @@ def write_output_tables(
         values = np.load(folder / "predictions.npy", mmap_mode="r", allow_pickle=False)
         column = "probability" if label_kind == "multilabel" else "value"
         target = folder / f"predictions.{table_format}"
-        columns = {"node_id": ids, column: values}
+        columns = {id_column: ids, column: values}
         written[f"{key}predictions_table"] = str(write_table(target, columns, table_format))
     elif predictions:
         classes = np.load(folder / "predictions.npy", allow_pickle=False)
@@ -157,10 +159,10 @@ def write_output_tables(
             known = classes < len(lookup)
             names = np.where(known, lookup[np.where(known, classes, 0)], names)
         target = folder / f"predictions.{table_format}"
-        columns = {"node_id": ids, "class": classes, "class_name": names}
+        columns = {id_column: ids, "class": classes, "class_name": names}
         written[f"{key}predictions_table"] = str(write_table(target, columns, table_format))
     target = folder / f"embeddings.{table_format}"
-    columns = {"node_id": ids, "emb": embeddings}
+    columns = {id_column: ids, "emb": embeddings}
     written[f"{key}embeddings_table"] = str(write_table(target, columns, table_format))
     return written
 

@@ -294,3 +294,81 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     }
     save_json(out / "inference.json", summary)
     return summary
+
+
+def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
+    """A graph-level model over a graph-set partition: every rank runs its own whole graphs.
+    Writes, by original graph id, ``embeddings.npy`` (each graph's readout, what the head reads),
+    ``logits.npy``, ``predictions.npy`` (the class, or the predicted values) and the tables keyed
+    by ``graph_id``; the metric per split in ``inference.json``."""
+    from shardgnn.partition.graphset import load_graph_part
+    from shardgnn.train.graphlevel import batch_tensors, graph_model
+
+    checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    graphs = load_graph_part(pset, ctx.rank)
+    target = target_of_labels(graphs.label_kind, graphs.y, graphs.num_classes)
+    model = graph_model(config, graphs, target.out_dim)
+    described = f"{graphs.num_features} features and {target.out_dim} outputs"
+    load_weights_into(model, load_model_weights(checkpoint), checkpoint, described)
+    model.to(ctx.device).eval()
+    start = time.perf_counter()
+    embeddings, logits, labels = [], [], []
+    ptr, first = np.asarray(graphs.graph_ptr), 0
+    with torch.no_grad():
+        while first < graphs.num_graphs:  # whole graphs, up to chunk_rows nodes at a time
+            end = int(np.searchsorted(ptr, ptr[first] + run.chunk_rows, side="right")) - 1
+            end = min(max(end, first + 1), graphs.num_graphs)
+            *inputs, y = batch_tensors(graphs, np.arange(first, end), ctx.device)
+            first = end
+            pooled, out_BC = model.encode(*inputs)
+            embeddings.append(pooled.cpu())
+            logits.append(out_BC.float().cpu())
+            labels.append(y.cpu())
+    width = model.head[0].in_features
+    emb = torch.cat(embeddings) if embeddings else torch.zeros(0, width)
+    logit = torch.cat(logits) if logits else torch.zeros(0, target.out_dim)
+    y = torch.cat(labels) if labels else torch.from_numpy(np.asarray(graphs.y[:0]))
+    seconds = time.perf_counter() - start
+    split_metric: dict[str, Any] = {"name": target.metric}
+    for split in ("train", "val", "test"):  # collectives: every rank, the same order
+        idx = torch.from_numpy(np.asarray(getattr(graphs, f"{split}_idx"), dtype=np.int64))
+        evaluation = target.evaluation()
+        evaluation.add(logit[idx], y[idx])
+        split_metric[split] = evaluation.result(CommReducer(comm))[0]
+    totals, comm_summed = sum_over_ranks(comm, seconds)
+    total_graphs = int(pset.meta["graphset"]["num_graphs"])
+    placement = {}
+    for p in range(ctx.world_size):
+        placement[p] = np.asarray(load_graph_part(pset, p).graph_ids) if ctx.is_main else None
+    outputs = {"embeddings": emb, "logits": logit, "predictions": target.predict(logit)}
+    written = write_by_original_id(
+        ctx,
+        out,
+        {name: tensor.detach().numpy() for name, tensor in outputs.items()},
+        {name: (total_graphs, placement.__getitem__) for name in outputs},
+    )
+    if written is None:
+        return None
+    written.update(
+        write_output_tables(
+            out, run.table_format, None, None, label_kind=target.label_kind, id_column="graph_id"
+        )
+    )
+    summary = {
+        "task": config.task,
+        "checkpoint": str(checkpoint),
+        "partitions": str(run.partitions),
+        "workers": ctx.world_size,
+        "num_graphs": total_graphs,
+        "num_nodes": int(pset.num_nodes),
+        "embedding_width": int(width),
+        **measured(totals, comm_summed, ctx.world_size, accuracy=False),
+        "label_kind": target.label_kind,
+        "metric": split_metric,
+        "pairs_scored": None,
+        "outputs": written,
+        "tables": tables_summary(run.table_format, False, None),
+    }
+    save_json(out / "inference.json", summary)
+    return summary

