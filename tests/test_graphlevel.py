@@ -3,6 +3,7 @@ whole-graph partitions, training in one process and on workers, exact resume."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -141,7 +142,8 @@ def test_gine_equals_pyg_forward_and_backward():
 def _config(dataset="csl:pe=16", epochs=60, **kw) -> TrainConfig:
     model = kw.pop("model", ModelConfig(model="gin", hidden=32, dropout=0.0))
     return TrainConfig(
-        dataset=dataset, task="graph", model=model, optim=OptimConfig(epochs=epochs, lr=0.001),
+        dataset=dataset, task=kw.pop("task", "graph"), model=model,
+        optim=OptimConfig(epochs=epochs, lr=0.001),
         batch_size=16, seed=kw.pop("seed", 0), progress=False, threads=1, **kw,
     )  # fmt: skip
 
@@ -293,3 +295,95 @@ def test_infer_writes_every_graphs_prediction_by_original_id(tmp_path):
     assert np.mean(predictions[test] == gs.y[test]) == pytest.approx(trained["test_acc"])
     table = (tmp_path / "inf" / "predictions.csv").read_text().splitlines()
     assert table[0] == "graph_id,class,class_name" and len(table) == 151
+
+
+def test_track_events_hold_every_true_segment_as_a_candidate():
+    from shardgnn.graph.graphset_data import tracks
+
+    gs = tracks(events=6, particles=12, layers=5, noise=1.0, seed=3)
+    assert gs.y is None and gs.edge_classes == 2 and gs.edge_attr.shape[1] == 5
+    # every particle leaves layers - 1 true segments, each an edge both ways
+    assert int(gs.edge_y.sum()) == 6 * 12 * 4 * 2
+    assert 0.1 < gs.edge_y.mean() < 0.9  # fakes among the candidates
+    # the reverse of every edge is an edge of the same class with negated differences
+    dst = np.repeat(np.arange(gs.num_nodes), np.diff(gs.indptr))
+    by_pair = {(int(s), int(d)): e for e, (s, d) in enumerate(zip(gs.indices, dst))}
+    for (s, d), e in list(by_pair.items())[:200]:
+        r = by_pair[(d, s)]
+        assert gs.edge_y[r] == gs.edge_y[e]
+        np.testing.assert_allclose(gs.edge_attr[r], -gs.edge_attr[e])
+    assert len(gs.train_idx) + len(gs.val_idx) + len(gs.test_idx) == 6
+
+
+def test_f1_target_counts_the_positive_class():
+    from shardgnn.nn.targets import F1Target, LocalReducer
+
+    target = F1Target(2)
+    evaluation = target.evaluation()
+    out = torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    evaluation.add(out[:3], torch.tensor([1, 0, 1]))  # tp, fp, fn
+    evaluation.add(out[3:], torch.tensor([0, 1]))  # tn, tp
+    f1, details = evaluation.result(LocalReducer())
+    assert details["precision"] == pytest.approx(2 / 3) and details["recall"] == pytest.approx(
+        2 / 3
+    )
+    assert f1 == pytest.approx(2 / 3) and details["accuracy"] == pytest.approx(3 / 5)
+
+
+def _edge_config(epochs=15, **kw) -> TrainConfig:
+    return TrainConfig(
+        dataset="tracks:events=20,particles=30", task="edge",
+        model=ModelConfig(model="gine", hidden=32, dropout=0.0),
+        optim=OptimConfig(epochs=epochs, lr=0.003), batch_size=2, seed=0, progress=False,
+        threads=1, **kw,
+    )  # fmt: skip
+
+
+def test_edge_classification_finds_track_segments():
+    results = run_training(_edge_config())
+    assert results["metric"] == "f1" and results["test_acc"] >= 0.7  # seed 0: 0.81
+    details = results["metric_details"]["test"]
+    assert details["precision"] >= 0.7 and details["recall"] >= 0.7
+    with pytest.raises(ConfigError, match="no edge labels"):
+        run_training(_config(task="edge"))
+    with pytest.raises(ConfigError, match="use --task edge"):
+        run_training(dataclasses.replace(_edge_config(), task="graph"))
+
+
+def test_cli_trains_edges_by_default_on_an_edge_labelled_set_and_refuses_a_readout(capsys):
+    from shardgnn.cli import build_parser, main
+    from shardgnn.cli.train import train_config
+
+    config = train_config(build_parser().parse_args(["train", "tracks"]))
+    assert (config.task, config.batch_size, config.optim.lr) == ("edge", 4, 0.003)
+    assert main(["train", "tracks", "--readout", "mean", "--epochs", "1", "--quiet"]) == 2
+    assert "--readout does not apply to edge classification" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_edge_inference_writes_every_edge_by_its_position(tmp_path):
+    from shardgnn.cli import main
+
+    spec = "tracks:events=12,particles=20"
+    out = tmp_path / "r.json"
+    argv = ["train", spec, "--model", "gine", "--hidden", "16", "--epochs", "3", "--quiet"]
+    argv += ["--workers", "2", "--checkpoint-dir", str(tmp_path / "ck"), "--results", str(out)]
+    assert main(argv) == 0
+    assert main(["partition", spec, "--parts", "3", "--out", str(tmp_path / "p")]) == 0
+    argv = ["infer", "--checkpoint", str(tmp_path / "ck"), "--partitions", str(tmp_path / "p")]
+    assert main([*argv, "--out", str(tmp_path / "inf")]) == 0
+    summary = json.loads((tmp_path / "inf" / "inference.json").read_text())
+    trained = json.loads(out.read_text())
+    assert summary["metric"]["test"] == pytest.approx(trained["test_acc"], abs=1e-9)
+    from shardgnn.graph.datasets import load_graphset_dataset
+
+    gs = load_graphset_dataset(spec)
+    predictions = np.load(tmp_path / "inf" / "predictions.npy")
+    assert predictions.shape == (gs.num_edges,)
+    assert np.load(tmp_path / "inf" / "embeddings.npy").shape == (gs.num_nodes, 16)
+    table = (tmp_path / "inf" / "predictions.csv").read_text().splitlines()
+    assert table[0] == "edge_id,src,dst,class" and len(table) == gs.num_edges + 1
+    e = gs.num_edges // 2
+    dst = np.repeat(np.arange(gs.num_nodes), np.diff(gs.indptr))
+    assert table[e + 1].split(",")[:3] == [str(e), str(gs.indices[e]), str(dst[e])]

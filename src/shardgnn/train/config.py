@@ -45,7 +45,7 @@ from shardgnn.train.settings import (
 )
 
 MODES = ("minibatch", "full")
-TASKS = ("node", "link", "graph")
+TASKS = ("node", "link", "graph", "edge")
 BATCHINGS = ("random", "cluster")
 FEATURE_STORAGE = ("memory", "disk")
 
@@ -65,7 +65,7 @@ class TrainConfig(ResolvedSettings):
         choices=TASKS,
         help="node: node classification; link: link prediction (held-out edges, negatives, "
         "AUC/AP/MRR/Hits@K); graph: one label per graph of a graph set (classification or "
-        "regression)",
+        "regression); edge: one class per edge of a graph set's graphs",
     )
     mode: str = option(
         "minibatch", choices=MODES, help="sampled mini-batches, or full-graph training"

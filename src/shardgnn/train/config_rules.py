@@ -125,7 +125,8 @@ def _resolve_layers(config: Any) -> None:
     training, whose batches are whole graphs). Full-graph and graph-level runs record fanouts
     of -1 (every neighbour), which is what they compute."""
     model, sampler = config.model, config.sampler
-    if config.mode == "minibatch" and config.task != "graph":
+    whole_graphs = config.task in ("graph", "edge")
+    if config.mode == "minibatch" and not whole_graphs:
         if model.num_layers is None:
             config.model = dataclasses.replace(model, num_layers=len(sampler.fanouts))
         elif model.num_layers != len(sampler.fanouts):
@@ -135,7 +136,7 @@ def _resolve_layers(config: Any) -> None:
                 "one fanout per layer"
             )
     else:
-        default = 4 if config.task == "graph" else 2
+        default = 4 if whole_graphs else 2
         layers = default if model.num_layers is None else model.num_layers
         config.model = dataclasses.replace(model, num_layers=layers)
         config.sampler = dataclasses.replace(sampler, fanouts=(-1,) * layers)

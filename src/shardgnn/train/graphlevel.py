@@ -1,6 +1,8 @@
-"""Graph-level training (``--task graph``): one label per graph of a graph set, classification or
-regression (:mod:`shardgnn.nn.targets`), a GIN or GINE encoder with a readout
-(:mod:`shardgnn.nn.graphlevel`).
+"""Training on a graph set: one label per graph (``--task graph``: classification or
+regression, :mod:`shardgnn.nn.targets`), a GIN or GINE encoder with a readout; or one class per
+edge (``--task edge``: the edges of every graph, the positive class's F1 selecting when there
+are two), the same encoder with an edge head (:mod:`shardgnn.nn.graphlevel`). Batches are whole
+graphs either way.
 
 In one process (:class:`GraphSetSteps`) the set is loaded whole; with workers
 (:class:`DistGraphSetSteps`) each rank loads its part of whole graphs
@@ -23,7 +25,15 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.graphset import GraphSet, take_graphs
 from shardgnn.nn.graphlevel import GraphGNN
 from shardgnn.nn.message_graph import MessageGraph
-from shardgnn.nn.targets import CommReducer, LocalReducer, NodeTarget, Reducer, target_of_labels
+from shardgnn.nn.targets import (
+    ClassTarget,
+    CommReducer,
+    F1Target,
+    LocalReducer,
+    NodeTarget,
+    Reducer,
+    target_of_labels,
+)
 from shardgnn.precision import precision_context
 from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
@@ -65,10 +75,14 @@ class GraphBatcher:
         return iter(self.batches)
 
 
-def batch_tensors(graphs: GraphSet, ids: np.ndarray, device: torch.device) -> tuple[Any, ...]:
+def batch_tensors(
+    graphs: GraphSet, ids: np.ndarray, device: torch.device, level: str = "graph"
+) -> tuple[Any, ...]:
     """Graphs ``ids`` of ``graphs`` as one batch on ``device``: ``(graph, x, graph index, count,
-    edge rows, labels)``, the model's arguments and then the labels."""
+    edge rows, labels)``, the model's arguments and then the labels of ``level`` (the graphs',
+    or their edges' in CSR order)."""
     batch = take_graphs(graphs, ids)
+    labels = batch.y if level == "graph" else batch.edge_y
     attr = None if batch.edge_attr is None else torch.from_numpy(batch.edge_attr).to(device)
     return (
         MessageGraph.from_csr(batch.indptr, batch.indices, device),
@@ -76,17 +90,38 @@ def batch_tensors(graphs: GraphSet, ids: np.ndarray, device: torch.device) -> tu
         torch.from_numpy(batch.graph_index).to(device),
         batch.num_graphs,
         attr,
-        torch.from_numpy(batch.y).to(device),
+        None if labels is None else torch.from_numpy(labels).to(device),
     )
 
 
 def graph_model(config: TrainConfig, graphs: GraphSet, out_dim: int) -> GraphGNN:
-    """The graph-level model ``config`` names for ``graphs``' features."""
+    """The graph- or edge-level model (``config.task``) ``config`` names for ``graphs``'
+    features."""
     return GraphGNN(
         config.model.model, graphs.num_features, config.model.hidden, out_dim,
         config.model.num_layers, dropout=config.model.dropout, readout=config.model.readout,
-        edge_dim=graphs.edge_dim,
+        edge_dim=graphs.edge_dim, level=config.task,
     )  # fmt: skip
+
+
+def graph_set_target(config: TrainConfig, graphs: GraphSet) -> NodeTarget:
+    """What the outputs meet: the graphs' labels (``--task graph``) or the edges' classes
+    (``--task edge``; two classes: :class:`~shardgnn.nn.targets.F1Target`).
+
+    Raises:
+        ConfigError: the set lacks the labels the task trains on, or GINE its edge features.
+    """
+    if config.model.model == "gine" and graphs.edge_attr is None:
+        raise ConfigError(
+            f"--model gine reads edge features and {graphs.name} has none; use --model gin"
+        )
+    if config.task == "edge":
+        if graphs.edge_y is None:
+            raise ConfigError(f"{graphs.name} has no edge labels; train it with --task graph")
+        return F1Target(2) if graphs.edge_classes == 2 else ClassTarget(graphs.edge_classes)
+    if graphs.y is None:
+        raise ConfigError(f"{graphs.name} has no graph labels, only edge labels: use --task edge")
+    return target_of_labels(graphs.label_kind, graphs.y, graphs.num_classes)
 
 
 class GraphSetSteps(Steps):
@@ -110,13 +145,13 @@ class GraphSetSteps(Steps):
     def _setup(self, graphs: GraphSet, rank: int, steps: int | None) -> None:
         """The model, optimiser, target and batches of this process's ``graphs``."""
         config = self.config
-        check_graph_model(config, graphs)
-        self.graphs = graphs
+        self.graphs, self.level = graphs, config.task
         torch.manual_seed(config.seed)
-        self.target: NodeTarget = target_of_labels(graphs.label_kind, graphs.y, graphs.num_classes)
+        self.target: NodeTarget = graph_set_target(config, graphs)
         self.metric = self.target.metric
-        y_train = torch.from_numpy(np.asarray(graphs.y[graphs.train_idx]))
-        self.target.fit_labels(y_train, None if steps is None else self.sum)
+        if self.level == "graph":
+            y_train = torch.from_numpy(np.asarray(graphs.y[graphs.train_idx]))
+            self.target.fit_labels(y_train, None if steps is None else self.sum)
         self.model = graph_model(config, graphs, self.target.out_dim).to(self.device)
         self.module: torch.nn.Module = self.model
         self.timer = StageTimer()
@@ -142,7 +177,7 @@ class GraphSetSteps(Steps):
 
     def _batch(self, ids: np.ndarray) -> tuple[Any, ...]:
         with self.timer("fetch"):
-            return batch_tensors(self.graphs, ids, self.device)
+            return batch_tensors(self.graphs, ids, self.device, self.level)
 
     def _forward(self, batch: tuple[Any, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """The outputs of a batch (through the DDP wrapper with workers) and its labels."""
@@ -159,7 +194,7 @@ class GraphSetSteps(Steps):
             loss = self.target.loss_mean(out, y)
             loss.backward()
             self.optimizer.step()
-        return StepResult(loss.item(), self.target.score_sum(out.detach(), y), len(ids), 0)
+        return StepResult(loss.item(), self.target.score_sum(out.detach(), y), len(y), 0)
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         self.module.train()
@@ -206,14 +241,6 @@ def graph_set_record(
         "label_kind": label_kind,
         **splits,
     }
-
-
-def check_graph_model(config: TrainConfig, graphs: GraphSet) -> None:
-    """GINE reads edge features: refuse it on a set without them."""
-    if config.model.model == "gine" and graphs.edge_attr is None:
-        raise ConfigError(
-            f"--model gine reads edge features and {graphs.name} has none; use --model gin"
-        )
 
 
 class DistGraphSetSteps(DistSteps, GraphSetSteps):

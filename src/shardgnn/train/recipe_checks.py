@@ -59,10 +59,10 @@ def check_homogeneous(config: TrainConfig) -> None:
     """A homogeneous graph: no relations, and no timestamped events for the temporal models."""
     _check_untyped(config)
     model = config.model.model
-    if config.task == "graph":
+    if config.task in ("graph", "edge"):
         raise ConfigError(
-            f"--task graph trains one label per graph of a graph set, and dataset "
-            f"{config.dataset!r} is one graph; use csl, freesolv, molecules:FILE.csv or "
+            f"--task {config.task} trains on the graphs of a graph set, and dataset "
+            f"{config.dataset!r} is one graph; use csl, freesolv, tracks, molecules:FILE.csv or "
             "graphset:DIR"
         )
     if model in TEMPORAL_MODELS and config.task != "link":
@@ -81,8 +81,8 @@ def check_graphset(config: TrainConfig) -> None:
 
     _check_untyped(config)
     problem = None
-    if config.task != "graph":
-        problem = "has one label per graph: use --task graph"
+    if config.task not in ("graph", "edge"):
+        problem = "has a label per graph or per edge: use --task graph or --task edge"
     elif config.model.model not in GRAPH_MODELS:
         problem = f"trains --model gin or gine, not --model {config.model.model}"
     if problem:

@@ -44,6 +44,8 @@ from shardgnn.train.recipe_settings import (
     COMMON_SETTINGS,
     DIST_FULL,
     DIST_SAMPLED,
+    EDGE,
+    EDGE_DEFAULTS,
     GPU,
     GRAPH,
     GRAPH_DEFAULTS,
@@ -230,6 +232,15 @@ RECIPES: tuple[Recipe, ...] = (
         worker_reads=GRAPH | WORKERS,
     ),
     Recipe(
+        "edge", "graphset", "edge", ("minibatch",), GRAPH_MODELS,
+        "shardgnn.train.graphlevel:GraphSetSteps",
+        "shardgnn.train.graphlevel:DistGraphSetSteps",
+        "edge classification (a class per edge of a graph set's graphs)",
+        defaults=EDGE_DEFAULTS,
+        reads=EDGE | PRECISION,
+        worker_reads=EDGE | WORKERS,
+    ),
+    Recipe(
         "temporal-link", "temporal", "link", ("minibatch",), _STREAM_MODELS,
         "shardgnn.train.temporal:TemporalLinkSteps",
         "shardgnn.train.dist_temporal:DistTemporalLinkSteps",
@@ -290,9 +301,10 @@ def select(config: TrainConfig, graph: str) -> Recipe:
 
 def default_task(traits: DatasetTraits) -> str:
     """Node classification where nodes carry labels; link prediction otherwise (temporal graphs,
-    knowledge graphs, unlabelled edge lists); a graph set's labels are its graphs'."""
+    knowledge graphs, unlabelled edge lists); a graph set trains its graphs' labels, else its
+    edges' (``labelled`` says whether its graphs carry labels)."""
     if traits.kind == "graphset":
-        return "graph"
+        return "graph" if traits.labelled else "edge"
     return "node" if traits.kind != "temporal" and traits.labelled else "link"
 
 

@@ -210,13 +210,14 @@ NODE_SCORES = {
     "rocauc": "training labels right (at probability 0.5)",
     "r2": "training R²",
     "tasks": "training score (weighted mean over tasks)",
+    "f1": "training accuracy",
 }
 """what ``train_acc`` holds for each node-label metric (:mod:`shardgnn.nn.targets`)"""
 
 
 def metric_name(metric: str) -> str:
     """How a selection metric is named to users: accuracy, ROC-AUC, R², MRR, AP..."""
-    names = {"acc": "accuracy", "rocauc": "ROC-AUC", "r2": "R²", "tasks": "task metric"}
+    names = {"acc": "accuracy", "rocauc": "ROC-AUC", "r2": "R²", "tasks": "task metric", "f1": "F1"}
     return names.get(metric, metric.upper())
 
 
@@ -233,6 +234,10 @@ def _selection_rows(results: dict[str, Any]) -> list[tuple[str, Any]]:
         tasks = ((results.get("metric_details") or {}).get("test") or {}).get("tasks") or {}
         for task, detail in tasks.items():  # several tasks: each one's own metric
             rows.append((f"test {task} {metric_name(detail['metric'])}", detail["value"]))
+        test = (results.get("metric_details") or {}).get("test") or {}
+        for name in ("precision", "recall"):  # F1's parts
+            if name in test:
+                rows.append((f"test {name}", test[name]))
         return rows
     rows: list[tuple[str, Any]] = [("edges (train / val / test)", link["edges"])]
     for split in ("val", "test"):

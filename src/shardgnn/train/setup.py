@@ -70,7 +70,7 @@ def labels_record(label_kind: str, y_shape: tuple[int, ...] | None) -> dict[str,
 def label_results(target: NodeTarget, details: dict[str, dict]) -> dict[str, Any]:
     """What results add for labels other than classes: each split's details at the final
     evaluation (per-label ROC-AUC; per-target R² and the RMSE)."""
-    if target.label_kind == "class":
+    if target.label_kind == "class" and target.metric == "acc":
         return {}
     return {
         "label_kind": target.label_kind,

@@ -297,72 +297,88 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
 
 
 def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
-    """A graph-level model over a graph-set partition: every rank runs its own whole graphs.
-    Writes, by original graph id, ``embeddings.npy`` (each graph's readout, what the head reads),
-    ``logits.npy``, ``predictions.npy`` (the class, or the predicted values) and the tables keyed
-    by ``graph_id``; the metric per split in ``inference.json``."""
+    """A graph- or edge-level model over a graph-set partition: every rank runs its own whole
+    graphs. A graph-level model writes, by original graph id, ``embeddings.npy`` (each graph's
+    readout, what the head reads), ``logits.npy``, ``predictions.npy`` (the class, or the
+    predicted values) and tables keyed by ``graph_id``; an edge-level one ``embeddings.npy``
+    (every node's last-layer row, by original node id) and, by the edge's position in the set's
+    CSR, ``logits.npy``, ``predictions.npy`` and ``predictions.csv`` (``edge_id, src, dst,
+    class``). The metric per split goes to ``inference.json``."""
     from shardgnn.partition.graphset import load_graph_part
-    from shardgnn.train.graphlevel import batch_tensors, graph_model
+    from shardgnn.train.graphlevel import batch_tensors, graph_model, graph_set_target
 
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
+    level = config.task
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     graphs = load_graph_part(pset, ctx.rank)
-    target = target_of_labels(graphs.label_kind, graphs.y, graphs.num_classes)
+    target = graph_set_target(config, graphs)
     model = graph_model(config, graphs, target.out_dim)
     described = f"{graphs.num_features} features and {target.out_dim} outputs"
     load_weights_into(model, load_model_weights(checkpoint), checkpoint, described)
     model.to(ctx.device).eval()
     start = time.perf_counter()
-    embeddings, logits, labels = [], [], []
+    rows: dict[str, list[torch.Tensor]] = {"embeddings": [], "logits": [], "y": []}
     ptr, first = np.asarray(graphs.graph_ptr), 0
     with torch.no_grad():
         while first < graphs.num_graphs:  # whole graphs, up to chunk_rows nodes at a time
             end = int(np.searchsorted(ptr, ptr[first] + run.chunk_rows, side="right")) - 1
             end = min(max(end, first + 1), graphs.num_graphs)
-            *inputs, y = batch_tensors(graphs, np.arange(first, end), ctx.device)
+            *inputs, y = batch_tensors(graphs, np.arange(first, end), ctx.device, level)
             first = end
-            pooled, out_BC = model.encode(*inputs)
-            embeddings.append(pooled.cpu())
-            logits.append(out_BC.float().cpu())
-            labels.append(y.cpu())
-    width = model.head[0].in_features
-    emb = torch.cat(embeddings) if embeddings else torch.zeros(0, width)
-    logit = torch.cat(logits) if logits else torch.zeros(0, target.out_dim)
-    y = torch.cat(labels) if labels else torch.from_numpy(np.asarray(graphs.y[:0]))
+            embedded, out_BC = model.encode(*inputs)
+            for name, value in (("embeddings", embedded), ("logits", out_BC.float()), ("y", y)):
+                rows[name].append(value.cpu())
+    emb, logit, y = (torch.cat(rows[k]) for k in ("embeddings", "logits", "y"))
     seconds = time.perf_counter() - start
     split_metric: dict[str, Any] = {"name": target.metric}
     for split in ("train", "val", "test"):  # collectives: every rank, the same order
-        idx = torch.from_numpy(np.asarray(getattr(graphs, f"{split}_idx"), dtype=np.int64))
+        ids = np.asarray(getattr(graphs, f"{split}_idx"), dtype=np.int64)
+        if level == "edge":  # the edges of the split's graphs
+            ptr_e = np.asarray(graphs.indptr)[ptr]
+            ids = np.concatenate(
+                [np.arange(ptr_e[g], ptr_e[g + 1]) for g in ids] or [np.zeros(0, np.int64)]
+            )
+        idx = torch.from_numpy(ids)
         evaluation = target.evaluation()
         evaluation.add(logit[idx], y[idx])
         split_metric[split] = evaluation.result(CommReducer(comm))[0]
     totals, comm_summed = sum_over_ranks(comm, seconds)
-    total_graphs = int(pset.meta["graphset"]["num_graphs"])
-    placement = {}
-    for p in range(ctx.world_size):
-        placement[p] = np.asarray(load_graph_part(pset, p).graph_ids) if ctx.is_main else None
+    info = pset.meta["graphset"]
+    parts = [load_graph_part(pset, p) for p in range(ctx.world_size)] if ctx.is_main else []
+    orig_ids = np.asarray(pset.orig_ids)
+    ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
+    if level == "graph":
+        by_row = (int(info["num_graphs"]), lambda p: np.asarray(parts[p].graph_ids))
+        by_embedding = by_row
+    else:
+        by_row = (int(pset.num_edges), lambda p: np.asarray(parts[p].edge_ids))
+        by_embedding = (len(orig_ids), lambda p: orig_ids[slice(*ranges[p])])
     outputs = {"embeddings": emb, "logits": logit, "predictions": target.predict(logit)}
     written = write_by_original_id(
         ctx,
         out,
         {name: tensor.detach().numpy() for name, tensor in outputs.items()},
-        {name: (total_graphs, placement.__getitem__) for name in outputs},
+        {"embeddings": by_embedding, "logits": by_row, "predictions": by_row},
     )
     if written is None:
         return None
-    written.update(
-        write_output_tables(
-            out, run.table_format, None, None, label_kind=target.label_kind, id_column="graph_id"
-        )
-    )
+    if level == "graph":
+        written.update(
+            write_output_tables(
+                out, run.table_format, None, None, label_kind=target.label_kind,
+                id_column="graph_id",
+            )
+        )  # fmt: skip
+    elif run.table_format != "none":
+        written.update(_edge_tables(out, run.table_format, pset))
     summary = {
         "task": config.task,
         "checkpoint": str(checkpoint),
         "partitions": str(run.partitions),
         "workers": ctx.world_size,
-        "num_graphs": total_graphs,
+        "num_graphs": int(info["num_graphs"]),
         "num_nodes": int(pset.num_nodes),
-        "embedding_width": int(width),
+        "embedding_width": int(emb.shape[1]),
         **measured(totals, comm_summed, ctx.world_size, accuracy=False),
         "label_kind": target.label_kind,
         "metric": split_metric,
@@ -372,3 +388,30 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     }
     save_json(out / "inference.json", summary)
     return summary
+
+
+def _edge_tables(out: Path, table_format: str, pset) -> dict[str, str]:
+    """``predictions.<ext>`` (``edge_id, src, dst, class``: the edge's position in the set's CSR
+    and its end nodes' original ids) and ``embeddings.<ext>`` (``node_id, emb_...``)."""
+    from shardgnn.train.tables import write_table
+
+    graph = pset.reassemble()
+    orig = np.asarray(pset.orig_ids)
+    dst_new = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    src, dst = orig[np.asarray(graph.indices, dtype=np.int64)], orig[dst_new]
+    parts = [np.asarray(pset.load_part(p).edge_arrays["ids"]) for p in range(pset.num_parts)]
+    edge_id = np.concatenate(parts)  # the reassembled CSR runs part by part, in part order
+    src_by_id, dst_by_id = np.empty_like(src), np.empty_like(dst)
+    src_by_id[edge_id], dst_by_id[edge_id] = src, dst
+    predictions = np.load(out / "predictions.npy")
+    ids = np.arange(len(predictions), dtype=np.int64)
+    columns = {"edge_id": ids, "src": src_by_id, "dst": dst_by_id, "class": predictions}
+    embeddings = np.load(out / "embeddings.npy", mmap_mode="r")
+    node_ids = np.arange(embeddings.shape[0], dtype=np.int64)
+    return {
+        "predictions_table": str(write_table(out / f"predictions.{table_format}", columns,
+                                             table_format)),
+        "embeddings_table": str(write_table(out / f"embeddings.{table_format}",
+                                            {"node_id": node_ids, "emb": embeddings},
+                                            table_format)),
+    }  # fmt: skip

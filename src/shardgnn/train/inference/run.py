@@ -95,7 +95,7 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
     )
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
     kind = pset.kind
-    if (config.task == "graph") != (kind == "graphset"):
+    if (config.task in ("graph", "edge")) != (kind == "graphset"):
         raise ConfigError(
             f"{checkpoint} holds a model of --task {config.task} and {pset.path} "
             f"{'one graph' if kind != 'graphset' else 'a graph set'}; infer on the partition it "
