@@ -237,7 +237,7 @@ def test_hetero_sage_matches_pyg_heteroconv_of_sage_forward_and_backward():
     conv = TypedSAGEConv(3, 4, [0, 0, 1, 0], num_types=2)
     with torch.no_grad():
         conv.bias_RO.normal_()
-    graph = TypedMessageGraph.from_edges(src, dst, etype, 11, 4, dst_type=types)
+    graph = TypedMessageGraph.from_edges(src, dst, etype, 11, 4, node_type=types)
     x = torch.randn(11, 3, requires_grad=True)
     ours = conv(graph, x)
 
@@ -268,6 +268,70 @@ def test_hetero_sage_matches_pyg_heteroconv_of_sage_forward_and_backward():
             conv.root_RIO.grad[r], sage.lin_r.weight.grad.T, atol=1e-5, rtol=1e-5
         )
         torch.testing.assert_close(conv.bias_RO.grad[r], sage.lin_l.bias.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_hgt_matches_pyg_forward_and_backward():
+    """HGT equals PyG's ``HGTConv(in, out, metadata, heads)`` with the same weights: per-type
+    keys, queries and values, per-relation maps and priors, one softmax over every relation's
+    edges into a node, the gated skip."""
+    from torch_geometric.nn import HGTConv as PygHGTConv
+
+    from shardgnn.nn.typed import HGTConv
+
+    sizes, offsets = {"paper": 7, "author": 5}, {"paper": 0, "author": 7}
+    relations = [("author", "writes", "paper"), ("paper", "rev", "author"),
+                 ("paper", "cites", "paper")]  # fmt: skip
+    rng = np.random.default_rng(0)
+    local = {rel: (rng.integers(0, sizes[rel[0]], m), rng.integers(0, sizes[rel[2]], m))
+             for rel, m in zip(relations, (12, 12, 9))}  # fmt: skip
+    heads, width = 2, 8
+    torch.manual_seed(0)
+    pyg = PygHGTConv(width, width, (list(sizes), relations), heads=heads)
+    ours = HGTConv(width, width, len(relations), num_types=2, heads=heads)
+    n_rel = len(relations)
+    with torch.no_grad():
+        for t, name in enumerate(sizes):
+            for mine, theirs in ((ours.kqv[t], pyg.kqv_lin.lins[name]),
+                                 (ours.out[t], pyg.out_lin.lins[name])):  # fmt: skip
+                mine.weight.copy_(theirs.weight)
+                mine.bias.copy_(theirs.bias)
+            pyg.skip[name].fill_(0.3 + t)
+            ours.skip_T[t] = 0.3 + t
+        for r, rel in enumerate(relations):
+            for h in range(heads):  # PyG's relation maps: type index head * R + relation
+                ours.k_rel_RHDD[r, h] = pyg.k_rel.weight[h * n_rel + r]
+                ours.v_rel_RHDD[r, h] = pyg.v_rel.weight[h * n_rel + r]
+            prior = torch.tensor([[0.5 + r, 1.5 - r]])
+            pyg.p_rel["__".join(rel)].copy_(prior)
+            ours.p_rel_RH[r] = prior[0]
+    src = np.concatenate([s + offsets[rel[0]] for rel, (s, _) in local.items()])
+    dst = np.concatenate([d + offsets[rel[2]] for rel, (_, d) in local.items()])
+    etype = np.repeat(np.arange(n_rel), [len(s) for s, _ in local.values()])
+    types = np.array([0] * 7 + [1] * 5)
+    graph = TypedMessageGraph.from_edges(src, dst, etype, 12, n_rel, node_type=types)
+    x = torch.randn(12, width, requires_grad=True)
+    mine = ours(graph, x)
+    x_ref = x.detach().clone().requires_grad_(True)
+    out = pyg(
+        {"paper": x_ref[:7], "author": x_ref[7:]},
+        {rel: torch.from_numpy(np.stack(local[rel])) for rel in relations},
+    )
+    theirs = torch.cat([out["paper"], out["author"]])
+    torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=1e-5)
+    grad = torch.randn_like(mine)
+    mine.backward(grad)
+    theirs.backward(grad)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    for r, rel in enumerate(relations):
+        for h in range(heads):
+            torch.testing.assert_close(
+                ours.k_rel_RHDD.grad[r, h], pyg.k_rel.weight.grad[h * n_rel + r], atol=1e-5,
+                rtol=1e-5,
+            )  # fmt: skip
+        torch.testing.assert_close(
+            ours.p_rel_RH.grad[r], pyg.p_rel["__".join(rel)].grad[0], atol=1e-5, rtol=1e-5
+        )
+    torch.testing.assert_close(ours.kqv[0].weight.grad, pyg.kqv_lin.lins["paper"].weight.grad)
 
 
 def test_inverse_relations_reverse_every_edge():
@@ -425,7 +489,8 @@ def test_academic_generator_is_typed_skewed_and_deterministic(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "mode, model", [("full", "rgcn"), ("minibatch", "rgcn"), ("minibatch", "hetero-sage")]
+    "mode, model",
+    [("full", "rgcn"), ("minibatch", "rgcn"), ("minibatch", "hetero-sage"), ("full", "hgt")],
 )
 def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode, model):
     """Paper topics from features alone (a linear classifier) stay near chance; R-GCN over
@@ -460,12 +525,15 @@ def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode, model):
     results = run_training(config, g)
     assert results["config"]["mode"] == mode
     assert results["dataset"]["nodes_per_type"]["author"] == 2400
-    assert results["test_acc"] > features_only + 0.2, (results["test_acc"], features_only)
+    # HGT reads the neighbourhood less well on this graph in 30 full-graph steps (BENCHMARKS
+    # section 22); still well above features alone
+    margin = 0.1 if model == "hgt" else 0.2
+    assert results["test_acc"] > features_only + margin, (results["test_acc"], features_only)
     if mode == "minibatch":
         assert results["sampled_edges_per_s"] > 0
 
 
-@pytest.mark.parametrize("model", ["rgcn", "hetero-sage"])
+@pytest.mark.parametrize("model", ["rgcn", "hetero-sage", "hgt"])
 def test_a_block_with_every_neighbour_is_the_full_graph(model):
     """Sampling every neighbour of every training node in one batch gives the full-graph step:
     the same loss and the same updated weights (up to float summation order)."""
@@ -490,7 +558,7 @@ def test_a_block_with_every_neighbour_is_the_full_graph(model):
         steps[mode] = TypedNodeSteps(config, g)
         loss, _ = steps[mode].train_epoch(EpochRun(0, False, None, stop_requested=lambda: False))
         steps[mode].loss = loss
-    conv = {"rgcn": "RGCNConv", "hetero-sage": "TypedSAGEConv"}[model]
+    conv = {"rgcn": "RGCNConv", "hetero-sage": "TypedSAGEConv", "hgt": "HGTConv"}[model]
     assert type(steps["full"].model.encoder.convs[0]).__name__ == conv
     assert steps["minibatch"].loss == pytest.approx(steps["full"].loss, abs=1e-5)
     # layer-wise evaluation, in chunks of destinations, is the full-graph forward pass

@@ -281,12 +281,14 @@ def _check_inference(path, checkpoint, out):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_distributed_hetero_sage_learns_on_two_workers(labelled):
-    """Heterogeneous GraphSAGE (an aggregator per relation, summed per destination type) on
-    the same distributed path: the destinations' types come from the typed book."""
+@pytest.mark.parametrize("name", ["hetero-sage", "hgt"])
+def test_distributed_hetero_sage_and_hgt_learn_on_two_workers(labelled, name):
+    """Heterogeneous GraphSAGE (an aggregator per relation, summed per destination type) and
+    HGT (per-type keys, queries, values) on the same distributed path: the nodes' types come
+    from the typed book."""
     from shardgnn.nn.config import ModelConfig
 
-    model = ModelConfig(model="hetero-sage", hidden=16, dropout=0.0)
+    model = ModelConfig(model=name, hidden=16, dropout=0.0, heads=2)
     two = run_workers(_train, 2, _rgcn_config(labelled[2], 2, model=model))[0]
-    assert two["config"]["model"]["model"] == "hetero-sage"
+    assert two["config"]["model"]["model"] == name
     assert two["test_acc"] > 0.5, two["test_acc"]

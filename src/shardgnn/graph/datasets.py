@@ -576,7 +576,8 @@ def load_dataset(spec: str, data_dir: str | os.PathLike | None = None) -> Graph:
     parsed = DatasetSpec.parse(spec)
     if _entry(parsed).typed:
         raise DatasetError(
-            f"{spec!r} is a relational (typed) graph: it trains with --model rgcn or hetero-sage",
+            f"{spec!r} is a relational (typed) graph: it trains with --model rgcn, hetero-sage "
+            "or hgt",
             fix=f"run `shardgnn train {spec} --model rgcn` (knowledge graphs: --task link)",
         )
     if _entry(parsed).temporal:

@@ -96,8 +96,9 @@ def describe_graphset(spec: str, data_dir: str | None = None) -> dict[str, Any]:
         },
         "num_features": gs.num_features,
         "edge_features": gs.edge_dim,
-        "label_kind": gs.label_kind,
+        "graph_labels": "none" if gs.y is None else gs.label_kind,
         "num_classes": gs.num_classes,
+        "edge_classes": gs.edge_classes,
         "splits": {s: int(len(getattr(gs, f"{s}_idx"))) for s in ("train", "val", "test")},
     }
 

@@ -18,6 +18,7 @@ MODELS = (
     "sgc",
     "rgcn",
     "hetero-sage",
+    "hgt",
     "tgn",
     "jodie",
     "tgat",
@@ -25,7 +26,7 @@ MODELS = (
 )
 PREDICTORS = ("auto", "dot", "mlp", "distmult")
 LINK_LOSSES = ("bce", "margin", "softmax")
-TYPED_MODELS = ("rgcn", "hetero-sage")
+TYPED_MODELS = ("rgcn", "hetero-sage", "hgt")
 """models that need typed edges (a relational dataset)"""
 TEMPORAL_MODELS = ("tgn", "jodie", "tgat", "tgcn")
 """models of timestamped events (a temporal dataset, ``--task link``)"""
@@ -57,8 +58,10 @@ class ModelConfig:
         "with edge features, graph sets only), appnp (an MLP, then --layers steps of "
         "personalised-PageRank propagation), sgc (--layers GCN propagation steps, then one "
         "linear layer); typed "
-        "graphs: rgcn (one weight per relation and direction, Schlichtkrull et al.) or "
-        "hetero-sage (a GraphSAGE aggregator per relation, summed per destination type); "
+        "graphs: rgcn (one weight per relation and direction, Schlichtkrull et al.), "
+        "hetero-sage (a GraphSAGE aggregator per relation, summed per destination type) or "
+        "hgt (heterogeneous graph transformer: per-type keys, queries and values, per-relation "
+        "attention, --heads); "
         "temporal graphs (--task link): tgn (node memory + attention over recent events),"
         " jodie (node memory projected in time), tgat (attention over sampled earlier "
         "events, no memory) or tgcn (a GCN per snapshot feeding a GRU per node: discrete-"
@@ -76,7 +79,7 @@ class ModelConfig:
     input_dropout: float = option(
         0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)"
     )
-    heads: int = option(4, help="attention heads (gat, gatv2)")
+    heads: int = option(4, help="attention heads (gat, gatv2, hgt)")
     readout: str = option(
         "sum",
         choices=READOUTS,

@@ -16,12 +16,14 @@ Shape legend: ``S`` source nodes, ``D`` destination nodes (a prefix of the sourc
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shardgnn.nn.functional import segment_softmax
 from shardgnn.sampling.kernels import relabel
 
 
@@ -46,6 +48,8 @@ class TypedMessageGraph:
     """``1 / |N_r(dst)|`` of every edge, in ``order_E`` order"""
     dst_type_D: torch.Tensor | None = None
     """node type of every destination (heterogeneous SAGE's per-type root terms), or None"""
+    src_type_S: torch.Tensor | None = None
+    """node type of every source (HGT's per-type keys and values), or None"""
 
     @classmethod
     def from_edges(
@@ -57,8 +61,11 @@ class TypedMessageGraph:
         num_relations: int,
         device: torch.device | str = "cpu",
         num_dst: int | None = None,
-        dst_type: np.ndarray | None = None,
+        node_type: np.ndarray | None = None,
     ) -> "TypedMessageGraph":
+        """The graph of typed edges ``src -> dst`` (relation ``etype``) among ``num_nodes``
+        sources, the first ``num_dst`` (default: all) of which are the destinations;
+        ``node_type``: the type of every source, when a layer reads types."""
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         etype = np.asarray(etype, np.int64)
         order = np.argsort(etype, kind="stable")
@@ -68,6 +75,7 @@ class TypedMessageGraph:
         _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
         norm = (1.0 / counts[inverse]).astype(np.float32)
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+        types = None if node_type is None else np.asarray(node_type, np.int64)
         return cls(
             src_E=as_tensor(src[order]),
             dst_E=as_tensor(dst[order]),
@@ -78,7 +86,8 @@ class TypedMessageGraph:
             order_E=as_tensor(order),
             group_sizes=[int(s) for s in sizes],
             norm_E=as_tensor(norm[order]),
-            dst_type_D=None if dst_type is None else as_tensor(np.asarray(dst_type, np.int64)),
+            dst_type_D=None if node_type is None else as_tensor(types[: int(num_dst or num_nodes)]),
+            src_type_S=None if node_type is None else as_tensor(types),
         )
 
 
@@ -87,7 +96,8 @@ def block_message_graph(
 ) -> TypedMessageGraph:
     """The message graph of a sampled typed block (local ids; its destinations are the first
     ``num_dst`` sources; ``block.edge_type_E``: the relation of each of its edges).
-    ``node_type_of``: global ids -> node types, to record the destinations' types."""
+    ``node_type_of``: global ids -> node types, to record the sources' (and so the
+    destinations') types."""
     assert block.edge_type_E is not None, "a typed sampler sets the edges' relations"
     dst = np.repeat(np.arange(block.num_dst, dtype=np.int64), np.diff(block.indptr_D1.numpy()))
     return TypedMessageGraph.from_edges(
@@ -98,7 +108,7 @@ def block_message_graph(
         num_relations,
         device,
         block.num_dst,
-        None if node_type_of is None else node_type_of(block.dst_nodes_D.numpy()),
+        None if node_type_of is None else node_type_of(block.src_nodes_S.numpy()),
     )
 
 
@@ -224,9 +234,89 @@ class TypedSAGEConv(nn.Module):
         return out_DO.index_add(0, graph.dst_E, msg_EO * graph.norm_E[:, None])
 
 
+class HGTConv(nn.Module):
+    """Heterogeneous graph transformer (Hu et al. 2020), PyG's ``HGTConv(in, out, metadata,
+    heads)`` (a test checks the two agree, outputs and gradients)::
+
+        k_j, q_j, v_j  = per-type linear maps of x_j              (heads h, width D = out / H)
+        a_ij^h = softmax over all in-edges of i of  (q_i^h . k_j^h W^K_{r,h}) p_{r,h} / sqrt(D)
+        h'_i   = A_{type(i)} gelu(sum_j a_ij^h v_j^h W^V_{r,h})   (heads concatenated)
+
+    then a learnt gate ``s = sigmoid(skip_{type(i)})`` mixes in the input: ``s h'_i + (1 - s)
+    x_i`` (PyG's, when ``in == out``), else ``s h'_i + (1 - s) P_{type(i)} x_i`` with a learnt
+    projection ``P`` (PyG has no skip there). ``r`` is the edge's relation; the softmax runs
+    over every relation's edges into ``i`` together."""
+
+    def __init__(self, in_dim: int, out_dim: int, num_relations: int, num_types: int, heads: int):
+        super().__init__()
+        assert out_dim % heads == 0, (out_dim, heads)
+        self.in_dim, self.out_dim, self.num_relations = in_dim, out_dim, num_relations
+        self.heads, self.num_types = heads, num_types
+        d = out_dim // heads
+        self.kqv = nn.ModuleList(nn.Linear(in_dim, 3 * out_dim) for _ in range(num_types))
+        self.out = nn.ModuleList(nn.Linear(out_dim, out_dim) for _ in range(num_types))
+        self.k_rel_RHDD = nn.Parameter(torch.empty(num_relations, heads, d, d))
+        self.v_rel_RHDD = nn.Parameter(torch.empty(num_relations, heads, d, d))
+        self.p_rel_RH = nn.Parameter(torch.ones(num_relations, heads))
+        self.skip_T = nn.Parameter(torch.ones(num_types))
+        # Where the widths differ PyG drops the skip, and the last layer of a node classifier
+        # would then never see the node itself (its own row enters attention as a query only):
+        # here the input enters through a learnt per-type projection instead.
+        self.project = None
+        if in_dim != out_dim:
+            self.project = nn.ModuleList(
+                nn.Linear(in_dim, out_dim, bias=False) for _ in range(num_types)
+            )
+        bound = 1.0 / math.sqrt(d)  # PyG's HeteroLinear: kaiming-uniform of a [D, D] matrix
+        for weight in (self.k_rel_RHDD, self.v_rel_RHDD):
+            nn.init.uniform_(weight, -bound, bound)
+
+    def forward(self, graph: TypedMessageGraph, x_SI: torch.Tensor) -> torch.Tensor:
+        assert graph.num_relations == self.num_relations, (graph.num_relations, self.num_relations)
+        assert graph.src_type_S is not None, "HGT needs the sources' types"
+        heads, d, num_dst = self.heads, self.out_dim // self.heads, graph.num_dst
+        kqv_S3F = x_SI.new_zeros(x_SI.shape[0], 3 * self.out_dim)
+        for t, lin in enumerate(self.kqv):
+            rows = torch.nonzero(graph.src_type_S == t).squeeze(1)
+            kqv_S3F = kqv_S3F.index_add(0, rows, lin(x_SI[rows]))
+        k_SF, q_SF, v_SF = kqv_S3F.tensor_split(3, dim=1)
+        src_E, dst_E = graph.src_E, graph.dst_E
+        # each edge's source key and value through its relation's per-head maps: one product per
+        # relation over its edges (consecutive in order_E)
+        k_EHD = k_SF.index_select(0, src_E).view(-1, heads, d)
+        v_EHD = v_SF.index_select(0, src_E).view(-1, heads, d)
+        # every relation's maps join the graph, edges or not: a rank whose batch lacks one
+        # still gives DDP a (zero) gradient for it
+        k_EHD = torch.cat([
+            torch.einsum("ehd,hdf->ehf", rows, self.k_rel_RHDD[rel])
+            for rel, rows in enumerate(k_EHD.split(graph.group_sizes))
+        ])  # fmt: skip
+        v_EHD = torch.cat([
+            torch.einsum("ehd,hdf->ehf", rows, self.v_rel_RHDD[rel])
+            for rel, rows in enumerate(v_EHD.split(graph.group_sizes))
+        ])  # fmt: skip
+        q_EHD = q_SF.index_select(0, dst_E).view(-1, heads, d)
+        logit_EH = (q_EHD * k_EHD).sum(-1) * self.p_rel_RH.index_select(0, graph.etype_E)
+        weight_EH = segment_softmax(logit_EH / math.sqrt(d), dst_E, num_dst)
+        message_EF = (v_EHD * weight_EH[:, :, None]).reshape(-1, self.out_dim)
+        agg_DF = x_SI.new_zeros(num_dst, self.out_dim).index_add(0, dst_E, message_EF)
+        agg_DF = F.gelu(agg_DF)
+        out_DF = x_SI.new_zeros(num_dst, self.out_dim)
+        type_D = graph.src_type_S[:num_dst]
+        for t, lin in enumerate(self.out):
+            rows = torch.nonzero(type_D == t).squeeze(1)
+            a = lin(agg_DF[rows])
+            x_DF = x_SI[rows] if self.project is None else self.project[t](x_SI[rows])
+            gate = torch.sigmoid(self.skip_T[t])
+            a = gate * a + (1 - gate) * x_DF
+            out_DF = out_DF.index_add(0, rows, a)
+        return out_DF
+
+
 class RGCN(nn.Module):
-    """A stack of :class:`RGCNConv` layers, or of :class:`TypedSAGEConv` layers (``conv``
-    ``hetero-sage``: needs ``relation_dst_types`` and ``num_types``), ReLU and dropout between
+    """A stack of :class:`RGCNConv` layers, of :class:`TypedSAGEConv` layers (``conv``
+    ``hetero-sage``: needs ``relation_dst_types`` and ``num_types``) or of :class:`HGTConv`
+    layers (``conv`` ``hgt``: ``heads`` heads, the last layer one), ReLU and dropout between
     them, over learnable entity embeddings or over given rows."""
 
     def __init__(
@@ -243,6 +333,7 @@ class RGCN(nn.Module):
         conv: str = "rgcn",
         relation_dst_types: list[int] | None = None,
         num_types: int = 1,
+        heads: int = 1,
     ):
         super().__init__()
         self.input_NI = nn.Parameter(torch.empty(num_nodes, in_dim)) if learn_input else None
@@ -254,6 +345,12 @@ class RGCN(nn.Module):
             self.convs = nn.ModuleList(
                 TypedSAGEConv(a, b, relation_dst_types, num_types)
                 for a, b in zip(widths[:-1], widths[1:])
+            )
+        elif conv == "hgt":
+            last = len(widths) - 2
+            self.convs = nn.ModuleList(
+                HGTConv(a, b, num_relations, num_types, heads if i < last else 1)
+                for i, (a, b) in enumerate(zip(widths[:-1], widths[1:]))
             )
         else:
             assert conv == "rgcn", conv
@@ -294,7 +391,7 @@ def typed_encoder(
     num_nodes: int = 0,
     learn_input: bool = False,
 ) -> RGCN:
-    """The ``--model`` stack (``rgcn`` or ``hetero-sage``, a :class:`ModelConfig` ``model``)
+    """The ``--model`` stack (``rgcn``, ``hetero-sage`` or ``hgt``: a :class:`ModelConfig`)
     over the message graph's ``relations`` (``(src, rel, dst)`` names, every direction
     included) of a graph with ``node_types``."""
     return RGCN(
@@ -310,6 +407,7 @@ def typed_encoder(
         conv=model.model,
         relation_dst_types=[list(node_types).index(rel[2]) for rel in relations],
         num_types=len(node_types),
+        heads=model.heads,
     )
 
 
@@ -508,7 +606,7 @@ def layerwise_forward(
             local_dst = np.repeat(np.arange(b - a, dtype=np.int64), np.diff(indptr[a : b + 1]))
             graph = TypedMessageGraph.from_edges(
                 local_src, local_dst, etype[lo:hi], len(nodes), conv.num_relations, x_NI.device,
-                b - a, node_type_of(dst_ids),
+                b - a, node_type_of(nodes),
             )  # fmt: skip
             out[a:b] = conv(graph, rows)
         h = out

@@ -20,7 +20,9 @@ def check_typed(config: TrainConfig) -> None:
     model, predictor = config.model.model, config.link.predictor
     problem = None
     if model not in TYPED_MODELS:
-        problem = f"needs a relational model, not --model {model}: use --model rgcn or hetero-sage"
+        problem = (
+            f"needs a relational model, not --model {model}: use --model rgcn, hetero-sage or hgt"
+        )
     elif config.task == "link" and predictor not in ("auto", "distmult"):
         problem = f"scores (head, relation, tail) with --predictor distmult, not {predictor}"
     elif config.task == "link" and config.link.loss == "margin":
@@ -33,8 +35,15 @@ def check_typed(config: TrainConfig) -> None:
         problem = "trains with workers on sampled blocks: use --mode minibatch"
     elif config.embedding.enabled:
         problem = "gives featureless nodes learnt input rows already: drop --embedding-dim"
+    elif config.task == "link" and model == "hgt":
+        problem = "trains link prediction with --model rgcn: use it, or --task node for hgt"
     if problem:
         raise ConfigError(f"dataset {config.dataset!r} is a relational graph: it {problem}")
+    if model == "hgt" and config.model.hidden % config.model.heads:
+        raise ConfigError(
+            f"--hidden {config.model.hidden} is split over --heads {config.model.heads} HGT heads: "
+            f"give a multiple of {config.model.heads}"
+        )
 
 
 def _check_untyped(config: TrainConfig) -> None:

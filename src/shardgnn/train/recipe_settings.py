@@ -54,7 +54,7 @@ LAYER_READS = {
 TYPED_SAMPLED = settings(
     "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
 )
-RGCN = {"rgcn": settings("model.num_bases")}
+RGCN = {"rgcn": settings("model.num_bases"), "hgt": settings("model.heads")}
 TEMPORAL = settings(
     "batch_size", "link.val", "link.test", "link.split_seed", "temporal.time_dim",
     "temporal.chunks",

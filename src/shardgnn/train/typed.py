@@ -56,7 +56,7 @@ def message_graph(graph: TypedGraph, device: torch.device) -> TypedMessageGraph:
     src, dst, etype = with_reverse_edges(*graph.edge_arrays(), r)
     return TypedMessageGraph.from_edges(
         src, dst, etype, graph.num_nodes, 2 * r, device,
-        dst_type=graph.node_type_of(np.arange(graph.num_nodes)),
+        node_type=graph.node_type_of(np.arange(graph.num_nodes)),
     )  # fmt: skip
 
 
