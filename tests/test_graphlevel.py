@@ -189,6 +189,14 @@ def test_cli_refuses_a_flag_graph_training_does_not_read(capsys):
     assert "--fanouts does not apply" in capsys.readouterr().err
 
 
+def test_partitioning_a_graph_set_refuses_node_partitioner_flags(tmp_path, capsys):
+    from shardgnn.cli import main
+
+    argv = ["partition", "csl", "--parts", "2", "--method", "random", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--method does not apply to a graph set" in capsys.readouterr().err
+
+
 def test_whole_graphs_go_to_parts_and_come_back_equal(tmp_path):
     from shardgnn.partition.format import read_partitions, verify_partitions
     from shardgnn.partition.graphset import load_graph_part, write_graphset_partitions

@@ -177,6 +177,21 @@ def _resolve_config(args: argparse.Namespace) -> PartitionConfig:
     return config
 
 
+def _refuse_node_partitioner_flags(args: argparse.Namespace) -> None:
+    """A graph set is cut into whole graphs, every split spread evenly: the node partitioners'
+    settings do not apply to it."""
+    import dataclasses
+
+    from shardgnn.errors import ConfigError
+
+    for field in dataclasses.fields(PartitionConfig):
+        if field.name not in ("num_parts", "seed") and was_given(args, field.name):
+            raise ConfigError(
+                f"{flag_for(PartitionConfig, field.name)} does not apply to a graph set: its parts "
+                "are whole graphs, each split spread evenly; drop it"
+            )
+
+
 def _link_config(args: argparse.Namespace) -> LinkConfig | None:
     given = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("link.")}
     if getattr(args, "task", "node") != "link":
@@ -204,6 +219,8 @@ def partition_command(args: argparse.Namespace) -> int:
         # fail before the (possibly long) load and partitioning
         out = check_output_dir(args.out, args.overwrite)
         kind = dataset_traits(args.dataset).kind
+        if kind == "graphset":
+            _refuse_node_partitioner_flags(args)
         job = PartitionJob(
             args.dataset, args.data_dir, config, out, link=link, overwrite=args.overwrite,
             progress=not args.quiet, report=True,

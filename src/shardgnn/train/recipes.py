@@ -222,23 +222,20 @@ RECIPES: tuple[Recipe, ...] = (
         ),
         model_reads=RGCN,
     ),
-    Recipe(
-        "graph", "graphset", "graph", ("minibatch",), GRAPH_MODELS,
-        "shardgnn.train.graphlevel:GraphSetSteps",
-        "shardgnn.train.graphlevel:DistGraphSetSteps",
-        "graph classification and regression (one label per graph of a set)",
-        defaults=GRAPH_DEFAULTS,
-        reads=GRAPH | PRECISION,
-        worker_reads=GRAPH | WORKERS,
-    ),
-    Recipe(
-        "edge", "graphset", "edge", ("minibatch",), GRAPH_MODELS,
-        "shardgnn.train.graphlevel:GraphSetSteps",
-        "shardgnn.train.graphlevel:DistGraphSetSteps",
-        "edge classification (a class per edge of a graph set's graphs)",
-        defaults=EDGE_DEFAULTS,
-        reads=EDGE | PRECISION,
-        worker_reads=EDGE | WORKERS,
+    *(
+        # one steps class for both: batches of whole graphs, the task picks the head
+        Recipe(
+            task, "graphset", task, ("minibatch",), GRAPH_MODELS,
+            "shardgnn.train.graphlevel:GraphSetSteps",
+            "shardgnn.train.graphlevel:DistGraphSetSteps",
+            description, defaults=defaults, reads=group | PRECISION, worker_reads=group | WORKERS,
+        )
+        for task, description, defaults, group in (
+            ("graph", "graph classification and regression (one label per graph of a set)",
+             GRAPH_DEFAULTS, GRAPH),
+            ("edge", "edge classification (a class per edge of a graph set's graphs)",
+             EDGE_DEFAULTS, EDGE),
+        )
     ),
     Recipe(
         "temporal-link", "temporal", "link", ("minibatch",), _STREAM_MODELS,
