@@ -192,7 +192,7 @@ def test_cli_refuses_a_flag_graph_training_does_not_read(capsys):
 def test_partitioning_a_graph_set_refuses_node_partitioner_flags(tmp_path, capsys):
     from shardgnn.cli import main
 
-    argv = ["partition", "csl", "--parts", "2", "--method", "random", "--out", str(tmp_path)]
+    argv = ["partition", "csl", "--parts", "2", "--method", "random", "--out", str(tmp_path / "p")]
     assert main(argv) == 2
     assert "--method does not apply to a graph set" in capsys.readouterr().err
 
@@ -395,3 +395,28 @@ def test_edge_inference_writes_every_edge_by_its_position(tmp_path):
     e = gs.num_edges // 2
     dst = np.repeat(np.arange(gs.num_nodes), np.diff(gs.indptr))
     assert table[e + 1].split(",")[:3] == [str(e), str(gs.indices[e]), str(dst[e])]
+
+
+def test_a_list_of_pyg_data_becomes_a_graph_set_that_trains(tmp_path):
+    pyg_data = pytest.importorskip("torch_geometric.data")
+    from shardgnn.graph.datasets import dataset_traits
+
+    gs = csl(pe=4)
+    data_list = []
+    for g in range(gs.num_graphs):
+        a, b = gs.graph_ptr[g], gs.graph_ptr[g + 1]
+        dst = np.repeat(np.arange(a, b), np.diff(gs.indptr[a : b + 1])) - a
+        src = gs.indices[gs.indptr[a] : gs.indptr[b]] - a
+        edge_index = torch.from_numpy(np.stack([src, dst]))
+        x, y = torch.from_numpy(gs.x[a:b]), torch.tensor([int(gs.y[g])])
+        data_list.append(pyg_data.Data(x=x, edge_index=edge_index, y=y))
+    converted = GraphSet.from_pyg(data_list, split=(0.6, 0.2), name="from-pyg")
+    assert converted.label_kind == "class" and converted.num_classes == 10
+    assert np.array_equal(converted.indptr, gs.indptr) and np.array_equal(converted.x, gs.x)
+    assert np.array_equal(converted.indices, gs.indices) and np.array_equal(converted.y, gs.y)
+    assert (len(converted.train_idx), len(converted.val_idx)) == (90, 30)
+    save_graphset(converted, tmp_path / "set")
+    traits = dataset_traits(f"graphset:{tmp_path / 'set'}")
+    assert (traits.kind, traits.labelled) == ("graphset", True)
+    results = run_training(_config(f"graphset:{tmp_path / 'set'}", epochs=2))
+    assert results["dataset"]["num_graphs"] == 150
