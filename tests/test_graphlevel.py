@@ -420,3 +420,23 @@ def test_a_list_of_pyg_data_becomes_a_graph_set_that_trains(tmp_path):
     assert (traits.kind, traits.labelled) == ("graphset", True)
     results = run_training(_config(f"graphset:{tmp_path / 'set'}", epochs=2))
     assert results["dataset"]["num_graphs"] == 150
+
+
+def test_graph_batches_pad_a_smaller_share_and_resume_mid_epoch():
+    from shardgnn.train.graphlevel import GraphBatcher
+
+    ids = np.arange(10, 20)
+    own = GraphBatcher(ids, batch_size=3, seed=1, rank=0)
+    own.set_epoch(0)
+    assert [len(b) for b in own] == [3, 3, 3, 1]  # its own count: the last batch short
+    padded = GraphBatcher(ids, batch_size=3, seed=1, rank=0, steps=5)  # a larger rank's count
+    padded.set_epoch(0)
+    batches = list(padded)
+    assert [len(b) for b in batches] == [3] * 5
+    assert set(np.concatenate(batches)) == set(ids.tolist())  # every graph, some twice
+    resumed = GraphBatcher(ids, batch_size=3, seed=1, rank=0, steps=5)
+    resumed.set_epoch(0, start=2)
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in batches[2:]]
+    other = GraphBatcher(ids, batch_size=3, seed=1, rank=1, steps=5)
+    other.set_epoch(0)
+    assert [b.tolist() for b in other] != [b.tolist() for b in batches]  # ranks shuffle apart

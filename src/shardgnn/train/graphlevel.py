@@ -61,10 +61,9 @@ class GraphBatcher:
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         order = np.random.default_rng(mix_seed(self.seed, epoch, self.rank)).permutation(self.ids)
-        if self.steps * self.batch_size > len(order):
-            full = -(-len(order) // self.batch_size)
-            if self.steps > full:  # pad: whole batches from the shuffled graphs, round again
-                order = np.resize(order, self.steps * self.batch_size)
+        if self.steps > -(-len(order) // self.batch_size):
+            # more steps than this rank's graphs fill: whole batches, round the shuffle again
+            order = np.resize(order, self.steps * self.batch_size)
         batches = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         self.batches = batches[start : self.steps]
 
