@@ -440,3 +440,13 @@ def test_graph_batches_pad_a_smaller_share_and_resume_mid_epoch():
     other = GraphBatcher(ids, batch_size=3, seed=1, rank=1, steps=5)
     other.set_epoch(0)
     assert [b.tolist() for b in other] != [b.tolist() for b in batches]  # ranks shuffle apart
+
+
+def test_an_undefined_or_very_negative_validation_metric_still_selects_an_epoch():
+    """R² of one validation graph is NaN, and early R² may lie far below -1: the first epoch is
+    the best so far whatever its value; a number beats NaN, NaN beats nothing."""
+    from shardgnn.train.loop import _improves
+
+    nan = float("nan")
+    assert _improves(-5.0, nan) and _improves(0.2, 0.1) and not _improves(0.1, 0.2)
+    assert not _improves(nan, -5.0) and not _improves(nan, nan)

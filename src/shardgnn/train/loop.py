@@ -133,6 +133,16 @@ class Steps(abc.ABC):
         """Complete work still in flight (asynchronous exchanges) before the final evaluation."""
 
 
+def _improves(value: float, best: float) -> bool:
+    """Whether validation metric ``value`` beats ``best``: a number beats an undefined metric
+    (NaN: an R² over fewer than two validation rows), NaN beats nothing, and any value beats the
+    first epoch's absence (the first epoch is the best so far, whatever its value: an R² may lie
+    far below -1)."""
+    if value != value:
+        return False
+    return best != best or value > best
+
+
 def weights_sha256(steps: Steps) -> str:
     """SHA-256 of the weights training ended with, over every rank (a collective): each rank's
     model state (names, dtypes, shapes and bytes, in name order; sharded rows differ per rank)
@@ -217,7 +227,7 @@ class TrainingLoop:
                 self._preempt(loop, dataset, run.stopped, run.total_batches)
             loop.partial = None
             loop.history.append(record)
-            if record.val_acc > loop.best_val:
+            if loop.best_state is None or _improves(record.val_acc, loop.best_val):
                 loop.best_val, loop.best_epoch = record.val_acc, record.epoch
                 loop.best_state = snapshot_state(steps.model)
             loop.next_epoch = epoch + 1
