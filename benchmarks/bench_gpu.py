@@ -6,12 +6,17 @@ past ``--deadline`` seconds is skipped and says so):
 * ``ceilings`` — the device's measured copy bandwidth and fp32 GEMM rate (the floor's rates);
 * ``epoch`` — GraphSAGE (3 layers, hidden 256, fanouts 15,10,5, batch 1024) on the peers graph
   (``benchmarks/peers/gen_graph.py``, 1M nodes / ~19M edges, 128 features): the GPU pipeline
-  (GPU sampling, rows on the GPU), the staged CPU sampler, two-tier rows (``--gpu-feature-memory
-  20%``), bf16, and the CPU path on the machine's cores (over ``--cpu-batches`` batches, per
-  batch, scaled to the epoch's batch count); epoch 2 of each; the epoch's floor (bytes moved over
-  bandwidth, FLOPs over the GEMM rate, from the sampled blocks' sizes);
-* ``busy`` — share of one GPU epoch's wall time with a kernel running (torch profiler);
-* ``sampler`` — sampled edges per second: the GPU sampler against the numba kernels on every core;
+  (GPU sampling, rows on the GPU; with and without the second stream), the staged CPU sampler,
+  two-tier rows (``--gpu-feature-memory 20%``), bf16, and the CPU path on the machine's cores
+  (over ``--cpu-batches`` batches, per batch, scaled to the epoch's batch count); epoch 2 of
+  each; the epoch's floor (bytes moved over bandwidth, FLOPs over the GEMM rate, from the
+  sampled blocks' sizes);
+* ``busy`` — share of one GPU training epoch's wall time with a kernel running (torch profiler,
+  cut to the epoch), with and without the second stream;
+* ``sampler`` — sampled edges per second: the GPU sampler (Triton hop kernel, and its tensor code)
+  against the numba kernels on every core;
+* ``profile`` — a torch profile of 20 GPU batches (op tables in ``gpu_profile.txt`` beside
+  ``--out``) and their host syncs counted by the line that asked for them;
 * ``fullgraph`` — a full-graph GCN step (2 layers, hidden 256) against PyG's ``GCNConv``;
 * ``accuracy`` — CPU and GPU, fp32 and bf16, 3 seeds, on a learnable synthetic graph;
 * ``big`` — the GPU epoch on a 2.4M-node / 62M-edge synthetic graph (ogbn-products' size).
@@ -23,11 +28,14 @@ past ``--deadline`` seconds is skipped and says so):
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import dataclasses
 import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +120,16 @@ def big_graph(args: argparse.Namespace) -> Graph:
     return dataclasses.replace(graph, val_idx=graph.val_idx[:4096], test_idx=graph.val_idx[:4096])
 
 
+def big_run(args: argparse.Namespace, device: str) -> dict:
+    """The GPU epoch on the ogbn-products-sized graph, with the graph's size and making time."""
+    start = time.perf_counter()
+    graph = big_graph(args)
+    made = time.perf_counter() - start
+    out = epoch_run(graph, device)
+    out.update(nodes=graph.num_nodes, edges=graph.num_edges, generate_s=made)
+    return out
+
+
 def train_config(device: str, epochs: int = 2, **kwargs) -> TrainConfig:
     config = TrainConfig(
         dataset="synthetic", device=device, sampler=SamplerConfig(fanouts=FANOUTS),
@@ -187,21 +205,63 @@ def floor_per_batch(graph: Graph, device: torch.device, rates: dict, batches: in
     return out
 
 
-def gpu_busy(graph: Graph, device: str) -> dict:
-    """Share of a GPU epoch's wall time during which some kernel runs (union of kernel spans)."""
-    from torch.profiler import ProfilerActivity, profile
+@contextlib.contextmanager
+def marked_epochs(sync_sites: collections.Counter | None = None):
+    """Training epochs marked for the profiler: each ``LocalSteps.train_epoch`` starts and ends
+    with the device idle and runs inside a ``bench::train_epoch`` range, so a profile of a whole
+    run (set-up copies, evaluation) can be cut to the epoch. ``sync_sites``: count every host
+    sync inside the epoch by the Python line that asked for it (CUDA sync debug mode)."""
+    from shardgnn.train.single import LocalSteps
 
-    small = dataclasses.replace(graph, train_idx=graph.train_idx[: 30 * BATCH])
-    run_training(train_config(device, epochs=1), graph=small)  # warm
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        start = time.perf_counter()
-        result = run_training(train_config(device, epochs=1), graph=small)
-        wall = time.perf_counter() - start
+    original = LocalSteps.train_epoch
+
+    def train_epoch(self, run):
+        torch.cuda.synchronize()
+        with torch.profiler.record_function("bench::train_epoch"):
+            if sync_sites is None:
+                out = original(self, run)
+            else:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch.cuda.set_sync_debug_mode("warn")
+                    try:
+                        out = original(self, run)
+                    finally:
+                        torch.cuda.set_sync_debug_mode("default")
+                for w in caught:
+                    if "synchroniz" in str(w.message):
+                        sync_sites[f"{Path(w.filename).name}:{w.lineno}"] += 1
+            torch.cuda.synchronize()
+        return out
+
+    LocalSteps.train_epoch = train_epoch
+    try:
+        yield
+    finally:
+        LocalSteps.train_epoch = original
+
+
+def _epoch_spans(prof) -> tuple[float, list[tuple[float, float]]]:
+    """The marked epoch's length (us) and the device kernels' spans inside it."""
+    events = list(prof.events())
+    marks = [e for e in events if e.name == "bench::train_epoch"]
+    lo, hi = marks[-1].time_range.start, marks[-1].time_range.end
+    # device events that are work (kernels, copies); ranges such as the mark itself and
+    # "Optimizer.step" appear on the device timeline too, as user annotations (a first run of this
+    # function counted them and measured a busy share of 1.0)
     spans = sorted(
-        (e.time_range.start, e.time_range.end)
-        for e in prof.events()
-        if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start
+        (max(e.time_range.start, lo), min(e.time_range.end, hi))
+        for e in events
+        if e.device_type.name == "CUDA"
+        and not getattr(e, "is_user_annotation", False)
+        and not e.name.startswith(("bench::", "Optimizer."))
+        and e.time_range.end > lo
+        and e.time_range.start < hi
     )
+    return hi - lo, [(a, b) for a, b in spans if b > a]
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
     busy, cur_start, cur_end = 0.0, None, None
     for s, e in spans:
         if cur_end is None or s > cur_end:
@@ -210,25 +270,42 @@ def gpu_busy(graph: Graph, device: str) -> dict:
             cur_start, cur_end = s, e
         else:
             cur_end = max(cur_end, e)
-    if cur_end is not None:
-        busy += cur_end - cur_start
-    epoch = result["epochs"][-1]["time_s"]
+    return busy + (cur_end - cur_start if cur_end is not None else 0.0)
+
+
+def gpu_busy(graph: Graph, device: str, batches: int = 30, **kwargs) -> dict:
+    """Share of a GPU training epoch's wall time during which some kernel runs (union of kernel
+    spans inside the marked epoch: set-up copies and evaluation left out)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    small = dataclasses.replace(graph, train_idx=graph.train_idx[: batches * BATCH])
+    run_training(train_config(device, epochs=1, **kwargs), graph=small)  # warm
+    with marked_epochs(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        run_training(train_config(device, epochs=1, **kwargs), graph=small)
+    wall, spans = _epoch_spans(p)
     return {
-        "busy_s": busy / 1e6,
-        "epoch_s": epoch,
-        "busy_share": busy / 1e6 / epoch,
-        "wall_s": wall,
+        "batches": batches,
+        "epoch_us": wall,
+        "busy_us": _union(spans),
+        "busy_share": _union(spans) / wall,
+        "kernels_per_batch": len(spans) / batches,
     }
 
 
 def sampler_rates(graph: Graph, device: torch.device, batches: int = 20) -> dict:
+    """Sampled edges per second: the numba kernels on every core, the GPU sampler's Triton hop
+    kernel (``gpu``) and its tensor code (``gpu_tensor``, the path before the kernel)."""
     config = SamplerConfig(fanouts=FANOUTS)
     seeds = np.random.default_rng(1).permutation(graph.num_nodes)
     chunks = [torch.from_numpy(seeds[i * BATCH : (i + 1) * BATCH]) for i in range(batches + 2)]
     out = {}
+    gpu = DeviceNeighborSampler(graph.indptr, graph.indices, config, device)
+    tensor = gpu.with_config(config)
+    gpu.fused, tensor.fused = device.type == "cuda", False
     for name, sampler in (
         ("cpu", NeighborSampler(graph.indptr, graph.indices, config)),
-        ("gpu", DeviceNeighborSampler(graph.indptr, graph.indices, config, device)),
+        ("gpu", gpu),
+        ("gpu_tensor", tensor),
     ):
         for i in range(2):
             sampler.sample(chunks[i], i)
@@ -242,6 +319,38 @@ def sampler_rates(graph: Graph, device: torch.device, batches: int = 20) -> dict
         out[f"{name}_edges_per_s"] = edges / (time.perf_counter() - start)
     out["threads"] = int(os.cpu_count() or 1)
     return out
+
+
+def profile_batches(graph: Graph, device: str, out_path: str, batches: int = 20) -> dict:
+    """Where a GPU batch's time goes: a torch profile (CPU and CUDA) of one epoch of ``batches``
+    batches, the op tables (by host time, by device time) written to ``out_path``; then the host
+    syncs of another such epoch, counted by the line that asked for them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    small = dataclasses.replace(graph, train_idx=graph.train_idx[: batches * BATCH])
+    run_training(train_config(device, epochs=1), graph=small)  # warm
+    with marked_epochs(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        run_training(train_config(device, epochs=1), graph=small)
+    sites: collections.Counter = collections.Counter()
+    with marked_epochs(sites):
+        run_training(train_config(device, epochs=1), graph=small)
+    averages = p.key_averages()
+    tables = []
+    for key in ("self_cpu_time_total", "self_device_time_total"):
+        try:
+            tables.append(f"== by {key}\n" + averages.table(sort_by=key, row_limit=40))
+        except Exception as exc:  # noqa: BLE001 - the key's name differs across torch versions
+            tables.append(f"== by {key}: {exc}")
+    tables.append("== host syncs per epoch, by line\n" + "\n".join(
+        f"{count:6d}  {site}" for site, count in sites.most_common(40)))  # fmt: skip
+    with atomic_open(out_path, "w") as f:
+        f.write("\n\n".join(tables) + "\n")
+    return {
+        "batches": batches,
+        "syncs_per_batch": sum(sites.values()) / batches,
+        "sync_sites": dict(sites.most_common(12)),
+        "tables": out_path,
+    }
 
 
 def fullgraph_step(graph: Graph, device: torch.device) -> dict:
@@ -344,11 +453,17 @@ def main(argv=None) -> None:
     print(f"[{elapsed():6.1f}s] graph {graph.num_nodes} nodes {graph.num_edges} edges", flush=True)
     dev = args.device
     section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
+    serial = DeviceConfig(overlap=False)
+    section("epoch_gpu_serial", 30, lambda: epoch_run(graph, dev, gpu=serial))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
     section("sampler", 30, lambda: sampler_rates(graph, device))
+    cuda = device.type == "cuda"
+    section("busy", 30, lambda: gpu_busy(graph, dev) if cuda else None)
+    section("busy_serial", 30, lambda: gpu_busy(graph, dev, gpu=serial) if cuda else None)
+    profile_path = str(Path(args.out).with_name("gpu_profile.txt"))
+    section("profile", 30, lambda: profile_batches(graph, dev, profile_path) if cuda else None)
     cpu_graph = dataclasses.replace(graph, train_idx=graph.train_idx[: args.cpu_batches * BATCH])
     section("epoch_cpu", 60, lambda: epoch_run(cpu_graph, "cpu"))
-    section("busy", 30, lambda: gpu_busy(graph, dev) if device.type == "cuda" else None)
     section("fullgraph", 30, lambda: fullgraph_step(graph, device))
     section("epoch_gpu_bf16", 30, lambda: epoch_run(graph, dev, precision="bf16"))
     section(
@@ -356,14 +471,12 @@ def main(argv=None) -> None:
         30,
         lambda: epoch_run(graph, dev, gpu=DeviceConfig(feature_memory="20%")),
     )
-    section(
-        "epoch_staged", 50, lambda: epoch_run(graph, dev, gpu=DeviceConfig(sampler_device="cpu"))
-    )
-    section("accuracy", 60, lambda: accuracy_runs(args.accuracy_nodes, dev))
-    graph = cpu_graph = None  # noqa: F841 - freed before the big graph is made
     if device.type == "cuda":
-        torch.cuda.empty_cache()
-    section("big", 120, lambda: epoch_run(big_graph(args), dev))
+        torch.cuda.empty_cache()  # the earlier runs' blocks, before the big graph's
+    section("big", 90, lambda: big_run(args, dev))  # 81 s on an H100 (75 s making the graph)
+    staged = DeviceConfig(sampler_device="cpu")
+    section("epoch_staged", 15, lambda: epoch_run(graph, dev, gpu=staged))
+    section("accuracy", 60, lambda: accuracy_runs(args.accuracy_nodes, dev))
     results["total_s"] = elapsed()
     save()
     table = summary(results)
@@ -386,6 +499,8 @@ def summary(r: dict) -> str:
     floor = get("floor", "floor_s")
     rows = [
         ["GPU epoch (s)", fmt(gpu_epoch)],
+        ["GPU epoch, batches made on the training stream (s)",
+         fmt(get("epoch_gpu_serial", "epoch_s"))],
         ["CPU epoch, all cores (s, per batch x batches)", fmt(cpu_epoch)],
         ["CPU / GPU", fmt(cpu_epoch / gpu_epoch if cpu_epoch and gpu_epoch else None, ".1f")],
         ["epoch floor (s)", fmt(floor * batches if floor else None)],
@@ -397,9 +512,16 @@ def summary(r: dict) -> str:
             if get("epoch_gpu_bf16", "epoch_s") and gpu_epoch else None, ".2f")],
         ["tiered (20% rows on GPU) epoch (s)", fmt(get("epoch_gpu_tiered", "epoch_s"))],
         ["staged CPU sampling epoch (s)", fmt(get("epoch_staged", "epoch_s"))],
-        ["GPU / CPU sampler edges/s", fmt(
+        ["GPU (Triton kernel) / CPU sampler edges/s", fmt(
             get("sampler", "gpu_edges_per_s") / get("sampler", "cpu_edges_per_s")
             if get("sampler", "cpu_edges_per_s") else None, ".1f")],
+        ["GPU (tensor code) / CPU sampler edges/s", fmt(
+            get("sampler", "gpu_tensor_edges_per_s") / get("sampler", "cpu_edges_per_s")
+            if get("sampler", "cpu_edges_per_s") else None, ".1f")],
+        ["GPU busy share, batches made on the training stream",
+         fmt(get("busy_serial", "busy_share"), ".2f")],
+        ["kernels per batch (training epoch)", fmt(get("busy", "kernels_per_batch"), ".0f")],
+        ["host syncs per batch (training epoch)", fmt(get("profile", "syncs_per_batch"), ".1f")],
         ["full-graph GCN step ours / PyG", fmt(get("fullgraph", "ratio"), ".2f")],
         ["2.4M-node graph GPU epoch (s)", fmt(get("big", "epoch_s"))],
     ]  # fmt: skip

@@ -19,8 +19,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, shardgnn; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 torch.cuda.get_device_name(0))" || exit 1
 echo "== gpu test tier"
+# xdist workers share the one GPU (the tests are small; the machine has 16 cores)
 timeout "${GPU_TESTS_TIMEOUT:-200}" python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-    -rs ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+    -rs --durations=15 -n "${GPU_TESTS_WORKERS:-4}" \
+    ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 echo "== benchmarks"
 timeout "${GPU_BENCH_TIMEOUT:-380}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" --md "$OUT/gpu.md" \
     --deadline "${GPU_BENCH_DEADLINE:-330}" 2>&1 | grep -v "^epoch " | tee "$OUT/gpu_bench.log" | tail -40

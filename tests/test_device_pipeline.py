@@ -5,6 +5,10 @@ equals the CPU pipeline's. The same checks on a GPU are in tests/test_gpu.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -76,10 +80,79 @@ def test_tensor_sampler_excludes_edges_as_the_kernels_do(small_graph):
 def test_relabel_keeps_first_appearance_order():
     frontier = np.array([9, 4, 7], dtype=np.int64)
     nbr = np.array([4, 12, 3, 12, 9, 5, 3], dtype=np.int64)
-    src, local = relabel(torch.from_numpy(frontier), torch.from_numpy(nbr))
     src_k, local_k = relabel_kernel(frontier, nbr, np.full(20, -1, dtype=np.int64))
-    assert src.tolist() == src_k.tolist() == [9, 4, 7, 12, 3, 5]
-    assert local.tolist() == local_k.tolist()
+    node_map = torch.full((20,), torch.iinfo(torch.int64).max)
+    for map_ in (None, node_map, node_map):  # a kept map is restored after each use
+        src, local = relabel(torch.from_numpy(frontier), torch.from_numpy(nbr), map_)
+        assert src.tolist() == src_k.tolist() == [9, 4, 7, 12, 3, 5]
+        assert local.tolist() == local_k.tolist()
+    assert (node_map == torch.iinfo(torch.int64).max).all()
+
+
+_FUSED_CHECK = """
+import sys, numpy as np, torch
+from shardgnn.graph.linksplit import pair_keys, sorted_unique
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.device import DeviceNeighborSampler, sample_hop
+from shardgnn.sampling.neighbor import NeighborSampler
+from shardgnn.sampling.types import SeedInput
+g = generate(SyntheticConfig(nodes=1500, degree=30, features=4))
+seeds = torch.from_numpy(np.random.default_rng(0).choice(g.num_nodes, 150, replace=False))
+dst = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+exclude = sorted_unique(pair_keys(g.indices[:400], dst[:400], g.num_nodes))
+runs = 0
+for fanouts, replace in [((15, 10, 5), False), ((3, 2), True), ((-1, 4), False), ((40, 1), False)]:
+    config = SamplerConfig(fanouts=fanouts, replace=replace)
+    cpu = NeighborSampler(g.indptr, g.indices, config)
+    fused = DeviceNeighborSampler(g.indptr, g.indices, config, torch.device("cpu"))
+    fused.fused = True
+    for seed in (1, 2**63 + 5):
+        for inputs in (seeds, SeedInput(torch.from_numpy(np.unique(dst[:400])), exclude=exclude)):
+            a, b = cpu.sample(inputs, seed), fused.sample(inputs, seed)
+            for x, y in zip(a.blocks, b.blocks, strict=True):
+                for f in ("src_nodes_S", "indptr_D1", "indices_E", "edge_ids_E", "src_degree_S"):
+                    assert torch.equal(getattr(x, f), getattr(y, f)), (fanouts, replace, seed, f)
+                runs += 1
+# an owner's rows drawn with its range start as id_offset: the draws of the whole graph's rows
+indptr, indices = torch.from_numpy(g.indptr), torch.from_numpy(g.indices)
+rows = torch.arange(100, 300)
+whole = sample_hop(indptr, indices, rows, 7, False, 99, fused=False)
+part_indptr = indptr[100:301] - indptr[100]
+part_indices = indices[int(indptr[100]):]
+part = sample_hop(part_indptr, part_indices, rows - 100, 7, False, 99, 100, fused=True)
+assert torch.equal(whole[0], part[0]) and torch.equal(whole[1], part[1])
+print("fused ok", runs)
+"""
+
+
+def test_fused_kernel_draws_what_the_kernels_draw():
+    """The Triton hop kernel, run by Triton's interpreter on CPU tensors, against the numba
+    kernels bit for bit: plain, with replacement, every neighbour then a fanout, a fanout above
+    most degrees, excluded edges, two seeds, an owner's id offset. (On a GPU: tests/test_gpu.py.)"""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FUSED_CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fused ok 36" in done.stdout
+
+
+def test_fused_kernel_on_a_cpu_without_the_interpreter_is_refused():
+    pytest.importorskip("triton")
+    code = (
+        "import torch\n"
+        "from shardgnn.sampling.device import sample_hop\n"
+        "i = torch.tensor([0, 1, 2]); j = torch.tensor([1, 0])\n"
+        "try:\n"
+        "    sample_hop(i, j, torch.tensor([0, 1]), 2, False, 0, fused=True)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "runs on a CUDA device, or on cpu with TRITON_INTERPRET=1" in done.stdout, done.stderr
 
 
 def test_draws_depend_only_on_seed_and_node(small_graph):

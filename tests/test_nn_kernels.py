@@ -235,3 +235,20 @@ def test_transpose_csr_of_kernel_csr_round_trips():
     # within a row the forward gcn matrix keeps neighbours first and the self-loop last, while a
     # transpose lists columns in ascending order: compare the dense rows
     torch.testing.assert_close(back.to_dense(), adj.to_dense(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_transpose_csr_equals_torchs_csc_conversion(trial):
+    """The tensor-code transpose is ``to_sparse_csc``'s matrix, entry for entry in the same order
+    (duplicate-free rows, empty rows and columns included)."""
+    g = torch.Generator().manual_seed(trial)
+    rows, cols = 37 + trial, 23 + 5 * trial
+    dense = (torch.rand(rows, cols, generator=g) < 0.15) * torch.randn(rows, cols, generator=g)
+    dense[3] = 0  # an empty row
+    dense[:, 2] = 0  # an empty column
+    adj = dense.to_sparse_csr()
+    ours, csc = transpose_csr(adj), adj.to_sparse_csc()
+    assert torch.equal(ours.crow_indices(), csc.ccol_indices())
+    assert torch.equal(ours.col_indices(), csc.row_indices())
+    assert torch.equal(ours.values(), csc.values())
+    assert torch.equal(ours.to_dense(), dense.t())

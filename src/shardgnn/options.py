@@ -79,8 +79,11 @@ def component(cls: type, *, title: str) -> Any:
 
 def flag_of(obj_or_cls: Any, name: str) -> str:
     """The command-line spelling of field ``name`` (``--cache-policy`` for
-    ``CacheConfig.policy``)."""
+    ``CacheConfig.policy``; a bool that defaults to True and has a negative flag is spelled by
+    that flag alone, ``--quiet`` for ``progress``)."""
     field = {f.name: f for f in dataclasses.fields(obj_or_cls)}[name]
+    if field.metadata.get("negative_flag") and default_of(field) is True:
+        return field.metadata["negative_flag"]
     return field.metadata.get("flag") or "--" + name.replace("_", "-")
 
 

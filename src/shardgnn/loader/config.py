@@ -43,6 +43,15 @@ class DeviceConfig:
         "in-degree) or presample (most often sampled in one pre-sampling epoch)",
     )
 
+    overlap: bool = option(
+        True,
+        negative_flag="--no-gpu-overlap",
+        negative_help="--device cuda with GPU sampling: sample and gather each batch on the "
+        "training stream, in the training thread (no overlap; for comparison)",
+        help="--device cuda with GPU sampling: sample and gather batch k+1 in a background thread "
+        "on a second CUDA stream while batch k computes",
+    )
+
     def __post_init__(self) -> None:
         check_choices(self)
         if self.feature_memory != "auto":

@@ -5,7 +5,9 @@ Two ways a mini-batch reaches the model on ``--device cuda``:
 * **device-resident** (``--sampler-device gpu``): :class:`~shardgnn.sampling.device.
   DeviceNeighborSampler` samples on the GPU and :class:`~shardgnn.store.device.DeviceFeatureStore`
   gathers the rows there (hot rows in GPU memory, cold rows read in place from pinned host memory);
-  nothing is copied per batch but the seeds.
+  nothing is copied per batch but the seeds. With ``--gpu-overlap`` (the default) batch k+1 is
+  made in a background thread on a second stream while batch k computes: the sampler's host syncs
+  (each hop's size) then wait for its own kernels only, not for the training step's.
 * **staged** (``--sampler-device cpu``): the CPU pipeline runs in a background thread
   (:class:`~shardgnn.loader.prefetch.Prefetcher`), which also pins each batch and enqueues its
   host-to-device copy on a side stream (:class:`DeviceStaging`); the training thread makes its
@@ -68,7 +70,7 @@ def map_batch(batch: MiniBatch, fn: Callable[[torch.Tensor], torch.Tensor]) -> M
 
 @dataclasses.dataclass
 class StagedBatch:
-    """A batch whose copy to the device was enqueued on a side stream, with the copy's events."""
+    """A batch made (or copied to the device) on a side stream, with events around that work."""
 
     batch: MiniBatch
     start: torch.cuda.Event
@@ -76,27 +78,50 @@ class StagedBatch:
 
 
 class DeviceStaging:
-    """Pins each batch of ``batches`` and enqueues its copy to ``device`` on a side stream
-    (run it inside the prefetch thread: the copy then overlaps the caller's compute)."""
+    """Makes each batch of ``batches`` on a side stream of ``device`` (run it inside the prefetch
+    thread: the side stream's work then overlaps the caller's compute). ``copy``: the batches are
+    host tensors, pinned and copied to the device there; else they are made on the device (GPU
+    sampling and gathering, whose kernels then run on the side stream)."""
 
-    def __init__(self, batches: Iterable[MiniBatch], device: torch.device, timer: StageTimer):
-        self.batches, self.device, self.timer = batches, device, timer
+    def __init__(
+        self,
+        batches: Iterable[MiniBatch],
+        device: torch.device,
+        timer: StageTimer,
+        copy: bool = True,
+        after: torch.cuda.Stream | None = None,
+    ):
+        self.batches, self.device, self.timer, self.copy = batches, device, timer, copy
+        self.after = after
 
     def __len__(self) -> int:
         return len(self.batches)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[StagedBatch]:
         stream = torch.cuda.Stream(self.device)
-        for batch in self.batches:
-            with self.timer("pin"):
-                pinned = map_batch(batch, lambda t: t.pin_memory())
-            with torch.cuda.stream(stream):
+        if self.after is not None:
+            # what the caller enqueued before this pass (an evaluation that used the same
+            # sampler's buffers, say) comes first
+            stream.wait_stream(self.after)
+        # The current stream is per thread: everything this generator enqueues (in the prefetch
+        # thread) goes to the side stream.
+        with torch.cuda.stream(stream):
+            batches = iter(self.batches)
+            while True:
                 start = torch.cuda.Event(enable_timing=True)
                 done = torch.cuda.Event(enable_timing=True)
-                start.record(stream)
-                moved = map_batch(pinned, lambda t: t.to(self.device, non_blocking=True))
+                if not self.copy:
+                    start.record(stream)
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                if self.copy:
+                    with self.timer("pin"):
+                        batch = map_batch(batch, lambda t: t.pin_memory())
+                    start.record(stream)
+                    batch = map_batch(batch, lambda t: t.to(self.device, non_blocking=True))
                 done.record(stream)
-            yield StagedBatch(moved, start, done)
+                yield StagedBatch(batch, start, done)
 
 
 def _used_on(stream: torch.cuda.Stream) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -108,12 +133,12 @@ def _used_on(stream: torch.cuda.Stream) -> Callable[[torch.Tensor], torch.Tensor
 
 
 class DeviceReady:
-    """The training side of staging: each batch's tensors once its copy is done, as seen by the
-    current stream (a device-side wait: the host never blocks on the copy). Adds the copies'
-    device time as stage ``h2d`` when the pass ends."""
+    """The training side of staging: each batch's tensors once the side stream is done with them,
+    as seen by the current stream (a device-side wait: the host never blocks on it). Adds the
+    side stream's device time as stage ``stage`` when the pass ends."""
 
-    def __init__(self, staged: Iterable[StagedBatch], timer: StageTimer):
-        self.staged, self.timer = staged, timer
+    def __init__(self, staged: Iterable[StagedBatch], timer: StageTimer, stage: str = "h2d"):
+        self.staged, self.timer, self.stage = staged, timer, stage
 
     def __len__(self) -> int:
         return len(self.staged)  # type: ignore[arg-type]
@@ -133,27 +158,38 @@ class DeviceReady:
         finally:
             if copies:
                 copies[-1].done.synchronize()
-                self.timer.add("h2d", sum(c.start.elapsed_time(c.done) for c in copies) / 1e3)
+                spans = sum(c.start.elapsed_time(c.done) for c in copies)
+                self.timer.add(self.stage, spans / 1e3)
             close = getattr(iterator, "close", None)
             if close is not None:
                 close()
 
 
 class Staged:
-    """``batches`` made in a background thread and copied to ``device`` one batch ahead (``depth``:
-    batches ready beyond the one computing)."""
+    """``batches`` made in a background thread on a side stream, one batch ahead (``depth``:
+    batches ready beyond the one computing): host batches copied to ``device`` there (``copy``;
+    stage ``h2d``: the copies' device time), or batches made on the device (stage ``side``: the
+    side stream's device time for sampling and gathering)."""
 
     def __init__(
-        self, batches: Iterable[MiniBatch], device: torch.device, timer: StageTimer, depth: int = 1
+        self,
+        batches: Iterable[MiniBatch],
+        device: torch.device,
+        timer: StageTimer,
+        depth: int = 1,
+        copy: bool = True,
     ):
         self.batches, self.device, self.timer, self.depth = batches, device, timer, depth
+        self.copy = copy
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __iter__(self) -> Iterator[MiniBatch]:
-        source = Prefetcher(DeviceStaging(self.batches, self.device, self.timer), self.depth)
-        return iter(DeviceReady(source, self.timer))
+        after = torch.cuda.current_stream(self.device)
+        staging = DeviceStaging(self.batches, self.device, self.timer, self.copy, after)
+        stage = "h2d" if self.copy else "side"
+        return iter(DeviceReady(Prefetcher(staging, self.depth), self.timer, stage))
 
 
 @dataclasses.dataclass
@@ -170,6 +206,7 @@ class DevicePipeline:
         """What the results record of it: where the CSR and rows live, the hit rate, PCIe bytes."""
         return {
             "sampler_device": str(self.sampler.device),
+            "sampler_kernel": self.sampler.kernel,
             "csr_resident": self.sampler.resident,
             **self.features.stats(),
         }

@@ -44,10 +44,24 @@ def _csr(
 
 
 def transpose_csr(adj: torch.Tensor) -> torch.Tensor:
-    """The transpose of a CSR matrix, as CSR (what the backward pass of an SpMM multiplies by)."""
-    csc = adj.to_sparse_csc()
+    """The transpose of a CSR matrix, as CSR (what the backward pass of an SpMM multiplies by):
+    ``to_sparse_csc``'s matrix, entries in the same order, in a handful of tensor ops that never
+    wait for the device (the conversion took 0.9 ms of host time per call on a GPU, BENCHMARKS
+    section 18)."""
     rows, cols = adj.shape
-    return _csr(csc.ccol_indices(), csc.row_indices(), csc.values(), (cols, rows))
+    indptr, indices, values = adj.crow_indices(), adj.col_indices(), adj.values()
+    nnz = int(indices.shape[0])
+    row_E = torch.repeat_interleave(
+        torch.arange(rows, dtype=indices.dtype, device=indices.device),
+        indptr[1:] - indptr[:-1],
+        output_size=nnz,
+    )
+    order = torch.argsort(indices, stable=True)  # by column; a column's entries by row
+    counts = torch.zeros(cols, dtype=indptr.dtype, device=indptr.device)
+    counts.index_add_(0, indices, torch.ones_like(indices, dtype=indptr.dtype))
+    indptr_t = torch.zeros(cols + 1, dtype=indptr.dtype, device=indptr.device)
+    torch.cumsum(counts, 0, out=indptr_t[1:])
+    return _csr(indptr_t, row_E[order], values[order], (cols, rows))
 
 
 class MessageGraph:
@@ -125,7 +139,9 @@ class MessageGraph:
 
     def dst_index_E(self) -> torch.Tensor:
         return torch.repeat_interleave(
-            torch.arange(self.num_dst, device=self.device), self.in_degree_D()
+            torch.arange(self.num_dst, device=self.device),
+            self.in_degree_D(),
+            output_size=self.num_edges,  # known: no wait for the device to size the result
         )
 
     def source_rows(self, h_SF: torch.Tensor) -> torch.Tensor:
@@ -155,7 +171,9 @@ class MessageGraph:
         indptr, indices = self.indptr_D1, self.indices_E
         deg = self.in_degree_D()
         if norm == "mean":
-            values = (1.0 / deg.clamp(min=1).to(torch.float32)).repeat_interleave(deg)
+            values = (1.0 / deg.clamp(min=1).to(torch.float32)).repeat_interleave(
+                deg, output_size=self.num_edges
+            )
             return indptr, indices, values
         if norm == "sum":
             return indptr, indices, torch.ones(self.num_edges, device=self.device)

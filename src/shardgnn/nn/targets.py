@@ -115,8 +115,10 @@ class NodeTarget(abc.ABC):
         return self.loss_sum(out_BC, y_B) / max(y_B.shape[0], 1)
 
     @abc.abstractmethod
-    def score_sum(self, out_BC: torch.Tensor, y_B: torch.Tensor) -> float:
-        """The sum over the rows of each row's training score in [0, 1] (class: right or not)."""
+    def score_sum(self, out_BC: torch.Tensor, y_B: torch.Tensor) -> float | torch.Tensor:
+        """The sum over the rows of each row's training score in [0, 1] (class: right or not); a
+        number, or a 0-dim tensor on the outputs' device (read it with ``float`` when needed: a
+        training step that returns it unread does not make the host wait for the device)."""
 
     fit_width = 0
     """how many numbers :meth:`fit_statistics` gives"""
@@ -183,7 +185,7 @@ class ClassTarget(NodeTarget):
         return F.cross_entropy(out_BC, y_B)
 
     def score_sum(self, out_BC, y_B):
-        return int((out_BC.argmax(-1) == y_B).sum())
+        return (out_BC.argmax(-1) == y_B).sum()
 
     def batch_state(self, out_BC, y_B):
         correct = int((out_BC.argmax(-1) == y_B).sum())
@@ -210,14 +212,19 @@ class F1Target(ClassTarget):
     metric = "f1"
 
     def batch_state(self, out_BC, y_B):
-        predicted = out_BC.argmax(-1) == 1
-        actual = y_B == 1
-        counts = [(predicted & actual).sum(), (predicted & ~actual).sum(), (~predicted & actual)]
-        counts[2] = counts[2].sum()
-        correct = (out_BC.argmax(-1) == y_B).sum()
-        return torch.tensor(
-            [float(c) for c in (*counts, correct, y_B.numel())], dtype=torch.float64
+        predicted_B = out_BC.argmax(-1)
+        predicted, actual = predicted_B == 1, y_B == 1
+        # true positives, false positives, false negatives, right predictions, predictions
+        counts = torch.stack(
+            [
+                (predicted & actual).sum(),
+                (predicted & ~actual).sum(),
+                (~predicted & actual).sum(),
+                (predicted_B == y_B).sum(),
+                torch.tensor(y_B.numel(), device=y_B.device),
+            ]
         )
+        return counts.to("cpu", torch.float64)
 
     def result(self, states, reducer):
         local = torch.stack(states).sum(0) if states else torch.zeros(5, dtype=torch.float64)
@@ -388,7 +395,9 @@ class MultiTaskTarget(NodeTarget):
         return total
 
     def score_sum(self, out_BC, y_B):
-        scores = [head.score_sum(out_t, y_t) for _, head, out_t, y_t in self._parts(out_BC, y_B)]
+        scores = [
+            float(head.score_sum(out_t, y_t)) for _, head, out_t, y_t in self._parts(out_BC, y_B)
+        ]
         return float(np.dot(self._weights, scores) / self._weights.sum())
 
     def fit_statistics(self, y_B):

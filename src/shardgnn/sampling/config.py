@@ -8,6 +8,10 @@ from shardgnn.options import invalid, option
 
 NEGATIVE_KINDS = ("uniform", "degree", "in-batch")
 
+# The Triton hop kernel (shardgnn.sampling.fused) keeps a row's picks in a tile this wide; wider
+# fanouts are drawn by tensor code.
+FUSED_MAX_FANOUT = 256
+
 
 @dataclasses.dataclass(kw_only=True)
 class SamplerConfig:

@@ -16,11 +16,13 @@ tested against the numba kernels without a GPU).
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import torch
 
 from shardgnn.devicemem import place
-from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
@@ -53,6 +55,12 @@ def _below(h: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return _srl(_srl(h, 32) * n, 32)
 
 
+def fused_by_default(device: torch.device) -> bool:
+    """Whether hops on ``device`` are drawn by the Triton kernel unless told otherwise: on a CUDA
+    device where Triton is installed."""
+    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
 def sample_hop(
     indptr: torch.Tensor,
     indices: torch.Tensor,
@@ -61,10 +69,12 @@ def sample_hop(
     replace: bool,
     seed: int,
     id_offset: int = 0,
+    fused: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One hop for ``frontier`` (CSR rows on the tensors' device): ``(offsets, nbr, edge_ids)`` as
     :func:`~shardgnn.sampling.neighbor.sample_neighbors` returns them, computed where the tensors
-    are."""
+    are. ``fused`` draws with the one-launch Triton kernel (:mod:`shardgnn.sampling.fused`; by
+    default on a CUDA device where Triton is), else with tensor code; both give the same draws."""
     device = frontier.device
     start = indptr[frontier]
     deg = indptr[frontier + 1] - start
@@ -77,6 +87,15 @@ def sample_hop(
     offsets = torch.zeros(frontier.shape[0] + 1, dtype=torch.int64, device=device)
     torch.cumsum(counts, 0, out=offsets[1:])
     total = int(offsets[-1])
+    if fused is None:
+        fused = fused_by_default(device)
+    if fused and 0 <= fanout <= FUSED_MAX_FANOUT:
+        from shardgnn.sampling.fused import fill_hop  # needs Triton
+
+        nbr, eid = fill_hop(
+            indptr, indices, frontier, offsets, total, fanout, replace, _int64(seed), id_offset
+        )
+        return offsets, nbr, eid
     row = torch.repeat_interleave(
         torch.arange(frontier.shape[0], device=device), counts, output_size=total
     )
@@ -114,17 +133,30 @@ def _floyd(key: torch.Tensor, count: torch.Tensor, k: int) -> torch.Tensor:
     return out
 
 
-def relabel(frontier: torch.Tensor, nbr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' ``relabel`` as sorting: frontier nodes ``0..D-1``, then each new neighbour in
-    order of first appearance. Returns ``(src_nodes, local_nbr)``."""
+_UNSEEN = torch.iinfo(torch.int64).max
+
+
+def relabel(
+    frontier: torch.Tensor, nbr: torch.Tensor, node_map: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' ``relabel`` in tensor code: frontier nodes ``0..D-1``, then each new neighbour
+    in order of first appearance. Returns ``(src_nodes, local_nbr)``.
+
+    ``node_map`` (int64, one entry per graph node, all ``_UNSEEN``; restored before returning) is
+    where each node's first position is found, as the kernels' node map: a scatter-min, no sort,
+    so the cost is a handful of launches over the batch, not over the graph. Without one, a
+    temporary map as large as the largest id is made."""
     both = torch.cat([frontier, nbr])
-    unique, inverse = torch.unique(both, return_inverse=True)
-    first = torch.full((unique.shape[0],), both.shape[0], dtype=torch.int64, device=both.device)
-    first.scatter_reduce_(0, inverse, torch.arange(both.shape[0], device=both.device), "amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.shape[0], device=order.device)
-    return unique[order], rank[inverse[frontier.shape[0] :]]
+    if node_map is None:
+        size = int(both.max()) + 1 if both.numel() else 0
+        node_map = torch.full((size,), _UNSEEN, dtype=torch.int64, device=both.device)
+    position = torch.arange(both.shape[0], device=both.device)
+    node_map.scatter_reduce_(0, both, position, "amin")
+    first = node_map[both]
+    node_map.index_fill_(0, both, _UNSEEN)
+    is_first = first == position  # first appearances, already in the order they appear
+    local_of_position = torch.cumsum(is_first, 0) - 1
+    return both[is_first], local_of_position[first[frontier.shape[0] :]]
 
 
 def tensor_block(
@@ -167,6 +199,15 @@ class DeviceNeighborSampler:
         # The row pointers are small and read twice per node: always on the device.
         self.indptr = indptr_t.to(device)
         self.indices, self.resident = place(indices_t, device, budget_bytes)
+        # Relabelling's first-position map (8 bytes a node; restored after every hop).
+        self.node_map = torch.full((self.num_nodes,), _UNSEEN, dtype=torch.int64, device=device)
+        self.fused: bool | None = None  # None: the Triton kernel where it applies (CUDA)
+
+    @property
+    def kernel(self) -> str:
+        """What draws the hops: ``"triton"`` (one fused launch per hop) or ``"tensor"``."""
+        fused = fused_by_default(self.device) if self.fused is None else self.fused
+        return "triton" if fused else "tensor"
 
     @property
     def num_layers(self) -> int:
@@ -197,12 +238,13 @@ class DeviceNeighborSampler:
                 fanout,
                 self.config.replace,
                 mix_seed(seed, layer),
+                fused=self.fused,
             )
             if keys is not None:
                 offsets, nbr, eid = _drop_excluded(
                     frontier, offsets, nbr, eid, keys, self.num_nodes
                 )
-            src_nodes, local = relabel(frontier, nbr)
+            src_nodes, local = relabel(frontier, nbr, self.node_map)
             blocks.append(tensor_block(self.indptr, frontier, src_nodes, offsets, local, eid))
             frontier = src_nodes
         blocks.reverse()

@@ -39,7 +39,7 @@ from shardgnn.train.dist_report import SampledReport
 from shardgnn.train.dist_steps import DistSteps
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.minibatch import Objective, train_epoch_batches
-from shardgnn.train.setup import EMBEDDING_STREAM
+from shardgnn.train.setup import EMBEDDING_STREAM, adam
 
 
 def _mapped_rows(rows: np.ndarray, feature_norm: str) -> LocalFeatureStore:
@@ -267,6 +267,4 @@ class DistSampledSteps(SampledReport, SampledInputs):
         model.use_hashed_dropout(mix_seed(config.seed, ctx.rank))
         self.ddp = self.data_parallel(model)
         self.model = model
-        self.optimizer = torch.optim.Adam(
-            self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.ddp.parameters(), config.optim)

@@ -50,7 +50,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.setup import EMBEDDING_STREAM
+from shardgnn.train.setup import EMBEDDING_STREAM, adam
 
 
 class DistTypedNodeSteps(DistSteps):
@@ -148,9 +148,7 @@ class DistTypedNodeSteps(DistSteps):
             {str(t): table.local for t, table in self.tables.items()}
         )
         self.ddp = self.data_parallel(_TypedRowsForward(self.model))
-        self.optimizer = torch.optim.Adam(
-            self.ddp.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.ddp.parameters(), config.optim)
         # dropout masks differ per rank (their batches differ anyway)
         torch.manual_seed(mix_seed(config.seed, ctx.rank))
 

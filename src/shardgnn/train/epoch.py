@@ -7,6 +7,8 @@ import dataclasses
 import time
 from typing import Any, Callable, Iterable, NamedTuple
 
+import torch
+
 from shardgnn.timing import StageTimer
 from shardgnn.train.progress import progress
 
@@ -46,15 +48,23 @@ class EpochRun:
 
 
 class StepResult(NamedTuple):
-    """What one optimiser step over a batch adds to its epoch's :class:`EpochSums`."""
+    """What one optimiser step over a batch adds to its epoch's :class:`EpochSums`. ``loss`` and
+    ``correct`` may be 0-dim device tensors: :func:`batch_epoch` sums them there and reads them
+    once, when the epoch ends (a read per step makes the host wait for each step's kernels and
+    leaves the GPU idle while the next batch is launched)."""
 
-    loss: float
+    loss: float | torch.Tensor
     """the batch's mean loss"""
-    correct: float
+    correct: float | torch.Tensor
     count: int
     """the predictions ``loss`` averages over and ``correct`` counts from: what a batch counts
     for in the epoch's means (node classification: its seeds; link prediction: its pairs)"""
     sampled_edges: int
+
+
+def _float64(value: float | torch.Tensor) -> float | torch.Tensor:
+    """A step's number as summed: a device scalar in float64 (the sums stay exact as Python's)."""
+    return value.double() if isinstance(value, torch.Tensor) else value
 
 
 def batch_epoch(
@@ -85,18 +95,20 @@ def batch_epoch(
     iterator = iter(batcher if stream is None else stream)
     bar = progress(iterator, f"epoch {run.epoch + 1}", run.show_progress, total=left)
     stopped = False
-    waited = time.perf_counter()
+    waited = shown = time.perf_counter()
     try:
         for item in bar:
             if wait_timer is not None:
                 wait_timer.add("wait", time.perf_counter() - waited)
             result = step(item)
-            sums.loss_sum += result.loss * result.count
-            sums.correct += result.correct
+            sums.loss_sum += _float64(result.loss) * result.count
+            sums.correct += _float64(result.correct)
             sums.count += result.count
             sums.sampled_edges += result.sampled_edges
             sums.batches += 1
-            bar.set_postfix(loss=f"{result.loss:.4f}")
+            if run.show_progress and time.perf_counter() - shown > 0.5:
+                bar.set_postfix(loss=f"{float(result.loss):.4f}")  # a read: twice a second
+                shown = time.perf_counter()
             stop = run.stop_requested
             if stop is not None and sums.batches < run.total_batches and stop():
                 stopped = True
@@ -105,6 +117,7 @@ def batch_epoch(
     except BaseException:
         getattr(iterator, "abort", getattr(iterator, "close", lambda: None))()
         raise
+    sums.loss_sum, sums.correct = float(sums.loss_sum), float(sums.correct)
     if stopped:
         getattr(iterator, "close", lambda: None)()
         run.stopped = sums

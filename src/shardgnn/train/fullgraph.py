@@ -35,7 +35,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, model_rows
-from shardgnn.train.setup import label_results
+from shardgnn.train.setup import adam, label_results
 
 DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc", "gat", "gatv2")
 """the models distributed full-graph training runs: layers that aggregate through the
@@ -107,9 +107,7 @@ class DistFullGraphSteps(DistSteps):
         self.model.use_hashed_dropout(self.config.seed)
         self.broadcast_weights(self.model)
         optim = self.config.optim
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay
-        )
+        self.optimizer = adam(self.model.parameters(), optim)
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
     @contextlib.contextmanager

@@ -41,7 +41,7 @@ from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.dist_steps import DistSteps
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import label_results, resolve_device
+from shardgnn.train.setup import adam, label_results, resolve_device
 
 GRAPH_BATCH_SIZE = 32
 """graphs per optimiser step when ``--batch-size`` is not given"""
@@ -168,11 +168,7 @@ class GraphSetSteps(Steps):
         return self.config.batch_size or GRAPH_BATCH_SIZE
 
     def make_optimizer(self) -> None:
-        self.optimizer = torch.optim.Adam(
-            self.module.parameters(),
-            lr=self.config.optim.lr,
-            weight_decay=self.config.optim.weight_decay,
-        )
+        self.optimizer = adam(self.module.parameters(), self.config.optim)
 
     def _batch(self, ids: np.ndarray) -> tuple[Any, ...]:
         with self.timer("fetch"):

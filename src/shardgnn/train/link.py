@@ -38,6 +38,7 @@ from shardgnn.train.linkmetrics import link_metrics
 from shardgnn.train.loop import EpochRecord, Steps, model_rows
 from shardgnn.train.minibatch import Outcome, train_epoch_batches
 from shardgnn.train.setup import (
+    adam,
     dataset_record,
     eval_sampler_config,
     full_features,
@@ -168,9 +169,7 @@ class LinkLocalSteps(Steps):
         x = None if g.x is None else normalize_features(g.x, config.feature_norm)
         self.embedding = make_embedding_table(config, g.num_nodes)
         self.model = build_link_model(config, g.num_features, self.embedding).to(self.device)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.model.parameters(), config.optim)
         self.model.use_hashed_dropout(config.seed)
         self.timer = StageTimer()
         self.sampled_edges = 0

@@ -115,7 +115,7 @@ def minibatch_step(
                     }
                 )
         return StepResult(
-            outcome.loss.item(), outcome.correct, outcome.count, batch.sample.num_sampled_edges
+            outcome.loss.detach(), outcome.correct, outcome.count, batch.sample.num_sampled_edges
         )
 
     return step

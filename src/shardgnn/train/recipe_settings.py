@@ -43,7 +43,7 @@ DIST_FULL = WORKERS | settings(
 )
 PRECISION = settings("precision")
 """bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
-GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy")
+GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy", "gpu.overlap")
 """the GPU pipeline of single-process node classification (shardgnn.loader.device)"""
 LAYER_READS = {
     "gat": settings("model.heads"),

@@ -4,7 +4,7 @@ dataset's record in results and checkpoints, the learnable rows and full-graph i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.seeding import mix_seed
 from shardgnn.store.embedding import EmbeddingTable, check_table_fits
 from shardgnn.timing import StageTimer
-from shardgnn.train.config import TrainConfig
+from shardgnn.train.config import OptimConfig, TrainConfig
 
 
 def resolve_device(name: str) -> torch.device:
@@ -29,6 +29,14 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu")
     return device
+
+
+def adam(parameters: Iterable[torch.nn.Parameter], optim: OptimConfig) -> torch.optim.Adam:
+    """The optimiser of every kind of training: Adam with ``optim``'s rate and weight decay,
+    fused (one kernel, or one CPU loop, over all weights per step instead of several per weight:
+    measured, the per-weight loop was 10 % of a temporal step on CPU and 0.7 ms of a 9 ms GPU
+    batch, BENCHMARKS section 18)."""
+    return torch.optim.Adam(parameters, lr=optim.lr, weight_decay=optim.weight_decay, fused=True)
 
 
 def eval_sampler_config(config: TrainConfig) -> SamplerConfig:

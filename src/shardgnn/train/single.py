@@ -38,6 +38,7 @@ from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps, model_rows
 from shardgnn.train.minibatch import evaluate_batches, node_objective, train_epoch_batches
 from shardgnn.train.setup import (
+    adam,
     dataset_record,
     eval_sampler_config,
     full_features,
@@ -124,9 +125,7 @@ class LocalSteps(Steps):
             # epoch's weights carry them; their sparse optimiser, not Adam, updates them.
             self.model.embedding = self.embedding
         self.model.to(self.device)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.model.parameters(), config.optim)
         self.timer = StageTimer()
         self.sampled_edges = 0
         # Dropout keyed by (step, layer, node id, column): a parallel kernel, and a distributed
@@ -177,6 +176,8 @@ class LocalSteps(Steps):
         self.train_stream = self.train_loader
         if self.device.type == "cuda" and self.pipeline is None:
             self.train_stream = Staged(self.train_loader, self.device, self.timer)
+        elif self.pipeline is not None and config.gpu.overlap:
+            self.train_stream = Staged(self.train_loader, self.device, self.timer, copy=False)
         # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
         self.layerwise = None
         if config.layerwise_eval:
@@ -233,7 +234,7 @@ class LocalSteps(Steps):
             loss.backward()
             self.optimizer.step()
         step_rows(self.embedding, x_NF, self.timer)
-        score = self.target.score_sum(logits[train_idx].detach(), y)
+        score = float(self.target.score_sum(logits[train_idx].detach(), y))
         return loss.item(), score / max(len(train_idx), 1)
 
     @torch.no_grad()

@@ -40,7 +40,7 @@ from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.linkmetrics import auc, average_precision
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import EVAL_STREAM, resolve_device
+from shardgnn.train.setup import EVAL_STREAM, adam, resolve_device
 
 
 class SnapshotLinkSteps(Steps):
@@ -72,9 +72,7 @@ class SnapshotLinkSteps(Steps):
         self.model = GCNGRU(g.num_nodes, config.link.out_dim, 1, config.model.dropout).to(
             self.device
         )
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.model.parameters(), config.optim)
         overlap = config.run.overlap
         self.overlap = overlap == "on" or (overlap == "auto" and (os.cpu_count() or 1) > 1)
         self.timer = StageTimer()

@@ -37,7 +37,7 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.loop import Steps
-from shardgnn.train.setup import EVAL_STREAM, resolve_device
+from shardgnn.train.setup import EVAL_STREAM, adam, resolve_device
 from shardgnn.train.temporal_eval import TemporalStreamEvaluation
 
 
@@ -178,13 +178,7 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         self.model = temporal_model(
             config, ev, self.event_feat_EF, self.val_start, memory_rows, dev
         )
-        # fused: one kernel over all ~20 small weights (the per-tensor loop was 10% of a step)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(),
-            lr=config.optim.lr,
-            weight_decay=config.optim.weight_decay,
-            fused=True,
-        )
+        self.optimizer = adam(self.model.parameters(), config.optim)
         self.batches = EventBatches(
             0, self.val_start, config.item_batch_size, config.temporal.chunks, seed=config.seed
         )

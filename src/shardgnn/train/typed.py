@@ -44,7 +44,7 @@ from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.linkmetrics import AnswerIndex, both_directions, filtered_ranks, rank_metrics
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import resolve_device
+from shardgnn.train.setup import adam, resolve_device
 
 RELATIONAL_HITS_AT = (1, 3, 10)
 """Hits@K reported for knowledge-graph completion (the benchmarks' standard set)."""
@@ -143,9 +143,7 @@ class TypedLinkSteps(_TypedGraphSteps):
         # and tail, so with one vector per relation an asymmetric relation could not tell its
         # heads from its tails.
         self.model = TypedLinkModel(encoder, DistMult(2 * r, out_dim)).to(self.device)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.model.parameters(), config.optim)
         self.train_queries = both_directions(g.triples["train"])
         self.train_answers = AnswerIndex(g.triples["train"], n, r)
         self.known = AnswerIndex(np.concatenate([g.triples[s] for s in g.triples]), n, r)
@@ -265,9 +263,7 @@ class TypedNodeSteps(_TypedGraphSteps):
         self.model = TypedNodeModel(
             TypedInput(sizes, widths, model.hidden), encoder, model.input_dropout
         ).to(self.device)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-        )
+        self.optimizer = adam(self.model.parameters(), config.optim)
         y = torch.from_numpy(np.asarray(g.y, dtype=np.int64)).to(self.device)
         offset = int(g.type_offsets[g.node_types.index(g.target_type)])
         self.y = y
