@@ -740,3 +740,67 @@ def test_metis_leaves_the_callers_graph_untouched():
     partition_graph(graph, PartitionConfig(num_parts=2, method="metis"))
     for kept, now in zip(before, (graph.indices, graph.indptr, graph.edge_weight)):
         np.testing.assert_array_equal(kept, now)
+
+
+def _power_law_graph(n: int = 4000, m: int = 40000, seed: int = 0) -> Graph:
+    """Chung-Lu: both endpoints drawn with weight (i + 1) ** -0.8, symmetrised, ids shuffled."""
+    rng = np.random.default_rng(seed)
+    cdf = np.cumsum((np.arange(n) + 1.0) ** -0.8)
+    src, dst = (rng.permutation(n)[np.searchsorted(cdf / cdf[-1], rng.random(m))] for _ in "ab")
+    keep = src != dst
+    key = np.unique(np.r_[src[keep] * n + dst[keep], dst[keep] * n + src[keep]])
+    from shardgnn.graph.csr import csr_from_edges
+
+    indptr, indices = csr_from_edges(key // n, key % n, n)[:2]
+    split = np.arange(n)
+    return Graph(
+        indptr=indptr, indices=indices, x=None, y=None, train_idx=split[: n // 2],
+        val_idx=split[n // 2 : 3 * n // 4], test_idx=split[3 * n // 4 :], num_classes=2,
+        name="power-law",
+    )  # fmt: skip
+
+
+def test_hypergraph_partition_sends_fewer_rows_than_metis_and_predicts_them():
+    """Mt-KaHyPar's connectivity-1 is the rows a full-graph layer sends, exactly; on a power-law
+    graph it is well under METIS's edge-cut partition's (measured here 0.78x), the parts within
+    the imbalance, the partition the same every time."""
+    pytest.importorskip("mtkahypar")
+    from shardgnn.partition.hypergraph import communication_nets
+    from shardgnn.partition.metrics import comm_volume
+
+    g = _power_law_graph()
+    nets = communication_nets(g)
+    assert all(len(set(net)) == len(net) >= 2 for net in nets)
+    hyper = partition_graph(g, PartitionConfig(num_parts=4, method="hypergraph", seed=3))
+    metis = partition_graph(g, PartitionConfig(num_parts=4, method="metis", seed=3))
+    volume = comm_volume(g, hyper.assignment, 4)
+    assert hyper.settings["predicted_comm_volume"] == volume
+    assert volume <= 0.85 * comm_volume(g, metis.assignment, 4)
+    assert np.bincount(hyper.assignment).max() <= 1.03 * g.num_nodes / 4 + 1
+    again = partition_graph(g, PartitionConfig(num_parts=4, method="hypergraph", seed=3))
+    assert np.array_equal(again.assignment, hyper.assignment)
+
+
+def test_hypergraph_partition_refuses_typed_graphs_and_metis_flags(small_graph):
+    pytest.importorskip("mtkahypar")
+    config = PartitionConfig(num_parts=2, method="hypergraph")
+    node_type = np.zeros(small_graph.num_nodes, dtype=np.int64)
+    with pytest.raises(ConfigError, match="--method hypergraph balances node counts only"):
+        partition_graph(small_graph, config, node_type=node_type)
+    with pytest.raises(ConfigError, match="imbalance"):
+        PartitionConfig(num_parts=2, method="hypergraph", imbalance=0.0)
+    config = PartitionConfig(num_parts=2, method="hypergraph", balance=("nodes", "train"))
+    with pytest.raises(ConfigError, match="--balance nodes,train with --method hypergraph"):
+        partition_graph(small_graph, config)
+
+
+def test_hypergraph_partition_can_balance_the_aggregation_work():
+    """``--balance edges`` weighs each node by in-degree + 1: the parts' in-edges even out (a
+    power-law graph's hubs otherwise pile up in one part: measured 2.4x the average there)."""
+    pytest.importorskip("mtkahypar")
+    g = _power_law_graph()
+    config = PartitionConfig(num_parts=4, method="hypergraph", balance=("edges",), seed=3)
+    result = partition_graph(g, config)
+    work = np.bincount(result.assignment, weights=g.in_degree() + 1, minlength=4)
+    assert work.max() <= 1.03 * work.mean() + 1
+    assert result.settings["balance"] == ["edges"]

@@ -36,9 +36,9 @@ from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
 
 # Which methods read which setting (a setting given for another method is reported, not dropped).
 _USED_BY = {
-    "seed": ("random", "metis"),
-    "balance": ("metis",),
-    "imbalance": ("metis",),
+    "seed": ("random", "metis", "hypergraph"),
+    "balance": ("metis", "hypergraph"),
+    "imbalance": ("metis", "hypergraph"),
     "slack": ("ldg", "fennel"),
     "chunk_edges": ("ldg", "fennel"),
 }

@@ -16,6 +16,10 @@ assignment together with the resolved settings (what is recorded in ``meta.json`
   always passes ``ncon = 1`` (extra weight columns are silently misread), so we call the
   ``METIS_PartGraphKway`` that pymetis's extension bundles and exports through ctypes (see
   :class:`_MetisC`); without it we fall back to ``part_graph`` with node balance only, and warn.
+* ``hypergraph``: Mt-KaHyPar on the communication hypergraph, minimising the rows a full-graph
+  layer sends (``comm_volume``) exactly instead of the edge cut; one balance weight (``nodes``,
+  or ``edges``: in-degree + 1) within ``imbalance``; seeded and deterministic. See
+  :mod:`shardgnn.partition.hypergraph`.
 * ``ldg``/``fennel``: one-pass streaming, see :mod:`shardgnn.partition.streaming`.
 * ``assignment``: a user-supplied ``.npy`` of part ids, validated by :func:`load_assignment`.
 
@@ -40,7 +44,7 @@ from shardgnn.options import check_choices, invalid, option
 from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
 from shardgnn.seeding import splitmix64_array
 
-METHODS = ("random", "metis", "ldg", "fennel", "assignment")
+METHODS = ("random", "metis", "hypergraph", "ldg", "fennel", "assignment")
 BALANCE_KEYS = ("nodes", "train", "edges")
 
 
@@ -377,15 +381,18 @@ class PartitionConfig:
         choices=METHODS,
         help="partitioner (unset: metis, or the --assignment file when one is given)",
     )
-    seed: int = option(0, help="random/metis seed (the streaming methods are deterministic)")
+    seed: int = option(
+        0, help="random/metis/hypergraph seed (the streaming methods are deterministic)"
+    )
     balance: tuple[str, ...] | None = option(
         None,
         metavar="KEY,...",
         help=f"metis: balance constraints, a subset of {','.join(BALANCE_KEYS)} "
-        "(unset: every one that applies)",
+        "(unset: every one that applies); hypergraph: one of nodes (unset), edges",
     )
     imbalance: float = option(
-        0.03, help="metis: allowed imbalance per constraint (0.03 = 3%% above the average)"
+        0.03,
+        help="metis, hypergraph: allowed imbalance per constraint (0.03 = 3%% above the average)",
     )
     slack: float = option(
         _STREAM_DEFAULTS.slack, help="ldg/fennel: parts hold at most (1 + slack) * N / P nodes"
@@ -420,7 +427,7 @@ class PartitionConfig:
                 if self.assignment is not None
                 else "--method assignment needs an --assignment file"
             )
-        if self.method == "metis" and not 0.0 < self.imbalance <= 1.0:
+        if self.method in ("metis", "hypergraph") and not 0.0 < self.imbalance <= 1.0:
             raise invalid(self, "imbalance", "must lie in (0, 1]")
         if self.balance is not None:
             unknown = [b for b in self.balance if b not in BALANCE_KEYS]
@@ -502,6 +509,33 @@ def partition_graph(
         )
         if node_type is not None and c_api:
             settings["balance_node_types"] = True
+    elif config.method == "hypergraph":
+        if node_type is not None:
+            raise ConfigError(
+                "--method hypergraph balances node counts only; a typed graph balances each node "
+                "type: use --method metis, ldg or fennel"
+            )
+        from shardgnn.partition.hypergraph import hypergraph_partition
+
+        balance = config.balance or ("nodes",)
+        if len(balance) != 1 or balance[0] not in ("nodes", "edges"):
+            raise ConfigError(
+                f"--balance {','.join(balance)} with --method hypergraph: Mt-KaHyPar balances one "
+                "weight per node; give --balance nodes (the default) or edges (in-degree + 1: "
+                "the aggregation work)"
+            )
+        weights = None if balance[0] == "nodes" else graph.in_degree().astype(np.int64) + 1
+        assignment, km1 = hypergraph_partition(
+            graph, p, imbalance=config.imbalance, seed=config.seed, node_weights=weights
+        )
+        settings.update(
+            seed=config.seed,
+            balance=list(balance),
+            imbalance=config.imbalance,
+            objective="connectivity-1 (rows sent per layer)",
+            predicted_comm_volume=km1,
+            partitioner="Mt-KaHyPar, deterministic preset",
+        )
     elif config.method in STREAM_METHODS:
         symmetric = graph.is_symmetric()
         source = graph if symmetric else graph.symmetrize()
