@@ -27,8 +27,7 @@ def communication_nets(graph: Graph) -> list[list[int]]:
     """The column-net hypergraph: for every node ``u`` with an out-neighbour other than itself,
     the net ``[u, out-neighbours of u...]`` (pins unique, ``u`` first)."""
     n = graph.num_nodes
-    src = np.asarray(graph.indices, dtype=np.int64)
-    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.indptr))
+    src, dst = (a.astype(np.int64, copy=False) for a in graph.edge_index())
     keep = src != dst  # a self-loop adds no pin: u is in its own net
     src, dst = src[keep], dst[keep]
     # one pin per (u, v): sort by (u, v), drop repeats

@@ -16,6 +16,7 @@ tested against the numba kernels without a GPU).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import numpy as np
@@ -55,10 +56,15 @@ def _below(h: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return _srl(_srl(h, 32) * n, 32)
 
 
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
 def fused_by_default(device: torch.device) -> bool:
     """Whether hops on ``device`` are drawn by the Triton kernel unless told otherwise: on a CUDA
-    device where Triton is installed."""
-    return device.type == "cuda" and importlib.util.find_spec("triton") is not None
+    device where Triton is installed (looked up once: this runs for every hop)."""
+    return device.type == "cuda" and _triton_installed()
 
 
 def sample_hop(
