@@ -74,29 +74,32 @@ def _assert_same_run(ref, got, tol=1e-5):
     assert abs(ref["test_acc"] - got["test_acc"]) <= tol
 
 
-CASES = [
-    (2, "1d", 1),
-    (2, "1d-sparse", 1),
-    (2, "1.5d", 2),
-    (3, "1d", 1),
-    (3, "1d-sparse", 1),
-    (3, "1.5d", 1),
-    (4, "1d", 1),
-    (4, "1d-sparse", 1),
-    (4, "1.5d", 2),
+CASES = [  # every model distributed full-graph training runs, spread over the cases
+    (2, "1d", {}, "sgc"),
+    (2, "1d-sparse", {}, "sage"),
+    (2, "1.5d", {"replication": 2}, "gin"),
+    (2, "2d", {}, "appnp"),  # a 1 x 2 grid: fold only
+    (3, "1d", {}, "gcn"),
+    (3, "1d-sparse", {}, "gin"),
+    (3, "1.5d", {}, "gcn"),
+    (3, "2d", {"grid_rows": 3}, "sage"),  # 3 x 1: expand only
+    (4, "1d", {}, "sage"),
+    (4, "1d-sparse", {}, "appnp"),
+    (4, "1.5d", {"replication": 2}, "sgc"),
+    (4, "2d", {}, "gcn"),  # 2 x 2: expand and fold
+    (4, "3d", {}, "sage"),  # 1 x 2 x 2: fold and feature slices
+    (8, "3d", {}, "gcn"),  # 2 x 2 x 2: expand, fold and feature slices
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("world,spmm,replication", CASES)
+@pytest.mark.parametrize("world,spmm,settings,model", CASES)
 def test_distributed_full_graph_equals_single_process(
-    tmp_path_factory, small_synthetic, world, spmm, replication
+    tmp_path_factory, small_synthetic, world, spmm, settings, model
 ):
     path = _parts(tmp_path_factory, small_synthetic, world, "metis")
-    # every model distributed full-graph training runs, spread over the cases
-    model = ("gcn", "sage", "gin", "appnp", "sgc")[(world + len(spmm)) % 5]
-    config = _config(path, model, FullGraphConfig(spmm=spmm, replication=replication))
+    config = _config(path, model, FullGraphConfig(spmm=spmm, **settings))
     ref = _reference(small_synthetic, config)
     results = run_workers(_train_dist, world, config)
     _assert_same_run(ref, results[0])
@@ -177,7 +180,31 @@ def test_full_graph_config_errors():
     with pytest.raises(ConfigError, match="bits"):
         FullGraphConfig(bits=3)
     with pytest.raises(ConfigError, match="spmm"):
-        FullGraphConfig(spmm="2d")
+        FullGraphConfig(spmm="4d")
+    with pytest.raises(ConfigError, match="--grid-layers 2: needs --spmm 3d"):
+        FullGraphConfig(spmm="2d", grid_layers=2)
+    with pytest.raises(ConfigError, match="--grid-rows 2: needs --spmm 2d or 3d"):
+        FullGraphConfig(spmm="1.5d", grid_rows=2)
+    from shardgnn.fullgraph.shard import grid_of
+
+    with pytest.raises(ConfigError, match="--grid-rows 3 must divide the number of workers"):
+        grid_of(FullGraphConfig(spmm="2d", grid_rows=3), 4)
+    with pytest.raises(ConfigError, match="--grid-layers 3 must divide"):
+        grid_of(FullGraphConfig(spmm="3d", grid_layers=3), 8)
+    with pytest.raises(ConfigError, match="--grid-rows 3 must divide the number of workers .8. "
+                       "over --grid-layers .4."):  # fmt: skip
+        grid_of(FullGraphConfig(spmm="3d", grid_rows=3), 8)
+    shapes = {
+        (spmm, p): grid_of(FullGraphConfig(spmm=spmm), p).shape
+        for spmm in ("2d", "3d")
+        for p in (2, 4, 6, 8, 9, 27)
+    }
+    assert shapes == {
+        ("2d", 2): "1x2", ("2d", 4): "2x2", ("2d", 6): "2x3", ("2d", 8): "2x4",
+        ("2d", 9): "3x3", ("2d", 27): "3x9",
+        ("3d", 2): "1x1x2", ("3d", 4): "1x2x2", ("3d", 6): "1x3x2", ("3d", 8): "2x2x2",
+        ("3d", 9): "1x3x3", ("3d", 27): "3x3x3",
+    }  # fmt: skip
 
 
 @pytest.mark.slow
@@ -304,3 +331,77 @@ def test_attention_needs_the_sparse_plan_in_distributed_full_graph(tmp_path_fact
     config = _config("unused", "gat", FullGraphConfig(spmm="1d"))
     with pytest.raises(ConfigError, match="--model gat .* runs with --spmm 1d-sparse"):
         DistFullNodeSteps(config, None)
+
+
+def _count_all_spmm_bytes(ctx, config):
+    """Bytes of one training epoch's SpMM over every communicator (2D's grid groups too)."""
+    from shardgnn.train.fullgraph import DistFullNodeSteps
+
+    steps = DistFullNodeSteps(config, ctx)
+    for comm in steps.comms:
+        comm.reset()
+    steps.train_epoch(EpochRun(0, show_progress=False))
+    return sum(c.stats["spmm"].bytes_sent for c in steps.comms if "spmm" in c.stats)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_2d_3d_spmm_bytes_equal_the_grid_volume_and_undercut_1d(tmp_path_factory, small_synthetic):
+    """On a 2 x 2 grid (and a 1 x 2 x 2 one) the rows an epoch moves are the expand, fold (and
+    feature-slice) volumes counted from the edges (forward rows, backward their gradients); on a
+    random partition (every row wanted everywhere) 2D moves fewer bytes than 1D's broadcast and
+    than the sparse 1D plan."""
+    from shardgnn.fullgraph.shard import grid_of, grid_volume
+
+    graph = small_synthetic
+    path = _parts(tmp_path_factory, graph, 4, "random")
+    owner = partition_graph(graph, PartitionConfig(num_parts=4, method="random", seed=0)).assignment
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    sent = {}
+    for spmm in ("1d", "1d-sparse", "2d", "3d"):
+        full = FullGraphConfig(spmm=spmm)
+        config = _config(path, "sage", full, dropout=0.0, input_dropout=0.0)
+        sent[spmm] = sum(run_workers(_count_all_spmm_bytes, 4, config))
+        if spmm in ("2d", "3d"):
+            grid = grid_of(full, 4)
+            rows = grid_volume(dst, np.asarray(graph.indices), np.asarray(owner), grid)
+            expand, fold, fiber = rows  # 3d on 4 workers: 1 x 2 x 2, nothing to expand
+            assert (expand > 0) == (grid.rows > 1) and fold > 0 and (fiber > 0) == (spmm == "3d")
+            # as in the 1d-sparse volume test; 3D moves ceil(width / L) wide slices
+            widths = [-(-w // grid.layers) for w in (12, 16, 4)]
+            assert sent[spmm] == sum(rows) * 4 * (sum(widths) + sum(widths[1:])), spmm
+    assert sent["2d"] < sent["1d-sparse"] < sent["1d"], sent
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
+    """`torchrun --nproc-per-node 4 -m shardgnn.run train --partitions DIR --mode full --spmm 2d`
+    (the multi-machine path, a 2 x 2 grid) trains epoch for epoch as one process does on the
+    original graph."""
+    import json
+    import subprocess
+    import sys
+
+    from shardgnn.cli import main
+    from shardgnn.distributed.launch import free_port
+
+    spec = "synthetic:nodes=500,degree=7,classes=3,features=9,seed=5"
+    parts = tmp_path / "parts"
+    assert main(["partition", spec, "--parts", "4", "--out", str(parts), "--quiet"]) == 0
+    flags = ["--mode", "full", "--model", "gcn", "--hidden", "12", "--layers", "2",
+             "--epochs", "3", "--quiet"]  # fmt: skip
+    ref = tmp_path / "ref.json"
+    assert main(["train", spec, *flags, "--results", str(ref)]) == 0
+    got = tmp_path / "2d.json"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "-m", "shardgnn.run", "train", "--partitions", str(parts), *flags,
+        "--spmm", "2d", "--timeout", "60", "--results", str(got),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ref_run, run = json.loads(ref.read_text()), json.loads(got.read_text())
+    assert run["spmm"] == "2d" and run["grid"] == "2x2" and run["workers"] == 4
+    _assert_same_run(ref_run, run)

@@ -243,7 +243,7 @@ def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
     """The workers' config (the dataset the partition holds, the worker count) after the checks
     every kind of partition shares: the part count, the replication grid, a resumable
     checkpoint."""
-    from shardgnn.fullgraph.shard import Grid
+    from shardgnn.fullgraph.shard import grid_of
     from shardgnn.train.checkpoint import Checkpointer, check_resumable
 
     recorded = pset.dataset
@@ -254,7 +254,7 @@ def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
             f"{pset.num_parts} or re-partition with --parts {workers}"
         )
     if config.mode == "full":
-        Grid(workers, config.full.replication)  # --replication must divide the workers
+        grid_of(config.full, workers)  # --replication or --grid-rows must divide the workers
     config = dataclasses.replace(
         config,
         dataset=recorded["spec"] or recorded["name"],

@@ -193,15 +193,19 @@ class Communicator:
             metadata = 8 * (self.world_size - 1)
         recv_counts = [int(c) for c in recv_counts]
         assert len(recv_counts) == self.world_size, "one receive count per rank"
+        # An encoded exchange keeps this rank's own rows off the wire (passed on as they are).
+        wire_counts = list(recv_counts)
+        if codec is not None:
+            wire_counts[self.rank] = 0
         payload = self.on_wire(torch.cat([t.reshape(t.shape[0], *row_shape) for t in send]))
         received = torch.empty(
-            (sum(recv_counts), *row_shape), dtype=template.dtype, device=payload.device
+            (sum(wire_counts), *row_shape), dtype=template.dtype, device=payload.device
         )
         with collective_guard(stage, "all-to-all"):
             work = dist.all_to_all_single(
                 received,
                 payload.contiguous(),
-                output_split_sizes=recv_counts,
+                output_split_sizes=wire_counts,
                 input_split_sizes=send_counts.tolist(),
                 group=self.group,
                 async_op=True,
@@ -211,7 +215,7 @@ class Communicator:
         sent = sum(int(send_counts[p]) for p in others) * row_bytes
         got = sum(recv_counts[p] for p in others) * row_bytes
         self.record(stage, sent + metadata, got + metadata, 0.0)
-        pieces = list(torch.split(received, recv_counts))
+        pieces = list(torch.split(received, wire_counts))
         pieces[self.rank] = own
         decode = None if codec is None else (lambda t: codec.decode(t, width))
         if received.device != template.device:  # staged on the GPU for NCCL: back where sent

@@ -8,7 +8,9 @@ import dataclasses
 from shardgnn.distributed.config import BITS
 from shardgnn.options import check_choices, invalid, option
 
-SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d")
+SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d", "2d", "3d")
+GRID_VARIANTS = ("2d", "3d")
+"""the variants that multiply blocks of a process grid (``shardgnn.fullgraph.shard.BlockGrid``)"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -20,10 +22,16 @@ class FullGraphConfig:
         choices=SPMM_VARIANTS,
         help=(
             "distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
-            "worker needs, 1.5d replicates row blocks --replication times (CAGNET)"
+            "worker needs, 1.5d replicates row blocks --replication times (CAGNET), 2d splits "
+            "the adjacency over a grid of workers (rows of the grid x columns)"
         ),
     )
     replication: int = option(1, help="1.5d replication factor (divides --workers)")
+    grid_rows: int = option(0, help="2d, 3d: rows of the process grid (0: the most square grid)")
+    grid_layers: int = option(
+        0, help="3d: layers of the process grid, each multiplying 1/L of the feature columns "
+        "(divides --workers; 0: chosen, 2 x 2 x 2 for 8)"
+    )  # fmt: skip
     bits: int = option(
         32,
         choices=BITS,
@@ -39,6 +47,14 @@ class FullGraphConfig:
             raise invalid(self, "replication", "must be >= 1")
         if self.replication > 1 and self.spmm != "1.5d":
             raise invalid(self, "replication", f"needs --spmm 1.5d (got --spmm {self.spmm})")
+        if self.grid_rows < 0:
+            raise invalid(self, "grid_rows", "must be >= 0")
+        if self.grid_rows and self.spmm not in GRID_VARIANTS:
+            raise invalid(self, "grid_rows", f"needs --spmm 2d or 3d (got --spmm {self.spmm})")
+        if self.grid_layers < 0:
+            raise invalid(self, "grid_layers", "must be >= 0")
+        if self.grid_layers and self.spmm != "3d":
+            raise invalid(self, "grid_layers", f"needs --spmm 3d (got --spmm {self.spmm})")
         if self.staleness < 0:
             raise invalid(self, "staleness", "must be >= 0")
         if self.staleness > 0 and self.spmm != "1d-sparse":

@@ -5,7 +5,7 @@ Node-wise inference computes each node's L-hop neighbourhood separately, so a no
 many seeds is recomputed for each of them (and the neighbourhood explodes with L). Layer-wise
 inference computes layer ``l`` once for every node: each rank computes its own rows of layer
 ``l`` from the layer ``l - 1`` rows of its nodes and of their remote in-neighbours (fetched once
-per layer with the sparsity-aware all-to-all of :mod:`shardgnn.fullgraph.spmm`), in chunks of
+per layer with the sparsity-aware halo plan of :mod:`shardgnn.fullgraph.spmm`), in chunks of
 ``chunk_rows`` destination rows so the working set is bounded by a chunk and its neighbourhood.
 The result equals node-wise full-neighbour inference up to fp32 rounding (tested at 1e-5).
 """
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
-from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
-from shardgnn.fullgraph.spmm import DistFullGraph, FullGraphConfig
+from shardgnn.fullgraph.rows import RowPlan
+from shardgnn.fullgraph.shard import FullGraphShard
 from shardgnn.nn.message_graph import MessageGraph, spmm
 from shardgnn.nn.models import GNN, DecoupledGNN
 from shardgnn.nn.targets import NodeTarget, Reducer
@@ -46,18 +46,10 @@ class LayerwiseInference:
             raise ValueError(f"chunk_rows={chunk_rows} must be >= 1")
         assert shard.row_start == shard.own_start and shard.row_end == shard.own_end, "a 1D shard"
         self.shard, self.chunk_rows, self.device = shard, chunk_rows, torch.device(device)
-        groups = GridGroups(row=Communicator(0, 1, None), col=comm)
-        # Only the halo plan of the sparsity-aware SpMM is used: rows each peer needs, once per
-        # layer.
-        self.exchange = DistFullGraph(
-            shard,
-            Grid(comm.world_size, 1),
-            rank,
-            groups,
-            FullGraphConfig(spmm="1d-sparse"),
-            None,
-            self.device,
-            stage=stage,
+        self.stage = stage
+        # the halo plan of the sparsity-aware SpMM: the rows each peer needs, once per layer
+        self.halo_plan = RowPlan(
+            comm, shard.halo_requests(list(range(comm.world_size))), "setup", self.device
         )
         self.indptr = torch.from_numpy(shard.indptr)
         self.indices = torch.from_numpy(shard.indices)
@@ -104,8 +96,7 @@ class LayerwiseInference:
         """``layer(graph, rows)`` over this rank's rows, chunk by chunk: the halo rows of
         ``h_NF`` from their owners (one all-to-all), then every chunk's full neighbourhood."""
         # rows travel in fp32 (bf16 activations under --precision bf16 included)
-        pending = self.exchange.start_halo(h_NF.float())
-        halo = self.exchange.finish_halo(pending, h_NF.shape[1]).to(h_NF.dtype)
+        halo = self.halo_plan.finish(self.halo_plan.start(h_NF.float(), self.stage), h_NF)
         h_ext = torch.cat([h_NF, halo])
         out = []
         n = self.shard.num_rows

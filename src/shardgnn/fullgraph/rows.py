@@ -1,19 +1,110 @@
-"""Rows of any nodes, from their owners, differentiable: what scoring node *pairs* in full-graph
-training needs (a pair's endpoints and its negatives lie in any part).
+"""Sparse row exchanges of full-graph training, and the rows of any nodes from their owners.
 
-A :class:`RowGather` is a plan for one set of nodes (one all-to-all of ids when built): owners
-learn which of their rows each rank wants. ``gather(h_NF)`` then moves those rows (one
-all-to-all) and its backward pass returns their gradients to the owners (the same all-to-all
-reversed), which add them into the gradient of their own rows.
+A :class:`RowPlan` is the plan of one sparse exchange (one all-to-all of ids when built): every
+rank learns which of its rows each peer wants. ``start``/``finish`` move those rows to the
+peers that asked; ``start_back``/``finish_back`` (the transpose) move rows of the received shape
+back, each owner adding them into the rows they belong to. The halo rows of the sparsity-aware
+SpMM, its gradients, 2D's expand and fold, and :class:`RowGather` are all such plans.
+
+A :class:`RowGather` is a differentiable plan for one set of nodes (a pair's endpoints and its
+negatives lie in any part): ``gather(h_NF)`` moves their rows, its backward pass returns the
+gradients to the owners.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
-from shardgnn.distributed.comm import Communicator
+from shardgnn.distributed.codec import Feedback, RowCodec
+from shardgnn.distributed.comm import Communicator, PendingExchange
 from shardgnn.partition.book import PartitionBook
+
+
+class RowPlan:
+    """Which rows of this rank every peer of ``comm`` wants, and how many this rank gets from
+    each. Collective when built (every member builds its plans in the same order).
+
+    Args:
+        comm: the communicator; peer ``p`` is its group rank ``p``.
+        requests: per peer, int64 ids of the peer's rows this rank wants (the peer's own ids).
+        stage: the stage the ids are counted under (once: ``setup``).
+        device: where the rows to send are indexed.
+        offset: added to every requested id (where the owner's rows begin in the tensors it is
+            given).
+    """
+
+    def __init__(
+        self,
+        comm: Communicator,
+        requests: Sequence[torch.Tensor],
+        stage: str,
+        device: torch.device | str = "cpu",
+        offset: int = 0,
+    ):
+        assert len(requests) == comm.world_size, "one request per peer"
+        self.comm = comm
+        self.recv_counts = [int(r.shape[0]) for r in requests]
+        wanted = comm.all_to_all([r.to(torch.int64) for r in requests], stage)
+        self.send_rows = [(ids + offset).to(device) for ids in wanted]
+        self.send_counts = [int(ids.shape[0]) for ids in wanted]
+
+    @property
+    def rows_received(self) -> int:
+        return sum(self.recv_counts)
+
+    def remote_rows(self, direction: str = "start") -> int:
+        """Rows this rank sends to other ranks per exchange (``start``: the requested rows;
+        ``back``: the transpose)."""
+        counts = self.send_counts if direction == "start" else self.recv_counts
+        return sum(c for p, c in enumerate(counts) if p != self.comm.rank)
+
+    def start(
+        self,
+        h_NF: torch.Tensor,
+        stage: str,
+        codec: RowCodec | None = None,
+        feedback: Feedback | None = None,
+    ) -> PendingExchange:
+        """Send every peer the rows of ``h_NF`` it requested."""
+        return self.comm.all_to_all_async(
+            [h_NF[rows.to(h_NF.device)] for rows in self.send_rows],
+            stage,
+            recv_counts=self.recv_counts,
+            codec=codec,
+            feedback=feedback,
+        )
+
+    def finish(self, pending: PendingExchange, like: torch.Tensor) -> torch.Tensor:
+        """``[rows_received, F]``: the requested rows, peer after peer, each peer's in the order
+        requested (as ``like``'s dtype and device)."""
+        return torch.cat(pending.wait()).to(like.device, like.dtype)
+
+    def start_back(
+        self,
+        g_RF: torch.Tensor,
+        stage: str,
+        codec: RowCodec | None = None,
+        feedback: Feedback | None = None,
+    ) -> PendingExchange:
+        """The transpose: send every peer the rows of ``g_RF`` (``[rows_received, F]``, laid out
+        as :meth:`finish` returns) that stand for its rows."""
+        return self.comm.all_to_all_async(
+            list(torch.split(g_RF.contiguous(), self.recv_counts)),
+            stage,
+            recv_counts=self.send_counts,
+            codec=codec,
+            feedback=feedback,
+        )
+
+    def finish_back(self, pending: PendingExchange, g_NF: torch.Tensor) -> None:
+        """Add what the peers sent back into the rows of ``g_NF`` they stand for (a row sent to
+        several peers gets each one's)."""
+        for rows, grad in zip(self.send_rows, pending.wait()):
+            if grad.shape[0]:
+                g_NF.index_add_(0, rows.to(g_NF.device), grad.to(g_NF.device, g_NF.dtype))
 
 
 class RowGather:
@@ -40,19 +131,17 @@ class RowGather:
     ):
         nodes = np.asarray(nodes, dtype=np.int64)
         assert nodes.ndim == 1 and np.all(nodes[1:] > nodes[:-1]), "nodes must be sorted unique"
-        self.comm, self.stage = comm, stage
+        self.stage = stage
         owners = book.owner(nodes)
         # Sorted ids of contiguous parts: each owner's requests are one contiguous run, so the
         # concatenation of what the owners send back is already in the order of ``nodes``.
-        self.recv_counts = np.bincount(owners, minlength=book.num_parts).tolist()
         local = nodes - book.boundaries[owners]
         requests = [torch.from_numpy(local[owners == p]) for p in range(book.num_parts)]
-        wanted = comm.all_to_all(requests, stage)
-        self.send_rows = [r.to(torch.int64) + own_offset for r in wanted]
+        self.plan = RowPlan(comm, requests, stage, offset=own_offset)
 
     @property
     def num_rows(self) -> int:
-        return int(sum(self.recv_counts))
+        return self.plan.rows_received
 
     def gather(self, h_NF: torch.Tensor) -> torch.Tensor:
         """``[len(nodes), F]``: the rows of ``nodes`` from their owners' ``h_NF`` (collective;
@@ -62,22 +151,14 @@ class RowGather:
 
 class _GatherRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h_NF: torch.Tensor, plan: RowGather) -> torch.Tensor:
-        ctx.plan, ctx.num_rows = plan, h_NF.shape[0]
-        send = [h_NF[idx.to(h_NF.device)] for idx in plan.send_rows]
-        received = plan.comm.all_to_all(send, plan.stage, recv_counts=plan.recv_counts)
-        return torch.cat(received) if received else h_NF[:0]
+    def forward(ctx, h_NF: torch.Tensor, gather: RowGather) -> torch.Tensor:
+        ctx.plan, ctx.stage, ctx.num_rows = gather.plan, gather.stage, h_NF.shape[0]
+        return gather.plan.finish(gather.plan.start(h_NF, gather.stage), h_NF)
 
     @staticmethod
     def backward(ctx, g_UF: torch.Tensor):
-        plan = ctx.plan
         # The transpose of the gather: every owner receives the gradients of the rows it sent,
         # in the order it sent them, and adds them up (a row may have gone to several ranks).
-        pieces = list(torch.split(g_UF.contiguous(), plan.recv_counts))
-        returned = plan.comm.all_to_all(
-            pieces, plan.stage, recv_counts=[len(r) for r in plan.send_rows]
-        )
         g_NF = g_UF.new_zeros((ctx.num_rows, g_UF.shape[1]))
-        for rows, grad in zip(plan.send_rows, returned):
-            g_NF.index_add_(0, rows.to(g_NF.device), grad)
+        ctx.plan.finish_back(ctx.plan.start_back(g_UF, ctx.stage), g_NF)
         return g_NF, None

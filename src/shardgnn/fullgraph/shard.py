@@ -5,6 +5,8 @@ The graph is split into ``P`` row blocks by the partition directory (part ``p`` 
 ``(P/c) x c`` grid: rank ``(r, k)`` (``r = rank // c``, ``k = rank % c``) holds the *row group* of
 parts ``r c .. r c + c - 1`` (replicated on the ``c`` ranks of row ``r``) and multiplies the columns
 of the parts ``q`` with ``q % c == k``. ``c = 1`` is the 1D layout: a rank holds its own part.
+2D and 3D run on a :class:`BlockGrid` instead: a rank holds only its own part's rows and
+multiplies a block of the adjacency (:func:`grid_of`, :mod:`shardgnn.fullgraph.spmm`).
 
 Columns are kept in an *extended* local space: ``0 .. n - 1`` are the held rows, ``n ..`` the
 halo (sorted global ids of non-held in-neighbours, so each owner's halo rows are contiguous).
@@ -63,41 +65,186 @@ class Grid:
         """The parts whose columns the ranks of grid column ``col`` multiply (ascending)."""
         return [q for q in range(self.world_size) if q % self.replication == col]
 
+    def group_ranks(self) -> dict[str, list[list[int]]]:
+        """Every communicator's ranks: ``row`` (a row group's replicas), ``col`` (a grid
+        column: one member per row group)."""
+        return {
+            "row": [list(self.row_parts(r)) for r in range(self.num_rows)],
+            "col": [self.col_parts(k) for k in range(self.replication)],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockGrid:
+    """The ``R x C x L`` grid of 2D (``L = 1``) and 3D SpMM.
+
+    Ranks form *units* of ``L`` consecutive ranks (a fiber; unit ``u`` = ranks and parts
+    ``u L .. u L + L - 1``, a contiguous id range); units form an ``R x C`` grid, unit
+    ``u = r C + k`` at grid row ``r``, column ``k``. Grid row ``r``'s block of the adjacency (the
+    rows of its units) restricted to the columns of grid column ``k``'s units is multiplied by
+    the ``L`` ranks of unit ``(r, k)``, each for ``1 / L`` of the feature columns.
+
+    Raises:
+        ConfigError: the grid does not have the workers' count of ranks.
+    """
+
+    world_size: int
+    rows: int
+    cols: int
+    layers: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.rows, self.cols, self.layers) < 1 or (
+            self.rows * self.cols * self.layers != self.world_size
+        ):
+            raise ConfigError(
+                f"a {self.rows} x {self.cols} x {self.layers} grid does not hold "
+                f"{self.world_size} workers; choose --grid-rows (and --grid-layers) dividing them"
+            )
+
+    @property
+    def replication(self) -> int:
+        """Parts per grid row (what :func:`load_shard` reads as a row group)."""
+        return self.cols * self.layers
+
+    def unit_of(self, rank: int) -> int:
+        return rank // self.layers
+
+    def row_of(self, rank: int) -> int:
+        return self.unit_of(rank) // self.cols
+
+    def col_of(self, rank: int) -> int:
+        return self.unit_of(rank) % self.cols
+
+    def unit_parts(self, unit: int) -> range:
+        return range(unit * self.layers, (unit + 1) * self.layers)
+
+    def row_parts(self, row: int) -> range:
+        """The parts of grid row ``row``'s units (the block's rows)."""
+        return range(row * self.replication, (row + 1) * self.replication)
+
+    def row_units(self, row: int) -> list[int]:
+        return [row * self.cols + k for k in range(self.cols)]
+
+    def col_units(self, col: int) -> list[int]:
+        return [r * self.cols + col for r in range(self.rows)]
+
+    def group_ranks(self) -> dict[str, list[list[int]]]:
+        """Every communicator's ranks: ``row`` (a grid row's units, one layer), ``col`` (a grid
+        column's units, one layer), ``fiber`` (a unit's ranks)."""
+        layers = range(self.layers)
+        return {
+            "row": [
+                [u * self.layers + z for u in self.row_units(r)]
+                for r in range(self.rows)
+                for z in layers
+            ],
+            "col": [
+                [u * self.layers + z for u in self.col_units(k)]
+                for k in range(self.cols)
+                for z in layers
+            ],
+            "fiber": [list(self.unit_parts(u)) for u in range(self.rows * self.cols)],
+        }
+
+    @property
+    def shape(self) -> str:
+        return f"{self.rows}x{self.cols}" + (f"x{self.layers}" if self.layers > 1 else "")
+
+
+def _most_square(n: int) -> int:
+    """The largest divisor of ``n`` not above its square root."""
+    return max(r for r in range(1, int(n**0.5) + 1) if n % r == 0)
+
+
+def grid_of(config, world_size: int) -> Grid | BlockGrid:
+    """The process grid a :class:`~shardgnn.fullgraph.config.FullGraphConfig` runs on:
+    ``(P / c) x c`` for ``1.5d``; ``R x C`` for ``2d`` and ``R x C x L`` for ``3d`` (``R`` =
+    ``--grid-rows``, 0: the most square with ``R <= C``; ``L`` = ``--grid-layers``, 0: the
+    largest divisor of ``P`` with ``L^3 <= P``, or its smallest above 1 when that is 1);
+    ``P x 1`` otherwise.
+
+    Raises:
+        ConfigError: the replication, the grid's rows or its layers do not divide ``P``.
+    """
+    if config.spmm not in ("2d", "3d"):
+        return Grid(world_size, config.replication)
+    layers = 1
+    if config.spmm == "3d":
+        divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
+        layers = config.grid_layers or max(d for d in divisors if d**3 <= world_size)
+        if layers == 1 and not config.grid_layers and world_size > 1:
+            layers = divisors[1]
+        if world_size % layers:
+            raise ConfigError(
+                f"--grid-layers {layers} must divide the number of workers ({world_size}); "
+                "e.g. --grid-layers 2 with 8 workers (0: chosen)"
+            )
+    units = world_size // layers
+    rows = config.grid_rows or _most_square(units)
+    if units % rows:
+        raise ConfigError(
+            f"--grid-rows {rows} must divide the number of workers ({world_size})"
+            + (f" over --grid-layers ({units})" if layers > 1 else "")
+            + "; e.g. --grid-rows 2 with 4 workers (0: the most square grid)"
+        )
+    return BlockGrid(world_size, rows, units // rows, layers)
+
+
+def grid_volume(
+    dst: np.ndarray, src: np.ndarray, owner: np.ndarray, grid: BlockGrid
+) -> tuple[int, int, int]:
+    """``(expand, fold, fiber)``: the rows one forward 2D/3D SpMM sends, each ``ceil(width / L)``
+    wide (its backward pass sends the same rows' gradients back), from the edges ``src -> dst``
+    (any ids) and each node's part ``owner``. Edge ``(u, v)`` is multiplied by unit
+    ``(row(u), col(v))`` (on each of its ``L`` ranks): it needs ``v`` from its unit unless they
+    share a grid row, and sends a partial row of ``u`` to ``u``'s unit unless they share a grid
+    column; each (row, unit) pair is counted once, per layer (what the plans send). ``fiber``:
+    3D's transposes between row and column slices inside a unit, there and back."""
+    dst, src = np.asarray(dst, dtype=np.int64), np.asarray(src, dtype=np.int64)
+    unit_dst, unit_src = owner[dst] // grid.layers, owner[src] // grid.layers
+    row_dst, col_dst = unit_dst // grid.cols, unit_dst % grid.cols
+    row_src, col_src = unit_src // grid.cols, unit_src % grid.cols
+    expand = np.unique((src * grid.rows + row_dst)[row_dst != row_src]).shape[0]
+    fold = np.unique((dst * grid.cols + col_src)[col_src != col_dst]).shape[0]
+    fiber = 2 * (grid.layers - 1) * int(owner.shape[0])
+    return int(expand) * grid.layers, int(fold) * grid.layers, fiber
+
 
 @dataclasses.dataclass
 class GridGroups:
-    """Communicators of one rank: ``row`` over its ``c`` replicas, ``col`` over its grid column
-    (one member per row group; the group rank of member ``(R, k)`` is ``R``)."""
+    """Communicators of one rank. 1D/1.5D: ``row`` over its ``c`` replicas, ``col`` over its grid
+    column (one member per row group; the group rank of member ``(R, k)`` is ``R``). 2D/3D: ``row``
+    over its grid row's units and ``col`` over its grid column's (its layer's rank of each, the
+    group rank of unit ``(r, k)`` being ``k``, resp. ``r``), ``fiber`` over its unit's ranks."""
 
     row: Communicator
     col: Communicator
+    fiber: Communicator = dataclasses.field(default_factory=lambda: Communicator(0, 1, None))
 
 
 def make_grid_groups(
-    grid: Grid, rank: int, world_comm: Communicator, timeout_s: float
+    grid: Grid | BlockGrid, rank: int, world_comm: Communicator, timeout_s: float
 ) -> GridGroups:
-    """Create the row and column process groups (every rank must call this, in the same order).
+    """Create the grid's process groups (every rank must call this, in the same order).
 
-    With ``c = 1`` no group is created: the column group is the world (``world_comm``) and the row
-    group is this rank alone.
+    A group of one rank is this rank alone and a group of every rank in order is the world
+    (``world_comm``): neither creates a process group (1D creates none).
     """
-    if grid.replication == 1:
-        return GridGroups(row=Communicator(0, 1, None), col=world_comm)
     timeout = datetime.timedelta(seconds=timeout_s)
-    row_comm = col_comm = None
-    # new_group is itself collective over the world: every rank creates every group, in order.
-    for row in range(grid.num_rows):
-        ranks = list(grid.row_parts(row))
-        group = dist.new_group(ranks, timeout=timeout, backend="gloo")
-        if rank in ranks:
-            row_comm = Communicator(ranks.index(rank), len(ranks), group)
-    for col in range(grid.replication):
-        ranks = grid.col_parts(col)
-        group = dist.new_group(ranks, timeout=timeout, backend="gloo")
-        if rank in ranks:
-            col_comm = Communicator(ranks.index(rank), len(ranks), group)
-    assert row_comm is not None and col_comm is not None
-    return GridGroups(row=row_comm, col=col_comm)
+    mine: dict[str, Communicator] = {}
+    for name, groups in grid.group_ranks().items():
+        for ranks in groups:
+            if len(ranks) == 1:
+                comm = Communicator(0, 1, None)
+            elif ranks == list(range(world_comm.world_size)):
+                comm = world_comm
+            else:  # new_group is itself collective over the world: every rank creates every group
+                group = dist.new_group(ranks, timeout=timeout, backend="gloo")
+                comm = Communicator(ranks.index(rank), len(ranks), group) if rank in ranks else None
+            if rank in ranks:
+                mine[name] = comm
+    return GridGroups(**mine)
 
 
 @dataclasses.dataclass
@@ -149,6 +296,15 @@ class FullGraphShard:
         offsets = np.concatenate([[0], np.cumsum(self.halo_counts)])
         return slice(int(offsets[part]), int(offsets[part + 1]))
 
+    def halo_requests(self, parts: list[int]) -> list[torch.Tensor]:
+        """Per part of ``parts``: the halo rows it owns, in its own (part-local) ids, in halo
+        order: the requests of a :class:`~shardgnn.fullgraph.rows.RowPlan` that fetches the
+        halo from its owners."""
+        return [
+            torch.from_numpy(self.halo[self.halo_segment(q)] - int(self.book.part_range(q)[0]))
+            for q in parts
+        ]
+
 
 def _non_loop_degree(indptr: np.ndarray, indices: np.ndarray, first_id: int) -> np.ndarray:
     """In-degree of every row ignoring self-loops (row ``i`` is global id ``first_id + i``)."""
@@ -166,13 +322,15 @@ def load_shard(
     *,
     need_features: bool = True,
     need_labels: bool = True,
+    data: bool = True,
 ) -> FullGraphShard:
     """Load this rank's row group from a partition directory and fetch its halo's degrees.
 
     Collective over ``world_comm`` (one all-to-all pair: halo ids to owners, degrees back).
 
     Without ``need_features``/``need_labels`` a part may lack them (``x`` is then None, ``y``
-    empty): link-prediction inference with learnable rows needs neither.
+    empty): link-prediction inference with learnable rows needs neither. Without ``data`` none
+    are read: the adjacency of the row group only (what 2D's SpMM multiplies).
 
     Raises:
         ConfigError: the directory's part count differs from the number of ranks, or it has no
@@ -191,8 +349,8 @@ def load_shard(
         raise ConfigError(f"{partitions} has no features; partition a dataset with features")
     if need_labels and any(part.y is None for part in parts):
         raise ConfigError(f"{partitions} has no labels; partition a labelled dataset")
-    has_x = all(part.x is not None for part in parts)
-    has_y = all(part.y is not None for part in parts)
+    has_x = data and all(part.x is not None for part in parts)
+    has_y = data and all(part.y is not None for part in parts)
     row_start, row_end = parts[0].start, parts[-1].end
     n = row_end - row_start
     indptr = np.zeros(n + 1, dtype=np.int64)

@@ -14,6 +14,24 @@ The variants differ only in how the halo rows arrive and how their gradients go 
 * ``1.5d`` (replication ``c``): ``1d`` inside each grid column (``P/c`` ranks), each rank
   multiplying the columns of the parts ``q % c == k``, then an all-reduce of the partial
   products over the ``c`` replicas. ``c = 1`` is exactly ``1d``.
+* ``2d`` (a ``R x C`` grid, nothing replicated): rank ``(r, k)`` holds its own part's rows and
+  multiplies the adjacency of grid row ``r``'s parts restricted to the columns of grid column
+  ``k``'s parts. *Expand*: the rows those columns need come from the ``R`` ranks of grid column
+  ``k`` (sparse: only rows with an edge there); *fold*: the partial products of the grid row's
+  rows go to their owners among the ``C`` ranks of grid row ``r`` (sparse: only rows with an
+  edge in the block), which add them up. Backward: the fold's transpose (each owner's output
+  gradient to the ranks that produced partial rows of it), the local ``A^T``, the expand's
+  transpose (halo gradients to their owners). A row travels to at most ``R - 1`` ranks and
+  receives from at most ``C - 1``, where 1D sends it to up to ``P - 1``: on dense or poorly
+  partitioned graphs the bytes fall as ``1/sqrt(P)`` (2D graph partitioning, Boman et al. SC'13;
+  CAGNET's 2D SUMMA moves adjacency blocks as well and splits the features, which this keeps
+  whole so every dense layer stays local).
+* ``3d`` (a ``R x C x L`` grid): ``2d`` over an ``R x C`` grid of *units* of ``L`` ranks, each
+  rank of a unit multiplying the unit's block for ``1 / L`` of the feature columns (Split-3D's
+  third dimension): one all-to-all inside the unit turns its rows into column slices before the
+  product and one turns them back after (backward: the same, reversed). Rows cross at most
+  ``R - 1 + C - 1`` units at ``1 / L`` of the width, plus the two slice exchanges; the unit's
+  adjacency block is held by each of its ``L`` ranks.
 
 Replicated tensors (1.5D) follow one convention: values are equal on the ``c`` replicas and
 gradients are *partial* (the true gradient is their sum). The forward all-reduce's adjoint is
@@ -39,7 +57,8 @@ import torch
 
 from shardgnn.distributed.codec import AlignedResiduals, RowCodec
 from shardgnn.distributed.comm import PendingExchange
-from shardgnn.fullgraph.config import FullGraphConfig
+from shardgnn.fullgraph.config import GRID_VARIANTS, FullGraphConfig
+from shardgnn.fullgraph.rows import RowPlan
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.nn.message_graph import MessageGraph, _csr, transpose_csr
 
@@ -76,69 +95,162 @@ class DistFullGraph:
         device: torch.device,
         stage: str = "spmm",
         error_feedback: bool = False,
+        block: FullGraphShard | None = None,
     ):
         self.shard, self.grid, self.rank, self.groups = shard, grid, rank, groups
         self.config, self.codec, self.device, self.stage = config, codec, device, stage
         self.residuals = AlignedResiduals() if error_feedback and codec is not None else None
         self.num_rows = shard.num_rows
-        n = shard.num_rows
+        # The rows this rank multiplies: its own (row group) rows, or 2D's grid-row block.
+        assert (block is not None) == (config.spmm in GRID_VARIANTS), "a grid row's block"
+        self.block = block = block if block is not None else shard
         self._graph = MessageGraph(
-            torch.from_numpy(shard.indptr).to(device),
-            torch.from_numpy(shard.indices).to(device),
-            n + len(shard.halo),
-            torch.from_numpy(shard.degree).to(device),
+            torch.from_numpy(block.indptr).to(device),
+            torch.from_numpy(block.indices).to(device),
+            block.num_rows + len(block.halo),
+            torch.from_numpy(block.degree).to(device),
         )
         self._adj: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._layers: list[DistLayerGraph] = []
+        self._column_map: np.ndarray | None = None  # extended column -> multiplied column (or -1)
         book = shard.book
         if config.spmm == "1d-sparse":
-            self._setup_sparse_plan()
+            comm = groups.col  # the world: 1d-sparse runs without replication
+            self.halo_plan = RowPlan(comm, shard.halo_requests(list(range(comm.world_size))),
+                                     "setup", device)  # fmt: skip
+        elif config.spmm in GRID_VARIANTS:
+            self._setup_grid()
         else:
-            col = grid.col_of(rank)
-            self._col_parts = grid.col_parts(col)
+            col_parts = self._col_parts = grid.col_parts(grid.col_of(rank))
             if grid.replication > 1:  # 1.5D: this replica multiplies only the columns of its parts
-                self._column_mask = np.isin(
-                    np.concatenate(
-                        [
-                            book.owner(np.arange(shard.row_start, shard.row_end)),
-                            book.owner(shard.halo),
-                        ]
-                    ),
-                    self._col_parts,
+                owners = np.concatenate(
+                    [book.owner(np.arange(shard.row_start, shard.row_end)), book.owner(shard.halo)]
+                )
+                self._column_map = np.where(
+                    np.isin(owners, col_parts), np.arange(owners.shape[0]), -1
                 )
             # The rows of each remote part this rank's columns need, in that part's local ids.
             self._needed = {
                 q: torch.from_numpy(shard.halo[shard.halo_segment(q)] - int(book.part_range(q)[0]))
-                for q in self._col_parts
+                for q in col_parts
                 if grid.row_of(q) != grid.row_of(rank)
             }
 
     # ------------------------------------------------------------------ set-up
-    def _setup_sparse_plan(self) -> None:
-        """Tell every owner which of its rows this rank needs; learn which rows each peer needs
-        (counted under ``setup``: ids once, not per layer)."""
-        comm, shard = self.groups.col, self.shard
-        requests = list(torch.split(torch.from_numpy(shard.halo), shard.halo_counts.tolist()))
-        incoming = comm.all_to_all(requests, "setup")
-        self._send_rows = [(ids - shard.own_start).to(self.device) for ids in incoming]
-        self._send_counts = [int(ids.shape[0]) for ids in incoming]
-        self._recv_counts = [int(c) for c in shard.halo_counts]
+    def _unit_range(self, unit: int) -> tuple[int, int]:
+        """Global ids ``[start, end)`` of a 2D/3D unit's rows (its parts are contiguous)."""
+        parts = self.grid.unit_parts(unit)
+        return int(self.block.book.part_range(parts[0])[0]), int(
+            self.block.book.part_range(parts[-1])[1]
+        )
+
+    def _unit_halo(self, unit: int) -> slice:
+        """Positions in the block's halo of a unit's rows."""
+        parts = self.grid.unit_parts(unit)
+        first, last = self.block.halo_segment(parts[0]), self.block.halo_segment(parts[-1])
+        return slice(first.start, last.stop)
+
+    def _setup_grid(self) -> None:
+        """2D/3D: number the columns this rank multiplies (its unit's rows, then the halo rows of
+        the other units of its grid column, unit after unit) and plan the expand (grid column)
+        and the fold (grid row) exchanges of its layer (ids counted under ``setup``, once)."""
+        block, grid, rank = self.block, self.grid, self.rank
+        unit = grid.unit_of(rank)
+        unit_start, unit_end = self._unit_range(unit)
+        n_block = block.num_rows
+        self._unit_lo = unit_lo = unit_start - block.row_start
+        self._unit_rows = n_unit = unit_end - unit_start
+        col_units = grid.col_units(grid.col_of(rank))
+        remote = [u for u in col_units if u != unit]
+        halo_pos = np.concatenate(
+            [np.arange(self._unit_halo(u).start, self._unit_halo(u).stop) for u in remote]
+            + [np.zeros(0, np.int64)]
+        )
+        column_map = np.full(n_block + len(block.halo), -1, dtype=np.int64)
+        column_map[unit_lo : unit_lo + n_unit] = np.arange(n_unit)
+        column_map[n_block + halo_pos] = n_unit + np.arange(halo_pos.shape[0])
+        self._column_map = column_map
+        self._num_columns = n_unit + int(halo_pos.shape[0])
+        # Expand: grid column member r (group rank r) holds unit col_units[r]'s rows.
+        requests = [
+            torch.from_numpy(block.halo[self._unit_halo(u)] - self._unit_range(u)[0])
+            if u != unit
+            else torch.zeros(0, dtype=torch.int64)
+            for u in col_units
+        ]
+        self.expand = RowPlan(self.groups.col, requests, "setup", self.device)
+        # Fold: the grid row's other units' rows with an edge into this rank's columns; their
+        # holders (grid row member k holds unit row_units[k]) add up the partial products.
+        dst = np.repeat(np.arange(n_block, dtype=np.int64), np.diff(block.indptr))
+        touched = np.zeros(n_block, dtype=bool)
+        touched[dst[column_map[block.indices] >= 0]] = True
+        requests, fold_rows = [], []
+        for u in grid.row_units(grid.row_of(rank)):
+            lo, hi = (v - block.row_start for v in self._unit_range(u))
+            rows = np.flatnonzero(touched[lo:hi]) if u != unit else np.zeros(0, np.int64)
+            requests.append(torch.from_numpy(rows))
+            fold_rows.append(rows + lo)
+        self.fold = RowPlan(self.groups.row, requests, "setup", self.device)
+        self._fold_rows = torch.from_numpy(np.concatenate(fold_rows)).to(self.device)
+        # 3D: the rows of each part of the unit (fiber member l holds part unit * L + l)
+        self._fiber_rows = [
+            int(np.diff(block.book.part_range(q))[0]) for q in grid.unit_parts(unit)
+        ]
+
+    def to_columns(self, h_NF: torch.Tensor, feedback=None) -> torch.Tensor:
+        """3D: ``[own rows, F]`` -> ``[unit rows, ceil(F / L)]``: this rank's slice of the
+        feature columns (zero-padded to ``L`` equal slices) for every row of its unit (one
+        all-to-all over the fiber; 2D: unchanged)."""
+        fiber = self.groups.fiber
+        if fiber.world_size == 1:
+            return h_NF
+        width = -(-h_NF.shape[1] // fiber.world_size)
+        padded = torch.nn.functional.pad(h_NF, (0, width * fiber.world_size - h_NF.shape[1]))
+        send = [
+            padded[:, i * width : (i + 1) * width].contiguous() for i in range(fiber.world_size)
+        ]
+        pieces = fiber.all_to_all(
+            send, self.stage, recv_counts=self._fiber_rows, codec=self.codec, feedback=feedback
+        )
+        return torch.cat(pieces).to(h_NF.device, h_NF.dtype)
+
+    def to_rows(self, z_UW: torch.Tensor, width: int, feedback=None) -> torch.Tensor:
+        """3D: the inverse of :meth:`to_columns`: ``[unit rows, W]`` slices -> ``[own rows,
+        width]`` (2D: unchanged)."""
+        fiber = self.groups.fiber
+        if fiber.world_size == 1:
+            return z_UW
+        send = list(torch.split(z_UW.contiguous(), self._fiber_rows))
+        own = self._fiber_rows[fiber.rank]
+        pieces = fiber.all_to_all(
+            send,
+            self.stage,
+            recv_counts=[own] * fiber.world_size,
+            codec=self.codec,
+            feedback=feedback,
+        )
+        return torch.cat([p.to(z_UW.device, z_UW.dtype) for p in pieces], dim=1)[:, :width]
 
     def adjacency(self, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(A, A^T)`` normalised, in extended local columns, restricted to this rank's columns
-        (1.5D), as CSR tensors (cached)."""
-        if self.grid.replication == 1:  # every column: the local graph's own cached matrices
+        """``(A, A^T)`` normalised over whole rows (graph degrees), restricted to the columns this
+        rank multiplies (1.5D: its replica's parts; 2D: its grid column's, renumbered), as CSR
+        tensors (cached). Rows: the held rows (2D: the grid row's block)."""
+        if self._column_map is None:  # every column: the local graph's own cached matrices
             return self._graph.adjacency(norm), self._graph.adjacency_t(norm)
         if norm not in self._adj:
-            # Normalise over the whole row (graph degrees), then keep this replica's columns.
             indptr, indices, values = self._graph.edge_values(norm)
-            keep = torch.from_numpy(self._column_mask).to(self.device)[indices]
-            rows = torch.repeat_interleave(
-                torch.arange(self.num_rows, device=self.device), indptr.diff()
+            column = torch.from_numpy(self._column_map).to(self.device)[indices]
+            keep = column >= 0
+            rows = self._graph.num_dst
+            dst = torch.repeat_interleave(
+                torch.arange(rows, device=self.device), indptr.diff(), output_size=len(indices)
             )
             indptr = torch.zeros_like(indptr)
-            indptr[1:] = torch.cumsum(torch.bincount(rows[keep], minlength=self.num_rows), 0)
-            adj = _csr(indptr, indices[keep], values[keep], (self.num_rows, self._graph.num_src))
+            indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rows), 0)
+            num_columns = (
+                self._num_columns if self.config.spmm in GRID_VARIANTS else self._graph.num_src
+            )
+            adj = _csr(indptr, column[keep], values[keep], (rows, num_columns))
             self._adj[norm] = (adj, transpose_csr(adj))
         return self._adj[norm]
 
@@ -165,34 +277,19 @@ class DistFullGraph:
 
     # ------------------------------------------------------------------ 1d-sparse exchanges
     def start_halo(self, h_NF: torch.Tensor) -> PendingExchange:
-        send = [h_NF[rows] for rows in self._send_rows]
-        return self.groups.col.all_to_all_async(
-            send, self.stage, recv_counts=self._recv_counts, codec=self.codec
-        )
+        return self.halo_plan.start(h_NF, self.stage, self.codec)
 
-    def finish_halo(self, pending: PendingExchange, width: int) -> torch.Tensor:
-        pieces = pending.wait()
-        own = self.groups.col.rank
-        rows = [p for i, p in enumerate(pieces) if i != own]
-        if not rows:
-            return torch.zeros((0, width), device=self.device)
-        return torch.cat(rows).to(self.device)
+    def finish_halo(self, pending: PendingExchange, like: torch.Tensor) -> torch.Tensor:
+        return self.halo_plan.finish(pending, like)
 
     def start_halo_grad(self, g_halo_HF: torch.Tensor, layer: int) -> PendingExchange:
         """``layer``: whose gradient stream this is (its sends are error-compensated)."""
-        send = list(torch.split(g_halo_HF, self._recv_counts))
-        return self.groups.col.all_to_all_async(
-            send,
-            self.stage,
-            recv_counts=self._send_counts,
-            codec=self.codec,
-            feedback=self._feedback(layer, "halo_grad"),
+        return self.halo_plan.start_back(
+            g_halo_HF, self.stage, self.codec, self._feedback(layer, "halo_grad")
         )
 
     def finish_halo_grad(self, pending: PendingExchange, g_NF: torch.Tensor) -> None:
-        for p, rows in enumerate(pending.wait()):
-            if p != self.groups.col.rank and rows.shape[0]:
-                g_NF.index_add_(0, self._send_rows[p], rows.to(g_NF.device, g_NF.dtype))
+        self.halo_plan.finish_back(pending, g_NF)
 
     # ------------------------------------------------------------------ 1d / 1.5d exchanges
     def broadcast_halo(self, h_NF: torch.Tensor) -> torch.Tensor:
@@ -295,7 +392,7 @@ class DistLayerGraph:
 
     def aggregate(self, h_NF: torch.Tensor, norm: str) -> torch.Tensor:
         training = torch.is_grad_enabled() and h_NF.requires_grad
-        fn = _SparseSpMM if self.full.config.spmm == "1d-sparse" else _BroadcastSpMM
+        fn = _SPMM_OF.get(self.full.config.spmm, _BroadcastSpMM)
         out = fn.apply(h_NF, self, norm, training)
         if training:
             self.step += 1
@@ -323,7 +420,7 @@ class _HaloRows(torch.autograd.Function):
     def forward(ctx, h_NF, layer: DistLayerGraph):
         full = layer.full
         ctx.layer = layer
-        return full.finish_halo(full.start_halo(h_NF), h_NF.shape[1]).to(h_NF.dtype)
+        return full.finish_halo(full.start_halo(h_NF), h_NF)
 
     @staticmethod
     def backward(ctx, g_HF):
@@ -337,11 +434,10 @@ class _SparseSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
         full = layer.full
-        width = h_NF.shape[1]
         pending = full.start_halo(h_NF)
         if training and full.config.staleness:
             pending = _take(layer.halo_queue, layer.step, full.config.staleness, pending)
-        halo_HF = full.finish_halo(pending, width).to(h_NF.dtype)
+        halo_HF = full.finish_halo(pending, h_NF)
         adj, _ = full.adjacency(norm)
         ctx.layer, ctx.norm, ctx.step = layer, norm, layer.step
         return adj @ torch.cat([h_NF, halo_HF])
@@ -386,3 +482,51 @@ class _BroadcastSpMM(torch.autograd.Function):
         g_h = g_ext[:n].clone()
         full.reduce_halo_grad(g_ext[n:], g_h, ctx.layer.index)
         return g_h, None, None, None
+
+
+class _GridSpMM(torch.autograd.Function):
+    """2D/3D: (3D: rows to column slices over the fiber) expand (grid column), the block's
+    product, fold (grid row) (3D: column slices back to rows); backward the transposes in
+    reverse order."""
+
+    @staticmethod
+    def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
+        full = layer.full
+        h_UW = full.to_columns(h_NF)
+        halo_HW = full.expand.finish(full.expand.start(h_UW, full.stage, full.codec), h_UW)
+        adj, _ = full.adjacency(norm)
+        partial_BW = adj @ torch.cat([h_UW, halo_HW])
+        lo = full._unit_lo
+        z_UW = partial_BW[lo : lo + full._unit_rows].clone()
+        # the grid row's other units' partial rows to their holders, who add them up
+        pending = full.fold.start_back(partial_BW[full._fold_rows], full.stage, full.codec)
+        full.fold.finish_back(pending, z_UW)
+        ctx.layer, ctx.norm, ctx.width = layer, norm, h_NF.shape[1]
+        return full.to_rows(z_UW, h_NF.shape[1])
+
+    @staticmethod
+    def backward(ctx, g_NF):
+        layer, full = ctx.layer, ctx.layer.full
+        g_UW = full.to_columns(g_NF.contiguous(), full._feedback(layer.index, "columns"))
+        # the fold's transpose: every rank that produced partial rows of ours gets their gradient
+        pending = full.fold.start(g_UW, full.stage, full.codec, full._feedback(layer.index, "fold"))
+        g_fold = full.fold.finish(pending, g_UW)
+        g_BW = g_UW.new_zeros((full.block.num_rows, g_UW.shape[1]))
+        lo = full._unit_lo
+        g_BW[lo : lo + full._unit_rows] = g_UW
+        g_BW[full._fold_rows] = g_fold
+        _, adj_t = full.adjacency(ctx.norm)
+        g_ext = adj_t @ g_BW
+        n = full._unit_rows
+        g_h = g_ext[:n].clone()
+        # the expand's transpose: halo gradients to their holders
+        pending = full.expand.start_back(
+            g_ext[n:], full.stage, full.codec, full._feedback(layer.index, "halo_grad")
+        )
+        full.expand.finish_back(pending, g_h)
+        g_NF = full.to_rows(g_h, ctx.width, full._feedback(layer.index, "rows"))
+        return g_NF, None, None, None
+
+
+_SPMM_OF = {"1d-sparse": _SparseSpMM, "2d": _GridSpMM, "3d": _GridSpMM}
+"""the autograd function of each variant (the others broadcast: ``1d``, ``1.5d``)"""

@@ -23,7 +23,8 @@ from shardgnn.distributed.codec import make_codec
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.shard import Grid, load_shard, make_grid_groups
+from shardgnn.fullgraph.config import GRID_VARIANTS
+from shardgnn.fullgraph.shard import Grid, grid_of, load_shard, make_grid_groups
 from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.functional import to_sparse_if_sparse
@@ -71,15 +72,30 @@ class DistFullGraphSteps(DistSteps):
                 "--staleness 0; drop the others (or use --model gcn/sage/gin for them)"
             )
         super().__init__(config, ctx)
-        self.grid = Grid(ctx.world_size, full.replication)
+        self.grid = grid_of(full, ctx.world_size)
         self.spmm_comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+        two_d = full.spmm in GRID_VARIANTS
+        # 2D/3D: a rank holds its own part's rows (features, labels) and multiplies a block of
+        # its grid row's adjacency (read without features).
         self.shard = load_shard(
-            self.pset.path, self.grid, ctx.rank, self.spmm_comm, need_labels=need_labels
+            self.pset.path,
+            Grid(ctx.world_size, 1) if two_d else self.grid,
+            ctx.rank,
+            self.spmm_comm,
+            need_labels=need_labels,
+        )
+        block = (
+            load_shard(self.pset.path, self.grid, ctx.rank, self.spmm_comm, data=False)
+            if two_d
+            else None
         )
         groups = make_grid_groups(self.grid, ctx.rank, self.spmm_comm, ctx.timeout_s)
-        # Comm stats of the grid groups (1.5D) are reported with the world's.
+        # Comm stats of the grid groups (1.5D, 2D, 3D) are reported with the world's.
         self.comms = tuple(
-            {id(c): c for c in (self.spmm_comm, groups.row, groups.col, self.main_comm)}.values()
+            {
+                id(c): c
+                for c in (self.spmm_comm, groups.row, groups.col, groups.fiber, self.main_comm)
+            }.values()
         )
         codec = make_codec(full.bits, mix_seed(config.seed, ctx.rank, 0xC0DEC))
         self.graph = DistFullGraph(
@@ -91,6 +107,7 @@ class DistFullGraphSteps(DistSteps):
             codec,
             ctx.device,
             error_feedback=config.error_feedback,
+            block=block,
         )
         x = torch.from_numpy(
             np.ascontiguousarray(
@@ -162,6 +179,7 @@ class DistFullGraphSteps(DistSteps):
             "partitioner": self.pset.method,
             "spmm": full.spmm,
             "replication": full.replication,
+            "grid": self.grid.shape if full.spmm in GRID_VARIANTS else None,
             "bits": full.bits,
             "staleness": full.staleness,
             "error_feedback": self.config.error_feedback,

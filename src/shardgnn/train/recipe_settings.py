@@ -39,8 +39,9 @@ CLUSTER_HISTORICAL = settings(
     "historical_scope", "historical_push_every",
 )  # fmt: skip
 DIST_FULL = WORKERS | settings(
-    "full.spmm", "full.replication", "full.bits", "full.staleness", "error_feedback"
-)
+    "full.spmm", "full.replication", "full.grid_rows", "full.grid_layers", "full.bits",
+    "full.staleness", "error_feedback",
+)  # fmt: skip
 PRECISION = settings("precision")
 """bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
 GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy", "gpu.overlap")

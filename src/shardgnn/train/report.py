@@ -36,17 +36,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
                         ("sampled edges / s", "-" if edges_per_s is None else f"{edges_per_s:,.0f}")
                     ]
                 ),
-                *(
-                    [
-                        (
-                            "distributed SpMM",
-                            f"{results['spmm']} (replication {results['replication']}, "
-                            f"{results['bits']} bits, staleness {results['staleness']})",
-                        )
-                    ]
-                    if "spmm" in results
-                    else []
-                ),
+                *_spmm_rows(results),
                 *_cache_rows(results.get("cache")),
                 *_locality_rows(results),
                 ("total time (s)", results["total_time_s"]),
@@ -129,6 +119,24 @@ def epoch_table(epochs: list[dict[str, Any]]) -> str:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _spmm_rows(results: dict) -> list[tuple[str, str]]:
+    """The distributed SpMM's row of the summary (distributed full-graph runs only)."""
+    if "spmm" not in results:
+        return []
+    layout = (
+        f"grid {results['grid']}"
+        if results.get("grid")
+        else f"replication {results['replication']}"
+    )
+    return [
+        (
+            "distributed SpMM",
+            f"{results['spmm']} ({layout}, {results['bits']} bits, "
+            f"staleness {results['staleness']})",
+        )
+    ]
 
 
 def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
