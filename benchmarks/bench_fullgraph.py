@@ -16,11 +16,8 @@ rank sent / received), weight all-reduce bytes, epoch time split into communicat
 the same invocation and on the same cores, two single-process baselines train the same model
 full-batch: shardgnn's own single-process training (``mode=full``) and PyG's ``GCNConv``
 (``cached=True``, a ``torch.sparse_csr`` adjacency, which is PyG's fastest CPU path without
-torch-sparse). Ratios: each variant's bytes over ``1d``'s per (dataset, P). Predicted rows per SpMM
-(``1d-sparse``: the partition's communication volume;
-``2d``/``3d``: the grid's expand + fold (+ feature-slice) volume,
-``shardgnn.fullgraph.shard.grid_volume``) beside the rows the run measured (bytes / 4 / the
-widths the SpMMs run at).
+torch-sparse). Ratios: each variant's bytes over ``1d``'s per (dataset, P). What ``shardgnn plan``
+predicts for these runs: ``benchmarks/bench_plan.py`` on the results file.
 
 **accuracy** — GCN, 2 layers, hidden 256, dropout 0.5, Adam lr 0.01, weight decay 5e-4, ``--epochs``
 (default 200) epochs, ``--feature-norm`` (default row) features, ``1d-sparse`` on P = ``--workers``
@@ -61,7 +58,7 @@ import torch
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.distributed.launch import launch_local
 from shardgnn.fullgraph.config import GRID_VARIANTS
-from shardgnn.fullgraph.shard import grid_of, grid_volume
+from shardgnn.fullgraph.shard import grid_of
 from shardgnn.fullgraph.spmm import FullGraphConfig
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.graph.features import normalize_features
@@ -220,34 +217,9 @@ def variants_for(workers: int) -> list[FullGraphConfig]:
     return out
 
 
-def spmm_widths(graph, config: TrainConfig) -> list[int]:
-    """Widths the SpMMs of one training step run at: GCN aggregates at the narrower of a layer's
-    in/out width, forward and backward, except that aggregating the raw features (layer 0 when
-    they are the narrower) needs no backward; 3D moves ``ceil(width / L)`` wide slices."""
-    dims = [graph.x.shape[1]] + [config.model.hidden] * (config.model.num_layers - 1)
-    dims.append(graph.num_classes)
-    widths = [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
-    backward = widths[1:] if dims[0] <= dims[1] else widths
-    layers = grid_of(config.full, config.run.workers).layers if config.full.spmm == "3d" else 1
-    return [-(-w // layers) for w in widths + backward]
-
-
 def grid_label(full: FullGraphConfig, workers: int) -> str | None:
     """``RxC[xL]`` of a 2D/3D run's process grid (None for the other variants)."""
     return grid_of(full, workers).shape if full.spmm in GRID_VARIANTS else None
-
-
-def predicted_rows(graph, pset, full: FullGraphConfig, workers: int) -> int | None:
-    """Rows one forward SpMM moves, counted from the graph and the partition (None: a broadcast
-    variant, whose bytes do not depend on the graph's edges)."""
-    if full.spmm == "1d-sparse":
-        return int(pset.meta["metrics"]["comm_volume"])
-    if full.spmm not in GRID_VARIANTS:
-        return None
-    owner = np.empty(pset.book.num_nodes, dtype=np.int64)
-    owner[np.asarray(pset.orig_ids)] = pset.book.owner(np.arange(pset.book.num_nodes))
-    dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr))
-    return sum(grid_volume(dst, np.asarray(graph.indices), owner, grid_of(full, workers)))
 
 
 def steady(values: list[float]) -> float:
@@ -296,7 +268,7 @@ def run_bytes(args, report: dict[str, Any]) -> str:
                 + (f" {r['grid']}" if r.get("grid") else ""),
             ]
             if s is None:
-                rows.append(head + ["FAILED"] + [""] * 10)
+                rows.append(head + ["FAILED"] + [""] * 8)
                 continue
             ref = next(
                 (
@@ -318,8 +290,6 @@ def run_bytes(args, report: dict[str, Any]) -> str:
                 + [
                     f"{s['spmm_bytes_per_epoch'] / MB:,.1f}",
                     "-" if ratio is None else f"{ratio:.3f}",
-                    "-" if r.get("predicted_rows") is None else f"{r['predicted_rows']:,}",
-                    f"{s['spmm_bytes_per_epoch'] / 4 / sum(r['widths']):,.0f}",
                     f"{s['max_rank_sent_per_epoch'] / MB:,.1f}",
                     f"{s['max_rank_recv_per_epoch'] / MB:,.1f}",
                     f"{s['epoch_time_s']:.3f}",
@@ -336,8 +306,6 @@ def run_bytes(args, report: dict[str, Any]) -> str:
                 "spmm",
                 "SpMM MB/epoch",
                 "vs 1d",
-                "predicted rows/SpMM",
-                "measured rows/SpMM",
                 "max sent MB (1 rank)",
                 "max recv MB (1 rank)",
                 "epoch s",
@@ -357,8 +325,7 @@ def run_bytes(args, report: dict[str, Any]) -> str:
             path, _ = ensure_partitions(
                 Path(args.work_dir), spec, workers, args.method, args.seed, get_graph
             )
-            pset = read_partitions(path, verify=False)
-            meta = pset.meta
+            meta = read_partitions(path, verify=False).meta
             for full in variants_for(workers):
                 label = f"{spec} P={workers} {full.spmm} c={full.replication}"
                 print(f"== {label}", flush=True)
@@ -371,8 +338,6 @@ def run_bytes(args, report: dict[str, Any]) -> str:
                     "grid": grid_label(full, workers),
                     "method": args.method,
                     "comm_volume_rows": meta["metrics"]["comm_volume"],
-                    "predicted_rows": predicted_rows(get_graph(), pset, full, workers),
-                    "widths": spmm_widths(get_graph(), config),
                     "threads": config.threads,
                 }
                 try:

@@ -333,46 +333,6 @@ def test_attention_needs_the_sparse_plan_in_distributed_full_graph(tmp_path_fact
         DistFullNodeSteps(config, None)
 
 
-def _count_all_spmm_bytes(ctx, config):
-    """Bytes of one training epoch's SpMM over every communicator (2D's grid groups too)."""
-    from shardgnn.train.fullgraph import DistFullNodeSteps
-
-    steps = DistFullNodeSteps(config, ctx)
-    for comm in steps.comms:
-        comm.reset()
-    steps.train_epoch(EpochRun(0, show_progress=False))
-    return sum(c.stats["spmm"].bytes_sent for c in steps.comms if "spmm" in c.stats)
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_2d_3d_spmm_bytes_equal_the_grid_volume_and_undercut_1d(tmp_path_factory, small_synthetic):
-    """On a 2 x 2 grid (and a 1 x 2 x 2 one) the rows an epoch moves are the expand, fold (and
-    feature-slice) volumes counted from the edges (forward rows, backward their gradients); on a
-    random partition (every row wanted everywhere) 2D moves fewer bytes than 1D's broadcast and
-    than the sparse 1D plan."""
-    from shardgnn.fullgraph.shard import grid_of, grid_volume
-
-    graph = small_synthetic
-    path = _parts(tmp_path_factory, graph, 4, "random")
-    owner = partition_graph(graph, PartitionConfig(num_parts=4, method="random", seed=0)).assignment
-    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
-    sent = {}
-    for spmm in ("1d", "1d-sparse", "2d", "3d"):
-        full = FullGraphConfig(spmm=spmm)
-        config = _config(path, "sage", full, dropout=0.0, input_dropout=0.0)
-        sent[spmm] = sum(run_workers(_count_all_spmm_bytes, 4, config))
-        if spmm in ("2d", "3d"):
-            grid = grid_of(full, 4)
-            rows = grid_volume(dst, np.asarray(graph.indices), np.asarray(owner), grid)
-            expand, fold, fiber = rows  # 3d on 4 workers: 1 x 2 x 2, nothing to expand
-            assert (expand > 0) == (grid.rows > 1) and fold > 0 and (fiber > 0) == (spmm == "3d")
-            # as in the 1d-sparse volume test; 3D moves ceil(width / L) wide slices
-            widths = [-(-w // grid.layers) for w in (12, 16, 4)]
-            assert sent[spmm] == sum(rows) * 4 * (sum(widths) + sum(widths[1:])), spmm
-    assert sent["2d"] < sent["1d-sparse"] < sent["1d"], sent
-
-
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
@@ -405,3 +365,71 @@ def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
     ref_run, run = json.loads(ref.read_text()), json.loads(got.read_text())
     assert run["spmm"] == "2d" and run["grid"] == "2x2" and run["workers"] == 4
     _assert_same_run(ref_run, run)
+
+
+def _sent_per_worker(ctx, config):
+    """SpMM bytes each worker sent in one training epoch (every communicator)."""
+    from shardgnn.train.fullgraph import DistFullNodeSteps
+
+    steps = DistFullNodeSteps(config, ctx)
+    for comm in steps.comms:
+        comm.reset()
+    steps.train_epoch(EpochRun(0, show_progress=False))
+    return sum(c.stats["spmm"].bytes_sent for c in steps.comms if "spmm" in c.stats)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("method,bits", [("metis", 32), ("random", 32), ("metis", 4)])
+def test_plan_predicts_every_strategys_bytes_worker_by_worker(
+    tmp_path_factory, small_synthetic, method, bits
+):
+    """`shardgnn plan`'s counts, from the edges and the partition alone, equal the bytes a
+    training epoch sends, in total and on the busiest worker, for every strategy at P = 4 (2D's
+    expand and fold, 3D's feature slices on 1 x 2 x 2, 1.5D's all-reduce beside its broadcasts);
+    on a random partition (most rows wanted everywhere) 2D sends less than both 1D plans."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import costs_at
+
+    graph = small_synthetic
+    path = _parts(tmp_path_factory, graph, 4, method)
+    assignment = partition_graph(graph, PartitionConfig(num_parts=4, method=method, seed=0))
+    plan = PlanConfig(model="sage", hidden=16, layers=3, bits=bits)
+    costs = costs_at(graph, assignment.assignment, 4, plan)
+    assert {(c.strategy, c.layout) for c in costs} == {
+        ("1d", ""), ("1d-sparse", ""), ("1.5d", "c=2"), ("2d", "2x2"), ("3d", "1x2x2")
+    }  # fmt: skip
+    measured = {}
+    for cost in costs:
+        if bits < 32 and cost.strategy not in ("1.5d", "3d"):
+            continue  # low bits: the fp32 all-reduce beside coded broadcasts, coded slices
+        config = _config(path, "sage", cost.config, dropout=0.0, input_dropout=0.0)
+        sent = run_workers(_sent_per_worker, 4, config)
+        assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes), cost
+        measured[cost.strategy] = sum(sent)
+    if method == "random":
+        assert measured["2d"] < measured["1d-sparse"] < measured["1d"], measured
+
+
+def test_cli_plan_table_json_and_errors(tmp_path, capsys):
+    """`shardgnn plan` prints every strategy per worker count with the pick, writes the costs as
+    JSON, and refuses bad settings in one line."""
+    import json
+
+    from shardgnn.cli import main
+
+    out = tmp_path / "plan.json"
+    spec = "synthetic:nodes=800,degree=6,classes=3,features=10"
+    assert main(["plan", spec, "--workers", "2,4,8", "--method", "random", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("<- fewest") == 3 and "2x2x2" in printed
+    data = json.loads(out.read_text())
+    strategies = {(c["workers"], c["strategy"], c["layout"]) for c in data["costs"]}
+    assert (4, "1.5d", "c=2") in strategies and (8, "3d", "2x2x2") in strategies
+    assert set(data["picks"]) == {"2", "4", "8"}
+    assert all(c["max_worker_bytes"] <= c["bytes_per_epoch"] for c in data["costs"])
+    assert main(["plan", spec, "--workers", "0"]) == 2
+    assert "--workers 0: must be worker counts >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse: not one of the choices
+        main(["plan", spec, "--model", "gat"])
+    assert exit_.value.code == 2

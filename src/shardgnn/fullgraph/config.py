@@ -64,3 +64,37 @@ class FullGraphConfig:
                 "needs --spmm 1d-sparse: stale halo rows are the point-to-point rows of "
                 "the sparsity-aware exchange",
             )
+
+
+@dataclasses.dataclass(kw_only=True)
+class PlanConfig:
+    """``shardgnn plan``: the bytes and memory of every full-graph strategy at many worker counts
+    (:mod:`shardgnn.fullgraph.plan`)."""
+
+    dataset: str = option("synthetic", cli=False, help="dataset spec")
+    data_dir: str | None = option(None, help="dataset folder")
+    workers: tuple[int, ...] = option(
+        (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        metavar="P,P,...",
+        help="worker counts to plan for",
+    )
+    method: str = option(
+        "metis",
+        choices=("metis", "random"),
+        help="partitioner of every worker count (metis balancing node counts)",
+    )
+    model: str = option("gcn", choices=("gcn", "sage"), help="the model whose layers are planned")
+    hidden: int = option(256, help="hidden width")
+    layers: int = option(2, help="message-passing layers")
+    bits: int = option(32, choices=BITS, help="bits per exchanged value (32: exact)")
+    seed: int = option(0, help="partitioner seed")
+    out: str | None = option(None, help="also write every cost as JSON here")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if not self.workers or min(self.workers) < 1:
+            raise invalid(self, "workers", "must be worker counts >= 1, e.g. 2,4,8")
+        if self.hidden < 1:
+            raise invalid(self, "hidden", "must be >= 1")
+        if self.layers < 1:
+            raise invalid(self, "layers", "must be >= 1")

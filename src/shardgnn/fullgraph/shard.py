@@ -191,26 +191,6 @@ def grid_of(config, world_size: int) -> Grid | BlockGrid:
     return BlockGrid(world_size, rows, units // rows, layers)
 
 
-def grid_volume(
-    dst: np.ndarray, src: np.ndarray, owner: np.ndarray, grid: BlockGrid
-) -> tuple[int, int, int]:
-    """``(expand, fold, fiber)``: the rows one forward 2D/3D SpMM sends, each ``ceil(width / L)``
-    wide (its backward pass sends the same rows' gradients back), from the edges ``src -> dst``
-    (any ids) and each node's part ``owner``. Edge ``(u, v)`` is multiplied by unit
-    ``(row(u), col(v))`` (on each of its ``L`` ranks): it needs ``v`` from its unit unless they
-    share a grid row, and sends a partial row of ``u`` to ``u``'s unit unless they share a grid
-    column; each (row, unit) pair is counted once, per layer (what the plans send). ``fiber``:
-    3D's transposes between row and column slices inside a unit, there and back."""
-    dst, src = np.asarray(dst, dtype=np.int64), np.asarray(src, dtype=np.int64)
-    unit_dst, unit_src = owner[dst] // grid.layers, owner[src] // grid.layers
-    row_dst, col_dst = unit_dst // grid.cols, unit_dst % grid.cols
-    row_src, col_src = unit_src // grid.cols, unit_src % grid.cols
-    expand = np.unique((src * grid.rows + row_dst)[row_dst != row_src]).shape[0]
-    fold = np.unique((dst * grid.cols + col_src)[col_src != col_dst]).shape[0]
-    fiber = 2 * (grid.layers - 1) * int(owner.shape[0])
-    return int(expand) * grid.layers, int(fold) * grid.layers, fiber
-
-
 @dataclasses.dataclass
 class GridGroups:
     """Communicators of one rank. 1D/1.5D: ``row`` over its ``c`` replicas, ``col`` over its grid
