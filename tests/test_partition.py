@@ -507,6 +507,14 @@ def test_empty_parts_need_permission(directed_graph, tmp_path):
     assert load_part(tmp_path / "parts", 1).num_nodes == 0
 
 
+def test_metis_with_several_constraints_names_the_balance_when_it_empties_parts():
+    """Balancing nodes, training nodes and edges at once, METIS leaves parts empty on a small
+    graph cut into many parts: the error says which balance did it and what to try."""
+    graph = generate(SyntheticConfig(nodes=2000, degree=6, seed=1))
+    with pytest.raises(DatasetError, match="METIS balanced nodes,train,edges.*--balance nodes"):
+        partition_graph(graph, PartitionConfig(num_parts=256, method="metis"))
+
+
 def _data_offset(path: Path) -> int:
     with open(path, "rb") as fh:
         version = np.lib.format.read_magic(fh)
