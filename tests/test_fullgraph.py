@@ -433,3 +433,51 @@ def test_cli_plan_table_json_and_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:  # argparse: not one of the choices
         main(["plan", spec, "--model", "gat"])
     assert exit_.value.code == 2
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_spmm_auto_trains_with_the_plans_pick(tmp_path, capsys):
+    """`--spmm auto` runs the strategy `shardgnn plan` picks for the partition (its busiest
+    worker sends the fewest bytes), says so in one line, and records what ran."""
+    import json
+
+    from shardgnn.cli import main
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import partition_costs, recommend
+
+    spec = "synthetic:nodes=1500,degree=12,classes=3,features=9,seed=2"
+    parts = tmp_path / "parts"
+    assert main(["partition", spec, "--parts", "4", "--method", "random", "--out", str(parts),
+                 "--quiet"]) == 0  # fmt: skip
+    pset = read_partitions(parts, verify=False)
+    pick = recommend(partition_costs(pset, PlanConfig(model="gcn", hidden=12, layers=2), 3))[4]
+    assert pick.strategy in ("2d", "3d")  # a random partition: the grids beat both 1D plans
+    out = tmp_path / "auto.json"
+    flags = ["--mode", "full", "--model", "gcn", "--hidden", "12", "--layers", "2", "--epochs", "1",
+             "--spmm", "auto", "--quiet", "--results", str(out)]  # fmt: skip
+    assert main(["train", "--partitions", str(parts), *flags]) == 0
+    assert (
+        f"--spmm auto: {pick.strategy} {pick.layout}: its busiest worker" in capsys.readouterr().out
+    )
+    results = json.loads(out.read_text())
+    assert (results["spmm"], results["grid"]) == (pick.strategy, pick.layout)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("model", ["gin", "appnp", "sgc"])
+def test_plan_knows_the_widths_every_model_aggregates_at(tmp_path_factory, small_synthetic, model):
+    """GIN aggregates at the narrower width, APPNP and SGC propagate at the output width with a
+    gradient every step: the plan's bytes equal a training epoch's for each (2 workers)."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import costs_at
+
+    graph = small_synthetic
+    path = _parts(tmp_path_factory, graph, 2, "metis")
+    assignment = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
+    costs = costs_at(graph, assignment.assignment, 2, PlanConfig(model=model, hidden=16, layers=3))
+    cost = next(c for c in costs if c.strategy == "1d-sparse")
+    config = _config(path, model, cost.config, dropout=0.0, input_dropout=0.0)
+    sent = run_workers(_sent_per_worker, 2, config)
+    assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes)

@@ -135,6 +135,18 @@ def test_halo_attention_on_one_gpu_equals_the_cpu(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("spmm", ["2d", "3d"])
+def test_grid_spmm_on_one_gpu_equals_the_cpu(tmp_path, spmm):
+    """2D (a 1 x 2 grid) and 3D (1 x 1 x 2: feature slices) full-graph SpMM on CUDA, 2 ranks
+    sharing the GPU: the same losses as on the CPU."""
+    flags = ["--workers", "2", "--mode", "full", "--spmm", spmm, "--dropout", "0", "--epochs", "2"]
+    cpu = _train_cli(tmp_path, f"{spmm}-cpu", *flags, "--device", "cpu")
+    gpu = _train_cli(tmp_path, f"{spmm}-gpu", *flags, "--device", "cuda")
+    _same_losses(cpu, gpu, tol=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_one_worker_trains_over_nccl(tmp_path):
     _train_cli(
         tmp_path, "nccl", "--workers", "1", "--device", "cuda", "--backend", "nccl",

@@ -19,7 +19,7 @@ class FullGraphConfig:
 
     spmm: str = option(
         "1d-sparse",
-        choices=SPMM_VARIANTS,
+        choices=(*SPMM_VARIANTS, "auto"),
         help=(
             "distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
             "worker needs, 1.5d replicates row blocks --replication times (CAGNET), 2d splits "
@@ -83,7 +83,11 @@ class PlanConfig:
         choices=("metis", "random"),
         help="partitioner of every worker count (metis balancing node counts)",
     )
-    model: str = option("gcn", choices=("gcn", "sage"), help="the model whose layers are planned")
+    model: str = option(
+        "gcn",
+        choices=("gcn", "sage", "gin", "appnp", "sgc"),
+        help="the model whose layers are planned",
+    )
     hidden: int = option(256, help="hidden width")
     layers: int = option(2, help="message-passing layers")
     bits: int = option(32, choices=BITS, help="bits per exchanged value (32: exact)")

@@ -66,11 +66,16 @@ class StrategyCost:
         return out
 
 
-def spmm_widths(config: PlanConfig, in_dim: int, num_classes: int) -> tuple[list[int], list[int]]:
-    """Widths of the SpMMs of one training step, ``(forward, backward)``: GCN and GraphSAGE
-    aggregate at the narrower of a layer's input and output width; aggregating the raw features
-    (layer 0 when they are the narrower) needs no backward."""
-    dims = [in_dim] + [config.hidden] * (config.layers - 1) + [num_classes]
+def spmm_widths(config: PlanConfig, in_dim: int, out_dim: int) -> tuple[list[int], list[int]]:
+    """Widths of the SpMMs of one training step, ``(forward, backward)``, as the layers of
+    :mod:`shardgnn.nn` run them: GCN, GraphSAGE and GIN aggregate at the narrower of a layer's
+    input and output width (a dense input; sparse features are projected first), and aggregating
+    the raw features (layer 0 when they are the narrower) needs no backward; APPNP and SGC
+    propagate ``layers`` times at the output width, after a layer that needs its gradient."""
+    if config.model in ("appnp", "sgc"):
+        steps = [out_dim] * config.layers
+        return steps, steps
+    dims = [in_dim] + [config.hidden] * (config.layers - 1) + [out_dim]
     widths = [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
     return widths, (widths[1:] if dims[0] <= dims[1] else widths)
 
@@ -193,7 +198,8 @@ def strategy_cost(
 def costs_at(
     graph: Graph, assignment: np.ndarray, workers: int, config: PlanConfig
 ) -> list[StrategyCost]:
-    """Every strategy's cost on one partition (``assignment``: each node's part)."""
+    """Every strategy's cost on one partition of an in-memory graph (``assignment``: each node's
+    part)."""
     owner = np.asarray(assignment, dtype=np.int64)
     e = _Edges(
         dst=np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr)),
@@ -203,8 +209,38 @@ def costs_at(
         send_volume=send_volumes(graph, owner, workers).astype(np.int64),
         recv_volume=recv_volumes(graph, owner, workers).astype(np.int64),
     )
-    in_dim = int(graph.x.shape[1])
-    widths = spmm_widths(config, in_dim, graph.num_classes)
+    return _costs(e, workers, config, int(graph.x.shape[1]), graph.num_classes)
+
+
+def partition_costs(pset, config: PlanConfig, out_dim: int) -> list[StrategyCost]:
+    """Every strategy's cost on a partition directory (a
+    :class:`~shardgnn.partition.format.PartitionSet`) at its part count: the edges come from
+    every part's in-edges (new ids), the volumes from its recorded metrics; ``out_dim``: the
+    model's output width."""
+    book = pset.book
+    workers = pset.num_parts
+    dst, src = [], []
+    for q in range(workers):
+        part = pset.load_part(q, mmap=True, verify=False)
+        dst.append(np.repeat(np.arange(part.start, part.end, dtype=np.int64), np.diff(part.indptr)))
+        src.append(np.asarray(part.indices, dtype=np.int64))
+    metrics = pset.metrics
+    e = _Edges(
+        dst=np.concatenate(dst),
+        src=np.concatenate(src),
+        owner=book.owner(np.arange(book.num_nodes)).astype(np.int64),
+        sizes=np.diff(np.asarray(book.boundaries)).astype(np.int64),
+        send_volume=np.asarray(metrics.send_volume, dtype=np.int64),
+        recv_volume=np.asarray(metrics.recv_volume, dtype=np.int64),
+    )
+    in_dim = int((pset.meta.get("features") or {}).get("dim", 0))
+    return _costs(e, workers, config, in_dim, out_dim)
+
+
+def _costs(
+    e: _Edges, workers: int, config: PlanConfig, in_dim: int, out_dim: int
+) -> list[StrategyCost]:
+    widths = spmm_widths(config, in_dim, out_dim)
     return [
         strategy_cost(
             dataclasses.replace(full, bits=config.bits), e, workers, widths, config, in_dim
@@ -248,3 +284,24 @@ def recommend(costs: list[StrategyCost]) -> dict[int, StrategyCost]:
         if incumbent is None or key < (incumbent.max_worker_bytes, incumbent.held_mb):
             best[cost.workers] = cost
     return best
+
+
+def auto_spmm(
+    pset, model: str, hidden: int, layers: int, full: FullGraphConfig, out_dim: int
+) -> tuple[FullGraphConfig, list[StrategyCost]]:
+    """``--spmm auto``: ``full`` with the strategy :func:`recommend` picks for the partition
+    directory ``pset`` (its replication or grid included; bits and the rest kept), and every
+    strategy's cost."""
+    config = PlanConfig(model=model, hidden=hidden, layers=layers, bits=full.bits)
+    costs = partition_costs(pset, config, out_dim)
+    best = recommend(costs)[pset.num_parts].config
+    return (
+        dataclasses.replace(
+            full,
+            spmm=best.spmm,
+            replication=best.replication,
+            grid_rows=best.grid_rows,
+            grid_layers=best.grid_layers,
+        ),
+        costs,
+    )

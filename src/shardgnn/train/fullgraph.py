@@ -63,6 +63,11 @@ class DistFullGraphSteps(DistSteps):
                 f"{config.model.model})"
             )
         full = config.full
+        if full.spmm == "auto":  # a config that did not come through `shardgnn train`
+            raise ConfigError(
+                "--spmm auto is decided before the workers start (`shardgnn train`, "
+                "`python -m shardgnn.run train`); give a concrete --spmm here"
+            )
         if config.model.model in ATTENTION_MODELS and (
             full.spmm != "1d-sparse" or full.replication != 1 or full.staleness
         ):
