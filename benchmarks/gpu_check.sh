@@ -26,3 +26,6 @@ timeout "${GPU_TESTS_TIMEOUT:-200}" python3 -m pytest -q -m gpu -p no:cacheprovi
 echo "== benchmarks"
 timeout "${GPU_BENCH_TIMEOUT:-380}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" --md "$OUT/gpu.md" \
     --deadline "${GPU_BENCH_DEADLINE:-330}" 2>&1 | grep -v "^epoch " | tee "$OUT/gpu_bench.log" | tail -40
+echo "== bulk sampling (k batches per hop against one at a time)"
+timeout "${GPU_BULK_TIMEOUT:-90}" python3 benchmarks/bench_bulk.py --device cuda --batches 64 \
+    --out "$OUT/bulk_sampling_gpu.json" 2>&1 | tail -8

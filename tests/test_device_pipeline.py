@@ -77,6 +77,64 @@ def test_tensor_sampler_excludes_edges_as_the_kernels_do(small_graph):
     )  # the exclusion removed something
 
 
+@pytest.mark.parametrize(
+    "fanouts,replace", [((15, 10, 5), False), ((3, 2), True), ((-1, 4), False)]
+)
+def test_bulk_sampling_draws_each_batch_as_one_at_a_time(small_graph, fanouts, replace):
+    """`sample_many`: k batches' frontiers stacked into one draw per hop (uneven sizes, one of a
+    single seed, seeds across the int64 range) give each batch the blocks the kernels draw."""
+    config = SamplerConfig(fanouts=fanouts, replace=replace)
+    g = small_graph
+    kernels = NeighborSampler(g.indptr, g.indices, config)
+    bulk = DeviceNeighborSampler(g.indptr, g.indices, config, CPU)
+    rng = np.random.default_rng(3)
+    batches = [torch.from_numpy(rng.choice(g.num_nodes, n, replace=False)) for n in (64, 1, 37)]
+    seeds = [5, 2**63 + 9, 77]
+    for batch, seed, got in zip(batches, seeds, bulk.sample_many(batches, seeds), strict=True):
+        assert_same_blocks(kernels.sample(batch, seed), got)
+
+
+def test_bulk_sampling_is_uniform_without_replacement(small_graph):
+    """2,000 batches of one seed node drawn at once: every neighbour is drawn with probability
+    fanout / degree (chi-square), never twice in one batch."""
+    from scipy.stats import chisquare
+
+    g = small_graph
+    node = int(np.argmax(np.diff(g.indptr)))
+    degree, fanout = int(g.indptr[node + 1] - g.indptr[node]), 3
+    assert degree > 2 * fanout
+    bulk = DeviceNeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(fanout,)), CPU)
+    draws = bulk.sample_many([torch.tensor([node])] * 2000, list(range(2000)))
+    eids = [d.blocks[0].edge_ids_E for d in draws]
+    assert all(len(e) == fanout and len(torch.unique(e)) == fanout for e in eids)
+    counts = np.bincount(torch.cat(eids).numpy() - g.indptr[node], minlength=degree)
+    assert chisquare(counts).pvalue > 0.01
+
+
+def test_bulk_batches_train_as_one_at_a_time(small_graph):
+    """`--bulk-batches 3` (uneven last group included) trains exactly as one batch at a time;
+    refused where it does not apply."""
+    from shardgnn.nn.models import ModelConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.single import run_training
+
+    def run(bulk):
+        config = TrainConfig(
+            model=ModelConfig(model="sage", hidden=16),
+            sampler=SamplerConfig(fanouts=(5, 5), bulk=bulk),
+            optim=OptimConfig(epochs=2),
+            batch_size=70,
+            progress=False,
+        )
+        return run_training(config, small_graph)
+
+    one, bulk = run(1), run(3)
+    assert [e["loss"] for e in one["epochs"]] == [e["loss"] for e in bulk["epochs"]]
+    assert one["test_acc"] == bulk["test_acc"]
+    with pytest.raises(ConfigError, match="--bulk-batches 0: must be >= 1"):
+        SamplerConfig(bulk=0)
+
+
 def test_relabel_keeps_first_appearance_order():
     frontier = np.array([9, 4, 7], dtype=np.int64)
     nbr = np.array([4, 12, 3, 12, 9, 5, 3], dtype=np.int64)

@@ -78,10 +78,30 @@ class NeighborSamplingStage:
 
     def __iter__(self) -> Iterator[tuple[int, SampledBlocks]]:
         epoch = self.batches.epoch
+        bulk = getattr(getattr(self.sampler, "config", None), "bulk", 1)
+        if bulk > 1 and hasattr(self.sampler, "sample_many"):
+            yield from self._bulk(epoch, bulk)
+            return
         for index, seeds in self.batches:
             with self.timer("sample"):
                 sample = self.sampler.sample(SeedInput(seeds), self.batch_seed(epoch, index))
             yield index, sample
+
+    def _bulk(self, epoch: int, k: int) -> Iterator[tuple[int, SampledBlocks]]:
+        """``k`` batches at a time through the sampler's ``sample_many`` (each batch with its own
+        seed, so the blocks are those of one batch at a time)."""
+        pending: list[tuple[int, Any]] = []
+        for item in itertools.chain(self.batches, [None]):
+            if item is not None:
+                pending.append(item)
+            if pending and (len(pending) == k or item is None):
+                with self.timer("sample"):
+                    samples = self.sampler.sample_many(
+                        [SeedInput(s) for _, s in pending],
+                        [self.batch_seed(epoch, i) for i, _ in pending],
+                    )
+                yield from zip([i for i, _ in pending], samples)
+                pending = []
 
 
 class LocalityCounter:

@@ -32,6 +32,14 @@ class SamplerConfig:
         "(which then holds each layer's largest count)",
     )
     replace: bool = option(False, help="sample neighbours with replacement")
+    bulk: int = option(
+        1,
+        flag="--bulk-batches",
+        help="mini-batches sampled at once: each hop draws their stacked frontiers in one pass "
+        "of tensor code (matrix-based bulk sampling; the draws are those of one batch at a "
+        "time). Meant for GPU sampling, whose cost is launches per hop; on the CPU the numba "
+        "kernels one batch at a time are faster. 1: one at a time",
+    )
     num_threads: int | None = option(
         None, flag="--sampler-threads", help="sampling threads (unset: numba's default, every core)"
     )
@@ -51,6 +59,8 @@ class SamplerConfig:
                 entry if isinstance(entry, int) else max(entry.values(), key=_as_count)
                 for entry in self.relation_layers()
             )
+        if self.bulk < 1:
+            raise invalid(self, "bulk", "must be >= 1 (1: one batch at a time)")
         self.fanouts = tuple(int(f) for f in self.fanouts)
         if not self.fanouts:
             raise invalid(self, "fanouts", "name at least one layer, e.g. 15,10,5", value="''")

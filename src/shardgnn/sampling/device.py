@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from shardgnn.devicemem import place
+from shardgnn.errors import ConfigError
 from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
@@ -73,14 +75,16 @@ def sample_hop(
     frontier: torch.Tensor,
     fanout: int,
     replace: bool,
-    seed: int,
+    seed: int | torch.Tensor,
     id_offset: int = 0,
     fused: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One hop for ``frontier`` (CSR rows on the tensors' device): ``(offsets, nbr, edge_ids)`` as
     :func:`~shardgnn.sampling.neighbor.sample_neighbors` returns them, computed where the tensors
     are. ``fused`` draws with the one-launch Triton kernel (:mod:`shardgnn.sampling.fused`; by
-    default on a CUDA device where Triton is), else with tensor code; both give the same draws."""
+    default on a CUDA device where Triton is), else with tensor code; both give the same draws.
+    ``seed``: the layer seed, or one per frontier row (int64 tensor: several batches' frontiers
+    stacked, each drawn as with its own seed; tensor code)."""
     device = frontier.device
     start = indptr[frontier]
     deg = indptr[frontier + 1] - start
@@ -93,9 +97,11 @@ def sample_hop(
     offsets = torch.zeros(frontier.shape[0] + 1, dtype=torch.int64, device=device)
     torch.cumsum(counts, 0, out=offsets[1:])
     total = int(offsets[-1])
+    per_row = isinstance(seed, torch.Tensor)
     if fused is None:
-        fused = fused_by_default(device)
+        fused = fused_by_default(device) and not per_row
     if fused and 0 <= fanout <= FUSED_MAX_FANOUT:
+        assert not per_row, "the Triton kernel draws with one seed per hop"
         from shardgnn.sampling.fused import fill_hop  # needs Triton
 
         nbr, eid = fill_hop(
@@ -109,7 +115,7 @@ def sample_hop(
     if fanout < 0:
         eid = start[row] + position
     else:
-        key = splitmix64(_int64(seed) ^ splitmix64(frontier + id_offset))
+        key = splitmix64((seed if per_row else _int64(seed)) ^ splitmix64(frontier + id_offset))
         if replace:
             eid = start[row] + _below(splitmix64(key[row] + position), deg[row])
         else:
@@ -255,6 +261,45 @@ class DeviceNeighborSampler:
             frontier = src_nodes
         blocks.reverse()
         return SampledBlocks(seeds=seeds_dev, blocks=blocks)
+
+    def sample_many(self, inputs: Sequence[SeedInput], seeds: Sequence[int]) -> list[SampledBlocks]:
+        """Bulk sampling (the CAGNET sampling paper's k mini-batches at once): every hop draws the
+        stacked frontiers of all batches in one pass, each row with its batch's layer seed (the
+        rows of ``A`` the stacked one-hot selector ``Q`` picks, ``fanout`` nonzeros drawn per row),
+        then each batch is relabelled on its own. ``out[b]`` equals ``sample(inputs[b],
+        seeds[b])`` bit for bit; the work per hop is shared by the ``k`` batches (one pass and
+        its launches on a GPU instead of ``k``)."""
+        items = [SeedInput.of(i).untimed(self) for i in inputs]
+        if any(i.exclude is not None and i.exclude.shape[0] for i in items):
+            raise ConfigError(
+                "bulk sampling draws node batches; excluded edges (link prediction) need "
+                "--bulk-batches 1"
+            )
+        frontiers = [i.nodes.to(self.device) for i in items]
+        blocks: list[list[Block]] = [[] for _ in items]
+        for layer, fanout in enumerate(self.config.fanouts):
+            sizes = torch.tensor([f.shape[0] for f in frontiers])
+            layer_seeds = torch.tensor([_int64(mix_seed(s, layer)) for s in seeds])
+            row_seed = torch.repeat_interleave(layer_seeds, sizes).to(self.device)
+            stacked = torch.cat(frontiers)
+            offsets, nbr, eid = sample_hop(
+                self.indptr, self.indices, stacked, fanout, self.config.replace, row_seed,
+                fused=False,
+            )  # fmt: skip
+            bounds = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), sizes]), 0)
+            edge_bounds = offsets[bounds.to(self.device)].cpu().tolist()  # one read per hop
+            for b, frontier in enumerate(frontiers):
+                lo, hi = edge_bounds[b], edge_bounds[b + 1]
+                rows = offsets[int(bounds[b]) : int(bounds[b + 1]) + 1] - lo
+                src_nodes, local = relabel(frontier, nbr[lo:hi], self.node_map)
+                blocks[b].append(
+                    tensor_block(self.indptr, frontier, src_nodes, rows, local, eid[lo:hi])
+                )
+                frontiers[b] = src_nodes
+        return [
+            SampledBlocks(seeds=item.nodes.to(self.device), blocks=list(reversed(batch)))
+            for item, batch in zip(items, blocks)
+        ]
 
 
 def _drop_excluded(

@@ -163,7 +163,7 @@ RECIPES: tuple[Recipe, ...] = (
         "node", "homogeneous", "node", ("minibatch",), HOMOGENEOUS_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.dist_node:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
-        reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | PRECISION | GPU,
+        reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | PRECISION | GPU,
         worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | DIST_SAMPLED
         | CLUSTER_HISTORICAL | PRECISION,
         model_reads=LAYER_READS,

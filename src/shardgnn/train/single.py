@@ -29,6 +29,7 @@ from shardgnn.nn.models import GNN, build_model
 from shardgnn.nn.targets import LocalReducer, target_of_labels
 from shardgnn.options import changed_settings
 from shardgnn.precision import precision_context
+from shardgnn.sampling.device import DeviceNeighborSampler
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.embedding import input_store
 from shardgnn.store.feature import LocalFeatureStore
@@ -161,7 +162,12 @@ class LocalSteps(Steps):
                 None if self.x is None else LocalFeatureStore(self.x), self.embedding
             )
             labels = LocalFeatureStore(self.y)
-            sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
+            sampler = (
+                # bulk: the tensor sampler stacks k batches' frontiers (the same draws)
+                DeviceNeighborSampler(g.indptr, g.indices, config.sampler, torch.device("cpu"))
+                if config.sampler.bulk > 1
+                else NeighborSampler(g.indptr, g.indices, config.sampler)
+            )
             eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
         self.train_loader = MiniBatchLoader(
             g.train_idx,
