@@ -239,19 +239,18 @@ def preflight(
     return _resolved(config, pset)
 
 
-def _auto_spmm(config: TrainConfig, pset, workers: int) -> TrainConfig:
+def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
     """``--spmm auto`` made concrete: the strategy whose busiest worker sends the fewest bytes
     on this partition (``shardgnn plan``'s pick; attention models: ``1d-sparse``, the only one
     they run). Said in one line (by rank 0 under torchrun, where every worker resolves it)."""
     import os
 
     from shardgnn.fullgraph.plan import auto_spmm
-    from shardgnn.fullgraph.shard import grid_of
 
     model = config.model
     if model.model in ("gat", "gatv2"):
         full = dataclasses.replace(config.full, spmm="1d-sparse")
-        why = ", the one attention layers run on"
+        said = "1d-sparse, the one attention layers run on"
     else:
         if config.task == "link":
             out_dim = config.link.out_dim
@@ -259,27 +258,16 @@ def _auto_spmm(config: TrainConfig, pset, workers: int) -> TrainConfig:
             part = pset.load_part(0, mmap=True, verify=False)
             y = part.y
             out_dim = int(y.shape[1]) if y is not None and y.ndim == 2 else part.num_classes
-        full, costs = auto_spmm(pset, model.model, model.hidden, model.num_layers, config.full,
-                                out_dim)  # fmt: skip
-        chosen = next(
-            c for c in costs
-            if (c.config.spmm, c.config.replication) == (full.spmm, full.replication)
-        )  # fmt: skip
+        full, pick, costs = auto_spmm(pset, model.model, model.hidden, model.num_layers,
+                                      config.full, out_dim)  # fmt: skip
         sparse = next(c for c in costs if c.strategy == "1d-sparse")
-        why = (
-            f": its busiest worker sends the fewest bytes per epoch, "
-            f"{chosen.max_worker_bytes / 1e6:,.3f} MB (1d-sparse: "
+        said = (
+            f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}: its busiest worker "
+            f"sends the fewest bytes per epoch, {pick.max_worker_bytes / 1e6:,.3f} MB (1d-sparse: "
             f"{sparse.max_worker_bytes / 1e6:,.3f} MB; `shardgnn plan` compares every strategy)"
         )
     if os.environ.get("RANK", "0") == "0":
-        layout = (
-            f" c={full.replication}"
-            if full.spmm == "1.5d"
-            else f" {grid_of(full, workers).shape}"
-            if full.spmm in ("2d", "3d")
-            else ""
-        )
-        print(f"--spmm auto: {full.spmm}{layout}{why}", flush=True)
+        print(f"--spmm auto: {said}", flush=True)
     return dataclasses.replace(config, full=full)
 
 
@@ -299,7 +287,7 @@ def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
         )
     if config.mode == "full":
         if config.full.spmm == "auto":
-            config = _auto_spmm(config, pset, workers)
+            config = _auto_spmm(config, pset)
         grid_of(config.full, workers)  # --replication or --grid-rows must divide the workers
     config = dataclasses.replace(
         config,

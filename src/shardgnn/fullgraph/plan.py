@@ -288,20 +288,19 @@ def recommend(costs: list[StrategyCost]) -> dict[int, StrategyCost]:
 
 def auto_spmm(
     pset, model: str, hidden: int, layers: int, full: FullGraphConfig, out_dim: int
-) -> tuple[FullGraphConfig, list[StrategyCost]]:
+) -> tuple[FullGraphConfig, StrategyCost, list[StrategyCost]]:
     """``--spmm auto``: ``full`` with the strategy :func:`recommend` picks for the partition
-    directory ``pset`` (its replication or grid included; bits and the rest kept), and every
-    strategy's cost."""
+    directory ``pset`` (its replication or grid included; bits and the rest kept), that pick's
+    cost, and every strategy's."""
     config = PlanConfig(model=model, hidden=hidden, layers=layers, bits=full.bits)
     costs = partition_costs(pset, config, out_dim)
-    best = recommend(costs)[pset.num_parts].config
-    return (
-        dataclasses.replace(
-            full,
-            spmm=best.spmm,
-            replication=best.replication,
-            grid_rows=best.grid_rows,
-            grid_layers=best.grid_layers,
-        ),
-        costs,
+    pick = recommend(costs)[pset.num_parts]
+    best = pick.config
+    chosen = dataclasses.replace(
+        full,
+        spmm=best.spmm,
+        replication=best.replication,
+        grid_rows=best.grid_rows,
+        grid_layers=best.grid_layers,
     )
+    return chosen, pick, costs

@@ -130,11 +130,8 @@ class DistFullGraph:
                     np.isin(owners, col_parts), np.arange(owners.shape[0]), -1
                 )
             # The rows of each remote part this rank's columns need, in that part's local ids.
-            self._needed = {
-                q: torch.from_numpy(shard.halo[shard.halo_segment(q)] - int(book.part_range(q)[0]))
-                for q in col_parts
-                if grid.row_of(q) != grid.row_of(rank)
-            }
+            remote = [q for q in col_parts if grid.row_of(q) != grid.row_of(rank)]
+            self._needed = dict(zip(remote, shard.halo_requests(remote)))
 
     # ------------------------------------------------------------------ set-up
     def _unit_range(self, unit: int) -> tuple[int, int]:
