@@ -92,6 +92,10 @@ class MemoryCgroup:
     def add(self, pid: int) -> None:
         (self.path / "cgroup.procs").write_text(str(pid))
 
+    def read(self, name: str) -> str:
+        """The cgroup's file ``name`` (``memory.max_usage_in_bytes``, ...)."""
+        return (self.path / name).read_text()
+
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             self.path.rmdir()

@@ -47,13 +47,38 @@ class LayerwiseInference:
         assert shard.row_start == shard.own_start and shard.row_end == shard.own_end, "a 1D shard"
         self.shard, self.chunk_rows, self.device = shard, chunk_rows, torch.device(device)
         self.stage = stage
-        # the halo plan of the sparsity-aware SpMM: the rows each peer needs, once per layer
-        self.halo_plan = RowPlan(
-            comm, shard.halo_requests(list(range(comm.world_size))), "setup", self.device
-        )
         self.indptr = torch.from_numpy(shard.indptr)
         self.indices = torch.from_numpy(shard.indices)
         self.degree = torch.from_numpy(shard.degree)
+        # One halo plan per chunk (the sparsity-aware SpMM's, restricted to the rows the chunk's
+        # edges reach), so the rows held at once are bounded by a chunk and its neighbourhood,
+        # never the whole halo: a row that several chunks need moves once per chunk. Every rank
+        # builds as many plans as the largest part has chunks (collective), empty ones past its
+        # own rows.
+        sizes = np.diff(shard.book.boundaries)
+        chunks = max(1, int(np.ceil(sizes.max() / chunk_rows)))
+        self.halo_plans = [
+            RowPlan(comm, self._chunk_requests(c * chunk_rows), "setup", self.device)
+            for c in range(chunks)
+        ]
+
+    def _chunk_requests(self, start: int) -> list[torch.Tensor]:
+        """Per owner, the halo rows that the chunk beginning at row ``start`` reads (owner-local
+        ids, sorted; owner after owner they are the chunk's halo positions in ascending
+        order)."""
+        n, shard = self.shard.num_rows, self.shard
+        end = min(n, start + self.chunk_rows)
+        cols = self.indices[int(self.indptr[start]) : int(self.indptr[end])] if start < n else []
+        cols = torch.as_tensor(cols, dtype=torch.int64)
+        halo_pos = torch.unique(cols[cols >= n]).numpy() - n
+        bounds = np.concatenate([[0], np.cumsum(shard.halo_counts)])
+        cut = np.searchsorted(halo_pos, bounds)
+        return [
+            torch.from_numpy(
+                shard.halo[halo_pos[cut[q] : cut[q + 1]]] - int(shard.book.part_range(q)[0])
+            )
+            for q in range(len(shard.halo_counts))
+        ]
 
     def _chunk_graph(self, start: int, end: int) -> tuple[MessageGraph, torch.Tensor]:
         """The one-layer block of rows ``start..end`` with full neighbourhoods: its graph and the
@@ -79,9 +104,10 @@ class LayerwiseInference:
     @torch.no_grad()
     def run(self, model: GNN, x_NF: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(embeddings, logits)`` of this rank's rows: the input of the last layer (after the
-        activation) and the model's output. ``x_NF``: this rank's (dense) input features."""
+        activation) and the model's output. ``x_NF``: this rank's input features (a tensor over
+        a memory-mapped file is read chunk by chunk, never whole)."""
         model.eval()
-        h = x_NF.to(self.device)
+        h = x_NF.to(self.device)  # on the CPU: the same tensor (a memory map stays one)
         if isinstance(model, DecoupledGNN):  # its propagation steps are whole-graph products
             return model.rows_forward(h, lambda z: self._over_chunks(z, _gcn_product))
         embeddings = h
@@ -93,19 +119,27 @@ class LayerwiseInference:
         return embeddings, h
 
     def _over_chunks(self, h_NF: torch.Tensor, layer) -> torch.Tensor:
-        """``layer(graph, rows)`` over this rank's rows, chunk by chunk: the halo rows of
-        ``h_NF`` from their owners (one all-to-all), then every chunk's full neighbourhood."""
-        # rows travel in fp32 (bf16 activations under --precision bf16 included)
-        halo = self.halo_plan.finish(self.halo_plan.start(h_NF.float(), self.stage), h_NF)
-        h_ext = torch.cat([h_NF, halo])
-        out = []
+        """``layer(graph, rows)`` over this rank's rows, chunk by chunk: each chunk's halo rows of
+        ``h_NF`` from their owners (one all-to-all per chunk, on every rank), then the chunk's
+        full neighbourhood. ``h_NF`` may be a memory-mapped matrix: only the rows a chunk reads,
+        and those peers ask for, are read."""
         n = self.shard.num_rows
-        # one (empty) chunk for an empty part
-        for start in range(0, max(n, 1), self.chunk_rows):
+        out = None
+        for c, plan in enumerate(self.halo_plans):
+            # rows travel in fp32 (bf16 activations under --precision bf16 included)
+            halo = plan.finish(plan.start(h_NF, self.stage, dtype=torch.float32), h_NF[:0].float())
+            start = c * self.chunk_rows
+            if start >= n and not (n == 0 and c == 0):
+                continue
             end = min(n, start + self.chunk_rows)
             graph, src_ids = self._chunk_graph(start, end)
-            out.append(layer(graph, h_ext[src_ids.to(self.device)]))
-        return torch.cat(out)
+            local = src_ids[src_ids < n]  # the chunk's rows, then its other local sources
+            rows = torch.cat([h_NF[local.to(h_NF.device)], halo.to(h_NF.device, h_NF.dtype)])
+            h_out = layer(graph, rows)
+            if out is None:
+                out = h_out.new_empty((n, *h_out.shape[1:]))
+            out[start:end] = h_out
+        return out
 
 
 def _gcn_product(graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:

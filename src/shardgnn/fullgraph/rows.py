@@ -67,10 +67,12 @@ class RowPlan:
         stage: str,
         codec: RowCodec | None = None,
         feedback: Feedback | None = None,
+        dtype: torch.dtype | None = None,
     ) -> PendingExchange:
-        """Send every peer the rows of ``h_NF`` it requested."""
+        """Send every peer the rows of ``h_NF`` it requested (as ``dtype``: unset, their own;
+        only the requested rows are read and converted)."""
         return self.comm.all_to_all_async(
-            [h_NF[rows.to(h_NF.device)] for rows in self.send_rows],
+            [h_NF[rows.to(h_NF.device)].to(dtype or h_NF.dtype) for rows in self.send_rows],
             stage,
             recv_counts=self.recv_counts,
             codec=codec,

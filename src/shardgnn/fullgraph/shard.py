@@ -303,6 +303,7 @@ def load_shard(
     need_features: bool = True,
     need_labels: bool = True,
     data: bool = True,
+    mapped_features: bool = False,
 ) -> FullGraphShard:
     """Load this rank's row group from a partition directory and fetch its halo's degrees.
 
@@ -310,7 +311,9 @@ def load_shard(
 
     Without ``need_features``/``need_labels`` a part may lack them (``x`` is then None, ``y``
     empty): link-prediction inference with learnable rows needs neither. Without ``data`` none
-    are read: the adjacency of the row group only (what 2D's SpMM multiplies).
+    are read: the adjacency of the row group only (what 2D's SpMM multiplies). With
+    ``mapped_features`` a row group of one part keeps its float32 features as the read-only memory
+    map of the partition file (layer-wise inference reads them chunk by chunk).
 
     Raises:
         ConfigError: the directory's part count differs from the number of ranks, or it has no
@@ -381,9 +384,11 @@ def load_shard(
         halo_counts=halo_counts,
         degree=np.concatenate([own_degree, halo_degree]).astype(np.int64),
         x=(
-            np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts])
-            if has_x
-            else None
+            None
+            if not has_x
+            else parts[0].x
+            if mapped_features and len(parts) == 1 and parts[0].x.dtype == np.float32
+            else np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts])
         ),
         y=(
             np.concatenate(

@@ -421,7 +421,8 @@ def _resize(graph: Graph, num_nodes: int) -> Graph:
 def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
     """An ``.npy`` (no pickle) or a numeric text/CSV table (a header line is skipped)."""
     if path.suffix == ".npy":
-        array = load_npy(path)
+        # memory-mapped: a float32 feature matrix larger than memory is copied, never loaded
+        array = load_npy(path, mmap=True)
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
             raise DatasetError(f"holds {array.dtype} values; {what} must be numbers", path)
         return array.astype(dtype, copy=False)

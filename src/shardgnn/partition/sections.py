@@ -69,6 +69,27 @@ class ArrayWriter:
         }
         self.sha256[rel] = writer.sha.hexdigest()
 
+    def write_rows(
+        self, rel: str, source: np.ndarray, rows: np.ndarray, dtype: Any, chunk_bytes: int = 1 << 26
+    ) -> None:
+        """Write ``source[rows]`` as ``dtype`` to ``root/rel``, ``chunk_bytes`` of rows at a time
+        (a memory-mapped ``source`` larger than memory is never read whole); the file is the one
+        :meth:`write` makes of the same rows."""
+        dtype = np.dtype(dtype)
+        shape = (int(rows.shape[0]), *source.shape[1:])
+        row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
+        step = max(1, chunk_bytes // row_bytes)
+        (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(self.root / rel, "wb") as fh:
+            writer = _HashingWriter(fh)
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+            np.lib.format.write_array_header_1_0(writer, {**header, "shape": shape})
+            for start in range(0, shape[0], step):
+                block = np.ascontiguousarray(source[rows[start : start + step]], dtype=dtype)
+                writer.write(block.tobytes())
+        self.arrays[rel] = {"shape": list(shape), "dtype": str(dtype), "bytes": writer.size}
+        self.sha256[rel] = writer.sha.hexdigest()
+
 
 @dataclasses.dataclass(frozen=True)
 class Relabelled:
@@ -145,8 +166,7 @@ class Features(Section):
 
     def write_part(self, data: Relabelled, out: ArrayWriter, part: PartRows, info: dict) -> None:
         if data.graph.x is not None:
-            rows = np.asarray(data.graph.x[part.rows], dtype=np.float32)
-            out.write(f"{part.folder}/x.npy", rows)
+            out.write_rows(f"{part.folder}/x.npy", data.graph.x, part.rows, np.float32)
 
     def describe(self, data: Relabelled, meta: dict[str, Any]) -> None:
         graph = data.graph

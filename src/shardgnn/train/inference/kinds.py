@@ -7,6 +7,7 @@ models they rebuild. The command's flow, and what every kind shares, is
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,14 @@ def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.
     parts = []
     if shard.x is not None:
         x = normalize_features(shard.x, config.feature_norm)
-        parts.append(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+        with warnings.catch_warnings():  # a read-only memory map: the layers only read it
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            parts.append(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
     if config.embedding.enabled:
         assert rows is not None, "a model trained with --embedding-dim checkpoints its rows"
         parts.append(rows[torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64))])
-    return torch.cat(parts, dim=1)
+    # features alone stay the memory-mapped file (unnormalised): no copy of the part's rows
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
@@ -113,6 +117,7 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         comm,
         need_features=not config.embedding.enabled,
         need_labels=not link,
+        mapped_features=True,
     )
     target = None if link else target_of_labels(shard.label_kind, shard.y, shard.num_classes)
     model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
