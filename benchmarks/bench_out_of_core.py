@@ -10,13 +10,18 @@ sorted by source, a float32 feature ``.npy``, labels and a training split, toget
 2. ``shardgnn partition --method fennel``: streaming partitioning into 2 parts;
 3. ``shardgnn train --workers 2 --feature-storage disk``: one epoch of mini-batch training, rows
    read from the memory-mapped partition files;
-4. ``shardgnn infer``: layer-wise inference over every node, embeddings written to disk.
+4. ``shardgnn infer --feature-storage disk``: layer-wise inference over every node, features
+   read from the mapped part files, each chunk's halo rows fetched on their own.
 
 A sampler thread reads, every 0.2 s, every process in the cgroup (``cgroup.procs``) and keeps its
-peak resident set (``VmHWM``); the cgroup's own peak (``memory.max_usage_in_bytes``: resident plus
-page cache, which the kernel reclaims before it kills) is recorded per step, and so are the OOM
-kills (``memory.oom_control``). ``--compare`` trains the same partition again outside the cgroup,
-for the epoch time without the limit.
+peak resident set (``VmHWM``, which counts the pages of mapped files) and the largest anonymous
+resident set it saw (``RssAnon``: what the kernel cannot drop; the figure that must fit the
+limit); the cgroup's own peak (``memory.max_usage_in_bytes``: resident plus page cache, which the
+kernel reclaims before it kills) is recorded per step, and so are the OOM kills
+(``memory.oom_control``). Training and inference start with a cold page cache (root drops it).
+``--compare`` trains the same partition again outside the cgroup, also cold, for the epoch time
+without the limit. A failed step (an OOM kill included) is recorded with the job's error line
+and ends the run; the report is written either way.
 
     python benchmarks/bench_out_of_core.py --limit-gb 2 --work /tmp/ooc   # out/out_of_core.*
 
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -55,10 +61,12 @@ def generate(
 
     A planted partition: node ``v`` has class ``y[v]``; each of its ``degree`` out-edges goes to a
     node of its own class with probability 0.8, else to any node; its features are its class's
-    centroid plus unit noise, so the labels are learnable from both."""
+    centroid plus unit noise, so the labels are learnable from both. The ids of a class are one
+    contiguous range, the locality of crawl- or time-ordered real graphs (a chunk of consecutive
+    rows reads its neighbours mostly from its own class's range)."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    y = rng.integers(0, classes, nodes).astype(np.int64)
+    y = np.sort(rng.integers(0, classes, nodes)).astype(np.int64)  # classes are id ranges
     members = [np.flatnonzero(y == c) for c in range(classes)]
     centroids = rng.normal(0, 1, (classes, features)).astype(np.float32)
     edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (nodes * degree, 2))
@@ -148,9 +156,22 @@ def role(cmd: str) -> str:
     return cmd[:60]
 
 
+def drop_caches() -> bool:
+    """Write back and drop the page cache (root), so a step starts from the disk as a first epoch
+    on a graph larger than memory does; False where not allowed."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1")
+    except OSError:
+        return False
+    return True
+
+
 def run_step(name: str, argv: list[str], cgroup: MemoryCgroup | None, log: Path) -> dict:
     """Run ``argv`` inside ``cgroup`` (a child moves itself in before ``exec``); time it and read
-    its processes' peak RSS and the cgroup's peak and OOM kills."""
+    its processes' peak RSS and the cgroup's peak and OOM kills. Training and inference start
+    with a cold page cache (:func:`drop_caches`)."""
+    cold = name.startswith(("train", "infer")) and drop_caches()
     if cgroup is not None:
         (cgroup.path / "memory.max_usage_in_bytes").write_text("0")
         kills_before = oom_kills(cgroup)
@@ -166,6 +187,7 @@ def run_step(name: str, argv: list[str], cgroup: MemoryCgroup | None, log: Path)
         "step": name,
         "rc": proc.returncode,
         "seconds": round(seconds, 1),
+        "cold_cache": cold,
         "processes": sorted(
             ({"role": role(cmd), "pid": pid, "peak_rss_mb": round(peak / 2**20),
               "peak_anon_mb": round(sampler.anon[pid] / 2**20)}
@@ -176,9 +198,9 @@ def run_step(name: str, argv: list[str], cgroup: MemoryCgroup | None, log: Path)
     if cgroup is not None:
         record["cgroup_peak_mb"] = round(int(cgroup.read("memory.max_usage_in_bytes")) / 2**20)
         record["oom_kills"] = oom_kills(cgroup) - kills_before
-    if proc.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-15:]
-        raise SystemExit(f"{name} failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    if proc.returncode != 0:  # the job's own one-line error is the last line of its log
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        record["error"] = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1])
     return record
 
 
@@ -203,7 +225,10 @@ def main() -> None:
     parser.add_argument("--degree", type=int, default=10)
     parser.add_argument("--classes", type=int, default=16)
     parser.add_argument("--train", type=float, default=0.02, help="fraction of training nodes")
-    parser.add_argument("--chunk-rows", type=int, default=4096, help="shardgnn infer's")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--heap", default="reuse", help="shardgnn train's --heap")
+    parser.add_argument("--keep", action="store_true", help="keep the input files and graph dir")
+    parser.add_argument("--chunk-rows", type=int, default=1024, help="shardgnn infer's")
     parser.add_argument("--nodes", type=int, default=None, help="(unset: from --ratio)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/shardgnn-out-of-core"))
     parser.add_argument("--compare", action="store_true", help="train again without the limit")
@@ -219,42 +244,49 @@ def main() -> None:
     log = work / "log.txt"
     log.write_text("")
     py = [sys.executable]
-    steps = []
+    steps: list[dict] = []
+    result = {"machine": machine_info(), "limit_mb": round(limit / 2**20), "steps": steps}
+    raw, graph, parts = work / "raw", work / "graph", work / "parts"
+    cli = [*py, "-m", "shardgnn"]
+    gen = [*py, __file__, "--generate", str(raw), str(nodes), str(args.degree),
+           str(args.features), str(args.classes), str(args.train)]  # fmt: skip
+    convert = [*cli, "convert", "--edges", str(raw / "edges.npy"),
+        "--features", str(raw / "x.npy"), "--labels", str(raw / "y.npy"),
+        "--train", str(raw / "train.npy"), "--val", str(raw / "val.npy"),
+        "--test", str(raw / "test.npy"), "--out", str(graph), "--overwrite"]  # fmt: skip
+    partition = [*cli, "partition", f"graph:{graph}", "--parts", "2",
+        "--method", "fennel", "--out", str(parts), "--overwrite", "--quiet"]  # fmt: skip
+    train = [*cli, "train", "--partitions", str(parts), "--workers", "2", "--epochs", "1",
+             "--feature-storage", "disk", "--fanouts", "10,5",
+             "--batch-size", str(args.batch_size), "--eval-batch-size", str(args.batch_size),
+             "--heap", args.heap,
+             "--checkpoint-dir", str(work / "ckpt")]  # fmt: skip
+    infer = [*cli, "infer", "--partitions", str(parts),
+        "--checkpoint", str(work / "ckpt"), "--out", str(work / "emb"), "--table-format",
+        "none", "--chunk-rows", str(args.chunk_rows), "--feature-storage", "disk"]  # fmt: skip
+    plan = [
+        ("generate", gen, None),
+        ("convert", convert, [raw / "edges.npy", raw / "x.npy"]),  # one copy of the data on disk
+        ("partition", partition, [graph]),
+        ("train", [*train, "--results", str(work / "train.json")], None),
+        ("infer", infer, None),
+    ]
     try:
-        raw, graph, parts = work / "raw", work / "graph", work / "parts"
-        gen = [*py, __file__, "--generate", str(raw), str(nodes), str(args.degree),
-               str(args.features), str(args.classes), str(args.train)]  # fmt: skip
-        steps.append(run_step("generate", gen, cgroup, log))
-        info = json.loads((raw / "info.json").read_text())
-        cli = [*py, "-m", "shardgnn"]
-        convert = [*cli, "convert", "--edges", str(raw / "edges.npy"),
-            "--features", str(raw / "x.npy"), "--labels", str(raw / "y.npy"),
-            "--train", str(raw / "train.npy"), "--val", str(raw / "val.npy"),
-            "--test", str(raw / "test.npy"), "--out", str(graph), "--overwrite"]  # fmt: skip
-        steps.append(run_step("convert", convert, cgroup, log))
-        partition = [*cli, "partition", f"graph:{graph}", "--parts", "2",
-            "--method", "fennel", "--out", str(parts), "--overwrite", "--quiet"]  # fmt: skip
-        steps.append(run_step("partition", partition, cgroup, log))
-        train = [*cli, "train", "--partitions", str(parts), "--workers", "2", "--epochs", "1",
-                 "--feature-storage", "disk", "--fanouts", "10,5",
-                 "--checkpoint-dir", str(work / "ckpt")]  # fmt: skip
-        steps.append(
-            run_step("train", [*train, "--results", str(work / "train.json")], cgroup, log)
-        )
-        steps.append(run_step("infer", [*cli, "infer", "--partitions", str(parts),
-            "--checkpoint", str(work / "ckpt"), "--out", str(work / "emb"), "--table-format",
-            "none", "--chunk-rows", str(args.chunk_rows)], cgroup, log))  # fmt: skip
-        result = {
-            "machine": machine_info(),
-            "limit_mb": round(limit / 2**20),
-            "graph": info,
-            "data_over_limit": round(info["bytes"] / limit, 2),
-            "steps": steps,
-            "epoch_seconds_limited": epoch_seconds(work / "train.json"),
-        }
-        if args.compare:
-            run_step("train (no limit)",
-                     [*train, "--results", str(work / "free.json")], None, log)  # fmt: skip
+        for name, argv, done_with in plan:
+            steps.append(run_step(name, argv, cgroup, log))
+            if name == "generate":
+                result["graph"] = json.loads((raw / "info.json").read_text())
+                result["data_over_limit"] = round(result["graph"]["bytes"] / limit, 2)
+            if "error" in steps[-1]:
+                break
+            for path in () if args.keep else done_with or ():
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        if (work / "train.json").exists():
+            result["epoch_seconds_limited"] = epoch_seconds(work / "train.json")
+        if args.compare and (work / "train.json").exists():
+            free = run_step("train (no limit)",
+                            [*train, "--results", str(work / "free.json")], None, log)  # fmt: skip
+            result["unlimited"] = free
             result["epoch_seconds_unlimited"] = epoch_seconds(work / "free.json")
     finally:
         cgroup.remove()
@@ -274,13 +306,15 @@ def main() -> None:
         for p in s["processes"]
         if p["peak_rss_mb"] >= 50
     ]
+    data_mb = result.get("graph", {}).get("bytes", 0) / 2**20
+    errors = "".join(f"\n{s['step']} failed: {s['error']}\n" for s in steps if "error" in s)
     table = format_table(
         ["step", "process", "peak RSS MB", "peak anonymous MB", "cgroup peak MB", "OOM kills", "s"],
         rows,
     )
     with atomic_open(out / f"{args.name}.md", "w") as f:
-        f.write(f"limit {result['limit_mb']} MB; data {info['bytes'] / 2**20:.0f} MB "
-                f"({result['data_over_limit']}x)\n\n{table}\n")  # fmt: skip
+        f.write(f"limit {result['limit_mb']} MB; data {data_mb:.0f} MB "
+                f"({result.get('data_over_limit')}x)\n\n{table}\n{errors}")  # fmt: skip
     print(table)
 
 

@@ -4,6 +4,7 @@ counters, disk-backed features, and the distributed cache end to end."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from shardgnn.store.cache.policies import (
     make_policy,
 )
 from shardgnn.store.cache.store import CachedFeatureStore
-from shardgnn.store.feature import FeatureStore, LocalFeatureStore
+from shardgnn.store.feature import FeatureStore, LocalFeatureStore, advise_random
 
 DYNAMIC = ("fifo", "lru", "belady")
 
@@ -607,3 +608,27 @@ def test_one_worker_in_memory_has_nothing_to_cache(tmp_path):
     assert (
         res["disk-lru"]["cache"]["capacity_rows"] == 50 and res["disk-lru"]["cache"]["hit_rate"] > 0
     )
+
+
+def _vm_flags(path) -> list[str]:
+    """The VmFlags of this process's mappings of ``path`` (from /proc/self/smaps)."""
+    flags, current = [], None
+    for line in open("/proc/self/smaps").read().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef":  # a mapping's header line
+            current = line.split()[-1] if len(line.split()) >= 6 else None
+        elif line.startswith("VmFlags:") and current == str(path):
+            flags.append(line.split(":", 1)[1].split())
+    return flags
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux /proc only")
+def test_a_disk_backed_store_tells_the_kernel_its_reads_are_random(tmp_path):
+    """Without read-ahead a batch's scattered row reads pull in only their own pages (the
+    mapping carries the kernel's random-read flag ``rr``); rows in RAM are left alone."""
+    np.save(tmp_path / "x.npy", np.ones((4096, 256), np.float32))
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert not any("rr" in f for f in _vm_flags(tmp_path / "x.npy"))
+    store = LocalFeatureStore(mapped)
+    assert [f for f in _vm_flags(tmp_path / "x.npy") if "rr" in f]
+    assert torch.equal(store.gather(torch.tensor([7, 4000])), torch.ones(2, 256))
+    assert not advise_random(np.ones((3, 2), np.float32))

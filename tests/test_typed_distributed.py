@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from shardgnn.errors import ConfigError
 from shardgnn.graph.synthetic_hetero import AcademicConfig, generate_academic
 from shardgnn.partition.format import reassemble
 from shardgnn.partition.methods import PartitionConfig
@@ -243,12 +244,20 @@ def test_distributed_rgcn_two_workers_match_one_and_infer_layer_wise(labelled, t
 def _check_inference(path, checkpoint, out):
     from shardgnn.cli import main
     from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
+    from shardgnn.partition.format import read_partitions
     from shardgnn.train.checkpoint import read_checkpoint_meta
     from shardgnn.train.config import TrainConfig
-    from shardgnn.train.inference import load_typed_rows, resolve_checkpoint
+    from shardgnn.train.inference import (
+        check_feature_storage,
+        load_typed_rows,
+        resolve_checkpoint,
+    )
 
-    assert main(["infer", "--checkpoint", str(checkpoint), "--partitions", path,
-                 "--out", str(out), "--chunk-rows", "300"]) == 0  # fmt: skip
+    argv = ["infer", "--checkpoint", str(checkpoint), "--partitions", path, "--out", str(out)]
+    assert main([*argv, "--feature-storage", "disk"]) == 2  # refused before any worker starts
+    with pytest.raises(ConfigError, match="--feature-storage disk: .* holds a typed graph"):
+        check_feature_storage("disk", read_partitions(path, verify=False), path)
+    assert main([*argv, "--chunk-rows", "300"]) == 0
     graph = reassemble_typed(path)  # original ids
     resolved = resolve_checkpoint(checkpoint)
     config = TrainConfig.from_dict(read_checkpoint_meta(resolved)["config"])

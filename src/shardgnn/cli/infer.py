@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from shardgnn.errors import ConfigError
     from shardgnn.partition.format import read_partitions
     from shardgnn.train.inference import (
+        check_feature_storage,
         check_inference_pair,
         infer_worker,
         read_pairs,
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
+    check_feature_storage(config.feature_storage, pset, config.partitions)
     kind = pset.kind
     if KINDS[kind].infer_on_cpu:
         if config.device not in ("cpu", "auto"):

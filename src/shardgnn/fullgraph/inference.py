@@ -30,6 +30,10 @@ class LayerwiseInference:
         shard: this rank's part (``load_shard`` with a 1D grid).
         rank: this rank; ``comm``: the communicator of the halo exchanges (stage ``infer``).
         chunk_rows: destination rows computed at once (bounds the working memory).
+        halo_per_chunk: fetch each chunk's halo rows on their own (one all-to-all per chunk)
+            instead of the whole halo once per layer: the rows held at once are bounded by a
+            chunk and its neighbourhood, not the halo (an input larger than memory, read from a
+            memory map), at the price of moving a row once per chunk that reads it.
     """
 
     def __init__(
@@ -41,6 +45,7 @@ class LayerwiseInference:
         chunk_rows: int = 65536,
         device: torch.device | str = "cpu",
         stage: str = "infer",
+        halo_per_chunk: bool = False,
     ):
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows={chunk_rows} must be >= 1")
@@ -50,17 +55,20 @@ class LayerwiseInference:
         self.indptr = torch.from_numpy(shard.indptr)
         self.indices = torch.from_numpy(shard.indices)
         self.degree = torch.from_numpy(shard.degree)
-        # One halo plan per chunk (the sparsity-aware SpMM's, restricted to the rows the chunk's
-        # edges reach), so the rows held at once are bounded by a chunk and its neighbourhood,
-        # never the whole halo: a row that several chunks need moves once per chunk. Every rank
-        # builds as many plans as the largest part has chunks (collective), empty ones past its
-        # own rows.
-        sizes = np.diff(shard.book.boundaries)
-        chunks = max(1, int(np.ceil(sizes.max() / chunk_rows)))
-        self.halo_plans = [
-            RowPlan(comm, self._chunk_requests(c * chunk_rows), "setup", self.device)
-            for c in range(chunks)
-        ]
+        # The halo plan of the sparsity-aware SpMM (the rows each peer needs, once per layer), or
+        # with halo_per_chunk one plan per chunk restricted to the rows the chunk's edges reach:
+        # every rank builds as many as the largest part has chunks (collective), empty ones past
+        # its own rows.
+        self.halo_plan, self.chunk_plans = None, []
+        if halo_per_chunk:
+            chunks = max(1, int(np.ceil(np.diff(shard.book.boundaries).max() / chunk_rows)))
+            self.chunk_plans = [
+                RowPlan(comm, self._chunk_requests(c * chunk_rows), "setup", self.device)
+                for c in range(chunks)
+            ]
+        else:
+            parts = list(range(comm.world_size))
+            self.halo_plan = RowPlan(comm, shard.halo_requests(parts), "setup", self.device)
 
     def _chunk_requests(self, start: int) -> list[torch.Tensor]:
         """Per owner, the halo rows that the chunk beginning at row ``start`` reads (owner-local
@@ -113,28 +121,54 @@ class LayerwiseInference:
         embeddings = h
         for i, layer in enumerate(model.layers):
             if i > 0:
-                h = model.activation(h)
+                h = self._activate(model.activation, h)
             embeddings = h
             h = self._over_chunks(h, layer)
         return embeddings, h
 
+    def _activate(self, activation, h_NF: torch.Tensor) -> torch.Tensor:
+        """``activation(h_NF)`` written over ``h_NF`` a chunk at a time: a layer's rows are held
+        once, not twice (the input of a layer is its predecessor's output, used by nothing
+        else)."""
+        for start in range(0, h_NF.shape[0], self.chunk_rows):
+            h_NF[start : start + self.chunk_rows] = activation(
+                h_NF[start : start + self.chunk_rows]
+            )
+        return h_NF
+
     def _over_chunks(self, h_NF: torch.Tensor, layer) -> torch.Tensor:
-        """``layer(graph, rows)`` over this rank's rows, chunk by chunk: each chunk's halo rows of
-        ``h_NF`` from their owners (one all-to-all per chunk, on every rank), then the chunk's
-        full neighbourhood. ``h_NF`` may be a memory-mapped matrix: only the rows a chunk reads,
-        and those peers ask for, are read."""
+        """``layer(graph, rows)`` over this rank's rows, chunk by chunk, each with its full
+        neighbourhood: the halo rows of ``h_NF`` from their owners, all at once (one all-to-all)
+        or, with ``halo_per_chunk``, each chunk's own (one all-to-all per chunk, on every rank).
+        ``h_NF`` may be a memory-mapped matrix: only the rows a chunk reads, and those peers
+        ask for, are read."""
         n = self.shard.num_rows
+        # rows travel in fp32 (bf16 activations under --precision bf16 included)
+        halo = None
+        if self.halo_plan is not None:
+            halo = self.halo_plan.finish(
+                self.halo_plan.start(h_NF, self.stage, dtype=torch.float32), h_NF[:0]
+            )
         out = None
-        for c, plan in enumerate(self.halo_plans):
-            # rows travel in fp32 (bf16 activations under --precision bf16 included)
-            halo = plan.finish(plan.start(h_NF, self.stage, dtype=torch.float32), h_NF[:0].float())
+        for c in range(len(self.chunk_plans) or max(1, -(-n // self.chunk_rows))):
+            plan = self.chunk_plans[c] if self.chunk_plans else None
+            pending = plan.start(h_NF, self.stage, dtype=torch.float32) if plan else None
             start = c * self.chunk_rows
             if start >= n and not (n == 0 and c == 0):
+                pending.wait()  # a chunk past this rank's rows: it only serves its peers
                 continue
             end = min(n, start + self.chunk_rows)
             graph, src_ids = self._chunk_graph(start, end)
-            local = src_ids[src_ids < n]  # the chunk's rows, then its other local sources
-            rows = torch.cat([h_NF[local.to(h_NF.device)], halo.to(h_NF.device, h_NF.dtype)])
+            local = src_ids[src_ids < n].to(h_NF.device)  # the chunk's rows, its other sources
+            # One buffer: the local rows, then the halo rows (no concatenations: with wide inputs
+            # a chunk's rows are the largest thing inference holds).
+            rows = h_NF.new_empty((src_ids.shape[0], *h_NF.shape[1:]))
+            k = local.shape[0]
+            torch.index_select(h_NF, 0, local, out=rows[:k])
+            if plan is not None:
+                plan.finish_into(pending, rows[k:])
+            else:
+                torch.index_select(halo, 0, (src_ids[k:] - n).to(halo.device), out=rows[k:])
             h_out = layer(graph, rows)
             if out is None:
                 out = h_out.new_empty((n, *h_out.shape[1:]))

@@ -84,6 +84,15 @@ class RowPlan:
         requested (as ``like``'s dtype and device)."""
         return torch.cat(pending.wait()).to(like.device, like.dtype)
 
+    def finish_into(self, pending: PendingExchange, out: torch.Tensor) -> None:
+        """:meth:`finish` into ``out`` (``[rows_received, F]``, any dtype and device), peer by
+        peer, without a concatenated copy."""
+        at = 0
+        for piece in pending.wait():
+            out[at : at + piece.shape[0]].copy_(piece)
+            at += piece.shape[0]
+        assert at == out.shape[0], "out holds exactly the rows received"
+
     def start_back(
         self,
         g_RF: torch.Tensor,

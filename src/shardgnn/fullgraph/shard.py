@@ -27,6 +27,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import label_dtype
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
+from shardgnn.store.feature import advise_random
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,6 +287,13 @@ class FullGraphShard:
         ]
 
 
+def _mapped(x: np.ndarray) -> np.ndarray:
+    """A part's memory-mapped features, read at random rows (no read-ahead: a chunk's halo rows
+    are scattered over the file)."""
+    advise_random(x)
+    return x
+
+
 def _non_loop_degree(indptr: np.ndarray, indices: np.ndarray, first_id: int) -> np.ndarray:
     """In-degree of every row ignoring self-loops (row ``i`` is global id ``first_id + i``)."""
     rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64) + first_id, np.diff(indptr))
@@ -386,7 +394,7 @@ def load_shard(
         x=(
             None
             if not has_x
-            else parts[0].x
+            else _mapped(parts[0].x)
             if mapped_features and len(parts) == 1 and parts[0].x.dtype == np.float32
             else np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts])
         ),

@@ -287,7 +287,19 @@ class InferConfig(LaunchConfig):
         help="output folder for embeddings, logits and predictions (.npy), and tables of them "
         "keyed by the graph's own node ids",
     )
-    chunk_rows: int = option(65536, help="rows computed at a time (bounds working memory)")
+    chunk_rows: int = option(
+        65536,
+        help="rows computed at a time; bounds working memory: the chunk's rows, the rows its "
+        "in-edges read and their outputs (lower it for wide features)",
+    )
+    feature_storage: str = option(
+        "memory",
+        choices=("memory", "disk"),
+        help="memory: each worker loads its part's features and fetches its whole halo once per "
+        "layer; disk: features stay in the memory-mapped part file and each chunk fetches only "
+        "the halo rows it reads (memory bounded by a chunk, for graphs larger than memory; a "
+        "row several chunks read moves once per chunk)",
+    )
     device: str = option(
         "cpu",
         help="where the layers run: cpu, cuda (one GPU per worker, shared round-robin when the "

@@ -8,6 +8,7 @@ graph-kind registry names (:data:`shardgnn.train.kinds.KINDS`, its ``infer`` fie
 from shardgnn.train.inference.kinds import infer_homogeneous, infer_typed, score_pairs_file
 from shardgnn.train.inference.run import (
     InferRun,
+    check_feature_storage,
     check_inference_pair,
     infer_worker,
     load_typed_rows,
@@ -18,6 +19,7 @@ from shardgnn.train.inference.run import (
 
 __all__ = [
     "InferRun",
+    "check_feature_storage",
     "check_inference_pair",
     "infer_homogeneous",
     "infer_typed",

@@ -117,13 +117,16 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         comm,
         need_features=not config.embedding.enabled,
         need_labels=not link,
-        mapped_features=True,
+        mapped_features=run.feature_storage == "disk",
     )
     target = None if link else target_of_labels(shard.label_kind, shard.y, shard.num_classes)
     model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
-    engine = LayerwiseInference(shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device)
+    engine = LayerwiseInference(
+        shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device,
+        halo_per_chunk=run.feature_storage == "disk",
+    )  # fmt: skip
     if link:
         _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
         outputs = {"embeddings": embeddings}

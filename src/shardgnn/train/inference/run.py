@@ -207,7 +207,8 @@ def load_weights_into(model: torch.nn.Module, weights, checkpoint: Path, what: s
 class InferRun:
     """What one rank of ``shardgnn infer`` runs: the checkpoint, the partition directory (as
     given, and opened), the model's training config, the output folder, the destination rows
-    per chunk, the pairs to score (a link model's) and the tables' format."""
+    per chunk, the pairs to score (a link model's), the tables' format and where the input
+    features are read from (``memory`` or ``disk``: memory-mapped, halo rows per chunk)."""
 
     checkpoint: Path
     partitions: str | Path
@@ -217,6 +218,7 @@ class InferRun:
     chunk_rows: int
     pairs: str | Path | None
     table_format: str
+    feature_storage: str = "memory"
 
 
 def run_inference(
@@ -228,20 +230,33 @@ def run_inference(
     chunk_rows: int = 65536,
     pairs: str | Path | None = None,
     table_format: str = "csv",
+    feature_storage: str = "memory",
 ) -> dict[str, Any] | None:
     """One rank of ``shardgnn infer``, by the function the registry names for the partition's
     graph kind (:func:`~shardgnn.train.kinds.infer_for`); rank 0 writes the outputs and
     returns the summary. ``pairs``: a file of node pairs for a link-prediction model to score
     (:func:`read_pairs`). ``table_format``: the tables keyed by the user's ids
-    (:mod:`shardgnn.train.tables`)."""
+    (:mod:`shardgnn.train.tables`). ``feature_storage``: ``disk`` reads a homogeneous part's
+    features from its memory-mapped file, fetching each chunk's halo rows on their own."""
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
+    check_feature_storage(feature_storage, pset, partitions)
     config = check_inference_pair(checkpoint, pset)
     run = InferRun(
         checkpoint, partitions, pset, config, Path(out).expanduser(), chunk_rows, pairs,
-        table_format,
+        table_format, feature_storage,
     )  # fmt: skip
     return infer_for(pset.kind)(ctx, run)
+
+
+def check_feature_storage(feature_storage: str, pset: PartitionSet, partitions) -> None:
+    """Refuse ``--feature-storage disk`` for a partition it does not apply to (typed graphs and
+    graph sets read their rows in memory)."""
+    if feature_storage != "memory" and pset.kind != "homogeneous":
+        raise ConfigError(
+            f"--feature-storage {feature_storage}: {partitions} holds a {pset.kind} graph; "
+            "disk-backed inference reads homogeneous graphs only (leave --feature-storage unset)"
+        )
 
 
 def tables_summary(table_format: str, named: bool, class_names) -> dict[str, Any]:
@@ -361,6 +376,7 @@ def infer_worker(config_json: str) -> None:
             chunk_rows=config.chunk_rows,
             pairs=config.pairs,
             table_format=config.table_format,
+            feature_storage=config.feature_storage,
         )
         if summary is not None:
             rows = [
