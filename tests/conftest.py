@@ -56,6 +56,20 @@ def assert_same_weights(a: dict, b: dict) -> None:
         assert torch.equal(a[key], b[key]), key
 
 
+def signal_self_at_step(optimizer, step_number: int, signum: int) -> None:
+    """Send ``signum`` to this process during optimiser step ``step_number`` (1-based), as a
+    scheduler would at an arbitrary moment."""
+    step, calls = optimizer.step, [0]
+
+    def step_and_signal(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == step_number:
+            os.kill(os.getpid(), signum)
+        return step(*args, **kwargs)
+
+    optimizer.step = step_and_signal
+
+
 @pytest.fixture(scope="session")
 def checkpoint_graph():
     """A 1,500-node synthetic graph with 150 training nodes, for checkpoint and fault tests."""

@@ -297,6 +297,25 @@ def test_training_another_dataset_than_the_partition_holds_is_refused(parts, cap
     assert workers == 2 and resolved.dataset.startswith("synthetic:nodes=600,")
 
 
+def test_partitions_name_the_worker_count(parts, monkeypatch, capsys):
+    """`--partitions DIR-{parts}`: the count of --workers, or under torchrun the job's own (an
+    elastic restart on fewer machines reads its own count's partition); neither: one line."""
+    from shardgnn.cli.train import partitions_for
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert partitions_for("p/x-{parts}", 4) == "p/x-4"
+    assert partitions_for("p/x", None) == "p/x"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert partitions_for("p/x-{parts}", None) == "p/x-3"
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    pattern = str(parts.parent / "parts-{parts}")
+    capsys.readouterr()
+    assert main(["train", "--partitions", pattern, "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "names the worker count ({parts})" in err, err
+
+
 def test_resume_with_other_flags_is_refused_before_any_worker_starts(parts, tmp_path, capsys):
     from shardgnn.cli.train import preflight
     from shardgnn.partition.format import read_partitions

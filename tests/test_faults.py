@@ -5,6 +5,7 @@ workers (never killed), a checkpoint that cannot be written (the previous one st
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -28,7 +29,7 @@ from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import LocalSteps, run_training
 
-from conftest import assert_same_weights, final_weights
+from conftest import assert_same_weights, final_weights, signal_self_at_step
 from distributed_helpers import run_workers
 
 BATCH = 16  # 10 batches per epoch on this graph's 150 training nodes
@@ -53,20 +54,6 @@ def _config(directory, epochs=3, resume=False, **run):
     )
 
 
-def _signal_self_at_step(optimizer, step_number: int, signum: int) -> None:
-    """Send ``signum`` to this process during optimiser step ``step_number`` (1-based), as a
-    scheduler would at an arbitrary moment."""
-    step, calls = optimizer.step, [0]
-
-    def step_and_signal(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == step_number:
-            os.kill(os.getpid(), signum)
-        return step(*args, **kwargs)
-
-    optimizer.step = step_and_signal
-
-
 # ----------------------------------------------------------------------------- one process
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
 def test_stop_signal_saves_mid_epoch_and_resume_is_bit_exact(tmp_path, graph, signum):
@@ -78,7 +65,7 @@ def test_stop_signal_saves_mid_epoch_and_resume_is_bit_exact(tmp_path, graph, si
     interrupted = tmp_path / "interrupted"
     config = _config(interrupted)
     steps = LocalSteps(config, graph)
-    _signal_self_at_step(steps.optimizer, batches + 3, signum)  # epoch 2, batch 3
+    signal_self_at_step(steps.optimizer, batches + 3, signum)  # epoch 2, batch 3
     with pytest.raises(Preempted) as stopped:
         TrainingLoop(config, steps).run()
     name = signal.Signals(signum).name
@@ -104,7 +91,7 @@ def test_stop_signal_without_checkpoint_dir_says_nothing_was_saved(graph):
 
     config = TrainConfig(optim=OptimConfig(epochs=2), batch_size=BATCH, progress=False, threads=1)
     steps = LocalSteps(config, graph)
-    _signal_self_at_step(steps.optimizer, 2, signal.SIGTERM)
+    signal_self_at_step(steps.optimizer, 2, signal.SIGTERM)
     with pytest.raises(Preempted, match=r"after batch 2 .*nothing was saved \(no --checkpoint-dir"):
         TrainingLoop(config, steps).run()
 
@@ -120,7 +107,7 @@ def test_stop_signal_in_full_graph_mode_stops_after_the_epoch(tmp_path, graph):
         checkpoint=CheckpointConfig(dir=str(tmp_path / "ck"), every=3),
     )
     steps = LocalSteps(config, graph)
-    _signal_self_at_step(steps.optimizer, 2, signal.SIGTERM)
+    signal_self_at_step(steps.optimizer, 2, signal.SIGTERM)
     with pytest.raises(Preempted, match="stopped by SIGTERM after epoch 2; checkpoint saved"):
         TrainingLoop(config, steps).run()
     assert [p.name for p in Checkpointer(tmp_path / "ck").complete()] == ["epoch-000002"]
@@ -181,7 +168,7 @@ def _train_and_signal(ctx, config, signal_rank, step_number):
 
     steps = DistMiniBatchSteps(config, ctx)
     if ctx.rank == signal_rank:
-        _signal_self_at_step(steps.optimizer, step_number, signal.SIGUSR1)
+        signal_self_at_step(steps.optimizer, step_number, signal.SIGUSR1)
     try:
         TrainingLoop(config, steps).run()
     except Preempted as exc:
@@ -412,3 +399,73 @@ def test_torchrun_wrapper_forwards_sigusr1_and_exits_for_requeue(tmp_path, graph
     assert "shardgnn train: stopped by SIGUSR1" in err
     assert "shardgnn.torchrun: stopped by SIGUSR1; every worker saved its checkpoint" in err
     assert Checkpointer(tmp_path / "ck").complete()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_elastic_job_that_loses_a_machine_resumes_on_the_rest(tmp_path, graph):
+    """Issue 33: two torchrun agents (two machines of one worker each) under elastic `--nnodes
+    1:2 --max-restarts 1` with `--partitions parts-{parts}`. One machine is lost after the third
+    checkpoint (its agent and worker SIGKILLed at once): the survivor's worker fails its next
+    collective with one line, its agent meets the rendezvous again alone, and training resumes on
+    1 worker from the 2-worker checkpoint (re-sharded) and finishes every epoch."""
+    import socket
+
+    from shardgnn.distributed.launch import free_port
+    from shardgnn.graph.io import save_graph
+
+    data = tmp_path / "graph"
+    save_graph(graph, data)
+    for parts in (1, 2):
+        result = partition_graph(graph, PartitionConfig(num_parts=parts, method="random", seed=0))
+        write_partitions(graph, result.assignment, tmp_path / f"parts-{parts}", method="random")
+    port, ck, results = free_port(), tmp_path / "ck", tmp_path / "results.json"
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1:2", "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "lost",
+        "--rdzv-conf", "last_call_timeout=3", "--max-restarts", "1",
+        "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions",
+        str(tmp_path / "parts-{parts}"), "--epochs", "40", "--batch-size", "16", "--hidden", "16",
+        "--fanouts", "5,5", "--overlap", "off", "--quiet", "--timeout", "20", "--checkpoint-dir",
+        str(ck), "--resume", "--results", str(results),
+    ]  # fmt: skip
+
+    def agent(name: str) -> subprocess.Popen:
+        with open(tmp_path / f"{name}.out", "w") as out, open(tmp_path / f"{name}.err", "w") as err:
+            return subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+
+    survivor = agent("survivor")  # first: it hosts the rendezvous store, which must survive
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            break
+        assert time.monotonic() < deadline, "the first agent never opened the rendezvous port"
+        time.sleep(0.2)
+    lost = agent("lost")
+    try:
+        while not (ck / "epoch-000003" / "meta.json").exists():
+            assert survivor.poll() is None and lost.poll() is None, "an agent ended early"
+            assert time.monotonic() < deadline + 120, "no third checkpoint"
+            time.sleep(0.1)
+        tree, seen = [lost.pid], 0
+        while seen < len(tree):  # the agent and its worker: a machine lost whole
+            children = Path(f"/proc/{tree[seen]}/task/{tree[seen]}/children")
+            with contextlib.suppress(OSError):
+                tree += [int(pid) for pid in children.read_text().split()]
+            seen += 1
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        survivor.wait(timeout=180)
+    finally:
+        for proc in (survivor, lost):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+    out, err = ((tmp_path / f"survivor.{s}").read_text() for s in ("out", "err"))
+    assert survivor.returncode == 0, err[-3000:]
+    assert re.search(r"written by 2 workers, re-sharded for 1\)", out), out[-3000:]
+    assert re.search(r"shardgnn train: rank 0: the .* failed after .*a peer worker died", err)
+    assert "Traceback" not in err, err[-3000:]
+    final = json.loads(results.read_text())
+    assert final["workers"] == 1 and [e["epoch"] for e in final["epochs"]] == list(range(1, 41))
+    assert final["test_acc"] > 0.5

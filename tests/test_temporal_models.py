@@ -347,6 +347,138 @@ def test_distributed_training_equals_one_process(tmp_path, model, world):
     assert model == "tgat" or comm["memory"]["bytes_sent"] > 0  # tgat has no memory
 
 
+def test_memory_checkpoints_re_shard_by_original_id():
+    """Issue 33: TGN's memory held in 2 shards of one partition, checkpointed and re-sharded onto
+    3 shards of another, holds every node's row, last update and pending event bit for bit, its
+    pending partner named in the new partition's ids (in the checkpoint, by original id)."""
+    from shardgnn.train.checkpoint import reshard
+
+    n, dim, rng = 30, 4, np.random.default_rng(0)
+    old_orig, new_orig = rng.permutation(n), rng.permutation(n)
+
+    def shards(orig, bounds):
+        models = []
+        for first, end in zip(bounds[:-1], bounds[1:]):
+            torch.manual_seed(0)  # the same GRU everywhere, as ranks start alike
+            model = torch.nn.Module()
+            model.memory = NodeMemory(
+                n, dim, TimeEncoder(3), torch.zeros(50, 0), first=first, rows=end - first,
+                orig_ids=orig,
+            )  # fmt: skip
+            models.append(model)
+        return models
+
+    old = shards(old_orig, [0, 14, 30])
+    with torch.no_grad():
+        for model in old:
+            memory, rows = model.memory, model.memory.rows
+            memory.memory.copy_(torch.randn(rows, dim))
+            memory.last_update.copy_(torch.rand(rows, dtype=torch.float64))
+            partner = np.where(rng.random(rows) < 0.3, -1, rng.integers(0, n, rows))
+            memory.pending_other.copy_(torch.from_numpy(partner))
+            memory.pending_time.copy_(torch.rand(rows, dtype=torch.float64))
+            memory.pending_event.copy_(torch.from_numpy(rng.integers(0, 50, rows)))
+    # every buffer in the old partition's id order (parts are contiguous, in rank order)
+    every = {
+        name: torch.cat([getattr(m.memory, name) for m in old])
+        for name in ("memory", "last_update", "pending_other", "pending_time", "pending_event")
+    }
+    assert (every["pending_other"] >= 0).sum() > 10 and (every["pending_other"] < 0).any()
+    states = [
+        {
+            "model": m.state_dict(),
+            "best_state": {},
+            "optimizer": {"state": {}, "param_groups": []},
+            "torch_rng": torch.get_rng_state(),
+            "comm_total": {},
+        }
+        for m in old
+    ]
+    partner = states[0]["model"]["memory.held.pending_other"]
+    held = old[0].memory.pending_other
+    assert torch.equal(partner >= 0, held >= 0)
+    assert torch.equal(partner[held >= 0], torch.from_numpy(old_orig)[held[held >= 0]])
+    old_position = np.argsort(old_orig)  # original id -> old id
+    new_position = np.argsort(new_orig)  # original id -> new id
+    new = shards(new_orig, [0, 9, 20, 30])
+    for rank, model in enumerate(new):
+        ids = model.memory.held.node_ids.numpy()
+        np.testing.assert_array_equal(ids, new_orig[model.memory.held_ids().numpy()])
+        model.load_state_dict(reshard(states, rank, {"memory.held.": ids})["model"])
+        take = torch.from_numpy(old_position[ids])
+        for name in ("memory", "last_update", "pending_time", "pending_event"):
+            assert torch.equal(getattr(model.memory, name), every[name][take]), name
+        was = every["pending_other"][take]
+        now = model.memory.pending_other
+        assert torch.equal(now >= 0, was >= 0)
+        expected = new_position[old_orig[was[was >= 0].numpy()]]
+        np.testing.assert_array_equal(now[now >= 0].numpy(), expected)
+        assert torch.equal(model.memory.gru.weight_ih, old[0].memory.gru.weight_ih)
+
+
+def _train_temporal(ctx, config_dict, signal_rank=None, step_number=0):
+    """A distributed temporal training rank; rank ``signal_rank`` receives SIGUSR1 at its
+    optimiser step ``step_number``: its message then, else ``(epoch losses, test metrics)``."""
+    import signal
+
+    from shardgnn.errors import Preempted
+    from shardgnn.train.dist_temporal import DistTemporalLinkSteps
+    from shardgnn.train.loop import TrainingLoop
+
+    from conftest import signal_self_at_step
+
+    config = TrainConfig.from_dict(config_dict)
+    steps = DistTemporalLinkSteps(config, ctx)
+    if ctx.rank == signal_rank:
+        signal_self_at_step(steps.optimizer, step_number, signal.SIGUSR1)
+    try:
+        results = TrainingLoop(config, steps).run()
+    except Preempted as exc:
+        return str(exc)
+    return [e["loss"] for e in results["epochs"]], results["link"]["test"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_tgn_preempted_on_4_workers_resumes_on_2_and_3(tmp_path):
+    """Issue 33: a TGN job on 4 workers, preempted mid-epoch, resumes on 2 and on 3 workers with
+    its memory re-sharded (rows, last updates, pending events): the epochs' losses and the test
+    metrics equal the uninterrupted 4-worker run's to rounding (contiguous parts keep node ids,
+    and memory updates follow one process's order whatever the worker count)."""
+    import shutil
+
+    from shardgnn.partition.temporal import write_temporal_partitions
+    from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
+
+    from distributed_helpers import run_workers
+
+    g = small_stream(nodes=60, events=1200, seed=5)
+    for parts in (4, 3, 2):
+        assignment = np.arange(g.num_nodes) * parts // g.num_nodes
+        write_temporal_partitions(g, assignment, tmp_path / f"parts{parts}", method="range")
+
+    def config(parts, directory, resume=False):
+        checkpoint = {"dir": str(directory), "resume": resume}
+        data = temporal_config("tgn", optim={"epochs": 2, "lr": 1e-4}, checkpoint=checkpoint)
+        data = data.to_dict()
+        data["run"]["partitions"] = str(tmp_path / f"parts{parts}")
+        return data
+
+    losses, test = run_workers(_train_temporal, 4, config(4, tmp_path / "straight"))[0]
+    interrupted = tmp_path / "interrupted"
+    message = run_workers(_train_temporal, 4, config(4, interrupted), 2, 5)[0]
+    assert message.startswith("stopped by SIGUSR1 in epoch 1 after batch 5"), message
+    for world in (2, 3):
+        directory = tmp_path / f"on{world}"
+        shutil.copytree(interrupted, directory)
+        resumed = run_workers(_train_temporal, world, config(world, directory, resume=True))[0]
+        np.testing.assert_allclose(resumed[0], losses, rtol=2e-5)
+        for key in ("ap", "auc"):
+            assert abs(resumed[1][key] - test[key]) < 5e-3, (world, key)
+        latest = Checkpointer(directory).complete()[-1]
+        assert read_checkpoint_meta(latest)["world_size"] == world
+
+
 def test_partition_command_writes_the_event_stream_in_new_ids(tmp_path, capsys):
     from shardgnn.cli import main
     from shardgnn.graph.datasets import load_temporal_dataset

@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     import os
 
+    from shardgnn.distributed.comm import CollectiveError
     from shardgnn.train.worker import run_worker
 
     try:
@@ -118,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except CollectiveError as exc:
+        # A peer died or stalled (a lost machine): one line; the agent stops this machine's
+        # workers, or with --max-restarts meets the others again and restarts on who is left.
+        from shardgnn.distributed.launch import record_elastic_error
+
+        print(f"shardgnn train: {exc}", file=sys.stderr)
+        record_elastic_error(exc)
+        return 1
     except BaseException as exc:
         from shardgnn.distributed.launch import record_elastic_error
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Collection
@@ -57,6 +58,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def partitions_for(path: str, workers: int | None) -> str:
+    """``--partitions`` with ``{parts}`` replaced by the worker count: the job's own under
+    torchrun (``WORLD_SIZE``: after an elastic restart on fewer or more machines, the partition
+    of the count that runs now), else ``--workers``."""
+    if "{parts}" not in path:
+        return path
+    world = os.environ.get("WORLD_SIZE") if "TORCHELASTIC_RUN_ID" in os.environ else None
+    count = workers if world is None else int(world)
+    if count is None:
+        raise ConfigError(
+            f"--partitions {path} names the worker count ({{parts}}) but none is known here: give "
+            "--workers N, or run it under torchrun (python -m shardgnn.torchrun ... -m "
+            "shardgnn.run train ...)"
+        )
+    return path.replace("{parts}", str(count))
+
+
 def train_config(args: argparse.Namespace) -> TrainConfig:
     """The config of a ``train`` command line: the flags given, then the defaults of the recipe
     its dataset trains with (:func:`~shardgnn.train.recipes.recipe_defaults`: a knowledge graph
@@ -74,6 +92,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     given = {k: v for k, v in vars(args).items() if k.split(".")[0] in fields}
     if args.dataset_arg is not None:
         given["dataset"] = args.dataset_arg
+    if given.get("run.partitions") is not None:
+        given["run.partitions"] = partitions_for(given["run.partitions"], given.get("run.workers"))
     traits = traits_of(given.get("dataset", TrainConfig.dataset), given.get("run.partitions"))
     # overrides replace the flags' values, so what was given comes last and wins
     config = config_from_args(TrainConfig, args, **recipe_defaults(traits, given), **given)
@@ -133,7 +153,6 @@ def _check_outputs(config: TrainConfig) -> None:
 def _warn_oversubscribed(workers: int | None) -> None:
     """One line when local workers outnumber the cores this process may run on: it runs, but each
     worker gets a fraction of a core (and a collective waits for the slowest)."""
-    import os
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if workers is not None and cores and workers > cores:
@@ -243,7 +262,6 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
     """``--spmm auto`` made concrete: the strategy whose busiest worker sends the fewest bytes
     on this partition (``shardgnn plan``'s pick; attention models: ``1d-sparse``, the only one
     they run). Said in one line (by rank 0 under torchrun, where every worker resolves it)."""
-    import os
 
     from shardgnn.fullgraph.plan import auto_spmm
 

@@ -79,14 +79,7 @@ class LayerwiseInference:
         cols = self.indices[int(self.indptr[start]) : int(self.indptr[end])] if start < n else []
         cols = torch.as_tensor(cols, dtype=torch.int64)
         halo_pos = torch.unique(cols[cols >= n]).numpy() - n
-        bounds = np.concatenate([[0], np.cumsum(shard.halo_counts)])
-        cut = np.searchsorted(halo_pos, bounds)
-        return [
-            torch.from_numpy(
-                shard.halo[halo_pos[cut[q] : cut[q + 1]]] - int(shard.book.part_range(q)[0])
-            )
-            for q in range(len(shard.halo_counts))
-        ]
+        return shard.halo_requests(list(range(len(shard.halo_counts))), halo_pos)
 
     def _chunk_graph(self, start: int, end: int) -> tuple[MessageGraph, torch.Tensor]:
         """The one-layer block of rows ``start..end`` with full neighbourhoods: its graph and the
@@ -166,7 +159,7 @@ class LayerwiseInference:
             k = local.shape[0]
             torch.index_select(h_NF, 0, local, out=rows[:k])
             if plan is not None:
-                plan.finish_into(pending, rows[k:])
+                plan.finish(pending, out=rows[k:])
             else:
                 torch.index_select(halo, 0, (src_ids[k:] - n).to(halo.device), out=rows[k:])
             h_out = layer(graph, rows)

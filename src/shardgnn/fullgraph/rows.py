@@ -79,19 +79,26 @@ class RowPlan:
             feedback=feedback,
         )
 
-    def finish(self, pending: PendingExchange, like: torch.Tensor) -> torch.Tensor:
+    def finish(
+        self,
+        pending: PendingExchange,
+        like: torch.Tensor | None = None,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``[rows_received, F]``: the requested rows, peer after peer, each peer's in the order
-        requested (as ``like``'s dtype and device)."""
-        return torch.cat(pending.wait()).to(like.device, like.dtype)
-
-    def finish_into(self, pending: PendingExchange, out: torch.Tensor) -> None:
-        """:meth:`finish` into ``out`` (``[rows_received, F]``, any dtype and device), peer by
-        peer, without a concatenated copy."""
+        requested: a new tensor as ``like``'s dtype and device, or written into ``out`` (any
+        dtype and device) peer by peer, without a concatenated copy."""
+        pieces = pending.wait()
+        if out is None:
+            assert like is not None, "finish needs like or out"
+            return torch.cat(pieces).to(like.device, like.dtype)
         at = 0
-        for piece in pending.wait():
+        for piece in pieces:
             out[at : at + piece.shape[0]].copy_(piece)
             at += piece.shape[0]
         assert at == out.shape[0], "out holds exactly the rows received"
+        return out
 
     def start_back(
         self,

@@ -277,14 +277,21 @@ class FullGraphShard:
         offsets = np.concatenate([[0], np.cumsum(self.halo_counts)])
         return slice(int(offsets[part]), int(offsets[part + 1]))
 
-    def halo_requests(self, parts: list[int]) -> list[torch.Tensor]:
-        """Per part of ``parts``: the halo rows it owns, in its own (part-local) ids, in halo
-        order: the requests of a :class:`~shardgnn.fullgraph.rows.RowPlan` that fetches the
-        halo from its owners."""
-        return [
-            torch.from_numpy(self.halo[self.halo_segment(q)] - int(self.book.part_range(q)[0]))
-            for q in parts
-        ]
+    def halo_requests(
+        self, parts: list[int], positions: np.ndarray | None = None
+    ) -> list[torch.Tensor]:
+        """Per part of ``parts``: the halo rows it owns (all, or those at the sorted halo
+        ``positions``: one chunk's), in its own (part-local) ids, in halo order: the requests
+        of a :class:`~shardgnn.fullgraph.rows.RowPlan` that fetches them from their owners."""
+        requests = []
+        for q in parts:
+            segment = self.halo_segment(q)
+            if positions is not None:
+                lo, hi = np.searchsorted(positions, [segment.start, segment.stop])
+                segment = positions[lo:hi]
+            first = int(self.book.part_range(q)[0])
+            requests.append(torch.from_numpy(self.halo[segment] - first))
+        return requests
 
 
 def _mapped(x: np.ndarray) -> np.ndarray:

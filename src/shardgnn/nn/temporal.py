@@ -110,14 +110,66 @@ class MemoryState:
     event_B: torch.Tensor
 
 
-class NodeMemory(nn.Module):
-    """TGN's node memory (see the module docstring for when messages apply).
+class MemoryRows(nn.Module):
+    """The per-node buffers of :class:`NodeMemory` (one row per node held here): ``memory``
+    ``[rows, M]``, ``last_update`` (time of the last applied message), the pending event
+    (``pending_other``: the other endpoint, -1: none; ``pending_time``; ``pending_event``) and
+    ``node_ids``, the rows' original node ids.
 
-    Buffers (part of the state dict, so the best epoch's weights come with the memory they
-    produced), one row per node this process holds (global ids ``[first, first + rows)``; all
-    ``N`` in one process, the owner's part when sharded): ``memory`` ``[rows, M]``,
-    ``last_update`` (time of the last applied message), and the pending event:
-    ``pending_other`` (the other endpoint, -1: none), ``pending_time``, ``pending_event``.
+    In a state dict ``pending_other`` holds original node ids (in the module, the ids of the
+    partition it trains on), so that a checkpoint of one partition re-shards onto another by
+    original id (:func:`~shardgnn.train.checkpoint.reshard`): ``orig_ids`` maps every node id
+    of this process to its original id (None: the same ids).
+    """
+
+    def __init__(self, first: int, rows: int, dim: int, orig_ids: np.ndarray | None = None):
+        super().__init__()
+        self.orig_ids = None if orig_ids is None else np.asarray(orig_ids, dtype=np.int64)
+        self._new_of_orig: np.ndarray | None = None
+        ids = np.arange(first, first + rows, dtype=np.int64)
+        node_ids = ids if self.orig_ids is None else self.orig_ids[ids]
+        self.register_buffer("memory", torch.zeros(rows, dim))
+        self.register_buffer("last_update", torch.zeros(rows, dtype=torch.float64))
+        self.register_buffer("pending_other", torch.full((rows,), -1, dtype=torch.int64))
+        self.register_buffer("pending_time", torch.zeros(rows, dtype=torch.float64))
+        self.register_buffer("pending_event", torch.zeros(rows, dtype=torch.int64))
+        self.register_buffer("node_ids", torch.from_numpy(node_ids))
+
+    def _translate(self, other: torch.Tensor, to_orig: bool) -> torch.Tensor:
+        """``other`` (node ids, -1 for none) in original ids (``to_orig``) or back."""
+        if self.orig_ids is None:
+            return other
+        if to_orig:
+            table = self.orig_ids
+        else:
+            if self._new_of_orig is None:
+                self._new_of_orig = np.empty_like(self.orig_ids)
+                self._new_of_orig[self.orig_ids] = np.arange(self.orig_ids.shape[0])
+            table = self._new_of_orig
+        ids = other.cpu().numpy()
+        out = ids.copy()
+        some = ids >= 0
+        out[some] = table[ids[some]]
+        return torch.from_numpy(out).to(other.device)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        key = prefix + "pending_other"
+        destination[key] = self._translate(destination[key].detach(), to_orig=True)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        key = prefix + "pending_other"
+        if key in state_dict:
+            state_dict[key] = self._translate(state_dict[key], to_orig=False)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class NodeMemory(nn.Module):
+    """TGN's memory of the nodes held here (see the module docstring for when messages apply).
+
+    Its per-node buffers (:class:`MemoryRows`, ``held``; part of the state dict, so the best
+    epoch's weights come with the memory they produced) hold global ids ``[first, first +
+    rows)``: all ``N`` in one process, the owner's part when sharded.
 
     Args:
         num_nodes: ``N``.
@@ -125,6 +177,7 @@ class NodeMemory(nn.Module):
         time_encoder: shared with the embedding module (as TGN and PyG's example do).
         event_feat_EF: every event's features (``[E, 0]`` for none): messages read rows of it.
         first, rows: the global ids held here (default: all).
+        orig_ids: every global id's original node id (default: the same).
     """
 
     def __init__(
@@ -136,6 +189,7 @@ class NodeMemory(nn.Module):
         *,
         first: int = 0,
         rows: int | None = None,
+        orig_ids: np.ndarray | None = None,
     ):
         super().__init__()
         self.num_nodes, self.dim = num_nodes, dim
@@ -145,12 +199,14 @@ class NodeMemory(nn.Module):
         self.event_feat_EF = event_feat_EF  # data, not state: not a buffer
         message_dim = 2 * dim + event_feat_EF.shape[1] + time_encoder.dim
         self.gru = nn.GRUCell(message_dim, dim)
-        n = self.rows
-        self.register_buffer("memory", torch.zeros(n, dim))
-        self.register_buffer("last_update", torch.zeros(n, dtype=torch.float64))
-        self.register_buffer("pending_other", torch.full((n,), -1, dtype=torch.int64))
-        self.register_buffer("pending_time", torch.zeros(n, dtype=torch.float64))
-        self.register_buffer("pending_event", torch.zeros(n, dtype=torch.int64))
+        self.held = MemoryRows(first, self.rows, dim, orig_ids)
+
+    # the held rows' buffers, by the names the updates use
+    memory = property(lambda self: self.held.memory)
+    last_update = property(lambda self: self.held.last_update)
+    pending_other = property(lambda self: self.held.pending_other)
+    pending_time = property(lambda self: self.held.pending_time)
+    pending_event = property(lambda self: self.held.pending_event)
 
     def reset(self) -> None:
         """Empty memory (the start of a pass over the events)."""
@@ -326,7 +382,8 @@ class TemporalLinkModel(nn.Module):
       process trains on are small enough).
 
     ``memory_rows``: ``(first, rows)``, the global ids whose memory this process holds (the
-    owner's part when memory is sharded; default all).
+    owner's part when memory is sharded; default all); ``orig_ids``: every global id's original
+    node id (default: the same; :class:`MemoryRows`).
     """
 
     def __init__(
@@ -344,6 +401,7 @@ class TemporalLinkModel(nn.Module):
         time_scale: float = 1.0,
         node_rows: int = 0,
         memory_rows: tuple[int, int] | None = None,
+        orig_ids: np.ndarray | None = None,
     ):
         super().__init__()
         assert kind in ("tgn", "jodie", "tgat"), kind
@@ -354,7 +412,13 @@ class TemporalLinkModel(nn.Module):
         if kind in ("tgn", "jodie"):
             first, rows = memory_rows or (0, num_nodes)
             self.memory = NodeMemory(
-                num_nodes, memory_dim, self.time_encoder, event_feat_EF, first=first, rows=rows
+                num_nodes,
+                memory_dim,
+                self.time_encoder,
+                event_feat_EF,
+                first=first,
+                rows=rows,
+                orig_ids=orig_ids,
             )
         self.event_feat_EF = event_feat_EF
         if kind == "tgn":

@@ -77,7 +77,7 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         )
         self.spec = pset.dataset.get("spec")
         start, end = self.store.start, self.store.end
-        self._setup(config, events, (start, end - start))
+        self._setup(config, events, (start, end - start), pset.orig_ids)
         self.node_map = np.full(pset.num_nodes, -1, dtype=np.int64)  # relabelling scratch
         self.mode = config.temporal_sampling
 

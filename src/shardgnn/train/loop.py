@@ -164,9 +164,10 @@ def weights_sha256(steps: Steps) -> str:
 
 def model_rows(model: torch.nn.Module) -> dict[str, np.ndarray]:
     """:meth:`Steps.sharded_rows` of a model whose only rank-local state is tables of node rows
-    that name their rows' original ids (``<prefix>node_ids``: the learnable rows)."""
+    that name their rows' original ids (``<prefix>node_ids``: learnable rows, temporal
+    memory)."""
     return {
-        name[: -len("node_ids")]: tensor.numpy()
+        name[: -len("node_ids")]: tensor.cpu().numpy()
         for name, tensor in model.state_dict().items()
         if name.endswith("node_ids")
     }

@@ -235,7 +235,10 @@ class RunConfig(LaunchConfig):
     partitions: str | None = option(
         None,
         metavar="DIR",
-        help="a partition directory written by `shardgnn partition` (one worker per part)",
+        help="a partition directory written by `shardgnn partition` (one worker per part); "
+        "{parts} in it stands for the worker count (parts/products-{parts}: under torchrun with "
+        "elastic --nnodes MIN:MAX a restart on fewer or more machines reads its own count's "
+        "partition and resumes the checkpoint re-sharded)",
     )
     overlap: str = option(
         "auto",

@@ -36,7 +36,7 @@ from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.loop import Steps
+from shardgnn.train.loop import Steps, model_rows
 from shardgnn.train.setup import EVAL_STREAM, adam, resolve_device
 from shardgnn.train.temporal_eval import TemporalStreamEvaluation
 
@@ -111,10 +111,12 @@ def temporal_model(
     train_end: int,
     memory_rows: tuple[int, int] | None,
     device: torch.device,
+    orig_ids: np.ndarray | None = None,
 ) -> TemporalLinkModel:
     """The model ``config`` names, from the initial weights of ``config.seed``, on ``device``;
     ``memory_rows``: ``(first, count)`` of the nodes whose memory this process holds (``None``:
-    all of them)."""
+    all of them); ``orig_ids``: every node id's original id (a partition's; ``None``: the
+    same)."""
     kind, temporal, ev = config.model.model, config.temporal, events
     torch.manual_seed(config.seed)
     return TemporalLinkModel(
@@ -130,6 +132,7 @@ def temporal_model(
         time_scale=mean_gap(ev.src, ev.dst, ev.t, train_end) if kind == "jodie" else 1.0,
         node_rows=config.embedding.dim if config.embedding.enabled else 0,
         memory_rows=memory_rows,
+        orig_ids=orig_ids,
     ).to(device)
 
 
@@ -163,9 +166,14 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         )
 
     def _setup(
-        self, config: TrainConfig, events: EventStream, memory_rows: tuple[int, int] | None
+        self,
+        config: TrainConfig,
+        events: EventStream,
+        memory_rows: tuple[int, int] | None,
+        orig_ids: np.ndarray | None = None,
     ) -> None:
-        """Everything but the sampler: split, event tensors, model, optimiser, negatives."""
+        """Everything but the sampler: split, event tensors, model, optimiser, negatives
+        (``memory_rows``, ``orig_ids``: :func:`temporal_model`'s)."""
         self.config, self.events = config, events
         self.device = dev = resolve_device(config.device)
         ev = events
@@ -176,7 +184,7 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         feat = ev.feat if ev.feat is not None else np.zeros((ev.num_events, 0), np.float32)
         self.event_feat_EF = torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
         self.model = temporal_model(
-            config, ev, self.event_feat_EF, self.val_start, memory_rows, dev
+            config, ev, self.event_feat_EF, self.val_start, memory_rows, dev, orig_ids
         )
         self.optimizer = adam(self.model.parameters(), config.optim)
         self.batches = EventBatches(
@@ -189,6 +197,16 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         self.new_event = new_endpoint_events(ev, self.val_start)
         self.last_metrics: dict[str, dict[str, float]] = {}
         self.sampled_events = 0
+
+    fixed_shards = "TGAT with learnt node rows (one table in the partition's node order)"
+
+    def sharded_rows(self) -> dict[str, np.ndarray] | None:
+        """The memory's rows by original node id (:class:`~shardgnn.nn.temporal.MemoryRows`:
+        any worker count resumes them); TGAT's learnt rows are one table in the order of the
+        partition that wrote it."""
+        if getattr(self.model, "node_rows", None) is not None:
+            return None
+        return model_rows(self.model)
 
     # ------------------------------------------------------------------ hooks
     def _share(self, lo: int, hi: int) -> tuple[int, int]:
