@@ -106,6 +106,79 @@ def test_served_entries_are_the_owners_rows_within_the_bound(world, age, push_ev
             assert hits <= lookups and sum(ages) == hits and ages[0] == 0
 
 
+def _permutation(world: int) -> np.ndarray:
+    """A partition's new id -> original id (another one per worker count)."""
+    return np.random.default_rng(world).permutation(NUM_NODES).astype(np.int64)
+
+
+def _tables_of(ctx, scope: str, push_every: int, steps: int, old_states=None):
+    """Historical tables over ``ctx.world_size`` parts of a permuted graph (every remote node of
+    even new id watched), after ``steps`` steps of owners computing ``[original id, step,
+    rank]`` rows (push mode), or filled from ``old_states`` (re-sharded): this rank's state
+    dict."""
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.store.historical import HistoricalEmbeddings
+
+    world, rank = ctx.world_size, ctx.rank
+    orig = _permutation(world)
+    book = PartitionBook(np.linspace(0, NUM_NODES, world + 1).astype(np.int64))
+    start, end = book.part_range(rank)
+    halo = np.array([v for v in range(0, NUM_NODES, 2) if not start <= v < end], dtype=np.int64)
+    comm = Communicator(rank, world, ctx.group)
+    tables = HistoricalEmbeddings(
+        book, rank, comm, halo, range(1, 2), 3, push_every, scope=scope, orig_ids=orig
+    )
+    if old_states is not None:
+        tables.load_resharded(old_states)
+        return tables.state_dict()
+    for step in range(steps):
+        nodes = _computed(step, rank)
+        nodes = nodes[book.owner(nodes) == rank]  # what owners keep and push
+        h = torch.tensor([[orig[v], step, rank] for v in nodes], dtype=torch.float32)
+        tables.after_step({1: (nodes, h.reshape(-1, 3))})
+    return tables.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("scope", "push_every"), [("remote", 1), ("all", 3)])
+def test_tables_of_3_workers_re_shard_onto_2_by_original_id(scope, push_every):
+    """Issue 33: the tables of a 3-worker job resumed by 2 workers over another partition hold,
+    for every node they watch (and with scope all, own), the freshest entry the old job kept of
+    it: its old owner's last computation before the checkpoint, stamped with that step (pushed
+    every step; or kept by the owner, its watchers' copies up to 3 steps older); nodes the old
+    job kept nothing of stay empty."""
+    from shardgnn.store.historical import NEVER
+
+    steps = 12
+    old = run_workers(_tables_of, 3, scope, push_every, steps)
+    new = run_workers(_tables_of, 2, scope, push_every, steps, old)
+    orig3, book3 = _permutation(3), PartitionBook(np.linspace(0, NUM_NODES, 4).astype(np.int64))
+    old_id = np.argsort(orig3)  # original id -> the 3-worker job's id
+
+    def expected(u: int, own: bool) -> tuple[int, int]:
+        """(stamp, old owner) of original node ``u``'s freshest entry in the old job."""
+        v = int(old_id[u])
+        owner = int(book3.owner(np.array([v]))[0])
+        kept = (v % 2 == 0) or (scope == "all")  # watched by another rank, or kept by its owner
+        last = [t for t in range(steps) if v in _computed(t, owner)]
+        return (last[-1] if kept and last else NEVER), owner
+
+    checked = 0
+    for state in new:
+        assert int(state["step"]) == steps
+        for ids_key, table in (("watch_ids", ""), ("own_node_ids", "own_")):
+            stamps = state[f"{table}stamps.1"].numpy()
+            rows = state.get(f"{table}rows.1")
+            for i, u in enumerate(state[ids_key].numpy()):
+                stamp, owner = expected(int(u), own=table == "own_")
+                assert stamps[i] == stamp, (table, u)
+                if stamp != NEVER:
+                    assert rows[i].tolist() == [float(u), float(stamp), float(owner)]
+                    checked += 1
+    assert checked > 15
+
+
 def test_with_history_merges_in_order_and_passes_gradients_to_computed_rows():
     mask = torch.tensor([False, True, False, True, True])
     h = torch.tensor([[1.0], [2.0]], requires_grad=True)
@@ -233,3 +306,40 @@ def test_a_resumed_run_with_historical_embeddings_equals_an_uninterrupted_one(
     assert_same_weights(final_weights(straight), final_weights(stopped))
     first, resumed = (json.loads(open(f).read()) for f in (a, b))
     assert [e["loss"] for e in first["epochs"]] == [e["loss"] for e in resumed["epochs"]]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_historical_training_resumes_on_another_worker_count(two_parts, tmp_path, capfd):
+    """Issue 33: a 2-worker run with pulled historical embeddings of every node (the tables,
+    own and remote) resumes on 3 workers: the tables are rebuilt by original node id, every
+    entry served afterwards is checked against the age bound, and accuracy stays that of the
+    uninterrupted 2-worker run."""
+    import json
+
+    from shardgnn.cli import main
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+    from shardgnn.partition.format import write_partitions
+    from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+    g = generate(SyntheticConfig(nodes=4000, degree=10, classes=4, features=16, snr=1.5, seed=9))
+    p3 = tmp_path / "p3"
+    result = partition_graph(g, PartitionConfig(num_parts=3, method="metis", seed=0))
+    write_partitions(g, result.assignment, p3, method=result.method)
+    argv = ["train", "--fanouts", "8,8", "--hidden", "32", "--batch-size", "128"]
+    argv += ["--historical", "1:3", "--historical-mode", "pull", "--historical-scope", "all"]
+    argv += ["--host-sharing", "off", "--quiet"]
+    straight, resumed = tmp_path / "straight.json", tmp_path / "resumed.json"
+    assert (
+        main([*argv, "--partitions", two_parts, "--epochs", "4", "--results", str(straight)]) == 0
+    )
+    ck = ["--checkpoint-dir", str(tmp_path / "ck")]
+    assert main([*argv, *ck, "--partitions", two_parts, "--epochs", "2"]) == 0
+    capfd.readouterr()
+    resume = [*argv, *ck, "--partitions", str(p3), "--epochs", "4", "--resume"]
+    assert main([*resume, "--results", str(resumed)]) == 0
+    assert "(2 of 4 epochs done; written by 2 workers, re-sharded for 3)" in capfd.readouterr().out
+    first, then = (json.loads(f.read_text()) for f in (straight, resumed))
+    assert then["workers"] == 3 and [e["epoch"] for e in then["epochs"]] == [1, 2, 3, 4]
+    assert then["historical"]["hit_rate"] > 0.3 and then["historical"]["max_served_age"] <= 3
+    assert abs(then["test_acc"] - first["test_acc"]) <= 0.03, (then["test_acc"], first)

@@ -83,6 +83,9 @@ class HistoricalEmbeddings:
         mode: ``push`` or ``pull`` (module docstring).
         scope: ``remote`` (serve remote nodes only) or ``all`` (own nodes too, from a local
             table; module docstring).
+        orig_ids: every global id's original node id (default: the same); a state dict names
+            its entries' nodes by original id, so a checkpoint re-shards onto another
+            partition (:meth:`load_resharded`).
     """
 
     def __init__(
@@ -97,6 +100,7 @@ class HistoricalEmbeddings:
         stage: str = "historical",
         mode: str = "push",
         scope: str = "remote",
+        orig_ids: np.ndarray | None = None,
     ):
         assert min(layers) >= 1 and max_age >= 0 and push_every >= 1
         assert mode in HISTORICAL_MODES and scope in HISTORICAL_SCOPES, (mode, scope)
@@ -104,6 +108,7 @@ class HistoricalEmbeddings:
         self.mode, self.scope = mode, scope
         self.book, self.rank, self.comm, self.stage = book, rank, comm, stage
         self.layers, self.max_age, self.push_every = layers, max_age, push_every
+        self.orig_ids = None if orig_ids is None else np.asarray(orig_ids, dtype=np.int64)
         self.watch = np.asarray(halo, dtype=np.int64)
         assert np.all(book.owner(self.watch) != rank) and np.all(np.diff(self.watch) > 0)
         self.stamps = {layer: np.full(self.watch.shape[0], NEVER, np.int64) for layer in layers}
@@ -323,9 +328,17 @@ class HistoricalEmbeddings:
         self.stamps[layer][pos] = self.step
         self.sent_rows += int(sum(int(t.shape[0]) for t in rows_out))
 
+    def _original(self, ids: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(ids.copy() if self.orig_ids is None else self.orig_ids[ids])
+
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The tables, their stamps and the step (a checkpoint holds one per rank)."""
-        state = {"step": torch.tensor(self.step)}
+        """The tables, their stamps, the step and the original ids of the tables' nodes
+        (``watch_ids``, ``own_node_ids``; a checkpoint holds one per rank)."""
+        state = {
+            "step": torch.tensor(self.step),
+            "watch_ids": self._original(self.watch),
+            "own_node_ids": self._original(self.own_ids),
+        }
         for layer in self.layers:
             state[f"stamps.{layer}"] = torch.from_numpy(self.stamps[layer].copy())
             for q, sent in self.sent[layer].items():
@@ -348,3 +361,40 @@ class HistoricalEmbeddings:
                 self.own_rows[layer] = state[f"own_rows.{layer}"].to(torch.float32).clone()
             if f"rows.{layer}" in state:
                 self.rows[layer] = state[f"rows.{layer}"].to(torch.float32).clone()
+
+    def load_resharded(self, states: list[dict[str, torch.Tensor]]) -> None:
+        """Fill the tables from the :meth:`state_dict` of every rank of a job of another size
+        or partition: per layer, each node's entry is the freshest any of them kept of it (in a
+        watch table or its owner's own table; the copies stamped ``t`` of a node all hold what
+        its owner computed at step ``t``, so they are equal). Push bookkeeping starts afresh:
+        every watched row is due at its next computation."""
+        self.step = int(states[0]["step"])
+        watch, own = self._original(self.watch).numpy(), self._original(self.own_ids).numpy()
+        for layer in self.layers:
+            ids, stamps, rows = [], [], []
+            for state in states:
+                for id_key, table in (("watch_ids", ""), ("own_node_ids", "own_")):
+                    stamp = state[f"{table}stamps.{layer}"].numpy()
+                    kept = stamp != NEVER
+                    if kept.any():
+                        ids.append(state[id_key].numpy()[kept])
+                        stamps.append(stamp[kept])
+                        rows.append(state[f"{table}rows.{layer}"][torch.from_numpy(kept)])
+            if not ids:
+                continue
+            every_id, every_stamp = np.concatenate(ids), np.concatenate(stamps)
+            every_row = torch.cat(rows).to(torch.float32)
+            order = np.lexsort((every_stamp, every_id))  # by node, then stamp: freshest last
+            last = np.r_[every_id[order][1:] != every_id[order][:-1], True]
+            freshest = order[last]
+            node, stamp = every_id[freshest], every_stamp[freshest]
+            for targets, stamps_of, rows_of in (
+                (watch, self.stamps, self.rows),
+                (own, self.own_stamps, self.own_rows),
+            ):
+                found, pos = sorted_lookup(node, targets)
+                stamps_of[layer] = np.where(found, stamp[pos], NEVER)
+                table = torch.zeros((targets.shape[0], int(every_row.shape[1])))
+                hit = torch.from_numpy(np.flatnonzero(found))
+                table[hit] = every_row[torch.from_numpy(freshest[pos[found]])]
+                rows_of[layer] = table

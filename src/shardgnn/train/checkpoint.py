@@ -21,8 +21,9 @@ resuming from the checkpoint after epoch ``E`` repeats epochs ``E, E+1, ...`` ex
 weights are bit-identical (on CPU) to an uninterrupted run.
 
 A checkpoint of P workers resumes on Q != P workers where the kind of training allows it
-(:func:`reshard`: sharded learnable rows and their optimiser state are put back together by
-original node id and cut along the new partition); the run then goes on as Q workers train,
+(:func:`reshard`: sharded learnable rows and their optimiser state, and temporal memory, are
+put back together by original node id and cut along the new partition; the steps rebuild their
+own per-rank state, historical tables, from every rank's); the run then goes on as Q workers train,
 equal to the P-worker run within noise, not bit for bit (other batches per rank).
 """
 
@@ -350,7 +351,8 @@ def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]
     and cut to this rank's: ``rows[prefix]``, the original ids of the rows it holds now. The
     sums of a mid-epoch checkpoint go to rank 0 (every rank's epoch sums are added at the end of
     the epoch); the torch generator of old rank ``min(rank, P - 1)`` carries on; low-bit codecs'
-    generators start afresh (``generators`` None).
+    generators start afresh (``generators`` None); every rank's extra state goes along
+    (``extras``, for :meth:`~shardgnn.train.loop.Steps.load_resharded_extra_state`).
 
     Raises:
         DatasetError: a row this rank needs is in no rank's file (another graph's checkpoint).
@@ -403,6 +405,8 @@ def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]
     state["torch_rng"] = old["torch_rng"]
     state["comm_total"] = old["comm_total"] if rank < len(states) else {}
     state["generators"] = None
+    # the steps' own per-rank state (historical tables) is rebuilt from every rank's
+    state["extra"], state["extras"] = {}, [s.get("extra") or {} for s in states]
     partial = dict(first.get("partial") or {})
     if partial:
         for name in _SUMS:

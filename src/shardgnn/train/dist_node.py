@@ -132,6 +132,7 @@ class DistMiniBatchSteps(DistSampledSteps):
             config.historical_push_interval,
             mode=config.historical_mode,
             scope=config.historical_scope,
+            orig_ids=self.pset.orig_ids,
         )
         sampler.prune = self.history.prune
         # A batch is sampled after the previous step pushed: no prefetch thread.
@@ -241,10 +242,8 @@ class DistMiniBatchSteps(DistSampledSteps):
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {**super().results_extra(history), **label_results(self.target, self.details)}
 
-    fixed_shards = "training with historical embeddings (tables sharded by partition)"
-
     def sharded_rows(self) -> dict[str, np.ndarray] | None:
-        return None if self.history is not None else model_rows(self.model)
+        return model_rows(self.model)
 
     def dataset_info(self) -> dict[str, Any]:
         return partition_dataset_record(

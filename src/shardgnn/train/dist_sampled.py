@@ -247,6 +247,15 @@ class DistSampledSteps(SampledReport, SampledInputs):
                 {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             )
 
+    def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
+        if self.history is not None:
+            prefix = "historical."
+            tables = [
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+                for state in states
+            ]
+            self.history.load_resharded(tables)
+
     def generators(self) -> list[torch.Generator]:
         codec = None if self.fetch_store is None else self.fetch_store.codec
         return [] if codec is None or codec.generator is None else [codec.generator]

@@ -25,7 +25,7 @@ import torch
 
 from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import Communicator
-from shardgnn.errors import Preempted
+from shardgnn.errors import ConfigError, Preempted
 from shardgnn.store.embedding import snapshot_state
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
@@ -109,6 +109,15 @@ class Steps(abc.ABC):
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`extra_state` returned."""
+
+    def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
+        """Restore :meth:`extra_state` from what every rank of a job of another size (or over
+        another partition) saved, in rank order (historical tables by original node id)."""
+        if any(states):
+            raise ConfigError(
+                f"the checkpoint holds per-rank state of {self.fixed_shards} that cannot be "
+                "re-sharded; resume it on the workers and partition that wrote it"
+            )
 
     fixed_shards: str = "this kind of training"
     """why :meth:`sharded_rows` is None: what ties a checkpoint to its worker count"""

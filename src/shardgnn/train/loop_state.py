@@ -150,7 +150,10 @@ def resume_loop(
     if state is None:
         return LoopState()
     loop = restore_state(state, steps.model, steps.optimizer, steps.generators(), record_type)
-    steps.load_extra_state(dict(state.get("extra") or {}))
+    if state.get("resharded_from"):
+        steps.load_resharded_extra_state([dict(extra) for extra in state["extras"]])
+    else:
+        steps.load_extra_state(dict(state.get("extra") or {}))
     if announce:
         where = (
             f"epoch {loop.next_epoch + 1} from batch {loop.partial['batches'] + 1}"
