@@ -413,3 +413,35 @@ def test_reshard_reassembles_rows_and_carries_mid_epoch_sums():
     old[1]["model"]["lin.weight"] = torch.zeros(2)  # rank-local state that is no table of rows
     with pytest.raises(ConfigError, match="lin.weight differs from rank to rank"):
         reshard(old, 0, {"embedding.": [4, 0]})
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_full_graph_training_resumes_on_another_worker_count_to_rounding(tmp_path, task, capfd):
+    """Issue 33: full-graph training checkpointed by 2 workers and resumed on 3 (over another
+    partition) goes on as the uninterrupted 2-worker run: the losses of the resumed epochs
+    within 1e-5 (full-graph training computes one process's epoch at any worker count)."""
+    import numpy as np
+
+    from shardgnn.cli import main
+
+    spec = "synthetic:nodes=1500,degree=8,features=16,classes=4"
+    task_args = ["--task", "link"] if task == "link" else []
+    for parts in (2, 3):
+        out = str(tmp_path / f"p{parts}")
+        assert main(["partition", spec, "--parts", str(parts), "--out", out, *task_args]) == 0
+    common = ["train", "--mode", "full", "--lr", "0.01", "--quiet", *task_args]
+    a, b, ck = (str(tmp_path / name) for name in ("a.json", "b.json", "ck"))
+    p2, p3 = str(tmp_path / "p2"), str(tmp_path / "p3")
+    assert main([*common, "--partitions", p2, "--epochs", "6", "--results", a]) == 0
+    assert main([*common, "--partitions", p2, "--epochs", "3", "--checkpoint-dir", ck]) == 0
+    capfd.readouterr()
+    resume = [*common, "--partitions", p3, "--epochs", "6", "--checkpoint-dir", ck, "--resume"]
+    assert main([*resume, "--results", b]) == 0
+    assert "written by 2 workers, re-sharded for 3" in capfd.readouterr().out
+    straight, resumed = (json.loads(open(f).read()) for f in (a, b))
+    assert resumed["workers"] == 3
+    losses = [[e["loss"] for e in r["epochs"]] for r in (straight, resumed)]
+    assert losses[1][:3] == losses[0][:3]  # carried over
+    np.testing.assert_allclose(losses[1][3:], losses[0][3:], rtol=1e-5)

@@ -239,6 +239,44 @@ def test_distributed_rgcn_two_workers_match_one_and_infer_layer_wise(labelled, t
     types = two["relational"]["node_types"]
     assert types["paper"]["learnt_rows"] is False and types["author"]["learnt_rows"] is True
     _check_inference(labelled[2], tmp_path / "ckpt", tmp_path / "inferred")
+    _check_resume_on_one_worker(labelled[1], tmp_path / "ckpt", two)
+
+
+def _check_resume_on_one_worker(path, checkpoint, two):
+    """Issue 33: the two workers' checkpoint resumes on one worker: each featureless type's
+    learnt rows and their Adam state re-sharded by original typed id, bit for bit; the run goes
+    on and keeps the two workers' accuracy."""
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.checkpoint import Checkpointer, reshard
+    from shardgnn.train.config import CheckpointConfig, OptimConfig
+
+    written = Checkpointer(checkpoint).complete()[-1]
+    old = [torch.load(written / f"rank-{p}.pt", weights_only=True) for p in range(2)]
+    prefixes = sorted(n[: -len("node_ids")] for n in old[0]["model"] if n.endswith("node_ids"))
+    assert prefixes == ["learnt_rows.1.", "learnt_rows.2.", "learnt_rows.3."]
+    pset, typed = read_partitions(path, verify=False), typed_book(path)
+    rows = {}
+    for prefix in prefixes:
+        t = int(prefix.split(".")[1])
+        lo, hi = (int(b) for b in typed.type_bounds[0, t : t + 2])
+        rows[prefix] = np.asarray(pset.orig_ids[lo:hi]) - typed.type_offsets[t]
+    state = reshard(old, 0, rows)
+    for prefix, ids in rows.items():
+        every = torch.cat([s["model"][prefix + "node_ids"] for s in old])
+        for name, tensor in state["model"].items():
+            if name.startswith(prefix) and name != prefix + "node_ids" and tensor.dim():
+                table = torch.cat([s["model"][name] for s in old])
+                by_id = torch.empty_like(table)
+                by_id[every] = table
+                assert torch.equal(tensor, by_id[torch.from_numpy(ids)]), name
+    resumed = _rgcn_config(
+        path, 1, optim=OptimConfig(epochs=7, lr=0.02),
+        checkpoint=CheckpointConfig(dir=str(checkpoint), resume=True),
+    )  # fmt: skip
+    one = run_workers(_train, 1, resumed)[0]
+    assert [e["epoch"] for e in one["epochs"]] == list(range(1, 8))
+    assert one["epochs"][:5] == two["epochs"]
+    assert one["test_acc"] > two["test_acc"] - 0.06, (one["test_acc"], two["test_acc"])
 
 
 def _check_inference(path, checkpoint, out):

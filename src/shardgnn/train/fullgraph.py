@@ -146,6 +146,11 @@ class DistFullGraphSteps(DistSteps):
         self.timer.add("comm", comm)
         self.timer.add("compute", elapsed - comm)
 
+    def sharded_rows(self) -> dict[str, np.ndarray]:
+        """Every rank holds the same weights (its rows of the graph are data, not state): any
+        worker count resumes them; learnable rows by original node id."""
+        return model_rows(self.model)
+
     def _backward_and_step(self, loss_share: torch.Tensor) -> None:
         """``loss_share``: this rank's share of the global loss (its sum over its own rows or
         pairs divided by the global count), so the weight gradients of all ranks add up to the
@@ -244,9 +249,6 @@ class DistFullNodeSteps(DistFullGraphSteps):
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {**super().results_extra(history), **label_results(self.target, self.details)}
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        return model_rows(self.model)
 
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
