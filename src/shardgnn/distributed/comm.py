@@ -81,6 +81,9 @@ class Communicator:
 
     def __init__(self, rank: int, world_size: int, group: dist.ProcessGroup | None = None):
         self.rank, self.world_size, self.group = rank, world_size, group
+        self.rank_order_sums = True
+        """float sums over 3 or more ranks in rank order (:meth:`all_reduce`); False: the
+        backend's ring (faster, its last bits depend on the tensor's layout)"""
         self.stats: dict[str, CommStats] = defaultdict(CommStats)
         self._declared: set[str] = set()
         self._wire: torch.device | None = None
@@ -229,12 +232,26 @@ class Communicator:
         self, tensor: torch.Tensor, stage: str, op: dist.ReduceOp = dist.ReduceOp.SUM
     ) -> torch.Tensor:
         """In-place all-reduce. Counted as a ring all-reduce: each rank sends and receives
-        ``2 (P - 1) / P`` times the tensor's bytes."""
+        ``2 (P - 1) / P`` times the tensor's bytes.
+
+        A float sum over 3 or more ranks adds the ranks' values in rank order for every element
+        (:meth:`_sum_in_rank_order`): a ring all-reduce adds an element's values in an order that
+        depends on which of the ring's chunks it falls in, so the same gradients summed in
+        another layout (DDP's buckets before and after their first rebuild, as after a resume)
+        differed in their last bits. Over 2 ranks every order gives the same sum."""
         start = time.perf_counter()
         if self.world_size > 1:
             wire = self.on_wire(tensor)
             with collective_guard(stage, "all-reduce"):
-                dist.all_reduce(wire, op=op, group=self.group)
+                if (
+                    self.rank_order_sums
+                    and self.world_size > 2
+                    and op == dist.ReduceOp.SUM
+                    and wire.is_floating_point()
+                ):
+                    wire = self._sum_in_rank_order(wire)
+                else:
+                    dist.all_reduce(wire, op=op, group=self.group)
             if wire is not tensor:
                 tensor.copy_(wire)
         volume = (
@@ -242,6 +259,26 @@ class Communicator:
         )
         self.record(stage, volume, volume, time.perf_counter() - start)
         return tensor
+
+    def _sum_in_rank_order(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The sum over ranks of ``tensor``, each element's values added in rank order (0, 1,
+        ..., P - 1): a reduce-scatter by all-to-all (rank ``p`` receives every rank's ``p``-th
+        chunk and adds them up in rank order), then an all-gather of the sums; the same bytes
+        as a ring all-reduce."""
+        world = self.world_size
+        flat = tensor.reshape(-1)
+        chunk = -(-flat.numel() // world)
+        padded = flat.new_zeros(chunk * world)
+        padded[: flat.numel()] = flat
+        received = torch.empty_like(padded)
+        dist.all_to_all_single(received, padded, group=self.group)
+        parts = received.view(world, chunk)
+        total = parts[0].clone()
+        for p in range(1, world):
+            total += parts[p]
+        gathered = [torch.empty_like(total) for _ in range(world)]
+        dist.all_gather(gathered, total, group=self.group)
+        return torch.cat(gathered)[: flat.numel()].view_as(tensor)
 
     def broadcast(
         self,

@@ -60,6 +60,7 @@ class DistSteps(Steps):
         self.rank, self.world_size = ctx.rank, ctx.world_size
         apply_process_settings(config)
         self.main_comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        self.main_comm.rank_order_sums = config.run.sum_order == "rank"
         self.timer = StageTimer()
         assert config.run.partitions is not None
         self.pset = read_partitions(config.run.partitions, verify=False)

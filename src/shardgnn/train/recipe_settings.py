@@ -29,7 +29,7 @@ ROWS = settings(
     "embedding.dim", "embedding.optimizer", "embedding.lr", "embedding.storage",
     "embedding.directory",
 )  # fmt: skip
-WORKERS = settings("run.timeout", "run.log_dir", "run.stop_grace", "run.backend")
+WORKERS = settings("run.timeout", "run.log_dir", "run.stop_grace", "run.backend", "run.sum_order")
 DIST_SAMPLED = WORKERS | settings(
     "embedding.staleness", "run.overlap", "run.host_sharing", "fetch_bits", "error_feedback",
     "cache.policy", "cache.size", "cache.lookahead", "feature_storage",
