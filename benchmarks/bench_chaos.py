@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from bench_faults import MemoryCgroup, alive, tmpfs, worker_pids
+from bench_faults import MemoryCgroup, alive, same_weights, tmpfs, worker_pids
 from machine import machine_info
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
@@ -143,7 +143,7 @@ def inject(fault: str, attempt: Attempt, checkpoint: Path, cgroup: MemoryCgroup 
                 fh.flush()
 
 
-def clean_up(fault: str, checkpoint: Path, pids: dict[int, int]) -> None:
+def clean_up(checkpoint: Path, pids: dict[int, int]) -> None:
     """After an attempt ended: delete the filler, end any worker left behind (a stopped one)."""
     with contextlib.suppress(FileNotFoundError):
         (checkpoint / "filler").unlink()
@@ -208,7 +208,7 @@ def run_segments(args, name: str, faults: bool, rows: list[dict]) -> dict:
                     if row is not None:
                         row["hung"] = True
                 time.sleep(0.5)  # the stderr reader's last lines
-                clean_up(row["fault"] if row else "", checkpoint, pids or {})
+                clean_up(checkpoint, pids)
                 if row is not None:
                     resumes_from = position(checkpoint, attempt.stderr)
                     row.update(
@@ -251,9 +251,8 @@ def final_weights(checkpoint: Path) -> list[dict[str, torch.Tensor]]:
 
 
 def same(a: list[dict], b: list[dict]) -> bool:
-    return len(a) == len(b) and all(
-        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x) for x, y in zip(a, b)
-    )
+    """Every rank's weights equal, bit for bit."""
+    return len(a) == len(b) and all(same_weights(x, y) for x, y in zip(a, b))
 
 
 def markdown(report: dict) -> str:

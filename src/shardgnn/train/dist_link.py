@@ -41,7 +41,7 @@ from shardgnn.train.dist_sampled import DistSampledSteps
 from shardgnn.train.dist_steps import partition_dataset_record
 from shardgnn.train.link import build_link_model, link_objective, link_record, score_pairs
 from shardgnn.train.linkmetrics import metrics_of_shares
-from shardgnn.train.loop import EpochRecord, model_rows
+from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import eval_sampler_config
 
 
@@ -168,9 +168,6 @@ class DistLinkSteps(DistSampledSteps):
         metrics = metrics_of_shares(self.data_comm, pos, neg, self.config.link.hits_at)
         self.last_metrics[split] = metrics
         return metrics["auc"]
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        return model_rows(self.model)
 
     def dataset_info(self) -> dict[str, Any]:
         record = partition_dataset_record(self.pset, self.feature_width, 0, self.split.sizes())

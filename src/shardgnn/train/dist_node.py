@@ -37,7 +37,7 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_sampled import DistSampledSteps
 from shardgnn.train.dist_steps import partition_dataset_record
-from shardgnn.train.loop import EpochRecord, model_rows
+from shardgnn.train.loop import EpochRecord
 from shardgnn.train.minibatch import evaluate_batches, node_objective
 from shardgnn.train.setup import eval_sampler_config, label_results
 
@@ -241,9 +241,6 @@ class DistMiniBatchSteps(DistSampledSteps):
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {**super().results_extra(history), **label_results(self.target, self.details)}
-
-    def sharded_rows(self) -> dict[str, np.ndarray] | None:
-        return model_rows(self.model)
 
     def dataset_info(self) -> dict[str, Any]:
         return partition_dataset_record(

@@ -49,7 +49,7 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.loop import EpochRecord, model_rows
+from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import EMBEDDING_STREAM, adam
 
 
@@ -151,11 +151,6 @@ class DistTypedNodeSteps(DistSteps):
         self.optimizer = adam(self.ddp.parameters(), config.optim)
         # dropout masks differ per rank (their batches differ anyway)
         torch.manual_seed(mix_seed(config.seed, ctx.rank))
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        """The learnt rows of each featureless type, by original typed id (any worker count
-        resumes them)."""
-        return model_rows(self.model)
 
     # ------------------------------------------------------------------ one batch
     def _graphs(self, sample) -> list:

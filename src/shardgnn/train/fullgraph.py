@@ -35,7 +35,7 @@ from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
-from shardgnn.train.loop import EpochRecord, model_rows
+from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import adam, label_results
 
 DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc", "gat", "gatv2")
@@ -145,11 +145,6 @@ class DistFullGraphSteps(DistSteps):
         comm = self._comm_seconds() - comm_before
         self.timer.add("comm", comm)
         self.timer.add("compute", elapsed - comm)
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        """Every rank holds the same weights (its rows of the graph are data, not state): any
-        worker count resumes them; learnable rows by original node id."""
-        return model_rows(self.model)
 
     def _backward_and_step(self, loss_share: torch.Tensor) -> None:
         """``loss_share``: this rank's share of the global loss (its sum over its own rows or

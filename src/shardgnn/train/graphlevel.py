@@ -210,9 +210,6 @@ class GraphSetSteps(Steps):
         metric, self.details[split] = evaluation.result(self.reducer)
         return metric
 
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        return {}  # the model is replicated: a checkpoint resumes on any number of workers
-
     def dataset_info(self) -> dict[str, Any]:
         gs = self.graphs
         return graph_set_record(self.spec, gs.name, gs.fingerprint(), gs.label_kind, {

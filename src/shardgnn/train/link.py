@@ -35,7 +35,7 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import LinkConfig, TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.linkmetrics import link_metrics
-from shardgnn.train.loop import EpochRecord, Steps, model_rows
+from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import Outcome, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
@@ -292,9 +292,6 @@ class LinkLocalSteps(Steps):
         metrics = link_metrics(pos, neg, self.config.link.hits_at)
         self.last_metrics[split] = metrics
         return metrics["auc"]
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        return model_rows(self.model)
 
     def dataset_info(self) -> dict[str, Any]:
         record = dataset_record(self.full_graph, self.spec)

@@ -126,8 +126,9 @@ class Steps(abc.ABC):
         """For a checkpoint written by another number of workers: the original node ids of the
         rows every sharded table of the model holds on this rank (``{state prefix: ids}``,
         :func:`~shardgnn.train.checkpoint.reshard`), or None when this kind of training resumes
-        only on the worker count that wrote it (:attr:`fixed_shards` says why)."""
-        return None
+        only on the worker count that wrote it (:attr:`fixed_shards` says why). By default the
+        tables that name their rows (:func:`model_rows`); the rest of the model is replicated."""
+        return model_rows(self.model)
 
     def epoch_metrics(self, epoch_comm: dict[str, list]) -> dict[str, Any] | None:
         """Per-epoch metrics beyond loss and accuracy (collective); ``epoch_comm``: this rank's

@@ -36,7 +36,7 @@ from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
-from shardgnn.train.loop import EpochRecord, Steps, model_rows
+from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import evaluate_batches, node_objective, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
@@ -272,9 +272,6 @@ class LocalSteps(Steps):
             self.model, loader, self.device, self.target, self.config.precision
         )
         return evaluation.result(LocalReducer())
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        return model_rows(self.model)
 
     def dataset_info(self) -> dict[str, Any]:
         return dataset_record(self.graph, self.spec)

@@ -36,7 +36,7 @@ from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.loop import Steps, model_rows
+from shardgnn.train.loop import Steps
 from shardgnn.train.setup import EVAL_STREAM, adam, resolve_device
 from shardgnn.train.temporal_eval import TemporalStreamEvaluation
 
@@ -206,7 +206,7 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         partition that wrote it."""
         if getattr(self.model, "node_rows", None) is not None:
             return None
-        return model_rows(self.model)
+        return super().sharded_rows()
 
     # ------------------------------------------------------------------ hooks
     def _share(self, lo: int, hi: int) -> tuple[int, int]:

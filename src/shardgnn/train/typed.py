@@ -119,6 +119,11 @@ class _TypedGraphSteps(Steps):
         self.timer = StageTimer()
         torch.manual_seed(config.seed)
 
+    fixed_shards = "single-process typed training (its model holds learnt rows otherwise)"
+
+    def sharded_rows(self) -> None:
+        return None
+
     def dataset_info(self) -> dict[str, Any]:
         return dataset_info(self.graph, self.spec)
 
