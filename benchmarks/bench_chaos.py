@@ -50,9 +50,10 @@ from pathlib import Path
 
 import torch
 
-from bench_faults import MemoryCgroup, alive, same_weights, tmpfs, worker_pids
+from bench_faults import MemoryCgroup, alive, same_weights, tmpfs
 from machine import machine_info
 from shardgnn.atomic import atomic_open, save_json
+from shardgnn.distributed.launch import worker_pids
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.progress import format_table
 

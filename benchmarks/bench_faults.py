@@ -41,7 +41,7 @@ import torch
 
 from machine import machine_info
 from shardgnn.atomic import atomic_open, save_json
-from shardgnn.distributed.launch import free_port
+from shardgnn.distributed.launch import free_port, worker_pids
 from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.progress import format_table
 
@@ -50,22 +50,6 @@ FAULTS = ("kill9", "sigstop", "sigterm", "oom", "diskfull", "slow")
 
 
 # ------------------------------------------------------------------------------------ processes
-def worker_pids(launcher_pid: int) -> dict[int, int]:
-    """``{rank: pid}`` of the launcher's worker processes: its children started by
-    multiprocessing's ``spawn`` (``shardgnn train --workers``; not its resource tracker) or running
-    ``shardgnn.run`` (torchrun), which elastic starts in local-rank order, so ascending pids are
-    ranks 0, 1, ..."""
-    pids = []
-    for task in Path(f"/proc/{launcher_pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            for pid in map(int, (task / "children").read_text().split()):
-                with contextlib.suppress(OSError):
-                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"spawn_main" in cmdline or b"shardgnn.run" in cmdline:
-                        pids.append(pid)
-    return dict(enumerate(sorted(pids)))
-
-
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from shardgnn.distributed.launch import WorkerFailedError, launch_local
+from shardgnn.distributed.launch import WorkerFailedError, launch_local, worker_pids
 from shardgnn.errors import REQUEUE_EXIT_CODE, CheckpointError, Preempted
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.nn.models import ModelConfig
@@ -150,10 +150,11 @@ def test_full_disk_keeps_the_previous_checkpoint_and_names_the_free_space(tmp_pa
 
 
 # ---------------------------------------------------------------------------- multi-process
-def _partitions(tmp_path, graph):
-    path = tmp_path / "parts"
+def _partitions(tmp_path, graph, parts=2):
+    path = tmp_path / ("parts" if parts == 2 else f"parts-{parts}")
     if not path.exists():
-        result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
+        method = "metis" if parts > 1 else "random"
+        result = partition_graph(graph, PartitionConfig(num_parts=parts, method=method, seed=0))
         write_partitions(
             graph, result.assignment, path, method=result.method, settings=result.settings
         )
@@ -227,9 +228,9 @@ def test_prefetcher_closed_early_leaves_collectives_matched():
     assert results == [([0, 2, 4, 6, 8], 2001)] * 2
 
 
-def _stall_or_crawl(ctx, behaviour, steps):
+def _stall_or_crawl(ctx, behaviour, steps, slow_rank=1):
     for step in range(steps):
-        if ctx.rank == 1:
+        if ctx.rank == slow_rank:
             if behaviour == "stall" and step == 3:
                 os.kill(os.getpid(), signal.SIGSTOP)  # stopped: cannot act on SIGTERM
             if behaviour == "crawl":
@@ -265,9 +266,72 @@ def test_stalled_worker_is_killed_seconds_after_its_peer_times_out():
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+def test_a_stopped_lone_worker_is_killed_after_the_timeout():
+    """A 1-worker job has no peer whose collective would time out: the launcher reads the
+    worker's state and kills it once it has been stopped for ``stopped_timeout_s``."""
+    start = time.perf_counter()
+    with pytest.raises(WorkerFailedError) as failure:
+        launch_local(
+            _run_in_job, (_stall_or_crawl, 5.0, "stall", 30, 0), 1, timeout_s=120,
+            stopped_timeout_s=3.0,
+        )  # fmt: skip
+    elapsed = time.perf_counter() - start
+    assert elapsed < 3 + 1 + 12, elapsed  # + one look a second + start-up
+    summary = failure.value.summary("train")
+    assert summary.startswith(
+        "shardgnn train: error: worker rank 0: stopped (SIGSTOP or SIGTSTP) and not continued "
+        "for 3 s, past the timeout: killed by the launcher; the job was stopped"
+    ), summary
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_a_worker_three_times_slower_than_its_peer_is_not_killed():
-    results = launch_local(_run_in_job, (_stall_or_crawl, 5.0, "crawl", 15), 2, timeout_s=120)
+    results = launch_local(
+        _run_in_job, (_stall_or_crawl, 5.0, "crawl", 15), 2, timeout_s=120, stopped_timeout_s=5.0
+    )
     assert results == {0: "done", 1: "done"}
+
+
+def _fault_then_resume(tmp_path, graph, fault, *args: str, epochs=20, at_epoch=1):
+    """`shardgnn train ARGS` run straight, then again with ``fault(proc)`` once epoch
+    ``at_epoch`` has been printed, then with --resume: returns (seconds from the fault to the
+    end, exit code, stderr) of the faulted run, after checking that the resumed run's weights
+    equal the straight run's bit for bit."""
+    from shardgnn.graph.io import save_graph
+
+    data = tmp_path / "graph"
+    save_graph(graph, data)
+
+    def command(directory, *extra):
+        return [
+            sys.executable, "-m", "shardgnn", "train", f"graph:{data}", "--epochs", str(epochs),
+            "--batch-size", "16", "--hidden", "16", "--fanouts", "5,5", "--seed", "3",
+            "--checkpoint-dir", str(directory), "--overlap", "off", "--quiet", *args, *extra,
+        ]  # fmt: skip
+
+    straight = tmp_path / "straight"
+    subprocess.run(command(straight), check=True, capture_output=True, timeout=300)
+    faulted = tmp_path / "faulted"
+    proc = subprocess.Popen(
+        command(faulted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # training is under way
+        if re.match(rf"epoch +{at_epoch}/{epochs} ", line):
+            break
+    victims = fault(proc)
+    sent = time.perf_counter()
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    seconds = time.perf_counter() - sent
+    subprocess.run(command(faulted, "--resume"), check=True, capture_output=True, timeout=300)
+    assert_same_weights(final_weights(straight), final_weights(faulted))
+    return seconds, proc.returncode, err
 
 
 @pytest.mark.slow
@@ -276,40 +340,45 @@ def test_sigterm_to_the_launcher_checkpoints_and_exits_for_requeue(tmp_path, gra
     """`shardgnn train --workers 2` sent SIGTERM (as SLURM does before a preemption): the workers
     finish their step, save, the command prints one line and exits 75; `--resume` finishes the
     run with the weights of an uninterrupted one."""
-    from shardgnn.graph.io import save_graph
 
-    data = tmp_path / "graph"
-    save_graph(graph, data)
-    path = _partitions(tmp_path, graph)
+    def sigterm(proc):
+        proc.send_signal(signal.SIGTERM)
+        return []
 
-    def command(directory, *extra):
-        return [
-            sys.executable, "-m", "shardgnn", "train", f"graph:{data}", "--partitions", path,
-            "--workers", "2", "--epochs", "20", "--batch-size", "16", "--hidden", "16",
-            "--fanouts", "5,5", "--seed", "3", "--checkpoint-dir", str(directory),
-            "--overlap", "off", "--quiet", *extra,
-        ]  # fmt: skip
-
-    straight = tmp_path / "straight"
-    subprocess.run(command(straight), check=True, capture_output=True, timeout=300)
-    interrupted = tmp_path / "interrupted"
-    proc = subprocess.Popen(
-        command(interrupted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    parts = _partitions(tmp_path, graph)
+    seconds, code, err = _fault_then_resume(
+        tmp_path, graph, sigterm, "--partitions", parts, "--workers", "2"
     )
-    assert proc.stdout is not None
-    for line in proc.stdout:  # the first epoch line: training is under way
-        if re.match(r"epoch +1/20 ", line):
-            break
-    sent = time.perf_counter()
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert time.perf_counter() - sent < 30
-    assert proc.returncode == REQUEUE_EXIT_CODE, err
+    assert seconds < 30
+    assert code == REQUEUE_EXIT_CODE, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("shardgnn train: stopped by SIGTERM"), err
     assert "--resume" in lines[0]
-    subprocess.run(command(interrupted, "--resume"), check=True, capture_output=True, timeout=300)
-    assert_same_weights(final_weights(straight), final_weights(interrupted))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_stopped_worker_of_a_one_worker_job_ends_it_and_resume_finishes(tmp_path, graph):
+    """Issue 33's chaos run found it: SIGSTOP of the only worker of `shardgnn train --workers 1`
+    hung the job (no peer, no collective timeout). Now it ends within --timeout with one line
+    naming the stop, and `--resume` finishes the run with the uninterrupted run's weights."""
+
+    def sigstop(proc):
+        victims = list(worker_pids(proc.pid).values())
+        assert len(victims) == 1
+        os.kill(victims[0], signal.SIGSTOP)
+        return victims
+
+    seconds, code, err = _fault_then_resume(
+        tmp_path, graph, sigstop, "--workers", "1", "--timeout", "4", epochs=12, at_epoch=2
+    )
+    assert seconds < 4 + 1 + 10
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[0].startswith(
+        "shardgnn train: error: worker rank 0: stopped (SIGSTOP or SIGTSTP) and not continued for"
+    ), err
+    assert len(lines) <= 2 and "Traceback" not in err, err  # the line, and where the logs are
 
 
 # ---------------------------------------------------------------------------------- torchrun
@@ -342,20 +411,20 @@ def test_torchrun_watchdog_ends_an_agent_that_stopped_reaping_its_workers(tmp_pa
     )
 
 
-def _start_job(tmp_path, graph, *train_args: str) -> subprocess.Popen:
-    """2 workers under `python -m shardgnn.torchrun` on ``graph`` (saved as a graph directory),
-    returned once epoch 2 has begun (200 epochs: it runs until the test stops it)."""
+def _start_job(tmp_path, graph, *train_args: str, workers: int = 2) -> subprocess.Popen:
+    """``workers`` workers under `python -m shardgnn.torchrun` on ``graph`` (saved as a graph
+    directory), returned once epoch 2 has begun (200 epochs: it runs until the test stops it)."""
     from shardgnn.distributed.launch import free_port
     from shardgnn.graph.io import save_graph
 
     data = tmp_path / "graph"
     save_graph(graph, data)
     cmd = [
-        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node",
+        str(workers), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
         "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions",
-        _partitions(tmp_path, graph), "--epochs", "200", "--batch-size", "16", "--hidden", "16",
-        "--fanouts", "5,5", "--overlap", "off", "--quiet", *train_args,
+        _partitions(tmp_path, graph, workers), "--epochs", "200", "--batch-size", "16",
+        "--hidden", "16", "--fanouts", "5,5", "--overlap", "off", "--quiet", *train_args,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -365,26 +434,51 @@ def _start_job(tmp_path, graph, *train_args: str) -> subprocess.Popen:
     return proc
 
 
+def _stop_a_worker_under_torchrun(tmp_path, graph, workers: int, timeout: int):
+    """SIGSTOP the last worker of a `python -m shardgnn.torchrun` job of ``workers`` workers with
+    ``--timeout timeout``; return (seconds from the stop to the job's end, exit code, stderr),
+    after checking the stopped worker is gone."""
+    proc = _start_job(tmp_path, graph, "--timeout", str(timeout), workers=workers)
+    pids = worker_pids(proc.pid)
+    assert len(pids) == workers
+    victim = pids[workers - 1]
+    os.kill(victim, signal.SIGSTOP)
+    stopped = time.perf_counter()
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    seconds = time.perf_counter() - stopped
+    assert not Path(f"/proc/{victim}").exists()
+    return seconds, proc.returncode, err
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_path, graph):
     """Under `python -m shardgnn.torchrun`, a stopped worker is SIGKILLed 3 s after its peer's
     collective timed out (plain torchrun waits 30 s more: SIGTERM means nothing to it)."""
-    proc = _start_job(tmp_path, graph, "--timeout", "5")
-    workers = sorted(
-        int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-    )
-    os.kill(workers[-1], signal.SIGSTOP)  # torchrun starts local ranks in order: rank 1
-    stopped = time.perf_counter()
-    try:
-        proc.communicate(timeout=60)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(workers[-1], signal.SIGKILL)
+    seconds, code, _ = _stop_a_worker_under_torchrun(tmp_path, graph, workers=2, timeout=5)
     # collective timeout 5 s + 3 s grace + start-up slack; plain torchrun: 5 + 30
-    assert time.perf_counter() - stopped < 5 + 3 + 10
-    assert proc.returncode != 0
-    assert not Path(f"/proc/{workers[-1]}").exists()
+    assert seconds < 5 + 3 + 10
+    assert code != 0
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchrun_wrapper_kills_a_stopped_lone_worker_after_the_timeout(tmp_path, graph):
+    """Under `python -m shardgnn.torchrun` with one worker (what `--nnodes 1:N` leaves after
+    losing the other machines) a stopped worker has no peer to time out: the wrapper kills it
+    after the job's --timeout, with one line, and the agent ends the job."""
+    seconds, code, err = _stop_a_worker_under_torchrun(tmp_path, graph, workers=1, timeout=4)
+    assert seconds < 4 + 1 + 10
+    assert code != 0
+    assert re.search(
+        r"shardgnn.torchrun: worker rank 0 \(pid \d+\) has been stopped \(SIGSTOP or SIGTSTP\) "
+        r"for [45] s, past the 4 s timeout; killing it",
+        err,
+    ), err
 
 
 @pytest.mark.slow

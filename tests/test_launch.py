@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,10 +22,12 @@ import torch
 import torch.distributed as dist
 
 from shardgnn.distributed.launch import (
+    StoppedWatch,
     WorkerFailedError,
     WorkerTimeoutError,
     free_port,
     launch_local,
+    proc_state,
 )
 from shardgnn.errors import ConfigError
 
@@ -268,3 +272,33 @@ def test_elastic_error_file_is_written_whole_and_once(tmp_path, monkeypatch):
     failure = ProcessFailure(local_rank=0, pid=1, exitcode=1, error_file=str(path))
     assert failure.message["message"] == "RuntimeError: collective failed: peer closed"
     assert "raise RuntimeError" in failure.error_file_data["message"]["extraInfo"]["py_callstack"]
+
+
+def test_stopped_watch_counts_only_an_unbroken_stop():
+    watch = StoppedWatch(limit_s=3.0)
+    assert watch.overdue({1: "T", 2: "S", 3: "t"}, now=0.0) == []
+    assert watch.overdue({1: "T", 2: "T", 3: "t"}, now=1.0) == []
+    assert watch.overdue({1: "T", 2: "R", 3: "t"}, now=2.0) == []  # 2 continued: starts over
+    assert watch.overdue({1: "T", 2: "T", 3: "t"}, now=3.0) == [(1, 3.0)]  # t: a debugger's stop
+    assert watch.overdue({1: "T", 2: "T", 3: "t"}, now=4.0) == []  # reported once
+    assert watch.overdue({2: "T"}, now=5.0) == []
+    # A look 10 s after the last (the watcher itself was suspended with the job): nobody is
+    # known to have been stopped while it ran, so every count starts over.
+    assert watch.overdue({2: "T"}, now=15.0) == []
+    assert watch.overdue({2: "T"}, now=17.0) == []
+    assert watch.overdue({2: "T"}, now=18.0) == [(2, 3.0)]
+
+
+def test_proc_state_reads_a_stopped_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert proc_state(child.pid) in ("R", "S")
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while proc_state(child.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc_state(child.pid) == "T"
+    finally:
+        child.kill()
+        child.wait()
+    assert proc_state(child.pid) is None

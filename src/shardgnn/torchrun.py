@@ -22,6 +22,10 @@ This wrapper runs torchrun's own ``main`` in this process and adds:
   ``--monitor-interval``, so an unreaped worker means its main loop is blocked), it prints one
   line naming the cause, SIGKILLs the remaining workers and exits 1. The watchdog keeps running
   while the main thread is blocked: the store call releases the GIL;
+* a worker stopped (SIGSTOP, SIGTSTP) for the job's ``--timeout`` is SIGKILLed with one line, so
+  the agent sees it fail (and restarts the group, or ends): among several workers a peer's
+  collective timeout does that anyway, but a lone worker (one left by ``--nnodes 1:N`` after a
+  machine was lost) has no peer;
 * after a worker failure, the other workers get the same seconds between SIGTERM and SIGKILL
   (instead of 30);
 * ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given, and on such a
@@ -45,7 +49,8 @@ import sys
 import threading
 import time
 
-from shardgnn.distributed.launch import FAILURE_GRACE_S
+from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
+from shardgnn.distributed.launch import FAILURE_GRACE_S, StoppedWatch, proc_stat
 from shardgnn.errors import REQUEUE_EXIT_CODE
 
 STOP_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
@@ -58,17 +63,9 @@ def proc_table() -> dict[int, tuple[int, str, int, int]]:
     (the exit status, a wait status, is readable while the process is a zombie)."""
     table = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        # after "(comm)": fields 3 (state), 4 (ppid), 22 (starttime), 52 (exit_code)
-        rest = data[data.rfind(b")") + 2 :].split()
-        exit_status = int(rest[49]) if len(rest) > 49 else 0
-        table[int(name)] = (int(rest[1]), rest[0].decode(), int(rest[19]), exit_status)
+        if name.isdigit() and (stat := proc_stat(int(name))) is not None:
+            state, ppid, start, exit_status = stat
+            table[int(name)] = (ppid, state, start, exit_status)
     return table
 
 
@@ -91,14 +88,28 @@ def _label(pid: int) -> str:
     return f"rank {rank.decode()} (pid {pid})" if rank else f"pid {pid}"
 
 
-def watch_agent(endpoint: str, grace_s: float = FAILURE_GRACE_S) -> None:
-    """Thread body: end this agent when a worker has been dead and unreaped for ``grace_s``."""
+def watch_agent(
+    endpoint: str, grace_s: float = FAILURE_GRACE_S, stopped_timeout_s: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """Thread body: end this agent when a worker has been dead and unreaped for ``grace_s``;
+    SIGKILL a worker stopped (SIGSTOP, SIGTSTP) for ``stopped_timeout_s``, so that the agent sees
+    it fail (a lone worker has no peer whose collective would time out)."""
     dead_since: dict[tuple[int, int], float] = {}
     labels: dict[tuple[int, int], str] = {}
+    stopped = StoppedWatch(stopped_timeout_s)
     while True:
         time.sleep(_POLL_S)
         now = time.monotonic()
         children = _children()
+        for pid, stopped_s in stopped.overdue({p: c[0] for p, c in children.items()}, now):
+            print(
+                f"shardgnn.torchrun: worker {_label(pid)} has been stopped (SIGSTOP or SIGTSTP) "
+                f"for {stopped_s:.0f} s, past the {stopped_timeout_s:g} s timeout; killing it",
+                file=sys.stderr,
+                flush=True,
+            )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)  # unreaped child: the pid cannot be reused yet
         stuck = None
         for pid, (state, start) in children.items():
             key = (pid, start)
@@ -124,6 +135,16 @@ def watch_agent(endpoint: str, grace_s: float = FAILURE_GRACE_S) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         os._exit(1)
+
+
+def _stopped_timeout(argv: list[str]) -> float:
+    """The job's collective ``--timeout`` (an option of ``shardgnn.run``'s command line, which
+    torchrun does not have), default when absent or not a positive number."""
+    with contextlib.suppress(TypeError, ValueError):
+        value = float(_option(argv, "timeout"))  # type: ignore[arg-type]
+        if value > 0:
+            return value
+    return DEFAULT_TIMEOUT_S
 
 
 def _bound_failure_shutdown(grace_s: float) -> None:
@@ -187,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     _bound_failure_shutdown(FAILURE_GRACE_S)
     endpoint = _option(argv, "rdzv-endpoint") or "the rendezvous endpoint"
     threading.Thread(
-        target=watch_agent, args=(endpoint,), daemon=True, name="shardgnn-torchrun-watch"
+        target=watch_agent,
+        args=(endpoint, FAILURE_GRACE_S, _stopped_timeout(argv)),
+        daemon=True,
+        name="shardgnn-torchrun-watch",
     ).start()
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun_main

@@ -78,5 +78,6 @@ def run(args: argparse.Namespace) -> int:
         nprocs=pset.num_parts,
         log_dir=config.log_dir,
         stop_grace_s=config.stop_grace,
+        stopped_timeout_s=config.timeout,
     )
     return 0

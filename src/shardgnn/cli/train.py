@@ -192,6 +192,7 @@ def _train_distributed(
             nprocs=workers,
             log_dir=config.run.log_dir,
             stop_grace_s=config.run.stop_grace,
+            stopped_timeout_s=config.run.timeout,
         )
     return 0
 

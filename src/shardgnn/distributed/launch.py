@@ -21,6 +21,10 @@ What this module adds to ``elastic_launch``:
 * **A deadline.** ``timeout_s`` bounds the whole launch: the watcher SIGKILLs every registered
   worker when it passes (a worker can hang where no collective timeout reaches it), and the
   launch raises :class:`WorkerTimeoutError`.
+* **No stopped worker left waiting.** With ``stopped_timeout_s`` the watcher SIGKILLs a worker
+  that has been stopped (SIGSTOP, SIGTSTP: state ``T``) that long, and the launch fails naming
+  it. Among several workers a peer's collective timeout ends such a job anyway; a lone worker has
+  no peer, and without this it would wait for ever.
 * **No orphans.** Elastic stops the other workers after a failure. On Linux each worker also asks
   the kernel to SIGKILL it if the launcher process dies (``PR_SET_PDEATHSIG``), so a launcher
   killed with ``kill -9`` leaves no workers behind.
@@ -111,6 +115,7 @@ _STATUS_WAIT_S = 2.0
 # earlier than seen. A peer's echo is an exception, never a death without one (except the
 # launcher's own SIGTERM, which is not advanced).
 _SILENT_DEATH_LEAD_S = 0.1
+_STOPPED_POLL_S = 1.0  # how often the watcher reads the workers' states, with stopped_timeout_s
 
 
 # ------------------------------------------------------------------------------------------- errors
@@ -129,6 +134,8 @@ class RankFailure:
         log_file: the worker's log with its full traceback, if it was written.
         killed_by_launcher: it was still running ``FAILURE_GRACE_S`` after a peer failed, and the
             launcher SIGKILLed it (stopped, stuck in native code, or not yet at a collective).
+        stopped_s: the launcher SIGKILLed it after it had been stopped (SIGSTOP, SIGTSTP) this many
+            seconds, longer than ``stopped_timeout_s`` (None: not for that).
         oom: for a SIGKILL the launcher did not send, the kernel's out-of-memory killer's part in
             it, as read from the kernel log or the memory cgroup (None: no evidence).
     """
@@ -142,6 +149,7 @@ class RankFailure:
     log_file: str | None = None
     killed_by_launcher: bool = False
     oom: str | None = None
+    stopped_s: float | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -160,6 +168,11 @@ class RankFailure:
             how = f"killed by {self.signal_name}"
             if killed_by_deadline and self.exitcode == -signal.SIGKILL:
                 how += " (deadline)"
+            elif self.stopped_s is not None and self.exitcode == -signal.SIGKILL:
+                how = (
+                    f"stopped (SIGSTOP or SIGTSTP) and not continued for {self.stopped_s:.0f} s, "
+                    "past the timeout: killed by the launcher"
+                )
             elif self.killed_by_launcher and self.exitcode == -signal.SIGKILL:
                 how += f" (still running {FAILURE_GRACE_S:g} s after a peer failed)"
             elif self.exitcode == -signal.SIGKILL and self.oom:
@@ -345,6 +358,7 @@ def launch_local(
     max_restarts: int = 0,
     log_dir: str | os.PathLike | None = None,
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+    stopped_timeout_s: float | None = None,
 ) -> dict[int, Any]:
     """Run ``entrypoint(*args)`` in ``nprocs`` new processes on this machine; return ``{rank:
     value}``.
@@ -366,6 +380,9 @@ def launch_local(
             removed after success and kept after a failure, named in the error).
         stop_grace_s: when this process receives SIGTERM or SIGUSR1, the workers receive it too
             and have this long to stop (after a step, with a checkpoint) before SIGKILL.
+        stopped_timeout_s: a worker stopped (SIGSTOP, SIGTSTP) this long is SIGKILLed and the
+            launch fails naming it (Linux: read from ``/proc``). ``None``: stopped workers are not
+            watched. ``shardgnn train`` and ``infer`` pass their collective ``--timeout``.
 
     Raises:
         WorkerFailedError: a worker raised, exited non-zero or was killed; the message names the
@@ -380,6 +397,8 @@ def launch_local(
         raise ValueError(f"nprocs={nprocs} must be >= 1")
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s={timeout_s} must be > 0 (or None for no deadline)")
+    if stopped_timeout_s is not None and not stopped_timeout_s > 0:
+        raise ValueError(f"stopped_timeout_s={stopped_timeout_s} must be > 0 (or None)")
     if max_restarts < 0:
         raise ValueError(f"max_restarts={max_restarts} must be >= 0")
     payload = _pickle_payload(entrypoint, args)
@@ -388,7 +407,11 @@ def launch_local(
     os.makedirs(log_root, exist_ok=True)
     succeeded = False
     try:
-        with _WorkerWatch(deadline) as watch, _restore_signal_handlers(), _elastic_log_to(log_root):
+        with (
+            _WorkerWatch(deadline, stopped_timeout_s) as watch,
+            _restore_signal_handlers(),
+            _elastic_log_to(log_root),
+        ):
             worker_args = (
                 macros.local_rank,
                 watch.address,
@@ -574,6 +597,7 @@ class _WorkerRecord:
     status_known: bool = False
     killed_by_watcher: bool = False  # still running FAILURE_GRACE_S after a peer failed
     oom: str | None = None  # evidence that the OOM killer sent its SIGKILL
+    stopped_s: float | None = None  # killed by the watcher after being stopped this long
 
 
 @dataclasses.dataclass
@@ -589,11 +613,14 @@ class _WorkerWatch:
     sends ``raised <time>`` if its entrypoint raises, and keeps the connection open, as a bare file
     descriptor, until the process ends; the kernel closes it however the process ends, so
     end-of-file here dates the exit. The token keeps other local processes from registering pids.
-    When the deadline passes the watcher SIGKILLs every live worker, and any that registers later.
+    When the deadline passes the watcher SIGKILLs every live worker, and any that registers later;
+    with ``stopped_timeout_s`` it reads each live worker's state every ``_STOPPED_POLL_S`` and
+    SIGKILLs one stopped that long.
     """
 
-    def __init__(self, deadline: float | None):
+    def __init__(self, deadline: float | None, stopped_timeout_s: float | None = None):
         self.token = secrets.token_hex(16)
+        self._stopped = None if stopped_timeout_s is None else StoppedWatch(stopped_timeout_s)
         self.timed_out = False
         self._kill_at: float | None = None  # set when the first worker fails
         self._oom = OomWatch.start()
@@ -630,6 +657,8 @@ class _WorkerWatch:
                 timeouts.append(max(0.0, self._deadline - now))
             if self._kill_at is not None and self._kill_at != math.inf:
                 timeouts.append(max(0.0, self._kill_at - now))
+            if self._stopped is not None and self.records:
+                timeouts.append(_STOPPED_POLL_S)
             events = self._selector.select(min(timeouts) if timeouts else None)
             now = time.monotonic()  # one timestamp for every exit seen in this wake-up
             for key, _ in events:
@@ -642,6 +671,8 @@ class _WorkerWatch:
                     if record is not None:
                         pending.append(record)
             pending = [r for r in pending if not self._read_status(r)]
+            if self._stopped is not None:
+                self._kill_stopped(now)
             if self._kill_at is None and any(self._failed(r) for r in self.records):
                 self._kill_at = time.monotonic() + FAILURE_GRACE_S
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
@@ -658,6 +689,14 @@ class _WorkerWatch:
                 for record in self.records:
                     if record.exit_time is None:
                         _kill_child(record.pid)
+
+    def _kill_stopped(self, now: float) -> None:
+        assert self._stopped is not None
+        live = {r.pid: r for r in self.records if r.exit_time is None and r.stopped_s is None}
+        states = {pid: proc_state(pid) for pid in live}
+        for pid, stopped_s in self._stopped.overdue(states, now):
+            live[pid].stopped_s = stopped_s
+            _kill_child(pid)
 
     @staticmethod
     def _failed(record: _WorkerRecord) -> bool:
@@ -746,6 +785,84 @@ class _WorkerWatch:
         return True
 
 
+def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """``(state, ppid, starttime, exit status)`` of ``pid`` from ``/proc/PID/stat`` (the exit
+    status, a wait status, is readable while the process is a zombie); None: no such process or
+    no ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # after "(comm)": fields 3 (state), 4 (ppid), 22 (starttime), 52 (exit_code)
+    rest = data[data.rfind(b")") + 2 :].split()
+    exit_status = int(rest[49]) if len(rest) > 49 else 0
+    return rest[0].decode(), int(rest[1]), int(rest[19]), exit_status
+
+
+def worker_pids(launcher_pid: int) -> dict[int, int]:
+    """``{local rank: pid}`` of a launcher's live worker processes (``shardgnn train --workers``:
+    its children started by multiprocessing's ``spawn``, not its resource tracker; a torchrun
+    agent: its children running ``shardgnn.run``). Elastic starts workers in local-rank order,
+    so ascending pids are ranks 0, 1, ... Linux (``/proc``); for operators' scripts and the fault
+    benchmarks."""
+    pids = []
+    for task in glob.glob(f"/proc/{launcher_pid}/task/*/children"):
+        with contextlib.suppress(OSError):
+            with open(task) as fh:
+                children = [int(pid) for pid in fh.read().split()]
+            for pid in children:
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmdline = fh.read()
+                    if b"spawn_main" in cmdline or b"shardgnn.run" in cmdline:
+                        pids.append(pid)
+    return dict(enumerate(sorted(pids)))
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` (``R``, ``S``, ``T`` stopped, ``Z``...); None: unknown."""
+    stat = proc_stat(pid)
+    return None if stat is None else stat[0]
+
+
+class StoppedWatch:
+    """Which processes have been stopped longer than ``limit_s``: fed their states every second or
+    so, it remembers since when each was seen stopped.
+
+    Only state ``T`` counts (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU); ``t``, a debugger's stop, does
+    not: a person stepping through a worker is not a fault. A process continued between two looks
+    starts over, and so does every process after a gap of more than ``MAX_GAP_S`` between looks
+    (the watcher itself was stopped), so a whole job suspended and continued together
+    (``scontrol suspend``) is not killed however long it slept.
+    """
+
+    MAX_GAP_S = 5.0
+
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self._since: dict[int, float] = {}
+        self._last_look = -math.inf
+
+    def overdue(self, states: dict[int, str | None], now: float) -> list[tuple[int, float]]:
+        """``(pid, seconds stopped)`` of each process in ``states`` (``{pid: state}``, every
+        process watched) seen stopped at every look for at least ``limit_s``; each is reported
+        once."""
+        if now - self._last_look > self.MAX_GAP_S:
+            self._since = {pid: now for pid in self._since}
+        self._last_look = now
+        self._since = {pid: t for pid, t in self._since.items() if states.get(pid) == "T"}
+        overdue = []
+        for pid, state in states.items():
+            if state != "T":
+                continue
+            since = self._since.setdefault(pid, now)
+            if now - since >= self.limit_s:
+                overdue.append((pid, now - since))
+        for pid, _ in overdue:
+            self._since[pid] = math.inf  # reported: not again
+        return overdue
+
+
 def _kill_child(pid: int) -> None:
     """SIGKILL ``pid`` if it is still an unreaped child of this process (so never a reused pid)."""
     if hasattr(os, "waitid"):
@@ -825,6 +942,7 @@ def _collect_failures(
                 log_file=record.get("log_file"),
                 killed_by_launcher=rank in by_rank and by_rank[rank].killed_by_watcher,
                 oom=seen.oom if seen is not None else None,
+                stopped_s=seen.stopped_s if seen is not None else None,
             )
         )
     return failures

@@ -202,7 +202,8 @@ class LaunchConfig:
     timeout: float = option(
         DEFAULT_TIMEOUT_S,
         help="seconds any collective may wait before the job fails, so a dead or stalled worker "
-        "ends the job instead of hanging it",
+        "ends the job instead of hanging it; a worker stopped (SIGSTOP) this long is killed, even "
+        "a lone one",
     )
     log_dir: str | None = option(
         None,
