@@ -69,6 +69,27 @@ def atomic_open(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary sibling of ``path`` (same suffix) for a writer that takes a file name rather
+    than a file object; renamed over ``path`` when the block succeeds, removed when it fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # the writer may have replaced the file
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
 def save_npy(path: str | os.PathLike, array: np.ndarray) -> None:
     """Write ``array`` as ``.npy`` atomically (never with pickled objects)."""
     array = np.asarray(array)

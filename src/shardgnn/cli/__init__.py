@@ -68,7 +68,7 @@ def _closest_flags(message: str, flag_commands: dict[str, tuple[str, ...]]) -> s
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``shardgnn`` command (building it imports no heavy module)."""
-    from shardgnn.cli import data, infer, partition, plan, plot, train
+    from shardgnn.cli import data, export, infer, partition, plan, plot, train
 
     parser = _Parser(
         prog="shardgnn",
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"shardgnn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (train, infer, data, partition, plan, plot):
+    for module in (train, infer, export, data, partition, plan, plot):
         module.add_parsers(sub)
     for command in sub.choices.values():
         command.add_argument(

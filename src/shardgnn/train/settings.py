@@ -343,3 +343,43 @@ class InferConfig(LaunchConfig):
         super().__post_init__()
         if self.chunk_rows < 1:
             raise invalid(self, "chunk_rows", "must be >= 1")
+
+
+EXPORT_FORMATS = ("auto", "onnx", "pt2", "torchscript")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ExportConfig:
+    """``shardgnn export``: a trained model as one file for serving (ONNX, torch.export or
+    TorchScript), checked against the model it came from."""
+
+    checkpoint: str = option(
+        metavar="DIR",
+        help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder",
+    )
+    out: str = option(
+        metavar="FILE",
+        help="the file to write: model.onnx (ONNX), model.pt2 (torch.export) or model.pt "
+        "(TorchScript); its inputs are x [N, F] float32 and edge_index [2, E] int64 (src; dst), "
+        "its output [N, C]",
+    )
+    format: str = option(
+        "auto",
+        choices=EXPORT_FORMATS,
+        help="auto: from the file's suffix (.onnx, .pt2, .pt or .ts)",
+    )
+    opset: int = option(
+        18, help="ONNX opset (18 or newer: the attention layers' scatter maximum needs it)"
+    )
+    check_nodes: int = option(
+        1000,
+        help="nodes of the random graph the written file is checked on (against the model "
+        "computed as `shardgnn infer` computes it); 0: no check",
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if self.opset < 18:
+            raise invalid(self, "opset", "must be >= 18")
+        if self.check_nodes < 0:
+            raise invalid(self, "check_nodes", "must be >= 0")

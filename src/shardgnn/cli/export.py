@@ -1,0 +1,36 @@
+"""``shardgnn export``: a trained model as one ONNX, torch.export or TorchScript file for serving
+(:mod:`shardgnn.train.inference.export`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardgnn.cli.flags import add_flags, config_from_args
+from shardgnn.train.settings import ExportConfig
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "export",
+        help="write a trained model to ONNX, torch.export or TorchScript for serving",
+        description=(
+            "Write the model of a checkpoint (node classification or regression: its outputs; "
+            "link prediction: its encoder's embeddings) as one file taking x [N, F] float32 and "
+            "edge_index [2, E] int64 (sources; destinations) of a graph of any size, with the "
+            "training's feature normalisation inside. The file is loaded back and checked on a "
+            "random graph against the trained model before it is put in place."
+        ),
+    )
+    add_flags(parser, ExportConfig)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``shardgnn export``."""
+    from shardgnn.atomic import check_output_path
+    from shardgnn.train.inference.export import export_model
+
+    config = config_from_args(ExportConfig, args)
+    check_output_path(config.out, "--out", folder=False)
+    print(export_model(config).summary())
+    return 0

@@ -1,0 +1,96 @@
+"""A trained model as one function of a whole graph, in plain torch ops: what ``shardgnn export``
+hands to ``torch.export`` (and from there to ONNX) for serving.
+
+Training runs the layers on :class:`~shardgnn.nn.message_graph.MessageGraph` blocks, whose
+aggregation is a numba kernel (CPU) or a torch sparse product: neither can be exported.
+:class:`EdgeListGraph` is the same graph protocol (``num_src``, ``num_dst``, ``edge_index()``,
+``aggregate(h, norm)``...) over an edge list, with ``index_add`` and gathers only, so every layer of
+:mod:`shardgnn.nn.conv` runs on it unchanged, and the numbers of nodes and edges stay symbolic in
+the exported program (one file serves graphs of any size).
+
+Shape legend: ``N`` nodes, ``E`` edges, ``F`` input width, ``C`` output width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class EdgeListGraph:
+    """One whole graph (every node a src and a dst node) given as ``edge_index_2E`` = ``[src;
+    dst]``, for inference.
+
+    The normalisations equal :meth:`MessageGraph.edge_values` on a complete graph: ``mean``
+    divides by the in-degree (self-loop edges included, as there), ``sum`` adds, ``gcn`` is
+    ``D^-1/2 (A + I) D^-1/2`` with the graph's self-loop edges ignored and one loop per node.
+    """
+
+    node_keys_S = None  # no hashed dropout at inference
+    src_degree_S = None  # complete: the graph's own degrees
+
+    def __init__(self, edge_index_2E: torch.Tensor, num_nodes):
+        self.src_E, self.dst_E = edge_index_2E[0], edge_index_2E[1]
+        self.num_src = self.num_dst = num_nodes  # a symbolic size under torch.export: no int()
+
+    @property
+    def indices_E(self) -> torch.Tensor:
+        return self.src_E
+
+    @property
+    def device(self) -> torch.device:
+        return self.src_E.device
+
+    def dst_index_E(self) -> torch.Tensor:
+        return self.dst_E
+
+    def edge_index(self) -> torch.Tensor:
+        return torch.stack([self.src_E, self.dst_E])
+
+    def source_rows(self, h_SF: torch.Tensor) -> torch.Tensor:
+        return h_SF
+
+    def _sum_in(self, value_E: torch.Tensor) -> torch.Tensor:
+        """Per node, the sum of a value over its in-edges (``[N]``)."""
+        return value_E.new_zeros(self.num_dst).index_add(0, self.dst_E, value_E)
+
+    def aggregate(self, h_NF: torch.Tensor, norm: str) -> torch.Tensor:
+        """``A_norm @ h`` (see the class docstring)."""
+        if norm == "gcn":
+            not_loop_E = (self.src_E != self.dst_E).to(h_NF.dtype)
+            inv_sqrt_N = (self._sum_in(not_loop_E) + 1).rsqrt()
+            weight_E = not_loop_E * inv_sqrt_N[self.src_E] * inv_sqrt_N[self.dst_E]
+            message_EF = h_NF.index_select(0, self.src_E) * weight_E[:, None]
+            out_NF = h_NF.new_zeros(h_NF.shape).index_add(0, self.dst_E, message_EF)
+            return out_NF + h_NF * (inv_sqrt_N * inv_sqrt_N)[:, None]
+        out_NF = h_NF.new_zeros(h_NF.shape).index_add(
+            0, self.dst_E, h_NF.index_select(0, self.src_E)
+        )
+        if norm == "sum":
+            return out_NF
+        if norm != "mean":
+            raise ValueError(f"unknown norm {norm!r}")
+        degree_N = self._sum_in(torch.ones_like(self.src_E, dtype=h_NF.dtype))
+        return out_NF / degree_N.clamp(min=1)[:, None]
+
+
+class ServingModel(nn.Module):
+    """``forward(x_NF, edge_index_2E) -> [N, C]``: a trained stacked model (``model(graphs, x)``
+    taking one graph per layer) run over one whole graph, with the feature normalisation it was
+    trained with (``row``: rows divided by their sums; ``none``).
+
+    The output is what ``shardgnn infer`` computes for every node: a node model's logits (or
+    its regression values, its labels' logits), a link model's encoder embeddings."""
+
+    def __init__(self, model: nn.Module, num_layers: int, feature_norm: str = "none"):
+        super().__init__()
+        if feature_norm not in ("none", "row"):
+            raise ValueError(f"feature_norm {feature_norm!r}: a served model takes none or row")
+        self.model, self.num_layers, self.feature_norm = model, num_layers, feature_norm
+
+    def forward(self, x_NF: torch.Tensor, edge_index_2E: torch.Tensor) -> torch.Tensor:
+        if self.feature_norm == "row":
+            sums_N1 = x_NF.sum(dim=1, keepdim=True)
+            x_NF = x_NF / torch.where(sums_N1 == 0, torch.ones_like(sums_N1), sums_N1)
+        graph = EdgeListGraph(edge_index_2E, x_NF.shape[0])
+        return self.model([graph] * self.num_layers, x_NF)

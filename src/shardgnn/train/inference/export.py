@@ -1,0 +1,332 @@
+"""``shardgnn export``: a trained model as one file a serving stack loads, checked before it is
+written.
+
+The file holds :class:`~shardgnn.nn.serving.ServingModel`: inputs ``x`` (float32 ``[N, F]``,
+the raw features: the ``--feature-norm row`` of training is inside) and ``edge_index`` (int64
+``[2, E]``, row 0 the sources, row 1 the destinations), output float32 ``[N, C]``: what
+``shardgnn infer`` computes for every node (a node model's logits, or its regression values; a
+link model's encoder embeddings). ``N`` and ``E`` are free: one file serves graphs of any size.
+Formats:
+
+* ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
+  checked with ``onnxruntime`` when it is installed: ``pip install 'shardgnn[export]'``);
+* ``.pt2``: ``torch.export`` (``torch.export.load(path).module()(x, edge_index)``);
+* ``.pt`` / ``.ts``: TorchScript (``torch.jit.load(path)(x, edge_index)``; torch deprecates it in
+  favour of ``.pt2``, serving stacks still load it).
+
+The check: the written file is loaded back and run on a random graph (``--check-nodes`` nodes,
+self-loops and isolated nodes included, a size other than the one traced), and its output
+compared with the trained model's as training and ``shardgnn infer`` compute it (the numba CSR
+kernels); a file that differs by more than 1e-4 (relative to the outputs' scale) is not written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import logging
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from shardgnn.atomic import atomic_path
+from shardgnn.errors import ConfigError, ShardgnnError
+from shardgnn.graph.features import normalize_features
+from shardgnn.nn.message_graph import MessageGraph
+from shardgnn.nn.models import build_model
+from shardgnn.nn.serving import ServingModel
+from shardgnn.nn.targets import target_of_labels
+from shardgnn.train.checkpoint import read_checkpoint_meta
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.config_rules import LAYERWISE_MODELS
+from shardgnn.train.inference.run import load_model_weights, load_weights_into, resolve_checkpoint
+from shardgnn.train.settings import ExportConfig
+
+SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".ts": "torchscript"}
+FORMAT_NAMES = {"onnx": "ONNX", "pt2": "torch.export", "torchscript": "TorchScript"}
+TOLERANCE = 1e-4
+"""Largest difference allowed between the file's outputs and the trained model's, relative to
+the largest output (at least 1): the kernels add in another order than ``index_add``."""
+
+
+class ExportCheckError(ShardgnnError):
+    """The exported file does not compute what the trained model computes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """What ``shardgnn export`` wrote and how it was checked."""
+
+    path: Path
+    format: str
+    model: str
+    task: str
+    in_dim: int
+    out_dim: int
+    outputs: str  # what the output columns are
+    bytes: int
+    seconds: float
+    check: str  # how the file was checked, or why it was not
+
+    def summary(self) -> str:
+        """The one line the command prints."""
+        return (
+            f"exported {self.model} ({self.task}: {self.in_dim} features -> {self.outputs}) to "
+            f"{self.path} ({FORMAT_NAMES[self.format]}, {self.bytes / 1e6:.1f} MB) in "
+            f"{self.seconds:.1f} s; {self.check}"
+        )
+
+
+def export_format(config: ExportConfig) -> str:
+    """The format ``--format`` names, or the one ``--out``'s suffix names."""
+    suffix = Path(config.out).suffix.lower()
+    if config.format == "auto":
+        if suffix not in SUFFIX_FORMATS:
+            raise ConfigError(
+                f"--out {config.out}: no format for suffix {suffix or '(none)'!r}; name the file "
+                "model.onnx (ONNX), model.pt2 (torch.export) or model.pt (TorchScript), or pass "
+                "--format"
+            )
+        fmt = SUFFIX_FORMATS[suffix]
+    else:
+        fmt = config.format
+    if config.opset != 18 and fmt != "onnx":
+        raise ConfigError(f"--opset {config.opset}: applies to ONNX files, and --out is {fmt}")
+    return fmt
+
+
+def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int, str]:
+    """The checkpoint's model (best-validation weights when recorded) as a
+    :class:`ServingModel`, its training config, input and output widths, and what the outputs
+    are.
+
+    Raises:
+        ConfigError: a model or task the serving model does not run, in one line.
+    """
+    meta = read_checkpoint_meta(checkpoint)
+    config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
+    name = config.model.model
+    if config.task not in ("node", "link"):
+        raise ConfigError(
+            f"{checkpoint} holds a model of --task {config.task}; export writes node and link "
+            "models of one graph so far (a graph set's runs through `shardgnn infer`)"
+        )
+    if name not in LAYERWISE_MODELS:
+        raise ConfigError(
+            f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)} "
+            "models so far (typed, temporal and user models run through `shardgnn infer`)"
+        )
+    if config.embedding.enabled:
+        raise ConfigError(
+            f"{checkpoint} was trained with --embedding-dim {config.embedding.dim}: its learnt "
+            "rows belong to the training graph's nodes, which a served graph does not have; "
+            "use `shardgnn infer` for that graph, or train on features alone to export"
+        )
+    if config.feature_norm == "standard":
+        raise ConfigError(
+            f"{checkpoint} was trained with --feature-norm standard, whose column statistics "
+            "belong to the training graph; retrain with --feature-norm row or none to export"
+        )
+    dataset = meta.get("dataset") or {}
+    in_dim = int(dataset.get("num_features") or 0)
+    if in_dim < 1:
+        raise ConfigError(f"{checkpoint}: the model was trained without node features to serve")
+    if config.task == "link":
+        from shardgnn.train.link import build_link_model
+
+        link = build_link_model(config, in_dim)
+        load_weights_into(link, load_model_weights(checkpoint), checkpoint, f"{in_dim} features")
+        model, out_dim = link.encoder, config.link.out_dim
+        outputs = f"{out_dim}-wide embeddings (the link predictor scores pairs of them)"
+    else:
+        kind = dataset.get("label_kind", "class")
+        width = np.empty((0, int(dataset.get("label_columns") or 0)))
+        target = target_of_labels(kind, width, int(dataset.get("num_classes") or 0))
+        out_dim = target.out_dim
+        model = build_model(config.model, in_dim, out_dim)
+        load_weights_into(model, load_model_weights(checkpoint), checkpoint, f"{in_dim} features")
+        outputs = (
+            f"{out_dim} class logits"
+            if kind == "class"
+            else f"{out_dim} {kind} output{'s' * (out_dim != 1)}"
+        )
+    model.eval()
+    serving = ServingModel(model, model.num_layers, config.feature_norm).eval()
+    return serving, config, in_dim, out_dim, outputs
+
+
+def random_graph(num_nodes: int, in_dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x [N, F], edge_index [2, E])``: non-negative features (row normalisation divides by
+    sums) with some all-zero rows, about 8 in-edges per node with a few self-loops and duplicate
+    edges, and the last tenth of the nodes without in-edges."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(num_nodes, in_dim, generator=gen)
+    x[torch.rand(num_nodes, generator=gen) < 0.05] = 0
+    with_edges = max(1, num_nodes - num_nodes // 10)
+    num_edges = 8 * num_nodes
+    src = torch.randint(0, num_nodes, (num_edges,), generator=gen)
+    dst = torch.randint(0, with_edges, (num_edges,), generator=gen)
+    src[: num_edges // 50] = dst[: num_edges // 50]
+    return x, torch.stack([src, dst])
+
+
+@torch.no_grad()
+def trained_outputs(serving: ServingModel, x: torch.Tensor, edge_index: torch.Tensor):
+    """The model's outputs as training and ``shardgnn infer`` compute them: the features
+    normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba kernels on CPU)."""
+    n = x.shape[0]
+    order = torch.argsort(edge_index[1], stable=True)
+    src, dst = edge_index[0][order], edge_index[1][order]
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+    graph = MessageGraph(indptr, src, n)
+    rows = torch.from_numpy(normalize_features(x.numpy(), serving.feature_norm))
+    return serving.model([graph] * serving.num_layers, rows)
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """The exporters' progress prints, log lines and warnings (deprecations, tracer notes on
+    the shape checks) stay off the console: the command prints its one line."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _index_add_by_scatter(self, dim, index, source, alpha=1):
+    """``index_add`` as ``scatter_add`` with the index broadcast to the source's shape. ONNX
+    Runtime (1.32, measured) runs ScatterND, what ``index_add`` becomes, on several threads with
+    no care for repeated indices: rows with several in-edges lost additions at random (outputs
+    off by ~0.02 from one run to the next); ScatterElements, what ``scatter_add`` becomes, adds
+    them all."""
+    shape = [1] * source.dim()
+    shape[dim] = -1
+    index = index.view(shape).expand_as(source)
+    return self.scatter_add(dim, index, source if alpha == 1 else source * alpha)
+
+
+def _write(fmt: str, serving: ServingModel, example, path: Path, opset: int) -> None:
+    nodes, edges = torch.export.Dim("nodes", min=2), torch.export.Dim("edges", min=1)
+    dynamic = {"x_NF": {0: nodes}, "edge_index_2E": {1: edges}}
+    with _quiet():
+        if fmt == "torchscript":
+            torch.jit.save(torch.jit.trace(serving, example, check_trace=False), str(path))
+            return
+        program = torch.export.export(serving, example, dynamic_shapes=dynamic)
+        if fmt == "pt2":
+            torch.export.save(program, path)
+            return
+        table = torch.export.default_decompositions()
+        table[torch.ops.aten.index_add.default] = _index_add_by_scatter
+        onnx_program = torch.onnx.export(
+            program.run_decompositions(table),
+            example,
+            dynamo=True,
+            input_names=["x", "edge_index"],
+            output_names=["out"],
+            opset_version=opset,
+            verbose=False,
+        )
+        assert onnx_program is not None
+        onnx_program.save(str(path), external_data=False)
+
+
+def _runner(fmt: str, path: Path) -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], str]:
+    """A function running the written file, and what runs it."""
+    if fmt == "torchscript":
+        loaded = torch.jit.load(str(path))
+        return loaded, "torch.jit.load"
+    if fmt == "pt2":
+        module = torch.export.load(path).module()
+        return module, "torch.export.load"
+    try:
+        import onnxruntime
+    except ImportError:
+        return None, "onnxruntime is not installed"  # type: ignore[return-value]
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    def run(x: torch.Tensor, edge_index: torch.Tensor):
+        feed = {"x": x.numpy(), "edge_index": edge_index.numpy()}
+        return torch.from_numpy(session.run(None, feed)[0])
+
+    return run, "onnxruntime"
+
+
+def _check(fmt: str, path: Path, serving: ServingModel, in_dim: int, nodes: int) -> str:
+    """Run the written file on a random graph and compare it with the trained model."""
+    if nodes == 0:
+        return "not checked (--check-nodes 0)"
+    with _quiet():  # torch.jit.load's deprecation warning
+        run, runner = _runner(fmt, path)
+    if run is None:
+        return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
+    x, edge_index = random_graph(nodes, in_dim, seed=1)
+    want = trained_outputs(serving, x, edge_index)
+    with torch.no_grad(), _quiet():
+        got = run(x, edge_index)
+    diff = float((got - want).abs().max())
+    scale = max(1.0, float(want.abs().max()))
+    if not diff <= TOLERANCE * scale:
+        raise ExportCheckError(
+            f"the {FORMAT_NAMES[fmt]} file, run by {runner} on a random graph of {nodes:,} "
+            f"nodes, differs from the trained model by {diff:.3g} (allowed "
+            f"{TOLERANCE * scale:.3g}); nothing was written"
+        )
+    return (
+        f"checked with {runner} on a random graph of {nodes:,} nodes and "
+        f"{edge_index.shape[1]:,} edges: max |difference| {diff:.1e} from the trained model"
+    )
+
+
+def export_model(config: ExportConfig) -> Exported:
+    """Write the checkpoint's model to ``config.out`` (atomically, after the check).
+
+    Raises:
+        ConfigError: a checkpoint, model or setting the export does not take (one line).
+        ExportCheckError: the written file computes something else (it is removed).
+    """
+    start = time.perf_counter()
+    fmt = export_format(config)
+    checkpoint = resolve_checkpoint(config.checkpoint)
+    serving, train, in_dim, out_dim, outputs = serving_model(checkpoint)
+    out = Path(config.out).expanduser()
+    with atomic_path(out) as tmp:
+        try:
+            _write(fmt, serving, random_graph(64, in_dim), tmp, config.opset)
+        except ImportError as exc:
+            raise ConfigError(
+                f"--out {config.out}: {FORMAT_NAMES[fmt]} export needs {exc.name or exc}; "
+                "pip install 'shardgnn[export]'"
+            ) from None
+        check = _check(fmt, tmp, serving, in_dim, config.check_nodes)
+        size = tmp.stat().st_size
+    task = "node classification" if train.task == "node" else "link prediction"
+    if train.task == "node" and not outputs.endswith("class logits"):
+        task = "node prediction"
+    return Exported(
+        path=out,
+        format=fmt,
+        model=train.model.model,
+        task=task,
+        in_dim=in_dim,
+        out_dim=out_dim,
+        outputs=outputs,
+        bytes=size,
+        seconds=time.perf_counter() - start,
+        check=check,
+    )

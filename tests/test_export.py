@@ -1,0 +1,184 @@
+"""``shardgnn export`` (issue 31): the serving graph equals the training graph's aggregations,
+every layer-wise model runs on it, and the written ONNX / torch.export / TorchScript files compute
+what ``shardgnn infer`` computes, on the training graph and on graphs of other sizes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from shardgnn.cli import main
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.nn.config import ModelConfig
+from shardgnn.nn.message_graph import MessageGraph, spmm
+from shardgnn.nn.models import build_model
+from shardgnn.nn.serving import EdgeListGraph, ServingModel
+from shardgnn.train.config_rules import LAYERWISE_MODELS
+from shardgnn.train.inference.export import (
+    TOLERANCE,
+    _index_add_by_scatter,
+    random_graph,
+    trained_outputs,
+)
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+
+def _csr_graph(edge_index: torch.Tensor, n: int) -> MessageGraph:
+    order = torch.argsort(edge_index[1], stable=True)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(torch.bincount(edge_index[1], minlength=n), 0)
+    return MessageGraph(indptr, edge_index[0][order], n)
+
+
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+def test_edge_list_graph_aggregates_as_the_training_graph(norm):
+    """Self-loop edges, duplicate edges and nodes without in-edges included."""
+    x, edge_index = random_graph(300, 7, seed=2)
+    want = spmm(_csr_graph(edge_index, 300), x, norm)
+    got = spmm(EdgeListGraph(edge_index, 300), x, norm)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", LAYERWISE_MODELS)
+@pytest.mark.parametrize("feature_norm", ["none", "row"])
+def test_serving_model_computes_what_training_computes(name, feature_norm):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(model=name, hidden=16, num_layers=3), 9, 4).eval()
+    serving = ServingModel(model, model.num_layers, feature_norm).eval()
+    x, edge_index = random_graph(200, 9, seed=3)
+    with torch.no_grad():
+        got = serving(x, edge_index)
+    torch.testing.assert_close(got, trained_outputs(serving, x, edge_index), atol=1e-5, rtol=1e-5)
+
+
+def test_index_add_by_scatter_equals_index_add():
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((50, 3), (50, 2, 4)):
+        base = torch.randn(10, *shape[1:], generator=gen)
+        source = torch.randn(*shape, generator=gen)
+        index = torch.randint(0, 10, (shape[0],), generator=gen)
+        want = base.index_add(0, index, source, alpha=2.0)
+        torch.testing.assert_close(_index_add_by_scatter(base, 0, index, source, 2.0), want)
+
+
+# ---------------------------------------------------------------------------- the command
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A GAT trained on a small graph (row-normalised features), its checkpoint, a 1-part
+    partition and `shardgnn infer`'s outputs for it."""
+    root = tmp_path_factory.mktemp("export")
+    spec = "synthetic:nodes=600,degree=6,classes=4,features=12,seed=5"
+    ck, parts, out = root / "ck", root / "parts", root / "infer"
+    train = ["train", spec, "--model", "gat", "--hidden", "8", "--epochs", "2", "--quiet"]
+    assert main([*train, "--feature-norm", "row", "--checkpoint-dir", str(ck)]) == 0
+    assert main(["partition", spec, "--parts", "1", "--method", "random", "--out", str(parts)]) == 0
+    assert (
+        main(["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]) == 0
+    )
+    graph = generate(SyntheticConfig(nodes=600, degree=6, classes=4, features=12, seed=5))
+    return root, ck, graph, np.load(out / "logits.npy")
+
+
+def _edge_index(graph) -> np.ndarray:
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    return np.stack([np.asarray(graph.indices, dtype=np.int64), dst])
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("suffix", [".onnx", ".pt2", ".pt"])
+def test_exported_file_computes_infers_logits(trained, suffix, capsys):
+    root, ck, graph, logits = trained
+    path = root / f"model{suffix}"
+    assert main(["export", "--checkpoint", str(ck), "--out", str(path)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(
+        f"exported gat (node classification: 12 features -> 4 class logits) to {path}"
+    )
+    assert "checked with" in line and "max |difference|" in line
+    x, edge_index = graph.x.astype(np.float32), _edge_index(graph)
+    if suffix == ".onnx":
+        session = onnxruntime.InferenceSession(str(path))
+        assert [i.name for i in session.get_inputs()] == ["x", "edge_index"]
+        got = session.run(None, {"x": x, "edge_index": edge_index})[0]
+    elif suffix == ".pt2":
+        got = torch.export.load(path).module()(torch.from_numpy(x), torch.from_numpy(edge_index))
+    else:
+        got = torch.jit.load(str(path))(torch.from_numpy(x), torch.from_numpy(edge_index))
+    # float32 sums in another order (edge order, not CSR order), through attention: the
+    # export's own check allows TOLERANCE of the outputs' scale
+    got = got.detach().numpy() if torch.is_tensor(got) else got
+    scale = max(1.0, float(np.abs(logits).max()))
+    np.testing.assert_allclose(got, logits, atol=TOLERANCE * scale, rtol=0)
+    assert np.array_equal(got.argmax(1), logits.argmax(1))
+    assert sorted(p.name for p in root.glob(".model*")) == []  # no temporary file left
+
+
+@pytest.mark.slow
+def test_onnx_file_is_right_on_every_thread_count(trained):
+    """ONNX Runtime's ScatterND (what index_add exports to) loses additions to repeated indices
+    when it runs on several threads; the exported file uses ScatterElements, exact on any."""
+    import onnx
+
+    root, ck, graph, logits = trained
+    path = root / "threads.onnx"
+    assert main(["export", "--checkpoint", str(ck), "--out", str(path)]) == 0
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert "ScatterND" not in ops and "ScatterElements" in ops
+    x, edge_index = random_graph(4000, 12, seed=7)
+    feed = {"x": x.numpy(), "edge_index": edge_index.numpy()}
+    outputs = []
+    for threads in (1, 2, 4):
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        outputs.append(onnxruntime.InferenceSession(str(path), options).run(None, feed)[0])
+    for out in outputs[1:]:
+        np.testing.assert_allclose(out, outputs[0], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_link_model_exports_its_encoder(tmp_path, capsys):
+    spec = "synthetic:nodes=500,degree=6,features=10,seed=2"
+    ck = tmp_path / "ck"
+    argv = ["train", spec, "--task", "link", "--model", "gcn", "--hidden", "8", "--epochs", "1"]
+    assert main([*argv, "--quiet", "--checkpoint-dir", str(ck)]) == 0
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "enc.pt2")]) == 0
+    line = capsys.readouterr().out
+    assert "link prediction: 10 features -> 64-wide embeddings" in line, line
+
+
+def _error(capsys) -> str:
+    """The error line (a "fix:" line may follow it, nothing else)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 or (len(err) == 2 and err[1].startswith("  fix:")), err
+    return err[0]
+
+
+def test_export_refuses_what_it_cannot_serve(tmp_path, capsys):
+    base = ["export", "--checkpoint", str(tmp_path / "ck")]
+    assert main([*base, "--out", str(tmp_path / "m.onx")]) == 2
+    assert "no format for suffix '.onx'" in _error(capsys)
+    assert main([*base, "--out", str(tmp_path / "m.pt"), "--opset", "19"]) == 2
+    assert "--opset 19: applies to ONNX files" in _error(capsys)
+    assert main([*base, "--out", str(tmp_path / "m.onnx"), "--opset", "17"]) == 2
+    assert "--opset 17: must be >= 18" in _error(capsys)
+    assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "holds no complete checkpoint" in _error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_export_refuses_learnt_rows_in_one_line(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    argv = ["train", "synthetic:nodes=400,features=6", "--embedding-dim", "4", "--epochs", "1"]
+    assert main([*argv, "--hidden", "8", "--quiet", "--checkpoint-dir", str(ck)]) == 0
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "--embedding-dim 4: its learnt rows belong to the training graph" in _error(capsys)
+    meta = json.loads(sorted(ck.glob("epoch-*"))[-1].joinpath("meta.json").read_text())
+    assert meta["config"]["embedding"]["dim"] == 4
