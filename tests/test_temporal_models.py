@@ -479,6 +479,67 @@ def test_tgn_preempted_on_4_workers_resumes_on_2_and_3(tmp_path):
         assert read_checkpoint_meta(latest)["world_size"] == world
 
 
+def _tgat_rows_after_resume(ctx, config_dict):
+    """A distributed TGAT rank that resumes ``config_dict``'s checkpoint (its epochs all done):
+    its learnt rows and their Adam moments, by original node id."""
+    from shardgnn.train.dist_temporal import DistTemporalLinkSteps
+    from shardgnn.train.loop import TrainingLoop
+
+    config = TrainConfig.from_dict(config_dict)
+    steps = DistTemporalLinkSteps(config, ctx)
+    TrainingLoop(config, steps).run()
+    rows = steps.model.node_rows
+    moments = steps.optimizer.state[rows.weight]
+    order = torch.argsort(rows.node_ids)
+    return [
+        t.detach()[order].clone() for t in (rows.weight, moments["exp_avg"], moments["exp_avg_sq"])
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_tgat_learnt_rows_resume_on_another_worker_count_and_order(tmp_path):
+    """Issue 33: TGAT's learnt rows are one table in the partition's node order. A 2-worker
+    checkpoint resumes on 3 workers of a partition that orders the nodes otherwise: every node
+    keeps its row and its Adam moments (bit for bit, by original id), and training goes on."""
+    from shardgnn.partition.temporal import write_temporal_partitions
+    from shardgnn.train.checkpoint import Checkpointer
+
+    from distributed_helpers import run_workers
+
+    g = small_stream(nodes=60, events=1200, seed=5)
+    for parts in (2, 3):  # node v in part v % parts: each count orders the nodes its own way
+        write_temporal_partitions(g, np.arange(60) % parts, tmp_path / f"p{parts}", method="mod")
+
+    def config(parts, epochs, resume):
+        data = temporal_config(
+            "tgat",
+            optim={"epochs": epochs, "lr": 1e-3},
+            embedding={"dim": 8},
+            checkpoint={"dir": str(tmp_path / "ck"), "resume": resume},
+        ).to_dict()
+        data["run"]["partitions"] = str(tmp_path / f"p{parts}")
+        return data
+
+    run_workers(_train_temporal, 2, config(2, 1, False))
+    saved = torch.load(
+        Checkpointer(tmp_path / "ck").complete()[-1] / "rank-0.pt", weights_only=True
+    )
+    ids = saved["model"]["node_rows.node_ids"]
+    assert not torch.equal(ids, torch.arange(60))  # the 2-part order is not the original one
+    weight = saved["model"]["node_rows.weight"]
+    (moments,) = [
+        m for m in saved["optimizer"]["state"].values() if m["exp_avg"].shape == weight.shape
+    ]
+    order = torch.argsort(ids)
+    expected = [weight[order], moments["exp_avg"][order], moments["exp_avg_sq"][order]]
+    for got in run_workers(_tgat_rows_after_resume, 3, config(3, 1, True)):
+        for a, b in zip(got, expected):
+            assert torch.equal(a, b)
+    losses, _ = run_workers(_train_temporal, 3, config(3, 2, True))[0]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+
+
 def test_partition_command_writes_the_event_stream_in_new_ids(tmp_path, capsys):
     from shardgnn.cli import main
     from shardgnn.graph.datasets import load_temporal_dataset

@@ -367,6 +367,23 @@ class HopTensors:
         )
 
 
+class LearntRows(nn.Embedding):
+    """TGAT's learnt row per node: one table, every node's row on every worker (trained densely,
+    kept equal by the gradient all-reduce), in the order of the partition's node ids, with
+    ``node_ids``, each row's original node id: a checkpoint of one partition resumes on another
+    (:func:`~shardgnn.train.checkpoint.reshard` puts the rows in the new order)."""
+
+    def __init__(self, num_nodes: int, dim: int, orig_ids: np.ndarray | None = None):
+        super().__init__(num_nodes, dim)
+        ids = np.arange(num_nodes) if orig_ids is None else np.asarray(orig_ids)[:num_nodes]
+        self.register_buffer("node_ids", torch.from_numpy(ids.astype(np.int64)))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a checkpoint from before the table named its rows holds them in this order
+        state_dict.setdefault(prefix + "node_ids", self.node_ids.clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
 class TemporalLinkModel(nn.Module):
     """A temporal link-prediction model: node memory (``tgn``, ``jodie``) and an embedding of a
     batch's nodes at the batch's time, scored in pairs by :class:`LinkPredictor`.
@@ -427,7 +444,7 @@ class TemporalLinkModel(nn.Module):
             )
         elif kind == "tgat":
             self.input_dim = node_rows or embedding_dim
-            self.node_rows = nn.Embedding(num_nodes, node_rows) if node_rows else None
+            self.node_rows = LearntRows(num_nodes, node_rows, orig_ids) if node_rows else None
             self.attention = nn.ModuleList(
                 TemporalAttention(
                     (self.input_dim if layer == 0 else embedding_dim) + time_dim,

@@ -403,7 +403,11 @@ def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]
         state[section] = merged
     old = states[min(rank, len(states) - 1)]
     state["torch_rng"] = old["torch_rng"]
-    state["comm_total"] = old["comm_total"] if rank < len(states) else {}
+    # Reports gather every rank's totals stage by stage, so every rank needs the same stage
+    # names: a rank the old job did not have starts every stage at zero.
+    mine = old["comm_total"] if rank < len(states) else {}
+    every = {name: v for s in states for name, v in s["comm_total"].items()}
+    state["comm_total"] = {name: list(mine.get(name, [0] * len(v))) for name, v in every.items()}
     state["generators"] = None
     # the steps' own per-rank state (historical tables) is rebuilt from every rank's
     state["extra"], state["extras"] = {}, [s.get("extra") or {} for s in states]

@@ -198,15 +198,29 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         self.last_metrics: dict[str, dict[str, float]] = {}
         self.sampled_events = 0
 
-    fixed_shards = "TGAT with learnt node rows (one table in the partition's node order)"
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        """TGAT's learnt rows: their order (original ids), for their optimiser state, which a
+        re-sharded resume puts in the new order (:meth:`load_resharded_extra_state`)."""
+        rows = getattr(self.model, "node_rows", None)
+        return {} if rows is None else {"learnt_rows_order": rows.node_ids.clone()}
 
-    def sharded_rows(self) -> dict[str, np.ndarray] | None:
-        """The memory's rows by original node id (:class:`~shardgnn.nn.temporal.MemoryRows`:
-        any worker count resumes them); TGAT's learnt rows are one table in the order of the
-        partition that wrote it."""
-        if getattr(self.model, "node_rows", None) is not None:
-            return None
-        return super().sharded_rows()
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Nothing to restore: :meth:`extra_state` is the order the model's state has."""
+
+    def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
+        """The optimiser's per-row state of TGAT's learnt rows (Adam's moments), loaded in the
+        order of the partition that wrote the checkpoint, put in this one's (the rows
+        themselves were, by :func:`~shardgnn.train.checkpoint.reshard`)."""
+        rows = getattr(self.model, "node_rows", None)
+        if rows is None:
+            return super().load_resharded_extra_state(states)
+        old_order = states[0]["learnt_rows_order"].numpy()
+        position = np.empty(int(old_order.max()) + 1, dtype=np.int64)
+        position[old_order] = np.arange(old_order.shape[0])
+        take = torch.from_numpy(position[rows.node_ids.cpu().numpy()]).to(rows.weight.device)
+        for name, value in self.optimizer.state.get(rows.weight, {}).items():
+            if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == take.shape[0]:
+                self.optimizer.state[rows.weight][name] = value[take].contiguous()
 
     # ------------------------------------------------------------------ hooks
     def _share(self, lo: int, hi: int) -> tuple[int, int]:
