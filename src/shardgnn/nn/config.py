@@ -24,7 +24,9 @@ MODELS = (
     "tgat",
     "tgcn",
 )
-PREDICTORS = ("auto", "dot", "mlp", "distmult")
+RELATIONAL_PREDICTORS = ("distmult", "transe", "rotate", "complex")
+"""scorers of (head, relation, tail) triples (a relational dataset, ``--task link``)"""
+PREDICTORS = ("auto", "dot", "mlp", *RELATIONAL_PREDICTORS)
 LINK_LOSSES = ("bce", "margin", "softmax")
 TYPED_MODELS = ("rgcn", "hetero-sage", "hgt")
 """models that need typed edges (a relational dataset)"""

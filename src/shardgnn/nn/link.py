@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardgnn.nn.config import LINK_LOSSES, PREDICTORS
+from shardgnn.nn.config import LINK_LOSSES, PREDICTORS, RELATIONAL_PREDICTORS
 from shardgnn.nn.models import GNN
 from shardgnn.store.embedding import EmbeddingTable
 
@@ -94,7 +94,7 @@ class LinkModel(nn.Module):
 
 def build_predictor(kind: str, dim: int, hidden: int) -> nn.Module:
     """The scorer of a homogeneous graph's pairs (``auto`` is ``dot`` there)."""
-    assert kind in PREDICTORS and kind != "distmult", kind
+    assert kind in PREDICTORS and kind not in RELATIONAL_PREDICTORS, kind
     return MLPPredictor(dim, hidden) if kind == "mlp" else DotPredictor()
 
 

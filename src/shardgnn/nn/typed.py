@@ -1,4 +1,5 @@
-"""R-GCN (Schlichtkrull et al. 2018) with basis decomposition, and the DistMult decoder.
+"""R-GCN (Schlichtkrull et al. 2018) with basis decomposition, and the knowledge-graph decoders
+(DistMult, TransE, RotatE, ComplEx).
 
 An R-GCN layer computes, for every destination node ``i``::
 
@@ -423,7 +424,11 @@ def partitioned_node_model(model, typed, num_classes: int) -> "TypedNodeModel":
 
 
 class DistMult(nn.Module):
-    """``score(h, r, t) = <e_h, w_r, e_t>`` (Yang et al. 2015): one diagonal matrix per relation."""
+    """``score(h, r, t) = <e_h, w_r, e_t>`` (Yang et al. 2015): one diagonal matrix per relation.
+
+    Every decoder scores a triple (:meth:`forward`) and, for a batch of queries ``(e, r, ?)``,
+    every entity as the missing tail (:meth:`score_all`); head queries are asked as tail queries
+    of the reciprocal relation (the trainer gives each relation a second vector for them)."""
 
     def __init__(self, num_relations: int, dim: int):
         super().__init__()
@@ -436,15 +441,106 @@ class DistMult(nn.Module):
     def score_all(
         self, e_QD: torch.Tensor, r_Q: torch.Tensor, ent_ND: torch.Tensor
     ) -> torch.Tensor:
-        """Scores ``[Q, N]`` of every entity as the missing end of each query: ``(e, r, ?)``, and
-        equally ``(?, r, e)`` (DistMult is symmetric in head and tail)."""
+        """Scores ``[Q, N]`` of every entity as the tail of each query ``(e, r, ?)``."""
         return (e_QD * self.rel_RD[r_Q]) @ ent_ND.T
 
 
-class TypedLinkModel(nn.Module):
-    """R-GCN encoder + DistMult decoder (Schlichtkrull et al.'s link-prediction model)."""
+class TransE(nn.Module):
+    """``score(h, r, t) = -||e_h + w_r - e_t||_2`` (Bordes et al. 2013): relations translate."""
 
-    def __init__(self, encoder: RGCN, decoder: DistMult):
+    def __init__(self, num_relations: int, dim: int):
+        super().__init__()
+        self.rel_RD = nn.Parameter(torch.empty(num_relations, dim))
+        nn.init.xavier_uniform_(self.rel_RD)
+
+    def forward(self, h_QD: torch.Tensor, r_Q: torch.Tensor, t_QD: torch.Tensor) -> torch.Tensor:
+        return -torch.linalg.vector_norm(h_QD + self.rel_RD[r_Q] - t_QD, dim=-1)
+
+    def score_all(
+        self, e_QD: torch.Tensor, r_Q: torch.Tensor, ent_ND: torch.Tensor
+    ) -> torch.Tensor:
+        """Scores ``[Q, N]`` of every entity as the tail of each query ``(e, r, ?)``."""
+        return -torch.cdist(e_QD + self.rel_RD[r_Q], ent_ND)
+
+
+def _complex(x_QD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An embedding read as ``D / 2`` complex numbers: (real parts, imaginary parts)."""
+    half = x_QD.shape[-1] // 2
+    return x_QD[..., :half], x_QD[..., half:]
+
+
+class ComplEx(nn.Module):
+    """``score(h, r, t) = Re(<e_h, w_r, conj(e_t)>)`` (Trouillon et al. 2016): DistMult over
+    complex numbers (an embedding's first half the real parts, the second the imaginary), so
+    the score of ``(h, r, t)`` and of ``(t, r, h)`` differ."""
+
+    def __init__(self, num_relations: int, dim: int):
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"ComplEx reads embeddings as complex numbers: dim {dim} is odd")
+        self.rel_RD = nn.Parameter(torch.empty(num_relations, dim))
+        nn.init.xavier_uniform_(self.rel_RD)
+
+    def _query(self, h_QD: torch.Tensor, r_Q: torch.Tensor) -> torch.Tensor:
+        """``e_h * w_r`` as ``[real | imaginary]``."""
+        (h_re, h_im), (r_re, r_im) = _complex(h_QD), _complex(self.rel_RD[r_Q])
+        return torch.cat([h_re * r_re - h_im * r_im, h_re * r_im + h_im * r_re], dim=-1)
+
+    def forward(self, h_QD: torch.Tensor, r_Q: torch.Tensor, t_QD: torch.Tensor) -> torch.Tensor:
+        # Re(q * conj(t)) = q_re t_re + q_im t_im: a dot product of the [re | im] layouts
+        return (self._query(h_QD, r_Q) * t_QD).sum(-1)
+
+    def score_all(
+        self, e_QD: torch.Tensor, r_Q: torch.Tensor, ent_ND: torch.Tensor
+    ) -> torch.Tensor:
+        """Scores ``[Q, N]`` of every entity as the tail of each query ``(e, r, ?)``."""
+        return self._query(e_QD, r_Q) @ ent_ND.T
+
+
+class RotatE(nn.Module):
+    """``score(h, r, t) = -||e_h o w_r - e_t||`` (Sun et al. 2019): each relation rotates every
+    complex coordinate of the head by a learnt phase (``|w_r| = 1``); the distance is the
+    Euclidean norm of the complex difference (PyKEEN's)."""
+
+    def __init__(self, num_relations: int, dim: int):
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"RotatE reads embeddings as complex numbers: dim {dim} is odd")
+        self.phase_RH = nn.Parameter(torch.empty(num_relations, dim // 2))
+        nn.init.uniform_(self.phase_RH, -math.pi, math.pi)
+
+    def _query(self, h_QD: torch.Tensor, r_Q: torch.Tensor) -> torch.Tensor:
+        """The rotated head ``e_h o w_r`` as ``[real | imaginary]``."""
+        h_re, h_im = _complex(h_QD)
+        phase = self.phase_RH[r_Q]
+        cos, sin = torch.cos(phase), torch.sin(phase)
+        return torch.cat([h_re * cos - h_im * sin, h_re * sin + h_im * cos], dim=-1)
+
+    def forward(self, h_QD: torch.Tensor, r_Q: torch.Tensor, t_QD: torch.Tensor) -> torch.Tensor:
+        return -torch.linalg.vector_norm(self._query(h_QD, r_Q) - t_QD, dim=-1)
+
+    def score_all(
+        self, e_QD: torch.Tensor, r_Q: torch.Tensor, ent_ND: torch.Tensor
+    ) -> torch.Tensor:
+        """Scores ``[Q, N]`` of every entity as the tail of each query ``(e, r, ?)``."""
+        return -torch.cdist(self._query(e_QD, r_Q), ent_ND)
+
+
+DECODERS = {"distmult": DistMult, "transe": TransE, "rotate": RotatE, "complex": ComplEx}
+"""the knowledge-graph decoders by ``--predictor`` name"""
+
+
+def relational_decoder(predictor: str, num_relations: int, dim: int) -> nn.Module:
+    """The decoder ``--predictor`` names (``auto``: DistMult) for ``num_relations`` relations
+    (reciprocals included) and ``dim``-wide entity embeddings."""
+    return DECODERS["distmult" if predictor == "auto" else predictor](num_relations, dim)
+
+
+class TypedLinkModel(nn.Module):
+    """R-GCN encoder + a knowledge-graph decoder (Schlichtkrull et al.'s link-prediction model
+    with DistMult, the default)."""
+
+    def __init__(self, encoder: RGCN, decoder: nn.Module):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 

@@ -8,14 +8,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shardgnn.errors import ConfigError
-from shardgnn.nn.config import SNAPSHOT_MODELS, TEMPORAL_MODELS, TYPED_MODELS
+from shardgnn.nn.config import (
+    RELATIONAL_PREDICTORS,
+    SNAPSHOT_MODELS,
+    TEMPORAL_MODELS,
+    TYPED_MODELS,
+)
 
 if TYPE_CHECKING:
     from shardgnn.train.config import TrainConfig
 
 
 def check_typed(config: TrainConfig) -> None:
-    """Relational datasets (typed edges) train R-GCN + DistMult link prediction and typed node
+    """Relational datasets (typed edges) train R-GCN + a triple scorer (DistMult, TransE,
+    RotatE, ComplEx) for link prediction and typed node
     classification; the other models and scorers need a homogeneous graph."""
     model, predictor = config.model.model, config.link.predictor
     problem = None
@@ -23,8 +29,16 @@ def check_typed(config: TrainConfig) -> None:
         problem = (
             f"needs a relational model, not --model {model}: use --model rgcn, hetero-sage or hgt"
         )
-    elif config.task == "link" and predictor not in ("auto", "distmult"):
-        problem = f"scores (head, relation, tail) with --predictor distmult, not {predictor}"
+    elif config.task == "link" and predictor not in ("auto", *RELATIONAL_PREDICTORS):
+        problem = (
+            f"scores (head, relation, tail) with --predictor {', '.join(RELATIONAL_PREDICTORS)}, "
+            f"not {predictor}"
+        )
+    elif config.task == "link" and predictor in ("rotate", "complex") and config.link.out_dim % 2:
+        problem = (
+            f"scores with --predictor {predictor}, which reads --out-dim {config.link.out_dim} "
+            "as complex numbers: give an even --out-dim"
+        )
     elif config.task == "link" and config.link.loss == "margin":
         problem = "ranks every entity: use --link-loss softmax or bce, not margin"
     elif config.run.distributed and config.task == "link":
@@ -54,10 +68,11 @@ def _check_untyped(config: TrainConfig) -> None:
             f"--relation-fanouts draws per relation, and dataset {config.dataset!r} has no "
             "relations; use --fanouts"
         )
-    if (model in TYPED_MODELS and config.run.partitions is None) or (predictor == "distmult"):
+    relational = predictor in RELATIONAL_PREDICTORS
+    if (model in TYPED_MODELS and config.run.partitions is None) or relational:
         # with --partitions the dataset is what the directory holds: the workers check it is
         # typed
-        flag = f"--model {model}" if model in TYPED_MODELS else "--predictor distmult"
+        flag = f"--model {model}" if model in TYPED_MODELS else f"--predictor {predictor}"
         raise ConfigError(
             f"{flag} needs typed edges (relations), and dataset {config.dataset!r} has none; "
             "use a relational dataset (kg-umls, kg:DIR, hetero:DIR) or another model"

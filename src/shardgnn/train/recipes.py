@@ -215,10 +215,10 @@ RECIPES: tuple[Recipe, ...] = (
         # knowledge-graph spec; a TypedGraph handed to run_training may say minibatch)
         "kg-link", "typed", "link", ("full", "minibatch"), ("rgcn",),
         "shardgnn.train.typed:TypedLinkSteps", None,
-        "knowledge-graph link prediction (R-GCN + DistMult)",
+        "knowledge-graph link prediction (R-GCN + DistMult, TransE, RotatE or ComplEx)",
         defaults=KG_DEFAULTS,
         reads=MODEL - {"model.input_dropout"} | settings(
-            "batch_size", "link.loss", "link.out_dim"
+            "batch_size", "link.loss", "link.out_dim", "link.predictor"
         ),
         model_reads=RGCN,
     ),

@@ -76,8 +76,9 @@ class LinkConfig:
     predictor: str = option(
         "auto",
         choices=PREDICTORS,
-        help="edge scorer: dot product, an MLP on h_u * h_v, or distmult (<h_u, w_r, h_v>, one "
-        "diagonal per relation; relational graphs); auto: distmult on relational graphs, else dot",
+        help="edge scorer: dot product, an MLP on h_u * h_v; on relational graphs distmult "
+        "(<h, w_r, t>), transe (-||h + w_r - t||), rotate (-||h o e^(i theta_r) - t||, complex) "
+        "or complex (Re<h, w_r, conj t>); auto: distmult on relational graphs, else dot",
     )
     loss: str = option(
         "bce",

@@ -1,5 +1,6 @@
-"""Relational link prediction (knowledge-graph completion): an R-GCN encoder and a DistMult
-decoder, trained on the training triples and ranked against every entity, filtered.
+"""Relational link prediction (knowledge-graph completion): an R-GCN encoder and a decoder
+(``--predictor``: DistMult by default, TransE, RotatE or ComplEx), trained on the training
+triples and ranked against every entity, filtered.
 
 Training scores each query against all ``N`` entities at once (1-N scoring, Dettmers et al.
 2018), in both directions: ``(h, r, ?)`` with answer ``t``, and ``(?, r, t)`` with answer ``h``.
@@ -28,13 +29,13 @@ from shardgnn.graph.typed import TypedGraph, reverse_relations, with_reverse_edg
 from shardgnn.loader.pipeline import MiniBatch, MiniBatchLoader
 from shardgnn.loader.typed import LocalTypedRows
 from shardgnn.nn.typed import (
-    DistMult,
     TypedInput,
     TypedLinkModel,
     TypedMessageGraph,
     TypedNodeModel,
     block_message_graph,
     layerwise_forward,
+    relational_decoder,
     typed_encoder,
 )
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
@@ -146,8 +147,9 @@ class TypedLinkSteps(_TypedGraphSteps):
         # A relation vector per direction (reciprocal relations, Lacroix et al. 2018): head
         # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head
         # and tail, so with one vector per relation an asymmetric relation could not tell its
-        # heads from its tails.
-        self.model = TypedLinkModel(encoder, DistMult(2 * r, out_dim)).to(self.device)
+        # heads from its tails; every decoder then scores tail queries alone.
+        decoder = relational_decoder(config.link.predictor, 2 * r, out_dim)
+        self.model = TypedLinkModel(encoder, decoder).to(self.device)
         self.optimizer = adam(self.model.parameters(), config.optim)
         self.train_queries = both_directions(g.triples["train"])
         self.train_answers = AnswerIndex(g.triples["train"], n, r)
