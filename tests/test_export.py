@@ -182,3 +182,47 @@ def test_export_refuses_learnt_rows_in_one_line(tmp_path, capsys):
     assert "--embedding-dim 4: its learnt rows belong to the training graph" in _error(capsys)
     meta = json.loads(sorted(ck.glob("epoch-*"))[-1].joinpath("meta.json").read_text())
     assert meta["config"]["embedding"]["dim"] == 4
+
+
+UNTRACEABLE = """
+import numpy as np
+from torch import nn
+
+
+class NumpyInside(nn.Module):
+    def __init__(self, in_dim, out_dim, config):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, graphs, x):
+        degree = np.bincount(graphs[0].edge_index()[1].numpy(), minlength=graphs[0].num_dst)
+        return self.lin(x[: graphs[-1].num_dst]) * float(degree.max())
+"""
+
+
+@pytest.mark.slow
+def test_a_user_model_exports_or_says_why_not(tmp_path, capsys):
+    """A stack of PyG layers (the user-model contract's example) is written and checked in
+    every format; a model whose forward leaves torch (numpy inside) is refused in one line."""
+    pytest.importorskip("torch_geometric.nn")
+    from test_user_model import PYG_STACK
+
+    (tmp_path / "mine.py").write_text(PYG_STACK + UNTRACEABLE)
+    spec = "synthetic:nodes=300,features=6"
+    for name in ("StackedSAGE", "NumpyInside"):
+        argv = ["train", spec, "--model", f"{tmp_path / 'mine.py'}:{name}", "--hidden", "8"]
+        assert (
+            main([*argv, "--epochs", "1", "--quiet", "--checkpoint-dir", str(tmp_path / name)]) == 0
+        )
+    capsys.readouterr()
+    for suffix in (".onnx", ".pt2", ".pt"):
+        out = tmp_path / f"stack{suffix}"
+        assert (
+            main(["export", "--checkpoint", str(tmp_path / "StackedSAGE"), "--out", str(out)]) == 0
+        )
+        assert "max |difference|" in capsys.readouterr().out
+    out = tmp_path / "numpy.pt2"
+    assert main(["export", "--checkpoint", str(tmp_path / "NumpyInside"), "--out", str(out)]) == 2
+    line = _error(capsys)
+    assert "torch.export cannot capture the" in line and "NumpyInside model" in line, line
+    assert not out.exists()

@@ -37,6 +37,7 @@ import torch
 from shardgnn.atomic import atomic_path
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.features import normalize_features
+from shardgnn.nn.config import is_user_model
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
 from shardgnn.nn.serving import ServingModel
@@ -52,6 +53,10 @@ FORMAT_NAMES = {"onnx": "ONNX", "pt2": "torch.export", "torchscript": "TorchScri
 TOLERANCE = 1e-4
 """Largest difference allowed between the file's outputs and the trained model's, relative to
 the largest output (at least 1): the kernels add in another order than ``index_add``."""
+
+
+class ExportError(ShardgnnError):
+    """The model cannot be written in the format asked for (its code does not trace)."""
 
 
 class ExportCheckError(ShardgnnError):
@@ -116,10 +121,10 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
             f"{checkpoint} holds a model of --task {config.task}; export writes node and link "
             "models of one graph so far (a graph set's runs through `shardgnn infer`)"
         )
-    if name not in LAYERWISE_MODELS:
+    if name not in LAYERWISE_MODELS and not is_user_model(name):
         raise ConfigError(
             f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)} "
-            "models so far (typed, temporal and user models run through `shardgnn infer`)"
+            "and user models so far (not typed, temporal or graph-level ones)"
         )
     if config.embedding.enabled:
         raise ConfigError(
@@ -156,7 +161,9 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
             else f"{out_dim} {kind} output{'s' * (out_dim != 1)}"
         )
     model.eval()
-    serving = ServingModel(model, model.num_layers, config.feature_norm).eval()
+    # a user model need not say how many graphs it takes: its config does
+    layers = getattr(model, "num_layers", None) or config.model.num_layers
+    serving = ServingModel(model, layers, config.feature_norm).eval()
     return serving, config, in_dim, out_dim, outputs
 
 
@@ -312,6 +319,12 @@ def export_model(config: ExportConfig) -> Exported:
             raise ConfigError(
                 f"--out {config.out}: {FORMAT_NAMES[fmt]} export needs {exc.name or exc}; "
                 "pip install 'shardgnn[export]'"
+            ) from None
+        except Exception as exc:  # the model's own code (a user model) may not trace
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise ExportError(
+                f"--out {config.out}: {FORMAT_NAMES[fmt]} cannot capture the {train.model.model} "
+                f"model ({type(exc).__name__}: {first}); try another format (.pt2, .pt, .onnx)"
             ) from None
         check = _check(fmt, tmp, serving, in_dim, config.check_nodes)
         size = tmp.stat().st_size
