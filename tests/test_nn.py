@@ -245,3 +245,26 @@ def test_hashed_dropout_depends_only_on_seed_node_and_column():
     sparse_out = hashed_dropout(dense.to_sparse(), 0.3, seed=11).to_dense()
     assert torch.equal(sparse_out, hashed_dropout(dense, 0.3, seed=11))
     assert hashed_dropout(h, 0.0, seed=1) is h
+
+
+@pytest.mark.parametrize("model", ["gat", "gatv2"])
+def test_attention_dropout_drops_coefficients_in_training_only(small_graph, model):
+    """--attention-dropout (the GAT paper's 0.6 on the normalised coefficients): two training
+    passes differ, evaluation is untouched by it, and 0 is the layer without dropout."""
+    graph = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
+    x = torch.from_numpy(small_graph.x)
+
+    def built(p):
+        torch.manual_seed(0)
+        config = ModelConfig(model=model, hidden=4, num_layers=2, dropout=0.0, attention_dropout=p)
+        return build_model(config, small_graph.num_features, small_graph.num_classes)
+
+    dropped, plain = built(0.6), built(0.0)
+    assert all(layer.attn_dropout == 0.6 for layer in dropped.layers)
+    dropped.train()
+    assert not torch.equal(dropped([graph] * 2, x), dropped([graph] * 2, x))
+    dropped.eval(), plain.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(dropped([graph] * 2, x), plain([graph] * 2, x))
+    with pytest.raises(Exception, match="--attention-dropout 1.0: a probability in"):
+        ModelConfig(model=model, attention_dropout=1.0)

@@ -82,6 +82,11 @@ class ModelConfig:
         0.0, help="dropout on the input features (Kipf & Welling's GCN: 0.5)"
     )
     heads: int = option(4, help="attention heads (gat, gatv2, hgt)")
+    attention_dropout: float = option(
+        0.0,
+        help="gat, gatv2: dropout on the normalised attention coefficients (the GAT paper's "
+        "0.6; torch's generator, not keyed by node: one process or mini-batch workers)",
+    )
     readout: str = option(
         "sum",
         choices=READOUTS,
@@ -110,6 +115,6 @@ class ModelConfig:
             raise invalid(self, "num_layers", "must be >= 1")
         if not 0.0 < self.alpha < 1.0:
             raise invalid(self, "alpha", "a probability in (0, 1)")
-        for name in ("dropout", "input_dropout"):
+        for name in ("dropout", "input_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise invalid(self, name, "a probability in [0, 1)")

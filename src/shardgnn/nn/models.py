@@ -227,5 +227,13 @@ def build_model(config: ModelConfig, in_dim: int, num_classes: int) -> GNN:
         last = i == config.num_layers - 1
         in_width = in_dim if i == 0 else config.hidden * heads
         out_width = num_classes if last else config.hidden
-        layers.append(attention(in_width, out_width, heads=1 if last else heads, concat=not last))
+        layers.append(
+            attention(
+                in_width,
+                out_width,
+                heads=1 if last else heads,
+                concat=not last,
+                attn_dropout=config.attention_dropout,
+            )
+        )
     return GNN(layers, config.dropout, activation=F.elu, input_dropout=config.input_dropout)

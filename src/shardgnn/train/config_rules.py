@@ -224,6 +224,12 @@ def _check_combinations(config: Any) -> None:
             f"--cache-policy, which is {config.cache.policy}: give degree, presample, fifo or "
             "lru (belady fetches rows batches before they are read)"
         )
+    if config.model.attention_dropout and config.mode == "full" and config.run.distributed:
+        raise ConfigError(
+            f"--attention-dropout {config.model.attention_dropout}: its masks come from each "
+            "worker's generator, not from node ids, so full-graph workers would not compute one "
+            "process's epoch; drop it, or train in one process or with --mode minibatch"
+        )
     if config.mode == "full" and (config.cache.enabled or config.feature_storage != "memory"):
         raise ConfigError(
             "--cache-policy and --feature-storage disk apply to mini-batch training; "

@@ -47,8 +47,8 @@ PRECISION = settings("precision")
 GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy", "gpu.overlap")
 """the GPU pipeline of single-process node classification (shardgnn.loader.device)"""
 LAYER_READS = {
-    "gat": settings("model.heads"),
-    "gatv2": settings("model.heads"),
+    "gat": settings("model.heads", "model.attention_dropout"),
+    "gatv2": settings("model.heads", "model.attention_dropout"),
     "appnp": settings("model.alpha"),
 }
 """the settings only some of the homogeneous models read"""
