@@ -146,6 +146,23 @@ def test_a_knowledge_graph_selects_its_recipe_and_defaults(tmp_path):
     assert given.model.hidden == 16 and given.link.out_dim == 128
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--model", "sage", "--attention-dropout", "0.6"],
+            "--model sage: it applies to --model gat, gatv2",
+        ),
+        (["--model", "gcn", "--alpha", "0.2"], "--model gcn: it applies to --model appnp"),
+        (["--model", "sage", "--heads", "2"], "--model sage: it applies to --model gat, gatv2"),
+    ],
+)
+def test_a_setting_of_other_models_names_them(flags, message):
+    """A setting only some models of the recipe read is refused naming those models."""
+    with pytest.raises(ConfigError, match=f"does not apply to {message}; drop it"):
+        train_config(_args(["train", "synthetic", *flags]))
+
+
 def test_the_partition_kind_is_read_in_one_place():
     assert partition_kind({}) == "homogeneous"
     assert partition_kind({"typed": {"node_types": ["a"]}}) == "typed"

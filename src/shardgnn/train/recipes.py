@@ -388,6 +388,15 @@ def refuse_unread(recipe: Recipe, config: TrainConfig, given: Collection[str]) -
     if not unread:
         return
     dest = unread[0]
+    by_model = recipe.model_reads
+    if config.run.distributed and recipe.worker_model_reads is not None:
+        by_model = recipe.worker_model_reads
+    models = [model for model, read in by_model.items() if dest in read]
+    if models:  # a setting of some of this recipe's models (--heads, --alpha...)
+        raise ConfigError(
+            f"{flag_for(TrainConfig, dest)} does not apply to --model {config.model.model}: it "
+            f"applies to --model {', '.join(models)}; drop it"
+        )
     where = _readers(dest)
     what = f"{recipe.description} (--model {config.model.model}"
     what += ", with workers)" if config.run.distributed else ", in one process)"
