@@ -239,6 +239,35 @@ def run_trace(store, trace):
     return outs
 
 
+@pytest.mark.parametrize("name", ["degree", "fifo", "lru"])
+def test_a_cache_restored_from_its_state_continues_as_the_original(name):
+    """state_dict / load_state_dict: a fresh cache given the state of one that served half a
+    trace serves the other half with the same slots, fetches, ages and counts (rows that change:
+    max_age, what --embedding-staleness caches)."""
+    n, capacity = 200, 30
+    trace = random_trace(np.random.default_rng(5), n, 30, 50)
+    first, _ = make_store(name, n, capacity, trace)
+    first.max_age, first.served_ages = 2, np.zeros(3, dtype=np.int64)
+    for ids in trace[:15]:
+        first.gather(torch.from_numpy(ids))
+        first.tick()
+    state = first.state_dict()
+    second, fallback = make_store(name, n, capacity, trace)
+    second.max_age, second.served_ages = 2, np.zeros(3, dtype=np.int64)
+    second.load_state_dict(state)
+    first.reset_counters()
+    served_before = first.served_ages.copy()
+    for ids in trace[15:]:
+        a, b = first.gather(torch.from_numpy(ids)), second.gather(torch.from_numpy(ids))
+        assert torch.equal(a, b)
+        first.tick(), second.tick()
+    assert second.reset_counters() == first.reset_counters()
+    assert np.array_equal(first.core.index.id_of, second.core.index.id_of)
+    assert np.array_equal(first.fetched_at, second.fetched_at)
+    assert np.array_equal(first.served_ages - served_before, second.served_ages)
+    assert second.served_ages[1:].sum() > 0  # stale rows were served after the restore
+
+
 @pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
 @pytest.mark.parametrize("local_below", [None, 40])
 def test_cached_store_returns_exact_rows_and_counts_exactly(name, local_below):

@@ -235,26 +235,32 @@ class DistSampledSteps(SampledReport, SampledInputs):
         loss_sum, correct, count = self.sum([sums.loss_sum, sums.correct, sums.count])
         return loss_sum / max(count, 1), correct / max(count, 1)
 
+    @property
+    def _row_cache(self) -> CachedFeatureStore | None:
+        """The cache of peers' learnable rows (``--embedding-staleness``): it serves rows up to
+        the bound old, so what it holds shapes the run and a checkpoint carries it."""
+        return None if self.embedding is None else self.embedding.cache
+
     def extra_state(self) -> dict[str, torch.Tensor]:
-        if self.history is None:
-            return {}
-        return {f"historical.{k}": v for k, v in self.history.state_dict().items()}
+        state = {}
+        if self.history is not None:
+            state.update({f"historical.{k}": v for k, v in self.history.state_dict().items()})
+        if self._row_cache is not None:
+            state.update({f"row_cache.{k}": v for k, v in self._row_cache.state_dict().items()})
+        return state
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         if self.history is not None:
-            prefix = "historical."
-            self.history.load_state_dict(
-                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-            )
+            self.history.load_state_dict(_section(state, "historical."))
+        cached = _section(state, "row_cache.")
+        if self._row_cache is not None and cached:  # older checkpoints: the cache starts cold
+            self._row_cache.load_state_dict(cached)
 
     def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
+        """Historical tables by original id; a row cache starts cold (its slots held the old
+        partition's peers' rows by new id; reads fetch from the owners until it fills)."""
         if self.history is not None:
-            prefix = "historical."
-            tables = [
-                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-                for state in states
-            ]
-            self.history.load_resharded(tables)
+            self.history.load_resharded([_section(state, "historical.") for state in states])
 
     def generators(self) -> list[torch.Generator]:
         codec = None if self.fetch_store is None else self.fetch_store.codec
@@ -277,3 +283,8 @@ class DistSampledSteps(SampledReport, SampledInputs):
         self.ddp = self.data_parallel(model)
         self.model = model
         self.optimizer = adam(self.ddp.parameters(), config.optim)
+
+
+def _section(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The entries of ``state`` under ``prefix``, without it."""
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}

@@ -39,6 +39,14 @@ class CacheIndex:
     def cached_ids(self) -> np.ndarray:
         return np.sort(self.id_of[self.id_of >= 0])
 
+    def load(self, id_of: np.ndarray) -> None:
+        """Hold exactly ``id_of`` (slot by slot, -1 empty), as :attr:`id_of` was saved."""
+        assert id_of.shape == self.id_of.shape
+        self.slot_of.fill(-1)
+        self.id_of[:] = id_of
+        held = np.flatnonzero(id_of >= 0)
+        self.slot_of[id_of[held]] = held
+
 
 class CachePolicy(abc.ABC):
     """Decides admissions and evictions. ``step`` sees one batch's distinct cacheable ids (in
@@ -57,6 +65,13 @@ class CachePolicy(abc.ABC):
         self, index: CacheIndex, ids: np.ndarray, slots: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(admit_positions, target_slots)`` for this batch."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """What the policy decides its next admissions from (a checkpoint carries it)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict`."""
 
 
 NOTHING = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
@@ -84,6 +99,12 @@ class FIFOPolicy(CachePolicy):
     def __init__(self):
         self.head = 0
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"head": np.array(self.head)}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.head = int(state["head"])
+
     def step(self, index, ids, slots):
         misses = np.flatnonzero(slots < 0)[: index.capacity]
         targets = (self.head + np.arange(misses.shape[0])) % index.capacity
@@ -100,6 +121,15 @@ class LRUPolicy(CachePolicy):
     def __init__(self):
         self.last_used: np.ndarray | None = None
         self.clock = 0
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = {"clock": np.array(self.clock)}
+        return state if self.last_used is None else {**state, "last_used": self.last_used.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.clock = int(state["clock"])
+        last_used = state.get("last_used")
+        self.last_used = None if last_used is None else np.array(last_used, dtype=np.int64)
 
     def step(self, index, ids, slots):
         if self.last_used is None:

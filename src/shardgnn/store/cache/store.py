@@ -186,6 +186,40 @@ class CachedFeatureStore(FeatureStore):
         """One training step's update happened: every cached row is one step older."""
         self.clock += 1
 
+    # -------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """What a resumed run needs to read what this one would have read: the ids in each slot,
+        their rows and fetch steps, the step clock and the policy's state (rows that change,
+        ``max_age``, are served stale from here, so a cold cache would change the run)."""
+        assert not self._window, "a look-ahead window is in flight"
+        policy = {
+            f"policy.{k}": torch.from_numpy(np.asarray(v))
+            for k, v in self.policy.state_dict().items()
+        }
+        return {
+            "ids": torch.from_numpy(self.core.index.id_of.copy()),
+            "rows": self.rows.clone(),
+            "fetched_at": torch.from_numpy(self.fetched_at.copy()),
+            "clock": torch.tensor(self.clock),
+            **policy,
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` (a cache of the same capacity and row shape)."""
+        if state["rows"].shape != self.rows.shape:
+            raise ValueError(
+                f"cached rows {tuple(state['rows'].shape)} do not fit this cache's "
+                f"{tuple(self.rows.shape)}"
+            )
+        self.core.index.load(state["ids"].numpy().astype(np.int64))
+        self.rows.copy_(state["rows"])
+        self.fetched_at[:] = state["fetched_at"].numpy()
+        self.clock = int(state["clock"])
+        prefix = "policy."
+        self.policy.load_state_dict(
+            {k[len(prefix) :]: v.numpy() for k, v in state.items() if k.startswith(prefix)}
+        )
+
     # -------------------------------------------------------------- look-ahead (belady)
     def plan(self, window: list[torch.Tensor]) -> None:
         """The inspector: announce the next batches' ids (gathered next, in this order). Pure
