@@ -134,7 +134,9 @@ def _partitions(tmp_path, graph):
     return str(path)
 
 
-def _dist_config(path, directory, resume=False):
+def _dist_config(path, directory, resume=False, cache="none"):
+    from shardgnn.store.cache.config import CacheConfig
+
     return TrainConfig(
         model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
         sampler=SamplerConfig(fanouts=(5, 5)),
@@ -145,7 +147,11 @@ def _dist_config(path, directory, resume=False):
         threads=1,
         checkpoint=CheckpointConfig(dir=str(directory), resume=resume),
         fetch_bits=8,
-        run=RunConfig(partitions=path, overlap="off"),
+        cache=CacheConfig(policy=cache, size="30%"),
+        # on one host the peers' rows are read from their mapped files: a cache needs fetches
+        run=RunConfig(
+            partitions=path, overlap="off", host_sharing="off" if cache != "none" else "auto"
+        ),
     )
 
 
@@ -171,22 +177,28 @@ def _train(ctx, config, kill_at_step):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph):
+@pytest.mark.parametrize("cache", ["none", "lru"])
+def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph, cache):
+    """8-bit fetches; with an LRU feature cache its hits serve the rounding of the fetch that
+    admitted them, so the checkpoint carries the cache (issue 33; it was an exception)."""
     path = _partitions(tmp_path, graph)
     straight = tmp_path / "straight"
-    run_workers(_train, 2, _dist_config(path, straight), None)
+    run_workers(_train, 2, _dist_config(path, straight, cache=cache), None)
     batches_per_epoch = -(-len(graph.train_idx) // 64)
     interrupted = tmp_path / "interrupted"
     start = time.perf_counter()
     with pytest.raises(WorkerFailedError, match="rank 1") as failure:
         # Rank 1 dies in the middle of epoch 2 (after the checkpoint of epoch 1 was written).
-        run_workers(_train, 2, _dist_config(path, interrupted), batches_per_epoch + 2, timeout_s=30)
+        run_workers(
+            _train, 2, _dist_config(path, interrupted, cache=cache), batches_per_epoch + 2,
+            timeout_s=30,
+        )  # fmt: skip
     # Fail fast: the whole job (start-up included) ended well within 60 s of the death, and the
     # survivor's error names itself and the stage it was in.
     assert time.perf_counter() - start < 60
     assert re.search(r"rank 0: .*stage '\w+'", str(failure.value)), str(failure.value)
     assert [p.name for p in Checkpointer(interrupted).complete()] == ["epoch-000001"]
-    run_workers(_train, 2, _dist_config(path, interrupted, resume=True), None)
+    run_workers(_train, 2, _dist_config(path, interrupted, resume=True, cache=cache), None)
     assert_same_weights(final_weights(straight), final_weights(interrupted))
 
 

@@ -241,24 +241,40 @@ class DistSampledSteps(SampledReport, SampledInputs):
         the bound old, so what it holds shapes the run and a checkpoint carries it."""
         return None if self.embedding is None else self.embedding.cache
 
+    @property
+    def _rounded_cache(self) -> CachedFeatureStore | None:
+        """The feature cache when it holds low-bit rounded rows (``--fetch-bits`` < 32): a hit
+        serves the rounding of the fetch that admitted the row, so what it holds shapes the run.
+        Not a look-ahead (belady) cache, whose window may be in flight at a checkpoint."""
+        cache = self.cache
+        if cache is None or self.config.fetch_bits == 32 or cache.policy.lookahead:
+            return None
+        return cache
+
+    def _caches(self) -> dict[str, CachedFeatureStore]:
+        """The caches a checkpoint carries, by state prefix (the others only save fetches)."""
+        named = {"row_cache.": self._row_cache, "feature_cache.": self._rounded_cache}
+        return {prefix: cache for prefix, cache in named.items() if cache is not None}
+
     def extra_state(self) -> dict[str, torch.Tensor]:
         state = {}
         if self.history is not None:
             state.update({f"historical.{k}": v for k, v in self.history.state_dict().items()})
-        if self._row_cache is not None:
-            state.update({f"row_cache.{k}": v for k, v in self._row_cache.state_dict().items()})
+        for prefix, cache in self._caches().items():
+            state.update({prefix + k: v for k, v in cache.state_dict().items()})
         return state
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         if self.history is not None:
             self.history.load_state_dict(_section(state, "historical."))
-        cached = _section(state, "row_cache.")
-        if self._row_cache is not None and cached:  # older checkpoints: the cache starts cold
-            self._row_cache.load_state_dict(cached)
+        for prefix, cache in self._caches().items():
+            saved = _section(state, prefix)
+            if saved:  # older checkpoints: the cache starts cold
+                cache.load_state_dict(saved)
 
     def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
-        """Historical tables by original id; a row cache starts cold (its slots held the old
-        partition's peers' rows by new id; reads fetch from the owners until it fills)."""
+        """Historical tables by original id; the caches start cold (their slots held the old
+        partition's peers' rows by new id; reads fetch from the owners until they fill)."""
         if self.history is not None:
             self.history.load_resharded([_section(state, "historical.") for state in states])
 
