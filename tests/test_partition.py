@@ -831,3 +831,19 @@ def test_rows_written_in_chunks_make_the_file_a_whole_array_makes(tmp_path):
         assert whole.read_bytes() == chunks.read_bytes()
         assert writer.sha256[f"whole/{name}.npy"] == writer.sha256[f"chunks/{name}.npy"]
         assert writer.arrays[f"whole/{name}.npy"] == writer.arrays[f"chunks/{name}.npy"]
+
+
+def test_metis_native_prints_become_one_warning_not_stdout(capfd):
+    """METIS prints "***Cannot bisect..." with printf when asked for more parts than it can cut;
+    that must not reach stdout (it would break --json output): it is one warning instead."""
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+    from shardgnn.partition.methods import metis_partition
+
+    graph = generate(SyntheticConfig(nodes=300, degree=4, seed=0))
+    capfd.readouterr()
+    with pytest.warns(UserWarning, match=r"^METIS: \*\*\*.*too many parts"):
+        metis_partition(graph, 256)
+    out, _ = capfd.readouterr()
+    assert out == ""
+    print("after")  # stdout works again, and nothing printed before was lost
+    assert capfd.readouterr().out == "after\n"

@@ -29,10 +29,14 @@ Empty parts are refused by default (a rank with no nodes cannot take part in tra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
+import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +230,36 @@ class _MetisC:
         return part
 
 
+@contextlib.contextmanager
+def _native_stdout_captured() -> Iterator[list[str]]:
+    """What native code prints on file descriptor 1 while the block runs (METIS's ``printf``:
+    "***Cannot bisect a graph with 0 vertices!"), collected in the yielded list instead of
+    reaching stdout, where it would break ``--json`` output. C's buffer is flushed on both sides
+    so that nothing printed before or after is caught or lost."""
+    import ctypes
+
+    lines: list[str] = []
+    try:
+        libc = ctypes.CDLL(None)
+        sys.stdout.flush()
+        libc.fflush(None)
+        saved = os.dup(1)
+    except (OSError, AttributeError, ValueError):  # no libc or no fd 1: nothing to capture
+        yield lines
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield lines
+        finally:
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+            lines += [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def metis_partition(
     graph: Graph,
     num_parts: int,
@@ -267,7 +301,8 @@ def metis_partition(
             else metis_weights(graph, balance, node_type if typed else None)
         )
         ncon = len(vwgt) // graph.num_nodes if vwgt is not None else 1
-        parts = metis.part_kway(xadj, adjncy, adjwgt, vwgt, ncon, num_parts, seed, ufactor)
+        with _native_stdout_captured() as said:
+            parts = metis.part_kway(xadj, adjncy, adjwgt, vwgt, ncon, num_parts, seed, ufactor)
     else:
         if balance != ("nodes",) or node_type is not None:
             warnings.warn(
@@ -275,13 +310,16 @@ def metis_partition(
                 f"supports one balance constraint only: balancing nodes, not {','.join(balance)}",
                 stacklevel=2,
             )
-        _, parts = pymetis.part_graph(
-            num_parts,
-            pymetis.CSRAdjacency(xadj, adjncy),
-            eweights=adjwgt,
-            recursive=False,
-            options=pymetis.Options(seed=seed, ufactor=ufactor),
-        )
+        with _native_stdout_captured() as said:
+            _, parts = pymetis.part_graph(
+                num_parts,
+                pymetis.CSRAdjacency(xadj, adjncy),
+                eweights=adjwgt,
+                recursive=False,
+                options=pymetis.Options(seed=seed, ufactor=ufactor),
+            )
+    if said:  # e.g. more parts than the graph can be cut into: empty parts follow
+        warnings.warn(f"METIS: {'; '.join(dict.fromkeys(said))}", stacklevel=2)
     return np.asarray(parts, dtype=np.int32)
 
 
