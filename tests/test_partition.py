@@ -713,24 +713,14 @@ def test_cli_partition_verify_plot(tmp_path, capsys):
         _run("verify", str(out))
 
 
-def test_cli_warns_about_ignored_options(tmp_path, capsys):
-    assert (
-        _run(
-            "partition",
-            SPEC,
-            "-k",
-            "2",
-            "--method",
-            "metis",
-            "--slack",
-            "0.2",
-            "--out",
-            str(tmp_path / "p"),
-            "--quiet",
-        )
-        == 0
-    )
-    assert "--slack is ignored by --method metis" in capsys.readouterr().err
+def test_cli_refuses_options_of_other_methods(tmp_path):
+    """A flag that does not apply is refused, never ignored."""
+    argv = ("partition", SPEC, "-k", "2", "--method", "metis", "--slack", "0.2")
+    with pytest.raises(
+        ConfigError, match="--slack does not apply to --method metis: it applies to --method ldg"
+    ):
+        _run(*argv, "--out", str(tmp_path / "p"), "--quiet")
+    assert not (tmp_path / "p").exists()
     with pytest.raises(ConfigError, match="exceeds the 400 nodes"):
         _run("partition", SPEC, "-k", "401", "--method", "random", "--out", str(tmp_path / "q"))
 
@@ -847,3 +837,9 @@ def test_metis_native_prints_become_one_warning_not_stdout(capfd):
     assert out == ""
     print("after")  # stdout works again, and nothing printed before was lost
     assert capfd.readouterr().out == "after\n"
+
+
+def test_cli_refuses_link_split_flags_without_task_link(tmp_path):
+    with pytest.raises(ConfigError, match="--link-val split edges for link prediction: add --task"):
+        _run("partition", SPEC, "-k", "2", "--link-val", "0.1", "--out", str(tmp_path / "p"))
+    assert not (tmp_path / "p").exists()

@@ -170,9 +170,11 @@ def _resolve_config(args: argparse.Namespace) -> PartitionConfig:
     config = config_from_args(PartitionConfig, args)
     for name, methods in _USED_BY.items():
         if was_given(args, name) and config.method not in methods:
-            warnings.warn(
-                f"{flag_for(PartitionConfig, name)} is ignored by --method {config.method}",
-                stacklevel=2,
+            from shardgnn.errors import ConfigError
+
+            raise ConfigError(
+                f"{flag_for(PartitionConfig, name)} does not apply to --method {config.method}: "
+                f"it applies to --method {', '.join(methods)}; drop it"
             )
     return config
 
@@ -196,8 +198,12 @@ def _link_config(args: argparse.Namespace) -> LinkConfig | None:
     given = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("link.")}
     if getattr(args, "task", "node") != "link":
         if given:
+            from shardgnn.errors import ConfigError
+
             flags = ", ".join(flag_for(LinkConfig, name) for name in given)
-            warnings.warn(f"{flags} only apply with --task link", stacklevel=2)
+            raise ConfigError(
+                f"{flags} split edges for link prediction: add --task link, or drop them"
+            )
         return None
     return LinkConfig(**given)
 
