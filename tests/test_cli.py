@@ -445,3 +445,11 @@ def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(
     assert lines[-1] == f"  full traceback: {tmp_path / 'logs' / 'rank-1.log'}"
     assert len(lines) <= 3 and "Traceback" not in captured.err and "torch" not in captured.err
     assert "Traceback (most recent call last)" in (tmp_path / "logs" / "rank-1.log").read_text()
+
+
+def test_a_grid_that_does_not_fit_the_workers_is_refused_before_partitioning(capsys):
+    argv = ["train", "synthetic:nodes=2000", "--workers", "4", "--mode", "full", "--spmm", "2d"]
+    assert main([*argv, "--grid-rows", "3", "--epochs", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert "--grid-rows 3 must divide the number of workers (4)" in err
+    assert "partitioned" not in out  # before any work

@@ -180,6 +180,10 @@ def _train_distributed(
 
     if config.run.workers is not None:  # refused before partitioning on the fly
         check_placement(config.device, config.run.backend, config.run.workers)
+        if config.mode == "full":
+            from shardgnn.fullgraph.shard import grid_of
+
+            grid_of(config.full, config.run.workers)  # the grid's rows and layers divide P
     with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
         if config.run.partitions is None:
             config = _partition_on_the_fly(config, Path(scratch) / "parts")
