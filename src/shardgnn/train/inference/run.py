@@ -52,7 +52,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
-from shardgnn.nn.config import TYPED_MODELS
+from shardgnn.nn.config import TYPED_MODELS, is_user_model
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -111,9 +111,14 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
             "trained on"
         )
     if config.model.model not in (*LAYERWISE_MODELS, *TYPED_MODELS):
+        hint = (
+            " (`shardgnn export` writes a user model for running over a whole graph)"
+            if is_user_model(config.model.model)
+            else ""
+        )
         raise ConfigError(
             f"layer-wise inference runs {', '.join((*LAYERWISE_MODELS, *TYPED_MODELS))} models; "
-            f"{checkpoint} holds {config.model.model}"
+            f"{checkpoint} holds {config.model.model}{hint}"
         )
     if config.feature_norm == "standard":
         raise ConfigError(
