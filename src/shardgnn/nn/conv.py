@@ -1,6 +1,11 @@
 """Graph convolution layers that run on a :class:`MessageGraph` (a sampled block or the full
 graph): ``layer(graph, h_SF) -> h_DF``.
 
+A layer whose first product commutes with the aggregation, and narrows the rows (or takes sparse
+input), runs it first: ``projects_first(h)``, then ``post(graph, pre(h_SF), h_dst_DF)``, which is
+what ``forward`` does in that case. Layer-wise inference (:mod:`shardgnn.fullgraph.inference`)
+calls the two halves itself, so that halo rows travel after the product, at the narrower width.
+
 Shape legend: ``S`` src nodes, ``D`` dst nodes, ``E`` edges, ``H`` attention heads,
 ``F``/``C`` feature widths.
 """
@@ -23,13 +28,21 @@ class SAGEConv(nn.Module):
         self.lin_self = nn.Linear(in_dim, out_dim, bias=bias)
         self.lin_neigh = nn.Linear(in_dim, out_dim, bias=False)
 
+    def projects_first(self, h_SF: torch.Tensor) -> bool:
+        """Aggregate at the narrower width: mean is linear, so A (h W) == (A h) W. Sparse input
+        features are multiplied first (the SpMM needs a dense operand)."""
+        return self.lin_neigh.out_features < self.lin_neigh.in_features or is_sparse(h_SF)
+
+    def pre(self, h_SF: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin_neigh, h_SF)
+
+    def post(self, graph, z_SC: torch.Tensor, h_dst_DF: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin_self, h_dst_DF) + spmm(graph, z_SC, "mean")
+
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
         h_dst_DF = dst_rows(h_SF, graph.num_dst)
-        # Aggregate at the narrower width: mean is linear, so A (h W) == (A h) W. Sparse input
-        # features are multiplied first (the SpMM needs a dense operand).
-        if self.lin_neigh.out_features < self.lin_neigh.in_features or is_sparse(h_SF):
-            neigh_DC = spmm(graph, linear(self.lin_neigh, h_SF), "mean")
-            return linear(self.lin_self, h_dst_DF) + neigh_DC
+        if self.projects_first(h_SF):
+            return self.post(graph, self.pre(h_SF), h_dst_DF)
         # Dense, aggregate first (the wide layers): the self term's bias rides on the neighbour
         # GEMM and the self GEMM accumulates into its output (addmm), so the [D, C] sum takes no
         # pass of its own over memory.
@@ -46,13 +59,23 @@ class GCNConv(nn.Module):
         self.lin = nn.Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_dim)) if bias else None
 
-    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
-        if self.lin.out_features < self.lin.in_features or is_sparse(h_SF):
-            out_DC = spmm(graph, linear(self.lin, h_SF), "gcn")
-        else:
-            out_DC = self.lin(spmm(graph, h_SF, "gcn"))
+    def projects_first(self, h_SF: torch.Tensor) -> bool:
+        return self.lin.out_features < self.lin.in_features or is_sparse(h_SF)
+
+    def pre(self, h_SF: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin, h_SF)
+
+    def post(self, graph, z_SC: torch.Tensor, h_dst_DF: torch.Tensor | None) -> torch.Tensor:
+        return self._bias(spmm(graph, z_SC, "gcn"))
+
+    def _bias(self, out_DC: torch.Tensor) -> torch.Tensor:
         # the bias in the output's dtype (bf16 under autocast, as nn.Linear's own bias)
         return out_DC if self.bias is None else out_DC + self.bias.to(out_DC.dtype)
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        if self.projects_first(h_SF):
+            return self.post(graph, self.pre(h_SF), None)
+        return self._bias(self.lin(spmm(graph, h_SF, "gcn")))
 
 
 class _Attention(nn.Module):
@@ -119,11 +142,20 @@ class GATConv(_Attention):
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
 
-    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
-        H, C, D = self.heads, self.out_dim, graph.num_dst
+    def projects_first(self, h_SF: torch.Tensor) -> bool:
         # projected before the halo rows join (a distributed full-graph layer moves H * C wide
         # rows, not the input's width)
-        z_SHC = graph.source_rows(linear(self.lin, h_SF)).view(-1, H, C)
+        return True
+
+    def pre(self, h_SF: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin, h_SF)
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        return self.post(graph, self.pre(h_SF), None)
+
+    def post(self, graph, z_SC: torch.Tensor, h_dst_DF: torch.Tensor | None) -> torch.Tensor:
+        H, C, D = self.heads, self.out_dim, graph.num_dst
+        z_SHC = graph.source_rows(z_SC).view(-1, H, C)
         src_E, dst_E = self._edges_with_self_loops(graph, z_SHC.device)
         score_SH = (z_SHC * self.att_src).sum(-1)
         score_DH = (z_SHC[:D] * self.att_dst).sum(-1)
@@ -146,17 +178,25 @@ class GINConv(nn.Module):
         else:
             self.register_buffer("eps", eps_t)
 
-    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
-        h_dst_DF = dst_rows(h_SF, graph.num_dst)
+    def projects_first(self, h_SF: torch.Tensor) -> bool:
+        """The first linear layer commutes with the sum over neighbours (its bias added once,
+        after it): project first when that narrows the rows or the input is sparse."""
         w = self.lin1.weight
-        # The first linear layer commutes with the sum over neighbours (its bias added once,
-        # after it): project first when that narrows the rows or the input is sparse.
-        if w.shape[0] < w.shape[1] or is_sparse(h_SF):
-            z_SC = torch.sparse.mm(h_SF, w.t()) if is_sparse(h_SF) else h_SF @ w.t()
-            pre_DC = spmm(graph, z_SC, "sum") + (1 + self.eps) * z_SC[: graph.num_dst]
-            pre_DC = pre_DC + self.lin1.bias
-        else:
-            pre_DC = self.lin1(spmm(graph, h_SF, "sum") + (1 + self.eps) * h_dst_DF)
+        return w.shape[0] < w.shape[1] or is_sparse(h_SF)
+
+    def pre(self, h_SF: torch.Tensor) -> torch.Tensor:
+        w = self.lin1.weight
+        return torch.sparse.mm(h_SF, w.t()) if is_sparse(h_SF) else h_SF @ w.t()
+
+    def post(self, graph, z_SC: torch.Tensor, h_dst_DF: torch.Tensor | None) -> torch.Tensor:
+        pre_DC = spmm(graph, z_SC, "sum") + (1 + self.eps) * z_SC[: graph.num_dst]
+        return self.lin2(F.relu(pre_DC + self.lin1.bias))
+
+    def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        if self.projects_first(h_SF):
+            return self.post(graph, self.pre(h_SF), None)
+        h_dst_DF = dst_rows(h_SF, graph.num_dst)
+        pre_DC = self.lin1(spmm(graph, h_SF, "sum") + (1 + self.eps) * h_dst_DF)
         return self.lin2(F.relu(pre_DC))
 
 
@@ -171,6 +211,9 @@ class GINEConv(GINConv):
     ):
         super().__init__(in_dim, out_dim, eps, train_eps)
         self.lin_edge = nn.Linear(edge_dim, in_dim)
+
+    def projects_first(self, h_SF: torch.Tensor) -> bool:
+        return False  # the edge rows join each message before the sum: nothing commutes
 
     def forward(  # type: ignore[override]
         self, graph: MessageGraph, h_SF: torch.Tensor, edge_attr_ED: torch.Tensor
@@ -209,10 +252,19 @@ class GATv2Conv(_Attention):
         nn.init.zeros_(self.lin_src.bias)
         nn.init.zeros_(self.lin_dst.bias)
 
+    def projects_first(self, h_SF: torch.Tensor) -> bool:
+        return True
+
+    def pre(self, h_SF: torch.Tensor) -> torch.Tensor:
+        return linear(self.lin_src, h_SF)
+
     def forward(self, graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
+        return self.post(graph, self.pre(h_SF), dst_rows(h_SF, graph.num_dst))
+
+    def post(self, graph, z_SC: torch.Tensor, h_dst_DF: torch.Tensor) -> torch.Tensor:
         H, C, D = self.heads, self.out_dim, graph.num_dst
-        src_SHC = graph.source_rows(linear(self.lin_src, h_SF)).view(-1, H, C)
-        dst_DHC = linear(self.lin_dst, dst_rows(h_SF, D)).view(-1, H, C)
+        src_SHC = graph.source_rows(z_SC).view(-1, H, C)
+        dst_DHC = linear(self.lin_dst, h_dst_DF).view(-1, H, C)
         src_E, dst_E = self._edges_with_self_loops(graph, src_SHC.device)
         value_EHC = src_SHC.index_select(0, src_E)
         pair_EHC = F.leaky_relu(value_EHC + dst_DHC.index_select(0, dst_E), self.negative_slope)
