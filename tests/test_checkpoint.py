@@ -335,7 +335,7 @@ def test_a_checkpoint_of_4_workers_resumes_on_2_3_and_1(tmp_path, graph):
         pset = read_partitions(parts)
         for rank in range(world):
             start, end = pset.book.part_range(rank)
-            ids = np.asarray(pset.orig_ids[start:end], dtype=np.int64)
+            ids = np.array(pset.orig_ids[start:end], dtype=np.int64)  # a copy: the map is read-only
             state = reshard(old, rank, {"embedding.": ids})
             for section in ("model", "best_state"):
                 for name in ("embedding.weight", "embedding.sum_sq"):
