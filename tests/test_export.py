@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from shardgnn.cli import main
+from shardgnn.graph.csr import csr_from_edges
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.message_graph import MessageGraph, spmm
@@ -27,18 +28,12 @@ from shardgnn.train.inference.export import (
 onnxruntime = pytest.importorskip("onnxruntime")
 
 
-def _csr_graph(edge_index: torch.Tensor, n: int) -> MessageGraph:
-    order = torch.argsort(edge_index[1], stable=True)
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    indptr[1:] = torch.cumsum(torch.bincount(edge_index[1], minlength=n), 0)
-    return MessageGraph(indptr, edge_index[0][order], n)
-
-
 @pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
 def test_edge_list_graph_aggregates_as_the_training_graph(norm):
     """Self-loop edges, duplicate edges and nodes without in-edges included."""
     x, edge_index = random_graph(300, 7, seed=2)
-    want = spmm(_csr_graph(edge_index, 300), x, norm)
+    src, dst = edge_index.numpy()
+    want = spmm(MessageGraph.from_csr(*csr_from_edges(src, dst, 300)[:2]), x, norm)
     got = spmm(EdgeListGraph(edge_index, 300), x, norm)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 

@@ -36,6 +36,7 @@ import torch
 
 from shardgnn.atomic import atomic_path
 from shardgnn.errors import ConfigError, ShardgnnError
+from shardgnn.graph.csr import csr_from_edges
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.config import is_user_model
 from shardgnn.nn.message_graph import MessageGraph
@@ -186,12 +187,9 @@ def random_graph(num_nodes: int, in_dim: int, seed: int = 0) -> tuple[torch.Tens
 def trained_outputs(serving: ServingModel, x: torch.Tensor, edge_index: torch.Tensor):
     """The model's outputs as training and ``shardgnn infer`` compute them: the features
     normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba kernels on CPU)."""
-    n = x.shape[0]
-    order = torch.argsort(edge_index[1], stable=True)
-    src, dst = edge_index[0][order], edge_index[1][order]
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
-    graph = MessageGraph(indptr, src, n)
+    src, dst = edge_index.numpy()
+    indptr, indices, _ = csr_from_edges(src, dst, x.shape[0])
+    graph = MessageGraph.from_csr(indptr, indices)
     rows = torch.from_numpy(normalize_features(x.numpy(), serving.feature_norm))
     return serving.model([graph] * serving.num_layers, rows)
 
