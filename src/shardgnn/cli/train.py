@@ -153,8 +153,9 @@ def _check_outputs(config: TrainConfig) -> None:
 def _warn_oversubscribed(workers: int | None) -> None:
     """One line when local workers outnumber the cores this process may run on: it runs, but each
     worker gets a fraction of a core (and a collective waits for the slowest)."""
+    from shardgnn.distributed.launch import available_cores
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = available_cores()
     if workers is not None and cores and workers > cores:
         print(
             f"shardgnn train: warning: --workers {workers} on {cores} CPU core"
@@ -265,13 +266,19 @@ def preflight(
 
 def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
     """``--spmm auto`` made concrete: the strategy whose busiest worker sends the fewest bytes
-    on this partition (``shardgnn plan``'s pick; attention models: ``1d-sparse``, the only one
-    they run). Said in one line (by rank 0 under torchrun, where every worker resolves it)."""
+    on this partition, or with ``--plan-rates`` the shortest predicted epoch (``shardgnn plan``'s
+    pick; attention models: ``1d-sparse``, the only one they run). Said in one line (by rank 0
+    under torchrun, where every worker resolves it)."""
 
     from shardgnn.fullgraph.plan import auto_spmm
 
     model = config.model
     if model.model in ("gat", "gatv2"):
+        if config.full.plan_rates:
+            raise ConfigError(
+                f"--plan-rates does not apply to --model {model.model}: attention layers run on "
+                "1d-sparse only; drop --plan-rates"
+            )
         full = dataclasses.replace(config.full, spmm="1d-sparse")
         said = "1d-sparse, the one attention layers run on"
     else:
@@ -281,14 +288,23 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
             part = pset.load_part(0, mmap=True, verify=False)
             y = part.y
             out_dim = int(y.shape[1]) if y is not None and y.ndim == 2 else part.num_classes
+        # local workers share this machine; under torchrun, a machine runs its local world
+        per_host = int(os.environ.get("LOCAL_WORLD_SIZE", pset.num_parts))
         full, pick, costs = auto_spmm(pset, model.model, model.hidden, model.num_layers,
-                                      config.full, out_dim)  # fmt: skip
+                                      config.full, out_dim, per_host)  # fmt: skip
         sparse = next(c for c in costs if c.strategy == "1d-sparse")
-        said = (
-            f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}: its busiest worker "
-            f"sends the fewest bytes per epoch, {pick.max_worker_bytes / 1e6:,.3f} MB (1d-sparse: "
-            f"{sparse.max_worker_bytes / 1e6:,.3f} MB; `shardgnn plan` compares every strategy)"
-        )
+        name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
+        if pick.epoch_s is not None:
+            said = (
+                f"{name}: the shortest predicted epoch, {pick.epoch_s:.3f} s (1d-sparse: "
+                f"{sparse.epoch_s:.3f} s; `shardgnn plan --rates` compares every strategy)"
+            )
+        else:
+            said = (
+                f"{name}: its busiest worker sends the fewest bytes per epoch, "
+                f"{pick.max_worker_bytes / 1e6:,.3f} MB (1d-sparse: "
+                f"{sparse.max_worker_bytes / 1e6:,.3f} MB; `shardgnn plan` compares every strategy)"
+            )
     if os.environ.get("RANK", "0") == "0":
         print(f"--spmm auto: {said}", flush=True)
     return dataclasses.replace(config, full=full)

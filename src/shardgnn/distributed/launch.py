@@ -501,15 +501,19 @@ def _pickle_payload(entrypoint: Callable[..., Any], args: tuple) -> bytes:
         ) from exc
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _threads_per_worker(nprocs: int) -> int | None:
     """Torch threads per worker: the cores this process may use, shared out; ``None`` when the user
     set ``OMP_NUM_THREADS`` (workers inherit it and elastic forwards it)."""
     if "OMP_NUM_THREADS" in os.environ:
         return None
-    cores = (
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    )
-    return max(1, cores // nprocs)
+    return max(1, available_cores() // nprocs)
 
 
 def _launch_config(

@@ -40,6 +40,13 @@ class FullGraphConfig:
     staleness: int = option(
         0, help="1d-sparse: epochs halo rows may lag, so exchanges overlap compute (0: synchronous)"
     )
+    plan_rates: str | None = option(
+        None,
+        metavar="FILE",
+        help="with --spmm auto: pick the strategy with the shortest predicted epoch, from the "
+        "machine rates of `shardgnn plan --calibrate --out FILE` (default: the fewest bytes "
+        "from the busiest worker)",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -57,6 +64,8 @@ class FullGraphConfig:
             raise invalid(self, "grid_layers", f"needs --spmm 3d (got --spmm {self.spmm})")
         if self.staleness < 0:
             raise invalid(self, "staleness", "must be >= 0")
+        if self.plan_rates and self.spmm != "auto":
+            raise invalid(self, "plan_rates", f"needs --spmm auto (got --spmm {self.spmm})")
         if self.staleness > 0 and self.spmm != "1d-sparse":
             raise invalid(
                 self,
@@ -92,10 +101,69 @@ class PlanConfig:
     layers: int = option(2, help="message-passing layers")
     bits: int = option(32, choices=BITS, help="bits per exchanged value (32: exact)")
     seed: int = option(0, help="partitioner seed")
+    calibrate: bool = option(
+        False,
+        help="measure this machine's rates first (SpMM, linear layers, element-wise work, Adam, "
+        "and the link between two workers; about 20 s) and predict every strategy's epoch time; "
+        "the pick becomes the fastest predicted strategy",
+    )
+    rates: str | None = option(
+        None,
+        metavar="FILE",
+        help="predict epoch times with the rates an earlier `shardgnn plan --calibrate --out "
+        "FILE` measured (the same model's layers and worker counts)",
+    )
+    workers_per_host: int = option(
+        1,
+        help="with --calibrate/--rates: workers sharing one machine's cores and link (1: a "
+        "machine per worker; --workers-per-host P: every worker on this machine)",
+    )
+    link: str | None = option(
+        None,
+        metavar="FILE",
+        help="with --calibrate: the link measured between two machines (`torchrun --nnodes 2 "
+        "--nproc-per-node 1 ... -m shardgnn.fullgraph.rates --out FILE`) instead of two "
+        "workers on this one",
+    )
+    link_gbit: float = option(
+        0.0,
+        help="with --calibrate/--rates: plan for a link of this many Gbit/s each way instead of "
+        "the measured one (0: measured)",
+    )
+    latency_us: float = option(
+        0.0,
+        help="with --calibrate/--rates: plan for this many microseconds per peer of every "
+        "collective call instead of the measured latency (0: measured)",
+    )
     out: str | None = option(None, help="also write every cost as JSON here")
 
     def __post_init__(self) -> None:
         check_choices(self)
+        if self.latency_us < 0:
+            raise invalid(self, "latency_us", "must be >= 0 (0: the measured latency)")
+        if self.latency_us and not (self.calibrate or self.rates):
+            raise invalid(
+                self, "latency_us", "applies to epoch times: add --calibrate or --rates FILE"
+            )
+        if self.calibrate and self.rates:
+            raise invalid(self, "rates", "measured rates or --calibrate, not both")
+        timed = self.calibrate or self.rates
+        if self.workers_per_host < 1:
+            raise invalid(self, "workers_per_host", "must be >= 1")
+        if self.workers_per_host != 1 and not timed:
+            raise invalid(
+                self, "workers_per_host", "applies to epoch times: add --calibrate or --rates FILE"
+            )
+        if self.link and not self.calibrate:
+            raise invalid(self, "link", "applies to a calibration: add --calibrate")
+        if self.link and self.link_gbit:
+            raise invalid(self, "link_gbit", "a measured link (--link) or a given one, not both")
+        if self.link_gbit < 0:
+            raise invalid(self, "link_gbit", "must be >= 0 (0: the measured link)")
+        if self.link_gbit and not timed:
+            raise invalid(
+                self, "link_gbit", "applies to epoch times: add --calibrate or --rates FILE"
+            )
         if not self.workers or min(self.workers) < 1:
             raise invalid(self, "workers", "must be worker counts >= 1, e.g. 2,4,8")
         if self.hidden < 1:

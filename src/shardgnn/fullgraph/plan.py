@@ -12,8 +12,19 @@ partial products stays fp32). *Held* memory is what a worker keeps for the whole
 feature rows (1.5D: its row group's) and its adjacency block with the transpose (int64 index and
 fp32 value per entry, self-loops included), not the activations.
 
-The recommendation is the strategy whose busiest worker sends the fewest bytes (network-bound
-epochs); epoch-time prediction from calibrated machine rates is not part of it yet.
+**Epoch time** (with measured :class:`~shardgnn.fullgraph.rates.MachineRates`, ``--calibrate``):
+per worker, compute = its SpMM entries x each aggregation width's seconds per entry (forward and
+backward; 3D: the slice width) + its dense rows x each linear layer's seconds per row (on sparse
+features: its non-zeros x the projection's seconds per non-zero) + element-wise work + Adam;
+workers of one host share its cores (``--workers-per-host``; each gets ``cores // workers``
+threads, and a host's compute takes at least the sum of its workers' thread-seconds over its
+cores). Communication = the bytes through each host's link (every byte its workers send: exact
+with one worker per host) over the link's measured bandwidth (on one host, every worker's bytes
+over the loopback's, both directions of the probe), plus the latency of every collective call
+of the training step, per peer. The step's exchanges are synchronous, so epoch = compute +
+communication of the slowest host. The recommendation is then the strategy with the shortest
+predicted epoch; without rates, the one whose busiest worker sends the fewest bytes
+(network-bound epochs).
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import numpy as np
 
 from shardgnn.distributed.codec import RowCodec
 from shardgnn.fullgraph.config import FullGraphConfig, PlanConfig
+from shardgnn.fullgraph.rates import MachineRates, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph
 from shardgnn.partition.methods import PartitionConfig, partition_graph
@@ -48,6 +60,8 @@ class StrategyCost:
         empty_parts: parts the partitioner left without a node (such a worker holds nothing;
             training refuses them unless the partition allows it).
         config: the settings that run it (``--spmm``, ``--replication`` / ``--grid-*``).
+        compute_s, comm_s, epoch_s: the predicted seconds of one training step (its compute,
+            its communication, their sum on the slowest host); ``None`` without machine rates.
     """
 
     workers: int
@@ -59,6 +73,9 @@ class StrategyCost:
     held_mb: float
     empty_parts: int
     config: FullGraphConfig
+    compute_s: float | None = None
+    comm_s: float | None = None
+    epoch_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -78,6 +95,28 @@ def spmm_widths(config: PlanConfig, in_dim: int, out_dim: int) -> tuple[list[int
     dims = [in_dim] + [config.hidden] * (config.layers - 1) + [out_dim]
     widths = [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
     return widths, (widths[1:] if dims[0] <= dims[1] else widths)
+
+
+def linear_layers(
+    config: PlanConfig, in_dim: int, out_dim: int, sparse: bool
+) -> list[tuple[int, int, bool, bool]]:
+    """The linear layers of one training step on a worker's rows, ``(in, out, input_grad,
+    sparse_input)`` each, as :mod:`shardgnn.nn` builds the model: GCN one per layer, GraphSAGE two
+    (self and neighbours), GIN its two-layer MLP, APPNP a two-layer MLP, SGC one layer. The raw
+    features need no gradient; stored sparse (``sparse``), they are multiplied as sparse."""
+    if config.model in ("appnp", "sgc"):
+        dims = [in_dim, out_dim] if config.model == "sgc" else [in_dim, config.hidden, out_dim]
+    else:
+        dims = [in_dim] + [config.hidden] * (config.layers - 1) + [out_dim]
+    out = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        first = (a, b, i > 0, sparse and i == 0)
+        out.append(first)
+        if config.model == "sage":
+            out.append(first)
+        elif config.model == "gin":
+            out.append((b, b, True, False))
+    return out
 
 
 def row_bytes(width: int, bits: int) -> int:
@@ -109,6 +148,8 @@ class _Edges:
     sizes: np.ndarray
     send_volume: np.ndarray
     recv_volume: np.ndarray
+    feature_nnz: np.ndarray | None = None
+    """per part, its rows' feature non-zeros (``None``: dense features)"""
 
 
 def _worker_rows(
@@ -167,8 +208,11 @@ def strategy_cost(
     widths: tuple[list[int], list[int]],
     config: PlanConfig,
     in_dim: int,
+    out_dim: int = 0,
+    rates: MachineRates | None = None,
 ) -> StrategyCost:
-    """The bytes and memory of one strategy (see the module docstring)."""
+    """The bytes and memory of one strategy, and with ``rates`` its epoch time (see the module
+    docstring)."""
     forward, backward, allreduce, entries = _worker_rows(full, e, workers, config.model == "gcn")
     grid = grid_of(full, workers)
     layers = grid.layers if isinstance(grid, BlockGrid) else 1
@@ -182,6 +226,12 @@ def strategy_cost(
     held_rows = allreduce if full.spmm == "1.5d" and c > 1 else e.sizes
     held = held_rows * in_dim * 4 + 2 * entries * _INDEX_VALUE_BYTES
     layout = f"c={c}" if full.spmm == "1.5d" else grid.shape if isinstance(grid, BlockGrid) else ""
+    times: dict[str, float] = {}
+    if rates is not None:
+        times = step_seconds(
+            full, e, workers, widths, config, (in_dim, out_dim), rates,
+            held_rows=held_rows, entries=entries, worker_bytes=worker_bytes,
+        )  # fmt: skip
     return StrategyCost(
         workers=workers,
         strategy=full.spmm,
@@ -192,14 +242,99 @@ def strategy_cost(
         held_mb=float(held.max()) / 1e6,
         empty_parts=int((e.sizes == 0).sum()),
         config=full,
+        **times,
     )
 
 
+def _round_peers(full: FullGraphConfig, workers: int) -> int:
+    """The peers one SpMM (forward or backward) talks to, summed over its collective calls (each
+    costs the link's latency per peer): 1d-sparse one all-to-all; 1d and 1.5d one broadcast per
+    part of the grid column (forward; one all-to-all backward: counted alike), 1.5d an
+    all-reduce over the row group; 2d an all-to-all over the grid column and one over the grid
+    row, 3d two more over the fiber."""
+    if full.spmm == "1d-sparse":
+        return workers - 1
+    grid = grid_of(full, workers)
+    if not isinstance(grid, BlockGrid):
+        col = workers // full.replication
+        return col * (col - 1) + full.replication - 1
+    return grid.rows - 1 + grid.cols - 1 + 2 * (grid.layers - 1)
+
+
+def step_seconds(
+    full: FullGraphConfig,
+    e: _Edges,
+    workers: int,
+    widths: tuple[list[int], list[int]],
+    config: PlanConfig,
+    dims: tuple[int, int],
+    rates: MachineRates,
+    *,
+    held_rows: np.ndarray,
+    entries: np.ndarray,
+    worker_bytes: np.ndarray,
+) -> dict[str, float]:
+    """The predicted ``compute_s``, ``comm_s`` and ``epoch_s`` of one training step (see the
+    module docstring); ``dims``: the model's input and output widths."""
+    per_host = min(workers, config.workers_per_host)
+    threads = max(1, rates.cores // per_host)
+    r = rates.at(threads)
+    grid = grid_of(full, workers)
+    slices = grid.layers if isinstance(grid, BlockGrid) else 1
+    forward, backward = widths
+    spmm_per_entry = sum(r.spmm(-(-w // slices)) for w in forward)
+    spmm_per_entry += sum(r.spmm(-(-w // slices), transposed=True) for w in backward)
+    compute = entries * spmm_per_entry
+    linears = linear_layers(config, *dims, sparse=e.feature_nnz is not None)
+    params = 0
+    for a, b, grad, sparse in linears:
+        params += a * b + b
+        if sparse:
+            compute = compute + held_sums(e.feature_nnz, full, workers) * r.sparse(b)
+        else:
+            compute = compute + held_rows * r.linear(a, b, grad)
+    compute = compute + held_rows * sum(b for _, b, _, _ in linears) * r.elementwise_s
+    compute = compute + params * r.adam_s
+    # every worker all-reduces the weight gradients (counted as a ring) and two loss scalars
+    ring = 2 * (workers - 1) * params * 4 // workers
+    sent = (worker_bytes + ring).astype(np.float64)
+    peers = _round_peers(full, workers)
+    spmms = len(widths[0]) + len(widths[1])
+    latency = rates.latency_s * (spmms * peers + 2 * 2 * (workers - 1))
+    hosts = -(-workers // per_host)
+    host_compute = np.zeros(hosts)
+    host_bytes = np.zeros(hosts)
+    for h in range(hosts):
+        mine = slice(h * per_host, min(workers, (h + 1) * per_host))
+        # the host's workers share its cores: it takes at least their thread-seconds over them
+        host_compute[h] = max(
+            compute[mine].max(), compute[mine].sum() * threads / max(rates.cores, threads)
+        )
+        host_bytes[h] = sent[mine].sum()
+    # one machine: every byte crosses its loopback, both directions of the probe's link shared;
+    # several: each machine's link sends its workers' bytes (counting all as leaving it)
+    capacity = 2 * rates.link_bytes_s if hosts == 1 else rates.link_bytes_s
+    comm = float(host_bytes.max() / capacity + latency)
+    compute_s = float(host_compute.max())
+    return {"compute_s": compute_s, "comm_s": comm, "epoch_s": compute_s + comm}
+
+
+def held_sums(per_part: np.ndarray, full: FullGraphConfig, workers: int) -> np.ndarray:
+    """Per worker, the sum of a per-part count over the parts whose rows it holds (1.5D: its row
+    group's ``c`` parts; otherwise its own)."""
+    c = full.replication if full.spmm == "1.5d" else 1
+    return per_part.reshape(-1, c).sum(1)[np.arange(workers) // c]
+
+
 def costs_at(
-    graph: Graph, assignment: np.ndarray, workers: int, config: PlanConfig
+    graph: Graph,
+    assignment: np.ndarray,
+    workers: int,
+    config: PlanConfig,
+    rates: MachineRates | None = None,
 ) -> list[StrategyCost]:
     """Every strategy's cost on one partition of an in-memory graph (``assignment``: each node's
-    part)."""
+    part; ``rates``: predict epoch times too)."""
     owner = np.asarray(assignment, dtype=np.int64)
     e = _Edges(
         dst=np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr)),
@@ -208,51 +343,122 @@ def costs_at(
         sizes=np.bincount(owner, minlength=workers).astype(np.int64),
         send_volume=send_volumes(graph, owner, workers).astype(np.int64),
         recv_volume=recv_volumes(graph, owner, workers).astype(np.int64),
+        feature_nnz=_feature_nnz(graph, owner, workers),
     )
-    return _costs(e, workers, config, int(graph.x.shape[1]), graph.num_classes)
+    return _costs(e, workers, config, int(graph.x.shape[1]), graph.num_classes, rates)
 
 
-def partition_costs(pset, config: PlanConfig, out_dim: int) -> list[StrategyCost]:
+def _row_nnz(x: np.ndarray) -> np.ndarray | None:
+    """Each row's non-zero features when training stores the features sparse (at most 10 %
+    non-zero, :func:`~shardgnn.nn.functional.to_sparse_if_sparse`), else ``None``."""
+    row_nnz = np.count_nonzero(x, axis=1)
+    return row_nnz if x.size and row_nnz.sum() <= 0.1 * x.size else None
+
+
+def _feature_nnz(graph: Graph, owner: np.ndarray, workers: int) -> np.ndarray | None:
+    row_nnz = _row_nnz(graph.x)
+    if row_nnz is None:
+        return None
+    return np.bincount(owner, weights=row_nnz, minlength=workers).astype(np.int64)
+
+
+def partition_costs(
+    pset, config: PlanConfig, out_dim: int, rates: MachineRates | None = None
+) -> list[StrategyCost]:
     """Every strategy's cost on a partition directory (a
     :class:`~shardgnn.partition.format.PartitionSet`) at its part count: the edges come from
     every part's in-edges (new ids), the volumes from its recorded metrics; ``out_dim``: the
-    model's output width."""
+    model's output width; ``rates``: predict epoch times too (each part's features are read to
+    count their non-zeros)."""
     book = pset.book
     workers = pset.num_parts
-    dst, src = [], []
+    dst, src, row_nnz = [], [], []
     for q in range(workers):
         part = pset.load_part(q, mmap=True, verify=False)
         dst.append(np.repeat(np.arange(part.start, part.end, dtype=np.int64), np.diff(part.indptr)))
         src.append(np.asarray(part.indices, dtype=np.int64))
+        if rates is not None and part.x is not None:
+            row_nnz.append(np.count_nonzero(part.x, axis=1))
     metrics = pset.metrics
+    in_dim = int((pset.meta.get("features") or {}).get("dim", 0))
+    sizes = np.diff(np.asarray(book.boundaries)).astype(np.int64)
+    feature_nnz = None
+    if row_nnz:
+        nnz = np.array([r.sum() for r in row_nnz], dtype=np.int64)
+        # stored sparse when at most 10 % are non-zero, as training stores them
+        feature_nnz = nnz if nnz.sum() <= 0.1 * sizes.sum() * in_dim else None
     e = _Edges(
         dst=np.concatenate(dst),
         src=np.concatenate(src),
         owner=book.owner(np.arange(book.num_nodes)).astype(np.int64),
-        sizes=np.diff(np.asarray(book.boundaries)).astype(np.int64),
+        sizes=sizes,
         send_volume=np.asarray(metrics.send_volume, dtype=np.int64),
         recv_volume=np.asarray(metrics.recv_volume, dtype=np.int64),
+        feature_nnz=feature_nnz,
     )
-    in_dim = int((pset.meta.get("features") or {}).get("dim", 0))
-    return _costs(e, workers, config, in_dim, out_dim)
+    return _costs(e, workers, config, in_dim, out_dim, rates)
 
 
 def _costs(
-    e: _Edges, workers: int, config: PlanConfig, in_dim: int, out_dim: int
+    e: _Edges,
+    workers: int,
+    config: PlanConfig,
+    in_dim: int,
+    out_dim: int,
+    rates: MachineRates | None = None,
 ) -> list[StrategyCost]:
     widths = spmm_widths(config, in_dim, out_dim)
     return [
         strategy_cost(
-            dataclasses.replace(full, bits=config.bits), e, workers, widths, config, in_dim
+            dataclasses.replace(full, bits=config.bits),
+            e,
+            workers,
+            widths,
+            config,
+            in_dim,
+            out_dim,
+            rates,
         )
         for full in strategies(workers)
     ]
 
 
-def plan(graph: Graph, config: PlanConfig, progress=None) -> list[StrategyCost]:
+def workload(graph: Graph, config: PlanConfig) -> Workload:
+    """What :func:`~shardgnn.fullgraph.rates.calibrate` times for ``config``'s model on
+    ``graph``: its adjacency, features, every aggregation width (3D's slices at every planned
+    worker count included) and every linear layer."""
+    in_dim, out_dim = int(graph.x.shape[1]), graph.num_classes
+    forward, backward = spmm_widths(config, in_dim, out_dim)
+    slices = {1}
+    for workers in config.workers:
+        for full in strategies(workers):
+            grid = grid_of(full, workers)
+            slices.add(grid.layers if isinstance(grid, BlockGrid) else 1)
+    widths = sorted({-(-w // s) for w in forward + backward for s in slices})
+    sparse = _row_nnz(graph.x) is not None
+    linears = linear_layers(config, in_dim, out_dim, sparse)
+    return Workload(
+        indptr=np.asarray(graph.indptr),
+        indices=np.asarray(graph.indices),
+        x=graph.x,
+        spmm_widths=tuple(widths),
+        linears=tuple(sorted({(a, b, g) for a, b, g, sp in linears if not sp})),
+        sparse_widths=tuple(sorted({b for _, b, _, sp in linears if sp})),
+    )
+
+
+def thread_counts(config: PlanConfig, cores: int) -> tuple[int, ...]:
+    """The torch threads a worker gets at each planned worker count (``cores`` shared by the
+    workers of a host)."""
+    return tuple(sorted({max(1, cores // min(p, config.workers_per_host)) for p in config.workers}))
+
+
+def plan(
+    graph: Graph, config: PlanConfig, progress=None, rates: MachineRates | None = None
+) -> list[StrategyCost]:
     """Every strategy's cost at every ``config.workers``, each on a partition made in memory
     with ``config.method`` (empty parts allowed and counted); ``progress(P)`` is called before
-    each."""
+    each; with ``rates``, epoch times too."""
     out = []
     for workers in config.workers:
         if progress is not None:
@@ -270,30 +476,51 @@ def plan(graph: Graph, config: PlanConfig, progress=None) -> list[StrategyCost]:
         with warnings.catch_warnings():  # empty parts are reported with the costs
             warnings.simplefilter("ignore")
             assignment = partition_graph(graph, part).assignment
-        out += costs_at(graph, assignment, workers, config)
+        out += costs_at(graph, assignment, workers, config, rates)
     return out
 
 
 def recommend(costs: list[StrategyCost]) -> dict[int, StrategyCost]:
-    """Per worker count: the strategy whose busiest worker sends the fewest bytes (ties: the
-    least held memory)."""
+    """Per worker count: the strategy with the shortest predicted epoch when the costs have
+    times, else the one whose busiest worker sends the fewest bytes (ties: the least held
+    memory)."""
     best: dict[int, StrategyCost] = {}
+
+    def key(cost: StrategyCost) -> tuple:
+        first = cost.epoch_s if cost.epoch_s is not None else 0.0
+        return (first, cost.max_worker_bytes, cost.held_mb)
+
     for cost in costs:
-        key = (cost.max_worker_bytes, cost.held_mb)
         incumbent = best.get(cost.workers)
-        if incumbent is None or key < (incumbent.max_worker_bytes, incumbent.held_mb):
+        if incumbent is None or key(cost) < key(incumbent):
             best[cost.workers] = cost
     return best
 
 
 def auto_spmm(
-    pset, model: str, hidden: int, layers: int, full: FullGraphConfig, out_dim: int
+    pset,
+    model: str,
+    hidden: int,
+    layers: int,
+    full: FullGraphConfig,
+    out_dim: int,
+    workers_per_host: int = 1,
 ) -> tuple[FullGraphConfig, StrategyCost, list[StrategyCost]]:
     """``--spmm auto``: ``full`` with the strategy :func:`recommend` picks for the partition
-    directory ``pset`` (its replication or grid included; bits and the rest kept), that pick's
-    cost, and every strategy's."""
-    config = PlanConfig(model=model, hidden=hidden, layers=layers, bits=full.bits)
-    costs = partition_costs(pset, config, out_dim)
+    directory ``pset`` (its replication or grid included; bits and the rest kept; with
+    ``full.plan_rates``, the shortest predicted epoch for ``workers_per_host`` workers per
+    machine), that pick's cost, and every strategy's."""
+    rates = None if full.plan_rates is None else read_rates(full.plan_rates, "--plan-rates")
+    config = PlanConfig(
+        model=model,
+        hidden=hidden,
+        layers=layers,
+        bits=full.bits,
+        workers=(pset.num_parts,),
+        workers_per_host=1 if rates is None else workers_per_host,
+        rates=full.plan_rates,
+    )
+    costs = partition_costs(pset, config, out_dim, rates)
     pick = recommend(costs)[pset.num_parts]
     best = pick.config
     chosen = dataclasses.replace(
@@ -302,5 +529,6 @@ def auto_spmm(
         replication=best.replication,
         grid_rows=best.grid_rows,
         grid_layers=best.grid_layers,
+        plan_rates=None,
     )
     return chosen, pick, costs

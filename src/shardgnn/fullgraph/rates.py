@@ -1,0 +1,387 @@
+"""Measured machine rates for epoch-time prediction (the time half of issue 32's cost model).
+
+:func:`calibrate` times, on this machine and at the thread count a worker would get, the
+operations a distributed full-graph training step is made of, on the graph being planned:
+
+* **SpMM**: the graph's own adjacency (CSR rows of the graph, all its columns) times a dense block
+  of each width the model aggregates at, and its transpose times a block as wide (a backward
+  SpMM's product, slower per entry: it scatters): seconds per adjacency entry;
+* **dense layers**: ``nn.Linear`` forward and backward (a dense gradient: backward from a sum's
+  broadcast gradient runs a slower sparse path) on each ``in -> out`` shape of the model,
+  with and without the input's gradient (a layer on the raw features needs none): seconds per
+  row; on sparse features (stored sparse when at most 10 % are non-zero, as training stores them)
+  the projection's forward and weight gradient: seconds per non-zero;
+* **element-wise work** (bias, ReLU and the models' hashed dropout, forward and backward):
+  seconds per element;
+  **Adam**: seconds per parameter;
+* **the link**: two worker processes exchange 64 KiB to 16 MiB of rows through the project's
+  communicator (gloo), both directions at once, each gathered by index before and scattered by
+  index after, as halo rows are; latency is the time of an empty exchange, bandwidth the bytes
+  one direction carried per second while both were busy.
+
+Run it where the job will run (inside a network namespace whose link is rate-limited, the
+namespace's link is measured). :mod:`shardgnn.fullgraph.plan` combines these rates with its
+per-worker counts into compute and communication seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from shardgnn.errors import ConfigError
+
+LINK_SIZES = (1 << 16, 1 << 20, 1 << 22, 1 << 24)
+"""bytes each rank sends per exchange in the link probe"""
+_TARGET_S = 0.15  # each measurement repeats its operation for about this long
+
+
+@dataclasses.dataclass(kw_only=True)
+class ComputeRates:
+    """Seconds per unit of work at one thread count (see the module docstring)."""
+
+    threads: int
+    spmm_s: dict[int, float]
+    """width -> seconds per adjacency entry of one SpMM"""
+    spmm_t_s: dict[int, float]
+    """width -> seconds per adjacency entry of one SpMM by the transpose (the backward's)"""
+    linear_s: dict[str, float]
+    """``"in,out,grad"`` -> seconds per row of one linear layer, forward and backward (``grad``:
+    1 when the input's gradient is computed)"""
+    sparse_s: dict[int, float]
+    """output width -> seconds per feature non-zero of a sparse projection, forward and weight
+    gradient"""
+    elementwise_s: float
+    adam_s: float
+
+    def linear(self, a: int, b: int, grad: bool) -> float:
+        key = f"{a},{b},{int(grad)}"
+        if key not in self.linear_s:
+            raise ConfigError(
+                f"the machine rates hold no measurement of a {a} -> {b} linear layer; calibrate "
+                "again with the model being planned (--calibrate)"
+            )
+        return self.linear_s[key]
+
+    def spmm(self, width: int, transposed: bool = False) -> float:
+        return _lookup(self.spmm_t_s if transposed else self.spmm_s, width, "SpMM")
+
+    def sparse(self, width: int) -> float:
+        return _lookup(self.sparse_s, width, "sparse-feature projection")
+
+
+def _lookup(table: dict[int, float], width: int, what: str) -> float:
+    if width not in table:
+        raise ConfigError(
+            f"the machine rates hold no {what} of width {width}; calibrate again with the model "
+            "being planned (--calibrate)"
+        )
+    return table[width]
+
+
+@dataclasses.dataclass(kw_only=True)
+class MachineRates:
+    """What :func:`calibrate` measured.
+
+    Attributes:
+        cores: CPU cores of the machine (its workers share them).
+        compute: per thread count, the compute rates.
+        link_bytes_s: bytes per second one direction of the link carries while both are busy
+            (a machine's workers together send at most this many; on one machine, its workers'
+            loopback traffic shares twice this: both directions of the probe).
+        latency_s: seconds of one empty exchange between two workers.
+        link_samples: ``[bytes per rank, seconds]`` of each probed exchange size.
+    """
+
+    cores: int
+    compute: dict[int, ComputeRates]
+    link_bytes_s: float
+    latency_s: float
+    link_samples: list[list[float]]
+
+    def at(self, threads: int) -> ComputeRates:
+        if threads not in self.compute:
+            raise ConfigError(
+                f"the machine rates hold no measurement at {threads} threads per worker; "
+                "calibrate again with these worker counts (--calibrate)"
+            )
+        return self.compute[threads]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "MachineRates":
+        compute = {
+            int(t): ComputeRates(
+                threads=int(c["threads"]),
+                spmm_s={int(k): float(v) for k, v in c["spmm_s"].items()},
+                spmm_t_s={int(k): float(v) for k, v in c["spmm_t_s"].items()},
+                linear_s={str(k): float(v) for k, v in c["linear_s"].items()},
+                sparse_s={int(k): float(v) for k, v in c["sparse_s"].items()},
+                elementwise_s=float(c["elementwise_s"]),
+                adam_s=float(c["adam_s"]),
+            )
+            for t, c in d["compute"].items()
+        }
+        return cls(
+            cores=int(d["cores"]),
+            compute=compute,
+            link_bytes_s=float(d["link_bytes_s"]),
+            latency_s=float(d["latency_s"]),
+            link_samples=[[float(a), float(b)] for a, b in d["link_samples"]],
+        )
+
+
+def read_rates(path: str, flag: str) -> MachineRates:
+    """The rates in the JSON that ``shardgnn plan --calibrate --out FILE`` wrote (one line naming
+    ``flag`` and the file when it is not one)."""
+    try:
+        with open(path) as fh:
+            rates = json.load(fh)["rates"]
+        return MachineRates.from_dict(rates)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"{flag} {path}: not the JSON of `shardgnn plan --calibrate --out FILE` "
+            f"({type(exc).__name__}: {exc}); write one with `shardgnn plan --calibrate`"
+        ) from None
+
+
+@dataclasses.dataclass(kw_only=True)
+class Workload:
+    """What to measure: the graph's CSR and features, and the model's shapes."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    x: np.ndarray
+    spmm_widths: tuple[int, ...]
+    linears: tuple[tuple[int, int, bool], ...]
+    sparse_widths: tuple[int, ...]
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    """Median seconds of ``fn`` (after one warm-up call), repeated for about ``_TARGET_S``."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = time.perf_counter() - start
+    times = []
+    for _ in range(max(3, min(20, int(_TARGET_S / max(once, 1e-6))))):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _sample_rows(indptr: np.ndarray, max_entries: int) -> int:
+    """How many leading rows hold at most ``max_entries`` entries (at least 1)."""
+    return max(1, int(np.searchsorted(indptr, max_entries, side="right")) - 1)
+
+
+def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) -> ComputeRates:
+    """Time the operations of a training step at ``threads`` torch threads."""
+    from shardgnn.nn.dropout import hashed_dropout
+    from shardgnn.nn.message_graph import _csr, transpose_csr
+
+    gen = torch.Generator().manual_seed(0)
+    num_nodes = len(work.indptr) - 1
+    rows = _sample_rows(work.indptr, max_entries)
+    nnz = int(work.indptr[rows])
+    adj = _csr(
+        torch.from_numpy(np.asarray(work.indptr[: rows + 1], dtype=np.int64)),
+        torch.from_numpy(np.asarray(work.indices[:nnz], dtype=np.int64)),
+        torch.rand(nnz, generator=gen),
+        (rows, num_nodes),
+    )
+    adj_t = transpose_csr(adj)
+    with _threads(threads):
+        spmm_s, spmm_t_s = {}, {}
+        for width in work.spmm_widths:
+            h = torch.randn(num_nodes, width, generator=gen)
+            g = torch.randn(rows, width, generator=gen)
+            spmm_s[width] = _seconds(lambda h=h: adj @ h) / max(nnz, 1)
+            spmm_t_s[width] = _seconds(lambda g=g: adj_t @ g) / max(nnz, 1)
+        dense_rows = 4096
+        linear_s = {}
+        for a, b, grad in work.linears:
+            lin = torch.nn.Linear(a, b)
+            h = torch.randn(dense_rows, a, generator=gen, requires_grad=grad)
+            g = torch.randn(dense_rows, b, generator=gen)  # a dense gradient, as in training
+
+            def step(lin=lin, h=h, g=g):
+                lin(h).backward(g)
+
+            linear_s[f"{a},{b},{int(grad)}"] = _seconds(step) / dense_rows
+        sparse_s = {}
+        if work.sparse_widths:
+            x_rows = _sample_rows(np.r_[0, np.cumsum((work.x != 0).sum(1))], 2_000_000)
+            x = torch.from_numpy(np.ascontiguousarray(work.x[:x_rows], dtype=np.float32))
+            x = x.to_sparse().coalesce()
+            x_nnz = max(int(x._nnz()), 1)
+            for width in work.sparse_widths:
+                weight = torch.randn(width, x.shape[1], generator=gen, requires_grad=True)
+                g = torch.randn(x.shape[0], width, generator=gen)
+
+                def project(weight=weight, g=g):
+                    torch.sparse.mm(x, weight.t()).backward(g)
+
+                sparse_s[width] = _seconds(project) / x_nnz
+        h = torch.randn(dense_rows, 256, generator=gen, requires_grad=True)
+        bias = torch.zeros(256, requires_grad=True)
+        g = torch.randn(dense_rows, 256, generator=gen)
+        keys = torch.arange(dense_rows)
+
+        def elementwise():
+            # the models' dropout: the hashed kernel, keyed by node id
+            hashed_dropout((h + bias).relu(), 0.5, 1, row_ids=keys).backward(g)
+
+        elementwise_s = _seconds(elementwise) / h.numel()
+        params = [torch.nn.Parameter(torch.randn(1 << 20, generator=gen))]
+        params[0].grad = torch.randn(1 << 20, generator=gen)
+        adam = torch.optim.Adam(params, lr=1e-3)
+        adam_s = _seconds(adam.step) / (1 << 20)
+    return ComputeRates(
+        threads=threads,
+        spmm_s=spmm_s,
+        spmm_t_s=spmm_t_s,
+        linear_s=linear_s,
+        sparse_s=sparse_s,
+        elementwise_s=elementwise_s,
+        adam_s=adam_s,
+    )
+
+
+def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
+    """Worker of the link probe: ``[bytes per rank, median seconds]`` per size (rank 0's). Each
+    exchange moves rows as a halo exchange does: 1 KiB rows gathered from a table by index, sent,
+    and scattered into a table by index on arrival."""
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.distributed.context import init_distributed, shutdown
+
+    ctx = init_distributed(device="cpu", backend="gloo", timeout_s=120)
+    try:
+        comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        gen = torch.Generator().manual_seed(ctx.rank)
+        out = []
+        # a first pass warms every size up (gloo sets connections and buffers up lazily: the
+        # first exchanges took ~2 ms where later ones take ~0.3); the second is measured
+        for size in (0, *sizes, 0, *sizes):
+            rows = size // 1024
+            table = torch.randn(2 * rows, 256, generator=gen)
+            rows_N = torch.randperm(2 * rows, generator=gen)[:rows]
+            counts = [rows if p != ctx.rank else 0 for p in range(ctx.world_size)]
+            times = []
+            for _ in range(repeats + 1):
+                ctx.barrier("probe")
+                start = time.perf_counter()
+                send = [table.index_select(0, rows_N) if c else table[:0] for c in counts]
+                received = comm.all_to_all(send, "probe", recv_counts=counts)
+                for block in received:
+                    if block.shape[0]:
+                        table.index_copy_(0, rows_N, block)
+                times.append(time.perf_counter() - start)
+            out.append([float(size), statistics.median(times[1:])])
+        return out[len(sizes) + 1 :]
+    finally:
+        shutdown()
+
+
+def fit_link(samples: list[list[float]]) -> tuple[float, float]:
+    """``(bytes per second, latency seconds)`` from the probe's ``[bytes per rank, seconds]``:
+    the latency is the empty exchange's time, the rate (one direction's, both busy) a
+    least-squares line through the origin of the bytes each rank sent against the time beyond
+    the latency."""
+    latency = samples[0][1]
+    sent = np.array([s for s, _ in samples[1:]], dtype=np.float64)
+    seconds = np.maximum(np.array([t for _, t in samples[1:]], dtype=np.float64) - latency, 1e-9)
+    return float((sent * sent).sum() / max((sent * seconds).sum(), 1e-12)), float(latency)
+
+
+def measure_link(
+    sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 9
+) -> tuple[float, float, list]:
+    """``(bytes per second, latency seconds, samples)`` of the link between two local workers."""
+    from shardgnn.distributed.launch import launch_local
+
+    samples = launch_local(_probe_link, (sizes, repeats), nprocs=2, timeout_s=300)[0]
+    return (*fit_link(samples), samples)
+
+
+def read_link(path: str) -> tuple[float, float, list]:
+    """``(bytes per second, latency seconds, samples)`` of a link measured between machines by
+    ``torchrun --nnodes 2 --nproc-per-node 1 ... -m shardgnn.fullgraph.rates --out FILE``."""
+    try:
+        with open(path) as fh:
+            samples = [[float(a), float(b)] for a, b in json.load(fh)["link_samples"]]
+        if len(samples) < 2:
+            raise ValueError("fewer than two exchange sizes")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"--link {path}: not the JSON of `python -m shardgnn.fullgraph.rates --out FILE` "
+            f"({type(exc).__name__}: {exc}); measure the link with it under torchrun"
+        ) from None
+    return (*fit_link(samples), samples)
+
+
+def calibrate(
+    work: Workload, thread_counts: tuple[int, ...], cores: int, link: str | None = None
+) -> MachineRates:
+    """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
+    file of a link measured between machines (:func:`read_link`) instead of two local workers."""
+    compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
+    rate, latency, samples = measure_link() if link is None else read_link(link)
+    return MachineRates(
+        cores=cores,
+        compute=compute,
+        link_bytes_s=rate,
+        latency_s=latency,
+        link_samples=samples,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m shardgnn.fullgraph.rates --out FILE`` under torchrun with one worker on each
+    of two machines: measure the link between them (rank 0 writes the samples, bandwidth and
+    latency); ``shardgnn plan --calibrate --link FILE`` plans with it."""
+    import argparse
+    import os
+
+    from shardgnn.atomic import save_json
+
+    parser = argparse.ArgumentParser(prog="python -m shardgnn.fullgraph.rates", description=(
+        main.__doc__ or "").split("\n\n")[0])  # fmt: skip
+    parser.add_argument("--out", required=True, help="the link's JSON (written by rank 0)")
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args(argv)
+    if int(os.environ.get("WORLD_SIZE", "0")) != 2:
+        raise SystemExit(
+            "python -m shardgnn.fullgraph.rates: run it under torchrun with 2 workers in all "
+            "(--nnodes 2 --nproc-per-node 1), one per machine"
+        )
+    samples = _probe_link(LINK_SIZES, args.repeats)
+    if os.environ.get("RANK") == "0":
+        rate, latency = fit_link(samples)
+        save_json(args.out, {"link_samples": samples, "link_bytes_s": rate, "latency_s": latency})
+        print(f"link: {rate * 8 / 1e9:.3f} Gbit/s, latency {latency * 1e6:.0f} us -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,232 @@
+"""`shardgnn plan`'s epoch-time model: measured machine rates times the plan's per-worker counts
+(:mod:`shardgnn.fullgraph.rates`, :func:`shardgnn.fullgraph.plan.step_seconds`). How close the
+predictions come to measured runs is a benchmark (BENCHMARKS.md, ``bench_plan_time.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from shardgnn.fullgraph.config import PlanConfig
+from shardgnn.fullgraph.plan import costs_at, recommend, thread_counts, workload
+from shardgnn.fullgraph.rates import ComputeRates, MachineRates, calibrate
+from shardgnn.graph.datasets import load_dataset
+from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+SPEC = "synthetic:nodes=800,degree=6,classes=3,features=10"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return load_dataset(SPEC)
+
+
+def _rates(cores: int = 2, link: float = 1e8) -> MachineRates:
+    """Hand-made rates: every unit a different power of ten, so a wrong count shows."""
+    compute = ComputeRates(
+        threads=1,
+        # every width up to 16 (3D's slices included): w x 1e-8 s, by the transpose 2e-8 more
+        spmm_s={w: w * 1e-8 for w in range(1, 17)},
+        spmm_t_s={w: w * 1e-8 + 2e-8 for w in range(1, 17)},
+        linear_s={"10,16,0": 1e-6, "16,3,1": 5e-7, "16,16,1": 2e-6},
+        sparse_s={},
+        elementwise_s=1e-9,
+        adam_s=1e-8,
+    )
+    # the same rates at 2 threads (a worker alone on a 2-core machine)
+    two = dataclasses.replace(compute, threads=2)
+    return MachineRates(
+        cores=cores,
+        compute={1: compute, 2: two},
+        link_bytes_s=link,
+        latency_s=1e-4,
+        link_samples=[],
+    )
+
+
+def test_epoch_time_is_the_rates_times_the_counts(graph):
+    """1d-sparse on 2 workers of one host, GCN 10 -> 16 -> 3: compute = the busiest worker's
+    adjacency entries (in-edges and self-loops) x the SpMMs' seconds per entry (10 and 3 wide
+    forward, 3 wide by the transpose backward) + its rows x the linear layers' and element-wise
+    seconds + Adam;
+    communication = every byte sent (SpMM rows and the gradient ring) over the loopback (both
+    directions of the link) + 7 latencies (3 SpMMs and 2 all-reduces, each of the one peer
+    twice); one worker per host: its own bytes over one direction."""
+    config = PlanConfig(workers=(2,), hidden=16, workers_per_host=2, rates="rates.json")
+    owner = partition_graph(graph, PartitionConfig(num_parts=2, method="metis")).assignment
+    rates = _rates()
+    cost = next(c for c in costs_at(graph, owner, 2, config, rates) if c.strategy == "1d-sparse")
+    dst = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    sizes = np.bincount(owner, minlength=2)
+    entries = np.bincount(owner[dst], minlength=2) + sizes
+    params = 10 * 16 + 16 + 16 * 3 + 3
+    compute = entries * (1e-7 + 3e-8 + 5e-8) + sizes * (1e-6 + 5e-7 + 19 * 1e-9) + params * 1e-8
+    assert cost.compute_s == pytest.approx(compute.max(), rel=1e-12)
+    ring = 2 * params * 4 // 2
+    comm = (cost.bytes_per_epoch + 2 * ring) / (2 * 1e8) + 7 * 1e-4  # loopback: both ways
+    assert cost.comm_s == pytest.approx(comm, rel=1e-12)
+    assert cost.epoch_s == pytest.approx(cost.compute_s + cost.comm_s, rel=1e-12)
+    # one worker per host: each host's link carries only its worker's bytes
+    alone = dataclasses.replace(config, workers_per_host=1)
+    spread = next(c for c in costs_at(graph, owner, 2, alone, rates) if c.strategy == "1d-sparse")
+    ring_bytes = (spread.max_worker_bytes + ring) / 1e8  # the busiest host: its one worker
+    assert spread.comm_s == pytest.approx(ring_bytes + 7 * 1e-4, rel=1e-12)
+    assert spread.compute_s == cost.compute_s
+
+
+def test_workers_sharing_cores_take_their_thread_seconds(graph):
+    """Four single-thread workers on a 2-core host take at least half their summed compute; with
+    a core each, only the slowest counts."""
+    config = PlanConfig(workers=(4,), hidden=16, workers_per_host=4, rates="rates.json")
+    owner = partition_graph(graph, PartitionConfig(num_parts=4, method="metis")).assignment
+    shared = costs_at(graph, owner, 4, config, _rates(cores=2))
+    own = costs_at(graph, owner, 4, config, _rates(cores=4))
+    for a, b in zip(shared, own):
+        assert a.compute_s > b.compute_s
+        assert a.compute_s <= 2 * b.compute_s * (1 + 1e-12)
+
+
+def test_a_slow_link_picks_the_fewest_bytes_and_a_fast_one_the_least_compute(graph):
+    """The pick is the shortest predicted epoch: over a very slow link the strategy sending the
+    fewest bytes, over an infinitely fast one the least compute."""
+    config = PlanConfig(workers=(4,), hidden=16, workers_per_host=4, rates="rates.json")
+    owner = partition_graph(graph, PartitionConfig(num_parts=4, method="random")).assignment
+    slow = costs_at(graph, owner, 4, config, _rates(link=1e3))
+    assert recommend(slow)[4].bytes_per_epoch == min(c.bytes_per_epoch for c in slow)
+    fast = dataclasses.replace(_rates(link=math.inf), latency_s=0.0)
+    costs = costs_at(graph, owner, 4, config, fast)
+    assert recommend(costs)[4].compute_s == min(c.compute_s for c in costs)
+    assert all(c.comm_s == 0 for c in costs)
+
+
+def test_rates_round_trip_and_refuse_what_they_did_not_measure(graph):
+    rates = _rates()
+    assert MachineRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    config = PlanConfig(workers=(2,), hidden=32, workers_per_host=2, rates="rates.json")
+    owner = partition_graph(graph, PartitionConfig(num_parts=2, method="metis")).assignment
+    from shardgnn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no measurement of a 10 -> 32 linear layer"):
+        costs_at(graph, owner, 2, config, rates)
+    with pytest.raises(ConfigError, match="at 3 threads per worker"):
+        rates.at(3)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_calibration_measures_every_rate_the_plan_reads(graph):
+    """A real calibration (this machine's kernels, two gloo workers for the link) holds every
+    rate each strategy at P = 2 ... 8 reads, all positive and finite (3D's slice widths
+    included)."""
+    config = PlanConfig(workers=(2, 4, 8), hidden=16, model="sage", rates="rates.json")
+    rates = calibrate(workload(graph, config), thread_counts(config, 2), 2)
+    assert set(rates.compute) == {2}
+    r = rates.compute[2]
+    values = [*r.spmm_s.values(), *r.spmm_t_s.values(), *r.linear_s.values()]
+    values += [r.elementwise_s, r.adam_s]
+    values += [rates.link_bytes_s, rates.latency_s]
+    assert all(0 < v < math.inf for v in values)
+    assert [s for s, _ in rates.link_samples] == [0, 1 << 16, 1 << 20, 1 << 22, 1 << 24]
+    for p in config.workers:
+        owner = partition_graph(graph, PartitionConfig(num_parts=p, method="metis")).assignment
+        for cost in costs_at(graph, owner, p, config, rates):
+            assert 0 < cost.compute_s < math.inf and 0 < cost.comm_s < math.inf, cost
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
+    """`--calibrate` adds compute, communication and epoch seconds and picks the fastest; the
+    rates it wrote predict the same with `--rates`; `--link-gbit` replaces the measured link (a
+    very slow one makes the pick the fewest bytes)."""
+    from shardgnn.cli import main
+
+    out = tmp_path / "plan.json"
+    flags = ["--workers", "2,4", "--workers-per-host", "4", "--hidden", "16"]
+    assert main(["plan", SPEC, *flags, "--calibrate", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("<- fastest") == 2 and "epoch s" in printed and "link" in printed
+    first = json.loads(out.read_text())
+    assert first["rates"]["cores"] >= 1
+    again = tmp_path / "again.json"
+    assert main(["plan", SPEC, *flags, "--rates", str(out), "--out", str(again)]) == 0
+    capsys.readouterr()
+    second = json.loads(again.read_text())
+    assert [c["epoch_s"] for c in second["costs"]] == [c["epoch_s"] for c in first["costs"]]
+    fixed = tmp_path / "fixed.json"
+    assert main(["plan", SPEC, *flags, "--rates", str(out), "--latency-us", "7",
+                 "--out", str(fixed)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert json.loads(fixed.read_text())["rates"]["latency_s"] == pytest.approx(7e-6)
+    slow = tmp_path / "slow.json"
+    assert main(["plan", SPEC, *flags, "--rates", str(out), "--link-gbit", "0.00001",
+                 "--out", str(slow)]) == 0  # fmt: skip
+    capsys.readouterr()
+    costs = json.loads(slow.read_text())["costs"]
+    for p in (2, 4):
+        mine = [c for c in costs if c["workers"] == p]
+        pick = min(mine, key=lambda c: c["epoch_s"])
+        assert pick["bytes_per_epoch"] == min(c["bytes_per_epoch"] for c in mine)
+
+
+def test_cli_plan_refuses_time_flags_without_rates(tmp_path, capsys):
+    """Epoch-time flags without rates, both sources at once, and a file that is not a plan's
+    JSON: one line each."""
+    from shardgnn.cli import main
+
+    assert main(["plan", SPEC, "--workers", "2", "--workers-per-host", "2"]) == 2
+    assert "--workers-per-host 2: applies to epoch times" in capsys.readouterr().err
+    assert main(["plan", SPEC, "--workers", "2", "--link-gbit", "10"]) == 2
+    assert "--link-gbit 10.0: applies to epoch times" in capsys.readouterr().err
+    assert main(["plan", SPEC, "--workers", "2", "--latency-us", "20"]) == 2
+    assert "--latency-us 20.0: applies to epoch times" in capsys.readouterr().err
+    assert main(["plan", SPEC, "--calibrate", "--rates", "x.json"]) == 2
+    assert "not both" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"costs": []}')
+    assert main(["plan", SPEC, "--workers", "2", "--rates", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--rates {bad}: not the JSON of `shardgnn plan --calibrate" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys):
+    """`--spmm auto --plan-rates FILE` runs the strategy with the shortest predicted epoch for
+    the partition (all workers on this machine), says so in one line, and records what ran;
+    over a link this slow that is the strategy sending the fewest bytes in all."""
+    from shardgnn.cli import main
+    from shardgnn.fullgraph.config import FullGraphConfig
+    from shardgnn.fullgraph.plan import auto_spmm
+    from shardgnn.partition.format import read_partitions
+
+    spec = "synthetic:nodes=1500,degree=12,classes=3,features=9,seed=2"
+    parts = tmp_path / "parts"
+    assert main(["partition", spec, "--parts", "4", "--method", "random", "--out", str(parts),
+                 "--quiet"]) == 0  # fmt: skip
+    rates = _rates(link=1e3)
+    rates.compute[1].linear_s.update({"9,12,0": 1e-6, "12,3,1": 5e-7})
+    path = tmp_path / "rates.json"
+    path.write_text(json.dumps({"rates": rates.to_dict()}))
+    full = FullGraphConfig(spmm="auto", plan_rates=str(path))
+    pset = read_partitions(parts, verify=False)
+    chosen, pick, costs = auto_spmm(pset, "gcn", 12, 2, full, 3, workers_per_host=4)
+    assert pick.bytes_per_epoch == min(c.bytes_per_epoch for c in costs)
+    assert chosen.plan_rates is None and chosen.spmm == pick.strategy
+    out = tmp_path / "auto.json"
+    flags = ["--mode", "full", "--model", "gcn", "--hidden", "12", "--layers", "2",
+             "--epochs", "1", "--spmm", "auto", "--plan-rates", str(path), "--quiet",
+             "--results", str(out)]  # fmt: skip
+    assert main(["train", "--partitions", str(parts), *flags]) == 0
+    name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
+    assert f"--spmm auto: {name}: the shortest predicted epoch" in capsys.readouterr().out
+    results = json.loads(out.read_text())
+    assert results["spmm"] == pick.strategy
+    # a flag that does not apply is refused
+    assert main(["train", "--partitions", str(parts), *flags, "--spmm", "1d"]) == 2
+    assert "needs --spmm auto (got --spmm 1d)" in capsys.readouterr().err
