@@ -497,6 +497,41 @@ def test_torchrun_wrapper_forwards_sigusr1_and_exits_for_requeue(tmp_path, graph
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+def test_torchrun_wrapper_releases_finished_machines_when_a_peer_fails_last(tmp_path):
+    """Two machines' agents under `python -m shardgnn.torchrun`; one worker exits 0 at once, the
+    other fails 3 s later (as a worker aborting in its exit after the results were written did).
+    Plain torchrun keeps the finished machine's agent at its exit barrier for 300 s; here the
+    failed agent joins the barrier, so both agents end within seconds, each with its own
+    result."""
+    from shardgnn.distributed.launch import free_port
+
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(3)\n    sys.exit(3)\n"
+    )
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "2", "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "exit",
+        str(script), "--timeout", "20",
+    ]  # fmt: skip
+    start = time.monotonic()
+    agents = [
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        errs = [agent.communicate(timeout=120)[1] for agent in agents]
+    finally:
+        for agent in agents:
+            agent.kill()
+    elapsed = time.monotonic() - start
+    assert sorted(a.returncode for a in agents) == [0, 1], errs
+    assert elapsed < 40, (elapsed, errs)  # plain torchrun: > 300 s
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_elastic_job_that_loses_a_machine_resumes_on_the_rest(tmp_path, graph):
     """Issue 33: two torchrun agents (two machines of one worker each) under elastic `--nnodes
     1:2 --max-restarts 1` with `--partitions parts-{parts}`. One machine is lost after the third

@@ -230,3 +230,22 @@ def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys
     # a flag that does not apply is refused
     assert main(["train", "--partitions", str(parts), *flags, "--spmm", "1d"]) == 2
     assert "needs --spmm auto (got --spmm 1d)" in capsys.readouterr().err
+
+
+def test_link_probe_refuses_to_run_outside_a_two_worker_job(tmp_path, monkeypatch, capsys):
+    """`python -m shardgnn.fullgraph.rates` measures the link between two machines' workers: run
+    any other way it says how in one line; a file that is not its output is refused by
+    `plan --calibrate --link` in one line."""
+    from shardgnn.cli import main
+    from shardgnn.fullgraph.rates import main as probe_main
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match="run it under torchrun with 2 workers in all"):
+        probe_main(["--out", str(tmp_path / "link.json")])
+    assert main(["plan", SPEC, "--workers", "2", "--link", "x.json"]) == 2
+    assert "--link x.json: applies to a calibration: add --calibrate" in capsys.readouterr().err
+    bad = tmp_path / "link.json"
+    bad.write_text('{"link_samples": [[0, 0.001]]}')
+    assert main(["plan", SPEC, "--workers", "2", "--calibrate", "--link", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"--link {bad}: not the JSON of `python -m shardgnn.fullgraph.rates" in err

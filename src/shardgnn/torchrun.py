@@ -28,6 +28,8 @@ This wrapper runs torchrun's own ``main`` in this process and adds:
   machine was lost) has no peer;
 * after a worker failure, the other workers get the same seconds between SIGTERM and SIGKILL
   (instead of 30);
+* an agent whose workers failed joins torchrun's exit barrier before it ends, so machines whose
+  workers finished do not wait its 300 s for it (a worker failing after its peers succeeded);
 * ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given, and on such a
   signal one line and exit code 75 (:data:`~shardgnn.errors.REQUEUE_EXIT_CODE`) when every worker
   saved its checkpoint and exited 75, as ``shardgnn train`` does (torchrun: a traceback, exit 1).
@@ -179,6 +181,38 @@ def _bound_failure_shutdown(grace_s: float) -> None:
     LocalElasticAgent._stop_workers = stop_workers  # type: ignore[method-assign]
 
 
+def _release_exit_barrier(timeout_s: float) -> None:
+    """Let an agent whose workers failed join torchrun's exit barrier before it ends.
+
+    An agent whose workers succeeded waits at the exit barrier (``exit_barrier_timeout``, 300 s)
+    for every other agent; an agent whose workers failed (no restarts left) returns without
+    joining it, so the machines that finished wait 300 s whenever a peer's worker fails last
+    (seen: a worker aborting in its exit after the results were written; the other machine's
+    agent waited 300 s). Here the failed agent joins the barrier too, waiting at most
+    ``timeout_s`` (the job's ``--timeout``) for agents that do not come: the finished machines
+    end at once. Private API: on a torch without it the 300 s stay, and this says so.
+    """
+    from torch.distributed.elastic.agent.server.api import SimpleElasticAgent
+
+    if not all(hasattr(SimpleElasticAgent, a) for a in ("run", "_exit_barrier")):
+        print(
+            "shardgnn.torchrun: this torch's elastic agent has no _exit_barrier; machines whose "
+            "workers finished wait up to 300 s for a peer whose workers failed",
+            file=sys.stderr,
+        )
+        return
+    run = SimpleElasticAgent.run
+
+    def run_then_release(self, *args, **kwargs):
+        result = run(self, *args, **kwargs)
+        if result.is_failed() and getattr(self, "_store", None) is not None:
+            self._exit_barrier_timeout = min(self._exit_barrier_timeout, timeout_s)
+            self._exit_barrier()  # logs (and swallows) a timeout: the result stands
+        return result
+
+    SimpleElasticAgent.run = run_then_release  # type: ignore[method-assign]
+
+
 def _option(argv: list[str], name: str) -> str | None:
     """The value of torchrun option ``--name`` (either spelling, ``--x y`` or ``--x=y``)."""
     spellings = {f"--{name}", f"--{name.replace('-', '_')}"}
@@ -206,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if _option(argv, "signals-to-handle") is None and torchrun_has_option("--signals-to-handle"):
         argv = ["--signals-to-handle", STOP_SIGNALS, *argv]
     _bound_failure_shutdown(FAILURE_GRACE_S)
+    _release_exit_barrier(_stopped_timeout(argv))
     endpoint = _option(argv, "rdzv-endpoint") or "the rendezvous endpoint"
     threading.Thread(
         target=watch_agent,

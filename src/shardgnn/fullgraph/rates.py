@@ -6,22 +6,23 @@ operations a distributed full-graph training step is made of, on the graph being
 * **SpMM**: the graph's own adjacency (CSR rows of the graph, all its columns) times a dense block
   of each width the model aggregates at, and its transpose times a block as wide (a backward
   SpMM's product, slower per entry: it scatters): seconds per adjacency entry;
-* **dense layers**: ``nn.Linear`` forward and backward (a dense gradient: backward from a sum's
-  broadcast gradient runs a slower sparse path) on each ``in -> out`` shape of the model,
+* **dense layers**: ``nn.Linear`` forward and backward (from a dense gradient, as in training: a
+  sum's broadcast gradient takes other, slower paths) on each ``in -> out`` shape of the model,
   with and without the input's gradient (a layer on the raw features needs none): seconds per
   row; on sparse features (stored sparse when at most 10 % are non-zero, as training stores them)
   the projection's forward and weight gradient: seconds per non-zero;
 * **element-wise work** (bias, ReLU and the models' hashed dropout, forward and backward):
   seconds per element;
-  **Adam**: seconds per parameter;
+* **Adam**: seconds per parameter;
 * **the link**: two worker processes exchange 64 KiB to 16 MiB of rows through the project's
   communicator (gloo), both directions at once, each gathered by index before and scattered by
   index after, as halo rows are; latency is the time of an empty exchange, bandwidth the bytes
   one direction carried per second while both were busy.
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
-namespace's link is measured). :mod:`shardgnn.fullgraph.plan` combines these rates with its
-per-worker counts into compute and communication seconds.
+namespace's link is measured); between machines, :func:`main` under torchrun measures their link
+(``shardgnn plan --calibrate --link FILE``). :mod:`shardgnn.fullgraph.plan` combines these
+rates with its per-worker counts into compute and communication seconds.
 """
 
 from __future__ import annotations
@@ -345,8 +346,9 @@ def calibrate(
 ) -> MachineRates:
     """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
     file of a link measured between machines (:func:`read_link`) instead of two local workers."""
+    measured = None if link is None else read_link(link)  # a bad file: refused before timing
     compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
-    rate, latency, samples = measure_link() if link is None else read_link(link)
+    rate, latency, samples = measure_link() if measured is None else measured
     return MachineRates(
         cores=cores,
         compute=compute,
