@@ -249,3 +249,28 @@ def test_link_probe_refuses_to_run_outside_a_two_worker_job(tmp_path, monkeypatc
     assert main(["plan", SPEC, "--workers", "2", "--calibrate", "--link", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"--link {bad}: not the JSON of `python -m shardgnn.fullgraph.rates" in err
+
+
+def test_plot_draws_a_plans_bytes_and_times_per_strategy(tmp_path, capsys):
+    """`shardgnn plot PLAN.json` draws plan_PLAN.png (bytes from the busiest worker and, for a
+    plan with times, predicted epoch seconds against the worker count) and never replaces it
+    without --overwrite."""
+    from shardgnn.cli import main
+
+    rates = tmp_path / "rates.json"
+    hand = _rates()
+    hand.compute[1].linear_s.update({"10,16,0": 1e-6, "16,3,1": 5e-7})
+    rates.write_text(json.dumps({"rates": hand.to_dict()}))
+    timed, untimed = tmp_path / "timed.json", tmp_path / "untimed.json"
+    flags = ["--workers", "2,4,8", "--hidden", "16", "--method", "random"]
+    assert main(["plan", SPEC, *flags, "--rates", str(rates), "--workers-per-host", "8",
+                 "--out", str(timed)]) == 0  # fmt: skip
+    assert main(["plan", SPEC, *flags, "--out", str(untimed)]) == 0
+    out = tmp_path / "plots"
+    assert main(["plot", str(timed), str(untimed), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for name in ("plan_timed.png", "plan_untimed.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and name in printed
+    assert not (out / "training_curves.png").exists()  # plans are not results
+    assert main(["plot", str(timed), "--out", str(out)]) == 2
+    assert "plan_timed.png" in capsys.readouterr().err

@@ -19,13 +19,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="training_curves.png (loss and accuracies per epoch, one line per run), "
         "cache_hit_rate.png (runs with a feature cache), accuracy_vs_bytes.png (two or more "
         "distributed runs: test accuracy against remote bytes per epoch, one point per run "
-        "labelled by its communication strategy), and one figure per partition directory. "
+        "labelled by its communication strategy), one figure per partition directory, and "
+        "plan_NAME.png per `shardgnn plan --out NAME.json` (bytes from the busiest worker and, "
+        "with --calibrate, predicted epoch seconds against the worker count, per strategy). "
         "Results of a run still going (status: running) plot too.",
     )
     plot.add_argument(
         "results",
         nargs="+",
-        help="results JSON files (`shardgnn train --results`) or partition directories",
+        help="results JSON files (`shardgnn train --results`), plans (`shardgnn plan --out`) "
+        "or partition directories",
     )
     plot.add_argument(
         "--out", default="plots", help="output folder for the PNG files (default: plots)"
@@ -44,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
     from shardgnn.partition.format import is_partition_dir
 
     out = Path(args.out)
+    plans = [Path(p) for p in args.results if not is_partition_dir(p) and _is_plan(Path(p))]
     names = [*TRAINING_FIGURES, *(partition_figure_name(p) for p in args.results)]
+    names += [plan_figure_name(p) for p in plans]
     present = [name for name in names if (out / name).exists()]
     if present and not args.overwrite:
         raise ConfigError(
@@ -55,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     for path in args.results:
         if is_partition_dir(path):
             written += plot_partition(path, Path(args.out))
-    results = [Path(p) for p in args.results if not is_partition_dir(p)]
+    for path in plans:
+        written.append(plot_plan(path, out))
+    results = [Path(p) for p in args.results if not is_partition_dir(p) and Path(p) not in plans]
     if results:
         written += plot_training_curves(results, Path(args.out))
     for path in written:
@@ -138,6 +145,53 @@ def _metric_panels(metrics: set[str]) -> list[tuple[str, str]]:
         ("train_acc", "training accuracy (link runs: pairs right)"),
         ("val_acc", f"validation accuracy (link runs: {names})"),
     ]
+
+
+def _is_plan(path: Path) -> bool:
+    """Whether ``path`` is the JSON of ``shardgnn plan --out`` (a list of costs, no epochs)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False  # reported by the results reader
+    return isinstance(data, dict) and isinstance(data.get("costs"), list) and "epochs" not in data
+
+
+def plan_figure_name(path: str | Path) -> str:
+    return f"plan_{Path(path).stem}.png"
+
+
+def plot_plan(path: Path, out_dir: Path) -> Path:
+    """``plan_NAME.png``: per strategy (its best replication or grid at each worker count), the
+    MB the busiest worker sends per epoch and, when the plan has times, the predicted epoch
+    seconds, against the worker count (log scales)."""
+    data = json.loads(path.read_text())
+    costs = data["costs"]
+    timed = all(c.get("epoch_s") is not None for c in costs)
+    panels = [("max_worker_bytes", "MB the busiest worker sends per epoch", 1e-6)]
+    if timed:
+        panels.append(("epoch_s", "predicted epoch seconds", 1.0))
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    strategies = list(dict.fromkeys(c["strategy"] for c in costs))
+    for ax, (key, title, scale) in zip(axes[0], panels):
+        for strategy in strategies:
+            best: dict[int, float] = {}
+            for c in costs:
+                if c["strategy"] == strategy:
+                    value = c[key] * scale
+                    best[c["workers"]] = min(value, best.get(c["workers"], value))
+            workers = sorted(best)
+            ax.plot(workers, [best[p] for p in workers], marker="o", markersize=3, label=strategy)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("workers")
+        ax.set_title(title)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(f"{data.get('dataset', path.stem)}: shardgnn plan", fontsize=10)
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _save(fig, out_dir / plan_figure_name(path))
 
 
 TRAINING_FIGURES = ("training_curves.png", "cache_hit_rate.png", "accuracy_vs_bytes.png")
