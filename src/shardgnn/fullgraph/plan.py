@@ -40,6 +40,7 @@ from shardgnn.fullgraph.config import FullGraphConfig, PlanConfig
 from shardgnn.fullgraph.rates import MachineRates, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph
+from shardgnn.nn.functional import stored_sparse
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import recv_volumes, send_volumes
 
@@ -349,10 +350,10 @@ def costs_at(
 
 
 def _row_nnz(x: np.ndarray) -> np.ndarray | None:
-    """Each row's non-zero features when training stores the features sparse (at most 10 %
-    non-zero, :func:`~shardgnn.nn.functional.to_sparse_if_sparse`), else ``None``."""
+    """Each row's non-zero features when training stores the features sparse
+    (:func:`~shardgnn.nn.functional.stored_sparse`), else ``None``."""
     row_nnz = np.count_nonzero(x, axis=1)
-    return row_nnz if x.size and row_nnz.sum() <= 0.1 * x.size else None
+    return row_nnz if stored_sparse(int(row_nnz.sum()), x.size) else None
 
 
 def _feature_nnz(graph: Graph, owner: np.ndarray, workers: int) -> np.ndarray | None:
@@ -385,8 +386,7 @@ def partition_costs(
     feature_nnz = None
     if row_nnz:
         nnz = np.array([r.sum() for r in row_nnz], dtype=np.int64)
-        # stored sparse when at most 10 % are non-zero, as training stores them
-        feature_nnz = nnz if nnz.sum() <= 0.1 * sizes.sum() * in_dim else None
+        feature_nnz = nnz if stored_sparse(int(nnz.sum()), int(sizes.sum()) * in_dim) else None
     e = _Edges(
         dst=np.concatenate(dst),
         src=np.concatenate(src),

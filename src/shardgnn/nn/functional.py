@@ -47,9 +47,18 @@ def dst_rows(h_SF: torch.Tensor, num_dst: int) -> torch.Tensor:
     return h_SF[:num_dst]
 
 
-def to_sparse_if_sparse(x: torch.Tensor, max_density: float = 0.1) -> torch.Tensor:
+SPARSE_MAX_DENSITY = 0.1
+"""features with at most this share of non-zero entries are stored and multiplied sparse"""
+
+
+def stored_sparse(nonzeros: int, entries: int, max_density: float = SPARSE_MAX_DENSITY) -> bool:
+    """Whether features with ``nonzeros`` of their ``entries`` non-zero are stored sparse."""
+    return entries > 0 and nonzeros <= max_density * entries
+
+
+def to_sparse_if_sparse(x: torch.Tensor, max_density: float = SPARSE_MAX_DENSITY) -> torch.Tensor:
     """A sparse COO copy of ``x`` when at most ``max_density`` of its entries are non-zero."""
-    if x.numel() == 0 or float((x != 0).sum()) / x.numel() > max_density:
+    if not stored_sparse(int((x != 0).sum()), x.numel(), max_density):
         return x
     return x.to_sparse().coalesce()
 
