@@ -79,8 +79,13 @@ def _sample_and_fetch(ctx, path, seed_lists, sample_seeds, hosts=None):
     peers_x = {p: peer.part.x for p, peer in store.peers.items()}
     peers_y = {p: peer.part.y for p, peer in store.peers.items()}
     out = []
-    for replace, fanouts in ((False, (5, 3)), (True, (4, 4)), (False, (-1, 2))):
-        sampler = DistNeighborSampler(store, SamplerConfig(fanouts=fanouts, replace=replace), comm)
+    # the last: LADIES (owners serve full neighbourhoods, the requester draws the layer's nodes)
+    for replace, fanouts, ladies in (
+        (False, (5, 3), None), (True, (4, 4), None), (False, (-1, 2), None),
+        (False, (-1, -1), (12, 6)),
+    ):  # fmt: skip
+        config = SamplerConfig(fanouts=fanouts, replace=replace, ladies=ladies)
+        sampler = DistNeighborSampler(store, config, comm)
         seeds = torch.tensor(seed_lists[ctx.rank], dtype=torch.int64)
         sample = sampler.sample(seeds, seed=sample_seeds[ctx.rank])
         x_store = DistFeatureStore(store.part.x, store.book, ctx.rank, comm, peers=peers_x)
@@ -98,6 +103,7 @@ def _sample_and_fetch(ctx, path, seed_lists, sample_seeds, hosts=None):
                 "y": y,
                 "replace": replace,
                 "fanouts": fanouts,
+                "ladies": ladies,
             }
         )
     stats = comm.reduce_stats()
@@ -133,7 +139,7 @@ def test_distributed_sampling_and_fetch_equal_single_process(
             ref = NeighborSampler(
                 full.indptr,
                 full.indices,
-                SamplerConfig(fanouts=run["fanouts"], replace=run["replace"]),
+                SamplerConfig(fanouts=run["fanouts"], replace=run["replace"], ladies=run["ladies"]),
             )
             seeds = torch.tensor(seed_lists[rank], dtype=torch.int64)
             expect = ref.sample(seeds, seed=sample_seeds[rank])

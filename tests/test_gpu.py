@@ -67,6 +67,29 @@ def test_gpu_bulk_sampling_equals_the_cpu_kernels(graph, resident):
                 assert torch.equal(getattr(block_a, field), getattr(block_b, field).cpu()), field
 
 
+@pytest.mark.parametrize("bulk", [False, True])
+def test_gpu_ladies_equals_the_cpu_kernels(graph, bulk):
+    """LADIES on the GPU (one batch, or k stacked): the kernels' nodes and edges; the weights
+    equal to float32 rounding (CUDA's log and expm1 may differ from the CPU's in the last bit)."""
+    config = SamplerConfig(ladies=(2048, 1024, 512))
+    gpu = DeviceNeighborSampler(graph.indptr, graph.indices, config, CUDA)
+    cpu = NeighborSampler(graph.indptr, graph.indices, config)
+    rng = np.random.default_rng(2)
+    batches = [torch.from_numpy(rng.choice(graph.num_nodes, n, replace=False)) for n in (512, 40)]
+    seeds = [5, 2**63 + 3]
+    got = (
+        gpu.sample_many(batches, seeds)
+        if bulk
+        else [gpu.sample(b, s) for b, s in zip(batches, seeds)]
+    )
+    for batch, seed, sample in zip(batches, seeds, got, strict=True):
+        want = cpu.sample(batch, seed)
+        for block_a, block_b in zip(want.blocks, sample.blocks, strict=True):
+            for field in FIELDS:
+                assert torch.equal(getattr(block_a, field), getattr(block_b, field).cpu()), field
+            torch.testing.assert_close(block_a.edge_weight_E, block_b.edge_weight_E.cpu())
+
+
 def test_gpu_sampler_is_uniform(graph):
     """Chi-square: over many seeds, each neighbour of a high-degree node is drawn equally often
     (one batch of 4000 copies of the node would draw one neighbourhood: draws are counter-based,

@@ -126,6 +126,22 @@ def every(graph, academic, stream, tmp_path_factory):
             False,
         ),
     }
+    ladies = SamplerConfig(ladies=(30, 20))  # layer-wise: the same protocol, weighted edges
+    out["ladies"] = (NeighborSampler(*csr, ladies), SeedInput(seeds), csr, False, False)
+    out["ladies-device"] = (
+        DeviceNeighborSampler(*csr, ladies, torch.device("cpu")),
+        SeedInput(seeds),
+        csr,
+        False,
+        False,
+    )
+    out["ladies-distributed"] = (
+        DistNeighborSampler(store, ladies, comm),
+        SeedInput(new_ids[seeds.numpy()]),
+        (store.indptr, store.part.indices),
+        False,
+        False,
+    )
     for mode in ("recent", "uniform"):
         out[f"temporal-{mode}"] = (
             TemporalNeighborSampler(stream, [5, 3], mode),
@@ -144,6 +160,9 @@ SAMPLER_NAMES = [
     "typed",
     "distributed",
     "distributed-typed",
+    "ladies",
+    "ladies-device",
+    "ladies-distributed",
     "temporal-recent",
     "temporal-uniform",
 ]
@@ -168,6 +187,8 @@ def check_blocks(sample, inputs, csr, typed, temporal, num_layers):
         assert (b.edge_type_E is not None) == typed
         assert (b.edge_time_E is not None) == temporal
         assert (b.src_time_S is not None) == temporal
+        if b.edge_weight_E is not None:  # LADIES: a row's weights sum to its edges
+            assert b.edge_weight_E.shape == (b.num_edges,) and bool((b.edge_weight_E > 0).all())
         dst_E = torch.repeat_interleave(torch.arange(b.num_dst), indptr.diff())
         if typed:
             assert b.edge_type_E.shape == (b.num_edges,)

@@ -143,7 +143,7 @@ def test_cli_reports_user_errors_without_traceback(tmp_path, capsys):
     assert (
         main(["train", "synthetic:nodes=500", "--fanouts", "5,5", "--layers", "3", "--quiet"]) == 2
     )
-    assert "one fanout per layer" in capsys.readouterr().err
+    assert "one count per layer" in capsys.readouterr().err
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["plot", str(bad)]) == 2

@@ -53,6 +53,7 @@ def map_batch(batch: MiniBatch, fn: Callable[[torch.Tensor], torch.Tensor]) -> M
             src_degree_S=opt(b.src_degree_S),
             history_S=opt(b.history_S),
             edge_type_E=opt(b.edge_type_E),
+            edge_weight_E=opt(b.edge_weight_E),
         )
         for b in sample.blocks
     ]

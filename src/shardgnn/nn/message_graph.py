@@ -74,8 +74,12 @@ class MessageGraph:
         num_src: int,
         src_degree_S: torch.Tensor | None = None,
         node_keys_S: torch.Tensor | None = None,
+        edge_weight_E: torch.Tensor | None = None,
     ):
         self.indptr_D1 = indptr_D1.to(torch.int64)
+        # Importance weights of a LADIES block (sampling.ladies; None: every edge 1): every
+        # norm's values are multiplied by them.
+        self.edge_weight_E = None if edge_weight_E is None else edge_weight_E.to(torch.float32)
         # Original ids of the src nodes (None: the whole graph in original ids, 0..S-1); they key
         # hashed dropout (nn.dropout), so a node is dropped alike however the graph is partitioned.
         self.node_keys_S = node_keys_S
@@ -115,6 +119,7 @@ class MessageGraph:
             block.num_src,
             degree,
             node_keys_S=keys,
+            edge_weight_E=None if block.edge_weight_E is None else block.edge_weight_E.to(device),
         )
 
     @classmethod
@@ -165,6 +170,9 @@ class MessageGraph:
           ``k`` of its ``d`` neighbours is scaled by ``d / k``: an unbiased estimate of the full
           aggregation, exact when ``k = d`` (so a full-fanout block equals the full graph).
           Existing self-loop edges are ignored (the normalisation adds its own).
+
+        A block with ``edge_weight_E`` (LADIES) multiplies every edge's value by its weight (the
+        self-loops gcn adds keep theirs).
         """
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
@@ -174,10 +182,14 @@ class MessageGraph:
             values = (1.0 / deg.clamp(min=1).to(torch.float32)).repeat_interleave(
                 deg, output_size=self.num_edges
             )
+            if self.edge_weight_E is not None:
+                values = values * self.edge_weight_E
             return indptr, indices, values
         if norm == "sum":
+            if self.edge_weight_E is not None:
+                return indptr, indices, self.edge_weight_E
             return indptr, indices, torch.ones(self.num_edges, device=self.device)
-        if self.device.type == "cpu" and USE_KERNELS:
+        if self.device.type == "cpu" and USE_KERNELS and self.edge_weight_E is None:
             return self._gcn_values_cpu()
         return self._gcn_values_torch()
 
@@ -195,6 +207,8 @@ class MessageGraph:
         all_src = torch.cat([nbr_src, loops])
         values = inv_sqrt_S[all_dst] * inv_sqrt_S[all_src]
         values[: nbr_dst.numel()] *= scale_D[nbr_dst]
+        if self.edge_weight_E is not None:
+            values[: nbr_dst.numel()] *= self.edge_weight_E[not_loop]
         order = torch.argsort(all_dst, stable=True)
         new_indptr = torch.zeros(self.num_dst + 1, dtype=torch.int64, device=self.device)
         new_indptr[1:] = torch.cumsum(kept_D.to(torch.int64) + 1, 0)
@@ -271,7 +285,8 @@ class MessageGraph:
         transpose (``[S, D]``), with values of ``dtype`` (cached). CPU only.
 
         ``mean`` and ``sum`` need no values array in the forward direction (the kernel derives
-        ``1 / deg``); the transposed mean carries ``1 / deg(dst)`` per edge.
+        ``1 / deg``) unless the edges are weighted; the transposed mean carries ``1 / deg(dst)``
+        per edge.
         """
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
@@ -279,23 +294,24 @@ class MessageGraph:
         if key in self._kernel_csr:
             return self._kernel_csr[key]
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        weighted = norm == "gcn" or self.edge_weight_E is not None
         if not transposed:
-            if norm == "gcn":
-                indptr, indices, values = self.edge_values("gcn")
+            if weighted:
+                indptr, indices, values = self.edge_values(norm)
                 args = (_np(indptr), _np(indices), _np(values).astype(np_dtype, copy=False), False)
             else:
                 args = (_np(self.indptr_D1), _np(self.indices_E), None, norm == "mean")
         else:
             indptr_S1, dst_E, perm_E = self.kernel_transpose(norm)
-            if norm == "sum":
+            if weighted:
+                values_t = self.kernel_csr(norm, False, dtype)[2][perm_E]
+            elif norm == "sum":
                 values_t = None
             elif norm == "mean":
                 # the forward kernel's 1 / deg(dst) in this dtype (in float32 exactly the values
                 # of edge_values), so the backward is the exact transpose of the forward
                 inv_deg_D = 1.0 / self.in_degree_D().clamp(min=1).to(dtype)
                 values_t = _np(inv_deg_D)[dst_E]
-            else:
-                values_t = self.kernel_csr("gcn", False, dtype)[2][perm_E]
             args = (indptr_S1, dst_E, values_t, False)
         self._kernel_csr[key] = args
         return args

@@ -32,6 +32,16 @@ class SamplerConfig:
         "(which then holds each layer's largest count)",
     )
     replace: bool = option(False, help="sample neighbours with replacement")
+    ladies: tuple[int, ...] | None = option(
+        None,
+        metavar="N,N,...",
+        help="layer-wise importance sampling (LADIES): nodes drawn per layer for the whole "
+        "batch, output layer first, from the union of the layer's neighbourhoods with "
+        "probability ~ the squared column norm of the normalised adjacency; edges weighted by "
+        "1/probability. A layer has at most its dst nodes plus N nodes, whatever the degrees. "
+        "Replaces --fanouts (a LADIES layer reads every neighbour, then draws); evaluation "
+        "uses --eval-fanouts (unset: full neighbourhoods). Models sage, gcn, gin",
+    )
     bulk: int = option(
         1,
         flag="--bulk-batches",
@@ -61,6 +71,15 @@ class SamplerConfig:
             )
         if self.bulk < 1:
             raise invalid(self, "bulk", "must be >= 1 (1: one batch at a time)")
+        if self.ladies is not None:
+            self.ladies = tuple(int(n) for n in self.ladies)
+            if not self.ladies or min(self.ladies) < 1:
+                raise invalid(self, "ladies", "name one count >= 1 per layer, e.g. 512,512")
+            if self.relation_fanouts is not None:
+                raise invalid(self, "ladies", "draws homogeneous layers; drop --relation-fanouts")
+            if self.replace:
+                raise invalid(self, "ladies", "draws nodes without replacement; drop --replace")
+            self.fanouts = (-1,) * len(self.ladies)
         self.fanouts = tuple(int(f) for f in self.fanouts)
         if not self.fanouts:
             raise invalid(self, "fanouts", "name at least one layer, e.g. 15,10,5", value="''")

@@ -26,36 +26,10 @@ import torch
 from shardgnn.devicemem import place
 from shardgnn.errors import ConfigError
 from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
+from shardgnn.sampling.hashing import _below, _int64, splitmix64
+from shardgnn.sampling.ladies import LADIES_STREAM, kept_edges, ladies_draw
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
-
-
-def _int64(value: int) -> int:
-    """An unsigned 64-bit constant as the int64 with the same bits."""
-    return value - (1 << 64) if value >= (1 << 63) else value
-
-
-_GOLDEN = _int64(0x9E3779B97F4A7C15)
-_MIX1 = _int64(0xBF58476D1CE4E5B9)
-_MIX2 = _int64(0x94D049BB133111EB)
-
-
-def _srl(x: torch.Tensor, s: int) -> torch.Tensor:
-    """Logical right shift of int64 bits (torch's ``>>`` is arithmetic)."""
-    return (x >> s) & ((1 << (64 - s)) - 1)
-
-
-def splitmix64(x: torch.Tensor) -> torch.Tensor:
-    """The kernels' ``splitmix64`` on int64 tensors (products wrap modulo 2**64, as uint64)."""
-    z = x + _GOLDEN
-    z = (z ^ _srl(z, 30)) * _MIX1
-    z = (z ^ _srl(z, 27)) * _MIX2
-    return z ^ _srl(z, 31)
-
-
-def _below(h: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """The kernels' multiply-shift map of a hash to ``[0, n)`` (top 32 bits times n, top 32)."""
-    return _srl(_srl(h, 32) * n, 32)
 
 
 @functools.cache
@@ -178,8 +152,10 @@ def tensor_block(
     offsets: torch.Tensor,
     local: torch.Tensor,
     eid: torch.Tensor,
+    weight: torch.Tensor | None = None,
 ) -> Block:
-    """The block of one relabelled hop drawn with tensor code (src degrees read off ``indptr``)."""
+    """The block of one relabelled hop drawn with tensor code (src degrees read off ``indptr``;
+    ``weight``: LADIES' edge weights)."""
     return Block(
         src_nodes_S=src_nodes,
         num_dst=int(frontier.shape[0]),
@@ -187,6 +163,7 @@ def tensor_block(
         indices_E=local,
         edge_ids_E=eid,
         src_degree_S=indptr[src_nodes + 1] - indptr[src_nodes],
+        edge_weight_E=weight,
     )
 
 
@@ -256,8 +233,13 @@ class DeviceNeighborSampler:
                 offsets, nbr, eid = _drop_excluded(
                     frontier, offsets, nbr, eid, keys, self.num_nodes
                 )
+            weight = None
+            if self.config.ladies is not None:
+                offsets, nbr, eid, weight = self._ladies(frontier, offsets, nbr, eid, [seed], layer)
             src_nodes, local = relabel(frontier, nbr, self.node_map)
-            blocks.append(tensor_block(self.indptr, frontier, src_nodes, offsets, local, eid))
+            blocks.append(
+                tensor_block(self.indptr, frontier, src_nodes, offsets, local, eid, weight)
+            )
             frontier = src_nodes
         blocks.reverse()
         return SampledBlocks(seeds=seeds_dev, blocks=blocks)
@@ -286,6 +268,11 @@ class DeviceNeighborSampler:
                 self.indptr, self.indices, stacked, fanout, self.config.replace, row_seed,
                 fused=False,
             )  # fmt: skip
+            weight = None
+            if self.config.ladies is not None:  # each batch draws its own layer nodes
+                offsets, nbr, eid, weight = self._ladies(
+                    stacked, offsets, nbr, eid, seeds, layer, sizes.to(self.device)
+                )
             bounds = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), sizes]), 0)
             edge_bounds = offsets[bounds.to(self.device)].cpu().tolist()  # one read per hop
             for b, frontier in enumerate(frontiers):
@@ -293,13 +280,47 @@ class DeviceNeighborSampler:
                 rows = offsets[int(bounds[b]) : int(bounds[b + 1]) + 1] - lo
                 src_nodes, local = relabel(frontier, nbr[lo:hi], self.node_map)
                 blocks[b].append(
-                    tensor_block(self.indptr, frontier, src_nodes, rows, local, eid[lo:hi])
-                )
+                    tensor_block(
+                        self.indptr, frontier, src_nodes, rows, local, eid[lo:hi],
+                        None if weight is None else weight[lo:hi],
+                    )
+                )  # fmt: skip
                 frontiers[b] = src_nodes
         return [
             SampledBlocks(seeds=item.nodes.to(self.device), blocks=list(reversed(batch)))
             for item, batch in zip(items, blocks)
         ]
+
+    def _ladies(
+        self,
+        frontier: torch.Tensor,
+        offsets: torch.Tensor,
+        nbr: torch.Tensor,
+        eid: torch.Tensor,
+        seeds: Sequence[int],
+        layer: int,
+        sizes: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """LADIES' draw over a full-neighbourhood hop of ``frontier`` (``sizes``: the stacked
+        frontiers' lengths, one per seed): ``(offsets, nbr, eid, weight)`` of the kept edges."""
+        seed_B = torch.tensor(
+            [_int64(mix_seed(s, layer, LADIES_STREAM)) for s in seeds], device=self.device
+        )
+        batch_R = None
+        if sizes is not None:
+            batch_R = torch.repeat_interleave(torch.arange(len(seeds), device=self.device), sizes)
+        draw = ladies_draw(
+            offsets,
+            nbr,
+            self.indptr[frontier + 1] - self.indptr[frontier],
+            self.indptr[nbr + 1] - self.indptr[nbr],
+            self.config.ladies[layer],
+            seed_B,
+            batch_R,
+        )
+        keep, weight = kept_edges(draw, frontier.shape[0])
+        offsets, nbr, eid = keep_hop(offsets, keep, nbr, eid)
+        return offsets, nbr, eid, weight
 
 
 def _drop_excluded(
@@ -316,9 +337,20 @@ def _drop_excluded(
     row = torch.repeat_interleave(torch.arange(frontier.shape[0], device=nbr.device), counts)
     keys = frontier[row] * num_nodes + nbr
     pos = torch.searchsorted(exclude, keys).clamp(max=exclude.shape[0] - 1)
-    keep = exclude[pos] != keys
-    kept = torch.zeros(frontier.shape[0], dtype=torch.int64, device=nbr.device)
-    kept.index_add_(0, row[keep], torch.ones_like(row[keep]))
+    return keep_hop(offsets, exclude[pos] != keys, nbr, eid)
+
+
+def keep_hop(
+    offsets: torch.Tensor, keep: torch.Tensor, *edges: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """One hop's draws ``(offsets, *edges)`` with only the edges where ``keep`` holds (the tensor
+    form of :func:`~shardgnn.sampling.neighbor.keep_edges`)."""
+    counts = offsets[1:] - offsets[:-1]
+    rows = counts.shape[0]
+    row = torch.repeat_interleave(
+        torch.arange(rows, device=offsets.device), counts, output_size=keep.shape[0]
+    )
+    kept = torch.bincount(row[keep], minlength=rows)
     new_offsets = torch.zeros_like(offsets)
     torch.cumsum(kept, 0, out=new_offsets[1:])
-    return new_offsets, nbr[keep], eid[keep]
+    return (new_offsets, *(values[keep] for values in edges))

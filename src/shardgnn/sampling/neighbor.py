@@ -11,6 +11,7 @@ import torch
 from shardgnn.graph.linksplit import pair_keys
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, relabel, sample_counts, sample_fill
+from shardgnn.sampling.ladies import LADIES_STREAM, ladies_numpy
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
@@ -119,6 +120,9 @@ def sample_blocks(
     edges between nodes already reached are kept, so the batch's nodes are its seeds and their
     ``h``-hop neighbourhood (Cluster-GCN: ``h = 0``); the draws are those of the plain sampler,
     edges to other nodes are dropped after it and counted in ``num_dropped_edges``.
+    ``config.ladies``: every hop reads all neighbours (fanouts -1) and keeps the edges to the
+    nodes LADIES draws for the layer (:mod:`shardgnn.sampling.ladies`), weighted
+    (``edge_weight_E``); after exclusions and the halo, so those apply to the candidates.
     """
     seeds_np = np.ascontiguousarray(
         seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
@@ -138,6 +142,14 @@ def sample_blocks(
             drawn = edges[0].shape[0]
             offsets, *edges = keep_edges(offsets, np.isin(edges[0], frontier), *edges)
             dropped += drawn - edges[0].shape[0]
+        weight = None
+        if config.ladies is not None:
+            # LADIES: the hop read every neighbour; keep the edges to the layer's drawn nodes
+            keep, weight = ladies_numpy(
+                frontier, offsets, edges[0], degree_of, config.ladies[layer],
+                mix_seed(seed, layer, LADIES_STREAM),
+            )  # fmt: skip
+            offsets, *edges = keep_edges(offsets, keep, *edges)
         nbr, eid = edges[0], edges[1]
         relation = None if len(edges) < 3 else torch.from_numpy(edges[2])
         src_nodes, local = relabel(frontier, nbr, node_map)
@@ -155,6 +167,7 @@ def sample_blocks(
                 src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
                 history_S=None if history is None else torch.from_numpy(history),
                 edge_type_E=relation,
+                edge_weight_E=None if weight is None else torch.from_numpy(weight),
             )
         )
         frontier = src_nodes if history is None else src_nodes[~history]

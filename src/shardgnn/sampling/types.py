@@ -90,6 +90,9 @@ class Block:
         src_time_S: float64 ``[S]`` the time each src node is at (temporal graphs: a seed's time,
             or the time of the event that reached it; its edges are events before it), or
             ``None``.
+        edge_weight_E: float32 ``[E]`` importance weight of every edge (LADIES,
+            :mod:`shardgnn.sampling.ladies`: a row's weights sum to its edges; the aggregation
+            multiplies its values by them), or ``None`` (every edge 1).
     """
 
     src_nodes_S: torch.Tensor
@@ -102,6 +105,7 @@ class Block:
     edge_type_E: torch.Tensor | None = None
     edge_time_E: torch.Tensor | None = None
     src_time_S: torch.Tensor | None = None
+    edge_weight_E: torch.Tensor | None = None
 
     @property
     def num_src(self) -> int:

@@ -130,10 +130,13 @@ def _resolve_layers(config: Any) -> None:
         if model.num_layers is None:
             config.model = dataclasses.replace(model, num_layers=len(sampler.fanouts))
         elif model.num_layers != len(sampler.fanouts):
+            flag, counts = (
+                ("--fanouts", sampler.fanouts) if sampler.ladies is None
+                else ("--ladies", sampler.ladies)
+            )  # fmt: skip
             raise ConfigError(
-                f"--layers {model.num_layers} but --fanouts "
-                f"{','.join(map(str, sampler.fanouts))} names {len(sampler.fanouts)}; give "
-                "one fanout per layer"
+                f"--layers {model.num_layers} but {flag} {','.join(map(str, counts))} names "
+                f"{len(counts)}; give one count per layer"
             )
     else:
         default = 4 if whole_graphs else 2

@@ -52,6 +52,14 @@ LAYER_READS = {
     "appnp": settings("model.alpha"),
 }
 """the settings only some of the homogeneous models read"""
+LADIES_MODELS = ("sage", "gcn", "gin", "appnp", "sgc")
+"""the models whose aggregation takes LADIES' edge weights (MessageGraph's norms; the attention
+layers weigh edges themselves)"""
+SAMPLED_LAYER_READS = {
+    **{m: LAYER_READS.get(m, frozenset()) | {"sampler.ladies"} for m in LADIES_MODELS},
+    **{m: read for m, read in LAYER_READS.items() if m not in LADIES_MODELS},
+}
+"""LAYER_READS of the sampled recipes: LADIES (--ladies) for the models that take its weights"""
 TYPED_SAMPLED = settings(
     "sampler.fanouts", "sampler.relation_fanouts", "sampler.replace", "batch_size"
 )

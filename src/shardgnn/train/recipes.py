@@ -58,6 +58,7 @@ from shardgnn.train.recipe_settings import (
     RGCN,
     ROWS,
     SAMPLED,
+    SAMPLED_LAYER_READS,
     TEMPORAL,
     TGAT,
     TGN,
@@ -166,7 +167,7 @@ RECIPES: tuple[Recipe, ...] = (
         reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | PRECISION | GPU,
         worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | DIST_SAMPLED
         | CLUSTER_HISTORICAL | PRECISION,
-        model_reads=LAYER_READS,
+        model_reads=SAMPLED_LAYER_READS,
         user_models=True,
     ),
     Recipe(
@@ -185,7 +186,7 @@ RECIPES: tuple[Recipe, ...] = (
         reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | PRECISION,
         worker_reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | DIST_SAMPLED
         | PRECISION,
-        model_reads=LAYER_READS,
+        model_reads=SAMPLED_LAYER_READS,
         user_models=True,
     ),
     Recipe(

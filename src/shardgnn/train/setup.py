@@ -40,9 +40,10 @@ def adam(parameters: Iterable[torch.nn.Parameter], optim: OptimConfig) -> torch.
 
 
 def eval_sampler_config(config: TrainConfig) -> SamplerConfig:
-    """The sampler settings of evaluation: the training sampler with ``--eval-fanouts``."""
+    """The sampler settings of evaluation: the training sampler with ``--eval-fanouts``, node-wise
+    (a LADIES run evaluates on full neighbourhoods unless told otherwise, as the paper does)."""
     return dataclasses.replace(
-        config.sampler, fanouts=config.eval_fanouts or config.sampler.fanouts
+        config.sampler, fanouts=config.eval_fanouts or config.sampler.fanouts, ladies=None
     )
 
 
