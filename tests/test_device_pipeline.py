@@ -310,3 +310,31 @@ def test_gpu_settings_without_a_gpu_are_refused():
     assert gpu_sampling(TrainConfig(), CPU) is False
     with pytest.raises(ConfigError, match="--gpu-feature-memory"):
         DeviceConfig(feature_memory="lots")
+
+
+def test_windowed_rows_fetch_a_group_of_batches_in_one_gather(small_graph):
+    """`--bulk-batches k` with workers: k batches' input rows come from one gather of their union
+    (`WindowedRows`), each batch's rows those a direct gather gives."""
+    from shardgnn.loader.batches import SeedBatcher
+    from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, WindowedRows
+    from shardgnn.store.feature import LocalFeatureStore
+
+    class Counting(LocalFeatureStore):
+        calls, rows = 0, 0
+
+        def gather(self, ids):
+            self.calls, self.rows = self.calls + 1, self.rows + int(ids.shape[0])
+            return super().gather(ids)
+
+    g = small_graph
+    store = Counting(torch.from_numpy(np.asarray(g.x)))
+    batches = SeedBatcher(np.arange(0, 700), 100, shuffle=True, seed=2)  # 7 batches
+    stage = NeighborSamplingStage(
+        batches, NeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(4, 4))), 5
+    )
+    direct = LocalFeatureStore(torch.from_numpy(np.asarray(g.x)))
+    got = list(FeatureFetcher(stage, WindowedRows(store, 3), None))
+    assert len(got) == 7 and store.calls == 3  # groups of 3, 3 and 1
+    assert store.rows < sum(b.sample.input_nodes.shape[0] for b in got)  # shared rows once
+    for batch in got:
+        assert torch.equal(batch.x_SF, direct.gather(batch.sample.input_nodes))

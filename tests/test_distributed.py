@@ -168,6 +168,103 @@ def test_distributed_sampling_and_fetch_equal_single_process(
         assert stats["sample"]["host_bytes"] > 0 and stats["fetch"]["host_bytes"] > 0
 
 
+def _bulk_sample(ctx, path, seed_lists, hosts=None):
+    """This rank's batches drawn k at a time (``sample_many``) and one at a time, with the
+    sample stage's collective calls of each."""
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.sampling.dist_neighbor import DistNeighborSampler
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.store.dist_graph import DistGraphStore
+
+    host_ranks = next((h for h in hosts if ctx.rank in h), ()) if hosts else ()
+    out = {}
+    for name, config in (
+        ("nodewise", SamplerConfig(fanouts=(5, 3))),
+        ("ladies", SamplerConfig(ladies=(30, 20))),
+    ):
+        runs = {}
+        for mode in ("many", "one"):
+            comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+            store = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm, host_ranks=host_ranks)
+            sampler = DistNeighborSampler(store, config, comm, stage=f"{name}-{mode}")
+            batches = [torch.tensor(b, dtype=torch.int64) for b in seed_lists[ctx.rank]]
+            seeds = [100 + i for i in range(len(batches))]
+            if mode == "many":
+                got = sampler.sample_many(batches, seeds)
+            else:
+                got = [sampler.sample(b, s) for b, s in zip(batches, seeds)]
+            stats = comm.reduce_stats()[f"{name}-{mode}"].as_dict()
+            runs[mode] = (
+                [
+                    [{f.name: getattr(b, f.name) for f in dataclasses.fields(b)} for b in g.blocks]
+                    for g in got
+                ],
+                stats,
+            )
+        out[name] = runs
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world, hosts", [(2, None), (3, [(0, 2), (1,)])])
+def test_bulk_sampling_with_workers_draws_each_batch_as_alone_in_one_exchange(
+    tmp_path, arange_graph_dist, world, hosts
+):
+    """k batches per hop with workers: every batch's blocks are those it gets alone (node-wise
+    and LADIES, uneven batch sizes, one empty), and the hops' requests for all k travel in one
+    exchange: the sample stage's collective calls fall k-fold."""
+    path = make_partitions(tmp_path / "parts", arange_graph_dist, world)
+    rng = np.random.default_rng(3)
+    k = 4
+    seed_lists = [
+        [rng.choice(2500, n, replace=False).tolist() for n in (30, 7, 0, 55)] for _ in range(world)
+    ]
+    results = run_workers(_bulk_sample, world, path, seed_lists, hosts)
+    for res in results:
+        for name, runs in res.items():
+            many, one = runs["many"][0], runs["one"][0]
+            assert len(many) == len(one) == k
+            for got, want in zip(many, one):
+                for block_got, block_want in zip(got, want, strict=True):
+                    for field, value in block_got.items():
+                        expect = block_want[field]
+                        assert (
+                            value == expect
+                            if value is None or isinstance(value, int)
+                            else torch.equal(value, expect)
+                        ), (name, field)
+            calls_many, calls_one = runs["many"][1]["calls"], runs["one"][1]["calls"]
+            assert calls_many > 0 and calls_one == k * calls_many, (name, calls_many, calls_one)
+            assert runs["many"][1]["bytes_sent"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_bulk_batches_with_workers_train_as_one_at_a_time(tmp_path):
+    """`--bulk-batches 3` on 2 workers (no host sharing: every request crosses a collective)
+    trains loss for loss as one batch at a time, and each group of 3 fetches its rows in one
+    exchange, the rows its batches share once (fewer bytes)."""
+    import json
+
+    from shardgnn.cli import main
+
+    runs = {}
+    for bulk in (1, 3):
+        out = tmp_path / f"bulk{bulk}.json"
+        argv = [
+            "train", "synthetic:nodes=3000", "--workers", "2", "--epochs", "2", "--fanouts",
+            "5,5", "--batch-size", "64", "--host-sharing", "off", "--bulk-batches", str(bulk),
+            "--quiet", "--results", str(out),
+        ]  # fmt: skip
+        assert main(argv) == 0
+        runs[bulk] = json.loads(out.read_text())
+    assert [e["loss"] for e in runs[1]["epochs"]] == [e["loss"] for e in runs[3]["epochs"]]
+    assert runs[1]["test_acc"] == runs[3]["test_acc"]
+    fetched = {bulk: r["comm"]["fetch"]["bytes_sent"] for bulk, r in runs.items()}
+    assert 0 < fetched[3] < fetched[1], fetched
+
+
 def _eval_coverage(ctx, path):
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.partition.format import read_partitions

@@ -142,6 +142,43 @@ class InputRows(Protocol):
     def gather(self, ids: torch.Tensor) -> Any: ...
 
 
+class WindowedRows:
+    """Input rows fetched a window of batches at a time: ``plan`` takes the window's input ids,
+    ``prefetch`` gathers their union from ``rows`` in one call (one exchange of a distributed
+    store: the ``k`` batches of a bulk-sampled group fetch their rows in one all-to-allv, rows
+    they share once), ``gather`` serves each batch from it. Read-only rows only (not learnable
+    rows, whose gathers carry gradients back by batch)."""
+
+    def __init__(self, rows: FeatureStore, window: int):
+        self.rows, self.window = rows, window
+        self._ids: torch.Tensor | None = None
+        self._table: torch.Tensor | None = None
+
+    @property
+    def lookahead(self) -> int:
+        return self.window
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.rows.shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.rows.dtype
+
+    def plan(self, window: list[torch.Tensor]) -> None:
+        self._ids = torch.unique(torch.cat(window))  # sorted
+        self._table = None
+
+    def prefetch(self) -> None:
+        assert self._ids is not None, "plan a window first"
+        self._table = self.rows.gather(self._ids)
+
+    def gather(self, ids: torch.Tensor) -> torch.Tensor:
+        assert self._ids is not None and self._table is not None, "prefetch the window first"
+        return self._table[torch.searchsorted(self._ids, ids)]
+
+
 class FeatureFetcher:
     """Joins input-node features and seed labels (both from stores, local or distributed) to each
     sampled batch.

@@ -18,12 +18,21 @@ reassembled graph, for the same seeds and seed, whichever ranks share a host. Ev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import bucket_by_owner, unbucket_segments
-from shardgnn.sampling.neighbor import Prune, SamplerConfig, sample_blocks, sample_neighbors
+from shardgnn.sampling.neighbor import (
+    BlockBuilder,
+    Prune,
+    SamplerConfig,
+    sample_blocks,
+    sample_blocks_many,
+    sample_neighbors,
+)
 from shardgnn.sampling.typed import sample_typed_neighbors
 from shardgnn.sampling.types import SampledBlocks, SeedInput
 from shardgnn.store.dist_graph import DistGraphStore
@@ -66,19 +75,29 @@ class DistNeighborSampler:
     sends them with each drawn edge)."""
 
     def _serve(
-        self, owner: int, asked: np.ndarray, fanout: int, seed: int
+        self,
+        owner: int,
+        asked: np.ndarray,
+        fanout: int,
+        seeds: Sequence[int],
+        lengths: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Sample ``asked`` (global ids owned by ``owner``: this rank or a same-host peer, whose
-        CSR is mapped here): ``(per-row counts, [n, 2 + payload_columns] (neighbour, edge id,
-        payload...) rows)``."""
+        CSR is mapped here), in segments of ``lengths`` rows, segment ``b`` with layer seed
+        ``seeds[b]`` (one per batch of a bulk hop): ``(per-row counts, [n, 2 + payload_columns]
+        (neighbour, edge id, payload...) rows)``."""
         g = self.graph
         if owner == self.comm.rank:
             part, indptr, edge_offset = g.part, g.indptr, g.edge_offset
         else:
             peer = g.peers[owner]
             part, indptr, edge_offset = peer.part, peer.indptr, peer.edge_offset
-        offsets, nbr, eid, *payload = self._draw(part, indptr, asked - part.start, fanout, seed)
-        return np.diff(offsets), np.stack([nbr, eid + edge_offset, *payload], axis=1)
+        counts, rows = [], []
+        for seed, ids in zip(seeds, np.split(asked, np.cumsum(lengths)[:-1]), strict=True):
+            offsets, nbr, eid, *payload = self._draw(part, indptr, ids - part.start, fanout, seed)
+            counts.append(np.diff(offsets))
+            rows.append(np.stack([nbr, eid + edge_offset, *payload], axis=1))
+        return np.concatenate(counts), np.concatenate(rows)
 
     def _draw(
         self, part, indptr: np.ndarray, rows: np.ndarray, fanout: int, seed: int
@@ -90,29 +109,41 @@ class DistNeighborSampler:
         )
 
     def _sample_remote(
-        self, frontier: np.ndarray, fanout: int, seed: int
+        self,
+        frontier: np.ndarray,
+        fanout: int,
+        seeds: Sequence[int],
+        lengths: Sequence[int] | None = None,
     ) -> tuple[np.ndarray, ...]:
         """One hop for ``frontier`` (global ids): ``(offsets, nbr, edge_ids, *payload)`` in
-        frontier order.
+        frontier order. ``frontier`` stacks ``len(seeds)`` batches' frontiers of ``lengths`` rows
+        (one batch: its whole length), each drawn with its batch's layer seed.
 
         Rows owned on this host (this rank's and mapped peers') are sampled here; the others are
-        requested from their owners. Every draw is keyed on the global id, so who samples a row
-        does not change what is drawn.
+        requested from their owners, every batch's in the same request. Every draw is keyed on
+        the global id and the batch's seed, so who samples a row does not change what is drawn.
         """
         g, world, rank = self.graph, self.comm.world_size, self.comm.rank
+        k = len(seeds)
+        lengths = [frontier.shape[0]] if lengths is None else lengths
         order, counts = bucket_by_owner(frontier, g.owner(frontier), world)
         grouped = np.split(frontier[order], np.cumsum(counts)[:-1])
+        # rows of each owner by batch (the bucketing is stable: batch order within an owner)
+        batch = np.repeat(np.arange(k), lengths)[order]
+        by_batch = [
+            np.bincount(part, minlength=k) for part in np.split(batch, np.cumsum(counts)[:-1])
+        ]
         on_host = {rank, *g.peers}
         served: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for owner in sorted(on_host):
-            served[owner] = self._serve(owner, grouped[owner], fanout, seed)
+            served[owner] = self._serve(owner, grouped[owner], fanout, seeds, by_batch[owner])
             if owner != rank:  # what a request and its replies would have carried
                 pair_counts, pairs = served[owner]
                 self.comm.record_host(
                     self.stage, grouped[owner].nbytes + pair_counts.nbytes + pairs.nbytes
                 )
         if len(on_host) < world:
-            served.update(self._exchange(grouped, on_host, fanout, seed))
+            served.update(self._exchange(grouped, by_batch, on_host, fanout, seeds))
         got_counts = np.concatenate([served[p][0] for p in range(world)])
         got_pairs = np.concatenate([served[p][1] for p in range(world)])
         assert got_counts.shape[0] == frontier.shape[0]
@@ -124,31 +155,47 @@ class DistNeighborSampler:
         return (out_offsets, *(columns[:, c].copy() for c in range(columns.shape[1])))
 
     def _exchange(
-        self, grouped: list[np.ndarray], on_host: set[int], fanout: int, seed: int
+        self,
+        grouped: list[np.ndarray],
+        by_batch: list[np.ndarray],
+        on_host: set[int],
+        fanout: int,
+        seeds: Sequence[int],
     ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Ask the owners off this host for their rows (three all-to-alls: ids out, per-row counts
         and pairs back) and serve what they ask of us. Every rank takes part, even with nothing
         to ask: ranks on one host agree on who is on it, so all ranks of the job call this, or
         none (when every rank shares one host).
 
-        A request starts with the requester's layer seed (one int64) and the owner draws with
-        it: the rows a rank samples for its batch depend on its seed only, not on who serves
-        them, so reading a same-host peer's CSR draws exactly what asking it would.
+        A request starts with a header: the number of batches ``k``, the requester's layer seed
+        of each, and how many of the request's rows each holds (``2k + 1`` int64); the owner
+        draws each batch's rows with its seed: the rows a rank samples for its batch depend on
+        its seed only, not on who serves them, so reading a same-host peer's CSR draws exactly
+        what asking it would, and ``k`` batches in one request draw what ``k`` requests would.
         """
         world, rank = self.comm.world_size, self.comm.rank
-        header = torch.tensor([_seed_to_int64(seed)], dtype=torch.int64)
+        k = len(seeds)
+        seed_header = [_seed_to_int64(seed) for seed in seeds]
         requests = [
-            torch.cat([header, torch.from_numpy(grouped[p])])
+            torch.cat([
+                torch.tensor([k, *seed_header], dtype=torch.int64),
+                torch.from_numpy(by_batch[p].astype(np.int64)),
+                torch.from_numpy(grouped[p]),
+            ])
             if p not in on_host and grouped[p].size
             else torch.zeros(0, dtype=torch.int64)
             for p in range(world)
-        ]
+        ]  # fmt: skip
         incoming = self.comm.all_to_all(requests, self.stage)
         reply_counts, reply_pairs = [], []
         for request in incoming:
             if request.numel():
-                requester_seed = int(request[0]) & _UINT64
-                counts, pairs = self._serve(rank, request[1:].numpy(), fanout, requester_seed)
+                asked = request.numpy()
+                n = int(asked[0])
+                requester_seeds = [int(v) & _UINT64 for v in asked[1 : n + 1]]
+                counts, pairs = self._serve(
+                    rank, asked[2 * n + 1 :], fanout, requester_seeds, asked[n + 1 : 2 * n + 1]
+                )
             else:
                 counts = np.zeros(0, np.int64)
                 pairs = np.zeros((0, 2 + self.payload_columns), np.int64)
@@ -173,7 +220,7 @@ class DistNeighborSampler:
             # what layer this hop is (typed sampling serves each layer's fanouts); every rank
             # is at the same layer, as the hops are collectives
             self._layer = next(layers)
-            return self._sample_remote(frontier, fanout, layer_seed)
+            return self._sample_remote(frontier, fanout, [layer_seed])
 
         return sample_blocks(
             inputs.nodes,
@@ -186,6 +233,40 @@ class DistNeighborSampler:
             prune=self.prune,
             halo_hops=self.halo_hops,
         )
+
+    def sample_many(self, inputs: Sequence[SeedInput], seeds: Sequence[int]) -> list[SampledBlocks]:
+        """Bulk sampling with workers (the CAGNET sampling paper's k mini-batches at once): every
+        hop requests the ``k`` batches' frontiers in one exchange (three all-to-alls per hop for
+        all of them instead of per batch), each batch's rows drawn with its own seed; ``out[b]``
+        equals ``sample(inputs[b], seeds[b])``. Collective: every rank calls it with the same
+        ``k`` (the seed batchers give every rank as many batches)."""
+        items = [SeedInput.of(i).untimed(self) for i in inputs]
+        builders = [
+            BlockBuilder(
+                item.nodes, self.config, seed, degree_of=lambda nodes: self.graph.degree[nodes],
+                node_map=self._node_map, exclude=item.exclude, prune=self.prune,
+                halo_hops=self.halo_hops,
+            )
+            for item, seed in zip(items, seeds, strict=True)
+        ]  # fmt: skip
+        layers = iter(range(self.num_layers))
+
+        def one_hop_many(frontiers: list[np.ndarray], fanout: int, layer_seeds: list[int]):
+            self._layer = next(layers)
+            lengths = [f.shape[0] for f in frontiers]
+            offsets, *columns = self._sample_remote(
+                np.concatenate(frontiers), fanout, layer_seeds, lengths
+            )
+            bounds = np.concatenate([[0], np.cumsum(lengths)])
+            return [
+                (
+                    offsets[lo : hi + 1] - offsets[lo],
+                    *(c[offsets[lo] : offsets[hi]] for c in columns),
+                )
+                for lo, hi in zip(bounds[:-1], bounds[1:])
+            ]
+
+        return sample_blocks_many(builders, one_hop_many)
 
 
 class DistTypedNeighborSampler(DistNeighborSampler):

@@ -97,6 +97,95 @@ OneHop = Callable[[np.ndarray, int, int], tuple[np.ndarray, ...]]
 Prune = Callable[[int, np.ndarray, int], "np.ndarray | None"]
 
 
+# one_hop_many(frontiers, fanout, layer seeds) -> one (offsets, nbr, edge ids[, ...]) per batch
+OneHopMany = Callable[[list[np.ndarray], int, list[int]], list[tuple[np.ndarray, ...]]]
+
+
+class BlockBuilder:
+    """One batch's blocks, built a hop at a time: the layer loop every sampler shares
+    (:func:`sample_blocks` drives one, :func:`sample_blocks_many` drives ``k`` in lockstep, their
+    hops drawn together). Arguments as :func:`sample_blocks`'s."""
+
+    def __init__(
+        self,
+        seeds: torch.Tensor | np.ndarray,
+        config: SamplerConfig,
+        seed: int,
+        *,
+        degree_of: Callable[[np.ndarray], np.ndarray],
+        node_map: np.ndarray,
+        exclude: np.ndarray | None = None,
+        prune: Prune | None = None,
+        halo_hops: int | None = None,
+    ):
+        self.seeds = np.ascontiguousarray(
+            seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
+        )
+        self.config, self.seed, self.degree_of, self.node_map = config, seed, degree_of, node_map
+        self.exclude, self.prune, self.halo_hops = exclude, prune, halo_hops
+        self.frontier = self.seeds
+        """the nodes the next hop is drawn for"""
+        self.layer = 0
+        self.blocks: list[Block] = []
+        self.dropped = 0
+
+    @property
+    def layer_seed(self) -> int:
+        """The next hop's seed: ``mix_seed(seed, layer)``."""
+        return mix_seed(self.seed, self.layer)
+
+    def add_hop(self, offsets: np.ndarray, *edges: np.ndarray) -> None:
+        """Build the next block from its hop's draws (``edges``: neighbour, edge id and, from
+        typed samplers, relation of every drawn edge)."""
+        config, frontier, layer, node_map = self.config, self.frontier, self.layer, self.node_map
+        if self.exclude is not None and self.exclude.shape[0]:
+            keep = excluded(frontier, offsets, edges[0], self.exclude, node_map.shape[0])
+            offsets, *edges = keep_edges(offsets, keep, *edges)
+        if self.halo_hops is not None and layer >= self.halo_hops:
+            drawn = edges[0].shape[0]
+            offsets, *edges = keep_edges(offsets, np.isin(edges[0], frontier), *edges)
+            self.dropped += drawn - edges[0].shape[0]
+        weight = None
+        if config.ladies is not None:
+            # LADIES: the hop read every neighbour; keep the edges to the layer's drawn nodes
+            keep, weight = ladies_numpy(
+                frontier, offsets, edges[0], self.degree_of, config.ladies[layer],
+                mix_seed(self.seed, layer, LADIES_STREAM),
+            )  # fmt: skip
+            offsets, *edges = keep_edges(offsets, keep, *edges)
+        nbr, eid = edges[0], edges[1]
+        relation = None if len(edges) < 3 else torch.from_numpy(edges[2])
+        src_nodes, local = relabel(frontier, nbr, node_map)
+        block_layer = len(config.fanouts) - 1 - layer
+        history = None
+        if self.prune is not None and block_layer > 0:
+            history = self.prune(block_layer, src_nodes, int(frontier.shape[0]))
+        degree = np.asarray(self.degree_of(src_nodes), dtype=np.int64)
+        self.blocks.append(
+            Block(
+                src_nodes_S=torch.from_numpy(src_nodes),
+                num_dst=int(frontier.shape[0]),
+                indptr_D1=torch.from_numpy(offsets),
+                indices_E=torch.from_numpy(local),
+                edge_ids_E=torch.from_numpy(eid),
+                src_degree_S=torch.from_numpy(degree),
+                history_S=None if history is None else torch.from_numpy(history),
+                edge_type_E=relation,
+                edge_weight_E=None if weight is None else torch.from_numpy(weight),
+            )
+        )
+        self.frontier = src_nodes if history is None else src_nodes[~history]
+        self.layer += 1
+
+    def result(self) -> SampledBlocks:
+        """The blocks, input layer first."""
+        return SampledBlocks(
+            seeds=torch.from_numpy(self.seeds),
+            blocks=self.blocks[::-1],
+            num_dropped_edges=self.dropped,
+        )
+
+
 def sample_blocks(
     seeds: torch.Tensor | np.ndarray,
     config: SamplerConfig,
@@ -124,55 +213,36 @@ def sample_blocks(
     nodes LADIES draws for the layer (:mod:`shardgnn.sampling.ladies`), weighted
     (``edge_weight_E``); after exclusions and the halo, so those apply to the candidates.
     """
-    seeds_np = np.ascontiguousarray(
-        seeds.numpy() if isinstance(seeds, torch.Tensor) else seeds, dtype=np.int64
-    )
     if config.num_threads is not None:
         numba.set_num_threads(config.num_threads)
-    blocks: list[Block] = []
-    frontier = seeds_np
-    dropped = 0
-    for layer, fanout in enumerate(config.fanouts):
-        # edges: neighbour, edge id and, from typed samplers, relation of every drawn edge
-        offsets, *edges = one_hop(frontier, fanout, mix_seed(seed, layer))
-        if exclude is not None and exclude.shape[0]:
-            keep = excluded(frontier, offsets, edges[0], exclude, node_map.shape[0])
-            offsets, *edges = keep_edges(offsets, keep, *edges)
-        if halo_hops is not None and layer >= halo_hops:
-            drawn = edges[0].shape[0]
-            offsets, *edges = keep_edges(offsets, np.isin(edges[0], frontier), *edges)
-            dropped += drawn - edges[0].shape[0]
-        weight = None
-        if config.ladies is not None:
-            # LADIES: the hop read every neighbour; keep the edges to the layer's drawn nodes
-            keep, weight = ladies_numpy(
-                frontier, offsets, edges[0], degree_of, config.ladies[layer],
-                mix_seed(seed, layer, LADIES_STREAM),
-            )  # fmt: skip
-            offsets, *edges = keep_edges(offsets, keep, *edges)
-        nbr, eid = edges[0], edges[1]
-        relation = None if len(edges) < 3 else torch.from_numpy(edges[2])
-        src_nodes, local = relabel(frontier, nbr, node_map)
-        block_layer = len(config.fanouts) - 1 - layer
-        history = None
-        if prune is not None and block_layer > 0:
-            history = prune(block_layer, src_nodes, int(frontier.shape[0]))
-        blocks.append(
-            Block(
-                src_nodes_S=torch.from_numpy(src_nodes),
-                num_dst=int(frontier.shape[0]),
-                indptr_D1=torch.from_numpy(offsets),
-                indices_E=torch.from_numpy(local),
-                edge_ids_E=torch.from_numpy(eid),
-                src_degree_S=torch.from_numpy(np.asarray(degree_of(src_nodes), dtype=np.int64)),
-                history_S=None if history is None else torch.from_numpy(history),
-                edge_type_E=relation,
-                edge_weight_E=None if weight is None else torch.from_numpy(weight),
-            )
+    builder = BlockBuilder(
+        seeds, config, seed, degree_of=degree_of, node_map=node_map, exclude=exclude,
+        prune=prune, halo_hops=halo_hops,
+    )  # fmt: skip
+    for fanout in config.fanouts:
+        builder.add_hop(*one_hop(builder.frontier, fanout, builder.layer_seed))
+    return builder.result()
+
+
+def sample_blocks_many(
+    builders: list[BlockBuilder], one_hop_many: OneHopMany
+) -> list[SampledBlocks]:
+    """:func:`sample_blocks` for ``k`` batches at once: every hop draws the ``k`` frontiers
+    together (``one_hop_many``: one request exchange for all of them, each batch with its own
+    layer seed), then each batch builds its block as alone; ``out[b]`` equals what
+    :func:`sample_blocks` returns for ``builders[b]``'s batch."""
+    if not builders:
+        return []
+    config = builders[0].config
+    if config.num_threads is not None:
+        numba.set_num_threads(config.num_threads)
+    for fanout in config.fanouts:
+        hops = one_hop_many(
+            [b.frontier for b in builders], fanout, [b.layer_seed for b in builders]
         )
-        frontier = src_nodes if history is None else src_nodes[~history]
-    blocks.reverse()
-    return SampledBlocks(seeds=torch.from_numpy(seeds_np), blocks=blocks, num_dropped_edges=dropped)
+        for builder, hop in zip(builders, hops, strict=True):
+            builder.add_hop(*hop)
+    return [b.result() for b in builders]
 
 
 def keep_edges(offsets: np.ndarray, keep: np.ndarray, *edges: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -24,6 +24,7 @@ from shardgnn.loader.pipeline import (
     HistoryReader,
     LocalityCounter,
     NeighborSamplingStage,
+    WindowedRows,
 )
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
@@ -146,6 +147,9 @@ class DistMiniBatchSteps(DistSampledSteps):
             self.cache if self.cache is not None else self.fetch_store,
             None if self.embedding is None else self.embedding.rows,
         )
+        if config.sampler.bulk > 1 and self.features.lookahead == 0 and self.embedding is None:
+            # k batches sampled together fetch their rows together: one exchange per group
+            self.features = WindowedRows(self.features, config.sampler.bulk)
         start, end = self.graph.book.part_range(ctx.rank)
         self.locality = LocalityCounter(
             NeighborSamplingStage(

@@ -165,7 +165,7 @@ RECIPES: tuple[Recipe, ...] = (
         "shardgnn.train.single:LocalSteps", "shardgnn.train.dist_node:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
         reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | PRECISION | GPU,
-        worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm"} | DIST_SAMPLED
+        worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | DIST_SAMPLED
         | CLUSTER_HISTORICAL | PRECISION,
         model_reads=SAMPLED_LAYER_READS,
         user_models=True,
