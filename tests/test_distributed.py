@@ -241,10 +241,12 @@ def test_bulk_sampling_with_workers_draws_each_batch_as_alone_in_one_exchange(
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_bulk_batches_with_workers_train_as_one_at_a_time(tmp_path):
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_bulk_batches_with_workers_train_as_one_at_a_time(tmp_path, task):
     """`--bulk-batches 3` on 2 workers (no host sharing: every request crosses a collective)
-    trains loss for loss as one batch at a time, and each group of 3 fetches its rows in one
-    exchange, the rows its batches share once (fewer bytes)."""
+    trains loss for loss as one batch at a time (link prediction: each batch with its own
+    negatives and excluded target edges), and each group of 3 fetches its rows in one exchange,
+    the rows its batches share once (fewer bytes)."""
     import json
 
     from shardgnn.cli import main
@@ -253,9 +255,9 @@ def test_bulk_batches_with_workers_train_as_one_at_a_time(tmp_path):
     for bulk in (1, 3):
         out = tmp_path / f"bulk{bulk}.json"
         argv = [
-            "train", "synthetic:nodes=3000", "--workers", "2", "--epochs", "2", "--fanouts",
-            "5,5", "--batch-size", "64", "--host-sharing", "off", "--bulk-batches", str(bulk),
-            "--quiet", "--results", str(out),
+            "train", "synthetic:nodes=3000", "--task", task, "--workers", "2", "--epochs", "2",
+            "--fanouts", "5,5", "--batch-size", "64" if task == "node" else "512",
+            "--host-sharing", "off", "--bulk-batches", str(bulk), "--quiet", "--results", str(out),
         ]  # fmt: skip
         assert main(argv) == 0
         runs[bulk] = json.loads(out.read_text())

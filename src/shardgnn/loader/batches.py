@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator, TypeVar
+
 import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.seeding import mix_seed
+
+T = TypeVar("T")
 
 
 def split_into_batches(
@@ -20,6 +24,19 @@ def split_into_batches(
         raise ConfigError(f"batch_size={batch_size} must be >= 1")
     stop = (num_items // batch_size) * batch_size if drop_last else num_items
     return [(s, min(s + batch_size, stop)) for s in range(0, stop, batch_size)]
+
+
+def in_groups(items: Iterable[T], k: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``k`` (the last one shorter): the groups bulk sampling draws
+    together (``--bulk-batches k``)."""
+    group: list[T] = []
+    for item in items:
+        group.append(item)
+        if len(group) == k:
+            yield group
+            group = []
+    if group:
+        yield group
 
 
 class SeedBatcher:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from shardgnn.graph.linksplit import LinkSplit, pair_keys
-from shardgnn.loader.batches import SeedBatcher
+from shardgnn.loader.batches import SeedBatcher, in_groups
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.sampling.types import SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
@@ -82,28 +82,69 @@ class LinkSamplingStage:
 
     def __iter__(self) -> Iterator[tuple[int, LinkSample]]:
         epoch = self.batches.epoch
+        bulk = getattr(getattr(self.sampler, "config", None), "bulk", 1)
+        if bulk > 1 and hasattr(self.sampler, "sample_many"):
+            yield from self._bulk(epoch, bulk)
+            return
         for index, positions in self.batches:
             yield index, self.sample_batch(np.asarray(positions), epoch, index)
+
+    def _bulk(self, epoch: int, k: int) -> Iterator[tuple[int, LinkSample]]:
+        """``k`` batches at a time through the sampler's ``sample_many`` (each with its own
+        negatives, exclusions and seed: the samples of one batch at a time)."""
+        for group in in_groups(self.batches, k):
+            targets = [(i, self._targets(np.asarray(p), epoch, i)) for i, p in group]
+            with self.timer("sample"):
+                inputs = [batch.inputs for _, batch in targets]
+                samples = self.sampler.sample_many(
+                    inputs, [mix_seed(self.seed, epoch, i) for i, _ in targets]
+                )
+            for (index, batch), sample in zip(targets, samples, strict=True):
+                yield index, batch.sample(sample)
 
     def sample_batch(self, positions: np.ndarray, epoch: int, index: int) -> LinkSample:
         """Batch ``index`` of ``epoch`` (the pairs at ``positions``), timed as stages
         ``negatives`` and ``sample``."""
+        targets = self._targets(positions, epoch, index)
+        with self.timer("sample"):
+            sample = self.sampler.sample(targets.inputs, mix_seed(self.seed, epoch, index))
+        return targets.sample(sample)
+
+    def _targets(self, positions: np.ndarray, epoch: int, index: int) -> "_Targets":
+        """Batch ``index``'s pairs, negatives, seeds and exclusions (timed as ``negatives`` and
+        ``sample``)."""
         src, dst = self.pairs_2P[0, positions], self.pairs_2P[1, positions]
         with self.timer("negatives"):
             neg = self.negatives.sample(src, dst, mix_seed(self.seed, epoch, index, 1))
         with self.timer("sample"):
             seeds, inverse = np.unique(np.concatenate([src, dst, neg.ravel()]), return_inverse=True)
-            p = src.shape[0]
             exclude = target_exclusion(src, dst, self.num_nodes, self.symmetric)
-            inputs = SeedInput(seeds, exclude=exclude)
-            sample = self.sampler.sample(inputs, mix_seed(self.seed, epoch, index))
-            inverse = torch.from_numpy(inverse.astype(np.int64))
+        return _Targets(
+            SeedInput(seeds, exclude=exclude),
+            torch.from_numpy(inverse.astype(np.int64)),
+            src.shape[0],
+            neg.shape[1],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Targets:
+    """One batch's target pairs before sampling: the sampler's input and where each pair's
+    endpoints sit among its seeds."""
+
+    inputs: SeedInput
+    inverse: torch.Tensor
+    num_pos: int
+    negatives_per_pair: int
+
+    def sample(self, sample: SampledBlocks) -> LinkSample:
+        p = self.num_pos
         return LinkSample(
             seeds=sample.seeds,
             blocks=sample.blocks,
-            pos_src_P=inverse[:p],
-            pos_dst_P=inverse[p : 2 * p],
-            neg_dst_PK=inverse[2 * p :].reshape(p, neg.shape[1]),
+            pos_src_P=self.inverse[:p],
+            pos_dst_P=self.inverse[p : 2 * p],
+            neg_dst_PK=self.inverse[2 * p :].reshape(p, self.negatives_per_pair),
         )
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Iterator, Protocol
 import numpy as np
 import torch
 
-from shardgnn.loader.batches import SeedBatcher
+from shardgnn.loader.batches import SeedBatcher, in_groups
 from shardgnn.sampling.types import SampledBlocks, Sampler, SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.feature import FeatureStore
@@ -90,18 +90,12 @@ class NeighborSamplingStage:
     def _bulk(self, epoch: int, k: int) -> Iterator[tuple[int, SampledBlocks]]:
         """``k`` batches at a time through the sampler's ``sample_many`` (each batch with its own
         seed, so the blocks are those of one batch at a time)."""
-        pending: list[tuple[int, Any]] = []
-        for item in itertools.chain(self.batches, [None]):
-            if item is not None:
-                pending.append(item)
-            if pending and (len(pending) == k or item is None):
-                with self.timer("sample"):
-                    samples = self.sampler.sample_many(
-                        [SeedInput(s) for _, s in pending],
-                        [self.batch_seed(epoch, i) for i, _ in pending],
-                    )
-                yield from zip([i for i, _ in pending], samples)
-                pending = []
+        for group in in_groups(self.batches, k):
+            with self.timer("sample"):
+                samples = self.sampler.sample_many(
+                    [SeedInput(s) for _, s in group], [self.batch_seed(epoch, i) for i, _ in group]
+                )
+            yield from zip([i for i, _ in group], samples)
 
 
 class LocalityCounter:

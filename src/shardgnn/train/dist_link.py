@@ -27,7 +27,7 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
 from shardgnn.loader.dist_batches import DistSeedBatcher, FixedBatches
 from shardgnn.loader.link import IndexedPairs, LinkSamplingStage, even_share
-from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage
+from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, WindowedRows
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.partition.book import PartitionBook
 from shardgnn.precision import precision_context
@@ -98,6 +98,9 @@ class DistLinkSteps(DistSampledSteps):
             self.fetch_store if self.cache is None else self.cache,
             None if self.embedding is None else self.embedding.rows,
         )
+        if config.sampler.bulk > 1 and features.lookahead == 0 and self.embedding is None:
+            # k batches sampled together fetch their rows together: one exchange per group
+            features = WindowedRows(features, config.sampler.bulk)
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
         self.train_stages = FeatureFetcher(
             link_stage(sampler, mix_seed(config.seed, ctx.rank), self.timer),

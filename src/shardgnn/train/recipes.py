@@ -184,8 +184,8 @@ RECIPES: tuple[Recipe, ...] = (
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.dist_link:DistLinkSteps",
         "link prediction on sampled mini-batches",
         reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | PRECISION,
-        worker_reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | DIST_SAMPLED
-        | PRECISION,
+        worker_reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm", "sampler.bulk"}
+        | DIST_SAMPLED | PRECISION,
         model_reads=SAMPLED_LAYER_READS,
         user_models=True,
     ),
