@@ -18,8 +18,7 @@ import tempfile
 from pathlib import Path
 
 from bench_plan_time import link  # noqa: E402
-from machine import machine_info  # noqa: E402
-from shardgnn.atomic import atomic_open, save_json
+from machine import write_report  # noqa: E402
 from shardgnn.train.progress import format_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,19 +76,8 @@ def main(argv=None) -> int:
     for row in rows:  # every k trains the same batches
         base = next(r for r in rows if r["link"] == row["link"] and r["k"] == rows[0]["k"])
         row["same_losses"] = row["losses"] == base["losses"]
-    save_json(
-        args.out,
-        {
-            "machine": machine_info(),
-            "command": "python benchmarks/bench_bulk_workers.py " + " ".join(argv or sys.argv[1:]),
-            "graph": args.graph,
-            "workers": args.workers,
-            "runs": rows,
-        },
-    )
     table = format_table(
-        ["link", "k", "epoch s", "sample s", "fetch s", "sample MB", "fetch MB",
-         "same losses"],
+        ["link", "k", "epoch s", "sample s", "fetch s", "sample MB", "fetch MB", "same losses"],
         [
             [r["link"], r["k"], f"{r['epoch_s']:.2f}", f"{r['sample_s']:.2f}",
              f"{r['fetch_s']:.2f}", f"{r['sample_mb']:.1f}", f"{r['fetch_mb']:.1f}",
@@ -97,8 +85,11 @@ def main(argv=None) -> int:
             for r in rows
         ],
     )  # fmt: skip
-    with atomic_open(Path(args.out).with_suffix(".md"), "w") as f:
-        f.write(table + "\n")
+    write_report(
+        args.out, str(Path(args.out).with_suffix(".md")),
+        f"--bulk-batches k on {args.workers} workers, {args.graph}", table,
+        graph=args.graph, workers=args.workers, runs=rows,
+    )  # fmt: skip
     print(table)
     return 0
 

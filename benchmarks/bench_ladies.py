@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from machine import machine_info  # noqa: E402
-from shardgnn.atomic import atomic_open, save_json
+from machine import write_report  # noqa: E402
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.nn.models import ModelConfig
@@ -156,15 +155,6 @@ def main(argv=None) -> int:
         sampling += sampler_rows(graph, spec, samplers, args)
         if not spec.startswith("synthetic"):
             training += training_rows(graph, spec, samplers, args)
-    result = {
-        "machine": machine_info(),
-        "command": "python benchmarks/bench_ladies.py " + " ".join(argv or sys.argv[1:]),
-        "batch_size": args.batch_size,
-        "epochs": args.epochs,
-        "sampling": sampling,
-        "training": training,
-    }
-    save_json(args.out, result)
     table = format_table(
         ["graph", "sampler", "ms / batch", "input nodes", "edges"],
         [
@@ -190,8 +180,12 @@ def main(argv=None) -> int:
             for r in training
         ],  # fmt: skip
     )
-    with atomic_open(Path(args.out).with_suffix(".md"), "w") as f:
-        f.write(table + "\n")
+    write_report(
+        args.out, str(Path(args.out).with_suffix(".md")),
+        f"LADIES against node-wise sampling (batch {args.batch_size}, {args.epochs} epochs)",
+        table, batch_size=args.batch_size, epochs=args.epochs, sampling=sampling,
+        training=training,
+    )  # fmt: skip
     print(table)
     return 0
 
