@@ -121,3 +121,41 @@ def test_a_model_from_a_file_trains_with_workers(model_file, tmp_path):
     results = json.loads(out.read_text())
     assert results["config"]["model"]["model"] == f"{model_file}:StackedSAGE"
     assert len(results["epochs"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_infer_runs_a_user_model_over_a_partition(model_file, tmp_path):
+    """`shardgnn infer` of a user model on 2 workers (full-neighbourhood blocks, batch by batch):
+    its logits equal the checkpoint's model over the whole graph in one process."""
+    import numpy as np
+    import torch
+
+    from shardgnn.graph.synthetic import SyntheticConfig, generate
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.user import build_user_model
+    from shardgnn.train.inference.run import load_model_weights, resolve_checkpoint
+
+    spec = "synthetic:nodes=600,degree=6,classes=3,features=8,seed=4"
+    ck, parts, out = tmp_path / "ck", tmp_path / "parts", tmp_path / "out"
+    model = f"{model_file}:StackedSAGE"
+    argv = ["train", spec, "--model", model, "--epochs", "2", "--hidden", "16", "--quiet"]
+    argv += ["--fanouts", "4,4", "--feature-norm", "none", "--checkpoint-dir", str(ck)]
+    assert main(argv) == 0
+    assert main(["partition", spec, "--parts", "2", "--method", "random", "--out", str(parts)]) == 0
+    argv = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]
+    assert main(argv) == 0
+    summary = json.loads((out / "inference.json").read_text())
+    assert summary["workers"] == 2 and summary["num_nodes"] == 600
+    graph = generate(SyntheticConfig(nodes=600, degree=6, classes=3, features=8, seed=4))
+    net = build_user_model(model, ModelConfig(model=model, hidden=16, num_layers=2), 8, 3)
+    weights = load_model_weights(resolve_checkpoint(ck))
+    net.load_state_dict(weights)
+    net.eval()
+    whole = [MessageGraph.from_csr(graph.indptr, graph.indices)] * 2
+    with torch.no_grad():
+        expected = net(whole, torch.from_numpy(np.asarray(graph.x, dtype=np.float32))).numpy()
+    logits = np.load(out / "logits.npy", allow_pickle=False)
+    np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-5)
+    predictions = np.load(out / "predictions.npy", allow_pickle=False)
+    np.testing.assert_array_equal(predictions, expected.argmax(1))

@@ -20,6 +20,7 @@ from shardgnn.distributed.context import DistContext
 from shardgnn.fullgraph.inference import LayerwiseInference
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
+from shardgnn.nn.config import is_user_model
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.train.config import TrainConfig
@@ -99,6 +100,49 @@ def score_pairs_file(model, embeddings_ND: np.ndarray, pairs_P2: np.ndarray, chu
     return scores
 
 
+USER_MODEL_BATCH = 1024
+"""Nodes per batch of a user model's inference (each with its full L-hop neighbourhood)"""
+
+
+def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Tensor, batch: int):
+    """How a user model (``--model module:Class``, a forward over one graph per layer) infers:
+    ``run_model(module) -> [own rows, out]``, this rank's nodes in batches, each on its
+    full-neighbourhood blocks (the owners serve every neighbour) with their input rows fetched
+    from their owners (``x``: this rank's rows): what training evaluates such a model on with
+    full fanouts, so the outputs are those of the whole graph. Collective: every rank runs the
+    same number of batches."""
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.dist_neighbor import DistNeighborSampler
+    from shardgnn.store.dist_feature import DistFeatureStore
+    from shardgnn.store.dist_graph import DistGraphStore
+
+    config = run.config
+    graph = DistGraphStore.open(run.partitions, ctx.rank, ctx.world_size, comm, verify=False)
+    sampler = DistNeighborSampler(
+        graph, SamplerConfig(fanouts=(-1,) * config.model.num_layers), comm, "sample"
+    )
+    rows = DistFeatureStore(x, graph.book, ctx.rank, comm, "fetch")
+    start, end = graph.book.part_range(ctx.rank)
+    sizes = [int(np.diff(graph.book.part_range(p))[0]) for p in range(ctx.world_size)]
+    count = max(-(-n // batch) for n in sizes)  # known to every rank: no collective
+
+    @torch.no_grad()
+    def run_model(module: torch.nn.Module) -> torch.Tensor:
+        module.eval()
+        outs = []
+        for i in range(count):
+            seeds = torch.arange(start + i * batch, min(end, start + (i + 1) * batch))
+            sample = sampler.sample(seeds, 0)  # full neighbourhoods: the seed draws nothing
+            x_SF = rows.gather(sample.input_nodes).to(ctx.device)
+            graphs = [MessageGraph.from_block(b, ctx.device) for b in sample.blocks]
+            if seeds.numel():
+                outs.append(module(graphs, x_SF).float())
+        return torch.cat(outs) if outs else torch.zeros(0, 0)
+
+    return run_model
+
+
 def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     """Layer-wise inference of a node classifier (logits, predictions, accuracy per split) or a
     link model (its encoder's embeddings, and with ``run.pairs`` their scores) over a
@@ -123,20 +167,35 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
-    engine = LayerwiseInference(
-        shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device,
-        halo_per_chunk=run.feature_storage == "disk",
-    )  # fmt: skip
-    if link:
-        _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
-        outputs = {"embeddings": embeddings}
+    if is_user_model(config.model.model):
+        # a model of the user's own is a whole forward, not layers: full-neighbourhood blocks
+        run_model = _blockwise(ctx, run, comm, x, min(chunk_rows, USER_MODEL_BATCH))
+        if link:
+            embeddings = run_model(model.encoder)
+            outputs = {"embeddings": embeddings}
+        else:
+            # its output is all it exposes: the embeddings table holds it too
+            embeddings = logits = run_model(model)
+            outputs = {
+                "embeddings": embeddings,
+                "logits": logits,
+                "predictions": target.predict(logits).cpu(),
+            }
     else:
-        embeddings, logits = engine.run(model, x)
-        outputs = {
-            "embeddings": embeddings,
-            "logits": logits,
-            "predictions": target.predict(logits).cpu(),
-        }
+        engine = LayerwiseInference(
+            shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device,
+            halo_per_chunk=run.feature_storage == "disk",
+        )  # fmt: skip
+        if link:
+            _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
+            outputs = {"embeddings": embeddings}
+        else:
+            embeddings, logits = engine.run(model, x)
+            outputs = {
+                "embeddings": embeddings,
+                "logits": logits,
+                "predictions": target.predict(logits).cpu(),
+            }
     seconds = time.perf_counter() - start
     by_class = target is not None and target.label_kind == "class"
     labelled = (outputs["predictions"], shard.y, shard.splits) if by_class else None

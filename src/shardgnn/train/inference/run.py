@@ -110,15 +110,12 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
             f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
             "trained on"
         )
-    if config.model.model not in (*LAYERWISE_MODELS, *TYPED_MODELS):
-        hint = (
-            " (`shardgnn export` writes a user model for running over a whole graph)"
-            if is_user_model(config.model.model)
-            else ""
-        )
+    if config.model.model not in (*LAYERWISE_MODELS, *TYPED_MODELS) and not is_user_model(
+        config.model.model
+    ):
         raise ConfigError(
-            f"layer-wise inference runs {', '.join((*LAYERWISE_MODELS, *TYPED_MODELS))} models; "
-            f"{checkpoint} holds {config.model.model}{hint}"
+            f"layer-wise inference runs {', '.join((*LAYERWISE_MODELS, *TYPED_MODELS))} models "
+            f"and models of your own; {checkpoint} holds {config.model.model}"
         )
     if config.feature_norm == "standard":
         raise ConfigError(
