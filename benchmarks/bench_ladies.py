@@ -11,6 +11,7 @@ several seeds (mean +- std of test accuracy, evaluated on full neighbourhoods), 
 time, and the input nodes a batch reads.
 
     python benchmarks/bench_ladies.py --data-dir ../shared/data --out benchmarks/out/ladies.json
+    python benchmarks/bench_ladies.py --device cuda --graphs synthetic:nodes=200000 --no-training
 """
 
 from __future__ import annotations
@@ -54,12 +55,17 @@ def sampler_rows(graph, name: str, samplers: list[str], args) -> list[dict]:
         for _ in range(args.batches)
     ]
     seeds = list(range(args.batches))
+    device = torch.device(args.device)
     variants = {}
     for text in samplers:
         config = _parse_sampler(text)
-        variants[text] = (NeighborSampler(graph.indptr, graph.indices, config), None)
+        tensor = DeviceNeighborSampler(graph.indptr, graph.indices, config, device)
+        # on the CPU the numba kernels one batch at a time; on a GPU the device sampler
+        one = tensor
+        if device.type == "cpu":
+            one = NeighborSampler(graph.indptr, graph.indices, config)
+        variants[text] = (one, None)
         if config.ladies is not None and args.k > 1:
-            tensor = DeviceNeighborSampler(graph.indptr, graph.indices, config, torch.device("cpu"))
             variants[f"{text} k={args.k}"] = (tensor, args.k)
     times: dict[str, list[float]] = {v: [] for v in variants}
     sizes: dict[str, tuple[float, float]] = {}
@@ -72,6 +78,8 @@ def sampler_rows(graph, name: str, samplers: list[str], args) -> list[dict]:
                 out = []
                 for i in range(0, len(batches), k):
                     out += sampler.sample_many(batches[i : i + k], seeds[i : i + k])
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             times[label].append((time.perf_counter() - start) / len(batches))
             sizes[label] = (
                 float(np.mean([o.input_nodes.shape[0] for o in out])),
@@ -138,6 +146,10 @@ def main(argv=None) -> int:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--device", default="cpu", help="where the samplers run (cuda: the GPU)")
+    parser.add_argument(
+        "--no-training", action="store_true", help="time the samplers only (no training runs)"
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "ladies.json"))
     args = parser.parse_args(argv)
     samplers = args.samplers.split()
@@ -153,7 +165,7 @@ def main(argv=None) -> int:
                 print(f"skipping {spec}: {exc}", file=sys.stderr)
                 continue
         sampling += sampler_rows(graph, spec, samplers, args)
-        if not spec.startswith("synthetic"):
+        if not spec.startswith("synthetic") and not args.no_training:
             training += training_rows(graph, spec, samplers, args)
     table = format_table(
         ["graph", "sampler", "ms / batch", "input nodes", "edges"],

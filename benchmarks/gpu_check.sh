@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with one NVIDIA GPU and no network, install the project, run the
-# `gpu` test tier and the GPU benchmarks (benchmarks/bench_gpu.py), and print their table.
+# `gpu` test tier and the GPU benchmarks (bench_gpu.py, bench_bulk.py, bench_ladies.py) and print
+# their tables.
 # Wheels the machine lacks (pymetis) travel in .whl/ (see benchmarks/README.md). Under 8 minutes.
 #
 #   bash benchmarks/gpu_check.sh            # results in $OUT (default benchmarks/out)
@@ -29,3 +30,6 @@ timeout "${GPU_BENCH_TIMEOUT:-380}" python3 benchmarks/bench_gpu.py --out "$OUT/
 echo "== bulk sampling (k batches per hop against one at a time)"
 timeout "${GPU_BULK_TIMEOUT:-90}" python3 benchmarks/bench_bulk.py --device cuda --batches 64 \
     --out "$OUT/bulk_sampling_gpu.json" 2>&1 | tail -8
+echo "== LADIES sampling on the GPU (one batch, and 16 per call) against node-wise"
+timeout "${GPU_LADIES_TIMEOUT:-90}" python3 benchmarks/bench_ladies.py --device cuda --no-training \
+    --graphs synthetic:nodes=200000 --batches 32 --out "$OUT/ladies_gpu.json" 2>&1 | tail -8
