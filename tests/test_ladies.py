@@ -89,6 +89,27 @@ def test_one_draw_follows_p_and_several_follow_successive_sampling(graph):
     assert chi2_contingency(np.stack([ours, ref])).pvalue > 1e-3
 
 
+def test_one_batch_draws_as_a_batch_among_several(graph):
+    """One batch takes a partial sort of its keys, several sort them all: a batch drawn with two
+    copies of itself (same frontier, same seed) draws what it draws alone."""
+    indptr, indices = graph
+    frontier = np.array([21, 22, 23, 24, 25])
+    offsets, nbr, deg_r, deg_e = _hop(indptr, indices, frontier)
+    for s in (1, 7, 10**6):
+        alone = ladies_draw(offsets, nbr, deg_r, deg_e, s, torch.tensor([9]))
+        twice = ladies_draw(
+            torch.cat([offsets, offsets[1:] + offsets[-1]]), torch.cat([nbr, nbr]),
+            torch.cat([deg_r, deg_r]), torch.cat([deg_e, deg_e]), s, torch.tensor([9, 9]),
+            torch.repeat_interleave(torch.arange(2), frontier.shape[0]),
+        )  # fmt: skip
+        c = alone.node_C.shape[0]
+        for b in (0, 1):
+            part = slice(b * c, (b + 1) * c)
+            assert torch.equal(twice.node_C[part], alone.node_C)
+            assert torch.equal(twice.drawn_C[part], alone.drawn_C)
+            assert torch.equal(twice.inclusion_C[part], alone.inclusion_C)
+
+
 def test_inverse_inclusion_weights_are_unbiased(graph):
     """E[drawn_j / inclusion_j] = 1 for every candidate (rank conditioning), the property that
     makes the weighted aggregation estimate the full one."""

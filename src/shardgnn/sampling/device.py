@@ -26,7 +26,7 @@ import torch
 from shardgnn.devicemem import place
 from shardgnn.errors import ConfigError
 from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
-from shardgnn.sampling.hashing import _below, _int64, splitmix64
+from shardgnn.sampling.hashing import _below, _int64, entry_rows, splitmix64
 from shardgnn.sampling.ladies import LADIES_STREAM, kept_edges, ladies_draw
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
@@ -82,9 +82,7 @@ def sample_hop(
             indptr, indices, frontier, offsets, total, fanout, replace, _int64(seed), id_offset
         )
         return offsets, nbr, eid
-    row = torch.repeat_interleave(
-        torch.arange(frontier.shape[0], device=device), counts, output_size=total
-    )
+    row = entry_rows(offsets, total)
     position = torch.arange(total, device=device) - offsets[row]
     if fanout < 0:
         eid = start[row] + position
@@ -333,8 +331,7 @@ def _drop_excluded(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`~shardgnn.sampling.neighbor.excluded` and ``keep_edges`` on tensors: drop the drawn
     edges whose pair key ``dst * N + src`` is in ``exclude`` (sorted)."""
-    counts = offsets[1:] - offsets[:-1]
-    row = torch.repeat_interleave(torch.arange(frontier.shape[0], device=nbr.device), counts)
+    row = entry_rows(offsets, nbr.shape[0])
     keys = frontier[row] * num_nodes + nbr
     pos = torch.searchsorted(exclude, keys).clamp(max=exclude.shape[0] - 1)
     return keep_hop(offsets, exclude[pos] != keys, nbr, eid)
@@ -345,12 +342,8 @@ def keep_hop(
 ) -> tuple[torch.Tensor, ...]:
     """One hop's draws ``(offsets, *edges)`` with only the edges where ``keep`` holds (the tensor
     form of :func:`~shardgnn.sampling.neighbor.keep_edges`)."""
-    counts = offsets[1:] - offsets[:-1]
-    rows = counts.shape[0]
-    row = torch.repeat_interleave(
-        torch.arange(rows, device=offsets.device), counts, output_size=keep.shape[0]
-    )
-    kept = torch.bincount(row[keep], minlength=rows)
+    rows = offsets.shape[0] - 1
+    kept = torch.bincount(entry_rows(offsets, keep.shape[0])[keep], minlength=rows)
     new_offsets = torch.zeros_like(offsets)
     torch.cumsum(kept, 0, out=new_offsets[1:])
     return (new_offsets, *(values[keep] for values in edges))

@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from shardgnn.sampling.hashing import _int64, _srl, splitmix64
+from shardgnn.sampling.hashing import _int64, _srl, entry_rows, splitmix64
 
 LADIES_STREAM = 0x1AD1E5
 """Mixed into a layer's seed for LADIES' draw (``mix_seed(seed, layer, LADIES_STREAM)``), so it
@@ -93,10 +93,7 @@ def ladies_draw(
         batch_R: ``[R]`` the batch of every row (sorted; ``None``: one batch).
     """
     device = nbr_E.device
-    counts_R = offsets_R1[1:] - offsets_R1[:-1]
-    row_E = torch.repeat_interleave(
-        torch.arange(counts_R.shape[0], device=device), counts_R, output_size=nbr_E.shape[0]
-    )
+    row_E = entry_rows(offsets_R1, nbr_E.shape[0])
     batch_E = torch.zeros_like(nbr_E) if batch_R is None else batch_R[row_E]
     # P_ij = 1 / sqrt((d_i + 1)(d_j + 1)); p_j ~ the sum of P_ij ** 2 over the batch's rows
     p2_E = 1.0 / ((degree_R[row_E] + 1).to(torch.float64) * (degree_E + 1).to(torch.float64))
@@ -112,14 +109,21 @@ def ladies_draw(
     p_C = mass_C / total_B[batch_C]
     # exponential races: the layer_nodes smallest keys of each batch win
     key_C = -torch.log(node_uniform(seed_B.to(device)[batch_C], node_C)) / p_C
+    # inclusion probabilities (rank conditioning): given the batch's (s+1)-th smallest key tau,
+    # node j is drawn when its key falls below tau, with probability 1 - exp(-p_j tau)
+    if num_batches == 1:  # one batch: its layer_nodes + 1 smallest keys, a partial sort
+        smallest, at = torch.topk(key_C, min(layer_nodes + 1, key_C.shape[0]), largest=False)
+        drawn_C = torch.zeros(key_C.shape[0], dtype=torch.bool, device=device)
+        drawn_C[at[:layer_nodes]] = True
+        tau = smallest[layer_nodes] if key_C.shape[0] > layer_nodes else torch.inf
+        inclusion_C = -torch.expm1(-p_C * tau)
+        return LayerDraw(row_E, cand_of_E, batch_C, node_C, p_C, drawn_C, inclusion_C)
     order = torch.argsort(key_C, stable=True)
     order = order[torch.argsort(batch_C[order], stable=True)]  # by batch, then key
     per_batch_B = torch.bincount(batch_C, minlength=num_batches)
     first_B = torch.cumsum(per_batch_B, 0) - per_batch_B
     rank_C = torch.empty_like(order)
     rank_C[order] = torch.arange(order.shape[0], device=device) - first_B[batch_C[order]]
-    # inclusion probabilities (rank conditioning): given the batch's (s+1)-th smallest key tau,
-    # node j is drawn when its key falls below tau, with probability 1 - exp(-p_j tau)
     tau_B = torch.full((num_batches,), torch.inf, dtype=torch.float64, device=device)
     over = torch.nonzero(per_batch_B > layer_nodes).squeeze(1)
     tau_B[over] = key_C[order[first_B[over] + layer_nodes]]

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
+from shardgnn.sampling.hashing import entry_rows
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -121,8 +122,7 @@ class Block:
 
     def dst_index_E(self) -> torch.Tensor:
         """Local dst id of every edge (CSR rows expanded)."""
-        deg = self.indptr_D1[1:] - self.indptr_D1[:-1]
-        return torch.repeat_interleave(torch.arange(self.num_dst, dtype=torch.int64), deg)
+        return entry_rows(self.indptr_D1, self.num_edges)
 
     def edge_index(self) -> torch.Tensor:
         """``[2, E]`` local ``(src, dst)`` pairs, for PyG ``MessagePassing`` layers with
