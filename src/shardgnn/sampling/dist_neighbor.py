@@ -92,8 +92,11 @@ class DistNeighborSampler:
         else:
             peer = g.peers[owner]
             part, indptr, edge_offset = peer.part, peer.indptr, peer.edge_offset
-        counts, rows = [], []
+        counts = [np.zeros(0, np.int64)]
+        rows = [np.zeros((0, 2 + self.payload_columns), np.int64)]
         for seed, ids in zip(seeds, np.split(asked, np.cumsum(lengths)[:-1]), strict=True):
+            if not ids.size:  # a batch with no row here: no kernel call
+                continue
             offsets, nbr, eid, *payload = self._draw(part, indptr, ids - part.start, fanout, seed)
             counts.append(np.diff(offsets))
             rows.append(np.stack([nbr, eid + edge_offset, *payload], axis=1))
