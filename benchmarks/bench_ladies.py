@@ -194,7 +194,8 @@ def main(argv=None) -> int:
     )
     write_report(
         args.out, str(Path(args.out).with_suffix(".md")),
-        f"LADIES against node-wise sampling (batch {args.batch_size}, {args.epochs} epochs)",
+        f"LADIES against node-wise sampling (batch {args.batch_size}"
+        + (")" if args.no_training else f", {args.epochs} epochs)"),
         table, batch_size=args.batch_size, epochs=args.epochs, sampling=sampling,
         training=training,
     )  # fmt: skip
