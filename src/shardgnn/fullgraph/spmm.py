@@ -61,6 +61,7 @@ from shardgnn.fullgraph.config import GRID_VARIANTS, FullGraphConfig
 from shardgnn.fullgraph.rows import RowPlan
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.nn.message_graph import MessageGraph, _csr, transpose_csr
+from shardgnn.sampling.tensor_ops import entry_rows
 
 
 class DistFullGraph:
@@ -239,9 +240,7 @@ class DistFullGraph:
             column = torch.from_numpy(self._column_map).to(self.device)[indices]
             keep = column >= 0
             rows = self._graph.num_dst
-            dst = torch.repeat_interleave(
-                torch.arange(rows, device=self.device), indptr.diff(), output_size=len(indices)
-            )
+            dst = entry_rows(indptr, len(indices))
             indptr = torch.zeros_like(indptr)
             indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rows), 0)
             num_columns = (

@@ -25,6 +25,7 @@ import torch
 
 from shardgnn.nn import kernels
 from shardgnn.precision import REDUCED_DTYPES
+from shardgnn.sampling.tensor_ops import entry_rows
 from shardgnn.sampling.types import Block
 
 NORMS = ("mean", "sum", "gcn")
@@ -51,11 +52,7 @@ def transpose_csr(adj: torch.Tensor) -> torch.Tensor:
     rows, cols = adj.shape
     indptr, indices, values = adj.crow_indices(), adj.col_indices(), adj.values()
     nnz = int(indices.shape[0])
-    row_E = torch.repeat_interleave(
-        torch.arange(rows, dtype=indices.dtype, device=indices.device),
-        indptr[1:] - indptr[:-1],
-        output_size=nnz,
-    )
+    row_E = entry_rows(indptr, nnz).to(indices.dtype)
     order = torch.argsort(indices, stable=True)  # by column; a column's entries by row
     counts = torch.zeros(cols, dtype=indptr.dtype, device=indptr.device)
     counts.index_add_(0, indices, torch.ones_like(indices, dtype=indptr.dtype))
@@ -143,11 +140,7 @@ class MessageGraph:
         return self.indptr_D1[1:] - self.indptr_D1[:-1]
 
     def dst_index_E(self) -> torch.Tensor:
-        return torch.repeat_interleave(
-            torch.arange(self.num_dst, device=self.device),
-            self.in_degree_D(),
-            output_size=self.num_edges,  # known: no wait for the device to size the result
-        )
+        return entry_rows(self.indptr_D1, self.num_edges)  # no wait for the device
 
     def source_rows(self, h_SF: torch.Tensor) -> torch.Tensor:
         """The rows :meth:`edge_index`'s sources index: ``h_SF`` itself (a distributed

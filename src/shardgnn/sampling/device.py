@@ -26,8 +26,8 @@ import torch
 from shardgnn.devicemem import place
 from shardgnn.errors import ConfigError
 from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
-from shardgnn.sampling.hashing import _below, _int64, entry_rows, splitmix64
-from shardgnn.sampling.ladies import LADIES_STREAM, kept_edges, ladies_draw
+from shardgnn.sampling.ladies import kept_edges, ladies_draw, ladies_seed
+from shardgnn.sampling.tensor_ops import _below, _int64, entry_rows, splitmix64
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
@@ -301,12 +301,12 @@ class DeviceNeighborSampler:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """LADIES' draw over a full-neighbourhood hop of ``frontier`` (``sizes``: the stacked
         frontiers' lengths, one per seed): ``(offsets, nbr, eid, weight)`` of the kept edges."""
-        seed_B = torch.tensor(
-            [_int64(mix_seed(s, layer, LADIES_STREAM)) for s in seeds], device=self.device
-        )
+        seed_B = torch.tensor([ladies_seed(s, layer) for s in seeds], device=self.device)
         batch_R = None
-        if sizes is not None:
-            batch_R = torch.repeat_interleave(torch.arange(len(seeds), device=self.device), sizes)
+        if sizes is not None:  # the batch of every stacked row
+            bounds = torch.zeros(len(seeds) + 1, dtype=torch.int64, device=self.device)
+            torch.cumsum(sizes, 0, out=bounds[1:])
+            batch_R = entry_rows(bounds, frontier.shape[0])
         draw = ladies_draw(
             offsets,
             nbr,

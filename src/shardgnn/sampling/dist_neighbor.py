@@ -129,13 +129,12 @@ class DistNeighborSampler:
         g, world, rank = self.graph, self.comm.world_size, self.comm.rank
         k = len(seeds)
         lengths = [frontier.shape[0]] if lengths is None else lengths
-        order, counts = bucket_by_owner(frontier, g.owner(frontier), world)
+        owners = g.owner(frontier)
+        order, counts = bucket_by_owner(frontier, owners, world)
         grouped = np.split(frontier[order], np.cumsum(counts)[:-1])
         # rows of each owner by batch (the bucketing is stable: batch order within an owner)
-        batch = np.repeat(np.arange(k), lengths)[order]
-        by_batch = [
-            np.bincount(part, minlength=k) for part in np.split(batch, np.cumsum(counts)[:-1])
-        ]
+        batch = np.repeat(np.arange(k), lengths)
+        by_batch = np.bincount(owners * k + batch, minlength=world * k).reshape(world, k)
         on_host = {rank, *g.peers}
         served: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for owner in sorted(on_host):

@@ -40,11 +40,16 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from shardgnn.sampling.hashing import _int64, _srl, entry_rows, splitmix64
+from shardgnn.sampling.tensor_ops import _int64, _srl, entry_rows, splitmix64
+from shardgnn.seeding import mix_seed
 
-LADIES_STREAM = 0x1AD1E5
-"""Mixed into a layer's seed for LADIES' draw (``mix_seed(seed, layer, LADIES_STREAM)``), so it
-is a stream of its own, not the node-wise draw's."""
+_LADIES_STREAM = 0x1AD1E5
+
+
+def ladies_seed(batch_seed: int, layer: int) -> int:
+    """The seed of a batch's LADIES draw at ``layer``: a stream of its own (not the node-wise
+    draw's ``mix_seed(seed, layer)``), as an int64 with the same bits."""
+    return _int64(mix_seed(batch_seed, layer, _LADIES_STREAM))
 
 
 def node_uniform(seed_C: torch.Tensor, node_C: torch.Tensor) -> torch.Tensor:
@@ -163,7 +168,7 @@ def ladies_numpy(
         torch.from_numpy(np.asarray(degree_of(frontier), dtype=np.int64)),
         torch.from_numpy(np.asarray(degree_of(nbr), dtype=np.int64)),
         layer_nodes,
-        torch.tensor([_int64(layer_seed)], dtype=torch.int64),
+        torch.tensor([layer_seed], dtype=torch.int64),
     )
     keep, weight = kept_edges(draw, frontier.shape[0])
     return keep.numpy(), weight.numpy()

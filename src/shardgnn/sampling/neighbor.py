@@ -11,7 +11,7 @@ import torch
 from shardgnn.graph.linksplit import pair_keys
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.sampling.kernels import KERNEL_LOCK, relabel, sample_counts, sample_fill
-from shardgnn.sampling.ladies import LADIES_STREAM, ladies_numpy
+from shardgnn.sampling.ladies import ladies_numpy, ladies_seed
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
@@ -150,7 +150,7 @@ class BlockBuilder:
             # LADIES: the hop read every neighbour; keep the edges to the layer's drawn nodes
             keep, weight = ladies_numpy(
                 frontier, offsets, edges[0], self.degree_of, config.ladies[layer],
-                mix_seed(self.seed, layer, LADIES_STREAM),
+                ladies_seed(self.seed, layer),
             )  # fmt: skip
             offsets, *edges = keep_edges(offsets, keep, *edges)
         nbr, eid = edges[0], edges[1]

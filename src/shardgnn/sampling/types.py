@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.sampling.hashing import entry_rows
+from shardgnn.sampling.tensor_ops import entry_rows
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
