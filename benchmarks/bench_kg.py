@@ -12,7 +12,8 @@ filtered test MRR and Hits@1/3/10 over head and tail queries with ties counted h
 "realistic" rank). Every seed runs both. Without ``--pykeen-python`` only ours runs.
 
 ``--predictors distmult,transe,rotate,complex`` runs ours with each decoder (every seed, every
-dataset); ``--epochs N`` overrides the datasets' epoch counts (a quicker comparison).
+dataset); ``--epochs N`` overrides the datasets' epoch counts (a quicker comparison);
+``--workers N`` also trains DistMult with ``shardgnn train ... --workers N`` (every seed).
 
 Writes ``benchmarks/out/kg.{json,md}`` (``--out`` names another stem).
 """
@@ -56,6 +57,29 @@ DECODER_NAMES = {
 }
 
 
+def ours_on_workers(name: str, seed: int, data_dir: str, workers: int, tmp: Path) -> dict:
+    """The same training as :func:`ours` (DistMult) with ``--workers N``: the command a user
+    runs (N worker processes over a METIS partition of the entities)."""
+    s = SETTINGS[name][0]
+    out = tmp / f"workers-{name}-{seed}.json"
+    cmd = [sys.executable, "-m", "shardgnn", "train", f"kg-{name}", "--data-dir", data_dir]
+    cmd += ["--task", "link", "--model", "rgcn", "--layers", str(s["layers"])]
+    cmd += ["--hidden", str(s["hidden"]), "--out-dim", str(s["hidden"]), "--dropout", "0.2"]
+    cmd += ["--link-loss", "softmax", "--epochs", str(s["epochs"]), "--lr", str(s["lr"])]
+    cmd += ["--batch-size", "256", "--seed", str(seed), "--workers", str(workers), "--quiet"]
+    start = time.perf_counter()
+    subprocess.run([*cmd, "--results", str(out)], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    results = json.loads(out.read_text())
+    return {
+        "test": results["relational"]["test"],
+        "valid": results["relational"]["valid"],
+        "train_seconds": seconds,
+        "best_epoch": results.get("best_epoch"),
+        "epoch_losses": [e["loss"] for e in results["epochs"]],
+    }
+
+
 def ours(name: str, seed: int, data_dir: str, predictor: str = "distmult", epochs=None) -> dict:
     s = SETTINGS[name][0]
     config = TrainConfig(
@@ -76,6 +100,7 @@ def ours(name: str, seed: int, data_dir: str, predictor: str = "distmult", epoch
         "valid": results["relational"]["valid"],
         "train_seconds": time.perf_counter() - start,
         "best_epoch": results.get("best_epoch"),
+        "epoch_losses": [e["loss"] for e in results["epochs"]],
     }
 
 
@@ -102,7 +127,10 @@ def main() -> int:
     p.add_argument("--out", default="benchmarks/out/kg")
     p.add_argument("--predictors", default="distmult", help="our decoders, comma-separated")
     p.add_argument("--epochs", type=int, default=None, help="instead of each dataset's")
+    p.add_argument("--workers", type=int, default=0, help="also train DistMult on N workers")
     a = p.parse_args()
+    if a.workers and a.epochs:
+        p.error("--workers runs each dataset's epochs: drop --epochs")
     predictors = a.predictors.split(",")
     runs, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,6 +140,8 @@ def main() -> int:
                 for predictor in predictors:
                     key = "ours" if predictor == predictors[0] else f"ours-{predictor}"
                     run[key] = ours(name, seed, a.data_dir, predictor, a.epochs)
+                if a.workers:
+                    run["workers"] = ours_on_workers(name, seed, a.data_dir, a.workers, Path(tmp))
                 if a.pykeen_python:
                     run["pykeen"] = reference(a.pykeen_python, name, seed, a.data_dir, Path(tmp))
                 runs.append(run)
@@ -125,6 +155,8 @@ def main() -> int:
             )
             for pr in predictors
         ]
+        if a.workers:
+            systems += [(f"shardgnn R-GCN + DistMult, {a.workers} workers", "workers")]
         systems += [("PyKEEN DistMult", "pykeen")] if a.pykeen_python else []
         for label, key in systems:
             cells = [mean_std([r[key]["test"][m] for r in mine]) for m in METRICS]
@@ -147,6 +179,7 @@ def main() -> int:
             **{k: {"ours": v[0], "pykeen": v[1]} for k, v in SETTINGS.items()},
             "predictors": predictors,
             "epochs": a.epochs,
+            "workers": a.workers,
         },
         runs=runs,
     )

@@ -250,8 +250,9 @@ def test_the_loop_imports_no_recipe():
 # ---------------------------------------------------------------- inference, a room of its own
 INFERENCE = "shardgnn.train.inference"
 # The recipe modules inference may import: the model builders of the recipes it rebuilds a
-# checkpoint of (``train.link.build_link_model``); nothing else of a recipe.
-INFERENCE_MAY_IMPORT = {"shardgnn.train.link", "shardgnn.train.graphlevel"}
+# checkpoint of (``train.link.build_link_model``, ``train.typed.relational_model``); nothing
+# else of a recipe.
+INFERENCE_MAY_IMPORT = {"shardgnn.train.link", "shardgnn.train.graphlevel", "shardgnn.train.typed"}
 
 
 def _in_inference(module: str) -> bool:

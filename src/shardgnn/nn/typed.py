@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shardgnn.nn.dropout import hashed_dropout
 from shardgnn.nn.functional import segment_softmax
 from shardgnn.sampling.kernels import relabel
+from shardgnn.seeding import mix_seed
 
 
 @dataclasses.dataclass
@@ -359,25 +362,49 @@ class RGCN(nn.Module):
                 RGCNConv(a, b, num_relations, num_bases) for a, b in zip(widths[:-1], widths[1:])
             )
         self.dropout = dropout
+        self.dropout_seed: int | None = None
+        self.dropout_step = 0
 
     @property
     def num_layers(self) -> int:
         return len(self.convs)
 
+    def use_hashed_dropout(self, seed: int) -> None:
+        """Draw dropout masks from ``(seed, dropout_step, layer, node id, column)``
+        (:func:`~shardgnn.nn.dropout.hashed_dropout`; the trainer sets ``dropout_step`` at every
+        step): whatever rows a worker holds, it drops what one process drops for them."""
+        self.dropout_seed, self.dropout_step = int(seed), 0
+
+    def _drop(self, h: torch.Tensor, layer: int, keys_N: torch.Tensor | None) -> torch.Tensor:
+        if self.dropout_seed is None or not self.training or self.dropout == 0.0:
+            return F.dropout(h, self.dropout, self.training)
+        seed = mix_seed(self.dropout_seed, self.dropout_step, layer)
+        return hashed_dropout(h, self.dropout, seed, row_ids=keys_N)
+
     def forward(
         self,
         graph: TypedMessageGraph | list[TypedMessageGraph],
         x_NI: torch.Tensor | None = None,
+        *,
+        halo: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        keys_N: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """One message graph for every layer (full graph), or one per layer (sampled blocks,
-        input layer first)."""
+        input layer first).
+
+        Distributed full-graph training holds some rows of every layer: ``halo(h)`` returns the
+        rows of the other sources of the graph (a collective), which follow the held rows ``h``
+        among the graph's sources; ``keys_N``: the held rows' node ids (hashed dropout's keys;
+        None: ``0 .. N-1``)."""
         graphs = graph if isinstance(graph, list) else [graph] * len(self.convs)
         assert len(graphs) == len(self.convs), (len(graphs), len(self.convs))
         h = self.input_NI if x_NI is None else x_NI
         assert h is not None, "an RGCN without learnable input needs features"
         for i, (conv, layer_graph) in enumerate(zip(self.convs, graphs)):
             if i:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
+                h = self._drop(F.relu(h), i, keys_N)
+            if halo is not None:
+                h = torch.cat([h, halo(h)])
             h = conv(layer_graph, h)
         return h
 

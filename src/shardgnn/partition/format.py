@@ -81,6 +81,7 @@ from shardgnn.partition.methods import check_assignment
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
 from shardgnn.partition.sections import (
     SPLITS,
+    TRIPLES_DIR,
     ArrayWriter,
     PartRows,
     Relabelled,
@@ -385,6 +386,16 @@ class PartitionSet:
         if rel not in self.meta["arrays"]:
             raise DatasetError(f"holds no {rel}", self.path, _REMAKE)
         return _load_array(self.path, self.meta, rel, mmap)
+
+    def triples(self) -> dict[str, np.ndarray]:
+        """A knowledge graph's triples by split (``[T, 3]`` int64 rows of head, relation, tail in
+        original ids; :class:`~shardgnn.partition.sections.TriplesSection`), empty when the
+        directory holds none."""
+        splits = (self.meta.get("triples") or {}).get("splits", {})
+        return {
+            split: np.asarray(self.shared_array(f"{TRIPLES_DIR}/{split}.npy", mmap=False))
+            for split in splits
+        }
 
     @property
     def class_names(self) -> tuple[str, ...] | None:

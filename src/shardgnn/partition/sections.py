@@ -8,7 +8,8 @@ its counts to the part's record and its entries to ``meta.json``. Every graph is
 of data adds is one more section: :class:`TypedSection` (each edge's relation, per-type
 features and ids, the types' bounds per part), :class:`EventSection` (a temporal graph's
 per-edge times and its event stream), :class:`LinkSplitSection` (the held-out edges of link
-prediction). The layout the sections write together is described in
+prediction), :class:`TriplesSection` (a knowledge graph's train/valid/test triples). The layout
+the sections write together is described in
 :mod:`shardgnn.partition.format`.
 """
 
@@ -28,6 +29,7 @@ from shardgnn.partition.book import PartitionBook
 
 SPLITS = ("train_idx", "val_idx", "test_idx")
 NAMES_DIR = "names"
+TRIPLES_DIR = "triples"
 
 
 class _HashingWriter:
@@ -372,3 +374,25 @@ class LinkSplitSection(Section):
 
     def write_beside(self, root: Path) -> None:
         save_link_split(self.split, root / LINK_SPLIT_DIR)
+
+
+@dataclasses.dataclass(frozen=True)
+class TriplesSection(Section):
+    """A knowledge graph's ``(head, relation, tail)`` triples by split (``train``, ``valid``,
+    ``test``; original entity ids, the relations of the graph before its reverses), read whole by
+    every rank: ``triples/<split>.npy``, checksummed, and ``meta.json["triples"]`` (each split's
+    count and the number of relations they name;
+    :meth:`~shardgnn.partition.format.PartitionSet.triples` loads them)."""
+
+    triples: dict[str, np.ndarray]
+    num_relations: int
+
+    def write_shared(self, data: Relabelled, out: ArrayWriter) -> None:
+        for split, rows in self.triples.items():
+            out.write(f"{TRIPLES_DIR}/{split}.npy", np.asarray(rows, dtype=np.int64))
+
+    def describe(self, data: Relabelled, meta: dict[str, Any]) -> None:
+        meta["triples"] = {
+            "splits": {split: int(len(rows)) for split, rows in self.triples.items()},
+            "num_relations": int(self.num_relations),
+        }

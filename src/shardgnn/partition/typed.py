@@ -16,11 +16,11 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.typed import TypedGraph
+from shardgnn.graph.typed import TypedGraph, reverse_relations
 from shardgnn.partition.book import TypedPartitionBook
 from shardgnn.partition.format import PartitionSet, read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, PartitionResult, partition_graph
-from shardgnn.partition.sections import TypedSection
+from shardgnn.partition.sections import TriplesSection, TypedSection
 
 
 def homogeneous_view(graph: TypedGraph) -> Graph:
@@ -91,7 +91,8 @@ def write_typed_partitions(
     """Write the partition directory of a typed graph: the ordinary parts (with the target
     type's labels and splits) plus each edge's relation, each featured type's rows, and the
     types' bounds per part, the user's ids of every type that has them and the class names, and
-    the quality by relation and node type (:func:`typed_metrics`).
+    the quality by relation and node type (:func:`typed_metrics`), and a knowledge graph's triples
+    (:class:`TriplesSection`; relations named as in ``graph`` without its reverses).
     ``write_options``: more of :func:`write_partitions`' arguments (metrics, progress...)."""
     num_parts = write_options.get("num_parts") or int(np.max(assignment)) + 1
     typed = TypedSection(
@@ -116,9 +117,20 @@ def write_typed_partitions(
         settings=settings,
         overwrite=overwrite,
         dataset_spec=dataset_spec,
-        sections=(typed,),
+        sections=(typed, *_triples_section(graph)),
         **write_options,
     )
+
+
+def _triples_section(graph: TypedGraph) -> tuple[TriplesSection, ...]:
+    """The triples of a knowledge graph (none for other typed graphs). Their relations are the
+    graph's own: half of them when the graph holds every relation's reverse too."""
+    if not graph.triples:
+        return ()
+    reverse = reverse_relations(graph.relations[: graph.num_relations // 2])
+    halves = graph.num_relations % 2 == 0 and graph.relations[graph.num_relations // 2 :] == reverse
+    num = graph.num_relations // 2 if halves else graph.num_relations
+    return (TriplesSection(dict(graph.triples), num),)
 
 
 def partition_for_training(
@@ -194,5 +206,6 @@ def reassemble_typed(path: str | os.PathLike, *, verify: bool = True) -> TypedGr
         orig[dst_new],
         etype,
         name=new.name,
+        triples=pset.triples(),
         **fields,
     )

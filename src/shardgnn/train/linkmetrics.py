@@ -73,11 +73,21 @@ def filtered_ranks(scores_QN: np.ndarray, answer_Q: np.ndarray, known_QN: np.nda
 
 def rank_metrics(ranks_Q: np.ndarray, hits_at: tuple[int, ...]) -> dict[str, float]:
     """MRR and Hits@K of a set of ranks."""
+    return metrics_of_rank_sums(rank_sums(ranks_Q, hits_at), hits_at)
+
+
+def rank_sums(ranks_Q: np.ndarray, hits_at: tuple[int, ...]) -> list[float]:
+    """``[count, sum of 1 / rank, ranks <= K for each K]``: what shares of a set of ranks add up
+    to (workers sum them, :func:`metrics_of_rank_sums` turns them into MRR and Hits@K)."""
     r = np.asarray(ranks_Q, np.float64)
-    out = {"mrr": float(np.mean(1.0 / r)) if r.size else float("nan")}
-    for k in hits_at:
-        out[f"hits@{k}"] = float(np.mean(r <= k)) if r.size else float("nan")
-    return out
+    return [float(r.size), float(np.sum(1.0 / r)), *(float(np.sum(r <= k)) for k in hits_at)]
+
+
+def metrics_of_rank_sums(sums: list[float], hits_at: tuple[int, ...]) -> dict[str, float]:
+    """MRR and Hits@K from :func:`rank_sums` (NaN over no ranks)."""
+    count, reciprocal, *hits = sums
+    mean = (lambda total: total / count) if count else (lambda total: float("nan"))
+    return {"mrr": mean(reciprocal), **{f"hits@{k}": mean(h) for k, h in zip(hits_at, hits)}}
 
 
 def stream_metrics(pos, neg, neg_hist, new, batch_ap) -> dict[str, float | None]:

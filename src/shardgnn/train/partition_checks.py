@@ -33,9 +33,17 @@ def check_typed_partition(
     config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
 ) -> TrainConfig:
     """As a homogeneous partition, except that featureless node types learn rows; relation
-    names in ``--relation-fanouts`` name the partition's relations."""
+    names in ``--relation-fanouts`` name the partition's relations; link prediction needs a
+    knowledge graph's triples."""
     from shardgnn.sampling.typed import relation_fanouts
 
+    if config.task == "link":  # a knowledge graph: its triples are its split
+        if not pset.meta.get("triples"):
+            raise ConfigError(
+                f"--task link: {pset.path} holds no knowledge graph's triples; partition a "
+                "knowledge graph (kg-umls, kg:DIR), or train this one with --task node"
+            )
+        return config
     relation_fanouts(pset.typed_book.relations, config.sampler.relation_layers())
     return _check_rows(config, pset, split_given, featureless_types=True)
 

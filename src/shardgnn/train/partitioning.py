@@ -171,15 +171,19 @@ def _warn_metis_balance(metrics: PartitionMetrics, settings: dict) -> None:
 
 def partition_typed(job: PartitionJob) -> Partitioned:
     """A typed graph: every relation reversed, every node type balanced; quality by relation
-    and node type too."""
+    and node type too; a knowledge graph's triples written with the parts."""
     from shardgnn.partition.typed import partition_for_training as write_typed
     from shardgnn.sampling.typed import relation_fanouts
-    from shardgnn.train.typed import check_node_trainable, message_relations
+    from shardgnn.train.typed import (
+        check_node_trainable,
+        check_typed_trainable,
+        message_relations,
+    )
 
     if job.link is not None:
         raise ConfigError(
-            f"{job.dataset} is a typed graph: it is partitioned for node classification "
-            "(relational link prediction trains in one process); drop --task link"
+            f"{job.dataset} is a typed graph: a knowledge graph's triples carry their own "
+            "train/valid/test split and are written with the parts; drop --task link"
         )
     start = time.perf_counter()
     typed = load_typed_dataset(job.dataset, job.data_dir)
@@ -192,9 +196,12 @@ def partition_typed(job: PartitionJob) -> Partitioned:
     )
     if job.training is not None:
         check_worker_count(job.config.num_parts, typed.num_nodes, typed.name)
-        check_node_trainable(typed)
-        # unknown relation names fail before the partitioning, not in the workers
-        relation_fanouts(message_relations(typed), job.training.sampler.relation_layers())
+        if job.training.task == "link":
+            check_typed_trainable(typed)
+        else:
+            check_node_trainable(typed)
+            # unknown relation names fail before the partitioning, not in the workers
+            relation_fanouts(message_relations(typed), job.training.sampler.relation_layers())
     start = time.perf_counter()
     written, result, pset = write_typed(
         typed, job.config, job.out, overwrite=job.overwrite,

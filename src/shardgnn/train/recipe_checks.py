@@ -41,11 +41,9 @@ def check_typed(config: TrainConfig) -> None:
         )
     elif config.task == "link" and config.link.loss == "margin":
         problem = "ranks every entity: use --link-loss softmax or bce, not margin"
-    elif config.run.distributed and config.task == "link":
-        problem = "trains link prediction in one process so far: drop --workers"
     elif config.run.distributed and model in SNAPSHOT_MODELS:
         problem = f"trains --model {model} on snapshots in one process: drop --workers"
-    elif config.run.distributed and config.mode == "full":
+    elif config.run.distributed and config.mode == "full" and config.task == "node":
         problem = "trains with workers on sampled blocks: use --mode minibatch"
     elif config.embedding.enabled:
         problem = "gives featureless nodes learnt input rows already: drop --embedding-dim"

@@ -67,6 +67,9 @@ from shardgnn.train.recipe_settings import (
     settings,
 )
 
+KG_LINK = MODEL - {"model.input_dropout"} | settings(
+    "batch_size", "link.loss", "link.out_dim", "link.predictor"
+)
 HOMOGENEOUS_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
 _STREAM_MODELS = tuple(m for m in TEMPORAL_MODELS if m not in SNAPSHOT_MODELS)
 DEFAULT_EMBEDDING_DIM = 64
@@ -215,12 +218,12 @@ RECIPES: tuple[Recipe, ...] = (
         # the whole graph's encoder runs at every step: --mode full (config sets it for a
         # knowledge-graph spec; a TypedGraph handed to run_training may say minibatch)
         "kg-link", "typed", "link", ("full", "minibatch"), ("rgcn",),
-        "shardgnn.train.typed:TypedLinkSteps", None,
+        "shardgnn.train.typed:TypedLinkSteps",
+        "shardgnn.train.dist_kg:DistRelationalLinkSteps",
         "knowledge-graph link prediction (R-GCN + DistMult, TransE, RotatE or ComplEx)",
         defaults=KG_DEFAULTS,
-        reads=MODEL - {"model.input_dropout"} | settings(
-            "batch_size", "link.loss", "link.out_dim", "link.predictor"
-        ),
+        reads=KG_LINK,
+        worker_reads=KG_LINK | WORKERS,
         model_reads=RGCN,
     ),
     *(

@@ -43,7 +43,13 @@ from shardgnn.seeding import mix_seed
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
-from shardgnn.train.linkmetrics import AnswerIndex, both_directions, filtered_ranks, rank_metrics
+from shardgnn.train.linkmetrics import (
+    AnswerIndex,
+    both_directions,
+    filtered_ranks,
+    metrics_of_rank_sums,
+    rank_sums,
+)
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.setup import adam, resolve_device
 
@@ -129,93 +135,116 @@ class _TypedGraphSteps(Steps):
         return dataset_info(self.graph, self.spec)
 
 
-class TypedLinkSteps(_TypedGraphSteps):
-    """Single-process relational link prediction on a knowledge graph (``graph``: given, else
-    loaded from the spec)."""
+class RelationalSteps(Steps):
+    """What relational link prediction does in one process and on workers: the epoch over the
+    training queries and the filtered evaluation, over the entity rows :meth:`encode` returns.
+
+    Subclasses set ``config``, ``model`` (a :class:`TypedLinkModel`), ``optimizer``, ``timer``,
+    ``device``, ``num_entities``, ``num_relations`` (the triples' relations, reverses excluded)
+    and the triples by split (``triples``), then call :meth:`_index_triples`; they define
+    :meth:`encode`, and on workers :meth:`share` and :meth:`backward_and_step`.
+    """
 
     metric = "mrr"
+    config: TrainConfig
+    device: torch.device
+    num_entities: int
+    num_relations: int
+    triples: dict[str, np.ndarray]
 
-    def __init__(self, config: TrainConfig, graph: TypedGraph | None = None):
-        super().__init__(config, graph, check_typed_trainable)
-        g = self.graph
-        n, r = g.num_nodes, g.num_relations
-        model, out_dim = config.model, config.link.out_dim
-        encoder = typed_encoder(
-            model, message_relations(g), g.node_types, out_dim=out_dim, num_nodes=n,
-            learn_input=True,
-        )  # fmt: skip
-        # A relation vector per direction (reciprocal relations, Lacroix et al. 2018): head
-        # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head
-        # and tail, so with one vector per relation an asymmetric relation could not tell its
-        # heads from its tails; every decoder then scores tail queries alone.
-        decoder = relational_decoder(config.link.predictor, 2 * r, out_dim)
-        self.model = TypedLinkModel(encoder, decoder).to(self.device)
-        self.optimizer = adam(self.model.parameters(), config.optim)
-        self.train_queries = both_directions(g.triples["train"])
-        self.train_answers = AnswerIndex(g.triples["train"], n, r)
-        self.known = AnswerIndex(np.concatenate([g.triples[s] for s in g.triples]), n, r)
+    def _index_triples(self) -> None:
+        triples, n, r = self.triples, self.num_entities, self.num_relations
+        self.train_queries = both_directions(triples["train"])
+        self.train_answers = AnswerIndex(triples["train"], n, r)
+        self.known = AnswerIndex(np.concatenate([triples[s] for s in triples]), n, r)
         self.last_metrics: dict[str, dict[str, float]] = {}
+        self.model.encoder.use_hashed_dropout(self.config.seed)
+
+    def encode(self) -> torch.Tensor:
+        """``[N, D]``: every entity's row, in entity id order (a collective on workers)."""
+        raise NotImplementedError
+
+    def share(self, queries: np.ndarray) -> np.ndarray:
+        """The queries (positions) this process scores of those every process steps through."""
+        return queries
+
+    def backward_and_step(self, loss_share: torch.Tensor) -> None:
+        """Backward from this process's share of the loss, then one optimiser step."""
+        loss_share.backward()
+        self.optimizer.step()
 
     def query_relation(self, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
         """The decoder's relation of each query: ``r`` for tail queries, ``r + R`` (the
         reciprocal) for head queries."""
-        return relation + direction * self.graph.num_relations
+        return relation + direction * self.num_relations
+
+    def _scores(self, ent_ND: torch.Tensor, queries, q: np.ndarray) -> torch.Tensor:
+        anchor, relation, _, direction = queries
+        relation_Q = torch.from_numpy(self.query_relation(relation[q], direction[q]))
+        return self.model.decoder.score_all(
+            ent_ND[torch.from_numpy(anchor[q]).to(self.device)], relation_Q.to(self.device), ent_ND
+        )
 
     # ------------------------------------------------------------------ training
     def train_epoch(self, run: EpochRun) -> tuple[float, float]:
+        """Every training query once, in batches of ``--batch-size`` queries in an order drawn
+        from ``mix_seed(seed, epoch)``; each process scores its share of a batch, the shares'
+        losses add up to the batch's mean loss."""
         config = self.config
         anchor, relation, answer, direction = self.train_queries
         order = np.random.default_rng(mix_seed(config.seed, run.epoch)).permutation(len(anchor))
         batch = config.item_batch_size
         loss_sum, correct = 0.0, 0
         self.model.train()
-        for start in range(0, len(order), batch):
-            q = order[start : start + batch]
+        steps = -(-len(order) // batch)
+        for step, start in enumerate(range(0, len(order), batch)):
+            batch_q = order[start : start + batch]
+            # the masks of a step follow from its place in the run: a resumed run draws them alike
+            self.model.encoder.dropout_step = run.epoch * steps + step
+            q = self.share(batch_q)
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
-                ent_ND = self.model(self.message_graph)
-                rel_Q = torch.from_numpy(self.query_relation(relation[q], direction[q]))
-                rel_Q = rel_Q.to(self.device)
-                scores_QN = self.model.decoder.score_all(
-                    ent_ND[torch.from_numpy(anchor[q]).to(self.device)], rel_Q, ent_ND
-                )
+                ent_ND = self.encode()
+                scores_QN = self._scores(ent_ND, self.train_queries, q)
                 answer_Q = torch.from_numpy(answer[q]).to(self.device)
                 if config.link.loss == "softmax":
-                    loss = F.cross_entropy(scores_QN, answer_Q)
+                    loss = F.cross_entropy(scores_QN, answer_Q, reduction="sum") / len(batch_q)
                 else:  # bce: every known training answer of the query is a positive
                     target_QN = self.train_answers.mask(anchor[q], relation[q], direction[q])
                     loss = F.binary_cross_entropy_with_logits(
-                        scores_QN, torch.from_numpy(target_QN).to(scores_QN)
-                    )
-                loss.backward()
-                self.optimizer.step()
-            loss_sum += loss.item() * len(q)
+                        scores_QN, torch.from_numpy(target_QN).to(scores_QN), reduction="sum"
+                    ) / (len(batch_q) * self.num_entities)
+                if not len(q):  # no share: the backward exchanges run all the same
+                    loss = scores_QN.sum()
+                self.backward_and_step(loss)
+            loss_sum += loss.item() * len(batch_q)
             correct += int((scores_QN.argmax(1) == answer_Q).sum())
+        loss_sum, correct = self.sum([loss_sum, float(correct)])
         return loss_sum / len(order), correct / len(order)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def entity_embeddings(self) -> torch.Tensor:
         self.model.eval()
-        return self.model(self.message_graph)
+        return self.encode()
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
-        name = {"val": "valid"}.get(split, split)
-        anchor, relation, answer, direction = both_directions(self.graph.triples[name])
+        """Filtered MRR over ``split``'s triples, both directions (each process ranks its share;
+        the sums over processes make the metrics)."""
+        queries = both_directions(self.triples[{"val": "valid"}.get(split, split)])
+        anchor, relation, answer, direction = queries
         ent_ND = self.entity_embeddings()
-        ranks = []
-        chunk = max(1, (1 << 22) // max(self.graph.num_nodes, 1))  # ~4M scores at a time
-        for start in range(0, len(anchor), chunk):
-            q = slice(start, start + chunk)
-            scores_QN = self.model.decoder.score_all(
-                ent_ND[torch.from_numpy(anchor[q]).to(self.device)],
-                torch.from_numpy(self.query_relation(relation[q], direction[q])).to(self.device),
-                ent_ND,
-            )
+        mine = self.share(np.arange(len(anchor)))
+        ranks = [np.zeros(0)]
+        chunk = max(1, (1 << 22) // max(self.num_entities, 1))  # ~4M scores at a time
+        for start in range(0, len(mine), chunk):
+            q = mine[start : start + chunk]
+            scores_QN = self._scores(ent_ND, queries, q)
             known = self.known.mask(anchor[q], relation[q], direction[q])
             ranks.append(filtered_ranks(scores_QN.cpu().numpy(), answer[q], known))
-        metrics = rank_metrics(np.concatenate(ranks), RELATIONAL_HITS_AT)
+        sums = self.sum(rank_sums(np.concatenate(ranks), RELATIONAL_HITS_AT))
+        metrics = metrics_of_rank_sums(sums, RELATIONAL_HITS_AT)
         self.last_metrics[split] = metrics
         return metrics["mrr"]
 
@@ -228,6 +257,42 @@ class TypedLinkSteps(_TypedGraphSteps):
                 "test": self.last_metrics.get("test", {}),
             }
         }
+
+
+class TypedLinkSteps(_TypedGraphSteps, RelationalSteps):
+    """Single-process relational link prediction on a knowledge graph (``graph``: given, else
+    loaded from the spec)."""
+
+    def __init__(self, config: TrainConfig, graph: TypedGraph | None = None):
+        super().__init__(config, graph, check_typed_trainable)
+        g = self.graph
+        self.num_entities, self.num_relations = g.num_nodes, g.num_relations
+        self.triples = g.triples
+        self.model = relational_model(config, message_relations(g), g.node_types, g.num_nodes)
+        self.model = self.model.to(self.device)
+        self.optimizer = adam(self.model.parameters(), config.optim)
+        self._index_triples()
+
+    def encode(self) -> torch.Tensor:
+        return self.model(self.message_graph)
+
+
+def relational_model(
+    config: TrainConfig, relations: tuple, node_types: tuple, num_entities: int
+) -> TypedLinkModel:
+    """The R-GCN encoder over learnt entity rows and the ``--predictor`` decoder, initialised
+    from the torch generator as it stands (one process and every worker build it alike)."""
+    out_dim = config.link.out_dim
+    encoder = typed_encoder(
+        config.model, relations, node_types, out_dim=out_dim, num_nodes=num_entities,
+        learn_input=True,
+    )  # fmt: skip
+    # A relation vector per direction (reciprocal relations, Lacroix et al. 2018): head
+    # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head
+    # and tail, so with one vector per relation an asymmetric relation could not tell its
+    # heads from its tails; every decoder then scores tail queries alone.
+    decoder = relational_decoder(config.link.predictor, len(relations), out_dim)
+    return TypedLinkModel(encoder, decoder)
 
 
 def check_node_trainable(graph: TypedGraph) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardgnn.atomic import save_json
+from shardgnn.atomic import atomic_open, save_json
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
+from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
@@ -271,6 +272,8 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
     from shardgnn.store.dist_feature import DistFeatureStore
 
+    if run.config.task == "link":
+        return infer_relational(ctx, run)
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
     chunk_rows, table_format = run.chunk_rows, run.table_format
 
@@ -358,6 +361,79 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "pairs_scored": None,
         "outputs": written,
         "tables": tables_summary(table_format, named, pset.class_names),
+    }
+    save_json(out / "inference.json", summary)
+    return summary
+
+
+def infer_relational(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
+    """A knowledge-graph model (R-GCN + decoder) over a partition of its graph: every rank
+    encodes its own entities as training does (its entities' in-neighbours' rows fetched per
+    layer, :class:`~shardgnn.fullgraph.relational.EntityShard`), from the checkpoint's entity
+    rows put back together by entity id (every worker's, by their ids). Writes, by entity
+    id, ``OUT/entity/embeddings.npy`` (the encoder's output: what the decoder scores) with its
+    table keyed by the entities' names, and ``OUT/relations.npy``, the decoder's row of every
+    relation (``r``) and of its reciprocal (``r + R``, which scores head queries)."""
+    from shardgnn.fullgraph.relational import HELD_ROWS, EntityShard
+    from shardgnn.train.checkpoint import read_checkpoint_meta
+    from shardgnn.train.inference.run import read_rank_state
+    from shardgnn.train.typed import relational_model
+
+    checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
+    typed = pset.typed_book
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    world = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
+    states = [read_rank_state(checkpoint, r) for r in range(world)]
+    weights = {k: v for k, v in states[0].items() if not k.startswith(HELD_ROWS)}
+    rows, ids = f"{HELD_ROWS}NI", f"{HELD_ROWS}node_ids"
+    if any(rows not in s or ids not in s for s in states):
+        raise ConfigError(f"{checkpoint} holds no entity rows ({rows}, {ids})")
+    table = torch.empty(pset.num_nodes, states[0][rows].shape[1])
+    for state in states:
+        held, held_ids = state[rows], state[ids]
+        if held.shape[0] != held_ids.shape[0] or int(held_ids.max()) >= pset.num_nodes:
+            raise ConfigError(f"{checkpoint} does not fit the {pset.num_nodes:,} entities here")
+        table[held_ids] = held
+    shard = EntityShard(pset, ctx.rank, comm, torch.device("cpu"))
+    model = relational_model(config, typed.relations, typed.node_types, pset.num_nodes)
+    model.encoder.input_NI = None  # the rows come from the checkpoint's table
+    load_weights_into(model, weights, checkpoint, "knowledge-graph model")
+    model = shard.hold_rows(model, table)
+    model.eval()
+    begin = time.perf_counter()
+    with torch.no_grad():
+        h_ND = shard.encode(model.encoder)
+    seconds = time.perf_counter() - begin
+    totals, comm_summed = sum_over_ranks(comm, seconds)
+    start, end = pset.book.part_range(ctx.rank)
+    orig = np.asarray(pset.orig_ids)
+    entity = typed.node_types[0]
+    name = f"{entity}/embeddings"
+    placement = {name: (pset.num_nodes, lambda p: orig[slice(*pset.book.part_range(p))])}
+    held = h_ND[torch.from_numpy(orig[start:end])].numpy()  # its own entities' rows
+    written = write_by_original_id(ctx, out, {name: held}, placement)
+    if written is None:
+        return None
+    with atomic_open(out / "relations.npy", "wb") as fh:
+        np.save(fh, next(iter(model.decoder.parameters())).detach().numpy(), allow_pickle=False)
+    written["relations"] = str(out / "relations.npy")
+    ids = pset.node_ids(entity)
+    tables = write_output_tables(out / entity, run.table_format, ids, None, f"{entity}/", False)
+    written.update(tables)
+    summary = {
+        "task": config.task,
+        "model": config.model.model,
+        "predictor": config.link.predictor,
+        "checkpoint": str(checkpoint),
+        "partitions": str(pset.path),
+        "workers": ctx.world_size,
+        "num_nodes": pset.num_nodes,
+        "relations": ["/".join(r) for r in typed.relations],
+        "embedding_width": int(h_ND.shape[1]),
+        **measured(totals, comm_summed, ctx.world_size, accuracy=False),
+        "pairs_scored": None,
+        "outputs": written,
+        "tables": tables_summary(run.table_format, ids is not None, None),
     }
     save_json(out / "inference.json", summary)
     return summary
