@@ -6,6 +6,7 @@ triples travel with the parts, checkpoints resume exactly on the workers that wr
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -110,34 +111,50 @@ def test_workers_train_a_knowledge_graph_as_one_process(kg, world, predictor, lo
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_workers_checkpoint_resumes_exactly_and_infers_its_ranking(kg, tmp_path):
-    """Two workers stopped after 2 epochs and resumed to 4 equal 4 uninterrupted epochs, and so
-    does the same checkpoint resumed on 3 workers; ``shardgnn infer`` over either partition
-    writes the same entity embeddings, whose filtered
-    ranks of the test triples give the run's test MRR."""
+    """Two workers stopped after 2 epochs and resumed to 4 equal 4 uninterrupted epochs; the same
+    checkpoint resumed on 3 workers and in one process (issue 33: every entity row and its Adam
+    state re-sharded by entity id) goes on as the uninterrupted run (which is one process's, so
+    to 1e-5), and so does one process's checkpoint resumed on 2 workers. ``shardgnn infer`` over
+    either partition writes the same entity embeddings, whose filtered ranks of the test triples
+    give the run's test MRR."""
     from shardgnn.train.config import CheckpointConfig, OptimConfig
     from shardgnn.train.linkmetrics import AnswerIndex, both_directions, filtered_ranks
+    from shardgnn.train.single import run_training
 
     spec, parts = kg["spec"], kg["parts"]
     whole = run_workers(_train, 2, _config(spec, 2, parts[2]))[0]
-    ckpt = CheckpointConfig(dir=str(tmp_path / "ckpt"))
-    two = dict(optim=OptimConfig(epochs=2, lr=0.05), checkpoint=ckpt)
-    run_workers(_train, 2, _config(spec, 2, parts[2], **two))
-    resume = dict(checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt"), resume=True))
-    resumed = run_workers(_train, 2, _config(spec, 2, parts[2], **resume))[0]
+    half = OptimConfig(epochs=2, lr=0.05)
+
+    def stopped(folder):
+        return dict(optim=half, checkpoint=CheckpointConfig(dir=str(tmp_path / folder)))
+
+    def resumed_from(folder):
+        return dict(checkpoint=CheckpointConfig(dir=str(tmp_path / folder), resume=True))
+
+    run_workers(_train, 2, _config(spec, 2, parts[2], **stopped("ckpt")))
+    for copy in ("on3", "on1"):  # each resume writes its own later epochs
+        shutil.copytree(tmp_path / "ckpt", tmp_path / copy)
+    resumed = run_workers(_train, 2, _config(spec, 2, parts[2], **resumed_from("ckpt")))[0]
 
     def learnt(results):
         return [(e["loss"], e["train_acc"], e["val_acc"]) for e in results["epochs"]]
 
     assert learnt(resumed) == learnt(whole)
     assert resumed["relational"]["test"] == whole["relational"]["test"]
-    # on 3 workers (issue 33): every entity row and its Adam state re-sharded by entity id; the
-    # run goes on as the uninterrupted one (equal to one process, so to 1e-5)
-    _check_resharded_rows(tmp_path / "ckpt", parts[3])
-    other = run_workers(_train, 3, _config(spec, 3, parts[3], **resume))[0]
-    np.testing.assert_allclose(_losses(other), _losses(whole), rtol=0, atol=1e-5)
-    assert other["relational"]["test"]["mrr"] == pytest.approx(
-        whole["relational"]["test"]["mrr"], abs=1e-3
-    )
+    _check_resharded_rows(tmp_path / "on3", parts[3])
+    others = {
+        "3 workers": run_workers(_train, 3, _config(spec, 3, parts[3], **resumed_from("on3")))[0],
+        "one process": run_training(_config(spec, **resumed_from("on1"))),
+    }
+    run_training(_config(spec, **stopped("single")))
+    others["one process on 2 workers"] = run_workers(
+        _train, 2, _config(spec, 2, parts[2], **resumed_from("single"))
+    )[0]
+    for what, other in others.items():
+        assert [e["epoch"] for e in other["epochs"]] == [1, 2, 3, 4], what
+        np.testing.assert_allclose(_losses(other), _losses(whole), rtol=0, atol=1e-5, err_msg=what)
+        mrr = other["relational"]["test"]["mrr"]
+        assert mrr == pytest.approx(whole["relational"]["test"]["mrr"], abs=1e-3), what
 
     embeddings = {}
     for p in (2, 3):

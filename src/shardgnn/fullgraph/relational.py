@@ -48,36 +48,44 @@ class EntityShard:
         self.entities = RowGather(every, book, comm, 0, ENTITY_STAGE)
 
     def hold_rows(self, model: TypedLinkModel, table_ND: torch.Tensor) -> TypedLinkModel:
-        """``model`` holding this rank's rows of the entity table ``table_ND`` (entity id
-        order) as its encoder's input, with their entity ids and their Adam state beside them
-        (:data:`HELD_ROWS` ``node_ids``, ``exp_avg``, ``exp_avg_sq``, ``step``): a checkpoint puts
-        every rank's rows and state back together by entity id, for inference and for a job of
-        another size (:func:`~shardgnn.train.checkpoint.reshard`)."""
-        encoder = model.encoder
-        rows_ND = table_ND[self.own_orig].clone()
-        encoder.input_NI = torch.nn.Parameter(rows_ND)
-        encoder.register_buffer("input_node_ids", torch.from_numpy(self.own_orig.copy()))
-        encoder.register_buffer("input_exp_avg", torch.zeros_like(rows_ND))
-        encoder.register_buffer("input_exp_avg_sq", torch.zeros_like(rows_ND))
-        encoder.register_buffer("input_step", torch.zeros((), dtype=torch.float32))
-        return model
-
-    @staticmethod
-    @torch.no_grad()
-    def step_rows(model: TypedLinkModel, lr: float, weight_decay: float) -> None:
-        """One step of torch's Adam (fused, as one process's optimiser steps the whole table)
-        over the held rows, from their state beside them; their gradient is then dropped."""
-        encoder = model.encoder
-        rows = encoder.input_NI
-        grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
-        adam_step(
-            [rows], [grad], [encoder.input_exp_avg], [encoder.input_exp_avg_sq], [],
-            [encoder.input_step], fused=True, amsgrad=False, beta1=0.9, beta2=0.999, lr=lr,
-            weight_decay=weight_decay, eps=1e-8, maximize=False,
-        )  # fmt: skip
-        rows.grad = None  # the next step's gradient starts afresh (no optimiser zeroes it)
+        """``model`` holding this rank's rows of the entity table ``table_ND`` (entity id order),
+        with their Adam state (:func:`hold_entity_rows`)."""
+        return hold_entity_rows(model, table_ND[self.own_orig], self.own_orig)
 
     def encode(self, encoder) -> torch.Tensor:
         """``[N, D]``: every entity's last-layer row, in entity id order (collective)."""
         h_own = encoder(self.graph, halo=self.halo.gather, keys_N=self.own_keys)
         return self.entities.gather(h_own)[self.new_of_orig]  # new ids -> entity ids
+
+
+def hold_entity_rows(model: TypedLinkModel, rows_ND: torch.Tensor, ids: np.ndarray):
+    """``model`` holding the entity rows ``rows_ND`` (of entities ``ids``) as its encoder's
+    input, with their entity ids and their Adam state beside them (:data:`HELD_ROWS`
+    ``node_ids``, ``exp_avg``, ``exp_avg_sq``, ``step``): a checkpoint puts every rank's rows and
+    state back together by entity id, for inference and for a job of another size, one process
+    included (:func:`~shardgnn.train.checkpoint.reshard`). They step by :func:`step_entity_rows`,
+    not by the optimiser of the other weights."""
+    encoder = model.encoder
+    rows_ND = rows_ND.detach().clone()
+    encoder.input_NI = torch.nn.Parameter(rows_ND)
+    encoder.register_buffer("input_node_ids", torch.from_numpy(np.array(ids, dtype=np.int64)))
+    encoder.register_buffer("input_exp_avg", torch.zeros_like(rows_ND))
+    encoder.register_buffer("input_exp_avg_sq", torch.zeros_like(rows_ND))
+    encoder.register_buffer("input_step", torch.zeros((), dtype=torch.float32))
+    return model
+
+
+@torch.no_grad()
+def step_entity_rows(model: TypedLinkModel, lr: float, weight_decay: float) -> None:
+    """One step of torch's Adam (fused, :func:`~shardgnn.train.setup.adam`'s) over the rows
+    :func:`hold_entity_rows` gave ``model``, from their state beside them; their gradient is
+    then dropped (no optimiser zeroes it)."""
+    encoder = model.encoder
+    rows = encoder.input_NI
+    grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+    adam_step(
+        [rows], [grad], [encoder.input_exp_avg], [encoder.input_exp_avg_sq], [],
+        [encoder.input_step], fused=True, amsgrad=False, beta1=0.9, beta2=0.999, lr=lr,
+        weight_decay=weight_decay, eps=1e-8, maximize=False,
+    )  # fmt: skip
+    rows.grad = None

@@ -50,6 +50,24 @@ def fingerprint(graph: Any) -> dict[str, Any]:
     }
 
 
+def typed_fingerprint(graph: Any) -> dict[str, Any]:
+    """:func:`fingerprint` of a :class:`~shardgnn.graph.typed.TypedGraph`: its features summed
+    over node types, and the SHA-256 of its CSR with every edge's relation after the sources.
+    A typed partition records the fingerprint of the graph as loaded (before the reverse
+    relations are added), so one process's checkpoints and the workers' name the same graph."""
+    widths = [int(np.asarray(x).shape[1]) for x in graph.x.values()]
+    return {
+        "num_nodes": int(graph.num_nodes),
+        "num_edges": int(graph.num_edges),
+        "num_features": sum(widths),
+        "num_classes": int(graph.num_classes),
+        "csr_sha256": csr_sha256(
+            graph.indptr,
+            np.concatenate([graph.indices, graph.etype.astype(graph.indices.dtype)]),
+        ),
+    }
+
+
 def describe(identity: dict[str, Any]) -> str:
     """``coauthor-cs (18,333 nodes, 163,788 edges, 6,805 features, 15 classes)`` of a dataset
     record (``{spec, name, fingerprint}``)."""

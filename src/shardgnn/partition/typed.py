@@ -16,6 +16,7 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
+from shardgnn.graph.identity import typed_fingerprint
 from shardgnn.graph.typed import TypedGraph, reverse_relations
 from shardgnn.partition.book import TypedPartitionBook
 from shardgnn.partition.format import PartitionSet, read_partitions, write_partitions
@@ -139,13 +140,15 @@ def partition_for_training(
     """Partition ``graph`` as typed training reads it and write the directory: every relation
     and its reverse (R-GCN and heterogeneous SAGE pass messages both ways along a relation, so
     each part holds its nodes' in-edges of both directions), every node type balanced.
-    Returns the graph that was partitioned (with the reverses), the partition and the
+    The directory records the identity of ``graph`` as given (:func:`typed_fingerprint`: one
+    process's checkpoints of it resume on the parts). Returns the graph that was partitioned
+    (with the reverses), the partition and the
     directory (``write_options``: :func:`write_typed_partitions`' keyword arguments)."""
     typed = graph.with_reverse_relations()
     result = partition_typed_graph(typed, config)
     pset = write_typed_partitions(
         typed, result.assignment, out_dir, method=result.method, settings=result.settings,
-        seconds=result.seconds, **write_options,
+        seconds=result.seconds, dataset_fingerprint=typed_fingerprint(graph), **write_options,
     )  # fmt: skip
     return typed, result, pset
 

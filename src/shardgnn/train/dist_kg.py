@@ -32,11 +32,10 @@ import torch
 
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.relational import HELD_ROWS, EntityShard
+from shardgnn.fullgraph.relational import EntityShard
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.setup import adam
 from shardgnn.train.typed import RelationalSteps, relational_model
 
 
@@ -64,14 +63,8 @@ class DistRelationalLinkSteps(DistSteps, RelationalSteps):
         # entities' input rows (the rest of the table is dropped before training starts).
         torch.manual_seed(config.seed)
         model = relational_model(config, typed.relations, typed.node_types, self.num_entities)
-        self.model = self.shard.hold_rows(model, model.encoder.input_NI.detach()).to(self.device)
-        # the entity rows step with their own Adam state (beside them, re-sharded with them)
-        self.replicated = [p for n, p in self.model.named_parameters() if n != "encoder.input_NI"]
-        self.optimizer = adam(self.replicated, config.optim)
+        self._set_model(self.shard.hold_rows(model, model.encoder.input_NI))
         self._index_triples()
-
-    def sharded_rows(self) -> dict[str, np.ndarray]:
-        return {HELD_ROWS: self.shard.own_orig}
 
     def encode(self) -> torch.Tensor:
         return self.shard.encode(self.model.encoder)
@@ -79,20 +72,16 @@ class DistRelationalLinkSteps(DistSteps, RelationalSteps):
     def share(self, queries: np.ndarray) -> np.ndarray:
         return np.array_split(queries, self.world_size)[self.rank]
 
-    def backward_and_step(self, loss_share: torch.Tensor) -> None:
-        """Backward (the exchanges return every row's gradient to its owner), the replicated
-        weights' gradients summed over ranks in one all-reduce, one optimiser step."""
-        loss_share.backward()
+    def sync_gradients(self) -> None:
+        """The replicated weights' gradients summed over ranks, in one all-reduce (each rank's
+        loss is its share; the entity rows' gradients came back to their owners already)."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.replicated]
         flat = torch.cat([g.reshape(-1) for g in grads])
-        self.main_comm.all_reduce(flat, "allreduce")  # a sum: each loss is a share
+        self.main_comm.all_reduce(flat, "allreduce")
         offset = 0
         for p in self.replicated:
             p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
             offset += p.numel()
-        self.optimizer.step()
-        optim = self.config.optim
-        self.shard.step_rows(self.model, optim.lr, optim.weight_decay)
 
     def dataset_info(self) -> dict[str, Any]:
         record = partition_dataset_record(self.pset, 0, 0, {})

@@ -23,8 +23,9 @@ import torch
 from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
+from shardgnn.fullgraph.relational import HELD_ROWS, hold_entity_rows, step_entity_rows
 from shardgnn.graph.datasets import canonical_spec, load_typed_dataset
-from shardgnn.graph.identity import csr_sha256
+from shardgnn.graph.identity import typed_fingerprint
 from shardgnn.graph.typed import TypedGraph, reverse_relations, with_reverse_edges
 from shardgnn.loader.pipeline import MiniBatch, MiniBatchLoader
 from shardgnn.loader.typed import LocalTypedRows
@@ -78,17 +79,7 @@ def dataset_info(graph: TypedGraph, spec: str | None) -> dict[str, Any]:
     return {
         "spec": spec,
         "name": graph.name,
-        "fingerprint": {
-            "num_nodes": graph.num_nodes,
-            "num_edges": graph.num_edges,
-            "num_features": sum(summary["features_per_type"].values()),
-            "num_classes": graph.num_classes,
-            # the CSR and the relation of every edge
-            "csr_sha256": csr_sha256(
-                graph.indptr,
-                np.concatenate([graph.indices, graph.etype.astype(graph.indices.dtype)]),
-            ),
-        },
+        "fingerprint": typed_fingerprint(graph),
         **{k: summary[k] for k in ("num_nodes", "num_edges", "num_relations", "nodes_per_type")},
         **{k: summary[k] for k in ("edges_per_relation", "triples", "splits") if summary[k]},
     }
@@ -168,10 +159,25 @@ class RelationalSteps(Steps):
         """The queries (positions) this process scores of those every process steps through."""
         return queries
 
+    def _set_model(self, model: TypedLinkModel) -> None:
+        """``model`` (its entity rows given it by :func:`hold_entity_rows`) and the optimiser of
+        its other weights; the entity rows step with their own Adam state, beside them."""
+        self.model = model.to(self.device)
+        self.replicated = [p for n, p in model.named_parameters() if n != "encoder.input_NI"]
+        self.optimizer = adam(self.replicated, self.config.optim)
+
+    def sharded_rows(self) -> dict[str, np.ndarray]:
+        return {HELD_ROWS: self.model.encoder.input_node_ids.cpu().numpy()}
+
+    def sync_gradients(self) -> None:
+        """Make the weights' gradients whole (workers: summed over ranks)."""
+
     def backward_and_step(self, loss_share: torch.Tensor) -> None:
-        """Backward from this process's share of the loss, then one optimiser step."""
+        """Backward from this process's share of the loss, then one step of every weight."""
         loss_share.backward()
+        self.sync_gradients()
         self.optimizer.step()
+        step_entity_rows(self.model, self.config.optim.lr, self.config.optim.weight_decay)
 
     def query_relation(self, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
         """The decoder's relation of each query: ``r`` for tail queries, ``r + R`` (the
@@ -259,7 +265,7 @@ class RelationalSteps(Steps):
         }
 
 
-class TypedLinkSteps(_TypedGraphSteps, RelationalSteps):
+class TypedLinkSteps(RelationalSteps, _TypedGraphSteps):
     """Single-process relational link prediction on a knowledge graph (``graph``: given, else
     loaded from the spec)."""
 
@@ -268,9 +274,9 @@ class TypedLinkSteps(_TypedGraphSteps, RelationalSteps):
         g = self.graph
         self.num_entities, self.num_relations = g.num_nodes, g.num_relations
         self.triples = g.triples
-        self.model = relational_model(config, message_relations(g), g.node_types, g.num_nodes)
-        self.model = self.model.to(self.device)
-        self.optimizer = adam(self.model.parameters(), config.optim)
+        model = relational_model(config, message_relations(g), g.node_types, g.num_nodes)
+        every = np.arange(g.num_nodes, dtype=np.int64)
+        self._set_model(hold_entity_rows(model, model.encoder.input_NI, every))
         self._index_triples()
 
     def encode(self) -> torch.Tensor:
