@@ -42,8 +42,7 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.store.config import EmbeddingConfig
 from shardgnn.train.config import LinkConfig, OptimConfig, TrainConfig
-from shardgnn.train.link import split_spec
-from shardgnn.train.linkmetrics import link_metrics
+from shardgnn.train.linkmetrics import link_metrics, split_spec
 from shardgnn.train.single import run_training
 
 STAGES = ("negatives", "sample", "fetch", "compute", "embed")

@@ -36,6 +36,7 @@ SELECTS = {
     "node-full": ["--mode", "full"],
     "link": ["--task", "link", "--fanouts", "3,3"],
     "link-full": ["--task", "link", "--mode", "full"],
+    "surel": ["--task", "link", "--model", "surel"],
     "typed-node": ["--model", "rgcn", "--fanouts", "3,3"],
     "kg-link": None,  # a knowledge graph (shared data), below
     "temporal-link": ["--task", "link", "--model", "tgn"],

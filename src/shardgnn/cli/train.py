@@ -105,6 +105,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
         if partitions is None:
             raise
         raise ConfigError(partition_holds(partitions, traits.kind)) from None
+    if config.run.distributed and recipe.distributed is None:  # before any partitioning
+        raise ConfigError(f"{recipe.description} trains in one process so far: drop --workers")
     refuse_unread(recipe, config, flags_given)
     for dest, pointless, why in _POINTLESS:
         if dest in given and pointless(config):

@@ -23,7 +23,10 @@ MODELS = (
     "jodie",
     "tgat",
     "tgcn",
+    "surel",
 )
+WALK_MODELS = ("surel",)
+"""link predictors that read random walks from the query's endpoints, not node rows"""
 RELATIONAL_PREDICTORS = ("distmult", "transe", "rotate", "complex")
 """scorers of (head, relation, tail) triples (a relational dataset, ``--task link``)"""
 PREDICTORS = ("auto", "dot", "mlp", *RELATIONAL_PREDICTORS)
@@ -67,7 +70,9 @@ class ModelConfig:
         "temporal graphs (--task link): tgn (node memory + attention over recent events),"
         " jodie (node memory projected in time), tgat (attention over sampled earlier "
         "events, no memory) or tgcn (a GCN per snapshot feeding a GRU per node: discrete-"
-        "time snapshots); or a model of your own: package.module:Class or "
+        "time snapshots); link prediction on a plain graph: surel (random walks from both "
+        "endpoints of a query, relative positional encoding, a set encoder; Yin et al. 2022); "
+        "or a model of your own: package.module:Class or "
         "path/to/file.py:Class (its contract: README, Your own model)",
     )
     hidden: int = option(256, help="hidden width (gat, gatv2: per head)")

@@ -1,4 +1,5 @@
-"""Meta-path-guided random walks (metapath2vec, as in PGL) on typed graphs.
+"""Random walks: meta-path-guided on typed graphs (metapath2vec, as in PGL), and uniform walks
+per node on a plain graph (:func:`node_walks`, SUREL's walk sets).
 
 A meta-path is a cycle of relations, e.g. ``writes, rev_writes`` (author -> paper -> author);
 walk step ``i`` moves from the current node ``v`` to a uniformly drawn ``u`` with an edge
@@ -138,3 +139,43 @@ def check_walks(relations, node_types, node_type_of, path_R, starts, length) -> 
     if length < 1:
         raise ConfigError(f"walk length {length} must be >= 1")
     return starts
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def node_walk_kernel(indptr, indices, starts, num_walks, length, seed, out):
+    """``out[s, j]``: walk ``j`` of node ``starts[s]``, ``length`` steps each to a uniform
+    in-neighbour, ``-1`` after a dead end; the walk's stream is keyed by ``(seed, node, j)``."""
+    useed = np.uint64(seed)
+    for s in numba.prange(starts.shape[0]):
+        for j in range(num_walks):
+            key = _walk_key(useed, starts[s] * num_walks + j)
+            v = starts[s]
+            out[s, j, 0] = v
+            for i in range(length):
+                if v >= 0:
+                    a, b = indptr[v], indptr[v + 1]
+                    v = -1 if a == b else indices[a + _below(splitmix64(key + np.uint64(i)), b - a)]
+                out[s, j, i + 1] = v
+
+
+def node_walks(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    starts: np.ndarray,
+    num_walks: int,
+    length: int,
+    seed: int,
+) -> np.ndarray:
+    """int64 ``[len(starts), num_walks, length + 1]``: ``num_walks`` uniform walks of ``length``
+    steps from each of ``starts`` over the in-edge CSR (a symmetric graph's neighbours); ``-1``
+    pads a walk that reached a node without neighbours. A node's walks depend on ``(seed, node)``
+    only, not on the other starts: the walks of a node are the same in every batch that draws
+    them with the same seed, and any process can draw them."""
+    starts = np.ascontiguousarray(starts, dtype=np.int64)
+    out = np.empty((starts.shape[0], num_walks, length + 1), dtype=np.int64)
+    with KERNEL_LOCK:
+        node_walk_kernel(
+            np.ascontiguousarray(indptr, dtype=np.int64), indices, starts, np.int64(num_walks),
+            np.int64(length), np.uint64(seed), out,
+        )  # fmt: skip
+    return out

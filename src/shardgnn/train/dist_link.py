@@ -39,8 +39,8 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_sampled import DistSampledSteps
 from shardgnn.train.dist_steps import partition_dataset_record
-from shardgnn.train.link import build_link_model, link_objective, link_record, score_pairs
-from shardgnn.train.linkmetrics import metrics_of_shares
+from shardgnn.train.link import build_link_model, link_objective, score_pairs
+from shardgnn.train.linkmetrics import link_record, metrics_of_shares
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import eval_sampler_config
 

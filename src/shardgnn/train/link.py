@@ -18,7 +18,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.features import normalize_features
-from shardgnn.graph.linksplit import LinkSplit, LinkSplitSpec, split_edges
+from shardgnn.graph.linksplit import LinkSplit, split_edges
 from shardgnn.loader.link import IndexedPairs, LinkSample, LinkSamplingStage, edge_batcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, MiniBatchLoader
 from shardgnn.nn.link import LinkModel, build_predictor, link_loss
@@ -34,12 +34,16 @@ from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import LinkConfig, TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
-from shardgnn.train.linkmetrics import link_metrics
+from shardgnn.train.linkmetrics import (
+    link_dataset_record,
+    link_metrics,
+    link_record,
+    split_spec,
+)
 from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import Outcome, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
-    dataset_record,
     eval_sampler_config,
     full_features,
     full_input,
@@ -47,12 +51,6 @@ from shardgnn.train.setup import (
     resolve_device,
     step_rows,
 )
-
-
-def split_spec(link: LinkConfig) -> LinkSplitSpec:
-    return LinkSplitSpec(
-        val=link.val, test=link.test, eval_negatives=link.eval_negatives, seed=link.split_seed
-    )
 
 
 def check_link_trainable(graph: Graph, embedding: EmbeddingConfig) -> None:
@@ -136,17 +134,6 @@ def score_pairs(
     if pos is None:
         return np.zeros(0), np.zeros((0, k))
     return pos, neg
-
-
-def link_record(split: LinkSplit, last_metrics: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """The ``link`` entry of the results: the split's sizes and the last metrics of each split."""
-    sizes = split.sizes()
-    return {
-        "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
-        "symmetric": split.symmetric,
-        "val": last_metrics.get("val", {}),
-        "test": last_metrics.get("test", {}),
-    }
 
 
 class LinkLocalSteps(Steps):
@@ -294,10 +281,7 @@ class LinkLocalSteps(Steps):
         return metrics["auc"]
 
     def dataset_info(self) -> dict[str, Any]:
-        record = dataset_record(self.full_graph, self.spec)
-        record.update(self.split.sizes())
-        record["symmetric"] = self.split.symmetric
-        return record
+        return link_dataset_record(self.full_graph, self.spec, self.split)
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         extra: dict[str, Any] = {"link": link_record(self.split, self.last_metrics)}

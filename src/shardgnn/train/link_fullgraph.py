@@ -35,8 +35,8 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.fullgraph import DistFullGraphSteps
-from shardgnn.train.link import build_link_model, link_record, score_pairs
-from shardgnn.train.linkmetrics import metrics_of_shares
+from shardgnn.train.link import build_link_model, score_pairs
+from shardgnn.train.linkmetrics import link_record, metrics_of_shares
 from shardgnn.train.loop import EpochRecord
 
 PAIR_STAGE = "pairs"

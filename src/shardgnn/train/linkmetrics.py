@@ -10,11 +10,17 @@ negatives is the mean of its optimistic and pessimistic rank (as OGB's evaluator
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
+from shardgnn.graph.linksplit import LinkSplit, LinkSplitSpec
 from shardgnn.nn.targets import roc_auc as auc
+
+if TYPE_CHECKING:
+    from shardgnn.train.settings import LinkConfig
 
 
 def average_precision(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -161,3 +167,33 @@ def both_directions(triples_T3: np.ndarray) -> tuple[np.ndarray, ...]:
         np.concatenate([t, h]),
         np.repeat(np.array([0, 1], dtype=np.int64), n),
     )
+
+
+def split_spec(link: LinkConfig) -> LinkSplitSpec:
+    """The edge split ``link`` (a :class:`~shardgnn.train.settings.LinkConfig`) asks for."""
+    return LinkSplitSpec(
+        val=link.val, test=link.test, eval_negatives=link.eval_negatives, seed=link.split_seed
+    )
+
+
+def link_record(split: LinkSplit, last_metrics: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The ``link`` entry of the results: the split's sizes and the last metrics of each split."""
+    sizes = split.sizes()
+    return {
+        "edges": f"{sizes['train_edges']} / {sizes['val_edges']} / {sizes['test_edges']}",
+        "symmetric": split.symmetric,
+        "val": last_metrics.get("val", {}),
+        "test": last_metrics.get("test", {}),
+    }
+
+
+def link_dataset_record(graph, spec: str | None, split: LinkSplit) -> dict[str, Any]:
+    """What results and checkpoints record of a link-prediction dataset in one process: the
+    whole graph's record (:func:`~shardgnn.train.setup.dataset_record`), the split's sizes and
+    whether the graph is symmetric."""
+    from shardgnn.train.setup import dataset_record
+
+    record = dataset_record(graph, spec)
+    record.update(split.sizes())
+    record["symmetric"] = split.symmetric
+    return record

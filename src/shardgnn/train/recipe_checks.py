@@ -13,6 +13,7 @@ from shardgnn.nn.config import (
     SNAPSHOT_MODELS,
     TEMPORAL_MODELS,
     TYPED_MODELS,
+    WALK_MODELS,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ def check_homogeneous(config: TrainConfig) -> None:
         )
     if model in TEMPORAL_MODELS and config.task != "link":
         raise ConfigError(f"--model {model} predicts future events: add --task link")
+    if model in WALK_MODELS and config.task != "link":
+        raise ConfigError(f"--model {model} predicts links from random walks: add --task link")
     if model in TEMPORAL_MODELS and config.run.partitions is None:
         # with --partitions the dataset is what the directory holds: the workers check it
         raise ConfigError(

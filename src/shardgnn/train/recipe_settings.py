@@ -100,6 +100,14 @@ GRAPH_DEFAULTS = {
     "optim.epochs": 100,
 }
 
+SUREL_DEFAULTS = {
+    # BENCHMARKS section 12b: SUREL on Cora and CiteSeer beside GAE
+    "model.hidden": 64,
+    "model.dropout": 0.1,
+    "optim.lr": 0.01,
+    "batch_size": 128,
+    "optim.epochs": 20,
+}
 KG_DEFAULTS = {
     "mode": "full",
     # the README's recipe (BENCHMARKS section 11): kinships filtered MRR 0.709 against 0.495 with

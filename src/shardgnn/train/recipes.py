@@ -33,6 +33,7 @@ from shardgnn.nn.config import (
     SNAPSHOT_MODELS,
     TEMPORAL_MODELS,
     TYPED_MODELS,
+    WALK_MODELS,
     ModelConfig,
     is_user_model,
 )
@@ -59,6 +60,7 @@ from shardgnn.train.recipe_settings import (
     ROWS,
     SAMPLED,
     SAMPLED_LAYER_READS,
+    SUREL_DEFAULTS,
     TEMPORAL,
     TGAT,
     TGN,
@@ -200,6 +202,17 @@ RECIPES: tuple[Recipe, ...] = (
         worker_reads=MODEL | LINK | {"feature_norm"} | DIST_FULL | PRECISION,
         model_reads=LAYER_READS,
         user_models=True,
+    ),
+    Recipe(
+        "surel", "homogeneous", "link", ("minibatch",), WALK_MODELS,
+        "shardgnn.train.surel:SURELSteps", None,
+        "link prediction from random walks (SUREL)",
+        defaults=SUREL_DEFAULTS,
+        reads=settings(
+            "model.hidden", "model.dropout", "batch_size", "link.val", "link.test",
+            "link.split_seed", "link.eval_negatives", "link.negative_sampler", "link.negatives",
+            "link.loss", "link.margin", "link.hits_at", "link.walks", "link.walk_length",
+        ),
     ),
     Recipe(
         "typed-node", "typed", "node", ("minibatch", "full"), TYPED_MODELS,
@@ -349,7 +362,9 @@ def recipe_defaults(traits: DatasetTraits, given: Mapping[str, Any]) -> dict[str
     if "mode" not in given and TrainConfig.mode not in recipe.modes:
         chosen["mode"] = recipe.modes[0]
     chosen.update({k: v for k, v in recipe.defaults.items() if k not in given})
+    # a featureless graph's nodes learn input rows where the recipe reads rows at all
     learnt_rows = traits.kind == "homogeneous" and not traits.featured
+    learnt_rows = learnt_rows and "embedding.dim" in recipe.reads
     if learnt_rows and "embedding.dim" not in given:
         chosen["embedding.dim"] = DEFAULT_EMBEDDING_DIM
     if learnt_rows and task == "link" and not {"sampler.fanouts", "model.num_layers"} & set(given):

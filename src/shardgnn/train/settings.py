@@ -44,6 +44,8 @@ class OptimConfig:
 
 
 LINK_SPLIT_SETTINGS = ("val", "test", "split_seed", "eval_negatives")
+SUREL_WALKS, SUREL_WALK_LENGTH = 16, 4
+"""--model surel's walks per node and their length when --walks / --walk-length are unset"""
 """The settings of :class:`LinkConfig` that make the edge split (stored with a partition)."""
 
 
@@ -95,6 +97,10 @@ class LinkConfig:
     out_dim: int = option(
         64, help="width of the node embeddings (the encoder's last layer) in --task link"
     )
+    walks: int | None = option(
+        None, help="--model surel: random walks drawn from each node (unset: 16)"
+    )
+    walk_length: int | None = option(None, help="--model surel: steps of each walk (unset: 4)")
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -106,6 +112,9 @@ class LinkConfig:
             raise invalid(self, "test", f"with --link-val {self.val} leaves no training edges")
         for name in ("eval_negatives", "negatives", "out_dim"):
             if getattr(self, name) < 1:
+                raise invalid(self, name, "must be >= 1")
+        for name in ("walks", "walk_length"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
         if not self.margin > 0:
             raise invalid(self, "margin", "must be > 0")

@@ -1,0 +1,69 @@
+"""SUREL's link predictor (Yin et al., VLDB 2022): a query ``(u, v)`` is read from the random
+walks of its two endpoints, not from a message-passing encoder.
+
+Every node has a set of ``M`` walks of ``L`` steps (:func:`~shardgnn.sampling.walks.node_walks`,
+drawn once per node and shared by every query that names it). For a query, each node ``x`` met
+by either walk set gets its relative positional encoding (RPE): how often it stands at each step
+of ``u``'s walks and of ``v``'s walks, ``[g_u(x), g_v(x)]``, each ``[L + 1]`` counts divided by
+``M``; a walk then reads as the sequence of its nodes' RPEs (the walk's own endpoint's counts
+first). Each walk is encoded by an MLP of the RPE of every step after an MLP per step (SUREL
+reads the sequence with an RNN; a walk has a fixed short length here, so one layer over the
+concatenated steps sees the same sequence), the walk sets are mean-pooled per endpoint (a set
+encoder), and an MLP of ``z_u * z_v`` and ``z_u + z_v`` (symmetric in the two endpoints) scores
+the query. Node ids never enter the model: it learns from structure alone, so a node unseen in
+training is scored as any other.
+
+Shape legend: ``Q`` queries, ``S`` sides (2: ``u`` then ``v``), ``M`` walks per node, ``W`` walk
+positions (``L + 1``), ``H`` hidden width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def relative_positions(walks_QSMW: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """``[Q, S, M, W, 2W]``: the RPE of every position of every walk of every query (zeros
+    where a walk ended early, ``-1`` in ``walks_QSMW``); a walk of side ``s`` reads its own side's
+    counts first."""
+    q, s, m, w = walks_QSMW.shape
+    device = walks_QSMW.device
+    node = walks_QSMW + 1  # 0: past a dead end
+    query = torch.arange(q, device=device).view(q, 1, 1, 1)
+    key = (query * (num_nodes + 1) + node).reshape(-1)
+    _, inverse = torch.unique(key, return_inverse=True)
+    side = torch.arange(s, device=device).view(1, s, 1, 1).expand(q, s, m, w).reshape(-1)
+    step = torch.arange(w, device=device).view(1, 1, 1, w).expand(q, s, m, w).reshape(-1)
+    counts_KSW = torch.zeros(int(inverse.max()) + 1 if inverse.numel() else 0, s, w, device=device)
+    counts_KSW.index_put_(
+        (inverse, side, step), torch.ones_like(inverse, dtype=counts_KSW.dtype), accumulate=True
+    )
+    counts_KSW /= m
+    rpe = counts_KSW[inverse].view(q, s, m, w, s, w)
+    own_first = torch.stack([rpe[:, 0], rpe[:, 1].flip(-2)], dim=1)  # side v: [g_v, g_u]
+    own_first = own_first * (node > 0).unsqueeze(-1).unsqueeze(-1)
+    return own_first.reshape(q, s, m, w, s * w)
+
+
+class SURELModel(nn.Module):
+    """The walk-set link scorer: ``forward(walks_QSMW)`` gives a logit per query."""
+
+    def __init__(self, walk_length: int, hidden: int, dropout: float, num_nodes: int):
+        super().__init__()
+        width = walk_length + 1
+        self.num_nodes = num_nodes
+        self.step = nn.Sequential(nn.Linear(2 * width, hidden), nn.ReLU())
+        self.walk = nn.Sequential(nn.Linear(width * hidden, hidden), nn.ReLU())
+        self.head = nn.Sequential(
+            nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1)
+        )
+
+    def forward(self, walks_QSMW: torch.Tensor) -> torch.Tensor:
+        q, s, m, w = walks_QSMW.shape
+        rpe = relative_positions(walks_QSMW, self.num_nodes)
+        steps_QSMWH = self.step(rpe)
+        walk_QSMH = self.walk(steps_QSMWH.reshape(q, s, m, -1))
+        z_QSH = walk_QSMH.mean(2)
+        z_u, z_v = z_QSH[:, 0], z_QSH[:, 1]
+        return self.head(torch.cat([z_u * z_v, z_u + z_v], dim=-1)).squeeze(-1)

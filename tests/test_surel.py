@@ -1,0 +1,136 @@
+"""SUREL link prediction (issue 31): walks per node, relative positional encodings, the walk
+graph without the batch's own edges, and training from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from shardgnn.cli import main
+from shardgnn.graph.csr import csr_from_edges
+from shardgnn.nn.surel import relative_positions
+from shardgnn.sampling.walks import node_walks
+
+SMALL = "synthetic:nodes=300,degree=6,classes=3,features=8"
+
+
+def _ring_with_star():
+    """A symmetric graph: a 6-ring plus node 6 joined to 0, 2 and 4, and isolated node 7."""
+    edges = [(i, (i + 1) % 6) for i in range(6)] + [(6, 0), (6, 2), (6, 4)]
+    src = np.array([a for a, b in edges] + [b for a, b in edges])
+    dst = np.array([b for a, b in edges] + [a for a, b in edges])
+    indptr, indices, _ = csr_from_edges(src, dst, 8)
+    return indptr, indices
+
+
+def test_walks_step_along_edges_and_depend_on_the_node_alone():
+    indptr, indices = _ring_with_star()
+    edges = {(int(s), d) for d in range(8) for s in indices[indptr[d] : indptr[d + 1]]}
+    walks = node_walks(indptr, indices, np.array([0, 6, 7]), 50, 5, seed=3)
+    assert walks.shape == (3, 50, 6)
+    assert (walks[:, :, 0] == np.array([[0], [6], [7]])).all()
+    for walk in walks[:2].reshape(-1, 6):
+        assert all((int(a), int(b)) in edges for a, b in zip(walk[:-1], walk[1:]))
+    assert (walks[2, :, 1:] == -1).all()  # no neighbour: the walk ends
+    # a node's walks are the same whatever else is drawn beside it
+    again = node_walks(indptr, indices, np.array([5, 6]), 50, 5, seed=3)
+    np.testing.assert_array_equal(again[1], walks[1])
+    assert not np.array_equal(
+        node_walks(indptr, indices, np.array([6]), 50, 5, seed=4)[0], walks[1]
+    )
+
+
+def test_walk_steps_are_uniform_over_the_neighbours():
+    """Chi-square: node 6's first step over its 3 neighbours, and node 0's over its 3."""
+    indptr, indices = _ring_with_star()
+    walks = node_walks(indptr, indices, np.array([6, 0]), 6000, 1, seed=11)
+    for row, neighbours in ((0, [0, 2, 4]), (1, [1, 5, 6])):
+        counts = np.array([(walks[row, :, 1] == n).sum() for n in neighbours])
+        assert counts.sum() == 6000
+        assert stats.chisquare(counts).pvalue > 1e-3
+
+
+def test_relative_positions_count_each_node_at_each_step_of_both_walk_sets():
+    """Brute force: RPE of the node at (query, side, walk, step) is its count at every step of
+    the walks of the side's own endpoint, then of the other endpoint, divided by M."""
+    rng = np.random.default_rng(0)
+    q, m, w = 3, 4, 4
+    walks = rng.integers(-1, 6, size=(q, 2, m, w))
+    walks[:, :, :, 0] = rng.integers(0, 6, size=(q, 2, 1))  # a walk starts at its endpoint
+    got = relative_positions(torch.from_numpy(walks), 6).numpy()
+    assert got.shape == (q, 2, m, w, 2 * w)
+    for a in range(q):
+        for s in range(2):
+            for j in range(m):
+                for i in range(w):
+                    x = walks[a, s, j, i]
+                    if x < 0:
+                        assert not got[a, s, j, i].any()
+                        continue
+                    own = (walks[a, s] == x).sum(0) / m
+                    other = (walks[a, 1 - s] == x).sum(0) / m
+                    np.testing.assert_allclose(got[a, s, j, i], np.concatenate([own, other]))
+
+
+def _steps(**link):
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.train.config import LinkConfig, OptimConfig, TrainConfig
+    from shardgnn.train.surel import SURELSteps
+
+    config = TrainConfig(
+        dataset=SMALL,
+        task="link",
+        model=ModelConfig(model="surel", hidden=16, dropout=0.0),
+        link=LinkConfig(**link),
+        optim=OptimConfig(epochs=1, lr=0.01),
+        batch_size=64,
+        progress=False,
+    )
+    return SURELSteps(config)
+
+
+def test_a_batch_walks_on_the_graph_without_its_own_edges():
+    """No walk of a training batch crosses one of the batch's positive edges, either way; every
+    other step is an edge of the training graph."""
+    steps = _steps(walks=8, walk_length=4)
+    pos = steps.split.train_pos_2P[:, :64]
+    csr = steps._graph_without(pos)
+    walks = steps._walks(csr, pos[0], pos[1], seed=5).numpy()
+    n = steps.graph.num_nodes
+    held = set(zip(pos[0].tolist(), pos[1].tolist())) | set(zip(pos[1].tolist(), pos[0].tolist()))
+    train = set(zip(steps.edge_src.tolist(), steps.edge_dst.tolist()))
+    a, b = walks[..., :-1].reshape(-1), walks[..., 1:].reshape(-1)
+    moved = (a >= 0) & (b >= 0)
+    steps_taken = set(zip(b[moved].tolist(), a[moved].tolist()))  # b is an in-neighbour of a
+    assert steps_taken and not steps_taken & held and steps_taken <= train
+    assert csr[1].shape[0] == steps.edge_src.shape[0] - 2 * pos.shape[1]
+    assert n == steps.graph.num_nodes
+
+
+def test_surel_trains_from_the_command_line_and_refuses_what_it_does_not_read(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["train", SMALL, "--task", "link", "--model", "surel", "--epochs", "3", "--quiet"]
+    assert main([*argv, "--walks", "8", "--results", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert results["recipe"] == "surel"
+    assert results["walks"] == {
+        "per_node": 8,
+        "length": 4,
+        "drawn_per_s": pytest.approx(results["walks"]["drawn_per_s"]),
+    }
+    assert results["link"]["test"]["auc"] > 0.6, results["link"]["test"]  # chance: 0.5
+    capsys.readouterr()
+    for extra, message in [
+        (["--fanouts", "5,5"], "--fanouts does not apply to link prediction from random walks"),
+        (["--workers", "2"], "trains in one process so far: drop --workers"),
+    ]:
+        assert main([*argv, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["train", SMALL, "--model", "surel"]) == 2
+    assert "predicts links from random walks: add --task link" in capsys.readouterr().err
+    assert main(["train", SMALL, "--task", "link", "--walks", "8"]) == 2
+    assert "--walks does not apply" in capsys.readouterr().err
