@@ -110,3 +110,28 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+def write_cluster_triples(folder, entities: int = 60, relations: int = 4, clusters: int = 6):
+    """A knowledge graph's triples folder (``train``/``valid``/``test``, split 80/10/10) whose
+    relations join clusters: entity ``e`` is in cluster ``e % clusters``, relation ``r`` leads
+    from cluster ``c`` to two random members of cluster ``c + r + 1``. Returns its ``kg:`` spec."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = set()
+    for e in range(entities):
+        for r in range(relations):
+            for tail in rng.integers(entities // clusters, size=2) * clusters:
+                rows.add((f"e{e}", f"r{r}", f"e{tail + (e + r + 1) % clusters}"))
+    rows = sorted(rows)
+    rows = [rows[i] for i in rng.permutation(len(rows))]
+    cut = len(rows) // 10
+    folder.mkdir(parents=True)
+    for name, part in (
+        ("train", rows[2 * cut :]),
+        ("valid", rows[:cut]),
+        ("test", rows[cut : 2 * cut]),
+    ):
+        (folder / f"{name}.txt").write_text("".join("\t".join(r) + "\n" for r in part))
+    return f"kg:{folder}"

@@ -15,6 +15,7 @@ import torch
 from shardgnn.cli import main
 from shardgnn.errors import ConfigError
 
+from conftest import write_cluster_triples
 from distributed_helpers import run_workers
 
 ENTITIES, RELATIONS, CLUSTERS = 60, 4, 6
@@ -26,29 +27,13 @@ def kg(tmp_path_factory):
     relation ``r`` leads from cluster ``c`` to random members of cluster ``c + r + 1``), split
     80/10/10, and its partitions into 2 and 3 parts."""
     root = tmp_path_factory.mktemp("kg")
-    rng = np.random.default_rng(0)
-    rows = set()
-    for e in range(ENTITIES):
-        for r in range(RELATIONS):
-            for tail in rng.integers(ENTITIES // CLUSTERS, size=2) * CLUSTERS:
-                rows.add((f"e{e}", f"r{r}", f"e{tail + (e + r + 1) % CLUSTERS}"))
-    rows = sorted(rows)
-    rows = [rows[i] for i in rng.permutation(len(rows))]
-    cut = len(rows) // 10
-    folder = root / "triples"
-    folder.mkdir()
-    for name, part in (
-        ("train", rows[2 * cut :]),
-        ("valid", rows[:cut]),
-        ("test", rows[cut : 2 * cut]),
-    ):
-        (folder / f"{name}.txt").write_text("".join("\t".join(r) + "\n" for r in part))
+    spec = write_cluster_triples(root / "triples", ENTITIES, RELATIONS, CLUSTERS)
     parts = {}
     for p in (2, 3):
         parts[p] = root / f"p{p}"
-        argv = ["partition", f"kg:{folder}", "--parts", str(p), "--out", str(parts[p])]
+        argv = ["partition", spec, "--parts", str(p), "--out", str(parts[p])]
         assert main([*argv, "--quiet"]) == 0
-    return {"spec": f"kg:{folder}", "parts": parts}
+    return {"spec": spec, "parts": parts}
 
 
 def _config(spec, workers=None, partitions=None, **changes):

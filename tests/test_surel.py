@@ -84,7 +84,7 @@ def _steps(**link):
     config = TrainConfig(
         dataset=SMALL,
         task="link",
-        model=ModelConfig(model="surel", hidden=16, dropout=0.0),
+        model=ModelConfig(model="surel", hidden=16, dropout=0.2),
         link=LinkConfig(**link),
         optim=OptimConfig(epochs=1, lr=0.01),
         batch_size=64,
@@ -99,7 +99,9 @@ def test_a_batch_walks_on_the_graph_without_its_own_edges():
     steps = _steps(walks=8, walk_length=4)
     pos = steps.split.train_pos_2P[:, :64]
     csr = steps._graph_without(pos)
-    walks = steps._walks(csr, pos[0], pos[1], seed=5).numpy()
+    nodes = np.unique(pos)
+    walks = steps.draw_walks(nodes, 5, pos)
+    np.testing.assert_array_equal(walks, node_walks(*csr, nodes, 8, 4, 5))
     n = steps.graph.num_nodes
     held = set(zip(pos[0].tolist(), pos[1].tolist())) | set(zip(pos[1].tolist(), pos[0].tolist()))
     train = set(zip(steps.edge_src.tolist(), steps.edge_dst.tolist()))
@@ -126,7 +128,6 @@ def test_surel_trains_from_the_command_line_and_refuses_what_it_does_not_read(tm
     capsys.readouterr()
     for extra, message in [
         (["--fanouts", "5,5"], "--fanouts does not apply to link prediction from random walks"),
-        (["--workers", "2"], "trains in one process so far: drop --workers"),
     ]:
         assert main([*argv, *extra]) == 2
         assert message in capsys.readouterr().err
@@ -134,3 +135,90 @@ def test_surel_trains_from_the_command_line_and_refuses_what_it_does_not_read(tm
     assert "predicts links from random walks: add --task link" in capsys.readouterr().err
     assert main(["train", SMALL, "--task", "link", "--walks", "8"]) == 2
     assert "--walks does not apply" in capsys.readouterr().err
+
+
+def _train(ctx, config):
+    from shardgnn.train.worker import train_with_context
+
+    return train_with_context(config, ctx)
+
+
+def _walks_on_workers(ctx, path, starts, seed):
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.sampling.dist_walks import dist_node_walks
+
+    pset = read_partitions(path, verify=False)
+    part = pset.load_part(ctx.rank)
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    orig = np.asarray(pset.orig_ids)
+    mine = np.array_split(pset.new_id_of_orig()[starts], ctx.world_size)[ctx.rank]
+    walks = dist_node_walks(
+        pset.book.owner, part.indptr, part.indices, part.start, comm, mine, orig[mine], 6, 5, seed
+    )
+    return np.where(walks >= 0, orig[np.maximum(walks, 0)], -1)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world", [2, 3])
+def test_workers_draw_one_process_walks_and_train_as_one_process(tmp_path, world):
+    """Walks drawn step by step by each node's owner equal one process's node for node; SUREL on
+    workers equals one process epoch by epoch (loss within 1e-5, the same held-out metrics)."""
+    from shardgnn.graph.datasets import load_dataset
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.train.config import LinkConfig, OptimConfig, RunConfig, TrainConfig
+    from shardgnn.train.single import run_training
+
+    from distributed_helpers import run_workers
+
+    parts = tmp_path / "p"
+    argv = ["partition", SMALL, "--task", "link", "--parts", str(world), "--out", str(parts)]
+    assert main([*argv, "--quiet"]) == 0
+    graph = load_dataset(SMALL)
+    starts = np.arange(0, graph.num_nodes, 7)
+    got = np.concatenate(run_workers(_walks_on_workers, world, str(parts), starts, 9))
+    from shardgnn.graph.linksplit import split_edges
+    from shardgnn.train.linkmetrics import split_spec
+
+    train_graph, _ = split_edges(graph, split_spec(LinkConfig()))
+    want = node_walks(train_graph.indptr, train_graph.indices, starts, 6, 5, 9)
+    np.testing.assert_array_equal(got, want)
+
+    def config(**run):
+        return TrainConfig(
+            dataset=SMALL, task="link", model=ModelConfig(model="surel", hidden=16, dropout=0.2),
+            link=LinkConfig(walks=6, negatives=2), optim=OptimConfig(epochs=3, lr=0.01),
+            batch_size=100, seed=4, progress=False, threads=1, **run,
+        )  # fmt: skip
+
+    one = run_training(config())
+    many = run_workers(_train, world, config(run=RunConfig(partitions=str(parts), workers=world)))
+    losses = [[e["loss"] for e in r["epochs"]] for r in (one, many[0])]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=0, atol=1e-5)
+    for split in ("val", "test"):
+        for key, value in one["link"][split].items():
+            assert many[0]["link"][split][key] == pytest.approx(value, abs=1e-4), (split, key)
+    assert many[0]["comm"]["walk"]["bytes_sent"] > 0
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    """Walks, negatives and dropout follow from (seed, epoch, step): 2 epochs, then a resume to
+    3, train what 3 uninterrupted epochs train, bit for bit."""
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.train.config import CheckpointConfig, LinkConfig, OptimConfig, TrainConfig
+    from shardgnn.train.single import run_training
+
+    def config(epochs, **changes):
+        return TrainConfig(
+            dataset=SMALL, task="link", model=ModelConfig(model="surel", hidden=16, dropout=0.2),
+            link=LinkConfig(walks=6), optim=OptimConfig(epochs=epochs, lr=0.01), batch_size=100,
+            seed=2, progress=False, **changes,
+        )  # fmt: skip
+
+    whole = run_training(config(3))
+    ckpt = str(tmp_path / "ckpt")
+    run_training(config(2, checkpoint=CheckpointConfig(dir=ckpt)))
+    resumed = run_training(config(3, checkpoint=CheckpointConfig(dir=ckpt, resume=True)))
+    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in whole["epochs"]]
+    assert resumed["link"]["test"] == whole["link"]["test"]

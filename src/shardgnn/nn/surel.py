@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
+
+from shardgnn.nn.dropout import hashed_dropout
 
 
 def relative_positions(walks_QSMW: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -55,15 +58,28 @@ class SURELModel(nn.Module):
         self.num_nodes = num_nodes
         self.step = nn.Sequential(nn.Linear(2 * width, hidden), nn.ReLU())
         self.walk = nn.Sequential(nn.Linear(width * hidden, hidden), nn.ReLU())
-        self.head = nn.Sequential(
-            nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1)
-        )
+        self.hidden = nn.Linear(2 * hidden, hidden)
+        self.out = nn.Linear(hidden, 1)
+        self.dropout = dropout
 
-    def forward(self, walks_QSMW: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        walks_QSMW: torch.Tensor,
+        keys_Q: torch.Tensor | None = None,
+        dropout_seed: int | None = None,
+    ) -> torch.Tensor:
+        """Logits ``[Q]``. Dropout (training) draws its mask of query ``i`` from
+        ``(dropout_seed, keys_Q[i])`` when both are given (:func:`hashed_dropout`: workers that
+        score shares of a batch drop what one process drops), else from torch's generator."""
         q, s, m, w = walks_QSMW.shape
         rpe = relative_positions(walks_QSMW, self.num_nodes)
         steps_QSMWH = self.step(rpe)
         walk_QSMH = self.walk(steps_QSMWH.reshape(q, s, m, -1))
         z_QSH = walk_QSMH.mean(2)
         z_u, z_v = z_QSH[:, 0], z_QSH[:, 1]
-        return self.head(torch.cat([z_u * z_v, z_u + z_v], dim=-1)).squeeze(-1)
+        h_QH = torch.relu(self.hidden(torch.cat([z_u * z_v, z_u + z_v], dim=-1)))
+        if self.training and self.dropout > 0 and keys_Q is not None and dropout_seed is not None:
+            h_QH = hashed_dropout(h_QH, self.dropout, dropout_seed, row_ids=keys_Q)
+        else:
+            h_QH = F.dropout(h_QH, self.dropout, self.training)
+        return self.out(h_QH).squeeze(-1)

@@ -158,6 +158,19 @@ def node_walk_kernel(indptr, indices, starts, num_walks, length, seed, out):
                 out[s, j, i + 1] = v
 
 
+@numba.njit(parallel=True, nogil=True, cache=True)
+def node_walk_step_kernel(indptr, indices, id_offset, nodes, walks, seed, i, out):
+    """Step ``i`` of walks ``walks`` (ids ``start * num_walks + j``) at global ``nodes`` held here
+    (rows ``nodes - id_offset``; ``indices`` in any id space): what :func:`node_walk_kernel`
+    draws at that step over the same rows."""
+    useed = np.uint64(seed)
+    for k in numba.prange(nodes.shape[0]):
+        row = nodes[k] - id_offset
+        a, b = indptr[row], indptr[row + 1]
+        key = _walk_key(useed, walks[k])
+        out[k] = -1 if a == b else indices[a + _below(splitmix64(key + np.uint64(i)), b - a)]
+
+
 def node_walks(
     indptr: np.ndarray,
     indices: np.ndarray,

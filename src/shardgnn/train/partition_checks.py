@@ -24,9 +24,12 @@ if TYPE_CHECKING:
 def check_homogeneous_partition(
     config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
 ) -> TrainConfig:
-    """Features (or learnt rows), labels for node classification, something to cache, and a
-    stored split for link prediction."""
-    return _check_rows(config, pset, split_given, featureless_types=False)
+    """Features (or learnt rows; SUREL reads none), labels for node classification, something
+    to cache, and a stored split for link prediction."""
+    from shardgnn.nn.config import WALK_MODELS
+
+    walks = config.model.model in WALK_MODELS
+    return _check_rows(config, pset, split_given, featureless_types=walks)
 
 
 def check_typed_partition(

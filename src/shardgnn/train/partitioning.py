@@ -122,9 +122,11 @@ def partition_homogeneous(job: PartitionJob) -> Partitioned:
     if job.training is not None:
         check_worker_count(job.config.num_parts, graph.num_nodes, graph.name)
         if job.training.task == "link":
+            from shardgnn.nn.config import WALK_MODELS
             from shardgnn.train.link import check_link_trainable
 
-            check_link_trainable(graph, job.training.embedding)
+            if job.training.model.model not in WALK_MODELS:  # SUREL reads no features
+                check_link_trainable(graph, job.training.embedding)
             link = job.training.link
     if link is not None:
         from shardgnn.train.link import split_for_partitioning

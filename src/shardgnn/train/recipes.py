@@ -69,6 +69,22 @@ from shardgnn.train.recipe_settings import (
     settings,
 )
 
+SUREL = settings(
+    "model.hidden",
+    "model.dropout",
+    "batch_size",
+    "link.val",
+    "link.test",
+    "link.split_seed",
+    "link.eval_negatives",
+    "link.negative_sampler",
+    "link.negatives",
+    "link.loss",
+    "link.margin",
+    "link.hits_at",
+    "link.walks",
+    "link.walk_length",
+)
 KG_LINK = MODEL - {"model.input_dropout"} | settings(
     "batch_size", "link.loss", "link.out_dim", "link.predictor"
 )
@@ -205,14 +221,9 @@ RECIPES: tuple[Recipe, ...] = (
     ),
     Recipe(
         "surel", "homogeneous", "link", ("minibatch",), WALK_MODELS,
-        "shardgnn.train.surel:SURELSteps", None,
+        "shardgnn.train.surel:SURELSteps", "shardgnn.train.dist_surel:DistSURELSteps",
         "link prediction from random walks (SUREL)",
-        defaults=SUREL_DEFAULTS,
-        reads=settings(
-            "model.hidden", "model.dropout", "batch_size", "link.val", "link.test",
-            "link.split_seed", "link.eval_negatives", "link.negative_sampler", "link.negatives",
-            "link.loss", "link.margin", "link.hits_at", "link.walks", "link.walk_length",
-        ),
+        defaults=SUREL_DEFAULTS, reads=SUREL, worker_reads=SUREL | WORKERS,
     ),
     Recipe(
         "typed-node", "typed", "node", ("minibatch", "full"), TYPED_MODELS,

@@ -15,6 +15,7 @@ evaluation draws from a fixed seed, so the same weights always give the same met
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -44,10 +45,134 @@ EVAL_QUERIES = 4096
 """queries scored at a time in evaluation (memory: their walks' positional encodings)"""
 
 
-class SURELSteps(Steps):
-    """Single-process SUREL link prediction (``graph``: given, else loaded from the spec)."""
+class WalkLinkSteps(Steps):
+    """What SUREL training does in one process and on workers: the epoch over the training edges
+    and the evaluation, over the walks :meth:`draw_walks` returns. Subclasses set ``config``,
+    ``device``, ``split`` (pairs in the ids walks start from), ``model``, ``optimizer``,
+    ``negatives``, ``timer``, ``num_walks``, ``walk_length``; on workers they also define
+    :meth:`share`, :meth:`backward_and_step` and :meth:`metrics`."""
 
     metric = "auc"
+
+    def _setup_walks(self) -> None:
+        link = self.config.link
+        self.num_walks = link.walks or SUREL_WALKS
+        self.walk_length = link.walk_length or SUREL_WALK_LENGTH
+        self.walks_drawn = 0
+        self.last_metrics: dict[str, dict[str, float]] = {}
+
+    def draw_walks(self, nodes: np.ndarray, seed: int, without: np.ndarray | None) -> np.ndarray:
+        """``[len(nodes), M, L + 1]``: the walks of ``nodes`` on the training graph without the
+        edges ``without`` (``[2, P]``, and their reverses on a symmetric graph; None: none)."""
+        raise NotImplementedError
+
+    def share(self, count: int) -> np.ndarray:
+        """The positions this process scores of ``count`` pairs every process steps through."""
+        return np.arange(count)
+
+    def backward_and_step(self, loss_share: torch.Tensor) -> None:
+        loss_share.backward()
+        self.optimizer.step()
+
+    def metrics(self, pos_P: np.ndarray, neg_PK: np.ndarray) -> dict[str, float]:
+        """The link metrics of this process's scored share of a split."""
+        return link_metrics(pos_P, neg_PK, self.config.link.hits_at)
+
+    def _score(
+        self, pos_2P, neg_PK, seed: int, without, positions=None, batch: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits of the positives ``pos_2P`` and of their negatives ``(src, neg_PK)``; in
+        training, ``positions`` are the positives' places in a batch of ``batch``, which key the
+        dropout masks of every query (positive ``i``: ``i``; its ``k``-th negative:
+        ``batch + i * K + k``)."""
+        p, k = pos_2P.shape[1], neg_PK.shape[1]
+        src_Q = np.concatenate([pos_2P[0], np.repeat(pos_2P[0], k)])
+        dst_Q = np.concatenate([pos_2P[1], neg_PK.reshape(-1)])
+        nodes, inverse = np.unique(np.concatenate([src_Q, dst_Q]), return_inverse=True)
+        with self.timer("sample"):
+            walks = self.draw_walks(nodes, seed, without)
+        self.walks_drawn += walks.shape[0] * walks.shape[1]
+        q = len(src_Q)
+        both = torch.from_numpy(walks[inverse.reshape(2, q)]).transpose(0, 1)
+        keys_Q = None
+        if positions is not None:
+            negatives = batch + positions[:, None] * k + np.arange(k)
+            keys_Q = torch.from_numpy(np.concatenate([positions, negatives.reshape(-1)]))
+        logits_Q = self.model(both.contiguous().to(self.device), keys_Q, seed)
+        return logits_Q[:p], logits_Q[p:].view(p, k)
+
+    # ------------------------------------------------------------------ training
+    def train_epoch(self, run: EpochRun) -> tuple[float, float]:
+        """Every training edge once, in an order drawn from ``mix_seed(seed, epoch)``; each
+        process scores its share of a batch and divides its loss by the batch's counts, so the
+        shares add up to the batch's loss."""
+        config, link = self.config, self.config.link
+        pos_2P = self.split.train_pos_2P
+        order = np.random.default_rng(mix_seed(config.seed, run.epoch)).permutation(pos_2P.shape[1])
+        batch = config.item_batch_size
+        loss_sum, correct, pairs = 0.0, 0, 0
+        self.model.train()
+        for step, start in enumerate(range(0, len(order), batch)):
+            batch_2P = pos_2P[:, order[start : start + batch]]
+            seed = mix_seed(config.seed, run.epoch, step)
+            batch_neg_PK = self.negatives.sample(batch_2P[0], batch_2P[1], seed)
+            mine = self.share(batch_2P.shape[1])
+            with self.timer("compute"):
+                self.optimizer.zero_grad(set_to_none=True)
+                pos_P, neg_PK = self._score(
+                    batch_2P[:, mine], batch_neg_PK[mine], seed, batch_2P, mine, batch_2P.shape[1]
+                )
+                loss = link_loss(
+                    pos_P, neg_PK, link.loss, link.margin, batch_2P.shape[1], batch_neg_PK.size
+                )
+                self.backward_and_step(loss)
+            loss_sum += loss.item() * batch_2P.shape[1]
+            correct += int((pos_P > 0).sum()) + int((neg_PK <= 0).sum())
+            pairs += pos_P.numel() + neg_PK.numel()
+        loss_sum, correct, pairs = self.sum([loss_sum, float(correct), float(pairs)])
+        return loss_sum / max(pos_2P.shape[1], 1), correct / max(pairs, 1)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, split: str) -> float:
+        """AUC, AP, MRR and Hits@K of ``split``'s positives against their fixed negatives, each
+        query read from walks on the training graph (drawn from a fixed seed)."""
+        self.model.eval()
+        mine = self.share(getattr(self.split, f"{split}_pos_2P").shape[1])
+        pos_2P = getattr(self.split, f"{split}_pos_2P")[:, mine]
+        neg_PK = getattr(self.split, f"{split}_neg_PK")[mine]
+        chunk = max(1, EVAL_QUERIES // (1 + neg_PK.shape[1]))
+        seed = mix_seed(self.config.seed + 1, 0)
+        # every process draws walks as many times (a collective on workers): as the largest
+        # share needs, the others' last chunks empty
+        total = getattr(self.split, f"{split}_pos_2P").shape[1]
+        largest = math.ceil(total / self.world_size)
+        chunks = math.ceil(largest / chunk)
+        scored = [
+            self._score(pos_2P[:, a : a + chunk], neg_PK[a : a + chunk], seed, None)
+            for a in range(0, chunks * chunk, chunk)
+        ]
+        pos_P = torch.cat([p for p, _ in scored]).float().cpu().numpy() if scored else np.zeros(0)
+        neg = [n for _, n in scored]
+        neg_PK_s = torch.cat(neg).float().cpu().numpy() if neg else np.zeros((0, neg_PK.shape[1]))
+        metrics = self.metrics(pos_P, neg_PK_s)
+        self.last_metrics[split] = metrics
+        return metrics["auc"]
+
+    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
+        return {
+            "link": link_record(self.split, self.last_metrics),
+            "walks": {
+                "per_node": self.num_walks,
+                "length": self.walk_length,
+                "drawn_per_s": self.walks_drawn / sample_time if sample_time > 0 else None,
+            },
+        }
+
+
+class SURELSteps(WalkLinkSteps):
+    """Single-process SUREL link prediction (``graph``: given, else loaded from the spec)."""
 
     def __init__(self, config: TrainConfig, graph=None):
         self.config = config
@@ -55,13 +180,12 @@ class SURELSteps(Steps):
         apply_process_settings(config)
         self.device = resolve_device(config.device)
         self.spec = canonical_spec(config.dataset) if graph is None else None
-        self.full_graph = (
-            graph if graph is not None else load_dataset(config.dataset, config.data_dir)
-        )
+        if graph is None:
+            graph = load_dataset(config.dataset, config.data_dir)
+        self.full_graph = graph
         self.graph, self.split = split_edges(self.full_graph, split_spec(link))
         g = self.graph
-        self.num_walks = link.walks or SUREL_WALKS
-        self.walk_length = link.walk_length or SUREL_WALK_LENGTH
+        self._setup_walks()
         src, dst = edge_arrays(g)
         self.edge_src, self.edge_dst = src, dst
         self.edge_keys = pair_keys(src, dst, g.num_nodes)
@@ -74,99 +198,31 @@ class SURELSteps(Steps):
             link.negative_sampler, g.num_nodes, link.negatives, np.diff(g.indptr)
         )
         self.timer = StageTimer()
-        self.walks_drawn = 0
-        self.last_metrics: dict[str, dict[str, float]] = {}
 
-    # ------------------------------------------------------------------ walks
     def _graph_without(self, pos_2P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The training graph's CSR without the edges ``pos_2P`` (and their reverses on a
         symmetric graph)."""
+        keep = ~without_edges(self.edge_keys, pos_2P, self.graph.num_nodes, self.split.symmetric)
         n = self.graph.num_nodes
-        held = pair_keys(pos_2P[0], pos_2P[1], n)
-        if self.split.symmetric:
-            held = np.concatenate([held, pair_keys(pos_2P[1], pos_2P[0], n)])
-        keep = ~in_sorted(self.edge_keys, np.sort(held))
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(self.edge_dst[keep], minlength=n), out=indptr[1:])
         return indptr, self.edge_src[keep]
 
-    def _walks(self, csr, src_Q: np.ndarray, dst_Q: np.ndarray, seed: int) -> torch.Tensor:
-        """``[Q, 2, M, L + 1]``: the walks of every query's two endpoints, each node's drawn
-        once."""
-        nodes, inverse = np.unique(np.concatenate([src_Q, dst_Q]), return_inverse=True)
-        with self.timer("sample"):
-            walks = node_walks(*csr, nodes, self.num_walks, self.walk_length, seed)
-        self.walks_drawn += walks.shape[0] * walks.shape[1]
-        q = len(src_Q)
-        both = torch.from_numpy(walks[inverse.reshape(2, q)]).transpose(0, 1)
-        return both.contiguous().to(self.device)
+    def draw_walks(self, nodes: np.ndarray, seed: int, without: np.ndarray | None) -> np.ndarray:
+        g = self.graph
+        csr = (g.indptr, g.indices) if without is None else self._graph_without(without)
+        return node_walks(*csr, nodes, self.num_walks, self.walk_length, seed)
 
-    def _score(self, csr, src_Q: np.ndarray, dst_Q: np.ndarray, seed: int) -> torch.Tensor:
-        return self.model(self._walks(csr, src_Q, dst_Q, seed))
-
-    # ------------------------------------------------------------------ training
-    def train_epoch(self, run: EpochRun) -> tuple[float, float]:
-        """Every training edge once, in an order drawn from ``mix_seed(seed, epoch)``."""
-        config, link = self.config, self.config.link
-        pos_2P = self.split.train_pos_2P
-        order = np.random.default_rng(mix_seed(config.seed, run.epoch)).permutation(pos_2P.shape[1])
-        batch = config.item_batch_size
-        loss_sum, correct, pairs = 0.0, 0, 0
-        self.model.train()
-        for step, start in enumerate(range(0, len(order), batch)):
-            pos = pos_2P[:, order[start : start + batch]]
-            seed = mix_seed(config.seed, run.epoch, step)
-            neg_PK = self.negatives.sample(pos[0], pos[1], seed)
-            k = neg_PK.shape[1]
-            src_Q = np.concatenate([pos[0], np.repeat(pos[0], k)])
-            dst_Q = np.concatenate([pos[1], neg_PK.reshape(-1)])
-            csr = self._graph_without(pos)
-            with self.timer("compute"):
-                self.optimizer.zero_grad(set_to_none=True)
-                logits_Q = self._score(csr, src_Q, dst_Q, seed)
-                pos_P, neg_PK_t = logits_Q[: pos.shape[1]], logits_Q[pos.shape[1] :].view(-1, k)
-                loss = link_loss(pos_P, neg_PK_t, link.loss, link.margin)
-                loss.backward()
-                self.optimizer.step()
-            loss_sum += loss.item() * pos.shape[1]
-            correct += int((pos_P > 0).sum()) + int((neg_PK_t <= 0).sum())
-            pairs += logits_Q.numel()
-        return loss_sum / max(pos_2P.shape[1], 1), correct / max(pairs, 1)
-
-    # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
-    def evaluate(self, split: str) -> float:
-        """AUC, AP, MRR and Hits@K of ``split``'s positives against their fixed negatives, each
-        query read from walks on the training graph."""
-        self.model.eval()
-        pos_2P = getattr(self.split, f"{split}_pos_2P")
-        neg_PK = getattr(self.split, f"{split}_neg_PK")
-        k = neg_PK.shape[1]
-        src_Q = np.concatenate([pos_2P[0], np.repeat(pos_2P[0], k)])
-        dst_Q = np.concatenate([pos_2P[1], neg_PK.reshape(-1)])
-        csr = (self.graph.indptr, self.graph.indices)
-        seed = mix_seed(self.config.seed + 1, 0)
-        scores = [
-            self._score(csr, src_Q[a : a + EVAL_QUERIES], dst_Q[a : a + EVAL_QUERIES], seed)
-            for a in range(0, len(src_Q), EVAL_QUERIES)
-        ]
-        scores_Q = torch.cat(scores).float().cpu().numpy()
-        p = pos_2P.shape[1]
-        metrics = link_metrics(scores_Q[:p], scores_Q[p:].reshape(p, k), self.config.link.hits_at)
-        self.last_metrics[split] = metrics
-        return metrics["auc"]
-
-    # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
         return link_dataset_record(self.full_graph, self.spec, self.split)
 
-    def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
-        sample_time = sum(r.stages.get("sample", 0.0) for r in history)
-        return {
-            "link": link_record(self.split, self.last_metrics),
-            "walks": {
-                "per_node": self.num_walks,
-                "length": self.walk_length,
-                "drawn_per_s": self.walks_drawn / sample_time if sample_time > 0 else None,
-            },
-        }
+
+def without_edges(
+    edge_keys: np.ndarray, pos_2P: np.ndarray, num_nodes: int, symmetric: bool
+) -> np.ndarray:
+    """Which edges (``edge_keys``: ``dst * N + src`` of each) are among ``pos_2P`` (or, on a
+    symmetric graph, their reverses): the edges a batch's walks leave out."""
+    held = pair_keys(pos_2P[0], pos_2P[1], num_nodes)
+    if symmetric:
+        held = np.concatenate([held, pair_keys(pos_2P[1], pos_2P[0], num_nodes)])
+    return in_sorted(edge_keys, np.sort(held))
