@@ -222,3 +222,33 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     resumed = run_training(config(3, checkpoint=CheckpointConfig(dir=ckpt, resume=True)))
     assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in whole["epochs"]]
     assert resumed["link"]["test"] == whole["link"]["test"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_infer_scores_pairs_as_training_evaluated_them(tmp_path, capsys):
+    """``shardgnn infer --pairs`` of a 2-worker SUREL checkpoint, over a 3-part partition of the
+    same graph: the test edges' and their first negatives' scores give the run's test AUC; without
+    ``--pairs`` it says what it needs."""
+    from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+    from shardgnn.train.linkmetrics import auc
+
+    out = tmp_path / "r.json"
+    argv = ["train", SMALL, "--task", "link", "--model", "surel", "--epochs", "2", "--quiet"]
+    argv += ["--workers", "2", "--walks", "8", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    assert main([*argv, "--results", str(out)]) == 0
+    parts = tmp_path / "p3"
+    assert main(["partition", SMALL, "--task", "link", "--parts", "3", "--out", str(parts)]) == 0
+    split = load_link_split(parts / LINK_SPLIT_DIR)
+    pos, neg = split.test_pos_2P.T, np.stack([split.test_pos_2P[0], split.test_neg_PK[:, 0]], 1)
+    np.save(tmp_path / "pairs.npy", np.concatenate([pos, neg]))
+    infer = ["infer", "--checkpoint", str(tmp_path / "ckpt"), "--partitions", str(parts)]
+    capsys.readouterr()
+    assert main([*infer, "--out", str(tmp_path / "none")]) == 2
+    assert "has no node embeddings: give --pairs FILE" in capsys.readouterr().err
+    infer += ["--out", str(tmp_path / "inferred"), "--pairs", str(tmp_path / "pairs.npy")]
+    assert main(infer) == 0
+    scores = np.load(tmp_path / "inferred" / "scores.npy")
+    assert scores.shape == (2 * len(pos),)
+    got = auc(scores[: len(pos)], scores[len(pos) :, None])
+    assert got == pytest.approx(json.loads(out.read_text())["link"]["test"]["auc"], abs=1e-6)

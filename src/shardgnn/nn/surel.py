@@ -19,11 +19,32 @@ positions (``L + 1``), ``H`` hidden width.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from shardgnn.nn.dropout import hashed_dropout
+from shardgnn.seeding import mix_seed
+
+
+def evaluation_walk_seed(seed: int) -> int:
+    """The seed of the walks every evaluation and ``shardgnn infer`` read (fixed: the same
+    weights always give the same scores)."""
+    return mix_seed(seed + 1, 0)
+
+
+def query_walks(
+    src_Q: np.ndarray, dst_Q: np.ndarray, draw: Callable[[np.ndarray], np.ndarray]
+) -> torch.Tensor:
+    """``[Q, 2, M, L + 1]``: the walks of every query's two endpoints, each node's drawn once
+    (``draw(nodes)``: ``[len(nodes), M, L + 1]`` walks of sorted unique ``nodes``)."""
+    nodes, inverse = np.unique(np.concatenate([src_Q, dst_Q]), return_inverse=True)
+    walks = draw(nodes)
+    both = torch.from_numpy(walks[inverse.reshape(2, len(src_Q))]).transpose(0, 1)
+    return both.contiguous()
 
 
 def relative_positions(walks_QSMW: torch.Tensor, num_nodes: int) -> torch.Tensor:

@@ -24,7 +24,7 @@ import torch
 from shardgnn.graph.datasets import canonical_spec, load_dataset
 from shardgnn.graph.linksplit import edge_arrays, in_sorted, pair_keys, split_edges
 from shardgnn.nn.link import link_loss
-from shardgnn.nn.surel import SURELModel
+from shardgnn.nn.surel import SURELModel, evaluation_walk_seed, query_walks
 from shardgnn.sampling.negative import NegativeSampler
 from shardgnn.sampling.walks import node_walks
 from shardgnn.seeding import mix_seed
@@ -88,17 +88,19 @@ class WalkLinkSteps(Steps):
         p, k = pos_2P.shape[1], neg_PK.shape[1]
         src_Q = np.concatenate([pos_2P[0], np.repeat(pos_2P[0], k)])
         dst_Q = np.concatenate([pos_2P[1], neg_PK.reshape(-1)])
-        nodes, inverse = np.unique(np.concatenate([src_Q, dst_Q]), return_inverse=True)
-        with self.timer("sample"):
-            walks = self.draw_walks(nodes, seed, without)
-        self.walks_drawn += walks.shape[0] * walks.shape[1]
-        q = len(src_Q)
-        both = torch.from_numpy(walks[inverse.reshape(2, q)]).transpose(0, 1)
+
+        def draw(nodes: np.ndarray) -> np.ndarray:
+            with self.timer("sample"):
+                walks = self.draw_walks(nodes, seed, without)
+            self.walks_drawn += walks.shape[0] * walks.shape[1]
+            return walks
+
+        both = query_walks(src_Q, dst_Q, draw)
         keys_Q = None
         if positions is not None:
             negatives = batch + positions[:, None] * k + np.arange(k)
             keys_Q = torch.from_numpy(np.concatenate([positions, negatives.reshape(-1)]))
-        logits_Q = self.model(both.contiguous().to(self.device), keys_Q, seed)
+        logits_Q = self.model(both.to(self.device), keys_Q, seed)
         return logits_Q[:p], logits_Q[p:].view(p, k)
 
     # ------------------------------------------------------------------ training
@@ -142,7 +144,7 @@ class WalkLinkSteps(Steps):
         pos_2P = getattr(self.split, f"{split}_pos_2P")[:, mine]
         neg_PK = getattr(self.split, f"{split}_neg_PK")[mine]
         chunk = max(1, EVAL_QUERIES // (1 + neg_PK.shape[1]))
-        seed = mix_seed(self.config.seed + 1, 0)
+        seed = evaluation_walk_seed(self.config.seed)
         # every process draws walks as many times (a collective on workers): as the largest
         # share needs, the others' last chunks empty
         total = getattr(self.split, f"{split}_pos_2P").shape[1]

@@ -6,6 +6,7 @@ models they rebuild. The command's flow, and what every kind shares, is
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from pathlib import Path
@@ -21,7 +22,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.config import is_user_model
+from shardgnn.nn.config import WALK_MODELS, is_user_model
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.train.config import TrainConfig
@@ -148,6 +149,8 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     """Layer-wise inference of a node classifier (logits, predictions, accuracy per split) or a
     link model (its encoder's embeddings, and with ``run.pairs`` their scores) over a
     homogeneous partition; rank 0 writes the outputs and returns the summary."""
+    if run.config.model.model in WALK_MODELS:
+        return infer_walk_pairs(ctx, run)
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
     partitions, chunk_rows, pairs, table_format = (
         run.partitions, run.chunk_rows, run.pairs, run.table_format
@@ -361,6 +364,77 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "pairs_scored": None,
         "outputs": written,
         "tables": tables_summary(table_format, named, pset.class_names),
+    }
+    save_json(out / "inference.json", summary)
+    return summary
+
+
+WALK_PAIRS_AT_ONCE = 4096
+"""pairs one rank scores at a time (memory: their walks' positional encodings)"""
+
+
+def infer_walk_pairs(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
+    """A SUREL model (:mod:`shardgnn.nn.surel`) scores the pairs of ``--pairs FILE``: it holds
+    no embedding of a node to write. Every rank scores an even share of the pairs from walks on
+    the partition (each step drawn by the owner of the walk's current node, from the seed
+    evaluation draws with: the scores are those training's evaluation computes for the same
+    pairs); rank 0 writes ``OUT/scores.npy`` (logits, pair order) and ``inference.json``."""
+    from shardgnn.nn.surel import SURELModel, evaluation_walk_seed, query_walks
+    from shardgnn.sampling.dist_walks import dist_node_walks
+    from shardgnn.train.settings import SUREL_WALK_LENGTH, SUREL_WALKS
+
+    checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
+    if run.pairs is None:
+        raise ConfigError(
+            f"{checkpoint} holds a {config.model.model} model, which scores pairs from random "
+            "walks and has no node embeddings: give --pairs FILE"
+        )
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    n = pset.num_nodes
+    walks, length = config.link.walks or SUREL_WALKS, config.link.walk_length or SUREL_WALK_LENGTH
+    model = SURELModel(length, config.model.hidden, config.model.dropout, n)
+    load_weights_into(model, load_model_weights(checkpoint), checkpoint, "SUREL model")
+    model.to(ctx.device).eval()
+    pairs_P2 = read_pairs(run.pairs, n)
+    new, orig = pset.new_id_of_orig(), np.asarray(pset.orig_ids)
+    mine = pairs_P2[np.array_split(np.arange(len(pairs_P2)), ctx.world_size)[ctx.rank]]
+    part = pset.load_part(ctx.rank)
+    seed = evaluation_walk_seed(config.seed)
+
+    def draw(nodes: np.ndarray) -> np.ndarray:
+        return dist_node_walks(
+            pset.book.owner, part.indptr, part.indices, part.start, comm, nodes, orig[nodes],
+            walks, length, seed, "walk",
+        )  # fmt: skip
+
+    # every rank draws as many times as the largest share needs (the walks are a collective)
+    chunks = math.ceil(math.ceil(len(pairs_P2) / ctx.world_size) / WALK_PAIRS_AT_ONCE)
+    scores = [np.zeros(0, dtype=np.float32)]
+    begin = time.perf_counter()
+    with torch.no_grad():
+        for c in range(chunks):
+            block = mine[c * WALK_PAIRS_AT_ONCE : (c + 1) * WALK_PAIRS_AT_ONCE]
+            both = query_walks(new[block[:, 0]], new[block[:, 1]], draw)
+            scores.append(model(both.to(ctx.device)).float().cpu().numpy())
+    seconds = time.perf_counter() - begin
+    totals, comm_summed = sum_over_ranks(comm, seconds)
+    every = comm.all_to_all([torch.from_numpy(np.concatenate(scores))] * ctx.world_size, "eval")
+    if not ctx.is_main:
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out / "scores.npy", "wb") as fh:
+        np.save(fh, torch.cat(every).numpy(), allow_pickle=False)
+    summary = {
+        "task": config.task,
+        "model": config.model.model,
+        "checkpoint": str(checkpoint),
+        "partitions": str(run.partitions),
+        "workers": ctx.world_size,
+        "num_nodes": n,
+        "walks": {"per_node": walks, "length": length},
+        **measured(totals, comm_summed, ctx.world_size, accuracy=False),
+        "pairs_scored": int(len(pairs_P2)),
+        "outputs": {"scores": str(out / "scores.npy")},
     }
     save_json(out / "inference.json", summary)
     return summary

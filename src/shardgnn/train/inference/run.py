@@ -52,7 +52,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
-from shardgnn.nn.config import TYPED_MODELS, is_user_model
+from shardgnn.nn.config import TYPED_MODELS, WALK_MODELS, is_user_model
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -110,12 +110,11 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
             f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
             "trained on"
         )
-    if config.model.model not in (*LAYERWISE_MODELS, *TYPED_MODELS) and not is_user_model(
-        config.model.model
-    ):
+    runs = (*LAYERWISE_MODELS, *TYPED_MODELS, *WALK_MODELS)
+    if config.model.model not in runs and not is_user_model(config.model.model):
         raise ConfigError(
-            f"layer-wise inference runs {', '.join((*LAYERWISE_MODELS, *TYPED_MODELS))} models "
-            f"and models of your own; {checkpoint} holds {config.model.model}"
+            f"layer-wise inference runs {', '.join(runs)} models and models of your own; "
+            f"{checkpoint} holds {config.model.model}"
         )
     if config.feature_norm == "standard":
         raise ConfigError(
@@ -394,8 +393,9 @@ def infer_worker(config_json: str) -> None:
                 ]
             if summary["pairs_scored"] is not None:
                 rows.append(("pairs scored", f"{summary['pairs_scored']:,}"))
+            if "embedding_width" in summary:  # a walk model writes none
+                rows.append(("embedding width", str(summary["embedding_width"])))
             rows += [
-                ("embedding width", str(summary["embedding_width"])),
                 ("nodes", f"{summary['num_nodes']:,}"),
                 ("inference time (s)", f"{summary['inference_time_s']:.2f}"),
                 ("checkpoint", summary["checkpoint"]),
