@@ -412,7 +412,7 @@ def _complex_reference(name, decoder, h_QD, r_Q, t_QD):
     if name == "distmult":
         return (h_QD * decoder.rel_RD[r_Q] * t_QD).sum(-1)
     if name == "transe":
-        return -((h_QD + decoder.rel_RD[r_Q] - t_QD) ** 2).sum(-1).sqrt()
+        return -(h_QD + decoder.rel_RD[r_Q] - t_QD).abs().sum(-1) / h_QD.shape[1] ** 0.5
     half = h_QD.shape[1] // 2
     h, t = (torch.complex(x[:, :half], x[:, half:]) for x in (h_QD, t_QD))
     if name == "complex":
