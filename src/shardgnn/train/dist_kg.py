@@ -75,13 +75,7 @@ class DistRelationalLinkSteps(DistSteps, RelationalSteps):
     def sync_gradients(self) -> None:
         """The replicated weights' gradients summed over ranks, in one all-reduce (each rank's
         loss is its share; the entity rows' gradients came back to their owners already)."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.replicated]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.main_comm.all_reduce(flat, "allreduce")
-        offset = 0
-        for p in self.replicated:
-            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
+        self.sum_gradients(self.replicated)
 
     def dataset_info(self) -> dict[str, Any]:
         record = partition_dataset_record(self.pset, 0, 0, {})

@@ -83,6 +83,18 @@ class DistSteps(Steps):
     def barrier(self) -> None:
         self.ctx.barrier()
 
+    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """The gradients of ``params`` summed over ranks in one all-reduce (each rank's loss is
+        its share of the global loss); a missing gradient counts as zeros, so every rank sends
+        the same size."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.main_comm.all_reduce(flat, "allreduce")
+        offset = 0
+        for p in params:
+            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+            offset += p.numel()
+
     def broadcast_weights(self, model: torch.nn.Module) -> None:
         """Rank 0's weights everywhere (identical by seeding already; made certain here)."""
         for tensor in model.state_dict().values():

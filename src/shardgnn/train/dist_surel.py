@@ -96,14 +96,7 @@ class DistSURELSteps(DistSteps, WalkLinkSteps):
     def backward_and_step(self, loss_share: torch.Tensor) -> None:
         """Backward, the gradients summed over ranks in one all-reduce, one step."""
         loss_share.backward()
-        params = list(self.model.parameters())
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.main_comm.all_reduce(flat, "allreduce")  # a sum: each loss is a share
-        offset = 0
-        for p in params:
-            p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
+        self.sum_gradients(list(self.model.parameters()))
         self.optimizer.step()
 
     def metrics(self, pos_P: np.ndarray, neg_PK: np.ndarray) -> dict[str, float]:

@@ -163,13 +163,7 @@ class DistFullGraphSteps(DistSteps):
         )
 
     def _allreduce_gradients(self) -> None:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        self.main_comm.all_reduce(flat, "allreduce")  # a sum: each rank's loss is its share
-        offset = 0
-        for p in params:
-            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p.grad))
-            offset += p.numel()
+        self.sum_gradients([p for p in self.model.parameters() if p.grad is not None])
 
     def generators(self) -> list[torch.Generator]:
         codec = self.graph.codec
