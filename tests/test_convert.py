@@ -388,6 +388,48 @@ def test_typed_tables_refuse_unknown_types_and_nodes_in_one_line(tmp_path, capsy
     assert "needs both --node-tables" in capsys.readouterr().err
 
 
+def test_node_tables_give_label_tables_from_the_columns_label_col_names(tmp_path, capsys):
+    """Issue 31: ``--label-kind`` other than class reads a node table's ``--label-col`` columns
+    (comma-separated) as a label table, for a typed graph's target type and for a plain graph's
+    node table; those columns are not features; a missing column or a value the kind refuses is
+    one line."""
+    from shardgnn.graph.datasets import load_dataset, load_typed_dataset
+
+    pd = pytest.importorskip("pandas")
+    argv = _typed_tables(tmp_path)
+    table = pd.read_csv(tmp_path / "papers.csv")
+    table["score"] = [0.5, None, -1.25, 2.0]
+    table["tag_a"], table["tag_b"] = [1, 0, 1, None], [0, 0, 1, 1]
+    table.to_csv(tmp_path / "papers.csv", index=False)
+
+    assert main([*argv, "--label-kind", "regression", "--label-col", "score"]) == 0
+    g = load_typed_dataset(f"hetero:{tmp_path / 'g'}")
+    assert g.label_kind == "regression" and g.num_classes == 0 and g.y.dtype == np.float32
+    np.testing.assert_array_equal(g.y[:, 0], [0.5, np.nan, -1.25, 2.0])
+    assert g.x["paper"].shape[1] == 4  # f0, f1, tag_a, tag_b: the label column is not a feature
+    out = str(tmp_path / "g2")
+    multilabel = ["--label-kind", "multilabel", "--label-col", "tag_a, tag_b", "--out", out]
+    assert main([*argv[:-2], *multilabel]) == 0
+    g = load_typed_dataset(f"hetero:{out}")
+    assert g.label_kind == "multilabel" and g.y.shape == (4, 2)
+    np.testing.assert_array_equal(g.y, [[1, 0], [0, 0], [1, 1], [np.nan, 1]])
+    assert g.x["paper"].shape[1] == 3  # f0, f1, score
+    capsys.readouterr()
+    plain = [
+        "--edges", str(tmp_path / "chain.csv"), "--nodes", str(tmp_path / "papers.csv"),
+        "--src-col", "src", "--dst-col", "dst", "--out", str(tmp_path / "plain"),
+    ]  # fmt: skip
+    (tmp_path / "chain.csv").write_text("src,dst\np0,p1\np1,p2\np2,p3\n")
+    assert main(["convert", *plain, "--label-kind", "regression", "--label-col", "score"]) == 0
+    g = load_dataset(f"graph:{tmp_path / 'plain'}")
+    assert g.label_kind == "regression" and g.y.shape == (4, 1)
+    again = [*argv[1:], "--overwrite", "--label-kind", "multilabel", "--label-col"]
+    err = _refused([*again, "tag_a,tag_c"], capsys)
+    assert "has no column 'tag_c' (named by --label-col" in err
+    err = _refused([*again, "score"], capsys)
+    assert "multi-label entry" in err and "neither 0 nor 1" in err
+
+
 # ------------------------------------------------------------ nothing lost silently, no traceback
 def _refused(argv: list[str], capsys) -> str:
     """The error of a refused ``shardgnn convert``: exit 2, one ``error:`` line (and its ``fix:``

@@ -541,6 +541,27 @@ def test_academic_generator_is_typed_skewed_and_deterministic(tmp_path):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(g, key))
 
 
+def _features_only(g) -> float:
+    """The test metric of a linear model of the papers' features alone (no graph), trained with
+    the target's loss: what reading the typed neighbourhood must beat."""
+    from shardgnn.nn.targets import LocalReducer
+    from shardgnn.train.typed import typed_target
+
+    target = typed_target(g)
+    x, y = torch.from_numpy(g.x["paper"]), torch.from_numpy(g.y)
+    train, test = torch.from_numpy(g.train_idx), torch.from_numpy(g.test_idx)
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(x.shape[1], target.out_dim)
+    optimizer = torch.optim.Adam(linear.parameters(), lr=0.01)
+    for _ in range(200):
+        optimizer.zero_grad()
+        target.loss_mean(linear(x[train]), y[train]).backward()
+        optimizer.step()
+    evaluation = target.evaluation()
+    evaluation.add(linear(x[test]).detach(), y[test])
+    return evaluation.result(LocalReducer())[0]
+
+
 @pytest.mark.parametrize(
     "mode, model",
     [("full", "rgcn"), ("minibatch", "rgcn"), ("minibatch", "hetero-sage"), ("full", "hgt")],
@@ -554,17 +575,7 @@ def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode, model):
     from shardgnn.train.single import run_training
 
     g = small_academic()
-    x = torch.from_numpy(g.x["paper"])
-    y = torch.from_numpy(g.y)
-    train, test = torch.from_numpy(g.train_idx), torch.from_numpy(g.test_idx)
-    torch.manual_seed(0)
-    linear = torch.nn.Linear(x.shape[1], g.num_classes)
-    optimizer = torch.optim.Adam(linear.parameters(), lr=0.01)
-    for _ in range(200):
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(linear(x[train]), y[train]).backward()
-        optimizer.step()
-    features_only = float((linear(x[test]).argmax(1) == y[test]).float().mean())
+    features_only = _features_only(g)
 
     config = TrainConfig(
         dataset="synthetic-hetero",
@@ -584,6 +595,90 @@ def test_rgcn_node_classification_reads_the_typed_neighbourhood(mode, model):
     assert results["test_acc"] > features_only + margin, (results["test_acc"], features_only)
     if mode == "minibatch":
         assert results["sampled_edges_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    "labels, mode, model, margin",
+    [("regression", "full", "rgcn", 0.1), ("multilabel", "minibatch", "rgcn", 0.05),
+     ("multitask", "full", "hetero-sage", 0.05)],
+)  # fmt: skip
+def test_typed_graphs_learn_label_tables_beyond_features_alone(labels, mode, model, margin):
+    """Issue 31: a typed graph's target type may carry multi-label, regression or several tasks'
+    labels, trained and scored as a homogeneous graph's (:mod:`shardgnn.nn.targets`): the
+    relational model beats a linear model of the papers' features by a margin in the target's
+    own metric, and the results carry each split's details."""
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.single import run_training
+    from shardgnn.train.typed import typed_target
+
+    g = small_academic(labels=labels)
+    assert g.label_kind.startswith(labels) and g.y.dtype == np.float32 and g.num_classes == 0
+    target = typed_target(g)
+    features_only = _features_only(g)
+
+    config = TrainConfig(
+        dataset="synthetic-hetero",
+        mode=mode,
+        model=ModelConfig(model=model, hidden=32, dropout=0.5, num_bases=2),
+        sampler=SamplerConfig(fanouts=(8, 8)),
+        batch_size=64,
+        optim=OptimConfig(epochs=30 if mode == "full" else 6, lr=0.01),
+        progress=False,
+    )
+    results = run_training(config, g)
+    assert results["metric"] == target.metric and g.label_kind.startswith(results["label_kind"])
+    assert results["test_acc"] > features_only + margin, (results["test_acc"], features_only)
+    details = results["metric_details"]["test"]
+    if labels == "multilabel":
+        assert details["labels_scored"] == 128 and len(details["rocauc_per_label"]) == 128
+    elif labels == "regression":
+        assert details["rmse"] > 0 and len(details["r2_per_target"]) == 1
+    else:
+        assert set(details["tasks"]) == {"community", "tags", "score"}
+
+
+def test_typed_label_tables_keep_through_directory_partitions_and_pyg(tmp_path):
+    """A typed graph's label table and its kind survive the graph directory, partitioning (each
+    part holds its target-type rows; the other types' rows are unknown, NaN) and reassembly,
+    and PyG's ``HeteroData`` both ways; a split without a known label is refused in one line."""
+    import dataclasses
+
+    from shardgnn.partition.methods import PartitionConfig
+    from shardgnn.partition.typed import (
+        partition_typed_graph,
+        reassemble_typed,
+        write_typed_partitions,
+    )
+    from shardgnn.train.typed import check_node_trainable
+
+    g = small_academic(labels="multitask", papers=400, authors=300)
+    back = load_typed_graph(save_typed_graph(g, tmp_path / "g"))
+    assert back.label_kind == g.label_kind
+    np.testing.assert_array_equal(back.y, g.y)
+    result = partition_typed_graph(g, PartitionConfig(num_parts=2, method="metis", seed=0))
+    pset = write_typed_partitions(g, result.assignment, tmp_path / "p", method=result.method)
+    part = pset.load_part(0)
+    assert part.label_kind == g.label_kind and part.y.shape[1] == g.y.shape[1]
+    assert np.isnan(
+        part.y[np.asarray(pset.typed_book.type_of(np.arange(part.start, part.end))) > 0]
+    ).all()
+    whole = reassemble_typed(tmp_path / "p")
+    assert whole.label_kind == g.label_kind
+    np.testing.assert_array_equal(whole.y, g.y)
+    np.testing.assert_array_equal(whole.test_idx, g.test_idx)
+    for labels in ("multilabel", "regression"):
+        h = small_academic(labels=labels, papers=300, authors=200)
+        again = TypedGraph.from_pyg(h.to_pyg())
+        assert again.label_kind == labels and again.target_type == "paper"
+        np.testing.assert_array_equal(again.y, h.y)
+        np.testing.assert_array_equal(again.val_idx, h.val_idx)
+    unknown = g.y.copy()
+    unknown[g.train_idx] = np.nan
+    with pytest.raises(ConfigError, match="its train split .*known") as info:
+        check_node_trainable(dataclasses.replace(g, y=unknown))
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("model", ["rgcn", "hetero-sage", "hgt"])

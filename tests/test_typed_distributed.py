@@ -281,15 +281,8 @@ def _check_resume_on_one_worker(path, checkpoint, two):
 
 def _check_inference(path, checkpoint, out):
     from shardgnn.cli import main
-    from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
     from shardgnn.partition.format import read_partitions
-    from shardgnn.train.checkpoint import read_checkpoint_meta
-    from shardgnn.train.config import TrainConfig
-    from shardgnn.train.inference import (
-        check_feature_storage,
-        load_typed_rows,
-        resolve_checkpoint,
-    )
+    from shardgnn.train.inference import check_feature_storage
 
     argv = ["infer", "--checkpoint", str(checkpoint), "--partitions", path, "--out", str(out)]
     assert main([*argv, "--feature-storage", "disk"]) == 2  # refused before any worker starts
@@ -297,25 +290,7 @@ def _check_inference(path, checkpoint, out):
         check_feature_storage("disk", read_partitions(path, verify=False), path)
     assert main([*argv, "--chunk-rows", "300"]) == 0
     graph = reassemble_typed(path)  # original ids
-    resolved = resolve_checkpoint(checkpoint)
-    config = TrainConfig.from_dict(read_checkpoint_meta(resolved)["config"])
-    weights, tables = load_typed_rows(resolved)
-    model = partitioned_node_model(config.model, typed_book(path), graph.num_classes)
-    model.load_state_dict(weights)
-    model.eval()
-    with torch.no_grad():
-        x = torch.cat(
-            [
-                model.typed_input.project["0"](torch.from_numpy(graph.x["paper"]))
-                if name == "paper"
-                else tables[t]
-                for t, name in enumerate(graph.node_types)
-            ]
-        )
-    embeddings, logits = layerwise_forward(
-        model.encoder, x, graph.indptr, graph.indices, graph.etype, 0,
-        lambda h, ids: h[torch.from_numpy(ids)], graph.node_type_of,
-    )  # fmt: skip
+    embeddings, logits = _one_process_forward(path, checkpoint, graph, graph.num_classes)
     for t, name in enumerate(graph.node_types):
         lo, hi = graph.type_offsets[t], graph.type_offsets[t + 1]
         got = np.load(out / name / "embeddings.npy")
@@ -339,3 +314,81 @@ def test_distributed_hetero_sage_and_hgt_learn_on_two_workers(labelled, name):
     two = run_workers(_train, 2, _rgcn_config(labelled[2], 2, model=model))[0]
     assert two["config"]["model"]["model"] == name
     assert two["test_acc"] > 0.5, two["test_acc"]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_label_tables_of_a_typed_graph_train_on_workers_and_infer(tmp_path):
+    """Issue 31: several tasks' labels (a class, 16 tags, a score) on a typed graph's papers,
+    partitioned with their NaN-filled rows: two workers reach one worker's metric within noise,
+    and ``shardgnn infer`` over the two workers' checkpoint writes what the target predicts
+    (class id, tag probabilities, score) equal to a one-process forward pass of the same
+    weights, and each split's metric."""
+    import json
+
+    from shardgnn.cli import main
+    from shardgnn.train.config import CheckpointConfig
+    from shardgnn.train.typed import typed_target
+
+    config = AcademicConfig(
+        papers=2000, authors=1500, institutions=30, fields=20, features=8, snr=2.0, train=0.3,
+        seed=1, labels="multitask",
+    )  # fmt: skip
+    graph = generate_academic(config).with_reverse_relations()
+    paths = {p: write(graph, tmp_path / f"p{p}", p)[0] for p in (1, 2)}
+    one = run_workers(_train, 1, _rgcn_config(paths[1], 1))[0]
+    ckpt = CheckpointConfig(dir=str(tmp_path / "ckpt"))
+    two = run_workers(_train, 2, _rgcn_config(paths[2], 2, checkpoint=ckpt))[0]
+    for run in (one, two):
+        assert run["metric"] == "tasks" and run["label_kind"] == "multitask"
+        tasks = run["metric_details"]["test"]["tasks"]
+        assert tasks["community"]["value"] > 0.25, tasks  # 8 classes: chance is 0.125
+        assert tasks["tags"]["value"] > 0.5 and len(tasks["tags"]["rocauc_per_label"]) == 16
+    assert abs(one["test_acc"] - two["test_acc"]) < 0.08, (one["test_acc"], two["test_acc"])
+
+    out = tmp_path / "inferred"
+    argv = ["infer", "--checkpoint", str(tmp_path / "ckpt"), "--partitions", paths[2]]
+    assert main([*argv, "--out", str(out)]) == 0
+    summary = json.loads((out / "inference.json").read_text())
+    assert summary["label_kind"].startswith("multitask") and summary["metric"]["name"] == "tasks"
+    assert all(summary["metric"][s] > 0.1 for s in ("train", "val", "test")), summary["metric"]
+    whole = reassemble_typed(paths[2])
+    target = typed_target(whole)
+    _, logits = _one_process_forward(paths[2], tmp_path / "ckpt", whole, target.out_dim)
+    papers = whole.num_nodes_of("paper")
+    expected = target.predict(logits[:papers]).numpy()
+    predictions = np.load(out / "paper" / "predictions.npy")
+    assert predictions.shape == (papers, 18)  # a class id, 16 tag probabilities, a score
+    np.testing.assert_allclose(predictions, expected, atol=1e-5, rtol=1e-4)
+    header = (out / "paper" / "predictions.csv").read_text().splitlines()[0]
+    assert header.startswith("node_id,value_0,") and header.endswith("value_17")
+
+
+def _one_process_forward(path, checkpoint, graph, out_dim):
+    """``(embeddings, outputs)`` of every node of ``graph`` (the partition at ``path``
+    reassembled, original ids) with the weights and learnt rows of ``checkpoint``: one process's
+    full-graph forward pass, layer-wise."""
+    from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
+    from shardgnn.train.checkpoint import read_checkpoint_meta
+    from shardgnn.train.config import TrainConfig
+    from shardgnn.train.inference import load_typed_rows, resolve_checkpoint
+
+    resolved = resolve_checkpoint(checkpoint)
+    config = TrainConfig.from_dict(read_checkpoint_meta(resolved)["config"])
+    weights, tables = load_typed_rows(resolved)
+    model = partitioned_node_model(config.model, typed_book(path), out_dim)
+    model.load_state_dict(weights)
+    model.eval()
+    with torch.no_grad():
+        x = torch.cat(
+            [
+                model.typed_input.project["0"](torch.from_numpy(graph.x["paper"]))
+                if name == "paper"
+                else tables[t]
+                for t, name in enumerate(graph.node_types)
+            ]
+        )
+        return layerwise_forward(
+            model.encoder, x, graph.indptr, graph.indices, graph.etype, 0,
+            lambda h, ids: h[torch.from_numpy(ids)], graph.node_type_of,
+        )  # fmt: skip

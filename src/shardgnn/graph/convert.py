@@ -128,7 +128,8 @@ class ConvertConfig:
     label_kind: str = option(
         "class",
         metavar="KIND",
-        help="what --labels (or an --npz archive's y) holds: one class per node (class), a row "
+        help="what --labels (an --npz archive's y, or a node table's --label-col columns) "
+        "holds: one class per node (class), a row "
         "of 0/1 per node (multilabel), a row of real targets per node (regression), or several "
         "tasks side by side (multitask:NAME=KIND/WIDTH*WEIGHT,..., e.g. "
         "multitask:topic=class/7,tags=multilabel/20,views=regression*0.5: a class task takes "
@@ -161,7 +162,13 @@ class ConvertConfig:
     )
     symmetric: bool = option(False, help="add the reverse of every edge (an undirected graph)")
     id_col: str = option("id", help="node table: the node id column (node ids may be any values)")
-    label_col: str = option("label", help="node table: the label column (absent: no labels)")
+    label_col: str = option(
+        "label",
+        metavar="COL[,COL...]",
+        help="node table: the label column (absent: no labels); with a --label-kind other than "
+        "class, the label table's columns, comma-separated (0/1 per label, real targets, or "
+        "several tasks' columns side by side; an empty cell is unknown)",
+    )
     split_col: str = option(
         "split", help="node table: the split column, train/val/test per node (absent: none)"
     )
@@ -188,6 +195,8 @@ class ConvertConfig:
                 "applies to --edges without --nodes; drop it (a node table or an .npz archive "
                 "gives the node count itself)",
             )
+        if (problem := label_kind_problem(self.label_kind)) is not None:
+            raise invalid(self, "label_kind", problem)
         if self.node_tables or self.edge_tables:
             if not (self.node_tables and self.edge_tables):
                 raise ConfigError(
@@ -211,13 +220,10 @@ class ConvertConfig:
             if self.label_kind not in ("class", "regression"):
                 raise invalid(self, "label_kind", "a molecule's label is class or regression")
             return
-        if (problem := label_kind_problem(self.label_kind)) is not None:
-            raise invalid(self, "label_kind", problem)
-        if self.label_kind != "class" and not (self.labels or self.npz):
+        if self.label_kind != "class" and not (self.labels or self.npz or self.nodes):
             raise ConfigError(
-                "--label-kind describes the rows of --labels FILE or of an "
-                "--npz archive's y (a node table's label column holds classes); give one, or "
-                "drop --label-kind"
+                "--label-kind describes the rows of --labels FILE, of an --npz archive's y or of "
+                "a node table's --label-col columns; give one, or drop --label-kind"
             )
         if (self.edges is None) == (self.npz is None):
             raise ConfigError(
@@ -600,6 +606,8 @@ def _check_named_columns(table: Any, path: Path, config: ConvertConfig) -> None:
     graph without labels or splits); the default one may be absent."""
     for field, default in _DEFAULT_COLUMNS.items():
         column, flag = getattr(config, field), "--" + field.replace("_", "-")
+        if field == "label_col":
+            column = _label_columns(config)[0]
         if column in table.columns:
             continue
         if column != default:
@@ -625,7 +633,7 @@ def _check_target_columns(
         _check_named_columns(labelled[target][1], labelled[target][0], config)
     elif target is not None:
         path = node_files[target]
-        raise _no_column(_read_table(path), config.label_col, path, "--label-col")
+        raise _no_column(_read_table(path), _label_columns(config)[0], path, "--label-col")
     elif config.label_col != _DEFAULT_COLUMNS["label_col"] or (
         config.split_col != _DEFAULT_COLUMNS["split_col"]
     ):
@@ -779,11 +787,9 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     _check_named_columns(nodes, nodes_path, config)
     fields: dict[str, Any] = {"node_ids": as_node_ids(nodes[config.id_col])}
     used = {config.id_col}
-    if config.label_col in nodes.columns:
-        fields["y"], fields["num_classes"], fields["class_names"] = _table_labels(
-            nodes[config.label_col], nodes_path
-        )
-        used.add(config.label_col)
+    if _has_labels(nodes, config):
+        fields.update(_node_table_labels(nodes, nodes_path, config))
+        used.update(_label_columns(config))
     if config.split_col in nodes.columns:
         fields.update(_table_splits(nodes[config.split_col], nodes_path, config.split_col))
         used.add(config.split_col)
@@ -831,7 +837,7 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
     node_ids: dict[str, np.ndarray] = {}
     x: dict[str, np.ndarray] = {}
     labelled: dict[str, tuple[Path, Any]] = {}
-    used = {config.id_col, config.label_col, config.split_col}
+    used = {config.id_col, *_label_columns(config), config.split_col}
     for node_type, path in node_files.items():
         table = _read_table(path)
         index[node_type] = _node_index(table, config.id_col, path)
@@ -840,7 +846,7 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
         columns = _feature_columns(table, used, path, typed=True)
         if columns:
             x[node_type] = _features(table, columns, path)
-        if config.label_col in table.columns:
+        if _has_labels(table, config):
             labelled[node_type] = (path, table)
     target = config.target_type
     if target is None and len(labelled) == 1:
@@ -880,9 +886,7 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
     fields: dict[str, Any] = {"x": x, "name": name, "node_ids": node_ids}
     if target is not None and target in labelled:
         path, table = labelled[target]
-        fields["y"], fields["num_classes"], fields["class_names"] = _table_labels(
-            table[config.label_col], path
-        )
+        fields.update(_node_table_labels(table, path, config))
         fields["target_type"] = target
         if config.split_col in table.columns:
             fields.update(_table_splits(table[config.split_col], path, config.split_col))
@@ -913,6 +917,40 @@ def _map_ids(
             )
         out[i] = position
     return out
+
+
+def _label_columns(config: ConvertConfig) -> list[str]:
+    """The node tables' label columns: ``--label-col``; with labels other than classes, the
+    comma-separated columns it names (a label table's, in order)."""
+    if config.label_kind == "class":
+        return [config.label_col]
+    return [c.strip() for c in config.label_col.split(",") if c.strip()] or [config.label_col]
+
+
+def _has_labels(table: Any, config: ConvertConfig) -> bool:
+    """Whether ``table`` holds the labels: its first label column is there (a missing other one
+    is refused when they are read)."""
+    return _label_columns(config)[0] in table.columns
+
+
+def _node_table_labels(table: Any, path: Path, config: ConvertConfig) -> dict[str, Any]:
+    """``y``, ``num_classes``, ``label_kind`` and ``class_names`` of a node table's label
+    column(s): classes of any values (:func:`_table_labels`), or a float32 label table of
+    ``--label-kind`` from numeric columns (an empty cell is unknown, NaN)."""
+    if config.label_kind == "class":
+        y, num_classes, names = _table_labels(table[config.label_col], path)
+        return {"y": y, "num_classes": num_classes, "class_names": names}
+    columns = _label_columns(config)
+    for column in columns:
+        if column not in table.columns:
+            raise _no_column(table, column, path, "--label-col")
+    fix = f"{config.label_kind} labels are numbers; leave a cell empty for an unknown entry"
+    y = np.stack([_numbers(table[c], c, path, "label", fix) for c in columns], axis=1)
+    y = np.ascontiguousarray(y, dtype=np.float32)
+    problem = label_problem(y, config.label_kind, 0, y.shape[0])
+    if problem is not None:
+        raise DatasetError(f"label columns {columns}: {problem[0]}", path, problem[1])
+    return {"y": y, "num_classes": 0, "label_kind": config.label_kind, "class_names": None}
 
 
 def _table_labels(column: Any, path: Path) -> tuple[np.ndarray, int, tuple[str, ...] | None]:

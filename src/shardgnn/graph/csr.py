@@ -133,6 +133,19 @@ def labels_of(y: np.ndarray, num_nodes: int) -> dict[str, Any]:
     return {"y": y, "num_classes": 0, "label_kind": kind}
 
 
+def pyg_node_labels(store: Any, num_nodes: int) -> dict[str, Any]:
+    """The labels (:func:`labels_of`) and the splits (``train_mask``... as ids) of a PyG node
+    store (a ``Data``, or one node type of a ``HeteroData``); what it lacks is left out."""
+    fields: dict[str, Any] = {}
+    if getattr(store, "y", None) is not None:
+        fields.update(labels_of(store.y.detach().cpu().numpy(), num_nodes))
+    for split in ("train", "val", "test"):
+        mask = getattr(store, f"{split}_mask", None)
+        if mask is not None:
+            fields[f"{split}_idx"] = np.flatnonzero(mask.cpu().numpy()).astype(np.int64)
+    return fields
+
+
 def label_problem(
     y: np.ndarray, label_kind: str, num_classes: int, num_nodes: int
 ) -> tuple[str, str] | None:
@@ -268,16 +281,7 @@ class Graph:
         node_data: dict[str, Any] = {"name": name}
         if getattr(data, "x", None) is not None:
             node_data["x"] = np.ascontiguousarray(data.x.detach().cpu().numpy(), dtype=np.float32)
-        if getattr(data, "y", None) is not None:
-            node_data.update(labels_of(data.y.detach().cpu().numpy(), num_nodes))
-        for split, key in (
-            ("train_mask", "train_idx"),
-            ("val_mask", "val_idx"),
-            ("test_mask", "test_idx"),
-        ):
-            mask = getattr(data, split, None)
-            if mask is not None:
-                node_data[key] = np.flatnonzero(mask.cpu().numpy()).astype(np.int64)
+        node_data.update(pyg_node_labels(data, num_nodes))
         weight = getattr(data, "edge_weight", None)
         weight = None if weight is None else weight.cpu().numpy()
         graph = cls.from_edge_index(

@@ -6,7 +6,7 @@ import dataclasses
 
 
 class SpecOptions:
-    """A dataclass of int and float fields, each a ``NAME:key=value`` option of its dataset."""
+    """A dataclass of int, float and str fields, each a ``NAME:key=value`` option of its dataset."""
 
     @classmethod
     def defaults(cls) -> dict[str, str]:
@@ -20,6 +20,8 @@ class SpecOptions:
         for f in dataclasses.fields(cls):
             if f.type in ("int", int):
                 values[f.name] = spec.take_int(f.name, f.default, minimum=0)
+            elif f.type in ("str", str):
+                values[f.name] = spec.take_str(f.name, f.default)
             else:
                 values[f.name] = spec.take_float(f.name, f.default, lo=0)
         spec.finish()

@@ -73,15 +73,7 @@ class SyntheticConfig:
                 f"train={self.train}, val={self.val} must be positive with train + val < 1",
             ),
             (self.seed >= 0, f"seed={self.seed} must be >= 0"),
-            (
-                self.labels in (*LABEL_KINDS, "multitask"),
-                f"labels={self.labels} must be one of {', '.join(LABEL_KINDS)}, multitask",
-            ),
-            (
-                self.label_columns >= 0 and (self.labels != "class" or not self.label_columns),
-                f"label_columns={self.label_columns} must be >= 0 and given with labels="
-                "multilabel or regression only",
-            ),
+            *label_option_checks(self.labels, self.label_columns),
         ]
         for ok, message in checks:
             if not ok:
@@ -211,16 +203,7 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
     x += means[y]
 
     train_idx, val_idx, test_idx = fraction_split(n, cfg.train, cfg.val, seed=cfg.seed + 1)
-    labels = {"y": y, "num_classes": cfg.classes}
-    if cfg.labels == "multitask":
-        tags = cfg.label_columns or 16
-        kind = f"multitask:community=class/{cfg.classes},tags=multilabel/{tags},score=regression"
-        table = _label_table(dataclasses.replace(cfg, labels="multilabel", label_columns=tags), y)
-        score = _label_table(dataclasses.replace(cfg, labels="regression", label_columns=1), y)
-        columns = [y[:, None].astype(np.float32), table, score]
-        labels = {"y": np.hstack(columns), "num_classes": 0, "label_kind": kind}
-    elif cfg.labels != "class":
-        labels = {"y": _label_table(cfg, y), "num_classes": 0, "label_kind": cfg.labels}
+    labels = community_labels(y, cfg.classes, cfg.labels, cfg.label_columns, cfg.seed)
     return Graph(
         indptr=indptr,
         indices=indices,
@@ -233,18 +216,55 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
     )
 
 
-def _label_table(cfg: SyntheticConfig, community: np.ndarray) -> np.ndarray:
-    """The float32 ``[N, W]`` labels of ``cfg.labels`` derived from each node's community (a
+def label_option_checks(labels: str, label_columns: int) -> list[tuple[bool, str]]:
+    """``(holds, rule)`` of a generator's ``labels`` and ``label_columns`` options."""
+    return [
+        (
+            labels in (*LABEL_KINDS, "multitask"),
+            f"labels={labels} must be one of {', '.join(LABEL_KINDS)}, multitask",
+        ),
+        (
+            label_columns >= 0 and (labels != "class" or not label_columns),
+            f"label_columns={label_columns} must be >= 0 and given with labels="
+            "multilabel, regression or multitask only",
+        ),
+    ]
+
+
+def community_labels(
+    community: np.ndarray, classes: int, labels: str, label_columns: int, seed: int
+) -> dict:
+    """``y``, ``num_classes`` and ``label_kind`` of a generated graph whose nodes belong to
+    ``community`` (int64, ``classes`` of them), as option ``labels`` asks: the community itself
+    (``class``), or a table derived from it (:func:`_label_table`; ``multitask``: the community,
+    ``label_columns`` or 16 tags, and one score side by side)."""
+    if labels == "class":
+        return {"y": community, "num_classes": classes, "label_kind": "class"}
+    if labels == "multitask":
+        tags = label_columns or 16
+        kind = f"multitask:community=class/{classes},tags=multilabel/{tags},score=regression"
+        table = _label_table("multilabel", tags, classes, seed, community)
+        score = _label_table("regression", 1, classes, seed, community)
+        columns = [community[:, None].astype(np.float32), table, score]
+        return {"y": np.hstack(columns), "num_classes": 0, "label_kind": kind}
+    table = _label_table(labels, label_columns, classes, seed, community)
+    return {"y": table, "num_classes": 0, "label_kind": labels}
+
+
+def _label_table(
+    labels: str, label_columns: int, classes: int, seed: int, community: np.ndarray
+) -> np.ndarray:
+    """The float32 ``[N, W]`` labels of kind ``labels`` derived from each node's community (a
     stream of its own: the graph and features are those of class labels with the same seed).
     Multi-label: label ``j`` is 1 with probability ``p[c, j]``, ``p = U(0, 1)^3`` per community
     (most labels rare, each community with a profile of its own). Regression: target ``t`` is
     ``mu[c, t] + 0.5 * noise`` with ``mu ~ N(0, 1)``."""
-    rng = np.random.default_rng([cfg.seed, 1])
+    rng = np.random.default_rng([seed, 1])
     n = community.shape[0]
-    if cfg.labels == "multilabel":
-        width = cfg.label_columns or 128
-        profile = rng.random((cfg.classes, width)) ** 3
+    if labels == "multilabel":
+        width = label_columns or 128
+        profile = rng.random((classes, width)) ** 3
         return (rng.random((n, width)) < profile[community]).astype(np.float32)
-    width = cfg.label_columns or 1
-    means = rng.standard_normal((cfg.classes, width))
+    width = label_columns or 1
+    means = rng.standard_normal((classes, width))
     return (means[community] + 0.5 * rng.standard_normal((n, width))).astype(np.float32)

@@ -9,7 +9,9 @@ Node types and relations::
     author  -affiliated_with-> institution  (one per author)
 
 Only papers have features (class signal + noise at `snr`, as the homogeneous generator); the
-other types are featureless (models give them learnt rows). Every paper has a topic (its label).
+other types are featureless (models give them learnt rows). Every paper has a topic (its label;
+``labels=multilabel``, ``regression`` or ``multitask`` derive a table of labels from it as the
+homogeneous generator does, :func:`~shardgnn.graph.synthetic.community_labels`).
 Authors and fields have a topic too, hidden: with probability `homophily` a paper cites a paper,
 is written by authors and sits in fields of its own topic, otherwise anything. So a paper's
 topic is readable from its features weakly and from its typed neighbourhood (its authors' other
@@ -29,6 +31,7 @@ import numpy as np
 from shardgnn.errors import DatasetError
 from shardgnn.graph.spec_options import SpecOptions
 from shardgnn.graph.split import fraction_split
+from shardgnn.graph.synthetic import community_labels, label_option_checks
 from shardgnn.graph.typed import TypedGraph
 
 PAPER, AUTHOR, INSTITUTION, FIELD = "paper", "author", "institution", "field"
@@ -58,6 +61,11 @@ class AcademicConfig(SpecOptions):
     train: float = 0.1
     val: float = 0.1
     seed: int = 0
+    labels: str = "class"
+    """what a paper's label is: its topic (``class``), or a table derived from the topic
+    (``multilabel``, ``regression``, ``multitask``; as ``synthetic:labels=...``)"""
+    label_columns: int = 0
+    """labels or targets per paper (0: 128 labels, 1 target; multitask: 16 tags)"""
 
     def __post_init__(self) -> None:
         checks = [
@@ -77,6 +85,7 @@ class AcademicConfig(SpecOptions):
                 "train > 0, val >= 0, train + val < 1",
             ),
             (self.seed >= 0, "seed >= 0"),
+            *label_option_checks(self.labels, self.label_columns),
         ]
         for ok, rule in checks:
             if not ok:
@@ -164,16 +173,20 @@ def generate_academic(config: AcademicConfig | None = None) -> TypedGraph:
     x = rng.standard_normal((cfg.papers, cfg.features), dtype=np.float32)
     x += means[topic[PAPER]]
     train_idx, val_idx, test_idx = fraction_split(cfg.papers, cfg.train, cfg.val, seed=cfg.seed + 1)
+    # class labels (the default) are not spelled: specs of class-labelled graphs are as before
     spec = "synthetic-hetero:" + ",".join(
-        f"{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
+        f"{f.name}={getattr(cfg, f.name)}"
+        for f in dataclasses.fields(cfg)
+        if cfg.labels != "class" or f.name not in ("labels", "label_columns")
     )
     return TypedGraph.from_typed_edges(
         {PAPER: cfg.papers, AUTHOR: cfg.authors, INSTITUTION: cfg.institutions, FIELD: cfg.fields},
         edges,
         x={PAPER: x},
         target_type=PAPER,
-        y=topic[PAPER].astype(np.int64),
-        num_classes=k,
+        **community_labels(
+            topic[PAPER].astype(np.int64), k, cfg.labels, cfg.label_columns, cfg.seed
+        ),
         train_idx=train_idx,
         val_idx=val_idx,
         test_idx=test_idx,

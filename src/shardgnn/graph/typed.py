@@ -29,7 +29,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import index_dtype
+from shardgnn.graph.csr import index_dtype, label_problem, pyg_node_labels
 from shardgnn.graph.io import (
     TYPED_GRAPH_FORMAT,
     load_node_ids,
@@ -101,8 +101,12 @@ class TypedGraph:
         triples: relational splits ``{train, valid, test}``: int64 ``[T, 3]`` rows of
             (head global id, relation id, tail global id); ``train`` is the CSR's edge list.
         target_type: the node type whose nodes carry labels (node classification), or None.
-        y: int64 ``[N_target]`` labels of the target type's nodes (local ids), or None.
-        num_classes: label classes (0 without labels).
+        y: the target type's labels by local id, or None: int64 ``[N_target]`` classes
+            (``-1`` = unlabelled), or float32 ``[N_target, W]`` for the other ``label_kind`` s
+            (NaN = unknown).
+        num_classes: label classes (0 without labels, and for labels other than classes).
+        label_kind: what a label is, as a homogeneous graph's (:mod:`shardgnn.nn.targets`):
+            ``class``, ``multilabel``, ``regression`` or ``multitask:...``.
         train_idx, val_idx, test_idx: int64 local ids of labelled target nodes per split.
         name: a human-readable dataset name.
         node_ids: per type, ``[N_t]`` the user's own id of each node (int64 or text ``<U``), by
@@ -122,6 +126,7 @@ class TypedGraph:
     target_type: str | None = None
     y: np.ndarray | None = None
     num_classes: int = 0
+    label_kind: str = "class"
     train_idx: np.ndarray | None = None
     val_idx: np.ndarray | None = None
     test_idx: np.ndarray | None = None
@@ -199,9 +204,14 @@ class TypedGraph:
         return graph.validate()
 
     @classmethod
-    def from_pyg(cls, data: Any, name: str = "pyg-hetero") -> "TypedGraph":
+    def from_pyg(
+        cls, data: Any, name: str = "pyg-hetero", target_type: str | None = None
+    ) -> "TypedGraph":
         """Convert a ``torch_geometric.data.HeteroData``: every node type with its count (and
-        ``x`` when present), every edge type with its ``edge_index``."""
+        ``x`` when present), every edge type with its ``edge_index``; the labels ``y`` (classes,
+        multi-label or regression as :func:`~shardgnn.graph.csr.labels_of` reads them) and
+        ``train_mask``/``val_mask``/``test_mask`` of ``target_type``, or of the one node type
+        that has ``y``."""
         num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
         edges = {tuple(rel): tuple(data[rel].edge_index.cpu().numpy()) for rel in data.edge_types}
         x = {
@@ -209,7 +219,22 @@ class TypedGraph:
             for t in data.node_types
             if getattr(data[t], "x", None) is not None
         }
-        return cls.from_typed_edges(num_nodes, edges, x=x, name=name)
+        labelled = [t for t in data.node_types if getattr(data[t], "y", None) is not None]
+        if target_type is None and len(labelled) > 1:
+            raise DatasetError(
+                f"node types {labelled} all have labels y",
+                fix="name the one to learn: TypedGraph.from_pyg(data, target_type=...)",
+            )
+        target = target_type if target_type is not None else next(iter(labelled), None)
+        fields: dict[str, Any] = {}
+        if target is not None:
+            if target not in num_nodes:
+                raise DatasetError(
+                    f"target type {target!r} is not a node type of the HeteroData",
+                    fix=f"name one of {list(num_nodes)}",
+                )
+            fields = {"target_type": target, **pyg_node_labels(data[target], num_nodes[target])}
+        return cls.from_typed_edges(num_nodes, edges, x=x, name=name, **fields)
 
     def to_pyg(self) -> Any:
         """A ``torch_geometric.data.HeteroData`` with local ids per type (the inverse of
@@ -222,6 +247,18 @@ class TypedGraph:
             data[t].num_nodes = self.num_nodes_of(t)
             if t in self.x:
                 data[t].x = torch.from_numpy(np.asarray(self.x[t]))
+        if self.target_type is not None and self.y is not None:
+            store = data[self.target_type]
+            y = np.asarray(self.y)
+            if self.label_kind == "multilabel" and not np.isnan(y).any():
+                y = y.astype(np.int64)  # as OGB gives 0/1 labels (from_pyg reads them back)
+            store.y = torch.from_numpy(y)
+            for split in ("train", "val", "test"):
+                idx = getattr(self, f"{split}_idx")
+                if idx is not None:
+                    mask = np.zeros(self.num_nodes_of(self.target_type), dtype=bool)
+                    mask[np.asarray(idx)] = True
+                    store[f"{split}_mask"] = torch.from_numpy(mask)
         src, dst, etype = self.edge_arrays()
         for r, rel in enumerate(self.relations):
             keep = etype == r
@@ -293,6 +330,7 @@ class TypedGraph:
             "triples": {k: int(v.shape[0]) for k, v in self.triples.items()},
             "target_type": self.target_type,
             "num_classes": self.num_classes,
+            "label_kind": self.label_kind,
             "splits": {
                 key: int(len(getattr(self, f"{key}_idx")))
                 for key in ("train", "val", "test")
@@ -379,10 +417,11 @@ class TypedGraph:
             if self.target_type not in self.node_types:
                 fail(f"target type {self.target_type!r} is not a node type")
             count = self.num_nodes_of(self.target_type)
-            if self.y is None or self.y.shape != (count,):
+            if self.y is None or self.y.shape[:1] != (count,):
                 fail(f"labels must have one entry per {self.target_type!r} node ({count})")
-            if self.y.size and (self.y.max() >= self.num_classes or self.y.min() < -1):
-                fail(f"labels must lie in [-1, {self.num_classes})")
+            problem = label_problem(self.y, self.label_kind, self.num_classes, count)
+            if problem is not None:
+                fail(f"labels of {self.target_type!r}: {problem[0]} ({problem[1]})")
             for key in ("train_idx", "val_idx", "test_idx"):
                 idx = getattr(self, key)
                 if idx is not None and idx.size and (idx.min() < 0 or idx.max() >= count):
@@ -429,6 +468,7 @@ def save_typed_graph(graph: TypedGraph, path: str | os.PathLike, overwrite: bool
             "node_names": graph.node_names,
             "target_type": graph.target_type,
             "num_classes": graph.num_classes,
+            "label_kind": graph.label_kind,
             "arrays": {
                 k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()
             },
@@ -473,6 +513,7 @@ def load_typed_graph(path: str | os.PathLike) -> TypedGraph:
         target_type = meta.get("target_type")
         target_type = None if target_type is None else str(target_type)
         num_classes = int(meta.get("num_classes", 0))
+        label_kind = str(meta.get("label_kind", "class"))
         id_specs = dict(meta.get("node_ids", {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise DatasetError(f"meta.json is malformed ({exc!r})", meta_path) from None
@@ -518,6 +559,7 @@ def load_typed_graph(path: str | os.PathLike) -> TypedGraph:
         triples=triples,
         target_type=target_type,
         num_classes=num_classes,
+        label_kind=label_kind,
         **{key: arrays.get(key) for key in _LABEL_ARRAYS},
         name=str(meta.get("name", path.name)),
         node_ids=node_ids,

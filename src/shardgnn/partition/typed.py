@@ -26,8 +26,8 @@ from shardgnn.partition.sections import TriplesSection, TypedSection
 
 def homogeneous_view(graph: TypedGraph) -> Graph:
     """The typed graph's CSR as a plain graph (no copy of the edges): the target type's labels
-    (``-1`` on every other node) and splits in global ids (METIS's ``train`` balance constraint;
-    the splits and labels each part stores)."""
+    (``-1``, or a row of NaN, on every other node) and splits in global ids (METIS's ``train``
+    balance constraint; the splits and labels each part stores)."""
     fields: dict = {}
     if graph.target_type is not None:
         offset = int(graph.type_offsets[graph.node_types.index(graph.target_type)])
@@ -36,9 +36,16 @@ def homogeneous_view(graph: TypedGraph) -> Graph:
             if idx is not None:
                 fields[key] = np.asarray(idx, dtype=np.int64) + offset
         if graph.y is not None:
-            y = np.full(graph.num_nodes, -1, dtype=np.int64)
-            y[offset : offset + len(graph.y)] = graph.y
-            fields.update(y=y, num_classes=int(graph.num_classes), class_names=graph.class_names)
+            y_target = np.asarray(graph.y)
+            unknown = -1 if graph.label_kind == "class" else np.nan
+            y = np.full((graph.num_nodes, *y_target.shape[1:]), unknown, dtype=y_target.dtype)
+            y[offset : offset + len(y_target)] = y_target
+            fields.update(
+                y=y,
+                num_classes=int(graph.num_classes),
+                label_kind=graph.label_kind,
+                class_names=graph.class_names,
+            )
     return Graph(indptr=graph.indptr, indices=graph.indices, name=graph.name, **fields)
 
 
@@ -193,10 +200,13 @@ def reassemble_typed(path: str | os.PathLike, *, verify: bool = True) -> TypedGr
     target = hetero.get("target_type")
     if target is not None and new.y is not None:
         t = node_types.index(target)
-        y = np.empty(int(offsets[t + 1] - offsets[t]), dtype=np.int64)
+        y_new = np.asarray(new.y)
+        y = np.empty((int(offsets[t + 1] - offsets[t]), *y_new.shape[1:]), dtype=y_new.dtype)
         new_of_type = np.flatnonzero((orig >= offsets[t]) & (orig < offsets[t + 1]))
-        y[orig[new_of_type] - offsets[t]] = new.y[new_of_type]
-        fields.update(target_type=target, y=y, num_classes=new.num_classes)
+        y[orig[new_of_type] - offsets[t]] = y_new[new_of_type]
+        fields.update(
+            target_type=target, y=y, num_classes=new.num_classes, label_kind=new.label_kind
+        )
         for key in ("train_idx", "val_idx", "test_idx"):
             idx = getattr(new, key)
             if idx is not None:

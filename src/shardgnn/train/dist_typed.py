@@ -1,4 +1,5 @@
-"""Distributed R-GCN node classification on a typed graph: one process per part of a typed
+"""Distributed R-GCN node prediction on a typed graph (classes or any label kind of
+:mod:`shardgnn.nn.targets`): one process per part of a typed
 partition (``write_typed_partitions``), DDP over the weights, the data on ``torch.distributed``
 all-to-alls.
 
@@ -16,7 +17,7 @@ Per batch (every step is a sequence of collectives, the same on every rank):
      layers); the learnt rows' gradients go back to their owners, which step them.
 
 Evaluation samples the validation/test seeds the same way (``--eval-fanouts``, default the
-training fanouts), each rank a disjoint share, and sums the counts over ranks.
+training fanouts), each rank a disjoint share, and reduces the target's metric over ranks.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
+from shardgnn.graph.csr import label_dtype
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, NeighborSamplingStage
 from shardgnn.loader.typed import TypedRowFetcher
+from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.nn.typed import TypedNodeModel, block_message_graph, partitioned_node_model
 from shardgnn.partition.format import PartitionSet
 from shardgnn.partition.typed import TypedPartitionBook
@@ -50,11 +52,11 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.setup import EMBEDDING_STREAM, adam
+from shardgnn.train.setup import EMBEDDING_STREAM, adam, label_results
 
 
 class DistTypedNodeSteps(DistSteps):
-    """One rank of distributed R-GCN / heterogeneous SAGE node classification (sampled typed
+    """One rank of distributed R-GCN / heterogeneous SAGE / HGT node prediction (sampled typed
     blocks)."""
 
     def __init__(self, config: TrainConfig, ctx: DistContext):
@@ -74,7 +76,13 @@ class DistTypedNodeSteps(DistSteps):
         self._check_labelled(True, self.graph.part.y is not None)
         self.typed = self.graph.typed
         self.num_relations = len(self.typed.relations)
-        self.num_classes = int(self.graph.part.num_classes)
+        part = self.graph.part
+        self.num_classes = int(part.num_classes)
+        self.target = target_of_labels(part.label_kind, part.y, self.num_classes)
+        self.metric, self.details = self.target.metric, {}
+        train_rows = np.asarray(part.train_idx if part.train_idx is not None else [], np.int64)
+        y_train = torch.from_numpy(np.asarray(part.y[train_rows]))
+        self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
         self.tables, self.train_rows, self.eval_rows, self.labels = open_typed_rows(
             config, ctx, self.pset, self.graph, self.typed, self.data_comm
         )
@@ -138,7 +146,7 @@ class DistTypedNodeSteps(DistSteps):
         optimiser."""
         config, ctx = self.config, self.ctx
         torch.manual_seed(config.seed)
-        self.model = partitioned_node_model(config.model, self.typed, self.num_classes)
+        self.model = partitioned_node_model(config.model, self.typed, self.target.out_dim)
         self.model = self.model.to(ctx.device)
         self.broadcast_weights(self.model)
         # This rank's learnt rows join the model's state after the broadcast (they differ per
@@ -172,7 +180,7 @@ class DistTypedNodeSteps(DistSteps):
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
                 logits = self.ddp(graphs, by_type)
-                loss = F.cross_entropy(logits, y)
+                loss = self.target.loss_mean(logits, y)
                 loss.backward()
                 self.optimizer.step()
             with self.timer("embed"):
@@ -181,8 +189,8 @@ class DistTypedNodeSteps(DistSteps):
                     table.apply_gradients(typed_ids, grad.cpu())
             self.traffic.count(sample)
             self.sampled_edges += sample.num_sampled_edges
-            correct = int((logits.argmax(1) == y).sum())
-            return StepResult(loss.item(), correct, int(y.shape[0]), sample.num_sampled_edges)
+            score = float(self.target.score_sum(logits.detach(), y))
+            return StepResult(loss.item(), score, int(y.shape[0]), sample.num_sampled_edges)
 
         # every rank runs the same number of batches (DistSeedBatcher), so the stop agreement
         # and the collectives inside a step line up
@@ -195,17 +203,16 @@ class DistTypedNodeSteps(DistSteps):
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
-        """Accuracy over every node of ``split`` (each evaluated by exactly one rank)."""
+        """The target's metric over every node of ``split`` (each evaluated by exactly one
+        rank)."""
         self.ddp.eval()
-        correct = count = 0
+        evaluation = self.target.evaluation()
         for batch in self.eval_stages[split]:
             by_type, _ = batch.x_SF
-            y = batch.y.to(self.ctx.device)
             logits = self.model.forward_typed_rows(self._graphs(batch.sample), by_type)
-            correct += int((logits.argmax(1) == y).sum())
-            count += int(y.shape[0])
-        correct, count = self.sum([correct, count])
-        return correct / max(count, 1)
+            evaluation.add(logits, batch.y)
+        metric, self.details[split] = evaluation.result(CommReducer(self.main_comm))
+        return metric
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
@@ -216,6 +223,7 @@ class DistTypedNodeSteps(DistSteps):
             "sampled_edges_per_s": edges / sample_time if sample_time > 0 else None,
             "sampled_edges_per_epoch": edges / epochs,
             "relational": self.traffic.report(self.sum, epochs, self.tables),
+            **label_results(self.target, self.details),
         }
 
     def dataset_info(self) -> dict[str, Any]:
@@ -279,8 +287,9 @@ def open_typed_rows(
         t: DistFeatureStore(table.local, typed.type_book(t), ctx.rank, data_comm, "eval")
         for t, table in tables.items()
     }
-    peer_y = {p: np.asarray(peer.part.y, dtype=np.int64) for p, peer in graph.peers.items()}
-    y_local = np.asarray(part.y, dtype=np.int64)
+    dtype = label_dtype(part.label_kind)
+    peer_y = {p: np.asarray(peer.part.y, dtype=dtype) for p, peer in graph.peers.items()}
+    y_local = np.asarray(part.y, dtype=dtype)
     return TypedRows(
         tables,
         TypedRowFetcher(typed, features["fetch"], tables, ctx.device, learn=True),

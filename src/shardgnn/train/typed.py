@@ -24,11 +24,13 @@ from torch.nn import functional as F
 
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.relational import HELD_ROWS, hold_entity_rows, step_entity_rows
+from shardgnn.graph.csr import label_dtype
 from shardgnn.graph.datasets import canonical_spec, load_typed_dataset
 from shardgnn.graph.identity import typed_fingerprint
 from shardgnn.graph.typed import TypedGraph, reverse_relations, with_reverse_edges
 from shardgnn.loader.pipeline import MiniBatch, MiniBatchLoader
 from shardgnn.loader.typed import LocalTypedRows
+from shardgnn.nn.targets import LocalReducer, NodeTarget, target_of_labels
 from shardgnn.nn.typed import (
     TypedInput,
     TypedLinkModel,
@@ -52,7 +54,7 @@ from shardgnn.train.linkmetrics import (
     rank_sums,
 )
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import adam, resolve_device
+from shardgnn.train.setup import adam, label_results, resolve_device
 
 RELATIONAL_HITS_AT = (1, 3, 10)
 """Hits@K reported for knowledge-graph completion (the benchmarks' standard set)."""
@@ -302,24 +304,36 @@ def relational_model(
 
 
 def check_node_trainable(graph: TypedGraph) -> None:
-    """Refuse a typed graph without labels or splits, with the reason and the fix."""
+    """Refuse a typed graph without labels or splits (or whose split has no known label), with
+    the reason and the fix."""
     problems = []
-    if graph.target_type is None or graph.y is None or graph.num_classes < 1:
+    labelled = graph.target_type is not None and graph.y is not None
+    if not labelled or (graph.label_kind == "class" and graph.num_classes < 1):
         problems.append("it has no labelled node type")
+    target = typed_target(graph) if labelled else None
     for key in ("train_idx", "val_idx", "test_idx"):
         idx = getattr(graph, key)
         if idx is None or len(idx) == 0:
             problems.append(f"its {key.replace('_idx', '')} split is empty")
+        elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
+            problems.append(f"its {key.replace('_idx', '')} split {problem}")
     if problems:
         raise ConfigError(
-            f"dataset {graph.name!r} cannot be used for node classification: "
+            f"dataset {graph.name!r} cannot be used for node prediction: "
             + "; ".join(problems)
             + ". Knowledge graphs train --task link; synthetic-hetero has paper labels."
         )
 
 
+def typed_target(graph: TypedGraph) -> NodeTarget:
+    """What the target type's labels are and how outputs are trained and scored against them
+    (:mod:`shardgnn.nn.targets`: classes, multi-label, regression, several tasks)."""
+    return target_of_labels(graph.label_kind, graph.y, graph.num_classes)
+
+
 class TypedNodeSteps(_TypedGraphSteps):
-    """Single-process node classification of a typed graph's target type with R-GCN.
+    """Single-process node prediction of a typed graph's target type with R-GCN (or
+    heterogeneous SAGE, HGT): classes, or any label kind of :mod:`shardgnn.nn.targets`.
 
     ``--mode full``: one step per epoch over every training node. ``--mode minibatch``: batches
     of ``--batch-size`` training nodes, each layer's neighbourhood drawn per relation (every
@@ -337,21 +351,24 @@ class TypedNodeSteps(_TypedGraphSteps):
             for i, t in enumerate(g.node_types)
             if t in g.x
         }
-        encoder = typed_encoder(model, message_relations(g), g.node_types, out_dim=g.num_classes)
+        self.target = typed_target(g)
+        self.metric, self.details = self.target.metric, {}
+        encoder = typed_encoder(
+            model, message_relations(g), g.node_types, out_dim=self.target.out_dim
+        )
         self.model = TypedNodeModel(
             TypedInput(sizes, widths, model.hidden), encoder, model.input_dropout
         ).to(self.device)
         self.optimizer = adam(self.model.parameters(), config.optim)
-        y = torch.from_numpy(np.asarray(g.y, dtype=np.int64)).to(self.device)
-        offset = int(g.type_offsets[g.node_types.index(g.target_type)])
-        self.y = y
+        self.y = torch.from_numpy(np.asarray(g.y, dtype=label_dtype(g.label_kind))).to(self.device)
+        self.offset = int(g.type_offsets[g.node_types.index(g.target_type)])
         self.splits = {
             key: torch.from_numpy(np.asarray(getattr(g, f"{key}_idx"), dtype=np.int64)).to(
                 self.device
             )
             for key in ("train", "val", "test")
         }
-        self.offset = offset
+        self.target.fit_labels(self.y[self.splits["train"]])
         self.sampled_edges = 0
         # The reverse relations are r + R: the full-graph message graph's inverse relations, so
         # a model trained on blocks evaluates on the full graph (layer-wise, over this CSR) with
@@ -374,7 +391,7 @@ class TypedNodeSteps(_TypedGraphSteps):
             )  # fmt: skip
 
     def logits(self) -> torch.Tensor:
-        """Class logits of every target-type node (local ids)."""
+        """The outputs of every target-type node (local ids)."""
         start = self.offset
         out = self.model(self.message_graph, self.features)
         return out[start : start + self.y.shape[0]]
@@ -387,10 +404,11 @@ class TypedNodeSteps(_TypedGraphSteps):
         with self.timer("compute"):
             self.optimizer.zero_grad(set_to_none=True)
             logits = self.logits()[idx]
-            loss = F.cross_entropy(logits, self.y[idx])
+            loss = self.target.loss_mean(logits, self.y[idx])
             loss.backward()
             self.optimizer.step()
-        return loss.item(), float((logits.argmax(1) == self.y[idx]).float().mean())
+        score = float(self.target.score_sum(logits.detach(), self.y[idx]))
+        return loss.item(), score / max(len(idx), 1)
 
     def _train_epoch_blocks(self, run: EpochRun) -> tuple[float, float] | None:
         self.model.train()
@@ -409,12 +427,12 @@ class TypedNodeSteps(_TypedGraphSteps):
                 self.optimizer.zero_grad(set_to_none=True)
                 logits = self.model.forward_typed_rows(graphs, batch.x_SF.by_type)
                 y = self.y[(seeds - self.offset).to(self.device)]
-                loss = F.cross_entropy(logits, y)
+                loss = self.target.loss_mean(logits, y)
                 loss.backward()
                 self.optimizer.step()
             self.sampled_edges += sample.num_sampled_edges
-            correct = int((logits.argmax(1) == y).sum())
-            return StepResult(loss.item(), correct, len(seeds), sample.num_sampled_edges)
+            score = float(self.target.score_sum(logits.detach(), y))
+            return StepResult(loss.item(), score, len(seeds), sample.num_sampled_edges)
 
         sums = batch_epoch(run, self.loader, step)
         if sums is None:
@@ -422,17 +440,20 @@ class TypedNodeSteps(_TypedGraphSteps):
         return sums.loss_sum / max(sums.count, 1), sums.correct / max(sums.count, 1)
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
+        extra = label_results(self.target, self.details)
         if self.config.mode != "minibatch":
-            return {}
+            return extra
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
         return {
-            "sampled_edges_per_s": self.sampled_edges / sample_time if sample_time > 0 else None
+            **extra,
+            "sampled_edges_per_s": self.sampled_edges / sample_time if sample_time > 0 else None,
         }
 
     @torch.no_grad()
     def evaluate(self, split: str) -> float:
-        """Accuracy over ``split`` from every node's full neighbourhood, computed layer-wise in
-        chunks of nodes (memory: one chunk's in-edges, not the whole graph's messages)."""
+        """The target's metric over ``split`` from every node's full neighbourhood, computed
+        layer-wise in chunks of nodes (memory: one chunk's in-edges, not the whole graph's
+        messages)."""
         self.model.eval()
         g = self.sample_graph
         _, out = layerwise_forward(
@@ -444,4 +465,7 @@ class TypedNodeSteps(_TypedGraphSteps):
         )  # fmt: skip
         logits = out[self.offset : self.offset + self.y.shape[0]]
         idx = self.splits[split]
-        return float((logits[idx].argmax(1) == self.y[idx]).float().mean())
+        evaluation = self.target.evaluation()
+        evaluation.add(logits[idx], self.y[idx])
+        metric, self.details[split] = evaluation.result(LocalReducer())
+        return metric

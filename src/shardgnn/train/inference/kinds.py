@@ -24,7 +24,7 @@ from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.config import WALK_MODELS, is_user_model
 from shardgnn.nn.models import build_model
-from shardgnn.nn.targets import CommReducer, target_of_labels
+from shardgnn.nn.targets import CommReducer, NodeTarget, target_of_labels
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.inference.run import (
     InferRun,
@@ -205,14 +205,8 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     labelled = (outputs["predictions"], shard.y, shard.splits) if by_class else None
     totals, comm_summed = sum_over_ranks(comm, seconds, labelled)
     split_metric = None
-    if target is not None and not by_class:  # collectives, every rank in the same order
-        split_metric = {"name": target.metric}
-        y = torch.from_numpy(np.array(shard.y))  # a copy: parts are read-only maps
-        for split in ("train", "val", "test"):
-            idx = torch.from_numpy(np.array(shard.splits[split], dtype=np.int64))
-            evaluation = target.evaluation()
-            evaluation.add(logits[idx.to(logits.device)].cpu(), y[idx])
-            split_metric[split] = evaluation.result(CommReducer(comm))[0]
+    if target is not None and not by_class:
+        split_metric = split_metrics(target, logits, shard.y, shard.splits, comm)
     orig_ids = np.asarray(pset.orig_ids)
     ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
     written = write_by_original_id(
@@ -265,13 +259,30 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     return summary
 
 
+def split_metrics(
+    target: NodeTarget, logits: torch.Tensor, y: Any, splits: dict[str, Any], comm: Communicator
+) -> dict[str, Any]:
+    """``target``'s metric of every split over every rank's rows (``logits``, labels ``y`` and
+    ``splits`` by this rank's local row): collectives, every rank calls it in the same order."""
+    metrics: dict[str, Any] = {"name": target.metric}
+    y = torch.from_numpy(np.array(y))  # a copy: parts are read-only maps
+    for split in ("train", "val", "test"):
+        rows = splits[split]
+        idx = torch.from_numpy(np.array([] if rows is None else rows, dtype=np.int64))
+        evaluation = target.evaluation()
+        evaluation.add(logits[idx.to(logits.device)].cpu(), y[idx])
+        metrics[split] = evaluation.result(CommReducer(comm))[0]
+    return metrics
+
+
 def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     """Layer-wise inference of a typed node classifier (``rgcn``/``hetero-sage``) over a typed
     partition: every rank computes its own nodes, layer by layer in chunks of destinations,
     fetching the previous layer's rows of its chunk's sources from their owners. Writes, per node
     type in original (typed) ids, ``OUT/<type>/embeddings.npy`` (the last layer's input) and, for
-    the labelled type, ``logits.npy`` and ``predictions.npy``; and their tables keyed by the
-    type's own ids (``OUT/<type>/embeddings.csv``, ``predictions.csv``)."""
+    the labelled type, ``logits.npy`` and ``predictions.npy`` (classes, label probabilities or
+    values: :meth:`NodeTarget.predict`); and their tables keyed by the type's own ids
+    (``OUT/<type>/embeddings.csv``, ``predictions.csv``)."""
     from shardgnn.nn.typed import layerwise_forward, partitioned_node_model
     from shardgnn.store.dist_feature import DistFeatureStore
 
@@ -284,7 +295,8 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     part = pset.load_part(ctx.rank)
     weights, tables = load_typed_rows(checkpoint)
-    model = partitioned_node_model(config.model, typed, part.num_classes)
+    target = target_of_labels(part.label_kind, part.y, part.num_classes)
+    model = partitioned_node_model(config.model, typed, target.out_dim)
     load_weights_into(model, weights, checkpoint, f"{len(typed.node_types)} node types")
     model.eval()
     offsets = typed.type_offsets
@@ -319,16 +331,19 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         np.asarray(part.etype), start, gather, typed.type_of, chunk_rows, int(chunks),
     )  # fmt: skip
     seconds = time.perf_counter() - begin
-    predictions = logits.argmax(-1)
+    predictions = target.predict(logits)
     splits = {split: getattr(part, f"{split}_idx") for split in ("train", "val", "test")}
-    totals, comm_summed = sum_over_ranks(comm, seconds, (predictions, part.y, splits))
+    by_class = target.label_kind == "class"
+    labelled = (predictions, part.y, splits) if by_class else None
+    totals, comm_summed = sum_over_ranks(comm, seconds, labelled)
+    split_metric = None if by_class else split_metrics(target, logits, part.y, splits, comm)
     # per node type, its rows of every rank in original typed ids
-    target = typed.target_type
+    target_type = typed.target_type
     rows, placement = {}, {}
     for t, name in enumerate(typed.node_types):
         lo, hi = int(bounds[t]) - start, int(bounds[t + 1]) - start
         kinds = {"embeddings": embeddings}
-        if name == target:
+        if name == target_type:
             kinds.update(logits=logits, predictions=predictions)
         for kind, tensor in kinds.items():
             rows[f"{name}/{kind}"] = tensor[lo:hi].numpy()
@@ -345,8 +360,14 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         named = named or ids is not None
         written.update(
             write_output_tables(
-                out / name, table_format, ids, pset.class_names, f"{name}/", name == target
-            )
+                out / name,
+                table_format,
+                ids,
+                pset.class_names,
+                f"{name}/",
+                name == target_type,
+                label_kind=target.label_kind,
+            )  # fmt: skip
         )
     summary = {
         "task": config.task,
@@ -358,9 +379,10 @@ def infer_typed(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "nodes_per_type": {
             name: int(offsets[t + 1] - offsets[t]) for t, name in enumerate(typed.node_types)
         },
-        "target_type": target,
+        "target_type": target_type,
         "embedding_width": int(embeddings.shape[1]),
-        **measured(totals, comm_summed, ctx.world_size, accuracy=True),
+        **measured(totals, comm_summed, ctx.world_size, accuracy=by_class),
+        **({} if by_class else {"label_kind": target.label_kind, "metric": split_metric}),
         "pairs_scored": None,
         "outputs": written,
         "tables": tables_summary(table_format, named, pset.class_names),
