@@ -392,3 +392,55 @@ def _one_process_forward(path, checkpoint, graph, out_dim):
             model.encoder, x, graph.indptr, graph.indices, graph.etype, 0,
             lambda h, ids: h[torch.from_numpy(ids)], graph.node_type_of,
         )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_typed_node_checkpoints_move_between_one_process_and_workers(tmp_path):
+    """Issue 33: one process holds a featureless type's learnt rows as one worker holds its
+    part's (rows, typed ids, sparse Adam state), so two workers' checkpoint resumes in one
+    process (re-sharded by typed id, bit for bit) and one process's on two workers; each run
+    goes on from the checkpoint's epochs and ends within noise of the other."""
+    from shardgnn.cli import main
+    from shardgnn.train.checkpoint import Checkpointer, reshard
+    from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig
+    from shardgnn.train.single import run_training
+    from shardgnn.train.typed import TypedNodeSteps
+
+    spec = (
+        "synthetic-hetero:papers=2000,authors=1500,institutions=30,fields=20,features=8,"
+        "snr=2.0,train=0.3,seed=1"
+    )
+    parts = str(tmp_path / "parts")
+    assert main(["partition", spec, "--parts", "2", "--out", parts]) == 0
+
+    def config(workers, directory, epochs, resume=False):
+        run = RunConfig(partitions=parts, workers=workers) if workers else RunConfig()
+        return _rgcn_config(
+            parts, 2, dataset=spec, run=run, optim=OptimConfig(epochs=epochs, lr=0.02),
+            checkpoint=CheckpointConfig(dir=str(tmp_path / directory), resume=resume),
+        )  # fmt: skip
+
+    two = run_workers(_train, 2, config(2, "from-two", 3))[0]
+    written = Checkpointer(tmp_path / "from-two").complete()[-1]
+    old = [torch.load(written / f"rank-{p}.pt", weights_only=True) for p in range(2)]
+    rows = TypedNodeSteps(config(0, "unused", 1)).sharded_rows()
+    assert sorted(rows) == ["learnt_rows.1.", "learnt_rows.2.", "learnt_rows.3."]
+    state = reshard(old, 0, rows)
+    for prefix, ids in rows.items():
+        np.testing.assert_array_equal(ids, np.arange(len(ids)))  # one process: every typed id
+        every = torch.cat([s["model"][prefix + "node_ids"] for s in old])
+        for name in ("weight", "exp_avg", "exp_avg_sq"):
+            by_id = torch.empty_like(state["model"][prefix + name])
+            by_id[every] = torch.cat([s["model"][prefix + name] for s in old])
+            assert torch.equal(state["model"][prefix + name], by_id), prefix + name
+    one = run_training(config(0, "from-two", 5, resume=True))
+    assert [e["epoch"] for e in one["epochs"]] == [1, 2, 3, 4, 5]
+    assert one["epochs"][:3] == two["epochs"]
+    assert one["test_acc"] > two["test_acc"] + 0.05, (one["test_acc"], two["test_acc"])
+
+    first = run_training(config(0, "from-one", 3))
+    resumed = run_workers(_train, 2, config(2, "from-one", 5, resume=True))[0]
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4, 5]
+    assert resumed["epochs"][:3] == first["epochs"]
+    assert abs(resumed["test_acc"] - one["test_acc"]) < 0.1, (resumed["test_acc"], one["test_acc"])

@@ -6,7 +6,7 @@ reads: typed training runs the same loader as homogeneous training, with a typed
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -14,14 +14,7 @@ import torch
 from shardgnn.partition.typed import TypedPartitionBook
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
-
-
-class RawTypedRows(Protocol):
-    """What reads a batch's input rows by node type from a model's own learnt rows (the model's
-    :class:`~shardgnn.nn.typed.TypedInput`; the loader names no model class, ``nn`` is a layer
-    above it)."""
-
-    def raw_rows(self, ids_S: torch.Tensor, features: dict[int, torch.Tensor]): ...
+from shardgnn.store.embedding import EmbeddingTable
 
 
 class TypedBatchRows(NamedTuple):
@@ -32,6 +25,14 @@ class TypedBatchRows(NamedTuple):
     learnt: list
     """``(table, typed ids, rows)`` of the fetched learnt rows that take a gradient (the step
     sends it back to the table's owners)"""
+
+    def apply_gradients(self) -> None:
+        """After the step's backward: each learnt table's optimiser step on its rows' gradients
+        (every table, in type order, also with no rows: Adam counts steps; on workers a
+        collective, the gradients go back to the rows' owners)."""
+        for table, typed_ids, rows in self.learnt:
+            grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+            table.apply_gradients(typed_ids, grad.cpu())
 
 
 class _NoLookahead:
@@ -93,16 +94,50 @@ class TypedRowFetcher(_NoLookahead):
         return by_type, learnt
 
 
-class LocalTypedRows(_NoLookahead):
-    """A batch's input rows by node type in one process: feature rows from ``features`` (type
-    index -> ``[N_t, F_t]`` on ``device``), learnt rows from the model's ``typed_input`` (its
-    parameters: their gradient reaches them through the step's backward)."""
+class LocalTypedRows(TypedRowFetcher):
+    """A batch's input rows by node type in one process: the featured types' feature rows and
+    the featureless types' learnt rows (one table per type, :class:`EmbeddingTable`: the rows a
+    worker's :class:`DistEmbeddingTable` holds of its part), by global id of the unpartitioned
+    graph (``type_offsets``: where each type's ids start)."""
 
     def __init__(
-        self, typed_input: RawTypedRows, features: dict[int, torch.Tensor], device: torch.device
+        self,
+        type_offsets: np.ndarray,
+        features: dict[int, torch.Tensor],
+        tables: dict[int, EmbeddingTable],
+        device: torch.device,
+        learn: bool = False,
     ):
-        self.typed_input, self.features, self.device = typed_input, features, device
+        super().__init__(
+            _GlobalTypes(np.asarray(type_offsets, dtype=np.int64)),
+            {t: _Rows(x) for t, x in features.items()},
+            tables,
+            device,
+            learn,
+        )
 
-    def gather(self, input_nodes: torch.Tensor) -> TypedBatchRows:
-        rows = self.typed_input.raw_rows(input_nodes.to(self.device), self.features)
-        return TypedBatchRows(rows, [])
+
+class _GlobalTypes:
+    """The type of a global id, and its id within its type, of a graph whose types are
+    contiguous id ranges (one process's typed graph: what a partition's typed book answers)."""
+
+    def __init__(self, type_offsets: np.ndarray):
+        self.type_offsets = type_offsets
+        self.node_types = range(len(type_offsets) - 1)
+
+    def type_of(self, ids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.type_offsets, ids, side="right") - 1
+
+    def typed_id(self, ids: np.ndarray, t: int) -> np.ndarray:
+        return np.asarray(ids, dtype=np.int64) - self.type_offsets[t]
+
+
+class _Rows:
+    """Rows of a tensor by id, where the tensor lies (a feature matrix on the training
+    device)."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+
+    def gather(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.x.index_select(0, ids.to(self.x.device))

@@ -446,7 +446,7 @@ def partitioned_node_model(model, typed, num_classes: int) -> "TypedNodeModel":
     featureless types' rows are given with each batch (sharded learnt rows)."""
     encoder = typed_encoder(model, typed.relations, typed.node_types, out_dim=num_classes)
     sizes = np.diff(typed.type_offsets).tolist()
-    typed_input = TypedInput(sizes, typed.feature_widths, model.hidden, learn_rows=False)
+    typed_input = TypedInput(sizes, typed.feature_widths, model.hidden)
     return TypedNodeModel(typed_input, encoder, model.input_dropout)
 
 
@@ -583,58 +583,28 @@ class TypedLinkModel(nn.Module):
 
 class TypedInput(nn.Module):
     """Every node's input row, type by type in global id order: a linear projection of the
-    type's features when it has them, else a learnt row per node (featureless types).
+    type's features when it has them, else the type's learnt rows, given to it (featureless
+    types: one process and every worker keep them in tables of node rows with their optimiser
+    state, :class:`~shardgnn.store.embedding.EmbeddingTable`)."""
 
-    ``learn_rows=False``: featureless types' rows are not held here but given with every batch
-    (:meth:`assemble`; distributed training keeps them in sharded tables)."""
-
-    def __init__(
-        self, type_sizes: list[int], feature_widths: list[int], dim: int, learn_rows: bool = True
-    ):
+    def __init__(self, type_sizes: list[int], feature_widths: list[int], dim: int):
         super().__init__()
         assert len(type_sizes) == len(feature_widths)
         self.type_sizes = list(type_sizes)
         self.project = nn.ModuleDict(
             {str(t): nn.Linear(f, dim) for t, f in enumerate(feature_widths) if f > 0}
         )
-        self.rows = nn.ParameterDict(
-            {
-                str(t): nn.Parameter(nn.init.xavier_uniform_(torch.empty(n, dim)))
-                for t, (n, f) in enumerate(zip(type_sizes, feature_widths))
-                if f == 0 and learn_rows
-            }
-        )
 
-    def forward(self, features: dict[int, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, features: dict[int, torch.Tensor], learnt: dict[int, torch.Tensor]
+    ) -> torch.Tensor:
         """Every node's row; ``features``: type index -> ``[N_t, F_t]`` for the types with
-        features."""
+        features; ``learnt``: type index -> ``[N_t, D]`` the others' learnt rows."""
         parts = []
         for t in range(len(self.type_sizes)):
             key = str(t)
-            parts.append(self.project[key](features[t]) if key in self.project else self.rows[key])
+            parts.append(self.project[key](features[t]) if key in self.project else learnt[t])
         return torch.cat(parts)
-
-    def rows_of(self, ids_S: torch.Tensor, features: dict[int, torch.Tensor]) -> torch.Tensor:
-        """The rows of global ids ``ids_S`` only (a sampled batch's input nodes)."""
-        return self.assemble(self.raw_rows(ids_S, features))
-
-    def raw_rows(
-        self, ids_S: torch.Tensor, features: dict[int, torch.Tensor]
-    ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """The raw rows of global ids ``ids_S`` by type, as :meth:`assemble` takes them: the
-        featured types' feature rows, the others' learnt rows (held here)."""
-        offsets = torch.tensor([0, *np.cumsum(self.type_sizes)], device=ids_S.device)
-        type_S = torch.searchsorted(offsets, ids_S, right=True) - 1
-        by_type = {}
-        for t in range(len(self.type_sizes)):
-            where = torch.nonzero(type_S == t).squeeze(1)
-            local = ids_S[where] - offsets[t]
-            key = str(t)
-            by_type[t] = (
-                where,
-                features[t][local] if key in self.project else self.rows[key][local],
-            )
-        return by_type
 
     def assemble(self, by_type: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """A batch's input rows from its nodes grouped by type: ``by_type[t] = (positions,
@@ -659,26 +629,23 @@ class TypedNodeModel(nn.Module):
         super().__init__()
         self.typed_input, self.encoder, self.input_dropout = typed_input, encoder, input_dropout
 
-    def forward(self, graph: TypedMessageGraph, features: dict[int, torch.Tensor]) -> torch.Tensor:
-        x_NI = F.dropout(self.typed_input(features), self.input_dropout, self.training)
-        return self.encoder(graph, x_NI)
-
-    def forward_blocks(
+    def forward(
         self,
-        graphs: list[TypedMessageGraph],
-        input_nodes_S: torch.Tensor,
+        graph: TypedMessageGraph,
         features: dict[int, torch.Tensor],
+        learnt: dict[int, torch.Tensor],
     ) -> torch.Tensor:
-        """Logits of a sampled batch's seeds: ``graphs`` one per layer, input layer first."""
-        return self._encode(graphs, self.typed_input.rows_of(input_nodes_S, features))
+        """Every node's outputs over the whole graph (:meth:`TypedInput.forward`'s rows)."""
+        x_NI = F.dropout(self.typed_input(features, learnt), self.input_dropout, self.training)
+        return self.encoder(graph, x_NI)
 
     def forward_typed_rows(
         self,
         graphs: list[TypedMessageGraph],
         by_type: dict[int, tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
-        """Logits of a sampled batch's seeds from its input nodes' raw rows by type
-        (:meth:`TypedInput.assemble`: distributed training fetches them itself)."""
+        """Outputs of a sampled batch's seeds (``graphs`` one per layer, input layer first)
+        from its input nodes' raw rows by type (:meth:`TypedInput.assemble`)."""
         return self._encode(graphs, self.typed_input.assemble(by_type))
 
     def _encode(self, graphs: list[TypedMessageGraph], x_SI: torch.Tensor) -> torch.Tensor:

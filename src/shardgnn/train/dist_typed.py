@@ -22,7 +22,6 @@ training fanouts), each rank a disjoint share, and reduces the target's metric o
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
@@ -46,13 +45,12 @@ from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
-from shardgnn.store.embedding import check_table_fits
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.setup import EMBEDDING_STREAM, adam, label_results
+from shardgnn.train.setup import EMBEDDING_STREAM, adam, label_results, typed_rows_config
 
 
 class DistTypedNodeSteps(DistSteps):
@@ -175,7 +173,7 @@ class DistTypedNodeSteps(DistSteps):
             sample = batch.sample
             with self.timer("sample"):  # the blocks as the model reads them
                 graphs = self._graphs(sample)
-            by_type, learnt = batch.x_SF
+            by_type = batch.x_SF.by_type
             y = batch.y.to(ctx.device)
             with self.timer("compute"):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -184,9 +182,7 @@ class DistTypedNodeSteps(DistSteps):
                 loss.backward()
                 self.optimizer.step()
             with self.timer("embed"):
-                for table, typed_ids, rows in learnt:  # type order: the same on every rank
-                    grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
-                    table.apply_gradients(typed_ids, grad.cpu())
+                batch.x_SF.apply_gradients()
             self.traffic.count(sample)
             self.sampled_edges += sample.num_sampled_edges
             score = float(self.target.score_sum(logits.detach(), y))
@@ -258,9 +254,6 @@ def open_typed_rows(
     part = graph.part
     features: dict[str, dict[int, DistFeatureStore]] = {"fetch": {}, "eval": {}}
     tables: dict[int, DistEmbeddingTable] = {}
-    rows_config = dataclasses.replace(
-        config.embedding, dim=config.model.hidden, optimizer="adam", lr=config.optim.lr
-    )
     orig = np.asarray(pset.orig_ids)
     for t, width in enumerate(typed.feature_widths):
         type_book = typed.type_book(t)
@@ -274,12 +267,11 @@ def open_typed_rows(
         # A featureless type's learnt rows, sharded like its nodes; initial values keyed by
         # original typed id, so P workers start from one worker's rows.
         lo, hi = (int(b) for b in typed.type_bounds[ctx.rank, t : t + 2])
-        check_table_fits(hi - lo, rows_config)
         tables[t] = DistEmbeddingTable(
             type_book,
             ctx.rank,
             data_comm,
-            rows_config,
+            typed_rows_config(config, hi - lo),
             mix_seed(config.seed, EMBEDDING_STREAM, t),
             orig[lo:hi] - typed.type_offsets[t],
         )

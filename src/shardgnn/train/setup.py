@@ -16,6 +16,7 @@ from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.targets import NodeTarget
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.seeding import mix_seed
+from shardgnn.store.config import EmbeddingConfig
 from shardgnn.store.embedding import EmbeddingTable, check_table_fits
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import OptimConfig, TrainConfig
@@ -91,6 +92,19 @@ def label_results(target: NodeTarget, details: dict[str, dict]) -> dict[str, Any
 EMBEDDING_STREAM = 0x454D4244
 # The fixed evaluation negatives of temporal link prediction: mix_seed(split_seed, EVAL_STREAM).
 EVAL_STREAM = 0x45564E47
+
+
+def typed_rows_config(config: TrainConfig, num_rows: int) -> EmbeddingConfig:
+    """The learnt input rows of a featureless node type (``num_rows`` of them held here):
+    ``--hidden`` wide, stepped by sparse Adam at ``--lr``; refused when they and their optimiser
+    state would not fit in memory. Their initial values come from
+    ``mix_seed(seed, EMBEDDING_STREAM, t)`` keyed by typed id (type index ``t``): one process and
+    every worker count start from the same rows."""
+    rows_config = dataclasses.replace(
+        config.embedding, dim=config.model.hidden, optimizer="adam", lr=config.optim.lr
+    )
+    check_table_fits(num_rows, rows_config)
+    return rows_config
 
 
 def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable | None:

@@ -43,6 +43,7 @@ from shardgnn.nn.typed import (
 )
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
+from shardgnn.store.embedding import EmbeddingTable
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun, StepResult, batch_epoch
@@ -54,7 +55,13 @@ from shardgnn.train.linkmetrics import (
     rank_sums,
 )
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.setup import adam, label_results, resolve_device
+from shardgnn.train.setup import (
+    EMBEDDING_STREAM,
+    adam,
+    label_results,
+    resolve_device,
+    typed_rows_config,
+)
 
 RELATIONAL_HITS_AT = (1, 3, 10)
 """Hits@K reported for knowledge-graph completion (the benchmarks' standard set)."""
@@ -118,11 +125,6 @@ class _TypedGraphSteps(Steps):
         self.message_graph = message_graph(g, self.device)
         self.timer = StageTimer()
         torch.manual_seed(config.seed)
-
-    fixed_shards = "single-process typed training (its model holds learnt rows otherwise)"
-
-    def sharded_rows(self) -> None:
-        return None
 
     def dataset_info(self) -> dict[str, Any]:
         return dataset_info(self.graph, self.spec)
@@ -338,7 +340,12 @@ class TypedNodeSteps(_TypedGraphSteps):
     ``--mode full``: one step per epoch over every training node. ``--mode minibatch``: batches
     of ``--batch-size`` training nodes, each layer's neighbourhood drawn per relation (every
     relation and its reverse get the layer's fanout; :class:`TypedNeighborSampler`). Evaluation
-    runs the full graph either way (every neighbour, exact)."""
+    runs the full graph either way (every neighbour, exact).
+
+    Featureless types' learnt rows are held as one worker holds its part's
+    (``learnt_rows.<t>``: an :class:`EmbeddingTable` with the rows' typed ids and sparse Adam
+    state), so a checkpoint resumes on workers, and workers' checkpoints here, re-sharded by
+    typed id."""
 
     def __init__(self, config: TrainConfig, graph: TypedGraph | None = None):
         super().__init__(config, graph, check_node_trainable)
@@ -359,6 +366,15 @@ class TypedNodeSteps(_TypedGraphSteps):
         self.model = TypedNodeModel(
             TypedInput(sizes, widths, model.hidden), encoder, model.input_dropout
         ).to(self.device)
+        self.tables = {
+            t: EmbeddingTable(
+                n, typed_rows_config(config, n), mix_seed(config.seed, EMBEDDING_STREAM, t)
+            )
+            for t, (n, width) in enumerate(zip(sizes, widths))
+            if not width
+        }
+        # buffers, not parameters: the optimiser steps the other weights, each table its rows
+        self.model.learnt_rows = torch.nn.ModuleDict({str(t): v for t, v in self.tables.items()})
         self.optimizer = adam(self.model.parameters(), config.optim)
         self.y = torch.from_numpy(np.asarray(g.y, dtype=label_dtype(g.label_kind))).to(self.device)
         self.offset = int(g.type_offsets[g.node_types.index(g.target_type)])
@@ -383,17 +399,37 @@ class TypedNodeSteps(_TypedGraphSteps):
             )
             train_ids = g.global_ids(g.target_type, g.train_idx)
             # the loader of every sampled training: typed blocks, input rows by node type
-            rows = LocalTypedRows(self.model.typed_input, self.features, self.device)
+            rows = LocalTypedRows(
+                g.type_offsets, self.features, self.tables, self.device, learn=True
+            )
             self.loader = MiniBatchLoader(
                 train_ids, self.sampler, rows, None,
                 batch_size=config.node_batch_size(len(train_ids)), shuffle=True,
                 seed=config.seed, timer=self.timer,
             )  # fmt: skip
 
-    def logits(self) -> torch.Tensor:
+    def learnt_rows(self, learn: bool = False) -> dict[int, torch.Tensor]:
+        """Every featureless type's learnt rows on the device (``learn``: taking a gradient,
+        which :meth:`step_learnt_rows` then applies)."""
+        return {
+            t: table.weight.to(self.device).detach().requires_grad_(learn)
+            for t, table in self.tables.items()
+        }
+
+    def step_learnt_rows(self, learnt: dict[int, torch.Tensor]) -> None:
+        """Each table's optimiser step on the gradient of every one of its rows."""
+        for t, rows in learnt.items():
+            grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+            self.tables[t].apply_gradients(torch.arange(rows.shape[0]), grad.cpu())
+
+    def input_rows(self) -> torch.Tensor:
+        """Every node's input row (projected features, learnt rows), global id order."""
+        return self.model.typed_input(self.features, self.learnt_rows())
+
+    def logits(self, learnt: dict[int, torch.Tensor]) -> torch.Tensor:
         """The outputs of every target-type node (local ids)."""
         start = self.offset
-        out = self.model(self.message_graph, self.features)
+        out = self.model(self.message_graph, self.features, learnt)
         return out[start : start + self.y.shape[0]]
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float]:
@@ -403,10 +439,13 @@ class TypedNodeSteps(_TypedGraphSteps):
         idx = self.splits["train"]
         with self.timer("compute"):
             self.optimizer.zero_grad(set_to_none=True)
-            logits = self.logits()[idx]
+            learnt = self.learnt_rows(learn=True)
+            logits = self.logits(learnt)[idx]
             loss = self.target.loss_mean(logits, self.y[idx])
             loss.backward()
             self.optimizer.step()
+        with self.timer("embed"):
+            self.step_learnt_rows(learnt)
         score = float(self.target.score_sum(logits.detach(), self.y[idx]))
         return loss.item(), score / max(len(idx), 1)
 
@@ -430,6 +469,8 @@ class TypedNodeSteps(_TypedGraphSteps):
                 loss = self.target.loss_mean(logits, y)
                 loss.backward()
                 self.optimizer.step()
+            with self.timer("embed"):
+                batch.x_SF.apply_gradients()
             self.sampled_edges += sample.num_sampled_edges
             score = float(self.target.score_sum(logits.detach(), y))
             return StepResult(loss.item(), score, len(seeds), sample.num_sampled_edges)
@@ -458,7 +499,7 @@ class TypedNodeSteps(_TypedGraphSteps):
         g = self.sample_graph
         _, out = layerwise_forward(
             self.model.encoder,
-            self.model.typed_input(self.features),
+            self.input_rows(),
             g.indptr, g.indices, g.etype, 0,
             lambda h, ids: h[torch.from_numpy(ids).to(h.device)],
             g.node_type_of,
