@@ -486,3 +486,23 @@ def test_three_workers_resume_bit_identical_with_sums_in_rank_order(tmp_path, gr
     a, b = final_weights(straight), final_weights(stopped)
     same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert same == (sum_order == "rank")
+
+
+def test_error_feedback_residuals_re_shard_by_original_id():
+    """Issue 33: the ``--error-feedback`` residuals a checkpoint carries (each old rank's own
+    rows, by original id) are cut along another partition, row for row; a checkpoint without
+    them gives none (the residuals start at zero)."""
+    from shardgnn.train.dist_sampled import RESIDUALS, resharded_residuals
+
+    rows = torch.arange(24, dtype=torch.float32).reshape(8, 3)
+    old = [
+        {RESIDUALS + "rows": rows[[5, 0, 7]], RESIDUALS + "node_ids": torch.tensor([5, 0, 7])},
+        {
+            RESIDUALS + "rows": rows[[1, 2, 3, 4, 6]],
+            RESIDUALS + "node_ids": torch.tensor([1, 2, 3, 4, 6]),
+        },
+    ]
+    for own in ([3, 5, 1], [0, 7, 6, 2, 4], []):
+        got = resharded_residuals(old, torch.tensor(own, dtype=torch.int64))
+        assert torch.equal(got, rows[own])
+    assert resharded_residuals([{}, {}], torch.tensor([0, 1])) is None

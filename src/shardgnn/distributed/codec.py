@@ -66,6 +66,15 @@ class RowCodec:
         self.levels = (1 << bits) - 1
         self.generator = generator
 
+    def reseed(self, seed: int) -> None:
+        """Start the rounding stream afresh from ``seed``: a send keyed by what it carries (a
+        training batch's fetch: its epoch and index) rounds alike whatever was sent before it,
+        so a run resumed mid-epoch, or one whose fetches ran ahead on a prefetch thread, rounds
+        as the uninterrupted run."""
+        if self.generator is None:
+            self.generator = torch.Generator()
+        self.generator.manual_seed(seed)
+
     def payload_bytes(self, width: int) -> int:
         """Bytes of one encoded row of ``width`` values."""
         return -(-width * self.bits // 8) + _RANGE_BYTES

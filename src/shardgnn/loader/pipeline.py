@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -181,6 +181,10 @@ class FeatureFetcher:
     at a time: the fetcher samples ``W`` batches ahead, announces their ids (``plan``: the
     inspector, timed as ``lookahead``), lets the store bring the window's missing rows in one
     exchange (``prefetch``), then gathers each batch in order.
+
+    ``before_fetch(index)``, when given, runs before the rows of batch ``index`` (or of a window
+    starting there) are fetched, on the thread that fetches them (low-bit fetches key their
+    rounding by the batch).
     """
 
     def __init__(
@@ -189,9 +193,11 @@ class FeatureFetcher:
         features: InputRows,
         labels: FeatureStore | None,
         timer: StageTimer | None = None,
+        before_fetch: Callable[[int], None] | None = None,
     ):
         self.samples, self.features, self.labels = samples, features, labels
         self.timer = timer or StageTimer()
+        self.before_fetch = before_fetch or (lambda index: None)
 
     def __len__(self) -> int:
         return len(self.samples)  # type: ignore[arg-type]
@@ -204,6 +210,7 @@ class FeatureFetcher:
                 with self.timer("lookahead"):
                     self.features.plan([sample.input_nodes for _, sample in chunk])
                 with self.timer("fetch"):
+                    self.before_fetch(chunk[0][0])
                     self.features.prefetch()
             yield chunk
 
@@ -211,6 +218,7 @@ class FeatureFetcher:
         for chunk in self._windows():
             for index, sample in chunk:
                 with self.timer("fetch"):
+                    self.before_fetch(index)
                     x = self.features.gather(sample.input_nodes)
                     y = None if self.labels is None else self.labels.gather(sample.seeds)
                 yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)

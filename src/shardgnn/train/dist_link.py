@@ -107,6 +107,7 @@ class DistLinkSteps(DistSampledSteps):
             features,
             None,
             self.timer,
+            self.key_rounding,
         )
         # Evaluation: an even share of each split's positives per rank, all ranks the same
         # number of embedding batches.

@@ -158,10 +158,7 @@ class DistMiniBatchSteps(DistSampledSteps):
             lambda ids: (ids >= start) & (ids < end),
         )
         self.train_stages = FeatureFetcher(
-            self.locality,
-            self.features,
-            self.labels,
-            self.timer,
+            self.locality, self.features, self.labels, self.timer, self.key_rounding
         )
         if self.history is not None:
             self.train_stages = HistoryReader(self.train_stages, self.history, self.timer)

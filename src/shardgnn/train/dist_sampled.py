@@ -48,6 +48,12 @@ def _mapped_rows(rows: np.ndarray, feature_norm: str) -> LocalFeatureStore:
     return LocalFeatureStore(rows, row_divisor=row_sums(rows) if feature_norm == "row" else None)
 
 
+RESIDUALS = "fetch_residuals."
+"""the checkpoint's extra-state prefix of the ``--error-feedback`` residuals"""
+FETCH_ROUNDING = 0xFE7C
+"""the random stream of ``--fetch-bits`` rounding: ``mix_seed(seed, rank, FETCH_ROUNDING, ...)``"""
+
+
 class SampledInputs(DistSteps):
     """One rank's graph store and input rows for sampled training: its part's features (in memory
     or mapped), same-host peers' rows, learnable rows, the low-bit codec and the caches of
@@ -95,7 +101,7 @@ class SampledInputs(DistSteps):
             }
         self.has_x, self.x_local, self.x_store, self.peer_x = has_x, x_local, x_store, peer_x
         book = self.graph.book
-        self.codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, 0xFE7C))
+        self.codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, FETCH_ROUNDING))
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
         self.feedback = None
@@ -211,7 +217,22 @@ class DistSampledSteps(SampledReport, SampledInputs):
     history: HistoricalEmbeddings | None = None
     locality: LocalityCounter | None = None
 
+    fetch_epoch = 0
+    """the epoch whose batches the training pipeline fetches (:meth:`key_rounding`)"""
+
+    def key_rounding(self, index: int) -> None:
+        """Before training batch ``index``'s rows are fetched (on the fetching thread): with a
+        low-bit ``--fetch-bits`` codec, its rounding stream keyed by this rank, the epoch and the
+        batch, so the batch rounds alike in an uninterrupted run, one resumed mid-epoch and one
+        whose fetches ran ahead on the prefetch thread (a generator carried across batches
+        would have been advanced by the batches fetched ahead of a checkpoint)."""
+        if self.codec is not None:
+            self.codec.reseed(
+                mix_seed(self.config.seed, self.ctx.rank, FETCH_ROUNDING, self.fetch_epoch, index)
+            )
+
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
+        self.fetch_epoch = run.epoch
         trained = train_epoch_batches(
             run,
             self.train_batches,
@@ -256,8 +277,18 @@ class DistSampledSteps(SampledReport, SampledInputs):
         named = {"row_cache.": self._row_cache, "feature_cache.": self._rounded_cache}
         return {prefix: cache for prefix, cache in named.items() if cache is not None}
 
+    def _own_orig_ids(self) -> torch.Tensor:
+        """The original node ids of this rank's own rows, in local row order."""
+        start, end = self.graph.book.part_range(self.ctx.rank)
+        return torch.from_numpy(np.asarray(self.pset.orig_ids[start:end], dtype=np.int64))
+
     def extra_state(self) -> dict[str, torch.Tensor]:
         state = {}
+        if self.feedback is not None:
+            # what each own row's last low-bit send lost (--error-feedback): the next send of the
+            # row adds it back, so an exact resume needs it; by original id, to re-shard
+            state[RESIDUALS + "rows"] = self.feedback.table.clone()
+            state[RESIDUALS + "node_ids"] = self._own_orig_ids()
         if self.history is not None:
             state.update({f"historical.{k}": v for k, v in self.history.state_dict().items()})
         for prefix, cache in self._caches().items():
@@ -265,6 +296,8 @@ class DistSampledSteps(SampledReport, SampledInputs):
         return state
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        if self.feedback is not None and RESIDUALS + "rows" in state:  # older: start at zero
+            self.feedback.table.copy_(state[RESIDUALS + "rows"])
         if self.history is not None:
             self.history.load_state_dict(_section(state, "historical."))
         for prefix, cache in self._caches().items():
@@ -273,8 +306,13 @@ class DistSampledSteps(SampledReport, SampledInputs):
                 cache.load_state_dict(saved)
 
     def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
-        """Historical tables by original id; the caches start cold (their slots held the old
-        partition's peers' rows by new id; reads fetch from the owners until they fill)."""
+        """Error-feedback residuals and historical tables by original id; the caches start cold
+        (their slots held the old partition's peers' rows by new id; reads fetch from the owners
+        until they fill)."""
+        if self.feedback is not None:
+            residuals = resharded_residuals(states, self._own_orig_ids())
+            if residuals is not None:  # older checkpoints: they start at zero
+                self.feedback.table.copy_(residuals)
         if self.history is not None:
             self.history.load_resharded([_section(state, "historical.") for state in states])
 
@@ -299,6 +337,23 @@ class DistSampledSteps(SampledReport, SampledInputs):
         self.ddp = self.data_parallel(model)
         self.model = model
         self.optimizer = adam(self.ddp.parameters(), config.optim)
+
+
+def resharded_residuals(
+    states: list[dict[str, torch.Tensor]], own_ids: torch.Tensor
+) -> torch.Tensor | None:
+    """The ``--error-feedback`` residuals of the rows of original ids ``own_ids`` from every old
+    rank's saved ones (``fetch_residuals.rows`` by ``fetch_residuals.node_ids``); None when the
+    checkpoint holds none. A row no old rank saved starts at zero."""
+    saved = [state for state in states if RESIDUALS + "rows" in state]
+    if not saved:
+        return None
+    ids = torch.cat([state[RESIDUALS + "node_ids"] for state in saved])
+    rows = torch.cat([state[RESIDUALS + "rows"] for state in saved])
+    size = max(int(ids.max()) if ids.numel() else -1, int(own_ids.max()) if own_ids.numel() else -1)
+    by_id = rows.new_zeros((size + 1, rows.shape[1]))
+    by_id[ids] = rows
+    return by_id[own_ids]
 
 
 def _section(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
