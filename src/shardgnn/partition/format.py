@@ -431,6 +431,16 @@ class PartitionSet:
         """int64 ``[N]`` original id -> new id (computed, O(N))."""
         return inverse_permutation(np.asarray(self.orig_ids))
 
+    def in_degrees_by_orig_id(self) -> np.ndarray:
+        """int64 ``[N]``: every node's in-degree in the partitioned graph (self-loops included),
+        by original id, read from every part's row pointers."""
+        degree_new = np.concatenate(
+            [np.diff(np.asarray(self.load_part(p).indptr)) for p in range(self.num_parts)]
+        ).astype(np.int64)
+        degree_orig = np.empty_like(degree_new)
+        degree_orig[np.asarray(self.orig_ids)] = degree_new
+        return degree_orig
+
     def global_split(self, split: str) -> np.ndarray:
         """Every node of ``split`` (``train``, ``val`` or ``test``) in new global ids, ascending,
         read from every part's small index file."""

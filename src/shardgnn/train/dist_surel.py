@@ -33,7 +33,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.linkmetrics import metrics_of_shares
 from shardgnn.train.setup import adam
-from shardgnn.train.surel import WalkLinkSteps, without_edges
+from shardgnn.train.surel import WalkLinkSteps, csr_without
 
 WALK_STAGE = "walk"
 
@@ -62,13 +62,9 @@ class DistSURELSteps(DistSteps, WalkLinkSteps):
         self.edge_keys = pair_keys(self.indices, dst, pset.num_nodes)
         # One process draws negatives over its ids with the training graph's in-degrees: the
         # same degrees in its order give the same draws, then relabelled.
-        degree_new = np.concatenate(
-            [np.diff(np.asarray(pset.load_part(p).indptr)) for p in range(pset.num_parts)]
-        )
-        degree_orig = np.empty_like(degree_new)
-        degree_orig[self.orig_ids] = degree_new
+        degrees = pset.in_degrees_by_orig_id()
         self.negatives = _RelabelledNegatives(
-            NegativeSampler(link.negative_sampler, pset.num_nodes, link.negatives, degree_orig),
+            NegativeSampler(link.negative_sampler, pset.num_nodes, link.negatives, degrees),
             self.orig_ids,
             self.new_of_orig,
         )
@@ -81,10 +77,9 @@ class DistSURELSteps(DistSteps, WalkLinkSteps):
     def draw_walks(self, nodes: np.ndarray, seed: int, without: np.ndarray | None) -> np.ndarray:
         indptr, indices = self.indptr, self.indices
         if without is not None:
-            n = self.pset.num_nodes
-            keep = ~without_edges(self.edge_keys, without, n, self.split.symmetric)
-            kept = np.concatenate([[0], np.cumsum(keep)])
-            indptr, indices = kept[indptr], indices[keep]
+            indptr, indices = csr_without(
+                indptr, indices, self.edge_keys, without, self.pset.num_nodes, self.split.symmetric
+            )
         return dist_node_walks(
             self.book.owner, indptr, indices, self.start, self.main_comm, nodes,
             self.orig_ids[nodes], self.num_walks, self.walk_length, seed, WALK_STAGE,

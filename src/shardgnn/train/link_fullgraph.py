@@ -54,14 +54,9 @@ class DistFullLinkSteps(DistFullGraphSteps):
         self.new_of_orig = pset.new_id_of_orig()
         # One process draws negatives over original ids with the training graph's in-degrees
         # (self-loops included): the same degrees, in original order, give the same draws here.
-        degree_new = np.concatenate(
-            [np.diff(np.asarray(pset.load_part(p).indptr)) for p in range(pset.num_parts)]
-        )
-        degree_orig = np.empty_like(degree_new)
-        degree_orig[np.asarray(pset.orig_ids)] = degree_new
         link = config.link
         self.negatives = NegativeSampler(
-            link.negative_sampler, book.num_nodes, link.negatives, degree_orig
+            link.negative_sampler, book.num_nodes, link.negatives, pset.in_degrees_by_orig_id()
         )
         # This rank scores the training pairs whose destination it owns.
         train_dst_new = self.new_of_orig[split.train_pos_2P[1]]

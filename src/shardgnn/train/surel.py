@@ -188,9 +188,7 @@ class SURELSteps(WalkLinkSteps):
         self.graph, self.split = split_edges(self.full_graph, split_spec(link))
         g = self.graph
         self._setup_walks()
-        src, dst = edge_arrays(g)
-        self.edge_src, self.edge_dst = src, dst
-        self.edge_keys = pair_keys(src, dst, g.num_nodes)
+        self.edge_keys = pair_keys(*edge_arrays(g), g.num_nodes)
         torch.manual_seed(config.seed)
         model = config.model
         self.model = SURELModel(self.walk_length, model.hidden, model.dropout, g.num_nodes)
@@ -201,30 +199,31 @@ class SURELSteps(WalkLinkSteps):
         )
         self.timer = StageTimer()
 
-    def _graph_without(self, pos_2P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The training graph's CSR without the edges ``pos_2P`` (and their reverses on a
-        symmetric graph)."""
-        keep = ~without_edges(self.edge_keys, pos_2P, self.graph.num_nodes, self.split.symmetric)
-        n = self.graph.num_nodes
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.edge_dst[keep], minlength=n), out=indptr[1:])
-        return indptr, self.edge_src[keep]
-
     def draw_walks(self, nodes: np.ndarray, seed: int, without: np.ndarray | None) -> np.ndarray:
         g = self.graph
-        csr = (g.indptr, g.indices) if without is None else self._graph_without(without)
+        csr = (g.indptr, g.indices)
+        if without is not None:
+            csr = csr_without(*csr, self.edge_keys, without, g.num_nodes, self.split.symmetric)
         return node_walks(*csr, nodes, self.num_walks, self.walk_length, seed)
 
     def dataset_info(self) -> dict[str, Any]:
         return link_dataset_record(self.full_graph, self.spec, self.split)
 
 
-def without_edges(
-    edge_keys: np.ndarray, pos_2P: np.ndarray, num_nodes: int, symmetric: bool
-) -> np.ndarray:
-    """Which edges (``edge_keys``: ``dst * N + src`` of each) are among ``pos_2P`` (or, on a
-    symmetric graph, their reverses): the edges a batch's walks leave out."""
+def csr_without(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    edge_keys: np.ndarray,
+    pos_2P: np.ndarray,
+    num_nodes: int,
+    symmetric: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR (the training graph's, or a part's rows of it; ``edge_keys``: ``dst * N + src`` of
+    each of its edges, global ids) without the edges ``pos_2P`` (and, on a symmetric graph,
+    their reverses): the graph a batch's walks run on."""
     held = pair_keys(pos_2P[0], pos_2P[1], num_nodes)
     if symmetric:
         held = np.concatenate([held, pair_keys(pos_2P[1], pos_2P[0], num_nodes)])
-    return in_sorted(edge_keys, np.sort(held))
+    keep = ~in_sorted(edge_keys, np.sort(held))
+    kept = np.concatenate([[0], np.cumsum(keep)])
+    return kept[np.asarray(indptr)], np.asarray(indices)[keep]
