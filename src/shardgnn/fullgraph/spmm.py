@@ -51,6 +51,7 @@ synchronous.
 from __future__ import annotations
 
 import collections
+import json
 
 import numpy as np
 import torch
@@ -261,6 +262,51 @@ class DistFullGraph:
             for queue in (layer.halo_queue, layer.grad_queue):
                 while queue:
                     queue.popleft()[1].wait()
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """What an exact resume needs beyond the weights: the error-feedback residuals (one block
+        per stream and peer) and, with ``staleness``, every layer's step count and its exchanges
+        in flight (waited for here: their received rows, in step order). Empty without either."""
+        state = {}
+        if self.residuals is not None:
+            for key, block in self.residuals.blocks.items():
+                state["residual." + json.dumps(list(key))] = block.detach().cpu().clone()
+        if self.config.staleness:
+            for layer in self._layers:
+                state[f"layer.{layer.index}.step"] = torch.tensor(layer.step)
+                for name, queue in (("halo", layer.halo_queue), ("grad", layer.grad_queue)):
+                    for j, (step, pending) in enumerate(queue):
+                        entry = f"layer.{layer.index}.{name}.{j}."
+                        state[entry + "step"] = torch.tensor(step)
+                        for peer, rows in enumerate(pending.wait()):
+                            state[entry + f"rows.{peer}"] = rows.detach().cpu().clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` (the layers built, before the first step)."""
+        if self.residuals is not None:
+            self.residuals.blocks = {
+                tuple(json.loads(name[len("residual.") :])): block.to(self.device)
+                for name, block in state.items()
+                if name.startswith("residual.")
+            }
+        if self.config.staleness:
+            for layer in self._layers:
+                prefix = f"layer.{layer.index}."
+                if prefix + "step" not in state:
+                    continue  # older checkpoints: the first steps run synchronously
+                layer.step = int(state[prefix + "step"])
+                for name, queue in (("halo", layer.halo_queue), ("grad", layer.grad_queue)):
+                    queue.clear()
+                    j = 0
+                    while f"{prefix}{name}.{j}.step" in state:
+                        entry = f"{prefix}{name}.{j}."
+                        rows, peer = [], 0
+                        while entry + f"rows.{peer}" in state:
+                            rows.append(state[entry + f"rows.{peer}"].to(self.device))
+                            peer += 1
+                        queue.append((int(state[entry + "step"]), PendingExchange.done(rows)))
+                        j += 1
 
     @property
     def residual_bytes(self) -> int:

@@ -169,6 +169,22 @@ class DistFullGraphSteps(DistSteps):
         codec = self.graph.codec
         return [] if codec is None or codec.generator is None else [codec.generator]
 
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        """The error-feedback residuals and, with ``--staleness``, the exchanges in flight
+        (:meth:`DistFullGraph.state_dict`): a resumed run goes on as the uninterrupted one."""
+        return {"fullgraph." + k: v for k, v in self.graph.state_dict().items()}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        prefix = "fullgraph."
+        self.graph.load_state_dict(
+            {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        )
+
+    def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
+        """On another worker count the residuals and exchanges in flight belong to the old
+        partition's halo plan: they start afresh (zero residuals; the first ``--staleness``
+        steps wait for their own exchanges), the rest of the run as before."""
+
     def finish(self) -> None:
         self.graph.drain()
 
