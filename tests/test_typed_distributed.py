@@ -400,7 +400,8 @@ def test_typed_node_checkpoints_move_between_one_process_and_workers(tmp_path):
     """Issue 33: one process holds a featureless type's learnt rows as one worker holds its
     part's (rows, typed ids, sparse Adam state), so two workers' checkpoint resumes in one
     process (re-sharded by typed id, bit for bit) and one process's on two workers; each run
-    goes on from the checkpoint's epochs and ends within noise of the other."""
+    goes on from the checkpoint's epochs and ends within noise of the other; one process's
+    checkpoint infers over the partition (its rows by typed id)."""
     from shardgnn.cli import main
     from shardgnn.train.checkpoint import Checkpointer, reshard
     from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig
@@ -440,6 +441,16 @@ def test_typed_node_checkpoints_move_between_one_process_and_workers(tmp_path):
     assert one["test_acc"] > two["test_acc"] + 0.05, (one["test_acc"], two["test_acc"])
 
     first = run_training(config(0, "from-one", 3))
+    # one process's checkpoint infers over the partition as a workers' does
+    out = tmp_path / "inferred"
+    argv = ["infer", "--checkpoint", str(tmp_path / "from-one"), "--partitions", parts]
+    assert main([*argv, "--out", str(out)]) == 0
+    whole = reassemble_typed(parts)
+    _, logits = _one_process_forward(parts, tmp_path / "from-one", whole, whole.num_classes)
+    papers = whole.num_nodes_of("paper")
+    np.testing.assert_allclose(
+        np.load(out / "paper" / "logits.npy"), logits[:papers].numpy(), atol=1e-5, rtol=1e-4
+    )
     resumed = run_workers(_train, 2, config(2, "from-one", 5, resume=True))[0]
     assert [e["epoch"] for e in resumed["epochs"]] == [1, 2, 3, 4, 5]
     assert resumed["epochs"][:3] == first["epochs"]
