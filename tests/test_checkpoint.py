@@ -203,9 +203,9 @@ def test_job_killed_mid_epoch_resumes_bit_identical(tmp_path, graph, cache):
 
 
 _DYING_WORKER = """
-import os, signal, sys
+import os, signal
 import torch
-from shardgnn.run import main
+from shardgnn.run import cli
 
 # First attempt only (torchrun counts restarts): rank 1 dies by SIGKILL at its 6th optimiser step.
 if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK") == "1":
@@ -218,7 +218,7 @@ if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and os.environ.get("RANK"
         return step(self, *args, **kwargs)
 
     torch.optim.Adam.step = dying_step
-sys.exit(main())
+cli()
 """
 
 

@@ -134,5 +134,17 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
+def cli() -> None:
+    """Run :func:`main` and end the process with its status without the interpreter's teardown
+    (as a failed local worker ends, :func:`~shardgnn.distributed.launch.exit_without_teardown`): the
+    worker's threads (gloo's, the prefetcher's pool) are still alive at exit, and destroying
+    C++ objects under them aborted a worker now and then after a run that had finished and
+    written everything (SIGABRT, exit status -6: torchrun then reports the job as failed). An
+    exception :func:`main` does not handle goes to torchrun's report as before."""
+    from shardgnn.distributed.launch import exit_without_teardown
+
+    exit_without_teardown(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

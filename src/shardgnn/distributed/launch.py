@@ -1032,7 +1032,7 @@ def _worker_main(
         # Not a failure: every rank stopped after the same step and saved. The exit status says
         # "retry" (a requeue), the record tells the launcher what was saved.
         _write_rank_error(log_root, int(local_rank), exc, token)
-        _exit_now(REQUEUE_EXIT_CODE)
+        exit_without_teardown(REQUEUE_EXIT_CODE)
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (None, 0):
             raise
@@ -1041,10 +1041,10 @@ def _worker_main(
         _tell_launcher(f"raised {time.time():.6f}")
         traceback.print_exc()  # the worker's log, as an uncaught exception leaves it
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
-        _exit_now(code)
+        exit_without_teardown(code)
 
 
-def _exit_now(code: int) -> None:
+def exit_without_teardown(code: int) -> None:
     """End a worker that failed (or was preempted) with exit status ``code``, once its record is
     written, without the interpreter's teardown: its process group was not left (on purpose, see
     the tests' ``_run_in_context``) and still has threads, and tearing down C++ objects under
