@@ -29,7 +29,7 @@ from shardgnn.graph.datasets import canonical_spec, load_typed_dataset
 from shardgnn.graph.identity import typed_fingerprint
 from shardgnn.graph.typed import TypedGraph, reverse_relations, with_reverse_edges
 from shardgnn.loader.pipeline import MiniBatch, MiniBatchLoader
-from shardgnn.loader.typed import LocalTypedRows
+from shardgnn.loader.typed import LocalTypedRows, TypedBatchRows
 from shardgnn.nn.targets import LocalReducer, NodeTarget, target_of_labels
 from shardgnn.nn.typed import (
     TypedInput,
@@ -417,10 +417,10 @@ class TypedNodeSteps(_TypedGraphSteps):
         }
 
     def step_learnt_rows(self, learnt: dict[int, torch.Tensor]) -> None:
-        """Each table's optimiser step on the gradient of every one of its rows."""
-        for t, rows in learnt.items():
-            grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
-            self.tables[t].apply_gradients(torch.arange(rows.shape[0]), grad.cpu())
+        """Each table's optimiser step on the gradient of every one of its rows (as a batch's
+        rows step, :meth:`TypedBatchRows.apply_gradients`)."""
+        rows = [(self.tables[t], torch.arange(x.shape[0]), x) for t, x in learnt.items()]
+        TypedBatchRows({}, rows).apply_gradients()
 
     def input_rows(self) -> torch.Tensor:
         """Every node's input row (projected features, learnt rows), global id order."""
