@@ -1,7 +1,9 @@
 """Matrix-based bulk sampling against one batch at a time (issue 32): sampled edges per second of
 the numba kernels (one batch at a time, every core), the tensor sampler one batch at a time, and
 the tensor sampler drawing k batches per call (`DeviceNeighborSampler.sample_many`: the k
-frontiers stacked into one draw per hop; the draws are the same). Every variant samples the same
+frontiers stacked into one draw per hop; the draws are the same), relabelled in one sort for all
+k batches (the GPU default) or batch by batch (the CPU default). On a GPU the hops are drawn by
+the Triton kernel. Every variant samples the same
 batches with the same seeds; rounds alternate the variants so drift hits all alike; the median
 round is reported.
 
@@ -67,10 +69,23 @@ def main(argv=None) -> int:
             out += tensor.sample_many(batches[i : i + k], seeds[i : i + k])
         return out
 
+    ks = [int(k) for k in args.ks.split(",")]
+    name = f"{tensor.kernel} ({device.type})"  # Triton's hop kernel on a GPU, else tensor code
     variants = {"numba kernels, 1 batch/call": lambda: one_at_a_time(kernels)}
-    variants[f"tensor ({device.type}), 1 batch/call"] = lambda: one_at_a_time(tensor)
-    for k in (int(k) for k in args.ks.split(",")):
-        variants[f"tensor ({device.type}), {k} batches/call"] = lambda k=k: bulk(k)
+    variants[f"{name}, 1 batch/call"] = lambda: one_at_a_time(tensor)
+    for k in ks:
+        variants[f"{name}, {k} batches/call"] = lambda k=k: bulk(k)
+    # the other relabelling at the largest k: batch by batch (node map) or one sort for all
+    other = "one sort" if not tensor.relabel_together else "batch by batch"
+
+    def bulk_other(k=ks[-1]):
+        tensor.relabel_together = not tensor.relabel_together
+        try:
+            return bulk(k)
+        finally:
+            tensor.relabel_together = not tensor.relabel_together
+
+    variants[f"{name}, {ks[-1]} batches/call, relabelled {other}"] = bulk_other
     edges = sum(s.num_sampled_edges for s in one_at_a_time(kernels))
     for fn in variants.values():  # warm-up (numba compilation, allocator)
         fn()

@@ -6,7 +6,8 @@ past ``--deadline`` seconds is skipped and says so):
 * ``ceilings`` — the device's measured copy bandwidth and fp32 GEMM rate (the floor's rates);
 * ``epoch`` — GraphSAGE (3 layers, hidden 256, fanouts 15,10,5, batch 1024) on the peers graph
   (``benchmarks/peers/gen_graph.py``, 1M nodes / ~19M edges, 128 features): the GPU pipeline
-  (GPU sampling, rows on the GPU; with and without the second stream), the staged CPU sampler,
+  (GPU sampling, rows on the GPU; with and without the second stream; k batches sampled per
+  call; the SpMMs through cuSPARSE instead of the Triton kernel), the staged CPU sampler,
   two-tier rows (``--gpu-feature-memory 20%``), bf16, and the CPU path on the machine's cores
   (over ``--cpu-batches`` batches, per batch, scaled to the epoch's batch count); epoch 2 of
   each; the epoch's floor (bytes moved over bandwidth, FLOPs over the GEMM rate, from the
@@ -17,7 +18,8 @@ past ``--deadline`` seconds is skipped and says so):
   against the numba kernels on every core;
 * ``profile`` — a torch profile of 20 GPU batches (op tables in ``gpu_profile.txt`` beside
   ``--out``) and their host syncs counted by the line that asked for them;
-* ``fullgraph`` — a full-graph GCN step (2 layers, hidden 256) against PyG's ``GCNConv``;
+* ``fullgraph`` — a full-graph GCN step (2 layers, hidden 256) against PyG's ``GCNConv``, and
+  with our SpMM through cuSPARSE instead of the Triton kernel;
 * ``accuracy`` — CPU and GPU, fp32 and bf16, 3 seeds, on a learnable synthetic graph;
 * ``big`` — the GPU epoch on a 2.4M-node / 62M-edge synthetic graph (ogbn-products' size).
 
@@ -63,6 +65,7 @@ from shardgnn.train.single import run_training  # noqa: E402
 FANOUTS = (15, 10, 5)
 HIDDEN = 256
 BATCH = 1024
+BULK = 8  # batches per sampling call in the bulk epoch (--bulk-batches)
 START = time.perf_counter()
 
 
@@ -130,9 +133,9 @@ def big_run(args: argparse.Namespace, device: str) -> dict:
     return out
 
 
-def train_config(device: str, epochs: int = 2, **kwargs) -> TrainConfig:
+def train_config(device: str, epochs: int = 2, bulk: int = 1, **kwargs) -> TrainConfig:
     config = TrainConfig(
-        dataset="synthetic", device=device, sampler=SamplerConfig(fanouts=FANOUTS),
+        dataset="synthetic", device=device, sampler=SamplerConfig(fanouts=FANOUTS, bulk=bulk),
         model=ModelConfig(model="sage", hidden=HIDDEN, dropout=0.0),
         optim=OptimConfig(epochs=epochs, lr=1e-3), batch_size=BATCH, eval_batch_size=4096,
         **kwargs,
@@ -292,9 +295,13 @@ def gpu_busy(graph: Graph, device: str, batches: int = 30, **kwargs) -> dict:
     }
 
 
-def sampler_rates(graph: Graph, device: torch.device, batches: int = 20) -> dict:
+def sampler_rates(
+    graph: Graph, device: torch.device, batches: int = 32, ks: tuple[int, ...] = (8, 32)
+) -> dict:
     """Sampled edges per second: the numba kernels on every core, the GPU sampler's Triton hop
-    kernel (``gpu``) and its tensor code (``gpu_tensor``, the path before the kernel)."""
+    kernel (``gpu``) and its tensor code (``gpu_tensor``, the path before the kernel), one batch
+    per call; then ``k`` batches per call (``gpu_bulk{k}``: the stacked frontiers drawn by the
+    kernel with a seed per row and relabelled in one sort, the same blocks)."""
     config = SamplerConfig(fanouts=FANOUTS)
     seeds = np.random.default_rng(1).permutation(graph.num_nodes)
     chunks = [torch.from_numpy(seeds[i * BATCH : (i + 1) * BATCH]) for i in range(batches + 2)]
@@ -317,6 +324,19 @@ def sampler_rates(graph: Graph, device: torch.device, batches: int = 20) -> dict
         if device.type == "cuda":
             torch.cuda.synchronize()
         out[f"{name}_edges_per_s"] = edges / (time.perf_counter() - start)
+    for k in ks:
+        timed = list(range(2, batches + 2))
+        gpu.sample_many(chunks[:2], [0, 1])  # warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start, edges = time.perf_counter(), 0
+        for at in range(0, len(timed), k):
+            group = timed[at : at + k]
+            got = gpu.sample_many([chunks[i] for i in group], [mix_seed(7, i) for i in group])
+            edges += sum(s.num_sampled_edges for s in got)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out[f"gpu_bulk{k}_edges_per_s"] = edges / (time.perf_counter() - start)
     out["threads"] = int(os.cpu_count() or 1)
     return out
 
@@ -361,6 +381,8 @@ def fullgraph_step(graph: Graph, device: torch.device) -> dict:
                        x.shape[1], graph.num_classes).to(device)  # fmt: skip
     mg = MessageGraph.from_csr(graph.indptr, graph.indices, device)
     out = {"ours_s": _step_time(lambda: ours([mg, mg], x), ours, y, device)}
+    with sparse_spmm():
+        out["ours_sparse_s"] = _step_time(lambda: ours([mg, mg], x), ours, y, device)
     try:
         from torch_geometric.nn import GCNConv
     except ImportError as exc:
@@ -382,6 +404,45 @@ def fullgraph_step(graph: Graph, device: torch.device) -> dict:
     out["pyg_s"] = _step_time(pyg, pyg, y, device)
     out["ratio"] = out["ours_s"] / out["pyg_s"]
     return out
+
+
+def spmm_check(device: torch.device) -> dict:
+    """The Triton SpMM on this device against the CPU kernels on one block (forward, mean), before
+    any timing rests on it: its largest difference, or the failure (then the run goes on with
+    cuSPARSE and the table says so)."""
+    from shardgnn.nn.message_graph import MessageGraph, spmm, spmm_path
+
+    rng = np.random.default_rng(0)
+    indptr = np.zeros(2001, dtype=np.int64)
+    np.cumsum(rng.integers(0, 12, 2000), out=indptr[1:])
+    indices = rng.integers(0, 5000, int(indptr[-1]))
+    h = torch.randn(5000, 96)
+    block = lambda dev: MessageGraph(  # noqa: E731
+        torch.from_numpy(indptr).to(dev), torch.from_numpy(indices).to(dev), 5000
+    )
+    ours = spmm(block(device), h.to(device))
+    path = spmm_path(block(device), h.to(device))
+    diff = float((ours.cpu() - spmm(block("cpu"), h)).abs().max())
+    if diff > 1e-4:
+        raise AssertionError(f"{path} SpMM differs from the CPU kernels by {diff}")
+    return {"path": path, "max_abs_diff": diff}
+
+
+@contextlib.contextmanager
+def sparse_spmm():
+    """SpMMs through torch sparse CSR (cuSPARSE) instead of the Triton kernel, for comparison."""
+    import shardgnn.nn.message_graph as message_graph
+
+    message_graph.USE_TRITON = False
+    try:
+        yield
+    finally:
+        message_graph.USE_TRITON = True
+
+
+def epoch_sparse(graph: Graph, device: str) -> dict:
+    with sparse_spmm():
+        return epoch_run(graph, device)
 
 
 def _step_time(forward, module, y, device, repeats: int = 5) -> float:
@@ -448,23 +509,30 @@ def main(argv=None) -> None:
         save()
 
     section("ceilings", 10, lambda: ceilings(device))
+    section("spmm_check", 10, lambda: spmm_check(device))
+    if isinstance(results["spmm_check"], str):  # failed: time cuSPARSE, say so in the table
+        import shardgnn.nn.message_graph as message_graph
+
+        message_graph.USE_TRITON = False
     graph = peers_graph(args.nodes, args.edges, args.feat, args.classes)
     results["graph"] = {"nodes": graph.num_nodes, "edges": graph.num_edges, "feat": args.feat}
     print(f"[{elapsed():6.1f}s] graph {graph.num_nodes} nodes {graph.num_edges} edges", flush=True)
     dev = args.device
     section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
-    serial = DeviceConfig(overlap=False)
-    section("epoch_gpu_serial", 30, lambda: epoch_run(graph, dev, gpu=serial))
-    section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
     section("sampler", 30, lambda: sampler_rates(graph, device))
+    section("epoch_gpu_bulk", 30, lambda: epoch_run(graph, dev, bulk=BULK))
+    section("epoch_gpu_sparse", 30, lambda: epoch_sparse(graph, dev))
+    section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
     cuda = device.type == "cuda"
     section("busy", 30, lambda: gpu_busy(graph, dev) if cuda else None)
-    section("busy_serial", 30, lambda: gpu_busy(graph, dev, gpu=serial) if cuda else None)
+    section("busy_bulk", 30, lambda: gpu_busy(graph, dev, bulk=BULK) if cuda else None)
     profile_path = str(Path(args.out).with_name("gpu_profile.txt"))
     section("profile", 30, lambda: profile_batches(graph, dev, profile_path) if cuda else None)
     cpu_graph = dataclasses.replace(graph, train_idx=graph.train_idx[: args.cpu_batches * BATCH])
     section("epoch_cpu", 60, lambda: epoch_run(cpu_graph, "cpu"))
     section("fullgraph", 30, lambda: fullgraph_step(graph, device))
+    serial = DeviceConfig(overlap=False)
+    section("epoch_gpu_serial", 30, lambda: epoch_run(graph, dev, gpu=serial))
     section("epoch_gpu_bf16", 30, lambda: epoch_run(graph, dev, precision="bf16"))
     section(
         "epoch_gpu_tiered",
@@ -515,17 +583,25 @@ def summary(r: dict) -> str:
         ["GPU (Triton kernel) / CPU sampler edges/s", fmt(
             get("sampler", "gpu_edges_per_s") / get("sampler", "cpu_edges_per_s")
             if get("sampler", "cpu_edges_per_s") else None, ".1f")],
+        *[[f"GPU, {k} batches per call (Triton, one relabelling sort) / CPU sampler edges/s",
+           fmt(get("sampler", f"gpu_bulk{k}_edges_per_s") / get("sampler", "cpu_edges_per_s")
+               if get("sampler", "cpu_edges_per_s") else None, ".1f")] for k in (8, 32)],
+        [f"GPU epoch, --bulk-batches {BULK} (s)", fmt(get("epoch_gpu_bulk", "epoch_s"))],
+        [f"GPU busy share, --bulk-batches {BULK}", fmt(get("busy_bulk", "busy_share"), ".2f")],
         ["GPU (tensor code) / CPU sampler edges/s", fmt(
             get("sampler", "gpu_tensor_edges_per_s") / get("sampler", "cpu_edges_per_s")
             if get("sampler", "cpu_edges_per_s") else None, ".1f")],
-        ["GPU busy share, batches made on the training stream",
-         fmt(get("busy_serial", "busy_share"), ".2f")],
         ["kernels per batch (training epoch)", fmt(get("busy", "kernels_per_batch"), ".0f")],
         ["host syncs per batch (training epoch)", fmt(get("profile", "syncs_per_batch"), ".1f")],
         ["full-graph GCN step ours / PyG", fmt(get("fullgraph", "ratio"), ".2f")],
+        ["full-graph GCN step, Triton SpMM / cuSPARSE (s / s)", fmt(
+            get("fullgraph", "ours_s") / get("fullgraph", "ours_sparse_s")
+            if get("fullgraph", "ours_sparse_s") else None, ".2f")],
+        ["GPU epoch, SpMM through cuSPARSE (s)", fmt(get("epoch_gpu_sparse", "epoch_s"))],
         ["2.4M-node graph GPU epoch (s)", fmt(get("big", "epoch_s"))],
     ]  # fmt: skip
-    return f"device: {r.get('device')}\n" + format_table(["measure", "value"], rows)
+    spmm_line = f"SpMM: {r.get('spmm_check')}\n"
+    return f"device: {r.get('device')}\n{spmm_line}" + format_table(["measure", "value"], rows)
 
 
 if __name__ == "__main__":

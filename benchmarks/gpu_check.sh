@@ -21,15 +21,15 @@ python3 -c "import torch, shardgnn; print('torch', torch.__version__, 'cuda', to
 torch.cuda.get_device_name(0))" || exit 1
 echo "== gpu test tier"
 # xdist workers share the one GPU (the tests are small; the machine has 16 cores)
-timeout "${GPU_TESTS_TIMEOUT:-200}" python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-    -rs --durations=15 -n "${GPU_TESTS_WORKERS:-4}" \
+timeout "${GPU_TESTS_TIMEOUT:-170}" python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
+    -rs --durations=15 -n "${GPU_TESTS_WORKERS:-8}" \
     ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 echo "== benchmarks"
-timeout "${GPU_BENCH_TIMEOUT:-380}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" --md "$OUT/gpu.md" \
-    --deadline "${GPU_BENCH_DEADLINE:-330}" 2>&1 | grep -v "^epoch " | tee "$OUT/gpu_bench.log" | tail -40
+timeout "${GPU_BENCH_TIMEOUT:-300}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" --md "$OUT/gpu.md" \
+    --deadline "${GPU_BENCH_DEADLINE:-260}" 2>&1 | grep -v "^epoch " | tee "$OUT/gpu_bench.log" | tail -40
 echo "== bulk sampling (k batches per hop against one at a time)"
-timeout "${GPU_BULK_TIMEOUT:-90}" python3 benchmarks/bench_bulk.py --device cuda --batches 64 \
+timeout "${GPU_BULK_TIMEOUT:-60}" python3 benchmarks/bench_bulk.py --device cuda --batches 64 --ks 8,64 \
     --out "$OUT/bulk_sampling_gpu.json" 2>&1 | tail -8
 echo "== LADIES sampling on the GPU (one batch, and 16 per call) against node-wise"
-timeout "${GPU_LADIES_TIMEOUT:-90}" python3 benchmarks/bench_ladies.py --device cuda --no-training \
+timeout "${GPU_LADIES_TIMEOUT:-60}" python3 benchmarks/bench_ladies.py --device cuda --no-training \
     --graphs synthetic:nodes=200000 --batches 32 --out "$OUT/ladies_gpu.json" 2>&1 | tail -8

@@ -77,19 +77,23 @@ def test_tensor_sampler_excludes_edges_as_the_kernels_do(small_graph):
     )  # the exclusion removed something
 
 
+@pytest.mark.parametrize("together", [False, True])  # batch by batch (CPU); one sort (GPU)
 @pytest.mark.parametrize(
     "fanouts,replace", [((15, 10, 5), False), ((3, 2), True), ((-1, 4), False)]
 )
-def test_bulk_sampling_draws_each_batch_as_one_at_a_time(small_graph, fanouts, replace):
+def test_bulk_sampling_draws_each_batch_as_one_at_a_time(small_graph, fanouts, replace, together):
     """`sample_many`: k batches' frontiers stacked into one draw per hop (uneven sizes, one of a
-    single seed, seeds across the int64 range) give each batch the blocks the kernels draw."""
+    single seed, two batches sharing nodes, seeds across the int64 range) give each batch the
+    blocks the kernels draw, relabelled batch by batch or all at once."""
     config = SamplerConfig(fanouts=fanouts, replace=replace)
     g = small_graph
     kernels = NeighborSampler(g.indptr, g.indices, config)
     bulk = DeviceNeighborSampler(g.indptr, g.indices, config, CPU)
+    bulk.relabel_together = together
     rng = np.random.default_rng(3)
     batches = [torch.from_numpy(rng.choice(g.num_nodes, n, replace=False)) for n in (64, 1, 37)]
-    seeds = [5, 2**63 + 9, 77]
+    batches.append(batches[0][10:40].flip(0))  # the same nodes in another batch: its own ids
+    seeds = [5, 2**63 + 9, 77, 6]
     for batch, seed, got in zip(batches, seeds, bulk.sample_many(batches, seeds), strict=True):
         assert_same_blocks(kernels.sample(batch, seed), got)
 
@@ -180,6 +184,19 @@ part_indptr = indptr[100:301] - indptr[100]
 part_indices = indices[int(indptr[100]):]
 part = sample_hop(part_indptr, part_indices, rows - 100, 7, False, 99, 100, fused=True)
 assert torch.equal(whole[0], part[0]) and torch.equal(whole[1], part[1])
+# stacked batches, one seed per row (bulk sampling): each batch's draws as drawn alone
+for replace in (False, True):
+    config = SamplerConfig(fanouts=(15, 10, 5), replace=replace)
+    cpu = NeighborSampler(g.indptr, g.indices, config)
+    bulk = DeviceNeighborSampler(g.indptr, g.indices, config, torch.device("cpu"))
+    bulk.fused = bulk.relabel_together = True
+    batches = [seeds[:100], seeds[90:], seeds[:1]]
+    bulk_seeds = [3, 2**63 + 1, 8]
+    for batch, seed, b in zip(batches, bulk_seeds, bulk.sample_many(batches, bulk_seeds)):
+        for x, y in zip(cpu.sample(batch, seed).blocks, b.blocks, strict=True):
+            for f in ("src_nodes_S", "indptr_D1", "indices_E", "edge_ids_E", "src_degree_S"):
+                assert torch.equal(getattr(x, f), getattr(y, f)), (replace, seed, f)
+            runs += 1
 print("fused ok", runs)
 """
 
@@ -187,14 +204,15 @@ print("fused ok", runs)
 def test_fused_kernel_draws_what_the_kernels_draw():
     """The Triton hop kernel, run by Triton's interpreter on CPU tensors, against the numba
     kernels bit for bit: plain, with replacement, every neighbour then a fanout, a fanout above
-    most degrees, excluded edges, two seeds, an owner's id offset. (On a GPU: tests/test_gpu.py.)"""
+    most degrees, excluded edges, two seeds, an owner's id offset, stacked batches with a seed per
+    row. (On a GPU: tests/test_gpu.py.)"""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run(
         [sys.executable, "-c", _FUSED_CHECK], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "fused ok 36" in done.stdout
+    assert "fused ok 54" in done.stdout
 
 
 def test_fused_kernel_on_a_cpu_without_the_interpreter_is_refused():

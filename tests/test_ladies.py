@@ -157,11 +157,13 @@ def test_a_layer_that_keeps_every_candidate_is_the_full_neighbourhood(graph):
         assert torch.equal(b.edge_weight_E, torch.ones(b.num_edges))
 
 
-def test_tensor_sampler_and_k_batches_at_once_equal_the_kernels(graph):
+@pytest.mark.parametrize("relabel_together", [False, True])  # the CPU's and the GPU's way
+def test_tensor_sampler_and_k_batches_at_once_equal_the_kernels(graph, relabel_together):
     indptr, indices = graph
     config = SamplerConfig(ladies=(25, 15, 10))
     kernels = NeighborSampler(indptr, indices, config)
     tensor = DeviceNeighborSampler(indptr, indices, config, torch.device("cpu"))
+    tensor.relabel_together = relabel_together
     rng = np.random.default_rng(4)
     batches = [torch.from_numpy(rng.choice(400, 12, replace=False)) for _ in range(3)]
     seeds = [10, 11, 12]

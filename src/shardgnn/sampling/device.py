@@ -16,14 +16,12 @@ tested against the numba kernels without a GPU).
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from shardgnn.devicemem import place
+from shardgnn.devicemem import place, triton_installed
 from shardgnn.errors import ConfigError
 from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
 from shardgnn.sampling.ladies import kept_edges, ladies_draw, ladies_seed
@@ -32,15 +30,10 @@ from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
 
-@functools.cache
-def _triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
 def fused_by_default(device: torch.device) -> bool:
     """Whether hops on ``device`` are drawn by the Triton kernel unless told otherwise: on a CUDA
     device where Triton is installed (looked up once: this runs for every hop)."""
-    return device.type == "cuda" and _triton_installed()
+    return device.type == "cuda" and triton_installed()
 
 
 def sample_hop(
@@ -58,7 +51,7 @@ def sample_hop(
     are. ``fused`` draws with the one-launch Triton kernel (:mod:`shardgnn.sampling.fused`; by
     default on a CUDA device where Triton is), else with tensor code; both give the same draws.
     ``seed``: the layer seed, or one per frontier row (int64 tensor: several batches' frontiers
-    stacked, each drawn as with its own seed; tensor code)."""
+    stacked, each drawn as with its own seed)."""
     device = frontier.device
     start = indptr[frontier]
     deg = indptr[frontier + 1] - start
@@ -73,14 +66,14 @@ def sample_hop(
     total = int(offsets[-1])
     per_row = isinstance(seed, torch.Tensor)
     if fused is None:
-        fused = fused_by_default(device) and not per_row
+        fused = fused_by_default(device)
     if fused and 0 <= fanout <= FUSED_MAX_FANOUT:
-        assert not per_row, "the Triton kernel draws with one seed per hop"
         from shardgnn.sampling.fused import fill_hop  # needs Triton
 
         nbr, eid = fill_hop(
-            indptr, indices, frontier, offsets, total, fanout, replace, _int64(seed), id_offset
-        )
+            indptr, indices, frontier, offsets, total, fanout, replace,
+            seed if per_row else _int64(seed), id_offset,
+        )  # fmt: skip
         return offsets, nbr, eid
     row = entry_rows(offsets, total)
     position = torch.arange(total, device=device) - offsets[row]
@@ -143,6 +136,52 @@ def relabel(
     return both[is_first], local_of_position[first[frontier.shape[0] :]]
 
 
+def relabel_stacked(
+    frontier: torch.Tensor,
+    frontier_bounds: torch.Tensor,
+    nbr: torch.Tensor,
+    edge_bounds: torch.Tensor,
+    num_nodes: int,
+) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """:func:`relabel` for ``k`` batches' stacked hops at once: batch ``b``'s frontier is
+    ``frontier[frontier_bounds[b]:frontier_bounds[b + 1]]`` and its draws ``nbr[edge_bounds[b]:
+    edge_bounds[b + 1]]`` (both bounds int64 ``[k + 1]`` on the device). Returns ``(src_nodes,
+    local, src_bounds, edge_bounds)``: batch ``b``'s source nodes ``src_nodes[src_bounds[b]:
+    src_bounds[b + 1]]`` and local ids ``local[edge_bounds[b]:edge_bounds[b + 1]]`` are what
+    ``relabel`` gives for that batch alone; both bounds come back as host lists.
+
+    One sort of ``(batch, node)`` keys for all ``k`` batches and one read of the bounds, where
+    relabelling batch by batch costs ``k`` passes and ``k`` waits for the device (on a GPU the
+    waits and launches, not the arithmetic, are what a batch costs)."""
+    device = frontier.device
+    n_f, n_e = int(frontier.shape[0]), int(nbr.shape[0])
+    k = int(frontier_bounds.shape[0]) - 1
+    batch_F = entry_rows(frontier_bounds, n_f)
+    batch_E = entry_rows(edge_bounds, n_e)
+    # Each entry's place in its own batch's sequence (frontier, then draws), batches in order:
+    # sorting first places by it sorts by batch, then by first appearance within the batch.
+    place = torch.cat(
+        [
+            torch.arange(n_f, device=device) + edge_bounds[batch_F],
+            torch.arange(n_e, device=device) + frontier_bounds[batch_E + 1],
+        ]
+    )
+    key = torch.cat([batch_F, batch_E]) * num_nodes + torch.cat([frontier, nbr]).to(torch.int64)
+    unique, inverse = torch.unique(key, return_inverse=True)
+    first = torch.full(unique.shape, _UNSEEN, dtype=torch.int64, device=device)
+    first.scatter_reduce_(0, inverse, place, "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.shape[0], device=device)
+    ordered = unique[order]
+    src_batch = torch.div(ordered, num_nodes, rounding_mode="floor")
+    src_bounds = torch.zeros(k + 1, dtype=torch.int64, device=device)
+    torch.cumsum(torch.bincount(src_batch, minlength=k), 0, out=src_bounds[1:])
+    local = rank[inverse[n_f:]] - src_bounds[batch_E]
+    both = torch.cat([src_bounds, edge_bounds]).cpu().tolist()  # the one read
+    return ordered - src_batch * num_nodes, local, both[: k + 1], both[k + 1 :]
+
+
 def tensor_block(
     indptr: torch.Tensor,
     frontier: torch.Tensor,
@@ -151,16 +190,19 @@ def tensor_block(
     local: torch.Tensor,
     eid: torch.Tensor,
     weight: torch.Tensor | None = None,
+    src_degree: torch.Tensor | None = None,
 ) -> Block:
-    """The block of one relabelled hop drawn with tensor code (src degrees read off ``indptr``;
-    ``weight``: LADIES' edge weights)."""
+    """The block of one relabelled hop drawn with tensor code (src degrees read off ``indptr``
+    unless given; ``weight``: LADIES' edge weights)."""
+    if src_degree is None:
+        src_degree = indptr[src_nodes + 1] - indptr[src_nodes]
     return Block(
         src_nodes_S=src_nodes,
         num_dst=int(frontier.shape[0]),
         indptr_D1=offsets,
         indices_E=local,
         edge_ids_E=eid,
-        src_degree_S=indptr[src_nodes + 1] - indptr[src_nodes],
+        src_degree_S=src_degree,
         edge_weight_E=weight,
     )
 
@@ -189,6 +231,9 @@ class DeviceNeighborSampler:
         # Relabelling's first-position map (8 bytes a node; restored after every hop).
         self.node_map = torch.full((self.num_nodes,), _UNSEEN, dtype=torch.int64, device=device)
         self.fused: bool | None = None  # None: the Triton kernel where it applies (CUDA)
+        # Bulk sampling relabels the k batches in one sort (fewer launches and waits: a GPU's
+        # cost) rather than batch by batch through the node map (less arithmetic: a CPU's).
+        self.relabel_together = device.type == "cuda"
 
     @property
     def kernel(self) -> str:
@@ -246,47 +291,65 @@ class DeviceNeighborSampler:
         """Bulk sampling (the CAGNET sampling paper's k mini-batches at once): every hop draws the
         stacked frontiers of all batches in one pass, each row with its batch's layer seed (the
         rows of ``A`` the stacked one-hot selector ``Q`` picks, ``fanout`` nonzeros drawn per row),
-        then each batch is relabelled on its own. ``out[b]`` equals ``sample(inputs[b],
-        seeds[b])`` bit for bit; the work per hop is shared by the ``k`` batches (one pass and
-        its launches on a GPU instead of ``k``)."""
+        and relabels them in one pass too (:func:`relabel_stacked`; batch by batch where
+        ``relabel_together`` is off, the CPU default). ``out[b]`` equals ``sample(inputs[b],
+        seeds[b])`` bit for bit; a hop's launches and waits for the device are shared by the ``k``
+        batches instead of paid by each."""
         items = [SeedInput.of(i).untimed(self) for i in inputs]
         if any(i.exclude is not None and i.exclude.shape[0] for i in items):
             raise ConfigError(
                 "bulk sampling draws node batches; excluded edges (link prediction) need "
                 "--bulk-batches 1"
             )
-        frontiers = [i.nodes.to(self.device) for i in items]
+        first = torch.cat([i.nodes for i in items]).to(self.device)
+        frontier, bounds = first, np.cumsum([0] + [int(i.nodes.shape[0]) for i in items]).tolist()
+        seed_bounds = bounds
         blocks: list[list[Block]] = [[] for _ in items]
         for layer, fanout in enumerate(self.config.fanouts):
-            sizes = torch.tensor([f.shape[0] for f in frontiers])
+            sizes = torch.tensor(np.diff(bounds))
             layer_seeds = torch.tensor([_int64(mix_seed(s, layer)) for s in seeds])
             row_seed = torch.repeat_interleave(layer_seeds, sizes).to(self.device)
-            stacked = torch.cat(frontiers)
             offsets, nbr, eid = sample_hop(
-                self.indptr, self.indices, stacked, fanout, self.config.replace, row_seed,
-                fused=False,
+                self.indptr, self.indices, frontier, fanout, self.config.replace, row_seed,
+                fused=self.fused,
             )  # fmt: skip
             weight = None
             if self.config.ladies is not None:  # each batch draws its own layer nodes
                 offsets, nbr, eid, weight = self._ladies(
-                    stacked, offsets, nbr, eid, seeds, layer, sizes.to(self.device)
+                    frontier, offsets, nbr, eid, seeds, layer, sizes.to(self.device)
                 )
-            bounds = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), sizes]), 0)
-            edge_bounds = offsets[bounds.to(self.device)].cpu().tolist()  # one read per hop
-            for b, frontier in enumerate(frontiers):
+            bounds_t = torch.tensor(bounds, device=self.device)
+            if self.relabel_together:
+                src, local, src_bounds, edge_bounds = relabel_stacked(
+                    frontier, bounds_t, nbr, offsets[bounds_t], self.num_nodes
+                )
+            else:
+                edge_bounds = offsets[bounds_t].cpu().tolist()  # one read per hop
+                parts = [
+                    relabel(
+                        frontier[bounds[b] : bounds[b + 1]],
+                        nbr[edge_bounds[b] : edge_bounds[b + 1]],
+                        self.node_map,
+                    )
+                    for b in range(len(items))
+                ]
+                src_bounds = np.cumsum([0] + [p[0].shape[0] for p in parts]).tolist()
+                src, local = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+            src_degree = self.indptr[src + 1] - self.indptr[src]
+            for b in range(len(items)):
                 lo, hi = edge_bounds[b], edge_bounds[b + 1]
-                rows = offsets[int(bounds[b]) : int(bounds[b + 1]) + 1] - lo
-                src_nodes, local = relabel(frontier, nbr[lo:hi], self.node_map)
+                here = slice(src_bounds[b], src_bounds[b + 1])
                 blocks[b].append(
                     tensor_block(
-                        self.indptr, frontier, src_nodes, rows, local, eid[lo:hi],
-                        None if weight is None else weight[lo:hi],
+                        self.indptr, frontier[bounds[b] : bounds[b + 1]], src[here],
+                        offsets[bounds[b] : bounds[b + 1] + 1] - lo, local[lo:hi], eid[lo:hi],
+                        None if weight is None else weight[lo:hi], src_degree[here],
                     )
                 )  # fmt: skip
-                frontiers[b] = src_nodes
+            frontier, bounds = src, src_bounds
         return [
-            SampledBlocks(seeds=item.nodes.to(self.device), blocks=list(reversed(batch)))
-            for item, batch in zip(items, blocks)
+            SampledBlocks(seeds=first[seed_bounds[b] : seed_bounds[b + 1]], blocks=batch[::-1])
+            for b, batch in enumerate(blocks)
         ]
 
     def _ladies(

@@ -47,9 +47,9 @@ def _below(h, n):
 # would compile a kernel per value.
 @triton.jit(do_not_specialize=["n_rows", "seed", "id_offset"])
 def _fill_hop(
-    indptr_ptr, indices_ptr, frontier_ptr, offsets_ptr, nbr_ptr, eid_ptr,
+    indptr_ptr, indices_ptr, frontier_ptr, offsets_ptr, nbr_ptr, eid_ptr, seed_ptr,
     n_rows, seed, id_offset,
-    REPLACE: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr,
+    REPLACE: tl.constexpr, K: tl.constexpr, BLOCK: tl.constexpr, PER_ROW: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = rows < n_rows
@@ -58,7 +58,11 @@ def _fill_hop(
     deg = tl.load(indptr_ptr + v + 1, mask=live, other=0) - start
     lo = tl.load(offsets_ptr + rows, mask=live, other=0)
     k = tl.load(offsets_ptr + rows + 1, mask=live, other=0) - lo
-    key = _splitmix64(seed.to(tl.uint64) ^ _splitmix64((v + id_offset).to(tl.uint64)))
+    if PER_ROW:  # several batches' frontiers stacked, each row drawn with its batch's seed
+        row_seed = tl.load(seed_ptr + rows, mask=live, other=0).to(tl.uint64, bitcast=True)
+    else:
+        row_seed = seed.to(tl.uint64)
+    key = _splitmix64(row_seed ^ _splitmix64((v + id_offset).to(tl.uint64)))
     cols = tl.arange(0, K)
     pos = tl.zeros((BLOCK, K), dtype=tl.int64) + cols[None, :]
     if REPLACE:
@@ -93,13 +97,14 @@ def fill_hop(
     size: int,
     fanout: int,
     replace: bool,
-    seed: int,
+    seed: int | torch.Tensor,
     id_offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Neighbour ids and edge ids of one hop, ``offsets`` (the row counts' running sum, ``size``
     its last entry) already known: ``(nbr, eid)``, row ``i``'s draws at ``[offsets[i], offsets[i
     + 1])``, as the numba kernel ``sample_fill`` writes them. ``0 <= fanout <=
-    FUSED_MAX_FANOUT``; ``seed`` an int64."""
+    FUSED_MAX_FANOUT``; ``seed`` an int64, or one per frontier row (an int64 tensor beside
+    ``frontier``: stacked batches, each row drawn as with its batch's seed)."""
     if not 0 <= fanout <= FUSED_MAX_FANOUT:
         raise ValueError(f"fused sampling draws fanouts 0..{FUSED_MAX_FANOUT}, not {fanout}")
     if frontier.device.type != "cuda" and not INTERPRETED:
@@ -114,8 +119,10 @@ def fill_hop(
         width = 1 << max(0, (fanout - 1).bit_length())  # the tile: a power of two >= fanout
         # about 1024 tile entries a program: a few int64 tiles stay in registers at 4 warps
         block = max(1, min(128, 1024 // width))
+        per_row = isinstance(seed, torch.Tensor)
         _fill_hop[(-(-rows // block),)](
-            indptr, indices, frontier, offsets, nbr, eid, rows, seed, id_offset,
-            REPLACE=replace, K=width, BLOCK=block,
+            indptr, indices, frontier, offsets, nbr, eid, seed if per_row else frontier,
+            rows, 0 if per_row else seed, id_offset,
+            REPLACE=replace, K=width, BLOCK=block, PER_ROW=per_row,
         )  # fmt: skip
     return nbr, eid
