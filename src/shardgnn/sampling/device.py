@@ -174,9 +174,9 @@ def relabel_stacked(
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.shape[0], device=device)
     ordered = unique[order]
-    src_batch = torch.div(ordered, num_nodes, rounding_mode="floor")
-    src_bounds = torch.zeros(k + 1, dtype=torch.int64, device=device)
-    torch.cumsum(torch.bincount(src_batch, minlength=k), 0, out=src_bounds[1:])
+    src_batch = torch.div(ordered, num_nodes, rounding_mode="floor")  # ascending
+    # (searchsorted, not bincount: a CUDA bincount waits for the device to size its output)
+    src_bounds = torch.searchsorted(src_batch, torch.arange(k + 1, device=device))
     local = rank[inverse[n_f:]] - src_bounds[batch_E]
     both = torch.cat([src_bounds, edge_bounds]).cpu().tolist()  # the one read
     return ordered - src_batch * num_nodes, local, both[: k + 1], both[k + 1 :]
