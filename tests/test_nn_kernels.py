@@ -268,6 +268,7 @@ runs = 0
 weighted = random_block(80, 200, 9, 16)
 weighted.edge_weight_E = torch.rand(weighted.num_edges, generator=torch.Generator().manual_seed(2))
 cases = [(c[0], c[1], c[2]) for c in CASES] + [("ladies", lambda: weighted, 6)]
+cases.append(("long-rows", lambda: random_block(40, 300, 70, 17), 150))  # several tiles a row
 for name, make, width in cases:
     for norm in NORMS:
         gen = torch.Generator().manual_seed(11)
@@ -275,23 +276,26 @@ for name, make, width in cases:
         h = torch.randn(graph.num_src, width, generator=gen)
         grad = torch.randn(graph.num_dst, width, generator=gen)
         outs = {}
-        for path in ("kernels", "triton"):
+        for path in ("kernels", "triton", "triton"):
             x = h.clone().requires_grad_()
             out = _SpMM.apply(x, make() if name != "ladies" else graph, norm, path)
             out.backward(grad)
-            outs[path] = (out.detach(), x.grad)
-        for a, b in zip(outs["kernels"], outs["triton"]):
-            assert torch.equal(a, b), (name, norm, float((a - b).abs().max()))
+            outs.setdefault(path, []).append((out.detach(), x.grad))
+        for a, b in zip(outs["kernels"][0], outs["triton"][0]):
+            scale = max(float(a.abs().max()) if a.numel() else 0.0, 1e-30)
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6 * scale)
+        for a, b in zip(*outs["triton"]):
+            assert torch.equal(a, b), (name, norm)  # the same bits on every call
         runs += 1
 print("triton spmm ok", runs)
 """
 
 
-def test_triton_spmm_equals_the_kernels_bit_for_bit():
-    """The GPU's Triton SpMM (one launch a product, each row summed edge after edge), run by
+def test_triton_spmm_equals_the_kernels():
+    """The GPU's Triton SpMM (one launch a product, each row summed in tiles of 16 edges), run by
     Triton's interpreter on CPU tensors, against the numba kernels: forward and backward (over
-    its own transpose) for every norm and shape above and a LADIES-weighted block, bit for bit
-    (the same float32 products added in the same order). (On a GPU: tests/test_gpu.py.)"""
+    its own transpose) for every norm and shape above and a LADIES-weighted block, to float32
+    rounding, and the same bits on every call. (On a GPU: tests/test_gpu.py.)"""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run(
@@ -299,7 +303,7 @@ def test_triton_spmm_equals_the_kernels_bit_for_bit():
         timeout=600, cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"triton spmm ok {3 * (len(CASES) + 1)}" in done.stdout
+    assert f"triton spmm ok {3 * (len(CASES) + 2)}" in done.stdout
 
 
 def test_spmm_takes_the_triton_path_only_for_cuda_float32():

@@ -5,7 +5,9 @@ transpose (torch's generic CSR backward is ~3x slower on CPU).
 On CPU with float32 (or float64) features the SpMM runs the numba kernels of
 :mod:`shardgnn.nn.kernels`: row-parallel, deterministic (each output row summed in edge order by
 one thread, whatever the thread count), with an O(E) counting-sort transpose for the backward
-pass. Elsewhere (CUDA, other dtypes) it multiplies torch sparse CSR tensors
+pass. On a CUDA device with float32 rows it is one Triton launch per product
+(:mod:`shardgnn.nn.triton_spmm`, deterministic likewise, the backward over a cached transpose).
+Elsewhere (other dtypes, no Triton) it multiplies torch sparse CSR tensors
 (:func:`spmm_reference`, the path the kernels are tested and benchmarked against). Reduced-precision
 rows (bf16 under ``--precision bf16`` autocast) are aggregated in fp32 and returned in their own
 dtype (:func:`spmm`): the aggregation is memory-bound, so bf16 gains nothing there, and fp32
