@@ -7,7 +7,7 @@ past ``--deadline`` seconds is skipped and says so):
 * ``epoch`` — GraphSAGE (3 layers, hidden 256, fanouts 15,10,5, batch 1024) on the peers graph
   (``benchmarks/peers/gen_graph.py``, 1M nodes / ~19M edges, 128 features): the GPU pipeline
   (GPU sampling, rows on the GPU; with and without the second stream; k batches sampled per
-  call; the SpMMs through cuSPARSE instead of the Triton kernel), the staged CPU sampler,
+  call), the staged CPU sampler,
   two-tier rows (``--gpu-feature-memory 20%``), bf16, and the CPU path on the machine's cores
   (over ``--cpu-batches`` batches, per batch, scaled to the epoch's batch count); epoch 2 of
   each; the epoch's floor (bytes moved over bandwidth, FLOPs over the GEMM rate, from the
@@ -18,8 +18,7 @@ past ``--deadline`` seconds is skipped and says so):
   against the numba kernels on every core;
 * ``profile`` — a torch profile of 20 GPU batches (op tables in ``gpu_profile.txt`` beside
   ``--out``) and their host syncs counted by the line that asked for them;
-* ``fullgraph`` — a full-graph GCN step (2 layers, hidden 256) against PyG's ``GCNConv``, and
-  with our SpMM through cuSPARSE instead of the Triton kernel;
+* ``fullgraph`` — a full-graph GCN step (2 layers, hidden 256) against PyG's ``GCNConv``;
 * ``accuracy`` — CPU and GPU, fp32 and bf16, 3 seeds, on a learnable synthetic graph;
 * ``big`` — the GPU epoch on a 2.4M-node / 62M-edge synthetic graph (ogbn-products' size).
 
@@ -381,8 +380,6 @@ def fullgraph_step(graph: Graph, device: torch.device) -> dict:
                        x.shape[1], graph.num_classes).to(device)  # fmt: skip
     mg = MessageGraph.from_csr(graph.indptr, graph.indices, device)
     out = {"ours_s": _step_time(lambda: ours([mg, mg], x), ours, y, device)}
-    with sparse_spmm():
-        out["ours_sparse_s"] = _step_time(lambda: ours([mg, mg], x), ours, y, device)
     try:
         from torch_geometric.nn import GCNConv
     except ImportError as exc:
@@ -407,10 +404,9 @@ def fullgraph_step(graph: Graph, device: torch.device) -> dict:
 
 
 def spmm_check(device: torch.device) -> dict:
-    """The Triton SpMM on this device against the CPU kernels on one block (forward, mean), before
-    any timing rests on it: its largest difference, or the failure (then the run goes on with
-    cuSPARSE and the table says so)."""
-    from shardgnn.nn.message_graph import MessageGraph, spmm, spmm_path
+    """The SpMM on this device against the CPU kernels on one block (forward, mean), before any
+    timing rests on it: its largest difference (a failure is recorded, the run goes on)."""
+    from shardgnn.nn.message_graph import MessageGraph, spmm
 
     rng = np.random.default_rng(0)
     indptr = np.zeros(2001, dtype=np.int64)
@@ -421,28 +417,10 @@ def spmm_check(device: torch.device) -> dict:
         torch.from_numpy(indptr).to(dev), torch.from_numpy(indices).to(dev), 5000
     )
     ours = spmm(block(device), h.to(device))
-    path = spmm_path(block(device), h.to(device))
     diff = float((ours.cpu() - spmm(block("cpu"), h)).abs().max())
     if diff > 1e-4:
-        raise AssertionError(f"{path} SpMM differs from the CPU kernels by {diff}")
-    return {"path": path, "max_abs_diff": diff}
-
-
-@contextlib.contextmanager
-def sparse_spmm():
-    """SpMMs through torch sparse CSR (cuSPARSE) instead of the Triton kernel, for comparison."""
-    import shardgnn.nn.message_graph as message_graph
-
-    message_graph.USE_TRITON = False
-    try:
-        yield
-    finally:
-        message_graph.USE_TRITON = True
-
-
-def epoch_sparse(graph: Graph, device: str) -> dict:
-    with sparse_spmm():
-        return epoch_run(graph, device)
+        raise AssertionError(f"the SpMM on {device} differs from the CPU kernels by {diff}")
+    return {"max_abs_diff": diff}
 
 
 def _step_time(forward, module, y, device, repeats: int = 5) -> float:
@@ -510,10 +488,6 @@ def main(argv=None) -> None:
 
     section("ceilings", 10, lambda: ceilings(device))
     section("spmm_check", 10, lambda: spmm_check(device))
-    if isinstance(results["spmm_check"], str):  # failed: time cuSPARSE, say so in the table
-        import shardgnn.nn.message_graph as message_graph
-
-        message_graph.USE_TRITON = False
     graph = peers_graph(args.nodes, args.edges, args.feat, args.classes)
     results["graph"] = {"nodes": graph.num_nodes, "edges": graph.num_edges, "feat": args.feat}
     print(f"[{elapsed():6.1f}s] graph {graph.num_nodes} nodes {graph.num_edges} edges", flush=True)
@@ -521,7 +495,6 @@ def main(argv=None) -> None:
     section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
     section("sampler", 30, lambda: sampler_rates(graph, device))
     section("epoch_gpu_bulk", 30, lambda: epoch_run(graph, dev, bulk=BULK))
-    section("epoch_gpu_sparse", 30, lambda: epoch_sparse(graph, dev))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
     cuda = device.type == "cuda"
     section("busy", 30, lambda: gpu_busy(graph, dev) if cuda else None)
@@ -594,10 +567,6 @@ def summary(r: dict) -> str:
         ["kernels per batch (training epoch)", fmt(get("busy", "kernels_per_batch"), ".0f")],
         ["host syncs per batch (training epoch)", fmt(get("profile", "syncs_per_batch"), ".1f")],
         ["full-graph GCN step ours / PyG", fmt(get("fullgraph", "ratio"), ".2f")],
-        ["full-graph GCN step, Triton SpMM / cuSPARSE (s / s)", fmt(
-            get("fullgraph", "ours_s") / get("fullgraph", "ours_sparse_s")
-            if get("fullgraph", "ours_sparse_s") else None, ".2f")],
-        ["GPU epoch, SpMM through cuSPARSE (s)", fmt(get("epoch_gpu_sparse", "epoch_s"))],
         ["2.4M-node graph GPU epoch (s)", fmt(get("big", "epoch_s"))],
     ]  # fmt: skip
     spmm_line = f"SpMM: {r.get('spmm_check')}\n"

@@ -23,8 +23,8 @@ python3 -c "import torch, shardgnn; print('torch', torch.__version__, 'cuda', to
 torch.cuda.get_device_name(0))" || exit 1
 if [[ $PARTS == *" bench "* ]]; then
     echo "== benchmarks"
-    timeout "${GPU_BENCH_TIMEOUT:-300}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" \
-        --md "$OUT/gpu.md" --deadline "${GPU_BENCH_DEADLINE:-260}" 2>&1 | grep -v "^epoch " \
+    timeout "${GPU_BENCH_TIMEOUT:-200}" python3 benchmarks/bench_gpu.py --out "$OUT/gpu.json" \
+        --md "$OUT/gpu.md" --deadline "${GPU_BENCH_DEADLINE:-170}" 2>&1 | grep -v "^epoch " \
         | tee "$OUT/gpu_bench.log" | tail -40
 fi
 if [[ $PARTS == *" bulk "* ]]; then
@@ -41,10 +41,12 @@ fi
 if [[ $PARTS == *" tests "* ]]; then
     echo "== gpu test tier"
     # xdist workers share the one GPU (the tests are small; the machine has 16 cores); each test's
-    # outcome is printed as it ends (-v), so a tier cut off by its timeout still names them
-    timeout "${GPU_TESTS_TIMEOUT:-200}" python3 -m pytest -v -m gpu -p no:cacheprovider \
-        -o addopts="" -rfEs --tb=short --durations=15 --timeout "${GPU_TEST_TIMEOUT:-120}" \
+    # outcome is printed as it ends (-v) and a failure's traceback at once (tests/conftest.py), so
+    # a tier cut off by its timeout still says what failed and why
+    SHARDGNN_STREAM_FAILURES=1 timeout "${GPU_TESTS_TIMEOUT:-280}" python3 -m pytest -v -m gpu \
+        -p no:cacheprovider -o addopts="" -rfEs --tb=short --durations=15 \
+        --timeout "${GPU_TEST_TIMEOUT:-120}" \
         -n "${GPU_TESTS_WORKERS:-6}" ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} \
         > "$OUT/gpu_tests.log" 2>&1
-    grep -E "FAILED|ERROR|passed|failed|Timeout" "$OUT/gpu_tests.log" | tail -30
+    grep -E "^=== FAILED|^E  |passed|failed|Timeout" "$OUT/gpu_tests.log" | tail -40
 fi

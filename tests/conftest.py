@@ -112,6 +112,19 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def pytest_runtest_logreport(report):
+    """With ``SHARDGNN_STREAM_FAILURES`` set (benchmarks/gpu_check.sh), a failed test's traceback
+    is printed the moment it fails: a tier cut off by its time limit (the GPU machine's minutes
+    are few) still says why each failure failed, not only that it did."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # under xdist the controller prints it
+    if report.failed and os.environ.get("SHARDGNN_STREAM_FAILURES") and not worker:
+        import sys
+
+        sys.stderr.write(f"\n=== FAILED {report.nodeid} ({report.when})\n")
+        sys.stderr.write(report.longreprtext[-4000:] + "\n")
+        sys.stderr.flush()
+
+
 def write_cluster_triples(folder, entities: int = 60, relations: int = 4, clusters: int = 6):
     """A knowledge graph's triples folder (``train``/``valid``/``test``, split 80/10/10) whose
     relations join clusters: entity ``e`` is in cluster ``e % clusters``, relation ``r`` leads

@@ -234,48 +234,56 @@ def test_graph_sets_step_on_the_gpu_as_on_the_cpu(dataset, task, model):
     assert len(result["epochs"]) == 3 and all(np.isfinite(e["loss"]) for e in result["epochs"])
 
 
+def _frozen_epoch_then_training(config) -> None:
+    """``config(device, lr)``'s first epoch on the CPU and on the GPU with a learning rate too
+    small to move any weight (every batch's loss is then the same model's forward pass on both
+    devices): within 0.1 %, and the metric of the same kind; then a real run on the GPU, every
+    epoch finite. Whole runs at a real learning rate are not compared: Adam turns rounding-level
+    gradient differences into whole steps (measured on an H100: HGT mini-batch epoch 1 0.27 %
+    apart, epoch 3 12 %)."""
+    runs = {d: run_training(config(d, 1e-12)) for d in ("cpu", "cuda")}
+    _same_run(runs["cpu"], runs["cuda"], rtol=1e-3, epochs=1)
+    assert runs["cuda"]["metric"] == runs["cpu"]["metric"]
+    trained = run_training(config("cuda", None))
+    assert all(np.isfinite(e["loss"]) for e in trained["epochs"]), trained["epochs"]
+
+
 @pytest.mark.parametrize("mode", ["full", "minibatch"])
 def test_hgt_trains_on_the_gpu_as_on_the_cpu(mode):
-    """The first epoch's loss within 1 %, the test accuracy within 15 points. Adam at lr 0.01
-    parts the runs: near-zero gradient components round to other signs on the two devices and
-    Adam's normalised steps make that a whole step (measured on an H100, mini-batch: epoch 1 0.27 %
-    apart, epoch 3 12 %; with the unfused optimiser epoch 1 agreed to 1e-6)."""
+    """HGT over a typed graph whose featureless types hold learnt rows."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.sampling.config import SamplerConfig as Sampling
     from shardgnn.train.config import OptimConfig
 
-    runs = {}
-    for device in ("cpu", "cuda"):
-        config = TrainConfig(
+    def config(device, lr):
+        return TrainConfig(
             dataset="synthetic-hetero", mode=mode, device=device, progress=False, batch_size=64,
             model=ModelConfig(model="hgt", hidden=32, dropout=0.0),
-            sampler=Sampling(fanouts=(8, 8)), optim=OptimConfig(epochs=3, lr=0.01),
+            sampler=Sampling(fanouts=(8, 8)),
+            optim=OptimConfig(epochs=1 if lr else 3, lr=lr or 0.01),
         )  # fmt: skip
-        runs[device] = run_training(config)
-    _same_run(runs["cpu"], runs["cuda"], rtol=1e-2, epochs=1)
-    assert abs(runs["cpu"]["test_acc"] - runs["cuda"]["test_acc"]) < 0.15
+
+    _frozen_epoch_then_training(config)
 
 
 @pytest.mark.parametrize("model", ["rgcn", "surel"])
 def test_knowledge_graphs_and_surel_train_on_the_gpu_as_on_the_cpu(tmp_path, model):
     """R-GCN + DistMult on a knowledge graph (its entity rows stepped by the functional fused
-    Adam) and SUREL (walks drawn on the CPU, encoded on the GPU): the first epoch's loss within
-    1 % of the CPU's, every epoch finite."""
+    Adam) and SUREL (walks drawn on the CPU, encoded on the GPU)."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.train.config import LinkConfig, OptimConfig
 
     spec = write_cluster_triples(tmp_path / "kg") if model == "rgcn" else "synthetic:nodes=2000"
-    runs = {}
-    for device in ("cpu", "cuda"):
-        config = TrainConfig(
+
+    def config(device, lr):
+        return TrainConfig(
             dataset=spec, task="link", device=device, progress=False, batch_size=64, seed=1,
             model=ModelConfig(model=model, hidden=32, num_bases=2, dropout=0.0),
-            link=LinkConfig(out_dim=32, walks=8), optim=OptimConfig(epochs=2, lr=0.01),
+            link=LinkConfig(out_dim=32, walks=8),
+            optim=OptimConfig(epochs=1 if lr else 2, lr=lr or 0.01),
         )  # fmt: skip
-        runs[device] = run_training(config)
-    first = [runs[d]["epochs"][0]["loss"] for d in ("cpu", "cuda")]
-    assert first[1] == pytest.approx(first[0], rel=1e-2), first
-    assert all(np.isfinite(e["loss"]) for e in runs["cuda"]["epochs"])
+
+    _frozen_epoch_then_training(config)
 
 
 @pytest.mark.parametrize(
@@ -288,51 +296,15 @@ def test_knowledge_graphs_and_surel_train_on_the_gpu_as_on_the_cpu(tmp_path, mod
     ],
 )
 def test_typed_temporal_and_link_training_on_the_gpu_as_on_the_cpu(dataset, task, model):
-    """Every single-process mini-batch recipe on the GPU: the first epoch's loss within 1 % of
-    the CPU's (later epochs part under Adam as the HGT test measured), every epoch finite and the
-    test metric of the same kind."""
+    """Every single-process mini-batch recipe not covered above, on the GPU as on the CPU."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.train.config import OptimConfig
 
-    runs = {}
-    for device in ("cpu", "cuda"):
-        config = TrainConfig(
+    def config(device, lr):
+        return TrainConfig(
             dataset=dataset, task=task, device=device, progress=False, batch_size=128, seed=2,
             model=ModelConfig(model=model, hidden=32, dropout=0.0),
-            optim=OptimConfig(epochs=2, lr=0.005),
+            optim=OptimConfig(epochs=1 if lr else 2, lr=lr or 0.005),
         )  # fmt: skip
-        runs[device] = run_training(config)
-    _same_run(runs["cpu"], runs["cuda"], rtol=1e-2, epochs=1)
-    assert all(np.isfinite(e["loss"]) for e in runs["cuda"]["epochs"])
-    assert runs["cuda"]["metric"] == runs["cpu"]["metric"]
 
-
-@pytest.mark.parametrize("norm", ["mean", "sum", "gcn"])
-def test_triton_spmm_on_the_gpu_equals_the_cpu_kernels(norm):
-    """The Triton SpMM on the GPU against the numba kernels on the CPU (forward and backward, a
-    LADIES-weighted block too) to float32 rounding, the same bits on every call (no atomics), and
-    the GPU's default path."""
-    import shardgnn.nn.message_graph as mg
-    from test_nn_kernels import random_block
-
-    for weighted in (False, True):
-        graph = random_block(3000, 9000, 15, 21)
-        if weighted:
-            graph.edge_weight_E = torch.rand(graph.num_edges)
-        h = torch.randn(graph.num_src, 256)
-        grad = torch.randn(graph.num_dst, 256)
-        runs = []
-        for device in ("cpu", "cuda", "cuda"):
-            on = mg.MessageGraph(
-                graph.indptr_D1.to(device), graph.indices_E.to(device), graph.num_src,
-                graph.src_degree_S.to(device),
-                edge_weight_E=None if not weighted else graph.edge_weight_E.to(device),
-            )  # fmt: skip
-            x = h.to(device).requires_grad_()
-            assert mg.spmm_path(on, x) == ("kernels" if device == "cpu" else "triton")
-            out = mg.spmm(on, x, norm)
-            out.backward(grad.to(device))
-            runs.append((out.detach().cpu(), x.grad.cpu()))
-        for cpu, gpu in zip(runs[0], runs[1]):
-            torch.testing.assert_close(gpu, cpu, rtol=1e-5, atol=1e-5)
-        assert all(torch.equal(a, b) for a, b in zip(runs[1], runs[2]))
+    _frozen_epoch_then_training(config)

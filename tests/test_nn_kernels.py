@@ -5,11 +5,6 @@ float64 gradcheck, and determinism across calls and thread counts."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numba
 import numpy as np
 import pytest
@@ -257,57 +252,3 @@ def test_transpose_csr_equals_torchs_csc_conversion(trial):
     assert torch.equal(ours.col_indices(), csc.row_indices())
     assert torch.equal(ours.values(), csc.values())
     assert torch.equal(ours.to_dense(), dense.t())
-
-
-_TRITON_CHECK = """
-import sys, torch
-sys.path.insert(0, "tests")
-from test_nn_kernels import CASES, random_block
-from shardgnn.nn.message_graph import NORMS, MessageGraph, _SpMM
-runs = 0
-weighted = random_block(80, 200, 9, 16)
-weighted.edge_weight_E = torch.rand(weighted.num_edges, generator=torch.Generator().manual_seed(2))
-cases = [(c[0], c[1], c[2]) for c in CASES] + [("ladies", lambda: weighted, 6)]
-cases.append(("long-rows", lambda: random_block(40, 300, 70, 17), 150))  # several tiles a row
-for name, make, width in cases:
-    for norm in NORMS:
-        gen = torch.Generator().manual_seed(11)
-        graph = make()
-        h = torch.randn(graph.num_src, width, generator=gen)
-        grad = torch.randn(graph.num_dst, width, generator=gen)
-        outs = {}
-        for path in ("kernels", "triton", "triton"):
-            x = h.clone().requires_grad_()
-            out = _SpMM.apply(x, make() if name != "ladies" else graph, norm, path)
-            out.backward(grad)
-            outs.setdefault(path, []).append((out.detach(), x.grad))
-        for a, b in zip(outs["kernels"][0], outs["triton"][0]):
-            scale = max(float(a.abs().max()) if a.numel() else 0.0, 1e-30)
-            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6 * scale)
-        for a, b in zip(*outs["triton"]):
-            assert torch.equal(a, b), (name, norm)  # the same bits on every call
-        runs += 1
-print("triton spmm ok", runs)
-"""
-
-
-def test_triton_spmm_equals_the_kernels():
-    """The GPU's Triton SpMM (one launch a product, each row summed in tiles of 16 edges), run by
-    Triton's interpreter on CPU tensors, against the numba kernels: forward and backward (over
-    its own transpose) for every norm and shape above and a LADIES-weighted block, to float32
-    rounding, and the same bits on every call. (On a GPU: tests/test_gpu.py.)"""
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True,
-        timeout=600, cwd=Path(__file__).resolve().parents[1],
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert f"triton spmm ok {3 * (len(CASES) + 2)}" in done.stdout
-
-
-def test_spmm_takes_the_triton_path_only_for_cuda_float32():
-    graph = random_block(30, 60, 5, 14)
-    h_SF = torch.randn(60, 4)
-    assert mg.spmm_path(graph, h_SF) == "kernels"
-    assert mg.spmm_path(graph, h_SF.to(torch.float16)) == "sparse"

@@ -20,8 +20,8 @@ DEFAULT_DEVICE_SHARE = 0.5
 
 @functools.cache
 def triton_installed() -> bool:
-    """Whether Triton (the GPU kernels' compiler: the sampling hop, the SpMM) can be imported;
-    looked up once, since it is asked for every hop and every product."""
+    """Whether Triton (the compiler of the GPU's sampling kernel) can be imported; looked up
+    once, since it is asked for every hop."""
     return importlib.util.find_spec("triton") is not None
 
 

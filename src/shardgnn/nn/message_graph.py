@@ -5,9 +5,7 @@ transpose (torch's generic CSR backward is ~3x slower on CPU).
 On CPU with float32 (or float64) features the SpMM runs the numba kernels of
 :mod:`shardgnn.nn.kernels`: row-parallel, deterministic (each output row summed in edge order by
 one thread, whatever the thread count), with an O(E) counting-sort transpose for the backward
-pass. On a CUDA device with float32 rows it is one Triton launch per product
-(:mod:`shardgnn.nn.triton_spmm`, deterministic likewise, the backward over a cached transpose).
-Elsewhere (other dtypes, no Triton) it multiplies torch sparse CSR tensors
+pass. Elsewhere (CUDA, other dtypes) it multiplies torch sparse CSR tensors
 (:func:`spmm_reference`, the path the kernels are tested and benchmarked against). Reduced-precision
 rows (bf16 under ``--precision bf16`` autocast) are aggregated in fp32 and returned in their own
 dtype (:func:`spmm`): the aggregation is memory-bound, so bf16 gains nothing there, and fp32
@@ -25,7 +23,6 @@ import numba
 import numpy as np
 import torch
 
-from shardgnn.devicemem import triton_installed
 from shardgnn.nn import kernels
 from shardgnn.precision import REDUCED_DTYPES
 from shardgnn.sampling.tensor_ops import entry_rows
@@ -36,9 +33,6 @@ NORMS = ("mean", "sum", "gcn")
 # Whether CPU float32/float64 SpMMs run the numba kernels (True) or torch sparse CSR (False).
 # A module switch for tests and benchmarks that compare the two paths, not a user setting.
 USE_KERNELS = True
-# Whether CUDA float32 SpMMs run the Triton kernel (True) or torch sparse CSR (False); the same
-# kind of switch, for the GPU.
-USE_TRITON = True
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
@@ -50,14 +44,13 @@ def _csr(
         return torch.sparse_csr_tensor(indptr, indices, values, size=size, check_invariants=False)
 
 
-def csr_transpose_tensors(
-    indptr: torch.Tensor, indices: torch.Tensor, cols: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`shardgnn.nn.kernels.csr_transpose` in tensor code (any device): ``(indptr_t,
-    rows_t, perm)`` of the transpose of the CSR ``(indptr, indices)`` with ``cols`` columns, a
-    column's entries in row order, ``perm`` each entry's place in the original. A handful of
-    tensor ops that never wait for the device (``to_sparse_csc`` took 0.9 ms of host time per
-    call on a GPU, BENCHMARKS section 18)."""
+def transpose_csr(adj: torch.Tensor) -> torch.Tensor:
+    """The transpose of a CSR matrix, as CSR (what the backward pass of an SpMM multiplies by):
+    ``to_sparse_csc``'s matrix, entries in the same order, in a handful of tensor ops that never
+    wait for the device (the conversion took 0.9 ms of host time per call on a GPU, BENCHMARKS
+    section 18)."""
+    rows, cols = adj.shape
+    indptr, indices, values = adj.crow_indices(), adj.col_indices(), adj.values()
     nnz = int(indices.shape[0])
     row_E = entry_rows(indptr, nnz).to(indices.dtype)
     order = torch.argsort(indices, stable=True)  # by column; a column's entries by row
@@ -65,15 +58,7 @@ def csr_transpose_tensors(
     counts.index_add_(0, indices, torch.ones_like(indices, dtype=indptr.dtype))
     indptr_t = torch.zeros(cols + 1, dtype=indptr.dtype, device=indptr.device)
     torch.cumsum(counts, 0, out=indptr_t[1:])
-    return indptr_t, row_E[order], order
-
-
-def transpose_csr(adj: torch.Tensor) -> torch.Tensor:
-    """The transpose of a CSR matrix, as CSR (what the backward pass of an SpMM multiplies by):
-    ``to_sparse_csc``'s matrix, entries in the same order."""
-    rows, cols = adj.shape
-    indptr_t, rows_t, order = csr_transpose_tensors(adj.crow_indices(), adj.col_indices(), cols)
-    return _csr(indptr_t, rows_t, adj.values()[order], (cols, rows))
+    return _csr(indptr_t, row_E[order], values[order], (cols, rows))
 
 
 class MessageGraph:
@@ -109,8 +94,6 @@ class MessageGraph:
         # structure ("graph": mean and sum share the graph's own; "gcn" adds self-loops).
         self._kernel_csr: dict[tuple, tuple] = {}
         self._kernel_t: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        # Triton path (CUDA): the same arguments as device tensors, keyed by (norm, transposed).
-        self._device_csr: dict[tuple, tuple] = {}
 
     @classmethod
     def from_block(
@@ -326,36 +309,6 @@ class MessageGraph:
         self._kernel_csr[key] = args
         return args
 
-    def device_csr(
-        self, norm: str, transposed: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
-        """:meth:`kernel_csr`'s ``(indptr, indices, values or None, mean)`` as tensors on the
-        graph's device, float32 values (cached): the arguments of
-        :func:`shardgnn.nn.triton_spmm.csr_spmm`."""
-        if norm not in NORMS:
-            raise ValueError(f"unknown norm {norm!r}; expected one of {NORMS}")
-        key = (norm, transposed)
-        if key in self._device_csr:
-            return self._device_csr[key]
-        if not transposed:
-            if norm == "gcn" or self.edge_weight_E is not None:
-                indptr, indices, values = self.edge_values(norm)
-                args = (indptr, indices, values.to(torch.float32), False)
-            else:
-                args = (self.indptr_D1, self.indices_E, None, norm == "mean")
-        else:
-            indptr, indices, values, mean = self.device_csr(norm, False)
-            indptr_t, dst_t, perm = csr_transpose_tensors(indptr, indices, self.num_src)
-            if values is not None:
-                values_t = values[perm]
-            elif mean:  # the forward's 1 / deg(dst), so the backward is its exact transpose
-                values_t = (1.0 / self.in_degree_D().clamp(min=1).to(torch.float32))[dst_t]
-            else:
-                values_t = None
-            args = (indptr_t, dst_t, values_t, False)
-        self._device_csr[key] = args
-        return args
-
 
 def _np(t: torch.Tensor) -> np.ndarray:
     """A C-contiguous numpy view (a copy only if ``t`` is not contiguous) of a CPU tensor."""
@@ -407,33 +360,22 @@ def kernel_spmm(
     return out_RF
 
 
-def triton_spmm(
-    graph: MessageGraph, x_RF: torch.Tensor, norm: str, transposed: bool = False
-) -> torch.Tensor:
-    """:func:`kernel_spmm` on the graph's device with the Triton kernel; no autograd."""
-    from shardgnn.nn.triton_spmm import csr_spmm  # needs Triton
-
-    return csr_spmm(*graph.device_csr(norm, transposed), x_RF)
-
-
-# What runs an SpMM: the numba kernels (CPU), the Triton kernel (CUDA) or torch sparse CSR.
-_SPMM_PATHS = {"kernels": kernel_spmm, "triton": triton_spmm}
-
-
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h_SF: torch.Tensor, graph: MessageGraph, norm: str, path: str) -> torch.Tensor:
-        ctx.graph, ctx.norm, ctx.path = graph, norm, path
-        if path in _SPMM_PATHS:
-            return _SPMM_PATHS[path](graph, h_SF, norm)
+    def forward(
+        ctx, h_SF: torch.Tensor, graph: MessageGraph, norm: str, use_kernels: bool
+    ) -> torch.Tensor:
+        ctx.graph, ctx.norm, ctx.use_kernels = graph, norm, use_kernels
+        if use_kernels:
+            return kernel_spmm(graph, h_SF, norm)
         return graph.adjacency(norm) @ h_SF
 
     @staticmethod
     def backward(ctx, grad_DF: torch.Tensor):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
-        if ctx.path in _SPMM_PATHS:
-            grad_SF = _SPMM_PATHS[ctx.path](ctx.graph, grad_DF, ctx.norm, transposed=True)
+        if ctx.use_kernels:
+            grad_SF = kernel_spmm(ctx.graph, grad_DF, ctx.norm, transposed=True)
         else:
             grad_SF = ctx.graph.adjacency_t(ctx.norm) @ grad_DF.contiguous()
         return grad_SF, None, None, None
@@ -451,7 +393,7 @@ def spmm_reference(graph: MessageGraph, h_SF: torch.Tensor, norm: str = "mean") 
     float32 features, like the cached matrices; differentiable): the baseline the numba kernels
     are tested and benchmarked against."""
     _check_rows(graph, h_SF)
-    return _SpMM.apply(h_SF, graph, norm, "sparse")
+    return _SpMM.apply(h_SF, graph, norm, False)
 
 
 def spmm(graph, h_SF: torch.Tensor, norm: str = "mean") -> torch.Tensor:
@@ -479,22 +421,4 @@ def _aggregate(graph, h_SF: torch.Tensor, norm: str) -> torch.Tensor:
     """:func:`spmm` of rows in the dtype they are to be aggregated in."""
     if not isinstance(graph, MessageGraph):
         return graph.aggregate(h_SF, norm)
-    return _SpMM.apply(h_SF, graph, norm, spmm_path(graph, h_SF))
-
-
-def spmm_path(graph: MessageGraph, h_SF: torch.Tensor) -> str:
-    """What :func:`spmm` runs for ``h_SF``: ``"kernels"`` (numba, CPU), ``"triton"`` (one
-    launch per product on a CUDA device where Triton is installed, float32 rows, and
-    :data:`USE_TRITON`) or ``"sparse"`` (torch sparse CSR)."""
-    if uses_kernels(h_SF) and graph.device.type == "cpu":
-        return "kernels"
-    if (
-        USE_TRITON
-        and h_SF.is_cuda
-        and h_SF.dtype == torch.float32
-        and h_SF.dim() == 2
-        and h_SF.layout == torch.strided
-        and triton_installed()
-    ):
-        return "triton"
-    return "sparse"
+    return _SpMM.apply(h_SF, graph, norm, uses_kernels(h_SF) and graph.device.type == "cpu")
