@@ -6,8 +6,8 @@ past ``--deadline`` seconds is skipped and says so):
 * ``ceilings`` — the device's measured copy bandwidth and fp32 GEMM rate (the floor's rates);
 * ``epoch`` — GraphSAGE (3 layers, hidden 256, fanouts 15,10,5, batch 1024) on the peers graph
   (``benchmarks/peers/gen_graph.py``, 1M nodes / ~19M edges, 128 features): the GPU pipeline
-  (GPU sampling, rows on the GPU; with and without the second stream; k batches sampled per
-  call), the staged CPU sampler,
+  (GPU sampling, rows on the GPU, 8 batches sampled a call, the default; one batch a call; with
+  and without the second stream), the staged CPU sampler,
   two-tier rows (``--gpu-feature-memory 20%``), bf16, and the CPU path on the machine's cores
   (over ``--cpu-batches`` batches, per batch, scaled to the epoch's batch count); epoch 2 of
   each; the epoch's floor (bytes moved over bandwidth, FLOPs over the GEMM rate, from the
@@ -53,7 +53,7 @@ from shardgnn.loader.config import DeviceConfig  # noqa: E402
 from shardgnn.nn.config import ModelConfig  # noqa: E402
 from shardgnn.nn.message_graph import MessageGraph  # noqa: E402
 from shardgnn.nn.models import build_model  # noqa: E402
-from shardgnn.sampling.config import SamplerConfig  # noqa: E402
+from shardgnn.sampling.config import GPU_BULK_BATCHES, SamplerConfig  # noqa: E402
 from shardgnn.sampling.device import DeviceNeighborSampler  # noqa: E402
 from shardgnn.sampling.neighbor import NeighborSampler  # noqa: E402
 from shardgnn.seeding import mix_seed  # noqa: E402
@@ -64,7 +64,6 @@ from shardgnn.train.single import run_training  # noqa: E402
 FANOUTS = (15, 10, 5)
 HIDDEN = 256
 BATCH = 1024
-BULK = 8  # batches per sampling call in the bulk epoch (--bulk-batches)
 START = time.perf_counter()
 
 
@@ -132,7 +131,7 @@ def big_run(args: argparse.Namespace, device: str) -> dict:
     return out
 
 
-def train_config(device: str, epochs: int = 2, bulk: int = 1, **kwargs) -> TrainConfig:
+def train_config(device: str, epochs: int = 2, bulk: int | None = None, **kwargs) -> TrainConfig:
     config = TrainConfig(
         dataset="synthetic", device=device, sampler=SamplerConfig(fanouts=FANOUTS, bulk=bulk),
         model=ModelConfig(model="sage", hidden=HIDDEN, dropout=0.0),
@@ -494,11 +493,11 @@ def main(argv=None) -> None:
     dev = args.device
     section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
     section("sampler", 30, lambda: sampler_rates(graph, device))
-    section("epoch_gpu_bulk", 30, lambda: epoch_run(graph, dev, bulk=BULK))
+    section("epoch_gpu_one_batch", 30, lambda: epoch_run(graph, dev, bulk=1))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
     cuda = device.type == "cuda"
     section("busy", 30, lambda: gpu_busy(graph, dev) if cuda else None)
-    section("busy_bulk", 30, lambda: gpu_busy(graph, dev, bulk=BULK) if cuda else None)
+    section("busy_one_batch", 30, lambda: gpu_busy(graph, dev, bulk=1) if cuda else None)
     profile_path = str(Path(args.out).with_name("gpu_profile.txt"))
     section("profile", 30, lambda: profile_batches(graph, dev, profile_path) if cuda else None)
     cpu_graph = dataclasses.replace(graph, train_idx=graph.train_idx[: args.cpu_batches * BATCH])
@@ -539,7 +538,7 @@ def summary(r: dict) -> str:
     gpu_epoch = get("epoch_gpu", "epoch_s")
     floor = get("floor", "floor_s")
     rows = [
-        ["GPU epoch (s)", fmt(gpu_epoch)],
+        [f"GPU epoch ({GPU_BULK_BATCHES} batches sampled a call, the default) (s)", fmt(gpu_epoch)],
         ["GPU epoch, batches made on the training stream (s)",
          fmt(get("epoch_gpu_serial", "epoch_s"))],
         ["CPU epoch, all cores (s, per batch x batches)", fmt(cpu_epoch)],
@@ -559,8 +558,9 @@ def summary(r: dict) -> str:
         *[[f"GPU, {k} batches per call (Triton, one relabelling sort) / CPU sampler edges/s",
            fmt(get("sampler", f"gpu_bulk{k}_edges_per_s") / get("sampler", "cpu_edges_per_s")
                if get("sampler", "cpu_edges_per_s") else None, ".1f")] for k in (8, 32)],
-        [f"GPU epoch, --bulk-batches {BULK} (s)", fmt(get("epoch_gpu_bulk", "epoch_s"))],
-        [f"GPU busy share, --bulk-batches {BULK}", fmt(get("busy_bulk", "busy_share"), ".2f")],
+        ["GPU epoch, one batch sampled a call (--bulk-batches 1) (s)",
+         fmt(get("epoch_gpu_one_batch", "epoch_s"))],
+        ["GPU busy share, --bulk-batches 1", fmt(get("busy_one_batch", "busy_share"), ".2f")],
         ["GPU (tensor code) / CPU sampler edges/s", fmt(
             get("sampler", "gpu_tensor_edges_per_s") / get("sampler", "cpu_edges_per_s")
             if get("sampler", "cpu_edges_per_s") else None, ".1f")],

@@ -137,6 +137,27 @@ def test_bulk_batches_train_as_one_at_a_time(small_graph):
     assert one["test_acc"] == bulk["test_acc"]
     with pytest.raises(ConfigError, match="--bulk-batches 0: must be >= 1"):
         SamplerConfig(bulk=0)
+    unset = run(None)  # one batch at a time off the GPU pipeline
+    assert [e["loss"] for e in unset["epochs"]] == [e["loss"] for e in one["epochs"]]
+
+
+def test_gpu_pipeline_samples_several_batches_a_call_unless_told(small_graph):
+    """Sampling on a GPU draws GPU_BULK_BATCHES batches a call where --bulk-batches is unset (a
+    hop's launches and waits shared), and what the user set where it is set."""
+    from shardgnn.sampling.config import GPU_BULK_BATCHES
+
+    g = small_graph
+    x = np.zeros((g.num_nodes, 2), dtype=np.float32)
+    y = torch.zeros(g.num_nodes, dtype=torch.int64)
+    for bulk, want in ((None, GPU_BULK_BATCHES), (1, 1), (3, 3)):
+        config = SamplerConfig(fanouts=(4,), bulk=bulk)
+        parts = device_pipeline(
+            g.indptr, g.indices, x, y, g.train_idx, device=CPU, config=DeviceConfig(),
+            sampler_config=config, eval_sampler_config=config, batch_size=16, seed=0,
+        )  # fmt: skip
+        assert parts.sampler.config.batches_per_call == want
+        assert parts.stats()["bulk_batches"] == want
+        assert parts.eval_sampler.config.batches_per_call == (bulk or 1)
 
 
 def test_relabel_keeps_first_appearance_order():

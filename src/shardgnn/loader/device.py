@@ -28,7 +28,7 @@ from shardgnn.loader.batches import SeedBatcher
 from shardgnn.loader.config import DeviceConfig
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.loader.prefetch import Prefetcher
-from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.config import GPU_BULK_BATCHES, SamplerConfig
 from shardgnn.sampling.device import DeviceNeighborSampler
 from shardgnn.sampling.types import SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
@@ -208,6 +208,7 @@ class DevicePipeline:
         return {
             "sampler_device": str(self.sampler.device),
             "sampler_kernel": self.sampler.kernel,
+            "bulk_batches": self.sampler.config.batches_per_call,
             "csr_resident": self.sampler.resident,
             **self.features.stats(),
         }
@@ -228,7 +229,10 @@ def device_pipeline(
     seed: int,
 ) -> DevicePipeline:
     """Samplers and stores on ``device``; feature rows in two tiers when they do not all fit
-    (``config.feature_memory``), the hot ones chosen by ``config.hot_policy``."""
+    (``config.feature_memory``), the hot ones chosen by ``config.hot_policy``. Training batches
+    are sampled ``GPU_BULK_BATCHES`` at a time where ``--bulk-batches`` is unset."""
+    if sampler_config.bulk is None:
+        sampler_config = dataclasses.replace(sampler_config, bulk=GPU_BULK_BATCHES)
     sampler = DeviceNeighborSampler(indptr, indices, sampler_config, device)
     eval_sampler = sampler.with_config(eval_sampler_config)
     num_nodes = int(x.shape[0])

@@ -78,7 +78,7 @@ class NeighborSamplingStage:
 
     def __iter__(self) -> Iterator[tuple[int, SampledBlocks]]:
         epoch = self.batches.epoch
-        bulk = getattr(getattr(self.sampler, "config", None), "bulk", 1)
+        bulk = getattr(getattr(self.sampler, "config", None), "batches_per_call", 1)
         if bulk > 1 and hasattr(self.sampler, "sample_many"):
             yield from self._bulk(epoch, bulk)
             return

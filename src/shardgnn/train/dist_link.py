@@ -98,9 +98,10 @@ class DistLinkSteps(DistSampledSteps):
             self.fetch_store if self.cache is None else self.cache,
             None if self.embedding is None else self.embedding.rows,
         )
-        if config.sampler.bulk > 1 and features.lookahead == 0 and self.embedding is None:
+        bulk = config.sampler.batches_per_call
+        if bulk > 1 and features.lookahead == 0 and self.embedding is None:
             # k batches sampled together fetch their rows together: one exchange per group
-            features = WindowedRows(features, config.sampler.bulk)
+            features = WindowedRows(features, bulk)
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
         self.train_stages = FeatureFetcher(
             link_stage(sampler, mix_seed(config.seed, ctx.rank), self.timer),

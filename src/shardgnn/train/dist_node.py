@@ -147,9 +147,10 @@ class DistMiniBatchSteps(DistSampledSteps):
             self.cache if self.cache is not None else self.fetch_store,
             None if self.embedding is None else self.embedding.rows,
         )
-        if config.sampler.bulk > 1 and self.features.lookahead == 0 and self.embedding is None:
+        bulk = config.sampler.batches_per_call
+        if bulk > 1 and self.features.lookahead == 0 and self.embedding is None:
             # k batches sampled together fetch their rows together: one exchange per group
-            self.features = WindowedRows(self.features, config.sampler.bulk)
+            self.features = WindowedRows(self.features, bulk)
         start, end = self.graph.book.part_range(ctx.rank)
         self.locality = LocalityCounter(
             NeighborSamplingStage(

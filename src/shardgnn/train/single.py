@@ -165,7 +165,7 @@ class LocalSteps(Steps):
             sampler = (
                 # bulk: the tensor sampler stacks k batches' frontiers (the same draws)
                 DeviceNeighborSampler(g.indptr, g.indices, config.sampler, torch.device("cpu"))
-                if config.sampler.bulk > 1
+                if config.sampler.batches_per_call > 1
                 else NeighborSampler(g.indptr, g.indices, config.sampler)
             )
             eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
