@@ -397,6 +397,72 @@ def test_edge_inference_writes_every_edge_by_its_position(tmp_path):
     assert table[e + 1].split(",")[:3] == [str(e), str(gs.indices[e]), str(dst[e])]
 
 
+def test_edge_regression_learns_the_track_parameters(tmp_path):
+    """``tracks:labels=regression``: two real targets per true edge (its track's curvature and
+    slope), NaN on fakes; GINE learns both (R² per target), the set keeps its edge label kind
+    through a save and a partition, and its shape is checked."""
+    from shardgnn.graph.datasets import load_graphset_dataset
+    from shardgnn.partition.graphset import load_graph_part, write_graphset_partitions
+
+    spec = "tracks:events=40,particles=30,labels=regression"
+    gs = load_graphset_dataset(spec)
+    assert gs.edge_label_kind == "regression" and gs.edge_y.shape == (gs.num_edges, 2)
+    assert gs.edge_classes == 0 and gs.edge_out_width == 2
+    fake = np.isnan(gs.edge_y[:, 0])
+    assert 0.2 < fake.mean() < 0.9 and np.array_equal(fake, np.isnan(gs.edge_y[:, 1]))
+    assert np.abs(gs.edge_y[~fake]).max() <= 1.0
+    back = load_graphset(save_graphset(gs, tmp_path / "set"))
+    assert back.edge_label_kind == "regression"
+    np.testing.assert_array_equal(back.edge_y, gs.edge_y)
+    _, pset = write_graphset_partitions(gs, 2, tmp_path / "parts")
+    part = load_graph_part(pset, 1)
+    assert part.edge_label_kind == "regression"
+    np.testing.assert_array_equal(part.edge_y, gs.edge_y[part.edge_ids])
+    with pytest.raises(DatasetError, match=r"edge regression targets must be \["):
+        dataclasses.replace(gs, edge_y=gs.edge_y[:, 0]).validate()
+    results = run_training(
+        dataclasses.replace(
+            _edge_config(epochs=80), dataset=spec, optim=OptimConfig(epochs=80, lr=0.01),
+            batch_size=8,
+        )
+    )  # fmt: skip
+    assert results["metric"] == "r2"
+    r2 = results["metric_details"]["test"]["r2_per_target"]
+    assert min(r2) > 0.95, r2  # seed 0: 0.992, 0.999
+    # the training score averages over the edges with a target (a fake's unknowns score nothing)
+    assert results["epochs"][-1]["train_acc"] > 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_edge_regression_on_workers_equals_one_process_and_infers_values(tmp_path):
+    """Two workers train the edge regression to one process's R² (within noise), and ``shardgnn
+    infer`` writes each edge's predicted values and the trained test metric."""
+    from shardgnn.cli import main
+    from shardgnn.graph.datasets import load_graphset_dataset
+
+    spec = "tracks:events=24,particles=20,labels=regression"
+    argv = ["train", spec, "--model", "gine", "--hidden", "32", "--epochs", "40", "--lr", "0.01"]
+    argv += ["--batch-size", "4", "--quiet"]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main([*argv, "--results", str(one)]) == 0
+    ck = str(tmp_path / "ck")
+    assert main([*argv, "--workers", "2", "--results", str(two), "--checkpoint-dir", ck]) == 0
+    r_one, r_two = (json.loads(p.read_text()) for p in (one, two))
+    assert r_two["metric"] == "r2" and r_two["test_acc"] > 0.9
+    assert abs(r_one["test_acc"] - r_two["test_acc"]) < 0.05, (r_one["test_acc"], r_two["test_acc"])
+    assert main(["partition", spec, "--parts", "2", "--out", str(tmp_path / "p")]) == 0
+    argv = ["infer", "--checkpoint", ck, "--partitions", str(tmp_path / "p")]
+    assert main([*argv, "--out", str(tmp_path / "inf")]) == 0
+    summary = json.loads((tmp_path / "inf" / "inference.json").read_text())
+    assert summary["label_kind"] == "regression"
+    assert summary["metric"]["test"] == pytest.approx(r_two["test_acc"], abs=1e-6)
+    gs = load_graphset_dataset(spec)
+    assert np.load(tmp_path / "inf" / "predictions.npy").shape == (gs.num_edges, 2)
+    table = (tmp_path / "inf" / "predictions.csv").read_text().splitlines()
+    assert table[0] == "edge_id,src,dst,value_0,value_1" and len(table) == gs.num_edges + 1
+
+
 def test_a_list_of_pyg_data_becomes_a_graph_set_that_trains(tmp_path):
     pyg_data = pytest.importorskip("torch_geometric.data")
     from shardgnn.graph.datasets import dataset_traits

@@ -338,6 +338,7 @@ def _tracks(spec: DatasetSpec, data_dir: Path) -> Any:
         "layers": spec.take_int("layers", minimum=2),
         "noise": spec.take_float("noise", lo=0.0, hi=100.0),
         "seed": spec.take_int("seed", minimum=0),
+        "labels": spec.take_str("labels", "class", choices=("class", "regression")),
     }
     spec.finish()
     return tracks(**options)
@@ -470,9 +471,17 @@ _REGISTRY: dict[str, DatasetEntry] = {
     "tracks": DatasetEntry(
         "edge classification, built in: particle-track events in the Exa.TrkX setting (hits on "
         "detector layers, candidate edges between adjacent layers, class 1 where an edge joins "
-        "consecutive hits of one track)",
+        "consecutive hits of one track; labels=regression: the track's curvature and slope on "
+        "true edges instead)",
         _tracks,
-        {"events": "100", "particles": "100", "layers": "8", "noise": "1.0", "seed": "0"},
+        {
+            "events": "100",
+            "particles": "100",
+            "layers": "8",
+            "noise": "1.0",
+            "seed": "0",
+            "labels": "class",
+        },
         graphset=True,
         labelled=False,
     ),

@@ -1,5 +1,6 @@
 """A set of many small graphs with one label each (graph classification and regression), or
-with a class per edge (edge classification over many events, as Exa.TrkX's track graphs).
+with a class or real targets per edge (edge classification and regression over many events, as
+Exa.TrkX's track graphs).
 
 Stored as one disjoint union: an in-edge CSR over all nodes (``indptr``, ``indices``: graph
 ``g`` owns nodes ``graph_ptr[g]:graph_ptr[g + 1]`` and only edges among them), node features
@@ -51,8 +52,10 @@ class GraphSet:
         graph_ptr: int64 ``[G + 1]`` graph ``g`` owns nodes ``graph_ptr[g]:graph_ptr[g+1]``.
         y: int64 ``[G]`` class ids, or float32 ``[G, T]`` real targets (NaN: unknown), or None
             (a set with edge labels only).
-        edge_y: int64 ``[E]`` the class of every edge (CSR order), or None.
-        edge_classes: edge label classes (0 without edge labels).
+        edge_y: int64 ``[E]`` the class of every edge (CSR order), or float32 ``[E, T]`` its real
+            targets (NaN: unknown), or None.
+        edge_classes: edge label classes (0 without edge labels, or with real targets).
+        edge_label_kind: ``class`` or ``regression`` (what ``edge_y`` holds).
         label_kind: ``class`` or ``regression``.
         num_classes: classes (0 for regression).
         train_idx, val_idx, test_idx: int64 graph ids of each split.
@@ -71,6 +74,7 @@ class GraphSet:
     edge_attr: np.ndarray | None = None
     edge_y: np.ndarray | None = None
     edge_classes: int = 0
+    edge_label_kind: str = "class"
     label_kind: str = "class"
     num_classes: int = 0
     name: str = "graphs"
@@ -107,6 +111,20 @@ class GraphSet:
         if self.y is None:
             return 0
         return self.num_classes if self.label_kind == "class" else int(self.y.shape[1])
+
+    @property
+    def edge_out_width(self) -> int:
+        """Model outputs per edge: classes, or regression targets (0 without edge labels)."""
+        if self.edge_y is None:
+            return 0
+        return self.edge_classes if self.edge_label_kind == "class" else int(self.edge_y.shape[1])
+
+    def edges_of(self, graph_ids: np.ndarray) -> np.ndarray:
+        """int64: the CSR positions of the edges of graphs ``graph_ids``, graph after graph."""
+        ids = np.asarray(graph_ids, dtype=np.int64)
+        ptr = np.asarray(self.graph_ptr)
+        starts = np.asarray(self.indptr)[ptr[ids]]
+        return _ranges(starts, np.asarray(self.indptr)[ptr[ids + 1]] - starts)
 
     def union(self) -> Graph:
         """The disjoint union as a :class:`Graph` (no node labels; the graphs' labels and splits
@@ -162,25 +180,24 @@ class GraphSet:
             self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != e
         ):
             fail(f"edge_attr must be [{e}, D], got {list(self.edge_attr.shape)}")
-        if self.label_kind not in GRAPH_LABEL_KINDS:
-            fail(f"label kind {self.label_kind!r} is not one of {GRAPH_LABEL_KINDS}")
         g = self.num_graphs
         if self.y is None and self.edge_y is None:
             fail("the set has neither graph labels (y) nor edge labels (edge_y)")
-        if self.edge_y is not None and (
-            self.edge_y.shape != (e,)
-            or (e and (self.edge_y.min() < 0 or self.edge_y.max() >= self.edge_classes))
+        for what, labels, kind, count, classes in (
+            ("edge", self.edge_y, self.edge_label_kind, e, self.edge_classes),
+            ("graph", self.y, self.label_kind, g, self.num_classes),
         ):
-            fail(f"edge labels must be [{e}] class ids in [0, {self.edge_classes})")
-        if self.y is None:
-            pass
-        elif self.label_kind == "class":
-            if self.y.shape != (g,) or (
-                g and (self.y.min() < 0 or self.y.max() >= self.num_classes)
-            ):
-                fail(f"class labels must be [{g}] ids in [0, {self.num_classes})")
-        elif self.y.ndim != 2 or self.y.shape[0] != g:
-            fail(f"regression targets must be [{g}, T], got {list(self.y.shape)}")
+            if kind not in GRAPH_LABEL_KINDS:
+                fail(f"{what} label kind {kind!r} is not one of {GRAPH_LABEL_KINDS}")
+            if labels is None:
+                continue
+            if kind == "class":
+                if labels.shape != (count,) or (
+                    count and (labels.min() < 0 or labels.max() >= classes)
+                ):
+                    fail(f"{what} labels must be [{count}] class ids in [0, {classes})")
+            elif labels.ndim != 2 or labels.shape[0] != count:
+                fail(f"{what} regression targets must be [{count}, T], got {list(labels.shape)}")
         seen = np.zeros(g, dtype=np.int8)
         for key in ("train_idx", "val_idx", "test_idx"):
             idx = getattr(self, key)
@@ -209,8 +226,9 @@ class GraphSet:
     ) -> "GraphSet":
         """The set of ``graphs`` (each ``(src, dst, num_nodes)`` in its own ids, edges directed;
         give both directions for an undirected graph), with each graph's node rows ``x[i]``,
-        optional edge rows ``edge_attr[i]`` and edge classes ``edge_y[i]`` (one per edge, in the
-        order given) and the graphs' labels ``y`` (None: edge labels only)."""
+        optional edge rows ``edge_attr[i]`` and edge labels ``edge_y[i]`` (one per edge, in the
+        order given: integer classes, or real targets ``[e_i]`` or ``[e_i, T]``, NaN unknown)
+        and the graphs' labels ``y`` (None: edge labels only)."""
         sizes = np.array([n for _, _, n in graphs], dtype=np.int64)
         graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
         np.cumsum(sizes, out=graph_ptr[1:])
@@ -227,9 +245,14 @@ class GraphSet:
         attr = None
         if edge_attr is not None:
             attr = np.concatenate([np.asarray(a, np.float32) for a in edge_attr])[order]
-        labels_E = None
+        labels_E, edge_kind = None, "class"
         if edge_y is not None:
-            labels_E = np.concatenate([np.asarray(a, np.int64) for a in edge_y])[order]
+            labels_E = np.concatenate([np.asarray(a) for a in edge_y])[order]
+            if np.issubdtype(labels_E.dtype, np.integer) or labels_E.dtype == np.bool_:
+                labels_E = labels_E.astype(np.int64)
+            else:
+                edge_kind = "regression"
+                labels_E = labels_E.astype(np.float32).reshape(len(labels_E), -1)
         if y is None:
             num_classes = 0
         elif label_kind == "class":
@@ -250,7 +273,10 @@ class GraphSet:
             test_idx=np.asarray(splits[2], np.int64),
             edge_attr=attr,
             edge_y=labels_E,
-            edge_classes=0 if labels_E is None else int(labels_E.max(initial=0)) + 1,
+            edge_classes=(
+                0 if labels_E is None or edge_kind != "class" else int(labels_E.max(initial=0)) + 1
+            ),
+            edge_label_kind=edge_kind,
             label_kind=label_kind,
             num_classes=int(num_classes),
             name=name,
@@ -333,6 +359,7 @@ def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = F
                 "label_kind": graphs.label_kind,
                 "num_classes": graphs.num_classes,
                 "edge_classes": graphs.edge_classes,
+                "edge_label_kind": graphs.edge_label_kind,
                 "num_graphs": graphs.num_graphs,
                 "arrays": arrays,
             },
@@ -380,6 +407,7 @@ def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
     return GraphSet(
         **{"y": None, **fields},
         label_kind=str(meta.get("label_kind", "class")),
+        edge_label_kind=str(meta.get("edge_label_kind", "class")),
         **counts,
         name=str(meta.get("name", path.name)),
     ).validate(str(path))
@@ -396,7 +424,8 @@ class GraphBatch:
     """float32 ``[n, F]``"""
     edge_attr: np.ndarray | None
     edge_y: np.ndarray | None
-    """int64 ``[e]`` the batch's edge classes (CSR order), when the set has them"""
+    """the batch's edge labels (CSR order: int64 ``[e]`` classes or float32 ``[e, T]``), when
+    the set has them"""
     graph_index: np.ndarray
     """int64 ``[n]``: each node's graph, 0..B-1 in the order asked"""
     y: np.ndarray | None
@@ -430,7 +459,7 @@ def take_graphs(graphs: Any, ids: np.ndarray) -> GraphBatch:
         indices=indices,
         x=np.asarray(graphs.x[nodes], dtype=np.float32),
         edge_attr=None if attr is None else np.asarray(attr[edges], dtype=np.float32),
-        edge_y=None if labels_E is None else np.asarray(labels_E[edges], dtype=np.int64),
+        edge_y=None if labels_E is None else np.asarray(labels_E[edges]),
         graph_index=np.repeat(np.arange(len(ids), dtype=np.int64), sizes),
         y=None if graphs.y is None else np.asarray(graphs.y[ids]),
         num_graphs=len(ids),

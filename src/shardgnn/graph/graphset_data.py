@@ -220,10 +220,13 @@ def tracks(
     noise: float = 1.0,
     seed: int = 0,
     split: tuple[float, float] = (0.7, 0.15),
+    labels: str = "class",
 ) -> GraphSet:
     """A particle-tracking set in the Exa.TrkX setting: ``events`` collision events, each a graph
     of detector hits with a class per candidate edge (1: the edge joins consecutive hits of one
-    track, 0: a fake).
+    track, 0: a fake), or with ``labels="regression"`` two real targets per edge, the parameters
+    of the track a true edge lies on (``20 k``, its curvature scaled to [-1, 1], and its slope
+    ``dz/dr``), unknown (NaN) on fakes: a regression whose answer the hits determine.
 
     Each event has ``particles`` charged particles from near the origin, each leaving one hit on
     every one of ``layers`` cylindrical layers (radius 1..L): its azimuth turns with radius
@@ -235,8 +238,10 @@ def tracks(
     are true. Both directions are edges (messages pass both ways; the reverse edge carries the
     label and negated differences). Node rows: ``r / L, cos phi, sin phi, z / 10``; edge rows:
     ``dr, dphi, dz, dphi / dr, dz / dr``. Split by event."""
+    if labels not in ("class", "regression"):
+        raise ValueError(f"labels={labels!r} must be class or regression")
     rng = np.random.default_rng(seed)
-    graphs, xs, attrs, labels = [], [], [], []
+    graphs, xs, attrs, edge_labels = [], [], [], []
     radius = np.arange(1, layers + 1, dtype=np.float64)
     for _ in range(events):
         phi0 = rng.uniform(-np.pi, np.pi, particles)
@@ -273,10 +278,15 @@ def tracks(
         rows = np.stack([dr, dphi, dz, dphi / dr, dz / dr], axis=1).astype(np.float32)
         graphs.append((np.concatenate([s, d]), np.concatenate([d, s]), track.size))
         attrs.append(np.concatenate([rows, -rows]))
-        labels.append(np.concatenate([true, true]).astype(np.int64))
+        if labels == "class":
+            edge_labels.append(np.concatenate([true, true]).astype(np.int64))
+        else:
+            params = np.stack([20.0 * curve[track[s]], slope[track[s]]], axis=1)
+            params[~true] = np.nan  # a fake joins no track: nothing to predict
+            edge_labels.append(np.concatenate([params, params]).astype(np.float32))
         x = np.stack([radius[layer] / layers, np.cos(phi), np.sin(phi), z / 10.0], axis=1)
         xs.append(x.astype(np.float32))
     return GraphSet.from_graphs(
-        graphs, xs, None, random_split(events, split, seed), edge_attr=attrs, edge_y=labels,
+        graphs, xs, None, random_split(events, split, seed), edge_attr=attrs, edge_y=edge_labels,
         name="tracks",
     )  # fmt: skip

@@ -99,6 +99,7 @@ def describe_graphset(spec: str, data_dir: str | None = None) -> dict[str, Any]:
         "graph_labels": "none" if gs.y is None else gs.label_kind,
         "num_classes": gs.num_classes,
         "edge_classes": gs.edge_classes,
+        "edge_labels": "none" if gs.edge_y is None else gs.edge_label_kind,
         "splits": {s: int(len(getattr(gs, f"{s}_idx"))) for s in ("train", "val", "test")},
     }
 

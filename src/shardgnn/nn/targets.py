@@ -120,6 +120,11 @@ class NodeTarget(abc.ABC):
         number, or a 0-dim tensor on the outputs' device (read it with ``float`` when needed: a
         training step that returns it unread does not make the host wait for the device)."""
 
+    def rows_scored(self, y_B: torch.Tensor) -> int:
+        """How many of the rows :meth:`score_sum` scores (what the epoch's training score is
+        averaged over): every row."""
+        return int(y_B.shape[0])
+
     fit_width = 0
     """how many numbers :meth:`fit_statistics` gives"""
 
@@ -243,6 +248,11 @@ class _TableTarget(NodeTarget):
         """``(mask_BW, per-row count of known entries (at least 1))``."""
         mask = ~torch.isnan(y_B)
         return mask, mask.sum(1).clamp(min=1)
+
+    def rows_scored(self, y_B):
+        """The rows with at least one known entry (a row of unknowns scores nothing: a fake edge
+        of ``tracks:labels=regression``, a node of another type)."""
+        return int((~torch.isnan(y_B)).any(1).sum())
 
     def loss_sum(self, out_BC, y_B):
         mask, count = self.known(y_B)

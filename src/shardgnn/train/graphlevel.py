@@ -104,8 +104,8 @@ def graph_model(config: TrainConfig, graphs: GraphSet, out_dim: int) -> GraphGNN
 
 
 def graph_set_target(config: TrainConfig, graphs: GraphSet) -> NodeTarget:
-    """What the outputs meet: the graphs' labels (``--task graph``) or the edges' classes
-    (``--task edge``; two classes: :class:`~shardgnn.nn.targets.F1Target`).
+    """What the outputs meet: the graphs' labels (``--task graph``) or the edges' classes or real
+    targets (``--task edge``; two classes: :class:`~shardgnn.nn.targets.F1Target`).
 
     Raises:
         ConfigError: the set lacks the labels the task trains on, or GINE its edge features.
@@ -117,6 +117,8 @@ def graph_set_target(config: TrainConfig, graphs: GraphSet) -> NodeTarget:
     if config.task == "edge":
         if graphs.edge_y is None:
             raise ConfigError(f"{graphs.name} has no edge labels; train it with --task graph")
+        if graphs.edge_label_kind != "class":
+            return target_of_labels(graphs.edge_label_kind, graphs.edge_y, 0)
         return F1Target(2) if graphs.edge_classes == 2 else ClassTarget(graphs.edge_classes)
     if graphs.y is None:
         raise ConfigError(f"{graphs.name} has no graph labels, only edge labels: use --task edge")
@@ -148,9 +150,11 @@ class GraphSetSteps(Steps):
         torch.manual_seed(config.seed)
         self.target: NodeTarget = graph_set_target(config, graphs)
         self.metric = self.target.metric
-        if self.level == "graph":
-            y_train = torch.from_numpy(np.asarray(graphs.y[graphs.train_idx]))
-            self.target.fit_labels(y_train, None if steps is None else self.sum)
+        # (a regression target standardises by its training labels: the graphs', or their edges')
+        labels = graphs.y if self.level == "graph" else graphs.edge_y
+        train = graphs.train_idx if self.level == "graph" else graphs.edges_of(graphs.train_idx)
+        y_train = torch.from_numpy(np.asarray(labels[train]))
+        self.target.fit_labels(y_train, None if steps is None else self.sum)
         self.model = graph_model(config, graphs, self.target.out_dim).to(self.device)
         self.module: torch.nn.Module = self.model
         self.timer = StageTimer()
@@ -189,7 +193,8 @@ class GraphSetSteps(Steps):
             loss = self.target.loss_mean(out, y)
             loss.backward()
             self.optimizer.step()
-        return StepResult(loss.item(), self.target.score_sum(out.detach(), y), len(y), 0)
+        score = self.target.score_sum(out.detach(), y)
+        return StepResult(loss.item(), score, self.target.rows_scored(y), 0)
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         self.module.train()

@@ -59,7 +59,7 @@ def node_objective(target: NodeTarget) -> Objective:
         # The mean over this batch; an empty batch still runs backward (a DDP all-reduce is a
         # collective): a sum over no rows is a zero connected to the graph, its gradients zero.
         loss = target.loss_sum(logits, y) / max(y.shape[0], 1)
-        return Outcome(loss, target.score_sum(logits, y), y.shape[0], computed)
+        return Outcome(loss, target.score_sum(logits, y), target.rows_scored(y), computed)
 
     return objective
 

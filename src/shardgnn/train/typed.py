@@ -473,7 +473,9 @@ class TypedNodeSteps(_TypedGraphSteps):
                 batch.x_SF.apply_gradients()
             self.sampled_edges += sample.num_sampled_edges
             score = float(self.target.score_sum(logits.detach(), y))
-            return StepResult(loss.item(), score, len(seeds), sample.num_sampled_edges)
+            return StepResult(
+                loss.item(), score, self.target.rows_scored(y), sample.num_sampled_edges
+            )
 
         sums = batch_epoch(run, self.loader, step)
         if sums is None:

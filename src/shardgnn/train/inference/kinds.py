@@ -542,7 +542,8 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     predicted values) and tables keyed by ``graph_id``; an edge-level one ``embeddings.npy``
     (every node's last-layer row, by original node id) and, by the edge's position in the set's
     CSR, ``logits.npy``, ``predictions.npy`` and ``predictions.csv`` (``edge_id, src, dst,
-    class``). The metric per split goes to ``inference.json``."""
+    class``, or ``value_0..`` for real targets). The metric per split goes to
+    ``inference.json``."""
     from shardgnn.partition.graphset import load_graph_part
     from shardgnn.train.graphlevel import batch_tensors, graph_model, graph_set_target
 
@@ -573,10 +574,7 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     for split in ("train", "val", "test"):  # collectives: every rank, the same order
         ids = np.asarray(getattr(graphs, f"{split}_idx"), dtype=np.int64)
         if level == "edge":  # the edges of the split's graphs
-            ptr_e = np.asarray(graphs.indptr)[ptr]
-            ids = np.concatenate(
-                [np.arange(ptr_e[g], ptr_e[g + 1]) for g in ids] or [np.zeros(0, np.int64)]
-            )
+            ids = graphs.edges_of(ids)
         idx = torch.from_numpy(ids)
         evaluation = target.evaluation()
         evaluation.add(logit[idx], y[idx])
@@ -630,8 +628,9 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
 
 
 def _edge_tables(out: Path, table_format: str, pset) -> dict[str, str]:
-    """``predictions.<ext>`` (``edge_id, src, dst, class``: the edge's position in the set's CSR
-    and its end nodes' original ids) and ``embeddings.<ext>`` (``node_id, emb_...``)."""
+    """``predictions.<ext>`` (``edge_id, src, dst, class`` or ``value_0..``: the edge's position
+    in the set's CSR, its end nodes' original ids, the predicted class or values) and
+    ``embeddings.<ext>`` (``node_id, emb_...``)."""
     from shardgnn.train.tables import write_table
 
     graph = pset.reassemble()
@@ -644,7 +643,8 @@ def _edge_tables(out: Path, table_format: str, pset) -> dict[str, str]:
     src_by_id[edge_id], dst_by_id[edge_id] = src, dst
     predictions = np.load(out / "predictions.npy")
     ids = np.arange(len(predictions), dtype=np.int64)
-    columns = {"edge_id": ids, "src": src_by_id, "dst": dst_by_id, "class": predictions}
+    predicted = "class" if predictions.ndim == 1 else "value"
+    columns = {"edge_id": ids, "src": src_by_id, "dst": dst_by_id, predicted: predictions}
     embeddings = np.load(out / "embeddings.npy", mmap_mode="r")
     node_ids = np.arange(embeddings.shape[0], dtype=np.int64)
     return {
