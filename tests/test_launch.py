@@ -41,6 +41,27 @@ def _sum_of_ranks(ctx, offset):
     return ctx.rank, ctx.world_size, t.item(), torch.get_num_threads()
 
 
+class _TornDown:
+    """Writes its file when destroyed: at the interpreter's teardown, if it comes to that."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __del__(self):
+        self.path.write_text("torn down")
+
+
+_KEPT: list = []
+
+
+def _finish_with_an_exit_hook(ctx, folder):
+    import atexit
+
+    atexit.register(Path(folder, f"rank-{ctx.rank}.hook").write_text, "hook ran")
+    _KEPT.append(_TornDown(Path(folder, f"rank-{ctx.rank}.teardown")))
+    return ctx.rank
+
+
 def _write_pid(pid_dir):
     Path(pid_dir, f"{os.getpid()}.pid").write_text(str(os.getpid()))
 
@@ -126,6 +147,18 @@ def test_all_reduce_and_results_in_rank_order(world_size):
     assert results == [(rank, world_size, total, threads) for rank in range(world_size)]
     # elastic installs its own signal handlers; the launcher puts ours back
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_finished_workers_run_exit_hooks_then_end_without_teardown(tmp_path):
+    """A worker that finished hands its result over, runs the ``atexit`` hooks (a user's too),
+    then ends without the interpreter's teardown, whose destruction of C++ objects under gloo's
+    live threads aborted a finished worker now and then (SIGABRT)."""
+    assert run_workers(_finish_with_an_exit_hook, 2, str(tmp_path)) == [0, 1]
+    for rank in (0, 1):
+        assert (tmp_path / f"rank-{rank}.hook").read_text() == "hook ran"
+        assert not (tmp_path / f"rank-{rank}.teardown").exists()  # module teardown never ran
 
 
 @pytest.mark.slow

@@ -140,10 +140,12 @@ def cli() -> None:
     worker's threads (gloo's, the prefetcher's pool) are still alive at exit, and destroying
     C++ objects under them aborted a worker now and then after a run that had finished and
     written everything (SIGABRT, exit status -6: torchrun then reports the job as failed). An
-    exception :func:`main` does not handle goes to torchrun's report as before."""
+    exception :func:`main` does not handle goes to torchrun's report as before; a run that
+    finished still runs the ``atexit`` hooks."""
     from shardgnn.distributed.launch import exit_without_teardown
 
-    exit_without_teardown(main())
+    code = main()
+    exit_without_teardown(code, run_exit_hooks=code == 0)
 
 
 if __name__ == "__main__":

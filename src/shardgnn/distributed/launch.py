@@ -49,6 +49,7 @@ the exit status comes from elastic's report alone).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import glob
@@ -1027,7 +1028,8 @@ def _worker_main(
     _register_with_launcher(watch_address, token, int(local_rank))
     try:
         entrypoint, args = pickle.loads(payload)  # imports the entrypoint's module
-        return entrypoint(*args)
+        result = entrypoint(*args)
+        pickle.dumps(result)  # what elastic sends back must pickle: fail here, as a failure
     except Preempted as exc:
         # Not a failure: every rank stopped after the same step and saved. The exit status says
         # "retry" (a requeue), the record tells the launcher what was saved.
@@ -1042,15 +1044,29 @@ def _worker_main(
         traceback.print_exc()  # the worker's log, as an uncaught exception leaves it
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         exit_without_teardown(code)
+    # Elastic's wrapper sends the result to the launcher and waits until it was read; the
+    # process then exits. It ends there without the interpreter's teardown, as a failed worker
+    # does and for the same reason (gloo's threads; a torchrun worker ends so too): the first
+    # exit hook to run (the last registered) runs the others, then ends it with status 0.
+    atexit.register(_end_finished_worker)
+    return result
 
 
-def exit_without_teardown(code: int) -> None:
+def _end_finished_worker() -> None:
+    atexit.unregister(_end_finished_worker)
+    exit_without_teardown(0, run_exit_hooks=True)
+
+
+def exit_without_teardown(code: int, run_exit_hooks: bool = False) -> None:
     """End a worker that failed (or was preempted) with exit status ``code``, once its record is
-    written, without the interpreter's teardown: its process group was not left (on purpose, see
-    the tests' ``_run_in_context``) and still has threads, and tearing down C++ objects under
-    them aborted the process now and then (measured under load: about 1 run in 8 ended with
-    SIGABRT, "terminate called without an active exception", so the launcher reported exit status
-    -6 instead of 1)."""
+    written, or that finished and handed its result over (``run_exit_hooks``: the ``atexit``
+    hooks run first, a user's too), without the interpreter's teardown:
+    its process group was not left (on purpose, see the tests' ``_run_in_context``) and still
+    has threads, and tearing down C++ objects under them aborted the process now and then
+    (measured under load: about 1 run in 8 ended with SIGABRT, "terminate called without an
+    active exception", so the launcher reported exit status -6 instead of 1)."""
+    if run_exit_hooks:
+        atexit._run_exitfuncs()  # each hook's exception is printed, as at a normal exit
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
