@@ -75,6 +75,18 @@ def test_a_missing_dataset_in_a_given_data_dir_does_not_suggest_data_dir(tmp_pat
     assert "missing Planetoid file(s)" in err and "no --data-dir was given" not in err
 
 
+@pytest.mark.parametrize(
+    "spec", ["csl:pe=x", "tracks:labels=foo", "cora:nonfinite=bad", "cora:foo=1"]
+)
+def test_a_bad_option_or_a_generated_set_does_not_suggest_data_dir(monkeypatch, capsys, spec):
+    """A malformed option fails before any file is looked up, and a generated set (csl, tracks)
+    reads none: the data-directory hint would send the user the wrong way."""
+    monkeypatch.delenv("SHARDGNN_DATA", raising=False)
+    assert main(["info", spec]) == 2
+    err = _error(capsys)
+    assert "option" in err and "no --data-dir was given" not in err
+
+
 def test_a_bad_synthetic_option_does_not_suggest_data_dir(monkeypatch, capsys):
     monkeypatch.delenv("SHARDGNN_DATA", raising=False)
     assert main(["train", "synthetic:nodes=0", *QUICK]) == 2

