@@ -488,6 +488,51 @@ def test_a_list_of_pyg_data_becomes_a_graph_set_that_trains(tmp_path):
     assert results["dataset"]["num_graphs"] == 150
 
 
+def test_pyg_data_with_edge_labels_becomes_an_edge_set(tmp_path):
+    """``Data.edge_y`` (per edge, in edge_index order): classes or real targets; ``y`` then
+    optional; a list that mixes graphs with and without edge labels, or a label count that is
+    not the edge count, is refused in one line."""
+    pyg_data = pytest.importorskip("torch_geometric.data")
+    from shardgnn.graph.datasets import load_graphset_dataset
+
+    gs = load_graphset_dataset("tracks:events=6,particles=10,labels=regression")
+    data_list = []
+    for g in range(gs.num_graphs):
+        a, b = gs.graph_ptr[g], gs.graph_ptr[g + 1]
+        edges = slice(gs.indptr[a], gs.indptr[b])
+        dst = np.repeat(np.arange(a, b), np.diff(gs.indptr[a : b + 1])) - a
+        edge_index = torch.from_numpy(np.stack([gs.indices[edges] - a, dst]))
+        data_list.append(pyg_data.Data(
+            x=torch.from_numpy(gs.x[a:b]), edge_index=edge_index,
+            edge_attr=torch.from_numpy(gs.edge_attr[edges]),
+            edge_y=torch.from_numpy(gs.edge_y[edges]),
+        ))  # fmt: skip
+    converted = GraphSet.from_pyg(data_list, name="edges")
+    assert converted.y is None and converted.edge_label_kind == "regression"
+    np.testing.assert_array_equal(converted.edge_y, gs.edge_y)
+    np.testing.assert_array_equal(converted.indices, gs.indices)
+    classes = [
+        pyg_data.Data(x=d.x, edge_index=d.edge_index, edge_y=torch.isnan(d.edge_y[:, 0]).long())
+        for d in data_list
+    ]
+    as_classes = GraphSet.from_pyg(classes)
+    assert (as_classes.edge_label_kind, as_classes.edge_classes) == ("class", 2)
+    with_y = pyg_data.Data(**classes[0].to_dict(), y=torch.ones(1, dtype=torch.long))
+    without_edge_y = pyg_data.Data(x=classes[1].x, edge_index=classes[1].edge_index, y=with_y.y)
+    with pytest.raises(DatasetError, match="some graphs have edge_y and some not"):
+        GraphSet.from_pyg([with_y, without_edge_y])
+    short = pyg_data.Data(
+        x=classes[0].x, edge_index=classes[0].edge_index, edge_y=torch.zeros(3, dtype=torch.long)
+    )
+    with pytest.raises(DatasetError, match="edge_y has 3 rows"):
+        GraphSet.from_pyg([short])
+    save_graphset(converted, tmp_path / "set")
+    results = run_training(
+        dataclasses.replace(_edge_config(epochs=2), dataset=f"graphset:{tmp_path / 'set'}")
+    )
+    assert results["metric"] == "r2"
+
+
 def test_graph_batches_pad_a_smaller_share_and_resume_mid_epoch():
     from shardgnn.train.graphlevel import GraphBatcher
 

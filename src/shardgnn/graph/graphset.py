@@ -293,31 +293,47 @@ class GraphSet:
         name: str = "pyg",
     ) -> "GraphSet":
         """A set of PyG ``Data`` objects (``x``, ``edge_index``, optional ``edge_attr``, ``y``
-        of one class id or a row of targets each), split at random into train / val / test
-        by ``split`` (the train and val shares)."""
-        graphs, xs, attrs, ys = [], [], [], []
+        of one class id or a row of targets each, optional ``edge_y``: one label per edge,
+        integer classes or real targets ``[E]`` / ``[E, T]``, which then makes ``y`` optional),
+        split at random into train / val / test by ``split`` (the train and val shares)."""
+        graphs, xs, attrs, ys, edge_ys = [], [], [], [], []
         for i, data in enumerate(data_list):
-            if getattr(data, "x", None) is None or getattr(data, "y", None) is None:
+            edge_y = getattr(data, "edge_y", None)
+            if getattr(data, "x", None) is None or (
+                getattr(data, "y", None) is None and edge_y is None
+            ):
                 raise DatasetError(
-                    f"graph {i} of the list lacks x or y", fix="give every graph both"
+                    f"graph {i} of the list lacks x, or both y and edge_y",
+                    fix="give every graph x and its labels (y per graph, edge_y per edge)",
                 )
             ei = data.edge_index.cpu().numpy()
             graphs.append((ei[0], ei[1], int(data.num_nodes)))
             xs.append(data.x.detach().cpu().numpy())
             if getattr(data, "edge_attr", None) is not None:
                 attrs.append(data.edge_attr.detach().cpu().numpy().reshape(ei.shape[1], -1))
-            ys.append(data.y.detach().cpu().numpy().reshape(-1))
-        if attrs and len(attrs) != len(graphs):
-            raise DatasetError("some graphs have edge_attr and some not", fix="give all or none")
-        y = np.stack(ys)
-        if label_kind is None:
+            if getattr(data, "y", None) is not None:
+                ys.append(data.y.detach().cpu().numpy().reshape(-1))
+            if edge_y is not None:
+                labels = edge_y.detach().cpu().numpy()
+                if labels.shape[0] != ei.shape[1]:
+                    raise DatasetError(
+                        f"graph {i}: edge_y has {labels.shape[0]} rows for {ei.shape[1]} edges",
+                        fix="give one label (or row of targets) per edge, in edge_index order",
+                    )
+                edge_ys.append(labels)
+        for what, got in (("edge_attr", attrs), ("y", ys), ("edge_y", edge_ys)):
+            if got and len(got) != len(graphs):
+                raise DatasetError(f"some graphs have {what} and some not", fix="give all or none")
+        y = np.stack(ys) if ys else None
+        if y is not None and label_kind is None:
             integral = np.issubdtype(y.dtype, np.integer) and y.shape[1] == 1
             label_kind = "class" if integral else "regression"
-        if label_kind == "class":
+        if y is not None and label_kind == "class":
             y = y[:, 0]
         return cls.from_graphs(
             graphs, xs, y, random_split(len(graphs), split, seed),
-            edge_attr=attrs or None, label_kind=label_kind, name=name,
+            edge_attr=attrs or None, edge_y=edge_ys or None, label_kind=label_kind or "class",
+            name=name,
         )  # fmt: skip
 
 
