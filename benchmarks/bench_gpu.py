@@ -303,38 +303,35 @@ def sampler_rates(
     config = SamplerConfig(fanouts=FANOUTS)
     seeds = np.random.default_rng(1).permutation(graph.num_nodes)
     chunks = [torch.from_numpy(seeds[i * BATCH : (i + 1) * BATCH]) for i in range(batches + 2)]
-    out = {}
     gpu = DeviceNeighborSampler(graph.indptr, graph.indices, config, device)
     tensor = gpu.with_config(config)
     gpu.fused, tensor.fused = device.type == "cuda", False
-    for name, sampler in (
-        ("cpu", NeighborSampler(graph.indptr, graph.indices, config)),
-        ("gpu", gpu),
-        ("gpu_tensor", tensor),
-    ):
-        for i in range(2):
-            sampler.sample(chunks[i], i)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start, edges = time.perf_counter(), 0
-        for i in range(2, batches + 2):
-            edges += sampler.sample(chunks[i], mix_seed(7, i)).num_sampled_edges
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        out[f"{name}_edges_per_s"] = edges / (time.perf_counter() - start)
-    for k in ks:
-        timed = list(range(2, batches + 2))
-        gpu.sample_many(chunks[:2], [0, 1])  # warm-up
+    timed = list(range(2, batches + 2))  # batches 0 and 1 warm up (compilation, allocator)
+
+    def rate(sample_many, k: int) -> float:
+        """Sampled edges per second of ``sample_many(batches, seeds)`` called ``k`` at a time."""
+        sample_many([chunks[0], chunks[1]], [0, 1])
         if device.type == "cuda":
             torch.cuda.synchronize()
         start, edges = time.perf_counter(), 0
         for at in range(0, len(timed), k):
             group = timed[at : at + k]
-            got = gpu.sample_many([chunks[i] for i in group], [mix_seed(7, i) for i in group])
+            got = sample_many([chunks[i] for i in group], [mix_seed(7, i) for i in group])
             edges += sum(s.num_sampled_edges for s in got)
         if device.type == "cuda":
             torch.cuda.synchronize()
-        out[f"gpu_bulk{k}_edges_per_s"] = edges / (time.perf_counter() - start)
+        return edges / (time.perf_counter() - start)
+
+    out = {}
+    for name, sampler in (
+        ("cpu", NeighborSampler(graph.indptr, graph.indices, config)),
+        ("gpu", gpu),
+        ("gpu_tensor", tensor),
+    ):
+        one_at_a_time = lambda bs, ss, s=sampler: [s.sample(b, x) for b, x in zip(bs, ss)]  # noqa: E731
+        out[f"{name}_edges_per_s"] = rate(one_at_a_time, 1)
+    for k in ks:
+        out[f"gpu_bulk{k}_edges_per_s"] = rate(gpu.sample_many, k)
     out["threads"] = int(os.cpu_count() or 1)
     return out
 

@@ -8,21 +8,11 @@ it pulls exactly the rows it needs over PCIe, with no CPU-side gather and no sta
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-
 import torch
 
 # What may be placed on the GPU, as a share of its free memory when nothing says otherwise: the
 # rest is left to the model's activations, the sampled blocks and the allocator's slack.
 DEFAULT_DEVICE_SHARE = 0.5
-
-
-@functools.cache
-def triton_installed() -> bool:
-    """Whether Triton (the compiler of the GPU's sampling kernel) can be imported; looked up
-    once, since it is asked for every hop."""
-    return importlib.util.find_spec("triton") is not None
 
 
 class _CudaArrayInterface:

@@ -16,12 +16,14 @@ tested against the numba kernels without a GPU).
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from shardgnn.devicemem import place, triton_installed
+from shardgnn.devicemem import place
 from shardgnn.errors import ConfigError
 from shardgnn.sampling.config import FUSED_MAX_FANOUT, SamplerConfig
 from shardgnn.sampling.ladies import kept_edges, ladies_draw, ladies_seed
@@ -30,10 +32,15 @@ from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
 from shardgnn.seeding import mix_seed
 
 
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
 def fused_by_default(device: torch.device) -> bool:
     """Whether hops on ``device`` are drawn by the Triton kernel unless told otherwise: on a CUDA
     device where Triton is installed (looked up once: this runs for every hop)."""
-    return device.type == "cuda" and triton_installed()
+    return device.type == "cuda" and _triton_installed()
 
 
 def sample_hop(
@@ -139,13 +146,15 @@ def relabel(
 def relabel_stacked(
     frontier: torch.Tensor,
     frontier_bounds: torch.Tensor,
+    batch_F: torch.Tensor,
     nbr: torch.Tensor,
     edge_bounds: torch.Tensor,
     num_nodes: int,
 ) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
     """:func:`relabel` for ``k`` batches' stacked hops at once: batch ``b``'s frontier is
     ``frontier[frontier_bounds[b]:frontier_bounds[b + 1]]`` and its draws ``nbr[edge_bounds[b]:
-    edge_bounds[b + 1]]`` (both bounds int64 ``[k + 1]`` on the device). Returns ``(src_nodes,
+    edge_bounds[b + 1]]`` (both bounds int64 ``[k + 1]`` on the device; ``batch_F``: each
+    frontier row's batch, as the hop's draw had it). Returns ``(src_nodes,
     local, src_bounds, edge_bounds)``: batch ``b``'s source nodes ``src_nodes[src_bounds[b]:
     src_bounds[b + 1]]`` and local ids ``local[edge_bounds[b]:edge_bounds[b + 1]]`` are what
     ``relabel`` gives for that batch alone; both bounds come back as host lists.
@@ -156,7 +165,6 @@ def relabel_stacked(
     device = frontier.device
     n_f, n_e = int(frontier.shape[0]), int(nbr.shape[0])
     k = int(frontier_bounds.shape[0]) - 1
-    batch_F = entry_rows(frontier_bounds, n_f)
     batch_E = entry_rows(edge_bounds, n_e)
     # Each entry's place in its own batch's sequence (frontier, then draws), batches in order:
     # sorting first places by it sorts by batch, then by first appearance within the batch.
@@ -306,22 +314,24 @@ class DeviceNeighborSampler:
         seed_bounds = bounds
         blocks: list[list[Block]] = [[] for _ in items]
         for layer, fanout in enumerate(self.config.fanouts):
-            sizes = torch.tensor(np.diff(bounds))
-            layer_seeds = torch.tensor([_int64(mix_seed(s, layer)) for s in seeds])
-            row_seed = torch.repeat_interleave(layer_seeds, sizes).to(self.device)
+            bounds_t = torch.tensor(bounds, device=self.device)
+            # each stacked row's batch: it picks the row's seed, LADIES' batch and relabelling's
+            batch_F = entry_rows(bounds_t, int(frontier.shape[0]))
+            layer_seeds = torch.tensor(
+                [_int64(mix_seed(s, layer)) for s in seeds], device=self.device
+            )
             offsets, nbr, eid = sample_hop(
-                self.indptr, self.indices, frontier, fanout, self.config.replace, row_seed,
-                fused=self.fused,
+                self.indptr, self.indices, frontier, fanout, self.config.replace,
+                layer_seeds[batch_F], fused=self.fused,
             )  # fmt: skip
             weight = None
             if self.config.ladies is not None:  # each batch draws its own layer nodes
                 offsets, nbr, eid, weight = self._ladies(
-                    frontier, offsets, nbr, eid, seeds, layer, sizes.to(self.device)
+                    frontier, offsets, nbr, eid, seeds, layer, batch_F
                 )
-            bounds_t = torch.tensor(bounds, device=self.device)
             if self.relabel_together:
                 src, local, src_bounds, edge_bounds = relabel_stacked(
-                    frontier, bounds_t, nbr, offsets[bounds_t], self.num_nodes
+                    frontier, bounds_t, batch_F, nbr, offsets[bounds_t], self.num_nodes
                 )
             else:
                 edge_bounds = offsets[bounds_t].cpu().tolist()  # one read per hop
@@ -360,16 +370,12 @@ class DeviceNeighborSampler:
         eid: torch.Tensor,
         seeds: Sequence[int],
         layer: int,
-        sizes: torch.Tensor | None = None,
+        batch_R: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """LADIES' draw over a full-neighbourhood hop of ``frontier`` (``sizes``: the stacked
-        frontiers' lengths, one per seed): ``(offsets, nbr, eid, weight)`` of the kept edges."""
+        """LADIES' draw over a full-neighbourhood hop of ``frontier`` (``batch_R``: the batch of
+        every stacked row, one seed per batch): ``(offsets, nbr, eid, weight)`` of the kept
+        edges."""
         seed_B = torch.tensor([ladies_seed(s, layer) for s in seeds], device=self.device)
-        batch_R = None
-        if sizes is not None:  # the batch of every stacked row
-            bounds = torch.zeros(len(seeds) + 1, dtype=torch.int64, device=self.device)
-            torch.cumsum(sizes, 0, out=bounds[1:])
-            batch_R = entry_rows(bounds, frontier.shape[0])
         draw = ladies_draw(
             offsets,
             nbr,
