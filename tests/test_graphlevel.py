@@ -114,14 +114,15 @@ def test_readouts_equal_pyg(kind):
     torch.testing.assert_close(g_ours, g_theirs, atol=1e-6, rtol=1e-6)
 
 
-def test_gine_equals_pyg_forward_and_backward():
+@pytest.mark.parametrize("aggr", ["sum", "mean"])
+def test_gine_equals_pyg_forward_and_backward(aggr):
     pyg = pytest.importorskip("torch_geometric.nn")
     gs = _tiny_set()
     graph = MessageGraph.from_csr(gs.indptr, gs.indices)
     torch.manual_seed(1)
-    ours = GINEConv(4, 6, edge_dim=2)
+    ours = GINEConv(4, 6, edge_dim=2, aggr=aggr)
     mlp = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 6))
-    theirs = pyg.GINEConv(mlp, train_eps=True, edge_dim=2)
+    theirs = pyg.GINEConv(mlp, train_eps=True, edge_dim=2, aggr=aggr)
     with torch.no_grad():
         ours.eps.fill_(0.3)
         theirs.eps.fill_(0.3)

@@ -29,15 +29,23 @@ def csr_from_edges(
     src: np.ndarray, dst: np.ndarray, num_nodes: int, edge_weight: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Build an in-edge CSR (rows = dst) from edge arrays; keeps edge order stable within a row."""
+    indptr, indices, order = csr_with_order(src, dst, num_nodes)
+    weight = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
+    return indptr, indices, weight
+
+
+def csr_with_order(
+    src: np.ndarray, dst: np.ndarray, num_nodes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr, indices, order)`` of the in-edge CSR of ``src -> dst``: edge ``order[i]`` is
+    the CSR's edge ``i`` (per-edge arrays follow their edges as ``array[order]``)."""
     src = np.asarray(src)
     dst = np.asarray(dst)
     order = np.argsort(dst, kind="stable")
     counts = np.bincount(dst, minlength=num_nodes)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    indices = src[order].astype(index_dtype(num_nodes), copy=False)
-    weight = None if edge_weight is None else np.asarray(edge_weight, dtype=np.float32)[order]
-    return indptr, indices, weight
+    return indptr, src[order].astype(index_dtype(num_nodes), copy=False), order
 
 
 LABEL_KINDS = ("class", "multilabel", "regression")
@@ -219,6 +227,8 @@ class Graph:
             ``[N, W]`` for the other ``label_kind`` s (NaN = unknown).
         train_idx, val_idx, test_idx: int64 node index arrays, or ``None``.
         edge_weight: float32 ``[E]`` aligned with ``indices``, or ``None``.
+        edge_attr: float32 ``[E, D]`` edge features aligned with ``indices`` (CSR order, so they
+            follow their edges through partitioning and sampling), or ``None``.
         num_classes: number of label classes (``0`` without labels or for labels other than
             classes).
         label_kind: what a label is: ``class`` (one class per node), ``multilabel`` (0/1 per
@@ -244,6 +254,7 @@ class Graph:
     node_ids: np.ndarray | None = None
     class_names: tuple[str, ...] | None = None
     label_kind: str = "class"
+    edge_attr: np.ndarray | None = None
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -254,9 +265,11 @@ class Graph:
         num_nodes: int | None = None,
         *,
         edge_weight: np.ndarray | None = None,
+        edge_attr: np.ndarray | None = None,
         **node_data: Any,
     ) -> "Graph":
-        """Build a graph from ``src -> dst`` edge arrays (any integer dtype)."""
+        """Build a graph from ``src -> dst`` edge arrays (any integer dtype), with optional
+        per-edge weights ``[E]`` and features ``[E, D]`` in the order of the edge arrays."""
         src = np.asarray(src)
         dst = np.asarray(dst)
         if src.shape != dst.shape or src.ndim != 1:
@@ -270,8 +283,18 @@ class Graph:
                 f"edge ids must lie in [0, {num_nodes}), found range "
                 f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]"
             )
-        indptr, indices, weight = csr_from_edges(src, dst, num_nodes, edge_weight)
-        return cls(indptr=indptr, indices=indices, edge_weight=weight, **node_data)
+        if edge_attr is not None:
+            edge_attr = np.asarray(edge_attr, dtype=np.float32)
+            if edge_attr.ndim == 1:
+                edge_attr = edge_attr[:, None]
+            if edge_attr.ndim != 2 or edge_attr.shape[0] != src.shape[0]:
+                raise DatasetError(
+                    f"edge features must be [{src.shape[0]}, D] (one row per edge), got "
+                    f"{list(edge_attr.shape)}"
+                )
+        rows = {"edge_weight": edge_weight, "edge_attr": edge_attr}
+        graph = cls(indptr=np.zeros(num_nodes + 1, np.int64), indices=src[:0], **node_data)
+        return graph.with_edges(src, dst, {k: v for k, v in rows.items() if v is not None})
 
     @classmethod
     def from_pyg(cls, data: Any, name: str = "pyg") -> "Graph":
@@ -284,9 +307,12 @@ class Graph:
         node_data.update(pyg_node_labels(data, num_nodes))
         weight = getattr(data, "edge_weight", None)
         weight = None if weight is None else weight.cpu().numpy()
+        attr = getattr(data, "edge_attr", None)
+        attr = None if attr is None else attr.detach().cpu().numpy()
         graph = cls.from_edge_index(
-            edge_index[0], edge_index[1], num_nodes, edge_weight=weight, **node_data
-        )
+            edge_index[0], edge_index[1], num_nodes, edge_weight=weight, edge_attr=attr,
+            **node_data,
+        )  # fmt: skip
         graph.validate()
         return graph
 
@@ -306,6 +332,8 @@ class Graph:
             data.y = torch.from_numpy(np.asarray(self.y))
         if self.edge_weight is not None:
             data.edge_weight = torch.from_numpy(np.asarray(self.edge_weight))
+        if self.edge_attr is not None:
+            data.edge_attr = torch.from_numpy(np.asarray(self.edge_attr, dtype=np.float32))
         for key, mask_name in (
             ("train_idx", "train_mask"),
             ("val_idx", "val_mask"),
@@ -331,6 +359,11 @@ class Graph:
     def num_features(self) -> int:
         return 0 if self.x is None else int(self.x.shape[1])
 
+    @property
+    def edge_dim(self) -> int:
+        """Width of the edge features (0: none)."""
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
+
     def in_degree(self) -> np.ndarray:
         return np.diff(self.indptr)
 
@@ -352,46 +385,53 @@ class Graph:
         return float(np.mean(ys[keep] == yd[keep])) if keep.any() else float("nan")
 
     # ------------------------------------------------------------------ transforms
-    def _with_edges(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None) -> "Graph":
-        indptr, indices, weight = csr_from_edges(src, dst, self.num_nodes, weight)
-        return dataclasses.replace(self, indptr=indptr, indices=indices, edge_weight=weight)
+    def edge_rows(self) -> dict[str, np.ndarray]:
+        """The per-edge arrays (weights, features) by field name, in CSR order: what every edge
+        transform carries along with its edges."""
+        rows = {"edge_weight": self.edge_weight, "edge_attr": self.edge_attr}
+        return {name: np.asarray(a) for name, a in rows.items() if a is not None}
+
+    def with_edges(self, src: np.ndarray, dst: np.ndarray, rows: dict[str, np.ndarray]) -> "Graph":
+        """This graph with edges ``src -> dst`` and their per-edge ``rows`` (in edge order)."""
+        indptr, indices, order = csr_with_order(src, dst, self.num_nodes)
+        fields = {name: np.asarray(a, dtype=np.float32)[order] for name, a in rows.items()}
+        fields = {"edge_weight": None, "edge_attr": None} | fields
+        return dataclasses.replace(self, indptr=indptr, indices=indices, **fields)
 
     def coalesce(self) -> "Graph":
-        """Remove duplicate edges (keeping the first weight) and sort each row by source id."""
+        """Remove duplicate edges (keeping the first one's weight and features) and sort each row
+        by source id."""
         src, dst = self.edge_index()
         key = dst.astype(np.int64) * self.num_nodes + src
         uniq, first = np.unique(key, return_index=True)
-        weight = None if self.edge_weight is None else self.edge_weight[first]
-        return self._with_edges(uniq % self.num_nodes, uniq // self.num_nodes, weight)
+        rows = {name: a[first] for name, a in self.edge_rows().items()}
+        return self.with_edges(uniq % self.num_nodes, uniq // self.num_nodes, rows)
 
     def symmetrize(self) -> "Graph":
-        """Add the reverse of every edge, then coalesce (the result is undirected)."""
+        """Add the reverse of every edge (with the same weight and features), then coalesce
+        (the result is undirected)."""
         src, dst = self.edge_index()
-        weight = (
-            None
-            if self.edge_weight is None
-            else np.concatenate([self.edge_weight, self.edge_weight])
-        )
-        both = self._with_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), weight)
+        rows = {name: np.concatenate([a, a]) for name, a in self.edge_rows().items()}
+        both = self.with_edges(np.concatenate([src, dst]), np.concatenate([dst, src]), rows)
         return both.coalesce()
 
     def remove_self_loops(self) -> "Graph":
         src, dst = self.edge_index()
         keep = src != dst
-        weight = None if self.edge_weight is None else self.edge_weight[keep]
-        return self._with_edges(src[keep], dst[keep], weight)
+        rows = {name: a[keep] for name, a in self.edge_rows().items()}
+        return self.with_edges(src[keep], dst[keep], rows)
 
     def add_self_loops(self, fill_weight: float = 1.0) -> "Graph":
-        """Remove existing self-loops, then add exactly one per node."""
+        """Remove existing self-loops, then add exactly one per node (weight ``fill_weight``,
+        features zero)."""
         g = self.remove_self_loops()
         src, dst = g.edge_index()
         loops = np.arange(self.num_nodes, dtype=src.dtype)
-        weight = None
-        if g.edge_weight is not None:
-            weight = np.concatenate(
-                [g.edge_weight, np.full(self.num_nodes, fill_weight, np.float32)]
-            )
-        return g._with_edges(np.concatenate([src, loops]), np.concatenate([dst, loops]), weight)
+        rows = {}
+        for name, a in g.edge_rows().items():
+            fill = np.full((self.num_nodes, *a.shape[1:]), fill_weight if a.ndim == 1 else 0.0)
+            rows[name] = np.concatenate([a, fill.astype(np.float32)])
+        return g.with_edges(np.concatenate([src, loops]), np.concatenate([dst, loops]), rows)
 
     def is_symmetric(self) -> bool:
         src, dst = self.edge_index()
@@ -431,6 +471,14 @@ class Graph:
             fail(
                 f"{self.edge_weight.shape[0]} edge weights for {self.indices.shape[0]} edges",
                 "give exactly one weight per edge",
+            )
+        if self.edge_attr is not None and (
+            self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != self.indices.shape[0]
+        ):
+            fail(
+                f"edge features have shape {list(self.edge_attr.shape)}, expected "
+                f"[{self.indices.shape[0]}, D]",
+                "give one feature row per edge, in CSR order",
             )
         if self.x is not None:
             if self.x.ndim != 2 or self.x.shape[0] != n:

@@ -28,7 +28,9 @@ GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
 TYPED_GRAPH_FORMAT = "shardgnn-hetero-graph"  # the on-disk name of directories users have written
 """The format of typed graph directories (:mod:`shardgnn.graph.typed`)."""
-_ARRAYS = ("indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight")
+_ARRAYS = (
+    "indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight", "edge_attr",
+)  # fmt: skip
 
 
 def save_arrays(folder: Path, holder: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -207,7 +209,7 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
     for key, spec in arrays.items():
         if key not in _ARRAYS:
             raise DatasetError(f"unknown array {key!r} in meta.json", meta_path)
-        array = load_npy(path / f"{key}.npy", mmap=mmap and key in ("x", "indices"))
+        array = load_npy(path / f"{key}.npy", mmap=mmap and key in ("x", "indices", "edge_attr"))
         if list(array.shape) != spec.get("shape") or str(array.dtype) != spec.get("dtype"):
             raise DatasetError(
                 f"{key}.npy has shape {list(array.shape)} dtype {array.dtype}, meta.json says "

@@ -21,7 +21,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import Graph, csr_from_edges
+from shardgnn.graph.csr import Graph
 from shardgnn.graph.io import load_npy
 
 
@@ -152,9 +152,8 @@ def split_edges(graph: Graph, spec: LinkSplitSpec) -> tuple[Graph, LinkSplit]:
         hs, hd = held % n, held // n
         held = np.concatenate([held, pair_keys(hd, hs, n)])
     keep = ~in_sorted(keys, np.sort(held))
-    weight = None if graph.edge_weight is None else graph.edge_weight[keep]
-    indptr, indices, weight = csr_from_edges(src[keep], dst[keep], n, weight)
-    train_graph = dataclasses.replace(graph, indptr=indptr, indices=indices, edge_weight=weight)
+    rows = {name: a[keep] for name, a in graph.edge_rows().items()}
+    train_graph = graph.with_edges(src[keep], dst[keep], rows)
 
     # Negatives are non-edges of the FULL graph (held-out edges included), in either direction
     # for symmetric graphs (the keys already hold both).

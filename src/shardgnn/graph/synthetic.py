@@ -58,6 +58,11 @@ class SyntheticConfig:
     label_columns: int = 0
     """labels (``multilabel``, and ``multitask``'s tags) or targets (``regression``) per node;
     0: 128 labels (16 tags), 1 target"""
+    edge_features: int = 0
+    """edge feature dimension (0: none). With edge features the class signal moves from the
+    nodes to the edges, a task with a known answer: every edge's features are its destination's
+    class mean (at ``snr``) plus unit noise, node features are noise only, so a model that reads
+    edge features (``--model gine``) learns the classes and one that does not stays at chance"""
 
     def __post_init__(self) -> None:
         checks = [
@@ -74,6 +79,7 @@ class SyntheticConfig:
             ),
             (self.seed >= 0, f"seed={self.seed} must be >= 0"),
             *label_option_checks(self.labels, self.label_columns),
+            (self.edge_features >= 0, f"edge_features={self.edge_features} must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -96,17 +102,20 @@ class SyntheticConfig:
             seed=spec.take_int("seed", d["seed"].default, minimum=0),
             labels=spec.take_str("labels", d["labels"].default),
             label_columns=spec.take_int("label_columns", d["label_columns"].default, minimum=0),
+            edge_features=spec.take_int("edge_features", d["edge_features"].default, minimum=0),
         )
         spec.finish()
         return cfg
 
     def spec(self) -> str:
         """The spec string that reproduces this config."""
-        # class labels (the default) are not spelled: specs of class-labelled graphs are as before
+        # class labels and no edge features (the defaults) are not spelled: specs of such
+        # graphs are as before
         parts = [
             f"{f.name}={getattr(self, f.name)}"
             for f in dataclasses.fields(self)
-            if self.labels != "class" or f.name not in ("labels", "label_columns")
+            if (self.labels != "class" or f.name not in ("labels", "label_columns"))
+            and (self.edge_features or f.name != "edge_features")
         ]
         return "synthetic:" + ",".join(parts)
 
@@ -200,7 +209,15 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
     means = rng.standard_normal((cfg.classes, cfg.features), dtype=np.float32)
     means *= np.float32(cfg.snr / np.sqrt(cfg.features))
     x = rng.standard_normal((n, cfg.features), dtype=np.float32)
-    x += means[y]
+    edge_attr = None
+    if cfg.edge_features:
+        # the signal rides on the edges instead: each in-edge of v carries v's class mean
+        edge_means = rng.standard_normal((cfg.classes, cfg.edge_features), dtype=np.float32)
+        edge_means *= np.float32(cfg.snr / np.sqrt(cfg.edge_features))
+        edge_attr = rng.standard_normal((indices.shape[0], cfg.edge_features), dtype=np.float32)
+        edge_attr += edge_means[np.repeat(y, np.diff(indptr))]
+    else:
+        x += means[y]
 
     train_idx, val_idx, test_idx = fraction_split(n, cfg.train, cfg.val, seed=cfg.seed + 1)
     labels = community_labels(y, cfg.classes, cfg.labels, cfg.label_columns, cfg.seed)
@@ -212,6 +229,7 @@ def generate(config: SyntheticConfig | None = None) -> Graph:
         val_idx=val_idx,
         test_idx=test_idx,
         name=cfg.spec(),
+        edge_attr=edge_attr,
         **labels,
     )
 

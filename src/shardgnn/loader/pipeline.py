@@ -39,6 +39,9 @@ class MiniBatch:
     """labels of ``sample.seeds``"""
     history: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
     """historical embeddings of ``sample.blocks[l].src_nodes_S[history_S]``, per layer ``l``"""
+    edge_attr: tuple[torch.Tensor, ...] | None = None
+    """with edge features: the rows of each block's edges (``blocks[l].edge_ids_E``), per
+    layer, else None"""
 
     def model_history(self, device: torch.device) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """``history`` as the model takes it: ``{layer: (mask_S, rows_HF)}``."""
@@ -175,7 +178,10 @@ class WindowedRows:
 
 class FeatureFetcher:
     """Joins input-node features and seed labels (both from stores, local or distributed) to each
-    sampled batch.
+    sampled batch, and with ``edge_rows`` (a store of edge features by global edge id: the
+    position of the edge in the graph's CSR) the features of every block's edges, fetched like
+    node rows (one gather per batch for all its blocks; a cache or a low-bit codec in the store
+    applies to them alike).
 
     A store with a look-ahead (``features.lookahead == W > 0``, the belady cache) is served a window
     at a time: the fetcher samples ``W`` batches ahead, announces their ids (``plan``: the
@@ -194,8 +200,10 @@ class FeatureFetcher:
         labels: FeatureStore | None,
         timer: StageTimer | None = None,
         before_fetch: Callable[[int], None] | None = None,
+        edge_rows: FeatureStore | None = None,
     ):
         self.samples, self.features, self.labels = samples, features, labels
+        self.edge_rows = edge_rows
         self.timer = timer or StageTimer()
         self.before_fetch = before_fetch or (lambda index: None)
 
@@ -204,14 +212,20 @@ class FeatureFetcher:
 
     def _windows(self) -> Iterator[list[tuple[int, SampledBlocks]]]:
         window = self.features.lookahead
+        edge_window = 0 if self.edge_rows is None else self.edge_rows.lookahead
+        assert edge_window in (0, window), "edge and node rows are fetched in the same windows"
         samples = iter(self.samples)
         while chunk := list(itertools.islice(samples, max(window, 1))):
             if window:
                 with self.timer("lookahead"):
                     self.features.plan([sample.input_nodes for _, sample in chunk])
+                    if edge_window:
+                        self.edge_rows.plan([edge_ids(sample) for _, sample in chunk])
                 with self.timer("fetch"):
                     self.before_fetch(chunk[0][0])
                     self.features.prefetch()
+                    if edge_window:
+                        self.edge_rows.prefetch()
             yield chunk
 
     def __iter__(self) -> Iterator[MiniBatch]:
@@ -221,7 +235,19 @@ class FeatureFetcher:
                     self.before_fetch(index)
                     x = self.features.gather(sample.input_nodes)
                     y = None if self.labels is None else self.labels.gather(sample.seeds)
-                yield MiniBatch(index=index, sample=sample, x_SF=x, y=y)
+                    edge_attr = None
+                    if self.edge_rows is not None:
+                        rows = self.edge_rows.gather(edge_ids(sample))
+                        sizes = [block.num_edges for block in sample.blocks]
+                        edge_attr = tuple(torch.split(rows, sizes))
+                yield MiniBatch(index=index, sample=sample, x_SF=x, y=y, edge_attr=edge_attr)
+
+
+def edge_ids(sample: SampledBlocks) -> torch.Tensor:
+    """The global edge ids of every block of ``sample``, input layer first, concatenated."""
+    ids = [block.edge_ids_E for block in sample.blocks]
+    assert all(i is not None for i in ids), "this sampler's blocks name no edge ids"
+    return torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64)
 
 
 class HistoryReader:
@@ -252,11 +278,18 @@ class HistoryReader:
             yield dataclasses.replace(batch, history=history)
 
 
-def count_accesses(samples: Iterable[tuple[int, SampledBlocks]], num_nodes: int) -> np.ndarray:
-    """How often each node is an input node over ``samples`` (GNNLab's pre-sampling epoch)."""
+def count_accesses(
+    samples: Iterable[tuple[int, SampledBlocks]],
+    num_nodes: int,
+    edge_counts: np.ndarray | None = None,
+) -> np.ndarray:
+    """How often each node is an input node over ``samples`` (GNNLab's pre-sampling epoch);
+    with ``edge_counts`` (``[E]``), how often each edge is in a block is added to it."""
     counts = np.zeros(num_nodes, dtype=np.int64)
     for _, sample in samples:
         counts += np.bincount(sample.input_nodes.numpy(), minlength=num_nodes)
+        if edge_counts is not None:
+            edge_counts += np.bincount(edge_ids(sample).numpy(), minlength=edge_counts.shape[0])
     return counts
 
 
@@ -274,6 +307,7 @@ class MiniBatchLoader:
         shuffle: bool,
         seed: int,
         timer: StageTimer | None = None,
+        edge_rows: FeatureStore | None = None,
     ):
         self.timer = timer or StageTimer()
         self.batches = SeedBatcher(seeds, batch_size, shuffle=shuffle, seed=seed)
@@ -282,6 +316,7 @@ class MiniBatchLoader:
             features,
             labels,
             self.timer,
+            edge_rows=edge_rows,
         )
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:

@@ -202,28 +202,44 @@ class GINConv(nn.Module):
 
 class GINEConv(GINConv):
     """GIN with edge features (Hu et al., "Strategies for pre-training GNNs"):
-    ``MLP((1 + eps) h_dst + sum_{src in N(dst)} ReLU(h_src + W e_src,dst))``, ``W`` a linear map
-    of the edge rows to the input width. PyG's ``GINEConv(nn=Sequential(Linear, ReLU, Linear),
-    train_eps=..., edge_dim=...)``."""
+    ``MLP((1 + eps) h_dst + AGG_{src in N(dst)} ReLU(h_src + W e_src,dst))``, ``W`` a linear map
+    of the edge rows to the input width, ``AGG`` a sum (``aggr="sum"``) or a mean (``"mean"``).
+    PyG's ``GINEConv(nn=Sequential(Linear, ReLU, Linear), train_eps=..., edge_dim=...,
+    aggr=...)``."""
 
     def __init__(
-        self, in_dim: int, out_dim: int, edge_dim: int, eps: float = 0.0, train_eps: bool = True
+        self,
+        in_dim: int,
+        out_dim: int,
+        edge_dim: int,
+        eps: float = 0.0,
+        train_eps: bool = True,
+        aggr: str = "sum",
     ):
         super().__init__(in_dim, out_dim, eps, train_eps)
+        assert aggr in ("sum", "mean"), aggr
         self.lin_edge = nn.Linear(edge_dim, in_dim)
+        self.aggr = aggr
 
     def projects_first(self, h_SF: torch.Tensor) -> bool:
         return False  # the edge rows join each message before the sum: nothing commutes
 
     def forward(  # type: ignore[override]
-        self, graph: MessageGraph, h_SF: torch.Tensor, edge_attr_ED: torch.Tensor
+        self, graph: MessageGraph, h_SF: torch.Tensor, edge_attr_ED: torch.Tensor | None = None
     ) -> torch.Tensor:
+        """``edge_attr_ED``: the rows of ``graph``'s edges (None: ``graph.edge_attr_ED``, the
+        rows a sampled block carries)."""
+        if edge_attr_ED is None:
+            edge_attr_ED = graph.edge_attr_ED
+            assert edge_attr_ED is not None, "GINE reads edge features; this graph has none"
         src_E = graph.indices_E
         message_EF = F.relu(h_SF.index_select(0, src_E) + self.lin_edge(edge_attr_ED))
-        sum_DF = h_SF.new_zeros(graph.num_dst, h_SF.shape[1]).index_add(
+        agg_DF = h_SF.new_zeros(graph.num_dst, h_SF.shape[1]).index_add(
             0, graph.dst_index_E(), message_EF
         )
-        return self.lin2(F.relu(self.lin1(sum_DF + (1 + self.eps) * dst_rows(h_SF, graph.num_dst))))
+        if self.aggr == "mean":
+            agg_DF = agg_DF / graph.in_degree_D().clamp(min=1).unsqueeze(1).to(agg_DF.dtype)
+        return self.lin2(F.relu(self.lin1(agg_DF + (1 + self.eps) * dst_rows(h_SF, graph.num_dst))))
 
 
 class GATv2Conv(_Attention):

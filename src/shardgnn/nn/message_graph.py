@@ -72,8 +72,12 @@ class MessageGraph:
         src_degree_S: torch.Tensor | None = None,
         node_keys_S: torch.Tensor | None = None,
         edge_weight_E: torch.Tensor | None = None,
+        edge_attr_ED: torch.Tensor | None = None,
     ):
         self.indptr_D1 = indptr_D1.to(torch.int64)
+        # Features of the edges, in this graph's edge order (None: the graph has none); layers
+        # that read edge features (GINE, a user's model) take them from here.
+        self.edge_attr_ED = edge_attr_ED
         # Importance weights of a LADIES block (sampling.ladies; None: every edge 1): every
         # norm's values are multiplied by them.
         self.edge_weight_E = None if edge_weight_E is None else edge_weight_E.to(torch.float32)
@@ -101,9 +105,11 @@ class MessageGraph:
         block: Block,
         device: torch.device | str | None = None,
         orig_ids: np.ndarray | None = None,
+        edge_attr_ED: torch.Tensor | None = None,
     ) -> "MessageGraph":
         """A sampled block; ``orig_ids`` maps the block's global ids to original ids (None: they
-        are original ids already, as in single-process training)."""
+        are original ids already, as in single-process training); ``edge_attr_ED``: the features
+        of its edges (rows of ``block.edge_ids_E``), or None."""
         degree = None if block.src_degree_S is None else block.src_degree_S.to(device)
         keys = (
             block.src_nodes_S
@@ -117,6 +123,7 @@ class MessageGraph:
             degree,
             node_keys_S=keys,
             edge_weight_E=None if block.edge_weight_E is None else block.edge_weight_E.to(device),
+            edge_attr_ED=None if edge_attr_ED is None else edge_attr_ED.to(device),
         )
 
     @classmethod

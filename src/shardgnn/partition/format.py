@@ -23,7 +23,8 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                  etype.npy  int8|16|32 [e_p]  relation of every in-edge (typed graphs)
                  x_type<t>.npy  float32 [n_p^t, F_t]  features of the part's type-t nodes
                                 (typed graphs, types with features; in new-id order)
-                 edge_<name>.npy  [e_p]  more per-edge values (temporal graphs: times, eids)
+                 edge_<name>.npy  [e_p, ...]  more per-edge values (edge features: attr, float32
+                                [e_p, D]; temporal graphs: times, eids)
     DIR/names/node_ids.npy  int64|<U [N]   the user's id of every node by ORIGINAL id (graphs
                             built from ids of their own, e.g. by `shardgnn convert`)
     DIR/names/node_ids_type<t>.npy  int64|<U [N_t]  typed graphs: the user's ids of node type
@@ -203,7 +204,7 @@ def write_partitions(
         metrics = compute_metrics(graph, assignment, p_count)
     rel = relabel(assignment, p_count)
     data = Relabelled(graph, rel.book, rel.orig_ids, rel.new_id_of_orig)
-    every = (*standard_sections(), *sections)
+    every = (*standard_sections(graph), *sections)
     parts_info = []
     with atomic_directory(out_dir, overwrite=True) as tmp:
         out = ArrayWriter(tmp)
@@ -311,6 +312,11 @@ class LocalPartition:
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    @property
+    def edge_attr(self) -> np.ndarray | None:
+        """float32 ``[e_p, D]`` features of the in-edges (aligned with ``indices``), or None."""
+        return self.edge_arrays.get("attr")
 
     def global_ids(self) -> np.ndarray:
         """int64 new global ids of the owned nodes (``start .. end - 1``)."""
@@ -888,6 +894,8 @@ def _reassemble(pset: PartitionSet) -> Graph:
         fields["y"] = np.concatenate([np.asarray(lp.y) for lp in parts])
     if meta.get("edge_weight"):
         fields["edge_weight"] = np.concatenate([np.asarray(lp.edge_weight) for lp in parts])
+    if "attr" in (meta.get("edge_arrays") or {}):
+        fields["edge_attr"] = np.concatenate([np.asarray(lp.edge_attr) for lp in parts])
     for key in SPLITS:
         if (meta.get("splits") or {}).get(key[:-4]) is not None:
             fields[key] = np.concatenate(

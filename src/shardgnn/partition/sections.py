@@ -246,9 +246,12 @@ class Names(Section):
             meta.setdefault("names", {}).update(names)
 
 
-def standard_sections() -> tuple[Section, ...]:
-    """The sections every partition directory is written with."""
-    return (Structure(), Features(), LabelsAndSplits(), Names())
+def standard_sections(graph: Graph) -> tuple[Section, ...]:
+    """The sections every partition directory of ``graph`` is written with (its edge features,
+    when it has them, as the per-edge array ``attr``: ``edge_attr.npy``, a loaded part's
+    ``edge_attr``)."""
+    edge_rows = () if graph.edge_attr is None else (EdgeArraysSection({"attr": graph.edge_attr}),)
+    return (Structure(), Features(), LabelsAndSplits(), Names(), *edge_rows)
 
 
 def type_features_name(t: int) -> str:
@@ -338,12 +341,13 @@ class EdgeArraysSection(Section):
 
     def write_part(self, data: Relabelled, out: ArrayWriter, part: PartRows, info: dict) -> None:
         for name, values in self.edge_arrays.items():
-            out.write(f"{part.folder}/edge_{name}.npy", np.asarray(values)[part.positions])
+            # a chunk of rows at a time: edge features may be a memory map larger than memory
+            out.write_rows(f"{part.folder}/edge_{name}.npy", values, part.positions, values.dtype)
 
     def describe(self, data: Relabelled, meta: dict[str, Any]) -> None:
-        meta["edge_arrays"] = {
-            name: str(np.asarray(v).dtype) for name, v in self.edge_arrays.items()
-        }
+        meta.setdefault("edge_arrays", {}).update(
+            {name: str(np.asarray(v).dtype) for name, v in self.edge_arrays.items()}
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,6 +48,9 @@ class DistGraphStore:
         degree: int32 ``[N]`` in-degree of every node (replicated).
         peers: the parts of the other ranks on this host, by rank (empty: every peer is reached
             through collectives).
+        edge_book: the edges' partition book (part ``p`` owns the global edge ids
+            ``edge_offset .. edge_offset + e_p - 1`` of its rows' in-edges: where a store of
+            edge features by edge id looks up their owner), set by :meth:`open`.
         typed: the (type, id) book: a typed graph's node types and relations, a homogeneous
             graph's one type and one relation (DGL's ``DistGraph``: homogeneous is typed with one
             type), so code over node types needs no branch for the homogeneous case.
@@ -68,6 +71,7 @@ class DistGraphStore:
         self.indptr = np.ascontiguousarray(part.indptr, dtype=np.int64)
         self.indices = part.indices
         self.edge_offset = int(edge_offset)
+        self.edge_book: PartitionBook | None = None
         self.degree = degree
         self.typed = (
             typed if typed is not None else TypedPartitionBook.one_type(self.book.boundaries)
@@ -113,7 +117,12 @@ class DistGraphStore:
         received = comm.all_to_all([local_degree] * world_size, stage="setup")
         degree = torch.cat(received).numpy()
         assert degree.shape[0] == pset.num_nodes
-        return cls(part, edge_offset, degree, peers, pset.typed_book)
+        store = cls(part, edge_offset, degree, peers, pset.typed_book)
+        # the edges' book: part p owns the global edge ids (CSR positions) of its rows' in-edges
+        store.edge_book = PartitionBook(
+            np.cumsum([0] + [int(info["num_edges"]) for info in pset.meta["parts"]])
+        )
+        return store
 
     @property
     def num_nodes(self) -> int:

@@ -74,7 +74,8 @@ class DistMiniBatchSteps(DistSampledSteps):
         y_train = torch.from_numpy(np.asarray(part.y[train_rows]))
         self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
         torch.manual_seed(config.seed)  # identical initial weights on every rank
-        model = build_model(config.model, self.input_width, self.target.out_dim).to(ctx.device)
+        model = build_model(config.model, self.input_width, self.target.out_dim, self.edge_dim)
+        model = model.to(ctx.device)
         self._wrap_model(model)
 
     def _open_labels(self) -> DistFeatureStore:
@@ -159,8 +160,9 @@ class DistMiniBatchSteps(DistSampledSteps):
             lambda ids: (ids >= start) & (ids < end),
         )
         self.train_stages = FeatureFetcher(
-            self.locality, self.features, self.labels, self.timer, self.key_rounding
-        )
+            self.locality, self.features, self.labels, self.timer, self.key_rounding,
+            edge_rows=self.edge_cache if self.edge_cache is not None else self.edge_store,
+        )  # fmt: skip
         if self.history is not None:
             self.train_stages = HistoryReader(self.train_stages, self.history, self.timer)
 
@@ -174,6 +176,9 @@ class DistMiniBatchSteps(DistSampledSteps):
         if self.cache is not None:  # evaluation reads the cached rows but never changes them
             eval_features = self.cache.read_only_view(eval_features)
         eval_features = input_store(eval_features, self.eval_rows)
+        eval_edges = self.eval_edges
+        if self.edge_cache is not None:
+            eval_edges = self.edge_cache.read_only_view(eval_edges)
         eval_sampler = DistNeighborSampler(
             self.graph, eval_sampler_config(config), self.data_comm, "sample"
         )
@@ -196,6 +201,7 @@ class DistMiniBatchSteps(DistSampledSteps):
                 eval_features,
                 eval_labels,
                 StageTimer(),
+                edge_rows=eval_edges,
             )
 
     def _layerwise_inference(self) -> LayerwiseInference | None:

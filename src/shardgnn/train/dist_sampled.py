@@ -39,7 +39,12 @@ from shardgnn.train.dist_report import SampledReport
 from shardgnn.train.dist_steps import DistSteps
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.minibatch import Objective, train_epoch_batches
-from shardgnn.train.setup import EMBEDDING_STREAM, adam
+from shardgnn.train.setup import (
+    EMBEDDING_STREAM,
+    adam,
+    check_edge_features,
+    reads_edge_features,
+)
 
 
 def _mapped_rows(rows: np.ndarray, feature_norm: str) -> LocalFeatureStore:
@@ -112,6 +117,7 @@ class SampledInputs(DistSteps):
             self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback) if has_x else None
         )
         self.eval_features = self.dist_rows(x_store, peer_x, "eval", self.codec) if has_x else None
+        self._open_edge_rows(config)
         # Learnable rows (--embedding-dim): this rank holds and steps its own part's rows only;
         # batches read them after their features (both gathers are collectives, same order on
         # every rank) and evaluation reads them under its own stage.
@@ -133,6 +139,38 @@ class SampledInputs(DistSteps):
             # prefetch thread (it would read them a step early, and share the communicator).
             self.overlap = False
 
+    def _open_edge_rows(self, config: TrainConfig) -> None:
+        """With a model that reads edge features: ``edge_store``, the training batches' edge
+        rows by global edge id, held by the owners of the edges' destinations (the rows of a
+        part's in-edges are in its part file), fetched like node rows: the same low-bit codec
+        (and with ``--error-feedback`` residuals of their own), same-host peers read directly;
+        ``eval_edges`` for evaluation. Both None otherwise."""
+        self.edge_store: DistFeatureStore | None = None
+        self.eval_edges: DistFeatureStore | None = None
+        if not reads_edge_features(config):
+            return
+        part = self.graph.part
+        edge_dim = 0 if part.edge_attr is None else int(part.edge_attr.shape[1])
+        check_edge_features(config, edge_dim, str(self.pset.path))
+        if config.feature_storage == "disk":
+            local = LocalFeatureStore(part.edge_attr)  # a memory map, read on demand
+        else:
+            local = LocalFeatureStore(np.array(part.edge_attr, dtype=np.float32))
+        self.edge_peers = {p: peer.part.edge_attr for p, peer in self.graph.peers.items()}
+        feedback = None
+        if self.codec is not None and config.error_feedback:
+            feedback = RowResiduals(*local.shape)
+        self.edge_local = local
+        self.edge_store = self.dist_edge_rows("fetch", self.codec, feedback)
+        self.eval_edges = self.dist_edge_rows("eval", self.codec)
+
+    def dist_edge_rows(self, stage: str, codec=None, feedback=None) -> DistFeatureStore:
+        """Edge rows held by their owners (:meth:`_open_edge_rows`), one stage."""
+        return DistFeatureStore(
+            self.edge_local, self.graph.edge_book, self.ctx.rank, self.data_comm, stage,
+            codec=codec, peers=self.edge_peers, feedback=feedback,
+        )  # fmt: skip
+
     def _build_caches(self, presample_stage: Callable[[DistNeighborSampler, int], Any]) -> None:
         """The caches of ``--cache-policy`` (collective): ``self.cache`` in front of the training
         features, and with ``--embedding-staleness`` one in front of peers' learnable rows.
@@ -142,19 +180,25 @@ class SampledInputs(DistSteps):
         seeds, on its own random stream so epoch 0 is not replayed, and its own stage)."""
         config, book = self.config, self.graph.book
         self.cache: CachedFeatureStore | None = None
+        self.edge_cache: CachedFeatureStore | None = None
         self.cache_setup_s = 0.0
         if not config.cache.enabled:
             return
         start = time.perf_counter()
         counts: list[np.ndarray] = []
+        edge_book = self.graph.edge_book
+        edge_counts = None
+        if self.edge_store is not None:
+            edge_counts = np.zeros(edge_book.num_nodes, dtype=np.int64)
 
         def presample_counts() -> np.ndarray:
-            if not counts:  # one pre-sampling epoch serves both caches
+            if not counts:  # one pre-sampling epoch serves every cache
                 presampler = DistNeighborSampler(
                     self.graph, config.sampler, self.data_comm, "cache_setup"
                 )
                 seed = mix_seed(mix_seed(config.seed, self.ctx.rank), 0x9E5A)
-                counts.append(count_accesses(presample_stage(presampler, seed), book.num_nodes))
+                samples = presample_stage(presampler, seed)
+                counts.append(count_accesses(samples, book.num_nodes, edge_counts))
             return counts[0]
 
         rows_cached = self.embedding is not None and config.embedding.staleness is not None
@@ -180,7 +224,24 @@ class SampledInputs(DistSteps):
                     max_age=config.embedding.staleness,
                 )
             )
+        if self.edge_store is not None and cacheable_rows(self.edge_store).any():
+            self.edge_cache = build_cache(
+                config.cache,
+                self.edge_store,
+                fill_from=self.dist_edge_rows("cache_setup", self.codec),
+                degree=self._edge_draw_scores(),
+                presample_counts=lambda: (presample_counts(), edge_counts)[1],
+            )
         self.cache_setup_s = time.perf_counter() - start
+
+    def _edge_draw_scores(self) -> np.ndarray:
+        """``--cache-policy degree`` for edge rows: an in-edge of ``v`` is drawn when ``v`` is in
+        a frontier (as often as ``v`` is a neighbour: its degree, the node cache's own score) and
+        then with probability ``min(1, fanout / degree(v))``, so its expected draws go as
+        ``min(degree(v), fanout)`` (the largest fan-out; all-neighbour hops: the degree)."""
+        fanout = max(self.config.sampler.fanouts)
+        degree_E = np.repeat(self.graph.degree.astype(np.int64), self.graph.degree)
+        return degree_E if fanout < 0 else np.minimum(degree_E, fanout)
 
     def dist_rows(self, local, peers, stage: str, codec=None, feedback=None) -> DistFeatureStore:
         """Rows held by their owners (this rank: ``local``; same-host ``peers``), one stage."""
@@ -194,6 +255,11 @@ class SampledInputs(DistSteps):
             peers=peers,
             feedback=feedback,
         )
+
+    @property
+    def edge_dim(self) -> int:
+        """Width of the edge rows the model reads (0: none)."""
+        return 0 if self.edge_store is None else int(self.edge_store.shape[1])
 
     @property
     def feature_width(self) -> int:

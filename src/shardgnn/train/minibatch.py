@@ -36,6 +36,16 @@ class Outcome(NamedTuple):
     layer (``{layer: h_DF}``, detached: what owners push), else None"""
 
 
+def batch_graphs(
+    batch: MiniBatch, device: torch.device, orig_ids: np.ndarray | None = None
+) -> list[MessageGraph]:
+    """One :class:`MessageGraph` per block of ``batch``, with its edges' features when the batch
+    carries them (``orig_ids``: as :meth:`MessageGraph.from_block`)."""
+    blocks = batch.sample.blocks
+    rows = batch.edge_attr or (None,) * len(blocks)
+    return [MessageGraph.from_block(b, device, orig_ids, r) for b, r in zip(blocks, rows)]
+
+
 Objective = Callable[[torch.nn.Module, list[MessageGraph], MiniBatch, torch.device], Outcome]
 """What a training step computes from a batch: ``objective(module, graphs, batch, device)``."""
 
@@ -93,7 +103,7 @@ def minibatch_step(
 
     def step(batch: MiniBatch) -> StepResult:
         with timer("compute"):
-            graphs = [MessageGraph.from_block(b, device, orig_ids) for b in batch.sample.blocks]
+            graphs = batch_graphs(batch, device, orig_ids)
             optimizer.zero_grad(set_to_none=True)
             if embedding is not None:
                 batch.x_SF.requires_grad_(True)
@@ -158,7 +168,7 @@ def evaluate_batches(
     model.eval()
     evaluation = target.evaluation()
     for batch in batches:
-        graphs = [MessageGraph.from_block(b, device) for b in batch.sample.blocks]
+        graphs = batch_graphs(batch, device)
         with precision_context(precision, device):
             logits = model(graphs, batch.x_SF.to(device))
         evaluation.add(logits, batch.y)

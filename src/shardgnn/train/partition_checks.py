@@ -24,10 +24,14 @@ if TYPE_CHECKING:
 def check_homogeneous_partition(
     config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
 ) -> TrainConfig:
-    """Features (or learnt rows; SUREL reads none), labels for node classification, something
-    to cache, and a stored split for link prediction."""
+    """Features (or learnt rows; SUREL reads none), edge features for a model that reads them,
+    labels for node classification, something to cache, and a stored split for link
+    prediction."""
     from shardgnn.nn.config import WALK_MODELS
+    from shardgnn.train.setup import check_edge_features
 
+    edge_dim = 1 if "attr" in (pset.meta.get("edge_arrays") or {}) else 0
+    check_edge_features(config, edge_dim, str(pset.path))
     walks = config.model.model in WALK_MODELS
     return _check_rows(config, pset, split_given, featureless_types=walks)
 

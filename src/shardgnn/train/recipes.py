@@ -29,6 +29,7 @@ from typing import Any
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import DatasetTraits, dataset_traits
 from shardgnn.nn.config import (
+    EDGE_FEATURE_MODELS,
     GRAPH_MODELS,
     SNAPSHOT_MODELS,
     TEMPORAL_MODELS,
@@ -182,7 +183,7 @@ class Recipe:
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
-        "node", "homogeneous", "node", ("minibatch",), HOMOGENEOUS_MODELS,
+        "node", "homogeneous", "node", ("minibatch",), (*HOMOGENEOUS_MODELS, *EDGE_FEATURE_MODELS),
         "shardgnn.train.single:LocalSteps", "shardgnn.train.dist_node:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
         reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | PRECISION | GPU,

@@ -12,6 +12,7 @@ import torch
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import fingerprint
+from shardgnn.nn.config import EDGE_FEATURE_MODELS
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.targets import NodeTarget
 from shardgnn.sampling.neighbor import SamplerConfig
@@ -20,6 +21,21 @@ from shardgnn.store.config import EmbeddingConfig
 from shardgnn.store.embedding import EmbeddingTable, check_table_fits
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import OptimConfig, TrainConfig
+
+
+def reads_edge_features(config: TrainConfig) -> bool:
+    """Whether ``config``'s model reads edge features (the loaders then fetch them)."""
+    return config.model.model in EDGE_FEATURE_MODELS
+
+
+def check_edge_features(config: TrainConfig, edge_dim: int, source: str) -> None:
+    """Refuse a model that reads edge features on a graph (``source``, in words) without them."""
+    if reads_edge_features(config) and not edge_dim:
+        raise ConfigError(
+            f"--model {config.model.model} reads edge features, and {source} has none; use a "
+            "graph with edge features (synthetic:edge_features=16, a PyG graph with edge_attr) "
+            "or another model"
+        )
 
 
 def resolve_device(name: str) -> torch.device:

@@ -40,12 +40,14 @@ from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import evaluate_batches, node_objective, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
+    check_edge_features,
     dataset_record,
     eval_sampler_config,
     full_features,
     full_input,
     label_results,
     make_embedding_table,
+    reads_edge_features,
     resolve_device,
     step_rows,
 )
@@ -96,6 +98,13 @@ def gpu_sampling(config: TrainConfig, device: torch.device) -> bool:
                 "are gathered on the CPU; use --sampler-device cpu (or auto)"
             )
         return False
+    if reads_edge_features(config):
+        if config.gpu.sampler_device == "gpu":
+            raise ConfigError(
+                f"--sampler-device gpu: the GPU pipeline gathers node rows only, and --model "
+                f"{config.model.model} reads edge features; use --sampler-device cpu (or auto)"
+            )
+        return False
     return config.gpu.sampler_device != "cpu"
 
 
@@ -120,7 +129,8 @@ class LocalSteps(Steps):
         self.details: dict[str, dict] = {}
         self.embedding = make_embedding_table(config, g.num_nodes)
         in_dim = g.num_features + config.embedding.dim
-        self.model: GNN = build_model(config.model, in_dim, self.target.out_dim)
+        check_edge_features(config, g.edge_dim, f"dataset {g.name!r}")
+        self.model: GNN = build_model(config.model, in_dim, self.target.out_dim, g.edge_dim)
         if self.embedding is not None:
             # The rows (buffers) become part of the model's state: checkpoints and the best
             # epoch's weights carry them; their sparse optimiser, not Adam, updates them.
@@ -169,6 +179,8 @@ class LocalSteps(Steps):
                 else NeighborSampler(g.indptr, g.indices, config.sampler)
             )
             eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
+        # the edge features by edge id (an edge's position in the CSR: what blocks name)
+        edge_rows = LocalFeatureStore(g.edge_attr) if reads_edge_features(config) else None
         self.train_loader = MiniBatchLoader(
             g.train_idx,
             sampler,
@@ -178,6 +190,7 @@ class LocalSteps(Steps):
             shuffle=True,
             seed=config.seed,
             timer=self.timer,
+            edge_rows=edge_rows,
         )
         self.train_stream = self.train_loader
         if self.device.type == "cuda" and self.pipeline is None:
@@ -202,6 +215,7 @@ class LocalSteps(Steps):
                 shuffle=False,
                 seed=config.seed + 1,
                 timer=StageTimer(),
+                edge_rows=edge_rows,
             )
             for split in ("val", "test")
         }

@@ -37,6 +37,7 @@ from shardgnn.train.inference.run import (
     tables_summary,
     write_by_original_id,
 )
+from shardgnn.train.setup import check_edge_features, reads_edge_features
 from shardgnn.train.tables import write_output_tables
 
 
@@ -62,12 +63,13 @@ def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
-def _node_model(config: TrainConfig, shard, weights, checkpoint: Path):
-    """The node classifier and its input rows."""
+def _node_model(config: TrainConfig, shard, weights, checkpoint: Path, edge_dim: int = 0):
+    """The node classifier and its input rows (``edge_dim``: the edge features' width)."""
     weights, rows = _split_rows(weights)
     num_features = 0 if shard.x is None else shard.x.shape[1]
     target = target_of_labels(shard.label_kind, shard.y, shard.num_classes)
-    model = build_model(config.model, num_features + config.embedding.dim, target.out_dim)
+    in_dim = num_features + config.embedding.dim
+    model = build_model(config.model, in_dim, target.out_dim, edge_dim)
     outputs = (
         f"{shard.num_classes} classes"
         if target.label_kind == "class"
@@ -107,17 +109,20 @@ USER_MODEL_BATCH = 1024
 
 
 def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Tensor, batch: int):
-    """How a user model (``--model module:Class``, a forward over one graph per layer) infers:
+    """How a user model (``--model module:Class``, a forward over one graph per layer) or one
+    that reads edge features (their rows fetched with the blocks) infers:
     ``run_model(module) -> [own rows, out]``, this rank's nodes in batches, each on its
     full-neighbourhood blocks (the owners serve every neighbour) with their input rows fetched
     from their owners (``x``: this rank's rows): what training evaluates such a model on with
     full fanouts, so the outputs are those of the whole graph. Collective: every rank runs the
     same number of batches."""
+    from shardgnn.loader.pipeline import edge_ids
     from shardgnn.nn.message_graph import MessageGraph
     from shardgnn.sampling.config import SamplerConfig
     from shardgnn.sampling.dist_neighbor import DistNeighborSampler
     from shardgnn.store.dist_feature import DistFeatureStore
     from shardgnn.store.dist_graph import DistGraphStore
+    from shardgnn.store.feature import LocalFeatureStore
 
     config = run.config
     graph = DistGraphStore.open(run.partitions, ctx.rank, ctx.world_size, comm, verify=False)
@@ -125,6 +130,10 @@ def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Ten
         graph, SamplerConfig(fanouts=(-1,) * config.model.num_layers), comm, "sample"
     )
     rows = DistFeatureStore(x, graph.book, ctx.rank, comm, "fetch")
+    edges = None
+    if reads_edge_features(config):  # the blocks' edge rows, from their owners (a collective)
+        local = LocalFeatureStore(graph.part.edge_attr)
+        edges = DistFeatureStore(local, graph.edge_book, ctx.rank, comm, "fetch")
     start, end = graph.book.part_range(ctx.rank)
     sizes = [int(np.diff(graph.book.part_range(p))[0]) for p in range(ctx.world_size)]
     count = max(-(-n // batch) for n in sizes)  # known to every rank: no collective
@@ -137,7 +146,14 @@ def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Ten
             seeds = torch.arange(start + i * batch, min(end, start + (i + 1) * batch))
             sample = sampler.sample(seeds, 0)  # full neighbourhoods: the seed draws nothing
             x_SF = rows.gather(sample.input_nodes).to(ctx.device)
-            graphs = [MessageGraph.from_block(b, ctx.device) for b in sample.blocks]
+            edge_rows = [None] * len(sample.blocks)
+            if edges is not None:
+                sizes = [block.num_edges for block in sample.blocks]
+                edge_rows = torch.split(edges.gather(edge_ids(sample)), sizes)
+            graphs = [
+                MessageGraph.from_block(b, ctx.device, None, r)
+                for b, r in zip(sample.blocks, edge_rows)
+            ]
             if seeds.numel():
                 outs.append(module(graphs, x_SF).float())
         return torch.cat(outs) if outs else torch.zeros(0, 0)
@@ -168,10 +184,16 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         mapped_features=run.feature_storage == "disk",
     )
     target = None if link else target_of_labels(shard.label_kind, shard.y, shard.num_classes)
-    model, x = (_link_model if link else _node_model)(config, shard, weights, checkpoint)
+    if link:
+        model, x = _link_model(config, shard, weights, checkpoint)
+    else:
+        edge_attr = pset.load_part(ctx.rank, verify=False).edge_attr
+        edge_dim = 0 if edge_attr is None else int(edge_attr.shape[1])
+        check_edge_features(config, edge_dim, str(partitions))
+        model, x = _node_model(config, shard, weights, checkpoint, edge_dim)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
-    if is_user_model(config.model.model):
+    if is_user_model(config.model.model) or reads_edge_features(config):
         # a model of the user's own is a whole forward, not layers: full-neighbourhood blocks
         run_model = _blockwise(ctx, run, comm, x, min(chunk_rows, USER_MODEL_BATCH))
         if link:

@@ -52,7 +52,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
-from shardgnn.nn.config import TYPED_MODELS, WALK_MODELS, is_user_model
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, TYPED_MODELS, WALK_MODELS, is_user_model
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -110,10 +110,11 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
             f"{'an untyped' if relational else 'a typed'} graph; infer on the partition it was "
             "trained on"
         )
-    runs = (*LAYERWISE_MODELS, *TYPED_MODELS, *WALK_MODELS)
+    # edge-feature models infer block-wise, their blocks' edge rows fetched with them
+    runs = (*LAYERWISE_MODELS, *TYPED_MODELS, *WALK_MODELS, *EDGE_FEATURE_MODELS)
     if config.model.model not in runs and not is_user_model(config.model.model):
         raise ConfigError(
-            f"layer-wise inference runs {', '.join(runs)} models and models of your own; "
+            f"inference runs {', '.join(runs)} models and models of your own; "
             f"{checkpoint} holds {config.model.model}"
         )
     if config.feature_norm == "standard":
