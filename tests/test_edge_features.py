@@ -25,6 +25,8 @@ from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.train.config import OptimConfig, TrainConfig
 from shardgnn.train.single import run_training
 
+from conftest import assert_same_weights, final_weights
+
 EDGED = "synthetic:nodes=6000,degree=12,edge_features=8,train=0.3"
 
 
@@ -183,3 +185,52 @@ def test_edge_rows_on_workers_train_as_one_process_and_infer(tmp_path):
     )
     summary = json.loads((out / "inference.json").read_text())
     assert summary["accuracy"]["test"] == pytest.approx(r_two["test_acc"], abs=1e-6)
+
+
+def test_gine_resumes_bit_exact(tmp_path):
+    from shardgnn.train.config import CheckpointConfig
+
+    def config(directory, epochs, resume=False):
+        return _config(
+            "gine", epochs=epochs, dataset="synthetic:nodes=1500,degree=8,edge_features=4",
+            checkpoint=CheckpointConfig(dir=str(directory), every=1, resume=resume),
+        )  # fmt: skip
+
+    run_training(config(tmp_path / "straight", 3))
+    run_training(config(tmp_path / "cut", 2))
+    run_training(config(tmp_path / "cut", 3, resume=True))
+    assert_same_weights(final_weights(tmp_path / "straight"), final_weights(tmp_path / "cut"))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_low_bit_edge_rows_through_a_cache_resume_bit_exact_on_workers(tmp_path, capfd):
+    """8-bit edge and node rows through LRU caches (each hit serves the rounding of the fetch
+    that admitted it, so checkpoints carry both caches): a run cut after epoch 2 and resumed
+    ends with the uninterrupted run's weights; the epoch line reports the edge cache."""
+    from shardgnn.cli import main
+
+    spec = "synthetic:nodes=1500,degree=8,edge_features=4"
+    parts = str(tmp_path / "p")
+    assert main(["partition", spec, "--parts", "2", "--out", parts]) == 0
+    argv = ["train", spec, "--model", "gine", "--hidden", "16", "--fanouts", "5,5", "--workers"]
+    argv += ["2", "--partitions", parts, "--host-sharing", "off", "--fetch-bits", "8"]
+    argv += ["--cache-policy", "lru", "--cache-size", "30%", "--batch-size", "64"]
+    straight, cut = str(tmp_path / "straight"), str(tmp_path / "cut")
+    assert main([*argv, "--epochs", "3", "--checkpoint-dir", straight]) == 0
+    assert "edge cache hit" in capfd.readouterr().out
+    assert main([*argv, "--epochs", "2", "--checkpoint-dir", cut, "--quiet"]) == 0
+    assert main([*argv, "--epochs", "3", "--checkpoint-dir", cut, "--resume", "--quiet"]) == 0
+    assert_same_weights(final_weights(straight), final_weights(cut))
+
+
+def test_export_of_an_edge_feature_model_is_refused_in_one_line(tmp_path, capsys):
+    from shardgnn.cli import main
+    from shardgnn.train.config import CheckpointConfig
+
+    ck = tmp_path / "ck"
+    spec = "synthetic:nodes=800,degree=6,edge_features=4"
+    run_training(_config("gine", epochs=1, dataset=spec, checkpoint=CheckpointConfig(dir=str(ck))))
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "m.onnx")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reads edge features" in err[0] and "shardgnn infer" in err[0]

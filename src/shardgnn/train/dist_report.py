@@ -29,7 +29,8 @@ def _mean_of(history: list[EpochRecord], key: str) -> float | None:
 
 class SampledReport:
     """The reports of :class:`~shardgnn.train.dist_sampled.DistSampledSteps` (a base of it): they
-    read the stores it opens (``fetch_store``, ``cache``, ``embedding``, ``history``,
+    read the stores it opens (``fetch_store``, ``cache``, ``edge_store``, ``edge_cache``,
+    ``embedding``, ``history``,
     ``feedback``) and reduce over ranks with its ``sum``."""
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
@@ -110,6 +111,19 @@ class SampledReport:
                 missed_mb=missed / 1e6,
                 remote_feature_mb=remote / 1e6,
             )
+        if self.edge_store is not None:
+            if self.edge_cache is not None:
+                requested, missed = self.edge_cache.reset_counters()
+            else:
+                requested = missed = self.edge_store.slow_rows
+            self.edge_store.slow_rows = 0
+            row_bytes = self.edge_store.row_bytes
+            requested, missed = self.sum([requested * row_bytes, missed * row_bytes])
+            metrics.update(
+                edge_hit_rate=(requested - missed) / requested if requested else None,
+                edge_requested_mb=requested / 1e6,
+                edge_missed_mb=missed / 1e6,
+            )
         row_cache = None if self.embedding is None else self.embedding.cache
         if row_cache is not None:
             requested, missed = row_cache.reset_counters()
@@ -176,6 +190,21 @@ class SampledReport:
             # The look-ahead's memory: rows staged for one window (summed over workers).
             "max_staged_mb": staged * row_bytes / 1e6,
             "rows": self._row_cache_summary(measured),
+            "edges": self._edge_cache_summary(measured),
+        }
+
+    def _edge_cache_summary(self, measured: list[EpochRecord]) -> dict[str, Any] | None:
+        """The edge rows' cache (a model that reads edge features, ``--cache-policy``)."""
+        if self.edge_cache is None:
+            return None
+        epochs = [r.cache for r in measured if r.cache and "edge_requested_mb" in r.cache]
+        requested = sum(e["edge_requested_mb"] for e in epochs)
+        missed = sum(e["edge_missed_mb"] for e in epochs)
+        return {
+            "capacity_rows": self.edge_cache.capacity,
+            "capacity_mb": self.edge_cache.capacity * self.edge_store.row_bytes / 1e6,
+            "hit_rate": (requested - missed) / requested if requested else None,
+            "requested_mb_per_epoch": requested / len(epochs) if epochs else None,
         }
 
     def _row_cache_summary(self, measured: list[EpochRecord]) -> dict[str, Any] | None:

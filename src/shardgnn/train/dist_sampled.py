@@ -64,6 +64,11 @@ class SampledInputs(DistSteps):
     or mapped), same-host peers' rows, learnable rows, the low-bit codec and the caches of
     ``--cache-policy``."""
 
+    edge_store: DistFeatureStore | None = None
+    """the edge rows a model reads (:meth:`_open_edge_rows`), else None"""
+    edge_cache: CachedFeatureStore | None = None
+    """the cache in front of ``edge_store`` (``--cache-policy``), else None"""
+
     def _open_inputs(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool) -> None:
         """Open this rank's part and its input stores: ``fetch_store`` (training features, None
         without features), ``eval_features``, ``embedding`` and ``eval_rows`` (learnable rows)."""
@@ -145,8 +150,7 @@ class SampledInputs(DistSteps):
         part's in-edges are in its part file), fetched like node rows: the same low-bit codec
         (and with ``--error-feedback`` residuals of their own), same-host peers read directly;
         ``eval_edges`` for evaluation. Both None otherwise."""
-        self.edge_store: DistFeatureStore | None = None
-        self.eval_edges: DistFeatureStore | None = None
+        self.edge_store = self.eval_edges = None
         if not reads_edge_features(config):
             return
         part = self.graph.part
@@ -180,7 +184,7 @@ class SampledInputs(DistSteps):
         seeds, on its own random stream so epoch 0 is not replayed, and its own stage)."""
         config, book = self.config, self.graph.book
         self.cache: CachedFeatureStore | None = None
-        self.edge_cache: CachedFeatureStore | None = None
+        self.edge_cache = None
         self.cache_setup_s = 0.0
         if not config.cache.enabled:
             return
@@ -328,19 +332,22 @@ class DistSampledSteps(SampledReport, SampledInputs):
         the bound old, so what it holds shapes the run and a checkpoint carries it."""
         return None if self.embedding is None else self.embedding.cache
 
-    @property
-    def _rounded_cache(self) -> CachedFeatureStore | None:
-        """The feature cache when it holds low-bit rounded rows (``--fetch-bits`` < 32): a hit
-        serves the rounding of the fetch that admitted the row, so what it holds shapes the run.
-        Not a look-ahead (belady) cache, whose window may be in flight at a checkpoint."""
-        cache = self.cache
+    def _rounded(self, cache: CachedFeatureStore | None) -> CachedFeatureStore | None:
+        """``cache`` (of feature or edge rows) when it holds low-bit rounded rows
+        (``--fetch-bits`` < 32): a hit serves the rounding of the fetch that admitted the row,
+        so what it holds shapes the run. Not a look-ahead (belady) cache, whose window may be in
+        flight at a checkpoint."""
         if cache is None or self.config.fetch_bits == 32 or cache.policy.lookahead:
             return None
         return cache
 
     def _caches(self) -> dict[str, CachedFeatureStore]:
         """The caches a checkpoint carries, by state prefix (the others only save fetches)."""
-        named = {"row_cache.": self._row_cache, "feature_cache.": self._rounded_cache}
+        named = {
+            "row_cache.": self._row_cache,
+            "feature_cache.": self._rounded(self.cache),
+            "edge_cache.": self._rounded(self.edge_cache),
+        }
         return {prefix: cache for prefix, cache in named.items() if cache is not None}
 
     def _own_orig_ids(self) -> torch.Tensor:

@@ -161,6 +161,17 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
             ("look-ahead s / epoch", cache["lookahead_s_per_epoch"]),
             ("look-ahead staging MB (max, all workers)", cache["max_staged_mb"]),
         ]
+    edge_cache = cache.get("edges")
+    if edge_cache:
+        rows += [
+            (
+                "edge cache",
+                f"{edge_cache['capacity_rows']:,} edge rows = {edge_cache['capacity_mb']:.1f} MB "
+                "per worker",
+            ),
+            ("edge cache hit rate (epochs >= 2)", _rate(edge_cache["hit_rate"])),
+            ("edge rows requested MB / epoch", edge_cache["requested_mb_per_epoch"]),
+        ]
     row_cache = cache.get("rows")
     if row_cache:
         rows += [
@@ -287,6 +298,8 @@ def epoch_line(
     )
     if cached and record.cache and record.cache.get("hit_rate") is not None:
         text += f"  cache hit {100 * record.cache['hit_rate']:.1f}%"
+    if cached and record.cache and record.cache.get("edge_hit_rate") is not None:
+        text += f"  edge cache hit {100 * record.cache['edge_hit_rate']:.1f}%"
     if cached and record.cache and record.cache.get("row_hit_rate") is not None:
         text += f"  row cache hit {100 * record.cache['row_hit_rate']:.1f}%"
     history = (record.cache or {}).get("historical")

@@ -38,7 +38,7 @@ from shardgnn.atomic import atomic_path
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.csr import csr_from_edges
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.config import is_user_model
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, is_user_model
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
 from shardgnn.nn.serving import ServingModel
@@ -121,6 +121,11 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
         raise ConfigError(
             f"{checkpoint} holds a model of --task {config.task}; export writes node and link "
             "models of one graph so far (a graph set's runs through `shardgnn infer`)"
+        )
+    if name in EDGE_FEATURE_MODELS:
+        raise ConfigError(
+            f"{checkpoint} holds a {name} model, which reads edge features, and an exported "
+            "model takes node rows and edges only (x, edge_index); use `shardgnn infer`"
         )
     if name not in LAYERWISE_MODELS and not is_user_model(name):
         raise ConfigError(
