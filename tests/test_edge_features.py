@@ -234,3 +234,40 @@ def test_export_of_an_edge_feature_model_is_refused_in_one_line(tmp_path, capsys
     assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "m.onnx")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "reads edge features" in err[0] and "shardgnn infer" in err[0]
+
+
+def test_convert_reads_edge_feature_columns_and_npz_edge_attr(tmp_path, capsys):
+    import pandas as pd
+
+    from shardgnn.cli import main
+
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 40, 300), rng.integers(0, 40, 300)
+    a, b = rng.random(300), rng.random(300)
+    pd.DataFrame({"src": src, "dst": dst, "a": a, "b": b}).to_csv(tmp_path / "e.csv", index=False)
+    argv = ["convert", "--edges", str(tmp_path / "e.csv"), "--edge-feature-cols", "b,a"]
+    assert main([*argv, "--out", str(tmp_path / "g")]) == 0
+    g = load_graph(tmp_path / "g")
+    rows = {(int(s), int(d)): (np.float32(y), np.float32(x)) for s, d, x, y in zip(src, dst, a, b)}
+    got_src, got_dst = g.edge_index()
+    for s, d, row in zip(got_src, got_dst, g.edge_attr):  # duplicates: any of the pair's rows
+        assert rows[(int(s), int(d))] == tuple(row) or any(
+            (int(s), int(d)) == (int(u), int(v)) and tuple(row) == (np.float32(y), np.float32(x))
+            for u, v, x, y in zip(src, dst, a, b)
+        )
+    assert "edge_features" in capsys.readouterr().out
+    assert main([*argv[:-2], "--edge-feature-cols", "zz", "--out", str(tmp_path / "h")]) != 0
+    assert "no column 'zz' (named by --edge-feature-cols)" in capsys.readouterr().err
+    np.savetxt(tmp_path / "plain.txt", np.stack([src, dst], 1), fmt="%d")
+    plain = ["convert", "--edges", str(tmp_path / "plain.txt"), "--edge-feature-cols", "a"]
+    assert main([*plain, "--out", str(tmp_path / "k")]) != 0
+    assert "plain edge list" in capsys.readouterr().err
+    attr = rng.random((300, 3)).astype(np.float32)
+    np.savez(tmp_path / "g.npz", edge_index=np.stack([src, dst]), edge_attr=attr)
+    assert main(["convert", "--npz", str(tmp_path / "g.npz"), "--out", str(tmp_path / "n")]) == 0
+    n = load_graph(tmp_path / "n")
+    order = np.lexsort((np.arange(300), dst))  # the CSR keeps each row's edges in file order
+    np.testing.assert_array_equal(n.edge_attr, attr[order])
+    np.savez(tmp_path / "bad.npz", edge_index=np.stack([src, dst]), edge_attr=attr[:7])
+    assert main(["convert", "--npz", str(tmp_path / "bad.npz"), "--out", str(tmp_path / "b")]) != 0
+    assert "edge_attr has shape [7, 3], not [300, D]" in capsys.readouterr().err

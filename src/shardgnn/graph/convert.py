@@ -10,7 +10,8 @@ Three ways in, all ending in :func:`~shardgnn.graph.io.save_graph`:
 * **Tables** (CSV or Parquet, read with pandas): ``--nodes`` with an id column, optionally a
   label column (any values: sorted distinct values become classes 0..C-1), a split column
   (``train``/``val``/``test``) and feature columns; ``--edges`` with source and destination
-  columns naming node ids (any values), optionally a weight column.
+  columns naming node ids (any values), optionally a weight column and edge feature columns
+  (``--edge-feature-cols``).
 * **Typed tables** (a heterogeneous graph; train it as ``hetero:DIR``): ``--node-tables
   TYPE=FILE,...``, one node table per node type (id column, feature columns: a type without
   numeric columns is featureless and gets learnt rows when trained), and ``--edge-tables
@@ -18,10 +19,12 @@ Three ways in, all ending in :func:`~shardgnn.graph.io.save_graph`:
   ids of its source and destination types. ``--target-type`` names the type whose label and
   split columns are read.
 * **An ``.npz`` archive** (``--npz``): ``edge_index`` ``[2, E]`` (or ``src`` and ``dst``), ``x``,
-  ``y`` (or DGL's names ``feat`` and ``label``), and ``train_idx``/``val_idx``/``test_idx`` or
+  ``y`` (or DGL's names ``feat`` and ``label``), ``edge_attr`` ``[E, D]`` (edge features, in
+  edge order), and ``train_idx``/``val_idx``/``test_idx`` or
   ``train_mask``/``val_mask``/``test_mask``.
 
-A PyG ``Data`` converts through the Python API: ``save_graph(Graph.from_pyg(data), "my-graph")``.
+A PyG ``Data`` converts through the Python API: ``save_graph(Graph.from_pyg(data), "my-graph")``
+(its ``edge_attr`` included).
 
 The graph keeps the user's names for what it numbers: a node table's ids (per node type for typed
 tables) and a 1-based edge list's ids as ``node_ids``, a label column's values as
@@ -180,6 +183,12 @@ class ConvertConfig:
     src_col: str = option("src", help="edge table: the source node column")
     dst_col: str = option("dst", help="edge table: the destination node column")
     weight_col: str | None = option(None, help="edge table: an edge weight column")
+    edge_feature_cols: tuple[str, ...] | None = option(
+        None,
+        metavar="COL,...",
+        help="edge table: the edge feature columns (unset: the edges carry no features; "
+        "--model gine reads them)",
+    )
     name: str | None = option(
         None, help="the dataset name recorded in the graph (unset: the output folder's name)"
     )
@@ -278,6 +287,12 @@ def convert(config: ConvertConfig) -> Any:
     elif config.nodes is not None or _is_table(Path(config.edges)):  # type: ignore[arg-type]
         graph = _from_tables(config, name)
     else:
+        if config.edge_feature_cols:
+            raise ConfigError(
+                f"--edge-feature-cols names columns of an edge table, and {config.edges} is a "
+                "plain edge list (no header line); give the edges as a table (a CSV with a "
+                "header: src,dst,<feature columns>) or drop --edge-feature-cols"
+            )
         graph = _from_edge_list(config, name)
     if config.symmetric:
         graph = graph.symmetrize()
@@ -707,10 +722,11 @@ def _feature_columns(table: Any, used: set, path: Path, typed: bool = False) -> 
     return columns
 
 
-def _features(table: Any, columns: list, path: Path) -> np.ndarray:
-    """The float32 feature matrix of ``columns`` (each must exist and hold numbers)."""
+def _features(table: Any, columns: list, path: Path, flag: str = "--feature-cols") -> np.ndarray:
+    """The float32 feature matrix of ``columns`` (each must exist and hold numbers; ``flag``:
+    the option that named them)."""
     for column in columns:
-        _column(table, column, path, "--feature-cols")
+        _column(table, column, path, flag)
     return np.ascontiguousarray(
         np.stack(
             [
@@ -719,7 +735,7 @@ def _features(table: Any, columns: list, path: Path) -> np.ndarray:
                     column,
                     path,
                     "feature",
-                    "fix or empty that cell, or leave the column out of --feature-cols",
+                    f"fix or empty that cell, or leave the column out of {flag}",
                 )
                 for column in columns
             ],
@@ -743,6 +759,11 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
             "weight",
             "fix that cell, or leave --weight-col unset",
         ).astype(np.float32)
+    edge_attr = None
+    if config.edge_feature_cols:
+        edge_attr = _features(
+            edges, list(config.edge_feature_cols), edges_path, "--edge-feature-cols"
+        )
     if config.nodes is None:
         # No node table: ids are integers, numbered from --base.
         ids = np.stack([src, dst], axis=1)
@@ -773,6 +794,7 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
             ids[:, 1] - offset,
             config.num_nodes,
             edge_weight=weight,
+            edge_attr=edge_attr,
             name=name,
         )
         return dataclasses.replace(graph, node_ids=_numbered_ids(graph.num_nodes, offset))
@@ -800,7 +822,9 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
     )
     if columns:
         fields["x"] = _features(nodes, columns, nodes_path)
-    return Graph.from_edge_index(src_i, dst_i, num_nodes, edge_weight=weight, name=name, **fields)
+    return Graph.from_edge_index(
+        src_i, dst_i, num_nodes, edge_weight=weight, edge_attr=edge_attr, name=name, **fields
+    )
 
 
 def _node_index(table: Any, id_col: str, path: Path) -> dict[Any, int]:
@@ -1021,9 +1045,11 @@ def _from_npz(path: Path, name: str, label_kind: str = "class") -> Graph:
     # DGL's node-data names (feat, label) are accepted too: the peer benchmarks' graph files
     # (benchmarks/peers/gen_graph.py) use them.
     x, y = (_one_of(arrays, names, path) for names in (("x", "feat"), ("y", "label")))
-    num_nodes = max(
-        int(max(src.max(initial=-1), dst.max(initial=-1))) + 1,
-        *(a.shape[0] for a in (x, y) if a is not None),
+    num_nodes = max(  # a list: an archive of edges alone has one candidate
+        [
+            int(max(src.max(initial=-1), dst.max(initial=-1))) + 1,
+            *(a.shape[0] for a in (x, y) if a is not None),
+        ]
     )
     fields: dict[str, Any] = {"name": name}
     if x is not None:
@@ -1039,8 +1065,14 @@ def _from_npz(path: Path, name: str, label_kind: str = "class") -> Graph:
             fields[f"{split}_idx"] = np.flatnonzero(arrays[f"{split}_mask"].astype(bool)).astype(
                 np.int64
             )
-    weight = arrays.get("edge_weight")
-    return Graph.from_edge_index(src, dst, num_nodes, edge_weight=weight, **fields)
+    weight, attr = arrays.get("edge_weight"), arrays.get("edge_attr")
+    if attr is not None and (attr.ndim not in (1, 2) or attr.shape[0] != src.shape[0]):
+        raise DatasetError(
+            f"edge_attr has shape {list(attr.shape)}, not [{src.shape[0]}, D] (one row per edge)",
+            path,
+            "store one feature row per edge, in the order of the edges",
+        )
+    return Graph.from_edge_index(src, dst, num_nodes, edge_weight=weight, edge_attr=attr, **fields)
 
 
 def _one_of(arrays: dict[str, np.ndarray], names: tuple[str, ...], path: Path):

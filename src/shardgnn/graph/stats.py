@@ -39,6 +39,7 @@ def graph_info(graph: Graph) -> dict[str, Any]:
         "in_degree": degree_summary(graph.in_degree()),
         "out_degree": degree_summary(graph.out_degree()),
         "num_features": graph.num_features,
+        **({"edge_features": graph.edge_dim} if graph.edge_dim else {}),
         "num_classes": graph.num_classes,
         "label_kind": graph.label_kind,
         **(
