@@ -98,10 +98,14 @@ def _pyg_twin(ours, pyg):
             theirs.eps.copy_(ours.eps)
         return theirs
     heads, out_dim = ours.heads, ours.out_dim
+    edge_dim = None if ours.lin_edge is None else ours.lin_edge.in_features
     theirs = pyg.GATv2Conv(
-        ours.lin_src.in_features, out_dim, heads=heads, concat=ours.concat, share_weights=False
-    )
+        ours.lin_src.in_features, out_dim, heads=heads, concat=ours.concat, share_weights=False,
+        edge_dim=edge_dim,
+    )  # fmt: skip
     with torch.no_grad():
+        if edge_dim is not None:
+            theirs.lin_edge.weight.copy_(ours.lin_edge.weight)
         theirs.lin_l.weight.copy_(ours.lin_src.weight)
         theirs.lin_l.bias.copy_(ours.lin_src.bias)
         theirs.lin_r.weight.copy_(ours.lin_dst.weight)
@@ -111,11 +115,12 @@ def _pyg_twin(ours, pyg):
     return theirs
 
 
-@pytest.mark.parametrize("layer", ["gin", "gatv2", "gatv2-mean"])
+@pytest.mark.parametrize("layer", ["gin", "gatv2", "gatv2-mean", "gatv2-edges"])
 @pytest.mark.parametrize("where", ["block", "full"])
 def test_new_layers_equal_pygs_forward_and_backward(small_graph, layer, where):
-    """GIN and GATv2 equal PyG's GINConv and GATv2Conv with the same weights, on a sampled block
-    (bipartite: PyG gets ``(x_src, x_dst)``) and on the whole graph, outputs and every gradient."""
+    """GIN and GATv2 (also with edge features) equal PyG's GINConv and GATv2Conv with the same
+    weights, on a sampled block (bipartite: PyG gets ``(x_src, x_dst)``) and on the whole graph,
+    outputs and every gradient."""
     pyg = pytest.importorskip("torch_geometric.nn")
     torch.manual_seed(0)
     F_in = small_graph.num_features
@@ -124,30 +129,36 @@ def test_new_layers_equal_pygs_forward_and_backward(small_graph, layer, where):
         with torch.no_grad():
             ours.eps.fill_(0.3)
     else:
-        ours = GATv2Conv(F_in, 5, heads=3, concat=layer == "gatv2")
+        edge_dim = 3 if layer == "gatv2-edges" else None
+        ours = GATv2Conv(F_in, 5, heads=3, concat=layer != "gatv2-mean", edge_dim=edge_dim)
         with torch.no_grad():
             ours.bias.normal_()
             ours.lin_src.bias.normal_()
             ours.lin_dst.bias.normal_()
     theirs = _pyg_twin(ours, pyg)
     x_all = torch.from_numpy(small_graph.x)
+    edge_rows = torch.randn(small_graph.num_edges, 3, generator=torch.Generator().manual_seed(2))
     if where == "block":
         sampler = NeighborSampler(
             small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4,))
         )
         block = sampler.sample(torch.arange(0, 200, 2), seed=1).blocks[0]
-        graph = MessageGraph.from_block(block)
+        graph = MessageGraph.from_block(block, edge_attr_ED=edge_rows[block.edge_ids_E])
         x = x_all[block.src_nodes_S].clone().requires_grad_(True)
         x_pyg = x.detach().clone().requires_grad_(True)
         # GATv2Conv takes no size: its self-loops and softmax need the dst count from x_dst
         pair, size = (x_pyg, x_pyg[: graph.num_dst]), (graph.num_src, graph.num_dst)
         kwargs = {"size": size} if layer == "gin" else {}
+        if layer == "gatv2-edges":
+            kwargs["edge_attr"] = graph.edge_attr_ED
         theirs_out = theirs(pair, graph.edge_index(), **kwargs)
     else:
         graph = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
+        graph.edge_attr_ED = edge_rows
         x = x_all.clone().requires_grad_(True)
         x_pyg = x.detach().clone().requires_grad_(True)
-        theirs_out = theirs(x_pyg, graph.edge_index())
+        kwargs = {"edge_attr": edge_rows} if layer == "gatv2-edges" else {}
+        theirs_out = theirs(x_pyg, graph.edge_index(), **kwargs)
     ours_out = ours(graph, x)
     torch.testing.assert_close(ours_out, theirs_out, atol=1e-5, rtol=1e-4)
     grad = torch.randn_like(ours_out)
@@ -163,6 +174,8 @@ def test_new_layers_equal_pygs_forward_and_backward(small_graph, layer, where):
             (ours.lin_src.weight, theirs.lin_l.weight), (ours.lin_dst.weight, theirs.lin_r.weight),
             (ours.att, theirs.att), (ours.bias, theirs.bias),
         ]  # fmt: skip
+        if layer == "gatv2-edges":
+            pairs.append((ours.lin_edge.weight, theirs.lin_edge.weight))
         for mine, their in pairs:
             torch.testing.assert_close(mine.grad, theirs_grads[id(their)], atol=1e-5, rtol=1e-4)
     assert all(g is not None for g in ours_grads)

@@ -246,7 +246,12 @@ class GATv2Conv(_Attention):
     """GATv2 (Brody et al., "How attentive are graph attention networks?") with a self-loop per
     dst node: ``alpha_ij = softmax_j a . LeakyReLU(W_dst h_i + W_src h_j)`` (the attention
     vector after the non-linearity: dynamic attention), messages ``W_src h_j``; heads
-    concatenated or averaged. PyG's ``GATv2Conv(share_weights=False)``."""
+    concatenated or averaged. PyG's ``GATv2Conv(share_weights=False)``.
+
+    With ``edge_dim``, edge features join the score: ``a . LeakyReLU(W_dst h_i + W_src h_j +
+    W_e e_ji)`` (``W_e`` without bias), each self-loop's features the mean of its node's other
+    in-edges' (PyG's ``edge_dim=..., fill_value="mean"``); the graph's ``edge_attr_ED`` holds
+    them."""
 
     def __init__(
         self,
@@ -257,14 +262,18 @@ class GATv2Conv(_Attention):
         negative_slope: float = 0.2,
         attn_dropout: float = 0.0,
         bias: bool = True,
+        edge_dim: int | None = None,
     ):
         super().__init__(out_dim, heads, concat, negative_slope, attn_dropout)
         self.lin_src = nn.Linear(in_dim, heads * out_dim)
         self.lin_dst = nn.Linear(in_dim, heads * out_dim)
         self.att = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.lin_edge = None if edge_dim is None else nn.Linear(edge_dim, heads * out_dim, False)
         self._output_bias(bias)
         for weight in (self.lin_src.weight, self.lin_dst.weight, self.att):
             nn.init.xavier_uniform_(weight)
+        if self.lin_edge is not None:
+            nn.init.xavier_uniform_(self.lin_edge.weight)
         nn.init.zeros_(self.lin_src.bias)
         nn.init.zeros_(self.lin_dst.bias)
 
@@ -283,9 +292,26 @@ class GATv2Conv(_Attention):
         dst_DHC = linear(self.lin_dst, h_dst_DF).view(-1, H, C)
         src_E, dst_E = self._edges_with_self_loops(graph, src_SHC.device)
         value_EHC = src_SHC.index_select(0, src_E)
-        pair_EHC = F.leaky_relu(value_EHC + dst_DHC.index_select(0, dst_E), self.negative_slope)
+        pair_EHC = value_EHC + dst_DHC.index_select(0, dst_E)
+        if self.lin_edge is not None:
+            pair_EHC = pair_EHC + self.lin_edge(self._loop_edge_rows(graph)).view(-1, H, C)
+        pair_EHC = F.leaky_relu(pair_EHC, self.negative_slope)
         logit_EH = (pair_EHC * self.att).sum(-1)
         return self._attend(value_EHC, logit_EH, dst_E, D)
+
+    @staticmethod
+    def _loop_edge_rows(graph: MessageGraph) -> torch.Tensor:
+        """The edge rows in :meth:`_edges_with_self_loops`' order: the graph's rows without its
+        self-loops', then each dst node's loop: the mean of its other in-edges' rows (zeros
+        without any)."""
+        edge_attr_ED = graph.edge_attr_ED
+        assert edge_attr_ED is not None, "GATv2 with edge_dim reads edge features; none given"
+        src_E, dst_E = graph.edge_index()
+        not_loop = src_E != dst_E
+        rows_KD, dst_K = edge_attr_ED[not_loop], dst_E[not_loop]
+        sums_DD = rows_KD.new_zeros(graph.num_dst, rows_KD.shape[1]).index_add(0, dst_K, rows_KD)
+        counts_D = torch.bincount(dst_K, minlength=graph.num_dst).clamp(min=1)
+        return torch.cat([rows_KD, sums_DD / counts_D.unsqueeze(1).to(sums_DD.dtype)])
 
 
 class PyGLayer(nn.Module):

@@ -205,7 +205,7 @@ def build_model(config: ModelConfig, in_dim: int, num_classes: int, edge_dim: in
     ``edge_dim``: the width of the edge features ``gine`` reads (each graph's ``edge_attr_ED``)."""
     assert config.num_layers is not None, "ModelConfig.num_layers is unresolved"
     if is_user_model(config.model):
-        return build_user_model(config.model, config, in_dim, num_classes)  # type: ignore[return-value]
+        return build_user_model(config.model, config, in_dim, num_classes, edge_dim)  # type: ignore[return-value]
     dims = [in_dim] + [config.hidden] * (config.num_layers - 1) + [num_classes]
     layers: list[nn.Module] = []
     if config.model == "sage":

@@ -9,8 +9,11 @@ config)``, ``config`` the run's :class:`~shardgnn.nn.config.ModelConfig` (``hidd
 nodes (node classification: the logits; link prediction: the node embeddings the predictor
 scores). A graph is a sampled block or the whole graph: ``num_src``, ``num_dst`` (the first
 ``num_dst`` source rows are the destination nodes), ``edge_index()`` (``[2, E]`` local
-``(src, dst)``, what PyG layers take with ``size=(num_src, num_dst)``) and
-:func:`shardgnn.nn.message_graph.spmm` for its normalised aggregations.
+``(src, dst)``, what PyG layers take with ``size=(num_src, num_dst)``),
+:func:`shardgnn.nn.message_graph.spmm` for its normalised aggregations and, on a graph with edge
+features (node classification on sampled blocks), ``edge_attr_ED`` (the rows of its edges, in
+``edge_index()`` order; a class whose ``__init__`` takes an ``edge_dim`` keyword is built with
+their width).
 
 Workers import the class again, so a file path must be readable on every machine (the path is
 made absolute when the config is built). Dropout inside the module draws from torch's generator
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -95,15 +99,23 @@ class UserModel(nn.Module):
         return self.module(list(graphs), x_SF)
 
 
-def build_user_model(spec: str, config: Any, in_dim: int, out_dim: int) -> UserModel:
-    """``Class(in_dim, out_dim, config)`` for the class ``spec`` names, behind :class:`UserModel`.
+def build_user_model(
+    spec: str, config: Any, in_dim: int, out_dim: int, edge_dim: int = 0
+) -> UserModel:
+    """``Class(in_dim, out_dim, config)`` for the class ``spec`` names, behind :class:`UserModel`;
+    on a graph with edge features (``edge_dim`` > 0) a class whose ``__init__`` takes an
+    ``edge_dim`` keyword gets their width (every graph it receives holds the rows of its edges,
+    ``edge_attr_ED``).
 
     Raises:
         ConfigError: the class cannot be loaded or built.
     """
     cls = load_user_class(spec)
+    extra = {}
+    if edge_dim and "edge_dim" in inspect.signature(cls.__init__).parameters:
+        extra["edge_dim"] = edge_dim
     try:
-        module = cls(in_dim, out_dim, config)
+        module = cls(in_dim, out_dim, config, **extra)
     except Exception as exc:
         raise ConfigError(
             f"--model {spec}: {cls.__name__}(in_dim, out_dim, config) failed "

@@ -151,11 +151,11 @@ class SampledInputs(DistSteps):
         (and with ``--error-feedback`` residuals of their own), same-host peers read directly;
         ``eval_edges`` for evaluation. Both None otherwise."""
         self.edge_store = self.eval_edges = None
-        if not reads_edge_features(config):
-            return
         part = self.graph.part
         edge_dim = 0 if part.edge_attr is None else int(part.edge_attr.shape[1])
         check_edge_features(config, edge_dim, str(self.pset.path))
+        if not reads_edge_features(config, edge_dim):
+            return
         if config.feature_storage == "disk":
             local = LocalFeatureStore(part.edge_attr)  # a memory map, read on demand
         else:

@@ -12,7 +12,7 @@ import torch
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import fingerprint
-from shardgnn.nn.config import EDGE_FEATURE_MODELS
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, is_user_model
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.targets import NodeTarget
 from shardgnn.sampling.neighbor import SamplerConfig
@@ -23,14 +23,19 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import OptimConfig, TrainConfig
 
 
-def reads_edge_features(config: TrainConfig) -> bool:
-    """Whether ``config``'s model reads edge features (the loaders then fetch them)."""
-    return config.model.model in EDGE_FEATURE_MODELS
+def reads_edge_features(config: TrainConfig, edge_dim: int) -> bool:
+    """Whether the loaders fetch edge rows for ``config``'s model on a graph whose edges carry
+    ``edge_dim`` features: always for a model that needs them (gine: refused without them by
+    :func:`check_edge_features`), and for a model of the user's own when there are any (each
+    graph it receives then holds them, ``edge_attr_ED``)."""
+    model = config.model.model
+    return model in EDGE_FEATURE_MODELS or (edge_dim > 0 and is_user_model(model))
 
 
 def check_edge_features(config: TrainConfig, edge_dim: int, source: str) -> None:
-    """Refuse a model that reads edge features on a graph (``source``, in words) without them."""
-    if reads_edge_features(config) and not edge_dim:
+    """Refuse a model that needs edge features on a graph (``source``, in words) without
+    them."""
+    if config.model.model in EDGE_FEATURE_MODELS and not edge_dim:
         raise ConfigError(
             f"--model {config.model.model} reads edge features, and {source} has none; use a "
             "graph with edge features (synthetic:edge_features=16, a PyG graph with edge_attr) "

@@ -79,9 +79,10 @@ def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
         )
 
 
-def gpu_sampling(config: TrainConfig, device: torch.device) -> bool:
+def gpu_sampling(config: TrainConfig, device: torch.device, edge_dim: int = 0) -> bool:
     """Whether mini-batches are sampled and gathered on the GPU (``--sampler-device``); the GPU
-    pipeline's settings given without a GPU to apply to are refused."""
+    pipeline's settings given without a GPU to apply to are refused (``edge_dim``: the width of
+    the graph's edge features, which that pipeline does not gather)."""
     given = changed_settings(config.gpu)
     if device.type != "cuda":
         if given:
@@ -98,7 +99,7 @@ def gpu_sampling(config: TrainConfig, device: torch.device) -> bool:
                 "are gathered on the CPU; use --sampler-device cpu (or auto)"
             )
         return False
-    if reads_edge_features(config):
+    if reads_edge_features(config, edge_dim):
         if config.gpu.sampler_device == "gpu":
             raise ConfigError(
                 f"--sampler-device gpu: the GPU pipeline gathers node rows only, and --model "
@@ -130,7 +131,9 @@ class LocalSteps(Steps):
         self.embedding = make_embedding_table(config, g.num_nodes)
         in_dim = g.num_features + config.embedding.dim
         check_edge_features(config, g.edge_dim, f"dataset {g.name!r}")
-        self.model: GNN = build_model(config.model, in_dim, self.target.out_dim, g.edge_dim)
+        # edge rows travel with sampled blocks only (full-graph mode has none)
+        edge_dim = g.edge_dim if config.mode == "minibatch" else 0
+        self.model: GNN = build_model(config.model, in_dim, self.target.out_dim, edge_dim)
         if self.embedding is not None:
             # The rows (buffers) become part of the model's state: checkpoints and the best
             # epoch's weights carry them; their sparse optimiser, not Adam, updates them.
@@ -151,7 +154,7 @@ class LocalSteps(Steps):
         batch_size = config.node_batch_size(len(g.train_idx))
         # On a GPU: sampled and gathered there (device_pipeline), or made on the CPU and staged.
         self.pipeline = None
-        if gpu_sampling(config, self.device):
+        if gpu_sampling(config, self.device, g.edge_dim):
             self.pipeline = device_pipeline(
                 g.indptr,
                 g.indices,
@@ -180,7 +183,9 @@ class LocalSteps(Steps):
             )
             eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
         # the edge features by edge id (an edge's position in the CSR: what blocks name)
-        edge_rows = LocalFeatureStore(g.edge_attr) if reads_edge_features(config) else None
+        edge_rows = (
+            LocalFeatureStore(g.edge_attr) if reads_edge_features(config, g.edge_dim) else None
+        )
         self.train_loader = MiniBatchLoader(
             g.train_idx,
             sampler,

@@ -22,7 +22,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference
 from shardgnn.fullgraph.shard import Grid, load_shard
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.config import WALK_MODELS, is_user_model
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, WALK_MODELS, is_user_model
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, NodeTarget, target_of_labels
 from shardgnn.train.config import TrainConfig
@@ -131,8 +131,11 @@ def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Ten
     )
     rows = DistFeatureStore(x, graph.book, ctx.rank, comm, "fetch")
     edges = None
-    if reads_edge_features(config):  # the blocks' edge rows, from their owners (a collective)
-        local = LocalFeatureStore(graph.part.edge_attr)
+    edge_attr = graph.part.edge_attr
+    edge_dim = 0 if edge_attr is None or config.mode != "minibatch" else edge_attr.shape[1]
+    if reads_edge_features(config, int(edge_dim)):
+        # the blocks' edge rows, from their owners (a collective)
+        local = LocalFeatureStore(edge_attr)
         edges = DistFeatureStore(local, graph.edge_book, ctx.rank, comm, "fetch")
     start, end = graph.book.part_range(ctx.rank)
     sizes = [int(np.diff(graph.book.part_range(p))[0]) for p in range(ctx.world_size)]
@@ -188,12 +191,13 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         model, x = _link_model(config, shard, weights, checkpoint)
     else:
         edge_attr = pset.load_part(ctx.rank, verify=False).edge_attr
-        edge_dim = 0 if edge_attr is None else int(edge_attr.shape[1])
+        # what training read: edge rows travel with sampled blocks only
+        edge_dim = 0 if edge_attr is None or config.mode != "minibatch" else int(edge_attr.shape[1])
         check_edge_features(config, edge_dim, str(partitions))
         model, x = _node_model(config, shard, weights, checkpoint, edge_dim)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
-    if is_user_model(config.model.model) or reads_edge_features(config):
+    if is_user_model(config.model.model) or config.model.model in EDGE_FEATURE_MODELS:
         # a model of the user's own is a whole forward, not layers: full-neighbourhood blocks
         run_model = _blockwise(ctx, run, comm, x, min(chunk_rows, USER_MODEL_BATCH))
         if link:
