@@ -292,29 +292,34 @@ def test_device_pipeline_batches_equal_the_cpu_pipeline(small_graph, policy):
     g = small_graph
     x = np.random.default_rng(3).standard_normal((g.num_nodes, 5)).astype(np.float32)
     y = torch.from_numpy(np.asarray(g.y, dtype=np.int64))
+    edge_attr = np.random.default_rng(5).standard_normal((g.num_edges, 3)).astype(np.float32)
     config = SamplerConfig(fanouts=(4, 3))
     parts = device_pipeline(
         g.indptr, g.indices, x, y, g.train_idx,
         device=CPU, config=DeviceConfig(feature_memory="30%", hot_policy=policy),
         sampler_config=config, eval_sampler_config=config, batch_size=16, seed=4,
+        edge_attr=edge_attr,
     )  # fmt: skip
     assert parts.features.resident_rows == round(0.3 * g.num_nodes)
 
-    def loader(sampler, features, labels):
+    def loader(sampler, features, labels, edges):
         return MiniBatchLoader(
-            g.train_idx, sampler, features, labels, batch_size=16, shuffle=True, seed=4
-        )
+            g.train_idx, sampler, features, labels, batch_size=16, shuffle=True, seed=4,
+            edge_rows=edges,
+        )  # fmt: skip
 
-    ours = loader(parts.sampler, parts.features, parts.labels)
+    ours = loader(parts.sampler, parts.features, parts.labels, parts.edges)
     cpu = loader(NeighborSampler(g.indptr, g.indices, config), LocalFeatureStore(x),
-                 LocalFeatureStore(y))  # fmt: skip
+                 LocalFeatureStore(y), LocalFeatureStore(edge_attr))  # fmt: skip
     for epoch in (0, 1):
         ours.set_epoch(epoch)
         cpu.set_epoch(epoch)
         for a, b in zip(ours, cpu, strict=True):
             assert_same_blocks(a.sample, b.sample)
             assert torch.equal(a.x_SF, b.x_SF) and torch.equal(a.y, b.y)
+            assert all(torch.equal(u, v) for u, v in zip(a.edge_attr, b.edge_attr, strict=True))
     assert 0 < parts.features.hit_rate < 1
+    assert parts.stats()["edge_gpu_hit_rate"] == 1.0  # every edge row resident
 
 
 def test_map_batch_reaches_every_tensor(small_graph):
@@ -324,10 +329,11 @@ def test_map_batch_reaches_every_tensor(small_graph):
         LocalFeatureStore(np.ones((small_graph.num_nodes, 2), np.float32)),
         LocalFeatureStore(torch.zeros(small_graph.num_nodes, dtype=torch.int64)),
         batch_size=8, shuffle=False, seed=0,
+        edge_rows=LocalFeatureStore(np.ones((small_graph.num_edges, 2), np.float32)),
     )))  # fmt: skip
     seen = []
     map_batch(batch, lambda t: seen.append(t) or t)
-    assert len(seen) == 3 + 5 * len(batch.sample.blocks)
+    assert len(seen) == 3 + 6 * len(batch.sample.blocks)  # each block's tensors and edge rows
 
 
 def test_device_dropout_mask_has_the_kernels_bits():

@@ -128,7 +128,8 @@ def test_gpu_dropout_mask_equals_cpu():
 
 
 def _train(device: str, **kwargs):
-    config = TrainConfig(dataset="synthetic:nodes=5000", device=device, **kwargs)
+    kwargs.setdefault("dataset", "synthetic:nodes=5000")
+    config = TrainConfig(device=device, **kwargs)
     config.optim.epochs = 2
     config.progress = False
     return run_training(config)
@@ -158,6 +159,23 @@ def test_staged_cpu_sampling_trains_as_gpu_sampling():
         )
     assert 0 < tiered["gpu_pipeline"]["gpu_hit_rate"] < 1
     assert "h2d" in staged["epochs"][-1]["stages"]
+
+
+def test_edge_rows_train_on_the_gpu_as_on_the_cpu():
+    """GINE over edge features: GPU sampling gathers each block's edge rows on the device (the
+    edge store's rows all resident), staged CPU sampling copies them; both as on the CPU."""
+    from shardgnn.loader.config import DeviceConfig
+    from shardgnn.nn.config import ModelConfig
+
+    spec = "synthetic:nodes=5000,edge_features=8"
+    runs = [
+        _train(device, dataset=spec, model=ModelConfig(model="gine"), gpu=gpu)
+        for device, gpu in (("cpu", DeviceConfig()), ("cuda", DeviceConfig()),
+                            ("cuda", DeviceConfig(sampler_device="cpu")))
+    ]  # fmt: skip
+    for other in runs[1:]:
+        _same_run(runs[0], other)
+    assert runs[1]["gpu_pipeline"]["edge_gpu_hit_rate"] == 1.0
 
 
 def test_bf16_on_gpu_learns_as_fp32():

@@ -66,6 +66,7 @@ def map_batch(batch: MiniBatch, fn: Callable[[torch.Tensor], torch.Tensor]) -> M
         x_SF=fn(batch.x_SF),
         y=opt(batch.y),
         history={layer: fn(rows) for layer, rows in batch.history.items()},
+        edge_attr=None if batch.edge_attr is None else tuple(fn(t) for t in batch.edge_attr),
     )
 
 
@@ -196,12 +197,14 @@ class Staged:
 @dataclasses.dataclass
 class DevicePipeline:
     """The parts of a device-resident pipeline: training and evaluation samplers over one CSR on
-    the device, and the feature and label stores there."""
+    the device, and the feature and label stores there (with edge features, their store too:
+    rows by edge id, gathered on the device for every block)."""
 
     sampler: DeviceNeighborSampler
     eval_sampler: DeviceNeighborSampler
     features: DeviceFeatureStore
     labels: DeviceFeatureStore
+    edges: DeviceFeatureStore | None = None
 
     def stats(self) -> dict[str, object]:
         """What the results record of it: where the CSR and rows live, the hit rate, PCIe bytes."""
@@ -211,7 +214,10 @@ class DevicePipeline:
             "bulk_batches": self.sampler.config.batches_per_call,
             "csr_resident": self.sampler.resident,
             **self.features.stats(),
-        }
+            **({} if self.edges is None else {
+                f"edge_{key}": value for key, value in self.edges.stats().items()
+            }),
+        }  # fmt: skip
 
 
 def device_pipeline(
@@ -227,10 +233,13 @@ def device_pipeline(
     eval_sampler_config: SamplerConfig,
     batch_size: int,
     seed: int,
+    edge_attr: np.ndarray | None = None,
 ) -> DevicePipeline:
     """Samplers and stores on ``device``; feature rows in two tiers when they do not all fit
     (``config.feature_memory``), the hot ones chosen by ``config.hot_policy``. Training batches
-    are sampled ``GPU_BULK_BATCHES`` at a time where ``--bulk-batches`` is unset."""
+    are sampled ``GPU_BULK_BATCHES`` at a time where ``--bulk-batches`` is unset. ``edge_attr``
+    (``[E, D]``, CSR order): the edge rows a model reads, on the device as far as the memory
+    left after the node rows holds them (the rest in host memory, by edge id)."""
     if sampler_config.bulk is None:
         sampler_config = dataclasses.replace(sampler_config, bulk=GPU_BULK_BATCHES)
     sampler = DeviceNeighborSampler(indptr, indices, sampler_config, device)
@@ -245,7 +254,9 @@ def device_pipeline(
         else:
             hot_order = degree_order(indptr)
     features = DeviceFeatureStore(x, device, rows, hot_order)
-    return DevicePipeline(sampler, eval_sampler, features, DeviceFeatureStore(y, device))
+    edges = None if edge_attr is None else DeviceFeatureStore(edge_attr, device)
+    labels = DeviceFeatureStore(y, device)
+    return DevicePipeline(sampler, eval_sampler, features, labels, edges)
 
 
 def presample_order(

@@ -79,10 +79,9 @@ def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
         )
 
 
-def gpu_sampling(config: TrainConfig, device: torch.device, edge_dim: int = 0) -> bool:
+def gpu_sampling(config: TrainConfig, device: torch.device) -> bool:
     """Whether mini-batches are sampled and gathered on the GPU (``--sampler-device``); the GPU
-    pipeline's settings given without a GPU to apply to are refused (``edge_dim``: the width of
-    the graph's edge features, which that pipeline does not gather)."""
+    pipeline's settings given without a GPU to apply to are refused."""
     given = changed_settings(config.gpu)
     if device.type != "cuda":
         if given:
@@ -97,13 +96,6 @@ def gpu_sampling(config: TrainConfig, device: torch.device, edge_dim: int = 0) -
             raise ConfigError(
                 "--sampler-device gpu: learnable rows (--embedding-dim) stay in host memory and "
                 "are gathered on the CPU; use --sampler-device cpu (or auto)"
-            )
-        return False
-    if reads_edge_features(config, edge_dim):
-        if config.gpu.sampler_device == "gpu":
-            raise ConfigError(
-                f"--sampler-device gpu: the GPU pipeline gathers node rows only, and --model "
-                f"{config.model.model} reads edge features; use --sampler-device cpu (or auto)"
             )
         return False
     return config.gpu.sampler_device != "cpu"
@@ -154,7 +146,10 @@ class LocalSteps(Steps):
         batch_size = config.node_batch_size(len(g.train_idx))
         # On a GPU: sampled and gathered there (device_pipeline), or made on the CPU and staged.
         self.pipeline = None
-        if gpu_sampling(config, self.device, g.edge_dim):
+        # the edge features by edge id (an edge's position in the CSR: what blocks name)
+        edge_attr = g.edge_attr if reads_edge_features(config, g.edge_dim) else None
+        edge_rows = None if edge_attr is None else LocalFeatureStore(edge_attr)
+        if gpu_sampling(config, self.device):
             self.pipeline = device_pipeline(
                 g.indptr,
                 g.indices,
@@ -167,8 +162,10 @@ class LocalSteps(Steps):
                 eval_sampler_config=eval_sampler_config(config),
                 batch_size=batch_size,
                 seed=config.seed,
+                edge_attr=edge_attr,
             )
             features, labels = self.pipeline.features, self.pipeline.labels
+            edge_rows = self.pipeline.edges
             sampler, eval_sampler = self.pipeline.sampler, self.pipeline.eval_sampler
         else:
             features = input_store(
@@ -182,10 +179,6 @@ class LocalSteps(Steps):
                 else NeighborSampler(g.indptr, g.indices, config.sampler)
             )
             eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
-        # the edge features by edge id (an edge's position in the CSR: what blocks name)
-        edge_rows = (
-            LocalFeatureStore(g.edge_attr) if reads_edge_features(config, g.edge_dim) else None
-        )
         self.train_loader = MiniBatchLoader(
             g.train_idx,
             sampler,
