@@ -367,15 +367,17 @@ def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
     _assert_same_run(ref_run, run)
 
 
-def _sent_per_worker(ctx, config):
-    """SpMM bytes each worker sent in one training epoch (every communicator)."""
+def _spmm_bytes(ctx, config):
+    """``(sent, received)``: the SpMM bytes this worker sent and received in one training epoch
+    (every communicator)."""
     from shardgnn.train.fullgraph import DistFullNodeSteps
 
     steps = DistFullNodeSteps(config, ctx)
     for comm in steps.comms:
         comm.reset()
     steps.train_epoch(EpochRun(0, show_progress=False))
-    return sum(c.stats["spmm"].bytes_sent for c in steps.comms if "spmm" in c.stats)
+    stats = [c.stats["spmm"] for c in steps.comms if "spmm" in c.stats]
+    return sum(s.bytes_sent for s in stats), sum(s.bytes_recv for s in stats)
 
 
 @pytest.mark.slow
@@ -385,7 +387,8 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
     tmp_path_factory, small_synthetic, method, bits
 ):
     """`shardgnn plan`'s counts, from the edges and the partition alone, equal the bytes a
-    training epoch sends, in total and on the busiest worker, for every strategy at P = 4 (2D's
+    training epoch sends, in total and on the busiest worker (and the most one worker
+    receives), for every strategy at P = 4 (2D's
     expand and fold, 3D's feature slices on 1 x 2 x 2, 1.5D's all-reduce beside its broadcasts);
     on a random partition (most rows wanted everywhere) 2D sends less than both 1D plans."""
     from shardgnn.fullgraph.config import PlanConfig
@@ -404,8 +407,9 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
         if bits < 32 and cost.strategy not in ("1.5d", "3d"):
             continue  # low bits: the fp32 all-reduce beside coded broadcasts, coded slices
         config = _config(path, "sage", cost.config, dropout=0.0, input_dropout=0.0)
-        sent = run_workers(_sent_per_worker, 4, config)
+        sent, recv = zip(*run_workers(_spmm_bytes, 4, config))
         assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes), cost
+        assert (sum(recv), max(recv)) == (cost.bytes_per_epoch, cost.max_worker_recv), cost
         measured[cost.strategy] = sum(sent)
     if method == "random":
         assert measured["2d"] < measured["1d-sparse"] < measured["1d"], measured
@@ -479,5 +483,6 @@ def test_plan_knows_the_widths_every_model_aggregates_at(tmp_path_factory, small
     costs = costs_at(graph, assignment.assignment, 2, PlanConfig(model=model, hidden=16, layers=3))
     cost = next(c for c in costs if c.strategy == "1d-sparse")
     config = _config(path, model, cost.config, dropout=0.0, input_dropout=0.0)
-    sent = run_workers(_sent_per_worker, 2, config)
+    sent, recv = zip(*run_workers(_spmm_bytes, 2, config))
     assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes)
+    assert max(recv) == cost.max_worker_recv

@@ -18,9 +18,11 @@ backward; 3D: the slice width) + its dense rows x each linear layer's seconds pe
 features: its non-zeros x the projection's seconds per non-zero) + element-wise work + Adam;
 workers of one host share its cores (``--workers-per-host``; each gets ``cores // workers``
 threads, and a host's compute takes at least the sum of its workers' thread-seconds over its
-cores). Communication = the bytes through each host's link (every byte its workers send: exact
-with one worker per host) over the link's measured bandwidth (on one host, every worker's bytes
-over the loopback's, both directions of the probe), plus the latency of every collective call
+cores). Communication = the bytes through each host's link over the link's measured bandwidth:
+the busier of its two directions (a full-duplex link sends its workers' bytes while it receives
+theirs: exact with one worker per host; a worker receives forward the rows it returns as
+gradients backward, and the reverse), on one host every worker's bytes over the loopback's (both
+directions of the probe), plus the latency of every collective call
 of the training step, per peer. The step's exchanges are synchronous, so epoch = compute +
 communication of the slowest host. The recommendation is then the strategy with the shortest
 predicted epoch; without rates, the one whose busiest worker sends the fewest bytes
@@ -57,6 +59,9 @@ class StrategyCost:
             slices; 1.5D's all-reduce of partial products not included).
         bytes_per_epoch: SpMM bytes of one training step, summed over workers.
         max_worker_bytes: the most one worker sends of those.
+        max_worker_recv: the most one worker receives (what a worker is sent forward, it
+            returns gradients for backward, and the reverse: its received rows are its sent
+            rows with the directions swapped).
         held_mb: the largest worker's feature rows and adjacency (with its transpose), MB.
         empty_parts: parts the partitioner left without a node (such a worker holds nothing;
             training refuses them unless the partition allows it).
@@ -71,6 +76,7 @@ class StrategyCost:
     rows: int
     bytes_per_epoch: int
     max_worker_bytes: int
+    max_worker_recv: int
     held_mb: float
     empty_parts: int
     config: FullGraphConfig
@@ -219,11 +225,17 @@ def strategy_cost(
     layers = grid.layers if isinstance(grid, BlockGrid) else 1
     c = full.replication
     worker_bytes = np.zeros(workers, np.int64)
-    for rows, group in zip((forward, backward), widths):
+    worker_recv = np.zeros(workers, np.int64)
+    # each SpMM's received rows are the other direction's sent rows (forward rows come back as
+    # gradients): forward, a worker receives what it returns backward, and backward the reverse
+    for rows, back_rows, group in zip((forward, backward), (backward, forward), widths):
         for w in group:
             worker_bytes += rows * row_bytes(-(-w // layers), config.bits)
+            worker_recv += back_rows * row_bytes(-(-w // layers), config.bits)
             # the ring all-reduce of fp32 partial products (1.5D), as the communicator counts it
-            worker_bytes += 2 * (c - 1) * allreduce * w * 4 // c
+            ring = 2 * (c - 1) * allreduce * w * 4 // c
+            worker_bytes += ring
+            worker_recv += ring
     held_rows = allreduce if full.spmm == "1.5d" and c > 1 else e.sizes
     held = held_rows * in_dim * 4 + 2 * entries * _INDEX_VALUE_BYTES
     layout = f"c={c}" if full.spmm == "1.5d" else grid.shape if isinstance(grid, BlockGrid) else ""
@@ -232,6 +244,7 @@ def strategy_cost(
         times = step_seconds(
             full, e, workers, widths, config, (in_dim, out_dim), rates,
             held_rows=held_rows, entries=entries, worker_bytes=worker_bytes,
+            worker_recv=worker_recv,
         )  # fmt: skip
     return StrategyCost(
         workers=workers,
@@ -240,6 +253,7 @@ def strategy_cost(
         rows=int(forward.sum()),
         bytes_per_epoch=int(worker_bytes.sum()),
         max_worker_bytes=int(worker_bytes.max()),
+        max_worker_recv=int(worker_recv.max()),
         held_mb=float(held.max()) / 1e6,
         empty_parts=int((e.sizes == 0).sum()),
         config=full,
@@ -274,6 +288,7 @@ def step_seconds(
     held_rows: np.ndarray,
     entries: np.ndarray,
     worker_bytes: np.ndarray,
+    worker_recv: np.ndarray | None = None,
 ) -> dict[str, float]:
     """The predicted ``compute_s``, ``comm_s`` and ``epoch_s`` of one training step (see the
     module docstring); ``dims``: the model's input and output widths."""
@@ -299,12 +314,14 @@ def step_seconds(
     # every worker all-reduces the weight gradients (counted as a ring) and two loss scalars
     ring = 2 * (workers - 1) * params * 4 // workers
     sent = (worker_bytes + ring).astype(np.float64)
+    recv = sent if worker_recv is None else (worker_recv + ring).astype(np.float64)
     peers = _round_peers(full, workers)
     spmms = len(widths[0]) + len(widths[1])
     latency = rates.latency_s * (spmms * peers + 2 * 2 * (workers - 1))
     hosts = -(-workers // per_host)
     host_compute = np.zeros(hosts)
     host_bytes = np.zeros(hosts)
+    host_recv = np.zeros(hosts)
     for h in range(hosts):
         mine = slice(h * per_host, min(workers, (h + 1) * per_host))
         # the host's workers share its cores: it takes at least their thread-seconds over them
@@ -312,10 +329,16 @@ def step_seconds(
             compute[mine].max(), compute[mine].sum() * threads / max(rates.cores, threads)
         )
         host_bytes[h] = sent[mine].sum()
+        host_recv[h] = recv[mine].sum()
     # one machine: every byte crosses its loopback, both directions of the probe's link shared;
-    # several: each machine's link sends its workers' bytes (counting all as leaving it)
-    capacity = 2 * rates.link_bytes_s if hosts == 1 else rates.link_bytes_s
-    comm = float(host_bytes.max() / capacity + latency)
+    # several: each machine's link (full duplex: each direction at the measured rate) carries
+    # what its workers send out and, at the same time, what they receive: the busier direction
+    # of the busiest link bounds the exchange (counting all bytes as crossing it)
+    if hosts == 1:
+        comm = float(host_bytes.max() / (2 * rates.link_bytes_s) + latency)
+    else:
+        busiest = max(host_bytes.max(), host_recv.max())
+        comm = float(busiest / rates.link_bytes_s + latency)
     compute_s = float(host_compute.max())
     return {"compute_s": compute_s, "comm_s": comm, "epoch_s": compute_s + comm}
 
