@@ -27,7 +27,7 @@ MIN_AUTO_BATCH_SIZE = 32
 
 LAYERWISE_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
 """the homogeneous models layer-wise inference runs (:mod:`shardgnn.fullgraph.inference`)"""
-STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin")
+STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "gine")
 """the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""
 
 
