@@ -144,7 +144,10 @@ def test_models_that_read_edge_features_are_refused_where_there_are_none(capsys)
     with pytest.raises(ConfigError, match="reads edge features, and dataset"):
         run_training(_config("gine", dataset="synthetic:nodes=500", epochs=1))
     assert main(["train", "synthetic:nodes=500", "--model", "gine", "--mode", "full"]) != 0
-    assert "--mode full" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reads edge features, and dataset" in err[0]
+    assert main(["train", "synthetic:nodes=500", "--model", "gine", "--task", "link"]) != 0
+    assert "nothing trains --task link" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -303,3 +306,30 @@ def test_a_model_of_your_own_reads_the_blocks_edge_rows(tmp_path):
     (tmp_path / "mine.py").write_text(EDGE_USER_MODEL)
     result = run_training(_config(f"{tmp_path / 'mine.py'}:EdgeAttention", epochs=8))
     assert result["test_acc"] >= 0.4, result["test_acc"]  # chance 0.125; see the GINE test
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_full_graph_gine_on_workers_equals_one_process(tmp_path, capsys):
+    """Full-graph GINE: each worker's edge rows are its part's in-edges (no exchange), the
+    source rows of remote neighbours come from their owners (the halo exchange attention layers
+    use): 2 workers train epoch for epoch as one process (loss within 1e-5); another SpMM plan
+    is refused in one line."""
+    from shardgnn.cli import main
+
+    spec = "synthetic:nodes=2000,degree=8,edge_features=4,features=16"
+    parts = str(tmp_path / "p")
+    assert main(["partition", spec, "--parts", "2", "--out", parts, "--quiet"]) == 0
+    argv = ["train", spec, "--model", "gine", "--mode", "full", "--epochs", "3", "--hidden", "32"]
+    argv += ["--dropout", "0", "--quiet"]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main([*argv, "--results", str(one)]) == 0
+    assert main([*argv, "--workers", "2", "--partitions", parts, "--results", str(two)]) == 0
+    r_one, r_two = (json.loads(p.read_text()) for p in (one, two))
+    assert r_two["spmm"] == "1d-sparse"
+    for a, b in zip(r_one["epochs"], r_two["epochs"], strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    capsys.readouterr()
+    dense = [*argv, "--workers", "2", "--partitions", parts, "--spmm", "1d"]
+    assert main(dense) != 0
+    assert "runs with --spmm 1d-sparse" in capsys.readouterr().err

@@ -267,6 +267,9 @@ class FullGraphShard:
     num_classes: int
     orig_ids: np.ndarray
     label_kind: str = "class"
+    edge_attr: np.ndarray | None = None
+    """float32 ``[e, D]`` features of the held rows' in-edges, in ``indices`` order (a row group
+    of one part, whose edges carry features), else None"""
 
     @property
     def num_rows(self) -> int:
@@ -416,6 +419,8 @@ def load_shard(
         num_classes=int(own_part.num_classes),
         label_kind=own_part.label_kind,
         orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64),
+        # a one-part row group's edge rows, in its CSR order (mapped, not read until used)
+        edge_attr=parts[0].edge_attr if len(parts) == 1 else None,
     )
 
 

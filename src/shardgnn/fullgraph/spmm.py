@@ -251,6 +251,16 @@ class DistFullGraph:
             self._adj[norm] = (adj, transpose_csr(adj))
         return self._adj[norm]
 
+    def edge_rows(self) -> torch.Tensor | None:
+        """This rank's edge features on the device (read from the part file once, when a layer
+        first asks), or None without any."""
+        if self.shard.edge_attr is None:
+            return None
+        if getattr(self, "_edge_rows", None) is None:
+            rows = np.ascontiguousarray(self.shard.edge_attr, dtype=np.float32)
+            self._edge_rows = torch.from_numpy(rows).to(self.device)
+        return self._edge_rows
+
     def layer(self, index: int) -> "DistLayerGraph":
         layer = DistLayerGraph(self, index)
         self._layers.append(layer)
@@ -413,6 +423,12 @@ class DistLayerGraph:
         self.halo_queue: collections.deque = collections.deque()
         self.grad_queue: collections.deque = collections.deque()
         self._edge_index: torch.Tensor | None = None
+
+    @property
+    def edge_attr_ED(self) -> torch.Tensor | None:
+        """The features of :meth:`edge_index`'s edges (the held rows' in-edges, in the part's CSR
+        order), on the device; None when the edges carry none."""
+        return self.full.edge_rows()
 
     def source_rows(self, h_NF: torch.Tensor) -> torch.Tensor:
         """The rows an attention layer scores edges over: the held rows, then the halo rows

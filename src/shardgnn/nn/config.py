@@ -41,7 +41,7 @@ GRAPH_MODELS = ("gin", "gine")
 """models of graph-level training (a graph set, ``--task graph``); gine also reads edge features"""
 EDGE_FEATURE_MODELS = ("gine",)
 """models that read edge features: on a graph set, each batch's edge rows; on one large graph
-(node classification on sampled blocks), every block's ``edge_attr_ED``"""
+(node classification), every sampled block's or the whole graph's ``edge_attr_ED``"""
 READOUTS = ("sum", "mean", "max", "attention")
 """how a graph-level model turns a graph's node rows into one row (``--readout``)"""
 
@@ -63,8 +63,8 @@ class ModelConfig:
         accepts=(is_user_model, "MODULE:CLASS"),
         help="layer type: sage (GraphSAGE-mean), gcn, gat, gatv2 (dynamic attention, Brody et "
         "al.), gin (graph isomorphism network: sum aggregation and a 2-layer MLP), gine (GIN "
-        "with edge features: graph sets, and node classification on sampled blocks of a graph "
-        "with edge features), appnp (an MLP, then --layers steps of "
+        "with edge features: graph sets, and node classification on a graph with edge "
+        "features), appnp (an MLP, then --layers steps of "
         "personalised-PageRank propagation), sgc (--layers GCN propagation steps, then one "
         "linear layer); typed "
         "graphs: rgcn (one weight per relation and direction, Schlichtkrull et al.), "

@@ -232,13 +232,16 @@ class GINEConv(GINConv):
         if edge_attr_ED is None:
             edge_attr_ED = graph.edge_attr_ED
             assert edge_attr_ED is not None, "GINE reads edge features; this graph has none"
-        src_E = graph.indices_E
-        message_EF = F.relu(h_SF.index_select(0, src_E) + self.lin_edge(edge_attr_ED))
-        agg_DF = h_SF.new_zeros(graph.num_dst, h_SF.shape[1]).index_add(
-            0, graph.dst_index_E(), message_EF
+        # edge_index() and source_rows(): a sampled block, the whole graph, or a distributed
+        # full-graph layer (its halo rows appended, fetched from their owners)
+        src_E, dst_E = graph.edge_index()
+        message_EF = F.relu(
+            graph.source_rows(h_SF).index_select(0, src_E) + self.lin_edge(edge_attr_ED)
         )
+        agg_DF = h_SF.new_zeros(graph.num_dst, h_SF.shape[1]).index_add(0, dst_E, message_EF)
         if self.aggr == "mean":
-            agg_DF = agg_DF / graph.in_degree_D().clamp(min=1).unsqueeze(1).to(agg_DF.dtype)
+            degree_D = torch.bincount(dst_E, minlength=graph.num_dst).clamp(min=1)
+            agg_DF = agg_DF / degree_D.unsqueeze(1).to(agg_DF.dtype)
         return self.lin2(F.relu(self.lin1(agg_DF + (1 + self.eps) * dst_rows(h_SF, graph.num_dst))))
 
 

@@ -36,13 +36,19 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord
-from shardgnn.train.setup import adam, label_results
+from shardgnn.train.setup import (
+    adam,
+    check_edge_features,
+    label_results,
+    reads_edge_features,
+)
 
-DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc", "gat", "gatv2")
+DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc", "gat", "gatv2", "gine")
 """the models distributed full-graph training runs: layers that aggregate through the
-distributed SpMM, and attention layers that score every in-edge over the halo rows"""
+distributed SpMM, and layers that compute a message per in-edge over the halo rows (attention,
+GINE's edge features)"""
 
-ATTENTION_MODELS = ("gat", "gatv2")
+HALO_ROW_MODELS = ("gat", "gatv2", "gine")
 """the models whose layers read the halo rows themselves (``DistLayerGraph.source_rows``): the
 synchronous ``1d-sparse`` plan without replication only"""
 
@@ -68,7 +74,7 @@ class DistFullGraphSteps(DistSteps):
                 "--spmm auto is decided before the workers start (`shardgnn train`, "
                 "`python -m shardgnn.run train`); give a concrete --spmm here"
             )
-        if config.model.model in ATTENTION_MODELS and (
+        if config.model.model in HALO_ROW_MODELS and (
             full.spmm != "1d-sparse" or full.replication != 1 or full.staleness
         ):
             raise ConfigError(
@@ -222,7 +228,13 @@ class DistFullNodeSteps(DistFullGraphSteps):
         self.metric, self.details = self.target.metric, {}
         y_train = self.y[self.splits["train"]].cpu()
         self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
-        self._set_model(lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim))
+        edge_dim = 0 if shard.edge_attr is None else int(shard.edge_attr.shape[1])
+        check_edge_features(config, edge_dim, str(self.pset.path))
+        if not reads_edge_features(config, edge_dim):
+            edge_dim = 0
+        self._set_model(
+            lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim, edge_dim)
+        )
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self, run: EpochRun) -> tuple[float, float]:

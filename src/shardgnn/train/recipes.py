@@ -193,7 +193,7 @@ RECIPES: tuple[Recipe, ...] = (
         user_models=True,
     ),
     Recipe(
-        "node-full", "homogeneous", "node", ("full",), HOMOGENEOUS_MODELS,
+        "node-full", "homogeneous", "node", ("full",), (*HOMOGENEOUS_MODELS, *EDGE_FEATURE_MODELS),
         "shardgnn.train.single:LocalSteps", "shardgnn.train.fullgraph:DistFullNodeSteps",
         "full-graph node classification",
         reads=MODEL | ROWS | {"feature_norm"} | PRECISION,

@@ -123,8 +123,7 @@ class LocalSteps(Steps):
         self.embedding = make_embedding_table(config, g.num_nodes)
         in_dim = g.num_features + config.embedding.dim
         check_edge_features(config, g.edge_dim, f"dataset {g.name!r}")
-        # edge rows travel with sampled blocks only (full-graph mode has none)
-        edge_dim = g.edge_dim if config.mode == "minibatch" else 0
+        edge_dim = g.edge_dim if reads_edge_features(config, g.edge_dim) else 0
         self.model: GNN = build_model(config.model, in_dim, self.target.out_dim, edge_dim)
         if self.embedding is not None:
             # The rows (buffers) become part of the model's state: checkpoints and the best
@@ -139,6 +138,9 @@ class LocalSteps(Steps):
         self.model.use_hashed_dropout(config.seed)
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
+            if edge_dim:  # the whole graph's edge rows, in its CSR order
+                rows = np.ascontiguousarray(g.edge_attr, dtype=np.float32)
+                self.full_graph.edge_attr_ED = torch.from_numpy(rows).to(self.device)
             self.features_full = full_features(self.x, self.device)
             # the labels beside the logits: indexed by split ids on the device
             self.y_full = self.y.to(self.device)

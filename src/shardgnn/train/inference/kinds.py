@@ -132,8 +132,7 @@ def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Ten
     rows = DistFeatureStore(x, graph.book, ctx.rank, comm, "fetch")
     edges = None
     edge_attr = graph.part.edge_attr
-    edge_dim = 0 if edge_attr is None or config.mode != "minibatch" else edge_attr.shape[1]
-    if reads_edge_features(config, int(edge_dim)):
+    if reads_edge_features(config, 0 if edge_attr is None else int(edge_attr.shape[1])):
         # the blocks' edge rows, from their owners (a collective)
         local = LocalFeatureStore(edge_attr)
         edges = DistFeatureStore(local, graph.edge_book, ctx.rank, comm, "fetch")
@@ -191,9 +190,9 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         model, x = _link_model(config, shard, weights, checkpoint)
     else:
         edge_attr = pset.load_part(ctx.rank, verify=False).edge_attr
-        # what training read: edge rows travel with sampled blocks only
-        edge_dim = 0 if edge_attr is None or config.mode != "minibatch" else int(edge_attr.shape[1])
+        edge_dim = 0 if edge_attr is None else int(edge_attr.shape[1])
         check_edge_features(config, edge_dim, str(partitions))
+        edge_dim = edge_dim if reads_edge_features(config, edge_dim) else 0
         model, x = _node_model(config, shard, weights, checkpoint, edge_dim)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
