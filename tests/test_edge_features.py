@@ -227,16 +227,33 @@ def test_low_bit_edge_rows_through_a_cache_resume_bit_exact_on_workers(tmp_path,
     assert_same_weights(final_weights(straight), final_weights(cut))
 
 
-def test_export_of_an_edge_feature_model_is_refused_in_one_line(tmp_path, capsys):
+def test_an_edge_feature_model_exports_with_an_edge_attr_input(tmp_path, capsys):
+    """GINE exports with a third input (the edges' feature rows, in edge_index order) to every
+    format; each file, run on a random graph, equals the trained model (checked by export with
+    onnxruntime, torch.export and TorchScript), and the ONNX file serves another graph size."""
+    import onnxruntime
+
     from shardgnn.cli import main
     from shardgnn.train.config import CheckpointConfig
+    from shardgnn.train.inference.export import example_inputs, serving_model, trained_outputs
+    from shardgnn.train.inference.run import resolve_checkpoint
 
     ck = tmp_path / "ck"
-    spec = "synthetic:nodes=800,degree=6,edge_features=4"
+    spec = "synthetic:nodes=800,degree=6,edge_features=4,features=8"
     run_training(_config("gine", epochs=1, dataset=spec, checkpoint=CheckpointConfig(dir=str(ck))))
-    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "m.onnx")]) != 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "reads edge features" in err[0] and "shardgnn infer" in err[0]
+    for suffix in ("onnx", "pt2", "pt"):
+        assert (
+            main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / f"m.{suffix}")]) == 0
+        )
+        assert "max |difference|" in capsys.readouterr().out
+    serving, *_ = serving_model(resolve_checkpoint(str(ck)))
+    x, edge_index, edge_attr = example_inputs(serving, 300, 8, seed=5)
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"))
+    feed = {"x": x.numpy(), "edge_index": edge_index.numpy(), "edge_attr": edge_attr.numpy()}
+    got = torch.from_numpy(session.run(None, feed)[0])
+    torch.testing.assert_close(
+        got, trained_outputs(serving, x, edge_index, edge_attr), atol=1e-4, rtol=1e-4
+    )
 
 
 def test_convert_reads_edge_feature_columns_and_npz_edge_attr(tmp_path, capsys):

@@ -240,8 +240,10 @@ class GINEConv(GINConv):
         )
         agg_DF = h_SF.new_zeros(graph.num_dst, h_SF.shape[1]).index_add(0, dst_E, message_EF)
         if self.aggr == "mean":
-            degree_D = torch.bincount(dst_E, minlength=graph.num_dst).clamp(min=1)
-            agg_DF = agg_DF / degree_D.unsqueeze(1).to(agg_DF.dtype)
+            # an index_add of ones, not bincount: exported graphs (ONNX) have no bincount
+            ones_E = torch.ones_like(dst_E, dtype=agg_DF.dtype)
+            degree_D = agg_DF.new_zeros(graph.num_dst).index_add(0, dst_E, ones_E)
+            agg_DF = agg_DF / degree_D.clamp(min=1).unsqueeze(1)
         return self.lin2(F.relu(self.lin1(agg_DF + (1 + self.eps) * dst_rows(h_SF, graph.num_dst))))
 
 
@@ -313,8 +315,9 @@ class GATv2Conv(_Attention):
         not_loop = src_E != dst_E
         rows_KD, dst_K = edge_attr_ED[not_loop], dst_E[not_loop]
         sums_DD = rows_KD.new_zeros(graph.num_dst, rows_KD.shape[1]).index_add(0, dst_K, rows_KD)
-        counts_D = torch.bincount(dst_K, minlength=graph.num_dst).clamp(min=1)
-        return torch.cat([rows_KD, sums_DD / counts_D.unsqueeze(1).to(sums_DD.dtype)])
+        ones_K = torch.ones_like(dst_K, dtype=rows_KD.dtype)
+        counts_D = rows_KD.new_zeros(graph.num_dst).index_add(0, dst_K, ones_K).clamp(min=1)
+        return torch.cat([rows_KD, sums_DD / counts_D.unsqueeze(1)])
 
 
 class PyGLayer(nn.Module):

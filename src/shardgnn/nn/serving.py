@@ -29,9 +29,10 @@ class EdgeListGraph:
     node_keys_S = None  # no hashed dropout at inference
     src_degree_S = None  # complete: the graph's own degrees
 
-    def __init__(self, edge_index_2E: torch.Tensor, num_nodes):
+    def __init__(self, edge_index_2E: torch.Tensor, num_nodes, edge_attr_ED=None):
         self.src_E, self.dst_E = edge_index_2E[0], edge_index_2E[1]
         self.num_src = self.num_dst = num_nodes  # a symbolic size under torch.export: no int()
+        self.edge_attr_ED = edge_attr_ED  # the edges' features, in edge_index order (or None)
 
     @property
     def indices_E(self) -> torch.Tensor:
@@ -75,22 +76,31 @@ class EdgeListGraph:
 
 
 class ServingModel(nn.Module):
-    """``forward(x_NF, edge_index_2E) -> [N, C]``: a trained stacked model (``model(graphs, x)``
-    taking one graph per layer) run over one whole graph, with the feature normalisation it was
-    trained with (``row``: rows divided by their sums; ``none``).
+    """``forward(x_NF, edge_index_2E[, edge_attr_ED]) -> [N, C]``: a trained stacked model
+    (``model(graphs, x)`` taking one graph per layer) run over one whole graph, with the feature
+    normalisation it was trained with (``row``: rows divided by their sums; ``none``); a model
+    that reads edge features (``edge_dim`` > 0) takes their rows, in ``edge_index`` order.
 
     The output is what ``shardgnn infer`` computes for every node: a node model's logits (or
     its regression values, its labels' logits), a link model's encoder embeddings."""
 
-    def __init__(self, model: nn.Module, num_layers: int, feature_norm: str = "none"):
+    def __init__(
+        self, model: nn.Module, num_layers: int, feature_norm: str = "none", edge_dim: int = 0
+    ):
         super().__init__()
         if feature_norm not in ("none", "row"):
             raise ValueError(f"feature_norm {feature_norm!r}: a served model takes none or row")
         self.model, self.num_layers, self.feature_norm = model, num_layers, feature_norm
+        self.edge_dim = edge_dim
 
-    def forward(self, x_NF: torch.Tensor, edge_index_2E: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x_NF: torch.Tensor,
+        edge_index_2E: torch.Tensor,
+        edge_attr_ED: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if self.feature_norm == "row":
             sums_N1 = x_NF.sum(dim=1, keepdim=True)
             x_NF = x_NF / torch.where(sums_N1 == 0, torch.ones_like(sums_N1), sums_N1)
-        graph = EdgeListGraph(edge_index_2E, x_NF.shape[0])
+        graph = EdgeListGraph(edge_index_2E, x_NF.shape[0], edge_attr_ED)
         return self.model([graph] * self.num_layers, x_NF)

@@ -39,11 +39,15 @@ def partition_dataset_record(
     """What results and checkpoints record of the partitioned dataset (as ``dataset_record``)."""
     identity = pset.dataset
     labels = pset.meta.get("labels") or {}
+    edge_features = {}
+    if "attr" in (pset.meta.get("edge_arrays") or {}):
+        edge_features["edge_features"] = int(pset.load_part(0, verify=False).edge_attr.shape[1])
     return {
         **identity,
         "num_nodes": pset.num_nodes,
         "num_edges": pset.num_edges,
         "num_features": num_features,
+        **edge_features,
         "num_classes": num_classes,
         **labels_record(labels.get("kind", "class"), (0, labels.get("width", 0))),
         **split_sizes,

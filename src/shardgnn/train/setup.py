@@ -82,6 +82,7 @@ def dataset_record(graph: Graph, spec: str | None) -> dict[str, Any]:
         "num_nodes": graph.num_nodes,
         "num_edges": graph.num_edges,
         "num_features": graph.num_features,
+        **({"edge_features": graph.edge_dim} if graph.edge_dim else {}),
         "num_classes": graph.num_classes,
         **labels_record(graph.label_kind, None if graph.y is None else np.shape(graph.y)),
         "train": size(graph.train_idx),

@@ -122,12 +122,7 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
             f"{checkpoint} holds a model of --task {config.task}; export writes node and link "
             "models of one graph so far (a graph set's runs through `shardgnn infer`)"
         )
-    if name in EDGE_FEATURE_MODELS:
-        raise ConfigError(
-            f"{checkpoint} holds a {name} model, which reads edge features, and an exported "
-            "model takes node rows and edges only (x, edge_index); use `shardgnn infer`"
-        )
-    if name not in LAYERWISE_MODELS and not is_user_model(name):
+    if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
             f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)} "
             "and user models so far (not typed, temporal or graph-level ones)"
@@ -147,6 +142,11 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
     in_dim = int(dataset.get("num_features") or 0)
     if in_dim < 1:
         raise ConfigError(f"{checkpoint}: the model was trained without node features to serve")
+    # the edge features a model read (gine; a model of the user's on a graph with them)
+    edge_dim = int(dataset.get("edge_features") or 0) if config.task == "node" else 0
+    edge_dim = edge_dim if name in EDGE_FEATURE_MODELS or is_user_model(name) else 0
+    if name in EDGE_FEATURE_MODELS and not edge_dim:
+        raise ConfigError(f"{checkpoint}: its {name} model's record names no edge features")
     if config.task == "link":
         from shardgnn.train.link import build_link_model
 
@@ -159,7 +159,7 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
         width = np.empty((0, int(dataset.get("label_columns") or 0)))
         target = target_of_labels(kind, width, int(dataset.get("num_classes") or 0))
         out_dim = target.out_dim
-        model = build_model(config.model, in_dim, out_dim)
+        model = build_model(config.model, in_dim, out_dim, edge_dim)
         load_weights_into(model, load_model_weights(checkpoint), checkpoint, f"{in_dim} features")
         outputs = (
             f"{out_dim} class logits"
@@ -169,7 +169,7 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
     model.eval()
     # a user model need not say how many graphs it takes: its config does
     layers = getattr(model, "num_layers", None) or config.model.num_layers
-    serving = ServingModel(model, layers, config.feature_norm).eval()
+    serving = ServingModel(model, layers, config.feature_norm, edge_dim).eval()
     return serving, config, in_dim, out_dim, outputs
 
 
@@ -188,13 +188,31 @@ def random_graph(num_nodes: int, in_dim: int, seed: int = 0) -> tuple[torch.Tens
     return x, torch.stack([src, dst])
 
 
+def example_inputs(serving: ServingModel, num_nodes: int, in_dim: int, seed: int = 0) -> tuple:
+    """What ``serving`` takes for a :func:`random_graph`: ``(x, edge_index)``, and the edges'
+    feature rows (normal draws) when it reads them."""
+    x, edge_index = random_graph(num_nodes, in_dim, seed)
+    if not serving.edge_dim:
+        return x, edge_index
+    gen = torch.Generator().manual_seed(seed + 1)
+    return x, edge_index, torch.randn(edge_index.shape[1], serving.edge_dim, generator=gen)
+
+
 @torch.no_grad()
-def trained_outputs(serving: ServingModel, x: torch.Tensor, edge_index: torch.Tensor):
+def trained_outputs(
+    serving: ServingModel,
+    x: torch.Tensor,
+    edge_index: torch.Tensor,
+    edge_attr: torch.Tensor | None = None,
+):
     """The model's outputs as training and ``shardgnn infer`` compute them: the features
-    normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba kernels on CPU)."""
+    normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba kernels on CPU), with
+    the edges' feature rows in its CSR order."""
     src, dst = edge_index.numpy()
-    indptr, indices, _ = csr_from_edges(src, dst, x.shape[0])
+    rows = None if edge_attr is None else edge_attr.numpy()
+    indptr, indices, rows = csr_from_edges(src, dst, x.shape[0], rows)
     graph = MessageGraph.from_csr(indptr, indices)
+    graph.edge_attr_ED = None if rows is None else torch.from_numpy(rows)
     rows = torch.from_numpy(normalize_features(x.numpy(), serving.feature_norm))
     return serving.model([graph] * serving.num_layers, rows)
 
@@ -233,6 +251,10 @@ def _index_add_by_scatter(self, dim, index, source, alpha=1):
 def _write(fmt: str, serving: ServingModel, example, path: Path, opset: int) -> None:
     nodes, edges = torch.export.Dim("nodes", min=2), torch.export.Dim("edges", min=1)
     dynamic = {"x_NF": {0: nodes}, "edge_index_2E": {1: edges}}
+    names = ["x", "edge_index"]
+    if len(example) == 3:  # the edges' feature rows
+        dynamic["edge_attr_ED"] = {0: edges}
+        names.append("edge_attr")
     with _quiet():
         if fmt == "torchscript":
             torch.jit.save(torch.jit.trace(serving, example, check_trace=False), str(path))
@@ -247,7 +269,7 @@ def _write(fmt: str, serving: ServingModel, example, path: Path, opset: int) -> 
             program.run_decompositions(table),
             example,
             dynamo=True,
-            input_names=["x", "edge_index"],
+            input_names=names,
             output_names=["out"],
             opset_version=opset,
             verbose=False,
@@ -256,7 +278,7 @@ def _write(fmt: str, serving: ServingModel, example, path: Path, opset: int) -> 
         onnx_program.save(str(path), external_data=False)
 
 
-def _runner(fmt: str, path: Path) -> tuple[Callable[[torch.Tensor, torch.Tensor], Any], str]:
+def _runner(fmt: str, path: Path) -> tuple[Callable[..., Any], str]:
     """A function running the written file, and what runs it."""
     if fmt == "torchscript":
         loaded = torch.jit.load(str(path))
@@ -270,8 +292,9 @@ def _runner(fmt: str, path: Path) -> tuple[Callable[[torch.Tensor, torch.Tensor]
         return None, "onnxruntime is not installed"  # type: ignore[return-value]
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
-    def run(x: torch.Tensor, edge_index: torch.Tensor):
-        feed = {"x": x.numpy(), "edge_index": edge_index.numpy()}
+    def run(*inputs: torch.Tensor):
+        names = ("x", "edge_index", "edge_attr")
+        feed = {name: t.numpy() for name, t in zip(names, inputs)}
         return torch.from_numpy(session.run(None, feed)[0])
 
     return run, "onnxruntime"
@@ -285,10 +308,10 @@ def _check(fmt: str, path: Path, serving: ServingModel, in_dim: int, nodes: int)
         run, runner = _runner(fmt, path)
     if run is None:
         return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
-    x, edge_index = random_graph(nodes, in_dim, seed=1)
-    want = trained_outputs(serving, x, edge_index)
+    inputs = example_inputs(serving, nodes, in_dim, seed=1)
+    want = trained_outputs(serving, *inputs)
     with torch.no_grad(), _quiet():
-        got = run(x, edge_index)
+        got = run(*inputs)
     diff = float((got - want).abs().max())
     scale = max(1.0, float(want.abs().max()))
     if not diff <= TOLERANCE * scale:
@@ -299,7 +322,7 @@ def _check(fmt: str, path: Path, serving: ServingModel, in_dim: int, nodes: int)
         )
     return (
         f"checked with {runner} on a random graph of {nodes:,} nodes and "
-        f"{edge_index.shape[1]:,} edges: max |difference| {diff:.1e} from the trained model"
+        f"{inputs[1].shape[1]:,} edges: max |difference| {diff:.1e} from the trained model"
     )
 
 
@@ -317,7 +340,7 @@ def export_model(config: ExportConfig) -> Exported:
     out = Path(config.out).expanduser()
     with atomic_path(out) as tmp:
         try:
-            _write(fmt, serving, random_graph(64, in_dim), tmp, config.opset)
+            _write(fmt, serving, example_inputs(serving, 64, in_dim), tmp, config.opset)
         except ImportError as exc:
             raise ConfigError(
                 f"--out {config.out}: {FORMAT_NAMES[fmt]} export needs {exc.name or exc}; "
