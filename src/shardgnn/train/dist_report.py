@@ -95,15 +95,9 @@ class SampledReport:
         ``a`` steps after they were fetched)."""
         metrics: dict[str, Any] = {}
         if self.fetch_store is not None:
-            if self.cache is not None:
-                requested, missed = self.cache.reset_counters()
-            else:
-                requested = missed = self.fetch_store.slow_rows
-            self.fetch_store.slow_rows = 0
             remote = epoch_comm.get("fetch", [0, 0])[1]
-            row_bytes = self.fetch_store.row_bytes
             requested, missed, remote = self.sum(
-                [requested * row_bytes, missed * row_bytes, float(remote)]
+                [*_slow_tier_bytes(self.fetch_store, self.cache), float(remote)]
             )
             metrics.update(
                 hit_rate=(requested - missed) / requested if requested else None,
@@ -112,13 +106,7 @@ class SampledReport:
                 remote_feature_mb=remote / 1e6,
             )
         if self.edge_store is not None:
-            if self.edge_cache is not None:
-                requested, missed = self.edge_cache.reset_counters()
-            else:
-                requested = missed = self.edge_store.slow_rows
-            self.edge_store.slow_rows = 0
-            row_bytes = self.edge_store.row_bytes
-            requested, missed = self.sum([requested * row_bytes, missed * row_bytes])
+            requested, missed = self.sum(list(_slow_tier_bytes(self.edge_store, self.edge_cache)))
             metrics.update(
                 edge_hit_rate=(requested - missed) / requested if requested else None,
                 edge_requested_mb=requested / 1e6,
@@ -228,3 +216,14 @@ class SampledReport:
                 float(np.mean([e["row_embed_mb"] for e in epochs])) if epochs else None
             ),
         }
+
+
+def _slow_tier_bytes(store: Any, cache: Any) -> tuple[float, float]:
+    """This rank's bytes of ``store``'s rows requested from a slow tier (peers, disk) since the
+    last call and, of them, missed by ``cache`` (all of them without one); resets the counts."""
+    if cache is not None:
+        requested, missed = cache.reset_counters()
+    else:
+        requested = missed = store.slow_rows
+    store.slow_rows = 0
+    return float(requested * store.row_bytes), float(missed * store.row_bytes)
