@@ -102,6 +102,7 @@ class DistFullGraph:
         self.shard, self.grid, self.rank, self.groups = shard, grid, rank, groups
         self.config, self.codec, self.device, self.stage = config, codec, device, stage
         self.residuals = AlignedResiduals() if error_feedback and codec is not None else None
+        self._edge_rows: torch.Tensor | None = None  # edge_rows(), read when first asked
         self.num_rows = shard.num_rows
         # The rows this rank multiplies: its own (row group) rows, or 2D's grid-row block.
         assert (block is not None) == (config.spmm in GRID_VARIANTS), "a grid row's block"
@@ -256,7 +257,7 @@ class DistFullGraph:
         first asks), or None without any."""
         if self.shard.edge_attr is None:
             return None
-        if getattr(self, "_edge_rows", None) is None:
+        if self._edge_rows is None:
             rows = np.ascontiguousarray(self.shard.edge_attr, dtype=np.float32)
             self._edge_rows = torch.from_numpy(rows).to(self.device)
         return self._edge_rows

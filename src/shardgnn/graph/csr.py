@@ -429,8 +429,9 @@ class Graph:
         loops = np.arange(self.num_nodes, dtype=src.dtype)
         rows = {}
         for name, a in g.edge_rows().items():
-            fill = np.full((self.num_nodes, *a.shape[1:]), fill_weight if a.ndim == 1 else 0.0)
-            rows[name] = np.concatenate([a, fill.astype(np.float32)])
+            value = fill_weight if name == "edge_weight" else 0.0
+            fill = np.full((self.num_nodes, *a.shape[1:]), value, dtype=np.float32)
+            rows[name] = np.concatenate([a, fill])
         return g.with_edges(np.concatenate([src, loops]), np.concatenate([dst, loops]), rows)
 
     def is_symmetric(self) -> bool:

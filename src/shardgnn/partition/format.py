@@ -318,6 +318,11 @@ class LocalPartition:
         """float32 ``[e_p, D]`` features of the in-edges (aligned with ``indices``), or None."""
         return self.edge_arrays.get("attr")
 
+    @property
+    def edge_dim(self) -> int:
+        """Width of the edge features (0: none)."""
+        return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
+
     def global_ids(self) -> np.ndarray:
         """int64 new global ids of the owned nodes (``start .. end - 1``)."""
         return np.arange(self.start, self.end, dtype=np.int64)

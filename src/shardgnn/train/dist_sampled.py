@@ -42,8 +42,7 @@ from shardgnn.train.minibatch import Objective, train_epoch_batches
 from shardgnn.train.setup import (
     EMBEDDING_STREAM,
     adam,
-    check_edge_features,
-    reads_edge_features,
+    model_edge_dim,
 )
 
 
@@ -152,9 +151,7 @@ class SampledInputs(DistSteps):
         ``eval_edges`` for evaluation. Both None otherwise."""
         self.edge_store = self.eval_edges = None
         part = self.graph.part
-        edge_dim = 0 if part.edge_attr is None else int(part.edge_attr.shape[1])
-        check_edge_features(config, edge_dim, str(self.pset.path))
-        if not reads_edge_features(config, edge_dim):
+        if not model_edge_dim(config, part.edge_dim, str(self.pset.path)):
             return
         if config.feature_storage == "disk":
             local = LocalFeatureStore(part.edge_attr)  # a memory map, read on demand
@@ -190,10 +187,9 @@ class SampledInputs(DistSteps):
             return
         start = time.perf_counter()
         counts: list[np.ndarray] = []
-        edge_book = self.graph.edge_book
         edge_counts = None
         if self.edge_store is not None:
-            edge_counts = np.zeros(edge_book.num_nodes, dtype=np.int64)
+            edge_counts = np.zeros(self.graph.edge_book.num_nodes, dtype=np.int64)
 
         def presample_counts() -> np.ndarray:
             if not counts:  # one pre-sampling epoch serves every cache
@@ -229,12 +225,17 @@ class SampledInputs(DistSteps):
                 )
             )
         if self.edge_store is not None and cacheable_rows(self.edge_store).any():
+
+            def edge_presample_counts() -> np.ndarray:
+                presample_counts()  # the same pre-sampling epoch counts the edges
+                return edge_counts
+
             self.edge_cache = build_cache(
                 config.cache,
                 self.edge_store,
                 fill_from=self.dist_edge_rows("cache_setup", self.codec),
                 degree=self._edge_draw_scores(),
-                presample_counts=lambda: (presample_counts(), edge_counts)[1],
+                presample_counts=edge_presample_counts,
             )
         self.cache_setup_s = time.perf_counter() - start
 

@@ -39,9 +39,8 @@ def partition_dataset_record(
     """What results and checkpoints record of the partitioned dataset (as ``dataset_record``)."""
     identity = pset.dataset
     labels = pset.meta.get("labels") or {}
-    edge_features = {}
-    if "attr" in (pset.meta.get("edge_arrays") or {}):
-        edge_features["edge_features"] = int(pset.load_part(0, verify=False).edge_attr.shape[1])
+    edge_dim = pset.load_part(0, verify=False).edge_dim
+    edge_features = {"edge_features": edge_dim} if edge_dim else {}
     return {
         **identity,
         "num_nodes": pset.num_nodes,

@@ -38,9 +38,8 @@ from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import (
     adam,
-    check_edge_features,
     label_results,
-    reads_edge_features,
+    model_edge_dim,
 )
 
 DIST_FULL_MODELS = ("gcn", "sage", "gin", "appnp", "sgc", "gat", "gatv2", "gine")
@@ -228,10 +227,8 @@ class DistFullNodeSteps(DistFullGraphSteps):
         self.metric, self.details = self.target.metric, {}
         y_train = self.y[self.splits["train"]].cpu()
         self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
-        edge_dim = 0 if shard.edge_attr is None else int(shard.edge_attr.shape[1])
-        check_edge_features(config, edge_dim, str(self.pset.path))
-        if not reads_edge_features(config, edge_dim):
-            edge_dim = 0
+        width = 0 if shard.edge_attr is None else int(shard.edge_attr.shape[1])
+        edge_dim = model_edge_dim(config, width, str(self.pset.path))
         self._set_model(
             lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim, edge_dim)
         )

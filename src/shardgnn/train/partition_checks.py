@@ -28,10 +28,9 @@ def check_homogeneous_partition(
     labels for node classification, something to cache, and a stored split for link
     prediction."""
     from shardgnn.nn.config import WALK_MODELS
-    from shardgnn.train.setup import check_edge_features
+    from shardgnn.train.setup import model_edge_dim
 
-    edge_dim = 1 if "attr" in (pset.meta.get("edge_arrays") or {}) else 0
-    check_edge_features(config, edge_dim, str(pset.path))
+    model_edge_dim(config, pset.load_part(0, verify=False).edge_dim, str(pset.path))
     walks = config.model.model in WALK_MODELS
     return _check_rows(config, pset, split_given, featureless_types=walks)
 

@@ -23,24 +23,19 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import OptimConfig, TrainConfig
 
 
-def reads_edge_features(config: TrainConfig, edge_dim: int) -> bool:
-    """Whether the loaders fetch edge rows for ``config``'s model on a graph whose edges carry
-    ``edge_dim`` features: always for a model that needs them (gine: refused without them by
-    :func:`check_edge_features`), and for a model of the user's own when there are any (each
-    graph it receives then holds them, ``edge_attr_ED``)."""
+def model_edge_dim(config: TrainConfig, edge_dim: int, source: str) -> int:
+    """The width of the edge rows ``config``'s model reads on a graph (``source``, in words)
+    whose edges carry ``edge_dim`` features, 0 for none (then no edge row is fetched): a model
+    that needs them (gine) reads them, and is refused without any; a model of the user's own
+    reads them when there are any (each graph it receives holds them, ``edge_attr_ED``); the
+    built-in others never."""
     model = config.model.model
-    return model in EDGE_FEATURE_MODELS or (edge_dim > 0 and is_user_model(model))
-
-
-def check_edge_features(config: TrainConfig, edge_dim: int, source: str) -> None:
-    """Refuse a model that needs edge features on a graph (``source``, in words) without
-    them."""
-    if config.model.model in EDGE_FEATURE_MODELS and not edge_dim:
+    if model in EDGE_FEATURE_MODELS and not edge_dim:
         raise ConfigError(
-            f"--model {config.model.model} reads edge features, and {source} has none; use a "
-            "graph with edge features (synthetic:edge_features=16, a PyG graph with edge_attr) "
-            "or another model"
+            f"--model {model} reads edge features, and {source} has none; use a graph with edge "
+            "features (synthetic:edge_features=16, a PyG graph with edge_attr) or another model"
         )
+    return edge_dim if model in EDGE_FEATURE_MODELS or is_user_model(model) else 0
 
 
 def resolve_device(name: str) -> torch.device:

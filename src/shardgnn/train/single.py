@@ -40,14 +40,13 @@ from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import evaluate_batches, node_objective, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
-    check_edge_features,
     dataset_record,
     eval_sampler_config,
     full_features,
     full_input,
     label_results,
     make_embedding_table,
-    reads_edge_features,
+    model_edge_dim,
     resolve_device,
     step_rows,
 )
@@ -122,8 +121,7 @@ class LocalSteps(Steps):
         self.details: dict[str, dict] = {}
         self.embedding = make_embedding_table(config, g.num_nodes)
         in_dim = g.num_features + config.embedding.dim
-        check_edge_features(config, g.edge_dim, f"dataset {g.name!r}")
-        edge_dim = g.edge_dim if reads_edge_features(config, g.edge_dim) else 0
+        edge_dim = model_edge_dim(config, g.edge_dim, f"dataset {g.name!r}")
         self.model: GNN = build_model(config.model, in_dim, self.target.out_dim, edge_dim)
         if self.embedding is not None:
             # The rows (buffers) become part of the model's state: checkpoints and the best
@@ -149,7 +147,7 @@ class LocalSteps(Steps):
         # On a GPU: sampled and gathered there (device_pipeline), or made on the CPU and staged.
         self.pipeline = None
         # the edge features by edge id (an edge's position in the CSR: what blocks name)
-        edge_attr = g.edge_attr if reads_edge_features(config, g.edge_dim) else None
+        edge_attr = g.edge_attr if edge_dim else None
         edge_rows = None if edge_attr is None else LocalFeatureStore(edge_attr)
         if gpu_sampling(config, self.device):
             self.pipeline = device_pipeline(

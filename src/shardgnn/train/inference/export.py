@@ -48,6 +48,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.config_rules import LAYERWISE_MODELS
 from shardgnn.train.inference.run import load_model_weights, load_weights_into, resolve_checkpoint
 from shardgnn.train.settings import ExportConfig
+from shardgnn.train.setup import model_edge_dim
 
 SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".ts": "torchscript"}
 FORMAT_NAMES = {"onnx": "ONNX", "pt2": "torch.export", "torchscript": "TorchScript"}
@@ -142,11 +143,11 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
     in_dim = int(dataset.get("num_features") or 0)
     if in_dim < 1:
         raise ConfigError(f"{checkpoint}: the model was trained without node features to serve")
-    # the edge features a model read (gine; a model of the user's on a graph with them)
-    edge_dim = int(dataset.get("edge_features") or 0) if config.task == "node" else 0
-    edge_dim = edge_dim if name in EDGE_FEATURE_MODELS or is_user_model(name) else 0
-    if name in EDGE_FEATURE_MODELS and not edge_dim:
-        raise ConfigError(f"{checkpoint}: its {name} model's record names no edge features")
+    # the edge features a node model read (gine; a model of the user's on a graph with them)
+    edge_dim = 0
+    if config.task == "node":
+        recorded = int(dataset.get("edge_features") or 0)
+        edge_dim = model_edge_dim(config, recorded, f"the dataset {checkpoint} records")
     if config.task == "link":
         from shardgnn.train.link import build_link_model
 

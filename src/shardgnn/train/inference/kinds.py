@@ -37,7 +37,7 @@ from shardgnn.train.inference.run import (
     tables_summary,
     write_by_original_id,
 )
-from shardgnn.train.setup import check_edge_features, reads_edge_features
+from shardgnn.train.setup import model_edge_dim
 from shardgnn.train.tables import write_output_tables
 
 
@@ -131,10 +131,9 @@ def _blockwise(ctx: DistContext, run: InferRun, comm: Communicator, x: torch.Ten
     )
     rows = DistFeatureStore(x, graph.book, ctx.rank, comm, "fetch")
     edges = None
-    edge_attr = graph.part.edge_attr
-    if reads_edge_features(config, 0 if edge_attr is None else int(edge_attr.shape[1])):
+    if model_edge_dim(config, graph.part.edge_dim, str(run.partitions)):
         # the blocks' edge rows, from their owners (a collective)
-        local = LocalFeatureStore(edge_attr)
+        local = LocalFeatureStore(graph.part.edge_attr)
         edges = DistFeatureStore(local, graph.edge_book, ctx.rank, comm, "fetch")
     start, end = graph.book.part_range(ctx.rank)
     sizes = [int(np.diff(graph.book.part_range(p))[0]) for p in range(ctx.world_size)]
@@ -189,10 +188,8 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     if link:
         model, x = _link_model(config, shard, weights, checkpoint)
     else:
-        edge_attr = pset.load_part(ctx.rank, verify=False).edge_attr
-        edge_dim = 0 if edge_attr is None else int(edge_attr.shape[1])
-        check_edge_features(config, edge_dim, str(partitions))
-        edge_dim = edge_dim if reads_edge_features(config, edge_dim) else 0
+        width = pset.load_part(ctx.rank, verify=False).edge_dim
+        edge_dim = model_edge_dim(config, width, str(partitions))
         model, x = _node_model(config, shard, weights, checkpoint, edge_dim)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
