@@ -4,6 +4,7 @@ a cache and a low-bit codec), read by GINE for node classification, and inferred
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -147,7 +148,65 @@ def test_models_that_read_edge_features_are_refused_where_there_are_none(capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "reads edge features, and dataset" in err[0]
     assert main(["train", "synthetic:nodes=500", "--model", "gine", "--task", "link"]) != 0
-    assert "nothing trains --task link" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reads edge features, and dataset" in err[0]
+
+
+@pytest.mark.parametrize("mode", ["minibatch", "full"])
+def test_gine_link_prediction_reads_what_only_the_edges_carry(mode):
+    """Link prediction on the graph whose edges alone carry the classes (and the classes the
+    links: homophily): GINE's encoder reads the blocks' (or the whole training graph's) edge rows
+    and ranks the held-out edges well above GraphSAGE's, which sees noise rows only."""
+    spec = "synthetic:nodes=1500,degree=8,edge_features=8"
+    auc = {}
+    for model in ("sage", "gine"):
+        config = dataclasses.replace(
+            _config(model, epochs=8 if mode == "minibatch" else 40, dataset=spec),
+            task="link", mode=mode, model=ModelConfig(model=model, hidden=32, dropout=0.0),
+        )  # fmt: skip
+        auc[model] = run_training(config)["link"]["test"]["auc"]
+    assert auc["gine"] >= 0.65 and auc["gine"] >= auc["sage"] + 0.08, auc  # seed 0: 0.75/0.62
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_gine_link_prediction_on_workers_trains_as_one_process_and_infers(tmp_path):
+    """Two workers (the other part's edge rows travel, 8-bit through a presample cache) rank the
+    held-out edges as one process does; `shardgnn infer` of their checkpoint, on a partition of
+    the whole graph, gives the encoder's embeddings over the whole graph with its edge rows."""
+    from shardgnn.cli import main
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.train.link import build_link_model
+
+    spec = "synthetic:nodes=3000,degree=8,edge_features=8"
+    argv = ["train", spec, "--task", "link", "--model", "gine", "--hidden", "32", "--dropout"]
+    argv += ["0", "--epochs", "8", "--fanouts", "10,10", "--batch-size", "256", "--quiet"]
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    ck = tmp_path / "ck"
+    assert main([*argv, "--results", str(one)]) == 0
+    workers = [*argv, "--workers", "2", "--host-sharing", "off", "--fetch-bits", "8"]
+    workers += ["--cache-policy", "presample", "--cache-size", "20%"]
+    assert main([*workers, "--results", str(two), "--checkpoint-dir", str(ck)]) == 0
+    r_one, r_two = (json.loads(p.read_text()) for p in (one, two))
+    auc_one, auc_two = r_one["link"]["test"]["auc"], r_two["link"]["test"]["auc"]
+    assert auc_two >= 0.65 and abs(auc_two - auc_one) < 0.05, (auc_one, auc_two)
+    assert r_two["epochs"][-1]["cache"]["edge_hit_rate"] > 0
+    parts, out = tmp_path / "p", tmp_path / "out"
+    assert main(["partition", spec, "--parts", "2", "--out", str(parts), "--quiet"]) == 0
+    infer = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]
+    assert main(infer) == 0
+    last = sorted(ck.glob("epoch-*"))[-1]
+    config = TrainConfig.from_dict(json.loads((last / "meta.json").read_text())["config"])
+    graph = load_dataset(spec)
+    model = build_link_model(config, graph.num_features, edge_dim=graph.edge_dim)
+    model.load_state_dict(torch.load(last / "rank-0.pt", weights_only=True)["best_state"])
+    model.eval()
+    whole = MessageGraph.from_csr(graph.indptr, graph.indices)
+    whole.edge_attr_ED = torch.from_numpy(np.asarray(graph.edge_attr, dtype=np.float32))
+    with torch.no_grad():
+        expected = model.encoder([whole] * 2, torch.from_numpy(graph.x)).numpy()
+    embeddings = np.load(out / "embeddings.npy", allow_pickle=False)
+    np.testing.assert_allclose(embeddings, expected, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -190,13 +249,14 @@ def test_edge_rows_on_workers_train_as_one_process_and_infer(tmp_path):
     assert summary["accuracy"]["test"] == pytest.approx(r_two["test_acc"], abs=1e-6)
 
 
-def test_gine_resumes_bit_exact(tmp_path):
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_gine_resumes_bit_exact(tmp_path, task):
     from shardgnn.train.config import CheckpointConfig
 
     def config(directory, epochs, resume=False):
         return _config(
             "gine", epochs=epochs, dataset="synthetic:nodes=1500,degree=8,edge_features=4",
-            checkpoint=CheckpointConfig(dir=str(directory), every=1, resume=resume),
+            checkpoint=CheckpointConfig(dir=str(directory), every=1, resume=resume), task=task,
         )  # fmt: skip
 
     run_training(config(tmp_path / "straight", 3))
@@ -207,16 +267,19 @@ def test_gine_resumes_bit_exact(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_low_bit_edge_rows_through_a_cache_resume_bit_exact_on_workers(tmp_path, capfd):
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_low_bit_edge_rows_through_a_cache_resume_bit_exact_on_workers(tmp_path, capfd, task):
     """8-bit edge and node rows through LRU caches (each hit serves the rounding of the fetch
     that admitted it, so checkpoints carry both caches): a run cut after epoch 2 and resumed
-    ends with the uninterrupted run's weights; the epoch line reports the edge cache."""
+    ends with the uninterrupted run's weights, node classes and links; the epoch line reports
+    the edge cache."""
     from shardgnn.cli import main
 
     spec = "synthetic:nodes=1500,degree=8,edge_features=4"
     parts = str(tmp_path / "p")
-    assert main(["partition", spec, "--parts", "2", "--out", parts]) == 0
-    argv = ["train", spec, "--model", "gine", "--hidden", "16", "--fanouts", "5,5", "--workers"]
+    assert main(["partition", spec, "--parts", "2", "--out", parts, "--task", task]) == 0
+    argv = ["train", spec, "--task", task, "--model", "gine", "--hidden", "16", "--fanouts"]
+    argv += ["5,5", "--workers"]
     argv += ["2", "--partitions", parts, "--host-sharing", "off", "--fetch-bits", "8"]
     argv += ["--cache-policy", "lru", "--cache-size", "30%", "--batch-size", "64"]
     straight, cut = str(tmp_path / "straight"), str(tmp_path / "cut")
@@ -227,10 +290,12 @@ def test_low_bit_edge_rows_through_a_cache_resume_bit_exact_on_workers(tmp_path,
     assert_same_weights(final_weights(straight), final_weights(cut))
 
 
-def test_an_edge_feature_model_exports_with_an_edge_attr_input(tmp_path, capsys):
-    """GINE exports with a third input (the edges' feature rows, in edge_index order) to every
-    format; each file, run on a random graph, equals the trained model (checked by export with
-    onnxruntime, torch.export and TorchScript), and the ONNX file serves another graph size."""
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_an_edge_feature_model_exports_with_an_edge_attr_input(tmp_path, capsys, task):
+    """GINE (a node classifier, or a link model's encoder) exports with a third input (the
+    edges' feature rows, in edge_index order) to every format; each file, run on a random
+    graph, equals the trained model (checked by export with onnxruntime, torch.export and
+    TorchScript), and the ONNX file serves another graph size."""
     import onnxruntime
 
     from shardgnn.cli import main
@@ -240,7 +305,8 @@ def test_an_edge_feature_model_exports_with_an_edge_attr_input(tmp_path, capsys)
 
     ck = tmp_path / "ck"
     spec = "synthetic:nodes=800,degree=6,edge_features=4,features=8"
-    run_training(_config("gine", epochs=1, dataset=spec, checkpoint=CheckpointConfig(dir=str(ck))))
+    config = _config("gine", epochs=1, dataset=spec, checkpoint=CheckpointConfig(dir=str(ck)))
+    run_training(dataclasses.replace(config, task=task))
     for suffix in ("onnx", "pt2", "pt"):
         assert (
             main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / f"m.{suffix}")]) == 0
@@ -327,18 +393,21 @@ def test_a_model_of_your_own_reads_the_blocks_edge_rows(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_full_graph_gine_on_workers_equals_one_process(tmp_path, capsys):
+@pytest.mark.parametrize("task", ["node", "link"])
+def test_full_graph_gine_on_workers_equals_one_process(tmp_path, capsys, task):
     """Full-graph GINE: each worker's edge rows are its part's in-edges (no exchange), the
     source rows of remote neighbours come from their owners (the halo exchange attention layers
-    use): 2 workers train epoch for epoch as one process (loss within 1e-5); another SpMM plan
-    is refused in one line."""
+    use): 2 workers train epoch for epoch as one process (loss within 1e-5), node classes and
+    links (GAE: the partitions hold the training graph and its edge rows); another SpMM plan is
+    refused in one line."""
     from shardgnn.cli import main
 
     spec = "synthetic:nodes=2000,degree=8,edge_features=4,features=16"
     parts = str(tmp_path / "p")
-    assert main(["partition", spec, "--parts", "2", "--out", parts, "--quiet"]) == 0
+    partition = ["partition", spec, "--parts", "2", "--out", parts, "--task", task, "--quiet"]
+    assert main(partition) == 0
     argv = ["train", spec, "--model", "gine", "--mode", "full", "--epochs", "3", "--hidden", "32"]
-    argv += ["--dropout", "0", "--quiet"]
+    argv += ["--task", task, "--dropout", "0", "--quiet"]
     one, two = tmp_path / "one.json", tmp_path / "two.json"
     assert main([*argv, "--results", str(one)]) == 0
     assert main([*argv, "--workers", "2", "--partitions", parts, "--results", str(two)]) == 0
@@ -346,6 +415,8 @@ def test_full_graph_gine_on_workers_equals_one_process(tmp_path, capsys):
     assert r_two["spmm"] == "1d-sparse"
     for a, b in zip(r_one["epochs"], r_two["epochs"], strict=True):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    if task == "link":
+        assert r_two["link"]["test"]["auc"] == pytest.approx(r_one["link"]["test"]["auc"], abs=1e-5)
     capsys.readouterr()
     dense = [*argv, "--workers", "2", "--partitions", parts, "--spmm", "1d"]
     assert main(dense) != 0

@@ -28,7 +28,6 @@ from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
 from shardgnn.loader.dist_batches import DistSeedBatcher, FixedBatches
 from shardgnn.loader.link import IndexedPairs, LinkSamplingStage, even_share
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, WindowedRows
-from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.partition.book import PartitionBook
 from shardgnn.precision import precision_context
 from shardgnn.sampling.dist_neighbor import DistNeighborSampler
@@ -42,6 +41,7 @@ from shardgnn.train.dist_steps import partition_dataset_record
 from shardgnn.train.link import build_link_model, link_objective, score_pairs
 from shardgnn.train.linkmetrics import link_record, metrics_of_shares
 from shardgnn.train.loop import EpochRecord
+from shardgnn.train.minibatch import batch_graphs
 from shardgnn.train.setup import eval_sampler_config
 
 
@@ -109,6 +109,7 @@ class DistLinkSteps(DistSampledSteps):
             None,
             self.timer,
             self.key_rounding,
+            edge_rows=self.edge_cache if self.edge_cache is not None else self.edge_store,
         )
         # Evaluation: an even share of each split's positives per rank, all ranks the same
         # number of embedding batches.
@@ -116,6 +117,9 @@ class DistLinkSteps(DistSampledSteps):
         if self.cache is not None:  # evaluation reads the cached rows but never changes them
             eval_features = self.cache.read_only_view(eval_features)
         self.eval_inputs = input_store(eval_features, self.eval_rows)
+        self.eval_edge_rows = self.eval_edges
+        if self.edge_cache is not None:
+            self.eval_edge_rows = self.edge_cache.read_only_view(self.eval_edge_rows)
         self.eval_sampler = DistNeighborSampler(
             self.graph, eval_sampler_config(config), self.data_comm, "eval"
         )
@@ -134,7 +138,8 @@ class DistLinkSteps(DistSampledSteps):
         self.last_metrics: dict[str, dict[str, float]] = {}
         torch.manual_seed(config.seed)  # identical initial weights on every rank
         self.objective = link_objective(link)
-        self._wrap_model(build_link_model(config, self.feature_width).to(ctx.device))
+        model = build_link_model(config, self.feature_width, edge_dim=self.edge_dim)
+        self._wrap_model(model.to(ctx.device))
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -151,14 +156,12 @@ class DistLinkSteps(DistSampledSteps):
             self.eval_inputs,
             None,
             StageTimer(),
+            edge_rows=self.eval_edge_rows,
         )
         device = self.ctx.device
         with precision_context(self.config.precision, device):
             parts = [
-                self.model(
-                    [MessageGraph.from_block(b, device) for b in batch.sample.blocks],
-                    batch.x_SF.to(device),
-                ).float()
+                self.model(batch_graphs(batch, device), batch.x_SF.to(device)).float()
                 for batch in fetcher
             ]
         return torch.cat(parts)

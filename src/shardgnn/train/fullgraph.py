@@ -137,6 +137,13 @@ class DistFullGraphSteps(DistSteps):
         self.optimizer = adam(self.model.parameters(), optim)
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
 
+    def _model_edge_dim(self) -> int:
+        """The width of the edge rows the model reads from this rank's shard (0: none; a model
+        that needs them is refused without any): :func:`~shardgnn.train.setup.model_edge_dim`."""
+        attr = self.shard.edge_attr
+        width = 0 if attr is None else int(attr.shape[1])
+        return model_edge_dim(self.config, width, str(self.pset.path))
+
     @contextlib.contextmanager
     def _timed_step(self):
         """Time one training step as ``comm`` (SpMM exchanges, gradient all-reduce, pair rows)
@@ -227,8 +234,7 @@ class DistFullNodeSteps(DistFullGraphSteps):
         self.metric, self.details = self.target.metric, {}
         y_train = self.y[self.splits["train"]].cpu()
         self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
-        width = 0 if shard.edge_attr is None else int(shard.edge_attr.shape[1])
-        edge_dim = model_edge_dim(config, width, str(self.pset.path))
+        edge_dim = self._model_edge_dim()
         self._set_model(
             lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim, edge_dim)
         )

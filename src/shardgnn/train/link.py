@@ -41,13 +41,15 @@ from shardgnn.train.linkmetrics import (
     split_spec,
 )
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.minibatch import Outcome, train_epoch_batches
+from shardgnn.train.minibatch import Outcome, batch_graphs, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
     eval_sampler_config,
+    full_edge_rows,
     full_features,
     full_input,
     make_embedding_table,
+    model_edge_dim,
     resolve_device,
     step_rows,
 )
@@ -96,12 +98,16 @@ def link_objective(config: LinkConfig):
 
 
 def build_link_model(
-    config: TrainConfig, num_features: int, embedding: EmbeddingTable | None = None
+    config: TrainConfig,
+    num_features: int,
+    embedding: EmbeddingTable | None = None,
+    edge_dim: int = 0,
 ) -> LinkModel:
-    """The encoder (input: the features, then ``--embedding-dim`` learnable columns), the
-    predictor, and the learnable rows when given."""
+    """The encoder (input: the features, then ``--embedding-dim`` learnable columns; the edge
+    rows of width ``edge_dim`` when it reads them, :func:`~shardgnn.train.setup.model_edge_dim`),
+    the predictor, and the learnable rows when given."""
     in_dim = num_features + config.embedding.dim
-    encoder = build_model(config.model, in_dim, config.link.out_dim)
+    encoder = build_model(config.model, in_dim, config.link.out_dim, edge_dim)
     predictor = build_predictor(config.link.predictor, config.link.out_dim, config.model.hidden)
     return LinkModel(encoder, predictor, embedding)
 
@@ -155,7 +161,9 @@ class LinkLocalSteps(Steps):
         torch.manual_seed(config.seed)
         x = None if g.x is None else normalize_features(g.x, config.feature_norm)
         self.embedding = make_embedding_table(config, g.num_nodes)
-        self.model = build_link_model(config, g.num_features, self.embedding).to(self.device)
+        edge_dim = model_edge_dim(config, g.edge_dim, f"dataset {g.name!r}")
+        self.model = build_link_model(config, g.num_features, self.embedding, edge_dim)
+        self.model.to(self.device)
         self.optimizer = adam(self.model.parameters(), config.optim)
         self.model.use_hashed_dropout(config.seed)
         self.timer = StageTimer()
@@ -169,9 +177,13 @@ class LinkLocalSteps(Steps):
         self.last_metrics: dict[str, dict[str, float]] = {}
         if config.mode == "full":
             self.message_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
+            if edge_dim:  # the training graph's edge rows, in its CSR order
+                self.message_graph.edge_attr_ED = full_edge_rows(g, self.device)
             self.features_full = full_features(x, self.device)
             return
         self.features = input_store(None if x is None else LocalFeatureStore(x), self.embedding)
+        # the training graph's edge features by edge id (what its blocks name), when read
+        self.edge_rows = LocalFeatureStore(g.edge_attr) if edge_dim else None
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
         self.batches = edge_batcher(
             self.split.train_pos_2P.shape[1], config.item_batch_size, shuffle=True, seed=config.seed
@@ -190,6 +202,7 @@ class LinkLocalSteps(Steps):
             self.features,
             None,
             self.timer,
+            edge_rows=self.edge_rows,
         )
         self.eval_sampler = NeighborSampler(g.indptr, g.indices, eval_sampler_config(config))
 
@@ -261,13 +274,11 @@ class LinkLocalSteps(Steps):
             shuffle=False,
             seed=self.config.seed + 1,
             timer=StageTimer(),
+            edge_rows=self.edge_rows,
         )
         loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
         parts = [
-            self.model(
-                [MessageGraph.from_block(b, self.device) for b in batch.sample.blocks],
-                batch.x_SF.to(self.device),
-            )
+            self.model(batch_graphs(batch, self.device), batch.x_SF.to(self.device))
             for batch in loader
         ]
         return torch.cat(parts) if parts else torch.zeros(0, self.config.link.out_dim)

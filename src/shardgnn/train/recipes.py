@@ -90,6 +90,9 @@ KG_LINK = MODEL - {"model.input_dropout"} | settings(
     "batch_size", "link.loss", "link.out_dim", "link.predictor"
 )
 HOMOGENEOUS_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
+ENCODER_MODELS = (*HOMOGENEOUS_MODELS, *EDGE_FEATURE_MODELS)
+"""the node encoders of one large graph's node and link recipes (gine: on a graph with edge
+features)"""
 _STREAM_MODELS = tuple(m for m in TEMPORAL_MODELS if m not in SNAPSHOT_MODELS)
 DEFAULT_EMBEDDING_DIM = 64
 """Learnt input rows of a featureless graph when ``--embedding-dim`` is not given; link
@@ -183,7 +186,7 @@ class Recipe:
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
-        "node", "homogeneous", "node", ("minibatch",), (*HOMOGENEOUS_MODELS, *EDGE_FEATURE_MODELS),
+        "node", "homogeneous", "node", ("minibatch",), ENCODER_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.dist_node:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
         reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | PRECISION | GPU,
@@ -193,7 +196,7 @@ RECIPES: tuple[Recipe, ...] = (
         user_models=True,
     ),
     Recipe(
-        "node-full", "homogeneous", "node", ("full",), (*HOMOGENEOUS_MODELS, *EDGE_FEATURE_MODELS),
+        "node-full", "homogeneous", "node", ("full",), ENCODER_MODELS,
         "shardgnn.train.single:LocalSteps", "shardgnn.train.fullgraph:DistFullNodeSteps",
         "full-graph node classification",
         reads=MODEL | ROWS | {"feature_norm"} | PRECISION,
@@ -202,7 +205,7 @@ RECIPES: tuple[Recipe, ...] = (
         user_models=True,
     ),
     Recipe(
-        "link", "homogeneous", "link", ("minibatch",), HOMOGENEOUS_MODELS,
+        "link", "homogeneous", "link", ("minibatch",), ENCODER_MODELS,
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.dist_link:DistLinkSteps",
         "link prediction on sampled mini-batches",
         reads=MODEL | SAMPLED | LINK | ROWS | {"feature_norm"} | PRECISION,
@@ -212,7 +215,7 @@ RECIPES: tuple[Recipe, ...] = (
         user_models=True,
     ),
     Recipe(
-        "link-full", "homogeneous", "link", ("full",), HOMOGENEOUS_MODELS,
+        "link-full", "homogeneous", "link", ("full",), ENCODER_MODELS,
         "shardgnn.train.link:LinkLocalSteps", "shardgnn.train.link_fullgraph:DistFullLinkSteps",
         "full-graph link prediction (GAE)",
         reads=MODEL | LINK | ROWS | {"feature_norm"} | PRECISION,

@@ -142,6 +142,13 @@ def full_features(x: np.ndarray | None, device: torch.device) -> torch.Tensor | 
     return to_sparse_if_sparse(torch.from_numpy(np.array(x, dtype=np.float32))).to(device)
 
 
+def full_edge_rows(graph: Graph, device: torch.device) -> torch.Tensor:
+    """Full-graph mode's edge rows ``[E, D]`` on ``device``: ``graph``'s edge features in its
+    CSR order (what :class:`~shardgnn.nn.message_graph.MessageGraph.from_csr` numbers), fp32."""
+    rows = np.ascontiguousarray(graph.edge_attr, dtype=np.float32)
+    return torch.from_numpy(rows).to(device)
+
+
 def full_input(
     features_NF: torch.Tensor | None, table: EmbeddingTable | None, requires_grad: bool = False
 ) -> torch.Tensor:

@@ -42,6 +42,7 @@ from shardgnn.train.setup import (
     adam,
     dataset_record,
     eval_sampler_config,
+    full_edge_rows,
     full_features,
     full_input,
     label_results,
@@ -137,8 +138,7 @@ class LocalSteps(Steps):
         if config.mode == "full":
             self.full_graph = MessageGraph.from_csr(g.indptr, g.indices, self.device)
             if edge_dim:  # the whole graph's edge rows, in its CSR order
-                rows = np.ascontiguousarray(g.edge_attr, dtype=np.float32)
-                self.full_graph.edge_attr_ED = torch.from_numpy(rows).to(self.device)
+                self.full_graph.edge_attr_ED = full_edge_rows(g, self.device)
             self.features_full = full_features(self.x, self.device)
             # the labels beside the logits: indexed by split ids on the device
             self.y_full = self.y.to(self.device)

@@ -143,15 +143,13 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
     in_dim = int(dataset.get("num_features") or 0)
     if in_dim < 1:
         raise ConfigError(f"{checkpoint}: the model was trained without node features to serve")
-    # the edge features a node model read (gine; a model of the user's on a graph with them)
-    edge_dim = 0
-    if config.task == "node":
-        recorded = int(dataset.get("edge_features") or 0)
-        edge_dim = model_edge_dim(config, recorded, f"the dataset {checkpoint} records")
+    # the edge features the model read (gine; a model of the user's on a graph with them)
+    recorded = int(dataset.get("edge_features") or 0)
+    edge_dim = model_edge_dim(config, recorded, f"the dataset {checkpoint} records")
     if config.task == "link":
         from shardgnn.train.link import build_link_model
 
-        link = build_link_model(config, in_dim)
+        link = build_link_model(config, in_dim, edge_dim=edge_dim)
         load_weights_into(link, load_model_weights(checkpoint), checkpoint, f"{in_dim} features")
         model, out_dim = link.encoder, config.link.out_dim
         outputs = f"{out_dim}-wide embeddings (the link predictor scores pairs of them)"

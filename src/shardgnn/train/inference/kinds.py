@@ -79,13 +79,14 @@ def _node_model(config: TrainConfig, shard, weights, checkpoint: Path, edge_dim:
     return model, _input_rows(config, shard, rows)
 
 
-def _link_model(config: TrainConfig, shard, weights, checkpoint: Path):
-    """The link model (its encoder and predictor) and its input rows."""
+def _link_model(config: TrainConfig, shard, weights, checkpoint: Path, edge_dim: int = 0):
+    """The link model (its encoder and predictor) and its input rows (``edge_dim``: the edge
+    features' width)."""
     from shardgnn.train.link import build_link_model
 
     weights, rows = _split_rows(weights)
     num_features = 0 if shard.x is None else shard.x.shape[1]
-    model = build_link_model(config, num_features)
+    model = build_link_model(config, num_features, edge_dim=edge_dim)
     load_weights_into(model, weights, checkpoint, f"{num_features} features")
     return model, _input_rows(config, shard, rows)
 
@@ -185,11 +186,11 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         mapped_features=run.feature_storage == "disk",
     )
     target = None if link else target_of_labels(shard.label_kind, shard.y, shard.num_classes)
+    width = pset.load_part(ctx.rank, verify=False).edge_dim
+    edge_dim = model_edge_dim(config, width, str(partitions))
     if link:
-        model, x = _link_model(config, shard, weights, checkpoint)
+        model, x = _link_model(config, shard, weights, checkpoint, edge_dim)
     else:
-        width = pset.load_part(ctx.rank, verify=False).edge_dim
-        edge_dim = model_edge_dim(config, width, str(partitions))
         model, x = _node_model(config, shard, weights, checkpoint, edge_dim)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
