@@ -424,9 +424,10 @@ def test_cli_plan_table_json_and_errors(tmp_path, capsys):
 
     out = tmp_path / "plan.json"
     spec = "synthetic:nodes=800,degree=6,classes=3,features=10"
-    assert main(["plan", spec, "--workers", "2,4,8", "--method", "random", "--out", str(out)]) == 0
+    argv = ["plan", spec, "--workers", "2,4,8", "--method", "random", "--strategies", "full"]
+    assert main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("<- fewest") == 3 and "2x2x2" in printed
+    assert printed.count("<- fewest") == 3 and "2x2x2" in printed and "mini-batch" not in printed
     data = json.loads(out.read_text())
     strategies = {(c["workers"], c["strategy"], c["layout"]) for c in data["costs"]}
     assert (4, "1.5d", "c=2") in strategies and (8, "3d", "2x2x2") in strategies

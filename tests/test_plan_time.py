@@ -151,14 +151,16 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     flags = ["--workers", "2,4", "--workers-per-host", "4", "--hidden", "16"]
     assert main(["plan", SPEC, *flags, "--calibrate", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert printed.count("<- fastest") == 2 and "epoch s" in printed and "link" in printed
+    # a pick per worker count among the full-graph strategies and among the mini-batch options
+    assert printed.count("<- fastest") == 4 and "epoch s" in printed and "link" in printed
     first = json.loads(out.read_text())
     assert first["rates"]["cores"] >= 1
     again = tmp_path / "again.json"
     assert main(["plan", SPEC, *flags, "--rates", str(out), "--out", str(again)]) == 0
     capsys.readouterr()
     second = json.loads(again.read_text())
-    assert [c["epoch_s"] for c in second["costs"]] == [c["epoch_s"] for c in first["costs"]]
+    for kind in ("costs", "minibatch_costs"):
+        assert [c["epoch_s"] for c in second[kind]] == [c["epoch_s"] for c in first[kind]]
     fixed = tmp_path / "fixed.json"
     assert main(["plan", SPEC, *flags, "--rates", str(out), "--latency-us", "7",
                  "--out", str(fixed)]) == 0  # fmt: skip
@@ -262,6 +264,8 @@ def test_plot_draws_a_plans_bytes_and_times_per_strategy(tmp_path, capsys):
     rates = tmp_path / "rates.json"
     hand = _rates()
     hand.compute[1].linear_s.update({"10,16,0": 1e-6, "16,3,1": 5e-7})
+    steps = {"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3, "step_edge": 3e-7}
+    hand.compute[1].minibatch_s.update(steps)
     rates.write_text(json.dumps({"rates": hand.to_dict()}))
     timed, untimed = tmp_path / "timed.json", tmp_path / "untimed.json"
     flags = ["--workers", "2,4,8", "--hidden", "16", "--method", "random"]

@@ -38,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
     from shardgnn.atomic import check_output_path, save_json
     from shardgnn.fullgraph.plan import plan, recommend
     from shardgnn.graph.datasets import load_dataset
-    from shardgnn.train.progress import format_table
 
     config = config_from_args(PlanConfig, args, dataset=args.dataset)
     if config.out:
@@ -48,16 +47,72 @@ def run(args: argparse.Namespace) -> int:
         from shardgnn.errors import ConfigError
 
         raise ConfigError(f"{config.dataset} has no node features; plan a dataset with features")
-    rates = machine_rates(config, graph)
+    batch_size = minibatch_batch_size(config, graph)
+    rates = machine_rates(config, graph, batch_size)
+    minibatch: list = []
     costs = plan(
         graph,
         config,
         progress=lambda p: print(f"partitioning into {p} parts ({config.method})", file=sys.stderr),
         rates=rates,
+        on_partition=(
+            minibatch_planner(config, graph, rates, batch_size, minibatch)
+            if config.strategies != "full"
+            else None
+        ),
     )
-    picks = recommend(costs)
+    if rates is not None:
+        print(
+            f"machine rates: {rates.cores} cores, link {rates.link_bytes_s * 8 / 1e9:.2f} Gbit/s "
+            "each way, "
+            f"latency {rates.latency_s * 1e6:.0f} us; {config.workers_per_host} worker(s) per "
+            "machine"
+        )
+    print(
+        f"{config.dataset}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges; "
+        f"{config.model}, {config.layers} layers, hidden {config.hidden}, {config.bits} bits, "
+        f"{config.method} partitions"
+    )
+    picks = recommend(costs) if costs else {}
+    if costs:
+        print_full_graph(costs, picks, rates is not None)
+    minibatch_picks = recommend(minibatch)
+    if minibatch:
+        print_minibatch(config, minibatch, minibatch_picks, rates is not None)
+    for p, c in picks.items():
+        if c.empty_parts:
+            print(
+                f"P={p}: {config.method} left {c.empty_parts} of {p} parts empty (their workers "
+                "would hold nothing; training needs a partition with --allow-empty-parts)"
+            )
+    if config.out:
+        save_json(
+            config.out,
+            {
+                "dataset": config.dataset,
+                "num_nodes": graph.num_nodes,
+                "num_edges": graph.num_edges,
+                "settings": {
+                    k: v for k, v in vars(config).items() if k not in ("dataset", "out")
+                },
+                "costs": [c.to_dict() for c in costs],
+                "minibatch_costs": [c.to_dict() for c in minibatch],
+                "rates": None if rates is None else rates.to_dict(),
+                "picks": {str(p): c.strategy + (f" {c.layout}" if c.layout else "")
+                          for p, c in picks.items()},
+                "minibatch_picks": {str(p): c.option for p, c in minibatch_picks.items()},
+            },
+        )  # fmt: skip
+        print(f"costs written to {config.out}")
+    return 0
+
+
+def print_full_graph(costs, picks, timed_costs: bool) -> None:
+    """The full-graph strategies' table."""
+    from shardgnn.train.progress import format_table
+
     baseline = {c.workers: c.bytes_per_epoch for c in costs if c.strategy == "1d"}
-    timed = ["compute s", "comm s", "epoch s"] if rates is not None else []
+    timed = ["compute s", "comm s", "epoch s"] if timed_costs else []
     rows = [
         [
             c.workers,
@@ -74,18 +129,7 @@ def run(args: argparse.Namespace) -> int:
         ]
         for c in costs
     ]
-    if rates is not None:
-        print(
-            f"machine rates: {rates.cores} cores, link {rates.link_bytes_s * 8 / 1e9:.2f} Gbit/s "
-            "each way, "
-            f"latency {rates.latency_s * 1e6:.0f} us; {config.workers_per_host} worker(s) per "
-            "machine"
-        )
-    print(
-        f"{config.dataset}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges; "
-        f"{config.model}, {config.layers} layers, hidden {config.hidden}, {config.bits} bits, "
-        f"{config.method} partitions"
-    )
+    print("full-graph training (--mode full), per epoch:")
     print(
         format_table(
             [
@@ -104,33 +148,91 @@ def run(args: argparse.Namespace) -> int:
             rows,
         )
     )
-    for p, c in picks.items():
-        if c.empty_parts:
-            print(
-                f"P={p}: {config.method} left {c.empty_parts} of {p} parts empty (their workers "
-                "would hold nothing; training needs a partition with --allow-empty-parts)"
+
+
+def minibatch_batch_size(config: PlanConfig, graph) -> int:
+    """The global batch of the mini-batch plan: ``--batch-size``, else what `shardgnn train`
+    chooses for the dataset's training nodes (refused in one line without any); 0 when only
+    full-graph strategies are planned."""
+    from shardgnn.train.config import TrainConfig
+
+    if config.strategies == "full":
+        return 0
+    if graph.train_idx is None or not len(graph.train_idx):
+        from shardgnn.errors import ConfigError
+
+        raise ConfigError(
+            f"{config.dataset} has no training nodes to plan mini-batches over; plan it with "
+            "--strategies full, or give it a training split"
+        )
+    return TrainConfig(batch_size=config.batch_size).node_batch_size(len(graph.train_idx))
+
+
+def minibatch_planner(config, graph, rates, batch_size: int, out: list):
+    """``on_partition(P, assignment)`` of :func:`~shardgnn.fullgraph.plan.plan` that appends the
+    mini-batch options' costs on each partition to ``out``."""
+    from shardgnn.fullgraph.minibatch_plan import minibatch_costs
+    from shardgnn.store.cache.config import CacheConfig
+
+    cache_size = config.cache_size or CacheConfig().size
+
+    def on_partition(workers: int, assignment) -> None:
+        print(f"sampling an epoch of {workers} workers' batches", file=sys.stderr)
+        out.extend(
+            minibatch_costs(
+                graph, assignment, workers, model=config.model, hidden=config.hidden,
+                fanouts=config.minibatch_fanouts, batch_size=batch_size, cache_size=cache_size,
+                seed=config.seed, rates=rates, workers_per_host=config.workers_per_host,
             )
-    if config.out:
-        save_json(
-            config.out,
-            {
-                "dataset": config.dataset,
-                "num_nodes": graph.num_nodes,
-                "num_edges": graph.num_edges,
-                "settings": {
-                    k: v for k, v in vars(config).items() if k not in ("dataset", "out")
-                },
-                "costs": [c.to_dict() for c in costs],
-                "rates": None if rates is None else rates.to_dict(),
-                "picks": {str(p): c.strategy + (f" {c.layout}" if c.layout else "")
-                          for p, c in picks.items()},
-            },
         )  # fmt: skip
-        print(f"costs written to {config.out}")
-    return 0
+
+    return on_partition
 
 
-def machine_rates(config: PlanConfig, graph):
+def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
+    """The mini-batch options' table."""
+    from shardgnn.train.progress import format_table
+
+    timed = ["sample s", "compute s", "comm s", "epoch s"] if timed_costs else []
+    rows = [
+        [
+            c.workers,
+            c.option,
+            c.batches,
+            f"{c.fetch_rows:,}",
+            "-" if c.hit_rate is None else f"{100 * c.hit_rate:.1f}%",
+            f"{c.sample_bytes / 1e6:,.1f}",
+            f"{c.fetch_bytes / 1e6:,.1f}",
+            f"{c.max_worker_bytes / 1e6:,.2f}",
+            f"{c.max_worker_recv / 1e6:,.2f}",
+            f"{c.held_mb:,.1f}",
+            *(
+                [f"{c.sample_s:.3f}", f"{c.compute_s:.3f}", f"{c.comm_s:.3f}", f"{c.epoch_s:.3f}"]
+                if timed
+                else []
+            ),
+            ("<- fastest" if timed else "<- fewest") if picks[c.workers] is c else "",
+        ]
+        for c in costs
+    ]
+    fanouts = ",".join(map(str, config.minibatch_fanouts))
+    print(
+        f"mini-batch training (fanouts {fanouts}, batch {costs[0].batch_size}, every other "
+        "worker's row through the all-to-all), per epoch:"
+    )
+    print(
+        format_table(
+            [
+                "P", "option", "batches", "remote rows", "cache hit", "sample MB", "fetch MB",
+                "max MB sent (1 worker)", "max MB recv (1 worker)", "held MB (1 worker)",
+                *timed, "pick",
+            ],
+            rows,
+        )
+    )  # fmt: skip
+
+
+def machine_rates(config: PlanConfig, graph, batch_size: int = 0):
     """The rates ``--calibrate`` measures (or ``--rates`` reads), the link replaced by
     ``--link-gbit`` (each way) and ``--latency-us``; ``None`` without either."""
     import dataclasses
@@ -142,7 +244,8 @@ def machine_rates(config: PlanConfig, graph):
     if config.calibrate:
         cores = available_cores()
         print(f"calibrating this machine ({cores} cores)", file=sys.stderr)
-        rates = calibrate(workload(graph, config), thread_counts(config, cores), cores, config.link)
+        work = workload(graph, config, batch_size)
+        rates = calibrate(work, thread_counts(config, cores), cores, config.link)
     elif config.rates:
         rates = read_rates(config.rates, "--rates")
     else:

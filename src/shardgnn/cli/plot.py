@@ -161,11 +161,14 @@ def plan_figure_name(path: str | Path) -> str:
 
 
 def plot_plan(path: Path, out_dir: Path) -> Path:
-    """``plan_NAME.png``: per strategy (its best replication or grid at each worker count), the
-    MB the busiest worker sends per epoch and, when the plan has times, the predicted epoch
-    seconds, against the worker count (log scales)."""
+    """``plan_NAME.png``: per strategy (its best replication or grid at each worker count) and
+    mini-batch option, the MB the busiest worker sends per epoch and, when the plan has times,
+    the predicted epoch seconds, against the worker count (log scales)."""
     data = json.loads(path.read_text())
-    costs = data["costs"]
+    # mini-batch options are lines of their own ("mini-batch 8-bit", ...)
+    costs = data["costs"] + [
+        {**c, "strategy": f"mini-batch {c['option']}"} for c in data.get("minibatch_costs", [])
+    ]
     timed = all(c.get("epoch_s") is not None for c in costs)
     panels = [("max_worker_bytes", "MB the busiest worker sends per epoch", 1e-6)]
     if timed:

@@ -135,6 +135,28 @@ class PlanConfig:
         help="with --calibrate/--rates: plan for this many microseconds per peer of every "
         "collective call instead of the measured latency (0: measured)",
     )
+    strategies: str = option(
+        "all",
+        choices=("all", "full", "minibatch"),
+        help="what to plan: full-graph strategies (every --spmm), mini-batch training (exact, "
+        "8-bit and cached rows, sampled here as the workers would), or both",
+    )
+    fanouts: tuple[int, ...] | None = option(
+        None,
+        metavar="K,K,...",
+        help="mini-batch: neighbours sampled per layer, the seeds' hop first, as `shardgnn train "
+        "--fanouts` (unset: 10 per --layers)",
+    )
+    batch_size: int | None = option(
+        None,
+        help="mini-batch: seed nodes per step over all workers (unset: as `shardgnn train` "
+        "chooses for the dataset's training nodes)",
+    )
+    cache_size: str | None = option(
+        None,
+        help="mini-batch: the presample cache planned beside exact rows (a percentage of the "
+        "nodes, rows or bytes, as `shardgnn train --cache-size`; unset: its default)",
+    )
     out: str | None = option(None, help="also write every cost as JSON here")
 
     def __post_init__(self) -> None:
@@ -170,3 +192,18 @@ class PlanConfig:
             raise invalid(self, "hidden", "must be >= 1")
         if self.layers < 1:
             raise invalid(self, "layers", "must be >= 1")
+        minibatch = ("fanouts", "batch_size", "cache_size")
+        for name in minibatch:
+            if getattr(self, name) is not None and self.strategies == "full":
+                raise invalid(self, name, "plans mini-batch training: drop --strategies full")
+        if self.fanouts is not None and (len(self.fanouts) != self.layers or min(self.fanouts) < 1):
+            raise invalid(
+                self, "fanouts", f"must be {self.layers} positive counts, one per --layers"
+            )
+        if self.batch_size is not None and self.batch_size < 1:
+            raise invalid(self, "batch_size", "must be >= 1")
+
+    @property
+    def minibatch_fanouts(self) -> tuple[int, ...]:
+        """The mini-batch plan's fanouts (10 per layer unless given)."""
+        return self.fanouts if self.fanouts is not None else (10,) * self.layers

@@ -39,7 +39,7 @@ import numpy as np
 
 from shardgnn.distributed.codec import RowCodec
 from shardgnn.fullgraph.config import FullGraphConfig, PlanConfig
-from shardgnn.fullgraph.rates import MachineRates, Workload, read_rates
+from shardgnn.fullgraph.rates import MachineRates, MiniBatchWork, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph
 from shardgnn.nn.functional import stored_sparse
@@ -318,6 +318,19 @@ def step_seconds(
     peers = _round_peers(full, workers)
     spmms = len(widths[0]) + len(widths[1])
     latency = rates.latency_s * (spmms * peers + 2 * 2 * (workers - 1))
+    compute_s, comm = host_seconds(compute, sent, recv, rates, per_host)
+    comm += latency
+    return {"compute_s": compute_s, "comm_s": comm, "epoch_s": compute_s + comm}
+
+
+def host_seconds(
+    compute: np.ndarray, sent: np.ndarray, recv: np.ndarray, rates: MachineRates, per_host: int
+) -> tuple[float, float]:
+    """``(compute, exchange)`` seconds of the slowest host, from each worker's compute seconds
+    and bytes sent and received, ``per_host`` consecutive workers per machine (each with
+    ``cores // per_host`` threads), latency not included."""
+    workers = compute.shape[0]
+    threads = max(1, rates.cores // per_host)
     hosts = -(-workers // per_host)
     host_compute = np.zeros(hosts)
     host_bytes = np.zeros(hosts)
@@ -335,12 +348,10 @@ def step_seconds(
     # what its workers send out and, at the same time, what they receive: the busier direction
     # of the busiest link bounds the exchange (counting all bytes as crossing it)
     if hosts == 1:
-        comm = float(host_bytes.max() / (2 * rates.link_bytes_s) + latency)
+        comm = float(host_bytes.max() / (2 * rates.link_bytes_s))
     else:
-        busiest = max(host_bytes.max(), host_recv.max())
-        comm = float(busiest / rates.link_bytes_s + latency)
-    compute_s = float(host_compute.max())
-    return {"compute_s": compute_s, "comm_s": comm, "epoch_s": compute_s + comm}
+        comm = float(max(host_bytes.max(), host_recv.max()) / rates.link_bytes_s)
+    return float(host_compute.max()), comm
 
 
 def held_sums(per_part: np.ndarray, full: FullGraphConfig, workers: int) -> np.ndarray:
@@ -446,10 +457,11 @@ def _costs(
     ]
 
 
-def workload(graph: Graph, config: PlanConfig) -> Workload:
+def workload(graph: Graph, config: PlanConfig, batch_size: int = 1024) -> Workload:
     """What :func:`~shardgnn.fullgraph.rates.calibrate` times for ``config``'s model on
     ``graph``: its adjacency, features, every aggregation width (3D's slices at every planned
-    worker count included) and every linear layer."""
+    worker count included) and every linear layer; unless only full-graph strategies are
+    planned, a mini-batch step at each planned worker count's share of ``batch_size``."""
     in_dim, out_dim = int(graph.x.shape[1]), graph.num_classes
     forward, backward = spmm_widths(config, in_dim, out_dim)
     slices = {1}
@@ -460,7 +472,21 @@ def workload(graph: Graph, config: PlanConfig) -> Workload:
     widths = sorted({-(-w // s) for w in forward + backward for s in slices})
     sparse = _row_nnz(graph.x) is not None
     linears = linear_layers(config, in_dim, out_dim, sparse)
+    if config.strategies != "full":  # mini-batch rows arrive dense
+        linears += linear_layers(config, in_dim, out_dim, False)
+    minibatch = None
+    if config.strategies != "full":
+        batch = batch_size
+        minibatch = MiniBatchWork(
+            fanouts=config.minibatch_fanouts,
+            model=config.model,
+            hidden=config.hidden,
+            out_dim=out_dim,
+            train_idx=np.asarray(graph.train_idx, dtype=np.int64),
+            batch_sizes=tuple(max(1, -(-batch // p)) for p in config.workers),
+        )
     return Workload(
+        minibatch=minibatch,
         indptr=np.asarray(graph.indptr),
         indices=np.asarray(graph.indices),
         x=graph.x,
@@ -477,11 +503,16 @@ def thread_counts(config: PlanConfig, cores: int) -> tuple[int, ...]:
 
 
 def plan(
-    graph: Graph, config: PlanConfig, progress=None, rates: MachineRates | None = None
+    graph: Graph,
+    config: PlanConfig,
+    progress=None,
+    rates: MachineRates | None = None,
+    on_partition=None,
 ) -> list[StrategyCost]:
     """Every strategy's cost at every ``config.workers``, each on a partition made in memory
     with ``config.method`` (empty parts allowed and counted); ``progress(P)`` is called before
-    each; with ``rates``, epoch times too."""
+    each; with ``rates``, epoch times too; ``on_partition(P, assignment)`` sees each partition
+    (what else is planned on it: mini-batch training)."""
     out = []
     for workers in config.workers:
         if progress is not None:
@@ -499,14 +530,18 @@ def plan(
         with warnings.catch_warnings():  # empty parts are reported with the costs
             warnings.simplefilter("ignore")
             assignment = partition_graph(graph, part).assignment
-        out += costs_at(graph, assignment, workers, config, rates)
+        if config.strategies != "minibatch":
+            out += costs_at(graph, assignment, workers, config, rates)
+        if on_partition is not None:
+            on_partition(workers, assignment)
     return out
 
 
-def recommend(costs: list[StrategyCost]) -> dict[int, StrategyCost]:
+def recommend(costs: list) -> dict[int, Any]:
     """Per worker count: the strategy with the shortest predicted epoch when the costs have
     times, else the one whose busiest worker sends the fewest bytes (ties: the least held
-    memory)."""
+    memory). ``costs``: full-graph strategies (:class:`StrategyCost`) or the mini-batch options'
+    (:class:`~shardgnn.fullgraph.minibatch_plan.MiniBatchCost`: the same fields)."""
     best: dict[int, StrategyCost] = {}
 
     def key(cost: StrategyCost) -> tuple:

@@ -61,6 +61,21 @@ class ComputeRates:
     gradient"""
     elementwise_s: float
     adam_s: float
+    minibatch_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """a mini-batch training step of the planned model (:func:`measure_minibatch`; empty when
+    only full-graph strategies were calibrated): ``sample_batch`` and ``sample_edge`` (seconds
+    per batch and per sampled edge to sample its blocks), ``step_batch`` and ``step_edge``
+    (seconds per batch and per block edge to gather its input rows, build its graphs, run the
+    model forward and backward and step Adam)"""
+
+    def minibatch(self, name: str) -> float:
+        if name not in self.minibatch_s:
+            raise ConfigError(
+                "the machine rates hold no mini-batch step; calibrate again planning mini-batch "
+                "training (--calibrate without --strategies full), or plan --strategies full "
+                "with them"
+            )
+        return self.minibatch_s[name]
 
     def linear(self, a: int, b: int, grad: bool) -> float:
         key = f"{a},{b},{int(grad)}"
@@ -129,6 +144,7 @@ class MachineRates:
                 sparse_s={int(k): float(v) for k, v in c["sparse_s"].items()},
                 elementwise_s=float(c["elementwise_s"]),
                 adam_s=float(c["adam_s"]),
+                minibatch_s={str(k): float(v) for k, v in c.get("minibatch_s", {}).items()},
             )
             for t, c in d["compute"].items()
         }
@@ -165,6 +181,22 @@ class Workload:
     spmm_widths: tuple[int, ...]
     linears: tuple[tuple[int, int, bool], ...]
     sparse_widths: tuple[int, ...]
+    minibatch: "MiniBatchWork | None" = None
+    """the mini-batch step to time (None: full-graph strategies only)"""
+
+
+@dataclasses.dataclass(kw_only=True)
+class MiniBatchWork:
+    """A mini-batch training step of the planned model: its sampler's fanouts, the model
+    (``model``, ``hidden``, layers = fanouts), its output width, the training nodes to draw
+    seeds from and the batch sizes to time (the planned workers' ``ceil(B / P)``)."""
+
+    fanouts: tuple[int, ...]
+    model: str
+    hidden: int
+    out_dim: int
+    train_idx: np.ndarray
+    batch_sizes: tuple[int, ...]
 
 
 def _seconds(fn: Callable[[], Any]) -> float:
@@ -258,6 +290,7 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
         params[0].grad = torch.randn(1 << 20, generator=gen)
         adam = torch.optim.Adam(params, lr=1e-3)
         adam_s = _seconds(adam.step) / (1 << 20)
+        minibatch_s = {} if work.minibatch is None else measure_minibatch(work, work.minibatch)
     return ComputeRates(
         threads=threads,
         spmm_s=spmm_s,
@@ -266,7 +299,54 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
         sparse_s=sparse_s,
         elementwise_s=elementwise_s,
         adam_s=adam_s,
+        minibatch_s=minibatch_s,
     )
+
+
+def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
+    """Time sampling and a training step of the planned model at the smallest and the largest
+    of ``step.batch_sizes`` (seeds drawn from the training nodes) and fit each as seconds per
+    batch plus seconds per edge (:attr:`ComputeRates.minibatch_s`), at the current threads."""
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.models import build_model
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.neighbor import NeighborSampler
+    from shardgnn.sampling.types import SeedInput
+
+    rng = np.random.default_rng(0)
+    sampler = NeighborSampler(work.indptr, work.indices, SamplerConfig(fanouts=step.fanouts))
+    config = ModelConfig(model=step.model, hidden=step.hidden, num_layers=len(step.fanouts))
+    torch.manual_seed(0)
+    model = build_model(config, int(work.x.shape[1]), step.out_dim)
+    adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
+    sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
+    points = []
+    for size in sizes:
+        seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), replace=False))
+        sample_s = _seconds(lambda seeds=seeds: sampler.sample(SeedInput(seeds), 0))
+        sample = sampler.sample(SeedInput(seeds), 0)
+        edges = sum(block.num_edges for block in sample.blocks)
+        labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
+
+        def train_step(sample=sample, labels=labels):
+            x_SF = torch.from_numpy(np.asarray(work.x[sample.input_nodes.numpy()], np.float32))
+            graphs = [MessageGraph.from_block(b) for b in sample.blocks]
+            adam.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(graphs, x_SF), labels).backward()
+            adam.step()
+
+        points.append((edges, sample_s, _seconds(train_step)))
+    (e1, s1, t1), (e2, s2, t2) = points
+    span = max(e2 - e1, 1)
+    sample_edge, step_edge = max(s2 - s1, 0.0) / span, max(t2 - t1, 0.0) / span
+    return {
+        "sample_batch": max(s1 - sample_edge * e1, 0.0),
+        "sample_edge": sample_edge,
+        "step_batch": max(t1 - step_edge * e1, 0.0),
+        "step_edge": step_edge,
+    }
 
 
 def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:

@@ -179,8 +179,8 @@ class DistMiniBatchSteps(DistSampledSteps):
         eval_edges = self.eval_edges
         if self.edge_cache is not None:
             eval_edges = self.edge_cache.read_only_view(eval_edges)
-        eval_sampler = DistNeighborSampler(
-            self.graph, eval_sampler_config(config), self.data_comm, "sample"
+        eval_sampler = DistNeighborSampler(  # its own stage: "sample" counts training's
+            self.graph, eval_sampler_config(config), self.data_comm, "eval"
         )
         self.layerwise = self._layerwise_inference()
         self.eval_stages = {}

@@ -1,0 +1,128 @@
+"""`shardgnn plan`'s mini-batch rows against measured runs (issue 32): for P = 2, 3, 4 workers on
+one partition each and every mini-batch option (exact rows, `--fetch-bits 8`, a presample cache,
+both), the sampling and fetch bytes per epoch, the cache's hit rate and the epoch time the plan
+predicts (rates calibrated here first, every worker on this machine) beside what a run with
+`--host-sharing off` measures (its counters over its epochs; epoch time without evaluation,
+epochs 2 on).
+
+    python benchmarks/bench_plan_minibatch.py --out benchmarks/out/plan_minibatch.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from machine import publish  # noqa: E402
+from shardgnn.cli.plan import machine_rates
+from shardgnn.fullgraph.config import PlanConfig
+from shardgnn.fullgraph.minibatch_plan import minibatch_costs
+from shardgnn.graph.datasets import load_dataset
+from shardgnn.partition.format import read_partitions
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graph", default="synthetic:nodes=20000")
+    parser.add_argument("--workers", default="2,3,4")
+    parser.add_argument("--model", default="sage")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--fanouts", default="10,10")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--cache-size", default="20%")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "plan_minibatch.json"))
+    args = parser.parse_args(argv)
+    workers = [int(p) for p in args.workers.split(",")]
+    fanouts = tuple(int(k) for k in args.fanouts.split(","))
+    graph = load_dataset(args.graph)
+    plan = PlanConfig(
+        dataset=args.graph, workers=tuple(workers), model=args.model, hidden=args.hidden,
+        layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
+        cache_size=args.cache_size, calibrate=True, workers_per_host=max(workers),
+    )  # fmt: skip
+    print("calibrating", file=sys.stderr, flush=True)
+    rates = machine_rates(plan, graph, args.batch_size)
+    exe = str(Path(sys.executable).parent / "shardgnn")
+    cached = ["--cache-policy", "presample", "--cache-size", args.cache_size]
+    options = {
+        "exact": [],
+        "8-bit": ["--fetch-bits", "8"],
+        f"cache {args.cache_size}": cached,
+        f"8-bit + cache {args.cache_size}": ["--fetch-bits", "8", *cached],
+    }
+    rows, records = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in workers:
+            parts = Path(tmp) / f"p{p}"
+            subprocess.run(
+                [exe, "partition", args.graph, "--parts", str(p), "--out", str(parts), "--quiet"],
+                check=True, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+            pset = read_partitions(parts)
+            owner = pset.book.owner(pset.new_id_of_orig())
+            costs = {
+                c.option: c
+                for c in minibatch_costs(
+                    graph, owner, p, model=args.model, hidden=args.hidden, fanouts=fanouts,
+                    batch_size=args.batch_size, cache_size=args.cache_size, rates=rates,
+                    workers_per_host=p,
+                )
+            }  # fmt: skip
+            for name, flags in options.items():
+                out = Path(tmp) / f"{p}-{len(records)}.json"
+                subprocess.run(
+                    [exe, "train", args.graph, "--model", args.model, "--hidden", str(args.hidden),
+                     "--workers", str(p), "--partitions", str(parts), "--host-sharing", "off",
+                     "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
+                     "--eval-fanouts", ",".join("-1" for _ in fanouts), "--epochs",
+                     str(args.epochs), "--quiet", "--results", str(out), *flags],
+                    check=True, stdout=subprocess.DEVNULL,
+                )  # fmt: skip
+                r = json.loads(out.read_text())
+                late = r["epochs"][1:]
+                epoch_s = sum(e["time_s"] - e["stages"].get("eval", 0.0) for e in late) / len(late)
+                comm = r["comm"]
+                got = {
+                    stage: comm[stage]["bytes_sent"] / r["num_epochs_run"] / 1e6
+                    for stage in ("sample", "fetch")
+                }
+                hits = [e["cache"]["hit_rate"] for e in r["epochs"] if e.get("cache")]
+                hit = sum(hits) / len(hits) if hits and costs[name].hit_rate is not None else None
+                c = costs[name]
+                record = {
+                    "workers": p, "option": name, "flags": flags,
+                    "predicted": c.to_dict(), "measured_sample_mb": got["sample"],
+                    "measured_fetch_mb": got["fetch"], "measured_hit_rate": hit,
+                    "measured_epoch_s": epoch_s,
+                }  # fmt: skip
+                records.append(record)
+                print(record, file=sys.stderr, flush=True)
+                rows.append([
+                    p, name,
+                    f"{c.sample_bytes / 1e6:.2f} / {got['sample']:.2f}",
+                    f"{c.fetch_bytes / 1e6:.2f} / {got['fetch']:.2f}",
+                    f"{100 * (c.bytes_per_epoch / 1e6 / (got['sample'] + got['fetch']) - 1):+.1f}%",
+                    "-" if hit is None else f"{100 * c.hit_rate:.1f}% / {100 * hit:.1f}%",
+                    f"{c.epoch_s:.2f} / {epoch_s:.2f}",
+                    f"{100 * (c.epoch_s / epoch_s - 1):+.0f}%",
+                ])  # fmt: skip
+    return publish(
+        args.out, str(Path(args.out).with_suffix(".md")),
+        f"`shardgnn plan` mini-batch rows, predicted / measured: {args.graph}, {args.model} "
+        f"hidden {args.hidden}, fanouts {args.fanouts}, batch {args.batch_size}, "
+        f"--host-sharing off, every worker on this machine",
+        ["P", "option", "sample MB", "fetch MB", "bytes error", "cache hit", "epoch s",
+         "time error"],
+        rows, runs=records, rates=rates.to_dict(),
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
