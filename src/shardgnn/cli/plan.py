@@ -1,6 +1,7 @@
-"""``shardgnn plan``: what every distributed full-graph strategy would send and hold at many
-worker counts, and which one sends the fewest bytes from its busiest worker
-(:mod:`shardgnn.fullgraph.plan`)."""
+"""``shardgnn plan``: what every distributed full-graph strategy and every mini-batch option would
+send and hold at many worker counts, and which one sends the fewest bytes from its busiest worker
+or, with machine rates, takes the shortest epoch (:mod:`shardgnn.fullgraph.plan`,
+:mod:`shardgnn.fullgraph.minibatch_plan`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from shardgnn.fullgraph.config import PlanConfig
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "plan",
-        help="bytes and memory of every full-graph strategy at many worker counts",
+        help="bytes, memory and epoch time of every full-graph strategy and mini-batch option "
+        "at many worker counts",
         description=(
             "Partition the dataset in memory for every --workers count and count, from its edges, "
             "the bytes each distributed full-graph strategy (--spmm 1d, 1d-sparse, 1.5d with each "
@@ -23,7 +25,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "strategy whose busiest worker sends the fewest bytes. The counts equal what a "
             "training run's counters measure, worker by worker. With --calibrate (or --rates "
             "FILE) it also predicts each strategy's epoch time from this machine's measured "
-            "rates and picks the fastest."
+            "rates and picks the fastest. Mini-batch training (--strategies all or minibatch) "
+            "is planned from one epoch of every worker's batches sampled here: the sampling "
+            "and fetch bytes of exact rows, 8-bit rows (--fetch-bits 8) and a presample cache "
+            "(--cache-size), and with rates their epoch time."
         ),
     )
     parser.add_argument(
