@@ -56,7 +56,8 @@ from shardgnn.store.cache.config import resolve_capacity
 _ID = 8  # bytes of one int64 id, count or edge column
 _HEADER = 3 * _ID  # a sampling request's header: batch count, layer seed, row count
 PRESAMPLE_STREAM = 0x9E5A
-"""the pre-sampling epoch's stream (as the workers' presample cache draws it)"""
+"""the pre-sampling epoch's own random stream (the workers' presample caches draw theirs apart
+from the training epochs' too; the draws differ, their statistics do not)"""
 
 
 @dataclasses.dataclass(kw_only=True)
