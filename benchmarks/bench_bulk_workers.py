@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from bench_plan_time import link  # noqa: E402
-from machine import write_report  # noqa: E402
+from machine import run_logged, write_report  # noqa: E402
 from shardgnn.train.progress import format_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,12 +47,7 @@ def main(argv=None) -> int:
                         "--epochs", str(args.epochs), "--bulk-batches", str(k), "--quiet",
                         "--results", str(out),
                     ]  # fmt: skip
-                    log = Path(tmp) / f"{rate}-{k}.log"
-                    with open(log, "w") as fh:
-                        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
-                    if done.returncode:
-                        print(log.read_text()[-3000:], file=sys.stderr)
-                        raise SystemExit(f"failed: {' '.join(cmd)}")
+                    run_logged(cmd, Path(tmp) / f"{rate}-{k}.log")
                     r = json.loads(out.read_text())
                     late = r["epochs"][1:] or r["epochs"]  # the first epoch warms up
                     stages = {

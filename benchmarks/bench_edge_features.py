@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from bench_plan_time import link  # noqa: E402
-from machine import write_report  # noqa: E402
+from machine import run_logged, write_report  # noqa: E402
 from shardgnn.train.progress import format_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,12 +105,7 @@ def _run(args, exe: str, parts: str, prefix: list, rate: str, name: str, flags: 
         "--batch-size", str(args.batch_size), "--epochs", str(args.epochs), *flags,
         "--quiet", "--results", str(out),
     ]  # fmt: skip
-    log = out.with_suffix(".log")
-    with open(log, "w") as fh:
-        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
-    if done.returncode:
-        print(log.read_text()[-3000:], file=sys.stderr)
-        raise SystemExit(f"failed: {' '.join(cmd)}")
+    run_logged(cmd, out.with_suffix(".log"))
     r = json.loads(out.read_text())
     late = r["epochs"][1:] or r["epochs"]  # the first epoch warms up
     caches = [e.get("cache") or {} for e in late]

@@ -67,3 +67,16 @@ def publish(
 def shardgnn(*args: str) -> None:
     """Run the ``shardgnn`` command line in a child process (this interpreter); fail loudly."""
     subprocess.run([sys.executable, "-m", "shardgnn", *args], check=True)
+
+
+def run_logged(cmd: list[str], log) -> None:
+    """Run ``cmd`` with its output in the file ``log``; on failure print the log's tail and
+    end the benchmark with the command (a benchmark never goes on from a failed run)."""
+    from pathlib import Path
+
+    log = Path(log)
+    with log.open("w") as fh:
+        done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    if done.returncode:
+        print(log.read_text()[-3000:], file=sys.stderr)
+        raise SystemExit(f"failed: {' '.join(cmd)}")

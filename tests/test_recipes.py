@@ -40,6 +40,7 @@ SELECTS = {
     "typed-node": ["--model", "rgcn", "--fanouts", "3,3"],
     "kg-link": None,  # a knowledge graph (shared data), below
     "temporal-link": ["--task", "link", "--model", "tgn"],
+    "temporal-node": ["--task", "node", "--model", "tgn"],
     "snapshot-link": ["--task", "link", "--model", "tgcn"],
     "graph": [],
     "edge": ["--task", "edge"],

@@ -151,8 +151,10 @@ def test_cli_shows_a_temporal_dataset_and_says_how_to_train_it(capsys):
     assert '"num_events": 100' in capsys.readouterr().out
     # nothing given, its recipe trains it (temporal link prediction with TGN); what is given
     # explicitly and does not fit is refused
+    assert main(["train", "synthetic-temporal:nodes=50,events=100", "--task", "graph"]) == 2
+    assert "predicts future events (--task link)" in capsys.readouterr().err
     assert main(["train", "synthetic-temporal:nodes=50,events=100", "--task", "node"]) == 2
-    assert "predicts future events: add --task link" in capsys.readouterr().err
+    assert "carries no event labels" in capsys.readouterr().err
     link_sage = ["--task", "link", "--model", "sage"]
     assert main(["train", "synthetic-temporal:nodes=50,events=100", *link_sage]) == 2
     assert "use --model tgn, jodie or tgat" in capsys.readouterr().err

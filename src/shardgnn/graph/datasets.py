@@ -329,10 +329,13 @@ def _temporal_file(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
 
     base = spec.take_str("base", choices=("0", "1", "auto"))
     directed = spec.take_int("directed", 0, minimum=0) > 0
+    labels = spec.take_int("labels", 0, minimum=0) > 0
     spec.finish()
     assert spec.path is not None
     path = Path(spec.path).expanduser()
-    return load_temporal_events(path, base=base if base == "auto" else int(base), directed=directed)
+    return load_temporal_events(
+        path, base=base if base == "auto" else int(base), directed=directed, labels=labels
+    )
 
 
 def _tracks(spec: DatasetSpec, data_dir: Path) -> Any:
@@ -413,9 +416,10 @@ _REGISTRY: dict[str, DatasetEntry] = {
         temporal=True,
     ),
     "temporal": DatasetEntry(
-        "your timestamped events, SRC DST TIME [features...] per row (temporal): temporal:FILE",
+        "your timestamped events, SRC DST TIME [LABEL] [features...] per row (temporal): "
+        "temporal:FILE (labels=1: the 4th column is the source's class)",
         _temporal_file,
-        {"base": "auto", "directed": "0"},
+        {"base": "auto", "directed": "0", "labels": "0"},
         temporal=True,
     ),
     "synthetic-hetero": DatasetEntry(
@@ -578,6 +582,8 @@ def dataset_traits(spec: str) -> DatasetTraits:
     kind = "typed" if entry.typed else "temporal" if entry.temporal else "homogeneous"
     kind = "graphset" if entry.graphset else kind
     labelled, featured = entry.labelled, entry.featured
+    if entry.temporal:  # events carry their sources' labels when the spec asks for them
+        labelled = any(parsed.options.get(key, "0") != "0" for key in ("classes", "labels"))
     if parsed.name in ("graph", "hetero", "graphset") and parsed.path is not None:
         try:
             meta = json.loads((Path(parsed.path).expanduser() / "meta.json").read_text())

@@ -7,10 +7,14 @@ neighbours of ``v`` before ``t``" is one binary search in ``v``'s row. By defaul
 the rows of both endpoints (TGL and PyG's ``LastNeighborLoader`` treat interactions as
 undirected for neighbourhoods); ``directed=True`` keeps it in its destination's row only.
 
-Ingest: :func:`load_temporal_events` reads ``SRC DST TIME [features...]`` rows (whitespace or
-commas, an optional header line, ``#`` comments, ``.gz``): a non-numeric or negative time, a
-fractional node id, or a feature width that changes from row to row is one error naming the
-file and line; rows out of time order are sorted (stable) with a warning saying how many.
+Events may carry a class label of their source at that time (JODIE's state labels: dynamic node
+classification, e.g. a Wikipedia editor banned after an edit): ``labels``, -1 where none.
+
+Ingest: :func:`load_temporal_events` reads ``SRC DST TIME [LABEL] [features...]`` rows
+(whitespace or commas, an optional header line, ``#`` comments, ``.gz``): a non-numeric or
+negative time, a fractional node id, a label that is no class id, or a feature width that
+changes from row to row is one error naming the file and line; rows out of time order are
+sorted (stable) with a warning saying how many.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class TemporalGraph:
         src, dst: int64 ``[E]`` endpoints of every event, in time order (event id = position).
         t: float64 ``[E]`` non-decreasing event times.
         edge_feat: float32 ``[E, F]`` event features, or ``None``.
+        labels: int64 ``[E]`` the source's class at each event (JODIE's "state label": dynamic
+            node classification; ``-1``: that event carries none), or ``None``.
         indptr: int64 ``[N + 1]`` T-CSR rows.
         indices: int64 ``[M]`` the other endpoint of each incident event, row by row, by time.
         times: float64 ``[M]`` the event's time, beside ``indices``.
@@ -53,6 +59,7 @@ class TemporalGraph:
     edge_feat: np.ndarray | None = None
     directed: bool = False
     name: str = "temporal"
+    labels: np.ndarray | None = None
 
     @classmethod
     def from_events(
@@ -65,9 +72,10 @@ class TemporalGraph:
         num_nodes: int | None = None,
         directed: bool = False,
         name: str = "temporal",
+        labels: np.ndarray | None = None,
     ) -> "TemporalGraph":
         """Build from events in time order (``t`` non-decreasing; :func:`load_temporal_events`
-        sorts a file's rows)."""
+        sorts a file's rows); ``labels``: the source's class at each event (-1: none)."""
         src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
         t = np.asarray(t, dtype=np.float64)
         if not (src.shape == dst.shape == t.shape and src.ndim == 1):
@@ -99,6 +107,7 @@ class TemporalGraph:
         return cls(
             num_nodes=n, src=src, dst=dst, t=t, indptr=indptr, indices=nbrs[order],
             times=t[ev[order]], eids=ev[order], edge_feat=feat, directed=directed, name=name,
+            labels=None if labels is None else event_labels(labels, src.size, name),
         )  # fmt: skip
 
     def validate(self, source: str | None = None) -> "TemporalGraph":
@@ -139,7 +148,41 @@ class TemporalGraph:
             "time_span": [float(self.t[0]), float(self.t[-1])] if self.t.size else None,
             "edge_features": 0 if self.edge_feat is None else int(self.edge_feat.shape[1]),
             "directed": self.directed,
+            **({} if self.labels is None else label_summary(self.labels)),
         }
+
+
+def event_labels(labels: np.ndarray, num_events: int, source: str | Path) -> np.ndarray:
+    """``labels`` as int64 ``[E]`` class ids (``-1``: unlabelled event), checked.
+
+    Raises:
+        DatasetError: another length, a fractional or negative (other than -1) class, or no
+            labelled event at all.
+    """
+    values = np.asarray(labels)
+    if values.shape != (num_events,):
+        raise DatasetError(f"labels have shape {values.shape} for {num_events} events", source)
+    as_int = values.astype(np.int64)
+    bad = np.flatnonzero((as_int != values) | (as_int < -1))
+    if bad.size:
+        raise DatasetError(
+            f"event {int(bad[0])}: label {values[bad[0]]} is not a class id",
+            source,
+            "labels are integers >= 0 (-1: the event carries no label)",
+        )
+    if not np.any(as_int >= 0):
+        raise DatasetError("no event carries a label (all are -1)", source)
+    return as_int
+
+
+def label_summary(labels: np.ndarray) -> dict:
+    """Classes and labelled events of an event stream's labels, for ``shardgnn info``."""
+    known = labels[labels >= 0]
+    return {
+        "classes": int(known.max()) + 1,
+        "labelled_events": int(known.size),
+        "class_sizes": np.bincount(known).tolist(),
+    }
 
 
 def chronological_split(t: np.ndarray, val: float, test: float) -> tuple[int, int]:
@@ -149,10 +192,17 @@ def chronological_split(t: np.ndarray, val: float, test: float) -> tuple[int, in
 
 
 def load_temporal_events(
-    path: str | Path, *, base: int | str = "auto", directed: bool = False, name: str | None = None
+    path: str | Path,
+    *,
+    base: int | str = "auto",
+    directed: bool = False,
+    name: str | None = None,
+    labels: bool = False,
 ) -> TemporalGraph:
     """Read ``SRC DST TIME [features...]`` rows (see the module docstring). ``base``: the first
-    node id (0, 1, or ``auto``: 1 when the smallest id is 1)."""
+    node id (0, 1, or ``auto``: 1 when the smallest id is 1); ``labels``: the fourth column is
+    the source's class at the event (JODIE's ``user,item,timestamp,state_label,features...``
+    rows; -1: none), the features follow it."""
     path = Path(path)
     data = read_text_bytes(path)
     first_line = 1
@@ -162,10 +212,10 @@ def load_temporal_events(
     rows, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if rows.shape[0] == 0:
         raise DatasetError("holds no events", path, "give SRC DST TIME rows")
-    if rows.shape[1] < 3:
-        raise DatasetError(
-            f"rows have {rows.shape[1]} columns; an event is SRC DST TIME [features...]", path
-        )
+    first_feature = 4 if labels else 3
+    if rows.shape[1] < first_feature:
+        layout = "SRC DST TIME LABEL [features...]" if labels else "SRC DST TIME [features...]"
+        raise DatasetError(f"rows have {rows.shape[1]} columns; an event is {layout}", path)
     ids, t = rows[:, :2], rows[:, 2]
     bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
     if bad.size:
@@ -180,6 +230,14 @@ def load_temporal_events(
             f"line {lines[bad[0]]}: node ids {ids[bad[0]].tolist()} are not non-negative integers",
             path,
         )
+    if labels:
+        label = rows[:, 3]
+        bad = np.flatnonzero(~np.isfinite(label) | (label != np.floor(label)) | (label < -1))
+        if bad.size:
+            raise DatasetError(
+                f"line {lines[bad[0]]}: label {float(label[bad[0]])} is not a class id", path,
+                "the fourth column is the source's class: an integer >= 0 (-1: none)",
+            )  # fmt: skip
     ids = ids.astype(np.int64)
     offset = (1 if ids.min() == 1 else 0) if base == "auto" else int(base)
     if ids.min() - offset < 0:
@@ -194,7 +252,8 @@ def load_temporal_events(
             stacklevel=2,
         )
         ids, t, rows = ids[order], t[order], rows[order]
-    feat = rows[:, 3:] if rows.shape[1] > 3 else None
+    feat = rows[:, first_feature:] if rows.shape[1] > first_feature else None
     return TemporalGraph.from_events(
-        ids[:, 0], ids[:, 1], t, feat, directed=directed, name=name or path.stem
-    )
+        ids[:, 0], ids[:, 1], t, feat, directed=directed, name=name or path.stem,
+        labels=rows[:, 3] if labels else None,
+    )  # fmt: skip

@@ -69,6 +69,8 @@ class EventStream:
     feat: np.ndarray | None
     num_nodes: int
     name: str
+    labels: np.ndarray | None = None
+    """the source's class at each event (-1: none; :attr:`TemporalGraph.labels`)"""
 
     @property
     def num_events(self) -> int:
@@ -76,4 +78,7 @@ class EventStream:
 
     @classmethod
     def of(cls, graph: TemporalGraph) -> "EventStream":
-        return cls(graph.src, graph.dst, graph.t, graph.edge_feat, graph.num_nodes, graph.name)
+        return cls(
+            graph.src, graph.dst, graph.t, graph.edge_feat, graph.num_nodes, graph.name,
+            graph.labels,
+        )  # fmt: skip

@@ -419,6 +419,7 @@ class TemporalLinkModel(nn.Module):
         node_rows: int = 0,
         memory_rows: tuple[int, int] | None = None,
         orig_ids: np.ndarray | None = None,
+        num_classes: int = 0,
     ):
         super().__init__()
         assert kind in ("tgn", "jodie", "tgat"), kind
@@ -461,6 +462,17 @@ class TemporalLinkModel(nn.Module):
             nn.init.normal_(self.projection.weight, 0.0, 0.1)  # JODIE: starts near identity
             self.time_scale = float(time_scale)
         self.predictor = LinkPredictor(embedding_dim)
+        # dynamic node classification: TGN's MLP decoder over the source's embedding
+        self.classifier = (
+            nn.Sequential(
+                nn.Linear(embedding_dim, embedding_dim),
+                nn.ReLU(),
+                nn.Dropout(dropout),
+                nn.Linear(embedding_dim, num_classes),
+            )
+            if num_classes
+            else None
+        )
 
     def embed_recent(
         self,
@@ -520,6 +532,12 @@ class TemporalLinkModel(nn.Module):
                 nxt.append(F.relu(out) if layer < layers - 1 else out)
             h = nxt
         return h[0]
+
+    def classify(self, z_PD: torch.Tensor) -> torch.Tensor:
+        """Class logits ``[P, C]`` of nodes from their embeddings (a model built with
+        ``num_classes``)."""
+        assert self.classifier is not None, "built without num_classes"
+        return self.classifier(z_PD)
 
     def score(self, z_src_PD: torch.Tensor, z_dst_KPD: list[torch.Tensor]) -> torch.Tensor:
         """``[K, P]`` scores of the sources against each of ``K`` destination sets."""

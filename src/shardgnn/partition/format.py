@@ -484,6 +484,14 @@ def partition_kind(meta: dict[str, Any]) -> str:
     return "typed" if meta.get("typed") else "homogeneous"
 
 
+def partition_labelled(meta: dict[str, Any]) -> bool:
+    """Whether a partition directory's ``meta.json`` records labels: its nodes' (a temporal
+    graph: its events', the labels of their sources)."""
+    if partition_kind(meta) == "temporal":
+        return bool(meta["temporal"].get("labelled", False))
+    return meta.get("labels") is not None
+
+
 def _meta_error(meta_path: Path, problem: str) -> DatasetError:
     return DatasetError(problem, meta_path, _REMAKE)
 

@@ -36,7 +36,8 @@ def write_temporal_partitions(
     """Write the partition directory of a temporal graph (rows keep their time order: a part's
     rows are the T-CSR's rows of its nodes, neighbours relabelled to new ids), with the event
     stream in new ids beside the parts (``events/src.npy``, ``dst``, ``t``, ``feat`` when the
-    events have features): every worker reads the events of its share of each batch.
+    events have features, ``label`` when they carry labels): every worker reads the events of
+    its share of each batch.
     ``written``: more :func:`write_partitions` arguments (metrics, seconds, dataset_spec...)."""
     new_id = relabel(assignment, int(np.max(assignment, initial=0)) + 1).new_id_of_orig
     events = {
@@ -46,6 +47,8 @@ def write_temporal_partitions(
     }
     if graph.edge_feat is not None:
         events["events/feat.npy"] = graph.edge_feat
+    if graph.labels is not None:
+        events["events/label.npy"] = graph.labels
     return write_partitions(
         static_view(graph),
         assignment,
@@ -57,7 +60,11 @@ def write_temporal_partitions(
             EventSection(
                 edge_arrays={"times": graph.times, "eids": graph.eids},
                 shared=events,
-                temporal={"num_events": graph.num_events, "directed": graph.directed},
+                temporal={
+                    "num_events": graph.num_events,
+                    "directed": graph.directed,
+                    "labelled": graph.labels is not None,
+                },
             ),
         ),
         **written,

@@ -43,6 +43,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.temporal import TemporalLinkSteps
+from shardgnn.train.temporal_node import TemporalNodeTask
 
 
 class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
@@ -74,6 +75,11 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
             ),
             num_nodes=pset.num_nodes,
             name=pset.dataset["name"],
+            labels=(
+                np.array(pset.shared_array("events/label.npy"))
+                if "events/label.npy" in arrays
+                else None
+            ),
         )
         self.spec = pset.dataset.get("spec")
         start, end = self.store.start, self.store.end
@@ -278,3 +284,8 @@ def _as_float32(values_BK: torch.Tensor) -> torch.Tensor:
 def _as_int64(columns_B2K: torch.Tensor) -> torch.Tensor:
     """The inverse of :func:`_as_float32`."""
     return columns_B2K.contiguous().view(torch.int64)
+
+
+class DistTemporalNodeSteps(TemporalNodeTask, DistTemporalLinkSteps):
+    """One rank of distributed dynamic node classification: the link steps' exchanges, the
+    node task's loss and metrics (:mod:`shardgnn.train.temporal_node`)."""

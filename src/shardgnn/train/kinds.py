@@ -90,6 +90,7 @@ KINDS: dict[str, GraphKind] = {
             "shardgnn.train.partitioning:partition_temporal",
             check_partition="shardgnn.train.partition_checks:check_temporal_partition",
             describe="shardgnn.graph.stats:describe_temporal",
+            infer="shardgnn.train.inference.temporal:infer_temporal",
         ),
     )
 }  # fmt: skip

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from shardgnn.errors import ConfigError
 from shardgnn.options import flag_for
+from shardgnn.partition.format import partition_labelled
 from shardgnn.train.settings import LinkConfig
 
 if TYPE_CHECKING:
@@ -69,8 +70,16 @@ def check_graphset_partition(
 def check_temporal_partition(
     config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
 ) -> TrainConfig:
-    """Nothing: no features, labels or stored split; the event stream beside the parts suffices
-    (the recipe's own checks ran on the config)."""
+    """Dynamic node classification needs the events' labels beside the parts; nothing else (no
+    features or stored split: the event stream suffices, the recipe's own checks ran on the
+    config)."""
+    if config.task == "node" and not partition_labelled(pset.meta):
+        raise ConfigError(
+            f"{pset.path} holds events without labels: --task node classifies each event's "
+            "source by the label its events carry; partition a labelled stream "
+            "(temporal:FILE,labels=1 or synthetic-temporal:classes=4,features=16) or train "
+            "--task link"
+        )
     return config
 
 

@@ -116,12 +116,16 @@ def check_graphset(config: TrainConfig) -> None:
 
 def check_temporal(config: TrainConfig) -> None:
     """Temporal datasets train the temporal models on link prediction (the snapshot models in
-    one process)."""
+    one process), and the stream models on the labels of the events' sources."""
     _check_untyped(config)
     model = config.model.model
     problem = None
-    if config.task != "link":
-        problem = "predicts future events: add --task link"
+    if config.task not in ("link", "node"):
+        problem = (
+            "predicts future events (--task link) or its events' sources' labels (--task node)"
+        )
+    elif config.task == "node" and model in SNAPSHOT_MODELS:
+        problem = f"classifies event sources with --model tgn, jodie or tgat, not --model {model}"
     elif model not in TEMPORAL_MODELS:
         problem = f"needs a temporal model, not --model {model}: use --model tgn, jodie or tgat"
     elif config.run.distributed and model in SNAPSHOT_MODELS:

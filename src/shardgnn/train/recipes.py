@@ -282,6 +282,16 @@ RECIPES: tuple[Recipe, ...] = (
         worker_model_reads={"tgn": TGN | {"temporal.sampling"}, "jodie": JODIE, "tgat": TGAT},
     ),
     Recipe(
+        "temporal-node", "temporal", "node", ("minibatch",), _STREAM_MODELS,
+        "shardgnn.train.temporal_node:TemporalNodeSteps",
+        "shardgnn.train.dist_temporal:DistTemporalNodeSteps",
+        "dynamic node classification (TGN, JODIE, TGAT: each event's source's label)",
+        reads=TEMPORAL | settings("temporal.link_weight"),
+        worker_reads=TEMPORAL | WORKERS | settings("temporal.link_weight"),
+        model_reads={"tgn": TGN, "jodie": JODIE, "tgat": TGAT | {"embedding.dim"}},
+        worker_model_reads={"tgn": TGN | {"temporal.sampling"}, "jodie": JODIE, "tgat": TGAT},
+    ),
+    Recipe(
         "snapshot-link", "temporal", "link", ("minibatch",), SNAPSHOT_MODELS,
         "shardgnn.train.snapshot:SnapshotLinkSteps", None,
         "link prediction on snapshots (T-GCN)",
@@ -329,12 +339,13 @@ def select(config: TrainConfig, graph: str) -> Recipe:
 
 
 def default_task(traits: DatasetTraits) -> str:
-    """Node classification where nodes carry labels; link prediction otherwise (temporal graphs,
-    knowledge graphs, unlabelled edge lists); a graph set trains its graphs' labels, else its
-    edges' (``labelled`` says whether its graphs carry labels)."""
+    """Node classification where nodes carry labels (a temporal graph: where its events carry
+    their sources' labels); link prediction otherwise (unlabelled event streams, knowledge
+    graphs, unlabelled edge lists); a graph set trains its graphs' labels, else its edges'
+    (``labelled`` says whether its graphs carry labels)."""
     if traits.kind == "graphset":
         return "graph" if traits.labelled else "edge"
-    return "node" if traits.kind != "temporal" and traits.labelled else "link"
+    return "node" if traits.labelled else "link"
 
 
 def traits_of(spec: str, partitions: str | None = None) -> DatasetTraits:
@@ -342,13 +353,13 @@ def traits_of(spec: str, partitions: str | None = None) -> DatasetTraits:
     ``meta.json`` only), else the dataset ``spec`` names (nothing is loaded)."""
     if partitions is None:
         return dataset_traits(spec)
-    from shardgnn.partition.format import partition_kind, read_partition_meta
+    from shardgnn.partition.format import partition_kind, partition_labelled, read_partition_meta
 
     meta = read_partition_meta(partitions)
     kind = partition_kind(meta)
     return DatasetTraits(
         kind,
-        labelled=meta.get("labels") is not None,
+        labelled=partition_labelled(meta),
         featured=meta.get("features") is not None or kind == "typed",
     )
 

@@ -150,6 +150,13 @@ class TemporalConfig:
         help="TGL's random chunk scheduling: split each batch into this many chunks and start "
         "every epoch's batches at a random chunk boundary (1: every epoch the same batches)",
     )
+    link_weight: float = option(
+        1.0,
+        flag="--temporal-link-weight",
+        help="dynamic node classification (--task node on events): weight of the self-supervised "
+        "link loss (each event against a random destination) beside the label loss; it trains "
+        "memory on every event, labelled or not (0: the labels alone)",
+    )
     snapshots: int = option(
         20,
         help="tgcn: periods of equal event counts the events are cut into (one snapshot each)",
@@ -166,6 +173,8 @@ class TemporalConfig:
         for name in ("memory_dim", "time_dim", "chunks", "snapshot_window"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
+        if not self.link_weight >= 0:
+            raise invalid(self, "link_weight", "must be >= 0")
         if self.snapshots < 3:
             raise invalid(self, "snapshots", "must be >= 3 (training, validation and test periods)")
         if not self.neighbors or min(self.neighbors) < 1:

@@ -112,11 +112,12 @@ def temporal_model(
     memory_rows: tuple[int, int] | None,
     device: torch.device,
     orig_ids: np.ndarray | None = None,
+    num_classes: int = 0,
 ) -> TemporalLinkModel:
     """The model ``config`` names, from the initial weights of ``config.seed``, on ``device``;
     ``memory_rows``: ``(first, count)`` of the nodes whose memory this process holds (``None``:
     all of them); ``orig_ids``: every node id's original id (a partition's; ``None``: the
-    same)."""
+    same); ``num_classes``: a classifier head's classes (0: none)."""
     kind, temporal, ev = config.model.model, config.temporal, events
     torch.manual_seed(config.seed)
     return TemporalLinkModel(
@@ -133,6 +134,7 @@ def temporal_model(
         node_rows=config.embedding.dim if config.embedding.enabled else 0,
         memory_rows=memory_rows,
         orig_ids=orig_ids,
+        num_classes=num_classes,
     ).to(device)
 
 
@@ -184,8 +186,9 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         feat = ev.feat if ev.feat is not None else np.zeros((ev.num_events, 0), np.float32)
         self.event_feat_EF = torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
         self.model = temporal_model(
-            config, ev, self.event_feat_EF, self.val_start, memory_rows, dev, orig_ids
-        )
+            config, ev, self.event_feat_EF, self.val_start, memory_rows, dev, orig_ids,
+            num_classes=self._num_classes(),
+        )  # fmt: skip
         self.optimizer = adam(self.model.parameters(), config.optim)
         self.batches = EventBatches(
             0, self.val_start, config.item_batch_size, config.temporal.chunks, seed=config.seed
@@ -197,6 +200,10 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         self.new_event = new_endpoint_events(ev, self.val_start)
         self.last_metrics: dict[str, dict[str, float]] = {}
         self.sampled_events = 0
+
+    def _num_classes(self) -> int:
+        """The classes the model's classifier head predicts (link prediction: none)."""
+        return 0
 
     def extra_state(self) -> dict[str, torch.Tensor]:
         """TGAT's learnt rows: their order (original ids), for their optimiser state, which a
@@ -271,21 +278,36 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
     ) -> tuple[list[torch.Tensor], tuple | None]:
         """Embeddings of the sources and destinations of events ``[a, b)`` and of every array
         of ``others`` (destinations scored against the sources), at the batch's start ``time``
-        (TGAT: each pair's own time); and, for memory models, ``(nodes, memory, last update)``
-        read for the events' own nodes (to store after a training step)."""
-        ev, model, dev = self.events, self.model, self.device
+        (TGAT, JODIE: each pair's own time); and, for memory models, ``(nodes, memory, last
+        update)`` read for the events' own nodes (to store after a training step)."""
+        ev, dev = self.events, self.device
         src, dst = np.asarray(ev.src[a:b]), np.asarray(ev.dst[a:b])
-        queried = [src, dst, *others]
+        z, read = self._embed_nodes([src, dst, *others], time, np.asarray(ev.t[a:b]), seed)
+        if read is None:
+            return z, None
+        seeds, memory_BM, last_B = read
+        own = np.unique(np.r_[src, dst])
+        own_rows = torch.from_numpy(np.searchsorted(seeds, own)).to(dev)
+        return z, (torch.from_numpy(own).to(dev), memory_BM[own_rows], last_B[own_rows])
+
+    def _embed_nodes(
+        self, queried: list[np.ndarray], time: float, times_P: np.ndarray, seed: int
+    ) -> tuple[list[torch.Tensor], tuple | None]:
+        """Embeddings ``[P, D]`` of every array of ``P`` nodes of ``queried``: TGN's from the
+        events before ``time``, TGAT's and JODIE's at each row's own time ``times_P``; and, for
+        memory models, ``(seeds, memory, last update)``: the distinct nodes queried and what was
+        read for them."""
+        model, dev = self.model, self.device
         if model.kind == "tgat":
             nodes = np.concatenate(queried)
-            times = np.tile(np.asarray(ev.t[a:b]), len(queried))
+            times = np.tile(times_P, len(queried))
             with self.timer("sample"):
                 hops = self._hops(nodes, times, seed)
                 self.sampled_events += sum(hop.num_events for hop in hops)
                 hops = [HopTensors.of(hop, dev) for hop in hops]
             with self.timer("compute"):
                 z = model.embed_hops(hops, torch.from_numpy(nodes).to(dev))
-            return list(torch.split(z, b - a)), None
+            return list(torch.split(z, times_P.shape[0])), None
         seeds = np.unique(np.concatenate(queried))
         rows = [torch.from_numpy(np.searchsorted(seeds, q)).to(dev) for q in queried]
         if model.kind == "tgn":
@@ -310,15 +332,13 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
             n_id_B = torch.from_numpy(seeds).to(dev)
             with self.timer("memory"):
                 memory_BM, last_B = self._read(n_id_B)
-            t_P = self.t_E[a:b]
+            t_P = torch.from_numpy(times_P).to(dev)
             with self.timer("compute"):
                 z = [
                     model.embed_projected(memory_BM.index_select(0, r), last_B[r], t_P)
                     for r in rows
                 ]
-        own = np.unique(np.r_[src, dst])
-        own_rows = torch.from_numpy(np.searchsorted(seeds, own)).to(dev)
-        return z, (torch.from_numpy(own).to(dev), memory_BM[own_rows], last_B[own_rows])
+        return z, (seeds, memory_BM, last_B)
 
     def _train_step(self, epoch: int, index: int, lo: int, hi: int) -> StepResult:
         model = self.model
@@ -336,6 +356,7 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
             pos, negs = model.score(z_src, [z_dst, z_neg])
             # the mean over the global batch: the shares' gradients add up to the batch's
             loss = link_loss(pos, negs[:, None], "bce", 1.0, num_pos=hi - lo, num_neg=hi - lo)
+            loss, result = self._task_loss(loss, pos, negs, z_src, (a, b), (lo, hi))
             loss.backward()
         with self.timer("comm"):
             self._sync_gradients()
@@ -344,11 +365,27 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         if model.memory is not None:
             with self.timer("memory"):
                 self._commit(*read, a, b)
+        return result._replace(sampled_edges=self.sampled_events - before)
+
+    def _task_loss(
+        self,
+        loss: torch.Tensor,
+        pos: torch.Tensor,
+        negs: torch.Tensor,
+        z_src: torch.Tensor,
+        share: tuple[int, int],
+        batch: tuple[int, int],
+    ) -> tuple[torch.Tensor, StepResult]:
+        """The loss to minimise and what the step reports (its ``sampled_edges`` filled in
+        later), from the link ``loss`` of this process's ``share`` ``[a, b)`` of the global
+        ``batch`` ``[lo, hi)``, its scores and its sources' embeddings ``z_src``: link
+        prediction minimises ``loss`` itself."""
+        (a, b), (lo, hi) = share, batch
         correct = int((pos > 0).sum()) + int((negs <= 0).sum())
         # the epoch's loss averages per pair: this share's pairs' mean (its loss is their sum
         # over the global batch's count)
         share_mean = loss.item() * (hi - lo) / max(b - a, 1)
-        return StepResult(share_mean, correct, 2 * (b - a), self.sampled_events - before)
+        return loss, StepResult(share_mean, correct, 2 * (b - a), 0)
 
     # ------------------------------------------------------------------ training
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:

@@ -1,5 +1,6 @@
 """Temporal link prediction's evaluation and records, for the temporal link steps in one process
-(:class:`~shardgnn.train.temporal.TemporalLinkSteps`) and on workers.
+(:class:`~shardgnn.train.temporal.TemporalLinkSteps`) and on workers; and the metrics of event
+labels (dynamic node classification, :func:`label_metrics`).
 
 Evaluation continues the stream: from the memory at the end of training, the validation events
 (and for the test split, validation then test events) are scored batch by batch against their
@@ -9,19 +10,46 @@ dataset's (its chronological split) and the results' (the last metrics of each s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from shardgnn.graph.identity import events_sha256
 from shardgnn.loader.temporal import EventBatches, EventStream
+from shardgnn.nn.targets import roc_auc
 from shardgnn.nn.temporal import TemporalLinkModel
 from shardgnn.seeding import mix_seed
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.linkmetrics import average_precision, stream_metrics
 from shardgnn.train.loop import EpochRecord
 from shardgnn.train.setup import EVAL_STREAM
+
+Scorer = Callable[[int, int, float, int], np.ndarray]
+"""``(a, b, time, seed) -> scores [K, b - a]`` of the events ``[a, b)`` at the batch's start
+``time`` (``seed``: the batch's sampling seed)"""
+
+
+def label_metrics(logits_NC: np.ndarray, y_N: np.ndarray) -> dict[str, float | int | None]:
+    """Accuracy, macro F1 (over the classes present in ``y_N`` or predicted) and, with two
+    classes, ROC-AUC of class 1 (scored by its logit margin) of predictions ``logits_NC``."""
+    pred = logits_NC.argmax(axis=1) if logits_NC.size else np.zeros(0, dtype=np.int64)
+    classes = np.union1d(np.unique(y_N), np.unique(pred))
+    f1 = []
+    for c in classes:
+        tp = np.sum((pred == c) & (y_N == c))
+        denominator = np.sum(pred == c) + np.sum(y_N == c)
+        f1.append(2.0 * tp / denominator if denominator else 0.0)
+    metrics: dict[str, float | int | None] = {
+        "acc": float(np.mean(pred == y_N)) if y_N.size else None,
+        "macro_f1": float(np.mean(f1)) if f1 else None,
+        "events": int(y_N.size),
+    }
+    if logits_NC.shape[1] == 2:
+        margin = logits_NC[:, 1] - logits_NC[:, 0]
+        auc = roc_auc(margin[y_N == 1], margin[y_N == 0])
+        metrics["rocauc"] = None if np.isnan(auc) else auc
+    return metrics
 
 
 class TemporalStreamEvaluation:
@@ -50,31 +78,39 @@ class TemporalStreamEvaluation:
     sampled_events: int
 
     @torch.no_grad()
-    def _stream(self, first: int, last: int, score: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Score (when ``score``) and then apply the events ``[first, last)`` batch by batch;
-        returns the events this process scored and their scores ``[3, n]`` (positive, random
-        negative, historical negative)."""
+    def _stream(
+        self, first: int, last: int, scorer: Scorer | None = None, rows: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Score (with ``scorer``, ``rows`` scores per event) and then apply the events
+        ``[first, last)`` batch by batch; returns the events this process scored and their
+        scores ``[rows, n]``."""
         index, scores = [], []
         for batch, (lo, hi) in EventBatches(first, last, self.config.item_batch_size):
             a, b = self._share(lo, hi)
-            if score:
-                z_src, z_dst, z_neg, z_hist = self._embed(
-                    a, b, float(self.events.t[lo]),
-                    [self.eval_neg[a:b], self.eval_neg_hist[a:b]],
-                    mix_seed(self.config.seed, EVAL_STREAM, first, batch),
-                )[0]  # fmt: skip
-                scores.append(self.model.score(z_src, [z_dst, z_neg, z_hist]).cpu().numpy())
+            if scorer is not None:
+                seed = mix_seed(self.config.seed, EVAL_STREAM, first, batch)
+                scores.append(scorer(a, b, float(self.events.t[lo]), seed))
                 index.append(np.arange(a, b))
             if self.model.memory is not None:
                 self._apply(a, b)
         if not scores:
-            return np.zeros(0, dtype=np.int64), np.zeros((3, 0))
+            return np.zeros(0, dtype=np.int64), np.zeros((rows, 0))
         return np.concatenate(index), np.concatenate(scores, axis=1).astype(np.float64)
 
+    def _link_scores(self, a: int, b: int, time: float, seed: int) -> np.ndarray:
+        """Scores ``[3, b - a]`` of the events ``[a, b)``: positive, random negative, historical
+        negative."""
+        z_src, z_dst, z_neg, z_hist = self._embed(
+            a, b, time, [self.eval_neg[a:b], self.eval_neg_hist[a:b]], seed
+        )[0]
+        return self.model.score(z_src, [z_dst, z_neg, z_hist]).cpu().numpy()
+
     @torch.no_grad()
-    def evaluate(self, split: str) -> float:
-        """Continue the stream from the end of training over the validation events (and for
-        ``test``, then the test events), from a copy of memory: the model's state is unchanged."""
+    def _split_scores(self, split: str, scorer: Scorer, rows: int) -> tuple[int, int, np.ndarray]:
+        """``(first, last, scores [rows, last - first])`` of the events of ``split``, every
+        process's, in event order: the stream continued from the end of training over the
+        validation events (and for ``test``, then the test events), from a copy of memory: the
+        model's state is unchanged."""
         model = self.model
         model.eval()
         memory = model.memory
@@ -84,14 +120,19 @@ class TemporalStreamEvaluation:
         self._restart_stream()
         try:
             if split == "test":
-                self._stream(self.val_start, self.test_start, score=False)
+                self._stream(self.val_start, self.test_start)
                 first, last = self.test_start, self.events.num_events
             else:
                 first, last = self.val_start, self.test_start
-            pos, neg, hist = self._all_scores(*self._stream(first, last, score=True))
+            scores = self._all_scores(*self._stream(first, last, scorer, rows))
         finally:
             if memory is not None:
                 memory.restore(snapshot)
+        return first, last, scores
+
+    def evaluate(self, split: str) -> float:
+        """The link metrics of ``split`` (:meth:`_split_scores`); returns its AP."""
+        first, last, (pos, neg, hist) = self._split_scores(split, self._link_scores, 3)
         ends = [hi - first for _, (_, hi) in EventBatches(first, last, self.config.item_batch_size)]
         batch_ap = [
             average_precision(p, n)

@@ -52,7 +52,13 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
-from shardgnn.nn.config import EDGE_FEATURE_MODELS, TYPED_MODELS, WALK_MODELS, is_user_model
+from shardgnn.nn.config import (
+    EDGE_FEATURE_MODELS,
+    SNAPSHOT_MODELS,
+    TYPED_MODELS,
+    WALK_MODELS,
+    is_user_model,
+)
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -103,6 +109,9 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
         )
     if kind == "graphset":
         return config  # a graph-level model runs whole graphs: no layer-wise constraints
+    if kind == "temporal":  # the event stream replayed: no layer-wise constraints either
+        check_temporal_checkpoint(config, checkpoint, pset.path)
+        return config
     relational = config.model.model in TYPED_MODELS
     if relational != (kind == "typed"):
         raise ConfigError(
@@ -125,6 +134,21 @@ def check_inference_pair(checkpoint: Path, pset: PartitionSet) -> TrainConfig:
     if infer_for(kind) is None:
         raise ConfigError(f"{pset.path} holds a {kind} graph, which `shardgnn infer` does not run")
     return config
+
+
+def check_temporal_checkpoint(config, checkpoint, partitions) -> None:
+    """Refuse a temporal checkpoint ``shardgnn infer`` cannot replay: a snapshot model (trained in
+    one process on snapshots), or TGAT with learnt rows (one process only)."""
+    if config.model.model in SNAPSHOT_MODELS:
+        raise ConfigError(
+            f"{checkpoint} holds a {config.model.model} model, which trains on snapshots in one "
+            "process; `shardgnn infer` replays event-stream models (tgn, jodie, tgat)"
+        )
+    if config.embedding.enabled:
+        raise ConfigError(
+            f"{checkpoint} holds tgat with learnt input rows, which train in one process only; "
+            f"`shardgnn infer` runs over {partitions} on workers: retrain without --embedding-dim"
+        )
 
 
 def read_rank_state(checkpoint: Path, rank: int) -> dict[str, torch.Tensor]:
@@ -389,9 +413,11 @@ def infer_worker(config_json: str) -> None:
             if metric is not None:
                 name = metric_name(metric["name"])
                 rows += [
-                    (f"{split} {name}", f"{metric[split]:.4f}")
+                    (f"{split} {name}", "-" if metric[split] is None else f"{metric[split]:.4f}")
                     for split in ("train", "val", "test")
                 ]
+            if "num_events" in summary:  # a temporal model's outputs are per event
+                rows.append(("events", f"{summary['num_events']:,}"))
             if summary["pairs_scored"] is not None:
                 rows.append(("pairs scored", f"{summary['pairs_scored']:,}"))
             if "embedding_width" in summary:  # a walk model writes none
