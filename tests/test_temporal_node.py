@@ -79,6 +79,12 @@ def test_a_jodie_file_with_state_labels_loads_them(tmp_path):
     assert g.edge_feat.shape == (40, 2) and g.edge_feat[3].tolist() == [1.5, -3.0]
     assert g.summary()["classes"] == 2 and g.summary()["labelled_events"] == 40
     assert default_task(dataset_traits(f"temporal:{path},labels=1")) == "node"
+    # JODIE's users and items each count from 0: bipartite=1 puts the items after the users
+    jodie = tmp_path / "jodie.csv"
+    jodie.write_text("".join(f"{i % 5},{i % 3},{float(i)},0\n" for i in range(40)))
+    two = load_temporal_dataset(f"temporal:{jodie},labels=1,bipartite=1")
+    assert two.num_nodes == 8 and two.dst.tolist() == [5 + i % 3 for i in range(40)]
+    assert two.src.tolist() == [i % 5 for i in range(40)]
     assert default_task(dataset_traits(f"temporal:{path}")) == "link"
     (tmp_path / "bad.csv").write_text("1,2,3.0,0.5\n")
     with pytest.raises(DatasetError, match="line 1: label 0.5 is not a class id"):

@@ -330,11 +330,16 @@ def _temporal_file(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
     base = spec.take_str("base", choices=("0", "1", "auto"))
     directed = spec.take_int("directed", 0, minimum=0) > 0
     labels = spec.take_int("labels", 0, minimum=0) > 0
+    bipartite = spec.take_int("bipartite", 0, minimum=0) > 0
     spec.finish()
     assert spec.path is not None
     path = Path(spec.path).expanduser()
     return load_temporal_events(
-        path, base=base if base == "auto" else int(base), directed=directed, labels=labels
+        path,
+        base=base if base == "auto" else int(base),
+        directed=directed,
+        labels=labels,
+        bipartite=bipartite,
     )
 
 
@@ -417,9 +422,10 @@ _REGISTRY: dict[str, DatasetEntry] = {
     ),
     "temporal": DatasetEntry(
         "your timestamped events, SRC DST TIME [LABEL] [features...] per row (temporal): "
-        "temporal:FILE (labels=1: the 4th column is the source's class)",
+        "temporal:FILE (labels=1: the 4th column is the source's class; bipartite=1: sources and "
+        "destinations number their own ids, as JODIE's users and items)",
         _temporal_file,
-        {"base": "auto", "directed": "0", "labels": "0"},
+        {"base": "auto", "directed": "0", "labels": "0", "bipartite": "0"},
         temporal=True,
     ),
     "synthetic-hetero": DatasetEntry(

@@ -198,11 +198,14 @@ def load_temporal_events(
     directed: bool = False,
     name: str | None = None,
     labels: bool = False,
+    bipartite: bool = False,
 ) -> TemporalGraph:
     """Read ``SRC DST TIME [features...]`` rows (see the module docstring). ``base``: the first
     node id (0, 1, or ``auto``: 1 when the smallest id is 1); ``labels``: the fourth column is
     the source's class at the event (JODIE's ``user,item,timestamp,state_label,features...``
-    rows; -1: none), the features follow it."""
+    rows; -1: none), the features follow it; ``bipartite``: sources and destinations number
+    their own ids from the base (JODIE's users and items): the destinations' ids follow the
+    sources' (item ``i`` becomes node ``max user + 1 + i``, as TGN's preprocessing does)."""
     path = Path(path)
     data = read_text_bytes(path)
     first_line = 1
@@ -243,6 +246,8 @@ def load_temporal_events(
     if ids.min() - offset < 0:
         raise DatasetError(f"node id {ids.min()} is below the id base {offset}", path)
     ids -= offset
+    if bipartite:  # two id spaces: the destinations after the sources, never the same node
+        ids[:, 1] += ids[:, 0].max() + 1
     order = np.argsort(t, kind="stable")
     moved = int(np.count_nonzero(order != np.arange(order.size)))
     if moved:
