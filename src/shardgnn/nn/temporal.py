@@ -463,6 +463,7 @@ class TemporalLinkModel(nn.Module):
             self.time_scale = float(time_scale)
         self.predictor = LinkPredictor(embedding_dim)
         # dynamic node classification: TGN's MLP decoder over the source's embedding
+        self.num_classes = num_classes
         self.classifier = (
             nn.Sequential(
                 nn.Linear(embedding_dim, embedding_dim),

@@ -108,9 +108,8 @@ class TemporalNodeTask:
 
     def evaluate(self, split: str) -> float:
         """The label metrics of ``split``'s labelled events; returns the selection metric."""
-        classes = self.model.classifier[-1].out_features  # type: ignore[index]
         first, last, logits_CN = self._split_scores(  # type: ignore[attr-defined]
-            split, self._label_scores, classes
+            split, self._label_scores, self.model.num_classes
         )
         y = np.asarray(self.events.labels)[first:last]
         known = y >= 0

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shardgnn.atomic import save_npy
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.seeding import mix_seed
@@ -80,8 +81,7 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     node_task = config.task == "node"
     start = time.perf_counter()
     if node_task:
-        classes = model.classifier[-1].out_features
-        index, scores = steps._stream(0, events.num_events, steps._label_scores, classes)
+        index, scores = steps._stream(0, events.num_events, steps._label_scores, model.num_classes)
     else:
         index, scores = steps._stream(0, events.num_events, _pair_scores(steps), 1)
     embeddings_ND = _final_embeddings(steps, run)
@@ -112,8 +112,8 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     if node_task:
         logits_EC = np.ascontiguousarray(everything_KE.T)
         predictions = logits_EC.argmax(axis=1).astype(np.int64)
-        written["logits"] = _save(out, "logits", logits_EC)
-        written["predictions"] = _save(out, "predictions", predictions)
+        written["logits"] = _saved(out, "logits", logits_EC)
+        written["predictions"] = _saved(out, "predictions", predictions)
         columns["class"] = predictions
         labels = np.asarray(events.labels)
         metric = {"name": steps.metric}
@@ -124,7 +124,7 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
             )
     else:
         columns["score"] = everything_KE[0]
-        written["scores"] = _save(out, "scores", everything_KE[0])
+        written["scores"] = _saved(out, "scores", everything_KE[0])
     if run.table_format != "none":
         ext = "parquet" if run.table_format == "parquet" else "csv"
         written["predictions_table"] = str(
@@ -182,11 +182,7 @@ def _pair_scores(steps):
     return score
 
 
-def _save(out, name: str, values: np.ndarray) -> str:
-    """``OUT/<name>.npy``, whole or not at all (a temporary name, then renamed)."""
-    target = out / f"{name}.npy"
-    tmp = out / f".{name}.npy.tmp"
-    with open(tmp, "wb") as fh:
-        np.save(fh, values, allow_pickle=False)
-    tmp.replace(target)
-    return str(target)
+def _saved(out, name: str, values: np.ndarray) -> str:
+    """``OUT/<name>.npy``, written atomically; its path."""
+    save_npy(out / f"{name}.npy", values)
+    return str(out / f"{name}.npy")
