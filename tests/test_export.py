@@ -227,3 +227,115 @@ def test_a_user_model_exports_or_says_why_not(tmp_path, capsys):
     argv = ["infer", "--checkpoint", str(tmp_path / "StackedSAGE"), "--partitions", str(parts)]
     assert main([*argv, "--out", str(tmp_path / "inferred")]) == 0
     assert (tmp_path / "inferred" / "logits.npy").exists()
+
+
+# ------------------------------------------------------------ a graph set's models (GIN, GINE)
+@pytest.mark.parametrize("level,readout", [("graph", "sum"), ("graph", "mean"), ("graph", "max"),
+                                           ("graph", "attention"), ("edge", "sum")])  # fmt: skip
+@pytest.mark.parametrize("model", ["gin", "gine"])
+def test_graph_set_serving_computes_what_training_computes(model, level, readout):
+    """Batches from one lone node without edges up to hundreds of graphs; running batch-norm
+    statistics set away from their defaults so that eval mode is what is compared."""
+    from shardgnn.nn.graphlevel import GraphGNN
+    from shardgnn.nn.serving import EdgeServingModel, GraphServingModel, graph_index_of
+    from shardgnn.train.inference.export import example_inputs
+
+    torch.manual_seed(0)
+    gnn = GraphGNN(model, 7, 16, 3, 3, readout=readout, edge_dim=4, level=level)
+    for norm in gnn.norms:
+        norm.running_mean.uniform_(-1, 1)
+        norm.running_var.uniform_(0.5, 2)
+    serving_cls = GraphServingModel if level == "graph" else EdgeServingModel
+    serving = serving_cls(gnn.eval(), 4 if model == "gine" or level == "edge" else 0).eval()
+    one_atom = (torch.rand(1, 7), torch.zeros(2, 0, dtype=torch.int64), torch.tensor([0, 1]))
+    for inputs in (example_inputs(serving, 400, 7, seed=3), one_atom):
+        inputs = inputs[:2] + inputs[2:3] * (level == "graph")
+        if serving.edge_dim and len(inputs) < len(serving.input_names):
+            inputs = (*inputs, torch.randn(inputs[1].shape[1], 4))
+        with torch.no_grad():
+            got = serving(*inputs)
+        torch.testing.assert_close(got, trained_outputs(serving, *inputs), atol=1e-5, rtol=1e-5)
+    # graph_ptr with an empty graph in it (a repeated offset) skips that graph
+    ptr = torch.tensor([0, 0, 2, 2, 5])
+    assert graph_index_of(ptr, 5).tolist() == [1, 1, 3, 3, 3]
+
+
+def _graph_set_inputs(gs, level: str) -> dict[str, np.ndarray]:
+    """A whole graph set as one served batch: its CSR's edges in order, and its offsets."""
+    dst = np.repeat(np.arange(gs.num_nodes), np.diff(gs.indptr))
+    feed = {
+        "x": np.asarray(gs.x, dtype=np.float32),
+        "edge_index": np.stack([np.asarray(gs.indices, dtype=np.int64), dst]),
+    }
+    if level == "graph":
+        feed["graph_ptr"] = np.asarray(gs.graph_ptr, dtype=np.int64)
+    if gs.edge_attr is not None:
+        feed["edge_attr"] = np.asarray(gs.edge_attr, dtype=np.float32)
+    return feed
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize(
+    "spec,argv,level,line",
+    [
+        ("csl", ["--model", "gin", "--readout", "mean"], "graph",
+         "gin (graph classification: 1 feature -> 10 class logits per graph)"),
+        ("tracks:events=8,particles=15", ["--model", "gine"], "edge",
+         "gine (edge prediction: 4 features -> 2 outputs per edge)"),
+    ],
+)  # fmt: skip
+def test_graph_set_model_file_computes_infers_logits(tmp_path, capsys, spec, argv, level, line):
+    """A GIN graph classifier over CSL and a GINE edge classifier over particle tracks, trained,
+    inferred on a 2-part partition and exported to the three formats: each file, fed the whole
+    set as one batch, gives `shardgnn infer`'s logits (per graph; per edge in CSR order)."""
+    from shardgnn.graph.datasets import load_graphset_dataset
+
+    ck, parts, inferred = tmp_path / "ck", tmp_path / "parts", tmp_path / "inferred"
+    train = ["train", spec, *argv, "--hidden", "16", "--epochs", "2", "--quiet"]
+    assert main([*train, "--checkpoint-dir", str(ck)]) == 0
+    assert main(["partition", spec, "--parts", "2", "--out", str(parts)]) == 0
+    infer = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(inferred)]
+    assert main(infer) == 0
+    logits = np.load(inferred / "logits.npy")
+    feed = _graph_set_inputs(load_graphset_dataset(spec), level)
+    scale = max(1.0, float(np.abs(logits).max()))
+    capsys.readouterr()
+    for suffix in (".onnx", ".pt2", ".pt"):
+        path = tmp_path / f"model{suffix}"
+        assert main(["export", "--checkpoint", str(ck), "--out", str(path)]) == 0
+        printed = capsys.readouterr().out
+        assert printed.startswith(f"exported {line} to {path}"), printed
+        assert "nodes of random small graphs" in printed
+        tensors = [torch.from_numpy(v) for v in feed.values()]
+        if suffix == ".onnx":
+            session = onnxruntime.InferenceSession(str(path))
+            assert [i.name for i in session.get_inputs()] == list(feed)
+            got = session.run(None, feed)[0]
+        elif suffix == ".pt2":
+            got = torch.export.load(path).module()(*tensors).detach().numpy()
+        else:
+            got = torch.jit.load(str(path))(*tensors).detach().numpy()
+        assert got.shape == logits.shape
+        np.testing.assert_allclose(got, logits, atol=TOLERANCE * scale, rtol=0)
+
+
+@pytest.mark.slow
+def test_export_refuses_typed_and_temporal_models_in_one_line(tmp_path, capsys):
+    """What a served graph cannot carry: a typed graph's relations, an event stream's memory."""
+    runs = {
+        "typed": ["synthetic-hetero:papers=300,authors=200,institutions=10,fields=20"],
+        "temporal": ["synthetic-temporal:nodes=60,events=600", "--model", "tgn"],
+    }
+    for name, argv in runs.items():
+        ck = tmp_path / name
+        train = ["train", *argv, "--epochs", "1", "--quiet"]
+        assert main([*train, "--checkpoint-dir", str(ck)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "m.onnx"
+    assert main(["export", "--checkpoint", str(tmp_path / "typed"), "--out", str(out)]) == 2
+    assert "holds a rgcn model; export writes sage" in _error(capsys)
+    assert main(["export", "--checkpoint", str(tmp_path / "temporal"), "--out", str(out)]) == 2
+    line = _error(capsys)
+    assert "export writes" in line and "temporal" in line, line
+    assert not out.exists()

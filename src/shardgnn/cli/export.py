@@ -17,8 +17,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "Write the model of a checkpoint (node classification or regression: its outputs; "
             "link prediction: its encoder's embeddings) as one file taking x [N, F] float32 and "
             "edge_index [2, E] int64 (sources; destinations) of a graph of any size, with the "
-            "training's feature normalisation inside. The file is loaded back and checked on a "
-            "random graph against the trained model before it is put in place."
+            "training's feature normalisation inside. A graph set's model (--task graph, edge: "
+            "GIN, GINE) takes a batch of graphs as their disjoint union, plus graph_ptr [B + 1] "
+            "int64 (each graph's first node, then N: PyG's Batch.ptr) for a graph-level one, and "
+            "returns a row per graph, or per edge in edge_index order. A model reading edge "
+            "features takes edge_attr [E, D] float32 last. The file is loaded back and checked "
+            "on a random graph against the trained model before it is put in place."
         ),
     )
     add_flags(parser, ExportConfig)

@@ -39,8 +39,10 @@ def readout(
         h_NH = segment_softmax(gate_N1, graph_index_N, num_graphs) * h_NH
     sum_BH = h_NH.new_zeros(num_graphs, H).index_add(0, graph_index_N, h_NH)
     if kind == "mean":
-        count_B = torch.bincount(graph_index_N, minlength=num_graphs).clamp_min(1)
-        return sum_BH / count_B[:, None].to(sum_BH.dtype)
+        # an index_add of ones, not bincount: exported models (ONNX) have no bincount
+        ones_N = torch.ones_like(graph_index_N, dtype=h_NH.dtype)
+        count_B = ones_N.new_zeros(num_graphs).index_add(0, graph_index_N, ones_N).clamp_min(1)
+        return sum_BH / count_B[:, None]
     return sum_BH
 
 

@@ -8,7 +8,11 @@ aggregation is a numba kernel (CPU) or a torch sparse product: neither can be ex
 :mod:`shardgnn.nn.conv` runs on it unchanged, and the numbers of nodes and edges stay symbolic in
 the exported program (one file serves graphs of any size).
 
-Shape legend: ``N`` nodes, ``E`` edges, ``F`` input width, ``C`` output width.
+Graph- and edge-level models (:class:`~shardgnn.nn.graphlevel.GraphGNN`) serve a batch of small
+graphs as their disjoint union: :class:`GraphServingModel` takes PyG's ``Batch.ptr`` (each graph's
+first node, then ``N``) and returns one row per graph, :class:`EdgeServingModel` one row per edge.
+
+Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` output width.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class ServingModel(nn.Module):
             raise ValueError(f"feature_norm {feature_norm!r}: a served model takes none or row")
         self.model, self.num_layers, self.feature_norm = model, num_layers, feature_norm
         self.edge_dim = edge_dim
+        self.input_names = ("x", "edge_index") + ("edge_attr",) * bool(edge_dim)
 
     def forward(
         self,
@@ -104,3 +109,65 @@ class ServingModel(nn.Module):
             x_NF = x_NF / torch.where(sums_N1 == 0, torch.ones_like(sums_N1), sums_N1)
         graph = EdgeListGraph(edge_index_2E, x_NF.shape[0], edge_attr_ED)
         return self.model([graph] * self.num_layers, x_NF)
+
+
+def graph_index_of(graph_ptr_B1: torch.Tensor, num_nodes) -> torch.Tensor:
+    """``[N]``: each node's graph (``0..B-1``) from the graphs' offsets ``graph_ptr_B1`` (``[B +
+    1]``, from 0 to ``N``, PyG's ``Batch.ptr``): a one at every offset, a running sum, minus the
+    one of the first offset (the last, ``N``, falls past the nodes). An empty graph (a repeated
+    offset) adds two ones at one node and is skipped, as it should be. Not ``repeat_interleave``
+    or ``searchsorted``, whose output sizes ONNX takes from the data, and no slice of the
+    offsets, which ``torch.export`` would guard to hold two or more: one file serves one graph
+    (``graph_ptr = [0, N]``) as it serves many."""
+    ones_B1 = torch.ones_like(graph_ptr_B1)
+    marks = graph_ptr_B1.new_zeros(num_nodes + 1).index_add(0, graph_ptr_B1, ones_B1)
+    return marks.cumsum(0)[:num_nodes] - 1
+
+
+class GraphServingModel(nn.Module):
+    """``forward(x_NF, edge_index_2E, graph_ptr_B1[, edge_attr_ED]) -> [B, C]``: a trained
+    graph-level model (:class:`~shardgnn.nn.graphlevel.GraphGNN`, ``level="graph"``) over a batch
+    of graphs given as their disjoint union: the nodes of graph ``b`` are rows
+    ``graph_ptr_B1[b]:graph_ptr_B1[b + 1]``; a model reading edge features (GINE) takes their rows
+    in ``edge_index`` order. One row of outputs per graph (its logits or predicted values), what
+    ``shardgnn infer`` writes to ``logits.npy``."""
+
+    def __init__(self, model: nn.Module, edge_dim: int = 0):
+        super().__init__()
+        assert model.level == "graph", "a graph-level model"
+        self.model, self.edge_dim = model, edge_dim
+        self.input_names = ("x", "edge_index", "graph_ptr") + ("edge_attr",) * bool(edge_dim)
+
+    def forward(
+        self,
+        x_NF: torch.Tensor,
+        edge_index_2E: torch.Tensor,
+        graph_ptr_B1: torch.Tensor,
+        edge_attr_ED: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        graph = EdgeListGraph(edge_index_2E, x_NF.shape[0], edge_attr_ED)
+        graph_index_N = graph_index_of(graph_ptr_B1, x_NF.shape[0])
+        return self.model(graph, x_NF, graph_index_N, graph_ptr_B1.shape[0] - 1, edge_attr_ED)
+
+
+class EdgeServingModel(nn.Module):
+    """``forward(x_NF, edge_index_2E[, edge_attr_ED]) -> [E, C]``: a trained edge-level model
+    (:class:`~shardgnn.nn.graphlevel.GraphGNN`, ``level="edge"``) over a graph (or the disjoint
+    union of several: the edges never cross graphs), one row of outputs per edge in
+    ``edge_index`` order; a model reading edge features takes their rows in that order."""
+
+    def __init__(self, model: nn.Module, edge_dim: int = 0):
+        super().__init__()
+        assert model.level == "edge", "an edge-level model"
+        self.model, self.edge_dim = model, edge_dim
+        self.input_names = ("x", "edge_index") + ("edge_attr",) * bool(edge_dim)
+
+    def forward(
+        self,
+        x_NF: torch.Tensor,
+        edge_index_2E: torch.Tensor,
+        edge_attr_ED: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        graph = EdgeListGraph(edge_index_2E, x_NF.shape[0], edge_attr_ED)
+        no_graphs_N = edge_index_2E.new_zeros(x_NF.shape[0])  # the edge head reads no readout
+        return self.model(graph, x_NF, no_graphs_N, 1, edge_attr_ED)

@@ -6,6 +6,10 @@ the raw features: the ``--feature-norm row`` of training is inside) and ``edge_i
 ``[2, E]``, row 0 the sources, row 1 the destinations), output float32 ``[N, C]``: what
 ``shardgnn infer`` computes for every node (a node model's logits, or its regression values; a
 link model's encoder embeddings). ``N`` and ``E`` are free: one file serves graphs of any size.
+A graph-level model (``--task graph``) takes a batch of graphs as their disjoint union plus
+``graph_ptr`` (int64 ``[B + 1]``, each graph's first node and then ``N``: PyG's ``Batch.ptr``)
+and returns ``[B, C]``; an edge-level one (``--task edge``) returns ``[E, C]`` in ``edge_index``
+order. A model reading edge features takes ``edge_attr`` (float32 ``[E, D]``) last.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -33,15 +37,17 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+import torch.fx.experimental._config as fx_config
 
 from shardgnn.atomic import atomic_path
 from shardgnn.errors import ConfigError, ShardgnnError
-from shardgnn.graph.csr import csr_from_edges
+from shardgnn.graph.csr import csr_from_edges, csr_with_order
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.config import EDGE_FEATURE_MODELS, is_user_model
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, GRAPH_MODELS, is_user_model
+from shardgnn.nn.graphlevel import GraphGNN
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
-from shardgnn.nn.serving import ServingModel
+from shardgnn.nn.serving import EdgeServingModel, GraphServingModel, ServingModel
 from shardgnn.nn.targets import target_of_labels
 from shardgnn.train.checkpoint import read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -72,7 +78,7 @@ class Exported:
     path: Path
     format: str
     model: str
-    task: str
+    task: str  # what the model predicts, in words
     in_dim: int
     out_dim: int
     outputs: str  # what the output columns are
@@ -83,7 +89,8 @@ class Exported:
     def summary(self) -> str:
         """The one line the command prints."""
         return (
-            f"exported {self.model} ({self.task}: {self.in_dim} features -> {self.outputs}) to "
+            f"exported {self.model} ({self.task}: {self.in_dim} feature{'s' * (self.in_dim != 1)}"
+            f" -> {self.outputs}) to "
             f"{self.path} ({FORMAT_NAMES[self.format]}, {self.bytes / 1e6:.1f} MB) in "
             f"{self.seconds:.1f} s; {self.check}"
         )
@@ -107,10 +114,14 @@ def export_format(config: ExportConfig) -> str:
     return fmt
 
 
-def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int, str]:
-    """The checkpoint's model (best-validation weights when recorded) as a
-    :class:`ServingModel`, its training config, input and output widths, and what the outputs
-    are.
+Served = ServingModel | GraphServingModel | EdgeServingModel
+
+
+def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]:
+    """The checkpoint's model (best-validation weights when recorded) as a serving module
+    (:class:`ServingModel`; a graph set's :class:`GraphServingModel` or
+    :class:`EdgeServingModel`), its training config, input and output widths, and what the
+    outputs are.
 
     Raises:
         ConfigError: a model or task the serving model does not run, in one line.
@@ -118,15 +129,18 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
     meta = read_checkpoint_meta(checkpoint)
     config = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
     name = config.model.model
+    if config.task in ("graph", "edge") and name in GRAPH_MODELS:
+        return _graph_set_serving(checkpoint, config, meta.get("dataset") or {})
     if config.task not in ("node", "link"):
         raise ConfigError(
-            f"{checkpoint} holds a model of --task {config.task}; export writes node and link "
-            "models of one graph so far (a graph set's runs through `shardgnn infer`)"
+            f"{checkpoint} holds a model of --task {config.task}; export writes node, link, "
+            "graph and edge models of graphs (a temporal stream's runs through `shardgnn infer`)"
         )
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
-            f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)} "
-            "and user models so far (not typed, temporal or graph-level ones)"
+            f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)}, "
+            f"{', '.join(GRAPH_MODELS)} and user models so far (not typed, walk-based or "
+            "temporal ones)"
         )
     if config.embedding.enabled:
         raise ConfigError(
@@ -172,6 +186,42 @@ def serving_model(checkpoint: Path) -> tuple[ServingModel, TrainConfig, int, int
     return serving, config, in_dim, out_dim, outputs
 
 
+def _graph_set_serving(
+    checkpoint: Path, config: TrainConfig, dataset: dict
+) -> tuple[Served, TrainConfig, int, int, str]:
+    """A graph- or edge-level model (GIN, GINE) as a serving module. Its widths come from its
+    weights: the input projection's (features), the head's (outputs), GINE's edge projection or
+    the edge head's remainder (edge features), so nothing about the set is needed but its label
+    kind."""
+    weights = load_model_weights(checkpoint)
+    hidden, level = config.model.hidden, config.task
+    try:
+        in_dim = int(weights["input.weight"].shape[1])
+        out_dim = int(weights["head.2.weight"].shape[0])
+        if config.model.model == "gine":
+            edge_dim = int(weights["convs.0.lin_edge.weight"].shape[1])
+        else:
+            edge_dim = int(weights["head.0.weight"].shape[1]) - 2 * hidden if level == "edge" else 0
+    except (KeyError, IndexError):
+        raise ConfigError(
+            f"{checkpoint}: its weights are not those of a {config.model.model} {level}-level "
+            "model (the checkpoint is damaged or from another version); retrain it"
+        ) from None
+    model = GraphGNN(
+        config.model.model, in_dim, hidden, out_dim, config.model.num_layers,
+        readout=config.model.readout, edge_dim=edge_dim, level=level,
+    )  # fmt: skip
+    load_weights_into(model, weights, checkpoint, f"{in_dim} features and {out_dim} outputs")
+    model.eval()
+    if level == "edge":
+        outputs = f"{out_dim} outputs per edge"
+        return EdgeServingModel(model, edge_dim).eval(), config, in_dim, out_dim, outputs
+    kind = str(dataset.get("label_kind", "class"))
+    outputs = f"{out_dim} class logits" if kind == "class" else f"{out_dim} {kind} output"
+    outputs += f"{'s' * (kind != 'class' and out_dim != 1)} per graph"
+    return GraphServingModel(model, edge_dim).eval(), config, in_dim, out_dim, outputs
+
+
 def random_graph(num_nodes: int, in_dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x [N, F], edge_index [2, E])``: non-negative features (row normalisation divides by
     sums) with some all-zero rows, about 8 in-edges per node with a few self-loops and duplicate
@@ -187,26 +237,80 @@ def random_graph(num_nodes: int, in_dim: int, seed: int = 0) -> tuple[torch.Tens
     return x, torch.stack([src, dst])
 
 
-def example_inputs(serving: ServingModel, num_nodes: int, in_dim: int, seed: int = 0) -> tuple:
-    """What ``serving`` takes for a :func:`random_graph`: ``(x, edge_index)``, and the edges'
-    feature rows (normal draws) when it reads them."""
-    x, edge_index = random_graph(num_nodes, in_dim, seed)
+def random_graph_set(
+    num_nodes: int, in_dim: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x [N, F], edge_index [2, E], graph_ptr [B + 1])``: a batch of small graphs (1 to 16
+    nodes, the first one a lone node without edges) as their disjoint union, about 3 in-edges per
+    node drawn within each graph (self-loops and duplicates among them), and the graphs'
+    offsets."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = [1]
+    while sum(sizes) < num_nodes:
+        sizes.append(int(torch.randint(2, 17, (1,), generator=gen)))
+    sizes[-1] -= sum(sizes) - num_nodes
+    sizes = [s for s in sizes if s > 0]
+    ptr = torch.tensor([0, *np.cumsum(sizes)], dtype=torch.int64)
+    x = torch.rand(num_nodes, in_dim, generator=gen)
+    edges = []
+    for first, size in zip(ptr[1:-1].tolist(), sizes[1:]):
+        count = 3 * size
+        edges.append(torch.randint(0, size, (2, count), generator=gen) + first)
+    return x, torch.cat(edges, dim=1), ptr
+
+
+def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) -> tuple:
+    """What ``serving`` takes for a random graph: ``(x, edge_index)`` of :func:`random_graph`,
+    or of :func:`random_graph_set` for a graph set's model (graph-level: with ``graph_ptr``), and
+    the edges' feature rows (normal draws) when it reads them."""
+    if isinstance(serving, ServingModel):
+        inputs: tuple = random_graph(num_nodes, in_dim, seed)
+    else:
+        x, edge_index, ptr = random_graph_set(num_nodes, in_dim, seed)
+        inputs = (x, edge_index, ptr) if "graph_ptr" in serving.input_names else (x, edge_index)
     if not serving.edge_dim:
-        return x, edge_index
+        return inputs
     gen = torch.Generator().manual_seed(seed + 1)
-    return x, edge_index, torch.randn(edge_index.shape[1], serving.edge_dim, generator=gen)
+    num_edges = inputs[1].shape[1]
+    return (*inputs, torch.randn(num_edges, serving.edge_dim, generator=gen))
 
 
 @torch.no_grad()
-def trained_outputs(
+def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
+    """The model's outputs for ``serving``'s inputs as training and ``shardgnn infer`` compute
+    them: the features normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba
+    kernels on CPU), with the edges' feature rows in its CSR order."""
+    if isinstance(serving, ServingModel):
+        return _layerwise_outputs(serving, *inputs)
+    return _graph_set_outputs(serving, *inputs)
+
+
+def _graph_set_outputs(serving: GraphServingModel | EdgeServingModel, *inputs: torch.Tensor):
+    """A graph set's model as :func:`~shardgnn.train.graphlevel.batch_tensors` feeds it: the
+    union's CSR, each node's graph, the edge rows in CSR order; an edge-level model's rows are
+    put back in ``edge_index`` order."""
+    named = dict(zip(serving.input_names, inputs))
+    x, (src, dst) = named["x"], named["edge_index"].numpy()
+    indptr, indices, order = csr_with_order(src, dst, x.shape[0])
+    graph = MessageGraph.from_csr(indptr, indices)
+    attr = named.get("edge_attr")
+    attr = None if attr is None else attr[torch.from_numpy(order)]
+    if "graph_ptr" in named:
+        ptr = named["graph_ptr"]
+        graph_index = torch.repeat_interleave(torch.arange(len(ptr) - 1), torch.diff(ptr))
+        return serving.model(graph, x, graph_index, len(ptr) - 1, attr)
+    out_csr = serving.model(graph, x, torch.zeros(x.shape[0], dtype=torch.int64), 1, attr)
+    out = torch.empty_like(out_csr)
+    out[torch.from_numpy(order)] = out_csr
+    return out
+
+
+def _layerwise_outputs(
     serving: ServingModel,
     x: torch.Tensor,
     edge_index: torch.Tensor,
     edge_attr: torch.Tensor | None = None,
-):
-    """The model's outputs as training and ``shardgnn infer`` compute them: the features
-    normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba kernels on CPU), with
-    the edges' feature rows in its CSR order."""
+) -> torch.Tensor:
     src, dst = edge_index.numpy()
     rows = None if edge_attr is None else edge_attr.numpy()
     indptr, indices, rows = csr_from_edges(src, dst, x.shape[0], rows)
@@ -247,14 +351,23 @@ def _index_add_by_scatter(self, dim, index, source, alpha=1):
     return self.scatter_add(dim, index, source if alpha == 1 else source * alpha)
 
 
-def _write(fmt: str, serving: ServingModel, example, path: Path, opset: int) -> None:
-    nodes, edges = torch.export.Dim("nodes", min=2), torch.export.Dim("edges", min=1)
-    dynamic = {"x_NF": {0: nodes}, "edge_index_2E": {1: edges}}
-    names = ["x", "edge_index"]
-    if len(example) == 3:  # the edges' feature rows
-        dynamic["edge_attr_ED"] = {0: edges}
-        names.append("edge_attr")
-    with _quiet():
+def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
+    # a batch of small graphs may be one graph of one node and no edge (a lone atom): sizes 0
+    # and 1 must stay symbolic, which torch.export allows when it does not take them as special
+    # (backed_size_oblivious), as it does for every size of a big graph's model
+    small = not isinstance(serving, ServingModel)
+    nodes = torch.export.Dim("nodes", min=1 if small else 2)
+    edges = torch.export.Dim("edges", min=0 if small else 1)
+    sizes = {
+        "x": {0: nodes},
+        "edge_index": {1: edges},
+        "graph_ptr": {0: torch.export.Dim("graph_bounds", min=2)},
+        "edge_attr": {0: edges},
+    }
+    names = list(serving.input_names)
+    dynamic = tuple(sizes[name] for name in names)
+    oblivious = fx_config.patch(backed_size_oblivious=small)
+    with _quiet(), oblivious:
         if fmt == "torchscript":
             torch.jit.save(torch.jit.trace(serving, example, check_trace=False), str(path))
             return
@@ -277,7 +390,7 @@ def _write(fmt: str, serving: ServingModel, example, path: Path, opset: int) -> 
         onnx_program.save(str(path), external_data=False)
 
 
-def _runner(fmt: str, path: Path) -> tuple[Callable[..., Any], str]:
+def _runner(fmt: str, path: Path, names: tuple[str, ...]) -> tuple[Callable[..., Any], str]:
     """A function running the written file, and what runs it."""
     if fmt == "torchscript":
         loaded = torch.jit.load(str(path))
@@ -292,19 +405,18 @@ def _runner(fmt: str, path: Path) -> tuple[Callable[..., Any], str]:
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def run(*inputs: torch.Tensor):
-        names = ("x", "edge_index", "edge_attr")
         feed = {name: t.numpy() for name, t in zip(names, inputs)}
         return torch.from_numpy(session.run(None, feed)[0])
 
     return run, "onnxruntime"
 
 
-def _check(fmt: str, path: Path, serving: ServingModel, in_dim: int, nodes: int) -> str:
+def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> str:
     """Run the written file on a random graph and compare it with the trained model."""
     if nodes == 0:
         return "not checked (--check-nodes 0)"
     with _quiet():  # torch.jit.load's deprecation warning
-        run, runner = _runner(fmt, path)
+        run, runner = _runner(fmt, path, serving.input_names)
     if run is None:
         return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
     inputs = example_inputs(serving, nodes, in_dim, seed=1)
@@ -313,15 +425,17 @@ def _check(fmt: str, path: Path, serving: ServingModel, in_dim: int, nodes: int)
         got = run(*inputs)
     diff = float((got - want).abs().max())
     scale = max(1.0, float(want.abs().max()))
+    graph = f"a random graph of {nodes:,} nodes"
+    if not isinstance(serving, ServingModel):  # a batch of small graphs
+        graph = f"{nodes:,} nodes of random small graphs"
     if not diff <= TOLERANCE * scale:
         raise ExportCheckError(
-            f"the {FORMAT_NAMES[fmt]} file, run by {runner} on a random graph of {nodes:,} "
-            f"nodes, differs from the trained model by {diff:.3g} (allowed "
-            f"{TOLERANCE * scale:.3g}); nothing was written"
+            f"the {FORMAT_NAMES[fmt]} file, run by {runner} on {graph}, differs from the trained "
+            f"model by {diff:.3g} (allowed {TOLERANCE * scale:.3g}); nothing was written"
         )
     return (
-        f"checked with {runner} on a random graph of {nodes:,} nodes and "
-        f"{inputs[1].shape[1]:,} edges: max |difference| {diff:.1e} from the trained model"
+        f"checked with {runner} on {graph} and {inputs[1].shape[1]:,} edges: "
+        f"max |difference| {diff:.1e} from the trained model"
     )
 
 
@@ -353,9 +467,9 @@ def export_model(config: ExportConfig) -> Exported:
             ) from None
         check = _check(fmt, tmp, serving, in_dim, config.check_nodes)
         size = tmp.stat().st_size
-    task = "node classification" if train.task == "node" else "link prediction"
-    if train.task == "node" and not outputs.endswith("class logits"):
-        task = "node prediction"
+    task = "link prediction"
+    if train.task != "link":
+        task = f"{train.task} {'classification' if 'class logits' in outputs else 'prediction'}"
     return Exported(
         path=out,
         format=fmt,
