@@ -290,6 +290,27 @@ def test_low_bit_edge_rows_through_a_cache_resume_bit_exact_on_workers(tmp_path,
     assert_same_weights(final_weights(straight), final_weights(cut))
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_error_feedback_on_edge_rows_resumes_bit_exact_on_workers(tmp_path):
+    """4-bit node and edge rows with ``--error-feedback``: each table's residuals (what its
+    rows' last sends lost) travel with the checkpoint, the edge rows' too, so a run cut after
+    epoch 2 and resumed ends with the uninterrupted run's weights."""
+    from shardgnn.cli import main
+
+    spec = "synthetic:nodes=1500,degree=8,edge_features=4"
+    parts = str(tmp_path / "p")
+    assert main(["partition", spec, "--parts", "2", "--out", parts]) == 0
+    argv = ["train", spec, "--model", "gine", "--hidden", "16", "--fanouts", "5,5"]
+    argv += ["--workers", "2", "--partitions", parts, "--host-sharing", "off"]
+    argv += ["--fetch-bits", "4", "--error-feedback", "--batch-size", "64", "--quiet"]
+    straight, cut = str(tmp_path / "straight"), str(tmp_path / "cut")
+    assert main([*argv, "--epochs", "3", "--checkpoint-dir", straight]) == 0
+    assert main([*argv, "--epochs", "2", "--checkpoint-dir", cut]) == 0
+    assert main([*argv, "--epochs", "3", "--checkpoint-dir", cut, "--resume"]) == 0
+    assert_same_weights(final_weights(straight), final_weights(cut))
+
+
 @pytest.mark.parametrize("task", ["node", "link"])
 def test_an_edge_feature_model_exports_with_an_edge_attr_input(tmp_path, capsys, task):
     """GINE (a node classifier, or a link model's encoder) exports with a third input (the

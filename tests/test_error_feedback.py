@@ -169,3 +169,26 @@ def test_full_graph_training_with_feedback(parts, spmm):
     streams = run_workers(_compensated_streams, 2, config(True))[0]
     # layer 0 aggregates the input features, which take no gradient: nothing flows back there
     assert streams == [(1, grad_stream)]
+
+
+def test_row_residuals_rewind_takes_back_the_sends_made_ahead():
+    """A prefetch thread's sends past the last trained batch are undone, the latest first (a row
+    sent in two of them ends as it was before the earlier); sends before the tag stay."""
+    residuals = RowResiduals(6, 2)
+
+    def send(tag, rows, value):
+        residuals.journal(tag)
+        residuals.select([torch.tensor(rows)]).put(0, torch.full((len(rows), 2), value))
+
+    send((0, 0), [0, 1], 1.0)
+    send((0, 1), [1, 2], 2.0)
+    trained = residuals.table.clone()
+    send((0, 2), [2, 3], 3.0)  # fetched ahead of the stop
+    send((0, 3), [3, 2, 4], 4.0)  # in flight
+    residuals.rewind((0, 2))
+    assert torch.equal(residuals.table, trained)
+    # a rewind past what the journal keeps would be silently wrong: it is refused
+    for batch in range(RowResiduals.JOURNALLED + 1):
+        send((1, batch), [5], float(batch))
+    with pytest.raises(AssertionError, match="older than the journal"):
+        residuals.rewind((1, 0))

@@ -183,7 +183,7 @@ def _train_and_signal(ctx, config, signal_rank, step_number):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
     "overlap, bits, feedback", [("off", 32, False), ("on", 32, False), ("on", 4, False),
-                                ("off", 4, True)],
+                                ("off", 4, True), ("on", 4, True)],
 )  # fmt: skip
 def test_one_rank_signalled_every_rank_stops_after_the_same_step(
     tmp_path, graph, overlap, bits, feedback

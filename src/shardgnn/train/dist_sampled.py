@@ -54,6 +54,8 @@ def _mapped_rows(rows: np.ndarray, feature_norm: str) -> LocalFeatureStore:
 
 RESIDUALS = "fetch_residuals."
 """the checkpoint's extra-state prefix of the ``--error-feedback`` residuals"""
+EDGE_RESIDUALS = "edge_residuals."
+"""the prefix of the ``--error-feedback`` residuals of this rank's edge feature rows"""
 FETCH_ROUNDING = 0xFE7C
 """the random stream of ``--fetch-bits`` rounding: ``mix_seed(seed, rank, FETCH_ROUNDING, ...)``"""
 
@@ -301,6 +303,17 @@ class DistSampledSteps(SampledReport, SampledInputs):
             self.codec.reseed(
                 mix_seed(self.config.seed, self.ctx.rank, FETCH_ROUNDING, self.fetch_epoch, index)
             )
+        if self.overlap:  # fetched ahead of training: a stop may have to take the sends back
+            for residuals in self._residuals().values():
+                residuals.journal((self.fetch_epoch, index))
+
+    def _residuals(self) -> dict[str, RowResiduals]:
+        """The ``--error-feedback`` residual tables of the training fetches, by checkpoint
+        prefix: the feature rows' and the edge feature rows'."""
+        stores = {RESIDUALS: self.feedback}
+        if self.edge_store is not None:
+            stores[EDGE_RESIDUALS] = self.edge_store.feedback
+        return {prefix: table for prefix, table in stores.items() if table is not None}
 
     def train_epoch(self, run: EpochRun) -> tuple[float, float] | None:
         self.fetch_epoch = run.epoch
@@ -320,6 +333,12 @@ class DistSampledSteps(SampledReport, SampledInputs):
             precision=self.config.precision,
         )
         if trained is None:
+            # Stopped mid-epoch: the prefetch thread fetched batches past the last trained one,
+            # which the resumed run fetches again; their sends' residual updates are undone so
+            # the checkpoint holds the residuals as they stood after the last trained batch.
+            assert run.stopped is not None
+            for residuals in self._residuals().values():
+                residuals.rewind((run.epoch, run.stopped.batches))
             return None
         sums, new_edges = trained
         self.sampled_edges += new_edges
@@ -363,6 +382,9 @@ class DistSampledSteps(SampledReport, SampledInputs):
             # row adds it back, so an exact resume needs it; by original id, to re-shard
             state[RESIDUALS + "rows"] = self.feedback.table.clone()
             state[RESIDUALS + "node_ids"] = self._own_orig_ids()
+        edge_residuals = self._residuals().get(EDGE_RESIDUALS)
+        if edge_residuals is not None:  # by this part's edge positions (same worker count)
+            state[EDGE_RESIDUALS + "rows"] = edge_residuals.table.clone()
         if self.history is not None:
             state.update({f"historical.{k}": v for k, v in self.history.state_dict().items()})
         for prefix, cache in self._caches().items():
@@ -370,8 +392,9 @@ class DistSampledSteps(SampledReport, SampledInputs):
         return state
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
-        if self.feedback is not None and RESIDUALS + "rows" in state:  # older: start at zero
-            self.feedback.table.copy_(state[RESIDUALS + "rows"])
+        for prefix, residuals in self._residuals().items():
+            if prefix + "rows" in state:  # older checkpoints: they start at zero
+                residuals.table.copy_(state[prefix + "rows"])
         if self.history is not None:
             self.history.load_state_dict(_section(state, "historical."))
         for prefix, cache in self._caches().items():
@@ -382,7 +405,8 @@ class DistSampledSteps(SampledReport, SampledInputs):
     def load_resharded_extra_state(self, states: list[dict[str, torch.Tensor]]) -> None:
         """Error-feedback residuals and historical tables by original id; the caches start cold
         (their slots held the old partition's peers' rows by new id; reads fetch from the owners
-        until they fill)."""
+        until they fill), and so do the edge feature rows' residuals (edges carry no original
+        id to re-shard them by)."""
         if self.feedback is not None:
             residuals = resharded_residuals(states, self._own_orig_ids())
             if residuals is not None:  # older checkpoints: they start at zero
