@@ -4,12 +4,14 @@ rows and a presample cache; predicted against the counters of measured runs at P
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from shardgnn.fullgraph.minibatch_plan import minibatch_costs, sample_epoch
+from shardgnn.errors import ConfigError
+from shardgnn.fullgraph.minibatch_plan import cache_misses, minibatch_costs, sample_epoch
 from shardgnn.fullgraph.rates import ComputeRates, MachineRates
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.partition.methods import PartitionConfig, partition_graph
@@ -61,12 +63,12 @@ def test_one_worker_sends_nothing_and_the_counts_follow_the_blocks(graph):
 def test_epoch_time_is_the_rates_times_the_counts(graph):
     """Hand-made rates: each worker's sampling and steps are seconds per batch plus seconds per
     block edge, the busiest host's cores shared; the exchange its bytes (and the gradient ring)
-    over the loopback, plus (3 per hop + 2 + 1) latencies per batch and peer."""
+    over the loopback, plus (3 per hop + 2 + 1 + 1) latencies per batch and peer."""
     compute = ComputeRates(
         threads=1, spmm_s={}, spmm_t_s={}, linear_s={}, sparse_s={}, elementwise_s=0.0,
         adam_s=0.0,
         minibatch_s={"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3,
-                     "step_edge": 3e-7},
+                     "step_edge": 3e-7, "encode8_value": 2e-9, "decode8_value": 1e-9},
     )  # fmt: skip
     rates = MachineRates(
         cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[]
@@ -82,12 +84,58 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     )
     params = 2 * (12 * 16 + 16) + 2 * (16 * 4 + 4)  # GraphSAGE: two linear maps per layer
     ring = 2 * params * 4 // 2 * epoch.batches
-    busy = max((sample + step).max(), (sample + step).sum() / 2)
+    # lockstep: each batch waits for its busiest worker (each with its own core here)
+    work = (epoch.batch_edges > 0) * 3e-3 + epoch.batch_edges * 4e-7
+    assert epoch.batch_edges.shape == (2, epoch.batches)
+    assert np.array_equal(epoch.batch_edges.sum(1), edges)
+    busy = work.max(0).sum()
+    assert busy >= (sample + step).max() - 1e-12
     # every byte of the one host crosses its loopback, both directions of the link shared
     total = exact.bytes_per_epoch + 2 * ring
-    comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (3 * 2 + 2 + 1)
+    comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (3 * 2 + 2 + 1 + 1)
     assert exact.comm_s == pytest.approx(comm, rel=1e-9)
     assert exact.epoch_s == pytest.approx(busy + comm, rel=1e-9)
+    # 8-bit rows: each worker encodes the rows it sends and decodes those it receives
+    fetched, _ = cache_misses(epoch, epoch, owner, 2, 0)
+    coded = fetched.sum(0) * 12 * 2e-9 + fetched.sum(1) * 12 * 1e-9
+    assert costs[1].option == "8-bit"
+    assert costs[1].sample_s == pytest.approx((sample + coded).max(), rel=1e-9)
+
+
+def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
+    """Three workers on two cores: each collective call costs the crowding probe's seconds at
+    the work a worker does between calls (interpolated between the probed bursts); with a
+    core each, nothing; rates without the probe at that count are refused in one line."""
+    compute = ComputeRates(
+        threads=1, spmm_s={}, spmm_t_s={}, linear_s={}, sparse_s={}, elementwise_s=0.0,
+        adam_s=0.0,
+        minibatch_s={"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3,
+                     "step_edge": 3e-7, "encode8_value": 2e-9, "decode8_value": 1e-9},
+    )  # fmt: skip
+    crowd = {3: {1e-4: 1e-3, 1e-2: 3e-3}}
+    rates = MachineRates(
+        cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[],
+        crowd_s=crowd,
+    )  # fmt: skip
+    assert MachineRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
+    assert rates.crowding(2, 1e-3) == 0.0
+    assert rates.crowding(3, 1e-3) == pytest.approx(2e-3)  # halfway on a log scale
+    assert rates.crowding(3, 1.0) == pytest.approx(3e-3)  # held at the ends
+    plain = dataclasses.replace(rates, crowd_s={})
+    owner, crowded = _costs(graph, 3, rates=rates, workers_per_host=3)
+    epoch = sample_epoch(graph, owner, 3, (5, 5), 128, 0)
+    edges = epoch.block_edges.sum(1)
+    sampling = (epoch.batches * 1e-3 + edges * 1e-7).max()
+    step = (epoch.batches * 2e-3 + edges * 3e-7).max()
+    with pytest.raises(ConfigError, match="no crowding probe at 3 workers on its 2 cores"):
+        _costs(graph, 3, rates=plain, workers_per_host=3)
+    _, alone = _costs(graph, 3, rates=dataclasses.replace(rates, cores=4), workers_per_host=3)
+    # 8 calls after a share of the sampling each, the all-reduce after the step, the stop
+    # agreement after nothing
+    batches = epoch.batches
+    expected = 8 * rates.crowding(3, sampling / (8 * batches)) + rates.crowding(3, step / batches)
+    expected = (expected + rates.crowding(3, 0.0)) * batches
+    assert crowded[0].comm_s == pytest.approx(alone[0].comm_s + expected, rel=1e-9)
 
 
 def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):

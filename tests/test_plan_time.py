@@ -265,7 +265,10 @@ def test_plot_draws_a_plans_bytes_and_times_per_strategy(tmp_path, capsys):
     hand = _rates()
     hand.compute[1].linear_s.update({"10,16,0": 1e-6, "16,3,1": 5e-7})
     steps = {"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3, "step_edge": 3e-7}
+    steps.update({"encode8_value": 2e-9, "decode8_value": 1e-9})
     hand.compute[1].minibatch_s.update(steps)
+    # 4 and 8 workers on the 2 cores: each collective call waits for descheduled peers
+    hand.crowd_s.update({4: {1e-3: 1e-3}, 8: {1e-3: 3e-3}})
     rates.write_text(json.dumps({"rates": hand.to_dict()}))
     timed, untimed = tmp_path / "timed.json", tmp_path / "untimed.json"
     flags = ["--workers", "2,4,8", "--hidden", "16", "--method", "random"]

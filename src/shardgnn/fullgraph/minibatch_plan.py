@@ -31,8 +31,13 @@ the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_mi
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
 the threads it gets; the workers of a machine share its cores), and its exchanges: the bytes
 above and the gradient all-reduce over the link, plus the latency of every collective call per
-peer (sampling's three per hop, fetching's two, the all-reduce); the slowest machine sets the
-epoch.
+peer (sampling's three per hop, fetching's two, the all-reduce, the stop agreement); the slowest
+machine sets the epoch. With 8-bit rows, each worker also encodes the rows it sends and decodes
+those it receives (the codec's calibrated seconds per value). Where a machine runs more workers
+than it has cores, each of those calls also costs the calibration's crowding probe at the work a
+worker does before it (a share of the batch's sampling; its step before the all-reduce)
+(:meth:`~shardgnn.fullgraph.rates.MachineRates.crowding`): workers in lockstep wait at every
+call for peers the OS has descheduled, which fair sharing of the cores does not price.
 """
 
 from __future__ import annotations
@@ -119,6 +124,9 @@ class _Epoch:
     batches: int
     block_edges: np.ndarray
     """``[P, L]``: per worker, the edges of its layer-``l`` blocks (input layer first)"""
+    batch_edges: np.ndarray
+    """``[P, batches]``: per worker, the edges of each batch's blocks (0 for a batch it has no
+    seeds in): the workers step in lockstep, so each batch waits for its busiest worker"""
 
 
 def sample_epoch(
@@ -139,13 +147,14 @@ def sample_epoch(
     edges = np.zeros((workers, workers), np.int64)
     requests = np.zeros((workers, workers), np.int64)
     block_edges = np.zeros((workers, hops), np.int64)
-    inputs, count = [], 1
+    inputs, count, per_batch = [], 1, []
     for w in range(workers):
         batcher = DistSeedBatcher(
             train_new, rel.book, w, workers, per_rank, shuffle=True, seed=seed
         )
         count = batcher.count
         reads = []
+        per_batch.append(np.zeros(count, np.int64))
         for index, seeds_new in enumerate(batcher.batches()):
             seeds = rel.orig_ids[seeds_new]
             if not seeds.size:
@@ -163,10 +172,14 @@ def sample_epoch(
                 ).astype(np.int64)
                 requests[w] += asked > 0
                 block_edges[w, layer] += block.num_edges
+                per_batch[w][index] += block.num_edges
             read = sample.blocks[0].src_nodes_S.numpy()
             reads.append(read[owner[read] != w])
         inputs.append(np.concatenate(reads) if reads else np.zeros(0, np.int64))
-    return _Epoch(frontier, edges, requests, inputs, count, block_edges)
+    batch_edges = np.zeros((workers, count), np.int64)
+    for w, row in enumerate(per_batch):
+        batch_edges[w, : min(count, row.shape[0])] = row[:count]
+    return _Epoch(frontier, edges, requests, inputs, count, block_edges, batch_edges)
 
 
 def cache_misses(
@@ -273,9 +286,12 @@ def minibatch_costs(
             held_mb=float(held.max()) / 1e6,
         )
         if rates is not None:
+            # values each worker encodes (the rows it sends) and decodes (those it receives)
+            coded = (fetched.sum(0) * in_dim, fetched.sum(1) * in_dim) if bits < 32 else None
             times = _epoch_seconds(
                 train, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
+                coded=coded,
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
         out.append(cost)
@@ -294,8 +310,10 @@ def _epoch_seconds(
     out_dim: int,
     hops: int,
     workers_per_host: int,
+    coded: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """Predicted seconds of one epoch (see the module docstring)."""
+    """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
+    worker encodes and decodes at 8 bits per epoch (None: rows travel as float32)."""
     from shardgnn.fullgraph.config import PlanConfig
 
     workers = sent.shape[0]
@@ -304,18 +322,59 @@ def _epoch_seconds(
     edges = train.block_edges.sum(1)
     sample = train.batches * r.minibatch("sample_batch") + edges * r.minibatch("sample_edge")
     compute = train.batches * r.minibatch("step_batch") + edges * r.minibatch("step_edge")
+    if coded is not None:  # the fetch codec's work, on the worker's own cores
+        sample = sample + coded[0] * r.minibatch("encode8_value")
+        sample = sample + coded[1] * r.minibatch("decode8_value")
     config = PlanConfig(model=model, hidden=hidden, layers=hops)
     params = sum(a * b + b for a, b, _, _ in linear_layers(config, in_dim, out_dim, False))
     # the gradient all-reduce (a ring) of every batch
     ring = 2 * (workers - 1) * params * 4 // workers * train.batches
     # sampling and compute share the host's cores alike
-    busy_s, comm = host_seconds(sample + compute, sent + ring, recv + ring, rates, per_host)
-    # per batch: three all-to-alls per hop, two to fetch, the all-reduce: each per peer
-    calls = 3 * hops + 2 + 1
+    _, comm = host_seconds(sample + compute, sent + ring, recv + ring, rates, per_host)
+    busy_s = _lockstep_seconds(train, r, rates.cores, per_host, coded)
+    # per batch: three all-to-alls per hop, two to fetch, the gradient all-reduce and the stop
+    # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
+    # last): each per peer
+    moves = 3 * hops + 2
+    calls = moves + 2
     comm += rates.latency_s * train.batches * calls * (workers - 1)
+    if per_host > rates.cores:
+        # more workers than cores: at each call a worker waits for peers the OS descheduled
+        # (the crowding probe's cost per call, at the work done since the previous call): the
+        # sampling and fetching calls follow a share of the sampling and coding, the gradient
+        # all-reduce follows the step, the stop agreement next to nothing
+        batches = max(1, train.batches)
+        between_s = float(sample.max()) / (batches * moves)
+        step_s = float(compute.max()) / batches
+        per_batch = moves * rates.crowding(per_host, between_s)
+        per_batch += rates.crowding(per_host, step_s) + rates.crowding(per_host, 0.0)
+        comm += per_batch * train.batches
     return {
         "sample_s": float(sample.max()),
         "compute_s": float(compute.max()),
         "comm_s": comm,
         "epoch_s": busy_s + comm,
     }
+
+
+def _lockstep_seconds(
+    train: _Epoch, r, cores: int, per_host: int, coded: tuple[np.ndarray, np.ndarray] | None
+) -> float:
+    """The epoch's sampling, coding and steps as the workers run them, in lockstep: each batch
+    ends when the busiest host's workers are done with it (a worker's own cores, or their
+    thread-seconds over the host's cores when they share them), and the epoch adds the
+    batches up: a sum of per-batch maxima, not the busiest worker's total."""
+    per_edge = r.minibatch("sample_edge") + r.minibatch("step_edge")
+    per_batch = r.minibatch("sample_batch") + r.minibatch("step_batch")
+    work_PB = (train.batch_edges > 0) * per_batch + train.batch_edges * per_edge
+    if coded is not None:  # each worker's coding, spread evenly over its batches
+        codec_P = coded[0] * r.minibatch("encode8_value") + coded[1] * r.minibatch("decode8_value")
+        work_PB = work_PB + codec_P[:, None] / max(1, train.batches)
+    threads = max(1, cores // per_host)
+    workers = work_PB.shape[0]
+    host_B = np.zeros(work_PB.shape[1])
+    for first in range(0, workers, per_host):
+        mine = work_PB[first : first + per_host]
+        shared = mine.sum(0) * threads / max(cores, threads)
+        host_B = np.maximum(host_B, np.maximum(mine.max(0), shared))
+    return float(host_B.sum())

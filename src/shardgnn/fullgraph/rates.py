@@ -18,6 +18,12 @@ operations a distributed full-graph training step is made of, on the graph being
   communicator (gloo), both directions at once, each gathered by index before and scattered by
   index after, as halo rows are; latency is the time of an empty exchange, bandwidth the bytes
   one direction carried per second while both were busy.
+* **crowding** (only where a plan puts more workers on a machine than it has cores): that many
+  worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms) and an
+  empty all-to-all, in lockstep as mini-batch workers are; what a round takes beyond the
+  bursts' CPU time shared fairly over the cores and the link's latency is what each collective
+  call costs them: a worker waits at it for peers the OS has descheduled (measured: about 1.5 ms
+  per call with 3 or 4 workers on 2 cores, where fair sharing predicts none).
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
 namespace's link is measured); between machines, :func:`main` under torchrun measures their link
@@ -41,6 +47,8 @@ from shardgnn.errors import ConfigError
 
 LINK_SIZES = (1 << 16, 1 << 20, 1 << 22, 1 << 24)
 """bytes each rank sends per exchange in the link probe"""
+CROWD_BURSTS = (2e-4, 1e-3, 4e-3, 1.6e-2)
+"""seconds of single-thread work between two collective calls in the crowding probe"""
 _TARGET_S = 0.15  # each measurement repeats its operation for about this long
 
 
@@ -66,7 +74,9 @@ class ComputeRates:
     only full-graph strategies were calibrated): ``sample_batch`` and ``sample_edge`` (seconds
     per batch and per sampled edge to sample its blocks), ``step_batch`` and ``step_edge``
     (seconds per batch and per block edge to gather its input rows, build its graphs, run the
-    model forward and backward and step Adam)"""
+    model forward and backward and step Adam), ``encode8_value`` and ``decode8_value`` (seconds
+    per value to encode rows of the features' width at 8 bits before a fetch's send, and to
+    decode them on arrival)"""
 
     def minibatch(self, name: str) -> float:
         if name not in self.minibatch_s:
@@ -121,6 +131,9 @@ class MachineRates:
     link_bytes_s: float
     latency_s: float
     link_samples: list[list[float]]
+    crowd_s: dict[int, dict[float, float]] = dataclasses.field(default_factory=dict)
+    """workers on one machine (more than its cores) -> burst seconds -> seconds each collective
+    call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
 
     def at(self, threads: int) -> ComputeRates:
         if threads not in self.compute:
@@ -154,7 +167,30 @@ class MachineRates:
             link_bytes_s=float(d["link_bytes_s"]),
             latency_s=float(d["latency_s"]),
             link_samples=[[float(a), float(b)] for a, b in d["link_samples"]],
+            crowd_s={
+                int(w): {float(b): float(v) for b, v in by_burst.items()}
+                for w, by_burst in d.get("crowd_s", {}).items()
+            },
         )
+
+    def crowding(self, per_host: int, burst_s: float) -> float:
+        """Seconds each collective call costs ``per_host`` workers sharing this machine's cores
+        when each works ``burst_s`` seconds between calls (interpolated between the probed
+        bursts, held at the ends); 0 where every worker has a core.
+
+        Raises:
+            ConfigError: the rates hold no crowding probe at ``per_host`` workers.
+        """
+        if per_host <= self.cores:
+            return 0.0
+        if per_host not in self.crowd_s:
+            raise ConfigError(
+                f"the machine rates hold no crowding probe at {per_host} workers on its "
+                f"{self.cores} cores; calibrate again with these worker counts (--calibrate)"
+            )
+        bursts = sorted(self.crowd_s[per_host])
+        extra = [self.crowd_s[per_host][b] for b in bursts]
+        return float(np.interp(np.log(max(burst_s, 1e-9)), np.log(bursts), extra))
 
 
 def read_rates(path: str, flag: str) -> MachineRates:
@@ -346,6 +382,22 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
         "sample_edge": sample_edge,
         "step_batch": max(t1 - step_edge * e1, 0.0),
         "step_edge": step_edge,
+        **_codec_seconds(int(work.x.shape[1]), 8),
+    }
+
+
+def _codec_seconds(width: int, bits: int, rows: int = 4096) -> dict[str, float]:
+    """Seconds per value of the fetch codec at ``bits``, encoding (the sender: range, rounding
+    stream, packing) and decoding (the receiver), on rows of the features' ``width``."""
+    from shardgnn.distributed.codec import make_codec
+
+    codec = make_codec(bits, seed=0)
+    assert codec is not None
+    x_RF = torch.randn(rows, width, generator=torch.Generator().manual_seed(0))
+    payload = codec.encode(x_RF)
+    return {
+        f"encode{bits}_value": _seconds(lambda: codec.encode(x_RF)) / x_RF.numel(),
+        f"decode{bits}_value": _seconds(lambda: codec.decode(payload, width)) / x_RF.numel(),
     }
 
 
@@ -382,6 +434,57 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
         return out[len(sizes) + 1 :]
     finally:
         shutdown()
+
+
+def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
+    for _ in range(matmuls):
+        torch.mm(a_KK, a_KK)
+
+
+def _probe_crowd(matmuls: list[int], rounds: int) -> list[float]:
+    """Worker of the crowding probe: per burst (a number of 64 x 64 products on one thread),
+    the mean seconds of a round (the burst, then an empty all-to-all), rank 0's."""
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.distributed.context import init_distributed, shutdown
+
+    torch.set_num_threads(1)
+    ctx = init_distributed(device="cpu", backend="gloo", timeout_s=120)
+    try:
+        comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        a_KK = torch.randn(64, 64)
+        empty, counts = [a_KK[:0]] * ctx.world_size, [0] * ctx.world_size
+        out = []
+        for n in matmuls:
+            ctx.barrier("probe")
+            for _ in range(3):  # warm-up rounds
+                _burst(n, a_KK)
+                comm.all_to_all(empty, "probe", recv_counts=counts)
+            start = time.perf_counter()
+            for _ in range(rounds):
+                _burst(n, a_KK)
+                comm.all_to_all(empty, "probe", recv_counts=counts)
+            out.append((time.perf_counter() - start) / rounds)
+        return out
+    finally:
+        shutdown()
+
+
+def measure_crowding(per_host: int, cores: int, latency_s: float) -> dict[float, float]:
+    """Burst seconds -> what each collective call costs ``per_host`` workers on this machine's
+    ``cores`` beyond the bursts' fair share of the cores (``burst * per_host / cores``) and the
+    latency (see the module docstring)."""
+    from shardgnn.distributed.launch import launch_local
+
+    a_KK = torch.randn(64, 64)
+    with _threads(1):
+        product_s = _seconds(lambda: _burst(200, a_KK)) / 200
+    matmuls = [max(1, round(burst / product_s)) for burst in CROWD_BURSTS]
+    rounds = [max(20, min(200, round(0.3 / (burst * per_host / cores)))) for burst in CROWD_BURSTS]
+    seconds = launch_local(_probe_crowd, (matmuls, min(rounds)), nprocs=per_host, timeout_s=300)[0]
+    return {
+        float(n * product_s): max(0.0, t - n * product_s * per_host / cores - latency_s)
+        for n, t in zip(matmuls, seconds)
+    }
 
 
 def fit_link(samples: list[list[float]]) -> tuple[float, float]:
@@ -422,19 +525,27 @@ def read_link(path: str) -> tuple[float, float, list]:
 
 
 def calibrate(
-    work: Workload, thread_counts: tuple[int, ...], cores: int, link: str | None = None
+    work: Workload,
+    thread_counts: tuple[int, ...],
+    cores: int,
+    link: str | None = None,
+    crowded: tuple[int, ...] = (),
 ) -> MachineRates:
     """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
-    file of a link measured between machines (:func:`read_link`) instead of two local workers."""
+    file of a link measured between machines (:func:`read_link`) instead of two local workers;
+    ``crowded``: numbers of workers one machine would run, more than its cores, to probe the
+    crowding at (:func:`measure_crowding`)."""
     measured = None if link is None else read_link(link)  # a bad file: refused before timing
     compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
     rate, latency, samples = measure_link() if measured is None else measured
+    crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w > cores}
     return MachineRates(
         cores=cores,
         compute=compute,
         link_bytes_s=rate,
         latency_s=latency,
         link_samples=samples,
+        crowd_s=crowd,
     )
 
 
