@@ -60,16 +60,22 @@ def test_one_worker_sends_nothing_and_the_counts_follow_the_blocks(graph):
     assert epoch.batches == -(-max(np.bincount(owner[graph.train_idx])) // 64)
 
 
-def test_epoch_time_is_the_rates_times_the_counts(graph):
-    """Hand-made rates: each worker's sampling and steps are seconds per batch plus seconds per
-    block edge, the busiest host's cores shared; the exchange its bytes (and the gradient ring)
-    over the loopback, plus (3 per hop + 2 + 1 + 1) latencies per batch and peer."""
-    compute = ComputeRates(
+def _hand_step_rates() -> ComputeRates:
+    """One thread's mini-batch rates, made by hand: 1 ms + 0.1 us per edge to sample a batch,
+    2 ms + 0.3 us per edge to step it, 2 and 1 ns per value to encode and decode 8-bit rows."""
+    return ComputeRates(
         threads=1, spmm_s={}, spmm_t_s={}, linear_s={}, sparse_s={}, elementwise_s=0.0,
         adam_s=0.0,
         minibatch_s={"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3,
                      "step_edge": 3e-7, "encode8_value": 2e-9, "decode8_value": 1e-9},
     )  # fmt: skip
+
+
+def test_epoch_time_is_the_rates_times_the_counts(graph):
+    """Hand-made rates: each worker's sampling and steps are seconds per batch plus seconds per
+    block edge, the busiest host's cores shared; the exchange its bytes (and the gradient ring)
+    over the loopback, plus (3 per hop + 2 + 1 + 1) latencies per batch and peer."""
+    compute = _hand_step_rates()
     rates = MachineRates(
         cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[]
     )
@@ -106,12 +112,7 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     """Three workers on two cores: each collective call costs the crowding probe's seconds at
     the work a worker does between calls (interpolated between the probed bursts); with a
     core each, nothing; rates without the probe at that count are refused in one line."""
-    compute = ComputeRates(
-        threads=1, spmm_s={}, spmm_t_s={}, linear_s={}, sparse_s={}, elementwise_s=0.0,
-        adam_s=0.0,
-        minibatch_s={"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3,
-                     "step_edge": 3e-7, "encode8_value": 2e-9, "decode8_value": 1e-9},
-    )  # fmt: skip
+    compute = _hand_step_rates()
     crowd = {3: {1e-4: 1e-3, 1e-2: 3e-3}}
     rates = MachineRates(
         cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[],
