@@ -101,6 +101,11 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (3 * 2 + 2 + 1 + 1)
     assert exact.comm_s == pytest.approx(comm, rel=1e-9)
     assert exact.epoch_s == pytest.approx(busy + comm, rel=1e-9)
+    # calibrated on two workers, the distributed sampler's rates replace the local sampler's
+    timed = dataclasses.replace(rates, dist_sample_s={"batch": 5e-3, "edge": 2e-7})
+    assert MachineRates.from_dict(json.loads(json.dumps(timed.to_dict()))) == timed
+    _, distributed = _costs(graph, 2, rates=timed, workers_per_host=2)
+    assert distributed[0].sample_s == pytest.approx((epoch.batches * 5e-3 + edges * 2e-7).max())
     # 8-bit rows: each worker encodes the rows it sends and decodes those it receives
     fetched, _ = cache_misses(epoch, epoch, owner, 2, 0)
     coded = fetched.sum(0) * 12 * 2e-9 + fetched.sum(1) * 12 * 1e-9

@@ -155,6 +155,11 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     assert printed.count("<- fastest") == 4 and "epoch s" in printed and "link" in printed
     first = json.loads(out.read_text())
     assert first["rates"]["cores"] >= 1
+    # the distributed sampler timed on two workers; 4 workers on this machine's cores probed
+    assert first["rates"]["dist_sample_s"]["batch"] > 0
+    assert first["rates"]["dist_sample_s"]["edge"] >= 0
+    if first["rates"]["cores"] < 4:
+        assert set(first["rates"]["crowd_s"]) == {"4"}
     again = tmp_path / "again.json"
     assert main(["plan", SPEC, *flags, "--rates", str(out), "--out", str(again)]) == 0
     capsys.readouterr()

@@ -253,7 +253,9 @@ def machine_rates(config: PlanConfig, graph, batch_size: int = 0):
         # workers on one machine beyond its cores wait at each collective for the descheduled
         per_host = {min(p, config.workers_per_host) for p in config.workers}
         crowded = tuple(w for w in per_host if w > cores) if config.strategies != "full" else ()
-        rates = calibrate(work, thread_counts(config, cores), cores, config.link, crowded)
+        rates = calibrate(
+            work, thread_counts(config, cores), cores, config.link, crowded, graph=graph
+        )
     elif config.rates:
         rates = read_rates(config.rates, "--rates")
     else:

@@ -29,7 +29,9 @@ rows (GINE) and same-host reads (``--host-sharing``: those rows skip the all-to-
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
-the threads it gets; the workers of a machine share its cores), and its exchanges: the bytes
+the threads it gets; sampling at the distributed sampler's rates, calibrated on two workers,
+when the rates hold them; the workers of a machine share its cores), each batch waiting for its
+busiest worker (lockstep), and its exchanges: the bytes
 above and the gradient all-reduce over the link, plus the latency of every collective call per
 peer (sampling's three per hop, fetching's two, the all-reduce, the stop agreement); the slowest
 machine sets the epoch. With 8-bit rows, each worker also encodes the rows it sends and decodes
@@ -320,7 +322,8 @@ def _epoch_seconds(
     per_host = min(workers, workers_per_host)
     r = rates.at(max(1, rates.cores // per_host))
     edges = train.block_edges.sum(1)
-    sample = train.batches * r.minibatch("sample_batch") + edges * r.minibatch("sample_edge")
+    sample_batch, sample_edge = _sampling_rates(rates, r, workers)
+    sample = train.batches * sample_batch + edges * sample_edge
     compute = train.batches * r.minibatch("step_batch") + edges * r.minibatch("step_edge")
     if coded is not None:  # the fetch codec's work, on the worker's own cores
         sample = sample + coded[0] * r.minibatch("encode8_value")
@@ -331,7 +334,7 @@ def _epoch_seconds(
     ring = 2 * (workers - 1) * params * 4 // workers * train.batches
     # sampling and compute share the host's cores alike
     _, comm = host_seconds(sample + compute, sent + ring, recv + ring, rates, per_host)
-    busy_s = _lockstep_seconds(train, r, rates.cores, per_host, coded)
+    busy_s = _lockstep_seconds(train, r, rates.cores, per_host, coded, (sample_batch, sample_edge))
     # per batch: three all-to-alls per hop, two to fetch, the gradient all-reduce and the stop
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
     # last): each per peer
@@ -357,15 +360,30 @@ def _epoch_seconds(
     }
 
 
+def _sampling_rates(rates: MachineRates, r, workers: int) -> tuple[float, float]:
+    """Seconds per batch and per sampled edge to sample a batch's blocks: the distributed
+    sampler's (calibrated on two workers) with workers, where the rates hold them; the
+    one-process sampler's otherwise."""
+    if workers > 1 and rates.dist_sample_s:
+        return rates.dist_sample_s["batch"], rates.dist_sample_s["edge"]
+    return r.minibatch("sample_batch"), r.minibatch("sample_edge")
+
+
 def _lockstep_seconds(
-    train: _Epoch, r, cores: int, per_host: int, coded: tuple[np.ndarray, np.ndarray] | None
+    train: _Epoch,
+    r,
+    cores: int,
+    per_host: int,
+    coded: tuple[np.ndarray, np.ndarray] | None,
+    sampling: tuple[float, float],
 ) -> float:
     """The epoch's sampling, coding and steps as the workers run them, in lockstep: each batch
     ends when the busiest host's workers are done with it (a worker's own cores, or their
     thread-seconds over the host's cores when they share them), and the epoch adds the
     batches up: a sum of per-batch maxima, not the busiest worker's total."""
-    per_edge = r.minibatch("sample_edge") + r.minibatch("step_edge")
-    per_batch = r.minibatch("sample_batch") + r.minibatch("step_batch")
+    sample_batch, sample_edge = sampling
+    per_edge = sample_edge + r.minibatch("step_edge")
+    per_batch = sample_batch + r.minibatch("step_batch")
     work_PB = (train.batch_edges > 0) * per_batch + train.batch_edges * per_edge
     if coded is not None:  # each worker's coding, spread evenly over its batches
         codec_P = coded[0] * r.minibatch("encode8_value") + coded[1] * r.minibatch("decode8_value")

@@ -18,6 +18,13 @@ operations a distributed full-graph training step is made of, on the graph being
   communicator (gloo), both directions at once, each gathered by index before and scattered by
   index after, as halo rows are; latency is the time of an empty exchange, bandwidth the bytes
   one direction carried per second while both were busy.
+* **distributed sampling** (when mini-batch training is planned): two workers on a 2-part METIS
+  partition of the graph sample batches of their own training nodes with the project's
+  distributed sampler (each remote frontier row asked of its owner, drawn there, the replies
+  merged; three all-to-alls per hop): seconds per batch (less the calls' latency, which the plan
+  adds per call) and per sampled edge. A distributed batch samples several times slower than
+  the one-process sampler (measured: 15 ms against 1 ms per batch of 256 seeds, fanouts 10,10,
+  on a 20,000-node graph), so the plan takes these for every worker count above one.
 * **crowding** (only where a plan puts more workers on a machine than it has cores): that many
   worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms) and an
   empty all-to-all, in lockstep as mini-batch workers are; what a round takes beyond the
@@ -38,6 +45,7 @@ import dataclasses
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -131,6 +139,9 @@ class MachineRates:
     link_bytes_s: float
     latency_s: float
     link_samples: list[list[float]]
+    dist_sample_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """the distributed sampler's ``batch`` and ``edge`` seconds (:func:`measure_dist_sampling`;
+    empty when not measured: the plan then uses the one-process sampler's)"""
     crowd_s: dict[int, dict[float, float]] = dataclasses.field(default_factory=dict)
     """workers on one machine (more than its cores) -> burst seconds -> seconds each collective
     call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
@@ -167,6 +178,7 @@ class MachineRates:
             link_bytes_s=float(d["link_bytes_s"]),
             latency_s=float(d["latency_s"]),
             link_samples=[[float(a), float(b)] for a, b in d["link_samples"]],
+            dist_sample_s={str(k): float(v) for k, v in d.get("dist_sample_s", {}).items()},
             crowd_s={
                 int(w): {float(b): float(v) for b, v in by_burst.items()}
                 for w, by_burst in d.get("crowd_s", {}).items()
@@ -436,6 +448,70 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
         shutdown()
 
 
+def _probe_dist_sampling(
+    path: str, fanouts: tuple[int, ...], sizes: list[int], repeats: int
+) -> list[list[float]]:
+    """Worker of the distributed-sampling probe: per batch size, ``[median sampled edges,
+    median seconds]`` of sampling a batch of this worker's own training nodes (rank 0's)."""
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.distributed.context import init_distributed, shutdown
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.dist_neighbor import DistNeighborSampler
+    from shardgnn.sampling.types import SeedInput
+    from shardgnn.store.dist_graph import DistGraphStore
+
+    torch.set_num_threads(1)
+    ctx = init_distributed(device="cpu", backend="gloo", timeout_s=120)
+    try:
+        comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+        graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm, verify=False)
+        sampler = DistNeighborSampler(graph, SamplerConfig(fanouts=fanouts), comm, "probe")
+        train = read_partitions(path).global_split("train")
+        start, end = graph.book.part_range(ctx.rank)
+        own = train[(train >= start) & (train < end)]
+        rng = np.random.default_rng(ctx.rank)
+        out = []
+        for size in sizes:
+            edges, times = [], []
+            for i in range(repeats + 1):
+                seeds = np.sort(rng.choice(own, min(size, len(own)), replace=False))
+                ctx.barrier("probe")
+                begin = time.perf_counter()
+                sample = sampler.sample(SeedInput(seeds), i)
+                times.append(time.perf_counter() - begin)
+                edges.append(sum(block.num_edges for block in sample.blocks))
+            out.append([float(statistics.median(edges[1:])), statistics.median(times[1:])])
+        return out
+    finally:
+        shutdown()
+
+
+def measure_dist_sampling(graph, step: MiniBatchWork, latency_s: float) -> dict[str, float]:
+    """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
+    per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
+    module docstring), at the smallest and largest of ``step.batch_sizes``."""
+    import tempfile
+
+    from shardgnn.distributed.launch import launch_local
+    from shardgnn.partition.format import write_partitions
+    from shardgnn.partition.methods import PartitionConfig, partition_graph
+
+    result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
+    sizes = sorted({max(1, b) for b in step.batch_sizes})
+    sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
+    with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
+        path = str(Path(tmp) / "parts")
+        write_partitions(graph, result.assignment, path, method=result.method)
+        points = launch_local(
+            _probe_dist_sampling, (path, step.fanouts, sizes, 9), nprocs=2, timeout_s=300
+        )[0]
+    (e1, t1), (e2, t2) = points
+    per_edge = max(t2 - t1, 0.0) / max(e2 - e1, 1.0)
+    calls = 3 * len(step.fanouts) * latency_s
+    return {"batch": max(t1 - per_edge * e1 - calls, 0.0), "edge": per_edge}
+
+
 def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
     for _ in range(matmuls):
         torch.mm(a_KK, a_KK)
@@ -530,21 +606,27 @@ def calibrate(
     cores: int,
     link: str | None = None,
     crowded: tuple[int, ...] = (),
+    graph=None,
 ) -> MachineRates:
     """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
     file of a link measured between machines (:func:`read_link`) instead of two local workers;
     ``crowded``: numbers of workers one machine would run, more than its cores, to probe the
-    crowding at (:func:`measure_crowding`)."""
+    crowding at (:func:`measure_crowding`); ``graph``: the planned graph, whose distributed
+    sampling is timed when mini-batch training is planned (:func:`measure_dist_sampling`)."""
     measured = None if link is None else read_link(link)  # a bad file: refused before timing
     compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
     rate, latency, samples = measure_link() if measured is None else measured
     crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w > cores}
+    dist_sample = {}
+    if graph is not None and work.minibatch is not None:
+        dist_sample = measure_dist_sampling(graph, work.minibatch, latency)
     return MachineRates(
         cores=cores,
         compute=compute,
         link_bytes_s=rate,
         latency_s=latency,
         link_samples=samples,
+        dist_sample_s=dist_sample,
         crowd_s=crowd,
     )
 
