@@ -1,9 +1,10 @@
 """`shardgnn plan`'s mini-batch rows against measured runs (issue 32): for P = 2, 3, 4 workers on
 one partition each and every mini-batch option (exact rows, `--fetch-bits 8`, a presample cache,
-both), the sampling and fetch bytes per epoch, the cache's hit rate and the epoch time the plan
+both, historical embeddings serving remote nodes and serving every node), the sampling, fetch and
+historical bytes per epoch, the cache's and the tables' hit rates and the epoch time the plan
 predicts (rates calibrated here first, every worker on this machine) beside what a run with
-`--host-sharing off` measures (its counters over its epochs; epoch time without evaluation,
-epochs 2 on).
+`--host-sharing off` measures (its per-epoch counters and epoch time without evaluation, epochs 2
+on); then per P the plan's pick against the measured fastest option.
 
     python benchmarks/bench_plan_minibatch.py --out benchmarks/out/plan_minibatch.json
 """
@@ -23,6 +24,7 @@ from shardgnn.fullgraph.config import PlanConfig
 from shardgnn.fullgraph.minibatch_plan import minibatch_costs
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.partition.format import read_partitions
+from shardgnn.train.progress import format_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,6 +39,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--cache-size", default="20%")
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument(
+        "--historical", default="1:4", help="also plan and run --historical L:AGE ('': not)"
+    )
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "plan_minibatch.json"))
     args = parser.parse_args(argv)
     workers = [int(p) for p in args.workers.split(",")]
@@ -46,17 +51,11 @@ def main(argv=None) -> int:
         dataset=args.graph, workers=tuple(workers), model=args.model, hidden=args.hidden,
         layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
         cache_size=args.cache_size, calibrate=True, workers_per_host=max(workers),
+        historical=args.historical or None,
     )  # fmt: skip
     print("calibrating", file=sys.stderr, flush=True)
     rates = machine_rates(plan, graph, args.batch_size)
     exe = str(Path(sys.executable).parent / "shardgnn")
-    cached = ["--cache-policy", "presample", "--cache-size", args.cache_size]
-    options = {
-        "exact": [],
-        "8-bit": ["--fetch-bits", "8"],
-        f"cache {args.cache_size}": cached,
-        f"8-bit + cache {args.cache_size}": ["--fetch-bits", "8", *cached],
-    }
     rows, records = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for p in workers:
@@ -72,10 +71,11 @@ def main(argv=None) -> int:
                 for c in minibatch_costs(
                     graph, owner, p, model=args.model, hidden=args.hidden, fanouts=fanouts,
                     batch_size=args.batch_size, cache_size=args.cache_size, rates=rates,
-                    workers_per_host=p,
+                    workers_per_host=p, historical=plan.historical,
                 )
             }  # fmt: skip
-            for name, flags in options.items():
+            for name, cost in costs.items():
+                flags = list(cost.flags)
                 out = Path(tmp) / f"{p}-{len(records)}.json"
                 subprocess.run(
                     [exe, "train", args.graph, "--model", args.model, "--hidden", str(args.hidden),
@@ -86,20 +86,28 @@ def main(argv=None) -> int:
                     check=True, stdout=subprocess.DEVNULL,
                 )  # fmt: skip
                 r = json.loads(out.read_text())
+                # epochs 2 on: the plan predicts the epoch a run settles to (historical tables
+                # filled by the first)
                 late = r["epochs"][1:]
-                epoch_s = sum(e["time_s"] - e["stages"].get("eval", 0.0) for e in late) / len(late)
-                comm = r["comm"]
+                epoch_s = mean(e["time_s"] - e["stages"].get("eval", 0.0) for e in late)
+                traffic = [e["cache"] for e in late]
                 got = {
-                    stage: comm[stage]["bytes_sent"] / r["num_epochs_run"] / 1e6
-                    for stage in ("sample", "fetch")
-                }
-                hits = [e["cache"]["hit_rate"] for e in r["epochs"] if e.get("cache")]
-                hit = sum(hits) / len(hits) if hits and costs[name].hit_rate is not None else None
-                c = costs[name]
+                    "sample": mean(t["remote_sample_mb"] for t in traffic),
+                    "fetch": mean(t["remote_feature_mb"] for t in traffic),
+                    "history": mean(
+                        t.get("historical", {}).get("traffic_mb", 0.0) for t in traffic
+                    ),
+                }  # fmt: skip
+                c = cost
+                hit = mean(t["hit_rate"] for t in traffic) if c.hit_rate is not None else None
+                history_hit = None
+                if c.history_hit_rate is not None:
+                    history_hit = mean(t["historical"]["hit_rate"] for t in traffic)
                 record = {
                     "workers": p, "option": name, "flags": flags,
                     "predicted": c.to_dict(), "measured_sample_mb": got["sample"],
-                    "measured_fetch_mb": got["fetch"], "measured_hit_rate": hit,
+                    "measured_fetch_mb": got["fetch"], "measured_history_mb": got["history"],
+                    "measured_hit_rate": hit, "measured_history_hit_rate": history_hit,
                     "measured_epoch_s": epoch_s,
                 }  # fmt: skip
                 records.append(record)
@@ -108,20 +116,54 @@ def main(argv=None) -> int:
                     p, name,
                     f"{c.sample_bytes / 1e6:.2f} / {got['sample']:.2f}",
                     f"{c.fetch_bytes / 1e6:.2f} / {got['fetch']:.2f}",
-                    f"{100 * (c.bytes_per_epoch / 1e6 / (got['sample'] + got['fetch']) - 1):+.1f}%",
+                    f"{c.history_bytes / 1e6:.2f} / {got['history']:.2f}"
+                    if history_hit is not None else "-",
+                    f"{100 * (c.bytes_per_epoch / 1e6 / sum(got.values()) - 1):+.1f}%",
                     "-" if hit is None else f"{100 * c.hit_rate:.1f}% / {100 * hit:.1f}%",
+                    "-" if history_hit is None
+                    else f"{100 * c.history_hit_rate:.1f}% / {100 * history_hit:.1f}%",
                     f"{c.epoch_s:.2f} / {epoch_s:.2f}",
                     f"{100 * (c.epoch_s / epoch_s - 1):+.0f}%",
                 ])  # fmt: skip
-    return publish(
-        args.out, str(Path(args.out).with_suffix(".md")),
+    picks = pick_against_fastest(records)
+    md = Path(args.out).with_suffix(".md")
+    publish(
+        args.out, str(md),
         f"`shardgnn plan` mini-batch rows, predicted / measured: {args.graph}, {args.model} "
         f"hidden {args.hidden}, fanouts {args.fanouts}, batch {args.batch_size}, "
         f"--host-sharing off, every worker on this machine",
-        ["P", "option", "sample MB", "fetch MB", "bytes error", "cache hit", "epoch s",
-         "time error"],
-        rows, runs=records, rates=rates.to_dict(),
+        ["P", "option", "sample MB", "fetch MB", "history MB", "bytes error", "cache hit",
+         "history hit", "epoch s", "time error"],
+        rows, runs=records, rates=rates.to_dict(), picks=picks,
     )  # fmt: skip
+    table = format_table(
+        ["P", "pick (predicted fastest)", "measured fastest", "pick / fastest (measured s)"],
+        [[p["workers"], p["pick"], p["fastest"], f"{p['ratio']:.3f}"] for p in picks],
+    )
+    print(table)
+    md.write_text(md.read_text() + "\nThe plan's pick against the measured fastest option:\n\n"
+                  + table + "\n")  # fmt: skip
+    return 0
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def pick_against_fastest(records: list[dict]) -> list[dict]:
+    """Per worker count: the option the plan predicts fastest, the one measured fastest, and the
+    pick's measured epoch over the fastest's."""
+    out = []
+    for p in sorted({r["workers"] for r in records}):
+        mine = [r for r in records if r["workers"] == p]
+        pick = min(mine, key=lambda r: r["predicted"]["epoch_s"])
+        fastest = min(mine, key=lambda r: r["measured_epoch_s"])
+        out.append({
+            "workers": p, "pick": pick["option"], "fastest": fastest["option"],
+            "ratio": pick["measured_epoch_s"] / fastest["measured_epoch_s"],
+        })  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.minibatch_plan import cache_misses, minibatch_costs, sample_epoch
+from shardgnn.fullgraph.minibatch_plan import (
+    HistoryPlan,
+    cache_misses,
+    minibatch_costs,
+    sample_epoch,
+)
 from shardgnn.fullgraph.rates import ComputeRates, MachineRates
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.partition.methods import PartitionConfig, partition_graph
@@ -60,20 +65,70 @@ def test_one_worker_sends_nothing_and_the_counts_follow_the_blocks(graph):
     assert epoch.batches == -(-max(np.bincount(owner[graph.train_idx])) // 64)
 
 
+def test_historical_rows_serve_what_owners_pushed(graph):
+    """--historical L:AGE: after a first epoch fills the tables, a share of the remote nodes at
+    layer L is served, so fewer rows are sampled and fetched; the pushes cost ids and hidden-wide
+    float32 rows per layer-step (and the tables' memory). Scope all serves own nodes too. Age 0
+    serves nothing, and every step each owner pushes every computed row another worker watches
+    (re-sent every step)."""
+    _, costs = _costs(graph, 2, historical="1:3")
+    exact, remote, every = costs[0], costs[4], costs[5]
+    assert [c.option for c in costs[4:]] == ["historical 1:3", "historical 1:3 all"]
+    assert remote.flags == ("--historical", "1:3")
+    assert every.flags == ("--historical", "1:3", "--historical-scope", "all")
+    for c in (remote, every):
+        assert 0.2 < c.history_hit_rate < 1 and c.history_bytes > 0
+        assert c.fetch_rows < exact.fetch_rows and c.sample_bytes < exact.sample_bytes
+        assert c.held_mb > exact.held_mb
+        assert c.bytes_per_epoch == c.sample_bytes + c.fetch_bytes + c.history_bytes
+    assert every.held_mb > remote.held_mb  # the own rows' table
+    assert exact.history_bytes == 0 and exact.history_hit_rate is None
+    owner = _costs(graph, 2)[0]
+    history = HistoryPlan.of("1:0", 2)
+    assert (history.layers, history.max_age, history.push_every) == (range(1, 2), 0, 1)
+    epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0, history)
+    assert epoch.history_hit_rate == 0.0 and epoch.pushed.trace() == 0
+    # every computed own node the other worker watches, once per step: at most all of them
+    halo = [
+        np.unique(
+            graph.indices[
+                np.isin(
+                    np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr)),
+                    np.flatnonzero(owner == w),
+                )
+            ]
+        )
+        for w in range(2)
+    ]
+    halo = [h[owner[h] != w] for w, h in enumerate(halo)]  # fmt: skip
+    assert np.array_equal(epoch.halo_rows, [h.shape[0] for h in halo])
+    assert 0 < epoch.pushed[0, 1] <= halo[1].shape[0] * epoch.batches
+    assert 0 < epoch.pushed[1, 0] <= halo[0].shape[0] * epoch.batches
+
+
 def _hand_step_rates() -> ComputeRates:
     """One thread's mini-batch rates, made by hand: 1 ms + 0.1 us per edge to sample a batch,
-    2 ms + 0.3 us per edge to step it, 2 and 1 ns per value to encode and decode 8-bit rows."""
+    2 ms + 0.2 us per input-layer edge + 0.3 us per upper-layer edge to step it, 2 and 1 ns per
+    value to encode and decode 8-bit rows."""
     return ComputeRates(
         threads=1, spmm_s={}, spmm_t_s={}, linear_s={}, sparse_s={}, elementwise_s=0.0,
         adam_s=0.0,
         minibatch_s={"sample_batch": 1e-3, "sample_edge": 1e-7, "step_batch": 2e-3,
-                     "step_edge": 3e-7, "encode8_value": 2e-9, "decode8_value": 1e-9},
+                     "step_input_edge": 2e-7, "step_edge": 3e-7, "encode8_value": 2e-9,
+                     "decode8_value": 1e-9},
     )  # fmt: skip
+
+
+def _hand_steps(epoch) -> np.ndarray:
+    """Each worker's step seconds of ``epoch`` at :func:`_hand_step_rates`."""
+    upper = epoch.block_edges.sum(1) - epoch.block_edges[:, 0]
+    return epoch.batches * 2e-3 + epoch.block_edges[:, 0] * 2e-7 + upper * 3e-7
 
 
 def test_epoch_time_is_the_rates_times_the_counts(graph):
     """Hand-made rates: each worker's sampling and steps are seconds per batch plus seconds per
-    block edge, the busiest host's cores shared; the exchange its bytes (and the gradient ring)
+    block edge (the input layer's and the upper layers' at their own rates), the busiest host's
+    cores shared; the exchange its bytes (and the gradient ring)
     over the loopback, plus (3 per hop + 2 + 1 + 1) latencies per batch and peer."""
     compute = _hand_step_rates()
     rates = MachineRates(
@@ -83,7 +138,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0)
     edges = epoch.block_edges.sum(1)
     sample = epoch.batches * 1e-3 + edges * 1e-7
-    step = epoch.batches * 2e-3 + edges * 3e-7
+    step = _hand_steps(epoch)
     exact = costs[0]
     assert exact.sample_s == pytest.approx(sample.max()) and exact.compute_s == pytest.approx(
         step.max()
@@ -91,9 +146,11 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     params = 2 * (12 * 16 + 16) + 2 * (16 * 4 + 4)  # GraphSAGE: two linear maps per layer
     ring = 2 * params * 4 // 2 * epoch.batches
     # lockstep: each batch waits for its busiest worker (each with its own core here)
-    work = (epoch.batch_edges > 0) * 3e-3 + epoch.batch_edges * 4e-7
+    upper = epoch.batch_edges - epoch.batch_input_edges
+    work = (epoch.batch_edges > 0) * 3e-3 + epoch.batch_input_edges * 3e-7 + upper * 4e-7
     assert epoch.batch_edges.shape == (2, epoch.batches)
     assert np.array_equal(epoch.batch_edges.sum(1), edges)
+    assert np.array_equal(epoch.batch_input_edges.sum(1), epoch.block_edges[:, 0])
     busy = work.max(0).sum()
     assert busy >= (sample + step).max() - 1e-12
     # every byte of the one host crosses its loopback, both directions of the link shared
@@ -111,6 +168,12 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     coded = fetched.sum(0) * 12 * 2e-9 + fetched.sum(1) * 12 * 1e-9
     assert costs[1].option == "8-bit"
     assert costs[1].sample_s == pytest.approx((sample + coded).max(), rel=1e-9)
+    # historical embeddings: their bytes, and two more all-to-alls per layer and step
+    _, (*_, history, _) = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")
+    total = history.bytes_per_epoch + 2 * ring
+    calls = 3 * 2 + 2 + 1 + 1 + 2
+    expected = total / (2 * 1e8) + 1e-4 * history.batches * calls
+    assert history.comm_s == pytest.approx(expected, rel=1e-9)
 
 
 def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
@@ -132,7 +195,7 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     epoch = sample_epoch(graph, owner, 3, (5, 5), 128, 0)
     edges = epoch.block_edges.sum(1)
     sampling = (epoch.batches * 1e-3 + edges * 1e-7).max()
-    step = (epoch.batches * 2e-3 + edges * 3e-7).max()
+    step = _hand_steps(epoch).max()
     with pytest.raises(ConfigError, match="no crowding probe at 3 workers on its 2 cores"):
         _costs(graph, 3, rates=plain, workers_per_host=3)
     _, alone = _costs(graph, 3, rates=dataclasses.replace(rates, cores=4), workers_per_host=3)
@@ -160,7 +223,19 @@ def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):
     data = json.loads(only.read_text())
     capsys.readouterr()
     assert data["costs"] == [] and data["minibatch_costs"][2]["option"] == "cache 500"
+    history = tmp_path / "history.json"
+    argv = ["plan", SPEC, "--workers", "2", "--strategies", "minibatch", "--hidden", "16"]
+    assert main([*argv, "--historical", "1:2", "--out", str(history)]) == 0
+    printed = capsys.readouterr().out
+    assert "history hit" in printed and "historical 1:2 all" in printed
+    rows = json.loads(history.read_text())["minibatch_costs"]
+    assert [r["option"] for r in rows[4:]] == ["historical 1:2", "historical 1:2 all"]
+    assert rows[4]["history_bytes"] > 0 and rows[0]["history_bytes"] == 0
     for bad, message in (
+        (["--strategies", "full", "--historical", "1:2"], "--historical 1:2: plans mini-batch"),
+        (["--historical", "2:2"], "--historical 2:2: the layer must lie in [1, 1]"),
+        (["--historical", "one"], "--historical one: give LAYER:AGE"),
+        (["--model", "sgc", "--historical", "1:2"], "--model sgc has no stack of layers"),
         (["--strategies", "full", "--fanouts", "5,5"], "--fanouts 5,5: plans mini-batch"),
         (["--fanouts", "5"], "--fanouts 5: must be 2 positive counts"),
         (["--batch-size", "0"], "--batch-size 0: must be >= 1"),
@@ -175,11 +250,22 @@ CACHED = ["--cache-policy", "presample", "--cache-size", "20%"]
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("workers,flags", [(2, []), (3, ["--fetch-bits", "8"]), (4, CACHED)])
+@pytest.mark.parametrize(
+    "workers,flags",
+    [
+        (2, []),
+        (3, ["--fetch-bits", "8"]),
+        (4, CACHED),
+        (2, ["--historical", "1:4"]),
+        (3, ["--historical", "1:3", "--historical-scope", "all"]),
+    ],
+)
 def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
     """The plan's sampling and fetch bytes per epoch against a run's counters on the same
     partition (--host-sharing off: every remote row crosses the all-to-all), within 5 % (the
-    plan samples other draws than the run); the cache's predicted hit rate within 0.03."""
+    plan samples other draws than the run); the cache's predicted hit rate within 0.03.
+    Historical embeddings: the second epoch's sampling, fetch and push bytes (the tables filled
+    by the first, as the plan fills them) and the tables' hit rate."""
     from shardgnn.cli import main
     from shardgnn.partition.format import read_partitions
 
@@ -193,12 +279,23 @@ def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
     measured = json.loads(out.read_text())
     pset = read_partitions(parts)
     owner = pset.book.owner(pset.new_id_of_orig())
+    historical = flags[1] if flags[:1] == ["--historical"] else None
     costs = minibatch_costs(
         load_dataset(spec), owner, workers, model="sage", hidden=256, fanouts=(10, 10),
-        batch_size=512, cache_size="20%",
+        batch_size=512, cache_size="20%", historical=historical,
     )  # fmt: skip
-    option = {(): "exact", ("--fetch-bits", "8"): "8-bit"}.get(tuple(flags), "cache 20%")
-    cost = next(c for c in costs if c.option == option)
+    cost = next(c for c in costs if c.flags == tuple(flags))
+    if historical is not None:
+        second = measured["epochs"][1]["cache"]
+        for predicted, got in (
+            (cost.sample_bytes, second["remote_sample_mb"] * 1e6),
+            (cost.fetch_bytes, second["remote_feature_mb"] * 1e6),
+            (cost.history_bytes, second["historical"]["traffic_mb"] * 1e6),
+        ):
+            assert predicted == pytest.approx(got, rel=0.05), (predicted, got)
+        hit = second["historical"]["hit_rate"]
+        assert cost.history_hit_rate == pytest.approx(hit, abs=0.03)
+        return
     for stage, predicted in (("sample", cost.sample_bytes), ("fetch", cost.fetch_bytes)):
         got = measured["comm"][stage]["bytes_sent"] / 2
         assert predicted == pytest.approx(got, rel=0.05), (stage, predicted, got)

@@ -158,6 +158,9 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     # the distributed sampler timed on two workers; 4 workers on this machine's cores probed
     assert first["rates"]["dist_sample_s"]["batch"] > 0
     assert first["rates"]["dist_sample_s"]["edge"] >= 0
+    # the step's edges: the input layer's and the upper layers' rates
+    steps = next(iter(first["rates"]["compute"].values()))["minibatch_s"]
+    assert steps["step_input_edge"] > 0 and steps["step_edge"] > 0
     if first["rates"]["cores"] < 4:
         assert set(first["rates"]["crowd_s"]) == {"4"}
     again = tmp_path / "again.json"

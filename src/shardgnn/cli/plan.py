@@ -27,8 +27,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "FILE) it also predicts each strategy's epoch time from this machine's measured "
             "rates and picks the fastest. Mini-batch training (--strategies all or minibatch) "
             "is planned from one epoch of every worker's batches sampled here: the sampling "
-            "and fetch bytes of exact rows, 8-bit rows (--fetch-bits 8) and a presample cache "
-            "(--cache-size), and with rates their epoch time."
+            "and fetch bytes of exact rows, 8-bit rows (--fetch-bits 8), a presample cache "
+            "(--cache-size) and, with --historical L:AGE, historical embeddings (their pushes "
+            "too; the tables filled by a first epoch), and with rates their epoch time."
         ),
     )
     parser.add_argument(
@@ -187,7 +188,8 @@ def minibatch_planner(config, graph, rates, batch_size: int, out: list):
             minibatch_costs(
                 graph, assignment, workers, model=config.model, hidden=config.hidden,
                 fanouts=config.minibatch_fanouts, batch_size=batch_size, cache_size=cache_size,
-                seed=config.seed, rates=rates, workers_per_host=config.workers_per_host,
+                historical=config.historical, seed=config.seed, rates=rates,
+                workers_per_host=config.workers_per_host,
             )
         )  # fmt: skip
 
@@ -199,6 +201,7 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
     from shardgnn.train.progress import format_table
 
     timed = ["sample s", "compute s", "comm s", "epoch s"] if timed_costs else []
+    history = ["history hit", "history MB"] if config.historical else []
     rows = [
         [
             c.workers,
@@ -206,6 +209,14 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
             c.batches,
             f"{c.fetch_rows:,}",
             "-" if c.hit_rate is None else f"{100 * c.hit_rate:.1f}%",
+            *(
+                [
+                    "-" if c.history_hit_rate is None else f"{100 * c.history_hit_rate:.1f}%",
+                    f"{c.history_bytes / 1e6:,.1f}",
+                ]
+                if history
+                else []
+            ),  # fmt: skip
             f"{c.sample_bytes / 1e6:,.1f}",
             f"{c.fetch_bytes / 1e6:,.1f}",
             f"{c.max_worker_bytes / 1e6:,.2f}",
@@ -228,7 +239,8 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
     print(
         format_table(
             [
-                "P", "option", "batches", "remote rows", "cache hit", "sample MB", "fetch MB",
+                "P", "option", "batches", "remote rows", "cache hit", *history, "sample MB",
+                "fetch MB",
                 "max MB sent (1 worker)", "max MB recv (1 worker)", "held MB (1 worker)",
                 *timed, "pick",
             ],

@@ -7,6 +7,7 @@ import dataclasses
 
 from shardgnn.distributed.config import BITS
 from shardgnn.options import check_choices, invalid, option
+from shardgnn.store.config import split_historical
 
 SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d", "2d", "3d")
 GRID_VARIANTS = ("2d", "3d")
@@ -157,6 +158,13 @@ class PlanConfig:
         help="mini-batch: the presample cache planned beside exact rows (a percentage of the "
         "nodes, rows or bytes, as `shardgnn train --cache-size`; unset: its default)",
     )
+    historical: str | None = option(
+        None,
+        metavar="L:AGE",
+        help="mini-batch: also plan historical embeddings, as `shardgnn train --historical L:AGE` "
+        "(push mode, a row re-sent as its copy reaches AGE steps): one row serving remote nodes "
+        "(DistGNN-MB), one serving every node outside a batch's layer (--historical-scope all)",
+    )
     out: str | None = option(None, help="also write every cost as JSON here")
 
     def __post_init__(self) -> None:
@@ -192,7 +200,7 @@ class PlanConfig:
             raise invalid(self, "hidden", "must be >= 1")
         if self.layers < 1:
             raise invalid(self, "layers", "must be >= 1")
-        minibatch = ("fanouts", "batch_size", "cache_size")
+        minibatch = ("fanouts", "batch_size", "cache_size", "historical")
         for name in minibatch:
             if getattr(self, name) is not None and self.strategies == "full":
                 raise invalid(self, name, "plans mini-batch training: drop --strategies full")
@@ -202,6 +210,19 @@ class PlanConfig:
             )
         if self.batch_size is not None and self.batch_size < 1:
             raise invalid(self, "batch_size", "must be >= 1")
+        if self.historical is not None:
+            parsed = split_historical(self.historical)
+            if parsed is None:
+                raise invalid(self, "historical", "give LAYER:AGE, two non-negative integers")
+            if self.model in ("appnp", "sgc"):
+                raise invalid(
+                    self, "historical", f"--model {self.model} has no stack of layers to feed"
+                )
+            if not 1 <= parsed[0] <= self.layers - 1:
+                raise invalid(
+                    self, "historical", f"the layer must lie in [1, {self.layers - 1}] for "
+                    f"{self.layers} layers (layer 0 reads input features)"
+                )  # fmt: skip
 
     @property
     def minibatch_fanouts(self) -> tuple[int, ...]:

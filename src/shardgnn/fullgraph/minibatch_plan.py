@@ -20,6 +20,15 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
   random stream stands for the pre-sampling epoch; each worker caches the remote rows it read
   most there (up to the capacity, a fraction of all nodes), and the training epoch's reads of
   them are not fetched.
+* **historical embeddings** (``--historical L:AGE``, push mode, with scope ``remote`` and
+  ``all``): the workers' batches are sampled in lockstep, batch ``i`` of every worker before any
+  batch ``i + 1``, each pruned by its tables as :class:`~shardgnn.store.historical.
+  HistoricalEmbeddings` prunes it (a node at layer ``>= L`` with an entry at most AGE steps old
+  is served, not expanded); after each step every owner pushes the rows its batch computed for
+  its own nodes to the workers that watch them (stage ``historical``: per layer, ids with an
+  int64 each and float32 rows at the hidden width, each row to each worker at most every AGE
+  steps). A first epoch fills the tables; the second is counted: what a run settles to. Fewer
+  expanded nodes mean fewer sampled edges and fetched rows (and less compute).
 
 These are the ``sample`` and ``fetch`` byte counters of one training epoch (the results'
 ``comm``), up to sampling noise: predicted against measured at P = 2, 3, 4 in the tests. Not
@@ -33,7 +42,8 @@ the threads it gets; sampling at the distributed sampler's rates, calibrated on 
 when the rates hold them; the workers of a machine share its cores), each batch waiting for its
 busiest worker (lockstep), and its exchanges: the bytes
 above and the gradient all-reduce over the link, plus the latency of every collective call per
-peer (sampling's three per hop, fetching's two, the all-reduce, the stop agreement); the slowest
+peer (sampling's three per hop, fetching's two, the all-reduce, the stop agreement, the
+historical pushes' two per layer); the slowest
 machine sets the epoch. With 8-bit rows, each worker also encodes the rows it sends and decodes
 those it receives (the codec's calibrated seconds per value). Where a machine runs more workers
 than it has cores, each of those calls also costs the calibration's crowding probe at the work a
@@ -59,6 +69,8 @@ from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
+from shardgnn.store.config import split_historical
+from shardgnn.store.historical import NEVER, sorted_lookup
 
 _ID = 8  # bytes of one int64 id, count or edge column
 _HEADER = 3 * _ID  # a sampling request's header: batch count, layer seed, row count
@@ -77,8 +89,10 @@ class MiniBatchCost:
         batch_size: seed nodes per step over all workers; batches: per worker per epoch.
         fetch_rows: rows fetched from other workers per epoch, all workers.
         hit_rate: the share of remote reads the cache serves (``None``: no cache).
-        sample_bytes, fetch_bytes: the ``sample`` and ``fetch`` stages' bytes per epoch, all
-            workers; bytes_per_epoch: their sum.
+        sample_bytes, fetch_bytes, history_bytes: the ``sample``, ``fetch`` and
+            ``historical`` stages' bytes per epoch, all workers; bytes_per_epoch: their sum.
+        history_hit_rate: historical embeddings: the share of looked-up nodes a table serves
+            (``None``: none planned).
         max_worker_bytes, max_worker_recv: the most one worker sends / receives of those.
         held_mb: the largest worker's feature rows, adjacency and cache, MB.
         sample_s, compute_s: the busiest worker's sampling and compute seconds of one epoch
@@ -95,6 +109,8 @@ class MiniBatchCost:
     hit_rate: float | None
     sample_bytes: int
     fetch_bytes: int
+    history_bytes: int = 0
+    history_hit_rate: float | None = None
     max_worker_bytes: int
     max_worker_recv: int
     held_mb: float
@@ -105,10 +121,123 @@ class MiniBatchCost:
 
     @property
     def bytes_per_epoch(self) -> int:
-        return self.sample_bytes + self.fetch_bytes
+        return self.sample_bytes + self.fetch_bytes + self.history_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "bytes_per_epoch": self.bytes_per_epoch}
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryPlan:
+    """Historical embeddings as ``shardgnn train --historical L:AGE`` runs them in push mode.
+
+    Attributes:
+        layers: the block layers served from the tables (``L .. hops - 1``).
+        max_age: an entry serves at most this many steps after the step that computed it.
+        push_every: an owner re-sends a node's row to a worker at most every this many steps.
+        scope: ``remote`` (DistGNN-MB) or ``all`` (own nodes too, GNNAutoScale).
+    """
+
+    layers: range
+    max_age: int
+    push_every: int
+    scope: str = "remote"
+
+    @classmethod
+    def of(cls, spec: str, hops: int, scope: str = "remote") -> HistoryPlan:
+        """From ``--historical L:AGE`` (checked by the config) with the training default
+        ``--historical-push-every`` (AGE)."""
+        layer, age = split_historical(spec)
+        return cls(range(layer, hops), age, max(1, age), scope)
+
+    @property
+    def option(self) -> str:
+        name = f"historical {self.layers.start}:{self.max_age}"
+        return name if self.scope == "remote" else f"{name} all"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        flags = ("--historical", f"{self.layers.start}:{self.max_age}")
+        return flags if self.scope == "remote" else (*flags, "--historical-scope", "all")
+
+
+class _HistoryTables:
+    """Every worker's historical-embedding stamps, as :class:`~shardgnn.store.historical.
+    HistoricalEmbeddings` keeps them (push mode; rows are not needed to count): which halo node
+    has an entry fresh enough to serve, which own node (scope ``all``) its owner computed lately,
+    and what each owner pushes to each watcher after each step.
+
+    One entry per (watcher, node) pair of the halos, watcher-major (a worker's halo is a slice);
+    ``by_node`` orders them node-major, so a step's pushes gather the watchers of the nodes it
+    computed without a pass per worker."""
+
+    def __init__(self, graph: Graph, owner: np.ndarray, workers: int, history: HistoryPlan):
+        self.owner, self.history, self.step, n = owner, history, 0, graph.num_nodes
+        indices = np.asarray(graph.indices, dtype=np.int64)
+        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(graph.indptr))
+        cross = owner[indices] != owner[dst]
+        # each worker's halo: the remote in-neighbours of its nodes (halo_of its part)
+        pairs = np.unique(owner[dst[cross]] * n + indices[cross])
+        self.watcher, self.node = pairs // n, pairs % n
+        self.start = np.searchsorted(self.watcher, np.arange(workers + 1))
+        self.by_node = np.argsort(self.node, kind="stable")
+        self.node_ptr = np.searchsorted(self.node[self.by_node], np.arange(n + 1))
+        self.stamps = {layer: np.full(pairs.shape[0], NEVER) for layer in history.layers}
+        self.sent = {layer: np.full(pairs.shape[0], NEVER) for layer in history.layers}
+        self.own_stamps = {layer: np.full(n, NEVER) for layer in history.layers}
+        self.workers = workers
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero the epoch's counters."""
+        self.lookups = self.hits = 0
+        self.pushed = np.zeros((self.workers, self.workers), np.int64)  # rows owner -> watcher
+
+    def prune(self, worker: int):
+        """``prune(layer, src nodes, num dst)`` of ``worker``'s sampler at this step."""
+        history = self.history
+        first, last = int(self.start[worker]), int(self.start[worker + 1])
+
+        def prune(layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray | None:
+            if layer not in history.layers:
+                return None
+            mask = np.zeros(src_nodes.shape[0], dtype=bool)
+            others = src_nodes[num_dst:]
+            own = self.owner[others] == worker
+            remote = np.flatnonzero(~own)
+            self.lookups += int(others.shape[0] if history.scope == "all" else remote.shape[0])
+            watched, pos = sorted_lookup(self.node[first:last], others[remote])
+            age = self.step - self.stamps[layer][first + pos]
+            mask[num_dst + remote] = watched & (age <= history.max_age)
+            if history.scope == "all":
+                own_at = np.flatnonzero(own)
+                age = self.step - self.own_stamps[layer][others[own_at]]
+                mask[num_dst + own_at] = age <= history.max_age
+            self.hits += int(mask.sum())
+            return mask
+
+        return prune
+
+    def after_step(self, computed: list[dict[int, np.ndarray]]) -> None:
+        """The step's pushes: ``computed[w][l]``, the nodes whose ``h^l`` worker ``w``'s batch
+        computed; each owner sends its own ones to the workers that watch them, each row to each
+        worker at most once every ``push_every`` steps."""
+        step, workers = self.step, self.workers
+        for layer in self.history.layers:
+            mine = [c[layer][self.owner[c[layer]] == w] for w, c in enumerate(computed)]
+            nodes = np.concatenate(mine) if mine else np.zeros(0, np.int64)
+            self.own_stamps[layer][nodes] = step
+            # every (watcher, node) entry of the computed nodes
+            lo, hi = self.node_ptr[nodes], self.node_ptr[nodes + 1]
+            size = hi - lo
+            offsets = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+            entry = self.by_node[np.repeat(lo, size) + offsets]
+            due = entry[step - self.sent[layer][entry] >= self.history.push_every]
+            self.sent[layer][due] = step
+            self.stamps[layer][due] = step
+            pair = self.owner[self.node[due]] * workers + self.watcher[due]
+            self.pushed += np.bincount(pair, minlength=workers * workers).reshape(workers, -1)
+        self.step += 1
 
 
 @dataclasses.dataclass
@@ -129,6 +258,14 @@ class _Epoch:
     batch_edges: np.ndarray
     """``[P, batches]``: per worker, the edges of each batch's blocks (0 for a batch it has no
     seeds in): the workers step in lockstep, so each batch waits for its busiest worker"""
+    batch_input_edges: np.ndarray
+    """``[P, batches]``: of those, the input layer's block's"""
+    pushed: np.ndarray | None = None
+    """historical embeddings: rows each owner pushes to each watcher per layer-step, summed"""
+    history_hit_rate: float | None = None
+    """historical embeddings: the share of looked-up nodes served from a table"""
+    halo_rows: np.ndarray | None = None
+    """historical embeddings: ``[P]`` the nodes each worker's tables watch"""
 
 
 def sample_epoch(
@@ -138,30 +275,60 @@ def sample_epoch(
     fanouts: tuple[int, ...],
     batch_size: int,
     seed: int,
+    history: HistoryPlan | None = None,
 ) -> _Epoch:
-    """Sample one epoch of every worker's batches (see the module docstring)."""
+    """Sample one epoch of every worker's batches (see the module docstring), the workers in
+    lockstep; with ``history``, after a first epoch that fills the tables (the counted epoch is
+    the second: what a run settles to)."""
     rel = relabel(owner, workers)
     train_new = np.sort(rel.new_id_of_orig[np.asarray(graph.train_idx, dtype=np.int64)])
     per_rank = max(1, -(-batch_size // workers))
     sampler = NeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=fanouts))
-    hops = len(fanouts)
+    batchers = [
+        DistSeedBatcher(train_new, rel.book, w, workers, per_rank, shuffle=True, seed=seed)
+        for w in range(workers)
+    ]
+    count = batchers[0].count
+    tables = None if history is None else _HistoryTables(graph, owner, workers, history)
+    if tables is not None:  # the first epoch fills the tables
+        _sample_lockstep(sampler, batchers, rel, owner, seed, tables, 0)
+        tables.reset()
+        for batcher in batchers:
+            batcher.set_epoch(1)
+    epoch = _sample_lockstep(sampler, batchers, rel, owner, seed, tables, count if tables else 0)
+    if tables is not None:
+        epoch.pushed = tables.pushed
+        epoch.history_hit_rate = tables.hits / tables.lookups if tables.lookups else 0.0
+        epoch.halo_rows = np.diff(tables.start)
+    return epoch
+
+
+def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -> _Epoch:
+    """One epoch of every worker's batches, batch by batch (each worker's batch ``i`` is
+    sampled before any worker's ``i + 1``, as the workers run; with ``tables``, pruned by the
+    historical tables, which every step's computed rows then refresh)."""
+    workers, count = len(batchers), batchers[0].count
+    hops = sampler.num_layers
     frontier = np.zeros((workers, workers), np.int64)
     edges = np.zeros((workers, workers), np.int64)
     requests = np.zeros((workers, workers), np.int64)
     block_edges = np.zeros((workers, hops), np.int64)
-    inputs, count, per_batch = [], 1, []
-    for w in range(workers):
-        batcher = DistSeedBatcher(
-            train_new, rel.book, w, workers, per_rank, shuffle=True, seed=seed
-        )
-        count = batcher.count
-        reads = []
-        per_batch.append(np.zeros(count, np.int64))
-        for index, seeds_new in enumerate(batcher.batches()):
-            seeds = rel.orig_ids[seeds_new]
-            if not seeds.size:
+    batch_edges = np.zeros((workers, count), np.int64)
+    batch_input_edges = np.zeros((workers, count), np.int64)
+    reads: list[list[np.ndarray]] = [[] for _ in range(workers)]
+    dealt = [b.batches() for b in batchers]
+    for index in range(count):
+        computed = []
+        for w in range(workers):
+            seeds_new = dealt[w][index] if index < len(dealt[w]) else np.zeros(0, np.int64)
+            computed.append({})
+            if not seeds_new.size:
+                for layer in tables.history.layers if tables else ():
+                    computed[w][layer] = np.zeros(0, np.int64)
                 continue
-            sample = sampler.sample(SeedInput(seeds), mix_seed(seed, w, index))
+            sampler.prune = None if tables is None else tables.prune(w)
+            seeds = rel.orig_ids[seeds_new]
+            sample = sampler.sample(SeedInput(seeds), mix_seed(seed, w, first_index + index))
             for layer, block in enumerate(sample.blocks):
                 dst = block.src_nodes_S[: block.num_dst].numpy()
                 drawn = np.diff(block.indptr_D1.numpy())
@@ -174,14 +341,19 @@ def sample_epoch(
                 ).astype(np.int64)
                 requests[w] += asked > 0
                 block_edges[w, layer] += block.num_edges
-                per_batch[w][index] += block.num_edges
+                batch_edges[w, index] += block.num_edges
+                if tables is not None and layer + 1 in tables.history.layers:
+                    computed[w][layer + 1] = dst  # h^{l+1}: this block's outputs
+            batch_input_edges[w, index] = sample.blocks[0].num_edges
             read = sample.blocks[0].src_nodes_S.numpy()
-            reads.append(read[owner[read] != w])
-        inputs.append(np.concatenate(reads) if reads else np.zeros(0, np.int64))
-    batch_edges = np.zeros((workers, count), np.int64)
-    for w, row in enumerate(per_batch):
-        batch_edges[w, : min(count, row.shape[0])] = row[:count]
-    return _Epoch(frontier, edges, requests, inputs, count, block_edges, batch_edges)
+            reads[w].append(read[owner[read] != w])
+        if tables is not None:
+            tables.after_step(computed)
+    sampler.prune = None
+    inputs = [np.concatenate(r) if r else np.zeros(0, np.int64) for r in reads]
+    return _Epoch(
+        frontier, edges, requests, inputs, count, block_edges, batch_edges, batch_input_edges
+    )
 
 
 def cache_misses(
@@ -221,13 +393,15 @@ def minibatch_costs(
     fanouts: tuple[int, ...],
     batch_size: int,
     cache_size: str,
+    historical: str | None = None,
     seed: int = 0,
     rates: MachineRates | None = None,
     workers_per_host: int = 1,
 ) -> list[MiniBatchCost]:
     """The mini-batch options' costs at ``workers`` on one partition (``assignment``: each
     node's part): exact rows, 8-bit rows, a presample cache of ``cache_size`` (as
-    ``--cache-size``), both (see the module docstring)."""
+    ``--cache-size``), both; with ``historical`` (``L:AGE``) also historical embeddings serving
+    remote nodes and serving every node (see the module docstring)."""
     owner = np.asarray(assignment, dtype=np.int64)
     train = sample_epoch(graph, owner, workers, fanouts, batch_size, seed)
     presample = sample_epoch(
@@ -236,53 +410,60 @@ def minibatch_costs(
     in_dim, n = int(graph.x.shape[1]), graph.num_nodes
     capacity = resolve_capacity(cache_size, n, 4 * in_dim)
     hops = len(fanouts)
-    peers = workers - 1
-    # sampling: requests (ids and headers) out, counts and drawn edges back
-    sample_sent = (
-        _ID * train.frontier.sum(1) + _HEADER * train.requests.sum(1)  # as requester
-        + _ID * train.frontier.sum(0) + 2 * _ID * train.edges.sum(0)  # as owner
-    )  # fmt: skip
-    sample_recv = (
-        _ID * train.frontier.sum(0) + _HEADER * train.requests.sum(0)
-        + _ID * train.frontier.sum(1) + 2 * _ID * train.edges.sum(1)
-    )  # fmt: skip
-    metadata = _ID * peers * train.batches
-    sample_sent = sample_sent + 3 * hops * metadata
-    sample_recv = sample_recv + 3 * hops * metadata
     own_rows = np.bincount(owner, minlength=workers)
     own_edges = np.bincount(owner, weights=np.diff(graph.indptr), minlength=workers)
+    held_base = own_rows * in_dim * 4 + own_edges * _ID + (own_rows + 1) * _ID
     options = [
-        ("exact", 32, 0),
-        ("8-bit", 8, 0),
-        (f"cache {cache_size}", 32, capacity),
-        (f"8-bit + cache {cache_size}", 8, capacity),
+        ("exact", 32, 0, train, None),
+        ("8-bit", 8, 0, train, None),
+        (f"cache {cache_size}", 32, capacity, train, None),
+        (f"8-bit + cache {cache_size}", 8, capacity, train, None),
     ]
+    for scope in ("remote", "all") if historical else ():
+        history = HistoryPlan.of(historical, hops, scope)
+        epoch = sample_epoch(graph, owner, workers, fanouts, batch_size, seed, history)
+        options.append((history.option, 32, 0, epoch, history))
     out = []
-    misses: dict[int, tuple[np.ndarray, float]] = {0: cache_misses(train, train, owner, workers, 0)}
-    for option, bits, cap in options:
-        if cap not in misses:
-            misses[cap] = cache_misses(train, presample, owner, workers, cap)
-        fetched, hit_rate = misses[cap]
+    misses: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+    for option, bits, cap, epoch, history in options:
+        if (id(epoch), cap) not in misses:
+            misses[id(epoch), cap] = cache_misses(epoch, presample, owner, workers, cap)
+        fetched, hit_rate = misses[id(epoch), cap]
+        sample_sent, sample_recv = _sampling_bytes(epoch, hops)
+        metadata = _ID * (workers - 1) * epoch.batches
         rb = row_bytes(in_dim, bits)
         fetch_sent = _ID * fetched.sum(1) + rb * fetched.sum(0) + 2 * metadata
         fetch_recv = _ID * fetched.sum(0) + rb * fetched.sum(1) + 2 * metadata
         sent, recv = sample_sent + fetch_sent, sample_recv + fetch_recv
         cache_rows = np.minimum(cap, n - own_rows)
-        held = own_rows * in_dim * 4 + own_edges * _ID + (own_rows + 1) * _ID
-        held = held + cache_rows * in_dim * 4
+        held = held_base + cache_rows * in_dim * 4
+        history_sent = np.zeros(workers, np.int64)
+        if history is not None:
+            # per layer and step: the ids (with the row counts) and the rows, float32 at the
+            # hidden width
+            pushed, steps = epoch.pushed, len(history.layers) * epoch.batches
+            history_sent = (_ID + 4 * hidden) * pushed.sum(1) + _ID * (workers - 1) * steps
+            sent = sent + history_sent
+            recv = recv + (_ID + 4 * hidden) * pushed.sum(0) + _ID * (workers - 1) * steps
+            # tables of the halo (rows and two stamps per entry), own rows with scope all
+            halo = epoch.halo_rows
+            kept = halo + (own_rows if history.scope == "all" else 0)
+            held = held + len(history.layers) * (kept * 4 * hidden + halo * 2 * _ID)
         flags = (["--fetch-bits", str(bits)] if bits < 32 else []) + (
             ["--cache-policy", "presample", "--cache-size", cache_size] if cap else []
         )
         cost = MiniBatchCost(
             workers=workers,
             option=option,
-            flags=tuple(flags),
+            flags=tuple(flags) + (history.flags if history else ()),
             batch_size=batch_size,
-            batches=train.batches,
+            batches=epoch.batches,
             fetch_rows=int(fetched.sum()),
             hit_rate=hit_rate if cap else None,
             sample_bytes=int(sample_sent.sum()),
             fetch_bytes=int(fetch_sent.sum()),
+            history_bytes=int(history_sent.sum()),
+            history_hit_rate=None if history is None else epoch.history_hit_rate,
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
@@ -291,13 +472,28 @@ def minibatch_costs(
             # values each worker encodes (the rows it sends) and decodes (those it receives)
             coded = (fetched.sum(0) * in_dim, fetched.sum(1) * in_dim) if bits < 32 else None
             times = _epoch_seconds(
-                train, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
+                epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                coded=coded,
+                coded=coded, history_calls=0 if history is None else 2 * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
         out.append(cost)
     return out
+
+
+def _sampling_bytes(epoch: _Epoch, hops: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each worker's sent and received bytes of the ``sample`` stage: requests (ids and
+    headers) out, counts and drawn edges back, and every all-to-all's row counts."""
+    sent = (
+        _ID * epoch.frontier.sum(1) + _HEADER * epoch.requests.sum(1)  # as requester
+        + _ID * epoch.frontier.sum(0) + 2 * _ID * epoch.edges.sum(0)  # as owner
+    )  # fmt: skip
+    recv = (
+        _ID * epoch.frontier.sum(0) + _HEADER * epoch.requests.sum(0)
+        + _ID * epoch.frontier.sum(1) + 2 * _ID * epoch.edges.sum(1)
+    )  # fmt: skip
+    metadata = 3 * hops * _ID * (epoch.frontier.shape[0] - 1) * epoch.batches
+    return sent + metadata, recv + metadata
 
 
 def _epoch_seconds(
@@ -313,9 +509,11 @@ def _epoch_seconds(
     hops: int,
     workers_per_host: int,
     coded: tuple[np.ndarray, np.ndarray] | None = None,
+    history_calls: int = 0,
 ) -> dict[str, float]:
     """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
-    worker encodes and decodes at 8 bits per epoch (None: rows travel as float32)."""
+    worker encodes and decodes at 8 bits per epoch (None: rows travel as float32);
+    ``history_calls``: the historical pushes' all-to-alls after each step."""
     from shardgnn.fullgraph.config import PlanConfig
 
     workers = sent.shape[0]
@@ -324,7 +522,9 @@ def _epoch_seconds(
     edges = train.block_edges.sum(1)
     sample_batch, sample_edge = _sampling_rates(rates, r, workers)
     sample = train.batches * sample_batch + edges * sample_edge
-    compute = train.batches * r.minibatch("step_batch") + edges * r.minibatch("step_edge")
+    compute = train.batches * r.minibatch("step_batch") + _step_edge_seconds(
+        r, train.block_edges[:, 0], edges - train.block_edges[:, 0]
+    )
     if coded is not None:  # the fetch codec's work, on the worker's own cores
         sample = sample + coded[0] * r.minibatch("encode8_value")
         sample = sample + coded[1] * r.minibatch("decode8_value")
@@ -339,7 +539,7 @@ def _epoch_seconds(
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
     # last): each per peer
     moves = 3 * hops + 2
-    calls = moves + 2
+    calls = moves + 2 + history_calls
     comm += rates.latency_s * train.batches * calls * (workers - 1)
     if per_host > rates.cores:
         # more workers than cores: at each call a worker waits for peers the OS descheduled
@@ -350,7 +550,8 @@ def _epoch_seconds(
         between_s = float(sample.max()) / (batches * moves)
         step_s = float(compute.max()) / batches
         per_batch = moves * rates.crowding(per_host, between_s)
-        per_batch += rates.crowding(per_host, step_s) + rates.crowding(per_host, 0.0)
+        per_batch += rates.crowding(per_host, step_s)
+        per_batch += (1 + history_calls) * rates.crowding(per_host, 0.0)
         comm += per_batch * train.batches
     return {
         "sample_s": float(sample.max()),
@@ -358,6 +559,12 @@ def _epoch_seconds(
         "comm_s": comm,
         "epoch_s": busy_s + comm,
     }
+
+
+def _step_edge_seconds(r, input_edges: np.ndarray, upper_edges: np.ndarray) -> np.ndarray:
+    """The steps' seconds for their blocks' edges: the input layer's and the upper layers' at
+    their own rates (historical embeddings shrink the input layer alone)."""
+    return input_edges * r.minibatch("step_input_edge") + upper_edges * r.minibatch("step_edge")
 
 
 def _sampling_rates(rates: MachineRates, r, workers: int) -> tuple[float, float]:
@@ -382,9 +589,11 @@ def _lockstep_seconds(
     thread-seconds over the host's cores when they share them), and the epoch adds the
     batches up: a sum of per-batch maxima, not the busiest worker's total."""
     sample_batch, sample_edge = sampling
-    per_edge = sample_edge + r.minibatch("step_edge")
     per_batch = sample_batch + r.minibatch("step_batch")
-    work_PB = (train.batch_edges > 0) * per_batch + train.batch_edges * per_edge
+    work_PB = (train.batch_edges > 0) * per_batch + train.batch_edges * sample_edge
+    work_PB = work_PB + _step_edge_seconds(
+        r, train.batch_input_edges, train.batch_edges - train.batch_input_edges
+    )
     if coded is not None:  # each worker's coding, spread evenly over its batches
         codec_P = coded[0] * r.minibatch("encode8_value") + coded[1] * r.minibatch("decode8_value")
         work_PB = work_PB + codec_P[:, None] / max(1, train.batches)

@@ -80,13 +80,17 @@ class ComputeRates:
     minibatch_s: dict[str, float] = dataclasses.field(default_factory=dict)
     """a mini-batch training step of the planned model (:func:`measure_minibatch`; empty when
     only full-graph strategies were calibrated): ``sample_batch`` and ``sample_edge`` (seconds
-    per batch and per sampled edge to sample its blocks), ``step_batch`` and ``step_edge``
-    (seconds per batch and per block edge to gather its input rows, build its graphs, run the
-    model forward and backward and step Adam), ``encode8_value`` and ``decode8_value`` (seconds
-    per value to encode rows of the features' width at 8 bits before a fetch's send, and to
-    decode them on arrival)"""
+    per batch and per sampled edge to sample its blocks), ``step_batch``, ``step_input_edge``
+    and ``step_edge`` (seconds per batch, per edge of its input layer's block and per edge of
+    the upper layers' blocks to gather its input rows, build its graphs, run the model forward
+    and backward and step Adam; rates written before ``step_input_edge`` existed charge input
+    edges ``step_edge``), ``encode8_value`` and ``decode8_value`` (seconds per value to encode
+    rows of the features' width at 8 bits before a fetch's send, and to decode them on
+    arrival)"""
 
     def minibatch(self, name: str) -> float:
+        if name == "step_input_edge" and name not in self.minibatch_s:
+            name = "step_edge"  # rates of one per-edge step rate
         if name not in self.minibatch_s:
             raise ConfigError(
                 "the machine rates hold no mini-batch step; calibrate again planning mini-batch "
@@ -354,7 +358,14 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
 def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     """Time sampling and a training step of the planned model at the smallest and the largest
     of ``step.batch_sizes`` (seeds drawn from the training nodes) and fit each as seconds per
-    batch plus seconds per edge (:attr:`ComputeRates.minibatch_s`), at the current threads."""
+    batch plus seconds per edge (:attr:`ComputeRates.minibatch_s`), at the current threads.
+
+    A step's edges do not all cost alike: the input layer's (``step_input_edge``) carry the
+    narrow input rows, the upper layers' (``step_edge``) the hidden ones, and each upper layer's
+    src rows are activated and dropped out. Batches of one sampler scale both together, but
+    historical embeddings shrink the input layer alone (they stop expansion above it), so a
+    third point, the largest batch with every outside src node of its upper layers served from
+    a table, separates the two (models of one layer: one rate for both)."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.nn.message_graph import MessageGraph
     from shardgnn.nn.models import build_model
@@ -367,33 +378,67 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     config = ModelConfig(model=step.model, hidden=step.hidden, num_layers=len(step.fanouts))
     torch.manual_seed(0)
     model = build_model(config, int(work.x.shape[1]), step.out_dim)
+    # as the workers train: dropout masks hashed from node ids (torch's Bernoulli draws took
+    # ~40 % of this step, single-threaded, and training never runs them)
+    model.use_hashed_dropout(0)
     adam = torch.optim.Adam(model.parameters(), lr=1e-3)
     sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
     sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
     points = []
-    for size in sizes:
-        seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), replace=False))
+
+    def serve_all(layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray:
+        mask = np.zeros(src_nodes.shape[0], dtype=bool)
+        mask[num_dst:] = True
+        return mask
+
+    served = [False, False] + ([True] if len(step.fanouts) > 1 else [])
+    steps = []
+    for size, serve in zip([*sizes, sizes[-1]], served):
+        if not serve:  # the served batch has the largest batch's seeds
+            seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), False))
+        sampler.prune = serve_all if serve else None
         sample_s = _seconds(lambda seeds=seeds: sampler.sample(SeedInput(seeds), 0))
         sample = sampler.sample(SeedInput(seeds), 0)
-        edges = sum(block.num_edges for block in sample.blocks)
+        sampler.prune = None
+        edges = [block.num_edges for block in sample.blocks]
         labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
+        history = {
+            layer: (block.history_S, torch.randn(int(block.history_S.sum()), step.hidden))
+            for layer, block in enumerate(sample.blocks)
+            if block.history_S is not None
+        }
 
-        def train_step(sample=sample, labels=labels):
+        def train_step(sample=sample, labels=labels, history=history):
             x_SF = torch.from_numpy(np.asarray(work.x[sample.input_nodes.numpy()], np.float32))
             graphs = [MessageGraph.from_block(b) for b in sample.blocks]
             adam.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(model(graphs, x_SF), labels).backward()
+            logits = model(graphs, x_SF, history)[0] if history else model(graphs, x_SF)
+            torch.nn.functional.cross_entropy(logits, labels).backward()
             adam.step()
 
-        points.append((edges, sample_s, _seconds(train_step)))
-    (e1, s1, t1), (e2, s2, t2) = points
-    span = max(e2 - e1, 1)
+        points.append((edges[0], sum(edges[1:]), sample_s))
+        steps.append(train_step)
+    # the steps alternate, so the machine's drift between them does not tell them apart
+    rounds = [[_seconds(fn) for fn in steps] for _ in range(5)]
+    points = [(*p, statistics.median(t)) for p, t in zip(points, zip(*rounds))]
+    (i1, u1, s1, t1), (i2, u2, s2, t2) = points[:2]
+    span = max(i2 + u2 - i1 - u1, 1)
     sample_edge, step_edge = max(s2 - s1, 0.0) / span, max(t2 - t1, 0.0) / span
+    step_input_edge = step_edge
+    if len(points) == 3:
+        # the served batch: fewer input edges, the same upper ones
+        i3, u3, _, t3 = points[2]
+        a = np.array([[1.0, i, u] for i, u, _, _ in points])
+        _, step_input_edge, step_edge = np.linalg.lstsq(a, np.array([t1, t2, t3]), rcond=None)[0]
+        if min(step_input_edge, step_edge) < 0 or i3 >= i2:
+            step_input_edge = step_edge = max(t2 - t1, 0.0) / span  # noise: one rate
+        step_input_edge, step_edge = float(step_input_edge), float(step_edge)
     return {
-        "sample_batch": max(s1 - sample_edge * e1, 0.0),
+        "sample_batch": max(s1 - sample_edge * (i1 + u1), 0.0),
         "sample_edge": sample_edge,
-        "step_batch": max(t1 - step_edge * e1, 0.0),
+        "step_batch": max(t1 - step_input_edge * i1 - step_edge * u1, 0.0),
         "step_edge": step_edge,
+        "step_input_edge": step_input_edge,
         **_codec_seconds(int(work.x.shape[1]), 8),
     }
 

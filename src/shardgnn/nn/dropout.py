@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from shardgnn.nn.functional import is_sparse
+from shardgnn.nn.kernels import numba_threads_like_torch
 from shardgnn.sampling.device import splitmix64 as device_splitmix64
 from shardgnn.sampling.kernels import KERNEL_LOCK, splitmix64
 
@@ -90,7 +91,7 @@ def hashed_dropout(
         h = h.coalesce()
         idx = h.indices().cpu().numpy()
         rows = ids[idx[0]] if ids is not None else idx[0].astype(np.int64) + row_offset
-        with KERNEL_LOCK:
+        with KERNEL_LOCK, numba_threads_like_torch():
             mask = _sparse_mask(rows, idx[1].astype(np.int64), seed, threshold, scale)
         values = h.values() * torch.from_numpy(mask).to(h.device, h.dtype)
         return torch.sparse_coo_tensor(
@@ -98,6 +99,6 @@ def hashed_dropout(
         )
     if ids is None:
         ids = np.arange(row_offset, row_offset + h.shape[0], dtype=np.int64)
-    with KERNEL_LOCK:
+    with KERNEL_LOCK, numba_threads_like_torch():
         mask = _dense_mask(ids, h.shape[1] if h.dim() > 1 else 1, seed, threshold, scale)
     return h * torch.from_numpy(mask).reshape(h.shape).to(h.device, h.dtype)

@@ -20,10 +20,29 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+import torch
 
 # Imported for its side effect too: it selects numba's workqueue threading layer (torch shares
 # libgomp otherwise) before any parallel kernel runs. Every parallel launch holds KERNEL_LOCK.
 from shardgnn.sampling.kernels import KERNEL_LOCK  # noqa: F401  (re-exported)
+
+
+class numba_threads_like_torch:
+    """Run numba's parallel kernels on as many threads as torch uses (``torch.set_num_threads``
+    is the project's per-process setting: workers sharing a machine's cores each take their
+    share); the previous count is restored, so a sampler that relies on numba's default is not
+    affected. numba's count is per calling thread."""
+
+    def __enter__(self):
+        want = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+        self.prev = numba.get_num_threads()
+        if want != self.prev:
+            numba.set_num_threads(want)
+
+    def __exit__(self, *exc):
+        if numba.get_num_threads() != self.prev:
+            numba.set_num_threads(self.prev)
+
 
 # Below this much work (edges x width) :func:`csr_spmm_serial` is faster than a parallel launch:
 # waking numba's workqueue pool costs ~70 us here (measured; a 60k-edge block at F = 1 took

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import warnings
 
-import numba
 import numpy as np
 import torch
 
@@ -229,7 +228,7 @@ class MessageGraph:
         """The gcn ``edge_values`` in two O(E) row-parallel passes instead of a stable argsort
         over all edges (bit-identical: the same float32 products in the same order)."""
         indptr_D1, indices_E = _np(self.indptr_D1), _np(self.indices_E)
-        with kernels.KERNEL_LOCK, _numba_threads():
+        with kernels.KERNEL_LOCK, kernels.numba_threads_like_torch():
             kept_D = kernels.count_non_loops(indptr_D1, indices_E)
         inv_sqrt_S, scale_D = self._gcn_scales(torch.from_numpy(kept_D).to(torch.float32))
         new_indptr_D1 = np.zeros(self.num_dst + 1, dtype=np.int64)
@@ -237,7 +236,7 @@ class MessageGraph:
         num_edges = int(new_indptr_D1[-1])
         new_indices_E = np.empty(num_edges, dtype=np.int64)
         values_E = np.empty(num_edges, dtype=np.float32)
-        with kernels.KERNEL_LOCK, _numba_threads():
+        with kernels.KERNEL_LOCK, kernels.numba_threads_like_torch():
             kernels.gcn_fill(
                 indptr_D1,
                 indices_E,
@@ -322,22 +321,6 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return np.ascontiguousarray(t.detach().numpy())
 
 
-class _numba_threads:
-    """Run numba's parallel kernels on as many threads as torch uses (``torch.set_num_threads``
-    is the project's per-process setting); the previous count is restored, so a sampler that
-    relies on numba's default is not affected. numba's count is per calling thread."""
-
-    def __enter__(self):
-        want = min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
-        self.prev = numba.get_num_threads()
-        if want != self.prev:
-            numba.set_num_threads(want)
-
-    def __exit__(self, *exc):
-        if numba.get_num_threads() != self.prev:
-            numba.set_num_threads(self.prev)
-
-
 def uses_kernels(h_SF: torch.Tensor) -> bool:
     """Whether :func:`spmm` of ``h_SF`` runs the numba kernels (dense 2-D CPU float32/float64,
     and :data:`USE_KERNELS`) rather than torch sparse CSR."""
@@ -362,7 +345,7 @@ def kernel_spmm(
     if indices.shape[0] * x_np.shape[1] < kernels.SERIAL_WORK:
         kernels.csr_spmm_serial(*args)  # no pool: no KERNEL_LOCK, no thread setting
     else:
-        with kernels.KERNEL_LOCK, _numba_threads():
+        with kernels.KERNEL_LOCK, kernels.numba_threads_like_torch():
             kernels.csr_spmm(*args)
     return out_RF
 

@@ -59,10 +59,17 @@ class NeighborSampler:
     sampler per thread.
     """
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, config: SamplerConfig):
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        config: SamplerConfig,
+        prune: Prune | None = None,
+    ):
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
         self.indices = indices
         self.config = config
+        self.prune = prune  # historical embeddings: nodes not to expand (sample_blocks)
         self._node_map = np.full(self.indptr.shape[0] - 1, -1, dtype=np.int64)
 
     @property
@@ -88,6 +95,7 @@ class NeighborSampler:
             ),
             degree_of=lambda nodes: self.indptr[nodes + 1] - self.indptr[nodes],
             node_map=self._node_map,
+            prune=self.prune,
         )
 
 

@@ -16,6 +16,15 @@ HISTORICAL_SCOPES = ("remote", "all")
 the batch's own layer (GNNAutoScale)."""
 
 
+def split_historical(spec: str) -> tuple[int, int] | None:
+    """``(layer, age)`` of a ``--historical LAYER:AGE`` value (None: not two non-negative
+    integers)."""
+    layer, sep, age = str(spec).partition(":")
+    if not (sep and layer.strip().isdigit() and age.strip().isdigit()):
+        return None
+    return int(layer), int(age)
+
+
 @dataclasses.dataclass(kw_only=True)
 class EmbeddingConfig:
     """Learnable node embeddings: one trainable row per node, updated by a sparse optimiser."""

@@ -19,6 +19,7 @@ from typing import Any
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.options import changed_settings, check_choices, invalid
 from shardgnn.sampling.config import SamplerConfig
+from shardgnn.store.config import split_historical
 
 DEFAULT_BATCH_SIZE = 1024
 """Items per step when ``--batch-size`` is not given (node classification: at most)."""
@@ -63,11 +64,11 @@ class ResolvedSettings:
         """The block layers served from historical embeddings (``--historical L:AGE``)."""
         if self.historical is None:
             return None
-        return range(int(self.historical.split(":")[0]), self.model.num_layers)
+        return range(split_historical(self.historical)[0], self.model.num_layers)
 
     @property
     def historical_age(self) -> int | None:
-        return None if self.historical is None else int(self.historical.split(":")[1])
+        return None if self.historical is None else split_historical(self.historical)[1]
 
     @property
     def historical_push_interval(self) -> int:
@@ -269,13 +270,13 @@ def _check_historical(config: Any) -> None:
             f"({', '.join(STACKED_MODELS)}); --model {config.model.model} has none to replace: "
             "drop --historical"
         )
-    layer, sep, age = str(config.historical).partition(":")
-    if not (sep and layer.strip().isdigit() and age.strip().isdigit()):
+    parsed = split_historical(config.historical)
+    if parsed is None:
         raise ConfigError(
             f"{flag}: give LAYER:AGE, two non-negative integers, e.g. --historical 1:4"
         )
     layers = config.model.num_layers
-    if not 1 <= int(layer) <= layers - 1:
+    if not 1 <= parsed[0] <= layers - 1:
         raise ConfigError(
             f"{flag}: the layer must lie in [1, {layers - 1}] for a {layers}-layer model "
             "(layer 0 reads input features, which no owner computes)"

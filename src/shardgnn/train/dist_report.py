@@ -96,14 +96,17 @@ class SampledReport:
         metrics: dict[str, Any] = {}
         if self.fetch_store is not None:
             remote = epoch_comm.get("fetch", [0, 0])[1]
-            requested, missed, remote = self.sum(
-                [*_slow_tier_bytes(self.fetch_store, self.cache), float(remote)]
+            sampled = epoch_comm.get("sample", [0, 0])[1]
+            requested, missed, remote, sampled = self.sum(
+                [*_slow_tier_bytes(self.fetch_store, self.cache), float(remote), float(sampled)]
             )
             metrics.update(
                 hit_rate=(requested - missed) / requested if requested else None,
                 requested_mb=requested / 1e6,
                 missed_mb=missed / 1e6,
                 remote_feature_mb=remote / 1e6,
+                # the distributed sampler's requests and replies (all workers)
+                remote_sample_mb=sampled / 1e6,
             )
         if self.edge_store is not None:
             requested, missed = self.sum(list(_slow_tier_bytes(self.edge_store, self.edge_cache)))
