@@ -1,6 +1,7 @@
 """`shardgnn plan`'s mini-batch rows against measured runs (issue 32): for P = 2, 3, 4 workers on
 one partition each and every mini-batch option (exact rows, `--fetch-bits 8`, a presample cache,
-both, historical embeddings serving remote nodes and serving every node), the sampling, fetch and
+both, historical embeddings serving remote nodes and serving every node, each pushed and
+pulled), the sampling, fetch and
 historical bytes per epoch, the cache's and the tables' hit rates and the epoch time the plan
 predicts (rates calibrated here first, every worker on this machine) beside what a run with
 `--host-sharing off` measures (its per-epoch counters and epoch time without evaluation, epochs 2

@@ -65,18 +65,23 @@ def test_one_worker_sends_nothing_and_the_counts_follow_the_blocks(graph):
     assert epoch.batches == -(-max(np.bincount(owner[graph.train_idx])) // 64)
 
 
-def test_historical_rows_serve_what_owners_pushed(graph):
+def test_historical_rows_serve_what_owners_send(graph):
     """--historical L:AGE: after a first epoch fills the tables, a share of the remote nodes at
     layer L is served, so fewer rows are sampled and fetched; the pushes cost ids and hidden-wide
     float32 rows per layer-step (and the tables' memory). Scope all serves own nodes too. Age 0
     serves nothing, and every step each owner pushes every computed row another worker watches
-    (re-sent every step)."""
+    (re-sent every step). Pull mode moves only the rows asked for, at an id and a stamp per
+    ask."""
     _, costs = _costs(graph, 2, historical="1:3")
-    exact, remote, every = costs[0], costs[4], costs[5]
-    assert [c.option for c in costs[4:]] == ["historical 1:3", "historical 1:3 all"]
+    exact, remote, pull, every, every_pull = costs[0], *costs[4:]
+    assert [c.option for c in costs[4:]] == [
+        "historical 1:3", "historical 1:3 pull", "historical 1:3 all", "historical 1:3 all pull"
+    ]  # fmt: skip
     assert remote.flags == ("--historical", "1:3")
+    assert pull.flags == ("--historical", "1:3", "--historical-mode", "pull")
     assert every.flags == ("--historical", "1:3", "--historical-scope", "all")
-    for c in (remote, every):
+    assert every_pull.flags == (*every.flags, "--historical-mode", "pull")
+    for c in (remote, pull, every, every_pull):
         assert 0.2 < c.history_hit_rate < 1 and c.history_bytes > 0
         assert c.fetch_rows < exact.fetch_rows and c.sample_bytes < exact.sample_bytes
         assert c.held_mb > exact.held_mb
@@ -104,6 +109,15 @@ def test_historical_rows_serve_what_owners_pushed(graph):
     assert np.array_equal(epoch.halo_rows, [h.shape[0] for h in halo])
     assert 0 < epoch.pushed[0, 1] <= halo[1].shape[0] * epoch.batches
     assert 0 < epoch.pushed[1, 0] <= halo[0].shape[0] * epoch.batches
+    # pull: an owner answers only what was asked, and only with rows fresh enough to serve
+    pulled = sample_epoch(graph, owner, 2, (5, 5), 128, 0, HistoryPlan.of("1:3", 2, mode="pull"))
+    assert pulled.asked.trace() == 0 and pulled.pushed.trace() == 0
+    assert (0 < pulled.pushed.T[~np.eye(2, dtype=bool)]).all()
+    assert (pulled.pushed.T <= pulled.asked).all() and pulled.history_hit_rate > 0.2
+    stale = sample_epoch(graph, owner, 2, (5, 5), 128, 0, HistoryPlan.of("1:0", 2, mode="pull"))
+    assert stale.history_hit_rate == 0.0 and stale.pushed.sum() == 0 and stale.asked.sum() > 0
+    boundary = [np.unique(np.concatenate(halo))]
+    assert stale.boundary_rows.tolist() == np.bincount(owner[boundary[0]], minlength=2).tolist()
 
 
 def _hand_step_rates() -> ComputeRates:
@@ -169,11 +183,15 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     assert costs[1].option == "8-bit"
     assert costs[1].sample_s == pytest.approx((sample + coded).max(), rel=1e-9)
     # historical embeddings: their bytes, and two more all-to-alls per layer and step
-    _, (*_, history, _) = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")
+    history = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")[1][4]
     total = history.bytes_per_epoch + 2 * ring
     calls = 3 * 2 + 2 + 1 + 1 + 2
     expected = total / (2 * 1e8) + 1e-4 * history.batches * calls
     assert history.comm_s == pytest.approx(expected, rel=1e-9)
+    # pull mode: three all-to-alls per layer and batch, while sampling
+    pull = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")[1][5]
+    expected = (pull.bytes_per_epoch + 2 * ring) / (2 * 1e8) + 1e-4 * pull.batches * (calls + 1)
+    assert pull.option == "historical 1:2 pull" and pull.comm_s == pytest.approx(expected)
 
 
 def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
@@ -227,9 +245,11 @@ def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):
     argv = ["plan", SPEC, "--workers", "2", "--strategies", "minibatch", "--hidden", "16"]
     assert main([*argv, "--historical", "1:2", "--out", str(history)]) == 0
     printed = capsys.readouterr().out
-    assert "history hit" in printed and "historical 1:2 all" in printed
+    assert "history hit" in printed and "historical 1:2 all pull" in printed
     rows = json.loads(history.read_text())["minibatch_costs"]
-    assert [r["option"] for r in rows[4:]] == ["historical 1:2", "historical 1:2 all"]
+    assert [r["option"] for r in rows[4:]] == [
+        "historical 1:2", "historical 1:2 pull", "historical 1:2 all", "historical 1:2 all pull"
+    ]  # fmt: skip
     assert rows[4]["history_bytes"] > 0 and rows[0]["history_bytes"] == 0
     for bad, message in (
         (["--strategies", "full", "--historical", "1:2"], "--historical 1:2: plans mini-batch"),
@@ -258,6 +278,8 @@ CACHED = ["--cache-policy", "presample", "--cache-size", "20%"]
         (4, CACHED),
         (2, ["--historical", "1:4"]),
         (3, ["--historical", "1:3", "--historical-scope", "all"]),
+        (2, ["--historical", "1:4", "--historical-mode", "pull"]),
+        (3, ["--historical", "1:3", "--historical-scope", "all", "--historical-mode", "pull"]),
     ],
 )
 def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):

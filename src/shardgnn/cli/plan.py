@@ -28,8 +28,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "rates and picks the fastest. Mini-batch training (--strategies all or minibatch) "
             "is planned from one epoch of every worker's batches sampled here: the sampling "
             "and fetch bytes of exact rows, 8-bit rows (--fetch-bits 8), a presample cache "
-            "(--cache-size) and, with --historical L:AGE, historical embeddings (their pushes "
-            "too; the tables filled by a first epoch), and with rates their epoch time."
+            "(--cache-size) and, with --historical L:AGE, historical embeddings (pushed or "
+            "pulled, their traffic too; the tables filled by a first epoch), and with rates "
+            "their epoch time."
         ),
     )
     parser.add_argument(

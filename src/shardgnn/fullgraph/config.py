@@ -162,8 +162,10 @@ class PlanConfig:
         None,
         metavar="L:AGE",
         help="mini-batch: also plan historical embeddings, as `shardgnn train --historical L:AGE` "
-        "(push mode, a row re-sent as its copy reaches AGE steps): one row serving remote nodes "
-        "(DistGNN-MB), one serving every node outside a batch's layer (--historical-scope all)",
+        "(the default --historical-push-every AGE): rows serving remote nodes (DistGNN-MB) and "
+        "rows serving every node outside a batch's layer (--historical-scope all), each with "
+        "owners pushing what they computed and with workers pulling what they read "
+        "(--historical-mode push and pull)",
     )
     out: str | None = option(None, help="also write every cost as JSON here")
 

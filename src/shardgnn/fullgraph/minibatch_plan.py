@@ -20,15 +20,18 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
   random stream stands for the pre-sampling epoch; each worker caches the remote rows it read
   most there (up to the capacity, a fraction of all nodes), and the training epoch's reads of
   them are not fetched.
-* **historical embeddings** (``--historical L:AGE``, push mode, with scope ``remote`` and
-  ``all``): the workers' batches are sampled in lockstep, batch ``i`` of every worker before any
-  batch ``i + 1``, each pruned by its tables as :class:`~shardgnn.store.historical.
-  HistoricalEmbeddings` prunes it (a node at layer ``>= L`` with an entry at most AGE steps old
-  is served, not expanded); after each step every owner pushes the rows its batch computed for
-  its own nodes to the workers that watch them (stage ``historical``: per layer, ids with an
-  int64 each and float32 rows at the hidden width, each row to each worker at most every AGE
-  steps). A first epoch fills the tables; the second is counted: what a run settles to. Fewer
-  expanded nodes mean fewer sampled edges and fetched rows (and less compute).
+* **historical embeddings** (``--historical L:AGE``, each scope, ``remote`` and ``all``, in
+  each mode, ``push`` and ``pull``): the workers' batches are sampled in lockstep, batch ``i`` of
+  every worker before any batch ``i + 1``, each pruned by its tables as
+  :class:`~shardgnn.store.historical.HistoricalEmbeddings` prunes it (a node at layer ``>= L``
+  with an entry at most AGE steps old is served, not expanded). Stage ``historical``, per layer
+  and batch: in push mode, after each step every owner pushes the rows its batch computed for
+  its own nodes to the workers that watch them (an int64 id and a float32 row at the hidden
+  width each, each row to each worker at most every AGE steps); in pull mode a worker's
+  sampling asks the owners for the watched nodes it holds no fresh entry of (an int64 id out,
+  an int64 stamp back, and the row where the owner's latest is at most AGE steps old). A first
+  epoch fills the tables; the second is counted: what a run settles to. Fewer expanded nodes
+  mean fewer sampled edges and fetched rows (and less compute).
 
 These are the ``sample`` and ``fetch`` byte counters of one training epoch (the results'
 ``comm``), up to sampling noise: predicted against measured at P = 2, 3, 4 in the tests. Not
@@ -43,7 +46,7 @@ when the rates hold them; the workers of a machine share its cores), each batch 
 busiest worker (lockstep), and its exchanges: the bytes
 above and the gradient all-reduce over the link, plus the latency of every collective call per
 peer (sampling's three per hop, fetching's two, the all-reduce, the stop agreement, the
-historical pushes' two per layer); the slowest
+historical exchanges' two (push) or three (pull) per layer); the slowest
 machine sets the epoch. With 8-bit rows, each worker also encodes the rows it sends and decodes
 those it receives (the codec's calibrated seconds per value). Where a machine runs more workers
 than it has cores, each of those calls also costs the calibration's crowding probe at the work a
@@ -55,6 +58,7 @@ call for peers the OS has descheduled, which fair sharing of the cores does not 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import numpy as np
@@ -69,7 +73,7 @@ from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
-from shardgnn.store.config import split_historical
+from shardgnn.store.config import HISTORICAL_MODES, split_historical
 from shardgnn.store.historical import NEVER, sorted_lookup
 
 _ID = 8  # bytes of one int64 id, count or edge column
@@ -129,43 +133,56 @@ class MiniBatchCost:
 
 @dataclasses.dataclass(frozen=True)
 class HistoryPlan:
-    """Historical embeddings as ``shardgnn train --historical L:AGE`` runs them in push mode.
+    """Historical embeddings as ``shardgnn train --historical L:AGE`` runs them.
 
     Attributes:
         layers: the block layers served from the tables (``L .. hops - 1``).
         max_age: an entry serves at most this many steps after the step that computed it.
-        push_every: an owner re-sends a node's row to a worker at most every this many steps.
+        push_every: push mode: an owner re-sends a node's row to a worker at most every this
+            many steps.
         scope: ``remote`` (DistGNN-MB) or ``all`` (own nodes too, GNNAutoScale).
+        mode: ``push`` (owners send what they computed after each step) or ``pull`` (a worker
+            asks the owners for the entries its sampling needs).
     """
 
     layers: range
     max_age: int
     push_every: int
     scope: str = "remote"
+    mode: str = "push"
 
     @classmethod
-    def of(cls, spec: str, hops: int, scope: str = "remote") -> HistoryPlan:
+    def of(cls, spec: str, hops: int, scope: str = "remote", mode: str = "push") -> HistoryPlan:
         """From ``--historical L:AGE`` (checked by the config) with the training default
         ``--historical-push-every`` (AGE)."""
         layer, age = split_historical(spec)
-        return cls(range(layer, hops), age, max(1, age), scope)
+        return cls(range(layer, hops), age, max(1, age), scope, mode)
 
     @property
     def option(self) -> str:
-        name = f"historical {self.layers.start}:{self.max_age}"
-        return name if self.scope == "remote" else f"{name} all"
+        words = [f"historical {self.layers.start}:{self.max_age}"]
+        words += ["all"] if self.scope == "all" else []
+        return " ".join(words + (["pull"] if self.mode == "pull" else []))
 
     @property
     def flags(self) -> tuple[str, ...]:
         flags = ("--historical", f"{self.layers.start}:{self.max_age}")
-        return flags if self.scope == "remote" else (*flags, "--historical-scope", "all")
+        flags += ("--historical-scope", "all") if self.scope == "all" else ()
+        return flags + (("--historical-mode", "pull") if self.mode == "pull" else ())
+
+    @property
+    def calls(self) -> int:
+        """The all-to-alls per historical layer and batch: push, ids and rows after the step;
+        pull, ids out, stamps and rows back while sampling."""
+        return 3 if self.mode == "pull" else 2
 
 
 class _HistoryTables:
     """Every worker's historical-embedding stamps, as :class:`~shardgnn.store.historical.
-    HistoricalEmbeddings` keeps them (push mode; rows are not needed to count): which halo node
-    has an entry fresh enough to serve, which own node (scope ``all``) its owner computed lately,
-    and what each owner pushes to each watcher after each step.
+    HistoricalEmbeddings` keeps them (rows are not needed to count): which halo node has an
+    entry fresh enough to serve, which own node its owner computed lately (what scope ``all``
+    serves and pull mode answers from), and the rows each owner sends each watcher (push: after
+    each step; pull: in reply to the ids the watcher's sampling asks for).
 
     One entry per (watcher, node) pair of the halos, watcher-major (a worker's halo is a slice);
     ``by_node`` orders them node-major, so a step's pushes gather the watchers of the nodes it
@@ -192,6 +209,7 @@ class _HistoryTables:
         """Zero the epoch's counters."""
         self.lookups = self.hits = 0
         self.pushed = np.zeros((self.workers, self.workers), np.int64)  # rows owner -> watcher
+        self.asked = np.zeros((self.workers, self.workers), np.int64)  # pull: ids watcher -> owner
 
     def prune(self, worker: int):
         """``prune(layer, src nodes, num dst)`` of ``worker``'s sampler at this step."""
@@ -207,8 +225,21 @@ class _HistoryTables:
             remote = np.flatnonzero(~own)
             self.lookups += int(others.shape[0] if history.scope == "all" else remote.shape[0])
             watched, pos = sorted_lookup(self.node[first:last], others[remote])
-            age = self.step - self.stamps[layer][first + pos]
-            mask[num_dst + remote] = watched & (age <= history.max_age)
+            entry = first + pos
+            fresh = watched & (self.step - self.stamps[layer][entry] <= history.max_age)
+            if history.mode == "pull":
+                # ask the owners; each answers with its latest row when fresh enough
+                need = np.flatnonzero(watched & ~fresh)
+                nodes = others[remote[need]]
+                self.asked[worker] += np.bincount(self.owner[nodes], minlength=self.workers)
+                stamp = self.own_stamps[layer][nodes]
+                got = self.step - stamp <= history.max_age
+                self.stamps[layer][entry[need[got]]] = stamp[got]
+                self.pushed[:, worker] += np.bincount(
+                    self.owner[nodes[got]], minlength=self.workers
+                )
+                fresh[need[got]] = True
+            mask[num_dst + remote] = fresh
             if history.scope == "all":
                 own_at = np.flatnonzero(own)
                 age = self.step - self.own_stamps[layer][others[own_at]]
@@ -227,6 +258,8 @@ class _HistoryTables:
             mine = [c[layer][self.owner[c[layer]] == w] for w, c in enumerate(computed)]
             nodes = np.concatenate(mine) if mine else np.zeros(0, np.int64)
             self.own_stamps[layer][nodes] = step
+            if self.history.mode == "pull":
+                continue
             # every (watcher, node) entry of the computed nodes
             lo, hi = self.node_ptr[nodes], self.node_ptr[nodes + 1]
             size = hi - lo
@@ -261,7 +294,11 @@ class _Epoch:
     batch_input_edges: np.ndarray
     """``[P, batches]``: of those, the input layer's block's"""
     pushed: np.ndarray | None = None
-    """historical embeddings: rows each owner pushes to each watcher per layer-step, summed"""
+    """historical embeddings: rows each owner sends each watcher (pushed or pulled), summed"""
+    asked: np.ndarray | None = None
+    """historical embeddings in pull mode: ids each watcher asks each owner for, summed"""
+    boundary_rows: np.ndarray | None = None
+    """historical embeddings: ``[P]`` each worker's own nodes that another worker watches"""
     history_hit_rate: float | None = None
     """historical embeddings: the share of looked-up nodes served from a table"""
     halo_rows: np.ndarray | None = None
@@ -297,7 +334,10 @@ def sample_epoch(
             batcher.set_epoch(1)
     epoch = _sample_lockstep(sampler, batchers, rel, owner, seed, tables, count if tables else 0)
     if tables is not None:
-        epoch.pushed = tables.pushed
+        epoch.pushed, epoch.asked = tables.pushed, tables.asked
+        epoch.boundary_rows = np.bincount(owner[np.unique(tables.node)], minlength=workers).astype(
+            np.int64
+        )
         epoch.history_hit_rate = tables.hits / tables.lookups if tables.lookups else 0.0
         epoch.halo_rows = np.diff(tables.start)
     return epoch
@@ -419,8 +459,10 @@ def minibatch_costs(
         (f"cache {cache_size}", 32, capacity, train, None),
         (f"8-bit + cache {cache_size}", 8, capacity, train, None),
     ]
-    for scope in ("remote", "all") if historical else ():
-        history = HistoryPlan.of(historical, hops, scope)
+    for scope, mode in itertools.product(("remote", "all"), HISTORICAL_MODES):
+        if historical is None:
+            break
+        history = HistoryPlan.of(historical, hops, scope, mode)
         epoch = sample_epoch(graph, owner, workers, fanouts, batch_size, seed, history)
         options.append((history.option, 32, 0, epoch, history))
     out = []
@@ -439,16 +481,28 @@ def minibatch_costs(
         held = held_base + cache_rows * in_dim * 4
         history_sent = np.zeros(workers, np.int64)
         if history is not None:
-            # per layer and step: the ids (with the row counts) and the rows, float32 at the
-            # hidden width
-            pushed, steps = epoch.pushed, len(history.layers) * epoch.batches
-            history_sent = (_ID + 4 * hidden) * pushed.sum(1) + _ID * (workers - 1) * steps
+            # per layer and step, push: the ids (with the row counts) and the rows, float32 at
+            # the hidden width; pull: ids out (with the counts), a stamp back per id, the fresh
+            # rows (with the counts)
+            pushed, asked = epoch.pushed, epoch.asked
+            rows_sent, rows_recv = 4 * hidden * pushed.sum(1), 4 * hidden * pushed.sum(0)
+            counted = 2 if history.mode == "pull" else 1  # calls that exchange row counts
+            metadata = counted * _ID * (workers - 1) * len(history.layers) * epoch.batches
+            if history.mode == "pull":
+                ids_sent = _ID * (asked.sum(1) + asked.sum(0))  # asks out, stamps back
+                ids_recv = ids_sent
+            else:
+                ids_sent, ids_recv = _ID * pushed.sum(1), _ID * pushed.sum(0)
+            history_sent = rows_sent + ids_sent + metadata
             sent = sent + history_sent
-            recv = recv + (_ID + 4 * hidden) * pushed.sum(0) + _ID * (workers - 1) * steps
-            # tables of the halo (rows and two stamps per entry), own rows with scope all
+            recv = recv + rows_recv + ids_recv + metadata
+            # tables of the halo (rows, stamps; push: the sent steps), the own rows kept (scope
+            # all: every own node; pull: those another worker watches) with their stamps
             halo = epoch.halo_rows
-            kept = halo + (own_rows if history.scope == "all" else 0)
-            held = held + len(history.layers) * (kept * 4 * hidden + halo * 2 * _ID)
+            kept = 0 if history.mode == "push" else epoch.boundary_rows
+            kept = own_rows if history.scope == "all" else kept
+            stamps = halo * (1 if history.mode == "pull" else 2) + kept
+            held = held + len(history.layers) * ((halo + kept) * 4 * hidden + stamps * _ID)
         flags = (["--fetch-bits", str(bits)] if bits < 32 else []) + (
             ["--cache-policy", "presample", "--cache-size", cache_size] if cap else []
         )
@@ -474,7 +528,8 @@ def minibatch_costs(
             times = _epoch_seconds(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                coded=coded, history_calls=0 if history is None else 2 * len(history.layers),
+                coded=coded,
+                history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
         out.append(cost)
