@@ -118,6 +118,23 @@ def test_regression_r2_over_batches_equals_the_whole_split():
     assert 0.5 < score < 1.0
 
 
+@pytest.mark.parametrize("kind", ["regression", "multilabel"])
+def test_a_row_of_unknowns_adds_no_loss_and_does_not_count(kind):
+    """The batch loss is the mean over the rows with a known entry: rows with none (the fake
+    edges of tracks:labels=regression) neither add loss nor dilute the mean."""
+    torch.manual_seed(2)
+    target = node_target(kind, 2)
+    out = torch.randn(10, 2)
+    y = torch.rand(10, 2) if kind == "multilabel" else torch.randn(10, 2)
+    y[1, 0] = float("nan")
+    real = target.loss_mean(out[:6], y[:6])
+    y_fakes = torch.cat([y[:6], torch.full((4, 2), float("nan"))])
+    with_fakes = target.loss_mean(torch.cat([out[:6], torch.randn(4, 2)]), y_fakes)
+    assert with_fakes.item() == pytest.approx(real.item(), rel=1e-6)
+    assert real.item() == pytest.approx(target.loss_sum(out[:6], y[:6]).item() / 6, rel=1e-6)
+    assert target.rows_scored(y_fakes) == 6
+
+
 # ------------------------------------------------------------------------ graphs and partitions
 def test_label_tables_are_validated_with_one_clear_line():
     g = _graph("class", nodes=50)

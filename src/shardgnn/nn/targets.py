@@ -260,6 +260,12 @@ class _TableTarget(NodeTarget):
         entries = self.entry_loss(out_BC, y) * mask
         return (entries.sum(1) / count).sum()
 
+    def loss_mean(self, out_BC, y_B):
+        """The mean over the rows scored: a row of unknowns (a fake edge) adds no loss and does
+        not count (dividing by every row would shrink the loss by the share of such rows)."""
+        scored = (~torch.isnan(y_B)).any(1).sum().clamp(min=1)  # a tensor: no host sync
+        return self.loss_sum(out_BC, y_B) / scored
+
     @abc.abstractmethod
     def entry_loss(self, out_BC: torch.Tensor, y_BC: torch.Tensor) -> torch.Tensor:
         """The loss of every entry (unknown ones are masked by the caller)."""

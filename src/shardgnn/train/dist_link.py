@@ -113,13 +113,7 @@ class DistLinkSteps(DistSampledSteps):
         )
         # Evaluation: an even share of each split's positives per rank, all ranks the same
         # number of embedding batches.
-        eval_features = self.eval_features
-        if self.cache is not None:  # evaluation reads the cached rows but never changes them
-            eval_features = self.cache.read_only_view(eval_features)
-        self.eval_inputs = input_store(eval_features, self.eval_rows)
-        self.eval_edge_rows = self.eval_edges
-        if self.edge_cache is not None:
-            self.eval_edge_rows = self.edge_cache.read_only_view(self.eval_edge_rows)
+        self.eval_inputs, self.eval_edge_rows = self.eval_input_rows()
         self.eval_sampler = DistNeighborSampler(
             self.graph, eval_sampler_config(config), self.data_comm, "eval"
         )

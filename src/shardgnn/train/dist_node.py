@@ -172,13 +172,7 @@ class DistMiniBatchSteps(DistSampledSteps):
         """Evaluation's pipeline per split (its own sampler, seeds and stages), and with full
         neighbourhoods the layer-wise inference that replaces it."""
         config, ctx = self.config, self.ctx
-        eval_features = self.eval_features
-        if self.cache is not None:  # evaluation reads the cached rows but never changes them
-            eval_features = self.cache.read_only_view(eval_features)
-        eval_features = input_store(eval_features, self.eval_rows)
-        eval_edges = self.eval_edges
-        if self.edge_cache is not None:
-            eval_edges = self.edge_cache.read_only_view(eval_edges)
+        eval_features, eval_edges = self.eval_input_rows()
         eval_sampler = DistNeighborSampler(  # its own stage: "sample" counts training's
             self.graph, eval_sampler_config(config), self.data_comm, "eval"
         )

@@ -31,7 +31,7 @@ from shardgnn.store.cache.store import CachedFeatureStore
 from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
-from shardgnn.store.embedding import check_table_fits
+from shardgnn.store.embedding import check_table_fits, input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.train.config import TrainConfig
@@ -166,6 +166,18 @@ class SampledInputs(DistSteps):
         self.edge_local = local
         self.edge_store = self.dist_edge_rows("fetch", self.codec, feedback)
         self.eval_edges = self.dist_edge_rows("eval", self.codec)
+
+    def eval_input_rows(self) -> tuple[Any, DistFeatureStore | CachedFeatureStore | None]:
+        """Evaluation's input rows (features, then learnable rows) and edge rows: through the
+        training caches where there are any, read-only (evaluation reads the cached rows but
+        never changes them: training's hits, rounding and policy state stay its own)."""
+        features = self.eval_features
+        if self.cache is not None:
+            features = self.cache.read_only_view(features)
+        edges = self.eval_edges
+        if self.edge_cache is not None:
+            edges = self.edge_cache.read_only_view(edges)
+        return input_store(features, self.eval_rows), edges
 
     def dist_edge_rows(self, stage: str, codec=None, feedback=None) -> DistFeatureStore:
         """Edge rows held by their owners (:meth:`_open_edge_rows`), one stage."""
