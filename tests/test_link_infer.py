@@ -107,3 +107,11 @@ def test_bad_pairs_are_refused_before_workers_start(tmp_path, capsys):
     argv = ["infer", "--checkpoint", str(node_ckpt), "--partitions", str(parts), "--out"]
     assert main([*argv, str(tmp_path / "out"), "--pairs", str(bad)]) == 2
     assert "node-classification model" in capsys.readouterr().err
+    # --at picks a time of an event stream: refused for a graph without one, or a time not finite
+    for at, message in [
+        ("5", "--at 5: " + str(parts) + " holds a homogeneous graph; --at picks a time"),
+        ("nan", "--at nan: must be a finite time"),
+    ]:
+        assert main([*argv, str(tmp_path / "out"), "--at", at]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err

@@ -209,9 +209,10 @@ def test_distributed_node_training_equals_one_process(tmp_path, model):
     assert test["events"] == single["event_labels"]["test"]["events"]
 
 
-def _replayed(config: TrainConfig, checkpoint, task_rows: int):
-    """One process's replay of the whole stream with ``checkpoint``'s weights, from empty memory
-    (what ``shardgnn infer`` computes on workers): scores ``[K, E]``."""
+def _replayed(config: TrainConfig, checkpoint, task_rows: int, at: float | None = None):
+    """One process's replay of the stream with ``checkpoint``'s weights, from empty memory
+    (what ``shardgnn infer`` computes on workers): scores ``[K, E]`` of the events replayed
+    (all, or those at or before ``at``) and every node's embedding at the end (at ``at``)."""
     from shardgnn.train.inference.run import read_rank_state, resolve_checkpoint
     from shardgnn.train.inference.temporal import MEMORY_STATE, _pair_scores
     from shardgnn.train.recipes import select
@@ -225,8 +226,9 @@ def _replayed(config: TrainConfig, checkpoint, task_rows: int):
     steps.model.memory.reset()
     scorer = steps._label_scores if config.task == "node" else _pair_scores(steps)
     events = steps.events
-    scores = steps._stream(0, events.num_events, scorer, task_rows)[1]
-    last = float(events.t[-1])
+    replayed = events.num_events if at is None else int(np.searchsorted(events.t, at, "right"))
+    scores = steps._stream(0, replayed, scorer, task_rows)[1]
+    last = float(events.t[-1]) if at is None else at
     nodes = np.arange(events.num_nodes)
     seed = mix_seed(config.seed, EVAL_STREAM, events.num_events)
     with torch.no_grad():
@@ -277,3 +279,22 @@ def test_infer_replays_the_stream_on_workers_as_one_process_does(tmp_path, task,
     else:
         np.testing.assert_allclose(np.load(out / "scores.npy"), expected[0], atol=1e-4)
         assert summary["metric"] is None
+    # --at TIME: the events up to TIME replayed (here into the validation events), every node
+    # embedded at TIME, which lies between two events
+    at = float((g.t[1999] + g.t[2000]) / 2) if g.t[1999] < g.t[2000] else float(g.t[1999])
+    replayed = int(np.searchsorted(g.t, at, "right"))
+    early = tmp_path / "early"
+    assert main(["infer", "--checkpoint", str(ckpt), "--partitions", str(parts),
+                 "--out", str(early), "--at", str(at)]) == 0  # fmt: skip
+    summary = json.loads((early / "inference.json").read_text())
+    assert summary["num_events"] == replayed and summary["embedded_at"] == at
+    expected, embeddings = _replayed(config, ckpt, 3 if task == "node" else 1, at)
+    assert expected.shape[1] == replayed
+    np.testing.assert_allclose(np.load(early / "embeddings.npy"), embeddings, atol=1e-4)
+    name = "logits" if task == "node" else "scores"
+    got = np.load(early / f"{name}.npy")
+    np.testing.assert_allclose(got, expected.T if task == "node" else expected[0], atol=1e-4)
+    with (early / "predictions.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == replayed
+    if task == "node":
+        assert summary["metric"]["test"] is None  # no test event replayed yet

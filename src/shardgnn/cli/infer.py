@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from shardgnn.train.inference import (
         check_feature_storage,
         check_inference_pair,
+        check_time,
         infer_worker,
         read_pairs,
         resolve_checkpoint,
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
     check_feature_storage(config.feature_storage, pset, config.partitions)
+    check_time(config.at, pset, config.partitions)
     kind = pset.kind
     if KINDS[kind].infer_on_cpu:
         if config.device not in ("cpu", "auto"):

@@ -9,6 +9,7 @@ flag and every default is valid.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from shardgnn.distributed.config import BACKENDS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
@@ -357,11 +358,20 @@ class InferConfig(LaunchConfig):
         help="link-prediction models: node pairs to score, one per row (original ids; .npy of "
         "shape [P, 2], or text with two ids per line), written to OUT/scores.npy",
     )
+    at: float | None = option(
+        None,
+        metavar="TIME",
+        help="temporal models: replay the events up to TIME (inclusive; the stream's own time "
+        "unit) and write every node's embedding at TIME (unset: the last event's time); the "
+        "per-event outputs cover the replayed events",
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.chunk_rows < 1:
             raise invalid(self, "chunk_rows", "must be >= 1")
+        if self.at is not None and not math.isfinite(self.at):
+            raise invalid(self, "at", "must be a finite time")
 
 
 EXPORT_FORMATS = ("auto", "onnx", "pt2", "torchscript")

@@ -245,6 +245,7 @@ class InferRun:
     pairs: str | Path | None
     table_format: str
     feature_storage: str = "memory"
+    at: float | None = None
 
 
 def run_inference(
@@ -257,20 +258,24 @@ def run_inference(
     pairs: str | Path | None = None,
     table_format: str = "csv",
     feature_storage: str = "memory",
+    at: float | None = None,
 ) -> dict[str, Any] | None:
     """One rank of ``shardgnn infer``, by the function the registry names for the partition's
     graph kind (:func:`~shardgnn.train.kinds.infer_for`); rank 0 writes the outputs and
     returns the summary. ``pairs``: a file of node pairs for a link-prediction model to score
     (:func:`read_pairs`). ``table_format``: the tables keyed by the user's ids
     (:mod:`shardgnn.train.tables`). ``feature_storage``: ``disk`` reads a homogeneous part's
-    features from its memory-mapped file, fetching each chunk's halo rows on their own."""
+    features from its memory-mapped file, fetching each chunk's halo rows on their own.
+    ``at``: a temporal model's replay stops after the events up to this time, and its node
+    embeddings are taken at it."""
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
     check_feature_storage(feature_storage, pset, partitions)
+    check_time(at, pset, partitions)
     config = check_inference_pair(checkpoint, pset)
     run = InferRun(
         checkpoint, partitions, pset, config, Path(out).expanduser(), chunk_rows, pairs,
-        table_format, feature_storage,
+        table_format, feature_storage, at,
     )  # fmt: skip
     return infer_for(pset.kind)(ctx, run)
 
@@ -282,6 +287,15 @@ def check_feature_storage(feature_storage: str, pset: PartitionSet, partitions) 
         raise ConfigError(
             f"--feature-storage {feature_storage}: {partitions} holds a {pset.kind} graph; "
             "disk-backed inference reads homogeneous graphs only (leave --feature-storage unset)"
+        )
+
+
+def check_time(at: float | None, pset: PartitionSet, partitions) -> None:
+    """Refuse ``--at`` for a partition without time (it picks a point of an event stream)."""
+    if at is not None and pset.kind != "temporal":
+        raise ConfigError(
+            f"--at {at:g}: {partitions} holds a {pset.kind} graph; --at picks a time of a "
+            "temporal graph's event stream (leave it unset)"
         )
 
 
@@ -403,6 +417,7 @@ def infer_worker(config_json: str) -> None:
             pairs=config.pairs,
             table_format=config.table_format,
             feature_storage=config.feature_storage,
+            at=config.at,
         )
         if summary is not None:
             rows = [

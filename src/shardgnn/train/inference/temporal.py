@@ -6,7 +6,8 @@ reach memory, each rank scoring its share of every batch, memory and neighbourho
 The outputs are per event, in event order (event id = position in the stream), and per node::
 
     OUT/embeddings.npy   float32 [N, D]  every node's embedding at the last event's time (after
-                                         the whole stream; original node ids): what a link
+                                         the whole stream; original node ids), or with ``--at
+                                         TIME`` at TIME after the events up to it: what a link
                                          model's predictor scores pairs of, what a node model's
                                          classifier reads
 
@@ -18,6 +19,9 @@ The outputs are per event, in event order (event id = position in the stream), a
                          dst in the graph's original node ids
     OUT/inference.json   a node model's label metrics per split (the training split's
                          chronological cuts), timing, bytes exchanged, the checkpoint used
+
+With ``--at TIME`` the replay stops after the last event at or before TIME; the per-event
+outputs cover the events replayed (the first ``num_events`` of the stream).
 
 Memory restarts from zero: a checkpoint's memory is its training stream's state, tied to its
 worker count; the replay rebuilds it on any worker count.
@@ -78,19 +82,23 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         model.memory.reset()
     steps._restart_stream()
     events = steps.events
+    times = np.asarray(events.t)
+    # the events replayed: all, or those at or before --at
+    replayed = events.num_events if run.at is None else int(np.searchsorted(times, run.at, "right"))
+    at = float(times[-1]) if run.at is None else float(run.at)
     node_task = config.task == "node"
     start = time.perf_counter()
     if node_task:
-        index, scores = steps._stream(0, events.num_events, steps._label_scores, model.num_classes)
+        index, scores = steps._stream(0, replayed, steps._label_scores, model.num_classes)
     else:
-        index, scores = steps._stream(0, events.num_events, _pair_scores(steps), 1)
-    embeddings_ND = _final_embeddings(steps, run)
+        index, scores = steps._stream(0, replayed, _pair_scores(steps), 1)
+    embeddings_ND = _final_embeddings(steps, run, at)
     seconds = time.perf_counter() - start
     everything_KE = steps._all_scores(index, scores).astype(np.float32)
     splits = {
-        "train": (0, steps.val_start),
-        "val": (steps.val_start, steps.test_start),
-        "test": (steps.test_start, events.num_events),
+        "train": (0, min(steps.val_start, replayed)),
+        "val": (min(steps.val_start, replayed), min(steps.test_start, replayed)),
+        "test": (min(steps.test_start, replayed), replayed),
     }
     totals, comm_summed = sum_over_ranks(steps.data_comm, seconds)
     out = run.out
@@ -103,10 +111,10 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     if written is None:
         return None
     columns: dict[str, np.ndarray] = {
-        "event_id": np.arange(events.num_events, dtype=np.int64),
-        "src": orig[np.asarray(events.src)],
-        "dst": orig[np.asarray(events.dst)],
-        "time": np.asarray(events.t),
+        "event_id": np.arange(replayed, dtype=np.int64),
+        "src": orig[np.asarray(events.src)[:replayed]],
+        "dst": orig[np.asarray(events.dst)[:replayed]],
+        "time": times[:replayed],
     }
     metric = None
     if node_task:
@@ -119,8 +127,10 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         metric = {"name": steps.metric}
         for split, (lo, hi) in splits.items():
             known = labels[lo:hi] >= 0
-            metric[split] = label_metrics(logits_EC[lo:hi][known], labels[lo:hi][known]).get(
-                steps.metric
+            metric[split] = (
+                label_metrics(logits_EC[lo:hi][known], labels[lo:hi][known]).get(steps.metric)
+                if known.any()
+                else None  # --at before any of the split's labelled events
             )
     else:
         columns["score"] = everything_KE[0]
@@ -137,10 +147,11 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "partitions": str(run.partitions),
         "workers": ctx.world_size,
         "num_nodes": int(events.num_nodes),
-        "num_events": int(events.num_events),
+        "num_events": replayed,
+        "stream_events": int(events.num_events),
         "events": {split: hi - lo for split, (lo, hi) in splits.items()},
         "embedding_width": int(embeddings_ND.shape[1]),
-        "embedded_at": float(events.t[-1]),
+        "embedded_at": at,
         **measured(totals, comm_summed, ctx.world_size, accuracy=False),
         "metric": metric,
         "pairs_scored": None,
@@ -151,23 +162,22 @@ def infer_temporal(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     return summary
 
 
-def _final_embeddings(steps, run: InferRun) -> np.ndarray:
-    """This rank's part's node embeddings ``[n, D]`` (in new id order) at the end of the stream:
-    from the memory the replay left and, for TGN, every node's most recent events, at the last
-    event's time (all ranks run the same number of collective chunks)."""
+def _final_embeddings(steps, run: InferRun, at: float) -> np.ndarray:
+    """This rank's part's node embeddings ``[n, D]`` (in new id order) at time ``at``, after the
+    replay: from the memory the replay left and, for TGN, every node's most recent events up to
+    ``at`` (all ranks run the same number of collective chunks)."""
     book, rank = run.pset.book, steps.rank
     start, end = (int(v) for v in book.part_range(rank))
     largest = max(int(np.diff(book.part_range(p))[0]) for p in range(steps.world_size))
     chunk = max(run.chunk_rows, 1)
-    last_time = float(steps.events.t[-1])
-    after = float(np.nextafter(last_time, np.inf))  # TGN: every event before it counts
+    after = float(np.nextafter(at, np.inf))  # TGN: every event before it counts
     # TGAT's draws depend on (node, time, seed) alone: one seed, whatever the chunks and ranks
     seed = mix_seed(run.config.seed, EVAL_STREAM, steps.events.num_events)
     rows = []
     with torch.no_grad():
         for first in range(0, max(largest, 1), chunk):
             nodes = np.arange(start + first, min(start + first + chunk, end), dtype=np.int64)
-            z = steps._embed_nodes([nodes], after, np.full(nodes.size, last_time), seed)[0][0]
+            z = steps._embed_nodes([nodes], after, np.full(nodes.size, at), seed)[0][0]
             rows.append(z.float().cpu().numpy())
     return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 
