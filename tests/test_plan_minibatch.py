@@ -143,7 +143,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     """Hand-made rates: each worker's sampling and steps are seconds per batch plus seconds per
     block edge (the input layer's and the upper layers' at their own rates), the busiest host's
     cores shared; the exchange its bytes (and the gradient ring)
-    over the loopback, plus (3 per hop + 2 + 1 + 1) latencies per batch and peer."""
+    over the loopback, plus (3 per hop + 2 + 2 + 1 + 1) latencies per batch and peer."""
     compute = _hand_step_rates()
     rates = MachineRates(
         cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[]
@@ -169,7 +169,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     assert busy >= (sample + step).max() - 1e-12
     # every byte of the one host crosses its loopback, both directions of the link shared
     total = exact.bytes_per_epoch + 2 * ring
-    comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (3 * 2 + 2 + 1 + 1)
+    comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (3 * 2 + 2 + 2 + 1 + 1)
     assert exact.comm_s == pytest.approx(comm, rel=1e-9)
     assert exact.epoch_s == pytest.approx(busy + comm, rel=1e-9)
     # calibrated on two workers, the distributed sampler's rates replace the local sampler's
@@ -185,7 +185,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     # historical embeddings: their bytes, and two more all-to-alls per layer and step
     history = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")[1][4]
     total = history.bytes_per_epoch + 2 * ring
-    calls = 3 * 2 + 2 + 1 + 1 + 2
+    calls = 3 * 2 + 2 + 2 + 1 + 1 + 2
     expected = total / (2 * 1e8) + 1e-4 * history.batches * calls
     assert history.comm_s == pytest.approx(expected, rel=1e-9)
     # pull mode: three all-to-alls per layer and batch, while sampling
@@ -197,7 +197,8 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
 def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     """Three workers on two cores: each collective call costs the crowding probe's seconds at
     the work a worker does between calls (interpolated between the probed bursts); with a
-    core each, nothing; rates without the probe at that count are refused in one line."""
+    core to spare, nothing; rates without the probe at that count are refused in one line (at
+    as many workers as cores, rates that predate that probe cost nothing there)."""
     compute = _hand_step_rates()
     crowd = {3: {1e-4: 1e-3, 1e-2: 3e-3}}
     rates = MachineRates(
@@ -205,7 +206,9 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
         crowd_s=crowd,
     )  # fmt: skip
     assert MachineRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
-    assert rates.crowding(2, 1e-3) == 0.0
+    assert rates.crowding(2, 1e-3) == 0.0  # as many workers as cores, rates without that probe
+    filled = dataclasses.replace(rates, crowd_s={**crowd, 2: {1e-4: 5e-4, 1e-2: 5e-4}})
+    assert filled.crowding(2, 1e-3) == pytest.approx(5e-4) and filled.crowding(1, 1e-3) == 0.0
     assert rates.crowding(3, 1e-3) == pytest.approx(2e-3)  # halfway on a log scale
     assert rates.crowding(3, 1.0) == pytest.approx(3e-3)  # held at the ends
     plain = dataclasses.replace(rates, crowd_s={})
@@ -217,10 +220,11 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     with pytest.raises(ConfigError, match="no crowding probe at 3 workers on its 2 cores"):
         _costs(graph, 3, rates=plain, workers_per_host=3)
     _, alone = _costs(graph, 3, rates=dataclasses.replace(rates, cores=4), workers_per_host=3)
-    # 8 calls after a share of the sampling each, the all-reduce after the step, the stop
+    # 10 calls after a share of the sampling each (sampling, fetch, labels), the all-reduce
+    # after the step, the stop
     # agreement after nothing
     batches = epoch.batches
-    expected = 8 * rates.crowding(3, sampling / (8 * batches)) + rates.crowding(3, step / batches)
+    expected = 10 * rates.crowding(3, sampling / (10 * batches)) + rates.crowding(3, step / batches)
     expected = (expected + rates.crowding(3, 0.0)) * batches
     assert crowded[0].comm_s == pytest.approx(alone[0].comm_s + expected, rel=1e-9)
 

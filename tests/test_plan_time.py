@@ -155,14 +155,15 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     assert printed.count("<- fastest") == 4 and "epoch s" in printed and "link" in printed
     first = json.loads(out.read_text())
     assert first["rates"]["cores"] >= 1
-    # the distributed sampler timed on two workers; 4 workers on this machine's cores probed
+    # the distributed sampler timed on two workers
     assert first["rates"]["dist_sample_s"]["batch"] > 0
     assert first["rates"]["dist_sample_s"]["edge"] >= 0
     # the step's edges: the input layer's and the upper layers' rates
     steps = next(iter(first["rates"]["compute"].values()))["minibatch_s"]
     assert steps["step_input_edge"] > 0 and steps["step_edge"] > 0
-    if first["rates"]["cores"] < 4:
-        assert set(first["rates"]["crowd_s"]) == {"4"}
+    # the workers a machine would run that fill its cores or more: the crowding probed there
+    cores = first["rates"]["cores"]
+    assert set(first["rates"]["crowd_s"]) == {str(w) for w in (2, 4) if w >= cores}
     again = tmp_path / "again.json"
     assert main(["plan", SPEC, *flags, "--rates", str(out), "--out", str(again)]) == 0
     capsys.readouterr()

@@ -263,9 +263,9 @@ def machine_rates(config: PlanConfig, graph, batch_size: int = 0):
         cores = available_cores()
         print(f"calibrating this machine ({cores} cores)", file=sys.stderr)
         work = workload(graph, config, batch_size)
-        # workers on one machine beyond its cores wait at each collective for the descheduled
+        # workers filling a machine's cores wait at each collective for the descheduled
         per_host = {min(p, config.workers_per_host) for p in config.workers}
-        crowded = tuple(w for w in per_host if w > cores) if config.strategies != "full" else ()
+        crowded = tuple(w for w in per_host if w >= cores) if config.strategies != "full" else ()
         rates = calibrate(
             work, thread_counts(config, cores), cores, config.link, crowded, graph=graph
         )

@@ -35,21 +35,22 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
 
 These are the ``sample`` and ``fetch`` byte counters of one training epoch (the results'
 ``comm``), up to sampling noise: predicted against measured at P = 2, 3, 4 in the tests. Not
-counted: evaluation, the labels of seeds dealt to a worker that does not own them (a few), edge
-rows (GINE) and same-host reads (``--host-sharing``: those rows skip the all-to-all).
+counted: evaluation, the labels of seeds dealt to a worker that does not own them (a few bytes;
+their exchange's calls are timed), edge rows (GINE) and same-host reads (``--host-sharing``:
+those rows skip the all-to-all).
 
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
 the threads it gets; sampling at the distributed sampler's rates, calibrated on two workers,
 when the rates hold them; the workers of a machine share its cores), each batch waiting for its
-busiest worker (lockstep), and its exchanges: the bytes
-above and the gradient all-reduce over the link, plus the latency of every collective call per
-peer (sampling's three per hop, fetching's two, the all-reduce, the stop agreement, the
-historical exchanges' two (push) or three (pull) per layer); the slowest
-machine sets the epoch. With 8-bit rows, each worker also encodes the rows it sends and decodes
-those it receives (the codec's calibrated seconds per value). Where a machine runs more workers
-than it has cores, each of those calls also costs the calibration's crowding probe at the work a
+busiest worker (lockstep), and its exchanges: the bytes above and the gradient all-reduce
+over the link, plus the latency of every collective call per peer (sampling's three per hop,
+fetching's two, the labels' two, the all-reduce, the stop agreement, the historical exchanges'
+two (push) or three (pull) per layer); the slowest machine sets the epoch. With 8-bit rows,
+each worker also encodes the rows it sends and decodes those it receives (the codec's calibrated
+seconds per value). Where a machine runs as many workers as it has cores or more, each of those
+calls also costs the calibration's crowding probe at the work a
 worker does before it (a share of the batch's sampling; its step before the all-reduce)
 (:meth:`~shardgnn.fullgraph.rates.MachineRates.crowding`): workers in lockstep wait at every
 call for peers the OS has descheduled, which fair sharing of the cores does not price.
@@ -590,14 +591,15 @@ def _epoch_seconds(
     # sampling and compute share the host's cores alike
     _, comm = host_seconds(sample + compute, sent + ring, recv + ring, rates, per_host)
     busy_s = _lockstep_seconds(train, r, rates.cores, per_host, coded, (sample_batch, sample_edge))
-    # per batch: three all-to-alls per hop, two to fetch, the gradient all-reduce and the stop
+    # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
+    # (a collective every batch, however few labels move), the gradient all-reduce and the stop
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
     # last): each per peer
-    moves = 3 * hops + 2
+    moves = 3 * hops + 4
     calls = moves + 2 + history_calls
     comm += rates.latency_s * train.batches * calls * (workers - 1)
-    if per_host > rates.cores:
-        # more workers than cores: at each call a worker waits for peers the OS descheduled
+    if per_host >= rates.cores:
+        # no core to spare: at each call a worker waits for peers the OS descheduled
         # (the crowding probe's cost per call, at the work done since the previous call): the
         # sampling and fetching calls follow a share of the sampling and coding, the gradient
         # all-reduce follows the step, the stop agreement next to nothing

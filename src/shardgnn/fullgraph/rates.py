@@ -25,12 +25,14 @@ operations a distributed full-graph training step is made of, on the graph being
   adds per call) and per sampled edge. A distributed batch samples several times slower than
   the one-process sampler (measured: 15 ms against 1 ms per batch of 256 seeds, fanouts 10,10,
   on a 20,000-node graph), so the plan takes these for every worker count above one.
-* **crowding** (only where a plan puts more workers on a machine than it has cores): that many
-  worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms) and an
-  empty all-to-all, in lockstep as mini-batch workers are; what a round takes beyond the
+* **crowding** (only where a plan puts as many workers on a machine as it has cores, or more):
+  that many worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms)
+  and an empty all-to-all, in lockstep as mini-batch workers are; what a round takes beyond the
   bursts' CPU time shared fairly over the cores and the link's latency is what each collective
   call costs them: a worker waits at it for peers the OS has descheduled (measured: about 1.5 ms
-  per call with 3 or 4 workers on 2 cores, where fair sharing predicts none).
+  per call with 3 or 4 workers on 2 cores, where fair sharing predicts none, and 0.05-2 ms with
+  2 workers on 2 cores, whose other threads, the prefetch thread and gloo's, and the OS's
+  processes take cores from them too).
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
 namespace's link is measured); between machines, :func:`main` under torchrun measures their link
@@ -192,12 +194,14 @@ class MachineRates:
     def crowding(self, per_host: int, burst_s: float) -> float:
         """Seconds each collective call costs ``per_host`` workers sharing this machine's cores
         when each works ``burst_s`` seconds between calls (interpolated between the probed
-        bursts, held at the ends); 0 where every worker has a core.
+        bursts, held at the ends); 0 where every worker has a core to spare, and where it has
+        just one but the rates predate that probe (calibrated before 2026-11-29).
 
         Raises:
-            ConfigError: the rates hold no crowding probe at ``per_host`` workers.
+            ConfigError: the rates hold no crowding probe at ``per_host`` workers, more than
+                the cores.
         """
-        if per_host <= self.cores:
+        if per_host < self.cores or (per_host == self.cores and per_host not in self.crowd_s):
             return 0.0
         if per_host not in self.crowd_s:
             raise ConfigError(
@@ -562,7 +566,7 @@ def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
         torch.mm(a_KK, a_KK)
 
 
-def _probe_crowd(matmuls: list[int], rounds: int) -> list[float]:
+def _probe_crowd(matmuls: list[int], rounds: list[int]) -> list[float]:
     """Worker of the crowding probe: per burst (a number of 64 x 64 products on one thread),
     the mean seconds of a round (the burst, then an empty all-to-all), rank 0's."""
     from shardgnn.distributed.comm import Communicator
@@ -575,16 +579,16 @@ def _probe_crowd(matmuls: list[int], rounds: int) -> list[float]:
         a_KK = torch.randn(64, 64)
         empty, counts = [a_KK[:0]] * ctx.world_size, [0] * ctx.world_size
         out = []
-        for n in matmuls:
+        for n, repeats in zip(matmuls, rounds):
             ctx.barrier("probe")
             for _ in range(3):  # warm-up rounds
                 _burst(n, a_KK)
                 comm.all_to_all(empty, "probe", recv_counts=counts)
             start = time.perf_counter()
-            for _ in range(rounds):
+            for _ in range(repeats):
                 _burst(n, a_KK)
                 comm.all_to_all(empty, "probe", recv_counts=counts)
-            out.append((time.perf_counter() - start) / rounds)
+            out.append((time.perf_counter() - start) / repeats)
         return out
     finally:
         shutdown()
@@ -601,7 +605,8 @@ def measure_crowding(per_host: int, cores: int, latency_s: float) -> dict[float,
         product_s = _seconds(lambda: _burst(200, a_KK)) / 200
     matmuls = [max(1, round(burst / product_s)) for burst in CROWD_BURSTS]
     rounds = [max(20, min(200, round(0.3 / (burst * per_host / cores)))) for burst in CROWD_BURSTS]
-    seconds = launch_local(_probe_crowd, (matmuls, min(rounds)), nprocs=per_host, timeout_s=300)[0]
+    # each burst about 0.3 s of rounds (20 at least): the short bursts' rounds vary most
+    seconds = launch_local(_probe_crowd, (matmuls, rounds), nprocs=per_host, timeout_s=300)[0]
     return {
         float(n * product_s): max(0.0, t - n * product_s * per_host / cores - latency_s)
         for n, t in zip(matmuls, seconds)
@@ -655,13 +660,13 @@ def calibrate(
 ) -> MachineRates:
     """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
     file of a link measured between machines (:func:`read_link`) instead of two local workers;
-    ``crowded``: numbers of workers one machine would run, more than its cores, to probe the
-    crowding at (:func:`measure_crowding`); ``graph``: the planned graph, whose distributed
+    ``crowded``: numbers of workers one machine would run, as many as its cores or more, to probe
+    the crowding at (:func:`measure_crowding`); ``graph``: the planned graph, whose distributed
     sampling is timed when mini-batch training is planned (:func:`measure_dist_sampling`)."""
     measured = None if link is None else read_link(link)  # a bad file: refused before timing
     compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
     rate, latency, samples = measure_link() if measured is None else measured
-    crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w > cores}
+    crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w >= cores}
     dist_sample = {}
     if graph is not None and work.minibatch is not None:
         dist_sample = measure_dist_sampling(graph, work.minibatch, latency)
