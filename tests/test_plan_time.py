@@ -155,12 +155,16 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     assert printed.count("<- fastest") == 4 and "epoch s" in printed and "link" in printed
     first = json.loads(out.read_text())
     assert first["rates"]["cores"] >= 1
-    # the distributed sampler timed on two workers
-    assert first["rates"]["dist_sample_s"]["batch"] > 0
-    assert first["rates"]["dist_sample_s"]["edge"] >= 0
-    # the step's edges: the input layer's and the upper layers' rates
+    # the distributed sampler timed on two workers, and the step: seconds per batch and per
+    # edge (the step's input layer's and upper layers' apart). On this tiny graph the two timed
+    # batches barely differ, so a fit may give all the time to one of the two terms (the
+    # sampler's batch term also less its calls' latency, which the plan adds back), never less
+    # than 0 to either
+    dist = first["rates"]["dist_sample_s"]
+    assert set(dist) == {"batch", "edge"} and min(dist.values()) >= 0
     steps = next(iter(first["rates"]["compute"].values()))["minibatch_s"]
-    assert steps["step_input_edge"] > 0 and steps["step_edge"] > 0
+    assert min(steps["step_input_edge"], steps["step_edge"]) >= 0
+    assert steps["step_batch"] + steps["step_edge"] > 0
     # the workers a machine would run that fill its cores or more: the crowding probed there
     cores = first["rates"]["cores"]
     assert set(first["rates"]["crowd_s"]) == {str(w) for w in (2, 4) if w >= cores}
