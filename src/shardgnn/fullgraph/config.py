@@ -7,7 +7,7 @@ import dataclasses
 
 from shardgnn.distributed.config import BITS
 from shardgnn.options import check_choices, invalid, option
-from shardgnn.store.config import split_historical
+from shardgnn.store.config import check_historical
 
 SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d", "2d", "3d")
 GRID_VARIANTS = ("2d", "3d")
@@ -213,18 +213,7 @@ class PlanConfig:
         if self.batch_size is not None and self.batch_size < 1:
             raise invalid(self, "batch_size", "must be >= 1")
         if self.historical is not None:
-            parsed = split_historical(self.historical)
-            if parsed is None:
-                raise invalid(self, "historical", "give LAYER:AGE, two non-negative integers")
-            if self.model in ("appnp", "sgc"):
-                raise invalid(
-                    self, "historical", f"--model {self.model} has no stack of layers to feed"
-                )
-            if not 1 <= parsed[0] <= self.layers - 1:
-                raise invalid(
-                    self, "historical", f"the layer must lie in [1, {self.layers - 1}] for "
-                    f"{self.layers} layers (layer 0 reads input features)"
-                )  # fmt: skip
+            check_historical(self.historical, self.model, self.layers)
 
     @property
     def minibatch_fanouts(self) -> tuple[int, ...]:

@@ -201,7 +201,9 @@ class _HistoryTables:
         self.by_node = np.argsort(self.node, kind="stable")
         self.node_ptr = np.searchsorted(self.node[self.by_node], np.arange(n + 1))
         self.stamps = {layer: np.full(pairs.shape[0], NEVER) for layer in history.layers}
-        self.sent = {layer: np.full(pairs.shape[0], NEVER) for layer in history.layers}
+        # push mode: when each owner last sent each entry (pull mode answers from own_stamps)
+        pushes = history.mode == "push"
+        self.sent = {layer: np.full(pairs.shape[0], NEVER) for layer in history.layers if pushes}
         self.own_stamps = {layer: np.full(n, NEVER) for layer in history.layers}
         self.workers = workers
         self.reset()

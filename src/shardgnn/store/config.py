@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from shardgnn.errors import ConfigError
 from shardgnn.options import check_choices, invalid, option
 
 EMBEDDING_OPTIMIZERS = ("adagrad", "adam")
@@ -14,6 +15,8 @@ HISTORICAL_MODES = ("push", "pull")
 HISTORICAL_SCOPES = ("remote", "all")
 """Which nodes historical embeddings serve: remote ones only (DistGNN-MB), or every node outside
 the batch's own layer (GNNAutoScale)."""
+STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "gine")
+"""the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""
 
 
 def split_historical(spec: str) -> tuple[int, int] | None:
@@ -23,6 +26,28 @@ def split_historical(spec: str) -> tuple[int, int] | None:
     if not (sep and layer.strip().isdigit() and age.strip().isdigit()):
         return None
     return int(layer), int(age)
+
+
+def check_historical(spec: str, model: str, layers: int) -> tuple[int, int]:
+    """``(layer, age)`` of ``--historical spec`` for a ``layers``-layer ``--model model``; a
+    :class:`ConfigError` if the spec does not parse, the model has no stack of layers to feed,
+    or the layer is outside ``[1, layers - 1]``. The one check `shardgnn train` and
+    `shardgnn plan` share."""
+    flag = f"--historical {spec}"
+    parsed = split_historical(spec)
+    if parsed is None:
+        raise ConfigError(f"{flag}: give LAYER:AGE, two non-negative integers, e.g. 1:4")
+    if model not in STACKED_MODELS:
+        raise ConfigError(
+            f"{flag}: --model {model} has no stack of layers to feed (historical rows replace "
+            f"a layer's inputs in {', '.join(STACKED_MODELS)}): drop --historical"
+        )
+    if not 1 <= parsed[0] <= layers - 1:
+        raise ConfigError(
+            f"{flag}: the layer must lie in [1, {layers - 1}] for a {layers}-layer model "
+            "(layer 0 reads input features, which no owner computes)"
+        )
+    return parsed
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -19,7 +19,7 @@ from typing import Any
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.options import changed_settings, check_choices, invalid
 from shardgnn.sampling.config import SamplerConfig
-from shardgnn.store.config import split_historical
+from shardgnn.store.config import check_historical, split_historical
 
 DEFAULT_BATCH_SIZE = 1024
 """Items per step when ``--batch-size`` is not given (node classification: at most)."""
@@ -28,8 +28,6 @@ MIN_AUTO_BATCH_SIZE = 32
 
 LAYERWISE_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
 """the homogeneous models layer-wise inference runs (:mod:`shardgnn.fullgraph.inference`)"""
-STACKED_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "gine")
-"""the models whose layers historical embeddings can feed (:class:`~shardgnn.nn.models.GNN`)"""
 
 
 class ResolvedSettings:
@@ -263,24 +261,8 @@ def _check_historical(config: Any) -> None:
                 "embeddings serve, and --historical is not set; add --historical L:AGE"
             )
         return
+    check_historical(config.historical, config.model.model, config.model.num_layers)
     flag = f"--historical {config.historical}"
-    if config.model.model not in STACKED_MODELS:
-        raise ConfigError(
-            f"{flag} replaces a layer's inputs inside a stack of message-passing layers "
-            f"({', '.join(STACKED_MODELS)}); --model {config.model.model} has none to replace: "
-            "drop --historical"
-        )
-    parsed = split_historical(config.historical)
-    if parsed is None:
-        raise ConfigError(
-            f"{flag}: give LAYER:AGE, two non-negative integers, e.g. --historical 1:4"
-        )
-    layers = config.model.num_layers
-    if not 1 <= parsed[0] <= layers - 1:
-        raise ConfigError(
-            f"{flag}: the layer must lie in [1, {layers - 1}] for a {layers}-layer model "
-            "(layer 0 reads input features, which no owner computes)"
-        )
     if not config.run.distributed or config.mode != "minibatch" or config.task != "node":
         raise ConfigError(
             f"{flag} replaces remote nodes' embeddings with their owners' pushes: it applies "
