@@ -268,6 +268,65 @@ def test_a_cache_restored_from_its_state_continues_as_the_original(name):
     assert second.served_ages[1:].sum() > 0  # stale rows were served after the restore
 
 
+def _journalled_run(store, trace, window, upto, ahead):
+    """Serve ``trace[:upto]`` window by window (one batch each without a look-ahead), opening a
+    journal entry per batch as the training fetch does, then fetch ``ahead`` batches more."""
+    served = []
+    for start in range(0, upto + ahead, window):
+        batch = [torch.from_numpy(t) for t in trace[start : start + window]]
+        store.journal((0, start))
+        if store.lookahead:
+            store.plan(batch)
+            store.prefetch()
+        for index, ids in enumerate(batch, start):
+            if index == upto + ahead:
+                return served
+            store.journal((0, index))
+            served.append(store.gather(ids))
+    return served
+
+
+@pytest.mark.parametrize("name", ["fifo", "lru", "belady"])
+@pytest.mark.parametrize("ahead", [1, 3])
+def test_a_rewound_cache_is_the_cache_before_the_fetches_it_took_back(name, ahead):
+    """journal/rewind: fetches made past a checkpoint (a prefetch thread's, or a look-ahead
+    window whose head was served) are taken back; the cache then equals one that never made
+    them (slots, rows, policy state), and a fresh cache given its state serves the rest of the
+    trace as the uninterrupted one does. The checkpoint falls inside the window (batch 13)."""
+    n, capacity, window = 200, 30, 4
+    trace = random_trace(np.random.default_rng(8), n, 30, 40)
+    straight, _ = make_store(name, n, capacity, trace, lookahead=window)
+    expected = run_trace(straight, trace)
+    upto = 13  # batches trained before the checkpoint
+    rewound, _ = make_store(name, n, capacity, trace, lookahead=window)
+    step = window if rewound.lookahead else 1
+    served = _journalled_run(rewound, trace, step, upto, ahead)
+    assert all(torch.equal(a, b) for a, b in zip(served, expected))
+    restart = upto - upto % step  # a look-ahead store restarts at its window's start
+    rewound.rewind((0, restart))
+    before, _ = make_store(name, n, capacity, trace, lookahead=window)
+    _journalled_run(before, trace, step, restart, 0)
+    assert np.array_equal(rewound.core.index.id_of, before.core.index.id_of)
+    assert torch.equal(rewound.rows, before.rows)
+    state, reference = rewound.state_dict(), before.state_dict()
+    assert state.keys() == reference.keys()
+    assert all(torch.equal(state[k], reference[k]) for k in state)
+    resumed, _ = make_store(name, n, capacity, trace, lookahead=window)
+    resumed.load_state_dict(state)
+    assert all(
+        torch.equal(a, b) for a, b in zip(run_trace(resumed, trace[restart:]), expected[restart:])
+    )
+
+
+def test_a_rewind_past_what_the_cache_journal_kept_is_refused():
+    n, capacity = 200, 30
+    trace = random_trace(np.random.default_rng(8), n, 30, 40)
+    store, _ = make_store("lru", n, capacity, trace)
+    _journalled_run(store, trace, 1, 10, 0)
+    with pytest.raises(AssertionError, match="were not all kept"):
+        store.rewind((0, 2))
+
+
 @pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
 @pytest.mark.parametrize("local_below", [None, 40])
 def test_cached_store_returns_exact_rows_and_counts_exactly(name, local_below):

@@ -25,6 +25,7 @@ from shardgnn.nn.models import ModelConfig
 from shardgnn.partition.format import write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.store.cache.config import CacheConfig
 from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import LocalSteps, run_training
@@ -40,10 +41,17 @@ def graph(checkpoint_graph):
     return checkpoint_graph
 
 
-def _config(directory, epochs=3, resume=False, fetch_bits=32, error_feedback=False, **run):
+def _config(
+    directory, epochs=3, resume=False, fetch_bits=32, error_feedback=False, cache="none", bulk=None,
+    **run,
+):  # fmt: skip
     return TrainConfig(
         model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
-        sampler=SamplerConfig(fanouts=(5, 5)),
+        sampler=SamplerConfig(fanouts=(5, 5), bulk=bulk),
+        # windows of 3 batches (look-ahead, bulk): the stop after batch 4 falls inside one
+        **(
+            {} if cache == "none" else {"cache": CacheConfig(policy=cache, size="5%", lookahead=3)}
+        ),
         optim=OptimConfig(epochs=epochs, lr=0.01),
         batch_size=BATCH,
         seed=3,
@@ -182,20 +190,29 @@ def _train_and_signal(ctx, config, signal_rank, step_number):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
-    "overlap, bits, feedback", [("off", 32, False), ("on", 32, False), ("on", 4, False),
-                                ("off", 4, True), ("on", 4, True)],
+    "overlap, bits, feedback, cache, bulk",
+    [("off", 32, False, "none", None), ("on", 32, False, "none", None),
+     ("on", 4, False, "none", None), ("off", 4, True, "none", None), ("on", 4, True, "none", None),
+     ("on", 4, False, "lru", None), ("off", 4, False, "belady", None),
+     ("on", 4, True, "belady", None), ("off", 4, True, "none", 3)],
 )  # fmt: skip
 def test_one_rank_signalled_every_rank_stops_after_the_same_step(
-    tmp_path, graph, overlap, bits, feedback
+    tmp_path, graph, overlap, bits, feedback, cache, bulk
 ):
     """SIGUSR1 on rank 1 only: both ranks agree on the step, write one mid-epoch checkpoint, and the
     resumed job ends bit-identical to an uninterrupted one (with the prefetch thread too, whose
     collectives must stay matched when the epoch ends early; with 4-bit fetches, whose rounding
-    is keyed by the batch: the batch fetched ahead of the checkpoint does not shift it; and with
-    error feedback, whose residuals the checkpoint carries)."""
+    is keyed by the batch: the batch fetched ahead of the checkpoint does not shift it; with
+    error feedback, whose residuals the checkpoint carries; with a cache of rounded rows, whose
+    admissions of the batches fetched ahead are taken back; and inside a window of batches
+    fetched together, a belady cache's look-ahead or a bulk-sampled group, which the resumed
+    run fetches again whole)."""
     path = _partitions(tmp_path, graph)
     straight, interrupted = tmp_path / f"straight-{overlap}", tmp_path / f"interrupted-{overlap}"
-    settings = dict(partitions=path, overlap=overlap, fetch_bits=bits, error_feedback=feedback)
+    settings = dict(
+        partitions=path, overlap=overlap, fetch_bits=bits, error_feedback=feedback, cache=cache,
+        bulk=bulk,
+    )  # fmt: skip
     if bits < 32:  # peers' rows travel (quantised), not read from their mapped files
         settings["host_sharing"] = "off"
     run_workers(_train_and_signal, 2, _config(straight, **settings), 0, 0)

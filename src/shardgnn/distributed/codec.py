@@ -226,7 +226,8 @@ class RowResiduals(Feedback):
 
     JOURNALLED = 4
     """tags whose overwritten rows are kept: the batches a prefetch thread of depth 1 can have
-    fetched past the last trained one (one queued, one in flight), and some to spare"""
+    fetched past the last trained one (one queued, one in flight), and the window that one
+    lies in"""
 
     def __init__(self, num_rows: int, width: int):
         self.table = torch.zeros((num_rows, width), dtype=torch.float32)
@@ -249,7 +250,11 @@ class RowResiduals(Feedback):
 
     def journal(self, tag: Any) -> None:
         """Keep what the sends from now on overwrite under ``tag`` (comparable with ``<``:
-        e.g. ``(epoch, batch)``), until the next ``journal``."""
+        e.g. ``(epoch, batch)``), until the next ``journal``. An entry no send wrote to is
+        retagged rather than kept (the batches of a window fetched whole send nothing)."""
+        if self._journal and not self._journal[-1][1]:
+            self._journal[-1] = (tag, [])
+            return
         self._journal.append((tag, []))
         self._journalled += 1
         del self._journal[: -self.JOURNALLED]

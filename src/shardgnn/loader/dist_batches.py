@@ -82,14 +82,19 @@ class DistSeedBatcher:
         self.count = num_batches(shares, batch_size)
         self.rank, self.shuffle, self.seed = rank, shuffle, seed
         self.epoch = self.start = 0
+        self.window = 1
+        """The training fetch's window (batches whose rows are fetched together, from a batch
+        index that is a multiple of it): an epoch resumed inside a window is iterated from the
+        window's start, so that the window is fetched again whole, as the uninterrupted run
+        fetched it; the fetcher trains from :attr:`start` (``FeatureFetcher(trains_from=)``)."""
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Iterate epoch ``epoch`` from batch ``start`` on (batch ``i`` does not depend on
-        ``start``)."""
+        ``start``), or from the start of the :attr:`window` it falls in."""
         self.epoch, self.start = epoch, start
 
     def __len__(self) -> int:
-        """Batches the next iteration yields (the same on every rank)."""
+        """Batches the next epoch trains (the same on every rank): from :attr:`start` on."""
         return max(0, self.count - self.start)
 
     def batches(self) -> list[np.ndarray]:
@@ -106,8 +111,9 @@ class DistSeedBatcher:
     def __iter__(self):
         import torch
 
+        first = self.start - self.start % self.window
         for index, seeds in enumerate(self.batches()):
-            if index >= self.start:
+            if index >= first:
                 yield index, torch.from_numpy(np.ascontiguousarray(seeds))
 
 

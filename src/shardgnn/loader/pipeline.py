@@ -11,7 +11,6 @@ or a typed graph's rows by node type, :mod:`shardgnn.loader.typed`).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
@@ -183,14 +182,22 @@ class FeatureFetcher:
     node rows (one gather per batch for all its blocks; a cache or a low-bit codec in the store
     applies to them alike).
 
-    A store with a look-ahead (``features.lookahead == W > 0``, the belady cache) is served a window
-    at a time: the fetcher samples ``W`` batches ahead, announces their ids (``plan``: the
-    inspector, timed as ``lookahead``), lets the store bring the window's missing rows in one
-    exchange (``prefetch``), then gathers each batch in order.
+    A store with a look-ahead (``features.lookahead == W > 0``: the belady cache, or
+    :class:`WindowedRows` of bulk-sampled groups) is served a window at a time, the batches whose
+    index ``// W`` is the same (windows lie at fixed batch indices, wherever an epoch starts): the
+    fetcher samples the window's batches, announces their ids (``plan``: the inspector, timed as
+    ``lookahead``), lets the store bring the window's missing rows in one exchange
+    (``prefetch``), then gathers each batch in order.
 
     ``before_fetch(index)``, when given, runs before the rows of batch ``index`` (or of a window
-    starting there) are fetched, on the thread that fetches them (low-bit fetches key their
-    rounding by the batch).
+    starting there, before it is planned) are fetched, on the thread that fetches them (low-bit
+    fetches key their rounding by the batch; caches and error-feedback residuals open a journal
+    entry there that a mid-epoch checkpoint rewinds to).
+
+    ``trains_from()``, when given, is the first batch of the epoch to yield: an epoch resumed
+    inside a window is sampled from the window's start (the batcher's ``window``) and the whole
+    window fetched again, as the uninterrupted run fetched it (one exchange, rounded alike); its
+    batches before ``trains_from()``, trained before the checkpoint, are gathered and dropped.
     """
 
     def __init__(
@@ -201,11 +208,13 @@ class FeatureFetcher:
         timer: StageTimer | None = None,
         before_fetch: Callable[[int], None] | None = None,
         edge_rows: FeatureStore | None = None,
+        trains_from: Callable[[], int] | None = None,
     ):
         self.samples, self.features, self.labels = samples, features, labels
         self.edge_rows = edge_rows
         self.timer = timer or StageTimer()
         self.before_fetch = before_fetch or (lambda index: None)
+        self.trains_from = trains_from or (lambda: 0)
 
     def __len__(self) -> int:
         return len(self.samples)  # type: ignore[arg-type]
@@ -214,21 +223,35 @@ class FeatureFetcher:
         window = self.features.lookahead
         edge_window = 0 if self.edge_rows is None else self.edge_rows.lookahead
         assert edge_window in (0, window), "edge and node rows are fetched in the same windows"
-        samples = iter(self.samples)
-        while chunk := list(itertools.islice(samples, max(window, 1))):
-            if window:
-                with self.timer("lookahead"):
-                    self.features.plan([sample.input_nodes for _, sample in chunk])
-                    if edge_window:
-                        self.edge_rows.plan([edge_ids(sample) for _, sample in chunk])
-                with self.timer("fetch"):
-                    self.before_fetch(chunk[0][0])
-                    self.features.prefetch()
-                    if edge_window:
-                        self.edge_rows.prefetch()
-            yield chunk
+        chunk: list[tuple[int, SampledBlocks]] = []
+        for index, sample in self.samples:
+            chunk.append((index, sample))
+            if window and (index + 1) % window:
+                continue  # the window goes on
+            yield self._fetch_window(chunk, window, edge_window)
+            chunk = []
+        if chunk:  # the epoch's last window, cut short
+            yield self._fetch_window(chunk, window, edge_window)
+
+    def _fetch_window(
+        self, chunk: list[tuple[int, SampledBlocks]], window: int, edge_window: int
+    ) -> list[tuple[int, SampledBlocks]]:
+        """Plan and prefetch ``chunk``'s rows (a look-ahead store); the chunk."""
+        if window:
+            with self.timer("fetch"):
+                self.before_fetch(chunk[0][0])
+            with self.timer("lookahead"):
+                self.features.plan([sample.input_nodes for _, sample in chunk])
+                if edge_window:
+                    self.edge_rows.plan([edge_ids(sample) for _, sample in chunk])
+            with self.timer("fetch"):
+                self.features.prefetch()
+                if edge_window:
+                    self.edge_rows.prefetch()
+        return chunk
 
     def __iter__(self) -> Iterator[MiniBatch]:
+        first = self.trains_from()
         for chunk in self._windows():
             for index, sample in chunk:
                 with self.timer("fetch"):
@@ -240,6 +263,8 @@ class FeatureFetcher:
                         rows = self.edge_rows.gather(edge_ids(sample))
                         sizes = [block.num_edges for block in sample.blocks]
                         edge_attr = tuple(torch.split(rows, sizes))
+                if index < first:
+                    continue  # a resumed window's head: fetched again, trained already
                 yield MiniBatch(index=index, sample=sample, x_SF=x, y=y, edge_attr=edge_attr)
 
 

@@ -103,13 +103,11 @@ class DistLinkSteps(DistSampledSteps):
             # k batches sampled together fetch their rows together: one exchange per group
             features = WindowedRows(features, bulk)
         sampler = DistNeighborSampler(self.graph, config.sampler, self.data_comm, "sample")
-        self.train_stages = FeatureFetcher(
+        self.train_stages = self._train_fetcher(
             link_stage(sampler, mix_seed(config.seed, ctx.rank), self.timer),
             features,
             None,
-            self.timer,
-            self.key_rounding,
-            edge_rows=self.edge_cache if self.edge_cache is not None else self.edge_store,
+            self.edge_cache if self.edge_cache is not None else self.edge_store,
         )
         # Evaluation: an even share of each split's positives per rank, all ranks the same
         # number of embedding batches.

@@ -159,9 +159,9 @@ class DistMiniBatchSteps(DistSampledSteps):
             ),
             lambda ids: (ids >= start) & (ids < end),
         )
-        self.train_stages = FeatureFetcher(
-            self.locality, self.features, self.labels, self.timer, self.key_rounding,
-            edge_rows=self.edge_cache if self.edge_cache is not None else self.edge_store,
+        self.train_stages = self._train_fetcher(
+            self.locality, self.features, self.labels,
+            self.edge_cache if self.edge_cache is not None else self.edge_store,
         )  # fmt: skip
         if self.history is not None:
             self.train_stages = HistoryReader(self.train_stages, self.history, self.timer)

@@ -22,7 +22,7 @@ from shardgnn.distributed.codec import RowResiduals, make_codec
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.graph.features import normalize_features, row_sums
-from shardgnn.loader.pipeline import LocalityCounter, count_accesses
+from shardgnn.loader.pipeline import FeatureFetcher, InputRows, LocalityCounter, count_accesses
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.sampling.dist_neighbor import DistNeighborSampler
 from shardgnn.seeding import mix_seed
@@ -310,14 +310,29 @@ class DistSampledSteps(SampledReport, SampledInputs):
         low-bit ``--fetch-bits`` codec, its rounding stream keyed by this rank, the epoch and the
         batch, so the batch rounds alike in an uninterrupted run, one resumed mid-epoch and one
         whose fetches ran ahead on the prefetch thread (a generator carried across batches
-        would have been advanced by the batches fetched ahead of a checkpoint)."""
+        would have been advanced by the batches fetched ahead of a checkpoint).
+
+        The error-feedback residuals and the caches a checkpoint carries open a journal entry
+        here: a stop takes back what was fetched from the checkpoint's next window on (batches
+        the prefetch thread fetched ahead, a window whose head was trained)."""
         if self.codec is not None:
             self.codec.reseed(
                 mix_seed(self.config.seed, self.ctx.rank, FETCH_ROUNDING, self.fetch_epoch, index)
             )
-        if self.overlap:  # fetched ahead of training: a stop may have to take the sends back
-            for residuals in self._residuals().values():
-                residuals.journal((self.fetch_epoch, index))
+        for journalled in (*self._residuals().values(), *self._caches().values()):
+            journalled.journal((self.fetch_epoch, index))
+
+    def _train_fetcher(
+        self, samples: Any, features: InputRows, labels: Any, edge_rows: Any
+    ) -> FeatureFetcher:
+        """The training pipeline's fetch stage of ``samples`` (``(index, batch)``s of
+        ``train_batches``), rounding keyed by :meth:`key_rounding`; a look-ahead store's windows
+        become the batcher's, so that an epoch resumed inside one fetches it again whole."""
+        self.train_batches.window = max(1, features.lookahead)
+        return FeatureFetcher(
+            samples, features, labels, self.timer, self.key_rounding, edge_rows=edge_rows,
+            trains_from=lambda: self.train_batches.start,
+        )  # fmt: skip
 
     def _residuals(self) -> dict[str, RowResiduals]:
         """The ``--error-feedback`` residual tables of the training fetches, by checkpoint
@@ -345,12 +360,14 @@ class DistSampledSteps(SampledReport, SampledInputs):
             precision=self.config.precision,
         )
         if trained is None:
-            # Stopped mid-epoch: the prefetch thread fetched batches past the last trained one,
-            # which the resumed run fetches again; their sends' residual updates are undone so
-            # the checkpoint holds the residuals as they stood after the last trained batch.
+            # Stopped mid-epoch: the resumed run fetches again from the start of the window of
+            # the next batch (the batch itself without windows), and the prefetch thread may have
+            # fetched past it; what those fetches changed is undone, so the checkpoint holds the
+            # residuals and caches as they stood before that window was fetched.
             assert run.stopped is not None
-            for residuals in self._residuals().values():
-                residuals.rewind((run.epoch, run.stopped.batches))
+            done, window = run.stopped.batches, self.train_batches.window
+            for journalled in (*self._residuals().values(), *self._caches().values()):
+                journalled.rewind((run.epoch, done - done % window))
             return None
         sums, new_edges = trained
         self.sampled_edges += new_edges
@@ -367,9 +384,9 @@ class DistSampledSteps(SampledReport, SampledInputs):
     def _rounded(self, cache: CachedFeatureStore | None) -> CachedFeatureStore | None:
         """``cache`` (of feature or edge rows) when it holds low-bit rounded rows
         (``--fetch-bits`` < 32): a hit serves the rounding of the fetch that admitted the row,
-        so what it holds shapes the run. Not a look-ahead (belady) cache, whose window may be in
-        flight at a checkpoint."""
-        if cache is None or self.config.fetch_bits == 32 or cache.policy.lookahead:
+        so what it holds shapes the run (a look-ahead cache's as it stood when the window of the
+        checkpoint's next batch was planned: the resumed run plans it again)."""
+        if cache is None or self.config.fetch_bits == 32:
             return None
         return cache
 

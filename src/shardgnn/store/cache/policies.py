@@ -172,6 +172,16 @@ class BeladyPolicy(CachePolicy):
     def pending(self) -> int:
         return len(self._queue)
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The access counts (ties among rows unused in a window); a planned window's decisions
+        are not state: a resumed run plans its window again."""
+        return {"count": self.count.copy()}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if "count" in state:  # older checkpoints carried none
+            self.count[:] = state["count"]
+        self._queue.clear()
+
     def plan(self, index: CacheIndex, window: list[np.ndarray]) -> list[np.ndarray]:
         """Queue the decisions for ``window`` (each batch's distinct cacheable ids, in the order
         ``step`` will see them); return each batch's misses."""

@@ -34,9 +34,26 @@ class _Split(typing.NamedTuple):
     first: np.ndarray
 
 
+class _Mark(typing.NamedTuple):
+    """A journal entry of :class:`CachedFeatureStore`: the cache as it stood at ``journal(tag)``
+    (index, the slots' fetch steps, policy state) and the cached rows overwritten since, oldest
+    first, as ``(slots, rows before)``. Not the step clock: it counts training steps, which a
+    rewind does not take back."""
+
+    tag: typing.Any
+    id_of: np.ndarray
+    fetched_at: np.ndarray
+    policy: dict[str, np.ndarray]
+    writes: list[tuple[np.ndarray, torch.Tensor]]
+
+
 class CachedFeatureStore(FeatureStore):
     """A cache in front of ``fallback`` (same interface; ``gather`` is collective exactly when
     the fallback's is: one fallback ``gather`` per call, or per look-ahead window for belady).
+
+    Fetches made ahead of a checkpoint can be taken back (:meth:`journal`, :meth:`rewind`): the
+    batches a prefetch thread fetched past the last trained one, and a look-ahead window whose
+    head was trained (a resumed run fetches the window again from its start).
 
     Args:
         fallback: the store the rows come from (e.g. :class:`DistFeatureStore`).
@@ -74,6 +91,8 @@ class CachedFeatureStore(FeatureStore):
         self.fetched_at = np.zeros(self.capacity, dtype=np.int64)
         self.refreshed = 0  # rows fetched again because they were too old
         self.served_ages = np.zeros(0 if max_age is None else max_age + 1, dtype=np.int64)
+        self._journal: list[_Mark] = []
+        self._dropped: typing.Any = None  # the tag of the latest entry the journal let go
         # Static content is loaded once (a collective gather when the fallback is distributed).
         if isinstance(policy, StaticPolicy):
             initial = policy.initial_ids()[: self.capacity]
@@ -110,6 +129,7 @@ class CachedFeatureStore(FeatureStore):
         counting separately; it stays valid while this cache changes."""
         view = copy.copy(self)  # shares rows and index
         view.fallback, view.readonly, view._window, view.core = fallback, True, [], self.core.view()
+        view._journal = []
         view._marks = np.full_like(self._marks, -1)
         return view
 
@@ -161,9 +181,11 @@ class CachedFeatureStore(FeatureStore):
         # Rows this process holds in RAM are copied directly, never cached.
         self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
         if admit_pos.shape[0]:
+            self._journal_write(targets)
             copy_rows(self.rows, targets, out, first_occ[admit_pos])
             self.fetched_at[targets] = self.clock
         if refresh.shape[0]:
+            self._journal_write(refresh_slots)
             copy_rows(self.rows, refresh_slots, out, first_occ[refresh])
             self.fetched_at[refresh_slots] = self.clock
         return out
@@ -185,6 +207,51 @@ class CachedFeatureStore(FeatureStore):
     def tick(self) -> None:
         """One training step's update happened: every cached row is one step older."""
         self.clock += 1
+
+    # -------------------------------------------------------------- journal
+    JOURNALLED = 4
+    """journal entries kept: the batches (or windows) a prefetch thread of depth 1 can have
+    fetched past the last trained one, and the window that one lies in"""
+
+    def journal(self, tag: typing.Any) -> None:
+        """Keep the cache as it stands, and the rows the fetches from now on overwrite, under
+        ``tag`` (comparable with ``<``, e.g. ``(epoch, batch)``) until the next entry. Inside a
+        planned window, or under the tag of the latest entry, nothing: its batches belong to
+        the entry it started under."""
+        if self._window or self.readonly or (self._journal and self._journal[-1].tag == tag):
+            return
+        policy = {k: np.array(v, copy=True) for k, v in self.policy.state_dict().items()}
+        mark = _Mark(tag, self.core.index.id_of.copy(), self.fetched_at.copy(), policy, [])
+        self._journal.append(mark)
+        if len(self._journal) > self.JOURNALLED:
+            self._dropped = self._journal.pop(0).tag
+
+    def _journal_write(self, slots: np.ndarray) -> None:
+        if self._journal:
+            self._journal[-1].writes.append((slots.copy(), self.rows[torch.from_numpy(slots)]))
+
+    def rewind(self, tag: typing.Any) -> None:
+        """Put the cache back as it stood at the first entry tagged ``tag`` or later (nothing
+        changes when there is none); a planned window is dropped. The journal is then empty."""
+        undone = None
+        for mark in reversed(self._journal):
+            if mark.tag < tag:
+                break
+            for slots, before in reversed(mark.writes):
+                self.rows[torch.from_numpy(slots)] = before
+            undone = mark
+        # an entry the journal let go cannot be undone: never silently inexact
+        assert self._dropped is None or self._dropped < tag, (
+            f"rewind to {tag!r}: fetches from {self._dropped!r} on were not all kept"
+        )
+        if undone is not None:
+            self.core.index.load(undone.id_of)
+            self.fetched_at[:] = undone.fetched_at
+            self.policy.load_state_dict(undone.policy)
+        self._window = []
+        self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
+        self._journal.clear()
+        self._dropped = None
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, torch.Tensor]:
