@@ -18,17 +18,34 @@ fault of a shuffled cycle of :data:`bench_faults.FAULTS`' external faults:
   cannot be written (one line naming the free space) and the previous one stays; the driver
   "cleans the disk" (deletes the filler) before restarting.
 
-After every end of an attempt, the driver restarts the segment with ``--resume``. A network cut
-needs two hosts: ``benchmarks/netns_hosts.py`` measures it (BENCHMARKS "Faults"); this run is one
-host. Per fault the report gives the exit code and the console's last line, the downtime (from the
+After every end of an attempt, the driver restarts the segment with ``--resume``.
+
+``--hosts netns``: the job runs on two "hosts", network namespaces joined by a veth pair
+(:class:`netns_hosts.NetnsHosts`), one ``python -m shardgnn.torchrun --nnodes 2 --nproc-per-node
+W/2`` agent on each (c10d rendezvous, the store on ``h0``, a fresh rendezvous id and port per
+attempt), training with ``python -m shardgnn.run train``: the torchrun setup of a cluster, with
+one more fault in the cycle:
+
+* ``netcut``   host ``h1``'s link goes down mid-epoch (``ip link set sgnet0 down``); the driver
+  plugs it back in once the attempt has ended, before the restart.
+
+The worker counts of ``--schedule`` are then even (``W/2`` per host); ``sigterm`` goes to both
+agents (a scheduler preempts the whole job); the victim of ``kill9`` and ``sigstop`` is the last
+worker of ``h1``. The reference runs locally (``shardgnn train --workers W``): the torchrun job
+must end with the local launcher's weights.
+
+Per fault the report gives the exit code and the console's last line, the downtime (from the
 fault to the restarted job's first epoch line) and the work lost (epochs of progress at the fault
 minus the position of the checkpoint it resumed from). A reference runs the same segments without
 faults beside it (``--reference concurrent``, on the same cores) or after it; the final weights
 of every rank must be equal bit for bit.
 
     python benchmarks/bench_chaos.py --minutes 30          # writes benchmarks/out/chaos.{json,md}
+    python benchmarks/bench_chaos.py --minutes 30 --hosts netns --schedule 2:0.4,4:0.7,2:1.0 \
+        --out benchmarks/out/chaos-netns.json
 
-Root is needed for ``oom`` and ``diskfull`` (a memory cgroup, a tmpfs). Linux only.
+Root is needed for ``oom`` and ``diskfull`` (a memory cgroup, a tmpfs) and for ``--hosts netns``
+(``ip netns``). Linux only.
 """
 
 from __future__ import annotations
@@ -52,51 +69,146 @@ import torch
 
 from bench_faults import MemoryCgroup, alive, same_weights, tmpfs
 from machine import machine_info
+from netns_hosts import NetnsHosts, base_env
 from shardgnn.atomic import atomic_open, save_json
-from shardgnn.distributed.launch import worker_pids
+from shardgnn.torchrun import proc_table
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.progress import format_table
 
 REPO = Path(__file__).resolve().parents[1]
 CHAOS_FAULTS = ("kill9", "sigstop", "sigterm", "diskfull")
+NETNS_FAULTS = (*CHAOS_FAULTS, "netcut")
+"""the cycle of ``--hosts netns``"""
+CUT_HOST = 1
+"""the host whose link ``netcut`` takes down (not the rendezvous store's)"""
 """the default cycle; ``oom`` (``--faults``) acts only if the worker allocates new pages after
 the move: cgroup v1 here cannot move a process's existing charges"""
 _EPOCH = re.compile(r"^epoch +(\d+)/(\d+) ")
 _OF_BATCHES = re.compile(r"after batch \d+ of (\d+)")
 _POINTERS = ("full traceback:", "worker logs:", "shardgnn train: warning:")
 """console lines that point elsewhere or warn: the error line is the one before"""
+_CAUSE = re.compile(
+    r"CollectiveError|^shardgnn\.torchrun:|^worker rank \d|^stopped by|cannot write|"
+    r"^shardgnn train:|Error: "
+)
+"""under torchrun, the lines that name a cause (torchrun's own failure report follows them)"""
 
 
-def command(args, workers: int, epochs: int, checkpoint: Path, log_dir: Path) -> list[str]:
-    """One attempt of one segment."""
+def train_args(args, epochs: int, checkpoint: Path, log_dir: Path) -> list[str]:
+    """The training flags of one attempt of a segment (after ``train``)."""
     return [
-        sys.executable, "-m", "shardgnn", "train", args.dataset, "--partitions",
-        str(args.work / "parts-{parts}"), "--workers", str(workers), "--epochs", str(epochs),
+        args.dataset, "--partitions", str(args.work / "parts-{parts}"), "--epochs", str(epochs),
         "--fanouts", "10,10", "--batch-size", str(args.batch_size), "--checkpoint-dir",
         str(checkpoint), "--keep-checkpoints", "2", "--resume", "--overlap", "off",
         "--timeout", str(args.timeout), "--log-dir", str(log_dir), "--seed", str(args.seed),
     ]  # fmt: skip
 
 
-class Attempt:
-    """A running attempt: its process and the epoch lines it printed, with their times."""
+def command(args, workers: int, epochs: int, checkpoint: Path, log_dir: Path) -> list[str]:
+    """One attempt of one segment, on this host."""
+    return [
+        sys.executable, "-m", "shardgnn", "train", *train_args(args, epochs, checkpoint, log_dir),
+        "--workers", str(workers),
+    ]  # fmt: skip
 
-    def __init__(self, argv: list[str]):
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+
+def host_commands(
+    args, hosts: NetnsHosts, attempt: int, workers: int, epochs: int, checkpoint: Path,
+    log_dir: Path,
+) -> list[list[str]]:  # fmt: skip
+    """One attempt of one segment on the two hosts: the same torchrun command on each."""
+    argv = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "2", "--nproc-per-node",
+        str(workers // 2), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+        f"h0:{args.port + attempt % 1000}", "--rdzv-id", f"chaos-{attempt}", "--max-restarts",
+        "0", "-m", "shardgnn.run", "train", *train_args(args, epochs, checkpoint, log_dir),
+    ]  # fmt: skip
+    return [hosts.wrap(i, argv) for i in range(2)]
+
+
+def _worker(pid: int) -> bool:
+    """Whether ``pid`` is a training worker (not the launcher, nor a torchrun agent)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+        cmdline = fh.read()
+        if b"spawn_main" in cmdline:
+            return True
+        return b"shardgnn.run" in cmdline and b"shardgnn.torchrun" not in cmdline
+    return False
+
+
+def worker_pids_under(root: int) -> list[int]:
+    """The live training workers among ``root``'s descendants, in start order."""
+    table = proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_rest) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, frontier = [], [root]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            frontier.append(child)
+            if _worker(child) and table[child][1] not in "ZX":
+                found.append(child)
+    return sorted(found, key=lambda pid: (table[pid][2], pid))
+
+
+class Attempt:
+    """A running attempt: its processes (the launcher, or one torchrun agent per host) and the
+    epoch lines they printed, with their times."""
+
+    def __init__(self, argvs: list[list[str]], env: dict[str, str] | None = None):
+        self.procs = [
+            subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                stdin=subprocess.DEVNULL,
+            )
+            for argv in argvs
+        ]  # fmt: skip
         self.epochs: list[tuple[float, int]] = []  # (time, epoch finished)
         self.first_line = threading.Event()
         self.stderr: list[str] = []
-        threading.Thread(target=self._read_out, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+        for proc in self.procs:
+            threading.Thread(target=self._read_out, args=(proc,), daemon=True).start()
+            threading.Thread(
+                target=lambda p=proc: self.stderr.extend(p.stderr), daemon=True
+            ).start()
 
-    def _read_out(self) -> None:
-        for line in self.proc.stdout:
+    def _read_err(self, proc: subprocess.Popen) -> None:
+        self.stderr.extend(proc.stderr)
+
+    def _read_out(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
             match = _EPOCH.match(line)
             if match:
                 self.epochs.append((time.time(), int(match.group(1))))
                 self.first_line.set()
+
+    def poll(self) -> int | None:
+        """None while any process runs; then the first nonzero exit code, else 0."""
+        codes = [proc.poll() for proc in self.procs]
+        if any(code is None for code in codes):
+            return None
+        return next((code for code in codes if code), 0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for every process (``subprocess.TimeoutExpired`` past ``timeout`` seconds)."""
+        end = None if timeout is None else time.time() + timeout
+        for proc in self.procs:
+            proc.wait(None if end is None else max(0.0, end - time.time()))
+        return self.poll()
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+
+    def terminate(self) -> None:
+        """SIGTERM to every launcher (a scheduler preempting the job)."""
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+
+    def workers(self) -> list[int]:
+        """The live workers: the launcher's, or the last host's (``kill9`` and ``sigstop``
+        take the last one: on two hosts, a worker away from the rendezvous store)."""
+        return worker_pids_under(self.procs[-1].pid)
 
     def progress(self, at: float, resumed_from: float) -> float:
         """Epochs of training done at time ``at`` (the last finished epoch plus the elapsed share
@@ -121,17 +233,22 @@ def position(checkpoint: Path, console: list[str] = ()) -> float:
     return meta["epoch"] + (batches / counts[-1] if batches and counts else 0.0)
 
 
-def inject(fault: str, attempt: Attempt, checkpoint: Path, cgroup: MemoryCgroup | None) -> None:
-    pids = worker_pids(attempt.proc.pid)
-    victim = pids[max(pids)] if pids else None
+def inject(
+    fault: str, attempt: Attempt, checkpoint: Path, cgroup: MemoryCgroup | None,
+    hosts: NetnsHosts | None,
+) -> None:  # fmt: skip
+    pids = attempt.workers()
+    victim = pids[-1] if pids else None
     if fault == "kill9" and victim:
         os.kill(victim, signal.SIGKILL)
     elif fault == "sigstop" and victim:
         os.kill(victim, signal.SIGSTOP)
     elif fault == "sigterm":
-        attempt.proc.send_signal(signal.SIGTERM)
+        attempt.terminate()
     elif fault == "oom" and victim and cgroup is not None:
         cgroup.add(victim)
+    elif fault == "netcut" and hosts is not None:
+        hosts.fault("down", CUT_HOST)
     elif fault == "diskfull":
         free = os.statvfs(checkpoint)
         room = free.f_bavail * free.f_frsize - 4096
@@ -144,18 +261,29 @@ def inject(fault: str, attempt: Attempt, checkpoint: Path, cgroup: MemoryCgroup 
                 fh.flush()
 
 
-def clean_up(checkpoint: Path, pids: dict[int, int]) -> None:
-    """After an attempt ended: delete the filler, end any worker left behind (a stopped one)."""
+def clean_up(
+    checkpoint: Path, pids: list[int], hosts: NetnsHosts | None, fault: str | None
+) -> list[str]:
+    """After an attempt ended: delete the filler, end any worker left behind (a stopped one),
+    plug a cut link back in; what had to be killed on the hosts."""
     with contextlib.suppress(FileNotFoundError):
         (checkpoint / "filler").unlink()
-    for pid in pids.values():
+    for pid in pids:
         if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    if hosts is None:
+        return []
+    if fault == "netcut":
+        hosts.heal("down", CUT_HOST)
+    return hosts.kill_inside()
 
 
-def run_segments(args, name: str, faults: bool, rows: list[dict]) -> dict:
-    """Run every segment (with faults or without); returns timings."""
+def run_segments(
+    args, name: str, faults: bool, rows: list[dict], hosts: NetnsHosts | None = None
+) -> dict:
+    """Run every segment (with faults or without; on ``hosts``, or on this one); returns
+    timings."""
     checkpoint, logs = args.work / f"ck-{name}", args.work / f"logs-{name}"
     rng = random.Random(args.seed)
     cycle: list[str] = []
@@ -174,26 +302,34 @@ def run_segments(args, name: str, faults: bool, rows: list[dict]) -> dict:
         for workers, epochs in args.schedule:
             while True:
                 resumed_from = position(checkpoint)
-                attempt = Attempt(command(args, workers, epochs, checkpoint, logs))
+                if hosts is None:
+                    attempt = Attempt([command(args, workers, epochs, checkpoint, logs)])
+                else:
+                    argvs = host_commands(args, hosts, attempts, workers, epochs, checkpoint, logs)
+                    attempt = Attempt(argvs, env=args.host_env)
                 attempts += 1
-                pids: dict[int, int] = {}
+                pids: list[int] = []
                 row = None
                 if faults:
-                    attempt.first_line.wait(timeout=600)
+                    # the first epoch line, or the end (a segment resumed at its last epoch)
+                    began = time.time()
+                    while not attempt.first_line.wait(0.5) and time.time() - began < 600:
+                        if attempt.poll() is not None:
+                            break
                     if rows and rows[-1].get("downtime_s") is None:
                         first = attempt.epochs[0][0] if attempt.epochs else time.time()
                         rows[-1]["downtime_s"] = round(first - rows[-1]["at"], 1)
                     deadline = time.time() + rng.uniform(args.gap_min, args.gap_max)
-                    while time.time() < deadline and attempt.proc.poll() is None:
+                    while time.time() < deadline and attempt.poll() is None:
                         time.sleep(0.2)
-                    if attempt.proc.poll() is None:
+                    if attempt.poll() is None:
                         if not cycle:
                             cycle = list(args.faults)
                             rng.shuffle(cycle)
                         fault = cycle.pop()
-                        pids = worker_pids(attempt.proc.pid)
+                        pids = attempt.workers()
                         at = time.time()
-                        inject(fault, attempt, checkpoint, cgroup)
+                        inject(fault, attempt, checkpoint, cgroup, hosts)
                         row = {
                             "fault": fault,
                             "workers": workers,
@@ -202,26 +338,21 @@ def run_segments(args, name: str, faults: bool, rows: list[dict]) -> dict:
                             "progress": round(attempt.progress(at, resumed_from), 2),
                         }
                 try:
-                    code = attempt.proc.wait(timeout=args.deadline_s if row else None)
+                    code = attempt.wait(timeout=args.deadline_s if row else None)
                 except subprocess.TimeoutExpired:
-                    attempt.proc.kill()
-                    code = attempt.proc.wait()
+                    attempt.kill()
+                    code = attempt.wait()
                     if row is not None:
                         row["hung"] = True
                 time.sleep(0.5)  # the stderr reader's last lines
-                clean_up(checkpoint, pids)
+                left = clean_up(checkpoint, pids, hosts, row["fault"] if row else None)
                 if row is not None:
+                    if left:
+                        row["left_behind"] = left  # processes the hosts still held
                     resumes_from = position(checkpoint, attempt.stderr)
                     row.update(
                         exit_code=code,
-                        console=next(
-                            (
-                                x.strip()
-                                for x in reversed(attempt.stderr)
-                                if x.strip() and not x.strip().startswith(_POINTERS)
-                            ),
-                            "",
-                        )[:200],
+                        console=console_line(attempt.stderr, torchrun=hosts is not None)[:200],
                         resumes_from=round(resumes_from, 2),
                         lost_epochs=round(max(0.0, row["progress"] - resumes_from), 2),
                         downtime_s=None,
@@ -242,6 +373,18 @@ def run_segments(args, name: str, faults: bool, rows: list[dict]) -> dict:
     return {"seconds": round(time.time() - start, 1), "attempts": attempts, "weights": weights}
 
 
+def console_line(stderr: list[str], torchrun: bool) -> str:
+    """The line of an attempt's console that says why it ended: the last one (not a pointer
+    elsewhere, nor a warning), or under torchrun the first that names a cause (torchrun's
+    failure report and the other host's lines follow it)."""
+    lines = [x.strip() for x in stderr if x.strip()]
+    if torchrun:
+        cause = next((x for x in lines if _CAUSE.search(x)), None)
+        if cause is not None:
+            return cause
+    return next((x for x in reversed(lines) if not x.startswith(_POINTERS)), "")
+
+
 def final_weights(checkpoint: Path) -> list[dict[str, torch.Tensor]]:
     """Every rank's model state in the newest checkpoint."""
     newest = Checkpointer(checkpoint).complete()[-1]
@@ -257,6 +400,11 @@ def same(a: list[dict], b: list[dict]) -> bool:
 
 
 def markdown(report: dict) -> str:
+    where = (
+        "torchrun on two network-namespace hosts"
+        if report.get("hosts") == "netns"
+        else "shardgnn train --workers, one host"
+    )
     head = ["minute", "fault", "workers", "exit", "console (last line)", "progress at fault",
             "resumed from", "work lost (epochs)", "downtime (s)"]  # fmt: skip
     rows = [
@@ -265,7 +413,8 @@ def markdown(report: dict) -> str:
         for r in report["faults"]
     ]  # fmt: skip
     return (
-        f"Chaos run: `{report['dataset']}`, schedule {report['schedule']} (workers, last epoch), "
+        f"Chaos run ({where}): "
+        f"`{report['dataset']}`, schedule {report['schedule']} (workers, last epoch), "
         f"{report['chaos_minutes']} min with faults ({report['faults_met']} met, "
         f"{report['survived']} survived; {report['attempts']} attempts), reference "
         f"{report['reference_minutes']} min; final weights equal the reference's: "
@@ -292,15 +441,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-mb", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--faults", default=",".join(CHAOS_FAULTS), help="the cycle (kill9, sigstop, ...)"
+        "--faults",
+        default=None,
+        help=f"the cycle (default {','.join(CHAOS_FAULTS)}; with --hosts netns, also netcut)",
     )
     parser.add_argument("--reference", choices=["concurrent", "after"], default="concurrent")
+    parser.add_argument(
+        "--hosts",
+        choices=["local", "netns"],
+        default="local",
+        help="the job on this host (shardgnn train --workers), or under torchrun on two network "
+        "namespace hosts (root, iproute2); see the module docstring",
+    )
+    parser.add_argument("--port", type=int, default=29600, help="--hosts netns: rendezvous ports")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "chaos.json"))
     args = parser.parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # the finally blocks run on these too
+        signal.signal(sig, lambda s, f: sys.exit(128 + s))
     if os.geteuid() != 0:
         parser.error("needs root (a memory cgroup for oom, a tmpfs for diskfull)")
     args.dataset = f"synthetic:nodes={args.nodes}"
-    args.faults = args.faults.split(",")
+    default = NETNS_FAULTS if args.hosts == "netns" else CHAOS_FAULTS
+    args.faults = args.faults.split(",") if args.faults else list(default)
+    if "netcut" in args.faults and args.hosts != "netns":
+        parser.error("--faults netcut cuts a link between hosts: add --hosts netns")
+    schedule_counts = [int(s.split(":")[0]) for s in args.schedule.split(",")]
+    if args.hosts == "netns" and any(w % 2 for w in schedule_counts):
+        parser.error(f"--schedule {args.schedule}: give even worker counts (W/2 per host)")
     with tempfile.TemporaryDirectory(prefix="shardgnn-chaos-") as tmp:
         args.work = Path(tmp)
         counts = sorted({int(s.split(":")[0]) for s in args.schedule.split(",")})
@@ -314,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             probe = args.work / "probe"
             began = time.time()
             subprocess.run(
-                command(args, 2, 2, probe, args.work / "logs-probe")[:-2] + ["--seed", "99"],
+                command(args, 2, 2, probe, args.work / "logs-probe") + ["--seed", "99"],
                 check=True, capture_output=True,
             )  # fmt: skip
             per_epoch = (time.time() - began) / 2
@@ -329,17 +496,25 @@ def main(argv: list[str] | None = None) -> int:
         thread = threading.Thread(
             target=lambda: reference.update(run_segments(args, "reference", False, []))
         )
-        if args.reference == "concurrent":
-            thread.start()
-        chaos = run_segments(args, "chaos", True, rows)
-        if args.reference == "after":
-            thread.start()
-        thread.join()
+        hosts = None
+        with contextlib.ExitStack() as stack:
+            if args.hosts == "netns":
+                hosts = NetnsHosts(2, prefix="sgchaos", subnet="10.78.0")
+                stack.callback(hosts.teardown)
+                hosts.setup()
+                args.host_env = dict(base_env([]), TMPDIR=str(hosts.dir))
+            if args.reference == "concurrent":
+                thread.start()
+            chaos = run_segments(args, "chaos", True, rows, hosts)
+            if args.reference == "after":
+                thread.start()
+            thread.join()
     for row in rows:
         row.pop("at", None)
     rows = [r for r in rows if not r.get("missed")] + [r for r in rows if r.get("missed")]
     report = {
         "machine": machine_info(),
+        "hosts": args.hosts,
         "dataset": args.dataset,
         "epochs": args.epochs,
         "schedule": args.schedule,

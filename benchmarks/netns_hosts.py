@@ -161,6 +161,24 @@ class NetnsHosts:
     def teardown(self, leftovers_only: bool = False) -> list[str]:
         """Kill every process inside our namespaces, delete them (their interfaces go with them)
         and any veth end left in the root namespace. Returns what it had to kill."""
+        killed = self.kill_inside()
+        existing = set(_run(["ip", "netns", "list"], check=False).stdout.split())
+        for ns in self._all_namespaces():
+            if ns in existing:
+                _run(["ip", "netns", "del", ns], check=False)
+        for name in [f"{self.prefix}-va", f"{self.prefix}-vb"] + [
+            f"{self.prefix}-e{i}" for i in range(self.n)
+        ]:
+            if Path(f"/sys/class/net/{name}").exists():
+                _run(["ip", "link", "del", name], check=False)
+        if not leftovers_only:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.up = False
+        return killed
+
+    def kill_inside(self) -> list[str]:
+        """SIGKILL every process inside our namespaces (until none is left); what it killed,
+        as ``ns:pid:cmdline``."""
         killed = []
         existing = set(_run(["ip", "netns", "list"], check=False).stdout.split())
         for ns in self._all_namespaces():
@@ -175,15 +193,6 @@ class NetnsHosts:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(int(pid), signal.SIGKILL)
                 time.sleep(0.1)
-            _run(["ip", "netns", "del", ns], check=False)
-        for name in [f"{self.prefix}-va", f"{self.prefix}-vb"] + [
-            f"{self.prefix}-e{i}" for i in range(self.n)
-        ]:
-            if Path(f"/sys/class/net/{name}").exists():
-                _run(["ip", "link", "del", name], check=False)
-        if not leftovers_only:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.up = False
         return killed
 
     # -- processes
@@ -239,6 +248,18 @@ class NetnsHosts:
                 done.append(shlex.join(argv))
             return "; ".join(done)
         raise ValueError(f"unknown fault {mode!r}")
+
+    def heal(self, mode: str, host: int) -> None:
+        """Undo :meth:`fault` ``mode`` on ``host`` (the cable is plugged back in)."""
+        if mode == "down":
+            _run(["ip", "-n", self.ns[host], "link", "set", IFACE, "up"])
+        elif mode == "switch-down":
+            _run(["ip", "-n", self.switch, "link", "set", f"p{host}", "up"])
+        elif mode == "drop":
+            for i in range(self.n):
+                _run(["ip", "-n", self.switch, "link", "set", f"p{i}", "master", "br0"])
+        elif mode != "none":
+            raise ValueError(f"unknown fault {mode!r}")
 
 
 @dataclass

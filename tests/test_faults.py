@@ -49,9 +49,7 @@ def _config(
         model=ModelConfig(hidden=16, num_layers=2, dropout=0.5),
         sampler=SamplerConfig(fanouts=(5, 5), bulk=bulk),
         # windows of 3 batches (look-ahead, bulk): the stop after batch 4 falls inside one
-        **(
-            {} if cache == "none" else {"cache": CacheConfig(policy=cache, size="5%", lookahead=3)}
-        ),
+        **({} if cache == "none" else {"cache": CacheConfig(policy=cache, size="5%", lookahead=3)}),
         optim=OptimConfig(epochs=epochs, lr=0.01),
         batch_size=BATCH,
         seed=3,

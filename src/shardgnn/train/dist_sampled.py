@@ -319,8 +319,15 @@ class DistSampledSteps(SampledReport, SampledInputs):
             self.codec.reseed(
                 mix_seed(self.config.seed, self.ctx.rank, FETCH_ROUNDING, self.fetch_epoch, index)
             )
-        for journalled in (*self._residuals().values(), *self._caches().values()):
+        for journalled in self._journalled():
             journalled.journal((self.fetch_epoch, index))
+
+    def _journalled(self) -> list[RowResiduals | CachedFeatureStore]:
+        """What keeps a journal of its fetches' changes: the residuals and the caches a
+        checkpoint carries, when fetches can run past a stop (a prefetch thread, windows)."""
+        if not self.overlap and self.train_batches.window == 1:
+            return []  # a stop comes after the last fetched batch: nothing to take back
+        return [*self._residuals().values(), *self._caches().values()]
 
     def _train_fetcher(
         self, samples: Any, features: InputRows, labels: Any, edge_rows: Any
@@ -366,7 +373,7 @@ class DistSampledSteps(SampledReport, SampledInputs):
             # residuals and caches as they stood before that window was fetched.
             assert run.stopped is not None
             done, window = run.stopped.batches, self.train_batches.window
-            for journalled in (*self._residuals().values(), *self._caches().values()):
+            for journalled in self._journalled():
                 journalled.rewind((run.epoch, done - done % window))
             return None
         sums, new_edges = trained
