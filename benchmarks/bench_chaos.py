@@ -71,7 +71,7 @@ from bench_faults import MemoryCgroup, alive, same_weights, tmpfs
 from machine import machine_info
 from netns_hosts import NetnsHosts, base_env
 from shardgnn.atomic import atomic_open, save_json
-from shardgnn.torchrun import proc_table
+from shardgnn.distributed.launch import worker_pids
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.progress import format_table
 
@@ -124,31 +124,6 @@ def host_commands(
         "0", "-m", "shardgnn.run", "train", *train_args(args, epochs, checkpoint, log_dir),
     ]  # fmt: skip
     return [hosts.wrap(i, argv) for i in range(2)]
-
-
-def _worker(pid: int) -> bool:
-    """Whether ``pid`` is a training worker (not the launcher, nor a torchrun agent)."""
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
-        cmdline = fh.read()
-        if b"spawn_main" in cmdline:
-            return True
-        return b"shardgnn.run" in cmdline and b"shardgnn.torchrun" not in cmdline
-    return False
-
-
-def worker_pids_under(root: int) -> list[int]:
-    """The live training workers among ``root``'s descendants, in start order."""
-    table = proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, *_rest) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, frontier = [], [root]
-    while frontier:
-        for child in children.get(frontier.pop(), ()):
-            frontier.append(child)
-            if _worker(child) and table[child][1] not in "ZX":
-                found.append(child)
-    return sorted(found, key=lambda pid: (table[pid][2], pid))
 
 
 class Attempt:
@@ -208,7 +183,7 @@ class Attempt:
     def workers(self) -> list[int]:
         """The live workers: the launcher's, or the last host's (``kill9`` and ``sigstop``
         take the last one: on two hosts, a worker away from the rendezvous store)."""
-        return worker_pids_under(self.procs[-1].pid)
+        return list(worker_pids(self.procs[-1].pid, descendants=True).values())
 
     def progress(self, at: float, resumed_from: float) -> float:
         """Epochs of training done at time ``at`` (the last finished epoch plus the elapsed share

@@ -68,7 +68,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shardgnn.torchrun import proc_table
+from shardgnn.distributed.launch import proc_table
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"

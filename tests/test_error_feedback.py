@@ -188,7 +188,7 @@ def test_row_residuals_rewind_takes_back_the_sends_made_ahead():
     residuals.rewind((0, 2))
     assert torch.equal(residuals.table, trained)
     # a rewind past what the journal keeps would be silently wrong: it is refused
-    for batch in range(RowResiduals.JOURNALLED + 1):
+    for batch in range(residuals._journal.keep + 1):
         send((1, batch), [5], float(batch))
-    with pytest.raises(AssertionError, match="older than the journal"):
+    with pytest.raises(AssertionError, match="not all kept"):
         residuals.rewind((1, 0))

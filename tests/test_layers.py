@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "shardgnn.heap",
         "shardgnn.devicemem",
         "shardgnn.precision",
+        "shardgnn.journal",
     ),
     ("shardgnn.graph",),
     ("shardgnn.partition",),

@@ -3,7 +3,7 @@
 Layers, one direction (a module imports only from its own layer or those below it; no import
 cycles; ``tests/test_layers.py`` enforces both, imports inside functions included)::
 
-    base (errors, atomic, timing, options, seeding, heap, devicemem, precision)
+    base (errors, atomic, timing, options, seeding, heap, devicemem, precision, journal)
       <- graph <- partition <- distributed <- store <- sampling <- loader <- nn <- fullgraph
       <- train <- cli (and run, the worker entry point under torchrun; torchrun, the agent)
 """

@@ -52,23 +52,12 @@ import threading
 import time
 
 from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
-from shardgnn.distributed.launch import FAILURE_GRACE_S, StoppedWatch, proc_stat
+from shardgnn.distributed.launch import FAILURE_GRACE_S, StoppedWatch, proc_table
 from shardgnn.errors import REQUEUE_EXIT_CODE
 
 STOP_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 _POLL_S = 0.5
 _EXIT_CODES: list[int | None] = []  # the workers' exit codes when the agent last stopped them
-
-
-def proc_table() -> dict[int, tuple[int, str, int, int]]:
-    """``{pid: (ppid, state, starttime, exit status)}`` of every process, from ``/proc/PID/stat``
-    (the exit status, a wait status, is readable while the process is a zombie)."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit() and (stat := proc_stat(int(name))) is not None:
-            state, ppid, start, exit_status = stat
-            table[int(name)] = (ppid, state, start, exit_status)
-    return table
 
 
 def _children() -> dict[int, tuple[str, int]]:

@@ -37,6 +37,7 @@ import torch
 
 from shardgnn.distributed.config import BITS
 from shardgnn.errors import ConfigError
+from shardgnn.journal import Journal
 
 _RANGE_BYTES = 4  # lo and hi as bfloat16
 
@@ -220,20 +221,14 @@ class RowResiduals(Feedback):
     the second.
 
     Sends made ahead of time (a prefetch thread fetching batches before they train) can be
-    taken back: after ``journal(tag)`` every update keeps the rows it overwrote under ``tag``
-    (the last ``JOURNALLED`` tags are kept), and ``rewind(tag)`` restores the table to what it
-    was before the first send tagged ``tag`` or later."""
-
-    JOURNALLED = 4
-    """tags whose overwritten rows are kept: the batches a prefetch thread of depth 1 can have
-    fetched past the last trained one (one queued, one in flight), and the window that one
-    lies in"""
+    taken back: after ``journal(tag)`` every update keeps the rows it overwrote under ``tag``,
+    and ``rewind(tag)`` restores the table to what it was before the first send tagged ``tag``
+    or later (:class:`~shardgnn.journal.Journal`)."""
 
     def __init__(self, num_rows: int, width: int):
         self.table = torch.zeros((num_rows, width), dtype=torch.float32)
         self.rows: list[torch.Tensor] = []
-        self._journal: list[tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]]] = []
-        self._journalled = 0  # tags journalled since the last rewind, kept or dropped
+        self._journal: Journal[torch.Tensor, torch.Tensor] = Journal()
 
     def select(self, rows_per_peer: list[torch.Tensor]) -> "RowResiduals":
         self.rows = rows_per_peer
@@ -245,36 +240,23 @@ class RowResiduals(Feedback):
     def put(self, peer: int, residual_RF: torch.Tensor) -> None:
         rows = self.rows[peer]
         if self._journal:
-            self._journal[-1][1].append((rows, self.table[rows]))  # indexing copies the rows
+            self._journal.record(rows, self.table[rows])  # indexing copies the rows
         self.table[rows] = residual_RF
 
     def journal(self, tag: Any) -> None:
         """Keep what the sends from now on overwrite under ``tag`` (comparable with ``<``:
         e.g. ``(epoch, batch)``), until the next ``journal``. An entry no send wrote to is
         retagged rather than kept (the batches of a window fetched whole send nothing)."""
-        if self._journal and not self._journal[-1][1]:
-            self._journal[-1] = (tag, [])
-            return
-        self._journal.append((tag, []))
-        self._journalled += 1
-        del self._journal[: -self.JOURNALLED]
+        self._journal.open(tag)
 
     def rewind(self, tag: Any) -> None:
         """Undo every journalled send tagged ``tag`` or later, the latest first (a row sent in
         two of them ends as it was before the earlier); the journal is then empty."""
-        undone = 0
-        for entry_tag, updates in reversed(self._journal):
-            if entry_tag < tag:
-                break
-            for rows, before_RF in reversed(updates):
-                self.table[rows] = before_RF
-            undone += 1
-        # a send older than the journal reaches back cannot be undone: never silently inexact
-        assert undone < len(self._journal) or self._journalled <= self.JOURNALLED, (
-            f"rewind to {tag!r}: sends older than the journal's {self.JOURNALLED} tags"
-        )
-        self._journal.clear()
-        self._journalled = 0
+
+        def restore(rows: torch.Tensor, before_RF: torch.Tensor) -> None:
+            self.table[rows] = before_RF
+
+        self._journal.rewind(tag, restore)
 
     @property
     def nbytes(self) -> int:

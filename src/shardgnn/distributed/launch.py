@@ -805,23 +805,48 @@ def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
     return rest[0].decode(), int(rest[1]), int(rest[19]), exit_status
 
 
-def worker_pids(launcher_pid: int) -> dict[int, int]:
+def proc_table() -> dict[int, tuple[int, str, int, int]]:
+    """``{pid: (ppid, state, starttime, exit status)}`` of every process, from ``/proc/PID/stat``
+    (the exit status, a wait status, is readable while the process is a zombie)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (stat := proc_stat(int(name))) is not None:
+            state, ppid, start, exit_status = stat
+            table[int(name)] = (ppid, state, start, exit_status)
+    return table
+
+
+def _runs_worker(pid: int) -> bool:
+    """Whether ``pid`` runs a training worker: started by multiprocessing's ``spawn`` (not its
+    resource tracker), or running ``shardgnn.run`` (not a torchrun agent, whose command line
+    names it too)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
+        cmdline = fh.read()
+        return b"spawn_main" in cmdline or (
+            b"shardgnn.run" in cmdline and b"shardgnn.torchrun" not in cmdline
+        )
+    return False
+
+
+def worker_pids(launcher_pid: int, descendants: bool = False) -> dict[int, int]:
     """``{local rank: pid}`` of a launcher's live worker processes (``shardgnn train --workers``:
-    its children started by multiprocessing's ``spawn``, not its resource tracker; a torchrun
-    agent: its children running ``shardgnn.run``). Elastic starts workers in local-rank order,
-    so ascending pids are ranks 0, 1, ... Linux (``/proc``); for operators' scripts and the fault
-    benchmarks."""
-    pids = []
-    for task in glob.glob(f"/proc/{launcher_pid}/task/*/children"):
-        with contextlib.suppress(OSError):
-            with open(task) as fh:
-                children = [int(pid) for pid in fh.read().split()]
-            for pid in children:
-                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    cmdline = fh.read()
-                    if b"spawn_main" in cmdline or b"shardgnn.run" in cmdline:
-                        pids.append(pid)
-    return dict(enumerate(sorted(pids)))
+    its children started by multiprocessing's ``spawn``; a torchrun agent: its children running
+    ``shardgnn.run``), in start order: elastic starts workers in local-rank order, so they are
+    ranks 0, 1, ... ``descendants``: workers anywhere below ``launcher_pid`` (an agent behind a
+    shell or ``ip netns exec``; each host's ranks in turn). Linux (``/proc``); for operators'
+    scripts and the fault benchmarks."""
+    table = proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_rest) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, frontier = [], [launcher_pid]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            if descendants:
+                frontier.append(child)
+            if table[child][1] not in "ZX" and _runs_worker(child):
+                found.append(child)
+    return dict(enumerate(sorted(found, key=lambda pid: (table[pid][2], pid))))
 
 
 def proc_state(pid: int) -> str | None:

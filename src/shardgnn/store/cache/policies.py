@@ -67,7 +67,8 @@ class CachePolicy(abc.ABC):
         """``(admit_positions, target_slots)`` for this batch."""
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """What the policy decides its next admissions from (a checkpoint carries it)."""
+        """What the policy decides its next admissions from (a checkpoint carries it), copied:
+        later steps do not change it."""
         return {}
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:

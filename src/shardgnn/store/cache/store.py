@@ -18,6 +18,7 @@ import typing
 import numpy as np
 import torch
 
+from shardgnn.journal import Journal
 from shardgnn.store.cache.core import CacheCore, distinct_in_order
 from shardgnn.store.cache.policies import BeladyPolicy, CachePolicy, StaticPolicy
 from shardgnn.store.feature import FeatureStore, copy_rows
@@ -34,17 +35,13 @@ class _Split(typing.NamedTuple):
     first: np.ndarray
 
 
-class _Mark(typing.NamedTuple):
-    """A journal entry of :class:`CachedFeatureStore`: the cache as it stood at ``journal(tag)``
-    (index, the slots' fetch steps, policy state) and the cached rows overwritten since, oldest
-    first, as ``(slots, rows before)``. Not the step clock: it counts training steps, which a
-    rewind does not take back."""
+class _Snapshot(typing.NamedTuple):
+    """The cache as it stood at a journal entry: index, the slots' fetch steps, policy state.
+    Not the step clock: it counts training steps, which a rewind does not take back."""
 
-    tag: typing.Any
     id_of: np.ndarray
     fetched_at: np.ndarray
     policy: dict[str, np.ndarray]
-    writes: list[tuple[np.ndarray, torch.Tensor]]
 
 
 class CachedFeatureStore(FeatureStore):
@@ -91,8 +88,8 @@ class CachedFeatureStore(FeatureStore):
         self.fetched_at = np.zeros(self.capacity, dtype=np.int64)
         self.refreshed = 0  # rows fetched again because they were too old
         self.served_ages = np.zeros(0 if max_age is None else max_age + 1, dtype=np.int64)
-        self._journal: list[_Mark] = []
-        self._dropped: typing.Any = None  # the tag of the latest entry the journal let go
+        # the cached rows each fetch overwrote, as (slots, rows before)
+        self._journal: Journal[np.ndarray, torch.Tensor] = Journal()
         # Static content is loaded once (a collective gather when the fallback is distributed).
         if isinstance(policy, StaticPolicy):
             initial = policy.initial_ids()[: self.capacity]
@@ -129,7 +126,7 @@ class CachedFeatureStore(FeatureStore):
         counting separately; it stays valid while this cache changes."""
         view = copy.copy(self)  # shares rows and index
         view.fallback, view.readonly, view._window, view.core = fallback, True, [], self.core.view()
-        view._journal = []
+        view._journal = Journal()
         view._marks = np.full_like(self._marks, -1)
         return view
 
@@ -209,49 +206,37 @@ class CachedFeatureStore(FeatureStore):
         self.clock += 1
 
     # -------------------------------------------------------------- journal
-    JOURNALLED = 4
-    """journal entries kept: the batches (or windows) a prefetch thread of depth 1 can have
-    fetched past the last trained one, and the window that one lies in"""
-
     def journal(self, tag: typing.Any) -> None:
         """Keep the cache as it stands, and the rows the fetches from now on overwrite, under
         ``tag`` (comparable with ``<``, e.g. ``(epoch, batch)``) until the next entry. Inside a
         planned window, or under the tag of the latest entry, nothing: its batches belong to
         the entry it started under."""
-        if self._window or self.readonly or (self._journal and self._journal[-1].tag == tag):
+        if self._window or self.readonly:
             return
-        policy = {k: np.array(v, copy=True) for k, v in self.policy.state_dict().items()}
-        mark = _Mark(tag, self.core.index.id_of.copy(), self.fetched_at.copy(), policy, [])
-        self._journal.append(mark)
-        if len(self._journal) > self.JOURNALLED:
-            self._dropped = self._journal.pop(0).tag
+        # policy.state_dict() is a copy already
+        snapshot = _Snapshot(
+            self.core.index.id_of.copy(), self.fetched_at.copy(), self.policy.state_dict()
+        )
+        self._journal.open(tag, snapshot)
 
     def _journal_write(self, slots: np.ndarray) -> None:
         if self._journal:
-            self._journal[-1].writes.append((slots.copy(), self.rows[torch.from_numpy(slots)]))
+            self._journal.record(slots.copy(), self.rows[torch.from_numpy(slots)])
 
     def rewind(self, tag: typing.Any) -> None:
         """Put the cache back as it stood at the first entry tagged ``tag`` or later (nothing
         changes when there is none); a planned window is dropped. The journal is then empty."""
-        undone = None
-        for mark in reversed(self._journal):
-            if mark.tag < tag:
-                break
-            for slots, before in reversed(mark.writes):
-                self.rows[torch.from_numpy(slots)] = before
-            undone = mark
-        # an entry the journal let go cannot be undone: never silently inexact
-        assert self._dropped is None or self._dropped < tag, (
-            f"rewind to {tag!r}: fetches from {self._dropped!r} on were not all kept"
-        )
-        if undone is not None:
-            self.core.index.load(undone.id_of)
-            self.fetched_at[:] = undone.fetched_at
-            self.policy.load_state_dict(undone.policy)
+
+        def restore(slots: np.ndarray, before: torch.Tensor) -> None:
+            self.rows[torch.from_numpy(slots)] = before
+
+        snapshot = self._journal.rewind(tag, restore)
+        if snapshot is not None:
+            self.core.index.load(snapshot.id_of)
+            self.fetched_at[:] = snapshot.fetched_at
+            self.policy.load_state_dict(snapshot.policy)
         self._window = []
         self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
-        self._journal.clear()
-        self._dropped = None
 
     # -------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, torch.Tensor]:
