@@ -25,6 +25,8 @@ from shardgnn.train.inference.export import (
     trained_outputs,
 )
 
+from conftest import write_cluster_triples
+
 onnxruntime = pytest.importorskip("onnxruntime")
 
 
@@ -321,10 +323,11 @@ def test_graph_set_model_file_computes_infers_logits(tmp_path, capsys, spec, arg
 
 
 @pytest.mark.slow
-def test_export_refuses_typed_and_temporal_models_in_one_line(tmp_path, capsys):
-    """What a served graph cannot carry: a typed graph's relations, an event stream's memory."""
+def test_export_refuses_knowledge_graph_and_temporal_models_in_one_line(tmp_path, capsys):
+    """What a served graph cannot carry: a knowledge graph's entity rows and ranking, an event
+    stream's memory."""
     runs = {
-        "typed": ["synthetic-hetero:papers=300,authors=200,institutions=10,fields=20"],
+        "typed": [write_cluster_triples(tmp_path / "triples")],
         "temporal": ["synthetic-temporal:nodes=60,events=600", "--model", "tgn"],
     }
     for name, argv in runs.items():
@@ -334,8 +337,51 @@ def test_export_refuses_typed_and_temporal_models_in_one_line(tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "m.onnx"
     assert main(["export", "--checkpoint", str(tmp_path / "typed"), "--out", str(out)]) == 2
-    assert "holds a rgcn model; export writes sage" in _error(capsys)
+    line = _error(capsys)
+    assert "holds a model of --task link" in line or "not knowledge-graph" in line, line
     assert main(["export", "--checkpoint", str(tmp_path / "temporal"), "--out", str(out)]) == 2
     line = _error(capsys)
     assert "export writes" in line and "temporal" in line, line
     assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model,suffix", [("rgcn", ".onnx"), ("hetero-sage", ".pt"), ("hgt", ".pt2")]
+)
+def test_typed_model_file_computes_infers_logits(tmp_path, model, suffix, capsys):
+    """A typed node model's file, run on the training graph (the papers' features, every typed
+    edge, the featureless types' learnt rows inside it), gives `shardgnn infer`'s logits."""
+    from shardgnn.graph.datasets import load_typed_dataset
+
+    spec = "synthetic-hetero:papers=300,authors=200,institutions=10,fields=8,classes=4,features=6"
+    ck, parts, out, path = tmp_path / "ck", tmp_path / "parts", tmp_path / "infer", tmp_path / "m"
+    path = path.with_suffix(suffix)
+    train = ["train", spec, "--model", model, "--hidden", "8", "--epochs", "2", "--quiet"]
+    assert main([*train, "--checkpoint-dir", str(ck)]) == 0
+    assert main(["partition", spec, "--parts", "1", "--method", "random", "--out", str(parts)]) == 0
+    infer = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]
+    assert main(infer) == 0
+    logits = np.load(out / "paper" / "logits.npy")
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(path)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert f"exported {model} (node prediction: 6 features -> 4 outputs per node" in line, line
+    assert "on a random typed graph of" in line and "max |difference|" in line
+    graph = load_typed_dataset(spec)
+    src, dst, etype = graph.edge_arrays()
+    x = np.asarray(graph.x["paper"], dtype=np.float32)
+    inputs = (x, np.stack([src, dst]), etype)
+    if suffix == ".onnx":
+        session = onnxruntime.InferenceSession(str(path))
+        names = [i.name for i in session.get_inputs()]
+        assert names == ["x_paper", "edge_index", "edge_type"]
+        got = session.run(None, dict(zip(names, inputs)))[0]
+    else:
+        tensors = [torch.from_numpy(a) for a in inputs]
+        run = torch.export.load(path).module() if suffix == ".pt2" else torch.jit.load(str(path))
+        got = run(*tensors).detach().numpy()
+    assert got.shape == (graph.num_nodes, 4)
+    papers = got[: graph.num_nodes_of("paper")]  # papers are numbered first
+    scale = max(1.0, float(np.abs(logits).max()))
+    np.testing.assert_allclose(papers, logits, atol=TOLERANCE * scale, rtol=0)

@@ -17,8 +17,12 @@ Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` o
 
 from __future__ import annotations
 
+import re
+
 import torch
 from torch import nn
+
+from shardgnn.nn.typed import TypedMessageGraph
 
 
 class EdgeListGraph:
@@ -171,3 +175,75 @@ class EdgeServingModel(nn.Module):
         graph = EdgeListGraph(edge_index_2E, x_NF.shape[0], edge_attr_ED)
         no_graphs_N = edge_index_2E.new_zeros(x_NF.shape[0])  # the edge head reads no readout
         return self.model(graph, x_NF, no_graphs_N, 1, edge_attr_ED)
+
+
+class TypedServingModel(nn.Module):
+    """A typed node model (R-GCN, heterogeneous SAGE, HGT over typed input rows) on one whole
+    typed graph whose nodes are numbered type by type, as in training.
+
+    Inputs: one feature table per featured type (``x_<type>``, ``[N_t, F_t]``: any number of
+    that type's nodes, new ones included), then ``edge_index`` (``[2, E]``, ids in the type-by-
+    type numbering) and ``edge_type`` (``[E]``, each edge's relation among the graph's own
+    ``relations``, reverses excluded: they are added here as in training). Featureless types'
+    learnt rows belong to the training graph: they are in the file, and the served graph holds
+    exactly the training graph's nodes of those types, in their training order. Output: every
+    node's ``[N, C]`` (the labelled type's rows are its predictions)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        type_names: list[str],
+        learnt: dict[int, torch.Tensor],
+        relations: list[tuple[str, str, str]],
+    ):
+        super().__init__()
+        self.model = model
+        self.num_types = len(type_names)
+        self.featured = [t for t in range(self.num_types) if t not in learnt]
+        self.widths = [
+            self.model.typed_input.project[str(t)].in_features if t in self.featured else 0
+            for t in range(self.num_types)
+        ]
+        self.relation_types = [(type_names.index(s), type_names.index(d)) for s, _, d in relations]
+        for t, rows in learnt.items():
+            self.register_buffer(f"learnt_{t}", rows.detach().clone())
+        names = [re.sub(r"\W", "_", type_names[t]) for t in self.featured]
+        self.input_names = (*(f"x_{name}" for name in names), "edge_index", "edge_type")
+        self.edge_dim = 0
+
+    def learnt(self) -> dict[int, torch.Tensor]:
+        """Featureless type -> its learnt rows."""
+        return {
+            t: getattr(self, f"learnt_{t}") for t in range(self.num_types) if t not in self.featured
+        }
+
+    def type_sizes(self, featured: int | list[int]) -> list[int]:
+        """Nodes of every type: ``featured`` of each featured type (one count, or one each), the
+        featureless types' learnt rows."""
+        counts = iter(featured if isinstance(featured, list) else [featured] * len(self.featured))
+        learnt = self.learnt()
+        return [
+            int(learnt[t].shape[0]) if t in learnt else next(counts) for t in range(self.num_types)
+        ]
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        *features, edge_index, edge_type = inputs
+        by_type = dict(zip(self.featured, features))
+        parts, types = [], []
+        for t in range(self.num_types):
+            if t in by_type:
+                rows = self.model.typed_input.project[str(t)](by_type[t])
+            else:
+                rows = getattr(self, f"learnt_{t}")
+            parts.append(rows)
+            types.append(torch.full((rows.shape[0],), t, dtype=torch.int64))
+        src_E, dst_E = edge_index[0], edge_index[1]
+        r = len(self.relation_types)
+        graph = TypedMessageGraph.from_tensors(
+            torch.cat([src_E, dst_E]),
+            torch.cat([dst_E, src_E]),
+            torch.cat([edge_type, edge_type + r]),
+            torch.cat(types),
+            2 * r,
+        )
+        return self.model.encoder(graph, torch.cat(parts))

@@ -47,7 +47,10 @@ class TypedMessageGraph:
     num_dst: int
     num_relations: int
     order_E: torch.Tensor
-    group_sizes: list[int]
+    group_sizes: list[int] | None
+    """edges per relation, consecutive in that order; None: edges in any order (a graph built
+    by tensor operations, :meth:`from_tensors`: layers transform every source by every
+    relation and gather each edge's row)"""
     norm_E: torch.Tensor
     """``1 / |N_r(dst)|`` of every edge, in ``order_E`` order"""
     dst_type_D: torch.Tensor | None = None
@@ -92,6 +95,37 @@ class TypedMessageGraph:
             norm_E=as_tensor(norm[order]),
             dst_type_D=None if node_type is None else as_tensor(types[: int(num_dst or num_nodes)]),
             src_type_S=None if node_type is None else as_tensor(types),
+        )
+
+    @classmethod
+    def from_tensors(
+        cls,
+        src_E: torch.Tensor,
+        dst_E: torch.Tensor,
+        etype_E: torch.Tensor,
+        node_type_N: torch.Tensor,
+        num_relations: int,
+    ) -> "TypedMessageGraph":
+        """The graph of typed edges among all ``node_type_N.shape[0]`` nodes (every node a
+        destination), built with tensor operations only, in the edges' own order (no grouping
+        by relation): what an exported model traces, for graphs of any size."""
+        num_nodes = node_type_N.shape[0]
+        # |N_r(i)|: edges sharing (destination, relation)
+        key_E = dst_E * num_relations + etype_E
+        count = torch.zeros(num_nodes * num_relations, dtype=torch.float32, device=src_E.device)
+        count = count.index_add(0, key_E, torch.ones_like(key_E, dtype=torch.float32))
+        return cls(
+            src_E=src_E,
+            dst_E=dst_E,
+            etype_E=etype_E,
+            num_src=num_nodes,
+            num_dst=num_nodes,
+            num_relations=num_relations,
+            order_E=torch.arange(src_E.shape[0], device=src_E.device),
+            group_sizes=None,
+            norm_E=1.0 / count[key_E],
+            dst_type_D=node_type_N,
+            src_type_S=node_type_N,
         )
 
 
@@ -177,7 +211,9 @@ def relation_messages(
     graphs), the second many nodes; both are exact."""
     num_edges = graph.src_E.shape[0]
     r, i, o = weight_RIO.shape
-    if transform_all is None:
+    if graph.group_sizes is None:  # edges in any order
+        transform_all = True
+    elif transform_all is None:
         transform_all = graph.num_src * r <= 2 * num_edges
     if transform_all:
         # [S, I] @ [I, R * O]: row (s, r) of the result is x_s W_r
@@ -287,18 +323,22 @@ class HGTConv(nn.Module):
         src_E, dst_E = graph.src_E, graph.dst_E
         # each edge's source key and value through its relation's per-head maps: one product per
         # relation over its edges (consecutive in order_E)
-        k_EHD = k_SF.index_select(0, src_E).view(-1, heads, d)
-        v_EHD = v_SF.index_select(0, src_E).view(-1, heads, d)
-        # every relation's maps join the graph, edges or not: a rank whose batch lacks one
-        # still gives DDP a (zero) gradient for it
-        k_EHD = torch.cat([
-            torch.einsum("ehd,hdf->ehf", rows, self.k_rel_RHDD[rel])
-            for rel, rows in enumerate(k_EHD.split(graph.group_sizes))
-        ])  # fmt: skip
-        v_EHD = torch.cat([
-            torch.einsum("ehd,hdf->ehf", rows, self.v_rel_RHDD[rel])
-            for rel, rows in enumerate(v_EHD.split(graph.group_sizes))
-        ])  # fmt: skip
+        k_SHD, v_SHD = k_SF.view(-1, heads, d), v_SF.view(-1, heads, d)
+        if graph.group_sizes is None:  # edges in any order: every source through every map
+            k_EHD = _every_relation(k_SHD, self.k_rel_RHDD, src_E, graph.etype_E)
+            v_EHD = _every_relation(v_SHD, self.v_rel_RHDD, src_E, graph.etype_E)
+        else:
+            k_EHD, v_EHD = k_SHD.index_select(0, src_E), v_SHD.index_select(0, src_E)
+            # every relation's maps join the graph, edges or not: a rank whose batch lacks one
+            # still gives DDP a (zero) gradient for it
+            k_EHD = torch.cat([
+                torch.einsum("ehd,hdf->ehf", rows, self.k_rel_RHDD[rel])
+                for rel, rows in enumerate(k_EHD.split(graph.group_sizes))
+            ])  # fmt: skip
+            v_EHD = torch.cat([
+                torch.einsum("ehd,hdf->ehf", rows, self.v_rel_RHDD[rel])
+                for rel, rows in enumerate(v_EHD.split(graph.group_sizes))
+            ])  # fmt: skip
         q_EHD = q_SF.index_select(0, dst_E).view(-1, heads, d)
         logit_EH = (q_EHD * k_EHD).sum(-1) * self.p_rel_RH.index_select(0, graph.etype_E)
         weight_EH = segment_softmax(logit_EH / math.sqrt(d), dst_E, num_dst)
@@ -315,6 +355,16 @@ class HGTConv(nn.Module):
             a = gate * a + (1 - gate) * x_DF
             out_DF = out_DF.index_add(0, rows, a)
         return out_DF
+
+
+def _every_relation(
+    x_SHD: torch.Tensor, map_RHDD: torch.Tensor, src_E: torch.Tensor, etype_E: torch.Tensor
+) -> torch.Tensor:
+    """``x_src`` through its edge's relation's per-head map, for edges in any order: every
+    source through every relation's map (``[S, R, H, D]``), then each edge's row."""
+    r = map_RHDD.shape[0]
+    x_SRHD = torch.einsum("shd,rhdf->srhf", x_SHD, map_RHDD)
+    return x_SRHD.reshape(-1, *x_SRHD.shape[2:])[src_E * r + etype_E]
 
 
 class RGCN(nn.Module):
@@ -437,6 +487,19 @@ def typed_encoder(
         num_types=len(node_types),
         heads=model.heads,
     )
+
+
+def typed_schema(node_types, type_offsets, relations, target_type) -> dict:
+    """What a checkpoint records of a typed graph for a model built without it (``shardgnn
+    export``): the node types in id order with their counts, the message graph's relations
+    (``(src, rel, dst)`` names, reverses included: what :func:`typed_encoder` was built on) and
+    the labelled type."""
+    return {
+        "node_types": list(node_types),
+        "nodes_per_type": [int(n) for n in np.diff(np.asarray(type_offsets))],
+        "message_relations": [list(rel) for rel in relations],
+        "target_type": target_type,
+    }
 
 
 def partitioned_node_model(model, typed, num_classes: int) -> "TypedNodeModel":

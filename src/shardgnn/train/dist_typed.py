@@ -36,7 +36,12 @@ from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, NeighborSamplingStage
 from shardgnn.loader.typed import TypedRowFetcher
 from shardgnn.nn.targets import CommReducer, target_of_labels
-from shardgnn.nn.typed import TypedNodeModel, block_message_graph, partitioned_node_model
+from shardgnn.nn.typed import (
+    TypedNodeModel,
+    block_message_graph,
+    partitioned_node_model,
+    typed_schema,
+)
 from shardgnn.partition.format import PartitionSet
 from shardgnn.partition.typed import TypedPartitionBook
 from shardgnn.sampling.dist_neighbor import DistTypedNeighborSampler
@@ -223,8 +228,12 @@ class DistTypedNodeSteps(DistSteps):
         }
 
     def dataset_info(self) -> dict[str, Any]:
-        width = sum(self.typed.feature_widths)
-        return partition_dataset_record(self.pset, width, self.num_classes, self.split_sizes)
+        width, typed = sum(self.typed.feature_widths), self.typed
+        record = partition_dataset_record(self.pset, width, self.num_classes, self.split_sizes)
+        schema = typed_schema(
+            typed.node_types, typed.type_offsets, typed.relations, typed.target_type
+        )
+        return {**record, "typed": schema}
 
 
 class TypedRows(NamedTuple):

@@ -40,6 +40,7 @@ from shardgnn.nn.typed import (
     layerwise_forward,
     relational_decoder,
     typed_encoder,
+    typed_schema,
 )
 from shardgnn.sampling.typed import TypedNeighborSampler, relation_fanouts
 from shardgnn.seeding import mix_seed
@@ -91,6 +92,9 @@ def dataset_info(graph: TypedGraph, spec: str | None) -> dict[str, Any]:
         "fingerprint": typed_fingerprint(graph),
         **{k: summary[k] for k in ("num_nodes", "num_edges", "num_relations", "nodes_per_type")},
         **{k: summary[k] for k in ("edges_per_relation", "triples", "splits") if summary[k]},
+        "typed": typed_schema(
+            graph.node_types, graph.type_offsets, message_relations(graph), graph.target_type
+        ),
     }
 
 

@@ -10,6 +10,10 @@ A graph-level model (``--task graph``) takes a batch of graphs as their disjoint
 ``graph_ptr`` (int64 ``[B + 1]``, each graph's first node and then ``N``: PyG's ``Batch.ptr``)
 and returns ``[B, C]``; an edge-level one (``--task edge``) returns ``[E, C]`` in ``edge_index``
 order. A model reading edge features takes ``edge_attr`` (float32 ``[E, D]``) last.
+A typed node model (:class:`~shardgnn.nn.serving.TypedServingModel`) takes one feature table
+per featured node type (``x_<type>``), ``edge_index`` in the type-by-type numbering and
+``edge_type`` (``[E]``), and returns every node's ``[N, C]``; featureless types' learnt rows
+are inside the file.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -43,16 +47,23 @@ from shardgnn.atomic import atomic_path
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.csr import csr_from_edges, csr_with_order
 from shardgnn.graph.features import normalize_features
+from shardgnn.graph.typed import with_reverse_edges
 from shardgnn.nn.config import EDGE_FEATURE_MODELS, GRAPH_MODELS, is_user_model
 from shardgnn.nn.graphlevel import GraphGNN
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
-from shardgnn.nn.serving import EdgeServingModel, GraphServingModel, ServingModel
+from shardgnn.nn.serving import EdgeServingModel, GraphServingModel, ServingModel, TypedServingModel
 from shardgnn.nn.targets import target_of_labels
+from shardgnn.nn.typed import TypedInput, TypedMessageGraph, TypedNodeModel, typed_encoder
 from shardgnn.train.checkpoint import read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.config_rules import LAYERWISE_MODELS
-from shardgnn.train.inference.run import load_model_weights, load_weights_into, resolve_checkpoint
+from shardgnn.train.inference.run import (
+    load_model_weights,
+    load_typed_rows,
+    load_weights_into,
+    resolve_checkpoint,
+)
 from shardgnn.train.settings import ExportConfig
 from shardgnn.train.setup import model_edge_dim
 
@@ -114,7 +125,7 @@ def export_format(config: ExportConfig) -> str:
     return fmt
 
 
-Served = ServingModel | GraphServingModel | EdgeServingModel
+Served = ServingModel | GraphServingModel | EdgeServingModel | TypedServingModel
 
 
 def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]:
@@ -131,6 +142,8 @@ def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]
     name = config.model.model
     if config.task in ("graph", "edge") and name in GRAPH_MODELS:
         return _graph_set_serving(checkpoint, config, meta.get("dataset") or {})
+    if "typed" in (meta.get("dataset") or {}) and config.task == "node":
+        return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
     if config.task not in ("node", "link"):
         raise ConfigError(
             f"{checkpoint} holds a model of --task {config.task}; export writes node, link, "
@@ -139,8 +152,8 @@ def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
             f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)}, "
-            f"{', '.join(GRAPH_MODELS)} and user models so far (not typed, walk-based or "
-            "temporal ones)"
+            f"{', '.join(GRAPH_MODELS)}, typed node models and user models so far (not "
+            "knowledge-graph, walk-based or temporal ones)"
         )
     if config.embedding.enabled:
         raise ConfigError(
@@ -222,6 +235,42 @@ def _graph_set_serving(
     return GraphServingModel(model, edge_dim).eval(), config, in_dim, out_dim, outputs
 
 
+TYPED_OUTPUT_WEIGHT = {
+    "rgcn": ("bias_O", 0),
+    "hetero-sage": ("bias_RO", 1),
+    "hgt": ("out.0.bias", 0),
+}
+"""the last layer's weight that gives a typed model's output width, and its axis"""
+
+
+def _typed_serving(
+    checkpoint: Path, config: TrainConfig, schema: dict
+) -> tuple[Served, TrainConfig, int, int, str]:
+    """A typed node model (``rgcn``, ``hetero-sage``, ``hgt``) as a serving module: featured
+    types' widths from their projections' weights, featureless types' learnt rows (every rank's,
+    put together) into the file, the output width from the weights."""
+    weights, learnt = load_typed_rows(checkpoint)
+    names, relations = list(schema["node_types"]), [tuple(r) for r in schema["message_relations"]]
+    widths = [
+        int(weights[f"typed_input.project.{t}.weight"].shape[1])
+        if f"typed_input.project.{t}.weight" in weights
+        else 0
+        for t in range(len(names))
+    ]
+    weight, axis = TYPED_OUTPUT_WEIGHT[config.model.model]
+    out_dim = int(weights[f"encoder.convs.{config.model.num_layers - 1}.{weight}"].shape[axis])
+    encoder = typed_encoder(config.model, relations, names, out_dim=out_dim)
+    model = TypedNodeModel(
+        TypedInput(schema["nodes_per_type"], widths, config.model.hidden), encoder
+    )
+    load_weights_into(model, weights, checkpoint, f"{len(names)} node types")
+    model.eval()
+    serving = TypedServingModel(model, names, learnt, relations[: len(relations) // 2]).eval()
+    target = schema.get("target_type")
+    outputs = f"{out_dim} outputs per node (the {target} nodes' are its predictions)"
+    return serving, config, sum(widths), out_dim, outputs
+
+
 def random_graph(num_nodes: int, in_dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x [N, F], edge_index [2, E])``: non-negative features (row normalisation divides by
     sums) with some all-zero rows, about 8 in-edges per node with a few self-loops and duplicate
@@ -259,10 +308,31 @@ def random_graph_set(
     return x, torch.cat(edges, dim=1), ptr
 
 
+def random_typed_graph(serving: TypedServingModel, num_nodes: int, seed: int = 0) -> tuple:
+    """``serving``'s inputs for a random typed graph: about ``num_nodes`` nodes shared among the
+    featured types (non-negative rows), the featureless types' training nodes, and about 4 edges
+    per node of each relation's destination type drawn between its two types (duplicates and,
+    where the types agree, self-loops among them)."""
+    gen = torch.Generator().manual_seed(seed)
+    each = max(2, num_nodes // max(1, len(serving.featured)))
+    sizes = serving.type_sizes(each)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+    features = [torch.rand(sizes[t], serving.widths[t], generator=gen) for t in serving.featured]
+    src, dst, rel = [], [], []
+    for r, (s, d) in enumerate(serving.relation_types):
+        count = 4 * sizes[d]
+        src.append(torch.randint(0, sizes[s], (count,), generator=gen) + starts[s])
+        dst.append(torch.randint(0, sizes[d], (count,), generator=gen) + starts[d])
+        rel.append(torch.full((count,), r, dtype=torch.int64))
+    return (*features, torch.stack([torch.cat(src), torch.cat(dst)]), torch.cat(rel))
+
+
 def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) -> tuple:
     """What ``serving`` takes for a random graph: ``(x, edge_index)`` of :func:`random_graph`,
     or of :func:`random_graph_set` for a graph set's model (graph-level: with ``graph_ptr``), and
     the edges' feature rows (normal draws) when it reads them."""
+    if isinstance(serving, TypedServingModel):
+        return random_typed_graph(serving, num_nodes, seed)
     if isinstance(serving, ServingModel):
         inputs: tuple = random_graph(num_nodes, in_dim, seed)
     else:
@@ -280,9 +350,23 @@ def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
     """The model's outputs for ``serving``'s inputs as training and ``shardgnn infer`` compute
     them: the features normalised in numpy, the layers on a CSR :class:`MessageGraph` (numba
     kernels on CPU), with the edges' feature rows in its CSR order."""
+    if isinstance(serving, TypedServingModel):
+        return _typed_outputs(serving, *inputs)
     if isinstance(serving, ServingModel):
         return _layerwise_outputs(serving, *inputs)
     return _graph_set_outputs(serving, *inputs)
+
+
+def _typed_outputs(serving: TypedServingModel, *inputs: torch.Tensor) -> torch.Tensor:
+    """A typed model as training runs it over a whole graph: the message graph built in numpy
+    (reverse edges added, edges grouped by relation), the input rows by type."""
+    *features, edge_index, edge_type = inputs
+    sizes = serving.type_sizes([x.shape[0] for x in features])
+    node_type = np.repeat(np.arange(len(sizes)), sizes)
+    r = len(serving.relation_types)
+    src, dst, rel = with_reverse_edges(*edge_index.numpy(), edge_type.numpy(), r)
+    graph = TypedMessageGraph.from_edges(src, dst, rel, len(node_type), 2 * r, node_type=node_type)
+    return serving.model(graph, dict(zip(serving.featured, features)), serving.learnt())
 
 
 def _graph_set_outputs(serving: GraphServingModel | EdgeServingModel, *inputs: torch.Tensor):
@@ -365,7 +449,12 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
         "edge_attr": {0: edges},
     }
     names = list(serving.input_names)
+    for name in names[: len(getattr(serving, "featured", ()))]:  # a typed model's feature tables
+        sizes[name] = {0: torch.export.Dim(f"nodes_{name[2:]}", min=2)}
+    sizes["edge_type"] = {0: edges}
     dynamic = tuple(sizes[name] for name in names)
+    if isinstance(serving, TypedServingModel):
+        dynamic = (dynamic,)  # forward(*inputs): one spec per input, as one argument
     oblivious = fx_config.patch(backed_size_oblivious=small)
     with _quiet(), oblivious:
         if fmt == "torchscript":
@@ -426,7 +515,9 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     diff = float((got - want).abs().max())
     scale = max(1.0, float(want.abs().max()))
     graph = f"a random graph of {nodes:,} nodes"
-    if not isinstance(serving, ServingModel):  # a batch of small graphs
+    if isinstance(serving, TypedServingModel):
+        graph = f"a random typed graph of {want.shape[0]:,} nodes"
+    elif not isinstance(serving, ServingModel):  # a batch of small graphs
         graph = f"{nodes:,} nodes of random small graphs"
     if not diff <= TOLERANCE * scale:
         raise ExportCheckError(
