@@ -323,11 +323,11 @@ def test_graph_set_model_file_computes_infers_logits(tmp_path, capsys, spec, arg
 
 
 @pytest.mark.slow
-def test_export_refuses_knowledge_graph_and_temporal_models_in_one_line(tmp_path, capsys):
-    """What a served graph cannot carry: a knowledge graph's entity rows and ranking, an event
+def test_export_refuses_walk_based_and_temporal_models_in_one_line(tmp_path, capsys):
+    """What a served graph cannot carry: SUREL's walks from the training graph, an event
     stream's memory."""
     runs = {
-        "typed": [write_cluster_triples(tmp_path / "triples")],
+        "walks": ["synthetic:nodes=200,degree=4", "--task", "link", "--model", "surel"],
         "temporal": ["synthetic-temporal:nodes=60,events=600", "--model", "tgn"],
     }
     for name, argv in runs.items():
@@ -336,9 +336,9 @@ def test_export_refuses_knowledge_graph_and_temporal_models_in_one_line(tmp_path
         assert main([*train, "--checkpoint-dir", str(ck)]) == 0
     capsys.readouterr()
     out = tmp_path / "m.onnx"
-    assert main(["export", "--checkpoint", str(tmp_path / "typed"), "--out", str(out)]) == 2
+    assert main(["export", "--checkpoint", str(tmp_path / "walks"), "--out", str(out)]) == 2
     line = _error(capsys)
-    assert "holds a model of --task link" in line or "not knowledge-graph" in line, line
+    assert "holds a surel model" in line and "not walk-based" in line, line
     assert main(["export", "--checkpoint", str(tmp_path / "temporal"), "--out", str(out)]) == 2
     line = _error(capsys)
     assert "export writes" in line and "temporal" in line, line
@@ -385,3 +385,43 @@ def test_typed_model_file_computes_infers_logits(tmp_path, model, suffix, capsys
     papers = got[: graph.num_nodes_of("paper")]  # papers are numbered first
     scale = max(1.0, float(np.abs(logits).max()))
     np.testing.assert_allclose(papers, logits, atol=TOLERANCE * scale, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers,suffix", [(1, ".pt2"), (2, ".onnx")])
+def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, suffix, capsys):
+    """A knowledge-graph model's file (one process's checkpoint or two workers'), asked
+    ``(entity, relation)`` queries, scores every entity as DistMult does over the entity rows and
+    relation rows `shardgnn infer` writes; without the training graph it says so in one line."""
+    spec = write_cluster_triples(tmp_path / "triples")
+    ck, parts, out = tmp_path / "ck", tmp_path / "parts", tmp_path / "infer"
+    path = (tmp_path / "kg").with_suffix(suffix)
+    train = ["train", spec, "--epochs", "2", "--quiet", "--checkpoint-dir", str(ck)]
+    assert main(train + (["--workers", str(workers)] if workers > 1 else [])) == 0
+    assert main(["partition", spec, "--parts", "1", "--out", str(parts), "--quiet"]) == 0
+    assert (
+        main(["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]) == 0
+    )
+    entities = torch.from_numpy(np.load(out / "entity" / "embeddings.npy"))
+    relations = torch.from_numpy(np.load(out / "relations.npy"))
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(path)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(
+        "exported rgcn (knowledge-graph completion: (entity, relation) queries -> scores of the "
+        "60 entities per query (4 relations, 8 with reciprocals))"
+    ), line
+    entity = torch.arange(60) % 60
+    relation = torch.arange(60) % 8  # tail queries and (r + 4) head queries
+    if suffix == ".onnx":
+        session = onnxruntime.InferenceSession(str(path))
+        feed = {"entity": entity.numpy(), "relation": relation.numpy()}
+        got = torch.from_numpy(session.run(None, feed)[0])
+    else:
+        got = torch.export.load(path).module()(entity, relation)
+    want = (entities[entity] * relations[relation]) @ entities.T
+    torch.testing.assert_close(got, want, atol=1e-4 * max(1.0, float(want.abs().max())), rtol=0)
+    # the entities are encoded over the training graph: without it, one line
+    (tmp_path / "triples").rename(tmp_path / "moved")
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "again.pt2")]) == 2
+    assert "the knowledge graph it was trained on" in _error(capsys)

@@ -247,3 +247,26 @@ class TypedServingModel(nn.Module):
             2 * r,
         )
         return self.model.encoder(graph, torch.cat(parts))
+
+
+class KnowledgeGraphServingModel(nn.Module):
+    """A knowledge-graph model's answers to queries: the encoder's entity rows (computed once,
+    over the training graph, and carried in the file) scored by the decoder.
+
+    Inputs: ``entity`` (int64 ``[Q]``, the query's known entity) and ``relation`` (int64
+    ``[Q]``: ``r`` asks for the tail of ``(entity, r, ?)``, ``r + R`` for the head of ``(?, r,
+    entity)``, the reciprocal relation training scored head queries with). Output: ``[Q, N]``,
+    every entity's score as the answer (higher is likelier)."""
+
+    def __init__(self, decoder: nn.Module, entities_ND: torch.Tensor):
+        super().__init__()
+        self.decoder = decoder
+        self.register_buffer("entities_ND", entities_ND.detach().clone())
+        # the decoder's relation rows: every relation and its reciprocal
+        self.num_query_relations = int(next(decoder.parameters()).shape[0])
+        self.input_names = ("entity", "relation")
+        self.edge_dim = 0
+
+    def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
+        ent_ND = self.entities_ND
+        return self.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)

@@ -13,7 +13,9 @@ order. A model reading edge features takes ``edge_attr`` (float32 ``[E, D]``) la
 A typed node model (:class:`~shardgnn.nn.serving.TypedServingModel`) takes one feature table
 per featured node type (``x_<type>``), ``edge_index`` in the type-by-type numbering and
 ``edge_type`` (``[E]``), and returns every node's ``[N, C]``; featureless types' learnt rows
-are inside the file.
+are inside the file. A knowledge-graph model
+(:class:`~shardgnn.nn.serving.KnowledgeGraphServingModel`) takes ``entity`` and ``relation``
+(``[Q]``) and returns every entity's score ``[Q, N]``.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -48,11 +50,17 @@ from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.csr import csr_from_edges, csr_with_order
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.typed import with_reverse_edges
-from shardgnn.nn.config import EDGE_FEATURE_MODELS, GRAPH_MODELS, is_user_model
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, GRAPH_MODELS, TYPED_MODELS, is_user_model
 from shardgnn.nn.graphlevel import GraphGNN
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
-from shardgnn.nn.serving import EdgeServingModel, GraphServingModel, ServingModel, TypedServingModel
+from shardgnn.nn.serving import (
+    EdgeServingModel,
+    GraphServingModel,
+    KnowledgeGraphServingModel,
+    ServingModel,
+    TypedServingModel,
+)
 from shardgnn.nn.targets import target_of_labels
 from shardgnn.nn.typed import TypedInput, TypedMessageGraph, TypedNodeModel, typed_encoder
 from shardgnn.train.checkpoint import read_checkpoint_meta
@@ -62,6 +70,7 @@ from shardgnn.train.inference.run import (
     load_model_weights,
     load_typed_rows,
     load_weights_into,
+    read_rank_state,
     resolve_checkpoint,
 )
 from shardgnn.train.settings import ExportConfig
@@ -96,11 +105,13 @@ class Exported:
     bytes: int
     seconds: float
     check: str  # how the file was checked, or why it was not
+    inputs: str = ""  # what goes in, in words (default: the features' count)
 
     def summary(self) -> str:
         """The one line the command prints."""
         return (
-            f"exported {self.model} ({self.task}: {self.in_dim} feature{'s' * (self.in_dim != 1)}"
+            f"exported {self.model} ({self.task}: "
+            f"{self.inputs or f'{self.in_dim} feature' + 's' * (self.in_dim != 1)}"
             f" -> {self.outputs}) to "
             f"{self.path} ({FORMAT_NAMES[self.format]}, {self.bytes / 1e6:.1f} MB) in "
             f"{self.seconds:.1f} s; {self.check}"
@@ -125,7 +136,13 @@ def export_format(config: ExportConfig) -> str:
     return fmt
 
 
-Served = ServingModel | GraphServingModel | EdgeServingModel | TypedServingModel
+Served = (
+    ServingModel
+    | GraphServingModel
+    | EdgeServingModel
+    | TypedServingModel
+    | KnowledgeGraphServingModel
+)
 
 
 def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]:
@@ -142,6 +159,8 @@ def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]
     name = config.model.model
     if config.task in ("graph", "edge") and name in GRAPH_MODELS:
         return _graph_set_serving(checkpoint, config, meta.get("dataset") or {})
+    if config.task == "link" and name in TYPED_MODELS:
+        return _knowledge_graph_serving(checkpoint, config, meta)
     if "typed" in (meta.get("dataset") or {}) and config.task == "node":
         return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
     if config.task not in ("node", "link"):
@@ -152,8 +171,8 @@ def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
             f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)}, "
-            f"{', '.join(GRAPH_MODELS)}, typed node models and user models so far (not "
-            "knowledge-graph, walk-based or temporal ones)"
+            f"{', '.join(GRAPH_MODELS)}, typed node and knowledge-graph models and user models so "
+            "far (not walk-based or temporal ones)"
         )
     if config.embedding.enabled:
         raise ConfigError(
@@ -233,6 +252,50 @@ def _graph_set_serving(
     outputs = f"{out_dim} class logits" if kind == "class" else f"{out_dim} {kind} output"
     outputs += f"{'s' * (kind != 'class' and out_dim != 1)} per graph"
     return GraphServingModel(model, edge_dim).eval(), config, in_dim, out_dim, outputs
+
+
+def _knowledge_graph_serving(
+    checkpoint: Path, config: TrainConfig, meta: dict
+) -> tuple[Served, TrainConfig, int, int, str]:
+    """A knowledge-graph model as the scores of queries: the entity rows of every rank's file
+    put together by entity id, encoded over the training graph in one process as training
+    encodes them (the graph is loaded from the checkpoint's dataset spec), and the decoder."""
+    from shardgnn.fullgraph.relational import HELD_ROWS
+    from shardgnn.train.typed import TypedLinkSteps
+
+    one = dataclasses.replace(config, device="cpu")  # the one-process steps of the run
+    try:
+        steps = TypedLinkSteps(one)
+    except ShardgnnError as exc:
+        raise ConfigError(
+            f"{checkpoint}: the knowledge graph it was trained on ({config.dataset}) is needed "
+            f"to encode its entities and could not be loaded: {exc}"
+        ) from None
+    states = [read_rank_state(checkpoint, r) for r in range(int(meta.get("world_size", 1)))]
+    rows, ids = f"{HELD_ROWS}NI", f"{HELD_ROWS}node_ids"
+    table = steps.model.encoder.input_NI.detach().clone()
+    for state in states:
+        if rows not in state or ids not in state or state[rows].shape[1] != table.shape[1]:
+            raise ConfigError(f"{checkpoint} holds no entity rows of width {table.shape[1]}")
+        if state[ids].numel() and int(state[ids].max()) >= table.shape[0]:
+            raise ConfigError(
+                f"{checkpoint} does not fit the {table.shape[0]:,} entities of {config.dataset}"
+            )
+        table[state[ids]] = state[rows]
+    model = steps.model
+    # the held rows' ids and Adam state stay as the one-process model made them: its rows
+    # are the table put together above
+    state = {k: v for k, v in model.state_dict().items() if k.startswith(HELD_ROWS)}
+    state[rows] = table
+    weights = {k: v for k, v in states[0].items() if not k.startswith(HELD_ROWS)}
+    load_weights_into(model, {**weights, **state}, checkpoint, "knowledge-graph model")
+    model.eval()
+    with torch.no_grad():
+        entities_ND = steps.encode()
+    serving = KnowledgeGraphServingModel(model.decoder, entities_ND).eval()
+    n, r = entities_ND.shape[0], steps.num_relations
+    outputs = f"scores of the {n:,} entities per query ({r} relations, {2 * r} with reciprocals)"
+    return serving, config, 0, n, outputs
 
 
 TYPED_OUTPUT_WEIGHT = {
@@ -333,6 +396,13 @@ def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) 
     the edges' feature rows (normal draws) when it reads them."""
     if isinstance(serving, TypedServingModel):
         return random_typed_graph(serving, num_nodes, seed)
+    if isinstance(serving, KnowledgeGraphServingModel):  # num_nodes queries
+        gen = torch.Generator().manual_seed(seed)
+        entities, relations = serving.entities_ND.shape[0], serving.num_query_relations
+        return (
+            torch.randint(0, entities, (num_nodes,), generator=gen),
+            torch.randint(0, relations, (num_nodes,), generator=gen),
+        )
     if isinstance(serving, ServingModel):
         inputs: tuple = random_graph(num_nodes, in_dim, seed)
     else:
@@ -352,6 +422,8 @@ def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
     kernels on CPU), with the edges' feature rows in its CSR order."""
     if isinstance(serving, TypedServingModel):
         return _typed_outputs(serving, *inputs)
+    if isinstance(serving, KnowledgeGraphServingModel):  # the module is the trained decoder
+        return serving(*inputs)
     if isinstance(serving, ServingModel):
         return _layerwise_outputs(serving, *inputs)
     return _graph_set_outputs(serving, *inputs)
@@ -452,6 +524,8 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
     for name in names[: len(getattr(serving, "featured", ()))]:  # a typed model's feature tables
         sizes[name] = {0: torch.export.Dim(f"nodes_{name[2:]}", min=2)}
     sizes["edge_type"] = {0: edges}
+    queries = torch.export.Dim("queries", min=2)
+    sizes["entity"], sizes["relation"] = {0: queries}, {0: queries}
     dynamic = tuple(sizes[name] for name in names)
     if isinstance(serving, TypedServingModel):
         dynamic = (dynamic,)  # forward(*inputs): one spec per input, as one argument
@@ -517,6 +591,7 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     graph = f"a random graph of {nodes:,} nodes"
     if isinstance(serving, TypedServingModel):
         graph = f"a random typed graph of {want.shape[0]:,} nodes"
+
     elif not isinstance(serving, ServingModel):  # a batch of small graphs
         graph = f"{nodes:,} nodes of random small graphs"
     if not diff <= TOLERANCE * scale:
@@ -524,10 +599,11 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
             f"the {FORMAT_NAMES[fmt]} file, run by {runner} on {graph}, differs from the trained "
             f"model by {diff:.3g} (allowed {TOLERANCE * scale:.3g}); nothing was written"
         )
-    return (
-        f"checked with {runner} on {graph} and {inputs[1].shape[1]:,} edges: "
-        f"max |difference| {diff:.1e} from the trained model"
-    )
+    if isinstance(serving, KnowledgeGraphServingModel):
+        graph = f"{nodes:,} random queries"
+    else:
+        graph += f" and {inputs[1].shape[1]:,} edges"
+    return f"checked with {runner} on {graph}: max |difference| {diff:.1e} from the trained model"
 
 
 def export_model(config: ExportConfig) -> Exported:
@@ -558,8 +634,10 @@ def export_model(config: ExportConfig) -> Exported:
             ) from None
         check = _check(fmt, tmp, serving, in_dim, config.check_nodes)
         size = tmp.stat().st_size
-    task = "link prediction"
-    if train.task != "link":
+    task, inputs = "link prediction", ""
+    if isinstance(serving, KnowledgeGraphServingModel):
+        task, inputs = "knowledge-graph completion", "(entity, relation) queries"
+    elif train.task != "link":
         task = f"{train.task} {'classification' if 'class logits' in outputs else 'prediction'}"
     return Exported(
         path=out,
@@ -572,4 +650,5 @@ def export_model(config: ExportConfig) -> Exported:
         bytes=size,
         seconds=time.perf_counter() - start,
         check=check,
+        inputs=inputs,
     )
