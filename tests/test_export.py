@@ -5,6 +5,7 @@ what ``shardgnn infer`` computes, on the training graph and on graphs of other s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,6 +98,13 @@ def test_exported_file_computes_infers_logits(trained, suffix, capsys):
         f"exported gat (node classification: 12 features -> 4 class logits) to {path}"
     )
     assert "checked with" in line and "max |difference|" in line
+    assert line.endswith(f"; inputs and output in {path}.json")
+    signature = json.loads(Path(f"{path}.json").read_text())
+    assert signature["inputs"] == [
+        {"name": "x", "dtype": "float32", "shape": ["N", 12]},
+        {"name": "edge_index", "dtype": "int64", "shape": [2, "E"]},
+    ]
+    assert signature["output"]["shape"] == ["N", 4]
     x, edge_index = graph.x.astype(np.float32), _edge_index(graph)
     if suffix == ".onnx":
         session = onnxruntime.InferenceSession(str(path))
@@ -369,6 +377,15 @@ def test_typed_model_file_computes_infers_logits(tmp_path, model, suffix, capsys
     assert f"exported {model} (node prediction: 6 features -> 4 outputs per node" in line, line
     assert "on a random typed graph of" in line and "max |difference|" in line
     graph = load_typed_dataset(spec)
+    signature = json.loads(Path(f"{path}.json").read_text())
+    assert [i["name"] for i in signature["inputs"]] == ["x_paper", "edge_index", "edge_type"]
+    assert signature["node_types"] == [
+        {"name": "paper", "features": 6, "nodes": "any"},
+        {"name": "author", "features": 0, "nodes": 200},
+        {"name": "institution", "features": 0, "nodes": 10},
+        {"name": "field", "features": 0, "nodes": 8},
+    ]
+    assert signature["relations"] == [list(rel) for rel in graph.relations]
     src, dst, etype = graph.edge_arrays()
     x = np.asarray(graph.x["paper"], dtype=np.float32)
     inputs = (x, np.stack([src, dst]), etype)
@@ -411,6 +428,8 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
         "exported rgcn (knowledge-graph completion: (entity, relation) queries -> scores of the "
         "60 entities per query (4 relations, 8 with reciprocals))"
     ), line
+    signature = json.loads(Path(f"{path}.json").read_text())
+    assert signature["output"]["shape"] == ["Q", 60] and len(signature["relations"]) == 8
     entity = torch.arange(60) % 60
     relation = torch.arange(60) % 8  # tail queries and (r + 4) head queries
     if suffix == ".onnx":

@@ -21,8 +21,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "GIN, GINE) takes a batch of graphs as their disjoint union, plus graph_ptr [B + 1] "
             "int64 (each graph's first node, then N: PyG's Batch.ptr) for a graph-level one, and "
             "returns a row per graph, or per edge in edge_index order. A model reading edge "
-            "features takes edge_attr [E, D] float32 last. The file is loaded back and checked "
-            "on a random graph against the trained model before it is put in place."
+            "features takes edge_attr [E, D] float32 last. A typed node model takes x_<type> per "
+            "featured node type, edge_index and edge_type [E] int64; a knowledge-graph model "
+            "takes entity and relation [Q] int64 and scores every entity. The file is loaded back "
+            "and checked on a random graph against the trained model before it is put in place; "
+            "OUT.json beside it names its inputs and output (dtypes, shapes, relations)."
         ),
     )
     add_flags(parser, ExportConfig)

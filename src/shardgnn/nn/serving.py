@@ -204,6 +204,7 @@ class TypedServingModel(nn.Module):
             self.model.typed_input.project[str(t)].in_features if t in self.featured else 0
             for t in range(self.num_types)
         ]
+        self.type_names, self.relations = list(type_names), [tuple(rel) for rel in relations]
         self.relation_types = [(type_names.index(s), type_names.index(d)) for s, _, d in relations]
         for t, rows in learnt.items():
             self.register_buffer(f"learnt_{t}", rows.detach().clone())
@@ -258,9 +259,11 @@ class KnowledgeGraphServingModel(nn.Module):
     entity)``, the reciprocal relation training scored head queries with). Output: ``[Q, N]``,
     every entity's score as the answer (higher is likelier)."""
 
-    def __init__(self, decoder: nn.Module, entities_ND: torch.Tensor):
+    def __init__(
+        self, decoder: nn.Module, entities_ND: torch.Tensor, relation_names: list[str] = ()
+    ):
         super().__init__()
-        self.decoder = decoder
+        self.decoder, self.relation_names = decoder, list(relation_names)
         self.register_buffer("entities_ND", entities_ND.detach().clone())
         # the decoder's relation rows: every relation and its reciprocal
         self.num_query_relations = int(next(decoder.parameters()).shape[0])

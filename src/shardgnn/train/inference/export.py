@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.fx.experimental._config as fx_config
 
-from shardgnn.atomic import atomic_path
+from shardgnn.atomic import atomic_path, save_json
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.csr import csr_from_edges, csr_with_order
 from shardgnn.graph.features import normalize_features
@@ -106,6 +106,7 @@ class Exported:
     seconds: float
     check: str  # how the file was checked, or why it was not
     inputs: str = ""  # what goes in, in words (default: the features' count)
+    signature: Path | None = None  # the file's inputs and output, as JSON
 
     def summary(self) -> str:
         """The one line the command prints."""
@@ -115,6 +116,7 @@ class Exported:
             f" -> {self.outputs}) to "
             f"{self.path} ({FORMAT_NAMES[self.format]}, {self.bytes / 1e6:.1f} MB) in "
             f"{self.seconds:.1f} s; {self.check}"
+            + (f"; inputs and output in {self.signature}" if self.signature else "")
         )
 
 
@@ -292,7 +294,8 @@ def _knowledge_graph_serving(
     model.eval()
     with torch.no_grad():
         entities_ND = steps.encode()
-    serving = KnowledgeGraphServingModel(model.decoder, entities_ND).eval()
+    names = [name for _, name, _ in steps.graph.relations]
+    serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names).eval()
     n, r = entities_ND.shape[0], steps.num_relations
     outputs = f"scores of the {n:,} entities per query ({r} relations, {2 * r} with reciprocals)"
     return serving, config, 0, n, outputs
@@ -606,6 +609,58 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     return f"checked with {runner} on {graph}: max |difference| {diff:.1e} from the trained model"
 
 
+INDEX_INPUTS = ("edge_index", "graph_ptr", "edge_type", "entity", "relation")
+"""the inputs that are int64 (the others are float32)"""
+
+
+def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[str, Any]:
+    """What a serving stack needs to call the file: every input's name, dtype and shape (sizes
+    named by letter are free), the output's, and what a typed or knowledge-graph model's
+    indices mean (node types in numbering order, relations by index)."""
+    shapes: dict[str, list] = {
+        "x": ["N", in_dim],
+        "edge_index": [2, "E"],
+        "graph_ptr": ["B + 1"],
+        "edge_attr": ["E", serving.edge_dim],
+        "edge_type": ["E"],
+        "entity": ["Q"],
+        "relation": ["Q"],
+    }
+    record: dict[str, Any] = {}
+    out_shape: list = ["N", out_dim]
+    if isinstance(serving, TypedServingModel):
+        sizes = serving.type_sizes(-1)
+        record["node_types"] = [
+            {
+                "name": name,
+                "features": serving.widths[t],
+                "nodes": sizes[t] if sizes[t] >= 0 else "any",
+            }
+            for t, name in enumerate(serving.type_names)
+        ]
+        record["relations"] = [list(rel) for rel in serving.relations]
+        for t, name in zip(serving.featured, serving.input_names):
+            shapes[name] = [f"N_{serving.type_names[t]}", serving.widths[t]]
+    elif isinstance(serving, KnowledgeGraphServingModel):
+        out_shape = ["Q", out_dim]
+        names = serving.relation_names
+        record["relations"] = names + [f"{name} (reciprocal: asks for heads)" for name in names]
+    elif isinstance(serving, GraphServingModel):
+        out_shape = ["B", out_dim]
+    elif isinstance(serving, EdgeServingModel):
+        out_shape = ["E", out_dim]
+    inputs = [
+        {
+            "name": name,
+            "dtype": "int64" if name in INDEX_INPUTS else "float32",
+            "shape": shapes[name],
+        }
+        for name in serving.input_names
+    ]
+    output = {"name": "out", "dtype": "float32", "shape": out_shape, "meaning": outputs}
+    return {"inputs": inputs, "output": output, **record}
+
+
 def export_model(config: ExportConfig) -> Exported:
     """Write the checkpoint's model to ``config.out`` (atomically, after the check).
 
@@ -634,6 +689,8 @@ def export_model(config: ExportConfig) -> Exported:
             ) from None
         check = _check(fmt, tmp, serving, in_dim, config.check_nodes)
         size = tmp.stat().st_size
+    sidecar = out.with_name(out.name + ".json")
+    save_json(sidecar, signature(serving, in_dim, out_dim, outputs))
     task, inputs = "link prediction", ""
     if isinstance(serving, KnowledgeGraphServingModel):
         task, inputs = "knowledge-graph completion", "(entity, relation) queries"
@@ -651,4 +708,5 @@ def export_model(config: ExportConfig) -> Exported:
         seconds=time.perf_counter() - start,
         check=check,
         inputs=inputs,
+        signature=sidecar,
     )
