@@ -53,6 +53,44 @@ def test_serving_model_computes_what_training_computes(name, feature_norm):
     torch.testing.assert_close(got, trained_outputs(serving, x, edge_index), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("conv", ["rgcn", "hetero-sage", "hgt"])
+def test_typed_serving_model_computes_what_training_computes(conv):
+    """Two featured types of their own widths and a featureless one, over edges in any order:
+    the serving module (reverse relations added inside, ungrouped layers) equals the training
+    model on the grouped message graph, and so does its torch.export program at another size."""
+    from shardgnn.nn.serving import TypedServingModel
+    from shardgnn.nn.typed import TypedInput, TypedNodeModel, typed_encoder
+    from shardgnn.train.inference.export import random_typed_graph, trained_outputs
+
+    torch.manual_seed(0)
+    types = ["paper", "author", "venue"]
+    relations = [("author", "writes", "paper"), ("paper", "cites", "paper"),
+                 ("paper", "at", "venue"), ("venue", "hosts", "author")]  # fmt: skip
+    message = relations + [(d, f"rev_{r}", s) for s, r, d in relations]
+    config = ModelConfig(model=conv, hidden=8, num_layers=2, heads=2, num_bases=2, dropout=0.0)
+    encoder = typed_encoder(config, message, types, out_dim=5)
+    model = TypedNodeModel(TypedInput([0, 0, 7], [6, 3, 0], 8), encoder).eval()
+    learnt = {2: torch.randn(7, 8)}
+    serving = TypedServingModel(model, types, learnt, relations).eval()
+    assert serving.input_names == ("x_paper", "x_author", "edge_index", "edge_type")
+    inputs = random_typed_graph(serving, 40, seed=3)
+    perm = torch.randperm(inputs[-1].shape[0])  # edges in no order of relation
+    inputs = (*inputs[:2], inputs[2][:, perm], inputs[3][perm])
+    with torch.no_grad():
+        want = trained_outputs(serving, *inputs)
+        torch.testing.assert_close(serving(*inputs), want, atol=1e-5, rtol=1e-5)
+    names = serving.input_names
+    nodes = {name: {0: torch.export.Dim(f"n_{name}", min=2)} for name in names[:2]}
+    edges = torch.export.Dim("edges", min=1)
+    dynamic = ((nodes["x_paper"], nodes["x_author"], {1: edges}, {0: edges}),)
+    program = torch.export.export(serving, inputs, dynamic_shapes=dynamic)
+    other = random_typed_graph(serving, 90, seed=4)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            program.module()(*other), trained_outputs(serving, *other), atol=1e-5, rtol=1e-5
+        )
+
+
 def test_index_add_by_scatter_equals_index_add():
     gen = torch.Generator().manual_seed(0)
     for shape in ((50, 3), (50, 2, 4)):

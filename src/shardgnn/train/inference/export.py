@@ -172,9 +172,9 @@ def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]
         )
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
-            f"{checkpoint} holds a {name} model; export writes {', '.join(LAYERWISE_MODELS)}, "
-            f"{', '.join(GRAPH_MODELS)}, typed node and knowledge-graph models and user models so "
-            "far (not walk-based or temporal ones)"
+            f"{checkpoint} holds a {name} model; export writes "
+            f"{', '.join(dict.fromkeys((*LAYERWISE_MODELS, *GRAPH_MODELS)))}, typed node and "
+            "knowledge-graph models and user models so far (not walk-based or temporal ones)"
         )
     if config.embedding.enabled:
         raise ConfigError(
