@@ -142,7 +142,7 @@ def test_exported_file_computes_infers_logits(trained, suffix, capsys):
         {"name": "x", "dtype": "float32", "shape": ["N", 12]},
         {"name": "edge_index", "dtype": "int64", "shape": [2, "E"]},
     ]
-    assert signature["output"]["shape"] == ["N", 4]
+    assert [o["shape"] for o in signature["outputs"]] == [["N", 4]]
     x, edge_index = graph.x.astype(np.float32), _edge_index(graph)
     if suffix == ".onnx":
         session = onnxruntime.InferenceSession(str(path))
@@ -414,6 +414,9 @@ def test_typed_model_file_computes_infers_logits(tmp_path, model, suffix, capsys
     line = capsys.readouterr().out.strip()
     assert f"exported {model} (node prediction: 6 features -> 4 outputs per node" in line, line
     assert "on a random typed graph of" in line and "max |difference|" in line
+    refused = ["export", "--checkpoint", str(ck), "--out", str(tmp_path / "k.pt"), "--top-k", "3"]
+    assert main(refused) == 2
+    assert "--top-k 3: applies to knowledge-graph models" in _error(capsys)
     graph = load_typed_dataset(spec)
     signature = json.loads(Path(f"{path}.json").read_text())
     assert [i["name"] for i in signature["inputs"]] == ["x_paper", "edge_index", "edge_type"]
@@ -467,7 +470,8 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
         "60 entities per query (4 relations, 8 with reciprocals))"
     ), line
     signature = json.loads(Path(f"{path}.json").read_text())
-    assert signature["output"]["shape"] == ["Q", 60] and len(signature["relations"]) == 8
+    assert [o["shape"] for o in signature["outputs"]] == [["Q", 60]]
+    assert len(signature["relations"]) == 8
     entity = torch.arange(60) % 60
     relation = torch.arange(60) % 8  # tail queries and (r + 4) head queries
     if suffix == ".onnx":
@@ -478,6 +482,22 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
         got = torch.export.load(path).module()(entity, relation)
     want = (entities[entity] * relations[relation]) @ entities.T
     torch.testing.assert_close(got, want, atol=1e-4 * max(1.0, float(want.abs().max())), rtol=0)
+    # --top-k: each query's best entities, best first, and their scores
+    best = path.with_name(f"best{suffix}")
+    assert main(["export", "--checkpoint", str(ck), "--out", str(best), "--top-k", "5"]) == 0
+    assert "the 5 best of the 60 entities per query" in capsys.readouterr().out
+    if suffix == ".onnx":
+        session = onnxruntime.InferenceSession(str(best))
+        assert [o.name for o in session.get_outputs()] == ["entities", "scores"]
+        where, scores = (torch.from_numpy(a) for a in session.run(None, feed))
+    else:
+        where, scores = torch.export.load(best).module()(entity, relation)
+    top = torch.topk(want, 5, dim=1)
+    assert torch.equal(where, top.indices)
+    torch.testing.assert_close(scores, top.values, atol=1e-4 * float(want.abs().max()), rtol=0)
+    assert main(["export", "--checkpoint", str(ck), "--out", str(best), "--top-k", "61"]) == 2
+    line = _error(capsys)
+    assert "--top-k 61: " in line and "has 60 entities" in line, line
     # the entities are encoded over the training graph: without it, one line
     (tmp_path / "triples").rename(tmp_path / "moved")
     assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "again.pt2")]) == 2

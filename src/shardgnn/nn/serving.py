@@ -257,19 +257,33 @@ class KnowledgeGraphServingModel(nn.Module):
     Inputs: ``entity`` (int64 ``[Q]``, the query's known entity) and ``relation`` (int64
     ``[Q]``: ``r`` asks for the tail of ``(entity, r, ?)``, ``r + R`` for the head of ``(?, r,
     entity)``, the reciprocal relation training scored head queries with). Output: ``[Q, N]``,
-    every entity's score as the answer (higher is likelier)."""
+    every entity's score as the answer (higher is likelier); with ``top_k``, the ``K`` best
+    entities of each query (int64 ``[Q, K]``, best first) and their scores (``[Q, K]``)."""
 
     def __init__(
-        self, decoder: nn.Module, entities_ND: torch.Tensor, relation_names: list[str] = ()
+        self,
+        decoder: nn.Module,
+        entities_ND: torch.Tensor,
+        relation_names: list[str] = (),
+        top_k: int | None = None,
     ):
         super().__init__()
-        self.decoder, self.relation_names = decoder, list(relation_names)
+        self.decoder, self.relation_names, self.top_k = decoder, list(relation_names), top_k
         self.register_buffer("entities_ND", entities_ND.detach().clone())
         # the decoder's relation rows: every relation and its reciprocal
         self.num_query_relations = int(next(decoder.parameters()).shape[0])
         self.input_names = ("entity", "relation")
+        self.output_names = ("out",) if top_k is None else ("entities", "scores")
         self.edge_dim = 0
 
-    def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
+    def scores(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
+        """``[Q, N]``: every entity's score as each query's answer."""
         ent_ND = self.entities_ND
         return self.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)
+
+    def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor):
+        scores_QN = self.scores(entity_Q, relation_Q)
+        if self.top_k is None:
+            return scores_QN
+        best_QK, where_QK = torch.topk(scores_QN, self.top_k, dim=1)
+        return where_QK, best_QK

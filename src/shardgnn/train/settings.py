@@ -405,6 +405,12 @@ class ExportConfig:
         help="nodes of the random graph the written file is checked on (against the model "
         "computed as `shardgnn infer` computes it); 0: no check",
     )
+    top_k: int | None = option(
+        None,
+        metavar="K",
+        help="a knowledge-graph model's file returns each query's K best-scored entities and "
+        "their scores (entities [Q, K] int64, scores [Q, K]) instead of every entity's score",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -412,3 +418,5 @@ class ExportConfig:
             raise invalid(self, "opset", "must be >= 18")
         if self.check_nodes < 0:
             raise invalid(self, "check_nodes", "must be >= 0")
+        if self.top_k is not None and self.top_k < 1:
+            raise invalid(self, "top_k", "must be >= 1")

@@ -147,11 +147,13 @@ Served = (
 )
 
 
-def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]:
+def serving_model(
+    checkpoint: Path, top_k: int | None = None
+) -> tuple[Served, TrainConfig, int, int, str]:
     """The checkpoint's model (best-validation weights when recorded) as a serving module
     (:class:`ServingModel`; a graph set's :class:`GraphServingModel` or
     :class:`EdgeServingModel`), its training config, input and output widths, and what the
-    outputs are.
+    outputs are. ``top_k``: a knowledge-graph model's file returns each query's best entities.
 
     Raises:
         ConfigError: a model or task the serving model does not run, in one line.
@@ -162,7 +164,12 @@ def serving_model(checkpoint: Path) -> tuple[Served, TrainConfig, int, int, str]
     if config.task in ("graph", "edge") and name in GRAPH_MODELS:
         return _graph_set_serving(checkpoint, config, meta.get("dataset") or {})
     if config.task == "link" and name in TYPED_MODELS:
-        return _knowledge_graph_serving(checkpoint, config, meta)
+        return _knowledge_graph_serving(checkpoint, config, meta, top_k)
+    if top_k is not None:
+        raise ConfigError(
+            f"--top-k {top_k}: applies to knowledge-graph models, and {checkpoint} holds a "
+            f"{name} model of --task {config.task}"
+        )
     if "typed" in (meta.get("dataset") or {}) and config.task == "node":
         return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
     if config.task not in ("node", "link"):
@@ -257,7 +264,7 @@ def _graph_set_serving(
 
 
 def _knowledge_graph_serving(
-    checkpoint: Path, config: TrainConfig, meta: dict
+    checkpoint: Path, config: TrainConfig, meta: dict, top_k: int | None = None
 ) -> tuple[Served, TrainConfig, int, int, str]:
     """A knowledge-graph model as the scores of queries: the entity rows of every rank's file
     put together by entity id, encoded over the training graph in one process as training
@@ -295,10 +302,15 @@ def _knowledge_graph_serving(
     with torch.no_grad():
         entities_ND = steps.encode()
     names = [name for _, name, _ in steps.graph.relations]
-    serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names).eval()
     n, r = entities_ND.shape[0], steps.num_relations
-    outputs = f"scores of the {n:,} entities per query ({r} relations, {2 * r} with reciprocals)"
-    return serving, config, 0, n, outputs
+    if top_k is not None and top_k > n:
+        raise ConfigError(f"--top-k {top_k}: {checkpoint}'s graph has {n:,} entities")
+    serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names, top_k).eval()
+    outputs = f"scores of the {n:,} entities per query"
+    if top_k is not None:
+        outputs = f"the {top_k} best of the {n:,} entities per query and their scores"
+    outputs += f" ({r} relations, {2 * r} with reciprocals)"
+    return serving, config, 0, top_k or n, outputs
 
 
 TYPED_OUTPUT_WEIGHT = {
@@ -548,7 +560,7 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
             example,
             dynamo=True,
             input_names=names,
-            output_names=["out"],
+            output_names=list(getattr(serving, "output_names", ("out",))),
             opset_version=opset,
             verbose=False,
         )
@@ -572,7 +584,8 @@ def _runner(fmt: str, path: Path, names: tuple[str, ...]) -> tuple[Callable[...,
 
     def run(*inputs: torch.Tensor):
         feed = {name: t.numpy() for name, t in zip(names, inputs)}
-        return torch.from_numpy(session.run(None, feed)[0])
+        outs = [torch.from_numpy(out) for out in session.run(None, feed)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     return run, "onnxruntime"
 
@@ -589,7 +602,15 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     want = trained_outputs(serving, *inputs)
     with torch.no_grad(), _quiet():
         got = run(*inputs)
-    diff = float((got - want).abs().max())
+    if isinstance(serving, KnowledgeGraphServingModel) and serving.top_k is not None:
+        # the best scores, and the entities named have those scores (ties may name others)
+        (where, got), want = got, want[1]
+        with torch.no_grad():
+            named = serving.scores(*inputs).gather(1, where)
+        diff = float((named - got).abs().max())
+    else:
+        diff = 0.0
+    diff = max(diff, float((got - want).abs().max()))
     scale = max(1.0, float(want.abs().max()))
     graph = f"a random graph of {nodes:,} nodes"
     if isinstance(serving, TypedServingModel):
@@ -657,8 +678,23 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
         }
         for name in serving.input_names
     ]
-    output = {"name": "out", "dtype": "float32", "shape": out_shape, "meaning": outputs}
-    return {"inputs": inputs, "output": output, **record}
+    produced = [{"name": "out", "dtype": "float32", "shape": out_shape, "meaning": outputs}]
+    if isinstance(serving, KnowledgeGraphServingModel) and serving.top_k is not None:
+        produced = [
+            {
+                "name": "entities",
+                "dtype": "int64",
+                "shape": out_shape,
+                "meaning": "entity ids, best first",
+            },
+            {
+                "name": "scores",
+                "dtype": "float32",
+                "shape": out_shape,
+                "meaning": "the entities' scores",
+            },
+        ]
+    return {"inputs": inputs, "outputs": produced, **record}
 
 
 def export_model(config: ExportConfig) -> Exported:
@@ -671,7 +707,7 @@ def export_model(config: ExportConfig) -> Exported:
     start = time.perf_counter()
     fmt = export_format(config)
     checkpoint = resolve_checkpoint(config.checkpoint)
-    serving, train, in_dim, out_dim, outputs = serving_model(checkpoint)
+    serving, train, in_dim, out_dim, outputs = serving_model(checkpoint, config.top_k)
     out = Path(config.out).expanduser()
     with atomic_path(out) as tmp:
         try:
