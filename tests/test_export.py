@@ -5,6 +5,7 @@ what ``shardgnn infer`` computes, on the training graph and on graphs of other s
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from shardgnn.train.inference.export import (
     random_graph,
     trained_outputs,
 )
+from shardgnn.train.inference.run import resolve_checkpoint
 
 from conftest import write_cluster_triples
 
@@ -498,6 +500,16 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
     assert main(["export", "--checkpoint", str(ck), "--out", str(best), "--top-k", "61"]) == 2
     line = _error(capsys)
     assert "--top-k 61: " in line and "has 60 entities" in line, line
+    if workers > 1:  # a file whose ranks do not hold every entity once: one line, both ways
+        epoch = resolve_checkpoint(ck)
+        shutil.copyfile(epoch / "rank-0.pt", epoch / "rank-1.pt")
+        again = ["--checkpoint", str(ck), "--out", str(tmp_path / "again")]
+        assert main(["export", *again[:3], f"{again[3]}.pt2"]) == 2
+        assert "holds 30 of the 60 entities here" in _error(capsys)
+        # infer's workers refuse it (the launcher's second line says where the log is)
+        assert main(["infer", *again, "--partitions", str(parts)]) == 2
+        line = capsys.readouterr().err.splitlines()[0]
+        assert "holds 30 of the 60 entities here (rank 0)" in line, line
     # the entities are encoded over the training graph: without it, one line
     (tmp_path / "triples").rename(tmp_path / "moved")
     assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "again.pt2")]) == 2

@@ -229,15 +229,12 @@ class TypedServingModel(nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         *features, edge_index, edge_type = inputs
-        by_type = dict(zip(self.featured, features))
-        parts, types = [], []
-        for t in range(self.num_types):
-            if t in by_type:
-                rows = self.model.typed_input.project[str(t)](by_type[t])
-            else:
-                rows = getattr(self, f"learnt_{t}")
-            parts.append(rows)
-            types.append(torch.full((rows.shape[0],), t, dtype=torch.int64))
+        by_type, learnt = dict(zip(self.featured, features)), self.learnt()
+        x_NI = self.model.typed_input(by_type, learnt)  # training's input rows, type by type
+        rows = {**learnt, **by_type}
+        types = [
+            torch.full((rows[t].shape[0],), t, dtype=torch.int64) for t in range(self.num_types)
+        ]
         src_E, dst_E = edge_index[0], edge_index[1]
         r = len(self.relation_types)
         graph = TypedMessageGraph.from_tensors(
@@ -247,7 +244,7 @@ class TypedServingModel(nn.Module):
             torch.cat(types),
             2 * r,
         )
-        return self.model.encoder(graph, torch.cat(parts))
+        return self.model.encoder(graph, x_NI)
 
 
 class KnowledgeGraphServingModel(nn.Module):

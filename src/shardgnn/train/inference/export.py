@@ -67,10 +67,10 @@ from shardgnn.train.checkpoint import read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.config_rules import LAYERWISE_MODELS
 from shardgnn.train.inference.run import (
+    load_entity_rows,
     load_model_weights,
     load_typed_rows,
     load_weights_into,
-    read_rank_state,
     resolve_checkpoint,
 )
 from shardgnn.train.settings import ExportConfig
@@ -269,7 +269,6 @@ def _knowledge_graph_serving(
     """A knowledge-graph model as the scores of queries: the entity rows of every rank's file
     put together by entity id, encoded over the training graph in one process as training
     encodes them (the graph is loaded from the checkpoint's dataset spec), and the decoder."""
-    from shardgnn.fullgraph.relational import HELD_ROWS
     from shardgnn.train.typed import TypedLinkSteps
 
     one = dataclasses.replace(config, device="cpu")  # the one-process steps of the run
@@ -280,24 +279,18 @@ def _knowledge_graph_serving(
             f"{checkpoint}: the knowledge graph it was trained on ({config.dataset}) is needed "
             f"to encode its entities and could not be loaded: {exc}"
         ) from None
-    states = [read_rank_state(checkpoint, r) for r in range(int(meta.get("world_size", 1)))]
-    rows, ids = f"{HELD_ROWS}NI", f"{HELD_ROWS}node_ids"
-    table = steps.model.encoder.input_NI.detach().clone()
-    for state in states:
-        if rows not in state or ids not in state or state[rows].shape[1] != table.shape[1]:
-            raise ConfigError(f"{checkpoint} holds no entity rows of width {table.shape[1]}")
-        if state[ids].numel() and int(state[ids].max()) >= table.shape[0]:
-            raise ConfigError(
-                f"{checkpoint} does not fit the {table.shape[0]:,} entities of {config.dataset}"
-            )
-        table[state[ids]] = state[rows]
-    model = steps.model
-    # the held rows' ids and Adam state stay as the one-process model made them: its rows
-    # are the table put together above
-    state = {k: v for k, v in model.state_dict().items() if k.startswith(HELD_ROWS)}
-    state[rows] = table
-    weights = {k: v for k, v in states[0].items() if not k.startswith(HELD_ROWS)}
-    load_weights_into(model, {**weights, **state}, checkpoint, "knowledge-graph model")
+    model, rows = steps.model, steps.model.encoder.input_NI
+    weights, table = load_entity_rows(checkpoint, rows.shape[0])
+    if table.shape != rows.shape:
+        raise ConfigError(
+            f"{checkpoint} holds entity rows of width {table.shape[1]}, not {rows.shape[1]}"
+        )
+    with torch.no_grad():
+        rows.copy_(table)
+    # the other weights, strictly; the held rows' ids and Adam state stay as the one-process
+    # model made them
+    held = {k: v for k, v in model.state_dict().items() if k not in weights}
+    load_weights_into(model, {**weights, **held}, checkpoint, "knowledge-graph model")
     model.eval()
     with torch.no_grad():
         entities_ND = steps.encode()

@@ -493,26 +493,14 @@ def infer_relational(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     id, ``OUT/entity/embeddings.npy`` (the encoder's output: what the decoder scores) with its
     table keyed by the entities' names, and ``OUT/relations.npy``, the decoder's row of every
     relation (``r``) and of its reciprocal (``r + R``, which scores head queries)."""
-    from shardgnn.fullgraph.relational import HELD_ROWS, EntityShard
-    from shardgnn.train.checkpoint import read_checkpoint_meta
-    from shardgnn.train.inference.run import read_rank_state
+    from shardgnn.fullgraph.relational import EntityShard
+    from shardgnn.train.inference.run import load_entity_rows
     from shardgnn.train.typed import relational_model
 
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
     typed = pset.typed_book
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    world = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
-    states = [read_rank_state(checkpoint, r) for r in range(world)]
-    weights = {k: v for k, v in states[0].items() if not k.startswith(HELD_ROWS)}
-    rows, ids = f"{HELD_ROWS}NI", f"{HELD_ROWS}node_ids"
-    if any(rows not in s or ids not in s for s in states):
-        raise ConfigError(f"{checkpoint} holds no entity rows ({rows}, {ids})")
-    table = torch.empty(pset.num_nodes, states[0][rows].shape[1])
-    for state in states:
-        held, held_ids = state[rows], state[ids]
-        if held.shape[0] != held_ids.shape[0] or int(held_ids.max()) >= pset.num_nodes:
-            raise ConfigError(f"{checkpoint} does not fit the {pset.num_nodes:,} entities here")
-        table[held_ids] = held
+    weights, table = load_entity_rows(checkpoint, pset.num_nodes)
     shard = EntityShard(pset, ctx.rank, comm, torch.device("cpu"))
     model = relational_model(config, typed.relations, typed.node_types, pset.num_nodes)
     model.encoder.input_NI = None  # the rows come from the checkpoint's table

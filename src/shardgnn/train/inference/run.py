@@ -397,6 +397,36 @@ def load_typed_rows(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict[int
     return {k: v for k, v in weights.items() if not k.startswith(prefix)}, tables
 
 
+def load_entity_rows(
+    checkpoint: Path, num_entities: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """A knowledge-graph model's weights (rank 0's) without its entity rows and their Adam
+    state, and its ``[num_entities, D]`` entity rows put back together by entity id from every
+    rank's file; a file that does not hold every entity of the graph once is refused."""
+    from shardgnn.fullgraph.relational import HELD_ROWS
+
+    world_size = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
+    states = [read_rank_state(checkpoint, r) for r in range(world_size)]
+    rows, ids = f"{HELD_ROWS}NI", f"{HELD_ROWS}node_ids"
+    if any(rows not in s or ids not in s for s in states):
+        raise ConfigError(f"{checkpoint} holds no entity rows ({rows}, {ids})")
+    table = torch.empty(num_entities, states[0][rows].shape[1])
+    held = torch.zeros(num_entities, dtype=torch.int64)
+    for state in states:
+        held_ND, held_ids = state[rows], state[ids]
+        if held_ND.shape != (len(held_ids), table.shape[1]) or (
+            len(held_ids) and int(held_ids.max()) >= num_entities
+        ):
+            raise ConfigError(f"{checkpoint} does not fit the {num_entities:,} entities here")
+        table[held_ids] = held_ND
+        held[held_ids] += 1
+    if not bool((held == 1).all()):
+        raise ConfigError(
+            f"{checkpoint} holds {int((held > 0).sum()):,} of the {num_entities:,} entities here"
+        )
+    return {k: v for k, v in states[0].items() if not k.startswith(HELD_ROWS)}, table
+
+
 def infer_worker(config_json: str) -> None:
     """Body of one ``shardgnn infer`` worker process (the config arrives resolved, as JSON)."""
     from shardgnn.distributed.context import init_distributed, shutdown
