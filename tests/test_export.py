@@ -14,6 +14,7 @@ import torch
 
 from shardgnn.cli import main
 from shardgnn.graph.csr import csr_from_edges
+from shardgnn.graph.kg import load_kg_triples
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.message_graph import MessageGraph, spmm
@@ -419,6 +420,8 @@ def test_typed_model_file_computes_infers_logits(tmp_path, model, suffix, capsys
     refused = ["export", "--checkpoint", str(ck), "--out", str(tmp_path / "k.pt"), "--top-k", "3"]
     assert main(refused) == 2
     assert "--top-k 3: applies to knowledge-graph models" in _error(capsys)
+    assert main([*refused[:-2], "--filter-known"]) == 2
+    assert "--filter-known: applies to knowledge-graph models" in _error(capsys)
     graph = load_typed_dataset(spec)
     signature = json.loads(Path(f"{path}.json").read_text())
     assert [i["name"] for i in signature["inputs"]] == ["x_paper", "edge_index", "edge_type"]
@@ -500,6 +503,37 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
     assert main(["export", "--checkpoint", str(ck), "--out", str(best), "--top-k", "61"]) == 2
     line = _error(capsys)
     assert "--top-k 61: " in line and "has 60 entities" in line, line
+    # --filter-known: the graph's facts (every split, both directions) are never an answer
+    graph = load_kg_triples(tmp_path / "triples")
+    known = torch.zeros(60, 8, 60, dtype=torch.bool)  # entity, query relation, answer
+    for h, r, t in np.concatenate(list(graph.triples.values())).tolist():
+        known[h, r, t] = known[t, r + 4, h] = True
+    mask = known[entity, relation]
+    assert 0 < int(mask.sum()) < mask.numel()
+    filtered = want.masked_fill(mask, -torch.inf)
+    for k in (None, 7):
+        new = path.with_name(f"new{k}{suffix}")
+        top = ["--top-k", str(k)] if k else []
+        assert (
+            main(["export", "--checkpoint", str(ck), "--out", str(new), "--filter-known", *top])
+            == 0
+        )
+        assert "known answers score -inf" in capsys.readouterr().out
+        assert json.loads(Path(f"{new}.json").read_text())["known_answers"] == "score -inf"
+        if suffix == ".onnx":
+            out = onnxruntime.InferenceSession(str(new)).run(None, feed)
+            out = [torch.from_numpy(a) for a in out]
+        else:
+            out = torch.export.load(new).module()(entity, relation)
+            out = [out] if k is None else list(out)
+        if k is None:
+            assert torch.equal(torch.isinf(out[0]), mask)
+            torch.testing.assert_close(
+                out[0], filtered, atol=1e-4 * float(want.abs().max()), rtol=0
+            )
+        else:
+            assert torch.equal(out[0], torch.topk(filtered, k, dim=1).indices)
+            assert not bool(mask.gather(1, out[0]).any())  # no known answer among the best
     if workers > 1:  # a file whose ranks do not hold every entity once: one line, both ways
         epoch = resolve_checkpoint(ck)
         shutil.copyfile(epoch / "rank-0.pt", epoch / "rank-1.pt")
@@ -514,3 +548,31 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
     (tmp_path / "triples").rename(tmp_path / "moved")
     assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "again.pt2")]) == 2
     assert "the knowledge graph it was trained on" in _error(capsys)
+
+
+def test_known_answers_lookup_marks_exactly_each_querys_answers():
+    """The file's known-answer lookup (rows of 8 answers per query key) marks exactly every
+    query's known answers, also for keys with many rows and for queries with none."""
+    from shardgnn.nn.serving import KNOWN_CHUNK, KnowledgeGraphServingModel
+    from shardgnn.nn.typed import DistMult
+
+    rng = np.random.default_rng(3)
+    n, relations = 40, 6
+    known = torch.zeros(n, relations, n, dtype=torch.bool)
+    for e, r in rng.integers([0, 0], [n, relations], size=(30, 2)).tolist():
+        known[e, r, rng.choice(n, size=int(rng.integers(1, 3 * KNOWN_CHUNK)), replace=False)] = True
+    e, r, a = (t.numpy() for t in torch.nonzero(known, as_tuple=True))
+    keys = r * n + e
+    order = np.argsort(keys, kind="stable")
+    decoder = DistMult(relations, 5)
+    serving = KnowledgeGraphServingModel(
+        decoder, torch.randn(n, 5), top_k=None, known=(keys[order], a[order])
+    )
+    assert serving.known_answers_CW.shape[1] == KNOWN_CHUNK
+    assert int((serving.known_answers_CW < n).sum()) == len(keys)
+    entity = torch.arange(n).repeat_interleave(relations)
+    relation = torch.arange(relations).repeat(n)
+    got = serving.known_answers(entity, relation)
+    assert torch.equal(got, known[entity, relation])
+    scores = serving(entity, relation)
+    assert torch.equal(torch.isinf(scores), got)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -247,6 +248,32 @@ class TypedServingModel(nn.Module):
         return self.model.encoder(graph, x_NI)
 
 
+KNOWN_CHUNK = 8
+"""known answers per row of :func:`known_answer_chunks`' table (a query's answers take one row per
+this many)"""
+
+
+def known_answer_chunks(
+    keys_K: np.ndarray, answers_K: np.ndarray, num_entities: int, width: int = KNOWN_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
+    """The known answers of queries (``keys_K`` sorted, one per known answer ``answers_K``) as
+    fixed-width rows a traced graph can look up: ``(keys_C, answers_CW)``, each query key's
+    answers in ``ceil(count / width)`` rows of ``width`` (padded with ``num_entities``, a column
+    past the last entity)."""
+    keys_K, answers_K = np.asarray(keys_K, np.int64), np.asarray(answers_K, np.int64)
+    if len(keys_K) == 0:
+        return np.zeros(0, np.int64), np.zeros((0, width), np.int64)
+    starts = np.r_[0, np.flatnonzero(np.diff(keys_K)) + 1]  # each key's first answer
+    counts = np.diff(np.r_[starts, len(keys_K)])
+    rows = -(-counts // width)
+    key_of = np.repeat(np.arange(len(starts)), counts)
+    offset = np.arange(len(keys_K)) - starts[key_of]
+    answers_CW = np.full((int(rows.sum()), width), num_entities, np.int64)
+    first_row = np.r_[0, np.cumsum(rows)[:-1]]
+    answers_CW[first_row[key_of] + offset // width, offset % width] = answers_K
+    return np.repeat(keys_K[starts], rows), answers_CW
+
+
 class KnowledgeGraphServingModel(nn.Module):
     """A knowledge-graph model's answers to queries: the encoder's entity rows (computed once,
     over the training graph, and carried in the file) scored by the decoder.
@@ -255,7 +282,13 @@ class KnowledgeGraphServingModel(nn.Module):
     ``[Q]``: ``r`` asks for the tail of ``(entity, r, ?)``, ``r + R`` for the head of ``(?, r,
     entity)``, the reciprocal relation training scored head queries with). Output: ``[Q, N]``,
     every entity's score as the answer (higher is likelier); with ``top_k``, the ``K`` best
-    entities of each query (int64 ``[Q, K]``, best first) and their scores (``[Q, K]``)."""
+    entities of each query (int64 ``[Q, K]``, best first) and their scores (``[Q, K]``).
+
+    ``known``: the keys (``relation * N + entity``, sorted) and answers of the graph's known
+    triples; given, a known answer scores ``-inf`` (never among the best ``K``: a query with
+    fewer than ``K`` unknown answers ends in ``-inf`` scores). The lookup compares each query with
+    every row of :func:`known_answer_chunks` (``Q x`` about ``2T / 8`` comparisons for ``T``
+    triples)."""
 
     def __init__(
         self,
@@ -263,6 +296,7 @@ class KnowledgeGraphServingModel(nn.Module):
         entities_ND: torch.Tensor,
         relation_names: list[str] = (),
         top_k: int | None = None,
+        known: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         super().__init__()
         self.decoder, self.relation_names, self.top_k = decoder, list(relation_names), top_k
@@ -272,11 +306,30 @@ class KnowledgeGraphServingModel(nn.Module):
         self.input_names = ("entity", "relation")
         self.output_names = ("out",) if top_k is None else ("entities", "scores")
         self.edge_dim = 0
+        self.filters_known = known is not None
+        if known is not None:
+            keys_C, answers_CW = known_answer_chunks(*known, entities_ND.shape[0])
+            self.register_buffer("known_keys_C", torch.from_numpy(keys_C))
+            self.register_buffer("known_answers_CW", torch.from_numpy(answers_CW))
+
+    def known_answers(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
+        """``[Q, N]`` bool: True where the entity is a known answer of the query."""
+        n = self.entities_ND.shape[0]
+        hit_QC = (relation_Q * n + entity_Q)[:, None] == self.known_keys_C[None, :]
+        query_M, row_M = torch.nonzero(hit_QC, as_tuple=True)
+        answers_MW = self.known_answers_CW[row_M]
+        known_QN = torch.zeros(entity_Q.shape[0], n + 1, dtype=torch.bool)  # + the padding column
+        known_QN[query_M[:, None].expand(-1, answers_MW.shape[1]), answers_MW] = True
+        return known_QN[:, :n]
 
     def scores(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
-        """``[Q, N]``: every entity's score as each query's answer."""
+        """``[Q, N]``: every entity's score as each query's answer (known answers: ``-inf``
+        where they are filtered)."""
         ent_ND = self.entities_ND
-        return self.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)
+        scores_QN = self.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)
+        if self.filters_known:
+            scores_QN = scores_QN.masked_fill(self.known_answers(entity_Q, relation_Q), -torch.inf)
+        return scores_QN
 
     def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor):
         scores_QN = self.scores(entity_Q, relation_Q)

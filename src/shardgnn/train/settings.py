@@ -411,6 +411,11 @@ class ExportConfig:
         help="a knowledge-graph model's file returns each query's K best-scored entities and "
         "their scores (entities [Q, K] int64, scores [Q, K]) instead of every entity's score",
     )
+    filter_known: bool = option(
+        False,
+        help="a knowledge-graph model's file never answers with a known fact: the graph's "
+        "triples (every split) score -inf and are not among the --top-k (asks for new facts)",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)

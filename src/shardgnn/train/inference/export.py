@@ -148,12 +148,13 @@ Served = (
 
 
 def serving_model(
-    checkpoint: Path, top_k: int | None = None
+    checkpoint: Path, top_k: int | None = None, filter_known: bool = False
 ) -> tuple[Served, TrainConfig, int, int, str]:
     """The checkpoint's model (best-validation weights when recorded) as a serving module
     (:class:`ServingModel`; a graph set's :class:`GraphServingModel` or
     :class:`EdgeServingModel`), its training config, input and output widths, and what the
-    outputs are. ``top_k``: a knowledge-graph model's file returns each query's best entities.
+    outputs are. ``top_k``: a knowledge-graph model's file returns each query's best entities;
+    ``filter_known``: never the graph's known ones.
 
     Raises:
         ConfigError: a model or task the serving model does not run, in one line.
@@ -164,12 +165,13 @@ def serving_model(
     if config.task in ("graph", "edge") and name in GRAPH_MODELS:
         return _graph_set_serving(checkpoint, config, meta.get("dataset") or {})
     if config.task == "link" and name in TYPED_MODELS:
-        return _knowledge_graph_serving(checkpoint, config, meta, top_k)
-    if top_k is not None:
-        raise ConfigError(
-            f"--top-k {top_k}: applies to knowledge-graph models, and {checkpoint} holds a "
-            f"{name} model of --task {config.task}"
-        )
+        return _knowledge_graph_serving(checkpoint, config, meta, top_k, filter_known)
+    for flag, given in ((f"--top-k {top_k}", top_k is not None), ("--filter-known", filter_known)):
+        if given:
+            raise ConfigError(
+                f"{flag}: applies to knowledge-graph models, and {checkpoint} holds a "
+                f"{name} model of --task {config.task}"
+            )
     if "typed" in (meta.get("dataset") or {}) and config.task == "node":
         return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
     if config.task not in ("node", "link"):
@@ -264,11 +266,16 @@ def _graph_set_serving(
 
 
 def _knowledge_graph_serving(
-    checkpoint: Path, config: TrainConfig, meta: dict, top_k: int | None = None
+    checkpoint: Path,
+    config: TrainConfig,
+    meta: dict,
+    top_k: int | None = None,
+    filter_known: bool = False,
 ) -> tuple[Served, TrainConfig, int, int, str]:
     """A knowledge-graph model as the scores of queries: the entity rows of every rank's file
     put together by entity id, encoded over the training graph in one process as training
-    encodes them (the graph is loaded from the checkpoint's dataset spec), and the decoder."""
+    encodes them (the graph is loaded from the checkpoint's dataset spec), and the decoder;
+    ``filter_known``: with the graph's triples of every split, which it never answers with."""
     from shardgnn.train.typed import TypedLinkSteps
 
     one = dataclasses.replace(config, device="cpu")  # the one-process steps of the run
@@ -298,11 +305,17 @@ def _knowledge_graph_serving(
     n, r = entities_ND.shape[0], steps.num_relations
     if top_k is not None and top_k > n:
         raise ConfigError(f"--top-k {top_k}: {checkpoint}'s graph has {n:,} entities")
-    serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names, top_k).eval()
+    # the filtered ranking's index of training: its keys are relation * N + entity, the
+    # relation counted as the file's input counts it (r + R: a head query)
+    known = (steps.known.keys, steps.known.answers) if filter_known else None
+    serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names, top_k, known).eval()
+    serving.answer_index = steps.known if filter_known else None  # the export's check's
     outputs = f"scores of the {n:,} entities per query"
     if top_k is not None:
         outputs = f"the {top_k} best of the {n:,} entities per query and their scores"
     outputs += f" ({r} relations, {2 * r} with reciprocals)"
+    if filter_known:
+        outputs += f"; the {len(steps.known.keys):,} known answers score -inf"
     return serving, config, 0, top_k or n, outputs
 
 
@@ -407,10 +420,13 @@ def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) 
     if isinstance(serving, KnowledgeGraphServingModel):  # num_nodes queries
         gen = torch.Generator().manual_seed(seed)
         entities, relations = serving.entities_ND.shape[0], serving.num_query_relations
-        return (
-            torch.randint(0, entities, (num_nodes,), generator=gen),
-            torch.randint(0, relations, (num_nodes,), generator=gen),
-        )
+        entity = torch.randint(0, entities, (num_nodes,), generator=gen)
+        relation = torch.randint(0, relations, (num_nodes,), generator=gen)
+        if serving.filters_known and len(serving.known_keys_C):  # half of them with known answers
+            keys = serving.known_keys_C
+            pick = keys[torch.randint(0, len(keys), (num_nodes // 2,), generator=gen)]
+            entity[: len(pick)], relation[: len(pick)] = pick % entities, pick // entities
+        return entity, relation
     if isinstance(serving, ServingModel):
         inputs: tuple = random_graph(num_nodes, in_dim, seed)
     else:
@@ -430,11 +446,28 @@ def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
     kernels on CPU), with the edges' feature rows in its CSR order."""
     if isinstance(serving, TypedServingModel):
         return _typed_outputs(serving, *inputs)
-    if isinstance(serving, KnowledgeGraphServingModel):  # the module is the trained decoder
-        return serving(*inputs)
+    if isinstance(serving, KnowledgeGraphServingModel):
+        return _knowledge_graph_outputs(serving, *inputs)
     if isinstance(serving, ServingModel):
         return _layerwise_outputs(serving, *inputs)
     return _graph_set_outputs(serving, *inputs)
+
+
+def _knowledge_graph_outputs(serving: KnowledgeGraphServingModel, entity_Q, relation_Q):
+    """The trained decoder's scores; known answers masked by training's filtered ranking's
+    index (:class:`~shardgnn.train.linkmetrics.AnswerIndex`), not the file's lookup."""
+    with torch.no_grad():
+        ent_ND = serving.entities_ND
+        scores_QN = serving.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)
+    if serving.filters_known:
+        index, r = serving.answer_index, serving.num_query_relations // 2
+        relation = relation_Q.numpy()
+        known = index.mask(entity_Q.numpy(), relation % r, relation // r)
+        scores_QN = scores_QN.masked_fill(torch.from_numpy(known), -torch.inf)
+    if serving.top_k is None:
+        return scores_QN
+    best_QK, where_QK = torch.topk(scores_QN, serving.top_k, dim=1)
+    return where_QK, best_QK
 
 
 def _typed_outputs(serving: TypedServingModel, *inputs: torch.Tensor) -> torch.Tensor:
@@ -600,11 +633,12 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
         (where, got), want = got, want[1]
         with torch.no_grad():
             named = serving.scores(*inputs).gather(1, where)
-        diff = float((named - got).abs().max())
+        diff = _difference(named, got)
     else:
         diff = 0.0
-    diff = max(diff, float((got - want).abs().max()))
-    scale = max(1.0, float(want.abs().max()))
+    diff = max(diff, _difference(got, want))
+    finite = want[torch.isfinite(want)]  # known answers' -inf do not scale the tolerance
+    scale = max(1.0, float(finite.abs().max()) if finite.numel() else 0.0)
     graph = f"a random graph of {nodes:,} nodes"
     if isinstance(serving, TypedServingModel):
         graph = f"a random typed graph of {want.shape[0]:,} nodes"
@@ -621,6 +655,11 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     else:
         graph += f" and {inputs[1].shape[1]:,} edges"
     return f"checked with {runner} on {graph}: max |difference| {diff:.1e} from the trained model"
+
+
+def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest ``|a - b|``, equal entries (infinite scores of known answers too) 0."""
+    return float(torch.where(a == b, 0.0, (a - b).abs()).max()) if a.numel() else 0.0
 
 
 INDEX_INPUTS = ("edge_index", "graph_ptr", "edge_type", "entity", "relation")
@@ -659,6 +698,7 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
         out_shape = ["Q", out_dim]
         names = serving.relation_names
         record["relations"] = names + [f"{name} (reciprocal: asks for heads)" for name in names]
+        record["known_answers"] = "score -inf" if serving.filters_known else "scored"
     elif isinstance(serving, GraphServingModel):
         out_shape = ["B", out_dim]
     elif isinstance(serving, EdgeServingModel):
@@ -700,7 +740,9 @@ def export_model(config: ExportConfig) -> Exported:
     start = time.perf_counter()
     fmt = export_format(config)
     checkpoint = resolve_checkpoint(config.checkpoint)
-    serving, train, in_dim, out_dim, outputs = serving_model(checkpoint, config.top_k)
+    serving, train, in_dim, out_dim, outputs = serving_model(
+        checkpoint, config.top_k, config.filter_known
+    )
     out = Path(config.out).expanduser()
     with atomic_path(out) as tmp:
         try:
