@@ -5,6 +5,7 @@ counters against the analytic volume; the low-bit codec; bounded staleness."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
@@ -368,16 +369,27 @@ def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
 
 
 def _spmm_bytes(ctx, config):
-    """``(sent, received)``: the SpMM bytes this worker sent and received in one training epoch
-    (every communicator)."""
+    """``(sent, received, saved)``: the SpMM bytes this worker sent and received in one training
+    epoch (every communicator), and the bytes its step kept for backward (its features and
+    weights not counted)."""
+    from shardgnn.fullgraph.plan import saved_bytes
     from shardgnn.train.fullgraph import DistFullNodeSteps
 
     steps = DistFullNodeSteps(config, ctx)
     for comm in steps.comms:
         comm.reset()
-    steps.train_epoch(EpochRun(0, show_progress=False))
+    epoch = functools.partial(steps.train_epoch, EpochRun(0, show_progress=False))
+    saved = saved_bytes(epoch, steps.x, steps.model)
     stats = [c.stats["spmm"] for c in steps.comms if "spmm" in c.stats]
-    return sum(s.bytes_sent for s in stats), sum(s.bytes_recv for s in stats)
+    return sum(s.bytes_sent for s in stats), sum(s.bytes_recv for s in stats), saved
+
+
+def _assert_activations(cost, saved, graph):
+    """The plan's activations are the busiest worker's saved bytes but for the loss's: its
+    training rows' index, logits and labels (``16 + 4 x classes`` bytes each) and the loss."""
+    loss = len(graph.train_idx) * (16 + 4 * graph.num_classes) + 4
+    predicted = round(cost.activation_mb * 1e6)
+    assert predicted <= max(saved) <= predicted + loss, (cost, saved, loss)
 
 
 @pytest.mark.slow
@@ -390,14 +402,16 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
     training epoch sends, in total and on the busiest worker (and the most one worker
     receives), for every strategy at P = 4 (2D's
     expand and fold, 3D's feature slices on 1 x 2 x 2, 1.5D's all-reduce beside its broadcasts);
-    on a random partition (most rows wanted everywhere) 2D sends less than both 1D plans."""
+    on a random partition (most rows wanted everywhere) 2D sends less than both 1D plans. The
+    activations it predicts are what the busiest worker's step keeps for backward (within the
+    loss's few rows, which it leaves out)."""
     from shardgnn.fullgraph.config import PlanConfig
     from shardgnn.fullgraph.plan import costs_at
 
     graph = small_synthetic
     path = _parts(tmp_path_factory, graph, 4, method)
     assignment = partition_graph(graph, PartitionConfig(num_parts=4, method=method, seed=0))
-    plan = PlanConfig(model="sage", hidden=16, layers=3, bits=bits)
+    plan = PlanConfig(model="sage", hidden=16, layers=3, bits=bits, dropout=0.5, input_dropout=0.2)
     costs = costs_at(graph, assignment.assignment, 4, plan)
     assert {(c.strategy, c.layout) for c in costs} == {
         ("1d", ""), ("1d-sparse", ""), ("1.5d", "c=2"), ("2d", "2x2"), ("3d", "1x2x2")
@@ -406,10 +420,11 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
     for cost in costs:
         if bits < 32 and cost.strategy not in ("1.5d", "3d"):
             continue  # low bits: the fp32 all-reduce beside coded broadcasts, coded slices
-        config = _config(path, "sage", cost.config, dropout=0.0, input_dropout=0.0)
-        sent, recv = zip(*run_workers(_spmm_bytes, 4, config))
+        config = _config(path, "sage", cost.config, dropout=0.5, input_dropout=0.2)
+        sent, recv, saved = zip(*run_workers(_spmm_bytes, 4, config))
         assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes), cost
         assert (sum(recv), max(recv)) == (cost.bytes_per_epoch, cost.max_worker_recv), cost
+        _assert_activations(cost, saved, graph)
         measured[cost.strategy] = sum(sent)
     if method == "random":
         assert measured["2d"] < measured["1d-sparse"] < measured["1d"], measured
@@ -474,16 +489,21 @@ def test_spmm_auto_trains_with_the_plans_pick(tmp_path, capsys):
 @pytest.mark.parametrize("model", ["gin", "appnp", "sgc"])
 def test_plan_knows_the_widths_every_model_aggregates_at(tmp_path_factory, small_synthetic, model):
     """GIN aggregates at the narrower width, APPNP and SGC propagate at the output width with a
-    gradient every step: the plan's bytes equal a training epoch's for each (2 workers)."""
+    gradient every step: the plan's bytes equal a training epoch's for each (2 workers), and so
+    do the activations it predicts, what the busiest worker's step keeps for backward (within
+    the loss's few rows; GIN with dropout, the others without)."""
     from shardgnn.fullgraph.config import PlanConfig
     from shardgnn.fullgraph.plan import costs_at
 
     graph = small_synthetic
     path = _parts(tmp_path_factory, graph, 2, "metis")
     assignment = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
-    costs = costs_at(graph, assignment.assignment, 2, PlanConfig(model=model, hidden=16, layers=3))
+    dropout = 0.5 if model == "gin" else 0.0
+    plan = PlanConfig(model=model, hidden=16, layers=3, dropout=dropout)
+    costs = costs_at(graph, assignment.assignment, 2, plan)
     cost = next(c for c in costs if c.strategy == "1d-sparse")
-    config = _config(path, model, cost.config, dropout=0.0, input_dropout=0.0)
-    sent, recv = zip(*run_workers(_spmm_bytes, 2, config))
+    config = _config(path, model, cost.config, dropout=dropout, input_dropout=0.0)
+    sent, recv, saved = zip(*run_workers(_spmm_bytes, 2, config))
     assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes)
     assert max(recv) == cost.max_worker_recv
+    _assert_activations(cost, saved, graph)

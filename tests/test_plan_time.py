@@ -15,6 +15,7 @@ from shardgnn.fullgraph.config import PlanConfig
 from shardgnn.fullgraph.plan import costs_at, recommend, thread_counts, workload
 from shardgnn.fullgraph.rates import ComputeRates, MachineRates, calibrate
 from shardgnn.graph.datasets import load_dataset
+from shardgnn.nn.config import ModelConfig
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 
 SPEC = "synthetic:nodes=800,degree=6,classes=3,features=10"
@@ -232,7 +233,8 @@ def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys
     path.write_text(json.dumps({"rates": rates.to_dict()}))
     full = FullGraphConfig(spmm="auto", plan_rates=str(path))
     pset = read_partitions(parts, verify=False)
-    chosen, pick, costs = auto_spmm(pset, "gcn", 12, 2, full, 3, workers_per_host=4)
+    model = ModelConfig(model="gcn", hidden=12, num_layers=2)
+    chosen, pick, costs = auto_spmm(pset, model, full, 3, workers_per_host=4)
     assert pick.bytes_per_epoch == min(c.bytes_per_epoch for c in costs)
     assert chosen.plan_rates is None and chosen.spmm == pick.strategy
     out = tmp_path / "auto.json"

@@ -131,6 +131,7 @@ def print_full_graph(costs, picks, timed_costs: bool) -> None:
             f"{c.max_worker_bytes / 1e6:,.2f}",
             f"{c.max_worker_recv / 1e6:,.2f}",
             f"{c.held_mb:,.1f}",
+            f"{c.activation_mb:,.1f}",
             *([f"{c.compute_s:.3f}", f"{c.comm_s:.3f}", f"{c.epoch_s:.3f}"] if timed else []),
             ("<- fastest" if timed else "<- fewest") if picks[c.workers] is c else "",
         ]
@@ -149,6 +150,7 @@ def print_full_graph(costs, picks, timed_costs: bool) -> None:
                 "max MB sent (1 worker)",
                 "max MB recv (1 worker)",
                 "held MB (1 worker)",
+                "activations MB (1 worker)",
                 *timed,
                 "pick",
             ],

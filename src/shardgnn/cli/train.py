@@ -292,8 +292,7 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
             out_dim = int(y.shape[1]) if y is not None and y.ndim == 2 else part.num_classes
         # local workers share this machine; under torchrun, a machine runs its local world
         per_host = int(os.environ.get("LOCAL_WORLD_SIZE", pset.num_parts))
-        full, pick, costs = auto_spmm(pset, model.model, model.hidden, model.num_layers,
-                                      config.full, out_dim, per_host)  # fmt: skip
+        full, pick, costs = auto_spmm(pset, model, config.full, out_dim, per_host)
         sparse = next(c for c in costs if c.strategy == "1d-sparse")
         name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
         if pick.epoch_s is not None:

@@ -100,6 +100,10 @@ class PlanConfig:
     )
     hidden: int = option(256, help="hidden width")
     layers: int = option(2, help="message-passing layers")
+    dropout: float = option(
+        0.5, help="the model's dropout between layers (its masks are kept for backward)"
+    )
+    input_dropout: float = option(0.0, help="the model's dropout on the input features")
     bits: int = option(32, choices=BITS, help="bits per exchanged value (32: exact)")
     seed: int = option(0, help="partitioner seed")
     calibrate: bool = option(

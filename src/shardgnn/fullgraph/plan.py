@@ -10,7 +10,10 @@ epoch = per SpMM of the training step (forward, and backward where the input nee
 rows x the bytes of one row at its width (``--bits``: the codec's payload; 1.5D's all-reduce of
 partial products stays fp32). *Held* memory is what a worker keeps for the whole run: its
 feature rows (1.5D: its row group's) and its adjacency block with the transpose (int64 index and
-fp32 value per entry, self-loops included), not the activations.
+fp32 value per entry, self-loops included). *Activations* are what the training step keeps for
+backward beyond that: its held rows x the bytes the model saves per row
+(:func:`activation_bytes_per_row`, measured on the model itself; the SpMMs save nothing, the
+loss's few rows are left out), the step's transient buffers (received rows, gradients) not.
 
 **Epoch time** (with measured :class:`~shardgnn.fullgraph.rates.MachineRates`, ``--calibrate``):
 per worker, compute = its SpMM entries x each aggregation width's seconds per entry (forward and
@@ -32,16 +35,19 @@ predicted epoch; without rates, the one whose busiest worker sends the fewest by
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any
 
 import numpy as np
+import torch
 
 from shardgnn.distributed.codec import RowCodec
 from shardgnn.fullgraph.config import FullGraphConfig, PlanConfig
 from shardgnn.fullgraph.rates import MachineRates, MiniBatchWork, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph
+from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.functional import stored_sparse
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import recv_volumes, send_volumes
@@ -63,6 +69,7 @@ class StrategyCost:
             returns gradients for backward, and the reverse: its received rows are its sent
             rows with the directions swapped).
         held_mb: the largest worker's feature rows and adjacency (with its transpose), MB.
+        activation_mb: the most one worker's training step keeps for backward besides, MB.
         empty_parts: parts the partitioner left without a node (such a worker holds nothing;
             training refuses them unless the partition allows it).
         config: the settings that run it (``--spmm``, ``--replication`` / ``--grid-*``).
@@ -78,6 +85,7 @@ class StrategyCost:
     max_worker_bytes: int
     max_worker_recv: int
     held_mb: float
+    activation_mb: float
     empty_parts: int
     config: FullGraphConfig
     compute_s: float | None = None
@@ -124,6 +132,63 @@ def linear_layers(
         elif config.model == "gin":
             out.append((b, b, True, False))
     return out
+
+
+def activation_bytes_per_row(config: PlanConfig, in_dim: int, out_dim: int) -> int:
+    """Bytes the model's training forward keeps for backward per node row (weights and the
+    input features, held anyway, not counted), measured: the model :mod:`shardgnn.nn` builds
+    (``--model``, ``--hidden``, ``--layers``, ``--dropout``, ``--input-dropout``) runs forward
+    over random graphs of 64 and 128 nodes, every saved tensor's storage counted once
+    (``torch.autograd.graph.saved_tensors_hooks``); the difference is 64 rows' worth."""
+    return _saved_per_row(
+        config.model, config.hidden, config.layers, config.dropout, config.input_dropout,
+        in_dim, out_dim,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=16)
+def _saved_per_row(
+    model: str, hidden: int, layers: int, dropout: float, input_dropout: float, *dims: int
+) -> int:
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.models import build_model
+
+    settings = ModelConfig(
+        model=model, hidden=hidden, num_layers=layers, dropout=dropout, input_dropout=input_dropout
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        net = build_model(settings, *dims).train()
+        rng = np.random.default_rng(0)
+        saved = []
+        for n in (64, 128):
+            dst = np.sort(rng.integers(0, n, 4 * n))
+            indptr = np.r_[0, np.cumsum(np.bincount(dst, minlength=n))]
+            graph = MessageGraph.from_csr(indptr, rng.integers(0, n, 4 * n))
+            x_NF = torch.randn(n, dims[0])
+            run = functools.partial(net, [graph] * net.num_layers, x_NF)
+            saved.append(saved_bytes(run, x_NF, net))
+    return (saved[1] - saved[0]) // 64
+
+
+def saved_bytes(forward, *held: torch.Tensor | torch.nn.Module) -> int:
+    """Bytes of the tensors autograd keeps for backward while ``forward()`` runs, each storage
+    once, those of ``held`` (tensors, modules' parameters: memory held anyway) not counted."""
+    skip = set()
+    for item in held:
+        tensors = item.parameters() if isinstance(item, torch.nn.Module) else [item]
+        skip.update(t.untyped_storage().data_ptr() for t in tensors)
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return sum(storages.values())
 
 
 def row_bytes(width: int, bits: int) -> int:
@@ -238,6 +303,7 @@ def strategy_cost(
             worker_recv += ring
     held_rows = allreduce if full.spmm == "1.5d" and c > 1 else e.sizes
     held = held_rows * in_dim * 4 + 2 * entries * _INDEX_VALUE_BYTES
+    activations = held_rows * activation_bytes_per_row(config, in_dim, out_dim)
     layout = f"c={c}" if full.spmm == "1.5d" else grid.shape if isinstance(grid, BlockGrid) else ""
     times: dict[str, float] = {}
     if rates is not None:
@@ -255,6 +321,7 @@ def strategy_cost(
         max_worker_bytes=int(worker_bytes.max()),
         max_worker_recv=int(worker_recv.max()),
         held_mb=float(held.max()) / 1e6,
+        activation_mb=float(activations.max()) / 1e6,
         empty_parts=int((e.sizes == 0).sum()),
         config=full,
         **times,
@@ -555,9 +622,7 @@ def recommend(costs: list) -> dict[int, Any]:
 
 def auto_spmm(
     pset,
-    model: str,
-    hidden: int,
-    layers: int,
+    model: ModelConfig,
     full: FullGraphConfig,
     out_dim: int,
     workers_per_host: int = 1,
@@ -568,9 +633,11 @@ def auto_spmm(
     machine), that pick's cost, and every strategy's."""
     rates = None if full.plan_rates is None else read_rates(full.plan_rates, "--plan-rates")
     config = PlanConfig(
-        model=model,
-        hidden=hidden,
-        layers=layers,
+        model=model.model,
+        hidden=model.hidden,
+        layers=model.num_layers,
+        dropout=model.dropout,
+        input_dropout=model.input_dropout,
         bits=full.bits,
         workers=(pset.num_parts,),
         workers_per_host=1 if rates is None else workers_per_host,
