@@ -442,6 +442,9 @@ def test_cli_workers_partitions_on_the_fly(tmp_path, capsys):
     )
     data = json.loads(results.read_text())
     assert data["workers"] == 2 and data["partitioner"] == "metis"
+    # each worker's own peak resident memory, in rank order: a process holding torch and its
+    # part of the graph (neither 0, a rank that did not report, nor the machine's)
+    assert [100 < mb < 8_000 for mb in data["peak_memory_mb"]["rss"]] == [True, True]
     assert (
         main(["train", "--partitions", str(tmp_path / "nowhere"), "--workers", "2", "--quiet"]) == 2
     )

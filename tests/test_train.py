@@ -71,6 +71,8 @@ def test_training_is_reproducible(learnable_graph):
     assert [e["loss"] for e in a["epochs"]] == [e["loss"] for e in b["epochs"]]
     # the results name the weights training ended with: equal bit for bit, equal digests
     assert len(a["weights_sha256"]) == 64 and a["weights_sha256"] == b["weights_sha256"]
+    (peak,) = a["peak_memory_mb"]["rss"]  # this process's largest resident set so far
+    assert 100 < peak < 24_000 and "gpu" not in a["peak_memory_mb"]
     other = run_training(dataclasses.replace(config, seed=5), learnable_graph)
     assert other["weights_sha256"] != a["weights_sha256"]
 

@@ -8,10 +8,12 @@ below the loop, which imports it.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+import torch
 
 from shardgnn.distributed.comm import CommStats, Communicator
 from shardgnn.train.config import TrainConfig
@@ -80,5 +82,34 @@ def loop_results(
             }
             for name, ranks in per_rank.items()
         }
+    results["peak_memory_mb"] = peak_memory_mb(steps)
     results.update(steps.results_extra(history))
     return results
+
+
+def peak_memory_mb(steps: Any) -> dict[str, list[float]]:
+    """Every worker's peak memory so far in MB, in rank order (collective): ``rss``, its
+    process's largest resident set (what a machine must have for it; the operating system's
+    count, torch's and Python's own memory included), and on a GPU ``gpu``, the most torch
+    allocated on its device."""
+    world, rank = steps.world_size, steps.rank
+    device = torch.device(getattr(steps, "device", None) or "cpu")
+    values = [0.0] * (2 * world)
+    values[rank] = max_rss_bytes() / 1e6
+    if device.type == "cuda":
+        values[world + rank] = torch.cuda.max_memory_allocated(device) / 1e6
+    summed = steps.sum(values, stage="metrics") if world > 1 else values
+    out = {"rss": summed[:world]}
+    if device.type == "cuda":
+        out["gpu"] = summed[world:]
+    return out
+
+
+def max_rss_bytes() -> int:
+    """This process's largest resident set so far, in bytes (0 where the OS does not say)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # macOS: bytes; Linux: KiB

@@ -39,6 +39,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
                 *_spmm_rows(results),
                 *_cache_rows(results.get("cache")),
                 *_locality_rows(results),
+                *_memory_rows(results.get("peak_memory_mb")),
                 ("total time (s)", results["total_time_s"]),
             ],
         )
@@ -119,6 +120,16 @@ def epoch_table(epochs: list[dict[str, Any]]) -> str:
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _memory_rows(peak: dict[str, list[float]] | None) -> list[tuple[str, str]]:
+    """The busiest worker's peak memory (resident set; on GPUs, torch's allocations)."""
+    if not peak or not peak.get("rss"):
+        return []
+    rows = [("peak memory MB (busiest worker)", f"{max(peak['rss']):,.0f}")]
+    if peak.get("gpu"):
+        rows.append(("peak GPU memory MB (busiest worker)", f"{max(peak['gpu']):,.0f}"))
+    return rows
 
 
 def _spmm_rows(results: dict) -> list[tuple[str, str]]:
