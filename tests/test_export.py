@@ -551,28 +551,31 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
 
 
 def test_known_answers_lookup_marks_exactly_each_querys_answers():
-    """The file's known-answer lookup (rows of 8 answers per query key) marks exactly every
-    query's known answers, also for keys with many rows and for queries with none."""
-    from shardgnn.nn.serving import KNOWN_CHUNK, KnowledgeGraphServingModel
+    """The file's known-answer lookup (a binary search over the sorted keys, written out)
+    marks exactly every query's known answers, also for keys with many and queries with none;
+    the search equals torch.searchsorted on both sides, at every size."""
+    from shardgnn.nn.serving import KnowledgeGraphServingModel, sorted_position
     from shardgnn.nn.typed import DistMult
 
     rng = np.random.default_rng(3)
+    for size in (0, 1, 2, 7, 64, 1000):
+        sorted_K = torch.from_numpy(np.sort(rng.integers(0, 50, size)))
+        key_Q = torch.from_numpy(rng.integers(-2, 53, 200))
+        for right in (False, True):
+            want = torch.searchsorted(sorted_K, key_Q, right=right)
+            assert torch.equal(sorted_position(sorted_K, key_Q, right), want), (size, right)
     n, relations = 40, 6
     known = torch.zeros(n, relations, n, dtype=torch.bool)
     for e, r in rng.integers([0, 0], [n, relations], size=(30, 2)).tolist():
-        known[e, r, rng.choice(n, size=int(rng.integers(1, 3 * KNOWN_CHUNK)), replace=False)] = True
+        known[e, r, rng.choice(n, size=int(rng.integers(1, 25)), replace=False)] = True
     e, r, a = (t.numpy() for t in torch.nonzero(known, as_tuple=True))
     keys = r * n + e
     order = np.argsort(keys, kind="stable")
-    decoder = DistMult(relations, 5)
     serving = KnowledgeGraphServingModel(
-        decoder, torch.randn(n, 5), top_k=None, known=(keys[order], a[order])
+        DistMult(relations, 5), torch.randn(n, 5), known=(keys[order], a[order])
     )
-    assert serving.known_answers_CW.shape[1] == KNOWN_CHUNK
-    assert int((serving.known_answers_CW < n).sum()) == len(keys)
     entity = torch.arange(n).repeat_interleave(relations)
     relation = torch.arange(relations).repeat(n)
     got = serving.known_answers(entity, relation)
     assert torch.equal(got, known[entity, relation])
-    scores = serving(entity, relation)
-    assert torch.equal(torch.isinf(scores), got)
+    assert torch.equal(torch.isinf(serving(entity, relation)), got)

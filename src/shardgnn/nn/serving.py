@@ -248,30 +248,19 @@ class TypedServingModel(nn.Module):
         return self.model.encoder(graph, x_NI)
 
 
-KNOWN_CHUNK = 8
-"""known answers per row of :func:`known_answer_chunks`' table (a query's answers take one row per
-this many)"""
-
-
-def known_answer_chunks(
-    keys_K: np.ndarray, answers_K: np.ndarray, num_entities: int, width: int = KNOWN_CHUNK
-) -> tuple[np.ndarray, np.ndarray]:
-    """The known answers of queries (``keys_K`` sorted, one per known answer ``answers_K``) as
-    fixed-width rows a traced graph can look up: ``(keys_C, answers_CW)``, each query key's
-    answers in ``ceil(count / width)`` rows of ``width`` (padded with ``num_entities``, a column
-    past the last entity)."""
-    keys_K, answers_K = np.asarray(keys_K, np.int64), np.asarray(answers_K, np.int64)
-    if len(keys_K) == 0:
-        return np.zeros(0, np.int64), np.zeros((0, width), np.int64)
-    starts = np.r_[0, np.flatnonzero(np.diff(keys_K)) + 1]  # each key's first answer
-    counts = np.diff(np.r_[starts, len(keys_K)])
-    rows = -(-counts // width)
-    key_of = np.repeat(np.arange(len(starts)), counts)
-    offset = np.arange(len(keys_K)) - starts[key_of]
-    answers_CW = np.full((int(rows.sum()), width), num_entities, np.int64)
-    first_row = np.r_[0, np.cumsum(rows)[:-1]]
-    answers_CW[first_row[key_of] + offset // width, offset % width] = answers_K
-    return np.repeat(keys_K[starts], rows), answers_CW
+def sorted_position(sorted_K: torch.Tensor, key_Q: torch.Tensor, right: bool = False):
+    """``torch.searchsorted(sorted_K, key_Q, right=right)`` written out as a binary search of
+    fixed steps (``log2 K``), which every serving format captures (ONNX has no such op)."""
+    size = int(sorted_K.shape[0])
+    lo, hi = torch.zeros_like(key_Q), torch.full_like(key_Q, size)
+    if size == 0:
+        return lo
+    for _ in range(size.bit_length()):
+        mid = torch.div(lo + hi, 2, rounding_mode="floor")
+        at_Q = sorted_K[mid.clamp(max=size - 1)]
+        after = ((at_Q <= key_Q) if right else (at_Q < key_Q)) & (mid < hi)
+        lo, hi = torch.where(after, mid + 1, lo), torch.where(after, hi, mid)
+    return lo
 
 
 class KnowledgeGraphServingModel(nn.Module):
@@ -285,10 +274,9 @@ class KnowledgeGraphServingModel(nn.Module):
     entities of each query (int64 ``[Q, K]``, best first) and their scores (``[Q, K]``).
 
     ``known``: the keys (``relation * N + entity``, sorted) and answers of the graph's known
-    triples; given, a known answer scores ``-inf`` (never among the best ``K``: a query with
-    fewer than ``K`` unknown answers ends in ``-inf`` scores). The lookup compares each query with
-    every row of :func:`known_answer_chunks` (``Q x`` about ``2T / 8`` comparisons for ``T``
-    triples)."""
+    triples, one pair per answer; given, a known answer scores ``-inf`` (never among the best
+    ``K``: a query with fewer than ``K`` unknown answers ends in ``-inf`` scores). A query finds
+    its answers by binary search (:func:`sorted_position`), ``log2`` of the pairs' count steps."""
 
     def __init__(
         self,
@@ -307,20 +295,25 @@ class KnowledgeGraphServingModel(nn.Module):
         self.output_names = ("out",) if top_k is None else ("entities", "scores")
         self.edge_dim = 0
         self.filters_known = known is not None
+        # the index the export's check masks known answers with (training's), not in the file
+        self.answer_index: object | None = None
         if known is not None:
-            keys_C, answers_CW = known_answer_chunks(*known, entities_ND.shape[0])
-            self.register_buffer("known_keys_C", torch.from_numpy(keys_C))
-            self.register_buffer("known_answers_CW", torch.from_numpy(answers_CW))
+            keys_K, answers_K = (torch.from_numpy(np.asarray(a, np.int64)) for a in known)
+            self.register_buffer("known_keys_K", keys_K)
+            self.register_buffer("known_answers_K", answers_K)
 
     def known_answers(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
         """``[Q, N]`` bool: True where the entity is a known answer of the query."""
-        n = self.entities_ND.shape[0]
-        hit_QC = (relation_Q * n + entity_Q)[:, None] == self.known_keys_C[None, :]
-        query_M, row_M = torch.nonzero(hit_QC, as_tuple=True)
-        answers_MW = self.known_answers_CW[row_M]
-        known_QN = torch.zeros(entity_Q.shape[0], n + 1, dtype=torch.bool)  # + the padding column
-        known_QN[query_M[:, None].expand(-1, answers_MW.shape[1]), answers_MW] = True
-        return known_QN[:, :n]
+        n, q = self.entities_ND.shape[0], entity_Q.shape[0]
+        key_Q = relation_Q * n + entity_Q
+        first_Q = sorted_position(self.known_keys_K, key_Q)
+        count_Q = sorted_position(self.known_keys_K, key_Q, right=True) - first_Q
+        # one (query, answer position) pair per known answer of each query
+        query_M = torch.repeat_interleave(torch.arange(q), count_Q)
+        rank_M = torch.arange(query_M.shape[0]) - (torch.cumsum(count_Q, 0) - count_Q)[query_M]
+        known_QN = torch.zeros(q, n, dtype=torch.bool)
+        known_QN[query_M, self.known_answers_K[first_Q[query_M] + rank_M]] = True
+        return known_QN
 
     def scores(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
         """``[Q, N]``: every entity's score as each query's answer (known answers: ``-inf``

@@ -309,7 +309,7 @@ def _knowledge_graph_serving(
     # relation counted as the file's input counts it (r + R: a head query)
     known = (steps.known.keys, steps.known.answers) if filter_known else None
     serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names, top_k, known).eval()
-    serving.answer_index = steps.known if filter_known else None  # the export's check's
+    serving.answer_index = steps.known if filter_known else None
     outputs = f"scores of the {n:,} entities per query"
     if top_k is not None:
         outputs = f"the {top_k} best of the {n:,} entities per query and their scores"
@@ -422,8 +422,8 @@ def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) 
         entities, relations = serving.entities_ND.shape[0], serving.num_query_relations
         entity = torch.randint(0, entities, (num_nodes,), generator=gen)
         relation = torch.randint(0, relations, (num_nodes,), generator=gen)
-        if serving.filters_known and len(serving.known_keys_C):  # half of them with known answers
-            keys = serving.known_keys_C
+        if serving.filters_known and len(serving.known_keys_K):  # half of them with known answers
+            keys = serving.known_keys_K
             pick = keys[torch.randint(0, len(keys), (num_nodes // 2,), generator=gen)]
             entity[: len(pick)], relation[: len(pick)] = pick % entities, pick // entities
         return entity, relation
