@@ -1007,3 +1007,22 @@ def test_metapath2vec_embeddings_carry_the_topics_of_the_walks():
 
     learnt = probe(torch.from_numpy(emb[:1500]))
     assert learnt > probe(torch.randn(1500, 16)) + 0.1, learnt
+
+
+def test_a_workers_entity_rows_are_one_processs_without_the_whole_table():
+    """xavier_rows of some rows, drawn chunk by chunk, equals those rows of the whole table's
+    xavier_uniform_ from the same seed (in the order asked, several chunks, none and all), and
+    leaves the generator where the whole draw leaves it: the weights made after it agree."""
+    from shardgnn.nn.typed import xavier_rows
+
+    rows, dim = 1000, 7
+    rng = np.random.default_rng(0)
+    keeps = [rng.permutation(rows)[:300], np.arange(rows)[::-1].copy(), np.zeros(0, np.int64)]
+    for keep in keeps:
+        torch.manual_seed(3)
+        whole, after = xavier_rows(rows, dim), torch.rand(4)
+        torch.manual_seed(3)
+        part = xavier_rows(rows, dim, keep, chunk_rows=128)
+        assert torch.equal(part, whole[torch.from_numpy(keep)])
+        assert torch.equal(torch.rand(4), after)
+    assert float(whole.abs().max()) <= (6 / (rows + dim)) ** 0.5

@@ -367,6 +367,29 @@ def _every_relation(
     return x_SRHD.reshape(-1, *x_SRHD.shape[2:])[src_E * r + etype_E]
 
 
+def xavier_rows(
+    num_rows: int, dim: int, keep: np.ndarray | None = None, chunk_rows: int = 1 << 16
+) -> torch.Tensor:
+    """``nn.init.xavier_uniform_`` of a ``[num_rows, dim]`` table from the torch generator, or
+    only its rows ``keep`` (``[len(keep), dim]``, in that order) in their memory plus one chunk's:
+    the table is drawn chunk by chunk, which on CPU draws the same values in the same order and
+    leaves the generator as one draw does (tested), so a worker's rows equal one process's."""
+    if keep is None:
+        table = torch.empty(num_rows, dim)
+        nn.init.xavier_uniform_(table)
+        return table
+    bound = math.sqrt(6.0 / (num_rows + dim))  # xavier_uniform_'s, gain 1
+    keep = np.asarray(keep, dtype=np.int64)
+    order = np.argsort(keep, kind="stable")
+    wanted = keep[order]
+    out = torch.empty(len(keep), dim)
+    for start in range(0, num_rows, chunk_rows):
+        block = torch.empty(min(chunk_rows, num_rows - start), dim).uniform_(-bound, bound)
+        lo, hi = np.searchsorted(wanted, [start, start + block.shape[0]])
+        out[torch.from_numpy(order[lo:hi])] = block[torch.from_numpy(wanted[lo:hi] - start)]
+    return out
+
+
 class RGCN(nn.Module):
     """A stack of :class:`RGCNConv` layers, of :class:`TypedSAGEConv` layers (``conv``
     ``hetero-sage``: needs ``relation_dst_types`` and ``num_types``) or of :class:`HGTConv`
@@ -388,11 +411,13 @@ class RGCN(nn.Module):
         relation_dst_types: list[int] | None = None,
         num_types: int = 1,
         heads: int = 1,
+        input_rows: np.ndarray | None = None,
     ):
         super().__init__()
-        self.input_NI = nn.Parameter(torch.empty(num_nodes, in_dim)) if learn_input else None
-        if self.input_NI is not None:
-            nn.init.xavier_uniform_(self.input_NI)
+        # input_rows: a worker's own entities, whose rows alone it makes (as the whole table's)
+        self.input_NI = (
+            nn.Parameter(xavier_rows(num_nodes, in_dim, input_rows)) if learn_input else None
+        )
         widths = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         if conv == "hetero-sage":
             assert relation_dst_types is not None and len(relation_dst_types) == num_relations
@@ -468,10 +493,12 @@ def typed_encoder(
     in_dim: int | None = None,
     num_nodes: int = 0,
     learn_input: bool = False,
+    input_rows: np.ndarray | None = None,
 ) -> RGCN:
     """The ``--model`` stack (``rgcn``, ``hetero-sage`` or ``hgt``: a :class:`ModelConfig`)
     over the message graph's ``relations`` (``(src, rel, dst)`` names, every direction
-    included) of a graph with ``node_types``."""
+    included) of a graph with ``node_types``; ``input_rows``: of its learnt input table, the
+    rows of these nodes alone (:func:`xavier_rows`)."""
     return RGCN(
         num_nodes=num_nodes,
         in_dim=model.hidden if in_dim is None else in_dim,
@@ -486,6 +513,7 @@ def typed_encoder(
         relation_dst_types=[list(node_types).index(rel[2]) for rel in relations],
         num_types=len(node_types),
         heads=model.heads,
+        input_rows=input_rows,
     )
 
 

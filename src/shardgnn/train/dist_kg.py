@@ -32,7 +32,7 @@ import torch
 
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.relational import EntityShard
+from shardgnn.fullgraph.relational import EntityShard, hold_entity_rows
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_steps import DistSteps, partition_dataset_record
 from shardgnn.train.loop import EpochRecord
@@ -59,11 +59,14 @@ class DistRelationalLinkSteps(DistSteps, RelationalSteps):
         self.num_entities = pset.num_nodes
         self.num_relations = int(triples["num_relations"])
         self.shard = EntityShard(pset, ctx.rank, self.main_comm, self.device)
-        # One process's weights: the same draws from the same seed, then this rank keeps its own
-        # entities' input rows (the rest of the table is dropped before training starts).
+        # One process's weights: the same draws from the same seed, of which this rank keeps its
+        # own entities' input rows alone (never the whole N x D table)
         torch.manual_seed(config.seed)
-        model = relational_model(config, typed.relations, typed.node_types, self.num_entities)
-        self._set_model(self.shard.hold_rows(model, model.encoder.input_NI))
+        own = self.shard.own_orig
+        model = relational_model(
+            config, typed.relations, typed.node_types, self.num_entities, own_entities=own
+        )
+        self._set_model(hold_entity_rows(model, model.encoder.input_NI, own))
         self._index_triples()
 
     def encode(self) -> torch.Tensor:

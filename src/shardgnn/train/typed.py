@@ -292,14 +292,19 @@ class TypedLinkSteps(RelationalSteps, _TypedGraphSteps):
 
 
 def relational_model(
-    config: TrainConfig, relations: tuple, node_types: tuple, num_entities: int
+    config: TrainConfig,
+    relations: tuple,
+    node_types: tuple,
+    num_entities: int,
+    own_entities: np.ndarray | None = None,
 ) -> TypedLinkModel:
     """The R-GCN encoder over learnt entity rows and the ``--predictor`` decoder, initialised
-    from the torch generator as it stands (one process and every worker build it alike)."""
+    from the torch generator as it stands (one process and every worker build it alike; a
+    worker makes the rows of its ``own_entities`` alone, equal to one process's)."""
     out_dim = config.link.out_dim
     encoder = typed_encoder(
         config.model, relations, node_types, out_dim=out_dim, num_nodes=num_entities,
-        learn_input=True,
+        learn_input=True, input_rows=own_entities,
     )  # fmt: skip
     # A relation vector per direction (reciprocal relations, Lacroix et al. 2018): head
     # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head
