@@ -534,8 +534,16 @@ def test_knowledge_graph_file_scores_queries_as_infer_embeds(tmp_path, workers, 
         else:
             assert torch.equal(out[0], torch.topk(filtered, k, dim=1).indices)
             assert not bool(mask.gather(1, out[0]).any())  # no known answer among the best
-    if workers > 1:  # a file whose ranks do not hold every entity once: one line, both ways
+    if workers > 1:
+        # infer's workers read their own entities' rows alone: equal to the whole table's
+        from shardgnn.train.inference.run import load_entity_rows
+
         epoch = resolve_checkpoint(ck)
+        weights, table_ND = load_entity_rows(epoch, 60)
+        some = np.array([59, 3, 17, 0, 42])
+        kept_weights, some_ND = load_entity_rows(epoch, 60, keep=some)
+        assert torch.equal(some_ND, table_ND[some]) and kept_weights.keys() == weights.keys()
+        # a file whose ranks do not hold every entity once: one line, both ways
         shutil.copyfile(epoch / "rank-0.pt", epoch / "rank-1.pt")
         again = ["--checkpoint", str(ck), "--out", str(tmp_path / "again")]
         assert main(["export", *again[:3], f"{again[3]}.pt2"]) == 2

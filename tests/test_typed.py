@@ -369,6 +369,9 @@ def test_answer_index_knows_every_answer_both_ways():
             if r == relation[q] and (h if direction[q] == 0 else t) == anchor[q]
         }
         assert set(np.flatnonzero(mask[q]).tolist()) == expect
+    # an index of another's sorted pairs (the export's check, over a file's) answers alike
+    again = AnswerIndex.of_sorted(index.keys, index.answers, 4, 2)
+    assert np.array_equal(again.mask(anchor, relation, direction), mask)
 
 
 # ---------------------------------------------------------------------- configuration

@@ -25,14 +25,23 @@ class EntityShard:
     first among the sources, then the halo), the halo's rows per layer and every entity's last
     row (collectives when built and when used, :class:`~shardgnn.fullgraph.rows.RowGather`)."""
 
-    def __init__(self, pset: PartitionSet, rank: int, comm: Communicator, device: torch.device):
+    def __init__(
+        self,
+        pset: PartitionSet,
+        rank: int,
+        comm: Communicator,
+        device: torch.device,
+        gathers_every_entity: bool = True,
+    ):
+        """``gathers_every_entity``: :meth:`encode` gathers every entity's row to every rank
+        (training's decoder scores against all); False, only :meth:`encode_own` is asked for
+        (inference writes each rank's own rows)."""
         book = pset.book
         start, end = book.part_range(rank)
         part = pset.load_part(rank)
         self.own_orig = np.array(pset.orig_ids[start:end], dtype=np.int64)
         """the original (entity) id of every row this rank holds"""
         self.own_keys = torch.from_numpy(self.own_orig).to(device)
-        self.new_of_orig = torch.from_numpy(pset.new_id_of_orig()).to(device)
         indptr = np.asarray(part.indptr, dtype=np.int64)
         src = np.asarray(part.indices, dtype=np.int64)
         own = (src >= start) & (src < end)
@@ -44,17 +53,21 @@ class EntityShard:
             len(pset.typed_book.relations), device, end - start,
         )  # fmt: skip
         self.halo = RowGather(halo, book, comm, 0, HALO_STAGE)
-        every = np.arange(pset.num_nodes, dtype=np.int64)
-        self.entities = RowGather(every, book, comm, 0, ENTITY_STAGE)
+        self.entities: RowGather | None = None
+        if gathers_every_entity:
+            every = np.arange(pset.num_nodes, dtype=np.int64)
+            self.entities = RowGather(every, book, comm, 0, ENTITY_STAGE)
+            self.new_of_orig = torch.from_numpy(pset.new_id_of_orig()).to(device)
 
-    def hold_rows(self, model: TypedLinkModel, table_ND: torch.Tensor) -> TypedLinkModel:
-        """``model`` holding this rank's rows of the entity table ``table_ND`` (entity id order),
-        with their Adam state (:func:`hold_entity_rows`)."""
-        return hold_entity_rows(model, table_ND[self.own_orig], self.own_orig)
+    def encode_own(self, encoder) -> torch.Tensor:
+        """``[own, D]``: this rank's entities' last-layer rows, in :attr:`own_orig` order
+        (collective: the halo's rows per layer)."""
+        return encoder(self.graph, halo=self.halo.gather, keys_N=self.own_keys)
 
     def encode(self, encoder) -> torch.Tensor:
         """``[N, D]``: every entity's last-layer row, in entity id order (collective)."""
-        h_own = encoder(self.graph, halo=self.halo.gather, keys_N=self.own_keys)
+        assert self.entities is not None, "built without gathers_every_entity"
+        h_own = self.encode_own(encoder)
         return self.entities.gather(h_own)[self.new_of_orig]  # new ids -> entity ids
 
 

@@ -295,8 +295,6 @@ class KnowledgeGraphServingModel(nn.Module):
         self.output_names = ("out",) if top_k is None else ("entities", "scores")
         self.edge_dim = 0
         self.filters_known = known is not None
-        # the index the export's check masks known answers with (training's), not in the file
-        self.answer_index: object | None = None
         if known is not None:
             keys_K, answers_K = (torch.from_numpy(np.asarray(a, np.int64)) for a in known)
             self.register_buffer("known_keys_K", keys_K)
@@ -309,24 +307,36 @@ class KnowledgeGraphServingModel(nn.Module):
         first_Q = sorted_position(self.known_keys_K, key_Q)
         count_Q = sorted_position(self.known_keys_K, key_Q, right=True) - first_Q
         # one (query, answer position) pair per known answer of each query
-        query_M = torch.repeat_interleave(torch.arange(q), count_Q)
-        rank_M = torch.arange(query_M.shape[0]) - (torch.cumsum(count_Q, 0) - count_Q)[query_M]
-        known_QN = torch.zeros(q, n, dtype=torch.bool)
+        device = entity_Q.device
+        query_M = torch.repeat_interleave(torch.arange(q, device=device), count_Q)
+        rank_M = (
+            torch.arange(query_M.shape[0], device=device)
+            - (torch.cumsum(count_Q, 0) - count_Q)[query_M]
+        )
+        known_QN = torch.zeros(q, n, dtype=torch.bool, device=device)
         known_QN[query_M, self.known_answers_K[first_Q[query_M] + rank_M]] = True
         return known_QN
 
-    def scores(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor) -> torch.Tensor:
-        """``[Q, N]``: every entity's score as each query's answer (known answers: ``-inf``
-        where they are filtered)."""
+    def scores(
+        self, entity_Q: torch.Tensor, relation_Q: torch.Tensor, known_QN: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[Q, N]``: every entity's score as each query's answer; where the file filters,
+        known answers score ``-inf`` (``known_QN``, default :meth:`known_answers`)."""
         ent_ND = self.entities_ND
         scores_QN = self.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)
         if self.filters_known:
-            scores_QN = scores_QN.masked_fill(self.known_answers(entity_Q, relation_Q), -torch.inf)
+            if known_QN is None:
+                known_QN = self.known_answers(entity_Q, relation_Q)
+            scores_QN = scores_QN.masked_fill(known_QN, -torch.inf)
         return scores_QN
 
-    def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor):
-        scores_QN = self.scores(entity_Q, relation_Q)
+    def best(self, scores_QN: torch.Tensor):
+        """The file's outputs for the scores ``scores_QN``: themselves, or with ``top_k`` the
+        best entities and their scores."""
         if self.top_k is None:
             return scores_QN
         best_QK, where_QK = torch.topk(scores_QN, self.top_k, dim=1)
         return where_QK, best_QK
+
+    def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor):
+        return self.best(self.scores(entity_Q, relation_Q))

@@ -136,6 +136,16 @@ class AnswerIndex:
         order = np.lexsort((answers, keys))
         self.keys, self.answers = keys[order], answers[order]
 
+    @classmethod
+    def of_sorted(
+        cls, keys: np.ndarray, answers: np.ndarray, num_entities: int, num_relations: int
+    ) -> "AnswerIndex":
+        """The index of another's ``keys`` and ``answers`` (sorted by key, then answer)."""
+        index = cls.__new__(cls)
+        index.num_entities, index.num_relations = num_entities, num_relations
+        index.keys, index.answers = keys, answers
+        return index
+
     def _key(self, anchor: np.ndarray, relation: np.ndarray, direction: np.ndarray) -> np.ndarray:
         return (direction * self.num_relations + relation) * self.num_entities + anchor
 

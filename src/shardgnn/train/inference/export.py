@@ -73,6 +73,7 @@ from shardgnn.train.inference.run import (
     load_weights_into,
     resolve_checkpoint,
 )
+from shardgnn.train.linkmetrics import AnswerIndex
 from shardgnn.train.settings import ExportConfig
 from shardgnn.train.setup import model_edge_dim
 
@@ -309,7 +310,6 @@ def _knowledge_graph_serving(
     # relation counted as the file's input counts it (r + R: a head query)
     known = (steps.known.keys, steps.known.answers) if filter_known else None
     serving = KnowledgeGraphServingModel(model.decoder, entities_ND, names, top_k, known).eval()
-    serving.answer_index = steps.known if filter_known else None
     outputs = f"scores of the {n:,} entities per query"
     if top_k is not None:
         outputs = f"the {top_k} best of the {n:,} entities per query and their scores"
@@ -455,19 +455,17 @@ def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
 
 def _knowledge_graph_outputs(serving: KnowledgeGraphServingModel, entity_Q, relation_Q):
     """The trained decoder's scores; known answers masked by training's filtered ranking's
-    index (:class:`~shardgnn.train.linkmetrics.AnswerIndex`), not the file's lookup."""
-    with torch.no_grad():
-        ent_ND = serving.entities_ND
-        scores_QN = serving.decoder.score_all(ent_ND[entity_Q], relation_Q, ent_ND)
+    index (:class:`~shardgnn.train.linkmetrics.AnswerIndex`) over the file's known pairs, not
+    by the file's lookup."""
+    known_QN = None
     if serving.filters_known:
-        index, r = serving.answer_index, serving.num_query_relations // 2
+        n, r = serving.entities_ND.shape[0], serving.num_query_relations // 2
+        index = AnswerIndex.of_sorted(
+            serving.known_keys_K.numpy(), serving.known_answers_K.numpy(), n, r
+        )
         relation = relation_Q.numpy()
-        known = index.mask(entity_Q.numpy(), relation % r, relation // r)
-        scores_QN = scores_QN.masked_fill(torch.from_numpy(known), -torch.inf)
-    if serving.top_k is None:
-        return scores_QN
-    best_QK, where_QK = torch.topk(scores_QN, serving.top_k, dim=1)
-    return where_QK, best_QK
+        known_QN = torch.from_numpy(index.mask(entity_Q.numpy(), relation % r, relation // r))
+    return serving.best(serving.scores(entity_Q, relation_Q, known_QN))
 
 
 def _typed_outputs(serving: TypedServingModel, *inputs: torch.Tensor) -> torch.Tensor:

@@ -489,36 +489,36 @@ def infer_relational(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     """A knowledge-graph model (R-GCN + decoder) over a partition of its graph: every rank
     encodes its own entities as training does (its entities' in-neighbours' rows fetched per
     layer, :class:`~shardgnn.fullgraph.relational.EntityShard`), from the checkpoint's entity
-    rows put back together by entity id (every worker's, by their ids). Writes, by entity
+    rows (its own entities' alone, picked by entity id from every worker's). Writes, by entity
     id, ``OUT/entity/embeddings.npy`` (the encoder's output: what the decoder scores) with its
     table keyed by the entities' names, and ``OUT/relations.npy``, the decoder's row of every
     relation (``r``) and of its reciprocal (``r + R``, which scores head queries)."""
-    from shardgnn.fullgraph.relational import EntityShard
+    from shardgnn.fullgraph.relational import EntityShard, hold_entity_rows
     from shardgnn.train.inference.run import load_entity_rows
     from shardgnn.train.typed import relational_model
 
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
     typed = pset.typed_book
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-    weights, table = load_entity_rows(checkpoint, pset.num_nodes)
-    shard = EntityShard(pset, ctx.rank, comm, torch.device("cpu"))
-    model = relational_model(config, typed.relations, typed.node_types, pset.num_nodes)
-    model.encoder.input_NI = None  # the rows come from the checkpoint's table
+    shard = EntityShard(pset, ctx.rank, comm, torch.device("cpu"), gathers_every_entity=False)
+    weights, own_rows = load_entity_rows(checkpoint, pset.num_nodes, keep=shard.own_orig)
+    model = relational_model(
+        config, typed.relations, typed.node_types, pset.num_nodes, own_entities=shard.own_orig
+    )
+    model.encoder.input_NI = None  # its rows come from the checkpoint
     load_weights_into(model, weights, checkpoint, "knowledge-graph model")
-    model = shard.hold_rows(model, table)
+    model = hold_entity_rows(model, own_rows, shard.own_orig)
     model.eval()
     begin = time.perf_counter()
     with torch.no_grad():
-        h_ND = shard.encode(model.encoder)
+        h_own = shard.encode_own(model.encoder)  # its own entities' rows, no gather
     seconds = time.perf_counter() - begin
     totals, comm_summed = sum_over_ranks(comm, seconds)
-    start, end = pset.book.part_range(ctx.rank)
     orig = np.asarray(pset.orig_ids)
     entity = typed.node_types[0]
     name = f"{entity}/embeddings"
     placement = {name: (pset.num_nodes, lambda p: orig[slice(*pset.book.part_range(p))])}
-    held = h_ND[torch.from_numpy(orig[start:end])].numpy()  # its own entities' rows
-    written = write_by_original_id(ctx, out, {name: held}, placement)
+    written = write_by_original_id(ctx, out, {name: h_own.numpy()}, placement)
     if written is None:
         return None
     with atomic_open(out / "relations.npy", "wb") as fh:
@@ -536,7 +536,7 @@ def infer_relational(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "workers": ctx.world_size,
         "num_nodes": pset.num_nodes,
         "relations": ["/".join(r) for r in typed.relations],
-        "embedding_width": int(h_ND.shape[1]),
+        "embedding_width": int(h_own.shape[1]),
         **measured(totals, comm_summed, ctx.world_size, accuracy=False),
         "pairs_scored": None,
         "outputs": written,

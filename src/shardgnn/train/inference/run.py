@@ -398,33 +398,45 @@ def load_typed_rows(checkpoint: Path) -> tuple[dict[str, torch.Tensor], dict[int
 
 
 def load_entity_rows(
-    checkpoint: Path, num_entities: int
+    checkpoint: Path, num_entities: int, keep: np.ndarray | None = None
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """A knowledge-graph model's weights (rank 0's) without its entity rows and their Adam
-    state, and its ``[num_entities, D]`` entity rows put back together by entity id from every
-    rank's file; a file that does not hold every entity of the graph once is refused."""
+    state, and the rows of the entities ``keep`` (entity ids; default every entity, so
+    ``[num_entities, D]`` in entity id order) put back together from every rank's file, read
+    one at a time; a checkpoint whose files do not hold every entity of the graph once is
+    refused."""
     from shardgnn.fullgraph.relational import HELD_ROWS
 
     world_size = int(read_checkpoint_meta(checkpoint).get("world_size", 1))
-    states = [read_rank_state(checkpoint, r) for r in range(world_size)]
     rows, ids = f"{HELD_ROWS}NI", f"{HELD_ROWS}node_ids"
-    if any(rows not in s or ids not in s for s in states):
-        raise ConfigError(f"{checkpoint} holds no entity rows ({rows}, {ids})")
-    table = torch.empty(num_entities, states[0][rows].shape[1])
+    keep_K = torch.arange(num_entities) if keep is None else torch.as_tensor(keep)
+    position = torch.full((num_entities,), -1, dtype=torch.int64)
+    position[keep_K] = torch.arange(len(keep_K))
     held = torch.zeros(num_entities, dtype=torch.int64)
-    for state in states:
-        held_ND, held_ids = state[rows], state[ids]
+    weights: dict[str, torch.Tensor] = {}
+    table = torch.empty(0)
+    for rank in range(world_size):
+        state = read_rank_state(checkpoint, rank)
+        if rows not in state or ids not in state:
+            raise ConfigError(f"{checkpoint} holds no entity rows ({rows}, {ids})")
+        held_ND, held_ids = state.pop(rows), state.pop(ids)
+        if rank == 0:
+            weights = {k: v for k, v in state.items() if not k.startswith(HELD_ROWS)}
+            table = torch.empty(len(keep_K), held_ND.shape[1])
         if held_ND.shape != (len(held_ids), table.shape[1]) or (
-            len(held_ids) and int(held_ids.max()) >= num_entities
+            len(held_ids) and not 0 <= int(held_ids.min()) <= int(held_ids.max()) < num_entities
         ):
             raise ConfigError(f"{checkpoint} does not fit the {num_entities:,} entities here")
-        table[held_ids] = held_ND
         held[held_ids] += 1
+        at = position[held_ids]
+        kept = at >= 0
+        table[at[kept]] = held_ND[kept]
+        del state, held_ND  # one rank's file at a time
     if not bool((held == 1).all()):
         raise ConfigError(
             f"{checkpoint} holds {int((held > 0).sum()):,} of the {num_entities:,} entities here"
         )
-    return {k: v for k, v in states[0].items() if not k.startswith(HELD_ROWS)}, table
+    return weights, table
 
 
 def infer_worker(config_json: str) -> None:
