@@ -192,7 +192,8 @@ def minibatch_planner(config, graph, rates, batch_size: int, out: list):
                 graph, assignment, workers, model=config.model, hidden=config.hidden,
                 fanouts=config.minibatch_fanouts, batch_size=batch_size, cache_size=cache_size,
                 historical=config.historical, seed=config.seed, rates=rates,
-                workers_per_host=config.workers_per_host,
+                workers_per_host=config.workers_per_host, dropout=config.dropout,
+                input_dropout=config.input_dropout,
             )
         )  # fmt: skip
 
@@ -225,6 +226,7 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
             f"{c.max_worker_bytes / 1e6:,.2f}",
             f"{c.max_worker_recv / 1e6:,.2f}",
             f"{c.held_mb:,.1f}",
+            f"{c.activation_mb:,.1f}",
             *(
                 [f"{c.sample_s:.3f}", f"{c.compute_s:.3f}", f"{c.comm_s:.3f}", f"{c.epoch_s:.3f}"]
                 if timed
@@ -245,7 +247,7 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
                 "P", "option", "batches", "remote rows", "cache hit", *history, "sample MB",
                 "fetch MB",
                 "max MB sent (1 worker)", "max MB recv (1 worker)", "held MB (1 worker)",
-                *timed, "pick",
+                "activations MB (1 worker)", *timed, "pick",
             ],
             rows,
         )

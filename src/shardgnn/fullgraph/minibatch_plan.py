@@ -39,6 +39,12 @@ counted: evaluation, the labels of seeds dealt to a worker that does not own the
 their exchange's calls are timed), edge rows (GINE) and same-host reads (``--host-sharing``:
 those rows skip the all-to-all).
 
+**Activations**: what the busiest worker's training step keeps for backward on its largest
+batch (the batch's input rows, every layer's saved tensors; weights and the loss's few rows
+not counted). The bytes a forward over one batch keeps are linear in the batch's sizes (each
+block's source rows, its seeds, each block's edges): :func:`batch_activation_bytes` measures
+the coefficients on the planned model itself, and each sampled batch's sizes price it.
+
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
@@ -59,12 +65,14 @@ call for peers the OS has descheduled, which fair sharing of the cores does not 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import Any
 
 import numpy as np
+import torch
 
-from shardgnn.fullgraph.plan import host_seconds, linear_layers, row_bytes
+from shardgnn.fullgraph.plan import host_seconds, linear_layers, row_bytes, saved_bytes
 from shardgnn.fullgraph.rates import MachineRates
 from shardgnn.graph.csr import Graph
 from shardgnn.loader.dist_batches import DistSeedBatcher
@@ -100,6 +108,8 @@ class MiniBatchCost:
             (``None``: none planned).
         max_worker_bytes, max_worker_recv: the most one worker sends / receives of those.
         held_mb: the largest worker's feature rows, adjacency and cache, MB.
+        activation_mb: what the busiest worker's step keeps for backward on its largest batch
+            (its input rows and every layer's saved tensors), MB.
         sample_s, compute_s: the busiest worker's sampling and compute seconds of one epoch
             (with rates); comm_s: its exchanges'; epoch_s: the slowest host's sampling and
             compute (its workers sharing its cores) and exchanges.
@@ -119,6 +129,7 @@ class MiniBatchCost:
     max_worker_bytes: int
     max_worker_recv: int
     held_mb: float
+    activation_mb: float = 0.0
     sample_s: float | None = None
     compute_s: float | None = None
     comm_s: float | None = None
@@ -296,6 +307,10 @@ class _Epoch:
     seeds in): the workers step in lockstep, so each batch waits for its busiest worker"""
     batch_input_edges: np.ndarray
     """``[P, batches]``: of those, the input layer's block's"""
+    batch_sizes: np.ndarray
+    """``[P, batches, 2L + 1]``: per worker and batch, its blocks' source rows (input layer
+    first), its seeds and its blocks' edges (:func:`batch_activation_bytes`' sizes; zeros for a
+    batch it has no seeds in)"""
     pushed: np.ndarray | None = None
     """historical embeddings: rows each owner sends each watcher (pushed or pulled), summed"""
     asked: np.ndarray | None = None
@@ -358,6 +373,7 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
     block_edges = np.zeros((workers, hops), np.int64)
     batch_edges = np.zeros((workers, count), np.int64)
     batch_input_edges = np.zeros((workers, count), np.int64)
+    batch_sizes = np.zeros((workers, count, 2 * hops + 1), np.int64)
     reads: list[list[np.ndarray]] = [[] for _ in range(workers)]
     dealt = [b.batches() for b in batchers]
     for index in range(count):
@@ -388,6 +404,7 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
                 if tables is not None and layer + 1 in tables.history.layers:
                     computed[w][layer + 1] = dst  # h^{l+1}: this block's outputs
             batch_input_edges[w, index] = sample.blocks[0].num_edges
+            batch_sizes[w, index] = batch_shape(sample.blocks)
             read = sample.blocks[0].src_nodes_S.numpy()
             reads[w].append(read[owner[read] != w])
         if tables is not None:
@@ -395,8 +412,97 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
     sampler.prune = None
     inputs = [np.concatenate(r) if r else np.zeros(0, np.int64) for r in reads]
     return _Epoch(
-        frontier, edges, requests, inputs, count, block_edges, batch_edges, batch_input_edges
+        frontier, edges, requests, inputs, count, block_edges, batch_edges, batch_input_edges,
+        batch_sizes,
+    )  # fmt: skip
+
+
+def batch_shape(blocks) -> list[int]:
+    """A batch's sizes as :func:`batch_activation_bytes` prices them: every block's source
+    rows (input layer first), the last block's destination rows (the seeds), every block's
+    edges."""
+    return [
+        *(b.num_src for b in blocks), blocks[-1].num_dst, *(b.num_edges for b in blocks)
+    ]  # fmt: skip
+
+
+def batch_activation_bytes(
+    model: str,
+    hidden: int,
+    layers: int,
+    dropout: float,
+    input_dropout: float,
+    in_dim: int,
+    out_dim: int,
+) -> np.ndarray:
+    """``[2L + 2]``: the bytes a training forward of the model :mod:`shardgnn.nn` builds
+    (``--model``, ``--hidden``, ``layers`` blocks, ``--dropout``, ``--input-dropout``; dropout
+    hashed, as training draws it) keeps for backward over one batch, as coefficients of the
+    batch's sizes (:func:`batch_shape`: ``S_0 .. S_L, E_0 .. E_{L-1}``) and a constant last.
+    Measured: the forward over random blocks of a base shape and of that shape with each size
+    grown, every saved tensor's storage counted once
+    (:func:`~shardgnn.fullgraph.plan.saved_bytes`; the input rows are, the weights are not)."""
+    return np.array(
+        _batch_coefficients(model, hidden, layers, dropout, input_dropout, in_dim, out_dim),
+        dtype=np.int64,
     )
+
+
+def _random_blocks(sizes: np.ndarray, layers: int, rng: np.random.Generator) -> list:
+    """Blocks of the batch shape ``sizes`` (:func:`batch_shape`), random edges and degrees."""
+    from shardgnn.nn.message_graph import MessageGraph
+
+    graphs = []
+    for layer in range(layers):
+        num_src, num_dst, num_edges = sizes[layer], sizes[layer + 1], sizes[layers + 1 + layer]
+        dst = np.sort(rng.integers(0, num_dst, num_edges))
+        indptr = np.r_[0, np.cumsum(np.bincount(dst, minlength=num_dst))]
+        graphs.append(
+            MessageGraph(
+                torch.from_numpy(indptr),
+                torch.from_numpy(rng.integers(0, num_src, num_edges)),
+                int(num_src),
+                src_degree_S=torch.from_numpy(rng.integers(1, 12, num_src)),
+                node_keys_S=torch.from_numpy(rng.permutation(4 * int(num_src))[:num_src]),
+            )
+        )
+    return graphs
+
+
+def measured_batch_bytes(net: torch.nn.Module, graphs: list, x_SF: torch.Tensor) -> int:
+    """What ``net``'s forward over the blocks ``graphs`` from the input rows ``x_SF`` keeps for
+    backward (its weights not counted)."""
+    return saved_bytes(functools.partial(net, graphs, x_SF), net)
+
+
+@functools.lru_cache(maxsize=16)
+def _batch_coefficients(
+    model: str, hidden: int, layers: int, dropout: float, input_dropout: float, *dims: int
+) -> tuple[int, ...]:
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.models import build_model
+
+    settings = ModelConfig(
+        model=model, hidden=hidden, num_layers=layers, dropout=dropout, input_dropout=input_dropout
+    )
+    # source rows halve layer by layer (S_l - S_{l+1} >= 48 > the step), edges 5 per destination
+    rows = [48 * 2 ** (layers - layer) + 16 for layer in range(layers + 1)]
+    base = np.array(rows + [5 * r for r in rows[1:]], dtype=np.int64)
+    steps = np.array([16] * (layers + 1) + [64] * layers, dtype=np.int64)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        net = build_model(settings, *dims).train()
+        net.use_hashed_dropout(0)
+
+        def saved(sizes: np.ndarray) -> int:
+            graphs = _random_blocks(sizes, layers, np.random.default_rng(0))
+            return measured_batch_bytes(net, graphs, torch.randn(int(sizes[0]), dims[0]))
+
+        at_base = saved(base)
+        grown = np.eye(len(base), dtype=np.int64) * steps
+        slopes = [(saved(base + step) - at_base) // int(step.sum()) for step in grown]
+    constant = at_base - int(np.dot(slopes, base))
+    return (*map(int, slopes), constant)
 
 
 def cache_misses(
@@ -440,11 +546,14 @@ def minibatch_costs(
     seed: int = 0,
     rates: MachineRates | None = None,
     workers_per_host: int = 1,
+    dropout: float = 0.5,
+    input_dropout: float = 0.0,
 ) -> list[MiniBatchCost]:
     """The mini-batch options' costs at ``workers`` on one partition (``assignment``: each
     node's part): exact rows, 8-bit rows, a presample cache of ``cache_size`` (as
     ``--cache-size``), both; with ``historical`` (``L:AGE``) also historical embeddings serving
-    remote nodes and serving every node (see the module docstring)."""
+    remote nodes and serving every node (see the module docstring). ``dropout`` and
+    ``input_dropout`` shape the activations (their masks are kept)."""
     owner = np.asarray(assignment, dtype=np.int64)
     train = sample_epoch(graph, owner, workers, fanouts, batch_size, seed)
     presample = sample_epoch(
@@ -456,6 +565,9 @@ def minibatch_costs(
     own_rows = np.bincount(owner, minlength=workers)
     own_edges = np.bincount(owner, weights=np.diff(graph.indptr), minlength=workers)
     held_base = own_rows * in_dim * 4 + own_edges * _ID + (own_rows + 1) * _ID
+    per_batch = batch_activation_bytes(
+        model, hidden, hops, dropout, input_dropout, in_dim, graph.num_classes
+    )
     options = [
         ("exact", 32, 0, train, None),
         ("8-bit", 8, 0, train, None),
@@ -524,6 +636,7 @@ def minibatch_costs(
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
+            activation_mb=float((epoch.batch_sizes @ per_batch[:-1]).max() + per_batch[-1]) / 1e6,
         )
         if rates is not None:
             # values each worker encodes (the rows it sends) and decodes (those it receives)
