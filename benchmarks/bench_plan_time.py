@@ -171,6 +171,7 @@ def measure(
     num_classes = pset.load_part(0, mmap=True, verify=False).num_classes
     config = PlanConfig(
         dataset=dataset,
+        model="gcn",  # what it trains
         workers=(p,),
         workers_per_host=workers_per_host or p,
         rates=str(calibration),
@@ -254,7 +255,7 @@ def main() -> int:
             with link(rate, f"sgplan{os.getpid()}") as prefix:
                 calibration = work / f"{tag}-{rate}-rates.json"
                 run(
-                    prefix + SHARDGNN + ["plan", dataset, *data, "--calibrate"]
+                    prefix + SHARDGNN + ["plan", dataset, *data, "--model", "gcn", "--calibrate"]
                     + ["--workers", args.workers, "--workers-per-host", str(max(workers))]
                     + ["--out", str(calibration)],
                     work / f"{tag}-{rate}-calibrate.log",
@@ -284,8 +285,9 @@ def main() -> int:
                     raise SystemExit(f"the link probe failed {codes}: {work}/{tag}-2hosts-*.log")
                 calibration = work / f"{tag}-2hosts-{rate}-rates.json"
                 run(
-                    ["taskset", "-c", "0"] + SHARDGNN + ["plan", dataset, *data, "--calibrate"]
-                    + ["--workers", "2", "--link", str(link_file), "--out", str(calibration)],
+                    ["taskset", "-c", "0"] + SHARDGNN + ["plan", dataset, *data, "--model", "gcn"]
+                    + ["--calibrate", "--workers", "2", "--link", str(link_file)]
+                    + ["--out", str(calibration)],
                     work / f"{tag}-2hosts-{rate}-calibrate.log",
                 )  # fmt: skip
                 parts = work / f"{tag}-p2"

@@ -57,7 +57,9 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     communication = every byte sent (SpMM rows and the gradient ring) over the loopback (both
     directions of the link) + 7 latencies (3 SpMMs and 2 all-reduces, each of the one peer
     twice); one worker per host: its own bytes over one direction."""
-    config = PlanConfig(workers=(2,), hidden=16, workers_per_host=2, rates="rates.json")
+    config = PlanConfig(
+        model="gcn", workers=(2,), hidden=16, workers_per_host=2, rates="rates.json"
+    )
     owner = partition_graph(graph, PartitionConfig(num_parts=2, method="metis")).assignment
     rates = _rates()
     cost = next(c for c in costs_at(graph, owner, 2, config, rates) if c.strategy == "1d-sparse")
@@ -84,7 +86,9 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
 def test_workers_sharing_cores_take_their_thread_seconds(graph):
     """Four single-thread workers on a 2-core host take at least half their summed compute; with
     a core each, only the slowest counts."""
-    config = PlanConfig(workers=(4,), hidden=16, workers_per_host=4, rates="rates.json")
+    config = PlanConfig(
+        model="gcn", workers=(4,), hidden=16, workers_per_host=4, rates="rates.json"
+    )
     owner = partition_graph(graph, PartitionConfig(num_parts=4, method="metis")).assignment
     shared = costs_at(graph, owner, 4, config, _rates(cores=2))
     own = costs_at(graph, owner, 4, config, _rates(cores=4))
@@ -96,7 +100,9 @@ def test_workers_sharing_cores_take_their_thread_seconds(graph):
 def test_a_slow_link_picks_the_fewest_bytes_and_a_fast_one_the_least_compute(graph):
     """The pick is the shortest predicted epoch: over a very slow link the strategy sending the
     fewest bytes, over an infinitely fast one the least compute."""
-    config = PlanConfig(workers=(4,), hidden=16, workers_per_host=4, rates="rates.json")
+    config = PlanConfig(
+        model="gcn", workers=(4,), hidden=16, workers_per_host=4, rates="rates.json"
+    )
     owner = partition_graph(graph, PartitionConfig(num_parts=4, method="random")).assignment
     slow = costs_at(graph, owner, 4, config, _rates(link=1e3))
     assert recommend(slow)[4].bytes_per_epoch == min(c.bytes_per_epoch for c in slow)
@@ -109,7 +115,9 @@ def test_a_slow_link_picks_the_fewest_bytes_and_a_fast_one_the_least_compute(gra
 def test_rates_round_trip_and_refuse_what_they_did_not_measure(graph):
     rates = _rates()
     assert MachineRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
-    config = PlanConfig(workers=(2,), hidden=32, workers_per_host=2, rates="rates.json")
+    config = PlanConfig(
+        model="gcn", workers=(2,), hidden=32, workers_per_host=2, rates="rates.json"
+    )
     owner = partition_graph(graph, PartitionConfig(num_parts=2, method="metis")).assignment
     from shardgnn.errors import ConfigError
 

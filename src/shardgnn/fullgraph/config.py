@@ -94,7 +94,7 @@ class PlanConfig:
         help="partitioner of every worker count (metis balancing node counts)",
     )
     model: str = option(
-        "gcn",
+        "sage",  # `shardgnn train`'s default model: plan what train runs unless told otherwise
         choices=("gcn", "sage", "gin", "appnp", "sgc"),
         help="the model whose layers are planned",
     )
