@@ -334,6 +334,54 @@ def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):
         assert message in err and err.count("\n") == 1, err
 
 
+def test_memory_limit_picks_only_what_fits(tmp_path, capsys):
+    """--memory-mb: a strategy or option whose busiest worker would keep more (held + activations)
+    is never the pick and is marked; where nothing fits, one line says so and there is no pick.
+    Here the mini-batch pick by bytes alone (a cache) does not fit a limit under it, and the
+    full-graph pick fits the smallest strategy's memory."""
+    from shardgnn.cli import main
+    from shardgnn.fullgraph.plan import worker_memory_mb
+
+    argv = ["plan", SPEC, "--workers", "4", "--hidden", "16"]
+    free = tmp_path / "free.json"
+    assert main([*argv, "--fanouts", "5,5", "--out", str(free)]) == 0
+    data = json.loads(free.read_text())
+    capsys.readouterr()
+
+    def memory(row):
+        return row["held_mb"] + row["activation_mb"]
+
+    full = {r["strategy"] + (f" {r['layout']}" if r["layout"] else ""): r for r in data["costs"]}
+    batched = {r["option"]: r for r in data["minibatch_costs"]}
+    # under the free mini-batch pick's memory (its cache's rows), at the most the rest keep
+    over = memory(batched[data["minibatch_picks"]["4"]])
+    limits = {
+        "minibatch": max(m for m in map(memory, batched.values()) if m < over),
+        "full": min(map(memory, full.values())),
+    }
+    for kind, limit in limits.items():
+        tight = tmp_path / f"{kind}.json"
+        flags = ["--strategies", kind, "--memory-mb", repr(limit), "--out", str(tight)]
+        flags += ["--fanouts", "5,5"] if kind == "minibatch" else []
+        assert main([*argv, *flags]) == 0
+        assert "over memory" in capsys.readouterr().out
+        got = json.loads(tight.read_text())
+        if kind == "full":
+            assert memory(full[got["picks"]["4"]]) <= limit
+        else:
+            assert got["minibatch_picks"]["4"] != data["minibatch_picks"]["4"]
+            assert memory(batched[got["minibatch_picks"]["4"]]) <= limit
+    assert main([*argv, "--memory-mb", "0.001", "--out", str(tmp_path / "none.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "P=4: no full-graph strategy fits in --memory-mb 0.001 per worker" in printed
+    assert "P=4: no mini-batch option fits in --memory-mb 0.001 per worker" in printed
+    none = json.loads((tmp_path / "none.json").read_text())
+    assert none["picks"] == {} and none["minibatch_picks"] == {}
+    assert main([*argv, "--memory-mb", "0"]) == 2
+    assert "--memory-mb 0.0: must be > 0 (MB per worker)" in capsys.readouterr().err
+    assert worker_memory_mb(type("C", (), {"held_mb": 2.0, "activation_mb": 0.5})) == 2.5
+
+
 CACHED = ["--cache-policy", "presample", "--cache-size", "20%"]
 
 

@@ -30,7 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "and fetch bytes of exact rows, 8-bit rows (--fetch-bits 8), a presample cache "
             "(--cache-size) and, with --historical L:AGE, historical embeddings (pushed or "
             "pulled, their traffic too; the tables filled by a first epoch), and with rates "
-            "their epoch time."
+            "their epoch time. With --memory-mb, only what fits in each worker's memory is "
+            "picked."
         ),
     )
     parser.add_argument(
@@ -80,12 +81,18 @@ def run(args: argparse.Namespace) -> int:
         f"{config.model}, {config.layers} layers, hidden {config.hidden}, {config.bits} bits, "
         f"{config.method} partitions"
     )
-    picks = recommend(costs) if costs else {}
+    picks = recommend(costs, config.memory_mb) if costs else {}
     if costs:
-        print_full_graph(costs, picks, rates is not None)
-    minibatch_picks = recommend(minibatch)
+        print_full_graph(costs, picks, rates is not None, config.memory_mb)
+    minibatch_picks = recommend(minibatch, config.memory_mb)
     if minibatch:
         print_minibatch(config, minibatch, minibatch_picks, rates is not None)
+    for kind, planned, chosen in (
+        ("full-graph strategy", costs, picks),
+        ("mini-batch option", minibatch, minibatch_picks),
+    ):
+        for p in sorted({c.workers for c in planned} - set(chosen)):
+            print(f"P={p}: no {kind} fits in --memory-mb {config.memory_mb:g} per worker")
     for p, c in picks.items():
         if c.empty_parts:
             print(
@@ -114,7 +121,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_full_graph(costs, picks, timed_costs: bool) -> None:
+def pick_mark(cost, picks, timed: bool, memory_mb: float | None) -> str:
+    """The table's pick column: the pick of its worker count, or a strategy over the memory."""
+    from shardgnn.fullgraph.plan import worker_memory_mb
+
+    if picks.get(cost.workers) is cost:
+        return "<- fastest" if timed else "<- fewest"
+    if memory_mb is not None and worker_memory_mb(cost) > memory_mb:
+        return "over memory"
+    return ""
+
+
+def print_full_graph(costs, picks, timed_costs: bool, memory_mb: float | None = None) -> None:
     """The full-graph strategies' table."""
     from shardgnn.train.progress import format_table
 
@@ -133,7 +151,7 @@ def print_full_graph(costs, picks, timed_costs: bool) -> None:
             f"{c.held_mb:,.1f}",
             f"{c.activation_mb:,.1f}",
             *([f"{c.compute_s:.3f}", f"{c.comm_s:.3f}", f"{c.epoch_s:.3f}"] if timed else []),
-            ("<- fastest" if timed else "<- fewest") if picks[c.workers] is c else "",
+            pick_mark(c, picks, bool(timed), memory_mb),
         ]
         for c in costs
     ]
@@ -232,7 +250,7 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
                 if timed
                 else []
             ),
-            ("<- fastest" if timed else "<- fewest") if picks[c.workers] is c else "",
+            pick_mark(c, picks, bool(timed), config.memory_mb),
         ]
         for c in costs
     ]

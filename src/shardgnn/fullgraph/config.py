@@ -171,10 +171,18 @@ class PlanConfig:
         "owners pushing what they computed and with workers pulling what they read "
         "(--historical-mode push and pull)",
     )
+    memory_mb: float | None = option(
+        None,
+        metavar="MB",
+        help="each worker's memory: a strategy or option whose busiest worker would keep more "
+        "(held MB + activations MB) is never the pick (marked 'over memory')",
+    )
     out: str | None = option(None, help="also write every cost as JSON here")
 
     def __post_init__(self) -> None:
         check_choices(self)
+        if self.memory_mb is not None and not self.memory_mb > 0:
+            raise invalid(self, "memory_mb", "must be > 0 (MB per worker)")
         if self.latency_us < 0:
             raise invalid(self, "latency_us", "must be >= 0 (0: the measured latency)")
         if self.latency_us and not (self.calibrate or self.rates):

@@ -602,10 +602,18 @@ def plan(
     return out
 
 
-def recommend(costs: list) -> dict[int, Any]:
+def worker_memory_mb(cost) -> float:
+    """What ``cost``'s busiest worker keeps: its held rows, adjacency and caches and its
+    step's activations, MB."""
+    return cost.held_mb + cost.activation_mb
+
+
+def recommend(costs: list, memory_mb: float | None = None) -> dict[int, Any]:
     """Per worker count: the strategy with the shortest predicted epoch when the costs have
     times, else the one whose busiest worker sends the fewest bytes (ties: the least held
-    memory). ``costs``: full-graph strategies (:class:`StrategyCost`) or the mini-batch options'
+    memory); with ``memory_mb``, among those whose busiest worker keeps no more
+    (:func:`worker_memory_mb`; a worker count where none fits has no pick). ``costs``:
+    full-graph strategies (:class:`StrategyCost`) or the mini-batch options'
     (:class:`~shardgnn.fullgraph.minibatch_plan.MiniBatchCost`: the same fields)."""
     best: dict[int, StrategyCost] = {}
 
@@ -614,6 +622,8 @@ def recommend(costs: list) -> dict[int, Any]:
         return (first, cost.max_worker_bytes, cost.held_mb)
 
     for cost in costs:
+        if memory_mb is not None and worker_memory_mb(cost) > memory_mb:
+            continue
         incumbent = best.get(cost.workers)
         if incumbent is None or key(cost) < key(incumbent):
             best[cost.workers] = cost
