@@ -484,6 +484,36 @@ def test_spmm_auto_trains_with_the_plans_pick(tmp_path, capsys):
     assert (results["spmm"], results["grid"]) == (pick.strategy, pick.layout)
 
 
+def test_spmm_auto_picks_what_fits_in_memory(tmp_path):
+    """`--spmm auto` given each worker's memory picks the fewest bytes among the strategies that
+    fit (held + activations), and where none fits the one that keeps least; `shardgnn train`
+    gives it what the kernel reports available (within the memory cgroup's limit) per worker."""
+    from shardgnn.cli.train import memory_per_worker
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import auto_spmm, partition_costs, recommend, worker_memory_mb
+
+    graph = generate(SyntheticConfig(nodes=1500, degree=12, classes=3, features=9, seed=2))
+    result = partition_graph(graph, PartitionConfig(num_parts=4, method="random", seed=0))
+    path = tmp_path / "parts"
+    write_partitions(graph, result.assignment, path, method=result.method, settings=result.settings)
+    pset = read_partitions(path, verify=False)
+    model = ModelConfig(model="gcn", hidden=12, num_layers=2)
+    plan = PlanConfig(model="gcn", hidden=12, layers=2)
+    costs = partition_costs(pset, plan, 3)
+    free = recommend(costs)[4]
+    memory = sorted({worker_memory_mb(c) for c in costs})
+    below = [m for m in memory if m < worker_memory_mb(free)]
+    assert below, (free, memory)  # the fewest bytes keep more than some other strategy
+    _, pick, _ = auto_spmm(pset, model, FullGraphConfig(spmm="auto"), 3, memory_mb=below[-1])
+    assert worker_memory_mb(pick) <= below[-1] and pick.strategy != free.strategy
+    fitting = [c for c in costs if worker_memory_mb(c) <= below[-1]]
+    assert pick.max_worker_bytes == min(c.max_worker_bytes for c in fitting)
+    full, least, _ = auto_spmm(pset, model, FullGraphConfig(spmm="auto"), 3, memory_mb=1e-6)
+    assert worker_memory_mb(least) == memory[0] and full.spmm == least.strategy
+    one, four = memory_per_worker(1), memory_per_worker(4)
+    assert one > 0 and four == pytest.approx(one / 4, rel=0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("model", ["gin", "appnp", "sgc"])

@@ -272,7 +272,7 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
     pick; attention models: ``1d-sparse``, the only one they run). Said in one line (by rank 0
     under torchrun, where every worker resolves it)."""
 
-    from shardgnn.fullgraph.plan import auto_spmm
+    from shardgnn.fullgraph.plan import auto_spmm, worker_memory_mb
 
     model = config.model
     if model.model in ("gat", "gatv2"):
@@ -292,9 +292,21 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
             out_dim = int(y.shape[1]) if y is not None and y.ndim == 2 else part.num_classes
         # local workers share this machine; under torchrun, a machine runs its local world
         per_host = int(os.environ.get("LOCAL_WORLD_SIZE", pset.num_parts))
-        full, pick, costs = auto_spmm(pset, model, config.full, out_dim, per_host)
+        memory_mb = memory_per_worker(per_host)
+        full, pick, costs = auto_spmm(pset, model, config.full, out_dim, per_host, memory_mb)
         sparse = next(c for c in costs if c.strategy == "1d-sparse")
         name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
+        kept = worker_memory_mb(pick)
+        if memory_mb is None:
+            memory = ""
+        elif kept > memory_mb:
+            memory = (
+                f"; no strategy fits in the {memory_mb:,.0f} MB each of this machine's "
+                f"{per_host} workers can keep: this one keeps the least, {kept:,.0f} MB"
+            )
+        else:
+            memory = f"; of those that fit in {memory_mb:,.0f} MB per worker (it keeps "
+            memory += f"{kept:,.1f} MB)"
         if pick.epoch_s is not None:
             said = (
                 f"{name}: the shortest predicted epoch, {pick.epoch_s:.3f} s (1d-sparse: "
@@ -306,9 +318,25 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
                 f"{pick.max_worker_bytes / 1e6:,.3f} MB (1d-sparse: "
                 f"{sparse.max_worker_bytes / 1e6:,.3f} MB; `shardgnn plan` compares every strategy)"
             )
+        said += memory
     if os.environ.get("RANK", "0") == "0":
         print(f"--spmm auto: {said}", flush=True)
     return dataclasses.replace(config, full=full)
+
+
+def memory_per_worker(workers_per_host: int) -> float | None:
+    """MB each of this machine's ``workers_per_host`` workers can keep: what the kernel reports
+    available, within this process's memory cgroup's limit where it has one, shared evenly;
+    None where neither can be read."""
+    from shardgnn.distributed.oom import memory_cgroup
+    from shardgnn.store.embedding import available_memory
+
+    available = available_memory()
+    group = memory_cgroup()
+    limit = None if group is None else group.limit()
+    if limit is not None:
+        available = limit if available is None else min(available, limit)
+    return None if available is None else available / 1e6 / max(1, workers_per_host)
 
 
 def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:

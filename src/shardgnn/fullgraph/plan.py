@@ -636,11 +636,13 @@ def auto_spmm(
     full: FullGraphConfig,
     out_dim: int,
     workers_per_host: int = 1,
+    memory_mb: float | None = None,
 ) -> tuple[FullGraphConfig, StrategyCost, list[StrategyCost]]:
     """``--spmm auto``: ``full`` with the strategy :func:`recommend` picks for the partition
     directory ``pset`` (its replication or grid included; bits and the rest kept; with
     ``full.plan_rates``, the shortest predicted epoch for ``workers_per_host`` workers per
-    machine), that pick's cost, and every strategy's."""
+    machine) among those whose busiest worker keeps at most ``memory_mb`` (where none does:
+    the one that keeps least), that pick's cost, and every strategy's."""
     rates = None if full.plan_rates is None else read_rates(full.plan_rates, "--plan-rates")
     config = PlanConfig(
         model=model.model,
@@ -654,7 +656,9 @@ def auto_spmm(
         rates=full.plan_rates,
     )
     costs = partition_costs(pset, config, out_dim, rates)
-    pick = recommend(costs)[pset.num_parts]
+    pick = recommend(costs, memory_mb).get(pset.num_parts)
+    if pick is None:  # nothing fits: the least memory
+        pick = min(costs, key=lambda cost: (worker_memory_mb(cost), cost.max_worker_bytes))
     best = pick.config
     chosen = dataclasses.replace(
         full,
