@@ -484,7 +484,7 @@ def test_spmm_auto_trains_with_the_plans_pick(tmp_path, capsys):
     assert (results["spmm"], results["grid"]) == (pick.strategy, pick.layout)
 
 
-def test_spmm_auto_picks_what_fits_in_memory(tmp_path):
+def test_spmm_auto_picks_what_fits_in_memory(tmp_path, capsys, monkeypatch):
     """`--spmm auto` given each worker's memory picks the fewest bytes among the strategies that
     fit (held + activations), and where none fits the one that keeps least; `shardgnn train`
     gives it what the kernel reports available (within the memory cgroup's limit) per worker."""
@@ -512,6 +512,19 @@ def test_spmm_auto_picks_what_fits_in_memory(tmp_path):
     assert worker_memory_mb(least) == memory[0] and full.spmm == least.strategy
     one, four = memory_per_worker(1), memory_per_worker(4)
     assert one > 0 and four == pytest.approx(one / 4, rel=0.05)
+    # the launcher bounds the pick by this machine's memory; torchrun's workers, which each
+    # resolve it, do not (their reads could differ, and so could their strategies)
+    from shardgnn.cli.train import _auto_spmm
+
+    config = TrainConfig(
+        mode="full", model=model, full=FullGraphConfig(spmm="auto"), run=RunConfig(partitions=path)
+    )
+    _auto_spmm(config, pset)
+    assert "MB per worker (it keeps" in capsys.readouterr().out
+    monkeypatch.setenv("RANK", "0")
+    _auto_spmm(config, pset)
+    line = capsys.readouterr().out
+    assert line.startswith("--spmm auto: ") and "per worker" not in line, line
 
 
 @pytest.mark.slow

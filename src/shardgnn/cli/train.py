@@ -292,7 +292,10 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
             out_dim = int(y.shape[1]) if y is not None and y.ndim == 2 else part.num_classes
         # local workers share this machine; under torchrun, a machine runs its local world
         per_host = int(os.environ.get("LOCAL_WORLD_SIZE", pset.num_parts))
-        memory_mb = memory_per_worker(per_host)
+        # Under torchrun every worker resolves the pick on its own, after its peers may have
+        # taken memory: a bound read there could differ between workers and so could their
+        # strategies. The launcher of local workers resolves it once, before they start.
+        memory_mb = None if "RANK" in os.environ else memory_per_worker(per_host)
         full, pick, costs = auto_spmm(pset, model, config.full, out_dim, per_host, memory_mb)
         sparse = next(c for c in costs if c.strategy == "1d-sparse")
         name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
