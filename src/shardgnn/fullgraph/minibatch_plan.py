@@ -553,7 +553,7 @@ def minibatch_costs(
     node's part): exact rows, 8-bit rows, a presample cache of ``cache_size`` (as
     ``--cache-size``), both; with ``historical`` (``L:AGE``) also historical embeddings serving
     remote nodes and serving every node (see the module docstring). ``dropout`` and
-    ``input_dropout`` shape the activations (their masks are kept)."""
+    ``input_dropout`` shape the activations (what dropout keeps for backward)."""
     owner = np.asarray(assignment, dtype=np.int64)
     train = sample_epoch(graph, owner, workers, fanouts, batch_size, seed)
     presample = sample_epoch(
