@@ -83,6 +83,26 @@ def test_counters_and_limits():
     assert oom._size(3 << 29) == "1.5 GiB"
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_available_memory_stays_within_the_cgroups_room(tmp_path, version):
+    """What a process can still take: the kernel's MemAvailable, and inside a memory cgroup at
+    most the room below its limit (limit minus what the cgroup uses now)."""
+    machine = oom.available_memory(None)
+    assert machine is not None and machine > 0
+    limit, used = ("memory.limit_in_bytes", "memory.usage_in_bytes") if version == "v1" else (
+        "memory.max", "memory.current"
+    )  # fmt: skip
+    (tmp_path / limit).write_text(f"{64 << 20}\n")
+    (tmp_path / used).write_text(f"{24 << 20}\n")
+    group = oom.MemoryCgroup(version, "/job", tmp_path)
+    assert group.usage() == 24 << 20
+    assert oom.available_memory(group) == 40 << 20
+    (tmp_path / used).write_text(f"{80 << 20}\n")  # over its limit: no room
+    assert oom.available_memory(group) == 0
+    (tmp_path / limit).write_text("max\n" if version == "v2" else "9223372036854771712\n")
+    assert oom.available_memory(group) == pytest.approx(machine, rel=0.2)  # no limit
+
+
 def test_kernel_log_records():
     record = f"3,419,1386165191,-;{KILLED}\n SUBSYSTEM=memory\n"
     assert oom.parse_kmsg_record(record) == (419, KILLED)

@@ -328,17 +328,12 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
 
 
 def memory_per_worker(workers_per_host: int) -> float | None:
-    """MB each of this machine's ``workers_per_host`` workers can keep: what the kernel reports
-    available, within this process's memory cgroup's limit where it has one, shared evenly;
-    None where neither can be read."""
-    from shardgnn.distributed.oom import memory_cgroup
-    from shardgnn.store.embedding import available_memory
+    """MB each of this machine's ``workers_per_host`` workers can keep: what this process can
+    still take (:func:`~shardgnn.distributed.oom.available_memory`, its memory cgroup's limit
+    included), shared evenly; None where it cannot be read."""
+    from shardgnn.distributed.oom import available_memory
 
     available = available_memory()
-    group = memory_cgroup()
-    limit = None if group is None else group.limit()
-    if limit is not None:
-        available = limit if available is None else min(available, limit)
     return None if available is None else available / 1e6 / max(1, workers_per_host)
 
 

@@ -126,6 +126,38 @@ class MemoryCgroup:
         """The most memory this cgroup has used, in bytes."""
         return parse_bytes(self._file("memory.max_usage_in_bytes", "memory.peak"))
 
+    def usage(self) -> int | None:
+        """The memory this cgroup uses now, in bytes."""
+        return parse_bytes(self._file("memory.usage_in_bytes", "memory.current"))
+
+
+_OWN_CGROUP = object()
+
+
+def available_memory(cgroup: MemoryCgroup | None | object = _OWN_CGROUP) -> int | None:
+    """Bytes this process can still take: what the kernel reports available (``MemAvailable``),
+    and within a memory cgroup's limit (default: this process's cgroup) at most its room
+    below the limit; None where neither can be read."""
+    available = None
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            pass
+    group = memory_cgroup() if cgroup is _OWN_CGROUP else cgroup
+    limit = None if group is None else group.limit()
+    if limit is not None:
+        room = max(0, limit - (group.usage() or 0))
+        available = room if available is None else min(available, room)
+    return available
+
 
 def memory_cgroup(pid: int | str = "self") -> MemoryCgroup | None:
     """The memory cgroup of process ``pid`` (default: this one); ``None`` if not found, or the root

@@ -35,6 +35,7 @@ import numba
 import numpy as np
 import torch
 
+from shardgnn.distributed.oom import available_memory
 from shardgnn.errors import ConfigError
 from shardgnn.seeding import hashed_uniform
 from shardgnn.store.config import EmbeddingConfig
@@ -101,21 +102,6 @@ def table_bytes(num_rows: int, dim: int, optimizer: str) -> int:
     """Bytes of ``num_rows`` float32 rows of width ``dim`` with their optimiser state."""
     per_row = dim * 4 + (4 if optimizer == "adagrad" else 2 * dim * 4)
     return num_rows * per_row
-
-
-def available_memory() -> int | None:
-    """Bytes the kernel reports as available (``MemAvailable``), or None where it does not."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return None
 
 
 def table_directory(config: EmbeddingConfig) -> str:
