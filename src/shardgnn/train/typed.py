@@ -297,14 +297,19 @@ def relational_model(
     node_types: tuple,
     num_entities: int,
     own_entities: np.ndarray | None = None,
+    draw_rows: bool = True,
 ) -> TypedLinkModel:
     """The R-GCN encoder over learnt entity rows and the ``--predictor`` decoder, initialised
     from the torch generator as it stands (one process and every worker build it alike; a
-    worker makes the rows of its ``own_entities`` alone, equal to one process's)."""
+    worker makes the rows of its ``own_entities`` alone, equal to one process's).
+    ``draw_rows=False``: no entity rows at all (their caller gives the encoder a checkpoint's,
+    :func:`~shardgnn.fullgraph.relational.hold_entity_rows`), and none drawn: drawing them
+    would take every entity's draw to keep the generator in step, needless where nothing is
+    drawn after."""
     out_dim = config.link.out_dim
     encoder = typed_encoder(
         config.model, relations, node_types, out_dim=out_dim, num_nodes=num_entities,
-        learn_input=True, input_rows=own_entities,
+        learn_input=draw_rows, input_rows=own_entities,
     )  # fmt: skip
     # A relation vector per direction (reciprocal relations, Lacroix et al. 2018): head
     # queries (?, r, t) are asked as (t, r^-1, ?). DistMult's score is symmetric in head

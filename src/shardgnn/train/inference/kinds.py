@@ -502,10 +502,9 @@ def infer_relational(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     shard = EntityShard(pset, ctx.rank, comm, torch.device("cpu"), gathers_every_entity=False)
     weights, own_rows = load_entity_rows(checkpoint, pset.num_nodes, keep=shard.own_orig)
-    model = relational_model(
-        config, typed.relations, typed.node_types, pset.num_nodes, own_entities=shard.own_orig
+    model = relational_model(  # its rows come from the checkpoint: none drawn
+        config, typed.relations, typed.node_types, pset.num_nodes, draw_rows=False
     )
-    model.encoder.input_NI = None  # its rows come from the checkpoint
     load_weights_into(model, weights, checkpoint, "knowledge-graph model")
     model = hold_entity_rows(model, own_rows, shard.own_orig)
     model.eval()
