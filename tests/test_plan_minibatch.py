@@ -104,9 +104,60 @@ def test_activations_are_priced_batch_by_batch(graph, model, layers, dropout, in
         return
     owner, costs = _costs(graph, 2, dropout=dropout, input_dropout=input_dropout)
     epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0)
-    assert np.array_equal(epoch.batch_sizes[..., 3:].sum(-1), epoch.batch_edges)
+    assert np.array_equal(epoch.batch_sizes[..., 3:5].sum(-1), epoch.batch_edges)
     largest = (epoch.batch_sizes @ per_batch[:-1]).max() + per_batch[-1]
     assert {round(c.activation_mb * 1e6) for c in costs} == {largest}  # one sample, every option
+
+
+@pytest.mark.parametrize("model,layers", [("sage", 2), ("gcn", 3)])
+def test_activations_of_batches_historical_embeddings_served(graph, model, layers):
+    """Where historical embeddings served some of a layer's input rows, the layer below
+    computed only the others, and the served rows join them (an index over the layer's rows):
+    the batch's sizes carry the computed rows, and the coefficients of the layers served price
+    real pruned batches exactly, whichever layers were served (none included)."""
+    import torch
+
+    from shardgnn.fullgraph.minibatch_plan import batch_bytes, served_layers
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.models import build_model
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.neighbor import NeighborSampler
+    from shardgnn.sampling.types import SeedInput
+
+    settings = ModelConfig(model=model, hidden=16, num_layers=layers, dropout=0.5)
+    net = build_model(settings, 12, 4).train()
+    net.use_hashed_dropout(3)
+    sampler = NeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=(5,) * layers))
+    train = np.asarray(graph.train_idx)
+    seen = set()
+    for served in [(), *((layer,) for layer in range(1, layers)), tuple(range(1, layers))]:
+
+        def prune(layer, src_S, num_dst, served=served):  # every third non-seed row served
+            if layer not in served:
+                return None
+            mask = np.arange(len(src_S)) % 3 == 0
+            mask[:num_dst] = False
+            return mask
+
+        sampler.prune = prune
+        blocks = sampler.sample(SeedInput(train[:96]), 5).blocks
+        sizes = np.array(batch_shape(blocks))
+        assert served_layers(sizes, layers) == served
+        seen.add(served)
+        history = {
+            layer: (blocks[layer].history_S, torch.randn(int(blocks[layer].history_S.sum()), 16))
+            for layer in served
+        }
+        x_SF = torch.from_numpy(np.asarray(graph.x)[blocks[0].src_nodes_S.numpy()])
+        graphs = [MessageGraph.from_block(block) for block in blocks]
+        measured = measured_batch_bytes(net, graphs, x_SF, history or None)
+        assert measured == batch_bytes(sizes, model, 16, layers, 0.5, 0.0, 12, 4) > 0, served
+    assert len(seen) == (2 if layers == 2 else 4)
+    assert (
+        batch_bytes(np.zeros((2, 3 * layers), np.int64), model, 16, layers, 0.5, 0.0, 12, 4).sum()
+        == 0
+    )
 
 
 def _step_activations(ctx, config):
@@ -126,7 +177,9 @@ def _step_activations(ctx, config):
         return out[0]
 
     model.forward = measured  # what DDP calls
-    steps.train_epoch(EpochRun(0, show_progress=False))
+    for epoch in range(config.optim.epochs):  # the last epoch's steps (the tables filled)
+        saved.clear()
+        steps.train_epoch(EpochRun(epoch, show_progress=False))
     return max(saved)
 
 
@@ -445,10 +498,12 @@ def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_predicted_activations_are_the_largest_steps(tmp_path):
+@pytest.mark.parametrize("historical", [None, "1:4"])
+def test_predicted_activations_are_the_largest_steps(tmp_path, historical):
     """The plan's activations against what the busiest worker's training steps kept for
     backward (each forward measured; the largest): within 3 % (the plan samples other draws
-    than the run), GraphSAGE with dropout on 2 workers."""
+    than the run), GraphSAGE with dropout on 2 workers; with historical embeddings, the second
+    epoch's steps (the tables filled by the first, as the plan fills them)."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.partition.format import read_partitions, write_partitions
     from shardgnn.sampling.config import SamplerConfig
@@ -464,9 +519,10 @@ def test_predicted_activations_are_the_largest_steps(tmp_path):
     pset = read_partitions(tmp_path / "p")
     config = TrainConfig(
         model=ModelConfig(model="sage", hidden=16, num_layers=2, dropout=0.5, input_dropout=0.2),
-        optim=OptimConfig(epochs=1),
+        optim=OptimConfig(epochs=1 if historical is None else 2),
         sampler=SamplerConfig(fanouts=(5, 5)),
         batch_size=128,
+        historical=historical,
         progress=False,
         threads=1,
         run=RunConfig(partitions=tmp_path / "p"),
@@ -475,6 +531,7 @@ def test_predicted_activations_are_the_largest_steps(tmp_path):
     owner = pset.book.owner(pset.new_id_of_orig())
     cost = minibatch_costs(
         graph, owner, 2, model="sage", hidden=16, fanouts=(5, 5), batch_size=128,
-        cache_size="20%", dropout=0.5, input_dropout=0.2,
-    )[0]  # fmt: skip
+        cache_size="20%", dropout=0.5, input_dropout=0.2, historical=historical,
+    )[0 if historical is None else 4]  # fmt: skip
+    assert cost.flags == (() if historical is None else ("--historical", historical))
     assert cost.activation_mb * 1e6 == pytest.approx(measured, rel=0.03), (cost, measured)

@@ -42,8 +42,10 @@ those rows skip the all-to-all).
 **Activations**: what the busiest worker's training step keeps for backward on its largest
 batch (the batch's input rows, every layer's saved tensors; weights and the loss's few rows
 not counted). The bytes a forward over one batch keeps are linear in the batch's sizes (each
-block's source rows, its seeds, each block's edges): :func:`batch_activation_bytes` measures
-the coefficients on the planned model itself, and each sampled batch's sizes price it.
+block's source rows, its seeds, each block's edges, and where historical embeddings served
+some of a layer's input rows, the rows the layer below computed): :func:`batch_activation_bytes`
+measures the coefficients on the planned model itself (one set per layers served), and each
+sampled batch's sizes price it.
 
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
@@ -308,8 +310,7 @@ class _Epoch:
     batch_input_edges: np.ndarray
     """``[P, batches]``: of those, the input layer's block's"""
     batch_sizes: np.ndarray
-    """``[P, batches, 2L + 1]``: per worker and batch, its blocks' source rows (input layer
-    first), its seeds and its blocks' edges (:func:`batch_activation_bytes`' sizes; zeros for a
+    """``[P, batches, 3L]``: per worker and batch, its sizes (:func:`batch_shape`; zeros for a
     batch it has no seeds in)"""
     pushed: np.ndarray | None = None
     """historical embeddings: rows each owner sends each watcher (pushed or pulled), summed"""
@@ -373,7 +374,7 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
     block_edges = np.zeros((workers, hops), np.int64)
     batch_edges = np.zeros((workers, count), np.int64)
     batch_input_edges = np.zeros((workers, count), np.int64)
-    batch_sizes = np.zeros((workers, count, 2 * hops + 1), np.int64)
+    batch_sizes = np.zeros((workers, count, 3 * hops), np.int64)
     reads: list[list[np.ndarray]] = [[] for _ in range(workers)]
     dealt = [b.batches() for b in batchers]
     for index in range(count):
@@ -418,12 +419,49 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
 
 
 def batch_shape(blocks) -> list[int]:
-    """A batch's sizes as :func:`batch_activation_bytes` prices them: every block's source
-    rows (input layer first), the last block's destination rows (the seeds), every block's
-    edges."""
+    """A batch's sizes as :func:`batch_activation_bytes` prices them (``3L``): every block's
+    source rows ``S_0 .. S_{L-1}`` (input layer first), the last block's destination rows (the
+    seeds, ``S_L``), every block's edges ``E_0 .. E_{L-1}``, and the rows each layer below
+    computed for layers ``1 .. L-1`` (``C_l``: block ``l - 1``'s destinations; ``C_l < S_l``
+    where historical embeddings served the others)."""
     return [
-        *(b.num_src for b in blocks), blocks[-1].num_dst, *(b.num_edges for b in blocks)
+        *(b.num_src for b in blocks), blocks[-1].num_dst, *(b.num_edges for b in blocks),
+        *(b.num_dst for b in blocks[:-1]),
     ]  # fmt: skip
+
+
+def served_layers(sizes: np.ndarray, layers: int) -> tuple[int, ...]:
+    """The layers of a batch of :func:`batch_shape` ``sizes`` some of whose input rows
+    historical embeddings served (``C_l < S_l``)."""
+    return tuple(
+        layer for layer in range(1, layers) if sizes[2 * layers + layer] < sizes[layer]
+    )  # fmt: skip
+
+
+def batch_bytes(
+    sizes: np.ndarray,
+    model: str,
+    hidden: int,
+    layers: int,
+    dropout: float,
+    input_dropout: float,
+    in_dim: int,
+    out_dim: int,
+) -> np.ndarray:
+    """``sizes[..., 3L]`` (:func:`batch_shape`; all zeros: no batch, 0 bytes) -> ``[...]``
+    the bytes each batch's training forward keeps for backward, each priced by the
+    coefficients of the layers it was served at (:func:`batch_activation_bytes`)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    flat = sizes.reshape(-1, sizes.shape[-1])
+    out = np.zeros(flat.shape[0], np.int64)
+    patterns = [served_layers(row, layers) for row in flat]
+    for served in set(patterns):
+        rows = np.array([p == served for p in patterns]) & flat.any(1)
+        per_batch = batch_activation_bytes(
+            model, hidden, layers, dropout, input_dropout, in_dim, out_dim, served
+        )
+        out[rows] = flat[rows] @ per_batch[:-1] + per_batch[-1]
+    return out.reshape(sizes.shape[:-1])
 
 
 def batch_activation_bytes(
@@ -434,16 +472,20 @@ def batch_activation_bytes(
     input_dropout: float,
     in_dim: int,
     out_dim: int,
+    served: tuple[int, ...] = (),
 ) -> np.ndarray:
-    """``[2L + 2]``: the bytes a training forward of the model :mod:`shardgnn.nn` builds
+    """``[3L + 1]``: the bytes a training forward of the model :mod:`shardgnn.nn` builds
     (``--model``, ``--hidden``, ``layers`` blocks, ``--dropout``, ``--input-dropout``; dropout
     hashed, as training draws it) keeps for backward over one batch, as coefficients of the
-    batch's sizes (:func:`batch_shape`: ``S_0 .. S_L, E_0 .. E_{L-1}``) and a constant last.
-    Measured: the forward over random blocks of a base shape and of that shape with each size
-    grown, every saved tensor's storage counted once
+    batch's sizes (:func:`batch_shape`) and a constant last; ``served``: the layers whose
+    input rows historical embeddings served in part (:func:`served_layers`; the others' ``C_l``
+    equal ``S_l`` and weigh 0). Measured: the forward over random blocks of a base shape and of
+    that shape with each size grown, every saved tensor's storage counted once
     (:func:`~shardgnn.fullgraph.plan.saved_bytes`; the input rows are, the weights are not)."""
     return np.array(
-        _batch_coefficients(model, hidden, layers, dropout, input_dropout, in_dim, out_dim),
+        _batch_coefficients(
+            model, hidden, layers, dropout, input_dropout, tuple(served), in_dim, out_dim
+        ),
         dtype=np.int64,
     )
 
@@ -454,7 +496,8 @@ def _random_blocks(sizes: np.ndarray, layers: int, rng: np.random.Generator) -> 
 
     graphs = []
     for layer in range(layers):
-        num_src, num_dst, num_edges = sizes[layer], sizes[layer + 1], sizes[layers + 1 + layer]
+        num_src, num_edges = sizes[layer], sizes[layers + 1 + layer]
+        num_dst = sizes[layers] if layer == layers - 1 else sizes[2 * layers + 1 + layer]
         dst = np.sort(rng.integers(0, num_dst, num_edges))
         indptr = np.r_[0, np.cumsum(np.bincount(dst, minlength=num_dst))]
         graphs.append(
@@ -469,15 +512,26 @@ def _random_blocks(sizes: np.ndarray, layers: int, rng: np.random.Generator) -> 
     return graphs
 
 
-def measured_batch_bytes(net: torch.nn.Module, graphs: list, x_SF: torch.Tensor) -> int:
-    """What ``net``'s forward over the blocks ``graphs`` from the input rows ``x_SF`` keeps for
-    backward (its weights not counted)."""
-    return saved_bytes(functools.partial(net, graphs, x_SF), net)
+def measured_batch_bytes(
+    net: torch.nn.Module, graphs: list, x_SF: torch.Tensor, history: dict | None = None
+) -> int:
+    """What ``net``'s forward over the blocks ``graphs`` from the input rows ``x_SF`` (with
+    ``history``: the rows served, as training passes them) keeps for backward (its weights not
+    counted)."""
+    if history is None:
+        return saved_bytes(functools.partial(net, graphs, x_SF), net)
+    return saved_bytes(functools.partial(net, graphs, x_SF, history=history), net)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=32)
 def _batch_coefficients(
-    model: str, hidden: int, layers: int, dropout: float, input_dropout: float, *dims: int
+    model: str,
+    hidden: int,
+    layers: int,
+    dropout: float,
+    input_dropout: float,
+    served: tuple[int, ...],
+    *dims: int,
 ) -> tuple[int, ...]:
     from shardgnn.nn.config import ModelConfig
     from shardgnn.nn.models import build_model
@@ -485,10 +539,17 @@ def _batch_coefficients(
     settings = ModelConfig(
         model=model, hidden=hidden, num_layers=layers, dropout=dropout, input_dropout=input_dropout
     )
-    # source rows halve layer by layer (S_l - S_{l+1} >= 48 > the step), edges 5 per destination
+    # source rows halve layer by layer (S_l - S_{l+1} >= 48 > the step), edges 5 per
+    # destination; a served layer's computed rows 24 fewer than its source rows (the step 16)
     rows = [48 * 2 ** (layers - layer) + 16 for layer in range(layers + 1)]
-    base = np.array(rows + [5 * r for r in rows[1:]], dtype=np.int64)
-    steps = np.array([16] * (layers + 1) + [64] * layers, dtype=np.int64)
+    computed = [rows[layer] - (24 if layer in served else 0) for layer in range(1, layers)]
+    base = np.array(rows + [5 * r for r in rows[1:]] + computed, dtype=np.int64)
+    steps = np.array([16] * (layers + 1) + [64] * layers + [16] * (layers - 1), dtype=np.int64)
+    grown = np.eye(len(base), dtype=np.int64) * steps
+    for layer in range(1, layers):
+        if layer not in served:  # C_l is S_l: grown with it, weighs 0 itself
+            grown[layer, 2 * layers + layer] = steps[layer]
+            grown[2 * layers + layer] = 0
     with torch.random.fork_rng():
         torch.manual_seed(0)
         net = build_model(settings, *dims).train()
@@ -496,11 +557,20 @@ def _batch_coefficients(
 
         def saved(sizes: np.ndarray) -> int:
             graphs = _random_blocks(sizes, layers, np.random.default_rng(0))
-            return measured_batch_bytes(net, graphs, torch.randn(int(sizes[0]), dims[0]))
+            x_SF = torch.randn(int(sizes[0]), dims[0])
+            if not served:
+                return measured_batch_bytes(net, graphs, x_SF)
+            history = {}
+            for layer in served:  # the last rows served (their places do not change the bytes)
+                mask_S = torch.arange(int(sizes[layer])) >= sizes[2 * layers + layer]
+                history[layer] = (mask_S, torch.randn(int(mask_S.sum()), hidden))
+            return measured_batch_bytes(net, graphs, x_SF, history)
 
         at_base = saved(base)
-        grown = np.eye(len(base), dtype=np.int64) * steps
-        slopes = [(saved(base + step) - at_base) // int(step.sum()) for step in grown]
+        slopes = [
+            (saved(base + step) - at_base) // int(step[step > 0].min()) if step.any() else 0
+            for step in grown
+        ]
     constant = at_base - int(np.dot(slopes, base))
     return (*map(int, slopes), constant)
 
@@ -565,9 +635,10 @@ def minibatch_costs(
     own_rows = np.bincount(owner, minlength=workers)
     own_edges = np.bincount(owner, weights=np.diff(graph.indptr), minlength=workers)
     held_base = own_rows * in_dim * 4 + own_edges * _ID + (own_rows + 1) * _ID
-    per_batch = batch_activation_bytes(
-        model, hidden, hops, dropout, input_dropout, in_dim, graph.num_classes
-    )
+    priced = functools.partial(
+        batch_bytes, model=model, hidden=hidden, layers=hops, dropout=dropout,
+        input_dropout=input_dropout, in_dim=in_dim, out_dim=graph.num_classes,
+    )  # fmt: skip
     options = [
         ("exact", 32, 0, train, None),
         ("8-bit", 8, 0, train, None),
@@ -636,7 +707,7 @@ def minibatch_costs(
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
-            activation_mb=float((epoch.batch_sizes @ per_batch[:-1]).max() + per_batch[-1]) / 1e6,
+            activation_mb=float(priced(epoch.batch_sizes).max()) / 1e6,
         )
         if rates is not None:
             # values each worker encodes (the rows it sends) and decodes (those it receives)
