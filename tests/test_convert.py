@@ -388,6 +388,32 @@ def test_typed_tables_refuse_unknown_types_and_nodes_in_one_line(tmp_path, capsy
     assert "needs both --node-tables" in capsys.readouterr().err
 
 
+def test_settings_a_typed_graph_or_a_graph_set_does_not_read_are_refused(tmp_path, capsys):
+    """A typed graph's edge tables carry no weights or features, and --feature-cols, --symmetric
+    or split files are not read for it; a graph set reads its molecules' CSV alone: each is
+    refused in one line naming the flags, never ignored (--edge-feature-cols was ignored)."""
+    import pandas as pd
+
+    argv = _typed_tables(tmp_path)
+    for extra, named in (
+        (["--edge-feature-cols", "w"], "--edge-feature-cols does not apply to a typed graph"),
+        (["--weight-col", "w", "--symmetric"], "--symmetric, --weight-col do not apply"),
+        (["--feature-cols", "f0"], "--feature-cols does not apply to a typed graph"),
+        (["--train", "t.npy"], "--train does not apply to a typed graph"),
+    ):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert named in err and "drop" in err and len(err.strip().splitlines()) <= 2, err
+        assert not (tmp_path / "g").exists()
+    pd.DataFrame({"smiles": ["CCO"], "label": [1.0]}).to_csv(tmp_path / "m.csv", index=False)
+    molecules = ["convert", "--molecules", str(tmp_path / "m.csv"), "--out", str(tmp_path / "m")]
+    assert main([*molecules, "--id-col", "name"]) == 2
+    assert "--id-col does not apply to --molecules" in capsys.readouterr().err
+    assert main(["convert", "--edges", "e.txt", "--smiles-col", "s", "--out", "x"]) == 2
+    assert "--smiles-col names a column of --molecules FILE" in capsys.readouterr().err
+    assert main(argv) == 0  # the same tables without them
+
+
 def test_node_tables_give_label_tables_from_the_columns_label_col_names(tmp_path, capsys):
     """Issue 31: ``--label-kind`` other than class reads a node table's ``--label-col`` columns
     (comma-separated) as a label table, for a typed graph's target type and for a plain graph's

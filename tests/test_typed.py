@@ -677,6 +677,13 @@ def test_typed_label_tables_keep_through_directory_partitions_and_pyg(tmp_path):
         assert again.label_kind == labels and again.target_type == "paper"
         np.testing.assert_array_equal(again.y, h.y)
         np.testing.assert_array_equal(again.val_idx, h.val_idx)
+    data = g.to_pyg()
+    data["author", "writes", "paper"].edge_attr = torch.ones(
+        data["author", "writes", "paper"].num_edges, 3
+    )
+    with pytest.raises(DatasetError, match="edge type author/writes/paper has edge_attr") as info:
+        TypedGraph.from_pyg(data)  # never dropped silently
+    assert "fix: delete them" in str(info.value)
     unknown = g.y.copy()
     unknown[g.train_idx] = np.nan
     with pytest.raises(ConfigError, match="its train split .*known") as info:

@@ -61,10 +61,18 @@ from shardgnn.graph.edgelist import (
 )
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
 from shardgnn.graph.typed import TypedGraph, save_typed_graph
-from shardgnn.options import invalid, option
+from shardgnn.options import changed_settings, invalid, option
 
 SPLITS = ("train", "val", "test")
 _TABLE_SUFFIXES = (".parquet", ".pq")
+_EVERY_MODE = ("out", "name", "overwrite", "split", "seed")
+_TYPED_READS = (
+    *_EVERY_MODE, "node_tables", "edge_tables", "target_type", "id_col", "label_col",
+    "label_kind", "split_col", "src_col", "dst_col",
+)  # fmt: skip
+"""what ``--node-tables``/``--edge-tables`` read; any other setting is refused"""
+_MOLECULES_READS = (*_EVERY_MODE, "molecules", "smiles_col", "label_col", "label_kind")
+"""what ``--molecules`` reads; any other setting is refused"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -217,6 +225,12 @@ class ConvertConfig:
                     "--node-tables/--edge-tables describe a whole typed graph: drop --edges, "
                     "--nodes, --npz, --features and --labels"
                 )
+            self._refuse_unread(
+                _TYPED_READS,
+                "a typed graph (--node-tables/--edge-tables: a node table's features are its "
+                "numeric columns; its edges carry no weights or features, and training adds "
+                "every relation's reverse itself)",
+            )
             return
         if self.target_type is not None:
             raise ConfigError("--target-type names a node type of --node-tables; give those")
@@ -228,7 +242,14 @@ class ConvertConfig:
                 )
             if self.label_kind not in ("class", "regression"):
                 raise invalid(self, "label_kind", "a molecule's label is class or regression")
+            self._refuse_unread(
+                _MOLECULES_READS, "--molecules (RDKit gives the atoms' and bonds' features)"
+            )
             return
+        if changed_settings(self, ("smiles_col",)):
+            raise ConfigError(
+                "--smiles-col names a column of --molecules FILE; give it, or drop it"
+            )
         if self.label_kind != "class" and not (self.labels or self.npz or self.nodes):
             raise ConfigError(
                 "--label-kind describes the rows of --labels FILE, of an --npz archive's y or of "
@@ -262,6 +283,13 @@ class ConvertConfig:
                 "three non-negative fractions train,val,test with a positive train "
                 "fraction, summing to at most 1 (e.g. 0.6,0.2,0.2)",
             )
+
+    def _refuse_unread(self, reads: tuple[str, ...], what: str) -> None:
+        """Refuse, in one line, every setting given that ``what`` does not read (``reads``)."""
+        names = tuple(f.name for f in dataclasses.fields(self) if f.name not in reads)
+        if given := changed_settings(self, names):
+            verb, them = ("does", "it") if len(given) == 1 else ("do", "them")
+            raise ConfigError(f"{', '.join(given)} {verb} not apply to {what}; drop {them}")
 
 
 def convert(config: ConvertConfig) -> Any:

@@ -213,6 +213,16 @@ class TypedGraph:
         ``train_mask``/``val_mask``/``test_mask`` of ``target_type``, or of the one node type
         that has ``y``."""
         num_nodes = {t: int(data[t].num_nodes) for t in data.node_types}
+        for rel in data.edge_types:
+            for key in ("edge_attr", "edge_weight"):
+                if getattr(data[rel], key, None) is not None:
+                    raise DatasetError(
+                        f"edge type {'/'.join(rel)} has {key}, and a typed graph carries no "
+                        "edge features or weights (its layers would not read them)",
+                        fix=f"delete them to train on the edges alone (del data[{tuple(rel)}]."
+                        f"{key}), or convert the graph as one homogeneous Data "
+                        "(Graph.from_pyg: --model gine reads edge features)",
+                    )
         edges = {tuple(rel): tuple(data[rel].edge_index.cpu().numpy()) for rel in data.edge_types}
         x = {
             t: np.ascontiguousarray(data[t].x.detach().cpu().numpy(), dtype=np.float32)
