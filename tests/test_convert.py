@@ -390,8 +390,9 @@ def test_typed_tables_refuse_unknown_types_and_nodes_in_one_line(tmp_path, capsy
 
 def test_settings_a_typed_graph_or_a_graph_set_does_not_read_are_refused(tmp_path, capsys):
     """A typed graph's edge tables carry no weights or features, and --feature-cols, --symmetric
-    or split files are not read for it; a graph set reads its molecules' CSV alone: each is
-    refused in one line naming the flags, never ignored (--edge-feature-cols was ignored)."""
+    or split files are not read for it; a graph set reads its molecules' CSV alone, an .npz
+    archive holds its own arrays, node-table columns need a node table and edge-table columns an
+    edge table: each is refused in one line naming the flags, never ignored (they were)."""
     import pandas as pd
 
     argv = _typed_tables(tmp_path)
@@ -411,6 +412,24 @@ def test_settings_a_typed_graph_or_a_graph_set_does_not_read_are_refused(tmp_pat
     assert "--id-col does not apply to --molecules" in capsys.readouterr().err
     assert main(["convert", "--edges", "e.txt", "--smiles-col", "s", "--out", "x"]) == 2
     assert "--smiles-col names a column of --molecules FILE" in capsys.readouterr().err
+    out = ["--out", str(tmp_path / "h")]
+    for args, named in (
+        (["--npz", "g.npz", "--features", "x.npy", "--test", "t.txt"], "--features, --test do not"),
+        (["--npz", "g.npz", "--src-col", "a"], "--src-col does not apply to an --npz archive"),
+        (["--edges", "e.csv", "--nodes", "n.csv", "--base", "1"], "--base does not apply to"),
+        (["--edges", "e.txt", "--feature-cols", "a,b"], "--feature-cols names columns of a node"),
+        (["--edges", "e.txt", "--id-col", "u", "--split-col", "s"], "--id-col, --split-col name"),
+    ):
+        assert main(["convert", *args, *out]) == 2
+        assert named in capsys.readouterr().err, args
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    for flags, named in (
+        (["--src-col", "u"], "--src-col names"),
+        (["--weight-col", "w"], "--weight"),
+    ):
+        assert main(["convert", "--edges", str(tmp_path / "e.txt"), *flags, *out]) == 2
+        err = capsys.readouterr().err
+        assert named in err and "is a plain edge list" in err, err
     assert main(argv) == 0  # the same tables without them
 
 

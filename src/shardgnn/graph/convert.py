@@ -73,6 +73,15 @@ _TYPED_READS = (
 """what ``--node-tables``/``--edge-tables`` read; any other setting is refused"""
 _MOLECULES_READS = (*_EVERY_MODE, "molecules", "smiles_col", "label_col", "label_kind")
 """what ``--molecules`` reads; any other setting is refused"""
+_NPZ_READS = (*_EVERY_MODE, "npz", "label_kind", "symmetric")
+"""what ``--npz`` reads; any other setting is refused"""
+_NODE_TABLE_COLUMNS = ("id_col", "label_col", "split_col", "feature_cols")
+_EDGE_TABLE_COLUMNS = ("src_col", "dst_col", "weight_col", "edge_feature_cols")
+_NODE_TABLE_READS = (
+    *_EVERY_MODE, "edges", "nodes", *_NODE_TABLE_COLUMNS, *_EDGE_TABLE_COLUMNS, "label_kind",
+    "symmetric",
+)  # fmt: skip
+"""what ``--edges`` with ``--nodes`` reads; any other setting is refused"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -283,6 +292,17 @@ class ConvertConfig:
                 "three non-negative fractions train,val,test with a positive train "
                 "fraction, summing to at most 1 (e.g. 0.6,0.2,0.2)",
             )
+        if self.npz is not None:
+            self._refuse_unread(
+                _NPZ_READS, "an --npz archive (it holds the edges, features, labels and splits)"
+            )
+        elif self.nodes is not None:
+            self._refuse_unread(_NODE_TABLE_READS, "--edges with a node table (--nodes)")
+        elif given := changed_settings(self, _NODE_TABLE_COLUMNS):
+            raise ConfigError(
+                f"{', '.join(given)} name{'s' if len(given) == 1 else ''} columns of a node "
+                "table: give one (--nodes FILE), or drop " + ("it" if len(given) == 1 else "them")
+            )
 
     def _refuse_unread(self, reads: tuple[str, ...], what: str) -> None:
         """Refuse, in one line, every setting given that ``what`` does not read (``reads``)."""
@@ -315,11 +335,12 @@ def convert(config: ConvertConfig) -> Any:
     elif config.nodes is not None or _is_table(Path(config.edges)):  # type: ignore[arg-type]
         graph = _from_tables(config, name)
     else:
-        if config.edge_feature_cols:
+        if given := changed_settings(config, _EDGE_TABLE_COLUMNS):
             raise ConfigError(
-                f"--edge-feature-cols names columns of an edge table, and {config.edges} is a "
-                "plain edge list (no header line); give the edges as a table (a CSV with a "
-                "header: src,dst,<feature columns>) or drop --edge-feature-cols"
+                f"{', '.join(given)} name{'s' if len(given) == 1 else ''} columns of an edge "
+                f"table, and {config.edges} is a plain edge list (no header line: u v [weight] "
+                "per line); give the edges as a table (a CSV with a header: src,dst,<columns>) "
+                "or drop " + ("it" if len(given) == 1 else "them")
             )
         graph = _from_edge_list(config, name)
     if config.symmetric:
