@@ -430,6 +430,12 @@ def test_settings_a_typed_graph_or_a_graph_set_does_not_read_are_refused(tmp_pat
         assert main(["convert", "--edges", str(tmp_path / "e.txt"), *flags, *out]) == 2
         err = capsys.readouterr().err
         assert named in err and "is a plain edge list" in err, err
+    # a random split where the input has its own (the papers' split column), or no labels
+    assert main([*argv, "--split", "0.5,0.25,0.25"]) == 2
+    assert "--split: the input holds its own split" in capsys.readouterr().err
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    assert main(["convert", "--edges", str(tmp_path / "e.txt"), "--seed", "3", *out]) == 2
+    assert "--seed: the input has no labels to split" in capsys.readouterr().err
     assert main(argv) == 0  # the same tables without them
 
 

@@ -963,8 +963,11 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
         fields["target_type"] = target
         if config.split_col in table.columns:
             fields.update(_table_splits(table[config.split_col], path, config.split_col))
+            _refuse_random_split(config, "its split")
         else:
             fields.update(random_split(fields["y"], config.split, config.seed))
+    else:
+        _refuse_random_split(config, "its labels")
     return TypedGraph.from_typed_edges(counts, edges, **fields)
 
 
@@ -1136,12 +1139,26 @@ def _one_of(arrays: dict[str, np.ndarray], names: tuple[str, ...], path: Path):
 
 # ------------------------------------------------------------------------------------------- splits
 def _with_split(graph: Graph, config: ConvertConfig) -> Graph:
-    """A random split of the labelled nodes when the graph has labels and no split at all."""
+    """A random split of the labelled nodes when the graph has labels and no split at all; a
+    ``--split``/``--seed`` given for a graph that has its own (or no labels) is refused."""
     if graph.y is None or any(
         getattr(graph, f"{s}_idx") is not None and len(getattr(graph, f"{s}_idx")) for s in SPLITS
     ):
+        _refuse_random_split(config, "its labels" if graph.y is None else "its split")
         return graph
     return dataclasses.replace(graph, **random_split(graph.y, config.split, config.seed))
+
+
+def _refuse_random_split(config: ConvertConfig, has: str) -> None:
+    """``--split``/``--seed`` cut a random split of labels that come without one: refused where
+    the input has its own split (``has`` "its split") or no labels (``has`` "its labels")."""
+    if given := changed_settings(config, ("split", "seed")):
+        lacks = "has no labels to split" if has == "its labels" else "holds its own split"
+        raise ConfigError(
+            f"{', '.join(given)}: the input {lacks}, and {' and '.join(given)} "
+            f"cut{'s' if len(given) == 1 else ''} a random split of labels given without one; "
+            "drop " + ("it" if len(given) == 1 else "them")
+        )
 
 
 def random_split(y: np.ndarray, fractions: tuple[float, ...], seed: int) -> dict[str, np.ndarray]:
