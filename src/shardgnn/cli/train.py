@@ -38,11 +38,13 @@ _POINTLESS = (
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "train",
-        help="train a GNN for node classification or link prediction",
+        help="train a GNN: node, link, edge or graph prediction (--task)",
         description=(
-            "Train a GNN for node classification: in this process, or with --workers N on N local "
-            "worker processes (--partitions DIR, or the dataset partitioned on the fly). One line "
-            "is printed per epoch; --results FILE.json is rewritten after every epoch."
+            "Train a GNN for node prediction (classes, labels, values), link prediction "
+            "(knowledge and temporal graphs included), edge or graph prediction (--task): in "
+            "this process, or with --workers N on N local worker processes (--partitions DIR, "
+            "or the dataset partitioned on the fly). One line is printed per epoch; --results "
+            "FILE.json is rewritten after every epoch."
         ),
     )
     parser.add_argument(
