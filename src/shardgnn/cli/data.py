@@ -30,13 +30,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     convert = sub.add_parser(
         "convert",
         help=(
-            "turn your own graph (edge list + files, CSV/Parquet tables, .npz) into a graph "
-            "directory"
+            "turn your own graph (edge list + files, CSV/Parquet tables, .npz, typed tables, "
+            "molecules) into a graph directory"
         ),
         description=(
             "Write a graph directory from an edge list with feature/label/split files, from node "
-            "and edge tables (CSV or Parquet), or from an .npz archive. Train it with the dataset "
-            "spec graph:DIR, e.g. `shardgnn train graph:my-graph --workers 2`."
+            "and edge tables (CSV or Parquet), or from an .npz archive; a typed graph from a node "
+            "table per type and an edge table per relation; a graph set from a CSV of SMILES. "
+            "Train it with the dataset spec the command prints (graph:DIR, hetero:DIR or "
+            "graphset:DIR), e.g. `shardgnn train graph:my-graph --workers 2`. A setting the "
+            "input does not read is refused."
         ),
     )
     add_flags(convert, ConvertConfig)
