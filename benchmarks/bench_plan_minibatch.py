@@ -110,6 +110,12 @@ def main(argv=None) -> int:
                     "measured_fetch_mb": got["fetch"], "measured_history_mb": got["history"],
                     "measured_hit_rate": hit, "measured_history_hit_rate": history_hit,
                     "measured_epoch_s": epoch_s,
+                    # the busiest rank's seconds per stage (epochs 2 on), beside the predicted
+                    # sample_s / compute_s / comm_s: where a time miss comes from
+                    "measured_stages_s": {
+                        stage: mean(e["stages"][stage] for e in late)
+                        for stage in late[0]["stages"] if stage != "eval"
+                    },
                 }  # fmt: skip
                 records.append(record)
                 print(record, file=sys.stderr, flush=True)
