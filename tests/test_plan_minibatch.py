@@ -5,6 +5,7 @@ rows and a presample cache; predicted against the counters of measured runs at P
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -126,6 +127,7 @@ def test_activations_of_batches_historical_embeddings_served(graph, model, layer
     from shardgnn.sampling.types import SeedInput
 
     settings = ModelConfig(model=model, hidden=16, num_layers=layers, dropout=0.5)
+    coefficients = functools.partial(batch_activation_bytes, model, 16, layers, 0.5, 0.0, 12, 4)
     net = build_model(settings, 12, 4).train()
     net.use_hashed_dropout(3)
     sampler = NeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=(5,) * layers))
@@ -152,12 +154,9 @@ def test_activations_of_batches_historical_embeddings_served(graph, model, layer
         x_SF = torch.from_numpy(np.asarray(graph.x)[blocks[0].src_nodes_S.numpy()])
         graphs = [MessageGraph.from_block(block) for block in blocks]
         measured = measured_batch_bytes(net, graphs, x_SF, history or None)
-        assert measured == batch_bytes(sizes, model, 16, layers, 0.5, 0.0, 12, 4) > 0, served
+        assert measured == batch_bytes(sizes, layers, coefficients) > 0, served
     assert len(seen) == (2 if layers == 2 else 4)
-    assert (
-        batch_bytes(np.zeros((2, 3 * layers), np.int64), model, 16, layers, 0.5, 0.0, 12, 4).sum()
-        == 0
-    )
+    assert batch_bytes(np.zeros((2, 3 * layers), np.int64), layers, coefficients).sum() == 0
 
 
 def _step_activations(ctx, config):

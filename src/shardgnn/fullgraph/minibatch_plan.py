@@ -69,7 +69,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -439,27 +439,19 @@ def served_layers(sizes: np.ndarray, layers: int) -> tuple[int, ...]:
 
 
 def batch_bytes(
-    sizes: np.ndarray,
-    model: str,
-    hidden: int,
-    layers: int,
-    dropout: float,
-    input_dropout: float,
-    in_dim: int,
-    out_dim: int,
+    sizes: np.ndarray, layers: int, coefficients: Callable[[tuple[int, ...]], np.ndarray]
 ) -> np.ndarray:
     """``sizes[..., 3L]`` (:func:`batch_shape`; all zeros: no batch, 0 bytes) -> ``[...]``
-    the bytes each batch's training forward keeps for backward, each priced by the
-    coefficients of the layers it was served at (:func:`batch_activation_bytes`)."""
+    the bytes each batch's training forward keeps for backward, each priced by
+    ``coefficients(layers served)`` (:func:`batch_activation_bytes` of the model, all but its
+    ``served``)."""
     sizes = np.asarray(sizes, dtype=np.int64)
     flat = sizes.reshape(-1, sizes.shape[-1])
     out = np.zeros(flat.shape[0], np.int64)
     patterns = [served_layers(row, layers) for row in flat]
     for served in set(patterns):
         rows = np.array([p == served for p in patterns]) & flat.any(1)
-        per_batch = batch_activation_bytes(
-            model, hidden, layers, dropout, input_dropout, in_dim, out_dim, served
-        )
+        per_batch = coefficients(served)
         out[rows] = flat[rows] @ per_batch[:-1] + per_batch[-1]
     return out.reshape(sizes.shape[:-1])
 
@@ -635,9 +627,9 @@ def minibatch_costs(
     own_rows = np.bincount(owner, minlength=workers)
     own_edges = np.bincount(owner, weights=np.diff(graph.indptr), minlength=workers)
     held_base = own_rows * in_dim * 4 + own_edges * _ID + (own_rows + 1) * _ID
-    priced = functools.partial(
-        batch_bytes, model=model, hidden=hidden, layers=hops, dropout=dropout,
-        input_dropout=input_dropout, in_dim=in_dim, out_dim=graph.num_classes,
+    coefficients = functools.partial(
+        batch_activation_bytes, model, hidden, hops, dropout, input_dropout, in_dim,
+        graph.num_classes,
     )  # fmt: skip
     options = [
         ("exact", 32, 0, train, None),
@@ -707,7 +699,7 @@ def minibatch_costs(
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
-            activation_mb=float(priced(epoch.batch_sizes).max()) / 1e6,
+            activation_mb=float(batch_bytes(epoch.batch_sizes, hops, coefficients).max()) / 1e6,
         )
         if rates is not None:
             # values each worker encodes (the rows it sends) and decodes (those it receives)
