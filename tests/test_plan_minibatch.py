@@ -344,6 +344,22 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     expected = 10 * rates.crowding(3, sampling / (10 * batches)) + rates.crowding(3, step / batches)
     expected = (expected + rates.crowding(3, 0.0)) * batches
     assert crowded[0].comm_s == pytest.approx(alone[0].comm_s + expected, rel=1e-9)
+    # the crowded-step probe: each step stretched by its factor in the lockstep, and the
+    # all-reduce after it no longer charged by the call probe (the step's factor holds its wait)
+    stretched = dataclasses.replace(rates, crowd_step={3: 2.5})
+    assert MachineRates.from_dict(json.loads(json.dumps(stretched.to_dict()))) == stretched
+    assert stretched.step_crowding(3) == 2.5 and rates.step_crowding(3) is None
+    _, slow = _costs(graph, 3, rates=stretched, workers_per_host=3)
+    per_call = rates.crowding(3, step / batches) * batches
+    assert slow[0].comm_s == pytest.approx(crowded[0].comm_s - per_call, rel=1e-9)
+    sample_PB = (epoch.batch_edges > 0) * 1e-3 + epoch.batch_edges * 1e-7
+    upper_PB = epoch.batch_edges - epoch.batch_input_edges
+    step_PB = (epoch.batch_edges > 0) * 2e-3 + epoch.batch_input_edges * 2e-7 + upper_PB * 3e-7
+    busy = lambda f: np.maximum(  # noqa: E731 (the lockstep: each batch's busiest share)
+        (sample_PB + f * step_PB).max(0), (sample_PB + f * step_PB).sum(0) / 2
+    ).sum()
+    assert crowded[0].epoch_s - crowded[0].comm_s == pytest.approx(busy(1.0), rel=1e-9)
+    assert slow[0].epoch_s - slow[0].comm_s == pytest.approx(busy(2.5), rel=1e-9)
 
 
 def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):

@@ -177,6 +177,9 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     # the workers a machine would run that fill its cores or more: the crowding probed there
     cores = first["rates"]["cores"]
     assert set(first["rates"]["crowd_s"]) == {str(w) for w in (2, 4) if w >= cores}
+    # and the planned step run crowded: at least its fair share of the cores
+    crowd_step = first["rates"]["crowd_step"]
+    assert set(crowd_step) == set(first["rates"]["crowd_s"]) and min(crowd_step.values()) >= 1
     again = tmp_path / "again.json"
     assert main(["plan", SPEC, *flags, "--rates", str(out), "--out", str(again)]) == 0
     capsys.readouterr()

@@ -61,7 +61,12 @@ seconds per value). Where a machine runs as many workers as it has cores or more
 calls also costs the calibration's crowding probe at the work a
 worker does before it (a share of the batch's sampling; its step before the all-reduce)
 (:meth:`~shardgnn.fullgraph.rates.MachineRates.crowding`): workers in lockstep wait at every
-call for peers the OS has descheduled, which fair sharing of the cores does not price.
+call for peers the OS has descheduled, which fair sharing of the cores does not price. Where
+the rates hold the crowded-step probe at that many workers
+(:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`), each step takes its factor
+times its fair share of the cores instead, its all-reduce's wait included (that call is then
+not charged the crowding probe): a real step's memory traffic contends for the cores in a way
+the probe's small products do not.
 """
 
 from __future__ import annotations
@@ -768,7 +773,11 @@ def _epoch_seconds(
     ring = 2 * (workers - 1) * params * 4 // workers * train.batches
     # sampling and compute share the host's cores alike
     _, comm = host_seconds(sample + compute, sent + ring, recv + ring, rates, per_host)
-    busy_s = _lockstep_seconds(train, r, rates.cores, per_host, coded, (sample_batch, sample_edge))
+    # crowded: each step (its all-reduce's wait included) stretched as the probe measured
+    crowded_step = rates.step_crowding(per_host) if per_host >= rates.cores else None
+    busy_s = _lockstep_seconds(
+        train, r, rates.cores, per_host, coded, (sample_batch, sample_edge), crowded_step or 1.0
+    )
     # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
     # (a collective every batch, however few labels move), the gradient all-reduce and the stop
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
@@ -785,7 +794,8 @@ def _epoch_seconds(
         between_s = float(sample.max()) / (batches * moves)
         step_s = float(compute.max()) / batches
         per_batch = moves * rates.crowding(per_host, between_s)
-        per_batch += rates.crowding(per_host, step_s)
+        if crowded_step is None:  # else the crowded step holds its all-reduce's wait
+            per_batch += rates.crowding(per_host, step_s)
         per_batch += (1 + history_calls) * rates.crowding(per_host, 0.0)
         comm += per_batch * train.batches
     return {
@@ -818,17 +828,20 @@ def _lockstep_seconds(
     per_host: int,
     coded: tuple[np.ndarray, np.ndarray] | None,
     sampling: tuple[float, float],
+    crowded_step: float = 1.0,
 ) -> float:
     """The epoch's sampling, coding and steps as the workers run them, in lockstep: each batch
     ends when the busiest host's workers are done with it (a worker's own cores, or their
     thread-seconds over the host's cores when they share them), and the epoch adds the
-    batches up: a sum of per-batch maxima, not the busiest worker's total."""
+    batches up: a sum of per-batch maxima, not the busiest worker's total. ``crowded_step``:
+    how many times its fair share of the cores a step takes where the workers crowd them
+    (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`)."""
     sample_batch, sample_edge = sampling
-    per_batch = sample_batch + r.minibatch("step_batch")
-    work_PB = (train.batch_edges > 0) * per_batch + train.batch_edges * sample_edge
-    work_PB = work_PB + _step_edge_seconds(
+    step_PB = (train.batch_edges > 0) * r.minibatch("step_batch") + _step_edge_seconds(
         r, train.batch_input_edges, train.batch_edges - train.batch_input_edges
     )
+    work_PB = (train.batch_edges > 0) * sample_batch + train.batch_edges * sample_edge
+    work_PB = work_PB + crowded_step * step_PB
     if coded is not None:  # each worker's coding, spread evenly over its batches
         codec_P = coded[0] * r.minibatch("encode8_value") + coded[1] * r.minibatch("decode8_value")
         work_PB = work_PB + codec_P[:, None] / max(1, train.batches)

@@ -33,6 +33,13 @@ operations a distributed full-graph training step is made of, on the graph being
   per call with 3 or 4 workers on 2 cores, where fair sharing predicts none, and 0.05-2 ms with
   2 workers on 2 cores, whose other threads, the prefetch thread and gloo's, and the OS's
   processes take cores from them too).
+* **a crowded step** (where mini-batch training is planned, at the same worker counts): that many
+  workers each run the planned model's training step on a sampled batch, its gradients
+  all-reduced after it, in lockstep; what a step takes against one worker's step alone, shared
+  fairly over the cores, is the factor by which crowding stretches the steps (measured: 3 and 4
+  workers on 2 cores took 3-5x the fair share, where the crowding probe's per-call cost,
+  bursts of small products, charged a fraction of it: a real step's memory traffic contends
+  too).
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
 namespace's link is measured); between machines, :func:`main` under torchrun measures their link
@@ -151,6 +158,10 @@ class MachineRates:
     crowd_s: dict[int, dict[float, float]] = dataclasses.field(default_factory=dict)
     """workers on one machine (more than its cores) -> burst seconds -> seconds each collective
     call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
+    crowd_step: dict[int, float] = dataclasses.field(default_factory=dict)
+    """workers on one machine (as many as its cores or more) -> how many times its fair share
+    of the cores a worker's training step and gradient all-reduce take
+    (:func:`measure_crowded_step`; empty: not measured)"""
 
     def at(self, threads: int) -> ComputeRates:
         if threads not in self.compute:
@@ -189,7 +200,14 @@ class MachineRates:
                 int(w): {float(b): float(v) for b, v in by_burst.items()}
                 for w, by_burst in d.get("crowd_s", {}).items()
             },
+            crowd_step={int(w): float(v) for w, v in d.get("crowd_step", {}).items()},
         )
+
+    def step_crowding(self, per_host: int) -> float | None:
+        """How many times their fair share of the cores ``per_host`` workers on this machine
+        take for a training step and its all-reduce (:attr:`crowd_step`); None where not
+        measured (fewer workers than cores, or rates calibrated before 2026-11-29)."""
+        return self.crowd_step.get(per_host)
 
     def crowding(self, per_host: int, burst_s: float) -> float:
         """Seconds each collective call costs ``per_host`` workers sharing this machine's cores
@@ -359,6 +377,50 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
     )
 
 
+def _planned_model(work: Workload, step: MiniBatchWork) -> tuple[Any, torch.nn.Module, Any]:
+    """``(sampler, model, Adam)``: a sampler of the planned fanouts and the planned model as the
+    workers train it, from the torch generator seeded 0."""
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.models import build_model
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.neighbor import NeighborSampler
+
+    sampler = NeighborSampler(work.indptr, work.indices, SamplerConfig(fanouts=step.fanouts))
+    config = ModelConfig(model=step.model, hidden=step.hidden, num_layers=len(step.fanouts))
+    torch.manual_seed(0)
+    model = build_model(config, int(work.x.shape[1]), step.out_dim)
+    # as the workers train: dropout masks hashed from node ids (torch's Bernoulli draws took
+    # ~40 % of this step, single-threaded, and training never runs them)
+    model.use_hashed_dropout(0)
+    return sampler, model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def _train_step(
+    work: Workload,
+    model: torch.nn.Module,
+    adam: Any,
+    sample: Any,
+    labels: torch.Tensor,
+    history: dict | None = None,
+    reduce: Callable[[], None] | None = None,
+) -> Callable[[], None]:
+    """One training step over ``sample`` (its input rows read from ``work.x``), as a function;
+    ``reduce``: run between the backward and the optimiser's step (the gradient all-reduce)."""
+    from shardgnn.nn.message_graph import MessageGraph
+
+    def train_step() -> None:
+        x_SF = torch.from_numpy(np.asarray(work.x[sample.input_nodes.numpy()], np.float32))
+        graphs = [MessageGraph.from_block(b) for b in sample.blocks]
+        adam.zero_grad(set_to_none=True)
+        logits = model(graphs, x_SF, history)[0] if history else model(graphs, x_SF)
+        torch.nn.functional.cross_entropy(logits, labels).backward()
+        if reduce is not None:
+            reduce()
+        adam.step()
+
+    return train_step
+
+
 def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     """Time sampling and a training step of the planned model at the smallest and the largest
     of ``step.batch_sizes`` (seeds drawn from the training nodes) and fit each as seconds per
@@ -370,22 +432,10 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     historical embeddings shrink the input layer alone (they stop expansion above it), so a
     third point, the largest batch with every outside src node of its upper layers served from
     a table, separates the two (models of one layer: one rate for both)."""
-    from shardgnn.nn.config import ModelConfig
-    from shardgnn.nn.message_graph import MessageGraph
-    from shardgnn.nn.models import build_model
-    from shardgnn.sampling.config import SamplerConfig
-    from shardgnn.sampling.neighbor import NeighborSampler
     from shardgnn.sampling.types import SeedInput
 
     rng = np.random.default_rng(0)
-    sampler = NeighborSampler(work.indptr, work.indices, SamplerConfig(fanouts=step.fanouts))
-    config = ModelConfig(model=step.model, hidden=step.hidden, num_layers=len(step.fanouts))
-    torch.manual_seed(0)
-    model = build_model(config, int(work.x.shape[1]), step.out_dim)
-    # as the workers train: dropout masks hashed from node ids (torch's Bernoulli draws took
-    # ~40 % of this step, single-threaded, and training never runs them)
-    model.use_hashed_dropout(0)
-    adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sampler, model, adam = _planned_model(work, step)
     sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
     sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
     points = []
@@ -412,16 +462,8 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
             if block.history_S is not None
         }
 
-        def train_step(sample=sample, labels=labels, history=history):
-            x_SF = torch.from_numpy(np.asarray(work.x[sample.input_nodes.numpy()], np.float32))
-            graphs = [MessageGraph.from_block(b) for b in sample.blocks]
-            adam.zero_grad(set_to_none=True)
-            logits = model(graphs, x_SF, history)[0] if history else model(graphs, x_SF)
-            torch.nn.functional.cross_entropy(logits, labels).backward()
-            adam.step()
-
         points.append((edges[0], sum(edges[1:]), sample_s))
-        steps.append(train_step)
+        steps.append(_train_step(work, model, adam, sample, labels, history))
     # the steps alternate, so the machine's drift between them does not tell them apart
     rounds = [[_seconds(fn) for fn in steps] for _ in range(5)]
     points = [(*p, statistics.median(t)) for p, t in zip(points, zip(*rounds))]
@@ -613,6 +655,81 @@ def measure_crowding(per_host: int, cores: int, latency_s: float) -> dict[float,
     }
 
 
+def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int) -> list[float]:
+    """Worker of the crowded-step probe: rank 0's seconds per training step on a batch of
+    ``size`` seeds alone (every other rank waiting at a barrier), then with every rank stepping
+    on its own batch, the gradients all-reduced after each backward, in lockstep; and the
+    model's parameter count: ``[alone, crowded, parameters]``."""
+    import torch.distributed as dist
+
+    from shardgnn.distributed.context import init_distributed, shutdown
+    from shardgnn.sampling.types import SeedInput
+
+    torch.set_num_threads(1)
+    ctx = init_distributed(device="cpu", backend="gloo", timeout_s=120)
+    try:
+        root = Path(path)
+        work = Workload(
+            indptr=np.load(root / "indptr.npy", mmap_mode="r"),
+            indices=np.load(root / "indices.npy", mmap_mode="r"),
+            x=np.load(root / "x.npy", mmap_mode="r"),
+            spmm_widths=(), linears=(), sparse_widths=(),
+        )  # fmt: skip
+        sampler, model, adam = _planned_model(work, step)
+        rng = np.random.default_rng(ctx.rank)
+        seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), False))
+        sample = sampler.sample(SeedInput(seeds), ctx.rank)
+        labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        def all_reduce() -> None:  # as DDP's bucket: flattened, summed, averaged, copied back
+            flat = torch.cat([p.grad.flatten() for p in params])
+            dist.all_reduce(flat, group=ctx.group)
+            flat /= ctx.world_size
+            for p, reduced in zip(params, flat.split([p.numel() for p in params])):
+                p.grad.copy_(reduced.view_as(p))
+
+        ctx.barrier("probe")
+        alone = _seconds(_train_step(work, model, adam, sample, labels)) if ctx.rank == 0 else 0.0
+        ctx.barrier("probe")
+        crowded_step = _train_step(work, model, adam, sample, labels, reduce=all_reduce)
+        for _ in range(3):  # warm-up steps
+            crowded_step()
+        ctx.barrier("probe")
+        start = time.perf_counter()
+        for _ in range(repeats):
+            crowded_step()
+        crowded = (time.perf_counter() - start) / repeats
+        return [alone, crowded, float(sum(p.numel() for p in params))]
+    finally:
+        shutdown()
+
+
+def measure_crowded_step(
+    work: Workload, per_host: int, cores: int, latency_s: float, link_bytes_s: float
+) -> float:
+    """How many times their fair share of this machine's ``cores`` (one worker's step alone,
+    times ``per_host / cores``) the planned training step and its gradient all-reduce take
+    ``per_host`` workers stepping together, less the all-reduce's latency and bytes (the plan
+    counts those); at least 1. The batch: the smallest of the planned per-worker sizes."""
+    import tempfile
+
+    from shardgnn.distributed.launch import launch_local
+
+    step = work.minibatch
+    assert step is not None
+    size = max(1, min(step.batch_sizes))
+    with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
+        for name in ("indptr", "indices", "x"):
+            np.save(Path(tmp) / f"{name}.npy", np.asarray(getattr(work, name)))
+        alone, crowded, params = launch_local(
+            _probe_crowded_step, (tmp, step, size, 30), nprocs=per_host, timeout_s=300
+        )[0]
+    ring_s = 2 * (per_host - 1) / per_host * params * 4 / link_bytes_s
+    fair = alone * per_host / cores
+    return max(1.0, (crowded - latency_s - ring_s) / max(fair, 1e-12))
+
+
 def fit_link(samples: list[list[float]]) -> tuple[float, float]:
     """``(bytes per second, latency seconds)`` from the probe's ``[bytes per rank, seconds]``:
     the latency is the empty exchange's time, the rate (one direction's, both busy) a
@@ -661,15 +778,22 @@ def calibrate(
     """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
     file of a link measured between machines (:func:`read_link`) instead of two local workers;
     ``crowded``: numbers of workers one machine would run, as many as its cores or more, to probe
-    the crowding at (:func:`measure_crowding`); ``graph``: the planned graph, whose distributed
+    the crowding at (:func:`measure_crowding`, and with mini-batch training
+    :func:`measure_crowded_step`); ``graph``: the planned graph, whose distributed
     sampling is timed when mini-batch training is planned (:func:`measure_dist_sampling`)."""
     measured = None if link is None else read_link(link)  # a bad file: refused before timing
     compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
     rate, latency, samples = measure_link() if measured is None else measured
     crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w >= cores}
-    dist_sample = {}
+    dist_sample, crowd_step = {}, {}
     if graph is not None and work.minibatch is not None:
         dist_sample = measure_dist_sampling(graph, work.minibatch, latency)
+    if work.minibatch is not None:
+        crowd_step = {
+            w: measure_crowded_step(work, w, cores, latency, rate)
+            for w in sorted(set(crowded))
+            if w >= cores
+        }
     return MachineRates(
         cores=cores,
         compute=compute,
@@ -678,6 +802,7 @@ def calibrate(
         link_samples=samples,
         dist_sample_s=dist_sample,
         crowd_s=crowd,
+        crowd_step=crowd_step,
     )
 
 
