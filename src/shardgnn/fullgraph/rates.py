@@ -36,10 +36,10 @@ operations a distributed full-graph training step is made of, on the graph being
 * **a crowded step** (where mini-batch training is planned, at the same worker counts): that many
   workers each run the planned model's training step on a sampled batch, its gradients
   all-reduced after it, in lockstep; what a step takes against one worker's step alone, shared
-  fairly over the cores, is the factor by which crowding stretches the steps (measured: 3 and 4
-  workers on 2 cores took 3-5x the fair share, where the crowding probe's per-call cost,
-  bursts of small products, charged a fraction of it: a real step's memory traffic contends
-  too).
+  fairly over the cores, is the factor by which crowding stretches the steps (measured:
+  1.3-1.7x with 2, 3 or 4 workers on 2 cores; the steps of training runs there took 2-3x their
+  fair share, whose workers also sample and fetch between steps, so the plan still
+  under-predicts those runs, BENCHMARKS section 25c).
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
 namespace's link is measured); between machines, :func:`main` under torchrun measures their link
