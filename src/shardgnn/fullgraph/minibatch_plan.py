@@ -515,8 +515,6 @@ def measured_batch_bytes(
     """What ``net``'s forward over the blocks ``graphs`` from the input rows ``x_SF`` (with
     ``history``: the rows served, as training passes them) keeps for backward (its weights not
     counted)."""
-    if history is None:
-        return saved_bytes(functools.partial(net, graphs, x_SF), net)
     return saved_bytes(functools.partial(net, graphs, x_SF, history=history), net)
 
 
@@ -554,14 +552,12 @@ def _batch_coefficients(
 
         def saved(sizes: np.ndarray) -> int:
             graphs = _random_blocks(sizes, layers, np.random.default_rng(0))
-            x_SF = torch.randn(int(sizes[0]), dims[0])
-            if not served:
-                return measured_batch_bytes(net, graphs, x_SF)
             history = {}
             for layer in served:  # the last rows served (their places do not change the bytes)
                 mask_S = torch.arange(int(sizes[layer])) >= sizes[2 * layers + layer]
                 history[layer] = (mask_S, torch.randn(int(mask_S.sum()), hidden))
-            return measured_batch_bytes(net, graphs, x_SF, history)
+            x_SF = torch.randn(int(sizes[0]), dims[0])
+            return measured_batch_bytes(net, graphs, x_SF, history or None)
 
         at_base = saved(base)
         slopes = [
@@ -774,7 +770,7 @@ def _epoch_seconds(
     # sampling and compute share the host's cores alike
     _, comm = host_seconds(sample + compute, sent + ring, recv + ring, rates, per_host)
     # crowded: each step (its all-reduce's wait included) stretched as the probe measured
-    crowded_step = rates.step_crowding(per_host) if per_host >= rates.cores else None
+    crowded_step = rates.step_crowding(per_host)
     busy_s = _lockstep_seconds(
         train, r, rates.cores, per_host, coded, (sample_batch, sample_edge), crowded_step or 1.0
     )

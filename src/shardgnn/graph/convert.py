@@ -963,11 +963,11 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
         fields["target_type"] = target
         if config.split_col in table.columns:
             fields.update(_table_splits(table[config.split_col], path, config.split_col))
-            _refuse_random_split(config, "its split")
+            _refuse_random_split(config, "holds its own split")
         else:
             fields.update(random_split(fields["y"], config.split, config.seed))
     else:
-        _refuse_random_split(config, "its labels")
+        _refuse_random_split(config, "has no labels to split")
     return TypedGraph.from_typed_edges(counts, edges, **fields)
 
 
@@ -1144,18 +1144,18 @@ def _with_split(graph: Graph, config: ConvertConfig) -> Graph:
     if graph.y is None or any(
         getattr(graph, f"{s}_idx") is not None and len(getattr(graph, f"{s}_idx")) for s in SPLITS
     ):
-        _refuse_random_split(config, "its labels" if graph.y is None else "its split")
+        has = "has no labels to split" if graph.y is None else "holds its own split"
+        _refuse_random_split(config, has)
         return graph
     return dataclasses.replace(graph, **random_split(graph.y, config.split, config.seed))
 
 
 def _refuse_random_split(config: ConvertConfig, has: str) -> None:
     """``--split``/``--seed`` cut a random split of labels that come without one: refused where
-    the input has its own split (``has`` "its split") or no labels (``has`` "its labels")."""
+    the input ``has`` ("holds its own split", "has no labels to split") otherwise."""
     if given := changed_settings(config, ("split", "seed")):
-        lacks = "has no labels to split" if has == "its labels" else "holds its own split"
         raise ConfigError(
-            f"{', '.join(given)}: the input {lacks}, and {' and '.join(given)} "
+            f"{', '.join(given)}: the input {has}, and {' and '.join(given)} "
             f"cut{'s' if len(given) == 1 else ''} a random split of labels given without one; "
             "drop " + ("it" if len(given) == 1 else "them")
         )
