@@ -311,6 +311,10 @@ def test_knowledge_graphs_and_surel_train_on_the_gpu_as_on_the_cpu(tmp_path, mod
         ("synthetic-hetero:papers=1500,authors=1000,labels=multitask", "node", "rgcn"),
         ("synthetic-temporal:nodes=200,events=3000", "link", "tgn"),  # memory, time encoding
         ("synthetic:nodes=3000", "link", "sage"),  # mini-batch link prediction, excluded edges
+        # the blocks' edge rows, gathered on the GPU beside the node rows
+        ("synthetic:nodes=1500,degree=8,edge_features=8", "link", "gine"),
+        # a labelled event stream: node states read from the memory at each event's time
+        ("synthetic-temporal:nodes=200,events=3000,classes=4,features=8", "node", "tgn"),
     ],
 )
 def test_typed_temporal_and_link_training_on_the_gpu_as_on_the_cpu(dataset, task, model):
@@ -326,3 +330,43 @@ def test_typed_temporal_and_link_training_on_the_gpu_as_on_the_cpu(dataset, task
         )  # fmt: skip
 
     _frozen_epoch_then_training(config)
+
+
+def test_known_answers_lookup_on_the_gpu_equals_the_cpu():
+    """The knowledge-graph file's filtered lookup (binary search over the known keys, then the
+    known answers scored -inf) on the GPU: the same marks, scores and best entities as on the
+    CPU."""
+    from shardgnn.nn.serving import KnowledgeGraphServingModel
+    from shardgnn.nn.typed import DistMult
+
+    rng = np.random.default_rng(5)
+    n, relations = 300, 8
+    known = torch.zeros(n, relations, n, dtype=torch.bool)
+    for e, r in rng.integers([0, 0], [n, relations], size=(400, 2)).tolist():
+        known[e, r, rng.choice(n, size=int(rng.integers(1, 40)), replace=False)] = True
+    e, r, a = (t.numpy() for t in torch.nonzero(known, as_tuple=True))
+    keys = r * n + e
+    order = np.argsort(keys, kind="stable")
+    cpu = KnowledgeGraphServingModel(
+        DistMult(relations, 16), torch.randn(n, 16), top_k=10, known=(keys[order], a[order])
+    )
+    gpu = KnowledgeGraphServingModel(
+        DistMult(relations, 16), torch.randn(n, 16), top_k=10, known=(keys[order], a[order])
+    )
+    gpu.load_state_dict(cpu.state_dict())
+    gpu = gpu.to(CUDA)
+    entity = torch.from_numpy(rng.integers(0, n, 500))
+    relation = torch.from_numpy(rng.integers(0, relations, 500))
+    marks = gpu.known_answers(entity.to(CUDA), relation.to(CUDA))
+    assert marks.device.type == CUDA.type and torch.equal(marks.cpu(), known[entity, relation])
+    scores_cpu = cpu.scores(entity, relation)
+    scores_gpu = gpu.scores(entity.to(CUDA), relation.to(CUDA)).cpu()
+    assert torch.equal(torch.isinf(scores_gpu), torch.isinf(scores_cpu))
+    finite = ~torch.isinf(scores_cpu)
+    torch.testing.assert_close(scores_gpu[finite], scores_cpu[finite], rtol=1e-4, atol=1e-5)
+    best_cpu, _ = cpu(entity, relation)
+    best_gpu, _ = gpu(entity.to(CUDA), relation.to(CUDA))
+    # ties aside, the same best entities: each GPU pick scores the CPU's k-th best or better
+    kth_QK = scores_cpu.gather(1, best_cpu)[:, -1:]
+    picked_QK = scores_cpu.gather(1, best_gpu.cpu())
+    assert bool((picked_QK >= kth_QK - 1e-4).all())

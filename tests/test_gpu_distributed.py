@@ -186,3 +186,22 @@ def test_inference_on_the_gpu_equals_the_cpu(tmp_path, small_graph):
         cpu = np.load(Path(outs["cpu"]) / f"{name}.npy")
         gpu = np.load(Path(outs["cuda"]) / f"{name}.npy")
         np.testing.assert_allclose(gpu, cpu, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("spec,model", [("csl", "gin"), ("tracks:events=8,particles=15", "gine")])
+def test_graph_set_inference_on_the_gpu_equals_the_cpu(tmp_path, spec, model):
+    """A graph classifier (CSL) and an edge classifier reading edge rows (particle tracks),
+    inferred over a 2-part partition of the set on the GPU: the CPU's logits."""
+    ck, parts = tmp_path / "ck", tmp_path / "parts"
+    train = ["train", spec, "--model", model, "--hidden", "16", "--epochs", "1", "--quiet"]
+    assert main([*train, "--checkpoint-dir", str(ck)]) == 0
+    assert main(["partition", spec, "--parts", "2", "--out", str(parts), "--quiet"]) == 0
+    logits = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"out-{device}"
+        argv = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]
+        assert main([*argv, "--device", device]) == 0
+        logits[device] = np.load(out / "logits.npy")
+    np.testing.assert_allclose(logits["cuda"], logits["cpu"], atol=1e-4, rtol=1e-4)
