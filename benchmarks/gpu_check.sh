@@ -42,11 +42,15 @@ if [[ $PARTS == *" tests "* ]]; then
     echo "== gpu test tier"
     # xdist workers share the one GPU (the tests are small; the machine has 16 cores); each test's
     # outcome is printed as it ends (-v) and a failure's traceback at once (tests/conftest.py), so
-    # a tier cut off by its timeout still says what failed and why
-    SHARDGNN_STREAM_FAILURES=1 timeout "${GPU_TESTS_TIMEOUT:-280}" python3 -m pytest -v -m gpu \
+    # a tier cut off by its timeout still says what failed and why. Each worker gets its share of
+    # the cores: left to torch, 8 workers ran 16 threads each, and the tests' CPU halves took
+    # over 10x their time (measured on an H200 machine: 7 tests past their 120 s limit)
+    workers=${GPU_TESTS_WORKERS:-6}
+    threads=$(( $(nproc) / workers )); (( threads < 1 )) && threads=1
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} SHARDGNN_STREAM_FAILURES=1 timeout "${GPU_TESTS_TIMEOUT:-280}" python3 -m pytest -v -m gpu \
         -p no:cacheprovider -o addopts="" -rfEs --tb=short --durations=15 \
         --timeout "${GPU_TEST_TIMEOUT:-120}" \
-        -n "${GPU_TESTS_WORKERS:-6}" ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} \
+        -n "$workers" ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} \
         > "$OUT/gpu_tests.log" 2>&1
     grep -E "^=== FAILED|^E  |passed|failed|Timeout" "$OUT/gpu_tests.log" | tail -40
 fi
