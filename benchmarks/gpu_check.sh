@@ -47,7 +47,8 @@ if [[ $PARTS == *" tests "* ]]; then
     # over 10x their time (measured on an H200 machine: 7 tests past their 120 s limit)
     workers=${GPU_TESTS_WORKERS:-6}
     threads=$(( $(nproc) / workers )); (( threads < 1 )) && threads=1
-    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} SHARDGNN_STREAM_FAILURES=1 timeout "${GPU_TESTS_TIMEOUT:-280}" python3 -m pytest -v -m gpu \
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} SHARDGNN_STREAM_FAILURES=1 \
+        timeout "${GPU_TESTS_TIMEOUT:-280}" python3 -m pytest -v -m gpu \
         -p no:cacheprovider -o addopts="" -rfEs --tb=short --durations=15 \
         --timeout "${GPU_TEST_TIMEOUT:-120}" \
         -n "$workers" ${GPU_TESTS:-tests/test_gpu.py tests/test_gpu_distributed.py} \

@@ -125,6 +125,22 @@ def pytest_runtest_logreport(report):
         sys.stderr.flush()
 
 
+def random_known_answers(rng, entities: int, relations: int, queries: int, most: int):
+    """Random known triples for a knowledge-graph file's filtered lookup: ``queries`` (entity,
+    relation) pairs drawn, each with 1 to ``most - 1`` distinct answers. Returns the
+    ``[entities, relations, entities]`` bool mask and the file's ``known`` pair (keys
+    ``relation * entities + entity`` sorted, and their answers)."""
+    import torch
+
+    known = torch.zeros(entities, relations, entities, dtype=torch.bool)
+    for e, r in rng.integers([0, 0], [entities, relations], size=(queries, 2)).tolist():
+        known[e, r, rng.choice(entities, size=int(rng.integers(1, most)), replace=False)] = True
+    e, r, a = (t.numpy() for t in torch.nonzero(known, as_tuple=True))
+    keys = r * entities + e
+    order = np.argsort(keys, kind="stable")
+    return known, (keys[order], a[order])
+
+
 def write_cluster_triples(folder, entities: int = 60, relations: int = 4, clusters: int = 6):
     """A knowledge graph's triples folder (``train``/``valid``/``test``, split 80/10/10) whose
     relations join clusters: entity ``e`` is in cluster ``e % clusters``, relation ``r`` leads

@@ -29,7 +29,7 @@ from shardgnn.train.inference.export import (
 )
 from shardgnn.train.inference.run import resolve_checkpoint
 
-from conftest import write_cluster_triples
+from conftest import random_known_answers, write_cluster_triples
 
 onnxruntime = pytest.importorskip("onnxruntime")
 
@@ -573,15 +573,8 @@ def test_known_answers_lookup_marks_exactly_each_querys_answers():
             want = torch.searchsorted(sorted_K, key_Q, right=right)
             assert torch.equal(sorted_position(sorted_K, key_Q, right), want), (size, right)
     n, relations = 40, 6
-    known = torch.zeros(n, relations, n, dtype=torch.bool)
-    for e, r in rng.integers([0, 0], [n, relations], size=(30, 2)).tolist():
-        known[e, r, rng.choice(n, size=int(rng.integers(1, 25)), replace=False)] = True
-    e, r, a = (t.numpy() for t in torch.nonzero(known, as_tuple=True))
-    keys = r * n + e
-    order = np.argsort(keys, kind="stable")
-    serving = KnowledgeGraphServingModel(
-        DistMult(relations, 5), torch.randn(n, 5), known=(keys[order], a[order])
-    )
+    known, pairs = random_known_answers(rng, n, relations, 30, 25)
+    serving = KnowledgeGraphServingModel(DistMult(relations, 5), torch.randn(n, 5), known=pairs)
     entity = torch.arange(n).repeat_interleave(relations)
     relation = torch.arange(relations).repeat(n)
     got = serving.known_answers(entity, relation)

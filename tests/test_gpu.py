@@ -3,6 +3,8 @@ by benchmarks/gpu_check.sh). Distributed and checkpoint checks: tests/test_gpu_d
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -18,7 +20,7 @@ from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.single import run_training
 
-from conftest import write_cluster_triples
+from conftest import random_known_answers, write_cluster_triples
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -349,20 +351,11 @@ def test_known_answers_lookup_on_the_gpu_equals_the_cpu():
 
     rng = np.random.default_rng(5)
     n, relations = 300, 8
-    known = torch.zeros(n, relations, n, dtype=torch.bool)
-    for e, r in rng.integers([0, 0], [n, relations], size=(400, 2)).tolist():
-        known[e, r, rng.choice(n, size=int(rng.integers(1, 40)), replace=False)] = True
-    e, r, a = (t.numpy() for t in torch.nonzero(known, as_tuple=True))
-    keys = r * n + e
-    order = np.argsort(keys, kind="stable")
+    known, pairs = random_known_answers(rng, n, relations, 400, 40)
     cpu = KnowledgeGraphServingModel(
-        DistMult(relations, 16), torch.randn(n, 16), top_k=10, known=(keys[order], a[order])
+        DistMult(relations, 16), torch.randn(n, 16), top_k=10, known=pairs
     )
-    gpu = KnowledgeGraphServingModel(
-        DistMult(relations, 16), torch.randn(n, 16), top_k=10, known=(keys[order], a[order])
-    )
-    gpu.load_state_dict(cpu.state_dict())
-    gpu = gpu.to(CUDA)
+    gpu = copy.deepcopy(cpu).to(CUDA)
     entity = torch.from_numpy(rng.integers(0, n, 500))
     relation = torch.from_numpy(rng.integers(0, relations, 500))
     marks = gpu.known_answers(entity.to(CUDA), relation.to(CUDA))

@@ -176,16 +176,23 @@ def test_inference_on_the_gpu_equals_the_cpu(tmp_path, small_graph):
     argv = ["train", "--partitions", str(parts), "--model", "gcn", "--fanouts", "5,5"]
     argv += ["--hidden", "8", "--epochs", "1", "--quiet", "--checkpoint-dir", str(ckpt)]
     assert main(argv) == 0
-    outs = {}
-    for device in ("cpu", "cuda"):
-        out = tmp_path / f"out-{device}"
-        argv = ["infer", "--checkpoint", str(ckpt), "--partitions", str(parts), "--out", str(out)]
-        assert main([*argv, "--device", device, "--chunk-rows", "512"]) == 0
-        outs[device] = out
+    outs = _inferred_on_both_devices(tmp_path, ckpt, parts, "--chunk-rows", "512")
     for name in ("embeddings", "logits"):
         cpu = np.load(Path(outs["cpu"]) / f"{name}.npy")
         gpu = np.load(Path(outs["cuda"]) / f"{name}.npy")
         np.testing.assert_allclose(gpu, cpu, atol=1e-4, rtol=1e-4)
+
+
+def _inferred_on_both_devices(tmp_path, checkpoint, parts, *extra) -> dict[str, Path]:
+    """``shardgnn infer`` of ``checkpoint`` over ``parts`` on the CPU and on the GPU: each
+    device's output folder."""
+    outs = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / f"out-{device}"
+        argv = ["infer", "--checkpoint", str(checkpoint), "--partitions", str(parts)]
+        assert main([*argv, "--out", str(out), "--device", device, *extra]) == 0
+        outs[device] = out
+    return outs
 
 
 @pytest.mark.slow
@@ -198,10 +205,6 @@ def test_graph_set_inference_on_the_gpu_equals_the_cpu(tmp_path, spec, model):
     train = ["train", spec, "--model", model, "--hidden", "16", "--epochs", "1", "--quiet"]
     assert main([*train, "--checkpoint-dir", str(ck)]) == 0
     assert main(["partition", spec, "--parts", "2", "--out", str(parts), "--quiet"]) == 0
-    logits = {}
-    for device in ("cpu", "cuda"):
-        out = tmp_path / f"out-{device}"
-        argv = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out", str(out)]
-        assert main([*argv, "--device", device]) == 0
-        logits[device] = np.load(out / "logits.npy")
+    logits = {d: np.load(out / "logits.npy") for d, out in _inferred_on_both_devices(
+        tmp_path, ck, parts).items()}  # fmt: skip
     np.testing.assert_allclose(logits["cuda"], logits["cpu"], atol=1e-4, rtol=1e-4)
