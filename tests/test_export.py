@@ -372,26 +372,72 @@ def test_graph_set_model_file_computes_infers_logits(tmp_path, capsys, spec, arg
 
 
 @pytest.mark.slow
-def test_export_refuses_walk_based_and_temporal_models_in_one_line(tmp_path, capsys):
-    """What a served graph cannot carry: SUREL's walks from the training graph, an event
-    stream's memory."""
-    runs = {
-        "walks": ["synthetic:nodes=200,degree=4", "--task", "link", "--model", "surel"],
-        "temporal": ["synthetic-temporal:nodes=60,events=600", "--model", "tgn"],
-    }
-    for name, argv in runs.items():
-        ck = tmp_path / name
-        train = ["train", *argv, "--epochs", "1", "--quiet"]
-        assert main([*train, "--checkpoint-dir", str(ck)]) == 0
+def test_export_refuses_temporal_models_in_one_line(tmp_path, capsys):
+    """What a served graph cannot carry: an event stream's memory."""
+    ck = tmp_path / "temporal"
+    train = ["train", "synthetic-temporal:nodes=60,events=600", "--model", "tgn", "--epochs", "1"]
+    assert main([*train, "--quiet", "--checkpoint-dir", str(ck)]) == 0
     capsys.readouterr()
     out = tmp_path / "m.onnx"
-    assert main(["export", "--checkpoint", str(tmp_path / "walks"), "--out", str(out)]) == 2
+    assert main(["export", "--checkpoint", str(ck), "--out", str(out)]) == 2
     line = _error(capsys)
-    assert "holds a surel model" in line and "not walk-based" in line, line
-    assert main(["export", "--checkpoint", str(tmp_path / "temporal"), "--out", str(out)]) == 2
-    line = _error(capsys)
-    assert "export writes" in line and "temporal" in line, line
+    assert "holds a tgn model" in line and "memory of its stream's events" in line, line
     assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_surel_file_scores_infers_pairs_from_the_walk_samplers_walks(tmp_path, capsys):
+    """A SUREL model exported to the three formats: each file, fed the walks the walk sampler
+    draws on the training graph (a 1-part partition's CSR: original ids) with evaluation's seed,
+    gives `shardgnn infer --pairs`'s scores; a knowledge-graph flag is refused in one line."""
+    from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+    from shardgnn.nn.surel import evaluation_walk_seed, query_walks
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.sampling.walks import node_walks
+
+    spec = "synthetic:nodes=300,degree=6,classes=3,features=8"
+    ck, parts = tmp_path / "ck", tmp_path / "parts"
+    train = ["train", spec, "--task", "link", "--model", "surel", "--walks", "8"]
+    assert main([*train, "--epochs", "2", "--quiet", "--checkpoint-dir", str(ck)]) == 0
+    assert main(["partition", spec, "--task", "link", "--parts", "1", "--out", str(parts)]) == 0
+    split = load_link_split(parts / LINK_SPLIT_DIR)
+    pos, neg = split.test_pos_2P.T, np.stack([split.test_pos_2P[0], split.test_neg_PK[:, 0]], 1)
+    pairs = np.concatenate([pos, neg])
+    np.save(tmp_path / "pairs.npy", pairs)
+    infer = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out"]
+    assert main([*infer, str(tmp_path / "inferred"), "--pairs", str(tmp_path / "pairs.npy")]) == 0
+    scores = np.load(tmp_path / "inferred" / "scores.npy")
+    part = read_partitions(parts, verify=False).load_part(0)
+    assert np.array_equal(read_partitions(parts, verify=False).orig_ids, np.arange(300))
+
+    def draw(nodes):
+        return node_walks(part.indptr, part.indices, nodes, 8, 4, evaluation_walk_seed(0))
+
+    walks = query_walks(pairs[:, 0], pairs[:, 1], draw)
+    assert walks.shape == (len(pairs), 2, 8, 5)
+    capsys.readouterr()
+    for suffix in (".onnx", ".pt2", ".pt"):
+        path = tmp_path / f"model{suffix}"
+        assert main(["export", "--checkpoint", str(ck), "--out", str(path)]) == 0
+        printed = capsys.readouterr().out
+        assert printed.startswith(
+            f"exported surel (link prediction: 8 walks of 4 steps from each end of (u, v) -> a "
+            f"logit per query) to {path}"
+        ), printed
+        assert "random queries on a random graph of 1,000 nodes" in printed, printed
+        if suffix == ".onnx":
+            got = onnxruntime.InferenceSession(str(path)).run(None, {"walks": walks.numpy()})[0]
+        elif suffix == ".pt2":
+            got = torch.export.load(path).module()(walks).detach().numpy()
+        else:
+            got = torch.jit.load(str(path))(walks).detach().numpy()
+        assert got.shape == scores.shape
+        np.testing.assert_allclose(got, scores, atol=1e-5, rtol=0)
+        shape = json.loads(Path(f"{path}.json").read_text())["inputs"][0]["shape"]
+        assert shape == ["Q", 2, 8, 5]
+    assert main(["export", "--checkpoint", str(ck), "--out", str(path), "--top-k", "3"]) == 2
+    assert "--top-k 3: applies to knowledge-graph models" in _error(capsys)
 
 
 @pytest.mark.slow

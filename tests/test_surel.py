@@ -12,7 +12,7 @@ from scipy import stats
 
 from shardgnn.cli import main
 from shardgnn.graph.csr import csr_from_edges
-from shardgnn.nn.surel import relative_positions
+from shardgnn.nn.surel import SURELModel, relative_positions, relative_positions_by_comparison
 from shardgnn.sampling.walks import node_walks
 
 SMALL = "synthetic:nodes=300,degree=6,classes=3,features=8"
@@ -74,6 +74,26 @@ def test_relative_positions_count_each_node_at_each_step_of_both_walk_sets():
                     own = (walks[a, s] == x).sum(0) / m
                     other = (walks[a, 1 - s] == x).sum(0) / m
                     np.testing.assert_allclose(got[a, s, j, i], np.concatenate([own, other]))
+
+
+def test_positions_by_comparison_equal_the_counted_ones_bit_for_bit():
+    """The exported file's encodings (every position compared with every other: shapes free of
+    the walks' values) are training's, bit for bit, in any node numbering, dead ends included;
+    the serving module scores as the model does."""
+    from shardgnn.nn.serving import WalkServingModel
+
+    indptr, indices = _ring_with_star()
+    starts = np.array([[0, 6], [7, 3], [2, 2], [5, 7]])  # node 7 has no neighbour
+    walks = torch.from_numpy(node_walks(indptr, indices, starts.reshape(-1), 6, 4, seed=1))
+    walks = walks.view(4, 2, 6, 5)
+    assert (walks == -1).any() and (walks >= 0).any()
+    counted = relative_positions(walks, 8)
+    renumbered = torch.where(walks >= 0, walks * 1_000_003 + 17, walks)
+    assert torch.equal(relative_positions_by_comparison(renumbered), counted)
+    torch.manual_seed(0)
+    model = SURELModel(4, 8, 0.0, 8).eval()
+    with torch.no_grad():
+        assert torch.equal(WalkServingModel(model, 6, 4)(renumbered), model(walks))
 
 
 def _steps(**link):

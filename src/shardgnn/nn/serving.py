@@ -11,6 +11,7 @@ the exported program (one file serves graphs of any size).
 Graph- and edge-level models (:class:`~shardgnn.nn.graphlevel.GraphGNN`) serve a batch of small
 graphs as their disjoint union: :class:`GraphServingModel` takes PyG's ``Batch.ptr`` (each graph's
 first node, then ``N``) and returns one row per graph, :class:`EdgeServingModel` one row per edge.
+A SUREL link predictor (:class:`WalkServingModel`) takes the walks of its queries' endpoints.
 
 Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` output width.
 """
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from shardgnn.nn.surel import relative_positions_by_comparison
 from shardgnn.nn.typed import TypedMessageGraph
 
 
@@ -340,3 +342,25 @@ class KnowledgeGraphServingModel(nn.Module):
 
     def forward(self, entity_Q: torch.Tensor, relation_Q: torch.Tensor):
         return self.best(self.scores(entity_Q, relation_Q))
+
+
+class WalkServingModel(nn.Module):
+    """A SUREL link predictor (:class:`~shardgnn.nn.surel.SURELModel`) scoring queries from
+    their endpoints' walks: input ``walks`` (int64 ``[Q, 2, M, L + 1]``: query ``q``'s ``u``'s
+    ``M`` walks of ``L`` steps, then ``v``'s, each starting at its endpoint, ``-1`` past a node
+    without neighbours, as :func:`~shardgnn.nn.surel.query_walks` over
+    :func:`~shardgnn.sampling.walks.node_walks` draws them), output ``[Q]``: each query's logit,
+    what ``shardgnn infer --pairs`` writes to ``scores.npy``. Walks are drawn outside the file:
+    a random draw is not a function of its inputs, and a serving stack draws them on its own
+    graph (node ids only meet each other: any numbering, any graph). The encodings are computed
+    by comparison (:func:`~shardgnn.nn.surel.relative_positions_by_comparison`), whose shapes do
+    not depend on the walks' values."""
+
+    def __init__(self, model: nn.Module, num_walks: int, walk_length: int):
+        super().__init__()
+        self.model, self.num_walks, self.walk_length = model, num_walks, walk_length
+        self.input_names = ("walks",)
+        self.edge_dim = 0
+
+    def forward(self, walks_QSMW: torch.Tensor) -> torch.Tensor:
+        return self.model.score(relative_positions_by_comparison(walks_QSMW))

@@ -64,9 +64,32 @@ def relative_positions(walks_QSMW: torch.Tensor, num_nodes: int) -> torch.Tensor
         (inverse, side, step), torch.ones_like(inverse, dtype=counts_KSW.dtype), accumulate=True
     )
     counts_KSW /= m
-    rpe = counts_KSW[inverse].view(q, s, m, w, s, w)
-    own_first = torch.stack([rpe[:, 0], rpe[:, 1].flip(-2)], dim=1)  # side v: [g_v, g_u]
-    own_first = own_first * (node > 0).unsqueeze(-1).unsqueeze(-1)
+    return _own_side_first(counts_KSW[inverse].view(q, s, m, w, s, w), walks_QSMW)
+
+
+def relative_positions_by_comparison(walks_QSMW: torch.Tensor) -> torch.Tensor:
+    """:func:`relative_positions` with shapes that do not depend on the walks' values, what an
+    exported file runs (ONNX and ``torch.export`` take ``unique``'s output size from the data):
+    every position of a query's walks compared with every other, the matches counted per side
+    and step by one product. Equal to :func:`relative_positions` bit for bit (the counts are
+    small whole numbers either way, then divided by ``M``); node ids may be any integers (only
+    their equality matters). Memory ``Q * (S * M * W)^2``: a serving batch, not training's."""
+    q, s, m, w = walks_QSMW.shape
+    flat_QP = walks_QSMW.reshape(q, s * m * w)
+    same_QPP = (flat_QP.unsqueeze(2) == flat_QP.unsqueeze(1)).float()
+    # position p = (side, walk, step) counts towards column side * W + step
+    slots = torch.eye(s * w, device=walks_QSMW.device).view(s, 1, w, s * w)
+    slot_PC = slots.expand(s, m, w, s * w).reshape(s * m * w, s * w)
+    counts_QPC = torch.matmul(same_QPP, slot_PC) / m
+    return _own_side_first(counts_QPC.view(q, s, m, w, s, w), walks_QSMW)
+
+
+def _own_side_first(rpe_QSMWSW: torch.Tensor, walks_QSMW: torch.Tensor) -> torch.Tensor:
+    """``[Q, S, M, W, S * W]``: each position's counts, its own side's first (side ``v``:
+    ``[g_v, g_u]``), zero past a dead end."""
+    q, s, m, w = walks_QSMW.shape
+    own_first = torch.stack([rpe_QSMWSW[:, 0], rpe_QSMWSW[:, 1].flip(-2)], dim=1)
+    own_first = own_first * (walks_QSMW >= 0).unsqueeze(-1).unsqueeze(-1)
     return own_first.reshape(q, s, m, w, s * w)
 
 
@@ -92,9 +115,19 @@ class SURELModel(nn.Module):
         """Logits ``[Q]``. Dropout (training) draws its mask of query ``i`` from
         ``(dropout_seed, keys_Q[i])`` when both are given (:func:`hashed_dropout`: workers that
         score shares of a batch drop what one process drops), else from torch's generator."""
-        q, s, m, w = walks_QSMW.shape
         rpe = relative_positions(walks_QSMW, self.num_nodes)
-        steps_QSMWH = self.step(rpe)
+        return self.score(rpe, keys_Q, dropout_seed)
+
+    def score(
+        self,
+        rpe_QSMWC: torch.Tensor,
+        keys_Q: torch.Tensor | None = None,
+        dropout_seed: int | None = None,
+    ) -> torch.Tensor:
+        """Logits ``[Q]`` of the queries whose walks' positions have the encodings
+        ``rpe_QSMWC`` (:func:`relative_positions`); dropout as :meth:`forward`'s."""
+        q, s, m, w, _ = rpe_QSMWC.shape
+        steps_QSMWH = self.step(rpe_QSMWC)
         walk_QSMH = self.walk(steps_QSMWH.reshape(q, s, m, -1))
         z_QSH = walk_QSMH.mean(2)
         z_u, z_v = z_QSH[:, 0], z_QSH[:, 1]

@@ -15,7 +15,10 @@ per featured node type (``x_<type>``), ``edge_index`` in the type-by-type number
 ``edge_type`` (``[E]``), and returns every node's ``[N, C]``; featureless types' learnt rows
 are inside the file. A knowledge-graph model
 (:class:`~shardgnn.nn.serving.KnowledgeGraphServingModel`) takes ``entity`` and ``relation``
-(``[Q]``) and returns every entity's score ``[Q, N]``.
+(``[Q]``) and returns every entity's score ``[Q, N]``. A SUREL link predictor
+(:class:`~shardgnn.nn.serving.WalkServingModel`) takes its queries' endpoints' walks (``walks``,
+int64 ``[Q, 2, M, L + 1]``, drawn by :func:`~shardgnn.sampling.walks.node_walks` on the served
+graph) and returns each query's logit ``[Q]``.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -50,7 +53,14 @@ from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.csr import csr_from_edges, csr_with_order
 from shardgnn.graph.features import normalize_features
 from shardgnn.graph.typed import with_reverse_edges
-from shardgnn.nn.config import EDGE_FEATURE_MODELS, GRAPH_MODELS, TYPED_MODELS, is_user_model
+from shardgnn.nn.config import (
+    EDGE_FEATURE_MODELS,
+    GRAPH_MODELS,
+    TEMPORAL_MODELS,
+    TYPED_MODELS,
+    WALK_MODELS,
+    is_user_model,
+)
 from shardgnn.nn.graphlevel import GraphGNN
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import build_model
@@ -60,9 +70,12 @@ from shardgnn.nn.serving import (
     KnowledgeGraphServingModel,
     ServingModel,
     TypedServingModel,
+    WalkServingModel,
 )
+from shardgnn.nn.surel import SURELModel, query_walks, relative_positions
 from shardgnn.nn.targets import target_of_labels
 from shardgnn.nn.typed import TypedInput, TypedMessageGraph, TypedNodeModel, typed_encoder
+from shardgnn.sampling.walks import node_walks
 from shardgnn.train.checkpoint import read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.config_rules import LAYERWISE_MODELS
@@ -145,6 +158,7 @@ Served = (
     | EdgeServingModel
     | TypedServingModel
     | KnowledgeGraphServingModel
+    | WalkServingModel
 )
 
 
@@ -167,6 +181,8 @@ def serving_model(
         return _graph_set_serving(checkpoint, config, meta.get("dataset") or {})
     if config.task == "link" and name in TYPED_MODELS:
         return _knowledge_graph_serving(checkpoint, config, meta, top_k, filter_known)
+    if config.task == "link" and name in WALK_MODELS and top_k is None and not filter_known:
+        return _walk_serving(checkpoint, config, meta.get("dataset") or {})
     for flag, given in ((f"--top-k {top_k}", top_k is not None), ("--filter-known", filter_known)):
         if given:
             raise ConfigError(
@@ -175,16 +191,17 @@ def serving_model(
             )
     if "typed" in (meta.get("dataset") or {}) and config.task == "node":
         return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
-    if config.task not in ("node", "link"):
+    if name in TEMPORAL_MODELS or config.task not in ("node", "link"):
         raise ConfigError(
-            f"{checkpoint} holds a model of --task {config.task}; export writes node, link, "
-            "graph and edge models of graphs (a temporal stream's runs through `shardgnn infer`)"
+            f"{checkpoint} holds a {name} model of --task {config.task}; export writes node, "
+            "link, graph and edge models of graphs (a temporal model keeps a memory of its "
+            "stream's events, which a served graph does not have: run it through `shardgnn infer`)"
         )
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
             f"{checkpoint} holds a {name} model; export writes "
             f"{', '.join(dict.fromkeys((*LAYERWISE_MODELS, *GRAPH_MODELS)))}, typed node and "
-            "knowledge-graph models and user models so far (not walk-based or temporal ones)"
+            "knowledge-graph, SUREL and user models"
         )
     if config.embedding.enabled:
         raise ConfigError(
@@ -319,6 +336,37 @@ def _knowledge_graph_serving(
     return serving, config, 0, top_k or n, outputs
 
 
+def _walk_serving(
+    checkpoint: Path, config: TrainConfig, dataset: dict
+) -> tuple[Served, TrainConfig, int, int, str]:
+    """A SUREL model as the scores of queries from their endpoints' walks, as many walks of
+    as many steps as training drew."""
+    from shardgnn.train.settings import SUREL_WALK_LENGTH, SUREL_WALKS
+
+    walks, length = config.link.walks or SUREL_WALKS, config.link.walk_length or SUREL_WALK_LENGTH
+    nodes = int(dataset.get("num_nodes") or 1)
+    model = SURELModel(length, config.model.hidden, config.model.dropout, nodes)
+    load_weights_into(model, load_model_weights(checkpoint), checkpoint, "SUREL model")
+    model.eval()
+    outputs = "a logit per query"
+    return WalkServingModel(model, walks, length).eval(), config, 0, 1, outputs
+
+
+def random_walks(serving: WalkServingModel, num_nodes: int, seed: int = 0) -> torch.Tensor:
+    """``serving``'s input for ``num_nodes // 2`` random queries of a random graph
+    (:func:`random_graph`'s edges, none into every tenth node: walks that reach one end there,
+    ``-1`` after it), their walks drawn by the walk sampler as training draws them."""
+    src, dst = random_graph(num_nodes, 1, seed)[1].numpy()
+    keep = dst % 10 != 0
+    indptr, indices, _ = csr_from_edges(src[keep], dst[keep], num_nodes)
+    pairs = np.random.default_rng(seed).integers(0, num_nodes, size=(2, max(2, num_nodes // 2)))
+
+    def draw(nodes: np.ndarray) -> np.ndarray:
+        return node_walks(indptr, indices, nodes, serving.num_walks, serving.walk_length, seed)
+
+    return query_walks(pairs[0], pairs[1], draw)
+
+
 TYPED_OUTPUT_WEIGHT = {
     "rgcn": ("bias_O", 0),
     "hetero-sage": ("bias_RO", 1),
@@ -417,6 +465,8 @@ def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) 
     the edges' feature rows (normal draws) when it reads them."""
     if isinstance(serving, TypedServingModel):
         return random_typed_graph(serving, num_nodes, seed)
+    if isinstance(serving, WalkServingModel):
+        return (random_walks(serving, num_nodes, seed),)
     if isinstance(serving, KnowledgeGraphServingModel):  # num_nodes queries
         gen = torch.Generator().manual_seed(seed)
         entities, relations = serving.entities_ND.shape[0], serving.num_query_relations
@@ -448,6 +498,9 @@ def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
         return _typed_outputs(serving, *inputs)
     if isinstance(serving, KnowledgeGraphServingModel):
         return _knowledge_graph_outputs(serving, *inputs)
+    if isinstance(serving, WalkServingModel):  # the encodings as training computes them
+        (walks_QSMW,) = inputs
+        return serving.model.score(relative_positions(walks_QSMW, int(walks_QSMW.max()) + 1))
     if isinstance(serving, ServingModel):
         return _layerwise_outputs(serving, *inputs)
     return _graph_set_outputs(serving, *inputs)
@@ -565,6 +618,7 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
     sizes["edge_type"] = {0: edges}
     queries = torch.export.Dim("queries", min=2)
     sizes["entity"], sizes["relation"] = {0: queries}, {0: queries}
+    sizes["walks"] = {0: queries}
     dynamic = tuple(sizes[name] for name in names)
     if isinstance(serving, TypedServingModel):
         dynamic = (dynamic,)  # forward(*inputs): one spec per input, as one argument
@@ -641,7 +695,7 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     if isinstance(serving, TypedServingModel):
         graph = f"a random typed graph of {want.shape[0]:,} nodes"
 
-    elif not isinstance(serving, ServingModel):  # a batch of small graphs
+    elif not isinstance(serving, (ServingModel, WalkServingModel)):  # a batch of small graphs
         graph = f"{nodes:,} nodes of random small graphs"
     if not diff <= TOLERANCE * scale:
         raise ExportCheckError(
@@ -650,6 +704,8 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
         )
     if isinstance(serving, KnowledgeGraphServingModel):
         graph = f"{nodes:,} random queries"
+    elif isinstance(serving, WalkServingModel):
+        graph = f"the walks of {inputs[0].shape[0]:,} random queries on " + graph
     else:
         graph += f" and {inputs[1].shape[1]:,} edges"
     return f"checked with {runner} on {graph}: max |difference| {diff:.1e} from the trained model"
@@ -660,7 +716,7 @@ def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.where(a == b, 0.0, (a - b).abs()).max()) if a.numel() else 0.0
 
 
-INDEX_INPUTS = ("edge_index", "graph_ptr", "edge_type", "entity", "relation")
+INDEX_INPUTS = ("edge_index", "graph_ptr", "edge_type", "entity", "relation", "walks")
 """the inputs that are int64 (the others are float32)"""
 
 
@@ -676,6 +732,7 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
         "edge_type": ["E"],
         "entity": ["Q"],
         "relation": ["Q"],
+        "walks": ["Q", 2, getattr(serving, "num_walks", 0), getattr(serving, "walk_length", 0) + 1],
     }
     record: dict[str, Any] = {}
     out_shape: list = ["N", out_dim]
@@ -697,6 +754,15 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
         names = serving.relation_names
         record["relations"] = names + [f"{name} (reciprocal: asks for heads)" for name in names]
         record["known_answers"] = "score -inf" if serving.filters_known else "scored"
+    elif isinstance(serving, WalkServingModel):
+        out_shape = ["Q"]
+        record["walks"] = {
+            "per_endpoint": serving.num_walks,
+            "steps": serving.walk_length,
+            "layout": "walks[q, 0]: the query's first node's walks, walks[q, 1]: its second's; "
+            "each starts at its endpoint; -1 past a node without neighbours",
+            "drawn_by": "shardgnn.sampling.walks.node_walks (uniform in-neighbour steps)",
+        }
     elif isinstance(serving, GraphServingModel):
         out_shape = ["B", out_dim]
     elif isinstance(serving, EdgeServingModel):
@@ -763,6 +829,8 @@ def export_model(config: ExportConfig) -> Exported:
     task, inputs = "link prediction", ""
     if isinstance(serving, KnowledgeGraphServingModel):
         task, inputs = "knowledge-graph completion", "(entity, relation) queries"
+    elif isinstance(serving, WalkServingModel):
+        inputs = f"{serving.num_walks} walks of {serving.walk_length} steps from each end of (u, v)"
     elif train.task != "link":
         task = f"{train.task} {'classification' if 'class logits' in outputs else 'prediction'}"
     return Exported(
