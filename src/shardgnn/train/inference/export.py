@@ -352,14 +352,21 @@ def _walk_serving(
     return WalkServingModel(model, walks, length).eval(), config, 0, 1, outputs
 
 
+WALK_CHECK_BYTES = 256 << 20
+"""the most the check's comparisons of walk positions take: ``Q * (2 * M * (L + 1))^2`` floats"""
+
+
 def random_walks(serving: WalkServingModel, num_nodes: int, seed: int = 0) -> torch.Tensor:
-    """``serving``'s input for ``num_nodes // 2`` random queries of a random graph
-    (:func:`random_graph`'s edges, none into every tenth node: walks that reach one end there,
-    ``-1`` after it), their walks drawn by the walk sampler as training draws them."""
+    """``serving``'s input for ``num_nodes // 2`` random queries of a random graph (fewer where
+    their comparisons would pass :data:`WALK_CHECK_BYTES`; 2 at least), their walks drawn by the
+    walk sampler as training draws them over :func:`random_graph`'s edges, none into every tenth
+    node: a walk that reaches one ends there, ``-1`` after it."""
     src, dst = random_graph(num_nodes, 1, seed)[1].numpy()
     keep = dst % 10 != 0
     indptr, indices, _ = csr_from_edges(src[keep], dst[keep], num_nodes)
-    pairs = np.random.default_rng(seed).integers(0, num_nodes, size=(2, max(2, num_nodes // 2)))
+    positions = 2 * serving.num_walks * (serving.walk_length + 1)
+    queries = max(2, min(num_nodes // 2, WALK_CHECK_BYTES // (4 * positions**2)))
+    pairs = np.random.default_rng(seed).integers(0, num_nodes, size=(2, queries))
 
     def draw(nodes: np.ndarray) -> np.ndarray:
         return node_walks(indptr, indices, nodes, serving.num_walks, serving.walk_length, seed)
