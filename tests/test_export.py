@@ -408,8 +408,9 @@ def test_surel_file_scores_infers_pairs_from_the_walk_samplers_walks(tmp_path, c
     infer = ["infer", "--checkpoint", str(ck), "--partitions", str(parts), "--out"]
     assert main([*infer, str(tmp_path / "inferred"), "--pairs", str(tmp_path / "pairs.npy")]) == 0
     scores = np.load(tmp_path / "inferred" / "scores.npy")
-    part = read_partitions(parts, verify=False).load_part(0)
-    assert np.array_equal(read_partitions(parts, verify=False).orig_ids, np.arange(300))
+    pset = read_partitions(parts, verify=False)
+    assert np.array_equal(pset.orig_ids, np.arange(300))
+    part = pset.load_part(0)
 
     def draw(nodes):
         return node_walks(part.indptr, part.indices, nodes, 8, 4, evaluation_walk_seed(0))

@@ -45,9 +45,9 @@ class OptimConfig:
 
 
 LINK_SPLIT_SETTINGS = ("val", "test", "split_seed", "eval_negatives")
+"""The settings of :class:`LinkConfig` that make the edge split (stored with a partition)."""
 SUREL_WALKS, SUREL_WALK_LENGTH = 16, 4
 """--model surel's walks per node and their length when --walks / --walk-length are unset"""
-"""The settings of :class:`LinkConfig` that make the edge split (stored with a partition)."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -121,6 +121,10 @@ class LinkConfig:
             raise invalid(self, "margin", "must be > 0")
         if not self.hits_at or min(self.hits_at) < 1:
             raise invalid(self, "hits_at", "name positive ranks, e.g. 10,50,100")
+
+    def walk_shape(self) -> tuple[int, int]:
+        """``--model surel``'s walks per node and steps per walk (their defaults where unset)."""
+        return self.walks or SUREL_WALKS, self.walk_length or SUREL_WALK_LENGTH
 
 
 TEMPORAL_SAMPLING = ("auto", "recent", "uniform")

@@ -38,7 +38,6 @@ from shardgnn.train.linkmetrics import (
     split_spec,
 )
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.settings import SUREL_WALK_LENGTH, SUREL_WALKS
 from shardgnn.train.setup import adam, resolve_device
 
 EVAL_QUERIES = 4096
@@ -55,9 +54,7 @@ class WalkLinkSteps(Steps):
     metric = "auc"
 
     def _setup_walks(self) -> None:
-        link = self.config.link
-        self.num_walks = link.walks or SUREL_WALKS
-        self.walk_length = link.walk_length or SUREL_WALK_LENGTH
+        self.num_walks, self.walk_length = self.config.link.walk_shape()
         self.walks_drawn = 0
         self.last_metrics: dict[str, dict[str, float]] = {}
 

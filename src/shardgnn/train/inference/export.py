@@ -72,7 +72,7 @@ from shardgnn.nn.serving import (
     TypedServingModel,
     WalkServingModel,
 )
-from shardgnn.nn.surel import SURELModel, query_walks, relative_positions
+from shardgnn.nn.surel import query_walks, relative_positions
 from shardgnn.nn.targets import target_of_labels
 from shardgnn.nn.typed import TypedInput, TypedMessageGraph, TypedNodeModel, typed_encoder
 from shardgnn.sampling.walks import node_walks
@@ -82,6 +82,7 @@ from shardgnn.train.config_rules import LAYERWISE_MODELS
 from shardgnn.train.inference.run import (
     load_entity_rows,
     load_model_weights,
+    load_surel_model,
     load_typed_rows,
     load_weights_into,
     resolve_checkpoint,
@@ -341,15 +342,9 @@ def _walk_serving(
 ) -> tuple[Served, TrainConfig, int, int, str]:
     """A SUREL model as the scores of queries from their endpoints' walks, as many walks of
     as many steps as training drew."""
-    from shardgnn.train.settings import SUREL_WALK_LENGTH, SUREL_WALKS
-
-    walks, length = config.link.walks or SUREL_WALKS, config.link.walk_length or SUREL_WALK_LENGTH
-    nodes = int(dataset.get("num_nodes") or 1)
-    model = SURELModel(length, config.model.hidden, config.model.dropout, nodes)
-    load_weights_into(model, load_model_weights(checkpoint), checkpoint, "SUREL model")
-    model.eval()
-    outputs = "a logit per query"
-    return WalkServingModel(model, walks, length).eval(), config, 0, 1, outputs
+    model = load_surel_model(checkpoint, config, int(dataset.get("num_nodes") or 1))
+    serving = WalkServingModel(model, *config.link.walk_shape()).eval()
+    return serving, config, 0, 1, "a logit per query"
 
 
 WALK_CHECK_BYTES = 256 << 20

@@ -29,6 +29,7 @@ from shardgnn.train.config import TrainConfig
 from shardgnn.train.inference.run import (
     InferRun,
     load_model_weights,
+    load_surel_model,
     load_typed_rows,
     load_weights_into,
     measured,
@@ -424,9 +425,8 @@ def infer_walk_pairs(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     the partition (each step drawn by the owner of the walk's current node, from the seed
     evaluation draws with: the scores are those training's evaluation computes for the same
     pairs); rank 0 writes ``OUT/scores.npy`` (logits, pair order) and ``inference.json``."""
-    from shardgnn.nn.surel import SURELModel, evaluation_walk_seed, query_walks
+    from shardgnn.nn.surel import evaluation_walk_seed, query_walks
     from shardgnn.sampling.dist_walks import dist_node_walks
-    from shardgnn.train.settings import SUREL_WALK_LENGTH, SUREL_WALKS
 
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
     if run.pairs is None:
@@ -436,10 +436,8 @@ def infer_walk_pairs(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         )
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
     n = pset.num_nodes
-    walks, length = config.link.walks or SUREL_WALKS, config.link.walk_length or SUREL_WALK_LENGTH
-    model = SURELModel(length, config.model.hidden, config.model.dropout, n)
-    load_weights_into(model, load_model_weights(checkpoint), checkpoint, "SUREL model")
-    model.to(ctx.device).eval()
+    walks, length = config.link.walk_shape()
+    model = load_surel_model(checkpoint, config, n).to(ctx.device)
     pairs_P2 = read_pairs(run.pairs, n)
     new, orig = pset.new_id_of_orig(), np.asarray(pset.orig_ids)
     mine = pairs_P2[np.array_split(np.arange(len(pairs_P2)), ctx.world_size)[ctx.rank]]

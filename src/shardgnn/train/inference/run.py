@@ -59,6 +59,7 @@ from shardgnn.nn.config import (
     WALK_MODELS,
     is_user_model,
 )
+from shardgnn.nn.surel import SURELModel
 from shardgnn.partition.format import PartitionSet, read_partitions
 from shardgnn.train.checkpoint import Checkpointer, read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -227,6 +228,15 @@ def load_weights_into(model: torch.nn.Module, weights, checkpoint: Path, what: s
         raise ConfigError(
             f"{checkpoint} does not fit this graph's {what} ({str(exc).splitlines()[0]})"
         ) from None
+
+
+def load_surel_model(checkpoint: Path, config: TrainConfig, num_nodes: int) -> SURELModel:
+    """The checkpoint's SUREL scorer (eval mode) over walks of as many steps as training drew
+    (``config.link.walk_shape()``), for a graph whose node ids are below ``num_nodes``."""
+    _, length = config.link.walk_shape()
+    model = SURELModel(length, config.model.hidden, config.model.dropout, num_nodes)
+    load_weights_into(model, load_model_weights(checkpoint), checkpoint, "SUREL model")
+    return model.eval()
 
 
 @dataclasses.dataclass(frozen=True)
