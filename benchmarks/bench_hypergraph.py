@@ -1,13 +1,17 @@
-"""Hypergraph partitioning (Mt-KaHyPar) against METIS and streaming: predicted and measured
-communication of full-graph training on a power-law graph (issue 32).
+"""Hypergraph partitioning (Mt-KaHyPar) against METIS and streaming, and the vertex-cut of each
+partition: predicted and measured communication of full-graph training on a power-law graph
+(issue 32).
 
 * ``volume`` — for P in ``--parts``: each partitioner's communication volume (rows a full-graph
-  layer sends: the connectivity-1 of the communication hypergraph, which Mt-KaHyPar minimises
-  and reports as its prediction), edge cut, node and in-edge balance, seconds;
-* ``measured`` — at ``--train-parts`` workers: 1D sparsity-aware full-graph GCN training on the
-  METIS and hypergraph partitions, the SpMM bytes a training epoch sent against the bytes the
-  predicted volume implies (rows x 4 bytes x the aggregated widths, forward and backward), and
-  the epoch time.
+  layer sends with ``--spmm 1d-sparse``: the connectivity-1 of the communication hypergraph,
+  which Mt-KaHyPar minimises and reports as its prediction), the rows the same partition's
+  vertex-cut sends (``--spmm vertex-cut``: pulled rows and pushed partial sums, a minimum cover
+  per pair of parts, :mod:`shardgnn.partition.cover`), edge cut, node and in-edge balance,
+  seconds;
+* ``measured`` — at ``--train-parts`` workers: full-graph GCN training with ``1d-sparse`` and
+  with ``vertex-cut`` on the METIS and hypergraph partitions, the SpMM bytes a training epoch
+  sent against the bytes the predicted rows imply (rows x 4 bytes x the aggregated widths,
+  forward and backward), and the epoch time.
 
 The graph is the peers benchmark's power-law generator (``benchmarks/peers/gen_graph.py``:
 Chung-Lu weights (i + 1) ** -0.8, symmetrised), with random features and labels.
@@ -35,6 +39,7 @@ from shardgnn.atomic import atomic_open, save_json  # noqa: E402
 from shardgnn.fullgraph.spmm import FullGraphConfig  # noqa: E402
 from shardgnn.graph.csr import Graph, csr_from_edges  # noqa: E402
 from shardgnn.nn.models import ModelConfig  # noqa: E402
+from shardgnn.partition.cover import cut_rows  # noqa: E402
 from shardgnn.partition.format import write_partitions  # noqa: E402
 from shardgnn.partition.methods import PartitionConfig, partition_graph  # noqa: E402
 from shardgnn.partition.metrics import comm_volume, edge_cut  # noqa: E402
@@ -82,6 +87,13 @@ def power_law_graph(nodes: int, edges: int, seed: int = 0) -> Graph:
     )  # fmt: skip
 
 
+def vertex_cut_rows(graph: Graph, assignment: np.ndarray, parts: int) -> int:
+    """Rows a ``--spmm vertex-cut`` layer sends on this partition (pulled rows + pushed sums)."""
+    dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr))
+    _, pulls, pushes = cut_rows(np.asarray(graph.indices, np.int64), dst, assignment, parts)
+    return int(pulls.shape[0] + pushes.shape[0])
+
+
 def volumes(graph: Graph, parts: list[int]) -> tuple[list[dict], dict]:
     rows, assignments = [], {}
     in_degree = graph.in_degree()
@@ -98,6 +110,7 @@ def volumes(graph: Graph, parts: list[int]) -> tuple[list[dict], dict]:
             rows.append(
                 {
                     "parts": p, "partitioner": label, "comm_volume": comm_volume(graph, a, p),
+                    "vertex_cut_rows": vertex_cut_rows(graph, a, p),
                     "predicted": result.settings.get("predicted_comm_volume"),
                     "edge_cut": edge_cut(graph, a, p),
                     "node_balance": float(nodes.max() / nodes.mean()),
@@ -110,7 +123,8 @@ def volumes(graph: Graph, parts: list[int]) -> tuple[list[dict], dict]:
 
 
 def measured(graph: Graph, assignments: dict, p: int, epochs: int) -> list[dict]:
-    """Full-graph 1D sparse GCN training on each partition; SpMM bytes against the volume."""
+    """Full-graph GCN training on each partition, 1D sparse and vertex-cut; SpMM bytes against
+    the rows each predicts."""
     out = []
     # GCN, 2 layers: aggregation at the narrower width of each layer (64 -> 64: 64; 64 -> 8: 8);
     # layer 0's input needs no gradient, so its backward exchange is skipped
@@ -118,28 +132,32 @@ def measured(graph: Graph, assignments: dict, p: int, epochs: int) -> list[dict]
     per_row = 4 * (sum(widths) + sum(widths[1:]))
     for label in ("metis", "hypergraph (nodes)", "hypergraph (edges)"):
         result = assignments[(p, label)]
+        rows = {
+            "1d-sparse": comm_volume(graph, result.assignment, p),
+            "vertex-cut": vertex_cut_rows(graph, result.assignment, p),
+        }
         with tempfile.TemporaryDirectory(prefix="bench_hypergraph_") as tmp:
             path = Path(tmp) / "parts"
             write_partitions(
                 graph, result.assignment, path, method=result.method, settings=result.settings
             )
-            config = TrainConfig(
-                dataset="bench", mode="full",
-                model=ModelConfig(model="gcn", hidden=HIDDEN, num_layers=2, dropout=0.0),
-                optim=OptimConfig(epochs=epochs, lr=0.01), full=FullGraphConfig(spmm="1d-sparse"),
-                progress=False, threads=1, run=RunConfig(workers=p),
-            )  # fmt: skip
-            summary = summarize(run_job(config, path, p, 120.0))
-        volume = comm_volume(graph, result.assignment, p)
-        out.append(
-            {
-                "partitioner": label, "parts": p, "comm_volume": volume,
-                "predicted_bytes": volume * per_row,
-                "measured_bytes": summary["spmm_bytes_per_epoch"],
-                "epoch_s": summary["epoch_time_s"], "comm_s": summary["comm_s"],
-            }
-        )  # fmt: skip
-        print(out[-1], flush=True)
+            for spmm, volume in rows.items():
+                config = TrainConfig(
+                    dataset="bench", mode="full",
+                    model=ModelConfig(model="gcn", hidden=HIDDEN, num_layers=2, dropout=0.0),
+                    optim=OptimConfig(epochs=epochs, lr=0.01), full=FullGraphConfig(spmm=spmm),
+                    progress=False, threads=1, run=RunConfig(workers=p),
+                )  # fmt: skip
+                summary = summarize(run_job(config, path, p, 120.0))
+                out.append(
+                    {
+                        "partitioner": label, "spmm": spmm, "parts": p, "rows": volume,
+                        "predicted_bytes": volume * per_row,
+                        "measured_bytes": summary["spmm_bytes_per_epoch"],
+                        "epoch_s": summary["epoch_time_s"], "comm_s": summary["comm_s"],
+                    }
+                )  # fmt: skip
+                print(out[-1], flush=True)
     return out
 
 
@@ -158,20 +176,23 @@ def main(argv=None) -> None:
     report["total_s"] = time.perf_counter() - start
     metis = {r["parts"]: r["comm_volume"] for r in report["volume"] if r["partitioner"] == "metis"}
     table = format_table(
-        ["P", "partitioner", "comm volume (rows/layer)", "vs metis", "predicted", "edge cut",
-         "node balance", "edge balance", "s"],
+        ["P", "partitioner", "comm volume (rows/layer)", "vs metis", "predicted",
+         "vertex-cut rows/layer", "vs metis", "edge cut", "node balance", "edge balance", "s"],
         [
             [r["parts"], r["partitioner"], r["comm_volume"],
              f"{r['comm_volume'] / metis[r['parts']]:.3f}",
-             "-" if r["predicted"] is None else r["predicted"], f"{r['edge_cut']:.3f}",
+             "-" if r["predicted"] is None else r["predicted"], r["vertex_cut_rows"],
+             f"{r['vertex_cut_rows'] / metis[r['parts']]:.3f}", f"{r['edge_cut']:.3f}",
              f"{r['node_balance']:.3f}", f"{r['edge_balance']:.3f}", f"{r['seconds']:.1f}"]
             for r in report["volume"]
         ],
     )  # fmt: skip
     table += "\n\n" + format_table(
-        ["P", "partitioner", "predicted SpMM bytes/epoch", "measured", "epoch s", "comm s"],
+        ["P", "partitioner", "spmm", "predicted SpMM bytes/epoch", "measured", "epoch s",
+         "comm s"],
         [
-            [m["parts"], m["partitioner"], m["predicted_bytes"], int(m["measured_bytes"]),
+            [m["parts"], m["partitioner"], m["spmm"], m["predicted_bytes"],
+             int(m["measured_bytes"]),
              f"{m['epoch_s']:.3f}", f"{m['comm_s']:.3f}"]
             for m in report["measured"]
         ],

@@ -161,9 +161,11 @@ def measure(
     p: int,
     train,
     workers_per_host: int | None = None,
+    strategies: tuple[str, ...] = (),
 ) -> None:
-    """Predict every strategy on the partition ``parts`` with the rates in ``calibration``, run
-    each (``train(cost, results_path)``), and add the runs and the setting to ``report``."""
+    """Predict every strategy (or those named in ``strategies``) on the partition ``parts`` with
+    the rates in ``calibration``, run each (``train(cost, results_path)``), and add the runs and
+    the setting (pick and fastest among them) to ``report``."""
     from shardgnn.fullgraph.rates import read_rates
 
     rates = read_rates(str(calibration), "--rates")
@@ -177,6 +179,8 @@ def measure(
         rates=str(calibration),
     )
     costs = partition_costs(pset, config, num_classes, rates)
+    if strategies:
+        costs = [c for c in costs if c.strategy in strategies]
     measured: dict[str, float] = {}
     tag = re.sub(r"[^A-Za-z0-9]+", "_", f"{dataset}-{where}-p{p}")
     for cost in costs:
@@ -226,7 +230,11 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--work-dir", default="/tmp/bench_plan_time")
     parser.add_argument("--out", default="benchmarks/out/plan_time.json")
+    parser.add_argument(
+        "--strategies", default="", help="comma-separated --spmm names to run (default: all)"
+    )
     args = parser.parse_args()
+    only = tuple(name for name in args.strategies.split(",") if name)
     workers = [int(p) for p in args.workers.split(",")]
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -271,7 +279,10 @@ def main() -> int:
                             results.with_suffix(".log"),
                         )  # fmt: skip
 
-                    measure(report, out, dataset, rate, parts, calibration, p, one_host)
+                    measure(
+                        report, out, dataset, rate, parts, calibration, p, one_host,
+                        strategies=only,
+                    )  # fmt: skip
         for rate in two:
             with two_hosts(rate) as hosts:
                 link_file = work / f"{tag}-2hosts-{rate}-link.json"
@@ -309,7 +320,7 @@ def main() -> int:
                     return codes
 
                 measure(report, out, dataset, f"2 machines, {rate}", parts, calibration, 2,
-                        two_host, workers_per_host=1)  # fmt: skip
+                        two_host, workers_per_host=1, strategies=only)  # fmt: skip
     write_tables(out, report)
     return 0
 

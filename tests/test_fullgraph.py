@@ -80,14 +80,17 @@ CASES = [  # every model distributed full-graph training runs, spread over the c
     (2, "1d-sparse", {}, "sage"),
     (2, "1.5d", {"replication": 2}, "gin"),
     (2, "2d", {}, "appnp"),  # a 1 x 2 grid: fold only
+    (2, "vertex-cut", {}, "gcn"),
     (3, "1d", {}, "gcn"),
     (3, "1d-sparse", {}, "gin"),
     (3, "1.5d", {}, "gcn"),
     (3, "2d", {"grid_rows": 3}, "sage"),  # 3 x 1: expand only
+    (3, "vertex-cut", {}, "appnp"),
     (4, "1d", {}, "sage"),
     (4, "1d-sparse", {}, "appnp"),
     (4, "1.5d", {"replication": 2}, "sgc"),
     (4, "2d", {}, "gcn"),  # 2 x 2: expand and fold
+    (4, "vertex-cut", {}, "gin"),
     (4, "3d", {}, "sage"),  # 1 x 2 x 2: fold and feature slices
     (8, "3d", {}, "gcn"),  # 2 x 2 x 2: expand, fold and feature slices
 ]
@@ -401,8 +404,10 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
     """`shardgnn plan`'s counts, from the edges and the partition alone, equal the bytes a
     training epoch sends, in total and on the busiest worker (and the most one worker
     receives), for every strategy at P = 4 (2D's
-    expand and fold, 3D's feature slices on 1 x 2 x 2, 1.5D's all-reduce beside its broadcasts);
-    on a random partition (most rows wanted everywhere) 2D sends less than both 1D plans. The
+    expand and fold, 3D's feature slices on 1 x 2 x 2, 1.5D's all-reduce beside its broadcasts,
+    the vertex-cut's pulled rows and pushed sums); on a random partition (most rows wanted
+    everywhere) 2D sends less than both 1D plans, and the vertex-cut less than the sparse 1D
+    plan on any partition. The
     activations it predicts are what the busiest worker's step keeps for backward (within the
     loss's few rows, which it leaves out)."""
     from shardgnn.fullgraph.config import PlanConfig
@@ -414,11 +419,12 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
     plan = PlanConfig(model="sage", hidden=16, layers=3, bits=bits, dropout=0.5, input_dropout=0.2)
     costs = costs_at(graph, assignment.assignment, 4, plan)
     assert {(c.strategy, c.layout) for c in costs} == {
-        ("1d", ""), ("1d-sparse", ""), ("1.5d", "c=2"), ("2d", "2x2"), ("3d", "1x2x2")
+        ("1d", ""), ("1d-sparse", ""), ("vertex-cut", ""), ("1.5d", "c=2"), ("2d", "2x2"),
+        ("3d", "1x2x2"),
     }  # fmt: skip
     measured = {}
     for cost in costs:
-        if bits < 32 and cost.strategy not in ("1.5d", "3d"):
+        if bits < 32 and cost.strategy not in ("1.5d", "3d", "vertex-cut"):
             continue  # low bits: the fp32 all-reduce beside coded broadcasts, coded slices
         config = _config(path, "sage", cost.config, dropout=0.5, input_dropout=0.2)
         sent, recv, saved = zip(*run_workers(_spmm_bytes, 4, config))
@@ -428,6 +434,8 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
         measured[cost.strategy] = sum(sent)
     if method == "random":
         assert measured["2d"] < measured["1d-sparse"] < measured["1d"], measured
+    if bits == 32:  # each pair's fewest rows: below pulling every one
+        assert measured["vertex-cut"] < measured["1d-sparse"], measured
 
 
 def test_cli_plan_table_json_and_errors(tmp_path, capsys):
@@ -525,6 +533,10 @@ def test_spmm_auto_picks_what_fits_in_memory(tmp_path, capsys, monkeypatch):
     _auto_spmm(config, pset)
     line = capsys.readouterr().out
     assert line.startswith("--spmm auto: ") and "per worker" not in line, line
+    # layers that read each edge's source row run on the sparse 1D plan only: that is the pick
+    gine = dataclasses.replace(config, model=ModelConfig(model="gine", hidden=12, num_layers=2))
+    assert _auto_spmm(gine, pset).full.spmm == "1d-sparse"
+    assert "--spmm auto: 1d-sparse, the one gine layers run on" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -64,6 +64,7 @@ FULL_LINK_CASES = [
     (3, "1d", 1, "sage", LinkConfig(out_dim=8, eval_negatives=10, predictor="mlp", loss="margin")),
     (4, "1.5d", 2, "gcn", LinkConfig(out_dim=8, eval_negatives=10, negative_sampler="degree")),
     (4, "2d", 1, "sage", LinkConfig(out_dim=8, eval_negatives=10)),
+    (3, "vertex-cut", 1, "gcn", LinkConfig(out_dim=8, eval_negatives=10)),
 ]
 
 

@@ -271,20 +271,21 @@ def preflight(
 def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
     """``--spmm auto`` made concrete: the strategy whose busiest worker sends the fewest bytes
     on this partition, or with ``--plan-rates`` the shortest predicted epoch (``shardgnn plan``'s
-    pick; attention models: ``1d-sparse``, the only one they run). Said in one line (by rank 0
+    pick; attention and GINE: ``1d-sparse``, the only one they run). Said in one line (by rank 0
     under torchrun, where every worker resolves it)."""
 
     from shardgnn.fullgraph.plan import auto_spmm, worker_memory_mb
+    from shardgnn.train.fullgraph import HALO_ROW_MODELS
 
     model = config.model
-    if model.model in ("gat", "gatv2"):
+    if model.model in HALO_ROW_MODELS:
         if config.full.plan_rates:
             raise ConfigError(
-                f"--plan-rates does not apply to --model {model.model}: attention layers run on "
-                "1d-sparse only; drop --plan-rates"
+                f"--plan-rates does not apply to --model {model.model}: its layers read each "
+                "edge's source row, on 1d-sparse only; drop --plan-rates"
             )
         full = dataclasses.replace(config.full, spmm="1d-sparse")
-        said = "1d-sparse, the one attention layers run on"
+        said = f"1d-sparse, the one {model.model} layers run on"
     else:
         if config.task == "link":
             out_dim = config.link.out_dim

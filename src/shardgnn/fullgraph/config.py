@@ -9,7 +9,7 @@ from shardgnn.distributed.config import BITS
 from shardgnn.options import check_choices, invalid, option
 from shardgnn.store.config import check_historical
 
-SPMM_VARIANTS = ("1d", "1d-sparse", "1.5d", "2d", "3d")
+SPMM_VARIANTS = ("1d", "1d-sparse", "vertex-cut", "1.5d", "2d", "3d")
 GRID_VARIANTS = ("2d", "3d")
 """the variants that multiply blocks of a process grid (``shardgnn.fullgraph.shard.BlockGrid``)"""
 
@@ -23,8 +23,10 @@ class FullGraphConfig:
         choices=(*SPMM_VARIANTS, "auto"),
         help=(
             "distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
-            "worker needs, 1.5d replicates row blocks --replication times (CAGNET), 2d splits "
-            "the adjacency over a grid of workers (rows of the grid x columns)"
+            "worker needs, vertex-cut moves for each crossing edge its source row or its share "
+            "of the destination's sum, whichever crosses fewer rows, 1.5d replicates row blocks "
+            "--replication times (CAGNET), 2d splits the adjacency over a grid of workers (rows "
+            "of the grid x columns), 3d adds layers that split the feature columns"
         ),
     )
     replication: int = option(1, help="1.5d replication factor (divides --workers)")

@@ -2,10 +2,11 @@
 a run: ``shardgnn plan`` (the byte and memory half of issue 32's cost model).
 
 For each worker count ``P`` the graph is partitioned in memory (``--method``) and, for every
-strategy (``1d``; ``1d-sparse``; ``1.5d`` with each replication ``c > 1``, ``c^2 <= P``; ``2d`` and
-``3d`` on their default grids), the rows each worker sends per SpMM are counted from the edges,
-as the exchanges of :mod:`shardgnn.fullgraph.spmm` send them: the results equal the byte
-counters of a training epoch, worker by worker (tested for every strategy at P = 4). Bytes per
+strategy (``1d``; ``1d-sparse``; ``vertex-cut``; ``1.5d`` with each replication ``c > 1``,
+``c^2 <= P``; ``2d`` and ``3d`` on their default grids), the rows each worker sends per SpMM are
+counted from the edges, as the exchanges of :mod:`shardgnn.fullgraph.spmm` send them: the
+results equal the byte counters of a training epoch, worker by worker (tested for every strategy
+at P = 4). Bytes per
 epoch = per SpMM of the training step (forward, and backward where the input needs a gradient)
 rows x the bytes of one row at its width (``--bits``: the codec's payload; 1.5D's all-reduce of
 partial products stays fp32). *Held* memory is what a worker keeps for the whole run: its
@@ -49,6 +50,7 @@ from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph
 from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.functional import stored_sparse
+from shardgnn.partition.cover import cut_rows
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import recv_volumes, send_volumes
 
@@ -198,7 +200,11 @@ def row_bytes(width: int, bits: int) -> int:
 
 def strategies(workers: int) -> list[FullGraphConfig]:
     """Every strategy :func:`plan` weighs at ``workers``."""
-    out = [FullGraphConfig(spmm="1d"), FullGraphConfig(spmm="1d-sparse")]
+    out = [
+        FullGraphConfig(spmm="1d"),
+        FullGraphConfig(spmm="1d-sparse"),
+        FullGraphConfig(spmm="vertex-cut"),
+    ]
     out += [
         FullGraphConfig(spmm="1.5d", replication=c)
         for c in range(2, workers + 1)
@@ -236,6 +242,19 @@ def _worker_rows(
         entries = np.bincount(owner[e.dst], minlength=workers) + loops * sizes
         # backward: every worker returns the gradients of the halo rows it received
         return e.send_volume, e.recv_volume, zero, entries
+    if full.spmm == "vertex-cut":
+        pulled, pull_pairs, push_pairs = cut_rows(e.src, e.dst, owner, workers)
+        # forward, a part sends its pulled rows and its pushed partial sums; backward, each
+        # comes back to it as a gradient from the part it went to
+        forward = np.bincount(owner[pull_pairs // workers], minlength=workers)
+        forward += np.bincount(push_pairs % workers, minlength=workers)
+        backward = np.bincount(pull_pairs % workers, minlength=workers)
+        backward += np.bincount(owner[push_pairs // workers], minlength=workers)
+        # entries: the edges a part computes, its own rows' pulled or local in-edges and the
+        # pushed edges out of its rows
+        computed_by = np.where(pulled, owner[e.dst], owner[e.src])
+        entries = np.bincount(computed_by, minlength=workers) + loops * sizes
+        return forward, backward, zero, entries
     if full.spmm in ("1d", "1.5d"):
         c = full.replication
         ranks = np.arange(workers)
@@ -332,10 +351,12 @@ def _round_peers(full: FullGraphConfig, workers: int) -> int:
     """The peers one SpMM (forward or backward) talks to, summed over its collective calls (each
     costs the link's latency per peer): 1d-sparse one all-to-all; 1d and 1.5d one broadcast per
     part of the grid column (forward; one all-to-all backward: counted alike), 1.5d an
-    all-reduce over the row group; 2d an all-to-all over the grid column and one over the grid
-    row, 3d two more over the fiber."""
+    all-reduce over the row group; vertex-cut two all-to-alls; 2d an all-to-all over the grid
+    column and one over the grid row, 3d two more over the fiber."""
     if full.spmm == "1d-sparse":
         return workers - 1
+    if full.spmm == "vertex-cut":  # the pulled rows, then the pushed sums
+        return 2 * (workers - 1)
     grid = grid_of(full, workers)
     if not isinstance(grid, BlockGrid):
         col = workers // full.replication

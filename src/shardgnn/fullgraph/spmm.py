@@ -33,6 +33,18 @@ The variants differ only in how the halo rows arrive and how their gradients go 
   ``R - 1 + C - 1`` units at ``1 / L`` of the width, plus the two slice exchanges; the unit's
   adjacency block is held by each of its ``L`` ranks.
 
+* ``vertex-cut``: every node keeps its owner (rows, features, labels), and every edge whose ends
+  lie in different parts is computed by one of the two: by the destination's owner from the
+  source's row sent there (*pull*, as ``1d-sparse`` does for every such edge), or by the
+  source's owner, which sends its share of the destination's sum (*push*). Per ordered pair of
+  parts the rows that cross are a minimum vertex cover of the pair's crossing edges
+  (:mod:`shardgnn.partition.cover`): a hub with many edges into a part travels once as a row, a
+  node with many in-edges from a part receives one partial sum, and no pair sends more rows
+  than ``1d-sparse``. Forward: the pulled rows (one all-to-all), the local product, the pushed
+  partial sums to their owners, who add them (a second); backward: the owners' output gradients
+  of the pushed rows back to the ranks that pushed them, the local ``A^T`` (of both parts of the
+  product), the pulled rows' gradients to their owners.
+
 Replicated tensors (1.5D) follow one convention: values are equal on the ``c`` replicas and
 gradients are *partial* (the true gradient is their sum). The forward all-reduce's adjoint is
 an all-reduce of the gradients; each rank's loss covers only its own part's rows; weight
@@ -61,7 +73,8 @@ from shardgnn.distributed.comm import PendingExchange
 from shardgnn.fullgraph.config import GRID_VARIANTS, FullGraphConfig
 from shardgnn.fullgraph.rows import RowPlan
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
-from shardgnn.nn.message_graph import MessageGraph, _csr, transpose_csr
+from shardgnn.nn.message_graph import NORMS, MessageGraph, _csr, transpose_csr
+from shardgnn.partition.cover import pulled_crossing_edges
 from shardgnn.sampling.tensor_ops import entry_rows
 
 
@@ -123,6 +136,8 @@ class DistFullGraph:
                                      "setup", device)  # fmt: skip
         elif config.spmm in GRID_VARIANTS:
             self._setup_grid()
+        elif config.spmm == "vertex-cut":
+            self._setup_cut()
         else:
             col_parts = self._col_parts = grid.col_parts(grid.col_of(rank))
             if grid.replication > 1:  # 1.5D: this replica multiplies only the columns of its parts
@@ -197,6 +212,84 @@ class DistFullGraph:
             int(np.diff(block.book.part_range(q))[0]) for q in grid.unit_parts(unit)
         ]
 
+    def _setup_cut(self) -> None:
+        """Vertex-cut: decide which crossing in-edges of this rank's rows it computes from pulled
+        rows and which their sources' owners compute and push (the same decision on every rank,
+        :func:`~shardgnn.partition.cover.pulled_crossing_edges`), plan both exchanges, and send
+        every owner the pushed edges it computes with their normalised values, one set per norm
+        (collective; counted under ``setup``, once)."""
+        shard, comm, device = self.shard, self.groups.col, self.device
+        n, parts = shard.num_rows, comm.world_size
+        halo_owner = shard.book.owner(shard.halo)
+        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(shard.indptr))
+        crossing = np.flatnonzero(shard.indices >= n)
+        halo_pos = shard.indices[crossing] - n
+        pulled = pulled_crossing_edges(
+            shard.halo[halo_pos],
+            dst[crossing] + shard.row_start,
+            halo_owner[halo_pos],
+            np.full(crossing.shape[0], self.rank),
+            parts,
+        )
+        # a halo row is pulled for all its edges or for none (the decision is per row and pair)
+        pulled_rows = np.zeros(len(shard.halo), dtype=bool)
+        pulled_rows[halo_pos[pulled]] = True
+        positions = np.flatnonzero(pulled_rows)
+        column_map = np.full(n + len(shard.halo), -1, dtype=np.int64)
+        column_map[:n] = np.arange(n)
+        column_map[n + positions] = n + np.arange(positions.shape[0])
+        self._column_map, self._num_columns = column_map, n + int(positions.shape[0])
+        requests = shard.halo_requests(list(range(parts)), positions)
+        self.pull = RowPlan(comm, requests, "setup", device)
+        # The pushed edges, per norm, in one order (by destination, then source column: repeated
+        # edges, alike in every norm, pair up whichever way): each source owner gets their
+        # destinations (this rank's ids), source rows (its own ids) and values.
+        keys, values = None, []
+        for norm in NORMS:
+            indptr, indices, norm_values = (t.cpu().numpy() for t in self._graph.edge_values(norm))
+            rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+            pushed = np.flatnonzero(column_map[indices] < 0)
+            order = np.lexsort((indices[pushed], rows[pushed]))
+            if keys is None:
+                keys = (rows[pushed][order], indices[pushed][order] - n)
+            values.append(norm_values[pushed][order])
+        push_dst, push_halo = keys
+        push_owner = halo_owner[push_halo]
+        values_EN = np.stack(values, 1).astype(np.float32)
+        lists, edges, edge_values = [], [], []
+        for q in range(parts):
+            mine = np.flatnonzero(push_owner == q)
+            targets, target_of = np.unique(push_dst[mine], return_inverse=True)
+            first = int(shard.book.part_range(q)[0])
+            lists.append(torch.from_numpy(targets))  # held rows are the own part's (P x 1)
+            sources = shard.halo[push_halo[mine]] - first
+            edges.append(torch.from_numpy(np.stack([target_of, sources], 1)))
+            edge_values.append(torch.from_numpy(values_EN[mine]))
+        # what this rank pushes: each peer's destinations, and the edges into them it computes
+        wanted = comm.all_to_all(lists, "setup")
+        pairs = comm.all_to_all(edges, "setup")
+        pair_values = comm.all_to_all(edge_values, "setup")
+        self.push = RowPlan(comm, wanted, "setup", device)
+        offsets = np.concatenate([[0], np.cumsum([int(w.shape[0]) for w in wanted])])
+        row = np.concatenate([p[:, 0].numpy() + offsets[q] for q, p in enumerate(pairs)])
+        column = np.concatenate([p[:, 1].numpy() for p in pairs])
+        value_EN = torch.cat(pair_values)
+        order = np.lexsort((column, row))
+        pushed_rows = int(offsets[-1])
+        indptr = torch.zeros(pushed_rows + 1, dtype=torch.int64)
+        indptr[1:] = torch.cumsum(torch.bincount(torch.from_numpy(row), minlength=pushed_rows), 0)
+        column_t = torch.from_numpy(column[order])
+        self._push_adj = {}
+        for k, norm in enumerate(NORMS):
+            values_k = value_EN[torch.from_numpy(order), k].contiguous()
+            adj = _csr(indptr, column_t, values_k, (pushed_rows, n)).to(device)
+            self._push_adj[norm] = (adj, transpose_csr(adj))
+
+    def push_adjacency(self, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Vertex-cut: ``(B, B^T)``, the pushed edges this rank computes: rows the partial sums
+        it sends (peer after peer, in the push plan's order), columns its own rows."""
+        return self._push_adj[norm]
+
     def to_columns(self, h_NF: torch.Tensor, feedback=None) -> torch.Tensor:
         """3D: ``[own rows, F]`` -> ``[unit rows, ceil(F / L)]``: this rank's slice of the
         feature columns (zero-padded to ``L`` equal slices) for every row of its unit (one
@@ -246,7 +339,9 @@ class DistFullGraph:
             indptr = torch.zeros_like(indptr)
             indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rows), 0)
             num_columns = (
-                self._num_columns if self.config.spmm in GRID_VARIANTS else self._graph.num_src
+                self._num_columns
+                if self.config.spmm in (*GRID_VARIANTS, "vertex-cut")
+                else self._graph.num_src
             )
             adj = _csr(indptr, column[keep], values[keep], (rows, num_columns))
             self._adj[norm] = (adj, transpose_csr(adj))
@@ -587,5 +682,45 @@ class _GridSpMM(torch.autograd.Function):
         return g_NF, None, None, None
 
 
-_SPMM_OF = {"1d-sparse": _SparseSpMM, "2d": _GridSpMM, "3d": _GridSpMM}
+class _CutSpMM(torch.autograd.Function):
+    """Vertex-cut: the pulled rows, the local product over own and pulled rows, the pushed
+    partial sums added by their owners; backward the transposes in reverse order."""
+
+    @staticmethod
+    def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
+        full = layer.full
+        pulled_HF = full.pull.finish(full.pull.start(h_NF, full.stage, full.codec), h_NF)
+        adj, _ = full.adjacency(norm)
+        z_NF = adj @ torch.cat([h_NF, pulled_HF])
+        push, _ = full.push_adjacency(norm)
+        pending = full.push.start_back(push @ h_NF, full.stage, full.codec)
+        full.push.finish_back(pending, z_NF)
+        ctx.layer, ctx.norm = layer, norm
+        return z_NF
+
+    @staticmethod
+    def backward(ctx, g_NF):
+        layer, full = ctx.layer, ctx.layer.full
+        g_NF = g_NF.contiguous()
+        # the pushed rows' output gradients, from their owners to the ranks that pushed them
+        pending = full.push.start(g_NF, full.stage, full.codec, full._feedback(layer.index, "push"))
+        g_pushed_RF = full.push.finish(pending, g_NF)
+        _, adj_t = full.adjacency(ctx.norm)
+        g_ext = adj_t @ g_NF
+        n = full.num_rows
+        _, push_t = full.push_adjacency(ctx.norm)
+        g_h = g_ext[:n] + push_t @ g_pushed_RF
+        pending = full.pull.start_back(
+            g_ext[n:].contiguous(), full.stage, full.codec, full._feedback(layer.index, "halo_grad")
+        )
+        full.pull.finish_back(pending, g_h)
+        return g_h, None, None, None
+
+
+_SPMM_OF = {
+    "1d-sparse": _SparseSpMM,
+    "2d": _GridSpMM,
+    "3d": _GridSpMM,
+    "vertex-cut": _CutSpMM,
+}
 """the autograd function of each variant (the others broadcast: ``1d``, ``1.5d``)"""
