@@ -4,17 +4,16 @@ a run: ``shardgnn plan`` (the byte and memory half of issue 32's cost model).
 For each worker count ``P`` the graph is partitioned in memory (``--method``) and, for every
 strategy (``1d``; ``1d-sparse``; ``vertex-cut``; ``1.5d`` with each replication ``c > 1``,
 ``c^2 <= P``; ``2d`` and ``3d`` on their default grids), the rows each worker sends per SpMM are
-counted from the edges, as the exchanges of :mod:`shardgnn.fullgraph.spmm` send them: the
-results equal the byte counters of a training epoch, worker by worker (tested for every strategy
-at P = 4). Bytes per
-epoch = per SpMM of the training step (forward, and backward where the input needs a gradient)
-rows x the bytes of one row at its width (``--bits``: the codec's payload; 1.5D's all-reduce of
-partial products stays fp32). *Held* memory is what a worker keeps for the whole run: its
-feature rows (1.5D: its row group's) and its adjacency block with the transpose (int64 index and
+counted from the edges, as the exchanges of :mod:`shardgnn.fullgraph.spmm` send them: the results
+equal the byte counters of a training epoch, worker by worker (tested for every strategy at P = 4).
+Bytes per epoch = per SpMM of the training step (forward, and backward where the input needs a
+gradient) rows x the bytes of one row at its width (``--bits``: the codec's payload; 1.5D's
+all-reduce of partial products stays fp32). *Held* memory is what a worker keeps for the whole run:
+its feature rows (1.5D: its row group's) and its adjacency block with the transpose (int64 index and
 fp32 value per entry, self-loops included). *Activations* are what the training step keeps for
 backward beyond that: its held rows x the bytes the model saves per row
-(:func:`activation_bytes_per_row`, measured on the model itself; the SpMMs save nothing, the
-loss's few rows are left out), the step's transient buffers (received rows, gradients) not.
+(:func:`activation_bytes_per_row`, measured on the model itself; the SpMMs save nothing, the loss's
+few rows are left out), the step's transient buffers (received rows, gradients) not.
 
 **Epoch time** (with measured :class:`~shardgnn.fullgraph.rates.MachineRates`, ``--calibrate``):
 per worker, compute = its SpMM entries x each aggregation width's seconds per entry (forward and
