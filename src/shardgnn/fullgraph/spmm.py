@@ -129,6 +129,7 @@ class DistFullGraph:
         self._adj: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._layers: list[DistLayerGraph] = []
         self._column_map: np.ndarray | None = None  # extended column -> multiplied column (or -1)
+        self._num_columns: int | None = None  # the multiplied columns, where renumbered
         book = shard.book
         if config.spmm == "1d-sparse":
             comm = groups.col  # the world: 1d-sparse runs without replication
@@ -273,7 +274,7 @@ class DistFullGraph:
         offsets = np.concatenate([[0], np.cumsum([int(w.shape[0]) for w in wanted])])
         row = np.concatenate([p[:, 0].numpy() + offsets[q] for q, p in enumerate(pairs)])
         column = np.concatenate([p[:, 1].numpy() for p in pairs])
-        value_EN = torch.cat(pair_values)
+        received_EN = torch.cat(pair_values)  # the edges this rank computes, a value per norm
         order = np.lexsort((column, row))
         pushed_rows = int(offsets[-1])
         indptr = torch.zeros(pushed_rows + 1, dtype=torch.int64)
@@ -281,7 +282,7 @@ class DistFullGraph:
         column_t = torch.from_numpy(column[order])
         self._push_adj = {}
         for k, norm in enumerate(NORMS):
-            values_k = value_EN[torch.from_numpy(order), k].contiguous()
+            values_k = received_EN[torch.from_numpy(order), k].contiguous()
             adj = _csr(indptr, column_t, values_k, (pushed_rows, n)).to(device)
             self._push_adj[norm] = (adj, transpose_csr(adj))
 
@@ -338,11 +339,7 @@ class DistFullGraph:
             dst = entry_rows(indptr, len(indices))
             indptr = torch.zeros_like(indptr)
             indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rows), 0)
-            num_columns = (
-                self._num_columns
-                if self.config.spmm in (*GRID_VARIANTS, "vertex-cut")
-                else self._graph.num_src
-            )
+            num_columns = self._graph.num_src if self._num_columns is None else self._num_columns
             adj = _csr(indptr, column[keep], values[keep], (rows, num_columns))
             self._adj[norm] = (adj, transpose_csr(adj))
         return self._adj[norm]
