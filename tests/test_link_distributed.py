@@ -65,6 +65,7 @@ FULL_LINK_CASES = [
     (4, "1.5d", 2, "gcn", LinkConfig(out_dim=8, eval_negatives=10, negative_sampler="degree")),
     (4, "2d", 1, "sage", LinkConfig(out_dim=8, eval_negatives=10)),
     (3, "vertex-cut", 1, "gcn", LinkConfig(out_dim=8, eval_negatives=10)),
+    (3, "1d-sparse cache", 1, "sage", LinkConfig(out_dim=8, eval_negatives=10)),
 ]
 
 
@@ -75,7 +76,8 @@ def test_distributed_full_graph_link_equals_one_process(
     graph, tmp_path, world, spmm, replication, model, link
 ):
     """GAE on P ranks (METIS parts of the training graph, dropout on): loss, pair accuracy and
-    every held-out metric equal one process's, epoch by epoch, within fp32 rounding."""
+    every held-out metric equal one process's, epoch by epoch, within fp32 rounding
+    (``1d-sparse cache``: every remote dependency cached, ``--dependencies cache``)."""
     from shardgnn.cli.train import _partition_on_the_fly
     from shardgnn.fullgraph.config import FullGraphConfig
 
@@ -89,7 +91,11 @@ def test_distributed_full_graph_link_equals_one_process(
         dataclasses.replace(
             base,
             run=RunConfig(workers=world),
-            full=FullGraphConfig(spmm=spmm, replication=replication),
+            full=FullGraphConfig(
+                spmm=spmm.split()[0],
+                replication=replication,
+                dependencies=(spmm.split()[1:] or ["communicate"])[0],
+            ),
         ),
         tmp_path / "parts",
     )

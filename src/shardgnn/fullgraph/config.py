@@ -10,6 +10,8 @@ from shardgnn.options import check_choices, invalid, option
 from shardgnn.store.config import check_historical
 
 SPMM_VARIANTS = ("1d", "1d-sparse", "vertex-cut", "1.5d", "2d", "3d")
+DEPENDENCIES = ("communicate", "cache", "hybrid")
+"""how ``1d-sparse`` gets the rows of remote neighbours (:mod:`shardgnn.fullgraph.dependencies`)"""
 GRID_VARIANTS = ("2d", "3d")
 """the variants that multiply blocks of a process grid (``shardgnn.fullgraph.shard.BlockGrid``)"""
 
@@ -43,12 +45,23 @@ class FullGraphConfig:
     staleness: int = option(
         0, help="1d-sparse: epochs halo rows may lag, so exchanges overlap compute (0: synchronous)"
     )
+    dependencies: str = option(
+        "communicate",
+        choices=DEPENDENCIES,
+        help=(
+            "1d-sparse: how a worker gets each layer's rows of remote neighbours (NeutronStar): "
+            "communicate them every step; cache every remote node they depend on within the "
+            "model's layers (features fetched once) and recompute their rows, no exchange per "
+            "step; hybrid: per remote node, whichever the cost model predicts is cheaper, from "
+            "the machine rates of --plan-rates"
+        ),
+    )
     plan_rates: str | None = option(
         None,
         metavar="FILE",
-        help="with --spmm auto: pick the strategy with the shortest predicted epoch, from the "
-        "machine rates of `shardgnn plan --calibrate --out FILE` (default: the fewest bytes "
-        "from the busiest worker)",
+        help="with --spmm auto: pick the strategy with the shortest predicted epoch (default: "
+        "the fewest bytes from the busiest worker); with --dependencies hybrid: price each "
+        "remote node's rows; the machine rates of `shardgnn plan --calibrate --out FILE`",
     )
 
     def __post_init__(self) -> None:
@@ -67,8 +80,27 @@ class FullGraphConfig:
             raise invalid(self, "grid_layers", f"needs --spmm 3d (got --spmm {self.spmm})")
         if self.staleness < 0:
             raise invalid(self, "staleness", "must be >= 0")
-        if self.plan_rates and self.spmm != "auto":
-            raise invalid(self, "plan_rates", f"needs --spmm auto (got --spmm {self.spmm})")
+        if self.plan_rates and self.spmm != "auto" and self.dependencies != "hybrid":
+            raise invalid(
+                self,
+                "plan_rates",
+                f"needs --spmm auto or --dependencies hybrid (got --spmm {self.spmm})",
+            )
+        if self.dependencies != "communicate" and (self.spmm != "1d-sparse" or self.staleness):
+            raise invalid(
+                self,
+                "dependencies",
+                "needs --spmm 1d-sparse and --staleness 0: it decides, per remote neighbour, "
+                f"between that exchange and recomputing (got --spmm {self.spmm}"
+                + (f", --staleness {self.staleness})" if self.staleness else ")"),
+            )
+        if self.dependencies == "hybrid" and not self.plan_rates:
+            raise invalid(
+                self,
+                "dependencies",
+                "hybrid prices communicating against recomputing with this machine's rates: "
+                "add --plan-rates FILE (from `shardgnn plan --calibrate --out FILE`)",
+            )
         if self.staleness > 0 and self.spmm != "1d-sparse":
             raise invalid(
                 self,

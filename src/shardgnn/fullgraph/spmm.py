@@ -63,6 +63,7 @@ synchronous.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 
 import numpy as np
@@ -71,7 +72,14 @@ import torch
 from shardgnn.distributed.codec import AlignedResiduals, RowCodec
 from shardgnn.distributed.comm import PendingExchange
 from shardgnn.fullgraph.config import GRID_VARIANTS, FullGraphConfig
-from shardgnn.fullgraph.rows import RowPlan
+from shardgnn.fullgraph.dependencies import (
+    DependencyCosts,
+    DependencySets,
+    fetch_in_edges,
+    gather_sparse_rows,
+    select_dependencies,
+)
+from shardgnn.fullgraph.rows import RowGather, RowPlan
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.nn.message_graph import NORMS, MessageGraph, _csr, transpose_csr
 from shardgnn.partition.cover import pulled_crossing_edges
@@ -130,6 +138,11 @@ class DistFullGraph:
         self._layers: list[DistLayerGraph] = []
         self._column_map: np.ndarray | None = None  # extended column -> multiplied column (or -1)
         self._num_columns: int | None = None  # the multiplied columns, where renumbered
+        # --dependencies cache/hybrid (set_dependencies): the rows each layer computes here, its
+        # block over them and the exchange of the rest
+        self.deps: DependencySets | None = None
+        self._dep_layers: list[tuple[MessageGraph, RowPlan | None]] = []
+        self._dep_keys: torch.Tensor | None = None
         book = shard.book
         if config.spmm == "1d-sparse":
             comm = groups.col  # the world: 1d-sparse runs without replication
@@ -285,6 +298,67 @@ class DistFullGraph:
             values_k = received_EN[torch.from_numpy(order), k].contiguous()
             adj = _csr(indptr, column_t, values_k, (pushed_rows, n)).to(device)
             self._push_adj[norm] = (adj, transpose_csr(adj))
+
+    def set_dependencies(self, num_layers: int, costs: DependencyCosts | None) -> None:
+        """``--dependencies cache`` or ``hybrid`` (``1d-sparse``): decide which remote rows each of
+        the model's ``num_layers`` layers computes here and which it receives
+        (:mod:`shardgnn.fullgraph.dependencies`; ``costs``: hybrid's), then build each layer's
+        block and the plan of its exchange. Collective; before :meth:`layer`."""
+        shard, comm, book = self.shard, self.groups.col, self.shard.book
+        n = shard.num_rows
+        sources = shard.indices + shard.row_start
+        halo = shard.indices >= n
+        sources[halo] = shard.halo[shard.indices[halo] - n]
+        serve = functools.partial(
+            fetch_in_edges, comm, book, shard.indptr, sources, shard.degree[shard.indices],
+            shard.degree[:n],
+        )  # fmt: skip
+        own = np.arange(shard.row_start, shard.row_end, dtype=np.int64)
+        self.deps = deps = select_dependencies(
+            shard.indptr, sources, own, np.concatenate([own, shard.halo]), shard.degree,
+            num_layers, self.config.dependencies, serve, costs,
+        )  # fmt: skip
+        device = self.device
+        # a layer no rank receives rows at runs no exchange at all (every rank knows it)
+        received = torch.tensor([float(len(r)) for r in deps.received], dtype=torch.float64)
+        comm.all_reduce(received, "setup")
+        for layer in range(num_layers):
+            indptr, columns, column_ids = deps.layer_csr(layer)
+            graph = MessageGraph(
+                torch.from_numpy(indptr).to(device),
+                torch.from_numpy(columns).to(device),
+                len(column_ids),
+                torch.from_numpy(deps.degree_of(column_ids)).to(device),
+            )
+            plan = None
+            if received[layer] > 0:
+                wanted = deps.received[layer]
+                owners = book.owner(wanted)
+                requests = [
+                    torch.from_numpy(wanted[owners == p] - int(book.boundaries[p]))
+                    for p in range(comm.world_size)
+                ]
+                plan = RowPlan(comm, requests, "setup", device)
+            self._dep_layers.append((graph, plan))
+        keys = torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64)).unsqueeze(1)
+        self._dep_keys = self.dependency_rows(keys).squeeze(1)
+
+    def dependency_rows(self, own_NF: torch.Tensor) -> torch.Tensor:
+        """``[local rows, F]``: this rank's own rows ``own_NF`` (its features, say), then the
+        owners' rows of every remote node a layer computes here, in local order (collective;
+        counted under ``setup``). Sparse COO rows travel as their non-zeros and come back
+        sparse (bag-of-words features: a few dozen of thousands of columns a row)."""
+        assert self.deps is not None, "set_dependencies first"
+        remote = self.deps.nodes[self.num_rows :]
+        if own_NF.is_sparse:
+            return gather_sparse_rows(self.groups.col, self.shard.book, own_NF, remote)
+        order = np.argsort(remote, kind="stable")
+        gather = RowGather(remote[order], self.shard.book, self.groups.col, 0, "setup")
+        with torch.no_grad():
+            rows = gather.gather(own_NF)
+        out = own_NF.new_empty((len(remote), own_NF.shape[1]))
+        out[torch.from_numpy(order)] = rows.to(out.device, out.dtype)
+        return torch.cat([own_NF, out])
 
     def push_adjacency(self, norm: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Vertex-cut: ``(B, B^T)``, the pushed edges this rank computes: rows the partial sums
@@ -512,6 +586,9 @@ class DistLayerGraph:
         self.full, self.index = full, index
         self.num_src = self.num_dst = full.num_rows
         self.node_keys_S = torch.from_numpy(np.array(full.shard.orig_ids, dtype=np.int64))
+        if full.deps is not None:  # a block: the rows computed here from a longer prefix
+            self.num_dst, self.num_src = full.deps.dst_rows[index], full.deps.src_rows[index]
+            self.node_keys_S = full._dep_keys[: self.num_src]
         self.step = 0
         self.halo_queue: collections.deque = collections.deque()
         self.grad_queue: collections.deque = collections.deque()
@@ -543,6 +620,8 @@ class DistLayerGraph:
 
     def aggregate(self, h_NF: torch.Tensor, norm: str) -> torch.Tensor:
         training = torch.is_grad_enabled() and h_NF.requires_grad
+        if self.full.deps is not None:
+            return _DependencySpMM.apply(h_NF, self, norm)
         fn = _SPMM_OF.get(self.full.config.spmm, _BroadcastSpMM)
         out = fn.apply(h_NF, self, norm, training)
         if training:
@@ -605,6 +684,36 @@ class _SparseSpMM(torch.autograd.Function):
             pending = _take(layer.grad_queue, ctx.step, full.config.staleness, pending)
         full.finish_halo_grad(pending, g_h)
         return g_h, None, None, None
+
+
+class _DependencySpMM(torch.autograd.Function):
+    """``--dependencies cache/hybrid``: the layer's block over the rows computed here and the
+    rows received (one exchange; none when every dependency is cached); backward: the
+    transposed block, the received rows' gradients back to their owners."""
+
+    @staticmethod
+    def forward(ctx, h_SF, layer: DistLayerGraph, norm: str):
+        full = layer.full
+        graph, plan = full._dep_layers[layer.index]
+        ctx.layer, ctx.norm = layer, norm
+        if plan is None:
+            return graph.adjacency(norm) @ h_SF
+        received_MF = plan.finish(plan.start(h_SF, full.stage, full.codec), h_SF)
+        return graph.adjacency(norm) @ torch.cat([h_SF, received_MF])
+
+    @staticmethod
+    def backward(ctx, g_DF):
+        layer, full = ctx.layer, ctx.layer.full
+        graph, plan = full._dep_layers[layer.index]
+        g_ext = graph.adjacency_t(ctx.norm) @ g_DF.contiguous()
+        if plan is None:
+            return g_ext, None, None
+        g_SF = g_ext[: layer.num_src].clone()
+        feedback = full._feedback(layer.index, "halo_grad")
+        pending = plan.start_back(g_ext[layer.num_src :].contiguous(), full.stage, full.codec,
+                                  feedback)  # fmt: skip
+        plan.finish_back(pending, g_SF)
+        return g_SF, None, None
 
 
 class _BroadcastSpMM(torch.autograd.Function):

@@ -51,6 +51,11 @@ HALO_ROW_MODELS = ("gat", "gatv2", "gine")
 """the models whose layers read the halo rows themselves (``DistLayerGraph.source_rows``): the
 synchronous ``1d-sparse`` plan without replication only"""
 
+DEPENDENCY_MODELS = ("gcn", "sage", "gin")
+"""the models ``--dependencies cache/hybrid`` runs: stacked layers whose rows depend on their
+in-neighbours' rows of the layer below only (APPNP and SGC mix in the input rows at every step;
+the halo-row models read edges over the exchanged rows themselves)"""
+
 
 class DistFullGraphSteps(DistSteps):
     """What one rank of any distributed full-graph job holds (``--mode full --workers N``): its
@@ -80,6 +85,12 @@ class DistFullGraphSteps(DistSteps):
                 f"--model {config.model.model} in distributed full-graph mode reads each edge's "
                 "source row from its owner: it runs with --spmm 1d-sparse, --replication 1 and "
                 "--staleness 0; drop the others (or use --model gcn/sage/gin for them)"
+            )
+        if full.dependencies != "communicate" and config.model.model not in DEPENDENCY_MODELS:
+            raise ConfigError(
+                f"--dependencies {full.dependencies} recomputes remote rows layer by layer, for "
+                f"--model {', '.join(DEPENDENCY_MODELS)}; use one of them or --dependencies "
+                f"communicate with --model {config.model.model}"
             )
         super().__init__(config, ctx)
         self.grid = grid_of(full, ctx.world_size)
@@ -119,23 +130,52 @@ class DistFullGraphSteps(DistSteps):
             error_feedback=config.error_feedback,
             block=block,
         )
-        x = torch.from_numpy(
+        self._x_own = torch.from_numpy(
             np.ascontiguousarray(
                 normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
             )
         )
-        self.x = to_sparse_if_sparse(x).to(ctx.device)
+        self.x = to_sparse_if_sparse(self._x_own).to(ctx.device)
 
-    def _set_model(self, build: Callable[[], torch.nn.Module]) -> None:
+    def _set_model(self, build: Callable[[], torch.nn.Module], out_dim: int) -> None:
         """Build the model from ``--seed`` (identical initial weights on every rank, and as one
-        process), key its dropout by original node id, and create its optimiser."""
+        process), key its dropout by original node id, and create its optimiser; with
+        ``--dependencies cache/hybrid``, decide the remote rows each layer computes here
+        (``out_dim``: the model's output width, which hybrid's costs need)."""
         torch.manual_seed(self.config.seed)
         self.model = build().to(self.ctx.device)
         self.model.use_hashed_dropout(self.config.seed)
         self.broadcast_weights(self.model)
         optim = self.config.optim
         self.optimizer = adam(self.model.parameters(), optim)
+        if self.config.full.dependencies != "communicate":
+            self._set_dependencies(out_dim)
         self.layers = [self.graph.layer(i) for i in range(self.model.num_layers)]
+
+    def _set_dependencies(self, out_dim: int) -> None:
+        """``--dependencies``: the remote rows each layer computes here, and the features of
+        every remote node this rank computes (fetched once)."""
+        full, settings = self.config.full, self.config.model
+        costs = None
+        if full.dependencies == "hybrid":
+            from shardgnn.fullgraph.dependencies import DependencyCosts
+            from shardgnn.fullgraph.rates import read_rates
+
+            rows = max(1, self._x_own.shape[0])
+            nnz = float(self._x_own.count_nonzero()) / rows if self.x.is_sparse else None
+            dims = [self._x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
+            costs = DependencyCosts.from_rates(
+                read_rates(full.plan_rates, "--plan-rates"),
+                torch.get_num_threads(),
+                settings.model,
+                [*dims, out_dim],
+                full.bits,
+                nnz,
+            )
+        self.graph.set_dependencies(self.model.num_layers, costs)
+        # sparse features travel as their non-zeros
+        own = self.x.cpu() if self.x.is_sparse else self._x_own
+        self.x = self.graph.dependency_rows(own).to(self.ctx.device)
 
     def _model_edge_dim(self) -> int:
         """The width of the edge rows the model reads from this rank's shard (0: none; a model
@@ -212,6 +252,22 @@ class DistFullGraphSteps(DistSteps):
             "error_feedback": self.config.error_feedback,
             # the senders' residuals, summed over workers
             "residual_mb": self.sum([float(self.graph.residual_bytes)])[0] / 1e6,
+            "dependencies": self._dependency_counts(),
+        }
+
+    def _dependency_counts(self) -> dict[str, Any]:
+        """``--dependencies``, and with cache/hybrid per layer the remote rows computed here
+        (layer 0: the cached feature rows) and those received, summed over workers."""
+        deps, mode = self.graph.deps, self.config.full.dependencies
+        if deps is None:
+            return {"mode": mode}
+        layers = range(deps.num_layers)
+        recomputed = self.sum([float(deps.recomputed(i)) for i in layers])
+        received = self.sum([float(len(deps.received[i])) for i in layers])
+        return {
+            "mode": mode,
+            "recomputed_rows": [int(v) for v in recomputed],
+            "received_rows": [int(v) for v in received],
         }
 
 
@@ -236,7 +292,8 @@ class DistFullNodeSteps(DistFullGraphSteps):
         self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
         edge_dim = self._model_edge_dim()
         self._set_model(
-            lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim, edge_dim)
+            lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim, edge_dim),
+            self.target.out_dim,
         )
 
     # ------------------------------------------------------------------ epochs

@@ -71,7 +71,10 @@ class DistFullLinkSteps(DistFullGraphSteps):
             self.eval_gathers[name] = self._row_gather(pairs.nodes, "eval")
         self.last_metrics: dict[str, dict[str, float]] = {}
         edge_dim = self._model_edge_dim()
-        self._set_model(lambda: build_link_model(config, self.shard.x.shape[1], edge_dim=edge_dim))
+        self._set_model(
+            lambda: build_link_model(config, self.shard.x.shape[1], edge_dim=edge_dim),
+            config.link.out_dim,
+        )
 
     def _row_gather(self, nodes: np.ndarray, stage: str) -> RowGather:
         return RowGather(nodes, self.pset.book, self.spmm_comm, self.own_offset, stage)

@@ -141,13 +141,23 @@ def _spmm_rows(results: dict) -> list[tuple[str, str]]:
         if results.get("grid")
         else f"replication {results['replication']}"
     )
-    return [
+    rows = [
         (
             "distributed SpMM",
             f"{results['spmm']} ({layout}, {results['bits']} bits, "
             f"staleness {results['staleness']})",
         )
     ]
+    deps = results.get("dependencies") or {}
+    if "recomputed_rows" in deps:  # --dependencies cache/hybrid, per layer, input layer first
+        rows.append(
+            (
+                "remote rows per layer",
+                f"{deps['mode']}: computed here {deps['recomputed_rows']} (layer 0: cached "
+                f"features), received {deps['received_rows']} (summed over workers)",
+            )
+        )
+    return rows
 
 
 def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:

@@ -1,0 +1,149 @@
+r"""``--dependencies communicate``, ``cache`` and ``hybrid`` side by side (issue 32: NeutronStar's
+hybrid against both pure choices), on one machine's loopback and over rate-limited links.
+
+Per link (``--links``: ``host``, or a rate such as ``500mbit`` for a network namespace whose
+loopback a token-bucket filter limits, as in ``bench_plan_time.py``): ``shardgnn plan
+--calibrate`` measures the machine's rates there (what ``hybrid`` prices with, ``--plan-rates``);
+then per worker count, on one METIS partition, GCN full-graph training (``--layers``, default 2;
+hidden 256) with each ``--dependencies``: steady epoch time (epochs 2 onwards, training step and
+evaluation), the bytes exchanged per epoch (training step and the evaluation's forward pass),
+the remote rows computed and received per layer, the set-up's bytes, the busiest worker's peak
+memory and the test accuracy (the three must agree: each is exact).
+
+    python benchmarks/bench_dependencies.py --datasets coauthor-physics --workers 2,4 \
+        --links host,500mbit --out benchmarks/out/dependencies.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_plan_time import SHARDGNN, link, run  # noqa: E402
+from shardgnn.atomic import atomic_open, save_json  # noqa: E402
+
+MODES = ("communicate", "cache", "hybrid")
+
+
+def measure(results: Path) -> dict[str, Any]:
+    r = json.loads(results.read_text())
+    epochs = r["epochs"]
+    steady = [e["time_s"] + e["stages"].get("eval", 0.0) for e in epochs[1:]]
+    comm = r["comm"]
+    spmm = comm.get("spmm", {})
+    return {
+        "epoch_s": float(np.mean(steady)),
+        "step_s": float(np.mean([e["time_s"] for e in epochs[1:]])),
+        "spmm_mb_per_epoch": spmm.get("bytes_sent", 0) / 1e6 / len(epochs),
+        "spmm_s_per_epoch": spmm.get("time_s", 0.0) / len(epochs),
+        "setup_mb": comm.get("setup", {}).get("bytes_sent", 0) / 1e6,
+        "peak_memory_mb": max(r["peak_memory_mb"]["rss"]),  # the busiest worker
+        "test_acc": r["test_acc"],
+        "dependencies": r["dependencies"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["coauthor-physics"])
+    parser.add_argument(
+        "--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared/data")
+    )
+    parser.add_argument("--workers", default="2,4")
+    parser.add_argument("--links", default="host,500mbit")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--work-dir", default="/tmp/bench_dependencies")
+    parser.add_argument("--out", default="benchmarks/out/dependencies.json")
+    parser.add_argument("--table", action="store_true", help="only write --out's table")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if args.table:
+        write_table(out, json.loads(out.read_text()))
+        return 0
+    workers = [int(p) for p in args.workers.split(",")]
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"command": " ".join([sys.executable, *sys.argv]), "runs": []}
+    data = ["--data-dir", args.data_dir]
+    model = ["--model", "gcn", "--hidden", str(args.hidden), "--layers", str(args.layers)]
+    for dataset in args.datasets:
+        tag = re.sub(r"[^A-Za-z0-9]+", "_", dataset)
+        for p in workers:
+            parts = work / f"{tag}-p{p}"
+            if not (parts / "meta.json").exists():
+                run(
+                    SHARDGNN + ["partition", dataset, *data, "--parts", str(p), "--method", "metis"]
+                    + ["--out", str(parts), "--overwrite", "--quiet"],
+                    work / f"{tag}-p{p}.log",
+                )  # fmt: skip
+        for rate in [r for r in args.links.split(",") if r]:
+            with link(rate, f"sgdeps{os.getpid()}") as prefix:
+                rates = work / f"{tag}-{rate}-rates.json"
+                run(
+                    prefix + SHARDGNN + ["plan", dataset, *data, *model, "--calibrate"]
+                    + ["--strategies", "full", "--workers", args.workers]
+                    + ["--workers-per-host", str(max(workers)), "--out", str(rates)],
+                    work / f"{tag}-{rate}-calibrate.log",
+                )  # fmt: skip
+                for p in workers:
+                    for mode in MODES:
+                        results = work / f"{tag}-{rate}-p{p}-{mode}.json"
+                        start = time.perf_counter()
+                        run(
+                            prefix + SHARDGNN + ["train", dataset, *data, "--mode", "full"]
+                            + model + ["--epochs", str(args.epochs), "--quiet"]
+                            + ["--partitions", str(work / f"{tag}-p{p}"), "--workers", str(p)]
+                            + ["--dependencies", mode, "--results", str(results)]
+                            + (["--plan-rates", str(rates)] if mode == "hybrid" else []),
+                            results.with_suffix(".log"),
+                        )  # fmt: skip
+                        row = {
+                            "dataset": dataset, "link": rate, "workers": p, "mode": mode,
+                            **measure(results), "run_s": time.perf_counter() - start,
+                        }  # fmt: skip
+                        report["runs"].append(row)
+                        print(
+                            f"{dataset} {rate} P={p} {mode}: {row['epoch_s']:.3f} s/epoch, "
+                            f"{row['spmm_mb_per_epoch']:.1f} MB/epoch, {row['dependencies']}",
+                            flush=True,
+                        )
+                        save_json(out, report)
+    write_table(out, report)
+    return 0
+
+
+def write_table(out: Path, report: dict[str, Any]) -> None:
+    lines = [
+        "| dataset | link | P | dependencies | epoch s | step s | MB exchanged / epoch | "
+        "remote rows computed here (per layer) | received (per layer) | set-up MB | "
+        "peak MB | test acc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["runs"]:
+        deps = r["dependencies"]
+        if isinstance(r["peak_memory_mb"], dict):  # runs recorded before the busiest was taken
+            r["peak_memory_mb"] = max(r["peak_memory_mb"]["rss"])
+        lines.append(
+            f"| {r['dataset']} | {r['link']} | {r['workers']} | {r['mode']} | "
+            f"{r['epoch_s']:.3f} | {r['step_s']:.3f} | {r['spmm_mb_per_epoch']:.1f} | "
+            f"{deps.get('recomputed_rows', '-')} | {deps.get('received_rows', '-')} | "
+            f"{r['setup_mb']:.1f} | {r['peak_memory_mb']:,.0f} | "
+            f"{100 * r['test_acc']:.2f} |"
+        )
+    with atomic_open(out.with_suffix(".md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
