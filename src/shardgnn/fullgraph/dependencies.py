@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.comm import Communicator
+from shardgnn.fullgraph.rows import owner_requests
 from shardgnn.partition.book import PartitionBook
 
 Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -293,12 +294,7 @@ def fetch_in_edges(
     ``(indptr, sources, degree, source_degree)`` (the owners' CSR order; see :data:`Fetch`).
     Collective over ``comm`` (three all-to-alls, counted under ``setup``); ``own_*`` are this
     worker's rows' CSR, its sources' and its rows' graph in-degrees, which it serves."""
-    nodes = np.asarray(nodes, dtype=np.int64)
-    owners = book.owner(nodes)
-    requests = [
-        torch.from_numpy(nodes[owners == p] - int(book.boundaries[p]))
-        for p in range(comm.world_size)
-    ]
+    _, requests = owner_requests(book, nodes, comm.world_size)
     heads, edges = [], []
     for asked in comm.all_to_all(requests, "setup"):
         rows = asked.numpy()
@@ -320,12 +316,7 @@ def gather_sparse_rows(
     their owners' ``own_NF``: each row's non-zeros cross (column and value), never its zeros.
     Collective over ``comm`` (three all-to-alls, counted under ``setup``)."""
     n, width = own_NF.shape
-    remote = np.asarray(remote, dtype=np.int64)
-    owners = book.owner(remote)
-    requests = [
-        torch.from_numpy(remote[owners == p] - int(book.boundaries[p]))
-        for p in range(comm.world_size)
-    ]
+    owners, requests = owner_requests(book, remote, comm.world_size)
     csr = own_NF.coalesce().cpu().to_sparse_csr()
     crow, col, val = (t.numpy() for t in (csr.crow_indices(), csr.col_indices(), csr.values()))
     counts, columns, values = [], [], []

@@ -23,6 +23,17 @@ from shardgnn.distributed.comm import Communicator, PendingExchange
 from shardgnn.partition.book import PartitionBook
 
 
+def owner_requests(
+    book: PartitionBook, nodes: np.ndarray, parts: int
+) -> tuple[np.ndarray, list[torch.Tensor]]:
+    """``(owners, requests)``: each node's part, and per part the ids (part-local) of the nodes
+    it owns, in the order of ``nodes``: what a worker asks each owner for."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    owners = book.owner(nodes)
+    local = nodes - book.boundaries[owners]
+    return owners, [torch.from_numpy(local[owners == p]) for p in range(parts)]
+
+
 class RowPlan:
     """Which rows of this rank every peer of ``comm`` wants, and how many this rank gets from
     each. Collective when built (every member builds its plans in the same order).
@@ -150,11 +161,9 @@ class RowGather:
         nodes = np.asarray(nodes, dtype=np.int64)
         assert nodes.ndim == 1 and np.all(nodes[1:] > nodes[:-1]), "nodes must be sorted unique"
         self.stage = stage
-        owners = book.owner(nodes)
         # Sorted ids of contiguous parts: each owner's requests are one contiguous run, so the
         # concatenation of what the owners send back is already in the order of ``nodes``.
-        local = nodes - book.boundaries[owners]
-        requests = [torch.from_numpy(local[owners == p]) for p in range(book.num_parts)]
+        _, requests = owner_requests(book, nodes, book.num_parts)
         self.plan = RowPlan(comm, requests, stage, offset=own_offset)
 
     @property

@@ -79,7 +79,7 @@ from shardgnn.fullgraph.dependencies import (
     gather_sparse_rows,
     select_dependencies,
 )
-from shardgnn.fullgraph.rows import RowGather, RowPlan
+from shardgnn.fullgraph.rows import RowGather, RowPlan, owner_requests
 from shardgnn.fullgraph.shard import FullGraphShard, Grid, GridGroups
 from shardgnn.nn.message_graph import NORMS, MessageGraph, _csr, transpose_csr
 from shardgnn.partition.cover import pulled_crossing_edges
@@ -332,12 +332,7 @@ class DistFullGraph:
             )
             plan = None
             if received[layer] > 0:
-                wanted = deps.received[layer]
-                owners = book.owner(wanted)
-                requests = [
-                    torch.from_numpy(wanted[owners == p] - int(book.boundaries[p]))
-                    for p in range(comm.world_size)
-                ]
+                _, requests = owner_requests(book, deps.received[layer], comm.world_size)
                 plan = RowPlan(comm, requests, "setup", device)
             self._dep_layers.append((graph, plan))
         keys = torch.from_numpy(np.array(shard.orig_ids, dtype=np.int64)).unsqueeze(1)
