@@ -240,3 +240,14 @@ def test_dependencies_train_as_one_process(
     received = np.sum([r for _, r in per_worker], axis=0)
     assert received.tolist() == counts["received_rows"]
     assert sent == sum(4 * w * m * (1 + g) for w, m, g in zip(widths, received, grads))
+
+
+def test_cli_refuses_a_bad_rates_file_before_any_worker(tmp_path, capsys):
+    from shardgnn.cli import main
+
+    missing = tmp_path / "none.json"
+    argv = ["train", "synthetic:nodes=300", "--mode", "full", "--workers", "2", "--epochs", "1"]
+    assert main(argv + ["--dependencies", "hybrid", "--plan-rates", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--plan-rates {missing}: not the JSON of `shardgnn plan --calibrate" in err
+    assert "Traceback" not in err

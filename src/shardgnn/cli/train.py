@@ -357,6 +357,10 @@ def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
     if config.mode == "full":
         if config.full.spmm == "auto":
             config = _auto_spmm(config, pset)
+        if config.full.dependencies == "hybrid":  # a bad rates file: one line, before any worker
+            from shardgnn.fullgraph.rates import read_rates
+
+            read_rates(config.full.plan_rates, "--plan-rates")
         grid_of(config.full, workers)  # --replication or --grid-rows must divide the workers
     config = dataclasses.replace(
         config,

@@ -130,12 +130,14 @@ class DistFullGraphSteps(DistSteps):
             error_feedback=config.error_feedback,
             block=block,
         )
-        self._x_own = torch.from_numpy(
+        x = torch.from_numpy(
             np.ascontiguousarray(
                 normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
             )
         )
-        self.x = to_sparse_if_sparse(self._x_own).to(ctx.device)
+        self.x = to_sparse_if_sparse(x).to(ctx.device)
+        # --dependencies cache/hybrid extends the rows once the model is known
+        self._x_own: torch.Tensor | None = x if full.dependencies != "communicate" else None
 
     def _set_model(self, build: Callable[[], torch.nn.Module], out_dim: int) -> None:
         """Build the model from ``--seed`` (identical initial weights on every rank, and as one
@@ -155,15 +157,17 @@ class DistFullGraphSteps(DistSteps):
     def _set_dependencies(self, out_dim: int) -> None:
         """``--dependencies``: the remote rows each layer computes here, and the features of
         every remote node this rank computes (fetched once)."""
-        full, settings = self.config.full, self.config.model
+        full, settings, x_own = self.config.full, self.config.model, self._x_own
+        assert x_own is not None
+        self._x_own = None  # not kept past the set-up
         costs = None
         if full.dependencies == "hybrid":
             from shardgnn.fullgraph.dependencies import DependencyCosts
             from shardgnn.fullgraph.rates import read_rates
 
-            rows = max(1, self._x_own.shape[0])
-            nnz = float(self._x_own.count_nonzero()) / rows if self.x.is_sparse else None
-            dims = [self._x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
+            rows = max(1, x_own.shape[0])
+            nnz = float(x_own.count_nonzero()) / rows if self.x.is_sparse else None
+            dims = [x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
             costs = DependencyCosts.from_rates(
                 read_rates(full.plan_rates, "--plan-rates"),
                 torch.get_num_threads(),
@@ -174,7 +178,7 @@ class DistFullGraphSteps(DistSteps):
             )
         self.graph.set_dependencies(self.model.num_layers, costs)
         # sparse features travel as their non-zeros
-        own = self.x.cpu() if self.x.is_sparse else self._x_own
+        own = self.x.cpu() if self.x.is_sparse else x_own
         self.x = self.graph.dependency_rows(own).to(self.ctx.device)
 
     def _model_edge_dim(self) -> int:
