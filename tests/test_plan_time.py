@@ -259,7 +259,7 @@ def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys
     assert results["spmm"] == pick.strategy
     # a flag that does not apply is refused
     assert main(["train", "--partitions", str(parts), *flags, "--spmm", "1d"]) == 2
-    assert "needs --spmm auto (got --spmm 1d)" in capsys.readouterr().err
+    assert "needs --spmm auto or --dependencies hybrid (got --spmm 1d)" in capsys.readouterr().err
 
 
 def test_link_probe_refuses_to_run_outside_a_two_worker_job(tmp_path, monkeypatch, capsys):
