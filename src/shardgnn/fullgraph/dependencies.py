@@ -41,6 +41,7 @@ import torch
 
 from shardgnn.distributed.comm import Communicator
 from shardgnn.fullgraph.rows import owner_requests
+from shardgnn.graph.csr import concat_ranges
 from shardgnn.partition.book import PartitionBook
 
 Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -229,7 +230,7 @@ def select_dependencies(
             counts = np.diff(c_indptr)[rows]
             indptrs.append(np.cumsum(counts) + edges)
             edges += int(counts.sum())
-            sources.append(c_sources[_positions(c_indptr[rows], counts)])
+            sources.append(c_sources[concat_ranges(c_indptr[rows], counts)])
         nodes.append(kept)
         src_rows[layer] = len(local) + len(kept)
         received[layer] = np.setdiff1d(candidates, kept, assume_unique=True)
@@ -245,13 +246,6 @@ def select_dependencies(
         degree_ids=ids,
         degrees=np.concatenate(met_degrees).astype(np.int64)[first],
     )
-
-
-def _positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenated ranges ``[starts[k], starts[k] + counts[k])``."""
-    total = int(counts.sum())
-    offsets = np.repeat(np.cumsum(counts) - counts, counts)
-    return np.repeat(starts, counts) + np.arange(total, dtype=np.int64) - offsets
 
 
 def _greedy(
@@ -299,7 +293,7 @@ def fetch_in_edges(
     for asked in comm.all_to_all(requests, "setup"):
         rows = asked.numpy()
         counts = own_indptr[rows + 1] - own_indptr[rows]
-        at = _positions(own_indptr[rows], counts)
+        at = concat_ranges(own_indptr[rows], counts)
         heads.append(torch.from_numpy(np.stack([counts, own_degree[rows]], axis=1)))
         edges.append(torch.from_numpy(np.stack([own_sources[at], source_degree[at]], axis=1)))
     head = torch.cat(comm.all_to_all(heads, "setup")).numpy().reshape(-1, 2)
@@ -317,13 +311,14 @@ def gather_sparse_rows(
     Collective over ``comm`` (three all-to-alls, counted under ``setup``)."""
     n, width = own_NF.shape
     owners, requests = owner_requests(book, remote, comm.world_size)
-    csr = own_NF.coalesce().cpu().to_sparse_csr()
+    own = own_NF.coalesce().cpu()
+    csr = own.to_sparse_csr()
     crow, col, val = (t.numpy() for t in (csr.crow_indices(), csr.col_indices(), csr.values()))
     counts, columns, values = [], [], []
     for asked in comm.all_to_all(requests, "setup"):
         rows = asked.numpy()
         count = crow[rows + 1] - crow[rows]
-        at = _positions(crow[rows], count)
+        at = concat_ranges(crow[rows], count)
         counts.append(torch.from_numpy(count))
         columns.append(torch.from_numpy(col[at]))
         values.append(torch.from_numpy(val[at]))
@@ -333,7 +328,6 @@ def gather_sparse_rows(
     # the replies come owner by owner, each in its requests' order
     position = n + np.concatenate([np.flatnonzero(owners == p) for p in range(comm.world_size)])
     row = torch.from_numpy(np.repeat(position, count))
-    own = own_NF.coalesce().cpu()
     indices = torch.cat([own.indices(), torch.stack([row, column])], dim=1)
     rows = torch.sparse_coo_tensor(
         indices, torch.cat([own.values(), value.to(own.values().dtype)]), (n + len(remote), width)

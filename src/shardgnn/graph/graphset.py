@@ -27,7 +27,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import Graph
+from shardgnn.graph.csr import Graph, concat_ranges
 
 GRAPH_SET_FORMAT = "shardgnn-graph-set"
 GRAPH_SET_VERSION = 1
@@ -124,7 +124,7 @@ class GraphSet:
         ids = np.asarray(graph_ids, dtype=np.int64)
         ptr = np.asarray(self.graph_ptr)
         starts = np.asarray(self.indptr)[ptr[ids]]
-        return _ranges(starts, np.asarray(self.indptr)[ptr[ids + 1]] - starts)
+        return concat_ranges(starts, np.asarray(self.indptr)[ptr[ids + 1]] - starts)
 
     def union(self) -> Graph:
         """The disjoint union as a :class:`Graph` (no node labels; the graphs' labels and splits
@@ -457,9 +457,9 @@ def take_graphs(graphs: Any, ids: np.ndarray) -> GraphBatch:
     ptr = graphs.graph_ptr
     node_start, node_end = ptr[ids], ptr[ids + 1]
     sizes = node_end - node_start
-    nodes = _ranges(node_start, sizes)
+    nodes = concat_ranges(node_start, sizes)
     edge_start, edge_end = graphs.indptr[node_start], graphs.indptr[node_end]
-    edges = _ranges(edge_start, edge_end - edge_start)
+    edges = concat_ranges(edge_start, edge_end - edge_start)
     # new id of every old source id: its offset inside its graph plus the graph's batch offset
     batch_start = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(sizes, out=batch_start[1:])
@@ -480,12 +480,3 @@ def take_graphs(graphs: Any, ids: np.ndarray) -> GraphBatch:
         y=None if graphs.y is None else np.asarray(graphs.y[ids]),
         num_graphs=len(ids),
     )
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(s, s + n)`` for every ``(s, n)``."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    return np.arange(total, dtype=np.int64) + offsets
