@@ -8,7 +8,10 @@ then per worker count, on one METIS partition, GCN full-graph training (``--laye
 hidden 256) with each ``--dependencies``: steady epoch time (epochs 2 onwards, training step and
 evaluation), the bytes exchanged per epoch (training step and the evaluation's forward pass),
 the remote rows computed and received per layer, the set-up's bytes, the busiest worker's peak
-memory and the test accuracy (the three must agree: each is exact).
+memory and the test accuracy (the three must agree: each is exact); beside each, the training
+step ``shardgnn plan`` predicts for it on the same partition with the same rates
+(:func:`~shardgnn.fullgraph.plan.partition_costs`; ``--predict`` adds the predictions to the runs
+of an earlier ``--out`` from its ``--work-dir``).
 
     python benchmarks/bench_dependencies.py --datasets coauthor-physics --workers 2,4 \
         --links host,500mbit --out benchmarks/out/dependencies.json
@@ -52,6 +55,38 @@ def measure(results: Path) -> dict[str, Any]:
     }
 
 
+def predict(work: Path, tag: str, rate: str, p: int, layers: int, hidden: int) -> dict[str, Any]:
+    """The plan's training step of each ``--dependencies`` on the partition the runs used, with
+    the rates they priced with (GCN, all workers on this machine)."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import partition_costs
+    from shardgnn.fullgraph.rates import read_rates
+    from shardgnn.partition.format import read_partitions
+
+    rates_path = work / f"{tag}-{rate}-rates.json"
+    pset = read_partitions(work / f"{tag}-p{p}", verify=False)
+    config = PlanConfig(
+        model="gcn", hidden=hidden, layers=layers, workers=(p,), workers_per_host=p,
+        rates=str(rates_path),
+    )  # fmt: skip
+    out_dim = pset.load_part(0, mmap=True, verify=False).num_classes
+    costs = partition_costs(pset, config, out_dim, read_rates(str(rates_path), "--rates"))
+    return {
+        c.config.dependencies: {
+            "predicted_step_s": c.epoch_s,
+            "predicted_mb": c.bytes_per_epoch / 1e6,
+        }
+        for c in costs
+        if c.strategy == "1d-sparse"
+    }
+
+
+def add_predictions(report: dict[str, Any], work: Path, layers: int, hidden: int) -> None:
+    for r in report["runs"]:
+        tag = re.sub(r"[^A-Za-z0-9]+", "_", r["dataset"])
+        r.update(predict(work, tag, r["link"], r["workers"], layers, hidden)[r["mode"]])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["coauthor-physics"])
@@ -66,10 +101,17 @@ def main() -> int:
     parser.add_argument("--work-dir", default="/tmp/bench_dependencies")
     parser.add_argument("--out", default="benchmarks/out/dependencies.json")
     parser.add_argument("--table", action="store_true", help="only write --out's table")
+    parser.add_argument(
+        "--predict", action="store_true", help="add the plan's predictions to --out's runs"
+    )
     args = parser.parse_args()
     out = Path(args.out)
-    if args.table:
-        write_table(out, json.loads(out.read_text()))
+    if args.table or args.predict:
+        report = json.loads(out.read_text())
+        if args.predict:
+            add_predictions(report, Path(args.work_dir), args.layers, args.hidden)
+            save_json(out, report)
+        write_table(out, report)
         return 0
     workers = [int(p) for p in args.workers.split(",")]
     work = Path(args.work_dir)
@@ -111,6 +153,7 @@ def main() -> int:
                         row = {
                             "dataset": dataset, "link": rate, "workers": p, "mode": mode,
                             **measure(results), "run_s": time.perf_counter() - start,
+                            **predict(work, tag, rate, p, args.layers, args.hidden)[mode],
                         }  # fmt: skip
                         report["runs"].append(row)
                         print(
@@ -125,18 +168,21 @@ def main() -> int:
 
 def write_table(out: Path, report: dict[str, Any]) -> None:
     lines = [
-        "| dataset | link | P | dependencies | epoch s | step s | MB exchanged / epoch | "
-        "remote rows computed here (per layer) | received (per layer) | set-up MB | "
-        "peak MB | test acc |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | link | P | dependencies | epoch s | step s | plan's step s (x measured) | "
+        "MB exchanged / epoch | remote rows computed here (per layer) | received (per layer) | "
+        "set-up MB | peak MB | test acc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         deps = r["dependencies"]
+        planned = "-"
+        if r.get("predicted_step_s") is not None:
+            planned = f"{r['predicted_step_s']:.3f} ({r['predicted_step_s'] / r['step_s']:.2f}x)"
         if isinstance(r["peak_memory_mb"], dict):  # runs recorded before the busiest was taken
             r["peak_memory_mb"] = max(r["peak_memory_mb"]["rss"])
         lines.append(
             f"| {r['dataset']} | {r['link']} | {r['workers']} | {r['mode']} | "
-            f"{r['epoch_s']:.3f} | {r['step_s']:.3f} | {r['spmm_mb_per_epoch']:.1f} | "
+            f"{r['epoch_s']:.3f} | {r['step_s']:.3f} | {planned} | {r['spmm_mb_per_epoch']:.1f} | "
             f"{deps.get('recomputed_rows', '-')} | {deps.get('received_rows', '-')} | "
             f"{r['setup_mb']:.1f} | {r['peak_memory_mb']:,.0f} | "
             f"{100 * r['test_acc']:.2f} |"

@@ -47,7 +47,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.fullgraph.config import PlanConfig
-from shardgnn.fullgraph.plan import StrategyCost, partition_costs, recommend
+from shardgnn.fullgraph.plan import partition_costs, recommend
 from shardgnn.partition.format import read_partitions
 
 SHARDGNN = [sys.executable, "-m", "shardgnn"]
@@ -81,25 +81,6 @@ def run(cmd: list[str], log: Path) -> None:
         done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
     if done.returncode:
         raise SystemExit(f"failed ({done.returncode}): {' '.join(cmd)}; log: {log}")
-
-
-def strategy_flags(cost: StrategyCost) -> list[str]:
-    full = cost.config
-    flags = ["--spmm", full.spmm]
-    if full.spmm == "1.5d":
-        flags += ["--replication", str(full.replication)]
-    if full.spmm in ("2d", "3d"):
-        from shardgnn.fullgraph.shard import grid_of
-
-        grid = grid_of(full, cost.workers)
-        flags += ["--grid-rows", str(grid.rows)]
-        if full.spmm == "3d":
-            flags += ["--grid-layers", str(grid.layers)]
-    return flags
-
-
-def label(cost: StrategyCost) -> str:
-    return cost.strategy + (f" {cost.layout}" if cost.layout else "")
 
 
 @contextlib.contextmanager
@@ -184,14 +165,14 @@ def measure(
     measured: dict[str, float] = {}
     tag = re.sub(r"[^A-Za-z0-9]+", "_", f"{dataset}-{where}-p{p}")
     for cost in costs:
-        results = parts.parent / f"{tag}-{label(cost).replace(' ', '_')}.json"
+        results = parts.parent / f"{tag}-{cost.label.replace(' ', '_')}.json"
         start = time.perf_counter()
         codes = train(cost, results)
         epochs = json.loads(results.read_text())["epochs"]
         steady = float(np.mean([e["time_s"] for e in epochs[1:]]))
-        measured[label(cost)] = steady
+        measured[cost.label] = steady
         report["runs"].append({
-            "dataset": dataset, "link": where, "workers": p, "strategy": label(cost),
+            "dataset": dataset, "link": where, "workers": p, "strategy": cost.label,
             "predicted_s": cost.epoch_s, "predicted_compute_s": cost.compute_s,
             "predicted_comm_s": cost.comm_s, "measured_s": steady,
             "ratio": cost.epoch_s / steady,
@@ -201,12 +182,12 @@ def measure(
             **({"exit_codes": codes} if codes and any(codes) else {}),
         })  # fmt: skip
         print(
-            f"{dataset} {where} P={p} {label(cost)}: predicted {cost.epoch_s:.3f} s, measured "
+            f"{dataset} {where} P={p} {cost.label}: predicted {cost.epoch_s:.3f} s, measured "
             f"{steady:.3f} s ({cost.epoch_s / steady:.2f}x)",
             flush=True,
         )
         save_json(out, report)
-    pick = label(recommend(costs)[p])
+    pick = recommend(costs)[p].label
     fastest = min(measured, key=measured.get)
     report["settings"].append({
         "dataset": dataset, "link": where, "workers": p, "pick": pick,
@@ -271,11 +252,14 @@ def main() -> int:
                 for p in workers:
                     parts = work / f"{tag}-p{p}"
 
-                    def one_host(cost, results, p=p, parts=parts, prefix=prefix, train=train):
+                    def one_host(
+                        cost, results, p=p, parts=parts, prefix=prefix, train=train,
+                        calibration=calibration,
+                    ):  # fmt: skip
                         run(
                             prefix + SHARDGNN + train + ["--partitions", str(parts)]
                             + ["--workers", str(p), "--results", str(results)]
-                            + strategy_flags(cost),
+                            + cost.flags(str(calibration)),
                             results.with_suffix(".log"),
                         )  # fmt: skip
 
@@ -303,12 +287,14 @@ def main() -> int:
                 )  # fmt: skip
                 parts = work / f"{tag}-p2"
 
-                def two_host(cost, results, hosts=hosts, parts=parts, train=train):
+                def two_host(
+                    cost, results, hosts=hosts, parts=parts, train=train, calibration=calibration
+                ):
                     results.unlink(missing_ok=True)
                     codes = on_both(
                         hosts,
                         ["-m", "shardgnn.run", *train, "--partitions", str(parts)]
-                        + ["--results", str(results), *strategy_flags(cost)],
+                        + ["--results", str(results), *cost.flags(str(calibration))],
                         results.with_suffix(""),
                         f"train{os.getpid()}{results.stem[-12:]}",
                     )

@@ -14,11 +14,18 @@ import pytest
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.config import FullGraphConfig, PlanConfig
 from shardgnn.fullgraph.dependencies import DependencyCosts, select_dependencies
-from shardgnn.fullgraph.plan import linear_layers, spmm_widths
+from shardgnn.fullgraph.plan import (
+    dependency_cost,
+    dependency_costs,
+    linear_layers,
+    partition_edges,
+    spmm_widths,
+)
 from shardgnn.fullgraph.rates import ComputeRates, MachineRates
 from shardgnn.fullgraph.shard import _non_loop_degree
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.partition.book import PartitionBook
+from shardgnn.partition.format import read_partitions
 from test_fullgraph import _assert_same_run, _config, _parts, _reference, _train_dist
 
 from distributed_helpers import run_workers
@@ -156,13 +163,13 @@ def _rates(model, dims, link_bytes_s=1e9, spmm_s=1e-9, linear_s=1e-9, threads=1)
 
 
 def test_costs_from_the_machine_rates():
-    costs = DependencyCosts.from_rates(_rates("gcn", [12, 8, 8, 4]), 1, "gcn", [12, 8, 8, 4], 32)
+    costs = dependency_costs(_rates("gcn", [12, 8, 8, 4]), 1, "gcn", [12, 8, 8, 4], 32)
     # rows 8, 8, 4 wide; each with its gradient back (the first layer projects 12 -> 8 first)
     assert costs.communicate_s == pytest.approx((64e-9, 64e-9, 32e-9))
     assert costs.entry_s == pytest.approx((2e-9,) * 3) and costs.row_s == pytest.approx((1e-9,) * 3)
     assert costs.input_s == pytest.approx(1e-9)
     # aggregating the 12 raw features (hidden 16): no gradient to send back, no transform
-    raw = DependencyCosts.from_rates(_rates("sage", [12, 16, 4]), 1, "sage", [12, 16, 4], 8)
+    raw = dependency_costs(_rates("sage", [12, 16, 4]), 1, "sage", [12, 16, 4], 8)
     assert raw.input_s == 0.0 and raw.entry_s[0] == pytest.approx(1e-9)
     assert raw.row_s[0] == pytest.approx(2e-9)  # GraphSAGE: two linear layers a row
 
@@ -240,6 +247,16 @@ def test_dependencies_train_as_one_process(
     received = np.sum([r for _, r in per_worker], axis=0)
     assert received.tolist() == counts["received_rows"]
     assert sent == sum(4 * w * m * (1 + g) for w, m, g in zip(widths, received, grads))
+    # `shardgnn plan` selects the same rows on the partition and predicts these bytes
+    e, in_dim = partition_edges(read_partitions(path, verify=False))
+    plan = PlanConfig(model=model, hidden=hidden, layers=3, workers=(world,),
+                      workers_per_host=world, rates=str(rates))  # fmt: skip
+    cost = dependency_cost(
+        "hybrid", e, world, spmm_widths(plan, in_dim, 4), plan, in_dim, 4,
+        _rates(model, dims, link_bytes_s=5e8),
+    )  # fmt: skip
+    assert cost.rows == received.sum()
+    assert (cost.bytes_per_epoch, cost.max_worker_bytes) == (sent, max(s for s, _ in per_worker))
 
 
 def test_cli_refuses_a_bad_rates_file_before_any_worker(tmp_path, capsys):

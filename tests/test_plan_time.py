@@ -112,6 +112,46 @@ def test_a_slow_link_picks_the_fewest_bytes_and_a_fast_one_the_least_compute(gra
     assert all(c.comm_s == 0 for c in costs)
 
 
+def test_dependencies_are_planned_by_time(graph):
+    """With rates, the sparse 1D plan is weighed with `--dependencies cache` and `hybrid` too
+    (without, they are left out: by bytes alone caching would always win). Over an infinitely
+    fast link the hybrid recomputes nothing and is predicted exactly as 1d-sparse (latency
+    included); over a very slow one caching exchanges no row but computes more, and the pick
+    recomputes; in between the hybrid receives some rows."""
+    config = PlanConfig(
+        model="gcn", workers=(4,), hidden=16, workers_per_host=4, rates="rates.json"
+    )
+    owner = partition_graph(graph, PartitionConfig(num_parts=4, method="metis")).assignment
+    untimed = [c.label for c in costs_at(graph, owner, 4, config) if c.strategy == "1d-sparse"]
+    assert untimed == ["1d-sparse"]
+
+    def sparse_1d(rates):
+        return {
+            c.label: c
+            for c in costs_at(graph, owner, 4, config, rates)
+            if c.strategy == "1d-sparse"
+        }
+
+    by = sparse_1d(_rates(link=math.inf))
+    sparse = by["1d-sparse"]
+    hybrid = by["1d-sparse --dependencies hybrid"]
+    cache = by["1d-sparse --dependencies cache"]
+    assert hybrid.config.dependencies == "hybrid" and hybrid.layout == "hybrid"
+    assert (hybrid.bytes_per_epoch, hybrid.max_worker_bytes, hybrid.max_worker_recv) == (
+        sparse.bytes_per_epoch, sparse.max_worker_bytes, sparse.max_worker_recv
+    )  # fmt: skip
+    for key in ("compute_s", "comm_s", "epoch_s"):
+        assert getattr(hybrid, key) == pytest.approx(getattr(sparse, key), rel=1e-12), key
+    assert cache.bytes_per_epoch == 0 and cache.rows == 0
+    assert cache.compute_s > sparse.compute_s and cache.held_mb > sparse.held_mb
+    slow = costs_at(graph, owner, 4, config, _rates(link=1e3))
+    assert recommend(slow)[4].config.dependencies != "communicate"
+    middle = sparse_1d(_rates(link=1e7))
+    mixed = middle["1d-sparse --dependencies hybrid"]
+    assert 0 < mixed.bytes_per_epoch < middle["1d-sparse"].bytes_per_epoch
+    assert mixed.epoch_s < middle["1d-sparse"].epoch_s
+
+
 def test_rates_round_trip_and_refuse_what_they_did_not_measure(graph):
     rates = _rates()
     assert MachineRates.from_dict(json.loads(json.dumps(rates.to_dict()))) == rates
@@ -247,16 +287,28 @@ def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys
     model = ModelConfig(model="gcn", hidden=12, num_layers=2)
     chosen, pick, costs = auto_spmm(pset, model, full, 3, workers_per_host=4)
     assert pick.bytes_per_epoch == min(c.bytes_per_epoch for c in costs)
-    assert chosen.plan_rates is None and chosen.spmm == pick.strategy
+    assert chosen.spmm == pick.strategy == "1d-sparse"  # no row exchanged: cached
+    assert chosen.dependencies == pick.config.dependencies == "cache"
+    assert chosen.plan_rates is None
     out = tmp_path / "auto.json"
     flags = ["--mode", "full", "--model", "gcn", "--hidden", "12", "--layers", "2",
              "--epochs", "1", "--spmm", "auto", "--plan-rates", str(path), "--quiet",
              "--results", str(out)]  # fmt: skip
     assert main(["train", "--partitions", str(parts), *flags]) == 0
-    name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
+    name = pick.label
     assert f"--spmm auto: {name}: the shortest predicted epoch" in capsys.readouterr().out
     results = json.loads(out.read_text())
     assert results["spmm"] == pick.strategy
+    assert results["dependencies"]["mode"] == "cache"
+    # over a faster link the hybrid: it prices each remote node with the same rates
+    rates.link_bytes_s = 1e8
+    path.write_text(json.dumps({"rates": rates.to_dict()}))
+    chosen, pick, _ = auto_spmm(pset, model, full, 3, workers_per_host=4)
+    assert (chosen.dependencies, chosen.plan_rates) == ("hybrid", str(path))
+    assert main(["train", "--partitions", str(parts), *flags]) == 0
+    said = "--spmm auto: 1d-sparse --dependencies hybrid: the shortest predicted epoch"
+    assert said in capsys.readouterr().out
+    assert json.loads(out.read_text())["dependencies"]["mode"] == "hybrid"
     # a flag that does not apply is refused
     assert main(["train", "--partitions", str(parts), *flags, "--spmm", "1d"]) == 2
     assert "needs --spmm auto or --dependencies hybrid (got --spmm 1d)" in capsys.readouterr().err

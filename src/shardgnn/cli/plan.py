@@ -25,7 +25,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
             "strategy whose busiest worker sends the fewest bytes. The counts equal what a "
             "training run's counters measure, worker by worker. With --calibrate (or --rates "
             "FILE) it also predicts each strategy's epoch time from this machine's measured "
-            "rates and picks the fastest. Mini-batch training (--strategies all or minibatch) "
+            "rates, weighs 1d-sparse's --dependencies cache and hybrid too (GCN, GraphSAGE, "
+            "GIN: remote rows recomputed instead of received, selected here as the workers "
+            "would) and picks the fastest. Mini-batch training (--strategies all or minibatch) "
             "is planned from one epoch of every worker's batches sampled here: the sampling "
             "and fetch bytes of exact rows, 8-bit rows (--fetch-bits 8), a presample cache "
             "(--cache-size) and, with --historical L:AGE, historical embeddings (pushed or "
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 "costs": [c.to_dict() for c in costs],
                 "minibatch_costs": [c.to_dict() for c in minibatch],
                 "rates": None if rates is None else rates.to_dict(),
-                "picks": {str(p): c.strategy + (f" {c.layout}" if c.layout else "")
+                "picks": {str(p): c.label
                           for p, c in picks.items()},
                 "minibatch_picks": {str(p): c.option for p, c in minibatch_picks.items()},
             },
@@ -142,7 +144,7 @@ def print_full_graph(costs, picks, timed_costs: bool, memory_mb: float | None = 
         [
             c.workers,
             c.strategy,
-            c.layout,
+            c.label.removeprefix(c.strategy).strip(),  # a grid, or --dependencies
             f"{c.rows:,}",
             f"{c.bytes_per_epoch / 1e6:,.1f}",
             f"{c.bytes_per_epoch / baseline[c.workers]:.3f}" if baseline[c.workers] else "-",

@@ -161,9 +161,10 @@ def plan_figure_name(path: str | Path) -> str:
 
 
 def plot_plan(path: Path, out_dir: Path) -> Path:
-    """``plan_NAME.png``: per strategy (its best replication or grid at each worker count) and
-    mini-batch option, the MB the busiest worker sends per epoch and, when the plan has times,
-    the predicted epoch seconds, against the worker count (log scales)."""
+    """``plan_NAME.png``: per strategy (its best replication or grid at each worker count; the
+    sparse 1D plan's ``--dependencies`` apart) and mini-batch option, the MB the busiest worker
+    sends per epoch and, when the plan has times, the predicted epoch seconds, against the
+    worker count (log scales)."""
     data = json.loads(path.read_text())
     # mini-batch options are lines of their own ("mini-batch 8-bit", ...)
     costs = data["costs"] + [
@@ -175,6 +176,11 @@ def plot_plan(path: Path, out_dir: Path) -> Path:
         panels.append(("epoch_s", "predicted epoch seconds", 1.0))
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
+    # one line per --spmm (its best layout), and one per way of getting remote dependencies
+    for c in costs:
+        dependencies = (c.get("config") or {}).get("dependencies", "communicate")
+        if dependencies != "communicate":
+            c["strategy"] = f"{c['strategy']} --dependencies {dependencies}"
     strategies = list(dict.fromkeys(c["strategy"] for c in costs))
     for ax, (key, title, scale) in zip(axes[0], panels):
         for strategy in strategies:

@@ -300,8 +300,8 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
         # strategies. The launcher of local workers resolves it once, before they start.
         memory_mb = None if "RANK" in os.environ else memory_per_worker(per_host)
         full, pick, costs = auto_spmm(pset, model, config.full, out_dim, per_host, memory_mb)
-        sparse = next(c for c in costs if c.strategy == "1d-sparse")
-        name = f"{pick.strategy}{' ' + pick.layout if pick.layout else ''}"
+        sparse = next(c for c in costs if c.label == "1d-sparse")
+        name = pick.label
         kept = worker_memory_mb(pick)
         if memory_mb is None:
             memory = ""

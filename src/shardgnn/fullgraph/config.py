@@ -12,6 +12,10 @@ from shardgnn.store.config import check_historical
 SPMM_VARIANTS = ("1d", "1d-sparse", "vertex-cut", "1.5d", "2d", "3d")
 DEPENDENCIES = ("communicate", "cache", "hybrid")
 """how ``1d-sparse`` gets the rows of remote neighbours (:mod:`shardgnn.fullgraph.dependencies`)"""
+DEPENDENCY_MODELS = ("gcn", "sage", "gin")
+"""the models ``--dependencies cache/hybrid`` runs: stacked layers whose rows depend on their
+in-neighbours' rows of the layer below only (APPNP and SGC mix in the input rows at every step;
+the halo-row models read edges over the exchanged rows themselves)"""
 GRID_VARIANTS = ("2d", "3d")
 """the variants that multiply blocks of a process grid (``shardgnn.fullgraph.shard.BlockGrid``)"""
 
@@ -59,8 +63,9 @@ class FullGraphConfig:
     plan_rates: str | None = option(
         None,
         metavar="FILE",
-        help="with --spmm auto: pick the strategy with the shortest predicted epoch (default: "
-        "the fewest bytes from the busiest worker); with --dependencies hybrid: price each "
+        help="with --spmm auto: pick the strategy with the shortest predicted epoch, 1d-sparse's "
+        "--dependencies cache and hybrid among them (default: the fewest bytes from the busiest "
+        "worker); with --dependencies hybrid: price each "
         "remote node's rows; the machine rates of `shardgnn plan --calibrate --out FILE`",
     )
 

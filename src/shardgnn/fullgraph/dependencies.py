@@ -22,14 +22,16 @@ one process's, to rounding.
 * ``communicate`` (the default) is ``1d-sparse`` itself (none of this module runs);
 * ``cache``: every remote dependency: each worker holds its rows' ``L``-hop in-neighbourhood and
   exchanges no rows per step (the gradient all-reduce remains);
-* ``hybrid``: per remote node, the cost model (:class:`DependencyCosts`, this machine's rates
-  from ``shardgnn plan --calibrate``) compares a step's seconds sending its row (and gradient)
-  with those of computing it here: its rows at every layer below (aggregated entries, dense
-  layers) and, for each of its in-neighbours nothing else here needs, getting that one too (its
-  exchange at each layer below, or at layer 0 the cheaper of exchanging and caching it). Layers
-  are decided from the top, a layer's nodes in order of how few new in-neighbours they bring
-  (NeutronStar's greedy); each node accepted makes its in-neighbours free for the next.
-"""
+* ``hybrid``: per remote node, the cost model (:class:`DependencyCosts`, priced from this
+  machine's rates of ``shardgnn plan --calibrate`` by
+  :func:`~shardgnn.fullgraph.plan.dependency_costs`) compares a step's seconds sending its
+  row (and gradient) with those of computing it here: its rows at every layer below
+  (aggregated entries, dense layers) and, for each of its in-neighbours nothing else here
+  needs, getting that one too (its exchange at each layer below, or at layer 0 the cheaper of
+  exchanging and caching it). Layers are decided from the top, a layer's nodes in order of how
+  few new in-neighbours they bring (NeutronStar's greedy); each node accepted makes its
+  in-neighbours free for the next. ``shardgnn plan`` selects and prices the same rows
+  (:func:`~shardgnn.fullgraph.plan.dependency_cost`)."""
 
 from __future__ import annotations
 
@@ -75,49 +77,6 @@ class DependencyCosts:
         own = sum((in_edges + 1) * self.entry_s[j] + self.row_s[j] for j in range(layer))
         neighbour = min(self.communicate_s[0], self.input_s) + sum(self.communicate_s[1:layer])
         return own + new * neighbour
-
-    @classmethod
-    def from_rates(
-        cls,
-        rates,
-        threads: int,
-        model: str,
-        dims: list[int],
-        bits: int,
-        feature_nnz: float | None = None,
-    ) -> DependencyCosts:
-        """The costs of ``model`` (``gcn``, ``sage``, ``gin``) with layer widths ``dims`` (input,
-        hidden ..., output) from :class:`~shardgnn.fullgraph.rates.MachineRates` at the measured
-        thread count nearest ``threads``; ``feature_nnz``: non-zeros per feature row where the
-        features are stored sparse. Rows cross the link at its measured one-way rate."""
-        from shardgnn.fullgraph.config import PlanConfig
-        from shardgnn.fullgraph.plan import linear_layers, row_bytes, spmm_widths
-
-        r = rates.at(min(rates.compute, key=lambda t: (abs(t - threads), t)))
-        layers = len(dims) - 1
-        plan = PlanConfig(model=model, hidden=dims[1] if layers > 1 else 1, layers=layers)
-        forward, backward = spmm_widths(plan, dims[0], dims[-1])
-        raw_first = len(backward) < len(forward)  # layer 0 aggregates the features themselves
-        linears = linear_layers(plan, dims[0], dims[-1], sparse=feature_nnz is not None)
-        per_layer = len(linears) // layers  # GCN one, GraphSAGE and GIN two
-
-        def linear_s(a: int, b: int, grad: bool, sparse: bool) -> float:
-            return float(feature_nnz) * r.sparse(b) if sparse else r.linear(a, b, grad)
-
-        communicate, entry, row = [], [], []
-        for i, width in enumerate(forward):
-            grad = i > 0 or not raw_first
-            sent = row_bytes(width, bits) * (2 if grad else 1)
-            communicate.append(sent / rates.link_bytes_s)
-            entry.append(r.spmm(width) + (r.spmm(width, transposed=True) if grad else 0.0))
-            mine = linears[i * per_layer : (i + 1) * per_layer]
-            row.append(
-                sum(linear_s(*lin) for lin in mine)
-                + sum(b for _, b, _, _ in mine) * r.elementwise_s
-            )
-        first = linears[0]
-        input_s = 0.0 if raw_first else linear_s(*first)
-        return cls(tuple(communicate), tuple(entry), tuple(row), input_s)
 
 
 @dataclasses.dataclass

@@ -30,6 +30,14 @@ of the training step, per peer. The step's exchanges are synchronous, so epoch =
 communication of the slowest host. The recommendation is then the strategy with the shortest
 predicted epoch; without rates, the one whose busiest worker sends the fewest bytes
 (network-bound epochs).
+
+**Remote dependencies** (with rates; GCN, GraphSAGE, GIN): ``1d-sparse`` is weighed with
+``--dependencies cache`` and ``hybrid`` too (:mod:`shardgnn.fullgraph.dependencies`), each
+worker's rows selected here as the workers select them (the hybrid with each worker's costs from
+the same rates), then priced layer by layer (:func:`dependency_cost`): a layer's bytes are the
+rows it receives, its compute its own entries and rows (the recomputed ones included), its held
+memory the cached feature rows and every layer's block. Without rates they are left out: no row
+exchanged, caching would always send the fewest bytes, whatever it recomputes.
 """
 
 from __future__ import annotations
@@ -43,10 +51,11 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.codec import RowCodec
-from shardgnn.fullgraph.config import FullGraphConfig, PlanConfig
+from shardgnn.fullgraph.config import DEPENDENCIES, DEPENDENCY_MODELS, FullGraphConfig, PlanConfig
+from shardgnn.fullgraph.dependencies import DependencyCosts, select_dependencies
 from shardgnn.fullgraph.rates import MachineRates, MiniBatchWork, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
-from shardgnn.graph.csr import Graph
+from shardgnn.graph.csr import Graph, concat_ranges
 from shardgnn.nn.config import ModelConfig
 from shardgnn.nn.functional import stored_sparse
 from shardgnn.partition.cover import cut_rows
@@ -63,7 +72,8 @@ class StrategyCost:
     Attributes:
         workers: ``P``; strategy: the ``--spmm`` variant; layout: its replication or grid.
         rows: rows one forward SpMM sends, summed over workers (3D: ``ceil(width / L)`` wide
-            slices; 1.5D's all-reduce of partial products not included).
+            slices; 1.5D's all-reduce of partial products not included; ``--dependencies``:
+            every layer's, which differ).
         bytes_per_epoch: SpMM bytes of one training step, summed over workers.
         max_worker_bytes: the most one worker sends of those.
         max_worker_recv: the most one worker receives (what a worker is sent forward, it
@@ -92,6 +102,32 @@ class StrategyCost:
     compute_s: float | None = None
     comm_s: float | None = None
     epoch_s: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The strategy as the plan's table and ``--spmm auto`` name it: its ``--spmm``, then
+        its replication or grid, or how it gets remote dependencies."""
+        if self.config.dependencies != "communicate":
+            return f"{self.strategy} --dependencies {self.layout}"
+        return self.strategy + (f" {self.layout}" if self.layout else "")
+
+    def flags(self, rates: str | None = None) -> list[str]:
+        """The ``shardgnn train`` flags that run it (``rates``: the ``--plan-rates`` file
+        ``--dependencies hybrid`` prices with)."""
+        full = self.config
+        flags = ["--spmm", full.spmm]
+        if full.spmm == "1.5d":
+            flags += ["--replication", str(full.replication)]
+        if full.spmm in ("2d", "3d"):
+            grid = grid_of(full, self.workers)
+            flags += ["--grid-rows", str(grid.rows)]
+            if full.spmm == "3d":
+                flags += ["--grid-layers", str(grid.layers)]
+        if full.dependencies != "communicate":
+            flags += ["--dependencies", full.dependencies]
+            if full.dependencies == "hybrid" and rates is not None:
+                flags += ["--plan-rates", rates]
+        return flags
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -330,11 +366,27 @@ def strategy_cost(
             held_rows=held_rows, entries=entries, worker_bytes=worker_bytes,
             worker_recv=worker_recv,
         )  # fmt: skip
+    return _summed(full, layout, int(forward.sum()), e, worker_bytes, worker_recv, held,
+                   activations, times)  # fmt: skip
+
+
+def _summed(
+    full: FullGraphConfig,
+    layout: str,
+    rows: int,
+    e: _Edges,
+    worker_bytes: np.ndarray,
+    worker_recv: np.ndarray,
+    held: np.ndarray,
+    activations: np.ndarray,
+    times: dict[str, float],
+) -> StrategyCost:
+    """A strategy's :class:`StrategyCost` from its per-worker counts (bytes, memory)."""
     return StrategyCost(
-        workers=workers,
+        workers=len(e.sizes),
         strategy=full.spmm,
         layout=layout,
-        rows=int(forward.sum()),
+        rows=rows,
         bytes_per_epoch=int(worker_bytes.sum()),
         max_worker_bytes=int(worker_bytes.max()),
         max_worker_recv=int(worker_recv.max()),
@@ -344,6 +396,162 @@ def strategy_cost(
         config=full,
         **times,
     )
+
+
+def dependency_costs(
+    rates: MachineRates,
+    threads: int,
+    model: str,
+    dims: list[int],
+    bits: int,
+    feature_nnz: float | None = None,
+) -> DependencyCosts:
+    """``--dependencies hybrid``'s prices (:class:`~shardgnn.fullgraph.dependencies.
+    DependencyCosts`) for ``model`` (``gcn``, ``sage``, ``gin``) with layer widths ``dims``
+    (input, hidden ..., output), from ``rates`` at the measured thread count nearest
+    ``threads``; ``feature_nnz``: non-zeros per feature row where the features are stored
+    sparse. Rows cross the link at its measured one-way rate."""
+    r = rates.at(min(rates.compute, key=lambda t: (abs(t - threads), t)))
+    layers = len(dims) - 1
+    plan = PlanConfig(model=model, hidden=dims[1] if layers > 1 else 1, layers=layers)
+    forward, backward = spmm_widths(plan, dims[0], dims[-1])
+    raw_first = len(backward) < len(forward)  # layer 0 aggregates the features themselves
+    linears = linear_layers(plan, dims[0], dims[-1], sparse=feature_nnz is not None)
+    per_layer = len(linears) // layers  # GCN one, GraphSAGE and GIN two
+
+    def linear_s(a: int, b: int, grad: bool, sparse: bool) -> float:
+        return float(feature_nnz) * r.sparse(b) if sparse else r.linear(a, b, grad)
+
+    communicate, entry, row = [], [], []
+    for i, width in enumerate(forward):
+        grad = i > 0 or not raw_first
+        sent = row_bytes(width, bits) * (2 if grad else 1)
+        communicate.append(sent / rates.link_bytes_s)
+        entry.append(r.spmm(width) + (r.spmm(width, transposed=True) if grad else 0.0))
+        mine = linears[i * per_layer : (i + 1) * per_layer]
+        row.append(
+            sum(linear_s(*lin) for lin in mine) + sum(b for _, b, _, _ in mine) * r.elementwise_s
+        )
+    input_s = 0.0 if raw_first else linear_s(*linears[0])
+    return DependencyCosts(tuple(communicate), tuple(entry), tuple(row), input_s)
+
+
+def dependency_sets(
+    e: _Edges, workers: int, num_layers: int, mode: str, costs: list | None = None
+) -> list:
+    """Every worker's :class:`~shardgnn.fullgraph.dependencies.DependencySets` for ``--spmm
+    1d-sparse --dependencies mode`` (``cache`` or ``hybrid``, with each worker's
+    :class:`~shardgnn.fullgraph.dependencies.DependencyCosts` in ``costs``), selected as the
+    workers select them, here from the whole graph's edges (its in-edges served from memory,
+    not by their owners)."""
+    num_nodes = len(e.owner)
+    assert np.all(e.dst[1:] >= e.dst[:-1]), "the edges in destination order"
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(e.dst, minlength=num_nodes), out=indptr[1:])
+
+    def fetch(nodes: np.ndarray) -> tuple[np.ndarray, ...]:
+        counts = indptr[nodes + 1] - indptr[nodes]
+        sources = e.src[concat_ranges(indptr[nodes], counts)]
+        # the selection reads the in-edges alone (the degrees normalise the blocks it builds)
+        zeros = np.zeros(len(nodes), np.int64), np.zeros(len(sources), np.int64)
+        return (np.r_[0, np.cumsum(counts)], sources, *zeros)
+
+    order = np.argsort(e.owner, kind="stable")
+    bounds = np.r_[0, np.cumsum(e.sizes)]
+    out = []
+    for q in range(workers):
+        own = order[bounds[q] : bounds[q + 1]]
+        own_indptr, own_sources, own_degree, _ = fetch(own)
+        out.append(
+            select_dependencies(
+                own_indptr,
+                own_sources,
+                own,
+                own,
+                own_degree,
+                num_layers,
+                mode,
+                fetch,
+                None if costs is None else costs[q],
+            )  # fmt: skip
+        )
+    return out
+
+
+def dependency_cost(
+    mode: str,
+    e: _Edges,
+    workers: int,
+    widths: tuple[list[int], list[int]],
+    config: PlanConfig,
+    in_dim: int,
+    out_dim: int,
+    rates: MachineRates,
+) -> StrategyCost:
+    """``--spmm 1d-sparse --dependencies mode`` (``cache`` or ``hybrid``): its rows selected as
+    the workers select them (:func:`dependency_sets`, hybrid with each worker's costs from
+    ``rates``), then its bytes (each layer's received rows, and their gradients where its input
+    has one), memory (the cached feature rows, every layer's block and its transpose; the step's
+    activations at the most rows a layer reads) and, from ``rates``, epoch time: each layer's
+    entries and rows at their widths (:func:`step_seconds`, :class:`LayerRows`). A hybrid that
+    recomputes nothing is predicted as ``1d-sparse`` itself."""
+    full = FullGraphConfig(spmm="1d-sparse", bits=config.bits)
+    full.dependencies = mode  # hybrid runs with the plan's rates: --plan-rates, set by its user
+    layers = config.layers
+    forward, backward = widths
+    first_grad = layers - len(backward)
+    costs = None
+    if mode == "hybrid":
+        threads = max(1, rates.cores // min(workers, config.workers_per_host))
+        dims = [in_dim] + [config.hidden] * (layers - 1) + [out_dim]
+        nnz = e.feature_nnz
+        costs = [
+            dependency_costs(
+                rates,
+                threads,
+                config.model,
+                dims,
+                config.bits,
+                None if nnz is None else float(nnz[q]) / max(1, int(e.sizes[q])),
+            )  # fmt: skip
+            for q in range(workers)
+        ]
+    sets = dependency_sets(e, workers, layers, mode, costs)
+    recv_LP = np.array([[len(s.received[i]) for s in sets] for i in range(layers)], np.int64)
+    sent_LP = np.array(
+        [
+            sum(np.bincount(e.owner[s.received[i]], minlength=workers) for s in sets)
+            for i in range(layers)
+        ],
+        dtype=np.int64,
+    ).reshape(layers, workers)
+    worker_bytes = np.zeros(workers, np.int64)
+    worker_recv = np.zeros(workers, np.int64)
+    exchanges = 0
+    for i, w in enumerate(forward):
+        grad = i >= first_grad
+        # forward a worker sends the rows others receive from it; backward their gradients
+        # come back to it, and it returns those of the rows it received
+        worker_bytes += (sent_LP[i] + grad * recv_LP[i]) * row_bytes(w, config.bits)
+        worker_recv += (recv_LP[i] + grad * sent_LP[i]) * row_bytes(w, config.bits)
+        exchanges += (1 + grad) * bool(recv_LP[i].any())
+    loops = config.model == "gcn"
+    src = np.array([s.src_rows for s in sets], np.int64).T.reshape(layers, workers)
+    dst = np.array([s.dst_rows for s in sets], np.int64).T.reshape(layers, workers)
+    entries = (
+        np.array([[s.indptr[s.dst_rows[i]] for s in sets] for i in range(layers)], np.int64)
+        + loops * dst
+    )
+    rows = LayerRows(src=src, dst=dst, entries=entries, exchanges=exchanges)
+    held = src[0] * in_dim * 4 + 2 * entries.sum(0) * _INDEX_VALUE_BYTES
+    activations = src.max(0) * activation_bytes_per_row(config, in_dim, out_dim)
+    times = step_seconds(
+        full, e, workers, widths, config, (in_dim, out_dim), rates, held_rows=e.sizes,
+        entries=entries[0], worker_bytes=worker_bytes, worker_recv=worker_recv,
+        layer_rows=rows,
+    )  # fmt: skip
+    return _summed(full, mode, int(recv_LP.sum()), e, worker_bytes, worker_recv, held,
+                   activations, times)  # fmt: skip
 
 
 def _round_peers(full: FullGraphConfig, workers: int) -> int:
@@ -363,6 +571,26 @@ def _round_peers(full: FullGraphConfig, workers: int) -> int:
     return grid.rows - 1 + grid.cols - 1 + 2 * (grid.layers - 1)
 
 
+@dataclasses.dataclass
+class LayerRows:
+    """Per layer, the rows each worker's layers run on where they are not all its held rows
+    (``--dependencies``: a layer computes its own rows and the remote rows recomputed for the
+    layers above from those and the rows recomputed for it).
+
+    Attributes:
+        src: ``[L, P]`` rows a layer reads here (its local input rows).
+        dst: ``[L, P]`` rows it computes.
+        entries: ``[L, P]`` adjacency entries it aggregates (self-loops included).
+        exchanges: SpMMs of the step that exchange rows (forward and backward; a layer no
+            worker receives rows at runs none).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    entries: np.ndarray
+    exchanges: int
+
+
 def step_seconds(
     full: FullGraphConfig,
     e: _Edges,
@@ -376,38 +604,65 @@ def step_seconds(
     entries: np.ndarray,
     worker_bytes: np.ndarray,
     worker_recv: np.ndarray | None = None,
+    layer_rows: LayerRows | None = None,
 ) -> dict[str, float]:
     """The predicted ``compute_s``, ``comm_s`` and ``epoch_s`` of one training step (see the
-    module docstring); ``dims``: the model's input and output widths."""
+    module docstring); ``dims``: the model's input and output widths; ``layer_rows``: each
+    layer's rows and entries where they differ from ``held_rows`` and ``entries``."""
     per_host = min(workers, config.workers_per_host)
     threads = max(1, rates.cores // per_host)
     r = rates.at(threads)
     grid = grid_of(full, workers)
     slices = grid.layers if isinstance(grid, BlockGrid) else 1
     forward, backward = widths
-    spmm_per_entry = sum(r.spmm(-(-w // slices)) for w in forward)
-    spmm_per_entry += sum(r.spmm(-(-w // slices), transposed=True) for w in backward)
-    compute = entries * spmm_per_entry
+    first_grad = len(forward) - len(backward)  # the layers before it aggregate without gradient
+    layer_entries = [entries] * len(forward) if layer_rows is None else layer_rows.entries
+    compute = np.zeros(workers)
+    for i, w in enumerate(forward):
+        per_entry = r.spmm(-(-w // slices))
+        if i >= first_grad:
+            per_entry += r.spmm(-(-w // slices), transposed=True)
+        compute = compute + layer_entries[i] * per_entry
     linears = linear_layers(config, *dims, sparse=e.feature_nnz is not None)
+    rows_K = [held_rows] * len(linears)
+    if layer_rows is not None:
+        rows_K = _linear_rows(config, dims, layer_rows)
     params = 0
-    for a, b, grad, sparse in linears:
+    for (a, b, grad, sparse), rows in zip(linears, rows_K):
         params += a * b + b
-        if sparse:
-            compute = compute + held_sums(e.feature_nnz, full, workers) * r.sparse(b)
+        if sparse:  # the non-zeros of the rows it projects, at the rows' mean
+            nnz = held_sums(e.feature_nnz, full, workers)
+            compute = compute + nnz * (rows / np.maximum(held_rows, 1)) * r.sparse(b)
         else:
-            compute = compute + held_rows * r.linear(a, b, grad)
-    compute = compute + held_rows * sum(b for _, b, _, _ in linears) * r.elementwise_s
+            compute = compute + rows * r.linear(a, b, grad)
+        compute = compute + rows * b * r.elementwise_s
     compute = compute + params * r.adam_s
     # every worker all-reduces the weight gradients (counted as a ring) and two loss scalars
     ring = 2 * (workers - 1) * params * 4 // workers
     sent = (worker_bytes + ring).astype(np.float64)
     recv = sent if worker_recv is None else (worker_recv + ring).astype(np.float64)
     peers = _round_peers(full, workers)
-    spmms = len(widths[0]) + len(widths[1])
+    spmms = len(forward) + len(backward) if layer_rows is None else layer_rows.exchanges
     latency = rates.latency_s * (spmms * peers + 2 * 2 * (workers - 1))
     compute_s, comm = host_seconds(compute, sent, recv, rates, per_host)
     comm += latency
     return {"compute_s": compute_s, "comm_s": comm, "epoch_s": compute_s + comm}
+
+
+def _linear_rows(config: PlanConfig, dims: tuple[int, int], rows: LayerRows) -> list[np.ndarray]:
+    """Per linear layer of :func:`linear_layers` (GCN, GraphSAGE, GIN), the rows it multiplies:
+    a layer's first projects its input rows where the layer narrows (it aggregates after
+    projecting), its output rows otherwise; the others (GraphSAGE's root, GIN's second) its
+    output rows."""
+    num_layers = rows.src.shape[0]
+    widths = [dims[0]] + [config.hidden] * (num_layers - 1) + [dims[1]]
+    per_layer = {"gcn": 1}.get(config.model, 2)
+    out = []
+    for i in range(num_layers):
+        narrows = widths[i] > widths[i + 1]
+        out.append(rows.src[i] if narrows else rows.dst[i])
+        out += [rows.dst[i]] * (per_layer - 1)
+    return out
 
 
 def host_seconds(
@@ -488,10 +743,16 @@ def partition_costs(
     pset, config: PlanConfig, out_dim: int, rates: MachineRates | None = None
 ) -> list[StrategyCost]:
     """Every strategy's cost on a partition directory (a
-    :class:`~shardgnn.partition.format.PartitionSet`) at its part count: the edges come from
-    every part's in-edges (new ids), the volumes from its recorded metrics; ``out_dim``: the
-    model's output width; ``rates``: predict epoch times too (each part's features are read to
-    count their non-zeros)."""
+    :class:`~shardgnn.partition.format.PartitionSet`) at its part count (:func:`partition_edges`);
+    ``out_dim``: the model's output width; ``rates``: predict epoch times too."""
+    e, in_dim = partition_edges(pset, features=rates is not None)
+    return _costs(e, pset.num_parts, config, in_dim, out_dim, rates)
+
+
+def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
+    """A partition directory's edges as the plan counts them, and its feature width: the edges
+    from every part's in-edges (new ids), the volumes from its recorded metrics, with
+    ``features`` each part's features read to count their non-zeros."""
     book = pset.book
     workers = pset.num_parts
     dst, src, row_nnz = [], [], []
@@ -499,7 +760,7 @@ def partition_costs(
         part = pset.load_part(q, mmap=True, verify=False)
         dst.append(np.repeat(np.arange(part.start, part.end, dtype=np.int64), np.diff(part.indptr)))
         src.append(np.asarray(part.indices, dtype=np.int64))
-        if rates is not None and part.x is not None:
+        if features and part.x is not None:
             row_nnz.append(np.count_nonzero(part.x, axis=1))
     metrics = pset.metrics
     in_dim = int((pset.meta.get("features") or {}).get("dim", 0))
@@ -517,7 +778,7 @@ def partition_costs(
         recv_volume=np.asarray(metrics.recv_volume, dtype=np.int64),
         feature_nnz=feature_nnz,
     )
-    return _costs(e, workers, config, in_dim, out_dim, rates)
+    return e, in_dim
 
 
 def _costs(
@@ -529,7 +790,7 @@ def _costs(
     rates: MachineRates | None = None,
 ) -> list[StrategyCost]:
     widths = spmm_widths(config, in_dim, out_dim)
-    return [
+    out = [
         strategy_cost(
             dataclasses.replace(full, bits=config.bits),
             e,
@@ -542,6 +803,14 @@ def _costs(
         )
         for full in strategies(workers)
     ]
+    # recomputing remote rows is weighed by time only: by bytes alone, caching every remote
+    # dependency (no rows exchanged) would always win, however much it recomputes
+    if rates is not None and config.model in DEPENDENCY_MODELS:
+        out += [
+            dependency_cost(mode, e, workers, widths, config, in_dim, out_dim, rates)
+            for mode in DEPENDENCIES[1:]
+        ]
+    return out
 
 
 def workload(graph: Graph, config: PlanConfig, batch_size: int = 1024) -> Workload:
@@ -661,7 +930,8 @@ def auto_spmm(
     """``--spmm auto``: ``full`` with the strategy :func:`recommend` picks for the partition
     directory ``pset`` (its replication or grid included; bits and the rest kept; with
     ``full.plan_rates``, the shortest predicted epoch for ``workers_per_host`` workers per
-    machine) among those whose busiest worker keeps at most ``memory_mb`` (where none does:
+    machine; GCN, GraphSAGE and GIN: ``1d-sparse`` with ``--dependencies cache`` and ``hybrid``
+    among them) among those whose busiest worker keeps at most ``memory_mb`` (where none does:
     the one that keeps least), that pick's cost, and every strategy's."""
     rates = None if full.plan_rates is None else read_rates(full.plan_rates, "--plan-rates")
     config = PlanConfig(
@@ -686,6 +956,8 @@ def auto_spmm(
         replication=best.replication,
         grid_rows=best.grid_rows,
         grid_layers=best.grid_layers,
-        plan_rates=None,
+        dependencies=best.dependencies,
+        # hybrid prices each remote node with the rates it was planned with
+        plan_rates=full.plan_rates if best.dependencies == "hybrid" else None,
     )
     return chosen, pick, costs

@@ -23,7 +23,7 @@ from shardgnn.distributed.codec import make_codec
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
-from shardgnn.fullgraph.config import GRID_VARIANTS
+from shardgnn.fullgraph.config import DEPENDENCY_MODELS, GRID_VARIANTS
 from shardgnn.fullgraph.shard import Grid, grid_of, load_shard, make_grid_groups
 from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
@@ -50,11 +50,6 @@ GINE's edge features)"""
 HALO_ROW_MODELS = ("gat", "gatv2", "gine")
 """the models whose layers read the halo rows themselves (``DistLayerGraph.source_rows``): the
 synchronous ``1d-sparse`` plan without replication only"""
-
-DEPENDENCY_MODELS = ("gcn", "sage", "gin")
-"""the models ``--dependencies cache/hybrid`` runs: stacked layers whose rows depend on their
-in-neighbours' rows of the layer below only (APPNP and SGC mix in the input rows at every step;
-the halo-row models read edges over the exchanged rows themselves)"""
 
 
 class DistFullGraphSteps(DistSteps):
@@ -162,13 +157,13 @@ class DistFullGraphSteps(DistSteps):
         self._x_own = None  # not kept past the set-up
         costs = None
         if full.dependencies == "hybrid":
-            from shardgnn.fullgraph.dependencies import DependencyCosts
+            from shardgnn.fullgraph.plan import dependency_costs
             from shardgnn.fullgraph.rates import read_rates
 
             rows = max(1, x_own.shape[0])
             nnz = float(x_own.count_nonzero()) / rows if self.x.is_sparse else None
             dims = [x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
-            costs = DependencyCosts.from_rates(
+            costs = dependency_costs(
                 read_rates(full.plan_rates, "--plan-rates"),
                 torch.get_num_threads(),
                 settings.model,
