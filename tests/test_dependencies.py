@@ -268,3 +268,24 @@ def test_cli_refuses_a_bad_rates_file_before_any_worker(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"--plan-rates {missing}: not the JSON of `shardgnn plan --calibrate" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--model", "appnp", "--dependencies", "cache"],
+         "--dependencies cache recomputes remote rows layer by layer, for --model gcn, sage, gin"),
+        (["--model", "gat", "--spmm", "1d"],
+         "--model gat in distributed full-graph mode reads each edge's source row from its owner"),
+    ],
+)  # fmt: skip
+def test_cli_refuses_what_workers_would_before_partitioning(tmp_path, capsys, flags, message):
+    """A model the workers' full-graph steps do not run with these settings is refused in one
+    line by the launcher: nothing partitioned, no worker started."""
+    from shardgnn.cli import main
+
+    argv = ["train", "synthetic:nodes=300", "--mode", "full", "--workers", "2", "--epochs", "1"]
+    assert main(argv + flags) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1, captured.err
+    assert "partitioned" not in captured.out

@@ -110,6 +110,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     if config.run.distributed and recipe.distributed is None:  # before any partitioning
         raise ConfigError(f"{recipe.description} trains in one process so far: drop --workers")
     refuse_unread(recipe, config, flags_given)
+    if config.run.distributed:
+        recipe.check_workers(config)
     for dest, pointless, why in _POINTLESS:
         if dest in given and pointless(config):
             raise ConfigError(f"{flag_for(TrainConfig, dest)} does not apply: {why}; drop it")

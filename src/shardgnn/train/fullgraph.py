@@ -59,33 +59,42 @@ class DistFullGraphSteps(DistSteps):
     over ranks. Subclasses add the task: :class:`DistFullNodeSteps` (node classes) and
     :class:`~shardgnn.train.link_fullgraph.DistFullLinkSteps` (links)."""
 
+    @staticmethod
+    def check_config(config: TrainConfig) -> None:
+        """Refuse, in one line, a model these steps do not run with ``config``'s settings: by
+        the launcher before any partitioning or worker (:meth:`~shardgnn.train.recipes.Recipe.
+        check_workers`), and by every rank."""
+        model, full = config.model.model, config.full
+        if model not in DIST_FULL_MODELS:
+            raise ConfigError(
+                f"--model {model}: distributed full-graph training runs "
+                f"{', '.join(DIST_FULL_MODELS)}; use one of them (or --mode minibatch for "
+                f"{model})"
+            )
+        # --spmm auto picks 1d-sparse for them
+        if model in HALO_ROW_MODELS and (
+            full.spmm not in ("1d-sparse", "auto") or full.replication != 1 or full.staleness
+        ):
+            raise ConfigError(
+                f"--model {model} in distributed full-graph mode reads each edge's "
+                "source row from its owner: it runs with --spmm 1d-sparse, --replication 1 and "
+                "--staleness 0; drop the others (or use --model gcn/sage/gin for them)"
+            )
+        if full.dependencies != "communicate" and model not in DEPENDENCY_MODELS:
+            raise ConfigError(
+                f"--dependencies {full.dependencies} recomputes remote rows layer by layer, for "
+                f"--model {', '.join(DEPENDENCY_MODELS)}; use one of them or --dependencies "
+                f"communicate with --model {model}"
+            )
+
     def __init__(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool):
         assert config.mode == "full"
-        if config.model.model not in DIST_FULL_MODELS:
-            raise ConfigError(
-                f"--model {config.model.model}: distributed full-graph training runs "
-                f"{', '.join(DIST_FULL_MODELS)}; use one of them (or --mode minibatch for "
-                f"{config.model.model})"
-            )
+        self.check_config(config)
         full = config.full
         if full.spmm == "auto":  # a config that did not come through `shardgnn train`
             raise ConfigError(
                 "--spmm auto is decided before the workers start (`shardgnn train`, "
                 "`python -m shardgnn.run train`); give a concrete --spmm here"
-            )
-        if config.model.model in HALO_ROW_MODELS and (
-            full.spmm != "1d-sparse" or full.replication != 1 or full.staleness
-        ):
-            raise ConfigError(
-                f"--model {config.model.model} in distributed full-graph mode reads each edge's "
-                "source row from its owner: it runs with --spmm 1d-sparse, --replication 1 and "
-                "--staleness 0; drop the others (or use --model gcn/sage/gin for them)"
-            )
-        if full.dependencies != "communicate" and config.model.model not in DEPENDENCY_MODELS:
-            raise ConfigError(
-                f"--dependencies {full.dependencies} recomputes remote rows layer by layer, for "
-                f"--model {', '.join(DEPENDENCY_MODELS)}; use one of them or --dependencies "
-                f"communicate with --model {config.model.model}"
             )
         super().__init__(config, ctx)
         self.grid = grid_of(full, ctx.world_size)

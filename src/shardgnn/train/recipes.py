@@ -177,6 +177,15 @@ class Recipe:
             raise ConfigError(f"{self.description} trains in one process so far: drop --workers")
         return load_target(self.distributed)(config, ctx)
 
+    def check_workers(self, config: TrainConfig) -> None:
+        """Refuse, before any partitioning or worker, what its steps on workers would refuse on
+        every rank (their ``check_config``, where they have one)."""
+        if self.distributed is None:
+            return
+        check = getattr(load_target(self.distributed), "check_config", None)
+        if check is not None:
+            check(config)
+
     def train(self, config: TrainConfig, *, graph: Any = None, ctx: Any = None) -> dict[str, Any]:
         """Train ``config`` with this recipe's steps in the shared loop; return the results."""
         from shardgnn.train.loop import TrainingLoop
