@@ -150,6 +150,11 @@ def test_models_that_read_edge_features_are_refused_where_there_are_none(capsys)
     assert main(["train", "synthetic:nodes=500", "--model", "gine", "--task", "link"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "reads edge features, and dataset" in err[0]
+    # with workers: the dataset given, not only the folder it was partitioned into on the fly
+    argv = ["train", "synthetic:nodes=500", "--model", "gine", "--workers", "2"]
+    assert main(argv) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "reads edge features, and dataset 'synthetic:nodes=500" in err[0]
 
 
 @pytest.mark.parametrize("mode", ["minibatch", "full"])

@@ -268,7 +268,9 @@ def test_cli_plan_refuses_time_flags_without_rates(tmp_path, capsys):
 def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys):
     """`--spmm auto --plan-rates FILE` runs the strategy with the shortest predicted epoch for
     the partition (all workers on this machine), says so in one line, and records what ran;
-    over a link this slow that is the strategy sending the fewest bytes in all."""
+    over a link this slow that is the strategy sending the fewest bytes in all (1d-sparse
+    caching every remote dependency), over a faster one the hybrid, which keeps the rates file
+    to price each remote node with."""
     from shardgnn.cli import main
     from shardgnn.fullgraph.config import FullGraphConfig
     from shardgnn.fullgraph.plan import auto_spmm

@@ -114,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
                 "costs": [c.to_dict() for c in costs],
                 "minibatch_costs": [c.to_dict() for c in minibatch],
                 "rates": None if rates is None else rates.to_dict(),
-                "picks": {str(p): c.label
-                          for p, c in picks.items()},
+                "picks": {str(p): c.label for p, c in picks.items()},
                 "minibatch_picks": {str(p): c.option for p, c in minibatch_picks.items()},
             },
         )  # fmt: skip

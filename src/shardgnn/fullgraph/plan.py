@@ -52,7 +52,11 @@ import torch
 
 from shardgnn.distributed.codec import RowCodec
 from shardgnn.fullgraph.config import DEPENDENCIES, DEPENDENCY_MODELS, FullGraphConfig, PlanConfig
-from shardgnn.fullgraph.dependencies import DependencyCosts, select_dependencies
+from shardgnn.fullgraph.dependencies import (
+    DependencyCosts,
+    DependencySets,
+    select_dependencies,
+)
 from shardgnn.fullgraph.rates import MachineRates, MiniBatchWork, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph, concat_ranges
@@ -437,8 +441,12 @@ def dependency_costs(
 
 
 def dependency_sets(
-    e: _Edges, workers: int, num_layers: int, mode: str, costs: list | None = None
-) -> list:
+    e: _Edges,
+    workers: int,
+    num_layers: int,
+    mode: str,
+    costs: list[DependencyCosts] | None = None,
+) -> list[DependencySets]:
     """Every worker's :class:`~shardgnn.fullgraph.dependencies.DependencySets` for ``--spmm
     1d-sparse --dependencies mode`` (``cache`` or ``hybrid``, with each worker's
     :class:`~shardgnn.fullgraph.dependencies.DependencyCosts` in ``costs``), selected as the
@@ -462,18 +470,11 @@ def dependency_sets(
     for q in range(workers):
         own = order[bounds[q] : bounds[q + 1]]
         own_indptr, own_sources, own_degree, _ = fetch(own)
+        mine = None if costs is None else costs[q]
         out.append(
             select_dependencies(
-                own_indptr,
-                own_sources,
-                own,
-                own,
-                own_degree,
-                num_layers,
-                mode,
-                fetch,
-                None if costs is None else costs[q],
-            )  # fmt: skip
+                own_indptr, own_sources, own, own, own_degree, num_layers, mode, fetch, mine
+            )
         )
     return out
 
@@ -505,16 +506,13 @@ def dependency_cost(
         threads = max(1, rates.cores // min(workers, config.workers_per_host))
         dims = [in_dim] + [config.hidden] * (layers - 1) + [out_dim]
         nnz = e.feature_nnz
+        # each worker prices with its own rows' mean non-zeros, as it does in training
+        means = [
+            None if nnz is None else float(nnz[q]) / max(1, int(e.sizes[q])) for q in range(workers)
+        ]
         costs = [
-            dependency_costs(
-                rates,
-                threads,
-                config.model,
-                dims,
-                config.bits,
-                None if nnz is None else float(nnz[q]) / max(1, int(e.sizes[q])),
-            )  # fmt: skip
-            for q in range(workers)
+            dependency_costs(rates, threads, config.model, dims, config.bits, mean)
+            for mean in means
         ]
     sets = dependency_sets(e, workers, layers, mode, costs)
     recv_LP = np.array([[len(s.received[i]) for s in sets] for i in range(layers)], np.int64)

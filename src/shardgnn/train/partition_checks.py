@@ -31,9 +31,16 @@ def check_homogeneous_partition(
     from shardgnn.nn.config import WALK_MODELS
     from shardgnn.train.setup import model_edge_dim
 
-    model_edge_dim(config, pset.load_part(0, verify=False).edge_dim, str(pset.path))
+    model_edge_dim(config, pset.load_part(0, verify=False).edge_dim, _named(pset))
     walks = config.model.model in WALK_MODELS
     return _check_rows(config, pset, split_given, featureless_types=walks)
+
+
+def _named(pset: PartitionSet) -> str:
+    """A partition directory as messages name it: the dataset it holds, and where (a folder of
+    the user's, or one ``shardgnn train --workers`` partitioned into on the fly)."""
+    dataset = pset.dataset
+    return f"dataset {dataset.get('spec') or dataset['name']!r} (partitioned in {pset.path})"
 
 
 def check_typed_partition(
