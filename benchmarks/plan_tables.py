@@ -13,18 +13,18 @@ import argparse
 import json
 from pathlib import Path
 
+from shardgnn.cli.plot import plan_dependencies
+from shardgnn.fullgraph.config import strategy_label
+
 COLUMNS = ("1d", "1d-sparse", "vertex-cut", "1.5d", "2d", "3d", "cache", "hybrid")
 
 
 def label(cost: dict) -> str:
-    dependencies = (cost.get("config") or {}).get("dependencies", "communicate")
-    if dependencies != "communicate":
-        return f"1d-sparse --dependencies {dependencies}"
-    return cost["strategy"] + (f" {cost['layout']}" if cost["layout"] else "")
+    return strategy_label(cost["strategy"], cost["layout"], plan_dependencies(cost))
 
 
 def column(cost: dict) -> str:
-    dependencies = (cost.get("config") or {}).get("dependencies", "communicate")
+    dependencies = plan_dependencies(cost)
     return cost["strategy"] if dependencies == "communicate" else dependencies
 
 

@@ -160,6 +160,12 @@ def plan_figure_name(path: str | Path) -> str:
     return f"plan_{Path(path).stem}.png"
 
 
+def plan_dependencies(cost: dict) -> str:
+    """A plan JSON row's ``--dependencies`` (rows written before they were planned: the
+    default)."""
+    return (cost.get("config") or {}).get("dependencies", "communicate")
+
+
 def plot_plan(path: Path, out_dir: Path) -> Path:
     """``plan_NAME.png``: per strategy (its best replication or grid at each worker count; the
     sparse 1D plan's ``--dependencies`` apart) and mini-batch option, the MB the busiest worker
@@ -177,10 +183,10 @@ def plot_plan(path: Path, out_dir: Path) -> Path:
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     # one line per --spmm (its best layout), and one per way of getting remote dependencies
+    from shardgnn.fullgraph.config import strategy_label
+
     for c in costs:
-        dependencies = (c.get("config") or {}).get("dependencies", "communicate")
-        if dependencies != "communicate":
-            c["strategy"] = f"{c['strategy']} --dependencies {dependencies}"
+        c["strategy"] = strategy_label(c["strategy"], "", plan_dependencies(c))
     strategies = list(dict.fromkeys(c["strategy"] for c in costs))
     for ax, (key, title, scale) in zip(axes[0], panels):
         for strategy in strategies:

@@ -20,6 +20,14 @@ GRID_VARIANTS = ("2d", "3d")
 """the variants that multiply blocks of a process grid (``shardgnn.fullgraph.shard.BlockGrid``)"""
 
 
+def strategy_label(spmm: str, layout: str, dependencies: str = "communicate") -> str:
+    """How tables, plots and ``--spmm auto`` name a full-graph strategy: its ``--spmm``, then
+    its replication or grid (``layout``), or how it gets remote dependencies."""
+    if dependencies != "communicate":
+        return f"{spmm} --dependencies {dependencies}"
+    return spmm + (f" {layout}" if layout else "")
+
+
 @dataclasses.dataclass(kw_only=True)
 class FullGraphConfig:
     """Distributed full-graph training (``--mode full`` with several workers)."""

@@ -51,7 +51,13 @@ import numpy as np
 import torch
 
 from shardgnn.distributed.codec import RowCodec
-from shardgnn.fullgraph.config import DEPENDENCIES, DEPENDENCY_MODELS, FullGraphConfig, PlanConfig
+from shardgnn.fullgraph.config import (
+    DEPENDENCIES,
+    DEPENDENCY_MODELS,
+    FullGraphConfig,
+    PlanConfig,
+    strategy_label,
+)
 from shardgnn.fullgraph.dependencies import (
     DependencyCosts,
     DependencySets,
@@ -111,9 +117,7 @@ class StrategyCost:
     def label(self) -> str:
         """The strategy as the plan's table and ``--spmm auto`` name it: its ``--spmm``, then
         its replication or grid, or how it gets remote dependencies."""
-        if self.config.dependencies != "communicate":
-            return f"{self.strategy} --dependencies {self.layout}"
-        return self.strategy + (f" {self.layout}" if self.layout else "")
+        return strategy_label(self.strategy, self.layout, self.config.dependencies)
 
     def flags(self, rates: str | None = None) -> list[str]:
         """The ``shardgnn train`` flags that run it (``rates``: the ``--plan-rates`` file
@@ -624,7 +628,7 @@ def step_seconds(
     linears = linear_layers(config, *dims, sparse=e.feature_nnz is not None)
     rows_K = [held_rows] * len(linears)
     if layer_rows is not None:
-        rows_K = _linear_rows(config, dims, layer_rows)
+        rows_K = _linear_rows(config, dims, layer_rows, len(linears) // len(forward))
     params = 0
     for (a, b, grad, sparse), rows in zip(linears, rows_K):
         params += a * b + b
@@ -647,14 +651,15 @@ def step_seconds(
     return {"compute_s": compute_s, "comm_s": comm, "epoch_s": compute_s + comm}
 
 
-def _linear_rows(config: PlanConfig, dims: tuple[int, int], rows: LayerRows) -> list[np.ndarray]:
+def _linear_rows(
+    config: PlanConfig, dims: tuple[int, int], rows: LayerRows, per_layer: int
+) -> list[np.ndarray]:
     """Per linear layer of :func:`linear_layers` (GCN, GraphSAGE, GIN), the rows it multiplies:
     a layer's first projects its input rows where the layer narrows (it aggregates after
     projecting), its output rows otherwise; the others (GraphSAGE's root, GIN's second) its
-    output rows."""
+    output rows; ``per_layer``: the linear layers of each."""
     num_layers = rows.src.shape[0]
     widths = [dims[0]] + [config.hidden] * (num_layers - 1) + [dims[1]]
-    per_layer = {"gcn": 1}.get(config.model, 2)
     out = []
     for i in range(num_layers):
         narrows = widths[i] > widths[i + 1]
