@@ -408,8 +408,9 @@ def test_the_test_data_folder_can_be_moved(monkeypatch, tmp_path):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(
-    parts, tmp_path, capsys
+    parts, tmp_path, capfd
 ):
+    # capfd, not capsys: the workers write to the file descriptors they inherit
     import shutil
 
     damaged = tmp_path / "damaged"
@@ -417,7 +418,7 @@ def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(
     x = np.load(damaged / "part-1" / "x.npy")
     # same size and shape, other content: found by the worker
     np.save(damaged / "part-1" / "x.npy", x + 1)
-    capsys.readouterr()
+    capfd.readouterr()
     assert (
         main(
             [
@@ -435,7 +436,7 @@ def test_a_worker_error_is_one_line_with_its_rank_and_a_log_with_the_traceback(
         )
         == 2
     )
-    captured = capsys.readouterr()
+    captured = capfd.readouterr()
     lines = captured.err.splitlines()
     assert (
         lines[0].startswith("shardgnn train: error: ")

@@ -80,6 +80,7 @@ from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.utils import macros
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+from shardgnn.distributed.comm import CollectiveError
 from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S
 from shardgnn.distributed.oom import OomWatch, memory_limit_hint
 from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
@@ -1066,7 +1067,12 @@ def _worker_main(
         _write_rank_error(log_root, int(local_rank), exc, token)
         record_elastic_error(exc)
         _tell_launcher(f"raised {time.time():.6f}")
-        traceback.print_exc()  # the worker's log, as an uncaught exception leaves it
+        if not isinstance(exc, (ShardgnnError, CollectiveError)):
+            # a crash: its traceback where an uncaught exception leaves it (the terminal, or the
+            # worker's output file). A user error, and a peer's failure met in a collective, are
+            # the launcher's one line naming the failed rank's log, which holds the traceback:
+            # every rank printing its own would bury that line.
+            traceback.print_exc()
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         exit_without_teardown(code)
     # Elastic's wrapper sends the result to the launcher and waits until it was read; the
