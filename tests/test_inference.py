@@ -105,7 +105,7 @@ def test_layerwise_equals_full_neighbour_inference(
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_infer_command_writes_original_ids(tmp_path, graph):
+def test_infer_command_writes_original_ids(tmp_path, graph, capsys):
     from shardgnn.cli import main
 
     path = _parts(tmp_path, graph, 2)
@@ -186,6 +186,40 @@ def test_infer_command_writes_original_ids(tmp_path, graph):
     embeddings = np.loadtxt(out / "embeddings.csv", delimiter=",", skiprows=1, dtype=np.float64)
     assert np.array_equal(embeddings[:, 0], np.arange(graph.num_nodes))
     assert np.array_equal(embeddings[:, 1:].astype(np.float32), np.load(out / "embeddings.npy"))
+    # the partition was written from a graph in memory: nothing names it to partition again
+    capsys.readouterr()
+    assert main(["infer", "--checkpoint", str(ckpt), "--out", str(tmp_path / "again")]) == 2
+    assert "records no dataset to partition" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_infer_without_partitions_partitions_the_checkpoints_dataset(tmp_path, capfd):
+    """`shardgnn infer --checkpoint CK --out DIR`: the dataset the checkpoint names, partitioned
+    on the fly into as many parts as trained it (one here) or --workers; the outputs are those
+    of a partition given by hand."""
+    from shardgnn.cli import main
+
+    spec = "synthetic:nodes=600,degree=6,classes=3,features=8"
+    ckpt, outputs = tmp_path / "ck", {}
+    train = ["train", spec, "--mode", "full", "--model", "gcn", "--hidden", "8", "--epochs", "1"]
+    assert main([*train, "--quiet", "--checkpoint-dir", str(ckpt)]) == 0
+    parts = tmp_path / "p3"
+    assert main(["partition", spec, "--parts", "3", "--out", str(parts), "--quiet"]) == 0
+    capfd.readouterr()
+    for name, extra in (("one", []), ("two", ["--workers", "2"]), ("p3", ["--partitions", parts])):
+        out = tmp_path / name
+        assert main(["infer", "--checkpoint", str(ckpt), "--out", str(out), *map(str, extra)]) == 0
+        outputs[name] = np.load(out / "logits.npy", allow_pickle=False)
+    said = capfd.readouterr().out
+    assert "into 1 part (random)" in said and "into 2 parts (metis)" in said
+    assert outputs["one"].shape == (600, 3)
+    for name in ("two", "p3"):
+        np.testing.assert_allclose(outputs[name], outputs["one"], atol=1e-6, rtol=1e-6)
+    argv = ["infer", "--checkpoint", str(ckpt), "--partitions", str(parts), "--workers", "2"]
+    assert main([*argv, "--out", str(tmp_path / "no")]) == 2
+    err = capfd.readouterr().err
+    assert "--workers 2: does not apply: the partition's parts are the workers" in err
 
 
 def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 from shardgnn.cli.flags import add_flags, config_from_args
@@ -29,8 +30,50 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``shardgnn infer``: check the checkpoint against the partition, then launch."""
+    """Handler of ``shardgnn infer``: check the checkpoint against the partition (given, or the
+    checkpoint's dataset partitioned on the fly), then launch."""
     from shardgnn.atomic import check_output_path
+    from shardgnn.train.inference import resolve_checkpoint
+    from shardgnn.train.tables import check_table_format
+
+    config = config_from_args(InferConfig, args)
+    check_table_format(config.table_format)  # Parquet without pyarrow: refused before any work
+    check_output_path(config.out, "--out", folder=True)
+    if config.log_dir:
+        check_output_path(config.log_dir, "--log-dir", folder=True)
+    checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
+    with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
+        if config.partitions is None:
+            config = _partitioned_on_the_fly(config, checkpoint, Path(scratch) / "parts")
+        _infer(config, checkpoint)
+    return 0
+
+
+def _partitioned_on_the_fly(config, checkpoint: Path, out: Path):
+    """``config`` reading the checkpoint's dataset partitioned in ``out`` (``--workers`` parts,
+    default as many as trained it), as training partitions it on the fly."""
+    from shardgnn.cli.train import partition_on_the_fly
+    from shardgnn.errors import ConfigError
+    from shardgnn.train.checkpoint import read_checkpoint_meta
+    from shardgnn.train.config import TrainConfig
+
+    meta = read_checkpoint_meta(checkpoint)
+    spec = (meta.get("dataset") or {}).get("spec")
+    if spec is None:
+        raise ConfigError(
+            f"{checkpoint} records no dataset to partition (its graph was given in Python, not "
+            "named); pass --partitions DIR, a partition of the graph it was trained on"
+        )
+    trained = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
+    workers = config.workers or int(meta.get("world_size") or 1)
+    run = dataclasses.replace(trained.run, workers=workers, partitions=None)
+    partitioned = partition_on_the_fly(dataclasses.replace(trained, dataset=spec, run=run), out)
+    # the parts are the workers now
+    return dataclasses.replace(config, partitions=partitioned.run.partitions, workers=None)
+
+
+def _infer(config: InferConfig, checkpoint: Path) -> None:
+    """Check the checkpoint against ``config.partitions``, then one worker per part."""
     from shardgnn.distributed.context import check_placement
     from shardgnn.distributed.launch import launch_local
     from shardgnn.errors import ConfigError
@@ -41,17 +84,9 @@ def run(args: argparse.Namespace) -> int:
         check_time,
         infer_worker,
         read_pairs,
-        resolve_checkpoint,
     )
     from shardgnn.train.kinds import KINDS
-    from shardgnn.train.tables import check_table_format
 
-    config = config_from_args(InferConfig, args)
-    check_table_format(config.table_format)  # Parquet without pyarrow: refused before any work
-    check_output_path(config.out, "--out", folder=True)
-    if config.log_dir:
-        check_output_path(config.log_dir, "--log-dir", folder=True)
-    checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
     check_feature_storage(config.feature_storage, pset, config.partitions)
@@ -82,4 +117,3 @@ def run(args: argparse.Namespace) -> int:
         stop_grace_s=config.stop_grace,
         stopped_timeout_s=config.timeout,
     )
-    return 0

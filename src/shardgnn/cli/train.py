@@ -185,6 +185,15 @@ def _train_distributed(
     from shardgnn.distributed.launch import launch_local
     from shardgnn.train.worker import train_worker
 
+    if (
+        config.cache.enabled
+        and config.run.host_sharing == "auto"
+        and config.feature_storage == "memory"
+        and config.embedding.staleness is None  # peers' learnable rows are cached, not mapped
+    ):  # every worker runs on this machine: what each would refuse, refused before partitioning
+        from shardgnn.store.cache.build import nothing_to_cache
+
+        raise nothing_to_cache(config.cache.policy, "each worker here would read")
     if config.run.workers is not None:  # refused before partitioning on the fly
         check_placement(config.device, config.run.backend, config.run.workers)
         if config.mode == "full":
@@ -193,7 +202,7 @@ def _train_distributed(
             grid_of(config.full, config.run.workers)  # the grid's rows and layers divide P
     with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
         if config.run.partitions is None:
-            config = _partition_on_the_fly(config, Path(scratch) / "parts")
+            config = partition_on_the_fly(config, Path(scratch) / "parts")
             dataset_given = False  # it is what was just partitioned
         config, workers = preflight(config, dataset_given=dataset_given, split_given=split_given)
         check_placement(config.device, config.run.backend, workers)
@@ -208,7 +217,9 @@ def _train_distributed(
     return 0
 
 
-def _partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
+def partition_on_the_fly(config: TrainConfig, out: Path) -> TrainConfig:
+    """``config.dataset`` partitioned into ``config.run.workers`` parts in ``out`` as training
+    reads it (METIS; random for one part), said in one line; ``config`` reading them."""
     workers = config.run.workers
     assert workers is not None
     method = "metis" if workers > 1 else "random"

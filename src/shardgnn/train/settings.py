@@ -324,8 +324,17 @@ class InferConfig(LaunchConfig):
         metavar="DIR",
         help="a --checkpoint-dir of `shardgnn train` (its newest checkpoint) or one epoch-N folder",
     )
-    partitions: str = option(
-        metavar="DIR", help="partition directory of the graph (one worker per part)"
+    partitions: str | None = option(
+        None,
+        metavar="DIR",
+        help="partition directory of the graph (one worker per part); unset: the checkpoint's "
+        "dataset partitioned on the fly, as `shardgnn train --workers` partitions it",
+    )
+    workers: int | None = option(
+        None,
+        metavar="N",
+        help="without --partitions: the parts (and workers) the dataset is partitioned into "
+        "(default: as many as trained the checkpoint)",
     )
     out: str = option(
         metavar="DIR",
@@ -374,6 +383,12 @@ class InferConfig(LaunchConfig):
         super().__post_init__()
         if self.chunk_rows < 1:
             raise invalid(self, "chunk_rows", "must be >= 1")
+        if self.workers is not None and self.workers < 1:
+            raise invalid(self, "workers", "must be >= 1")
+        if self.workers is not None and self.partitions is not None:
+            raise invalid(
+                self, "workers", "does not apply: the partition's parts are the workers; drop it"
+            )
         if self.at is not None and not math.isfinite(self.at):
             raise invalid(self, "at", "must be a finite time")
 

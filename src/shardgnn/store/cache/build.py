@@ -29,6 +29,17 @@ def cacheable_rows(store: FeatureStore) -> np.ndarray:
     return np.ones(n, dtype=bool) if store.on_disk else ~store.local_mask(np.arange(n))
 
 
+def nothing_to_cache(policy: str, who: str) -> ConfigError:
+    """The refusal of a cache whose worker (``who``: "this worker reads") reads every row in
+    place: a worker's own rows in RAM and the parts its host's workers map."""
+    return ConfigError(
+        f"--cache-policy {policy}: {who} every row without communication (its own rows in RAM, "
+        "the rest from the mapped parts of workers on its host), so there is nothing to cache; "
+        "use --feature-storage disk (the cache then fronts disk reads), --host-sharing off, or "
+        "drop the cache"
+    )
+
+
 def build_cache(
     config: CacheConfig,
     store: FeatureStore,
@@ -58,12 +69,7 @@ def build_cache(
     n = store.shape[0]
     cacheable = cacheable_rows(store)
     if not cacheable.any():
-        raise ConfigError(
-            f"--cache-policy {config.policy}: this worker reads every row without communication "
-            "(its own rows in RAM, the rest from the mapped parts of workers on its host), so "
-            "there is nothing to cache; use --feature-storage disk (the cache then fronts disk "
-            "reads), --host-sharing off, or drop the cache"
-        )
+        raise nothing_to_cache(config.policy, "this worker reads")
     # Never more slots than rows that can be cached (this worker's own rows in RAM never are).
     capacity = min(config.capacity_rows(n, store.row_bytes), int(cacheable.sum()))
     static_ids = None
