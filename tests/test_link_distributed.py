@@ -78,7 +78,7 @@ def test_distributed_full_graph_link_equals_one_process(
     """GAE on P ranks (METIS parts of the training graph, dropout on): loss, pair accuracy and
     every held-out metric equal one process's, epoch by epoch, within fp32 rounding
     (``1d-sparse cache``: every remote dependency cached, ``--dependencies cache``)."""
-    from shardgnn.cli.train import _partition_on_the_fly
+    from shardgnn.cli.train import partition_on_the_fly
     from shardgnn.fullgraph.config import FullGraphConfig
 
     save_graph(graph, tmp_path / "g")
@@ -87,7 +87,7 @@ def test_distributed_full_graph_link_equals_one_process(
         spec, model=ModelConfig(model=model, hidden=16, dropout=0.3, input_dropout=0.1), link=link
     )
     one = run_training(base)
-    dist_config = _partition_on_the_fly(
+    dist_config = partition_on_the_fly(
         dataclasses.replace(
             base,
             run=RunConfig(workers=world),
@@ -115,13 +115,13 @@ def test_distributed_full_graph_link_equals_one_process(
 
 
 def test_the_launcher_splits_as_one_process_and_partitions_the_training_graph(graph, tmp_path):
-    from shardgnn.cli.train import _partition_on_the_fly
+    from shardgnn.cli.train import partition_on_the_fly
 
     save_graph(graph, tmp_path / "g")
     config = TrainConfig(
         dataset=f"graph:{tmp_path / 'g'}", task="link", run=RunConfig(workers=2), progress=False
     )
-    _partition_on_the_fly(config, tmp_path / "parts")
+    partition_on_the_fly(config, tmp_path / "parts")
     stored = load_link_split(tmp_path / "parts" / LINK_SPLIT_DIR)
     train_graph, expected = split_edges(graph, LinkSplitSpec())
     for name in ("train_pos_2P", "val_pos_2P", "test_pos_2P", "val_neg_PK", "test_neg_PK"):
