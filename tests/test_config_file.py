@@ -60,6 +60,11 @@ def test_the_command_line_overrides_the_file(tmp_path):
         ("heads = 2\n", "--heads does not apply"),  # given in a file: refused as if typed
         ("epochs = 0\n", "--epochs 0"),
         ("[nothing]\nhere = 1\n", "'nothing.here' is not a flag"),
+        # a value the flag cannot parse: named with the file it came from
+        ('hidden = "abc"\n', "run.toml: hidden = 'abc': not an integer"),
+        ('[optim]\nlr = "fast"\n', "run.toml: optim.lr = 'fast': not a number"),
+        ('mode = "nope"\n', "run.toml: mode = 'nope': choose one of minibatch, full"),
+        ('fanouts = ["a", 3]\n', "run.toml: fanouts = 'a,3': "),
     ],
 )
 def test_mistakes_in_the_file_are_refused_in_one_line(tmp_path, capsys, text, expected):

@@ -145,6 +145,18 @@ def test_output_folders_under_a_file_are_refused(tmp_path, capsys):
     assert "is a file" in _error(capsys)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_output_where_nothing_can_be_created_is_refused_before_training(capsys):
+    # /proc passes the permission bits (root) and refuses every new folder: only trying tells
+    for flag, path in (("--checkpoint-dir", "/proc/shardgnn-ck"), ("--results", "/proc/r.json")):
+        assert main(["train", SPEC, *QUICK, flag, path]) == 2
+        err = _error(capsys)
+        assert err.startswith(f"shardgnn train: error: {flag} {path}: ")
+        # (another user than root is stopped by the permission bits already)
+        assert "nothing can be created in /proc" in err or "not writable by this user" in err
+        assert len(err.splitlines()) == 1
+
+
 def test_infer_checks_its_output_folder_before_any_work(tmp_path, capsys):
     afile = tmp_path / "a-file"
     afile.write_text("x")

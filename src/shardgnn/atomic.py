@@ -138,7 +138,7 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
 def check_output_path(path: str | os.PathLike, flag: str, *, folder: bool) -> None:
     """Refuse, before any work, an output path that cannot be written: a file path naming a
     folder (or ending in ``/``), a folder path naming a file, or a location under a file or a
-    folder this process cannot write.
+    folder this process cannot write or create anything in (tried: a folder made and removed).
 
     Raises:
         ConfigError: one line naming ``flag``, the path, the problem and the fix.
@@ -164,3 +164,9 @@ def check_output_path(path: str | os.PathLike, flag: str, *, folder: bool) -> No
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {text}: {existing} is not writable by this user; choose another")
+    try:  # the permission bits do not tell all (a kernel file system, a full inode table)
+        os.rmdir(tempfile.mkdtemp(prefix=".shardgnn-probe-", dir=existing))
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {text}: nothing can be created in {existing} ({exc.strerror}); choose another"
+        ) from None

@@ -148,10 +148,30 @@ def _words_for(action: argparse.Action, key: str, value: Any, path: Path) -> lis
             raise ConfigError(f"{CONFIG_FLAG} {path}: {key} is an on/off flag: true or false")
         return [flag] if value else []
     if isinstance(value, (list, tuple)):
-        return [flag, ",".join(str(v) for v in value)]
+        word = ",".join(str(v) for v in value)
+        _check_value(action, key, word, path)
+        return [flag, word]
     if isinstance(value, bool) or value is None:
         raise ConfigError(f"{CONFIG_FLAG} {path}: {key} takes a value, not {value!r}")
+    _check_value(action, key, str(value), path)
     return [flag, str(value)]
+
+
+def _check_value(action: argparse.Action, key: str, word: str, path: Path) -> None:
+    """Refuse, naming the file, a value the flag's own parsing would refuse (the parser would
+    name the flag alone, as if it had been typed)."""
+    value: Any = word
+    if callable(action.type):
+        try:
+            value = action.type(word)
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            kinds = {int: "not an integer", float: "not a number"}
+            reason = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else None
+            reason = reason or kinds.get(action.type, f"not a valid {key}")
+            raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: {reason}") from None
+    if action.choices is not None and value not in action.choices:
+        choices = ", ".join(map(str, action.choices))
+        raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: choose one of {choices}")
 
 
 def _has_positional(sub: argparse.ArgumentParser, words: list[str]) -> bool:
