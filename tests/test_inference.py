@@ -220,6 +220,12 @@ def test_infer_without_partitions_partitions_the_checkpoints_dataset(tmp_path, c
     assert main([*argv, "--out", str(tmp_path / "no")]) == 2
     err = capfd.readouterr().err
     assert "--workers 2: does not apply: the partition's parts are the workers" in err
+    # what the graph's kind refuses is said before it is partitioned, naming the dataset
+    assert main(["infer", "--checkpoint", str(ckpt), "--out", str(tmp_path / "at"), "--at", "5"])
+    captured = capfd.readouterr()
+    assert "partitioned" not in captured.out
+    assert "--at 5: synthetic:nodes=600,degree=6.0" in captured.err  # its canonical spec
+    assert "(partitioned on the fly) holds a homogeneous graph" in captured.err
 
 
 def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):

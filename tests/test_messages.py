@@ -165,6 +165,21 @@ def test_infer_checks_its_output_folder_before_any_work(tmp_path, capsys):
     assert "--out" in _error(capsys)
 
 
+def test_plot_refuses_what_is_not_a_results_file_in_one_line(tmp_path, capsys):
+    (tmp_path / "binary.json").write_bytes(b'{"epochs": "\xd0\x00"}')
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    for name, expected in (
+        ("absent.json", "no such results file"),
+        (".", "is a folder; give the JSON file of `shardgnn train --results FILE`"),
+        ("binary.json", "cannot be read as a results file"),
+        ("other.json", "not a shardgnn results file"),
+    ):
+        assert main(["plot", str(tmp_path / name), "--out", str(tmp_path / "plots")]) == 2
+        err = _error(capsys)
+        assert err.startswith("shardgnn plot: error: ") and expected in err, err
+        assert len(err.splitlines()) == 1
+
+
 def test_plot_never_replaces_earlier_figures_unless_asked(tmp_path, capsys):
     results = tmp_path / "r.json"
     assert main(["train", SPEC, *QUICK, "--results", str(results)]) == 0

@@ -287,7 +287,7 @@ def _check_inference(path, checkpoint, out):
     argv = ["infer", "--checkpoint", str(checkpoint), "--partitions", path, "--out", str(out)]
     assert main([*argv, "--feature-storage", "disk"]) == 2  # refused before any worker starts
     with pytest.raises(ConfigError, match="--feature-storage disk: .* holds a typed graph"):
-        check_feature_storage("disk", read_partitions(path, verify=False), path)
+        check_feature_storage("disk", read_partitions(path, verify=False).kind, path)
     assert main([*argv, "--chunk-rows", "300"]) == 0
     graph = reassemble_typed(path)  # original ids
     embeddings, logits = _one_process_forward(path, checkpoint, graph, graph.num_classes)

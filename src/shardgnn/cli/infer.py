@@ -43,19 +43,23 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(config.log_dir, "--log-dir", folder=True)
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
+        where = config.partitions
         if config.partitions is None:
-            config = _partitioned_on_the_fly(config, checkpoint, Path(scratch) / "parts")
-        _infer(config, checkpoint)
+            config, where = _partitioned_on_the_fly(config, checkpoint, Path(scratch) / "parts")
+        _infer(config, checkpoint, where)
     return 0
 
 
 def _partitioned_on_the_fly(config, checkpoint: Path, out: Path):
     """``config`` reading the checkpoint's dataset partitioned in ``out`` (``--workers`` parts,
-    default as many as trained it), as training partitions it on the fly."""
+    default as many as trained it), as training partitions it on the fly, and how messages
+    name that partition."""
     from shardgnn.cli.train import partition_on_the_fly
     from shardgnn.errors import ConfigError
+    from shardgnn.graph.datasets import dataset_traits
     from shardgnn.train.checkpoint import read_checkpoint_meta
     from shardgnn.train.config import TrainConfig
+    from shardgnn.train.inference import check_feature_storage, check_time
 
     meta = read_checkpoint_meta(checkpoint)
     spec = (meta.get("dataset") or {}).get("spec")
@@ -64,16 +68,22 @@ def _partitioned_on_the_fly(config, checkpoint: Path, out: Path):
             f"{checkpoint} records no dataset to partition (its graph was given in Python, not "
             "named); pass --partitions DIR, a partition of the graph it was trained on"
         )
+    where = f"{spec} (partitioned on the fly)"
+    kind = dataset_traits(spec).kind  # what the partition would say, said before partitioning
+    check_feature_storage(config.feature_storage, kind, where)
+    check_time(config.at, kind, where)
     trained = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
     workers = config.workers or int(meta.get("world_size") or 1)
     run = dataclasses.replace(trained.run, workers=workers, partitions=None)
     partitioned = partition_on_the_fly(dataclasses.replace(trained, dataset=spec, run=run), out)
     # the parts are the workers now
-    return dataclasses.replace(config, partitions=partitioned.run.partitions, workers=None)
+    config = dataclasses.replace(config, partitions=partitioned.run.partitions, workers=None)
+    return config, where
 
 
-def _infer(config: InferConfig, checkpoint: Path) -> None:
-    """Check the checkpoint against ``config.partitions``, then one worker per part."""
+def _infer(config: InferConfig, checkpoint: Path, where: str) -> None:
+    """Check the checkpoint against ``config.partitions`` (named ``where`` in messages), then
+    one worker per part."""
     from shardgnn.distributed.context import check_placement
     from shardgnn.distributed.launch import launch_local
     from shardgnn.errors import ConfigError
@@ -89,8 +99,8 @@ def _infer(config: InferConfig, checkpoint: Path) -> None:
 
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
-    check_feature_storage(config.feature_storage, pset, config.partitions)
-    check_time(config.at, pset, config.partitions)
+    check_feature_storage(config.feature_storage, pset.kind, where)
+    check_time(config.at, pset.kind, where)
     kind = pset.kind
     if KINDS[kind].infer_on_cpu:
         if config.device not in ("cpu", "auto"):

@@ -81,6 +81,13 @@ def _load_results(path: Path) -> dict:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise ShardgnnError(f"{path}: no such results file") from None
+    except IsADirectoryError:
+        raise ShardgnnError(
+            f"{path}: is a folder; give the JSON file of `shardgnn train --results FILE` (or of "
+            "`shardgnn plan --out FILE`)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShardgnnError(f"{path}: cannot be read as a results file ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ShardgnnError(f"{path}: not valid JSON ({exc}); was the run interrupted?") from None
     if not isinstance(data, dict) or not isinstance(data.get("epochs"), list) or not data["epochs"]:

@@ -280,8 +280,8 @@ def run_inference(
     embeddings are taken at it."""
     checkpoint = resolve_checkpoint(checkpoint)
     pset = read_partitions(partitions, verify=False)
-    check_feature_storage(feature_storage, pset, partitions)
-    check_time(at, pset, partitions)
+    check_feature_storage(feature_storage, pset.kind, partitions)
+    check_time(at, pset.kind, partitions)
     config = check_inference_pair(checkpoint, pset)
     run = InferRun(
         checkpoint, partitions, pset, config, Path(out).expanduser(), chunk_rows, pairs,
@@ -290,21 +290,22 @@ def run_inference(
     return infer_for(pset.kind)(ctx, run)
 
 
-def check_feature_storage(feature_storage: str, pset: PartitionSet, partitions) -> None:
-    """Refuse ``--feature-storage disk`` for a partition it does not apply to (typed graphs and
-    graph sets read their rows in memory)."""
-    if feature_storage != "memory" and pset.kind != "homogeneous":
+def check_feature_storage(feature_storage: str, kind: str, partitions) -> None:
+    """Refuse ``--feature-storage disk`` for a graph of a ``kind`` it does not apply to (typed
+    graphs and graph sets read their rows in memory); ``partitions`` names the graph."""
+    if feature_storage != "memory" and kind != "homogeneous":
         raise ConfigError(
-            f"--feature-storage {feature_storage}: {partitions} holds a {pset.kind} graph; "
+            f"--feature-storage {feature_storage}: {partitions} holds a {kind} graph; "
             "disk-backed inference reads homogeneous graphs only (leave --feature-storage unset)"
         )
 
 
-def check_time(at: float | None, pset: PartitionSet, partitions) -> None:
-    """Refuse ``--at`` for a partition without time (it picks a point of an event stream)."""
-    if at is not None and pset.kind != "temporal":
+def check_time(at: float | None, kind: str, partitions) -> None:
+    """Refuse ``--at`` for a graph of a ``kind`` without time (it picks a point of an event
+    stream); ``partitions`` names the graph."""
+    if at is not None and kind != "temporal":
         raise ConfigError(
-            f"--at {at:g}: {partitions} holds a {pset.kind} graph; --at picks a time of a "
+            f"--at {at:g}: {partitions} holds a {kind} graph; --at picks a time of a "
             "temporal graph's event stream (leave it unset)"
         )
 
