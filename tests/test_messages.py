@@ -125,6 +125,30 @@ def test_more_workers_than_cores_is_said_before_anything_starts(graph_dir, capsy
     assert f"warning: --workers 7 on {cores} CPU core" in err
 
 
+def test_workers_refuse_an_empty_split_as_one_process_does(tmp_path, capsys):
+    import dataclasses
+
+    graph = generate(SyntheticConfig(nodes=300, degree=5, classes=3, features=4, seed=2))
+    save_graph(dataclasses.replace(graph, test_idx=np.zeros(0, np.int64)), tmp_path / "g")
+    parts = tmp_path / "p"
+    assert main(["partition", f"graph:{tmp_path / 'g'}", "--parts", "2", "--out", str(parts)]) == 0
+    capsys.readouterr()
+    for argv in (["train", f"graph:{tmp_path / 'g'}"], ["train", "--partitions", str(parts)]):
+        assert main([*argv, *QUICK]) == 2
+        err = _error(capsys)
+        assert "cannot be used for node prediction: its test split is empty" in err, err
+        assert len(err.splitlines()) == 1
+
+
+def test_a_node_table_naming_a_node_twice_says_which_as_written(tmp_path, capsys):
+    (tmp_path / "papers.csv").write_text("id,name\n1,a\n1,b\n")
+    (tmp_path / "cites.csv").write_text("src,dst\n1,1\n")
+    argv = ["convert", "--node-tables", f"paper={tmp_path / 'papers.csv'}", "--edge-tables"]
+    argv += [f"paper/cites/paper={tmp_path / 'cites.csv'}", "--out", str(tmp_path / "h")]
+    assert main(argv) == 2
+    assert "node id 1 appears twice in column 'id'" in _error(capsys)
+
+
 # ------------------------------------------------------------------------------------ output paths
 def test_results_naming_a_folder_is_refused_before_training(tmp_path, capsys):
     (tmp_path / "out").mkdir()

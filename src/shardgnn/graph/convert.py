@@ -881,7 +881,8 @@ def _node_index(table: Any, id_col: str, path: Path) -> dict[Any, int]:
     ids = _column(table, id_col, path, "--id-col")
     if ids.duplicated().any():
         raise DatasetError(
-            f"node id {ids[ids.duplicated()].iloc[0]!r} appears twice in column {id_col!r}",
+            # tolist: the id as written (1 or 'a'), not numpy's repr (np.int64(1))
+            f"node id {ids[ids.duplicated()].tolist()[0]!r} appears twice in column {id_col!r}",
             path,
             "list every node once",
         )
