@@ -149,6 +149,16 @@ def test_a_node_table_naming_a_node_twice_says_which_as_written(tmp_path, capsys
     assert "node id 1 appears twice in column 'id'" in _error(capsys)
 
 
+def test_a_warning_is_one_line_naming_the_command(tmp_path, capsys):
+    rows = [(i % 7, (i + 1) % 7, float((i * 37) % 50)) for i in range(50)]  # out of time order
+    (tmp_path / "ev.csv").write_text("".join(f"{s},{d},{t}\n" for s, d, t in rows))
+    main(["train", f"temporal:{tmp_path / 'ev.csv'}", "--epochs", "1", "--quiet"])
+    lines = capsys.readouterr().err.splitlines()
+    warned = [line for line in lines if "not in time order" in line]
+    assert len(warned) == 1 and warned[0].startswith("shardgnn train: warning: "), lines
+    assert not any("load_temporal_events(" in line for line in lines)  # no source line
+
+
 # ------------------------------------------------------------------------------------ output paths
 def test_results_naming_a_folder_is_refused_before_training(tmp_path, capsys):
     (tmp_path / "out").mkdir()

@@ -16,6 +16,7 @@ import sys
 
 from shardgnn import __version__
 from shardgnn.cli.config_file import CONFIG_FLAG, expand_config_file
+from shardgnn.cli.flags import warning_lines
 from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
 
 
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = parser.parse_args(argv)
     try:
-        return args.handler(args)
+        with warning_lines(args.command):
+            return args.handler(args)
     except ShardgnnError as exc:
         print(f"shardgnn {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import warnings
 from typing import Any
 
@@ -76,10 +75,6 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    print(f"shardgnn convert: warning: {message}", file=sys.stderr)
-
-
 def run_convert(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn convert``."""
     from pathlib import Path
@@ -92,7 +87,6 @@ def run_convert(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         # what convert leaves out (text columns) as one `warning:` line each, not silently
         warnings.simplefilter("always")
-        warnings.showwarning = _show_warning
         graph = convert(config)
     if kind_of_graph(graph) == "graphset":
         from shardgnn.graph.stats import describe_graphset

@@ -10,9 +10,12 @@ groups), with the field's help text, choices and default. Defaults are *not* giv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import sys
 import typing
-from collections.abc import Collection
+import warnings
+from collections.abc import Collection, Iterator
 from typing import Any, TypeVar
 
 from shardgnn.options import default_of, flag_for, flag_of, from_dict, value_type
@@ -163,3 +166,16 @@ def config_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -
             node = node.setdefault(parent, {})
         node[leaf] = value
     return from_dict(cls, nested, where="flags")
+
+
+@contextlib.contextmanager
+def warning_lines(command: str) -> Iterator[None]:
+    """Python warnings shown as one ``shardgnn COMMAND: warning: ...`` line each, without the
+    source line Python prints after them (which filters apply is left as it is)."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"shardgnn {command}: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield

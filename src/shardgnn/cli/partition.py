@@ -8,14 +8,11 @@ Handlers return an exit code and raise :class:`~shardgnn.errors.ShardgnnError` f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import sys
 import textwrap
 import time
 import warnings
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -115,19 +112,6 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-@contextlib.contextmanager
-def _warnings_to_stderr(command: str) -> Iterator[None]:
-    """Print Python warnings at once as ``shardgnn CMD: warning: ...`` lines (no source lines)."""
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"shardgnn {command}: warning: {message}", file=sys.stderr)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("default")
-        warnings.showwarning = show
-        yield
-
-
 def _fmt_balance(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -219,7 +203,8 @@ def partition_command(args: argparse.Namespace) -> int:
     from shardgnn.graph.datasets import dataset_traits
     from shardgnn.train.partitioning import PartitionJob, partition_dataset
 
-    with _warnings_to_stderr("partition"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
         config = _resolve_config(args)
         link = _link_config(args)
         # fail before the (possibly long) load and partitioning
@@ -293,7 +278,8 @@ def _report(
 
 def verify_command(args: argparse.Namespace) -> int:
     """``shardgnn verify``: checksums + invariants + recomputed metrics; exit 0 when all hold."""
-    with _warnings_to_stderr("verify"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
         start = time.perf_counter()
         metrics = verify_partitions(
             args.dir, checksums=not args.no_checksums, progress=not args.quiet
