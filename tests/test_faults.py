@@ -483,6 +483,25 @@ def _stop_a_worker_under_torchrun(tmp_path, graph, workers: int, timeout: int):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+def test_torchrun_wrapper_ends_a_refused_job_with_the_workers_line(tmp_path):
+    """Bad input under `python -m shardgnn.torchrun`: each worker's one `error:` line, then one
+    line of the wrapper and exit 2, not torchrun's report with the agent's traceback."""
+    from shardgnn.distributed.launch import free_port
+
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "-m", "shardgnn.run", "train", "synthetic:nodes=300", "--epochs", "1",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "shardgnn train: error: every worker needs the same partition directory" in done.stderr
+    assert re.search(r"shardgnn.torchrun: worker rank [01] refused the job \(exit 2\)", done.stderr)
+    assert "Traceback" not in done.stderr and "Root Cause" not in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_path, graph):
     """Under `python -m shardgnn.torchrun`, a stopped worker is SIGKILLed 3 s after its peer's
     collective timed out (plain torchrun waits 30 s more: SIGTERM means nothing to it)."""

@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"shardgnn train: {exc}", file=sys.stderr)
         return REQUEUE_EXIT_CODE
     except ShardgnnError as exc:
-        # RANK is torchrun's; read here only to label the message (the context owns it otherwise).
-        print(f"shardgnn train: error: {exc} (rank {os.environ.get('RANK', '?')})", file=sys.stderr)
+        # RANK is torchrun's; read here only to label the message (the context owns it otherwise;
+        # unset: run outside torchrun, one process, no rank to name).
+        rank = os.environ.get("RANK")
+        print(f"shardgnn train: error: {exc}{f' (rank {rank})' if rank else ''}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

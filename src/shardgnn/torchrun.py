@@ -30,6 +30,9 @@ This wrapper runs torchrun's own ``main`` in this process and adds:
   (instead of 30);
 * an agent whose workers failed joins torchrun's exit barrier before it ends, so machines whose
   workers finished do not wait its 300 s for it (a worker failing after its peers succeeded);
+* a worker that refused the job (bad input: exit 2 after its one ``error:`` line) ends it with
+  one more line and exit 2, not torchrun's report and traceback; another failure prints the
+  report (which worker, how) and exits 1;
 * ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given, and on such a
   signal one line and exit code 75 (:data:`~shardgnn.errors.REQUEUE_EXIT_CODE`) when every worker
   saved its checkpoint and exited 75, as ``shardgnn train`` does (torchrun: a traceback, exit 1).
@@ -238,11 +241,26 @@ def main(argv: list[str] | None = None) -> int:
         name="shardgnn-torchrun-watch",
     ).start()
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
     sys.argv = ["torchrun", *argv]
     try:
         torchrun_main(argv)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        if failure.exitcode == 2:
+            # bad input: the worker said why in one line (`shardgnn train: error: ...`), which
+            # torchrun's report and this agent's traceback would bury
+            print(
+                f"shardgnn.torchrun: worker rank {rank} refused the job (exit 2); its error "
+                "line above says why",
+                file=sys.stderr,
+            )
+            return 2
+        # which worker failed how (torchrun's report), without this agent's own traceback
+        print(exc.format_msg(), file=sys.stderr)
+        return 1
     except SignalException as exc:
         # SIGTERM/SIGUSR1 (preemption): the agent forwarded it and waited --shutdown-timeout.
         name = signal.Signals(exc.sigval).name
