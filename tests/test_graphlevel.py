@@ -222,6 +222,10 @@ def test_whole_graphs_go_to_parts_and_come_back_equal(tmp_path):
             )
         seen += [int(g) for g in part.graph_ids[part.train_idx]]
     assert sorted(seen) == gs.train_idx.tolist()
+    # more parts than graphs: refused, as more parts than nodes are for one graph
+    with pytest.raises(ConfigError, match="--parts 151 exceeds the 150 graphs of csl"):
+        write_graphset_partitions(gs, 151, tmp_path / "too-many")
+    assert not (tmp_path / "too-many").exists()
 
 
 @pytest.mark.slow

@@ -159,6 +159,22 @@ def test_a_warning_is_one_line_naming_the_command(tmp_path, capsys):
     assert not any("load_temporal_events(" in line for line in lines)  # no source line
 
 
+def test_a_folder_named_as_a_dataset_is_told_how_to_name_it(tmp_path, capsys):
+    graph = generate(SyntheticConfig(nodes=200, degree=4, classes=3, features=4, seed=1))
+    save_graph(graph, tmp_path / "g")
+    argv = ["partition", f"graph:{tmp_path / 'g'}", "--parts", "2", "--out", str(tmp_path / "p")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    for name, expected in (
+        ("g", f"is a graph directory; name it graph:{tmp_path / 'g'}"),
+        ("p", f"is a partition directory; train it with --partitions {tmp_path / 'p'}"),
+    ):
+        assert main(["train", str(tmp_path / name), *QUICK]) == 2
+        err = _error(capsys)
+        assert f"unknown dataset '{tmp_path / name}': " in err and expected in err, err
+        assert len(err.splitlines()) == 1  # not the list of every dataset
+
+
 # ------------------------------------------------------------------------------------ output paths
 def test_results_naming_a_folder_is_refused_before_training(tmp_path, capsys):
     (tmp_path / "out").mkdir()

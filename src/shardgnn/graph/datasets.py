@@ -557,11 +557,35 @@ def _find_folder(data_dir: Path, candidates: list[str]) -> Path:
 def _entry(parsed: DatasetSpec) -> DatasetEntry:
     entry = _REGISTRY.get(parsed.name)
     if entry is None:
+        folder = _folder_hint(parsed.name)
         raise DatasetError(
-            f"unknown dataset {parsed.name!r}",
-            fix=f"use one of the known datasets:\n{describe_datasets()}",
+            f"unknown dataset {parsed.name!r}" + (f": {folder}" if folder else ""),
+            fix=None if folder else f"use one of the known datasets:\n{describe_datasets()}",
         )
     return entry
+
+
+def _folder_hint(name: str) -> str | None:
+    """What to write instead when a bare dataset name is a folder of shardgnn's: a graph
+    directory wants its kind's prefix, a partition directory ``--partitions``."""
+    from shardgnn.graph.graphset import GRAPH_SET_FORMAT
+    from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT
+
+    folder = Path(name).expanduser()
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    prefix = {GRAPH_FORMAT: "graph", TYPED_GRAPH_FORMAT: "hetero", GRAPH_SET_FORMAT: "graphset"}
+    if fmt in prefix:
+        return f"{name} is a graph directory; name it {prefix[fmt]}:{name}"
+    if (folder / "part-0").is_dir():
+        return (
+            f"{name} is a partition directory; train it with --partitions {name} (`shardgnn "
+            f"verify {name}` checks and describes it)"
+        )
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from shardgnn.errors import DatasetError
+from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.graphset import GraphSet
 from shardgnn.partition.format import (
     PartitionSet,
@@ -116,6 +116,11 @@ def write_graphset_partitions(
     """Write ``graphs`` into ``num_parts`` parts of whole graphs (:func:`assign_graphs`);
     ``written``: more :func:`write_partitions` arguments (overwrite, dataset_spec, progress).
     Returns the node assignment with its method and seconds, and the directory."""
+    if num_parts > graphs.num_graphs:  # as a graph's parts may not outnumber its nodes
+        raise ConfigError(
+            f"--parts {num_parts} exceeds the {graphs.num_graphs} graphs of {graphs.name}; some "
+            "parts would hold none (a part holds whole graphs)"
+        )
     start = time.perf_counter()
     part_of_graph = assign_graphs(graphs, num_parts)
     assignment = np.repeat(part_of_graph, np.diff(graphs.graph_ptr))
