@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _partitioned_on_the_fly(config, checkpoint: Path, out: Path):
+def _partitioned_on_the_fly(
+    config: InferConfig, checkpoint: Path, out: Path
+) -> tuple[InferConfig, str]:
     """``config`` reading the checkpoint's dataset partitioned in ``out`` (``--workers`` parts,
     default as many as trained it), as training partitions it on the fly, and how messages
     name that partition."""

@@ -580,6 +580,7 @@ def _folder_hint(name: str) -> str | None:
     prefix = {GRAPH_FORMAT: "graph", TYPED_GRAPH_FORMAT: "hetero", GRAPH_SET_FORMAT: "graphset"}
     if fmt in prefix:
         return f"{name} is a graph directory; name it {prefix[fmt]}:{name}"
+    # by its layout: the partition format is a later layer's (graph <- partition)
     if (folder / "part-0").is_dir():
         return (
             f"{name} is a partition directory; train it with --partitions {name} (`shardgnn "

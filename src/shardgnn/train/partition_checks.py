@@ -103,16 +103,18 @@ def _check_rows(
             f"{pset.path} holds no {missing}; partition a labelled dataset (give yours features "
             "and labels with `shardgnn convert`, or the nodes learnable rows with --embedding-dim)"
         )
+    from shardgnn.train.setup import node_prediction_refusal
+
     splits = pset.meta.get("splits") or {}
-    empty = [s for s in ("train", "val", "test") if not splits.get(s)]
+    empty = [f"its {s} split is empty" for s in ("train", "val", "test") if not splits.get(s)]
     if config.task == "node" and empty:
         # as one process refuses it: no validation split picks no epoch, no test split reports
         # no score (a zero would be reported as one)
-        raise ConfigError(
-            f"{_named(pset)} cannot be used for node prediction: its {' and '.join(empty)} "
-            f"split{'s are' if len(empty) > 1 else ' is'} empty; give the graph train, "
-            "validation and test nodes (`shardgnn convert --train/--val/--test`) and partition "
-            "it again"
+        raise node_prediction_refusal(
+            _named(pset),
+            empty,
+            "Give the graph train, validation and test nodes (`shardgnn convert --train/--val/"
+            "--test`) and partition it again.",
         )
     if (
         pset.meta.get("features") is None

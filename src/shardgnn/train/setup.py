@@ -23,6 +23,15 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import OptimConfig, TrainConfig
 
 
+def node_prediction_refusal(dataset: str, problems: list[str], fix: str) -> ConfigError:
+    """The one line refusing ``dataset`` (how messages name it) for node prediction: every
+    problem found (``its test split is empty``...), then ``fix``; one process, typed graphs and
+    workers' partitions say it alike."""
+    return ConfigError(
+        f"{dataset} cannot be used for node prediction: {'; '.join(problems)}. {fix}"
+    )
+
+
 def model_edge_dim(config: TrainConfig, edge_dim: int, source: str) -> int:
     """The width of the edge rows ``config``'s model reads on a graph (``source``, in words)
     whose edges carry ``edge_dim`` features, 0 for none (then no edge row is fetched): a model

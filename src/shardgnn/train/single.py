@@ -48,6 +48,7 @@ from shardgnn.train.setup import (
     label_results,
     make_embedding_table,
     model_edge_dim,
+    node_prediction_refusal,
     resolve_device,
     step_rows,
 )
@@ -71,11 +72,11 @@ def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
         elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
             problems.append(f"its {key.replace('_idx', '')} split {problem}")
     if problems:
-        raise ConfigError(
-            f"dataset {graph.name!r} cannot be used for node prediction: "
-            + "; ".join(problems)
-            + ". Use a labelled dataset such as cora or synthetic, or give "
-            "yours features, labels and splits with `shardgnn convert`."
+        raise node_prediction_refusal(
+            f"dataset {graph.name!r}",
+            problems,
+            "Use a labelled dataset such as cora or synthetic, or give yours features, labels "
+            "and splits with `shardgnn convert`.",
         )
 
 

@@ -60,6 +60,7 @@ from shardgnn.train.setup import (
     EMBEDDING_STREAM,
     adam,
     label_results,
+    node_prediction_refusal,
     resolve_device,
     typed_rows_config,
 )
@@ -334,10 +335,10 @@ def check_node_trainable(graph: TypedGraph) -> None:
         elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
             problems.append(f"its {key.replace('_idx', '')} split {problem}")
     if problems:
-        raise ConfigError(
-            f"dataset {graph.name!r} cannot be used for node prediction: "
-            + "; ".join(problems)
-            + ". Knowledge graphs train --task link; synthetic-hetero has paper labels."
+        raise node_prediction_refusal(
+            f"dataset {graph.name!r}",
+            problems,
+            "Knowledge graphs train --task link; synthetic-hetero has paper labels.",
         )
 
 
