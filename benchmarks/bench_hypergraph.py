@@ -9,9 +9,12 @@ partition: predicted and measured communication of full-graph training on a powe
   per pair of parts, :mod:`shardgnn.partition.cover`), edge cut, node and in-edge balance,
   seconds;
 * ``measured`` — at ``--train-parts`` workers: full-graph GCN training with ``1d-sparse`` and
-  with ``vertex-cut`` on the METIS and hypergraph partitions, the SpMM bytes a training epoch
-  sent against the bytes the predicted rows imply (rows x 4 bytes x the aggregated widths,
-  forward and backward), and the epoch time.
+  with ``vertex-cut`` on the METIS and hypergraph partitions (vertex-cut alone on the
+  vertex-cut partitioners' HDRF and 2D-hash placements, :mod:`shardgnn.partition.vertexcut`),
+  the SpMM bytes a training epoch sent against the bytes the predicted rows imply (rows x 4
+  bytes x the aggregated widths, forward and backward), and the epoch time.
+
+``--partitioners`` picks some of the partitioners (labels as in the tables).
 
 The graph is the peers benchmark's power-law generator (``benchmarks/peers/gen_graph.py``:
 Chung-Lu weights (i + 1) ** -0.8, symmetrised), with random features and labels.
@@ -55,7 +58,11 @@ VARIANTS = (
     ("hypergraph (edges)", "hypergraph", ("edges",)),
     ("ldg", "ldg", None),
     ("random", "random", None),
+    ("hdrf", "hdrf", None),
+    ("2d-hash", "2d-hash", None),
 )
+TRAINED = ("metis", "hypergraph (nodes)", "hypergraph (edges)", "hdrf", "2d-hash")
+"""the partitions trained on at ``--train-parts`` workers"""
 FEATURES, HIDDEN, CLASSES = 64, 64, 8
 
 
@@ -69,6 +76,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-parts", type=int, default=4)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--out", default="benchmarks/out/hypergraph.json")
+    p.add_argument(
+        "--partitioners",
+        default=",".join(label for label, _, _ in VARIANTS),
+        help="comma-separated labels (metis is always run: the tables' reference)",
+    )
     return p.parse_args(argv)
 
 
@@ -87,18 +99,23 @@ def power_law_graph(nodes: int, edges: int, seed: int = 0) -> Graph:
     )  # fmt: skip
 
 
-def vertex_cut_rows(graph: Graph, assignment: np.ndarray, parts: int) -> int:
-    """Rows a ``--spmm vertex-cut`` layer sends on this partition (pulled rows + pushed sums)."""
+def vertex_cut_rows(graph: Graph, result, parts: int) -> int:
+    """Rows a ``--spmm vertex-cut`` layer sends on this partition (pulled rows + pushed sums;
+    a vertex-cut partitioner's edges where it placed them)."""
     dst = np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr))
-    _, pulls, pushes = cut_rows(np.asarray(graph.indices, np.int64), dst, assignment, parts)
+    _, pulls, pushes = cut_rows(
+        np.asarray(graph.indices, np.int64), dst, result.assignment, parts, result.edge_part
+    )
     return int(pulls.shape[0] + pushes.shape[0])
 
 
-def volumes(graph: Graph, parts: list[int]) -> tuple[list[dict], dict]:
+def volumes(graph: Graph, parts: list[int], chosen: set[str]) -> tuple[list[dict], dict]:
     rows, assignments = [], {}
     in_degree = graph.in_degree()
     for p in parts:
         for label, method, balance in VARIANTS:
+            if label not in chosen:
+                continue
             start = time.perf_counter()
             result = partition_graph(
                 graph, PartitionConfig(num_parts=p, method=method, balance=balance)
@@ -110,7 +127,8 @@ def volumes(graph: Graph, parts: list[int]) -> tuple[list[dict], dict]:
             rows.append(
                 {
                     "parts": p, "partitioner": label, "comm_volume": comm_volume(graph, a, p),
-                    "vertex_cut_rows": vertex_cut_rows(graph, a, p),
+                    "vertex_cut_rows": vertex_cut_rows(graph, result, p),
+                    "replication_factor": result.settings.get("replication_factor"),
                     "predicted": result.settings.get("predicted_comm_volume"),
                     "edge_cut": edge_cut(graph, a, p),
                     "node_balance": float(nodes.max() / nodes.mean()),
@@ -130,17 +148,19 @@ def measured(graph: Graph, assignments: dict, p: int, epochs: int) -> list[dict]
     # layer 0's input needs no gradient, so its backward exchange is skipped
     widths = [min(FEATURES, HIDDEN), min(HIDDEN, CLASSES)]
     per_row = 4 * (sum(widths) + sum(widths[1:]))
-    for label in ("metis", "hypergraph (nodes)", "hypergraph (edges)"):
+    for label in TRAINED:
+        if (p, label) not in assignments:
+            continue
         result = assignments[(p, label)]
-        rows = {
-            "1d-sparse": comm_volume(graph, result.assignment, p),
-            "vertex-cut": vertex_cut_rows(graph, result.assignment, p),
-        }
+        rows = {"vertex-cut": vertex_cut_rows(graph, result, p)}
+        if result.edge_part is None:  # the sparse 1D plan of a node partition too
+            rows = {"1d-sparse": comm_volume(graph, result.assignment, p), **rows}
         with tempfile.TemporaryDirectory(prefix="bench_hypergraph_") as tmp:
             path = Path(tmp) / "parts"
             write_partitions(
-                graph, result.assignment, path, method=result.method, settings=result.settings
-            )
+                graph, result.assignment, path, method=result.method, settings=result.settings,
+                sections=result.sections(),
+            )  # fmt: skip
             for spmm, volume in rows.items():
                 config = TrainConfig(
                     dataset="bench", mode="full",
@@ -171,18 +191,25 @@ def main(argv=None) -> None:
         "machine": machine_info(),
         "graph": {"nodes": graph.num_nodes, "edges": graph.num_edges},
     }
-    report["volume"], assignments = volumes(graph, parts)
+    chosen = {"metis", *args.partitioners.split(",")}
+    unknown = chosen - {label for label, _, _ in VARIANTS}
+    if unknown:
+        raise SystemExit(f"--partitioners: unknown {', '.join(sorted(unknown))}")
+    report["volume"], assignments = volumes(graph, parts, chosen)
     report["measured"] = measured(graph, assignments, args.train_parts, args.epochs)
     report["total_s"] = time.perf_counter() - start
     metis = {r["parts"]: r["comm_volume"] for r in report["volume"] if r["partitioner"] == "metis"}
     table = format_table(
         ["P", "partitioner", "comm volume (rows/layer)", "vs metis", "predicted",
-         "vertex-cut rows/layer", "vs metis", "edge cut", "node balance", "edge balance", "s"],
+         "vertex-cut rows/layer", "vs metis", "replicas/node", "edge cut", "node balance",
+         "edge balance", "s"],
         [
             [r["parts"], r["partitioner"], r["comm_volume"],
              f"{r['comm_volume'] / metis[r['parts']]:.3f}",
              "-" if r["predicted"] is None else r["predicted"], r["vertex_cut_rows"],
-             f"{r['vertex_cut_rows'] / metis[r['parts']]:.3f}", f"{r['edge_cut']:.3f}",
+             f"{r['vertex_cut_rows'] / metis[r['parts']]:.3f}",
+             "-" if r["replication_factor"] is None else f"{r['replication_factor']:.3f}",
+             f"{r['edge_cut']:.3f}",
              f"{r['node_balance']:.3f}", f"{r['edge_balance']:.3f}", f"{r['seconds']:.1f}"]
             for r in report["volume"]
         ],

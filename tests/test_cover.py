@@ -68,9 +68,9 @@ def test_a_hub_is_pulled_once_and_a_sink_gets_one_partial_sum():
     owner = np.repeat([0, 1], 10)
     src = np.array([0] * 10 + list(range(1, 10)) + [1])
     dst = np.array(list(range(10, 20)) + [10] * 9 + [11])
-    pulled, pull_pairs, push_pairs = cut_rows(src, dst, owner, 2)
+    computed_by, pull_pairs, push_pairs = cut_rows(src, dst, owner, 2)
     assert len(pull_pairs) + len(push_pairs) == 3  # a minimum cover: node 0, node 10, and one more
-    assert np.all(pulled[:10])  # the hub's edges from its row
+    assert np.all(computed_by[:10] == 1)  # the hub's edges from its row, on their ends' part
     assert 10 * 2 + 0 in push_pairs  # node 10's partial sum from part 0
     # every source row pulled instead (the sparsity-aware 1D plan): 10 distinct rows
     assert len(np.unique(src * 2 + owner[dst])) == 10
@@ -79,8 +79,9 @@ def test_a_hub_is_pulled_once_and_a_sink_gets_one_partial_sum():
 def test_edges_inside_a_part_are_pulled_and_crossing_edges_only_are_decided():
     owner = np.array([0, 0, 1, 1])
     src, dst = np.array([0, 1, 2, 0]), np.array([1, 0, 3, 2])
-    pulled, pull_pairs, push_pairs = cut_rows(src, dst, owner, 2)
-    assert pulled[:3].all() and pull_pairs.tolist() == [0 * 2 + 1] and push_pairs.size == 0
+    computed_by, pull_pairs, push_pairs = cut_rows(src, dst, owner, 2)
+    assert computed_by[:3].tolist() == [0, 0, 1]  # inside a part: its own
+    assert pull_pairs.tolist() == [0 * 2 + 1] and push_pairs.size == 0
     with pytest.raises(AssertionError, match="crossing edges only"):
         pulled_crossing_edges(np.array([0]), np.array([1]), np.array([0]), np.array([0]), 2)
     assert canonical_cover(np.zeros(0, np.int64), np.zeros(0, np.int64))[0].shape == (0,)

@@ -33,9 +33,10 @@ from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
 
 # Which methods read which setting (a setting given for another method is reported, not dropped).
 _USED_BY = {
-    "seed": ("random", "metis", "hypergraph"),
+    "seed": ("random", "metis", "hypergraph", "hdrf", "2d-hash"),
     "balance": ("metis", "hypergraph"),
-    "imbalance": ("metis", "hypergraph"),
+    "imbalance": ("metis", "hypergraph", "hdrf"),
+    "hdrf_balance": ("hdrf",),
     "slack": ("ldg", "fennel"),
     "chunk_edges": ("ldg", "fennel"),
 }
@@ -254,6 +255,14 @@ def _report(
     if args.save_assignment:
         print(f"assignment written to {args.save_assignment}")
     print(metrics_tables(metrics))
+    if result.edge_part is not None:
+        s = result.settings
+        print(
+            f"vertex-cut: {s['replication_factor']:.3f} replicas per node, "
+            f"{s['rows_per_layer']:,} rows per layer with --spmm vertex-cut (pulled rows and "
+            f"pushed partial sums; the table's comm volume is of the masters alone), computed "
+            f"edges balance {s['balance_computed_edges']:.3f} (max/mean)"
+        )
     if typed is not None:
         print(
             format_table(

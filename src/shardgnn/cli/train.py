@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 
@@ -278,6 +279,14 @@ def preflight(
     if recipe.distributed is None:
         raise ConfigError(f"{holds}; {recipe.description} trains in one process so far")
     config = check_partition(kind, config, pset, split_given)
+    if pset.places_edges and not (
+        config.mode == "full" and config.full.spmm in ("vertex-cut", "auto")
+    ):
+        warnings.warn(
+            f"{pset.path} places every edge on a part ({pset.method}): only --mode full --spmm "
+            "vertex-cut follows that; this run reads its nodes' owners alone",
+            stacklevel=2,
+        )
     return _resolved(config, pset)
 
 

@@ -137,8 +137,9 @@ class PlanConfig:
     )
     method: str = option(
         "metis",
-        choices=("metis", "random"),
-        help="partitioner of every worker count (metis balancing node counts)",
+        choices=("metis", "random", "hdrf", "2d-hash"),
+        help="partitioner of every worker count (metis balancing node counts; hdrf and 2d-hash "
+        "place the edges too, which --spmm vertex-cut follows)",
     )
     model: str = option(
         "sage",  # `shardgnn train`'s default model: plan what train runs unless told otherwise

@@ -271,6 +271,8 @@ class _Edges:
     recv_volume: np.ndarray
     feature_nnz: np.ndarray | None = None
     """per part, its rows' feature non-zeros (``None``: dense features)"""
+    edge_part: np.ndarray | None = None
+    """a vertex-cut partition's part computing each edge (``--spmm vertex-cut`` follows it)"""
 
 
 def _worker_rows(
@@ -286,16 +288,14 @@ def _worker_rows(
         # backward: every worker returns the gradients of the halo rows it received
         return e.send_volume, e.recv_volume, zero, entries
     if full.spmm == "vertex-cut":
-        pulled, pull_pairs, push_pairs = cut_rows(e.src, e.dst, owner, workers)
+        computed_by, pull_pairs, push_pairs = cut_rows(e.src, e.dst, owner, workers, e.edge_part)
         # forward, a part sends its pulled rows and its pushed partial sums; backward, each
         # comes back to it as a gradient from the part it went to
         forward = np.bincount(owner[pull_pairs // workers], minlength=workers)
         forward += np.bincount(push_pairs % workers, minlength=workers)
         backward = np.bincount(pull_pairs % workers, minlength=workers)
         backward += np.bincount(owner[push_pairs // workers], minlength=workers)
-        # entries: the edges a part computes, its own rows' pulled or local in-edges and the
-        # pushed edges out of its rows
-        computed_by = np.where(pulled, owner[e.dst], owner[e.src])
+        # entries: the edges a part computes
         entries = np.bincount(computed_by, minlength=workers) + loops * sizes
         return forward, backward, zero, entries
     if full.spmm in ("1d", "1.5d"):
@@ -712,9 +712,11 @@ def costs_at(
     workers: int,
     config: PlanConfig,
     rates: MachineRates | None = None,
+    edge_part: np.ndarray | None = None,
 ) -> list[StrategyCost]:
     """Every strategy's cost on one partition of an in-memory graph (``assignment``: each node's
-    part; ``rates``: predict epoch times too)."""
+    part; ``rates``: predict epoch times too; ``edge_part``: a vertex-cut's placement of the
+    edges, in CSR order)."""
     owner = np.asarray(assignment, dtype=np.int64)
     e = _Edges(
         dst=np.repeat(np.arange(graph.num_nodes, dtype=np.int64), np.diff(graph.indptr)),
@@ -724,6 +726,7 @@ def costs_at(
         send_volume=send_volumes(graph, owner, workers).astype(np.int64),
         recv_volume=recv_volumes(graph, owner, workers).astype(np.int64),
         feature_nnz=_feature_nnz(graph, owner, workers),
+        edge_part=edge_part,
     )
     return _costs(e, workers, config, int(graph.x.shape[1]), graph.num_classes, rates)
 
@@ -758,11 +761,13 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
     ``features`` each part's features read to count their non-zeros."""
     book = pset.book
     workers = pset.num_parts
-    dst, src, row_nnz = [], [], []
+    dst, src, row_nnz, edge_part = [], [], [], []
     for q in range(workers):
         part = pset.load_part(q, mmap=True, verify=False)
         dst.append(np.repeat(np.arange(part.start, part.end, dtype=np.int64), np.diff(part.indptr)))
         src.append(np.asarray(part.indices, dtype=np.int64))
+        if part.edge_part is not None:
+            edge_part.append(np.asarray(part.edge_part))
         if features and part.x is not None:
             row_nnz.append(np.count_nonzero(part.x, axis=1))
     metrics = pset.metrics
@@ -780,6 +785,7 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
         send_volume=np.asarray(metrics.send_volume, dtype=np.int64),
         recv_volume=np.asarray(metrics.recv_volume, dtype=np.int64),
         feature_nnz=feature_nnz,
+        edge_part=np.concatenate(edge_part) if edge_part else None,
     )
     return e, in_dim
 
@@ -886,9 +892,10 @@ def plan(
         )
         with warnings.catch_warnings():  # empty parts are reported with the costs
             warnings.simplefilter("ignore")
-            assignment = partition_graph(graph, part).assignment
+            result = partition_graph(graph, part)
+        assignment = result.assignment
         if config.strategies != "minibatch":
-            out += costs_at(graph, assignment, workers, config, rates)
+            out += costs_at(graph, assignment, workers, config, rates, result.edge_part)
         if on_partition is not None:
             on_partition(workers, assignment)
     return out

@@ -27,6 +27,7 @@ from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import label_dtype
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
+from shardgnn.partition.vertexcut import most_square
 from shardgnn.store.feature import advise_random
 
 
@@ -153,11 +154,6 @@ class BlockGrid:
         return f"{self.rows}x{self.cols}" + (f"x{self.layers}" if self.layers > 1 else "")
 
 
-def _most_square(n: int) -> int:
-    """The largest divisor of ``n`` not above its square root."""
-    return max(r for r in range(1, int(n**0.5) + 1) if n % r == 0)
-
-
 def grid_of(config, world_size: int) -> Grid | BlockGrid:
     """The process grid a :class:`~shardgnn.fullgraph.config.FullGraphConfig` runs on:
     ``(P / c) x c`` for ``1.5d``; ``R x C`` for ``2d`` and ``R x C x L`` for ``3d`` (``R`` =
@@ -182,7 +178,7 @@ def grid_of(config, world_size: int) -> Grid | BlockGrid:
                 "e.g. --grid-layers 2 with 8 workers (0: chosen)"
             )
     units = world_size // layers
-    rows = config.grid_rows or _most_square(units)
+    rows = config.grid_rows or most_square(units)
     if units % rows:
         raise ConfigError(
             f"--grid-rows {rows} must divide the number of workers ({world_size})"
@@ -270,6 +266,9 @@ class FullGraphShard:
     edge_attr: np.ndarray | None = None
     """float32 ``[e, D]`` features of the held rows' in-edges, in ``indices`` order (a row group
     of one part, whose edges carry features), else None"""
+    edge_part: np.ndarray | None = None
+    """int32 ``[e]`` the part computing each in-edge, in ``indices`` order (a row group of one
+    part of a vertex-cut partition: :mod:`shardgnn.partition.vertexcut`), else None"""
 
     @property
     def num_rows(self) -> int:
@@ -421,6 +420,11 @@ def load_shard(
         orig_ids=np.asarray(pset.orig_ids[row_start:row_end], dtype=np.int64),
         # a one-part row group's edge rows, in its CSR order (mapped, not read until used)
         edge_attr=parts[0].edge_attr if len(parts) == 1 else None,
+        edge_part=(
+            np.asarray(parts[0].edge_part)
+            if len(parts) == 1 and parts[0].edge_part is not None
+            else None
+        ),
     )
 
 

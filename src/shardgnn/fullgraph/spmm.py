@@ -227,76 +227,122 @@ class DistFullGraph:
         ]
 
     def _setup_cut(self) -> None:
-        """Vertex-cut: decide which crossing in-edges of this rank's rows it computes from pulled
-        rows and which their sources' owners compute and push (the same decision on every rank,
-        :func:`~shardgnn.partition.cover.pulled_crossing_edges`), plan both exchanges, and send
-        every owner the pushed edges it computes with their normalised values, one set per norm
-        (collective; counted under ``setup``, once)."""
-        shard, comm, device = self.shard, self.groups.col, self.device
-        n, parts = shard.num_rows, comm.world_size
-        halo_owner = shard.book.owner(shard.halo)
+        """Vertex-cut: the part computing each in-edge of this rank's rows (the partition's
+        placement where it has one, :mod:`shardgnn.partition.vertexcut`; else the cover of its
+        node partition, which every rank decides alike,
+        :func:`~shardgnn.partition.cover.pulled_crossing_edges`); every edge another part
+        computes sent there with its normalised values, one per norm, and those this rank
+        computes for others received; then the rows it pulls (the sources of the edges it
+        computes that it does not own), the partial sums it pushes and both its blocks over its
+        own and pulled rows (collective; counted under ``setup``, once)."""
+        shard, comm, device, rank = self.shard, self.groups.col, self.device, self.rank
+        n, parts, book = shard.num_rows, comm.world_size, shard.book
         dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(shard.indptr))
-        crossing = np.flatnonzero(shard.indices >= n)
-        halo_pos = shard.indices[crossing] - n
-        pulled = pulled_crossing_edges(
-            shard.halo[halo_pos],
-            dst[crossing] + shard.row_start,
-            halo_owner[halo_pos],
-            np.full(crossing.shape[0], self.rank),
-            parts,
-        )
-        # a halo row is pulled for all its edges or for none (the decision is per row and pair)
-        pulled_rows = np.zeros(len(shard.halo), dtype=bool)
-        pulled_rows[halo_pos[pulled]] = True
-        positions = np.flatnonzero(pulled_rows)
-        column_map = np.full(n + len(shard.halo), -1, dtype=np.int64)
-        column_map[:n] = np.arange(n)
-        column_map[n + positions] = n + np.arange(positions.shape[0])
-        self._column_map, self._num_columns = column_map, n + int(positions.shape[0])
-        requests = shard.halo_requests(list(range(parts)), positions)
-        self.pull = RowPlan(comm, requests, "setup", device)
-        # The pushed edges, per norm, in one order (by destination, then source column: repeated
-        # edges, alike in every norm, pair up whichever way): each source owner gets their
-        # destinations (this rank's ids), source rows (its own ids) and values.
-        keys, values = None, []
+        ext = np.asarray(shard.indices, dtype=np.int64)
+        remote = ext >= n
+        src = ext + shard.row_start
+        src[remote] = shard.halo[ext[remote] - n]
+        computed_by = np.full(ext.shape[0], rank, dtype=np.int64)
+        if shard.edge_part is not None:
+            computed_by[:] = shard.edge_part
+        else:
+            crossing = np.flatnonzero(remote)
+            src_owner = book.owner(src[crossing]).astype(np.int64)
+            pulled = pulled_crossing_edges(
+                src[crossing],
+                dst[crossing] + shard.row_start,
+                src_owner,
+                np.full(crossing.shape[0], rank),
+                parts,
+            )
+            computed_by[crossing[~pulled]] = src_owner[~pulled]
+        # Each norm lists the edges its own way (gcn drops self-loops and adds one per row):
+        # an entry is found by (row, column); every copy of a repeated edge shares its part,
+        # and self-loops are the owner's (they need no row from elsewhere).
+        width = n + len(shard.halo)
+        keys, first = np.unique(dst * width + ext, return_index=True)
+        part_of_key = computed_by[first]
+        lists = []
         for norm in NORMS:
-            indptr, indices, norm_values = (t.cpu().numpy() for t in self._graph.edge_values(norm))
+            indptr, indices, values = (t.cpu().numpy() for t in self._graph.edge_values(norm))
             rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-            pushed = np.flatnonzero(column_map[indices] < 0)
-            order = np.lexsort((indices[pushed], rows[pushed]))
-            if keys is None:
-                keys = (rows[pushed][order], indices[pushed][order] - n)
-            values.append(norm_values[pushed][order])
-        push_dst, push_halo = keys
-        push_owner = halo_owner[push_halo]
-        values_EN = np.stack(values, 1).astype(np.float32)
-        lists, edges, edge_values = [], [], []
+            indices = indices.astype(np.int64)
+            part = np.full(indices.shape[0], rank, dtype=np.int64)
+            if keys.shape[0]:
+                wanted = rows * width + indices
+                at = np.minimum(np.searchsorted(keys, wanted), keys.shape[0] - 1)
+                found = keys[at] == wanted
+                part[found] = part_of_key[at[found]]
+            part[indices == rows] = rank
+            global_src = indices + shard.row_start
+            halo_columns = indices >= n
+            global_src[halo_columns] = shard.halo[indices[halo_columns] - n]
+            lists.append((rows, global_src, values, part))
+        # The pushed edges in one order (by destination, then source: repeated edges, alike in
+        # every norm, pair up whichever way); per part computing them, their destinations (this
+        # rank's rows), sources (global ids) and a value per norm.
+        sent = []
+        for rows, global_src, _, part in lists:
+            away = np.flatnonzero(part != rank)
+            sent.append(away[np.lexsort((global_src[away], rows[away]))])
+        assert len({s.shape[0] for s in sent}) == 1, "every norm pushes the same edges"
+        rows, global_src, _, part = lists[0]
+        push_dst, push_src, push_part = rows[sent[0]], global_src[sent[0]], part[sent[0]]
+        values_EN = np.stack([v[s] for (_, _, v, _), s in zip(lists, sent)], 1).astype(np.float32)
+        targets_of, edges, edge_values = [], [], []
         for q in range(parts):
-            mine = np.flatnonzero(push_owner == q)
+            mine = np.flatnonzero(push_part == q)
             targets, target_of = np.unique(push_dst[mine], return_inverse=True)
-            first = int(shard.book.part_range(q)[0])
-            lists.append(torch.from_numpy(targets))  # held rows are the own part's (P x 1)
-            sources = shard.halo[push_halo[mine]] - first
-            edges.append(torch.from_numpy(np.stack([target_of, sources], 1)))
+            targets_of.append(torch.from_numpy(targets))  # held rows are the own part's (P x 1)
+            pair = np.stack([target_of.astype(np.int64), push_src[mine]], 1)
+            edges.append(torch.from_numpy(pair))
             edge_values.append(torch.from_numpy(values_EN[mine]))
         # what this rank pushes: each peer's destinations, and the edges into them it computes
-        wanted = comm.all_to_all(lists, "setup")
+        wanted = comm.all_to_all(targets_of, "setup")
         pairs = comm.all_to_all(edges, "setup")
         pair_values = comm.all_to_all(edge_values, "setup")
         self.push = RowPlan(comm, wanted, "setup", device)
         offsets = np.concatenate([[0], np.cumsum([int(w.shape[0]) for w in wanted])])
-        row = np.concatenate([p[:, 0].numpy() + offsets[q] for q, p in enumerate(pairs)])
-        column = np.concatenate([p[:, 1].numpy() for p in pairs])
+        pushed_row = np.concatenate([p[:, 0].numpy() + offsets[q] for q, p in enumerate(pairs)])
+        pushed_src = np.concatenate([p[:, 1].numpy() for p in pairs])
+        # the rows to pull: the sources of every edge computed here that another part owns
+        rows, global_src, _, part = lists[0]
+        here = part == rank
+        needed = np.concatenate([global_src[here], pushed_src])
+        own = (needed >= shard.row_start) & (needed < shard.row_end)
+        pulled_ids = np.unique(needed[~own])
+        _, requests = owner_requests(book, pulled_ids, parts)
+        self.pull = RowPlan(comm, requests, "setup", device)
+        self._num_columns = num_columns = n + int(pulled_ids.shape[0])
+
+        def column_of(global_ids: np.ndarray) -> torch.Tensor:
+            """Columns of the product: own rows, then the pulled rows."""
+            column = n + np.searchsorted(pulled_ids, global_ids)
+            mine = (global_ids >= shard.row_start) & (global_ids < shard.row_end)
+            column[mine] = global_ids[mine] - shard.row_start
+            return torch.from_numpy(column)
+
+        for norm, (rows, global_src, values, part) in zip(NORMS, lists):  # computed here
+            here = part == rank
+            indptr = torch.zeros(n + 1, dtype=torch.int64)
+            indptr[1:] = torch.cumsum(torch.from_numpy(np.bincount(rows[here], minlength=n)), 0)
+            adj = _csr(
+                indptr, column_of(global_src[here]), torch.from_numpy(values[here]),
+                (n, num_columns),
+            ).to(device)  # fmt: skip
+            self._adj[norm] = (adj, transpose_csr(adj))
         received_EN = torch.cat(pair_values)  # the edges this rank computes, a value per norm
-        order = np.lexsort((column, row))
+        order = np.lexsort((pushed_src, pushed_row))
         pushed_rows = int(offsets[-1])
         indptr = torch.zeros(pushed_rows + 1, dtype=torch.int64)
-        indptr[1:] = torch.cumsum(torch.bincount(torch.from_numpy(row), minlength=pushed_rows), 0)
-        column_t = torch.from_numpy(column[order])
+        indptr[1:] = torch.cumsum(
+            torch.bincount(torch.from_numpy(pushed_row), minlength=pushed_rows), 0
+        )
+        column_t = column_of(pushed_src[order])
         self._push_adj = {}
         for k, norm in enumerate(NORMS):
             values_k = received_EN[torch.from_numpy(order), k].contiguous()
-            adj = _csr(indptr, column_t, values_k, (pushed_rows, n)).to(device)
+            adj = _csr(indptr, column_t, values_k, (pushed_rows, num_columns)).to(device)
             self._push_adj[norm] = (adj, transpose_csr(adj))
 
     def set_dependencies(self, num_layers: int, costs: DependencyCosts | None) -> None:
@@ -398,19 +444,20 @@ class DistFullGraph:
         """``(A, A^T)`` normalised over whole rows (graph degrees), restricted to the columns this
         rank multiplies (1.5D: its replica's parts; 2D: its grid column's, renumbered), as CSR
         tensors (cached). Rows: the held rows (2D: the grid row's block)."""
+        if norm in self._adj:  # built at set-up (vertex-cut) or before
+            return self._adj[norm]
         if self._column_map is None:  # every column: the local graph's own cached matrices
             return self._graph.adjacency(norm), self._graph.adjacency_t(norm)
-        if norm not in self._adj:
-            indptr, indices, values = self._graph.edge_values(norm)
-            column = torch.from_numpy(self._column_map).to(self.device)[indices]
-            keep = column >= 0
-            rows = self._graph.num_dst
-            dst = entry_rows(indptr, len(indices))
-            indptr = torch.zeros_like(indptr)
-            indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rows), 0)
-            num_columns = self._graph.num_src if self._num_columns is None else self._num_columns
-            adj = _csr(indptr, column[keep], values[keep], (rows, num_columns))
-            self._adj[norm] = (adj, transpose_csr(adj))
+        indptr, indices, values = self._graph.edge_values(norm)
+        column = torch.from_numpy(self._column_map).to(self.device)[indices]
+        keep = column >= 0
+        rows = self._graph.num_dst
+        dst = entry_rows(indptr, len(indices))
+        indptr = torch.zeros_like(indptr)
+        indptr[1:] = torch.cumsum(torch.bincount(dst[keep], minlength=rows), 0)
+        num_columns = self._graph.num_src if self._num_columns is None else self._num_columns
+        adj = _csr(indptr, column[keep], values[keep], (rows, num_columns))
+        self._adj[norm] = (adj, transpose_csr(adj))
         return self._adj[norm]
 
     def edge_rows(self) -> torch.Tensor | None:
@@ -791,10 +838,11 @@ class _CutSpMM(torch.autograd.Function):
     def forward(ctx, h_NF, layer: DistLayerGraph, norm: str, training: bool):
         full = layer.full
         pulled_HF = full.pull.finish(full.pull.start(h_NF, full.stage, full.codec), h_NF)
+        h_CF = torch.cat([h_NF, pulled_HF])  # the product's columns: own rows, pulled rows
         adj, _ = full.adjacency(norm)
-        z_NF = adj @ torch.cat([h_NF, pulled_HF])
+        z_NF = adj @ h_CF
         push, _ = full.push_adjacency(norm)
-        pending = full.push.start_back(push @ h_NF, full.stage, full.codec)
+        pending = full.push.start_back(push @ h_CF, full.stage, full.codec)
         full.push.finish_back(pending, z_NF)
         ctx.layer, ctx.norm = layer, norm
         return z_NF
@@ -807,12 +855,12 @@ class _CutSpMM(torch.autograd.Function):
         pending = full.push.start(g_NF, full.stage, full.codec, full._feedback(layer.index, "push"))
         g_pushed_RF = full.push.finish(pending, g_NF)
         _, adj_t = full.adjacency(ctx.norm)
-        g_ext = adj_t @ g_NF
-        n = full.num_rows
         _, push_t = full.push_adjacency(ctx.norm)
-        g_h = g_ext[:n] + push_t @ g_pushed_RF
+        g_CF = adj_t @ g_NF + push_t @ g_pushed_RF
+        n = full.num_rows
+        g_h = g_CF[:n].clone()
         pending = full.pull.start_back(
-            g_ext[n:].contiguous(), full.stage, full.codec, full._feedback(layer.index, "halo_grad")
+            g_CF[n:].contiguous(), full.stage, full.codec, full._feedback(layer.index, "halo_grad")
         )
         full.pull.finish_back(pending, g_h)
         return g_h, None, None, None

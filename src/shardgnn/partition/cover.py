@@ -104,23 +104,34 @@ def pulled_crossing_edges(
 
 
 def cut_rows(
-    src_E: np.ndarray, dst_E: np.ndarray, owner: np.ndarray, num_parts: int
+    src_E: np.ndarray,
+    dst_E: np.ndarray,
+    owner: np.ndarray,
+    num_parts: int,
+    edge_part: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows a vertex-cut SpMM moves, from a graph's edges (global ids) and its nodes'
-    owners: ``(pulled_E, pull_pairs, push_pairs)``, per edge whether its part computes it from
-    a pulled row (True also for edges inside a part), and the ``node * num_parts + part`` keys
-    of every row pulled (``src`` to ``dst``'s part) and every partial sum pushed (``dst``'s,
-    from ``src``'s part), each once. The sender of both is the owner of the other end:
-    ``owner[key // num_parts]`` for a pulled row, ``key % num_parts`` for a pushed sum."""
+    owners: ``(computed_by_E, pull_pairs, push_pairs)``, the part computing every edge (a
+    vertex-cut partition's ``edge_part`` where given, self-loops on their owners; else the
+    cover of the node partition: each crossing edge on one end's part, the others on their
+    owner's) and the ``node * num_parts + part`` keys of every row pulled (``src``'s, to the
+    part computing an edge from it that does not own it) and every partial sum pushed
+    (``dst``'s, from such a part), each once. The sender of a pulled row is ``owner[key //
+    num_parts]``, of a pushed sum ``key % num_parts``; their gradients go the other way."""
     src_E, dst_E = np.asarray(src_E, np.int64), np.asarray(dst_E, np.int64)
     src_part, dst_part = owner[src_E], owner[dst_E]
-    crossing = np.flatnonzero(src_part != dst_part)
-    pulled_E = np.ones(src_E.shape[0], dtype=bool)
-    pulled_E[crossing] = pulled_crossing_edges(
-        src_E[crossing], dst_E[crossing], src_part[crossing], dst_part[crossing], num_parts
-    )
-    pulls = crossing[pulled_E[crossing]]
-    pushes = crossing[~pulled_E[crossing]]
-    pull_pairs = np.unique(src_E[pulls] * num_parts + dst_part[pulls])
-    push_pairs = np.unique(dst_E[pushes] * num_parts + src_part[pushes])
-    return pulled_E, pull_pairs, push_pairs
+    if edge_part is not None:
+        computed_by = np.asarray(edge_part, dtype=np.int64).copy()
+        computed_by[src_E == dst_E] = dst_part[src_E == dst_E]
+    else:
+        computed_by = dst_part.copy()
+        crossing = np.flatnonzero(src_part != dst_part)
+        pulled = pulled_crossing_edges(
+            src_E[crossing], dst_E[crossing], src_part[crossing], dst_part[crossing], num_parts
+        )
+        computed_by[crossing[~pulled]] = src_part[crossing[~pulled]]
+    pulls = src_part != computed_by
+    pushes = dst_part != computed_by
+    pull_pairs = np.unique(src_E[pulls] * num_parts + computed_by[pulls])
+    push_pairs = np.unique(dst_E[pushes] * num_parts + computed_by[pushes])
+    return computed_by, pull_pairs, push_pairs

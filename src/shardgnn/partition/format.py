@@ -24,7 +24,8 @@ Layout (``N`` nodes, ``P`` parts; "new" ids are the relabelled ids of
                  x_type<t>.npy  float32 [n_p^t, F_t]  features of the part's type-t nodes
                                 (typed graphs, types with features; in new-id order)
                  edge_<name>.npy  [e_p, ...]  more per-edge values (edge features: attr, float32
-                                [e_p, D]; temporal graphs: times, eids)
+                                [e_p, D]; temporal graphs: times, eids; a vertex-cut's
+                                placement: part, int32, the part computing every in-edge)
     DIR/names/node_ids.npy  int64|<U [N]   the user's id of every node by ORIGINAL id (graphs
                             built from ids of their own, e.g. by `shardgnn convert`)
     DIR/names/node_ids_type<t>.npy  int64|<U [N_t]  typed graphs: the user's ids of node type
@@ -323,6 +324,12 @@ class LocalPartition:
         """Width of the edge features (0: none)."""
         return 0 if self.edge_attr is None else int(self.edge_attr.shape[1])
 
+    @property
+    def edge_part(self) -> np.ndarray | None:
+        """int32 ``[e_p]`` the part computing every in-edge (a vertex-cut partition, whose
+        nodes' owners are their masters: :mod:`shardgnn.partition.vertexcut`), or None."""
+        return self.edge_arrays.get("part")
+
     def global_ids(self) -> np.ndarray:
         """int64 new global ids of the owned nodes (``start .. end - 1``)."""
         return np.arange(self.start, self.end, dtype=np.int64)
@@ -390,6 +397,12 @@ class PartitionSet:
             return TypedPartitionBook(typed, self.book.boundaries)
         features = self.meta.get("features") or {}
         return TypedPartitionBook.one_type(self.book.boundaries, int(features.get("dim", 0)))
+
+    @property
+    def places_edges(self) -> bool:
+        """Whether a vertex-cut partitioner placed every edge (each part's ``edge_part.npy``;
+        ``--spmm vertex-cut`` follows it, everything else reads the nodes' owners only)."""
+        return "part" in (self.meta.get("edge_arrays") or {})
 
     def shared_array(self, rel: str, *, mmap: bool = True) -> np.ndarray:
         """An array every part reads whole (a temporal graph's event stream,
@@ -784,6 +797,17 @@ def _load_part(pset: PartitionSet, part: int, *, mmap: bool, verify: bool) -> Lo
                 path / rels[name],
                 _REMAKE,
             )
+    placement = arrays.get("edge_part")
+    if (
+        placement is not None
+        and placement.size
+        and (int(placement.min()) < 0 or int(placement.max()) >= pset.num_parts)
+    ):
+        raise DatasetError(
+            f"holds parts outside [0, {pset.num_parts})",
+            path / rels["edge_part"],
+            "the file is corrupt; run `shardgnn verify` on the directory and " + _REMAKE,
+        )
     for name, t in typed.items():
         bounds = meta["typed"]["type_bounds"][part]
         expected = int(bounds[t + 1]) - int(bounds[t])

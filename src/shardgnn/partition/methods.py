@@ -45,10 +45,17 @@ import numpy as np
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.options import check_choices, invalid, option
+from shardgnn.partition.sections import EdgeArraysSection, Section
 from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
+from shardgnn.partition.vertexcut import (
+    VERTEX_CUT_METHODS,
+    grid_partition,
+    hdrf_partition,
+    most_square,
+)
 from shardgnn.seeding import splitmix64_array
 
-METHODS = ("random", "metis", "hypergraph", "ldg", "fennel", "assignment")
+METHODS = ("random", "metis", "hypergraph", "ldg", "fennel", *VERTEX_CUT_METHODS, "assignment")
 BALANCE_KEYS = ("nodes", "train", "edges")
 
 
@@ -422,7 +429,8 @@ class PartitionConfig:
         help="partitioner (unset: metis, or the --assignment file when one is given)",
     )
     seed: int = option(
-        0, help="random/metis/hypergraph seed (the streaming methods are deterministic)"
+        0,
+        help="random/metis/hypergraph/hdrf/2d-hash seed (ldg and fennel are deterministic)",
     )
     balance: tuple[str, ...] | None = option(
         None,
@@ -432,7 +440,13 @@ class PartitionConfig:
     )
     imbalance: float = option(
         0.03,
-        help="metis, hypergraph: allowed imbalance per constraint (0.03 = 3%% above the average)",
+        help="metis, hypergraph: allowed imbalance per constraint (0.03 = 3%% above the "
+        "average); hdrf: of the nodes each part is the master of",
+    )
+    hdrf_balance: float = option(
+        1.0,
+        help="hdrf: weight of balancing the edges each part computes against replicating fewer "
+        "nodes (the paper's lambda)",
     )
     slack: float = option(
         _STREAM_DEFAULTS.slack, help="ldg/fennel: parts hold at most (1 + slack) * N / P nodes"
@@ -467,7 +481,7 @@ class PartitionConfig:
                 if self.assignment is not None
                 else "--method assignment needs an --assignment file"
             )
-        if self.method in ("metis", "hypergraph") and not 0.0 < self.imbalance <= 1.0:
+        if self.method in ("metis", "hypergraph", "hdrf") and not 0.0 < self.imbalance <= 1.0:
             raise invalid(self, "imbalance", "must lie in (0, 1]")
         if self.balance is not None:
             unknown = [b for b in self.balance if b not in BALANCE_KEYS]
@@ -475,6 +489,8 @@ class PartitionConfig:
                 raise invalid(
                     self, "balance", f"give a comma-separated subset of {','.join(BALANCE_KEYS)}"
                 )
+        if not self.hdrf_balance > 0.0:
+            raise invalid(self, "hdrf_balance", "must be > 0")
         if self.method in STREAM_METHODS:
             StreamConfig(
                 method=self.method, slack=self.slack, chunk_edges=self.chunk_edges
@@ -490,6 +506,17 @@ class PartitionResult:
     method: str
     settings: dict[str, Any]
     seconds: float
+    edge_part: np.ndarray | None = None
+    """a vertex-cut's (:mod:`shardgnn.partition.vertexcut`): int32 ``[E]`` the part computing
+    every edge, in the graph's CSR order (``assignment``: the masters); else ``None``"""
+
+    def sections(self) -> tuple[Section, ...]:
+        """What the partition adds to the directory written from it
+        (:func:`~shardgnn.partition.format.write_partitions`' ``sections``): a vertex-cut's
+        placement, with its edges into every part (``edge_part.npy``)."""
+        if self.edge_part is None:
+            return ()
+        return (EdgeArraysSection({"part": self.edge_part}),)
 
 
 def _type_segments(node_type: np.ndarray) -> np.ndarray:
@@ -523,6 +550,7 @@ def partition_graph(
             f"--parts {p} exceeds the {n} nodes of {graph.name}; some parts would be empty"
         )
     settings: dict[str, Any] = {"num_parts": p}
+    edge_part = None
     start = time.perf_counter()
     if config.method == "random":
         settings["seed"] = config.seed
@@ -576,6 +604,23 @@ def partition_graph(
             predicted_comm_volume=km1,
             partitioner="Mt-KaHyPar, deterministic preset",
         )
+    elif config.method in VERTEX_CUT_METHODS:
+        if node_type is not None:
+            raise ConfigError(vertex_cut_refusal(config.method, "a typed graph"))
+        settings["seed"] = config.seed
+        if config.method == "hdrf":
+            cut = hdrf_partition(
+                graph, p, seed=config.seed, balance_weight=config.hdrf_balance,
+                imbalance=config.imbalance,
+            )  # fmt: skip
+            settings.update(
+                balance_weight=config.hdrf_balance, imbalance=config.imbalance, order="random"
+            )
+        else:
+            cut = grid_partition(graph, p, random_partition(n, p, config.seed))
+            settings["grid"] = f"{most_square(p)}x{p // most_square(p)}"
+        assignment, edge_part = cut.master, cut.edge_part
+        settings.update(cut.stats(graph, p))
     elif config.method in STREAM_METHODS:
         symmetric = graph.is_symmetric()
         source = graph if symmetric else graph.symmetrize()
@@ -623,7 +668,19 @@ def partition_graph(
             else None,
         )
     return PartitionResult(
-        assignment=assignment, method=config.method, settings=settings, seconds=seconds
+        assignment=assignment,
+        method=config.method,
+        settings=settings,
+        seconds=seconds,
+        edge_part=edge_part,
+    )
+
+
+def vertex_cut_refusal(method: str, what: str) -> str:
+    """The line refusing a vertex-cut partitioner for data whose parts hold nodes only."""
+    return (
+        f"--method {method} places edges for full-graph training of a homogeneous graph (--spmm "
+        f"vertex-cut); {what} is partitioned by node: use --method metis, ldg or fennel"
     )
 
 
@@ -640,4 +697,5 @@ __all__ = [
     "resolve_balance",
     "check_assignment",
     "load_assignment",
+    "vertex_cut_refusal",
 ]

@@ -8,13 +8,20 @@ import os
 
 import numpy as np
 
+from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.partition.book import relabel
 from shardgnn.partition.format import PartitionSet, write_partitions
-from shardgnn.partition.methods import PartitionConfig, PartitionResult, partition_graph
+from shardgnn.partition.methods import (
+    PartitionConfig,
+    PartitionResult,
+    partition_graph,
+    vertex_cut_refusal,
+)
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
 from shardgnn.partition.sections import EventSection
+from shardgnn.partition.vertexcut import VERTEX_CUT_METHODS
 
 
 def static_view(graph: TemporalGraph) -> Graph:
@@ -81,6 +88,8 @@ def partition_temporal(
 ) -> tuple[PartitionResult, PartitionMetrics, PartitionSet]:
     """Partition a temporal graph's T-CSR (one edge per event and direction, so frequent pairs
     weigh more) and write it: ``(result, metrics, the written directory)``."""
+    if config.method in VERTEX_CUT_METHODS:
+        raise ConfigError(vertex_cut_refusal(config.method, "a temporal graph"))
     static = static_view(graph)
     result = partition_graph(static, config, progress=progress)
     metrics = compute_metrics(static, result.assignment, config.num_parts)

@@ -149,7 +149,7 @@ def partition_homogeneous(job: PartitionJob) -> Partitioned:
         overwrite=job.overwrite, num_parts=job.config.num_parts, metrics=metrics,
         seconds=result.seconds, progress=job.progress, dataset_spec=canonical_spec(job.dataset),
         dataset_fingerprint=dataset_fingerprint,
-        sections=() if split is None else (LinkSplitSection(split),),
+        sections=(*(() if split is None else (LinkSplitSection(split),)), *result.sections()),
     )  # fmt: skip
     return Partitioned(graph.name, pset, result, metrics, time.perf_counter() - start)
 
