@@ -40,7 +40,7 @@ def _replicas(graph, result, parts) -> np.ndarray:
     return held
 
 
-@pytest.mark.parametrize("parts", [3, 4, 8])
+@pytest.mark.parametrize("parts", [3, 4, 8, 70])
 def test_hdrf_places_every_edge_balanced_with_masters_among_replicas(power_law, parts):
     result = _cut(power_law, parts, "hdrf")
     g = power_law
@@ -174,6 +174,13 @@ def test_cli_partition_reports_the_replicas_and_refuses_other_methods_flags(tmp_
     assert main(["partition", spec, "--parts", "2", "--method", "metis", "--hdrf-balance", "2",
                  "--out", str(tmp_path / "m")]) == 2  # fmt: skip
     assert "--hdrf-balance does not apply to --method metis" in capsys.readouterr().err
+    # node-partitioned data: refused before it is loaded
+    temporal = "synthetic-temporal:nodes=300,events=2000"
+    assert main(["partition", temporal, "--parts", "2", "--method", "hdrf", "--out",
+                 str(tmp_path / "t")]) == 2  # fmt: skip
+    captured = capsys.readouterr()
+    assert "a temporal graph is partitioned by node" in captured.err
+    assert "loaded" not in captured.out + captured.err
 
 
 # ------------------------------------------------------------------ training on the placement

@@ -27,6 +27,7 @@ from shardgnn.partition.format import (
 )
 from shardgnn.partition.methods import PartitionConfig
 from shardgnn.partition.metrics import PartitionMetrics
+from shardgnn.partition.vertexcut import VERTEX_CUT_METHODS
 from shardgnn.train.config import TASKS, TrainConfig
 from shardgnn.train.progress import format_table
 from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
@@ -213,6 +214,11 @@ def partition_command(args: argparse.Namespace) -> int:
         kind = dataset_traits(args.dataset).kind
         if kind == "graphset":
             _refuse_node_partitioner_flags(args)
+        elif kind != "homogeneous" and config.method in VERTEX_CUT_METHODS:
+            from shardgnn.errors import ConfigError
+            from shardgnn.partition.methods import vertex_cut_refusal
+
+            raise ConfigError(vertex_cut_refusal(config.method, f"a {kind} graph"))
         job = PartitionJob(
             args.dataset, args.data_dir, config, out, link=link, overwrite=args.overwrite,
             progress=not args.quiet, report=True,

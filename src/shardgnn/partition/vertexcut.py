@@ -105,9 +105,20 @@ def _finish(
     return VertexCut(edge_part=edge_part, master=np.asarray(master, dtype=np.int32))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _has(bits, v, p):  # pragma: no cover - compiled
+    return (bits[v, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _set(bits, v, p):  # pragma: no cover - compiled
+    bits[v, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+
+
 @numba.njit(cache=True, nogil=True)
 def _hdrf_kernel(src, dst, order, num_nodes, num_parts, lam, eps):  # pragma: no cover - compiled
-    replica = np.zeros((num_nodes, num_parts), dtype=np.bool_)
+    # the replica table as bits: N x ceil(P / 64) words, 8 bytes per node up to 64 parts
+    replica = np.zeros((num_nodes, (num_parts + 63) // 64), dtype=np.uint64)
     partial = np.zeros(num_nodes, dtype=np.int64)
     load = np.zeros(num_parts, dtype=np.int64)
     edge_part = np.full(src.shape[0], -1, dtype=np.int32)
@@ -122,15 +133,15 @@ def _hdrf_kernel(src, dst, order, num_nodes, num_parts, lam, eps):  # pragma: no
         best, best_score = 0, -1.0
         for p in range(num_parts):
             score = lam * (max_load - load[p]) / (eps + max_load - min_load)
-            if replica[u, p]:
+            if _has(replica, u, p):
                 score += 2.0 - theta_u
-            if replica[v, p]:
+            if _has(replica, v, p):
                 score += 2.0 - theta_v
             if score > best_score:
                 best, best_score = p, score
         edge_part[e] = best
-        replica[u, best] = True
-        replica[v, best] = True
+        _set(replica, u, best)
+        _set(replica, v, best)
         load[best] += 1
         if load[best] > max_load:
             max_load = load[best]
@@ -141,12 +152,13 @@ def _hdrf_kernel(src, dst, order, num_nodes, num_parts, lam, eps):  # pragma: no
 
 @numba.njit(cache=True, nogil=True)
 def _masters_kernel(src, dst, edge_part, order, num_nodes, num_parts, cap):  # pragma: no cover
-    has_in = np.zeros((num_nodes, num_parts), dtype=np.bool_)
-    has_out = np.zeros((num_nodes, num_parts), dtype=np.bool_)
+    words = (num_parts + 63) // 64
+    has_in = np.zeros((num_nodes, words), dtype=np.uint64)
+    has_out = np.zeros((num_nodes, words), dtype=np.uint64)
     for e in range(src.shape[0]):
         if src[e] != dst[e]:
-            has_in[dst[e], edge_part[e]] = True
-            has_out[src[e], edge_part[e]] = True
+            _set(has_in, dst[e], edge_part[e])
+            _set(has_out, src[e], edge_part[e])
     masters = np.zeros(num_parts, dtype=np.int64)
     master = np.empty(num_nodes, dtype=np.int32)
     for k in range(order.shape[0]):
@@ -158,7 +170,7 @@ def _masters_kernel(src, dst, edge_part, order, num_nodes, num_parts, cap):  # p
         for p in range(num_parts):
             if masters[p] < masters[fewest]:
                 fewest = p
-            score = np.int64(has_in[v, p]) + np.int64(has_out[v, p])
+            score = np.int64(_has(has_in, v, p)) + np.int64(_has(has_out, v, p))
             if score == 0 or masters[p] >= cap:
                 continue
             if score > best_score or (score == best_score and masters[p] < masters[best]):
