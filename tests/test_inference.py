@@ -226,6 +226,22 @@ def test_infer_without_partitions_partitions_the_checkpoints_dataset(tmp_path, c
     assert "partitioned" not in captured.out
     assert "--at 5: synthetic:nodes=600,degree=6.0" in captured.err  # its canonical spec
     assert "(partitioned on the fly) holds a homogeneous graph" in captured.err
+    # and what the checkpoint's task refuses: pairs scored by a node model
+    pairs = tmp_path / "pairs.npy"
+    np.save(pairs, np.array([[0, 1]]))
+    argv = [
+        "infer",
+        "--checkpoint",
+        str(ckpt),
+        "--out",
+        str(tmp_path / "pr"),
+        "--pairs",
+        str(pairs),
+    ]
+    assert main(argv) == 2
+    captured = capfd.readouterr()
+    assert "partitioned" not in captured.out
+    assert "holds a node-classification model; pairs are scored" in captured.err
 
 
 def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):

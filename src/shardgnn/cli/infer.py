@@ -75,6 +75,7 @@ def _partitioned_on_the_fly(
     check_feature_storage(config.feature_storage, kind, where)
     check_time(config.at, kind, where)
     trained = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
+    _check_request(config, checkpoint, kind, trained.task)
     workers = config.workers or int(meta.get("world_size") or 1)
     run = dataclasses.replace(trained.run, workers=workers, partitions=None)
     partitioned = partition_on_the_fly(dataclasses.replace(trained, dataset=spec, run=run), out)
@@ -83,12 +84,33 @@ def _partitioned_on_the_fly(
     return config, where
 
 
+def _check_request(config: InferConfig, checkpoint: Path, kind: str, task: str) -> InferConfig:
+    """What the checkpoint's task and the kind of graph decide (before a partition is made):
+    ``--pairs`` needs a link model; a graph kind inferred on the CPU refuses another
+    ``--device`` (``auto`` becomes ``cpu``)."""
+    from shardgnn.errors import ConfigError
+    from shardgnn.train.kinds import KINDS
+
+    if config.pairs is not None and task != "link":
+        raise ConfigError(
+            f"--pairs: {checkpoint} holds a node-classification model; pairs are scored by "
+            "a model trained with --task link"
+        )
+    if KINDS[kind].infer_on_cpu:
+        if config.device not in ("cpu", "auto"):
+            raise ConfigError(
+                f"--device {config.device}: inference of a {kind} graph runs on the CPU so far; "
+                "use --device cpu"
+            )
+        config = dataclasses.replace(config, device="cpu")
+    return config
+
+
 def _infer(config: InferConfig, checkpoint: Path, where: str) -> None:
     """Check the checkpoint against ``config.partitions`` (named ``where`` in messages), then
     one worker per part."""
     from shardgnn.distributed.context import check_placement
     from shardgnn.distributed.launch import launch_local
-    from shardgnn.errors import ConfigError
     from shardgnn.partition.format import read_partitions
     from shardgnn.train.inference import (
         check_feature_storage,
@@ -97,27 +119,14 @@ def _infer(config: InferConfig, checkpoint: Path, where: str) -> None:
         infer_worker,
         read_pairs,
     )
-    from shardgnn.train.kinds import KINDS
 
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
     check_feature_storage(config.feature_storage, pset.kind, where)
     check_time(config.at, pset.kind, where)
-    kind = pset.kind
-    if KINDS[kind].infer_on_cpu:
-        if config.device not in ("cpu", "auto"):
-            raise ConfigError(
-                f"--device {config.device}: inference of a {kind} graph runs on the CPU so far; "
-                "use --device cpu"
-            )
-        config = dataclasses.replace(config, device="cpu")
+    config = _check_request(config, checkpoint, pset.kind, trained.task)
     check_placement(config.device, "gloo", pset.num_parts)
     if config.pairs is not None:
-        if trained.task != "link":
-            raise ConfigError(
-                f"--pairs: {checkpoint} holds a node-classification model; pairs are scored by "
-                "a model trained with --task link"
-            )
         read_pairs(config.pairs, pset.num_nodes)  # a bad file is refused before workers start
     Path(config.out).expanduser().mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, checkpoint=str(checkpoint))
