@@ -256,3 +256,34 @@ def test_training_that_does_not_follow_the_placement_says_so(tmp_path, power_law
             TrainConfig(mode="full", full=FullGraphConfig(spmm="vertex-cut"), run=run),
             dataset_given=False,
         )
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_low_bit_rows_on_the_placement_send_the_plans_bytes(tmp_path):
+    """4-bit rows and gradients (pulled and pushed alike) on an HDRF placement: the bytes the
+    plan counts at 4 bits, worker by worker."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import costs_at
+    from test_fullgraph import _config, _spmm_bytes
+
+    from distributed_helpers import run_workers
+
+    graph = generate(SyntheticConfig(nodes=600, degree=8, classes=4, features=12, seed=3))
+    result = _cut(graph, 3, "hdrf")
+    path = tmp_path / "parts"
+    write_partitions(
+        graph, result.assignment, path, method=result.method, sections=result.sections()
+    )
+    plan = PlanConfig(model="sage", hidden=16, layers=3, bits=4, dropout=0.5, input_dropout=0.2)
+    cost = next(
+        c
+        for c in costs_at(graph, result.assignment, 3, plan, edge_part=result.edge_part)
+        if c.strategy == "vertex-cut"
+    )
+    config = _config(str(path), "sage", cost.config)
+    assert cost.config.bits == 4
+    sent, recv, _ = zip(*run_workers(_spmm_bytes, 3, config))
+    assert (sum(sent), max(sent), max(recv)) == (
+        cost.bytes_per_epoch, cost.max_worker_bytes, cost.max_worker_recv,
+    )  # fmt: skip
