@@ -32,6 +32,20 @@ def node_prediction_refusal(dataset: str, problems: list[str], fix: str) -> Conf
     )
 
 
+def split_problems(graph, target) -> list[str]:
+    """What keeps each split of ``graph`` (a ``Graph`` or ``TypedGraph``: ``train_idx``... and
+    ``y``) from node prediction: empty, or (with ``target``, the labels' learning target) holding
+    nodes whose labels it cannot learn from; for :func:`node_prediction_refusal`."""
+    problems = []
+    for key in ("train_idx", "val_idx", "test_idx"):
+        idx = getattr(graph, key)
+        if idx is None or len(idx) == 0:
+            problems.append(f"its {key.replace('_idx', '')} split is empty")
+        elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
+            problems.append(f"its {key.replace('_idx', '')} split {problem}")
+    return problems
+
+
 def model_edge_dim(config: TrainConfig, edge_dim: int, source: str) -> int:
     """The width of the edge rows ``config``'s model reads on a graph (``source``, in words)
     whose edges carry ``edge_dim`` features, 0 for none (then no edge row is fetched): a model

@@ -50,6 +50,7 @@ from shardgnn.train.setup import (
     model_edge_dim,
     node_prediction_refusal,
     resolve_device,
+    split_problems,
     step_rows,
 )
 
@@ -65,12 +66,7 @@ def check_trainable(graph: Graph, learnable_rows: bool = False) -> None:
     target = (
         None if graph.y is None else target_of_labels(graph.label_kind, graph.y, graph.num_classes)
     )
-    for key in ("train_idx", "val_idx", "test_idx"):
-        idx = getattr(graph, key)
-        if idx is None or len(idx) == 0:
-            problems.append(f"its {key.replace('_idx', '')} split is empty")
-        elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
-            problems.append(f"its {key.replace('_idx', '')} split {problem}")
+    problems += split_problems(graph, target)
     if problems:
         raise node_prediction_refusal(
             f"dataset {graph.name!r}",

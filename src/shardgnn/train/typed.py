@@ -62,6 +62,7 @@ from shardgnn.train.setup import (
     label_results,
     node_prediction_refusal,
     resolve_device,
+    split_problems,
     typed_rows_config,
 )
 
@@ -328,12 +329,7 @@ def check_node_trainable(graph: TypedGraph) -> None:
     if not labelled or (graph.label_kind == "class" and graph.num_classes < 1):
         problems.append("it has no labelled node type")
     target = typed_target(graph) if labelled else None
-    for key in ("train_idx", "val_idx", "test_idx"):
-        idx = getattr(graph, key)
-        if idx is None or len(idx) == 0:
-            problems.append(f"its {key.replace('_idx', '')} split is empty")
-        elif target is not None and (problem := target.check_labels(graph.y, idx)) is not None:
-            problems.append(f"its {key.replace('_idx', '')} split {problem}")
+    problems += split_problems(graph, target)
     if problems:
         raise node_prediction_refusal(
             f"dataset {graph.name!r}",
