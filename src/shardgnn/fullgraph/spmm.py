@@ -40,9 +40,13 @@ The variants differ only in how the halo rows arrive and how their gradients go 
   parts the rows that cross are a minimum vertex cover of the pair's crossing edges
   (:mod:`shardgnn.partition.cover`): a hub with many edges into a part travels once as a row, a
   node with many in-edges from a part receives one partial sum, and no pair sends more rows
-  than ``1d-sparse``. Forward: the pulled rows (one all-to-all), the local product, the pushed
-  partial sums to their owners, who add them (a second); backward: the owners' output gradients
-  of the pushed rows back to the ranks that pushed them, the local ``A^T`` (of both parts of the
+  than ``1d-sparse``. On a partition that places its edges (``--method hdrf`` or ``2d-hash``,
+  :mod:`shardgnn.partition.vertexcut`) every edge is computed where it was placed instead, from
+  the source rows that part pulls, into partial sums it pushes to the destinations' owners (its
+  masters): the cover is the case whose edges stay on one of their ends' parts. Forward: the
+  pulled rows (one all-to-all), the local product over own and pulled rows, the pushed partial
+  sums to their owners, who add them (a second); backward: the owners' output gradients of the
+  pushed rows back to the ranks that pushed them, the local ``A^T`` (of both parts of the
   product), the pulled rows' gradients to their owners.
 
 Replicated tensors (1.5D) follow one convention: values are equal on the ``c`` replicas and
