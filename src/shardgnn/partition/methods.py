@@ -618,7 +618,8 @@ def partition_graph(
             )
         else:
             cut = grid_partition(graph, p, random_partition(n, p, config.seed))
-            settings["grid"] = f"{most_square(p)}x{p // most_square(p)}"
+            rows = most_square(p)
+            settings["grid"] = f"{rows}x{p // rows}"
         assignment, edge_part = cut.master, cut.edge_part
         settings.update(cut.stats(graph, p))
     elif config.method in STREAM_METHODS:

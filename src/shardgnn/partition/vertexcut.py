@@ -36,6 +36,7 @@ import numba
 import numpy as np
 
 from shardgnn.graph.csr import Graph
+from shardgnn.partition.cover import cut_rows
 
 VERTEX_CUT_METHODS = ("hdrf", "2d-hash")
 
@@ -75,9 +76,7 @@ class VertexCut:
             )
         )
         load = np.bincount(self.edge_part, minlength=num_parts)
-        part = self.edge_part.astype(np.int64)
-        pulls = np.unique((src * num_parts + part)[self.master[src] != part])
-        pushes = np.unique((dst * num_parts + part)[self.master[dst] != part])
+        _, pulls, pushes = cut_rows(src, dst, self.master, num_parts, self.edge_part)
         return {
             "replication_factor": float(held.shape[0] / max(n, 1)),
             "balance_computed_edges": float(load.max() / load.mean()) if load.sum() else 1.0,
