@@ -33,8 +33,39 @@ def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
         main(["train", SPEC, "--epoch", "1", "--hid", "8"])
     assert done.value.code == 2
     err = _error(capsys)
-    assert "unrecognized arguments: --epoch 1 --hid 8" in err
+    assert err.startswith("shardgnn train: error: unrecognized arguments: --epoch --hid")
     assert "did you mean --epochs for --epoch, --hidden for --hid?" in err
+    assert "(`shardgnn train --help` lists the flags)" in err
+
+
+def test_an_unknown_flag_is_named_before_a_missing_required_one(capsys):
+    """DGL's spelling ``--num-parts`` was met with "--parts is required" and no word on it."""
+    with pytest.raises(SystemExit) as done:
+        main(["partition", SPEC, "--num-parts", "2", "--out", "x"])
+    assert done.value.code == 2
+    err = _error(capsys)
+    assert err.startswith("shardgnn partition: error: unrecognized arguments: --num-parts")
+    assert "did you mean --parts for --num-parts?" in err and "required" not in err
+
+
+@pytest.mark.parametrize("command", ["train", "partition", "plan"])
+def test_a_flag_spelling_of_the_dataset_says_it_has_none(command, capsys):
+    """``--dataset cora`` (DGL's and GraphStorm's scripts) got "did you mean --test?"."""
+    with pytest.raises(SystemExit) as done:
+        main([command, "--dataset", SPEC])
+    assert done.value.code == 2
+    err = _error(capsys)
+    assert f"--dataset (the dataset is given without a flag: `shardgnn {command} DATASET" in err
+    assert "did you mean" not in err
+
+
+def test_a_setting_of_another_mode_names_the_mode(capsys):
+    """With workers, a full-graph setting on a mini-batch run was told to add workers."""
+    assert main(["train", SPEC, "--workers", "2", "--mode", "minibatch", "--spmm", "1d"]) == 2
+    err = _error(capsys)
+    assert "--spmm does not apply to node classification on sampled mini-batches" in err
+    assert "it applies to full-graph node classification with workers (--mode full)" in err
+    assert "--workers N" not in err
 
 
 def test_negative_fanout_lists_are_values_not_flags():
@@ -228,6 +259,16 @@ def test_plot_refuses_what_is_not_a_results_file_in_one_line(tmp_path, capsys):
         err = _error(capsys)
         assert err.startswith("shardgnn plot: error: ") and expected in err, err
         assert len(err.splitlines()) == 1
+
+
+def test_plot_refuses_an_image_name_for_its_folder_of_figures(tmp_path, capsys):
+    """``--out curves.png`` made a folder named curves.png holding training_curves.png."""
+    (tmp_path / "r.json").write_text("{}")
+    assert main(["plot", str(tmp_path / "r.json"), "--out", str(tmp_path / "curves.png")]) == 2
+    err = _error(capsys)
+    assert "curves.png: names the folder the figures are written to" in err, err
+    assert f"--out {tmp_path / 'curves'}" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "curves.png").exists()
 
 
 def test_plot_never_replaces_earlier_figures_unless_asked(tmp_path, capsys):

@@ -37,17 +37,35 @@ class _Parser(argparse.ArgumentParser):
 
     flag_commands: dict[str, tuple[str, ...]] = {}
     """Each known flag and the commands that take it."""
+    positional_commands: dict[str, tuple[str, ...]] = {}
+    """``--NAME`` for each argument given without a flag (``--dataset``), and the commands
+    that take it so."""
+
+    command_given: str | None = None
+    """The command the line names (set by :func:`main` before parsing)."""
 
     def error(self, message: str):  # type: ignore[override]
-        hint = _closest_flags(message, self.flag_commands)
-        self.exit(
-            2, f"{self.prog}: error: {message}{hint}\n  (`{self.prog} --help` lists the flags)\n"
-        )
+        positional = {
+            flag: (self.command_given,) if self.command_given in commands else commands
+            for flag, commands in self.positional_commands.items()
+        }
+        hint = _closest_flags(message, self.flag_commands, positional)
+        # the top parser reports a subcommand's unknown flags: name that command
+        prog = self.prog
+        if self.command_given in self.flag_commands.get(CONFIG_FLAG, ()):
+            prog = f"{prog} {self.command_given}"
+        self.exit(2, f"{prog}: error: {message}{hint}\n  (`{prog} --help` lists the flags)\n")
 
 
-def _closest_flags(message: str, flag_commands: dict[str, tuple[str, ...]]) -> str:
-    """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one, and
-    `` (--out is a flag of `shardgnn infer`)`` for one that another command takes."""
+def _closest_flags(
+    message: str,
+    flag_commands: dict[str, tuple[str, ...]],
+    positional_commands: dict[str, tuple[str, ...]] | None = None,
+) -> str:
+    """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one,
+    `` (--out is a flag of `shardgnn infer`)`` for one that another command takes, and
+    `` (the dataset is given without a flag: ...)`` for an argument that has none (DGL's and
+    GraphStorm's scripts spell it ``--dataset``)."""
     import difflib
 
     if not message.startswith("unrecognized arguments:"):
@@ -57,6 +75,11 @@ def _closest_flags(message: str, flag_commands: dict[str, tuple[str, ...]]) -> s
         name = word.split("=", 1)[0]
         if not name.startswith("--"):
             continue
+        commands = (positional_commands or {}).get(name)
+        if commands:
+            usage = " / ".join(f"`shardgnn {c} {name[2:].upper()} ...`" for c in commands)
+            elsewhere.append(f"the {name[2:]} is given without a flag: {usage}")
+            continue
         if name in flag_commands:
             commands = " / ".join(f"`shardgnn {c}`" for c in flag_commands[name])
             elsewhere.append(f"{name} is a flag of {commands}")
@@ -65,6 +88,20 @@ def _closest_flags(message: str, flag_commands: dict[str, tuple[str, ...]]) -> s
         hints += [f"{close[0]} for {name}"] if close else []
     text = f" (did you mean {', '.join(hints)}?)" if hints else ""
     return text + (f" ({'; '.join(elsewhere)})" if elsewhere else "")
+
+
+def _unknown_flags(argv: list[str], flag_commands: dict[str, tuple[str, ...]]) -> list[str]:
+    """The ``--flags`` of a command line that no command takes (up to a ``--``)."""
+    if not argv or argv[0] not in flag_commands.get(CONFIG_FLAG, ()):
+        return []
+    words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    return [
+        word
+        for word in words
+        if word.startswith("--")
+        and word.split("=", 1)[0] not in flag_commands
+        and word.split("=", 1)[0] != "--help"
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
             if flag.startswith("--") and flag != "--help":
                 flag_commands.setdefault(flag, []).append(name)
     parser.flag_commands = {flag: tuple(names) for flag, names in sorted(flag_commands.items())}
+    positional: dict[str, list[str]] = {}
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            flag = f"--{str(action.metavar or action.dest).lower()}"
+            if not action.option_strings and flag not in flag_commands:
+                positional.setdefault(flag, []).append(name)
+    parser.positional_commands = {flag: tuple(names) for flag, names in positional.items()}
     return parser
 
 
@@ -109,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     except ShardgnnError as exc:
         print(f"shardgnn {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
+    parser.command_given = argv[0] if argv else None
+    unknown = _unknown_flags(argv, parser.flag_commands)
+    if unknown:  # before argparse, which would report a missing --parts first
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args = parser.parse_args(argv)
     try:
         with warning_lines(args.command):

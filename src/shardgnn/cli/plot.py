@@ -47,6 +47,12 @@ def run(args: argparse.Namespace) -> int:
     from shardgnn.partition.format import is_partition_dir
 
     out = Path(args.out)
+    if out.suffix.lower() in IMAGE_SUFFIXES and not out.is_dir():
+        raise ConfigError(
+            f"--out {args.out}: names the folder the figures are written to (one PNG per "
+            f"figure: {TRAINING_FIGURES[0]}, ...), not an image; pass a folder, e.g. "
+            f"--out {out.with_suffix('')}"
+        )
     plans = [Path(p) for p in args.results if not is_partition_dir(p) and _is_plan(Path(p))]
     names = [*TRAINING_FIGURES, *(partition_figure_name(p) for p in args.results)]
     names += [plan_figure_name(p) for p in plans]
@@ -217,6 +223,8 @@ def plot_plan(path: Path, out_dir: Path) -> Path:
 
 
 TRAINING_FIGURES = ("training_curves.png", "cache_hit_rate.png", "accuracy_vs_bytes.png")
+IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+"""An ``--out`` ending so names an image, where a folder of figures is meant."""
 """What :func:`plot_training_curves` may write (the last two only for some runs)."""
 
 

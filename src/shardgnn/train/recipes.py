@@ -451,7 +451,7 @@ def refuse_unread(recipe: Recipe, config: TrainConfig, given: Collection[str]) -
             f"{flag_for(TrainConfig, dest)} does not apply to --model {config.model.model}: it "
             f"applies to --model {', '.join(models)}; drop it"
         )
-    where = _readers(dest)
+    where = _readers(dest, config)
     what = f"{recipe.description} (--model {config.model.model}"
     what += ", with workers)" if config.run.distributed else ", in one process)"
     raise ConfigError(
@@ -459,8 +459,9 @@ def refuse_unread(recipe: Recipe, config: TrainConfig, given: Collection[str]) -
     )
 
 
-def _readers(dest: str) -> str:
-    """The kinds of training that read ``dest``, in words."""
+def _readers(dest: str, config: TrainConfig) -> str:
+    """The kinds of training that read ``dest``, in words, with the ``--mode`` each takes where
+    it is not ``config``'s (a run with workers is never told to add them)."""
     places = []
     for recipe in RECIPES:
         local = dest in recipe.reads or any(dest in r for r in recipe.model_reads.values())
@@ -468,7 +469,10 @@ def _readers(dest: str) -> str:
         by_model = recipe.worker_model_reads or recipe.model_reads
         workers = dest in recipe.worker_reads or any(dest in r for r in by_model.values())
         if local or workers:
-            places.append((recipe.description, local))
-    if places and not any(local for _, local in places):
+            mode = "" if config.mode in recipe.modes else f" (--mode {recipe.modes[0]})"
+            places.append((recipe.description, mode, local))
+    if places and not config.run.distributed and not any(local for *_, local in places):
         return "training with workers (--workers N or --partitions DIR)"
-    return "; ".join(what + ("" if local else " with workers") for what, local in places)
+    return "; ".join(
+        what + ("" if local else " with workers") + mode for what, mode, local in places
+    )
