@@ -59,6 +59,14 @@ def test_a_flag_spelling_of_the_dataset_says_it_has_none(command, capsys):
     assert "did you mean" not in err
 
 
+def test_a_dataset_flag_of_infer_says_where_its_graph_comes_from(capsys):
+    with pytest.raises(SystemExit):
+        main(["infer", "--dataset", SPEC, "--checkpoint", "x", "--out", "y"])
+    err = _error(capsys)
+    assert "--dataset (the graph is the checkpoint's dataset, or --partitions DIR)" in err
+    assert "did you mean" not in err
+
+
 def test_a_setting_of_another_mode_names_the_mode(capsys):
     """With workers, a full-graph setting on a mini-batch run was told to add workers."""
     assert main(["train", SPEC, "--workers", "2", "--mode", "minibatch", "--spmm", "1d"]) == 2

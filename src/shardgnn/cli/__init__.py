@@ -45,11 +45,16 @@ class _Parser(argparse.ArgumentParser):
     """The command the line names (set by :func:`main` before parsing)."""
 
     def error(self, message: str):  # type: ignore[override]
-        positional = {
-            flag: (self.command_given,) if self.command_given in commands else commands
+        command = self.command_given
+        notes = {  # only where this command takes it so (infer reads its checkpoint's)
+            flag: f"the {flag[2:]} is given without a flag: `shardgnn {command} "
+            f"{flag[2:].upper()} ...`"
             for flag, commands in self.positional_commands.items()
+            if command in commands
         }
-        hint = _closest_flags(message, self.flag_commands, positional)
+        if command in DATASET_ELSEWHERE:
+            notes["--dataset"] = DATASET_ELSEWHERE[command]
+        hint = _closest_flags(message, self.flag_commands, notes)
         # the top parser reports a subcommand's unknown flags: name that command
         prog = self.prog
         if self.command_given in self.flag_commands.get(CONFIG_FLAG, ()):
@@ -57,15 +62,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{prog}: error: {message}{hint}\n  (`{prog} --help` lists the flags)\n")
 
 
+DATASET_ELSEWHERE = {
+    "infer": "the graph is the checkpoint's dataset, or --partitions DIR",
+    "export": "the model is read from --checkpoint; the served graph comes with each call",
+}
+"""Where the commands without a DATASET argument take their graph from."""
+
+
 def _closest_flags(
-    message: str,
-    flag_commands: dict[str, tuple[str, ...]],
-    positional_commands: dict[str, tuple[str, ...]] | None = None,
+    message: str, flag_commands: dict[str, tuple[str, ...]], notes: dict[str, str] | None = None
 ) -> str:
     """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one,
-    `` (--out is a flag of `shardgnn infer`)`` for one that another command takes, and
-    `` (the dataset is given without a flag: ...)`` for an argument that has none (DGL's and
-    GraphStorm's scripts spell it ``--dataset``)."""
+    `` (--out is a flag of `shardgnn infer`)`` for one that another command takes, and the
+    ``notes`` of flags that are meant otherwise (``--dataset``, as DGL's and GraphStorm's
+    scripts spell it: `` (the dataset is given without a flag: ...)``)."""
     import difflib
 
     if not message.startswith("unrecognized arguments:"):
@@ -75,10 +85,8 @@ def _closest_flags(
         name = word.split("=", 1)[0]
         if not name.startswith("--"):
             continue
-        commands = (positional_commands or {}).get(name)
-        if commands:
-            usage = " / ".join(f"`shardgnn {c} {name[2:].upper()} ...`" for c in commands)
-            elsewhere.append(f"the {name[2:]} is given without a flag: {usage}")
+        if name in (notes or {}):
+            elsewhere.append(notes[name])
             continue
         if name in flag_commands:
             commands = " / ".join(f"`shardgnn {c}`" for c in flag_commands[name])
