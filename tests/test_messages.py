@@ -67,6 +67,15 @@ def test_a_dataset_flag_of_infer_says_where_its_graph_comes_from(capsys):
     assert "did you mean" not in err
 
 
+def test_a_misspelt_dataset_name_gets_the_close_one_first(capsys):
+    assert main(["train", "cra", "--quiet"]) == 2
+    err = _error(capsys)
+    assert err.startswith("shardgnn train: error: unknown dataset 'cra' (did you mean cora?)")
+    assert "fix: use one of the known datasets:" in err
+    assert main(["train", "zzzzzz", "--quiet"]) == 2
+    assert "did you mean" not in _error(capsys)
+
+
 def test_a_setting_of_another_mode_names_the_mode(capsys):
     """With workers, a full-graph setting on a mini-batch run was told to add workers."""
     assert main(["train", SPEC, "--workers", "2", "--mode", "minibatch", "--spmm", "1d"]) == 2

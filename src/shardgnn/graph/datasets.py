@@ -557,9 +557,13 @@ def _find_folder(data_dir: Path, candidates: list[str]) -> Path:
 def _entry(parsed: DatasetSpec) -> DatasetEntry:
     entry = _REGISTRY.get(parsed.name)
     if entry is None:
+        import difflib
+
         folder = _folder_hint(parsed.name)
+        close = difflib.get_close_matches(parsed.name.lower(), _REGISTRY, n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]}?)" if close and not folder else ""
         raise DatasetError(
-            f"unknown dataset {parsed.name!r}" + (f": {folder}" if folder else ""),
+            f"unknown dataset {parsed.name!r}" + (f": {folder}" if folder else guess),
             fix=None if folder else f"use one of the known datasets:\n{describe_datasets()}",
         )
     return entry
