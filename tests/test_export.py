@@ -371,6 +371,78 @@ def test_graph_set_model_file_computes_infers_logits(tmp_path, capsys, spec, arg
         np.testing.assert_allclose(got, logits, atol=TOLERANCE * scale, rtol=0)
 
 
+TGAT_STREAMS = {
+    "link": "synthetic-temporal:nodes=60,events=600",
+    "node": "synthetic-temporal:nodes=60,events=600,classes=3,features=4",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("task", ["link", "node"])
+def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_path, capsys):
+    """TGAT exported to the three formats (link prediction on a stream without event features;
+    dynamic node classification on one with them): each file, fed the hops the temporal
+    sampler draws on the training stream (features looked up by event id, times in float64),
+    gives what the trained model computes from the same hops; one query at a time too."""
+    from shardgnn.graph.datasets import load_temporal_dataset
+    from shardgnn.nn.serving import temporal_inputs
+    from shardgnn.sampling.temporal import TemporalNeighborSampler
+    from shardgnn.train.inference.export import serving_model, temporal_outputs
+
+    spec, ck = TGAT_STREAMS[task], tmp_path / "ck"
+    train = ["train", spec, "--task", task, "--model", "tgat", "--temporal-neighbors", "4,3"]
+    assert main([*train, "--epochs", "1", "--quiet", "--checkpoint-dir", str(ck)]) == 0
+    serving, *_ = serving_model(resolve_checkpoint(ck))
+    graph = load_temporal_dataset(spec)
+    feat = graph.edge_feat
+    rows = np.zeros((graph.num_events, 0), np.float32) if feat is None else feat
+    rng = np.random.default_rng(0)
+    nodes = rng.integers(0, graph.num_nodes, size=50)
+    times = rng.uniform(graph.t[0], graph.t[-1] + 1, size=50)
+    sampler = TemporalNeighborSampler(graph, [4, 3], serving.mode)
+
+    def feed_and_want(count: int):
+        hops = sampler.sample_hops(nodes[:count], times[:count], 3)
+        want = temporal_outputs(serving, hops, nodes[:count], rows).numpy()
+        return temporal_inputs(hops, times[:count], feat), want
+
+    (feed, want), (one, want_one) = feed_and_want(50), feed_and_want(1)
+    assert want.shape == (50, 3 if task == "node" else 64)
+    assert sum(int(t.shape[0]) for t in feed[1:3]) > 50  # events were sampled in both hops
+    for suffix in (".onnx", ".pt2", ".pt"):
+        out = tmp_path / f"m{suffix}"
+        capsys.readouterr()
+        assert main(["export", "--checkpoint", str(ck), "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert "checked with" in printed and "random stream" in printed, printed
+        record = json.loads(out.with_name(out.name + ".json").read_text())
+        names = [entry["name"] for entry in record["inputs"]]
+        assert names == list(serving.input_names)
+        assert [entry["dtype"] for entry in record["inputs"][:3]] == ["float64", "int64", "float64"]
+        assert record["hops"]["fanouts"] == [4, 3]
+        assert ("event_attr_0" in names) == (feat is not None)
+        for inputs, expected in ((feed, want), (one, want_one)):
+            if suffix == ".onnx":
+                session = onnxruntime.InferenceSession(str(out))
+                got = session.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0]
+            elif suffix == ".pt2":
+                got = torch.export.load(out).module()(*inputs).detach().numpy()
+            else:
+                got = torch.jit.load(str(out))(*inputs).detach().numpy()
+            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    if task == "link":  # learnt rows of the training stream's nodes: refused in one line
+        rows_ck = tmp_path / "rows"
+        assert main([*train, "--embedding-dim", "8", "--epochs", "1", "--quiet",
+                     "--checkpoint-dir", str(rows_ck)]) == 0  # fmt: skip
+        capsys.readouterr()
+        out = tmp_path / "rows.pt2"
+        assert main(["export", "--checkpoint", str(rows_ck), "--out", str(out)]) == 2
+        line = _error(capsys)
+        assert "--embedding-dim 8: its learnt rows belong to the training stream's" in line, line
+        assert not out.exists()
+
+
 @pytest.mark.slow
 def test_export_refuses_temporal_models_in_one_line(tmp_path, capsys):
     """What a served graph cannot carry: an event stream's memory."""

@@ -11,7 +11,8 @@ the exported program (one file serves graphs of any size).
 Graph- and edge-level models (:class:`~shardgnn.nn.graphlevel.GraphGNN`) serve a batch of small
 graphs as their disjoint union: :class:`GraphServingModel` takes PyG's ``Batch.ptr`` (each graph's
 first node, then ``N``) and returns one row per graph, :class:`EdgeServingModel` one row per edge.
-A SUREL link predictor (:class:`WalkServingModel`) takes the walks of its queries' endpoints.
+A SUREL link predictor (:class:`WalkServingModel`) takes the walks of its queries' endpoints,
+TGAT (:class:`TemporalServingModel`) the earlier events sampled around its queries.
 
 Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` output width.
 """
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from shardgnn.nn.surel import relative_positions_by_comparison
+from shardgnn.nn.temporal import HopTensors
 from shardgnn.nn.typed import TypedMessageGraph
 
 
@@ -364,3 +366,61 @@ class WalkServingModel(nn.Module):
 
     def forward(self, walks_QSMW: torch.Tensor) -> torch.Tensor:
         return self.model.score(relative_positions_by_comparison(walks_QSMW))
+
+
+class TemporalServingModel(nn.Module):
+    """TGAT (:class:`~shardgnn.nn.temporal.TemporalLinkModel` without memory) embedding query
+    nodes at query times from the earlier events sampled around them, hop by hop. Inputs:
+    ``seed_time`` (float64 ``[Q]``: each query's time), then per hop ``d`` (``L`` hops, one per
+    layer) ``dst_index_d`` (int64 ``[E_d]``: the row of depth ``d`` each sampled event belongs
+    to: a query for ``d = 0``, hop ``d - 1``'s event after), ``nbr_time_d`` (float64 ``[E_d]``:
+    the event's time, before its row's) and, for a stream with event features, ``event_attr_d``
+    (float32 ``[E_d, F]``), as :meth:`~shardgnn.sampling.temporal.TemporalNeighborSampler.\
+sample_hops` draws them (:func:`temporal_inputs`). Output ``[Q, D]``: the embeddings (a link
+    model's: its predictor scores pairs of them) or, for dynamic node classification, the class
+    logits. Events are sampled outside the file, as a SUREL model's walks: a random draw is not
+    a function of its inputs, and a serving stack samples its own stream. Times stay float64, as
+    training reads them: Unix seconds lose their last digits in float32."""
+
+    def __init__(self, model: nn.Module, fanouts: tuple[int, ...], mode: str, classify: bool):
+        super().__init__()
+        self.model, self.fanouts, self.mode, self.classify = model, tuple(fanouts), mode, classify
+        self.layers = len(model.attention)
+        first = model.attention[0].lin_edge
+        self.event_dim = 0 if first is None else int(first.weight.shape[1])
+        per_hop = ("dst_index", "nbr_time") + (("event_attr",) if self.event_dim else ())
+        self.input_names = ("seed_time",) + tuple(
+            f"{name}_{d}" for d in range(self.layers) for name in per_hop
+        )
+        self.edge_dim = 0
+
+    def forward(self, seed_time_Q: torch.Tensor, *hops: torch.Tensor) -> torch.Tensor:
+        per_hop = len(hops) // self.layers
+        index = [hops[d * per_hop] for d in range(self.layers)]
+        nbr_times = [hops[d * per_hop + 1] for d in range(self.layers)]
+        if self.event_dim:
+            attr = [hops[d * per_hop + 2] for d in range(self.layers)]
+        else:
+            attr = [t.new_zeros((t.shape[0], 0), dtype=torch.float32) for t in nbr_times]
+        width = self.model.input_dim
+        h = [seed_time_Q.new_zeros((seed_time_Q.shape[0], width), dtype=torch.float32)]
+        h += [t.new_zeros((t.shape[0], width), dtype=torch.float32) for t in nbr_times]
+        z_QD = self.model.attend_hops(h, index, [seed_time_Q, *nbr_times[:-1]], nbr_times, attr)
+        return self.model.classify(z_QD) if self.classify else z_QD
+
+
+def temporal_inputs(
+    hops: list, seed_time_Q: np.ndarray, event_feat_EF: np.ndarray | None
+) -> tuple[torch.Tensor, ...]:
+    """:class:`TemporalServingModel`'s inputs from the hops
+    :meth:`~shardgnn.sampling.temporal.TemporalNeighborSampler.sample_hops` drew
+    (:class:`~shardgnn.sampling.temporal.TemporalHop`) and the served stream's event features
+    (``None``: a stream without them)."""
+    inputs = [torch.from_numpy(np.ascontiguousarray(seed_time_Q, dtype=np.float64))]
+    for hop in hops:
+        tensors = HopTensors.of(hop, torch.device("cpu"))
+        inputs += [tensors.dst_index, tensors.nbr_times.to(torch.float64)]
+        if event_feat_EF is not None:
+            rows = np.asarray(event_feat_EF, dtype=np.float32)[hop.eids]
+            inputs.append(torch.from_numpy(np.ascontiguousarray(rows)))
+    return tuple(inputs)

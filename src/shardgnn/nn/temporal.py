@@ -44,9 +44,16 @@ class TimeEncoder(nn.Module):
         self.lin = nn.Linear(1, dim)
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
-        # an outer product, not a K=1 matmul (3x cheaper on CPU, forward and backward)
-        dt = dt.to(self.lin.weight.dtype).unsqueeze(-1)
-        return torch.cos(torch.addcmul(self.lin.bias, dt, self.lin.weight.view(-1)))
+        # An outer product, not a K=1 matmul (3x cheaper on CPU, forward and backward), in
+        # float64: gaps of Unix seconds reach 1e6 and more, whose float32 product with a weight
+        # near 1 is rounded by ~0.06 rad, differently by every kernel (fused multiply-add or
+        # not: AVX2, AVX-512, a GPU, ONNX Runtime), and cos turned that rounding into
+        # embeddings differing by ~1e-2. In float64 the encoding is a function of dt alone.
+        weight = self.lin.weight.view(-1).to(torch.float64)
+        arg = torch.addcmul(
+            self.lin.bias.to(torch.float64), dt.to(torch.float64).unsqueeze(-1), weight
+        )
+        return torch.cos(arg).to(self.lin.weight.dtype)
 
 
 class TemporalAttention(nn.Module):
@@ -92,7 +99,7 @@ class TemporalAttention(nn.Module):
         query_EHC = self.lin_query(x_dst_DF).view(D, H, C).index_select(0, dst_E)
         logit_EH = (query_EHC * key_EHC).sum(-1) / math.sqrt(C)
         alpha_EH = F.dropout(segment_softmax(logit_EH, dst_E, D), self.dropout, self.training)
-        out_DHC = x_dst_DF.new_zeros(D, H, C).index_add_(
+        out_DHC = x_dst_DF.new_zeros(D, H, C).index_add(
             0, dst_E, value_EHC * alpha_EH.unsqueeze(-1)
         )
         return out_DHC.reshape(D, H * C) + self.lin_skip(x_dst_DF)
@@ -505,31 +512,55 @@ class TemporalLinkModel(nn.Module):
         dt_P1 = ((time_P - last_P) / self.time_scale).to(memory_PM.dtype).unsqueeze(1)
         return memory_PM * (1.0 + self.projection(dt_P1))
 
-    def embed_hops(self, hops: list[HopTensors], seeds_Q: torch.Tensor) -> torch.Tensor:
+    def embed_hops(
+        self,
+        hops: list[HopTensors],
+        seeds_Q: torch.Tensor,
+        event_feat_EF: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """``tgat``: embeddings of the first hop's ``num_seeds`` seeds, one hop per layer (first
-        hop first). Rows of depth ``d`` are the seeds (``d = 0``) or hop ``d - 1``'s sampled
-        events, each a node at an event's time; layer ``l`` updates every depth a later layer
-        still reads, attending from ``[h_v, phi(0)]`` over ``[h_u, phi(t_v - t_e)]`` and the
-        events' features."""
-        layers = len(self.attention)
-        assert len(hops) == layers
+        hop first), the events' features rows ``hop.eids`` of ``event_feat_EF`` (default: the
+        training stream's). Rows of depth ``d`` are the seeds (``d = 0``) or hop ``d - 1``'s
+        sampled events, each a node at an event's time (:meth:`attend_hops`)."""
         nodes = [seeds_Q] + [hop.nbr for hop in hops]
-        sizes = [int(n.shape[0]) for n in nodes]
         if self.node_rows is not None:
             h = [self.node_rows(n) for n in nodes]
         else:
-            h = [seeds_Q.new_zeros((size, self.input_dim), dtype=torch.float32) for size in sizes]
+            h = [
+                seeds_Q.new_zeros((n.shape[0], self.input_dim), dtype=torch.float32) for n in nodes
+            ]
+        feat_EF = self.event_feat_EF if event_feat_EF is None else event_feat_EF
+        return self.attend_hops(
+            h,
+            [hop.dst_index for hop in hops],
+            [hop.dst_times for hop in hops],
+            [hop.nbr_times for hop in hops],
+            [feat_EF[hop.eids] for hop in hops],
+        )
+
+    def attend_hops(
+        self,
+        h: list[torch.Tensor],
+        dst_index: list[torch.Tensor],
+        dst_times: list[torch.Tensor],
+        nbr_times: list[torch.Tensor],
+        attr: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """``tgat``'s layers over input rows ``h[d]`` of each depth and, per hop ``d``, each
+        event's row of depth ``d`` (``dst_index[d]``), the times of depth ``d``'s rows and of
+        the events, and the events' features: layer ``l`` updates every depth a later layer
+        still reads, attending from ``[h_v, phi(0)]`` over ``[h_u, phi(t_v - t_e)]`` and the
+        events' features. The embeddings of depth 0 (the seeds)."""
+        layers = len(self.attention)
+        assert len(dst_index) == layers
         for layer, attention in enumerate(self.attention):
             nxt = []
             for depth in range(layers - layer):
-                hop = hops[depth]
-                gap_E = hop.dst_times[hop.dst_index] - hop.nbr_times
+                gap_E = dst_times[depth][dst_index[depth]] - nbr_times[depth]
                 x_src_EF = torch.cat([h[depth + 1], self.time_encoder(gap_E)], dim=1)
-                zero_time = self.time_encoder(hop.dst_times.new_zeros(sizes[depth]))
+                zero_time = self.time_encoder(dst_times[depth].new_zeros(h[depth].shape[0]))
                 x_dst_DF = torch.cat([h[depth], zero_time], dim=1)
-                out = attention(
-                    x_dst_DF, x_src_EF, None, hop.dst_index, self.event_feat_EF[hop.eids]
-                )
+                out = attention(x_dst_DF, x_src_EF, None, dst_index[depth], attr[depth])
                 nxt.append(F.relu(out) if layer < layers - 1 else out)
             h = nxt
         return h[0]

@@ -18,7 +18,10 @@ are inside the file. A knowledge-graph model
 (``[Q]``) and returns every entity's score ``[Q, N]``. A SUREL link predictor
 (:class:`~shardgnn.nn.serving.WalkServingModel`) takes its queries' endpoints' walks (``walks``,
 int64 ``[Q, 2, M, L + 1]``, drawn by :func:`~shardgnn.sampling.walks.node_walks` on the served
-graph) and returns each query's logit ``[Q]``.
+graph) and returns each query's logit ``[Q]``. TGAT (:class:`~shardgnn.nn.serving.\
+TemporalServingModel`) takes its queries' times and, hop by hop, the earlier events sampled
+around them on the served stream, and returns their embeddings (or class logits) ``[Q, D]``;
+TGN and JODIE keep a memory of every event of their stream, which a file cannot carry.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -52,6 +55,7 @@ from shardgnn.atomic import atomic_path, save_json
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.graph.csr import csr_from_edges, csr_with_order
 from shardgnn.graph.features import normalize_features
+from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.graph.typed import with_reverse_edges
 from shardgnn.nn.config import (
     EDGE_FEATURE_MODELS,
@@ -69,12 +73,16 @@ from shardgnn.nn.serving import (
     GraphServingModel,
     KnowledgeGraphServingModel,
     ServingModel,
+    TemporalServingModel,
     TypedServingModel,
     WalkServingModel,
+    temporal_inputs,
 )
 from shardgnn.nn.surel import query_walks, relative_positions
 from shardgnn.nn.targets import target_of_labels
+from shardgnn.nn.temporal import HopTensors, TemporalLinkModel
 from shardgnn.nn.typed import TypedInput, TypedMessageGraph, TypedNodeModel, typed_encoder
+from shardgnn.sampling.temporal import TemporalNeighborSampler
 from shardgnn.sampling.walks import node_walks
 from shardgnn.train.checkpoint import read_checkpoint_meta
 from shardgnn.train.config import TrainConfig
@@ -160,6 +168,7 @@ Served = (
     | TypedServingModel
     | KnowledgeGraphServingModel
     | WalkServingModel
+    | TemporalServingModel
 )
 
 
@@ -192,11 +201,14 @@ def serving_model(
             )
     if "typed" in (meta.get("dataset") or {}) and config.task == "node":
         return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
+    if name == "tgat":
+        return _temporal_serving(checkpoint, config)
     if name in TEMPORAL_MODELS or config.task not in ("node", "link"):
         raise ConfigError(
             f"{checkpoint} holds a {name} model of --task {config.task}; export writes node, "
-            "link, graph and edge models of graphs (a temporal model keeps a memory of its "
-            "stream's events, which a served graph does not have: run it through `shardgnn infer`)"
+            "link, graph and edge models of graphs and tgat (a tgn or jodie model keeps a "
+            "memory of its stream's events, which a served graph does not have: run it through "
+            "`shardgnn infer`)"
         )
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
@@ -347,6 +359,71 @@ def _walk_serving(
     return serving, config, 0, 1, "a logit per query"
 
 
+def _temporal_serving(
+    checkpoint: Path, config: TrainConfig
+) -> tuple[Served, TrainConfig, int, int, str]:
+    """TGAT as the embeddings (or class logits) of queries at their times from the events
+    sampled around them, as many hops of as many events as training sampled. Its widths come
+    from its weights: the event features' (the first layer's edge projection), the classes'
+    (the classifier's last layer)."""
+    if config.embedding.enabled:
+        raise ConfigError(
+            f"{checkpoint} was trained with --embedding-dim {config.embedding.dim}: its learnt "
+            "rows belong to the training stream's nodes, which a served stream does not have; "
+            "use `shardgnn infer`, or train without them to export"
+        )
+    weights = load_model_weights(checkpoint)
+    edge = weights.get("attention.0.lin_edge.weight")
+    classifier = weights.get("classifier.3.weight")
+    num_classes = 0 if classifier is None else int(classifier.shape[0])
+    model = TemporalLinkModel(
+        "tgat",
+        1,
+        torch.zeros((0, 0 if edge is None else int(edge.shape[1]))),
+        time_dim=config.temporal.time_dim,
+        embedding_dim=config.link.out_dim,
+        heads=config.model.heads,
+        dropout=config.model.dropout,
+        layers=len(config.temporal.neighbors),
+        num_classes=num_classes,
+    )
+    load_weights_into(model, weights, checkpoint, "tgat model")
+    model.eval()
+    classify = config.task == "node" and num_classes > 0
+    fanouts = tuple(config.temporal.neighbors)
+    serving = TemporalServingModel(model, fanouts, config.temporal_sampling, classify).eval()
+    out_dim = num_classes if classify else config.link.out_dim
+    outputs = (
+        f"{out_dim} class logits per query"
+        if classify
+        else f"{out_dim}-wide embeddings per query (the link predictor scores pairs of them)"
+    )
+    return serving, config, serving.event_dim, out_dim, outputs
+
+
+def random_stream(
+    serving: TemporalServingModel, num_nodes: int, seed: int = 0
+) -> tuple[tuple[torch.Tensor, ...], list, np.ndarray, np.ndarray]:
+    """``serving``'s inputs for ``num_nodes`` queries (random nodes at random times) of a random
+    stream of ``8 * num_nodes`` events among ``num_nodes`` nodes (the last tenth without any,
+    so some queries meet no earlier event), sampled as training samples; and what they were
+    drawn from: the hops, the queries' nodes and the event features (``[E, F]``)."""
+    rng = np.random.default_rng(seed)
+    count = 8 * num_nodes
+    with_events = max(2, num_nodes - num_nodes // 10)
+    src, dst = rng.integers(0, with_events, size=(2, count))
+    t = np.sort(rng.uniform(1.7e9, 1.7e9 + 1e6, size=count))  # Unix seconds: float64 matters
+    feat = rng.standard_normal((count, serving.event_dim)).astype(np.float32)
+    graph = TemporalGraph.from_events(src, dst, t, feat, num_nodes=num_nodes)
+    nodes = rng.integers(0, num_nodes, size=num_nodes)
+    times = rng.uniform(t[0], t[-1] + 1.0, size=num_nodes)
+    hops = TemporalNeighborSampler(graph, list(serving.fanouts), serving.mode).sample_hops(
+        nodes, times, seed
+    )
+    inputs = temporal_inputs(hops, times, feat if serving.event_dim else None)
+    return inputs, hops, nodes, feat
+
+
 WALK_CHECK_BYTES = 256 << 20
 """the most the check's comparisons of walk positions take: ``Q * (2 * M * (L + 1))^2`` floats"""
 
@@ -469,6 +546,8 @@ def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) 
         return random_typed_graph(serving, num_nodes, seed)
     if isinstance(serving, WalkServingModel):
         return (random_walks(serving, num_nodes, seed),)
+    if isinstance(serving, TemporalServingModel):
+        return random_stream(serving, num_nodes, seed)[0]
     if isinstance(serving, KnowledgeGraphServingModel):  # num_nodes queries
         gen = torch.Generator().manual_seed(seed)
         entities, relations = serving.entities_ND.shape[0], serving.num_query_relations
@@ -505,7 +584,20 @@ def trained_outputs(serving: Served, *inputs: torch.Tensor) -> torch.Tensor:
         return serving.model.score(relative_positions(walks_QSMW, int(walks_QSMW.max()) + 1))
     if isinstance(serving, ServingModel):
         return _layerwise_outputs(serving, *inputs)
+    if isinstance(serving, TemporalServingModel):
+        raise TypeError("a temporal model's outputs come from its hops: temporal_outputs")
     return _graph_set_outputs(serving, *inputs)
+
+
+@torch.no_grad()
+def temporal_outputs(serving: TemporalServingModel, hops: list, nodes: np.ndarray, feat):
+    """TGAT's outputs as training computes them: the sampler's hops as
+    :class:`~shardgnn.nn.temporal.HopTensors`, the event features looked up by event id."""
+    cpu = torch.device("cpu")
+    z = serving.model.embed_hops(
+        [HopTensors.of(hop, cpu) for hop in hops], torch.from_numpy(nodes), torch.from_numpy(feat)
+    )
+    return serving.model.classify(z) if serving.classify else z
 
 
 def _knowledge_graph_outputs(serving: KnowledgeGraphServingModel, entity_Q, relation_Q):
@@ -621,9 +713,17 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
     queries = torch.export.Dim("queries", min=2)
     sizes["entity"], sizes["relation"] = {0: queries}, {0: queries}
     sizes["walks"] = {0: queries}
+    if isinstance(serving, TemporalServingModel):  # one query at a time too
+        sizes["seed_time"] = {0: torch.export.Dim("queries", min=1)}
+        for depth in range(serving.layers):
+            events = torch.export.Dim(f"events_{depth}", min=0)
+            for name in ("dst_index", "nbr_time", "event_attr"):
+                sizes[f"{name}_{depth}"] = {0: events}
     dynamic = tuple(sizes[name] for name in names)
     if isinstance(serving, TypedServingModel):
         dynamic = (dynamic,)  # forward(*inputs): one spec per input, as one argument
+    elif isinstance(serving, TemporalServingModel):  # forward(seed_time, *hops)
+        dynamic = (dynamic[0], dynamic[1:])
     oblivious = fx_config.patch(backed_size_oblivious=small)
     with _quiet(), oblivious:
         if fmt == "torchscript":
@@ -678,8 +778,12 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
         run, runner = _runner(fmt, path, serving.input_names)
     if run is None:
         return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
-    inputs = example_inputs(serving, nodes, in_dim, seed=1)
-    want = trained_outputs(serving, *inputs)
+    if isinstance(serving, TemporalServingModel):
+        inputs, *drawn = random_stream(serving, nodes, seed=1)
+        want = temporal_outputs(serving, *drawn)
+    else:
+        inputs = example_inputs(serving, nodes, in_dim, seed=1)
+        want = trained_outputs(serving, *inputs)
     with torch.no_grad(), _quiet():
         got = run(*inputs)
     if isinstance(serving, KnowledgeGraphServingModel) and serving.top_k is not None:
@@ -696,6 +800,8 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     graph = f"a random graph of {nodes:,} nodes"
     if isinstance(serving, TypedServingModel):
         graph = f"a random typed graph of {want.shape[0]:,} nodes"
+    elif isinstance(serving, TemporalServingModel):
+        graph = f"{nodes:,} queries of a random event stream"
 
     elif not isinstance(serving, (ServingModel, WalkServingModel)):  # a batch of small graphs
         graph = f"{nodes:,} nodes of random small graphs"
@@ -708,6 +814,12 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
         graph = f"{nodes:,} random queries"
     elif isinstance(serving, WalkServingModel):
         graph = f"the walks of {inputs[0].shape[0]:,} random queries on " + graph
+    elif isinstance(serving, TemporalServingModel):
+        events = sum(int(t.shape[0]) for t in inputs[1 :: len(inputs[1:]) // serving.layers])
+        graph = (
+            f"{nodes:,} random queries of a random stream of {8 * nodes:,} events "
+            f"({events:,} sampled)"
+        )
     else:
         graph += f" and {inputs[1].shape[1]:,} edges"
     return f"checked with {runner} on {graph}: max |difference| {diff:.1e} from the trained model"
@@ -719,7 +831,7 @@ def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 INDEX_INPUTS = ("edge_index", "graph_ptr", "edge_type", "entity", "relation", "walks")
-"""the inputs that are int64 (the others are float32)"""
+"""the inputs that are int64 (the others are float32, but a temporal model's times and indices)"""
 
 
 def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[str, Any]:
@@ -765,17 +877,34 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
             "each starts at its endpoint; -1 past a node without neighbours",
             "drawn_by": "shardgnn.sampling.walks.node_walks (uniform in-neighbour steps)",
         }
+    elif isinstance(serving, TemporalServingModel):
+        out_shape = ["Q", out_dim]
+        shapes["seed_time"] = ["Q"]
+        for depth in range(serving.layers):
+            shapes[f"dst_index_{depth}"] = shapes[f"nbr_time_{depth}"] = [f"E_{depth}"]
+            shapes[f"event_attr_{depth}"] = [f"E_{depth}", serving.event_dim]
+        record["hops"] = {
+            "fanouts": list(serving.fanouts),
+            "mode": serving.mode,
+            "layout": "hop 0 samples up to fanouts[0] events before each query's time among its "
+            "node's events; hop d + 1 up to fanouts[d + 1] before each event of hop d, among the "
+            "events of its other endpoint; dst_index_d: the row of depth d (a query, or an event "
+            "of hop d - 1) each event of hop d belongs to; nbr_time_d: its time",
+            "drawn_by": "shardgnn.sampling.temporal.TemporalNeighborSampler.sample_hops, "
+            "then shardgnn.nn.serving.temporal_inputs",
+        }
     elif isinstance(serving, GraphServingModel):
         out_shape = ["B", out_dim]
     elif isinstance(serving, EdgeServingModel):
         out_shape = ["E", out_dim]
+
+    def dtype(name: str) -> str:
+        if name in INDEX_INPUTS or name.startswith("dst_index_"):
+            return "int64"
+        return "float64" if name == "seed_time" or name.startswith("nbr_time_") else "float32"
+
     inputs = [
-        {
-            "name": name,
-            "dtype": "int64" if name in INDEX_INPUTS else "float32",
-            "shape": shapes[name],
-        }
-        for name in serving.input_names
+        {"name": name, "dtype": dtype(name), "shape": shapes[name]} for name in serving.input_names
     ]
     produced = [{"name": "out", "dtype": "float32", "shape": out_shape, "meaning": outputs}]
     if isinstance(serving, KnowledgeGraphServingModel) and serving.top_k is not None:
@@ -833,6 +962,11 @@ def export_model(config: ExportConfig) -> Exported:
         task, inputs = "knowledge-graph completion", "(entity, relation) queries"
     elif isinstance(serving, WalkServingModel):
         inputs = f"{serving.num_walks} walks of {serving.walk_length} steps from each end of (u, v)"
+    elif isinstance(serving, TemporalServingModel):
+        fanouts = ", ".join(map(str, serving.fanouts))
+        inputs = f"query times and {serving.layers} hop{'s' * (serving.layers != 1)} of "
+        inputs += f"{fanouts} earlier events"
+        inputs += f" with {serving.event_dim} features" if serving.event_dim else ""
     elif train.task != "link":
         task = f"{train.task} {'classification' if 'class logits' in outputs else 'prediction'}"
     return Exported(
