@@ -381,10 +381,11 @@ TGAT_STREAMS = {
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("task", ["link", "node"])
 def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_path, capsys):
-    """TGAT exported to the three formats (link prediction on a stream without event features;
-    dynamic node classification on one with them): each file, fed the hops the temporal
-    sampler draws on the training stream (features looked up by event id, times in float64),
-    gives what the trained model computes from the same hops; one query at a time too."""
+    """TGAT exported to torch.export and TorchScript (link prediction on a stream without event
+    features; dynamic node classification on one with them): each file, fed the hops the
+    temporal sampler draws on the training stream (features looked up by event id, times in
+    float64), gives what the trained model computes from the same hops; one query at a time
+    too. ONNX is refused in one line (ONNX Runtime rounds the time encoding otherwise)."""
     from shardgnn.graph.datasets import load_temporal_dataset
     from shardgnn.nn.serving import temporal_inputs
     from shardgnn.sampling.temporal import TemporalNeighborSampler
@@ -410,7 +411,12 @@ def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_
     (feed, want), (one, want_one) = feed_and_want(50), feed_and_want(1)
     assert want.shape == (50, 3 if task == "node" else 64)
     assert sum(int(t.shape[0]) for t in feed[1:3]) > 50  # events were sampled in both hops
-    for suffix in (".onnx", ".pt2", ".pt"):
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "m.onnx")]) == 2
+    line = _error(capsys)
+    assert "an ONNX file of tgat would differ from the trained model by ~1e-2" in line, line
+    assert "model.pt2" in line and not (tmp_path / "m.onnx").exists()
+    for suffix in (".pt2", ".pt"):
         out = tmp_path / f"m{suffix}"
         capsys.readouterr()
         assert main(["export", "--checkpoint", str(ck), "--out", str(out)]) == 0
@@ -423,10 +429,7 @@ def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_
         assert record["hops"]["fanouts"] == [4, 3]
         assert ("event_attr_0" in names) == (feat is not None)
         for inputs, expected in ((feed, want), (one, want_one)):
-            if suffix == ".onnx":
-                session = onnxruntime.InferenceSession(str(out))
-                got = session.run(None, {n: t.numpy() for n, t in zip(names, inputs)})[0]
-            elif suffix == ".pt2":
+            if suffix == ".pt2":
                 got = torch.export.load(out).module()(*inputs).detach().numpy()
             else:
                 got = torch.jit.load(str(out))(*inputs).detach().numpy()

@@ -20,8 +20,9 @@ are inside the file. A knowledge-graph model
 int64 ``[Q, 2, M, L + 1]``, drawn by :func:`~shardgnn.sampling.walks.node_walks` on the served
 graph) and returns each query's logit ``[Q]``. TGAT (:class:`~shardgnn.nn.serving.\
 TemporalServingModel`) takes its queries' times and, hop by hop, the earlier events sampled
-around them on the served stream, and returns their embeddings (or class logits) ``[Q, D]``;
-TGN and JODIE keep a memory of every event of their stream, which a file cannot carry.
+around them on the served stream, and returns their embeddings (or class logits) ``[Q, D]``
+(``.pt2`` and ``.pt``: ONNX Runtime rounds its float32 time encoding otherwise, by ~1e-2); TGN
+and JODIE keep a memory of every event of their stream, which a file cannot carry.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -938,6 +939,13 @@ def export_model(config: ExportConfig) -> Exported:
     serving, train, in_dim, out_dim, outputs = serving_model(
         checkpoint, config.top_k, config.filter_known
     )
+    if isinstance(serving, TemporalServingModel) and fmt == "onnx":
+        raise ConfigError(
+            f"--out {config.out}: an ONNX file of tgat would differ from the trained model by "
+            "~1e-2 (its time encoding cos(w * dt + b), in float32 as training computes it, is "
+            "rounded otherwise by ONNX Runtime on gaps of 1e5 s and more); write model.pt2 "
+            "(torch.export) or model.pt (TorchScript), which compute it as training does"
+        )
     out = Path(config.out).expanduser()
     with atomic_path(out) as tmp:
         try:
