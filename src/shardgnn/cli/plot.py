@@ -223,9 +223,9 @@ def plot_plan(path: Path, out_dir: Path) -> Path:
 
 
 TRAINING_FIGURES = ("training_curves.png", "cache_hit_rate.png", "accuracy_vs_bytes.png")
+"""What :func:`plot_training_curves` may write (the last two only for some runs)."""
 IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 """An ``--out`` ending so names an image, where a folder of figures is meant."""
-"""What :func:`plot_training_curves` may write (the last two only for some runs)."""
 
 
 def _save(fig, target: Path) -> Path:
