@@ -27,12 +27,17 @@ def _error(capsys) -> str:
     return err
 
 
+def _usage_error(argv: list[str], capsys) -> str:
+    """What argparse's refusal of ``argv`` prints (it exits with 2)."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    return _error(capsys)
+
+
 # ------------------------------------------------------------------------------------------ flags
 def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
-    with pytest.raises(SystemExit) as done:
-        main(["train", SPEC, "--epoch", "1", "--hid", "8"])
-    assert done.value.code == 2
-    err = _error(capsys)
+    err = _usage_error(["train", SPEC, "--epoch", "1", "--hid", "8"], capsys)
     assert err.startswith("shardgnn train: error: unrecognized arguments: --epoch --hid")
     assert "did you mean --epochs for --epoch, --hidden for --hid?" in err
     assert "(`shardgnn train --help` lists the flags)" in err
@@ -40,10 +45,7 @@ def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
 
 def test_an_unknown_flag_is_named_before_a_missing_required_one(capsys):
     """DGL's spelling ``--num-parts`` was met with "--parts is required" and no word on it."""
-    with pytest.raises(SystemExit) as done:
-        main(["partition", SPEC, "--num-parts", "2", "--out", "x"])
-    assert done.value.code == 2
-    err = _error(capsys)
+    err = _usage_error(["partition", SPEC, "--num-parts", "2", "--out", "x"], capsys)
     assert err.startswith("shardgnn partition: error: unrecognized arguments: --num-parts")
     assert "did you mean --parts for --num-parts?" in err and "required" not in err
 
@@ -51,18 +53,13 @@ def test_an_unknown_flag_is_named_before_a_missing_required_one(capsys):
 @pytest.mark.parametrize("command", ["train", "partition", "plan"])
 def test_a_flag_spelling_of_the_dataset_says_it_has_none(command, capsys):
     """``--dataset cora`` (DGL's and GraphStorm's scripts) got "did you mean --test?"."""
-    with pytest.raises(SystemExit) as done:
-        main([command, "--dataset", SPEC])
-    assert done.value.code == 2
-    err = _error(capsys)
+    err = _usage_error([command, "--dataset", SPEC], capsys)
     assert f"--dataset (the dataset is given without a flag: `shardgnn {command} DATASET" in err
     assert "did you mean" not in err
 
 
 def test_a_dataset_flag_of_infer_says_where_its_graph_comes_from(capsys):
-    with pytest.raises(SystemExit):
-        main(["infer", "--dataset", SPEC, "--checkpoint", "x", "--out", "y"])
-    err = _error(capsys)
+    err = _usage_error(["infer", "--dataset", SPEC, "--checkpoint", "x", "--out", "y"], capsys)
     assert "--dataset (the graph is the checkpoint's dataset, or --partitions DIR)" in err
     assert "did you mean" not in err
 
@@ -93,18 +90,13 @@ def test_negative_fanout_lists_are_values_not_flags():
 
 
 def test_a_flag_of_another_command_names_that_command(capsys):
-    with pytest.raises(SystemExit) as done:
-        main(["train", SPEC, "--out", "x"])
-    assert done.value.code == 2
-    err = _error(capsys)
+    err = _usage_error(["train", SPEC, "--out", "x"], capsys)
     assert "--out is a flag of `shardgnn infer`" in err
     assert "did you mean" not in err
 
 
 def test_a_flag_with_nothing_close_gets_no_guess(capsys):
-    with pytest.raises(SystemExit):
-        main(["train", SPEC, "--zzzzzz"])
-    assert "did you mean" not in _error(capsys)
+    assert "did you mean" not in _usage_error(["train", SPEC, "--zzzzzz"], capsys)
 
 
 # ---------------------------------------------------------------------------------- data directory

@@ -41,6 +41,8 @@ class _Parser(argparse.ArgumentParser):
     """``--NAME`` for each argument given without a flag (``--dataset``), and the commands
     that take it so."""
 
+    commands: tuple[str, ...] = ()
+    """The commands (``train``, ``infer``...)."""
     command_given: str | None = None
     """The command the line names (set by :func:`main` before parsing)."""
 
@@ -57,8 +59,8 @@ class _Parser(argparse.ArgumentParser):
         hint = _closest_flags(message, self.flag_commands, notes)
         # the top parser reports a subcommand's unknown flags: name that command
         prog = self.prog
-        if self.command_given in self.flag_commands.get(CONFIG_FLAG, ()):
-            prog = f"{prog} {self.command_given}"
+        if command in self.commands:
+            prog = f"{prog} {command}"
         self.exit(2, f"{prog}: error: {message}{hint}\n  (`{prog} --help` lists the flags)\n")
 
 
@@ -98,9 +100,12 @@ def _closest_flags(
     return text + (f" ({'; '.join(elsewhere)})" if elsewhere else "")
 
 
-def _unknown_flags(argv: list[str], flag_commands: dict[str, tuple[str, ...]]) -> list[str]:
-    """The ``--flags`` of a command line that no command takes (up to a ``--``)."""
-    if not argv or argv[0] not in flag_commands.get(CONFIG_FLAG, ()):
+def _unknown_flags(
+    argv: list[str], commands: tuple[str, ...], flag_commands: dict[str, tuple[str, ...]]
+) -> list[str]:
+    """The ``--flags`` of a command line naming one of ``commands`` that no command takes (up
+    to a ``--``)."""
+    if not argv or argv[0] not in commands:
         return []
     words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
     return [
@@ -139,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         for flag in command._option_string_actions:
             if flag.startswith("--") and flag != "--help":
                 flag_commands.setdefault(flag, []).append(name)
+    parser.commands = tuple(sub.choices)
     parser.flag_commands = {flag: tuple(names) for flag, names in sorted(flag_commands.items())}
     positional: dict[str, list[str]] = {}
     for name, command in sub.choices.items():
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shardgnn {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
     parser.command_given = argv[0] if argv else None
-    unknown = _unknown_flags(argv, parser.flag_commands)
+    unknown = _unknown_flags(argv, parser.commands, parser.flag_commands)
     if unknown:  # before argparse, which would report a missing --parts first
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args = parser.parse_args(argv)
