@@ -454,3 +454,40 @@ def test_a_grid_that_does_not_fit_the_workers_is_refused_before_partitioning(cap
     out, err = capsys.readouterr()
     assert "--grid-rows 3 must divide the number of workers (4)" in err
     assert "partitioned" not in out  # before any work
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [pytest.param((), id="one-process"), pytest.param(("--workers", "2"), marks=pytest.mark.slow)],
+)
+def test_a_loss_that_is_no_longer_a_number_stops_training_in_one_line(tmp_path, capfd, workers):
+    """A NaN feature (here from the Python API, which does not check values) makes the first
+    epoch's loss NaN: every worker stops after that epoch, with the epoch line, one error line and
+    its fix, and results that say so; nothing is saved."""
+    from shardgnn.graph.io import save_graph
+
+    graph = generate(SyntheticConfig(nodes=300, degree=6, classes=3, features=8, seed=1))
+    x = np.array(graph.x)
+    x[5, 2] = np.nan
+    save_graph(dataclasses.replace(graph, x=x), tmp_path / "g")
+    results, checkpoints = tmp_path / "r.json", tmp_path / "ck"
+    argv = [
+        *("train", f"graph:{tmp_path / 'g'}", "--fanouts", "4,4", "--hidden", "8"),
+        *("--epochs", "3", "--results", str(results), "--checkpoint-dir", str(checkpoints)),
+    ]
+    assert main([*argv, *workers]) == 2
+    captured = capfd.readouterr()  # (the workers print to the process's stdout)
+    epochs = [line for line in captured.out.splitlines() if line.startswith("epoch ")]
+    assert (
+        len(epochs) == 1 and epochs[0].startswith("epoch 1/3  loss nan") and "best" not in epochs[0]
+    )
+    errors = [line for line in captured.err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in captured.err, captured.err
+    assert errors[0].startswith(
+        "shardgnn train: error: epoch 1: the training loss is nan (the weights are no longer "
+        "finite numbers): stopped, nothing of this epoch saved"
+    )
+    assert "  fix: lower --lr (now 0.003)" in captured.err
+    data = json.loads(results.read_text())
+    assert data["status"] == "diverged" and [e["epoch"] for e in data["epochs"]] == [1]
+    assert not list(checkpoints.glob("epoch-*"))

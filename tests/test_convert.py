@@ -448,6 +448,9 @@ def test_node_tables_give_label_tables_from_the_columns_label_col_names(tmp_path
 
     pd = pytest.importorskip("pandas")
     argv = _typed_tables(tmp_path)
+    # the label columns' empty cells are unknown labels; where a column is a feature instead,
+    # its empty cells are NaN features, replaced by 0 here
+    argv = [argv[0], "--nonfinite", "zero", *argv[1:]]
     table = pd.read_csv(tmp_path / "papers.csv")
     table["score"] = [0.5, None, -1.25, 2.0]
     table["tag_a"], table["tag_b"] = [1, 0, 1, None], [0, 0, 1, 1]
@@ -471,7 +474,8 @@ def test_node_tables_give_label_tables_from_the_columns_label_col_names(tmp_path
         "--src-col", "src", "--dst-col", "dst", "--out", str(tmp_path / "plain"),
     ]  # fmt: skip
     (tmp_path / "chain.csv").write_text("src,dst\np0,p1\np1,p2\np2,p3\n")
-    assert main(["convert", *plain, "--label-kind", "regression", "--label-col", "score"]) == 0
+    regression = ["--label-kind", "regression", "--label-col", "score", "--nonfinite", "zero"]
+    assert main(["convert", *plain, *regression]) == 0
     g = load_dataset(f"graph:{tmp_path / 'plain'}")
     assert g.label_kind == "regression" and g.y.shape == (4, 1)
     again = [*argv[1:], "--overwrite", "--label-kind", "multilabel", "--label-col"]
@@ -638,3 +642,78 @@ def test_an_existing_out_is_refused_before_any_work(tmp_path, capsys):
     assert load_dataset(f"graph:{tmp_path / 'g'}").num_edges == 2  # untouched
     assert main(["convert", *argv, "--symmetric", "--out", str(tmp_path / "g"), "--overwrite"]) == 0
     assert load_dataset(f"graph:{tmp_path / 'g'}").num_edges == 4
+
+
+# ------------------------------------------------------------------------ NaN and infinite values
+def _nan_inputs(tmp_path, kind: str) -> tuple[list[str], str, str]:
+    """``kind``'s input with one NaN or infinite value: (argv, the file to name, what it holds)."""
+    d = tmp_path
+    if kind == "features-npy":
+        (d / "e.txt").write_text("0 1\n1 2\n2 0\n")
+        np.save(d / "x.npy", np.array([[1, 2], [3, np.nan], [5, 6]], dtype=np.float32))
+        return ["--edges", str(d / "e.txt"), "--features", str(d / "x.npy")], "x.npy", "feature"
+    if kind == "node-table":
+        pytest.importorskip("pandas")
+        (d / "n.csv").write_text("id,a,b\nu,1,2\nv,3,\nw,5,6\n")  # an empty feature cell
+        (d / "e.csv").write_text("src,dst\nu,v\nv,w\n")
+        return ["--nodes", str(d / "n.csv"), "--edges", str(d / "e.csv")], "n.csv", "feature"
+    if kind == "edge-table":
+        pytest.importorskip("pandas")
+        (d / "e.csv").write_text("src,dst,f\n0,1,0.5\n1,2,inf\n")
+        argv = ["--edges", str(d / "e.csv"), "--edge-feature-cols", "f"]
+        return argv, "e.csv", "edge feature"
+    if kind == "npz":
+        attr = np.array([[0.5], [np.inf], [1.0]], dtype=np.float32)
+        np.savez(d / "g.npz", edge_index=np.array([[0, 1, 2], [1, 2, 0]]), edge_attr=attr)
+        return ["--npz", str(d / "g.npz")], "g.npz", "edge feature"
+    assert kind == "typed"
+    argv = _typed_tables(tmp_path)[1:-2]
+    papers = (d / "papers.csv").read_text().replace("p1,1.0,", "p1,,")
+    assert papers != (d / "papers.csv").read_text()
+    (d / "papers.csv").write_text(papers)
+    return argv, "papers.csv", "feature"
+
+
+@pytest.mark.parametrize("kind", ["features-npy", "node-table", "edge-table", "npz", "typed"])
+def test_nan_and_infinite_values_are_refused_or_replaced_by_zero(tmp_path, capsys, kind):
+    argv, source, what = _nan_inputs(tmp_path, kind)
+    out = ["--out", str(tmp_path / "g")]
+    err = _refused([*argv, *out], capsys)
+    assert f"{source}: 1 non-finite {what} value in 1 row (the first: row 1, counted from 0)" in err
+    assert "`--nonfinite zero` (shardgnn convert)" in err and not (tmp_path / "g").exists()
+    assert main(["convert", *argv, *out, "--nonfinite", "zero"]) == 0
+    warning = f"warning: {tmp_path / source}: replaced 1 non-finite {what} value in 1 row by 0"
+    assert warning in capsys.readouterr().err
+    if kind == "typed":
+        from shardgnn.graph.datasets import load_typed_dataset
+
+        x = load_typed_dataset(f"hetero:{tmp_path / 'g'}").x["paper"]
+    else:
+        graph = load_dataset(f"graph:{tmp_path / 'g'}")
+        x = graph.x if what == "feature" else graph.edge_attr
+    values = np.asarray(x)
+    assert np.isfinite(values).all() and (values == 0).sum() >= 1
+
+
+def test_a_nan_edge_weight_is_refused_whatever_nonfinite_says(tmp_path, capsys):
+    pytest.importorskip("pandas")
+    (tmp_path / "e.csv").write_text("src,dst,w\n0,1,0.5\n1,2,\n")
+    argv = ["--edges", str(tmp_path / "e.csv"), "--weight-col", "w", "--out", str(tmp_path / "g")]
+    for extra in ([], ["--nonfinite", "zero"]):
+        err = _refused([*argv, *extra], capsys)
+        assert "e.csv: 1 edge weights are NaN or infinite (an empty weight cell is NaN)" in err
+    assert not (tmp_path / "g").exists()
+
+
+def test_nonfinite_does_not_apply_to_molecules_and_object_arrays_are_named(tmp_path, capsys):
+    err = _refused(
+        ["--molecules", str(tmp_path / "m.csv"), "--nonfinite", "zero", "--out", str(tmp_path)],
+        capsys,
+    )
+    assert "--nonfinite does not apply to --molecules" in err
+    (tmp_path / "e.txt").write_text("0 1\n")
+    np.save(tmp_path / "x.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    argv = ["--edges", str(tmp_path / "e.txt"), "--features", str(tmp_path / "x.npy")]
+    err = _refused([*argv, "--out", str(tmp_path / "g")], capsys)
+    assert "x.npy: holds Python objects (an object-dtype array" in err
+    assert "fix: save numbers: numpy.save(" in err

@@ -388,7 +388,7 @@ def test_gnn_benchmark_nonfinite(tmp_path):
     attr = attr.tolil()
     attr[3, 2] = np.nan
     path = write_graphgallery_npz(tmp_path / "nan.npz", attr=attr.tocsr())
-    with pytest.raises(DatasetError, match=r"nan\.npz.*1 non-finite feature values"):
+    with pytest.raises(DatasetError, match=r"nan\.npz.*1 non-finite feature value in 1 row"):
         load_gnn_benchmark(path, "x")
     with pytest.warns(UserWarning, match="non-finite"):
         g = load_gnn_benchmark(path, "x", nonfinite="zero")

@@ -35,6 +35,11 @@ class ConfigError(ShardgnnError):
     """A command-line flag or configuration value is out of its allowed range."""
 
 
+class DivergedError(ShardgnnError):
+    """Training's loss became NaN or infinite: the weights are no longer numbers, and every later
+    epoch would only report NaN (a learning rate too high, NaN or infinite inputs)."""
+
+
 REQUEUE_EXIT_CODE = 75
 """The exit status of a run stopped by preemption after saving its checkpoint: ``EX_TEMPFAIL``
 ("temporary failure, retry"), which a SLURM batch script (or ``RequeueExit=75`` in slurm.conf)

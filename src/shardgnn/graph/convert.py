@@ -60,6 +60,7 @@ from shardgnn.graph.edgelist import (
     read_text_bytes,
 )
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
+from shardgnn.graph.split import NONFINITE_POLICIES, check_finite_features
 from shardgnn.graph.typed import TypedGraph, save_typed_graph
 from shardgnn.options import changed_settings, invalid, option
 
@@ -67,19 +68,19 @@ SPLITS = ("train", "val", "test")
 _TABLE_SUFFIXES = (".parquet", ".pq")
 _EVERY_MODE = ("out", "name", "overwrite", "split", "seed")
 _TYPED_READS = (
-    *_EVERY_MODE, "node_tables", "edge_tables", "target_type", "id_col", "label_col",
+    *_EVERY_MODE, "nonfinite", "node_tables", "edge_tables", "target_type", "id_col", "label_col",
     "label_kind", "split_col", "src_col", "dst_col",
 )  # fmt: skip
 """what ``--node-tables``/``--edge-tables`` read; any other setting is refused"""
 _MOLECULES_READS = (*_EVERY_MODE, "molecules", "smiles_col", "label_col", "label_kind")
 """what ``--molecules`` reads; any other setting is refused"""
-_NPZ_READS = (*_EVERY_MODE, "npz", "label_kind", "symmetric")
+_NPZ_READS = (*_EVERY_MODE, "npz", "label_kind", "symmetric", "nonfinite")
 """what ``--npz`` reads; any other setting is refused"""
 _NODE_TABLE_COLUMNS = ("id_col", "label_col", "split_col", "feature_cols")
 _EDGE_TABLE_COLUMNS = ("src_col", "dst_col", "weight_col", "edge_feature_cols")
 _NODE_TABLE_READS = (
     *_EVERY_MODE, "edges", "nodes", *_NODE_TABLE_COLUMNS, *_EDGE_TABLE_COLUMNS, "label_kind",
-    "symmetric",
+    "symmetric", "nonfinite",
 )  # fmt: skip
 """what ``--edges`` with ``--nodes`` reads; any other setting is refused"""
 
@@ -206,6 +207,13 @@ class ConvertConfig:
         help="edge table: the edge feature columns (unset: the edges carry no features; "
         "--model gine reads them)",
     )
+    nonfinite: str = option(
+        "error",
+        choices=NONFINITE_POLICIES,
+        help="NaN or infinite feature values (node and edge features; an empty feature cell of a "
+        "table is NaN): refused, naming the file and the first row (error), or replaced by 0 "
+        "with a warning (zero)",
+    )
     name: str | None = option(
         None, help="the dataset name recorded in the graph (unset: the output folder's name)"
     )
@@ -331,7 +339,7 @@ def convert(config: ConvertConfig) -> Any:
         save_typed_graph(typed, Path(config.out).expanduser(), overwrite=config.overwrite)
         return typed
     if config.npz is not None:
-        graph = _from_npz(Path(config.npz), name, config.label_kind)
+        graph = _from_npz(Path(config.npz), name, config.label_kind, config.nonfinite)
     elif config.nodes is not None or _is_table(Path(config.edges)):  # type: ignore[arg-type]
         graph = _from_tables(config, name)
     else:
@@ -343,12 +351,33 @@ def convert(config: ConvertConfig) -> Any:
                 "or drop " + ("it" if len(given) == 1 else "them")
             )
         graph = _from_edge_list(config, name)
+    graph = _finite(graph, config)
     if config.symmetric:
         graph = graph.symmetrize()
     graph = _with_split(graph, config)
     graph.validate(config.out)
     save_graph(graph, Path(config.out).expanduser(), overwrite=config.overwrite)
     return graph
+
+
+def _finite(graph: Graph, config: ConvertConfig) -> Graph:
+    """``graph`` with its node features checked for NaN/inf (``--nonfinite``: refused naming the
+    file and row they came from, or replaced by 0) and its edge weights finite (a NaN weight has no
+    replacement that keeps the graph's meaning: always refused). Edge features are checked where
+    they are read, in the input's edge order (the graph holds them in CSR order)."""
+    edge_source = config.npz or config.edges
+    fields: dict[str, Any] = {}
+    if graph.x is not None:
+        node_source = config.npz or config.nodes or config.features
+        fields["x"] = check_finite_features(graph.x, node_source, config.nonfinite)
+    if graph.edge_weight is not None and not np.isfinite(graph.edge_weight).all():
+        bad = int((~np.isfinite(graph.edge_weight)).sum())
+        raise DatasetError(
+            f"{bad} edge weights are NaN or infinite (an empty weight cell is NaN)",
+            edge_source,
+            "give every edge a finite weight, or drop the weights",
+        )
+    return dataclasses.replace(graph, **fields) if fields else graph
 
 
 def _check_out(config: ConvertConfig) -> None:
@@ -810,8 +839,11 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
         ).astype(np.float32)
     edge_attr = None
     if config.edge_feature_cols:
-        edge_attr = _features(
-            edges, list(config.edge_feature_cols), edges_path, "--edge-feature-cols"
+        edge_attr = check_finite_features(
+            _features(edges, list(config.edge_feature_cols), edges_path, "--edge-feature-cols"),
+            edges_path,
+            config.nonfinite,
+            what="edge feature",
         )
     if config.nodes is None:
         # No node table: ids are integers, numbered from --base.
@@ -919,7 +951,9 @@ def _from_typed_tables(config: ConvertConfig, name: str) -> TypedGraph:
         node_ids[node_type] = as_node_ids(table[config.id_col])
         columns = _feature_columns(table, used, path, typed=True)
         if columns:
-            x[node_type] = _features(table, columns, path)
+            x[node_type] = check_finite_features(
+                _features(table, columns, path), path, config.nonfinite
+            )
         if _has_labels(table, config):
             labelled[node_type] = (path, table)
     target = config.target_type
@@ -1070,7 +1104,7 @@ def _table_splits(column: Any, path: Path, name: str) -> dict[str, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------------- npz
-def _from_npz(path: Path, name: str, label_kind: str = "class") -> Graph:
+def _from_npz(path: Path, name: str, label_kind: str = "class", nonfinite: str = "error") -> Graph:
     if not path.is_file():
         raise DatasetError("file is missing", path)
     try:
@@ -1125,6 +1159,8 @@ def _from_npz(path: Path, name: str, label_kind: str = "class") -> Graph:
             path,
             "store one feature row per edge, in the order of the edges",
         )
+    if attr is not None:
+        attr = check_finite_features(attr, path, nonfinite, what="edge feature")
     return Graph.from_edge_index(src, dst, num_nodes, edge_weight=weight, edge_attr=attr, **fields)
 
 

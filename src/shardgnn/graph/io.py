@@ -140,8 +140,22 @@ def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
         )
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc) or "Python objects" in str(exc):
+            raise DatasetError(
+                "holds Python objects (an object-dtype array: read only through pickle, which "
+                "shardgnn never runs on a file)",
+                path,
+                "save numbers: numpy.save(path, np.asarray(values, dtype=np.float32)) (or int64 "
+                "ids)",
+            ) from None
+        raise DatasetError(
+            f"not a readable .npy array ({type(exc).__name__}: {exc})",
+            path,
+            "the file is corrupt or truncated; rewrite it",
+        ) from None
     # truncated/empty, damaged header
-    except (ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:
+    except (EOFError, SyntaxError, tokenize.TokenError) as exc:
         raise DatasetError(
             f"not a readable .npy array ({type(exc).__name__}: {exc})",
             path,

@@ -53,10 +53,15 @@ def fraction_split(
 NONFINITE_POLICIES = ("error", "zero")
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def check_finite_features(
-    x: np.ndarray, source: str | os.PathLike, policy: str = "error"
+    x: np.ndarray, source: str | os.PathLike, policy: str = "error", what: str = "feature"
 ) -> np.ndarray:
-    """Reject (``policy='error'``) or zero with a warning (``'zero'``) NaN/inf feature values."""
+    """Reject (``policy='error'``) or zero with a warning (``'zero'``) NaN/inf feature values
+    (``what``: the kind of values, named in the message; rows are ``x``'s)."""
     if policy not in NONFINITE_POLICIES:
         raise DatasetError(
             f"unknown non-finite policy {policy!r}; choose one of {NONFINITE_POLICIES}"
@@ -65,16 +70,15 @@ def check_finite_features(
     if not bad.any():
         return x
     rows = np.unique(np.nonzero(bad)[0])
+    count = f"{_plural(int(bad.sum()), f'non-finite {what} value')} in {_plural(rows.size, 'row')}"
     if policy == "error":
         raise DatasetError(
-            f"{int(bad.sum())} non-finite feature values in {rows.size} rows (first row {rows[0]})",
+            f"{count} (the first: row {rows[0]}, counted from 0)",
             source,
-            "clean the features, or pass --nonfinite zero to replace them by 0 with a warning",
+            "clean the values, or replace them by 0 with a warning: `--nonfinite zero` (shardgnn "
+            "convert) or `:nonfinite=zero` after a dataset's name (e.g. cora:nonfinite=zero)",
         )
-    warnings.warn(
-        f"{source}: replaced {int(bad.sum())} non-finite feature values in {rows.size} rows by 0",
-        stacklevel=2,
-    )
+    warnings.warn(f"{source}: replaced {count} by 0", stacklevel=2)
     x = np.array(x, dtype=np.float32, copy=True)
     x[bad] = 0.0
     return x

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
+import math
 import signal
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ import torch
 
 from shardgnn.atomic import save_json
 from shardgnn.distributed.comm import Communicator
-from shardgnn.errors import ConfigError, Preempted
+from shardgnn.errors import ConfigError, DivergedError, Preempted
 from shardgnn.store.embedding import snapshot_state
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
@@ -236,6 +237,8 @@ class TrainingLoop:
             if record is None:  # stopped part-way by a stop signal
                 assert run.stopped is not None
                 self._preempt(loop, dataset, run.stopped, run.total_batches)
+            if not math.isfinite(record.loss):  # the same on every rank: all of them stop here
+                self._diverged(loop, dataset, record)
             loop.partial = None
             loop.history.append(record)
             if loop.best_state is None or _improves(record.val_acc, loop.best_val):
@@ -249,17 +252,7 @@ class TrainingLoop:
             if saved:
                 self._save(loop, dataset)
             if self.is_main:
-                print(
-                    epoch_line(
-                        record,
-                        cfg.optim.epochs,
-                        loop.best_val,
-                        loop.best_epoch,
-                        cfg.cache.enabled,
-                        metric=steps.metric,
-                    ),
-                    flush=True,
-                )
+                self._print_epoch(record, loop)
                 if cfg.results:
                     save_json(cfg.results, self._results(loop, dataset, final=None))
                 scalars.epoch(record)
@@ -288,6 +281,38 @@ class TrainingLoop:
             save_json(cfg.results, results)
         scalars.final(loop.best_epoch, final["val_acc"], final["test_acc"])
         return results
+
+    def _print_epoch(self, record: EpochRecord, loop: LoopState) -> None:
+        cfg = self.config
+        line = epoch_line(
+            record,
+            cfg.optim.epochs,
+            loop.best_val,
+            loop.best_epoch,
+            cfg.cache.enabled,
+            metric=self.steps.metric,
+        )
+        print(line, flush=True)
+
+    def _diverged(self, loop: LoopState, dataset: dict[str, Any], record: EpochRecord) -> None:
+        """Stop on a NaN or infinite training loss (its epoch line printed, the results marked
+        ``diverged``, nothing of the epoch saved): raise :class:`DivergedError`."""
+        cfg = self.config
+        if self.is_main:
+            self._print_epoch(record, loop)
+            if cfg.results:
+                results = self._results(loop, dataset, final=None)
+                results["status"] = "diverged"
+                results["epochs"].append(dataclasses.asdict(record))
+                save_json(cfg.results, results)
+        saved = self.checkpointer.complete() if self.checkpointer is not None else []
+        kept = f"; the last checkpoint, {saved[-1]}, is kept" if saved else ""
+        raise DivergedError(
+            f"epoch {record.epoch}: the training loss is {record.loss} (the weights are no longer "
+            f"finite numbers): stopped, nothing of this epoch saved{kept}\n  fix: lower --lr "
+            f"(now {cfg.optim.lr:g}), or look for NaN or infinite values in the inputs (features, "
+            "targets, edge weights; `shardgnn convert` refuses them in the files it reads)"
+        )
 
     def _save(self, loop: LoopState, dataset: dict[str, Any]) -> Path:
         assert self.checkpointer is not None

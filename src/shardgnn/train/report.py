@@ -297,7 +297,7 @@ def epoch_line(
     """The line printed when an epoch ends (rank 0, stdout, flushed: readable in a pipe or log)
     for ``record`` (a :class:`~shardgnn.train.loop.EpochRecord`, which this module cannot import:
     the loop imports it). ``metric``: what ``val_acc`` measures (named in the line unless it is
-    accuracy)."""
+    accuracy). ``best_epoch`` 0: no epoch has been kept yet (the best is left out)."""
     width = len(str(epochs))
     order = {name: i for i, name in enumerate(STAGE_ORDER)}
     shown = sorted(
@@ -312,8 +312,9 @@ def epoch_line(
     text = (
         f"epoch {record.epoch:>{width}}/{epochs}  loss {record.loss:.4f}  train "
         f"{100 * record.train_acc:5.1f}%  val{named} "
-        f"{100 * record.val_acc:5.1f}% (best "
-        f"{100 * best_val:.1f}% @ {best_epoch})  {record.time_s:.2f} s"
+        f"{100 * record.val_acc:5.1f}%"
+        + (f" (best {100 * best_val:.1f}% @ {best_epoch})" if best_epoch else "")
+        + f"  {record.time_s:.2f} s"
         + (f" ({stages})" if stages else "")
         + f" + eval {record.stages.get('eval', 0.0):.2f} s"
     )
