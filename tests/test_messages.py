@@ -64,6 +64,23 @@ def test_a_dataset_flag_of_infer_says_where_its_graph_comes_from(capsys):
     assert "did you mean" not in err
 
 
+@pytest.mark.parametrize("command", ["infer", "export"])
+def test_train_s_checkpoint_flag_given_to_a_reader_of_checkpoints_names_its_own(command, capsys):
+    """``shardgnn infer --checkpoint-dir ck`` was told only "--checkpoint is required"."""
+    err = _usage_error([command, "--checkpoint-dir", "ck", "--out", "y"], capsys)
+    assert err.startswith(f"shardgnn {command}: error: unrecognized arguments: --checkpoint-dir (")
+    assert (
+        f"({command} reads --checkpoint DIR: the folder `shardgnn train --checkpoint-dir` " in err
+    )
+    assert "required" not in err and "did you mean" not in err
+
+
+def test_another_command_s_flag_is_named_before_a_missing_required_one(capsys):
+    err = _usage_error(["partition", SPEC, "--epochs", "3"], capsys)
+    assert err.startswith("shardgnn partition: error: unrecognized arguments: --epochs")
+    assert "(--epochs is a flag of `shardgnn train`)" in err and "required" not in err
+
+
 def test_a_misspelt_dataset_name_gets_the_close_one_first(capsys):
     assert main(["train", "cra", "--quiet"]) == 2
     err = _error(capsys)

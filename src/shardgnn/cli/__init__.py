@@ -54,8 +54,7 @@ class _Parser(argparse.ArgumentParser):
             for flag, commands in self.positional_commands.items()
             if command in commands
         }
-        if command in DATASET_ELSEWHERE:
-            notes["--dataset"] = DATASET_ELSEWHERE[command]
+        notes.update(SPELLED_OTHERWISE.get(command, {}))
         hint = _closest_flags(message, self.flag_commands, notes)
         # the top parser reports a subcommand's unknown flags: name that command
         prog = self.prog
@@ -64,11 +63,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{prog}: error: {message}{hint}\n  (`{prog} --help` lists the flags)\n")
 
 
-DATASET_ELSEWHERE = {
-    "infer": "the graph is the checkpoint's dataset, or --partitions DIR",
-    "export": "the model is read from --checkpoint; the served graph comes with each call",
+_CHECKPOINT_DIR = (
+    "{command} reads --checkpoint DIR: the folder `shardgnn train --checkpoint-dir` wrote (its "
+    "latest checkpoint) or one epoch-N folder in it"
+)
+SPELLED_OTHERWISE = {
+    "infer": {
+        "--dataset": "the graph is the checkpoint's dataset, or --partitions DIR",
+        "--checkpoint-dir": _CHECKPOINT_DIR.format(command="infer"),
+    },
+    "export": {
+        "--dataset": "the model is read from --checkpoint; the served graph comes with each call",
+        "--checkpoint-dir": _CHECKPOINT_DIR.format(command="export"),
+    },
 }
-"""Where the commands without a DATASET argument take their graph from."""
+"""Per command, flags of other commands a user may bring to it, and what the command takes
+instead: where the commands without a DATASET argument take their graph from, and train's
+``--checkpoint-dir`` for the commands that read a checkpoint."""
 
 
 def _closest_flags(
@@ -103,8 +114,9 @@ def _closest_flags(
 def _unknown_flags(
     argv: list[str], commands: tuple[str, ...], flag_commands: dict[str, tuple[str, ...]]
 ) -> list[str]:
-    """The ``--flags`` of a command line naming one of ``commands`` that no command takes (up
-    to a ``--``)."""
+    """The ``--flags`` of a command line naming one of ``commands`` that this command does not
+    take (up to a ``--``): named before argparse would report a required flag missing (infer's
+    ``--checkpoint`` when ``--checkpoint-dir`` was given)."""
     if not argv or argv[0] not in commands:
         return []
     words = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
@@ -112,7 +124,7 @@ def _unknown_flags(
         word
         for word in words
         if word.startswith("--")
-        and word.split("=", 1)[0] not in flag_commands
+        and argv[0] not in flag_commands.get(word.split("=", 1)[0], ())
         and word.split("=", 1)[0] != "--help"
     ]
 

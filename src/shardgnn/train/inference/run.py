@@ -79,8 +79,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
         raise DatasetError(
             "holds no complete checkpoint (no epoch-*/meta.json)",
             path,
-            "pass a --checkpoint-dir written by `shardgnn train --checkpoint-dir` or one epoch-N "
-            "folder",
+            "give --checkpoint the folder `shardgnn train --checkpoint-dir` wrote, or one "
+            "epoch-N folder in it",
         )
     return complete[-1]
 
