@@ -140,7 +140,8 @@ def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
         )
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except ValueError as exc:
+    # truncated/empty, damaged header; or an object array (numpy's ValueError without pickle)
+    except (ValueError, EOFError, SyntaxError, tokenize.TokenError) as exc:
         if "allow_pickle" in str(exc) or "Python objects" in str(exc):
             raise DatasetError(
                 "holds Python objects (an object-dtype array: read only through pickle, which "
@@ -149,13 +150,6 @@ def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
                 "save numbers: numpy.save(path, np.asarray(values, dtype=np.float32)) (or int64 "
                 "ids)",
             ) from None
-        raise DatasetError(
-            f"not a readable .npy array ({type(exc).__name__}: {exc})",
-            path,
-            "the file is corrupt or truncated; rewrite it",
-        ) from None
-    # truncated/empty, damaged header
-    except (EOFError, SyntaxError, tokenize.TokenError) as exc:
         raise DatasetError(
             f"not a readable .npy array ({type(exc).__name__}: {exc})",
             path,
