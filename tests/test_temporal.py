@@ -133,6 +133,39 @@ def test_bad_event_files_get_one_clear_error(tmp_path, text, message):
         load_temporal_events(write(tmp_path, text), base=0)
 
 
+@pytest.mark.parametrize("labels", [False, True])
+def test_non_finite_event_features_are_refused_by_line_or_zeroed(tmp_path, labels, capsys):
+    """The line named is the file's even when the rows are sorted afterwards; the label column
+    is not a feature; ``nonfinite=zero`` is the dataset option, as for node features."""
+    from shardgnn.cli import main
+    from shardgnn.graph.datasets import load_temporal_dataset
+
+    label = "0 " if labels else ""
+    rows = [
+        f"0 1 9 {label}0.5 1",
+        f"1 2 3 {label}0.5 2",
+        f"2 0 4 {label}nan inf",
+        f"1 0 5 {label}1 2",
+    ]
+    path = write(tmp_path, "\n".join(rows) + "\n")
+    spec = f"temporal:{path}" + (",labels=1" if labels else "")
+    with pytest.warns(UserWarning, match="not in time order"):
+        with pytest.raises(DatasetError, match=r"2 non-finite event feature values in 1 row "
+                           r"\(the first: line 3\)"):  # fmt: skip
+            load_temporal_dataset(spec, tmp_path)
+        with pytest.warns(
+            UserWarning, match="replaced 2 non-finite event feature values in 1 row by 0"
+        ):
+            g = load_temporal_dataset(spec + ",nonfinite=zero", tmp_path)
+    assert g.t.tolist() == [3, 4, 5, 9]
+    np.testing.assert_array_equal(g.edge_feat, [[0.5, 2], [0, 0], [1, 2], [0.5, 1]])
+    assert main(["info", spec]) == 2
+    err = capsys.readouterr().err
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert "events.txt: 2 non-finite event feature values in 1 row (the first: line 3)" in line
+    assert "temporal:FILE,nonfinite=zero" in err and "Traceback" not in err
+
+
 @requires_shared_data
 def test_collegemsg_loads_with_snap_counts():
     from shardgnn.graph.datasets import load_temporal_dataset

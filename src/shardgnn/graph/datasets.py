@@ -331,6 +331,7 @@ def _temporal_file(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
     directed = spec.take_int("directed", 0, minimum=0) > 0
     labels = spec.take_int("labels", 0, minimum=0) > 0
     bipartite = spec.take_int("bipartite", 0, minimum=0) > 0
+    nonfinite = spec.take_str("nonfinite", choices=("error", "zero"))
     spec.finish()
     assert spec.path is not None
     path = Path(spec.path).expanduser()
@@ -340,6 +341,7 @@ def _temporal_file(spec: DatasetSpec, data_dir: Path) -> TemporalGraph:
         directed=directed,
         labels=labels,
         bipartite=bipartite,
+        nonfinite=nonfinite,
     )
 
 
@@ -425,7 +427,7 @@ _REGISTRY: dict[str, DatasetEntry] = {
         "temporal:FILE (labels=1: the 4th column is the source's class; bipartite=1: sources and "
         "destinations number their own ids, as JODIE's users and items)",
         _temporal_file,
-        {"base": "auto", "directed": "0", "labels": "0", "bipartite": "0"},
+        {"base": "auto", "directed": "0", "labels": "0", "bipartite": "0", "nonfinite": "error"},
         temporal=True,
     ),
     "synthetic-hetero": DatasetEntry(

@@ -58,10 +58,15 @@ def _plural(n: int, noun: str) -> str:
 
 
 def check_finite_features(
-    x: np.ndarray, source: str | os.PathLike, policy: str = "error", what: str = "feature"
+    x: np.ndarray,
+    source: str | os.PathLike,
+    policy: str = "error",
+    what: str = "feature",
+    lines: np.ndarray | None = None,
 ) -> np.ndarray:
     """Reject (``policy='error'``) or zero with a warning (``'zero'``) NaN/inf feature values
-    (``what``: the kind of values, named in the message; rows are ``x``'s)."""
+    (``what``: the kind of values, named in the message; rows are ``x``'s, or, given ``lines``
+    (each row's line in a text file), named by their lines)."""
     if policy not in NONFINITE_POLICIES:
         raise DatasetError(
             f"unknown non-finite policy {policy!r}; choose one of {NONFINITE_POLICIES}"
@@ -73,10 +78,16 @@ def check_finite_features(
     count = f"{_plural(int(bad.sum()), f'non-finite {what} value')} in {_plural(rows.size, 'row')}"
     if policy == "error":
         raise DatasetError(
-            f"{count} (the first: row {rows[0]}, counted from 0)",
+            f"{count} (the first: "
+            + (
+                f"line {lines[rows[0]]})"
+                if lines is not None
+                else f"row {rows[0]}, counted from 0)"
+            ),
             source,
             "clean the values, or replace them by 0 with a warning: `--nonfinite zero` (shardgnn "
-            "convert) or `:nonfinite=zero` after a dataset's name (e.g. cora:nonfinite=zero)",
+            "convert) or the dataset option `nonfinite=zero` (cora:nonfinite=zero, "
+            "temporal:FILE,nonfinite=zero)",
         )
     warnings.warn(f"{source}: replaced {count} by 0", stacklevel=2)
     x = np.array(x, dtype=np.float32, copy=True)

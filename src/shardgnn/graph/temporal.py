@@ -27,6 +27,7 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
+from shardgnn.graph.split import check_finite_features
 
 
 @dataclasses.dataclass
@@ -199,13 +200,16 @@ def load_temporal_events(
     name: str | None = None,
     labels: bool = False,
     bipartite: bool = False,
+    nonfinite: str = "error",
 ) -> TemporalGraph:
     """Read ``SRC DST TIME [features...]`` rows (see the module docstring). ``base``: the first
     node id (0, 1, or ``auto``: 1 when the smallest id is 1); ``labels``: the fourth column is
     the source's class at the event (JODIE's ``user,item,timestamp,state_label,features...``
     rows; -1: none), the features follow it; ``bipartite``: sources and destinations number
     their own ids from the base (JODIE's users and items): the destinations' ids follow the
-    sources' (item ``i`` becomes node ``max user + 1 + i``, as TGN's preprocessing does)."""
+    sources' (item ``i`` becomes node ``max user + 1 + i``, as TGN's preprocessing does);
+    ``nonfinite``: ``"error"`` refuses NaN/inf feature values (naming the line), ``"zero"``
+    replaces them by 0 with a warning."""
     path = Path(path)
     data = read_text_bytes(path)
     first_line = 1
@@ -241,6 +245,10 @@ def load_temporal_events(
                 f"line {lines[bad[0]]}: label {float(label[bad[0]])} is not a class id", path,
                 "the fourth column is the source's class: an integer >= 0 (-1: none)",
             )  # fmt: skip
+    if rows.shape[1] > first_feature:  # checked in file order, so the line named is the user's
+        rows[:, first_feature:] = check_finite_features(
+            rows[:, first_feature:], path, nonfinite, what="event feature", lines=lines
+        )
     ids = ids.astype(np.int64)
     offset = (1 if ids.min() == 1 else 0) if base == "auto" else int(base)
     if ids.min() - offset < 0:
