@@ -640,6 +640,45 @@ def test_snapshot_training_overlaps_preparation_and_learns():
 
 
 @pytest.mark.parametrize("model", ["tgn", "tgcn"])
+def test_a_temporal_checkpoint_is_never_paired_with_another_stream(tmp_path, model):
+    """Resume and inference check the events' fingerprint (original ids), as for static graphs:
+    another stream of the same size is refused in one line; the checkpoint's own stream, one
+    process or partitioned (new ids), is accepted."""
+    from shardgnn.errors import ConfigError
+    from shardgnn.graph.datasets import load_temporal_dataset
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.partition.methods import PartitionConfig
+    from shardgnn.partition.temporal import partition_temporal
+    from shardgnn.train.checkpoint import Checkpointer, check_resumable
+    from shardgnn.train.inference.run import check_inference_pair
+    from shardgnn.train.single import run_training
+
+    extra = {"temporal": {"snapshots": 8}} if model == "tgcn" else {}
+    spec, other = (
+        "synthetic-temporal:nodes=300,events=8000",
+        "synthetic-temporal:nodes=300,events=8000,seed=1",
+    )
+    checkpoint = {"dir": str(tmp_path / "ck"), "resume": True}
+    run_training(temporal_config(model, checkpoint=checkpoint, **extra))
+    refusal = r"was made from .*\(300 nodes, 8,000 edges.*seed=1.*resume on the graph"
+    with pytest.raises(ConfigError, match=refusal):
+        run_training(temporal_config(model, dataset=other, checkpoint=checkpoint, **extra))
+    if model == "tgcn":
+        return  # snapshots train in one process only: no partitions
+    path, meta = Checkpointer(tmp_path / "ck").latest()
+    for name, parts_of in (("same", spec), ("other", other)):
+        partition_temporal(
+            load_temporal_dataset(parts_of), PartitionConfig(num_parts=2, method="random"),
+            tmp_path / name, dataset_spec=parts_of,
+        )  # fmt: skip
+    same, moved = read_partitions(tmp_path / "same"), read_partitions(tmp_path / "other")
+    check_inference_pair(path, same)
+    check_resumable(path, meta, meta["config"], same.dataset)
+    with pytest.raises(ConfigError, match="infer on a partition of the graph the model was"):
+        check_inference_pair(path, moved)
+
+
+@pytest.mark.parametrize("model", ["tgn", "tgcn"])
 def test_temporal_training_resumes_exactly(tmp_path, model):
     """Stopped after an epoch and resumed, training ends with the weights and node memory (model
     buffers) of an uninterrupted run, bit for bit."""

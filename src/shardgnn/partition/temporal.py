@@ -10,6 +10,7 @@ import numpy as np
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
+from shardgnn.graph.identity import temporal_fingerprint
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.partition.book import relabel
 from shardgnn.partition.format import PartitionSet, write_partitions
@@ -56,6 +57,7 @@ def write_temporal_partitions(
         events["events/feat.npy"] = graph.edge_feat
     if graph.labels is not None:
         events["events/label.npy"] = graph.labels
+    written.setdefault("dataset_fingerprint", temporal_fingerprint(graph))
     return write_partitions(
         static_view(graph),
         assignment,

@@ -220,6 +220,9 @@ class DistTemporalLinkSteps(TemporalLinkSteps, DistSteps):
         record["partitions"] = str(self.pset.path)
         return record
 
+    def _fingerprint(self) -> dict[str, Any] | None:
+        return self.pset.dataset.get("fingerprint")  # the events here are in new ids
+
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         extra = super().results_extra(history)
         extra["sampled_edges_per_s"] = None  # sampling waits on peers: see the comm stages

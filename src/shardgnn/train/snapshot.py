@@ -26,7 +26,7 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
-from shardgnn.graph.identity import events_sha256
+from shardgnn.graph.identity import events_sha256, temporal_fingerprint
 from shardgnn.graph.snapshots import build_snapshots
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.loader.prefetch import Prefetcher
@@ -179,6 +179,7 @@ class SnapshotLinkSteps(Steps):
             "val": self.num_val,
             "test": self.num_test,
             "events_sha256": events_sha256(g.src, g.dst, g.t),
+            "fingerprint": temporal_fingerprint(g),
         }
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:

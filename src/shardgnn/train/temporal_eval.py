@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from shardgnn.graph.identity import events_sha256
+from shardgnn.graph.identity import events_sha256, temporal_fingerprint
 from shardgnn.loader.temporal import EventBatches, EventStream
 from shardgnn.nn.targets import roc_auc
 from shardgnn.nn.temporal import TemporalLinkModel
@@ -156,7 +156,14 @@ class TemporalStreamEvaluation:
             "val": self.test_start - self.val_start,
             "test": g.num_events - self.test_start,
             "events_sha256": events_sha256(g.src, g.dst, g.t),
+            # checked on resume and inference: the same events, however the nodes are numbered
+            "fingerprint": self._fingerprint(),
         }
+
+    def _fingerprint(self) -> dict[str, Any] | None:
+        """:func:`temporal_fingerprint` of the stream (in original ids: a partition's trainer
+        records its partition's)."""
+        return temporal_fingerprint(self.events)
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
