@@ -77,13 +77,9 @@ def check_finite_features(
     rows = np.unique(np.nonzero(bad)[0])
     count = f"{_plural(int(bad.sum()), f'non-finite {what} value')} in {_plural(rows.size, 'row')}"
     if policy == "error":
+        first = f"line {lines[rows[0]]}" if lines is not None else f"row {rows[0]}, counted from 0"
         raise DatasetError(
-            f"{count} (the first: "
-            + (
-                f"line {lines[rows[0]]})"
-                if lines is not None
-                else f"row {rows[0]}, counted from 0)"
-            ),
+            f"{count} (the first: {first})",
             source,
             "clean the values, or replace them by 0 with a warning: `--nonfinite zero` (shardgnn "
             "convert) or the dataset option `nonfinite=zero` (cora:nonfinite=zero, "

@@ -26,7 +26,7 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import canonical_spec, load_temporal_dataset
-from shardgnn.graph.identity import events_sha256, temporal_fingerprint
+from shardgnn.graph.identity import temporal_fingerprint
 from shardgnn.graph.snapshots import build_snapshots
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.loader.prefetch import Prefetcher
@@ -178,7 +178,6 @@ class SnapshotLinkSteps(Steps):
             "train": self.val_start,
             "val": self.num_val,
             "test": self.num_test,
-            "events_sha256": events_sha256(g.src, g.dst, g.t),
             "fingerprint": temporal_fingerprint(g),
         }
 

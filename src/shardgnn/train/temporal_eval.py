@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from shardgnn.graph.identity import events_sha256, temporal_fingerprint
+from shardgnn.graph.identity import temporal_fingerprint
 from shardgnn.loader.temporal import EventBatches, EventStream
 from shardgnn.nn.targets import roc_auc
 from shardgnn.nn.temporal import TemporalLinkModel
@@ -155,8 +155,8 @@ class TemporalStreamEvaluation:
             "train": self.val_start,
             "val": self.test_start - self.val_start,
             "test": g.num_events - self.test_start,
-            "events_sha256": events_sha256(g.src, g.dst, g.t),
-            # checked on resume and inference: the same events, however the nodes are numbered
+            # checked on resume and inference: the same events (their SHA-256 included), however
+            # the nodes are numbered
             "fingerprint": self._fingerprint(),
         }
 
