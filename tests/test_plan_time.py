@@ -335,6 +335,23 @@ def test_link_probe_refuses_to_run_outside_a_two_worker_job(tmp_path, monkeypatc
     assert f"--link {bad}: not the JSON of `python -m shardgnn.fullgraph.rates" in err
 
 
+def test_plan_refuses_bad_flags_before_partitioning(capsys):
+    """`shardgnn plan` refuses a flag it cannot use before it loads, partitions or calibrates
+    anything: a bad --cache-size was refused only after the first partition (and calibration),
+    and a worker count named twice was planned twice."""
+    from shardgnn.cli import main
+
+    for flags, said in [
+        (["--cache-size", "-1"], "--cache-size '-1' is not understood"),
+        (["--cache-size", "150%"], "must lie in (0, 100%]"),
+        (["--workers", "2,4,2"], "--workers 2,4,2: names a worker count twice"),
+    ]:
+        # a dataset that cannot load: the refusal must come first
+        assert main(["plan", "nothere:", *flags, "--calibrate"]) == 2, flags
+        err = capsys.readouterr().err
+        assert said in err and "unknown dataset" not in err and "Traceback" not in err, err
+
+
 def test_plot_draws_a_plans_bytes_and_times_per_strategy(tmp_path, capsys):
     """`shardgnn plot PLAN.json` draws plan_PLAN.png (bytes from the busiest worker and, for a
     plan with times, predicted epoch seconds against the worker count) and never replaces it

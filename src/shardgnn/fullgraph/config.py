@@ -7,6 +7,7 @@ import dataclasses
 
 from shardgnn.distributed.config import BITS
 from shardgnn.options import check_choices, invalid, option
+from shardgnn.store.cache.config import parse_cache_size
 from shardgnn.store.config import check_historical
 
 SPMM_VARIANTS = ("1d", "1d-sparse", "vertex-cut", "1.5d", "2d", "3d")
@@ -258,6 +259,8 @@ class PlanConfig:
             )
         if not self.workers or min(self.workers) < 1:
             raise invalid(self, "workers", "must be worker counts >= 1, e.g. 2,4,8")
+        if len(set(self.workers)) != len(self.workers):
+            raise invalid(self, "workers", "names a worker count twice; give each once")
         if self.hidden < 1:
             raise invalid(self, "hidden", "must be >= 1")
         if self.layers < 1:
@@ -272,6 +275,8 @@ class PlanConfig:
             )
         if self.batch_size is not None and self.batch_size < 1:
             raise invalid(self, "batch_size", "must be >= 1")
+        if self.cache_size is not None:  # refused here, not after partitioning and calibrating
+            parse_cache_size(self.cache_size)
         if self.historical is not None:
             check_historical(self.historical, self.model, self.layers)
 
