@@ -187,6 +187,31 @@ def test_onnx_file_is_right_on_every_thread_count(trained):
 
 
 @pytest.mark.slow
+def test_onnx_file_has_the_opset_asked_for_or_none(trained, capsys):
+    """--opset N writes opset N; one the exporter cannot convert to (it fell back to 18 and
+    said so only in a log) is refused in one line and no file is left. --format names the
+    format of a file whose suffix names none."""
+    import onnx
+
+    root, ck, _, _ = trained
+    base = ["export", "--checkpoint", str(ck), "--check-nodes", "50"]
+    path = root / "opset.onnx"
+    assert main([*base, "--out", str(path), "--opset", "20"]) == 0
+    capsys.readouterr()
+    assert {e.domain: e.version for e in onnx.load(str(path)).opset_import}[""] == 20
+    newest = onnx.defs.onnx_opset_version()
+    assert main([*base, "--out", str(root / "too_new.onnx"), "--opset", str(newest + 50)]) == 2
+    said = f"--opset {newest + 50}: the ONNX exporter wrote opset 18 instead (the installed onnx"
+    assert said in _error(capsys)
+    assert not list(root.glob("*too_new*")) and not list(root.glob(".too_new*"))
+    binary = root / "model.bin"
+    assert main([*base, "--out", str(binary), "--format", "pt2"]) == 0
+    assert "(torch.export, " in capsys.readouterr().out
+    with open(binary, "rb") as file:
+        assert torch.export.load(file).module()(*random_graph(40, 12, seed=1)).shape == (40, 4)
+
+
+@pytest.mark.slow
 def test_link_model_exports_its_encoder(tmp_path, capsys):
     spec = "synthetic:nodes=500,degree=6,features=10,seed=2"
     ck = tmp_path / "ck"
@@ -213,6 +238,9 @@ def test_export_refuses_what_it_cannot_serve(tmp_path, capsys):
     assert "--opset 19: applies to ONNX files" in _error(capsys)
     assert main([*base, "--out", str(tmp_path / "m.onnx"), "--opset", "17"]) == 2
     assert "--opset 17: must be >= 18" in _error(capsys)
+    assert main([*base, "--out", str(tmp_path / "m.onnx"), "--format", "pt2"]) == 2
+    said = f"--format pt2: --out {tmp_path / 'm.onnx'} has the suffix of ONNX files; name it "
+    assert said + "model.pt2, or drop --format" in _error(capsys)
     assert main(["export", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "m.onnx")]) == 2
     assert "holds no complete checkpoint" in _error(capsys)
     assert list(tmp_path.iterdir()) == []

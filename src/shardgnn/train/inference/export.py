@@ -102,6 +102,7 @@ from shardgnn.train.setup import model_edge_dim
 
 SUFFIX_FORMATS = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".ts": "torchscript"}
 FORMAT_NAMES = {"onnx": "ONNX", "pt2": "torch.export", "torchscript": "TorchScript"}
+FORMAT_SUFFIXES = {"onnx": ".onnx", "pt2": ".pt2", "torchscript": ".pt"}
 TOLERANCE = 1e-4
 """Largest difference allowed between the file's outputs and the trained model's, relative to
 the largest output (at least 1): the kernels add in another order than ``index_add``."""
@@ -157,6 +158,12 @@ def export_format(config: ExportConfig) -> str:
         fmt = SUFFIX_FORMATS[suffix]
     else:
         fmt = config.format
+        if SUFFIX_FORMATS.get(suffix, fmt) != fmt:
+            raise ConfigError(
+                f"--format {fmt}: --out {config.out} has the suffix of "
+                f"{FORMAT_NAMES[SUFFIX_FORMATS[suffix]]} files; name it "
+                f"model{FORMAT_SUFFIXES[fmt]}, or drop --format"
+            )
     if config.opset != 18 and fmt != "onnx":
         raise ConfigError(f"--opset {config.opset}: applies to ONNX files, and --out is {fmt}")
     return fmt
@@ -732,7 +739,8 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
             return
         program = torch.export.export(serving, example, dynamic_shapes=dynamic)
         if fmt == "pt2":
-            torch.export.save(program, path)
+            with open(path, "wb") as file:  # as a file: torch names by suffix only .pt2 files
+                torch.export.save(program, file)
             return
         table = torch.export.default_decompositions()
         table[torch.ops.aten.index_add.default] = _index_add_by_scatter
@@ -749,13 +757,28 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
         onnx_program.save(str(path), external_data=False)
 
 
+def _check_opset(path: Path, opset: int) -> None:
+    """Refuse an ONNX file of another opset than ``--opset``: the exporter falls back to its own
+    (18) when it cannot convert to the one asked for, and says so only in a log."""
+    import onnx
+
+    written = {entry.domain: entry.version for entry in onnx.load(str(path)).opset_import}
+    if written.get("", opset) != opset:
+        raise ConfigError(
+            f"--opset {opset}: the ONNX exporter wrote opset {written['']} instead (the installed "
+            f"onnx {onnx.__version__} knows opsets up to {onnx.defs.onnx_opset_version()}); give "
+            "an opset from 18 to that"
+        )
+
+
 def _runner(fmt: str, path: Path, names: tuple[str, ...]) -> tuple[Callable[..., Any], str]:
     """A function running the written file, and what runs it."""
     if fmt == "torchscript":
         loaded = torch.jit.load(str(path))
         return loaded, "torch.jit.load"
     if fmt == "pt2":
-        module = torch.export.load(path).module()
+        with open(path, "rb") as file:
+            module = torch.export.load(file).module()
         return module, "torch.export.load"
     try:
         import onnxruntime
@@ -961,6 +984,8 @@ def export_model(config: ExportConfig) -> Exported:
                 f"--out {config.out}: {FORMAT_NAMES[fmt]} cannot capture the {train.model.model} "
                 f"model ({type(exc).__name__}: {first}); try another format (.pt2, .pt, .onnx)"
             ) from None
+        if fmt == "onnx":
+            _check_opset(tmp, config.opset)
         check = _check(fmt, tmp, serving, in_dim, config.check_nodes)
         size = tmp.stat().st_size
     sidecar = out.with_name(out.name + ".json")
