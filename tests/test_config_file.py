@@ -65,6 +65,9 @@ def test_the_command_line_overrides_the_file(tmp_path):
         ('[optim]\nlr = "fast"\n', "run.toml: optim.lr = 'fast': not a number"),
         ('mode = "nope"\n', "run.toml: mode = 'nope': choose one of minibatch, full"),
         ('fanouts = ["a", 3]\n', "run.toml: fanouts = 'a,3': "),
+        # no setting means an infinite number (an infinite --timeout failed in every worker)
+        ("timeout = inf\n", "run.toml: timeout = 'inf': 'inf' is not a finite number"),
+        ("[optim]\nlr = nan\n", "run.toml: optim.lr = 'nan': 'nan' is not a finite number"),
     ],
 )
 def test_mistakes_in_the_file_are_refused_in_one_line(tmp_path, capsys, text, expected):
@@ -73,6 +76,19 @@ def test_mistakes_in_the_file_are_refused_in_one_line(tmp_path, capsys, text, ex
     assert main(["train", SPEC, "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and "\n" not in err, err
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--lr", "--dropout"])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999"])
+def test_a_number_flag_refuses_infinity_and_nan(capsys, flag, value):
+    """Typed, inf or nan reached the workers (an infinite --timeout failed there with a
+    traceback in each); every number flag refuses them as it refuses words."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", SPEC, "--workers", "2", f"{flag}={value}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == f"shardgnn train: error: argument {flag}: {value!r} is not a finite number"
+    assert len(err) == 2 and "Traceback" not in err[1], err
 
 
 def test_a_missing_or_unknown_file_is_refused(tmp_path, capsys):

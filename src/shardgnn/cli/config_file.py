@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shardgnn.cli.flags import finite_float
 from shardgnn.errors import ConfigError
 
 CONFIG_FLAG = "--config"
@@ -165,7 +166,7 @@ def _check_value(action: argparse.Action, key: str, word: str, path: Path) -> No
         try:
             value = action.type(word)
         except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-            kinds = {int: "not an integer", float: "not a number"}
+            kinds = {int: "not an integer", finite_float: "not a number"}
             reason = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else None
             reason = reason or kinds.get(action.type, f"not a valid {key}")
             raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: {reason}") from None

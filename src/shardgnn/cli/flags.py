@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import math
 import sys
 import typing
 import warnings
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 
 from shardgnn.options import default_of, flag_for, flag_of, from_dict, value_type
 
-__all__ = ["add_flags", "config_from_args", "field_help", "flag_for", "was_given"]
+__all__ = ["add_flags", "config_from_args", "field_help", "finite_float", "flag_for", "was_given"]
 
 T = TypeVar("T")
 
@@ -30,6 +31,19 @@ _WHAT = {
     float: ("numbers such as 0.6,0.2,0.2", "a number"),
     str: ("names", "a name"),
 }
+
+
+def finite_float(text: str) -> float:
+    """A number flag's parser: ``float``'s, refusing inf and nan (no setting means them, and an
+    infinite --timeout failed inside every worker)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+finite_float.__name__ = "float"  # what argparse names in "invalid float value"
+_PARSERS: dict[type, Any] = {float: finite_float}
 
 
 def _list_of(kind: type) -> Any:
@@ -44,10 +58,12 @@ def _list_of(kind: type) -> Any:
                     f"{text!r}: entry {position} is empty; give comma-separated {many}"
                 )
             try:
-                kind(item)
+                _PARSERS.get(kind, kind)(item)
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
             except ValueError:
                 raise argparse.ArgumentTypeError(f"{text!r}: {item!r} is not {one}") from None
-        return tuple(kind(item) for item in items)
+        return tuple(_PARSERS.get(kind, kind)(item) for item in items)
 
     parse.__name__ = f"{kind.__name__} list"  # what argparse names in "invalid ... value"
     return parse
@@ -139,7 +155,7 @@ def add_flags(
             metavar = "{" + ",".join(map(str, choices)) + "}|" + accepts[1]
         target.add_argument(
             *names,
-            type=kind,
+            type=_PARSERS.get(kind, kind),
             choices=None if accepts else choices,
             metavar=metavar,
             required=required,
