@@ -91,6 +91,16 @@ def test_a_number_flag_refuses_infinity_and_nan(capsys, flag, value):
     assert len(err) == 2 and "Traceback" not in err[1], err
 
 
+@pytest.mark.parametrize("name", ["timeout", "stop_grace"])
+def test_the_python_api_refuses_an_infinite_deadline(name):
+    from shardgnn.errors import ConfigError
+    from shardgnn.train.settings import LaunchConfig
+
+    for value in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ConfigError, match="must be a finite number of seconds > 0"):
+            LaunchConfig(**{name: value})
+
+
 def test_a_missing_or_unknown_file_is_refused(tmp_path, capsys):
     assert main(["train", SPEC, "--config", str(tmp_path / "absent.toml")]) == 2
     assert "no such file" in capsys.readouterr().err

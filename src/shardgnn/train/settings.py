@@ -242,10 +242,9 @@ class LaunchConfig:
     )
 
     def __post_init__(self) -> None:
-        if not self.timeout > 0:
-            raise invalid(self, "timeout", "must be > 0 seconds")
-        if not self.stop_grace > 0:
-            raise invalid(self, "stop_grace", "must be > 0 seconds")
+        for name in ("timeout", "stop_grace"):  # finite: the workers' clocks take integers
+            if not 0 < getattr(self, name) < math.inf:
+                raise invalid(self, name, "must be a finite number of seconds > 0")
 
 
 @dataclasses.dataclass(kw_only=True)
