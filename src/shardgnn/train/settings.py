@@ -219,6 +219,10 @@ class CheckpointConfig:
             )
 
 
+MAX_DEADLINE_S = 1e7
+"""The longest --timeout and --stop-grace (116 days): longer ones overflow c10d's deadlines."""
+
+
 @dataclasses.dataclass(kw_only=True)
 class LaunchConfig:
     """What every multi-worker command shares: deadlines and logs."""
@@ -242,9 +246,11 @@ class LaunchConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("timeout", "stop_grace"):  # finite: the workers' clocks take integers
-            if not 0 < getattr(self, name) < math.inf:
-                raise invalid(self, name, "must be a finite number of seconds > 0")
+        for name in ("timeout", "stop_grace"):  # bounded: c10d's deadlines are C integers
+            if not 0 < getattr(self, name) <= MAX_DEADLINE_S:
+                raise invalid(
+                    self, name, f"must be > 0 and at most {MAX_DEADLINE_S:.0e} seconds (116 days)"
+                )
 
 
 @dataclasses.dataclass(kw_only=True)
