@@ -172,6 +172,69 @@ def test_memory_limit_hint(monkeypatch):
     assert oom.memory_limit_hint() is None
 
 
+def test_a_failed_allocation_becomes_out_of_memory():
+    """numpy's MemoryError and torch's CPU and CUDA allocator errors are an OutOfMemory (a user
+    error: one line with what to shrink, the cause kept for the log); other errors are not."""
+    import numpy as np
+    import torch
+
+    from shardgnn.errors import OutOfMemory, ShardgnnError
+
+    cpu = RuntimeError(
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+        "memory: you tried to allocate 256000000000 bytes. Error code 12 (Cannot allocate memory)"
+    )
+    cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB. GPU 0 ...")
+    try:
+        np.empty((1 << 58,), dtype=np.int64)
+    except MemoryError as exc:  # 2 EiB: never allocated, whatever the machine's overcommit
+        numpy = exc
+    for exc, said in [
+        (cpu, "out of memory (can't allocate memory: you tried to allocate 256000000000 bytes."),
+        (
+            cuda,
+            "out of memory (CUDA out of memory. Tried to allocate 80.00 GiB. GPU 0 ...)",
+        ),  # no host limit
+        (numpy, "out of memory (Unable to allocate 2.00 EiB for an array with shape"),
+    ]:
+        error = OutOfMemory.from_allocation(exc, "the address-space limit (ulimit -v) is 1 GiB")
+        assert isinstance(error, ShardgnnError) and error.__cause__ is exc
+        first, fix = str(error).split("\n")
+        assert first.startswith(said)
+        assert (exc is cuda) != first.endswith("; the address-space limit (ulimit -v) is 1 GiB)")
+        assert fix.startswith("  fix: a smaller dataset or model (--hidden")
+    assert OutOfMemory.from_allocation(RuntimeError("shape mismatch")) is None
+    assert OutOfMemory.from_allocation(ValueError("can't allocate memory")) is None
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_model_too_large_for_memory_is_one_line(tmp_path, workers):
+    """`shardgnn train --hidden 100000` under a 6 GiB address-space limit: a 40 GB weight cannot be
+    allocated; the job ends with one line naming the allocation, the limit and what to shrink
+    (it ended with torch's traceback, from every worker), exit status 2."""
+    limit = 6 << 30
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    argv = [sys.executable, "-m", "shardgnn", "train", "synthetic:nodes=300", "--epochs", "1",
+            "--hidden", "100000"]  # fmt: skip
+    if workers > 1:  # else in this process
+        argv += ["--workers", str(workers), "--log-dir", str(tmp_path / "logs")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, preexec_fn=limited)
+    assert done.returncode == 2, done.stderr
+    err = [line for line in done.stderr.splitlines() if not line.startswith("partitioned ")]
+    assert "Traceback" not in done.stderr, done.stderr
+    assert err[0].startswith("shardgnn train: error: out of memory (can't allocate memory: you "
+                             "tried to allocate 40000000000 bytes"), err  # fmt: skip
+    assert "the address-space limit (ulimit -v) is 6 GiB)" in err[0]
+    assert err[1].startswith("  fix: a smaller dataset or model"), err
+    if workers > 1:
+        assert err[0].endswith("(ranks 0, 1)") and err[2].startswith("  full traceback:"), err
+        log = (tmp_path / "logs" / "rank-0.log").read_text()
+        assert "DefaultCPUAllocator" in log and "The above exception was the direct cause" in log
+
+
 # ----------------------------------------------------------------------------------- real kills
 def _limited_cgroup(limit: int) -> Path:
     """A new memory cgroup below this process's own, limited to ``limit`` bytes; skips the test

@@ -40,6 +40,35 @@ class DivergedError(ShardgnnError):
     epoch would only report NaN (a learning rate too high, NaN or infinite inputs)."""
 
 
+class OutOfMemory(ShardgnnError):
+    """An allocation this process could not make: the dataset or model is too large for its
+    memory (numpy's and torch's words, with what to shrink)."""
+
+    @classmethod
+    def from_allocation(cls, exc: BaseException, limit: str | None = None) -> OutOfMemory | None:
+        """The error for ``exc`` if it is a failed allocation (numpy's ``MemoryError``, torch's
+        CPU allocator, CUDA's), else None; ``limit``: the process's memory limit, named (see
+        :func:`~shardgnn.distributed.oom.memory_limit_hint`)."""
+        said = str(exc)
+        if isinstance(exc, MemoryError):
+            words = said or "an allocation failed"
+        elif isinstance(exc, RuntimeError) and (
+            "DefaultCPUAllocator: can't allocate memory" in said
+            or said.startswith("CUDA out of memory")
+        ):
+            words = said.split("Allocator: ")[-1]
+        else:
+            return None
+        limit = f"; {limit}" if limit and not said.startswith("CUDA") else ""  # a host limit
+        error = cls(
+            f"out of memory ({words.strip().splitlines()[0]}{limit})\n  fix: a smaller dataset or "
+            "model (--hidden, --batch-size, --fanouts, the dataset's options), or spread it over "
+            "more workers or machines (--workers N, or `shardgnn partition` and torchrun)"
+        )
+        error.__cause__ = exc  # its traceback, in a worker's log, is where the memory went
+        return error
+
+
 REQUEUE_EXIT_CODE = 75
 """The exit status of a run stopped by preemption after saving its checkpoint: ``EX_TEMPFAIL``
 ("temporary failure, retry"), which a SLURM batch script (or ``RequeueExit=75`` in slurm.conf)

@@ -17,7 +17,7 @@ import sys
 from shardgnn import __version__
 from shardgnn.cli.config_file import CONFIG_FLAG, expand_config_file
 from shardgnn.cli.flags import warning_lines
-from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
+from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     except Preempted as exc:
         print(f"shardgnn {args.command}: {exc}", file=sys.stderr)
         return REQUEUE_EXIT_CODE
-    except RuntimeError as exc:
+    except (MemoryError, RuntimeError) as exc:
         from shardgnn.distributed.launch import (
             WorkerFailedError,
             WorkerPreemptedError,
@@ -201,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         if not isinstance(exc, WorkerFailedError):
-            raise
+            from shardgnn.distributed.oom import memory_limit_hint
+
+            memory = OutOfMemory.from_allocation(exc, memory_limit_hint())
+            if memory is None:
+                raise
+            print(f"shardgnn {args.command}: error: {memory}", file=sys.stderr)
+            return 2
         print(exc.summary(args.command), file=sys.stderr)
         if isinstance(exc, WorkerPreemptedError):
             return REQUEUE_EXIT_CODE

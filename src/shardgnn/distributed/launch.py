@@ -83,7 +83,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from shardgnn.distributed.comm import CollectiveError
 from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S
 from shardgnn.distributed.oom import OomWatch, memory_limit_hint
-from shardgnn.errors import REQUEUE_EXIT_CODE, Preempted, ShardgnnError
+from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnError
 
 __all__ = [
     "RankFailure",
@@ -1064,6 +1064,8 @@ def _worker_main(
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (None, 0):
             raise
+        # a user's sizes (or a ulimit -v far below the machine's memory): one line, as bad input
+        exc = OutOfMemory.from_allocation(exc, memory_limit_hint()) or exc
         _write_rank_error(log_root, int(local_rank), exc, token)
         record_elastic_error(exc)
         _tell_launcher(f"raised {time.time():.6f}")
@@ -1148,9 +1150,6 @@ def _write_rank_error(log_root: str, rank: int, exc: BaseException, token: str) 
             )
             fh.write("".join(traceback.format_exception(exc)))
         message = str(exc)
-        if isinstance(exc, MemoryError) or "can't allocate memory" in message:
-            hint = memory_limit_hint()  # a ulimit -v far below the machine's memory?
-            message += f" ({hint})" if hint else ""
         record = {
             "rank": rank,
             "type": type(exc).__name__,
