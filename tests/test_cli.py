@@ -25,7 +25,7 @@ from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.loop import TrainingLoop
-from shardgnn.train.settings import InferConfig
+from shardgnn.train.settings import InferConfig, LinkConfig
 from shardgnn.train.single import LocalSteps
 
 from conftest import setting_paths
@@ -140,6 +140,25 @@ class _Inner:
 class _Outer:
     size: int = option(3, help="a size")
     inner: _Inner = component(_Inner, title="inner things")
+
+
+@pytest.mark.parametrize(
+    "config, name",
+    [
+        (lambda v: TrainConfig(dataset=SPEC, seed=v), "--seed"),
+        (lambda v: PartitionConfig(num_parts=2, seed=v), "--seed"),
+        (lambda v: LinkConfig(split_seed=v), "--link-split-seed"),
+    ],
+)
+def test_every_seed_lies_in_what_every_generator_takes(config, name):
+    """A negative seed failed inside numpy (--link-split-seed -1: a traceback) and one past 64
+    bits inside torch (--seed 10**23); every seed setting refuses them in one line."""
+    from shardgnn.options import MAX_SEED
+
+    config(MAX_SEED)
+    for value in (-1, MAX_SEED + 1, 10**23):
+        with pytest.raises(ConfigError, match=rf"^{name} {value}: must lie in \[0, 2\*\*63 - 1\]$"):
+            config(value)
 
 
 def test_options_derive_flags_for_a_new_config():

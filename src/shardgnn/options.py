@@ -104,11 +104,19 @@ def invalid(obj: Any, name: str, constraint: str, value: Any = _MISSING) -> Conf
     return ConfigError(f"{flag_of(obj, name)} {shown!s}: {constraint}")
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed (``--seed``, ``--link-split-seed``...): what every generator takes (numpy's
+refuse negative seeds, torch's overflow past 64 bits)."""
+
+
 def check_choices(obj: Any) -> None:
     """Refuse a field whose value is not among its declared choices (None passes: it means
-    unset)."""
+    unset), and a seed (a field named ``seed`` or ``*_seed``) outside ``[0, MAX_SEED]``."""
     for field in dataclasses.fields(obj):
         choices, value = field.metadata.get("choices"), getattr(obj, field.name)
+        seed = field.name == "seed" or field.name.endswith("_seed")
+        if seed and isinstance(value, int) and not 0 <= value <= MAX_SEED:
+            raise invalid(obj, field.name, "must lie in [0, 2**63 - 1]")
         if choices is None or value is None or value in choices:
             continue
         accepts = field.metadata.get("accepts")
