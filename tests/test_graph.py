@@ -136,6 +136,9 @@ def test_synthetic_spec_and_bad_options():
         load_dataset("synthetic:nodez=10")
     with pytest.raises(DatasetError, match="not an integer"):
         load_dataset("synthetic:nodes=ten")
+    # the last one silently won: which was meant?
+    with pytest.raises(DatasetError, match="option 'seed' is given twice in dataset spec"):
+        load_dataset("synthetic:nodes=50,seed=1,Seed=2")
 
 
 def test_unknown_dataset_lists_known_names():

@@ -295,6 +295,11 @@ def test_plot_refuses_an_image_name_for_its_folder_of_figures(tmp_path, capsys):
     assert "curves.png: names the folder the figures are written to" in err, err
     assert f"--out {tmp_path / 'curves'}" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "curves.png").exists()
+    # a file named as --out (the results file itself): refused, not FileExistsError's traceback
+    assert main(["plot", str(tmp_path / "r.json"), "--out", str(tmp_path / "r.json")]) == 2
+    err = _error(capsys)
+    assert "r.json: is a file, and it names the folder the figures are written to" in err, err
+    assert (tmp_path / "r.json").read_text() == "{}"
 
 
 def test_plot_never_replaces_earlier_figures_unless_asked(tmp_path, capsys):

@@ -53,6 +53,11 @@ def run(args: argparse.Namespace) -> int:
             f"figure: {TRAINING_FIGURES[0]}, ...), not an image; pass a folder, e.g. "
             f"--out {out.with_suffix('')}"
         )
+    if out.exists() and not out.is_dir():
+        raise ConfigError(
+            f"--out {args.out}: is a file, and it names the folder the figures are written to; "
+            f"pass a folder, e.g. --out {out.with_suffix('')}_plots"
+        )
     plans = [Path(p) for p in args.results if not is_partition_dir(p) and _is_plan(Path(p))]
     names = [*TRAINING_FIGURES, *(partition_figure_name(p) for p in args.results)]
     names += [plan_figure_name(p) for p in plans]

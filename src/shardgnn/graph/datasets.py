@@ -87,7 +87,13 @@ class DatasetSpec:
                     f"option {item!r} in dataset spec {spec!r} is not key=value",
                     fix="write options as NAME:key=value,key=value",
                 )
-            options[key.strip().lower()] = value.strip()
+            key = key.strip().lower()
+            if key in options:  # which one was meant? (the last silently won)
+                raise DatasetError(
+                    f"option {key!r} is given twice in dataset spec {spec!r}",
+                    fix=f"give {key}= once",
+                )
+            options[key] = value.strip()
         return cls(name=name, options=options, path=path)
 
     # Typed option access with range checks and a clear message; ``default`` None: the entry's.
