@@ -298,7 +298,7 @@ def test_plot_refuses_an_image_name_for_its_folder_of_figures(tmp_path, capsys):
     # a file named as --out (the results file itself): refused, not FileExistsError's traceback
     assert main(["plot", str(tmp_path / "r.json"), "--out", str(tmp_path / "r.json")]) == 2
     err = _error(capsys)
-    assert "r.json: is a file, and it names the folder the figures are written to" in err, err
+    assert "r.json: is a file, and it takes a folder; give a folder" in err, err
     assert (tmp_path / "r.json").read_text() == "{}"
 
 
@@ -388,3 +388,28 @@ def test_default_settings_train_a_per_class_split(tmp_path):
     cmd = ["train", "amazon-computers", "--epochs", "10", "--data-dir", str(SHARED_DATA)]
     assert main([*cmd, "--quiet", "--results", str(results)]) == 0
     assert json.loads(results.read_text())["test_acc"] > 0.6
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["partition", "synthetic:nodes=50", "--parts", "2", "--out"],
+        ["convert", "--edges", "EDGES", "--out"],
+        ["plot", "RESULTS", "--out"],
+    ],
+)
+def test_an_output_folder_under_a_file_is_refused_before_any_work(tmp_path, capsys, argv):
+    """partition and convert made their temporary folder beside --out and failed there with
+    FileNotFoundError's or FileExistsError's traceback (after partitioning, for partition)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n")
+    (tmp_path / "r.json").write_text("{}")
+    words = [{"EDGES": str(tmp_path / "edges.txt"), "RESULTS": str(tmp_path / "r.json")}.get(w, w)
+             for w in argv]  # fmt: skip
+    assert main([*words, str(a_file / "out")]) == 2
+    err = _error(capsys)
+    assert err.endswith(
+        f"--out {a_file / 'out'}: {a_file} is a file, so nothing can be written under it"
+    ), err
+    assert "\n" not in err and a_file.read_text() == "kept"

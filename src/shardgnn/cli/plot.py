@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from shardgnn.atomic import atomic_open
+from shardgnn.atomic import atomic_open, check_output_path
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.train.report import NODE_SCORES, metric_name
 
@@ -53,11 +53,7 @@ def run(args: argparse.Namespace) -> int:
             f"figure: {TRAINING_FIGURES[0]}, ...), not an image; pass a folder, e.g. "
             f"--out {out.with_suffix('')}"
         )
-    if out.exists() and not out.is_dir():
-        raise ConfigError(
-            f"--out {args.out}: is a file, and it names the folder the figures are written to; "
-            f"pass a folder, e.g. --out {out.with_suffix('')}_plots"
-        )
+    check_output_path(out, "--out", folder=True)
     plans = [Path(p) for p in args.results if not is_partition_dir(p) and _is_plan(Path(p))]
     names = [*TRAINING_FIGURES, *(partition_figure_name(p) for p in args.results)]
     names += [plan_figure_name(p) for p in plans]

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.atomic import check_output_path
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
@@ -386,6 +387,7 @@ def _check_out(config: ConvertConfig) -> None:
     directory (or an empty folder), never another folder or a file."""
     out = Path(config.out).expanduser()
     if not (out.exists() or out.is_symlink()):
+        check_output_path(out, "--out", folder=True)  # under a file, in /proc...
         return
     if not out.is_dir() or (any(out.iterdir()) and not _is_graph_dir(out)):
         raise ConfigError(

@@ -67,7 +67,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import shardgnn
-from shardgnn.atomic import atomic_directory, save_json
+from shardgnn.atomic import atomic_directory, check_output_path, save_json
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import (
     LABEL_KINDS,
@@ -140,6 +140,7 @@ def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
                 f"{out_dir} exists and is not a shardgnn partition directory; refusing to replace "
                 "it. Choose another --out"
             )
+    check_output_path(out_dir, "--out", folder=True)  # before the partitioning, not after it
     return out_dir
 
 
