@@ -200,6 +200,12 @@ def test_config_refuses_bad_link_settings():
         LinkConfig(val=1.0)
     with pytest.raises(ConfigError, match="--link-test"):
         LinkConfig(val=0.6, test=0.5)
+    # a margin the loss never reads, and a rank reported twice: refused, not ignored
+    with pytest.raises(ConfigError, match="^--margin 2.0: applies to --link-loss margin, not bce$"):
+        LinkConfig(margin=2.0)
+    assert LinkConfig(loss="margin", margin=2.0).margin == 2.0
+    with pytest.raises(ConfigError, match="^--hits-at 10,10: names a rank twice; give each once$"):
+        LinkConfig(hits_at=(10, 10))
     assert TrainConfig(task="link", run=RunConfig(workers=2)).run.distributed
     assert TrainConfig(task="link", mode="full", run=RunConfig(workers=2)).run.distributed
 

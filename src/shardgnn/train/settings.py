@@ -14,7 +14,7 @@ import math
 from shardgnn.distributed.config import BACKENDS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 from shardgnn.nn.config import LINK_LOSSES, PREDICTORS
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import changed_settings, check_choices, invalid, option
 from shardgnn.sampling.config import NEGATIVE_KINDS
 from shardgnn.train.tables import TABLE_FORMATS
 
@@ -119,8 +119,12 @@ class LinkConfig:
                 raise invalid(self, name, "must be >= 1")
         if not self.margin > 0:
             raise invalid(self, "margin", "must be > 0")
+        if self.loss != "margin" and changed_settings(self, ("margin",)):
+            raise invalid(self, "margin", f"applies to --link-loss margin, not {self.loss}")
         if not self.hits_at or min(self.hits_at) < 1:
             raise invalid(self, "hits_at", "name positive ranks, e.g. 10,50,100")
+        if len(set(self.hits_at)) != len(self.hits_at):
+            raise invalid(self, "hits_at", "names a rank twice; give each once")
 
     def walk_shape(self) -> tuple[int, int]:
         """``--model surel``'s walks per node and steps per walk (their defaults where unset)."""
