@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from shardgnn.cli import main
+from shardgnn.errors import ConfigError
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.link import build_link_model
+from shardgnn.train.settings import InferConfig
 
 
 def _train_and_partition(tmp_path, spec: str, extra: list[str]):
@@ -107,11 +109,15 @@ def test_bad_pairs_are_refused_before_workers_start(tmp_path, capsys):
     argv = ["infer", "--checkpoint", str(node_ckpt), "--partitions", str(parts), "--out"]
     assert main([*argv, str(tmp_path / "out"), "--pairs", str(bad)]) == 2
     assert "node-classification model" in capsys.readouterr().err
-    # --at picks a time of an event stream: refused for a graph without one, or a time not finite
-    for at, message in [
-        ("5", "--at 5: " + str(parts) + " holds a homogeneous graph; --at picks a time"),
-        ("nan", "--at nan: must be a finite time"),
-    ]:
-        assert main([*argv, str(tmp_path / "out"), "--at", at]) == 2
-        err = capsys.readouterr().err
-        assert message in err and err.count("\n") == 1, err
+    # --at picks a time of an event stream: refused for a graph without one
+    assert main([*argv, str(tmp_path / "out"), "--at", "5"]) == 2
+    err = capsys.readouterr().err
+    message = "--at 5: " + str(parts) + " holds a homogeneous graph; --at picks a time"
+    assert message in err and err.count("\n") == 1, err
+    # or a time not finite: the flag's parser refuses it (the config too, for the Python API)
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, str(tmp_path / "out"), "--at", "nan"])
+    assert exit_.value.code == 2
+    assert "argument --at: 'nan' is not a finite number" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--at nan: must be a finite time"):
+        InferConfig(checkpoint=str(node_ckpt), partitions=str(parts), out="o", at=float("nan"))
