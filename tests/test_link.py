@@ -206,6 +206,16 @@ def test_config_refuses_bad_link_settings():
     assert LinkConfig(loss="margin", margin=2.0).margin == 2.0
     with pytest.raises(ConfigError, match="^--hits-at 10,10: names a rank twice; give each once$"):
         LinkConfig(hits_at=(10, 10))
+    # Hits@K over eval_negatives + 1 candidates is 1 for every K above eval_negatives: refused
+    # when asked for, left out of the default ranks
+    with pytest.raises(
+        ConfigError, match=r"^--hits-at 5,30: Hits@30 ranks each positive among 21 "
+    ):
+        LinkConfig(eval_negatives=20, hits_at=(5, 30))
+    assert LinkConfig(eval_negatives=20, hits_at=(5, 20)).reported_hits_at() == (5, 20)
+    assert LinkConfig(eval_negatives=60).reported_hits_at() == (10, 50)
+    assert LinkConfig(eval_negatives=5).reported_hits_at() == ()
+    assert LinkConfig().reported_hits_at() == (10, 50, 100)
     assert TrainConfig(task="link", run=RunConfig(workers=2)).run.distributed
     assert TrainConfig(task="link", mode="full", run=RunConfig(workers=2)).run.distributed
 

@@ -165,7 +165,7 @@ class DistLinkSteps(DistSampledSteps):
         pairs = self.eval_pairs[split]
         h_ND = self._embed(pairs.nodes, self.eval_counts[split])
         pos, neg = score_pairs(self.model, h_ND, pairs)
-        metrics = metrics_of_shares(self.data_comm, pos, neg, self.config.link.hits_at)
+        metrics = metrics_of_shares(self.data_comm, pos, neg, self.config.link.reported_hits_at())
         self.last_metrics[split] = metrics
         return metrics["auc"]
 

@@ -95,7 +95,7 @@ class DistSURELSteps(DistSteps, WalkLinkSteps):
         self.optimizer.step()
 
     def metrics(self, pos_P: np.ndarray, neg_PK: np.ndarray) -> dict[str, float]:
-        return metrics_of_shares(self.main_comm, pos_P, neg_PK, self.config.link.hits_at)
+        return metrics_of_shares(self.main_comm, pos_P, neg_PK, self.config.link.reported_hits_at())
 
     def dataset_info(self) -> dict[str, Any]:
         record = partition_dataset_record(self.pset, 0, 0, self.split.sizes())

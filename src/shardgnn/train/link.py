@@ -287,7 +287,7 @@ class LinkLocalSteps(Steps):
     def evaluate(self, split: str) -> float:
         pairs = self.eval_pairs[split]
         pos, neg = score_pairs(self.model, self.embed(pairs.nodes), pairs)
-        metrics = link_metrics(pos, neg, self.config.link.hits_at)
+        metrics = link_metrics(pos, neg, self.config.link.reported_hits_at())
         self.last_metrics[split] = metrics
         return metrics["auc"]
 

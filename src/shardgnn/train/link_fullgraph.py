@@ -118,7 +118,7 @@ class DistFullLinkSteps(DistFullGraphSteps):
             h_ND = self.model(self.layers, self.x).float()
         h_UD = self.eval_gathers[split].gather(h_ND)
         pos, neg = score_pairs(self.model, h_UD, pairs)
-        metrics = metrics_of_shares(self.main_comm, pos, neg, self.config.link.hits_at)
+        metrics = metrics_of_shares(self.main_comm, pos, neg, self.config.link.reported_hits_at())
         self.last_metrics[split] = metrics
         return metrics["auc"]
 

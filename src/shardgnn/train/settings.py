@@ -93,7 +93,10 @@ class LinkConfig:
     )
     margin: float = option(1.0, help="margin of --link-loss margin")
     hits_at: tuple[int, ...] = option(
-        (10, 50, 100), metavar="K,K,...", help="Hits@K values reported"
+        (10, 50, 100),
+        metavar="K,K,...",
+        help="Hits@K values reported, each at most --eval-negatives (unset: those of 10,50,100 "
+        "that are)",
     )
     out_dim: int = option(
         64, help="width of the node embeddings (the encoder's last layer) in --task link"
@@ -125,6 +128,20 @@ class LinkConfig:
             raise invalid(self, "hits_at", "name positive ranks, e.g. 10,50,100")
         if len(set(self.hits_at)) != len(self.hits_at):
             raise invalid(self, "hits_at", "names a rank twice; give each once")
+        too_high = [k for k in self.hits_at if k > self.eval_negatives]
+        if too_high and changed_settings(self, ("hits_at",)):
+            raise invalid(
+                self,
+                "hits_at",
+                f"Hits@{too_high[0]} ranks each positive among {self.eval_negatives + 1} "
+                f"candidates (--eval-negatives {self.eval_negatives} and itself), so it is always "
+                f"1; name ranks <= {self.eval_negatives} or raise --eval-negatives",
+            )
+
+    def reported_hits_at(self) -> tuple[int, ...]:
+        """The Hits@K ranks reported: the default ranks that can miss among ``eval_negatives + 1``
+        candidates (a rank given by the user above that is refused)."""
+        return tuple(k for k in self.hits_at if k <= self.eval_negatives)
 
     def walk_shape(self) -> tuple[int, int]:
         """``--model surel``'s walks per node and steps per walk (their defaults where unset)."""

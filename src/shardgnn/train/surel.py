@@ -73,7 +73,7 @@ class WalkLinkSteps(Steps):
 
     def metrics(self, pos_P: np.ndarray, neg_PK: np.ndarray) -> dict[str, float]:
         """The link metrics of this process's scored share of a split."""
-        return link_metrics(pos_P, neg_PK, self.config.link.hits_at)
+        return link_metrics(pos_P, neg_PK, self.config.link.reported_hits_at())
 
     def _score(
         self, pos_2P, neg_PK, seed: int, without, positions=None, batch: int = 0
