@@ -260,6 +260,25 @@ def test_event_batches_cover_the_span_and_chunks_move_the_boundaries():
     assert list(EventBatches(5, 5, 10)) == []
 
 
+def test_more_chunks_than_events_per_batch_is_refused(capsys):
+    """A chunk holds at least one event, so --chunks above --batch-size would start an epoch's
+    first batch past a batch's worth of events (one run trained on a first batch of 2,550)."""
+    from shardgnn.cli import main
+
+    args = ["train", "synthetic-temporal:nodes=200,events=500", "--model", "tgn", "--epochs", "1"]
+    assert main([*args, "--batch-size", "50", "--chunks", "51"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(
+            "--chunks 51 splits each batch of 50 events (--batch-size) into chunks of at least one "
+            "event: give at most 50"
+        )
+    )
+    with pytest.raises(AssertionError):
+        EventBatches(0, 100, 10, chunks=11)
+
+
 def test_historical_negatives_are_past_partners_other_than_the_positive():
     src = np.array([0, 0, 0, 1, 2, 0, 0, 1, 3])
     dst = np.array([1, 2, 3, 2, 0, 1, 4, 2, 1])

@@ -28,7 +28,7 @@ class EventBatches:
     """
 
     def __init__(self, first: int, last: int, batch_size: int, chunks: int = 1, seed: int = 0):
-        assert 0 <= first <= last and batch_size >= 1 and chunks >= 1
+        assert 0 <= first <= last and 1 <= chunks <= batch_size
         self.first, self.last, self.batch_size = first, last, batch_size
         self.chunks, self.seed = chunks, seed
         self._bounds = self._schedule(0)

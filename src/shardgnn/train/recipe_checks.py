@@ -154,3 +154,9 @@ def check_temporal(config: TrainConfig) -> None:
             f"--temporal-neighbors {','.join(map(str, config.temporal.neighbors))}: tgn attends "
             "over one hop of recent events; give one count (e.g. 10)"
         )
+    chunks, batch_size = config.temporal.chunks, config.item_batch_size
+    if chunks > batch_size:  # chunks of one event would start the first batch past a batch
+        raise ConfigError(
+            f"--chunks {chunks} splits each batch of {batch_size} events (--batch-size) into "
+            f"chunks of at least one event: give at most {batch_size}"
+        )
