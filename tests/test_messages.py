@@ -41,6 +41,9 @@ def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
     assert err.startswith("shardgnn train: error: unrecognized arguments: --epoch --hid")
     assert "did you mean --epochs for --epoch, --hidden for --hid?" in err
     assert "(`shardgnn train --help` lists the flags)" in err
+    # a close flag of another command is not offered (--base is convert's)
+    err = _usage_error(["train", SPEC, "--bases", "4"], capsys)
+    assert "--base" not in err.replace("--bases", "")
 
 
 def test_an_unknown_flag_is_named_before_a_missing_required_one(capsys):

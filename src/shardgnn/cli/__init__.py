@@ -55,7 +55,7 @@ class _Parser(argparse.ArgumentParser):
             if command in commands
         }
         notes.update(SPELLED_OTHERWISE.get(command, {}))
-        hint = _closest_flags(message, self.flag_commands, notes)
+        hint = _closest_flags(message, self.flag_commands, command, notes)
         # the top parser reports a subcommand's unknown flags: name that command
         prog = self.prog
         if command in self.commands:
@@ -83,9 +83,13 @@ instead: where the commands without a DATASET argument take their graph from, an
 
 
 def _closest_flags(
-    message: str, flag_commands: dict[str, tuple[str, ...]], notes: dict[str, str] | None = None
+    message: str,
+    flag_commands: dict[str, tuple[str, ...]],
+    command: str | None,
+    notes: dict[str, str] | None = None,
 ) -> str:
-    """`` (did you mean --epochs?)`` for each unrecognised flag with a close known one,
+    """`` (did you mean --epochs?)`` for each unrecognised flag with a close one that
+    ``command`` takes (any command's when none is named),
     `` (--out is a flag of `shardgnn infer`)`` for one that another command takes, and the
     ``notes`` of flags that are meant otherwise (``--dataset``, as DGL's and GraphStorm's
     scripts spell it: `` (the dataset is given without a flag: ...)``)."""
@@ -105,7 +109,9 @@ def _closest_flags(
             commands = " / ".join(f"`shardgnn {c}`" for c in flag_commands[name])
             elsewhere.append(f"{name} is a flag of {commands}")
             continue
-        close = difflib.get_close_matches(name, flag_commands, n=1, cutoff=0.6)
+        # only this command's own: train's --bases was told "did you mean --base" (convert's)
+        own = [f for f, commands in flag_commands.items() if command in (None, *commands)]
+        close = difflib.get_close_matches(name, own, n=1, cutoff=0.6)
         hints += [f"{close[0]} for {name}"] if close else []
     text = f" (did you mean {', '.join(hints)}?)" if hints else ""
     return text + (f" ({'; '.join(elsewhere)})" if elsewhere else "")
