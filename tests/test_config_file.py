@@ -91,6 +91,44 @@ def test_a_number_flag_refuses_infinity_and_nan(capsys, flag, value):
     assert len(err) == 2 and "Traceback" not in err[1], err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", SPEC, "--results="],  # wrote no results, silently
+        ["train", SPEC, "--checkpoint-dir= "],  # saved nothing, silently
+        ["partition", SPEC, "--parts", "2", "--out="],  # named the working folder
+        ["partition", SPEC, "--parts", "2", "--out", "p", "--save-assignment="],
+        ["infer", "--checkpoint", "ck", "--out="],  # wrote its files into the working folder
+        ["plot", "r.json", "--out="],
+        ["info", SPEC, "--data-dir="],
+    ],
+)
+def test_an_empty_text_flag_is_refused(capsys, tmp_path, argv):
+    """An empty path was taken as none (nothing written) or as the working folder."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    flag = next(word for word in argv if word.endswith(("=", "= "))).split("=")[0]
+    assert err[0] == f"shardgnn {argv[0]}: error: argument {flag}: is empty; give a value"
+    assert len(err) == 2
+    config = tmp_path / "run.toml"
+    config.write_text('results = ""\n')
+    assert main(["train", SPEC, "--config", str(config)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"shardgnn train: error: --config {config}: results = '': is empty; give a value"
+    )
+
+
+def test_an_empty_output_path_is_refused_by_the_python_api():
+    from shardgnn.atomic import check_output_path
+    from shardgnn.errors import ConfigError
+
+    for folder in (True, False):
+        with pytest.raises(ConfigError, match="^--out '': is empty; give a "):
+            check_output_path("", "--out", folder=folder)
+
+
 @pytest.mark.parametrize("name", ["timeout", "stop_grace"])
 def test_the_python_api_refuses_an_unbounded_deadline(name):
     from shardgnn.errors import ConfigError

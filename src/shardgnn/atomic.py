@@ -146,6 +146,8 @@ def check_output_path(path: str | os.PathLike, flag: str, *, folder: bool) -> No
     from shardgnn.errors import ConfigError
 
     text = os.fspath(path)
+    if not text.strip():  # Path("") is the working folder
+        raise ConfigError(f"{flag} {text!r}: is empty; give {'a folder' if folder else 'a file'}")
     target = Path(text).expanduser()
     what = "a folder" if folder else "a file"
     if not folder and (text.endswith(os.sep) or target.is_dir()):

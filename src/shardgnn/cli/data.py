@@ -7,7 +7,7 @@ import json
 import warnings
 from typing import Any
 
-from shardgnn.cli.flags import add_flags, config_from_args, field_help
+from shardgnn.cli.flags import add_flags, config_from_args, field_help, nonempty_text
 from shardgnn.graph.convert import ConvertConfig
 from shardgnn.train.config import TrainConfig
 
@@ -21,7 +21,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     info.add_argument(
         "dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset")
     )
-    info.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
+    info.add_argument(
+        "--data-dir", type=nonempty_text, default=None, help=field_help(TrainConfig, "data_dir")
+    )
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.add_argument("--list", action="store_true", help="list the known dataset names and exit")
     info.set_defaults(handler=run_info)

@@ -43,7 +43,18 @@ def finite_float(text: str) -> float:
 
 
 finite_float.__name__ = "float"  # what argparse names in "invalid float value"
-_PARSERS: dict[type, Any] = {float: finite_float}
+
+
+def nonempty_text(text: str) -> str:
+    """A text flag's parser: ``str``'s, refusing an empty value (no setting means it:
+    ``--results ''`` wrote nothing, ``partition --out ''`` named the working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a value")
+    return text
+
+
+nonempty_text.__name__ = "str"
+_PARSERS: dict[type, Any] = {float: finite_float, str: nonempty_text}
 
 
 def _list_of(kind: type) -> Any:

@@ -17,7 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from shardgnn.atomic import atomic_open, save_npy
-from shardgnn.cli.flags import add_flags, config_from_args, field_help, flag_for, was_given
+from shardgnn.cli.flags import (
+    add_flags,
+    config_from_args,
+    field_help,
+    flag_for,
+    nonempty_text,
+    was_given,
+)
 from shardgnn.partition.format import (
     FORMAT,
     PartitionSet,
@@ -58,7 +65,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     part.add_argument(
         "dataset", nargs="?", default=TrainConfig().dataset, help=field_help(TrainConfig, "dataset")
     )
-    part.add_argument("--data-dir", default=None, help=field_help(TrainConfig, "data_dir"))
+    part.add_argument(
+        "--data-dir", type=nonempty_text, default=None, help=field_help(TrainConfig, "data_dir")
+    )
     add_flags(part, PartitionConfig)
     part.add_argument(
         "--task",
@@ -75,9 +84,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
         prefix="link.",
         only=LINK_SPLIT_SETTINGS,
     )
-    part.add_argument("--out", required=True, help="output directory (created atomically)")
+    part.add_argument(
+        "--out", type=nonempty_text, required=True, help="output directory (created atomically)"
+    )
     part.add_argument(
         "--save-assignment",
+        type=nonempty_text,
         default=None,
         metavar="FILE.npy",
         help="also write the node -> part array (original ids) to this .npy",

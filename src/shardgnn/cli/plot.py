@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from shardgnn.atomic import atomic_open, check_output_path
+from shardgnn.cli.flags import nonempty_text
 from shardgnn.errors import ConfigError, ShardgnnError
 from shardgnn.train.report import NODE_SCORES, metric_name
 
@@ -31,7 +32,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "or partition directories",
     )
     plot.add_argument(
-        "--out", default="plots", help="output folder for the PNG files (default: plots)"
+        "--out",
+        type=nonempty_text,
+        default="plots",
+        help="output folder for the PNG files (default: plots)",
     )
     plot.add_argument(
         "--overwrite",
