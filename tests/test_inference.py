@@ -242,6 +242,13 @@ def test_infer_without_partitions_partitions_the_checkpoints_dataset(tmp_path, c
     captured = capfd.readouterr()
     assert "partitioned" not in captured.out
     assert "holds a node-classification model; pairs are scored" in captured.err
+    # and a device the workers could not use (it was said after partitioning)
+    if not torch.cuda.is_available():
+        argv = ["infer", "--checkpoint", str(ckpt), "--out", str(tmp_path / "gpu")]
+        assert main([*argv, "--device", "cuda", "--workers", "2"]) == 2
+        captured = capfd.readouterr()
+        assert "partitioned" not in captured.out
+        assert "--device cuda: CUDA is not available here" in captured.err
 
 
 def test_infer_refuses_a_folder_without_checkpoints(tmp_path, capsys):

@@ -57,6 +57,7 @@ def _partitioned_on_the_fly(
     default as many as trained it), as training partitions it on the fly, and how messages
     name that partition."""
     from shardgnn.cli.train import partition_on_the_fly
+    from shardgnn.distributed.context import check_placement
     from shardgnn.errors import ConfigError
     from shardgnn.graph.datasets import dataset_traits
     from shardgnn.train.checkpoint import read_checkpoint_meta
@@ -75,8 +76,9 @@ def _partitioned_on_the_fly(
     check_feature_storage(config.feature_storage, kind, where)
     check_time(config.at, kind, where)
     trained = TrainConfig.from_dict(meta["config"], where=f"{checkpoint}/meta.json config")
-    _check_request(config, checkpoint, kind, trained.task)
+    device = _check_request(config, checkpoint, kind, trained.task).device
     workers = config.workers or int(meta.get("world_size") or 1)
+    check_placement(device, "gloo", workers)  # no GPU for --device cuda: before partitioning
     run = dataclasses.replace(trained.run, workers=workers, partitions=None)
     partitioned = partition_on_the_fly(dataclasses.replace(trained, dataset=spec, run=run), out)
     # the parts are the workers now
