@@ -6,6 +6,7 @@ when its group is gloo."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -137,3 +138,45 @@ def test_one_rank_communicator_leaves_tensors_where_they_are():
     t = torch.arange(4.0)
     assert comm.wire_device is None and comm.on_wire(t) is t
     assert comm.all_reduce(t, "metrics") is t
+
+
+@pytest.mark.parametrize(
+    "env, said",
+    [
+        ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc': must be an integer >= 1"),
+        ({"RANK": "3"}, "RANK='3': must be an integer in [0, WORLD_SIZE=2)"),
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT='abc': must be an integer in [1, 65536)"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK='-1': must be an integer in [0, LOCAL_WORLD_SIZE=2)"),
+    ],
+)
+def test_a_bad_torchrun_environment_is_one_line(monkeypatch, env, said):
+    """A mistyped variable was a ValueError traceback; a rank beyond the world waited for the
+    rendezvous and ended in one."""
+    from shardgnn.distributed.context import init_distributed
+
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    for name, value in {**base, **env}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match=f"^environment variable {re.escape(said)}; torchrun"):
+        init_distributed(device="cpu")
+
+
+def test_a_rendezvous_nobody_joins_ends_in_one_line_within_the_timeout(monkeypatch):
+    """Rank 0 of 2 alone: torch's DistStoreError traceback, now one line naming the endpoint."""
+    from shardgnn.distributed.comm import CollectiveError
+    from shardgnn.distributed.context import init_distributed
+    from shardgnn.distributed.launch import free_port
+
+    port = free_port()
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(CollectiveError) as failed:
+        init_distributed(device="cpu", timeout_s=1.0)
+    assert str(failed.value).startswith(
+        f"rank 0: the rendezvous of 2 workers at 127.0.0.1:{port} failed within --timeout 1 s: "
+    )
+    assert "every worker starts with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE" in str(
+        failed.value
+    )

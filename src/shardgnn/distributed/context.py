@@ -17,7 +17,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from shardgnn.distributed.comm import collective_guard
+from shardgnn.distributed.comm import CollectiveError, collective_guard
 from shardgnn.distributed.config import BACKENDS, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 
@@ -157,9 +157,11 @@ def init_distributed(
             f"distributed environment variables {missing} are not set; start workers with "
             "`shardgnn train --workers N` or `torchrun ... -m shardgnn.run ...`"
         )
-    rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-    local_rank = int(env.get("LOCAL_RANK", rank))
-    local_world_size = int(env.get("LOCAL_WORLD_SIZE", world_size))
+    world_size = _env_int("WORLD_SIZE", 1, None)
+    rank = _env_int("RANK", 0, world_size, below="WORLD_SIZE")
+    local_world_size = _env_int("LOCAL_WORLD_SIZE", 1, None, default=world_size)
+    local_rank = _env_int("LOCAL_RANK", 0, local_world_size, default=rank, below="LOCAL_WORLD_SIZE")
+    port = _env_int("MASTER_PORT", 1, 65536)
     device, backend = choose_placement(
         device,
         backend,
@@ -174,18 +176,28 @@ def init_distributed(
         raise ConfigError(f"collective timeout {timeout_s} s must be > 0")
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
-        store, _, _ = next(
-            dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout)
-        )
+        try:
+            store, _, _ = next(
+                dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout)
+            )
+        except RuntimeError as exc:  # DistStoreError, DistNetworkError: peers absent, no store
+            cause = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300].rstrip(".")
+            raise CollectiveError(
+                f"rank {rank}: the rendezvous of {world_size} workers at "
+                f"{env['MASTER_ADDR']}:{port} failed within --timeout {timeout_s:g} s: {cause}; "
+                "every worker starts with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE and "
+                "its own RANK (torchrun sets them)"
+            ) from exc
         # Under `torchrun --max-restarts` every attempt talks through the same store; scoping our
         # keys by attempt keeps a restarted group from reading the dead attempt's gloo addresses
         # (seen as "Connection refused" while creating the data group).
         store = dist.PrefixStore(
             f"shardgnn/attempt-{env.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store
         )
-        dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
-        )
+        with collective_guard("setup", "process group's start"):
+            dist.init_process_group(
+                backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            )
     data_group = dist.new_group(backend="gloo", timeout=timeout)
     host_ranks = _host_ranks(rank, world_size, data_group)
     return DistContext(
@@ -200,6 +212,28 @@ def init_distributed(
         data_group=data_group,
         host_ranks=host_ranks,
     )
+
+
+def _env_int(
+    name: str, low: int, high: int | None, *, default: int | None = None, below: str = ""
+) -> int:
+    """The integer environment variable ``name`` (torchrun's), in ``[low, high)`` (``below``:
+    the variable ``high`` came from, named in the message)."""
+    text = os.environ.get(name)
+    if text is None and default is not None:
+        return default
+    bound = f">= {low}" if high is None else f"in [{low}, {f'{below}={high}' if below else high})"
+    try:
+        value = int(text or "")
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value >= high):
+        raise ConfigError(
+            f"environment variable {name}={text!r}: must be an integer {bound}; torchrun sets "
+            "it: start workers with `torchrun ... -m shardgnn.run ...` (or `shardgnn train "
+            "--workers N` on one machine)"
+        )
+    return value
 
 
 def host_key() -> str:
