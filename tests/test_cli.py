@@ -128,6 +128,24 @@ def test_a_flag_made_pointless_by_another_is_refused(capsys):
     assert main(argv) == 0
 
 
+@pytest.mark.parametrize(
+    "flags, why",
+    [
+        (["--embedding-storage", "disk"], "no --embedding-dim is set"),
+        (
+            ["--embedding-dir", "rows"],
+            "it holds the files of --embedding-dim D --embedding-storage",
+        ),
+        (["--embedding-dim", "4", "--embedding-dir", "rows"], "it holds the files of"),
+    ],
+)
+def test_learnt_row_flags_without_learnt_rows_on_disk_are_refused(capsys, flags, why):
+    """Both were ignored: rows in memory, no file written to the folder named."""
+    assert main(["train", SPEC, "--epochs", "1", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"shardgnn train: error: {flags[-2]} does not apply: {why}")
+
+
 @dataclasses.dataclass(kw_only=True)
 class _Inner:
     colour: str = option("red", choices=("red", "blue"), help="a colour")

@@ -33,6 +33,12 @@ _POINTLESS = (
     ),
     ("embedding.optimizer", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
     ("embedding.lr", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
+    ("embedding.storage", lambda c: not c.embedding.enabled, "no --embedding-dim is set"),
+    (
+        "embedding.directory",
+        lambda c: not c.embedding.enabled or c.embedding.storage != "disk",
+        "it holds the files of --embedding-dim D --embedding-storage disk",
+    ),
 )
 
 
