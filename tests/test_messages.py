@@ -278,11 +278,16 @@ def test_infer_checks_its_output_folder_before_any_work(tmp_path, capsys):
 def test_plot_refuses_what_is_not_a_results_file_in_one_line(tmp_path, capsys):
     (tmp_path / "binary.json").write_bytes(b'{"epochs": "\xd0\x00"}')
     (tmp_path / "other.json").write_text('{"a": 1}')
+    # epochs without their number (a KeyError traceback), and a value not a number (drawn)
+    (tmp_path / "nameless.json").write_text('{"epochs": [{"loss": 1.0}]}')
+    (tmp_path / "word.json").write_text('{"epochs": [{"epoch": 1, "loss": "x"}]}')
     for name, expected in (
         ("absent.json", "no such results file"),
         (".", "is a folder; give the JSON file of `shardgnn train --results FILE`"),
         ("binary.json", "cannot be read as a results file"),
         ("other.json", "not a shardgnn results file"),
+        ("nameless.json", "entry 1 of 'epochs' has no integer 'epoch' (it has None)"),
+        ("word.json", "entry 1 of 'epochs' (epoch 1) has loss 'x', not a number"),
     ):
         assert main(["plot", str(tmp_path / name), "--out", str(tmp_path / "plots")]) == 2
         err = _error(capsys)

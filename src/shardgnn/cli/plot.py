@@ -103,7 +103,33 @@ def _load_results(path: Path) -> dict:
         raise ShardgnnError(f"{path}: not valid JSON ({exc}); was the run interrupted?") from None
     if not isinstance(data, dict) or not isinstance(data.get("epochs"), list) or not data["epochs"]:
         raise ShardgnnError(f"{path}: not a shardgnn results file (no 'epochs' list)")
+    for position, entry in enumerate(data["epochs"], 1):
+        problem = _epoch_problem(entry)
+        if problem:
+            raise ShardgnnError(
+                f"{path}: entry {position} of 'epochs' {problem}; not a shardgnn results file, or "
+                "one edited by hand"
+            )
     return data
+
+
+PLOTTED_EPOCH_VALUES = ("loss", "train_acc", "val_acc")
+"""The values of a results file's epoch entries that the training curves draw."""
+
+
+def _epoch_problem(entry: object) -> str | None:
+    """Why one entry of a results file's ``epochs`` cannot be drawn (None: it can): it needs an
+    integer ``epoch`` and numbers (or null: not measured) for the values drawn."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    epoch = entry.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        return f"has no integer 'epoch' (it has {epoch!r})"
+    for key in PLOTTED_EPOCH_VALUES:
+        value = entry.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+            return f"(epoch {epoch}) has {key} {value!r}, not a number"
+    return None
 
 
 def _pyplot():
