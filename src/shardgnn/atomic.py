@@ -146,10 +146,10 @@ def check_output_path(path: str | os.PathLike, flag: str, *, folder: bool) -> No
     from shardgnn.errors import ConfigError
 
     text = os.fspath(path)
-    if not text.strip():  # Path("") is the working folder
-        raise ConfigError(f"{flag} {text!r}: is empty; give {'a folder' if folder else 'a file'}")
-    target = Path(text).expanduser()
     what = "a folder" if folder else "a file"
+    if not text.strip():  # Path("") is the working folder
+        raise ConfigError(f"{flag} {text!r}: is empty; give {what}")
+    target = Path(text).expanduser()
     if not folder and (text.endswith(os.sep) or target.is_dir()):
         raise ConfigError(
             f"{flag} {text}: names a folder, and it takes a file; give a file name, e.g. "
