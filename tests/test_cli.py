@@ -498,15 +498,17 @@ def test_a_grid_that_does_not_fit_the_workers_is_refused_before_partitioning(cap
     [pytest.param((), id="one-process"), pytest.param(("--workers", "2"), marks=pytest.mark.slow)],
 )
 def test_a_loss_that_is_no_longer_a_number_stops_training_in_one_line(tmp_path, capfd, workers):
-    """A NaN feature (here from the Python API, which does not check values) makes the first
-    epoch's loss NaN: every worker stops after that epoch, with the epoch line, one error line and
-    its fix, and results that say so; nothing is saved."""
+    """A NaN feature (here written into a saved graph's file, past the checks of every reader and
+    of ``save_graph``) makes the first epoch's loss NaN: every worker stops after that epoch, with
+    the epoch line, one error line and its fix, and results that say so; nothing is saved."""
     from shardgnn.graph.io import save_graph
 
     graph = generate(SyntheticConfig(nodes=300, degree=6, classes=3, features=8, seed=1))
-    x = np.array(graph.x)
+    save_graph(graph, tmp_path / "g")
+    x = np.load(tmp_path / "g" / "x.npy", mmap_mode="r+")  # same dtype and shape: still loads
     x[5, 2] = np.nan
-    save_graph(dataclasses.replace(graph, x=x), tmp_path / "g")
+    x.flush()
+    del x
     results, checkpoints = tmp_path / "r.json", tmp_path / "ck"
     argv = [
         *("train", f"graph:{tmp_path / 'g'}", "--fanouts", "4,4", "--hidden", "8"),

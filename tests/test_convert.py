@@ -695,6 +695,39 @@ def test_nan_and_infinite_values_are_refused_or_replaced_by_zero(tmp_path, capsy
     assert np.isfinite(values).all() and (values == 0).sum() >= 1
 
 
+def test_a_graph_built_in_python_with_nan_or_inf_values_is_refused(tmp_path):
+    """Through the Python API (no file, no ``nonfinite``), NaN or inf in features, edge weights
+    or edge features is refused when the graph is built or saved, naming the array and the
+    first row, rather than trained to a NaN loss an epoch later."""
+    from shardgnn.graph.typed import TypedGraph, save_typed_graph
+
+    src, dst = np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0])
+    x = np.ones((4, 2), np.float32)
+    x[2, 1] = np.nan
+    with pytest.raises(DatasetError, match=r"mine: 1 non-finite feature value in 1 row \(the "
+                       r"first: row 2, counted from 0\)\n  fix: replace them first"):  # fmt: skip
+        save_graph(Graph.from_edge_index(src, dst, x=x), tmp_path / "mine")
+    assert not (tmp_path / "mine").exists()
+    for key, what in (("edge_weight", "edge weight"), ("edge_attr", "edge feature")):
+        values = np.ones(4 if key == "edge_weight" else (4, 3), np.float32)
+        values[3] = -np.inf  # the caller's fourth edge, whatever the CSR's order
+        with pytest.raises(DatasetError, match=rf"edges: .* non-finite {what} values? in 1 row "
+                           r"\(the first: row 3, counted from 0\)"):  # fmt: skip
+            Graph.from_edge_index(src, dst, **{key: values})
+        graph = Graph.from_edge_index(src, dst, **{key: np.ones_like(values)})
+        getattr(graph, key)[0] = np.nan  # changed after building: caught on saving
+        with pytest.raises(DatasetError, match=rf"non-finite {what} \(CSR order\) value"):
+            save_graph(graph, tmp_path / "mine")
+    typed = TypedGraph.from_typed_edges(
+        {"a": 2, "b": 2},
+        {("a", "to", "b"): (np.array([0, 1]), np.array([1, 0]))},
+        x={"a": np.ones((2, 2), np.float32), "b": np.array([[1, np.inf], [0, 0]], np.float32)},
+    )
+    with pytest.raises(DatasetError, match=r"1 non-finite 'b' feature value in 1 row"):
+        save_typed_graph(typed, tmp_path / "typed")
+    assert not (tmp_path / "typed").exists()
+
+
 def test_a_nan_edge_weight_is_refused_whatever_nonfinite_says(tmp_path, capsys):
     pytest.importorskip("pandas")
     (tmp_path / "e.csv").write_text("src,dst,w\n0,1,0.5\n1,2,\n")

@@ -166,6 +166,25 @@ def test_non_finite_event_features_are_refused_by_line_or_zeroed(tmp_path, label
     assert "temporal:FILE,nonfinite=zero" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "t, feat, message",
+    [
+        ([0.0, np.nan, 2.0], None, "event 1's time nan is not a finite non-negative number"),
+        ([0.0, 1.0, np.inf], None, "event 2's time inf is not a finite non-negative number"),
+        ([-1.0, 1.0, 2.0], None, "event 0's time -1.0 is not a finite non-negative number"),
+        ([0.0, 1.0, 2.0], [[1.0], [1.0], [np.nan]], r"1 non-finite event feature value in 1 row "
+         r"\(the first: row 2, counted from 0\)"),
+    ],
+)  # fmt: skip
+def test_events_built_in_python_refuse_what_a_file_would_be_refused(t, feat, message):
+    """NaN times pass the time-order check (every comparison with NaN is false) and NaN
+    features would train to a NaN loss: ``from_events`` refuses both, as the file reader does."""
+    feat = None if feat is None else np.asarray(feat, dtype=np.float32)
+    with pytest.raises(DatasetError, match=message) as caught:
+        TemporalGraph.from_events([0, 1, 2], [1, 2, 0], t, feat, name="served")
+    assert str(caught.value).startswith("served: ")
+
+
 @requires_shared_data
 def test_collegemsg_loads_with_snap_counts():
     from shardgnn.graph.datasets import load_temporal_dataset

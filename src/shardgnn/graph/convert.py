@@ -364,22 +364,27 @@ def convert(config: ConvertConfig) -> Any:
 
 def _finite(graph: Graph, config: ConvertConfig) -> Graph:
     """``graph`` with its node features checked for NaN/inf (``--nonfinite``: refused naming the
-    file and row they came from, or replaced by 0) and its edge weights finite (a NaN weight has no
-    replacement that keeps the graph's meaning: always refused). Edge features are checked where
-    they are read, in the input's edge order (the graph holds them in CSR order)."""
-    edge_source = config.npz or config.edges
+    file and row they came from, or replaced by 0). Edge weights and features are checked where
+    they are read (:func:`_finite_weights`), in the input's edge order (the graph holds them in
+    CSR order)."""
     fields: dict[str, Any] = {}
     if graph.x is not None:
         node_source = config.npz or config.nodes or config.features
         fields["x"] = check_finite_features(graph.x, node_source, config.nonfinite)
-    if graph.edge_weight is not None and not np.isfinite(graph.edge_weight).all():
-        bad = int((~np.isfinite(graph.edge_weight)).sum())
+    return dataclasses.replace(graph, **fields) if fields else graph
+
+
+def _finite_weights(weight: np.ndarray | None, source: str | Path) -> np.ndarray | None:
+    """``weight`` if every edge weight is finite: a NaN weight has no replacement that keeps the
+    graph's meaning, so it is refused whatever ``--nonfinite`` says."""
+    if weight is not None and not np.isfinite(weight).all():
+        bad = int((~np.isfinite(weight)).sum())
         raise DatasetError(
             f"{bad} edge weights are NaN or infinite (an empty weight cell is NaN)",
-            edge_source,
+            source,
             "give every edge a finite weight, or drop the weights",
         )
-    return dataclasses.replace(graph, **fields) if fields else graph
+    return weight
 
 
 def _check_out(config: ConvertConfig) -> None:
@@ -840,6 +845,7 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
             "weight",
             "fix that cell, or leave --weight-col unset",
         ).astype(np.float32)
+        weight = _finite_weights(weight, edges_path)
     edge_attr = None
     if config.edge_feature_cols:
         edge_attr = check_finite_features(
@@ -1155,7 +1161,7 @@ def _from_npz(path: Path, name: str, label_kind: str = "class", nonfinite: str =
             fields[f"{split}_idx"] = np.flatnonzero(arrays[f"{split}_mask"].astype(bool)).astype(
                 np.int64
             )
-    weight, attr = arrays.get("edge_weight"), arrays.get("edge_attr")
+    weight, attr = _finite_weights(arrays.get("edge_weight"), path), arrays.get("edge_attr")
     if attr is not None and (attr.ndim not in (1, 2) or attr.shape[0] != src.shape[0]):
         raise DatasetError(
             f"edge_attr has shape {list(attr.shape)}, not [{src.shape[0]}, D] (one row per edge)",

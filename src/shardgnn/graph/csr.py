@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import DatasetError
+from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
 INT32_MAX = np.iinfo(np.int32).max
 
@@ -283,6 +284,9 @@ class Graph:
                 f"edge ids must lie in [0, {num_nodes}), found range "
                 f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]"
             )
+        for values, what in ((edge_weight, "edge weight"), (edge_attr, "edge feature")):
+            if values is not None:  # in the caller's edge order, before the CSR's
+                check_finite_features(np.asarray(values), "edges", what=what, fix=FINITE_FIX)
         if edge_attr is not None:
             edge_attr = np.asarray(edge_attr, dtype=np.float32)
             if edge_attr.ndim == 1:

@@ -23,6 +23,7 @@ import numpy as np
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph, label_kind_problem
+from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
 GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
@@ -31,6 +32,12 @@ TYPED_GRAPH_FORMAT = "shardgnn-hetero-graph"  # the on-disk name of directories 
 _ARRAYS = (
     "indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight", "edge_attr",
 )  # fmt: skip
+_FINITE_ARRAYS = {
+    "x": "feature",
+    "edge_weight": "edge weight (CSR order)",
+    "edge_attr": "edge feature (CSR order)",
+}
+"""the arrays :func:`save_graph` refuses NaN or inf in (labels may hold NaN: "unknown")"""
 
 
 def save_arrays(folder: Path, holder: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -50,6 +57,9 @@ def save_graph(graph: Graph, path: str | os.PathLike, overwrite: bool = False) -
     """Write ``graph`` to directory ``path`` atomically (the directory appears complete or not at
     all)."""
     path = Path(path)
+    for key, what in _FINITE_ARRAYS.items():  # refused here, not as a NaN loss an epoch later
+        if getattr(graph, key) is not None:
+            check_finite_features(getattr(graph, key), path, what=what, fix=FINITE_FIX)
     with atomic_directory(path, overwrite=overwrite) as tmp:
         arrays = save_arrays(tmp, graph, _ARRAYS)
         meta = {

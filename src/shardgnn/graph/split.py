@@ -51,10 +51,27 @@ def fraction_split(
 
 
 NONFINITE_POLICIES = ("error", "zero")
+FINITE_FIX = "replace them first (e.g. numpy.nan_to_num)"
+"""the advice where NaN/inf values come through the Python API, which has no ``nonfinite``"""
 
 
 def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+_FINITE_BLOCK = 1 << 24
+"""values :func:`all_finite` tests at a time (a memory-mapped matrix is never read whole)"""
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """Whether every value of ``x`` is a finite number, read in blocks of rows."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fc":  # integers and booleans are always finite
+        return True
+    if x.ndim == 0:
+        return bool(np.isfinite(x))
+    rows = max(1, _FINITE_BLOCK // max(1, int(np.prod(x.shape[1:]))))
+    return all(np.isfinite(x[i : i + rows]).all() for i in range(0, max(1, x.shape[0]), rows))
 
 
 def check_finite_features(
@@ -63,17 +80,19 @@ def check_finite_features(
     policy: str = "error",
     what: str = "feature",
     lines: np.ndarray | None = None,
+    fix: str | None = None,
 ) -> np.ndarray:
     """Reject (``policy='error'``) or zero with a warning (``'zero'``) NaN/inf feature values
     (``what``: the kind of values, named in the message; rows are ``x``'s, or, given ``lines``
-    (each row's line in a text file), named by their lines)."""
+    (each row's line in a text file), named by their lines; ``fix``: what the message advises,
+    where the caller is not a reader with a ``nonfinite`` option)."""
     if policy not in NONFINITE_POLICIES:
         raise DatasetError(
             f"unknown non-finite policy {policy!r}; choose one of {NONFINITE_POLICIES}"
         )
-    bad = ~np.isfinite(x)
-    if not bad.any():
+    if all_finite(x):
         return x
+    bad = ~np.isfinite(x)
     rows = np.unique(np.nonzero(bad)[0])
     count = f"{_plural(int(bad.sum()), f'non-finite {what} value')} in {_plural(rows.size, 'row')}"
     if policy == "error":
@@ -81,8 +100,9 @@ def check_finite_features(
         raise DatasetError(
             f"{count} (the first: {first})",
             source,
-            "clean the values, or replace them by 0 with a warning: `--nonfinite zero` (shardgnn "
-            "convert) or the dataset option `nonfinite=zero` (cora:nonfinite=zero, "
+            fix
+            or "clean the values, or replace them by 0 with a warning: `--nonfinite zero` "
+            "(shardgnn convert) or the dataset option `nonfinite=zero` (cora:nonfinite=zero, "
             "temporal:FILE,nonfinite=zero)",
         )
     warnings.warn(f"{source}: replaced {count} by 0", stacklevel=2)

@@ -27,7 +27,7 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
-from shardgnn.graph.split import check_finite_features
+from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
 
 @dataclasses.dataclass
@@ -82,6 +82,13 @@ class TemporalGraph:
         if not (src.shape == dst.shape == t.shape and src.ndim == 1):
             raise DatasetError(f"src, dst and t must be 1-D of one length, got {src.shape}, "
                                f"{dst.shape}, {t.shape}")  # fmt: skip
+        bad = np.flatnonzero(~np.isfinite(t) | (t < 0))  # NaN passes the time-order check
+        if bad.size:
+            raise DatasetError(
+                f"event {bad[0]}'s time {float(t[bad[0]])} is not a finite non-negative number",
+                name,
+                "times are numbers >= 0 (e.g. unix seconds)",
+            )
         if t.size and np.any(np.diff(t) < 0):
             raise DatasetError("events must be in time order", fix="sort them by time first")
         n = int(
@@ -105,6 +112,8 @@ class TemporalGraph:
         feat = None if edge_feat is None else np.ascontiguousarray(edge_feat, dtype=np.float32)
         if feat is not None and feat.shape[0] != src.size:
             raise DatasetError(f"edge features have {feat.shape[0]} rows for {src.size} events")
+        if feat is not None:
+            check_finite_features(feat, name, what="event feature", fix=FINITE_FIX)
         return cls(
             num_nodes=n, src=src, dst=dst, t=t, indptr=indptr, indices=nbrs[order],
             times=t[ev[order]], eids=ev[order], edge_feat=feat, directed=directed, name=name,

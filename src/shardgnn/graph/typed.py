@@ -37,6 +37,7 @@ from shardgnn.graph.io import (
     read_class_names,
     save_node_ids,
 )
+from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
 TYPED_GRAPH_FORMAT_VERSION = 1
 TRIPLE_SPLITS = ("train", "valid", "test")
@@ -455,6 +456,8 @@ def save_typed_graph(graph: TypedGraph, path: str | os.PathLike, overwrite: bool
     class names) and one ``.npy`` per array; the user's ids of type ``t`` (the ``t``-th node
     type) in ``node_ids.<t>.npy``, recorded in ``meta.json["node_ids"]`` by type name."""
     path = Path(path)
+    for node_type, x in graph.x.items():  # refused here, not as a NaN loss an epoch later
+        check_finite_features(x, path, what=f"{node_type!r} feature", fix=FINITE_FIX)
     arrays: dict[str, np.ndarray] = {
         "type_offsets": graph.type_offsets,
         "indptr": graph.indptr,
