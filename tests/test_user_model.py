@@ -102,6 +102,95 @@ def test_what_cannot_run_is_refused_in_one_line(model_file, tmp_path, capsys):
         ModelConfig(model="unknown")
 
 
+# Modules that break the output contract, each as a user might: the line each is refused with.
+BROKEN = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+
+    class Head(nn.Module):
+        def __init__(self, in_dim, out_dim, config, extra=0):
+            super().__init__()
+            self.lin = nn.Linear(in_dim, out_dim + extra)
+
+        def rows(self, graphs, x):
+            return self.lin(x[: graphs[-1].num_dst])
+
+
+    class OneClassTooMany(Head):  # trained silently as a fourth class before
+        def __init__(self, in_dim, out_dim, config):
+            super().__init__(in_dim, out_dim, config, extra=1)
+
+        forward = Head.rows
+
+
+    class EverySourceRow(Head):
+        def forward(self, graphs, x):
+            return self.lin(x)
+
+
+    class ReturnsATuple(Head):
+        def forward(self, graphs, x):
+            return self.rows(graphs, x), None
+
+
+    class ReturnsIntegers(Head):
+        def forward(self, graphs, x):
+            return self.rows(graphs, x).long()
+
+
+    class Detached(Head):
+        def forward(self, graphs, x):
+            return self.rows(graphs, x).detach()
+
+
+    class NoParameters(nn.Module):
+        def __init__(self, in_dim, out_dim, config):
+            super().__init__()
+            self.out_dim = out_dim
+
+        def forward(self, graphs, x):
+            return torch.zeros(graphs[-1].num_dst, self.out_dim)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("OneClassTooMany", r"forward returned a tensor of shape \[(\d+), 4\]; the contract: a "
+         r"floating-point \[\1, 3\] tensor \(one row per destination node of graphs\[-1\]"),
+        ("EverySourceRow", r"forward returned a tensor of shape \[\d+, 3\]; the contract"),
+        ("ReturnsATuple", r"forward returned a tuple, not a tensor; the contract"),
+        ("ReturnsIntegers", r"forward returned a torch.int64 tensor; the contract"),
+        ("Detached", r"forward returned a tensor no parameter produced \(requires_grad is False"),
+        ("NoParameters", r"NoParameters\(in_dim, out_dim, config\) has no parameters to train"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("mode", ["minibatch", "full"])
+def test_a_forward_that_breaks_the_contract_is_refused_in_one_line(
+    tmp_path, capsys, name, expected, mode
+):
+    """Each was a traceback from the loss or the optimiser, or, one column too many, a model
+    trained silently on a class that does not exist."""
+    import re
+
+    path = tmp_path / "broken.py"
+    path.write_text(BROKEN)
+    argv = ["train", SPEC, "--epochs", "1", "--quiet", "--mode", mode, "--model", f"{path}:{name}"]
+    if mode == "full" and name == "EverySourceRow":  # the whole graph: every row is a destination
+        assert main(argv) == 0
+        return
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith(f"shardgnn train: error: --model {path}:{name}: ") and re.search(
+        expected, err
+    ), err
+    assert err.endswith("README, Your own model"), err
+
+
 def test_the_adapter_refuses_historical_inputs(model_file):
     from shardgnn.nn.user import build_user_model
 

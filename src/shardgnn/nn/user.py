@@ -70,14 +70,32 @@ def load_user_class(spec: str) -> type:
     return cls
 
 
+def output_problem(out: Any, rows: int, out_dim: int, training: bool) -> str | None:
+    """What breaks the contract in ``out``, a user module's output for ``rows`` destination nodes
+    (``None``: nothing): a training loss cannot use a non-tensor, an integer tensor or one that
+    no parameter produced, and a wrong shape is a traceback deep in the loss, or, one column too
+    many, silently a class too many."""
+    if not isinstance(out, torch.Tensor):
+        return f"a {type(out).__name__}, not a tensor"
+    if not out.is_floating_point():
+        return f"a {out.dtype} tensor"
+    if tuple(out.shape) != (rows, out_dim):
+        return f"a tensor of shape {list(out.shape)}"
+    if training and torch.is_grad_enabled() and not out.requires_grad:
+        return "a tensor no parameter produced (requires_grad is False: nothing to train)"
+    return None
+
+
 class UserModel(nn.Module):
     """A user's module behind what the trainers ask of a model: ``num_layers`` (one graph per
     layer), ``use_hashed_dropout`` (nothing: the module draws its own dropout) and
-    ``forward(graphs, x, history=None)``."""
+    ``forward(graphs, x, history=None)``, whose output is checked against the contract
+    (:func:`output_problem`; not while being traced or exported, where shapes are symbolic)."""
 
-    def __init__(self, module: nn.Module, num_layers: int, spec: str):
+    def __init__(self, module: nn.Module, num_layers: int, spec: str, out_dim: int):
         super().__init__()
         self.module, self._num_layers, self.spec = module, num_layers, spec
+        self.out_dim = out_dim
 
     @property
     def num_layers(self) -> int:
@@ -96,7 +114,19 @@ class UserModel(nn.Module):
             )
         if len(graphs) != self._num_layers:
             raise ValueError(f"model has {self._num_layers} layers but got {len(graphs)} graphs")
-        return self.module(list(graphs), x_SF)
+        out = self.module(list(graphs), x_SF)
+        if torch.jit.is_tracing() or torch.compiler.is_compiling():
+            return out
+        rows = int(graphs[-1].num_dst)
+        problem = output_problem(out, rows, self.out_dim, self.training)
+        if problem:
+            raise ConfigError(
+                f"--model {self.spec}: forward returned {problem}; the contract: a floating-point "
+                f"[{rows}, {self.out_dim}] tensor (one row per destination node of graphs[-1], "
+                f"out_dim = {self.out_dim} columns), computed from the module's parameters: "
+                "README, Your own model"
+            )
+        return out
 
 
 def build_user_model(
@@ -121,4 +151,9 @@ def build_user_model(
             f"--model {spec}: {cls.__name__}(in_dim, out_dim, config) failed "
             f"({type(exc).__name__}: {exc}); the contract: README, Your own model"
         ) from None
-    return UserModel(module, int(config.num_layers), spec)
+    if not any(p.requires_grad for p in module.parameters()):  # torch's optimiser: a traceback
+        raise ConfigError(
+            f"--model {spec}: {cls.__name__}(in_dim, out_dim, config) has no parameters to train; "
+            "the contract: README, Your own model"
+        )
+    return UserModel(module, int(config.num_layers), spec, out_dim)
