@@ -4,8 +4,10 @@ A component's config is a ``kw_only`` dataclass whose fields are declared with :
 (default, help text, choices, and the flag's spelling when it is not ``--field-name``) or with
 :func:`component` (a nested config). Everything else is derived from those declarations:
 
-* validation of choices (:func:`check_choices`, called from ``__post_init__``) and error messages
-  that name the flag and the bad value (:func:`invalid`);
+* validation of types (:func:`check_types`, first in every ``__post_init__``: the Python API and
+  config files; the command line parses each flag to its type) and of choices
+  (:func:`check_choices`), and error messages that name the flag and the bad value
+  (:func:`invalid`);
 * the command-line flags (``shardgnn.cli.flags`` builds ``argparse`` arguments from the fields);
 * the JSON form (:func:`to_dict` / :func:`from_dict`) that the launcher hands to every worker and
   every results file and checkpoint records.
@@ -16,6 +18,8 @@ This module imports only the standard library, so building the command line stay
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 import types
 import typing
 from typing import Any, Mapping, TypeVar
@@ -107,6 +111,72 @@ def invalid(obj: Any, name: str, constraint: str, value: Any = _MISSING) -> Conf
 MAX_SEED = 2**63 - 1
 """The largest seed (``--seed``, ``--link-split-seed``...): what every generator takes (numpy's
 refuse negative seeds, torch's overflow past 64 bits)."""
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+_KINDS = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "text",
+}
+_PLURALS = {int: "integers", float: "numbers", str: "texts"}
+
+
+def _scalar(value: Any, kind: Any) -> Any:
+    """``value`` as ``kind``, or :data:`_MISSING` when it is not one (a bool is no integer or
+    number here). Python's own numbers are kept as given; numpy's become Python's and a path
+    (``os.PathLike``) its text, so the config stays JSON."""
+    if kind is bool:
+        return value if isinstance(value, bool) else _MISSING
+    if isinstance(value, bool):
+        return _MISSING
+    if kind is int and isinstance(value, numbers.Integral):
+        return value if type(value) is int else int(value)
+    if kind is float and isinstance(value, numbers.Real):
+        return value if type(value) in (int, float) else float(value)
+    if kind is str and isinstance(value, (str, os.PathLike)):
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+    if kind in _KINDS:
+        return _MISSING
+    return value  # a type no setting declares today: not checked
+
+
+def check_types(obj: Any) -> None:
+    """Refuse a field whose value is not of its declared type (``--hidden 16.5: must be an
+    integer``; a nested config that is not its class), and normalise what is: a list for a
+    tuple setting becomes a tuple, numpy numbers Python's. The command line parses every flag to
+    its type; this holds the Python API and config files to the same."""
+    cls = type(obj)
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    for field in dataclasses.fields(obj):
+        value, kind = getattr(obj, field.name), hints[field.name]
+        if field.metadata.get("component"):
+            if not isinstance(value, kind):
+                raise ConfigError(
+                    f"{cls.__name__}.{field.name}: must be a {kind.__name__}, not "
+                    f"{type(value).__name__}"
+                )
+            continue
+        base, optional = value_type(kind)
+        if value is None:
+            if not optional:
+                raise invalid(obj, field.name, "must be given (None is not a value here)")
+            continue
+        if typing.get_origin(base) is tuple:
+            item = typing.get_args(base)[0]
+            items = [_scalar(v, item) for v in value] if isinstance(value, (tuple, list)) else None
+            if items is None or _MISSING in items:
+                shown = value if isinstance(value, (tuple, list)) else repr(value)
+                raise invalid(obj, field.name, f"must be a list of {_PLURALS[item]}", shown)
+            setattr(obj, field.name, tuple(items))
+            continue
+        checked = _scalar(value, base)
+        if checked is _MISSING:
+            raise invalid(obj, field.name, f"must be {_KINDS[base]}", repr(value))
+        setattr(obj, field.name, checked)
 
 
 def check_choices(obj: Any) -> None:

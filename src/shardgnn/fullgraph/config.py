@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from shardgnn.distributed.config import BITS
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import check_choices, check_types, invalid, option
 from shardgnn.store.cache.config import parse_cache_size
 from shardgnn.store.config import check_historical
 
@@ -79,6 +79,7 @@ class FullGraphConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         if self.replication < 1:
             raise invalid(self, "replication", "must be >= 1")
@@ -229,6 +230,7 @@ class PlanConfig:
     out: str | None = option(None, help="also write every cost as JSON here")
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         if self.memory_mb is not None and not self.memory_mb > 0:
             raise invalid(self, "memory_mb", "must be > 0 (MB per worker)")

@@ -63,7 +63,7 @@ from shardgnn.graph.edgelist import (
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
 from shardgnn.graph.split import NONFINITE_POLICIES, check_finite_features
 from shardgnn.graph.typed import TypedGraph, save_typed_graph
-from shardgnn.options import changed_settings, check_choices, invalid, option
+from shardgnn.options import changed_settings, check_choices, check_types, invalid, option
 
 SPLITS = ("train", "val", "test")
 _TABLE_SUFFIXES = (".parquet", ".pq")
@@ -221,6 +221,7 @@ class ConvertConfig:
     overwrite: bool = option(False, help="replace an existing graph directory")
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         if self.num_nodes is not None and self.num_nodes < 1:
             raise invalid(self, "num_nodes", "must be >= 1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from shardgnn.errors import ConfigError
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import check_choices, check_types, invalid, option
 from shardgnn.store.cache.config import parse_cache_size
 
 SAMPLER_DEVICES = ("auto", "gpu", "cpu")
@@ -53,6 +53,7 @@ class DeviceConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         if self.feature_memory != "auto":
             try:

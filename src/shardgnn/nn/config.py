@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import check_choices, check_types, invalid, option
 
 MODELS = (
     "sage",
@@ -110,6 +110,7 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         where, _, name = self.model.rpartition(":")
         if is_user_model(self.model) and where.endswith(".py"):

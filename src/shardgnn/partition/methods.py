@@ -44,7 +44,7 @@ import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import check_choices, check_types, invalid, option
 from shardgnn.partition.sections import EdgeArraysSection, Section
 from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
 from shardgnn.partition.vertexcut import (
@@ -466,6 +466,7 @@ class PartitionConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.method is None:
             self.method = "assignment" if self.assignment is not None else "metis"
         self.validate()

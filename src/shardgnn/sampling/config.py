@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from shardgnn.options import invalid, option
+from shardgnn.options import check_types, invalid, option
 
 NEGATIVE_KINDS = ("uniform", "degree", "in-batch")
 
@@ -60,6 +60,7 @@ class SamplerConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.relation_fanouts is not None:
             for entry in self.relation_layers():
                 counts = [entry] if isinstance(entry, int) else list(entry.values())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from shardgnn.errors import ConfigError
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import check_choices, check_types, invalid, option
 
 EMBEDDING_OPTIMIZERS = ("adagrad", "adam")
 EMBEDDING_STORAGE = ("memory", "disk")
@@ -92,6 +92,7 @@ class EmbeddingConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         if self.dim < 0:
             raise invalid(self, "dim", "must be >= 0 (0: no learnable rows)")

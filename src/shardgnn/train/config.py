@@ -25,7 +25,7 @@ from shardgnn.graph.features import FEATURE_NORMS
 from shardgnn.heap import HEAP_MODES, configure_heap
 from shardgnn.loader.config import DeviceConfig
 from shardgnn.nn.config import ModelConfig
-from shardgnn.options import component, from_dict, option, to_dict
+from shardgnn.options import check_types, component, from_dict, option, to_dict
 from shardgnn.precision import PRECISIONS
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
@@ -205,6 +205,7 @@ class TrainConfig(ResolvedSettings):
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         resolve_and_check(self)
 
     def to_dict(self) -> dict[str, Any]:

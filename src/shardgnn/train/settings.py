@@ -14,7 +14,7 @@ import math
 from shardgnn.distributed.config import BACKENDS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
 from shardgnn.errors import ConfigError
 from shardgnn.nn.config import LINK_LOSSES, PREDICTORS
-from shardgnn.options import changed_settings, check_choices, invalid, option
+from shardgnn.options import changed_settings, check_choices, check_types, invalid, option
 from shardgnn.sampling.config import NEGATIVE_KINDS
 from shardgnn.train.tables import TABLE_FORMATS
 
@@ -35,6 +35,7 @@ class OptimConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         if self.epochs < 1:
             raise invalid(self, "epochs", "must be >= 1")
         if not self.lr > 0:
@@ -107,8 +108,8 @@ class LinkConfig:
     walk_length: int | None = option(None, help="--model surel: steps of each walk (unset: 4)")
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
-        self.hits_at = tuple(int(k) for k in self.hits_at)
         for name in ("val", "test"):
             if not 0.0 < getattr(self, name) < 1.0:
                 raise invalid(self, name, "a fraction in (0, 1)")
@@ -194,8 +195,8 @@ class TemporalConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
-        self.neighbors = tuple(int(k) for k in self.neighbors)
         for name in ("memory_dim", "time_dim", "chunks", "snapshot_window"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
@@ -231,6 +232,7 @@ class CheckpointConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         for name in ("every", "keep"):
             if getattr(self, name) < 1:
                 raise invalid(self, name, "must be >= 1")
@@ -267,6 +269,7 @@ class LaunchConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         for name in ("timeout", "stop_grace"):  # bounded: c10d's deadlines are C integers
             if not 0 < getattr(self, name) <= MAX_DEADLINE_S:
                 raise invalid(
@@ -463,6 +466,7 @@ class ExportConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         if self.opset < 18:
             raise invalid(self, "opset", "must be >= 18")

@@ -6,7 +6,7 @@ import dataclasses
 import re
 
 from shardgnn.errors import ConfigError
-from shardgnn.options import check_choices, invalid, option
+from shardgnn.options import check_choices, check_types, invalid, option
 
 POLICIES = ("none", "degree", "presample", "fifo", "lru", "belady")
 STATIC_POLICIES = ("degree", "presample")
@@ -41,6 +41,7 @@ class CacheConfig:
     )
 
     def __post_init__(self) -> None:
+        check_types(self)
         check_choices(self)
         parse_cache_size(self.size)
         if self.lookahead < 1:
