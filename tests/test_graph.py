@@ -100,6 +100,46 @@ def test_pyg_roundtrip(small_graph):
     np.testing.assert_array_equal(back.test_idx, small_graph.test_idx)
 
 
+def test_pyg_objects_of_the_wrong_shape_are_refused_in_one_line(small_graph):
+    """A transposed ``[E, 2]`` edge_index was read as two edges, an index list in a mask's place
+    as a mask of its values (both silently); floats, a missing edge_index or a dict were
+    tracebacks. The same reader serves HeteroData and lists of Data."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.data import Data, HeteroData
+
+    from shardgnn.graph.graphset import GraphSet
+    from shardgnn.graph.typed import TypedGraph
+
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    x, y = torch.ones(3, 2), torch.tensor([0, 1, 2])
+    shape = r"edge_index is int64 \[3, 2\], not \[2, E\] integers"
+    cases = [
+        (Data(edge_index=ei.t().contiguous(), num_nodes=3), "pyg: " + shape),
+        (Data(edge_index=ei.float(), num_nodes=3), r"pyg: edge_index is float32 \[2, 3\]"),
+        (Data(x=x), "pyg: has no edge_index"),
+        ({"edge_index": ei}, "pyg: expected a torch_geometric.data.Data, got dict"),
+        (Data(edge_index=ei, x=x, y=y, train_mask=torch.tensor([0, 2])),
+         r"pyg: train_mask is int64 \[2\], not one bool per node \(\[3\]\)"),
+        (Data(edge_index=ei, x=x, y=y, val_mask=torch.tensor([True, False])),
+         r"pyg: val_mask is bool \[2\], not one bool per node"),
+    ]  # fmt: skip
+    for data, message in cases:
+        with pytest.raises(DatasetError, match=message):
+            Graph.from_pyg(data)
+    masks = Data(edge_index=ei, x=x, y=y, train_mask=torch.tensor([1, 0, 1], dtype=torch.uint8))
+    assert Graph.from_pyg(masks).train_idx.tolist() == [0, 2]  # PyG's old 0/1 masks
+    hetero = HeteroData()
+    hetero["a"].num_nodes = 3
+    hetero["a", "to", "a"].edge_index = ei.t().contiguous()
+    with pytest.raises(DatasetError, match="pyg-hetero: edge type a/to/a's " + shape):
+        TypedGraph.from_pyg(hetero)
+    graphs = [Data(edge_index=ei, x=x, y=torch.tensor([i % 2])) for i in range(9)]
+    graphs.append(Data(edge_index=ei.t().contiguous(), x=x, y=torch.tensor([1])))
+    with pytest.raises(DatasetError, match="pyg: graph 9: " + shape):
+        GraphSet.from_pyg(graphs)
+
+
 # ---------------------------------------------------------------------------- synthetic
 def test_synthetic_is_deterministic_by_seed():
     a = generate(SyntheticConfig(nodes=2000, seed=3))

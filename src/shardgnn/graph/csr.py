@@ -142,16 +142,48 @@ def labels_of(y: np.ndarray, num_nodes: int) -> dict[str, Any]:
     return {"y": y, "num_classes": 0, "label_kind": kind}
 
 
-def pyg_node_labels(store: Any, num_nodes: int) -> dict[str, Any]:
+def pyg_edge_index(edge_index: Any, where: str, edge_type: str | None = None) -> np.ndarray:
+    """``edge_index`` (a PyG ``[2, E]`` integer tensor; of ``edge_type`` in a ``HeteroData``) as
+    int64 numpy; anything else (none, an ``[E, 2]`` array, floats) is refused in one line naming
+    ``where``: a transposed ``[E, 2]`` would otherwise be read as two edges."""
+    what = "edge_index" if edge_type is None else f"edge type {edge_type}'s edge_index"
+    if edge_index is None:
+        raise DatasetError(f"has no {what}", where, "give edge_index: a [2, E] tensor of node ids")
+    array = np.asarray(edge_index.detach().cpu() if hasattr(edge_index, "detach") else edge_index)
+    if array.ndim != 2 or array.shape[0] != 2 or array.dtype.kind not in "iu":
+        raise DatasetError(
+            f"{what} is {array.dtype} {list(array.shape)}, not [2, E] integers (a row of sources "
+            "and a row of destinations)",
+            where,
+            "give a [2, E] integer tensor (.t() if it holds a (src, dst) pair per row)",
+        )
+    return array.astype(np.int64, copy=False)
+
+
+def pyg_node_labels(store: Any, num_nodes: int, where: str = "pyg") -> dict[str, Any]:
     """The labels (:func:`labels_of`) and the splits (``train_mask``... as ids) of a PyG node
-    store (a ``Data``, or one node type of a ``HeteroData``); what it lacks is left out."""
+    store (a ``Data``, or one node type of a ``HeteroData``); what it lacks is left out. A mask
+    is one true/false per node: an index list in its place would be read as a mask of its
+    values, so it is refused (``where`` names the graph); 0/1 integers (PyG's old uint8 masks)
+    are a mask."""
     fields: dict[str, Any] = {}
     if getattr(store, "y", None) is not None:
         fields.update(labels_of(store.y.detach().cpu().numpy(), num_nodes))
     for split in ("train", "val", "test"):
         mask = getattr(store, f"{split}_mask", None)
-        if mask is not None:
-            fields[f"{split}_idx"] = np.flatnonzero(mask.cpu().numpy()).astype(np.int64)
+        if mask is None:
+            continue
+        mask = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask)
+        binary = mask.dtype.kind == "b" or (mask.dtype.kind in "iu" and np.isin(mask, (0, 1)).all())
+        if mask.shape != (num_nodes,) or not binary:
+            raise DatasetError(
+                f"{split}_mask is {mask.dtype} {list(mask.shape)}, not one bool per node "
+                f"([{num_nodes}])",
+                where,
+                f"give a bool mask (an index list idx: mask = torch.zeros({num_nodes}, "
+                "dtype=torch.bool); mask[idx] = True)",
+            )
+        fields[f"{split}_idx"] = np.flatnonzero(mask).astype(np.int64)
     return fields
 
 
@@ -303,12 +335,18 @@ class Graph:
     @classmethod
     def from_pyg(cls, data: Any, name: str = "pyg") -> "Graph":
         """Convert a ``torch_geometric.data.Data`` (``edge_index`` is ``[2, E]`` src, dst)."""
-        edge_index = data.edge_index.cpu().numpy()
+        if not hasattr(data, "edge_index") or not hasattr(data, "num_nodes"):
+            raise DatasetError(
+                f"expected a torch_geometric.data.Data, got {type(data).__name__}",
+                name,
+                "give Data(edge_index=..., x=..., ...)",
+            )
+        edge_index = pyg_edge_index(data.edge_index, name)
         num_nodes = int(data.num_nodes)
         node_data: dict[str, Any] = {"name": name}
         if getattr(data, "x", None) is not None:
             node_data["x"] = np.ascontiguousarray(data.x.detach().cpu().numpy(), dtype=np.float32)
-        node_data.update(pyg_node_labels(data, num_nodes))
+        node_data.update(pyg_node_labels(data, num_nodes, name))
         weight = getattr(data, "edge_weight", None)
         weight = None if weight is None else weight.cpu().numpy()
         attr = getattr(data, "edge_attr", None)

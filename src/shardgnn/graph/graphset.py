@@ -27,7 +27,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import Graph, concat_ranges
+from shardgnn.graph.csr import Graph, concat_ranges, pyg_edge_index
 
 GRAPH_SET_FORMAT = "shardgnn-graph-set"
 GRAPH_SET_VERSION = 1
@@ -306,7 +306,7 @@ class GraphSet:
                     f"graph {i} of the list lacks x, or both y and edge_y",
                     fix="give every graph x and its labels (y per graph, edge_y per edge)",
                 )
-            ei = data.edge_index.cpu().numpy()
+            ei = pyg_edge_index(getattr(data, "edge_index", None), f"{name}: graph {i}")
             graphs.append((ei[0], ei[1], int(data.num_nodes)))
             xs.append(data.x.detach().cpu().numpy())
             if getattr(data, "edge_attr", None) is not None:

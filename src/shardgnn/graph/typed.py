@@ -29,7 +29,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import index_dtype, label_problem, pyg_node_labels
+from shardgnn.graph.csr import index_dtype, label_problem, pyg_edge_index, pyg_node_labels
 from shardgnn.graph.io import (
     TYPED_GRAPH_FORMAT,
     load_node_ids,
@@ -224,7 +224,12 @@ class TypedGraph:
                         f"{key}), or convert the graph as one homogeneous Data "
                         "(Graph.from_pyg: --model gine reads edge features)",
                     )
-        edges = {tuple(rel): tuple(data[rel].edge_index.cpu().numpy()) for rel in data.edge_types}
+        edges = {
+            tuple(rel): tuple(
+                pyg_edge_index(getattr(data[rel], "edge_index", None), name, "/".join(rel))
+            )
+            for rel in data.edge_types
+        }
         x = {
             t: np.ascontiguousarray(data[t].x.detach().cpu().numpy(), dtype=np.float32)
             for t in data.node_types
@@ -244,7 +249,10 @@ class TypedGraph:
                     f"target type {target!r} is not a node type of the HeteroData",
                     fix=f"name one of {list(num_nodes)}",
                 )
-            fields = {"target_type": target, **pyg_node_labels(data[target], num_nodes[target])}
+            fields = {
+                "target_type": target,
+                **pyg_node_labels(data[target], num_nodes[target], f"{name} ({target!r} nodes)"),
+            }
         return cls.from_typed_edges(num_nodes, edges, x=x, name=name, **fields)
 
     def to_pyg(self) -> Any:
