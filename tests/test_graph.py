@@ -140,6 +140,41 @@ def test_pyg_objects_of_the_wrong_shape_are_refused_in_one_line(small_graph):
         GraphSet.from_pyg(graphs)
 
 
+def test_edge_arrays_built_in_python_are_integers_of_one_length():
+    """Float ids were truncated to node ids (0.5 became node 0) by every Python constructor;
+    text ids and unequal lengths were numpy tracebacks; a typed graph's bad relation key or
+    node count too. Each is one line now, naming the graph or relation."""
+    from shardgnn.graph.graphset import GraphSet
+    from shardgnn.graph.temporal import TemporalGraph
+    from shardgnn.graph.typed import TypedGraph
+
+    halves, whole = np.array([0.5, 1.0]), np.array([1, 2])
+    integers = "edge ids must be integers, got float64"
+    with pytest.raises(DatasetError, match=integers):
+        Graph.from_edge_index(halves, whole)
+    with pytest.raises(DatasetError, match="edge ids must be integers, got <U1"):
+        Graph.from_edge_index(np.array(["0", "1"]), np.array(["1", "2"]))
+    with pytest.raises(DatasetError, match=r"1-D and of equal length, got \[3\] and \[2\]"):
+        Graph.from_edge_index(np.array([0, 1, 2]), whole)
+    assert Graph.from_edge_index([], [], 3).num_edges == 0  # an empty list is no float
+    with pytest.raises(DatasetError, match="temporal: event ids must be integers"):
+        TemporalGraph.from_events(halves, whole, [0.0, 1.0])
+    counts, rel = {"a": 3, "b": 3}, ("a", "to", "b")
+    with pytest.raises(DatasetError, match="relation a/to/b: " + integers):
+        TypedGraph.from_typed_edges(counts, {rel: (halves, whole)})
+    with pytest.raises(DatasetError, match=r"relation \('a', 'b'\) is not \(source type, name"):
+        TypedGraph.from_typed_edges(counts, {("a", "b"): (whole, whole)})
+    with pytest.raises(DatasetError, match="node type 'a' has count -1"):
+        TypedGraph.from_typed_edges({"a": -1, "b": 3}, {})
+    assert TypedGraph.from_typed_edges(counts, {rel: ([0, 1], [1, 2])}).num_edges == 2
+    x = [np.ones((3, 2), np.float32)] * 10
+    splits = (np.arange(8), np.array([8]), np.array([9]))
+    with pytest.raises(DatasetError, match="graphs: graph 0: " + integers):
+        GraphSet.from_graphs([(halves, whole, 3)] * 10, x, np.arange(10) % 2, splits)
+    with pytest.raises(DatasetError, match="graph 0: edge arrays must be 1-D and of equal"):
+        GraphSet.from_graphs([(whole, whole[:1], 3)] * 10, x, np.arange(10) % 2, splits)
+
+
 # ---------------------------------------------------------------------------- synthetic
 def test_synthetic_is_deterministic_by_seed():
     a = generate(SyntheticConfig(nodes=2000, seed=3))

@@ -26,6 +26,31 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype(np.int32) if num_nodes <= INT32_MAX else np.dtype(np.int64)
 
 
+def edge_id_arrays(
+    src: Any, dst: Any, where: str | None = None, what: str = "edge"
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` as arrays (their integer dtype kept: no copy of a large int32 edge list),
+    checked: both 1-D, of one length, of an integer dtype (empty ones become int64); anything
+    else is refused in one line (floats were truncated to ids, text and unequal lengths were
+    numpy tracebacks). ``where`` names the graph, ``what`` the arrays (``edge``, ``event``)."""
+    src, dst = (a if a.size else a.astype(np.int64) for a in (np.asarray(src), np.asarray(dst)))
+    if src.shape != dst.shape or src.ndim != 1:
+        raise DatasetError(
+            f"{what} arrays must be 1-D and of equal length, got {list(src.shape)} and "
+            f"{list(dst.shape)}",
+            where,
+        )
+    for ids in (src, dst):
+        if ids.size and ids.dtype.kind not in "iu":
+            raise DatasetError(
+                f"{what} ids must be integers, got {ids.dtype}",
+                where,
+                "give integer node ids (e.g. ids.astype(numpy.int64), after checking they are "
+                "whole numbers)",
+            )
+    return src, dst
+
+
 def csr_from_edges(
     src: np.ndarray, dst: np.ndarray, num_nodes: int, edge_weight: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -303,12 +328,7 @@ class Graph:
     ) -> "Graph":
         """Build a graph from ``src -> dst`` edge arrays (any integer dtype), with optional
         per-edge weights ``[E]`` and features ``[E, D]`` in the order of the edge arrays."""
-        src = np.asarray(src)
-        dst = np.asarray(dst)
-        if src.shape != dst.shape or src.ndim != 1:
-            raise DatasetError(
-                f"edge arrays must be 1-D and of equal length, got {src.shape} and {dst.shape}"
-            )
+        src, dst = edge_id_arrays(src, dst)
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
         if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):

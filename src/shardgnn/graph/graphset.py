@@ -27,7 +27,7 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import Graph, concat_ranges, pyg_edge_index
+from shardgnn.graph.csr import Graph, concat_ranges, edge_id_arrays, pyg_edge_index
 
 GRAPH_SET_FORMAT = "shardgnn-graph-set"
 GRAPH_SET_VERSION = 1
@@ -229,6 +229,9 @@ class GraphSet:
         optional edge rows ``edge_attr[i]`` and edge labels ``edge_y[i]`` (one per edge, in the
         order given: integer classes, or real targets ``[e_i]`` or ``[e_i, T]``, NaN unknown)
         and the graphs' labels ``y`` (None: edge labels only)."""
+        graphs = [
+            (*edge_id_arrays(s, d, f"{name}: graph {i}"), n) for i, (s, d, n) in enumerate(graphs)
+        ]
         sizes = np.array([n for _, _, n in graphs], dtype=np.int64)
         graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
         np.cumsum(sizes, out=graph_ptr[1:])

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from shardgnn.errors import DatasetError
+from shardgnn.graph.csr import edge_id_arrays
 from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
 from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
@@ -77,7 +78,7 @@ class TemporalGraph:
     ) -> "TemporalGraph":
         """Build from events in time order (``t`` non-decreasing; :func:`load_temporal_events`
         sorts a file's rows); ``labels``: the source's class at each event (-1: none)."""
-        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+        src, dst = (a.astype(np.int64, copy=False) for a in edge_id_arrays(src, dst, name, "event"))
         t = np.asarray(t, dtype=np.float64)
         if not (src.shape == dst.shape == t.shape and src.ndim == 1):
             raise DatasetError(f"src, dst and t must be 1-D of one length, got {src.shape}, "

@@ -29,7 +29,13 @@ import numpy as np
 
 from shardgnn.atomic import atomic_directory, save_json, save_npy
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import index_dtype, label_problem, pyg_edge_index, pyg_node_labels
+from shardgnn.graph.csr import (
+    edge_id_arrays,
+    index_dtype,
+    label_problem,
+    pyg_edge_index,
+    pyg_node_labels,
+)
 from shardgnn.graph.io import (
     TYPED_GRAPH_FORMAT,
     load_node_ids,
@@ -146,11 +152,30 @@ class TypedGraph:
         """Build from per-type node counts and per-relation ``(src, dst)`` arrays of *local* ids
         (the form of PyG's ``HeteroData`` and of typed edge tables)."""
         node_types = tuple(num_nodes)
+        for node_type, count in num_nodes.items():
+            if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+                raise DatasetError(
+                    f"node type {node_type!r} has count {count!r}",
+                    fix="give every node type a whole number of nodes >= 0",
+                )
         offsets = np.zeros(len(node_types) + 1, dtype=np.int64)
         np.cumsum([int(num_nodes[t]) for t in node_types], out=offsets[1:])
         relations = tuple(edges)
         srcs, dsts, rels = [], [], []
-        for r, (rel, (src, dst)) in enumerate(edges.items()):
+        for r, (rel, arrays) in enumerate(edges.items()):
+            if not (
+                isinstance(rel, tuple) and len(rel) == 3 and all(isinstance(p, str) for p in rel)
+            ):
+                raise DatasetError(
+                    f"relation {rel!r} is not (source type, name, destination type)",
+                    fix="key every edge array pair by a (str, str, str) triple",
+                )
+            if not (isinstance(arrays, (tuple, list)) and len(arrays) == 2):
+                raise DatasetError(
+                    f"relation {rel}: expected a (src, dst) pair of id arrays",
+                    fix="give each relation (src, dst): two 1-D arrays of local ids",
+                )
+            src, dst = edge_id_arrays(*arrays, f"relation {'/'.join(rel)}")
             src_type, _, dst_type = rel
             for node_type in (src_type, dst_type):
                 if node_type not in num_nodes:
