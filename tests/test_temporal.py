@@ -185,6 +185,33 @@ def test_events_built_in_python_refuse_what_a_file_would_be_refused(t, feat, mes
     assert str(caught.value).startswith("served: ")
 
 
+def test_serving_inputs_outside_the_graph_are_refused():
+    """What a serving stack feeds the samplers (README, Serving): a node past the end was
+    sampled from another row's memory, a NaN time or a node -1 gave an empty hop, and a walk
+    from a node past the end crashed the process; each is one line now."""
+    from shardgnn.errors import ConfigError
+    from shardgnn.graph.csr import csr_from_edges
+    from shardgnn.sampling.walks import node_walks
+
+    stream = TemporalGraph.from_events([0, 1, 2], [1, 2, 0], [1.0, 2.0, 3.0])
+    sampler = TemporalNeighborSampler(stream, [2], "uniform")
+    assert sampler.sample_hops(np.array([0]), np.array([5.0]))[0].nbr.size == 2
+    for nodes, times, message in (
+        ([7], [5.0], r"seed node 7 is no node here \(3 rows from 0\)"),
+        ([-1], [5.0], "seed node -1 is no node here"),
+        ([0], [np.nan], "a seed time is NaN"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            sampler.sample_hops(np.array(nodes), np.array(times))
+    indptr, indices, _ = csr_from_edges(np.array([0, 1, 2]), np.array([1, 2, 0]), 3)
+    assert node_walks(indptr, indices, np.array([0]), 2, 3, seed=0).shape == (1, 2, 4)
+    for start in (3, -1):
+        with pytest.raises(ConfigError, match=f"walk start {start} is no node of a graph of 3"):
+            node_walks(indptr, indices, np.array([start]), 2, 3, seed=0)
+    with pytest.raises(DatasetError, match=r"edge ids must lie in \[0, 3\), found range \[-1, 5\]"):
+        csr_from_edges(np.array([-1, 0]), np.array([0, 5]), 3)
+
+
 @requires_shared_data
 def test_collegemsg_loads_with_snap_counts():
     from shardgnn.graph.datasets import load_temporal_dataset

@@ -60,6 +60,15 @@ def csr_from_edges(
     return indptr, indices, weight
 
 
+def check_edge_range(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+    """Refuse an edge whose source or destination is not in ``[0, num_nodes)``."""
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
+        raise DatasetError(
+            f"edge ids must lie in [0, {num_nodes}), found range "
+            f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]"
+        )
+
+
 def csr_with_order(
     src: np.ndarray, dst: np.ndarray, num_nodes: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,6 +76,7 @@ def csr_with_order(
     the CSR's edge ``i`` (per-edge arrays follow their edges as ``array[order]``)."""
     src = np.asarray(src)
     dst = np.asarray(dst)
+    check_edge_range(src, dst, num_nodes)  # or the CSR would hold ids of nodes that do not exist
     order = np.argsort(dst, kind="stable")
     counts = np.bincount(dst, minlength=num_nodes)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
@@ -331,11 +341,7 @@ class Graph:
         src, dst = edge_id_arrays(src, dst)
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
-        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):
-            raise DatasetError(
-                f"edge ids must lie in [0, {num_nodes}), found range "
-                f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]"
-            )
+        check_edge_range(src, dst, num_nodes)  # before the edge rows' checks
         for values, what in ((edge_weight, "edge weight"), (edge_attr, "edge feature")):
             if values is not None:  # in the caller's edge order, before the CSR's
                 check_finite_features(np.asarray(values), "edges", what=what, fix=FINITE_FIX)

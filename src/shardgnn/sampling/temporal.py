@@ -181,6 +181,13 @@ def temporal_hop(
     seed_times = np.ascontiguousarray(seed_times, dtype=np.float64)
     if rows.shape != seed_times.shape:
         raise ConfigError("every seed node needs one seed time")
+    # the kernels read rows unchecked: past the end they sampled another row's memory silently
+    num_rows = len(indptr) - 1
+    if rows.size and (rows.min() < 0 or rows.max() >= num_rows):
+        bad = rows[(rows < 0) | (rows >= num_rows)][0] + id_offset
+        raise ConfigError(f"seed node {bad} is no node here ({num_rows} rows from {id_offset})")
+    if np.isnan(seed_times).any():  # no event is before NaN: an empty hop, silently
+        raise ConfigError("a seed time is NaN; give every seed a time (e.g. unix seconds)")
     with KERNEL_LOCK:
         offsets = np.cumsum(temporal_counts(indptr, times, rows, seed_times, fanout))
         total = int(offsets[-1])

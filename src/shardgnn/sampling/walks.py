@@ -183,8 +183,17 @@ def node_walks(
     steps from each of ``starts`` over the in-edge CSR (a symmetric graph's neighbours); ``-1``
     pads a walk that reached a node without neighbours. A node's walks depend on ``(seed, node)``
     only, not on the other starts: the walks of a node are the same in every batch that draws
-    them with the same seed, and any process can draw them."""
+    them with the same seed, and any process can draw them.
+
+    Raises:
+        ConfigError: a start is no node of the CSR (the kernel reads rows unchecked: past the end
+            it crashed the process; -1 walked nowhere, silently).
+    """
     starts = np.ascontiguousarray(starts, dtype=np.int64)
+    num_nodes = len(indptr) - 1
+    if starts.size and (starts.min() < 0 or starts.max() >= num_nodes):
+        bad = starts[(starts < 0) | (starts >= num_nodes)][0]
+        raise ConfigError(f"walk start {bad} is no node of a graph of {num_nodes} nodes")
     out = np.empty((starts.shape[0], num_walks, length + 1), dtype=np.int64)
     with KERNEL_LOCK:
         node_walk_kernel(
