@@ -585,6 +585,27 @@ def test_partition_command_writes_the_event_stream_in_new_ids(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]])
+def test_a_split_without_validation_events_is_refused_before_any_work(tmp_path, capsys, workers):
+    """Every event at one time: the chronological split's cuts put them all in training. Refused
+    in one line, with workers before the events are partitioned (every worker refused it after
+    the partitioning before, each with its rank and log)."""
+    from shardgnn.cli import main
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "same.txt"
+    path.write_text("".join(f"{a} {b} 5\n" for a, b in rng.integers(0, 20, size=(200, 2))))
+    argv = ["train", f"temporal:{path}", "--model", "tgn", "--epochs", "1", *workers]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (
+        "shardgnn train: error: temporal graph 'same': the split --link-val 0.05 --link-test 0.1 "
+        "leaves an empty training or validation span (200 / 0 events); give more events or other "
+        "fractions"
+    ), captured.err
+    assert "partition" not in captured.out + captured.err  # nothing was partitioned
+
+
 def test_cli_trains_temporal_events_with_workers(tmp_path, capsys):
     """`shardgnn train DATASET --workers 2` partitions the events, trains, and reports the bytes
     of memory and sampling; a static model on the temporal partition is refused in one line."""

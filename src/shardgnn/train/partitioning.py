@@ -252,7 +252,10 @@ def partition_temporal(job: PartitionJob) -> Partitioned:
     events = load_temporal_dataset(job.dataset, job.data_dir)
     _say(job, f"loaded {events.name}: {events.num_nodes:,} nodes, {events.num_events:,} events")
     if job.training is not None:
+        from shardgnn.train.temporal import split_events
+
         check_worker_count(job.config.num_parts, events.num_nodes, events.name)
+        split_events(job.training, events)  # here, not by every worker after the partitioning
     start = time.perf_counter()
     result, metrics, pset = write_temporal(
         events, job.config, job.out, progress=job.progress, overwrite=job.overwrite,
