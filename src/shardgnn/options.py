@@ -4,8 +4,9 @@ A component's config is a ``kw_only`` dataclass whose fields are declared with :
 (default, help text, choices, and the flag's spelling when it is not ``--field-name``) or with
 :func:`component` (a nested config). Everything else is derived from those declarations:
 
-* validation of types (:func:`check_types`, first in every ``__post_init__``: the Python API and
-  config files; the command line parses each flag to its type) and of choices
+* validation of types (:func:`check_types`, first in every ``__post_init__``: configs built in
+  Python or rebuilt by :func:`from_dict`; the command line and ``--config`` files parse each
+  flag to its type) and of choices
   (:func:`check_choices`), and error messages that name the flag and the bad value
   (:func:`invalid`);
 * the command-line flags (``shardgnn.cli.flags`` builds ``argparse`` arguments from the fields);
@@ -145,8 +146,9 @@ def _scalar(value: Any, kind: Any) -> Any:
 def check_types(obj: Any) -> None:
     """Refuse a field whose value is not of its declared type (``--hidden 16.5: must be an
     integer``; a nested config that is not its class), and normalise what is: a list for a
-    tuple setting becomes a tuple, numpy numbers Python's. The command line parses every flag to
-    its type; this holds the Python API and config files to the same."""
+    tuple setting becomes a tuple, numpy numbers Python's. The command line (and a ``--config``
+    file, read through the same parsers) gives every flag its type; this holds configs built in
+    Python, and those :func:`from_dict` rebuilds, to the same."""
     cls = type(obj)
     hints = _HINTS.get(cls)
     if hints is None:
