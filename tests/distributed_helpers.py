@@ -42,6 +42,23 @@ def run_workers(
     return [results[rank] for rank in range(world_size)]
 
 
+def run_workers_each(
+    fn: Callable[..., Any], world_size: int, runs: list[tuple], *, timeout_s: float = 120.0
+) -> list[list[Any]]:
+    """``fn(ctx, *args)`` for every ``args`` of ``runs`` in turn, in one job of ``world_size``
+    processes (a launch costs seconds of spawning and imports); per run, each rank's result in rank
+    order. For runs that share nothing but the job: ``fn`` must leave no state behind that the
+    next run reads."""
+    per_rank = run_workers(
+        _each, world_size, fn, [tuple(args) for args in runs], timeout_s=timeout_s
+    )
+    return [list(ranks) for ranks in zip(*per_rank, strict=True)]
+
+
+def _each(ctx: DistContext, fn: Callable[..., Any], runs: list[tuple]) -> list[Any]:
+    return [fn(ctx, *args) for args in runs]
+
+
 def _run_in_context(fn: Callable[..., Any], timeout_s: float, args: tuple) -> Any:
     """Worker side: join the job, run ``fn``, leave the job.
 

@@ -17,7 +17,7 @@ from shardgnn.partition.format import read_partitions, write_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.train.config import RunConfig, TrainConfig
 
-from distributed_helpers import run_workers
+from distributed_helpers import run_workers, run_workers_each
 
 
 def test_residual_plus_what_arrives_is_what_was_meant():
@@ -158,8 +158,9 @@ def test_full_graph_training_with_feedback(parts, spmm):
             run=RunConfig(partitions=parts),
         )
 
-    plain = run_workers(_train_full, 2, config(False))[0]
-    compensated = run_workers(_train_full, 2, config(True))[0]
+    plain, compensated = (
+        r[0] for r in run_workers_each(_train_full, 2, [(config(False),), (config(True),)])
+    )
     assert plain["residual_mb"] == 0 and compensated["residual_mb"] > 0
     assert compensated["error_feedback"] is True
     losses = [e["loss"] for e in compensated["epochs"]]

@@ -22,7 +22,7 @@ from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.single import run_training
 
-from distributed_helpers import run_workers
+from distributed_helpers import run_workers, run_workers_each
 
 EPOCHS = 4
 
@@ -215,16 +215,13 @@ def test_full_graph_config_errors():
 @pytest.mark.multiprocess
 def test_low_bit_and_stale_training_still_learns(tmp_path_factory, small_synthetic):
     path = _parts(tmp_path_factory, small_synthetic, 2, "metis")
-    exact = run_workers(_train_dist, 2, _config(path, "gcn", FullGraphConfig(), epochs=30))[0]
-    cheap = run_workers(
-        _train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=1, staleness=1), epochs=30)
-    )[0]
+    fulls = [FullGraphConfig(), FullGraphConfig(bits=1, staleness=1)]
+    fulls.append(FullGraphConfig(bits=32, staleness=0))
+    runs = [(_config(path, "gcn", full, epochs=30),) for full in fulls]
+    exact, cheap, same = (ranks[0] for ranks in run_workers_each(_train_dist, 2, runs))
     assert cheap["comm"]["spmm"]["bytes_sent"] * 5 < exact["comm"]["spmm"]["bytes_sent"]
     assert cheap["test_acc"] > exact["test_acc"] - 0.1
     # staleness 0 and bits 32 are the synchronous path: identical to the exact run.
-    same = run_workers(
-        _train_dist, 2, _config(path, "gcn", FullGraphConfig(bits=32, staleness=0), epochs=30)
-    )[0]
     assert [e["loss"] for e in same["epochs"]] == [e["loss"] for e in exact["epochs"]]
 
 
@@ -422,12 +419,12 @@ def test_plan_predicts_every_strategys_bytes_worker_by_worker(
         ("1d", ""), ("1d-sparse", ""), ("vertex-cut", ""), ("1.5d", "c=2"), ("2d", "2x2"),
         ("3d", "1x2x2"),
     }  # fmt: skip
+    if bits < 32:  # low bits: the fp32 all-reduce beside coded broadcasts, coded slices
+        costs = [c for c in costs if c.strategy in ("1.5d", "3d", "vertex-cut")]
+    runs = [(_config(path, "sage", c.config, dropout=0.5, input_dropout=0.2),) for c in costs]
     measured = {}
-    for cost in costs:
-        if bits < 32 and cost.strategy not in ("1.5d", "3d", "vertex-cut"):
-            continue  # low bits: the fp32 all-reduce beside coded broadcasts, coded slices
-        config = _config(path, "sage", cost.config, dropout=0.5, input_dropout=0.2)
-        sent, recv, saved = zip(*run_workers(_spmm_bytes, 4, config))
+    for cost, ranks in zip(costs, run_workers_each(_spmm_bytes, 4, runs), strict=True):
+        sent, recv, saved = zip(*ranks)
         assert (sum(sent), max(sent)) == (cost.bytes_per_epoch, cost.max_worker_bytes), cost
         assert (sum(recv), max(recv)) == (cost.bytes_per_epoch, cost.max_worker_recv), cost
         _assert_activations(cost, saved, graph)

@@ -17,7 +17,7 @@ from shardgnn.sampling.config import SamplerConfig
 from shardgnn.store.cache.config import CacheConfig
 from shardgnn.train.config import RunConfig, TrainConfig
 
-from distributed_helpers import run_workers
+from distributed_helpers import run_workers, run_workers_each
 
 NUM_NODES = 90
 
@@ -246,12 +246,16 @@ def two_parts(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_age_zero_is_exact_and_a_bound_keeps_accuracy(two_parts):
-    exact = run_workers(_train, 2, two_parts, None, 6)[0]
-    zero = run_workers(_train, 2, two_parts, "1:0", 6)[0]
+    settings = [(None, "push", "remote"), ("1:0", "push", "remote"), ("1:3", "push", "remote")]
+    settings += [("1:3", "pull", "remote"), ("1:0", "pull", "remote")]
+    settings += [("1:0", "push", "all"), ("1:3", "push", "all")]
+    runs = [(two_parts, historical, 6, mode, scope) for historical, mode, scope in settings]
+    exact, zero, bounded, pulled, zero_pull, zero_all, every = (
+        ranks[0] for ranks in run_workers_each(_train, 2, runs)
+    )
     assert [e["loss"] for e in zero["epochs"]] == [e["loss"] for e in exact["epochs"]]
     assert zero["test_acc"] == exact["test_acc"]
     assert zero["historical"]["hit_rate"] == 0.0
-    bounded = run_workers(_train, 2, two_parts, "1:3", 6)[0]
     summary = bounded["historical"]
     assert summary["hit_rate"] > 0.3 and summary["max_served_age"] <= 3
     assert summary["traffic_mb_per_epoch"] > 0 and summary["memory_mb"] > 0
@@ -262,18 +266,14 @@ def test_age_zero_is_exact_and_a_bound_keeps_accuracy(two_parts):
     for stage in ("fetch", "sample"):
         assert bounded["comm"][stage]["bytes_sent"] < exact["comm"][stage]["bytes_sent"]
     # pulled rows: the same bound, the same checks, only rows that are read move
-    pulled = run_workers(_train, 2, two_parts, "1:3", 6, "pull")[0]
     assert pulled["historical"]["mode"] == "pull" and pulled["historical"]["hit_rate"] > 0.3
     assert pulled["historical"]["max_served_age"] <= 3
     assert abs(pulled["test_acc"] - exact["test_acc"]) <= 0.02
-    zero_pull = run_workers(_train, 2, two_parts, "1:0", 6, "pull")[0]
     assert [e["loss"] for e in zero_pull["epochs"]] == [e["loss"] for e in exact["epochs"]]
     # own nodes served too (GNNAutoScale): age 0 is exact; a bound samples fewer edges than
     # serving remote nodes only, moves fewer bytes than exact training, and keeps accuracy
     # (remote bytes need not drop below scope remote's: owners compute, and so push, fewer rows)
-    zero_all = run_workers(_train, 2, two_parts, "1:0", 6, "push", "all")[0]
     assert [e["loss"] for e in zero_all["epochs"]] == [e["loss"] for e in exact["epochs"]]
-    every = run_workers(_train, 2, two_parts, "1:3", 6, "push", "all")[0]
     assert every["historical"]["scope"] == "all" and every["historical"]["max_served_age"] <= 3
     assert every["historical"]["hit_rate"] > 0.3
     assert every["sampled_edges_per_epoch"] < 0.8 * bounded["sampled_edges_per_epoch"]
