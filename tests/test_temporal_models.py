@@ -585,17 +585,24 @@ def test_partition_command_writes_the_event_stream_in_new_ids(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("workers", [[], ["--workers", "2"]])
-def test_a_split_without_validation_events_is_refused_before_any_work(tmp_path, capsys, workers):
+@pytest.mark.parametrize("how", ["one process", "workers", "partitions"])
+def test_a_split_without_validation_events_is_refused_before_any_work(tmp_path, capsys, how):
     """Every event at one time: the chronological split's cuts put them all in training. Refused
-    in one line, with workers before the events are partitioned (every worker refused it after
-    the partitioning before, each with its rank and log)."""
+    in one line, with workers before the events are partitioned, and with a partition directory
+    before any worker starts (every worker refused it before, each with its rank and log)."""
     from shardgnn.cli import main
 
     rng = np.random.default_rng(0)
     path = tmp_path / "same.txt"
     path.write_text("".join(f"{a} {b} 5\n" for a, b in rng.integers(0, 20, size=(200, 2))))
-    argv = ["train", f"temporal:{path}", "--model", "tgn", "--epochs", "1", *workers]
+    dataset = [f"temporal:{path}"]
+    if how == "partitions":
+        parts = str(tmp_path / "parts")
+        assert main(["partition", *dataset, "--parts", "2", "--out", parts]) == 0
+        capsys.readouterr()
+        dataset = ["--partitions", parts]
+    workers = ["--workers", "2"] if how == "workers" else []
+    argv = ["train", *dataset, "--model", "tgn", "--epochs", "1", *workers]
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == (

@@ -255,7 +255,8 @@ def partition_temporal(job: PartitionJob) -> Partitioned:
         from shardgnn.train.temporal import split_events
 
         check_worker_count(job.config.num_parts, events.num_nodes, events.name)
-        split_events(job.training, events)  # here, not by every worker after the partitioning
+        # here, not by every worker after the partitioning
+        split_events(job.training, events.t, events.name)
     start = time.perf_counter()
     result, metrics, pset = write_temporal(
         events, job.config, job.out, progress=job.progress, overwrite=job.overwrite,

@@ -84,19 +84,17 @@ def mean_gap(src: np.ndarray, dst: np.ndarray, t: np.ndarray, train_end: int) ->
     return max(span * active / max(2 * train_end, 1), 1e-9)
 
 
-def split_events(config: TrainConfig, events: EventStream) -> tuple[int, int]:
-    """``(val_start, test_start)``: the chronological split of ``events`` by ``--link-val`` and
-    ``--link-test``.
+def split_events(config: TrainConfig, t_E: np.ndarray, name: str) -> tuple[int, int]:
+    """``(val_start, test_start)``: the chronological split of the events at times ``t_E`` (of
+    temporal graph ``name``) by ``--link-val`` and ``--link-test``.
 
     Raises:
         ConfigError: the split leaves no training or no validation event.
     """
-    val_start, test_start = chronological_split(
-        np.asarray(events.t), config.link.val, config.link.test
-    )
+    val_start, test_start = chronological_split(np.asarray(t_E), config.link.val, config.link.test)
     if val_start == 0 or test_start == val_start:
         raise ConfigError(
-            f"temporal graph {events.name!r}: the split --link-val {config.link.val} --link-test "
+            f"temporal graph {name!r}: the split --link-val {config.link.val} --link-test "
             f"{config.link.test} leaves an empty training or validation span "
             f"({val_start} / {test_start - val_start} events); give more events or other "
             "fractions"
@@ -179,7 +177,7 @@ class TemporalLinkSteps(TemporalStreamEvaluation, Steps):
         self.config, self.events = config, events
         self.device = dev = resolve_device(config.device)
         ev = events
-        self.val_start, self.test_start = split_events(config, ev)
+        self.val_start, self.test_start = split_events(config, ev.t, ev.name)
         self.src_E = torch.from_numpy(np.asarray(ev.src)).to(dev)
         self.dst_E = torch.from_numpy(np.asarray(ev.dst)).to(dev)
         self.t_E = torch.from_numpy(np.asarray(ev.t)).to(dev)
