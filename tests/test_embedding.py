@@ -516,8 +516,9 @@ def test_disk_rows_equal_memory_rows_and_leave_no_file(optimizer, tmp_path):
     assert not torch.equal(best["weight"], tables["disk"].weight)  # a copy, not a view
     with pytest.raises(ConfigError, match="free in .* give --embedding-dir on a larger disk"):
         check_table_fits(1 << 40, EmbeddingConfig(dim=64, storage="disk"))
-    with pytest.raises(ConfigError, match="--embedding-dir /nonexistent/x: cannot be used"):
-        check_table_fits(10, EmbeddingConfig(dim=4, storage="disk", directory="/nonexistent/x"))
+    missing = tmp_path / "missing" / "x"  # not made: no folder to hold the table
+    with pytest.raises(ConfigError, match=f"--embedding-dir {missing}: cannot be used"):
+        check_table_fits(10, EmbeddingConfig(dim=4, storage="disk", directory=str(missing)))
 
 
 def test_disk_rows_train_and_resume_as_memory_rows(featureless, tmp_path):
