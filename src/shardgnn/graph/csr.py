@@ -60,6 +60,14 @@ def csr_from_edges(
     return indptr, indices, weight
 
 
+def first_outside(ids: np.ndarray, count: int) -> int | None:
+    """The first of ``ids`` outside ``[0, count)`` (numba kernels index rows unchecked: such an id
+    reads another array's memory or ends the process), or ``None``."""
+    if not ids.size or (ids.min() >= 0 and ids.max() < count):
+        return None
+    return int(ids[(ids < 0) | (ids >= count)][0])
+
+
 def check_edge_range(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
     """Refuse an edge whose source or destination is not in ``[0, num_nodes)``."""
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= num_nodes):

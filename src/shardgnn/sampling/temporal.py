@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from shardgnn.errors import ConfigError
+from shardgnn.graph.csr import first_outside
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.sampling.kernels import KERNEL_LOCK, floyd_positions, relabel, splitmix64
 from shardgnn.sampling.types import Block, SampledBlocks, SeedInput
@@ -183,9 +184,10 @@ def temporal_hop(
         raise ConfigError("every seed node needs one seed time")
     # the kernels read rows unchecked: past the end they sampled another row's memory silently
     num_rows = len(indptr) - 1
-    if rows.size and (rows.min() < 0 or rows.max() >= num_rows):
-        bad = rows[(rows < 0) | (rows >= num_rows)][0] + id_offset
-        raise ConfigError(f"seed node {bad} is no node here ({num_rows} rows from {id_offset})")
+    if (bad := first_outside(rows, num_rows)) is not None:
+        raise ConfigError(
+            f"seed node {bad + id_offset} is no node here ({num_rows} rows from {id_offset})"
+        )
     if np.isnan(seed_times).any():  # no event is before NaN: an empty hop, silently
         raise ConfigError("a seed time is NaN; give every seed a time (e.g. unix seconds)")
     with KERNEL_LOCK:

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from shardgnn.errors import ConfigError
+from shardgnn.graph.csr import first_outside
 from shardgnn.graph.typed import TypedGraph, relation_ids
 from shardgnn.sampling.kernels import KERNEL_LOCK, _below, splitmix64
 from shardgnn.sampling.typed import _lower_bound
@@ -191,8 +192,7 @@ def node_walks(
     """
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     num_nodes = len(indptr) - 1
-    if starts.size and (starts.min() < 0 or starts.max() >= num_nodes):
-        bad = starts[(starts < 0) | (starts >= num_nodes)][0]
+    if (bad := first_outside(starts, num_nodes)) is not None:
         raise ConfigError(f"walk start {bad} is no node of a graph of {num_nodes} nodes")
     out = np.empty((starts.shape[0], num_walks, length + 1), dtype=np.int64)
     with KERNEL_LOCK:
