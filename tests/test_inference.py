@@ -4,6 +4,7 @@ chunks, on 2 and 3 ranks; ``shardgnn infer`` writes outputs in original node ids
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,6 +104,31 @@ def test_layerwise_equals_full_neighbour_inference(
         )
 
 
+def test_an_earlier_inference_is_found_from_any_folder(tmp_path, monkeypatch):
+    """The files an earlier `shardgnn infer` wrote, from its summary's paths (relative to the
+    folder that run ran in), inside --out only."""
+    from shardgnn.cli.infer import earlier_inference
+
+    out = tmp_path / "runs" / "emb"
+    (out / "paper").mkdir(parents=True)
+    for name in ("embeddings.npy", "paper/embeddings.npy", "mine.txt", "../elsewhere.npy"):
+        (out / name).write_text("x")
+    outputs = {  # run from tmp_path, from runs/, gone since, outside --out
+        "embeddings": "runs/emb/embeddings.npy",
+        "paper/embeddings": "emb/paper/embeddings.npy",
+        "scores": "emb/scores.npy",
+        "other": str(tmp_path / "runs" / "elsewhere.npy"),
+    }
+    (out / "inference.json").write_text(json.dumps({"outputs": outputs}))
+    monkeypatch.chdir(out / "paper")  # neither folder the earlier run could have run in
+    found = [out / name for name in ("inference.json", "embeddings.npy", "paper/embeddings.npy")]
+    assert earlier_inference(out) == [p.resolve() for p in found]
+    assert earlier_inference(Path("..")) == [p.resolve() for p in found]
+    (out / "inference.json").write_text("{not json")
+    assert earlier_inference(out) == [(out / "inference.json").resolve()]
+    assert earlier_inference(tmp_path) == []
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_infer_command_writes_original_ids(tmp_path, graph, capsys):
@@ -186,6 +212,22 @@ def test_infer_command_writes_original_ids(tmp_path, graph, capsys):
     embeddings = np.loadtxt(out / "embeddings.csv", delimiter=",", skiprows=1, dtype=np.float64)
     assert np.array_equal(embeddings[:, 0], np.arange(graph.num_nodes))
     assert np.array_equal(embeddings[:, 1:].astype(np.float32), np.load(out / "embeddings.npy"))
+    # an earlier inference in --out: refused before any work; --overwrite removes its files
+    # first (tables this run does not write would pass for its own), not the folder's others
+    (out / "notes.txt").write_text("mine")
+    written = (out / "logits.npy").stat().st_mtime_ns
+    capsys.readouterr()
+    again = [*argv, "--out", str(out), "--table-format", "none"]
+    assert main(again) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"shardgnn infer: error: --out {out}: holds an earlier inference ({out}/inference.json "
+        "and the 5 output(s) it lists); pass --overwrite to replace it, or choose another --out"
+    )
+    assert (out / "logits.npy").stat().st_mtime_ns == written
+    assert main([*again, "--overwrite"]) == 0
+    assert not (out / "predictions.csv").exists() and not (out / "embeddings.csv").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    np.testing.assert_allclose(np.load(out / "logits.npy"), logits, atol=1e-6, rtol=1e-6)
     # the partition was written from a graph in memory: nothing names it to partition again
     capsys.readouterr()
     assert main(["infer", "--checkpoint", str(ckpt), "--out", str(tmp_path / "again")]) == 2

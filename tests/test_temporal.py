@@ -172,6 +172,8 @@ def test_non_finite_event_features_are_refused_by_line_or_zeroed(tmp_path, label
         ([0.0, np.nan, 2.0], None, "event 1's time nan is not a finite non-negative number"),
         ([0.0, 1.0, np.inf], None, "event 2's time inf is not a finite non-negative number"),
         ([-1.0, 1.0, 2.0], None, "event 0's time -1.0 is not a finite non-negative number"),
+        (["0", "1", "noon"], None, r"event times must be numbers \(could not convert string "
+         r"to float: 'noon'\)"),
         ([0.0, 1.0, 2.0], [[1.0], [1.0], [np.nan]], r"1 non-finite event feature value in 1 row "
          r"\(the first: row 2, counted from 0\)"),
     ],

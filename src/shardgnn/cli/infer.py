@@ -33,12 +33,21 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn infer``: check the checkpoint against the partition (given, or the
     checkpoint's dataset partitioned on the fly), then launch."""
     from shardgnn.atomic import check_output_path
+    from shardgnn.errors import ConfigError
     from shardgnn.train.inference import resolve_checkpoint
     from shardgnn.train.tables import check_table_format
 
     config = config_from_args(InferConfig, args)
     check_table_format(config.table_format)  # Parquet without pyarrow: refused before any work
     check_output_path(config.out, "--out", folder=True)
+    earlier = earlier_inference(Path(config.out).expanduser())
+    if earlier and not config.overwrite:
+        summary = Path(config.out) / "inference.json"
+        raise ConfigError(
+            f"--out {config.out}: holds an earlier inference ({summary} and the "
+            f"{len(earlier) - 1} output(s) it lists); pass --overwrite to replace it, or choose "
+            "another --out"
+        )
     if config.log_dir:
         check_output_path(config.log_dir, "--log-dir", folder=True)
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
@@ -46,8 +55,33 @@ def run(args: argparse.Namespace) -> int:
         where = config.partitions
         if config.partitions is None:
             config, where = _partitioned_on_the_fly(config, checkpoint, Path(scratch) / "parts")
-        _infer(config, checkpoint, where)
+        _infer(config, checkpoint, where, earlier)
     return 0
+
+
+def earlier_inference(out: Path) -> list[Path]:
+    """What an earlier ``shardgnn infer`` left in ``out``: its ``inference.json`` first, then
+    the outputs it lists that are files in ``out`` (paths as that run wrote them: relative to
+    the folder it ran in, so found by their trailing parts under ``out`` as well); empty when
+    ``out`` holds no inference."""
+    summary = out / "inference.json"
+    if not summary.is_file():
+        return []
+    try:
+        listed = json.loads(summary.read_text()).get("outputs") or {}
+        paths = [Path(p) for p in listed.values() if isinstance(p, str)]
+    except (OSError, ValueError, AttributeError):  # unreadable: the summary alone is replaced
+        paths = []
+    inside = out.resolve()
+    found = [summary.resolve()]
+    for path in paths:
+        tails = [Path(*path.parts[i:]) for i in range(1, len(path.parts))]
+        for candidate in [path, *(out / tail for tail in tails)]:
+            candidate = candidate.expanduser().resolve()
+            if candidate.is_file() and candidate.is_relative_to(inside):
+                found.append(candidate)
+                break
+    return list(dict.fromkeys(found))
 
 
 def _partitioned_on_the_fly(
@@ -108,9 +142,10 @@ def _check_request(config: InferConfig, checkpoint: Path, kind: str, task: str) 
     return config
 
 
-def _infer(config: InferConfig, checkpoint: Path, where: str) -> None:
-    """Check the checkpoint against ``config.partitions`` (named ``where`` in messages), then
-    one worker per part."""
+def _infer(config: InferConfig, checkpoint: Path, where: str, earlier: list[Path]) -> None:
+    """Check the checkpoint against ``config.partitions`` (named ``where`` in messages), remove
+    the ``earlier`` inference's files (``--overwrite``: none of them may be taken for this run's),
+    then one worker per part."""
     from shardgnn.distributed.context import check_placement
     from shardgnn.distributed.launch import launch_local
     from shardgnn.partition.format import read_partitions
@@ -130,6 +165,8 @@ def _infer(config: InferConfig, checkpoint: Path, where: str) -> None:
     check_placement(config.device, "gloo", pset.num_parts)
     if config.pairs is not None:
         read_pairs(config.pairs, pset.num_nodes)  # a bad file is refused before workers start
+    for path in earlier:  # after every check: a refused run leaves the earlier outputs
+        path.unlink(missing_ok=True)
     Path(config.out).expanduser().mkdir(parents=True, exist_ok=True)
     config = dataclasses.replace(config, checkpoint=str(checkpoint))
     launch_local(

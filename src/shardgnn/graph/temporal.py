@@ -79,7 +79,14 @@ class TemporalGraph:
         """Build from events in time order (``t`` non-decreasing; :func:`load_temporal_events`
         sorts a file's rows); ``labels``: the source's class at each event (-1: none)."""
         src, dst = (a.astype(np.int64, copy=False) for a in edge_id_arrays(src, dst, name, "event"))
-        t = np.asarray(t, dtype=np.float64)
+        try:
+            t = np.asarray(t, dtype=np.float64)
+        except (TypeError, ValueError) as exc:  # text, objects: numpy's traceback before
+            raise DatasetError(
+                f"event times must be numbers ({exc})",
+                name,
+                "times are numbers >= 0 (e.g. unix seconds)",
+            ) from None
         if not (src.shape == dst.shape == t.shape and src.ndim == 1):
             raise DatasetError(f"src, dst and t must be 1-D of one length, got {src.shape}, "
                                f"{dst.shape}, {t.shape}")  # fmt: skip

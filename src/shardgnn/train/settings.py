@@ -370,6 +370,11 @@ class InferConfig(LaunchConfig):
         help="output folder for embeddings, logits and predictions (.npy), and tables of them "
         "keyed by the graph's own node ids",
     )
+    overwrite: bool = option(
+        False,
+        help="replace an earlier inference in --out (OUT/inference.json and the outputs it "
+        "lists); without it such a folder is refused",
+    )
     chunk_rows: int = option(
         65536,
         help="rows computed at a time; bounds working memory: the chunk's rows, the rows its "
