@@ -262,8 +262,9 @@ def main() -> None:
              "--heap", args.heap,
              "--checkpoint-dir", str(work / "ckpt")]  # fmt: skip
     infer = [*cli, "infer", "--partitions", str(parts),
-        "--checkpoint", str(work / "ckpt"), "--out", str(work / "emb"), "--table-format",
-        "none", "--chunk-rows", str(args.chunk_rows), "--feature-storage", "disk"]  # fmt: skip
+        "--checkpoint", str(work / "ckpt"), "--out", str(work / "emb"), "--overwrite",
+        "--table-format", "none", "--chunk-rows", str(args.chunk_rows),
+        "--feature-storage", "disk"]  # fmt: skip
     plan = [
         ("generate", gen, None),
         ("convert", convert, [raw / "edges.npy", raw / "x.npy"]),  # one copy of the data on disk
