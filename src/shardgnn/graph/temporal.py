@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from shardgnn.errors import DatasetError
-from shardgnn.graph.csr import edge_id_arrays
+from shardgnn.graph.csr import check_edge_range, edge_id_arrays
 from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
 from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
@@ -104,8 +104,7 @@ class TemporalGraph:
             if num_nodes is not None
             else (max(src.max(), dst.max()) + 1 if src.size else 0)
         )
-        if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-            raise DatasetError(f"node ids must lie in [0, {n})")
+        check_edge_range(src, dst, n)
         eid = np.arange(src.size, dtype=np.int64)
         if directed:
             rows, nbrs, ev = dst, src, eid

@@ -77,9 +77,9 @@ def check_graphset_partition(
 def check_temporal_partition(
     config: TrainConfig, pset: PartitionSet, split_given: Collection[str]
 ) -> TrainConfig:
-    """Dynamic node classification needs the events' labels beside the parts, and the
-    chronological split training and validation events; nothing else (no features or stored
-    split: the event stream suffices, the recipe's own checks ran on the config)."""
+    """The chronological split must leave training and validation events, and dynamic node
+    classification needs the events' labels beside the parts; nothing else (no features or
+    stored split: the event stream suffices, the recipe's own checks ran on the config)."""
     from shardgnn.train.temporal import split_events
 
     split_events(config, pset.shared_array("events/t.npy"), pset.dataset["name"])
