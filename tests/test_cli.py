@@ -9,6 +9,8 @@ import dataclasses
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -530,3 +532,24 @@ def test_a_loss_that_is_no_longer_a_number_stops_training_in_one_line(tmp_path, 
     data = json.loads(results.read_text())
     assert data["status"] == "diverged" and [e["epoch"] for e in data["epochs"]] == [1]
     assert not list(checkpoints.glob("epoch-*"))
+
+
+def test_help_and_refused_flags_import_no_torch():
+    """``shardgnn --help``, a command's help and a refused flag answer before torch is imported
+    (a second or more of a user's wait, for no work): the parser reads only config modules."""
+    probe = (
+        "import sys\n"
+        "from shardgnn.cli import build_parser, main\n"
+        "build_parser()\n"
+        "for argv in (['train', '--no-such-flag'], ['partition', '--help'], ['--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('torch' in sys.modules, 'shardgnn.train.loop' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "no-such-flag" in done.stderr
+    assert done.stdout.splitlines()[-1] == "False False", done.stdout[-400:]

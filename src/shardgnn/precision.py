@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it runs: the CLI's parser reads PRECISIONS
+    import torch
 
 PRECISIONS = ("fp32", "bf16")
-REDUCED_DTYPES = (torch.bfloat16, torch.float16)
-"""Activation dtypes that autocast produces and that the sparse aggregation takes in fp32."""
 
 _warned: set[str] = set()
 
@@ -29,6 +29,8 @@ _warned: set[str] = set()
 def bf16_is_fast(device: torch.device | str) -> bool:
     """Whether ``device`` runs bf16 GEMMs natively: a CPU with AVX512-BF16 or AMX (oneDNN's
     check), or a CUDA GPU with bf16 tensor cores (Ampere and later)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
@@ -50,6 +52,8 @@ def precision_context(
         return contextlib.nullcontext()
     if precision != "bf16":
         raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
+    import torch
+
     device = torch.device(device)
     if device.type not in _warned:
         _warned.add(device.type)

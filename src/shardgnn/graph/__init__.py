@@ -1,15 +1,17 @@
 """Graph ingest: the CSR container, on-disk graph directories, dataset loaders and generators."""
 
-from shardgnn.graph.csr import Graph
-from shardgnn.graph.datasets import DatasetSpec, default_data_dir, known_datasets, load_dataset
-from shardgnn.graph.io import load_graph, save_graph
+from shardgnn import lazy_exports
 
-__all__ = [
-    "Graph",
-    "DatasetSpec",
-    "default_data_dir",
-    "known_datasets",
-    "load_dataset",
-    "load_graph",
-    "save_graph",
-]
+_WHERE = {
+    "Graph": "shardgnn.graph.csr",
+    "DatasetSpec": "shardgnn.graph.datasets",
+    "default_data_dir": "shardgnn.graph.datasets",
+    "known_datasets": "shardgnn.graph.datasets",
+    "load_dataset": "shardgnn.graph.datasets",
+    "load_graph": "shardgnn.graph.io",
+    "save_graph": "shardgnn.graph.io",
+}
+"""each public name and its module, imported on first use"""
+
+__all__ = list(_WHERE)
+__getattr__ = lazy_exports(__name__, _WHERE)

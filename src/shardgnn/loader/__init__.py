@@ -1,18 +1,16 @@
 """The mini-batch pipeline: seed batches -> sampled blocks -> features joined -> model."""
 
-from shardgnn.loader.batches import SeedBatcher, split_into_batches
-from shardgnn.loader.pipeline import (
-    FeatureFetcher,
-    MiniBatch,
-    MiniBatchLoader,
-    NeighborSamplingStage,
-)
+from shardgnn import lazy_exports
 
-__all__ = [
-    "SeedBatcher",
-    "split_into_batches",
-    "FeatureFetcher",
-    "MiniBatch",
-    "MiniBatchLoader",
-    "NeighborSamplingStage",
-]
+_WHERE = {
+    "SeedBatcher": "shardgnn.loader.batches",
+    "split_into_batches": "shardgnn.loader.batches",
+    "FeatureFetcher": "shardgnn.loader.pipeline",
+    "MiniBatch": "shardgnn.loader.pipeline",
+    "MiniBatchLoader": "shardgnn.loader.pipeline",
+    "NeighborSamplingStage": "shardgnn.loader.pipeline",
+}
+"""each public name and its module, imported on first use"""
+
+__all__ = list(_WHERE)
+__getattr__ = lazy_exports(__name__, _WHERE)

@@ -23,9 +23,12 @@ import numpy as np
 import torch
 
 from shardgnn.nn import kernels
-from shardgnn.precision import REDUCED_DTYPES
 from shardgnn.sampling.tensor_ops import entry_rows
 from shardgnn.sampling.types import Block
+
+REDUCED_DTYPES = (torch.bfloat16, torch.float16)
+"""Activation dtypes that autocast (:mod:`shardgnn.precision`) produces and that the sparse
+aggregation takes in fp32."""
 
 NORMS = ("mean", "sum", "gcn")
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
-
 from shardgnn.distributed.config import BITS
 from shardgnn.fullgraph.config import FullGraphConfig
 from shardgnn.graph.features import FEATURE_NORMS
@@ -221,6 +219,8 @@ class TrainConfig(ResolvedSettings):
 def apply_process_settings(config: TrainConfig) -> None:
     """What ``config`` sets for the whole process: torch's thread count and the C heap mode."""
     if config.threads is not None:
+        import torch  # here: the CLI's parser reads this module, and needs no torch
+
         torch.set_num_threads(config.threads)
     configure_heap(config.heap)
 
