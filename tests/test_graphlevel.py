@@ -200,7 +200,11 @@ def test_partitioning_a_graph_set_refuses_node_partitioner_flags(tmp_path, capsy
 
 def test_whole_graphs_go_to_parts_and_come_back_equal(tmp_path):
     from shardgnn.partition.format import read_partitions, verify_partitions
-    from shardgnn.partition.graphset import load_graph_part, write_graphset_partitions
+    from shardgnn.partition.graphset import (
+        graph_part_ids,
+        load_graph_part,
+        write_graphset_partitions,
+    )
 
     gs = csl(pe=4)
     result, _ = write_graphset_partitions(gs, 3, tmp_path / "p", dataset_spec="csl:pe=4")
@@ -221,6 +225,7 @@ def test_whole_graphs_go_to_parts_and_come_back_equal(tmp_path):
                 gs.indices[gs.indptr[A] : gs.indptr[B]] - A,
             )
         seen += [int(g) for g in part.graph_ids[part.train_idx]]
+        np.testing.assert_array_equal(graph_part_ids(pset, p, "graph"), part.graph_ids)
     assert sorted(seen) == gs.train_idx.tolist()
     # more parts than graphs: refused, as more parts than nodes are for one graph
     with pytest.raises(ConfigError, match="--parts 151 exceeds the 150 graphs of csl"):
@@ -426,7 +431,11 @@ def test_edge_regression_learns_the_track_parameters(tmp_path):
     slope), NaN on fakes; GINE learns both (R² per target), the set keeps its edge label kind
     through a save and a partition, and its shape is checked."""
     from shardgnn.graph.datasets import load_graphset_dataset
-    from shardgnn.partition.graphset import load_graph_part, write_graphset_partitions
+    from shardgnn.partition.graphset import (
+        graph_part_ids,
+        load_graph_part,
+        write_graphset_partitions,
+    )
 
     spec = "tracks:events=40,particles=30,labels=regression"
     gs = load_graphset_dataset(spec)
@@ -442,6 +451,9 @@ def test_edge_regression_learns_the_track_parameters(tmp_path):
     part = load_graph_part(pset, 1)
     assert part.edge_label_kind == "regression"
     np.testing.assert_array_equal(part.edge_y, gs.edge_y[part.edge_ids])
+    # what inference's rank 0 reads of every part: the ids alone, equal to the part's
+    np.testing.assert_array_equal(graph_part_ids(pset, 1, "edge"), part.edge_ids)
+    np.testing.assert_array_equal(graph_part_ids(pset, 1, "graph"), part.graph_ids)
     with pytest.raises(DatasetError, match=r"edge regression targets must be \["):
         dataclasses.replace(gs, edge_y=gs.edge_y[:, 0]).validate()
     results = run_training(

@@ -552,7 +552,7 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     CSR, ``logits.npy``, ``predictions.npy`` and ``predictions.csv`` (``edge_id, src, dst,
     class``, or ``value_0..`` for real targets). The metric per split goes to
     ``inference.json``."""
-    from shardgnn.partition.graphset import load_graph_part
+    from shardgnn.partition.graphset import graph_part_ids, load_graph_part
     from shardgnn.train.graphlevel import batch_tensors, graph_model, graph_set_target
 
     checkpoint, pset, config, out = run.checkpoint, run.pset, run.config, run.out
@@ -589,14 +589,13 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         split_metric[split] = evaluation.result(CommReducer(comm))[0]
     totals, comm_summed = sum_over_ranks(comm, seconds)
     info = pset.meta["graphset"]
-    parts = [load_graph_part(pset, p) for p in range(ctx.world_size)] if ctx.is_main else []
     orig_ids = np.asarray(pset.orig_ids)
     ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
+    rows = int(info["num_graphs"]) if level == "graph" else int(pset.num_edges)
+    by_row = (rows, lambda p: np.asarray(graph_part_ids(pset, p, level)))  # rank 0: ids only
     if level == "graph":
-        by_row = (int(info["num_graphs"]), lambda p: np.asarray(parts[p].graph_ids))
         by_embedding = by_row
     else:
-        by_row = (int(pset.num_edges), lambda p: np.asarray(parts[p].edge_ids))
         by_embedding = (len(orig_ids), lambda p: orig_ids[slice(*ranges[p])])
     outputs = {"embeddings": emb, "logits": logit, "predictions": target.predict(logit)}
     written = write_by_original_id(
