@@ -221,7 +221,9 @@ def test_one_line_per_epoch_in_a_pipe_and_no_truncated_names(tmp_path, capsys):
     assert [line.split()[1] for line in lines] == ["1/3", "2/3", "3/3"]
     assert all("loss" in line and "val" in line for line in lines)
     full_spec = json.loads(results.read_text())["dataset"]["spec"]
-    assert len(full_spec) > 60 and full_spec in out  # the summary names the whole dataset
+    assert "exponent=2.5" in full_spec  # the record spells every option, defaults too
+    shown = "synthetic:nodes=700,degree=6.0,classes=3,features=8,homophily=0.8,snr=1.5,seed=11"
+    assert f"| {shown} (700 nodes" in out  # the summary: every option given, none cut
     data = json.loads(results.read_text())
     assert data["status"] == "complete" and [e["epoch"] for e in data["epochs"]] == [1, 2, 3]
 

@@ -389,7 +389,10 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
         ax.grid(alpha=0.3, axis="y")
         if m.num_parts <= 32:
             ax.set_xticks(parts)
-    name = str(pset.dataset.get("spec") or pset.meta.get("graph"))
+    from shardgnn.graph.datasets import readable_spec
+
+    spec = pset.dataset.get("spec")
+    name = readable_spec(str(spec)) if spec else str(pset.meta.get("graph"))
     # Long names (synthetic specs) wrap instead of being cut.
     fig.suptitle(
         "\n".join(

@@ -721,6 +721,21 @@ def _load(parsed: DatasetSpec, spec: str, data_dir: str | os.PathLike | None) ->
     return graph.validate(spec)
 
 
+def readable_spec(spec: str) -> str:
+    """A recorded (canonical) spec as a person reads it: a synthetic graph's options equal to
+    their defaults left out (its canonical spec spells every option; other datasets' already
+    leave defaults out). A spec that no longer parses is returned as it is."""
+    try:
+        parsed = DatasetSpec.parse(spec)
+        if parsed.name != "synthetic":
+            return spec
+        from shardgnn.graph.synthetic import SyntheticConfig
+
+        return SyntheticConfig.from_spec(parsed).short_spec()
+    except DatasetError:
+        return spec
+
+
 def canonical_spec(spec: str) -> str:
     """The one spelling of a dataset spec: options sorted, those equal to their defaults dropped,
     paths absolute. Two specs name the same dataset exactly when their canonical forms match.

@@ -119,6 +119,17 @@ class SyntheticConfig:
         ]
         return "synthetic:" + ",".join(parts)
 
+    def short_spec(self) -> str:
+        """The spec with only the options that differ from their defaults: what a summary table
+        or a figure's title shows (:meth:`spec`, every option spelled, is what records keep)."""
+        default = type(self)()
+        parts = [
+            f"{f.name}={getattr(self, f.name)}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        ]
+        return "synthetic" + (":" + ",".join(parts) if parts else "")
+
 
 def _draw_pairs(
     rng: np.random.Generator,

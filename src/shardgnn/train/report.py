@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardgnn.graph.datasets import readable_spec
 from shardgnn.timing import STAGE_ORDER
 from shardgnn.train.progress import format_table
 
@@ -22,7 +23,7 @@ def print_summary(results: dict[str, Any], *, epochs: bool = False) -> None:
             [
                 (
                     "dataset",
-                    f"{ds.get('spec') or ds['name']} ("
+                    f"{readable_spec(ds['spec']) if ds.get('spec') else ds['name']} ("
                     + (f"{ds['num_graphs']:,} graphs, " if "num_graphs" in ds else "")
                     + f"{ds['num_nodes']:,} nodes, {ds['num_edges']:,} edges)",
                 ),
