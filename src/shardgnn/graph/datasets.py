@@ -731,7 +731,7 @@ def readable_spec(spec: str) -> str:
             return spec
         from shardgnn.graph.synthetic import SyntheticConfig
 
-        return SyntheticConfig.from_spec(parsed).short_spec()
+        return SyntheticConfig.from_spec(parsed).spec(short=True)
     except DatasetError:
         return spec
 

@@ -107,27 +107,23 @@ class SyntheticConfig:
         spec.finish()
         return cfg
 
-    def spec(self) -> str:
-        """The spec string that reproduces this config."""
-        # class labels and no edge features (the defaults) are not spelled: specs of such
-        # graphs are as before
-        parts = [
-            f"{f.name}={getattr(self, f.name)}"
-            for f in dataclasses.fields(self)
-            if (self.labels != "class" or f.name not in ("labels", "label_columns"))
-            and (self.edge_features or f.name != "edge_features")
-        ]
-        return "synthetic:" + ",".join(parts)
-
-    def short_spec(self) -> str:
-        """The spec with only the options that differ from their defaults: what a summary table
-        or a figure's title shows (:meth:`spec`, every option spelled, is what records keep)."""
+    def spec(self, *, short: bool = False) -> str:
+        """The spec string that reproduces this config; ``short``: only the options that differ
+        from their defaults, what a summary table or a figure's title shows (records keep the
+        long form)."""
         default = type(self)()
-        parts = [
-            f"{f.name}={getattr(self, f.name)}"
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != getattr(default, f.name)
-        ]
+
+        def spelled(name: str) -> bool:
+            if short:
+                return getattr(self, name) != getattr(default, name)
+            # class labels and no edge features (the defaults) are not spelled: specs of such
+            # graphs are as before
+            return (self.labels != "class" or name not in ("labels", "label_columns")) and bool(
+                self.edge_features or name != "edge_features"
+            )
+
+        fields = dataclasses.fields(self)
+        parts = [f"{f.name}={getattr(self, f.name)}" for f in fields if spelled(f.name)]
         return "synthetic" + (":" + ",".join(parts) if parts else "")
 
 

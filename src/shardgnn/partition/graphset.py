@@ -198,22 +198,14 @@ def load_graph_part(pset: PartitionSet, part: int, *, verify: bool = False) -> G
 
 def graph_part_ids(pset: PartitionSet, part: int, level: str) -> np.ndarray:
     """The original ids of part ``part``'s rows at ``level``: its graphs' ids (``"graph"``) or its
-    edges' positions in the set's CSR (``"edge"``), read alone (memory-mapped, sizes checked),
+    edges' positions in the set's CSR (``"edge"``), read alone (memory-mapped, size checked),
     not the part: writing every part's outputs by original id needs these of the others and
     nothing else."""
-    if level == "graph":
-        rel = f"{part_dir_name(part)}/graph_ids.npy"
-        _check_files(pset.path, pset.meta, [rel], False)
-        return _load_array(pset.path, pset.meta, rel, True)
-    if level == "edge":
-        ids = _edge_array(pset.load_part(part, mmap=True), "ids")
-        if ids is not None:
-            return ids
-        raise DatasetError(
-            f"part {part} has no edge ids", pset.path / part_dir_name(part),
-            "partition the graph set again (edge-level sets carry each edge's id)",
-        )  # fmt: skip
-    raise ValueError(f"level must be 'graph' or 'edge', got {level!r}")
+    if level not in ("graph", "edge"):
+        raise ValueError(f"level must be 'graph' or 'edge', got {level!r}")
+    rel = f"{part_dir_name(part)}/{level}_ids.npy"  # graph_ids, or the edge array "ids"
+    _check_files(pset.path, pset.meta, [rel], False)
+    return _load_array(pset.path, pset.meta, rel, True)
 
 
 def _edge_array(part: Any, name: str) -> np.ndarray | None:

@@ -592,7 +592,9 @@ def infer_graphset(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     orig_ids = np.asarray(pset.orig_ids)
     ranges = [tuple(int(v) for v in pset.book.part_range(p)) for p in range(ctx.world_size)]
     rows = int(info["num_graphs"]) if level == "graph" else int(pset.num_edges)
-    by_row = (rows, lambda p: np.asarray(graph_part_ids(pset, p, level)))  # rank 0: ids only
+    # rank 0 places every part's rows: it reads their ids alone, once
+    ids = [graph_part_ids(pset, p, level) for p in range(ctx.world_size)] if ctx.is_main else []
+    by_row = (rows, lambda p: np.asarray(ids[p]))
     if level == "graph":
         by_embedding = by_row
     else:
