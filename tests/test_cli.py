@@ -538,7 +538,8 @@ def test_a_loss_that_is_no_longer_a_number_stops_training_in_one_line(tmp_path, 
 
 def test_help_and_refused_flags_import_no_torch():
     """``shardgnn --help``, a command's help and a refused flag answer before torch is imported
-    (a second or more of a user's wait, for no work): the parser reads only config modules."""
+    (a second or more of a user's wait, for no work), nor numba (the partitioners', ~0.5 s): the
+    parser reads only config modules."""
     probe = (
         "import sys\n"
         "from shardgnn.cli import build_parser, main\n"
@@ -548,10 +549,10 @@ def test_help_and_refused_flags_import_no_torch():
         "        main(argv)\n"
         "    except SystemExit:\n"
         "        pass\n"
-        "print('torch' in sys.modules, 'shardgnn.train.loop' in sys.modules)\n"
+        "print(*(m in sys.modules for m in ('torch', 'shardgnn.train.loop', 'numba')))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert "no-such-flag" in done.stderr
-    assert done.stdout.splitlines()[-1] == "False False", done.stdout[-400:]
+    assert done.stdout.splitlines()[-1] == "False False False", done.stdout[-400:]

@@ -136,7 +136,7 @@ def _config_classes():
 
     from shardgnn.fullgraph.config import PlanConfig
     from shardgnn.graph.convert import ConvertConfig
-    from shardgnn.partition.methods import PartitionConfig
+    from shardgnn.partition.config import PartitionConfig
     from shardgnn.train.config import TrainConfig
     from shardgnn.train.settings import ExportConfig, InferConfig
 

@@ -52,8 +52,8 @@ def one_rank_store(graph, path, typed: bool):
     """A one-part partition of ``graph`` opened as rank 0 of 1 (no process group needed), its
     communicator, and the new id of every original id."""
     from shardgnn.distributed.comm import Communicator
+    from shardgnn.partition.config import PartitionConfig
     from shardgnn.partition.format import read_partitions
-    from shardgnn.partition.methods import PartitionConfig
     from shardgnn.store.dist_graph import DistGraphStore
 
     config = PartitionConfig(num_parts=1, method="random", seed=0)

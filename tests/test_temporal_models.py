@@ -693,8 +693,8 @@ def test_a_temporal_checkpoint_is_never_paired_with_another_stream(tmp_path, mod
     process or partitioned (new ids), is accepted."""
     from shardgnn.errors import ConfigError
     from shardgnn.graph.datasets import load_temporal_dataset
+    from shardgnn.partition.config import PartitionConfig
     from shardgnn.partition.format import read_partitions
-    from shardgnn.partition.methods import PartitionConfig
     from shardgnn.partition.temporal import partition_temporal
     from shardgnn.train.checkpoint import Checkpointer, check_resumable
     from shardgnn.train.inference.run import check_inference_pair

@@ -648,7 +648,7 @@ def test_typed_label_tables_keep_through_directory_partitions_and_pyg(tmp_path):
     and PyG's ``HeteroData`` both ways; a split without a known label is refused in one line."""
     import dataclasses
 
-    from shardgnn.partition.methods import PartitionConfig
+    from shardgnn.partition.config import PartitionConfig
     from shardgnn.partition.typed import (
         partition_typed_graph,
         reassemble_typed,

@@ -12,8 +12,8 @@ import torch
 
 from shardgnn.errors import ConfigError
 from shardgnn.graph.synthetic_hetero import AcademicConfig, generate_academic
+from shardgnn.partition.config import PartitionConfig
 from shardgnn.partition.format import reassemble
-from shardgnn.partition.methods import PartitionConfig
 from shardgnn.partition.typed import (
     partition_typed_graph,
     reassemble_typed,

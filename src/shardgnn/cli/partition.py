@@ -1,6 +1,7 @@
 """``shardgnn partition`` and ``shardgnn verify`` (and the partition figure of ``shardgnn plot``).
 
-The partition flags are derived from :class:`~shardgnn.partition.methods.PartitionConfig`.
+The partition flags are derived from :class:`~shardgnn.partition.config.PartitionConfig`; the
+partitioners and the format are imported when a command runs, not when the parser is built.
 Handlers return an exit code and raise :class:`~shardgnn.errors.ShardgnnError` for user mistakes
 (``shardgnn.cli.main`` turns those into ``error:`` + exit 2).
 """
@@ -13,6 +14,7 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,19 +27,13 @@ from shardgnn.cli.flags import (
     nonempty_text,
     was_given,
 )
-from shardgnn.partition.format import (
-    FORMAT,
-    PartitionSet,
-    check_output_dir,
-    read_partitions,
-    verify_partitions,
-)
-from shardgnn.partition.methods import PartitionConfig
-from shardgnn.partition.metrics import PartitionMetrics
-from shardgnn.partition.vertexcut import VERTEX_CUT_METHODS
+from shardgnn.partition.config import VERTEX_CUT_METHODS, PartitionConfig
 from shardgnn.train.config import TASKS, TrainConfig
 from shardgnn.train.progress import format_table
 from shardgnn.train.settings import LINK_SPLIT_SETTINGS, LinkConfig
+
+if TYPE_CHECKING:
+    from shardgnn.partition.metrics import PartitionMetrics
 
 # Which methods read which setting (a setting given for another method is reported, not dropped).
 _USED_BY = {
@@ -215,6 +211,7 @@ def partition_command(args: argparse.Namespace) -> int:
     """``shardgnn partition``: load, partition, write, print the metrics (the graph kind the
     dataset names picks how: :func:`~shardgnn.train.partitioning.partition_dataset`)."""
     from shardgnn.graph.datasets import dataset_traits
+    from shardgnn.partition.format import check_output_dir
     from shardgnn.train.partitioning import PartitionJob, partition_dataset
 
     with warnings.catch_warnings():
@@ -305,6 +302,8 @@ def _report(
 
 def verify_command(args: argparse.Namespace) -> int:
     """``shardgnn verify``: checksums + invariants + recomputed metrics; exit 0 when all hold."""
+    from shardgnn.partition.format import FORMAT, read_partitions, verify_partitions
+
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         start = time.perf_counter()
@@ -362,7 +361,9 @@ def plot_partition(dir: str | Path, out_dir: str | Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pset: PartitionSet = read_partitions(dir, verify=False)
+    from shardgnn.partition.format import read_partitions
+
+    pset = read_partitions(dir, verify=False)
     m = pset.metrics
     parts = np.arange(m.num_parts)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))

@@ -2,8 +2,9 @@
 
 Layering: this package imports only ``shardgnn.graph`` and the base modules (``errors``,
 ``atomic``, ``options``...), plus numpy, scipy, numba, tqdm and pymetis; torch only when a tensor
-is looked up in the book. The ``shardgnn partition`` and ``verify`` commands live in
-:mod:`shardgnn.cli.partition`.
+is looked up in the book. Its names are imported on first use, so that the configs
+(:mod:`shardgnn.partition.config`) come without the partitioners. The ``shardgnn partition``
+and ``verify`` commands live in :mod:`shardgnn.cli.partition`.
 
 Typical use::
 
@@ -11,79 +12,46 @@ Typical use::
 
     result = partition_graph(graph, PartitionConfig(num_parts=4, method="metis"))
     write_partitions(graph, result.assignment, "parts/", method=result.method,
-    settings=result.settings,
-                     num_parts=4)
+                     settings=result.settings, num_parts=4)
     local = load_part("parts/", rank)          # memory-mapped arrays of one part
 """
 
-from shardgnn.partition.book import PartitionBook, Relabelling, relabel
-from shardgnn.partition.format import (
-    FORMAT,
-    VERSION,
-    LocalPartition,
-    PartitionSet,
-    load_part,
-    read_partitions,
-    reassemble,
-    verify_partitions,
-    write_partitions,
-)
-from shardgnn.partition.methods import (
-    BALANCE_KEYS,
-    METHODS,
-    PartitionConfig,
-    PartitionResult,
-    check_assignment,
-    load_assignment,
-    metis_partition,
-    partition_graph,
-    random_partition,
-)
-from shardgnn.partition.metrics import (
-    PartitionMetrics,
-    comm_volume,
-    compute_metrics,
-    edge_cut,
-    max_send_volume,
-)
-from shardgnn.partition.streaming import (
-    StreamConfig,
-    StreamResult,
-    fennel_partition,
-    ldg_partition,
-    stream_partition,
-)
+from shardgnn import lazy_exports
 
-__all__ = [
-    "PartitionBook",
-    "Relabelling",
-    "relabel",
-    "FORMAT",
-    "VERSION",
-    "LocalPartition",
-    "PartitionSet",
-    "load_part",
-    "read_partitions",
-    "reassemble",
-    "verify_partitions",
-    "write_partitions",
-    "BALANCE_KEYS",
-    "METHODS",
-    "PartitionConfig",
-    "PartitionResult",
-    "check_assignment",
-    "load_assignment",
-    "metis_partition",
-    "partition_graph",
-    "random_partition",
-    "PartitionMetrics",
-    "comm_volume",
-    "compute_metrics",
-    "edge_cut",
-    "max_send_volume",
-    "StreamConfig",
-    "StreamResult",
-    "fennel_partition",
-    "ldg_partition",
-    "stream_partition",
-]
+_WHERE = {
+    "PartitionBook": "shardgnn.partition.book",
+    "Relabelling": "shardgnn.partition.book",
+    "relabel": "shardgnn.partition.book",
+    "FORMAT": "shardgnn.partition.format",
+    "VERSION": "shardgnn.partition.format",
+    "LocalPartition": "shardgnn.partition.format",
+    "PartitionSet": "shardgnn.partition.format",
+    "load_part": "shardgnn.partition.format",
+    "read_partitions": "shardgnn.partition.format",
+    "reassemble": "shardgnn.partition.format",
+    "verify_partitions": "shardgnn.partition.format",
+    "write_partitions": "shardgnn.partition.format",
+    "BALANCE_KEYS": "shardgnn.partition.config",
+    "METHODS": "shardgnn.partition.config",
+    "PartitionConfig": "shardgnn.partition.config",
+    "PartitionResult": "shardgnn.partition.methods",
+    "check_assignment": "shardgnn.partition.methods",
+    "load_assignment": "shardgnn.partition.methods",
+    "metis_partition": "shardgnn.partition.methods",
+    "partition_graph": "shardgnn.partition.methods",
+    "random_partition": "shardgnn.partition.methods",
+    "PartitionMetrics": "shardgnn.partition.metrics",
+    "comm_volume": "shardgnn.partition.metrics",
+    "compute_metrics": "shardgnn.partition.metrics",
+    "edge_cut": "shardgnn.partition.metrics",
+    "max_send_volume": "shardgnn.partition.metrics",
+    "StreamConfig": "shardgnn.partition.config",
+    "StreamResult": "shardgnn.partition.streaming",
+    "fennel_partition": "shardgnn.partition.streaming",
+    "ldg_partition": "shardgnn.partition.streaming",
+    "stream_partition": "shardgnn.partition.streaming",
+}
+"""each public name and its module, imported on first use"""
+
+__all__ = list(_WHERE)
+__getattr__ = lazy_exports(__name__, _WHERE)

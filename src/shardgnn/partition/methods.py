@@ -44,19 +44,21 @@ import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.options import check_choices, check_types, invalid, option
-from shardgnn.partition.sections import EdgeArraysSection, Section
-from shardgnn.partition.streaming import STREAM_METHODS, StreamConfig, stream_partition
-from shardgnn.partition.vertexcut import (
+from shardgnn.partition.config import (
+    BALANCE_KEYS,
+    STREAM_METHODS,
     VERTEX_CUT_METHODS,
+    PartitionConfig,
+    StreamConfig,
+)
+from shardgnn.partition.sections import EdgeArraysSection, Section
+from shardgnn.partition.streaming import stream_partition
+from shardgnn.partition.vertexcut import (
     grid_partition,
     hdrf_partition,
     most_square,
 )
 from shardgnn.seeding import splitmix64_array
-
-METHODS = ("random", "metis", "hypergraph", "ldg", "fennel", *VERTEX_CUT_METHODS, "assignment")
-BALANCE_KEYS = ("nodes", "train", "edges")
 
 
 class EmptyPartsError(DatasetError):
@@ -415,90 +417,6 @@ def load_assignment(
 
 
 # ----------------------------------------------------------------------------------------- dispatch
-_STREAM_DEFAULTS = StreamConfig()
-
-
-@dataclasses.dataclass(kw_only=True)
-class PartitionConfig:
-    """How to partition a graph (every field is a ``shardgnn partition`` flag)."""
-
-    num_parts: int = option(flag="--parts", short="-k", metavar="P", help="number of parts P")
-    method: str | None = option(
-        None,
-        choices=METHODS,
-        help="partitioner (unset: metis, or the --assignment file when one is given)",
-    )
-    seed: int = option(
-        0,
-        help="random/metis/hypergraph/hdrf/2d-hash seed (ldg and fennel are deterministic)",
-    )
-    balance: tuple[str, ...] | None = option(
-        None,
-        metavar="KEY,...",
-        help=f"metis: balance constraints, a subset of {','.join(BALANCE_KEYS)} "
-        "(unset: every one that applies); hypergraph: one of nodes (unset), edges",
-    )
-    imbalance: float = option(
-        0.03,
-        help="metis, hypergraph: allowed imbalance per constraint (0.03 = 3%% above the "
-        "average); hdrf: of the nodes each part is the master of",
-    )
-    hdrf_balance: float = option(
-        1.0,
-        help="hdrf: weight of balancing the edges each part computes against replicating fewer "
-        "nodes (the paper's lambda)",
-    )
-    slack: float = option(
-        _STREAM_DEFAULTS.slack, help="ldg/fennel: parts hold at most (1 + slack) * N / P nodes"
-    )
-    chunk_edges: int = option(
-        _STREAM_DEFAULTS.chunk_edges,
-        help="ldg/fennel: edges per streamed chunk; bounds scratch memory, never changes the "
-        "result",
-    )
-    assignment: str | None = option(
-        None,
-        metavar="FILE.npy",
-        help="use this node -> part array (integer .npy of length N) instead of a partitioner",
-    )
-    allow_empty_parts: bool = option(
-        False, help="accept parts that own no node (a warning instead of an error)"
-    )
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        if self.method is None:
-            self.method = "assignment" if self.assignment is not None else "metis"
-        self.validate()
-
-    def validate(self) -> "PartitionConfig":
-        check_choices(self)
-        if not isinstance(self.num_parts, int) or self.num_parts < 1:
-            raise invalid(self, "num_parts", "must be a positive integer")
-        if (self.method == "assignment") != (self.assignment is not None):
-            raise ConfigError(
-                f"give either --method or --assignment, not both (--method {self.method}, "
-                f"--assignment {self.assignment})"
-                if self.assignment is not None
-                else "--method assignment needs an --assignment file"
-            )
-        if self.method in ("metis", "hypergraph", "hdrf") and not 0.0 < self.imbalance <= 1.0:
-            raise invalid(self, "imbalance", "must lie in (0, 1]")
-        if self.balance is not None:
-            unknown = [b for b in self.balance if b not in BALANCE_KEYS]
-            if unknown or not self.balance:
-                raise invalid(
-                    self, "balance", f"give a comma-separated subset of {','.join(BALANCE_KEYS)}"
-                )
-        if not self.hdrf_balance > 0.0:
-            raise invalid(self, "hdrf_balance", "must be > 0")
-        if self.method in STREAM_METHODS:
-            StreamConfig(
-                method=self.method, slack=self.slack, chunk_edges=self.chunk_edges
-            ).validate()
-        return self
-
-
 @dataclasses.dataclass(kw_only=True)
 class PartitionResult:
     """An assignment plus the resolved settings and timing that produced it."""
@@ -687,9 +605,6 @@ def vertex_cut_refusal(method: str, what: str) -> str:
 
 
 __all__ = [
-    "METHODS",
-    "BALANCE_KEYS",
-    "PartitionConfig",
     "PartitionResult",
     "partition_graph",
     "random_partition",

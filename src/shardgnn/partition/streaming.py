@@ -74,8 +74,8 @@ from tqdm.auto import tqdm
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.edgelist import parse_numeric_table
+from shardgnn.partition.config import StreamConfig
 
-STREAM_METHODS = ("ldg", "fennel")
 _GZIP_MAGIC = b"\x1f\x8b"
 _JLG_HEADER = re.compile(rb"^[ \t]*(\d+)[ \t]*,[ \t]*(\d+)[ \t]*,[ \t]*([du])[ \t]*,")
 _MAX_EXACT_FLOAT_ID = 2**53
@@ -142,51 +142,6 @@ def _stream_finish(assign, loads, counts, state, mult, pen, cap):  # pragma: no 
             _place(v, assign, loads, counts, mult, pen, cap)
     state[0] = -1
     state[1] = assign.shape[0]
-
-
-# ------------------------------------------------------------------------------------------- config
-@dataclasses.dataclass(kw_only=True)
-class StreamConfig:
-    """Settings of a streaming partitioner."""
-
-    method: str = "ldg"
-    """scoring rule: ldg or fennel"""
-    slack: float = 0.05
-    """capacity slack: no part gets more than (1 + slack) * N / P nodes"""
-    gamma: float = 1.5
-    """Fennel's exponent (> 1)"""
-    chunk_edges: int = 1 << 20
-    """edge entries per chunk (graph and .npy input); memory grows with it, the result does not"""
-    chunk_bytes: int | None = None
-    """bytes of text per chunk for text files (default 16 * chunk_edges)"""
-    key: str = "auto"
-    """files: the column that groups edges into vertex records: auto, src or dst"""
-    base: int | str = 0
-    """text files: 0 (ids start at 0), 1, or auto (1-based iff the smallest id is 1); .jlg is always
-    1"""
-    num_nodes: int | None = None
-    """files: node count (default: largest id + 1, or the .jlg header)"""
-
-    def validate(self) -> "StreamConfig":
-        if self.method not in STREAM_METHODS:
-            raise ConfigError(f"streaming method {self.method!r} is not one of {STREAM_METHODS}")
-        if not (0.0 <= self.slack <= 10.0) or not math.isfinite(self.slack):
-            raise ConfigError(
-                f"slack={self.slack} must lie in [0, 10] (e.g. 0.05 for 5% above N/P)"
-            )
-        if not self.gamma > 1.0 or not math.isfinite(self.gamma):
-            raise ConfigError(f"gamma={self.gamma} must be > 1 (Fennel uses 1.5)")
-        if self.chunk_edges < 1:
-            raise ConfigError(f"chunk_edges={self.chunk_edges} must be >= 1")
-        if self.chunk_bytes is not None and self.chunk_bytes < 1:
-            raise ConfigError(f"chunk_bytes={self.chunk_bytes} must be >= 1")
-        if self.key not in ("auto", "src", "dst"):
-            raise ConfigError(f"key={self.key!r} must be auto, src or dst")
-        if self.base not in (0, 1, "auto"):
-            raise ConfigError(f"base={self.base!r} must be 0, 1 or 'auto'")
-        if self.num_nodes is not None and self.num_nodes < 1:
-            raise ConfigError(f"num_nodes={self.num_nodes} must be >= 1")
-        return self
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -704,11 +659,9 @@ def fennel_partition(
 
 
 __all__ = [
-    "StreamConfig",
     "StreamResult",
     "stream_partition",
     "ldg_partition",
     "fennel_partition",
     "capacity",
-    "STREAM_METHODS",
 ]

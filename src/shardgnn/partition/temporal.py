@@ -13,6 +13,7 @@ from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import temporal_fingerprint
 from shardgnn.graph.temporal import TemporalGraph
 from shardgnn.partition.book import relabel
+from shardgnn.partition.config import VERTEX_CUT_METHODS
 from shardgnn.partition.format import PartitionSet, write_partitions
 from shardgnn.partition.methods import (
     PartitionConfig,
@@ -22,7 +23,6 @@ from shardgnn.partition.methods import (
 )
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
 from shardgnn.partition.sections import EventSection
-from shardgnn.partition.vertexcut import VERTEX_CUT_METHODS
 
 
 def static_view(graph: TemporalGraph) -> Graph:

@@ -38,8 +38,6 @@ import numpy as np
 from shardgnn.graph.csr import Graph
 from shardgnn.partition.cover import cut_rows
 
-VERTEX_CUT_METHODS = ("hdrf", "2d-hash")
-
 
 def most_square(n: int) -> int:
     """The largest divisor of ``n`` not above its square root (the rows of the most square grid

@@ -19,7 +19,7 @@ from shardgnn.graph.datasets import (
     load_temporal_dataset,
     load_typed_dataset,
 )
-from shardgnn.partition.methods import PartitionConfig
+from shardgnn.partition.config import PartitionConfig
 from shardgnn.partition.metrics import PartitionMetrics
 from shardgnn.train.config import LinkConfig, TrainConfig
 
