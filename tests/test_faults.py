@@ -502,6 +502,35 @@ def test_torchrun_wrapper_ends_a_refused_job_with_the_workers_line(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("fault", ["unreachable", "missing machine"])
+def test_torchrun_wrapper_ends_a_failed_rendezvous_with_one_line(tmp_path, fault):
+    """A rendezvous that cannot happen under `python -m shardgnn.torchrun`: a store nobody
+    serves (the machine at --rdzv-endpoint is down, or the endpoint is wrong), or a second
+    machine that never comes. Plain torchrun prints the store client's every retry with a C++
+    stack, then a traceback (82 and 48 lines); here one line names the endpoint and the fix."""
+    from shardgnn.distributed.launch import free_port
+
+    port = free_port()  # free: nothing listens there
+    conf = "join_timeout=4,read_timeout=2" + (",is_host=false" if fault == "unreachable" else "")
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "2", "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7",
+        "--rdzv-conf", conf, "-m", "shardgnn.run", "train", "synthetic:nodes=300",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert done.returncode == 1, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"shardgnn.torchrun: rendezvous 'job7' at 127.0.0.1:{port}: ")
+    if fault == "unreachable":
+        assert "the store cannot be reached (" in lines[0] and "--rdzv-endpoint" in lines[0]
+    else:
+        assert "fewer than --nnodes 2 machines joined within the join timeout (4 s" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_torchrun_wrapper_kills_a_stalled_worker_seconds_after_the_failure(tmp_path, graph):
     """Under `python -m shardgnn.torchrun`, a stopped worker is SIGKILLed 3 s after its peer's
     collective timed out (plain torchrun waits 30 s more: SIGTERM means nothing to it)."""

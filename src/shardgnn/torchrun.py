@@ -36,6 +36,10 @@ This wrapper runs torchrun's own ``main`` in this process and adds:
 * ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given, and on such a
   signal one line and exit code 75 (:data:`~shardgnn.errors.REQUEUE_EXIT_CODE`) when every worker
   saved its checkpoint and exited 75, as ``shardgnn train`` does (torchrun: a traceback, exit 1).
+* a rendezvous that fails (its store out of reach, fewer machines than ``--nnodes`` within the
+  join timeout, a closed ``--rdzv-id``) ends with one line naming the endpoint and what to check,
+  exit 1 (torchrun: the store client's every retry with a C++ stack, then a traceback): the
+  agent's own C++ logging is quiet unless ``TORCH_CPP_LOG_LEVEL`` is set.
 
 With them every host of a job ends within ``--timeout`` + ~7 s of a partition, with a named
 cause (measured: 50-52 s at the default 45 s timeout). Use it wherever the README says torchrun:
@@ -54,8 +58,7 @@ import sys
 import threading
 import time
 
-from shardgnn.distributed.config import DEFAULT_TIMEOUT_S
-from shardgnn.distributed.launch import FAILURE_GRACE_S, StoppedWatch, proc_table
+from shardgnn.distributed.config import DEFAULT_TIMEOUT_S, FAILURE_GRACE_S
 from shardgnn.errors import REQUEUE_EXIT_CODE
 
 STOP_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
@@ -65,6 +68,8 @@ _EXIT_CODES: list[int | None] = []  # the workers' exit codes when the agent las
 
 def _children() -> dict[int, tuple[str, int]]:
     """``{pid: (state, starttime)}`` of this process's child processes."""
+    from shardgnn.distributed.launch import proc_table
+
     me = os.getpid()
     return {
         pid: (state, start) for pid, (ppid, state, start, _) in proc_table().items() if ppid == me
@@ -88,6 +93,8 @@ def watch_agent(
     """Thread body: end this agent when a worker has been dead and unreaped for ``grace_s``;
     SIGKILL a worker stopped (SIGSTOP, SIGTSTP) for ``stopped_timeout_s``, so that the agent sees
     it fail (a lone worker has no peer whose collective would time out)."""
+    from shardgnn.distributed.launch import StoppedWatch
+
     dead_since: dict[tuple[int, int], float] = {}
     labels: dict[tuple[int, int], str] = {}
     stopped = StoppedWatch(stopped_timeout_s)
@@ -226,9 +233,64 @@ def torchrun_has_option(flag: str) -> bool:
     return flag in get_args_parser()._option_string_actions
 
 
+def _import_torch_with_quiet_cpp_logs() -> None:
+    """Import torch with c10's C++ logging at FATAL in this agent, unless the user chose a level.
+
+    The agent's C++ code is the rendezvous store's client and server: while a store is out of
+    reach it logs every try with a C++ stack (80 lines for one unreachable endpoint), which
+    :func:`rendezvous_failure`'s one line replaces. c10 reads ``TORCH_CPP_LOG_LEVEL`` once, when
+    torch loads, so it is set for the import only: the workers inherit the user's environment.
+    """
+    if "torch" in sys.modules or "TORCH_CPP_LOG_LEVEL" in os.environ:
+        return
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        import torch  # noqa: F401
+    finally:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+
+
+def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:
+    """One line for a rendezvous that failed (torchrun: the agent's traceback): what did not
+    happen, at which endpoint, and what to check."""
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousClosedError,
+        RendezvousConnectionError,
+        RendezvousTimeoutError,
+    )
+
+    endpoint = _option(argv, "rdzv-endpoint") or "the rendezvous endpoint"
+    rdzv_id = _option(argv, "rdzv-id") or "none"
+    conf = dict(
+        item.partition("=")[::2] for item in (_option(argv, "rdzv-conf") or "").split(",") if item
+    )
+    head = f"shardgnn.torchrun: rendezvous {rdzv_id!r} at {endpoint}"
+    if isinstance(exc, RendezvousTimeoutError):
+        join = conf.get("join_timeout", "600")
+        return (
+            f"{head}: fewer than --nnodes {_option(argv, 'nnodes') or 1} machines joined within "
+            f"the join timeout ({join} s, --rdzv-conf join_timeout=S); start the same command on "
+            "every machine, with the same --rdzv-endpoint and --rdzv-id"
+        )
+    cause = exc.__cause__ or exc.__context__
+    detail = str(cause or exc).strip().splitlines()
+    said = f" ({detail[0][:200].rstrip('.')})" if detail else ""
+    if isinstance(exc, RendezvousConnectionError):
+        return (
+            f"{head}: the store cannot be reached{said}; the machine at that address hosts it "
+            "and must run this command too: check --rdzv-endpoint (host:port of the first "
+            "machine), that it is up, that the port is open between the machines and that no other "
+            "program holds it"
+        )
+    if isinstance(exc, RendezvousClosedError):
+        return f"{head} is closed (a run with this --rdzv-id ended); give a new --rdzv-id"
+    return f"{head} failed: {type(exc).__name__}{said}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv`` (its own arguments), bounded as the module docstring says."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _import_torch_with_quiet_cpp_logs()
     if _option(argv, "signals-to-handle") is None and torchrun_has_option("--signals-to-handle"):
         argv = ["--signals-to-handle", STOP_SIGNALS, *argv]
     _bound_failure_shutdown(FAILURE_GRACE_S)
@@ -242,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ).start()
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.run import main as torchrun_main
 
     sys.argv = ["torchrun", *argv]
@@ -276,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 128 + int(exc.sigval)
+    except RendezvousError as exc:
+        print(rendezvous_failure(exc, argv), file=sys.stderr)
+        return 1
     return 0
 
 

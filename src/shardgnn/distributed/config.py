@@ -18,3 +18,9 @@ DEFAULT_STOP_GRACE_S = 30.0
 """After SIGTERM or SIGUSR1 (preemption), how long workers have to finish their step and save a
 checkpoint before the launcher SIGKILLs them. SLURM's default ``KillWait`` is 30 s; with
 ``--signal=USR1@120`` there are 120 s."""
+
+FAILURE_GRACE_S = 3.0
+"""Once a worker has failed, how long the others have to exit by themselves (they write their
+error record and leave in milliseconds) before the watcher SIGKILLs them. Elastic alone sends
+SIGTERM and waits a fixed 30 s (hard-coded for a failed group in torch 2.x), and a stopped process
+(SIGSTOP) or one stuck in native code never acts on SIGTERM."""

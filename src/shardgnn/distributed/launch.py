@@ -81,7 +81,7 @@ from torch.distributed.elastic.utils import macros
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from shardgnn.distributed.comm import CollectiveError
-from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S
+from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S, FAILURE_GRACE_S
 from shardgnn.distributed.oom import OomWatch, memory_limit_hint
 from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnError
 
@@ -97,12 +97,6 @@ __all__ = [
 
 MONITOR_INTERVAL_S = 0.5
 """How often elastic's agent polls its workers (detection latency of a failure or of the end)."""
-
-FAILURE_GRACE_S = 3.0
-"""Once a worker has failed, how long the others have to exit by themselves (they write their
-error record and leave in milliseconds) before the watcher SIGKILLs them. Elastic alone sends
-SIGTERM and waits a fixed 30 s (hard-coded for a failed group in torch 2.x), and a stopped process
-(SIGSTOP) or one stuck in native code never acts on SIGTERM."""
 
 _HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 """The signals elastic's agent turns into a stop of the workers; it forwards the signal itself, so
