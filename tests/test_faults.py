@@ -500,6 +500,58 @@ def test_torchrun_wrapper_ends_a_refused_job_with_the_workers_line(tmp_path):
     assert "Traceback" not in done.stderr and "Root Cause" not in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("2", True), ("1:4", True), ("3:3", True), ("0", False), ("3:2", False), ("abc", False),
+     ("1:2:3", False), ("-1", False), ("", False)],
+)  # fmt: skip
+def test_torchrun_wrapper_checks_nnodes(value, ok):
+    """torchrun answers a bad --nnodes with `invalid literal for int()` or an AssertionError's
+    traceback; the wrapper names the flag and the rule."""
+    from shardgnn.torchrun import nnodes_problem
+
+    problem = nnodes_problem(value)
+    assert (problem is None) == ok, problem
+    if not ok:
+        assert (
+            problem == f"--nnodes {value!r} must be N or MIN:MAX (machines), with 1 <= MIN <= MAX"
+        )
+
+
+def test_torchrun_wrapper_tells_its_argument_errors_from_bugs():
+    """A ValueError raised where torchrun parses its arguments is a bad argument (one line, exit
+    2); any other keeps its traceback."""
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    from shardgnn.torchrun import refused_setting
+
+    with pytest.raises(ValueError) as bad_endpoint:
+        parse_rendezvous_endpoint("node0:http", 29400)
+    assert refused_setting(bad_endpoint.value)
+    with pytest.raises(ValueError) as elsewhere:
+        int("not torchrun's")
+    assert not refused_setting(elsewhere.value)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_torchrun_wrapper_refuses_a_bad_argument_in_one_line(tmp_path):
+    """`--rdzv-conf join_timeout=abc` under `python -m shardgnn.torchrun`: torchrun's own message
+    in one line and exit 2 (plain torchrun: its traceback, exit 1)."""
+    cmd = [
+        sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29400", "--rdzv-conf",
+        "join_timeout=abc", "-m", "shardgnn.run", "train", "synthetic:nodes=300",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "shardgnn.torchrun: error: The rendezvous configuration option 'join_timeout' does not "
+        "represent a valid integer value; see `python -m shardgnn.torchrun --help` (torchrun's "
+        "arguments)"
+    ], done.stderr[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("fault", ["unreachable", "missing machine"])

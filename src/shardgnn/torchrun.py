@@ -36,6 +36,8 @@ This wrapper runs torchrun's own ``main`` in this process and adds:
 * ``--signals-to-handle SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1`` unless given, and on such a
   signal one line and exit code 75 (:data:`~shardgnn.errors.REQUEUE_EXIT_CODE`) when every worker
   saved its checkpoint and exited 75, as ``shardgnn train`` does (torchrun: a traceback, exit 1).
+* a bad torchrun argument (``--rdzv-endpoint host:x``, ``--rdzv-conf join_timeout=abc``) is
+  one line and exit 2, not a traceback;
 * a rendezvous that fails (its store out of reach, fewer machines than ``--nnodes`` within the
   join timeout, a closed ``--rdzv-id``) ends with one line naming the endpoint and what to check,
   exit 1 (torchrun: the store client's every retry with a C++ stack, then a traceback): the
@@ -213,15 +215,17 @@ def _release_exit_barrier(timeout_s: float) -> None:
 
 
 def _option(argv: list[str], name: str) -> str | None:
-    """The value of torchrun option ``--name`` (either spelling, ``--x y`` or ``--x=y``)."""
+    """The value of torchrun option ``--name`` (either spelling, ``--x y`` or ``--x=y``; the last
+    one given, as argparse takes it)."""
     spellings = {f"--{name}", f"--{name.replace('-', '_')}"}
+    found = None
     for i, arg in enumerate(argv):
         if arg in spellings and i + 1 < len(argv):
-            return argv[i + 1]
+            found = argv[i + 1]
         head, eq, value = arg.partition("=")
         if eq and head in spellings:
-            return value
-    return None
+            found = value
+    return found
 
 
 def torchrun_has_option(flag: str) -> bool:
@@ -287,9 +291,51 @@ def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:
     return f"{head} failed: {type(exc).__name__}{said}"
 
 
+_SETTINGS_CODE = ("torch/distributed/run.py", "torch/distributed/elastic/rendezvous/")
+"""Where torchrun turns its arguments into settings: a ``ValueError`` raised there is a bad
+argument, worded for the user (``The port number of the rendezvous endpoint 'h:x' must be an
+integer ...``)."""
+
+
+def refused_setting(exc: ValueError) -> bool:
+    """Whether ``exc`` was raised by torchrun's own parsing of its arguments (not by a bug further
+    in, which keeps its traceback)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename.replace(os.sep, "/") if tb is not None else ""
+    return any(part in where for part in _SETTINGS_CODE)
+
+
+def _refuse(problem: str) -> int:
+    """One line for a bad torchrun argument; exit code 2."""
+    print(
+        f"shardgnn.torchrun: error: {problem.strip().rstrip('.')}; see "
+        "`python -m shardgnn.torchrun --help` (torchrun's arguments)",
+        file=sys.stderr,
+    )
+    return 2
+
+
+def nnodes_problem(value: str | None) -> str | None:
+    """What is wrong with a ``--nnodes`` value (``N`` or ``MIN:MAX``, 1 <= MIN <= MAX), or None;
+    torchrun answers ``invalid literal for int()`` or an ``AssertionError`` traceback."""
+    if value is None:
+        return None
+    bounds = value.split(":")
+    if len(bounds) <= 2 and all(b.isdigit() for b in bounds):
+        low, high = int(bounds[0]), int(bounds[-1])
+        if 1 <= low <= high:
+            return None
+    return f"--nnodes {value!r} must be N or MIN:MAX (machines), with 1 <= MIN <= MAX"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun with ``argv`` (its own arguments), bounded as the module docstring says."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    problem = nnodes_problem(_option(argv, "nnodes"))
+    if problem is not None:
+        return _refuse(problem)
     _import_torch_with_quiet_cpp_logs()
     if _option(argv, "signals-to-handle") is None and torchrun_has_option("--signals-to-handle"):
         argv = ["--signals-to-handle", STOP_SIGNALS, *argv]
@@ -342,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     except RendezvousError as exc:
         print(rendezvous_failure(exc, argv), file=sys.stderr)
         return 1
+    except ValueError as exc:
+        if not refused_setting(exc):
+            raise
+        return _refuse(str(exc))
     return 0
 
 
