@@ -18,7 +18,7 @@ Plain torchrun (torch 2.x) does not bound three faults that clusters produce eve
 This wrapper runs torchrun's own ``main`` in this process and adds:
 
 * a watchdog thread: when a worker of this agent has been dead but unreaped for
-  :data:`~shardgnn.distributed.launch.FAILURE_GRACE_S` seconds (the agent polls its workers every
+  :data:`~shardgnn.distributed.config.FAILURE_GRACE_S` seconds (the agent polls its workers every
   ``--monitor-interval``, so an unreaped worker means its main loop is blocked), it prints one
   line naming the cause, SIGKILLs the remaining workers and exits 1. The watchdog keeps running
   while the main thread is blocked: the store call releases the GIL;
@@ -262,15 +262,16 @@ def rendezvous_failure(exc: BaseException, argv: list[str]) -> str:
         RendezvousConnectionError,
         RendezvousTimeoutError,
     )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
 
     endpoint = _option(argv, "rdzv-endpoint") or "the rendezvous endpoint"
     rdzv_id = _option(argv, "rdzv-id") or "none"
-    conf = dict(
-        item.partition("=")[::2] for item in (_option(argv, "rdzv-conf") or "").split(",") if item
-    )
     head = f"shardgnn.torchrun: rendezvous {rdzv_id!r} at {endpoint}"
     if isinstance(exc, RendezvousTimeoutError):
-        join = conf.get("join_timeout", "600")
+        conf = dict(
+            item.partition("=")[::2] for item in (_option(argv, "rdzv-conf") or "").split(",")
+        )
+        join = conf.get("join_timeout") or f"{RendezvousTimeout().join.total_seconds():g}"
         return (
             f"{head}: fewer than --nnodes {_option(argv, 'nnodes') or 1} machines joined within "
             f"the join timeout ({join} s, --rdzv-conf join_timeout=S); start the same command on "
