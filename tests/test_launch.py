@@ -87,6 +87,30 @@ def _die_hard_on_rank_1(ctx, pid_dir, how):
     return t.item()
 
 
+def _stuck_where_told(ctx, pid_dir):
+    """Rank 1 raises; rank 0 hangs inside stage 'compute' (after a nested 'fetch' ended), rank 2
+    after its stage 'sample' ended: the launcher kills both and says where each was."""
+    from shardgnn.timing import StageTimer
+
+    _write_pid(pid_dir)
+    timer = StageTimer()
+    with timer("sample"):
+        pass
+    if ctx.rank != 1:
+        # deaf to elastic's SIGTERM, as a worker stuck in native code is: the launcher's SIGKILL
+        # ends it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    dist.barrier()  # rank 1 fails only once the others are deaf
+    if ctx.rank == 1:
+        raise ValueError("boom from rank 1")
+    if ctx.rank == 0:
+        with timer("compute"):
+            with timer("fetch"):
+                pass
+            threading.Event().wait()
+    threading.Event().wait()
+
+
 def _hang_forever(pid_dir):
     _write_pid(pid_dir)
     threading.Event().wait()
@@ -116,6 +140,46 @@ def _assert_no_orphans(pid_dir: Path, children_before: set[int]) -> None:
 
 
 # -------------------------------------------------------------------------------------------- tests
+def test_stage_timer_tells_where_the_main_thread_is():
+    from shardgnn.timing import StageTimer, tell_stages_to
+
+    told: list[str] = []
+    timer = StageTimer()
+    tell_stages_to(told.append)
+    try:
+        with timer("sample"):
+            pass
+        with timer("compute"):
+            with timer("fetch"):
+                pass
+            with timer("fetch"):  # back in 'compute' between them: told once each way
+                pass
+        worker = threading.Thread(target=lambda: timer("lookahead").__enter__())
+        worker.start()
+        worker.join()  # another thread's stage is not told
+        with timer("eval"):
+            tell_stages_to(None)  # stops telling mid-stage without confusing a later listener
+        tell_stages_to(told.append)
+        with timer("embed"):
+            pass
+    finally:
+        tell_stages_to(None)
+    assert told == [
+        "in sample",
+        "after sample",
+        "in compute",
+        "in fetch",
+        "in compute",
+        "in fetch",
+        "in compute",
+        "after compute",
+        "in eval",
+        "in embed",
+        "after embed",
+    ]
+    assert set(timer.seconds) == {"sample", "compute", "fetch", "lookahead", "eval", "embed"}
+
+
 def test_free_port_is_bindable():
     port = free_port()
     assert 0 < port < 65536
@@ -197,6 +261,24 @@ def test_hard_death_while_peers_block_in_a_collective(tmp_path, how, exitcode, t
     first = info.value.failures[0]
     assert (first.rank, first.exitcode, first.error) == (1, exitcode, None)
     assert f"rank 1: {text}" in str(info.value)
+    _assert_no_orphans(tmp_path, before)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_workers_killed_after_a_peer_failed_say_where_they_were(tmp_path):
+    before = _children()
+    with pytest.raises(WorkerFailedError) as info:
+        run_workers(_stuck_where_told, 3, str(tmp_path), timeout_s=30)
+    by_rank = {f.rank: f for f in info.value.failures}
+    assert info.value.failures[0].rank == 1
+    assert by_rank[1].describe() == "rank 1: exit code 1: ValueError: boom from rank 1"
+    assert by_rank[0].describe() == (
+        "rank 0: killed by SIGKILL (still running 3 s after a peer failed, in stage 'compute')"
+    )
+    assert by_rank[2].describe() == (
+        "rank 2: killed by SIGKILL (still running 3 s after a peer failed, after stage 'sample')"
+    )
     _assert_no_orphans(tmp_path, before)
 
 

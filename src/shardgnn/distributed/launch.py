@@ -84,6 +84,7 @@ from shardgnn.distributed.comm import CollectiveError
 from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S, FAILURE_GRACE_S
 from shardgnn.distributed.oom import OomWatch, memory_limit_hint
 from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnError
+from shardgnn.timing import tell_stages_to
 
 __all__ = [
     "RankFailure",
@@ -134,6 +135,9 @@ class RankFailure:
             seconds, longer than ``stopped_timeout_s`` (None: not for that).
         oom: for a SIGKILL the launcher did not send, the kernel's out-of-memory killer's part in
             it, as read from the kernel log or the memory cgroup (None: no evidence).
+        where: where its main thread was when it ended, as it last told the launcher:
+            ``"in <stage>"`` or ``"after <stage>"`` of :class:`~shardgnn.timing.StageTimer`'s
+            stages (None: it entered none).
     """
 
     rank: int
@@ -146,6 +150,7 @@ class RankFailure:
     killed_by_launcher: bool = False
     oom: str | None = None
     stopped_s: float | None = None
+    where: str | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -157,27 +162,34 @@ class RankFailure:
             return f"signal {-self.exitcode}"
 
     def describe(self, *, killed_by_deadline: bool = False) -> str:
-        """One line: rank, how it ended, and the exception message if there was one."""
+        """One line: rank, how it ended, and the exception message if there was one; for a worker
+        that ended without one, where it was (it could not say so itself)."""
+        where = ""
+        if self.where is not None and not self.error:
+            position, _, stage = self.where.partition(" ")
+            where = f", {position} stage '{stage}'"
         if self.exitcode is None:
-            how = "raised" if self.error else "ended (exit status not observed)"
+            how = ("raised" if self.error else "ended (exit status not observed)") + where
         elif self.exitcode < 0:
             how = f"killed by {self.signal_name}"
             if killed_by_deadline and self.exitcode == -signal.SIGKILL:
-                how += " (deadline)"
+                how += f" (deadline{where})"
             elif self.stopped_s is not None and self.exitcode == -signal.SIGKILL:
                 how = (
                     f"stopped (SIGSTOP or SIGTSTP) and not continued for {self.stopped_s:.0f} s, "
-                    "past the timeout: killed by the launcher"
+                    f"past the timeout: killed by the launcher{where}"
                 )
             elif self.killed_by_launcher and self.exitcode == -signal.SIGKILL:
-                how += f" (still running {FAILURE_GRACE_S:g} s after a peer failed)"
+                how += f" (still running {FAILURE_GRACE_S:g} s after a peer failed{where})"
             elif self.exitcode == -signal.SIGKILL and self.oom:
-                how += f": {self.oom}"
+                how += f": {self.oom}{where}"
             elif self.exitcode == -signal.SIGKILL:
                 how += (
                     " (not by the launcher, nor by the kernel's OOM killer as far as the kernel "
-                    "log and the memory cgroup show: by another process)"
+                    f"log and the memory cgroup show: by another process){where}"
                 )
+            else:
+                how += where
         else:
             how = f"exit code {self.exitcode}"
         text = f"rank {self.rank}: {how}"
@@ -185,7 +197,10 @@ class RankFailure:
             first_line = self.error.strip().splitlines()[0] if self.error.strip() else self.error
             text += f": {first_line[:300]}"
         elif self.exitcode is not None and self.exitcode > 0:
-            text += " without a Python exception (os._exit, sys.exit, or a crash in native code)"
+            text += (
+                " without a Python exception (os._exit, sys.exit, or a crash in native code)"
+                + where
+            )
         return text
 
 
@@ -598,6 +613,7 @@ class _WorkerRecord:
     killed_by_watcher: bool = False  # still running FAILURE_GRACE_S after a peer failed
     oom: str | None = None  # evidence that the OOM killer sent its SIGKILL
     stopped_s: float | None = None  # killed by the watcher after being stopped this long
+    where: str | None = None  # "in <stage>" / "after <stage>", as the worker last told
 
 
 @dataclasses.dataclass
@@ -732,6 +748,8 @@ class _WorkerWatch:
                     if state.record is None:  # not one of ours
                         self._drop(conn)
                         return None
+                elif line.startswith(b"stage "):
+                    state.record.where = line[6:].decode("ascii", "replace")[:80]
                 elif line.startswith(b"raised ") and state.record.raised_time is None:
                     state.record.raised_time = now
                     with contextlib.suppress(ValueError, IndexError):
@@ -928,6 +946,9 @@ def _collect_failures(
             return reported[rank]
         if record is not None and record.status_known:
             return record.exitcode
+        if record is not None and record.killed_by_watcher:
+            # alive (its connection open) when the watcher SIGKILLed it; elastic reaped it first
+            return -signal.SIGKILL
         # A worker that raised exits with 1 (torch's spawn wrapper); elastic may reap it before
         # the watcher reads its status, and report another rank as its first failure.
         return 1 if rank in errors else None
@@ -968,6 +989,7 @@ def _collect_failures(
                 killed_by_launcher=rank in by_rank and by_rank[rank].killed_by_watcher,
                 oom=seen.oom if seen is not None else None,
                 stopped_s=seen.stopped_s if seen is not None else None,
+                where=seen.where if seen is not None else None,
             )
         )
     return failures
@@ -1046,6 +1068,7 @@ def _worker_main(
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
     _register_with_launcher(watch_address, token, int(local_rank))
+    tell_stages_to(lambda where: _tell_launcher(f"stage {where}"))
     try:
         entrypoint, args = pickle.loads(payload)  # imports the entrypoint's module
         result = entrypoint(*args)
