@@ -256,15 +256,22 @@ def test_prefetcher_closed_early_leaves_collectives_matched():
 
 
 def _stall_or_crawl(ctx, behaviour, steps, slow_rank=1):
+    from shardgnn.timing import StageTimer
+
+    timer = StageTimer()
     for step in range(steps):
-        if ctx.rank == slow_rank:
-            if behaviour == "stall" and step == 3:
-                os.kill(os.getpid(), signal.SIGSTOP)  # stopped: cannot act on SIGTERM
-            if behaviour == "crawl":
-                time.sleep(0.3)  # 3x the peer's step time, well within the collective timeout
-        time.sleep(0.1)
-        t = torch.ones(1)
-        dist.all_reduce(t)
+        with timer("sample"):
+            time.sleep(0.05)
+        with timer("fetch"):
+            if ctx.rank == slow_rank:
+                if behaviour == "stall" and step == 3:
+                    os.kill(os.getpid(), signal.SIGSTOP)  # stopped: cannot act on SIGTERM
+                if behaviour == "crawl":
+                    time.sleep(0.3)  # 3x the peer's step time, well within the collective timeout
+        with timer("compute"):
+            time.sleep(0.05)
+            t = torch.ones(1)
+            dist.all_reduce(t)
     return "done"
 
 
@@ -288,7 +295,14 @@ def test_stalled_worker_is_killed_seconds_after_its_peer_times_out():
     # alone would SIGTERM it, which a stopped process ignores, and wait 30 s more)
     assert elapsed < 5 + 3 + 12, elapsed
     summary = failure.value.summary("train")
-    assert "rank 1" in summary and "stalled" in summary, summary
+    # the one line names the stalled rank and where it stopped, then its peer's symptom
+    assert (
+        summary.startswith(
+            "shardgnn train: error: worker rank 1 in stage 'fetch' stalled (no answer within the "
+            "collective timeout; killed): RuntimeError: "
+        )
+        and "Timed out waiting 5000ms" in summary
+    ), summary
 
 
 @pytest.mark.slow

@@ -161,13 +161,19 @@ class RankFailure:
         except ValueError:
             return f"signal {-self.exitcode}"
 
+    @property
+    def stage(self) -> str | None:
+        """``"in stage 'fetch'"`` or ``"after stage 'sample'"``: where it was, as it last told
+        (None: it told nothing)."""
+        if self.where is None:
+            return None
+        position, _, stage = self.where.partition(" ")
+        return f"{position} stage '{stage}'"
+
     def describe(self, *, killed_by_deadline: bool = False) -> str:
         """One line: rank, how it ended, and the exception message if there was one; for a worker
         that ended without one, where it was (it could not say so itself)."""
-        where = ""
-        if self.where is not None and not self.error:
-            position, _, stage = self.where.partition(" ")
-            where = f", {position} stage '{stage}'"
+        where = f", {self.stage}" if self.stage is not None and not self.error else ""
         if self.exitcode is None:
             how = ("raised" if self.error else "ended (exit status not observed)") + where
         elif self.exitcode < 0:
@@ -281,15 +287,18 @@ class WorkerFailedError(RuntimeError):
             else:
                 how = first.describe(killed_by_deadline=self.timed_out)
                 cause = f"worker {how}; the job was stopped"
-            stalled = [f.rank for f in self.failures[1:] if f.killed_by_launcher]
+            stalled = [f for f in self.failures[1:] if f.killed_by_launcher]
             waited = (first.error or "").lower()
             if stalled and ("collectiveerror" in waited or "timed out" in waited):
                 # The peers timed out waiting for it and it never failed by itself: it was stopped
-                # (SIGSTOP), stuck in native code, or hung; name it before the symptom.
-                ranks = ", ".join(map(str, stalled))
+                # (SIGSTOP), stuck in native code, or hung; name it, and where it was, before the
+                # symptom.
+                ranks = ", ".join(
+                    f"{f.rank} {f.stage}" if f.stage is not None else str(f.rank) for f in stalled
+                )
                 cause = (
-                    f"worker rank {ranks} stalled (no answer within the collective timeout; "
-                    f"killed): {cause}"
+                    f"worker {'rank' if len(stalled) == 1 else 'ranks'} {ranks} stalled (no answer "
+                    f"within the collective timeout; killed): {cause}"
                 )
         detail = None
         if self.failures and self.failures[0].log_file:
