@@ -399,6 +399,16 @@ def test_graph_set_model_file_computes_infers_logits(tmp_path, capsys, spec, arg
         np.testing.assert_allclose(got, logits, atol=TOLERANCE * scale, rtol=0)
 
 
+def _export_checked(ck: Path, out: Path, checked_on: str, capsys) -> dict:
+    """Export ``ck`` to ``out``: the line says the file was checked on ``checked_on``; returns
+    the signature written beside it."""
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "checked with" in printed and checked_on in printed, printed
+    return json.loads(out.with_name(out.name + ".json").read_text())
+
+
 TGAT_STREAMS = {
     "link": "synthetic-temporal:nodes=60,events=600",
     "node": "synthetic-temporal:nodes=60,events=600,classes=3,features=4",
@@ -446,11 +456,7 @@ def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_
     assert "model.pt2" in line and not (tmp_path / "m.onnx").exists()
     for suffix in (".pt2", ".pt"):
         out = tmp_path / f"m{suffix}"
-        capsys.readouterr()
-        assert main(["export", "--checkpoint", str(ck), "--out", str(out)]) == 0
-        printed = capsys.readouterr().out
-        assert "checked with" in printed and "random stream" in printed, printed
-        record = json.loads(out.with_name(out.name + ".json").read_text())
+        record = _export_checked(ck, out, "random stream", capsys)
         names = [entry["name"] for entry in record["inputs"]]
         assert names == list(serving.input_names)
         assert [entry["dtype"] for entry in record["inputs"][:3]] == ["float64", "int64", "float64"]
@@ -474,18 +480,137 @@ def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_
         assert not out.exists()
 
 
+MEMORY_STREAMS = {
+    ("tgn", "link"): "synthetic-temporal:nodes=60,events=600,features=4",
+    ("jodie", "link"): "synthetic-temporal:nodes=60,events=600",
+    ("tgn", "node"): "synthetic-temporal:nodes=60,events=600,classes=3,features=4",
+}
+
+
 @pytest.mark.slow
-def test_export_refuses_temporal_models_in_one_line(tmp_path, capsys):
-    """What a served graph cannot carry: an event stream's memory."""
-    ck = tmp_path / "temporal"
-    train = ["train", "synthetic-temporal:nodes=60,events=600", "--model", "tgn", "--epochs", "1"]
-    assert main([*train, "--quiet", "--checkpoint-dir", str(ck)]) == 0
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize(("model", "task"), list(MEMORY_STREAMS))
+def test_memory_model_file_served_over_the_stream_equals_evaluation(model, task, tmp_path, capsys):
+    """TGN and JODIE exported to torch.export and TorchScript: the file, driven by ServedMemory
+    over the training stream from empty memory (each batch embedded, then applied), gives what
+    the training code's own evaluation path computes batch by batch (TemporalLinkSteps'
+    `_embed_nodes` and `_apply`, the checkpoint's weights), and ends with the same memory. ONNX
+    is refused in one line (as TGAT's)."""
+    from shardgnn.loader.temporal import EventBatches
+    from shardgnn.nn.serving import ServedMemory
+    from shardgnn.sampling.temporal import TemporalNeighborSampler
+    from shardgnn.train.checkpoint import read_checkpoint_meta
+    from shardgnn.train.config import TrainConfig
+    from shardgnn.train.inference.run import load_model_weights
+    from shardgnn.train.temporal import TemporalLinkSteps
+    from shardgnn.train.temporal_node import TemporalNodeSteps
+
+    spec, ck = MEMORY_STREAMS[model, task], tmp_path / "ck"
+    train = ["train", spec, "--task", task, "--model", model]
+    train += ["--temporal-neighbors", "5"] if model == "tgn" else []
+    assert main([*train, "--epochs", "1", "--quiet", "--checkpoint-dir", str(ck)]) == 0
     capsys.readouterr()
-    out = tmp_path / "m.onnx"
-    assert main(["export", "--checkpoint", str(ck), "--out", str(out)]) == 2
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "m.onnx")]) == 2
     line = _error(capsys)
-    assert "holds a tgn model" in line and "memory of its stream's events" in line, line
-    assert not out.exists()
+    assert f"an ONNX file of {model} would differ from the trained model by ~1e-2" in line, line
+    checkpoint = resolve_checkpoint(ck)
+    config = TrainConfig.from_dict(read_checkpoint_meta(checkpoint)["config"])
+    steps = (TemporalNodeSteps if task == "node" else TemporalLinkSteps)(config)
+    steps.model.load_state_dict(load_model_weights(checkpoint))
+    steps.model.eval()
+    ev = steps.events
+    feat = torch.from_numpy(steps.event_feat_EF.numpy())
+    src, dst, t = (torch.from_numpy(np.asarray(a)) for a in (ev.src, ev.dst, ev.t))
+    for suffix in (".pt2", ".pt"):
+        out = tmp_path / f"m{suffix}"
+        record = _export_checked(ck, out, "embedded then applied", capsys)
+        names = [entry["name"] for entry in record["inputs"]]
+        assert names[:5] == ["memory", "last_update", "has_message", "message_memory",
+                             "message_time"]  # fmt: skip
+        assert ("nbr_index" in names) == (model == "tgn")
+        assert [o["name"] for o in record["outputs"]] == ["out", "memory_out", "last_update_out"]
+        if suffix == ".pt2":
+            run = torch.export.load(out).module()
+        else:
+            run = torch.jit.load(str(out))
+        memory = steps.model.memory
+        memory.reset()
+        steps._restart_stream()
+        served = ServedMemory(ev.num_nodes, memory.dim, feat.shape[1], model)
+        sampler = TemporalNeighborSampler(steps.graph, [5])
+        compared = 0
+        for _, (lo, hi) in EventBatches(0, 300, 50):
+            seeds = np.unique(np.r_[ev.src[lo:hi], ev.dst[lo:hi]])
+            time = float(ev.t[lo])
+            with torch.no_grad():
+                (z,), _ = steps._embed_nodes([seeds], time, np.full(seeds.size, time), 0)
+                want = steps.model.classify(z) if task == "node" else z
+            if model == "tgn":
+                n_id, edge_index, events = sampler.recent_subgraph(seeds, np.full(seeds.size, time))
+                events = torch.from_numpy(events)
+                recent = (torch.from_numpy(edge_index), t[events], feat[events])
+                inputs = served.embed_inputs(torch.from_numpy(n_id), seeds.size, recent=recent)
+            else:
+                times = torch.full((seeds.size,), time, dtype=torch.float64)
+                inputs = served.embed_inputs(torch.from_numpy(seeds), seeds.size, times)
+            got, memory_out, last_out = run(*inputs)
+            served.store(memory_out, last_out)
+            np.testing.assert_allclose(got.detach().numpy(), want.numpy(), atol=1e-5, rtol=0)
+            compared += int(want.shape[0])
+            steps._apply(lo, hi)
+            _, memory_out, last_out = run(*served.apply_inputs(src[lo:hi], dst[lo:hi], t[lo:hi],
+                                                               feat[lo:hi]))  # fmt: skip
+            served.store(memory_out, last_out)
+        assert compared > 100 and float(memory.memory.abs().max()) > 0.1  # memory moved
+        np.testing.assert_allclose(served.memory_NM.numpy(), memory.memory.numpy(), atol=1e-5)
+        assert torch.equal(served.last_N, memory.last_update)
+
+
+def test_a_jodie_checkpoint_without_its_time_scale_resumes_and_is_not_exported(tmp_path, capsys):
+    """A jodie checkpoint from before the time scale was a buffer: training resumes from it (the
+    stream's scale, as computed); export, which has no stream, refuses it in one line."""
+    ck = tmp_path / "ck"
+    train = ["train", "synthetic-temporal:nodes=40,events=300", "--model", "jodie", "--quiet"]
+    assert main([*train, "--epochs", "1", "--checkpoint-dir", str(ck)]) == 0
+    checkpoint = resolve_checkpoint(ck)
+    state = torch.load(checkpoint / "rank-0.pt", weights_only=True)
+    for section in ("model", "best_state"):
+        if state.get(section):
+            del state[section]["time_scale"]
+    torch.save(state, checkpoint / "rank-0.pt")
+    capsys.readouterr()
+    assert main(["export", "--checkpoint", str(ck), "--out", str(tmp_path / "j.pt2")]) == 2
+    line = _error(capsys)
+    assert "a jodie checkpoint written before its time scale was recorded" in line, line
+    assert main([*train, "--epochs", "2", "--checkpoint-dir", str(ck), "--resume"]) == 0
+
+
+def test_the_export_check_of_a_memory_model_tells_a_wrong_file():
+    """The check drives the file over a stream: a file whose GRU differs from the trained one's,
+    or one that forgets the messages, fails it."""
+    import copy
+
+    from shardgnn.nn.serving import MemoryServingModel
+    from shardgnn.nn.temporal import TemporalLinkModel
+    from shardgnn.train.inference.export import TOLERANCE, check_memory_stream
+
+    torch.manual_seed(0)
+    model = TemporalLinkModel("tgn", 1, torch.zeros(0, 3), memory_dim=8, time_dim=4,
+                              embedding_dim=8, heads=2).eval()  # fmt: skip
+    serving = MemoryServingModel(model, False, 4).eval()
+    diff, scale, _ = check_memory_stream(serving, serving, 40)
+    assert diff <= TOLERANCE * scale
+    other = copy.deepcopy(serving)
+    with torch.no_grad():
+        other.model.memory.gru.weight_hh.add_(0.05)
+    assert check_memory_stream(other, serving, 40)[0] > 10 * TOLERANCE * scale
+
+    def forgetful(*inputs):
+        inputs = list(inputs)
+        inputs[2] = torch.zeros_like(inputs[2])  # has_message: never
+        return serving(*inputs)
+
+    assert check_memory_stream(forgetful, serving, 40)[0] > 10 * TOLERANCE * scale
 
 
 @pytest.mark.slow

@@ -12,7 +12,9 @@ Graph- and edge-level models (:class:`~shardgnn.nn.graphlevel.GraphGNN`) serve a
 graphs as their disjoint union: :class:`GraphServingModel` takes PyG's ``Batch.ptr`` (each graph's
 first node, then ``N``) and returns one row per graph, :class:`EdgeServingModel` one row per edge.
 A SUREL link predictor (:class:`WalkServingModel`) takes the walks of its queries' endpoints,
-TGAT (:class:`TemporalServingModel`) the earlier events sampled around its queries.
+TGAT (:class:`TemporalServingModel`) the earlier events sampled around its queries, TGN and JODIE
+(:class:`MemoryServingModel`) their nodes' memory, which the serving stack keeps
+(:class:`ServedMemory`).
 
 Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` output width.
 """
@@ -26,7 +28,7 @@ import torch
 from torch import nn
 
 from shardgnn.nn.surel import relative_positions_by_comparison
-from shardgnn.nn.temporal import HopTensors
+from shardgnn.nn.temporal import HopTensors, latest_events
 from shardgnn.nn.typed import TypedMessageGraph
 
 
@@ -424,3 +426,144 @@ def temporal_inputs(
             rows = np.asarray(event_feat_EF, dtype=np.float32)[hop.eids]
             inputs.append(torch.from_numpy(np.ascontiguousarray(rows)))
     return tuple(inputs)
+
+
+class MemoryServingModel(nn.Module):
+    """TGN or JODIE (:class:`~shardgnn.nn.temporal.TemporalLinkModel` with memory) as one
+    function of the memory it reads: the memory is the serving stack's (:class:`ServedMemory`
+    keeps it as evaluation does), the file holds the weights. One call applies the messages of
+    ``B`` nodes' latest events to their memory, then embeds ``Q`` queries among them.
+
+    Inputs, for ``B`` nodes: ``memory`` (float32 ``[B, M]``) and ``last_update`` (float64
+    ``[B]``), each one's message (``has_message``, bool ``[B]``; ``message_memory``, the other
+    endpoint's memory ``[B, M]``; ``message_time``, float64 ``[B]``; ``message_attr``, the
+    event's features ``[B, F]``, for a stream with them: rows without a message are read as
+    none); ``query_index`` (int64 ``[Q]``, rows of ``B``); JODIE: ``query_time`` (float64
+    ``[Q]``: memory projected to it); TGN: the queries' recent events, ``nbr_index`` (int64
+    ``[E]``: the other endpoint's row of ``B``), ``seed_index`` (int64 ``[E]``: the query's row
+    of ``Q``), ``event_time`` (float64 ``[E]``), ``event_attr`` (``[E, F]``). Outputs: ``out``
+    ``[Q, D]`` (embeddings, or a node classifier's logits), ``memory_out`` and
+    ``last_update_out``: the ``B`` rows after the messages (unchanged without one).
+
+    Evaluation applies a batch's events after scoring it, so a serving stack calls the file
+    twice per batch: to embed (no message) and to apply (no query)."""
+
+    output_names = ("out", "memory_out", "last_update_out")
+
+    def __init__(self, model: nn.Module, classify: bool, recent: int):
+        super().__init__()
+        assert model.memory is not None, model.kind
+        self.model, self.kind, self.classify = model, model.kind, classify
+        self.recent = recent  # TGN: the latest events per query that training attended over
+        self.memory_dim = model.memory.dim
+        self.event_dim = model.memory.gru.input_size - 2 * self.memory_dim - model.time_encoder.dim
+        attr = ("message_attr",) if self.event_dim else ()
+        names = ("memory", "last_update", "has_message", "message_memory", "message_time")
+        names += attr + ("query_index",)
+        if self.kind == "jodie":
+            names += ("query_time",)
+        else:
+            names += ("nbr_index", "seed_index", "event_time")
+            names += ("event_attr",) if self.event_dim else ()
+        self.input_names = names
+        self.edge_dim = 0
+
+    def forward(self, memory_BM, last_B, has_B, message_memory_BM, message_time_B, *rest):
+        rest = list(rest)
+        # no features: zero columns, sliced so that the rows stay symbolic when traced
+        attr_BF = rest.pop(0) if self.event_dim else message_memory_BM[:, :0]
+        memory = self.model.memory
+        message_BF = memory.message(memory_BM, last_B, message_memory_BM, message_time_B, attr_BF)
+        # one GRU step for the rows with a message (evaluation applies no other)
+        has_B1 = has_B.unsqueeze(1)
+        memory_BM = torch.where(has_B1, memory.gru(message_BF, memory_BM), memory_BM)
+        last_B = torch.where(has_B, message_time_B, last_B)
+        query_Q = rest.pop(0)
+        if self.kind == "jodie":
+            z_QD = self.model.embed_projected(memory_BM[query_Q], last_B[query_Q], rest[0])
+        else:
+            nbr_E, seed_E, time_E = rest[:3]
+            attr_EF = rest[3] if self.event_dim else time_E.unsqueeze(1)[:, :0].float()
+            z_QD = self.model.attend_recent(
+                memory_BM[query_Q], memory_BM, last_B, nbr_E, seed_E, time_E, attr_EF
+            )
+        out = self.model.classify(z_QD) if self.classify else z_QD
+        return out, memory_BM, last_B
+
+
+class ServedMemory:
+    """What a serving stack keeps for a :class:`MemoryServingModel` file, and the inputs it
+    builds for it: every node's memory and last update (zeros: a stream's start), as
+    ``shardgnn train`` evaluates a stream.
+
+    Per batch of events (in time order), :meth:`embed_inputs` of the queried nodes (TGN: with
+    their recent events before the batch, as
+    :meth:`~shardgnn.sampling.temporal.TemporalNeighborSampler.recent_subgraph` samples them),
+    run the file, then :meth:`apply_inputs` of the batch's events, run the file, and
+    :meth:`store` its ``memory_out`` and ``last_update_out``."""
+
+    def __init__(self, num_nodes: int, memory_dim: int, event_dim: int, kind: str):
+        self.memory_NM = torch.zeros(num_nodes, memory_dim)
+        self.last_N = torch.zeros(num_nodes, dtype=torch.float64)
+        self.event_dim, self.kind = event_dim, kind
+        self.n_id_B = torch.zeros(0, dtype=torch.int64)
+
+    def _rows(self, n_id_B: torch.Tensor, has_B: torch.Tensor) -> list[torch.Tensor]:
+        self.n_id_B = n_id_B
+        return [self.memory_NM[n_id_B], self.last_N[n_id_B], has_B]
+
+    def embed_inputs(
+        self,
+        n_id_B: torch.Tensor,
+        num_queries: int,
+        query_time_Q: torch.Tensor | None = None,
+        recent: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """The inputs embedding the first ``num_queries`` nodes of ``n_id_B`` (their memory as
+        stored, no message): JODIE at ``query_time_Q``; TGN over ``recent`` = ``(edge_index
+        [2, E]`` (neighbour's row, seed's row of ``n_id_B``), ``event_time [E]``, ``event_attr
+        [E, F])``."""
+        b = n_id_B.shape[0]
+        inputs = self._rows(n_id_B, torch.zeros(b, dtype=torch.bool))
+        inputs += [torch.zeros(b, self.memory_NM.shape[1]), torch.zeros(b, dtype=torch.float64)]
+        if self.event_dim:
+            inputs.append(torch.zeros(b, self.event_dim))
+        inputs.append(torch.arange(num_queries))
+        if self.kind == "jodie":
+            assert query_time_Q is not None
+            inputs.append(query_time_Q.to(torch.float64))
+        else:
+            assert recent is not None
+            edge_index_2E, time_E, attr_EF = recent
+            inputs += [edge_index_2E[0], edge_index_2E[1], time_E.to(torch.float64)]
+            if self.event_dim:
+                inputs.append(attr_EF.float())
+        return tuple(inputs)
+
+    def apply_inputs(
+        self, src_P: torch.Tensor, dst_P: torch.Tensor, t_P: torch.Tensor, attr_PF: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """The inputs applying ``P`` events (in time order) to their endpoints' memory: each
+        endpoint's latest event of them, the other endpoint's memory as stored before."""
+        n_id_B, last = latest_events(src_P, dst_P)
+        p = src_P.shape[0]
+        others = torch.cat([dst_P, src_P])[last]
+        inputs = self._rows(n_id_B, torch.ones(n_id_B.shape[0], dtype=torch.bool))
+        inputs += [self.memory_NM[others], t_P.to(torch.float64)[last % p]]
+        if self.event_dim:
+            inputs.append(attr_PF.float()[last % p])
+        inputs.append(torch.zeros(0, dtype=torch.int64))
+        if self.kind == "jodie":
+            inputs.append(torch.zeros(0, dtype=torch.float64))
+        else:
+            inputs += [torch.zeros(0, dtype=torch.int64)] * 2 + [
+                torch.zeros(0, dtype=torch.float64)
+            ]
+            if self.event_dim:
+                inputs.append(torch.zeros(0, self.event_dim))
+        return tuple(inputs)
+
+    def store(self, memory_out_BM: torch.Tensor, last_update_out_B: torch.Tensor) -> None:
+        """Keep what the file returned for the rows of the last inputs built."""
+        self.memory_NM[self.n_id_B] = memory_out_BM.detach()
+        self.last_N[self.n_id_B] = last_update_out_B.detach()

@@ -167,6 +167,21 @@ class MemoryRows(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
+def latest_events(src_P: torch.Tensor, dst_P: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The endpoints of ``P`` events in event order (TGN's last-message aggregator keeps each
+    node's latest): ``(n_id, last)``, the distinct endpoints, sorted, and the entry of ``[src_P;
+    dst_P]`` of each one's latest event (entry ``i`` is event ``i % P``, the node its source for
+    ``i < P``, its destination after)."""
+    n_id, inverse = torch.unique(torch.cat([src_P, dst_P]), return_inverse=True)
+    # entry i is event i % P (events come in time order, ties in time in event order), so the
+    # key 2 * (i % P) + (i // P) orders a node's entries by event; the highest key is its latest
+    p = src_P.shape[0]
+    key = torch.arange(2 * p, device=src_P.device)
+    key = 2 * (key % p) + key // p
+    top = torch.full_like(n_id, -1).scatter_reduce(0, inverse, key, "amax")
+    return n_id, top // 2 + (top % 2) * p
+
+
 class NodeMemory(nn.Module):
     """TGN's memory of the nodes held here (see the module docstring for when messages apply).
 
@@ -247,19 +262,30 @@ class NodeMemory(nn.Module):
         rows = torch.nonzero(has_B).squeeze(1)
         message_BF = state.memory_BM.new_zeros(state.memory_BM.shape[0], self.gru.input_size)
         if rows.numel():
-            dt = state.time_B[rows] - state.last_B[rows]  # float64: exact on unix times
-            message = torch.cat(
-                [
-                    state.memory_BM[rows],
-                    other_memory_RM,
-                    self.event_feat_EF[state.event_B[rows]],
-                    self.time_encoder(dt),
-                ],
-                dim=1,
+            message = self.message(
+                state.memory_BM[rows],
+                state.last_B[rows],
+                other_memory_RM,
+                state.time_B[rows],
+                self.event_feat_EF[state.event_B[rows]],
             )
             message_BF = message_BF.index_copy(0, rows, message)
         memory_BM = self.gru(message_BF, state.memory_BM)
         return memory_BM, torch.where(has_B, state.time_B, state.last_B)
+
+    def message(
+        self,
+        memory_RM: torch.Tensor,
+        last_R: torch.Tensor,
+        other_memory_RM: torch.Tensor,
+        time_R: torch.Tensor,
+        attr_RF: torch.Tensor,
+    ) -> torch.Tensor:
+        """TGN's identity message ``[s_v, s_u, e, phi(t - t_v)]`` ``[R, 2M + F + T]`` of ``R``
+        nodes' events (times float64: exact on Unix seconds)."""
+        return torch.cat(
+            [memory_RM, other_memory_RM, attr_RF, self.time_encoder(time_R - last_R)], dim=1
+        )
 
     def updated(self, n_id_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(memory [B, M], last_update [B])`` of held nodes ``n_id_B`` with their pending
@@ -291,18 +317,9 @@ class NodeMemory(nn.Module):
         """Make a scored batch's events (in event order) pending: each held endpoint keeps its
         latest event of the batch (the last-message aggregator: earlier ones would never be
         read). Returns the batch's held nodes (unique)."""
-        nodes = torch.cat([src_P, dst_P])
         others = torch.cat([dst_P, src_P])
         events = torch.cat([eid_P, eid_P])
-        n_id, inverse = torch.unique(nodes, return_inverse=True)
-        # the latest event of each node: entry i is event i % P (events come in time order,
-        # ties in time in event order), so the key 2 * (i % P) + (i // P) orders a node's
-        # entries by event; the highest key is its latest
-        p = src_P.shape[0]
-        key = torch.arange(2 * p, device=nodes.device)
-        key = 2 * (key % p) + key // p
-        top = torch.full_like(n_id, -1).scatter_reduce(0, inverse, key, "amax")
-        last = top // 2 + (top % 2) * p
+        n_id, last = latest_events(src_P, dst_P)
         held = (n_id >= self.first) & (n_id < self.first + self.rows)
         n_id, last = n_id[held], last[held]
         local = n_id - self.first
@@ -463,7 +480,8 @@ class TemporalLinkModel(nn.Module):
             embedding_dim = memory_dim
             self.projection = nn.Linear(1, memory_dim, bias=False)
             nn.init.normal_(self.projection.weight, 0.0, 0.1)  # JODIE: starts near identity
-            self.time_scale = float(time_scale)
+            # a buffer: the file `shardgnn export` writes divides by it without the stream
+            self.register_buffer("time_scale", torch.tensor(float(time_scale), dtype=torch.float64))
         self.predictor = LinkPredictor(embedding_dim)
         # dynamic node classification: TGN's MLP decoder over the source's embedding
         self.num_classes = num_classes
@@ -477,6 +495,12 @@ class TemporalLinkModel(nn.Module):
             if num_classes
             else None
         )
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a jodie checkpoint from before its time scale was a buffer: the stream's, as computed
+        if self.kind == "jodie":
+            state_dict.setdefault(prefix + "time_scale", self.time_scale.clone())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def embed_recent(
         self,
@@ -492,14 +516,34 @@ class TemporalLinkModel(nn.Module):
         (:meth:`NodeMemory.read`) and the events ``edge_index_2E`` (local neighbour, local
         seed) of the seeds' recent neighbourhoods."""
         nbr_E, dst_E = edge_index_2E
+        return self.attend_recent(
+            memory_BM[:num_seeds],
+            memory_BM,
+            last_B,
+            nbr_E,
+            dst_E,
+            event_time_E,
+            self.event_feat_EF[event_E],
+        )
+
+    def attend_recent(
+        self,
+        memory_QM: torch.Tensor,
+        memory_BM: torch.Tensor,
+        last_B: torch.Tensor,
+        nbr_E: torch.Tensor,
+        seed_E: torch.Tensor,
+        event_time_E: torch.Tensor,
+        event_attr_EF: torch.Tensor,
+    ) -> torch.Tensor:
+        """``tgn``: embeddings ``[Q, D]`` of ``Q`` seeds of memory ``memory_QM``, attending
+        over their recent events: per event its neighbour's row of ``memory_BM`` (``nbr_E``),
+        its seed (``seed_E``), its time and features (attributes ``[phi(t_u - t_e), e]``)."""
         attr_EA = torch.cat(
-            [
-                self.time_encoder(last_B.index_select(0, nbr_E) - event_time_E),
-                self.event_feat_EF[event_E],
-            ],
+            [self.time_encoder(last_B.index_select(0, nbr_E) - event_time_E), event_attr_EF],
             dim=1,
         )
-        return self.attention[0](memory_BM[:num_seeds], memory_BM, nbr_E, dst_E, attr_EA)
+        return self.attention[0](memory_QM, memory_BM, nbr_E, seed_E, attr_EA)
 
     def embed_projected(
         self, memory_PM: torch.Tensor, last_P: torch.Tensor, time_P: torch.Tensor

@@ -21,8 +21,10 @@ int64 ``[Q, 2, M, L + 1]``, drawn by :func:`~shardgnn.sampling.walks.node_walks`
 graph) and returns each query's logit ``[Q]``. TGAT (:class:`~shardgnn.nn.serving.\
 TemporalServingModel`) takes its queries' times and, hop by hop, the earlier events sampled
 around them on the served stream, and returns their embeddings (or class logits) ``[Q, D]``
-(``.pt2`` and ``.pt``: ONNX Runtime rounds its float32 time encoding otherwise, by ~1e-2); TGN
-and JODIE keep a memory of every event of their stream, which a file cannot carry.
+(``.pt2`` and ``.pt``: ONNX Runtime rounds its float32 time encoding otherwise, by ~1e-2). TGN
+and JODIE (:class:`~shardgnn.nn.serving.MemoryServingModel`) take the memory of the nodes they read,
+which the serving stack keeps (:class:`~shardgnn.nn.serving.ServedMemory`), and return it updated
+by the messages given, with the queries' embeddings (``.pt2`` and ``.pt``, as TGAT).
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -73,6 +75,8 @@ from shardgnn.nn.serving import (
     EdgeServingModel,
     GraphServingModel,
     KnowledgeGraphServingModel,
+    MemoryServingModel,
+    ServedMemory,
     ServingModel,
     TemporalServingModel,
     TypedServingModel,
@@ -81,7 +85,7 @@ from shardgnn.nn.serving import (
 )
 from shardgnn.nn.surel import query_walks, relative_positions
 from shardgnn.nn.targets import target_of_labels
-from shardgnn.nn.temporal import HopTensors, TemporalLinkModel
+from shardgnn.nn.temporal import HopTensors, NodeMemory, TemporalLinkModel
 from shardgnn.nn.typed import TypedInput, TypedMessageGraph, TypedNodeModel, typed_encoder
 from shardgnn.sampling.temporal import TemporalNeighborSampler
 from shardgnn.sampling.walks import node_walks
@@ -177,6 +181,7 @@ Served = (
     | KnowledgeGraphServingModel
     | WalkServingModel
     | TemporalServingModel
+    | MemoryServingModel
 )
 
 
@@ -211,12 +216,12 @@ def serving_model(
         return _typed_serving(checkpoint, config, meta["dataset"]["typed"])
     if name == "tgat":
         return _temporal_serving(checkpoint, config)
-    if name in TEMPORAL_MODELS or config.task not in ("node", "link"):
+    if name in TEMPORAL_MODELS:
+        return _memory_serving(checkpoint, config)
+    if config.task not in ("node", "link"):
         raise ConfigError(
             f"{checkpoint} holds a {name} model of --task {config.task}; export writes node, "
-            "link, graph and edge models of graphs and tgat (a tgn or jodie model keeps a "
-            "memory of its stream's events, which a served graph does not have: run it through "
-            "`shardgnn infer`)"
+            "link, graph and edge models of graphs and event-stream models"
         )
     if name not in (*LAYERWISE_MODELS, *EDGE_FEATURE_MODELS) and not is_user_model(name):
         raise ConfigError(
@@ -409,6 +414,55 @@ def _temporal_serving(
     return serving, config, serving.event_dim, out_dim, outputs
 
 
+def _memory_serving(
+    checkpoint: Path, config: TrainConfig
+) -> tuple[Served, TrainConfig, int, int, str]:
+    """TGN or JODIE as a function of the memory of the nodes it reads (the serving stack's, not
+    the training stream's: the checkpoint's memory rows are left out). Widths come from the
+    weights: the memory's and the event features' (the GRU's input), the classes'."""
+    weights = {
+        k: v for k, v in load_model_weights(checkpoint).items() if not k.startswith("memory.held.")
+    }
+    name = config.model.model
+    if name == "jodie" and "time_scale" not in weights:
+        raise ConfigError(
+            f"{checkpoint}: a jodie checkpoint written before its time scale was recorded (its "
+            "projection divides by the training stream's mean gap); retrain to export, or use "
+            "`shardgnn infer`"
+        )
+    gru = weights.get("memory.gru.weight_hh")
+    memory_dim = config.temporal.memory_dim if gru is None else int(gru.shape[1])
+    time_dim = config.temporal.time_dim
+    gru_in = weights.get("memory.gru.weight_ih")
+    event_dim = 0 if gru_in is None else int(gru_in.shape[1]) - 2 * memory_dim - time_dim
+    classifier = weights.get("classifier.3.weight")
+    num_classes = 0 if classifier is None else int(classifier.shape[0])
+    model = TemporalLinkModel(
+        name,
+        1,
+        torch.zeros((0, max(event_dim, 0))),
+        memory_dim=memory_dim,
+        time_dim=time_dim,
+        embedding_dim=config.link.out_dim,
+        heads=config.model.heads,
+        dropout=config.model.dropout,
+        num_classes=num_classes,
+    )
+    expected = model.state_dict()
+    weights.update({k: v for k, v in expected.items() if k.startswith("memory.held.")})
+    load_weights_into(model, weights, checkpoint, f"{name} model")
+    model.eval()
+    classify = config.task == "node" and num_classes > 0
+    serving = MemoryServingModel(model, classify, config.temporal.neighbors[0]).eval()
+    out_dim = num_classes if classify else model.predictor.lin_src.in_features
+    outputs = (
+        f"{out_dim} class logits per query"
+        if classify
+        else f"{out_dim}-wide embeddings per query (the link predictor scores pairs of them)"
+    )
+    return serving, config, serving.event_dim, out_dim, outputs
+
+
 def random_stream(
     serving: TemporalServingModel, num_nodes: int, seed: int = 0
 ) -> tuple[tuple[torch.Tensor, ...], list, np.ndarray, np.ndarray]:
@@ -430,6 +484,106 @@ def random_stream(
     )
     inputs = temporal_inputs(hops, times, feat if serving.event_dim else None)
     return inputs, hops, nodes, feat
+
+
+def _memory_example(serving: MemoryServingModel, num_nodes: int, seed: int) -> tuple:
+    """One call of ``serving`` that both applies messages (to every other row) and embeds
+    queries (the first half of the rows; TGN: over 3 events each), random memory and times."""
+    gen = torch.Generator().manual_seed(seed)
+    b, q = num_nodes, num_nodes // 2
+    memory = ServedMemory(b, serving.memory_dim, serving.event_dim, serving.kind)
+    memory.memory_NM = torch.randn(b, serving.memory_dim, generator=gen)
+    memory.last_N = 1.7e9 + 1e3 * torch.rand(b, generator=gen, dtype=torch.float64)
+    time = float(memory.last_N.max()) + 10.0
+    recent = None
+    if serving.kind == "tgn":
+        seed_E = torch.arange(q).repeat_interleave(3)
+        nbr_E = torch.randint(0, b, (seed_E.shape[0],), generator=gen)
+        event_time_E = time - 1e3 * torch.rand(seed_E.shape[0], generator=gen, dtype=torch.float64)
+        attr_EF = torch.randn(seed_E.shape[0], serving.event_dim, generator=gen)
+        recent = (torch.stack([nbr_E, seed_E]), event_time_E, attr_EF)
+    inputs = list(
+        memory.embed_inputs(torch.arange(b), q, torch.full((q,), time, dtype=torch.float64), recent)
+    )
+    inputs[2] = torch.arange(b) % 2 == 1  # has_message
+    inputs[3] = torch.randn(b, serving.memory_dim, generator=gen)
+    inputs[4] = torch.full((b,), time - 5.0, dtype=torch.float64)
+    if serving.event_dim:
+        inputs[5] = torch.randn(b, serving.event_dim, generator=gen)
+    return tuple(inputs)
+
+
+@torch.no_grad()
+def check_memory_stream(
+    run: Callable[..., Any], serving: MemoryServingModel, num_nodes: int, seed: int = 1
+) -> tuple[float, float, str]:
+    """Drive a file of ``serving`` over a random stream as :class:`ServedMemory` does, and the
+    trained model as evaluation does (its :class:`~shardgnn.nn.temporal.NodeMemory` from empty,
+    each batch embedded from the memory before it, then applied): ``(largest difference of the
+    queries' outputs and of the final memory, largest output, what was run)``."""
+    rng = np.random.default_rng(seed)
+    count = 8 * num_nodes
+    with_events = max(2, num_nodes - num_nodes // 10)
+    src, dst = rng.integers(0, with_events, size=(2, count))
+    t = np.sort(rng.uniform(1.7e9, 1.7e9 + 1e6, size=count))
+    feat = rng.standard_normal((count, serving.event_dim)).astype(np.float32)
+    graph = TemporalGraph.from_events(src, dst, t, feat, num_nodes=num_nodes)
+    sampler = TemporalNeighborSampler(graph, [serving.recent])
+    trained = serving.model
+    feat_EF = torch.from_numpy(feat)
+    reference = NodeMemory(num_nodes, serving.memory_dim, trained.time_encoder, feat_EF)
+    reference.gru.load_state_dict(trained.memory.gru.state_dict())
+    reference.eval()
+    served = ServedMemory(num_nodes, serving.memory_dim, serving.event_dim, serving.kind)
+    src_E, dst_E, t_E = (torch.from_numpy(a) for a in (src, dst, t))
+    diff, scale, batch = 0.0, 1.0, max(1, count // 12)
+    for lo in range(0, count, batch):
+        hi = min(count, lo + batch)
+        seeds = np.unique(np.r_[src[lo:hi], dst[lo:hi]])
+        time = float(t[lo])
+        if serving.kind == "tgn":
+            n_id, edge_index, events = sampler.recent_subgraph(seeds, np.full(seeds.size, time))
+            n_id_B = torch.from_numpy(n_id)
+            memory_BM, last_B = reference.read(n_id_B)
+            events_E = torch.from_numpy(events)
+            z = trained.attend_recent(
+                memory_BM[: seeds.size],
+                memory_BM,
+                last_B,
+                *torch.from_numpy(edge_index),
+                t_E[events_E],
+                feat_EF[events_E],
+            )
+            recent = (torch.from_numpy(edge_index), t_E[events_E], feat_EF[events_E])
+            inputs = served.embed_inputs(n_id_B, seeds.size, recent=recent)
+        else:
+            n_id_B = torch.from_numpy(seeds)
+            memory_BM, last_B = reference.read(n_id_B)
+            query_time = torch.full((seeds.size,), time, dtype=torch.float64)
+            z = trained.embed_projected(memory_BM, last_B, query_time)
+            inputs = served.embed_inputs(n_id_B, seeds.size, query_time)
+        want = trained.classify(z) if serving.classify else z
+        got, memory_out, last_out = run(*inputs)
+        diff = max(diff, _difference(got, want))
+        scale = max(scale, float(want.abs().max()) if want.numel() else 0.0)
+        served.store(memory_out, last_out)
+        nodes = reference.observe(
+            src_E[lo:hi], dst_E[lo:hi], t_E[lo:hi], torch.arange(lo, hi, dtype=torch.int64)
+        )
+        reference.apply_pending(nodes)
+        _, memory_out, last_out = run(
+            *served.apply_inputs(src_E[lo:hi], dst_E[lo:hi], t_E[lo:hi], feat_EF[lo:hi])
+        )
+        served.store(memory_out, last_out)
+    diff = max(diff, _difference(served.memory_NM, reference.memory))
+    if not torch.equal(served.last_N, reference.last_update):
+        diff = max(diff, float("inf"))
+    batches = -(-count // batch)
+    what = (
+        f"a random stream of {count:,} events among {num_nodes:,} nodes, {batches} batches "
+        "embedded then applied"
+    )
+    return diff, scale, what
 
 
 WALK_CHECK_BYTES = 256 << 20
@@ -556,6 +710,8 @@ def example_inputs(serving: Served, num_nodes: int, in_dim: int, seed: int = 0) 
         return (random_walks(serving, num_nodes, seed),)
     if isinstance(serving, TemporalServingModel):
         return random_stream(serving, num_nodes, seed)[0]
+    if isinstance(serving, MemoryServingModel):
+        return _memory_example(serving, num_nodes, seed)
     if isinstance(serving, KnowledgeGraphServingModel):  # num_nodes queries
         gen = torch.Generator().manual_seed(seed)
         entities, relations = serving.entities_ND.shape[0], serving.num_query_relations
@@ -727,11 +883,23 @@ def _write(fmt: str, serving: Served, example, path: Path, opset: int) -> None:
             events = torch.export.Dim(f"events_{depth}", min=0)
             for name in ("dst_index", "nbr_time", "event_attr"):
                 sizes[f"{name}_{depth}"] = {0: events}
+    if isinstance(serving, MemoryServingModel):  # an apply call has no query, no event
+        rows = torch.export.Dim("rows", min=1)
+        for name in ("memory", "last_update", "has_message", "message_memory", "message_time"):
+            sizes[name] = {0: rows}
+        sizes["message_attr"] = {0: rows}
+        queries = torch.export.Dim("queries", min=0)
+        sizes["query_index"] = sizes["query_time"] = {0: queries}
+        events = torch.export.Dim("events", min=0)
+        for name in ("nbr_index", "seed_index", "event_time", "event_attr"):
+            sizes[name] = {0: events}
     dynamic = tuple(sizes[name] for name in names)
     if isinstance(serving, TypedServingModel):
         dynamic = (dynamic,)  # forward(*inputs): one spec per input, as one argument
     elif isinstance(serving, TemporalServingModel):  # forward(seed_time, *hops)
         dynamic = (dynamic[0], dynamic[1:])
+    elif isinstance(serving, MemoryServingModel):  # five named inputs, then the rest
+        dynamic = (*dynamic[:5], dynamic[5:])
     oblivious = fx_config.patch(backed_size_oblivious=small)
     with _quiet(), oblivious:
         if fmt == "torchscript":
@@ -802,6 +970,18 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
         run, runner = _runner(fmt, path, serving.input_names)
     if run is None:
         return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
+    if isinstance(serving, MemoryServingModel):
+        diff, scale, stream = check_memory_stream(run, serving, nodes)
+        if not diff <= TOLERANCE * scale:
+            raise ExportCheckError(
+                f"the {FORMAT_NAMES[fmt]} file, run by {runner} on {stream}, differs from the "
+                f"trained model by {diff:.3g} (allowed {TOLERANCE * scale:.3g}); nothing was "
+                "written"
+            )
+        return (
+            f"checked with {runner} on {stream}: max |difference| {diff:.1e} from the trained "
+            "model (outputs and memory)"
+        )
     if isinstance(serving, TemporalServingModel):
         inputs, *drawn = random_stream(serving, nodes, seed=1)
         want = temporal_outputs(serving, *drawn)
@@ -855,6 +1035,7 @@ def _difference(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 INDEX_INPUTS = ("edge_index", "graph_ptr", "edge_type", "entity", "relation", "walks")
+MEMORY_INDEX_INPUTS = ("query_index", "nbr_index", "seed_index")
 """the inputs that are int64 (the others are float32, but a temporal model's times and indices)"""
 
 
@@ -917,20 +1098,71 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
             "drawn_by": "shardgnn.sampling.temporal.TemporalNeighborSampler.sample_hops, "
             "then shardgnn.nn.serving.temporal_inputs",
         }
+    elif isinstance(serving, MemoryServingModel):
+        out_shape = ["Q", out_dim]
+        m, f = serving.memory_dim, serving.event_dim
+        shapes.update(
+            memory=["B", m],
+            last_update=["B"],
+            has_message=["B"],
+            message_memory=["B", m],
+            message_time=["B"],
+            message_attr=["B", f],
+            query_index=["Q"],
+            query_time=["Q"],
+            nbr_index=["E"],
+            seed_index=["E"],
+            event_time=["E"],
+            event_attr=["E", f],
+        )
+        record["memory"] = {
+            "width": m,
+            "start": "zeros (memory and last_update) for every node of a new stream",
+            "apply": "after each batch of events is scored: B = the batch's endpoints, each with "
+            "its latest event of the batch as its message (message_memory: the other "
+            "endpoint's stored memory), no query; store memory_out and last_update_out",
+            "embed": "B = the queries first"
+            + (
+                f", then the other endpoints of their (up to {serving.recent}) latest events "
+                "before the batch's time (nbr_index: their rows, seed_index: the query's)"
+                if serving.kind == "tgn"
+                else ""
+            )
+            + "; has_message false",
+            "kept_by": "shardgnn.nn.serving.ServedMemory",
+        }
     elif isinstance(serving, GraphServingModel):
         out_shape = ["B", out_dim]
     elif isinstance(serving, EdgeServingModel):
         out_shape = ["E", out_dim]
 
     def dtype(name: str) -> str:
-        if name in INDEX_INPUTS or name.startswith("dst_index_"):
+        if name in INDEX_INPUTS or name.startswith("dst_index_") or name in MEMORY_INDEX_INPUTS:
             return "int64"
-        return "float64" if name == "seed_time" or name.startswith("nbr_time_") else "float32"
+        if name == "has_message":
+            return "bool"
+        times = ("seed_time", "last_update", "message_time", "query_time", "event_time")
+        return "float64" if name in times or name.startswith("nbr_time_") else "float32"
 
     inputs = [
         {"name": name, "dtype": dtype(name), "shape": shapes[name]} for name in serving.input_names
     ]
     produced = [{"name": "out", "dtype": "float32", "shape": out_shape, "meaning": outputs}]
+    if isinstance(serving, MemoryServingModel):
+        produced += [
+            {
+                "name": "memory_out",
+                "dtype": "float32",
+                "shape": ["B", serving.memory_dim],
+                "meaning": "the rows' memory after their messages (unchanged without one)",
+            },
+            {
+                "name": "last_update_out",
+                "dtype": "float64",
+                "shape": ["B"],
+                "meaning": "the rows' last update after their messages",
+            },
+        ]
     if isinstance(serving, KnowledgeGraphServingModel) and serving.top_k is not None:
         produced = [
             {
@@ -962,9 +1194,10 @@ def export_model(config: ExportConfig) -> Exported:
     serving, train, in_dim, out_dim, outputs = serving_model(
         checkpoint, config.top_k, config.filter_known
     )
-    if isinstance(serving, TemporalServingModel) and fmt == "onnx":
+    if isinstance(serving, (TemporalServingModel, MemoryServingModel)) and fmt == "onnx":
         raise ConfigError(
-            f"--out {config.out}: an ONNX file of tgat would differ from the trained model by "
+            f"--out {config.out}: an ONNX file of {train.model.model} would differ from the "
+            "trained model by "
             "~1e-2 (its time encoding cos(w * dt + b), in float32 as training computes it, is "
             "rounded otherwise by ONNX Runtime on gaps of 1e5 s and more); write model.pt2 "
             "(torch.export) or model.pt (TorchScript), which compute it as training does"
@@ -1000,6 +1233,10 @@ def export_model(config: ExportConfig) -> Exported:
         inputs = f"query times and {serving.layers} hop{'s' * (serving.layers != 1)} of "
         inputs += f"{fanouts} earlier events"
         inputs += f" with {serving.event_dim} features" if serving.event_dim else ""
+    elif isinstance(serving, MemoryServingModel):
+        inputs = f"the {serving.memory_dim}-wide memory of the nodes read, their messages and "
+        inputs += "the queries"
+        inputs += f" with their {serving.recent} latest events" if serving.kind == "tgn" else ""
     elif train.task != "link":
         task = f"{train.task} {'classification' if 'class logits' in outputs else 'prediction'}"
     return Exported(
