@@ -321,7 +321,8 @@ def test_a_stopped_lone_worker_is_killed_after_the_timeout():
     summary = failure.value.summary("train")
     assert summary.startswith(
         "shardgnn train: error: worker rank 0: stopped (SIGSTOP or SIGTSTP) and not continued "
-        "for 3 s, past the timeout: killed by the launcher; the job was stopped"
+        "for 3 s, past the timeout: killed by the launcher, in stage 'fetch'; the job was "
+        "stopped"
     ), summary
 
 

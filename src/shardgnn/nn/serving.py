@@ -530,10 +530,14 @@ class ServedMemory:
             inputs.append(torch.zeros(b, self.event_dim))
         inputs.append(torch.arange(num_queries))
         if self.kind == "jodie":
-            assert query_time_Q is not None
+            if query_time_Q is None:
+                raise ValueError("a jodie file embeds its queries at query_time_Q: give it")
             inputs.append(query_time_Q.to(torch.float64))
         else:
-            assert recent is not None
+            if recent is None:
+                raise ValueError(
+                    "a tgn file embeds its queries over their recent events: give recent"
+                )
             edge_index_2E, time_E, attr_EF = recent
             inputs += [edge_index_2E[0], edge_index_2E[1], time_E.to(torch.float64)]
             if self.event_dim:
@@ -541,16 +545,23 @@ class ServedMemory:
         return tuple(inputs)
 
     def apply_inputs(
-        self, src_P: torch.Tensor, dst_P: torch.Tensor, t_P: torch.Tensor, attr_PF: torch.Tensor
+        self,
+        src_P: torch.Tensor,
+        dst_P: torch.Tensor,
+        t_P: torch.Tensor,
+        attr_PF: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """The inputs applying ``P`` events (in time order) to their endpoints' memory: each
-        endpoint's latest event of them, the other endpoint's memory as stored before."""
+        endpoint's latest event of them, the other endpoint's memory as stored before
+        (``attr_PF``: their features, on a stream with them)."""
         n_id_B, last = latest_events(src_P, dst_P)
         p = src_P.shape[0]
         others = torch.cat([dst_P, src_P])[last]
         inputs = self._rows(n_id_B, torch.ones(n_id_B.shape[0], dtype=torch.bool))
         inputs += [self.memory_NM[others], t_P.to(torch.float64)[last % p]]
         if self.event_dim:
+            if attr_PF is None:
+                raise ValueError(f"the file reads {self.event_dim} features an event: give attr_PF")
             inputs.append(attr_PF.float()[last % p])
         inputs.append(torch.zeros(0, dtype=torch.int64))
         if self.kind == "jodie":
