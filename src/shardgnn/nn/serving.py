@@ -508,41 +508,61 @@ class ServedMemory:
         self.event_dim, self.kind = event_dim, kind
         self.n_id_B = torch.zeros(0, dtype=torch.int64)
 
-    def _rows(self, n_id_B: torch.Tensor, has_B: torch.Tensor) -> list[torch.Tensor]:
-        self.n_id_B = n_id_B
-        return [self.memory_NM[n_id_B], self.last_N[n_id_B], has_B]
-
-    def embed_inputs(
+    def call_inputs(
         self,
         n_id_B: torch.Tensor,
-        num_queries: int,
+        message: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None],
+        query_Q: torch.Tensor,
         query_time_Q: torch.Tensor | None = None,
-        recent: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        recent: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """The inputs embedding the first ``num_queries`` nodes of ``n_id_B`` (their memory as
-        stored, no message): JODIE at ``query_time_Q``; TGN over ``recent`` = ``(edge_index
-        [2, E]`` (neighbour's row, seed's row of ``n_id_B``), ``event_time [E]``, ``event_attr
-        [E, F])``."""
-        b = n_id_B.shape[0]
-        inputs = self._rows(n_id_B, torch.zeros(b, dtype=torch.bool))
-        inputs += [torch.zeros(b, self.memory_NM.shape[1]), torch.zeros(b, dtype=torch.float64)]
+        """The inputs of one call over rows ``n_id_B`` (their memory as stored), in the file's
+        order: ``message`` = ``(has_message [B], other endpoint's memory [B, M], time [B],
+        features [B, F] or None)``; queries ``query_Q`` (rows of ``n_id_B``), JODIE's at
+        ``query_time_Q``, TGN's over ``recent`` = ``(edge_index [2, E]`` (neighbour's row of
+        ``n_id_B``, query's of ``query_Q``), ``event_time [E]``, ``event_attr [E, F]`` or
+        None). :meth:`store` keeps what the call returns for these rows."""
+        has_B, other_BM, time_B, attr_BF = message
+        inputs = [self.memory_NM[n_id_B], self.last_N[n_id_B], has_B, other_BM]
+        inputs.append(time_B.to(torch.float64))
         if self.event_dim:
-            inputs.append(torch.zeros(b, self.event_dim))
-        inputs.append(torch.arange(num_queries))
+            if attr_BF is None:
+                raise ValueError(f"the file reads {self.event_dim} features an event: give them")
+            inputs.append(attr_BF.float())
+        inputs.append(query_Q)
         if self.kind == "jodie":
             if query_time_Q is None:
                 raise ValueError("a jodie file embeds its queries at query_time_Q: give it")
             inputs.append(query_time_Q.to(torch.float64))
         else:
             if recent is None:
-                raise ValueError(
-                    "a tgn file embeds its queries over their recent events: give recent"
-                )
+                raise ValueError("a tgn file embeds its queries over their recent events")
             edge_index_2E, time_E, attr_EF = recent
             inputs += [edge_index_2E[0], edge_index_2E[1], time_E.to(torch.float64)]
             if self.event_dim:
+                if attr_EF is None:
+                    raise ValueError(f"the file reads {self.event_dim} features an event")
                 inputs.append(attr_EF.float())
+        self.n_id_B = n_id_B
         return tuple(inputs)
+
+    def embed_inputs(
+        self,
+        n_id_B: torch.Tensor,
+        num_queries: int,
+        query_time_Q: torch.Tensor | None = None,
+        recent: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        """The inputs embedding the first ``num_queries`` nodes of ``n_id_B`` (no message):
+        JODIE at ``query_time_Q``; TGN over ``recent`` (:meth:`call_inputs`)."""
+        b = n_id_B.shape[0]
+        none = (
+            torch.zeros(b, dtype=torch.bool),
+            torch.zeros(b, self.memory_NM.shape[1]),
+            torch.zeros(b, dtype=torch.float64),
+            torch.zeros(b, self.event_dim),
+        )
+        return self.call_inputs(n_id_B, none, torch.arange(num_queries), query_time_Q, recent)
 
     def apply_inputs(
         self,
@@ -553,26 +573,24 @@ class ServedMemory:
     ) -> tuple[torch.Tensor, ...]:
         """The inputs applying ``P`` events (in time order) to their endpoints' memory: each
         endpoint's latest event of them, the other endpoint's memory as stored before
-        (``attr_PF``: their features, on a stream with them)."""
+        (``attr_PF``: their features, on a stream with them); no query."""
         n_id_B, last = latest_events(src_P, dst_P)
-        p = src_P.shape[0]
-        others = torch.cat([dst_P, src_P])[last]
-        inputs = self._rows(n_id_B, torch.ones(n_id_B.shape[0], dtype=torch.bool))
-        inputs += [self.memory_NM[others], t_P.to(torch.float64)[last % p]]
-        if self.event_dim:
-            if attr_PF is None:
-                raise ValueError(f"the file reads {self.event_dim} features an event: give attr_PF")
-            inputs.append(attr_PF.float()[last % p])
-        inputs.append(torch.zeros(0, dtype=torch.int64))
-        if self.kind == "jodie":
-            inputs.append(torch.zeros(0, dtype=torch.float64))
-        else:
-            inputs += [torch.zeros(0, dtype=torch.int64)] * 2 + [
-                torch.zeros(0, dtype=torch.float64)
-            ]
-            if self.event_dim:
-                inputs.append(torch.zeros(0, self.event_dim))
-        return tuple(inputs)
+        event = last % src_P.shape[0]
+        message = (
+            torch.ones(n_id_B.shape[0], dtype=torch.bool),
+            self.memory_NM[torch.cat([dst_P, src_P])[last]],
+            t_P[event],
+            None if attr_PF is None else attr_PF[event],
+        )
+        no_query = torch.zeros(0, dtype=torch.int64)
+        recent = (
+            torch.zeros(2, 0, dtype=torch.int64),
+            torch.zeros(0, dtype=torch.float64),
+            torch.zeros(0, self.event_dim),
+        )
+        return self.call_inputs(
+            n_id_B, message, no_query, torch.zeros(0, dtype=torch.float64), recent
+        )
 
     def store(self, memory_out_BM: torch.Tensor, last_update_out_B: torch.Tensor) -> None:
         """Keep what the file returned for the rows of the last inputs built."""

@@ -502,15 +502,14 @@ def _memory_example(serving: MemoryServingModel, num_nodes: int, seed: int) -> t
         event_time_E = time - 1e3 * torch.rand(seed_E.shape[0], generator=gen, dtype=torch.float64)
         attr_EF = torch.randn(seed_E.shape[0], serving.event_dim, generator=gen)
         recent = (torch.stack([nbr_E, seed_E]), event_time_E, attr_EF)
-    inputs = list(
-        memory.embed_inputs(torch.arange(b), q, torch.full((q,), time, dtype=torch.float64), recent)
+    message = (
+        torch.arange(b) % 2 == 1,
+        torch.randn(b, serving.memory_dim, generator=gen),
+        torch.full((b,), time - 5.0, dtype=torch.float64),
+        torch.randn(b, serving.event_dim, generator=gen),
     )
-    inputs[2] = torch.arange(b) % 2 == 1  # has_message
-    inputs[3] = torch.randn(b, serving.memory_dim, generator=gen)
-    inputs[4] = torch.full((b,), time - 5.0, dtype=torch.float64)
-    if serving.event_dim:
-        inputs[5] = torch.randn(b, serving.event_dim, generator=gen)
-    return tuple(inputs)
+    query_time = torch.full((q,), time, dtype=torch.float64)
+    return memory.call_inputs(torch.arange(b), message, torch.arange(q), query_time, recent)
 
 
 @torch.no_grad()
