@@ -1,10 +1,14 @@
-"""What computing the time encoding ``cos(w * dt + b)`` in float64 would cost (issue 31, TGAT
-export): the epoch time of TGN and TGAT with the encoder as it is (float32) against the same run
-with a float64 argument patched in (formed and brought into [-pi, pi] in float64, cos in float32),
-in turns (paired: each round runs both, alternating which goes first), and the largest difference
-between the two encodings over gaps up to this stream's span and a month of seconds.
+"""What each way of forming the time encoding's argument ``w * dt + b`` costs (issue 31, TGAT,
+TGN and JODIE export): the epoch time of TGN and TGAT with the encoder as it is (``two``: float32,
+a multiply then an add, as ONNX Runtime computes it) against the same run with another variant
+patched in: ``fused`` (float32 ``addcmul``, one rounding on AVX2/AVX-512 kernels: the encoder
+before ONNX export was built) or ``float64`` (formed and brought into [-pi, pi] in float64, cos
+in float32). In turns (paired: each round runs every variant, rotating which goes first), with
+the largest difference between the float64 and float32 encodings over gaps up to this stream's
+span and a month of seconds.
 
-    python benchmarks/bench_time_encoding.py --rounds 4 --epochs 4
+    python benchmarks/bench_time_encoding.py --rounds 4 --epochs 4 --variants two,fused
+    python benchmarks/bench_time_encoding.py --rounds 4 --epochs 4 --variants two,float64
 
 Writes ``benchmarks/out/time_encoding.{json,md}``.
 """
@@ -29,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 GRAPH = "synthetic-temporal:nodes=2000,events=40000"
 
 
-def float32_forward(self, dt: torch.Tensor) -> torch.Tensor:
-    """The encoder as it is: the argument rounded in float32 (by whichever kernel runs)."""
+def fused_forward(self, dt: torch.Tensor) -> torch.Tensor:
+    """The argument by ``addcmul`` in float32 (one rounding where the kernel fuses)."""
     dt = dt.to(self.lin.weight.dtype).unsqueeze(-1)
     return torch.cos(torch.addcmul(self.lin.bias, dt, self.lin.weight.view(-1)))
 
@@ -53,8 +57,9 @@ def child(model: str, variant: str, epochs: int, out: str) -> None:
     from shardgnn.cli import main
     from shardgnn.nn import temporal
 
-    if variant == "float64":
-        temporal.TimeEncoder.forward = float64_forward
+    patched = {"float64": float64_forward, "fused": fused_forward}.get(variant)
+    if patched is not None:
+        temporal.TimeEncoder.forward = patched
     argv = ["train", GRAPH, "--model", model, "--epochs", str(epochs), "--quiet"]
     raise SystemExit(main([*argv, "--results", out]))
 
@@ -68,7 +73,7 @@ def encoding_difference(span: float) -> float:
     encoder = TimeEncoder(100)
     dt = torch.linspace(0.0, span, 10_000, dtype=torch.float64)
     with torch.no_grad():
-        return float((float64_forward(encoder, dt) - float32_forward(encoder, dt)).abs().max())
+        return float((float64_forward(encoder, dt) - encoder(dt)).abs().max())
 
 
 def main(argv=None) -> int:
@@ -76,6 +81,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--models", default="tgn,tgat")
+    parser.add_argument("--variants", default="two,fused", help="the first is the ratios' base")
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "OUT"))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "time_encoding.json"))
     args = parser.parse_args(argv)
@@ -85,7 +91,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             for r in range(args.rounds):
-                order = ("float32", "float64") if r % 2 == 0 else ("float64", "float32")
+                variants = args.variants.split(",")
+                order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for variant in order:
                     out = str(Path(tmp) / "r.json")
                     cmd = [sys.executable, __file__, "--epochs", str(args.epochs)]
@@ -96,12 +103,15 @@ def main(argv=None) -> int:
                         float(np.mean([e["time_s"] for e in epochs]))
                     )
     rows = []
+    base, *others = args.variants.split(",")
     for model in args.models.split(","):
-        f32, f64 = np.array(times[(model, "float32")]), np.array(times[(model, "float64")])
-        ratios = f64 / f32
-        rows.append([model, f"{f32.mean():.3f}", f"{f64.mean():.3f}",
-                     " / ".join(f"{x:.3f}" for x in ratios), f"{ratios.mean():.3f}"])  # fmt: skip
-    header = ["model", "float32 s/epoch", "float64 s/epoch", "ratio per round", "mean ratio"]
+        for other in others:
+            b, o = np.array(times[(model, base)]), np.array(times[(model, other)])
+            ratios = o / b
+            row = [model, other, f"{b.mean():.3f}", f"{o.mean():.3f}"]
+            rows.append(row + [" / ".join(f"{x:.3f}" for x in ratios), f"{ratios.mean():.3f}"])
+    header = ["model", "variant", f"{base} s/epoch", "variant s/epoch", "ratio per round",
+              "mean ratio"]  # fmt: skip
     table = format_table(header, rows)
     from shardgnn.graph.datasets import load_temporal_dataset
 
@@ -114,7 +124,7 @@ def main(argv=None) -> int:
     )
     print(table + "\n" + note)
     md = str(Path(args.out).with_suffix(".md"))
-    write_report(args.out, md, f"Time encoding in float64 against float32 on {GRAPH}", table
+    write_report(args.out, md, f"Time encoding variants against {base} on {GRAPH}", table
                  + "\n\n" + note, times={f"{m} {v}": t for (m, v), t in times.items()},
                  encoding_difference=diff)  # fmt: skip
     return 0

@@ -5,6 +5,8 @@ chunk scheduling, historical negatives, and the command line."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import numpy as np
@@ -146,6 +148,30 @@ def test_time_encoder_equals_pyg_time_encoder_to_the_rounding_of_its_argument():
         bound = 4 * torch.finfo(torch.float32).eps * (arg.abs() + ours.lin.bias.abs()) + 1e-6
         diff = (ours(dt) - theirs(dt)).abs()
     assert bool((diff <= bound).all()), float((diff - bound).max())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+def test_time_encoder_onnx_file_equals_training_on_gaps_up_to_1e9(tmp_path):
+    """Training forms the encoding's argument as ONNX Runtime does (a multiply, then an add: two
+    roundings, not a fused multiply-add), so the encoder's ONNX file equals it on gaps where
+    one rounding of the argument is a sizeable angle (at 1e6 s a fused argument was 0.06 off)."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    encoder = TimeEncoder(32).eval()
+    with torch.no_grad():
+        encoder.lin.bias.uniform_(-1.0, 1.0)  # an add that rounds: the case the fusion changed
+    dt = torch.cat([torch.rand(2000) * 10.0**k for k in range(10)])
+    path = tmp_path / "encoder.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        torch.onnx.export(encoder, (dt,), str(path), input_names=["dt"], dynamo=True)
+    got = onnxruntime.InferenceSession(str(path)).run(None, {"dt": dt.numpy()})[0]
+    with torch.no_grad():
+        want = encoder(dt).numpy()
+        w, b = encoder.lin.weight.view(-1).double(), encoder.lin.bias.double()
+        fused = torch.cos((dt.double()[:, None] * w + b).float()).numpy()  # rounded once, as FMA
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    assert np.abs(fused - got).max() > 1e-2  # what the file would be off by from a fused one
 
 
 @pytest.mark.slow

@@ -45,11 +45,12 @@ class TimeEncoder(nn.Module):
 
     def forward(self, dt: torch.Tensor) -> torch.Tensor:
         # An outer product, not a K=1 matmul (3x cheaper on CPU, forward and backward), in
-        # float32: gaps of 1e5 s and more make the argument's rounding (fused multiply-add or
-        # not, kernel by kernel) move the encoding by up to ~0.2, which float64 would remove at
-        # 1.5-2x the encoder's cost and ~10 % of a TGN or TGAT epoch (BENCHMARKS.md, 30)
+        # float32, multiplied and added as two roundings: on gaps of 1e5 s and more one
+        # rounding of the argument is a sizeable angle, and a fused multiply-add (addcmul's
+        # AVX2/AVX-512 kernels, a K=1 GEMM) rounds once where ONNX Runtime's Mul and Add, and
+        # every kernel build of ATen's mul and add, round twice (BENCHMARKS.md, 30)
         dt = dt.to(self.lin.weight.dtype).unsqueeze(-1)
-        return torch.cos(torch.addcmul(self.lin.bias, dt, self.lin.weight.view(-1)))
+        return torch.cos(dt * self.lin.weight.view(-1) + self.lin.bias)
 
 
 class TemporalAttention(nn.Module):

@@ -20,11 +20,10 @@ are inside the file. A knowledge-graph model
 int64 ``[Q, 2, M, L + 1]``, drawn by :func:`~shardgnn.sampling.walks.node_walks` on the served
 graph) and returns each query's logit ``[Q]``. TGAT (:class:`~shardgnn.nn.serving.\
 TemporalServingModel`) takes its queries' times and, hop by hop, the earlier events sampled
-around them on the served stream, and returns their embeddings (or class logits) ``[Q, D]``
-(``.pt2`` and ``.pt``: ONNX Runtime rounds its float32 time encoding otherwise, by ~1e-2). TGN
+around them on the served stream, and returns their embeddings (or class logits) ``[Q, D]``. TGN
 and JODIE (:class:`~shardgnn.nn.serving.MemoryServingModel`) take the memory of the nodes they read,
 which the serving stack keeps (:class:`~shardgnn.nn.serving.ServedMemory`), and return it updated
-by the messages given, with the queries' embeddings (``.pt2`` and ``.pt``, as TGAT).
+by the messages given, with the queries' embeddings.
 Formats:
 
 * ``.onnx``: ONNX through ``torch.onnx.export(dynamo=True)`` (needs ``onnx`` and ``onnxscript``;
@@ -45,6 +44,7 @@ import contextlib
 import dataclasses
 import io
 import logging
+import os
 import time
 import warnings
 from pathlib import Path
@@ -938,8 +938,12 @@ def _check_opset(path: Path, opset: int) -> None:
         )
 
 
-def _runner(fmt: str, path: Path, names: tuple[str, ...]) -> tuple[Callable[..., Any], str]:
-    """A function running the written file, and what runs it."""
+def load_exported(
+    fmt: str, path: str | os.PathLike, names: tuple[str, ...]
+) -> tuple[Callable[..., Any], str]:
+    """A function running an exported file on tensors (``names``: its inputs, in order; an ONNX
+    file's are fed by name) and returning tensors, and what runs it (``"onnxruntime is not
+    installed"`` and no function where it is not)."""
     if fmt == "torchscript":
         loaded = torch.jit.load(str(path))
         return loaded, "torch.jit.load"
@@ -966,7 +970,7 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     if nodes == 0:
         return "not checked (--check-nodes 0)"
     with _quiet():  # torch.jit.load's deprecation warning
-        run, runner = _runner(fmt, path, serving.input_names)
+        run, runner = load_exported(fmt, path, serving.input_names)
     if run is None:
         return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
     if isinstance(serving, MemoryServingModel):
@@ -1193,14 +1197,6 @@ def export_model(config: ExportConfig) -> Exported:
     serving, train, in_dim, out_dim, outputs = serving_model(
         checkpoint, config.top_k, config.filter_known
     )
-    if isinstance(serving, (TemporalServingModel, MemoryServingModel)) and fmt == "onnx":
-        raise ConfigError(
-            f"--out {config.out}: an ONNX file of {train.model.model} would differ from the "
-            "trained model by "
-            "~1e-2 (its time encoding cos(w * dt + b), in float32 as training computes it, is "
-            "rounded otherwise by ONNX Runtime on gaps of 1e5 s and more); write model.pt2 "
-            "(torch.export) or model.pt (TorchScript), which compute it as training does"
-        )
     out = Path(config.out).expanduser()
     with atomic_path(out) as tmp:
         try:
