@@ -85,13 +85,15 @@ def main(argv=None) -> int:
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "OUT"))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "time_encoding.json"))
     args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    if not set(variants) <= {"two", "fused", "float64"} or len(variants) < 2:
+        parser.error(f"--variants {args.variants}: two or more of two, fused, float64")
     if args.child:
         child(args.child[0], args.child[1], args.epochs, args.child[2])
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             for r in range(args.rounds):
-                variants = args.variants.split(",")
                 order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for variant in order:
                     out = str(Path(tmp) / "r.json")
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
                         float(np.mean([e["time_s"] for e in epochs]))
                     )
     rows = []
-    base, *others = args.variants.split(",")
+    base, *others = variants
     for model in args.models.split(","):
         for other in others:
             b, o = np.array(times[(model, base)]), np.array(times[(model, other)])

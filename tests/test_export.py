@@ -449,7 +449,7 @@ def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_
     (feed, want), (one, want_one) = feed_and_want(50), feed_and_want(1)
     assert want.shape == (50, 3 if task == "node" else 64)
     assert sum(int(t.shape[0]) for t in feed[1:3]) > 50  # events were sampled in both hops
-    for suffix, fmt in ((".onnx", "onnx"), (".pt2", "pt2"), (".pt", "torchscript")):
+    for suffix in (".onnx", ".pt2", ".pt"):
         out = tmp_path / f"m{suffix}"
         record = _export_checked(ck, out, "random stream", capsys)
         names = [entry["name"] for entry in record["inputs"]]
@@ -457,7 +457,7 @@ def test_tgat_file_computes_what_training_does_from_the_samplers_hops(task, tmp_
         assert [entry["dtype"] for entry in record["inputs"][:3]] == ["float64", "int64", "float64"]
         assert record["hops"]["fanouts"] == [4, 3]
         assert ("event_attr_0" in names) == (feat is not None)
-        run, _ = load_exported(fmt, out, serving.input_names)
+        run, _ = load_exported(out, serving.input_names)
         for inputs, expected in ((feed, want), (one, want_one)):
             got = run(*inputs).detach().numpy()
             np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
@@ -510,7 +510,7 @@ def test_memory_model_file_served_over_the_stream_equals_evaluation(model, task,
     ev = steps.events
     feat = torch.from_numpy(steps.event_feat_EF.numpy())
     src, dst, t = (torch.from_numpy(np.asarray(a)) for a in (ev.src, ev.dst, ev.t))
-    for suffix, fmt in ((".onnx", "onnx"), (".pt2", "pt2"), (".pt", "torchscript")):
+    for suffix in (".onnx", ".pt2", ".pt"):
         out = tmp_path / f"m{suffix}"
         record = _export_checked(ck, out, "embedded then applied", capsys)
         names = [entry["name"] for entry in record["inputs"]]
@@ -518,7 +518,7 @@ def test_memory_model_file_served_over_the_stream_equals_evaluation(model, task,
                              "message_time"]  # fmt: skip
         assert ("nbr_index" in names) == (model == "tgn")
         assert [o["name"] for o in record["outputs"]] == ["out", "memory_out", "last_update_out"]
-        run, _ = load_exported(fmt, out, tuple(names))
+        run, _ = load_exported(out, tuple(names))
         memory = steps.model.memory
         memory.reset()
         steps._restart_stream()

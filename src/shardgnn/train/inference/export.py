@@ -939,11 +939,13 @@ def _check_opset(path: Path, opset: int) -> None:
 
 
 def load_exported(
-    fmt: str, path: str | os.PathLike, names: tuple[str, ...]
+    path: str | os.PathLike, names: tuple[str, ...], fmt: str | None = None
 ) -> tuple[Callable[..., Any], str]:
     """A function running an exported file on tensors (``names``: its inputs, in order; an ONNX
     file's are fed by name) and returning tensors, and what runs it (``"onnxruntime is not
-    installed"`` and no function where it is not)."""
+    installed"`` and no function where it is not). ``fmt``: ``"onnx"``, ``"pt2"`` or
+    ``"torchscript"``; by default the one ``path``'s suffix names."""
+    fmt = fmt or SUFFIX_FORMATS[Path(path).suffix.lower()]
     if fmt == "torchscript":
         loaded = torch.jit.load(str(path))
         return loaded, "torch.jit.load"
@@ -970,7 +972,7 @@ def _check(fmt: str, path: Path, serving: Served, in_dim: int, nodes: int) -> st
     if nodes == 0:
         return "not checked (--check-nodes 0)"
     with _quiet():  # torch.jit.load's deprecation warning
-        run, runner = load_exported(fmt, path, serving.input_names)
+        run, runner = load_exported(path, serving.input_names, fmt)
     if run is None:
         return f"not run: {runner} (pip install 'shardgnn[export]' to check the file)"
     if isinstance(serving, MemoryServingModel):
