@@ -502,15 +502,16 @@ def test_a_grid_that_does_not_fit_the_workers_is_refused_before_partitioning(cap
     [pytest.param((), id="one-process"), pytest.param(("--workers", "2"), marks=pytest.mark.slow)],
 )
 def test_a_loss_that_is_no_longer_a_number_stops_training_in_one_line(tmp_path, capfd, workers):
-    """A NaN feature (here written into a saved graph's file, past the checks of every reader and
-    of ``save_graph``) makes the first epoch's loss NaN: every worker stops after that epoch, with
-    the epoch line, one error line and its fix, and results that say so; nothing is saved."""
+    """Features so large (finite: past the NaN/inf checks of every reader, of ``save_graph`` and
+    of loading) that the first layer overflows make the first epoch's loss infinite: every worker
+    stops after that epoch, with the epoch line, one error line and its fix, and results that say
+    so; nothing is saved."""
     from shardgnn.graph.io import save_graph
 
     graph = generate(SyntheticConfig(nodes=300, degree=6, classes=3, features=8, seed=1))
     save_graph(graph, tmp_path / "g")
     x = np.load(tmp_path / "g" / "x.npy", mmap_mode="r+")  # same dtype and shape: still loads
-    x[5, 2] = np.nan
+    x[:, 2] = np.finfo(np.float32).max
     x.flush()
     del x
     results, checkpoints = tmp_path / "r.json", tmp_path / "ck"
@@ -522,12 +523,12 @@ def test_a_loss_that_is_no_longer_a_number_stops_training_in_one_line(tmp_path, 
     captured = capfd.readouterr()  # (the workers print to the process's stdout)
     epochs = [line for line in captured.out.splitlines() if line.startswith("epoch ")]
     assert (
-        len(epochs) == 1 and epochs[0].startswith("epoch 1/3  loss nan") and "best" not in epochs[0]
+        len(epochs) == 1 and epochs[0].startswith("epoch 1/3  loss inf") and "best" not in epochs[0]
     )
     errors = [line for line in captured.err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in captured.err, captured.err
     assert errors[0].startswith(
-        "shardgnn train: error: epoch 1: the training loss is nan (the weights are no longer "
+        "shardgnn train: error: epoch 1: the training loss is inf (the weights are no longer "
         "finite numbers): stopped, nothing of this epoch saved"
     )
     assert "  fix: lower --lr (now 0.003)" in captured.err

@@ -695,6 +695,64 @@ def test_nan_and_infinite_values_are_refused_or_replaced_by_zero(tmp_path, capsy
     assert np.isfinite(values).all() and (values == 0).sum() >= 1
 
 
+def test_a_stored_array_given_nan_or_inf_after_saving_is_refused_when_loaded(tmp_path, capsys):
+    """Saving refuses NaN and infinity; a file rewritten by hand afterwards is refused when the
+    directory is loaded (memory-mapped or not, plain, typed, graph set, and through `shardgnn
+    train`: one line naming the file and the first row), not trained to a NaN loss."""
+    from shardgnn.graph.graphset import GraphSet, load_graphset, save_graphset
+    from shardgnn.graph.io import load_graph
+    from shardgnn.graph.typed import TypedGraph, load_typed_graph, save_typed_graph
+
+    src, dst = np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0])
+    graph = Graph.from_edge_index(
+        src, dst, x=np.ones((4, 2), np.float32), edge_attr=np.ones((4, 3), np.float32),
+        y=np.array([0, 1, 0, 1]), num_classes=2, train_idx=np.array([0, 1]), name="mine",
+    )  # fmt: skip
+    for key, what in (("x", "feature"), ("edge_attr", r"edge feature \(CSR order\)")):
+        path = save_graph(graph, tmp_path / key)
+        values = np.load(path / f"{key}.npy")
+        values[2, 1] = np.nan
+        np.save(path / f"{key}.npy", values)  # same shape and dtype: meta.json still agrees
+        line = rf"{key}\.npy: 1 non-finite {what} value in 1 row \(the first: row 2, counted"
+        for load in (load_graph, lambda d: load_graph(d, mmap=True), lambda d: load_dataset(
+            f"graph:{d}")):  # fmt: skip
+            with pytest.raises(DatasetError, match=line + r".*\n  fix: the saving call refuses"):
+                load(path)
+    assert main(["train", f"graph:{tmp_path / 'x'}", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "x.npy: 1 non-finite feature value" in err[0] and len(err) <= 2, err
+
+    typed = TypedGraph.from_typed_edges(
+        {"a": 2, "b": 2},
+        {("a", "to", "b"): (np.array([0, 1]), np.array([1, 0]))},
+        x={"a": np.ones((2, 2), np.float32), "b": np.ones((2, 2), np.float32)},
+    )
+    path = save_typed_graph(typed, tmp_path / "typed")
+    np.save(path / "x.1.npy", np.array([[1, 1], [0, -np.inf]], np.float32))
+    with pytest.raises(DatasetError, match=r"x\.1\.npy: 1 non-finite 'b' feature value in 1 "
+                       r"row \(the first: row 1"):  # fmt: skip
+        load_typed_graph(path)
+
+    graphs = [(np.array([0, 1]), np.array([1, 0]), 2), (np.array([0]), np.array([0]), 1)]
+    x = [np.ones((2, 2), np.float32), np.ones((1, 2), np.float32)]
+    attrs = [np.ones((2, 1), np.float32), np.array([[np.nan]], np.float32)]
+    split = (np.array([0]), np.array([1]), np.array([], int))
+    with pytest.raises(DatasetError, match="edge_attr holds NaN or infinite values"):
+        GraphSet.from_graphs(graphs, x, np.array([0, 1]), split, edge_attr=attrs)
+    attrs[1][0, 0] = 1.0
+    gs = GraphSet.from_graphs(graphs, x, np.array([0, 1]), split, edge_attr=attrs)
+    gs.edge_attr[2, 0] = np.inf  # changed after building: caught on saving
+    with pytest.raises(DatasetError, match=r"1 non-finite edge feature value in 1 row \(the "
+                       r"first: row 2"):  # fmt: skip
+        save_graphset(gs, tmp_path / "set")
+    assert not (tmp_path / "set").exists()
+    gs.edge_attr[2, 0] = 1.0
+    path = save_graphset(gs, tmp_path / "set")
+    np.save(path / "x.npy", np.array([[1, 1], [1, 1], [np.nan, 1]], np.float32))
+    with pytest.raises(DatasetError, match=r"set/x\.npy: 1 non-finite feature value in 1 row"):
+        load_graphset(path)
+
+
 def test_a_graph_built_in_python_with_nan_or_inf_values_is_refused(tmp_path):
     """Through the Python API (no file, no ``nonfinite``), NaN or inf in features, edge weights
     or edge features is refused when the graph is built or saved, naming the array and the

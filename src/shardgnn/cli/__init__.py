@@ -174,22 +174,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """``argv`` (after ``shardgnn``) parsed as :func:`main` parses it, running nothing: a
+    ``--config`` file expanded (:class:`~shardgnn.errors.ShardgnnError` where it is bad), then
+    every flag checked (``SystemExit(2)`` after one line on stderr where one is unknown,
+    abbreviated or out of its range)."""
+    parser = build_parser()
+    argv = expand_config_file(argv, parser)
+    parser.command_given = argv[0] if argv else None
+    unknown = _unknown_flags(argv, parser.commands, parser.flag_commands)
+    if unknown:  # before argparse, which would report a missing --parts first
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status (0 ok, 1 a worker crashed, 2 a user error,
     75 stopped by SIGTERM/SIGUSR1 after a checkpoint (requeue), 128 + N stopped by signal N
     without one, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     try:
-        argv = expand_config_file(argv, parser)
+        args = parse_command_line(argv)
     except ShardgnnError as exc:
         print(f"shardgnn {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
-    parser.command_given = argv[0] if argv else None
-    unknown = _unknown_flags(argv, parser.commands, parser.flag_commands)
-    if unknown:  # before argparse, which would report a missing --parts first
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    args = parser.parse_args(argv)
     try:
         with warning_lines(args.command):
             return args.handler(args)

@@ -28,11 +28,14 @@ import numpy as np
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph, concat_ranges, edge_id_arrays, pyg_edge_index
+from shardgnn.graph.split import FINITE_FIX, all_finite, check_finite_features
 
 GRAPH_SET_FORMAT = "shardgnn-graph-set"
 GRAPH_SET_VERSION = 1
 GRAPH_LABEL_KINDS = ("class", "regression")
 """what one graph's label is: a class id (int64 ``[G]``) or real targets (float32 ``[G, T]``)"""
+_FINITE_ARRAYS = (("x", "feature"), ("edge_attr", "edge feature"))
+"""the arrays of real numbers, refused with NaN or infinity when saved and when loaded"""
 _ARRAYS = (
     "indptr", "indices", "x", "edge_attr", "edge_y", "graph_ptr", "y", "train_idx", "val_idx",
     "test_idx",
@@ -174,12 +177,14 @@ class GraphSet:
             fail("an edge joins two different graphs: edges must stay inside their graph")
         if self.x.ndim != 2 or self.x.shape[0] != n:
             fail(f"x must be [{n}, F], got {list(self.x.shape)}")
-        if not np.isfinite(self.x).all():
+        if not all_finite(self.x):
             fail("x holds NaN or infinite values", "replace them before building the set")
         if self.edge_attr is not None and (
             self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != e
         ):
             fail(f"edge_attr must be [{e}, D], got {list(self.edge_attr.shape)}")
+        if self.edge_attr is not None and not all_finite(self.edge_attr):
+            fail("edge_attr holds NaN or infinite values", "replace them before building the set")
         g = self.num_graphs
         if self.y is None and self.edge_y is None:
             fail("the set has neither graph labels (y) nor edge labels (edge_y)")
@@ -367,6 +372,9 @@ def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = F
     path = Path(path)
     from shardgnn.graph.io import save_arrays
 
+    for key, what in _FINITE_ARRAYS:  # refused here, not as a NaN loss an epoch later
+        if getattr(graphs, key) is not None:
+            check_finite_features(getattr(graphs, key), path, what=what, fix=FINITE_FIX)
     with atomic_directory(path, overwrite=overwrite) as tmp:
         arrays = save_arrays(tmp, graphs, _ARRAYS)
         save_json(
@@ -388,7 +396,7 @@ def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = F
 
 def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
     """Load a directory written by :func:`save_graphset` (``mmap``: arrays memory-mapped)."""
-    from shardgnn.graph.io import load_npy
+    from shardgnn.graph.io import check_stored_finite, load_npy
 
     path = Path(path).expanduser()
     meta_path = path / "meta.json"
@@ -418,6 +426,9 @@ def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
     if missing:
         raise DatasetError(f"meta.json lacks the array(s) {missing}", meta_path, "rewrite it")
     fields = {k: load_npy(path / f"{k}.npy", mmap=mmap) for k in _ARRAYS if k in arrays}
+    for key, what in _FINITE_ARRAYS:
+        if key in fields:
+            check_stored_finite(fields[key], path / f"{key}.npy", what)
     counts = {k: meta.get(k, 0) for k in ("num_classes", "edge_classes")}
     if not all(isinstance(v, int) and v >= 0 for v in counts.values()):
         raise DatasetError(

@@ -57,6 +57,7 @@ def save_graph(graph: Graph, path: str | os.PathLike, overwrite: bool = False) -
     """Write ``graph`` to directory ``path`` atomically (the directory appears complete or not at
     all)."""
     path = Path(path)
+    graph.validate(str(path))  # what load_graph would refuse is not written
     for key, what in _FINITE_ARRAYS.items():  # refused here, not as a NaN loss an epoch later
         if getattr(graph, key) is not None:
             check_finite_features(getattr(graph, key), path, what=what, fix=FINITE_FIX)
@@ -169,6 +170,18 @@ def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
         raise DatasetError(f"cannot read ({exc})", path) from None
 
 
+STORED_FINITE_FIX = (
+    "the saving call refuses NaN and infinity, so the file was written another way after it: "
+    "rewrite it with finite values (e.g. numpy.nan_to_num)"
+)
+
+
+def check_stored_finite(array: np.ndarray, file: Path, what: str) -> None:
+    """Refuse NaN/inf values ``what`` in the stored ``file`` (read in blocks where memory-mapped):
+    one line naming the file and the first row, when loaded, not a NaN loss an epoch later."""
+    check_finite_features(array, file, what=what, fix=STORED_FINITE_FIX)
+
+
 def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
     """Load a directory written by :func:`save_graph`; ``mmap=True`` memory-maps the arrays."""
     path = Path(path)
@@ -235,6 +248,8 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
                 path / f"{key}.npy",
                 "the file was replaced or truncated; rewrite it",
             )
+        if key in _FINITE_ARRAYS:
+            check_stored_finite(array, path / f"{key}.npy", _FINITE_ARRAYS[key])
         fields[key] = array
     if "indptr" not in fields or "indices" not in fields:
         raise DatasetError("meta.json lists no indptr/indices arrays", meta_path)

@@ -38,6 +38,7 @@ from shardgnn.graph.csr import (
 )
 from shardgnn.graph.io import (
     TYPED_GRAPH_FORMAT,
+    check_stored_finite,
     load_node_ids,
     load_npy,
     read_class_names,
@@ -588,6 +589,7 @@ def load_typed_graph(path: str | os.PathLike) -> TypedGraph:
         if kind == "x":
             if not which.isdigit() or int(which) >= len(node_types):
                 raise DatasetError(f"array {key!r} names no node type", meta_path)
+            check_stored_finite(array, path / f"{key}.npy", f"{node_types[int(which)]!r} feature")
             x[node_types[int(which)]] = array
         elif kind == "triples":
             triples[which] = array
