@@ -358,8 +358,7 @@ def convert(config: ConvertConfig) -> Any:
     if config.symmetric:
         graph = graph.symmetrize()
     graph = _with_split(graph, config)
-    graph.validate(config.out)
-    save_graph(graph, Path(config.out).expanduser(), overwrite=config.overwrite)
+    save_graph(graph, Path(config.out).expanduser(), overwrite=config.overwrite)  # validates it
     return graph
 
 

@@ -177,14 +177,13 @@ class GraphSet:
             fail("an edge joins two different graphs: edges must stay inside their graph")
         if self.x.ndim != 2 or self.x.shape[0] != n:
             fail(f"x must be [{n}, F], got {list(self.x.shape)}")
-        if not all_finite(self.x):
-            fail("x holds NaN or infinite values", "replace them before building the set")
         if self.edge_attr is not None and (
             self.edge_attr.ndim != 2 or self.edge_attr.shape[0] != e
         ):
             fail(f"edge_attr must be [{e}, D], got {list(self.edge_attr.shape)}")
-        if self.edge_attr is not None and not all_finite(self.edge_attr):
-            fail("edge_attr holds NaN or infinite values", "replace them before building the set")
+        for key, _ in _FINITE_ARRAYS:
+            if getattr(self, key) is not None and not all_finite(getattr(self, key)):
+                fail(f"{key} holds NaN or infinite values", "replace them before building the set")
         g = self.num_graphs
         if self.y is None and self.edge_y is None:
             fail("the set has neither graph labels (y) nor edge labels (edge_y)")
