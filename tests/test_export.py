@@ -599,6 +599,46 @@ def test_the_export_check_of_a_memory_model_tells_a_wrong_file():
     assert check_memory_stream(forgetful, serving, 40)[0] > 10 * TOLERANCE * scale
 
 
+def test_memory_stream_drift_is_measured_after_every_batch():
+    """memory_stream_drift compares the file with the trained model after every batch: a file
+    that strays from its 5th call on (batch 2's embedding) shows no difference before and one
+    from then on, in the outputs and in the memory; one that misstates a time is told apart."""
+    from shardgnn.nn.serving import MemoryServingModel
+    from shardgnn.nn.temporal import TemporalLinkModel
+    from shardgnn.train.inference.export import memory_stream_drift
+
+    torch.manual_seed(0)
+    model = TemporalLinkModel("jodie", 1, torch.zeros(0, 2), memory_dim=8, time_dim=4,
+                              embedding_dim=8).eval()  # fmt: skip
+    serving = MemoryServingModel(model, False, 4).eval()
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 30, size=(2, 100))
+    t = np.sort(rng.uniform(0.0, 1e4, size=100))
+    feat = rng.standard_normal((100, 2)).astype(np.float32)
+    calls = []
+
+    def straying(*inputs):
+        out, memory_out, last_out = serving(*inputs)
+        calls.append(1)
+        return (
+            (out + 1e-3, memory_out + 1e-3, last_out)
+            if len(calls) > 4
+            else (out, memory_out, last_out)
+        )
+
+    drift = memory_stream_drift(straying, serving, 30, src, dst, t, feat, 20)
+    assert len(drift.output_diff) == len(drift.memory_diff) == 5 and drift.times_equal
+    assert max(drift.output_diff[:2] + drift.memory_diff[:2]) < 1e-6
+    assert min(drift.output_diff[2:]) > 5e-4 and min(drift.memory_diff[2:]) > 5e-4
+    assert drift.largest == max(drift.output_diff + drift.memory_diff) and drift.scale >= 1.0
+
+    def late(*inputs):
+        out, memory_out, last_out = serving(*inputs)
+        return out, memory_out, last_out + 1.0
+
+    assert memory_stream_drift(late, serving, 30, src, dst, t, feat, 20).largest == float("inf")
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_surel_file_scores_infers_pairs_from_the_walk_samplers_walks(tmp_path, capsys):

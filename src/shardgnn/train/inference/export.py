@@ -512,20 +512,66 @@ def _memory_example(serving: MemoryServingModel, num_nodes: int, seed: int) -> t
     return memory.call_inputs(torch.arange(b), message, torch.arange(q), query_time, recent)
 
 
-@torch.no_grad()
 def check_memory_stream(
     run: Callable[..., Any], serving: MemoryServingModel, num_nodes: int, seed: int = 1
 ) -> tuple[float, float, str]:
-    """Drive a file of ``serving`` over a random stream as :class:`ServedMemory` does, and the
-    trained model as evaluation does (its :class:`~shardgnn.nn.temporal.NodeMemory` from empty,
-    each batch embedded from the memory before it, then applied): ``(largest difference of the
-    queries' outputs and of the final memory, largest output, what was run)``."""
+    """Drive a file of ``serving`` and the trained model over a random stream of ``8 *
+    num_nodes`` events in 12 batches (:func:`memory_stream_drift`): ``(largest difference of the
+    queries' outputs and of the memory, largest output, what was run)``."""
     rng = np.random.default_rng(seed)
     count = 8 * num_nodes
     with_events = max(2, num_nodes - num_nodes // 10)
     src, dst = rng.integers(0, with_events, size=(2, count))
     t = np.sort(rng.uniform(1.7e9, 1.7e9 + 1e6, size=count))
     feat = rng.standard_normal((count, serving.event_dim)).astype(np.float32)
+    drift = memory_stream_drift(run, serving, num_nodes, src, dst, t, feat, max(1, count // 12))
+    what = (
+        f"a random stream of {count:,} events among {num_nodes:,} nodes, "
+        f"{len(drift.output_diff)} batches embedded then applied"
+    )
+    return drift.largest, drift.scale, what
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamDrift:
+    """How far a memory model's file, driven as :class:`ServedMemory` does, strays from the trained
+    model over a stream, batch by batch.
+
+    Attributes:
+        output_diff: per batch, the largest ``|difference|`` of its queries' outputs.
+        memory_diff: per batch, the largest ``|difference|`` of the whole memory once it is applied.
+        scale: the largest output (at least 1).
+        times_equal: whether the file's last-update times equal the model's after every batch.
+    """
+
+    output_diff: list[float]
+    memory_diff: list[float]
+    scale: float
+    times_equal: bool
+
+    @property
+    def largest(self) -> float:
+        """The largest difference of any batch's outputs or memory (inf if the times differ)."""
+        if not self.times_equal:
+            return float("inf")
+        return max(self.output_diff + self.memory_diff, default=0.0)
+
+
+@torch.no_grad()
+def memory_stream_drift(
+    run: Callable[..., Any],
+    serving: MemoryServingModel,
+    num_nodes: int,
+    src: np.ndarray,
+    dst: np.ndarray,
+    t: np.ndarray,
+    feat: np.ndarray,
+    batch: int,
+) -> StreamDrift:
+    """Drive a file of ``serving`` (``run``) over the stream ``src, dst, t, feat`` (``[E, F]``) in
+    batches of ``batch`` events as :class:`ServedMemory` does, and the trained model as evaluation
+    does (its :class:`~shardgnn.nn.temporal.NodeMemory` from empty, each batch's nodes embedded
+    from the memory before it, then the batch applied), comparing them after every batch."""
     graph = TemporalGraph.from_events(src, dst, t, feat, num_nodes=num_nodes)
     sampler = TemporalNeighborSampler(graph, [serving.recent])
     trained = serving.model
@@ -535,9 +581,9 @@ def check_memory_stream(
     reference.eval()
     served = ServedMemory(num_nodes, serving.memory_dim, serving.event_dim, serving.kind)
     src_E, dst_E, t_E = (torch.from_numpy(a) for a in (src, dst, t))
-    diff, scale, batch = 0.0, 1.0, max(1, count // 12)
-    for lo in range(0, count, batch):
-        hi = min(count, lo + batch)
+    output_diff, memory_diff, scale, times_equal = [], [], 1.0, True
+    for lo in range(0, src.size, batch):
+        hi = min(src.size, lo + batch)
         seeds = np.unique(np.r_[src[lo:hi], dst[lo:hi]])
         time = float(t[lo])
         if serving.kind == "tgn":
@@ -563,7 +609,7 @@ def check_memory_stream(
             inputs = served.embed_inputs(n_id_B, seeds.size, query_time)
         want = trained.classify(z) if serving.classify else z
         got, memory_out, last_out = run(*inputs)
-        diff = max(diff, _difference(got, want))
+        output_diff.append(_difference(got, want))
         scale = max(scale, float(want.abs().max()) if want.numel() else 0.0)
         served.store(memory_out, last_out)
         nodes = reference.observe(
@@ -574,15 +620,9 @@ def check_memory_stream(
             *served.apply_inputs(src_E[lo:hi], dst_E[lo:hi], t_E[lo:hi], feat_EF[lo:hi])
         )
         served.store(memory_out, last_out)
-    diff = max(diff, _difference(served.memory_NM, reference.memory))
-    if not torch.equal(served.last_N, reference.last_update):
-        diff = max(diff, float("inf"))
-    batches = -(-count // batch)
-    what = (
-        f"a random stream of {count:,} events among {num_nodes:,} nodes, {batches} batches "
-        "embedded then applied"
-    )
-    return diff, scale, what
+        memory_diff.append(_difference(served.memory_NM, reference.memory))
+        times_equal = times_equal and torch.equal(served.last_N, reference.last_update)
+    return StreamDrift(output_diff, memory_diff, scale, times_equal)
 
 
 WALK_CHECK_BYTES = 256 << 20
