@@ -1,10 +1,10 @@
 """How far an exported TGN or JODIE file's memory strays from the trained model's over a whole
 real stream (issue 31's serving path): each model trained on CollegeMsg (the README's TGN
 flags), exported to ONNX and torch.export, then the file driven as ``ServedMemory`` does and
-the trained model as evaluation does, over all 59,835 events in batches of ``--batch``, both
-from empty memory (:func:`shardgnn.train.inference.export.memory_stream_drift`). Reports, per
-model and format, the largest difference of the queries' outputs and of the memory over the
-first tenth of the batches and over the whole stream (does it grow?), against the export
+the trained model as evaluation does, over all its events (or ``--dataset``'s) in batches of
+``--batch``, both from empty memory (:func:`shardgnn.train.inference.export.memory_stream_drift`).
+Reports, per model and format, the largest difference of the queries' outputs and of the memory
+over the first tenth of the batches and over the whole stream (does it grow?), against the export
 check's bound (1e-4 of the largest output).
 
     python benchmarks/bench_served_memory.py --data-dir ../shared/data
@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             train += [*MODEL_FLAGS[model], "--quiet", "--checkpoint-dir", str(ck)]
             if shardgnn(train) != 0:
                 return 1
+            serving = serving_model(resolve_checkpoint(ck))[0]
             for fmt in args.formats.split(","):
                 out = Path(tmp) / f"{model}.{fmt}"
                 if shardgnn(["export", "--checkpoint", str(ck), "--out", str(out)]) != 0:
                     return 1
-                serving = serving_model(resolve_checkpoint(ck))[0]
                 run, runner = load_exported(out, serving.input_names)
                 start = time.perf_counter()
                 drift = memory_stream_drift(

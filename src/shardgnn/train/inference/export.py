@@ -463,6 +463,20 @@ def _memory_serving(
     return serving, config, serving.event_dim, out_dim, outputs
 
 
+def _random_events(
+    rng: np.random.Generator, num_nodes: int, event_dim: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``src, dst, t, feat`` of a random stream of ``8 * num_nodes`` events among ``num_nodes``
+    nodes (the last tenth without any), at increasing Unix-second times over 1e6 s (float64
+    matters there), ``event_dim`` standard normal features each."""
+    count = 8 * num_nodes
+    with_events = max(2, num_nodes - num_nodes // 10)
+    src, dst = rng.integers(0, with_events, size=(2, count))
+    t = np.sort(rng.uniform(1.7e9, 1.7e9 + 1e6, size=count))
+    feat = rng.standard_normal((count, event_dim)).astype(np.float32)
+    return src, dst, t, feat
+
+
 def random_stream(
     serving: TemporalServingModel, num_nodes: int, seed: int = 0
 ) -> tuple[tuple[torch.Tensor, ...], list, np.ndarray, np.ndarray]:
@@ -471,11 +485,7 @@ def random_stream(
     so some queries meet no earlier event), sampled as training samples; and what they were
     drawn from: the hops, the queries' nodes and the event features (``[E, F]``)."""
     rng = np.random.default_rng(seed)
-    count = 8 * num_nodes
-    with_events = max(2, num_nodes - num_nodes // 10)
-    src, dst = rng.integers(0, with_events, size=(2, count))
-    t = np.sort(rng.uniform(1.7e9, 1.7e9 + 1e6, size=count))  # Unix seconds: float64 matters
-    feat = rng.standard_normal((count, serving.event_dim)).astype(np.float32)
+    src, dst, t, feat = _random_events(rng, num_nodes, serving.event_dim)
     graph = TemporalGraph.from_events(src, dst, t, feat, num_nodes=num_nodes)
     nodes = rng.integers(0, num_nodes, size=num_nodes)
     times = rng.uniform(t[0], t[-1] + 1.0, size=num_nodes)
@@ -518,12 +528,8 @@ def check_memory_stream(
     """Drive a file of ``serving`` and the trained model over a random stream of ``8 *
     num_nodes`` events in 12 batches (:func:`memory_stream_drift`): ``(largest difference of the
     queries' outputs and of the memory, largest output, what was run)``."""
-    rng = np.random.default_rng(seed)
-    count = 8 * num_nodes
-    with_events = max(2, num_nodes - num_nodes // 10)
-    src, dst = rng.integers(0, with_events, size=(2, count))
-    t = np.sort(rng.uniform(1.7e9, 1.7e9 + 1e6, size=count))
-    feat = rng.standard_normal((count, serving.event_dim)).astype(np.float32)
+    src, dst, t, feat = _random_events(np.random.default_rng(seed), num_nodes, serving.event_dim)
+    count = src.size
     drift = memory_stream_drift(run, serving, num_nodes, src, dst, t, feat, max(1, count // 12))
     what = (
         f"a random stream of {count:,} events among {num_nodes:,} nodes, "
