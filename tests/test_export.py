@@ -487,7 +487,8 @@ def test_memory_model_file_served_over_the_stream_equals_evaluation(model, task,
     """TGN and JODIE exported to ONNX, torch.export and TorchScript: the file, driven by
     ServedMemory over the training stream from empty memory (each batch embedded, then applied),
     gives what the training code's own evaluation path computes batch by batch (TemporalLinkSteps'
-    `_embed_nodes` and `_apply`, the checkpoint's weights), and ends with the same memory."""
+    `_embed_nodes` and `_apply`, the checkpoint's weights), and ends with the same memory, as
+    does ServedMemory.replay of those events through the file."""
     from shardgnn.loader.temporal import EventBatches
     from shardgnn.nn.serving import ServedMemory
     from shardgnn.sampling.temporal import TemporalNeighborSampler
@@ -550,6 +551,10 @@ def test_memory_model_file_served_over_the_stream_equals_evaluation(model, task,
         assert compared > 100 and float(memory.memory.abs().max()) > 0.1  # memory moved
         np.testing.assert_allclose(served.memory_NM.numpy(), memory.memory.numpy(), atol=1e-5)
         assert torch.equal(served.last_N, memory.last_update)
+        replayed = ServedMemory(ev.num_nodes, memory.dim, feat.shape[1], model)
+        replayed.replay(run, src[:300], dst[:300], t[:300], feat[:300], batch=50)
+        np.testing.assert_allclose(replayed.memory_NM.numpy(), memory.memory.numpy(), atol=1e-5)
+        assert torch.equal(replayed.last_N, memory.last_update)
 
 
 def test_a_jodie_checkpoint_without_its_time_scale_resumes_and_is_not_exported(tmp_path, capsys):
@@ -637,6 +642,58 @@ def test_memory_stream_drift_is_measured_after_every_batch():
         return out, memory_out, last_out + 1.0
 
     assert memory_stream_drift(late, serving, 30, src, dst, t, feat, 20).largest == float("inf")
+
+
+def test_served_memory_replay_goes_on_from_the_replayed_events():
+    """ServedMemory.replay of a stream's first events leaves the memory serving them (embedded,
+    then applied) leaves, so serving the rest gives what serving the whole stream gives; events
+    out of time order, or older than the memory, and a batch of 0 are refused in one line."""
+    from shardgnn.nn.serving import MemoryServingModel, ServedMemory
+    from shardgnn.nn.temporal import TemporalLinkModel
+
+    torch.manual_seed(0)
+    model = TemporalLinkModel("tgn", 1, torch.zeros(0, 2), memory_dim=8, time_dim=4,
+                              embedding_dim=8).eval()  # fmt: skip
+    serving = MemoryServingModel(model, False, 4).eval()
+    rng = np.random.default_rng(0)
+    src, dst = (torch.from_numpy(a) for a in rng.integers(0, 30, size=(2, 100)))
+    t = torch.from_numpy(np.sort(rng.uniform(1e3, 1e4, size=100)))
+    feat = torch.from_numpy(rng.standard_normal((100, 2)).astype(np.float32))
+
+    def serve(memory: ServedMemory, lo: int, hi: int) -> None:
+        for start in range(lo, hi, 20):
+            end = start + 20
+            seeds = torch.unique(torch.cat([src[start:end], dst[start:end]]))
+            recent = (torch.zeros(2, 0, dtype=torch.int64), t[:0], feat[:0])
+            _, memory_out, last_out = serving(*memory.embed_inputs(seeds, seeds.numel(),
+                                                                   recent=recent))  # fmt: skip
+            memory.store(memory_out, last_out)
+            _, memory_out, last_out = serving(
+                *memory.apply_inputs(src[start:end], dst[start:end], t[start:end], feat[start:end])
+            )
+            memory.store(memory_out, last_out)
+
+    served, replayed = (ServedMemory(30, 8, 2, "tgn") for _ in range(2))
+    serve(served, 0, 100)
+    arrays = (a[:60].numpy() for a in (src, dst, t, feat))  # NumPy arrays are taken too
+    replayed.replay(serving, *arrays, batch=20)
+    assert bool(replayed.last_N.any()) and float(replayed.memory_NM.abs().max()) > 0
+    serve(replayed, 60, 100)
+    assert torch.equal(replayed.memory_NM, served.memory_NM)
+    assert torch.equal(replayed.last_N, served.last_N)
+
+    with pytest.raises(ValueError, match="not in time order"):
+        replayed.replay(serving, src[:20], dst[:20], t[:20], feat[:20])  # older than the memory
+    fresh = ServedMemory(30, 8, 2, "tgn")
+    with pytest.raises(ValueError, match="not in time order"):
+        fresh.replay(serving, src[:20], dst[:20], t[:20].flip(0), feat[:20])
+    with pytest.raises(ValueError, match="batch is 0"):
+        fresh.replay(serving, src, dst, t, feat, batch=0)
+    with pytest.raises(ValueError, match=r"have \[100, 99, 100, 100\] rows"):
+        fresh.replay(serving, src, dst[:99], t, feat)
+    with pytest.raises(ValueError, match="name node 30: the memory holds nodes 0 ... 29"):
+        fresh.replay(serving, src, dst + 1, t, feat)
+    assert not fresh.last_N.any()
 
 
 @pytest.mark.slow

@@ -21,7 +21,9 @@ Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` o
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -596,3 +598,54 @@ class ServedMemory:
         """Keep what the file returned for the rows of the last inputs built."""
         self.memory_NM[self.n_id_B] = memory_out_BM.detach()
         self.last_N[self.n_id_B] = last_update_out_B.detach()
+
+    @torch.no_grad()
+    def replay(
+        self,
+        run: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        src_P: torch.Tensor | np.ndarray,
+        dst_P: torch.Tensor | np.ndarray,
+        t_P: torch.Tensor | np.ndarray,
+        attr_PF: torch.Tensor | np.ndarray | None = None,
+        batch: int = 200,
+    ) -> None:
+        """Bring the memory up to date with events already seen (the training stream, say), so
+        that serving goes on from where they end rather than from a stream's start: apply them to
+        the memory through the file ``run``, ``batch`` events at a time (in time order, the
+        batch size the stream is served with: a node's message is its latest event of a batch).
+        The events may be tensors or NumPy arrays.
+        Embedding a batch leaves the memory as it is, so this is the memory serving every batch
+        (embedded, then applied) would leave."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"replay batch is {batch!r}: give a whole number of events, 1 or more")
+        src_P, dst_P = (torch.as_tensor(a, dtype=torch.int64) for a in (src_P, dst_P))
+        t_P = torch.as_tensor(t_P, dtype=torch.float64)
+        if attr_PF is not None:
+            attr_PF = torch.as_tensor(attr_PF)
+        lengths = [a.shape[0] for a in (src_P, dst_P, t_P, attr_PF) if a is not None]
+        if len(set(lengths)) > 1:
+            raise ValueError(
+                f"replayed events: src, dst, t, attr have {lengths} rows: give one each"
+            )
+        num_nodes = self.memory_NM.shape[0]
+        ends = torch.cat([src_P, dst_P])
+        outside = ends[(ends < 0) | (ends >= num_nodes)]
+        if outside.numel():
+            raise ValueError(
+                f"replayed events name node {int(outside[0])}: the memory holds nodes 0 ... "
+                f"{num_nodes - 1}"
+            )
+        # A row never updated holds time 0, which says nothing of the stream's times.
+        stored = float(self.last_N.max()) if bool(self.last_N.any()) else -math.inf
+        if t_P.numel() and (bool((t_P[1:] < t_P[:-1]).any()) or float(t_P[0]) < stored):
+            raise ValueError(
+                "replayed events are not in time order after the memory's latest update "
+                f"({stored:g}): sort them by time, and replay before serving newer events"
+            )
+        for lo in range(0, t_P.shape[0], batch):
+            hi = lo + batch
+            attr = None if attr_PF is None else attr_PF[lo:hi]
+            _, memory_out, last_out = run(
+                *self.apply_inputs(src_P[lo:hi], dst_P[lo:hi], t_P[lo:hi], attr)
+            )
+            self.store(memory_out, last_out)

@@ -1168,7 +1168,9 @@ def signature(serving: Served, in_dim: int, out_dim: int, outputs: str) -> dict[
         )
         record["memory"] = {
             "width": m,
-            "start": "zeros (memory and last_update) for every node of a new stream",
+            "start": "zeros (memory and last_update) for every node of a new stream; to go "
+            "on from events already seen (the training stream), apply them first, in batches "
+            "as served (ServedMemory.replay)",
             "apply": "after each batch of events is scored: B = the batch's endpoints, each with "
             "its latest event of the batch as its message (message_memory: the other "
             "endpoint's stored memory), no query; store memory_out and last_update_out",
