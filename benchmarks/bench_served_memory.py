@@ -5,7 +5,9 @@ the trained model as evaluation does, over all its events (or ``--dataset``'s) i
 ``--batch``, both from empty memory (:func:`shardgnn.train.inference.export.memory_stream_drift`).
 Reports, per model and format, the largest difference of the queries' outputs and of the memory
 over the first tenth of the batches and over the whole stream (does it grow?), against the export
-check's bound (1e-4 of the largest output).
+check's bound (1e-4 of the largest output). Then the same events replayed through the file
+(``ServedMemory.replay``, how a server catches up with a stream already seen): its events per
+second, and whether it leaves the memory serving the stream left.
 
     python benchmarks/bench_served_memory.py --data-dir ../shared/data
 
@@ -21,10 +23,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from machine import publish  # noqa: E402
 from shardgnn.cli import main as shardgnn
 from shardgnn.graph.datasets import load_temporal_dataset
+from shardgnn.nn.serving import ServedMemory
 from shardgnn.train.inference.export import (
     TOLERANCE,
     load_exported,
@@ -77,6 +81,15 @@ def main(argv: list[str] | None = None) -> int:
                     args.batch,
                 )  # fmt: skip
                 seconds = time.perf_counter() - start
+                replayed = ServedMemory(
+                    events.num_nodes, serving.memory_dim, serving.event_dim, serving.kind
+                )
+                start = time.perf_counter()
+                replayed.replay(run, events.src, events.dst, events.t, feat, args.batch)
+                replay_s = time.perf_counter() - start
+                replay_equal = torch.equal(
+                    replayed.memory_NM, drift.served.memory_NM
+                ) and torch.equal(replayed.last_N, drift.served.last_N)
                 batches = len(drift.output_diff)
                 tenth = max(1, batches // 10)
                 record = {
@@ -90,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                     "output_diff": [float(f"{d:.3g}") for d in drift.output_diff],
                     "memory_diff": [float(f"{d:.3g}") for d in drift.memory_diff],
                     "seconds": seconds,
+                    "replay_seconds": replay_s,
+                    "replay_equal": replay_equal,
                 }
                 runs.append(record)
                 bound = TOLERANCE * drift.scale
@@ -106,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{drift.scale:,.1f}",
                         f"{bound:.1e}",
                         "yes" if drift.times_equal else "no",
+                        f"{events.src.size / replay_s:,.0f}",
+                        "yes" if replay_equal else "no",
                     ]
                 )
     columns = [
@@ -120,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         "largest output",
         "check bound",
         "times equal",
+        "replay events/s",
+        "replay = served",
     ]
     header = (
         f"Served memory over {args.dataset} ({runs[0]['events']:,} events, batches of "

@@ -548,12 +548,14 @@ class StreamDrift:
         memory_diff: per batch, the largest ``|difference|`` of the whole memory once it is applied.
         scale: the largest output (at least 1).
         times_equal: whether the file's last-update times equal the model's after every batch.
+        served: the serving stack's state at the stream's end (what the file left).
     """
 
     output_diff: list[float]
     memory_diff: list[float]
     scale: float
     times_equal: bool
+    served: ServedMemory
 
     @property
     def largest(self) -> float:
@@ -628,7 +630,7 @@ def memory_stream_drift(
         served.store(memory_out, last_out)
         memory_diff.append(_difference(served.memory_NM, reference.memory))
         times_equal = times_equal and torch.equal(served.last_N, reference.last_update)
-    return StreamDrift(output_diff, memory_diff, scale, times_equal)
+    return StreamDrift(output_diff, memory_diff, scale, times_equal, served)
 
 
 WALK_CHECK_BYTES = 256 << 20
