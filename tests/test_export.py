@@ -647,7 +647,8 @@ def test_memory_stream_drift_is_measured_after_every_batch():
 def test_served_memory_replay_goes_on_from_the_replayed_events():
     """ServedMemory.replay of a stream's first events leaves the memory serving them (embedded,
     then applied) leaves, so serving the rest gives what serving the whole stream gives; events
-    out of time order, or older than the memory, and a batch of 0 are refused in one line."""
+    out of time order, older than the memory, of unequal rows, naming nodes outside the memory or
+    at a NaN time, and a batch of 0 are refused in one line."""
     from shardgnn.nn.serving import MemoryServingModel, ServedMemory
     from shardgnn.nn.temporal import TemporalLinkModel
 
@@ -691,8 +692,10 @@ def test_served_memory_replay_goes_on_from_the_replayed_events():
         fresh.replay(serving, src, dst, t, feat, batch=0)
     with pytest.raises(ValueError, match=r"have \[100, 99, 100, 100\] rows"):
         fresh.replay(serving, src, dst[:99], t, feat)
-    with pytest.raises(ValueError, match="name node 30: the memory holds nodes 0 ... 29"):
+    with pytest.raises(ValueError, match=r"edge ids must lie in \[0, 30\), found range \[0, 30\]"):
         fresh.replay(serving, src, dst + 1, t, feat)
+    with pytest.raises(ValueError, match="event 3's time nan is not a finite non-negative"):
+        fresh.replay(serving, src[:4], dst[:4], torch.tensor([1.0, 2.0, 3.0, np.nan]), feat[:4])
     assert not fresh.last_N.any()
 
 

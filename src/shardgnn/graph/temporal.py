@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,36 @@ from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import check_edge_range, edge_id_arrays
 from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
 from shardgnn.graph.split import FINITE_FIX, check_finite_features
+
+
+def event_arrays(
+    src: Any, dst: Any, t: Any, name: str = "temporal"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Events' endpoints and times as int64, int64 and float64 arrays, checked (one line each,
+    naming ``name``): 1-D and of one length, integer ids, times finite numbers ``>= 0``, in time
+    order (non-decreasing)."""
+    src, dst = (a.astype(np.int64, copy=False) for a in edge_id_arrays(src, dst, name, "event"))
+    try:
+        t = np.asarray(t, dtype=np.float64)
+    except (TypeError, ValueError) as exc:  # text, objects: numpy's traceback before
+        raise DatasetError(
+            f"event times must be numbers ({exc})",
+            name,
+            "times are numbers >= 0 (e.g. unix seconds)",
+        ) from None
+    if not (src.shape == dst.shape == t.shape and src.ndim == 1):
+        raise DatasetError(f"src, dst and t must be 1-D of one length, got {src.shape}, "
+                           f"{dst.shape}, {t.shape}")  # fmt: skip
+    bad = np.flatnonzero(~np.isfinite(t) | (t < 0))  # NaN passes the time-order check
+    if bad.size:
+        raise DatasetError(
+            f"event {bad[0]}'s time {float(t[bad[0]])} is not a finite non-negative number",
+            name,
+            "times are numbers >= 0 (e.g. unix seconds)",
+        )
+    if t.size and np.any(np.diff(t) < 0):
+        raise DatasetError("events are not in time order", name, "sort them by time first")
+    return src, dst, t
 
 
 @dataclasses.dataclass
@@ -78,27 +109,7 @@ class TemporalGraph:
     ) -> "TemporalGraph":
         """Build from events in time order (``t`` non-decreasing; :func:`load_temporal_events`
         sorts a file's rows); ``labels``: the source's class at each event (-1: none)."""
-        src, dst = (a.astype(np.int64, copy=False) for a in edge_id_arrays(src, dst, name, "event"))
-        try:
-            t = np.asarray(t, dtype=np.float64)
-        except (TypeError, ValueError) as exc:  # text, objects: numpy's traceback before
-            raise DatasetError(
-                f"event times must be numbers ({exc})",
-                name,
-                "times are numbers >= 0 (e.g. unix seconds)",
-            ) from None
-        if not (src.shape == dst.shape == t.shape and src.ndim == 1):
-            raise DatasetError(f"src, dst and t must be 1-D of one length, got {src.shape}, "
-                               f"{dst.shape}, {t.shape}")  # fmt: skip
-        bad = np.flatnonzero(~np.isfinite(t) | (t < 0))  # NaN passes the time-order check
-        if bad.size:
-            raise DatasetError(
-                f"event {bad[0]}'s time {float(t[bad[0]])} is not a finite non-negative number",
-                name,
-                "times are numbers >= 0 (e.g. unix seconds)",
-            )
-        if t.size and np.any(np.diff(t) < 0):
-            raise DatasetError("events must be in time order", fix="sort them by time first")
+        src, dst, t = event_arrays(src, dst, t, name)
         n = int(
             num_nodes
             if num_nodes is not None

@@ -21,7 +21,6 @@ Shape legend: ``N`` nodes, ``E`` edges, ``B`` graphs, ``F`` input width, ``C`` o
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 
@@ -29,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from shardgnn.graph.csr import check_edge_range
+from shardgnn.graph.temporal import event_arrays
 from shardgnn.nn.surel import relative_positions_by_comparison
 from shardgnn.nn.temporal import HopTensors, latest_events
 from shardgnn.nn.typed import TypedMessageGraph
@@ -618,30 +619,21 @@ class ServedMemory:
         (embedded, then applied) would leave."""
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ValueError(f"replay batch is {batch!r}: give a whole number of events, 1 or more")
-        src_P, dst_P = (torch.as_tensor(a, dtype=torch.int64) for a in (src_P, dst_P))
-        t_P = torch.as_tensor(t_P, dtype=torch.float64)
-        if attr_PF is not None:
-            attr_PF = torch.as_tensor(attr_PF)
-        lengths = [a.shape[0] for a in (src_P, dst_P, t_P, attr_PF) if a is not None]
+        lengths = [len(a) for a in (src_P, dst_P, t_P, attr_PF) if a is not None]
         if len(set(lengths)) > 1:
             raise ValueError(
                 f"replayed events: src, dst, t, attr have {lengths} rows: give one each"
             )
-        num_nodes = self.memory_NM.shape[0]
-        ends = torch.cat([src_P, dst_P])
-        outside = ends[(ends < 0) | (ends >= num_nodes)]
-        if outside.numel():
-            raise ValueError(
-                f"replayed events name node {int(outside[0])}: the memory holds nodes 0 ... "
-                f"{num_nodes - 1}"
-            )
-        # A row never updated holds time 0, which says nothing of the stream's times.
-        stored = float(self.last_N.max()) if bool(self.last_N.any()) else -math.inf
-        if t_P.numel() and (bool((t_P[1:] < t_P[:-1]).any()) or float(t_P[0]) < stored):
+        src, dst, t = event_arrays(src_P, dst_P, t_P, "replayed events")
+        check_edge_range(src, dst, self.memory_NM.shape[0])
+        if t.size and t[0] < float(self.last_N.max()):
             raise ValueError(
                 "replayed events are not in time order after the memory's latest update "
-                f"({stored:g}): sort them by time, and replay before serving newer events"
+                f"({float(self.last_N.max()):g}): replay them before serving newer events"
             )
+        src_P, dst_P, t_P = (torch.from_numpy(a) for a in (src, dst, t))
+        if attr_PF is not None:
+            attr_PF = torch.as_tensor(attr_PF)
         for lo in range(0, t_P.shape[0], batch):
             hi = lo + batch
             attr = None if attr_PF is None else attr_PF[lo:hi]
