@@ -483,6 +483,9 @@ def test_node_tables_give_label_tables_from_the_columns_label_col_names(tmp_path
     assert "has no column 'tag_c' (named by --label-col" in err
     err = _refused([*again, "score"], capsys)
     assert "multi-label entry" in err and "neither 0 nor 1" in err
+    for stray in ("tag_a,,tag_b", "tag_a,tag_b,"):  # a column lost to a stray comma?
+        err = _refused([*again, stray], capsys)
+        assert f"--label-col {stray}: an entry is empty" in err
 
 
 # ------------------------------------------------------------ nothing lost silently, no traceback

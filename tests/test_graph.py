@@ -214,6 +214,15 @@ def test_synthetic_spec_and_bad_options():
     # the last one silently won: which was meant?
     with pytest.raises(DatasetError, match="option 'seed' is given twice in dataset spec"):
         load_dataset("synthetic:nodes=50,seed=1,Seed=2")
+    # an empty entry is an error, not one option fewer (as in --fanouts 10,,5)
+    for spec, position in [("synthetic:nodes=50,,seed=1", 2), ("synthetic:nodes=50,", 2)]:
+        with pytest.raises(DatasetError, match=f"entry {position} after synthetic: in dataset"):
+            load_dataset(spec)
+    with pytest.raises(DatasetError, match="entry 2 after file: in dataset spec"):
+        load_dataset("file:/data/g.npz,,seed=1")
+    assert load_dataset("synthetic:").num_nodes == load_dataset("synthetic").num_nodes
+    with pytest.raises(DatasetError, match=r"degree=20.0 must lie in \(0, nodes=3\)"):
+        load_dataset("synthetic:nodes=3")
 
 
 def test_unknown_dataset_lists_known_names():

@@ -234,6 +234,10 @@ class ConvertConfig:
             )
         if (problem := label_kind_problem(self.label_kind)) is not None:
             raise invalid(self, "label_kind", problem)
+        if self.label_kind != "class" and not all(c.strip() for c in self.label_col.split(",")):
+            raise invalid(  # with class labels a comma is part of the one column's name
+                self, "label_col", "an entry is empty; give comma-separated column names"
+            )
         if self.node_tables or self.edge_tables:
             if not (self.node_tables and self.edge_tables):
                 raise ConfigError(
@@ -1044,7 +1048,7 @@ def _label_columns(config: ConvertConfig) -> list[str]:
     comma-separated columns it names (a label table's, in order)."""
     if config.label_kind == "class":
         return [config.label_col]
-    return [c.strip() for c in config.label_col.split(",") if c.strip()] or [config.label_col]
+    return [c.strip() for c in config.label_col.split(",")]
 
 
 def _has_labels(table: Any, config: ConvertConfig) -> bool:

@@ -71,7 +71,13 @@ class DatasetSpec:
             )
         name, _, rest = spec.strip().partition(":")
         name = name.strip().lower()
-        items = [item for item in rest.split(",") if item.strip()] if rest else []
+        items = rest.split(",") if rest.strip() else []
+        for position, item in enumerate(items, 1):
+            if not item.strip():  # an option lost to a stray comma? (as --fanouts 10,,5 is)
+                raise DatasetError(
+                    f"entry {position} after {name}: in dataset spec {spec!r} is empty",
+                    fix="write options as NAME:key=value,key=value, without empty entries",
+                )
         path = None
         if name in _PATH_DATASETS:
             if not items:

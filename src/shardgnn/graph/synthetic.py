@@ -67,8 +67,14 @@ class SyntheticConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.nodes >= 2, f"nodes={self.nodes} must be >= 2"),
-            (0 < self.degree < self.nodes, f"degree={self.degree} must lie in (0, nodes)"),
-            (1 <= self.classes <= self.nodes, f"classes={self.classes} must lie in [1, nodes]"),
+            (
+                0 < self.degree < self.nodes,
+                f"degree={self.degree} must lie in (0, nodes={self.nodes})",
+            ),
+            (
+                1 <= self.classes <= self.nodes,
+                f"classes={self.classes} must lie in [1, nodes={self.nodes}]",
+            ),
             (self.features >= 1, f"features={self.features} must be >= 1"),
             (0.0 <= self.homophily <= 1.0, f"homophily={self.homophily} must lie in [0, 1]"),
             (self.exponent > 2.0, f"exponent={self.exponent} must be > 2 (finite mean degree)"),
