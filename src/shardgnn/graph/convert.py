@@ -234,10 +234,8 @@ class ConvertConfig:
             )
         if (problem := label_kind_problem(self.label_kind)) is not None:
             raise invalid(self, "label_kind", problem)
-        if self.label_kind != "class" and not all(c.strip() for c in self.label_col.split(",")):
-            raise invalid(  # with class labels a comma is part of the one column's name
-                self, "label_col", "an entry is empty; give comma-separated column names"
-            )
+        if "" in _label_columns(self):
+            raise invalid(self, "label_col", "an entry is empty; give comma-separated column names")
         if self.node_tables or self.edge_tables:
             if not (self.node_tables and self.edge_tables):
                 raise ConfigError(
