@@ -540,6 +540,9 @@ UNIQUE = set(EDGES)
             {},
         ),
         ("plain.csv", "0,1\n1,2\n2,0\n3, 1\n1,2\n", {}),
+        # a header line names the columns; they are read by position all the same
+        ("header.csv", "src,dst\n0,1\n1,2\n2,0\n3, 1\n1,2\n", {}),
+        ("header.tsv", "u\tv\n1\t2\n2\t3\n3\t1\n4\t2\n2\t3\n", {"base": "auto"}),
         ("one.txt", "1 2\n2 3\n3 1\n4 2\n2 3\n", {"base": 1}),
         ("auto.txt", "1 2\n2 3\n3 1\n4 2\n2 3\n", {"base": "auto"}),
         ("auto0.txt", "0 1\n1 2\n2 0\n3 1\n1 2\n", {"base": "auto"}),
@@ -593,6 +596,16 @@ def test_edge_list_jlg(tmp_path):
         ("frac.txt", "0 1\n1.5 2\n", {}, r"frac\.txt.*line 2: node ids must be integers"),
         ("word.txt", "0 1\n\n# ok\n1 two\n", {}, r"word\.txt.*line 4: b'two'"),
         ("empty.txt", "", {}, r"empty\.txt.*no edges"),
+        ("head.csv", "src,dst\n", {}, r"head\.csv.*no edges.*only a header"),
+        ("rev.csv", "dst,src\n0,1\n", {}, r"rev\.csv.*names the columns dst,src.*reverse"),
+        ("rev2.tsv", "node source\n0 1\n", {}, r"rev2\.tsv.*names the columns node,source"),
+        ("headbad.csv", "src,dst\n0,1\nx,2\n", {}, r"headbad\.csv.*line 3: b'x'"),
+        (
+            "headrag.csv",
+            "src,dst\n0,1\n1,2,3\n",
+            {},
+            r"headrag\.csv.*line 3 has 3 columns but line 2",
+        ),
         ("comments.txt", "# only\n%comments\n\n", {}, r"comments\.txt.*no edges"),
         (
             "range.jlg",

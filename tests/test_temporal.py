@@ -126,6 +126,7 @@ def test_unsorted_events_are_sorted_with_a_warning(tmp_path):
         ("0 1 5 0.1\n1 2 6 0.1 0.2\n", "line 2"),
         ("0 1.5 5\n", "line 1: node ids [0.0, 1.5] are not non-negative integers"),
         ("0 1\n", "an event is SRC DST TIME"),
+        ("item user time\n0 1 5\n", "names the columns item,user, but they are read by position"),
     ],
 )
 def test_bad_event_files_get_one_clear_error(tmp_path, text, message):

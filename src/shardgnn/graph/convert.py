@@ -55,10 +55,11 @@ from shardgnn.atomic import check_output_path
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
-    NUMBER_LINE,
+    is_header,
     load_edge_list,
     parse_numeric_table,
     read_text_bytes,
+    without_header,
 )
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
 from shardgnn.graph.split import NONFINITE_POLICIES, check_finite_features
@@ -535,16 +536,8 @@ def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
             raise DatasetError(f"holds {array.dtype} values; {what} must be numbers", path)
         return array.astype(dtype, copy=False)
-    data = read_text_bytes(path)
-    first, _, rest = data.partition(b"\n")
-    header = (
-        bool(first.strip())
-        and not first.lstrip().startswith((b"#", b"%"))
-        and not NUMBER_LINE.match(first)
-    )
-    values, _ = parse_numeric_table(
-        rest if header else data, path, np.float64, first_line=2 if header else 1
-    )
+    data, first_line = without_header(read_text_bytes(path))
+    values, _ = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if values.size == 0:
         raise DatasetError(f"holds no {what}", path)
     return values.astype(dtype, copy=False)
@@ -609,12 +602,7 @@ def _is_table(path: Path) -> bool:
         return True
     if path.suffix.lower() == ".npy" or not path.is_file():
         return False
-    first = read_text_bytes(path).partition(b"\n")[0]
-    return (
-        bool(first.strip())
-        and not first.lstrip().startswith((b"#", b"%"))
-        and not NUMBER_LINE.match(first)
-    )
+    return is_header(read_text_bytes(path).partition(b"\n")[0])
 
 
 def _read_table(path: Path) -> Any:

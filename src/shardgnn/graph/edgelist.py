@@ -5,6 +5,8 @@ Text formats accepted by :func:`load_edge_list`:
 * one edge ``u v`` per line, separated by whitespace and/or commas; optionally gzip-compressed
   (detected from the gzip magic bytes, whatever the suffix). SNAP ``.txt`` files are exactly this.
 * lines whose first non-blank character is ``#`` or ``%`` are comments; blank lines are skipped.
+* a first line that names the columns (``src,dst,weight``: it does not start with a number) is
+  a header and skipped; the columns are read by position all the same.
 * a third column is read as a float edge weight; columns after the third are ignored (SNAP
   temporal files put timestamps there). Every non-blank line must have the same number of
   columns, else the first deviating line is named in the error.
@@ -43,7 +45,56 @@ CHUNK_BYTES = 4 << 20  # text parsed per vectorised step (bounds the scratch mem
 
 
 # a line that starts with a number (a data row, not a header)
-NUMBER_LINE = re.compile(rb"^[\s,]*[-+]?(\d|\.\d|nan|inf)", re.IGNORECASE)
+_NUMBER_LINE = re.compile(rb"^[\s,]*[-+]?(\d|\.\d|nan|inf)", re.IGNORECASE)
+
+
+def is_header(line: bytes) -> bool:
+    """Whether a text table's first line names its columns (``src,dst``, ``u v time``): it is
+    neither blank, a ``#``/``%`` comment nor a row that starts with a number."""
+    return (
+        bool(line.strip())
+        and not line.lstrip().startswith((b"#", b"%"))
+        and not _NUMBER_LINE.match(line)
+    )
+
+
+def without_header(data: bytes) -> tuple[bytes, int]:
+    """``data`` without its header line (:func:`is_header`), and the file line number of the first
+    line left (for :func:`parse_numeric_table`'s ``first_line``)."""
+    first, _, rest = data.partition(b"\n")
+    return (rest, 2) if is_header(first) else (data, 1)
+
+
+# names a header may give the source and the destination column of an edge or event
+_SOURCE_NAMES = frozenset({"src", "source", "from", "u", "user", "sender"})
+_DESTINATION_NAMES = frozenset({"dst", "destination", "target", "to", "v", "item", "receiver"})
+
+
+def without_positional_header(
+    data: bytes, source: str | os.PathLike, layout: str, fix: str
+) -> tuple[bytes, int]:
+    """:func:`without_header` for a file whose columns are read by position (``layout``, e.g.
+    ``u v [weight]``): a header that names the first two columns the other way round
+    (``dst,src``) is refused, since reading it by position would reverse every edge silently.
+    ``fix``: the refusal's fix line.
+
+    Raises:
+        DatasetError: the header names the destination first or the source second.
+    """
+    body, first_line = without_header(data)
+    if first_line == 2:
+        fields = data.partition(b"\n")[0].decode("utf-8", "replace").replace(",", " ").split()
+        names = [field.strip("\"'").lower() for field in fields[:2]]
+        if (names[:1] and names[0] in _DESTINATION_NAMES) or (
+            names[1:] and names[1] in _SOURCE_NAMES
+        ):
+            raise DatasetError(
+                f"its header line names the columns {','.join(fields[:2])}, but they are read "
+                f"by position, as {layout}: reading it would reverse every edge",
+                source,
+                fix,
+            )
+    return body, first_line
 
 
 def read_text_bytes(path: str | os.PathLike) -> bytes:
@@ -265,10 +316,17 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
                 "the file is truncated or corrupt; re-download it",
             )
     else:
-        values, lines = parse_numeric_table(data, path, np.float64)
+        data, first_line = without_positional_header(
+            data,
+            path,
+            "u v [weight]",
+            "put the source column first, or convert the table by its column names: "
+            "shardgnn convert --edges FILE --src-col NAME --dst-col NAME --out DIR",
+        )
+        values, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if values.shape[0] == 0:
         raise DatasetError(
-            "holds no edges (the file is empty or all comments)",
+            "holds no edges (the file is empty, all comments or only a header)",
             path,
             "give one `u v` edge per line",
         )

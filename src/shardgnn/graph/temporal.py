@@ -28,7 +28,11 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import check_edge_range, edge_id_arrays
-from shardgnn.graph.edgelist import NUMBER_LINE, parse_numeric_table, read_text_bytes
+from shardgnn.graph.edgelist import (
+    parse_numeric_table,
+    read_text_bytes,
+    without_positional_header,
+)
 from shardgnn.graph.split import FINITE_FIX, check_finite_features
 
 
@@ -239,16 +243,16 @@ def load_temporal_events(
     replaces them by 0 with a warning."""
     path = Path(path)
     data = read_text_bytes(path)
-    first_line = 1
-    head, _, rest = data.partition(b"\n")
-    if head.strip() and not head.lstrip().startswith((b"#", b"%")) and not NUMBER_LINE.match(head):
-        data, first_line = rest, 2  # a header line (e.g. "src dst time")
+    layout = "SRC DST TIME LABEL [features...]" if labels else "SRC DST TIME [features...]"
+    # a header line ("src dst time") is skipped
+    data, first_line = without_positional_header(
+        data, path, layout, f"reorder the columns as {layout}"
+    )
     rows, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if rows.shape[0] == 0:
         raise DatasetError("holds no events", path, "give SRC DST TIME rows")
     first_feature = 4 if labels else 3
     if rows.shape[1] < first_feature:
-        layout = "SRC DST TIME LABEL [features...]" if labels else "SRC DST TIME [features...]"
         raise DatasetError(f"rows have {rows.shape[1]} columns; an event is {layout}", path)
     ids, t = rows[:, :2], rows[:, 2]
     bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
