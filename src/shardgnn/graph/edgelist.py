@@ -82,18 +82,17 @@ def without_positional_header(
         DatasetError: the header names the destination first or the source second.
     """
     body, first_line = without_header(data)
-    if first_line == 2:
-        fields = data.partition(b"\n")[0].decode("utf-8", "replace").replace(",", " ").split()
-        names = [field.strip("\"'").lower() for field in fields[:2]]
-        if (names[:1] and names[0] in _DESTINATION_NAMES) or (
-            names[1:] and names[1] in _SOURCE_NAMES
-        ):
-            raise DatasetError(
-                f"its header line names the columns {','.join(fields[:2])}, but they are read "
-                f"by position, as {layout}: reading it would reverse every edge",
-                source,
-                fix,
-            )
+    if first_line == 1:
+        return body, first_line
+    fields = data.partition(b"\n")[0].decode("utf-8", "replace").replace(",", " ").split()
+    first, second = [field.strip("\"'").lower() for field in fields[:2]] + [""] * (2 - len(fields))
+    if first in _DESTINATION_NAMES or second in _SOURCE_NAMES:
+        raise DatasetError(
+            f"its header line names the columns {','.join(fields[:2])}, but they are read by "
+            f"position, as {layout}: reading it would reverse every edge",
+            source,
+            fix,
+        )
     return body, first_line
 
 
