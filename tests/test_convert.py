@@ -603,6 +603,30 @@ def test_more_rows_than_the_edge_list_has_nodes_need_num_nodes(tmp_path, capsys,
     assert "--num-nodes 4: applies to --edges without --nodes" in err
 
 
+def test_tables_and_arrays_may_open_with_comment_lines(tmp_path):
+    """A CSV whose header follows comment lines is a table (read by column name); a tab- or
+    space-separated one is read by its header's separator; a label file's header after comments
+    is skipped."""
+    pytest.importorskip("pandas")
+    (tmp_path / "e.csv").write_text("# exported 2026-12-03\n\ndst,src\n1,0\n2,1\n")
+    assert main(["convert", "--edges", str(tmp_path / "e.csv"), "--out", str(tmp_path / "g")]) == 0
+    g = load_dataset(f"graph:{tmp_path / 'g'}")
+    assert g.num_nodes == 3 and _edges_of(g) == {(0, 1), (1, 2)}  # by name, not position
+    for name, sep in [("t.tsv", "\t"), ("s.txt", " ")]:
+        text = "dst src w\n1 0 1\n2 1 2\n".replace(" ", sep)
+        (tmp_path / name).write_text("% from the wiki\n" + text)
+        out = tmp_path / f"g-{name}"
+        argv = ["--edges", str(tmp_path / name), "--weight-col", "w", "--out", str(out)]
+        assert main(["convert", *argv]) == 0
+        g = load_dataset(f"graph:{out}")
+        assert _edges_of(g) == {(0, 1), (1, 2)} and sorted(g.edge_weight.tolist()) == [1, 2]
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    (tmp_path / "y.csv").write_text("# classes\nlabel\n0\n1\n1\n")
+    argv = ["--edges", str(tmp_path / "e.txt"), "--labels", str(tmp_path / "y.csv")]
+    assert main(["convert", *argv, "--out", str(tmp_path / "h")]) == 0
+    assert load_dataset(f"graph:{tmp_path / 'h'}").y.tolist() == [0, 1, 1]
+
+
 def test_node_files_next_to_an_edge_table_are_refused_not_dropped(tmp_path, capsys):
     (tmp_path / "e.csv").write_text("src,dst\n0,1\n1,2\n")
     np.save(tmp_path / "x.npy", np.ones((3, 2), dtype=np.float32))
@@ -613,7 +637,11 @@ def test_node_files_next_to_an_edge_table_are_refused_not_dropped(tmp_path, caps
 
 @pytest.mark.parametrize(
     "edges, line, found",
-    [("src,dst\n0,1\n1,2,3\n2,0\n", 3, 3), ("src,dst\n\n0,1,2\n1,2\n", 3, 3)],
+    [
+        ("src,dst\n0,1\n1,2,3\n2,0\n", 3, 3),
+        ("src,dst\n\n0,1,2\n1,2\n", 3, 3),
+        ("% c\n# c\nsrc\tdst\n0\t1\n1\t2\t3\n", 5, 3),
+    ],
 )
 def test_a_ragged_csv_names_the_line(tmp_path, capsys, edges, line, found):
     pytest.importorskip("pandas")

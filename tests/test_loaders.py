@@ -25,7 +25,7 @@ from shardgnn.errors import DatasetError
 from shardgnn.graph import edgelist as edgelist_module
 from shardgnn.graph import ogb as ogb_module
 from shardgnn.graph.datasets import load_dataset
-from shardgnn.graph.edgelist import load_edge_list, parse_numeric_table
+from shardgnn.graph.edgelist import header_line, load_edge_list, parse_numeric_table
 from shardgnn.graph.gnnbenchmark import load_gnn_benchmark
 from shardgnn.graph.ogb import load_ogb_nodeprop
 from shardgnn.graph.planetoid import load_planetoid
@@ -543,6 +543,8 @@ UNIQUE = set(EDGES)
         # a header line names the columns; they are read by position all the same
         ("header.csv", "src,dst\n0,1\n1,2\n2,0\n3, 1\n1,2\n", {}),
         ("header.tsv", "u\tv\n1\t2\n2\t3\n3\t1\n4\t2\n2\t3\n", {"base": "auto"}),
+        # ... after comment and blank lines too (an export's provenance lines)
+        ("late.csv", "# exported 2026-12-03\n\n%\nsrc_id,dst_id\n0,1\n1,2\n2,0\n3,1\n1,2\n", {}),
         ("one.txt", "1 2\n2 3\n3 1\n4 2\n2 3\n", {"base": 1}),
         ("auto.txt", "1 2\n2 3\n3 1\n4 2\n2 3\n", {"base": "auto"}),
         ("auto0.txt", "0 1\n1 2\n2 0\n3 1\n1 2\n", {"base": "auto"}),
@@ -586,6 +588,23 @@ def test_edge_list_jlg(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "data, header",
+    [
+        (b"src,dst\n0,1\n", (b"src,dst", 1, 8)),
+        (b"# c\r\n\r\n  % d\nu v w\r\n0 1 2\n", (b"u v w\r", 4, 20)),
+        (b"src dst", (b"src dst", 1, 8)),  # no newline: the offset is past the end
+        (b"0,1\nsrc,dst\n", None),  # only the first line that is not a comment may be one
+        (b"# c\n-1 2\n", None),
+        (b" .5 nan\n", None),
+        (b"# only comments\n\n", None),
+        (b"", None),
+    ],
+)
+def test_header_line_is_the_first_line_that_is_not_a_comment_naming_columns(data, header):
+    assert header_line(data) == header
+
+
+@pytest.mark.parametrize(
     "filename, content, kwargs, match",
     [
         ("ragged.txt", "0 1\n1 2 3\n", {}, r"ragged\.txt.*line 2 has 3 columns but line 1 has 2"),
@@ -597,9 +616,27 @@ def test_edge_list_jlg(tmp_path):
         ("word.txt", "0 1\n\n# ok\n1 two\n", {}, r"word\.txt.*line 4: b'two'"),
         ("empty.txt", "", {}, r"empty\.txt.*no edges"),
         ("head.csv", "src,dst\n", {}, r"head\.csv.*no edges.*only a header"),
-        ("rev.csv", "dst,src\n0,1\n", {}, r"rev\.csv.*names the columns dst,src.*reverse"),
-        ("rev2.tsv", "node source\n0 1\n", {}, r"rev2\.tsv.*names the columns node,source"),
+        (
+            "rev.csv",
+            "dst,src\n0,1\n",
+            {},
+            r"rev\.csv: its header line \(line 1\) names column 1 'dst', a destination, .* read "
+            r"by position, as u v \[weight\]: its destinations would be taken for sources",
+        ),
+        ("rev2.tsv", "node source\n0 1\n", {}, r"rev2\.tsv.*column 2 'source', a source"),
+        (
+            "time.csv",
+            "# c\nsrc,dst,Timestamp,weight\n0,1,5,1\n",
+            {},
+            r"time\.csv: its header line \(line 2\) names column 3 'Timestamp', a time.*times "
+            r"would be taken for weights\n  fix: .*timestamped edges load as temporal:FILE",
+        ),
+        ("kg.csv", "head,relation,tail\n0,1,2\n", {}, r"kg\.csv.*column 3 'tail', a destination"),
         ("headbad.csv", "src,dst\n0,1\nx,2\n", {}, r"headbad\.csv.*line 3: b'x'"),
+        ("latebad.csv", "# c\n\nsrc,dst\n0,1\nx,2\n", {}, r"latebad\.csv.*line 5: b'x'"),
+        ("late.csv", "# c\nsrc,dst\n", {}, r"late\.csv.*no edges.*only a header"),
+        # only the first line that is not a comment may be a header
+        ("two.csv", "src,dst\nfrom,to\n0,1\n", {}, r"two\.csv.*line 2: b'from'"),
         (
             "headrag.csv",
             "src,dst\n0,1\n1,2,3\n",

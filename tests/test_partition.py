@@ -263,6 +263,7 @@ def test_streaming_is_chunk_size_invariant_across_inputs(tiny_graph, tmp_path, m
     np.save(tmp_path / "2e.npy", np.stack([src, dst]).astype(np.int64))  # [2, E] (PyG)
     np.save(tmp_path / "fortran.npy", np.asfortranarray(np.stack([src, dst], axis=1)))
     _write_text(tmp_path / "e.txt", src, dst, header="# SNAP-like comment\n% another\n")
+    _write_text(tmp_path / "head.csv", src, dst, header="# exported\n\nsrc_id dst_id\n")
     _write_text(tmp_path / "e.txt.gz", src, dst, gz=True)
     _write_text(tmp_path / "e1.txt", src, dst, base=1)
     _write_text(
@@ -273,6 +274,7 @@ def test_streaming_is_chunk_size_invariant_across_inputs(tiny_graph, tmp_path, m
         ("2e.npy", {}),
         ("fortran.npy", {}),
         ("e.txt", {}),
+        ("head.csv", {}),
         ("e.txt.gz", {}),
         ("e1.txt", {"base": 1}),
         ("e1.txt", {"base": "auto"}),
@@ -323,6 +325,12 @@ def test_streaming_file_errors(tmp_path):
     (tmp_path / "frac.txt").write_text("0 1\n1 2.5\n")
     with pytest.raises(DatasetError, match="line 2"):
         stream_partition(tmp_path / "frac.txt", 2)
+    (tmp_path / "rev.csv").write_text("# c\ndst,src\n0,1\n")  # as file: refuses it
+    with pytest.raises(DatasetError, match=r"\(line 2\) names column 1 'dst', a destination"):
+        stream_partition(tmp_path / "rev.csv", 2)
+    (tmp_path / "late.txt").write_text("src dst\n0 1\nfrom to\n")
+    with pytest.raises(DatasetError, match="line 3"):
+        stream_partition(tmp_path / "late.txt", 2)
     (tmp_path / "ragged.txt").write_text("0 1\n1 2\n3\n")
     with pytest.raises(DatasetError, match="ragged|1 column"):
         stream_partition(tmp_path / "ragged.txt", 2, StreamConfig(chunk_bytes=4))

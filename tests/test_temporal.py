@@ -4,6 +4,8 @@ events; uniform draws depend only on the seed)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,16 @@ def test_event_files_load_with_header_features_and_one_based_ids(tmp_path):
     np.testing.assert_array_equal(g.edge_feat, [[0.5, 1], [1.5, 2], [2.5, 3]])
 
 
+def test_a_jodie_header_after_comment_lines_is_skipped(tmp_path):
+    """JODIE's own header (``user_id,item_id,timestamp,state_label,features``) names the columns
+    in the order they are read; comment lines may come before it."""
+    header = "# wikipedia, JODIE format\nuser_id,item_id,timestamp,state_label,f0\n"
+    g = load_temporal_events(write(tmp_path, header + "0,0,1,0,0.5\n1,0,2,1,1.5\n"), labels=True)
+    assert g.num_events == 2 and g.t.tolist() == [1, 2]
+    with pytest.raises(DatasetError, match="line 4: time -3.0"):
+        load_temporal_events(write(tmp_path, header + "0,0,1,0,0.5\n1,0,-3,1,1.5\n"), labels=True)
+
+
 def test_unsorted_events_are_sorted_with_a_warning(tmp_path):
     path = write(tmp_path, "0 1 5\n1 2 3\n2 0 4\n")
     with pytest.warns(UserWarning, match="3 of 3 events were not in time order; sorted"):
@@ -126,11 +138,12 @@ def test_unsorted_events_are_sorted_with_a_warning(tmp_path):
         ("0 1 5 0.1\n1 2 6 0.1 0.2\n", "line 2"),
         ("0 1.5 5\n", "line 1: node ids [0.0, 1.5] are not non-negative integers"),
         ("0 1\n", "an event is SRC DST TIME"),
-        ("item user time\n0 1 5\n", "names the columns item,user, but they are read by position"),
+        ("item user time\n0 1 5\n", "names column 1 'item', a destination, but the columns"),
+        ("# c\nsrc dst weight time\n0 1 5 1\n", "(line 2) names column 3 'weight', a weight"),
     ],
 )
 def test_bad_event_files_get_one_clear_error(tmp_path, text, message):
-    with pytest.raises(DatasetError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(DatasetError, match=re.escape(message)):
         load_temporal_events(write(tmp_path, text), base=0)
 
 

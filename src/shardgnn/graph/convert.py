@@ -55,7 +55,7 @@ from shardgnn.atomic import check_output_path
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
-    is_header,
+    header_line,
     load_edge_list,
     parse_numeric_table,
     read_text_bytes,
@@ -99,18 +99,18 @@ class ConvertConfig:
         None,
         metavar="FILE",
         help="edges: a text edge list (u v [weight] per line; whitespace or CSV; .gz), an .npy "
-        "[E, 2], or a table (.csv with a header, or .parquet) with --src-col/--dst-col",
+        "[E, 2], or a table (.csv/.tsv with a header, or .parquet) with --src-col/--dst-col",
     )
     nodes: str | None = option(
         None,
         metavar="FILE",
-        help="node table (.csv with a header, or .parquet): --id-col, optionally --label-col, "
+        help="node table (.csv/.tsv with a header, or .parquet): --id-col, optionally --label-col, "
         "--split-col and feature columns",
     )
     node_tables: tuple[str, ...] = option(
         (),
         metavar="TYPE=FILE,...",
-        help="typed graph: one node table per node type (.csv with a header, or .parquet): "
+        help="typed graph: one node table per node type (.csv/.tsv with a header, or .parquet): "
         "--id-col and feature columns (a type with none is featureless), and on --target-type "
         "--label-col/--split-col",
     )
@@ -602,7 +602,7 @@ def _is_table(path: Path) -> bool:
         return True
     if path.suffix.lower() == ".npy" or not path.is_file():
         return False
-    return is_header(read_text_bytes(path).partition(b"\n")[0])
+    return header_line(read_text_bytes(path)) is not None
 
 
 def _read_table(path: Path) -> Any:
@@ -619,11 +619,19 @@ def _read_table(path: Path) -> Any:
     try:
         if path.suffix.lower() in _TABLE_SUFFIXES:
             return pd.read_parquet(path)
+        separator, leading_lines = _text_table_layout(path)
         with warnings.catch_warnings():
             # index_col=False: a first row longer than the header is an error (pandas would
             # otherwise take its first cells as row labels and shift every column)
             warnings.simplefilter("error", pd.errors.ParserWarning)
-            return pd.read_csv(path, comment="#", skipinitialspace=True, index_col=False)
+            return pd.read_csv(
+                path,
+                sep=separator,
+                comment="#",
+                skiprows=leading_lines,
+                skipinitialspace=True,
+                index_col=False,
+            )
     except ImportError as exc:
         raise DatasetError(f"cannot read Parquet ({exc})", path, "pip install pyarrow") from None
     except (pd.errors.ParserError, pd.errors.ParserWarning) as exc:
@@ -647,17 +655,38 @@ def _read_table(path: Path) -> Any:
         ) from None
 
 
+def _text_table_layout(path: Path) -> tuple[str, int]:
+    """A text table's cell separator and the comment lines before its header (pandas skips only
+    ``#`` comments, and only after the header). The separator is a tab in a ``.tsv``; otherwise
+    the header line tells it: a comma, else a tab, else runs of spaces between several names (as
+    edge lists may use; not in a ``.csv``, whose one column's name may hold a space)."""
+    header = header_line(read_text_bytes(path))
+    leading_lines = 0 if header is None else header[1] - 1
+    suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
+    line = b"" if header is None else header[0]
+    if suffix == ".tsv" or (b"\t" in line and b"," not in line):
+        return "\t", leading_lines
+    if b"," in line or suffix == ".csv" or len(line.split()) < 2:
+        return ",", leading_lines
+    return r"\s+", leading_lines
+
+
 def _long_first_row(path: Path) -> tuple[int, int, int] | None:
     """``(header fields, line, fields)`` of the first data row when it is longer than the header
     (for the error message only)."""
     import csv
 
+    separator, leading_lines = _text_table_layout(path)
     rows = []
     text = read_text_bytes(path).decode("utf-8", "replace")
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0]
-        if line.strip():
-            rows.append((number, len(next(csv.reader([line], skipinitialspace=True)))))
+        if number > leading_lines and line.strip():
+            if separator == r"\s+":
+                cells = line.split()
+            else:
+                cells = next(csv.reader([line], delimiter=separator, skipinitialspace=True))
+            rows.append((number, len(cells)))
             if len(rows) == 2:
                 return (rows[0][1], *rows[1]) if rows[1][1] > rows[0][1] else None
     return None

@@ -5,8 +5,10 @@ Text formats accepted by :func:`load_edge_list`:
 * one edge ``u v`` per line, separated by whitespace and/or commas; optionally gzip-compressed
   (detected from the gzip magic bytes, whatever the suffix). SNAP ``.txt`` files are exactly this.
 * lines whose first non-blank character is ``#`` or ``%`` are comments; blank lines are skipped.
-* a first line that names the columns (``src,dst,weight``: it does not start with a number) is
-  a header and skipped; the columns are read by position all the same.
+* a first line (after any comments) that names the columns (``src,dst,weight``: it does not
+  start with a number) is a header and skipped; the columns are read by position all the same,
+  so a header that names them in another order (``dst,src``, or ``u v time``, whose third
+  column would be read as a weight) is refused.
 * a third column is read as a float edge weight; columns after the third are ignored (SNAP
   temporal files put timestamps there). Every non-blank line must have the same number of
   columns, else the first deviating line is named in the error.
@@ -29,6 +31,7 @@ import os
 import re
 import zlib
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 
@@ -48,52 +51,113 @@ CHUNK_BYTES = 4 << 20  # text parsed per vectorised step (bounds the scratch mem
 _NUMBER_LINE = re.compile(rb"^[\s,]*[-+]?(\d|\.\d|nan|inf)", re.IGNORECASE)
 
 
-def is_header(line: bytes) -> bool:
-    """Whether a text table's first line names its columns (``src,dst``, ``u v time``): it is
-    neither blank, a ``#``/``%`` comment nor a row that starts with a number."""
-    return (
-        bool(line.strip())
-        and not line.lstrip().startswith((b"#", b"%"))
-        and not _NUMBER_LINE.match(line)
-    )
+def _is_skipped(line: bytes) -> bool:
+    """Whether a text table's line is blank or a ``#``/``%`` comment."""
+    stripped = line.strip()
+    return not stripped or stripped.startswith((b"#", b"%"))
+
+
+def _is_header(line: bytes) -> bool:
+    """Whether a text table's line names its columns (``src,dst``, ``u v time``): it is
+    neither blank, a comment nor a row that starts with a number."""
+    return not _is_skipped(line) and not _NUMBER_LINE.match(line)
+
+
+def head_lines(lines: Iterable[bytes]) -> bytes:
+    """The lines of a text table (e.g. an open binary file) up to and including its first line
+    that is neither blank nor a comment: enough for :func:`header_line` without reading on."""
+    head = []
+    for line in lines:
+        head.append(line)
+        if not _is_skipped(line):
+            break
+    return b"".join(head)
+
+
+def header_line(data: bytes) -> tuple[bytes, int, int] | None:
+    """A text table's header: its first line that is neither blank nor a comment, when that line
+    names the columns (:func:`_is_header`), as ``(line, line number, offset after the line)``;
+    ``None`` when the table starts with a data row."""
+    start, number = 0, 1
+    while True:  # over the leading blank and comment lines only
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        line = data[start:end]
+        if not _is_skipped(line) or end == len(data):
+            return (line, number, end + 1) if _is_header(line) else None
+        start, number = end + 1, number + 1
 
 
 def without_header(data: bytes) -> tuple[bytes, int]:
-    """``data`` without its header line (:func:`is_header`), and the file line number of the first
-    line left (for :func:`parse_numeric_table`'s ``first_line``)."""
-    first, _, rest = data.partition(b"\n")
-    return (rest, 2) if is_header(first) else (data, 1)
+    """``data`` without its header (:func:`header_line`) and the comment lines before it, and the
+    file line number of the first line left (for :func:`parse_numeric_table`'s ``first_line``)."""
+    header = header_line(data)
+    return (data, 1) if header is None else (data[header[2] :], header[1] + 1)
 
 
-# names a header may give the source and the destination column of an edge or event
-_SOURCE_NAMES = frozenset({"src", "source", "from", "u", "user", "sender"})
-_DESTINATION_NAMES = frozenset({"dst", "destination", "target", "to", "v", "item", "receiver"})
+# names a header may give a column of an edge or event, by the column's role (an ``_id`` suffix
+# is dropped first: JODIE's header is ``user_id,item_id,timestamp,state_label,...``)
+_COLUMN_NAMES = {
+    "source": frozenset({"src", "source", "from", "u", "user", "sender", "head"}),
+    "destination": frozenset(
+        {"dst", "destination", "target", "to", "v", "item", "receiver", "tail"}
+    ),
+    "weight": frozenset({"weight", "w", "wt"}),
+    "time": frozenset({"time", "timestamp", "ts", "date", "datetime", "unixtime"}),
+    "label": frozenset({"label", "state_label", "y", "class"}),
+}
+
+
+def _column_role(name: str) -> str | None:
+    name = name.strip("\"'").lower()
+    name = name.removesuffix("_id")
+    return next((role for role, names in _COLUMN_NAMES.items() if name in names), None)
 
 
 def without_positional_header(
-    data: bytes, source: str | os.PathLike, layout: str, fix: str
+    data: bytes, source: str | os.PathLike, roles: tuple[str, ...], layout: str, fix: str
 ) -> tuple[bytes, int]:
-    """:func:`without_header` for a file whose columns are read by position (``layout``, e.g.
-    ``u v [weight]``): a header that names the first two columns the other way round
-    (``dst,src``) is refused, since reading it by position would reverse every edge silently.
+    """:func:`without_header` for a file whose columns are read by position: column ``i`` is a
+    ``roles[i]`` (``source``, ``destination``, ``weight``, ``time``, ``label``), written
+    ``layout`` in messages (e.g. ``u v [weight]``). A header that names a column after another
+    role (``dst,src``; ``u v time`` where the third column is a weight) is refused, since reading
+    it by position would be silently wrong (every edge reversed, times taken for weights).
     ``fix``: the refusal's fix line.
 
     Raises:
-        DatasetError: the header names the destination first or the source second.
+        DatasetError: the header names a column after a role other than its position's.
     """
-    body, first_line = without_header(data)
-    if first_line == 1:
-        return body, first_line
-    fields = data.partition(b"\n")[0].decode("utf-8", "replace").replace(",", " ").split()
-    first, second = [field.strip("\"'").lower() for field in fields[:2]] + [""] * (2 - len(fields))
-    if first in _DESTINATION_NAMES or second in _SOURCE_NAMES:
-        raise DatasetError(
-            f"its header line names the columns {','.join(fields[:2])}, but they are read by "
-            f"position, as {layout}: reading it would reverse every edge",
-            source,
-            fix,
-        )
-    return body, first_line
+    header = header_line(data)
+    if header is None:
+        return data, 1
+    names = header[0].decode("utf-8", "replace").replace(",", " ").split()
+    for column, (name, role) in enumerate(zip(names, roles), start=1):
+        named_role = _column_role(name)
+        if named_role is not None and named_role != role:
+            raise DatasetError(
+                f"its header line (line {header[1]}) names column {column} {name!r}, a "
+                f"{named_role}, but the columns are read by position, as {layout}: its "
+                f"{named_role}s would be taken for {role}s",
+                source,
+                fix,
+            )
+    return data[header[2] :], header[1] + 1
+
+
+EDGE_LIST_LAYOUT = "u v [weight]"
+
+
+def without_edge_list_header(data: bytes, source: str | os.PathLike) -> tuple[bytes, int]:
+    """:func:`without_positional_header` for an edge list, whose columns are ``u v [weight]``."""
+    return without_positional_header(
+        data,
+        source,
+        ("source", "destination", "weight"),
+        EDGE_LIST_LAYOUT,
+        f"reorder the columns as {EDGE_LIST_LAYOUT}, or convert the table by its column names: "
+        "shardgnn convert --edges FILE --src-col NAME --dst-col NAME [--weight-col NAME] "
+        "--out DIR; timestamped edges load as temporal:FILE",
+    )
 
 
 def read_text_bytes(path: str | os.PathLike) -> bytes:
@@ -315,13 +379,7 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
                 "the file is truncated or corrupt; re-download it",
             )
     else:
-        data, first_line = without_positional_header(
-            data,
-            path,
-            "u v [weight]",
-            "put the source column first, or convert the table by its column names: "
-            "shardgnn convert --edges FILE --src-col NAME --dst-col NAME --out DIR",
-        )
+        data, first_line = without_edge_list_header(data, path)
         values, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if values.shape[0] == 0:
         raise DatasetError(

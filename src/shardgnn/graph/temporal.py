@@ -244,9 +244,12 @@ def load_temporal_events(
     path = Path(path)
     data = read_text_bytes(path)
     layout = "SRC DST TIME LABEL [features...]" if labels else "SRC DST TIME [features...]"
+    roles = (
+        ("source", "destination", "time", "label") if labels else ("source", "destination", "time")
+    )
     # a header line ("src dst time") is skipped
     data, first_line = without_positional_header(
-        data, path, layout, f"reorder the columns as {layout}"
+        data, path, roles, layout, f"reorder the columns as {layout}"
     )
     rows, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if rows.shape[0] == 0:

@@ -73,7 +73,7 @@ from tqdm.auto import tqdm
 
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.edgelist import parse_numeric_table
+from shardgnn.graph.edgelist import head_lines, parse_numeric_table, without_edge_list_header
 from shardgnn.partition.config import StreamConfig
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -334,14 +334,14 @@ class _TextSource(_Source):
             raise DatasetError("file is missing", path, "check the path of the edge file")
         with open(path, "rb") as raw:
             self.gzip = raw.read(2) == _GZIP_MAGIC
-        self.header_lines = 0
+        self.leading_lines = 0
         self.declared_edges: int | None = None
         with self._open() as fh:
             first = fh.readline()
         match = _JLG_HEADER.match(first)
         if match is not None:  # Graphs.jl: n,m,d|u,name ; 1-based ids
             self.num_nodes, self.declared_edges = int(match.group(1)), int(match.group(2))
-            self.header_lines, self.base = 1, 1
+            self.leading_lines, self.base = 1, 1
             if match.group(3) == b"u":
                 warnings.warn(
                     f"{path}: undirected .jlg lists every edge once, so a streaming pass sees each "
@@ -354,6 +354,10 @@ class _TextSource(_Source):
                 path,
                 "the file is not a .jlg graph, or its first line is damaged",
             )
+        else:  # a header line naming the columns (after any comments) is skipped, as file: does
+            with self._open() as fh:
+                _, first_line = without_edge_list_header(head_lines(fh), path)
+            self.leading_lines = first_line - 1
 
     def _open(self):
         return gzip.open(self.path, "rb") if self.gzip else open(self.path, "rb")
@@ -363,7 +367,7 @@ class _TextSource(_Source):
         line = 1
         try:
             with self._open() as fh:
-                for _ in range(self.header_lines):
+                for _ in range(self.leading_lines):  # a header and the comments before it
                     fh.readline()
                     line += 1
                 rest = b""
@@ -392,7 +396,11 @@ class _TextSource(_Source):
         ncols = None
         for text, first_line in self._text_chunks():
             values, lines = parse_numeric_table(
-                text, self.path, np.float64, comments=self.header_lines == 0, first_line=first_line
+                text,
+                self.path,
+                np.float64,
+                comments=self.declared_edges is None,
+                first_line=first_line,
             )
             if values.shape[0] == 0:
                 continue
