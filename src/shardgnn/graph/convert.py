@@ -59,6 +59,7 @@ from shardgnn.graph.edgelist import (
     load_edge_list,
     parse_numeric_table,
     read_text_bytes,
+    read_text_head,
     without_header,
 )
 from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
@@ -602,7 +603,7 @@ def _is_table(path: Path) -> bool:
         return True
     if path.suffix.lower() == ".npy" or not path.is_file():
         return False
-    return header_line(read_text_bytes(path)) is not None
+    return header_line(read_text_head(path)) is not None
 
 
 def _read_table(path: Path) -> Any:
@@ -660,7 +661,7 @@ def _text_table_layout(path: Path) -> tuple[str, int]:
     ``#`` comments, and only after the header). The separator is a tab in a ``.tsv``; otherwise
     the header line tells it: a comma, else a tab, else runs of spaces between several names (as
     edge lists may use; not in a ``.csv``, whose one column's name may hold a space)."""
-    header = header_line(read_text_bytes(path))
+    header = header_line(read_text_head(path))
     leading_lines = 0 if header is None else header[1] - 1
     suffix = Path(path.name.removesuffix(".gz")).suffix.lower()
     line = b"" if header is None else header[0]

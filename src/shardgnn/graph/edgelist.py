@@ -26,12 +26,13 @@ Parsing is vectorised (``np.fromstring`` plus a numpy token scan for the row str
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
 import zlib
 from pathlib import Path
-from typing import Iterable
+from typing import Iterator
 
 import numpy as np
 
@@ -61,17 +62,6 @@ def _is_header(line: bytes) -> bool:
     """Whether a text table's line names its columns (``src,dst``, ``u v time``): it is
     neither blank, a comment nor a row that starts with a number."""
     return not _is_skipped(line) and not _NUMBER_LINE.match(line)
-
-
-def head_lines(lines: Iterable[bytes]) -> bytes:
-    """The lines of a text table (e.g. an open binary file) up to and including its first line
-    that is neither blank nor a comment: enough for :func:`header_line` without reading on."""
-    head = []
-    for line in lines:
-        head.append(line)
-        if not _is_skipped(line):
-            break
-    return b"".join(head)
 
 
 def header_line(data: bytes) -> tuple[bytes, int, int] | None:
@@ -160,20 +150,13 @@ def without_edge_list_header(data: bytes, source: str | os.PathLike) -> tuple[by
     )
 
 
-def read_text_bytes(path: str | os.PathLike) -> bytes:
-    """The content of a text file, gunzipped when it starts with the gzip magic bytes.
-
-    Raises:
-        DatasetError: the file is missing or unreadable, or its gzip stream is truncated/corrupt.
-    """
-    path = Path(path)
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turns a missing file and a read or gzip failure inside the block into one DatasetError."""
     if not path.is_file():
         raise DatasetError("file is missing", path, "check the path (and the data directory)")
     try:
-        raw = path.read_bytes()
-        if raw[:2] == _GZIP_MAGIC:
-            return gzip.decompress(raw)
-        return raw
+        yield
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DatasetError(
             f"gzip data is truncated or corrupt ({exc})",
@@ -182,6 +165,38 @@ def read_text_bytes(path: str | os.PathLike) -> bytes:
         ) from None
     except OSError as exc:
         raise DatasetError(f"cannot read ({exc})", path) from None
+
+
+def read_text_bytes(path: str | os.PathLike) -> bytes:
+    """The content of a text file, gunzipped when it starts with the gzip magic bytes.
+
+    Raises:
+        DatasetError: the file is missing or unreadable, or its gzip stream is truncated/corrupt.
+    """
+    path = Path(path)
+    with _reading(path):
+        raw = path.read_bytes()
+        return gzip.decompress(raw) if raw[:2] == _GZIP_MAGIC else raw
+
+
+def read_text_head(path: str | os.PathLike) -> bytes:
+    """The start of a text file (gunzipped as :func:`read_text_bytes` does) up to and including
+    its first line that is neither blank nor a comment: enough for :func:`header_line`, without
+    reading a large table whole.
+
+    Raises:
+        DatasetError: as :func:`read_text_bytes`.
+    """
+    path = Path(path)
+    with _reading(path), open(path, "rb") as raw:
+        compressed = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        head = []
+        for line in gzip.GzipFile(fileobj=raw) if compressed else raw:
+            head.append(line)
+            if not _is_skipped(line):
+                break
+        return b"".join(head)
 
 
 def _first_bad_token(data: bytes, dtype: np.dtype) -> tuple[int, bytes] | None:

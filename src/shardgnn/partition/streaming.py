@@ -73,7 +73,7 @@ from tqdm.auto import tqdm
 
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
-from shardgnn.graph.edgelist import head_lines, parse_numeric_table, without_edge_list_header
+from shardgnn.graph.edgelist import parse_numeric_table, read_text_head, without_edge_list_header
 from shardgnn.partition.config import StreamConfig
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -355,8 +355,7 @@ class _TextSource(_Source):
                 "the file is not a .jlg graph, or its first line is damaged",
             )
         else:  # a header line naming the columns (after any comments) is skipped, as file: does
-            with self._open() as fh:
-                _, first_line = without_edge_list_header(head_lines(fh), path)
+            _, first_line = without_edge_list_header(read_text_head(path), path)
             self.leading_lines = first_line - 1
 
     def _open(self):
