@@ -636,19 +636,28 @@ def test_node_files_next_to_an_edge_table_are_refused_not_dropped(tmp_path, caps
 
 
 @pytest.mark.parametrize(
-    "edges, line, found",
+    "name, edges, line, found, cell",
     [
-        ("src,dst\n0,1\n1,2,3\n2,0\n", 3, 3),
-        ("src,dst\n\n0,1,2\n1,2\n", 3, 3),
-        ("% c\n# c\nsrc\tdst\n0\t1\n1\t2\t3\n", 5, 3),
+        ("e.csv", "src,dst\n0,1\n1,2,3\n2,0\n", 3, 3, "quote a cell that holds a comma"),
+        ("e.csv", "src,dst\n\n0,1,2\n1,2\n", 3, 3, "quote a cell that holds a comma"),
+        ("e.csv", "% c\n# c\nsrc\tdst\n0\t1\n1\t2\t3\n", 5, 3, "quote a cell that holds a tab"),
+        (
+            "e.txt",
+            "src dst\n0 1\n1 2 3\n",
+            3,
+            3,
+            "the cells are separated by spaces, so a cell cannot hold one",
+        ),
     ],
 )
-def test_a_ragged_csv_names_the_line(tmp_path, capsys, edges, line, found):
+def test_a_ragged_table_names_the_line(tmp_path, capsys, name, edges, line, found, cell):
+    """The fix says how a cell may hold the table's own separator (it spoke of commas in a
+    tab- or space-separated table)."""
     pytest.importorskip("pandas")
-    (tmp_path / "e.csv").write_text(edges)
-    err = _refused(["--edges", str(tmp_path / "e.csv"), "--out", str(tmp_path / "g")], capsys)
-    assert f"e.csv: line {line} has {found} fields but the header has 2" in err
-    assert "fix: give every row one cell per header column" in err
+    (tmp_path / name).write_text(edges)
+    err = _refused(["--edges", str(tmp_path / name), "--out", str(tmp_path / "g")], capsys)
+    assert f"{name}: line {line} has {found} fields but the header has 2" in err
+    assert f"fix: give every row one cell per header column ({cell}), or name" in err
 
 
 def test_an_existing_out_is_refused_before_any_work(tmp_path, capsys):

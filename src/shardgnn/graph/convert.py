@@ -33,7 +33,7 @@ partition directory and ``shardgnn infer`` writes its tables keyed by them.
 
 Labels without a split get a seeded random split of the labelled nodes (``--split``). Every
 problem (a missing column, an edge naming an unknown node, a feature matrix of the wrong length,
-a feature cell that is not a number, a ragged CSV row, an existing ``--out``) is a
+a feature cell that is not a number, a ragged table row, an existing ``--out``) is a
 :class:`~shardgnn.errors.DatasetError` or :class:`~shardgnn.errors.ConfigError` naming the file
 and the fix; nothing is dropped silently (text columns left out of the features are named in a
 warning).
@@ -647,13 +647,21 @@ def _read_table(path: Path) -> Any:
         raise DatasetError(
             f"line {line} has {found} fields but the header has {expected}",
             path,
-            "give every row one cell per header column (quote a cell that holds a comma), or "
+            f"give every row one cell per header column ({_SEPARATOR_IN_A_CELL[separator]}), or "
             "name the extra column in the header",
         ) from None
     except Exception as exc:  # pandas/pyarrow raise many types for a damaged file
         raise DatasetError(
             f"not a readable table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})", path
         ) from None
+
+
+# how a cell may hold its table's separator, by separator (for the ragged-row fix)
+_SEPARATOR_IN_A_CELL = {
+    ",": "quote a cell that holds a comma",
+    "\t": "quote a cell that holds a tab",
+    r"\s+": "the cells are separated by spaces, so a cell cannot hold one",
+}
 
 
 def _text_table_layout(path: Path) -> tuple[str, int]:
