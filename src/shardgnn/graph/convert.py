@@ -637,7 +637,11 @@ def _read_table(path: Path) -> Any:
         raise DatasetError(f"cannot read Parquet ({exc})", path, "pip install pyarrow") from None
     except (pd.errors.ParserError, pd.errors.ParserWarning) as exc:
         match = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
-        ragged = tuple(map(int, match.groups())) if match else _long_first_row(path)
+        ragged = (
+            tuple(map(int, match.groups()))
+            if match
+            else _long_first_row(path, separator, leading_lines)
+        )
         if ragged is None:
             raise DatasetError(
                 f"not a readable table ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
@@ -680,12 +684,11 @@ def _text_table_layout(path: Path) -> tuple[str, int]:
     return r"\s+", leading_lines
 
 
-def _long_first_row(path: Path) -> tuple[int, int, int] | None:
+def _long_first_row(path: Path, separator: str, leading_lines: int) -> tuple[int, int, int] | None:
     """``(header fields, line, fields)`` of the first data row when it is longer than the header
-    (for the error message only)."""
+    (for the error message only), in a table laid out as :func:`_text_table_layout` found."""
     import csv
 
-    separator, leading_lines = _text_table_layout(path)
     rows = []
     text = read_text_bytes(path).decode("utf-8", "replace")
     for number, line in enumerate(text.splitlines(), 1):
