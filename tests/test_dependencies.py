@@ -48,7 +48,7 @@ def _local_fetch(indptr, indices, degree):
     return fetch
 
 
-def _worker_sets(graph, parts, rank, layers, mode, costs=None):
+def _worker_sets(graph, parts, rank, layers, mode, costs=None, nonzeros=None):
     indptr, indices = np.asarray(graph.indptr), np.asarray(graph.indices, dtype=np.int64)
     degree = _non_loop_degree(indptr, indices, 0)
     book = PartitionBook(np.linspace(0, graph.num_nodes, parts + 1).astype(np.int64))
@@ -58,13 +58,13 @@ def _worker_sets(graph, parts, rank, layers, mode, costs=None):
     met = np.unique(np.concatenate([np.arange(start, end), own_sources]))
     return select_dependencies(
         own_indptr, own_sources, np.arange(start, end), met, degree[met], layers, mode,
-        _local_fetch(indptr, indices, degree), costs,
+        _local_fetch(indptr, indices, degree), costs, nonzeros,
     )  # fmt: skip
 
 
-def _costs(communicate, entry=1e-9, row=1e-9, input_s=0.0):
+def _costs(communicate, entry=1e-9, row=1e-9, input_s=0.0, input_nonzero_s=None):
     return DependencyCosts(tuple(communicate), (entry,) * len(communicate),
-                           (row,) * len(communicate), input_s)  # fmt: skip
+                           (row,) * len(communicate), input_s, input_nonzero_s)  # fmt: skip
 
 
 def _in_neighbours(graph, nodes):
@@ -144,7 +144,32 @@ def test_hybrid_recomputes_exactly_the_rows_cheaper_than_their_exchange(graph):
     assert len(sets.received[0]) == 0
 
 
-def _rates(model, dims, link_bytes_s=1e9, spmm_s=1e-9, linear_s=1e-9, threads=1):
+def test_hybrid_caches_each_sparse_feature_row_by_its_own_non_zeros(graph):
+    """Sparse features: layer 0 caches exactly the rows whose non-zeros cost less to transform
+    than the row's exchange (here those with at most 2), receives the others; asked once, for
+    the rows the layers above did not take."""
+    nnz = np.random.default_rng(1).integers(0, 6, graph.num_nodes)
+    asked = []
+
+    def nonzeros(nodes):
+        asked.append(nodes.copy())
+        return nnz[nodes]
+
+    # a mean row (input_s) would cost more than its exchange: one choice for all receives all
+    costs = _costs([2.5e-9, 1e-12], entry=1e-6, input_s=3e-9, input_nonzero_s=1e-9)
+    sets = _worker_sets(graph, 3, 1, 2, "hybrid", costs, nonzeros)
+    _check_sets(graph, sets, 200, 400)
+    assert len(asked) == 1 and np.all(np.diff(asked[0]) > 0)
+    cached, received = sets.nodes[sets.dst_rows[0] : sets.src_rows[0]], sets.received[0]
+    assert np.array_equal(np.union1d(cached, received), asked[0])
+    assert len(cached) > 0 and len(received) > 0
+    assert np.all(nnz[cached] <= 2) and np.all(nnz[received] >= 3)
+    # priced by the mean row alone, every row is received
+    mean = _worker_sets(graph, 3, 1, 2, "hybrid", _costs([2.5e-9, 1e-12], 1e-6, input_s=3e-9))
+    assert mean.recomputed(0) == 0
+
+
+def _rates(model, dims, link_bytes_s=1e9, spmm_s=1e-9, linear_s=1e-9, threads=1, sparse_s=None):
     """Machine rates written by hand (what `shardgnn plan --calibrate` measures)."""
     plan = PlanConfig(model=model, hidden=dims[1], layers=len(dims) - 1)
     forward, _ = spmm_widths(plan, dims[0], dims[-1])
@@ -154,7 +179,7 @@ def _rates(model, dims, link_bytes_s=1e9, spmm_s=1e-9, linear_s=1e-9, threads=1)
         spmm_s={w: spmm_s for w in forward},
         spmm_t_s={w: spmm_s for w in forward},
         linear_s={f"{a},{b},{int(g)}": linear_s for a, b, g, _ in linears},
-        sparse_s={},
+        sparse_s={} if sparse_s is None else {dims[1]: sparse_s},
         elementwise_s=0.0,
         adam_s=0.0,
     )
@@ -172,6 +197,12 @@ def test_costs_from_the_machine_rates():
     raw = dependency_costs(_rates("sage", [12, 16, 4]), 1, "sage", [12, 16, 4], 8)
     assert raw.input_s == 0.0 and raw.entry_s[0] == pytest.approx(1e-9)
     assert raw.row_s[0] == pytest.approx(2e-9)  # GraphSAGE: two linear layers a row
+    assert costs.input_nonzero_s is None and raw.input_nonzero_s is None
+    # sparse features (3 non-zeros a row on average): each row priced by its own
+    rates = _rates("gcn", [12, 8, 8, 4], sparse_s=5e-9)
+    sparse = dependency_costs(rates, 1, "gcn", [12, 8, 8, 4], 32, feature_nnz=3.0)
+    assert sparse.input_nonzero_s == pytest.approx(5e-9)
+    assert sparse.input_s == pytest.approx(15e-9)
 
 
 def test_dependencies_config_errors():
@@ -211,22 +242,26 @@ def sparse_graph(graph):
     "world,mode,model,hidden,sparse",
     [(2, "cache", "gcn", 16, False), (3, "cache", "gin", 8, False),
      (3, "hybrid", "sage", 8, False), (2, "hybrid", "gcn", 8, False),
-     (3, "cache", "gcn", 8, True)],
+     (3, "cache", "gcn", 8, True), (2, "hybrid", "gcn", 8, True)],
 )  # fmt: skip
 def test_dependencies_train_as_one_process(
     tmp_path, tmp_path_factory, graph, sparse_graph, world, mode, model, hidden, sparse
 ):
     """Dropout on, 3 layers; hidden 8 projects the 12 features first (the cached feature rows
     are transformed here), hidden 16 aggregates them; sparse features are cached sparse. The
-    hybrid's hand-written rates split the remote rows between recomputing and receiving; its
-    bytes are those of the rows received."""
+    hybrid's hand-written rates split the remote rows between recomputing and receiving (with
+    sparse features, layer 0's feature rows too, by their own non-zeros); its bytes are those
+    of the rows received, and `shardgnn plan` selects the same rows."""
     graph = sparse_graph if sparse else graph
     path = _parts(tmp_path_factory, graph, world, "metis")
     full = FullGraphConfig(dependencies="cache")
     if mode == "hybrid":
         dims = [12, hidden, hidden, 4]
+        # a row of 8 floats and its gradient: 1.28e-7 s; a sparse row's transform 1e-7 s per
+        # non-zero: the rows of at most one non-zero are cached
+        machine = _rates(model, dims, link_bytes_s=5e8, sparse_s=1e-7 if sparse else None)
         rates = tmp_path / "rates.json"
-        rates.write_text(json.dumps({"rates": _rates(model, dims, link_bytes_s=5e8).to_dict()}))
+        rates.write_text(json.dumps({"rates": machine.to_dict()}))
         full = FullGraphConfig(dependencies=mode, plan_rates=str(rates))
     config = _config(path, model, full)
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden=hidden))
@@ -240,6 +275,8 @@ def test_dependencies_train_as_one_process(
         assert "spmm" not in results[0]["comm"]  # no row exchanged: not one call
         return
     assert sum(counts["received_rows"]) > 0 and sum(counts["recomputed_rows"][1:]) > 0
+    if sparse:
+        assert counts["received_rows"][0] > 0 and counts["recomputed_rows"][0] > 0
     widths = [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
     grads = [hidden < 12, True, True]
     per_worker = run_workers(_count_bytes, world, dataclasses.replace(config, progress=False))
@@ -252,8 +289,7 @@ def test_dependencies_train_as_one_process(
     plan = PlanConfig(model=model, hidden=hidden, layers=3, workers=(world,),
                       workers_per_host=world, rates=str(rates))  # fmt: skip
     cost = dependency_cost(
-        "hybrid", e, world, spmm_widths(plan, in_dim, 4), plan, in_dim, 4,
-        _rates(model, dims, link_bytes_s=5e8),
+        "hybrid", e, world, spmm_widths(plan, in_dim, 4), plan, in_dim, 4, machine,
     )  # fmt: skip
     assert cost.rows == received.sum()
     assert (cost.bytes_per_epoch, cost.max_worker_bytes) == (sent, max(s for s, _ in per_worker))

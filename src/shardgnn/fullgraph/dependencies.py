@@ -30,7 +30,10 @@ one process's, to rounding.
   needs, getting that one too (its exchange at each layer below, or at layer 0 the cheaper of
   exchanging and caching it). Layers are decided from the top, a layer's nodes in order of how
   few new in-neighbours they bring (NeutronStar's greedy); each node accepted makes its
-  in-neighbours free for the next. ``shardgnn plan`` selects and prices the same rows
+  in-neighbours free for the next. At layer 0 a feature row is cached when transforming it here
+  costs less than its exchange: with sparse features, row by row from its own non-zeros (a
+  bag-of-words row may hold a few or a few hundred), else one choice for all rows.
+  ``shardgnn plan`` selects and prices the same rows
   (:func:`~shardgnn.fullgraph.plan.dependency_cost`)."""
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.fullgraph.rows import owner_requests
 from shardgnn.graph.csr import concat_ranges
 from shardgnn.partition.book import PartitionBook
+
+Nonzeros = Callable[[np.ndarray], np.ndarray]
+"""``nonzeros(nodes)`` for sorted global ids: each node's feature non-zeros (collective)"""
 
 Fetch = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 """``fetch(nodes)`` for sorted global ids: ``(indptr, sources, degree, source_degree)``, their
@@ -62,19 +68,26 @@ class DependencyCosts:
             has a gradient, the backward's transposed one).
         row_s: one more destination row of layer ``i``: its dense layers, forward and backward.
         input_s: one more cached feature row at layer 0: its transform before the aggregation
-            where the first layer projects first, 0 where it aggregates the features themselves.
+            where the first layer projects first, 0 where it aggregates the features themselves
+            (sparse features: the row of their mean non-zeros).
+        input_nonzero_s: sparse features projected first: ``input_s`` per non-zero of the row,
+            which prices each cached row by its own (``None``: dense features, or none
+            transformed).
     """
 
     communicate_s: tuple[float, ...]
     entry_s: tuple[float, ...]
     row_s: tuple[float, ...]
     input_s: float
+    input_nonzero_s: float | None = None
 
     def recompute_s(self, layer: int, in_edges: int, new: int) -> float:
         """Computing here a remote node's row of layer ``layer``'s input (``layer >= 1``): its
         rows at every layer below (``in_edges`` entries and its own each) and, at each of those
         layers, each of its ``new`` in-neighbours that nothing else here needs."""
         own = sum((in_edges + 1) * self.entry_s[j] + self.row_s[j] for j in range(layer))
+        # a neighbour's features are priced at the mean row's (its own non-zeros are not
+        # fetched until layer 0 is decided)
         neighbour = min(self.communicate_s[0], self.input_s) + sum(self.communicate_s[1:layer])
         return own + new * neighbour
 
@@ -145,6 +158,7 @@ def select_dependencies(
     mode: str,
     fetch: Fetch,
     costs: DependencyCosts | None = None,
+    nonzeros: Nonzeros | None = None,
 ) -> DependencySets:
     """Decide, layer by layer from the top, which remote rows this worker computes and which it
     receives (see the module docstring).
@@ -159,6 +173,8 @@ def select_dependencies(
         degree_ids, degrees: graph in-degrees of the own rows and their sources (any order).
         num_layers: the model's message-passing layers.
         mode: ``cache`` (every remote dependency) or ``hybrid`` (the cheaper, by ``costs``).
+        nonzeros: the hybrid's feature non-zeros of layer 0's candidate rows where ``costs``
+            prices them per non-zero (collective: called once, by every worker).
     """
     assert mode in ("cache", "hybrid") and (mode == "cache" or costs is not None)
     nodes = [np.asarray(own_nodes, dtype=np.int64)]
@@ -173,8 +189,14 @@ def select_dependencies(
         candidates = np.setdiff1d(needed, local, assume_unique=True)
         dst_rows[layer] = len(local)
         if layer == 0:
-            cache = mode == "cache" or costs.input_s < costs.communicate_s[0]
-            kept = candidates if cache else candidates[:0]
+            if mode == "cache":
+                kept = candidates
+            elif costs.input_nonzero_s is not None:
+                assert nonzeros is not None, "sparse features are priced row by row"
+                row_s = nonzeros(candidates) * costs.input_nonzero_s
+                kept = candidates[row_s < costs.communicate_s[0]]
+            else:
+                kept = candidates if costs.input_s < costs.communicate_s[0] else candidates[:0]
         else:
             c_indptr, c_sources, c_degree, c_source_degree = fetch(candidates)
             met_ids += [candidates, c_sources]
@@ -259,6 +281,21 @@ def fetch_in_edges(
     edge = torch.cat(comm.all_to_all(edges, "setup")).numpy().reshape(-1, 2)
     indptr = np.concatenate([[0], np.cumsum(head[:, 0])]).astype(np.int64)
     return indptr, edge[:, 0].copy(), head[:, 1].copy(), edge[:, 1].copy()
+
+
+def fetch_nonzeros(
+    comm: Communicator, book: PartitionBook, own_nonzeros: np.ndarray, nodes: np.ndarray
+) -> np.ndarray:
+    """Each of ``nodes``' (sorted global ids of other workers' rows) feature non-zeros, from
+    their owners' ``own_nonzeros`` (one per own row). Collective over ``comm`` (two
+    all-to-alls, counted under ``setup``)."""
+    _, requests = owner_requests(book, nodes, comm.world_size)
+    answers = [
+        torch.from_numpy(own_nonzeros[asked.numpy()])
+        for asked in comm.all_to_all(requests, "setup")
+    ]
+    # sorted ids come owner by owner, each owner's in the order asked
+    return torch.cat(comm.all_to_all(answers, "setup")).numpy().astype(np.int64)
 
 
 def gather_sparse_rows(

@@ -271,6 +271,8 @@ class _Edges:
     recv_volume: np.ndarray
     feature_nnz: np.ndarray | None = None
     """per part, its rows' feature non-zeros (``None``: dense features)"""
+    row_nnz: np.ndarray | None = None
+    """with ``feature_nnz``, each node's"""
     edge_part: np.ndarray | None = None
     """a vertex-cut partition's part computing each edge (``--spmm vertex-cut`` follows it)"""
 
@@ -441,7 +443,9 @@ def dependency_costs(
             sum(linear_s(*lin) for lin in mine) + sum(b for _, b, _, _ in mine) * r.elementwise_s
         )
     input_s = 0.0 if raw_first else linear_s(*linears[0])
-    return DependencyCosts(tuple(communicate), tuple(entry), tuple(row), input_s)
+    # sparse features projected first: a cached row costs its own non-zeros' projection
+    per_nonzero = r.sparse(linears[0][1]) if linears[0][3] and not raw_first else None
+    return DependencyCosts(tuple(communicate), tuple(entry), tuple(row), input_s, per_nonzero)
 
 
 def dependency_sets(
@@ -475,11 +479,11 @@ def dependency_sets(
         own = order[bounds[q] : bounds[q + 1]]
         own_indptr, own_sources, own_degree, _ = fetch(own)
         mine = None if costs is None else costs[q]
-        out.append(
-            select_dependencies(
-                own_indptr, own_sources, own, own, own_degree, num_layers, mode, fetch, mine
-            )
+        nonzeros = None if e.row_nnz is None else functools.partial(np.take, e.row_nnz)
+        sets = select_dependencies(
+            own_indptr, own_sources, own, own, own_degree, num_layers, mode, fetch, mine, nonzeros
         )
+        out.append(sets)
     return out
 
 
@@ -544,7 +548,13 @@ def dependency_cost(
         np.array([[s.indptr[s.dst_rows[i]] for s in sets] for i in range(layers)], np.int64)
         + loops * dst
     )
-    rows = LayerRows(src=src, dst=dst, entries=entries, exchanges=exchanges)
+    feature_nnz = None
+    if e.row_nnz is not None:
+        feature_nnz = np.array(
+            [[e.row_nnz[s.nodes[: s.src_rows[0]]].sum() for s in sets],
+             [e.row_nnz[s.nodes[: s.dst_rows[0]]].sum() for s in sets]], dtype=np.int64,
+        )  # fmt: skip
+    rows = LayerRows(src, dst, entries, exchanges, feature_nnz)
     held = src[0] * in_dim * 4 + 2 * entries.sum(0) * _INDEX_VALUE_BYTES
     activations = src.max(0) * activation_bytes_per_row(config, in_dim, out_dim)
     times = step_seconds(
@@ -585,12 +595,16 @@ class LayerRows:
         entries: ``[L, P]`` adjacency entries it aggregates (self-loops included).
         exchanges: SpMMs of the step that exchange rows (forward and backward; a layer no
             worker receives rows at runs none).
+        feature_nnz: sparse features: ``[2, P]``, the feature non-zeros of layer 0's ``src``
+            and ``dst`` rows (the rows it reads are not the mean row where the hybrid caches
+            rows by their own non-zeros).
     """
 
     src: np.ndarray
     dst: np.ndarray
     entries: np.ndarray
     exchanges: int
+    feature_nnz: np.ndarray | None = None
 
 
 def step_seconds(
@@ -627,14 +641,17 @@ def step_seconds(
         compute = compute + layer_entries[i] * per_entry
     linears = linear_layers(config, *dims, sparse=e.feature_nnz is not None)
     rows_K = [held_rows] * len(linears)
+    projected_nnz = None  # the first linear's rows' feature non-zeros, where known
     if layer_rows is not None:
-        rows_K = _linear_rows(config, dims, layer_rows, len(linears) // len(forward))
+        rows_K, projected_nnz = _linear_rows(config, dims, layer_rows, len(linears) // len(forward))
     params = 0
-    for (a, b, grad, sparse), rows in zip(linears, rows_K):
+    for k, ((a, b, grad, sparse), rows) in enumerate(zip(linears, rows_K)):
         params += a * b + b
-        if sparse:  # the non-zeros of the rows it projects, at the rows' mean
-            nnz = held_sums(e.feature_nnz, full, workers)
-            compute = compute + nnz * (rows / np.maximum(held_rows, 1)) * r.sparse(b)
+        if sparse:  # the non-zeros of the rows it projects, else at the rows' mean
+            nnz = held_sums(e.feature_nnz, full, workers) * (rows / np.maximum(held_rows, 1))
+            if k == 0 and projected_nnz is not None:
+                nnz = projected_nnz
+            compute = compute + nnz * r.sparse(b)
         else:
             compute = compute + rows * r.linear(a, b, grad)
         compute = compute + rows * b * r.elementwise_s
@@ -653,11 +670,12 @@ def step_seconds(
 
 def _linear_rows(
     config: PlanConfig, dims: tuple[int, int], rows: LayerRows, per_layer: int
-) -> list[np.ndarray]:
+) -> tuple[list[np.ndarray], np.ndarray | None]:
     """Per linear layer of :func:`linear_layers` (GCN, GraphSAGE, GIN), the rows it multiplies:
     a layer's first projects its input rows where the layer narrows (it aggregates after
     projecting), its output rows otherwise; the others (GraphSAGE's root, GIN's second) its
-    output rows; ``per_layer``: the linear layers of each."""
+    output rows; ``per_layer``: the linear layers of each. Second, the feature non-zeros of
+    the first one's rows (``rows.feature_nnz``'s)."""
     num_layers = rows.src.shape[0]
     widths = [dims[0]] + [config.hidden] * (num_layers - 1) + [dims[1]]
     out = []
@@ -665,7 +683,10 @@ def _linear_rows(
         narrows = widths[i] > widths[i + 1]
         out.append(rows.src[i] if narrows else rows.dst[i])
         out += [rows.dst[i]] * (per_layer - 1)
-    return out
+    first_nnz = None
+    if rows.feature_nnz is not None:
+        first_nnz = rows.feature_nnz[0 if widths[0] > widths[1] else 1]
+    return out, first_nnz
 
 
 def host_seconds(
@@ -725,9 +746,12 @@ def costs_at(
         sizes=np.bincount(owner, minlength=workers).astype(np.int64),
         send_volume=send_volumes(graph, owner, workers).astype(np.int64),
         recv_volume=recv_volumes(graph, owner, workers).astype(np.int64),
-        feature_nnz=_feature_nnz(graph, owner, workers),
         edge_part=edge_part,
     )
+    row_nnz = _row_nnz(graph.x)
+    if row_nnz is not None:
+        e.row_nnz = row_nnz.astype(np.int64)
+        e.feature_nnz = np.bincount(owner, weights=row_nnz, minlength=workers).astype(np.int64)
     return _costs(e, workers, config, int(graph.x.shape[1]), graph.num_classes, rates)
 
 
@@ -736,13 +760,6 @@ def _row_nnz(x: np.ndarray) -> np.ndarray | None:
     (:func:`~shardgnn.nn.functional.stored_sparse`), else ``None``."""
     row_nnz = np.count_nonzero(x, axis=1)
     return row_nnz if stored_sparse(int(row_nnz.sum()), x.size) else None
-
-
-def _feature_nnz(graph: Graph, owner: np.ndarray, workers: int) -> np.ndarray | None:
-    row_nnz = _row_nnz(graph.x)
-    if row_nnz is None:
-        return None
-    return np.bincount(owner, weights=row_nnz, minlength=workers).astype(np.int64)
 
 
 def partition_costs(
@@ -776,7 +793,8 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
     feature_nnz = None
     if row_nnz:
         nnz = np.array([r.sum() for r in row_nnz], dtype=np.int64)
-        feature_nnz = nnz if stored_sparse(int(nnz.sum()), int(sizes.sum()) * in_dim) else None
+        if stored_sparse(int(nnz.sum()), int(sizes.sum()) * in_dim):
+            feature_nnz, row_nnz = nnz, np.concatenate(row_nnz).astype(np.int64)
     e = _Edges(
         dst=np.concatenate(dst),
         src=np.concatenate(src),
@@ -785,6 +803,7 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
         send_volume=np.asarray(metrics.send_volume, dtype=np.int64),
         recv_volume=np.asarray(metrics.recv_volume, dtype=np.int64),
         feature_nnz=feature_nnz,
+        row_nnz=row_nnz if feature_nnz is not None else None,
         edge_part=np.concatenate(edge_part) if edge_part else None,
     )
     return e, in_dim

@@ -80,6 +80,7 @@ from shardgnn.fullgraph.dependencies import (
     DependencyCosts,
     DependencySets,
     fetch_in_edges,
+    fetch_nonzeros,
     gather_sparse_rows,
     select_dependencies,
 )
@@ -349,10 +350,16 @@ class DistFullGraph:
             adj = _csr(indptr, column_t, values_k, (pushed_rows, num_columns)).to(device)
             self._push_adj[norm] = (adj, transpose_csr(adj))
 
-    def set_dependencies(self, num_layers: int, costs: DependencyCosts | None) -> None:
+    def set_dependencies(
+        self,
+        num_layers: int,
+        costs: DependencyCosts | None,
+        feature_nonzeros: np.ndarray | None = None,
+    ) -> None:
         """``--dependencies cache`` or ``hybrid`` (``1d-sparse``): decide which remote rows each of
         the model's ``num_layers`` layers computes here and which it receives
-        (:mod:`shardgnn.fullgraph.dependencies`; ``costs``: hybrid's), then build each layer's
+        (:mod:`shardgnn.fullgraph.dependencies`; ``costs``: hybrid's; ``feature_nonzeros``: each
+        own row's, where ``costs`` prices sparse feature rows by theirs), then build each layer's
         block and the plan of its exchange. Collective; before :meth:`layer`."""
         shard, comm, book = self.shard, self.groups.col, self.shard.book
         n = shard.num_rows
@@ -363,10 +370,13 @@ class DistFullGraph:
             fetch_in_edges, comm, book, shard.indptr, sources, shard.degree[shard.indices],
             shard.degree[:n],
         )  # fmt: skip
+        nonzeros = None
+        if feature_nonzeros is not None:
+            nonzeros = functools.partial(fetch_nonzeros, comm, book, feature_nonzeros)
         own = np.arange(shard.row_start, shard.row_end, dtype=np.int64)
         self.deps = deps = select_dependencies(
             shard.indptr, sources, own, np.concatenate([own, shard.halo]), shard.degree,
-            num_layers, self.config.dependencies, serve, costs,
+            num_layers, self.config.dependencies, serve, costs, nonzeros,
         )  # fmt: skip
         device = self.device
         # a layer no rank receives rows at runs no exchange at all (every rank knows it)

@@ -164,13 +164,15 @@ class DistFullGraphSteps(DistSteps):
         full, settings, x_own = self.config.full, self.config.model, self._x_own
         assert x_own is not None
         self._x_own = None  # not kept past the set-up
-        costs = None
+        costs, nonzeros = None, None
         if full.dependencies == "hybrid":
             from shardgnn.fullgraph.plan import dependency_costs
             from shardgnn.fullgraph.rates import read_rates
 
-            rows = max(1, x_own.shape[0])
-            nnz = float(x_own.count_nonzero()) / rows if self.x.is_sparse else None
+            mean_nnz = None
+            if self.x.is_sparse:  # each own row's non-zeros: its stored entries
+                row_nnz = self.x.cpu().coalesce().indices()[0].bincount(minlength=x_own.shape[0])
+                mean_nnz = float(row_nnz.sum()) / max(1, x_own.shape[0])
             dims = [x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
             costs = dependency_costs(
                 read_rates(full.plan_rates, "--plan-rates"),
@@ -178,9 +180,11 @@ class DistFullGraphSteps(DistSteps):
                 settings.model,
                 [*dims, out_dim],
                 full.bits,
-                nnz,
+                mean_nnz,
             )
-        self.graph.set_dependencies(self.model.num_layers, costs)
+            if costs.input_nonzero_s is not None:  # each cached row priced by its own
+                nonzeros = row_nnz.numpy()
+        self.graph.set_dependencies(self.model.num_layers, costs, nonzeros)
         # sparse features travel as their non-zeros
         own = self.x.cpu() if self.x.is_sparse else x_own
         self.x = self.graph.dependency_rows(own).to(self.ctx.device)
