@@ -26,6 +26,7 @@ from shardgnn.fullgraph.shard import _non_loop_degree
 from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
+from shardgnn.partition.methods import PartitionConfig, partition_graph
 from test_fullgraph import _assert_same_run, _config, _parts, _reference, _train_dist
 
 from distributed_helpers import run_workers
@@ -293,6 +294,26 @@ def test_dependencies_train_as_one_process(
     )  # fmt: skip
     assert cost.rows == received.sum()
     assert (cost.bytes_per_epoch, cost.max_worker_bytes) == (sent, max(s for s, _ in per_worker))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_features_sparse_on_one_part_and_dense_on_the_other_are_stored_alike(
+    tmp_path_factory, graph
+):
+    """Whether features are stored sparse is one choice for the whole graph, as one process
+    makes it: here one part's rows are 2 % non-zero, the other's 15 % (above the 10 % bound;
+    the graph's under it), and cached feature rows still reach every worker as one process's."""
+    parts = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0)).assignment
+    density = np.where(np.asarray(parts) == 0, 0.02, 0.15)[:, None]
+    x = graph.x.copy()
+    x[np.random.default_rng(0).random(x.shape) >= density] = 0.0
+    mixed = dataclasses.replace(graph, x=x)
+    part_density = [np.count_nonzero(x[parts == q]) / x[parts == q].size for q in (0, 1)]
+    assert part_density[0] < 0.1 < part_density[1] and np.count_nonzero(x) / x.size < 0.1
+    path = _parts(tmp_path_factory, mixed, 2, "metis")
+    config = _config(path, "gcn", FullGraphConfig(dependencies="cache"))
+    _assert_same_run(_reference(mixed, config), run_workers(_train_dist, 2, config)[0])
 
 
 def test_cli_refuses_a_bad_rates_file_before_any_worker(tmp_path, capsys):

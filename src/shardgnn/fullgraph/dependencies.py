@@ -31,9 +31,8 @@ one process's, to rounding.
   exchanging and caching it). Layers are decided from the top, a layer's nodes in order of how
   few new in-neighbours they bring (NeutronStar's greedy); each node accepted makes its
   in-neighbours free for the next. At layer 0 a feature row is cached when transforming it here
-  costs less than its exchange: with sparse features, row by row from its own non-zeros (a
-  bag-of-words row may hold a few or a few hundred), else one choice for all rows.
-  ``shardgnn plan`` selects and prices the same rows
+  costs less than its exchange: with sparse features, row by row from its own non-zeros, else
+  one choice for all rows. ``shardgnn plan`` selects and prices the same rows
   (:func:`~shardgnn.fullgraph.plan.dependency_cost`)."""
 
 from __future__ import annotations

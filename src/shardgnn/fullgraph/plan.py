@@ -269,12 +269,18 @@ class _Edges:
     sizes: np.ndarray
     send_volume: np.ndarray
     recv_volume: np.ndarray
-    feature_nnz: np.ndarray | None = None
-    """per part, its rows' feature non-zeros (``None``: dense features)"""
     row_nnz: np.ndarray | None = None
-    """with ``feature_nnz``, each node's"""
+    """each node's feature non-zeros where the features are stored sparse (``None``: dense)"""
     edge_part: np.ndarray | None = None
     """a vertex-cut partition's part computing each edge (``--spmm vertex-cut`` follows it)"""
+
+    @functools.cached_property
+    def feature_nnz(self) -> np.ndarray | None:
+        """per part, its rows' feature non-zeros (``None``: dense features)"""
+        if self.row_nnz is None:
+            return None
+        nnz = np.bincount(self.owner, weights=self.row_nnz, minlength=len(self.sizes))
+        return nnz.astype(np.int64)
 
 
 def _worker_rows(
@@ -746,19 +752,16 @@ def costs_at(
         sizes=np.bincount(owner, minlength=workers).astype(np.int64),
         send_volume=send_volumes(graph, owner, workers).astype(np.int64),
         recv_volume=recv_volumes(graph, owner, workers).astype(np.int64),
+        row_nnz=_row_nnz(graph.x),
         edge_part=edge_part,
     )
-    row_nnz = _row_nnz(graph.x)
-    if row_nnz is not None:
-        e.row_nnz = row_nnz.astype(np.int64)
-        e.feature_nnz = np.bincount(owner, weights=row_nnz, minlength=workers).astype(np.int64)
     return _costs(e, workers, config, int(graph.x.shape[1]), graph.num_classes, rates)
 
 
 def _row_nnz(x: np.ndarray) -> np.ndarray | None:
     """Each row's non-zero features when training stores the features sparse
     (:func:`~shardgnn.nn.functional.stored_sparse`), else ``None``."""
-    row_nnz = np.count_nonzero(x, axis=1)
+    row_nnz = np.count_nonzero(x, axis=1).astype(np.int64)
     return row_nnz if stored_sparse(int(row_nnz.sum()), x.size) else None
 
 
@@ -790,11 +793,9 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
     metrics = pset.metrics
     in_dim = int((pset.meta.get("features") or {}).get("dim", 0))
     sizes = np.diff(np.asarray(book.boundaries)).astype(np.int64)
-    feature_nnz = None
-    if row_nnz:
-        nnz = np.array([r.sum() for r in row_nnz], dtype=np.int64)
-        if stored_sparse(int(nnz.sum()), int(sizes.sum()) * in_dim):
-            feature_nnz, row_nnz = nnz, np.concatenate(row_nnz).astype(np.int64)
+    nnz = np.concatenate(row_nnz).astype(np.int64) if row_nnz else None
+    if nnz is not None and not stored_sparse(int(nnz.sum()), int(sizes.sum()) * in_dim):
+        nnz = None
     e = _Edges(
         dst=np.concatenate(dst),
         src=np.concatenate(src),
@@ -802,8 +803,7 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
         sizes=sizes,
         send_volume=np.asarray(metrics.send_volume, dtype=np.int64),
         recv_volume=np.asarray(metrics.recv_volume, dtype=np.int64),
-        feature_nnz=feature_nnz,
-        row_nnz=row_nnz if feature_nnz is not None else None,
+        row_nnz=nnz,
         edge_part=np.concatenate(edge_part) if edge_part else None,
     )
     return e, in_dim

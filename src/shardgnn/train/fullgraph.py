@@ -27,7 +27,7 @@ from shardgnn.fullgraph.config import DEPENDENCY_MODELS, GRID_VARIANTS
 from shardgnn.fullgraph.shard import Grid, grid_of, load_shard, make_grid_groups
 from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.functional import to_sparse_if_sparse
+from shardgnn.nn.functional import stored_sparse
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.precision import precision_context
@@ -139,7 +139,15 @@ class DistFullGraphSteps(DistSteps):
                 normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
             )
         )
-        self.x = to_sparse_if_sparse(x).to(ctx.device)
+        # stored sparse or dense: one choice for the whole graph, as one process makes it; a
+        # worker's own rows may fall either side of the density bound (or be none), and the two
+        # layouts fetch remote rows through different collectives (--dependencies)
+        counts = torch.tensor(
+            [float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64
+        )
+        self.main_comm.all_reduce(counts, "setup")
+        sparse = stored_sparse(int(counts[0]), int(counts[1]))
+        self.x = (x.to_sparse().coalesce() if sparse else x).to(ctx.device)
         # --dependencies cache/hybrid extends the rows once the model is known
         self._x_own: torch.Tensor | None = x if full.dependencies != "communicate" else None
 
