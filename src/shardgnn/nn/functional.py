@@ -56,11 +56,19 @@ def stored_sparse(nonzeros: int, entries: int, max_density: float = SPARSE_MAX_D
     return entries > 0 and nonzeros <= max_density * entries
 
 
-def to_sparse_if_sparse(x: torch.Tensor, max_density: float = SPARSE_MAX_DENSITY) -> torch.Tensor:
-    """A sparse COO copy of ``x`` when at most ``max_density`` of its entries are non-zero."""
-    # count_nonzero, not (x != 0).sum(): that sum widens the mask to int64 first, a temporary
-    # twice the size of a float32 x (1.2 GB for a worker's coauthor-physics features)
-    if not stored_sparse(int(torch.count_nonzero(x)), x.numel(), max_density):
+def to_sparse_if_sparse(
+    x: torch.Tensor,
+    max_density: float = SPARSE_MAX_DENSITY,
+    graph_counts: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """A sparse COO copy of ``x`` when at most ``max_density`` of its entries are non-zero;
+    ``graph_counts``: the whole graph's ``(non-zeros, entries)`` where ``x`` is one worker's
+    share of it (the choice is then the graph's, the one one process makes)."""
+    if graph_counts is None:
+        # count_nonzero, not (x != 0).sum(): that sum widens the mask to int64 first, a
+        # temporary twice the size of a float32 x (1.2 GB for a worker's coauthor-physics rows)
+        graph_counts = int(torch.count_nonzero(x)), x.numel()
+    if not stored_sparse(*graph_counts, max_density):
         return x
     return x.to_sparse().coalesce()
 

@@ -27,7 +27,7 @@ from shardgnn.fullgraph.config import DEPENDENCY_MODELS, GRID_VARIANTS
 from shardgnn.fullgraph.shard import Grid, grid_of, load_shard, make_grid_groups
 from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.functional import stored_sparse
+from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.precision import precision_context
@@ -146,8 +146,8 @@ class DistFullGraphSteps(DistSteps):
             [float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64
         )
         self.main_comm.all_reduce(counts, "setup")
-        sparse = stored_sparse(int(counts[0]), int(counts[1]))
-        self.x = (x.to_sparse().coalesce() if sparse else x).to(ctx.device)
+        graph_counts = int(counts[0]), int(counts[1])
+        self.x = to_sparse_if_sparse(x, graph_counts=graph_counts).to(ctx.device)
         # --dependencies cache/hybrid extends the rows once the model is known
         self._x_own: torch.Tensor | None = x if full.dependencies != "communicate" else None
 
