@@ -536,6 +536,37 @@ def test_spmm_auto_picks_what_fits_in_memory(tmp_path, capsys, monkeypatch):
     assert "--spmm auto: 1d-sparse, the one gine layers run on" in capsys.readouterr().out
 
 
+def test_plan_holds_sparse_features_as_training_stores_them(tmp_path):
+    """Where the graph's features are stored sparse, a worker's held memory counts them as the
+    COO tensor training keeps (indices and values of its rows' non-zeros), not as dense rows:
+    planned from a partition directory, the busiest worker holds exactly that tensor's bytes
+    and its adjacency."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import partition_costs
+    from shardgnn.nn.functional import to_sparse_if_sparse
+
+    graph = generate(SyntheticConfig(nodes=1200, degree=8, classes=3, features=40, seed=4))
+    rng = np.random.default_rng(0)
+    x = np.where(rng.random(graph.x.shape) < 0.04, graph.x, 0).astype(np.float32)
+    graph = dataclasses.replace(graph, x=x)
+    result = partition_graph(graph, PartitionConfig(num_parts=2, method="random", seed=0))
+    path = tmp_path / "parts"
+    write_partitions(graph, result.assignment, path, method=result.method, settings=result.settings)
+    pset = read_partitions(path, verify=False)
+    costs = {c.strategy: c for c in partition_costs(pset, PlanConfig(model="sage", layers=2), 3)}
+    counts = int(np.count_nonzero(x)), x.size
+    in_edges = np.bincount(np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr)),
+                           minlength=graph.num_nodes)  # fmt: skip
+    held = []
+    for q in range(2):
+        rows = result.assignment == q
+        stored = to_sparse_if_sparse(torch.from_numpy(x[rows]), graph_counts=counts)
+        assert stored.is_sparse  # what training keeps
+        feature_bytes = stored.indices().nbytes + stored.values().nbytes
+        held.append(feature_bytes + 2 * int(in_edges[rows].sum()) * 12)  # CSR and transpose
+    assert costs["1d-sparse"].held_mb * 1e6 == pytest.approx(max(held), abs=1)
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("model", ["gin", "appnp", "sgc"])

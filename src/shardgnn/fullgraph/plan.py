@@ -73,6 +73,7 @@ from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import recv_volumes, send_volumes
 
 _INDEX_VALUE_BYTES = 12  # one CSR entry: int64 index + fp32 value
+_SPARSE_FEATURE_BYTES = 20  # one non-zero of features stored sparse (COO): 2 int64 indices + fp32
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -372,7 +373,8 @@ def strategy_cost(
             worker_bytes += ring
             worker_recv += ring
     held_rows = allreduce if full.spmm == "1.5d" and c > 1 else e.sizes
-    held = held_rows * in_dim * 4 + 2 * entries * _INDEX_VALUE_BYTES
+    held_nnz = None if e.feature_nnz is None else held_sums(e.feature_nnz, full, workers)
+    held = feature_bytes(held_rows, in_dim, held_nnz) + 2 * entries * _INDEX_VALUE_BYTES
     activations = held_rows * activation_bytes_per_row(config, in_dim, out_dim)
     layout = f"c={c}" if full.spmm == "1.5d" else grid.shape if isinstance(grid, BlockGrid) else ""
     times: dict[str, float] = {}
@@ -561,7 +563,8 @@ def dependency_cost(
              [e.row_nnz[s.nodes[: s.dst_rows[0]]].sum() for s in sets]], dtype=np.int64,
         )  # fmt: skip
     rows = LayerRows(src, dst, entries, exchanges, feature_nnz)
-    held = src[0] * in_dim * 4 + 2 * entries.sum(0) * _INDEX_VALUE_BYTES
+    held_nnz = None if feature_nnz is None else feature_nnz[0]
+    held = feature_bytes(src[0], in_dim, held_nnz) + 2 * entries.sum(0) * _INDEX_VALUE_BYTES
     activations = src.max(0) * activation_bytes_per_row(config, in_dim, out_dim)
     times = step_seconds(
         full, e, workers, widths, config, (in_dim, out_dim), rates, held_rows=e.sizes,
@@ -726,6 +729,16 @@ def host_seconds(
     return float(host_compute.max()), comm
 
 
+def feature_bytes(rows: np.ndarray, in_dim: int, nnz: np.ndarray | None) -> np.ndarray:
+    """Per worker, the bytes of the feature rows it holds as training stores them: ``rows`` x
+    ``in_dim`` fp32, or where the graph's features are stored sparse (``nnz``: the non-zeros of
+    those rows) a COO tensor's indices and values (a dense count overstated a worker's
+    coauthor-physics features 51 times)."""
+    if nnz is None:
+        return rows * in_dim * 4
+    return np.asarray(nnz, np.int64) * _SPARSE_FEATURE_BYTES
+
+
 def held_sums(per_part: np.ndarray, full: FullGraphConfig, workers: int) -> np.ndarray:
     """Per worker, the sum of a per-part count over the parts whose rows it holds (1.5D: its row
     group's ``c`` parts; otherwise its own)."""
@@ -771,14 +784,14 @@ def partition_costs(
     """Every strategy's cost on a partition directory (a
     :class:`~shardgnn.partition.format.PartitionSet`) at its part count (:func:`partition_edges`);
     ``out_dim``: the model's output width; ``rates``: predict epoch times too."""
-    e, in_dim = partition_edges(pset, features=rates is not None)
+    e, in_dim = partition_edges(pset)
     return _costs(e, pset.num_parts, config, in_dim, out_dim, rates)
 
 
-def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
+def partition_edges(pset) -> tuple[_Edges, int]:
     """A partition directory's edges as the plan counts them, and its feature width: the edges
-    from every part's in-edges (new ids), the volumes from its recorded metrics, with
-    ``features`` each part's features read to count their non-zeros."""
+    from every part's in-edges (new ids), the volumes from its recorded metrics, each part's
+    features read to count their non-zeros (whether and how sparse training stores them)."""
     book = pset.book
     workers = pset.num_parts
     dst, src, row_nnz, edge_part = [], [], [], []
@@ -788,7 +801,7 @@ def partition_edges(pset, features: bool = True) -> tuple[_Edges, int]:
         src.append(np.asarray(part.indices, dtype=np.int64))
         if part.edge_part is not None:
             edge_part.append(np.asarray(part.edge_part))
-        if features and part.x is not None:
+        if part.x is not None:
             row_nnz.append(np.count_nonzero(part.x, axis=1))
     metrics = pset.metrics
     in_dim = int((pset.meta.get("features") or {}).get("dim", 0))
