@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from shardgnn.errors import ConfigError
-from shardgnn.graph.features import row_sums
+from shardgnn.graph.features import normalize_features, row_sums
 from shardgnn.store.cache.build import top_ids
 from shardgnn.store.cache.config import CacheConfig, resolve_capacity
 from shardgnn.store.cache.core import simulate
@@ -23,7 +23,14 @@ from shardgnn.store.cache.policies import (
     make_policy,
 )
 from shardgnn.store.cache.store import CachedFeatureStore
-from shardgnn.store.feature import FeatureStore, LocalFeatureStore, advise_random
+from shardgnn.store.feature import (
+    FeatureStore,
+    LocalFeatureStore,
+    SparseRowStore,
+    advise_random,
+    held_bytes,
+    rows_in_memory,
+)
 
 DYNAMIC = ("fifo", "lru", "belady")
 
@@ -418,6 +425,49 @@ def test_disk_backed_features_are_read_on_demand_and_cached(tmp_path):
     )
 
 
+def _sparse_rows(rows: int, width: int, density: float, seed: int = 0) -> np.ndarray:
+    """Non-negative rows with about ``density`` of their entries non-zero, some rows all zero."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((rows, width), dtype=np.float32) * (rng.random((rows, width)) < density)
+    x[::7] = 0
+    return x
+
+
+@pytest.mark.parametrize("norm", ["none", "row"])
+def test_mostly_zero_rows_are_held_as_csr_and_gathered_bit_for_bit(tmp_path, norm):
+    x = _sparse_rows(1000, 300, 0.04)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    dense = LocalFeatureStore(normalize_features(x, norm))
+    store = rows_in_memory(mapped, norm, chunk_rows=96)  # chunks cut across rows' boundaries
+    assert isinstance(store, SparseRowStore) and store.shape == (1000, 300)
+    nonzeros = int(np.count_nonzero(x))
+    assert store.nbytes == held_bytes([1000], 300, [nonzeros])[0] == nonzeros * 8 + 1001 * 8
+    ids = torch.tensor([0, 999, 7, 7, 3, 512])
+    assert torch.equal(store.gather(ids), dense.gather(ids))  # same values, bit for bit
+    assert store.gather(torch.tensor([], dtype=torch.int64)).shape == (0, 300)
+    # Into an output buffer at given positions: every listed row overwritten whole (zeros too),
+    # every other left as it was.
+    out = torch.full((5, 300), -1.0)
+    store.gather_into(torch.tensor([7, 14, 3]), out, np.array([4, 0, 2]))
+    assert torch.equal(out[[4, 0, 2]], dense.gather(torch.tensor([7, 14, 3])))
+    assert (out[[1, 3]] == -1).all()
+    with pytest.raises(IndexError):
+        store.gather(torch.tensor([1000]))
+
+
+def test_rows_beyond_the_sparse_bound_or_read_whole_stay_dense():
+    x = _sparse_rows(200, 50, 0.3)
+    assert np.count_nonzero(x) > 0.1 * x.size
+    held = rows_in_memory(x, "row")
+    assert isinstance(held, LocalFeatureStore) and not held.on_disk
+    assert np.array_equal(held.rows, normalize_features(x, "row"))
+    assert held.nbytes == held_bytes([200], 50, [np.count_nonzero(x)])[0] == x.nbytes
+    sparse = _sparse_rows(200, 50, 0.02)
+    assert isinstance(rows_in_memory(sparse, "none"), SparseRowStore)
+    assert isinstance(rows_in_memory(sparse, "none", allow_sparse=False), LocalFeatureStore)
+
+
 # --------------------------------------------------------------------------- distributed
 from shardgnn.graph.synthetic import SyntheticConfig, generate  # noqa: E402
 from test_distributed import make_partitions  # noqa: E402
@@ -522,6 +572,31 @@ def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_grap
         assert res["fetch_calls"] == 2 * res["epochs"] * (
             windows if name == "belady" else res["batches"]
         )
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_path):
+    """Mostly-zero features: each worker holds its rows as CSR (1/10 of the dense bytes here),
+    and training on them is training on the dense rows read from the part files, bit for bit."""
+    g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))
+    g.x = _sparse_rows(g.num_nodes, 64, 0.05, seed=4)
+    path = make_partitions(tmp_path / "parts", g, 2)
+    variants = [("memory", {}, "memory"), ("disk", {}, "disk")]
+    results = run_workers(_train_variants, 2, path, variants)[0]
+    held, mapped = results["memory"], results["disk"]
+    assert [e["loss"] for e in held["epochs"]] == [e["loss"] for e in mapped["epochs"]]
+    assert held["test_acc"] == mapped["test_acc"]
+    assert (
+        held["cache"]["feature_layout"] == "csr" and mapped["cache"]["feature_layout"] == "mapped"
+    )
+    x = np.asarray(g.x)
+    nonzeros, own_rows = int(np.count_nonzero(x)), g.num_nodes
+    # both workers' CSR bytes: every non-zero once, every row's offset (and one more per worker)
+    assert held["cache"]["feature_mb_per_worker"] == pytest.approx(
+        (nonzeros * 8 + (own_rows + 2) * 8) / 2 / 1e6
+    )
+    assert held["cache"]["feature_mb_per_worker"] < x.nbytes / 2 / 1e6 / 5
 
 
 def policy_for(name, n, initial, lookahead):

@@ -90,6 +90,7 @@ from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
 from shardgnn.store.config import HISTORICAL_MODES, split_historical
+from shardgnn.store.feature import held_bytes
 from shardgnn.store.historical import NEVER, sorted_lookup
 
 _ID = 8  # bytes of one int64 id, count or edge column
@@ -627,7 +628,8 @@ def minibatch_costs(
     hops = len(fanouts)
     own_rows = np.bincount(owner, minlength=workers)
     own_edges = np.bincount(owner, weights=np.diff(graph.indptr), minlength=workers)
-    held_base = own_rows * in_dim * 4 + own_edges * _ID + (own_rows + 1) * _ID
+    own_nonzeros = np.bincount(owner, weights=np.count_nonzero(graph.x, axis=1), minlength=workers)
+    held_base = held_bytes(own_rows, in_dim, own_nonzeros) + own_edges * _ID + (own_rows + 1) * _ID
     coefficients = functools.partial(
         batch_activation_bytes, model, hidden, hops, dropout, input_dropout, in_dim,
         graph.num_classes,

@@ -66,8 +66,8 @@ from shardgnn.fullgraph.dependencies import (
 from shardgnn.fullgraph.rates import MachineRates, MiniBatchWork, Workload, read_rates
 from shardgnn.fullgraph.shard import BlockGrid, grid_of
 from shardgnn.graph.csr import Graph, concat_ranges
+from shardgnn.graph.features import stored_sparse
 from shardgnn.nn.config import ModelConfig
-from shardgnn.nn.functional import stored_sparse
 from shardgnn.partition.cover import cut_rows
 from shardgnn.partition.methods import PartitionConfig, partition_graph
 from shardgnn.partition.metrics import recv_volumes, send_volumes
@@ -773,7 +773,7 @@ def costs_at(
 
 def _row_nnz(x: np.ndarray) -> np.ndarray | None:
     """Each row's non-zero features when training stores the features sparse
-    (:func:`~shardgnn.nn.functional.stored_sparse`), else ``None``."""
+    (:func:`~shardgnn.graph.features.stored_sparse`), else ``None``."""
     row_nnz = np.count_nonzero(x, axis=1).astype(np.int64)
     return row_nnz if stored_sparse(int(row_nnz.sum()), x.size) else None
 

@@ -11,6 +11,15 @@ import numpy as np
 
 FEATURE_NORMS = ("none", "row", "standard")
 
+SPARSE_MAX_DENSITY = 0.1
+"""features with at most this share of non-zero entries are stored sparse (and, full-graph,
+multiplied sparse)"""
+
+
+def stored_sparse(nonzeros: int, entries: int, max_density: float = SPARSE_MAX_DENSITY) -> bool:
+    """Whether features with ``nonzeros`` of their ``entries`` non-zero are stored sparse."""
+    return entries > 0 and nonzeros <= max_density * entries
+
 
 def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
     """``row``: rows sum to one; ``standard``: per-column z-score; ``none``: ``x`` unchanged."""

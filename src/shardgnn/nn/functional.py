@@ -7,6 +7,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from shardgnn.graph.features import SPARSE_MAX_DENSITY, stored_sparse
+
 
 def is_sparse(h: torch.Tensor) -> bool:
     return h.layout != torch.strided
@@ -45,15 +47,6 @@ def dst_rows(h_SF: torch.Tensor, num_dst: int) -> torch.Tensor:
             "sparse input features are supported only on the full graph (src = dst nodes)"
         )
     return h_SF[:num_dst]
-
-
-SPARSE_MAX_DENSITY = 0.1
-"""features with at most this share of non-zero entries are stored and multiplied sparse"""
-
-
-def stored_sparse(nonzeros: int, entries: int, max_density: float = SPARSE_MAX_DENSITY) -> bool:
-    """Whether features with ``nonzeros`` of their ``entries`` non-zero are stored sparse."""
-    return entries > 0 and nonzeros <= max_density * entries
 
 
 def to_sparse_if_sparse(

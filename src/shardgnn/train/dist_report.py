@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from shardgnn.store.feature import SparseRowStore
 from shardgnn.train.loop import EpochRecord
 
 
@@ -156,7 +157,10 @@ class SampledReport:
         """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
         cfg = self.config.cache
         capacity = self.cache.capacity if self.cache is not None else 0
-        staged = self.sum([float(self.cache.max_staged_rows if self.cache is not None else 0)])[0]
+        staged, held = self.sum([
+            float(self.cache.max_staged_rows if self.cache is not None else 0),
+            float(0 if self.x_store is None else self.x_store.nbytes),
+        ])  # fmt: skip
         # Epochs recorded before a resume may come from a run without these metrics.
         measured = [r for r in (history[1:] or history) if r.cache]
         row_bytes = 0 if self.fetch_store is None else self.fetch_store.row_bytes
@@ -171,6 +175,9 @@ class SampledReport:
             "capacity_rows": capacity,
             "capacity_mb": capacity * row_bytes / 1e6,
             "feature_storage": self.config.feature_storage,
+            # in memory: each worker's rows dense, or as CSR where mostly zero (SparseRowStore)
+            "feature_layout": _layout(self.x_store),
+            "feature_mb_per_worker": held / self.world_size / 1e6,
             "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
             "setup_s": self.sum([self.cache_setup_s])[0] / self.world_size,
             "hit_rate": mean(r.cache.get("hit_rate") for r in measured),
@@ -219,6 +226,16 @@ class SampledReport:
                 float(np.mean([e["row_embed_mb"] for e in epochs])) if epochs else None
             ),
         }
+
+
+def _layout(store: Any) -> str | None:
+    """How a worker's own feature rows are held: ``csr``, ``dense``, ``mapped`` (read from the
+    part file on demand) or None (no features)."""
+    if store is None:
+        return None
+    if isinstance(store, SparseRowStore):
+        return "csr"
+    return "mapped" if store.on_disk else "dense"
 
 
 def _slow_tier_bytes(store: Any, cache: Any) -> tuple[float, float]:

@@ -21,7 +21,7 @@ import torch
 from shardgnn.distributed.codec import RowResiduals, make_codec
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
-from shardgnn.graph.features import normalize_features, row_sums
+from shardgnn.graph.features import row_sums
 from shardgnn.loader.pipeline import FeatureFetcher, InputRows, LocalityCounter, count_accesses
 from shardgnn.loader.prefetch import Prefetcher
 from shardgnn.sampling.dist_neighbor import DistNeighborSampler
@@ -32,7 +32,7 @@ from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits, input_store
-from shardgnn.store.feature import LocalFeatureStore
+from shardgnn.store.feature import LocalFeatureStore, rows_in_memory
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_report import SampledReport
@@ -101,8 +101,10 @@ class SampledInputs(DistSteps):
             x_local = part.x
             x_store = _mapped_rows(part.x, config.feature_norm)
         elif has_x:
-            x_local = normalize_features(np.array(part.x, dtype=np.float32), config.feature_norm)
-            x_store = LocalFeatureStore(x_local)
+            # Mostly-zero features (bag-of-words) are held as CSR, gathered as dense rows: 1/120
+            # of the dense bytes on coauthor-physics. Layer-wise evaluation reads the matrix whole.
+            x_store = rows_in_memory(part.x, config.feature_norm, not config.layerwise_eval)
+            x_local = x_store.rows if isinstance(x_store, LocalFeatureStore) else None
         if has_x:
             # Same-host peers' rows stay in their mapped files (one copy in the page cache for the
             # host), normalised per gathered row exactly as their owner normalises them.
@@ -282,7 +284,7 @@ class SampledInputs(DistSteps):
 
     @property
     def feature_width(self) -> int:
-        return 0 if self.x_local is None else int(self.x_local.shape[1])
+        return 0 if self.x_store is None else int(self.x_store.shape[1])
 
     @property
     def input_width(self) -> int:

@@ -169,7 +169,11 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
     if policy != "none":
         policy += f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB per worker"
         policy += f", look-ahead {cache['lookahead']} batches)" if cache.get("lookahead") else ")"
-    rows = [("feature cache", policy), ("feature storage", cache["feature_storage"])]
+    storage = cache["feature_storage"]
+    if cache.get("feature_layout") in ("dense", "csr"):  # results from before have no layout
+        held = cache["feature_mb_per_worker"]
+        storage += f" ({cache['feature_layout']}, {held:.1f} MB per worker)"
+    rows = [("feature cache", policy), ("feature storage", storage)]
     if cache["policy"] != "none" or cache["feature_storage"] == "disk":
         rows.append(("cache hit rate (epochs >= 2)", _rate(cache["hit_rate"])))
     rows += [
