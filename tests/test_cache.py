@@ -790,26 +790,25 @@ def test_one_worker_in_memory_has_nothing_to_cache(tmp_path):
     )
 
 
-def _vm_flags(path) -> list[str]:
-    """The VmFlags of this process's mappings of ``path`` (from /proc/self/smaps)."""
-    flags, current = [], None
+def _smaps_fields(path, key: str) -> list[list[str]]:
+    """The ``key:`` fields (split) of this process's mappings of ``path`` (/proc/self/smaps)."""
+    fields, current = [], None
     for line in open("/proc/self/smaps").read().splitlines():
         if line[:1].isdigit() or line[:1] in "abcdef":  # a mapping's header line
             current = line.split()[-1] if len(line.split()) >= 6 else None
-        elif line.startswith("VmFlags:") and current == str(path):
-            flags.append(line.split(":", 1)[1].split())
-    return flags
+        elif line.startswith(key + ":") and current == str(path):
+            fields.append(line.split(":", 1)[1].split())
+    return fields
+
+
+def _vm_flags(path) -> list[list[str]]:
+    """The VmFlags of this process's mappings of ``path``."""
+    return _smaps_fields(path, "VmFlags")
 
 
 def _resident_kb(path) -> int:
-    """The resident KB of this process's mappings of ``path`` (from /proc/self/smaps)."""
-    total, current = 0, None
-    for line in open("/proc/self/smaps").read().splitlines():
-        if line[:1].isdigit() or line[:1] in "abcdef":
-            current = line.split()[-1] if len(line.split()) >= 6 else None
-        elif line.startswith("Rss:") and current == str(path):
-            total += int(line.split()[1])
-    return total
+    """The resident KB of this process's mappings of ``path``."""
+    return sum(int(fields[0]) for fields in _smaps_fields(path, "Rss"))
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="Linux /proc only")
