@@ -147,3 +147,58 @@ def test_memory_mapped_feature_store(tmp_path, arange_graph):
     assert torch.equal(store.gather(ids)[:, 1], ids.to(torch.float32))
     with pytest.raises(IndexError):
         store.gather(torch.tensor([3000]))
+
+
+class _RowsAliveAtGather(LocalFeatureStore):
+    """A local store that notes, at each gather, how many of the row tensors it gave out before
+    are still alive (held by someone)."""
+
+    def __init__(self, x):
+        super().__init__(x)
+        self.given: list = []
+        self.alive_at_gather: list[int] = []
+
+    def _gather(self, ids):
+        import weakref
+
+        self.alive_at_gather.append(sum(ref() is not None for ref in self.given))
+        rows = super()._gather(ids)
+        self.given.append(weakref.ref(rows))
+        return rows
+
+
+def _one_batch_at_a_time_loader(g):
+    store = _RowsAliveAtGather(g.x)
+    sampler = NeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(5, 5)))
+    labels = LocalFeatureStore(torch.from_numpy(g.y))
+    loader = MiniBatchLoader(
+        g.train_idx, sampler, store, labels, batch_size=16, shuffle=False, seed=0
+    )
+    return loader, store
+
+
+def test_the_loader_lets_go_of_a_batch_before_fetching_the_next(arange_graph):
+    # An evaluation batch's input rows can be a GB: a consumer that drops a batch must not find
+    # the loader still holding it while the next one is gathered (two batches' rows alive).
+    loader, store = _one_batch_at_a_time_loader(arange_graph)
+    for batch in loader:
+        assert batch.x_SF.shape[0] > 0
+        del batch
+    assert len(store.alive_at_gather) > 2
+    assert store.alive_at_gather == [0] * len(store.alive_at_gather)
+
+
+def test_evaluation_holds_one_batch_of_rows_at_a_time(arange_graph):
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.models import build_model
+    from shardgnn.nn.targets import ClassTarget
+    from shardgnn.train.minibatch import evaluate_batches
+
+    g = arange_graph
+    loader, store = _one_batch_at_a_time_loader(g)
+    num_classes = int(g.y.max()) + 1
+    model = build_model(ModelConfig(hidden=8, num_layers=2), g.x.shape[1], num_classes)
+    evaluation = evaluate_batches(model, loader, torch.device("cpu"), ClassTarget(num_classes))
+    assert len(store.alive_at_gather) > 2
+    assert store.alive_at_gather == [0] * len(store.alive_at_gather)
+    assert evaluation is not None

@@ -16,9 +16,11 @@ What this costs: the process keeps its high-water mark of heap memory, plus at m
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import platform
+from typing import Iterator
 
 HEAP_MODES = ("reuse", "system")
 
@@ -69,4 +71,26 @@ def configure_heap(mode: str = "reuse", trim_threshold: int = DEFAULT_TRIM_THRES
     return ok
 
 
-__all__ = ["DEFAULT_TRIM_THRESHOLD", "HEAP_MODES", "configure_heap"]
+@contextlib.contextmanager
+def stock_heap() -> Iterator[None]:
+    """Inside: glibc's own treatment of large blocks (each its own ``mmap``, returned on
+    ``free``), whatever the process's mode; after: the mode before, with the free memory the heap
+    kept returned to the kernel (glibc's ``malloc_trim(0)``). For phases whose blocks are few and
+    large and of varying size, such as evaluation batches, whose input rows reach a GB: under
+    ``"reuse"``, a block freed below a live one stays resident and a larger one takes fresh
+    pages, so each new size added a GB to a worker's peak on coauthor-physics (BENCHMARKS.md 32),
+    where the page faults ``"reuse"`` saves are a small share of such a batch's time."""
+    before = _applied
+    if before == "reuse":
+        configure_heap("system")
+    try:
+        yield
+    finally:
+        if before == "reuse":
+            configure_heap("reuse")
+            libc = _libc()
+            if libc is not None:
+                libc.malloc_trim(0)
+
+
+__all__ = ["DEFAULT_TRIM_THRESHOLD", "HEAP_MODES", "configure_heap", "stock_heap"]

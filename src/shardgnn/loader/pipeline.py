@@ -254,18 +254,25 @@ class FeatureFetcher:
         first = self.trains_from()
         for chunk in self._windows():
             for index, sample in chunk:
-                with self.timer("fetch"):
-                    self.before_fetch(index)
-                    x = self.features.gather(sample.input_nodes)
-                    y = None if self.labels is None else self.labels.gather(sample.seeds)
-                    edge_attr = None
-                    if self.edge_rows is not None:
-                        rows = self.edge_rows.gather(edge_ids(sample))
-                        sizes = [block.num_edges for block in sample.blocks]
-                        edge_attr = tuple(torch.split(rows, sizes))
-                if index < first:
-                    continue  # a resumed window's head: fetched again, trained already
-                yield MiniBatch(index=index, sample=sample, x_SF=x, y=y, edge_attr=edge_attr)
+                batch = self._fetch(index, sample)
+                if index >= first:  # before it: a resumed window's head, trained already
+                    yield batch
+                # Let go of the batch before fetching the next one: a consumer that drops it too
+                # holds one batch's rows at a time, not two (an evaluation batch's can be a GB).
+                del batch
+
+    def _fetch(self, index: int, sample: SampledBlocks) -> MiniBatch:
+        """Batch ``index``'s rows joined to ``sample``."""
+        with self.timer("fetch"):
+            self.before_fetch(index)
+            x = self.features.gather(sample.input_nodes)
+            y = None if self.labels is None else self.labels.gather(sample.seeds)
+            edge_attr = None
+            if self.edge_rows is not None:
+                rows = self.edge_rows.gather(edge_ids(sample))
+                sizes = [block.num_edges for block in sample.blocks]
+                edge_attr = tuple(torch.split(rows, sizes))
+        return MiniBatch(index=index, sample=sample, x_SF=x, y=y, edge_attr=edge_attr)
 
 
 def edge_ids(sample: SampledBlocks) -> torch.Tensor:

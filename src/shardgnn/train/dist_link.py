@@ -25,6 +25,7 @@ import torch
 
 from shardgnn.distributed.context import DistContext
 from shardgnn.graph.linksplit import LINK_SPLIT_DIR, load_link_split
+from shardgnn.heap import stock_heap
 from shardgnn.loader.dist_batches import DistSeedBatcher, FixedBatches
 from shardgnn.loader.link import IndexedPairs, LinkSamplingStage, even_share
 from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, WindowedRows
@@ -151,11 +152,12 @@ class DistLinkSteps(DistSampledSteps):
             edge_rows=self.eval_edge_rows,
         )
         device = self.ctx.device
-        with precision_context(self.config.precision, device):
-            parts = [
-                self.model(batch_graphs(batch, device), batch.x_SF.to(device)).float()
-                for batch in fetcher
-            ]
+        parts = []
+        # one batch alive at a time, its memory returned (as evaluate_batches)
+        with precision_context(self.config.precision, device), stock_heap():
+            for batch in fetcher:
+                parts.append(self.model(batch_graphs(batch, device), batch.x_SF.to(device)).float())
+                del batch
         return torch.cat(parts)
 
     @torch.no_grad()

@@ -32,6 +32,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import label_dtype
+from shardgnn.heap import stock_heap
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.loader.pipeline import FeatureFetcher, MiniBatch, NeighborSamplingStage
 from shardgnn.loader.typed import TypedRowFetcher
@@ -208,10 +209,12 @@ class DistTypedNodeSteps(DistSteps):
         rank)."""
         self.ddp.eval()
         evaluation = self.target.evaluation()
-        for batch in self.eval_stages[split]:
-            by_type, _ = batch.x_SF
-            logits = self.model.forward_typed_rows(self._graphs(batch.sample), by_type)
-            evaluation.add(logits, batch.y)
+        with stock_heap():  # one batch alive at a time, its memory returned (evaluate_batches)
+            for batch in self.eval_stages[split]:
+                by_type, _ = batch.x_SF
+                logits = self.model.forward_typed_rows(self._graphs(batch.sample), by_type)
+                evaluation.add(logits, batch.y)
+                del batch, by_type, logits
         metric, self.details[split] = evaluation.result(CommReducer(self.main_comm))
         return metric
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 import numpy as np
 import torch
 
+from shardgnn.heap import stock_heap
 from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.targets import Evaluation, NodeTarget
@@ -167,9 +168,14 @@ def evaluate_batches(
     (``precision``: as in :func:`minibatch_step`); its ``result`` reduces over ranks."""
     model.eval()
     evaluation = target.evaluation()
-    for batch in batches:
-        graphs = batch_graphs(batch, device)
-        with precision_context(precision, device):
-            logits = model(graphs, batch.x_SF.to(device))
-        evaluation.add(logits, batch.y)
+    # An evaluation batch's input rows reach a GB: one batch's alive at a time (each dropped
+    # before the next is fetched, see FeatureFetcher.__iter__), returned to the kernel when
+    # freed (stock_heap), not kept by --heap reuse for training's small batches.
+    with stock_heap():
+        for batch in batches:
+            graphs = batch_graphs(batch, device)
+            with precision_context(precision, device):
+                logits = model(graphs, batch.x_SF.to(device))
+            evaluation.add(logits, batch.y)
+            del batch, graphs, logits
     return evaluation
