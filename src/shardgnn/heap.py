@@ -33,6 +33,7 @@ _GLIBC_DEFAULTS = {_M_MMAP_MAX: 65536, _M_TRIM_THRESHOLD: 128 * 1024}
 DEFAULT_TRIM_THRESHOLD = 2**31 - 1
 
 _applied: str | None = None
+_applied_trim = DEFAULT_TRIM_THRESHOLD  # the trim threshold "reuse" was applied with
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -51,7 +52,7 @@ def configure_heap(mode: str = "reuse", trim_threshold: int = DEFAULT_TRIM_THRES
     Safe to call more than once; it affects allocations made after it (``"system"`` restores
     glibc's defaults, not settings made through ``GLIBC_TUNABLES``).
     """
-    global _applied
+    global _applied, _applied_trim
     if mode not in HEAP_MODES:
         raise ValueError(f"unknown heap mode {mode!r}; expected one of {HEAP_MODES}")
     if not 0 <= trim_threshold <= 2**31 - 1:
@@ -67,7 +68,7 @@ def configure_heap(mode: str = "reuse", trim_threshold: int = DEFAULT_TRIM_THRES
         return True
     ok = libc.mallopt(_M_MMAP_MAX, 0) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
     if ok:
-        _applied = mode
+        _applied, _applied_trim = mode, trim_threshold
     return ok
 
 
@@ -78,16 +79,16 @@ def stock_heap() -> Iterator[None]:
     kept returned to the kernel (glibc's ``malloc_trim(0)``). For phases whose blocks are few and
     large and of varying size, such as evaluation batches, whose input rows reach a GB: under
     ``"reuse"``, a block freed below a live one stays resident and a larger one takes fresh
-    pages, so each new size added a GB to a worker's peak on coauthor-physics (BENCHMARKS.md 32),
+    pages, so each new size added a GB to a worker's peak on coauthor-physics (BENCHMARKS.md 32b),
     where the page faults ``"reuse"`` saves are a small share of such a batch's time."""
-    before = _applied
+    before, trim = _applied, _applied_trim
     if before == "reuse":
         configure_heap("system")
     try:
         yield
     finally:
         if before == "reuse":
-            configure_heap("reuse")
+            configure_heap("reuse", trim)
             libc = _libc()
             if libc is not None:
                 libc.malloc_trim(0)
