@@ -567,6 +567,17 @@ def test_a_mistyped_column_is_refused_with_the_columns_and_a_close_match(
     assert not (tmp_path / "g").exists()
 
 
+def test_a_csv_with_a_space_separated_header_is_refused_as_one_column(tmp_path, capsys):
+    (tmp_path / "e.csv").write_text("src dst\n0 1\n1 2\n")
+    err = _refused(["--edges", str(tmp_path / "e.csv"), "--out", str(tmp_path / "g")], capsys)
+    assert "e.csv: has one column, 'src dst', and no column 'src' (named by --src-col)" in err
+    assert "fix: separate the cells with commas, or give the file a .txt suffix" in err
+    # the fix works: the same file as .txt is read by its spaces
+    (tmp_path / "e.txt").write_text("src dst\n0 1\n1 2\n")
+    assert main(["convert", "--edges", str(tmp_path / "e.txt"), "--out", str(tmp_path / "g")]) == 0
+    assert load_dataset(f"graph:{tmp_path / 'g'}").num_edges == 2
+
+
 def test_typed_tables_refuse_a_mistyped_label_or_split_column(tmp_path, capsys):
     argv = _typed_tables(tmp_path)[1:]  # without "convert"
     err = _refused([*argv, "--label-col", "topic"], capsys)

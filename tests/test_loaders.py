@@ -663,6 +663,19 @@ def test_header_line_is_the_first_line_that_is_not_a_comment_naming_columns(data
             r"zero\.jlg.*line 2: node id 0 in a 1-based file",
         ),
         ("nohead.jlg", "1,2\n2,3\n", {}, r"nohead\.jlg.*header"),
+        # SNAP's temporal files without their header: times are not weights
+        (
+            "times.txt",
+            "# c\n1 2 1082040961\n3 4 1098777142\n",
+            {},
+            r"times\.txt: column 3 \(line 2: 1082040961\) holds integers from 1,082,040,961 to "
+            r"1,098,777,142 \(as Unix times, 2004-04-15 to 2004-10-26\): timestamps.*\n  fix: "
+            r"load timestamped edges as temporal:FILE",
+        ),
+        ("ms.txt", "1 2 1082040961000\n", {}, r"ms\.txt.*to 1,082,040,961,000: timestamps"),
+        ("named.txt", "u v weight\n1 2 1082040961\n", {}, None),  # a header says weights
+        ("some.txt", "1 2 1082040961\n2 3 7\n", {}, None),  # not all past 10^8
+        ("frac.csv", "1,2,100000000.5\n", {}, None),  # not integers
     ],
 )
 def test_edge_list_bad_input(tmp_path, filename, content, kwargs, match):
@@ -672,7 +685,9 @@ def test_edge_list_bad_input(tmp_path, filename, content, kwargs, match):
     else:
         path.write_text(content)
     if match is None:
-        assert load_edge_list(path, **kwargs).num_edges == 1
+        assert load_edge_list(path, **kwargs).num_edges == content.count("\n") - (
+            "weight" in content
+        )
         return
     with pytest.raises(DatasetError, match=match):
         load_edge_list(path, **kwargs)

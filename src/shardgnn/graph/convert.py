@@ -713,6 +713,16 @@ def _column(table: Any, column: str, path: Path, flag: str) -> Any:
 def _no_column(table: Any, column: Any, path: Path, flag: str) -> DatasetError:
     """A missing column, the table's columns, and a close match (a typo) if there is one."""
     names = [str(c) for c in table.columns]
+    if len(names) == 1 and str(column) in names[0].split():
+        # a .csv is read with commas whatever its header looks like (one column's name may hold
+        # a space), so a space-separated one is a single column named by its whole header
+        return DatasetError(
+            f"has one column, {names[0]!r}, and no column {column!r} (named by {flag}): its "
+            "header separates the names by spaces, but a .csv's cells are separated by commas",
+            path,
+            "separate the cells with commas, or give the file a .txt suffix (cells separated by "
+            "spaces)",
+        )
     close = difflib.get_close_matches(str(column), names, n=1)
     shown = ", ".join(names[:30]) + (f", ... ({len(names) - 30} more)" if len(names) > 30 else "")
     return DatasetError(

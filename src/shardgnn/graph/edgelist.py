@@ -9,8 +9,10 @@ Text formats accepted by :func:`load_edge_list`:
   start with a number) is a header and skipped; the columns are read by position all the same,
   so a header that names them in another order (``dst,src``, or ``u v time``, whose third
   column would be read as a weight) is refused.
-* a third column is read as a float edge weight; columns after the third are ignored (SNAP
-  temporal files put timestamps there). Every non-blank line must have the same number of
+* a third column is read as a float edge weight; columns after the third are ignored. A third
+  column of integers all past 10^8 (Unix times from 1973 on: SNAP's temporal files, ``SRC DST
+  UNIXTS`` without a header, put timestamps there) is refused, unless a header names it a
+  weight. Every non-blank line must have the same number of
   columns, else the first deviating line is named in the error.
 * Graphs.jl ``.jlg`` files (detected by the suffix or by their header line ``n,m,d|u,name``):
   gzip text whose header gives the node count ``n``, the edge count ``m`` (checked: a mismatch
@@ -342,6 +344,44 @@ def _integral_ids(ids: np.ndarray, lines: np.ndarray, source: Path) -> np.ndarra
     return ids
 
 
+# 10^8 s after the Unix epoch is 1973-03-03: a column of integers all past it holds times (SNAP's
+# temporal edge lists, `SRC DST UNIXTS` without a header), not edge weights
+_UNIX_TIME_FLOOR = 1e8
+
+
+def _names_weight(header: tuple[bytes, int, int] | None, column: int) -> bool:
+    """Whether a text table's header (:func:`header_line`) names its ``column`` (1-based) a
+    weight."""
+    if header is None:
+        return False
+    names = header[0].decode("utf-8", "replace").replace(",", " ").split()
+    return len(names) >= column and _column_role(names[column - 1]) == "weight"
+
+
+def _refuse_times_as_weights(column_E: np.ndarray, lines: np.ndarray, source: Path) -> None:
+    """Refuse an edge list whose third column, read as weights, holds Unix times: integers, every
+    one past :data:`_UNIX_TIME_FLOOR` (a temporal edge list given as a static one; read as
+    weights, every edge would weigh about 10^9 and a weighted aggregation would be swamped). A
+    header naming the column a weight is trusted instead."""
+    if column_E.size == 0 or not column_E.min() >= _UNIX_TIME_FLOOR:
+        return
+    if not np.all(column_E == np.floor(column_E)):
+        return
+    first, last = (int(v) for v in (column_E.min(), column_E.max()))
+    when = ""
+    if last < 1e10:  # seconds: name the dates
+        span = np.array([first, last], "datetime64[s]").astype("datetime64[D]")
+        when = f" (as Unix times, {span[0]} to {span[1]})"
+    raise DatasetError(
+        f"column 3 (line {lines[0]}: {int(column_E[0])}) holds integers from {first:,} to "
+        f"{last:,}{when}: timestamps, which an edge list ({EDGE_LIST_LAYOUT}) would take for "
+        "weights",
+        source,
+        "load timestamped edges as temporal:FILE; for the static graph drop the third column "
+        "(cut -d' ' -f1,2); if they are weights, name the column in a header line: u v weight",
+    )
+
+
 def _split_jlg(data: bytes) -> tuple[int, int, bool, bytes] | None:
     """``(n, m, undirected, body)`` if ``data`` starts with a Graphs.jl LG header, else ``None``."""
     header, _, body = data.partition(b"\n")
@@ -365,7 +405,8 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
 
     Raises:
         DatasetError: missing/empty/truncated file, ragged rows, non-integer, negative or
-        out-of-range ids, or a ``.jlg`` edge count that disagrees with its header.
+        out-of-range ids, a ``.jlg`` edge count that disagrees with its header, or a third
+        column of Unix times (a temporal edge list).
     """
     path = Path(path)
     if base not in (0, 1, "auto"):
@@ -394,8 +435,11 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
                 "the file is truncated or corrupt; re-download it",
             )
     else:
+        header = header_line(data)
         data, first_line = without_edge_list_header(data, path)
         values, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
+        if values.ndim == 2 and values.shape[1] >= 3 and not _names_weight(header, 3):
+            _refuse_times_as_weights(values[:, 2], lines, path)
     if values.shape[0] == 0:
         raise DatasetError(
             "holds no edges (the file is empty, all comments or only a header)",
