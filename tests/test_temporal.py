@@ -239,6 +239,45 @@ def test_collegemsg_loads_with_snap_counts():
     assert np.all(hop.nbr_times < np.repeat(g.t[-100:], np.diff(hop.offsets)))
 
 
+@pytest.mark.parametrize(
+    "spec, message, fix",
+    [
+        (
+            "synthetic-temporal:nodes=5,partners=8",
+            "options nodes=5, partners=8 break the rule 1 <= partners < nodes",
+            "change nodes or partners in the spec: synthetic-temporal:nodes=VALUE",
+        ),
+        (  # the parenthesis' "events" is no option
+            "synthetic-temporal:classes=4",
+            "options features=0, classes=4 break the rule classes > 0 needs features >= 1 (the",
+            "change features or classes in the spec",
+        ),
+        (
+            "synthetic-temporal:drift=2",
+            "option drift=2.0 breaks the rule drift in [0, 1]",
+            "change drift in the spec",
+        ),
+        (
+            "synthetic-hetero:fields=2",
+            "options fields=2, classes=8 break the rule fields >= classes >= 1",
+            "change fields or classes in the spec",
+        ),
+        (  # a rule that spells its value out
+            "synthetic-hetero:labels=foo",
+            "synthetic-hetero: labels=foo must be one of class",
+            "change labels in the spec",
+        ),
+    ],
+)
+def test_a_generator_option_that_breaks_a_rule_names_its_value(capsys, spec, message, fix):
+    from shardgnn.cli import main
+
+    assert main(["info", spec]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and message in err[0] and err[1].startswith(f"  fix: {fix}"), err
+    assert "Config(" not in err[0]  # not the whole settings object
+
+
 def test_cli_shows_a_temporal_dataset_and_says_how_to_train_it(capsys):
     from shardgnn.cli import main
 

@@ -28,7 +28,6 @@ import dataclasses
 
 import numpy as np
 
-from shardgnn.errors import DatasetError
 from shardgnn.graph.spec_options import SpecOptions
 from shardgnn.graph.split import fraction_split
 from shardgnn.graph.synthetic import community_labels, label_option_checks
@@ -87,12 +86,7 @@ class AcademicConfig(SpecOptions):
             (self.seed >= 0, "seed >= 0"),
             *label_option_checks(self.labels, self.label_columns),
         ]
-        for ok, rule in checks:
-            if not ok:
-                raise DatasetError(
-                    f"synthetic-hetero: {self} breaks {rule}",
-                    fix="change the option in the spec, e.g. synthetic-hetero:papers=100000",
-                )
+        self.refuse_broken("synthetic-hetero", checks)
 
 
 def _pareto_weights(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:

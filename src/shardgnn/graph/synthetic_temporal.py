@@ -21,7 +21,6 @@ import dataclasses
 
 import numpy as np
 
-from shardgnn.errors import DatasetError
 from shardgnn.graph.spec_options import SpecOptions
 from shardgnn.graph.temporal import TemporalGraph
 
@@ -52,13 +51,7 @@ class TemporalStreamConfig(SpecOptions):
              "events' features carry the communities)"),
             (0.0 <= self.drift <= 1.0, "drift in [0, 1]"),
         ]  # fmt: skip
-        for ok, rule in checks:
-            if not ok:
-                raise DatasetError(
-                    f"synthetic-temporal: {self} breaks {rule}",
-                    fix="change the option in the spec, e.g. synthetic-temporal:events=1000000 "
-                    "or synthetic-temporal:classes=4,features=16",
-                )
+        self.refuse_broken("synthetic-temporal", checks)
 
 
 def _draw(rng: np.random.Generator, cumulative: np.ndarray, size: int) -> np.ndarray:
