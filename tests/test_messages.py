@@ -219,20 +219,75 @@ def test_a_warning_is_one_line_naming_the_command(tmp_path, capsys):
     assert not any("load_temporal_events(" in line for line in lines)  # no source line
 
 
-def test_a_folder_named_as_a_dataset_is_told_how_to_name_it(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def shardgnn_folders(tmp_path_factory):
+    """One folder of each kind shardgnn writes: a graph directory ``g``, a partition directory
+    ``p``, a folder of checkpoints ``ck`` (a one-process run's), and a file ``f``."""
+    root = tmp_path_factory.mktemp("kinds")
     graph = generate(SyntheticConfig(nodes=200, degree=4, classes=3, features=4, seed=1))
-    save_graph(graph, tmp_path / "g")
-    argv = ["partition", f"graph:{tmp_path / 'g'}", "--parts", "2", "--out", str(tmp_path / "p")]
+    save_graph(graph, root / "g")
+    argv = ["partition", f"graph:{root / 'g'}", "--parts", "2", "--out", str(root / "p")]
     assert main(argv) == 0
+    assert main(["train", f"graph:{root / 'g'}", *QUICK, "--checkpoint-dir", str(root / "ck")]) == 0
+    (root / "f").write_text("0 1\n")
+    return root
+
+
+def test_a_folder_named_as_a_dataset_is_told_how_to_name_it(shardgnn_folders, capsys):
+    root = shardgnn_folders
     capsys.readouterr()
     for name, expected in (
-        ("g", f"is a graph directory; name it graph:{tmp_path / 'g'}"),
-        ("p", f"is a partition directory; train it with --partitions {tmp_path / 'p'}"),
+        ("g", f"is a graph directory; train it as the dataset graph:{root / 'g'}"),
+        ("p", f"is a partition directory; train it with --partitions {root / 'p'}"),
+        ("ck", f"holds checkpoints; resume their run with --checkpoint-dir {root / 'ck'} --resume"),
     ):
-        assert main(["train", str(tmp_path / name), *QUICK]) == 2
+        assert main(["train", str(root / name), *QUICK]) == 2
         err = _error(capsys)
-        assert f"unknown dataset '{tmp_path / name}': " in err and expected in err, err
+        assert f"unknown dataset '{root / name}': " in err and expected in err, err
         assert len(err.splitlines()) == 1  # not the list of every dataset
+
+
+@pytest.mark.parametrize(
+    "argv, given, error, fix",
+    [
+        # a folder of another kind than the one expected: named, with its own use
+        (["info", "graph:{p}"], "p", "is a partition directory, not a graph directory",
+         "train it with --partitions {p}; a graph directory is written by `shardgnn convert`"),
+        (["info", "hetero:{g}"], "g", "is a graph directory, not a typed (heterogeneous) graph "
+         "directory", "train it as the dataset graph:{g} (with --workers N"),
+        (["info", "graphset:{g}"], "g", "is a graph directory, not a graph-set directory",
+         "train it as the dataset graph:{g}"),
+        (["train", "--partitions", "{g}", *QUICK], "g",
+         "is a graph directory, not a partition directory",
+         "or partition it: `shardgnn partition graph:{g} --parts N --out DIR`"),
+        (["train", "--partitions", "{ck}/epoch-000001", *QUICK], "ck/epoch-000001",
+         "is a checkpoint, not a partition directory",
+         "infer or export from it with --checkpoint {ck}/epoch-000001"),
+        # not the advice to delete it that a damaged checkpoint gets
+        (["infer", "--checkpoint", "{p}", "--out", "{p}/../out"], "p",
+         "is a partition directory, not a checkpoint", "train it with --partitions {p}"),
+        # a folder of checkpoints, a file, nothing
+        (["verify", "{ck}"], "ck", "holds checkpoints (epoch-N folders), not a partition "
+         "directory", "resume the run that wrote them with --checkpoint-dir {ck} --resume"),
+        (["info", "graph:{f}"], "f", "is a file, not a graph directory",
+         "give a graph directory, written by `shardgnn convert`"),
+        (["verify", "{f}"], "f", "is a file, not a partition directory",
+         "give a partition directory, written by `shardgnn partition`"),
+        (["info", "graph:{f}x"], "fx", "no such graph directory", "give a graph directory"),
+    ],
+)  # fmt: skip
+def test_a_folder_of_the_wrong_kind_is_named_with_its_use(
+    shardgnn_folders, capsys, argv, given, error, fix
+):
+    """A graph, partition or checkpoint folder (or a file) given where another kind is expected
+    is refused in one line that says what it is and how it is used."""
+    folders = {k: shardgnn_folders / k for k in ("g", "p", "ck", "f")}
+    capsys.readouterr()
+    assert main([a.format(**folders) for a in argv]) == 2
+    lines = _error(capsys).splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].endswith(f"{shardgnn_folders / given}: {error}"), lines
+    assert lines[1].startswith("  fix: ") and fix.format(**folders) in lines[1], lines
 
 
 # ------------------------------------------------------------------------------------ output paths

@@ -83,7 +83,11 @@ def test_a_typed_directory_named_as_a_plain_graph_says_how_to_name_it(tmp_path):
     from shardgnn.graph.datasets import load_dataset
 
     path = save_typed_graph(academic(), tmp_path / "g")
-    with pytest.raises(DatasetError, match=f"name it as hetero:{path}"):
+    with pytest.raises(
+        DatasetError,
+        match=f"is a typed \\(heterogeneous\\) graph directory, not a graph directory\n  fix: "
+        f"train it as the dataset hetero:{path}",
+    ):
         load_dataset(f"graph:{path}")
     assert load_typed_graph(path).num_nodes == 8
 

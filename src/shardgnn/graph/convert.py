@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import re
 import warnings
 from pathlib import Path
@@ -62,7 +61,15 @@ from shardgnn.graph.edgelist import (
     read_text_head,
     without_header,
 )
-from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, as_node_ids, load_npy, save_graph
+from shardgnn.graph.io import (
+    GRAPH_FORMAT,
+    GRAPH_SET_FORMAT,
+    TYPED_GRAPH_FORMAT,
+    as_node_ids,
+    directory_format,
+    load_npy,
+    save_graph,
+)
 from shardgnn.graph.split import NONFINITE_POLICIES, check_finite_features
 from shardgnn.graph.typed import TypedGraph, save_typed_graph
 from shardgnn.options import changed_settings, check_choices, check_types, invalid, option
@@ -411,14 +418,7 @@ def _check_out(config: ConvertConfig) -> None:
 
 
 def _is_graph_dir(path: Path) -> bool:
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-    except (OSError, ValueError):
-        return False
-    from shardgnn.graph.graphset import GRAPH_SET_FORMAT
-
-    formats = (GRAPH_FORMAT, TYPED_GRAPH_FORMAT, GRAPH_SET_FORMAT)
-    return isinstance(meta, dict) and meta.get("format") in formats
+    return directory_format(path) in (GRAPH_FORMAT, TYPED_GRAPH_FORMAT, GRAPH_SET_FORMAT)
 
 
 # -------------------------------------------------------------------------------- edge list + files

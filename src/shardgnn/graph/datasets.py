@@ -584,27 +584,16 @@ def _entry(parsed: DatasetSpec) -> DatasetEntry:
 
 
 def _folder_hint(name: str) -> str | None:
-    """What to write instead when a bare dataset name is a folder of shardgnn's: a graph
-    directory wants its kind's prefix, a partition directory ``--partitions``."""
-    from shardgnn.graph.graphset import GRAPH_SET_FORMAT
-    from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT
+    """What to write instead when a bare dataset name is a folder of shardgnn's (a graph
+    directory wants its kind's prefix, a partition directory ``--partitions``, a folder of
+    checkpoints ``--checkpoint-dir``)."""
+    from shardgnn.graph.io import DIRECTORY_KINDS, directory_format, holds_checkpoints
 
     folder = Path(name).expanduser()
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-    fmt = meta.get("format") if isinstance(meta, dict) else None
-    prefix = {GRAPH_FORMAT: "graph", TYPED_GRAPH_FORMAT: "hetero", GRAPH_SET_FORMAT: "graphset"}
-    if fmt in prefix:
-        return f"{name} is a graph directory; name it {prefix[fmt]}:{name}"
-    # by its layout: the partition format is a later layer's (graph <- partition)
-    if (folder / "part-0").is_dir():
-        return (
-            f"{name} is a partition directory; train it with --partitions {name} (`shardgnn "
-            f"verify {name}` checks and describes it)"
-        )
-    return None
+    if holds_checkpoints(folder):
+        return f"{name} holds checkpoints; resume their run with --checkpoint-dir {name} --resume"
+    kind = DIRECTORY_KINDS.get(directory_format(folder) or "")
+    return None if kind is None else f"{name} is a {kind.name}; {kind.use.format(path=name)}"
 
 
 @dataclasses.dataclass(frozen=True)

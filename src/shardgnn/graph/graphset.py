@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,9 @@ import numpy as np
 from shardgnn.atomic import atomic_directory, save_json
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph, concat_ranges, edge_id_arrays, pyg_edge_index
+from shardgnn.graph.io import GRAPH_SET_FORMAT
 from shardgnn.graph.split import FINITE_FIX, all_finite, check_finite_features
 
-GRAPH_SET_FORMAT = "shardgnn-graph-set"
 GRAPH_SET_VERSION = 1
 GRAPH_LABEL_KINDS = ("class", "regression")
 """what one graph's label is: a class id (int64 ``[G]``) or real targets (float32 ``[G, T]``)"""
@@ -395,26 +394,11 @@ def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = F
 
 def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
     """Load a directory written by :func:`save_graphset` (``mmap``: arrays memory-mapped)."""
-    from shardgnn.graph.io import check_stored_finite, load_npy
+    from shardgnn.graph.io import check_stored_finite, load_npy, read_directory_meta
 
     path = Path(path).expanduser()
     meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise DatasetError(
-            "no meta.json: not a graph-set directory", path,
-            "point at a directory written by save_graphset or `shardgnn convert`",
-        ) from None  # fmt: skip
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"meta.json is unreadable ({exc})", meta_path, "rewrite it") from None
-    if not isinstance(meta, dict) or meta.get("format") != GRAPH_SET_FORMAT:
-        raise DatasetError(
-            f"format {meta.get('format') if isinstance(meta, dict) else None!r} is not "
-            f"{GRAPH_SET_FORMAT!r}",
-            meta_path,
-            "graph directories load as graph:DIR; graph sets are written by save_graphset",
-        )
+    meta = read_directory_meta(path, GRAPH_SET_FORMAT, "rewrite the directory")
     if meta.get("version") != GRAPH_SET_VERSION:
         raise DatasetError(
             f"version {meta.get('version')!r} is not {GRAPH_SET_VERSION}", meta_path,

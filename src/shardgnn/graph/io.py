@@ -12,6 +12,7 @@ graph without them is written exactly as before, and an older shardgnn ignores t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tokenize
@@ -29,6 +30,124 @@ GRAPH_FORMAT = "shardgnn-graph"
 GRAPH_FORMAT_VERSION = 1
 TYPED_GRAPH_FORMAT = "shardgnn-hetero-graph"  # the on-disk name of directories users have written
 """The format of typed graph directories (:mod:`shardgnn.graph.typed`)."""
+GRAPH_SET_FORMAT = "shardgnn-graph-set"
+"""The format of graph-set directories (:mod:`shardgnn.graph.graphset`)."""
+PARTITION_FORMAT = "shardgnn-partitions"
+"""The format of partition directories (:mod:`shardgnn.partition.format`)."""
+CHECKPOINT_FORMAT = "shardgnn-checkpoint"
+"""The format of a checkpoint's epoch folder (:mod:`shardgnn.train.checkpoint`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectoryKind:
+    """One kind of directory shardgnn writes, known by the format its ``meta.json`` names."""
+
+    name: str
+    """what it is called in messages, e.g. ``partition directory``"""
+    use: str
+    """how it is used, ``{path}`` standing for its path"""
+    writer: str
+    """what writes one"""
+
+
+DIRECTORY_KINDS = {
+    GRAPH_FORMAT: DirectoryKind(
+        "graph directory",
+        "train it as the dataset graph:{path} (with --workers N it is partitioned on the fly), or "
+        "partition it: `shardgnn partition graph:{path} --parts N --out DIR`",
+        "`shardgnn convert`",
+    ),
+    TYPED_GRAPH_FORMAT: DirectoryKind(
+        "typed (heterogeneous) graph directory",
+        "train it as the dataset hetero:{path} (with --model rgcn), or partition it: "
+        "`shardgnn partition hetero:{path} --parts N --out DIR`",
+        "`shardgnn convert --node-tables ... --edge-tables ...`",
+    ),
+    GRAPH_SET_FORMAT: DirectoryKind(
+        "graph-set directory",
+        "train it as the dataset graphset:{path}",
+        "`shardgnn convert --molecules`",
+    ),
+    PARTITION_FORMAT: DirectoryKind(
+        "partition directory", "train it with --partitions {path}", "`shardgnn partition`"
+    ),
+    CHECKPOINT_FORMAT: DirectoryKind(
+        "checkpoint",
+        "infer or export from it with --checkpoint {path}",
+        "`shardgnn train --checkpoint-dir`",
+    ),
+}
+"""Every kind of directory shardgnn writes, by format: one given where another is expected is
+named, with its own use."""
+
+
+def directory_format(path: str | os.PathLike) -> str | None:
+    """The format the ``meta.json`` of directory ``path`` names; ``None`` when it has none (or it
+    cannot be read)."""
+    try:
+        meta = json.loads((Path(path) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = meta.get("format") if isinstance(meta, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def holds_checkpoints(path: Path) -> bool:
+    """Whether ``path`` is a ``--checkpoint-dir``: a folder of checkpoints (``epoch-N``)."""
+    return any(path.glob("epoch-*/meta.json"))
+
+
+def read_directory_meta(path: Path, fmt: str, damaged_fix: str) -> dict[str, Any]:
+    """The ``meta.json`` of a directory of format ``fmt`` (a key of :data:`DIRECTORY_KINDS`), or
+    one line saying what ``path`` is instead: missing, a file, a folder of checkpoints, another
+    kind of shardgnn directory (with that kind's use) or none; ``damaged_fix``: the fix for an
+    unreadable ``meta.json`` or an unknown format. The caller checks the version.
+
+    Raises:
+        DatasetError: ``path`` is not a directory of format ``fmt``.
+    """
+    want = DIRECTORY_KINDS[fmt]
+    fix = f"give a {want.name}, written by {want.writer}"
+    if not path.exists():
+        raise DatasetError(f"no such {want.name}", path, fix)
+    if not path.is_dir():
+        raise DatasetError(f"is a file, not a {want.name}", path, fix)
+    meta_path = path / "meta.json"
+    if not meta_path.is_file():
+        if fmt != CHECKPOINT_FORMAT and holds_checkpoints(path):
+            raise DatasetError(
+                f"holds checkpoints (epoch-N folders), not a {want.name}",
+                path,
+                f"{fix}; resume the run that wrote them with --checkpoint-dir {path} --resume",
+            )
+        raise DatasetError(
+            f"no meta.json: not a shardgnn {want.name} (or an interrupted copy)", path, fix
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DatasetError(
+            f"not valid JSON ({type(exc).__name__}: {exc})", meta_path, damaged_fix
+        ) from None
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found != fmt and isinstance(found, str) and found in DIRECTORY_KINDS:
+        other = DIRECTORY_KINDS[found]
+        raise DatasetError(
+            f"is a {other.name}, not a {want.name}",
+            path,
+            f"{other.use.format(path=path)}; a {want.name} is written by {want.writer}",
+        )
+    if not isinstance(meta, dict) or found != fmt:
+        raise DatasetError(
+            f"names format {found!r}, not {fmt!r}"
+            if isinstance(meta, dict)
+            else f"holds a {type(meta).__name__}, not an object",
+            meta_path,
+            damaged_fix,
+        )
+    return meta
+
+
 _ARRAYS = (
     "indptr", "indices", "x", "y", "train_idx", "val_idx", "test_idx", "edge_weight", "edge_attr",
 )  # fmt: skip
@@ -186,34 +305,11 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
     """Load a directory written by :func:`save_graph`; ``mmap=True`` memory-maps the arrays."""
     path = Path(path)
     meta_path = path / "meta.json"
-    if not meta_path.is_file():
+    meta = read_directory_meta(path, GRAPH_FORMAT, "rewrite the directory")
+    if meta.get("version") != GRAPH_FORMAT_VERSION:
         raise DatasetError(
-            "no meta.json: this is not a shardgnn graph directory",
-            path,
-            "point at a directory written by `save_graph`",
-        )
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(
-            f"meta.json is not valid JSON ({exc})", meta_path, "rewrite the directory"
-        ) from None
-    if not isinstance(meta, dict):
-        raise DatasetError(
-            f"meta.json holds a {type(meta).__name__}, not an object",
-            meta_path,
-            "rewrite the directory",
-        )
-    if meta.get("format") == TYPED_GRAPH_FORMAT:
-        raise DatasetError(
-            "this is a typed (heterogeneous) graph directory",
-            path,
-            f"name it as hetero:{path} (typed graphs train with --model rgcn)",
-        )
-    if meta.get("format") != GRAPH_FORMAT or meta.get("version") != GRAPH_FORMAT_VERSION:
-        raise DatasetError(
-            f"format {meta.get('format')!r} version {meta.get('version')!r} is not "
-            f"{GRAPH_FORMAT!r} version {GRAPH_FORMAT_VERSION}",
+            f"format {GRAPH_FORMAT!r} version {meta.get('version')!r} is not version "
+            f"{GRAPH_FORMAT_VERSION}",
             meta_path,
             "re-create the directory with this version of shardgnn",
         )

@@ -20,7 +20,6 @@ kept beside the graph, never in its CSR.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from shardgnn.graph.io import (
     load_node_ids,
     load_npy,
     read_class_names,
+    read_directory_meta,
     save_node_ids,
 )
 from shardgnn.graph.split import FINITE_FIX, check_finite_features
@@ -537,18 +537,11 @@ def load_typed_graph(path: str | os.PathLike) -> TypedGraph:
     ``meta.json`` and every graph invariant."""
     path = Path(path)
     meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except FileNotFoundError:
-        raise DatasetError("no meta.json: not a shardgnn graph directory", path) from None
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"meta.json is unreadable ({exc})", meta_path) from None
-    if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
-        TYPED_GRAPH_FORMAT,
-        TYPED_GRAPH_FORMAT_VERSION,
-    ):
+    meta = read_directory_meta(path, TYPED_GRAPH_FORMAT, "rewrite the directory")
+    if meta.get("version") != TYPED_GRAPH_FORMAT_VERSION:
         raise DatasetError(
-            f"not a {TYPED_GRAPH_FORMAT!r} version {TYPED_GRAPH_FORMAT_VERSION} directory",
+            f"format {TYPED_GRAPH_FORMAT!r} version {meta.get('version')!r} is not version "
+            f"{TYPED_GRAPH_FORMAT_VERSION}",
             meta_path,
             "re-create the directory with this version of shardgnn",
         )

@@ -77,7 +77,7 @@ from shardgnn.graph.csr import (
     label_problem,
 )
 from shardgnn.graph.identity import fingerprint
-from shardgnn.graph.io import GRAPH_FORMAT, TYPED_GRAPH_FORMAT, load_npy
+from shardgnn.graph.io import PARTITION_FORMAT, load_npy, read_directory_meta
 from shardgnn.partition.book import PartitionBook, TypedPartitionBook, inverse_permutation, relabel
 from shardgnn.partition.methods import check_assignment
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
@@ -92,7 +92,7 @@ from shardgnn.partition.sections import (
     type_features_name,
 )
 
-FORMAT = "shardgnn-partitions"
+FORMAT = PARTITION_FORMAT
 VERSION = 1
 _PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight", "etype") + SPLITS
 _HASH_BLOCK = 4 << 20
@@ -518,35 +518,7 @@ def read_partition_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 def _read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / "meta.json"
-    if not path.is_dir():
-        raise DatasetError(
-            "no such partition directory", path, "run `shardgnn partition DATASET --out DIR` first"
-        )
-    if not meta_path.is_file():
-        raise DatasetError(
-            "no meta.json: not a shardgnn partition directory (or an interrupted copy)",
-            path,
-            "point at a directory written by `shardgnn partition`",
-        )
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _meta_error(meta_path, f"not valid JSON ({exc})") from None
-    graph_kinds = {GRAPH_FORMAT: "graph", TYPED_GRAPH_FORMAT: "hetero"}
-    if isinstance(meta, dict) and meta.get("format") in graph_kinds:
-        kind = graph_kinds[meta["format"]]
-        raise DatasetError(
-            "a graph directory (`shardgnn convert`, save_graph), not a partition directory",
-            path,
-            f"train it as the dataset {kind}:{path} (with --workers N it is partitioned on the "
-            f"fly), or partition it first: `shardgnn partition {kind}:{path} --parts N --out DIR`",
-        )
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _meta_error(
-            meta_path,
-            f"format is {meta.get('format') if isinstance(meta, dict) else None!r}, "
-            f"expected {FORMAT!r}",
-        )
+    meta = read_directory_meta(path, FORMAT, _REMAKE)
     if isinstance(meta, dict) and "hetero" in meta and "typed" not in meta:
         # written before typed graphs had one name across packages: same content
         meta["typed"] = meta.pop("hetero")

@@ -43,6 +43,7 @@ import torch
 from shardgnn.atomic import atomic_open, save_json
 from shardgnn.errors import CheckpointError, ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
+from shardgnn.graph.io import CHECKPOINT_FORMAT, read_directory_meta
 from shardgnn.train.config import RESUMABLE_CHANGES
 
 _NAME = re.compile(r"^epoch-(\d{6,})(?:-batch-(\d{6,}))?$")
@@ -171,7 +172,7 @@ class Checkpointer:
                 save_json(
                     path / "meta.json",
                     {
-                        "format": "shardgnn-checkpoint",
+                        "format": CHECKPOINT_FORMAT,
                         "version": 1,
                         "epoch": epochs_done,
                         "batch": batches_done,
@@ -420,28 +421,22 @@ def reshard(states: list[dict[str, Any]], rank: int, rows: dict[str, np.ndarray]
     return state
 
 
+_DAMAGED = "delete this checkpoint folder to resume from the one before it"
+
+
 def read_checkpoint_meta(path: Path) -> dict[str, Any]:
     """The ``meta.json`` of checkpoint folder ``path``, checked for the keys resuming reads."""
     meta_path = path / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(
-            f"cannot read ({type(exc).__name__}: {exc})",
-            meta_path,
-            "delete this checkpoint folder to resume from the one before it",
-        ) from None
+    meta = read_directory_meta(path, CHECKPOINT_FORMAT, _DAMAGED)
     if not (
-        isinstance(meta, dict)
-        and meta.get("format") == "shardgnn-checkpoint"
-        and isinstance(meta.get("epoch"), int)
+        isinstance(meta.get("epoch"), int)
         and isinstance(meta.get("world_size"), int)
         and isinstance(meta.get("config"), dict)
     ):
         raise DatasetError(
             "is not a shardgnn checkpoint's meta.json (format, epoch, world_size, config)",
             meta_path,
-            "delete this checkpoint folder to resume from the one before it",
+            _DAMAGED,
         )
     return meta
 
