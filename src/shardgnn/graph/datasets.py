@@ -25,8 +25,10 @@ Data directory: ``data_dir`` argument (``--data-dir``), else ``$SHARDGNN_DATA``,
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,6 +54,20 @@ def default_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     return Path.home() / ".cache" / "shardgnn"
 
 
+def unknown_options(name: str, unknown: Iterable[str], known: Iterable[str]) -> DatasetOptionError:
+    """The refusal of options dataset ``name`` does not have, with a close match (a typo) and
+    its options (``known``: none listed when empty)."""
+    unknown, known = sorted(unknown), sorted(known)
+    close = {u: difflib.get_close_matches(u, known, n=1) for u in unknown}
+    guesses = [f"{match[0]} for {u}" for u, match in close.items() if match]
+    problem = (
+        f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} for dataset "
+        f"{name!r}" + (f" (did you mean {', '.join(guesses)}?)" if guesses else "")
+    )
+    fix = f"its options: {', '.join(known)}" if known else f"{name} takes no options"
+    return DatasetOptionError(problem, fix=fix)
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
     """A parsed dataset spec: the name and its ``key=value`` options (values are strings)."""
@@ -62,6 +78,8 @@ class DatasetSpec:
     defaults: dict[str, str] = dataclasses.field(default_factory=dict)
     """the dataset's option defaults (from its registry entry): what ``take_*`` returns for an
     option the spec does not give"""
+    asked: set[str] = dataclasses.field(default_factory=set, compare=False, repr=False)
+    """the options its loader has read so far (every one it has, once it calls :meth:`finish`)"""
 
     @classmethod
     def parse(cls, spec: str) -> "DatasetSpec":
@@ -107,7 +125,7 @@ class DatasetSpec:
         return self.defaults[key] if default is None else default
 
     def take_int(self, key: str, default: int | None = None, minimum: int | None = None) -> int:
-        raw = self.options.pop(key, None)
+        raw = self._take(key)
         if raw is None:
             return int(self._default(key, default))  # type: ignore[arg-type]
         try:
@@ -129,7 +147,7 @@ class DatasetSpec:
         lo: float | None = None,
         hi: float | None = None,
     ) -> float:
-        raw = self.options.pop(key, None)
+        raw = self._take(key)
         if raw is None:
             return float(self._default(key, default))  # type: ignore[arg-type]
         try:
@@ -147,7 +165,8 @@ class DatasetSpec:
     def take_str(
         self, key: str, default: str | None = None, choices: tuple[str, ...] | None = None
     ) -> str:
-        value = self.options.pop(key, str(self._default(key, default)))
+        raw = self._take(key)
+        value = str(self._default(key, default)) if raw is None else raw
         if choices is not None and value not in choices:
             raise DatasetOptionError(
                 f"option {key}={value!r} of dataset {self.name!r} must be one of {choices}"
@@ -157,9 +176,12 @@ class DatasetSpec:
     def finish(self) -> None:
         """Refuse options nobody consumed (a typo must not be silently ignored)."""
         if self.options:
-            raise DatasetOptionError(
-                f"unknown option(s) {sorted(self.options)} for dataset {self.name!r}"
-            )
+            raise unknown_options(self.name, self.options, self.asked | set(self.defaults))
+
+    def _take(self, key: str) -> str | None:
+        """Option ``key``'s value as given (``None``: not given), consumed."""
+        self.asked.add(key)
+        return self.options.pop(key, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -749,7 +771,7 @@ def canonical_spec(spec: str) -> str:
     options = {k: v for k, v in sorted(parsed.options.items()) if entry.defaults.get(k) != v}
     unknown = sorted(set(options) - set(entry.defaults))
     if unknown:
-        raise DatasetError(f"unknown option(s) {unknown} for dataset {parsed.name!r}")
+        raise unknown_options(parsed.name, unknown, entry.defaults)
     head = (
         parsed.name
         if parsed.path is None
