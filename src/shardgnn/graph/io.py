@@ -92,12 +92,12 @@ def directory_format(path: str | os.PathLike) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def holds_checkpoints(path: Path) -> bool:
+def holds_checkpoints(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a ``--checkpoint-dir``: a folder of checkpoints (``epoch-N``)."""
-    return any(path.glob("epoch-*/meta.json"))
+    return any(Path(path).glob("epoch-*/meta.json"))
 
 
-def read_directory_meta(path: Path, fmt: str, damaged_fix: str) -> dict[str, Any]:
+def read_directory_meta(path: str | os.PathLike, fmt: str, damaged_fix: str) -> dict[str, Any]:
     """The ``meta.json`` of a directory of format ``fmt`` (a key of :data:`DIRECTORY_KINDS`), or
     one line saying what ``path`` is instead: missing, a file, a folder of checkpoints, another
     kind of shardgnn directory (with that kind's use) or none; ``damaged_fix``: the fix for an
@@ -106,7 +106,7 @@ def read_directory_meta(path: Path, fmt: str, damaged_fix: str) -> dict[str, Any
     Raises:
         DatasetError: ``path`` is not a directory of format ``fmt``.
     """
-    want = DIRECTORY_KINDS[fmt]
+    path, want = Path(path), DIRECTORY_KINDS[fmt]
     fix = f"give a {want.name}, written by {want.writer}"
     if not path.exists():
         raise DatasetError(f"no such {want.name}", path, fix)

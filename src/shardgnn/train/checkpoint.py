@@ -426,7 +426,7 @@ _DAMAGED = "delete this checkpoint folder to resume from the one before it"
 
 def read_checkpoint_meta(path: Path) -> dict[str, Any]:
     """The ``meta.json`` of checkpoint folder ``path``, checked for the keys resuming reads."""
-    meta_path = path / "meta.json"
+    meta_path = Path(path) / "meta.json"
     meta = read_directory_meta(path, CHECKPOINT_FORMAT, _DAMAGED)
     if not (
         isinstance(meta.get("epoch"), int)
