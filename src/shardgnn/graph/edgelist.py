@@ -106,6 +106,12 @@ def _column_role(name: str) -> str | None:
     return next((role for role, names in _COLUMN_NAMES.items() if name in names), None)
 
 
+def _header_names(header: tuple[bytes, int, int] | None) -> list[str]:
+    """The column names of a text table's header (:func:`header_line`), split at commas and
+    whitespace; none without a header."""
+    return [] if header is None else header[0].decode("utf-8", "replace").replace(",", " ").split()
+
+
 def without_positional_header(
     data: bytes, source: str | os.PathLike, roles: tuple[str, ...], layout: str, fix: str
 ) -> tuple[bytes, int]:
@@ -122,8 +128,7 @@ def without_positional_header(
     header = header_line(data)
     if header is None:
         return data, 1
-    names = header[0].decode("utf-8", "replace").replace(",", " ").split()
-    for column, (name, role) in enumerate(zip(names, roles), start=1):
+    for column, (name, role) in enumerate(zip(_header_names(header), roles), start=1):
         named_role = _column_role(name)
         if named_role is not None and named_role != role:
             raise DatasetError(
@@ -352,9 +357,7 @@ _UNIX_TIME_FLOOR = 1e8
 def _names_weight(header: tuple[bytes, int, int] | None, column: int) -> bool:
     """Whether a text table's header (:func:`header_line`) names its ``column`` (1-based) a
     weight."""
-    if header is None:
-        return False
-    names = header[0].decode("utf-8", "replace").replace(",", " ").split()
+    names = _header_names(header)
     return len(names) >= column and _column_role(names[column - 1]) == "weight"
 
 

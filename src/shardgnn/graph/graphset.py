@@ -394,16 +394,11 @@ def save_graphset(graphs: GraphSet, path: str | os.PathLike, overwrite: bool = F
 
 def load_graphset(path: str | os.PathLike, mmap: bool = False) -> GraphSet:
     """Load a directory written by :func:`save_graphset` (``mmap``: arrays memory-mapped)."""
-    from shardgnn.graph.io import check_stored_finite, load_npy, read_directory_meta
+    from shardgnn.graph.io import REMAKE_GRAPH, check_stored_finite, load_npy, read_directory_meta
 
     path = Path(path).expanduser()
     meta_path = path / "meta.json"
-    meta = read_directory_meta(path, GRAPH_SET_FORMAT, "rewrite the directory")
-    if meta.get("version") != GRAPH_SET_VERSION:
-        raise DatasetError(
-            f"version {meta.get('version')!r} is not {GRAPH_SET_VERSION}", meta_path,
-            "re-create the directory with this version of shardgnn",
-        )  # fmt: skip
+    meta = read_directory_meta(path, GRAPH_SET_FORMAT, GRAPH_SET_VERSION, REMAKE_GRAPH)
     arrays = meta.get("arrays") or {}
     missing = [k for k in _ARRAYS if k not in _OPTIONAL and k not in arrays]
     if missing:

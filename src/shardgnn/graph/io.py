@@ -81,6 +81,10 @@ DIRECTORY_KINDS = {
 named, with its own use."""
 
 
+REMAKE_GRAPH = "re-create the directory with this version of shardgnn"
+"""the fix for a damaged or outdated graph, typed-graph or graph-set directory"""
+
+
 def directory_format(path: str | os.PathLike) -> str | None:
     """The format the ``meta.json`` of directory ``path`` names; ``None`` when it has none (or it
     cannot be read)."""
@@ -97,14 +101,17 @@ def holds_checkpoints(path: str | os.PathLike) -> bool:
     return any(Path(path).glob("epoch-*/meta.json"))
 
 
-def read_directory_meta(path: str | os.PathLike, fmt: str, damaged_fix: str) -> dict[str, Any]:
-    """The ``meta.json`` of a directory of format ``fmt`` (a key of :data:`DIRECTORY_KINDS`), or
-    one line saying what ``path`` is instead: missing, a file, a folder of checkpoints, another
-    kind of shardgnn directory (with that kind's use) or none; ``damaged_fix``: the fix for an
-    unreadable ``meta.json`` or an unknown format. The caller checks the version.
+def read_directory_meta(
+    path: str | os.PathLike, fmt: str, version: int, remake: str
+) -> dict[str, Any]:
+    """The ``meta.json`` of a directory of format ``fmt`` (a key of :data:`DIRECTORY_KINDS`) and
+    ``version``, or one line saying what ``path`` is instead: missing, a file, a folder of
+    checkpoints, another kind of shardgnn directory (with that kind's use), none, or another
+    version (a newer one: upgrade shardgnn); ``remake``: the fix for an unreadable ``meta.json``,
+    an unknown format or an older version.
 
     Raises:
-        DatasetError: ``path`` is not a directory of format ``fmt``.
+        DatasetError: ``path`` is not a directory of format ``fmt`` and ``version``.
     """
     path, want = Path(path), DIRECTORY_KINDS[fmt]
     fix = f"give a {want.name}, written by {want.writer}"
@@ -127,7 +134,7 @@ def read_directory_meta(path: str | os.PathLike, fmt: str, damaged_fix: str) -> 
         meta = json.loads(meta_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatasetError(
-            f"not valid JSON ({type(exc).__name__}: {exc})", meta_path, damaged_fix
+            f"not valid JSON ({type(exc).__name__}: {exc})", meta_path, remake
         ) from None
     found = meta.get("format") if isinstance(meta, dict) else None
     if found != fmt and isinstance(found, str) and found in DIRECTORY_KINDS:
@@ -143,7 +150,16 @@ def read_directory_meta(path: str | os.PathLike, fmt: str, damaged_fix: str) -> 
             if isinstance(meta, dict)
             else f"holds a {type(meta).__name__}, not an object",
             meta_path,
-            damaged_fix,
+            remake,
+        )
+    found_version = meta.get("version")
+    if found_version != version:
+        newer = isinstance(found_version, int) and found_version > version
+        raise DatasetError(
+            f"format {fmt!r} version {found_version!r} is not supported (this shardgnn reads "
+            f"version {version})",
+            meta_path,
+            "upgrade shardgnn" if newer else remake,
         )
     return meta
 
@@ -305,14 +321,7 @@ def load_graph(path: str | os.PathLike, mmap: bool = False) -> Graph:
     """Load a directory written by :func:`save_graph`; ``mmap=True`` memory-maps the arrays."""
     path = Path(path)
     meta_path = path / "meta.json"
-    meta = read_directory_meta(path, GRAPH_FORMAT, "rewrite the directory")
-    if meta.get("version") != GRAPH_FORMAT_VERSION:
-        raise DatasetError(
-            f"format {GRAPH_FORMAT!r} version {meta.get('version')!r} is not version "
-            f"{GRAPH_FORMAT_VERSION}",
-            meta_path,
-            "re-create the directory with this version of shardgnn",
-        )
+    meta = read_directory_meta(path, GRAPH_FORMAT, GRAPH_FORMAT_VERSION, REMAKE_GRAPH)
     arrays, name, num_classes = (
         meta.get("arrays", {}),
         meta.get("name", path.name),

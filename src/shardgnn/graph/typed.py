@@ -36,6 +36,7 @@ from shardgnn.graph.csr import (
     pyg_node_labels,
 )
 from shardgnn.graph.io import (
+    REMAKE_GRAPH,
     TYPED_GRAPH_FORMAT,
     check_stored_finite,
     load_node_ids,
@@ -537,14 +538,7 @@ def load_typed_graph(path: str | os.PathLike) -> TypedGraph:
     ``meta.json`` and every graph invariant."""
     path = Path(path)
     meta_path = path / "meta.json"
-    meta = read_directory_meta(path, TYPED_GRAPH_FORMAT, "rewrite the directory")
-    if meta.get("version") != TYPED_GRAPH_FORMAT_VERSION:
-        raise DatasetError(
-            f"format {TYPED_GRAPH_FORMAT!r} version {meta.get('version')!r} is not version "
-            f"{TYPED_GRAPH_FORMAT_VERSION}",
-            meta_path,
-            "re-create the directory with this version of shardgnn",
-        )
+    meta = read_directory_meta(path, TYPED_GRAPH_FORMAT, TYPED_GRAPH_FORMAT_VERSION, REMAKE_GRAPH)
     try:
         node_types = tuple(str(t) for t in meta["node_types"])
         relations = tuple(tuple(str(p) for p in r) for r in meta["relations"])

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import sys
 import warnings
@@ -77,7 +76,7 @@ from shardgnn.graph.csr import (
     label_problem,
 )
 from shardgnn.graph.identity import fingerprint
-from shardgnn.graph.io import PARTITION_FORMAT, load_npy, read_directory_meta
+from shardgnn.graph.io import PARTITION_FORMAT, directory_format, load_npy, read_directory_meta
 from shardgnn.partition.book import PartitionBook, TypedPartitionBook, inverse_permutation, relabel
 from shardgnn.partition.methods import check_assignment
 from shardgnn.partition.metrics import PartitionMetrics, compute_metrics
@@ -92,7 +91,7 @@ from shardgnn.partition.sections import (
     type_features_name,
 )
 
-FORMAT = PARTITION_FORMAT
+FORMAT = PARTITION_FORMAT  # the public name (shardgnn.partition.FORMAT)
 VERSION = 1
 _PART_ARRAYS = ("indptr", "indices", "halo", "x", "y", "edge_weight", "etype") + SPLITS
 _HASH_BLOCK = 4 << 20
@@ -116,10 +115,7 @@ def _gather_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 def is_partition_dir(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a directory holding a ``shardgnn-partitions`` ``meta.json``."""
-    try:
-        return json.loads((Path(path) / "meta.json").read_text()).get("format") == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+    return directory_format(path) == FORMAT
 
 
 def check_output_dir(out_dir: str | os.PathLike, overwrite: bool) -> Path:
@@ -518,18 +514,10 @@ def read_partition_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 def _read_meta(path: Path) -> dict[str, Any]:
     meta_path = path / "meta.json"
-    meta = read_directory_meta(path, FORMAT, _REMAKE)
-    if isinstance(meta, dict) and "hetero" in meta and "typed" not in meta:
+    meta = read_directory_meta(path, FORMAT, VERSION, _REMAKE)
+    if "hetero" in meta and "typed" not in meta:
         # written before typed graphs had one name across packages: same content
         meta["typed"] = meta.pop("hetero")
-    version = meta.get("version")
-    if version != VERSION:
-        newer = isinstance(version, int) and version > VERSION
-        raise DatasetError(
-            f"format version {version!r} is not supported (this shardgnn reads version {VERSION})",
-            meta_path,
-            "upgrade shardgnn" if newer else _REMAKE,
-        )
     required = (
         "num_parts",
         "num_nodes",

@@ -46,6 +46,8 @@ from shardgnn.graph.identity import check_same_graph
 from shardgnn.graph.io import CHECKPOINT_FORMAT, read_directory_meta
 from shardgnn.train.config import RESUMABLE_CHANGES
 
+CHECKPOINT_VERSION = 1
+"""the version of a checkpoint's ``meta.json`` this shardgnn writes and reads"""
 _NAME = re.compile(r"^epoch-(\d{6,})(?:-batch-(\d{6,}))?$")
 
 
@@ -173,7 +175,7 @@ class Checkpointer:
                     path / "meta.json",
                     {
                         "format": CHECKPOINT_FORMAT,
-                        "version": 1,
+                        "version": CHECKPOINT_VERSION,
                         "epoch": epochs_done,
                         "batch": batches_done,
                         "world_size": self.world_size,
@@ -427,14 +429,14 @@ _DAMAGED = "delete this checkpoint folder to resume from the one before it"
 def read_checkpoint_meta(path: Path) -> dict[str, Any]:
     """The ``meta.json`` of checkpoint folder ``path``, checked for the keys resuming reads."""
     meta_path = Path(path) / "meta.json"
-    meta = read_directory_meta(path, CHECKPOINT_FORMAT, _DAMAGED)
+    meta = read_directory_meta(path, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, _DAMAGED)
     if not (
         isinstance(meta.get("epoch"), int)
         and isinstance(meta.get("world_size"), int)
         and isinstance(meta.get("config"), dict)
     ):
         raise DatasetError(
-            "is not a shardgnn checkpoint's meta.json (format, epoch, world_size, config)",
+            "is not a shardgnn checkpoint's meta.json (epoch, world_size, config)",
             meta_path,
             _DAMAGED,
         )
