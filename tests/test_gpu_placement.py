@@ -14,10 +14,14 @@ import torch
 from shardgnn.cli import build_parser, main
 from shardgnn.cli.train import train_config
 from shardgnn.distributed.comm import Communicator
+from shardgnn.distributed.config import device_problem
 from shardgnn.distributed.context import check_placement, choose_placement
 from shardgnn.distributed.launch import _launch_config, supported_fields
 from shardgnn.errors import ConfigError
 from shardgnn.torchrun import torchrun_has_option
+from shardgnn.train.config import TrainConfig
+from shardgnn.train.settings import InferConfig
+from shardgnn.train.setup import resolve_device
 
 SMALL = "synthetic:nodes=300,degree=6,classes=3,features=8"
 
@@ -100,6 +104,58 @@ def test_an_impossible_backend_is_refused_before_partitioning(tmp_path, capsys):
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and "--backend nccl runs on CUDA devices" in err[0], err
     assert "partitioned" not in captured.out
+
+
+@pytest.mark.parametrize(
+    "device, hint",
+    [
+        ("gpu", "(did you mean cuda?)"),
+        ("CUDA", "(did you mean cuda?)"),
+        ("gpu:1", "(did you mean cuda:1?)"),
+        ("cuda:x", ""),
+        ("cuda:-1", ""),
+        ("mps", ""),
+        ("meta", ""),
+        ("", ""),
+    ],
+)
+def test_a_device_shardgnn_cannot_run_on_is_refused_as_settings_are_built(device, hint):
+    """Before: `--device gpu` (or cuda:x, mps, meta) passed the settings, the graph was read,
+    and torch's parser or autocast ended one-process training with a traceback."""
+    want = f"--device {device}: give cpu, cuda, cuda:N or auto{hint and ' ' + hint}"
+    assert device_problem(device) is not None
+    with pytest.raises(ConfigError) as refused:
+        TrainConfig(dataset=SMALL, device=device)
+    assert str(refused.value) == want
+    with pytest.raises(ConfigError) as refused:
+        InferConfig(checkpoint="c", out="o", device=device)
+    assert str(refused.value) == want
+    with pytest.raises(ConfigError, match=re.escape(f"--device {device!r}: give cpu")):
+        _place(device)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu:0", "cuda", "cuda:0", "cuda:12", "auto"])
+def test_the_devices_shardgnn_runs_on_pass_the_settings(device):
+    assert device_problem(device) is None
+    assert TrainConfig(dataset=SMALL, device=device).device == device
+
+
+def test_one_process_on_the_cpu_trains_where_the_placement_rule_puts_its_rank():
+    assert resolve_device("cpu") == torch.device("cpu")
+    expected = "cuda:0" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto") == torch.device(expected)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine w/o CUDA")
+def test_one_process_on_an_absent_gpu_is_refused_before_the_graph_is_read(tmp_path, capsys):
+    missing = tmp_path / "no-such-graph"
+    argv = ["train", f"graph:{missing}", "--device", "cuda", "--epochs", "1", "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "shardgnn train: error: --device cuda: CUDA is not available here; use "
+        "--device cpu (or auto)"
+    ], err
 
 
 def test_infer_has_a_device_flag():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 BACKENDS = ("auto", "gloo", "nccl")
 """``--backend`` choices: the process group of gradients and metrics (the data group is gloo)."""
 
@@ -24,3 +26,18 @@ FAILURE_GRACE_S = 3.0
 error record and leave in milliseconds) before the watcher SIGKILLs them. Elastic alone sends
 SIGTERM and waits a fixed 30 s (hard-coded for a failed group in torch 2.x), and a stopped process
 (SIGSTOP) or one stuck in native code never acts on SIGTERM."""
+
+_DEVICE = re.compile(r"(cpu|cuda)(:\d+)?|auto")
+
+
+def device_problem(name: str) -> str | None:
+    """What is wrong with a ``--device`` value, as the constraint of its one-line refusal (None:
+    nothing): shardgnn runs on ``cpu``, ``cuda``, ``cuda:N`` or ``auto``; a GPU's other spellings
+    (``gpu``, ``CUDA:1``) are told the one meant. Checked as settings are built, before any data
+    is read (torch's own parser would fail later, with a traceback, and takes device types such
+    as ``mps`` or ``meta`` that no layer here runs on)."""
+    if _DEVICE.fullmatch(name):
+        return None
+    meant = name.strip().lower().replace("gpu", "cuda")
+    hint = f" (did you mean {meant}?)" if _DEVICE.fullmatch(meant) else ""
+    return f"give cpu, cuda, cuda:N or auto{hint}"

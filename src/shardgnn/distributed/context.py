@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from shardgnn.distributed.comm import CollectiveError, collective_guard
-from shardgnn.distributed.config import BACKENDS, DEFAULT_TIMEOUT_S
+from shardgnn.distributed.config import BACKENDS, DEFAULT_TIMEOUT_S, device_problem
 from shardgnn.errors import ConfigError
 
 
@@ -84,12 +84,11 @@ def choose_placement(
     """
     if backend not in BACKENDS:
         raise ConfigError(f"--backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if (problem := device_problem(device)) is not None:
+        raise ConfigError(f"--device {device!r}: {problem}")
     if device == "auto":
         device = "cuda" if cuda_devices > 0 else "cpu"
-    try:
-        parsed = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"--device {device!r}: give cpu, cuda, cuda:N or auto") from None
+    parsed = torch.device(device)
     if parsed.type == "cuda":
         if cuda_devices < 1:
             raise ConfigError(
@@ -102,8 +101,6 @@ def choose_placement(
                 f"--device {device}: this machine has {cuda_devices} CUDA device(s) "
                 f"(cuda:0..cuda:{cuda_devices - 1}); use --device cuda for one per worker"
             )
-    elif parsed.type != "cpu":
-        raise ConfigError(f"--device {device!r}: give cpu, cuda, cuda:N or auto")
     own_gpu = parsed.type == "cuda" and (
         local_world_size <= cuda_devices if device == "cuda" else local_world_size == 1
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from shardgnn.distributed.config import device_problem
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.options import changed_settings, check_choices, invalid
 from shardgnn.sampling.config import SamplerConfig
@@ -103,6 +104,8 @@ def resolve_and_check(config: Any) -> None:
             raise invalid(config, name, "must be >= 1")
     if config.threads is not None and config.threads < 1:
         raise invalid(config, "threads", "must be >= 1")
+    if (problem := device_problem(config.device)) is not None:
+        raise invalid(config, "device", problem)
     if config.task == "link" and _names_typed(config):
         # Relational link prediction encodes the whole graph at every step (the knowledge
         # graphs it runs on are small): full-graph layers, whatever --mode says.

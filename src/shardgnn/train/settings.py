@@ -11,7 +11,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from shardgnn.distributed.config import BACKENDS, DEFAULT_STOP_GRACE_S, DEFAULT_TIMEOUT_S
+from shardgnn.distributed.config import (
+    BACKENDS,
+    DEFAULT_STOP_GRACE_S,
+    DEFAULT_TIMEOUT_S,
+    device_problem,
+)
 from shardgnn.errors import ConfigError
 from shardgnn.nn.config import LINK_LOSSES, PREDICTORS
 from shardgnn.options import changed_settings, check_choices, check_types, invalid, option
@@ -417,6 +422,8 @@ class InferConfig(LaunchConfig):
         super().__post_init__()
         if self.chunk_rows < 1:
             raise invalid(self, "chunk_rows", "must be >= 1")
+        if (problem := device_problem(self.device)) is not None:
+            raise invalid(self, "device", problem)
         if self.workers is not None and self.workers < 1:
             raise invalid(self, "workers", "must be >= 1")
         if self.workers is not None and self.partitions is not None:

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
+from shardgnn.distributed.context import choose_placement, local_cuda_devices
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
 from shardgnn.graph.identity import fingerprint
@@ -62,13 +63,13 @@ def model_edge_dim(config: TrainConfig, edge_dim: int, source: str) -> int:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto``: CUDA when available, else CPU; a CUDA device that is absent is refused."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name}: CUDA is not available here; use --device cpu")
-    return device
+    """The device of one-process training: the placement of a job's only rank
+    (:func:`~shardgnn.distributed.context.choose_placement`): ``auto`` is the first GPU when
+    there is one, else the CPU; ``cuda`` the first GPU; a GPU that is absent is refused."""
+    device, _ = choose_placement(
+        name, "gloo", local_rank=0, local_world_size=1, cuda_devices=local_cuda_devices()
+    )
+    return torch.device(device)
 
 
 def adam(parameters: Iterable[torch.nn.Parameter], optim: OptimConfig) -> torch.optim.Adam:

@@ -311,4 +311,5 @@ def run_training(
     from shardgnn.train.kinds import kind_of
     from shardgnn.train.recipes import select
 
+    resolve_device(config.device)  # a GPU that is not here: refused before the graph is read
     return select(config, kind_of(config, graph)).train(config, graph=graph)
