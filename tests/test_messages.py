@@ -46,6 +46,67 @@ def test_abbreviated_flags_are_refused_with_the_flag_meant(capsys):
     assert "--base" not in err.replace("--bases", "")
 
 
+@pytest.mark.parametrize(
+    "argv, meant",
+    [
+        # names other systems and the papers use
+        (["partition", SPEC, "--method", "kahypar", "--parts", "2"], "--method hypergraph"),
+        (
+            ["partition", SPEC, "--method", "streaming", "--parts", "2"],
+            "--method ldg or --method fennel",
+        ),
+        (["train", SPEC, "--mode", "full-graph"], "--mode full"),
+        (["train", SPEC, "--mode", "mini-batch"], "--mode minibatch"),
+        # other capitals, and close spellings
+        (["train", SPEC, "--spmm", "1.5D"], "--spmm 1.5d"),
+        (["train", SPEC, "--backend", "NCCL"], "--backend nccl"),
+        (["partition", SPEC, "--method", "metiss", "--parts", "2"], "--method metis"),
+    ],
+)
+def test_a_value_outside_the_choices_is_told_the_choice_meant(argv, meant, capsys):
+    """Before: argparse listed the choices alone (`--method kahypar`: KaHyPar is `hypergraph`)."""
+    err = _usage_error(argv, capsys)
+    assert "invalid choice" in err and err.splitlines()[0].endswith(f"(did you mean {meant}?)")
+
+
+def test_a_value_close_to_no_choice_gets_no_guess(capsys):
+    err = _usage_error(["train", SPEC, "--mode", "xyz"], capsys)
+    assert "did you mean" not in err
+    # a number is not a spelling: 3 bits is not "close to" 32
+    err = _usage_error(["train", SPEC, "--workers", "2", "--fetch-bits", "3"], capsys)
+    assert "invalid choice: 3" in err and "did you mean" not in err
+
+
+def test_settings_built_in_code_and_config_files_get_the_same_hint(tmp_path, capsys):
+    from shardgnn.errors import ConfigError
+    from shardgnn.train.config import TrainConfig
+
+    with pytest.raises(
+        ConfigError, match=r"--mode Full: choose one of .* \(did you mean --mode full\?\)$"
+    ):
+        TrainConfig(dataset=SPEC, mode="Full")
+    config = tmp_path / "run.toml"
+    config.write_text('mode = "fullgraph"\n')
+    assert main(["train", SPEC, "--config", str(config)]) == 2
+    err = _error(capsys)
+    assert err.endswith(
+        "mode = 'fullgraph': choose one of minibatch, full (did you mean mode = 'full'?)"
+    )
+
+
+def test_more_parts_than_nodes_names_the_graph_as_given_and_the_fix(capsys):
+    """Before: the generator's every option (`... of synthetic:nodes=300,degree=6.0,classes=3,
+    features=8,homophily=0.7,exponent=2.5,...; some parts would be empty`) and no fix."""
+    assert main(["partition", SPEC, "--parts", "301", "--out", "never", "--quiet"]) == 2
+    err = _error(capsys).splitlines()[-1]
+    assert err == (
+        "shardgnn partition: error: --parts 301 exceeds the 300 nodes of synthetic:nodes=300,"
+        "degree=6.0,classes=3,features=8: some parts would be empty; use --parts 300 or fewer "
+        "(or --allow-empty-parts)"
+    ), err
+    assert not Path("never").exists()
+
+
 def test_an_unknown_flag_is_named_before_a_missing_required_one(capsys):
     """DGL's spelling ``--num-parts`` was met with "--parts is required" and no word on it."""
     err = _usage_error(["partition", SPEC, "--num-parts", "2", "--out", "x"], capsys)

@@ -23,7 +23,7 @@ import numbers
 import os
 import types
 import typing
-from typing import Any, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from shardgnn.errors import ConfigError
 
@@ -181,6 +181,44 @@ def check_types(obj: Any) -> None:
         setattr(obj, field.name, checked)
 
 
+CHOICES_SPELLED_OTHERWISE: dict[str, dict[str, tuple[str, ...]]] = {
+    "--method": {
+        **dict.fromkeys(("kahypar", "mt-kahypar", "mtkahypar", "patoh", "hmetis"), ("hypergraph",)),
+        "parmetis": ("metis",),
+        **dict.fromkeys(("vertex-cut", "vertexcut"), ("hdrf", "2d-hash")),
+        **dict.fromkeys(("stream", "streaming"), ("ldg", "fennel")),
+    },
+    "--mode": {
+        **dict.fromkeys(("fullgraph", "full-graph", "full_graph", "fullbatch"), ("full",)),
+        **dict.fromkeys(("mini-batch", "mini_batch", "sampled", "sampling"), ("minibatch",)),
+    },
+    "--spmm": {"sparse": ("1d-sparse",), "vertexcut": ("vertex-cut",), "summa": ("2d",)},
+}
+"""Per flag, names other systems (or the papers) give its choices, and the choices meant:
+KaHyPar is the hypergraph partitioner, a full-batch run is ``--mode full``."""
+
+
+def choice_hint(
+    flag: str, value: Any, choices: Sequence[Any], spell: Callable[[str], str] | None = None
+) -> str:
+    """`` (did you mean --spmm 1.5d?)`` for ``value``, outside ``flag``'s ``choices``: the
+    choice it names in other words (:data:`CHOICES_SPELLED_OTHERWISE`), in other capitals, or
+    spelled close to it (words only: a number close to another is no hint); else ``""``.
+    ``spell``: how a choice is written where the value came from (``flag choice`` unless
+    given: a config file's ``key = 'choice'``)."""
+    import difflib
+
+    word = str(value).strip().lower()
+    names = [str(c) for c in choices]
+    meant = CHOICES_SPELLED_OTHERWISE.get(flag, {}).get(word, ())
+    if not meant:
+        same = [c for c in names if c.lower() == word]
+        close = [] if word.isdigit() else difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+        meant = tuple(same or close)
+    spell = spell or (lambda choice: f"{flag} {choice}")
+    return f" (did you mean {' or '.join(map(spell, meant))}?)" if meant else ""
+
+
 def check_choices(obj: Any) -> None:
     """Refuse a field whose value is not among its declared choices (None passes: it means
     unset), and a seed (a field named ``seed`` or ``*_seed``) outside ``[0, MAX_SEED]``."""
@@ -195,7 +233,10 @@ def check_choices(obj: Any) -> None:
         if accepts is not None and accepts[0](value):
             continue
         also = f" or {accepts[1]}" if accepts is not None else ""
-        raise invalid(obj, field.name, "choose one of " + ", ".join(map(str, choices)) + also)
+        hint = choice_hint(flag_of(obj, field.name), value, choices)
+        raise invalid(
+            obj, field.name, "choose one of " + ", ".join(map(str, choices)) + also + hint
+        )
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

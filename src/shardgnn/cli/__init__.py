@@ -18,6 +18,7 @@ from shardgnn import __version__
 from shardgnn.cli.config_file import CONFIG_FLAG, expand_config_file
 from shardgnn.cli.flags import warning_lines
 from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnError
+from shardgnn.options import choice_hint
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +56,9 @@ class _Parser(argparse.ArgumentParser):
             if command in commands
         }
         notes.update(SPELLED_OTHERWISE.get(command, {}))
-        hint = _closest_flags(message, self.flag_commands, command, notes)
+        hint = _closest_flags(message, self.flag_commands, command, notes) or _closest_choice(
+            message
+        )
         # the top parser reports a subcommand's unknown flags: name that command
         prog = self.prog
         if command in self.commands:
@@ -80,6 +83,19 @@ SPELLED_OTHERWISE = {
 """Per command, flags of other commands a user may bring to it, and what the command takes
 instead: where the commands without a DATASET argument take their graph from, and train's
 ``--checkpoint-dir`` for the commands that read a checkpoint."""
+
+
+def _closest_choice(message: str) -> str:
+    """argparse's refusal of a value outside a flag's choices, with :func:`choice_hint`'s
+    `` (did you mean --spmm 1.5d?)``."""
+    found = re.match(
+        r"argument (\S+?)(?:/\S+)?: invalid choice: (.*) \(choose from (.*)\)$", message
+    )
+    if found is None:
+        return ""
+    flag, value, listed = found.groups()
+    choices = [c.strip().strip("'") for c in listed.split(",")]
+    return choice_hint(flag, value.strip("'"), choices)
 
 
 def _closest_flags(

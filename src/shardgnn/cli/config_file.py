@@ -19,6 +19,7 @@ from typing import Any
 
 from shardgnn.cli.flags import finite_float
 from shardgnn.errors import ConfigError
+from shardgnn.options import choice_hint
 
 CONFIG_FLAG = "--config"
 FORMATS = (".toml", ".yaml", ".yml", ".json")
@@ -172,7 +173,9 @@ def _check_value(action: argparse.Action, key: str, word: str, path: Path) -> No
             raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: {reason}") from None
     if action.choices is not None and value not in action.choices:
         choices = ", ".join(map(str, action.choices))
-        raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: choose one of {choices}")
+        flag = max(action.option_strings, key=len, default=f"--{key}")
+        hint = choice_hint(flag, word, action.choices, lambda c: f"{key} = {c!r}")
+        raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: choose one of {choices}{hint}")
 
 
 def _has_positional(sub: argparse.ArgumentParser, words: list[str]) -> bool:

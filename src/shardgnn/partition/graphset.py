@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.graph.datasets import readable_spec
 from shardgnn.graph.graphset import GraphSet
 from shardgnn.partition.format import (
     PartitionSet,
@@ -118,8 +119,9 @@ def write_graphset_partitions(
     Returns the node assignment with its method and seconds, and the directory."""
     if num_parts > graphs.num_graphs:  # as a graph's parts may not outnumber its nodes
         raise ConfigError(
-            f"--parts {num_parts} exceeds the {graphs.num_graphs} graphs of {graphs.name}; some "
-            "parts would hold none (a part holds whole graphs)"
+            f"--parts {num_parts} exceeds the {graphs.num_graphs:,} graphs of "
+            f"{readable_spec(graphs.name)}: some parts would hold none (a part holds whole "
+            f"graphs); use --parts {graphs.num_graphs} or fewer"
         )
     start = time.perf_counter()
     part_of_graph = assign_graphs(graphs, num_parts)

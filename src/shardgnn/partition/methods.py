@@ -44,6 +44,7 @@ import numpy as np
 
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph
+from shardgnn.graph.datasets import readable_spec
 from shardgnn.partition.config import (
     BALANCE_KEYS,
     STREAM_METHODS,
@@ -466,7 +467,8 @@ def partition_graph(
     n, p = graph.num_nodes, config.num_parts
     if p > n and not config.allow_empty_parts:
         raise ConfigError(
-            f"--parts {p} exceeds the {n} nodes of {graph.name}; some parts would be empty"
+            f"--parts {p} exceeds the {n:,} nodes of {readable_spec(graph.name)}: some parts "
+            f"would be empty; use --parts {n} or fewer (or --allow-empty-parts)"
         )
     settings: dict[str, Any] = {"num_parts": p}
     edge_part = None

@@ -18,6 +18,7 @@ from shardgnn.graph.datasets import (
     load_dataset,
     load_temporal_dataset,
     load_typed_dataset,
+    readable_spec,
 )
 from shardgnn.partition.config import PartitionConfig
 from shardgnn.partition.metrics import PartitionMetrics
@@ -93,7 +94,8 @@ def check_worker_count(workers: int, num_nodes: int, name: str) -> None:
     """Each worker owns one part of the nodes: no more workers than nodes."""
     if workers > num_nodes:
         raise ConfigError(
-            f"--workers {workers} exceeds the {num_nodes:,} nodes of {name}: each worker owns a "
+            f"--workers {workers} exceeds the {num_nodes:,} nodes of {readable_spec(name)}: each "
+            "worker owns a "
             f"part of the nodes; use --workers {num_nodes} or fewer"
         )
 
