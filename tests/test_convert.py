@@ -75,6 +75,33 @@ def test_edge_list_with_feature_label_and_split_files(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize(
+    "name, edges",
+    [
+        (
+            "g.mtx",
+            "%%MatrixMarket matrix coordinate pattern general\n% a comment\n7 7 6\n"
+            + "".join(f"{u + 1} {v + 1}\n" for u, v in EDGES),
+        ),
+        ("g.txt", "7,6,d,graph\n" + "".join(f"{u + 1},{v + 1}\n" for u, v in EDGES)),  # .jlg
+    ],
+)
+def test_formats_numbered_from_one_read_their_split_files_from_one(tmp_path, name, edges):
+    """MatrixMarket and Graphs.jl files number nodes from 1, whatever --base says (the default,
+    0, included): their split files do too. Before, with the default --base 0, the edges were
+    read from 1 and the split files from 0: one node off, silently (a split naming the last
+    node was refused as out of range), and the nodes' own ids recorded as 0-based."""
+    (tmp_path / name).write_text(edges)
+    (tmp_path / "train.txt").write_text("1\n4\n7\n")
+    out = tmp_path / "g"
+    argv = ["convert", "--edges", str(tmp_path / name), "--train", str(tmp_path / "train.txt")]
+    assert main([*argv, "--out", str(out)]) == 0
+    graph = load_dataset(f"graph:{out}")
+    assert graph.num_nodes == 7 and _edges_of(graph) == set(EDGES)  # node 7 isolated, kept
+    assert graph.train_idx.tolist() == [0, 3, 6]
+    assert graph.node_ids.tolist() == list(range(1, 8))
+
+
 def test_isolated_nodes_and_a_random_split_when_none_is_given(tmp_path):
     (tmp_path / "edges.csv").write_text("0,1\n1,2\n")
     np.save(tmp_path / "x.npy", np.ones((10, 2), dtype=np.float32))  # nodes 3..9 have no edges

@@ -587,6 +587,79 @@ def test_edge_list_jlg(tmp_path):
     assert load_dataset(f"file:{undirected}", data_dir=tmp_path).num_edges == 5
 
 
+@pytest.mark.parametrize("symmetry", ["general", "symmetric"])
+@pytest.mark.parametrize("field", ["real", "integer", "pattern"])
+def test_matrix_market_equals_scipys_reading(tmp_path, field, symmetry):
+    """A MatrixMarket file as scipy writes it (the reference reader: ``scipy.io.mmread``): the
+    same edges, weights and node count, isolated nodes included; gzip too."""
+    import scipy.io
+
+    rng = np.random.default_rng(3)
+    n = 40
+    dense = np.where(rng.random((n, n)) < 0.08, rng.integers(1, 9, (n, n)), 0).astype(float)
+    dense[-3:, :] = dense[:, -3:] = 0  # nodes 37..39 isolated
+    if symmetry == "symmetric":
+        dense = np.triu(dense) + np.triu(dense, 1).T
+    if field == "real":
+        dense = dense / 4.0
+    path = tmp_path / "m.mtx"
+    scipy.io.mmwrite(path, sp.coo_matrix(dense), field=field, symmetry=symmetry)
+    assert path.read_text().startswith(f"%%MatrixMarket matrix coordinate {field} {symmetry}")
+    reference = sp.csr_matrix(scipy.io.mmread(path))
+    for source in (path, write_gz(tmp_path / "m.mtx.gz", path.read_text())):
+        graph = load_edge_list(source, base=0)  # ids are 1-based, whatever base says
+        src, dst = graph.edge_index()
+        assert graph.num_nodes == n and graph.num_edges == reference.nnz
+        assert edge_set(graph) == set(zip(*reference.nonzero()))
+        if field == "pattern":
+            assert graph.edge_weight is None
+        else:
+            np.testing.assert_array_equal(graph.edge_weight, reference[src, dst].A1)
+        assert graph.is_symmetric() == (symmetry == "symmetric") or graph.is_symmetric()
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("%%MatrixMarket matrix array real general\n2 2\n1\n2\n3\n4\n", "in array format"),
+        ("%%MatrixMarket matrix coordinate complex general\n2 2 1\n1 2 1 0\n", "field complex"),
+        (
+            "%%MatrixMarket matrix coordinate real skew-symmetric\n2 2 1\n2 1 1\n",
+            "symmetry skew-symmetric: its stored triangle stands for the other one with another "
+            "sign",
+        ),
+        ("%%MatrixMarket matrix coordinate pattern general\n2 3 1\n1 2\n", "2 x 3 matrix"),
+        (
+            "%%MatrixMarket matrix coordinate pattern general\n%c\n3 3 4\n1 2\n2 3\n",
+            "the size line declares 4 entries but the file holds 2",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate real general\n3 3 2\n1 2\n2 3\n",
+            r"line 3 has 2 columns; an entry of this matrix has 3: `i j value`",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate pattern general\n3 3 1\n1 2 5\n",
+            r"line 3 has 3 columns; an entry of this matrix has 2: `i j`",
+        ),
+        (
+            "%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n2 4\n",
+            r"line 4: node id 4 is out of range \[1, 3\]",
+        ),
+        ("%%MatrixMarket matrix\n3 3 1\n1 2\n", "banner does not name the object"),
+        ("%%MatrixMarket matrix coordinate pattern general\n% c\n", "ends before its"),
+        ("%%MatrixMarket matrix coordinate pattern general\n3 x 1\n", r"line 2: .* size line"),
+        ("1 2\n2 3\n", "missing the MatrixMarket banner"),
+    ],
+)
+def test_matrix_market_bad_input(tmp_path, content, match):
+    """Before: a MatrixMarket file was read as a headerless edge list: its size line met the
+    first entry as `ragged rows: line 4 has 2 columns but line 3 has 3`."""
+    path = tmp_path / "bad.mtx"
+    path.write_text(content)
+    with pytest.raises(DatasetError, match=r"bad\.mtx: (.* )?" + match):
+        load_edge_list(path)
+
+
 @pytest.mark.parametrize(
     "data, header",
     [

@@ -54,6 +54,7 @@ from shardgnn.atomic import check_output_path
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
+    format_base,
     header_line,
     load_edge_list,
     parse_numeric_table,
@@ -106,8 +107,9 @@ class ConvertConfig:
     edges: str | None = option(
         None,
         metavar="FILE",
-        help="edges: a text edge list (u v [weight] per line; whitespace or CSV; .gz), an .npy "
-        "[E, 2], or a table (.csv/.tsv with a header, or .parquet) with --src-col/--dst-col",
+        help="edges: a text edge list (u v [weight] per line; whitespace or CSV; .gz), a "
+        "MatrixMarket .mtx or Graphs.jl .jlg (1-based by their format), an .npy [E, 2], or a "
+        "table (.csv/.tsv with a header, or .parquet) with --src-col/--dst-col",
     )
     nodes: str | None = option(
         None,
@@ -440,7 +442,10 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
     else:
         graph = load_edge_list(path, base=base, symmetric=False)
         graph.name = name
-        if base == "auto":
+        fixed = format_base(path)  # .jlg, .mtx: split files number nodes as the edges do
+        if fixed is not None:
+            base = fixed
+        elif base == "auto":
             base = 1 if _smallest_id(path) == 1 else 0
     num_nodes = graph.num_nodes
     if config.num_nodes is not None:

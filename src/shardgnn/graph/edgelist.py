@@ -1,4 +1,5 @@
-"""Edge-list files (SNAP text, CSV, Graphs.jl ``.jlg``) and the shared numeric text-table reader.
+"""Edge-list files (SNAP text, CSV, Graphs.jl ``.jlg``, MatrixMarket ``.mtx``) and the shared
+numeric text-table reader.
 
 Text formats accepted by :func:`load_edge_list`:
 
@@ -18,6 +19,15 @@ Text formats accepted by :func:`load_edge_list`:
   gzip text whose header gives the node count ``n``, the edge count ``m`` (checked: a mismatch
   means a truncated file) and ``d``/``u`` (directed/undirected; ``u`` always symmetrises). Ids in
   ``.jlg`` files are always 1-based, whatever ``base`` says.
+* MatrixMarket ``.mtx`` files (the SuiteSparse Matrix Collection's and Network Repository's
+  format; detected by their ``%%MatrixMarket`` banner, or refused when a ``.mtx`` file lacks it):
+  a sparse ``matrix coordinate`` whose entry ``i j`` is the edge ``i -> j``; the size line's
+  ``n n nnz`` gives the node count (isolated nodes kept; a rectangular matrix is refused) and
+  the entry count (checked, as for ``.jlg``); field ``pattern`` (no weight), ``real`` or
+  ``integer`` (the value is the edge's weight; ``complex`` is refused); symmetry ``general``
+  or ``symmetric`` (the lower triangle stored: symmetrised; ``skew-symmetric`` and
+  ``hermitian``, whose mirrored entries change sign or are conjugated, are refused). Ids are
+  1-based, whatever ``base`` says.
 
 Duplicate edges are dropped (the first weight is kept) and each CSR row is sorted; self-loops are
 kept, so a graph reproduces its file's edge count (SNAP counts self-loops as edges).
@@ -29,6 +39,7 @@ Parsing is vectorised (``np.fromstring`` plus a numpy token scan for the row str
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import os
 import re
@@ -394,39 +405,176 @@ def _split_jlg(data: bytes) -> tuple[int, int, bool, bytes] | None:
     return int(match.group(1)), int(match.group(2)), match.group(3) == b"u", body
 
 
+_MTX_BANNER = re.compile(
+    rb"^%%MatrixMarket[ \t]+(\S+)[ \t]+(\S+)[ \t]+(\S+)[ \t]+(\S+)[ \t]*$", re.I
+)
+_MTX_FIELDS = ("pattern", "real", "integer", "double")
+_MTX_SYMMETRIES = ("general", "symmetric")
+
+
+def _is_mtx(data: bytes) -> bool:
+    return data[:14].lower() == b"%%matrixmarket"
+
+
+@dataclasses.dataclass(frozen=True)
+class _MatrixMarket:
+    """A MatrixMarket file's header: its node count, declared entries, whether it stores one
+    triangle of a symmetric matrix and whether entries carry a value; ``body``, the entries from
+    file line ``first_line`` on."""
+
+    num_nodes: int
+    entries: int
+    symmetric: bool
+    weighted: bool
+    body: bytes
+    first_line: int
+
+
+def _split_mtx(data: bytes, path: Path) -> _MatrixMarket | None:
+    """The header of a MatrixMarket file (None when ``data`` has no banner).
+
+    Raises:
+        DatasetError: a damaged banner or size line, or a matrix that is not a graph's adjacency
+            (dense, complex, rectangular, skew-symmetric or hermitian)."""
+    if not _is_mtx(data):
+        return None
+    banner, _, rest = data.partition(b"\n")
+    match = _MTX_BANNER.match(banner.rstrip(b"\r"))
+    if match is None:
+        raise DatasetError(
+            "its %%MatrixMarket banner does not name the object, format, field and symmetry",
+            path,
+            "the first line of a sparse graph reads `%%MatrixMarket matrix coordinate pattern "
+            "general` (or real, integer; symmetric); the file is damaged",
+        )
+    obj, layout, field, symmetry = (g.decode("ascii", "replace").lower() for g in match.groups())
+    if (obj, layout) != ("matrix", "coordinate"):
+        raise DatasetError(
+            f"holds a MatrixMarket {obj} in {layout} format, not a sparse matrix (`matrix "
+            "coordinate`)",
+            path,
+            "give the graph's adjacency as a sparse `matrix coordinate` file",
+        )
+    if field not in _MTX_FIELDS:
+        raise DatasetError(
+            f"MatrixMarket field {field}: an edge has no value (pattern) or a real one (real, "
+            "integer)",
+            path,
+            "give the adjacency with real weights, or as a pattern",
+        )
+    if symmetry not in _MTX_SYMMETRIES:
+        raise DatasetError(
+            f"MatrixMarket symmetry {symmetry}: its stored triangle stands for the other one "
+            "with another sign or conjugated, which an edge weight cannot say",
+            path,
+            "store the matrix as general (every entry) or symmetric",
+        )
+    line, pos = 2, 0
+    while True:  # the comments, then the size line
+        end = rest.find(b"\n", pos)
+        text = rest[pos:] if end < 0 else rest[pos:end]
+        if not _is_skipped(text) or end < 0:
+            break
+        line, pos = line + 1, end + 1
+    sizes = text.split()
+    if not sizes:
+        raise DatasetError(
+            "ends before its MatrixMarket size line `rows columns entries`",
+            path,
+            "the file is truncated or corrupt; re-download it",
+        )
+    if len(sizes) != 3 or not all(token.isdigit() for token in sizes):
+        raise DatasetError(
+            f"line {line}: the MatrixMarket size line is {text.strip().decode(errors='replace')!r}"
+            ", not `rows columns entries`",
+            path,
+            "the file is truncated or corrupt; re-download it",
+        )
+    rows, cols, entries = (int(token) for token in sizes)
+    if rows != cols:
+        raise DatasetError(
+            f"holds a {rows:,} x {cols:,} matrix; a graph's adjacency matrix is square",
+            path,
+            "give the adjacency of a graph (a bipartite graph's: both sides numbered in one "
+            "range of ids)",
+        )
+    body = b"" if end < 0 else rest[end + 1 :]
+    return _MatrixMarket(rows, entries, symmetry == "symmetric", field != "pattern", body, line + 1)
+
+
+def format_base(path: str | os.PathLike) -> int | None:
+    """The first node id a file's format fixes: 1 for Graphs.jl ``.jlg`` and MatrixMarket files,
+    whatever a ``base`` says; None where the base is the reader's to choose.
+
+    Raises:
+        DatasetError: as :func:`read_text_bytes`."""
+    head = read_text_head(path)
+    return 1 if _is_mtx(head) or _split_jlg(head) is not None else None
+
+
 def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool = False) -> Graph:
     """Load an edge-list file (see the module docstring for the accepted formats).
 
-    Args: path: the file (``.txt``, ``.csv``, ``.tsv``, ``.gz`` or ``.jlg``). base: ``0`` (ids start
-        at 0), ``1`` (ids start at 1; an id 0 is an error) or ``"auto"`` (1-based iff the smallest
-        id is 1). Ignored for ``.jlg`` files, which are always 1-based.
+    Args: path: the file (``.txt``, ``.csv``, ``.tsv``, ``.gz``, ``.jlg`` or ``.mtx``). base:
+        ``0`` (ids start at 0), ``1`` (ids start at 1; an id 0 is an error) or ``"auto"``
+        (1-based iff the smallest id is 1). Ignored for ``.jlg`` and MatrixMarket files, which
+        are always 1-based (:func:`format_base`).
         symmetric: add every reverse edge (always done for an undirected ``.jlg`` header).
 
     Returns:
         A :class:`Graph` without features or labels, ``num_nodes = max id + 1`` (or the ``.jlg``
-        header's ``n``), named after the file stem.
+        header's ``n``, the MatrixMarket size line's), named after the file stem.
 
     Raises:
         DatasetError: missing/empty/truncated file, ragged rows, non-integer, negative or
-        out-of-range ids, a ``.jlg`` edge count that disagrees with its header, or a third
-        column of Unix times (a temporal edge list).
+        out-of-range ids, a ``.jlg`` or MatrixMarket edge count that disagrees with its
+        header, a matrix that is no graph's adjacency, or a third column of Unix times (a
+        temporal edge list).
     """
     path = Path(path)
     if base not in (0, 1, "auto"):
         raise DatasetError(f"base must be 0, 1 or 'auto', got {base!r}", path)
     data = read_text_bytes(path)
     name = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
+    suffix = Path(name).suffix.lower()
     name = Path(name).stem
 
     jlg = _split_jlg(data)
-    if jlg is None and path.suffix.lower() == ".jlg":
+    if jlg is None and suffix == ".jlg":
         raise DatasetError(
             "missing Graphs.jl header line `n,m,d|u,name`",
             path,
             "the file is not a .jlg graph, or its first line is damaged",
         )
+    mtx = _split_mtx(data, path)
+    if mtx is None and suffix == ".mtx":
+        raise DatasetError(
+            "missing the MatrixMarket banner `%%MatrixMarket matrix coordinate ...` on its first "
+            "line",
+            path,
+            "the file is not a MatrixMarket matrix, or its first line is damaged",
+        )
     num_nodes: int | None = None
-    if jlg is not None:
+    if mtx is not None:
+        num_nodes, symmetric, base = mtx.num_nodes, symmetric or mtx.symmetric, 1
+        values, lines = parse_numeric_table(mtx.body, path, np.float64, first_line=mtx.first_line)
+        if values.shape[0] != mtx.entries:
+            raise DatasetError(
+                f"the size line declares {mtx.entries:,} entries but the file holds "
+                f"{values.shape[0]:,}",
+                path,
+                "the file is truncated or corrupt; re-download it",
+            )
+        columns = 3 if mtx.weighted else 2
+        if values.size and values.shape[1] != columns:
+            raise DatasetError(
+                f"line {lines[0]} has {values.shape[1]} columns; an entry of this matrix has "
+                f"{columns}: `i j{' value' if mtx.weighted else ''}` (its banner's field says so)",
+                path,
+                "the banner's field (pattern: no value; real, integer: a value) or the entries "
+                "are wrong",
+            )
+    elif jlg is not None:
         num_nodes, declared_edges, undirected, data = jlg
         symmetric = symmetric or undirected
         base = 1
@@ -483,4 +631,10 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
     return graph.symmetrize() if symmetric else graph.coalesce()
 
 
-__all__ = ["load_edge_list", "parse_numeric_table", "read_numeric_table", "read_text_bytes"]
+__all__ = [
+    "format_base",
+    "load_edge_list",
+    "parse_numeric_table",
+    "read_numeric_table",
+    "read_text_bytes",
+]
