@@ -4,6 +4,7 @@ from an .npz archive; a PyG ``Data`` through the Python API; ``graph:DIR`` as a 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -100,6 +101,62 @@ def test_formats_numbered_from_one_read_their_split_files_from_one(tmp_path, nam
     assert graph.num_nodes == 7 and _edges_of(graph) == set(EDGES)  # node 7 isolated, kept
     assert graph.train_idx.tolist() == [0, 3, 6]
     assert graph.node_ids.tolist() == list(range(1, 8))
+
+
+def test_an_edge_table_of_names_needs_no_node_table(tmp_path):
+    """Before: `columns src/dst hold object values; fix: give integer node ids, or a node table`.
+    The nodes are the names the edges use, in the order the table first names them, and keep
+    their names as ids; a column of numbers beside one of names names node 1 alike."""
+    (tmp_path / "e.csv").write_text("src,dst,w\nalice,bob,0.5\nbob,carol,1\ncarol,1,2\n1,alice,3\n")
+    out = tmp_path / "g"
+    assert (
+        main(
+            ["convert", "--edges", str(tmp_path / "e.csv"), "--weight-col", "w", "--out", str(out)]
+        )
+        == 0
+    )
+    graph = load_dataset(f"graph:{out}")
+    assert graph.node_ids.tolist() == ["alice", "bob", "carol", "1"]
+    src, dst = graph.edge_index()
+    weights = dict(zip(zip(src.tolist(), dst.tolist()), graph.edge_weight.tolist()))
+    assert weights == {(0, 1): 0.5, (1, 2): 1.0, (2, 3): 2.0, (3, 0): 3.0}
+
+
+@pytest.mark.parametrize(
+    "table, flags, match",
+    [
+        ("src,dst\nalice,\nbob,carol\n", [], r"e\.csv: row 1 has no dst \(an empty cell\)"),
+        ("src,dst\nalice,bob\n", ["--base", "1"], "--base 1 does not apply: .* names"),
+        ("src,dst\nalice,bob\n", ["--num-nodes", "5"], "--num-nodes 5 does not apply: .* 2 nodes"),
+    ],
+)
+def test_an_edge_table_of_names_refuses_what_it_cannot_number(
+    tmp_path, capsys, table, flags, match
+):
+    (tmp_path / "e.csv").write_text(table)
+    argv = ["convert", "--edges", str(tmp_path / "e.csv"), *flags, "--out", str(tmp_path / "g")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and "Traceback" not in err, err
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("name", ["e.txt", "e.csv"])
+def test_a_headerless_edge_list_of_names_is_told_both_readings_of_its_first_line(
+    tmp_path, capsys, name
+):
+    """Before: `has no column 'src'; its columns: alice, bob; fix: name one of its columns with
+    --src-col`: the first edge was taken for a header, and the fix named a node as a column."""
+    sep = "," if name.endswith(".csv") else " "
+    (tmp_path / name).write_text(f"alice{sep}bob\nbob{sep}carol\n")
+    assert main(["convert", "--edges", str(tmp_path / name), "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert "its first line, alice, bob, was read as the names of its columns" in err
+    assert "if that line is an edge, put a header line above it" in err
+    assert "if it names them, give --src-col alice --dst-col bob" in err
+    # and as a dataset spec, which numbers its nodes: the way to train it
+    with pytest.raises(DatasetError, match=r"line 2: 'bob' is not a node id.*\n.*shardgnn convert"):
+        load_dataset(f"file:{tmp_path / name}")
 
 
 def test_isolated_nodes_and_a_random_split_when_none_is_given(tmp_path):
@@ -304,7 +361,8 @@ def test_a_converted_graph_trains_and_its_spec_is_canonical(tmp_path, capsys):
             lambda d: (d / "e.csv").write_text("a,b\n0,1\n"),
             ["--edges", "{d}/e.csv"],
             DatasetError,
-            "no column 'src'",
+            r"no columns 'src' and 'dst' \(named by --src-col and --dst-col\): its first line, "
+            "a, b,",
         ),
         (
             lambda d: None,

@@ -686,7 +686,12 @@ def test_header_line_is_the_first_line_that_is_not_a_comment_naming_columns(data
         ("neg.txt", "0 1\n2 -3\n", {}, r"neg\.txt.*line 2: negative node id"),
         ("zero.txt", "1 2\n0 1\n", {"base": 1}, r"zero\.txt.*line 2: node id 0 in a 1-based file"),
         ("frac.txt", "0 1\n1.5 2\n", {}, r"frac\.txt.*line 2: node ids must be integers"),
-        ("word.txt", "0 1\n\n# ok\n1 two\n", {}, r"word\.txt.*line 4: b'two'"),
+        (
+            "word.txt",
+            "0 1\n\n# ok\n1 two\n",
+            {},
+            r"word\.txt: line 4: 'two' is not a node id.*\n  fix: .*shardgnn convert --edges",
+        ),
         ("empty.txt", "", {}, r"empty\.txt.*no edges"),
         ("head.csv", "src,dst\n", {}, r"head\.csv.*no edges.*only a header"),
         (
@@ -705,11 +710,16 @@ def test_header_line_is_the_first_line_that_is_not_a_comment_naming_columns(data
             r"would be taken for weights\n  fix: .*timestamped edges load as temporal:FILE",
         ),
         ("kg.csv", "head,relation,tail\n0,1,2\n", {}, r"kg\.csv.*column 3 'tail', a destination"),
-        ("headbad.csv", "src,dst\n0,1\nx,2\n", {}, r"headbad\.csv.*line 3: b'x'"),
-        ("latebad.csv", "# c\n\nsrc,dst\n0,1\nx,2\n", {}, r"latebad\.csv.*line 5: b'x'"),
+        ("headbad.csv", "src,dst\n0,1\nx,2\n", {}, r"headbad\.csv: line 3: 'x' is not a node id"),
+        (
+            "latebad.csv",
+            "# c\n\nsrc,dst\n0,1\nx,2\n",
+            {},
+            r"latebad\.csv: line 5: 'x' is not a node id",
+        ),
         ("late.csv", "# c\nsrc,dst\n", {}, r"late\.csv.*no edges.*only a header"),
         # only the first line that is not a comment may be a header
-        ("two.csv", "src,dst\nfrom,to\n0,1\n", {}, r"two\.csv.*line 2: b'from'"),
+        ("two.csv", "src,dst\nfrom,to\n0,1\n", {}, r"two\.csv: line 2: 'from' is not a node id"),
         (
             "headrag.csv",
             "src,dst\n0,1\n1,2,3\n",
@@ -749,6 +759,14 @@ def test_header_line_is_the_first_line_that_is_not_a_comment_naming_columns(data
         ("named.txt", "u v weight\n1 2 1082040961\n", {}, None),  # a header says weights
         ("some.txt", "1 2 1082040961\n2 3 7\n", {}, None),  # not all past 10^8
         ("frac.csv", "1,2,100000000.5\n", {}, None),  # not integers
+        # a word in the weight column is no node name: the plain refusal
+        (
+            "wword.txt",
+            "0 1 2\n1 2 high\n",
+            {},
+            r"wword\.txt: not a valid float64 number at line 2: b'high'",
+        ),
+        ("num.txt", "0 1\n1 2.x\n", {}, r"num\.txt: not a valid float64 number at line 2: b'2.x'"),
     ],
 )
 def test_edge_list_bad_input(tmp_path, filename, content, kwargs, match):

@@ -880,6 +880,7 @@ def _features(table: Any, columns: list, path: Path, flag: str = "--feature-cols
 def _from_tables(config: ConvertConfig, name: str) -> Graph:
     edges_path = Path(config.edges)  # type: ignore[arg-type]
     edges = _read_table(edges_path)
+    _check_endpoint_columns(edges, edges_path, config)
     src = _column(edges, config.src_col, edges_path, "--src-col").to_numpy()
     dst = _column(edges, config.dst_col, edges_path, "--dst-col").to_numpy()
     weight = None
@@ -901,17 +902,6 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
             what="edge feature",
         )
     if config.nodes is None:
-        # No node table: ids are integers, numbered from --base.
-        ids = np.stack([src, dst], axis=1)
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise DatasetError(
-                f"columns {config.src_col}/{config.dst_col} hold {ids.dtype} values",
-                edges_path,
-                "give integer node ids, or a node table (--nodes) that lists every id",
-            )
-        offset = (
-            (1 if ids.size and ids.min() == 1 else 0) if config.base == "auto" else int(config.base)
-        )
         given = [f"--{s}" for s in ("features", "labels", *SPLITS) if getattr(config, s)]
         if given:  # read by the plain edge list path only: refuse rather than drop them
             raise ConfigError(
@@ -919,6 +909,19 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
                 "the node data as columns of a node table (--nodes), or the edges as a plain "
                 "edge list without a header"
             )
+        ids = np.stack([src, dst], axis=1)
+        if ids.dtype == object:
+            return _named_nodes(ids, config, edges_path, weight, edge_attr, name)
+        # No node table: ids are integers, numbered from --base.
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise DatasetError(
+                f"columns {config.src_col}/{config.dst_col} hold {ids.dtype} values",
+                edges_path,
+                "give integer node ids, or names, or a node table (--nodes) that lists every id",
+            )
+        offset = (
+            (1 if ids.size and ids.min() == 1 else 0) if config.base == "auto" else int(config.base)
+        )
         if config.num_nodes is not None and ids.size and ids.max() - offset >= config.num_nodes:
             raise DatasetError(
                 f"names node {ids.max()}, beyond --num-nodes {config.num_nodes:,}",
@@ -960,6 +963,75 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
         fields["x"] = _features(nodes, columns, nodes_path)
     return Graph.from_edge_index(
         src_i, dst_i, num_nodes, edge_weight=weight, edge_attr=edge_attr, name=name, **fields
+    )
+
+
+def _check_endpoint_columns(edges: Any, path: Path, config: ConvertConfig) -> None:
+    """An edge table that names neither endpoint column and holds two or three columns, none
+    close to them: likely an edge list whose first edge (``alice bob``, names) was taken for its
+    header; both readings are named. (A typo in a column's name is :func:`_no_column`'s.)"""
+    names = [str(c) for c in edges.columns]
+    wanted = (config.src_col, config.dst_col)
+    if any(c in names or difflib.get_close_matches(c, names, n=1) for c in wanted):
+        return
+    if len(names) in (2, 3):
+        raise DatasetError(
+            f"has no columns {wanted[0]!r} and {wanted[1]!r} (named by --src-col and "
+            f"--dst-col): its first line, {', '.join(names)}, was read as the names of its "
+            "columns",
+            path,
+            f"if that line is an edge, put a header line above it naming the columns "
+            f"({wanted[0]} and {wanted[1]}: node ids may be names); if it names them, give "
+            f"--src-col {names[0]} --dst-col {names[1]}",
+        )
+
+
+def _named_nodes(
+    ids: np.ndarray,
+    config: ConvertConfig,
+    path: Path,
+    weight: np.ndarray | None,
+    edge_attr: np.ndarray | None,
+    name: str,
+) -> Graph:
+    """An edge table whose ids are names (``alice,bob``) and no node table: the nodes are the
+    names the edges use, numbered in the order the table first names them (a source before its
+    destination), and keep their names as their ids (predictions and embeddings carry them)."""
+    import pandas as pd
+
+    if config.base != "0":
+        raise ConfigError(
+            f"--base {config.base} does not apply: {path}'s node ids are names, numbered in the "
+            "order the edges name them; drop it"
+        )
+    missing = pd.isna(ids).any(axis=1)
+    if missing.any():
+        row = int(np.flatnonzero(missing)[0])
+        raise DatasetError(
+            f"row {row + 1} has no {config.src_col if pd.isna(ids[row, 0]) else config.dst_col} "
+            "(an empty cell)",
+            path,
+            "give every edge both of its node ids, or drop the row",
+        )
+    # as text: a column of numbers beside one of names must name node 1 alike in both
+    cells = pd.Series(ids.reshape(-1)).astype(str)  # row-major: each edge's source first
+    codes, names = pd.factorize(cells)
+    num_nodes = len(names)
+    if config.num_nodes is not None and config.num_nodes != num_nodes:
+        raise ConfigError(
+            f"--num-nodes {config.num_nodes:,} does not apply: {path}'s edges name "
+            f"{num_nodes:,} nodes, and a node named by no edge has no name; list every node in "
+            "a node table (--nodes), or drop --num-nodes"
+        )
+    codes = codes.reshape(-1, 2)
+    return Graph.from_edge_index(
+        codes[:, 0],
+        codes[:, 1],
+        num_nodes,
+        edge_weight=weight,
+        edge_attr=edge_attr,
+        name=name,
+        node_ids=as_node_ids(names),
     )
 
 

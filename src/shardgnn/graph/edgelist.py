@@ -217,6 +217,17 @@ def read_text_head(path: str | os.PathLike) -> bytes:
         return b"".join(head)
 
 
+class NotANumberError(DatasetError):
+    """A text table's token that is not a number: its file line, 0-based column and text (None:
+    not found)."""
+
+    def __init__(
+        self, message: str, path: str | os.PathLike, fix: str, where: tuple | None
+    ) -> None:
+        super().__init__(message, path, fix)
+        self.line, self.column, self.token = where or (None, None, None)
+
+
 def _first_bad_token(data: bytes, dtype: np.dtype) -> tuple[int, bytes] | None:
     """Slow path for error messages only: the index and text of the first unparsable token."""
     convert = int if np.issubdtype(dtype, np.integer) else float
@@ -259,11 +270,16 @@ def _parse_chunk(
         values = None
     if values is None or values.size != token_line.size:
         bad = _first_bad_token(data, dtype)
-        where = f" at line {token_line[bad[0]] + first_line}: {bad[1][:40]!r}" if bad else ""
-        raise DatasetError(
+        found = None
+        if bad is not None:
+            row = int(np.searchsorted(row_first, bad[0], side="right")) - 1
+            found = (int(token_line[bad[0]]) + first_line, bad[0] - int(row_first[row]), bad[1])
+        where = f" at line {found[0]}: {found[2][:40]!r}" if found else ""
+        raise NotANumberError(
             f"not a valid {dtype.name} number{where}",
             source,
             "fix or remove the line (the file may be corrupt)",
+            found,
         )
     return values, line_numbers, cols
 
@@ -502,6 +518,22 @@ def _split_mtx(data: bytes, path: Path) -> _MatrixMarket | None:
     return _MatrixMarket(rows, entries, symmetry == "symmetric", field != "pattern", body, line + 1)
 
 
+def _named_nodes_refused(exc: NotANumberError, path: Path) -> DatasetError:
+    """A token of an edge list that is a word (``alice``): its nodes are named, which an edge
+    list read here cannot number; ``shardgnn convert`` can. Any other bad token: ``exc``."""
+    word = (exc.token or b"").decode(errors="replace")
+    if exc.column not in (0, 1) or not word[:1].isalpha():
+        return exc
+    return DatasetError(
+        f"line {exc.line}: {word[:40]!r} is not a node id: an edge list read here numbers its "
+        "nodes",
+        path,
+        "a graph whose nodes are named converts with `shardgnn convert --edges FILE --out DIR` "
+        "(a header line naming the columns first: src and dst; the names become the nodes' "
+        "ids), then trains as graph:DIR",
+    )
+
+
 def format_base(path: str | os.PathLike) -> int | None:
     """The first node id a file's format fixes: 1 for Graphs.jl ``.jlg`` and MatrixMarket files,
     whatever a ``base`` says; None where the base is the reader's to choose.
@@ -588,7 +620,10 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
     else:
         header = header_line(data)
         data, first_line = without_edge_list_header(data, path)
-        values, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
+        try:
+            values, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
+        except NotANumberError as exc:
+            raise _named_nodes_refused(exc, path) from None
         if values.ndim == 2 and values.shape[1] >= 3 and not _names_weight(header, 3):
             _refuse_times_as_weights(values[:, 2], lines, path)
     if values.shape[0] == 0:
