@@ -133,7 +133,15 @@ def test_unsorted_events_are_sorted_with_a_warning(tmp_path):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("0 1 5\n1 2 soon\n", "line 2"),
+        ("0 1 5\n1 2 soon\n", "line 2: 'soon' is not a time: times are numbers"),
+        # Reddit's hyperlink events name their nodes and date their events
+        (
+            "src,dst,t\nalice,bob,1\n",
+            "line 2: 'alice' is not a node id: the events read here "
+            "number their nodes\n  fix: number the nodes first",
+        ),
+        ("1,2,2014-01-01 02:51:13\n", "line 1: '2014-01-01' is not a time"),
+        ("0 1 5 0.1\n1 2 6 x\n", "not a valid float64 number at line 2: b'x'"),
         ("0 1 5\n1 2 -3\n", "line 2: time -3.0 is not a finite non-negative number"),
         ("0 1 5 0.1\n1 2 6 0.1 0.2\n", "line 2"),
         ("0 1.5 5\n", "line 1: node ids [0.0, 1.5] are not non-negative integers"),

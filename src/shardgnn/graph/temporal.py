@@ -29,6 +29,7 @@ import numpy as np
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import check_edge_range, edge_id_arrays
 from shardgnn.graph.edgelist import (
+    NotANumberError,
     parse_numeric_table,
     read_text_bytes,
     without_positional_header,
@@ -223,6 +224,28 @@ def chronological_split(t: np.ndarray, val: float, test: float) -> tuple[int, in
     return int(np.sum(t <= val_time)), int(np.sum(t <= test_time))
 
 
+def _not_a_number(exc: NotANumberError, path: Path) -> DatasetError:
+    """An event file's token that is not a number, said for its column: a node's name, or a
+    time written as a date (Reddit's hyperlink events, for one, carry both)."""
+    word = (exc.token or b"").decode(errors="replace")[:40]
+    if exc.column in (0, 1) and word[:1].isalpha():
+        return DatasetError(
+            f"line {exc.line}: {word!r} is not a node id: the events read here number their nodes",
+            path,
+            "number the nodes first, 0.. or 1.. (names in order of first appearance: "
+            "pandas.factorize)",
+        )
+    if exc.column == 2:
+        return DatasetError(
+            f"line {exc.line}: {word!r} is not a time: times are numbers (Unix seconds, or any "
+            "unit)",
+            path,
+            "write dates as numbers first (pandas.to_datetime(column).astype('int64') // 10**9 "
+            "gives Unix seconds)",
+        )
+    return exc
+
+
 def load_temporal_events(
     path: str | Path,
     *,
@@ -251,7 +274,10 @@ def load_temporal_events(
     data, first_line = without_positional_header(
         data, path, roles, layout, f"reorder the columns as {layout}"
     )
-    rows, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
+    try:
+        rows, lines = parse_numeric_table(data, path, np.float64, first_line=first_line)
+    except NotANumberError as exc:
+        raise _not_a_number(exc, path) from None
     if rows.shape[0] == 0:
         raise DatasetError("holds no events", path, "give SRC DST TIME rows")
     first_feature = 4 if labels else 3
