@@ -304,6 +304,70 @@ def test_pyg_data_through_the_python_api(tmp_path):
     )
 
 
+def _random_networkx(directed: bool):
+    import networkx as nx
+
+    rng = np.random.default_rng(7)
+    graph = nx.DiGraph() if directed else nx.Graph()
+    names = [f"n{i}" for i in rng.permutation(30)]  # keys neither sorted nor numbered
+    for i, key in enumerate(names):
+        graph.add_node(key, x=rng.random(4).tolist(), y=int(i % 3), train_mask=bool(i % 2))
+    for _ in range(80):
+        u, v = rng.choice(names, 2)
+        graph.add_edge(u, v, weight=float(rng.integers(1, 9)))
+    return graph
+
+
+@pytest.mark.parametrize("directed", [True, False])
+def test_a_networkx_graph_equals_what_pyg_makes_of_it(tmp_path, directed):
+    """PyG's ``from_networkx`` is the reference: the same edges, weights, features, labels and
+    mask; the nodes keep their keys as ids, and the graph saves and loads."""
+    utils = pytest.importorskip("torch_geometric.utils")
+    graph = _random_networkx(directed)
+    data = utils.from_networkx(graph)
+    reference = Graph.from_pyg(data)
+    mine = Graph.from_networkx(graph, name="nx")
+    assert mine.node_ids.tolist() == list(graph.nodes)
+    assert _edges_of(mine) == _edges_of(reference) and mine.is_symmetric() == (not directed)
+    src, dst = mine.edge_index()
+    weight = {
+        (int(u), int(v)): w for u, v, w in zip(*data.edge_index.tolist(), data.weight.tolist())
+    }
+    assert mine.edge_weight.tolist() == [weight[(u, v)] for u, v in zip(src.tolist(), dst.tolist())]
+    np.testing.assert_array_equal(mine.x, data.x.numpy())
+    np.testing.assert_array_equal(mine.y, data.y.numpy())
+    assert mine.train_idx.tolist() == np.flatnonzero(data.train_mask.numpy()).tolist()
+    save_graph(mine, tmp_path / "g")
+    assert load_dataset(f"graph:{tmp_path / 'g'}").node_ids.tolist() == list(graph.nodes)
+
+
+def test_networkx_attributes_some_nodes_lack_are_refused_by_node():
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_node("a", x=[1.0, 2.0])
+    graph.add_node("b")
+    graph.add_edge("a", "b", weight=1.0)
+    with pytest.raises(
+        DatasetError, match=r"nx: node 'b' has no 'x' attribute, and others have one"
+    ):
+        Graph.from_networkx(graph, name="nx")
+    graph.nodes["b"]["x"] = [1.0]
+    with pytest.raises(DatasetError, match=r"the 'x' attributes are not numbers of one length"):
+        Graph.from_networkx(graph, name="nx")
+    graph.nodes["b"]["x"] = [3.0, 4.0]
+    graph.add_node("c", x=[5.0, 6.0])
+    graph.add_edge("b", "c")  # no weight
+    with pytest.raises(DatasetError, match=r"edge \('b', 'c'\) has no 'weight' attribute"):
+        Graph.from_networkx(graph, name="nx")
+    # a class label may be absent (unlabelled: -1); the mixture of classes and None is fine
+    plain = nx.path_graph(3)
+    plain.nodes[0]["y"] = 1
+    assert Graph.from_networkx(plain).y.tolist() == [1, -1, -1]
+    with pytest.raises(DatasetError, match="expected a networkx graph, got list"):
+        Graph.from_networkx([(0, 1)])
+
+
 def test_a_converted_graph_trains_and_its_spec_is_canonical(tmp_path, capsys):
     from shardgnn.graph.synthetic import SyntheticConfig, generate
 

@@ -11,6 +11,7 @@ Node features are float32 ``[N, F]`` and may be a read-only memory map; labels a
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any
 
 import numpy as np
@@ -185,6 +186,23 @@ def labels_of(y: np.ndarray, num_nodes: int) -> dict[str, Any]:
     return {"y": y, "num_classes": 0, "label_kind": kind}
 
 
+def _stacked_rows(values: list, attr: str, where: str, flat: bool = False) -> np.ndarray:
+    """Per-node (per-edge) attribute values as one float32 array: ``[N]`` for ``flat``, else a
+    row each ``[N, D]``; values of other lengths, or not numbers, refused naming ``attr``."""
+    try:
+        array = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise DatasetError(
+            f"the {attr!r} attributes are not numbers{'' if flat else ' of one length'}",
+            where,
+            f"give each {attr!r} "
+            + ("a number" if flat else "a sequence of numbers, all of one length"),
+        ) from None
+    if flat and array.ndim != 1 or not flat and array.ndim not in (1, 2):
+        raise DatasetError(f"the {attr!r} attributes are {list(array.shape)[1:]}-shaped", where)
+    return array if flat or array.ndim == 2 else array[:, None]
+
+
 def pyg_edge_index(edge_index: Any, where: str, edge_type: str | None = None) -> np.ndarray:
     """``edge_index`` (a PyG ``[2, E]`` integer tensor; of ``edge_type`` in a ``HeteroData``) as
     int64 numpy; anything else (none, an ``[E, 2]`` array, floats) is refused in one line naming
@@ -205,13 +223,17 @@ def pyg_edge_index(edge_index: Any, where: str, edge_type: str | None = None) ->
 
 def pyg_node_labels(store: Any, num_nodes: int, where: str = "pyg") -> dict[str, Any]:
     """The labels (:func:`labels_of`) and the splits (``train_mask``... as ids) of a PyG node
-    store (a ``Data``, or one node type of a ``HeteroData``); what it lacks is left out. A mask
+    store (a ``Data``, or one node type of a ``HeteroData``; or any object with those
+    attributes as tensors or arrays: :meth:`Graph.from_networkx`'s); what it lacks is left out. A mask
     is one true/false per node: an index list in its place would be read as a mask of its
     values, so it is refused (``where`` names the graph); 0/1 integers (PyG's old uint8 masks)
     are a mask."""
     fields: dict[str, Any] = {}
     if getattr(store, "y", None) is not None:
-        fields.update(labels_of(store.y.detach().cpu().numpy(), num_nodes))
+        y = store.y
+        fields.update(
+            labels_of(np.asarray(y.detach().cpu() if hasattr(y, "detach") else y), num_nodes)
+        )
     for split in ("train", "val", "test"):
         mask = getattr(store, f"{split}_mask", None)
         if mask is None:
@@ -391,6 +413,80 @@ class Graph:
         )  # fmt: skip
         graph.validate()
         return graph
+
+    @classmethod
+    def from_networkx(cls, graph: Any, name: str = "networkx") -> "Graph":
+        """Convert a networkx graph, read as PyG's ``to_networkx`` writes one: its nodes in
+        iteration order, their keys kept as node ids (integers, or text); its edges (both ways
+        for an undirected graph; a multigraph's parallel edges once, with the first one's
+        rows); node attributes ``x`` (a feature row), ``y`` (a label: a class id, -1 or absent
+        for none; or a row of targets) and ``train_mask``/``val_mask``/``test_mask`` (true or
+        false); edge attributes ``weight`` and ``edge_attr`` (a feature row). An attribute is
+        carried by every node (edge) or by none (``y``: or absent for the unlabelled); a
+        mixture is refused, naming the first node (edge) without it."""
+        from shardgnn.graph.io import as_node_ids
+
+        if not hasattr(graph, "nodes") or not hasattr(graph, "is_directed"):
+            raise DatasetError(
+                f"expected a networkx graph, got {type(graph).__name__}",
+                name,
+                "give a networkx.Graph, DiGraph, MultiGraph or MultiDiGraph",
+            )
+        keys = list(graph.nodes)
+        index = {key: i for i, key in enumerate(keys)}
+        nodes = [graph.nodes[key] for key in keys]
+        edges = list(graph.edges(data=True))
+        src = np.fromiter((index[u] for u, _, _ in edges), np.int64, len(edges))
+        dst = np.fromiter((index[v] for _, v, _ in edges), np.int64, len(edges))
+
+        def column(items: list, ids: list, attr: str, what: str, absent_ok: bool = False):
+            """Every item's ``attr`` (None: no item has it); with some items lacking it,
+            refused naming the first, unless ``absent_ok``."""
+            present = [attr in data for data in items]
+            if not any(present):
+                return None
+            if not absent_ok and not all(present):
+                raise DatasetError(
+                    f"{what} {ids[present.index(False)]!r} has no {attr!r} attribute, and others "
+                    "have one",
+                    name,
+                    f"give every {what} its {attr!r}, or none",
+                )
+            return [data.get(attr) for data in items]
+
+        store = types.SimpleNamespace()
+        y = column(nodes, keys, "y", "node", absent_ok=True)
+        if y is not None:
+            classes = all(v is None or isinstance(v, (int, np.integer)) for v in y)
+            store.y = np.asarray([-1 if v is None else v for v in y]) if classes else np.asarray(y)
+            if not classes and any(v is None for v in y):
+                first = keys[[v is None for v in y].index(True)]
+                raise DatasetError(
+                    f"node {first!r} has no 'y' attribute, and the others' are not class ids",
+                    name,
+                    "give every node its targets (absent labels are for class ids: -1)",
+                )
+        for split in ("train", "val", "test"):
+            mask = column(nodes, keys, f"{split}_mask", "node")
+            if mask is not None:
+                setattr(store, f"{split}_mask", np.asarray(mask))
+        node_data: dict[str, Any] = {"name": name, "node_ids": as_node_ids(keys)}
+        x = column(nodes, keys, "x", "node")
+        if x is not None:
+            node_data["x"] = _stacked_rows(x, "x", name)
+        node_data.update(pyg_node_labels(store, len(keys), name))
+        pairs = [(u, v) for u, v, _ in edges]
+        rows = {}
+        for attr, key in (("weight", "edge_weight"), ("edge_attr", "edge_attr")):
+            values = column([data for _, _, data in edges], pairs, attr, "edge")
+            if values is not None:
+                rows[key] = _stacked_rows(values, attr, name, flat=attr == "weight")
+        if not graph.is_directed():  # both ways: coalescing drops a self-loop's second copy
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+            rows = {k: np.concatenate([v, v]) for k, v in rows.items()}
+        built = cls.from_edge_index(src, dst, len(keys), **rows, **node_data)
+        built.validate()
+        return built
 
     def to_pyg(self) -> Any:
         """Convert to ``torch_geometric.data.Data`` (requires torch_geometric)."""
