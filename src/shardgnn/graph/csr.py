@@ -224,10 +224,10 @@ def pyg_edge_index(edge_index: Any, where: str, edge_type: str | None = None) ->
 def pyg_node_labels(store: Any, num_nodes: int, where: str = "pyg") -> dict[str, Any]:
     """The labels (:func:`labels_of`) and the splits (``train_mask``... as ids) of a PyG node
     store (a ``Data``, or one node type of a ``HeteroData``; or any object with those
-    attributes as tensors or arrays: :meth:`Graph.from_networkx`'s); what it lacks is left out. A mask
-    is one true/false per node: an index list in its place would be read as a mask of its
-    values, so it is refused (``where`` names the graph); 0/1 integers (PyG's old uint8 masks)
-    are a mask."""
+    attributes as tensors or arrays: :meth:`Graph.from_networkx`'s); what it lacks is left
+    out. A mask is one true/false per node: an index list in its place would be read as a mask
+    of its values, so it is refused (``where`` names the graph); 0/1 integers (PyG's old uint8
+    masks) are a mask."""
     fields: dict[str, Any] = {}
     if getattr(store, "y", None) is not None:
         y = store.y
