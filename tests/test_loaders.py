@@ -784,6 +784,64 @@ def test_edge_list_bad_input(tmp_path, filename, content, kwargs, match):
         load_edge_list(path, **kwargs)
 
 
+def test_an_npy_of_edges_loads_as_shardgnn_convert_reads_it(tmp_path):
+    """Before: `file:edges.npy` was parsed as text, and its bytes reported as a bad number."""
+    from shardgnn.graph.convert import ConvertConfig, convert
+    from shardgnn.graph.io import load_graph
+
+    pairs = np.array([[1, 2], [2, 3], [3, 1], [3, 5]])
+    np.save(tmp_path / "e.npy", pairs)
+    graph = load_edge_list(tmp_path / "e.npy", base="auto")
+    assert graph.num_nodes == 5 and edge_set(graph) == {(0, 1), (1, 2), (2, 0), (2, 4)}
+    assert edge_set(load_dataset(f"file:{tmp_path / 'e.npy'},base=auto,symmetric=1")) == edge_set(
+        graph
+    ) | {
+        (1, 0),
+        (2, 1),
+        (0, 2),
+        (4, 2),
+    }
+    convert(ConvertConfig(edges=str(tmp_path / "e.npy"), base="auto", out=str(tmp_path / "g")))
+    assert edge_set(load_graph(tmp_path / "g")) == edge_set(graph)
+    with pytest.raises(DatasetError, match=r"e\.npy: row 0: node id 1 is below the first id, 2"):
+        edgelist_module.load_edge_array(tmp_path / "e.npy", base=2)
+
+
+def _npz_bytes(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    "write, kind",
+    [
+        (
+            lambda p: __import__("pandas").DataFrame({"src": [0], "dst": [1]}).to_parquet(p),
+            "a Parquet table",
+        ),
+        (lambda p: p.write_bytes(_npz_bytes(edges=np.zeros((2, 2)))), "a zip archive"),
+        (lambda p: p.write_bytes(pickle.dumps([(0, 1)])), "a Python pickle"),
+    ],
+)
+def test_a_binary_file_is_named_as_such_not_as_a_bad_number(tmp_path, write, kind):
+    """Before: `not a valid float64 number at line 2: b'$\\x02\\x00...'` (its bytes as text)."""
+    from shardgnn.graph.temporal import load_temporal_events
+
+    path = tmp_path / "data.bin"
+    write(path)
+    with pytest.raises(
+        DatasetError,
+        match=rf"data\.bin: is {kind}.*, not text rows\n  fix: an "
+        "edge list is a text file .*shardgnn convert --edges FILE",
+    ):
+        load_edge_list(path)
+    with pytest.raises(DatasetError, match=rf"is {kind}.*\n  fix: events are a text file"):
+        load_temporal_events(path)
+    with pytest.raises(DatasetError, match=rf"is {kind}.*\n  fix: give a text file"):
+        parse_numeric_table(edgelist_module.read_text_bytes(path), path)
+
+
 def test_edge_list_missing_and_truncated_gzip(tmp_path):
     with pytest.raises(DatasetError, match=r"absent\.txt.*missing"):
         load_edge_list(tmp_path / "absent.txt")

@@ -56,6 +56,7 @@ from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
     format_base,
     header_line,
+    load_edge_array,
     load_edge_list,
     parse_numeric_table,
     read_text_bytes,
@@ -428,17 +429,8 @@ def _from_edge_list(config: ConvertConfig, name: str) -> Graph:
     path = Path(config.edges)  # type: ignore[arg-type]
     base: int | str = config.base if config.base == "auto" else int(config.base)
     if path.suffix == ".npy":
-        pairs = load_npy(path)
-        if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
-            raise DatasetError(
-                f"holds a {pairs.dtype} array of shape {list(pairs.shape)}, not integer [E, 2] "
-                "edges",
-                path,
-                "save the edges as numpy.save(path, np.stack([src, dst], axis=1))",
-            )
-        offset = (1 if pairs.size and pairs.min() == 1 else 0) if base == "auto" else int(base)
-        graph = Graph.from_edge_index(pairs[:, 0] - offset, pairs[:, 1] - offset, name=name)
-        base = offset
+        graph, base = load_edge_array(path, base)
+        graph.name = name
     else:
         graph = load_edge_list(path, base=base, symmetric=False)
         graph.name = name

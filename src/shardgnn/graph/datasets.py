@@ -490,8 +490,8 @@ _REGISTRY: dict[str, DatasetEntry] = {
     "soc-slashdot": _snap("soc-slashdot", "soc-slashdot0902", "soc-slashdot0902-directed.jlg"),
     "ego-twitter": _snap("ego-twitter", "ego-twitter", "ego-twitter-undirected.jlg"),
     "file": DatasetEntry(
-        "an edge-list file (u v [weight] rows, MatrixMarket .mtx or Graphs.jl .jlg; no "
-        "features or labels): file:PATH[,base=0|1|auto][,symmetric=1]",
+        "an edge-list file (u v [weight] rows, MatrixMarket .mtx, Graphs.jl .jlg or an .npy "
+        "of [E, 2] ids; no features or labels): file:PATH[,base=0|1|auto][,symmetric=1]",
         _file,
         {"base": "0", "symmetric": "0"},
         labelled=False,

@@ -185,16 +185,44 @@ def _reading(path: Path) -> Iterator[None]:
         raise DatasetError(f"cannot read ({exc})", path) from None
 
 
+_BINARY_FORMATS = (
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"PAR1", "a Parquet table"),
+    (b"PK\x03\x04", "a zip archive (an .npz, for one)"),
+    (b"\x89HDF", "an HDF5 file"),
+    (b"\x80", "a Python pickle"),
+)
+
+
+class BinaryFileError(DatasetError):
+    """A text reader was given a binary file; ``kind`` says which (``a Parquet table``)."""
+
+    def __init__(self, kind: str, path: str | os.PathLike, fix: str) -> None:
+        super().__init__(f"is {kind}, not text rows", path, fix)
+        self.kind = kind
+
+
+def binary_format(data: bytes) -> str | None:
+    """The binary format ``data`` starts as (``a Parquet table``), None for anything else."""
+    return next((kind for magic, kind in _BINARY_FORMATS if data.startswith(magic)), None)
+
+
 def read_text_bytes(path: str | os.PathLike) -> bytes:
     """The content of a text file, gunzipped when it starts with the gzip magic bytes.
 
     Raises:
+        BinaryFileError: the file is a NumPy array, a Parquet table, a zip archive, HDF5 or a
+            pickle (read as text, its bytes were reported as a bad number).
         DatasetError: the file is missing or unreadable, or its gzip stream is truncated/corrupt.
     """
     path = Path(path)
     with _reading(path):
         raw = path.read_bytes()
-        return gzip.decompress(raw) if raw[:2] == _GZIP_MAGIC else raw
+        data = gzip.decompress(raw) if raw[:2] == _GZIP_MAGIC else raw
+    kind = binary_format(data)
+    if kind is not None:
+        raise BinaryFileError(kind, path, "give a text file of rows of numbers")
+    return data
 
 
 def read_text_head(path: str | os.PathLike) -> bytes:
@@ -534,6 +562,34 @@ def _named_nodes_refused(exc: NotANumberError, path: Path) -> DatasetError:
     )
 
 
+def load_edge_array(path: str | os.PathLike, base: int | str = 0) -> tuple[Graph, int]:
+    """The edges of an ``.npy`` array of ``[E, 2]`` integer node ids (``u v`` rows, numbered
+    from ``base``; ``"auto"``: 1 when the smallest is 1), and the base taken.
+
+    Raises:
+        DatasetError: not an integer ``[E, 2]`` array, or ids below the base."""
+    from shardgnn.graph.io import load_npy  # io reads graph directories, built on this module
+
+    path = Path(path)
+    pairs = load_npy(path)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
+        raise DatasetError(
+            f"holds a {pairs.dtype} array of shape {list(pairs.shape)}, not integer [E, 2] edges",
+            path,
+            "save the edges as numpy.save(path, np.stack([src, dst], axis=1))",
+        )
+    offset = (1 if pairs.size and pairs.min() == 1 else 0) if base == "auto" else int(base)
+    if pairs.size and pairs.min() < offset:
+        row = int(np.flatnonzero((pairs < offset).any(axis=1))[0])
+        raise DatasetError(
+            f"row {row}: node id {int(pairs[row].min())} is below the first id, {offset}",
+            path,
+            "give ids from 0 (or from 1 with base 1)",
+        )
+    name = Path(path.name.removesuffix(".gz")).stem
+    return Graph.from_edge_index(pairs[:, 0] - offset, pairs[:, 1] - offset, name=name), offset
+
+
 def format_base(path: str | os.PathLike) -> int | None:
     """The first node id a file's format fixes: 1 for Graphs.jl ``.jlg`` and MatrixMarket files,
     whatever a ``base`` says; None where the base is the reader's to choose.
@@ -566,7 +622,19 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
     path = Path(path)
     if base not in (0, 1, "auto"):
         raise DatasetError(f"base must be 0, 1 or 'auto', got {base!r}", path)
-    data = read_text_bytes(path)
+    try:
+        data = read_text_bytes(path)
+    except BinaryFileError as exc:
+        if exc.kind != _BINARY_FORMATS[0][1]:
+            raise BinaryFileError(
+                exc.kind,
+                path,
+                "an edge list is a text file (or an .npy of [E, 2] integer edges); `shardgnn "
+                "convert --edges FILE --out DIR` reads a Parquet table's src and dst columns "
+                "(--src-col, --dst-col) into a graph directory to train as graph:DIR",
+            ) from None
+        graph, _ = load_edge_array(path, base)
+        return graph.symmetrize() if symmetric else graph.coalesce()
     name = path.name[: -len(".gz")] if path.name.endswith(".gz") else path.name
     suffix = Path(name).suffix.lower()
     name = Path(name).stem
@@ -668,6 +736,7 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
 
 __all__ = [
     "format_base",
+    "load_edge_array",
     "load_edge_list",
     "parse_numeric_table",
     "read_numeric_table",

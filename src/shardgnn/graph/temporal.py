@@ -29,6 +29,7 @@ import numpy as np
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import check_edge_range, edge_id_arrays
 from shardgnn.graph.edgelist import (
+    BinaryFileError,
     NotANumberError,
     parse_numeric_table,
     read_text_bytes,
@@ -265,8 +266,15 @@ def load_temporal_events(
     ``nonfinite``: ``"error"`` refuses NaN/inf feature values (naming the line), ``"zero"``
     replaces them by 0 with a warning."""
     path = Path(path)
-    data = read_text_bytes(path)
     layout = "SRC DST TIME LABEL [features...]" if labels else "SRC DST TIME [features...]"
+    try:
+        data = read_text_bytes(path)
+    except BinaryFileError as exc:
+        raise BinaryFileError(
+            exc.kind,
+            path,
+            f"events are a text file of {layout} rows (CSV too: pandas' to_csv writes one)",
+        ) from None
     roles = (
         ("source", "destination", "time", "label") if labels else ("source", "destination", "time")
     )
