@@ -1008,3 +1008,29 @@ def test_nonfinite_does_not_apply_to_molecules_and_object_arrays_are_named(tmp_p
     err = _refused([*argv, "--out", str(tmp_path / "g")], capsys)
     assert "x.npy: holds Python objects (an object-dtype array" in err
     assert "fix: save numbers: numpy.save(" in err
+
+
+def test_an_npy_that_is_gzipped_or_a_pickle_is_named_as_such(tmp_path, capsys):
+    """Before: both were told they hold Python objects (numpy read them as pickles)."""
+    import gzip
+    import pickle
+
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    np.save(tmp_path / "x.npy", FEATURES[:3])
+    (tmp_path / "x.npy.gz").write_bytes(gzip.compress((tmp_path / "x.npy").read_bytes()))
+    (tmp_path / "p.npy").write_bytes(pickle.dumps(FEATURES[:3].tolist()))
+    for name, said in (
+        (
+            "x.npy.gz",
+            "is gzip-compressed, and an .npy array is read as it is (memory-mapped)\n"
+            "  fix: decompress it: gunzip ",
+        ),
+        ("p.npy", "is a Python pickle, which shardgnn never runs on a file"),
+    ):
+        argv = ["--edges", str(tmp_path / "e.txt"), "--features", str(tmp_path / name)]
+        err = _refused([*argv, "--out", str(tmp_path / "g")], capsys)
+        assert f"{name}: {said}" in err, err
+    np.save(tmp_path / "e.npy", np.array([[0, 1], [1, 2]]))
+    (tmp_path / "e.npy.gz").write_bytes(gzip.compress((tmp_path / "e.npy").read_bytes()))
+    with pytest.raises(DatasetError, match="e.npy.gz: is gzip-compressed"):
+        load_dataset(f"file:{tmp_path / 'e.npy.gz'}")

@@ -54,6 +54,8 @@ from shardgnn.atomic import check_output_path
 from shardgnn.errors import ConfigError, DatasetError
 from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
+    NPY_FORMAT,
+    BinaryFileError,
     format_base,
     header_line,
     load_edge_array,
@@ -527,14 +529,21 @@ def _resize(graph: Graph, num_nodes: int) -> Graph:
 
 
 def _read_array(path: Path, dtype: Any, what: str) -> np.ndarray:
-    """An ``.npy`` (no pickle) or a numeric text/CSV table (a header line is skipped)."""
-    if path.suffix == ".npy":
-        # memory-mapped: a float32 feature matrix larger than memory is copied, never loaded
+    """An ``.npy`` (no pickle; known by its suffix or its content) or a numeric text/CSV table
+    (a header line is skipped)."""
+    data = None
+    if path.suffix != ".npy":
+        try:
+            data = read_text_bytes(path)
+        except BinaryFileError as exc:
+            if exc.kind != NPY_FORMAT:
+                raise
+    if data is None:  # memory-mapped: a feature matrix larger than memory is copied, not loaded
         array = load_npy(path, mmap=True)
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
             raise DatasetError(f"holds {array.dtype} values; {what} must be numbers", path)
         return array.astype(dtype, copy=False)
-    data, first_line = without_header(read_text_bytes(path))
+    data, first_line = without_header(data)
     values, _ = parse_numeric_table(data, path, np.float64, first_line=first_line)
     if values.size == 0:
         raise DatasetError(f"holds no {what}", path)

@@ -185,8 +185,9 @@ def _reading(path: Path) -> Iterator[None]:
         raise DatasetError(f"cannot read ({exc})", path) from None
 
 
+NPY_FORMAT = "a NumPy .npy array"
 _BINARY_FORMATS = (
-    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x93NUMPY", NPY_FORMAT),
     (b"PAR1", "a Parquet table"),
     (b"PK\x03\x04", "a zip archive (an .npz, for one)"),
     (b"\x89HDF", "an HDF5 file"),
@@ -625,7 +626,7 @@ def load_edge_list(path: str | os.PathLike, base: int | str = 0, symmetric: bool
     try:
         data = read_text_bytes(path)
     except BinaryFileError as exc:
-        if exc.kind != _BINARY_FORMATS[0][1]:
+        if exc.kind != NPY_FORMAT:
             raise BinaryFileError(
                 exc.kind,
                 path,

@@ -284,6 +284,20 @@ def load_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
             path,
             "re-create the directory with `save_graph`/`shardgnn partition`",
         )
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    if magic[:2] == b"\x1f\x8b":
+        raise DatasetError(
+            "is gzip-compressed, and an .npy array is read as it is (memory-mapped)",
+            path,
+            f"decompress it: gunzip {path}",
+        )
+    if magic[:1] == b"\x80":
+        raise DatasetError(
+            "is a Python pickle, which shardgnn never runs on a file",
+            path,
+            "save the array with numpy.save(path, array) (numbers: float32 features, int64 ids)",
+        )
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     # truncated/empty, damaged header; or an object array (numpy's ValueError without pickle)
