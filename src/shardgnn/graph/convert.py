@@ -52,7 +52,7 @@ import numpy as np
 
 from shardgnn.atomic import check_output_path
 from shardgnn.errors import ConfigError, DatasetError
-from shardgnn.graph.csr import Graph, label_kind_problem, label_problem
+from shardgnn.graph.csr import Graph, as_node_ids, label_kind_problem, label_problem
 from shardgnn.graph.edgelist import (
     NPY_FORMAT,
     BinaryFileError,
@@ -69,7 +69,6 @@ from shardgnn.graph.io import (
     GRAPH_FORMAT,
     GRAPH_SET_FORMAT,
     TYPED_GRAPH_FORMAT,
-    as_node_ids,
     directory_format,
     load_npy,
     save_graph,

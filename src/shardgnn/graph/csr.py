@@ -186,6 +186,15 @@ def labels_of(y: np.ndarray, num_nodes: int) -> dict[str, Any]:
     return {"y": y, "num_classes": 0, "label_kind": kind}
 
 
+def as_node_ids(values: Any) -> np.ndarray:
+    """The user's ids as an array stored without pickle: int64 when every id is an integer, else
+    text (each id as ``str``)."""
+    array = np.asarray(values)
+    if array.dtype.kind in "iu":
+        return array.astype(np.int64)
+    return np.array([str(v) for v in np.asarray(values, dtype=object).tolist()], dtype=np.str_)
+
+
 def _stacked_rows(values: list, attr: str, where: str, flat: bool = False) -> np.ndarray:
     """Per-node (per-edge) attribute values as one float32 array: ``[N]`` for ``flat``, else a
     row each ``[N, D]``; values of other lengths, or not numbers, refused naming ``attr``."""
@@ -424,8 +433,6 @@ class Graph:
         false); edge attributes ``weight`` and ``edge_attr`` (a feature row). An attribute is
         carried by every node (edge) or by none (``y``: or absent for the unlabelled); a
         mixture is refused, naming the first node (edge) without it."""
-        from shardgnn.graph.io import as_node_ids
-
         if not hasattr(graph, "nodes") or not hasattr(graph, "is_directed"):
             raise DatasetError(
                 f"expected a networkx graph, got {type(graph).__name__}",

@@ -217,15 +217,6 @@ def save_graph(graph: Graph, path: str | os.PathLike, overwrite: bool = False) -
     return path
 
 
-def as_node_ids(values: Any) -> np.ndarray:
-    """The user's ids as an array stored without pickle: int64 when every id is an integer, else
-    text (each id as ``str``)."""
-    array = np.asarray(values)
-    if array.dtype.kind in "iu":
-        return array.astype(np.int64)
-    return np.array([str(v) for v in np.asarray(values, dtype=object).tolist()], dtype=np.str_)
-
-
 def save_node_ids(folder: Path, file: str, ids: np.ndarray) -> dict[str, Any]:
     """Write ``folder/file`` (int64 or text ids) and return its ``meta.json`` record."""
     ids = np.ascontiguousarray(ids)
