@@ -154,6 +154,18 @@ def test_a_headerless_edge_list_of_names_is_told_both_readings_of_its_first_line
     assert "its first line, alice, bob, was read as the names of its columns" in err
     assert "if that line is an edge, put a header line above it" in err
     assert "if it names them, give --src-col alice --dst-col bob" in err
+    # a Parquet table's columns have names: no "first line" there
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    pd.DataFrame({"u": [0], "v": [1]}).to_parquet(tmp_path / "uv.parquet")
+    assert (
+        main(["convert", "--edges", str(tmp_path / "uv.parquet"), "--out", str(tmp_path / "g")])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert (
+        "has no column 'src' (named by --src-col); its columns: u, v" in err and "line" not in err
+    )
     # and as a dataset spec, which numbers its nodes: the way to train it
     with pytest.raises(DatasetError, match=r"line 2: 'bob' is not a node id.*\n.*shardgnn convert"):
         load_dataset(f"file:{tmp_path / name}")

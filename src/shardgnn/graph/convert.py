@@ -967,9 +967,12 @@ def _from_tables(config: ConvertConfig, name: str) -> Graph:
 
 
 def _check_endpoint_columns(edges: Any, path: Path, config: ConvertConfig) -> None:
-    """An edge table that names neither endpoint column and holds two or three columns, none
-    close to them: likely an edge list whose first edge (``alice bob``, names) was taken for its
-    header; both readings are named. (A typo in a column's name is :func:`_no_column`'s.)"""
+    """A text edge table that names neither endpoint column and holds two or three columns,
+    none close to them: likely an edge list whose first edge (``alice bob``, names) was taken for
+    its header; both readings are named. (A typo in a column's name is :func:`_no_column`'s, as
+    is a Parquet table's missing column: its names are no line of the file.)"""
+    if path.suffix.lower() in _TABLE_SUFFIXES:  # a Parquet table's columns have names
+        return
     names = [str(c) for c in edges.columns]
     wanted = (config.src_col, config.dst_col)
     if any(c in names or difflib.get_close_matches(c, names, n=1) for c in wanted):

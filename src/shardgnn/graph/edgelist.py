@@ -51,6 +51,7 @@ import numpy as np
 
 from shardgnn.errors import DatasetError
 from shardgnn.graph.csr import Graph
+from shardgnn.graph.io import load_npy
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _COMMENT_LINE = re.compile(rb"^[ \t]*[#%][^\n]*", re.MULTILINE)
@@ -569,8 +570,6 @@ def load_edge_array(path: str | os.PathLike, base: int | str = 0) -> tuple[Graph
 
     Raises:
         DatasetError: not an integer ``[E, 2]`` array, or ids below the base."""
-    from shardgnn.graph.io import load_npy  # io reads graph directories, built on this module
-
     path = Path(path)
     pairs = load_npy(path)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not np.issubdtype(pairs.dtype, np.integer):
