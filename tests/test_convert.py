@@ -380,6 +380,17 @@ def test_networkx_attributes_some_nodes_lack_are_refused_by_node():
         Graph.from_networkx([(0, 1)])
 
 
+def test_networkx_tuple_keys_are_one_id_each(tmp_path):
+    """A grid graph keys its nodes by (row, column): each tuple is one id (it was a row of a
+    2-D id array, which no graph directory holds)."""
+    import networkx as nx
+
+    grid = Graph.from_networkx(nx.grid_2d_graph(2, 3))
+    assert grid.node_ids.tolist()[:2] == ["(0, 0)", "(0, 1)"] and grid.num_edges == 14
+    save_graph(grid, tmp_path / "g")
+    assert load_dataset(f"graph:{tmp_path / 'g'}").node_ids.shape == (6,)
+
+
 def test_a_converted_graph_trains_and_its_spec_is_canonical(tmp_path, capsys):
     from shardgnn.graph.synthetic import SyntheticConfig, generate
 

@@ -188,11 +188,16 @@ def labels_of(y: np.ndarray, num_nodes: int) -> dict[str, Any]:
 
 def as_node_ids(values: Any) -> np.ndarray:
     """The user's ids as an array stored without pickle: int64 when every id is an integer, else
-    text (each id as ``str``)."""
-    array = np.asarray(values)
-    if array.dtype.kind in "iu":
-        return array.astype(np.int64)
-    return np.array([str(v) for v in np.asarray(values, dtype=object).tolist()], dtype=np.str_)
+    text (each id as ``str``; a tuple, as networkx's grid graphs key their nodes, is one id)."""
+    dtype = getattr(values, "dtype", None)  # an array or a table's column: typed already
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu" and np.ndim(values) == 1:
+        return np.asarray(values, dtype=np.int64)
+    items = list(values)
+    ids = np.empty(len(items), dtype=object)
+    ids[:] = items  # element by element: a tuple stays one id, not a row
+    if items and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+        return ids.astype(np.int64)
+    return np.array([str(v) for v in items], dtype=np.str_)
 
 
 def _stacked_rows(values: list, attr: str, where: str, flat: bool = False) -> np.ndarray:
