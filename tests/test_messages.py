@@ -75,6 +75,9 @@ def test_a_value_close_to_no_choice_gets_no_guess(capsys):
     # a number is not a spelling: 3 bits is not "close to" 32
     err = _usage_error(["train", SPEC, "--workers", "2", "--fetch-bits", "3"], capsys)
     assert "invalid choice: 3" in err and "did you mean" not in err
+    # a name meant for a choice this flag lacks: plan's --method partitions no hypergraph
+    err = _usage_error(["plan", SPEC, "--method", "kahypar"], capsys)
+    assert "invalid choice: 'kahypar'" in err and "did you mean" not in err
 
 
 def test_settings_built_in_code_and_config_files_get_the_same_hint(tmp_path, capsys):

@@ -45,6 +45,7 @@ def option(
     cli: bool = True,
     default_factory: Any = _MISSING,
     accepts: Any = None,
+    also_called: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Any:
     """A setting: a dataclass field that carries its help text and its choices.
 
@@ -60,6 +61,8 @@ def option(
         cli: False for settings the command line sets another way (a positional argument).
         accepts: ``(predicate, what)``: values outside ``choices`` that ``predicate`` accepts
             are valid too (``what`` names them in ``--help`` and in messages: ``MODULE:CLASS``).
+        also_called: the names other systems (or the papers) give the choices, lower-case, and
+            the choices meant: a refusal of ``--method kahypar`` says ``--method hypergraph``.
     """
     metadata = {
         "help": help,
@@ -71,6 +74,7 @@ def option(
         "metavar": metavar,
         "cli": cli,
         "accepts": accepts,
+        "also_called": also_called,
     }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -181,36 +185,23 @@ def check_types(obj: Any) -> None:
         setattr(obj, field.name, checked)
 
 
-CHOICES_SPELLED_OTHERWISE: dict[str, dict[str, tuple[str, ...]]] = {
-    "--method": {
-        **dict.fromkeys(("kahypar", "mt-kahypar", "mtkahypar", "patoh", "hmetis"), ("hypergraph",)),
-        "parmetis": ("metis",),
-        **dict.fromkeys(("vertex-cut", "vertexcut"), ("hdrf", "2d-hash")),
-        **dict.fromkeys(("stream", "streaming"), ("ldg", "fennel")),
-    },
-    "--mode": {
-        **dict.fromkeys(("fullgraph", "full-graph", "full_graph", "fullbatch"), ("full",)),
-        **dict.fromkeys(("mini-batch", "mini_batch", "sampled", "sampling"), ("minibatch",)),
-    },
-    "--spmm": {"sparse": ("1d-sparse",), "vertexcut": ("vertex-cut",), "summa": ("2d",)},
-}
-"""Per flag, names other systems (or the papers) give its choices, and the choices meant:
-KaHyPar is the hypergraph partitioner, a full-batch run is ``--mode full``."""
-
-
 def choice_hint(
-    flag: str, value: Any, choices: Sequence[Any], spell: Callable[[str], str] | None = None
+    flag: str,
+    value: Any,
+    choices: Sequence[Any],
+    also_called: Mapping[str, tuple[str, ...]] | None = None,
+    spell: Callable[[str], str] | None = None,
 ) -> str:
     """`` (did you mean --spmm 1.5d?)`` for ``value``, outside ``flag``'s ``choices``: the
-    choice it names in other words (:data:`CHOICES_SPELLED_OTHERWISE`), in other capitals, or
-    spelled close to it (words only: a number close to another is no hint); else ``""``.
-    ``spell``: how a choice is written where the value came from (``flag choice`` unless
-    given: a config file's ``key = 'choice'``)."""
+    choices it names in other words (``also_called``, the setting's :func:`option`), in other
+    capitals, or spelled close to it (words only: a number close to another is no hint); else
+    ``""``. ``spell``: how a choice is written where the value came from (``flag choice``
+    unless given: a config file's ``key = 'choice'``)."""
     import difflib
 
     word = str(value).strip().lower()
     names = [str(c) for c in choices]
-    meant = CHOICES_SPELLED_OTHERWISE.get(flag, {}).get(word, ())
+    meant = tuple(m for m in (also_called or {}).get(word, ()) if m in names)
     if not meant:
         same = [c for c in names if c.lower() == word]
         close = [] if word.isdigit() else difflib.get_close_matches(word, names, n=1, cutoff=0.6)
@@ -233,7 +224,9 @@ def check_choices(obj: Any) -> None:
         if accepts is not None and accepts[0](value):
             continue
         also = f" or {accepts[1]}" if accepts is not None else ""
-        hint = choice_hint(flag_of(obj, field.name), value, choices)
+        hint = choice_hint(
+            flag_of(obj, field.name), value, choices, field.metadata.get("also_called")
+        )
         raise invalid(
             obj, field.name, "choose one of " + ", ".join(map(str, choices)) + also + hint
         )

@@ -47,6 +47,18 @@ class _Parser(argparse.ArgumentParser):
     command_given: str | None = None
     """The command the line names (set by :func:`main` before parsing)."""
 
+    def _choice_hint(self, message: str) -> str:
+        """argparse's refusal of a value outside a flag's choices, with :func:`choice_hint`'s
+        `` (did you mean --spmm 1.5d?)`` (the flag's setting names its other spellings)."""
+        found = re.match(r"argument (\S+?)(?:/\S+)?: invalid choice: (.*) \(choose from", message)
+        action = None if found is None else self._option_string_actions.get(found.group(1))
+        if action is None or action.choices is None:
+            return ""
+        value = found.group(2).strip("'")
+        return choice_hint(
+            action.option_strings[0], value, action.choices, getattr(action, "also_called", None)
+        )
+
     def error(self, message: str):  # type: ignore[override]
         command = self.command_given
         notes = {  # only where this command takes it so (infer reads its checkpoint's)
@@ -56,7 +68,7 @@ class _Parser(argparse.ArgumentParser):
             if command in commands
         }
         notes.update(SPELLED_OTHERWISE.get(command, {}))
-        hint = _closest_flags(message, self.flag_commands, command, notes) or _closest_choice(
+        hint = _closest_flags(message, self.flag_commands, command, notes) or self._choice_hint(
             message
         )
         # the top parser reports a subcommand's unknown flags: name that command
@@ -83,19 +95,6 @@ SPELLED_OTHERWISE = {
 """Per command, flags of other commands a user may bring to it, and what the command takes
 instead: where the commands without a DATASET argument take their graph from, and train's
 ``--checkpoint-dir`` for the commands that read a checkpoint."""
-
-
-def _closest_choice(message: str) -> str:
-    """argparse's refusal of a value outside a flag's choices, with :func:`choice_hint`'s
-    `` (did you mean --spmm 1.5d?)``."""
-    found = re.match(
-        r"argument (\S+?)(?:/\S+)?: invalid choice: (.*) \(choose from (.*)\)$", message
-    )
-    if found is None:
-        return ""
-    flag, value, listed = found.groups()
-    choices = [c.strip().strip("'") for c in listed.split(",")]
-    return choice_hint(flag, value.strip("'"), choices)
 
 
 def _closest_flags(

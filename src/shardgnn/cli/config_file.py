@@ -174,7 +174,8 @@ def _check_value(action: argparse.Action, key: str, word: str, path: Path) -> No
     if action.choices is not None and value not in action.choices:
         choices = ", ".join(map(str, action.choices))
         flag = max(action.option_strings, key=len, default=f"--{key}")
-        hint = choice_hint(flag, word, action.choices, lambda c: f"{key} = {c!r}")
+        also_called = getattr(action, "also_called", None)
+        hint = choice_hint(flag, word, action.choices, also_called, lambda c: f"{key} = {c!r}")
         raise ConfigError(f"{CONFIG_FLAG} {path}: {key} = {word!r}: choose one of {choices}{hint}")
 
 

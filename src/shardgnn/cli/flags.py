@@ -164,7 +164,7 @@ def add_flags(
         )
         if choices and accepts:  # more than the choices: the config checks the value
             metavar = "{" + ",".join(map(str, choices)) + "}|" + accepts[1]
-        target.add_argument(
+        action = target.add_argument(
             *names,
             type=_PARSERS.get(kind, kind),
             choices=None if accepts else choices,
@@ -172,6 +172,7 @@ def add_flags(
             required=required,
             **common,
         )
+        action.also_called = meta.get("also_called")  # read by refusals of a value (choice_hint)
 
 
 def was_given(args: argparse.Namespace, dest: str) -> bool:

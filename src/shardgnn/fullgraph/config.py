@@ -7,6 +7,7 @@ import dataclasses
 
 from shardgnn.distributed.config import BITS
 from shardgnn.options import check_choices, check_types, invalid, option
+from shardgnn.partition.config import METHODS_ELSEWHERE
 from shardgnn.store.cache.config import parse_cache_size
 from shardgnn.store.config import check_historical
 
@@ -36,6 +37,7 @@ class FullGraphConfig:
     spmm: str = option(
         "1d-sparse",
         choices=(*SPMM_VARIANTS, "auto"),
+        also_called={"sparse": ("1d-sparse",), "vertexcut": ("vertex-cut",), "summa": ("2d",)},
         help=(
             "distributed SpMM: 1d broadcasts every block, 1d-sparse moves only the rows each "
             "worker needs, vertex-cut moves for each crossing edge its source row or its share "
@@ -140,6 +142,7 @@ class PlanConfig:
     method: str = option(
         "metis",
         choices=("metis", "random", "hdrf", "2d-hash"),
+        also_called=METHODS_ELSEWHERE,
         help="partitioner of every worker count (metis balancing node counts; hdrf and 2d-hash "
         "place the edges too, which --spmm vertex-cut follows)",
     )

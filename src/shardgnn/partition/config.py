@@ -16,6 +16,13 @@ from shardgnn.options import check_choices, check_types, invalid, option
 STREAM_METHODS = ("ldg", "fennel")
 VERTEX_CUT_METHODS = ("hdrf", "2d-hash")
 METHODS = ("random", "metis", "hypergraph", *STREAM_METHODS, *VERTEX_CUT_METHODS, "assignment")
+METHODS_ELSEWHERE = {
+    **dict.fromkeys(("kahypar", "mt-kahypar", "mtkahypar", "patoh", "hmetis"), ("hypergraph",)),
+    "parmetis": ("metis",),
+    **dict.fromkeys(("vertex-cut", "vertexcut"), VERTEX_CUT_METHODS),
+    **dict.fromkeys(("stream", "streaming"), STREAM_METHODS),
+}
+"""``--method`` as other tools name the partitioners (KaHyPar is ``hypergraph``)."""
 BALANCE_KEYS = ("nodes", "train", "edges")
 
 
@@ -74,6 +81,7 @@ class PartitionConfig:
     method: str | None = option(
         None,
         choices=METHODS,
+        also_called=METHODS_ELSEWHERE,
         help="partitioner (unset: metis, or the --assignment file when one is given)",
     )
     seed: int = option(

@@ -66,7 +66,13 @@ class TrainConfig(ResolvedSettings):
         "regression); edge: one class per edge of a graph set's graphs",
     )
     mode: str = option(
-        "minibatch", choices=MODES, help="sampled mini-batches, or full-graph training"
+        "minibatch",
+        choices=MODES,
+        help="sampled mini-batches, or full-graph training",
+        also_called={
+            **dict.fromkeys(("fullgraph", "full-graph", "full_graph", "fullbatch"), ("full",)),
+            **dict.fromkeys(("mini-batch", "mini_batch", "sampled", "sampling"), ("minibatch",)),
+        },
     )
     model: ModelConfig = component(ModelConfig, title="model")
     sampler: SamplerConfig = component(SamplerConfig, title="neighbour sampling (mini-batch mode)")
