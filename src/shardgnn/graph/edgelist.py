@@ -257,6 +257,16 @@ class NotANumberError(DatasetError):
         super().__init__(message, path, fix)
         self.line, self.column, self.token = where or (None, None, None)
 
+    @property
+    def word(self) -> str:
+        """The token as text (at most 40 characters)."""
+        return (self.token or b"").decode(errors="replace")[:40]
+
+    def names_a_node(self) -> bool:
+        """Whether the token is a word in a ``u v ...`` table's id columns (``alice``): the
+        nodes are named, where the reader numbers them."""
+        return self.column in (0, 1) and self.word[:1].isalpha()
+
 
 def _first_bad_token(data: bytes, dtype: np.dtype) -> tuple[int, bytes] | None:
     """Slow path for error messages only: the index and text of the first unparsable token."""
@@ -551,12 +561,10 @@ def _split_mtx(data: bytes, path: Path) -> _MatrixMarket | None:
 def _named_nodes_refused(exc: NotANumberError, path: Path) -> DatasetError:
     """A token of an edge list that is a word (``alice``): its nodes are named, which an edge
     list read here cannot number; ``shardgnn convert`` can. Any other bad token: ``exc``."""
-    word = (exc.token or b"").decode(errors="replace")
-    if exc.column not in (0, 1) or not word[:1].isalpha():
+    if not exc.names_a_node():
         return exc
     return DatasetError(
-        f"line {exc.line}: {word[:40]!r} is not a node id: an edge list read here numbers its "
-        "nodes",
+        f"line {exc.line}: {exc.word!r} is not a node id: an edge list read here numbers its nodes",
         path,
         "a graph whose nodes are named converts with `shardgnn convert --edges FILE --out DIR` "
         "(a header line naming the columns first: src and dst; the names become the nodes' "

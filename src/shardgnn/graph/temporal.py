@@ -228,17 +228,17 @@ def chronological_split(t: np.ndarray, val: float, test: float) -> tuple[int, in
 def _not_a_number(exc: NotANumberError, path: Path) -> DatasetError:
     """An event file's token that is not a number, said for its column: a node's name, or a
     time written as a date (Reddit's hyperlink events, for one, carry both)."""
-    word = (exc.token or b"").decode(errors="replace")[:40]
-    if exc.column in (0, 1) and word[:1].isalpha():
+    if exc.names_a_node():
         return DatasetError(
-            f"line {exc.line}: {word!r} is not a node id: the events read here number their nodes",
+            f"line {exc.line}: {exc.word!r} is not a node id: the events read here number "
+            "their nodes",
             path,
             "number the nodes first, 0.. or 1.. (names in order of first appearance: "
             "pandas.factorize)",
         )
     if exc.column == 2:
         return DatasetError(
-            f"line {exc.line}: {word!r} is not a time: times are numbers (Unix seconds, or any "
+            f"line {exc.line}: {exc.word!r} is not a time: times are numbers (Unix seconds, or any "
             "unit)",
             path,
             "write dates as numbers first (pandas.to_datetime(column).astype('int64') // 10**9 "
