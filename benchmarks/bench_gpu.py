@@ -12,6 +12,10 @@ past ``--deadline`` seconds is skipped and says so):
   (over ``--cpu-batches`` batches, per batch, scaled to the epoch's batch count); epoch 2 of
   each; the epoch's floor (bytes moved over bandwidth, FLOPs over the GEMM rate, from the
   sampled blocks' sizes);
+* ``step_anatomy`` — one sampled batch's training step held fixed: as the loop runs it, with its
+  message graphs built once, those graphs' matrices alone, and the step captured as a CUDA graph
+  and replayed (its device time; the replay's loss checked against the eager step's);
+* ``bulk_sweep`` — the epoch with 8, 16 and 32 batches sampled a call, interleaved, twice;
 * ``busy`` — share of one GPU training epoch's wall time with a kernel running (torch profiler,
   cut to the epoch), with and without the second stream;
 * ``sampler`` — sampled edges per second: the GPU sampler (Triton hop kernel, and its tensor code)
@@ -24,6 +28,7 @@ past ``--deadline`` seconds is skipped and says so):
 
     python benchmarks/bench_gpu.py --out $OUT/gpu.json --md $OUT/gpu.md
     python benchmarks/bench_gpu.py --device cpu --nodes 20000 --edges 200000 --smoke  # no GPU
+    python benchmarks/bench_gpu.py --only epoch_gpu,step_anatomy  # some sections only
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--accuracy-nodes", type=int, default=100_000)
     p.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole run")
     p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script runs")
+    p.add_argument("--only", help="comma-separated sections to run, the others skipped")
     p.add_argument("--out", default="benchmarks/out/gpu.json")
     p.add_argument("--md", default="benchmarks/out/gpu.md")
     return p.parse_args(argv)
@@ -368,6 +374,112 @@ def profile_batches(graph: Graph, device: str, out_path: str, batches: int = 20)
     }
 
 
+def bulk_sweep(
+    graph: Graph, device: str, ks: tuple[int, ...] = (8, 16, 32), rounds: int = 2
+) -> dict:
+    """The epoch with ``k`` batches sampled a call, for each ``k`` in turn, ``rounds`` times
+    (interleaved, so that a drift of the machine shows as spread, not as a difference)."""
+    out: dict = {f"bulk{k}_epoch_s": [] for k in ks}
+    for _ in range(rounds):
+        for k in ks:
+            out[f"bulk{k}_epoch_s"].append(epoch_run(graph, device, bulk=k)["epoch_s"])
+    return out
+
+
+def _matrices(graphs: list[MessageGraph]) -> None:
+    """What a SAGE step asks of its graphs: each one's mean matrix, and the transposes of all
+    but the first (the input rows need no gradient)."""
+    for i, graph in enumerate(graphs):
+        graph.adjacency("mean")
+        if i:
+            graph.adjacency_t("mean")
+
+
+def step_anatomy(graph: Graph, device: torch.device, repeats: int = 40) -> dict:
+    """Where one training step's time goes, on one sampled batch held fixed (sampling and the row
+    gather are the epoch's stages): ``loop_step_s``, the loop's step as training runs it (message
+    graphs built from the blocks, forward, loss, backward, fused Adam); ``model_step_s``, the same
+    with the graphs built once (their sparse matrices cached); ``graphed_step_s`` (CUDA only), that
+    step captured in a CUDA graph and replayed: the host does one launch a step, so the time is
+    the step's device time, what the step would cost if no launch or Python work stood between
+    its kernels. Steps run back to back (the host may run ahead), timed over ``repeats``."""
+    from shardgnn.loader.pipeline import MiniBatch
+    from shardgnn.nn.targets import ClassTarget
+    from shardgnn.timing import StageTimer
+    from shardgnn.train.minibatch import batch_graphs, minibatch_step, node_objective
+
+    cuda = device.type == "cuda"
+    sampler = DeviceNeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=FANOUTS),
+                                    device)  # fmt: skip
+    seeds = torch.from_numpy(np.random.default_rng(2).permutation(graph.train_idx)[:BATCH])
+    sample = sampler.sample(seeds, 0)
+    x_SF = torch.from_numpy(graph.x)[sample.input_nodes.cpu()].to(device)
+    y_B = torch.from_numpy(graph.y)[seeds].to(device)
+    sage = ModelConfig(model="sage", hidden=HIDDEN, num_layers=len(FANOUTS), dropout=0.0)
+    model = build_model(sage, x_SF.shape[1], graph.num_classes).to(device)
+    # capturable: the step count and learning rate live on the device, so a replay updates them
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=cuda, capturable=cuda)
+    target = ClassTarget(graph.num_classes)
+    batch = MiniBatch(0, sample, x_SF, y_B)
+    loop_step = minibatch_step(model, opt, device=device, timer=StageTimer(),
+                               objective=node_objective(target))  # fmt: skip
+    graphs = batch_graphs(batch, device)
+
+    def model_step():
+        opt.zero_grad(set_to_none=False)  # the gradients stay where a captured graph wrote them
+        logits = model(graphs, x_SF).float()
+        loss = target.loss_sum(logits, y_B) / y_B.shape[0]
+        loss.backward()
+        opt.step()
+        return loss
+
+    def per_step(fn) -> float:
+        for _ in range(3):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+        return (time.perf_counter() - start) / repeats
+
+    out = {
+        "src_rows_per_layer": [b.num_src for b in sample.blocks],
+        "edges_per_layer": [b.num_edges for b in sample.blocks],
+        "loop_step_s": per_step(lambda: loop_step(batch)),
+        "model_step_s": per_step(model_step),
+        # the loop's own graph work, without the model: the message graphs alone, then with
+        # the mean-normalised matrices SAGE multiplies by and the transposes its backward takes
+        "graphs_s": per_step(lambda: batch_graphs(batch, device)),
+        "graphs_and_matrices_s": per_step(lambda: _matrices(batch_graphs(batch, device))),
+    }
+    if not cuda:
+        return out
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graphs asks
+        for _ in range(3):
+            model_step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph_ = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph_):
+        captured_loss = model_step()
+    # the replay computes the eager step's loss from the same weights and optimiser state
+    tensors = [t for p in model.parameters() for t in (p, *opt.state[p].values())]
+    saved = [t.detach().clone() for t in tensors]
+    eager_loss = float(model_step())
+    with torch.no_grad():
+        for t, v in zip(tensors, saved):
+            t.copy_(v)
+    graph_.replay()
+    out["graphed_loss_rel_diff"] = abs(float(captured_loss) - eager_loss) / abs(eager_loss)
+    out["graphed_step_s"] = per_step(graph_.replay)
+    out["host_share_of_model_step"] = 1 - out["graphed_step_s"] / out["model_step_s"]
+    return out
+
+
 def fullgraph_step(graph: Graph, device: torch.device) -> dict:
     """One training step of a 2-layer GCN over the whole graph: ours against PyG's GCNConv."""
     x = torch.from_numpy(graph.x).to(device)
@@ -467,7 +579,12 @@ def main(argv=None) -> None:
         results["device"] = torch.cuda.get_device_name(device)
     save = lambda: save_json(args.out, results)  # noqa: E731
 
+    only = None if args.only is None else set(args.only.split(","))
+
     def section(name: str, budget: float, fn):
+        if only is not None and name not in only:
+            results[name] = "skipped: not in --only"
+            return
         if elapsed() + budget > args.deadline:
             results[name] = f"skipped: {elapsed():.0f} s gone, needs ~{budget:.0f} s"
             print(f"[{elapsed():6.1f}s] {name}: skipped", flush=True)
@@ -489,6 +606,8 @@ def main(argv=None) -> None:
     print(f"[{elapsed():6.1f}s] graph {graph.num_nodes} nodes {graph.num_edges} edges", flush=True)
     dev = args.device
     section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
+    section("step_anatomy", 20, lambda: step_anatomy(graph, device))
+    section("bulk_sweep", 40, lambda: bulk_sweep(graph, dev))
     section("sampler", 30, lambda: sampler_rates(graph, device))
     section("epoch_gpu_one_batch", 30, lambda: epoch_run(graph, dev, bulk=1))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
@@ -544,6 +663,18 @@ def summary(r: dict) -> str:
         ["GPU epoch / floor",
          fmt(gpu_epoch / (floor * batches) if floor and gpu_epoch else None, ".1f")],
         ["GPU busy share", fmt(get("busy", "busy_share"), ".2f")],
+        ["one batch held fixed: the loop's step (ms)",
+         fmt((get("step_anatomy", "loop_step_s") or 0) * 1e3 or None, ".2f")],
+        ["— graphs built once (ms)",
+         fmt((get("step_anatomy", "model_step_s") or 0) * 1e3 or None, ".2f")],
+        ["— its message graphs alone; with their matrices and transposes (ms)",
+         "; ".join(fmt((get("step_anatomy", k) or 0) * 1e3 or None, ".2f")
+                   for k in ("graphs_s", "graphs_and_matrices_s"))],
+        ["— that step as a CUDA graph, replayed (ms)",
+         fmt((get("step_anatomy", "graphed_step_s") or 0) * 1e3 or None, ".2f")],
+        *[[f"GPU epoch, {k} batches sampled a call (s, each round)",
+           ", ".join(f"{v:.3f}" for v in get("bulk_sweep", f"bulk{k}_epoch_s") or [])]
+          for k in (8, 16, 32)],
         ["bf16 epoch / fp32 epoch", fmt(
             get("epoch_gpu_bf16", "epoch_s") / gpu_epoch
             if get("epoch_gpu_bf16", "epoch_s") and gpu_epoch else None, ".2f")],
