@@ -16,6 +16,8 @@ past ``--deadline`` seconds is skipped and says so):
   message graphs built once, those graphs' matrices alone, and the step captured as a CUDA graph
   and replayed (its device time; the replay's loss checked against the eager step's);
 * ``bulk_sweep`` — the epoch with 8, 16 and 32 batches sampled a call, interleaved, twice;
+* ``ahead_ab`` — the epoch and its busy share with the step's message graphs made ahead in the
+  pipeline's thread (the default) and made in the step, interleaved;
 * ``busy`` — share of one GPU training epoch's wall time with a kernel running (torch profiler,
   cut to the epoch), with and without the second stream;
 * ``sampler`` — sampled edges per second: the GPU sampler (Triton hop kernel, and its tensor code)
@@ -395,6 +397,35 @@ def _matrices(graphs: list[MessageGraph]) -> None:
             graph.adjacency_t("mean")
 
 
+@contextlib.contextmanager
+def graphs_made_in_the_step():
+    """Training as before GraphsAhead: the pipeline's thread hands each batch on without its
+    graphs, so the step makes them (the control of ``ahead_ab``)."""
+    from shardgnn.train.minibatch import GraphsAhead
+
+    original = GraphsAhead.__call__
+    GraphsAhead.__call__ = lambda self, batch: batch
+    try:
+        yield
+    finally:
+        GraphsAhead.__call__ = original
+
+
+def ahead_ab(graph: Graph, device: str, rounds: int = 3) -> dict:
+    """The default epoch with the step's graphs made ahead in the pipeline's thread, and made in
+    the step, in turn, ``rounds`` times; then the busy share of each."""
+    out: dict = {"ahead_epoch_s": [], "in_step_epoch_s": []}
+    for _ in range(rounds):
+        out["ahead_epoch_s"].append(epoch_run(graph, device)["epoch_s"])
+        with graphs_made_in_the_step():
+            out["in_step_epoch_s"].append(epoch_run(graph, device)["epoch_s"])
+    if device.startswith("cuda"):
+        out["ahead_busy_share"] = gpu_busy(graph, device)["busy_share"]
+        with graphs_made_in_the_step():
+            out["in_step_busy_share"] = gpu_busy(graph, device)["busy_share"]
+    return out
+
+
 def step_anatomy(graph: Graph, device: torch.device, repeats: int = 40) -> dict:
     """Where one training step's time goes, on one sampled batch held fixed (sampling and the row
     gather are the epoch's stages): ``loop_step_s``, the loop's step as training runs it (message
@@ -608,6 +639,7 @@ def main(argv=None) -> None:
     section("epoch_gpu", 40, lambda: epoch_run(graph, dev))
     section("step_anatomy", 20, lambda: step_anatomy(graph, device))
     section("bulk_sweep", 40, lambda: bulk_sweep(graph, dev))
+    section("ahead_ab", 40, lambda: ahead_ab(graph, dev))
     section("sampler", 30, lambda: sampler_rates(graph, device))
     section("epoch_gpu_one_batch", 30, lambda: epoch_run(graph, dev, bulk=1))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
@@ -672,6 +704,12 @@ def summary(r: dict) -> str:
                    for k in ("graphs_s", "graphs_and_matrices_s"))],
         ["— that step as a CUDA graph, replayed (ms)",
          fmt((get("step_anatomy", "graphed_step_s") or 0) * 1e3 or None, ".2f")],
+        ["GPU epoch, graphs made ahead / in the step (s, each round)", " / ".join(
+            ", ".join(f"{v:.3f}" for v in get("ahead_ab", key) or [])
+            for key in ("ahead_epoch_s", "in_step_epoch_s"))],
+        ["GPU busy share, graphs made ahead / in the step", " / ".join(
+            fmt(get("ahead_ab", key), ".2f")
+            for key in ("ahead_busy_share", "in_step_busy_share"))],
         *[[f"GPU epoch, {k} batches sampled a call (s, each round)",
            ", ".join(f"{v:.3f}" for v in get("bulk_sweep", f"bulk{k}_epoch_s") or [])]
           for k in (8, 16, 32)],

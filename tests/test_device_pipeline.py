@@ -383,3 +383,53 @@ def test_windowed_rows_fetch_a_group_of_batches_in_one_gather(small_graph):
     assert store.rows < sum(b.sample.input_nodes.shape[0] for b in got)  # shared rows once
     for batch in got:
         assert torch.equal(batch.x_SF, direct.gather(batch.sample.input_nodes))
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gin"])
+def test_graphs_made_ahead_train_as_graphs_made_in_the_step(small_graph, monkeypatch, model):
+    """`GraphsAhead` (what the GPU pipeline's thread runs on each batch): once a step has run, a
+    batch's graphs come with the matrices that step asked for made, and a step on them computes
+    what a step making its own computes, to the bit (the torch sparse path, the one a GPU runs)."""
+    from shardgnn.nn import message_graph
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.models import build_model
+    from shardgnn.nn.targets import ClassTarget
+    from shardgnn.timing import StageTimer
+    from shardgnn.train.minibatch import GraphsAhead, minibatch_step, node_objective
+
+    monkeypatch.setattr(message_graph, "USE_KERNELS", False)
+    g = small_graph
+    loader = MiniBatchLoader(
+        g.train_idx, NeighborSampler(g.indptr, g.indices, SamplerConfig(fanouts=(4, 3))),
+        LocalFeatureStore(torch.from_numpy(np.asarray(g.x))),
+        LocalFeatureStore(torch.from_numpy(np.asarray(g.y))), batch_size=64, shuffle=True, seed=3,
+    )  # fmt: skip
+    loader.set_epoch(0)
+    first, second = [batch for _, batch in zip(range(2), loader)]
+    target = ClassTarget(g.num_classes)
+
+    def trainer(ahead=None):
+        torch.manual_seed(0)
+        config = ModelConfig(model=model, hidden=8, num_layers=2, dropout=0.0)
+        module = build_model(config, g.x.shape[1], g.num_classes)
+        optimizer = torch.optim.Adam(module.parameters(), lr=1e-2)
+        step = minibatch_step(module, optimizer, device=CPU, timer=StageTimer(),
+                              objective=node_objective(target), ahead=ahead)  # fmt: skip
+        return module, step
+
+    ahead = GraphsAhead(CPU)
+    assert ahead(first) is first  # nothing learnt yet: the step makes its graphs
+    module_a, step_a = trainer(ahead)
+    module_b, step_b = trainer()
+    assert step_a(first).loss == step_b(first).loss
+    assert all(norms for norms, _ in ahead.asked)  # every layer multiplied by a matrix
+    made = ahead(second)
+    assert made.graphs is not None and len(made.graphs) == 2 and ahead.made == 1
+    for graph, asked in zip(made.graphs, ahead.asked):
+        assert graph.matrices_made() == asked
+        # the parts a stream must mark: the graph's own, then each cached matrix's three
+        parts = list(graph.tensors())
+        assert len(parts) >= 3 * (len(asked[0]) + len(asked[1])) + 2
+    assert torch.equal(step_a(made).loss, step_b(second).loss)
+    for p_a, p_b in zip(module_a.parameters(), module_b.parameters(), strict=True):
+        assert torch.equal(p_a, p_b)

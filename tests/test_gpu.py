@@ -155,6 +155,9 @@ def test_staged_cpu_sampling_trains_as_gpu_sampling():
     tiered = _train("cuda", gpu=DeviceConfig(feature_memory="10%", hot_policy="presample"))
     assert "side" in gpu["epochs"][-1]["stages"] and "side" not in serial["epochs"][-1]["stages"]
     assert gpu["gpu_pipeline"]["sampler_kernel"] == "triton"
+    # the second stream's thread made the step's graphs from the second batch on; serially, none
+    assert gpu["gpu_pipeline"]["graphs_made_ahead"] > 0
+    assert serial["gpu_pipeline"]["graphs_made_ahead"] == 0
     for other in (serial, staged, tiered):
         assert np.allclose(
             [e["loss"] for e in gpu["epochs"]], [e["loss"] for e in other["epochs"]], rtol=1e-4

@@ -83,7 +83,9 @@ class DeviceStaging:
     """Makes each batch of ``batches`` on a side stream of ``device`` (run it inside the prefetch
     thread: the side stream's work then overlaps the caller's compute). ``copy``: the batches are
     host tensors, pinned and copied to the device there; else they are made on the device (GPU
-    sampling and gathering, whose kernels then run on the side stream)."""
+    sampling and gathering, whose kernels then run on the side stream). ``prepare``, when given,
+    runs there too, on each batch once it is on the device (the training step's message graphs
+    made ahead: :class:`shardgnn.train.minibatch.GraphsAhead`)."""
 
     def __init__(
         self,
@@ -92,9 +94,10 @@ class DeviceStaging:
         timer: StageTimer,
         copy: bool = True,
         after: torch.cuda.Stream | None = None,
+        prepare: Callable[[MiniBatch], MiniBatch] | None = None,
     ):
         self.batches, self.device, self.timer, self.copy = batches, device, timer, copy
-        self.after = after
+        self.after, self.prepare = after, prepare
 
     def __len__(self) -> int:
         return len(self.batches)  # type: ignore[arg-type]
@@ -122,6 +125,8 @@ class DeviceStaging:
                         batch = map_batch(batch, lambda t: t.pin_memory())
                     start.record(stream)
                     batch = map_batch(batch, lambda t: t.to(self.device, non_blocking=True))
+                if self.prepare is not None:
+                    batch = self.prepare(batch)
                 done.record(stream)
                 yield StagedBatch(batch, start, done)
 
@@ -153,8 +158,13 @@ class DeviceReady:
                 stream = torch.cuda.current_stream(item.batch.x_SF.device)
                 stream.wait_event(item.done)
                 # The copies were allocated on the side stream: their memory must not be reused
-                # before this stream is done with them.
-                map_batch(item.batch, _used_on(stream))
+                # before this stream is done with them (the graphs made ahead: theirs too).
+                mark = _used_on(stream)
+                map_batch(item.batch, mark)
+                for graph in item.batch.graphs or ():
+                    for t in graph.tensors():
+                        if t.is_cuda:  # dropout keys may stay on the host
+                            mark(t)
                 copies.append(item)
                 yield item.batch
         finally:
@@ -171,7 +181,8 @@ class Staged:
     """``batches`` made in a background thread on a side stream, one batch ahead (``depth``:
     batches ready beyond the one computing): host batches copied to ``device`` there (``copy``;
     stage ``h2d``: the copies' device time), or batches made on the device (stage ``side``: the
-    side stream's device time for sampling and gathering)."""
+    side stream's device time for sampling and gathering); ``prepare`` runs on each batch there
+    too (:class:`DeviceStaging`)."""
 
     def __init__(
         self,
@@ -180,16 +191,19 @@ class Staged:
         timer: StageTimer,
         depth: int = 1,
         copy: bool = True,
+        prepare: Callable[[MiniBatch], MiniBatch] | None = None,
     ):
         self.batches, self.device, self.timer, self.depth = batches, device, timer, depth
-        self.copy = copy
+        self.copy, self.prepare = copy, prepare
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __iter__(self) -> Iterator[MiniBatch]:
         after = torch.cuda.current_stream(self.device)
-        staging = DeviceStaging(self.batches, self.device, self.timer, self.copy, after)
+        staging = DeviceStaging(
+            self.batches, self.device, self.timer, self.copy, after, self.prepare
+        )
         stage = "h2d" if self.copy else "side"
         return iter(DeviceReady(Prefetcher(staging, self.depth), self.timer, stage))
 

@@ -41,6 +41,11 @@ class MiniBatch:
     edge_attr: tuple[torch.Tensor, ...] | None = None
     """with edge features: the rows of each block's edges (``blocks[l].edge_ids_E``), per
     layer, else None"""
+    graphs: tuple[Any, ...] | None = None
+    """the training step's message graphs of ``sample.blocks``, made ahead in the pipeline's
+    thread with the sparse matrices the step will multiply by (each graph's ``tensors()`` yields
+    what it holds on the device), or None: the step makes them
+    (:class:`shardgnn.train.minibatch.GraphsAhead`)"""
 
     def model_history(self, device: torch.device) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
         """``history`` as the model takes it: ``{layer: (mask_S, rows_HF)}``."""

@@ -18,6 +18,7 @@ Shape legend: ``S`` src nodes, ``D`` dst nodes (the first ``D`` src nodes are th
 from __future__ import annotations
 
 import warnings
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -140,6 +141,27 @@ class MessageGraph:
     @property
     def num_edges(self) -> int:
         return int(self.indices_E.shape[0])
+
+    def matrices_made(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The norms of the sparse matrices made so far: ``(adjacency's, adjacency_t's)``."""
+        return tuple(self._adj), tuple(self._adj_t)
+
+    def make_matrices(self, norms: Iterable[str], transposed_norms: Iterable[str]) -> None:
+        """Make (and cache) :meth:`adjacency` of each of ``norms`` and :meth:`adjacency_t` of each
+        of ``transposed_norms`` now, ahead of the products that will multiply by them."""
+        for norm in norms:
+            self.adjacency(norm)
+        for norm in transposed_norms:
+            self.adjacency_t(norm)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor this graph holds, its cached sparse matrices' parts included (what a
+        stream that uses the graph must mark as in use: ``record_stream``)."""
+        held = (self.indptr_D1, self.indices_E, self.edge_attr_ED, self.edge_weight_E,
+                self.node_keys_S, self.src_degree_S, self._edge_index)  # fmt: skip
+        yield from (t for t in held if t is not None)
+        for matrix in (*self._adj.values(), *self._adj_t.values()):
+            yield from (matrix.crow_indices(), matrix.col_indices(), matrix.values())
 
     @property
     def device(self) -> torch.device:

@@ -5,6 +5,7 @@ pipeline or the all-to-all one) is the caller's business, and that is what parit
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
@@ -47,6 +48,37 @@ def batch_graphs(
     return [MessageGraph.from_block(b, device, orig_ids, r) for b, r in zip(blocks, rows)]
 
 
+class GraphsAhead:
+    """Makes each batch's message graphs in the pipeline's thread (on its side stream), with the
+    sparse matrices the training step asked of the last batch's graphs, so that the step finds
+    them made: on a GPU their tensor ops cost the training thread 1.4 ms of host time a step
+    (BENCHMARKS section 18e) and now run beside it. Until a step has run it makes nothing (the
+    step then makes its graphs itself, as without it). Call it on a batch; the step calls
+    :meth:`learn` with the graphs it ran on."""
+
+    def __init__(self, device: torch.device, orig_ids: np.ndarray | None = None):
+        self.device, self.orig_ids = device, orig_ids
+        # per layer: the norms of the matrices and of the transposes the last step made; a new
+        # tuple replaces the old one whole, so the pipeline's thread reads one or the other
+        self.asked: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] | None = None
+        self.made = 0
+        """batches whose graphs were made here"""
+
+    def learn(self, graphs: list[MessageGraph]) -> None:
+        """What the step asked of ``graphs`` (their matrices, after its backward pass)."""
+        self.asked = tuple(graph.matrices_made() for graph in graphs)
+
+    def __call__(self, batch: MiniBatch) -> MiniBatch:
+        asked = self.asked
+        if asked is None or len(asked) != len(batch.sample.blocks):
+            return batch
+        graphs = batch_graphs(batch, self.device, self.orig_ids)
+        for graph, (norms, transposed_norms) in zip(graphs, asked):
+            graph.make_matrices(norms, transposed_norms)
+        self.made += 1
+        return dataclasses.replace(batch, graphs=tuple(graphs))
+
+
 Objective = Callable[[torch.nn.Module, list[MessageGraph], MiniBatch, torch.device], Outcome]
 """What a training step computes from a batch: ``objective(module, graphs, batch, device)``."""
 
@@ -86,6 +118,7 @@ def minibatch_step(
     embedding: EmbeddingTable | DistEmbeddingTable | None = None,
     history: HistoricalEmbeddings | None = None,
     precision: str = "fp32",
+    ahead: GraphsAhead | None = None,
 ) -> Callable[[MiniBatch], StepResult]:
     """The optimiser step over one :class:`MiniBatch` (the ``step`` of
     :func:`~shardgnn.train.epoch.batch_epoch`); ``module`` may be a DDP wrapper (its backward
@@ -99,12 +132,14 @@ def minibatch_step(
     forward pass computed (a collective, once per batch on every rank). ``precision``: ``bf16``
     runs the objective (forward pass and loss) under bf16 autocast
     (:func:`shardgnn.precision.precision_context`); the backward pass and the optimiser step run
-    outside it, on fp32 parameters.
+    outside it, on fp32 parameters. A batch's graphs made ahead (``batch.graphs``) are used as
+    they are; ``ahead`` learns from every step what its graphs were asked for.
     """
 
     def step(batch: MiniBatch) -> StepResult:
         with timer("compute"):
-            graphs = batch_graphs(batch, device, orig_ids)
+            made = batch.graphs
+            graphs = batch_graphs(batch, device, orig_ids) if made is None else list(made)
             optimizer.zero_grad(set_to_none=True)
             if embedding is not None:
                 batch.x_SF.requires_grad_(True)
@@ -112,6 +147,8 @@ def minibatch_step(
                 outcome = objective(module, graphs, batch, device)
             outcome.loss.backward()
             optimizer.step()
+            if ahead is not None:
+                ahead.learn(graphs)
         if embedding is not None:
             with timer("embed"):
                 grad_SD = batch.x_SF.grad[:, -embedding.dim :]

@@ -37,7 +37,12 @@ from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
-from shardgnn.train.minibatch import evaluate_batches, node_objective, train_epoch_batches
+from shardgnn.train.minibatch import (
+    GraphsAhead,
+    evaluate_batches,
+    node_objective,
+    train_epoch_batches,
+)
 from shardgnn.train.setup import (
     adam,
     dataset_record,
@@ -188,10 +193,13 @@ class LocalSteps(Steps):
             edge_rows=edge_rows,
         )
         self.train_stream = self.train_loader
-        if self.device.type == "cuda" and self.pipeline is None:
-            self.train_stream = Staged(self.train_loader, self.device, self.timer)
-        elif self.pipeline is not None and config.gpu.overlap:
-            self.train_stream = Staged(self.train_loader, self.device, self.timer, copy=False)
+        # batches made in a thread on a side stream: the step's graphs are made there too
+        self.ahead = None
+        staged = self.device.type == "cuda" and (self.pipeline is None or config.gpu.overlap)
+        if staged:
+            self.ahead = GraphsAhead(self.device)
+            self.train_stream = Staged(self.train_loader, self.device, self.timer,
+                                       copy=self.pipeline is None, prepare=self.ahead)  # fmt: skip
         # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
         self.layerwise = None
         if config.layerwise_eval:
@@ -229,6 +237,7 @@ class LocalSteps(Steps):
             objective=node_objective(self.target),
             embedding=self.embedding,
             precision=self.config.precision,
+            ahead=self.ahead,
         )
         if trained is None:
             return None
@@ -295,6 +304,9 @@ class LocalSteps(Steps):
         )
         if self.pipeline is not None:
             extra["gpu_pipeline"] = self.pipeline.stats()
+            # how many training batches came with their graphs made ahead (GraphsAhead)
+            made = 0 if self.ahead is None else self.ahead.made
+            extra["gpu_pipeline"]["graphs_made_ahead"] = made
         return extra
 
 
