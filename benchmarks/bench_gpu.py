@@ -16,6 +16,8 @@ past ``--deadline`` seconds is skipped and says so):
   message graphs built once, those graphs' matrices alone, and the step captured as a CUDA graph
   and replayed (its device time; the replay's loss checked against the eager step's);
 * ``bulk_sweep`` — the epoch with 8, 16 and 32 batches sampled a call, interleaved, twice;
+* ``captured_ab`` — the epoch with ``--cuda-graphs`` against the default, interleaved, and its
+  busy share;
 * ``ahead_ab`` — the epoch and its busy share with the step's message graphs made ahead in the
   pipeline's thread (the default) and made in the step, interleaved;
 * ``busy`` — share of one GPU training epoch's wall time with a kernel running (torch profiler,
@@ -426,6 +428,21 @@ def ahead_ab(graph: Graph, device: str, rounds: int = 3) -> dict:
     return out
 
 
+def captured_ab(graph: Graph, device: str, rounds: int = 3) -> dict:
+    """The default epoch and the epoch with ``--cuda-graphs`` in turn, ``rounds`` times (epoch 2
+    of each run: epoch 1 holds the captures); then the busy share and the replay counts."""
+    graphed = DeviceConfig(cuda_graphs=True)
+    out: dict = {"eager_epoch_s": [], "graphed_epoch_s": []}
+    for _ in range(rounds):
+        out["eager_epoch_s"].append(epoch_run(graph, device)["epoch_s"])
+        run = epoch_run(graph, device, gpu=graphed)
+        out["graphed_epoch_s"].append(run["epoch_s"])
+        out["graphed_pipeline"] = run["gpu_pipeline"]
+    if device.startswith("cuda"):
+        out["graphed_busy_share"] = gpu_busy(graph, device, gpu=graphed)["busy_share"]
+    return out
+
+
 def step_anatomy(graph: Graph, device: torch.device, repeats: int = 40) -> dict:
     """Where one training step's time goes, on one sampled batch held fixed (sampling and the row
     gather are the epoch's stages): ``loop_step_s``, the loop's step as training runs it (message
@@ -640,6 +657,7 @@ def main(argv=None) -> None:
     section("step_anatomy", 20, lambda: step_anatomy(graph, device))
     section("bulk_sweep", 40, lambda: bulk_sweep(graph, dev))
     section("ahead_ab", 40, lambda: ahead_ab(graph, dev))
+    section("captured_ab", 50, lambda: captured_ab(graph, dev) if device.type == "cuda" else None)
     section("sampler", 30, lambda: sampler_rates(graph, device))
     section("epoch_gpu_one_batch", 30, lambda: epoch_run(graph, dev, bulk=1))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
@@ -704,6 +722,10 @@ def summary(r: dict) -> str:
                    for k in ("graphs_s", "graphs_and_matrices_s"))],
         ["— that step as a CUDA graph, replayed (ms)",
          fmt((get("step_anatomy", "graphed_step_s") or 0) * 1e3 or None, ".2f")],
+        ["GPU epoch, eager / --cuda-graphs (s, each round)", " / ".join(
+            ", ".join(f"{v:.3f}" for v in get("captured_ab", key) or [])
+            for key in ("eager_epoch_s", "graphed_epoch_s"))],
+        ["GPU busy share, --cuda-graphs", fmt(get("captured_ab", "graphed_busy_share"), ".2f")],
         ["GPU epoch, graphs made ahead / in the step (s, each round)", " / ".join(
             ", ".join(f"{v:.3f}" for v in get("ahead_ab", key) or [])
             for key in ("ahead_epoch_s", "in_step_epoch_s"))],

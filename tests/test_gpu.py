@@ -374,3 +374,69 @@ def test_known_answers_lookup_on_the_gpu_equals_the_cpu():
     kth_QK = scores_cpu.gather(1, best_cpu)[:, -1:]
     picked_QK = scores_cpu.gather(1, best_gpu.cpu())
     assert bool((picked_QK >= kth_QK - 1e-4).all())
+
+
+@pytest.mark.parametrize("model", ["sage", "gin"])
+def test_a_captured_step_is_the_eager_step(graph, model):
+    """`--cuda-graphs`: a batch's step captured (its bucket's first) and then replayed on other
+    batches gives the eager step's loss and weights, dropout on, from the same weights and Adam
+    state; a second batch of the bucket replays without a new capture."""
+    from shardgnn.loader.pipeline import MiniBatchLoader
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.models import build_model
+    from shardgnn.nn.targets import ClassTarget
+    from shardgnn.timing import StageTimer
+    from shardgnn.train.captured import CapturedSteps
+    from shardgnn.train.config import OptimConfig
+    from shardgnn.train.minibatch import minibatch_step, node_objective
+    from shardgnn.train.setup import adam
+
+    sampler = DeviceNeighborSampler(
+        graph.indptr, graph.indices, SamplerConfig(fanouts=(10, 5)), CUDA
+    )
+    features = DeviceFeatureStore(graph.x, CUDA)
+    labels = DeviceFeatureStore(torch.from_numpy(np.asarray(graph.y)), CUDA)
+    loader = MiniBatchLoader(graph.train_idx, sampler, features, labels, batch_size=256,
+                             shuffle=True, seed=1)  # fmt: skip
+    loader.set_epoch(0)
+    batches = [b for _, b in zip(range(6), loader)]
+    target = ClassTarget(graph.num_classes)
+
+    def trainer():
+        torch.manual_seed(0)
+        config = ModelConfig(model=model, hidden=32, num_layers=2, dropout=0.5)
+        module = build_model(config, graph.x.shape[1], graph.num_classes).to(CUDA)
+        module.use_hashed_dropout(5)
+        module.train()
+        return module, adam(module.parameters(), OptimConfig(lr=1e-2))
+
+    eager_module, eager_opt = trainer()
+    eager = minibatch_step(eager_module, eager_opt, device=CUDA, timer=StageTimer(),
+                           objective=node_objective(target))  # fmt: skip
+    module, opt = trainer()
+    captured = CapturedSteps(module, opt, target)
+    for batch in batches:
+        want, got = eager(batch), captured.step(batch)
+        assert got is not None
+        torch.testing.assert_close(got.loss.float(), want.loss.float(), rtol=1e-5, atol=1e-6)
+        assert int(got.correct) == int(want.correct) and got.count == want.count
+    assert captured.replays == len(batches) and len(captured.captured) < len(batches)
+    assert module.dropout_step == eager_module.dropout_step
+    for a, b in zip(module.parameters(), eager_module.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["sage", "gin"])
+def test_cuda_graphs_train_as_eager_steps(model):
+    from shardgnn.loader.config import DeviceConfig
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.train.captured import MAX_GRAPHS
+
+    eager = _train("cuda", model=ModelConfig(model=model))
+    graphed = _train("cuda", model=ModelConfig(model=model), gpu=DeviceConfig(cuda_graphs=True))
+    stats = graphed["gpu_pipeline"]
+    assert stats["steps_replayed"] > 0 and 1 <= stats["graphs_captured"] <= MAX_GRAPHS
+    assert stats["graphs_made_ahead"] == 0  # a captured step makes its graphs in the graph
+    losses = [[e["loss"] for e in run["epochs"]] for run in (eager, graphed)]
+    assert np.allclose(*losses, rtol=2e-3, atol=1e-4), losses
+    assert abs(eager["test_acc"] - graphed["test_acc"]) < 0.02

@@ -44,7 +44,7 @@ def _sparse_mask(rows, cols, seed, threshold, scale):
 
 def _device_mask(
     h: torch.Tensor,
-    seed: int,
+    seed: int | torch.Tensor,
     threshold: np.uint64,
     scale: np.float32,
     row_offset: int,
@@ -67,14 +67,19 @@ def _threshold(p: float) -> np.uint64:
 
 
 def hashed_dropout(
-    h: torch.Tensor, p: float, seed: int, row_offset: int = 0, row_ids: torch.Tensor | None = None
+    h: torch.Tensor,
+    p: float,
+    seed: int | torch.Tensor,
+    row_offset: int = 0,
+    row_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Dropout of ``h`` (dense ``[R, F]`` or sparse COO) whose rows are nodes
     ``row_offset .. row_offset + R - 1`` (or the global ids ``row_ids``, e.g. a sampled block's
     source nodes); kept entries are scaled by ``1 / (1 - p)``.
 
     Differentiable (the gradient is masked the same way). ``seed`` should differ per call
-    (e.g. ``mix_seed(base, step, layer)``); it must be below 2**63.
+    (e.g. ``mix_seed(base, step, layer)``); it must be below 2**63. It may be a 0-dim int64
+    tensor on ``h``'s device (a captured CUDA graph's, filled before each replay).
     """
     if p == 0.0:
         return h
@@ -84,6 +89,7 @@ def hashed_dropout(
     threshold = _threshold(p)
     if h.device.type != "cpu" and not is_sparse(h):
         return h * _device_mask(h, seed, threshold, scale, row_offset, row_ids)
+    seed = int(seed)  # a tensor's read here: the host kernels take a number
     ids = None if row_ids is None else row_ids.detach().cpu().numpy().astype(np.int64, copy=False)
     if ids is not None and ids.shape[0] != h.shape[0]:
         raise ValueError(f"{ids.shape[0]} row ids for {h.shape[0]} rows")

@@ -43,6 +43,9 @@ class GNN(nn.Module):
         self.activation = activation
         self.dropout_seed: int | None = None
         self.dropout_step = 0
+        # a captured training step's seeds, one per layer, on the device (shardgnn.train.captured
+        # fills them before each replay): the seeds a replay cannot compute in Python
+        self.dropout_seeds: torch.Tensor | None = None
 
     def use_hashed_dropout(self, seed: int) -> None:
         """Draw dropout masks from ``(seed, training step, layer, original node id, column)``
@@ -58,7 +61,11 @@ class GNN(nn.Module):
             return h
         if self.dropout_seed is None:
             return dropout(h, p, True)
-        seed = mix_seed(self.dropout_seed, self.dropout_step, layer)
+        seed = (
+            mix_seed(self.dropout_seed, self.dropout_step, layer)
+            if self.dropout_seeds is None
+            else self.dropout_seeds[layer]
+        )
         if graph.node_keys_S is not None:
             return hashed_dropout(h, p, seed, row_ids=graph.node_keys_S)
         assert graph.num_src == graph.num_dst, (

@@ -27,6 +27,10 @@ DEFAULT_BATCH_SIZE = 1024
 MIN_AUTO_BATCH_SIZE = 32
 """The smallest batch node classification picks by itself on a small training set."""
 
+CAPTURED_MODELS = ("sage", "gin")
+"""the models whose training step ``--cuda-graphs`` captures (shardgnn.train.captured): their
+sparse matrices are made without a host read (GCN's drops self-loops by a mask, attention
+softmaxes by segment)"""
 LAYERWISE_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
 """the homogeneous models layer-wise inference runs (:mod:`shardgnn.fullgraph.inference`)"""
 
@@ -210,6 +214,8 @@ def _check_combinations(config: Any) -> None:
                 config, "cluster_halo", f"must lie in [0, {config.model.num_layers}] (the layers)"
             )
     _check_historical(config)
+    if config.gpu.cuda_graphs:
+        _check_cuda_graphs(config)
     bits = config.full.bits if config.mode == "full" else config.fetch_bits
     if config.error_feedback and bits == 32:
         flag = "--bits" if config.mode == "full" else "--fetch-bits"
@@ -247,6 +253,28 @@ def _check_combinations(config: Any) -> None:
             "evaluation (--eval-fanouts all -1) runs layer-wise over every local row at once; "
             "give sampled --eval-fanouts (e.g. 15,10,5) or use --feature-storage memory"
         )
+
+
+def _check_cuda_graphs(config: Any) -> None:
+    """What ``--cuda-graphs`` captures: a GraphSAGE or GIN step over sampled blocks, in fp32, on
+    a GPU (the recipe refuses it for other kinds of training)."""
+    why = None
+    if config.device.startswith("cpu"):
+        why = "runs on a GPU, and --device is cpu; give --device cuda"
+    elif config.model.model not in CAPTURED_MODELS:
+        why = (
+            f"captures {' and '.join(CAPTURED_MODELS)} steps so far, and --model is "
+            f"{config.model.model}; use --model sage or gin"
+        )
+    elif config.precision != "fp32":
+        why = f"captures fp32 steps so far, and --precision is {config.precision}; give fp32"
+    elif config.embedding.enabled:
+        why = "captures steps over feature rows, and learnable rows (--embedding-dim) are updated "
+        why += "outside the step; drop --embedding-dim"
+    elif config.sampler.ladies is not None:
+        why = "pads node-wise blocks, and --ladies weighs its edges; drop --ladies"
+    if why is not None:
+        raise ConfigError(f"--cuda-graphs {why}, or drop --cuda-graphs")
 
 
 def _check_historical(config: Any) -> None:

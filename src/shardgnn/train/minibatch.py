@@ -20,6 +20,7 @@ from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.embedding import EmbeddingTable
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.timing import StageTimer
+from shardgnn.train.captured import CapturedSteps
 from shardgnn.train.epoch import EpochRun, EpochSums, StepResult, batch_epoch
 
 
@@ -119,6 +120,7 @@ def minibatch_step(
     history: HistoricalEmbeddings | None = None,
     precision: str = "fp32",
     ahead: GraphsAhead | None = None,
+    captured: CapturedSteps | None = None,
 ) -> Callable[[MiniBatch], StepResult]:
     """The optimiser step over one :class:`MiniBatch` (the ``step`` of
     :func:`~shardgnn.train.epoch.batch_epoch`); ``module`` may be a DDP wrapper (its backward
@@ -133,10 +135,16 @@ def minibatch_step(
     runs the objective (forward pass and loss) under bf16 autocast
     (:func:`shardgnn.precision.precision_context`); the backward pass and the optimiser step run
     outside it, on fp32 parameters. A batch's graphs made ahead (``batch.graphs``) are used as
-    they are; ``ahead`` learns from every step what its graphs were asked for.
+    they are; ``ahead`` learns from every step what its graphs were asked for. ``captured``
+    replays the step as a CUDA graph where it takes the batch (``--cuda-graphs``).
     """
 
     def step(batch: MiniBatch) -> StepResult:
+        if captured is not None:
+            with timer("compute"):
+                replayed = captured.step(batch)
+            if replayed is not None:
+                return replayed
         with timer("compute"):
             made = batch.graphs
             graphs = batch_graphs(batch, device, orig_ids) if made is None else list(made)

@@ -44,7 +44,9 @@ DIST_FULL = WORKERS | settings(
 )  # fmt: skip
 PRECISION = settings("precision")
 """bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""
-GPU = settings("gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy", "gpu.overlap")
+GPU = settings(
+    "gpu.sampler_device", "gpu.feature_memory", "gpu.hot_policy", "gpu.overlap", "gpu.cuda_graphs"
+)
 """the GPU pipeline of single-process node classification (shardgnn.loader.device)"""
 LAYER_READS = {
     "gat": settings("model.heads", "model.attention_dropout"),

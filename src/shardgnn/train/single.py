@@ -26,7 +26,7 @@ from shardgnn.loader.device import Staged, device_pipeline
 from shardgnn.loader.pipeline import MiniBatchLoader
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN, build_model
-from shardgnn.nn.targets import LocalReducer, target_of_labels
+from shardgnn.nn.targets import ClassTarget, LocalReducer, target_of_labels
 from shardgnn.options import changed_settings
 from shardgnn.precision import precision_context
 from shardgnn.sampling.device import DeviceNeighborSampler
@@ -34,6 +34,7 @@ from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.embedding import input_store
 from shardgnn.store.feature import LocalFeatureStore
 from shardgnn.timing import StageTimer
+from shardgnn.train.captured import CapturedSteps
 from shardgnn.train.config import TrainConfig, apply_process_settings
 from shardgnn.train.epoch import EpochRun
 from shardgnn.train.loop import EpochRecord, Steps
@@ -196,8 +197,17 @@ class LocalSteps(Steps):
         # batches made in a thread on a side stream: the step's graphs are made there too
         self.ahead = None
         staged = self.device.type == "cuda" and (self.pipeline is None or config.gpu.overlap)
+        self.captured = None
+        if config.gpu.cuda_graphs:  # (on a GPU: the GPU settings are refused elsewhere)
+            if not isinstance(self.target, ClassTarget):
+                raise ConfigError(
+                    f"--cuda-graphs captures steps over class labels so far, and dataset "
+                    f"{g.name!r} has {g.label_kind} labels; drop --cuda-graphs"
+                )
+            self.captured = CapturedSteps(self.model, self.optimizer, self.target)
         if staged:
-            self.ahead = GraphsAhead(self.device)
+            # (a captured step makes its graphs inside the graph: none made ahead for it)
+            self.ahead = None if self.captured is not None else GraphsAhead(self.device)
             self.train_stream = Staged(self.train_loader, self.device, self.timer,
                                        copy=self.pipeline is None, prepare=self.ahead)  # fmt: skip
         # Full-neighbourhood evaluation runs layer-wise (every layer once per node).
@@ -238,6 +248,7 @@ class LocalSteps(Steps):
             embedding=self.embedding,
             precision=self.config.precision,
             ahead=self.ahead,
+            captured=self.captured,
         )
         if trained is None:
             return None
@@ -307,6 +318,10 @@ class LocalSteps(Steps):
             # how many training batches came with their graphs made ahead (GraphsAhead)
             made = 0 if self.ahead is None else self.ahead.made
             extra["gpu_pipeline"]["graphs_made_ahead"] = made
+            if self.captured is not None:
+                # training steps run as replayed CUDA graphs, and the graphs captured for them
+                extra["gpu_pipeline"]["steps_replayed"] = self.captured.replays
+                extra["gpu_pipeline"]["graphs_captured"] = len(self.captured.captured)
         return extra
 
 
