@@ -56,13 +56,17 @@ class GNN(nn.Module):
         self.dropout_seed = int(seed)
         self.dropout_step = 0
 
+    def layer_dropout_seed(self, layer: int) -> int:
+        """The seed of layer ``layer``'s dropout masks in this training step (hashed dropout)."""
+        return mix_seed(self.dropout_seed, self.dropout_step, layer)
+
     def _drop(self, h: torch.Tensor, p: float, graph, layer: int) -> torch.Tensor:
         if p == 0.0 or not self.training:
             return h
         if self.dropout_seed is None:
             return dropout(h, p, True)
         seed = (
-            mix_seed(self.dropout_seed, self.dropout_step, layer)
+            self.layer_dropout_seed(layer)
             if self.dropout_seeds is None
             else self.dropout_seeds[layer]
         )

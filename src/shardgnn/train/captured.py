@@ -35,7 +35,6 @@ from shardgnn.loader.pipeline import MiniBatch
 from shardgnn.nn.message_graph import MessageGraph
 from shardgnn.nn.models import GNN
 from shardgnn.nn.targets import ClassTarget
-from shardgnn.seeding import mix_seed
 from shardgnn.train.epoch import StepResult
 
 MAX_GRAPHS = 16
@@ -126,7 +125,8 @@ class CapturedSteps:
         self.captured: dict[tuple, _Captured] = {}
         self.replays = 0
         """batches trained by a replay"""
-        self._state: dict[tuple, torch.Tensor] | None = None
+        self._state: dict | None = None
+        """the optimiser's state dict the graphs were captured against"""
 
     def _state_tensors(self) -> dict[tuple, torch.Tensor]:
         """The weights and the optimiser's state, which a capture's runs change, by name."""
@@ -150,15 +150,10 @@ class CapturedSteps:
             or any(b.edge_weight_E is not None for b in batch.sample.blocks)
         ):
             return None
-        state = self._state_tensors()
-        if self._state is not None and (
-            state.keys() != self._state.keys()
-            or any(t is not self._state[name] for name, t in state.items())
-        ):
-            # the optimiser's state was replaced (a checkpoint loaded into it): the graphs
-            # would update the old tensors
+        if self.captured and self.optimizer.state is not self._state:
+            # the optimiser's state was replaced (a checkpoint loaded into it: load_state_dict
+            # swaps the whole dict): the graphs would update the old tensors
             self.captured.clear()
-            self._state = None
         key = padded_shape(batch)
         entry = self.captured.get(key)
         seeds = self._dropout_seeds(len(batch.sample.blocks))
@@ -179,10 +174,9 @@ class CapturedSteps:
 
     def _dropout_seeds(self, layers: int) -> list[int]:
         """The seeds the eager step's dropout would draw with (``GNN._drop``'s), per layer."""
-        base = self.module.dropout_seed
-        if base is None:
+        if self.module.dropout_seed is None:
             return [0] * layers
-        return [mix_seed(base, self.module.dropout_step, layer) for layer in range(layers)]
+        return [self.module.layer_dropout_seed(layer) for layer in range(layers)]
 
     def _capture(self, key: tuple, batch: MiniBatch, seeds: list[int]) -> _Captured:
         entry = _Captured.allocate(key, batch)
@@ -214,13 +208,15 @@ class CapturedSteps:
                 g["capturable"] = c
             self.module.dropout_seeds = None
             self.module.dropout_step = step
-        state = self._state_tensors()
         with torch.no_grad():
-            for name, t in state.items():
+            for name, t in self._state_tensors().items():
                 # the warm-up's changes undone; state it made (a first step's) starts at zero,
                 # as Adam's does
-                t.copy_(before[name]) if name in before else t.zero_()
-        self._state = state
+                if name in before:
+                    t.copy_(before[name])
+                else:
+                    t.zero_()
+        self._state = self.optimizer.state
         entry.graph = graph
         self.captured[key] = entry
         return entry
