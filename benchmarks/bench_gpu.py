@@ -14,14 +14,17 @@ past ``--deadline`` seconds is skipped and says so):
   sampled blocks' sizes);
 * ``step_anatomy`` — one sampled batch's training step held fixed: as the loop runs it, with its
   message graphs built once, those graphs' matrices alone, and the step captured as a CUDA graph
-  and replayed (its device time; the replay's loss checked against the eager step's);
+  and replayed (its device time; the replay's loss checked against the eager step's; again with
+  TF32 GEMMs), and the step's kernels by device time;
 * ``bulk_sweep`` — the epoch with 8, 16 and 32 batches sampled a call, interleaved, twice;
 * ``captured_ab`` — the epoch with ``--cuda-graphs`` against the default, interleaved, and its
   busy share;
+* ``captured_tf32`` — the ``--cuda-graphs`` epoch with TF32 GEMMs against fp32, interleaved;
 * ``ahead_ab`` — the epoch and its busy share with the step's message graphs made ahead in the
   pipeline's thread (the default) and made in the step, interleaved;
 * ``busy`` — share of one GPU training epoch's wall time with a kernel running (torch profiler,
-  cut to the epoch), with and without the second stream;
+  cut to epoch 2; and that kernel time over the same epoch unprofiled), with and without the
+  second stream;
 * ``sampler`` — sampled edges per second: the GPU sampler (Triton hop kernel, and its tensor code)
   against the numba kernels on every core;
 * ``profile`` — a torch profile of 20 GPU batches (op tables in ``gpu_profile.txt`` beside
@@ -252,29 +255,52 @@ def marked_epochs(sync_sites: collections.Counter | None = None):
         LocalSteps.train_epoch = original
 
 
-def _epoch_spans(prof) -> tuple[float, list[tuple[float, float]]]:
-    """The marked epoch's length (us) and the device kernels' spans inside it."""
+def _epoch_spans(prof) -> tuple[float, list[tuple[float, float, str]]]:
+    """The marked epoch's length (us) and the device kernels' spans inside it, with their names."""
     events = list(prof.events())
     marks = [e for e in events if e.name == "bench::train_epoch"]
     lo, hi = marks[-1].time_range.start, marks[-1].time_range.end
-    # device events that are work (kernels, copies); ranges such as the mark itself and
-    # "Optimizer.step" appear on the device timeline too, as user annotations (a first run of this
-    # function counted them and measured a busy share of 1.0)
     spans = sorted(
-        (max(e.time_range.start, lo), min(e.time_range.end, hi))
+        (max(e.time_range.start, lo), min(e.time_range.end, hi), e.name)
+        for e in _device_work(events)
+        if e.time_range.end > lo and e.time_range.start < hi
+    )
+    return hi - lo, [(a, b, n) for a, b, n in spans if b > a]
+
+
+def _device_work(events) -> list:
+    # device events that are work (kernels, copies); ranges such as a bench mark and
+    # "Optimizer.step" appear on the device timeline too, as user annotations (a first run of the
+    # busy share counted them and measured 1.0)
+    return [
+        e
         for e in events
         if e.device_type.name == "CUDA"
         and not getattr(e, "is_user_annotation", False)
         and not e.name.startswith(("bench::", "Optimizer."))
-        and e.time_range.end > lo
-        and e.time_range.start < hi
-    )
-    return hi - lo, [(a, b) for a, b in spans if b > a]
+    ]
+
+
+def _kernel_rows(spans: list[tuple[float, float, str]], per: int, top: int = 12) -> list[list]:
+    """Device work by name and total time: [name, ms per ``per``, launches per ``per``], the
+    ``top`` largest and then the rest summed."""
+    kernels: dict[str, list] = collections.defaultdict(lambda: [0.0, 0])
+    for start, end, name in spans:
+        k = kernels[name[:90]]
+        k[0] += (end - start) / 1e3 / per
+        k[1] += 1 / per
+    rows = sorted(([n, round(ms, 4), round(c, 1)] for n, (ms, c) in kernels.items()),
+                  key=lambda r: -r[1])  # fmt: skip
+    rest = rows[top:]
+    if rest:
+        rows[top:] = [["(the rest)", round(sum(r[1] for r in rest), 4),
+                       round(sum(r[2] for r in rest), 1)]]  # fmt: skip
+    return rows
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
     busy, cur_start, cur_end = 0.0, None, None
-    for s, e in spans:
+    for s, e, *_ in spans:
         if cur_end is None or s > cur_end:
             if cur_end is not None:
                 busy += cur_end - cur_start
@@ -284,22 +310,35 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return busy + (cur_end - cur_start if cur_end is not None else 0.0)
 
 
-def gpu_busy(graph: Graph, device: str, batches: int = 30, **kwargs) -> dict:
+def gpu_busy(graph: Graph, device: str, batches: int = 30, epochs: int = 2, **kwargs) -> dict:
     """Share of a GPU training epoch's wall time during which some kernel runs (union of kernel
-    spans inside the marked epoch: set-up copies and evaluation left out)."""
+    spans inside the last of ``epochs`` marked epochs: set-up copies, evaluation and epoch 1,
+    which holds first touches and ``--cuda-graphs``' captures, left out).
+
+    ``busy_share`` is measured under the profiler, whose recording of every host op slows the
+    host threads the device waits on; ``busy_share_unprofiled`` divides the same kernel time by
+    the same epoch's wall time in a run without the profiler (the kernels' device time does not
+    depend on the host's pace; their overlap might, so it is an estimate, capped at 1)."""
     from torch.profiler import ProfilerActivity, profile
 
     small = dataclasses.replace(graph, train_idx=graph.train_idx[: batches * BATCH])
-    run_training(train_config(device, epochs=1, **kwargs), graph=small)  # warm
+    # (also the warm-up run)
+    plain = run_training(train_config(device, epochs=epochs, **kwargs), graph=small)
     with marked_epochs(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
-        run_training(train_config(device, epochs=1, **kwargs), graph=small)
+        run_training(train_config(device, epochs=epochs, **kwargs), graph=small)
     wall, spans = _epoch_spans(p)
+    busy = _union(spans)
+    plain_us = plain["epochs"][-1]["time_s"] * 1e6
     return {
         "batches": batches,
+        "epoch": epochs,
         "epoch_us": wall,
-        "busy_us": _union(spans),
-        "busy_share": _union(spans) / wall,
+        "busy_us": busy,
+        "busy_share": busy / wall,
+        "unprofiled_epoch_us": plain_us,
+        "busy_share_unprofiled": min(1.0, busy / plain_us),
         "kernels_per_batch": len(spans) / batches,
+        "epoch_kernels_ms_per_batch": _kernel_rows(spans, batches, top=16),
     }
 
 
@@ -439,7 +478,28 @@ def captured_ab(graph: Graph, device: str, rounds: int = 3) -> dict:
         out["graphed_epoch_s"].append(run["epoch_s"])
         out["graphed_pipeline"] = run["gpu_pipeline"]
     if device.startswith("cuda"):
-        out["graphed_busy_share"] = gpu_busy(graph, device, gpu=graphed)["busy_share"]
+        busy = gpu_busy(graph, device, gpu=graphed)
+        out["graphed_busy_share"] = busy["busy_share"]
+        out["graphed_busy_share_unprofiled"] = busy["busy_share_unprofiled"]
+        out["graphed_busy"] = busy
+    return out
+
+
+def captured_tf32(graph: Graph, device: str, rounds: int = 2) -> dict:
+    """The ``--cuda-graphs`` epoch with fp32 GEMMs on the tensor cores (TF32) and without, in
+    turn: what a TF32 setting would be worth to the epoch (no setting has it yet)."""
+    graphed = DeviceConfig(cuda_graphs=True)
+    out: dict = {"fp32_epoch_s": [], "tf32_epoch_s": []}
+    matmul = torch.backends.cuda.matmul.allow_tf32
+    for _ in range(rounds):
+        out["fp32_epoch_s"].append(epoch_run(graph, device, gpu=graphed)["epoch_s"])
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            run = epoch_run(graph, device, gpu=graphed)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+        out["tf32_epoch_s"].append(run["epoch_s"])
+        out["tf32_val_acc"] = run["val_acc"]
     return out
 
 
@@ -525,7 +585,36 @@ def step_anatomy(graph: Graph, device: torch.device, repeats: int = 40) -> dict:
     out["graphed_loss_rel_diff"] = abs(float(captured_loss) - eager_loss) / abs(eager_loss)
     out["graphed_step_s"] = per_step(graph_.replay)
     out["host_share_of_model_step"] = 1 - out["graphed_step_s"] / out["model_step_s"]
+    out["step_kernels_ms"] = _kernel_table(model_step, steps=10)
+    # the same step with fp32 GEMMs on the tensor cores (TF32): what the GEMMs' share is worth
+    matmul = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        tf32 = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                model_step()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(tf32):
+            model_step()
+        out["graphed_step_tf32_s"] = per_step(tf32.replay)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
     return out
+
+
+def _kernel_table(step, steps: int) -> list[list]:
+    """:func:`_kernel_rows` of ``steps`` runs of ``step`` (a step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    spans = [(e.time_range.start, e.time_range.end, e.name) for e in _device_work(prof.events())]
+    return _kernel_rows(spans, steps)
 
 
 def fullgraph_step(graph: Graph, device: torch.device) -> dict:
@@ -658,6 +747,9 @@ def main(argv=None) -> None:
     section("bulk_sweep", 40, lambda: bulk_sweep(graph, dev))
     section("ahead_ab", 40, lambda: ahead_ab(graph, dev))
     section("captured_ab", 50, lambda: captured_ab(graph, dev) if device.type == "cuda" else None)
+    section(
+        "captured_tf32", 40, lambda: captured_tf32(graph, dev) if device.type == "cuda" else None
+    )
     section("sampler", 30, lambda: sampler_rates(graph, device))
     section("epoch_gpu_one_batch", 30, lambda: epoch_run(graph, dev, bulk=1))
     section("floor", 15, lambda: floor_per_batch(graph, device, results.get("ceilings") or {}))
@@ -712,7 +804,8 @@ def summary(r: dict) -> str:
         ["epoch floor (s)", fmt(floor * batches if floor else None)],
         ["GPU epoch / floor",
          fmt(gpu_epoch / (floor * batches) if floor and gpu_epoch else None, ".1f")],
-        ["GPU busy share", fmt(get("busy", "busy_share"), ".2f")],
+        ["GPU busy share (profiled; kernel time over the unprofiled epoch)", " / ".join(
+            fmt(get("busy", k), ".2f") for k in ("busy_share", "busy_share_unprofiled"))],
         ["one batch held fixed: the loop's step (ms)",
          fmt((get("step_anatomy", "loop_step_s") or 0) * 1e3 or None, ".2f")],
         ["— graphs built once (ms)",
@@ -720,12 +813,21 @@ def summary(r: dict) -> str:
         ["— its message graphs alone; with their matrices and transposes (ms)",
          "; ".join(fmt((get("step_anatomy", k) or 0) * 1e3 or None, ".2f")
                    for k in ("graphs_s", "graphs_and_matrices_s"))],
-        ["— that step as a CUDA graph, replayed (ms)",
-         fmt((get("step_anatomy", "graphed_step_s") or 0) * 1e3 or None, ".2f")],
+        ["— that step as a CUDA graph, replayed (ms); with TF32 GEMMs", "; ".join(
+            fmt((get("step_anatomy", k) or 0) * 1e3 or None, ".2f")
+            for k in ("graphed_step_s", "graphed_step_tf32_s"))],
         ["GPU epoch, eager / --cuda-graphs (s, each round)", " / ".join(
             ", ".join(f"{v:.3f}" for v in get("captured_ab", key) or [])
             for key in ("eager_epoch_s", "graphed_epoch_s"))],
-        ["GPU busy share, --cuda-graphs", fmt(get("captured_ab", "graphed_busy_share"), ".2f")],
+        ["GPU busy share, --cuda-graphs (profiled; kernel time over the unprofiled epoch)",
+         " / ".join(fmt(get("captured_ab", k), ".2f")
+                    for k in ("graphed_busy_share", "graphed_busy_share_unprofiled"))],
+        ["GPU epoch, --cuda-graphs, fp32 / TF32 GEMMs (s, each round)", " / ".join(
+            ", ".join(f"{v:.3f}" for v in get("captured_tf32", key) or [])
+            for key in ("fp32_epoch_s", "tf32_epoch_s"))],
+        ["GPU epoch, --cuda-graphs / floor", fmt(
+            statistics.median(get("captured_ab", "graphed_epoch_s")) / (floor * batches)
+            if floor and get("captured_ab", "graphed_epoch_s") else None, ".1f")],
         ["GPU epoch, graphs made ahead / in the step (s, each round)", " / ".join(
             ", ".join(f"{v:.3f}" for v in get("ahead_ab", key) or [])
             for key in ("ahead_epoch_s", "in_step_epoch_s"))],
@@ -758,7 +860,22 @@ def summary(r: dict) -> str:
         ["2.4M-node graph GPU epoch (s)", fmt(get("big", "epoch_s"))],
     ]  # fmt: skip
     spmm_line = f"SpMM: {r.get('spmm_check')}\n"
-    return f"device: {r.get('device')}\n{spmm_line}" + format_table(["measure", "value"], rows)
+    text = f"device: {r.get('device')}\n{spmm_line}" + format_table(["measure", "value"], rows)
+    kernels = get("step_anatomy", "step_kernels_ms")
+    if kernels:
+        text += "\n\none step's kernels (the batch held fixed, graphs built once):\n"
+        text += format_table(["kernel", "ms a step", "launches a step"], kernels)
+    for section, key, what in (
+        ("busy", "epoch_kernels_ms_per_batch", "the default"),
+        ("captured_ab", "graphed_busy", "--cuda-graphs"),
+    ):
+        kernels = get(section, key)
+        if isinstance(kernels, dict):
+            kernels = kernels.get("epoch_kernels_ms_per_batch")
+        if kernels:
+            text += f"\n\nthe epoch's device work, {what} (both streams, per batch):\n"
+            text += format_table(["kernel", "ms a batch", "launches a batch"], kernels)
+    return text
 
 
 if __name__ == "__main__":

@@ -77,6 +77,18 @@ def test_a_padded_batch_trains_as_the_batch(small_graph, model, dropout):
     entry = _Captured.allocate(key, batch)
     seeds = [mix_seed(11, 5, layer) for layer in range(2)]
     entry.fill(batch, seeds)
+    for layer, b in enumerate(blocks):
+        # the padded edges: padded src rows into padded dst rows only, spread evenly over both
+        indptr, indices = entry.indptr[layer], entry.indices[layer]
+        assert torch.equal(indptr[: b.num_dst + 1], b.indptr_D1)
+        assert torch.equal(indices[: b.num_edges], b.indices_E)
+        pad = indices[b.num_edges :]
+        assert len(pad) == edges[layer] - b.num_edges and int(indptr[-1]) == edges[layer]
+        degrees = torch.diff(indptr[b.num_dst :])
+        assert int(degrees.max()) - int(degrees.min()) <= 1
+        assert pad.numel() == 0 or int(pad.min()) >= b.num_src
+        uses = torch.bincount(pad - b.num_src, minlength=rows[layer] - b.num_src)
+        assert int(uses.max()) - int(uses.min()) <= 1 and len(uses) == rows[layer] - b.num_src
     module.dropout_step = 5
     module.dropout_seeds = entry.seeds
     padded = module(entry.graphs(), entry.x_SF)

@@ -8,9 +8,12 @@ with ``8 <= m < 16`` (at most 1/8 more), and one graph is captured per bucket (a
 
 Padding leaves the real rows' results alone. Block ``l`` (input side first) gets ``P_l`` src rows
 (``P_l > S_l``) and ``P_{l+1}`` dst rows (``P_{l+1} > D_l``, and ``P_{l+1} <= P_l`` since
-``D_l <= S_l``); the padded edges all belong to the last (padded) dst row and point at the last
-(padded) src row. No real dst row has a padded edge, so real rows read real rows only, layer
-after layer; padded seeds get label ``-100``, which the loss and the score skip, and the loss is
+``D_l <= S_l``); the padded edges go from padded src rows to padded dst rows only, spread
+evenly over both (edge ``j`` of ``Q`` padded ones into padded dst row ``floor(j * R / Q)`` of
+``R``, from padded src row ``j mod R'`` of ``R'``: one row holding them all made the sparse
+products' row-parallel kernels wait on that row, 3.3x the eager step's SpMM time, BENCHMARKS
+18f). No real dst row has a padded edge, so real rows read real rows only, layer after layer;
+padded seeds get label ``-100``, which the loss and the score skip, and the loss is
 divided by the real seed count, a device scalar filled per batch.
 
 Dropout draws its masks from ``(seed, step, layer, node id, column)`` (:mod:`shardgnn.nn.dropout`);
@@ -69,6 +72,7 @@ class _Captured:
     y_B: torch.Tensor
     count: torch.Tensor
     seeds: torch.Tensor
+    arange: torch.Tensor
     graph: torch.cuda.CUDAGraph | None = None
     loss: torch.Tensor | None = None
     correct: torch.Tensor | None = None
@@ -88,6 +92,7 @@ class _Captured:
             y_B=torch.full((rows[-1],), IGNORED, dtype=batch.y.dtype, device=device),
             count=torch.zeros((), dtype=torch.float32, device=device),
             seeds=torch.zeros(len(edges), **long),
+            arange=torch.arange(max(*edges, *rows) + 1, **long),
         )
 
     def fill(self, batch: MiniBatch, seeds: list[int]) -> None:
@@ -99,10 +104,15 @@ class _Captured:
             self.keys[layer][: block.num_src].copy_(block.src_nodes_S)
             indptr, indices = self.indptr[layer], self.indices[layer]
             dst, edges = block.num_dst, block.num_edges
-            indptr[: dst + 1].copy_(block.indptr_D1)
-            indptr[dst + 1 : -1].fill_(edges)  # padded rows without edges; the last gets them
+            padded_dst = self.rows[layer + 1] - dst  # >= 1, as padded_src and its edges below
+            padded_src = self.rows[layer] - block.num_src
+            padded_edges = indices.shape[0] - edges
+            indptr[:dst].copy_(block.indptr_D1[:-1])
+            # (the sizes are host ints: no host wait; see the module's docstring for the spread)
+            torch.add(self.arange[: padded_dst + 1] * padded_edges // padded_dst, edges,
+                      out=indptr[dst:])  # fmt: skip
             indices[:edges].copy_(block.indices_E)
-            indices[edges:].fill_(self.rows[layer] - 1)
+            torch.add(self.arange[:padded_edges] % padded_src, block.num_src, out=indices[edges:])
         self.x_SF[: batch.x_SF.shape[0]].copy_(batch.x_SF)
         self.y_B.fill_(IGNORED)
         self.y_B[: batch.y.shape[0]].copy_(batch.y)
