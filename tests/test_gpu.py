@@ -164,6 +164,9 @@ def test_staged_cpu_sampling_trains_as_gpu_sampling():
         )
     assert 0 < tiered["gpu_pipeline"]["gpu_hit_rate"] < 1
     assert "h2d" in staged["epochs"][-1]["stages"]
+    # staged sampling also makes the step's graphs in its copying thread, and says so
+    assert staged["gpu_pipeline"]["sampler_device"] == "cpu"
+    assert staged["gpu_pipeline"]["graphs_made_ahead"] > 0
 
 
 def test_edge_rows_train_on_the_gpu_as_on_the_cpu():

@@ -313,15 +313,17 @@ class LocalSteps(Steps):
         extra["sampled_edges_per_s"] = (
             (self.sampled_edges / sample_time) if sample_time > 0 else None
         )
-        if self.pipeline is not None:
-            extra["gpu_pipeline"] = self.pipeline.stats()
+        if self.device.type == "cuda":
+            # (staged CPU sampling has no GPU pipeline of its own, but graphs made ahead and
+            # captured steps all the same)
+            stats = {"sampler_device": "cpu"} if self.pipeline is None else self.pipeline.stats()
             # how many training batches came with their graphs made ahead (GraphsAhead)
-            made = 0 if self.ahead is None else self.ahead.made
-            extra["gpu_pipeline"]["graphs_made_ahead"] = made
+            stats["graphs_made_ahead"] = 0 if self.ahead is None else self.ahead.made
             if self.captured is not None:
                 # training steps run as replayed CUDA graphs, and the graphs captured for them
-                extra["gpu_pipeline"]["steps_replayed"] = self.captured.replays
-                extra["gpu_pipeline"]["graphs_captured"] = len(self.captured.captured)
+                stats["steps_replayed"] = self.captured.replays
+                stats["graphs_captured"] = len(self.captured.captured)
+            extra["gpu_pipeline"] = stats
         return extra
 
 
