@@ -490,14 +490,10 @@ def captured_tf32(graph: Graph, device: str, rounds: int = 2) -> dict:
     turn: what a TF32 setting would be worth to the epoch (no setting has it yet)."""
     graphed = DeviceConfig(cuda_graphs=True)
     out: dict = {"fp32_epoch_s": [], "tf32_epoch_s": []}
-    matmul = torch.backends.cuda.matmul.allow_tf32
     for _ in range(rounds):
         out["fp32_epoch_s"].append(epoch_run(graph, device, gpu=graphed)["epoch_s"])
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
+        with _tf32():
             run = epoch_run(graph, device, gpu=graphed)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = matmul
         out["tf32_epoch_s"].append(run["epoch_s"])
         out["tf32_val_acc"] = run["val_acc"]
     return out
@@ -565,15 +561,7 @@ def step_anatomy(graph: Graph, device: torch.device, repeats: int = 40) -> dict:
     }
     if not cuda:
         return out
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graphs asks
-        for _ in range(3):
-            model_step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph_ = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph_):
-        captured_loss = model_step()
+    graph_, captured_loss = _captured(model_step)
     # the replay computes the eager step's loss from the same weights and optimiser state
     tensors = [t for p in model.parameters() for t in (p, *opt.state[p].values())]
     saved = [t.detach().clone() for t in tensors]
@@ -587,20 +575,35 @@ def step_anatomy(graph: Graph, device: torch.device, repeats: int = 40) -> dict:
     out["host_share_of_model_step"] = 1 - out["graphed_step_s"] / out["model_step_s"]
     out["step_kernels_ms"] = _kernel_table(model_step, steps=10)
     # the same step with fp32 GEMMs on the tensor cores (TF32): what the GEMMs' share is worth
-    matmul = torch.backends.cuda.matmul.allow_tf32
+    with _tf32():
+        out["graphed_step_tf32_s"] = per_step(_captured(model_step)[0].replay)
+    return out
+
+
+def _captured(step) -> tuple[torch.cuda.CUDAGraph, object]:
+    """``step`` captured in a CUDA graph (after torch's warm-up runs on a side stream), and what
+    the captured call returned."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = step()
+    return graph, result
+
+
+@contextlib.contextmanager
+def _tf32():
+    """fp32 GEMMs on the tensor cores (TF32) inside, as they were after."""
+    before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        tf32 = torch.cuda.CUDAGraph()
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                model_step()
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(tf32):
-            model_step()
-        out["graphed_step_tf32_s"] = per_step(tf32.replay)
+        yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-    return out
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _kernel_table(step, steps: int) -> list[list]:
