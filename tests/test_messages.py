@@ -249,6 +249,19 @@ def test_more_workers_than_cores_is_said_before_anything_starts(graph_dir, capsy
     assert f"warning: --workers 7 on {cores} CPU core" in err
 
 
+def test_more_threads_than_cores_is_said_and_the_run_goes_on(tmp_path, capsys):
+    cores = len(os.sched_getaffinity(0))
+    graph = tmp_path / "g"
+    save_graph(generate(SyntheticConfig(nodes=200, degree=4, classes=2, features=4)), graph)
+    for threads, warned in ((cores, False), (cores + 1, True)):
+        assert main(["train", f"graph:{graph}", "--threads", str(threads), *QUICK]) == 0
+        err = _error(capsys)
+        said = f"warning: --threads {threads} ({threads} torch threads) on {cores}"
+        assert (said in err) is warned
+        if warned:
+            assert f"than with --threads {cores}" in err and len(err.splitlines()) == 1, err
+
+
 def test_workers_refuse_an_empty_split_as_one_process_does(tmp_path, capsys):
     import dataclasses
 

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn train``."""
     config = train_config(args)
     _check_outputs(config)
-    _warn_oversubscribed(config.run.workers)
+    _warn_oversubscribed(config.run.workers, config.threads)
     if not config.run.distributed:
         from shardgnn.train.report import print_summary
         from shardgnn.train.single import run_training
@@ -163,18 +163,29 @@ def _check_outputs(config: TrainConfig) -> None:
             check_output_path(path, flag_for(TrainConfig, dest), folder=True)
 
 
-def _warn_oversubscribed(workers: int | None) -> None:
-    """One line when local workers outnumber the cores this process may run on: it runs, but each
-    worker gets a fraction of a core (and a collective waits for the slowest)."""
+def _warn_oversubscribed(workers: int | None, threads: int | None = None) -> None:
+    """One line when local workers, or the torch threads they run (``--threads``, per process),
+    outnumber the cores this process may run on: it runs, but each thread gets a fraction of a core
+    (and a collective waits for the slowest)."""
     from shardgnn.distributed.launch import available_cores
 
     cores = available_cores()
+    plural = "s" * (cores > 1)
     if workers is not None and cores and workers > cores:
         print(
-            f"shardgnn train: warning: --workers {workers} on {cores} CPU core"
-            f"{'s' * (cores > 1)}: the workers share cores, so epochs are slower than with "
-            f"--workers {cores} (for more parts than cores, partition with `shardgnn partition "
-            "--parts N` and run them on more machines under torchrun)",
+            f"shardgnn train: warning: --workers {workers} on {cores} CPU core{plural}: the "
+            f"workers share cores, so epochs are slower than with --workers {cores} (for more "
+            "parts than cores, partition with `shardgnn partition --parts N` and run them on more "
+            "machines under torchrun)",
+            file=sys.stderr,
+        )
+    elif threads is not None and threads * (workers or 1) > cores:
+        processes = f"{workers} workers × " if workers else ""
+        fit = max(1, cores // (workers or 1))
+        print(
+            f"shardgnn train: warning: --threads {threads} ({processes}{threads} torch threads) on "
+            f"{cores} CPU core{plural}: the threads take turns on the cores, so steps are slower "
+            f"than with --threads {fit} (or leave --threads unset: the cores are shared out)",
             file=sys.stderr,
         )
 
