@@ -28,6 +28,7 @@ from shardgnn.store.feature import (
     LocalFeatureStore,
     SparseRowStore,
     advise_random,
+    csr_rows,
     held_bytes,
     rows_in_memory,
 )
@@ -454,6 +455,30 @@ def test_mostly_zero_rows_are_held_as_csr_and_gathered_bit_for_bit(tmp_path, nor
     assert (out[[1, 3]] == -1).all()
     with pytest.raises(IndexError):
         store.gather(torch.tensor([1000]))
+
+
+@pytest.mark.parametrize("norm", ["none", "row"])
+def test_sparse_batches_are_the_dense_rows_as_a_coalesced_sparse_tensor(tmp_path, norm):
+    x = _sparse_rows(1000, 300, 0.04)  # every 7th row all zero
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    dense = LocalFeatureStore(normalize_features(x, norm))
+    store = csr_rows(mapped, norm, chunk_rows=96, sparse_batches=True)
+    ids = torch.tensor([0, 999, 7, 7, 3, 512, 14])  # repeats and empty rows
+    rows = store.gather(ids)
+    assert rows.layout == torch.sparse_coo and rows.is_coalesced() and rows.shape == (7, 300)
+    assert torch.equal(rows.to_dense(), dense.gather(ids))  # same values, bit for bit
+    # the invariants is_coalesced=True promises: entries unique and in row-major order
+    indices = rows._indices()
+    keys = indices[0] * 300 + indices[1]
+    assert bool((keys[1:] > keys[:-1]).all()) and rows._nnz() == int((dense.gather(ids) != 0).sum())
+    torch.sparse_coo_tensor(indices, rows._values(), rows.shape, check_invariants=True)
+    empty = store.gather(torch.tensor([], dtype=torch.int64))
+    assert empty.shape == (0, 300) and empty._nnz() == 0
+    # a cache or a distributed store writes rows into its own buffer: dense there
+    out = torch.zeros(2, 300)
+    store.gather_into(torch.tensor([999, 3]), out, np.array([1, 0]))
+    assert torch.equal(out, dense.gather(torch.tensor([3, 999])))
 
 
 def test_rows_beyond_the_sparse_bound_or_read_whole_stay_dense():

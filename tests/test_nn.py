@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from shardgnn.nn.config import SPARSE_INPUT_MODELS
 from shardgnn.nn.conv import GATv2Conv, GINConv, PyGLayer, SAGEConv
 from shardgnn.nn.message_graph import MessageGraph, spmm
 from shardgnn.nn.models import GNN, ModelConfig, build_model
@@ -210,8 +211,12 @@ def test_decoupled_models_equal_pygs_propagation(small_graph, model):
     torch.testing.assert_close(x.grad, x_pyg.grad, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
-def test_sparse_input_features_match_dense(small_graph, model):
+@pytest.mark.parametrize("model", SPARSE_INPUT_MODELS)
+@pytest.mark.parametrize("where", ["full", "blocks"])
+def test_sparse_input_features_match_dense(small_graph, model, where):
+    """Every model that takes sparse input rows computes what it computes on the dense rows,
+    forward and gradients: on the whole graph (full-graph mode) and on sampled blocks, whose dst
+    rows are a prefix of the sparse src rows (mini-batch mode)."""
     from shardgnn.nn.functional import to_sparse_if_sparse
 
     torch.manual_seed(0)
@@ -221,16 +226,33 @@ def test_sparse_input_features_match_dense(small_graph, model):
         small_graph.num_classes,
     )
     x = torch.from_numpy(small_graph.x) * (torch.rand(small_graph.x.shape) < 0.05)
-    x_sparse = to_sparse_if_sparse(x)
-    assert x_sparse.layout == torch.sparse_coo
     full = MessageGraph.from_csr(small_graph.indptr, small_graph.indices)
-    net.eval()
-    torch.testing.assert_close(
-        net([full, full], x_sparse), net([full, full], x), atol=1e-5, rtol=1e-4
-    )
-    net.train()
-    net([full, full], x_sparse).sum().backward()
-    assert all(p.grad is not None for p in net.parameters())
+    graphs, rows = [full, full], x
+    if where == "blocks":
+        sampler = NeighborSampler(
+            small_graph.indptr, small_graph.indices, SamplerConfig(fanouts=(4, 3))
+        )
+        sample = sampler.sample(torch.arange(0, 300, 3), seed=0)
+        graphs = [MessageGraph.from_block(b) for b in sample.blocks]
+        rows = x[sample.input_nodes]
+        assert graphs[0].num_dst < graphs[0].num_src
+    net.use_hashed_dropout(5)  # the same input dropout for sparse and dense rows
+    sparse = to_sparse_if_sparse(rows)
+    assert sparse.layout == torch.sparse_coo
+    for training in (False, True):
+        net.train(training)
+        net.zero_grad()
+        net.dropout_step = 0
+        dense_out = net(graphs, rows)
+        dense_out.sum().backward()
+        dense_grads = [p.grad.clone() for p in net.parameters()]
+        net.zero_grad()
+        net.dropout_step = 0
+        sparse_out = net(graphs, sparse)
+        torch.testing.assert_close(sparse_out, dense_out, atol=1e-5, rtol=1e-4)
+        sparse_out.sum().backward()
+        for grad, p in zip(dense_grads, net.parameters()):
+            torch.testing.assert_close(p.grad, grad, atol=1e-5, rtol=1e-4)
 
 
 def test_hashed_dropout_depends_only_on_seed_node_and_column():

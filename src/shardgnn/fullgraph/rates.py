@@ -305,6 +305,7 @@ def _sample_rows(indptr: np.ndarray, max_entries: int) -> int:
 def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) -> ComputeRates:
     """Time the operations of a training step at ``threads`` torch threads."""
     from shardgnn.nn.dropout import hashed_dropout
+    from shardgnn.nn.functional import sparse_matmul
     from shardgnn.nn.message_graph import _csr, transpose_csr
 
     gen = torch.Generator().manual_seed(0)
@@ -347,7 +348,7 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
                 g = torch.randn(x.shape[0], width, generator=gen)
 
                 def project(weight=weight, g=g):
-                    torch.sparse.mm(x, weight.t()).backward(g)
+                    sparse_matmul(x, weight.t()).backward(g)
 
                 sparse_s[width] = _seconds(project) / x_nnz
         h = torch.randn(dense_rows, 256, generator=gen, requires_grad=True)

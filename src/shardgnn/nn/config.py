@@ -42,6 +42,9 @@ GRAPH_MODELS = ("gin", "gine")
 EDGE_FEATURE_MODELS = ("gine",)
 """models that read edge features: on a graph set, each batch's edge rows; on one large graph
 (node classification), every sampled block's or the whole graph's ``edge_attr_ED``"""
+SPARSE_INPUT_MODELS = ("sage", "gcn", "gat", "gatv2", "gin", "appnp", "sgc")
+"""models whose first layer multiplies a sparse COO input by its non-zeros
+(:func:`shardgnn.nn.functional.linear`): mini-batches of mostly-zero features reach them sparse"""
 READOUTS = ("sum", "mean", "max", "attention")
 """how a graph-level model turns a graph's node rows into one row (``--readout``)"""
 

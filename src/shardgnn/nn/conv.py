@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from shardgnn.nn.functional import dst_rows, is_sparse, linear, segment_softmax
+from shardgnn.nn.functional import dst_rows, is_sparse, linear, segment_softmax, sparse_matmul
 from shardgnn.nn.message_graph import MessageGraph, spmm
 
 
@@ -186,7 +186,7 @@ class GINConv(nn.Module):
 
     def pre(self, h_SF: torch.Tensor) -> torch.Tensor:
         w = self.lin1.weight
-        return torch.sparse.mm(h_SF, w.t()) if is_sparse(h_SF) else h_SF @ w.t()
+        return sparse_matmul(h_SF, w.t()) if is_sparse(h_SF) else h_SF @ w.t()
 
     def post(self, graph, z_SC: torch.Tensor, h_dst_DF: torch.Tensor | None) -> torch.Tensor:
         pre_DC = spmm(graph, z_SC, "sum") + (1 + self.eps) * z_SC[: graph.num_dst]

@@ -1,7 +1,10 @@
 """Helpers that let the first layer take sparse input features (bag-of-words matrices are often
-<1% dense: a sparse matmul and a dropout over the non-zeros only are 10-100x cheaper)."""
+<1% dense: a sparse matmul and a dropout over the non-zeros only are 10-100x cheaper): the whole
+graph's in full-graph mode, a sampled batch's in mini-batch mode."""
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 from torch import nn
@@ -14,11 +17,25 @@ def is_sparse(h: torch.Tensor) -> bool:
     return h.layout != torch.strided
 
 
+def sparse_matmul(h_SF: torch.Tensor, w_FC: torch.Tensor) -> torch.Tensor:
+    """``h_SF @ w_FC`` for a sparse ``h_SF`` (COO or CSR), differentiable in ``w_FC``, in fp32
+    (under bf16 autocast too: the product runs over the non-zeros only, and MKL's CSR product
+    has no bf16). On a CPU a COO ``h_SF`` is multiplied as CSR: MKL's CSR product is 10x torch's
+    COO one (30 ms against 300 ms for 30,000 rows of coauthor-physics at width 256), and the
+    conversion of coalesced rows is a compression of their row indices (under a millisecond)."""
+    if h_SF.device.type == "cpu" and h_SF.layout == torch.sparse_coo:
+        with warnings.catch_warnings():  # torch's notice that its CSR support is in beta
+            warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+            h_SF = h_SF.to_sparse_csr()
+    with torch.autocast(h_SF.device.type, enabled=False):
+        return torch.sparse.mm(h_SF, w_FC.float())
+
+
 def linear(lin: nn.Linear, h: torch.Tensor) -> torch.Tensor:
-    """``lin(h)`` for a dense or sparse COO ``h``."""
+    """``lin(h)`` for a dense or sparse ``h`` (:func:`sparse_matmul`)."""
     if not is_sparse(h):
         return lin(h)
-    out = torch.sparse.mm(h, lin.weight.t())
+    out = sparse_matmul(h, lin.weight.t())
     return out if lin.bias is None else out + lin.bias
 
 
@@ -39,13 +56,12 @@ def dropout(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 def dst_rows(h_SF: torch.Tensor, num_dst: int) -> torch.Tensor:
-    """The first ``num_dst`` rows (the dst nodes); a sparse input must be the full graph."""
+    """The first ``num_dst`` rows (the dst nodes), of a dense or sparse COO ``h_SF`` (a sampled
+    batch's sparse input rows: :class:`~shardgnn.store.feature.SparseRowStore`)."""
     if num_dst == h_SF.shape[0]:
         return h_SF
     if is_sparse(h_SF):
-        raise ValueError(
-            "sparse input features are supported only on the full graph (src = dst nodes)"
-        )
+        return h_SF.narrow_copy(0, 0, num_dst)  # (sparse tensors have no views)
     return h_SF[:num_dst]
 
 

@@ -26,7 +26,8 @@ from shardgnn.seeding import mix_seed
 class GNN(nn.Module):
     """A stack of graph layers with ReLU (ELU for GAT) and dropout between them.
 
-    The input features may be a sparse COO tensor in full-graph mode (see ``nn.functional``).
+    The input features may be a sparse COO tensor (see ``nn.functional``; the models of
+    :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`).
     """
 
     def __init__(

@@ -12,14 +12,16 @@ import torch
 from shardgnn.distributed.context import choose_placement, local_cuda_devices
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import Graph
+from shardgnn.graph.features import stored_sparse
 from shardgnn.graph.identity import fingerprint
-from shardgnn.nn.config import EDGE_FEATURE_MODELS, is_user_model
+from shardgnn.nn.config import EDGE_FEATURE_MODELS, SPARSE_INPUT_MODELS, is_user_model
 from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.targets import NodeTarget
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.seeding import mix_seed
 from shardgnn.store.config import EmbeddingConfig
 from shardgnn.store.embedding import EmbeddingTable, check_table_fits
+from shardgnn.store.feature import FeatureStore, LocalFeatureStore, csr_rows
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import OptimConfig, TrainConfig
 
@@ -155,6 +157,29 @@ def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable 
         return None
     check_table_fits(num_nodes, config.embedding)
     return EmbeddingTable(num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM))
+
+
+def batch_features(
+    x: np.ndarray | None, config: TrainConfig, device: torch.device
+) -> FeatureStore | None:
+    """Mini-batch mode's feature rows in one process (None without features): bag-of-words
+    rows, at most :data:`~shardgnn.graph.features.SPARSE_MAX_DENSITY` non-zero as full-graph mode
+    decides, are held as CSR and each batch's rows gathered as a sparse tensor, which the first
+    layer multiplies by its non-zeros alone (a model of
+    :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`, without learnable rows beside the features;
+    on a CPU: a GPU's batches are gathered dense, as before); else the dense rows.
+    ``x``: the normalised features."""
+    if x is None:
+        return None
+    if (
+        device.type == "cpu"
+        and config.model.model in SPARSE_INPUT_MODELS
+        and not config.embedding.enabled
+        and x.ndim == 2
+        and stored_sparse(int(np.count_nonzero(x)), x.size)
+    ):
+        return csr_rows(x, "none", sparse_batches=True)
+    return LocalFeatureStore(x)
 
 
 def full_features(x: np.ndarray | None, device: torch.device) -> torch.Tensor | None:

@@ -46,6 +46,7 @@ from shardgnn.train.minibatch import (
 )
 from shardgnn.train.setup import (
     adam,
+    batch_features,
     dataset_record,
     eval_sampler_config,
     full_edge_rows,
@@ -171,9 +172,7 @@ class LocalSteps(Steps):
             edge_rows = self.pipeline.edges
             sampler, eval_sampler = self.pipeline.sampler, self.pipeline.eval_sampler
         else:
-            features = input_store(
-                None if self.x is None else LocalFeatureStore(self.x), self.embedding
-            )
+            features = input_store(batch_features(self.x, config, self.device), self.embedding)
             labels = LocalFeatureStore(self.y)
             sampler = (
                 # bulk: the tensor sampler stacks k batches' frontiers (the same draws)

@@ -1,0 +1,72 @@
+"""Sparse input rows in one process's mini-batches: which rows are gathered sparse, and that
+training on them is training on the dense rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from shardgnn.graph.synthetic import SyntheticConfig, generate
+from shardgnn.nn.config import ModelConfig
+from shardgnn.sampling.neighbor import SamplerConfig
+from shardgnn.store.config import EmbeddingConfig
+from shardgnn.store.feature import LocalFeatureStore, SparseRowStore
+from shardgnn.train.config import OptimConfig, TrainConfig
+from shardgnn.train.loop import TrainingLoop
+from shardgnn.train.single import LocalSteps
+
+
+def _bag_of_words_graph(density: float):
+    graph = generate(SyntheticConfig(nodes=600, degree=6, classes=3, features=64, seed=1))
+    rng = np.random.default_rng(0)
+    x = (graph.x * (rng.random(graph.x.shape) < density)).astype(np.float32)
+    return dataclasses.replace(graph, x=x)
+
+
+def _config(model: str = "sage", **changes) -> TrainConfig:
+    return TrainConfig(
+        model=ModelConfig(model=model, hidden=16, input_dropout=0.2),
+        sampler=SamplerConfig(fanouts=(4, 4)),
+        optim=OptimConfig(epochs=3),
+        progress=False,
+        **changes,
+    )
+
+
+def _features(steps: LocalSteps):
+    return steps.train_loader.stages.features
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat", "gin", "sgc"])
+def test_sparse_batches_train_as_the_dense_rows_do(model):
+    graph = _bag_of_words_graph(0.05)
+    config = _config(model)
+    sparse = LocalSteps(config, graph)
+    assert isinstance(_features(sparse), SparseRowStore) and _features(sparse).sparse_batches
+    dense = LocalSteps(config, graph)
+    rows = LocalFeatureStore(dense.x)  # the same normalised rows, gathered dense
+    for loader in (dense.train_loader, *dense.eval_loaders.values()):
+        loader.stages.features = rows
+    ran = {
+        name: TrainingLoop(config, steps).run()
+        for name, steps in (("sparse", sparse), ("dense", dense))
+    }
+    for a, b in zip(ran["sparse"]["epochs"], ran["dense"]["epochs"], strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    assert ran["sparse"]["test_acc"] == pytest.approx(ran["dense"]["test_acc"], abs=0.01)
+
+
+@pytest.mark.parametrize(
+    "density, changes, sparse",
+    [
+        (0.05, {}, True),
+        (0.3, {}, False),  # beyond SPARSE_MAX_DENSITY: a dense product is as cheap
+        (0.05, {"embedding": EmbeddingConfig(dim=4)}, False),  # rows joined to learnable ones
+    ],
+)
+def test_which_features_are_gathered_sparse(density, changes, sparse):
+    steps = LocalSteps(_config(**changes), _bag_of_words_graph(density))
+    store = _features(steps)
+    assert (isinstance(store, SparseRowStore) and store.sparse_batches) is sparse
