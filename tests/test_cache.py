@@ -602,16 +602,33 @@ def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_grap
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_path):
-    """Mostly-zero features: each worker holds its rows as CSR (1/10 of the dense bytes here),
-    and training on them is training on the dense rows read from the part files, bit for bit."""
+    """Mostly-zero features: each worker holds its rows as CSR (1/10 of the dense bytes here) and
+    gathers its batches' rows as sparse tensors, its own and same-host peers' from their CSR,
+    remote owners' received dense; training on them is training on the dense rows read from the
+    part files, up to the rounding of the first layer's sparse product. With a cache (which holds
+    dense rows) the batches are dense, the same bit for bit."""
     g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))
     g.x = _sparse_rows(g.num_nodes, 64, 0.05, seed=4)
     path = make_partitions(tmp_path / "parts", g, 2)
-    variants = [("memory", {}, "memory"), ("disk", {}, "disk")]
+    variants = [
+        ("memory", {}, "memory"),  # the peer's rows travel through the collective
+        ("memory-host", {}, "memory", "auto"),  # the peer's rows read here, from their CSR
+        ("memory-lru", {"policy": "lru", "size": "25%"}, "memory"),
+        ("disk", {}, "disk"),
+    ]
     results = run_workers(_train_variants, 2, path, variants)[0]
-    held, mapped = results["memory"], results["disk"]
-    assert [e["loss"] for e in held["epochs"]] == [e["loss"] for e in mapped["epochs"]]
-    assert held["test_acc"] == mapped["test_acc"]
+    mapped = results["disk"]
+    losses = [e["loss"] for e in mapped["epochs"]]
+    for label in ("memory", "memory-host"):
+        held = results[label]
+        assert held["cache"]["sparse_batch_workers"] == 2, label
+        assert [e["loss"] for e in held["epochs"]] == pytest.approx(losses, abs=1e-5), label
+        assert held["test_acc"] == pytest.approx(mapped["test_acc"], abs=0.01), label
+    cached = results["memory-lru"]
+    assert [e["loss"] for e in cached["epochs"]] == losses  # dense batches: bit for bit
+    assert cached["test_acc"] == mapped["test_acc"]
+    assert cached["cache"]["sparse_batch_workers"] == mapped["cache"]["sparse_batch_workers"] == 0
+    held = results["memory"]
     assert (
         held["cache"]["feature_layout"] == "csr" and mapped["cache"]["feature_layout"] == "mapped"
     )
@@ -637,7 +654,7 @@ def _train_variants(ctx, path, variants):
     from shardgnn.train.worker import train_with_context
 
     out = {}
-    for label, cache, storage in variants:
+    for label, cache, storage, *host_sharing in variants:
         config = TrainConfig(
             model=ModelConfig(model="sage", hidden=16, num_layers=2),
             sampler=SamplerConfig(fanouts=(5, 5)),
@@ -648,8 +665,9 @@ def _train_variants(ctx, path, variants):
             feature_norm="row",
             feature_storage=storage,
             cache=CacheConfig(**cache),
-            # Both workers share this host; the caches front rows that cross processes.
-            run=RunConfig(partitions=path, overlap="off", host_sharing="off"),
+            # Both workers share this host; the caches front rows that cross processes (host
+            # sharing off unless a variant names it).
+            run=RunConfig(partitions=path, overlap="off", host_sharing=(*host_sharing, "off")[0]),
         )
         out[label] = train_with_context(config, ctx)
     return out

@@ -12,7 +12,13 @@ import torch
 from shardgnn.distributed.codec import RowCodec, RowResiduals
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
-from shardgnn.store.feature import FeatureStore, LocalFeatureStore
+from shardgnn.store.feature import (
+    FeatureStore,
+    LocalFeatureStore,
+    SparseRowStore,
+    dense_rows_as_csr,
+    sparse_batch,
+)
 
 
 class DistFeatureStore(FeatureStore):
@@ -31,6 +37,11 @@ class DistFeatureStore(FeatureStore):
             memory map of its part file); their rows are read here, counted as ``host_bytes``.
         feedback: with a codec, one residual per local row (error feedback, ``--error-feedback``):
             each row sent to a peer carries the quantisation error of its previous send.
+        sparse_batches: ``gather`` returns a coalesced sparse COO tensor (as
+            :class:`~shardgnn.store.feature.SparseRowStore`'s): this rank's and same-host peers'
+            rows from their CSR (``local`` and ``peers`` must be SparseRowStores), rows received
+            from owners off this host (sent dense, as ever) by their non-zeros. ``gather_into``
+            stays dense.
     """
 
     def __init__(
@@ -43,9 +54,11 @@ class DistFeatureStore(FeatureStore):
         codec: RowCodec | None = None,
         peers: dict[int, FeatureStore | np.ndarray] | None = None,
         feedback: RowResiduals | None = None,
+        sparse_batches: bool = False,
     ):
         assert feedback is None or codec is not None, "error feedback compensates a codec"
         self.local = _as_store(local)
+        self.sparse_batches = sparse_batches
         self.feedback = feedback
         self.book, self.rank, self.comm, self.stage, self.codec = book, rank, comm, stage, codec
         self.start, self.end = (int(v) for v in book.part_range(rank))
@@ -58,6 +71,10 @@ class DistFeatureStore(FeatureStore):
         if peers:
             comm.declare(stage)
         self._row_shape = tuple(self.local.shape[1:])
+        assert not sparse_batches or all(
+            isinstance(store, SparseRowStore) and not store.sparse_batches
+            for store in self._on_host.values()
+        ), "sparse batches are assembled from the on-host rows' CSR (replies are sent dense)"
         self.slow_rows = 0
         """rows requested from a slow tier (owners off this host; also own and same-host rows when
         on disk), for hit-rate baselines"""
@@ -107,40 +124,75 @@ class DistFeatureStore(FeatureStore):
                     self.comm.record_host(self.stage, int(hi - lo) * self.row_bytes)
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.sparse_batches:
+            return self._gather_sparse(ids)
         out = torch.empty((ids.shape[0], *self._row_shape), dtype=self.dtype)
         self._gather_into(ids, out, np.arange(ids.shape[0]))
         return out
+
+    def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
+        """``gather`` as a sparse tensor: the on-host owners' rows from their CSR, the others'
+        received (dense) and kept by their non-zeros; each row's bytes read from a same-host
+        peer counted as its CSR's (8 a non-zero and its offset)."""
+        ids_np = ids.numpy()
+        grouped, targets, counts = self._grouped(ids_np, np.arange(ids_np.shape[0]))
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        pieces = []
+        for owner, block in enumerate(self._exchange(grouped, counts)):
+            if block is not None and block.shape[0]:
+                rows = np.arange(block.shape[0])
+                where = targets[bounds[owner] : bounds[owner + 1]]
+                pieces.append((*dense_rows_as_csr(block.numpy()), rows, where))
+        for owner, store in self._on_host.items():
+            lo, hi = bounds[owner], bounds[owner + 1]
+            if hi > lo:
+                rows = grouped[lo:hi] - self._starts[owner]
+                pieces.append(store.csr_piece(rows, targets[lo:hi]))
+                if owner != self.rank:
+                    nonzeros = store.indptr[rows + 1] - store.indptr[rows]
+                    self.comm.record_host(self.stage, int(nonzeros.sum() + hi - lo) * 8)
+        return sparse_batch(ids_np.shape[0], self._row_shape[0], pieces)
 
     def gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
         self.check_ids(ids)
         self._gather_into(ids, out, positions)
 
-    def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
-        world = self.comm.world_size
-        ids_np = ids.numpy()
+    def _grouped(self, ids_np: np.ndarray, positions: np.ndarray):
+        """``(grouped, targets, counts)``: ``ids_np`` bucketed by owner, their output positions in
+        the same order, and how many each owner has; the slow tier's rows counted."""
         owners = self.book.owner(ids_np)
-        order, counts = bucket_by_owner(ids_np, owners, world)
-        grouped, targets = ids_np[order], positions[order]
+        order, counts = bucket_by_owner(ids_np, owners, self.comm.world_size)
         on_host_rows = sum(int(counts[p]) for p in self._on_host)
         self.slow_rows += ids_np.shape[0] - (0 if self.on_disk else on_host_rows)
-        if self._any_off_host:
-            # Off-host owners get our requests; on-host owners (ourselves included) get none.
-            requests = [
-                torch.from_numpy(seg if p not in self._on_host else seg[:0])
-                for p, seg in enumerate(np.split(grouped, np.cumsum(counts)[:-1]))
-            ]
-            incoming = self.comm.all_to_all(requests, self.stage)
-            local_rows = [req - self.start for req in incoming]
-            replies = [self.local.gather(rows) for rows in local_rows]
-            feedback = None if self.feedback is None else self.feedback.select(local_rows)
-            rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
-            # Rows arrived grouped by owner; each block is scattered straight to its output
-            # positions (no concatenated intermediate).
-            for owner, (block, where) in enumerate(
-                zip(rows, np.split(targets, np.cumsum(counts)[:-1]))
-            ):
-                if owner not in self._on_host and where.shape[0]:
-                    out.index_copy_(0, torch.from_numpy(where), block)
+        return ids_np[order], positions[order], counts
+
+    def _exchange(self, grouped: np.ndarray, counts: np.ndarray) -> list[torch.Tensor | None]:
+        """Per owner, the rows of its segment of ``grouped`` that it sent (the collective, when
+        any owner is off this host), None for on-host owners, whose rows are read here."""
+        world = self.comm.world_size
+        if not self._any_off_host:
+            return [None] * world
+        # Off-host owners get our requests; on-host owners (ourselves included) get none.
+        requests = [
+            torch.from_numpy(seg if p not in self._on_host else seg[:0])
+            for p, seg in enumerate(np.split(grouped, np.cumsum(counts)[:-1]))
+        ]
+        incoming = self.comm.all_to_all(requests, self.stage)
+        local_rows = [req - self.start for req in incoming]
+        replies = [self.local.gather(rows) for rows in local_rows]
+        feedback = None if self.feedback is None else self.feedback.select(local_rows)
+        rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
+        return [None if p in self._on_host else block for p, block in enumerate(rows)]
+
+    def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
+        grouped, targets, counts = self._grouped(ids.numpy(), positions)
+        # Rows arrived grouped by owner; each block is scattered straight to its output positions
+        # (no concatenated intermediate).
+        for block, where in zip(
+            self._exchange(grouped, counts), np.split(targets, np.cumsum(counts)[:-1])
+        ):
+            if block is not None and where.shape[0]:
+                out.index_copy_(0, torch.from_numpy(where), block)
         self._read_on_host(grouped, targets, counts, out)
 
 

@@ -248,14 +248,52 @@ def held_bytes(rows: np.ndarray, width: int, nonzeros: np.ndarray) -> np.ndarray
 
 
 @numba.njit(nogil=True, cache=True)
-def _sparse_rows_kernel(indptr, indices, values, ids, starts, out_2K, out_K):  # pragma: no cover
-    for i in range(ids.shape[0]):
-        at = starts[i]
-        for k in range(indptr[ids[i]], indptr[ids[i] + 1]):
-            out_2K[0, at] = i
+def _place_csr_rows(indptr, indices, values, src, dst, starts, out_2K, out_K):  # pragma: no cover
+    for i in range(src.shape[0]):
+        at = starts[dst[i]]
+        for k in range(indptr[src[i]], indptr[src[i] + 1]):
+            out_2K[0, at] = dst[i]
             out_2K[1, at] = indices[k]
             out_K[at] = values[k]
             at += 1
+
+
+CsrPiece = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""``(indptr, indices, values, src_rows, dst_rows)``: rows ``src_rows`` of a CSR matrix (each
+row's columns ascending), destined for output rows ``dst_rows``"""
+
+
+def sparse_batch(num_rows: int, width: int, pieces: list[CsrPiece]) -> torch.Tensor:
+    """The ``[num_rows, width]`` coalesced sparse COO tensor whose rows come from ``pieces`` (each
+    output row from at most one piece; a row no piece names is empty): entries row by row, each
+    row's columns ascending as its source stores them (no sort)."""
+    counts = np.zeros(num_rows, np.int64)
+    for indptr, _, _, src_rows, dst_rows in pieces:
+        counts[dst_rows] = indptr[src_rows + 1] - indptr[src_rows]
+    starts = np.zeros(num_rows + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    out_2K = np.empty((2, int(starts[-1])), np.int64)
+    out_K = np.empty(int(starts[-1]), np.float32)
+    for indptr, indices, values, src_rows, dst_rows in pieces:
+        if src_rows.shape[0]:
+            src = np.ascontiguousarray(src_rows, np.int64)
+            dst = np.ascontiguousarray(dst_rows, np.int64)
+            _place_csr_rows(indptr, indices, values, src, dst, starts, out_2K, out_K)
+    return torch.sparse_coo_tensor(
+        torch.from_numpy(out_2K),
+        torch.from_numpy(out_K),
+        (num_rows, width),
+        is_coalesced=True,
+        check_invariants=False,
+    )
+
+
+def dense_rows_as_csr(rows_RF: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr, indices, values)`` of dense rows (e.g. rows received from their owner)."""
+    row, col = np.nonzero(rows_RF)  # row-major order: each row's columns ascending
+    indptr = np.zeros(rows_RF.shape[0] + 1, np.int64)
+    np.cumsum(np.bincount(row, minlength=rows_RF.shape[0]), out=indptr[1:])
+    return indptr, col.astype(np.int32), np.ascontiguousarray(rows_RF[row, col], np.float32)
 
 
 class SparseRowStore(FeatureStore):
@@ -315,24 +353,13 @@ class SparseRowStore(FeatureStore):
         return out
 
     def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` as a coalesced ``[len(ids), width]`` COO tensor: entries row by row in
-        ``ids`` order, each row's columns ascending as stored (no sort needed)."""
         ids_np = np.ascontiguousarray(ids.numpy(), dtype=np.int64)
-        counts = self.indptr[ids_np + 1] - self.indptr[ids_np]
-        starts = np.zeros(ids_np.shape[0] + 1, np.int64)
-        np.cumsum(counts, out=starts[1:])
-        indices_2K = np.empty((2, int(starts[-1])), np.int64)
-        values_K = np.empty(int(starts[-1]), np.float32)
-        _sparse_rows_kernel(
-            self.indptr, self.indices, self.values, ids_np, starts, indices_2K, values_K
-        )
-        return torch.sparse_coo_tensor(
-            torch.from_numpy(indices_2K),
-            torch.from_numpy(values_K),
-            (ids_np.shape[0], self.width),
-            is_coalesced=True,
-            check_invariants=False,
-        )
+        rows = np.arange(ids_np.shape[0])
+        return sparse_batch(ids_np.shape[0], self.width, [self.csr_piece(ids_np, rows)])
+
+    def csr_piece(self, ids: np.ndarray, dst_rows: np.ndarray) -> CsrPiece:
+        """Rows ``ids`` (local ids) destined for output rows ``dst_rows`` (:func:`sparse_batch`)."""
+        return self.indptr, self.indices, self.values, ids, dst_rows
 
 
 def rows_in_memory(

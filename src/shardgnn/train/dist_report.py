@@ -31,8 +31,8 @@ def _mean_of(history: list[EpochRecord], key: str) -> float | None:
 class SampledReport:
     """The reports of :class:`~shardgnn.train.dist_sampled.DistSampledSteps` (a base of it): they
     read the stores it opens (``fetch_store``, ``cache``, ``edge_store``, ``edge_cache``,
-    ``embedding``, ``history``,
-    ``feedback``) and reduce over ranks with its ``sum``."""
+    ``embedding``, ``history``, ``feedback``; ``sparse_batches``) and reduce over ranks with its
+    ``sum``."""
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         sample_time = sum(r.stages.get("sample", 0.0) for r in history)
@@ -157,9 +157,10 @@ class SampledReport:
         """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
         cfg = self.config.cache
         capacity = self.cache.capacity if self.cache is not None else 0
-        staged, held = self.sum([
+        staged, held, sparse_workers = self.sum([
             float(self.cache.max_staged_rows if self.cache is not None else 0),
             float(0 if self.x_store is None else self.x_store.nbytes),
+            float(self.sparse_batches),
         ])  # fmt: skip
         # Epochs recorded before a resume may come from a run without these metrics.
         measured = [r for r in (history[1:] or history) if r.cache]
@@ -178,6 +179,9 @@ class SampledReport:
             # in memory: each worker's rows dense, or as CSR where mostly zero (SparseRowStore)
             "feature_layout": _layout(self.x_store),
             "feature_mb_per_worker": held / self.world_size / 1e6,
+            # how many workers gather their batches' input rows as sparse tensors
+            # (train.setup.sparse_batches_apply: those whose own rows are held as CSR)
+            "sparse_batch_workers": int(sparse_workers),
             "lookahead": cfg.lookahead if cfg.policy == "belady" else None,
             "setup_s": self.sum([self.cache_setup_s])[0] / self.world_size,
             "hit_rate": mean(r.cache.get("hit_rate") for r in measured),

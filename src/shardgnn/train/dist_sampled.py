@@ -32,7 +32,7 @@ from shardgnn.store.dist_embedding import DistEmbeddingTable
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits, input_store
-from shardgnn.store.feature import LocalFeatureStore, rows_in_memory
+from shardgnn.store.feature import LocalFeatureStore, SparseRowStore, csr_rows, rows_in_memory
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.train.config import TrainConfig
 from shardgnn.train.dist_report import SampledReport
@@ -43,6 +43,7 @@ from shardgnn.train.setup import (
     EMBEDDING_STREAM,
     adam,
     model_edge_dim,
+    sparse_batches_apply,
 )
 
 
@@ -69,6 +70,13 @@ class SampledInputs(DistSteps):
     """the edge rows a model reads (:meth:`_open_edge_rows`), else None"""
     edge_cache: CachedFeatureStore | None = None
     """the cache in front of ``edge_store`` (``--cache-policy``), else None"""
+    sparse_batches: bool = False
+    """whether this rank gathers its batches' input rows as sparse tensors (set by
+    :meth:`_open_inputs`)"""
+    sparse_input: bool = False
+    """whether this kind of training's model takes sparse input rows (node classification):
+    then mostly-zero features are gathered as sparse batches where
+    :func:`~shardgnn.train.setup.sparse_batches_apply`"""
 
     def _open_inputs(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool) -> None:
         """Open this rank's part and its input stores: ``fetch_store`` (training features, None
@@ -101,11 +109,22 @@ class SampledInputs(DistSteps):
             x_local = part.x
             x_store = _mapped_rows(part.x, config.feature_norm)
         elif has_x:
-            # Mostly-zero features (bag-of-words) are held as CSR, gathered as dense rows: 1/120
-            # of the dense bytes on coauthor-physics. Layer-wise evaluation reads the matrix whole.
+            # Mostly-zero features (bag-of-words) are held as CSR: 1/120 of the dense bytes on
+            # coauthor-physics. Layer-wise evaluation reads the matrix whole.
             x_store = rows_in_memory(part.x, config.feature_norm, not config.layerwise_eval)
             x_local = x_store.rows if isinstance(x_store, LocalFeatureStore) else None
-        if has_x:
+        # Batches of CSR rows are gathered sparse (their first layer multiplies the non-zeros
+        # alone); same-host peers' rows are then held here as CSR too (their non-zeros: 5 MB a
+        # peer on coauthor-physics), and only rows from off this host arrive dense.
+        self.sparse_batches = (
+            self.sparse_input
+            and isinstance(x_store, SparseRowStore)
+            and sparse_batches_apply(config, ctx.device)
+        )
+        if self.sparse_batches:
+            peers = self.graph.peers.items()
+            peer_x = {p: csr_rows(peer.part.x, config.feature_norm) for p, peer in peers}
+        elif has_x:
             # Same-host peers' rows stay in their mapped files (one copy in the page cache for the
             # host), normalised per gathered row exactly as their owner normalises them.
             peer_x = {
@@ -121,10 +140,17 @@ class SampledInputs(DistSteps):
         if has_x and self.codec is not None and config.error_feedback:
             # One residual per local row: what its previous send to any peer lost.
             self.feedback = RowResiduals(*x_store.shape)
+        sparse = self.sparse_batches
         self.fetch_store = (
-            self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback) if has_x else None
+            self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback, sparse)
+            if has_x
+            else None
         )
-        self.eval_features = self.dist_rows(x_store, peer_x, "eval", self.codec) if has_x else None
+        self.eval_features = (
+            self.dist_rows(x_store, peer_x, "eval", self.codec, sparse_batches=sparse)
+            if has_x
+            else None
+        )
         self._open_edge_rows(config)
         # Learnable rows (--embedding-dim): this rank holds and steps its own part's rows only;
         # batches read them after their features (both gathers are collectives, same order on
@@ -264,7 +290,9 @@ class SampledInputs(DistSteps):
         degree_E = np.repeat(self.graph.degree.astype(np.int64), self.graph.degree)
         return degree_E if fanout < 0 else np.minimum(degree_E, fanout)
 
-    def dist_rows(self, local, peers, stage: str, codec=None, feedback=None) -> DistFeatureStore:
+    def dist_rows(
+        self, local, peers, stage: str, codec=None, feedback=None, sparse_batches: bool = False
+    ) -> DistFeatureStore:
         """Rows held by their owners (this rank: ``local``; same-host ``peers``), one stage."""
         return DistFeatureStore(
             local,
@@ -275,6 +303,7 @@ class SampledInputs(DistSteps):
             codec=codec,
             peers=peers,
             feedback=feedback,
+            sparse_batches=sparse_batches,
         )
 
     @property

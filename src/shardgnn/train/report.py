@@ -172,7 +172,9 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
     storage = cache["feature_storage"]
     if cache.get("feature_layout") in ("dense", "csr"):  # results from before have no layout
         held = cache["feature_mb_per_worker"]
-        storage += f" ({cache['feature_layout']}, {held:.1f} MB per worker)"
+        sparse = cache.get("sparse_batch_workers")
+        batches = f", {sparse} gathering batches sparse" if sparse else ""
+        storage += f" ({cache['feature_layout']}, {held:.1f} MB per worker{batches})"
     rows = [("feature cache", policy), ("feature storage", storage)]
     if cache["policy"] != "none" or cache["feature_storage"] == "disk":
         rows.append(("cache hit rate (epochs >= 2)", _rate(cache["hit_rate"])))

@@ -159,22 +159,31 @@ def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable 
     return EmbeddingTable(num_nodes, config.embedding, seed=mix_seed(config.seed, EMBEDDING_STREAM))
 
 
-def batch_features(
-    x: np.ndarray | None, config: TrainConfig, device: torch.device
-) -> FeatureStore | None:
-    """Mini-batch mode's feature rows in one process (None without features): bag-of-words
-    rows, at most :data:`~shardgnn.graph.features.SPARSE_MAX_DENSITY` non-zero as full-graph mode
-    decides, are held as CSR and each batch's rows gathered as a sparse tensor, which the first
-    layer multiplies by its non-zeros alone (a model of
-    :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`, without learnable rows beside the features;
-    on a CPU: a GPU's batches are gathered dense, as before); else the dense rows.
-    ``x``: the normalised features."""
-    if x is None:
-        return None
-    if (
+def sparse_batches_apply(config: TrainConfig, device: torch.device) -> bool:
+    """Whether node-classification batches of mostly-zero features are gathered as sparse
+    tensors (one process: :func:`batch_features`; workers: their stores), which the first layer
+    multiplies by their non-zeros alone: a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`
+    without learnable rows beside the features, without a cache (which holds dense rows), on a
+    CPU (a GPU's batches are gathered dense, as before)."""
+    return (
         device.type == "cpu"
         and config.model.model in SPARSE_INPUT_MODELS
         and not config.embedding.enabled
+        and not config.cache.enabled
+    )
+
+
+def batch_features(
+    x: np.ndarray | None, config: TrainConfig, device: torch.device
+) -> FeatureStore | None:
+    """Mini-batch mode's feature rows in one process (None without features): rows at most
+    :data:`~shardgnn.graph.features.SPARSE_MAX_DENSITY` non-zero (bag-of-words; the bound
+    full-graph mode stores sparse by) held as CSR and each batch's gathered as a sparse tensor
+    where :func:`sparse_batches_apply`, else the dense rows. ``x``: the normalised features."""
+    if x is None:
+        return None
+    if (
+        sparse_batches_apply(config, device)
         and x.ndim == 2
         and stored_sparse(int(np.count_nonzero(x)), x.size)
     ):

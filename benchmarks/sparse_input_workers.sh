@@ -1,0 +1,33 @@
+#!/bin/bash
+# BENCHMARKS 32c, two workers: coauthor-physics in 2 METIS parts, 1 epoch, the tree before and
+# this one in turn, 3 times; per run the wall time, the epoch's stages, each worker's peak RSS
+# and the test accuracy.
+#   git worktree add /tmp/before <commit before>
+#   BEFORE_SRC=/tmp/before/src bash benchmarks/sparse_input_workers.sh > out.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+before=${BEFORE_SRC:?set BEFORE_SRC to the src folder of the tree before}
+data=${DATA_DIR:-../shared/data}
+out=${OUT_DIR:-/tmp/sparse-input-workers}
+mkdir -p "$out"
+[ -d "$out/cp2" ] || shardgnn partition coauthor-physics --parts 2 --out "$out/cp2" \
+    --data-dir "$data" > /dev/null
+for i in 1 2 3; do
+  for tree in before after; do
+    src=$PWD/src
+    [ $tree = before ] && src=$before
+    start=$(date +%s.%N)
+    PYTHONPATH=$src shardgnn train --partitions "$out/cp2" --epochs 1 --quiet \
+        --results "$out/$tree-$i.json" > "$out/$tree-$i.log" 2>&1
+    end=$(date +%s.%N)
+    python - "$out/$tree-$i.json" "$tree" "$i" "$start" "$end" <<'PY'
+import json, sys
+path, tree, i, start, end = sys.argv[1:]
+r = json.load(open(path))
+e = r["epochs"][0]
+stages = {k: round(v, 2) for k, v in e["stages"].items()}
+print(tree, i, "wall", round(float(end) - float(start), 1), "epoch", round(e["time_s"], 2),
+      "stages", stages, "peak", r["peak_memory_mb"], "test", r["test_acc"])
+PY
+  done
+done
