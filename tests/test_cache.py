@@ -654,7 +654,8 @@ def _train_variants(ctx, path, variants):
     from shardgnn.train.worker import train_with_context
 
     out = {}
-    for label, cache, storage, *host_sharing in variants:
+    for label, cache, storage, *sharing in variants:
+        host_sharing = sharing[0] if sharing else "off"
         config = TrainConfig(
             model=ModelConfig(model="sage", hidden=16, num_layers=2),
             sampler=SamplerConfig(fanouts=(5, 5)),
@@ -667,7 +668,7 @@ def _train_variants(ctx, path, variants):
             cache=CacheConfig(**cache),
             # Both workers share this host; the caches front rows that cross processes (host
             # sharing off unless a variant names it).
-            run=RunConfig(partitions=path, overlap="off", host_sharing=(*host_sharing, "off")[0]),
+            run=RunConfig(partitions=path, overlap="off", host_sharing=host_sharing),
         )
         out[label] = train_with_context(config, ctx)
     return out

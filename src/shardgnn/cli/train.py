@@ -180,7 +180,7 @@ def _warn_oversubscribed(workers: int | None, threads: int | None = None) -> Non
             file=sys.stderr,
         )
     elif threads is not None and threads * (workers or 1) > cores:
-        processes = f"{workers} workers × " if workers else ""
+        processes = f"{workers} workers x " if workers else ""
         fit = max(1, cores // (workers or 1))
         print(
             f"shardgnn train: warning: --threads {threads} ({processes}{threads} torch threads) on "

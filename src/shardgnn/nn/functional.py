@@ -61,7 +61,19 @@ def dst_rows(h_SF: torch.Tensor, num_dst: int) -> torch.Tensor:
     if num_dst == h_SF.shape[0]:
         return h_SF
     if is_sparse(h_SF):
-        return h_SF.narrow_copy(0, 0, num_dst)  # (sparse tensors have no views)
+        # Coalesced entries are in row order, so the dst rows' are a prefix of them: a slice
+        # (0.1 ms for a batch of 30,000 coauthor-physics rows, against 14-35 ms for narrow_copy,
+        # which masks every entry).
+        h_SF = h_SF.coalesce()  # (no work for a batch's rows: they are gathered coalesced)
+        indices_2K, values_K = h_SF.indices(), h_SF.values()
+        end = int(torch.searchsorted(indices_2K[0], num_dst))
+        return torch.sparse_coo_tensor(
+            indices_2K[:, :end],
+            values_K[:end],
+            (num_dst, *h_SF.shape[1:]),
+            is_coalesced=True,
+            check_invariants=False,
+        )
     return h_SF[:num_dst]
 
 

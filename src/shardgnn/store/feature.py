@@ -391,12 +391,12 @@ def csr_rows(
     indptr = np.zeros(n + 1, np.int64)
     indices, values = [], []
     for start in range(0, n, chunk_rows):
-        chunk = np.asarray(array[start : start + chunk_rows], np.float32)
-        chunk = normalize_features(chunk, feature_norm)
-        rows, cols = np.nonzero(chunk)  # row-major order: each row's columns ascending
-        indptr[start + 1 : start + 1 + chunk.shape[0]] = np.bincount(rows, minlength=chunk.shape[0])
-        indices.append(cols.astype(np.int32))
-        values.append(chunk[rows, cols])
+        chunk = normalize_features(np.asarray(array[start : start + chunk_rows], np.float32),
+                                   feature_norm)  # fmt: skip
+        chunk_indptr, chunk_indices, chunk_values = dense_rows_as_csr(chunk)
+        indptr[start + 1 : start + 1 + chunk.shape[0]] = np.diff(chunk_indptr)
+        indices.append(chunk_indices)
+        values.append(chunk_values)
     np.cumsum(indptr, out=indptr)
     release_pages(array)
     indices_K = np.concatenate([np.zeros(0, np.int32), *indices])
