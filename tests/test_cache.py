@@ -605,7 +605,8 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
     """Mostly-zero features: each worker holds its rows as CSR (1/10 of the dense bytes here) and
     gathers its batches' rows as sparse tensors, its own and same-host peers' from their CSR,
     remote owners' received dense; training on them is training on the dense rows read from the
-    part files, up to the rounding of the first layer's sparse product. With a cache (which holds
+    part files, up to the rounding of the first layer's sparse product, with layer-wise
+    evaluation too (its dense rows made from the CSR for its pass). With a cache (which holds
     dense rows) the batches are dense, the same bit for bit."""
     g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))
     g.x = _sparse_rows(g.num_nodes, 64, 0.05, seed=4)
@@ -615,15 +616,22 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
         ("memory-host", {}, "memory", "auto"),  # the peer's rows read here, from their CSR
         ("memory-lru", {"policy": "lru", "size": "25%"}, "memory"),
         ("disk", {}, "disk"),
+        # full-neighbourhood evaluation, layer-wise: it reads the dense rows, made for its pass
+        ("memory-layerwise", {}, "memory", "off", (-1, -1)),
+        ("memory-lru-layerwise", {"policy": "lru", "size": "25%"}, "memory", "off", (-1, -1)),
     ]
     results = run_workers(_train_variants, 2, path, variants)[0]
     mapped = results["disk"]
     losses = [e["loss"] for e in mapped["epochs"]]
-    for label in ("memory", "memory-host"):
+    for label in ("memory", "memory-host", "memory-layerwise"):
         held = results[label]
         assert held["cache"]["sparse_batch_workers"] == 2, label
         assert [e["loss"] for e in held["epochs"]] == pytest.approx(losses, abs=1e-5), label
         assert held["test_acc"] == pytest.approx(mapped["test_acc"], abs=0.01), label
+    layerwise = results["memory-layerwise"]
+    dense = results["memory-lru-layerwise"]  # dense batches, the dense rows held throughout
+    assert dense["cache"]["sparse_batch_workers"] == 0
+    assert layerwise["test_acc"] == pytest.approx(dense["test_acc"], abs=0.01)
     cached = results["memory-lru"]
     assert [e["loss"] for e in cached["epochs"]] == losses  # dense batches: bit for bit
     assert cached["test_acc"] == mapped["test_acc"]
@@ -654,9 +662,11 @@ def _train_variants(ctx, path, variants):
     from shardgnn.train.worker import train_with_context
 
     out = {}
-    for label, cache, storage, *sharing in variants:
-        host_sharing = sharing[0] if sharing else "off"
+    for label, cache, storage, *rest in variants:
+        host_sharing = rest[0] if rest else "off"
+        eval_fanouts = rest[1] if len(rest) > 1 else None
         config = TrainConfig(
+            eval_fanouts=eval_fanouts,
             model=ModelConfig(model="sage", hidden=16, num_layers=2),
             sampler=SamplerConfig(fanouts=(5, 5)),
             optim=OptimConfig(epochs=3, lr=0.01),

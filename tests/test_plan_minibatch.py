@@ -513,12 +513,13 @@ def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("historical", [None, "1:4"])
-def test_predicted_activations_are_the_largest_steps(tmp_path, historical):
+@pytest.mark.parametrize("historical,bag", [(None, False), ("1:4", False), (None, True)])
+def test_predicted_activations_are_the_largest_steps(tmp_path, historical, bag, bag_of_words):
     """The plan's activations against what the busiest worker's training steps kept for
     backward (each forward measured; the largest): within 3 % (the plan samples other draws
     than the run), GraphSAGE with dropout on 2 workers; with historical embeddings, the second
-    epoch's steps (the tables filled by the first, as the plan fills them)."""
+    epoch's steps (the tables filled by the first, as the plan fills them); on bag-of-words
+    features, batches gathered sparse (their non-zeros kept)."""
     from shardgnn.nn.config import ModelConfig
     from shardgnn.partition.format import read_partitions, write_partitions
     from shardgnn.sampling.config import SamplerConfig
@@ -526,7 +527,7 @@ def test_predicted_activations_are_the_largest_steps(tmp_path, historical):
 
     from distributed_helpers import run_workers
 
-    graph = load_dataset(SPEC)
+    graph = bag_of_words if bag else load_dataset(SPEC)
     result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis"))
     write_partitions(
         graph, result.assignment, tmp_path / "p", method=result.method, settings=result.settings
@@ -549,4 +550,95 @@ def test_predicted_activations_are_the_largest_steps(tmp_path, historical):
         cache_size="20%", dropout=0.5, input_dropout=0.2, historical=historical,
     )[0 if historical is None else 4]  # fmt: skip
     assert cost.flags == (() if historical is None else ("--historical", historical))
+    assert cost.sparse_batches == bag
     assert cost.activation_mb * 1e6 == pytest.approx(measured, rel=0.03), (cost, measured)
+
+
+@pytest.fixture(scope="module")
+def bag_of_words():
+    """:data:`SPEC`'s graph with 200 features, 5 % of them non-zero (stored as CSR)."""
+    graph = load_dataset("synthetic:nodes=3000,degree=8,classes=4,features=200")
+    rng = np.random.default_rng(0)
+    x = (graph.x * (rng.random(graph.x.shape) < 0.05)).astype(np.float32)
+    return dataclasses.replace(graph, x=x)
+
+
+def test_sparse_batches_activations_are_their_non_zeros(bag_of_words):
+    """Batches gathered sparse keep their input rows' non-zeros for backward, not the dense
+    rows: the coefficients measured at the features' density price real sparse batches (their
+    rows gathered as workers gather them) within 2 % (a batch's non-zeros vary about the
+    mean), and their input rows' bytes are a fraction of the dense ones."""
+    from shardgnn.nn.config import ModelConfig
+    from shardgnn.nn.message_graph import MessageGraph
+    from shardgnn.nn.models import build_model
+    from shardgnn.sampling.config import SamplerConfig
+    from shardgnn.sampling.neighbor import NeighborSampler
+    from shardgnn.sampling.types import SeedInput
+    from shardgnn.store.feature import csr_rows
+
+    graph = bag_of_words
+    density = np.count_nonzero(graph.x) / graph.x.size
+    dense = batch_activation_bytes("sage", 16, 2, 0.5, 0.2, 200, 4)
+    sparse = batch_activation_bytes("sage", 16, 2, 0.5, 0.2, 200, 4, input_density=density)
+    assert 0 < sparse[0] < dense[0] / 3  # an input row: its non-zeros against 200 floats
+    net = build_model(
+        ModelConfig(model="sage", hidden=16, num_layers=2, dropout=0.5, input_dropout=0.2), 200, 4
+    ).train()
+    net.use_hashed_dropout(3)
+    rows = csr_rows(graph.x, "none", sparse_batches=True)
+    sampler = NeighborSampler(graph.indptr, graph.indices, SamplerConfig(fanouts=(5, 5)))
+    train = np.asarray(graph.train_idx)
+    for seeds in (train[:64], train[-128:]):
+        blocks = sampler.sample(SeedInput(seeds), 11).blocks
+        x_SF = rows.gather(blocks[0].src_nodes_S)
+        assert x_SF.is_sparse
+        measured = measured_batch_bytes(net, [MessageGraph.from_block(b) for b in blocks], x_SF)
+        predicted = np.dot(batch_shape(blocks), sparse[:-1]) + sparse[-1]
+        assert predicted == pytest.approx(measured, rel=0.02)
+        assert measured < np.dot(batch_shape(blocks), dense[:-1]) + dense[-1]
+
+
+def test_options_without_a_cache_step_sparse_batches(bag_of_words):
+    """On features stored as CSR the options whose batches workers gather sparse (all but a
+    cache's, which holds dense rows) are priced at the sparse step's rates and activations;
+    dense features price every option dense; rates
+    without sparse step rates (dense features, or written before them) charge the dense ones."""
+    compute = _hand_step_rates()
+    sparse_steps = {"sparse_step_batch": 1e-3, "sparse_step_input_edge": 5e-8,
+                    "sparse_step_edge": 3e-7}  # fmt: skip
+    compute = dataclasses.replace(compute, minibatch_s={**compute.minibatch_s, **sparse_steps})
+    assert compute.step("step_input_edge", True) == 5e-8
+    assert compute.step("step_input_edge", False) == 2e-7
+    assert _hand_step_rates().step("step_input_edge", True) == 2e-7  # none: the dense rate
+    rates = MachineRates(
+        cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[]
+    )
+    owner, costs = _costs(bag_of_words, 2, rates=rates, workers_per_host=2)
+    assert [c.sparse_batches for c in costs] == [True, True, False, False]
+    epoch = sample_epoch(bag_of_words, owner, 2, (5, 5), 128, 0)
+    upper = epoch.block_edges.sum(1) - epoch.block_edges[:, 0]
+    step = epoch.batches * 1e-3 + epoch.block_edges[:, 0] * 5e-8 + upper * 3e-7
+    assert costs[0].compute_s == pytest.approx(step.max())
+    assert costs[2].compute_s == pytest.approx(_hand_steps(epoch).max())  # the cache: dense
+    assert costs[0].activation_mb < costs[2].activation_mb / 2
+    _, dense = _costs(load_dataset(SPEC), 2)
+    assert not any(c.sparse_batches for c in dense)
+
+
+def test_calibration_times_sparse_steps_where_workers_take_them(bag_of_words):
+    """The calibration times the planned step on the batches workers would gather: on features
+    stored as CSR also with sparse input rows (``sparse_step_*``, fitted as the dense ones: never
+    below 0), on dense features only dense."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import workload
+    from shardgnn.fullgraph.rates import measure_minibatch
+
+    config = PlanConfig(workers=(2,), model="sage", hidden=16, layers=2, fanouts=(5, 5))
+    names = {"step_batch", "step_input_edge", "step_edge"}
+    for graph, sparse in ((bag_of_words, True), (load_dataset(SPEC), False)):
+        work = workload(graph, config, 256)
+        steps = measure_minibatch(work, work.minibatch)
+        assert names <= set(steps) and min(steps[n] for n in names) >= 0
+        timed_sparse = {name for name in steps if name.startswith("sparse_")}
+        assert timed_sparse == ({f"sparse_{n}" for n in names} if sparse else set())
+        assert all(steps[name] >= 0 for name in timed_sparse)

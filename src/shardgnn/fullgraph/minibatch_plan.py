@@ -45,14 +45,18 @@ not counted). The bytes a forward over one batch keeps are linear in the batch's
 block's source rows, its seeds, each block's edges, and where historical embeddings served
 some of a layer's input rows, the rows the layer below computed): :func:`batch_activation_bytes`
 measures the coefficients on the planned model itself (one set per layers served), and each
-sampled batch's sizes price it.
+sampled batch's sizes price it. Where workers gather the batches sparse (bag-of-words features
+stored as CSR, a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`, no cache: the
+cache's rows are dense), the input rows are measured as a sparse tensor of the features'
+density: their non-zeros, not their dense bytes.
 
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
 the threads it gets; sampling at the distributed sampler's rates, calibrated on two workers,
 when the rates hold them; the workers of a machine share its cores), each batch waiting for its
-busiest worker (lockstep), and its exchanges: the bytes above and the gradient all-reduce
+busiest worker (lockstep; batches gathered sparse at the rates of the step timed with sparse
+input rows), and its exchanges: the bytes above and the gradient all-reduce
 over the link, plus the latency of every collective call per peer (sampling's three per hop,
 fetching's two, the labels' two, the all-reduce, the stop agreement, the historical exchanges'
 two (push) or three (pull) per layer); the slowest machine sets the epoch. With 8-bit rows,
@@ -80,7 +84,7 @@ import numpy as np
 import torch
 
 from shardgnn.fullgraph.plan import host_seconds, linear_layers, row_bytes, saved_bytes
-from shardgnn.fullgraph.rates import MachineRates
+from shardgnn.fullgraph.rates import MachineRates, sparse_input
 from shardgnn.graph.csr import Graph
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.partition.book import relabel
@@ -118,6 +122,9 @@ class MiniBatchCost:
         held_mb: the largest worker's feature rows, adjacency and cache, MB.
         activation_mb: what the busiest worker's step keeps for backward on its largest batch
             (its input rows and every layer's saved tensors), MB.
+        sparse_batches: the workers gather each batch's input rows as a sparse tensor (features
+            stored as CSR, a model that takes them, no cache: its rows are dense), which the
+            step's input layer multiplies by their non-zeros.
         sample_s, compute_s: the busiest worker's sampling and compute seconds of one epoch
             (with rates); comm_s: its exchanges'; epoch_s: the slowest host's sampling and
             compute (its workers sharing its cores) and exchanges.
@@ -138,6 +145,7 @@ class MiniBatchCost:
     max_worker_recv: int
     held_mb: float
     activation_mb: float = 0.0
+    sparse_batches: bool = False
     sample_s: float | None = None
     compute_s: float | None = None
     comm_s: float | None = None
@@ -471,18 +479,29 @@ def batch_activation_bytes(
     in_dim: int,
     out_dim: int,
     served: tuple[int, ...] = (),
+    input_density: float = 0.0,
 ) -> np.ndarray:
     """``[3L + 1]``: the bytes a training forward of the model :mod:`shardgnn.nn` builds
     (``--model``, ``--hidden``, ``layers`` blocks, ``--dropout``, ``--input-dropout``; dropout
     hashed, as training draws it) keeps for backward over one batch, as coefficients of the
     batch's sizes (:func:`batch_shape`) and a constant last; ``served``: the layers whose
     input rows historical embeddings served in part (:func:`served_layers`; the others' ``C_l``
-    equal ``S_l`` and weigh 0). Measured: the forward over random blocks of a base shape and of
-    that shape with each size grown, every saved tensor's storage counted once
-    (:func:`~shardgnn.fullgraph.plan.saved_bytes`; the input rows are, the weights are not)."""
+    equal ``S_l`` and weigh 0); ``input_density`` (above 0): the input rows are a sparse tensor
+    of that share of non-zeros, as sparse batches gather them. Measured: the forward over random
+    blocks of a base shape and of that shape with each size grown, every saved tensor's storage
+    counted once (:func:`~shardgnn.fullgraph.plan.saved_bytes`; the input rows are, the weights
+    are not)."""
     return np.array(
         _batch_coefficients(
-            model, hidden, layers, dropout, input_dropout, tuple(served), in_dim, out_dim
+            model,
+            hidden,
+            layers,
+            dropout,
+            input_dropout,
+            tuple(served),
+            input_density,
+            in_dim,
+            out_dim,
         ),
         dtype=np.int64,
     )
@@ -519,6 +538,25 @@ def measured_batch_bytes(
     return saved_bytes(functools.partial(net, graphs, x_SF, history=history), net)
 
 
+def _sparse_rows(rows: int, width: int, density: float) -> torch.Tensor:
+    """A sparse batch's input rows as workers gather them (coalesced COO), ``density`` of them
+    non-zero, spread so that every prefix of rows holds that share of its entries to within
+    one: the sizes grown by a few rows add their exact share (random rows would add a share
+    varying by the square root of their count)."""
+    nonzeros_R = np.diff(np.round(density * width * np.arange(rows + 1))).astype(np.int64)
+    row_K = np.repeat(np.arange(rows), nonzeros_R)
+    within_K = np.arange(row_K.shape[0]) - np.repeat(np.cumsum(nonzeros_R) - nonzeros_R, nonzeros_R)
+    col_K = (7 * row_K + within_K) % width  # distinct within a row, sorted after the wrap
+    order = np.lexsort((col_K, row_K))
+    return torch.sparse_coo_tensor(
+        torch.from_numpy(np.stack([row_K[order], col_K[order]])),
+        torch.randn(row_K.shape[0]),
+        (rows, width),
+        is_coalesced=True,
+        check_invariants=False,
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def _batch_coefficients(
     model: str,
@@ -527,6 +565,7 @@ def _batch_coefficients(
     dropout: float,
     input_dropout: float,
     served: tuple[int, ...],
+    input_density: float,
     *dims: int,
 ) -> tuple[int, ...]:
     from shardgnn.nn.config import ModelConfig
@@ -558,6 +597,8 @@ def _batch_coefficients(
                 mask_S = torch.arange(int(sizes[layer])) >= sizes[2 * layers + layer]
                 history[layer] = (mask_S, torch.randn(int(mask_S.sum()), hidden))
             x_SF = torch.randn(int(sizes[0]), dims[0])
+            if input_density > 0:
+                x_SF = _sparse_rows(int(sizes[0]), dims[0], input_density)
             return measured_batch_bytes(net, graphs, x_SF, history or None)
 
         at_base = saved(base)
@@ -628,12 +669,18 @@ def minibatch_costs(
     hops = len(fanouts)
     own_rows = np.bincount(owner, minlength=workers)
     own_edges = np.bincount(owner, weights=np.diff(graph.indptr), minlength=workers)
-    own_nonzeros = np.bincount(owner, weights=np.count_nonzero(graph.x, axis=1), minlength=workers)
+    nonzeros_N = np.count_nonzero(graph.x, axis=1)
+    own_nonzeros = np.bincount(owner, weights=nonzeros_N, minlength=workers)
     held_base = held_bytes(own_rows, in_dim, own_nonzeros) + own_edges * _ID + (own_rows + 1) * _ID
-    coefficients = functools.partial(
-        batch_activation_bytes, model, hidden, hops, dropout, input_dropout, in_dim,
-        graph.num_classes,
-    )  # fmt: skip
+    sparse = sparse_input(model, graph.x)
+    density = float(nonzeros_N.sum()) / max(1, graph.x.size) if sparse else 0.0
+
+    def coefficients(sparse_batches: bool):
+        return functools.partial(
+            batch_activation_bytes, model, hidden, hops, dropout, input_dropout, in_dim,
+            graph.num_classes, input_density=density if sparse_batches else 0.0,
+        )  # fmt: skip
+
     options = [
         ("exact", 32, 0, train, None),
         ("8-bit", 8, 0, train, None),
@@ -684,6 +731,7 @@ def minibatch_costs(
             kept = own_rows if history.scope == "all" else kept
             stamps = halo * (1 if history.mode == "pull" else 2) + kept
             held = held + len(history.layers) * ((halo + kept) * 4 * hidden + stamps * _ID)
+        sparse_batches = sparse and cap == 0  # a cache's rows are dense
         flags = (["--fetch-bits", str(bits)] if bits < 32 else []) + (
             ["--cache-policy", "presample", "--cache-size", cache_size] if cap else []
         )
@@ -702,7 +750,11 @@ def minibatch_costs(
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
-            activation_mb=float(batch_bytes(epoch.batch_sizes, hops, coefficients).max()) / 1e6,
+            activation_mb=float(
+                batch_bytes(epoch.batch_sizes, hops, coefficients(sparse_batches)).max()
+            )
+            / 1e6,
+            sparse_batches=sparse_batches,
         )
         if rates is not None:
             # values each worker encodes (the rows it sends) and decodes (those it receives)
@@ -710,7 +762,7 @@ def minibatch_costs(
             times = _epoch_seconds(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                coded=coded,
+                coded=coded, sparse_batches=sparse_batches,
                 history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
@@ -747,10 +799,12 @@ def _epoch_seconds(
     workers_per_host: int,
     coded: tuple[np.ndarray, np.ndarray] | None = None,
     history_calls: int = 0,
+    sparse_batches: bool = False,
 ) -> dict[str, float]:
     """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
     worker encodes and decodes at 8 bits per epoch (None: rows travel as float32);
-    ``history_calls``: the historical pushes' all-to-alls after each step."""
+    ``history_calls``: the historical pushes' all-to-alls after each step; ``sparse_batches``:
+    the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`)."""
     from shardgnn.fullgraph.config import PlanConfig
 
     workers = sent.shape[0]
@@ -759,8 +813,8 @@ def _epoch_seconds(
     edges = train.block_edges.sum(1)
     sample_batch, sample_edge = _sampling_rates(rates, r, workers)
     sample = train.batches * sample_batch + edges * sample_edge
-    compute = train.batches * r.minibatch("step_batch") + _step_edge_seconds(
-        r, train.block_edges[:, 0], edges - train.block_edges[:, 0]
+    compute = train.batches * r.step("step_batch", sparse_batches) + _step_edge_seconds(
+        r, train.block_edges[:, 0], edges - train.block_edges[:, 0], sparse_batches
     )
     if coded is not None:  # the fetch codec's work, on the worker's own cores
         sample = sample + coded[0] * r.minibatch("encode8_value")
@@ -774,7 +828,14 @@ def _epoch_seconds(
     # crowded: each step (its all-reduce's wait included) stretched as the probe measured
     crowded_step = rates.step_crowding(per_host)
     busy_s = _lockstep_seconds(
-        train, r, rates.cores, per_host, coded, (sample_batch, sample_edge), crowded_step or 1.0
+        train,
+        r,
+        rates.cores,
+        per_host,
+        coded,
+        (sample_batch, sample_edge),
+        crowded_step or 1.0,
+        sparse_batches,
     )
     # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
     # (a collective every batch, however few labels move), the gradient all-reduce and the stop
@@ -804,10 +865,15 @@ def _epoch_seconds(
     }
 
 
-def _step_edge_seconds(r, input_edges: np.ndarray, upper_edges: np.ndarray) -> np.ndarray:
+def _step_edge_seconds(
+    r, input_edges: np.ndarray, upper_edges: np.ndarray, sparse_batches: bool
+) -> np.ndarray:
     """The steps' seconds for their blocks' edges: the input layer's and the upper layers' at
-    their own rates (historical embeddings shrink the input layer alone)."""
-    return input_edges * r.minibatch("step_input_edge") + upper_edges * r.minibatch("step_edge")
+    their own rates (historical embeddings shrink the input layer alone), of batches gathered
+    sparse (``sparse_batches``) or dense."""
+    return input_edges * r.step("step_input_edge", sparse_batches) + upper_edges * r.step(
+        "step_edge", sparse_batches
+    )
 
 
 def _sampling_rates(rates: MachineRates, r, workers: int) -> tuple[float, float]:
@@ -827,16 +893,18 @@ def _lockstep_seconds(
     coded: tuple[np.ndarray, np.ndarray] | None,
     sampling: tuple[float, float],
     crowded_step: float = 1.0,
+    sparse_batches: bool = False,
 ) -> float:
     """The epoch's sampling, coding and steps as the workers run them, in lockstep: each batch
     ends when the busiest host's workers are done with it (a worker's own cores, or their
     thread-seconds over the host's cores when they share them), and the epoch adds the
     batches up: a sum of per-batch maxima, not the busiest worker's total. ``crowded_step``:
     how many times its fair share of the cores a step takes where the workers crowd them
-    (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`)."""
+    (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`); ``sparse_batches``: the
+    steps' input rows are sparse."""
     sample_batch, sample_edge = sampling
-    step_PB = (train.batch_edges > 0) * r.minibatch("step_batch") + _step_edge_seconds(
-        r, train.batch_input_edges, train.batch_edges - train.batch_input_edges
+    step_PB = (train.batch_edges > 0) * r.step("step_batch", sparse_batches) + _step_edge_seconds(
+        r, train.batch_input_edges, train.batch_edges - train.batch_input_edges, sparse_batches
     )
     work_PB = (train.batch_edges > 0) * sample_batch + train.batch_edges * sample_edge
     work_PB = work_PB + crowded_step * step_PB

@@ -227,14 +227,24 @@ def saved_bytes(forward, *held: torch.Tensor | torch.nn.Module) -> int:
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in skip:
-            storages[storage.data_ptr()] = storage.nbytes()
+        for part in _dense_parts(t):
+            storage = part.untyped_storage()
+            if storage.data_ptr() not in skip:
+                storages[storage.data_ptr()] = storage.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         forward()
     return sum(storages.values())
+
+
+def _dense_parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The strided tensors holding ``t``: itself, or a sparse tensor's indices and values."""
+    if t.layout == torch.sparse_coo:
+        return t._indices(), t._values()
+    if t.layout == torch.sparse_csr:
+        return t.crow_indices(), t.col_indices(), t.values()
+    return (t,)
 
 
 def row_bytes(width: int, bits: int) -> int:

@@ -95,7 +95,17 @@ class ComputeRates:
     and backward and step Adam; rates written before ``step_input_edge`` existed charge input
     edges ``step_edge``), ``encode8_value`` and ``decode8_value`` (seconds per value to encode
     rows of the features' width at 8 bits before a fetch's send, and to decode them on
-    arrival)"""
+    arrival); on mostly-zero features and a model that takes them sparse, also
+    ``sparse_step_batch``, ``sparse_step_input_edge`` and ``sparse_step_edge``: the same step
+    with its input rows gathered as a sparse tensor, as workers gather them without a cache
+    (:func:`~shardgnn.train.setup.sparse_batches_apply`)"""
+
+    def step(self, name: str, sparse: bool) -> float:
+        """The step rate ``name`` (``step_batch``, ``step_input_edge``, ``step_edge``) of batches
+        gathered sparse (``sparse``, where these rates hold them) or dense."""
+        if sparse and f"sparse_{name}" in self.minibatch_s:
+            return self.minibatch_s[f"sparse_{name}"]
+        return self.minibatch(name)
 
     def minibatch(self, name: str) -> float:
         if name == "step_input_edge" and name not in self.minibatch_s:
@@ -378,6 +388,16 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
     )
 
 
+def sparse_input(model: str, x: np.ndarray) -> bool:
+    """Whether workers gather batches of ``x``'s rows for ``model`` as sparse tensors where no
+    cache holds dense rows (:func:`~shardgnn.train.setup.sparse_batches_apply`): a model of
+    :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS` and features stored as CSR."""
+    from shardgnn.graph.features import stored_sparse
+    from shardgnn.nn.config import SPARSE_INPUT_MODELS
+
+    return model in SPARSE_INPUT_MODELS and stored_sparse(int(np.count_nonzero(x)), x.size)
+
+
 def _planned_model(work: Workload, step: MiniBatchWork) -> tuple[Any, torch.nn.Module, Any]:
     """``(sampler, model, Adam)``: a sampler of the planned fanouts and the planned model as the
     workers train it, from the torch generator seeded 0."""
@@ -404,13 +424,18 @@ def _train_step(
     labels: torch.Tensor,
     history: dict | None = None,
     reduce: Callable[[], None] | None = None,
+    rows: Any = None,
 ) -> Callable[[], None]:
-    """One training step over ``sample`` (its input rows read from ``work.x``), as a function;
-    ``reduce``: run between the backward and the optimiser's step (the gradient all-reduce)."""
+    """One training step over ``sample`` (its input rows read from ``work.x``, or gathered from
+    the store ``rows``: a sparse batch's), as a function; ``reduce``: run between the backward
+    and the optimiser's step (the gradient all-reduce)."""
     from shardgnn.nn.message_graph import MessageGraph
 
     def train_step() -> None:
-        x_SF = torch.from_numpy(np.asarray(work.x[sample.input_nodes.numpy()], np.float32))
+        if rows is None:
+            x_SF = torch.from_numpy(np.asarray(work.x[sample.input_nodes.numpy()], np.float32))
+        else:
+            x_SF = rows.gather(sample.input_nodes)
         graphs = [MessageGraph.from_block(b) for b in sample.blocks]
         adam.zero_grad(set_to_none=True)
         logits = model(graphs, x_SF, history)[0] if history else model(graphs, x_SF)
@@ -432,11 +457,20 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     src rows are activated and dropped out. Batches of one sampler scale both together, but
     historical embeddings shrink the input layer alone (they stop expansion above it), so a
     third point, the largest batch with every outside src node of its upper layers served from
-    a table, separates the two (models of one layer: one rate for both)."""
+    a table, separates the two (models of one layer: one rate for both).
+
+    Where workers would gather the batches sparse (:func:`sparse_input`), the same batches'
+    steps with sparse input rows are timed too, in the same rounds, and fitted alike
+    (``sparse_step_*``): on bag-of-words features the input layer's product over the non-zeros
+    costs a fraction of the dense one."""
     from shardgnn.sampling.types import SeedInput
+    from shardgnn.store.feature import csr_rows
 
     rng = np.random.default_rng(0)
     sampler, model, adam = _planned_model(work, step)
+    sparse_rows = None
+    if sparse_input(step.model, work.x):
+        sparse_rows = csr_rows(work.x, "none", sparse_batches=True)
     sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
     sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
     points = []
@@ -465,28 +499,39 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
 
         points.append((edges[0], sum(edges[1:]), sample_s))
         steps.append(_train_step(work, model, adam, sample, labels, history))
+        if sparse_rows is not None:
+            steps.append(_train_step(work, model, adam, sample, labels, history, rows=sparse_rows))
     # the steps alternate, so the machine's drift between them does not tell them apart
     rounds = [[_seconds(fn) for fn in steps] for _ in range(5)]
-    points = [(*p, statistics.median(t)) for p, t in zip(points, zip(*rounds))]
-    (i1, u1, s1, t1), (i2, u2, s2, t2) = points[:2]
+    medians = [statistics.median(t) for t in zip(*rounds)]
+    kinds = 1 if sparse_rows is None else 2
+    (i1, u1, s1), (i2, u2, s2) = points[:2]
+    sample_edge = max(s2 - s1, 0.0) / max(i2 + u2 - i1 - u1, 1)
+    out = {"sample_batch": max(s1 - sample_edge * (i1 + u1), 0.0), "sample_edge": sample_edge}
+    for kind, prefix in enumerate(["", "sparse_"][:kinds]):
+        fitted = _fit_step([(i, u) for i, u, _ in points], medians[kind::kinds])
+        out.update({f"{prefix}{name}": value for name, value in fitted.items()})
+    return {**out, **_codec_seconds(int(work.x.shape[1]), 8)}
+
+
+def _fit_step(edges: list[tuple[int, int]], seconds: list[float]) -> dict[str, float]:
+    """``step_batch``, ``step_input_edge``, ``step_edge`` fitted to steps of ``edges`` (input
+    layer's, upper layers') taking ``seconds``: two batches of one sampler, and a third (where
+    the model has upper layers) of the second's seeds with its upper layers served, fewer input
+    edges and the same upper ones."""
+    (i1, u1), (i2, u2) = edges[:2]
+    t1, t2 = seconds[:2]
     span = max(i2 + u2 - i1 - u1, 1)
-    sample_edge, step_edge = max(s2 - s1, 0.0) / span, max(t2 - t1, 0.0) / span
-    step_input_edge = step_edge
-    if len(points) == 3:
-        # the served batch: fewer input edges, the same upper ones
-        i3, u3, _, t3 = points[2]
-        a = np.array([[1.0, i, u] for i, u, _, _ in points])
-        _, step_input_edge, step_edge = np.linalg.lstsq(a, np.array([t1, t2, t3]), rcond=None)[0]
-        if min(step_input_edge, step_edge) < 0 or i3 >= i2:
-            step_input_edge = step_edge = max(t2 - t1, 0.0) / span  # noise: one rate
-        step_input_edge, step_edge = float(step_input_edge), float(step_edge)
+    step_input_edge = step_edge = max(t2 - t1, 0.0) / span
+    if len(edges) == 3:
+        a = np.array([[1.0, i, u] for i, u in edges])
+        _, input_edge, upper_edge = np.linalg.lstsq(a, np.array(seconds), rcond=None)[0]
+        if min(input_edge, upper_edge) >= 0 and edges[2][0] < i2:  # else noise: one rate
+            step_input_edge, step_edge = float(input_edge), float(upper_edge)
     return {
-        "sample_batch": max(s1 - sample_edge * (i1 + u1), 0.0),
-        "sample_edge": sample_edge,
         "step_batch": max(t1 - step_input_edge * i1 - step_edge * u1, 0.0),
         "step_edge": step_edge,
         "step_input_edge": step_input_edge,
-        **_codec_seconds(int(work.x.shape[1]), 8),
     }
 
 

@@ -357,6 +357,12 @@ class SparseRowStore(FeatureStore):
         rows = np.arange(ids_np.shape[0])
         return sparse_batch(ids_np.shape[0], self.width, [self.csr_piece(ids_np, rows)])
 
+    def to_dense(self) -> np.ndarray:
+        """Every row as a dense ``[N, F]`` array (for a pass that reads the matrix whole)."""
+        out = torch.zeros(self.shape, dtype=torch.float32)
+        self.gather_into(torch.arange(self.shape[0]), out, np.arange(self.shape[0]))
+        return out.numpy()
+
     def csr_piece(self, ids: np.ndarray, dst_rows: np.ndarray) -> CsrPiece:
         """Rows ``ids`` (local ids) destined for output rows ``dst_rows`` (:func:`sparse_batch`)."""
         return self.indptr, self.indices, self.values, ids, dst_rows

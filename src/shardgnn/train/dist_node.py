@@ -33,6 +33,7 @@ from shardgnn.sampling.dist_neighbor import DistNeighborSampler
 from shardgnn.seeding import mix_seed
 from shardgnn.store.dist_feature import DistFeatureStore
 from shardgnn.store.embedding import input_store
+from shardgnn.store.feature import SparseRowStore
 from shardgnn.store.historical import HistoricalEmbeddings, halo_of
 from shardgnn.timing import StageTimer
 from shardgnn.train.config import TrainConfig
@@ -223,14 +224,21 @@ class DistMiniBatchSteps(DistSampledSteps):
         rank)."""
         reducer = CommReducer(self.main_comm)
         if self.layerwise is not None:
+            shard = self.layerwise.shard
             if self.embedding is not None:
                 rows = self.embedding.local.weight.cpu().numpy()
                 x = self.x_local
-                self.layerwise.shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
-            with precision_context(self.config.precision, self.ctx.device):
-                metric, details = layerwise_metrics(
-                    self.layerwise, self.model, (split,), self.target, reducer
-                )[split]
+                shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
+            elif self.x_local is None and isinstance(self.x_store, SparseRowStore):
+                shard.x = self.x_store.to_dense()  # held as CSR for sparse batches: for this pass
+            try:
+                with precision_context(self.config.precision, self.ctx.device):
+                    metric, details = layerwise_metrics(
+                        self.layerwise, self.model, (split,), self.target, reducer
+                    )[split]
+            finally:
+                if self.embedding is None and self.x_local is None:
+                    shard.x = None  # the dense rows made for the pass, returned
         else:
             evaluation = evaluate_batches(
                 self.model,
