@@ -94,7 +94,7 @@ from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
 from shardgnn.store.config import HISTORICAL_MODES, split_historical
-from shardgnn.store.feature import held_bytes
+from shardgnn.store.feature import SparseRowStore, held_bytes
 from shardgnn.store.historical import NEVER, sorted_lookup
 
 _ID = 8  # bytes of one int64 id, count or edge column
@@ -539,22 +539,19 @@ def measured_batch_bytes(
 
 
 def _sparse_rows(rows: int, width: int, density: float) -> torch.Tensor:
-    """A sparse batch's input rows as workers gather them (coalesced COO), ``density`` of them
-    non-zero, spread so that every prefix of rows holds that share of its entries to within
-    one: the sizes grown by a few rows add their exact share (random rows would add a share
-    varying by the square root of their count)."""
-    nonzeros_R = np.diff(np.round(density * width * np.arange(rows + 1))).astype(np.int64)
+    """A sparse batch's input rows, ``density`` of them non-zero, gathered as workers gather them
+    (:class:`~shardgnn.store.feature.SparseRowStore`), spread so that every prefix of rows holds
+    that share of its entries to within one: the sizes grown by a few rows add their exact share
+    (random rows would add a share varying by the square root of their count)."""
+    indptr = np.round(density * width * np.arange(rows + 1)).astype(np.int64)
+    nonzeros_R = np.diff(indptr)
     row_K = np.repeat(np.arange(rows), nonzeros_R)
-    within_K = np.arange(row_K.shape[0]) - np.repeat(np.cumsum(nonzeros_R) - nonzeros_R, nonzeros_R)
-    col_K = (7 * row_K + within_K) % width  # distinct within a row, sorted after the wrap
-    order = np.lexsort((col_K, row_K))
-    return torch.sparse_coo_tensor(
-        torch.from_numpy(np.stack([row_K[order], col_K[order]])),
-        torch.randn(row_K.shape[0]),
-        (rows, width),
-        is_coalesced=True,
-        check_invariants=False,
-    )
+    within_K = np.arange(indptr[-1]) - np.repeat(indptr[:-1], nonzeros_R)
+    # each row's columns ascending from an offset that leaves room for them
+    col_K = (7 * row_K) % np.maximum(1, width - nonzeros_R[row_K] + 1) + within_K
+    values_K = np.random.default_rng(0).standard_normal(indptr[-1]).astype(np.float32)
+    store = SparseRowStore(indptr, col_K.astype(np.int32), values_K, width, sparse_batches=True)
+    return store.gather(torch.arange(rows))
 
 
 @functools.lru_cache(maxsize=32)
@@ -672,7 +669,7 @@ def minibatch_costs(
     nonzeros_N = np.count_nonzero(graph.x, axis=1)
     own_nonzeros = np.bincount(owner, weights=nonzeros_N, minlength=workers)
     held_base = held_bytes(own_rows, in_dim, own_nonzeros) + own_edges * _ID + (own_rows + 1) * _ID
-    sparse = sparse_input(model, graph.x)
+    sparse = sparse_input(model, int(nonzeros_N.sum()), graph.x.size)
     density = float(nonzeros_N.sum()) / max(1, graph.x.size) if sparse else 0.0
 
     def coefficients(sparse_batches: bool):
@@ -732,6 +729,7 @@ def minibatch_costs(
             stamps = halo * (1 if history.mode == "pull" else 2) + kept
             held = held + len(history.layers) * ((halo + kept) * 4 * hidden + stamps * _ID)
         sparse_batches = sparse and cap == 0  # a cache's rows are dense
+        activations = batch_bytes(epoch.batch_sizes, hops, coefficients(sparse_batches))
         flags = (["--fetch-bits", str(bits)] if bits < 32 else []) + (
             ["--cache-policy", "presample", "--cache-size", cache_size] if cap else []
         )
@@ -750,10 +748,7 @@ def minibatch_costs(
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
-            activation_mb=float(
-                batch_bytes(epoch.batch_sizes, hops, coefficients(sparse_batches)).max()
-            )
-            / 1e6,
+            activation_mb=float(activations.max()) / 1e6,
             sparse_batches=sparse_batches,
         )
         if rates is not None:
@@ -828,15 +823,9 @@ def _epoch_seconds(
     # crowded: each step (its all-reduce's wait included) stretched as the probe measured
     crowded_step = rates.step_crowding(per_host)
     busy_s = _lockstep_seconds(
-        train,
-        r,
-        rates.cores,
-        per_host,
-        coded,
-        (sample_batch, sample_edge),
-        crowded_step or 1.0,
+        train, r, rates.cores, per_host, coded, (sample_batch, sample_edge), crowded_step or 1.0,
         sparse_batches,
-    )
+    )  # fmt: skip
     # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
     # (a collective every batch, however few labels move), the gradient all-reduce and the stop
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the

@@ -388,14 +388,15 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
     )
 
 
-def sparse_input(model: str, x: np.ndarray) -> bool:
-    """Whether workers gather batches of ``x``'s rows for ``model`` as sparse tensors where no
-    cache holds dense rows (:func:`~shardgnn.train.setup.sparse_batches_apply`): a model of
+def sparse_input(model: str, nonzeros: int, size: int) -> bool:
+    """Whether workers gather batches of features with ``nonzeros`` of ``size`` entries non-zero
+    for ``model`` as sparse tensors where no cache holds dense rows
+    (:func:`~shardgnn.train.setup.sparse_batches_apply`): a model of
     :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS` and features stored as CSR."""
     from shardgnn.graph.features import stored_sparse
     from shardgnn.nn.config import SPARSE_INPUT_MODELS
 
-    return model in SPARSE_INPUT_MODELS and stored_sparse(int(np.count_nonzero(x)), x.size)
+    return model in SPARSE_INPUT_MODELS and stored_sparse(nonzeros, size)
 
 
 def _planned_model(work: Workload, step: MiniBatchWork) -> tuple[Any, torch.nn.Module, Any]:
@@ -469,7 +470,7 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     rng = np.random.default_rng(0)
     sampler, model, adam = _planned_model(work, step)
     sparse_rows = None
-    if sparse_input(step.model, work.x):
+    if sparse_input(step.model, int(np.count_nonzero(work.x)), work.x.size):
         sparse_rows = csr_rows(work.x, "none", sparse_batches=True)
     sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
     sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]

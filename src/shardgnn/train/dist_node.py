@@ -225,20 +225,22 @@ class DistMiniBatchSteps(DistSampledSteps):
         reducer = CommReducer(self.main_comm)
         if self.layerwise is not None:
             shard = self.layerwise.shard
+            # held as CSR (for sparse batches): the dense rows made for this pass alone
+            made = self.embedding is None and isinstance(self.x_store, SparseRowStore)
             if self.embedding is not None:
                 rows = self.embedding.local.weight.cpu().numpy()
                 x = self.x_local
                 shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
-            elif self.x_local is None and isinstance(self.x_store, SparseRowStore):
-                shard.x = self.x_store.to_dense()  # held as CSR for sparse batches: for this pass
+            elif made:
+                shard.x = self.x_store.to_dense()
             try:
                 with precision_context(self.config.precision, self.ctx.device):
                     metric, details = layerwise_metrics(
                         self.layerwise, self.model, (split,), self.target, reducer
                     )[split]
             finally:
-                if self.embedding is None and self.x_local is None:
-                    shard.x = None  # the dense rows made for the pass, returned
+                if made:
+                    shard.x = None
         else:
             evaluation = evaluate_batches(
                 self.model,
