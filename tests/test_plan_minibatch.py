@@ -311,6 +311,42 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     assert pull.option == "historical 1:2 pull" and pull.comm_s == pytest.approx(expected)
 
 
+def test_the_codec_is_priced_at_the_rows_of_its_calls(graph):
+    """A fetch encodes each peer's rows of a batch in one call and decodes them in one, and a
+    value costs more in a call of more rows (they outgrow the caches): the 8-bit option charges
+    each owner its encoding and each requester its decoding at the rate of those calls' rows
+    (log-linear between the calibrated calls, held beyond them); the calibration times calls
+    of each size."""
+    from shardgnn.fullgraph.rates import _codec_seconds
+
+    compute = _hand_step_rates()
+    by_rows = {64: 1e-9, 512: 2e-9, 4096: 4e-9}
+    for rows, value in by_rows.items():
+        compute.minibatch_s[f"encode8_value_{rows}"] = 2 * value
+        compute.minibatch_s[f"decode8_value_{rows}"] = value
+    assert compute.codec("decode8", 64) == pytest.approx(1e-9)
+    assert compute.codec("decode8", (64 * 512) ** 0.5) == pytest.approx(1.5e-9)  # log-linear
+    assert compute.codec("encode8", np.array([1, 0, 1e6])) == pytest.approx([2e-9, 2e-9, 8e-9])
+    rates = MachineRates(
+        cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=1e-4, link_samples=[]
+    )
+    owner, costs = _costs(graph, 2, rates=rates, workers_per_host=2)
+    epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0)
+    fetched, _ = cache_misses(epoch, epoch, owner, 2, 0)
+    call_rows = fetched / epoch.batches  # [requester, owner]
+    assert 64 < call_rows[0, 1] < 4096 and 64 < call_rows[1, 0] < 4096
+    per_value = np.interp(np.log(np.maximum(call_rows, 1)), np.log([64, 512, 4096]), [1, 2, 4])
+    values = fetched * 12 * 1e-9 * per_value
+    codec = 2 * values.sum(0) + values.sum(1)  # the owner encodes, the requester decodes
+    sample = epoch.batches * 1e-3 + epoch.block_edges.sum(1) * 1e-7
+    assert costs[1].sample_s == pytest.approx((sample + codec).max(), rel=1e-9)
+    timed = _codec_seconds(12, 8, calls=(8, 64))
+    assert set(timed) == {
+        f"{kind}8_value_{rows}" for kind in ("encode", "decode") for rows in (8, 64)
+    }
+    assert min(timed.values()) > 0
+
+
 def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     """Three workers on two cores: each collective call costs the crowding probe's seconds at
     the work a worker does between calls (interpolated between the probed bursts); with a

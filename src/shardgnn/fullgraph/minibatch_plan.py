@@ -61,9 +61,10 @@ over the link, plus the latency of every collective call per peer (sampling's th
 fetching's two, the labels' two, the all-reduce, the stop agreement, the historical exchanges'
 two (push) or three (pull) per layer); the slowest machine sets the epoch. With 8-bit rows,
 each worker also encodes the rows it sends and decodes those it receives (the codec's calibrated
-seconds per value). Where a machine runs as many workers as it has cores or more, each of those
-calls also costs the calibration's crowding probe at the work a
-worker does before it (a share of the batch's sampling; its step before the all-reduce)
+seconds per value, in calls of the rows a peer's share of a batch holds: a call's values cost
+more once its rows outgrow the caches). Where a machine runs as many workers as it has cores
+or more, each of those calls also costs the calibration's crowding probe at the work a worker
+does before it (a share of the batch's sampling; its step before the all-reduce)
 (:meth:`~shardgnn.fullgraph.rates.MachineRates.crowding`): workers in lockstep wait at every
 call for peers the OS has descheduled, which fair sharing of the cores does not price. Where
 the rates hold the crowded-step probe at that many workers
@@ -752,17 +753,32 @@ def minibatch_costs(
             sparse_batches=sparse_batches,
         )
         if rates is not None:
-            # values each worker encodes (the rows it sends) and decodes (those it receives)
-            coded = (fetched.sum(0) * in_dim, fetched.sum(1) * in_dim) if bits < 32 else None
+            codec_s = None
+            if bits < 32:
+                codec_s = _codec_seconds(rates, fetched, in_dim, epoch.batches, workers_per_host)
             times = _epoch_seconds(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                coded=coded, sparse_batches=sparse_batches,
+                codec_s=codec_s, sparse_batches=sparse_batches,
                 history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
         out.append(cost)
     return out
+
+
+def _codec_seconds(
+    rates: MachineRates, fetched: np.ndarray, in_dim: int, batches: int, per_host: int
+) -> np.ndarray:
+    """Each worker's seconds per epoch to encode the rows it sends and decode those it receives
+    at 8 bits (``fetched[i, j]``: rows worker ``i`` fetches from ``j`` per epoch), at the threads
+    it gets: one call per peer and batch, each at the rate of its share of the rows."""
+    r = rates.at(max(1, rates.cores // min(fetched.shape[0], per_host)))
+    call_rows = fetched / max(1, batches)
+    values = fetched * in_dim
+    encode = (values * r.codec("encode8", call_rows)).sum(0)  # the owner encodes
+    decode = (values * r.codec("decode8", call_rows)).sum(1)  # the requester decodes
+    return encode + decode
 
 
 def _sampling_bytes(epoch: _Epoch, hops: int) -> tuple[np.ndarray, np.ndarray]:
@@ -792,12 +808,12 @@ def _epoch_seconds(
     out_dim: int,
     hops: int,
     workers_per_host: int,
-    coded: tuple[np.ndarray, np.ndarray] | None = None,
+    codec_s: np.ndarray | None = None,
     history_calls: int = 0,
     sparse_batches: bool = False,
 ) -> dict[str, float]:
-    """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
-    worker encodes and decodes at 8 bits per epoch (None: rows travel as float32);
+    """Predicted seconds of one epoch (see the module docstring); ``codec_s``: each worker's
+    seconds per epoch encoding and decoding 8-bit rows (None: rows travel as float32);
     ``history_calls``: the historical pushes' all-to-alls after each step; ``sparse_batches``:
     the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`)."""
     from shardgnn.fullgraph.config import PlanConfig
@@ -811,9 +827,8 @@ def _epoch_seconds(
     compute = train.batches * r.step("step_batch", sparse_batches) + _step_edge_seconds(
         r, train.block_edges[:, 0], edges - train.block_edges[:, 0], sparse_batches
     )
-    if coded is not None:  # the fetch codec's work, on the worker's own cores
-        sample = sample + coded[0] * r.minibatch("encode8_value")
-        sample = sample + coded[1] * r.minibatch("decode8_value")
+    if codec_s is not None:  # the fetch codec's work, on the worker's own cores
+        sample = sample + codec_s
     config = PlanConfig(model=model, hidden=hidden, layers=hops)
     params = sum(a * b + b for a, b, _, _ in linear_layers(config, in_dim, out_dim, False))
     # the gradient all-reduce (a ring) of every batch
@@ -823,7 +838,7 @@ def _epoch_seconds(
     # crowded: each step (its all-reduce's wait included) stretched as the probe measured
     crowded_step = rates.step_crowding(per_host)
     busy_s = _lockstep_seconds(
-        train, r, rates.cores, per_host, coded, (sample_batch, sample_edge), crowded_step or 1.0,
+        train, r, rates.cores, per_host, codec_s, (sample_batch, sample_edge), crowded_step or 1.0,
         sparse_batches,
     )  # fmt: skip
     # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
@@ -879,7 +894,7 @@ def _lockstep_seconds(
     r,
     cores: int,
     per_host: int,
-    coded: tuple[np.ndarray, np.ndarray] | None,
+    codec_s: np.ndarray | None,
     sampling: tuple[float, float],
     crowded_step: float = 1.0,
     sparse_batches: bool = False,
@@ -897,9 +912,8 @@ def _lockstep_seconds(
     )
     work_PB = (train.batch_edges > 0) * sample_batch + train.batch_edges * sample_edge
     work_PB = work_PB + crowded_step * step_PB
-    if coded is not None:  # each worker's coding, spread evenly over its batches
-        codec_P = coded[0] * r.minibatch("encode8_value") + coded[1] * r.minibatch("decode8_value")
-        work_PB = work_PB + codec_P[:, None] / max(1, train.batches)
+    if codec_s is not None:  # each worker's coding, spread evenly over its batches
+        work_PB = work_PB + codec_s[:, None] / max(1, train.batches)
     threads = max(1, cores // per_host)
     workers = work_PB.shape[0]
     host_B = np.zeros(work_PB.shape[1])

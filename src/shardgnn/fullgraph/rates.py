@@ -67,6 +67,11 @@ LINK_SIZES = (1 << 16, 1 << 20, 1 << 22, 1 << 24)
 CROWD_BURSTS = (2e-4, 1e-3, 4e-3, 1.6e-2)
 """seconds of single-thread work between two collective calls in the crowding probe"""
 _TARGET_S = 0.15  # each measurement repeats its operation for about this long
+CODEC_ROWS = (64, 512, 4096)
+"""rows per call at which the fetch codec is timed: a fetch encodes each peer's rows of a batch
+in one call, and a value costs more in a call whose rows outgrow the caches (coauthor-cs's
+6,805-wide rows, one thread: 7 ns to encode a value in calls of 100 rows, 15-19 in calls of
+700, 29 in calls of 4,096)"""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -93,9 +98,11 @@ class ComputeRates:
     and ``step_edge`` (seconds per batch, per edge of its input layer's block and per edge of
     the upper layers' blocks to gather its input rows, build its graphs, run the model forward
     and backward and step Adam; rates written before ``step_input_edge`` existed charge input
-    edges ``step_edge``), ``encode8_value`` and ``decode8_value`` (seconds per value to encode
-    rows of the features' width at 8 bits before a fetch's send, and to decode them on
-    arrival); on mostly-zero features and a model that takes them sparse, also
+    edges ``step_edge``), ``encode8_value_R`` and ``decode8_value_R`` (seconds per value to
+    encode rows of the features' width at 8 bits before a fetch's send, and to decode them on
+    arrival, in calls of ``R`` rows, for each ``R`` of :data:`CODEC_ROWS`: :meth:`codec`;
+    rates written before timed one call of 4,096 rows, ``encode8_value``); on mostly-zero
+    features and a model that takes them sparse, also
     ``sparse_step_batch``, ``sparse_step_input_edge`` and ``sparse_step_edge``: the same step
     with its input rows gathered as a sparse tensor, as workers gather them without a cache
     (:func:`~shardgnn.train.setup.sparse_batches_apply`)"""
@@ -106,6 +113,22 @@ class ComputeRates:
         if sparse and f"sparse_{name}" in self.minibatch_s:
             return self.minibatch_s[f"sparse_{name}"]
         return self.minibatch(name)
+
+    def codec(self, name: str, rows):
+        """Seconds per value of the fetch codec's ``name`` (``encode8``, ``decode8``) in calls of
+        ``rows`` rows each (a number or an array): log-linear in the rows between the calls
+        timed (:data:`CODEC_ROWS`), held beyond them; rates of one timed call charge its rate
+        at any size."""
+        prefix = f"{name}_value_"
+        timed = sorted(
+            (int(key[len(prefix) :]), value)
+            for key, value in self.minibatch_s.items()
+            if key.startswith(prefix)
+        )
+        if not timed:
+            return np.full(np.shape(rows), self.minibatch(f"{name}_value"))
+        sizes, values = zip(*timed)
+        return np.interp(np.log(np.maximum(rows, 1)), np.log(sizes), values)
 
     def minibatch(self, name: str) -> float:
         if name == "step_input_edge" and name not in self.minibatch_s:
@@ -536,19 +559,24 @@ def _fit_step(edges: list[tuple[int, int]], seconds: list[float]) -> dict[str, f
     }
 
 
-def _codec_seconds(width: int, bits: int, rows: int = 4096) -> dict[str, float]:
+def _codec_seconds(width: int, bits: int, calls=CODEC_ROWS) -> dict[str, float]:
     """Seconds per value of the fetch codec at ``bits``, encoding (the sender: range, rounding
-    stream, packing) and decoding (the receiver), on rows of the features' ``width``."""
+    stream, packing) and decoding (the receiver), on rows of the features' ``width``, in calls
+    of each of ``calls`` rows (``encode8_value_512``: 8 bits, calls of 512 rows)."""
     from shardgnn.distributed.codec import make_codec
 
     codec = make_codec(bits, seed=0)
     assert codec is not None
-    x_RF = torch.randn(rows, width, generator=torch.Generator().manual_seed(0))
-    payload = codec.encode(x_RF)
-    return {
-        f"encode{bits}_value": _seconds(lambda: codec.encode(x_RF)) / x_RF.numel(),
-        f"decode{bits}_value": _seconds(lambda: codec.decode(payload, width)) / x_RF.numel(),
-    }
+    out = {}
+    x_RF = torch.randn(max(calls), width, generator=torch.Generator().manual_seed(0))
+    for rows in calls:
+        x = x_RF[:rows]
+        payload = codec.encode(x)
+        encode_s = _seconds(lambda x=x: codec.encode(x))
+        decode_s = _seconds(lambda payload=payload: codec.decode(payload, width))
+        out[f"encode{bits}_value_{rows}"] = encode_s / x.numel()
+        out[f"decode{bits}_value_{rows}"] = decode_s / x.numel()
+    return out
 
 
 def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
