@@ -753,13 +753,10 @@ def minibatch_costs(
             sparse_batches=sparse_batches,
         )
         if rates is not None:
-            codec_s = None
-            if bits < 32:
-                codec_s = _codec_seconds(rates, fetched, in_dim, epoch.batches, workers_per_host)
             times = _epoch_seconds(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                codec_s=codec_s, sparse_batches=sparse_batches,
+                coded=fetched if bits < 32 else None, sparse_batches=sparse_batches,
                 history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
@@ -767,13 +764,10 @@ def minibatch_costs(
     return out
 
 
-def _codec_seconds(
-    rates: MachineRates, fetched: np.ndarray, in_dim: int, batches: int, per_host: int
-) -> np.ndarray:
-    """Each worker's seconds per epoch to encode the rows it sends and decode those it receives
-    at 8 bits (``fetched[i, j]``: rows worker ``i`` fetches from ``j`` per epoch), at the threads
-    it gets: one call per peer and batch, each at the rate of its share of the rows."""
-    r = rates.at(max(1, rates.cores // min(fetched.shape[0], per_host)))
+def _codec_epoch_seconds(r, fetched: np.ndarray, in_dim: int, batches: int) -> np.ndarray:
+    """Each worker's seconds per epoch, at its rates ``r``, to encode the rows it sends and
+    decode those it receives at 8 bits (``fetched[i, j]``: rows worker ``i`` fetches from ``j``
+    per epoch): one call per peer and batch, each at the rate of its share of the rows."""
     call_rows = fetched / max(1, batches)
     values = fetched * in_dim
     encode = (values * r.codec("encode8", call_rows)).sum(0)  # the owner encodes
@@ -808,12 +802,12 @@ def _epoch_seconds(
     out_dim: int,
     hops: int,
     workers_per_host: int,
-    codec_s: np.ndarray | None = None,
+    coded: np.ndarray | None = None,
     history_calls: int = 0,
     sparse_batches: bool = False,
 ) -> dict[str, float]:
-    """Predicted seconds of one epoch (see the module docstring); ``codec_s``: each worker's
-    seconds per epoch encoding and decoding 8-bit rows (None: rows travel as float32);
+    """Predicted seconds of one epoch (see the module docstring); ``coded``: the rows each
+    worker fetches from each other per epoch, sent as 8-bit rows (None: as float32);
     ``history_calls``: the historical pushes' all-to-alls after each step; ``sparse_batches``:
     the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`)."""
     from shardgnn.fullgraph.config import PlanConfig
@@ -827,6 +821,7 @@ def _epoch_seconds(
     compute = train.batches * r.step("step_batch", sparse_batches) + _step_edge_seconds(
         r, train.block_edges[:, 0], edges - train.block_edges[:, 0], sparse_batches
     )
+    codec_s = None if coded is None else _codec_epoch_seconds(r, coded, in_dim, train.batches)
     if codec_s is not None:  # the fetch codec's work, on the worker's own cores
         sample = sample + codec_s
     config = PlanConfig(model=model, hidden=hidden, layers=hops)

@@ -120,15 +120,14 @@ class ComputeRates:
         timed (:data:`CODEC_ROWS`), held beyond them; rates of one timed call charge its rate
         at any size."""
         prefix = f"{name}_value_"
-        timed = sorted(
-            (int(key[len(prefix) :]), value)
+        timed = {
+            int(key[len(prefix) :]): value
             for key, value in self.minibatch_s.items()
             if key.startswith(prefix)
-        )
+        }
         if not timed:
             return np.full(np.shape(rows), self.minibatch(f"{name}_value"))
-        sizes, values = zip(*timed)
-        return np.interp(np.log(np.maximum(rows, 1)), np.log(sizes), values)
+        return _log_interp(timed, np.maximum(rows, 1))
 
     def minibatch(self, name: str) -> float:
         if name == "step_input_edge" and name not in self.minibatch_s:
@@ -155,6 +154,13 @@ class ComputeRates:
 
     def sparse(self, width: int) -> float:
         return _lookup(self.sparse_s, width, "sparse-feature projection")
+
+
+def _log_interp(table: dict, at):
+    """``table`` (a measurement by positive size) at ``at`` (a size or an array of them):
+    linear in the sizes' logarithm between the sizes measured, held beyond them."""
+    sizes = sorted(table)
+    return np.interp(np.log(at), np.log(sizes), [table[size] for size in sizes])
 
 
 def _lookup(table: dict[int, float], width: int, what: str) -> float:
@@ -259,9 +265,7 @@ class MachineRates:
                 f"the machine rates hold no crowding probe at {per_host} workers on its "
                 f"{self.cores} cores; calibrate again with these worker counts (--calibrate)"
             )
-        bursts = sorted(self.crowd_s[per_host])
-        extra = [self.crowd_s[per_host][b] for b in bursts]
-        return float(np.interp(np.log(max(burst_s, 1e-9)), np.log(bursts), extra))
+        return float(_log_interp(self.crowd_s[per_host], max(burst_s, 1e-9)))
 
 
 def read_rates(path: str, flag: str) -> MachineRates:
