@@ -1,16 +1,18 @@
 """Bag-of-words features trained as sparse input rows against the tree before, side by side
-(BENCHMARKS section 32c): one process, mini-batch and full-graph, on the real graphs whose
-features are mostly zero.
+(BENCHMARKS sections 32c, 32f): one process, mini-batch and full-graph, node classification or
+(``--task link``) link prediction, on the real graphs whose features are mostly zero.
 
     git worktree add /tmp/before <commit before the change>
     python benchmarks/bench_sparse_input.py --before /tmp/before/src --after src \\
         --data-dir ../shared/data --out benchmarks/out/sparse_input.json
+    python benchmarks/bench_sparse_input.py --before /tmp/before/src --after src --task link \
+        --modes minibatch --data-dir ../shared/data --out benchmarks/out/sparse_input_link.json
 
 Each (dataset, mode) runs ``--rounds`` times per tree, the trees in turn (before, after, before,
 after...), each run a fresh process (``PYTHONPATH`` at that tree's ``src``). Per run: the mean
 epoch time over epochs 2 and on (``mean_epoch_time_s``), the evaluation seconds per epoch, the
-process's peak memory and the test accuracy; the table gives each tree's median and the ratio
-after/before of the medians.
+process's peak memory and the test metric (accuracy; link prediction's AUC); the table gives
+each tree's median and the ratio after/before of the medians.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def run(src: str, dataset: str, mode: str, args, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
     cmd = [sys.executable, "-m", "shardgnn", "train", dataset, "--data-dir", args.data_dir]
     cmd += ["--epochs", str(args.epochs), "--seed", "1", "--quiet", "--results", str(out)]
+    cmd += ["--task", args.task]
     if mode == "full":
         cmd += ["--mode", "full"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
@@ -59,6 +62,8 @@ def main() -> int:
     parser.add_argument("--after", required=True, help="src folder of the tree after")
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--task", default="node", choices=("node", "link"))
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", help="write the runs and the table's figures as JSON")
@@ -66,7 +71,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in args.datasets:
-            for mode in MODES:
+            for mode in args.modes:
                 runs: dict[str, list[dict]] = {"before": [], "after": []}
                 for r in range(args.rounds):
                     for tree, src in (("before", args.before), ("after", args.after)):
@@ -78,9 +83,10 @@ def main() -> int:
                     tree: {k: statistics.median(x[k] for x in got) for k in got[0]}
                     for tree, got in runs.items()
                 }
-                rows.append({"dataset": dataset, "mode": mode, "median": med, "runs": runs})
+                rows.append({"dataset": dataset, "task": args.task, "mode": mode, "median": med,
+                             "runs": runs})  # fmt: skip
     print("| dataset | mode | epoch s before | after | ratio | eval s before | after | ratio "
-          "| peak MB before | after | test acc before | after |")  # fmt: skip
+          "| peak MB before | after | test metric before | after |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         b, a = row["median"]["before"], row["median"]["after"]

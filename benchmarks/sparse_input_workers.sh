@@ -1,23 +1,28 @@
 #!/bin/bash
-# BENCHMARKS 32c, two workers: coauthor-physics in 2 METIS parts, 1 epoch, the tree before and
-# this one in turn, 3 times; per run the wall time, the epoch's stages, each worker's peak RSS
-# and the test accuracy.
+# BENCHMARKS 32c and 32f, two workers: DATASET (coauthor-physics) in 2 METIS parts, TASK (node;
+# link: the partitions hold the training graph and the split), 1 epoch, the tree before and this
+# one in turn, ROUNDS (3) times; per run the wall time, the epoch's stages, each worker's peak RSS
+# and the test metric (accuracy; link prediction's AUC).
 #   git worktree add /tmp/before <commit before>
 #   BEFORE_SRC=/tmp/before/src bash benchmarks/sparse_input_workers.sh > out.txt
+#   BEFORE_SRC=/tmp/before/src DATASET=coauthor-cs TASK=link ROUNDS=2 \
+#       bash benchmarks/sparse_input_workers.sh > out.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${BEFORE_SRC:?set BEFORE_SRC to the src folder of the tree before}
 data=${DATA_DIR:-../shared/data}
-out=${OUT_DIR:-/tmp/sparse-input-workers}
+dataset=${DATASET:-coauthor-physics}
+task=${TASK:-node}
+out=${OUT_DIR:-/tmp/sparse-input-workers}/$dataset-$task
 mkdir -p "$out"
-[ -d "$out/cp2" ] || shardgnn partition coauthor-physics --parts 2 --out "$out/cp2" \
+[ -d "$out/cp2" ] || shardgnn partition "$dataset" --parts 2 --task "$task" --out "$out/cp2" \
     --data-dir "$data" > /dev/null
-for i in 1 2 3; do
+for i in $(seq "${ROUNDS:-3}"); do
   for tree in before after; do
     src=$PWD/src
     [ $tree = before ] && src=$before
     start=$(date +%s.%N)
-    PYTHONPATH=$src shardgnn train --partitions "$out/cp2" --epochs 1 --quiet \
+    PYTHONPATH=$src shardgnn train --partitions "$out/cp2" --task "$task" --epochs 1 --quiet \
         --results "$out/$tree-$i.json" > "$out/$tree-$i.log" 2>&1
     end=$(date +%s.%N)
     python - "$out/$tree-$i.json" "$tree" "$i" "$start" "$end" <<'PY'

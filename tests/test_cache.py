@@ -481,6 +481,23 @@ def test_sparse_batches_are_the_dense_rows_as_a_coalesced_sparse_tensor(tmp_path
     assert torch.equal(out, dense.gather(torch.tensor([3, 999])))
 
 
+def test_a_window_of_sparse_batch_rows_serves_each_batch_its_rows():
+    """`--bulk-batches k` on sparse batch rows: the window's union is gathered once, sparse, and
+    each batch served its rows from it (`WindowedRows`), coalesced, the dense rows bit for bit."""
+    from shardgnn.loader.pipeline import WindowedRows
+
+    x = _sparse_rows(1000, 300, 0.04)  # every 7th row all zero
+    dense = LocalFeatureStore(x)
+    window = WindowedRows(csr_rows(x, "none", sparse_batches=True), 3)
+    batches = [torch.tensor([5, 0, 999, 7]), torch.tensor([7, 14, 3, 3]), torch.tensor([512])]
+    window.plan(batches)
+    window.prefetch()
+    for ids in batches:
+        rows = window.gather(ids)
+        assert rows.layout == torch.sparse_coo and rows.is_coalesced() and rows.shape[0] == len(ids)
+        assert torch.equal(rows.to_dense(), dense.gather(ids))
+
+
 def test_rows_beyond_the_sparse_bound_or_read_whole_stay_dense():
     x = _sparse_rows(200, 50, 0.3)
     assert np.count_nonzero(x) > 0.1 * x.size

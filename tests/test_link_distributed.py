@@ -241,6 +241,34 @@ def test_two_workers_reach_one_process_auc_and_resume_exactly(graph, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+def test_workers_gather_mostly_zero_features_as_sparse_batches(graph, tmp_path):
+    """Bag-of-words features: each worker holds its rows as CSR and gathers its batches' rows
+    (training's and evaluation's) as sparse tensors, with ``--bulk-batches 2`` a window of two
+    batches' at a time; training is training on the dense rows read from the part files
+    (``--feature-storage disk``), up to the first layer's sparse rounding."""
+    rng = np.random.default_rng(1)
+    x = graph.x * (rng.random(graph.x.shape) < 0.05)
+    save_graph(dataclasses.replace(graph, x=x.astype(np.float32)), tmp_path / "g")
+    spec = f"graph:{tmp_path / 'g'}"
+    for bulk in ("1", "2"):
+        runs = {}
+        for storage in ("memory", "disk"):
+            out = tmp_path / f"{storage}-{bulk}.json"
+            argv = _argv(spec, out, "--epochs", "3", "--feature-storage", storage)
+            argv += ["--bulk-batches", bulk, "--host-sharing", "off", "--overlap", "off"]
+            assert main(argv) == 0
+            runs[storage] = json.loads(out.read_text())
+        held, mapped = runs["memory"], runs["disk"]
+        assert held["cache"]["sparse_batch_workers"] == 2
+        assert mapped["cache"]["sparse_batch_workers"] == 0
+        losses = [e["loss"] for e in mapped["epochs"]]
+        assert [e["loss"] for e in held["epochs"]] == pytest.approx(losses, abs=1e-5), bulk
+        test_auc = mapped["link"]["test"]["auc"]
+        assert held["link"]["test"]["auc"] == pytest.approx(test_auc, abs=0.01), bulk
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_a_checkpoint_of_workers_infers_on_the_whole_graph(graph, tmp_path):
     """The partitions of training hold the training graph but name the dataset it was split from,
     so `shardgnn infer` runs the checkpoint on a partition of the whole graph; its embeddings

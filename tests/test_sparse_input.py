@@ -13,7 +13,8 @@ from shardgnn.nn.config import ModelConfig
 from shardgnn.sampling.neighbor import SamplerConfig
 from shardgnn.store.config import EmbeddingConfig
 from shardgnn.store.feature import LocalFeatureStore, SparseRowStore
-from shardgnn.train.config import OptimConfig, TrainConfig
+from shardgnn.train.config import LinkConfig, OptimConfig, TrainConfig
+from shardgnn.train.link import LinkLocalSteps
 from shardgnn.train.loop import TrainingLoop
 from shardgnn.train.single import LocalSteps
 
@@ -39,6 +40,18 @@ def _features(steps: LocalSteps):
     return steps.train_loader.stages.features
 
 
+def _assert_train_alike(config: TrainConfig, sparse, dense) -> None:
+    """Training on the sparse batches gives the dense batches' losses (within 1e-5: the first
+    product's sums round differently) and their test metric (within 0.01)."""
+    ran = {
+        name: TrainingLoop(config, steps).run()
+        for name, steps in (("sparse", sparse), ("dense", dense))
+    }
+    for a, b in zip(ran["sparse"]["epochs"], ran["dense"]["epochs"], strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    assert ran["sparse"]["test_acc"] == pytest.approx(ran["dense"]["test_acc"], abs=0.01)
+
+
 @pytest.mark.parametrize("model", ["sage", "gcn", "gat", "gin", "sgc"])
 def test_sparse_batches_train_as_the_dense_rows_do(model):
     graph = _bag_of_words_graph(0.05)
@@ -49,13 +62,7 @@ def test_sparse_batches_train_as_the_dense_rows_do(model):
     rows = LocalFeatureStore(dense.x)  # the same normalised rows, gathered dense
     for loader in (dense.train_loader, *dense.eval_loaders.values()):
         loader.stages.features = rows
-    ran = {
-        name: TrainingLoop(config, steps).run()
-        for name, steps in (("sparse", sparse), ("dense", dense))
-    }
-    for a, b in zip(ran["sparse"]["epochs"], ran["dense"]["epochs"], strict=True):
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
-    assert ran["sparse"]["test_acc"] == pytest.approx(ran["dense"]["test_acc"], abs=0.01)
+    _assert_train_alike(config, sparse, dense)
 
 
 @pytest.mark.parametrize(
@@ -70,3 +77,16 @@ def test_which_features_are_gathered_sparse(density, changes, sparse):
     steps = LocalSteps(_config(**changes), _bag_of_words_graph(density))
     store = _features(steps)
     assert (isinstance(store, SparseRowStore) and store.sparse_batches) is sparse
+
+
+def test_link_prediction_batches_are_gathered_sparse_and_train_as_the_dense_rows_do():
+    """Link prediction's encoder reads the same sparse batches: its training losses and held-out
+    AUC are those of the same rows gathered dense (its evaluation embeds through the store too)."""
+    graph = _bag_of_words_graph(0.05)
+    config = _config(task="link", batch_size=128, link=LinkConfig(out_dim=8, eval_negatives=10))
+    sparse = LinkLocalSteps(config, graph)
+    assert isinstance(sparse.features, SparseRowStore) and sparse.features.sparse_batches
+    dense = LinkLocalSteps(config, graph)
+    rows = LocalFeatureStore(sparse.features.to_dense())
+    dense.features = dense.train_stages.features = rows
+    _assert_train_alike(config, sparse, dense)

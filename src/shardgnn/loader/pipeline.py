@@ -19,7 +19,7 @@ import torch
 from shardgnn.loader.batches import SeedBatcher, in_groups
 from shardgnn.sampling.types import SampledBlocks, Sampler, SeedInput
 from shardgnn.seeding import mix_seed
-from shardgnn.store.feature import FeatureStore
+from shardgnn.store.feature import FeatureStore, sparse_rows
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.timing import StageTimer
 
@@ -177,7 +177,10 @@ class WindowedRows:
 
     def gather(self, ids: torch.Tensor) -> torch.Tensor:
         assert self._ids is not None and self._table is not None, "prefetch the window first"
-        return self._table[torch.searchsorted(self._ids, ids)]
+        positions = torch.searchsorted(self._ids, ids)
+        if self._table.is_sparse:  # a window of sparse batch rows (SparseRowStore's)
+            return sparse_rows(self._table, positions.numpy())
+        return self._table[positions]
 
 
 class FeatureFetcher:

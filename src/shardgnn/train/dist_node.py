@@ -47,8 +47,6 @@ from shardgnn.train.setup import eval_sampler_config, label_results
 class DistMiniBatchSteps(DistSampledSteps):
     """One rank of a distributed mini-batch training job."""
 
-    sparse_input = True
-
     def __init__(self, config: TrainConfig, ctx: DistContext):
         super().__init__(config, ctx)
         self._open_inputs(config, ctx, need_labels=True)

@@ -73,10 +73,6 @@ class SampledInputs(DistSteps):
     sparse_batches: bool = False
     """whether this rank gathers its batches' input rows as sparse tensors (set by
     :meth:`_open_inputs`)"""
-    sparse_input: bool = False
-    """whether this kind of training's model takes sparse input rows (node classification):
-    then mostly-zero features are gathered as sparse batches where
-    :func:`~shardgnn.train.setup.sparse_batches_apply`"""
 
     def _open_inputs(self, config: TrainConfig, ctx: DistContext, *, need_labels: bool) -> None:
         """Open this rank's part and its input stores: ``fetch_store`` (training features, None
@@ -113,18 +109,14 @@ class SampledInputs(DistSteps):
             # coauthor-physics. Layer-wise evaluation reads the matrix whole: dense rows, unless
             # batches are gathered sparse (their steps' input layer 5-10x cheaper), when
             # evaluation makes the dense rows for its pass alone.
-            sparse_ok = not config.layerwise_eval or (
-                self.sparse_input and sparse_batches_apply(config, ctx.device)
-            )
+            sparse_ok = not config.layerwise_eval or sparse_batches_apply(config, ctx.device)
             x_store = rows_in_memory(part.x, config.feature_norm, sparse_ok)
             x_local = x_store.rows if isinstance(x_store, LocalFeatureStore) else None
         # Batches of CSR rows are gathered sparse (their first layer multiplies the non-zeros
         # alone); same-host peers' rows are then held here as CSR too (their non-zeros: 5 MB a
         # peer on coauthor-physics), and only rows from off this host arrive dense.
-        self.sparse_batches = (
-            self.sparse_input
-            and isinstance(x_store, SparseRowStore)
-            and sparse_batches_apply(config, ctx.device)
+        self.sparse_batches = isinstance(x_store, SparseRowStore) and sparse_batches_apply(
+            config, ctx.device
         )
         if self.sparse_batches:
             peers = self.graph.peers.items()

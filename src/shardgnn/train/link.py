@@ -44,6 +44,7 @@ from shardgnn.train.loop import EpochRecord, Steps
 from shardgnn.train.minibatch import Outcome, batch_graphs, train_epoch_batches
 from shardgnn.train.setup import (
     adam,
+    batch_features,
     eval_sampler_config,
     full_edge_rows,
     full_features,
@@ -181,7 +182,8 @@ class LinkLocalSteps(Steps):
                 self.message_graph.edge_attr_ED = full_edge_rows(g, self.device)
             self.features_full = full_features(x, self.device)
             return
-        self.features = input_store(None if x is None else LocalFeatureStore(x), self.embedding)
+        # mostly-zero features' batches gathered sparse, as node classification's are
+        self.features = input_store(batch_features(x, config, self.device), self.embedding)
         # the training graph's edge features by edge id (what its blocks name), when read
         self.edge_rows = LocalFeatureStore(g.edge_attr) if edge_dim else None
         sampler = NeighborSampler(g.indptr, g.indices, config.sampler)
