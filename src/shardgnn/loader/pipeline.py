@@ -19,7 +19,7 @@ import torch
 from shardgnn.loader.batches import SeedBatcher, in_groups
 from shardgnn.sampling.types import SampledBlocks, Sampler, SeedInput
 from shardgnn.seeding import mix_seed
-from shardgnn.store.feature import FeatureStore, sparse_rows
+from shardgnn.store.feature import FeatureStore, SparseRowStore
 from shardgnn.store.historical import HistoricalEmbeddings
 from shardgnn.timing import StageTimer
 
@@ -153,7 +153,7 @@ class WindowedRows:
     def __init__(self, rows: FeatureStore, window: int):
         self.rows, self.window = rows, window
         self._ids: torch.Tensor | None = None
-        self._table: torch.Tensor | None = None
+        self._table: torch.Tensor | SparseRowStore | None = None
 
     @property
     def lookahead(self) -> int:
@@ -173,13 +173,15 @@ class WindowedRows:
 
     def prefetch(self) -> None:
         assert self._ids is not None, "plan a window first"
-        self._table = self.rows.gather(self._ids)
+        table = self.rows.gather(self._ids)
+        # sparse batch rows: held as CSR once a window, each batch's gathered from it sparse
+        self._table = SparseRowStore.of_batch(table) if table.is_sparse else table
 
     def gather(self, ids: torch.Tensor) -> torch.Tensor:
         assert self._ids is not None and self._table is not None, "prefetch the window first"
         positions = torch.searchsorted(self._ids, ids)
-        if self._table.is_sparse:  # a window of sparse batch rows (SparseRowStore's)
-            return sparse_rows(self._table, positions.numpy())
+        if isinstance(self._table, SparseRowStore):
+            return self._table.gather(positions)
         return self._table[positions]
 
 

@@ -296,18 +296,6 @@ def dense_rows_as_csr(rows_RF: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return indptr, col.astype(np.int32), np.ascontiguousarray(rows_RF[row, col], np.float32)
 
 
-def sparse_rows(rows_SF: torch.Tensor, positions: np.ndarray) -> torch.Tensor:
-    """Rows ``positions`` of a coalesced sparse COO ``rows_SF``, as a coalesced sparse COO tensor
-    (a row may be taken more than once): a gathered window of rows served to its batches."""
-    rows_SF = rows_SF.coalesce()  # (no work for gathered rows: they are made coalesced)
-    indices_2K, values_K = rows_SF.indices().numpy(), rows_SF.values().numpy()
-    num_rows = rows_SF.shape[0]
-    indptr = np.zeros(num_rows + 1, np.int64)
-    np.cumsum(np.bincount(indices_2K[0], minlength=num_rows), out=indptr[1:])
-    piece = (indptr, indices_2K[1], values_K, positions, np.arange(positions.shape[0]))
-    return sparse_batch(positions.shape[0], rows_SF.shape[1], [piece])
-
-
 class SparseRowStore(FeatureStore):
     """Rows of a mostly-zero fp32 matrix held in RAM as CSR (``indptr``, int32 ``indices`` with
     each row's columns ascending, fp32 ``values``): a bag-of-words row of coauthor-physics (8,415
@@ -331,6 +319,17 @@ class SparseRowStore(FeatureStore):
         assert values.dtype == np.float32 and indptr[-1] == indices.shape[0] == values.shape[0]
         self.indptr, self.indices, self.values, self.width = indptr, indices, values, int(width)
         self.sparse_batches = sparse_batches
+
+    @classmethod
+    def of_batch(cls, rows_SF: torch.Tensor) -> SparseRowStore:
+        """The rows of a coalesced sparse COO ``rows_SF`` (a gathered batch's: a window of them
+        serves its batches), gathered as sparse batches."""
+        rows_SF = rows_SF.coalesce()  # (no work for gathered rows: they are made coalesced)
+        indices_2K = rows_SF.indices().numpy()
+        indptr = np.zeros(rows_SF.shape[0] + 1, np.int64)
+        np.cumsum(np.bincount(indices_2K[0], minlength=rows_SF.shape[0]), out=indptr[1:])
+        indices = indices_2K[1].astype(np.int32)
+        return cls(indptr, indices, rows_SF.values().numpy(), rows_SF.shape[1], sparse_batches=True)
 
     @property
     def shape(self) -> tuple[int, ...]:

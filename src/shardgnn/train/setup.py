@@ -162,10 +162,10 @@ def make_embedding_table(config: TrainConfig, num_nodes: int) -> EmbeddingTable 
 def sparse_batches_apply(config: TrainConfig, device: torch.device) -> bool:
     """Whether mini-batches of mostly-zero features (node classification's and link
     prediction's) are gathered as sparse tensors (one process: :func:`batch_features`; workers:
-    their stores), which the first layer
-    multiplies by their non-zeros alone: a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`
-    without learnable rows beside the features, without a cache (which holds dense rows), on a
-    CPU (a GPU's batches are gathered dense, as before)."""
+    their stores), which the first layer multiplies by their non-zeros alone: a model of
+    :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS` without learnable rows beside the features,
+    without a cache (which holds dense rows), on a CPU (a GPU's batches are gathered dense, as
+    before)."""
     return (
         device.type == "cpu"
         and config.model.model in SPARSE_INPUT_MODELS
