@@ -1,18 +1,22 @@
 #!/bin/bash
-# BENCHMARKS 32c and 32f, two workers: DATASET (coauthor-physics) in 2 METIS parts, TASK (node;
-# link: the partitions hold the training graph and the split), 1 epoch, the tree before and this
-# one in turn, ROUNDS (3) times; per run the wall time, the epoch's stages, each worker's peak RSS
-# and the test metric (accuracy; link prediction's AUC).
+# BENCHMARKS 32c, 32f and 32g, two workers: DATASET (coauthor-physics) in 2 METIS parts, TASK
+# (node; link: the partitions hold the training graph and the split), 1 epoch with TRAIN_ARGS
+# (none; 32g: a cache), the tree before and this one in turn, ROUNDS (3) times; per run the wall
+# time, the epoch's stages, each worker's peak RSS and the test metric (accuracy; link
+# prediction's AUC).
 #   git worktree add /tmp/before <commit before>
 #   BEFORE_SRC=/tmp/before/src bash benchmarks/sparse_input_workers.sh > out.txt
 #   BEFORE_SRC=/tmp/before/src DATASET=coauthor-cs TASK=link ROUNDS=2 \
 #       bash benchmarks/sparse_input_workers.sh > out.txt
+#   BEFORE_SRC=/tmp/before/src DATASET=coauthor-cs TRAIN_ARGS="--host-sharing off \
+#       --cache-policy presample --cache-size 25%" bash benchmarks/sparse_input_workers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${BEFORE_SRC:?set BEFORE_SRC to the src folder of the tree before}
 data=${DATA_DIR:-../shared/data}
 dataset=${DATASET:-coauthor-physics}
 task=${TASK:-node}
+read -r -a train_args <<< "${TRAIN_ARGS:-}"
 out=${OUT_DIR:-/tmp/sparse-input-workers}/$dataset-$task
 mkdir -p "$out"
 [ -d "$out/cp2" ] || shardgnn partition "$dataset" --parts 2 --task "$task" --out "$out/cp2" \
@@ -23,7 +27,7 @@ for i in $(seq "${ROUNDS:-3}"); do
     [ $tree = before ] && src=$before
     start=$(date +%s.%N)
     PYTHONPATH=$src shardgnn train --partitions "$out/cp2" --task "$task" --epochs 1 --quiet \
-        --results "$out/$tree-$i.json" > "$out/$tree-$i.log" 2>&1
+        "${train_args[@]}" --results "$out/$tree-$i.json" > "$out/$tree-$i.log" 2>&1
     end=$(date +%s.%N)
     python - "$out/$tree-$i.json" "$tree" "$i" "$start" "$end" <<'PY'
 import json, sys
@@ -32,7 +36,8 @@ r = json.load(open(path))
 e = r["epochs"][0]
 stages = {k: round(v, 2) for k, v in e["stages"].items()}
 print(tree, i, "wall", round(float(end) - float(start), 1), "epoch", round(e["time_s"], 2),
-      "stages", stages, "peak", r["peak_memory_mb"], "test", r["test_acc"])
+      "stages", stages, "peak", r["peak_memory_mb"], "test", r["test_acc"],
+      "hit", r["cache"]["hit_rate"], "sparse workers", r["cache"]["sparse_batch_workers"])
 PY
   done
 done

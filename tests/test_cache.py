@@ -481,6 +481,23 @@ def test_sparse_batches_are_the_dense_rows_as_a_coalesced_sparse_tensor(tmp_path
     assert torch.equal(out, dense.gather(torch.tensor([3, 999])))
 
 
+def test_dense_rows_as_csr_keeps_every_non_zero_in_row_order():
+    """Rows received dense (or a cache's) become CSR: each row's non-zeros, columns ascending,
+    as ``np.nonzero`` finds them (a -0.0 is a zero, a NaN is kept); no rows, no entries."""
+    from shardgnn.store.feature import dense_rows_as_csr
+
+    x = _sparse_rows(50, 40, 0.1, seed=3)
+    x[2, 5], x[3, 6] = -0.0, np.nan
+    indptr, indices, values = dense_rows_as_csr(x)
+    row, col = np.nonzero(x)
+    np.testing.assert_array_equal(np.diff(indptr), np.bincount(row, minlength=50))
+    np.testing.assert_array_equal(indices, col)
+    np.testing.assert_array_equal(values, x[row, col])
+    assert indptr.dtype == np.int64 and indices.dtype == np.int32 and values.dtype == np.float32
+    empty = dense_rows_as_csr(np.zeros((0, 4), np.float32))
+    assert [a.tolist() for a in empty] == [[0], [], []]
+
+
 def test_a_window_of_sparse_batch_rows_serves_each_batch_its_rows():
     """`--bulk-batches k` on sparse batch rows: the window's union is gathered once, sparse, and
     each batch served its rows from it (`WindowedRows`), coalesced, the dense rows bit for bit."""
@@ -529,7 +546,7 @@ def id_graph():
     )
 
 
-def _cached_fetch(ctx, path, name, capacity, lookahead):
+def _cached_fetch(ctx, path, name, capacity, lookahead, sparse=False):
     from shardgnn.distributed.comm import Communicator
     from shardgnn.loader.dist_batches import DistSeedBatcher
     from shardgnn.loader.pipeline import FeatureFetcher, NeighborSamplingStage, count_accesses
@@ -541,7 +558,12 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
 
     comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
     graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
-    fetch = DistFeatureStore(np.array(graph.part.x), graph.book, ctx.rank, comm, "fetch")
+    from shardgnn.store.feature import SparseRowStore, dense_rows_as_csr
+
+    local = np.array(graph.part.x)
+    if sparse:  # held as CSR, batches gathered sparse
+        local = SparseRowStore(*dense_rows_as_csr(local), local.shape[1])
+    fetch = DistFeatureStore(local, graph.book, ctx.rank, comm, "fetch", sparse_batches=sparse)
     n = graph.num_nodes
     cacheable = ~fetch.local_mask(np.arange(n))
     batches = DistSeedBatcher(
@@ -572,7 +594,9 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
         batches.set_epoch(epoch)
         for batch in FeatureFetcher(stage, store, None):
             ids = batch.sample.input_nodes
-            wrong += int((batch.x_SF != full_x[ids]).any())
+            assert batch.x_SF.is_sparse == sparse
+            x_SF = batch.x_SF.to_dense() if sparse else batch.x_SF
+            wrong += int((x_SF != full_x[ids]).any())
             trace.append(ids.numpy()[cacheable[ids.numpy()]])
             max_size = max(max_size, store.core.index.size)
     return {
@@ -591,11 +615,19 @@ def _cached_fetch(ctx, path, name, capacity, lookahead):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("name", ["degree", "presample", "fifo", "lru", "belady"])
-def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_graph, name):
+@pytest.mark.parametrize(
+    "name, sparse",
+    [*((name, False) for name in ["degree", "presample", "fifo", "lru", "belady"]),
+     *((name, True) for name in ["presample", "lru", "belady"])],
+)  # fmt: skip
+def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_graph, name, sparse):
+    """A cache in front of peers' rows serves the exact rows and counts what the reference
+    simulation of its policy counts; in front of rows held as CSR (``sparse``) it serves them
+    into sparse batches, the same rows and counts."""
     path = make_partitions(tmp_path / "parts", id_graph, 2)
     capacity, lookahead = 300, 2  # 3 batches per epoch: windows of 2 + 1, restarting each epoch
-    for rank, res in enumerate(run_workers(_cached_fetch, 2, path, name, capacity, lookahead)):
+    runs = run_workers(_cached_fetch, 2, path, name, capacity, lookahead, sparse)
+    for rank, res in enumerate(runs):
         assert res["wrong"] == 0
         assert res["max_size"] <= capacity
         n = res["cacheable"].shape[0]
@@ -623,8 +655,9 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
     gathers its batches' rows as sparse tensors, its own and same-host peers' from their CSR,
     remote owners' received dense; training on them is training on the dense rows read from the
     part files, up to the rounding of the first layer's sparse product, with layer-wise
-    evaluation too (its dense rows made from the CSR for its pass). With a cache (which holds
-    dense rows) the batches are dense, the same bit for bit."""
+    evaluation too (its dense rows made from the CSR for its pass). A cache (of any kind: static,
+    admitting, looking ahead) serves its dense rows into the sparse batches: training as without
+    one, bit for bit."""
     g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))
     g.x = _sparse_rows(g.num_nodes, 64, 0.05, seed=4)
     path = make_partitions(tmp_path / "parts", g, 2)
@@ -632,6 +665,8 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
         ("memory", {}, "memory"),  # the peer's rows travel through the collective
         ("memory-host", {}, "memory", "auto"),  # the peer's rows read here, from their CSR
         ("memory-lru", {"policy": "lru", "size": "25%"}, "memory"),
+        ("memory-presample", {"policy": "presample", "size": "25%"}, "memory"),
+        ("memory-belady", {"policy": "belady", "size": "25%", "lookahead": 4}, "memory"),
         ("disk", {}, "disk"),
         # full-neighbourhood evaluation, layer-wise: it reads the dense rows, made for its pass
         ("memory-layerwise", {}, "memory", "off", (-1, -1)),
@@ -640,19 +675,20 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
     results = run_workers(_train_variants, 2, path, variants)[0]
     mapped = results["disk"]
     losses = [e["loss"] for e in mapped["epochs"]]
-    for label in ("memory", "memory-host", "memory-layerwise"):
+    cached = ("memory-lru", "memory-presample", "memory-belady", "memory-lru-layerwise")
+    for label in ("memory", "memory-host", "memory-layerwise", *cached):
         held = results[label]
         assert held["cache"]["sparse_batch_workers"] == 2, label
         assert [e["loss"] for e in held["epochs"]] == pytest.approx(losses, abs=1e-5), label
         assert held["test_acc"] == pytest.approx(mapped["test_acc"], abs=0.01), label
-    layerwise = results["memory-layerwise"]
-    dense = results["memory-lru-layerwise"]  # dense batches, the dense rows held throughout
-    assert dense["cache"]["sparse_batch_workers"] == 0
-    assert layerwise["test_acc"] == pytest.approx(dense["test_acc"], abs=0.01)
-    cached = results["memory-lru"]
-    assert [e["loss"] for e in cached["epochs"]] == losses  # dense batches: bit for bit
-    assert cached["test_acc"] == mapped["test_acc"]
-    assert cached["cache"]["sparse_batch_workers"] == mapped["cache"]["sparse_batch_workers"] == 0
+    assert mapped["cache"]["sparse_batch_workers"] == 0
+    for label in cached:  # the batches without a cache, bit for bit
+        uncached = results["memory-layerwise" if "layerwise" in label else "memory"]
+        assert [e["loss"] for e in results[label]["epochs"]] == [
+            e["loss"] for e in uncached["epochs"]
+        ], label
+        assert results[label]["test_acc"] == uncached["test_acc"], label
+        assert 0.0 < results[label]["cache"]["hit_rate"] <= 1.0, label
     held = results["memory"]
     assert (
         held["cache"]["feature_layout"] == "csr" and mapped["cache"]["feature_layout"] == "mapped"

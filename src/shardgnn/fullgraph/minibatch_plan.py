@@ -46,9 +46,9 @@ block's source rows, its seeds, each block's edges, and where historical embeddi
 some of a layer's input rows, the rows the layer below computed): :func:`batch_activation_bytes`
 measures the coefficients on the planned model itself (one set per layers served), and each
 sampled batch's sizes price it. Where workers gather the batches sparse (bag-of-words features
-stored as CSR, a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`, no cache: the
-cache's rows are dense), the input rows are measured as a sparse tensor of the features'
-density: their non-zeros, not their dense bytes.
+stored as CSR, a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`; a cache serves its
+dense rows into the sparse batch), the input rows are measured as a sparse tensor of the
+features' density: their non-zeros, not their dense bytes.
 
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
@@ -124,8 +124,8 @@ class MiniBatchCost:
         activation_mb: what the busiest worker's step keeps for backward on its largest batch
             (its input rows and every layer's saved tensors), MB.
         sparse_batches: the workers gather each batch's input rows as a sparse tensor (features
-            stored as CSR, a model that takes them, no cache: its rows are dense), which the
-            step's input layer multiplies by their non-zeros.
+            stored as CSR, a model that takes them; with a cache too), which the step's input
+            layer multiplies by their non-zeros.
         sample_s, compute_s: the busiest worker's sampling and compute seconds of one epoch
             (with rates); comm_s: its exchanges'; epoch_s: the slowest host's sampling and
             compute (its workers sharing its cores) and exchanges.
@@ -729,8 +729,7 @@ def minibatch_costs(
             kept = own_rows if history.scope == "all" else kept
             stamps = halo * (1 if history.mode == "pull" else 2) + kept
             held = held + len(history.layers) * ((halo + kept) * 4 * hidden + stamps * _ID)
-        sparse_batches = sparse and cap == 0  # a cache's rows are dense
-        activations = batch_bytes(epoch.batch_sizes, hops, coefficients(sparse_batches))
+        activations = batch_bytes(epoch.batch_sizes, hops, coefficients(sparse))
         flags = (["--fetch-bits", str(bits)] if bits < 32 else []) + (
             ["--cache-policy", "presample", "--cache-size", cache_size] if cap else []
         )
@@ -750,13 +749,13 @@ def minibatch_costs(
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
             activation_mb=float(activations.max()) / 1e6,
-            sparse_batches=sparse_batches,
+            sparse_batches=sparse,
         )
         if rates is not None:
             times = _epoch_seconds(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                coded=fetched if bits < 32 else None, sparse_batches=sparse_batches,
+                coded=fetched if bits < 32 else None, sparse_batches=sparse,
                 history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)

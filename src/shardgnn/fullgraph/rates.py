@@ -104,7 +104,7 @@ class ComputeRates:
     rates written before timed one call of 4,096 rows, ``encode8_value``); on mostly-zero
     features and a model that takes them sparse, also
     ``sparse_step_batch``, ``sparse_step_input_edge`` and ``sparse_step_edge``: the same step
-    with its input rows gathered as a sparse tensor, as workers gather them without a cache
+    with its input rows gathered as a sparse tensor, as workers gather them
     (:func:`~shardgnn.train.setup.sparse_batches_apply`)"""
 
     def step(self, name: str, sparse: bool) -> float:
@@ -417,8 +417,7 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
 
 def sparse_input(model: str, nonzeros: int, size: int) -> bool:
     """Whether workers gather batches of features with ``nonzeros`` of ``size`` entries non-zero
-    for ``model`` as sparse tensors where no cache holds dense rows
-    (:func:`~shardgnn.train.setup.sparse_batches_apply`): a model of
+    for ``model`` as sparse tensors (:func:`~shardgnn.train.setup.sparse_batches_apply`): a model of
     :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS` and features stored as CSR."""
     from shardgnn.graph.features import stored_sparse
     from shardgnn.nn.config import SPARSE_INPUT_MODELS

@@ -13,6 +13,7 @@ from shardgnn.distributed.codec import RowCodec, RowResiduals
 from shardgnn.distributed.comm import Communicator
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
 from shardgnn.store.feature import (
+    CsrPiece,
     FeatureStore,
     LocalFeatureStore,
     SparseRowStore,
@@ -132,8 +133,7 @@ class DistFeatureStore(FeatureStore):
 
     def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
         """``gather`` as a sparse tensor: the on-host owners' rows from their CSR, the others'
-        received (dense) and kept by their non-zeros; each row's bytes read from a same-host
-        peer counted as its CSR's (8 a non-zero and its offset)."""
+        received (dense) and kept by their non-zeros."""
         ids_np = ids.numpy()
         grouped, targets, counts = self._grouped(ids_np, np.arange(ids_np.shape[0]))
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -143,15 +143,33 @@ class DistFeatureStore(FeatureStore):
                 rows = np.arange(block.shape[0])
                 where = targets[bounds[owner] : bounds[owner + 1]]
                 pieces.append((*dense_rows_as_csr(block.numpy()), rows, where))
+        pieces += self._on_host_pieces(grouped, targets, bounds)
+        return sparse_batch(ids_np.shape[0], self._row_shape[0], pieces)
+
+    def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        if not ids.shape[0]:
+            return []
+        order, counts = bucket_by_owner(ids, self.book.owner(ids), self.comm.world_size)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        return self._on_host_pieces(ids[order], positions[order], bounds)
+
+    def _on_host_pieces(
+        self, grouped: np.ndarray, positions: np.ndarray, bounds: np.ndarray
+    ) -> list[CsrPiece]:
+        """The on-host owners' segments of ``grouped`` (ids bucketed by owner, owner ``p``'s at
+        ``bounds[p]:bounds[p + 1]``) as pieces from their CSR, destined for ``positions``; each
+        row read from a same-host peer counted as its CSR's bytes (8 a non-zero and its
+        offset)."""
+        pieces = []
         for owner, store in self._on_host.items():
             lo, hi = bounds[owner], bounds[owner + 1]
             if hi > lo:
                 rows = grouped[lo:hi] - self._starts[owner]
-                pieces.append(store.csr_piece(rows, targets[lo:hi]))
+                pieces += store.local_pieces(rows, positions[lo:hi])
                 if owner != self.rank:
                     nonzeros = store.indptr[rows + 1] - store.indptr[rows]
                     self.comm.record_host(self.stage, int(nonzeros.sum() + hi - lo) * 8)
-        return sparse_batch(ids_np.shape[0], self._row_shape[0], pieces)
+        return pieces
 
     def gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
         self.check_ids(ids)

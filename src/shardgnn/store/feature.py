@@ -139,6 +139,16 @@ class FeatureStore(abc.ABC):
         communicates)."""
         self.gather_into(torch.from_numpy(ids), out, positions)
 
+    sparse_batches = False
+    """whether ``gather`` returns a coalesced sparse COO tensor (:func:`sparse_batch`) rather
+    than dense rows (``gather_into`` stays dense)"""
+
+    def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        """:meth:`read_local_into` of a store with :attr:`sparse_batches`: the rows of ``ids``
+        (marked local by :meth:`local_mask`) destined for output rows ``positions``, as
+        :func:`sparse_batch`'s pieces (never communicates)."""
+        raise NotImplementedError(f"{type(self).__name__} gathers dense rows")
+
 
 def advise_random(array: np.ndarray) -> bool:
     """Tell the kernel that the memory map under ``array`` is read at random rows
@@ -288,12 +298,39 @@ def sparse_batch(num_rows: int, width: int, pieces: list[CsrPiece]) -> torch.Ten
     )
 
 
+@numba.njit(nogil=True, cache=True)
+def _row_nonzeros_kernel(rows, counts):  # pragma: no cover - compiled
+    for i in range(rows.shape[0]):
+        count = 0
+        for j in range(rows.shape[1]):
+            if rows[i, j] != 0:
+                count += 1
+        counts[i] = count
+
+
+@numba.njit(nogil=True, cache=True)
+def _dense_to_csr_kernel(rows, indptr, indices, values):  # pragma: no cover - compiled
+    for i in range(rows.shape[0]):
+        at = indptr[i]
+        for j in range(rows.shape[1]):
+            if rows[i, j] != 0:
+                indices[at] = j
+                values[at] = rows[i, j]
+                at += 1
+
+
 def dense_rows_as_csr(rows_RF: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(indptr, indices, values)`` of dense rows (e.g. rows received from their owner)."""
-    row, col = np.nonzero(rows_RF)  # row-major order: each row's columns ascending
+    """``(indptr, indices, values)`` of dense fp32 rows (e.g. rows received from their owner),
+    each row's columns ascending: two passes over the rows (count, then place; 6x faster than
+    ``np.nonzero`` and its fancy indexing on 0.4 %-dense rows)."""
+    rows_RF = np.ascontiguousarray(rows_RF, np.float32)
     indptr = np.zeros(rows_RF.shape[0] + 1, np.int64)
-    np.cumsum(np.bincount(row, minlength=rows_RF.shape[0]), out=indptr[1:])
-    return indptr, col.astype(np.int32), np.ascontiguousarray(rows_RF[row, col], np.float32)
+    _row_nonzeros_kernel(rows_RF, indptr[1:])
+    np.cumsum(indptr, out=indptr)
+    indices = np.empty(int(indptr[-1]), np.int32)
+    values = np.empty(int(indptr[-1]), np.float32)
+    _dense_to_csr_kernel(rows_RF, indptr, indices, values)
+    return indptr, indices, values
 
 
 class SparseRowStore(FeatureStore):
@@ -366,7 +403,7 @@ class SparseRowStore(FeatureStore):
     def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
         ids_np = np.ascontiguousarray(ids.numpy(), dtype=np.int64)
         rows = np.arange(ids_np.shape[0])
-        return sparse_batch(ids_np.shape[0], self.width, [self.csr_piece(ids_np, rows)])
+        return sparse_batch(ids_np.shape[0], self.width, self.local_pieces(ids_np, rows))
 
     def to_dense(self) -> np.ndarray:
         """Every row as a dense ``[N, F]`` array (for a pass that reads the matrix whole)."""
@@ -374,9 +411,8 @@ class SparseRowStore(FeatureStore):
         self.gather_into(torch.arange(self.shape[0]), out, np.arange(self.shape[0]))
         return out.numpy()
 
-    def csr_piece(self, ids: np.ndarray, dst_rows: np.ndarray) -> CsrPiece:
-        """Rows ``ids`` (local ids) destined for output rows ``dst_rows`` (:func:`sparse_batch`)."""
-        return self.indptr, self.indices, self.values, ids, dst_rows
+    def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        return [(self.indptr, self.indices, self.values, ids, positions)]
 
 
 def rows_in_memory(

@@ -164,13 +164,12 @@ def sparse_batches_apply(config: TrainConfig, device: torch.device) -> bool:
     prediction's) are gathered as sparse tensors (one process: :func:`batch_features`; workers:
     their stores), which the first layer multiplies by their non-zeros alone: a model of
     :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS` without learnable rows beside the features,
-    without a cache (which holds dense rows), on a CPU (a GPU's batches are gathered dense, as
-    before)."""
+    on a CPU (a GPU's batches are gathered dense, as before). A feature cache holds its rows
+    dense and serves them into the sparse batch."""
     return (
         device.type == "cpu"
         and config.model.model in SPARSE_INPUT_MODELS
         and not config.embedding.enabled
-        and not config.cache.enabled
     )
 
 

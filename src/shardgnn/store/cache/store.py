@@ -21,7 +21,7 @@ import torch
 from shardgnn.journal import Journal
 from shardgnn.store.cache.core import CacheCore, distinct_in_order
 from shardgnn.store.cache.policies import BeladyPolicy, CachePolicy, StaticPolicy
-from shardgnn.store.feature import FeatureStore, copy_rows
+from shardgnn.store.feature import FeatureStore, copy_rows, dense_rows_as_csr, sparse_batch
 
 
 class _Split(typing.NamedTuple):
@@ -47,6 +47,11 @@ class _Snapshot(typing.NamedTuple):
 class CachedFeatureStore(FeatureStore):
     """A cache in front of ``fallback`` (same interface; ``gather`` is collective exactly when
     the fallback's is: one fallback ``gather`` per call, or per look-ahead window for belady).
+
+    The cache holds dense rows. In front of a store of :attr:`~FeatureStore.sparse_batches`
+    (mostly-zero rows held as CSR), ``gather`` returns a sparse batch too: the cacheable rows
+    (hits and misses) are assembled dense in a block of their own and kept by their non-zeros,
+    the local rows come from their CSR.
 
     Fetches made ahead of a checkpoint can be taken back (:meth:`journal`, :meth:`rewind`): the
     batches a prefetch thread fetched past the last trained one, and a look-ahead window whose
@@ -93,9 +98,7 @@ class CachedFeatureStore(FeatureStore):
         # Static content is loaded once (a collective gather when the fallback is distributed).
         if isinstance(policy, StaticPolicy):
             initial = policy.initial_ids()[: self.capacity]
-            self.rows[self.core.preload(initial)] = (fill_from or fallback).gather(
-                torch.from_numpy(initial)
-            )
+            self.rows[self.core.preload(initial)] = _dense_rows(fill_from or fallback, initial)
 
     # -------------------------------------------------------------- the store interface
     @property
@@ -109,6 +112,10 @@ class CachedFeatureStore(FeatureStore):
     @property
     def collective(self) -> bool:
         return self.fallback.collective
+
+    @property
+    def sparse_batches(self) -> bool:
+        return self.fallback.sparse_batches
 
     @property
     def lookahead(self) -> int:
@@ -147,6 +154,10 @@ class CachedFeatureStore(FeatureStore):
         assert where_c.shape[0] + where_plain.shape[0] == ids_np.shape[0] and np.array_equal(
             ids_np[where_c[first]], distinct
         ), "gather called with ids other than the planned batch"
+        # Where each cacheable occurrence goes: its output row (dense batches), or its row of a
+        # block of the cacheable rows alone (sparse batches: the local rows stay CSR).
+        sparse = self.sparse_batches
+        dst_c = np.arange(where_c.shape[0]) if sparse else where_c
         slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
         refresh = self._too_old(slots)
         if refresh.shape[0]:
@@ -156,10 +167,11 @@ class CachedFeatureStore(FeatureStore):
             slots[refresh] = -1
         missing = np.flatnonzero(slots < 0)
         hit_occ = slots[inverse] >= 0  # per cacheable occurrence
-        out = torch.empty((ids_np.shape[0], *self.shape[1:]), dtype=self.dtype)
-        copy_rows(out, where_c[hit_occ], self.rows, slots[inverse[hit_occ]])
+        rows = where_c.shape[0] if sparse else ids_np.shape[0]
+        out = torch.empty((rows, *self.shape[1:]), dtype=self.dtype)
+        copy_rows(out, dst_c[hit_occ], self.rows, slots[inverse[hit_occ]])
         # Every distinct id's first output position: misses are written there, repeats copied.
-        first_occ = where_c[first]
+        first_occ = dst_c[first]
         miss_first = first_occ[missing]
         if planned:
             # Misses come from the window's staged rows; no collective per batch.
@@ -173,10 +185,11 @@ class CachedFeatureStore(FeatureStore):
         else:
             # One fallback gather (collective when distributed), straight into the output.
             self.fallback.gather_into(torch.from_numpy(distinct[missing]), out, miss_first)
-        repeats = ~hit_occ & (where_c != first_occ[inverse])
-        copy_rows(out, where_c[repeats], out, first_occ[inverse[repeats]])
-        # Rows this process holds in RAM are copied directly, never cached.
-        self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
+        repeats = ~hit_occ & (dst_c != first_occ[inverse])
+        copy_rows(out, dst_c[repeats], out, first_occ[inverse[repeats]])
+        if not sparse:
+            # Rows this process holds in RAM are copied directly, never cached.
+            self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
         if admit_pos.shape[0]:
             self._journal_write(targets)
             copy_rows(self.rows, targets, out, first_occ[admit_pos])
@@ -185,6 +198,10 @@ class CachedFeatureStore(FeatureStore):
             self._journal_write(refresh_slots)
             copy_rows(self.rows, refresh_slots, out, first_occ[refresh])
             self.fetched_at[refresh_slots] = self.clock
+        if sparse:
+            cached = (*dense_rows_as_csr(out.numpy()), dst_c, where_c)
+            local = self.fallback.local_pieces(ids_np[where_plain], where_plain)
+            return sparse_batch(ids_np.shape[0], int(self.shape[1]), [cached, *local])
         return out
 
     # -------------------------------------------------------------- bounded staleness
@@ -288,7 +305,7 @@ class CachedFeatureStore(FeatureStore):
     def prefetch(self) -> None:
         """Fetch every row the planned window misses (collective when the fallback's gather is)."""
         self._staged_ids = self._to_fetch
-        self._staged_rows = self.fallback.gather(torch.from_numpy(self._to_fetch))
+        self._staged_rows = _dense_rows(self.fallback, self._to_fetch)
         self.max_staged_rows = max(self.max_staged_rows, int(self._to_fetch.shape[0]))
 
     # -------------------------------------------------------------- counters
@@ -297,3 +314,11 @@ class CachedFeatureStore(FeatureStore):
         out = (self.core.requested, self.core.missed)
         self.core.requested = self.core.missed = 0
         return out
+
+
+def _dense_rows(store: FeatureStore, ids: np.ndarray) -> torch.Tensor:
+    """``store``'s rows ``ids`` dense (as the cache holds them), whatever its ``gather`` returns
+    (collective exactly when its ``gather`` is)."""
+    out = torch.empty((ids.shape[0], *store.shape[1:]), dtype=store.dtype)
+    store.gather_into(torch.from_numpy(ids), out, np.arange(ids.shape[0]))
+    return out
