@@ -95,6 +95,13 @@ class FeatureStore(abc.ABC):
             if ids.numel():
                 out.index_copy_(0, torch.from_numpy(positions), rows)
 
+    def gather_dense(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` as a new dense tensor, also where ``gather`` returns sparse batches
+        (through :meth:`gather_into`: collective exactly when ``gather`` is)."""
+        out = torch.empty((ids.shape[0], *self.shape[1:]), dtype=self.dtype)
+        self.gather_into(ids, out, np.arange(ids.shape[0]))
+        return out
+
     @property
     def collective(self) -> bool:
         """Whether ``gather`` is a collective (every rank must call it, even with no ids)."""
@@ -396,9 +403,7 @@ class SparseRowStore(FeatureStore):
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
         if self.sparse_batches:
             return self._gather_sparse(ids)
-        out = torch.empty((ids.shape[0], self.width), dtype=torch.float32)
-        self.gather_into(ids, out, np.arange(ids.shape[0]))
-        return out
+        return self.gather_dense(ids)
 
     def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
         ids_np = np.ascontiguousarray(ids.numpy(), dtype=np.int64)
@@ -407,9 +412,7 @@ class SparseRowStore(FeatureStore):
 
     def to_dense(self) -> np.ndarray:
         """Every row as a dense ``[N, F]`` array (for a pass that reads the matrix whole)."""
-        out = torch.zeros(self.shape, dtype=torch.float32)
-        self.gather_into(torch.arange(self.shape[0]), out, np.arange(self.shape[0]))
-        return out.numpy()
+        return self.gather_dense(torch.arange(self.shape[0])).numpy()
 
     def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
         return [(self.indptr, self.indices, self.values, ids, positions)]

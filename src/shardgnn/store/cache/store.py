@@ -98,7 +98,9 @@ class CachedFeatureStore(FeatureStore):
         # Static content is loaded once (a collective gather when the fallback is distributed).
         if isinstance(policy, StaticPolicy):
             initial = policy.initial_ids()[: self.capacity]
-            self.rows[self.core.preload(initial)] = _dense_rows(fill_from or fallback, initial)
+            self.rows[self.core.preload(initial)] = (fill_from or fallback).gather_dense(
+                torch.from_numpy(initial)
+            )
 
     # -------------------------------------------------------------- the store interface
     @property
@@ -167,8 +169,8 @@ class CachedFeatureStore(FeatureStore):
             slots[refresh] = -1
         missing = np.flatnonzero(slots < 0)
         hit_occ = slots[inverse] >= 0  # per cacheable occurrence
-        rows = where_c.shape[0] if sparse else ids_np.shape[0]
-        out = torch.empty((rows, *self.shape[1:]), dtype=self.dtype)
+        out_rows = where_c.shape[0] if sparse else ids_np.shape[0]
+        out = torch.empty((out_rows, *self.shape[1:]), dtype=self.dtype)
         copy_rows(out, dst_c[hit_occ], self.rows, slots[inverse[hit_occ]])
         # Every distinct id's first output position: misses are written there, repeats copied.
         first_occ = dst_c[first]
@@ -305,7 +307,7 @@ class CachedFeatureStore(FeatureStore):
     def prefetch(self) -> None:
         """Fetch every row the planned window misses (collective when the fallback's gather is)."""
         self._staged_ids = self._to_fetch
-        self._staged_rows = _dense_rows(self.fallback, self._to_fetch)
+        self._staged_rows = self.fallback.gather_dense(torch.from_numpy(self._to_fetch))
         self.max_staged_rows = max(self.max_staged_rows, int(self._to_fetch.shape[0]))
 
     # -------------------------------------------------------------- counters
@@ -314,11 +316,3 @@ class CachedFeatureStore(FeatureStore):
         out = (self.core.requested, self.core.missed)
         self.core.requested = self.core.missed = 0
         return out
-
-
-def _dense_rows(store: FeatureStore, ids: np.ndarray) -> torch.Tensor:
-    """``store``'s rows ``ids`` dense (as the cache holds them), whatever its ``gather`` returns
-    (collective exactly when its ``gather`` is)."""
-    out = torch.empty((ids.shape[0], *store.shape[1:]), dtype=store.dtype)
-    store.gather_into(torch.from_numpy(ids), out, np.arange(ids.shape[0]))
-    return out
