@@ -515,6 +515,33 @@ def test_a_window_of_sparse_batch_rows_serves_each_batch_its_rows():
         assert torch.equal(rows.to_dense(), dense.gather(ids))
 
 
+def test_a_packed_reply_carries_the_rows_as_their_owner_holds_them():
+    """An owner's reply names its form: a CSR owner's is each row's non-zero count, columns and
+    values (4 + 4 bytes a row + 8 a non-zero), a dense owner's the rows; both unpack to the
+    requested rows bit for bit (repeats, all-zero rows, no rows)."""
+    from shardgnn.store.dist_feature import pack_reply, unpack_reply
+
+    x = _sparse_rows(400, 300, 0.04)
+    ids = torch.tensor([7, 3, 399, 3, 0, 14])  # repeats; rows 0, 7 and 14 all zero
+    for store in (csr_rows(x, "none"), LocalFeatureStore(x)):
+        message = pack_reply(store, ids)
+        assert message.dtype == torch.int32 and message.dim() == 1
+        rows = unpack_reply(message, len(ids), 300)
+        dense = torch.zeros(len(ids), 300)
+        if isinstance(store, SparseRowStore):
+            assert message.shape[0] == 1 + len(ids) + 2 * int(np.count_nonzero(x[ids.numpy()]))
+            assert isinstance(rows, SparseRowStore)
+            rows.gather_into(torch.arange(len(ids)), dense, np.arange(len(ids)))
+        else:
+            assert message.shape[0] == 1 + len(ids) * 300
+            dense = rows
+        assert torch.equal(dense, torch.from_numpy(x[ids.numpy()]))
+        empty = unpack_reply(pack_reply(store, ids[:0]), 0, 300)
+        assert empty.shape == (0, 300)
+    with pytest.raises(IndexError):
+        pack_reply(csr_rows(x, "none"), torch.tensor([400]))
+
+
 def test_rows_beyond_the_sparse_bound_or_read_whole_stay_dense():
     x = _sparse_rows(200, 50, 0.3)
     assert np.count_nonzero(x) > 0.1 * x.size
@@ -544,6 +571,62 @@ def id_graph():
     return dataclasses.replace(
         g, x=np.repeat(np.arange(g.num_nodes, dtype=np.float32)[:, None], 4, axis=1)
     )
+
+
+def _replied_rows(ctx, path):
+    """Rows gathered from owners that hold them as CSR (rank 0) and dense (rank 1), their replies
+    dense and then as the owner holds them (``sparse_replies``): dense, sparse and through
+    ``gather_into``; whether each equals the rows, and the bytes the dense gathers received each
+    way."""
+    from shardgnn.distributed.comm import Communicator
+    from shardgnn.partition.format import reassemble
+    from shardgnn.store.dist_feature import DistFeatureStore
+    from shardgnn.store.dist_graph import DistGraphStore
+    from shardgnn.store.feature import SparseRowStore, dense_rows_as_csr
+
+    comm = Communicator(ctx.rank, ctx.world_size, ctx.data_group)
+    graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm)
+    local = np.array(graph.part.x)
+    csr = SparseRowStore(*dense_rows_as_csr(local), local.shape[1])
+    held = csr if ctx.rank == 0 else LocalFeatureStore(local)
+    full_x = torch.from_numpy(np.asarray(reassemble(path).x))
+    ids = torch.from_numpy(np.random.default_rng(ctx.rank).integers(0, graph.num_nodes, 700))
+    ids[:3] = ids[3]  # repeats
+    equal, received = [], {}
+    for replies in (False, True):
+        comm.reset()
+        store = DistFeatureStore(held, graph.book, ctx.rank, comm, "fetch", sparse_replies=replies)
+        equal.append(torch.equal(store.gather(ids), full_x[ids]))
+        out = torch.full((len(ids) + 5, full_x.shape[1]), -1.0)
+        store.gather_into(ids, out, np.arange(5, len(ids) + 5))
+        equal.append(torch.equal(out[5:], full_x[ids]) and bool((out[:5] == -1).all()))
+        received[replies] = comm.reset()["fetch"].bytes_recv
+        # sparse batches from this rank's CSR (rank 1 replies as CSR too here)
+        sparse = DistFeatureStore(
+            csr, graph.book, ctx.rank, comm, "fetch", sparse_batches=True, sparse_replies=replies
+        )
+        rows = sparse.gather(ids)
+        equal.append(rows.is_sparse and torch.equal(rows.to_dense(), full_x[ids]))
+    return {"equal": equal, "received": received}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_owners_reply_with_rows_as_they_hold_them_bit_for_bit(tmp_path, id_graph):
+    """With ``sparse_replies`` an owner of CSR rows sends their non-zeros and an owner of dense
+    rows sends them dense, in one exchange: every gather (dense, into a buffer, sparse) is the
+    rows bit for bit; the rank fetching from the CSR owner receives a fraction of the bytes,
+    the other the dense rows' (and a form word a reply)."""
+    import dataclasses
+
+    x = _sparse_rows(id_graph.num_nodes, 300, 0.04)
+    path = make_partitions(tmp_path / "parts", dataclasses.replace(id_graph, x=x), 2)
+    runs = run_workers(_replied_rows, 2, path)
+    for res in runs:
+        assert all(res["equal"]), res["equal"]
+    from_csr, from_dense = runs[1]["received"], runs[0]["received"]
+    assert from_csr[True] < 0.3 * from_csr[False]
+    assert from_dense[True] - from_dense[False] == 2 * 4  # 2 replies, a form word each
 
 
 def _cached_fetch(ctx, path, name, capacity, lookahead, sparse=False):
@@ -653,11 +736,11 @@ def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_grap
 def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_path):
     """Mostly-zero features: each worker holds its rows as CSR (1/10 of the dense bytes here) and
     gathers its batches' rows as sparse tensors, its own and same-host peers' from their CSR,
-    remote owners' received dense; training on them is training on the dense rows read from the
-    part files, up to the rounding of the first layer's sparse product, with layer-wise
-    evaluation too (its dense rows made from the CSR for its pass). A cache (of any kind: static,
-    admitting, looking ahead) serves its dense rows into the sparse batches: training as without
-    one, bit for bit."""
+    remote owners' received as their non-zeros; training on them is training on the dense rows
+    read from the part files, up to the rounding of the first layer's sparse product, with
+    layer-wise evaluation too (its dense rows made from the CSR for its pass). A cache (of any
+    kind: static, admitting, looking ahead) serves its dense rows into the sparse batches:
+    training as without one, bit for bit."""
     g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))
     g.x = _sparse_rows(g.num_nodes, 64, 0.05, seed=4)
     path = make_partitions(tmp_path / "parts", g, 2)

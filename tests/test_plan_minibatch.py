@@ -501,6 +501,8 @@ CACHED = ["--cache-policy", "presample", "--cache-size", "20%"]
         (3, ["--historical", "1:3", "--historical-scope", "all"]),
         (2, ["--historical", "1:4", "--historical-mode", "pull"]),
         (3, ["--historical", "1:3", "--historical-scope", "all", "--historical-mode", "pull"]),
+        (3, ["bag-of-words"]),
+        (2, ["bag-of-words", *CACHED]),
     ],
 )
 def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
@@ -508,11 +510,20 @@ def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
     partition (--host-sharing off: every remote row crosses the all-to-all), within 5 % (the
     plan samples other draws than the run); the cache's predicted hit rate within 0.03.
     Historical embeddings: the second epoch's sampling, fetch and push bytes (the tables filled
-    by the first, as the plan fills them) and the tables' hit rate."""
+    by the first, as the plan fills them) and the tables' hit rate. Bag-of-words features (5 %
+    non-zero): owners reply with their rows' non-zeros, priced at their part's mean row."""
     from shardgnn.cli import main
+    from shardgnn.graph.io import save_graph
     from shardgnn.partition.format import read_partitions
 
     spec = "synthetic:nodes=20000"
+    if flags[:1] == ["bag-of-words"]:
+        flags = flags[1:]
+        graph = load_dataset(spec)
+        rng = np.random.default_rng(0)
+        x = (graph.x * (rng.random(graph.x.shape) < 0.05)).astype(np.float32)
+        save_graph(dataclasses.replace(graph, x=x), tmp_path / "g")
+        spec = f"graph:{tmp_path / 'g'}"
     parts = tmp_path / "p"
     assert main(["partition", spec, "--parts", str(workers), "--out", str(parts), "--quiet"]) == 0
     out = tmp_path / "r.json"

@@ -14,7 +14,9 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
   (neighbour and edge id: two int64); a request carries a 3-int64 header (batch count, layer
   seed, row count). Three all-to-alls per hop.
 * **fetching** (stage ``fetch``): each input node another worker owns is an int64 request and a
-  row back (``bits``: the codec's payload). Two all-to-alls per batch.
+  row back (``bits``: the codec's payload; exact rows as their owner holds them, a mostly-zero
+  part's as their non-zeros, priced at the part's mean row, and a 4-byte form word a reply).
+  Two all-to-alls per batch.
 * every all-to-all also sends an 8-byte row count to each peer (the communicator counts it).
 * **a presample cache** (``--cache-policy presample --cache-size``): a second epoch on its own
   random stream stands for the pre-sampling epoch; each worker caches the remote rows it read
@@ -95,6 +97,7 @@ from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
 from shardgnn.store.config import HISTORICAL_MODES, split_historical
+from shardgnn.store.dist_feature import reply_row_bytes
 from shardgnn.store.feature import SparseRowStore, held_bytes
 from shardgnn.store.historical import NEVER, sorted_lookup
 
@@ -672,6 +675,7 @@ def minibatch_costs(
     held_base = held_bytes(own_rows, in_dim, own_nonzeros) + own_edges * _ID + (own_rows + 1) * _ID
     sparse = sparse_input(model, int(nonzeros_N.sum()), graph.x.size)
     density = float(nonzeros_N.sum()) / max(1, graph.x.size) if sparse else 0.0
+    reply_bytes = reply_row_bytes(in_dim, own_rows, own_nonzeros)
 
     def coefficients(sparse_batches: bool):
         return functools.partial(
@@ -699,9 +703,12 @@ def minibatch_costs(
         fetched, hit_rate = misses[id(epoch), cap]
         sample_sent, sample_recv = _sampling_bytes(epoch, hops)
         metadata = _ID * (workers - 1) * epoch.batches
-        rb = row_bytes(in_dim, bits)
-        fetch_sent = _ID * fetched.sum(1) + rb * fetched.sum(0) + 2 * metadata
-        fetch_recv = _ID * fetched.sum(0) + rb * fetched.sum(1) + 2 * metadata
+        if bits == 32:  # exact rows: each owner replies as it holds them, a form word a reply
+            rb, form = reply_bytes, 4 * (workers - 1) * epoch.batches
+        else:
+            rb, form = np.full(workers, float(row_bytes(in_dim, bits))), 0
+        fetch_sent = _ID * fetched.sum(1) + fetched.sum(0) * rb + 2 * metadata + form
+        fetch_recv = _ID * fetched.sum(0) + fetched @ rb + 2 * metadata + form
         sent, recv = sample_sent + fetch_sent, sample_recv + fetch_recv
         cache_rows = np.minimum(cap, n - own_rows)
         held = held_base + cache_rows * in_dim * 4

@@ -1,7 +1,8 @@
 """The distributed feature store: rows live with their owners; ``gather`` fetches remote rows with
 two all-to-alls (ids out, rows back) and reads local rows directly. Rows of same-host peers (whose
 part files this rank maps) are read directly too, and only rows owned off this host travel through
-the collectives. Bit-exact by construction.
+the collectives; an owner holding its rows as CSR may send their non-zeros alone. Bit-exact by
+construction.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import torch
 
 from shardgnn.distributed.codec import RowCodec, RowResiduals
 from shardgnn.distributed.comm import Communicator
+from shardgnn.graph.features import stored_sparse
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
 from shardgnn.store.feature import (
+    CSR_ENTRY_BYTES,
     CsrPiece,
     FeatureStore,
     LocalFeatureStore,
@@ -43,6 +46,12 @@ class DistFeatureStore(FeatureStore):
             rows from their CSR (``local`` and ``peers`` must be SparseRowStores), rows received
             from owners off this host (sent dense, as ever) by their non-zeros. ``gather_into``
             stays dense.
+        sparse_replies: owners holding their rows as CSR (a
+            :class:`~shardgnn.store.feature.SparseRowStore`) send the requested rows' non-zeros
+            rather than the dense rows (a coauthor-physics row: ~280 bytes instead of 33,660);
+            each reply then travels as one int32 message naming its form (:func:`pack_reply`),
+            so an owner of dense rows replies dense in the same exchange. Every rank must pass
+            the same value; fp32 rows of one dimension, no codec.
     """
 
     def __init__(
@@ -56,8 +65,10 @@ class DistFeatureStore(FeatureStore):
         peers: dict[int, FeatureStore | np.ndarray] | None = None,
         feedback: RowResiduals | None = None,
         sparse_batches: bool = False,
+        sparse_replies: bool = False,
     ):
         assert feedback is None or codec is not None, "error feedback compensates a codec"
+        self.sparse_replies = sparse_replies
         self.local = _as_store(local)
         self.sparse_batches = sparse_batches
         self.feedback = feedback
@@ -75,7 +86,10 @@ class DistFeatureStore(FeatureStore):
         assert not sparse_batches or all(
             isinstance(store, SparseRowStore) and not store.sparse_batches
             for store in self._on_host.values()
-        ), "sparse batches are assembled from the on-host rows' CSR (replies are sent dense)"
+        ), "sparse batches are assembled from the on-host rows' CSR"
+        assert not sparse_replies or (
+            codec is None and len(self._row_shape) == 1 and self.dtype == torch.float32
+        ), "replies of non-zeros carry exact fp32 rows of one dimension"
         self.slow_rows = 0
         """rows requested from a slow tier (owners off this host; also own and same-host rows when
         on disk), for hit-rate baselines"""
@@ -133,7 +147,7 @@ class DistFeatureStore(FeatureStore):
 
     def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
         """``gather`` as a sparse tensor: the on-host owners' rows from their CSR, the others'
-        received (dense) and kept by their non-zeros."""
+        received as their non-zeros or dense (then kept by their non-zeros)."""
         ids_np = ids.numpy()
         grouped, targets, counts = self._grouped(ids_np, np.arange(ids_np.shape[0]))
         bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -142,7 +156,10 @@ class DistFeatureStore(FeatureStore):
             if block is not None and block.shape[0]:
                 rows = np.arange(block.shape[0])
                 where = targets[bounds[owner] : bounds[owner + 1]]
-                pieces.append((*dense_rows_as_csr(block.numpy()), rows, where))
+                if isinstance(block, SparseRowStore):
+                    pieces += block.local_pieces(rows, where)
+                else:
+                    pieces.append((*dense_rows_as_csr(block.numpy()), rows, where))
         pieces += self._on_host_pieces(grouped, targets, bounds)
         return sparse_batch(ids_np.shape[0], self._row_shape[0], pieces)
 
@@ -167,8 +184,8 @@ class DistFeatureStore(FeatureStore):
                 rows = grouped[lo:hi] - self._starts[owner]
                 pieces += store.local_pieces(rows, positions[lo:hi])
                 if owner != self.rank:
-                    nonzeros = store.indptr[rows + 1] - store.indptr[rows]
-                    self.comm.record_host(self.stage, int(nonzeros.sum() + hi - lo) * 8)
+                    nonzeros = int(store.row_nonzeros(rows).sum())
+                    self.comm.record_host(self.stage, (nonzeros + hi - lo) * 8)
         return pieces
 
     def gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
@@ -184,9 +201,13 @@ class DistFeatureStore(FeatureStore):
         self.slow_rows += ids_np.shape[0] - (0 if self.on_disk else on_host_rows)
         return ids_np[order], positions[order], counts
 
-    def _exchange(self, grouped: np.ndarray, counts: np.ndarray) -> list[torch.Tensor | None]:
+    def _exchange(
+        self, grouped: np.ndarray, counts: np.ndarray
+    ) -> list[torch.Tensor | SparseRowStore | None]:
         """Per owner, the rows of its segment of ``grouped`` that it sent (the collective, when
-        any owner is off this host), None for on-host owners, whose rows are read here."""
+        any owner is off this host): dense, or with :attr:`sparse_replies` as the owner holds
+        them (a CSR owner's as a store of just those rows, in order); None for on-host owners,
+        whose rows are read here."""
         world = self.comm.world_size
         if not self._any_off_host:
             return [None] * world
@@ -197,9 +218,18 @@ class DistFeatureStore(FeatureStore):
         ]
         incoming = self.comm.all_to_all(requests, self.stage)
         local_rows = [req - self.start for req in incoming]
-        replies = [self.local.gather(rows) for rows in local_rows]
+        if self.sparse_replies:
+            replies = [pack_reply(self.local, rows) for rows in local_rows]
+        else:
+            replies = [self.local.gather(rows) for rows in local_rows]
         feedback = None if self.feedback is None else self.feedback.select(local_rows)
         rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
+        if self.sparse_replies:
+            width = self._row_shape[0]
+            return [
+                None if p in self._on_host else unpack_reply(message, int(counts[p]), width)
+                for p, message in enumerate(rows)
+            ]
         return [None if p in self._on_host else block for p, block in enumerate(rows)]
 
     def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
@@ -209,9 +239,66 @@ class DistFeatureStore(FeatureStore):
         for block, where in zip(
             self._exchange(grouped, counts), np.split(targets, np.cumsum(counts)[:-1])
         ):
-            if block is not None and where.shape[0]:
+            if isinstance(block, SparseRowStore):
+                block.gather_into(torch.arange(where.shape[0]), out, where)
+            elif block is not None and where.shape[0]:
                 out.index_copy_(0, torch.from_numpy(where), block)
         self._read_on_host(grouped, targets, counts, out)
+
+
+DENSE_REPLY, CSR_REPLY = 0, 1
+"""the first int32 of a packed reply (:func:`pack_reply`): the rows that follow are dense, or
+their non-zeros"""
+
+
+def pack_reply(store: FeatureStore, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` of ``store`` (fp32 ``[N, F]``) as one int32 message, as the store holds them:
+    ``[CSR_REPLY, each row's non-zero count, their columns, their values' bits]`` from a
+    :class:`SparseRowStore`, else ``[DENSE_REPLY, the dense rows' bits]`` (written in place)."""
+    store.check_ids(ids)
+    rows = ids.numpy()
+    if isinstance(store, SparseRowStore):
+        nonzeros = store.row_nonzeros(rows)
+        n, total = rows.shape[0], int(nonzeros.sum())
+        message = np.empty(1 + n + 2 * total, np.int32)
+        message[0] = CSR_REPLY
+        message[1 : 1 + n] = nonzeros
+        store.nonzeros_into(
+            rows, message[1 + n : 1 + n + total], message[1 + n + total :].view(np.float32)
+        )
+        return torch.from_numpy(message)
+    message = torch.empty(1 + rows.shape[0] * store.shape[1], dtype=torch.int32)
+    message[0] = DENSE_REPLY
+    dense = message[1:].view(torch.float32).view(rows.shape[0], store.shape[1])
+    store.gather_into(ids, dense, np.arange(rows.shape[0]))
+    return message
+
+
+def reply_row_bytes(width: int, rows: np.ndarray, nonzeros: np.ndarray) -> np.ndarray:
+    """Per owner of ``rows`` fp32 rows of ``width`` with ``nonzeros`` non-zeros (as
+    :func:`~shardgnn.store.feature.held_bytes` takes them), the mean bytes one of its rows takes
+    in a :func:`pack_reply` message: its count and 8 bytes a non-zero where the owner holds its
+    rows as CSR (the part is mostly zero), else the dense row (the message's form word not
+    counted)."""
+    rows, nonzeros = np.asarray(rows, np.int64), np.asarray(nonzeros, np.int64)
+    sparse = [stored_sparse(int(z), int(r) * width) for r, z in zip(rows, nonzeros)]
+    per_row = 4 + CSR_ENTRY_BYTES * nonzeros / np.maximum(rows, 1)
+    return np.where(sparse, per_row, 4.0 * width)
+
+
+def unpack_reply(message: torch.Tensor, n: int, width: int) -> torch.Tensor | SparseRowStore:
+    """The ``n`` rows of width ``width`` of a :func:`pack_reply` message: a dense ``[n, width]``
+    view of it, or a :class:`SparseRowStore` of them (its arrays views of the message)."""
+    words = message.numpy()
+    if words[0] == DENSE_REPLY:
+        assert words.shape[0] == 1 + n * width, "a dense reply of other rows than asked"
+        return message[1:].view(torch.float32).view(n, width)
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(words[1 : 1 + n], out=indptr[1:])
+    total = int(indptr[-1])
+    assert words.shape[0] == 1 + n + 2 * total, "a reply of non-zeros of other rows than asked"
+    values = words[1 + n + total :].view(np.float32)
+    return SparseRowStore(indptr, words[1 + n : 1 + n + total], values, width)
 
 
 def _as_store(rows) -> FeatureStore:

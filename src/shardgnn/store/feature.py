@@ -326,6 +326,18 @@ def _dense_to_csr_kernel(rows, indptr, indices, values):  # pragma: no cover - c
                 at += 1
 
 
+@numba.njit(nogil=True, cache=True)
+def _take_nonzeros_kernel(
+    indptr, indices, values, rows, out_indices, out_values
+):  # pragma: no cover
+    at = 0
+    for i in range(rows.shape[0]):
+        for k in range(indptr[rows[i]], indptr[rows[i] + 1]):
+            out_indices[at] = indices[k]
+            out_values[at] = values[k]
+            at += 1
+
+
 def dense_rows_as_csr(rows_RF: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(indptr, indices, values)`` of dense fp32 rows (e.g. rows received from their owner),
     each row's columns ascending: two passes over the rows (count, then place; 6x faster than
@@ -416,6 +428,18 @@ class SparseRowStore(FeatureStore):
 
     def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
         return [(self.indptr, self.indices, self.values, ids, positions)]
+
+    def row_nonzeros(self, ids: np.ndarray) -> np.ndarray:
+        """Each of rows ``ids``' number of non-zeros."""
+        return self.indptr[ids + 1] - self.indptr[ids]
+
+    def nonzeros_into(self, ids: np.ndarray, indices_out: np.ndarray, values_out: np.ndarray):
+        """Rows ``ids``' non-zeros one row after the other, their columns into ``indices_out``
+        (int32) and values into ``values_out`` (fp32), each sized to their total
+        (:meth:`row_nonzeros`): the rows' CSR without their offsets."""
+        assert indices_out.shape[0] == values_out.shape[0] == int(self.row_nonzeros(ids).sum())
+        rows = np.ascontiguousarray(ids, dtype=np.int64)
+        _take_nonzeros_kernel(self.indptr, self.indices, self.values, rows, indices_out, values_out)
 
 
 def rows_in_memory(

@@ -137,14 +137,20 @@ class SampledInputs(DistSteps):
         if has_x and self.codec is not None and config.error_feedback:
             # One residual per local row: what its previous send to any peer lost.
             self.feedback = RowResiduals(*x_store.shape)
-        sparse = self.sparse_batches
+        # Rows held as CSR cross the collective as their non-zeros (exact rows only; each owner
+        # replies as it holds its rows, so every rank agrees on the messages' form whatever
+        # density its own part has).
+        self.sparse_replies = (
+            has_x and config.feature_storage != "disk" and self.codec is None and part.x.ndim == 2
+        )
+        sparse, replies = self.sparse_batches, self.sparse_replies
         self.fetch_store = (
-            self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback, sparse)
+            self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback, sparse, replies)
             if has_x
             else None
         )
         self.eval_features = (
-            self.dist_rows(x_store, peer_x, "eval", self.codec, sparse_batches=sparse)
+            self.dist_rows(x_store, peer_x, "eval", self.codec, None, sparse, replies)
             if has_x
             else None
         )
@@ -248,7 +254,13 @@ class SampledInputs(DistSteps):
             self.cache = build_cache(
                 config.cache,
                 self.fetch_store,
-                fill_from=self.dist_rows(self.x_store, self.peer_x, "cache_setup", self.codec),
+                fill_from=self.dist_rows(
+                    self.x_store,
+                    self.peer_x,
+                    "cache_setup",
+                    self.codec,
+                    sparse_replies=self.sparse_replies,
+                ),
                 degree=self.graph.degree,
                 presample_counts=presample_counts,
             )
@@ -288,7 +300,14 @@ class SampledInputs(DistSteps):
         return degree_E if fanout < 0 else np.minimum(degree_E, fanout)
 
     def dist_rows(
-        self, local, peers, stage: str, codec=None, feedback=None, sparse_batches: bool = False
+        self,
+        local,
+        peers,
+        stage: str,
+        codec=None,
+        feedback=None,
+        sparse_batches: bool = False,
+        sparse_replies: bool = False,
     ) -> DistFeatureStore:
         """Rows held by their owners (this rank: ``local``; same-host ``peers``), one stage."""
         return DistFeatureStore(
@@ -301,6 +320,7 @@ class SampledInputs(DistSteps):
             peers=peers,
             feedback=feedback,
             sparse_batches=sparse_batches,
+            sparse_replies=sparse_replies,
         )
 
     @property
