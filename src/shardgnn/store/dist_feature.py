@@ -12,7 +12,6 @@ import torch
 
 from shardgnn.distributed.codec import RowCodec, RowResiduals
 from shardgnn.distributed.comm import Communicator
-from shardgnn.graph.features import stored_sparse
 from shardgnn.partition.book import PartitionBook, bucket_by_owner
 from shardgnn.store.feature import (
     CSR_ENTRY_BYTES,
@@ -21,6 +20,7 @@ from shardgnn.store.feature import (
     LocalFeatureStore,
     SparseRowStore,
     dense_rows_as_csr,
+    held_sparse,
     sparse_batch,
 )
 
@@ -44,8 +44,8 @@ class DistFeatureStore(FeatureStore):
         sparse_batches: ``gather`` returns a coalesced sparse COO tensor (as
             :class:`~shardgnn.store.feature.SparseRowStore`'s): this rank's and same-host peers'
             rows from their CSR (``local`` and ``peers`` must be SparseRowStores), rows received
-            from owners off this host (sent dense, as ever) by their non-zeros. ``gather_into``
-            stays dense.
+            from owners off this host by their non-zeros (as sent, with ``sparse_replies``, else
+            made from the dense rows). ``gather_into`` stays dense.
         sparse_replies: owners holding their rows as CSR (a
             :class:`~shardgnn.store.feature.SparseRowStore`) send the requested rows' non-zeros
             rather than the dense rows (a coauthor-physics row: ~280 bytes instead of 33,660);
@@ -281,9 +281,8 @@ def reply_row_bytes(width: int, rows: np.ndarray, nonzeros: np.ndarray) -> np.nd
     rows as CSR (the part is mostly zero), else the dense row (the message's form word not
     counted)."""
     rows, nonzeros = np.asarray(rows, np.int64), np.asarray(nonzeros, np.int64)
-    sparse = [stored_sparse(int(z), int(r) * width) for r, z in zip(rows, nonzeros)]
     per_row = 4 + CSR_ENTRY_BYTES * nonzeros / np.maximum(rows, 1)
-    return np.where(sparse, per_row, 4.0 * width)
+    return np.where(held_sparse(rows, width, nonzeros), per_row, 4.0 * width)
 
 
 def unpack_reply(message: torch.Tensor, n: int, width: int) -> torch.Tensor | SparseRowStore:

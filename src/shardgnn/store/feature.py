@@ -260,8 +260,14 @@ def held_bytes(rows: np.ndarray, width: int, nonzeros: np.ndarray) -> np.ndarray
     ``width`` with ``nonzeros`` non-zeros: as CSR (each non-zero's column and value, each row's
     int64 offset) where they are mostly zero, else dense fp32."""
     rows, nonzeros = np.asarray(rows, np.int64), np.asarray(nonzeros, np.int64)
-    sparse = [stored_sparse(int(z), int(r) * width) for r, z in zip(rows, nonzeros)]
+    sparse = held_sparse(rows, width, nonzeros)
     return np.where(sparse, nonzeros * CSR_ENTRY_BYTES + (rows + 1) * 8, rows * width * 4)
+
+
+def held_sparse(rows: np.ndarray, width: int, nonzeros: np.ndarray) -> np.ndarray:
+    """Per worker of ``rows`` feature rows of ``width`` with ``nonzeros`` non-zeros, whether
+    :func:`rows_in_memory` holds them as CSR (they are mostly zero)."""
+    return np.array([stored_sparse(int(z), int(r) * width) for r, z in zip(rows, nonzeros)], bool)
 
 
 @numba.njit(nogil=True, cache=True)
