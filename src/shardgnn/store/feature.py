@@ -338,10 +338,14 @@ def _take_nonzeros_kernel(
 ):  # pragma: no cover
     at = 0
     for i in range(rows.shape[0]):
-        for k in range(indptr[rows[i]], indptr[rows[i] + 1]):
+        start, end = indptr[rows[i]], indptr[rows[i] + 1]
+        if at + end - start > out_indices.shape[0]:
+            return -1  # the buffers are too small: nothing written past them
+        for k in range(start, end):
             out_indices[at] = indices[k]
             out_values[at] = values[k]
             at += 1
+    return at
 
 
 def dense_rows_as_csr(rows_RF: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -443,9 +447,13 @@ class SparseRowStore(FeatureStore):
         """Rows ``ids``' non-zeros one row after the other, their columns into ``indices_out``
         (int32) and values into ``values_out`` (fp32), each sized to their total
         (:meth:`row_nonzeros`): the rows' CSR without their offsets."""
-        assert indices_out.shape[0] == values_out.shape[0] == int(self.row_nonzeros(ids).sum())
+        assert indices_out.shape[0] == values_out.shape[0]
         rows = np.ascontiguousarray(ids, dtype=np.int64)
-        _take_nonzeros_kernel(self.indptr, self.indices, self.values, rows, indices_out, values_out)
+        written = _take_nonzeros_kernel(
+            self.indptr, self.indices, self.values, rows, indices_out, values_out
+        )
+        # the caller sized the buffers by :meth:`row_nonzeros`: checked as written, not recounted
+        assert written == indices_out.shape[0], "buffers not sized to the rows' non-zeros"
 
 
 def rows_in_memory(
