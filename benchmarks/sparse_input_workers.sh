@@ -1,9 +1,10 @@
 #!/bin/bash
 # BENCHMARKS 32c, 32f and 32g, two workers: DATASET (coauthor-physics) in 2 METIS parts, TASK
 # (node; link: the partitions hold the training graph and the split), 1 epoch with TRAIN_ARGS
-# (none; 32g: a cache), the tree before and this one in turn, ROUNDS (3) times; per run the wall
-# time, the epoch's stages, each worker's peak RSS, the test metric (accuracy; link
-# prediction's AUC) and the MB the workers received fetching features (fetch, eval, cache_setup).
+# (none; 32g, 32i: a cache), the tree before and this one in turn, ROUNDS (3) times; per run the
+# wall time, the epoch's stages, each worker's peak RSS, the test metric (accuracy; link
+# prediction's AUC), the cache's hit rate and bytes per worker (and how it holds its rows), and
+# the MB the workers received fetching features (fetch, eval, cache_setup).
 #   git worktree add /tmp/before <commit before>
 #   BEFORE_SRC=/tmp/before/src bash benchmarks/sparse_input_workers.sh > out.txt
 #   BEFORE_SRC=/tmp/before/src DATASET=coauthor-cs TASK=link ROUNDS=2 \
@@ -38,6 +39,7 @@ stages = {k: round(v, 2) for k, v in e["stages"].items()}
 print(tree, i, "wall", round(float(end) - float(start), 1), "epoch", round(e["time_s"], 2),
       "stages", stages, "peak", r["peak_memory_mb"], "test", r["test_acc"],
       "hit", r["cache"]["hit_rate"], "sparse workers", r["cache"]["sparse_batch_workers"],
+      "cache MB/worker", round(r["cache"]["capacity_mb"], 1), r["cache"].get("cache_layout"),
       "MB received", {k: round(v["bytes_recv"] / 1e6, 1) for k, v in r.get("comm", {}).items()
                       if k in ("fetch", "eval", "cache_setup")})
 PY

@@ -179,13 +179,17 @@ def test_bad_policy_and_lookahead():
 class CountingStore(FeatureStore):
     """A local store that records every gather call (to check what reaches the fallback)."""
 
-    def __init__(self, x, local_below: int | None = None, on_disk: bool = False):
-        self.inner, self.calls, self.local_below, self._on_disk = (
-            LocalFeatureStore(x),
-            [],
-            local_below,
-            on_disk,
-        )
+    def __init__(
+        self, x, local_below: int | None = None, on_disk: bool = False, sparse: bool = False
+    ):
+        # sparse: rows held as CSR, gathered as sparse batches
+        self.inner = csr_rows(x, "none", sparse_batches=True) if sparse else LocalFeatureStore(x)
+        self.calls, self.local_below, self._on_disk = [], local_below, on_disk
+        self.sparse_batches = sparse
+
+    def local_pieces(self, ids, positions):
+        assert (ids < (self.local_below or 0)).all()
+        return self.inner.local_pieces(ids, positions)
 
     @property
     def shape(self):
@@ -432,6 +436,55 @@ def _sparse_rows(rows: int, width: int, density: float, seed: int = 0) -> np.nda
     x = rng.random((rows, width), dtype=np.float32) * (rng.random((rows, width)) < density)
     x[::7] = 0
     return x
+
+
+def test_a_static_cache_of_mostly_zero_rows_holds_and_serves_their_non_zeros():
+    """A static cache in front of rows gathered as sparse batches holds its rows as CSR (their
+    non-zeros and each slot's offset) and serves the exact rows, fetching only its misses (in
+    one gather a batch); its state restores into a dense cache and back, whichever form each
+    holds. Rows that are not mostly zero stay dense."""
+    x = _sparse_rows(400, 300, 0.04)
+    capacity, local_below = 80, 100
+    rng = np.random.default_rng(2)
+    cached_ids = rng.choice(np.arange(local_below, 400), 60, replace=False)
+    trace = random_trace(rng, 400, 50, 12)
+
+    def cache(rows, sparse):
+        fallback = CountingStore(rows, local_below=local_below, sparse=sparse)
+        return CachedFeatureStore(fallback, StaticPolicy("degree", cached_ids), capacity), fallback
+
+    held, fallback = cache(x, sparse=True)
+    assert held.layout == "csr" and held.rows is None
+    nonzeros = int(np.count_nonzero(x[cached_ids]))
+    assert held.nbytes == nonzeros * 8 + (capacity + 1) * 8 < capacity * 300 * 4 / 10
+    fallback.calls.clear()
+    for ids in trace:
+        rows = held.gather(torch.from_numpy(ids))
+        assert rows.is_sparse and rows.is_coalesced()
+        assert torch.equal(rows.to_dense(), torch.from_numpy(x[ids]))
+        misses = np.unique(ids[(ids >= local_below) & ~np.isin(ids, cached_ids)])
+        assert np.array_equal(np.sort(fallback.calls.pop(0).numpy()), misses)
+    assert not fallback.calls
+    dense, _ = cache(x, sparse=False)
+    assert dense.layout == "dense"
+    state = held.state_dict()
+    assert "rows" not in state and state["rows.values"].shape == (nonzeros,)
+    restored, _ = cache(np.zeros_like(x), sparse=False)  # a cold cache of other rows
+    restored.load_state_dict(state)
+    assert torch.equal(restored.rows, dense.rows)
+    again, _ = cache(np.zeros_like(x), sparse=True)
+    again.load_state_dict(dense.state_dict())
+    assert again.layout == "csr" and all(
+        np.array_equal(getattr(again.csr_rows, k), getattr(held.csr_rows, k))
+        for k in ("indptr", "indices", "values")
+    )
+    with pytest.raises(ValueError, match="do not fit"):
+        cache(x[:, :200], sparse=True)[0].load_state_dict(state)
+    thick = _sparse_rows(400, 300, 0.5)
+    dense_rows, _ = cache(thick, sparse=True)
+    assert dense_rows.layout == "dense"
+    ids = torch.from_numpy(trace[0])
+    assert torch.equal(dense_rows.gather(ids).to_dense(), torch.from_numpy(thick[trace[0]]))
 
 
 @pytest.mark.parametrize("norm", ["none", "row"])
@@ -693,6 +746,9 @@ def _cached_fetch(ctx, path, name, capacity, lookahead, sparse=False):
         "fetch_calls": comm.reset()["fetch"].calls,
         "batches": len(batches),
         "epochs": epochs,
+        "layout": store.layout,
+        "cached_nonzeros": 0 if static_ids is None else int(np.count_nonzero(full_x[static_ids])),
+        "width": int(full_x.shape[1]),
     }
 
 
@@ -713,6 +769,12 @@ def test_distributed_cache_is_exact_and_counts_match_the_trace(tmp_path, id_grap
     for rank, res in enumerate(runs):
         assert res["wrong"] == 0
         assert res["max_size"] <= capacity
+        # a static cache in front of sparse batches holds its rows' non-zeros where mostly zero
+        # (these features are not: dense)
+        mostly_zero = res["cached_nonzeros"] <= 0.1 * capacity * res["width"]
+        assert res["layout"] == (
+            "csr" if sparse and name == "presample" and mostly_zero else "dense"
+        )
         n = res["cacheable"].shape[0]
         assert res["batches"] == 3
         reference = policy_for(name, n, res["initial"], lookahead)
@@ -772,6 +834,9 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
         ], label
         assert results[label]["test_acc"] == uncached["test_acc"], label
         assert 0.0 < results[label]["cache"]["hit_rate"] <= 1.0, label
+        # the static cache holds its rows' non-zeros, the others dense rows
+        layout = "csr" if label == "memory-presample" else "dense"
+        assert results[label]["cache"]["cache_layout"] == layout, label
     held = results["memory"]
     assert (
         held["cache"]["feature_layout"] == "csr" and mapped["cache"]["feature_layout"] == "mapped"

@@ -556,6 +556,13 @@ def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
     if cost.hit_rate is not None:
         hit = np.mean([e["cache"]["hit_rate"] for e in measured["epochs"]])
         assert cost.hit_rate == pytest.approx(hit, abs=0.03)
+        # the cached rows' bytes: dense, or (bag-of-words, sparse batches) the non-zeros of the
+        # presampled rows as CSR, a fraction of the dense bytes
+        cache = measured["cache"]
+        assert cache["cache_layout"] == ("csr" if cost.sparse_batches else "dense")
+        assert cost.cache_mb == pytest.approx(cache["capacity_mb"], rel=0.05)
+        if cost.sparse_batches:
+            assert cost.cache_mb < 0.2 * cache["capacity_rows"] * 4 * graph.x.shape[1] / 1e6
 
 
 @pytest.mark.slow

@@ -98,7 +98,7 @@ from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
 from shardgnn.store.config import HISTORICAL_MODES, split_historical
 from shardgnn.store.dist_feature import reply_row_bytes
-from shardgnn.store.feature import SparseRowStore, held_bytes
+from shardgnn.store.feature import CSR_ENTRY_BYTES, SparseRowStore, held_bytes, held_sparse
 from shardgnn.store.historical import NEVER, sorted_lookup
 
 _ID = 8  # bytes of one int64 id, count or edge column
@@ -124,6 +124,8 @@ class MiniBatchCost:
             (``None``: none planned).
         max_worker_bytes, max_worker_recv: the most one worker sends / receives of those.
         held_mb: the largest worker's feature rows, adjacency and cache, MB.
+        cache_mb: the largest worker's cached rows, MB (in ``held_mb``): dense, or as CSR
+            where batches are sparse and the cached rows mostly zero (their non-zeros).
         activation_mb: what the busiest worker's step keeps for backward on its largest batch
             (its input rows and every layer's saved tensors), MB.
         sparse_batches: the workers gather each batch's input rows as a sparse tensor (features
@@ -148,6 +150,7 @@ class MiniBatchCost:
     max_worker_bytes: int
     max_worker_recv: int
     held_mb: float
+    cache_mb: float = 0.0
     activation_mb: float = 0.0
     sparse_batches: bool = False
     sample_s: float | None = None
@@ -611,6 +614,21 @@ def _batch_coefficients(
     return (*map(int, slopes), constant)
 
 
+def presample_cached(
+    presample: _Epoch, owner: np.ndarray, worker: int, capacity: int
+) -> np.ndarray:
+    """``[N]`` whether worker ``worker``'s presample cache of ``capacity`` rows holds each node:
+    the rows ``presample`` reads most often (ties: lower id first), at most the other workers'."""
+    n = owner.shape[0]
+    counts = np.bincount(presample.inputs[worker], minlength=n)
+    k = min(capacity, n - int((owner == worker).sum()))
+    candidates = np.flatnonzero(counts)
+    order = np.lexsort((candidates, -counts[candidates]))
+    cached = np.zeros(n, dtype=bool)
+    cached[candidates[order[:k]]] = True
+    return cached
+
+
 def cache_misses(
     train: _Epoch, presample: _Epoch, owner: np.ndarray, workers: int, capacity: int
 ) -> tuple[np.ndarray, float]:
@@ -619,19 +637,11 @@ def cache_misses(
     (0: no cache; the cache holds at most the rows of other workers)."""
     fetched = np.zeros((workers, workers), np.int64)
     reads = hits = 0
-    n = owner.shape[0]
     for w in range(workers):
         ids = train.inputs[w]
         miss = ids
         if capacity:
-            counts = np.bincount(presample.inputs[w], minlength=n)
-            remote_rows = n - int((owner == w).sum())
-            k = min(capacity, remote_rows)
-            candidates = np.flatnonzero(counts)
-            order = np.lexsort((candidates, -counts[candidates]))
-            cached = np.zeros(n, dtype=bool)
-            cached[candidates[order[:k]]] = True
-            miss = ids[~cached[ids]]
+            miss = ids[~presample_cached(presample, owner, w, capacity)[ids]]
         reads += ids.size
         hits += ids.size - miss.size
         fetched[w] = np.bincount(owner[miss], minlength=workers)
@@ -683,6 +693,20 @@ def minibatch_costs(
             graph.num_classes, input_density=density if sparse_batches else 0.0,
         )  # fmt: skip
 
+    @functools.cache
+    def cache_bytes(cap: int) -> np.ndarray:
+        """Each worker's presample cache of ``cap`` rows: dense, or as CSR (its rows' non-zeros,
+        each slot's offset) where the batches are sparse and the cached rows mostly zero."""
+        dense = np.minimum(cap, n - own_rows) * in_dim * 4
+        if not cap or not sparse:
+            return dense
+        slots = min(cap, n)  # CachedFeatureStore.capacity
+        cached_nonzeros = np.array(
+            [nonzeros_N[presample_cached(presample, owner, w, cap)].sum() for w in range(workers)]
+        )
+        csr = held_sparse(np.full(workers, slots), in_dim, cached_nonzeros)
+        return np.where(csr, cached_nonzeros * CSR_ENTRY_BYTES + (slots + 1) * 8, dense)
+
     options = [
         ("exact", 32, 0, train, None),
         ("8-bit", 8, 0, train, None),
@@ -710,8 +734,7 @@ def minibatch_costs(
         fetch_sent = _ID * fetched.sum(1) + fetched.sum(0) * rb + 2 * metadata + form
         fetch_recv = _ID * fetched.sum(0) + fetched @ rb + 2 * metadata + form
         sent, recv = sample_sent + fetch_sent, sample_recv + fetch_recv
-        cache_rows = np.minimum(cap, n - own_rows)
-        held = held_base + cache_rows * in_dim * 4
+        held = held_base + cache_bytes(cap)
         history_sent = np.zeros(workers, np.int64)
         if history is not None:
             # per layer and step, push: the ids (with the row counts) and the rows, float32 at
@@ -755,6 +778,7 @@ def minibatch_costs(
             max_worker_bytes=int(sent.max()),
             max_worker_recv=int(recv.max()),
             held_mb=float(held.max()) / 1e6,
+            cache_mb=float(cache_bytes(cap).max()) / 1e6,
             activation_mb=float(activations.max()) / 1e6,
             sparse_batches=sparse,
         )

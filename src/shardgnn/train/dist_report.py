@@ -157,10 +157,11 @@ class SampledReport:
         """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
         cfg = self.config.cache
         capacity = self.cache.capacity if self.cache is not None else 0
-        staged, held, sparse_workers = self.sum([
+        staged, held, sparse_workers, cache_held = self.sum([
             float(self.cache.max_staged_rows if self.cache is not None else 0),
             float(0 if self.x_store is None else self.x_store.nbytes),
             float(self.sparse_batches),
+            float(self.cache.nbytes if self.cache is not None else 0),
         ])  # fmt: skip
         # Epochs recorded before a resume may come from a run without these metrics.
         measured = [r for r in (history[1:] or history) if r.cache]
@@ -174,7 +175,9 @@ class SampledReport:
             "policy": cfg.policy,
             "size": cfg.size if cfg.enabled else None,
             "capacity_rows": capacity,
-            "capacity_mb": capacity * row_bytes / 1e6,
+            # the cached rows' bytes per worker: dense, or a static cache's CSR (its non-zeros)
+            "capacity_mb": cache_held / self.world_size / 1e6,
+            "cache_layout": None if self.cache is None else self.cache.layout,
             "feature_storage": self.config.feature_storage,
             # in memory: each worker's rows dense, or as CSR where mostly zero (SparseRowStore)
             "feature_layout": _layout(self.x_store),
@@ -204,7 +207,7 @@ class SampledReport:
         missed = sum(e["edge_missed_mb"] for e in epochs)
         return {
             "capacity_rows": self.edge_cache.capacity,
-            "capacity_mb": self.edge_cache.capacity * self.edge_store.row_bytes / 1e6,
+            "capacity_mb": self.edge_cache.nbytes / 1e6,
             "hit_rate": (requested - missed) / requested if requested else None,
             "requested_mb_per_epoch": requested / len(epochs) if epochs else None,
         }

@@ -259,6 +259,7 @@ class SampledInputs(DistSteps):
                     self.peer_x,
                     "cache_setup",
                     self.codec,
+                    sparse_batches=self.sparse_batches,  # a static cache then holds CSR rows
                     sparse_replies=self.sparse_replies,
                 ),
                 degree=self.graph.degree,

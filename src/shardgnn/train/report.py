@@ -167,7 +167,10 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
         return []
     policy = cache["policy"]
     if policy != "none":
-        policy += f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB per worker"
+        held = " as CSR" if cache.get("cache_layout") == "csr" else ""
+        policy += (
+            f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB{held} per worker"
+        )
         policy += f", look-ahead {cache['lookahead']} batches)" if cache.get("lookahead") else ")"
     storage = cache["feature_storage"]
     if cache.get("feature_layout") in ("dense", "csr"):  # results from before have no layout
