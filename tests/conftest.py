@@ -53,7 +53,14 @@ def assert_same_weights(a: dict, b: dict) -> None:
 
     assert a.keys() == b.keys()
     for key in a:
-        assert torch.equal(a[key], b[key]), key
+        # what differs and by how much: a rounding-order difference or a different run
+        assert torch.equal(a[key], b[key]), (
+            key,
+            [k for k in a if not torch.equal(a[k], b[k])],
+            float((a[key].double() - b[key].double()).abs().max())
+            if a[key].shape == b[key].shape
+            else None,
+        )
 
 
 def signal_self_at_step(optimizer, step_number: int, signum: int) -> None:

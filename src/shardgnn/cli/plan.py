@@ -256,9 +256,9 @@ def print_minibatch(config, costs, picks, timed_costs: bool) -> None:
         for c in costs
     ]
     fanouts = ",".join(map(str, config.minibatch_fanouts))
-    # bag-of-words features: batches gathered as sparse tensors except where a cache's dense
-    # rows serve them
-    sparse = ", input rows sparse but a cache's" if any(c.sparse_batches for c in costs) else ""
+    # bag-of-words features: batches gathered as sparse tensors (through a cache too; a
+    # presample cache holds the rows' non-zeros)
+    sparse = ", input rows sparse" if any(c.sparse_batches for c in costs) else ""
     print(
         f"mini-batch training (fanouts {fanouts}, batch {costs[0].batch_size}, every other "
         f"worker's row through the all-to-all{sparse}), per epoch:"

@@ -157,12 +157,16 @@ class SampledReport:
         """The cache's configuration and its epoch metrics averaged over epochs >= 2."""
         cfg = self.config.cache
         capacity = self.cache.capacity if self.cache is not None else 0
-        staged, held, sparse_workers, cache_held = self.sum([
-            float(self.cache.max_staged_rows if self.cache is not None else 0),
+        cache = self.cache
+        staged, held, sparse_workers, cache_held, csr_caches = self.sum([
+            float(cache.max_staged_rows if cache is not None else 0),
             float(0 if self.x_store is None else self.x_store.nbytes),
             float(self.sparse_batches),
-            float(self.cache.nbytes if self.cache is not None else 0),
+            float(cache.nbytes if cache is not None else 0),
+            float(cache is not None and cache.layout == "csr"),
         ])  # fmt: skip
+        # workers whose parts differ in density may hold their caches in different forms
+        layouts = {0: "dense", self.world_size: "csr"}
         # Epochs recorded before a resume may come from a run without these metrics.
         measured = [r for r in (history[1:] or history) if r.cache]
         row_bytes = 0 if self.fetch_store is None else self.fetch_store.row_bytes
@@ -177,7 +181,7 @@ class SampledReport:
             "capacity_rows": capacity,
             # the cached rows' bytes per worker: dense, or a static cache's CSR (its non-zeros)
             "capacity_mb": cache_held / self.world_size / 1e6,
-            "cache_layout": None if self.cache is None else self.cache.layout,
+            "cache_layout": None if cache is None else layouts.get(int(csr_caches), "mixed"),
             "feature_storage": self.config.feature_storage,
             # in memory: each worker's rows dense, or as CSR where mostly zero (SparseRowStore)
             "feature_layout": _layout(self.x_store),

@@ -167,9 +167,11 @@ def _cache_rows(cache: dict[str, Any] | None) -> list[tuple[str, Any]]:
         return []
     policy = cache["policy"]
     if policy != "none":
-        held = " as CSR" if cache.get("cache_layout") == "csr" else ""
+        held = {"csr": ", as CSR", "mixed": ", as CSR on some workers"}.get(
+            cache.get("cache_layout"), ""
+        )
         policy += (
-            f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB{held} per worker"
+            f" ({cache['capacity_rows']:,} rows = {cache['capacity_mb']:.1f} MB per worker{held}"
         )
         policy += f", look-ahead {cache['lookahead']} batches)" if cache.get("lookahead") else ")"
     storage = cache["feature_storage"]
