@@ -801,8 +801,8 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
     remote owners' received as their non-zeros; training on them is training on the dense rows
     read from the part files, up to the rounding of the first layer's sparse product, with
     layer-wise evaluation too (its dense rows made from the CSR for its pass). A cache (of any
-    kind: static, admitting, looking ahead) serves its dense rows into the sparse batches:
-    training as without one, bit for bit."""
+    kind: static, holding CSR rows; admitting or looking ahead, holding dense rows) serves its
+    rows into the sparse batches: training as without one, bit for bit."""
     g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))
     g.x = _sparse_rows(g.num_nodes, 64, 0.05, seed=4)
     path = make_partitions(tmp_path / "parts", g, 2)

@@ -164,8 +164,8 @@ def sparse_batches_apply(config: TrainConfig, device: torch.device) -> bool:
     prediction's) are gathered as sparse tensors (one process: :func:`batch_features`; workers:
     their stores), which the first layer multiplies by their non-zeros alone: a model of
     :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS` without learnable rows beside the features,
-    on a CPU (a GPU's batches are gathered dense, as before). A feature cache holds its rows
-    dense and serves them into the sparse batch."""
+    on a CPU (a GPU's batches are gathered dense, as before). A feature cache serves its rows into
+    the sparse batch (a static one holds them as CSR)."""
     return (
         device.type == "cpu"
         and config.model.model in SPARSE_INPUT_MODELS

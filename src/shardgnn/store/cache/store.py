@@ -18,6 +18,7 @@ import typing
 import numpy as np
 import torch
 
+from shardgnn.graph.features import stored_sparse
 from shardgnn.journal import Journal
 from shardgnn.store.cache.core import CacheCore, distinct_in_order
 from shardgnn.store.cache.policies import BeladyPolicy, CachePolicy, StaticPolicy
@@ -27,7 +28,6 @@ from shardgnn.store.feature import (
     SparseRowStore,
     copy_rows,
     dense_rows_as_csr,
-    held_sparse,
     sparse_batch,
 )
 
@@ -93,13 +93,7 @@ class CachedFeatureStore(FeatureStore):
         self.fallback, self.policy = fallback, policy
         self.capacity = int(min(capacity, fallback.shape[0]))
         self.core = CacheCore(policy, fallback.shape[0], self.capacity)
-        fill = fill_from or fallback
-        static = isinstance(policy, StaticPolicy)
-        # the rows held: dense (``rows``) or, static and mostly zero, as CSR (``csr_rows``)
-        self.rows: torch.Tensor | None = None
-        self.csr_rows: SparseRowStore | None = None
-        if not (static and max_age is None and fill.sparse_batches):
-            self.rows = torch.zeros((self.capacity, *fallback.shape[1:]), dtype=fallback.dtype)
+        self._load_rows(fill_from or fallback, max_age)
         self._staged_ids = np.zeros(0, dtype=np.int64)
         self._staged_rows: torch.Tensor | None = None
         self._window: list[_Split] = []
@@ -113,23 +107,32 @@ class CachedFeatureStore(FeatureStore):
         self.served_ages = np.zeros(0 if max_age is None else max_age + 1, dtype=np.int64)
         # the cached rows each fetch overwrote, as (slots, rows before)
         self._journal: Journal[np.ndarray, torch.Tensor] = Journal()
-        # Static content is loaded once (a collective gather when the fallback is distributed).
-        if static:
-            initial = policy.initial_ids()[: self.capacity]
-            slots = self.core.preload(initial)
-            if self.rows is not None:
-                self.rows[slots] = fill.gather_dense(torch.from_numpy(initial))
-            else:  # the rows' non-zeros, never dense (a sparse batch, placed at their slots)
-                fetched = SparseRowStore.of_batch(fill.gather(torch.from_numpy(initial)))
-                pieces = fetched.local_pieces(np.arange(initial.shape[0]), slots)
-                held = SparseRowStore.of_batch(sparse_batch(self.capacity, self.shape[1], pieces))
-                if held_sparse([self.capacity], self.shape[1], [held.indices.shape[0]])[0]:
-                    self.csr_rows = held
-                else:  # not mostly zero after all (e.g. rounded rows): dense, as a row takes less
-                    self.rows = torch.zeros((self.capacity, self.shape[1]), dtype=self.dtype)
-                    held.gather_into(
-                        torch.arange(self.capacity), self.rows, np.arange(self.capacity)
-                    )
+
+    def _load_rows(self, fill: FeatureStore, max_age: int | None) -> None:
+        """Allocate the rows held: dense (``rows``) or, static and mostly zero in front of sparse
+        batches, as CSR (``csr_rows``); static content is loaded once, from ``fill`` (a collective
+        gather when it is distributed), into the first slots."""
+        self.rows: torch.Tensor | None = None
+        self.csr_rows: SparseRowStore | None = None
+        if not isinstance(self.policy, StaticPolicy):
+            self.rows = torch.zeros((self.capacity, *self.shape[1:]), dtype=self.dtype)
+            return
+        initial = self.policy.initial_ids()[: self.capacity]
+        slots = self.core.preload(initial)  # the first slots, in order
+        if max_age is not None or not fill.sparse_batches:
+            self.rows = torch.zeros((self.capacity, *self.shape[1:]), dtype=self.dtype)
+            self.rows[slots] = fill.gather_dense(torch.from_numpy(initial))
+            return
+        # the rows' non-zeros, never dense; the slots past them empty
+        fetched = SparseRowStore.of_batch(fill.gather(torch.from_numpy(initial)))
+        empty = np.full(self.capacity - initial.shape[0], fetched.indptr[-1])
+        indptr = np.concatenate([fetched.indptr, empty])
+        held = SparseRowStore(indptr, fetched.indices, fetched.values, self.shape[1])
+        if stored_sparse(held.indices.shape[0], self.capacity * self.shape[1]):
+            self.csr_rows = held
+        else:  # not mostly zero after all (e.g. rounded rows): dense, as a row takes less
+            self.rows = torch.zeros((self.capacity, self.shape[1]), dtype=self.dtype)
+            held.gather_into(torch.arange(self.capacity), self.rows, np.arange(self.capacity))
 
     # -------------------------------------------------------------- the store interface
     @property
@@ -368,9 +371,7 @@ class CachedFeatureStore(FeatureStore):
             indptr, indices, values = (state[f"rows.{k}"] for k in ("indptr", "indices", "values"))
             # a CSR row is as wide as its last column says (at least this cache's width)
             width = max(self.shape[1], int(indices.max()) + 1 if indices.numel() else 0)
-            saved = SparseRowStore(
-                indptr.numpy(), indices.numpy(), values.numpy(), width, sparse_batches=True
-            )
+            saved = SparseRowStore(indptr.numpy(), indices.numpy(), values.numpy(), width)
         expected = (self.capacity, *self.shape[1:])
         if tuple(saved.shape) != expected:
             raise ValueError(f"cached rows {tuple(saved.shape)} do not fit this cache's {expected}")
@@ -380,7 +381,7 @@ class CachedFeatureStore(FeatureStore):
         elif isinstance(saved, SparseRowStore):
             self.csr_rows = saved
         else:
-            self.csr_rows = SparseRowStore(*dense_rows_as_csr(saved.rows), self.shape[1], True)
+            self.csr_rows = SparseRowStore(*dense_rows_as_csr(saved.rows), self.shape[1])
         self.fetched_at[:] = state["fetched_at"].numpy()
         self.clock = int(state["clock"])
         prefix = "policy."
