@@ -77,16 +77,50 @@ def signal_self_at_step(optimizer, step_number: int, signum: int) -> None:
     optimizer.step = step_and_signal
 
 
+_SHARED_GRAPHS: list[tuple[str, object, dict[str, np.ndarray]]] = []
+"""The session's shared graphs: (fixture, graph, a copy of each of its arrays as made)"""
+
+
+def shared_graph(name: str, graph):
+    """``graph``, shared by every test of the session: each test's end checks that its arrays
+    are as made (a test that wrote into them would change what the tests after it see, by the
+    order they run in: a failure that comes and goes with the workers' scheduling)."""
+    import dataclasses
+
+    made = {
+        f.name: getattr(graph, f.name).copy()
+        for f in dataclasses.fields(graph)
+        if isinstance(getattr(graph, f.name), np.ndarray)
+    }
+    _SHARED_GRAPHS.append((name, graph, made))
+    return graph
+
+
+@pytest.fixture(autouse=True)
+def _shared_graphs_stay_as_made():
+    """Fail the test that wrote into a shared graph (numpy or an in-place torch op on a view),
+    naming the arrays, and put them back so that the tests after it see the graph as made."""
+    yield
+    for name, graph, made in _SHARED_GRAPHS:
+        changed = [k for k, a in made.items() if not np.array_equal(getattr(graph, k), a)]
+        for k in changed:
+            np.copyto(getattr(graph, k), made[k])
+        if changed:
+            pytest.fail(f"the test wrote into the shared {name}'s {', '.join(changed)}: copy first")
+
+
 @pytest.fixture(scope="session")
 def checkpoint_graph():
     """A 1,500-node synthetic graph with 150 training nodes, for checkpoint and fault tests."""
-    return generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
+    graph = generate(SyntheticConfig(nodes=1500, degree=8, classes=4, features=16, seed=2))
+    return shared_graph("checkpoint_graph", graph)
 
 
 @pytest.fixture(scope="session")
 def small_graph():
     """A 3,000-node synthetic graph (power-law degrees, 4 classes)."""
-    return generate(SyntheticConfig(nodes=3000, degree=12, classes=4, features=16, seed=7))
+    graph = generate(SyntheticConfig(nodes=3000, degree=12, classes=4, features=16, seed=7))
+    return shared_graph("small_graph", graph)
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +129,7 @@ def arange_graph(small_graph):
     import dataclasses
 
     x = np.repeat(np.arange(small_graph.num_nodes, dtype=np.float32)[:, None], 3, axis=1)
-    return dataclasses.replace(small_graph, x=x)
+    return shared_graph("arange_graph", dataclasses.replace(small_graph, x=x))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -295,7 +295,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     _, distributed = _costs(graph, 2, rates=timed, workers_per_host=2)
     assert distributed[0].sample_s == pytest.approx((epoch.batches * 5e-3 + edges * 2e-7).max())
     # 8-bit rows: each worker encodes the rows it sends and decodes those it receives
-    fetched, _ = cache_misses(epoch, epoch, owner, 2, 0)
+    fetched, _ = cache_misses(epoch, None, owner, 2)
     coded = fetched.sum(0) * 12 * 2e-9 + fetched.sum(1) * 12 * 1e-9
     assert costs[1].option == "8-bit"
     assert costs[1].sample_s == pytest.approx((sample + coded).max(), rel=1e-9)
@@ -332,7 +332,7 @@ def test_the_codec_is_priced_at_the_rows_of_its_calls(graph):
     )
     owner, costs = _costs(graph, 2, rates=rates, workers_per_host=2)
     epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0)
-    fetched, _ = cache_misses(epoch, epoch, owner, 2, 0)
+    fetched, _ = cache_misses(epoch, None, owner, 2)
     call_rows = fetched / epoch.batches  # [requester, owner]
     assert 64 < call_rows[0, 1] < 4096 and 64 < call_rows[1, 0] < 4096
     per_value = np.interp(np.log(np.maximum(call_rows, 1)), np.log([64, 512, 4096]), [1, 2, 4])

@@ -630,18 +630,18 @@ def presample_cached(
 
 
 def cache_misses(
-    train: _Epoch, presample: _Epoch, owner: np.ndarray, workers: int, capacity: int
+    train: _Epoch, cached: list[np.ndarray] | None, owner: np.ndarray, workers: int
 ) -> tuple[np.ndarray, float]:
     """``([P, P] rows fetched from each owner, hit rate)`` of the training epoch ``train``
-    with a presample cache of ``capacity`` rows per worker picked from ``presample``'s reads
-    (0: no cache; the cache holds at most the rows of other workers)."""
+    with each worker's cache holding the nodes ``cached[w]`` marks (``[N]`` bool, as
+    :func:`presample_cached`; None: no cache)."""
     fetched = np.zeros((workers, workers), np.int64)
     reads = hits = 0
     for w in range(workers):
         ids = train.inputs[w]
         miss = ids
-        if capacity:
-            miss = ids[~presample_cached(presample, owner, w, capacity)[ids]]
+        if cached is not None:
+            miss = ids[~cached[w][ids]]
         reads += ids.size
         hits += ids.size - miss.size
         fetched[w] = np.bincount(owner[miss], minlength=workers)
@@ -694,6 +694,11 @@ def minibatch_costs(
         )  # fmt: skip
 
     @functools.cache
+    def cached(cap: int) -> list[np.ndarray] | None:
+        """Each worker's presample cache of ``cap`` rows: the nodes it holds (None: no cache)."""
+        return [presample_cached(presample, owner, w, cap) for w in range(workers)] if cap else None
+
+    @functools.cache
     def cache_bytes(cap: int) -> np.ndarray:
         """Each worker's presample cache of ``cap`` rows: dense, or as CSR (its rows' non-zeros,
         each slot's offset) where the batches are sparse and the cached rows mostly zero."""
@@ -701,9 +706,7 @@ def minibatch_costs(
         if not cap or not sparse:
             return dense
         slots = min(cap, n)  # CachedFeatureStore.capacity
-        cached_nonzeros = np.array(
-            [nonzeros_N[presample_cached(presample, owner, w, cap)].sum() for w in range(workers)]
-        )
+        cached_nonzeros = np.array([nonzeros_N[held].sum() for held in cached(cap)])
         csr = held_sparse(np.full(workers, slots), in_dim, cached_nonzeros)
         return np.where(csr, cached_nonzeros * CSR_ENTRY_BYTES + (slots + 1) * 8, dense)
 
@@ -723,7 +726,7 @@ def minibatch_costs(
     misses: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
     for option, bits, cap, epoch, history in options:
         if (id(epoch), cap) not in misses:
-            misses[id(epoch), cap] = cache_misses(epoch, presample, owner, workers, cap)
+            misses[id(epoch), cap] = cache_misses(epoch, cached(cap), owner, workers)
         fetched, hit_rate = misses[id(epoch), cap]
         sample_sent, sample_recv = _sampling_bytes(epoch, hops)
         metadata = _ID * (workers - 1) * epoch.batches
