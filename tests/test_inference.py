@@ -129,11 +129,23 @@ def test_an_earlier_inference_is_found_from_any_folder(tmp_path, monkeypatch):
     assert earlier_inference(tmp_path) == []
 
 
+def _bag_of_words(graph):
+    """``graph`` with 5% of its feature entries kept (mostly-zero rows, held as CSR)."""
+    import dataclasses
+
+    keep = np.random.default_rng(0).random(graph.x.shape) < 0.05
+    return dataclasses.replace(graph, x=(graph.x * keep).astype(np.float32))
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_infer_command_writes_original_ids(tmp_path, graph, capsys):
+@pytest.mark.parametrize("rows", ["dense", "bag-of-words"])
+def test_infer_command_writes_original_ids(tmp_path, graph, capsys, rows):
+    """Inference's logits are the checkpoint's model's on the original graph, row for row
+    (bag-of-words rows: its first layer multiplies their non-zeros)."""
     from shardgnn.cli import main
 
+    graph = _bag_of_words(graph) if rows == "bag-of-words" else graph
     path = _parts(tmp_path, graph, 2)
     ckpt = tmp_path / "ckpt"
     assert (
@@ -175,6 +187,7 @@ def test_infer_command_writes_original_ids(tmp_path, graph, capsys):
         == 0
     )
     summary = json.loads((out / "inference.json").read_text())
+    assert summary["sparse_input"] == (rows == "bag-of-words")
     logits = np.load(out / "logits.npy", allow_pickle=False)
     predictions = np.load(out / "predictions.npy", allow_pickle=False)
     assert logits.shape == (graph.num_nodes, graph.num_classes) and predictions.dtype == np.int64
@@ -386,6 +399,7 @@ def test_infer_refuses_a_checkpoint_of_another_graph(tmp_path, graph, capsys):
 def _eval_layerwise(ctx, path):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.store.feature import SparseRowStore
     from shardgnn.train.config import OptimConfig, RunConfig, TrainConfig
     from shardgnn.train.dist_node import DistMiniBatchSteps
 
@@ -400,20 +414,75 @@ def _eval_layerwise(ctx, path):
     )
     steps = DistMiniBatchSteps(config, ctx)
     steps.train_epoch(EpochRun(0, show_progress=False))
-    return steps.evaluate("test"), {k: v.clone() for k, v in steps.model.state_dict().items()}
+    # the run's end scores both splits from one layer-wise pass, as each alone would
+    each = {split: steps.evaluate(split) for split in ("val", "test")}
+    passes = _count_calls(steps.layerwise, "run")
+    assert steps.evaluate_splits(("val", "test")) == each and passes == [1]
+    sparse = isinstance(steps.x_store, SparseRowStore)  # bag-of-words rows: held as CSR
+    return each["test"], {k: v.clone() for k, v in steps.model.state_dict().items()}, sparse
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
+def _count_calls(obj, name: str) -> list[int]:
+    """``obj.name`` still runs, each call counted in the returned one-item list."""
+    method, calls = getattr(obj, name), [0]
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return method(*args, **kwargs)
+
+    setattr(obj, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["full", "layerwise", "sampled"])
+def test_the_runs_end_scores_val_and_test_from_one_pass_where_it_can(graph, kind):
+    """Full-graph and layer-wise evaluation compute every node's output: the run's end scores
+    both splits from one pass, with the metrics and details of evaluating each split alone."""
     from shardgnn.sampling.neighbor import SamplerConfig
     from shardgnn.train.config import OptimConfig, TrainConfig
     from shardgnn.train.single import LocalSteps
 
+    config = TrainConfig(
+        mode="full" if kind == "full" else "minibatch",
+        model=ModelConfig(model="sage", hidden=8, num_layers=2),
+        sampler=SamplerConfig(fanouts=(4, 4)),
+        eval_fanouts=(-1, -1) if kind == "layerwise" else None,
+        optim=OptimConfig(epochs=1),
+        progress=False,
+    )
+    steps = LocalSteps(config, graph)
+    steps.train_epoch(EpochRun(0, show_progress=False))
+    each = {split: steps.evaluate(split) for split in ("val", "test")}
+    details = dict(steps.details)
+    if kind == "full":
+        forwards = [0]
+        steps.model.register_forward_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
+        passes = [forwards]
+    elif kind == "layerwise":
+        passes = [_count_calls(steps.layerwise, "run")]
+    else:  # each split's own batches
+        passes = [_count_calls(steps.eval_loaders[split], "set_epoch") for split in each]
+    both = steps.evaluate_splits(("val", "test"))
+    assert both == each and steps.details == details
+    assert passes == [[1]] * len(passes)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("rows", ["dense", "bag-of-words"])
+def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph, rows):
+    """Workers and one process evaluate full neighbourhoods layer-wise, as the whole model on
+    the whole graph does; bag-of-words rows (held as CSR) from their sparse matrix."""
+    from shardgnn.sampling.neighbor import SamplerConfig
+    from shardgnn.train.config import OptimConfig, TrainConfig
+    from shardgnn.train.single import LocalSteps
+
+    graph = _bag_of_words(graph) if rows == "bag-of-words" else graph
     path = _parts(tmp_path, graph, 2)
     new_graph = read_partitions(path, verify=False).reassemble()
     full = MessageGraph.from_csr(new_graph.indptr, new_graph.indices)
-    for acc, state in run_workers(_eval_layerwise, 2, path):
+    for acc, state, sparse in run_workers(_eval_layerwise, 2, path):
+        assert sparse == (rows == "bag-of-words")
         model = build_model(
             ModelConfig(model="gcn", hidden=8, num_layers=2), graph.num_features, graph.num_classes
         )
@@ -436,6 +505,7 @@ def test_trainers_evaluate_full_neighbourhoods_layer_wise(tmp_path, graph):
         graph,
     )
     assert trainer.layerwise is not None
+    assert (trainer.csr_rows is not None) == (rows == "bag-of-words")
     with torch.no_grad():
         trainer.model.eval()
         pred = trainer.model(

@@ -18,6 +18,7 @@ import torch
 from shardgnn.distributed.comm import Communicator
 from shardgnn.fullgraph.rows import RowPlan
 from shardgnn.fullgraph.shard import FullGraphShard
+from shardgnn.nn.functional import is_sparse, row_slice
 from shardgnn.nn.message_graph import MessageGraph, spmm
 from shardgnn.nn.models import GNN, DecoupledGNN
 from shardgnn.nn.targets import NodeTarget, Reducer
@@ -106,7 +107,9 @@ class LayerwiseInference:
     def run(self, model: GNN, x_NF: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(embeddings, logits)`` of this rank's rows: the input of the last layer (after the
         activation) and the model's output. ``x_NF``: this rank's input features (a tensor over
-        a memory-mapped file is read chunk by chunk, never whole)."""
+        a memory-mapped file is read chunk by chunk, never whole), or a sparse COO tensor of
+        them (mostly-zero rows: the first layer, which projects first, multiplies their
+        non-zeros; a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`)."""
         model.eval()
         h = x_NF.to(self.device)  # on the CPU: the same tensor (a memory map stays one)
         if isinstance(model, DecoupledGNN):  # its propagation steps are whole-graph products
@@ -117,6 +120,8 @@ class LayerwiseInference:
                 h = self._activate(model.activation, h)
             embeddings = h
             h = self._over_chunks(h, layer)
+        if is_sparse(embeddings):  # one layer: its input rows are the embeddings, dense
+            embeddings = embeddings.to_dense()
         return embeddings, h
 
     def _activate(self, activation, h_NF: torch.Tensor) -> torch.Tensor:
@@ -134,7 +139,7 @@ class LayerwiseInference:
         n = self.shard.num_rows
         out = None
         for start in range(0, max(n, 1), self.chunk_rows):
-            z = fn(h_NF[start : start + self.chunk_rows])
+            z = fn(row_slice(h_NF, start, start + self.chunk_rows))
             if out is None:
                 out = z.new_empty((n, *z.shape[1:]))
             out[start : start + z.shape[0]] = z
@@ -155,6 +160,7 @@ class LayerwiseInference:
         chunk that reads it. The chunks then run ``layer.post``."""
         n = self.shard.num_rows
         split = getattr(layer, "projects_first", None) is not None and layer.projects_first(h_NF)
+        assert split or not is_sparse(h_NF), "sparse input rows are projected before the exchange"
         inputs = h_NF
         if split:
             h_NF = self._rowwise(h_NF, layer.pre)
@@ -184,7 +190,11 @@ class LayerwiseInference:
                 plan.finish(pending, out=rows[k:])
             else:
                 torch.index_select(halo, 0, (src_ids[k:] - n).to(halo.device), out=rows[k:])
-            h_out = layer.post(graph, rows, inputs[start:end]) if split else layer(graph, rows)
+            h_out = (
+                layer.post(graph, rows, row_slice(inputs, start, end))
+                if split
+                else layer(graph, rows)
+            )
             if out is None:
                 out = h_out.new_empty((n, *h_out.shape[1:]))
             out[start:end] = h_out
@@ -198,12 +208,21 @@ def _gcn_product(graph: MessageGraph, h_SF: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def layerwise_metrics(
-    engine: LayerwiseInference, model: GNN, splits, target: NodeTarget, reducer: Reducer
+    engine: LayerwiseInference,
+    model: GNN,
+    splits,
+    target: NodeTarget,
+    reducer: Reducer,
+    x_NF: torch.Tensor | None = None,
 ) -> dict[str, tuple[float, dict]]:
     """``target``'s ``(metric, details)`` over each of ``splits`` with full neighbourhoods (one
-    inference pass), each rank scoring its own part's nodes; ``reducer`` combines the ranks."""
+    inference pass), each rank scoring its own part's nodes; ``reducer`` combines the ranks.
+    ``x_NF``: this rank's input rows as :meth:`LayerwiseInference.run` takes them (a sparse
+    tensor of mostly-zero rows too); default: the shard's features."""
     shard = engine.shard
-    _, logits = engine.run(model, torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32)))
+    if x_NF is None:
+        x_NF = torch.from_numpy(np.ascontiguousarray(shard.x, dtype=np.float32))
+    _, logits = engine.run(model, x_NF)
     y = torch.from_numpy(shard.y).to(logits.device)
     results = {}
     for split in splits:

@@ -436,6 +436,11 @@ class SparseRowStore(FeatureStore):
         """Every row as a dense ``[N, F]`` array (for a pass that reads the matrix whole)."""
         return self.gather_dense(torch.arange(self.shape[0])).numpy()
 
+    def to_sparse(self) -> torch.Tensor:
+        """Every row as one coalesced sparse COO ``[N, F]`` tensor (for a pass that reads the
+        matrix whole and multiplies its non-zeros: layer-wise inference)."""
+        return self._gather_sparse(torch.arange(self.shape[0]))
+
     def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
         return [(self.indptr, self.indices, self.values, ids, positions)]
 

@@ -216,40 +216,43 @@ class DistMiniBatchSteps(DistSampledSteps):
         shard.x = self.x_local  # with learnable rows, set before each evaluation (they change)
         return LayerwiseInference(shard, ctx.rank, self.data_comm, device=ctx.device, stage="eval")
 
-    @torch.no_grad()
     def evaluate(self, split: str) -> float:
         """The target's metric over every node of ``split`` (each evaluated by exactly one
         rank)."""
+        return self.evaluate_splits((split,))[split]
+
+    @torch.no_grad()
+    def evaluate_splits(self, splits: tuple[str, ...]) -> dict[str, float]:
+        """Layer-wise: every split from one pass over every node; sampled: split by split."""
         reducer = CommReducer(self.main_comm)
         if self.layerwise is not None:
             shard = self.layerwise.shard
-            # held as CSR (for sparse batches): the dense rows made for this pass alone
-            made = self.embedding is None and isinstance(self.x_store, SparseRowStore)
+            x_NF = None  # the shard's features
             if self.embedding is not None:
                 rows = self.embedding.local.weight.cpu().numpy()
                 x = self.x_local
                 shard.x = rows if x is None else np.hstack([np.asarray(x), rows])
-            elif made:
-                shard.x = self.x_store.to_dense()
-            try:
-                with precision_context(self.config.precision, self.ctx.device):
-                    metric, details = layerwise_metrics(
-                        self.layerwise, self.model, (split,), self.target, reducer
-                    )[split]
-            finally:
-                if made:
-                    shard.x = None
+            elif isinstance(self.x_store, SparseRowStore):
+                # held as CSR (for sparse batches): the first layer multiplies their non-zeros
+                x_NF = self.x_store.to_sparse()
+            with precision_context(self.config.precision, self.ctx.device):
+                results = layerwise_metrics(
+                    self.layerwise, self.model, splits, self.target, reducer, x_NF
+                )
         else:
-            evaluation = evaluate_batches(
-                self.model,
-                self.eval_stages[split],
-                self.ctx.device,
-                self.target,
-                self.config.precision,
-            )
-            metric, details = evaluation.result(reducer)
-        self.details[split] = details
-        return metric
+            results = {
+                split: evaluate_batches(
+                    self.model,
+                    self.eval_stages[split],
+                    self.ctx.device,
+                    self.target,
+                    self.config.precision,
+                ).result(reducer)
+                for split in splits
+            }
+        for split, (_, details) in results.items():
+            self.details[split] = details
+        return {split: metric for split, (metric, _) in results.items()}
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {**super().results_extra(history), **label_results(self.target, self.details)}

@@ -108,7 +108,7 @@ class SampledInputs(DistSteps):
             # Mostly-zero features (bag-of-words) are held as CSR: 1/120 of the dense bytes on
             # coauthor-physics. Layer-wise evaluation reads the matrix whole: dense rows, unless
             # batches are gathered sparse (their steps' input layer 5-10x cheaper), when
-            # evaluation makes the dense rows for its pass alone.
+            # evaluation's first layer multiplies the CSR rows' non-zeros too.
             sparse_ok = not config.layerwise_eval or sparse_batches_apply(config, ctx.device)
             x_store = rows_in_memory(part.x, config.feature_norm, sparse_ok)
             x_local = x_store.rows if isinstance(x_store, LocalFeatureStore) else None

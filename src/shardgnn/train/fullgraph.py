@@ -333,16 +333,22 @@ class DistFullNodeSteps(DistFullGraphSteps):
         )
         return loss_total / self.split_sizes["train"], correct / self.split_sizes["train"]
 
-    @torch.no_grad()
     def evaluate(self, split: str) -> float:
+        return self.evaluate_splits((split,))[split]
+
+    @torch.no_grad()
+    def evaluate_splits(self, splits: tuple[str, ...]) -> dict[str, float]:
+        """Every split from one forward pass (its exchanges included)."""
         self.model.eval()
-        idx = self.splits[split]
         with precision_context(self.config.precision, self.ctx.device):
             logits = self.model(self.layers, self.x)
-        evaluation = self.target.evaluation()
-        evaluation.add(logits[idx], self.y[idx])
-        metric, self.details[split] = evaluation.result(CommReducer(self.main_comm))
-        return metric
+        metrics = {}
+        for split in splits:
+            idx = self.splits[split]
+            evaluation = self.target.evaluation()
+            evaluation.add(logits[idx], self.y[idx])
+            metrics[split], self.details[split] = evaluation.result(CommReducer(self.main_comm))
+        return metrics
 
     def results_extra(self, history: list[EpochRecord]) -> dict[str, Any]:
         return {**super().results_extra(history), **label_results(self.target, self.details)}

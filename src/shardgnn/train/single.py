@@ -32,7 +32,7 @@ from shardgnn.precision import precision_context
 from shardgnn.sampling.device import DeviceNeighborSampler
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.store.embedding import input_store
-from shardgnn.store.feature import LocalFeatureStore
+from shardgnn.store.feature import LocalFeatureStore, SparseRowStore
 from shardgnn.timing import StageTimer
 from shardgnn.train.captured import CapturedSteps
 from shardgnn.train.config import TrainConfig, apply_process_settings
@@ -217,6 +217,8 @@ class LocalSteps(Steps):
             self.layerwise = LayerwiseInference(
                 shard, 0, Communicator(0, 1, None), device=self.device
             )
+        # rows held as CSR (sparse batches): the layer-wise pass multiplies their non-zeros too
+        self.csr_rows = features if isinstance(features, SparseRowStore) else None
         self.eval_loaders = {
             split: MiniBatchLoader(
                 getattr(g, f"{split}_idx"),
@@ -271,35 +273,49 @@ class LocalSteps(Steps):
         score = float(self.target.score_sum(logits[train_idx].detach(), y))
         return loss.item(), score / max(len(train_idx), 1)
 
-    @torch.no_grad()
     def evaluate(self, split: str) -> float:
-        metric, self.details[split] = self._evaluate(split)
-        return metric
+        return self.evaluate_splits((split,))[split]
 
-    def _evaluate(self, split: str) -> tuple[float, dict]:
+    @torch.no_grad()
+    def evaluate_splits(self, splits: tuple[str, ...]) -> dict[str, float]:
+        results = self._evaluate(splits)
+        for split, (_, details) in results.items():
+            self.details[split] = details
+        return {split: metric for split, (metric, _) in results.items()}
+
+    def _evaluate(self, splits: tuple[str, ...]) -> dict[str, tuple[float, dict]]:
+        """Each split's ``(metric, details)``: full-graph and layer-wise from one forward pass
+        over every node, sampled batches split by split."""
         if self.config.mode == "full":
             self.model.eval()
             x_NF = full_input(self.features_full, self.embedding)
             with precision_context(self.config.precision, self.device):
                 logits = self.model([self.full_graph] * self.model.num_layers, x_NF)
-            idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
-            evaluation = self.target.evaluation()
-            evaluation.add(logits[idx], self.y_full[idx])
-            return evaluation.result(LocalReducer())
+            results = {}
+            for split in splits:
+                idx = torch.from_numpy(getattr(self.graph, f"{split}_idx")).to(self.device)
+                evaluation = self.target.evaluation()
+                evaluation.add(logits[idx], self.y_full[idx])
+                results[split] = evaluation.result(LocalReducer())
+            return results
         if self.layerwise is not None:
             if self.embedding is not None:
                 rows = self.embedding.weight.cpu().numpy()
                 self.layerwise.shard.x = rows if self.x is None else np.hstack([self.x, rows])
+            x_NF = None if self.csr_rows is None else self.csr_rows.to_sparse()
             with precision_context(self.config.precision, self.device):
                 return layerwise_metrics(
-                    self.layerwise, self.model, (split,), self.target, LocalReducer()
-                )[split]
-        loader = self.eval_loaders[split]
-        loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
-        evaluation = evaluate_batches(
-            self.model, loader, self.device, self.target, self.config.precision
-        )
-        return evaluation.result(LocalReducer())
+                    self.layerwise, self.model, splits, self.target, LocalReducer(), x_NF
+                )
+        results = {}
+        for split in splits:
+            loader = self.eval_loaders[split]
+            loader.set_epoch(0)  # evaluation samples the same neighbourhoods every time
+            evaluation = evaluate_batches(
+                self.model, loader, self.device, self.target, self.config.precision
+            )
+            results[split] = evaluation.result(LocalReducer())
+        return results
 
     def dataset_info(self) -> dict[str, Any]:
         return dataset_record(self.graph, self.spec)
