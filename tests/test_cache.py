@@ -800,7 +800,7 @@ def test_training_on_features_held_as_csr_equals_training_on_them_mapped(tmp_pat
     gathers its batches' rows as sparse tensors, its own and same-host peers' from their CSR,
     remote owners' received as their non-zeros; training on them is training on the dense rows
     read from the part files, up to the rounding of the first layer's sparse product, with
-    layer-wise evaluation too (its dense rows made from the CSR for its pass). A cache (of any
+    layer-wise evaluation too (its first layer multiplying the CSR rows' non-zeros). A cache (of any
     kind: static, holding CSR rows; admitting or looking ahead, holding dense rows) serves its
     rows into the sparse batches: training as without one, bit for bit."""
     g = generate(SyntheticConfig(nodes=3000, degree=10, classes=4, features=64, seed=2))

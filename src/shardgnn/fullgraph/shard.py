@@ -25,6 +25,7 @@ import torch.distributed as dist
 from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import label_dtype
+from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
 from shardgnn.partition.vertexcut import most_square
@@ -426,6 +427,18 @@ def load_shard(
             else None
         ),
     )
+
+
+def sparse_if_graph_sparse(x_NF: torch.Tensor, comm: Communicator) -> torch.Tensor:
+    """This rank's input rows ``x_NF`` as a sparse COO copy where the whole graph's rows are
+    mostly zero (:func:`~shardgnn.nn.functional.to_sparse_if_sparse` on the graph's counts), else
+    ``x_NF``: one choice for the whole graph, as one process makes it, whatever the density of
+    this rank's own rows (or none). A collective (stage ``setup``)."""
+    counts = torch.tensor(
+        [float(torch.count_nonzero(x_NF)), float(x_NF.numel())], dtype=torch.float64
+    )
+    comm.all_reduce(counts, "setup")
+    return to_sparse_if_sparse(x_NF, graph_counts=(int(counts[0]), int(counts[1])))
 
 
 def shard_from_graph(graph) -> FullGraphShard:

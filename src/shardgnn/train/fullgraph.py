@@ -24,10 +24,15 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.config import DEPENDENCY_MODELS, GRID_VARIANTS
-from shardgnn.fullgraph.shard import Grid, grid_of, load_shard, make_grid_groups
+from shardgnn.fullgraph.shard import (
+    Grid,
+    grid_of,
+    load_shard,
+    make_grid_groups,
+    sparse_if_graph_sparse,
+)
 from shardgnn.fullgraph.spmm import DistFullGraph
 from shardgnn.graph.features import normalize_features
-from shardgnn.nn.functional import to_sparse_if_sparse
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.precision import precision_context
@@ -139,15 +144,9 @@ class DistFullGraphSteps(DistSteps):
                 normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
             )
         )
-        # stored sparse or dense: one choice for the whole graph, as one process makes it; a
-        # worker's own rows may fall either side of the density bound (or be none), and the two
-        # layouts fetch remote rows through different collectives (--dependencies)
-        counts = torch.tensor(
-            [float(torch.count_nonzero(x)), float(x.numel())], dtype=torch.float64
-        )
-        self.main_comm.all_reduce(counts, "setup")
-        graph_counts = int(counts[0]), int(counts[1])
-        self.x = to_sparse_if_sparse(x, graph_counts=graph_counts).to(ctx.device)
+        # stored sparse or dense: one choice for the whole graph (the two layouts fetch remote
+        # rows through different collectives, --dependencies)
+        self.x = sparse_if_graph_sparse(x, self.main_comm).to(ctx.device)
         # --dependencies cache/hybrid extends the rows once the model is known
         self._x_own: torch.Tensor | None = x if full.dependencies != "communicate" else None
 

@@ -20,10 +20,10 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference
-from shardgnn.fullgraph.shard import Grid, load_shard
+from shardgnn.fullgraph.shard import Grid, load_shard, sparse_if_graph_sparse
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.config import EDGE_FEATURE_MODELS, WALK_MODELS, is_user_model
-from shardgnn.nn.functional import is_sparse, to_sparse_if_sparse
+from shardgnn.nn.functional import is_sparse
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, NodeTarget, target_of_labels
 from shardgnn.train.config import TrainConfig
@@ -218,11 +218,8 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         if run.feature_storage != "disk" and sparse_batches_apply(config, ctx.device):
             # mostly-zero rows (bag-of-words): the first layer multiplies their non-zeros, as
             # training's sparse batches do (coauthor-physics: 8x faster than the dense product);
-            # the graph's density decides for every rank alike (a collective)
-            nonzeros = float(torch.count_nonzero(x))
-            counts = torch.tensor([nonzeros, float(x.numel())], dtype=torch.float64)
-            comm.all_reduce(counts, "setup")
-            x = to_sparse_if_sparse(x, graph_counts=(int(counts[0]), int(counts[1])))
+            # the graph's density decides for every rank alike
+            x = sparse_if_graph_sparse(x, comm)
         if link:
             _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
             outputs = {"embeddings": embeddings}
@@ -279,7 +276,8 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         "workers": ctx.world_size,
         "num_nodes": int(len(orig_ids)),
         "embedding_width": int(embeddings.shape[1]),
-        # rank 0's input rows: sparse where mostly zero (its first layer read their non-zeros)
+        # the input rows as one sparse matrix (the graph's mostly zero): the first layer read
+        # their non-zeros (every rank alike)
         "sparse_input": sparse_input,
         **measured(totals, comm_summed, ctx.world_size, accuracy=by_class),
         **(
