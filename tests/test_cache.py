@@ -571,14 +571,18 @@ def test_a_window_of_sparse_batch_rows_serves_each_batch_its_rows():
 def test_a_packed_reply_carries_the_rows_as_their_owner_holds_them():
     """An owner's reply names its form: a CSR owner's is each row's non-zero count, columns and
     values (4 + 4 bytes a row + 8 a non-zero), a dense owner's the rows; both unpack to the
-    requested rows bit for bit (repeats, all-zero rows, no rows)."""
-    from shardgnn.store.dist_feature import pack_reply, unpack_reply
+    requested rows bit for bit (repeats, all-zero rows, no rows). The plan prices a reply
+    (``reply_bytes``) at exactly the message's bytes but its form word."""
+    from shardgnn.store.dist_feature import pack_reply, reply_bytes, unpack_reply
 
     x = _sparse_rows(400, 300, 0.04)
     ids = torch.tensor([7, 3, 399, 3, 0, 14])  # repeats; rows 0, 7 and 14 all zero
     for store in (csr_rows(x, "none"), LocalFeatureStore(x)):
         message = pack_reply(store, ids)
         assert message.dtype == torch.int32 and message.dim() == 1
+        nonzeros = int(np.count_nonzero(x[ids.numpy()]))
+        priced = reply_bytes(300, len(ids), nonzeros, isinstance(store, SparseRowStore))
+        assert 4 * message.shape[0] == priced + 4
         rows = unpack_reply(message, len(ids), 300)
         dense = torch.zeros(len(ids), 300)
         if isinstance(store, SparseRowStore):

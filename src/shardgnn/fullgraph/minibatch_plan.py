@@ -15,7 +15,7 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
   seed, row count). Three all-to-alls per hop.
 * **fetching** (stage ``fetch``): each input node another worker owns is an int64 request and a
   row back (``bits``: the codec's payload; exact rows as their owner holds them, a mostly-zero
-  part's as their non-zeros, priced at the part's mean row, and a 4-byte form word a reply).
+  part's as the fetched rows' own non-zeros, and a 4-byte form word a reply).
   Two all-to-alls per batch.
 * every all-to-all also sends an 8-byte row count to each peer (the communicator counts it).
 * **a presample cache** (``--cache-policy presample --cache-size``): a second epoch on its own
@@ -50,7 +50,8 @@ measures the coefficients on the planned model itself (one set per layers served
 sampled batch's sizes price it. Where workers gather the batches sparse (bag-of-words features
 stored as CSR, a model of :data:`~shardgnn.nn.config.SPARSE_INPUT_MODELS`; a cache serves its
 dense rows into the sparse batch), the input rows are measured as a sparse tensor of the
-features' density: their non-zeros, not their dense bytes.
+density of the rows the sampled batches read (sampling reads well-connected nodes most, whose
+rows may be denser than the mean): their non-zeros, not their dense bytes.
 
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
@@ -81,7 +82,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -97,7 +98,7 @@ from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
 from shardgnn.store.config import HISTORICAL_MODES, split_historical
-from shardgnn.store.dist_feature import reply_row_bytes
+from shardgnn.store.dist_feature import reply_bytes
 from shardgnn.store.feature import CSR_ENTRY_BYTES, SparseRowStore, held_bytes, held_sparse
 from shardgnn.store.historical import NEVER, sorted_lookup
 
@@ -322,6 +323,9 @@ class _Epoch:
     """(batch, hop) requests from ``w`` to ``o`` that ask for any row"""
     inputs: list[np.ndarray]
     """per worker: every remote input node it reads, one entry per read (original ids)"""
+    input_reads: list[np.ndarray]
+    """per worker: every input node of its batches, own and remote, one entry per batch that
+    reads it (original ids): whose rows the batches' input rows are"""
     batches: int
     block_edges: np.ndarray
     """``[P, L]``: per worker, the edges of its layer-``l`` blocks (input layer first)"""
@@ -397,6 +401,7 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
     batch_input_edges = np.zeros((workers, count), np.int64)
     batch_sizes = np.zeros((workers, count, 3 * hops), np.int64)
     reads: list[list[np.ndarray]] = [[] for _ in range(workers)]
+    all_reads: list[list[np.ndarray]] = [[] for _ in range(workers)]
     dealt = [b.batches() for b in batchers]
     for index in range(count):
         computed = []
@@ -429,13 +434,15 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
             batch_sizes[w, index] = batch_shape(sample.blocks)
             read = sample.blocks[0].src_nodes_S.numpy()
             reads[w].append(read[owner[read] != w])
+            all_reads[w].append(read)
         if tables is not None:
             tables.after_step(computed)
     sampler.prune = None
     inputs = [np.concatenate(r) if r else np.zeros(0, np.int64) for r in reads]
+    input_reads = [np.concatenate(r) if r else np.zeros(0, np.int64) for r in all_reads]
     return _Epoch(
-        frontier, edges, requests, inputs, count, block_edges, batch_edges, batch_input_edges,
-        batch_sizes,
+        frontier, edges, requests, inputs, input_reads, count, block_edges, batch_edges,
+        batch_input_edges, batch_sizes,
     )  # fmt: skip
 
 
@@ -629,13 +636,30 @@ def presample_cached(
     return cached
 
 
+class Misses(NamedTuple):
+    """What a training epoch's workers fetch (:func:`cache_misses`)."""
+
+    rows: np.ndarray
+    """``[P, P]``: the rows worker ``w`` fetches from owner ``o`` (one per read)"""
+    hit_rate: float
+    """the share of remote reads the caches served"""
+    nonzeros: np.ndarray | None
+    """``[P, P]``: those rows' non-zeros in all (None: not asked)"""
+
+
 def cache_misses(
-    train: _Epoch, cached: list[np.ndarray] | None, owner: np.ndarray, workers: int
-) -> tuple[np.ndarray, float]:
-    """``([P, P] rows fetched from each owner, hit rate)`` of the training epoch ``train``
-    with each worker's cache holding the nodes ``cached[w]`` marks (``[N]`` bool, as
-    :func:`presample_cached`; None: no cache)."""
+    train: _Epoch,
+    cached: list[np.ndarray] | None,
+    owner: np.ndarray,
+    workers: int,
+    nonzeros_N: np.ndarray | None = None,
+) -> Misses:
+    """The rows the training epoch ``train``'s workers fetch from each owner, each worker's
+    cache holding the nodes ``cached[w]`` marks (``[N]`` bool, as :func:`presample_cached`;
+    None: no cache), and the caches' hit rate; with ``nonzeros_N`` (each node's row's non-zero
+    count) also the fetched rows' non-zeros."""
     fetched = np.zeros((workers, workers), np.int64)
+    fetched_nonzeros = None if nonzeros_N is None else np.zeros((workers, workers), np.int64)
     reads = hits = 0
     for w in range(workers):
         ids = train.inputs[w]
@@ -645,7 +669,10 @@ def cache_misses(
         reads += ids.size
         hits += ids.size - miss.size
         fetched[w] = np.bincount(owner[miss], minlength=workers)
-    return fetched, (hits / reads if reads else 0.0)
+        if fetched_nonzeros is not None:
+            weights = nonzeros_N[miss].astype(np.float64)
+            fetched_nonzeros[w] = np.bincount(owner[miss], weights, minlength=workers)
+    return Misses(fetched, hits / reads if reads else 0.0, fetched_nonzeros)
 
 
 def minibatch_costs(
@@ -684,13 +711,21 @@ def minibatch_costs(
     own_nonzeros = np.bincount(owner, weights=nonzeros_N, minlength=workers)
     held_base = held_bytes(own_rows, in_dim, own_nonzeros) + own_edges * _ID + (own_rows + 1) * _ID
     sparse = sparse_input(model, int(nonzeros_N.sum()), graph.x.size)
-    density = float(nonzeros_N.sum()) / max(1, graph.x.size) if sparse else 0.0
-    reply_bytes = reply_row_bytes(in_dim, own_rows, own_nonzeros)
+    # which owners hold their rows as CSR, so reply with their non-zeros (pack_reply)
+    owner_sparse = held_sparse(own_rows, in_dim, own_nonzeros)
 
-    def coefficients(sparse_batches: bool):
+    def coefficients(epoch: _Epoch):
+        """The activations' coefficients of ``epoch``'s batches: where they are gathered sparse,
+        at their input rows' share of non-zeros (not the graph's: sampling reads well-connected
+        nodes most, and on coauthor-cs their rows hold 1.6x the mean row's non-zeros)."""
+        density = 0.0
+        if sparse:
+            reads = np.concatenate(epoch.input_reads)
+            density = float(nonzeros_N[reads].sum()) / max(1, reads.size * in_dim)
+            density = max(density, 1e-12)  # above 0 says sparse, all-zero rows included
         return functools.partial(
             batch_activation_bytes, model, hidden, hops, dropout, input_dropout, in_dim,
-            graph.num_classes, input_density=density if sparse_batches else 0.0,
+            graph.num_classes, input_density=density,
         )  # fmt: skip
 
     @functools.cache
@@ -723,19 +758,24 @@ def minibatch_costs(
         epoch = sample_epoch(graph, owner, workers, fanouts, batch_size, seed, history)
         options.append((history.option, 32, 0, epoch, history))
     out = []
-    misses: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+    misses: dict[tuple[int, int], Misses] = {}
     for option, bits, cap, epoch, history in options:
         if (id(epoch), cap) not in misses:
-            misses[id(epoch), cap] = cache_misses(epoch, cached(cap), owner, workers)
-        fetched, hit_rate = misses[id(epoch), cap]
+            misses[id(epoch), cap] = cache_misses(epoch, cached(cap), owner, workers, nonzeros_N)
+        fetched, hit_rate, fetched_nonzeros = misses[id(epoch), cap]
         sample_sent, sample_recv = _sampling_bytes(epoch, hops)
         metadata = _ID * (workers - 1) * epoch.batches
         if bits == 32:  # exact rows: each owner replies as it holds them, a form word a reply
-            rb, form = reply_bytes, 4 * (workers - 1) * epoch.batches
+            # (a mostly-zero part's replies: the fetched rows' own non-zeros, not its mean
+            # row's: sampling reaches well-connected nodes more often, and on coauthor-cs their
+            # rows hold more non-zeros)
+            replies = reply_bytes(in_dim, fetched, fetched_nonzeros, owner_sparse[None, :])
+            form = 4 * (workers - 1) * epoch.batches
         else:
-            rb, form = np.full(workers, float(row_bytes(in_dim, bits))), 0
-        fetch_sent = _ID * fetched.sum(1) + fetched.sum(0) * rb + 2 * metadata + form
-        fetch_recv = _ID * fetched.sum(0) + fetched @ rb + 2 * metadata + form
+            replies, form = fetched * row_bytes(in_dim, bits), 0
+        # replies[w, o]: the bytes owner o replies to worker w's requests
+        fetch_sent = _ID * fetched.sum(1) + replies.sum(0) + 2 * metadata + form
+        fetch_recv = _ID * fetched.sum(0) + replies.sum(1) + 2 * metadata + form
         sent, recv = sample_sent + fetch_sent, sample_recv + fetch_recv
         held = held_base + cache_bytes(cap)
         history_sent = np.zeros(workers, np.int64)
@@ -762,7 +802,7 @@ def minibatch_costs(
             kept = own_rows if history.scope == "all" else kept
             stamps = halo * (1 if history.mode == "pull" else 2) + kept
             held = held + len(history.layers) * ((halo + kept) * 4 * hidden + stamps * _ID)
-        activations = batch_bytes(epoch.batch_sizes, hops, coefficients(sparse))
+        activations = batch_bytes(epoch.batch_sizes, hops, coefficients(epoch))
         flags = (["--fetch-bits", str(bits)] if bits < 32 else []) + (
             ["--cache-policy", "presample", "--cache-size", cache_size] if cap else []
         )

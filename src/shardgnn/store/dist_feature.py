@@ -20,7 +20,6 @@ from shardgnn.store.feature import (
     LocalFeatureStore,
     SparseRowStore,
     dense_rows_as_csr,
-    held_sparse,
     sparse_batch,
 )
 
@@ -274,15 +273,17 @@ def pack_reply(store: FeatureStore, ids: torch.Tensor) -> torch.Tensor:
     return message
 
 
-def reply_row_bytes(width: int, rows: np.ndarray, nonzeros: np.ndarray) -> np.ndarray:
-    """Per owner of ``rows`` fp32 rows of ``width`` with ``nonzeros`` non-zeros (as
-    :func:`~shardgnn.store.feature.held_bytes` takes them), the mean bytes one of its rows takes
-    in a :func:`pack_reply` message: its count and 8 bytes a non-zero where the owner holds its
-    rows as CSR (the part is mostly zero), else the dense row (the message's form word not
-    counted)."""
-    rows, nonzeros = np.asarray(rows, np.int64), np.asarray(nonzeros, np.int64)
-    per_row = 4 + CSR_ENTRY_BYTES * nonzeros / np.maximum(rows, 1)
-    return np.where(held_sparse(rows, width, nonzeros), per_row, 4.0 * width)
+def reply_bytes(
+    width: int, rows: np.ndarray, nonzeros: np.ndarray, owner_sparse: np.ndarray
+) -> np.ndarray:
+    """The bytes of :func:`pack_reply` messages that carry ``rows`` fp32 rows of ``width``
+    holding ``nonzeros`` non-zeros in all, from an owner that holds its rows as CSR
+    (``owner_sparse``, as :func:`~shardgnn.store.feature.held_sparse` says: a count and 8 bytes a
+    non-zero per row) or dense (the dense rows); the messages' form words not counted.
+    Elementwise over arrays of the same shape (or broadcast)."""
+    rows = np.asarray(rows, np.int64)
+    sparse = 4 * rows + CSR_ENTRY_BYTES * np.asarray(nonzeros, np.int64)
+    return np.where(owner_sparse, sparse, 4 * width * rows)
 
 
 def unpack_reply(message: torch.Tensor, n: int, width: int) -> torch.Tensor | SparseRowStore:
