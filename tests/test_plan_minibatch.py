@@ -80,12 +80,12 @@ def test_one_worker_sends_nothing_and_the_counts_follow_the_blocks(graph):
     assert epoch.batches == -(-max(np.bincount(owner[graph.train_idx])) // 64)
 
 
-def test_sparse_replies_are_priced_at_the_fetched_rows_non_zeros(graph):
-    """Owners of mostly-zero rows reply with the fetched rows' own non-zeros (a count and 8 bytes
-    a non-zero a row): where well-connected nodes' rows hold more non-zeros, as on coauthor-cs,
-    the rows sampling fetches are denser than the mean row, and the plan's exact fetch bytes
-    are those rows' to the byte (int64 requests, the replies, each call's row counts and each
-    reply's form word)."""
+def test_sparse_replies_are_priced_at_the_fetched_rows_non_zeros():
+    """Owners of mostly-zero rows reply with the fetched rows' own non-zeros (a 4-byte count a
+    row, 8 bytes a non-zero): where well-connected nodes' rows hold more non-zeros, as on
+    coauthor-cs, the rows sampling fetches are denser than the mean row, and the plan's exact
+    fetch bytes are those rows' to the byte (int64 requests, the replies, each call's row
+    counts and each reply's form word)."""
     wide = degree_bag_of_words(load_dataset("synthetic:nodes=3000,degree=8,classes=4,features=200"))
     nonzeros_N = np.count_nonzero(wide.x, axis=1)
     owner, (exact, *_) = _costs(wide, 2)

@@ -722,7 +722,9 @@ def minibatch_costs(
         if sparse:
             reads = np.concatenate(epoch.input_reads)
             density = float(nonzeros_N[reads].sum()) / max(1, reads.size * in_dim)
-            density = max(density, 1e-12)  # above 0 says sparse, all-zero rows included
+            # batch_activation_bytes takes a density of 0 for dense rows: rows read all zero
+            # are still a sparse tensor (of no non-zeros)
+            density = max(density, 1e-12)
         return functools.partial(
             batch_activation_bytes, model, hidden, hops, dropout, input_dropout, in_dim,
             graph.num_classes, input_density=density,
