@@ -599,6 +599,44 @@ def test_a_packed_reply_carries_the_rows_as_their_owner_holds_them():
         pack_reply(csr_rows(x, "none"), torch.tensor([400]))
 
 
+@pytest.mark.parametrize("bits", [8, 2])
+def test_a_coded_reply_quantises_a_csr_owners_non_zeros_alone(bits):
+    """With ``--fetch-bits``, a CSR owner's reply carries its rows' columns and their values
+    quantised on each row's own range: the zeros stay exact zeros (none sent), each value within
+    a step of its row's range, in the bytes the plan prices (but the form word and the padding
+    to whole words); a dense owner's reply carries the codec's rows. The rounding follows the
+    codec's stream: the same seed packs the same message."""
+    from shardgnn.distributed.codec import make_codec
+    from shardgnn.store.dist_feature import pack_reply, reply_bytes, unpack_reply
+
+    x = _sparse_rows(400, 300, 0.04) * np.linspace(0.5, 3, 300, dtype=np.float32)
+    ids = torch.tensor([7, 3, 399, 3, 0, 14])
+    want = torch.from_numpy(x[ids.numpy()])
+    nonzeros = int(np.count_nonzero(want))
+    for store in (csr_rows(x, "none"), LocalFeatureStore(x)):
+        sparse = isinstance(store, SparseRowStore)
+        message = pack_reply(store, ids, make_codec(bits, seed=5))
+        assert torch.equal(message, pack_reply(store, ids, make_codec(bits, seed=5)))
+        priced = int(reply_bytes(300, len(ids), nonzeros, sparse, bits))
+        assert 0 <= 4 * message.shape[0] - 4 - priced <= 3
+        rows = unpack_reply(message, len(ids), 300, make_codec(bits))
+        if sparse:
+            assert priced < reply_bytes(300, len(ids), nonzeros, sparse) < 300 * len(ids)
+            got = torch.zeros(len(ids), 300)
+            rows.gather_into(torch.arange(len(ids)), got, np.arange(len(ids)))
+            assert torch.equal(got != 0, want != 0)  # the zeros exact, none sent
+            hi = want.where(want != 0, -np.inf).amax(1)
+            lo = want.where(want != 0, np.inf).amin(1)
+        else:
+            got, hi, lo = rows, want.amax(1), want.amin(1)
+        # one step of the range rounded outwards to bfloat16 (values non-negative)
+        span = hi * (1 + 2**-7) - lo * (1 - 2**-7)
+        step = span.nan_to_num(0, 0, 0) / (2**bits - 1) + 1e-6
+        assert torch.all((got - want).abs() <= step[:, None]), bits
+        empty = unpack_reply(pack_reply(store, ids[:0], make_codec(bits)), 0, 300, make_codec(bits))
+        assert empty.shape == (0, 300)
+
+
 def test_rows_beyond_the_sparse_bound_or_read_whole_stay_dense():
     x = _sparse_rows(200, 50, 0.3)
     assert np.count_nonzero(x) > 0.1 * x.size

@@ -184,6 +184,41 @@ def test_codec_error_bounds_and_unbiasedness():
     assert make_codec(32) is None
 
 
+def test_ragged_rows_quantise_each_on_its_own_range():
+    """``encode_ragged``: rows of different lengths (CSR rows' non-zeros) each quantised on
+    their own range, within one step of it, unbiased, in ``ragged_payload_bytes``; a row whose
+    values are one bfloat16 value arrives exact; empty rows and no values survive."""
+    gen = torch.Generator().manual_seed(3)
+    counts = torch.tensor([5, 0, 1, 40, 3])
+    values = torch.rand(int(counts.sum()), generator=gen) * 4 + 0.25
+    values[:5] = 2.0  # one value: exact
+    row_of = torch.repeat_interleave(torch.arange(5), counts)
+    for bits in (1, 2, 4, 8, 16):
+        codec = make_codec(bits, seed=1)
+        payload = codec.encode_ragged(values, counts)
+        assert payload.dtype == torch.uint8
+        assert (
+            payload.shape == (codec.ragged_payload_bytes(5, 49),) == (5 * 4 + -(-49 * bits // 8),)
+        )
+        y = codec.decode_ragged(payload, counts)
+        lo = torch.zeros(5).scatter_reduce_(0, row_of, values, "amin", include_self=False)
+        hi = torch.zeros(5).scatter_reduce_(0, row_of, values, "amax", include_self=False)
+        # one step of the range rounded outwards to bfloat16 (values positive)
+        step = (hi * (1 + 2**-7) - lo * (1 - 2**-7)) / (2**bits - 1) + 1e-6
+        assert torch.all((y - values).abs() <= step[row_of] * 1.0001), bits
+        assert torch.equal(y[:5], values[:5])
+        with pytest.raises(ValueError, match="does not hold 49 values in 5 rows"):
+            codec.decode_ragged(payload[:-1], counts)
+    codec, draws = make_codec(1, seed=2), 4000
+    mean = sum(
+        codec.decode_ragged(codec.encode_ragged(values, counts), counts) for _ in range(draws)
+    )
+    spread = (hi * (1 + 2**-7) - lo * (1 - 2**-7))[row_of] / 2
+    assert torch.all((mean / draws - values).abs() <= 5 * spread / draws**0.5 + 1e-6)
+    none = torch.zeros(0, dtype=torch.long)
+    assert codec.decode_ragged(codec.encode_ragged(torch.zeros(0), none), none).shape == (0,)
+
+
 def test_full_graph_config_errors():
     with pytest.raises(ConfigError, match="1.5d"):
         FullGraphConfig(spmm="1d", replication=2)

@@ -112,18 +112,78 @@ class RowCodec:
                 (rows, self.payload_bytes(width)), dtype=torch.uint8, device=x.device
             )
         bounds = x if range_of is None else range_of.detach().to(torch.float32)
-        lo_bits = _bf16_bits_down(bounds.amin(1))
-        hi_bits = _bf16_bits_down(-bounds.amax(1))  # ceil(max) = -floor(-max)
+        lo, scale, ranges = self._ranges(bounds.amin(1), bounds.amax(1))
+        packed = self._pack(self._levels_of(x, lo[:, None], scale[:, None]))
+        return torch.cat([packed, ranges], 1)
+
+    def ragged_payload_bytes(self, rows: int, values: int) -> int:
+        """Bytes of :meth:`encode_ragged`'s payload for ``values`` values in ``rows`` rows."""
+        return rows * _RANGE_BYTES + -(-values * self.bits // 8)
+
+    def encode_ragged(self, values_V: torch.Tensor, counts_R: torch.Tensor) -> torch.Tensor:
+        """Rows of different lengths (row ``r``: the next ``counts_R[r]`` of ``values_V``, e.g. a
+        CSR row's non-zeros) -> ``[ragged_payload_bytes(R, V)]`` uint8: every row's range, then
+        the values packed back to back, each quantised on its own row's ``[min, max]`` as
+        :meth:`encode` quantises a row (a mostly-zero row's non-zeros are quantised on their
+        own range, its zeros not sent)."""
+        counts = torch.as_tensor(counts_R, dtype=torch.int64)
+        row_of_V = torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
+        x = values_V.detach().to(torch.float32)
+        lo_R = x.new_zeros(counts.shape[0]).scatter_reduce_(
+            0, row_of_V, x, "amin", include_self=False
+        )
+        hi_R = x.new_zeros(counts.shape[0]).scatter_reduce_(
+            0, row_of_V, x, "amax", include_self=False
+        )
+        lo, scale, ranges = self._ranges(lo_R, hi_R)
+        q = self._levels_of(x, lo[row_of_V], scale[row_of_V])
+        return torch.cat([ranges.reshape(-1), self._pack(q[None]).reshape(-1)])
+
+    def decode_ragged(self, payload: torch.Tensor, counts_R: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode_ragged`'s payload -> the ``[V]`` float32 values."""
+        counts = torch.as_tensor(counts_R, dtype=torch.int64)
+        rows, values = counts.shape[0], int(counts.sum())
+        if payload.shape != (self.ragged_payload_bytes(rows, values),):
+            raise ValueError(
+                f"payload shape {tuple(payload.shape)} does not hold {values} values in {rows} "
+                f"rows at {self.bits} bits (expected [{self.ragged_payload_bytes(rows, values)}])"
+            )
+        lo, hi = self._read_ranges(payload[: rows * _RANGE_BYTES].view(rows, _RANGE_BYTES))
+        q = self._unpack(payload[rows * _RANGE_BYTES :][None], values)[0]
+        row_of_V = torch.repeat_interleave(torch.arange(rows), counts)
+        step = (hi - lo) / self.levels
+        return lo[row_of_V] + q.to(torch.float32) * step[row_of_V]
+
+    def _ranges(
+        self, lo_R: torch.Tensor, hi_R: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each row's range rounded outwards to bfloat16 (``lo`` down, ``hi`` up): ``lo``, the
+        levels per unit ``levels / (hi - lo)``, and the ``[R, 4]`` range bytes that carry it."""
+        lo_bits = _bf16_bits_down(lo_R)
+        hi_bits = _bf16_bits_down(-hi_R)  # ceil(max) = -floor(-max)
         lo = lo_bits.view(torch.float32)
         hi = -hi_bits.view(torch.float32)
         span = (hi - lo).clamp(min=torch.finfo(torch.float32).tiny)
+        ranges = torch.stack([lo_bits >> 16, hi_bits >> 16], 1).to(torch.int16).view(torch.uint8)
+        return lo, self.levels / span, ranges.reshape(-1, _RANGE_BYTES)
+
+    def _levels_of(self, x: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """``x`` stochastically rounded to levels of its range (``lo``, ``scale`` broadcast)."""
         # The rounding stream lives on the CPU so runs are reproducible whatever the device.
         noise = torch.rand(x.shape, generator=self.generator).to(x.device)
-        q = torch.floor((x - lo[:, None]) * (self.levels / span)[:, None] + noise)
-        q = q.clamp_(0, self.levels).to(torch.int32)
-        packed = self._pack(q)
-        ranges = torch.stack([lo_bits >> 16, hi_bits >> 16], 1).to(torch.int16).view(torch.uint8)
-        return torch.cat([packed, ranges.reshape(rows, _RANGE_BYTES)], 1)
+        q = torch.floor((x - lo) * scale + noise)
+        return q.clamp_(0, self.levels).to(torch.int32)
+
+    @staticmethod
+    def _read_ranges(range_bytes_R4: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``lo``, ``hi`` of ``[R, 4]`` range bytes (as :meth:`_ranges` wrote them)."""
+        # A fresh buffer, not .contiguous(): a single row's range bytes count as contiguous
+        # but may start at an odd byte (or keep an odd stride), which int16 cannot view.
+        range_bytes = range_bytes_R4.new_empty(range_bytes_R4.shape).copy_(range_bytes_R4)
+        ranges = range_bytes.view(torch.int16).to(torch.int32) << 16
+        return ranges[:, 0].contiguous().view(torch.float32), -ranges[:, 1].contiguous().view(
+            torch.float32
+        )
 
     def decode(self, payload: torch.Tensor, width: int) -> torch.Tensor:
         """``[R, payload_bytes(width)]`` uint8 -> ``[R, width]`` float32."""
@@ -135,12 +195,7 @@ class RowCodec:
             )
         if rows == 0 or width == 0:
             return torch.zeros((rows, width), dtype=torch.float32, device=payload.device)
-        # A fresh buffer, not .contiguous(): a single row's range bytes count as contiguous
-        # but may start at an odd byte (or keep an odd stride), which int16 cannot view.
-        range_bytes = payload.new_empty((rows, _RANGE_BYTES)).copy_(payload[:, -_RANGE_BYTES:])
-        ranges = range_bytes.view(torch.int16).to(torch.int32) << 16
-        lo = ranges[:, 0].contiguous().view(torch.float32)
-        hi = -ranges[:, 1].contiguous().view(torch.float32)
+        lo, hi = self._read_ranges(payload[:, -_RANGE_BYTES:])
         q = self._unpack(payload[:, :-_RANGE_BYTES], width)
         step = (hi - lo) / self.levels
         return lo[:, None] + q.to(torch.float32) * step[:, None]

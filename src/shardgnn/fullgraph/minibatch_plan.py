@@ -14,8 +14,10 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
   (neighbour and edge id: two int64); a request carries a 3-int64 header (batch count, layer
   seed, row count). Three all-to-alls per hop.
 * **fetching** (stage ``fetch``): each input node another worker owns is an int64 request and a
-  row back (``bits``: the codec's payload; exact rows as their owner holds them, a mostly-zero
-  part's as the fetched rows' own non-zeros, and a 4-byte form word a reply).
+  row back, as its owner holds it (a mostly-zero part's as the fetched rows' own non-zeros: a
+  count a row, a column and a value each; else the dense row), the values float32 or
+  (``bits``) the codec's payload (a mostly-zero row's non-zeros quantised on their own range,
+  its range in 4 bytes), and a 4-byte form word a reply.
   Two all-to-alls per batch.
 * every all-to-all also sends an 8-byte row count to each peer (the communicator counts it).
 * **a presample cache** (``--cache-policy presample --cache-size``): a second epoch on its own
@@ -87,7 +89,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
-from shardgnn.fullgraph.plan import host_seconds, linear_layers, row_bytes, saved_bytes
+from shardgnn.fullgraph.plan import host_seconds, linear_layers, saved_bytes
 from shardgnn.fullgraph.rates import MachineRates, sparse_input
 from shardgnn.graph.csr import Graph
 from shardgnn.loader.dist_batches import DistSeedBatcher
@@ -714,6 +716,11 @@ def minibatch_costs(
     # which owners hold their rows as CSR, so reply with their non-zeros (pack_reply)
     owner_sparse = held_sparse(own_rows, in_dim, own_nonzeros)
 
+    def coded_values(fetched: np.ndarray, fetched_nonzeros: np.ndarray) -> np.ndarray:
+        """The values the codec encodes per requester and owner: a mostly-zero part's
+        non-zeros, a dense part's every value."""
+        return np.where(owner_sparse[None, :], fetched_nonzeros, fetched * in_dim)
+
     def coefficients(epoch: _Epoch):
         """The activations' coefficients of ``epoch``'s batches: where they are gathered sparse,
         at their input rows' share of non-zeros (not the graph's: sampling reads well-connected
@@ -767,14 +774,11 @@ def minibatch_costs(
         fetched, hit_rate, fetched_nonzeros = misses[id(epoch), cap]
         sample_sent, sample_recv = _sampling_bytes(epoch, hops)
         metadata = _ID * (workers - 1) * epoch.batches
-        if bits == 32:  # exact rows: each owner replies as it holds them, a form word a reply
-            # (a mostly-zero part's replies: the fetched rows' own non-zeros, not its mean
-            # row's: sampling reaches well-connected nodes more often, and on coauthor-cs their
-            # rows hold more non-zeros)
-            replies = reply_bytes(in_dim, fetched, fetched_nonzeros, owner_sparse[None, :])
-            form = 4 * (workers - 1) * epoch.batches
-        else:
-            replies, form = fetched * row_bytes(in_dim, bits), 0
+        # each owner replies as it holds its rows, a form word a reply (a mostly-zero part's
+        # replies: the fetched rows' own non-zeros, not its mean row's: sampling reaches
+        # well-connected nodes more often, and on coauthor-cs their rows hold more non-zeros)
+        replies = reply_bytes(in_dim, fetched, fetched_nonzeros, owner_sparse[None, :], bits)
+        form = 4 * (workers - 1) * epoch.batches
         # replies[w, o]: the bytes owner o replies to worker w's requests
         fetch_sent = _ID * fetched.sum(1) + replies.sum(0) + 2 * metadata + form
         fetch_recv = _ID * fetched.sum(0) + replies.sum(1) + 2 * metadata + form
@@ -831,7 +835,8 @@ def minibatch_costs(
             times = _epoch_seconds(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
-                coded=fetched if bits < 32 else None, sparse_batches=sparse,
+                coded=coded_values(fetched, fetched_nonzeros) if bits < 32 else None,
+                sparse_batches=sparse,
                 history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
@@ -839,12 +844,13 @@ def minibatch_costs(
     return out
 
 
-def _codec_epoch_seconds(r, fetched: np.ndarray, in_dim: int, batches: int) -> np.ndarray:
-    """Each worker's seconds per epoch, at its rates ``r``, to encode the rows it sends and
-    decode those it receives at 8 bits (``fetched[i, j]``: rows worker ``i`` fetches from ``j``
-    per epoch): one call per peer and batch, each at the rate of its share of the rows."""
-    call_rows = fetched / max(1, batches)
-    values = fetched * in_dim
+def _codec_epoch_seconds(r, values: np.ndarray, batches: int, in_dim: int) -> np.ndarray:
+    """Each worker's seconds per epoch, at its rates ``r``, to encode the values it sends and
+    decode those it receives at 8 bits (``values[i, j]``: those worker ``i`` fetches from ``j``
+    per epoch): one call per peer and batch, each at the rate of its share of the values (in
+    rows of the features' width ``in_dim``, as the rates were timed; a mostly-zero part's
+    non-zeros at that rate too, though they are quantised as ragged rows)."""
+    call_rows = values / in_dim / max(1, batches)
     encode = (values * r.codec("encode8", call_rows)).sum(0)  # the owner encodes
     decode = (values * r.codec("decode8", call_rows)).sum(1)  # the requester decodes
     return encode + decode
@@ -881,8 +887,8 @@ def _epoch_seconds(
     history_calls: int = 0,
     sparse_batches: bool = False,
 ) -> dict[str, float]:
-    """Predicted seconds of one epoch (see the module docstring); ``coded``: the rows each
-    worker fetches from each other per epoch, sent as 8-bit rows (None: as float32);
+    """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
+    worker fetches from each other per epoch, sent at 8 bits (None: as float32);
     ``history_calls``: the historical pushes' all-to-alls after each step; ``sparse_batches``:
     the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`)."""
     from shardgnn.fullgraph.config import PlanConfig
@@ -896,7 +902,7 @@ def _epoch_seconds(
     compute = train.batches * r.step("step_batch", sparse_batches) + _step_edge_seconds(
         r, train.block_edges[:, 0], edges - train.block_edges[:, 0], sparse_batches
     )
-    codec_s = None if coded is None else _codec_epoch_seconds(r, coded, in_dim, train.batches)
+    codec_s = None if coded is None else _codec_epoch_seconds(r, coded, train.batches, in_dim)
     if codec_s is not None:  # the fetch codec's work, on the worker's own cores
         sample = sample + codec_s
     config = PlanConfig(model=model, hidden=hidden, layers=hops)

@@ -49,8 +49,10 @@ class DistFeatureStore(FeatureStore):
             :class:`~shardgnn.store.feature.SparseRowStore`) send the requested rows' non-zeros
             rather than the dense rows (a coauthor-physics row: ~280 bytes instead of 33,660);
             each reply then travels as one int32 message naming its form (:func:`pack_reply`),
-            so an owner of dense rows replies dense in the same exchange. Every rank must pass
-            the same value; fp32 rows of one dimension, no codec.
+            so an owner of dense rows replies dense in the same exchange. With a ``codec`` the
+            non-zeros' values travel quantised on their own row's range (the zeros are not
+            sent). Every rank must pass the same value; fp32 rows of one dimension, no error
+            feedback (its residuals are dense rows).
     """
 
     def __init__(
@@ -87,8 +89,8 @@ class DistFeatureStore(FeatureStore):
             for store in self._on_host.values()
         ), "sparse batches are assembled from the on-host rows' CSR"
         assert not sparse_replies or (
-            codec is None and len(self._row_shape) == 1 and self.dtype == torch.float32
-        ), "replies of non-zeros carry exact fp32 rows of one dimension"
+            feedback is None and len(self._row_shape) == 1 and self.dtype == torch.float32
+        ), "replies of non-zeros carry fp32 rows of one dimension, without error feedback"
         self.slow_rows = 0
         """rows requested from a slow tier (owners off this host; also own and same-host rows when
         on disk), for hit-rate baselines"""
@@ -217,18 +219,19 @@ class DistFeatureStore(FeatureStore):
         ]
         incoming = self.comm.all_to_all(requests, self.stage)
         local_rows = [req - self.start for req in incoming]
-        if self.sparse_replies:
-            replies = [pack_reply(self.local, rows) for rows in local_rows]
-        else:
-            replies = [self.local.gather(rows) for rows in local_rows]
-        feedback = None if self.feedback is None else self.feedback.select(local_rows)
-        rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
-        if self.sparse_replies:
+        if self.sparse_replies:  # packed (and coded) here: the collective moves words
+            replies = [pack_reply(self.local, rows, self.codec) for rows in local_rows]
+            rows = self.comm.all_to_all(replies, self.stage)
             width = self._row_shape[0]
             return [
-                None if p in self._on_host else unpack_reply(message, int(counts[p]), width)
+                None
+                if p in self._on_host
+                else unpack_reply(message, int(counts[p]), width, self.codec)
                 for p, message in enumerate(rows)
             ]
+        replies = [self.local.gather(rows) for rows in local_rows]
+        feedback = None if self.feedback is None else self.feedback.select(local_rows)
+        rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
         return [None if p in self._on_host else block for p, block in enumerate(rows)]
 
     def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
@@ -250,22 +253,38 @@ DENSE_REPLY, CSR_REPLY = 0, 1
 their non-zeros"""
 
 
-def pack_reply(store: FeatureStore, ids: torch.Tensor) -> torch.Tensor:
+def pack_reply(
+    store: FeatureStore, ids: torch.Tensor, codec: RowCodec | None = None
+) -> torch.Tensor:
     """Rows ``ids`` of ``store`` (fp32 ``[N, F]``) as one int32 message, as the store holds them:
-    ``[CSR_REPLY, each row's non-zero count, their columns, their values' bits]`` from a
-    :class:`SparseRowStore`, else ``[DENSE_REPLY, the dense rows' bits]`` (written in place)."""
+    ``[CSR_REPLY, each row's non-zero count, their columns, their values]`` from a
+    :class:`SparseRowStore`, else ``[DENSE_REPLY, the dense rows]`` (written in place). The
+    values are fp32 bits, or with a ``codec`` its payload (zero-padded to whole words): a CSR
+    row's non-zeros quantised on their own range (:meth:`RowCodec.encode_ragged`; the zeros
+    are not sent), dense rows as :meth:`RowCodec.encode` sends them."""
     store.check_ids(ids)
     rows = ids.numpy()
     if isinstance(store, SparseRowStore):
         nonzeros = store.row_nonzeros(rows)
         n, total = rows.shape[0], int(nonzeros.sum())
-        message = np.empty(1 + n + 2 * total, np.int32)
+        if codec is None:
+            message = np.empty(1 + n + 2 * total, np.int32)
+            values = message[1 + n + total :].view(np.float32)
+        else:
+            message = np.empty(1 + n + total, np.int32)
+            values = np.empty(total, np.float32)
         message[0] = CSR_REPLY
         message[1 : 1 + n] = nonzeros
-        store.nonzeros_into(
-            rows, message[1 + n : 1 + n + total], message[1 + n + total :].view(np.float32)
-        )
-        return torch.from_numpy(message)
+        store.nonzeros_into(rows, message[1 + n : 1 + n + total], values)
+        if codec is None:
+            return torch.from_numpy(message)
+        payload = codec.encode_ragged(torch.from_numpy(values), torch.from_numpy(nonzeros))
+        return torch.cat([torch.from_numpy(message), _words(payload)])
+    dense = torch.empty((rows.shape[0], store.shape[1]), dtype=torch.float32)
+    if codec is not None:
+        store.gather_into(ids, dense, np.arange(rows.shape[0]))
+        form = torch.tensor([DENSE_REPLY], dtype=torch.int32)
+        return torch.cat([form, _words(codec.encode(dense).reshape(-1))])
     message = torch.empty(1 + rows.shape[0] * store.shape[1], dtype=torch.int32)
     message[0] = DENSE_REPLY
     dense = message[1:].view(torch.float32).view(rows.shape[0], store.shape[1])
@@ -273,32 +292,59 @@ def pack_reply(store: FeatureStore, ids: torch.Tensor) -> torch.Tensor:
     return message
 
 
+def _words(payload: torch.Tensor) -> torch.Tensor:
+    """A uint8 payload as int32 words (zero-padded to a whole word)."""
+    padded = torch.zeros(-(-payload.shape[0] // 4) * 4, dtype=torch.uint8)
+    padded[: payload.shape[0]] = payload
+    return padded.view(torch.int32)
+
+
 def reply_bytes(
-    width: int, rows: np.ndarray, nonzeros: np.ndarray, owner_sparse: np.ndarray
+    width: int, rows: np.ndarray, nonzeros: np.ndarray, owner_sparse: np.ndarray, bits: int = 32
 ) -> np.ndarray:
-    """The bytes of :func:`pack_reply` messages that carry ``rows`` fp32 rows of ``width``
-    holding ``nonzeros`` non-zeros in all, from an owner that holds its rows as CSR
-    (``owner_sparse``, as :func:`~shardgnn.store.feature.held_sparse` says: a count and 8 bytes a
-    non-zero per row) or dense (the dense rows); the messages' form words not counted.
-    Elementwise over arrays of the same shape (or broadcast)."""
+    """The bytes of :func:`pack_reply` messages that carry ``rows`` rows of ``width`` holding
+    ``nonzeros`` non-zeros in all, at ``bits`` (32: fp32; below: a codec's), from an owner that
+    holds its rows as CSR (``owner_sparse``, as :func:`~shardgnn.store.feature.held_sparse`
+    says: a count and a column per non-zero and row, the values' fp32 bits or codec payload)
+    or dense (the dense rows); the messages' form words, and the up to 3 bytes that pad a coded
+    message to whole words, not counted. Elementwise over arrays of the same shape (or
+    broadcast)."""
     rows = np.asarray(rows, np.int64)
-    sparse = 4 * rows + CSR_ENTRY_BYTES * np.asarray(nonzeros, np.int64)
-    return np.where(owner_sparse, sparse, 4 * width * rows)
+    nonzeros = np.asarray(nonzeros, np.int64)
+    if bits == 32:
+        sparse = 4 * rows + CSR_ENTRY_BYTES * nonzeros
+        return np.where(owner_sparse, sparse, 4 * width * rows)
+    codec = RowCodec(bits)
+    sparse = 4 * rows + 4 * nonzeros + codec.ragged_payload_bytes(rows, nonzeros)
+    return np.where(owner_sparse, sparse, codec.payload_bytes(width) * rows)
 
 
-def unpack_reply(message: torch.Tensor, n: int, width: int) -> torch.Tensor | SparseRowStore:
-    """The ``n`` rows of width ``width`` of a :func:`pack_reply` message: a dense ``[n, width]``
-    view of it, or a :class:`SparseRowStore` of them (its arrays views of the message)."""
+def unpack_reply(
+    message: torch.Tensor, n: int, width: int, codec: RowCodec | None = None
+) -> torch.Tensor | SparseRowStore:
+    """The ``n`` rows of width ``width`` of a :func:`pack_reply` message packed with ``codec``:
+    a dense ``[n, width]`` view of it (decoded, with a codec), or a :class:`SparseRowStore` of
+    them (its arrays views of the message; its values decoded, with a codec)."""
     words = message.numpy()
     if words[0] == DENSE_REPLY:
-        assert words.shape[0] == 1 + n * width, "a dense reply of other rows than asked"
-        return message[1:].view(torch.float32).view(n, width)
+        if codec is None:
+            assert words.shape[0] == 1 + n * width, "a dense reply of other rows than asked"
+            return message[1:].view(torch.float32).view(n, width)
+        payload = message[1:].view(torch.uint8)[: n * codec.payload_bytes(width)]
+        return codec.decode(payload.view(n, codec.payload_bytes(width)), width)
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(words[1 : 1 + n], out=indptr[1:])
     total = int(indptr[-1])
-    assert words.shape[0] == 1 + n + 2 * total, "a reply of non-zeros of other rows than asked"
-    values = words[1 + n + total :].view(np.float32)
-    return SparseRowStore(indptr, words[1 + n : 1 + n + total], values, width)
+    columns = words[1 + n : 1 + n + total]
+    if codec is None:
+        assert words.shape[0] == 1 + n + 2 * total, "a reply of non-zeros of other rows than asked"
+        values = words[1 + n + total :].view(np.float32)
+    else:
+        size = codec.ragged_payload_bytes(n, total)
+        assert words.shape[0] == 1 + n + total + -(-size // 4), "a reply of other rows than asked"
+        payload = message[1 + n + total :].view(torch.uint8)[:size]
+        values = codec.decode_ragged(payload, torch.from_numpy(words[1 : 1 + n])).numpy()
+    return SparseRowStore(indptr, columns, values, width)
 
 
 def _as_store(rows) -> FeatureStore:

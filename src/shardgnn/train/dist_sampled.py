@@ -137,11 +137,15 @@ class SampledInputs(DistSteps):
         if has_x and self.codec is not None and config.error_feedback:
             # One residual per local row: what its previous send to any peer lost.
             self.feedback = RowResiduals(*x_store.shape)
-        # Rows held as CSR cross the collective as their non-zeros (exact rows only; each owner
-        # replies as it holds its rows, so every rank agrees on the messages' form whatever
-        # density its own part has).
+        # Rows held as CSR cross the collective as their non-zeros (with --fetch-bits, their
+        # values quantised; not with --error-feedback, whose residuals are dense rows; each
+        # owner replies as it holds its rows, so every rank agrees on the messages' form
+        # whatever density its own part has).
         self.sparse_replies = (
-            has_x and config.feature_storage != "disk" and self.codec is None and part.x.ndim == 2
+            has_x
+            and config.feature_storage != "disk"
+            and self.feedback is None
+            and part.x.ndim == 2
         )
         sparse, replies = self.sparse_batches, self.sparse_replies
         self.fetch_store = (
