@@ -181,9 +181,9 @@ class RowCodec:
         # but may start at an odd byte (or keep an odd stride), which int16 cannot view.
         range_bytes = range_bytes_R4.new_empty(range_bytes_R4.shape).copy_(range_bytes_R4)
         ranges = range_bytes.view(torch.int16).to(torch.int32) << 16
-        return ranges[:, 0].contiguous().view(torch.float32), -ranges[:, 1].contiguous().view(
-            torch.float32
-        )
+        lo = ranges[:, 0].contiguous().view(torch.float32)
+        hi = -ranges[:, 1].contiguous().view(torch.float32)
+        return lo, hi
 
     def decode(self, payload: torch.Tensor, width: int) -> torch.Tensor:
         """``[R, payload_bytes(width)]`` uint8 -> ``[R, width]`` float32."""

@@ -280,8 +280,8 @@ def pack_reply(
             return torch.from_numpy(message)
         payload = codec.encode_ragged(torch.from_numpy(values), torch.from_numpy(nonzeros))
         return torch.cat([torch.from_numpy(message), _words(payload)])
-    dense = torch.empty((rows.shape[0], store.shape[1]), dtype=torch.float32)
     if codec is not None:
+        dense = torch.empty((rows.shape[0], store.shape[1]), dtype=torch.float32)
         store.gather_into(ids, dense, np.arange(rows.shape[0]))
         form = torch.tensor([DENSE_REPLY], dtype=torch.int32)
         return torch.cat([form, _words(codec.encode(dense).reshape(-1))])
@@ -330,7 +330,9 @@ def unpack_reply(
         if codec is None:
             assert words.shape[0] == 1 + n * width, "a dense reply of other rows than asked"
             return message[1:].view(torch.float32).view(n, width)
-        payload = message[1:].view(torch.uint8)[: n * codec.payload_bytes(width)]
+        size = n * codec.payload_bytes(width)
+        assert words.shape[0] == 1 + -(-size // 4), "a dense reply of other rows than asked"
+        payload = message[1:].view(torch.uint8)[:size]
         return codec.decode(payload.view(n, codec.payload_bytes(width)), width)
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(words[1 : 1 + n], out=indptr[1:])
