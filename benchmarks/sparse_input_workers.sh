@@ -11,6 +11,8 @@
 #       bash benchmarks/sparse_input_workers.sh > out.txt
 #   BEFORE_SRC=/tmp/before/src DATASET=coauthor-cs TRAIN_ARGS="--host-sharing off \
 #       --cache-policy presample --cache-size 25%" bash benchmarks/sparse_input_workers.sh
+#   BEFORE_SRC=/tmp/before/src TRAIN_ARGS="--host-sharing off --fetch-bits 8 --error-feedback" \
+#       ROUNDS=2 bash benchmarks/sparse_input_workers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${BEFORE_SRC:?set BEFORE_SRC to the src folder of the tree before}
@@ -40,6 +42,7 @@ print(tree, i, "wall", round(float(end) - float(start), 1), "epoch", round(e["ti
       "stages", stages, "peak", r["peak_memory_mb"], "test", r["test_acc"],
       "hit", r["cache"]["hit_rate"], "sparse workers", r["cache"]["sparse_batch_workers"],
       "cache MB/worker", round(r["cache"]["capacity_mb"], 1), r["cache"].get("cache_layout"),
+      "residual MB", round(r.get("residual_mb", 0.0), 1),
       "MB received", {k: round(v["bytes_recv"] / 1e6, 1) for k, v in r.get("comm", {}).items()
                       if k in ("fetch", "eval", "cache_setup")})
 PY

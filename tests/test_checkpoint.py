@@ -529,6 +529,51 @@ def test_error_feedback_residuals_re_shard_by_original_id():
         },
     ]
     for own in ([3, 5, 1], [0, 7, 6, 2, 4], []):
-        got = resharded_residuals(old, torch.tensor(own, dtype=torch.int64))
+        got = resharded_residuals(old, torch.tensor(own, dtype=torch.int64), 3)
         assert torch.equal(got, rows[own])
-    assert resharded_residuals([{}, {}], torch.tensor([0, 1])) is None
+    assert resharded_residuals([{}, {}], torch.tensor([0, 1]), 3) is None
+
+
+def test_residuals_of_non_zeros_re_shard_to_either_layout():
+    """Residuals kept one per non-zero (a CSR part's rows travel as their non-zeros) re-shard
+    by original id and column, to dense rows or to another part's non-zeros, beside an old
+    rank's dense residual rows (its part was held dense): every entry the new layout keeps has
+    the residual its old owner saved; zeros' entries of rows saved per non-zero start at zero;
+    a checkpoint of dense rows loads into one per non-zero (the entries both keep)."""
+    import numpy as np
+
+    from shardgnn.store.feature import csr_rows
+    from shardgnn.train.dist_sampled import RESIDUALS, _nonzero_layout, resharded_residuals
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((8, 6)) * (rng.random((8, 6)) < 0.4)).astype(np.float32)
+    x[3] = 0  # a row without non-zeros
+    full = torch.from_numpy(rng.standard_normal((8, 6)).astype(np.float32))
+    nonzero = torch.from_numpy(x != 0)
+
+    def per_non_zero(ids):
+        return {
+            RESIDUALS + "rows": full[ids][nonzero[ids]],
+            RESIDUALS + "node_ids": torch.tensor(ids),
+            **_nonzero_layout(csr_rows(x[ids], "none")),
+        }
+
+    dense_ids = [5, 0, 7]
+    old = [
+        {RESIDUALS + "rows": full[dense_ids], RESIDUALS + "node_ids": torch.tensor(dense_ids)},
+        per_non_zero([1, 2, 3, 4, 6]),
+    ]
+    kept = torch.where(torch.isin(torch.arange(8), torch.tensor(dense_ids))[:, None], full, 0.0)
+    kept = torch.where(nonzero, full, kept)  # what the old ranks kept, as dense rows
+    for own in ([3, 5, 1], [0, 7, 6, 2, 4], [6, 0, 3, 1, 5, 2, 7, 4]):
+        ids = torch.tensor(own)
+        assert torch.equal(resharded_residuals(old, ids, 6), kept[own])
+        held = csr_rows(x[own], "none")
+        got = resharded_residuals(old, ids, held)
+        assert torch.equal(got, full[own][nonzero[own]])
+        assert got.shape == (held.values.shape[0],)
+    # the same rows, dense rows saved: one per non-zero takes the non-zeros' entries
+    everyone = list(range(8))
+    dense = {RESIDUALS + "rows": full, RESIDUALS + "node_ids": torch.tensor(everyone)}
+    got = resharded_residuals([dense], torch.tensor(everyone), csr_rows(x, "none"))
+    assert torch.equal(got, full[nonzero])

@@ -82,9 +82,12 @@ class RowCodec:
         """Bytes of one encoded row of ``width`` values."""
         return -(-width * self.bits // 8) + _RANGE_BYTES
 
-    def encode_compensated(self, x_RF: torch.Tensor, residual_RF: torch.Tensor) -> torch.Tensor:
+    def encode_compensated(
+        self, x_RF: torch.Tensor, residual_RF: torch.Tensor, counts_R: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Encode ``x + residual`` and leave in ``residual`` (in place) what the encoding lost:
-        ``residual_new + decode(payload) == x + residual_old`` up to float32 rounding."""
+        ``residual_new + decode(payload) == x + residual_old`` up to float32 rounding. With
+        ``counts_R``, ``x`` and ``residual`` are ragged rows' values (:meth:`encode_ragged`)."""
         assert residual_RF.shape == x_RF.shape, (residual_RF.shape, x_RF.shape)
         x = x_RF.detach().to(torch.float32)
         meant = x + residual_RF
@@ -94,8 +97,12 @@ class RowCodec:
         # range of x, so the error of the mean of T sends is at most that range over T.
         # Rounded stochastically like plain sends: rounding to the nearest level instead
         # (sigma-delta) was measured worse in full-graph training (BENCHMARKS.md section 4).
-        payload = self.encode(meant, range_of=x)
-        residual_RF.copy_(meant - self.decode(payload, x_RF.shape[1]))
+        if counts_R is None:
+            payload = self.encode(meant, range_of=x)
+            residual_RF.copy_(meant - self.decode(payload, x_RF.shape[1]))
+        else:
+            payload = self.encode_ragged(meant, counts_R, range_of=x)
+            residual_RF.copy_(meant - self.decode_ragged(payload, counts_R))
         return payload
 
     def encode(self, x_RF: torch.Tensor, range_of: torch.Tensor | None = None) -> torch.Tensor:
@@ -120,20 +127,26 @@ class RowCodec:
         """Bytes of :meth:`encode_ragged`'s payload for ``values`` values in ``rows`` rows."""
         return rows * _RANGE_BYTES + -(-values * self.bits // 8)
 
-    def encode_ragged(self, values_V: torch.Tensor, counts_R: torch.Tensor) -> torch.Tensor:
+    def encode_ragged(
+        self,
+        values_V: torch.Tensor,
+        counts_R: torch.Tensor,
+        range_of: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Rows of different lengths (row ``r``: the next ``counts_R[r]`` of ``values_V``, e.g. a
         CSR row's non-zeros) -> ``[ragged_payload_bytes(R, V)]`` uint8: every row's range, then
-        the values packed back to back, each quantised on its own row's ``[min, max]`` as
-        :meth:`encode` quantises a row (a mostly-zero row's non-zeros are quantised on their
-        own range, its zeros not sent)."""
+        the values packed back to back, each quantised on its own row's ``[min, max]`` (or on
+        that of the same row of ``range_of``, clamping to it) as :meth:`encode` quantises a row
+        (a mostly-zero row's non-zeros are quantised on their own range, its zeros not sent)."""
         counts = torch.as_tensor(counts_R, dtype=torch.int64)
         row_of_V = torch.repeat_interleave(torch.arange(counts.shape[0]), counts)
         x = values_V.detach().to(torch.float32)
+        bounds = x if range_of is None else range_of.detach().to(torch.float32)
         lo_R = x.new_zeros(counts.shape[0]).scatter_reduce_(
-            0, row_of_V, x, "amin", include_self=False
+            0, row_of_V, bounds, "amin", include_self=False
         )
         hi_R = x.new_zeros(counts.shape[0]).scatter_reduce_(
-            0, row_of_V, x, "amax", include_self=False
+            0, row_of_V, bounds, "amax", include_self=False
         )
         lo, scale, ranges = self._ranges(lo_R, hi_R)
         q = self._levels_of(x, lo[row_of_V], scale[row_of_V])
@@ -273,15 +286,18 @@ class RowResiduals(Feedback):
     """One residual row per row of a local table (``num_rows x width``), whichever rows a send
     selects: ``select(rows)`` names the table rows of the next send to each peer. Peers are
     served one after the other, so a row sent to two peers carries the first send's error into
-    the second.
+    the second. With ``width`` None the table is ``[num_rows]``, one residual per entry of a
+    ragged table (a CSR's non-zeros: its zeros travel exact, so they keep none) and ``select``
+    names entries.
 
     Sends made ahead of time (a prefetch thread fetching batches before they train) can be
     taken back: after ``journal(tag)`` every update keeps the rows it overwrote under ``tag``,
     and ``rewind(tag)`` restores the table to what it was before the first send tagged ``tag``
     or later (:class:`~shardgnn.journal.Journal`)."""
 
-    def __init__(self, num_rows: int, width: int):
-        self.table = torch.zeros((num_rows, width), dtype=torch.float32)
+    def __init__(self, num_rows: int, width: int | None = None):
+        shape = (num_rows,) if width is None else (num_rows, width)
+        self.table = torch.zeros(shape, dtype=torch.float32)
         self.rows: list[torch.Tensor] = []
         self._journal: Journal[torch.Tensor, torch.Tensor] = Journal()
 
@@ -319,13 +335,18 @@ class RowResiduals(Feedback):
 
 
 def encode_with(
-    codec: RowCodec, x_RF: torch.Tensor, feedback: Feedback | None, peer: int
+    codec: RowCodec,
+    x_RF: torch.Tensor,
+    feedback: Feedback | None,
+    peer: int,
+    counts_R: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``codec.encode(x)``, compensated by ``feedback``'s residuals for ``peer`` when given."""
+    """``codec.encode(x)`` (with ``counts_R``, ``codec.encode_ragged(x, counts_R)``),
+    compensated by ``feedback``'s residuals for ``peer`` when given."""
     if feedback is None or x_RF.shape[0] == 0:
-        return codec.encode(x_RF)
+        return codec.encode(x_RF) if counts_R is None else codec.encode_ragged(x_RF, counts_R)
     residual = feedback.take(peer, x_RF)
-    payload = codec.encode_compensated(x_RF, residual)
+    payload = codec.encode_compensated(x_RF, residual, counts_R)
     feedback.put(peer, residual)
     return payload
 

@@ -448,6 +448,16 @@ class SparseRowStore(FeatureStore):
         """Each of rows ``ids``' number of non-zeros."""
         return self.indptr[ids + 1] - self.indptr[ids]
 
+    def nonzero_positions(self, ids: np.ndarray) -> np.ndarray:
+        """Where rows ``ids``' non-zeros sit in :attr:`values` (int64), one row after the other
+        as :meth:`nonzeros_into` writes them."""
+        starts = self.indptr[ids]
+        counts = self.indptr[ids + 1] - starts
+        # each entry: its row's start, plus its rank among the entries written before it, less
+        # the entries of the rows before its row
+        shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        return shift + np.arange(shift.shape[0], dtype=np.int64)
+
     def nonzeros_into(self, ids: np.ndarray, indices_out: np.ndarray, values_out: np.ndarray):
         """Rows ``ids``' non-zeros one row after the other, their columns into ``indices_out``
         (int32) and values into ``values_out`` (fp32), each sized to their total

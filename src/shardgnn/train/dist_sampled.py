@@ -29,7 +29,7 @@ from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.build import build_cache, cacheable_rows
 from shardgnn.store.cache.store import CachedFeatureStore
 from shardgnn.store.dist_embedding import DistEmbeddingTable
-from shardgnn.store.dist_feature import DistFeatureStore
+from shardgnn.store.dist_feature import DistFeatureStore, residuals_for
 from shardgnn.store.dist_graph import DistGraphStore
 from shardgnn.store.embedding import check_table_fits, input_store
 from shardgnn.store.feature import LocalFeatureStore, SparseRowStore, csr_rows, rows_in_memory
@@ -133,20 +133,15 @@ class SampledInputs(DistSteps):
         self.codec = make_codec(config.fetch_bits, mix_seed(config.seed, ctx.rank, FETCH_ROUNDING))
         # Stages: "fetch" is training's feature traffic only (what a cache saves); labels,
         # evaluation and cache set-up are counted apart.
+        # Rows held as CSR cross the collective as their non-zeros (with --fetch-bits, their
+        # values quantised; each owner replies as it holds its rows, so every rank agrees on
+        # the messages' form whatever density its own part has).
+        self.sparse_replies = has_x and config.feature_storage != "disk" and part.x.ndim == 2
         self.feedback = None
         if has_x and self.codec is not None and config.error_feedback:
-            # One residual per local row: what its previous send to any peer lost.
-            self.feedback = RowResiduals(*x_store.shape)
-        # Rows held as CSR cross the collective as their non-zeros (with --fetch-bits, their
-        # values quantised; not with --error-feedback, whose residuals are dense rows; each
-        # owner replies as it holds its rows, so every rank agrees on the messages' form
-        # whatever density its own part has).
-        self.sparse_replies = (
-            has_x
-            and config.feature_storage != "disk"
-            and self.feedback is None
-            and part.x.ndim == 2
-        )
+            # What each local row's previous send to any peer lost: one residual per entry
+            # sent (a CSR row's non-zeros; its zeros arrive exact).
+            self.feedback = residuals_for(x_store, self.sparse_replies)
         sparse, replies = self.sparse_batches, self.sparse_replies
         self.fetch_store = (
             self.dist_rows(x_store, peer_x, "fetch", self.codec, self.feedback, sparse, replies)
@@ -197,7 +192,7 @@ class SampledInputs(DistSteps):
         self.edge_peers = {p: peer.part.edge_attr for p, peer in self.graph.peers.items()}
         feedback = None
         if self.codec is not None and config.error_feedback:
-            feedback = RowResiduals(*local.shape)
+            feedback = residuals_for(local, sparse_replies=False)
         self.edge_local = local
         self.edge_store = self.dist_edge_rows("fetch", self.codec, feedback)
         self.eval_edges = self.dist_edge_rows("eval", self.codec)
@@ -471,6 +466,8 @@ class DistSampledSteps(SampledReport, SampledInputs):
             # row adds it back, so an exact resume needs it; by original id, to re-shard
             state[RESIDUALS + "rows"] = self.feedback.table.clone()
             state[RESIDUALS + "node_ids"] = self._own_orig_ids()
+            if self.feedback.table.dim() == 1:  # one per non-zero: which they are
+                state.update(_nonzero_layout(self.x_store))
         edge_residuals = self._residuals().get(EDGE_RESIDUALS)
         if edge_residuals is not None:  # by this part's edge positions (same worker count)
             state[EDGE_RESIDUALS + "rows"] = edge_residuals.table.clone()
@@ -482,8 +479,13 @@ class DistSampledSteps(SampledReport, SampledInputs):
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
         for prefix, residuals in self._residuals().items():
-            if prefix + "rows" in state:  # older checkpoints: they start at zero
-                residuals.table.copy_(state[prefix + "rows"])
+            saved = state.get(prefix + "rows")
+            if saved is not None and saved.shape != residuals.table.shape and prefix == RESIDUALS:
+                # dense rows saved, one per non-zero kept now (a checkpoint of before replies
+                # of non-zeros carried residuals): the entries both keep
+                residuals.table.copy_(self._own_residuals([state]))
+            elif saved is not None:  # older checkpoints: they start at zero
+                residuals.table.copy_(saved)
         if self.history is not None:
             self.history.load_state_dict(_section(state, "historical."))
         for prefix, cache in self._caches().items():
@@ -497,11 +499,19 @@ class DistSampledSteps(SampledReport, SampledInputs):
         until they fill), and so do the edge feature rows' residuals (edges carry no original
         id to re-shard them by)."""
         if self.feedback is not None:
-            residuals = resharded_residuals(states, self._own_orig_ids())
+            residuals = self._own_residuals(states)
             if residuals is not None:  # older checkpoints: they start at zero
                 self.feedback.table.copy_(residuals)
         if self.history is not None:
             self.history.load_resharded([_section(state, "historical.") for state in states])
+
+    def _own_residuals(self, states: list[dict[str, torch.Tensor]]) -> torch.Tensor | None:
+        """The feature rows' residuals for this rank's rows, as it keeps them, from the old
+        ranks' ``states`` (:func:`resharded_residuals`)."""
+        assert self.feedback is not None
+        table = self.feedback.table
+        layout = self.x_store if table.dim() == 1 else table.shape[1]
+        return resharded_residuals(states, self._own_orig_ids(), layout)
 
     def generators(self) -> list[torch.Generator]:
         codec = None if self.fetch_store is None else self.fetch_store.codec
@@ -526,21 +536,74 @@ class DistSampledSteps(SampledReport, SampledInputs):
         self.optimizer = adam(self.ddp.parameters(), config.optim)
 
 
+def _nonzero_layout(rows: SparseRowStore) -> dict[str, torch.Tensor]:
+    """Which non-zeros a table of one residual per non-zero of ``rows`` keeps, in a checkpoint:
+    each row's count and their columns (a run on another partition may hold other rows)."""
+    return {
+        RESIDUALS + "nonzeros": torch.from_numpy(np.diff(rows.indptr)),
+        RESIDUALS + "columns": torch.from_numpy(rows.indices.copy()),
+    }
+
+
 def resharded_residuals(
-    states: list[dict[str, torch.Tensor]], own_ids: torch.Tensor
+    states: list[dict[str, torch.Tensor]], own_ids: torch.Tensor, layout: int | SparseRowStore
 ) -> torch.Tensor | None:
     """The ``--error-feedback`` residuals of the rows of original ids ``own_ids`` from every old
-    rank's saved ones (``fetch_residuals.rows`` by ``fetch_residuals.node_ids``); None when the
-    checkpoint holds none. A row no old rank saved starts at zero."""
+    rank's saved ones (``fetch_residuals.rows`` by ``fetch_residuals.node_ids``): dense rows of
+    width ``layout``, or one per non-zero of the CSR rows ``layout`` (the own rows in order);
+    each old rank's kept dense rows or one per non-zero (``fetch_residuals.nonzeros`` a row,
+    at ``fetch_residuals.columns``). None when the checkpoint holds none. An entry no old rank
+    kept starts at zero."""
     saved = [state for state in states if RESIDUALS + "rows" in state]
     if not saved:
         return None
-    ids = torch.cat([state[RESIDUALS + "node_ids"] for state in saved])
-    rows = torch.cat([state[RESIDUALS + "rows"] for state in saved])
-    size = max(int(ids.max()) if ids.numel() else -1, int(own_ids.max()) if own_ids.numel() else -1)
-    by_id = rows.new_zeros((size + 1, rows.shape[1]))
-    by_id[ids] = rows
-    return by_id[own_ids]
+    # each own row's (local) index by original id, in id order
+    own_order = torch.argsort(own_ids)
+    own_sorted = own_ids[own_order]
+    sparse = isinstance(layout, SparseRowStore)
+    if sparse:
+        width = layout.width
+        own_row_E = torch.repeat_interleave(
+            torch.arange(own_ids.shape[0]), torch.from_numpy(np.diff(layout.indptr))
+        )
+        own_column_E = torch.from_numpy(layout.indices).long()
+        # own (row, column) keys ascending: rows in order, each row's columns ascending
+        own_keys_E = own_row_E * width + own_column_E
+        out = torch.zeros(own_keys_E.shape[0])
+    else:
+        width = layout
+        out = torch.zeros((own_ids.shape[0], width))
+    if not own_ids.numel():
+        return out
+    for state in saved:
+        table, ids = state[RESIDUALS + "rows"], state[RESIDUALS + "node_ids"]
+        at = torch.searchsorted(own_sorted, ids).clamp(max=own_ids.shape[0] - 1)
+        own = own_sorted[at] == ids
+        local = own_order[at]  # the own row of each saved row (where ``own``)
+        if table.dim() == 2 and not sparse:  # dense rows to dense rows
+            out[local[own]] = table[own]
+        elif table.dim() == 2:  # each own non-zero from its row's saved dense row
+            saved_row = torch.full((own_ids.shape[0],), -1, dtype=torch.int64)
+            saved_row[local[own]] = torch.nonzero(own)[:, 0]
+            row_E = saved_row[own_row_E]
+            has = row_E >= 0
+            out[has] = table[row_E[has], own_column_E[has]]
+        else:  # one per saved non-zero: each to the own entry at its row and column
+            row_E = torch.repeat_interleave(
+                torch.arange(ids.shape[0]), state[RESIDUALS + "nonzeros"]
+            )
+            kept = own[row_E]
+            local_E = local[row_E[kept]]
+            column_E = state[RESIDUALS + "columns"].long()[kept]
+            values_E = table[kept]
+            if not sparse:
+                out[local_E, column_E] = values_E
+                continue
+            keys = local_E * width + column_E
+            at = torch.searchsorted(own_keys_E, keys).clamp(max=max(own_keys_E.shape[0] - 1, 0))
+            match = own_keys_E[at] == keys if own_keys_E.numel() else keys < 0
+            out[at[match]] = values_E[match]
+    return out
 
 
 def _section(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
