@@ -27,12 +27,16 @@ operations a distributed full-graph training step is made of, on the graph being
   on a 20,000-node graph), so the plan takes these for every worker count above one.
 * **crowding** (only where a plan puts as many workers on a machine as it has cores, or more):
   that many worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms)
-  and an empty all-to-all, in lockstep as mini-batch workers are; what a round takes beyond the
-  bursts' CPU time shared fairly over the cores and the link's latency is what each collective
-  call costs them: a worker waits at it for peers the OS has descheduled (measured: about 1.5 ms
-  per call with 3 or 4 workers on 2 cores, where fair sharing predicts none, and 0.05-2 ms with
-  2 workers on 2 cores, whose other threads, the prefetch thread and gloo's, and the OS's
-  processes take cores from them too).
+  and an empty all-to-all, in lockstep as mini-batch workers are, in blocks alternating with
+  blocks of the bursts alone (every worker bursting at once, no collective: the cores' fair
+  share, measured under the same load); what a round takes beyond the burst alone and the
+  link's latency is what each collective call costs them: a worker waits at it for peers the
+  OS has descheduled (measured, 5 probes each: 1.9-2.7 ms per call with 4 workers on 2 cores
+  between bursts of 0.2-1 ms, 3.9-6.6 ms between bursts of 4-16 ms, where fair sharing
+  predicts none; 0.6-1.3 and 0.9-6.8 ms with 2 workers on 2 cores, whose other threads, the
+  prefetch thread and gloo's, and the OS's processes take cores from them too; a fair share
+  computed from a product time taken before the workers started put the 16 ms bursts' excess
+  at 0-27 ms, BENCHMARKS 32n).
 * **a crowded step** (where mini-batch training is planned, at the same worker counts): that many
   workers each run the planned model's training step on a sampled batch, its gradients
   all-reduced after it, in lockstep; what a step takes against one worker's step alone, shared
@@ -686,9 +690,16 @@ def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
         torch.mm(a_KK, a_KK)
 
 
+CROWD_TRIALS = 4
+"""trials per burst of the crowding probe, each a block of rounds in lockstep and one of the
+bursts alone, in turn"""
+
+
 def _probe_crowd(matmuls: list[int], rounds: list[int]) -> list[float]:
     """Worker of the crowding probe: per burst (a number of 64 x 64 products on one thread),
-    the mean seconds of a round (the burst, then an empty all-to-all), rank 0's."""
+    what a round (the burst, then an empty all-to-all) takes rank 0 beyond the burst alone,
+    every worker bursting at once without the collective (the cores' fair share, as measured
+    there and then), in seconds; the two timed in :data:`CROWD_TRIALS` alternating blocks."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.distributed.context import init_distributed, shutdown
 
@@ -704,11 +715,26 @@ def _probe_crowd(matmuls: list[int], rounds: list[int]) -> list[float]:
             for _ in range(3):  # warm-up rounds
                 _burst(n, a_KK)
                 comm.all_to_all(empty, "probe", recv_counts=counts)
-            start = time.perf_counter()
-            for _ in range(repeats):
-                _burst(n, a_KK)
-                comm.all_to_all(empty, "probe", recv_counts=counts)
-            out.append((time.perf_counter() - start) / repeats)
+            per_trial = max(1, repeats // CROWD_TRIALS)
+            lockstep = alone = 0.0
+            # Both timed here, in alternating blocks: the fair share a round's burst gets is
+            # measured under the same load, clock and cores as the rounds in lockstep, so the
+            # machine's drift between calibrations (and within one) cancels out of the excess;
+            # a fair share computed from a product time taken elsewhere varied by more than
+            # the excess itself (0-8 ms a 16 ms burst with 2 workers on 2 cores).
+            for _ in range(CROWD_TRIALS):
+                ctx.barrier("probe")
+                start = time.perf_counter()
+                for _ in range(per_trial):
+                    _burst(n, a_KK)
+                    comm.all_to_all(empty, "probe", recv_counts=counts)
+                lockstep += time.perf_counter() - start
+                ctx.barrier("probe")
+                start = time.perf_counter()
+                for _ in range(per_trial):
+                    _burst(n, a_KK)
+                alone += time.perf_counter() - start
+            out.append((lockstep - alone) / (per_trial * CROWD_TRIALS))
         return out
     finally:
         shutdown()
@@ -725,12 +751,10 @@ def measure_crowding(per_host: int, cores: int, latency_s: float) -> dict[float,
         product_s = _seconds(lambda: _burst(200, a_KK)) / 200
     matmuls = [max(1, round(burst / product_s)) for burst in CROWD_BURSTS]
     rounds = [max(20, min(200, round(0.3 / (burst * per_host / cores)))) for burst in CROWD_BURSTS]
-    # each burst about 0.3 s of rounds (20 at least): the short bursts' rounds vary most
-    seconds = launch_local(_probe_crowd, (matmuls, rounds), nprocs=per_host, timeout_s=300)[0]
-    return {
-        float(n * product_s): max(0.0, t - n * product_s * per_host / cores - latency_s)
-        for n, t in zip(matmuls, seconds)
-    }
+    # each burst about 0.3 s of rounds in lockstep (20 at least; as long again alone): the short
+    # bursts' rounds vary most
+    excess = launch_local(_probe_crowd, (matmuls, rounds), nprocs=per_host, timeout_s=300)[0]
+    return {float(n * product_s): max(0.0, t - latency_s) for n, t in zip(matmuls, excess)}
 
 
 def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int) -> list[float]:
