@@ -721,7 +721,8 @@ def _probe_crowd(matmuls: list[int], rounds: list[int]) -> list[float]:
             # measured under the same load, clock and cores as the rounds in lockstep, so the
             # machine's drift between calibrations (and within one) cancels out of the excess;
             # a fair share computed from a product time taken elsewhere varied by more than
-            # the excess itself (0-8 ms a 16 ms burst with 2 workers on 2 cores).
+            # the excess itself (a 16 ms burst's excess read 1.6-16 ms with 2 workers on 2
+            # cores, 0-27 ms with 4; BENCHMARKS 32n).
             for _ in range(CROWD_TRIALS):
                 ctx.barrier("probe")
                 start = time.perf_counter()

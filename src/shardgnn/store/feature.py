@@ -12,6 +12,7 @@ import numba
 import numpy as np
 import torch
 
+from shardgnn.graph.csr import concat_ranges
 from shardgnn.graph.features import normalize_features, stored_sparse
 
 
@@ -452,11 +453,7 @@ class SparseRowStore(FeatureStore):
         """Where rows ``ids``' non-zeros sit in :attr:`values` (int64), one row after the other
         as :meth:`nonzeros_into` writes them."""
         starts = self.indptr[ids]
-        counts = self.indptr[ids + 1] - starts
-        # each entry: its row's start, plus its rank among the entries written before it, less
-        # the entries of the rows before its row
-        shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
-        return shift + np.arange(shift.shape[0], dtype=np.int64)
+        return concat_ranges(starts, self.indptr[ids + 1] - starts)
 
     def nonzeros_into(self, ids: np.ndarray, indices_out: np.ndarray, values_out: np.ndarray):
         """Rows ``ids``' non-zeros one row after the other, their columns into ``indices_out``
