@@ -111,6 +111,27 @@ def test_distributed_full_graph_equals_single_process(
     assert all(r is None or r["epochs"] == results[0]["epochs"] for r in results[1:])
 
 
+def _input_is_sparse(ctx, config):
+    from shardgnn.train.fullgraph import DistFullNodeSteps
+
+    return DistFullNodeSteps(config, ctx).x.is_sparse
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_mostly_zero_features_are_read_sparse_and_train_as_one_process(tmp_path_factory):
+    """Bag-of-words rows (3 % non-zero) are read from the part files as their non-zeros, a row
+    group of two parts (1.5D) one after the other, and train as one process does."""
+    graph = generate(SyntheticConfig(nodes=600, degree=8, classes=4, features=200, seed=3))
+    x = graph.x.copy()
+    x[np.random.default_rng(0).random(x.shape) >= 0.03] = 0.0
+    bag = dataclasses.replace(graph, x=x)
+    path = _parts(tmp_path_factory, bag, 4, "metis")
+    config = _config(path, "sage", FullGraphConfig(spmm="1.5d", replication=2))
+    assert run_workers(_input_is_sparse, 4, config) == [True] * 4
+    _assert_same_run(_reference(bag, config), run_workers(_train_dist, 4, config)[0])
+
+
 def _count_spmm_bytes(ctx, config):
     from shardgnn.train.fullgraph import DistFullNodeSteps
 

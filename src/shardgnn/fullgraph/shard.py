@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +27,11 @@ import torch.distributed as dist
 from shardgnn.distributed.comm import Communicator
 from shardgnn.errors import ConfigError
 from shardgnn.graph.csr import label_dtype
-from shardgnn.nn.functional import to_sparse_if_sparse
+from shardgnn.graph.features import stored_sparse
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
 from shardgnn.partition.vertexcut import most_square
-from shardgnn.store.feature import advise_random
+from shardgnn.store.feature import advise_random, csr_rows, dense_rows, nonzero_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,6 +272,16 @@ class FullGraphShard:
     edge_part: np.ndarray | None = None
     """int32 ``[e]`` the part computing each in-edge, in ``indices`` order (a row group of one
     part of a vertex-cut partition: :mod:`shardgnn.partition.vertexcut`), else None"""
+    x_parts: tuple[np.ndarray, ...] = ()
+    """the held rows' features as stored, part after part (memory maps, not read; empty: none):
+    what :func:`input_rows` reads a chunk at a time"""
+
+    @property
+    def num_features(self) -> int:
+        """The feature width (0: no features)."""
+        if self.x is not None:
+            return int(self.x.shape[1])
+        return int(self.x_parts[0].shape[1]) if self.x_parts else 0
 
     @property
     def num_rows(self) -> int:
@@ -322,6 +334,7 @@ def load_shard(
     need_labels: bool = True,
     data: bool = True,
     mapped_features: bool = False,
+    read_features: bool = True,
 ) -> FullGraphShard:
     """Load this rank's row group from a partition directory and fetch its halo's degrees.
 
@@ -331,7 +344,9 @@ def load_shard(
     empty): link-prediction inference with learnable rows needs neither. Without ``data`` none
     are read: the adjacency of the row group only (what 2D's SpMM multiplies). With
     ``mapped_features`` a row group of one part keeps its float32 features as the read-only memory
-    map of the partition file (layer-wise inference reads them chunk by chunk).
+    map of the partition file (layer-wise inference reads them chunk by chunk). Without
+    ``read_features`` ``x`` is None and the features are left in the part files
+    (:attr:`FullGraphShard.x_parts`) for :func:`input_rows`.
 
     Raises:
         ConfigError: the directory's part count differs from the number of ranks, or it has no
@@ -403,7 +418,7 @@ def load_shard(
         degree=np.concatenate([own_degree, halo_degree]).astype(np.int64),
         x=(
             None
-            if not has_x
+            if not has_x or not read_features
             else _mapped(parts[0].x)
             if mapped_features and len(parts) == 1 and parts[0].x.dtype == np.float32
             else np.concatenate([np.asarray(part.x, dtype=np.float32) for part in parts])
@@ -426,19 +441,35 @@ def load_shard(
             if len(parts) == 1 and parts[0].edge_part is not None
             else None
         ),
+        x_parts=tuple(part.x for part in parts) if has_x else (),
     )
 
 
-def sparse_if_graph_sparse(x_NF: torch.Tensor, comm: Communicator) -> torch.Tensor:
-    """This rank's input rows ``x_NF`` as a sparse COO copy where the whole graph's rows are
-    mostly zero (:func:`~shardgnn.nn.functional.to_sparse_if_sparse` on the graph's counts), else
-    ``x_NF``: one choice for the whole graph, as one process makes it, whatever the density of
-    this rank's own rows (or none). A collective (stage ``setup``)."""
+def input_rows(
+    x_parts: Sequence[np.ndarray],
+    feature_norm: str,
+    comm: Communicator,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
+    """This rank's input rows: its held rows' features as stored, part after part
+    (:attr:`FullGraphShard.x_parts`, as :func:`load_shard` leaves them without
+    ``read_features``), normalised by ``feature_norm`` row by row and read a chunk at a time: a
+    coalesced sparse COO tensor where the whole graph's rows are mostly zero
+    (:func:`~shardgnn.graph.features.stored_sparse` of the graph's counts: one choice for every
+    rank, the one one process makes, whatever the density of this rank's own rows), else dense
+    float32. Sparse rows are built from the chunks, never from the dense matrix (read whole, then
+    normalised into a second copy, before this). A collective (stage ``setup``)."""
     counts = torch.tensor(
-        [float(torch.count_nonzero(x_NF)), float(x_NF.numel())], dtype=torch.float64
+        [
+            float(nonzero_count(x_parts, chunk_rows)),
+            float(sum(math.prod(part.shape) for part in x_parts)),
+        ],
+        dtype=torch.float64,
     )
     comm.all_reduce(counts, "setup")
-    return to_sparse_if_sparse(x_NF, graph_counts=(int(counts[0]), int(counts[1])))
+    if stored_sparse(int(counts[0]), int(counts[1])):
+        return csr_rows(x_parts, feature_norm, chunk_rows).to_sparse()
+    return torch.from_numpy(dense_rows(x_parts, feature_norm, chunk_rows))
 
 
 def shard_from_graph(graph) -> FullGraphShard:
@@ -468,6 +499,7 @@ def shard_from_graph(graph) -> FullGraphShard:
         halo_counts=np.zeros(1, dtype=np.int64),
         degree=_non_loop_degree(indptr, indices, 0),
         x=graph.x,
+        x_parts=() if graph.x is None else (graph.x,),
         y=empty if graph.y is None else np.asarray(graph.y, dtype=label_dtype(graph.label_kind)),
         splits=splits,
         num_classes=int(graph.num_classes),

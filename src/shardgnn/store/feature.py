@@ -7,6 +7,7 @@ from __future__ import annotations
 import abc
 import math
 import mmap
+from collections.abc import Iterator, Sequence
 
 import numba
 import numpy as np
@@ -168,21 +169,28 @@ def advise_random(array: np.ndarray) -> bool:
     return _advise(array, "MADV_RANDOM")
 
 
-def release_pages(array: np.ndarray) -> bool:
-    """Drop the pages of the memory map under ``array`` from this process's resident set
+def release_pages(array: np.ndarray, only_these: bool = False) -> bool:
+    """Drop the pages of the memory map under ``array`` (``only_these``: only the pages holding
+    ``array``'s own bytes, a contiguous slice of the map) from this process's resident set
     (``madvise(MADV_DONTNEED)``; a read-only map: they stay in the page cache, and a later read
-    faults them back in). After a pass over a whole part file, e.g. to copy its rows, those pages
+    faults them back in). After a pass over a part file, e.g. to copy its rows, those pages
     otherwise stay counted in the process's memory (570 MB for a coauthor-physics part), though
     no row is read from them again. Returns whether the advice was given."""
-    return _advise(array, "MADV_DONTNEED")
+    return _advise(array, "MADV_DONTNEED", only_these)
 
 
-def _advise(array: np.ndarray, advice: str) -> bool:
+def _advise(array: np.ndarray, advice: str, only_these: bool = False) -> bool:
     mapping = getattr(array, "_mmap", None)  # np.memmap (and its views) keep their mmap.mmap
     if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, advice):
         return False
     try:
-        mapping.madvise(getattr(mmap, advice))
+        if not only_these:
+            mapping.madvise(getattr(mmap, advice))
+        elif array.nbytes:
+            assert array.flags.c_contiguous, "a slice of rows of the map"
+            start = array.ctypes.data - np.frombuffer(mapping, np.uint8).ctypes.data
+            first = start - start % mmap.PAGESIZE  # madvise takes whole pages
+            mapping.madvise(getattr(mmap, advice), first, start + array.nbytes - first)
     except (OSError, ValueError):  # a closed map, or a kernel that refuses
         return False
     return True
@@ -469,42 +477,86 @@ class SparseRowStore(FeatureStore):
 
 
 def rows_in_memory(
-    array: np.ndarray, feature_norm: str, allow_sparse: bool = True, chunk_rows: int = 65536
+    array: np.ndarray, feature_norm: str, allow_sparse: bool = True, chunk_rows: int | None = None
 ) -> LocalFeatureStore | SparseRowStore:
     """A store of ``array``'s rows (e.g. a memory-mapped part file) read into RAM, normalised by
     ``feature_norm`` (row by row, so chunk by chunk): a :class:`SparseRowStore` when at most
     :data:`~shardgnn.graph.features.SPARSE_MAX_DENSITY` of the entries are non-zero (and
     ``allow_sparse``), as full-graph training decides, else a dense one; the CSR one is built a
     chunk at a time, never holding the dense matrix. Gathered rows are the same bit for bit."""
-    assert feature_norm != "standard", "column statistics are not a row-by-row normalisation"
     n, width = array.shape[0], math.prod(array.shape[1:])
-    starts = range(0, n, chunk_rows)
-    nonzeros = sum(int(np.count_nonzero(array[start : start + chunk_rows])) for start in starts)
-    if array.ndim != 2 or not allow_sparse or not stored_sparse(nonzeros, n * width):
-        dense = LocalFeatureStore(normalize_features(np.array(array, np.float32), feature_norm))
-        release_pages(array)
-        return dense
+    if array.ndim != 2 or not allow_sparse or not stored_sparse(nonzero_count(array), n * width):
+        return LocalFeatureStore(dense_rows(array, feature_norm, chunk_rows))
     return csr_rows(array, feature_norm, chunk_rows)
 
 
+RowArrays = np.ndarray | Sequence[np.ndarray]
+"""Feature rows as stored: one ``[N, ...]`` array (e.g. a memory-mapped part file), or several
+read one after the other (a row group's parts)."""
+
+
+CHUNK_BYTES = 1 << 24
+"""What a chunk of stored rows holds when read (as float32), unless told its rows: 16 MB, 500 rows
+of coauthor-physics' 8,415 columns."""
+
+
+def _row_chunks(arrays: RowArrays, chunk_rows: int | None) -> Iterator[np.ndarray]:
+    """``arrays``' rows a chunk at a time as stored: ``chunk_rows`` rows, or None: about
+    :data:`CHUNK_BYTES`. A memory map's pages are released once their chunk is consumed, so the
+    process never holds a whole part file's pages (nor a whole part as float32)."""
+    for array in [arrays] if isinstance(arrays, np.ndarray) else arrays:
+        step = chunk_rows or max(1, CHUNK_BYTES // max(1, 4 * math.prod(array.shape[1:])))
+        for start in range(0, array.shape[0], step):
+            chunk = array[start : start + step]
+            yield chunk
+            release_pages(chunk, only_these=True)
+
+
+def _num_rows(arrays: RowArrays) -> int:
+    return sum(a.shape[0] for a in ([arrays] if isinstance(arrays, np.ndarray) else arrays))
+
+
+def nonzero_count(arrays: RowArrays, chunk_rows: int | None = None) -> int:
+    """The non-zero entries of ``arrays``' rows, read a chunk at a time."""
+    return sum(int(np.count_nonzero(chunk)) for chunk in _row_chunks(arrays, chunk_rows))
+
+
+def dense_rows(arrays: RowArrays, feature_norm: str, chunk_rows: int | None = None) -> np.ndarray:
+    """``arrays``' rows as one float32 ``[N, ...]`` array in RAM, normalised by ``feature_norm``
+    row by row, a chunk at a time (one copy, never a normalised second one; bit for bit
+    :func:`~shardgnn.graph.features.normalize_features` of the whole)."""
+    assert feature_norm != "standard", "column statistics are not a row-by-row normalisation"
+    first = arrays if isinstance(arrays, np.ndarray) else arrays[0]
+    out = np.empty((_num_rows(arrays), *first.shape[1:]), np.float32)
+    row = 0
+    for chunk in _row_chunks(arrays, chunk_rows):
+        out[row : row + chunk.shape[0]] = normalize_features(chunk, feature_norm)
+        row += chunk.shape[0]
+    return out
+
+
 def csr_rows(
-    array: np.ndarray, feature_norm: str, chunk_rows: int = 65536, sparse_batches: bool = False
+    arrays: RowArrays,
+    feature_norm: str,
+    chunk_rows: int | None = None,
+    sparse_batches: bool = False,
 ) -> SparseRowStore:
-    """``array``'s rows (``[N, F]``, e.g. a memory map) normalised by ``feature_norm`` row by
-    row, held as CSR, built a chunk at a time (never the dense matrix whole);
-    ``sparse_batches``: :class:`SparseRowStore`'s."""
-    n, width = array.shape
-    indptr = np.zeros(n + 1, np.int64)
+    """``arrays``' rows (``[N, F]``) normalised by ``feature_norm`` row by row, held as CSR,
+    built a chunk at a time (never the dense matrix whole); ``sparse_batches``:
+    :class:`SparseRowStore`'s."""
+    assert feature_norm != "standard", "column statistics are not a row-by-row normalisation"
+    first = arrays if isinstance(arrays, np.ndarray) else arrays[0]
+    indptr = np.zeros(_num_rows(arrays) + 1, np.int64)
     indices, values = [], []
-    for start in range(0, n, chunk_rows):
-        chunk = normalize_features(np.asarray(array[start : start + chunk_rows], np.float32),
-                                   feature_norm)  # fmt: skip
+    row = 0
+    for stored in _row_chunks(arrays, chunk_rows):
+        chunk = normalize_features(np.asarray(stored, np.float32), feature_norm)
         chunk_indptr, chunk_indices, chunk_values = dense_rows_as_csr(chunk)
-        indptr[start + 1 : start + 1 + chunk.shape[0]] = np.diff(chunk_indptr)
+        indptr[row + 1 : row + 1 + chunk.shape[0]] = np.diff(chunk_indptr)
+        row += chunk.shape[0]
         indices.append(chunk_indices)
         values.append(chunk_values)
     np.cumsum(indptr, out=indptr)
-    release_pages(array)
     indices_K = np.concatenate([np.zeros(0, np.int32), *indices])
     values_K = np.concatenate([np.zeros(0, np.float32), *values])
-    return SparseRowStore(indptr, indices_K, values_K, width, sparse_batches)
+    return SparseRowStore(indptr, indices_K, values_K, first.shape[1], sparse_batches)

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 
 from shardgnn.distributed.codec import make_codec
@@ -27,12 +26,11 @@ from shardgnn.fullgraph.config import DEPENDENCY_MODELS, GRID_VARIANTS
 from shardgnn.fullgraph.shard import (
     Grid,
     grid_of,
+    input_rows,
     load_shard,
     make_grid_groups,
-    sparse_if_graph_sparse,
 )
 from shardgnn.fullgraph.spmm import DistFullGraph
-from shardgnn.graph.features import normalize_features
 from shardgnn.nn.models import build_model
 from shardgnn.nn.targets import CommReducer, target_of_labels
 from shardgnn.precision import precision_context
@@ -113,6 +111,7 @@ class DistFullGraphSteps(DistSteps):
             ctx.rank,
             self.spmm_comm,
             need_labels=need_labels,
+            read_features=False,
         )
         block = (
             load_shard(self.pset.path, self.grid, ctx.rank, self.spmm_comm, data=False)
@@ -139,14 +138,10 @@ class DistFullGraphSteps(DistSteps):
             error_feedback=config.error_feedback,
             block=block,
         )
-        x = torch.from_numpy(
-            np.ascontiguousarray(
-                normalize_features(self.shard.x, config.feature_norm), dtype=np.float32
-            )
-        )
         # stored sparse or dense: one choice for the whole graph (the two layouts fetch remote
         # rows through different collectives, --dependencies)
-        self.x = sparse_if_graph_sparse(x, self.main_comm).to(ctx.device)
+        x = input_rows(self.shard.x_parts, config.feature_norm, self.main_comm)
+        self.x = x.to(ctx.device)
         # --dependencies cache/hybrid extends the rows once the model is known
         self._x_own: torch.Tensor | None = x if full.dependencies != "communicate" else None
 
@@ -177,8 +172,8 @@ class DistFullGraphSteps(DistSteps):
             from shardgnn.fullgraph.rates import read_rates
 
             mean_nnz = None
-            if self.x.is_sparse:  # each own row's non-zeros: its stored entries
-                row_nnz = self.x.cpu().coalesce().indices()[0].bincount(minlength=x_own.shape[0])
+            if x_own.is_sparse:  # each own row's non-zeros: its stored entries
+                row_nnz = x_own.coalesce().indices()[0].bincount(minlength=x_own.shape[0])
                 mean_nnz = float(row_nnz.sum()) / max(1, x_own.shape[0])
             dims = [x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
             costs = dependency_costs(
@@ -193,8 +188,7 @@ class DistFullGraphSteps(DistSteps):
                 nonzeros = row_nnz.numpy()
         self.graph.set_dependencies(self.model.num_layers, costs, nonzeros)
         # sparse features travel as their non-zeros
-        own = self.x.cpu() if self.x.is_sparse else x_own
-        self.x = self.graph.dependency_rows(own).to(self.ctx.device)
+        self.x = self.graph.dependency_rows(x_own).to(self.ctx.device)
 
     def _model_edge_dim(self) -> int:
         """The width of the edge rows the model reads from this rank's shard (0: none; a model
@@ -311,7 +305,7 @@ class DistFullNodeSteps(DistFullGraphSteps):
         self.target.fit_labels(y_train, lambda values: self.sum(values, "setup"))
         edge_dim = self._model_edge_dim()
         self._set_model(
-            lambda: build_model(config.model, shard.x.shape[1], self.target.out_dim, edge_dim),
+            lambda: build_model(config.model, shard.num_features, self.target.out_dim, edge_dim),
             self.target.out_dim,
         )
 
@@ -355,5 +349,5 @@ class DistFullNodeSteps(DistFullGraphSteps):
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
         return partition_dataset_record(
-            self.pset, int(self.shard.x.shape[1]), self.num_classes, self.split_sizes
+            self.pset, self.shard.num_features, self.num_classes, self.split_sizes
         )

@@ -72,7 +72,7 @@ class DistFullLinkSteps(DistFullGraphSteps):
         self.last_metrics: dict[str, dict[str, float]] = {}
         edge_dim = self._model_edge_dim()
         self._set_model(
-            lambda: build_link_model(config, self.shard.x.shape[1], edge_dim=edge_dim),
+            lambda: build_link_model(config, self.shard.num_features, edge_dim=edge_dim),
             config.link.out_dim,
         )
 
@@ -124,9 +124,7 @@ class DistFullLinkSteps(DistFullGraphSteps):
 
     # ------------------------------------------------------------------ results
     def dataset_info(self) -> dict[str, Any]:
-        record = partition_dataset_record(
-            self.pset, int(self.shard.x.shape[1]), 0, self.split.sizes()
-        )
+        record = partition_dataset_record(self.pset, self.shard.num_features, 0, self.split.sizes())
         record["symmetric"] = self.split.symmetric
         return record
 

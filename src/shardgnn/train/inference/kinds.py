@@ -20,7 +20,7 @@ from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.errors import ConfigError
 from shardgnn.fullgraph.inference import LayerwiseInference
-from shardgnn.fullgraph.shard import Grid, load_shard, sparse_if_graph_sparse
+from shardgnn.fullgraph.shard import Grid, input_rows, load_shard
 from shardgnn.graph.features import normalize_features
 from shardgnn.nn.config import EDGE_FEATURE_MODELS, WALK_MODELS, is_user_model
 from shardgnn.nn.functional import is_sparse
@@ -49,9 +49,15 @@ def _split_rows(weights) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     return {k: v for k, v in weights.items() if not k.startswith("embedding.")}, rows
 
 
-def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.Tensor:
+def _input_rows(
+    config: TrainConfig, shard, rows: torch.Tensor | None, comm: Communicator
+) -> torch.Tensor:
     """The held nodes' input: the features, then their learnable rows (kept in original id order
-    by the checkpoint)."""
+    by the checkpoint). Features left in the part files (:func:`infer_homogeneous` reads them
+    sparse) are read by :func:`~shardgnn.fullgraph.shard.input_rows`: sparse where the graph's
+    rows are mostly zero (a collective)."""
+    if shard.x is None and shard.x_parts:
+        return input_rows(shard.x_parts, config.feature_norm, comm)
     parts = []
     if shard.x is not None:
         x = normalize_features(shard.x, config.feature_norm)
@@ -65,10 +71,12 @@ def _input_rows(config: TrainConfig, shard, rows: torch.Tensor | None) -> torch.
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
-def _node_model(config: TrainConfig, shard, weights, checkpoint: Path, edge_dim: int = 0):
+def _node_model(
+    config: TrainConfig, shard, weights, checkpoint: Path, comm: Communicator, edge_dim: int = 0
+):
     """The node classifier and its input rows (``edge_dim``: the edge features' width)."""
     weights, rows = _split_rows(weights)
-    num_features = 0 if shard.x is None else shard.x.shape[1]
+    num_features = shard.num_features
     target = target_of_labels(shard.label_kind, shard.y, shard.num_classes)
     in_dim = num_features + config.embedding.dim
     model = build_model(config.model, in_dim, target.out_dim, edge_dim)
@@ -78,19 +86,21 @@ def _node_model(config: TrainConfig, shard, weights, checkpoint: Path, edge_dim:
         else f"{target.out_dim} {target.label_kind} outputs"
     )
     load_weights_into(model, weights, checkpoint, f"{num_features} features and {outputs}")
-    return model, _input_rows(config, shard, rows)
+    return model, _input_rows(config, shard, rows, comm)
 
 
-def _link_model(config: TrainConfig, shard, weights, checkpoint: Path, edge_dim: int = 0):
+def _link_model(
+    config: TrainConfig, shard, weights, checkpoint: Path, comm: Communicator, edge_dim: int = 0
+):
     """The link model (its encoder and predictor) and its input rows (``edge_dim``: the edge
     features' width)."""
     from shardgnn.train.link import build_link_model
 
     weights, rows = _split_rows(weights)
-    num_features = 0 if shard.x is None else shard.x.shape[1]
+    num_features = shard.num_features
     model = build_link_model(config, num_features, edge_dim=edge_dim)
     load_weights_into(model, weights, checkpoint, f"{num_features} features")
-    return model, _input_rows(config, shard, rows)
+    return model, _input_rows(config, shard, rows, comm)
 
 
 @torch.no_grad()
@@ -178,6 +188,13 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
     link = config.task == "link"
     weights = load_model_weights(checkpoint)
     comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
+    blockwise = is_user_model(config.model.model) or config.model.model in EDGE_FEATURE_MODELS
+    # mostly-zero rows (bag-of-words): the first layer multiplies their non-zeros, as training's
+    # sparse batches do (coauthor-physics: 8x faster than the dense product); the graph's density
+    # decides for every rank alike, and the rows are read from the part files as non-zeros
+    reads_sparse = (
+        not blockwise and run.feature_storage != "disk" and sparse_batches_apply(config, ctx.device)
+    )
     shard = load_shard(
         partitions,
         Grid(ctx.world_size, 1),
@@ -186,17 +203,18 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
         need_features=not config.embedding.enabled,
         need_labels=not link,
         mapped_features=run.feature_storage == "disk",
+        read_features=not reads_sparse,
     )
     target = None if link else target_of_labels(shard.label_kind, shard.y, shard.num_classes)
     width = pset.load_part(ctx.rank, verify=False).edge_dim
     edge_dim = model_edge_dim(config, width, str(partitions))
     if link:
-        model, x = _link_model(config, shard, weights, checkpoint, edge_dim)
+        model, x = _link_model(config, shard, weights, checkpoint, comm, edge_dim)
     else:
-        model, x = _node_model(config, shard, weights, checkpoint, edge_dim)
+        model, x = _node_model(config, shard, weights, checkpoint, comm, edge_dim)
     model.to(ctx.device)  # the layers run there; their inputs and halo rows move to it
     start = time.perf_counter()
-    if is_user_model(config.model.model) or config.model.model in EDGE_FEATURE_MODELS:
+    if blockwise:
         # a model of the user's own is a whole forward, not layers: full-neighbourhood blocks
         run_model = _blockwise(ctx, run, comm, x, min(chunk_rows, USER_MODEL_BATCH))
         if link:
@@ -215,11 +233,6 @@ def infer_homogeneous(ctx: DistContext, run: InferRun) -> dict[str, Any] | None:
             shard, ctx.rank, comm, chunk_rows=chunk_rows, device=ctx.device,
             halo_per_chunk=run.feature_storage == "disk",
         )  # fmt: skip
-        if run.feature_storage != "disk" and sparse_batches_apply(config, ctx.device):
-            # mostly-zero rows (bag-of-words): the first layer multiplies their non-zeros, as
-            # training's sparse batches do (coauthor-physics: 8x faster than the dense product);
-            # the graph's density decides for every rank alike
-            x = sparse_if_graph_sparse(x, comm)
         if link:
             _, embeddings = engine.run(model.encoder, x)  # what the predictor scores
             outputs = {"embeddings": embeddings}
