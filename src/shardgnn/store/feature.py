@@ -169,22 +169,23 @@ def advise_random(array: np.ndarray) -> bool:
     return _advise(array, "MADV_RANDOM")
 
 
-def release_pages(array: np.ndarray, only_these: bool = False) -> bool:
-    """Drop the pages of the memory map under ``array`` (``only_these``: only the pages holding
-    ``array``'s own bytes, a contiguous slice of the map) from this process's resident set
-    (``madvise(MADV_DONTNEED)``; a read-only map: they stay in the page cache, and a later read
-    faults them back in). After a pass over a part file, e.g. to copy its rows, those pages
+def release_pages(rows: np.ndarray) -> bool:
+    """Drop the pages holding ``rows`` (a contiguous slice of a memory map, or all of it) from
+    this process's resident set (``madvise(MADV_DONTNEED)``; a read-only map: they stay in the
+    page cache, and a later read faults them back in). Once read, e.g. copied, those pages
     otherwise stay counted in the process's memory (570 MB for a coauthor-physics part), though
     no row is read from them again. Returns whether the advice was given."""
-    return _advise(array, "MADV_DONTNEED", only_these)
+    return _advise(rows, "MADV_DONTNEED", only_rows=True)
 
 
-def _advise(array: np.ndarray, advice: str, only_these: bool = False) -> bool:
+def _advise(array: np.ndarray, advice: str, only_rows: bool = False) -> bool:
+    """``madvise`` the memory map under ``array``: all of it, or ``only_rows``: the pages holding
+    ``array``'s own bytes."""
     mapping = getattr(array, "_mmap", None)  # np.memmap (and its views) keep their mmap.mmap
     if mapping is None or not hasattr(mapping, "madvise") or not hasattr(mmap, advice):
         return False
     try:
-        if not only_these:
+        if not only_rows:
             mapping.madvise(getattr(mmap, advice))
         elif array.nbytes:
             assert array.flags.c_contiguous, "a slice of rows of the map"
@@ -504,16 +505,16 @@ def _row_chunks(arrays: RowArrays, chunk_rows: int | None) -> Iterator[np.ndarra
     """``arrays``' rows a chunk at a time as stored: ``chunk_rows`` rows, or None: about
     :data:`CHUNK_BYTES`. A memory map's pages are released once their chunk is consumed, so the
     process never holds a whole part file's pages (nor a whole part as float32)."""
-    for array in [arrays] if isinstance(arrays, np.ndarray) else arrays:
+    for array in _parts(arrays):
         step = chunk_rows or max(1, CHUNK_BYTES // max(1, 4 * math.prod(array.shape[1:])))
         for start in range(0, array.shape[0], step):
             chunk = array[start : start + step]
             yield chunk
-            release_pages(chunk, only_these=True)
+            release_pages(chunk)
 
 
-def _num_rows(arrays: RowArrays) -> int:
-    return sum(a.shape[0] for a in ([arrays] if isinstance(arrays, np.ndarray) else arrays))
+def _parts(arrays: RowArrays) -> list[np.ndarray]:
+    return [arrays] if isinstance(arrays, np.ndarray) else list(arrays)
 
 
 def nonzero_count(arrays: RowArrays, chunk_rows: int | None = None) -> int:
@@ -526,10 +527,10 @@ def dense_rows(arrays: RowArrays, feature_norm: str, chunk_rows: int | None = No
     row by row, a chunk at a time (one copy, never a normalised second one; bit for bit
     :func:`~shardgnn.graph.features.normalize_features` of the whole)."""
     assert feature_norm != "standard", "column statistics are not a row-by-row normalisation"
-    first = arrays if isinstance(arrays, np.ndarray) else arrays[0]
-    out = np.empty((_num_rows(arrays), *first.shape[1:]), np.float32)
+    parts = _parts(arrays)
+    out = np.empty((sum(a.shape[0] for a in parts), *parts[0].shape[1:]), np.float32)
     row = 0
-    for chunk in _row_chunks(arrays, chunk_rows):
+    for chunk in _row_chunks(parts, chunk_rows):
         out[row : row + chunk.shape[0]] = normalize_features(chunk, feature_norm)
         row += chunk.shape[0]
     return out
@@ -545,11 +546,11 @@ def csr_rows(
     built a chunk at a time (never the dense matrix whole); ``sparse_batches``:
     :class:`SparseRowStore`'s."""
     assert feature_norm != "standard", "column statistics are not a row-by-row normalisation"
-    first = arrays if isinstance(arrays, np.ndarray) else arrays[0]
-    indptr = np.zeros(_num_rows(arrays) + 1, np.int64)
+    parts = _parts(arrays)
+    indptr = np.zeros(sum(a.shape[0] for a in parts) + 1, np.int64)
     indices, values = [], []
     row = 0
-    for stored in _row_chunks(arrays, chunk_rows):
+    for stored in _row_chunks(parts, chunk_rows):
         chunk = normalize_features(np.asarray(stored, np.float32), feature_norm)
         chunk_indptr, chunk_indices, chunk_values = dense_rows_as_csr(chunk)
         indptr[row + 1 : row + 1 + chunk.shape[0]] = np.diff(chunk_indptr)
@@ -559,4 +560,4 @@ def csr_rows(
     np.cumsum(indptr, out=indptr)
     indices_K = np.concatenate([np.zeros(0, np.int32), *indices])
     values_K = np.concatenate([np.zeros(0, np.float32), *values])
-    return SparseRowStore(indptr, indices_K, values_K, first.shape[1], sparse_batches)
+    return SparseRowStore(indptr, indices_K, values_K, parts[0].shape[1], sparse_batches)
