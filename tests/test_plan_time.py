@@ -49,6 +49,31 @@ def _rates(cores: int = 2, link: float = 1e8) -> MachineRates:
     )
 
 
+def test_crowded_step_factor_pairs_each_lone_step_with_its_own_round():
+    """The machine's speed drifting between rounds (both readings of a round scaled alike) and
+    one lone step read 3x long (a neighbour's burst) leave the factor where it is: each round is
+    priced against its own lone step and the median drops the outlier. Taking one lone reading
+    for every round, as the probe did, gave anything from 1.0 (clamped) to 2.4."""
+    from shardgnn.fullgraph.rates import crowded_step_factor
+
+    per_host, cores, factor = 4, 2, 1.8
+    speeds = [1.0, 1.6, 0.8, 1.3, 1.1]
+    rounds = [(0.008 * s, 0.008 * s * factor * per_host / cores) for s in speeds]
+    assert crowded_step_factor(rounds, per_host, cores) == pytest.approx(factor)
+    rounds[2] = (3 * rounds[2][0], rounds[2][1])
+    assert crowded_step_factor(rounds, per_host, cores) == pytest.approx(factor)
+    # the all-reduce's latency and bytes taken off each crowded step; never below the share
+    extra = 0.002
+    shifted = [(alone, crowded + extra) for alone, crowded in rounds]
+    assert crowded_step_factor(shifted, per_host, cores, extra) == pytest.approx(factor)
+    assert crowded_step_factor([(0.01, 0.01)], per_host, cores) == 1.0
+    # against the first round's lone step alone: the drift moves the factor
+    first = rounds[0][0]
+    assert crowded_step_factor([(first, c) for _, c in rounds], per_host, cores) != (
+        pytest.approx(factor)
+    )
+
+
 def test_epoch_time_is_the_rates_times_the_counts(graph):
     """1d-sparse on 2 workers of one host, GCN 10 -> 16 -> 3: compute = the busiest worker's
     adjacency entries (in-edges and self-loops) x the SpMMs' seconds per entry (10 and 3 wide

@@ -40,7 +40,9 @@ operations a distributed full-graph training step is made of, on the graph being
 * **a crowded step** (where mini-batch training is planned, at the same worker counts): that many
   workers each run the planned model's training step on a sampled batch, its gradients
   all-reduced after it, in lockstep; what a step takes against one worker's step alone, shared
-  fairly over the cores, is the factor by which crowding stretches the steps (measured:
+  fairly over the cores, is the factor by which crowding stretches the steps: the median of
+  several rounds, each pairing a lone step with the crowded ones right after it, since a single
+  lone reading varied 2x between runs on a 2-core machine (BENCHMARKS 32q; measured:
   1.3-1.7x with 2, 3 or 4 workers on 2 cores; the steps of training runs there took 2-3x their
   fair share, whose workers also sample and fetch between steps, so the plan still
   under-predicts those runs, BENCHMARKS section 25c).
@@ -758,11 +760,19 @@ def measure_crowding(per_host: int, cores: int, latency_s: float) -> dict[float,
     return {float(n * product_s): max(0.0, t - latency_s) for n, t in zip(matmuls, excess)}
 
 
+CROWDED_STEP_ROUNDS = 7
+"""rounds of the crowded-step probe, each a step alone then the steps together: a lone step's
+time moved 7-16 ms between single readings on a 2-core machine, which moved the factor between
+1.0 (clamped) and 2.4 at 4 workers; a round's pair shares the machine's moment, and the plan
+takes their ratios' median (BENCHMARKS 32q)"""
+
+
 def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int) -> list[float]:
-    """Worker of the crowded-step probe: rank 0's seconds per training step on a batch of
-    ``size`` seeds alone (every other rank waiting at a barrier), then with every rank stepping
-    on its own batch, the gradients all-reduced after each backward, in lockstep; and the
-    model's parameter count: ``[alone, crowded, parameters]``."""
+    """Worker of the crowded-step probe: in each of :data:`CROWDED_STEP_ROUNDS` rounds, rank 0's
+    mean seconds per training step on a batch of ``size`` seeds alone (every other rank waiting
+    at a barrier), then with every rank stepping on its own batch, the gradients all-reduced
+    after each backward, in lockstep (``repeats`` steps each); and the model's parameter count:
+    ``[alone_1, crowded_1, alone_2, crowded_2, ..., parameters]``."""
     import torch.distributed as dist
 
     from shardgnn.distributed.context import init_distributed, shutdown
@@ -792,20 +802,40 @@ def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int)
             for p, reduced in zip(params, flat.split([p.numel() for p in params])):
                 p.grad.copy_(reduced.view_as(p))
 
-        ctx.barrier("probe")
-        alone = _seconds(_train_step(work, model, adam, sample, labels)) if ctx.rank == 0 else 0.0
-        ctx.barrier("probe")
+        def mean_seconds(fn: Callable[[], None]) -> float:
+            start = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            return (time.perf_counter() - start) / repeats
+
+        alone_step = _train_step(work, model, adam, sample, labels)
         crowded_step = _train_step(work, model, adam, sample, labels, reduce=all_reduce)
+        if ctx.rank == 0:
+            alone_step()  # warm-up
         for _ in range(3):  # warm-up steps
             crowded_step()
-        ctx.barrier("probe")
-        start = time.perf_counter()
-        for _ in range(repeats):
-            crowded_step()
-        crowded = (time.perf_counter() - start) / repeats
-        return [alone, crowded, float(sum(p.numel() for p in params))]
+        out: list[float] = []
+        for _ in range(CROWDED_STEP_ROUNDS):
+            ctx.barrier("probe")
+            out.append(mean_seconds(alone_step) if ctx.rank == 0 else 0.0)
+            ctx.barrier("probe")
+            out.append(mean_seconds(crowded_step))
+        return [*out, float(sum(p.numel() for p in params))]
     finally:
         shutdown()
+
+
+def crowded_step_factor(
+    rounds: list[tuple[float, float]], per_host: int, cores: int, extra_s: float = 0.0
+) -> float:
+    """The median over the probe's ``rounds`` (``(alone, crowded)`` seconds a step) of how many
+    times its fair share of the ``cores`` (the round's lone step times ``per_host / cores``) the
+    crowded step took, less ``extra_s`` (the all-reduce's latency and bytes, which the plan
+    counts apart); at least 1."""
+    factors = [
+        (crowded - extra_s) / max(alone * per_host / cores, 1e-12) for alone, crowded in rounds
+    ]
+    return max(1.0, statistics.median(factors))
 
 
 def measure_crowded_step(
@@ -814,7 +844,8 @@ def measure_crowded_step(
     """How many times their fair share of this machine's ``cores`` (one worker's step alone,
     times ``per_host / cores``) the planned training step and its gradient all-reduce take
     ``per_host`` workers stepping together, less the all-reduce's latency and bytes (the plan
-    counts those); at least 1. The batch: the smallest of the planned per-worker sizes."""
+    counts those); at least 1: :func:`crowded_step_factor` of the probe's rounds. The batch: the
+    smallest of the planned per-worker sizes."""
     import tempfile
 
     from shardgnn.distributed.launch import launch_local
@@ -825,12 +856,12 @@ def measure_crowded_step(
     with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
         for name in ("indptr", "indices", "x"):
             np.save(Path(tmp) / f"{name}.npy", np.asarray(getattr(work, name)))
-        alone, crowded, params = launch_local(
-            _probe_crowded_step, (tmp, step, size, 30), nprocs=per_host, timeout_s=300
+        *seconds, params = launch_local(
+            _probe_crowded_step, (tmp, step, size, 6), nprocs=per_host, timeout_s=300
         )[0]
     ring_s = 2 * (per_host - 1) / per_host * params * 4 / link_bytes_s
-    fair = alone * per_host / cores
-    return max(1.0, (crowded - latency_s - ring_s) / max(fair, 1e-12))
+    rounds = list(zip(seconds[0::2], seconds[1::2]))
+    return crowded_step_factor(rounds, per_host, cores, latency_s + ring_s)
 
 
 def fit_link(samples: list[list[float]]) -> tuple[float, float]:
