@@ -5,7 +5,9 @@ pulled), the sampling, fetch and
 historical bytes per epoch, the cache's and the tables' hit rates and the epoch time the plan
 predicts (rates calibrated here first, every worker on this machine) beside what a run with
 `--host-sharing off` measures (its per-epoch counters and epoch time without evaluation, epochs 2
-on); then per P the plan's pick against the measured fastest option.
+on); then per P the plan's pick against the measured fastest option. `--host-sharing auto`
+(training's default) plans and runs the workers reading each other's rows instead: no sampling
+or fetch collective, so exact rows and the historical options only.
 
     python benchmarks/bench_plan_minibatch.py --out benchmarks/out/plan_minibatch.json
 """
@@ -43,6 +45,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--historical", default="1:4", help="also plan and run --historical L:AGE ('': not)"
     )
+    parser.add_argument("--host-sharing", default="off", choices=("off", "auto"))
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "plan_minibatch.json"))
     args = parser.parse_args(argv)
     workers = [int(p) for p in args.workers.split(",")]
@@ -52,7 +55,7 @@ def main(argv=None) -> int:
         dataset=args.graph, workers=tuple(workers), model=args.model, hidden=args.hidden,
         layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
         cache_size=args.cache_size, calibrate=True, workers_per_host=max(workers),
-        historical=args.historical or None,
+        historical=args.historical or None, host_sharing=args.host_sharing,
     )  # fmt: skip
     print("calibrating", file=sys.stderr, flush=True)
     rates = machine_rates(plan, graph, args.batch_size)
@@ -73,6 +76,7 @@ def main(argv=None) -> int:
                     graph, owner, p, model=args.model, hidden=args.hidden, fanouts=fanouts,
                     batch_size=args.batch_size, cache_size=args.cache_size, rates=rates,
                     workers_per_host=p, historical=plan.historical,
+                    host_sharing=args.host_sharing == "auto",
                 )
             }  # fmt: skip
             for name, cost in costs.items():
@@ -80,8 +84,9 @@ def main(argv=None) -> int:
                 out = Path(tmp) / f"{p}-{len(records)}.json"
                 subprocess.run(
                     [exe, "train", args.graph, "--model", args.model, "--hidden", str(args.hidden),
-                     "--workers", str(p), "--partitions", str(parts), "--host-sharing", "off",
-                     "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
+                     "--workers", str(p), "--partitions", str(parts),
+                     "--host-sharing", args.host_sharing, "--fanouts", args.fanouts,
+                     "--batch-size", str(args.batch_size),
                      "--eval-fanouts", ",".join("-1" for _ in fanouts), "--epochs",
                      str(args.epochs), "--quiet", "--results", str(out), *flags],
                     check=True, stdout=subprocess.DEVNULL,
@@ -126,7 +131,7 @@ def main(argv=None) -> int:
                     f"{c.fetch_bytes / 1e6:.2f} / {got['fetch']:.2f}",
                     f"{c.history_bytes / 1e6:.2f} / {got['history']:.2f}"
                     if history_hit is not None else "-",
-                    f"{100 * (c.bytes_per_epoch / 1e6 / sum(got.values()) - 1):+.1f}%",
+                    relative_error(c.bytes_per_epoch / 1e6, sum(got.values())),
                     "-" if hit is None else f"{100 * c.hit_rate:.1f}% / {100 * hit:.1f}%",
                     "-" if history_hit is None
                     else f"{100 * c.history_hit_rate:.1f}% / {100 * history_hit:.1f}%",
@@ -139,7 +144,7 @@ def main(argv=None) -> int:
         args.out, str(md),
         f"`shardgnn plan` mini-batch rows, predicted / measured: {args.graph}, {args.model} "
         f"hidden {args.hidden}, fanouts {args.fanouts}, batch {args.batch_size}, "
-        f"--host-sharing off, every worker on this machine",
+        f"--host-sharing {args.host_sharing}, every worker on this machine",
         ["P", "option", "sample MB", "fetch MB", "history MB", "bytes error", "cache hit",
          "history hit", "epoch s", "time error"],
         rows, runs=records, rates=rates.to_dict(), picks=picks,
@@ -159,6 +164,14 @@ def training_seconds(epoch: dict) -> float:
     excludes evaluation already (``EpochRecord.time_s``; taking the ``eval`` stage off it again
     made every measured epoch short by its evaluation, BENCHMARKS 32k)."""
     return epoch["time_s"]
+
+
+def relative_error(predicted: float, measured: float) -> str:
+    """``predicted`` against ``measured`` in percent ("0 / 0" where both are nothing, as with
+    every owner on the workers' machine)."""
+    if measured == 0:
+        return "0 / 0" if predicted == 0 else "inf"
+    return f"{100 * (predicted / measured - 1):+.1f}%"
 
 
 def mean(values) -> float:

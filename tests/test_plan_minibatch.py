@@ -20,6 +20,7 @@ from shardgnn.fullgraph.minibatch_plan import (
     measured_batch_bytes,
     minibatch_costs,
     sample_epoch,
+    sharing_hosts,
 )
 from shardgnn.fullgraph.rates import ComputeRates, MachineRates
 from shardgnn.graph.datasets import load_dataset
@@ -341,6 +342,38 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     assert pull.option == "historical 1:2 pull" and pull.comm_s == pytest.approx(expected)
 
 
+def test_workers_reading_each_other_skip_the_exchanges_calls(graph):
+    """Three workers of one machine reading each other's rows (--host-sharing auto): their
+    batches sample at the one-process sampler's rates (the distributed sampler's are for
+    requests to other machines), and of the calls each batch makes only the gradient
+    all-reduce and the stop agreement remain, each paying the latency per peer and the
+    crowding probe (the sampling, fetch and label calls, ten with sharing off, are gone)."""
+    compute = _hand_step_rates()
+
+    def rates(latency_s: float, crowd_s: float) -> MachineRates:
+        return MachineRates(
+            cores=2, compute={1: compute}, link_bytes_s=1e8, latency_s=latency_s,
+            link_samples=[], crowd_s={3: {1e-4: crowd_s, 1e-2: crowd_s}},
+            dist_sample_s={"batch": 5e-3, "edge": 0.0},
+        )  # fmt: skip
+
+    def comm_s(r: MachineRates, sharing: bool) -> float:
+        return _costs(graph, 3, rates=r, workers_per_host=3, host_sharing=sharing)[1][0].comm_s
+
+    owner, (shared, *_) = _costs(graph, 3, rates=rates(0, 0), workers_per_host=3, host_sharing=True)
+    epoch = sample_epoch(graph, owner, 3, (5, 5), 128, 0)
+    edges = epoch.block_edges.sum(1)
+    assert shared.sample_s == pytest.approx((epoch.batches * 1e-3 + edges * 1e-7).max())
+    _, (apart, *_) = _costs(graph, 3, rates=rates(0, 0), workers_per_host=3)
+    assert apart.sample_s == pytest.approx(epoch.batches * 5e-3)  # the distributed sampler's
+    base = {sharing: comm_s(rates(0, 0), sharing) for sharing in (True, False)}
+    for sharing, calls in ((True, 2), (False, 12)):
+        latency = comm_s(rates(1e-4, 0), sharing) - base[sharing]
+        assert latency == pytest.approx(1e-4 * epoch.batches * calls * 2), sharing
+        crowding = comm_s(rates(0, 1e-3), sharing) - base[sharing]
+        assert crowding == pytest.approx(1e-3 * epoch.batches * calls), sharing
+
+
 def test_the_codec_is_priced_at_the_rows_of_its_calls(graph):
     """A fetch encodes each peer's rows of a batch in one call and decodes them in one, and a
     value costs more in a call of more rows (they outgrow the caches): the 8-bit option charges
@@ -516,6 +549,54 @@ def test_memory_limit_picks_only_what_fits(tmp_path, capsys):
     assert worker_memory_mb(type("C", (), {"held_mb": 2.0, "activation_mb": 0.5})) == 2.5
 
 
+def test_host_sharing_drops_only_the_same_host_rows(graph):
+    """--host-sharing auto, 4 workers on 2 machines of 2: the same draws as with sharing off,
+    the rows owned on the reader's machine neither requested nor fetched, every other row as
+    before (so the bytes fall by the same-host pairs' share); the cache holds only rows from
+    the other machine. All 4 on one machine: no byte, and neither 8-bit rows nor a cache
+    (nothing is fetched) among the options."""
+    owner, off = _costs(graph, 4, workers_per_host=2)
+    _, shared = _costs(graph, 4, workers_per_host=2, host_sharing=True)
+    host_P = sharing_hosts(4, 2, True)
+    assert host_P.tolist() == [0, 0, 1, 1] and sharing_hosts(4, 2, False).tolist() == [0, 1, 2, 3]
+    apart = sample_epoch(graph, owner, 4, (5, 5), 128, 0)
+    together = sample_epoch(graph, owner, 4, (5, 5), 128, 0, host_P=host_P)
+    same = host_P[:, None] == host_P[None, :]
+    for counts in ("frontier", "edges"):
+        a, b = getattr(apart, counts), getattr(together, counts)
+        assert (b[same] == 0).all() and (b[~same] == a[~same]).all() and a[same].sum() > 0
+    np.testing.assert_array_equal(together.batch_edges, apart.batch_edges)  # the same draws
+    for w in range(4):
+        assert (host_P[owner[together.inputs[w]]] != host_P[w]).all()
+        kept = np.isin(apart.inputs[w], together.inputs[w])
+        assert (host_P[owner[apart.inputs[w][~kept]]] == host_P[w]).all()
+    for a, b in zip(off, shared, strict=True):
+        assert a.option == b.option
+        assert 0 < b.sample_bytes < a.sample_bytes and 0 < b.fetch_bytes < a.fetch_bytes
+    assert shared[2].hit_rate > 0  # the cache: rows of the other machine
+    _, alone = _costs(graph, 4, workers_per_host=4, host_sharing=True, historical="1:2")
+    assert [c.option for c in alone] == ["exact", *(c.option for c in alone[1:])]
+    assert not any("cache" in c.option or c.option == "8-bit" for c in alone)
+    assert all(c.sample_bytes == c.fetch_bytes == 0 for c in alone)
+    assert all(c.history_bytes > 0 for c in alone[1:])  # the tables still exchange
+
+
+def test_host_sharing_needs_workers_sharing_a_machine(capsys):
+    """--host-sharing plans workers of one machine (mini-batch): refused without
+    --workers-per-host above 1 or with --strategies full, and a typo named."""
+    from shardgnn.cli import main
+
+    argv = ["plan", SPEC, "--workers", "2", "--rates", "r.json"]
+    assert main([*argv, "--host-sharing", "off"]) == 2
+    assert "--workers-per-host N (N > 1)" in capsys.readouterr().err
+    argv += ["--workers-per-host", "2"]
+    assert main([*argv, "--host-sharing", "off", "--strategies", "full"]) == 2
+    assert "drop --strategies full" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's own exit, its one line
+        main([*argv, "--host-sharing", "of"])
+    assert "did you mean --host-sharing off" in capsys.readouterr().err
+
+
 CACHED = ["--cache-policy", "presample", "--cache-size", "20%"]
 
 
@@ -597,6 +678,38 @@ def test_predicted_bytes_are_the_measured_ones(tmp_path, workers, flags):
         assert cost.cache_mb == pytest.approx(cache["capacity_mb"], rel=0.05)
         if cost.sparse_batches:
             assert cost.cache_mb < 0.2 * cache["capacity_rows"] * 4 * graph.x.shape[1] / 1e6
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_shared_host_runs_send_what_the_plan_predicts(tmp_path):
+    """Two workers on this machine with --host-sharing auto (training's default) and
+    historical embeddings: the plan predicts no sampling and fetch bytes, and the run sends
+    none (its counters: the peer's rows were read from its mapped files, host bytes); the
+    tables' pushes still cross the collectives, predicted within 5 %."""
+    from shardgnn.cli import main
+    from shardgnn.partition.format import read_partitions
+
+    spec, parts, out = "synthetic:nodes=20000", tmp_path / "p", tmp_path / "r.json"
+    assert main(["partition", spec, "--parts", "2", "--out", str(parts), "--quiet"]) == 0
+    argv = ["train", spec, "--workers", "2", "--partitions", str(parts), "--epochs", "2"]
+    argv += ["--fanouts", "10,10", "--batch-size", "512", "--historical", "1:4", "--quiet"]
+    assert main([*argv, "--eval-fanouts", "-1,-1", "--results", str(out)]) == 0
+    second = json.loads(out.read_text())["epochs"][1]
+    pset = read_partitions(parts)
+    owner = pset.book.owner(pset.new_id_of_orig())
+    costs = minibatch_costs(
+        load_dataset(spec), owner, 2, model="sage", hidden=256, fanouts=(10, 10),
+        batch_size=512, cache_size="20%", historical="1:4", workers_per_host=2,
+        host_sharing=True,
+    )  # fmt: skip
+    cost = next(c for c in costs if c.flags == ("--historical", "1:4"))
+    assert cost.sample_bytes == cost.fetch_bytes == 0
+    assert second["cache"]["remote_sample_mb"] == second["cache"]["remote_feature_mb"] == 0
+    got = second["cache"]["historical"]["traffic_mb"] * 1e6
+    assert cost.history_bytes == pytest.approx(got, rel=0.05), (cost.history_bytes, got)
+    comm = json.loads(out.read_text())["comm"]
+    assert comm["sample"]["host_bytes"] > 0 and comm["fetch"]["host_bytes"] > 0
 
 
 @pytest.mark.slow

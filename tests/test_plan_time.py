@@ -229,13 +229,20 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     assert printed.count("<- fastest") == 4 and "epoch s" in printed and "link" in printed
     first = json.loads(out.read_text())
     assert first["rates"]["cores"] >= 1
-    # the distributed sampler timed on two workers, and the step: seconds per batch and per
-    # edge (the step's input layer's and upper layers' apart). On this tiny graph the two timed
-    # batches barely differ, so a fit may give all the time to one of the two terms (the
-    # sampler's batch term also less its calls' latency, which the plan adds back), never less
-    # than 0 to either
+    # every worker on this machine (--workers-per-host 4) reads the others' rows (the plan's
+    # default --host-sharing auto, as training's): no byte, and nothing to code or cache
+    assert "(mini-batch: --host-sharing auto)" in printed
+    batched = first["minibatch_costs"]
+    assert [c["option"] for c in batched] == ["exact", "exact"]
+    assert all(c["bytes_per_epoch"] == 0 for c in batched)
+    # the distributed sampler timed on two workers (through the collectives, and reading each
+    # other's parts), and the step: seconds per batch and per edge (the step's input layer's
+    # and upper layers' apart). On this tiny graph the two timed batches barely differ, so a
+    # fit may give all the time to one of the two terms (the sampler's batch term also less its
+    # calls' latency, which the plan adds back), never less than 0 to either
     dist = first["rates"]["dist_sample_s"]
-    assert set(dist) == {"batch", "edge"} and min(dist.values()) >= 0
+    assert set(dist) == {"batch", "edge", "shared_batch", "shared_edge"}
+    assert min(dist.values()) >= 0
     steps = next(iter(first["rates"]["compute"].values()))["minibatch_s"]
     assert min(steps["step_input_edge"], steps["step_edge"]) >= 0
     assert steps["step_batch"] + steps["step_edge"] > 0

@@ -77,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
             "each way, "
             f"latency {rates.latency_s * 1e6:.0f} us; {config.workers_per_host} worker(s) per "
             "machine"
+            + (
+                f" (mini-batch: --host-sharing {config.host_sharing or 'auto'})"
+                if config.workers_per_host > 1 and config.strategies != "full"
+                else ""
+            )
         )
     print(
         f"{config.dataset}: {graph.num_nodes:,} nodes, {graph.num_edges:,} edges; "
@@ -212,6 +217,7 @@ def minibatch_planner(config, graph, rates, batch_size: int, out: list):
                 fanouts=config.minibatch_fanouts, batch_size=batch_size, cache_size=cache_size,
                 historical=config.historical, seed=config.seed, rates=rates,
                 workers_per_host=config.workers_per_host, dropout=config.dropout,
+                host_sharing=config.host_sharing != "off",
                 input_dropout=config.input_dropout,
             )
         )  # fmt: skip

@@ -10,6 +10,10 @@ BACKENDS = ("auto", "gloo", "nccl")
 BITS = (1, 2, 4, 8, 16, 32)
 """Bits per value the low-bit row codec can send (32: exact float32)."""
 
+HOST_SHARING = ("auto", "off")
+"""``--host-sharing``: workers on one host read each other's rows from the mapped partition
+files (``auto``), or every remote row travels through collectives (``off``)."""
+
 DEFAULT_TIMEOUT_S = 45.0
 """Deadline of every collective. A worker that stalls makes the others fail within this many
 seconds, so a stalled job ends within 60 s. Long enough for any single collective of a 1M-node

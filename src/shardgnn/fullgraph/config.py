@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from shardgnn.distributed.config import BITS
+from shardgnn.distributed.config import BITS, HOST_SHARING
 from shardgnn.options import check_choices, check_types, invalid, option
 from shardgnn.partition.config import METHODS_ELSEWHERE
 from shardgnn.store.cache.config import parse_cache_size
@@ -224,6 +224,15 @@ class PlanConfig:
         "owners pushing what they computed and with workers pulling what they read "
         "(--historical-mode push and pull)",
     )
+    host_sharing: str | None = option(
+        None,
+        choices=HOST_SHARING,
+        help="mini-batch, with --workers-per-host above 1: as `shardgnn train --host-sharing` "
+        "(unset: auto, its default): auto plans the reads of rows owned on the same machine "
+        "from the mapped partition files (no bytes, no collective where every owner is on it; "
+        "no cache: nothing would be fetched), off plans every remote row through the "
+        "collectives",
+    )
     memory_mb: float | None = option(
         None,
         metavar="MB",
@@ -270,10 +279,16 @@ class PlanConfig:
             raise invalid(self, "hidden", "must be >= 1")
         if self.layers < 1:
             raise invalid(self, "layers", "must be >= 1")
-        minibatch = ("fanouts", "batch_size", "cache_size", "historical")
+        minibatch = ("fanouts", "batch_size", "cache_size", "historical", "host_sharing")
         for name in minibatch:
             if getattr(self, name) is not None and self.strategies == "full":
                 raise invalid(self, name, "plans mini-batch training: drop --strategies full")
+        if self.host_sharing is not None and self.workers_per_host == 1:
+            raise invalid(
+                self,
+                "host_sharing",
+                "applies where workers share a machine: add --workers-per-host N (N > 1)",
+            )
         if self.fanouts is not None and (len(self.fanouts) != self.layers or min(self.fanouts) < 1):
             raise invalid(
                 self, "fanouts", f"must be {self.layers} positive counts, one per --layers"

@@ -7,7 +7,11 @@ epoch is sampled here, worker by worker, as the workers would sample it: each wo
 :class:`~shardgnn.loader.dist_batches.DistSeedBatcher` deals them (its own training nodes, evened
 out; ``batch_size`` is the global batch, each worker takes ``ceil(B / P)``), its blocks drawn by
 the same sampler and fanouts. Every row another worker owns crosses the all-to-all (as with
-``--host-sharing off``, or one worker per machine):
+``--host-sharing off``, or one worker per machine); with ``--host-sharing auto`` (training's
+default) and several workers a machine, rows owned on the reader's machine are read from the
+mapped partition files instead, and only rows owned on other machines do (where every owner is
+on the reader's machine, no sampling, fetch or label collective runs at all; nor can a cache or
+8-bit rows save anything: those options are not planned):
 
 * **sampling** (stage ``sample``): per hop, each frontier node another worker owns is an int64
   request to its owner, which replies with the node's edge count (int64) and its drawn edges
@@ -40,8 +44,7 @@ the same sampler and fanouts. Every row another worker owns crosses the all-to-a
 These are the ``sample`` and ``fetch`` byte counters of one training epoch (the results'
 ``comm``), up to sampling noise: predicted against measured at P = 2, 3, 4 in the tests. Not
 counted: evaluation, the labels of seeds dealt to a worker that does not own them (a few bytes;
-their exchange's calls are timed), edge rows (GINE) and same-host reads (``--host-sharing``:
-those rows skip the all-to-all).
+their exchange's calls are timed) and edge rows (GINE).
 
 **Activations**: what the busiest worker's training step keeps for backward on its largest
 batch (the batch's input rows, every layer's saved tensors; weights and the loss's few rows
@@ -59,12 +62,14 @@ rows may be denser than the mean): their non-zeros, not their dense bytes.
 the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
 the threads it gets; sampling at the distributed sampler's rates, calibrated on two workers,
-when the rates hold them; the workers of a machine share its cores), each batch waiting for its
-busiest worker (lockstep; batches gathered sparse at the rates of the step timed with sparse
-input rows), and its exchanges: the bytes above and the gradient all-reduce
+when the rates hold them (where every owner is on the worker's machine, those of the
+sampler reading its peer's part); the workers of a machine share its cores), each batch
+waiting for its busiest worker (lockstep; batches gathered sparse at the rates of the step
+timed with sparse input rows), and its exchanges: the bytes above and the gradient all-reduce
 over the link, plus the latency of every collective call per peer (sampling's three per hop,
-fetching's two, the labels' two, the all-reduce, the stop agreement, the historical exchanges'
-two (push) or three (pull) per layer); the slowest machine sets the epoch. With 8-bit rows,
+fetching's two, the labels' two (none of these seven where every owner is on the machine),
+the all-reduce, the stop agreement, the historical exchanges' two (push) or three (pull) per
+layer); the slowest machine sets the epoch. With 8-bit rows,
 each worker also encodes the rows it sends and decodes those it receives (the codec's calibrated
 seconds per value, in calls of the rows a peer's share of a batch holds: a call's values cost
 more once its rows outgrow the caches). Where a machine runs as many workers as it has cores
@@ -359,10 +364,13 @@ def sample_epoch(
     batch_size: int,
     seed: int,
     history: HistoryPlan | None = None,
+    host_P: np.ndarray | None = None,
 ) -> _Epoch:
     """Sample one epoch of every worker's batches (see the module docstring), the workers in
     lockstep; with ``history``, after a first epoch that fills the tables (the counted epoch is
-    the second: what a run settles to)."""
+    the second: what a run settles to). ``host_P``: each worker's machine where the workers of
+    one read each other's rows (:func:`sharing_hosts`; None: each worker on its own): a node
+    owned on the reader's machine is read there, neither requested nor fetched."""
     rel = relabel(owner, workers)
     train_new = np.sort(rel.new_id_of_orig[np.asarray(graph.train_idx, dtype=np.int64)])
     per_rank = max(1, -(-batch_size // workers))
@@ -373,12 +381,14 @@ def sample_epoch(
     ]
     count = batchers[0].count
     tables = None if history is None else _HistoryTables(graph, owner, workers, history)
+    host_P = np.arange(workers) if host_P is None else host_P
     if tables is not None:  # the first epoch fills the tables
-        _sample_lockstep(sampler, batchers, rel, owner, seed, tables, 0)
+        _sample_lockstep(sampler, batchers, rel, owner, host_P, seed, tables, 0)
         tables.reset()
         for batcher in batchers:
             batcher.set_epoch(1)
-    epoch = _sample_lockstep(sampler, batchers, rel, owner, seed, tables, count if tables else 0)
+    first = count if tables else 0
+    epoch = _sample_lockstep(sampler, batchers, rel, owner, host_P, seed, tables, first)
     if tables is not None:
         epoch.pushed, epoch.asked = tables.pushed, tables.asked
         epoch.boundary_rows = np.bincount(owner[np.unique(tables.node)], minlength=workers).astype(
@@ -389,10 +399,11 @@ def sample_epoch(
     return epoch
 
 
-def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -> _Epoch:
+def _sample_lockstep(sampler, batchers, rel, owner, host_P, seed, tables, first_index) -> _Epoch:
     """One epoch of every worker's batches, batch by batch (each worker's batch ``i`` is
     sampled before any worker's ``i + 1``, as the workers run; with ``tables``, pruned by the
-    historical tables, which every step's computed rows then refresh)."""
+    historical tables, which every step's computed rows then refresh); a node is remote where
+    its owner's machine (``host_P``) is not the worker's."""
     workers, count = len(batchers), batchers[0].count
     hops = sampler.num_layers
     frontier = np.zeros((workers, workers), np.int64)
@@ -421,7 +432,7 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
                 dst = block.src_nodes_S[: block.num_dst].numpy()
                 drawn = np.diff(block.indptr_D1.numpy())
                 dst_owner = owner[dst]
-                remote = dst_owner != w
+                remote = host_P[dst_owner] != host_P[w]
                 asked = np.bincount(dst_owner[remote], minlength=workers)
                 frontier[w] += asked
                 edges[w] += np.bincount(
@@ -435,7 +446,7 @@ def _sample_lockstep(sampler, batchers, rel, owner, seed, tables, first_index) -
             batch_input_edges[w, index] = sample.blocks[0].num_edges
             batch_sizes[w, index] = batch_shape(sample.blocks)
             read = sample.blocks[0].src_nodes_S.numpy()
-            reads[w].append(read[owner[read] != w])
+            reads[w].append(read[host_P[owner[read]] != host_P[w]])
             all_reads[w].append(read)
         if tables is not None:
             tables.after_step(computed)
@@ -624,13 +635,20 @@ def _batch_coefficients(
 
 
 def presample_cached(
-    presample: _Epoch, owner: np.ndarray, worker: int, capacity: int
+    presample: _Epoch,
+    owner: np.ndarray,
+    worker: int,
+    capacity: int,
+    host_P: np.ndarray | None = None,
 ) -> np.ndarray:
     """``[N]`` whether worker ``worker``'s presample cache of ``capacity`` rows holds each node:
-    the rows ``presample`` reads most often (ties: lower id first), at most the other workers'."""
+    the remote rows ``presample`` reads most often (ties: lower id first), at most as many as
+    there are (``host_P``: as :func:`sample_epoch`'s; rows owned on the worker's machine are
+    read there, not cached)."""
     n = owner.shape[0]
     counts = np.bincount(presample.inputs[worker], minlength=n)
-    k = min(capacity, n - int((owner == worker).sum()))
+    here = owner == worker if host_P is None else host_P[owner] == host_P[worker]
+    k = min(capacity, n - int(here.sum()))
     candidates = np.flatnonzero(counts)
     order = np.lexsort((candidates, -counts[candidates]))
     cached = np.zeros(n, dtype=bool)
@@ -677,6 +695,14 @@ def cache_misses(
     return Misses(fetched, hits / reads if reads else 0.0, fetched_nonzeros)
 
 
+def sharing_hosts(workers: int, workers_per_host: int, host_sharing: bool) -> np.ndarray:
+    """``[P]`` each worker's machine as far as reading rows goes: ``workers_per_host``
+    consecutive ranks a machine (as torchrun and the local launcher number them) with
+    ``host_sharing`` (``--host-sharing auto``: they read each other's mapped partition files),
+    else every worker on its own (``off``: every remote row crosses the collectives)."""
+    return np.arange(workers) // (workers_per_host if host_sharing else 1)
+
+
 def minibatch_costs(
     graph: Graph,
     assignment: np.ndarray,
@@ -691,18 +717,25 @@ def minibatch_costs(
     seed: int = 0,
     rates: MachineRates | None = None,
     workers_per_host: int = 1,
+    host_sharing: bool = False,
     dropout: float = 0.5,
     input_dropout: float = 0.0,
 ) -> list[MiniBatchCost]:
     """The mini-batch options' costs at ``workers`` on one partition (``assignment``: each
     node's part): exact rows, 8-bit rows, a presample cache of ``cache_size`` (as
     ``--cache-size``), both; with ``historical`` (``L:AGE``) also historical embeddings serving
-    remote nodes and serving every node (see the module docstring). ``dropout`` and
-    ``input_dropout`` shape the activations (what dropout keeps for backward)."""
+    remote nodes and serving every node (see the module docstring). ``host_sharing``: the
+    ``workers_per_host`` workers of a machine read each other's rows (``--host-sharing auto``):
+    rows owned on the reader's machine cost no bytes, and where every owner is on it no
+    collective either (no 8-bit rows or cache then: nothing is fetched). ``dropout``
+    and ``input_dropout`` shape the activations (what dropout keeps for backward)."""
     owner = np.asarray(assignment, dtype=np.int64)
-    train = sample_epoch(graph, owner, workers, fanouts, batch_size, seed)
+    host_P = sharing_hosts(workers, workers_per_host, host_sharing)
+    # the sampling, fetch and label exchanges are collectives only where an owner is elsewhere
+    collective = bool(host_P[-1] != host_P[0])
+    train = sample_epoch(graph, owner, workers, fanouts, batch_size, seed, host_P=host_P)
     presample = sample_epoch(
-        graph, owner, workers, fanouts, batch_size, mix_seed(seed, PRESAMPLE_STREAM)
+        graph, owner, workers, fanouts, batch_size, mix_seed(seed, PRESAMPLE_STREAM), host_P=host_P
     )
     in_dim, n = int(graph.x.shape[1]), graph.num_nodes
     capacity = resolve_capacity(cache_size, n, 4 * in_dim)
@@ -740,7 +773,9 @@ def minibatch_costs(
     @functools.cache
     def cached(cap: int) -> list[np.ndarray] | None:
         """Each worker's presample cache of ``cap`` rows: the nodes it holds (None: no cache)."""
-        return [presample_cached(presample, owner, w, cap) for w in range(workers)] if cap else None
+        if not cap:
+            return None
+        return [presample_cached(presample, owner, w, cap, host_P) for w in range(workers)]
 
     @functools.cache
     def cache_bytes(cap: int) -> np.ndarray:
@@ -754,17 +789,18 @@ def minibatch_costs(
         csr = held_sparse(np.full(workers, slots), in_dim, cached_nonzeros)
         return np.where(csr, cached_nonzeros * CSR_ENTRY_BYTES + (slots + 1) * 8, dense)
 
-    options = [
-        ("exact", 32, 0, train, None),
-        ("8-bit", 8, 0, train, None),
-        (f"cache {cache_size}", 32, capacity, train, None),
-        (f"8-bit + cache {cache_size}", 8, capacity, train, None),
-    ]
+    options = [("exact", 32, 0, train, None)]
+    if collective:  # else no row is fetched: nothing to code or cache
+        options += [
+            ("8-bit", 8, 0, train, None),
+            (f"cache {cache_size}", 32, capacity, train, None),
+            (f"8-bit + cache {cache_size}", 8, capacity, train, None),
+        ]
     for scope, mode in itertools.product(("remote", "all"), HISTORICAL_MODES):
         if historical is None:
             break
         history = HistoryPlan.of(historical, hops, scope, mode)
-        epoch = sample_epoch(graph, owner, workers, fanouts, batch_size, seed, history)
+        epoch = sample_epoch(graph, owner, workers, fanouts, batch_size, seed, history, host_P)
         options.append((history.option, 32, 0, epoch, history))
     out = []
     misses: dict[tuple[int, int], Misses] = {}
@@ -772,13 +808,14 @@ def minibatch_costs(
         if (id(epoch), cap) not in misses:
             misses[id(epoch), cap] = cache_misses(epoch, cached(cap), owner, workers, nonzeros_N)
         fetched, hit_rate, fetched_nonzeros = misses[id(epoch), cap]
-        sample_sent, sample_recv = _sampling_bytes(epoch, hops)
-        metadata = _ID * (workers - 1) * epoch.batches
+        sample_sent, sample_recv = _sampling_bytes(epoch, hops, collective)
+        peers = workers - 1 if collective else 0  # each all-to-all's row counts go to every peer
+        metadata = _ID * peers * epoch.batches
         # each owner replies as it holds its rows, a form word a reply (a mostly-zero part's
         # replies: the fetched rows' own non-zeros, not its mean row's: sampling reaches
         # well-connected nodes more often, and on coauthor-cs their rows hold more non-zeros)
         replies = reply_bytes(in_dim, fetched, fetched_nonzeros, owner_sparse[None, :], bits)
-        form = 4 * (workers - 1) * epoch.batches
+        form = 4 * peers * epoch.batches
         # replies[w, o]: the bytes owner o replies to worker w's requests
         fetch_sent = _ID * fetched.sum(1) + replies.sum(0) + 2 * metadata + form
         fetch_recv = _ID * fetched.sum(0) + replies.sum(1) + 2 * metadata + form
@@ -836,7 +873,7 @@ def minibatch_costs(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
                 coded=coded_values(fetched, fetched_nonzeros) if bits < 32 else None,
-                sparse_batches=sparse,
+                sparse_batches=sparse, collective=collective,
                 history_calls=0 if history is None else history.calls * len(history.layers),
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
@@ -856,9 +893,12 @@ def _codec_epoch_seconds(r, values: np.ndarray, batches: int, in_dim: int) -> np
     return encode + decode
 
 
-def _sampling_bytes(epoch: _Epoch, hops: int) -> tuple[np.ndarray, np.ndarray]:
+def _sampling_bytes(
+    epoch: _Epoch, hops: int, collective: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Each worker's sent and received bytes of the ``sample`` stage: requests (ids and
-    headers) out, counts and drawn edges back, and every all-to-all's row counts."""
+    headers) out, counts and drawn edges back, and (``collective``: some owner is on another
+    machine) every all-to-all's row counts."""
     sent = (
         _ID * epoch.frontier.sum(1) + _HEADER * epoch.requests.sum(1)  # as requester
         + _ID * epoch.frontier.sum(0) + 2 * _ID * epoch.edges.sum(0)  # as owner
@@ -867,7 +907,8 @@ def _sampling_bytes(epoch: _Epoch, hops: int) -> tuple[np.ndarray, np.ndarray]:
         _ID * epoch.frontier.sum(0) + _HEADER * epoch.requests.sum(0)
         + _ID * epoch.frontier.sum(1) + 2 * _ID * epoch.edges.sum(1)
     )  # fmt: skip
-    metadata = 3 * hops * _ID * (epoch.frontier.shape[0] - 1) * epoch.batches
+    peers = epoch.frontier.shape[0] - 1 if collective else 0
+    metadata = 3 * hops * _ID * peers * epoch.batches
     return sent + metadata, recv + metadata
 
 
@@ -886,18 +927,22 @@ def _epoch_seconds(
     coded: np.ndarray | None = None,
     history_calls: int = 0,
     sparse_batches: bool = False,
+    collective: bool = True,
 ) -> dict[str, float]:
     """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
     worker fetches from each other per epoch, sent at 8 bits (None: as float32);
     ``history_calls``: the historical pushes' all-to-alls after each step; ``sparse_batches``:
-    the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`)."""
+    the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`);
+    ``collective``: sampling, fetching and labels exchange through collectives (False: every
+    owner is on the workers' machine and they read each other's rows, sampling at the rates
+    of the distributed sampler reading its peer's part)."""
     from shardgnn.fullgraph.config import PlanConfig
 
     workers = sent.shape[0]
     per_host = min(workers, workers_per_host)
     r = rates.at(max(1, rates.cores // per_host))
     edges = train.block_edges.sum(1)
-    sample_batch, sample_edge = _sampling_rates(rates, r, workers)
+    sample_batch, sample_edge = _sampling_rates(rates, r, workers, collective)
     sample = train.batches * sample_batch + edges * sample_edge
     compute = train.batches * r.step("step_batch", sparse_batches) + _step_edge_seconds(
         r, train.block_edges[:, 0], edges - train.block_edges[:, 0], sparse_batches
@@ -921,7 +966,7 @@ def _epoch_seconds(
     # (a collective every batch, however few labels move), the gradient all-reduce and the stop
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
     # last): each per peer
-    moves = 3 * hops + 4
+    moves = 3 * hops + 4 if collective else 0
     calls = moves + 2 + history_calls
     comm += rates.latency_s * train.batches * calls * (workers - 1)
     if per_host >= rates.cores:
@@ -930,7 +975,7 @@ def _epoch_seconds(
         # sampling and fetching calls follow a share of the sampling and coding, the gradient
         # all-reduce follows the step, the stop agreement next to nothing
         batches = max(1, train.batches)
-        between_s = float(sample.max()) / (batches * moves)
+        between_s = float(sample.max()) / (batches * max(1, moves))
         step_s = float(compute.max()) / batches
         per_batch = moves * rates.crowding(per_host, between_s)
         if crowded_step is None:  # else the crowded step holds its all-reduce's wait
@@ -956,12 +1001,16 @@ def _step_edge_seconds(
     )
 
 
-def _sampling_rates(rates: MachineRates, r, workers: int) -> tuple[float, float]:
+def _sampling_rates(
+    rates: MachineRates, r, workers: int, collective: bool = True
+) -> tuple[float, float]:
     """Seconds per batch and per sampled edge to sample a batch's blocks: the distributed
-    sampler's (calibrated on two workers) with workers, where the rates hold them; the
+    sampler's (calibrated on two workers) with workers, through the collectives or
+    (``collective`` False) reading each other's parts, where the rates hold them; the
     one-process sampler's otherwise."""
-    if workers > 1 and rates.dist_sample_s:
-        return rates.dist_sample_s["batch"], rates.dist_sample_s["edge"]
+    prefix = "" if collective else "shared_"
+    if workers > 1 and f"{prefix}batch" in rates.dist_sample_s:
+        return rates.dist_sample_s[f"{prefix}batch"], rates.dist_sample_s[f"{prefix}edge"]
     return r.minibatch("sample_batch"), r.minibatch("sample_edge")
 
 

@@ -198,8 +198,10 @@ class MachineRates:
     latency_s: float
     link_samples: list[list[float]]
     dist_sample_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    """the distributed sampler's ``batch`` and ``edge`` seconds (:func:`measure_dist_sampling`;
-    empty when not measured: the plan then uses the one-process sampler's)"""
+    """the distributed sampler's ``batch`` and ``edge`` seconds, and with the workers reading
+    each other's parts ``shared_batch`` and ``shared_edge`` (:func:`measure_dist_sampling`;
+    empty, or rates from before the shared ones, when not measured: the plan then uses the
+    one-process sampler's)"""
     crowd_s: dict[int, dict[float, float]] = dataclasses.field(default_factory=dict)
     """workers on one machine (more than its cores) -> burst seconds -> seconds each collective
     call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
@@ -625,9 +627,11 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
 
 def _probe_dist_sampling(
     path: str, fanouts: tuple[int, ...], sizes: list[int], repeats: int
-) -> list[list[float]]:
-    """Worker of the distributed-sampling probe: per batch size, ``[median sampled edges,
-    median seconds]`` of sampling a batch of this worker's own training nodes (rank 0's)."""
+) -> list[list[list[float]]]:
+    """Worker of the distributed-sampling probe: per way of sampling (requests through the
+    collectives; the peer's part read from its mapped files, as ``--host-sharing auto`` on one
+    machine) and per batch size, ``[median sampled edges, median seconds]`` of sampling a batch
+    of this worker's own training nodes (rank 0's)."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.distributed.context import init_distributed, shutdown
     from shardgnn.partition.format import read_partitions
@@ -640,23 +644,28 @@ def _probe_dist_sampling(
     ctx = init_distributed(device="cpu", backend="gloo", timeout_s=120)
     try:
         comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
-        graph = DistGraphStore.open(path, ctx.rank, ctx.world_size, comm, verify=False)
-        sampler = DistNeighborSampler(graph, SamplerConfig(fanouts=fanouts), comm, "probe")
         train = read_partitions(path).global_split("train")
-        start, end = graph.book.part_range(ctx.rank)
-        own = train[(train >= start) & (train < end)]
-        rng = np.random.default_rng(ctx.rank)
         out = []
-        for size in sizes:
-            edges, times = [], []
-            for i in range(repeats + 1):
-                seeds = np.sort(rng.choice(own, min(size, len(own)), replace=False))
-                ctx.barrier("probe")
-                begin = time.perf_counter()
-                sample = sampler.sample(SeedInput(seeds), i)
-                times.append(time.perf_counter() - begin)
-                edges.append(sum(block.num_edges for block in sample.blocks))
-            out.append([float(statistics.median(edges[1:])), statistics.median(times[1:])])
+        for host_ranks in ((), ctx.host_ranks):
+            graph = DistGraphStore.open(
+                path, ctx.rank, ctx.world_size, comm, verify=False, host_ranks=host_ranks
+            )
+            sampler = DistNeighborSampler(graph, SamplerConfig(fanouts=fanouts), comm, "probe")
+            start, end = graph.book.part_range(ctx.rank)
+            own = train[(train >= start) & (train < end)]
+            rng = np.random.default_rng(ctx.rank)
+            points = []
+            for size in sizes:
+                edges, times = [], []
+                for i in range(repeats + 1):
+                    seeds = np.sort(rng.choice(own, min(size, len(own)), replace=False))
+                    ctx.barrier("probe")
+                    begin = time.perf_counter()
+                    sample = sampler.sample(SeedInput(seeds), i)
+                    times.append(time.perf_counter() - begin)
+                    edges.append(sum(block.num_edges for block in sample.blocks))
+                points.append([float(statistics.median(edges[1:])), statistics.median(times[1:])])
+            out.append(points)
         return out
     finally:
         shutdown()
@@ -665,7 +674,10 @@ def _probe_dist_sampling(
 def measure_dist_sampling(graph, step: MiniBatchWork, latency_s: float) -> dict[str, float]:
     """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
     per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
-    module docstring), at the smallest and largest of ``step.batch_sizes``."""
+    module docstring), at the smallest and largest of ``step.batch_sizes``: ``batch`` and
+    ``edge`` with every request through the collectives, ``shared_batch`` and ``shared_edge``
+    with each worker reading the other's part from its mapped files (``--host-sharing auto``
+    on one machine: no collective; the per-owner work still apart from one process's)."""
     import tempfile
 
     from shardgnn.distributed.launch import launch_local
@@ -681,10 +693,13 @@ def measure_dist_sampling(graph, step: MiniBatchWork, latency_s: float) -> dict[
         points = launch_local(
             _probe_dist_sampling, (path, step.fanouts, sizes, 9), nprocs=2, timeout_s=300
         )[0]
-    (e1, t1), (e2, t2) = points
-    per_edge = max(t2 - t1, 0.0) / max(e2 - e1, 1.0)
     calls = 3 * len(step.fanouts) * latency_s
-    return {"batch": max(t1 - per_edge * e1 - calls, 0.0), "edge": per_edge}
+    out = {}
+    for prefix, ((e1, t1), (e2, t2)), latency in zip(("", "shared_"), points, (calls, 0.0)):
+        per_edge = max(t2 - t1, 0.0) / max(e2 - e1, 1.0)
+        out[f"{prefix}batch"] = max(t1 - per_edge * e1 - latency, 0.0)
+        out[f"{prefix}edge"] = per_edge
+    return out
 
 
 def _burst(matmuls: int, a_KK: torch.Tensor) -> None:

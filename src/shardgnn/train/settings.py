@@ -15,6 +15,7 @@ from shardgnn.distributed.config import (
     BACKENDS,
     DEFAULT_STOP_GRACE_S,
     DEFAULT_TIMEOUT_S,
+    HOST_SHARING,
     device_problem,
 )
 from shardgnn.errors import ConfigError
@@ -25,7 +26,6 @@ from shardgnn.train.tables import TABLE_FORMATS
 
 OVERLAP = ("auto", "on", "off")
 SUM_ORDERS = ("rank", "ring")
-HOST_SHARING = ("auto", "off")
 
 
 @dataclasses.dataclass(kw_only=True)
