@@ -148,10 +148,9 @@ def _dist_config(path, directory, resume=False, cache="none"):
         checkpoint=CheckpointConfig(dir=str(directory), resume=resume),
         fetch_bits=8,
         cache=CacheConfig(policy=cache, size="30%"),
-        # on one host the peers' rows are read from their mapped files: a cache needs fetches
-        run=RunConfig(
-            partitions=path, overlap="off", host_sharing="off" if cache != "none" else "auto"
-        ),
+        # on one host the peers' rows are read from their mapped files: the 8-bit codec and a
+        # cache need fetches
+        run=RunConfig(partitions=path, overlap="off", host_sharing="off"),
     )
 
 

@@ -372,7 +372,7 @@ def test_infer_of_a_node_model_with_rows(tmp_path):
 def test_a_feature_cache_beside_sharded_rows_changes_nothing(tmp_path, policy, capsys):
     """Features and rows on 2 workers: the cache fronts the features only (rows are always read
     from their owners), so a cached run's losses and rows equal an uncached run's bit for bit; a
-    featureless partition has nothing to cache and says so."""
+    featureless partition has nothing to cache, nor any row for --fetch-bits, and says so."""
     from shardgnn.graph.io import save_graph
 
     graph = generate(SyntheticConfig(nodes=1200, degree=8, classes=4, features=6, seed=5))
@@ -397,6 +397,9 @@ def test_a_feature_cache_beside_sharded_rows_changes_nothing(tmp_path, policy, c
     argv = _workers_argv(f"graph:{tmp_path / 'bare'}", tmp_path / "x.json", "--epochs", "1")
     assert main([*argv, "--cache-policy", "lru"]) == 2
     assert "nothing to cache" in capsys.readouterr().err
+    # nor anything for --fetch-bits to round: learnable rows travel exact (said by the workers)
+    assert main([*argv, "--host-sharing", "off", "--fetch-bits", "8"]) != 0
+    assert "this run has neither (learnable rows travel exact)" in capsys.readouterr().err
 
 
 def test_bad_row_staleness_settings_are_refused():

@@ -63,6 +63,14 @@ def test_the_blocks_are_found():
     assert len(found) >= 10
     named = {m for _, commands in found for c in commands for m in _NAMES.findall(c)}
     assert {"cora", "amazon-computers", "soc-slashdot", "kg-umls", "collegemsg"} <= named
+    # a block of commands without its language is skipped by the checks below: none may hide
+    for doc in (README, BENCHMARKS):
+        text = doc.read_text()
+        for match in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+            line = text[: match.start()].count("\n") + 1
+            command = re.match(r"shardgnn [a-z]+\b(?!:)", match.group(2))  # not its output
+            unlabelled = not match.group(1) and command
+            assert not unlabelled, f"{doc.name}:{line}: label the block bash"
 
 
 @pytest.mark.slow
@@ -122,9 +130,11 @@ def test_every_documented_command_parses_and_train_builds_its_config(capsys):
     """A flag renamed or removed, a choice gone, an abbreviation or a combination the recipe
     refuses breaks a documented command without a bundled dataset too: each one parses as
     `shardgnn` would parse it, and each ``train`` that names no partition directory (one made
-    by an earlier command) builds its config, recipe checks and all (no data read)."""
+    by an earlier command) builds its config, recipe checks and all (no data read), and with
+    workers passes what a local launch refuses before partitioning (a cache or `--fetch-bits`
+    with nothing to act on)."""
     from shardgnn.cli import parse_command_line
-    from shardgnn.cli.train import train_config
+    from shardgnn.cli.train import refuse_what_one_host_skips, train_config
 
     commands = [(doc.name, *c) for doc in (README, BENCHMARKS) for c in shardgnn_commands(doc)]
     assert len(commands) >= 100  # the finder still finds them
@@ -133,7 +143,9 @@ def test_every_documented_command_parses_and_train_builds_its_config(capsys):
         try:
             args = parse_command_line(argv)
             if argv[0] == "train" and "--partitions" not in argv:
-                train_config(args)
+                config = train_config(args)
+                if config.run.distributed:  # a local launch: every worker on this machine
+                    refuse_what_one_host_skips(config)
         except (SystemExit, ShardgnnError) as exc:
             said = capsys.readouterr().err.strip() or str(exc)
             failed.append(f"{doc} block at line {line}: shardgnn {shlex.join(argv)}\n  {said}")

@@ -195,6 +195,27 @@ def split_settings_given(args: argparse.Namespace) -> list[str]:
     return [name for name in LINK_SPLIT_SETTINGS if was_given(args, f"link.{name}")]
 
 
+def refuse_what_one_host_skips(config: TrainConfig) -> None:
+    """Refuse, before partitioning, what every worker of a local launch would refuse: all of them
+    run on this machine and (``--host-sharing auto``) read each other's rows from their mapped
+    parts, so a feature cache in front of rows in memory, or ``--fetch-bits``, has no
+    collective to act on."""
+    if config.run.host_sharing != "auto":
+        return
+    if (
+        config.cache.enabled
+        and config.feature_storage == "memory"
+        and config.embedding.staleness is None  # peers' learnable rows are cached, not mapped
+    ):
+        from shardgnn.store.cache.build import nothing_to_cache
+
+        raise nothing_to_cache(config.cache.policy, "each worker here would read")
+    if config.mode == "minibatch" and config.fetch_bits != 32:
+        from shardgnn.distributed.codec import nothing_to_quantise
+
+        raise nothing_to_quantise(config.fetch_bits, "each worker here would read")
+
+
 def _train_distributed(
     config: TrainConfig, *, dataset_given: bool, split_given: Collection[str] = ()
 ) -> int:
@@ -203,15 +224,7 @@ def _train_distributed(
     from shardgnn.distributed.launch import launch_local
     from shardgnn.train.worker import train_worker
 
-    if (
-        config.cache.enabled
-        and config.run.host_sharing == "auto"
-        and config.feature_storage == "memory"
-        and config.embedding.staleness is None  # peers' learnable rows are cached, not mapped
-    ):  # every worker runs on this machine: what each would refuse, refused before partitioning
-        from shardgnn.store.cache.build import nothing_to_cache
-
-        raise nothing_to_cache(config.cache.policy, "each worker here would read")
+    refuse_what_one_host_skips(config)
     if config.run.workers is not None:  # refused before partitioning on the fly
         check_placement(config.device, config.run.backend, config.run.workers)
         if config.mode == "full":

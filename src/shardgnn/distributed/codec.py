@@ -361,3 +361,21 @@ def make_codec(bits: int, seed: int = 0) -> RowCodec | None:
     generator = torch.Generator()
     generator.manual_seed(seed)
     return RowCodec(bits, generator)
+
+
+def nothing_to_quantise(bits: int, who: str, *, has_rows: bool = True) -> ConfigError:
+    """The refusal of ``--fetch-bits bits`` where it would round nothing: ``who`` (e.g. "this
+    worker reads") reads every feature row without a collective (its own and its host's workers'
+    mapped parts), or with ``has_rows`` false the run fetches no feature or edge rows at all. A
+    run said to send low-bit rows that sends none would be silently different from its name."""
+    if not has_rows:
+        return ConfigError(
+            f"--fetch-bits {bits} quantises the feature and edge rows fetched from other workers, "
+            "and this run has neither (learnable rows travel exact); drop --fetch-bits"
+        )
+    return ConfigError(
+        f"--fetch-bits {bits}: {who} every feature row without communication (its own rows, "
+        "the rest from the mapped parts of workers on its host), so nothing would be quantised; "
+        "use --host-sharing off (rows then cross the all-to-all, as between machines) or drop "
+        "--fetch-bits"
+    )

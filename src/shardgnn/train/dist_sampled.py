@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardgnn.distributed.codec import RowResiduals, make_codec
+from shardgnn.distributed.codec import RowResiduals, make_codec, nothing_to_quantise
 from shardgnn.distributed.comm import Communicator
 from shardgnn.distributed.context import DistContext
 from shardgnn.graph.features import row_sums
@@ -154,6 +154,12 @@ class SampledInputs(DistSteps):
             else None
         )
         self._open_edge_rows(config)
+        coded = [store for store in (self.fetch_store, self.edge_store) if store is not None]
+        if self.codec is not None and not any(store.collective for store in coded):
+            # Learnable rows travel exact: without feature or edge rows from another host the
+            # codec has nothing to round (every rank finds the same: if one rank's owners are
+            # all on its host, every rank is on that host).
+            raise nothing_to_quantise(config.fetch_bits, "this worker reads", has_rows=bool(coded))
         # Learnable rows (--embedding-dim): this rank holds and steps its own part's rows only;
         # batches read them after their features (both gathers are collectives, same order on
         # every rank) and evaluation reads them under its own stage.
