@@ -3,8 +3,8 @@
 # tree before and this one, 2 cores, latency 0:
 #   PROBE=crowding (BENCHMARKS 32n)  fullgraph.rates.measure_crowding at 2 and 4 workers; per
 #       run, each burst's ms -> the ms each collective call costs beyond the burst
-#   PROBE=step (BENCHMARKS 32q)  fullgraph.rates.measure_crowded_step at 2, 3 and 4 workers: the
-#       factor, on the workload `shardgnn plan` calibrates for 32o's table (synthetic 20,000
+#   PROBE=step (BENCHMARKS 32q, 32s)  fullgraph.rates.measure_crowded_step at 2, 3 and 4 workers:
+#       the factor, on the workload `shardgnn plan` calibrates for 32o's table (synthetic 20,000
 #       nodes, half of them training nodes, GraphSAGE hidden 256, fanouts 10,10, batch 512)
 #   git worktree add /tmp/before <commit before>
 #   BEFORE_SRC=/tmp/before/src PROBE=step bash benchmarks/crowding_probe_spread.sh > out.txt

@@ -459,6 +459,14 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     ).sum()
     assert crowded[0].epoch_s - crowded[0].comm_s == pytest.approx(busy(1.0), rel=1e-9)
     assert slow[0].epoch_s - slow[0].comm_s == pytest.approx(busy(2.5), rel=1e-9)
+    # workers reading each other's parts: their sampling is work on the cores, no call to wait
+    # at, and the factor (a batch sampled and stepped, crowded) stretches it too; through the
+    # collectives its rate holds the calls' waits and only the step is stretched
+    _, shared = _costs(graph, 3, rates=stretched, workers_per_host=3, host_sharing=True)
+    both = lambda f: np.maximum(  # noqa: E731
+        (f * (sample_PB + step_PB)).max(0), (f * (sample_PB + step_PB)).sum(0) / 2
+    ).sum()
+    assert shared[0].epoch_s - shared[0].comm_s == pytest.approx(both(2.5), rel=1e-9)
 
 
 def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):

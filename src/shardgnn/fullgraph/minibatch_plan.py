@@ -80,8 +80,9 @@ call for peers the OS has descheduled, which fair sharing of the cores does not 
 the rates hold the crowded-step probe at that many workers
 (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`), each step takes its factor
 times its fair share of the cores instead, its all-reduce's wait included (that call is then
-not charged the crowding probe): a real step's memory traffic contends for the cores in a way
-the probe's small products do not.
+not charged the crowding probe): a real batch's memory traffic contends for the cores in a way
+the probe's small products do not; where every owner is on the machine, the sampling too (the
+workers read each other's parts: no call to wait at, the sampler's work crowded like a step's).
 """
 
 from __future__ import annotations
@@ -960,7 +961,7 @@ def _epoch_seconds(
     crowded_step = rates.step_crowding(per_host)
     busy_s = _lockstep_seconds(
         train, r, rates.cores, per_host, codec_s, (sample_batch, sample_edge), crowded_step or 1.0,
-        sparse_batches,
+        sparse_batches, crowded_sampling=not collective,
     )  # fmt: skip
     # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
     # (a collective every batch, however few labels move), the gradient all-reduce and the stop
@@ -1023,19 +1024,25 @@ def _lockstep_seconds(
     sampling: tuple[float, float],
     crowded_step: float = 1.0,
     sparse_batches: bool = False,
+    crowded_sampling: bool = False,
 ) -> float:
     """The epoch's sampling, coding and steps as the workers run them, in lockstep: each batch
     ends when the busiest host's workers are done with it (a worker's own cores, or their
     thread-seconds over the host's cores when they share them), and the epoch adds the
     batches up: a sum of per-batch maxima, not the busiest worker's total. ``crowded_step``:
-    how many times its fair share of the cores a step takes where the workers crowd them
-    (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`); ``sparse_batches``: the
-    steps' input rows are sparse."""
+    how many times its fair share of the cores a batch takes where the workers crowd them
+    (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`): it stretches the steps and,
+    with ``crowded_sampling``, the sampling (where the workers read each other's parts, whose
+    sampling is work on the cores alone; through the collectives its rate holds the calls' waits,
+    which the crowding probe prices per call); ``sparse_batches``: the steps' input rows are
+    sparse."""
     sample_batch, sample_edge = sampling
     step_PB = (train.batch_edges > 0) * r.step("step_batch", sparse_batches) + _step_edge_seconds(
         r, train.batch_input_edges, train.batch_edges - train.batch_input_edges, sparse_batches
     )
     work_PB = (train.batch_edges > 0) * sample_batch + train.batch_edges * sample_edge
+    if crowded_sampling:
+        work_PB = crowded_step * work_PB
     work_PB = work_PB + crowded_step * step_PB
     if codec_s is not None:  # each worker's coding, spread evenly over its batches
         work_PB = work_PB + codec_s[:, None] / max(1, train.batches)

@@ -37,15 +37,17 @@ operations a distributed full-graph training step is made of, on the graph being
   prefetch thread and gloo's, and the OS's processes take cores from them too; a fair share
   computed from a product time taken before the workers started put the 16 ms bursts' excess
   at 0-27 ms, BENCHMARKS 32n).
-* **a crowded step** (where mini-batch training is planned, at the same worker counts): that many
-  workers each run the planned model's training step on a sampled batch, its gradients
-  all-reduced after it, in lockstep; what a step takes against one worker's step alone, shared
-  fairly over the cores, is the factor by which crowding stretches the steps: the median of
-  several rounds, each pairing a lone step with the crowded ones right after it, since a single
-  lone reading varied 2x between runs on a 2-core machine (BENCHMARKS 32q; measured:
-  1.3-1.7x with 2, 3 or 4 workers on 2 cores; the steps of training runs there took 2-3x their
-  fair share, whose workers also sample and fetch between steps, so the plan still
-  under-predicts those runs, BENCHMARKS section 25c).
+* **a crowded batch** (where mini-batch training is planned, at the same worker counts): that
+  many workers each sample a fresh batch of their seeds and run the planned model's training
+  step on it, its gradients all-reduced after it, in lockstep; what a batch takes against one
+  worker's batch alone, shared fairly over the cores, is the factor by which crowding stretches
+  a batch's work: the median of several rounds, each pairing lone batches with the crowded
+  ones right after it, since a single lone reading varied 2x between runs on a 2-core machine
+  (BENCHMARKS 32q). The batches are sampled afresh, as training's are, since the plan stretches
+  the sampling of workers reading each other's parts by the factor too (it stretched the step
+  alone before): five probes at 2, 3 and 4 workers on 2 cores, 1.50-1.61, 1.44-1.70 and
+  1.34-1.67, the levels of one batch stepped over and over and narrower (1.33-1.76, 1.55-1.97,
+  1.26-1.92; BENCHMARKS 32s).
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
 namespace's link is measured); between machines, :func:`main` under torchrun measures their link
@@ -207,7 +209,7 @@ class MachineRates:
     call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
     crowd_step: dict[int, float] = dataclasses.field(default_factory=dict)
     """workers on one machine (as many as its cores or more) -> how many times its fair share
-    of the cores a worker's training step and gradient all-reduce take
+    of the cores a worker's batch (sampled, stepped, its gradients all-reduced) takes
     (:func:`measure_crowded_step`; empty: not measured)"""
 
     def at(self, threads: int) -> ComputeRates:
@@ -252,7 +254,7 @@ class MachineRates:
 
     def step_crowding(self, per_host: int) -> float | None:
         """How many times their fair share of the cores ``per_host`` workers on this machine
-        take for a training step and its all-reduce (:attr:`crowd_step`); None where not
+        take for a batch: its sampling, step and all-reduce (:attr:`crowd_step`); None where not
         measured (fewer workers than cores, or rates calibrated before 2026-11-29)."""
         return self.crowd_step.get(per_host)
 
@@ -783,11 +785,12 @@ takes their ratios' median (BENCHMARKS 32q)"""
 
 
 def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int) -> list[float]:
-    """Worker of the crowded-step probe: in each of :data:`CROWDED_STEP_ROUNDS` rounds, rank 0's
-    mean seconds per training step on a batch of ``size`` seeds alone (every other rank waiting
-    at a barrier), then with every rank stepping on its own batch, the gradients all-reduced
-    after each backward, in lockstep (``repeats`` steps each); and the model's parameter count:
-    ``[alone_1, crowded_1, alone_2, crowded_2, ..., parameters]``."""
+    """Worker of the crowded-batch probe: in each of :data:`CROWDED_STEP_ROUNDS` rounds, rank
+    0's mean seconds per batch of ``size`` seeds, sampled afresh from its training nodes and
+    stepped, alone (every other rank waiting at a barrier), then with every rank sampling and
+    stepping its own batches, the gradients all-reduced after each backward, in lockstep
+    (``repeats`` batches each); and the model's parameter count: ``[alone_1, crowded_1, alone_2,
+    crowded_2, ..., parameters]``."""
     import torch.distributed as dist
 
     from shardgnn.distributed.context import init_distributed, shutdown
@@ -805,9 +808,6 @@ def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int)
         )  # fmt: skip
         sampler, model, adam = _planned_model(work, step)
         rng = np.random.default_rng(ctx.rank)
-        seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), False))
-        sample = sampler.sample(SeedInput(seeds), ctx.rank)
-        labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
         params = [p for p in model.parameters() if p.requires_grad]
 
         def all_reduce() -> None:  # as DDP's bucket: flattened, summed, averaged, copied back
@@ -823,8 +823,17 @@ def _probe_crowded_step(path: str, step: MiniBatchWork, size: int, repeats: int)
                 fn()
             return (time.perf_counter() - start) / repeats
 
-        alone_step = _train_step(work, model, adam, sample, labels)
-        crowded_step = _train_step(work, model, adam, sample, labels, reduce=all_reduce)
+        def batch(reduce: Callable[[], None] | None) -> Callable[[], None]:
+            def sample_and_step() -> None:
+                # a fresh batch each time: its rows come from memory, not the caches
+                seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), False))
+                sample = sampler.sample(SeedInput(seeds), ctx.rank)
+                labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
+                _train_step(work, model, adam, sample, labels, reduce=reduce)()
+
+            return sample_and_step
+
+        alone_step, crowded_step = batch(None), batch(all_reduce)
         if ctx.rank == 0:
             alone_step()  # warm-up
         for _ in range(3):  # warm-up steps
@@ -856,11 +865,12 @@ def crowded_step_factor(
 def measure_crowded_step(
     work: Workload, per_host: int, cores: int, latency_s: float, link_bytes_s: float
 ) -> float:
-    """How many times their fair share of this machine's ``cores`` (one worker's step alone,
-    times ``per_host / cores``) the planned training step and its gradient all-reduce take
-    ``per_host`` workers stepping together, less the all-reduce's latency and bytes (the plan
-    counts those); at least 1: :func:`crowded_step_factor` of the probe's rounds. The batch: the
-    smallest of the planned per-worker sizes."""
+    """How many times their fair share of this machine's ``cores`` (one worker's batch alone,
+    times ``per_host / cores``) a batch takes ``per_host`` workers sampling it afresh and
+    running the planned training step and its gradient all-reduce together, less the
+    all-reduce's latency and bytes (the plan counts those); at least 1:
+    :func:`crowded_step_factor` of the probe's rounds. The batch: the smallest of the planned
+    per-worker sizes."""
     import tempfile
 
     from shardgnn.distributed.launch import launch_local
