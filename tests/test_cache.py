@@ -987,20 +987,30 @@ def test_single_process_refuses_cache_flags(argv, match, capsys):
     assert match in capsys.readouterr().err
 
 
-def test_a_cache_on_one_machine_sharing_rows_is_refused_before_partitioning(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (
+            ["--cache-policy", "degree"],
+            "--cache-policy degree: each worker here would read every row",
+        ),
+        (["--fetch-bits", "8"], "--fetch-bits 8: each worker here would read every feature row"),
+    ],
+)
+def test_what_one_machine_sharing_rows_skips_is_refused_before_partitioning(
+    tmp_path, capsys, flags, said
+):
     """`--workers N` runs every worker here, each reading its peers' rows in place: a cache would
-    hold nothing, which is said before the graph is partitioned (not by each worker after)."""
+    hold nothing and `--fetch-bits` would round nothing (a run named 8-bit that sends none),
+    which is said before the graph is partitioned (not by each worker after)."""
     from shardgnn.cli import main
 
     spec = "synthetic:nodes=400,degree=5,classes=3,features=4"
-    argv = ["train", spec, "--workers", "2", "--cache-policy", "degree", "--log-dir"]
+    argv = ["train", spec, "--workers", "2", *flags, "--log-dir"]
     assert main([*argv, str(tmp_path / "logs")]) == 2
     captured = capsys.readouterr()
     assert not captured.out  # nothing was partitioned
-    assert captured.err.startswith(
-        "shardgnn train: error: --cache-policy degree: each worker here would read every row "
-        "without communication"
-    )
+    assert captured.err.startswith(f"shardgnn train: error: {said} without communication")
     assert "--host-sharing off" in captured.err and not (tmp_path / "logs").exists()
 
 

@@ -202,24 +202,6 @@ def test_fetched_rows_with_feedback_average_to_the_features(parts, sparse_parts,
     assert received[True] == received[False]  # residuals cost no bytes
 
 
-def test_fetch_bits_on_one_machine_sharing_rows_is_refused_before_partitioning(tmp_path, capsys):
-    """`--workers N` runs every worker here, each reading its peers' rows from their mapped
-    parts: `--fetch-bits` would round no row (a run named 8-bit that sends none), which is said
-    before the graph is partitioned; `--host-sharing off` (rows cross the all-to-all) runs."""
-    from shardgnn.cli import main
-
-    spec = "synthetic:nodes=400,degree=5,classes=3,features=4"
-    argv = ["train", spec, "--workers", "2", "--fetch-bits", "8", "--log-dir"]
-    assert main([*argv, str(tmp_path / "logs")]) == 2
-    captured = capsys.readouterr()
-    assert not captured.out  # nothing was partitioned
-    assert captured.err.startswith(
-        "shardgnn train: error: --fetch-bits 8: each worker here would read every feature row "
-        "without communication"
-    )
-    assert "--host-sharing off" in captured.err and not (tmp_path / "logs").exists()
-
-
 def _train_coded(ctx, path, host_sharing):
     from shardgnn.nn.models import ModelConfig
     from shardgnn.sampling.neighbor import SamplerConfig
