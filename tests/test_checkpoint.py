@@ -298,6 +298,7 @@ def _rows_config(path, directory, epochs, resume=False):
         _dist_config(path, directory, resume),
         embedding=EmbeddingConfig(dim=8, lr=0.05),
         optim=OptimConfig(epochs=epochs, lr=0.01),
+        fetch_bits=32,  # peers' rows are read from their mapped parts: nothing to code
         run=RunConfig(partitions=path, overlap="off"),
     )
 
@@ -501,6 +502,7 @@ def test_three_workers_resume_bit_identical_with_sums_in_rank_order(tmp_path, gr
         return dataclasses.replace(
             _dist_config(p3, directory, resume),
             optim=OptimConfig(epochs=epochs, lr=0.01),
+            fetch_bits=32,  # peers' rows are read from their mapped parts: nothing to code
             run=RunConfig(partitions=p3, overlap="off", sum_order=sum_order),
         )
 
