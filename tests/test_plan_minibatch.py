@@ -340,6 +340,21 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     pull = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")[1][5]
     expected = (pull.bytes_per_epoch + 2 * ring) / (2 * 1e8) + 1e-4 * pull.batches * (calls + 1)
     assert pull.option == "historical 1:2 pull" and pull.comm_s == pytest.approx(expected)
+    # the tables' own work (probed rates): per layer and step, and per row a worker sends or
+    # receives; push after the step, pull in the sampling, on the workers' cores either way
+    tables = dataclasses.replace(
+        rates, history_s={"row": 1e-6, "push_call": 2e-3, "pull_call": 3e-3}
+    )
+    assert MachineRates.from_dict(json.loads(json.dumps(tables.to_dict()))) == tables
+    owner, worked = _costs(graph, 2, rates=tables, workers_per_host=2, historical="1:2")
+    for plain, priced, call in ((history, worked[4], 2e-3), (pull, worked[5], 3e-3)):
+        assert priced.option == plain.option and priced.comm_s == pytest.approx(plain.comm_s)
+        mode = "pull" if "pull" in plain.option else "push"
+        epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0, HistoryPlan.of("1:2", 2, mode=mode))
+        own_s = epoch.batches * call + (epoch.pushed.sum(0) + epoch.pushed.sum(1)) * 1e-6
+        stage = "sample_s" if mode == "pull" else "compute_s"
+        assert getattr(priced, stage) == pytest.approx(getattr(plain, stage) + own_s.max())
+        assert priced.epoch_s > plain.epoch_s + own_s.min() - 1e-12
 
 
 def test_workers_reading_each_other_skip_the_exchanges_calls(graph):

@@ -243,6 +243,10 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     dist = first["rates"]["dist_sample_s"]
     assert set(dist) == {"batch", "edge", "shared_batch", "shared_edge"}
     assert min(dist.values()) >= 0
+    # in the same launch, real historical tables pushed and pulled: their own work per layer
+    # and step, and per row (the calls' latency and the rows' link time taken off)
+    tables = first["rates"]["history_s"]
+    assert set(tables) == {"row", "push_call", "pull_call"} and min(tables.values()) >= 0
     steps = next(iter(first["rates"]["compute"].values()))["minibatch_s"]
     assert min(steps["step_input_edge"], steps["step_edge"]) >= 0
     assert steps["step_batch"] + steps["step_edge"] > 0

@@ -72,7 +72,11 @@ the all-reduce, the stop agreement, the historical exchanges' two (push) or thre
 layer); the slowest machine sets the epoch. With 8-bit rows,
 each worker also encodes the rows it sends and decodes those it receives (the codec's calibrated
 seconds per value, in calls of the rows a peer's share of a batch holds: a call's values cost
-more once its rows outgrow the caches). Where a machine runs as many workers as it has cores
+more once its rows outgrow the caches). With historical embeddings, each worker's tables also
+do their own work per served layer and step (the exchange's bookkeeping) and per row it sends
+or receives (lookups, gathers, table writes), at the rates the calibration probed on real
+tables (:attr:`~shardgnn.fullgraph.rates.MachineRates.history_s`): in push mode after the
+step, in pull mode in the sampling. Where a machine runs as many workers as it has cores
 or more, each of those calls also costs the calibration's crowding probe at the work a worker
 does before it (a share of the batch's sampling; its step before the all-reduce)
 (:meth:`~shardgnn.fullgraph.rates.MachineRates.crowding`): workers in lockstep wait at every
@@ -874,8 +878,7 @@ def minibatch_costs(
                 epoch, sent, recv, rates, model=model, hidden=hidden, in_dim=in_dim,
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
                 coded=coded_values(fetched, fetched_nonzeros) if bits < 32 else None,
-                sparse_batches=sparse, collective=collective,
-                history_calls=0 if history is None else history.calls * len(history.layers),
+                sparse_batches=sparse, collective=collective, history=history,
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
         out.append(cost)
@@ -926,13 +929,14 @@ def _epoch_seconds(
     hops: int,
     workers_per_host: int,
     coded: np.ndarray | None = None,
-    history_calls: int = 0,
+    history: HistoryPlan | None = None,
     sparse_batches: bool = False,
     collective: bool = True,
 ) -> dict[str, float]:
     """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
     worker fetches from each other per epoch, sent at 8 bits (None: as float32);
-    ``history_calls``: the historical pushes' all-to-alls after each step; ``sparse_batches``:
+    ``history``: the historical embeddings run (their exchanges' calls after each step, or in
+    the sampling, and the tables' own work: :func:`_history_seconds`); ``sparse_batches``:
     the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`);
     ``collective``: sampling, fetching and labels exchange through collectives (False: every
     owner is on the workers' machine and they read each other's rows, sampling at the rates
@@ -951,6 +955,13 @@ def _epoch_seconds(
     codec_s = None if coded is None else _codec_epoch_seconds(r, coded, train.batches, in_dim)
     if codec_s is not None:  # the fetch codec's work, on the worker's own cores
         sample = sample + codec_s
+    history_s = None if history is None else _history_seconds(train, rates, history)
+    if history_s is not None:  # pull: in the sampling; push: after the step
+        if history.mode == "pull":
+            sample = sample + history_s
+        else:
+            compute = compute + history_s
+    own_work_s = [work for work in (codec_s, history_s) if work is not None]
     config = PlanConfig(model=model, hidden=hidden, layers=hops)
     params = sum(a * b + b for a, b, _, _ in linear_layers(config, in_dim, out_dim, False))
     # the gradient all-reduce (a ring) of every batch
@@ -960,14 +971,16 @@ def _epoch_seconds(
     # crowded: each step (its all-reduce's wait included) stretched as the probe measured
     crowded_step = rates.step_crowding(per_host)
     busy_s = _lockstep_seconds(
-        train, r, rates.cores, per_host, codec_s, (sample_batch, sample_edge), crowded_step or 1.0,
-        sparse_batches, crowded_sampling=not collective,
+        train, r, rates.cores, per_host, sum(own_work_s) if own_work_s else None,
+        (sample_batch, sample_edge), crowded_step or 1.0, sparse_batches,
+        crowded_sampling=not collective,
     )  # fmt: skip
     # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
     # (a collective every batch, however few labels move), the gradient all-reduce and the stop
     # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
     # last): each per peer
     moves = 3 * hops + 4 if collective else 0
+    history_calls = 0 if history is None else history.calls * len(history.layers)
     calls = moves + 2 + history_calls
     comm += rates.latency_s * train.batches * calls * (workers - 1)
     if per_host >= rates.cores:
@@ -989,6 +1002,19 @@ def _epoch_seconds(
         "comm_s": comm,
         "epoch_s": busy_s + comm,
     }
+
+
+def _history_seconds(train: _Epoch, rates: MachineRates, history: HistoryPlan) -> np.ndarray | None:
+    """Each worker's seconds per epoch of its historical tables' own work, at the probed rates
+    (:attr:`~shardgnn.fullgraph.rates.MachineRates.history_s`; None where the rates predate
+    them): per served layer and step an exchange's bookkeeping, and per row it sends or
+    receives, pushed or pulled, the lookups, the gather and the table write (their bytes and
+    calls are priced with every exchange's)."""
+    if "row" not in rates.history_s:
+        return None
+    rows = train.pushed.sum(0) + train.pushed.sum(1)
+    calls = len(history.layers) * train.batches
+    return calls * rates.history_s[f"{history.mode}_call"] + rows * rates.history_s["row"]
 
 
 def _step_edge_seconds(
@@ -1020,7 +1046,7 @@ def _lockstep_seconds(
     r,
     cores: int,
     per_host: int,
-    codec_s: np.ndarray | None,
+    own_work_s: np.ndarray | None,
     sampling: tuple[float, float],
     crowded_step: float = 1.0,
     sparse_batches: bool = False,
@@ -1034,8 +1060,9 @@ def _lockstep_seconds(
     (:meth:`~shardgnn.fullgraph.rates.MachineRates.step_crowding`): it stretches the steps and,
     with ``crowded_sampling``, the sampling (where the workers read each other's parts, whose
     sampling is work on the cores alone; through the collectives its rate holds the calls' waits,
-    which the crowding probe prices per call); ``sparse_batches``: the steps' input rows are
-    sparse."""
+    which the crowding probe prices per call); ``own_work_s``: each worker's seconds per epoch
+    outside the sampler and the step (the fetch codec's, the historical tables'), spread evenly
+    over its batches; ``sparse_batches``: the steps' input rows are sparse."""
     sample_batch, sample_edge = sampling
     step_PB = (train.batch_edges > 0) * r.step("step_batch", sparse_batches) + _step_edge_seconds(
         r, train.batch_input_edges, train.batch_edges - train.batch_input_edges, sparse_batches
@@ -1044,8 +1071,8 @@ def _lockstep_seconds(
     if crowded_sampling:
         work_PB = crowded_step * work_PB
     work_PB = work_PB + crowded_step * step_PB
-    if codec_s is not None:  # each worker's coding, spread evenly over its batches
-        work_PB = work_PB + codec_s[:, None] / max(1, train.batches)
+    if own_work_s is not None:  # each worker's coding and tables, spread evenly over its batches
+        work_PB = work_PB + own_work_s[:, None] / max(1, train.batches)
     threads = max(1, cores // per_host)
     workers = work_PB.shape[0]
     host_B = np.zeros(work_PB.shape[1])

@@ -25,6 +25,16 @@ operations a distributed full-graph training step is made of, on the graph being
   adds per call) and per sampled edge. A distributed batch samples several times slower than
   the one-process sampler (measured: 15 ms against 1 ms per batch of 256 seeds, fanouts 10,10,
   on a 20,000-node graph), so the plan takes these for every worker count above one.
+* **historical tables** (in the same launch, on models of two layers or more): each worker
+  runs real :class:`~shardgnn.store.historical.HistoricalEmbeddings` of its halo serving layer
+  1, at the model's hidden width, on batches of both sizes: push mode's step end (every computed
+  own row a peer watches sent, written into its table), pull mode's lookup (stale entries asked
+  of their owners, answered from the rows they kept) and step end (the computed rows kept):
+  seconds per exchange and per row sent or received, less the calls' latency and the rows'
+  time on the link, which the plan prices with every exchange's. Without them the plan priced
+  the exchanges' bytes and calls alone, 13-28 % short of the historical options' measured epochs
+  with sharing at P = 2 (their measured ``historical`` stage 0.13-0.18 s against the 0.07 s
+  their bytes and calls add; BENCHMARKS 32s).
 * **crowding** (only where a plan puts as many workers on a machine as it has cores, or more):
   that many worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms)
   and an empty all-to-all, in lockstep as mini-batch workers are, in blocks alternating with
@@ -46,8 +56,8 @@ operations a distributed full-graph training step is made of, on the graph being
   (BENCHMARKS 32q). The batches are sampled afresh, as training's are, since the plan stretches
   the sampling of workers reading each other's parts by the factor too (it stretched the step
   alone before): five probes at 2, 3 and 4 workers on 2 cores, 1.50-1.61, 1.44-1.70 and
-  1.34-1.67, the levels of one batch stepped over and over and narrower (1.33-1.76, 1.55-1.97,
-  1.26-1.92; BENCHMARKS 32s).
+  1.34-1.67, the levels of one batch stepped over and over in a narrower spread (that read
+  1.33-1.76, 1.55-1.97, 1.26-1.92; BENCHMARKS 32s).
 
 Run it where the job will run (inside a network namespace whose link is rate-limited, the
 namespace's link is measured); between machines, :func:`main` under torchrun measures their link
@@ -72,6 +82,7 @@ from shardgnn.errors import ConfigError
 
 LINK_SIZES = (1 << 16, 1 << 20, 1 << 22, 1 << 24)
 """bytes each rank sends per exchange in the link probe"""
+_ID_BYTES = 8  # an int64 node id or stamp
 CROWD_BURSTS = (2e-4, 1e-3, 4e-3, 1.6e-2)
 """seconds of single-thread work between two collective calls in the crowding probe"""
 _TARGET_S = 0.15  # each measurement repeats its operation for about this long
@@ -204,6 +215,11 @@ class MachineRates:
     each other's parts ``shared_batch`` and ``shared_edge`` (:func:`measure_dist_sampling`;
     empty, or rates from before the shared ones, when not measured: the plan then uses the
     one-process sampler's)"""
+    history_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """the historical tables' own work: ``push_call`` and ``pull_call`` per layer and step, ``row``
+    per row a worker sends or receives (:func:`measure_dist_sampling`; empty when not measured,
+    or rates from before 2026-12-06: the plan then prices their exchanges' bytes and calls
+    alone)"""
     crowd_s: dict[int, dict[float, float]] = dataclasses.field(default_factory=dict)
     """workers on one machine (more than its cores) -> burst seconds -> seconds each collective
     call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
@@ -245,6 +261,7 @@ class MachineRates:
             latency_s=float(d["latency_s"]),
             link_samples=[[float(a), float(b)] for a, b in d["link_samples"]],
             dist_sample_s={str(k): float(v) for k, v in d.get("dist_sample_s", {}).items()},
+            history_s={str(k): float(v) for k, v in d.get("history_s", {}).items()},
             crowd_s={
                 int(w): {float(b): float(v) for b, v in by_burst.items()}
                 for w, by_burst in d.get("crowd_s", {}).items()
@@ -628,12 +645,13 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
 
 
 def _probe_dist_sampling(
-    path: str, fanouts: tuple[int, ...], sizes: list[int], repeats: int
-) -> list[list[list[float]]]:
+    path: str, fanouts: tuple[int, ...], sizes: list[int], repeats: int, hidden: int
+) -> tuple[list[list[list[float]]], list[list[list[float]]]]:
     """Worker of the distributed-sampling probe: per way of sampling (requests through the
     collectives; the peer's part read from its mapped files, as ``--host-sharing auto`` on one
     machine) and per batch size, ``[median sampled edges, median seconds]`` of sampling a batch
-    of this worker's own training nodes (rank 0's)."""
+    of this worker's own training nodes; and, on models of two layers or more, the historical
+    tables' exchanges (:func:`_probe_history`)."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.distributed.context import init_distributed, shutdown
     from shardgnn.partition.format import read_partitions
@@ -647,7 +665,7 @@ def _probe_dist_sampling(
     try:
         comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
         train = read_partitions(path).global_split("train")
-        out = []
+        out, history = [], []
         for host_ranks in ((), ctx.host_ranks):
             graph = DistGraphStore.open(
                 path, ctx.rank, ctx.world_size, comm, verify=False, host_ranks=host_ranks
@@ -668,18 +686,76 @@ def _probe_dist_sampling(
                     edges.append(sum(block.num_edges for block in sample.blocks))
                 points.append([float(statistics.median(edges[1:])), statistics.median(times[1:])])
             out.append(points)
-        return out
+            if not host_ranks and len(fanouts) > 1:
+                batches = [  # the tables' work is short and noisy: twice the repeats
+                    [
+                        sampler.sample(SeedInput(np.sort(rng.choice(own, take, False))), i)
+                        for i in range(2 * repeats + 1)
+                    ]
+                    for take in (min(size, len(own)) for size in sizes)
+                ]
+                history = _probe_history(graph, comm, ctx, batches, hidden)
+        return out, history
     finally:
         shutdown()
 
 
-def measure_dist_sampling(graph, step: MiniBatchWork, latency_s: float) -> dict[str, float]:
+def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[list[list[float]]]:
+    """Worker of the historical tables' probe: per mode (push, pull), per list of sampled
+    ``batches`` (one list per batch size), ``[median rows this worker sent, median seconds]``
+    of one layer's exchange at the ``hidden`` width, on real
+    :class:`~shardgnn.store.historical.HistoricalEmbeddings` of this worker's halo serving
+    layer 1: push, the step's end (every computed own row a peer watches sent to it, written
+    into its table there); pull, the sampler's lookup of the layer's outside nodes (the stale
+    ones asked of their owners, answered from the rows they kept, written into the table) and
+    the step's end (the rows computed kept). Entries serve one step (``max_age`` 1), so each
+    batch pulls what its peer's previous batch computed, as runs of a longer age pull what a
+    peer computed since the entry aged."""
+    from shardgnn.store.historical import HistoricalEmbeddings, halo_of
+
+    start, end = graph.book.part_range(ctx.rank)
+    halo = halo_of(np.asarray(graph.part.indices), start, end)
+    out = []
+    for mode in ("push", "pull"):
+        tables = HistoricalEmbeddings(
+            graph.book, ctx.rank, comm, halo, range(1, 2), 1, stage="probe_history", mode=mode
+        )
+        points = []
+        for samples in batches:
+            rows, times = [], []
+            for sample in samples:
+                blocks = sample.blocks
+                h_DF = torch.randn(blocks[0].num_dst, hidden)
+                computed = {1: (blocks[0].dst_nodes_D.numpy(), h_DF)}
+                sent = tables.sent_rows
+                ctx.barrier("probe")
+                begin = time.perf_counter()
+                if tables.pull:
+                    tables.prune(1, blocks[1].src_nodes_S.numpy(), blocks[1].num_dst)
+                tables.after_step(computed)
+                times.append(time.perf_counter() - begin)
+                rows.append(tables.sent_rows - sent)
+            points.append([float(statistics.median(rows[1:])), statistics.median(times[1:])])
+        out.append(points)
+    return out
+
+
+def measure_dist_sampling(
+    graph, step: MiniBatchWork, latency_s: float, link_bytes_s: float = float("inf")
+) -> tuple[dict[str, float], dict[str, float]]:
     """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
     per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
     module docstring), at the smallest and largest of ``step.batch_sizes``: ``batch`` and
     ``edge`` with every request through the collectives, ``shared_batch`` and ``shared_edge``
     with each worker reading the other's part from its mapped files (``--host-sharing auto``
-    on one machine: no collective; the per-owner work still apart from one process's)."""
+    on one machine: no collective; the per-owner work still apart from one process's).
+
+    And, on models of two layers or more, the historical tables' own work (:func:`_probe_history`,
+    on batches of the same sizes, through the collectives): ``push_call`` and ``pull_call``,
+    seconds per layer and step, and ``row``, per row a worker sends or receives (fitted on the
+    pushes: a pull moves too few rows to fit its own; the calls' latency and the rows' and ids'
+    time on the link, at ``latency_s`` and ``link_bytes_s``, taken off: the plan adds them as it
+    does every exchange's)."""
     import tempfile
 
     from shardgnn.distributed.launch import launch_local
@@ -692,16 +768,37 @@ def measure_dist_sampling(graph, step: MiniBatchWork, latency_s: float) -> dict[
     with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
         path = str(Path(tmp) / "parts")
         write_partitions(graph, result.assignment, path, method=result.method)
-        points = launch_local(
-            _probe_dist_sampling, (path, step.fanouts, sizes, 9), nprocs=2, timeout_s=300
-        )[0]
+        probed = launch_local(
+            _probe_dist_sampling,
+            (path, step.fanouts, sizes, 9, step.hidden),
+            nprocs=2,
+            timeout_s=300,
+        )
+    points, history = probed[0]
     calls = 3 * len(step.fanouts) * latency_s
     out = {}
     for prefix, ((e1, t1), (e2, t2)), latency in zip(("", "shared_"), points, (calls, 0.0)):
         per_edge = max(t2 - t1, 0.0) / max(e2 - e1, 1.0)
         out[f"{prefix}batch"] = max(t1 - per_edge * e1 - latency, 0.0)
         out[f"{prefix}edge"] = per_edge
-    return out
+    if not history:
+        return out, {}
+    own = []  # per mode and size: (rows rank 0 sent and received, seconds of its own work)
+    # push: ids, then rows; pull: ids asked, stamps back, then rows
+    for m, (exchanges, ids) in enumerate(((2, 1), (3, 2))):
+        own.append([])
+        for (mine, seconds), (theirs, _) in zip(history[m], probed[1][1][m]):
+            # each row float32 at the hidden width with its ids; the link carries both
+            # directions at once
+            link = max(mine, theirs) * (4 * step.hidden + ids * _ID_BYTES) / link_bytes_s
+            own[m].append((mine + theirs, seconds - exchanges * latency_s - link))
+    # a row costs alike pushed or pulled (looked up, gathered, written into a table); a pull
+    # moves few rows (those the owner computed since the entry aged), too few to fit its own
+    # rate against the noise: its exchanges' bookkeeping is the rest
+    (r1, t1), (r2, t2) = own[0]
+    row = max(t2 - t1, 0.0) / max(r2 - r1, 1.0)
+    pull_call = statistics.median(max(t - row * r, 0.0) for r, t in own[1])
+    return out, {"row": row, "push_call": max(t1 - row * r1, 0.0), "pull_call": pull_call}
 
 
 def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
@@ -944,9 +1041,9 @@ def calibrate(
     compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
     rate, latency, samples = measure_link() if measured is None else measured
     crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w >= cores}
-    dist_sample, crowd_step = {}, {}
+    dist_sample, history, crowd_step = {}, {}, {}
     if graph is not None and work.minibatch is not None:
-        dist_sample = measure_dist_sampling(graph, work.minibatch, latency)
+        dist_sample, history = measure_dist_sampling(graph, work.minibatch, latency, rate)
     if work.minibatch is not None:
         crowd_step = {
             w: measure_crowded_step(work, w, cores, latency, rate)
@@ -960,6 +1057,7 @@ def calibrate(
         latency_s=latency,
         link_samples=samples,
         dist_sample_s=dist_sample,
+        history_s=history,
         crowd_s=crowd,
         crowd_step=crowd_step,
     )
