@@ -674,25 +674,32 @@ def _probe_dist_sampling(
             start, end = graph.book.part_range(ctx.rank)
             own = train[(train >= start) & (train < end)]
             rng = np.random.default_rng(ctx.rank)
-            points = []
-            for size in sizes:
-                edges, times = [], []
-                for i in range(repeats + 1):
-                    seeds = np.sort(rng.choice(own, min(size, len(own)), replace=False))
+            takes = [min(size, len(own)) for size in sizes]
+            edges, times = [[] for _ in sizes], [[] for _ in sizes]
+            # the sizes alternate, so the machine's drift between them does not read as a
+            # cost per edge
+            for i in range(repeats + 1):
+                for k, take in enumerate(takes):
+                    seeds = np.sort(rng.choice(own, take, replace=False))
                     ctx.barrier("probe")
                     begin = time.perf_counter()
-                    sample = sampler.sample(SeedInput(seeds), i)
-                    times.append(time.perf_counter() - begin)
-                    edges.append(sum(block.num_edges for block in sample.blocks))
-                points.append([float(statistics.median(edges[1:])), statistics.median(times[1:])])
-            out.append(points)
+                    sample = sampler.sample(SeedInput(seeds), i * len(takes) + k)
+                    times[k].append(time.perf_counter() - begin)
+                    edges[k].append(sum(block.num_edges for block in sample.blocks))
+            out.append(
+                [
+                    [float(statistics.median(e[1:])), statistics.median(t[1:])]
+                    for e, t in zip(edges, times)
+                ]
+            )
             if not host_ranks and len(fanouts) > 1:
-                batches = [  # the tables' work is short and noisy: twice the repeats
+                # the tables' work is short and noisy: twice the repeats
+                batches = [
                     [
                         sampler.sample(SeedInput(np.sort(rng.choice(own, take, False))), i)
-                        for i in range(2 * repeats + 1)
+                        for take in takes
                     ]
-                    for take in (min(size, len(own)) for size in sizes)
+                    for i in range(2 * repeats + 1)
                 ]
                 history = _probe_history(graph, comm, ctx, batches, hidden)
         return out, history
@@ -701,8 +708,9 @@ def _probe_dist_sampling(
 
 
 def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[list[list[float]]]:
-    """Worker of the historical tables' probe: per mode (push, pull), per list of sampled
-    ``batches`` (one list per batch size), ``[median rows this worker sent, median seconds]``
+    """Worker of the historical tables' probe: per mode (push, pull), per batch size,
+    ``[median rows this worker sent, median seconds]`` over sampled ``batches`` (rounds of one
+    batch of each size, the sizes alternating; the first round warms up)
     of one layer's exchange at the ``hidden`` width, on real
     :class:`~shardgnn.store.historical.HistoricalEmbeddings` of this worker's halo serving
     layer 1: push, the step's end (every computed own row a peer watches sent to it, written
@@ -720,10 +728,9 @@ def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[l
         tables = HistoricalEmbeddings(
             graph.book, ctx.rank, comm, halo, range(1, 2), 1, stage="probe_history", mode=mode
         )
-        points = []
+        rows, times = [[] for _ in batches[0]], [[] for _ in batches[0]]
         for samples in batches:
-            rows, times = [], []
-            for sample in samples:
+            for k, sample in enumerate(samples):
                 blocks = sample.blocks
                 h_DF = torch.randn(blocks[0].num_dst, hidden)
                 computed = {1: (blocks[0].dst_nodes_D.numpy(), h_DF)}
@@ -733,10 +740,14 @@ def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[l
                 if tables.pull:
                     tables.prune(1, blocks[1].src_nodes_S.numpy(), blocks[1].num_dst)
                 tables.after_step(computed)
-                times.append(time.perf_counter() - begin)
-                rows.append(tables.sent_rows - sent)
-            points.append([float(statistics.median(rows[1:])), statistics.median(times[1:])])
-        out.append(points)
+                times[k].append(time.perf_counter() - begin)
+                rows[k].append(tables.sent_rows - sent)
+        out.append(
+            [
+                [float(statistics.median(r[1:])), statistics.median(t[1:])]
+                for r, t in zip(rows, times)
+            ]
+        )
     return out
 
 
