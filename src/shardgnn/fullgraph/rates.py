@@ -32,9 +32,10 @@ operations a distributed full-graph training step is made of, on the graph being
   of their owners, answered from the rows they kept) and step end (the computed rows kept):
   seconds per exchange and per row sent or received, less the calls' latency and the rows'
   time on the link, which the plan prices with every exchange's. Without them the plan priced
-  the exchanges' bytes and calls alone, 13-28 % short of the historical options' measured epochs
-  with sharing at P = 2 (their measured ``historical`` stage 0.13-0.18 s against the 0.07 s
-  their bytes and calls add; BENCHMARKS 32s).
+  the exchanges' bytes and calls alone, up to 28 % short of the historical options' measured
+  epochs with sharing (BENCHMARKS 32s; at P = 2 their measured ``historical`` stage in push mode
+  0.13-0.18 s against the 0.07 s their bytes and calls add); with them, 15 of 15 within 25 %
+  there and 24 of 24 without sharing (BENCHMARKS 32t).
 * **crowding** (only where a plan puts as many workers on a machine as it has cores, or more):
   that many worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms)
   and an empty all-to-all, in lockstep as mini-batch workers are, in blocks alternating with
@@ -708,17 +709,16 @@ def _probe_dist_sampling(
 
 
 def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[list[list[float]]]:
-    """Worker of the historical tables' probe: per mode (push, pull), per batch size,
-    ``[median rows this worker sent, median seconds]`` over sampled ``batches`` (rounds of one
-    batch of each size, the sizes alternating; the first round warms up)
-    of one layer's exchange at the ``hidden`` width, on real
-    :class:`~shardgnn.store.historical.HistoricalEmbeddings` of this worker's halo serving
-    layer 1: push, the step's end (every computed own row a peer watches sent to it, written
-    into its table there); pull, the sampler's lookup of the layer's outside nodes (the stale
-    ones asked of their owners, answered from the rows they kept, written into the table) and
-    the step's end (the rows computed kept). Entries serve one step (``max_age`` 1), so each
-    batch pulls what its peer's previous batch computed, as runs of a longer age pull what a
-    peer computed since the entry aged."""
+    """Worker of the historical tables' probe: per mode (push, pull) and batch size, ``[median
+    rows this worker sent, median seconds]`` of one layer's exchange at the ``hidden`` width over
+    sampled ``batches`` (rounds of one batch of each size, the sizes alternating; the first
+    round warms up), on real :class:`~shardgnn.store.historical.HistoricalEmbeddings` of this
+    worker's halo serving layer 1: push, the step's end (every computed own row a peer watches
+    sent to it, written into its table there); pull, the sampler's lookup of the layer's
+    outside nodes (the stale ones asked of their owners, answered from the rows they kept,
+    written into the table) and the step's end (the rows computed kept). Entries serve one step
+    (``max_age`` 1), so each batch pulls what its peer's previous batch computed, as runs of a
+    longer age pull what a peer computed since the entry aged."""
     from shardgnn.store.historical import HistoricalEmbeddings, halo_of
 
     start, end = graph.book.part_range(ctx.rank)
