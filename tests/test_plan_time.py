@@ -74,6 +74,23 @@ def test_crowded_step_factor_pairs_each_lone_step_with_its_own_round():
     )
 
 
+def test_probe_rounds_pool_across_launches_and_fit_a_line_no_cost_below_zero():
+    """The distributed-sampling probe's launches pool their rounds before the medians (one slow
+    launch moves them less than a launch's own median would), and a line through two medians
+    never prices a unit or a batch below zero (a faster larger batch is the machine's noise)."""
+    from shardgnn.fullgraph.rates import _line, _pooled_medians
+
+    fast = [[[(100, 0.010), (100, 0.011), (100, 0.012)], [(300, 0.020)] * 3]]
+    slow = [[[(100, 0.030)] * 3, [(300, 0.040)] * 3]]
+    pooled = _pooled_medians([fast, fast, slow])
+    assert pooled == [[(100.0, 0.012), (300.0, 0.020)]]
+    assert _pooled_medians([slow]) == [[(100.0, 0.030), (300.0, 0.040)]]
+    fixed, per_unit = _line(pooled[0])
+    assert per_unit == pytest.approx(0.008 / 200) and fixed == pytest.approx(0.008)
+    assert _line([(100, 0.02), (300, 0.01)]) == (0.02, 0.0)  # slower small batch: no slope
+    assert _line([(100, 0.01), (300, 0.04)]) == (0.0, pytest.approx(0.03 / 200))
+
+
 def test_epoch_time_is_the_rates_times_the_counts(graph):
     """1d-sparse on 2 workers of one host, GCN 10 -> 16 -> 3: compute = the busiest worker's
     adjacency entries (in-edges and self-loops) x the SpMMs' seconds per entry (10 and 3 wide

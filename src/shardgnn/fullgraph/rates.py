@@ -24,7 +24,9 @@ operations a distributed full-graph training step is made of, on the graph being
   merged; three all-to-alls per hop): seconds per batch (less the calls' latency, which the plan
   adds per call) and per sampled edge. A distributed batch samples several times slower than
   the one-process sampler (measured: 15 ms against 1 ms per batch of 256 seeds, fanouts 10,10,
-  on a 20,000-node graph), so the plan takes these for every worker count above one.
+  on a 20,000-node graph), so the plan takes these for every worker count above one. The
+  probe runs in three launches, their rounds pooled: its medians move more from one launch to
+  the next than between a launch's rounds (:data:`PROBE_LAUNCHES`, BENCHMARKS 32u).
 * **historical tables** (in the same launch, on models of two layers or more): each worker
   runs real :class:`~shardgnn.store.historical.HistoricalEmbeddings` of its halo serving layer
   1, at the model's hidden width, on batches of both sizes: push mode's step end (every computed
@@ -560,13 +562,21 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     rounds = [[_seconds(fn) for fn in steps] for _ in range(5)]
     medians = [statistics.median(t) for t in zip(*rounds)]
     kinds = 1 if sparse_rows is None else 2
-    (i1, u1, s1), (i2, u2, s2) = points[:2]
-    sample_edge = max(s2 - s1, 0.0) / max(i2 + u2 - i1 - u1, 1)
-    out = {"sample_batch": max(s1 - sample_edge * (i1 + u1), 0.0), "sample_edge": sample_edge}
+    sample_batch, sample_edge = _line([(i + u, s) for i, u, s in points[:2]])
+    out = {"sample_batch": sample_batch, "sample_edge": sample_edge}
     for kind, prefix in enumerate(["", "sparse_"][:kinds]):
         fitted = _fit_step([(i, u) for i, u, _ in points], medians[kind::kinds])
         out.update({f"{prefix}{name}": value for name, value in fitted.items()})
     return {**out, **_codec_seconds(int(work.x.shape[1]), 8)}
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """``(seconds fixed, seconds per unit)`` of the line through two ``(units, seconds)``
+    points, neither negative: a smaller time at more units is the machine's noise, not a
+    negative cost, so it reads as no cost per unit."""
+    (x1, t1), (x2, t2) = points
+    per_unit = max(t2 - t1, 0.0) / max(x2 - x1, 1.0)
+    return max(t1 - per_unit * x1, 0.0), per_unit
 
 
 def _fit_step(edges: list[tuple[int, int]], seconds: list[float]) -> dict[str, float]:
@@ -575,16 +585,16 @@ def _fit_step(edges: list[tuple[int, int]], seconds: list[float]) -> dict[str, f
     the model has upper layers) of the second's seeds with its upper layers served, fewer input
     edges and the same upper ones."""
     (i1, u1), (i2, u2) = edges[:2]
-    t1, t2 = seconds[:2]
-    span = max(i2 + u2 - i1 - u1, 1)
-    step_input_edge = step_edge = max(t2 - t1, 0.0) / span
+    step_batch, step_edge = _line([(i1 + u1, seconds[0]), (i2 + u2, seconds[1])])
+    step_input_edge = step_edge
     if len(edges) == 3:
         a = np.array([[1.0, i, u] for i, u in edges])
         _, input_edge, upper_edge = np.linalg.lstsq(a, np.array(seconds), rcond=None)[0]
         if min(input_edge, upper_edge) >= 0 and edges[2][0] < i2:  # else noise: one rate
             step_input_edge, step_edge = float(input_edge), float(upper_edge)
+            step_batch = max(seconds[0] - step_input_edge * i1 - step_edge * u1, 0.0)
     return {
-        "step_batch": max(t1 - step_input_edge * i1 - step_edge * u1, 0.0),
+        "step_batch": step_batch,
         "step_edge": step_edge,
         "step_input_edge": step_input_edge,
     }
@@ -645,14 +655,18 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
         shutdown()
 
 
+_Rounds = list[tuple[float, float]]
+"""a probe's rounds at one batch size: ``(units, seconds)`` each"""
+
+
 def _probe_dist_sampling(
     path: str, fanouts: tuple[int, ...], sizes: list[int], repeats: int, hidden: int
-) -> tuple[list[list[list[float]]], list[list[list[float]]]]:
+) -> tuple[list[list[_Rounds]], list[list[_Rounds]]]:
     """Worker of the distributed-sampling probe: per way of sampling (requests through the
     collectives; the peer's part read from its mapped files, as ``--host-sharing auto`` on one
-    machine) and per batch size, ``[median sampled edges, median seconds]`` of sampling a batch
-    of this worker's own training nodes; and, on models of two layers or more, the historical
-    tables' exchanges (:func:`_probe_history`)."""
+    machine) and per batch size, ``repeats`` rounds' ``(sampled edges, seconds)`` of sampling a
+    batch of this worker's own training nodes (after one round that warms up); and, on models
+    of two layers or more, the historical tables' exchanges (:func:`_probe_history`)."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.distributed.context import init_distributed, shutdown
     from shardgnn.partition.format import read_partitions
@@ -687,12 +701,7 @@ def _probe_dist_sampling(
                     sample = sampler.sample(SeedInput(seeds), i * len(takes) + k)
                     times[k].append(time.perf_counter() - begin)
                     edges[k].append(sum(block.num_edges for block in sample.blocks))
-            out.append(
-                [
-                    [float(statistics.median(e[1:])), statistics.median(t[1:])]
-                    for e, t in zip(edges, times)
-                ]
-            )
+            out.append([list(zip(e[1:], t[1:])) for e, t in zip(edges, times)])
             if not host_ranks and len(fanouts) > 1:
                 # the tables' work is short and noisy: twice the repeats
                 batches = [
@@ -708,9 +717,9 @@ def _probe_dist_sampling(
         shutdown()
 
 
-def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[list[list[float]]]:
-    """Worker of the historical tables' probe: per mode (push, pull) and batch size, ``[median
-    rows this worker sent, median seconds]`` of one layer's exchange at the ``hidden`` width over
+def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[list[_Rounds]]:
+    """Worker of the historical tables' probe: per mode (push, pull) and batch size, the rounds'
+    ``(rows this worker sent, seconds)`` of one layer's exchange at the ``hidden`` width over
     sampled ``batches`` (rounds of one batch of each size, the sizes alternating; the first
     round warms up), on real :class:`~shardgnn.store.historical.HistoricalEmbeddings` of this
     worker's halo serving layer 1: push, the step's end (every computed own row a peer watches
@@ -742,12 +751,7 @@ def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[l
                 tables.after_step(computed)
                 times[k].append(time.perf_counter() - begin)
                 rows[k].append(tables.sent_rows - sent)
-        out.append(
-            [
-                [float(statistics.median(r[1:])), statistics.median(t[1:])]
-                for r, t in zip(rows, times)
-            ]
-        )
+        out.append([list(zip(r[1:], t[1:])) for r, t in zip(rows, times)])
     return out
 
 
@@ -756,7 +760,8 @@ def measure_dist_sampling(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
     per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
-    module docstring), at the smallest and largest of ``step.batch_sizes``: ``batch`` and
+    module docstring; the rounds of :data:`PROBE_LAUNCHES` launches pooled), at the smallest and
+    largest of ``step.batch_sizes``: ``batch`` and
     ``edge`` with every request through the collectives, ``shared_batch`` and ``shared_edge``
     with each worker reading the other's part from its mapped files (``--host-sharing auto``
     on one machine: no collective; the per-owner work still apart from one process's).
@@ -779,26 +784,32 @@ def measure_dist_sampling(
     with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
         path = str(Path(tmp) / "parts")
         write_partitions(graph, result.assignment, path, method=result.method)
-        probed = launch_local(
-            _probe_dist_sampling,
-            (path, step.fanouts, sizes, 9, step.hidden),
-            nprocs=2,
-            timeout_s=300,
-        )
-    points, history = probed[0]
+        launches = [
+            launch_local(
+                _probe_dist_sampling,
+                (path, step.fanouts, sizes, 9, step.hidden),
+                nprocs=2,
+                timeout_s=300,
+            )
+            for _ in range(PROBE_LAUNCHES)
+        ]
+    # per rank: per way (or mode) and size, the median units and seconds of the pooled rounds
+    sampled, history = (
+        [_pooled_medians([launch[rank][part] for launch in launches]) for rank in (0, 1)]
+        for part in (0, 1)
+    )
     calls = 3 * len(step.fanouts) * latency_s
     out = {}
-    for prefix, ((e1, t1), (e2, t2)), latency in zip(("", "shared_"), points, (calls, 0.0)):
-        per_edge = max(t2 - t1, 0.0) / max(e2 - e1, 1.0)
-        out[f"{prefix}batch"] = max(t1 - per_edge * e1 - latency, 0.0)
-        out[f"{prefix}edge"] = per_edge
-    if not history:
+    for prefix, points, latency in zip(("", "shared_"), sampled[0], (calls, 0.0)):
+        batch, out[f"{prefix}edge"] = _line(points)
+        out[f"{prefix}batch"] = max(batch - latency, 0.0)
+    if not history[0]:
         return out, {}
     own = []  # per mode and size: (rows rank 0 sent and received, seconds of its own work)
     # push: ids, then rows; pull: ids asked, stamps back, then rows
     for m, (exchanges, ids) in enumerate(((2, 1), (3, 2))):
         own.append([])
-        for (mine, seconds), (theirs, _) in zip(history[m], probed[1][1][m]):
+        for (mine, seconds), (theirs, _) in zip(history[0][m], history[1][m]):
             # each row float32 at the hidden width with its ids; the link carries both
             # directions at once
             link = max(mine, theirs) * (4 * step.hidden + ids * _ID_BYTES) / link_bytes_s
@@ -806,10 +817,33 @@ def measure_dist_sampling(
     # a row costs alike pushed or pulled (looked up, gathered, written into a table); a pull
     # moves few rows (those the owner computed since the entry aged), too few to fit its own
     # rate against the noise: its exchanges' bookkeeping is the rest
-    (r1, t1), (r2, t2) = own[0]
-    row = max(t2 - t1, 0.0) / max(r2 - r1, 1.0)
+    push_call, row = _line(own[0])
     pull_call = statistics.median(max(t - row * r, 0.0) for r, t in own[1])
-    return out, {"row": row, "push_call": max(t1 - row * r1, 0.0), "pull_call": pull_call}
+    return out, {"row": row, "push_call": push_call, "pull_call": pull_call}
+
+
+PROBE_LAUNCHES = 3
+"""launches of the distributed-sampling probe, their rounds pooled. Its times move between
+launches more than between one launch's rounds: on the 2-core machine of BENCHMARKS 32u the
+median of a launch's 9 rounds (each way of sampling, each mode of the tables, each batch size)
+fell -27 ... +47 % from that of all 18 launches, of 60 rounds still -29 ... +28 % over 9
+launches; 3 launches' rounds pooled, -14 ... +20 %"""
+
+
+def _pooled_medians(launches: list[list[list[_Rounds]]]) -> list[list[tuple[float, float]]]:
+    """Per group (a way of sampling, a mode of the tables) and batch size, ``(median units,
+    median seconds)`` of the rounds of every launch (each ``[group][size]`` a list of ``(units,
+    seconds)`` rounds)."""
+    return [
+        [
+            (
+                float(statistics.median(u for u, _ in rounds)),
+                statistics.median(t for _, t in rounds),
+            )
+            for rounds in (sum((launch[g][k] for launch in launches), []) for k in range(sizes))
+        ]
+        for g, sizes in enumerate(len(group) for group in launches[0])
+    ]
 
 
 def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
