@@ -484,8 +484,11 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     assert shared[0].epoch_s - shared[0].comm_s == pytest.approx(both(2.5), rel=1e-9)
 
 
-def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):
-    from shardgnn.cli import main
+def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys, monkeypatch):
+    import shlex
+
+    from shardgnn.cli import build_parser, main
+    from shardgnn.cli.train import train_config
 
     out = tmp_path / "plan.json"
     assert main(["plan", SPEC, "--workers", "2,4", "--hidden", "16", "--out", str(out)]) == 0
@@ -494,6 +497,31 @@ def test_cli_plans_both_kinds_and_refuses_what_does_not_apply(tmp_path, capsys):
     assert printed.count("<- fewest") == 4
     data = json.loads(out.read_text())
     assert len(data["minibatch_costs"]) == 8 and set(data["minibatch_picks"]) == {"2", "4"}
+    # how to train each pick: the flags that set what the plan priced, its workers one a
+    # machine (the plan's layout without rates) on a partition made before, under torchrun
+    assert "to train a pick: `shardgnn train" in printed and "--nproc-per-node 1" in printed
+    assert "parts-P: `shardgnn partition" in printed
+    flags = data["pick_flags"]
+    assert {kind: set(by) for kind, by in flags.items()} == {
+        "full graph": {"2", "4"}, "mini-batch": {"2", "4"}
+    }  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    for p in (2, 4):
+        # the partition as the plan says to make it
+        assert main(["partition", SPEC, "--parts", str(p), "--method", "metis", "--out",
+                     f"parts-{p}", "--quiet"]) == 0  # fmt: skip
+        option = data["minibatch_picks"][str(p)]
+        line = shlex.join(flags["mini-batch"][str(p)])
+        assert f"  P={p} mini-batch: {line}" in printed
+        config = train_config(build_parser().parse_args(["train", *flags["full graph"][str(p)]]))
+        assert (config.run.partitions, config.mode) == (f"parts-{p}", "full")
+        assert (config.model.hidden, config.model.num_layers) == (16, 2)
+        assert config.full.spmm == data["picks"][str(p)].split()[0]  # the label: --spmm first
+        config = train_config(build_parser().parse_args(["train", *flags["mini-batch"][str(p)]]))
+        assert config.mode == "minibatch" and config.sampler.fanouts == (10, 10)
+        assert config.batch_size == data["minibatch_costs"][0]["batch_size"]
+        assert (config.fetch_bits == 8) == ("8-bit" in option)
+        assert (config.cache.policy == "presample") == ("cache" in option)
     only = tmp_path / "only.json"
     argv = ["plan", SPEC, "--workers", "2", "--strategies", "minibatch", "--fanouts", "5,3"]
     assert main([*argv, "--batch-size", "64", "--cache-size", "500", "--out", str(only)]) == 0

@@ -279,6 +279,12 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     second = json.loads(again.read_text())
     for kind in ("costs", "minibatch_costs"):
         assert [c["epoch_s"] for c in second[kind]] == [c["epoch_s"] for c in first[kind]]
+    # each pick's flags train it: here on this machine (all four workers on it, as planned)
+    for kind in ("full graph", "mini-batch"):
+        pick = second["pick_flags"][kind]["2"]
+        assert pick[:2] == ["--workers", "2"]
+        assert main(["train", SPEC, *pick, "--epochs", "1", "--quiet"]) == 0, pick
+    capsys.readouterr()
     fixed = tmp_path / "fixed.json"
     assert main(["plan", SPEC, *flags, "--rates", str(out), "--latency-us", "7",
                  "--out", str(fixed)]) == 0  # fmt: skip

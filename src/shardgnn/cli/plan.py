@@ -6,6 +6,7 @@ or, with machine rates, takes the shortest epoch (:mod:`shardgnn.fullgraph.plan`
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from shardgnn.cli.flags import add_flags, config_from_args, field_help
@@ -100,6 +101,24 @@ def run(args: argparse.Namespace) -> int:
     ):
         for p in sorted({c.workers for c in planned} - set(chosen)):
             print(f"P={p}: no {kind} fits in --memory-mb {config.memory_mb:g} per worker")
+    rates_file = config.rates or (config.out if rates is not None else None)
+    commands = pick_flags(config, picks, minibatch_picks, batch_size, rates_file)
+    if commands:
+        print(
+            f"to train a pick: `shardgnn train {config.dataset}` and its flags (with --workers: "
+            "on this machine; without: `python -m shardgnn.torchrun --nproc-per-node "
+            f"{config.workers_per_host} ... -m shardgnn.run train`, on each machine)"
+        )
+        for kind, by_workers in commands.items():
+            for p, flags in by_workers.items():
+                print(f"  P={p} {kind}: {shlex.join(flags)}")
+        if any("RATES.json" in f for by in commands.values() for f in by.values()):
+            print("  RATES.json: these rates, as `shardgnn plan --calibrate --out FILE` writes")
+        if any("--partitions" in f for by in commands.values() for f in by.values()):
+            print(
+                f"  parts-P: `shardgnn partition {config.dataset} --parts P --method "
+                f"{config.method} --out parts-P`"
+            )
     for p, c in picks.items():
         if c.empty_parts:
             print(
@@ -121,10 +140,56 @@ def run(args: argparse.Namespace) -> int:
                 "rates": None if rates is None else rates.to_dict(),
                 "picks": {str(p): c.label for p, c in picks.items()},
                 "minibatch_picks": {str(p): c.option for p, c in minibatch_picks.items()},
+                "pick_flags": {
+                    kind: {str(p): flags for p, flags in by_workers.items()}
+                    for kind, by_workers in commands.items()
+                },
             },
         )  # fmt: skip
         print(f"costs written to {config.out}")
     return 0
+
+
+def pick_flags(
+    config: PlanConfig, picks: dict, minibatch_picks: dict, batch_size: int, rates: str | None
+) -> dict[str, dict[int, list[str]]]:
+    """Per kind (``full graph``, ``mini-batch``) and worker count, the ``shardgnn train`` flags
+    that train the pick with the planned model (its batches and host sharing), its workers
+    placed as planned: where one machine holds them all (``--workers-per-host``), ``--workers
+    P`` (training partitions with METIS; another ``--method``: also ``--partitions parts-P``,
+    which ``shardgnn partition --parts P --method`` makes), else ``--partitions parts-P`` alone
+    (under torchrun, ``--workers-per-host`` a machine). ``rates``: the file a ``--dependencies
+    hybrid`` pick prices with (``--plan-rates``; ``RATES.json`` where the rates went to no
+    file)."""
+    from shardgnn.nn.config import ModelConfig
+
+    model = ["--model", config.model, "--hidden", str(config.hidden)]
+    for name, flag in (("dropout", "--dropout"), ("input_dropout", "--input-dropout")):
+        if getattr(config, name) != getattr(ModelConfig(), name):
+            model += [flag, f"{getattr(config, name):g}"]
+
+    def partition(p: int) -> list[str]:
+        parts = ["--partitions", f"parts-{p}"]
+        if p > config.workers_per_host:  # torchrun's workers read a partition made before
+            return parts
+        return ["--workers", str(p), *(parts if config.method != "metis" else [])]
+
+    full = {
+        p: [*partition(p), "--mode", "full", *model, "--layers", str(config.layers)]
+        + (["--bits", str(config.bits)] if config.bits != 32 else [])
+        + cost.flags(rates or "RATES.json")
+        for p, cost in sorted(picks.items())
+    }
+    minibatch = {}
+    if minibatch_picks:
+        fanouts = ",".join(map(str, config.minibatch_fanouts))
+        sampled = ["--fanouts", fanouts, "--batch-size", str(batch_size)]
+        sampled += ["--host-sharing", "off"] if config.host_sharing == "off" else []
+        minibatch = {
+            p: [*partition(p), *model, *sampled, *cost.flags]
+            for p, cost in sorted(minibatch_picks.items())
+        }
+    return {kind: by for kind, by in (("full graph", full), ("mini-batch", minibatch)) if by}
 
 
 def pick_mark(cost, picks, timed: bool, memory_mb: float | None) -> str:
