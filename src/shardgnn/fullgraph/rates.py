@@ -761,10 +761,10 @@ def measure_dist_sampling(
     """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
     per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
     module docstring; the rounds of :data:`PROBE_LAUNCHES` launches pooled), at the smallest and
-    largest of ``step.batch_sizes``: ``batch`` and
-    ``edge`` with every request through the collectives, ``shared_batch`` and ``shared_edge``
-    with each worker reading the other's part from its mapped files (``--host-sharing auto``
-    on one machine: no collective; the per-owner work still apart from one process's).
+    largest of ``step.batch_sizes``: ``batch`` and ``edge`` with every request through the
+    collectives, ``shared_batch`` and ``shared_edge`` with each worker reading the other's part
+    from its mapped files (``--host-sharing auto`` on one machine: no collective; the per-owner
+    work still apart from one process's).
 
     And, on models of two layers or more, the historical tables' own work (:func:`_probe_history`,
     on batches of the same sizes, through the collectives): ``push_call`` and ``pull_call``,
@@ -793,11 +793,13 @@ def measure_dist_sampling(
             )
             for _ in range(PROBE_LAUNCHES)
         ]
-    # per rank: per way (or mode) and size, the median units and seconds of the pooled rounds
-    sampled, history = (
-        [_pooled_medians([launch[rank][part] for launch in launches]) for rank in (0, 1)]
-        for part in (0, 1)
-    )
+
+    def pooled(part: int) -> list[list[list[tuple[float, float]]]]:
+        """Per rank, per way of sampling (part 0) or mode of the tables (part 1) and per size:
+        the median units and seconds of every launch's rounds."""
+        return [_pooled_medians([launch[rank][part] for launch in launches]) for rank in (0, 1)]
+
+    sampled, history = pooled(0), pooled(1)
     calls = 3 * len(step.fanouts) * latency_s
     out = {}
     for prefix, points, latency in zip(("", "shared_"), sampled[0], (calls, 0.0)):
@@ -834,16 +836,14 @@ def _pooled_medians(launches: list[list[list[_Rounds]]]) -> list[list[tuple[floa
     """Per group (a way of sampling, a mode of the tables) and batch size, ``(median units,
     median seconds)`` of the rounds of every launch (each ``[group][size]`` a list of ``(units,
     seconds)`` rounds)."""
-    return [
-        [
-            (
-                float(statistics.median(u for u, _ in rounds)),
-                statistics.median(t for _, t in rounds),
-            )
-            for rounds in (sum((launch[g][k] for launch in launches), []) for k in range(sizes))
-        ]
-        for g, sizes in enumerate(len(group) for group in launches[0])
-    ]
+    pooled = []
+    for g, group in enumerate(launches[0]):
+        pooled.append([])
+        for k in range(len(group)):
+            rounds = [point for launch in launches for point in launch[g][k]]
+            units = float(statistics.median(u for u, _ in rounds))
+            pooled[g].append((units, statistics.median(t for _, t in rounds)))
+    return pooled
 
 
 def _burst(matmuls: int, a_KK: torch.Tensor) -> None:
