@@ -900,3 +900,25 @@ def test_calibration_times_sparse_steps_where_workers_take_them(bag_of_words):
         timed_sparse = {name for name in steps if name.startswith("sparse_")}
         assert timed_sparse == ({f"sparse_{n}" for n in names} if sparse else set())
         assert all(steps[name] >= 0 for name in timed_sparse)
+
+
+def test_step_probe_fits_on_the_rounds_of_every_moment():
+    """A calibration times the step probe's rounds at several moments (the machine's speed moves
+    between them) and fits on the medians of all of them, a slow moment's rounds among them."""
+    from shardgnn.fullgraph.config import PlanConfig
+    from shardgnn.fullgraph.plan import workload
+    from shardgnn.fullgraph.rates import StepProbe, _fit_step
+
+    config = PlanConfig(workers=(2,), model="sage", hidden=16, layers=2, fanouts=(5, 5))
+    work = workload(load_dataset(SPEC), config, 256)
+    probe = StepProbe(work, work.minibatch, threads=1)
+    probe.time_rounds(2)
+    probe.time_rounds(3)
+    assert len(probe.rounds) == 5 and all(len(r) == 3 for r in probe.rounds)
+    # a third moment twice as slow: its rounds join the others' medians
+    probe.rounds += [[2 * t for t in r] for r in probe.rounds[:2]]
+    medians = [float(np.median(t)) for t in zip(*probe.rounds)]
+    fitted = _fit_step([(i, u) for i, u, _ in probe.points], medians)
+    rates = probe.rates()
+    assert {name: rates[name] for name in fitted} == pytest.approx(fitted)
+    assert rates["step_batch"] + rates["step_edge"] > 0

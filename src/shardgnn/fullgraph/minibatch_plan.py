@@ -59,7 +59,7 @@ density of the rows the sampled batches read (sampling reads well-connected node
 rows may be denser than the mean): their non-zeros, not their dense bytes.
 
 **Epoch time** (with :class:`~shardgnn.fullgraph.rates.MachineRates` whose calibration timed
-the planned model's mini-batch step, :func:`~shardgnn.fullgraph.rates.measure_minibatch`): per
+the planned model's mini-batch step, :class:`~shardgnn.fullgraph.rates.StepProbe`): per
 worker, its sampling and its steps (seconds per batch plus seconds per edge of its blocks, at
 the threads it gets; sampling at the distributed sampler's rates, calibrated on two workers,
 when the rates hold them (where every owner is on the worker's machine, those of the

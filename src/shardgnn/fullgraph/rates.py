@@ -114,7 +114,7 @@ class ComputeRates:
     elementwise_s: float
     adam_s: float
     minibatch_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    """a mini-batch training step of the planned model (:func:`measure_minibatch`; empty when
+    """a mini-batch training step of the planned model (:class:`StepProbe`; empty when
     only full-graph strategies were calibrated): ``sample_batch`` and ``sample_edge`` (seconds
     per batch and per sampled edge to sample its blocks), ``step_batch``, ``step_input_edge``
     and ``step_edge`` (seconds per batch, per edge of its input layer's block and per edge of
@@ -370,7 +370,8 @@ def _sample_rows(indptr: np.ndarray, max_entries: int) -> int:
 
 
 def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) -> ComputeRates:
-    """Time the operations of a training step at ``threads`` torch threads."""
+    """Time the operations of a full-graph training step at ``threads`` torch threads (the
+    mini-batch step: :class:`StepProbe`, timed by :func:`calibrate` at several moments)."""
     from shardgnn.nn.dropout import hashed_dropout
     from shardgnn.nn.functional import sparse_matmul
     from shardgnn.nn.message_graph import _csr, transpose_csr
@@ -432,7 +433,6 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
         params[0].grad = torch.randn(1 << 20, generator=gen)
         adam = torch.optim.Adam(params, lr=1e-3)
         adam_s = _seconds(adam.step) / (1 << 20)
-        minibatch_s = {} if work.minibatch is None else measure_minibatch(work, work.minibatch)
     return ComputeRates(
         threads=threads,
         spmm_s=spmm_s,
@@ -441,7 +441,6 @@ def measure_compute(work: Workload, threads: int, max_entries: int = 1_000_000) 
         sparse_s=sparse_s,
         elementwise_s=elementwise_s,
         adam_s=adam_s,
-        minibatch_s=minibatch_s,
     )
 
 
@@ -504,10 +503,14 @@ def _train_step(
     return train_step
 
 
-def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
-    """Time sampling and a training step of the planned model at the smallest and the largest
-    of ``step.batch_sizes`` (seeds drawn from the training nodes) and fit each as seconds per
-    batch plus seconds per edge (:attr:`ComputeRates.minibatch_s`), at the current threads.
+class StepProbe:
+    """Sampling and a training step of the planned model at the smallest and the largest of
+    ``step.batch_sizes`` (seeds drawn from the training nodes), at ``threads`` torch threads:
+    the batches sampled (and their sampling timed) once, the steps timed in rounds by
+    :meth:`time_rounds`, which a calibration calls at several of its moments (a 2-core
+    machine's speed moves between them: BENCHMARKS 32v), and :meth:`rates` fits each as
+    seconds per batch plus seconds per edge (:attr:`ComputeRates.minibatch_s`) on the medians
+    of every round.
 
     A step's edges do not all cost alike: the input layer's (``step_input_edge``) carry the
     narrow input rows, the upper layers' (``step_edge``) the hidden ones, and each upper layer's
@@ -520,54 +523,79 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     steps with sparse input rows are timed too, in the same rounds, and fitted alike
     (``sparse_step_*``): on bag-of-words features the input layer's product over the non-zeros
     costs a fraction of the dense one."""
-    from shardgnn.sampling.types import SeedInput
-    from shardgnn.store.feature import csr_rows
 
-    rng = np.random.default_rng(0)
-    sampler, model, adam = _planned_model(work, step)
-    sparse_rows = None
-    if sparse_input(step.model, int(np.count_nonzero(work.x)), work.x.size):
-        sparse_rows = csr_rows(work.x, "none", sparse_batches=True)
-    sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
-    sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
-    points = []
+    def __init__(self, work: Workload, step: MiniBatchWork, threads: int) -> None:
+        from shardgnn.sampling.types import SeedInput
+        from shardgnn.store.feature import csr_rows
 
-    def serve_all(layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray:
-        mask = np.zeros(src_nodes.shape[0], dtype=bool)
-        mask[num_dst:] = True
-        return mask
+        self.threads = threads
+        rng = np.random.default_rng(0)
+        sampler, model, adam = _planned_model(work, step)
+        sparse_rows = None
+        if sparse_input(step.model, int(np.count_nonzero(work.x)), work.x.size):
+            sparse_rows = csr_rows(work.x, "none", sparse_batches=True)
+        self.kinds = 1 if sparse_rows is None else 2
+        sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
+        sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
 
-    served = [False, False] + ([True] if len(step.fanouts) > 1 else [])
-    steps = []
-    for size, serve in zip([*sizes, sizes[-1]], served):
-        if not serve:  # the served batch has the largest batch's seeds
-            seeds = np.sort(rng.choice(step.train_idx, min(size, len(step.train_idx)), False))
-        sampler.prune = serve_all if serve else None
-        sample_s = _seconds(lambda seeds=seeds: sampler.sample(SeedInput(seeds), 0))
-        sample = sampler.sample(SeedInput(seeds), 0)
-        sampler.prune = None
-        edges = [block.num_edges for block in sample.blocks]
-        labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
-        history = {
-            layer: (block.history_S, torch.randn(int(block.history_S.sum()), step.hidden))
-            for layer, block in enumerate(sample.blocks)
-            if block.history_S is not None
-        }
+        def serve_all(layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray:
+            mask = np.zeros(src_nodes.shape[0], dtype=bool)
+            mask[num_dst:] = True
+            return mask
 
-        points.append((edges[0], sum(edges[1:]), sample_s))
-        steps.append(_train_step(work, model, adam, sample, labels, history))
-        if sparse_rows is not None:
-            steps.append(_train_step(work, model, adam, sample, labels, history, rows=sparse_rows))
-    # the steps alternate, so the machine's drift between them does not tell them apart
-    rounds = [[_seconds(fn) for fn in steps] for _ in range(5)]
-    medians = [statistics.median(t) for t in zip(*rounds)]
-    kinds = 1 if sparse_rows is None else 2
-    sample_batch, sample_edge = _line([(i + u, s) for i, u, s in points[:2]])
-    out = {"sample_batch": sample_batch, "sample_edge": sample_edge}
-    for kind, prefix in enumerate(["", "sparse_"][:kinds]):
-        fitted = _fit_step([(i, u) for i, u, _ in points], medians[kind::kinds])
-        out.update({f"{prefix}{name}": value for name, value in fitted.items()})
-    return {**out, **_codec_seconds(int(work.x.shape[1]), 8)}
+        served = [False, False] + ([True] if len(step.fanouts) > 1 else [])
+        self.points: list[tuple[int, int, float]] = []
+        """per batch: its input layer's edges, its upper layers', seconds to sample it"""
+        self.steps: list[Callable[[], None]] = []
+        with _threads(threads):
+            for size, serve in zip([*sizes, sizes[-1]], served):
+                if not serve:  # the served batch has the largest batch's seeds
+                    take = min(size, len(step.train_idx))
+                    seeds = np.sort(rng.choice(step.train_idx, take, False))
+                sampler.prune = serve_all if serve else None
+                sample_s = _seconds(lambda seeds=seeds: sampler.sample(SeedInput(seeds), 0))
+                sample = sampler.sample(SeedInput(seeds), 0)
+                sampler.prune = None
+                edges = [block.num_edges for block in sample.blocks]
+                labels = torch.from_numpy(rng.integers(0, step.out_dim, seeds.size))
+                history = {
+                    layer: (block.history_S, torch.randn(int(block.history_S.sum()), step.hidden))
+                    for layer, block in enumerate(sample.blocks)
+                    if block.history_S is not None
+                }
+                self.points.append((edges[0], sum(edges[1:]), sample_s))
+                self.steps.append(_train_step(work, model, adam, sample, labels, history))
+                if sparse_rows is not None:
+                    self.steps.append(
+                        _train_step(work, model, adam, sample, labels, history, rows=sparse_rows)
+                    )
+            self.codec = _codec_seconds(int(work.x.shape[1]), 8)
+        self.rounds: list[list[float]] = []
+        """per round, each step's seconds"""
+
+    def time_rounds(self, rounds: int = 5) -> None:
+        """Time ``rounds`` more rounds of every step (the steps alternate, so the machine's
+        drift between them does not tell them apart)."""
+        with _threads(self.threads):
+            self.rounds += [[_seconds(fn) for fn in self.steps] for _ in range(rounds)]
+
+    def rates(self) -> dict[str, float]:
+        """The fitted rates, on the medians of every round timed so far."""
+        medians = [statistics.median(t) for t in zip(*self.rounds)]
+        points = self.points
+        sample_batch, sample_edge = _line([(i + u, s) for i, u, s in points[:2]])
+        out = {"sample_batch": sample_batch, "sample_edge": sample_edge}
+        for kind, prefix in enumerate(["", "sparse_"][: self.kinds]):
+            fitted = _fit_step([(i, u) for i, u, _ in points], medians[kind :: self.kinds])
+            out.update({f"{prefix}{name}": value for name, value in fitted.items()})
+        return {**out, **self.codec}
+
+
+def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
+    """:class:`StepProbe`'s rates from one moment's rounds, at the current threads."""
+    probe = StepProbe(work, step, torch.get_num_threads())
+    probe.time_rounds()
+    return probe.rates()
 
 
 def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -1083,18 +1111,29 @@ def calibrate(
     :func:`measure_crowded_step`); ``graph``: the planned graph, whose distributed
     sampling is timed when mini-batch training is planned (:func:`measure_dist_sampling`)."""
     measured = None if link is None else read_link(link)  # a bad file: refused before timing
-    compute = {t: measure_compute(work, t) for t in sorted(set(thread_counts))}
+    threads = sorted(set(thread_counts))
+    compute = {t: measure_compute(work, t) for t in threads}
+    # the mini-batch step's rounds at three moments of the calibration, fitted on them all
+    minibatch = work.minibatch
+    steps = {} if minibatch is None else {t: StepProbe(work, minibatch, t) for t in threads}
+    for probe in steps.values():
+        probe.time_rounds()
     rate, latency, samples = measure_link() if measured is None else measured
     crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w >= cores}
+    for probe in steps.values():
+        probe.time_rounds()
     dist_sample, history, crowd_step = {}, {}, {}
-    if graph is not None and work.minibatch is not None:
-        dist_sample, history = measure_dist_sampling(graph, work.minibatch, latency, rate)
-    if work.minibatch is not None:
+    if graph is not None and minibatch is not None:
+        dist_sample, history = measure_dist_sampling(graph, minibatch, latency, rate)
+    if minibatch is not None:
         crowd_step = {
             w: measure_crowded_step(work, w, cores, latency, rate)
             for w in sorted(set(crowded))
             if w >= cores
         }
+    for t, probe in steps.items():
+        probe.time_rounds()
+        compute[t] = dataclasses.replace(compute[t], minibatch_s=probe.rates())
     return MachineRates(
         cores=cores,
         compute=compute,
