@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 
 import numpy as np
 import pytest
@@ -401,6 +402,48 @@ def test_read_only_view_never_admits_and_counts_apart():
     assert np.array_equal(store.core.index.cached_ids(), before)
     assert view.reset_counters() == (100, 60)
     assert store.reset_counters() == (60, 50)
+
+
+class SlowStore(CountingStore):
+    """A :class:`CountingStore` whose every read takes 20 ms more (a slow fallback)."""
+
+    def _gather(self, ids):
+        time.sleep(0.02)
+        return super()._gather(ids)
+
+    def read_local_into(self, ids, out, positions):
+        time.sleep(0.02)
+        super().read_local_into(ids, out, positions)
+
+    def local_pieces(self, ids, positions):
+        time.sleep(0.02)
+        return super().local_pieces(ids, positions)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_the_caches_own_work_leaves_the_fallbacks_reads_out(sparse):
+    """``own_s``: the seconds ``gather`` spends on the cache's own work (what the plan prices per
+    batch and row read), not in the fallback's reads: behind a fallback whose reads take 20 ms
+    each (two a batch: the misses and the local rows), the cache's own work is a small part of
+    the batches' time; served dense or as CSR (sparse batches)."""
+    n = 400
+    rng = np.random.default_rng(0)
+    x = rng.random((n, 16), dtype=np.float32) * (rng.random((n, 16)) < (0.05 if sparse else 1))
+    trace = random_trace(rng, n, 20, 50)
+    fallback = SlowStore(x, local_below=100, sparse=sparse)
+    cacheable = ~fallback.local_mask(np.arange(n))
+    scores = np.bincount(np.concatenate(trace), minlength=n)
+    policy = make_policy("degree", num_nodes=n, static_ids=top_ids(scores, cacheable, 20))
+    store = CachedFeatureStore(fallback, policy, 20)
+    assert store.layout == ("csr" if sparse else "dense") and store.own_s == 0
+    begin = time.perf_counter()
+    for ids in trace:
+        got = store.gather(torch.from_numpy(ids))
+        dense = got.to_dense() if sparse else got
+        assert torch.equal(dense, torch.from_numpy(x[ids]))
+    wall = time.perf_counter() - begin
+    assert 0 < store.own_s < wall - 2 * 0.02 * len(trace)
+    assert store.reset_counters()[1] > 0  # some reads were misses
 
 
 def test_disk_backed_features_are_read_on_demand_and_cached(tmp_path):

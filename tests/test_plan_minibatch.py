@@ -355,6 +355,24 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
         stage = "sample_s" if mode == "pull" else "compute_s"
         assert getattr(priced, stage) == pytest.approx(getattr(plain, stage) + own_s.max())
         assert priced.epoch_s > plain.epoch_s + own_s.min() - 1e-12
+    # a presample cache's own work (probed rates): per batch and per remote row a worker's
+    # batches read, in the sampling; the options without a cache unchanged
+    cached = dataclasses.replace(rates, cache_s={"batch": 1e-3, "row": 1e-6})
+    assert MachineRates.from_dict(json.loads(json.dumps(cached.to_dict()))) == cached
+    _, looked_up = _costs(graph, 2, rates=cached, workers_per_host=2)
+    epoch = sample_epoch(graph, owner, 2, (5, 5), 128, 0)
+    reads = np.array([ids.size for ids in epoch.inputs])
+    own_s = epoch.batches * 1e-3 + reads * 1e-6
+    assert [c.option for c in looked_up] == [c.option for c in costs]
+    assert [c.hit_rate is not None for c in costs] == [False, False, True, True]
+    for plain, priced in zip(costs, looked_up):
+        assert priced.comm_s == pytest.approx(plain.comm_s, rel=1e-9)
+        if plain.hit_rate is None:
+            assert (priced.sample_s, priced.epoch_s) == (plain.sample_s, plain.epoch_s)
+        else:
+            assert priced.epoch_s >= plain.epoch_s + own_s.min() - 1e-12
+    assert looked_up[2].sample_s == pytest.approx((sample + own_s).max(), rel=1e-9)
+    assert looked_up[3].sample_s >= costs[3].sample_s + own_s.min() - 1e-12
 
 
 def test_workers_reading_each_other_skip_the_exchanges_calls(graph):

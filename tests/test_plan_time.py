@@ -264,6 +264,9 @@ def test_cli_plan_calibrates_predicts_and_reuses_its_rates(tmp_path, capsys):
     # and step, and per row (the calls' latency and the rows' link time taken off)
     tables = first["rates"]["history_s"]
     assert set(tables) == {"row", "push_call", "pull_call"} and min(tables.values()) >= 0
+    # and a real presample cache in front of the fetch: its own work per batch and per row read
+    cache = first["rates"]["cache_s"]
+    assert set(cache) == {"batch", "row"} and min(cache.values()) >= 0 and max(cache.values()) > 0
     steps = next(iter(first["rates"]["compute"].values()))["minibatch_s"]
     assert min(steps["step_input_edge"], steps["step_edge"]) >= 0
     assert steps["step_batch"] + steps["step_edge"] > 0

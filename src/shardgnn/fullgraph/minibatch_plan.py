@@ -76,7 +76,11 @@ more once its rows outgrow the caches). With historical embeddings, each worker'
 do their own work per served layer and step (the exchange's bookkeeping) and per row it sends
 or receives (lookups, gathers, table writes), at the rates the calibration probed on real
 tables (:attr:`~shardgnn.fullgraph.rates.MachineRates.history_s`): in push mode after the
-step, in pull mode in the sampling. Where a machine runs as many workers as it has cores
+step, in pull mode in the sampling. With a presample cache, each worker's cache does its own
+work per batch and per remote row its batches read (splitting and looking the ids up, copying
+the hits: :attr:`~shardgnn.fullgraph.rates.MachineRates.cache_s`, probed on a real cache), in
+the sampling: on one machine's loopback the bytes a cache saves cost less than that work
+(BENCHMARKS 32w). Where a machine runs as many workers as it has cores
 or more, each of those calls also costs the calibration's crowding probe at the work a worker
 does before it (a share of the batch's sampling; its step before the all-reduce)
 (:meth:`~shardgnn.fullgraph.rates.MachineRates.crowding`): workers in lockstep wait at every
@@ -879,6 +883,7 @@ def minibatch_costs(
                 out_dim=graph.num_classes, hops=hops, workers_per_host=workers_per_host,
                 coded=coded_values(fetched, fetched_nonzeros) if bits < 32 else None,
                 sparse_batches=sparse, collective=collective, history=history,
+                cache_reads=np.array([ids.size for ids in epoch.inputs]) if cap else None,
             )  # fmt: skip
             cost = dataclasses.replace(cost, **times)
         out.append(cost)
@@ -932,6 +937,7 @@ def _epoch_seconds(
     history: HistoryPlan | None = None,
     sparse_batches: bool = False,
     collective: bool = True,
+    cache_reads: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Predicted seconds of one epoch (see the module docstring); ``coded``: the values each
     worker fetches from each other per epoch, sent at 8 bits (None: as float32);
@@ -940,7 +946,9 @@ def _epoch_seconds(
     the steps' input rows are sparse (their rates: :meth:`ComputeRates.step`);
     ``collective``: sampling, fetching and labels exchange through collectives (False: every
     owner is on the workers' machine and they read each other's rows, sampling at the rates
-    of the distributed sampler reading its peer's part)."""
+    of the distributed sampler reading its peer's part); ``cache_reads``: each worker's remote
+    reads per epoch, through a presample cache (None: no cache; its own work:
+    :func:`_cache_seconds`)."""
     from shardgnn.fullgraph.config import PlanConfig
 
     workers = sent.shape[0]
@@ -961,7 +969,10 @@ def _epoch_seconds(
             sample = sample + history_s
         else:
             compute = compute + history_s
-    own_work_s = [work for work in (codec_s, history_s) if work is not None]
+    cache_s = None if cache_reads is None else _cache_seconds(train, rates, cache_reads)
+    if cache_s is not None:  # the fetch's, on the worker's own cores
+        sample = sample + cache_s
+    own_work_s = [work for work in (codec_s, history_s, cache_s) if work is not None]
     config = PlanConfig(model=model, hidden=hidden, layers=hops)
     params = sum(a * b + b for a, b, _, _ in linear_layers(config, in_dim, out_dim, False))
     # the gradient all-reduce (a ring) of every batch
@@ -1015,6 +1026,16 @@ def _history_seconds(train: _Epoch, rates: MachineRates, history: HistoryPlan) -
     rows = train.pushed.sum(0) + train.pushed.sum(1)
     calls = len(history.layers) * train.batches
     return calls * rates.history_s[f"{history.mode}_call"] + rows * rates.history_s["row"]
+
+
+def _cache_seconds(train: _Epoch, rates: MachineRates, reads: np.ndarray) -> np.ndarray | None:
+    """Each worker's seconds per epoch of its presample cache's own work (splitting and looking
+    up its batches' ids, copying the hits), at the probed rates per batch and per remote row
+    read (``reads``: each worker's per epoch; :attr:`~shardgnn.fullgraph.rates.MachineRates.
+    cache_s`); None where the rates predate them."""
+    if "row" not in rates.cache_s:
+        return None
+    return train.batches * rates.cache_s["batch"] + reads * rates.cache_s["row"]
 
 
 def _step_edge_seconds(

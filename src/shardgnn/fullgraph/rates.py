@@ -38,6 +38,14 @@ operations a distributed full-graph training step is made of, on the graph being
   epochs with sharing (BENCHMARKS 32s; at P = 2 their measured ``historical`` stage in push mode
   0.13-0.18 s against the 0.07 s their bytes and calls add); with them, 15 of 15 within 25 %
   there and 24 of 24 without sharing (BENCHMARKS 32t).
+* **a presample cache's own work** (in the same launch): each worker fetches its batches'
+  input rows through a real :class:`~shardgnn.store.cache.store.CachedFeatureStore` (the rows as
+  training holds them, the remote rows the batches read most, as many as ``--cache-size``'s
+  default holds, in front of the distributed store): seconds per batch and per remote row
+  read of the cache's own work (:attr:`~shardgnn.store.cache.store.CachedFeatureStore.own_s`:
+  splitting the ids, looking them up, copying the hits), which saves bytes but is not free: on
+  the 2-core machine a 512-seed batch's fetch took 7.34 ms without a cache and 7.61 ms with
+  one serving 35 % of its remote reads, 1.30 ms of it the cache's own work (BENCHMARKS 32w).
 * **crowding** (only where a plan puts as many workers on a machine as it has cores, or more):
   that many worker processes run rounds of a burst of single-thread work (0.2, 1, 4 and 16 ms)
   and an empty all-to-all, in lockstep as mini-batch workers are, in blocks alternating with
@@ -223,6 +231,10 @@ class MachineRates:
     per row a worker sends or receives (:func:`measure_dist_sampling`; empty when not measured,
     or rates from before 2026-12-06: the plan then prices their exchanges' bytes and calls
     alone)"""
+    cache_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    """a presample cache's own work in front of the fetch: ``batch`` seconds per batch, ``row``
+    per remote row a batch reads (:func:`measure_dist_sampling`; empty when not measured, or
+    rates from before 2026-12-07: the plan then prices a cache by the bytes it saves alone)"""
     crowd_s: dict[int, dict[float, float]] = dataclasses.field(default_factory=dict)
     """workers on one machine (more than its cores) -> burst seconds -> seconds each collective
     call costs beyond the fair share of the cores and the latency (:func:`measure_crowding`)"""
@@ -265,6 +277,7 @@ class MachineRates:
             link_samples=[[float(a), float(b)] for a, b in d["link_samples"]],
             dist_sample_s={str(k): float(v) for k, v in d.get("dist_sample_s", {}).items()},
             history_s={str(k): float(v) for k, v in d.get("history_s", {}).items()},
+            cache_s={str(k): float(v) for k, v in d.get("cache_s", {}).items()},
             crowd_s={
                 int(w): {float(b): float(v) for b, v in by_burst.items()}
                 for w, by_burst in d.get("crowd_s", {}).items()
@@ -688,13 +701,19 @@ _Rounds = list[tuple[float, float]]
 
 
 def _probe_dist_sampling(
-    path: str, fanouts: tuple[int, ...], sizes: list[int], repeats: int, hidden: int
-) -> tuple[list[list[_Rounds]], list[list[_Rounds]]]:
+    path: str,
+    fanouts: tuple[int, ...],
+    sizes: list[int],
+    repeats: int,
+    hidden: int,
+    sparse: bool = False,
+) -> tuple[list[list[_Rounds]], list[list[_Rounds]], list[list[_Rounds]]]:
     """Worker of the distributed-sampling probe: per way of sampling (requests through the
     collectives; the peer's part read from its mapped files, as ``--host-sharing auto`` on one
     machine) and per batch size, ``repeats`` rounds' ``(sampled edges, seconds)`` of sampling a
     batch of this worker's own training nodes (after one round that warms up); and, on models
-    of two layers or more, the historical tables' exchanges (:func:`_probe_history`)."""
+    of two layers or more, the historical tables' exchanges (:func:`_probe_history`); and the
+    fetch's presample cache (:func:`_probe_cache`; ``sparse``: batches gathered sparse)."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.distributed.context import init_distributed, shutdown
     from shardgnn.partition.format import read_partitions
@@ -708,7 +727,7 @@ def _probe_dist_sampling(
     try:
         comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
         train = read_partitions(path).global_split("train")
-        out, history = [], []
+        out, history, cache = [], [], []
         for host_ranks in ((), ctx.host_ranks):
             graph = DistGraphStore.open(
                 path, ctx.rank, ctx.world_size, comm, verify=False, host_ranks=host_ranks
@@ -730,8 +749,8 @@ def _probe_dist_sampling(
                     times[k].append(time.perf_counter() - begin)
                     edges[k].append(sum(block.num_edges for block in sample.blocks))
             out.append([list(zip(e[1:], t[1:])) for e, t in zip(edges, times)])
-            if not host_ranks and len(fanouts) > 1:
-                # the tables' work is short and noisy: twice the repeats
+            if not host_ranks:
+                # the tables' and the cache's work is short and noisy: twice the repeats
                 batches = [
                     [
                         sampler.sample(SeedInput(np.sort(rng.choice(own, take, False))), i)
@@ -739,8 +758,10 @@ def _probe_dist_sampling(
                     ]
                     for i in range(2 * repeats + 1)
                 ]
-                history = _probe_history(graph, comm, ctx, batches, hidden)
-        return out, history
+                if len(fanouts) > 1:
+                    history = _probe_history(graph, comm, ctx, batches, hidden)
+                cache = _probe_cache(graph, comm, ctx, batches, sparse)
+        return out, history, cache
     finally:
         shutdown()
 
@@ -783,9 +804,56 @@ def _probe_history(graph, comm, ctx, batches: list[list], hidden: int) -> list[l
     return out
 
 
+def presample_cache(graph, comm, inputs: list[torch.Tensor], sparse: bool):
+    """``(store, cached)``: this worker's rows of ``graph`` (a
+    :class:`~shardgnn.store.dist_graph.DistGraphStore`) as training holds them (dense, or CSR
+    with ``sparse`` batches) behind the distributed store of ``comm`` (through the collectives),
+    and a presample cache in front of it holding the remote rows ``inputs`` (the batches' input
+    ids) read most, as many as ``--cache-size``'s default holds (the plan's default too).
+    Collective: every worker builds its own at once."""
+    from shardgnn.store.cache.build import cacheable_rows, top_ids
+    from shardgnn.store.cache.config import CacheConfig
+    from shardgnn.store.cache.policies import make_policy
+    from shardgnn.store.cache.store import CachedFeatureStore
+    from shardgnn.store.dist_feature import DistFeatureStore
+    from shardgnn.store.feature import SparseRowStore, rows_in_memory
+
+    local = rows_in_memory(np.asarray(graph.part.x), "none", allow_sparse=sparse)
+    store = DistFeatureStore(
+        local, graph.book, comm.rank, comm, "probe_cache",
+        sparse_batches=isinstance(local, SparseRowStore), sparse_replies=True,
+    )  # fmt: skip
+    n = graph.book.num_nodes
+    counts = np.bincount(np.concatenate([ids.numpy() for ids in inputs]), minlength=n)
+    cacheable = cacheable_rows(store)
+    capacity = min(CacheConfig().capacity_rows(n, store.row_bytes), int(cacheable.sum()))
+    static = top_ids(counts, cacheable, capacity)
+    policy = make_policy("presample", num_nodes=n, lookahead=0, static_ids=static)
+    return store, CachedFeatureStore(store, policy, capacity)
+
+
+def _probe_cache(graph, comm, ctx, batches: list[list], sparse: bool) -> list[list[_Rounds]]:
+    """Worker of the cache probe: per batch size, the rounds' ``(remote rows the batch reads,
+    seconds of the cache's own work)`` fetching sampled ``batches``' input rows (rounds of one
+    batch of each size, the first warming up) through :func:`presample_cache`
+    (:attr:`~shardgnn.store.cache.store.CachedFeatureStore.own_s`)."""
+    inputs = [sample.blocks[0].src_nodes_S for samples in batches for sample in samples]
+    store, cached = presample_cache(graph, comm, inputs, sparse)
+    reads, times = [[] for _ in batches[0]], [[] for _ in batches[0]]
+    for samples in batches:
+        for k, sample in enumerate(samples):
+            ids = sample.blocks[0].src_nodes_S
+            ctx.barrier("probe")
+            before = cached.own_s
+            cached.gather(ids)
+            times[k].append(cached.own_s - before)
+            reads[k].append(int((~store.local_mask(ids.numpy())).sum()))
+    return [[list(zip(r[1:], t[1:])) for r, t in zip(reads, times)]]
+
+
 def measure_dist_sampling(
     graph, step: MiniBatchWork, latency_s: float, link_bytes_s: float = float("inf")
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
     per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
     module docstring; the rounds of :data:`PROBE_LAUNCHES` launches pooled), at the smallest and
@@ -799,7 +867,10 @@ def measure_dist_sampling(
     seconds per layer and step, and ``row``, per row a worker sends or receives (fitted on the
     pushes: a pull moves too few rows to fit its own; the calls' latency and the rows' and ids'
     time on the link, at ``latency_s`` and ``link_bytes_s``, taken off: the plan adds them as it
-    does every exchange's)."""
+    does every exchange's).
+
+    And a presample cache's own work in front of the fetch (:func:`_probe_cache`): ``batch``,
+    seconds per batch, and ``row``, per remote row a batch reads."""
     import tempfile
 
     from shardgnn.distributed.launch import launch_local
@@ -809,13 +880,15 @@ def measure_dist_sampling(
     result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
     sizes = sorted({max(1, b) for b in step.batch_sizes})
     sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
+    x = np.asarray(graph.x)
+    sparse = sparse_input(step.model, int(np.count_nonzero(x)), x.size)
     with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
         path = str(Path(tmp) / "parts")
         write_partitions(graph, result.assignment, path, method=result.method)
         launches = [
             launch_local(
                 _probe_dist_sampling,
-                (path, step.fanouts, sizes, 9, step.hidden),
+                (path, step.fanouts, sizes, 9, step.hidden, sparse),
                 nprocs=2,
                 timeout_s=300,
             )
@@ -823,18 +896,21 @@ def measure_dist_sampling(
         ]
 
     def pooled(part: int) -> list[list[list[tuple[float, float]]]]:
-        """Per rank, per way of sampling (part 0) or mode of the tables (part 1) and per size:
-        the median units and seconds of every launch's rounds."""
+        """Per rank, per way of sampling (part 0), mode of the tables (part 1) or the cache
+        (part 2, one group) and per size: the median units and seconds of every launch's
+        rounds."""
         return [_pooled_medians([launch[rank][part] for launch in launches]) for rank in (0, 1)]
 
-    sampled, history = pooled(0), pooled(1)
+    sampled, history, cached = pooled(0), pooled(1), pooled(2)
+    cache_batch, cache_row = _line(cached[0][0])
+    cache = {"batch": cache_batch, "row": cache_row}
     calls = 3 * len(step.fanouts) * latency_s
     out = {}
     for prefix, points, latency in zip(("", "shared_"), sampled[0], (calls, 0.0)):
         batch, out[f"{prefix}edge"] = _line(points)
         out[f"{prefix}batch"] = max(batch - latency, 0.0)
     if not history[0]:
-        return out, {}
+        return out, {}, cache
     own = []  # per mode and size: (rows rank 0 sent and received, seconds of its own work)
     # push: ids, then rows; pull: ids asked, stamps back, then rows
     for m, (exchanges, ids) in enumerate(((2, 1), (3, 2))):
@@ -849,7 +925,7 @@ def measure_dist_sampling(
     # rate against the noise: its exchanges' bookkeeping is the rest
     push_call, row = _line(own[0])
     pull_call = statistics.median(max(t - row * r, 0.0) for r, t in own[1])
-    return out, {"row": row, "push_call": push_call, "pull_call": pull_call}
+    return out, {"row": row, "push_call": push_call, "pull_call": pull_call}, cache
 
 
 PROBE_LAUNCHES = 3
@@ -1122,9 +1198,9 @@ def calibrate(
     crowd = {w: measure_crowding(w, cores, latency) for w in sorted(set(crowded)) if w >= cores}
     for probe in steps.values():
         probe.time_rounds()
-    dist_sample, history, crowd_step = {}, {}, {}
+    dist_sample, history, cache, crowd_step = {}, {}, {}, {}
     if graph is not None and minibatch is not None:
-        dist_sample, history = measure_dist_sampling(graph, minibatch, latency, rate)
+        dist_sample, history, cache = measure_dist_sampling(graph, minibatch, latency, rate)
     if minibatch is not None:
         crowd_step = {
             w: measure_crowded_step(work, w, cores, latency, rate)
@@ -1142,6 +1218,7 @@ def calibrate(
         link_samples=samples,
         dist_sample_s=dist_sample,
         history_s=history,
+        cache_s=cache,
         crowd_s=crowd,
         crowd_step=crowd_step,
     )

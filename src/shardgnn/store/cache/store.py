@@ -13,6 +13,7 @@ owner. ``s = 0`` serves only rows fetched in the current step: reads equal uncac
 from __future__ import annotations
 
 import copy
+import time
 import typing
 
 import numpy as np
@@ -107,6 +108,11 @@ class CachedFeatureStore(FeatureStore):
         self.served_ages = np.zeros(0 if max_age is None else max_age + 1, dtype=np.int64)
         # the cached rows each fetch overwrote, as (slots, rows before)
         self._journal: Journal[np.ndarray, torch.Tensor] = Journal()
+        self.own_s = 0.0
+        """seconds ``gather`` spent on the cache's own work: splitting and looking the ids up,
+        copying hits and admitted rows (the plan prices it per batch and per row read:
+        :func:`~shardgnn.fullgraph.rates.measure_dist_sampling`); not the fallback's reads"""
+        self._fallback_s = 0.0
 
     def _load_rows(self, fill: FeatureStore, max_age: int | None) -> None:
         """Allocate the rows held: dense (``rows``) or, static and mostly zero in front of sparse
@@ -190,7 +196,23 @@ class CachedFeatureStore(FeatureStore):
             where_c, np.flatnonzero(~cacheable), *distinct_in_order(ids_np[where_c], self._marks)
         )
 
+    def _from_fallback(self, read, *args):
+        """``read(*args)``, one of the fallback's reads, its seconds kept out of :attr:`own_s`."""
+        begin = time.perf_counter()
+        try:
+            return read(*args)
+        finally:
+            self._fallback_s += time.perf_counter() - begin
+
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
+        begin, fallback_s = time.perf_counter(), self._fallback_s
+        try:
+            return self._assemble(ids)
+        finally:
+            self.own_s += time.perf_counter() - begin - (self._fallback_s - fallback_s)
+
+    def _assemble(self, ids: torch.Tensor) -> torch.Tensor:
+        """``gather``'s rows: hits from the cached rows, misses from the fallback."""
         ids_np = ids.numpy()
         planned = bool(self._window)
         # A planned batch was split by the inspector already.
@@ -237,12 +259,16 @@ class CachedFeatureStore(FeatureStore):
                 self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
         else:
             # One fallback gather (collective when distributed), straight into the output.
-            self.fallback.gather_into(torch.from_numpy(distinct[missing]), out, miss_first)
+            self._from_fallback(
+                self.fallback.gather_into, torch.from_numpy(distinct[missing]), out, miss_first
+            )
         repeats = ~hit_occ & (dst_c != first_occ[inverse])
         copy_rows(out, dst_c[repeats], out, first_occ[inverse[repeats]])
         if not sparse:
             # Rows this process holds in RAM are copied directly, never cached.
-            self.fallback.read_local_into(ids_np[where_plain], out, where_plain)
+            self._from_fallback(
+                self.fallback.read_local_into, ids_np[where_plain], out, where_plain
+            )
         if admit_pos.shape[0]:
             self._journal_write(targets)
             copy_rows(self.rows, targets, out, first_occ[admit_pos])
@@ -253,7 +279,9 @@ class CachedFeatureStore(FeatureStore):
             self.fetched_at[refresh_slots] = self.clock
         if sparse:
             cached = (*dense_rows_as_csr(out.numpy()), dst_c, where_c)
-            local = self.fallback.local_pieces(ids_np[where_plain], where_plain)
+            local = self._from_fallback(
+                self.fallback.local_pieces, ids_np[where_plain], where_plain
+            )
             return sparse_batch(ids_np.shape[0], int(self.shape[1]), [cached, *local])
         return out
 
@@ -275,14 +303,14 @@ class CachedFeatureStore(FeatureStore):
         missing = np.flatnonzero(slots < 0)
         if missing.shape[0] or self.collective:
             fetched = SparseRowStore.of_batch(
-                self.fallback.gather(torch.from_numpy(distinct[missing]))
+                self._from_fallback(self.fallback.gather, torch.from_numpy(distinct[missing]))
             )
             # each distinct miss's row of the fetched batch, for every occurrence of it
             fetched_row = np.full(distinct.shape[0], -1, dtype=np.int64)
             fetched_row[missing] = np.arange(missing.shape[0])
             miss_occ = ~hit_occ
             pieces += fetched.local_pieces(fetched_row[inverse[miss_occ]], where_c[miss_occ])
-        pieces += self.fallback.local_pieces(ids_np[where_plain], where_plain)
+        pieces += self._from_fallback(self.fallback.local_pieces, ids_np[where_plain], where_plain)
         return sparse_batch(ids_np.shape[0], int(self.shape[1]), pieces)
 
     # -------------------------------------------------------------- bounded staleness
