@@ -84,6 +84,9 @@ class DistFeatureStore(FeatureStore):
         # Whether any owner is off this host. Ranks of one host agree on who shares it, so either
         # every rank's gather is a collective or none is (all ranks on one host).
         self._any_off_host = len(self._on_host) < comm.world_size
+        # each part's owner on this host or not: local_mask is one lookup an id (np.isin sorts)
+        self._part_on_host = np.zeros(book.num_parts, dtype=bool)
+        self._part_on_host[list(self._on_host)] = True
         if peers:
             comm.declare(stage)
         self._row_shape = tuple(self.local.shape[1:])
@@ -119,7 +122,7 @@ class DistFeatureStore(FeatureStore):
         return tuple(sorted(self._on_host))
 
     def local_mask(self, ids: np.ndarray) -> np.ndarray:
-        return np.isin(self.book.owner(ids), self.host_ranks)
+        return self._part_on_host[self.book.owner(ids)]
 
     @property
     def collective(self) -> bool:

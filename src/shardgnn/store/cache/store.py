@@ -257,14 +257,23 @@ class CachedFeatureStore(FeatureStore):
             copy_rows(out, miss_first, self._staged_rows, at)
             if not self._window:
                 self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
-        else:
+        elif sparse:
             # One fallback gather (collective when distributed), straight into the output.
             self._from_fallback(
                 self.fallback.gather_into, torch.from_numpy(distinct[missing]), out, miss_first
             )
+        else:
+            # The same gather reads the rows this process holds in RAM (never cached) with the
+            # misses: one pass over the ids bucketing them by owner, where two would read each.
+            self._from_fallback(
+                self.fallback.gather_into,
+                torch.from_numpy(np.concatenate([distinct[missing], ids_np[where_plain]])),
+                out,
+                np.concatenate([miss_first, where_plain]),
+            )
         repeats = ~hit_occ & (dst_c != first_occ[inverse])
         copy_rows(out, dst_c[repeats], out, first_occ[inverse[repeats]])
-        if not sparse:
+        if planned and not sparse:
             # Rows this process holds in RAM are copied directly, never cached.
             self._from_fallback(
                 self.fallback.read_local_into, ids_np[where_plain], out, where_plain
