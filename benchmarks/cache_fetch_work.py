@@ -5,7 +5,8 @@ distributed store alone and through the calibration's presample cache in front o
 (``fullgraph.rates.presample_cache``: the remote rows the batches read most, as many as
 ``--cache-size``'s default holds); per batch size, rank 0's median seconds of either fetch,
 of the cache's own work in it (``CachedFeatureStore.own_s``), its remote reads and the cache's
-hit rate.
+hit rate. ``--sparse``: mostly-zero rows held as CSR and gathered as sparse batches, as
+training holds them (``--graph coauthor-cs``, say), the cache holding their non-zeros.
 
     python benchmarks/cache_fetch_work.py --out out/cache_fetch_work.json
 """
@@ -23,7 +24,7 @@ from shardgnn.atomic import save_json
 from shardgnn.train.progress import format_table
 
 
-def _worker(path: str, sizes: list[int], rounds: int) -> list[dict]:
+def _worker(path: str, sizes: list[int], rounds: int, sparse: bool) -> list[dict]:
     import torch
 
     from shardgnn.distributed.comm import Communicator
@@ -53,7 +54,7 @@ def _worker(path: str, sizes: list[int], rounds: int) -> list[dict]:
             for i in range(rounds + 1)
         ]
         inputs = [block.src_nodes_S for blocks in batches for block in blocks]
-        store, cached = presample_cache(graph, comm, inputs, sparse=False)
+        store, cached = presample_cache(graph, comm, inputs, sparse)
         out = []
         for k, size in enumerate(sizes):
             plain, through, own_s, reads = [], [], [], []
@@ -79,6 +80,8 @@ def _worker(path: str, sizes: list[int], rounds: int) -> list[dict]:
                     "plain_ms": 1e3 * statistics.median(plain[1:]),
                     "cached_ms": 1e3 * statistics.median(through[1:]),
                     "own_ms": 1e3 * statistics.median(own_s[1:]),
+                    "sparse_batches": store.sparse_batches,
+                    "cache_layout": cached.layout,
                 }
             )
         return out
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="128,256,512")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument("--sparse", action="store_true", help="mostly-zero rows as CSR")
     parser.add_argument("--out", default=None, help="every launch's medians, JSON")
     args = parser.parse_args(argv)
     graph = load_dataset(args.graph)
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         path = str(Path(tmp) / "parts")
         write_partitions(graph, result.assignment, path, method=result.method)
         launches = [
-            launch_local(_worker, (path, sizes, args.rounds), nprocs=2, timeout_s=600)[0]
+            launch_local(_worker, (path, sizes, args.rounds, args.sparse), 2, timeout_s=600)[0]
             for _ in range(args.launches)
         ]
     rows = []
@@ -128,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )  # fmt: skip
     head = ["seeds", "remote reads", "hit", "fetch ms", "cached ms", "own ms", "cached - fetch"]
-    print(f"{args.graph}, 2 workers, median of {args.launches} launches' medians of rank 0")
+    first = launches[0][0]
+    batches = "sparse batches" if first["sparse_batches"] else "dense batches"
+    layout = f"{batches}, the cache's rows {first['cache_layout']}, "
+    print(f"{args.graph}, {layout}2 workers, median of {args.launches} launches' medians of rank 0")
     print(format_table(head, rows))
     if args.out:
         save_json(args.out, {"graph": args.graph, "sizes": sizes, "launches": launches})

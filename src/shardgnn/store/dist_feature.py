@@ -156,10 +156,20 @@ class DistFeatureStore(FeatureStore):
         return out
 
     def _gather_sparse(self, ids: torch.Tensor) -> torch.Tensor:
-        """``gather`` as a sparse tensor: the on-host owners' rows from their CSR, the others'
-        received as their non-zeros or dense (then kept by their non-zeros)."""
+        """``gather`` as a sparse tensor (:meth:`_pieces`, placed)."""
         ids_np = ids.numpy()
-        grouped, targets, counts = self._grouped(ids_np, np.arange(ids_np.shape[0]))
+        pieces = self._pieces(ids_np, np.arange(ids_np.shape[0]))
+        return sparse_batch(ids_np.shape[0], self._row_shape[0], pieces)
+
+    def gather_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        self.check_ids(torch.from_numpy(ids))
+        return self._pieces(ids, positions)
+
+    def _pieces(self, ids_np: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        """Rows ``ids_np`` as pieces destined for ``positions``: the on-host owners' rows from
+        their CSR, the others' received as their non-zeros or dense (then kept by their
+        non-zeros)."""
+        grouped, targets, counts = self._grouped(ids_np, positions)
         bounds = np.concatenate([[0], np.cumsum(counts)])
         pieces = []
         for owner, block in enumerate(self._exchange(grouped, counts)):
@@ -170,8 +180,7 @@ class DistFeatureStore(FeatureStore):
                     pieces += block.local_pieces(rows, where)
                 else:
                     pieces.append((*dense_rows_as_csr(block.numpy()), rows, where))
-        pieces += self._on_host_pieces(grouped, targets, bounds)
-        return sparse_batch(ids_np.shape[0], self._row_shape[0], pieces)
+        return pieces + self._on_host_pieces(grouped, targets, bounds)
 
     def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
         if not ids.shape[0]:

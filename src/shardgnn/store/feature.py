@@ -152,6 +152,14 @@ class FeatureStore(abc.ABC):
     """whether ``gather`` returns a coalesced sparse COO tensor (:func:`sparse_batch`) rather
     than dense rows (``gather_into`` stays dense)"""
 
+    def gather_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        """:meth:`gather` of a store with :attr:`sparse_batches` as :func:`sparse_batch`'s
+        pieces: the rows of ``ids`` (any: collective exactly when ``gather`` is) destined for
+        output rows ``positions``, for a caller that places them into a batch of its own (once,
+        where ``gather``'s batch would be placed again)."""
+        batch = SparseRowStore.of_batch(self.gather(torch.from_numpy(ids)))
+        return batch.local_pieces(np.arange(ids.shape[0]), positions)
+
     def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
         """:meth:`read_local_into` of a store with :attr:`sparse_batches`: the rows of ``ids``
         (marked local by :meth:`local_mask`) destined for output rows ``positions``, as
@@ -294,6 +302,26 @@ def _place_csr_rows(indptr, indices, values, src, dst, starts, out_2K, out_K):  
 CsrPiece = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """``(indptr, indices, values, src_rows, dst_rows)``: rows ``src_rows`` of a CSR matrix (each
 row's columns ascending), destined for output rows ``dst_rows``"""
+
+
+def pieces_also_at(
+    pieces: list[CsrPiece], num_rows: int, from_rows: np.ndarray, to_rows: np.ndarray
+) -> list[CsrPiece]:
+    """``pieces`` (destined for a batch of ``num_rows`` rows) placing the row each places at
+    output row ``from_rows[i]`` at ``to_rows[i]`` too: a row read once, written wherever its id
+    repeats."""
+    if not to_rows.shape[0]:
+        return pieces
+    src_at = np.full(num_rows, -1, np.int64)  # the source row each output row gets, per piece
+    out = []
+    for indptr, indices, values, src_rows, dst_rows in pieces:
+        src_at[dst_rows] = src_rows
+        copies = src_at[from_rows]
+        take = copies >= 0
+        src_rows = np.concatenate([src_rows, copies[take]])
+        out.append((indptr, indices, values, src_rows, np.concatenate([dst_rows, to_rows[take]])))
+        src_at[dst_rows] = -1
+    return out
 
 
 def sparse_batch(num_rows: int, width: int, pieces: list[CsrPiece]) -> torch.Tensor:
@@ -453,6 +481,10 @@ class SparseRowStore(FeatureStore):
 
     def local_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
         return [(self.indptr, self.indices, self.values, ids, positions)]
+
+    def gather_pieces(self, ids: np.ndarray, positions: np.ndarray) -> list[CsrPiece]:
+        self.check_ids(torch.from_numpy(ids))
+        return self.local_pieces(ids, positions)
 
     def row_nonzeros(self, ids: np.ndarray) -> np.ndarray:
         """Each of rows ``ids``' number of non-zeros."""

@@ -29,6 +29,7 @@ from shardgnn.store.feature import (
     SparseRowStore,
     copy_rows,
     dense_rows_as_csr,
+    pieces_also_at,
     sparse_batch,
 )
 
@@ -61,7 +62,8 @@ class CachedFeatureStore(FeatureStore):
     ``gather`` returns a sparse batch too. A static cache (``degree``, ``presample``; rows that
     never change) then holds its rows as CSR (:attr:`csr_rows`: 2.6 MB for a quarter of
     coauthor-physics instead of 290 MB), loaded and served as their non-zeros, and its misses
-    arrive as the fallback's sparse batch. A cache that admits rows holds them dense
+    arrive with the rows held in RAM as the fallback's pieces of the batch, in one read
+    (:meth:`~FeatureStore.gather_pieces`). A cache that admits rows holds them dense
     (:attr:`rows`, overwritten in place); its cacheable rows (hits and misses) are assembled
     dense in a block of their own and kept by their non-zeros. The local rows come from their
     CSR.
@@ -111,8 +113,8 @@ class CachedFeatureStore(FeatureStore):
         self.own_s = 0.0
         """seconds ``gather`` spent on the cache's own work: splitting and looking the ids up,
         copying hits and admitted rows (the plan prices it per batch and per row read:
-        :func:`~shardgnn.fullgraph.rates.measure_dist_sampling`); not the fallback's reads"""
-        self._fallback_s = 0.0
+        :func:`~shardgnn.fullgraph.rates.measure_dist_sampling`); not the fallback's reads, nor
+        a sparse batch's assembly from its pieces, which a fetch without the cache does alike"""
 
     def _load_rows(self, fill: FeatureStore, max_age: int | None) -> None:
         """Allocate the rows held: dense (``rows``) or, static and mostly zero in front of sparse
@@ -196,20 +198,21 @@ class CachedFeatureStore(FeatureStore):
             where_c, np.flatnonzero(~cacheable), *distinct_in_order(ids_np[where_c], self._marks)
         )
 
-    def _from_fallback(self, read, *args):
-        """``read(*args)``, one of the fallback's reads, its seconds kept out of :attr:`own_s`."""
+    def _not_own(self, work, *args):
+        """``work(*args)``: one of the fallback's reads, or work a fetch without the cache does
+        alike (a sparse batch's assembly); its seconds kept out of :attr:`own_s`."""
         begin = time.perf_counter()
         try:
-            return read(*args)
+            return work(*args)
         finally:
-            self._fallback_s += time.perf_counter() - begin
+            self.own_s -= time.perf_counter() - begin
 
     def _gather(self, ids: torch.Tensor) -> torch.Tensor:
-        begin, fallback_s = time.perf_counter(), self._fallback_s
+        begin = time.perf_counter()
         try:
             return self._assemble(ids)
         finally:
-            self.own_s += time.perf_counter() - begin - (self._fallback_s - fallback_s)
+            self.own_s += time.perf_counter() - begin
 
     def _assemble(self, ids: torch.Tensor) -> torch.Tensor:
         """``gather``'s rows: hits from the cached rows, misses from the fallback."""
@@ -228,7 +231,7 @@ class CachedFeatureStore(FeatureStore):
         dst_c = np.arange(where_c.shape[0]) if sparse else where_c
         slots, admit_pos, targets = self.core.access(distinct, admit=not self.readonly)
         if self.csr_rows is not None and sparse:
-            return self._gather_csr(ids_np, where_c, where_plain, distinct, inverse, slots)
+            return self._gather_csr(ids_np, where_c, where_plain, distinct, inverse, first, slots)
         refresh = self._too_old(slots)
         if refresh.shape[0]:
             # Too old to serve: fetched again with the misses, then written back to its slot.
@@ -259,13 +262,13 @@ class CachedFeatureStore(FeatureStore):
                 self._staged_ids, self._staged_rows = np.zeros(0, dtype=np.int64), None
         elif sparse:
             # One fallback gather (collective when distributed), straight into the output.
-            self._from_fallback(
+            self._not_own(
                 self.fallback.gather_into, torch.from_numpy(distinct[missing]), out, miss_first
             )
         else:
             # The same gather reads the rows this process holds in RAM (never cached) with the
             # misses: one pass over the ids bucketing them by owner, where two would read each.
-            self._from_fallback(
+            self._not_own(
                 self.fallback.gather_into,
                 torch.from_numpy(np.concatenate([distinct[missing], ids_np[where_plain]])),
                 out,
@@ -275,9 +278,7 @@ class CachedFeatureStore(FeatureStore):
         copy_rows(out, dst_c[repeats], out, first_occ[inverse[repeats]])
         if planned and not sparse:
             # Rows this process holds in RAM are copied directly, never cached.
-            self._from_fallback(
-                self.fallback.read_local_into, ids_np[where_plain], out, where_plain
-            )
+            self._not_own(self.fallback.read_local_into, ids_np[where_plain], out, where_plain)
         if admit_pos.shape[0]:
             self._journal_write(targets)
             copy_rows(self.rows, targets, out, first_occ[admit_pos])
@@ -288,10 +289,10 @@ class CachedFeatureStore(FeatureStore):
             self.fetched_at[refresh_slots] = self.clock
         if sparse:
             cached = (*dense_rows_as_csr(out.numpy()), dst_c, where_c)
-            local = self._from_fallback(
-                self.fallback.local_pieces, ids_np[where_plain], where_plain
+            local = self._not_own(self.fallback.local_pieces, ids_np[where_plain], where_plain)
+            return self._not_own(
+                sparse_batch, ids_np.shape[0], int(self.shape[1]), [cached, *local]
             )
-            return sparse_batch(ids_np.shape[0], int(self.shape[1]), [cached, *local])
         return out
 
     def _gather_csr(
@@ -301,26 +302,28 @@ class CachedFeatureStore(FeatureStore):
         where_plain: np.ndarray,
         distinct: np.ndarray,
         inverse: np.ndarray,
+        first: np.ndarray,
         slots: np.ndarray,
     ) -> torch.Tensor:
-        """A sparse batch from a CSR cache: hits from its non-zeros, misses from the fallback's
-        sparse batch (one gather, collective when distributed), local rows from their CSR; no
-        row is made dense. A static cache admits nothing and its rows never age."""
+        """A sparse batch from a CSR cache: hits from its non-zeros, misses and the rows this
+        process holds in RAM from one read of the fallback (collective when distributed) as
+        their non-zeros, each placed once into the batch; no row is made dense. A static cache
+        admits nothing and its rows never age."""
         slot_of_occ = slots[inverse]  # per cacheable occurrence
         hit_occ = slot_of_occ >= 0
         pieces = self.csr_rows.local_pieces(slot_of_occ[hit_occ], where_c[hit_occ])
         missing = np.flatnonzero(slots < 0)
-        if missing.shape[0] or self.collective:
-            fetched = SparseRowStore.of_batch(
-                self._from_fallback(self.fallback.gather, torch.from_numpy(distinct[missing]))
+        read = np.concatenate([distinct[missing], ids_np[where_plain]])
+        if read.shape[0] or self.collective:
+            # each distinct miss read once, for its first occurrence, then placed at its repeats
+            first_at = where_c[first]
+            at = np.concatenate([first_at[missing], where_plain])
+            fetched = self._not_own(self.fallback.gather_pieces, read, at)
+            repeats = ~hit_occ & (where_c != first_at[inverse])
+            pieces += pieces_also_at(
+                fetched, ids_np.shape[0], first_at[inverse[repeats]], where_c[repeats]
             )
-            # each distinct miss's row of the fetched batch, for every occurrence of it
-            fetched_row = np.full(distinct.shape[0], -1, dtype=np.int64)
-            fetched_row[missing] = np.arange(missing.shape[0])
-            miss_occ = ~hit_occ
-            pieces += fetched.local_pieces(fetched_row[inverse[miss_occ]], where_c[miss_occ])
-        pieces += self._from_fallback(self.fallback.local_pieces, ids_np[where_plain], where_plain)
-        return sparse_batch(ids_np.shape[0], int(self.shape[1]), pieces)
+        return self._not_own(sparse_batch, ids_np.shape[0], int(self.shape[1]), pieces)
 
     # -------------------------------------------------------------- bounded staleness
     def _too_old(self, slots: np.ndarray) -> np.ndarray:
