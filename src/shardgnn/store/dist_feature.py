@@ -84,7 +84,8 @@ class DistFeatureStore(FeatureStore):
         # Whether any owner is off this host. Ranks of one host agree on who shares it, so either
         # every rank's gather is a collective or none is (all ranks on one host).
         self._any_off_host = len(self._on_host) < comm.world_size
-        # each part's owner on this host or not: local_mask is one lookup an id (np.isin sorts)
+        # whether each part's owner is on this host (read without a collective, itself
+        # included): local_mask is one lookup an id
         self._part_on_host = np.zeros(book.num_parts, dtype=bool)
         self._part_on_host[list(self._on_host)] = True
         if peers:
@@ -115,11 +116,6 @@ class DistFeatureStore(FeatureStore):
     @property
     def on_disk(self) -> bool:
         return self.local.on_disk
-
-    @property
-    def host_ranks(self) -> tuple[int, ...]:
-        """The owners whose rows this rank reads without a collective (itself included)."""
-        return tuple(sorted(self._on_host))
 
     def local_mask(self, ids: np.ndarray) -> np.ndarray:
         return self._part_on_host[self.book.owner(ids)]
