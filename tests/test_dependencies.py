@@ -27,6 +27,7 @@ from shardgnn.graph.synthetic import SyntheticConfig, generate
 from shardgnn.partition.book import PartitionBook
 from shardgnn.partition.format import read_partitions
 from shardgnn.partition.methods import PartitionConfig, partition_graph
+from shardgnn.train.config import RunConfig, TrainConfig
 from test_fullgraph import _assert_same_run, _config, _parts, _reference, _train_dist
 
 from distributed_helpers import run_workers
@@ -211,11 +212,14 @@ def test_dependencies_config_errors():
         FullGraphConfig(spmm="1d", dependencies="cache")
     with pytest.raises(ConfigError, match="--staleness 2"):
         FullGraphConfig(dependencies="cache", staleness=2)
+    run = RunConfig(workers=2)
     with pytest.raises(ConfigError, match="add --plan-rates FILE"):
-        FullGraphConfig(dependencies="hybrid")
+        TrainConfig(mode="full", run=run, full=FullGraphConfig(dependencies="hybrid"))
     with pytest.raises(ConfigError, match="--plan-rates r.json: needs --spmm auto or"):
-        FullGraphConfig(dependencies="cache", plan_rates="r.json")
-    FullGraphConfig(dependencies="hybrid", plan_rates="r.json")
+        full = FullGraphConfig(spmm="1d-sparse", dependencies="cache")
+        TrainConfig(mode="full", run=run, full=full, plan_rates="r.json")
+    full = FullGraphConfig(spmm="1d-sparse", dependencies="hybrid")
+    TrainConfig(mode="full", run=run, full=full, plan_rates="r.json")
 
 
 def _count_bytes(ctx, config):
@@ -263,8 +267,10 @@ def test_dependencies_train_as_one_process(
         machine = _rates(model, dims, link_bytes_s=5e8, sparse_s=1e-7 if sparse else None)
         rates = tmp_path / "rates.json"
         rates.write_text(json.dumps({"rates": machine.to_dict()}))
-        full = FullGraphConfig(dependencies=mode, plan_rates=str(rates))
     config = _config(path, model, full)
+    if mode == "hybrid":
+        full = dataclasses.replace(config.full, dependencies=mode)
+        config = dataclasses.replace(config, full=full, plan_rates=str(rates))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, hidden=hidden))
     ref = _reference(graph, config)
     results = run_workers(_train_dist, world, config)

@@ -57,7 +57,8 @@ def _config(path, model="gcn", full=None, epochs=EPOCHS, dropout=0.5, input_drop
 
 def _reference(graph, config):
     """One process on the original graph (original node ids: METIS relabels them)."""
-    return run_training(dataclasses.replace(config, full=FullGraphConfig(), run=RunConfig()), graph)
+    one = dataclasses.replace(config, full=FullGraphConfig(), run=RunConfig(), plan_rates=None)
+    return run_training(one, graph)
 
 
 def _train_dist(ctx, config):

@@ -940,3 +940,104 @@ def test_step_probe_fits_on_the_rounds_of_every_moment():
     rates = probe.rates()
     assert {name: rates[name] for name in fitted} == pytest.approx(fitted)
     assert rates["step_batch"] + rates["step_edge"] > 0
+
+
+def test_cache_policy_auto_and_plan_rates_refuse_what_the_plan_does_not_model(capsys):
+    """`--cache-policy auto` picks with the plan of node classification's batches: link
+    prediction, --historical, an unplanned model or bit width are refused in one line, as is
+    --plan-rates without a choice to price; a run recorded before --plan-rates left the
+    full-graph settings still loads (its checkpoints and results)."""
+    from shardgnn.cli import main
+    from shardgnn.train.config import TrainConfig, moved_settings
+
+    base = ["train", "--workers", "2", "--cache-policy", "auto", "--epochs", "1"]
+    for extra, words in (
+        (["--task", "link"], "not --task link"),
+        (["--historical", "1:2"], "not --historical"),
+        (["--model", "gat"], "not --model gat"),
+        (["--fetch-bits", "4"], "not --fetch-bits 4"),
+        (["--embedding-dim", "8"], "not learnable rows"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "--cache-policy auto picks with the cost model of `shardgnn plan`" in err
+        assert words in err and err.count("\n") == 1
+    assert main(["train", "--workers", "2", "--plan-rates", "r.json", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--plan-rates r.json: needs --cache-policy auto (got --cache-policy none)" in err
+    assert main(["train", "--plan-rates", "r.json", "--epochs", "1"]) == 2
+    assert "one process" in capsys.readouterr().err
+    recorded = TrainConfig(mode="full", run=dataclasses.replace(TrainConfig().run, workers=2))
+    recorded.full.spmm = "auto"
+    old = recorded.to_dict()
+    old["full"]["plan_rates"] = old.pop("plan_rates")
+    assert TrainConfig.from_dict(old).to_dict() == recorded.to_dict()
+    assert moved_settings(recorded.to_dict()) == recorded.to_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_cache_policy_auto_trains_the_planned_pick(tmp_path, capsys):
+    """`--cache-policy auto` trains with the plan's pick on the partition, says it in one line
+    and records the policy that ran: over a slow link (with --plan-rates) and by bytes (without)
+    the presample cache, its measured hit rate near the predicted one; where the cache's own
+    work costs more than the rows it saves, no cache; with the workers of one machine reading
+    each other's rows, no cache either (nothing is fetched)."""
+    from shardgnn.cli import main
+    from shardgnn.fullgraph.plan import recommend
+    from shardgnn.partition.format import read_partitions
+    from shardgnn.train.config import TrainConfig
+
+    spec = "synthetic:nodes=2000,degree=10,classes=3,features=16,seed=1"
+    parts = tmp_path / "parts"
+    assert main(["partition", spec, "--parts", "2", "--out", str(parts), "--quiet"]) == 0
+    out = tmp_path / "run.json"
+    flags = ["train", "--partitions", str(parts), "--cache-policy", "auto", "--epochs", "2",
+             "--hidden", "16", "--quiet", "--results", str(out)]  # fmt: skip
+
+    def run(*extra: str) -> tuple[str, dict]:
+        assert main([*flags, *extra]) == 0
+        said = [line for line in capsys.readouterr().out.splitlines() if "auto:" in line]
+        assert len(said) == 1
+        return said[0], json.loads(out.read_text())
+
+    def rates_file(name: str, link_bytes_s: float, cache_s: dict) -> str:
+        rates = MachineRates(
+            cores=2, compute={1: _hand_step_rates()}, link_bytes_s=link_bytes_s,
+            latency_s=1e-4, link_samples=[], cache_s=cache_s,
+        )  # fmt: skip
+        path = tmp_path / name
+        path.write_text(json.dumps({"rates": rates.to_dict()}))
+        return str(path)
+
+    slow = rates_file("slow.json", 1e5, {"batch": 1e-4, "row": 1e-7})
+    said, results = run("--host-sharing", "off", "--plan-rates", slow)
+    assert said.startswith("--cache-policy auto: presample 10% (predicted hit rate ")
+    assert "the shorter predicted epoch" in said
+    # the printed seconds are the plan's, on the partition's own assignment
+    pset = read_partitions(parts, verify=False)
+    graph = pset.reassemble()
+    defaults = TrainConfig()  # the run's fanouts and batch size
+    costs = minibatch_costs(
+        graph, pset.book.owner(np.arange(graph.num_nodes)), 2, model="sage", hidden=16,
+        fanouts=defaults.sampler.fanouts, cache_size="10%",
+        batch_size=defaults.node_batch_size(len(graph.train_idx)),
+        rates=MachineRates.from_dict(json.loads((tmp_path / "slow.json").read_text())["rates"]),
+        workers_per_host=2,
+    )  # fmt: skip
+    exact = [c for c in costs if "--fetch-bits" not in c.flags]
+    pick = recommend(exact)[2]
+    assert pick.option == "cache 10%" and f"{pick.epoch_s:.3f} s" in said
+    assert results["config"]["cache"]["policy"] == "presample"
+    assert results["config"]["plan_rates"] is None
+    assert results["cache"]["hit_rate"] == pytest.approx(pick.hit_rate, abs=0.05)
+    said, results = run("--host-sharing", "off")
+    assert said.startswith("--cache-policy auto: presample 10%")
+    assert "its busiest worker sends fewer bytes per epoch" in said
+    costly = rates_file("costly.json", 1e12, {"batch": 1.0, "row": 1e-3})
+    said, results = run("--host-sharing", "off", "--plan-rates", costly)
+    assert said.startswith("--cache-policy auto: none: the shorter predicted epoch")
+    assert results["config"]["cache"]["policy"] == "none"
+    said, results = run()
+    assert said.startswith("--cache-policy auto: none: every owner of a row is on this machine")
+    assert results["config"]["cache"]["policy"] == "none"

@@ -346,14 +346,13 @@ def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys
     rates.compute[1].linear_s.update({"9,12,0": 1e-6, "12,3,1": 5e-7})
     path = tmp_path / "rates.json"
     path.write_text(json.dumps({"rates": rates.to_dict()}))
-    full = FullGraphConfig(spmm="auto", plan_rates=str(path))
+    full = FullGraphConfig(spmm="auto")
     pset = read_partitions(parts, verify=False)
     model = ModelConfig(model="gcn", hidden=12, num_layers=2)
-    chosen, pick, costs = auto_spmm(pset, model, full, 3, workers_per_host=4)
+    chosen, pick, costs = auto_spmm(pset, model, full, 3, 4, plan_rates=str(path))
     assert pick.bytes_per_epoch == min(c.bytes_per_epoch for c in costs)
     assert chosen.spmm == pick.strategy == "1d-sparse"  # no row exchanged: cached
     assert chosen.dependencies == pick.config.dependencies == "cache"
-    assert chosen.plan_rates is None
     out = tmp_path / "auto.json"
     flags = ["--mode", "full", "--model", "gcn", "--hidden", "12", "--layers", "2",
              "--epochs", "1", "--spmm", "auto", "--plan-rates", str(path), "--quiet",
@@ -367,12 +366,14 @@ def test_spmm_auto_with_plan_rates_trains_the_fastest_predicted(tmp_path, capsys
     # over a faster link the hybrid: it prices each remote node with the same rates
     rates.link_bytes_s = 1e8
     path.write_text(json.dumps({"rates": rates.to_dict()}))
-    chosen, pick, _ = auto_spmm(pset, model, full, 3, workers_per_host=4)
-    assert (chosen.dependencies, chosen.plan_rates) == ("hybrid", str(path))
+    chosen, pick, _ = auto_spmm(pset, model, full, 3, 4, plan_rates=str(path))
+    assert chosen.dependencies == "hybrid"
     assert main(["train", "--partitions", str(parts), *flags]) == 0
     said = "--spmm auto: 1d-sparse --dependencies hybrid: the shortest predicted epoch"
     assert said in capsys.readouterr().out
-    assert json.loads(out.read_text())["dependencies"]["mode"] == "hybrid"
+    results = json.loads(out.read_text())
+    assert results["dependencies"]["mode"] == "hybrid"
+    assert results["config"]["plan_rates"] == str(path)  # what hybrid priced with
     # a flag that does not apply is refused
     assert main(["train", "--partitions", str(parts), *flags, "--spmm", "1d"]) == 2
     assert "needs --spmm auto or --dependencies hybrid (got --spmm 1d)" in capsys.readouterr().err

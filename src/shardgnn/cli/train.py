@@ -204,6 +204,7 @@ def refuse_what_one_host_skips(config: TrainConfig) -> None:
         return
     if (
         config.cache.enabled
+        and config.cache.policy != "auto"  # it resolves to none here
         and config.feature_storage == "memory"
         and config.embedding.staleness is None  # peers' learnable rows are cached, not mapped
     ):
@@ -331,7 +332,7 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
 
     model = config.model
     if model.model in HALO_ROW_MODELS:
-        if config.full.plan_rates:
+        if config.plan_rates:
             raise ConfigError(
                 f"--plan-rates does not apply to --model {model.model}: its layers read each "
                 "edge's source row, on 1d-sparse only; drop --plan-rates"
@@ -351,7 +352,9 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
         # taken memory: a bound read there could differ between workers and so could their
         # strategies. The launcher of local workers resolves it once, before they start.
         memory_mb = None if "RANK" in os.environ else memory_per_worker(per_host)
-        full, pick, costs = auto_spmm(pset, model, config.full, out_dim, per_host, memory_mb)
+        full, pick, costs = auto_spmm(
+            pset, model, config.full, out_dim, per_host, memory_mb, config.plan_rates
+        )
         sparse = next(c for c in costs if c.label == "1d-sparse")
         name = pick.label
         kept = worker_memory_mb(pick)
@@ -379,7 +382,78 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
         said += memory
     if os.environ.get("RANK", "0") == "0":
         print(f"--spmm auto: {said}", flush=True)
-    return dataclasses.replace(config, full=full)
+    # hybrid prices each remote node with the rates it was planned with
+    rates = config.plan_rates if full.dependencies == "hybrid" else None
+    return dataclasses.replace(config, full=full, plan_rates=rates)
+
+
+def _auto_cache(config: TrainConfig, pset) -> TrainConfig:
+    """``--cache-policy auto`` made concrete: ``presample`` (of ``--cache-size``) or ``none``,
+    whichever ``shardgnn plan``'s mini-batch model picks on this partition (at this
+    ``--fetch-bits``): with ``--plan-rates``, the shorter predicted epoch, else the fewer bytes
+    from the busiest worker, among those that fit in each worker's share of the memory. Said in
+    one line (by rank 0 under torchrun, where every worker resolves it alike)."""
+    import numpy as np
+
+    from shardgnn.fullgraph.minibatch_plan import minibatch_costs
+    from shardgnn.fullgraph.plan import recommend, worker_memory_mb
+    from shardgnn.fullgraph.rates import read_rates
+
+    rates = None if config.plan_rates is None else read_rates(config.plan_rates, "--plan-rates")
+    graph = pset.reassemble()
+    workers = pset.num_parts
+    # local workers share this machine; under torchrun, a machine runs its local world
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", workers))
+    model = config.model
+    costs = minibatch_costs(
+        graph, pset.book.owner(np.arange(graph.num_nodes)), workers, model=model.model,
+        hidden=model.hidden, fanouts=config.sampler.fanouts,
+        batch_size=config.node_batch_size(len(graph.train_idx)), cache_size=config.cache.size,
+        seed=config.seed, rates=rates, workers_per_host=per_host,
+        host_sharing=config.run.host_sharing == "auto", dropout=model.dropout,
+        input_dropout=model.input_dropout,
+    )  # fmt: skip
+    # the options at this run's bit width: its rows without a cache, and through one (where
+    # no row is fetched, exact rows alone)
+    low_bit = config.fetch_bits < 32
+    costs = [c for c in costs if ("--fetch-bits" in c.flags) == low_bit] or costs
+    memory_mb = None if "RANK" in os.environ else memory_per_worker(per_host)
+    pick = recommend(costs, memory_mb).get(workers)
+    if pick is None:  # nothing fits: the least memory
+        pick = min(costs, key=worker_memory_mb)
+    cached = "--cache-policy" in pick.flags
+    policy = "presample" if cached else "none"
+    name = "none"
+    if cached:
+        name = f"presample {config.cache.size} (predicted hit rate {100 * pick.hit_rate:.1f}%)"
+    other = next((c for c in costs if c is not pick), None)
+    if other is None:
+        said = (
+            "none: every owner of a row is on this machine, whose workers read each other's "
+            "mapped parts (--host-sharing auto), so no row is fetched"
+        )
+    elif pick.epoch_s is not None:
+        said = (
+            f"{name}: the shorter predicted epoch, {pick.epoch_s:.3f} s (with"
+            f"{'out' * cached} the cache: {other.epoch_s:.3f} s)"
+        )
+    else:
+        said = (
+            f"{name}: its busiest worker sends fewer bytes per epoch, "
+            f"{pick.max_worker_bytes / 1e6:,.3f} MB (with{'out' * cached} the cache: "
+            f"{other.max_worker_bytes / 1e6:,.3f} MB)"
+        )
+    if other is not None and memory_mb is not None and worker_memory_mb(pick) > memory_mb:
+        said += (
+            f"; neither fits in the {memory_mb:,.0f} MB each of this machine's {per_host} "
+            f"workers can keep: this one keeps less, {worker_memory_mb(pick):,.0f} MB"
+        )
+    if other is not None:
+        said += "; `shardgnn plan` compares every option"
+    if os.environ.get("RANK", "0") == "0":
+        print(f"--cache-policy auto: {said}", flush=True)
+    cache = dataclasses.replace(config.cache, policy=policy)
+    return dataclasses.replace(config, cache=cache, plan_rates=None)
 
 
 def memory_per_worker(workers_per_host: int) -> float | None:
@@ -412,8 +486,10 @@ def _resolved(config: TrainConfig, pset) -> tuple[TrainConfig, int]:
         if config.full.dependencies == "hybrid":  # a bad rates file: one line, before any worker
             from shardgnn.fullgraph.rates import read_rates
 
-            read_rates(config.full.plan_rates, "--plan-rates")
+            read_rates(config.plan_rates, "--plan-rates")
         grid_of(config.full, workers)  # --replication or --grid-rows must divide the workers
+    elif config.cache.policy == "auto":
+        config = _auto_cache(config, pset)
     config = dataclasses.replace(
         config,
         dataset=recorded["spec"] or recorded["name"],

@@ -71,14 +71,6 @@ class FullGraphConfig:
             "the machine rates of --plan-rates"
         ),
     )
-    plan_rates: str | None = option(
-        None,
-        metavar="FILE",
-        help="with --spmm auto: pick the strategy with the shortest predicted epoch, 1d-sparse's "
-        "--dependencies cache and hybrid among them (default: the fewest bytes from the busiest "
-        "worker); with --dependencies hybrid: price each "
-        "remote node's rows; the machine rates of `shardgnn plan --calibrate --out FILE`",
-    )
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -97,12 +89,6 @@ class FullGraphConfig:
             raise invalid(self, "grid_layers", f"needs --spmm 3d (got --spmm {self.spmm})")
         if self.staleness < 0:
             raise invalid(self, "staleness", "must be >= 0")
-        if self.plan_rates and self.spmm != "auto" and self.dependencies != "hybrid":
-            raise invalid(
-                self,
-                "plan_rates",
-                f"needs --spmm auto or --dependencies hybrid (got --spmm {self.spmm})",
-            )
         if self.dependencies != "communicate" and (self.spmm != "1d-sparse" or self.staleness):
             raise invalid(
                 self,
@@ -110,13 +96,6 @@ class FullGraphConfig:
                 "needs --spmm 1d-sparse and --staleness 0: it decides, per remote neighbour, "
                 f"between that exchange and recomputing (got --spmm {self.spmm}"
                 + (f", --staleness {self.staleness})" if self.staleness else ")"),
-            )
-        if self.dependencies == "hybrid" and not self.plan_rates:
-            raise invalid(
-                self,
-                "dependencies",
-                "hybrid prices communicating against recomputing with this machine's rates: "
-                "add --plan-rates FILE (from `shardgnn plan --calibrate --out FILE`)",
             )
         if self.staleness > 0 and self.spmm != "1d-sparse":
             raise invalid(

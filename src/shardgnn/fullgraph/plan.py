@@ -978,14 +978,15 @@ def auto_spmm(
     out_dim: int,
     workers_per_host: int = 1,
     memory_mb: float | None = None,
+    plan_rates: str | None = None,
 ) -> tuple[FullGraphConfig, StrategyCost, list[StrategyCost]]:
     """``--spmm auto``: ``full`` with the strategy :func:`recommend` picks for the partition
-    directory ``pset`` (its replication or grid included; bits and the rest kept; with
-    ``full.plan_rates``, the shortest predicted epoch for ``workers_per_host`` workers per
+    directory ``pset`` (its replication or grid included; bits and the rest kept; with the
+    rates file ``plan_rates``, the shortest predicted epoch for ``workers_per_host`` workers per
     machine; GCN, GraphSAGE and GIN: ``1d-sparse`` with ``--dependencies cache`` and ``hybrid``
     among them) among those whose busiest worker keeps at most ``memory_mb`` (where none does:
     the one that keeps least), that pick's cost, and every strategy's."""
-    rates = None if full.plan_rates is None else read_rates(full.plan_rates, "--plan-rates")
+    rates = None if plan_rates is None else read_rates(plan_rates, "--plan-rates")
     config = PlanConfig(
         model=model.model,
         hidden=model.hidden,
@@ -995,7 +996,7 @@ def auto_spmm(
         bits=full.bits,
         workers=(pset.num_parts,),
         workers_per_host=1 if rates is None else workers_per_host,
-        rates=full.plan_rates,
+        rates=plan_rates,
     )
     costs = partition_costs(pset, config, out_dim, rates)
     pick = recommend(costs, memory_mb).get(pset.num_parts)
@@ -1009,7 +1010,5 @@ def auto_spmm(
         grid_rows=best.grid_rows,
         grid_layers=best.grid_layers,
         dependencies=best.dependencies,
-        # hybrid prices each remote node with the rates it was planned with
-        plan_rates=full.plan_rates if best.dependencies == "hybrid" else None,
     )
     return chosen, pick, costs

@@ -44,7 +44,7 @@ from shardgnn.atomic import atomic_open, save_json
 from shardgnn.errors import CheckpointError, ConfigError, DatasetError
 from shardgnn.graph.identity import check_same_graph
 from shardgnn.graph.io import CHECKPOINT_FORMAT, read_directory_meta
-from shardgnn.train.config import RESUMABLE_CHANGES
+from shardgnn.train.config import RESUMABLE_CHANGES, moved_settings
 
 CHECKPOINT_VERSION = 1
 """the version of a checkpoint's ``meta.json`` this shardgnn writes and reads"""
@@ -468,7 +468,8 @@ def check_resumable(
         fix="resume on the graph it was trained on, or use another --checkpoint-dir",
     )
     # Compare as JSON sees both (tuples become lists).
-    old, new = _flatten(meta.get("config", {})), _flatten(json.loads(json.dumps(config)))
+    old = _flatten(moved_settings(meta.get("config", {})))
+    new = _flatten(json.loads(json.dumps(config)))
     changed = sorted(
         k for k in set(old) | set(new) if old.get(k) != new.get(k) and not _resumable(k)
     )

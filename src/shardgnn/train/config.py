@@ -191,6 +191,16 @@ class TrainConfig(ResolvedSettings):
     full: FullGraphConfig = component(
         FullGraphConfig, title="distributed full-graph training (--mode full)"
     )
+    plan_rates: str | None = option(
+        None,
+        metavar="FILE",
+        help="the machine rates of `shardgnn plan --calibrate --out FILE`, for the cost model: "
+        "with --spmm auto, pick the strategy with the shortest predicted epoch, 1d-sparse's "
+        "--dependencies cache and hybrid among them; with --cache-policy auto, a presample cache "
+        "of --cache-size or none, whichever predicts the shorter epoch (without this file both "
+        "pick by the bytes from the busiest worker); with --dependencies hybrid, price each "
+        "remote node's rows",
+    )
     checkpoint: CheckpointConfig = component(CheckpointConfig, title="checkpoints")
     results: str | None = option(
         None, metavar="FILE.json", help="write the results JSON here (rewritten after every epoch)"
@@ -219,7 +229,19 @@ class TrainConfig(ResolvedSettings):
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config") -> "TrainConfig":
         """The config :meth:`to_dict` wrote (validated again)."""
-        return from_dict(cls, data, where=where)
+        return from_dict(cls, moved_settings(data), where=where)
+
+
+def moved_settings(data: Any) -> Any:
+    """``data`` with the settings older releases recorded elsewhere at their place now, so that
+    their checkpoints and results still load: ``--plan-rates`` was ``full.plan_rates`` until the
+    mini-batch cache's ``auto`` read it too."""
+    full = data.get("full") if isinstance(data, dict) else None
+    if not isinstance(full, dict) or "plan_rates" not in full:
+        return data
+    full = dict(full)
+    rates = full.pop("plan_rates")
+    return {**data, "full": full, "plan_rates": data.get("plan_rates", rates)}
 
 
 def apply_process_settings(config: TrainConfig) -> None:

@@ -184,7 +184,7 @@ def _check_combinations(config: Any) -> None:
             *changed_settings(config.cache),
             *changed_settings(config, ("fetch_bits", "feature_storage")),
             *changed_settings(config.embedding, ("staleness",)),
-            *changed_settings(config, ("error_feedback",)),
+            *changed_settings(config, ("error_feedback", "plan_rates")),
         ]
         if flags:
             raise ConfigError(
@@ -223,6 +223,8 @@ def _check_combinations(config: Any) -> None:
             f"--error-feedback compensates low-bit sends, and {flag} is 32 (exact); give "
             f"{flag} 1, 2, 4, 8 or 16, or drop --error-feedback"
         )
+    _check_plan_rates(config)
+    _check_auto_cache(config)
     staleness = config.embedding.staleness
     if staleness is not None and not config.embedding.enabled:
         raise ConfigError(
@@ -252,6 +254,55 @@ def _check_combinations(config: Any) -> None:
             "--feature-storage disk keeps features out of RAM, but full-neighbourhood "
             "evaluation (--eval-fanouts all -1) runs layer-wise over every local row at once; "
             "give sampled --eval-fanouts (e.g. 15,10,5) or use --feature-storage memory"
+        )
+
+
+def _check_plan_rates(config: Any) -> None:
+    """``--plan-rates`` goes with what the cost model picks or prices, and hybrid needs it."""
+    full = config.full
+    if full.dependencies == "hybrid" and not config.plan_rates:
+        raise invalid(
+            full,
+            "dependencies",
+            "hybrid prices communicating against recomputing with this machine's rates: "
+            "add --plan-rates FILE (from `shardgnn plan --calibrate --out FILE`)",
+        )
+    if not config.plan_rates:
+        return
+    if config.mode == "full" and full.spmm != "auto" and full.dependencies != "hybrid":
+        needs = f"needs --spmm auto or --dependencies hybrid (got --spmm {full.spmm})"
+    elif config.mode != "full" and config.cache.policy != "auto":
+        needs = f"needs --cache-policy auto (got --cache-policy {config.cache.policy})"
+    else:
+        return
+    raise invalid(config, "plan_rates", needs)
+
+
+AUTO_CACHE_MODELS = ("gcn", "sage", "gin", "appnp", "sgc")
+"""the models whose mini-batches ``shardgnn plan`` prices (``--cache-policy auto`` picks for)"""
+
+
+def _check_auto_cache(config: Any) -> None:
+    """``--cache-policy auto`` picks with the mini-batch plan (``shardgnn plan``'s): refused,
+    in one line, where that plan does not model the run."""
+    if config.cache.policy != "auto":
+        return
+    unplanned = [
+        (config.task != "node", f"--task {config.task}"),
+        (config.model.model not in AUTO_CACHE_MODELS, f"--model {config.model.model}"),
+        (config.embedding.enabled, "learnable rows (--embedding-dim)"),
+        (config.feature_storage != "memory", f"--feature-storage {config.feature_storage}"),
+        (config.historical is not None, "--historical"),
+        (config.batching != "random", f"--batching {config.batching}"),
+        (config.sampler.ladies is not None, "--ladies"),
+        (config.fetch_bits not in (8, 32), f"--fetch-bits {config.fetch_bits}"),
+    ]
+    what = [words for applies, words in unplanned if applies]
+    if what:
+        raise ConfigError(
+            f"--cache-policy auto picks with the cost model of `shardgnn plan`, which plans node "
+            f"classification by {', '.join(AUTO_CACHE_MODELS)} with exact or 8-bit rows held in "
+            f"memory, not {what[0]}; give --cache-policy presample (or another) or none"
         )
 
 

@@ -177,7 +177,7 @@ class DistFullGraphSteps(DistSteps):
                 mean_nnz = float(row_nnz.sum()) / max(1, x_own.shape[0])
             dims = [x_own.shape[1]] + [settings.hidden] * (settings.num_layers - 1)
             costs = dependency_costs(
-                read_rates(full.plan_rates, "--plan-rates"),
+                read_rates(self.config.plan_rates, "--plan-rates"),
                 torch.get_num_threads(),
                 settings.model,
                 [*dims, out_dim],

@@ -40,7 +40,7 @@ CLUSTER_HISTORICAL = settings(
 )  # fmt: skip
 DIST_FULL = WORKERS | settings(
     "full.spmm", "full.replication", "full.grid_rows", "full.grid_layers", "full.bits",
-    "full.staleness", "full.dependencies", "full.plan_rates", "error_feedback",
+    "full.staleness", "full.dependencies", "plan_rates", "error_feedback",
 )  # fmt: skip
 PRECISION = settings("precision")
 """bf16 autocast (shardgnn.precision): the homogeneous recipes' steps and evaluations enter it"""

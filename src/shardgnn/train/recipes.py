@@ -199,8 +199,8 @@ RECIPES: tuple[Recipe, ...] = (
         "shardgnn.train.single:LocalSteps", "shardgnn.train.dist_node:DistMiniBatchSteps",
         "node classification on sampled mini-batches",
         reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | PRECISION | GPU,
-        worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk"} | DIST_SAMPLED
-        | CLUSTER_HISTORICAL | PRECISION,
+        worker_reads=MODEL | SAMPLED | ROWS | {"feature_norm", "sampler.bulk", "plan_rates"}
+        | DIST_SAMPLED | CLUSTER_HISTORICAL | PRECISION,
         model_reads=SAMPLED_LAYER_READS,
         user_models=True,
     ),

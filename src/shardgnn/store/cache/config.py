@@ -8,7 +8,9 @@ import re
 from shardgnn.errors import ConfigError
 from shardgnn.options import check_choices, check_types, invalid, option
 
-POLICIES = ("none", "degree", "presample", "fifo", "lru", "belady")
+POLICIES = ("none", "degree", "presample", "fifo", "lru", "belady", "auto")
+BUILT_POLICIES = POLICIES[1:-1]
+"""the policies a worker builds (``auto`` becomes ``presample`` or ``none`` before any starts)"""
 STATIC_POLICIES = ("degree", "presample")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|kb|mb|gb|rows)?\s*$", re.IGNORECASE)
@@ -25,7 +27,9 @@ class CacheConfig:
         flag="--cache-policy",
         help="cache of remote (with --feature-storage disk also local) feature rows per worker: "
         "degree (top in-degree), presample (most sampled in one pre-sampling epoch), fifo, lru, "
-        "or belady (keeps the rows used soonest in a --cache-lookahead window)",
+        "belady (keeps the rows used soonest in a --cache-lookahead window), or auto "
+        "(node classification: presample or none, whichever `shardgnn plan`'s cost model "
+        "predicts is faster on this partition; see --plan-rates)",
     )
     size: str = option(
         "10%",

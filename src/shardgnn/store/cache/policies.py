@@ -9,7 +9,7 @@ import collections
 import numpy as np
 
 from shardgnn.errors import ConfigError
-from shardgnn.store.cache.config import POLICIES, STATIC_POLICIES
+from shardgnn.store.cache.config import BUILT_POLICIES, STATIC_POLICIES
 
 
 class CacheIndex:
@@ -266,4 +266,9 @@ def make_policy(
         return LRUPolicy()
     if name == "belady":
         return BeladyPolicy(num_nodes, lookahead)
-    raise ConfigError(f"cache policy {name!r} must be one of {POLICIES[1:]}")
+    if name == "auto":  # workers started through the library, not `shardgnn train`
+        raise ConfigError(
+            "--cache-policy auto is resolved by `shardgnn train` before its workers start; "
+            f"give workers one of {', '.join(BUILT_POLICIES)}"
+        )
+    raise ConfigError(f"cache policy {name!r} must be one of {BUILT_POLICIES}")
