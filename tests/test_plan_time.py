@@ -443,3 +443,20 @@ def test_plot_draws_a_plans_bytes_and_times_per_strategy(tmp_path, capsys):
     assert not (out / "training_curves.png").exists()  # plans are not results
     assert main(["plot", str(timed), "--out", str(out)]) == 2
     assert "plan_timed.png" in capsys.readouterr().err
+
+
+def test_probe_lines_need_units_far_enough_apart_to_tell_a_slope():
+    """Two probe readings make a line (fixed seconds, seconds per unit), whatever their order;
+    where their units are within 10 % of each other (a small graph's larger probe batch found no
+    more edges to sample) the time is proportional to the units, so the readings are priced at
+    what they measured: the slope of their noise priced an edge at 0.55 ms."""
+    from shardgnn.fullgraph.rates import _line
+
+    assert _line([(100, 1.0), (400, 2.5)]) == pytest.approx((0.5, 0.005))
+    assert _line([(400, 2.5), (100, 1.0)]) == pytest.approx((0.5, 0.005))
+    assert _line([(100, 1.0), (400, 0.5)]) == pytest.approx((1.0, 0.0))  # noise: no slope
+    close = [(10165.0, 0.00728), (10055.0, 0.00648)]
+    fixed, per_edge = _line(close)
+    assert fixed == 0.0 and per_edge < 1e-6
+    assert fixed + per_edge * 10110.0 == pytest.approx(0.00688)
+    assert _line([(0.0, 0.002), (0.0, 0.004)]) == pytest.approx((0.003, 0.0))

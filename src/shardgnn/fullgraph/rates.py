@@ -611,12 +611,23 @@ def measure_minibatch(work: Workload, step: MiniBatchWork) -> dict[str, float]:
     return probe.rates()
 
 
+LINE_MIN_SPREAD = 0.1
+"""two probe points whose units differ by less than this share of the larger tell no slope"""
+
+
 def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
     """``(seconds fixed, seconds per unit)`` of the line through two ``(units, seconds)``
     points, neither negative: a smaller time at more units is the machine's noise, not a
-    negative cost, so it reads as no cost per unit."""
-    (x1, t1), (x2, t2) = points
-    per_unit = max(t2 - t1, 0.0) / max(x2 - x1, 1.0)
+    negative cost, so it reads as no cost per unit. Where the units are too close to tell a
+    slope (within :data:`LINE_MIN_SPREAD`: on a small graph the larger probe batch runs out of
+    seeds and samples no more edges, or fewer), the time is taken as proportional to the units
+    (the mean point's rate, nothing fixed), which holds at the units measured: the slope of
+    the noise between two readings of the same work priced an edge at 0.55 ms there."""
+    (x1, t1), (x2, t2) = sorted(points)
+    if x2 - x1 <= LINE_MIN_SPREAD * x2:
+        units, seconds = (x1 + x2) / 2, (t1 + t2) / 2
+        return (seconds, 0.0) if units <= 0 else (0.0, seconds / units)
+    per_unit = max(t2 - t1, 0.0) / (x2 - x1)
     return max(t1 - per_unit * x1, 0.0), per_unit
 
 
@@ -907,8 +918,10 @@ def measure_dist_sampling(
     calls = 3 * len(step.fanouts) * latency_s
     out = {}
     for prefix, points, latency in zip(("", "shared_"), sampled[0], (calls, 0.0)):
-        batch, out[f"{prefix}edge"] = _line(points)
-        out[f"{prefix}batch"] = max(batch - latency, 0.0)
+        # the calls' latency off each reading first: the plan charges it per call, and a
+        # proportional fit (points too close for a line) would spread it over the edges
+        net = [(units, max(seconds - latency, 0.0)) for units, seconds in points]
+        out[f"{prefix}batch"], out[f"{prefix}edge"] = _line(net)
     if not history[0]:
         return out, {}, cache
     own = []  # per mode and size: (rows rank 0 sent and received, seconds of its own work)
