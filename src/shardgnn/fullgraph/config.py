@@ -106,6 +106,10 @@ class FullGraphConfig:
             )
 
 
+PLANNED_MODELS = ("gcn", "sage", "gin", "appnp", "sgc")
+"""the models whose layers `shardgnn plan` prices (and ``--cache-policy auto`` picks for)"""
+
+
 @dataclasses.dataclass(kw_only=True)
 class PlanConfig:
     """``shardgnn plan``: the bytes and memory of every full-graph strategy at many worker counts
@@ -127,7 +131,7 @@ class PlanConfig:
     )
     model: str = option(
         "sage",  # `shardgnn train`'s default model: plan what train runs unless told otherwise
-        choices=("gcn", "sage", "gin", "appnp", "sgc"),
+        choices=PLANNED_MODELS,
         help="the model whose layers are planned",
     )
     hidden: int = option(256, help="hidden width")

@@ -18,6 +18,7 @@ from typing import Any
 
 from shardgnn.distributed.config import device_problem
 from shardgnn.errors import ConfigError, DatasetError
+from shardgnn.fullgraph.config import PLANNED_MODELS
 from shardgnn.options import changed_settings, check_choices, invalid
 from shardgnn.sampling.config import SamplerConfig
 from shardgnn.store.config import check_historical, split_historical
@@ -278,10 +279,6 @@ def _check_plan_rates(config: Any) -> None:
     raise invalid(config, "plan_rates", needs)
 
 
-AUTO_CACHE_MODELS = ("gcn", "sage", "gin", "appnp", "sgc")
-"""the models whose mini-batches ``shardgnn plan`` prices (``--cache-policy auto`` picks for)"""
-
-
 def _check_auto_cache(config: Any) -> None:
     """``--cache-policy auto`` picks with the mini-batch plan (``shardgnn plan``'s): refused,
     in one line, where that plan does not model the run."""
@@ -289,7 +286,7 @@ def _check_auto_cache(config: Any) -> None:
         return
     unplanned = [
         (config.task != "node", f"--task {config.task}"),
-        (config.model.model not in AUTO_CACHE_MODELS, f"--model {config.model.model}"),
+        (config.model.model not in PLANNED_MODELS, f"--model {config.model.model}"),
         (config.embedding.enabled, "learnable rows (--embedding-dim)"),
         (config.feature_storage != "memory", f"--feature-storage {config.feature_storage}"),
         (config.historical is not None, "--historical"),
@@ -301,7 +298,7 @@ def _check_auto_cache(config: Any) -> None:
     if what:
         raise ConfigError(
             f"--cache-policy auto picks with the cost model of `shardgnn plan`, which plans node "
-            f"classification by {', '.join(AUTO_CACHE_MODELS)} with exact or 8-bit rows held in "
+            f"classification by {', '.join(PLANNED_MODELS)} with exact or 8-bit rows held in "
             f"memory, not {what[0]}; give --cache-policy presample (or another) or none"
         )
 
