@@ -346,12 +346,7 @@ def _auto_spmm(config: TrainConfig, pset) -> TrainConfig:
             part = pset.load_part(0, mmap=True, verify=False)
             y = part.y
             out_dim = int(y.shape[1]) if y is not None and y.ndim == 2 else part.num_classes
-        # local workers share this machine; under torchrun, a machine runs its local world
-        per_host = int(os.environ.get("LOCAL_WORLD_SIZE", pset.num_parts))
-        # Under torchrun every worker resolves the pick on its own, after its peers may have
-        # taken memory: a bound read there could differ between workers and so could their
-        # strategies. The launcher of local workers resolves it once, before they start.
-        memory_mb = None if "RANK" in os.environ else memory_per_worker(per_host)
+        per_host, memory_mb = _machine_share(pset)
         full, pick, costs = auto_spmm(
             pset, model, config.full, out_dim, per_host, memory_mb, config.plan_rates
         )
@@ -402,8 +397,7 @@ def _auto_cache(config: TrainConfig, pset) -> TrainConfig:
     rates = None if config.plan_rates is None else read_rates(config.plan_rates, "--plan-rates")
     graph = pset.reassemble()
     workers = pset.num_parts
-    # local workers share this machine; under torchrun, a machine runs its local world
-    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", workers))
+    per_host, memory_mb = _machine_share(pset)
     model = config.model
     costs = minibatch_costs(
         graph, pset.book.owner(np.arange(graph.num_nodes)), workers, model=model.model,
@@ -417,7 +411,6 @@ def _auto_cache(config: TrainConfig, pset) -> TrainConfig:
     # no row is fetched, exact rows alone)
     low_bit = config.fetch_bits < 32
     costs = [c for c in costs if ("--fetch-bits" in c.flags) == low_bit] or costs
-    memory_mb = None if "RANK" in os.environ else memory_per_worker(per_host)
     pick = recommend(costs, memory_mb).get(workers)
     if pick is None:  # nothing fits: the least memory
         pick = min(costs, key=worker_memory_mb)
@@ -454,6 +447,16 @@ def _auto_cache(config: TrainConfig, pset) -> TrainConfig:
         print(f"--cache-policy auto: {said}", flush=True)
     cache = dataclasses.replace(config.cache, policy=policy)
     return dataclasses.replace(config, cache=cache, plan_rates=None)
+
+
+def _machine_share(pset) -> tuple[int, float | None]:
+    """What an ``auto`` pick plans each machine for: its workers (local workers share this
+    machine; under torchrun, a machine runs its local world) and the MB each can keep, None
+    under torchrun: there every worker resolves the pick on its own, after its peers may have
+    taken memory, so a bound read there could differ between workers and so could their picks.
+    The launcher of local workers resolves it once, before they start."""
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", pset.num_parts))
+    return per_host, None if "RANK" in os.environ else memory_per_worker(per_host)
 
 
 def memory_per_worker(workers_per_host: int) -> float | None:
