@@ -140,6 +140,29 @@ def _assert_no_orphans(pid_dir: Path, children_before: set[int]) -> None:
 
 
 # -------------------------------------------------------------------------------------------- tests
+def test_the_stage_board_holds_where_each_worker_last_said_it_was(tmp_path):
+    """Each worker writes its slot of a file the launcher maps too (no system call a stage);
+    the launcher reads what the worker wrote last, None before it said anything or past the
+    slots, a long name cut to the slot."""
+    from shardgnn.distributed.launch import STAGE_SLOT_BYTES, StageBoard
+
+    board = StageBoard.create(str(tmp_path / "stages"), 3)
+    worker = StageBoard.open(board.path)
+    try:
+        assert [board.read(slot) for slot in range(3)] == [None, None, None]
+        worker.write(1, "in sample")
+        worker.write(1, "in fetch")
+        worker.write(2, "after compute")
+        assert [board.read(slot) for slot in range(3)] == [None, "in fetch", "after compute"]
+        worker.write(2, "in " + "x" * 200)
+        assert board.read(2) == ("in " + "x" * 200)[: STAGE_SLOT_BYTES - 1]
+        worker.write(1, "")  # a restarted worker starts from nowhere
+        assert board.read(1) is None and board.read(3) is None and board.read(-1) is None
+    finally:
+        worker.close()
+        board.close()
+
+
 def test_stage_timer_tells_where_the_main_thread_is():
     from shardgnn.timing import StageTimer, tell_stages_to
 
