@@ -317,7 +317,8 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     assert busy >= (sample + step).max() - 1e-12
     # every byte of the one host crosses its loopback, both directions of the link shared
     total = exact.bytes_per_epoch + 2 * ring
-    comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (3 * 2 + 2 + 2 + 1 + 1)
+    # per batch: four calls a hop, the rows' four and the labels' three, all-reduce, stop
+    comm = total / (2 * 1e8) + 1e-4 * epoch.batches * (4 * 2 + 4 + 3 + 1 + 1)
     assert exact.comm_s == pytest.approx(comm, rel=1e-9)
     assert exact.epoch_s == pytest.approx(busy + comm, rel=1e-9)
     # calibrated on two workers, the distributed sampler's rates replace the local sampler's
@@ -333,7 +334,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     # historical embeddings: their bytes, and two more all-to-alls per layer and step
     history = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")[1][4]
     total = history.bytes_per_epoch + 2 * ring
-    calls = 3 * 2 + 2 + 2 + 1 + 1 + 2
+    calls = 4 * 2 + 4 + 3 + 1 + 1 + 2
     expected = total / (2 * 1e8) + 1e-4 * history.batches * calls
     assert history.comm_s == pytest.approx(expected, rel=1e-9)
     # pull mode: three all-to-alls per layer and batch, while sampling
@@ -380,7 +381,7 @@ def test_workers_reading_each_other_skip_the_exchanges_calls(graph):
     batches sample at the one-process sampler's rates (the distributed sampler's are for
     requests to other machines), and of the calls each batch makes only the gradient
     all-reduce and the stop agreement remain, each paying the latency per peer and the
-    crowding probe (the sampling, fetch and label calls, ten with sharing off, are gone)."""
+    crowding probe (the sampling, fetch and label calls, fifteen with sharing off, are gone)."""
     compute = _hand_step_rates()
 
     def rates(latency_s: float, crowd_s: float) -> MachineRates:
@@ -400,7 +401,7 @@ def test_workers_reading_each_other_skip_the_exchanges_calls(graph):
     _, (apart, *_) = _costs(graph, 3, rates=rates(0, 0), workers_per_host=3)
     assert apart.sample_s == pytest.approx(epoch.batches * 5e-3)  # the distributed sampler's
     base = {sharing: comm_s(rates(0, 0), sharing) for sharing in (True, False)}
-    for sharing, calls in ((True, 2), (False, 12)):
+    for sharing, calls in ((True, 2), (False, 17)):
         latency = comm_s(rates(1e-4, 0), sharing) - base[sharing]
         assert latency == pytest.approx(1e-4 * epoch.batches * calls * 2), sharing
         crowding = comm_s(rates(0, 1e-3), sharing) - base[sharing]
@@ -469,11 +470,10 @@ def test_crowded_workers_pay_the_probed_cost_at_every_call(graph):
     with pytest.raises(ConfigError, match="no crowding probe at 3 workers on its 2 cores"):
         _costs(graph, 3, rates=plain, workers_per_host=3)
     _, alone = _costs(graph, 3, rates=dataclasses.replace(rates, cores=4), workers_per_host=3)
-    # 10 calls after a share of the sampling each (sampling, fetch, labels), the all-reduce
-    # after the step, the stop
-    # agreement after nothing
+    # 15 calls after a share of the sampling each (sampling, fetch, labels), the all-reduce
+    # after the step, the stop agreement after nothing
     batches = epoch.batches
-    expected = 10 * rates.crowding(3, sampling / (10 * batches)) + rates.crowding(3, step / batches)
+    expected = 15 * rates.crowding(3, sampling / (15 * batches)) + rates.crowding(3, step / batches)
     expected = (expected + rates.crowding(3, 0.0)) * batches
     assert crowded[0].comm_s == pytest.approx(alone[0].comm_s + expected, rel=1e-9)
     # the crowded-step probe: each step stretched by its factor in the lockstep, and the

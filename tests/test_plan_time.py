@@ -13,7 +13,7 @@ import pytest
 
 from shardgnn.fullgraph.config import PlanConfig
 from shardgnn.fullgraph.plan import costs_at, recommend, thread_counts, workload
-from shardgnn.fullgraph.rates import ComputeRates, MachineRates, calibrate
+from shardgnn.fullgraph.rates import ComputeRates, MachineRates, MiniBatchWork, calibrate
 from shardgnn.graph.datasets import load_dataset
 from shardgnn.nn.config import ModelConfig
 from shardgnn.partition.methods import PartitionConfig, partition_graph
@@ -88,7 +88,10 @@ def test_probe_rounds_pool_across_launches_and_fit_a_line_no_cost_below_zero():
     fixed, per_unit = _line(pooled[0])
     assert per_unit == pytest.approx(0.008 / 200) and fixed == pytest.approx(0.008)
     assert _line([(100, 0.02), (300, 0.01)]) == (0.02, 0.0)  # slower small batch: no slope
-    assert _line([(100, 0.01), (300, 0.04)]) == (0.0, pytest.approx(0.03 / 200))
+    # growing faster than the units: nothing fixed, the rate nearest both readings relatively
+    fixed, per_unit = _line([(100, 0.01), (300, 0.04)])
+    assert fixed == 0.0 and 0.01 / 100 < per_unit < 0.04 / 300
+    assert per_unit == pytest.approx((100 / 0.01 + 300 / 0.04) / (1e8 + (300 / 0.04) ** 2))
 
 
 def test_epoch_time_is_the_rates_times_the_counts(graph):
@@ -443,6 +446,43 @@ def test_plot_draws_a_plans_bytes_and_times_per_strategy(tmp_path, capsys):
     assert not (out / "training_curves.png").exists()  # plans are not results
     assert main(["plot", str(timed), "--out", str(out)]) == 2
     assert "plan_timed.png" in capsys.readouterr().err
+
+
+def test_a_step_growing_faster_than_its_edges_is_fitted_nearest_its_readings():
+    """The step probe's three readings (two batches, the larger with its upper layers served)
+    give three costs, exactly where none comes out below nought; a step whose time grows faster
+    than its edges (measured: 4.7x the time for 3.1x the input edges) has no such exact fit, and
+    the nearest fit in relative terms with no cost below nought is within 12 % of every reading,
+    where holding the exact solve's negative fixed cost at nought priced them up to 33 % over."""
+    from shardgnn.fullgraph.rates import _fit_nonnegative, _fit_step, probe_sizes
+
+    units = np.array([[1.0, 2.0, 3.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]])
+    assert _fit_nonnegative(units, units @ np.array([0.5, 0.2, 0.1])) == pytest.approx(
+        [0.5, 0.2, 0.1]
+    )
+    edges, seconds = [(20394, 2272), (63185, 9286), (9286, 9286)], [6.83e-3, 32.21e-3, 24.95e-3]
+    fitted = _fit_step(edges, seconds)
+    assert min(fitted.values()) >= 0 and fitted["step_input_edge"] > 0
+    predicted = [
+        fitted["step_batch"] + i * fitted["step_input_edge"] + u * fitted["step_edge"]
+        for i, u in edges
+    ]
+    assert max(abs(p / t - 1) for p, t in zip(predicted, seconds)) < 0.12
+    # exact where the readings allow it
+    exact = _fit_step(edges, [1e-3 + i * 1e-7 + u * 1e-6 for i, u in edges])
+    assert exact == pytest.approx({"step_batch": 1e-3, "step_input_edge": 1e-7, "step_edge": 1e-6})
+    # the probes time the planned batch and a quarter of it, never a larger one
+    step = MiniBatchWork(
+        fanouts=(5,),
+        model="sage",
+        hidden=8,
+        out_dim=2,
+        train_idx=np.arange(1000),
+        batch_sizes=(256,),
+    )
+    assert probe_sizes(step) == [64, 256]
+    assert probe_sizes(dataclasses.replace(step, batch_sizes=(256, 32, 4096))) == [32, 1000]
+    assert probe_sizes(dataclasses.replace(step, batch_sizes=(1,))) == [1, 1]
 
 
 def test_probe_lines_need_units_far_enough_apart_to_tell_a_slope():

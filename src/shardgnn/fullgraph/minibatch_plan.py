@@ -109,12 +109,13 @@ from shardgnn.graph.csr import Graph
 from shardgnn.loader.dist_batches import DistSeedBatcher
 from shardgnn.partition.book import relabel
 from shardgnn.sampling.config import SamplerConfig
+from shardgnn.sampling.dist_neighbor import CALLS_PER_HOP
 from shardgnn.sampling.neighbor import NeighborSampler
 from shardgnn.sampling.types import SeedInput
 from shardgnn.seeding import mix_seed
 from shardgnn.store.cache.config import resolve_capacity
 from shardgnn.store.config import HISTORICAL_MODES, split_historical
-from shardgnn.store.dist_feature import reply_bytes
+from shardgnn.store.dist_feature import DENSE_FETCH_CALLS, PACKED_FETCH_CALLS, reply_bytes
 from shardgnn.store.feature import CSR_ENTRY_BYTES, SparseRowStore, held_bytes, held_sparse
 from shardgnn.store.historical import NEVER, sorted_lookup
 
@@ -907,7 +908,7 @@ def _sampling_bytes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each worker's sent and received bytes of the ``sample`` stage: requests (ids and
     headers) out, counts and drawn edges back, and (``collective``: some owner is on another
-    machine) every all-to-all's row counts."""
+    machine) the requests' row counts."""
     sent = (
         _ID * epoch.frontier.sum(1) + _HEADER * epoch.requests.sum(1)  # as requester
         + _ID * epoch.frontier.sum(0) + 2 * _ID * epoch.edges.sum(0)  # as owner
@@ -917,7 +918,7 @@ def _sampling_bytes(
         + _ID * epoch.frontier.sum(1) + 2 * _ID * epoch.edges.sum(1)
     )  # fmt: skip
     peers = epoch.frontier.shape[0] - 1 if collective else 0
-    metadata = 3 * hops * _ID * peers * epoch.batches
+    metadata = hops * _ID * peers * epoch.batches  # the requests' sizes (the replies' known)
     return sent + metadata, recv + metadata
 
 
@@ -986,11 +987,13 @@ def _epoch_seconds(
         (sample_batch, sample_edge), crowded_step or 1.0, sparse_batches,
         crowded_sampling=not collective,
     )  # fmt: skip
-    # per batch: three all-to-alls per hop, two to fetch the input rows, two the seeds' labels
-    # (a collective every batch, however few labels move), the gradient all-reduce and the stop
-    # agreement (a tiny all-reduce after every batch but the last; the epoch's sums after the
-    # last): each per peer
-    moves = 3 * hops + 4 if collective else 0
+    # per batch, each a wait for every peer: the sampler's calls of every hop, the input rows'
+    # (packed replies) and the seeds' labels' (a collective every batch, however few move;
+    # their replies' sizes known) calls, the gradient all-reduce and the stop agreement (a
+    # tiny all-reduce after every batch but the last; the epoch's sums after the last). An
+    # all-to-all whose sizes are not known is two calls: counted as one, the calls of a batch
+    # were 10 where the workers made 20 (BENCHMARKS 32za)
+    moves = CALLS_PER_HOP * hops + PACKED_FETCH_CALLS + DENSE_FETCH_CALLS if collective else 0
     history_calls = 0 if history is None else history.calls * len(history.layers)
     calls = moves + 2 + history_calls
     comm += rates.latency_s * train.batches * calls * (workers - 1)

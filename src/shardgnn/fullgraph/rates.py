@@ -19,14 +19,14 @@ operations a distributed full-graph training step is made of, on the graph being
   index after, as halo rows are; latency is the time of an empty exchange, bandwidth the bytes
   one direction carried per second while both were busy.
 * **distributed sampling** (when mini-batch training is planned): two workers on a 2-part METIS
-  partition of the graph sample batches of their own training nodes with the project's
-  distributed sampler (each remote frontier row asked of its owner, drawn there, the replies
-  merged; three all-to-alls per hop): seconds per batch (less the calls' latency, which the plan
-  adds per call) and per sampled edge. A distributed batch samples several times slower than
-  the one-process sampler (measured: 15 ms against 1 ms per batch of 256 seeds, fanouts 10,10,
-  on a 20,000-node graph), so the plan takes these for every worker count above one. The
-  probe runs in three launches, their rounds pooled: its medians move more from one launch to
-  the next than between a launch's rounds (:data:`PROBE_LAUNCHES`, BENCHMARKS 32u).
+  partition of the graph sample batches of their own training nodes with the project's distributed
+  sampler (each remote frontier row asked of its owner, drawn there, the replies merged; three
+  all-to-alls, four collective calls, per hop): seconds per batch (less the calls' latency, which
+  the plan adds per call) and per sampled edge. A distributed batch samples several times slower
+  than the one-process sampler (measured: 15 ms against 1 ms per batch of 256 seeds, fanouts 10,10,
+  on a 20,000-node graph), so the plan takes these for every worker count above one. The probe runs
+  in three launches, their rounds pooled: its medians move more from one launch to the next than
+  between a launch's rounds (:data:`PROBE_LAUNCHES`, BENCHMARKS 32u).
 * **historical tables** (in the same launch, on models of two layers or more): each worker
   runs real :class:`~shardgnn.store.historical.HistoricalEmbeddings` of its halo serving layer
   1, at the model's hidden width, on batches of both sizes: push mode's step end (every computed
@@ -516,9 +516,20 @@ def _train_step(
     return train_step
 
 
+def probe_sizes(step: MiniBatchWork) -> list[int]:
+    """The two batch sizes (seeds) the mini-batch probes time: the smallest and the largest of
+    the planned per-worker ``step.batch_sizes`` (at most the training nodes), or where one size
+    is planned, a quarter of it and itself. A run's batches are at most the planned size (an
+    epoch's last is smaller), and a step costs more per edge the larger its batch (its rows
+    outgrow the caches: 4.7x the time for 3.1x the input edges from 256 to 1,024 seeds,
+    BENCHMARKS 32za), so a larger probe batch fits rates the run's batches never show."""
+    sizes = sorted({max(1, min(b, len(step.train_idx))) for b in step.batch_sizes})
+    return [sizes[0], sizes[-1]] if len(sizes) > 1 else [max(1, sizes[0] // 4), sizes[0]]
+
+
 class StepProbe:
-    """Sampling and a training step of the planned model at the smallest and the largest of
-    ``step.batch_sizes`` (seeds drawn from the training nodes), at ``threads`` torch threads:
+    """Sampling and a training step of the planned model at the two :func:`probe_sizes` of
+    ``step`` (seeds drawn from the training nodes), at ``threads`` torch threads:
     the batches sampled (and their sampling timed) once, the steps timed in rounds by
     :meth:`time_rounds`, which a calibration calls at several of its moments (a 2-core
     machine's speed moves between them: BENCHMARKS 32v), and :meth:`rates` fits each as
@@ -548,8 +559,7 @@ class StepProbe:
         if sparse_input(step.model, int(np.count_nonzero(work.x)), work.x.size):
             sparse_rows = csr_rows(work.x, "none", sparse_batches=True)
         self.kinds = 1 if sparse_rows is None else 2
-        sizes = sorted({min(b, len(step.train_idx)) for b in step.batch_sizes})
-        sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
+        sizes = probe_sizes(step)
 
         def serve_all(layer: int, src_nodes: np.ndarray, num_dst: int) -> np.ndarray:
             mask = np.zeros(src_nodes.shape[0], dtype=bool)
@@ -618,33 +628,64 @@ LINE_MIN_SPREAD = 0.1
 def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
     """``(seconds fixed, seconds per unit)`` of the line through two ``(units, seconds)``
     points, neither negative: a smaller time at more units is the machine's noise, not a
-    negative cost, so it reads as no cost per unit. Where the units are too close to tell a
-    slope (within :data:`LINE_MIN_SPREAD`: on a small graph the larger probe batch runs out of
-    seeds and samples no more edges, or fewer), the time is taken as proportional to the units
-    (the mean point's rate, nothing fixed), which holds at the units measured: the slope of
-    the noise between two readings of the same work priced an edge at 0.55 ms there."""
+    negative cost, so it reads as no cost per unit; a time growing faster than the units (the
+    line through both would have a fixed cost below nought) reads as no fixed cost and the rate
+    nearest both readings in relative terms (:func:`_fit_nonnegative`). Where the units are too
+    close to tell a slope (within :data:`LINE_MIN_SPREAD`: on a small graph the larger probe
+    batch runs out of seeds and samples no more edges, or fewer), the time is taken as
+    proportional to the units (the mean point's rate, nothing fixed), which holds at the units
+    measured: the slope of the noise between two readings of the same work priced an edge at
+    0.55 ms there."""
     (x1, t1), (x2, t2) = sorted(points)
     if x2 - x1 <= LINE_MIN_SPREAD * x2:
         units, seconds = (x1 + x2) / 2, (t1 + t2) / 2
         return (seconds, 0.0) if units <= 0 else (0.0, seconds / units)
     per_unit = max(t2 - t1, 0.0) / (x2 - x1)
-    return max(t1 - per_unit * x1, 0.0), per_unit
+    if t1 - per_unit * x1 >= 0:
+        return t1 - per_unit * x1, per_unit
+    # the time grows faster than the units: no line of costs at least zero passes through
+    # both; the one through nought nearest both in relative terms
+    fixed, per_unit = _fit_nonnegative(np.array([[1.0, x1], [1.0, x2]]), np.array([t1, t2]))
+    return float(fixed), float(per_unit)
+
+
+def _fit_nonnegative(units: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """Costs, none below zero, that best give ``seconds`` (K) from the ``units`` (K x M) of K
+    readings, in relative terms (each reading's error over its time: a short batch's counts as
+    much as a long one's): the exact solution where it has no negative cost, else the best of
+    the fits with some costs held at nought (every such set tried; M is at most 3)."""
+    weights = 1.0 / np.maximum(seconds, 1e-12)
+    a, b = units * weights[:, None], seconds * weights
+    best, best_error = np.zeros(units.shape[1]), float(np.sum(b**2))
+    for held in range(1 << units.shape[1]):
+        free = [m for m in range(units.shape[1]) if not held >> m & 1]
+        if not free:
+            continue
+        costs = np.zeros(units.shape[1])
+        costs[free] = np.linalg.lstsq(a[:, free], b, rcond=None)[0]
+        error = float(np.sum((a @ costs - b) ** 2))
+        if costs.min() >= 0 and error < best_error:
+            best, best_error = costs, error
+    return best
 
 
 def _fit_step(edges: list[tuple[int, int]], seconds: list[float]) -> dict[str, float]:
     """``step_batch``, ``step_input_edge``, ``step_edge`` fitted to steps of ``edges`` (input
     layer's, upper layers') taking ``seconds``: two batches of one sampler, and a third (where
     the model has upper layers) of the second's seeds with its upper layers served, fewer input
-    edges and the same upper ones."""
+    edges and the same upper ones. Three costs from three readings: exact where none of them
+    comes out below zero, else the nearest fit in relative terms with none below zero
+    (:func:`_fit_nonnegative`; a step's time grows faster than its edges, and a fixed cost held
+    at nought after an exact solve had priced the planned 256-seed step a third above its
+    reading, BENCHMARKS 32za)."""
     (i1, u1), (i2, u2) = edges[:2]
     step_batch, step_edge = _line([(i1 + u1, seconds[0]), (i2 + u2, seconds[1])])
     step_input_edge = step_edge
-    if len(edges) == 3:
-        a = np.array([[1.0, i, u] for i, u in edges])
-        _, input_edge, upper_edge = np.linalg.lstsq(a, np.array(seconds), rcond=None)[0]
-        if min(input_edge, upper_edge) >= 0 and edges[2][0] < i2:  # else noise: one rate
-            step_input_edge, step_edge = float(input_edge), float(upper_edge)
-            step_batch = max(seconds[0] - step_input_edge * i1 - step_edge * u1, 0.0)
+    if len(edges) == 3 and edges[2][0] < i2:
+        units = np.array([[1.0, i, u] for i, u in edges])
+        fitted = [float(cost) for cost in _fit_nonnegative(units, np.array(seconds))]
+        if min(fitted[1:]) > 0:  # else noise: one rate for both
+            step_batch, step_input_edge, step_edge = fitted
     return {
         "step_batch": step_batch,
         "step_edge": step_edge,
@@ -865,10 +906,11 @@ def _probe_cache(graph, comm, ctx, batches: list[list], sparse: bool) -> list[li
 def measure_dist_sampling(
     graph, step: MiniBatchWork, latency_s: float, link_bytes_s: float = float("inf")
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """The distributed sampler's seconds per batch (less its ``3 x hops`` calls' latency) and
+    """The distributed sampler's seconds per batch (less its calls' latency,
+    :data:`~shardgnn.sampling.dist_neighbor.CALLS_PER_HOP` a hop) and
     per sampled edge, on two local workers over a 2-part METIS partition of ``graph`` (see the
-    module docstring; the rounds of :data:`PROBE_LAUNCHES` launches pooled), at the smallest and
-    largest of ``step.batch_sizes``: ``batch`` and ``edge`` with every request through the
+    module docstring; the rounds of :data:`PROBE_LAUNCHES` launches pooled), at the two
+    :func:`probe_sizes` of ``step``: ``batch`` and ``edge`` with every request through the
     collectives, ``shared_batch`` and ``shared_edge`` with each worker reading the other's part
     from its mapped files (``--host-sharing auto`` on one machine: no collective; the per-owner
     work still apart from one process's).
@@ -887,10 +929,10 @@ def measure_dist_sampling(
     from shardgnn.distributed.launch import launch_local
     from shardgnn.partition.format import write_partitions
     from shardgnn.partition.methods import PartitionConfig, partition_graph
+    from shardgnn.sampling.dist_neighbor import CALLS_PER_HOP
 
     result = partition_graph(graph, PartitionConfig(num_parts=2, method="metis", seed=0))
-    sizes = sorted({max(1, b) for b in step.batch_sizes})
-    sizes = [sizes[0], sizes[-1]] if len(sizes) > 1 else [sizes[0], 4 * sizes[0]]
+    sizes = probe_sizes(step)
     x = np.asarray(graph.x)
     sparse = sparse_input(step.model, int(np.count_nonzero(x)), x.size)
     with tempfile.TemporaryDirectory(prefix="shardgnn-probe-") as tmp:
@@ -915,7 +957,7 @@ def measure_dist_sampling(
     sampled, history, cached = pooled(0), pooled(1), pooled(2)
     cache_batch, cache_row = _line(cached[0][0])
     cache = {"batch": cache_batch, "row": cache_row}
-    calls = 3 * len(step.fanouts) * latency_s
+    calls = CALLS_PER_HOP * len(step.fanouts) * latency_s
     out = {}
     for prefix, points, latency in zip(("", "shared_"), sampled[0], (calls, 0.0)):
         # the calls' latency off each reading first: the plan charges it per call, and a

@@ -25,6 +25,11 @@ from shardgnn.store.feature import (
     sparse_batch,
 )
 
+PACKED_FETCH_CALLS, DENSE_FETCH_CALLS = 4, 3
+"""collective calls a :class:`DistFeatureStore` gather makes when some owner is off the host:
+the requests' sizes and the requests, then with ``sparse_replies`` the packed replies' sizes and
+the replies, else the replies alone (as many rows as asked)"""
+
 
 class DistFeatureStore(FeatureStore):
     """A ``[N, F]`` matrix split by owner range; a collective ``gather`` (every rank must call it,
@@ -253,7 +258,15 @@ class DistFeatureStore(FeatureStore):
             ]
         replies = [self.local.gather(rows) for rows in local_rows]
         feedback = None if self.feedback is None else self.feedback.select(local_rows)
-        rows = self.comm.all_to_all(replies, self.stage, codec=self.codec, feedback=feedback)
+        # a dense reply holds the rows asked, so its size is known here: passed, it spares the
+        # all-to-all of sizes, a wait for every rank
+        rows = self.comm.all_to_all(
+            replies,
+            self.stage,
+            recv_counts=[int(request.shape[0]) for request in requests],
+            codec=self.codec,
+            feedback=feedback,
+        )
         return [None if p in self._on_host else block for p, block in enumerate(rows)]
 
     def _gather_into(self, ids: torch.Tensor, out: torch.Tensor, positions: np.ndarray) -> None:
