@@ -776,7 +776,7 @@ def test_owners_reply_with_rows_as_they_hold_them_bit_for_bit(tmp_path, id_graph
     """With ``sparse_replies`` an owner of CSR rows sends their non-zeros and an owner of dense
     rows sends them dense, in one exchange: every gather (dense, into a buffer, sparse) is the
     rows bit for bit; the rank fetching from the CSR owner receives a fraction of the bytes,
-    the other the dense rows' (and a form word a reply)."""
+    the other the dense rows' (and a form word a reply, and its size first)."""
     import dataclasses
 
     x = _sparse_rows(id_graph.num_nodes, 300, 0.04)
@@ -786,7 +786,9 @@ def test_owners_reply_with_rows_as_they_hold_them_bit_for_bit(tmp_path, id_graph
         assert all(res["equal"]), res["equal"]
     from_csr, from_dense = runs[1]["received"], runs[0]["received"]
     assert from_csr[True] < 0.3 * from_csr[False]
-    assert from_dense[True] - from_dense[False] == 2 * 4  # 2 replies, a form word each
+    # 2 replies, a form word each; and their sizes, which dense replies do not send (the
+    # requester knows them)
+    assert from_dense[True] - from_dense[False] == 2 * 4 + 2 * 8
 
 
 def _cached_fetch(ctx, path, name, capacity, lookahead, sparse=False):

@@ -334,7 +334,7 @@ def test_epoch_time_is_the_rates_times_the_counts(graph):
     # historical embeddings: their bytes, and two more all-to-alls per layer and step
     history = _costs(graph, 2, rates=rates, workers_per_host=2, historical="1:2")[1][4]
     total = history.bytes_per_epoch + 2 * ring
-    calls = 4 * 2 + 4 + 3 + 1 + 1 + 2
+    calls = 4 * 2 + 4 + 3 + 1 + 1 + 3
     expected = total / (2 * 1e8) + 1e-4 * history.batches * calls
     assert history.comm_s == pytest.approx(expected, rel=1e-9)
     # pull mode: three all-to-alls per layer and batch, while sampling

@@ -66,10 +66,11 @@ when the rates hold them (where every owner is on the worker's machine, those of
 sampler reading its peer's part); the workers of a machine share its cores), each batch
 waiting for its busiest worker (lockstep; batches gathered sparse at the rates of the step
 timed with sparse input rows), and its exchanges: the bytes above and the gradient all-reduce
-over the link, plus the latency of every collective call per peer (sampling's three per hop,
-fetching's two, the labels' two (none of these seven where every owner is on the machine),
-the all-reduce, the stop agreement, the historical exchanges' two (push) or three (pull) per
-layer); the slowest machine sets the epoch. With 8-bit rows,
+over the link, plus the latency of every collective call per peer (sampling's four per hop,
+fetching's four, the labels' three (none of these where every owner is on the machine), the
+all-reduce, the stop agreement, the historical exchanges' three (push) or four (pull) per
+layer; an all-to-all whose receiver does not know the sizes sends them first, a call of its
+own: BENCHMARKS 32za); the slowest machine sets the epoch. With 8-bit rows,
 each worker also encodes the rows it sends and decodes those it receives (the codec's calibrated
 seconds per value, in calls of the rows a peer's share of a batch holds: a call's values cost
 more once its rows outgrow the caches). With historical embeddings, each worker's tables also
@@ -225,9 +226,10 @@ class HistoryPlan:
 
     @property
     def calls(self) -> int:
-        """The all-to-alls per historical layer and batch: push, ids and rows after the step;
-        pull, ids out, stamps and rows back while sampling."""
-        return 3 if self.mode == "pull" else 2
+        """The collective calls per historical layer and batch: push, ids (their sizes first)
+        and rows after the step; pull, ids out (their sizes first), stamps and rows back while
+        sampling."""
+        return 4 if self.mode == "pull" else 3
 
 
 class _HistoryTables:
@@ -835,11 +837,11 @@ def minibatch_costs(
         if history is not None:
             # per layer and step, push: the ids (with the row counts) and the rows, float32 at
             # the hidden width; pull: ids out (with the counts), a stamp back per id, the fresh
-            # rows (with the counts)
+            # rows
             pushed, asked = epoch.pushed, epoch.asked
             rows_sent, rows_recv = 4 * hidden * pushed.sum(1), 4 * hidden * pushed.sum(0)
-            counted = 2 if history.mode == "pull" else 1  # calls that exchange row counts
-            metadata = counted * _ID * (workers - 1) * len(history.layers) * epoch.batches
+            # the ids' row counts (every other exchange's sizes are known to its receiver)
+            metadata = _ID * (workers - 1) * len(history.layers) * epoch.batches
             if history.mode == "pull":
                 ids_sent = _ID * (asked.sum(1) + asked.sum(0))  # asks out, stamps back
                 ids_recv = ids_sent

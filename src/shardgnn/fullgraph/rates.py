@@ -967,8 +967,9 @@ def measure_dist_sampling(
     if not history[0]:
         return out, {}, cache
     own = []  # per mode and size: (rows rank 0 sent and received, seconds of its own work)
-    # push: ids, then rows; pull: ids asked, stamps back, then rows
-    for m, (exchanges, ids) in enumerate(((2, 1), (3, 2))):
+    # push: ids (their sizes first), then rows; pull: ids asked (their sizes first), stamps
+    # back, then rows: collective calls
+    for m, (exchanges, ids) in enumerate(((3, 1), (4, 2))):
         own.append([])
         for (mine, seconds), (theirs, _) in zip(history[0][m], history[1][m]):
             # each row float32 at the hidden width with its ids; the link carries both

@@ -238,7 +238,9 @@ class HistoricalEmbeddings:
         got_stamps = self.comm.all_to_all(
             stamps_out, self.stage, recv_counts=[a.shape[0] for a in asks]
         )
-        got_rows = self.comm.all_to_all(rows_out, self.stage)
+        # an owner sends a row for every fresh stamp: the sizes are known here
+        fresh_rows = [int((stamp != NEVER).sum()) for stamp in got_stamps]
+        got_rows = self.comm.all_to_all(rows_out, self.stage, recv_counts=fresh_rows)
         for nodes, stamp_t, rows in zip(asks, got_stamps, got_rows):
             stamp = stamp_t.numpy()
             fresh = stamp != NEVER
