@@ -35,19 +35,22 @@ def fit_before(edges: list[tuple[int, int]], seconds: list[float]) -> dict[str, 
     """The step fit as it was before BENCHMARKS 32za (kept here to measure against): the line
     through the two batches' readings, its fixed cost held at nought where it came out below,
     or the exact solve of all three readings, its fixed cost likewise."""
-    (i1, u1), (i2, u2), (i3, _) = edges
+    (i1, u1), (i2, u2) = edges[:2]
     per_edge = max(seconds[1] - seconds[0], 0.0) / (i2 + u2 - i1 - u1)
     fixed = max(seconds[0] - per_edge * (i1 + u1), 0.0)
     fit = {"step_batch": fixed, "step_input_edge": per_edge, "step_edge": per_edge}
+    if len(edges) < 3:  # a model of one layer: one rate
+        return fit
     a = np.array([[1.0, i, u] for i, u in edges])
     _, input_edge, upper_edge = np.linalg.lstsq(a, np.array(seconds), rcond=None)[0]
-    if min(input_edge, upper_edge) >= 0 and i3 < i2:
+    if min(input_edge, upper_edge) >= 0 and edges[2][0] < i2:
         fixed = max(seconds[0] - input_edge * i1 - upper_edge * u1, 0.0)
         fit = {"step_batch": fixed, "step_input_edge": input_edge, "step_edge": upper_edge}
     return fit
 
 
 def predict(rates: dict[str, float], input_edges: int, upper_edges: int) -> float:
+    """A step's seconds at ``rates`` for its blocks' input-layer and upper-layer edges."""
     return (
         rates["step_batch"]
         + input_edges * rates["step_input_edge"]

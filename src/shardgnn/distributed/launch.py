@@ -1064,8 +1064,8 @@ class StageBoard:
     worker map into memory, one :data:`STAGE_SLOT_BYTES` slot a local rank: a worker writes its
     slot at every stage change without a system call, and the launcher reads it only when it
     says where a failed worker was. Told through the launcher's socket instead, the six writes
-    a batch and the launcher's wake-ups for them cost 4-14 % of an epoch on a 2-core machine
-    whose two workers use both cores (BENCHMARKS 32za).
+    a batch and the launcher's wake-ups for them cost about 4 % of an epoch on a 2-core machine
+    whose two workers use both cores (0.957x without them, BENCHMARKS 32za).
 
     A read while the worker writes may mix the two strings; the launcher reads only after the
     workers have ended or hung, when nothing writes."""
