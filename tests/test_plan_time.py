@@ -94,6 +94,28 @@ def test_probe_rounds_pool_across_launches_and_fit_a_line_no_cost_below_zero():
     assert per_unit == pytest.approx((100 / 0.01 + 300 / 0.04) / (1e8 + (300 / 0.04) ** 2))
 
 
+def test_the_link_probe_pools_its_launches_so_one_slow_moment_moves_no_latency():
+    """The link probe's times pool over its launches, per size, the empty exchange's groups
+    (one before every size) together: a launch whose empty exchanges all once read 2.8 ms
+    (BENCHMARKS 32zb) leaves the latency at the others', and the rate follows the sizes."""
+    from shardgnn.fullgraph.rates import fit_link, link_samples
+
+    def launch(empty_s: list[float], per_byte: float) -> list[list[float]]:
+        sizes = (1 << 16, 1 << 20)
+        return [[0.0, *empty_s]] + [[float(n), *[2e-4 + n * per_byte] * 3] for n in sizes]
+
+    calm = launch([2e-4] * 6, 1e-9)
+    slow = launch([2.8e-3] * 6, 1e-9)
+    samples = link_samples([calm, slow, calm])
+    assert samples[0] == [0.0, 2e-4] and [s for s, _ in samples] == [0, 1 << 16, 1 << 20]
+    rate, latency = fit_link(samples)
+    assert latency == 2e-4 and rate == pytest.approx(1e9)
+    assert fit_link(link_samples([slow]))[1] == 2.8e-3  # one launch alone: what it read
+    # a slow moment inside one launch moves one of its groups of empty exchanges: outvoted
+    episode = launch([2e-4, 2e-4, 2.8e-3, 2.8e-3, 2.8e-3, 2e-4], 1e-9)
+    assert link_samples([calm, episode, calm])[0][1] == 2e-4
+
+
 def test_epoch_time_is_the_rates_times_the_counts(graph):
     """1d-sparse on 2 workers of one host, GCN 10 -> 16 -> 3: compute = the busiest worker's
     adjacency entries (in-edges and self-loops) x the SpMMs' seconds per entry (10 and 3 wide

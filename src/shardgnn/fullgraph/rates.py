@@ -17,7 +17,9 @@ operations a distributed full-graph training step is made of, on the graph being
 * **the link**: two worker processes exchange 64 KiB to 16 MiB of rows through the project's
   communicator (gloo), both directions at once, each gathered by index before and scattered by
   index after, as halo rows are; latency is the time of an empty exchange, bandwidth the bytes
-  one direction carried per second while both were busy.
+  one direction carried per second while both were busy. An empty exchange is timed before
+  every size, and the two workers are launched :data:`LINK_LAUNCHES` times, their times pooled:
+  one launch's empty exchanges once read 2.8 ms where the others read 0.2-0.3 (BENCHMARKS 32zb).
 * **distributed sampling** (when mini-batch training is planned): two workers on a 2-part METIS
   partition of the graph sample batches of their own training nodes with the project's distributed
   sampler (each remote frontier row asked of its owner, drawn there, the replies merged; three
@@ -57,7 +59,8 @@ operations a distributed full-graph training step is made of, on the graph being
   predicts none; 0.6-1.3 and 0.9-6.8 ms with 2 workers on 2 cores, whose other threads, the
   prefetch thread and gloo's, and the OS's processes take cores from them too; a fair share
   computed from a product time taken before the workers started put the 16 ms bursts' excess
-  at 0-27 ms, BENCHMARKS 32n).
+  at 0-27 ms, BENCHMARKS 32n). The workers are launched :data:`CROWD_LAUNCHES` times, their
+  rounds pooled.
 * **a crowded batch** (where mini-batch training is planned, at the same worker counts): that
   many workers each sample a fresh batch of their seeds and run the planned model's training
   step on it, its gradients all-reduced after it, in lockstep; what a batch takes against one
@@ -714,9 +717,11 @@ def _codec_seconds(width: int, bits: int, calls=CODEC_ROWS) -> dict[str, float]:
 
 
 def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
-    """Worker of the link probe: ``[bytes per rank, median seconds]`` per size (rank 0's). Each
-    exchange moves rows as a halo exchange does: 1 KiB rows gathered from a table by index, sent,
-    and scattered into a table by index on arrival."""
+    """Worker of the link probe: ``[bytes per rank, seconds, seconds, ...]`` per size, rank 0's
+    ``repeats`` times of an exchange of that size, the empty exchange's (size 0) first: timed
+    ``repeats`` times before each size, so a moment of a busy machine moves one of its groups,
+    not the latency. Each exchange moves rows as a halo exchange does: 1 KiB rows gathered from a
+    table by index, sent, and scattered into a table by index on arrival."""
     from shardgnn.distributed.comm import Communicator
     from shardgnn.distributed.context import init_distributed, shutdown
 
@@ -724,16 +729,16 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
     try:
         comm = Communicator(ctx.rank, ctx.world_size, ctx.group)
         gen = torch.Generator().manual_seed(ctx.rank)
-        out = []
+        times: dict[int, list[float]] = {size: [] for size in (0, *sizes)}
         # a first pass warms every size up (gloo sets connections and buffers up lazily: the
         # first exchanges took ~2 ms where later ones take ~0.3); the second is measured
-        for size in (0, *sizes, 0, *sizes):
+        passes = [(False, n) for n in (0, *sizes)] + [(True, n) for s in sizes for n in (0, s)]
+        for measured, size in passes:
             rows = size // 1024
             table = torch.randn(2 * rows, 256, generator=gen)
             rows_N = torch.randperm(2 * rows, generator=gen)[:rows]
             counts = [rows if p != ctx.rank else 0 for p in range(ctx.world_size)]
-            times = []
-            for _ in range(repeats + 1):
+            for repeat in range(repeats + 1):
                 ctx.barrier("probe")
                 start = time.perf_counter()
                 send = [table.index_select(0, rows_N) if c else table[:0] for c in counts]
@@ -741,11 +746,20 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
                 for block in received:
                     if block.shape[0]:
                         table.index_copy_(0, rows_N, block)
-                times.append(time.perf_counter() - start)
-            out.append([float(size), statistics.median(times[1:])])
-        return out[len(sizes) + 1 :]
+                if measured and repeat:  # the first of each group warms its buffers
+                    times[size].append(time.perf_counter() - start)
+        return [[float(size), *seconds] for size, seconds in times.items()]
     finally:
         shutdown()
+
+
+def link_samples(launches: list[list[list[float]]]) -> list[list[float]]:
+    """``[bytes per rank, median seconds]`` per size (the empty exchange first) of the link
+    probe's times, pooled over its ``launches`` (each :func:`_probe_link`'s)."""
+    return [
+        [groups[0][0], statistics.median(t for group in groups for t in group[1:])]
+        for groups in zip(*launches)
+    ]
 
 
 _Rounds = list[tuple[float, float]]
@@ -1073,10 +1087,21 @@ def measure_crowding(per_host: int, cores: int, latency_s: float) -> dict[float,
         product_s = _seconds(lambda: _burst(200, a_KK)) / 200
     matmuls = [max(1, round(burst / product_s)) for burst in CROWD_BURSTS]
     rounds = [max(20, min(200, round(0.3 / (burst * per_host / cores)))) for burst in CROWD_BURSTS]
-    # each burst about 0.3 s of rounds in lockstep (20 at least; as long again alone): the short
-    # bursts' rounds vary most
-    excess = launch_local(_probe_crowd, (matmuls, rounds), nprocs=per_host, timeout_s=300)[0]
-    return {float(n * product_s): max(0.0, t - latency_s) for n, t in zip(matmuls, excess)}
+    # each burst about 0.3 s of rounds in lockstep a launch (20 at least; as long again alone):
+    # the short bursts' rounds vary most
+    launches = [
+        launch_local(_probe_crowd, (matmuls, rounds), nprocs=per_host, timeout_s=300)[0]
+        for _ in range(CROWD_LAUNCHES)
+    ]
+    excess = np.mean(launches, axis=0)  # as many rounds each: the mean of them all
+    return {float(n * product_s): max(0.0, float(t) - latency_s) for n, t in zip(matmuls, excess)}
+
+
+CROWD_LAUNCHES = 3
+"""launches of the crowding probe, their rounds' excess averaged: one launch's reading at a
+0.2 ms burst moved 0.15-0.62 ms between calibrations, its blocks 0.25-2.3 ms within one, and it
+drove most of the predictions' spread (BENCHMARKS 32zb). The mean, not a median: a run pays
+every call's wait, its rare long ones too"""
 
 
 CROWDED_STEP_ROUNDS = 7
@@ -1202,13 +1227,24 @@ def fit_link(samples: list[list[float]]) -> tuple[float, float]:
     return float((sent * sent).sum() / max((sent * seconds).sum(), 1e-12)), float(latency)
 
 
+LINK_LAUNCHES = 3
+"""launches of the link probe, their times pooled: an empty exchange's median moved between
+launches of this machine (0.17-0.26 ms over 201 exchanges each) more than within one"""
+
+
 def measure_link(
     sizes: tuple[int, ...] = LINK_SIZES, repeats: int = 9
 ) -> tuple[float, float, list]:
-    """``(bytes per second, latency seconds, samples)`` of the link between two local workers."""
+    """``(bytes per second, latency seconds, samples)`` of the link between two local workers
+    (:data:`LINK_LAUNCHES` launches pooled)."""
     from shardgnn.distributed.launch import launch_local
 
-    samples = launch_local(_probe_link, (sizes, repeats), nprocs=2, timeout_s=300)[0]
+    samples = link_samples(
+        [
+            launch_local(_probe_link, (sizes, repeats), nprocs=2, timeout_s=300)[0]
+            for _ in range(LINK_LAUNCHES)
+        ]
+    )
     return (*fit_link(samples), samples)
 
 
@@ -1236,7 +1272,7 @@ def calibrate(
     crowded: tuple[int, ...] = (),
     graph=None,
 ) -> MachineRates:
-    """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 10-30 s); ``link``: the
+    """Measure every rate :mod:`shardgnn.fullgraph.plan` needs (about 15-45 s); ``link``: the
     file of a link measured between machines (:func:`read_link`) instead of two local workers;
     ``crowded``: numbers of workers one machine would run, as many as its cores or more, to probe
     the crowding at (:func:`measure_crowding`, and with mini-batch training
@@ -1299,7 +1335,7 @@ def main(argv: list[str] | None = None) -> int:
             "python -m shardgnn.fullgraph.rates: run it under torchrun with 2 workers in all "
             "(--nnodes 2 --nproc-per-node 1), one per machine"
         )
-    samples = _probe_link(LINK_SIZES, args.repeats)
+    samples = link_samples([_probe_link(LINK_SIZES, args.repeats)])
     if os.environ.get("RANK") == "0":
         rate, latency = fit_link(samples)
         save_json(args.out, {"link_samples": samples, "link_bytes_s": rate, "latency_s": latency})
