@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 SAID = re.compile(r"^--cache-policy auto: (.*)$", re.MULTILINE)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_planned_run(parser: argparse.ArgumentParser) -> None:
+    """The flags of the planned run (one partition of P workers on this machine)."""
     parser.add_argument("--graph", default="synthetic:nodes=20000")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--model", default="sage")
@@ -40,21 +40,32 @@ def main(argv=None) -> int:
     parser.add_argument("--fanouts", default="10,10")
     parser.add_argument("--batch-size", type=int, default=512)
     parser.add_argument("--cache-size", default="20%")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--slower-links", default="1,0.1", help="Gbit/s each way to replan at")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "cache_auto.json"))
-    args = parser.parse_args(argv)
+
+
+def planned_run(args: argparse.Namespace) -> PlanConfig:
+    """The mini-batch plan of :func:`add_planned_run`'s run, calibrated on this machine (every
+    worker on it, ``--host-sharing off``)."""
     p, fanouts = args.workers, tuple(int(k) for k in args.fanouts.split(","))
-    graph = load_dataset(args.graph)
-    plan = PlanConfig(
+    return PlanConfig(
         dataset=args.graph, workers=(p,), model=args.model, hidden=args.hidden,
         layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
         cache_size=args.cache_size, calibrate=True, workers_per_host=p, host_sharing="off",
         strategies="minibatch",
     )  # fmt: skip
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_planned_run(parser)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slower-links", default="1,0.1", help="Gbit/s each way to replan at")
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "cache_auto.json"))
+    args = parser.parse_args(argv)
+    p = args.workers
+    graph = load_dataset(args.graph)
     print("calibrating", file=sys.stderr, flush=True)
-    rates = machine_rates(plan, graph, args.batch_size)
+    rates = machine_rates(planned_run(args), graph, args.batch_size)
     exe = str(Path(sys.executable).parent / "shardgnn")
     size = ["--cache-size", args.cache_size]
     options = {

@@ -28,24 +28,18 @@ def one_calibration(args: argparse.Namespace) -> dict:
     predictions made with them."""
     import numpy as np
 
+    from cache_auto import planned_run
     from shardgnn.cli.plan import machine_rates
-    from shardgnn.fullgraph.config import PlanConfig
     from shardgnn.fullgraph.minibatch_plan import minibatch_costs
     from shardgnn.graph.datasets import load_dataset
     from shardgnn.partition import PartitionConfig, partition_graph
 
-    p, fanouts = args.workers, tuple(int(k) for k in args.fanouts.split(","))
+    p, plan = args.workers, planned_run(args)
     graph = load_dataset(args.graph)
-    plan = PlanConfig(
-        dataset=args.graph, workers=(p,), model=args.model, hidden=args.hidden,
-        layers=len(fanouts), fanouts=fanouts, batch_size=args.batch_size,
-        cache_size=args.cache_size, calibrate=True, workers_per_host=p, host_sharing="off",
-        strategies="minibatch",
-    )  # fmt: skip
     rates = machine_rates(plan, graph, args.batch_size)
     owner = partition_graph(graph, PartitionConfig(num_parts=p, method="metis")).assignment
     costs = minibatch_costs(
-        graph, np.asarray(owner), p, model=args.model, hidden=args.hidden, fanouts=fanouts,
+        graph, np.asarray(owner), p, model=args.model, hidden=args.hidden, fanouts=plan.fanouts,
         batch_size=args.batch_size, cache_size=args.cache_size, rates=rates,
         workers_per_host=p,
     )  # fmt: skip
@@ -68,14 +62,10 @@ def spread(values: list[float]) -> str:
 
 
 def main(argv=None) -> int:
+    from cache_auto import add_planned_run
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--graph", default="synthetic:nodes=20000")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--model", default="sage")
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--fanouts", default="10,10")
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--cache-size", default="20%")
+    add_planned_run(parser)
     parser.add_argument("--calibrations", type=int, default=5)
     parser.add_argument("--baseline", help="another tree's src: calibrated in turn with this one")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: write one calibration here
