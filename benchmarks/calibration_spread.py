@@ -1,9 +1,9 @@
 """How much `shardgnn plan --calibrate`'s mini-batch rates, and the epochs it predicts with them,
 move from one calibration to the next (issue 32): the same machine calibrated ``--calibrations``
-times in a row for one planned run, each calibration's latency, link rate, crowded-step factor and
-the predicted epoch of every option it weighs (on one partition and one sampled epoch). With
-``--baseline DIR`` (another tree's ``src``) the two trees calibrate in turn, each in a process of
-its own, so both meet the same drift of the machine.
+times in a row for one planned run, each calibration's latency, link rate, crowded-step factor,
+crowding per collective call and the predicted epoch of every option it weighs (on one partition
+and one sampled epoch). With ``--baseline DIR`` (another tree's ``src``) the two trees calibrate
+in turn, each in a process of its own, so both meet the same drift of the machine.
 
     python benchmarks/calibration_spread.py --calibrations 5 --baseline /tmp/base/src \
         --out benchmarks/out/calibration_spread.json

@@ -145,8 +145,8 @@ class PlanConfig:
     calibrate: bool = option(
         False,
         help="measure this machine's rates first (SpMM, linear layers, element-wise work, Adam, "
-        "and the link between two workers; about 20 s) and predict every strategy's epoch time; "
-        "the pick becomes the fastest predicted strategy",
+        "and the link between two workers; about 20 s, 40 s with mini-batch training) and predict "
+        "every strategy's epoch time; the pick becomes the fastest predicted strategy",
     )
     rates: str | None = option(
         None,
