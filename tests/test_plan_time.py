@@ -100,9 +100,10 @@ def test_the_link_probe_pools_its_launches_so_one_slow_moment_moves_no_latency()
     (BENCHMARKS 32zb) leaves the latency at the others', and the rate follows the sizes."""
     from shardgnn.fullgraph.rates import fit_link, link_samples
 
-    def launch(empty_s: list[float], per_byte: float) -> list[list[float]]:
+    def launch(empty_s: list[float], per_byte: float) -> list[list[tuple[float, float]]]:
         sizes = (1 << 16, 1 << 20)
-        return [[0.0, *empty_s]] + [[float(n), *[2e-4 + n * per_byte] * 3] for n in sizes]
+        rounds = [[(0.0, t) for t in empty_s]]
+        return rounds + [[(float(n), 2e-4 + n * per_byte)] * 3 for n in sizes]
 
     calm = launch([2e-4] * 6, 1e-9)
     slow = launch([2.8e-3] * 6, 1e-9)

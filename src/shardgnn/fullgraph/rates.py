@@ -716,9 +716,13 @@ def _codec_seconds(width: int, bits: int, calls=CODEC_ROWS) -> dict[str, float]:
     return out
 
 
-def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
-    """Worker of the link probe: ``[bytes per rank, seconds, seconds, ...]`` per size, rank 0's
-    ``repeats`` times of an exchange of that size, the empty exchange's (size 0) first: timed
+_Rounds = list[tuple[float, float]]
+"""a probe's rounds at one batch size: ``(units, seconds)`` each"""
+
+
+def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[_Rounds]:
+    """Worker of the link probe: per size, rank 0's ``repeats`` rounds ``(bytes per rank,
+    seconds)`` of an exchange of that size, the empty exchange's (size 0) first: timed
     ``repeats`` times before each size, so a moment of a busy machine moves one of its groups,
     not the latency. Each exchange moves rows as a halo exchange does: 1 KiB rows gathered from a
     table by index, sent, and scattered into a table by index on arrival."""
@@ -748,22 +752,16 @@ def _probe_link(sizes: tuple[int, ...], repeats: int) -> list[list[float]]:
                         table.index_copy_(0, rows_N, block)
                 if measured and repeat:  # the first of each group warms its buffers
                     times[size].append(time.perf_counter() - start)
-        return [[float(size), *seconds] for size, seconds in times.items()]
+        return [[(float(size), t) for t in seconds] for size, seconds in times.items()]
     finally:
         shutdown()
 
 
-def link_samples(launches: list[list[list[float]]]) -> list[list[float]]:
+def link_samples(launches: list[list[_Rounds]]) -> list[list[float]]:
     """``[bytes per rank, median seconds]`` per size (the empty exchange first) of the link
-    probe's times, pooled over its ``launches`` (each :func:`_probe_link`'s)."""
-    return [
-        [groups[0][0], statistics.median(t for group in groups for t in group[1:])]
-        for groups in zip(*launches)
-    ]
-
-
-_Rounds = list[tuple[float, float]]
-"""a probe's rounds at one batch size: ``(units, seconds)`` each"""
+    probe's rounds, pooled over its ``launches`` (each :func:`_probe_link`'s) as every probe's
+    (:func:`_pooled_medians`)."""
+    return [[units, seconds] for units, seconds in _pooled_medians([[one] for one in launches])[0]]
 
 
 def _probe_dist_sampling(
