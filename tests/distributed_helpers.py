@@ -26,18 +26,27 @@ from shardgnn.distributed.launch import launch_local
 
 
 def run_workers(
-    fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 120.0
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout_s: float = 120.0,
+    start_method: str | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, *args)`` on ``world_size`` local processes; return each rank's result, rank
     order.
 
     ``fn`` must be a module-level function; ``args`` and the results must be picklable.
     ``timeout_s`` is the collective timeout inside the workers; the whole run is killed after
-    ``2 * timeout_s + 60`` s (start-up of spawned workers on a busy 2-core machine takes seconds),
-    so a worker that hangs outside any collective cannot hang the test either.
+    ``2 * timeout_s + 60`` s (start-up of workers on a busy 2-core machine can take seconds),
+    so a worker that hangs outside any collective cannot hang the test either. ``start_method``:
+    :func:`~shardgnn.distributed.launch.launch_local`'s (None: this platform's default).
     """
     results = launch_local(
-        _run_in_context, (fn, timeout_s, args), world_size, timeout_s=2 * timeout_s + 60
+        _run_in_context,
+        (fn, timeout_s, args),
+        world_size,
+        timeout_s=2 * timeout_s + 60,
+        start_method=start_method,
     )
     return [results[rank] for rank in range(world_size)]
 
@@ -46,7 +55,7 @@ def run_workers_each(
     fn: Callable[..., Any], world_size: int, runs: list[tuple], *, timeout_s: float = 120.0
 ) -> list[list[Any]]:
     """``fn(ctx, *args)`` for every ``args`` of ``runs`` in turn, in one job of ``world_size``
-    processes (a launch costs seconds of spawning and imports); per run, each rank's result in rank
+    processes (a launch costs a worker start-up each); per run, each rank's result in rank
     order. For runs that share nothing but the job: ``fn`` must leave no state behind that the
     next run reads."""
     per_rank = run_workers(

@@ -339,7 +339,7 @@ def _fault_then_resume(tmp_path, graph, fault, *args: str, epochs=20, at_epoch=1
     """`shardgnn train ARGS` run straight, then again with ``fault(proc)`` once epoch
     ``at_epoch`` has been printed, then with --resume: returns (seconds from the fault to the
     end, exit code, stderr) of the faulted run, after checking that the resumed run's weights
-    equal the straight run's bit for bit."""
+    equal the straight run's bit for bit. The faulted run leads a process group of its own."""
     from shardgnn.graph.io import save_graph
 
     data = tmp_path / "graph"
@@ -356,7 +356,11 @@ def _fault_then_resume(tmp_path, graph, fault, *args: str, epochs=20, at_epoch=1
     subprocess.run(command(straight), check=True, capture_output=True, timeout=300)
     faulted = tmp_path / "faulted"
     proc = subprocess.Popen(
-        command(faulted), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command(faulted),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     for line in proc.stdout:  # training is under way
@@ -378,13 +382,18 @@ def _fault_then_resume(tmp_path, graph, fault, *args: str, epochs=20, at_epoch=1
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_sigterm_to_the_launcher_checkpoints_and_exits_for_requeue(tmp_path, graph):
+@pytest.mark.parametrize("to", ["launcher", "every process"])
+def test_sigterm_to_the_launcher_checkpoints_and_exits_for_requeue(tmp_path, graph, to):
     """`shardgnn train --workers 2` sent SIGTERM (as SLURM does before a preemption): the workers
     finish their step, save, the command prints one line and exits 75; `--resume` finishes the
-    run with the weights of an uninterrupted one."""
+    run with the weights of an uninterrupted one. The same when every process of the job gets it
+    (its process group: the workers and the forkserver they were forked from too)."""
 
     def sigterm(proc):
-        proc.send_signal(signal.SIGTERM)
+        if to == "launcher":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
         return []
 
     parts = _partitions(tmp_path, graph)

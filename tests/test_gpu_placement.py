@@ -176,7 +176,8 @@ def test_launch_config_passes_only_the_fields_the_installed_torch_has():
     assert kept == {"signals_to_handle": "SIGUSR1"}
     assert supported_fields(OldLaunchConfig) == {}
     # the installed torch's LaunchConfig accepts what the launcher builds
-    config = _launch_config(2, 0, "/tmp/shardgnn-test-elastic", 7.5)
+    config = _launch_config(2, 0, "/tmp/shardgnn-test-elastic", 7.5, "forkserver")
+    assert config.start_method == "forkserver"
     names = {f.name for f in dataclasses.fields(config)}
     if "shutdown_timeout" in names:
         assert config.shutdown_timeout == 8

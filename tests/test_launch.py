@@ -1,12 +1,13 @@
 """The local launcher (elastic_launch underneath), the test helper run_workers, and `python -m
 shardgnn.run`.
 
-Multi-process tests spawn real workers (gloo on CPU). Worker functions are module-level so they can
+Multi-process tests start real workers (gloo on CPU). Worker functions are module-level so they can
 be pickled; the ones that fail write their pid first so the test can check that no process is left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -60,6 +61,34 @@ def _finish_with_an_exit_hook(ctx, folder):
     atexit.register(Path(folder, f"rank-{ctx.rank}.hook").write_text, "hook ran")
     _KEPT.append(_TornDown(Path(folder, f"rank-{ctx.rank}.teardown")))
     return ctx.rank
+
+
+def _what_a_worker_sees(names):
+    """A worker's view of its start: the variables ``names``, its directory, its own processes'
+    start method, and whether the forkserver forked it."""
+    import multiprocessing
+
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+        forked = b"multiprocessing.forkserver" in fh.read()
+    environ = {name: os.environ.get(name) for name in names}
+    return environ, os.getcwd(), multiprocessing.get_start_method(), forked
+
+
+# The launcher's environment changes between two launches, after the first started the forkserver.
+_CHANGING_LAUNCHER = """
+import json, os, sys
+sys.path.insert(0, sys.argv[2])
+from shardgnn.distributed.launch import launch_local
+from test_launch import _what_a_worker_sees
+
+os.environ.update(SHARDGNN_TEST_KEPT="first", SHARDGNN_TEST_GONE="first")
+launch_local(_what_a_worker_sees, ([],), 1)
+os.environ.update(SHARDGNN_TEST_KEPT="second", SHARDGNN_TEST_NEW="new")
+del os.environ["SHARDGNN_TEST_GONE"]
+os.chdir(sys.argv[1])
+names = ["SHARDGNN_TEST_KEPT", "SHARDGNN_TEST_GONE", "SHARDGNN_TEST_NEW", "RANK", "WORLD_SIZE"]
+print(json.dumps(launch_local(_what_a_worker_sees, (names,), 2)))
+"""
 
 
 def _write_pid(pid_dir):
@@ -118,13 +147,16 @@ def _hang_forever(pid_dir):
 
 # ------------------------------------------------------------------------------------------ helpers
 def _children() -> set[int]:
-    """Live processes below this one, except multiprocessing's resource tracker (one per parent,
-    started by the first spawn context and alive until the parent exits)."""
+    """Live processes below this one, except multiprocessing's resource tracker and forkserver
+    (one each per parent, started by the first launch and alive until the parent exits; the
+    forkserver's children, the workers, count)."""
     alive = set()
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(
-                proc.cmdline()
+            cmdline = " ".join(proc.cmdline())
+            server = "multiprocessing.forkserver" in cmdline and proc.ppid() == os.getpid()
+            if proc.status() != psutil.STATUS_ZOMBIE and not (
+                "resource_tracker" in cmdline or server
             ):
                 alive.add(proc.pid)
         except psutil.NoSuchProcess:
@@ -250,6 +282,35 @@ def test_finished_workers_run_exit_hooks_then_end_without_teardown(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's")
+def test_forked_workers_take_the_launchers_environment_of_each_launch(tmp_path):
+    """Workers are forked from a forkserver started by the first launch, whose environment is the
+    launcher's of then: each launch's workers see the launcher's environment of that launch (a
+    variable changed, one removed, one added), its directory, elastic's own variables, and start
+    their own processes as spawned workers do."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHANGING_LAUNCHER, str(tmp_path), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    for rank in (0, 1):
+        environ, cwd, start_method, forked = seen[str(rank)]
+        assert forked
+        assert environ == {
+            "SHARDGNN_TEST_KEPT": "second",
+            "SHARDGNN_TEST_GONE": None,
+            "SHARDGNN_TEST_NEW": "new",
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+        }
+        assert (cwd, start_method) == (str(tmp_path), "spawn")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_worker_exception_names_rank_and_message(tmp_path):
     before = _children()
     start = time.monotonic()
@@ -274,11 +335,16 @@ def test_worker_exception_names_rank_and_message(tmp_path):
     ("how", "exitcode", "text"),
     [("exit", 3, "exit code 3"), ("sigkill", -signal.SIGKILL, "killed by SIGKILL")],
 )
-def test_hard_death_while_peers_block_in_a_collective(tmp_path, how, exitcode, text):
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_hard_death_while_peers_block_in_a_collective(tmp_path, how, exitcode, text, start_method):
+    """A worker that ends without an exception, by its own exit or a signal, is named first with
+    its exit status, forked (the launcher is not its parent) or spawned."""
     before = _children()
     start = time.monotonic()
     with pytest.raises(WorkerFailedError) as info:
-        run_workers(_die_hard_on_rank_1, 2, str(tmp_path), how, timeout_s=20)
+        run_workers(
+            _die_hard_on_rank_1, 2, str(tmp_path), how, timeout_s=20, start_method=start_method
+        )
     assert time.monotonic() - start < 60
     # Rank 0 fails too ("Connection closed by peer"), a moment later: rank 1 is named first.
     first = info.value.failures[0]

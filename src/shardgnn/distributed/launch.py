@@ -3,10 +3,18 @@ well.
 
 ``shardgnn train --workers N`` and the multi-process tests go through :func:`launch_local`. It is
 ``torchrun`` for one machine, as a function: PyTorch's elastic agent (``elastic_launch``) runs in
-the calling process, meets itself at a c10d rendezvous on ``127.0.0.1:<free port>``, spawns the
+the calling process, meets itself at a c10d rendezvous on ``127.0.0.1:<free port>``, starts the
 workers with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` set (read by
 :func:`shardgnn.distributed.context.init_distributed`, nowhere else) and collects their return
 values. Several machines use ``torchrun`` and :mod:`shardgnn.run` instead.
+
+On Linux the workers are forked from multiprocessing's **forkserver**, which imports torch once
+(:data:`FORKSERVER_PRELOAD`), ignores the stop signals the launcher forwards, and lives as long
+as the calling process: a worker then starts in a fraction of a second instead of paying torch's
+import itself (a second or more each, and on a 2-core machine N of them in turn). A forked worker
+takes the launcher's environment and standard output and error of the moment of the launch (not
+the forkserver's, which are those of the first launch), its working directory and ``sys.path``, as
+a spawned one does. Elsewhere, and with ``start_method="spawn"``, workers are spawned.
 
 What this module adds to ``elastic_launch``:
 
@@ -26,8 +34,9 @@ What this module adds to ``elastic_launch``:
   it. Among several workers a peer's collective timeout ends such a job anyway; a lone worker has
   no peer, and without this it would wait for ever.
 * **No orphans.** Elastic stops the other workers after a failure. On Linux each worker also asks
-  the kernel to SIGKILL it if the launcher process dies (``PR_SET_PDEATHSIG``), so a launcher
-  killed with ``kill -9`` leaves no workers behind.
+  the kernel to SIGKILL it if its parent dies (``PR_SET_PDEATHSIG``): the launcher, or the
+  forkserver, which exits when the launcher does, so a launcher killed with ``kill -9`` leaves no
+  workers behind.
 * **No oversubscription.** Unless the user set ``OMP_NUM_THREADS``, each worker gets
   ``max(1, cores // nprocs)`` torch threads. By default every process sizes its OpenMP pool to all
   cores; N workers on a 2-core machine would then run 2N busy threads on 2 cores, and OpenMP
@@ -43,8 +52,10 @@ What this module adds to ``elastic_launch``:
   main thread and never removes them; they are restored when the launch returns, and so is the
   configuration of elastic's logger.
 
-POSIX only (the watcher reads exit statuses with ``os.waitid`` where it exists, Linux; elsewhere
-the exit status comes from elastic's report alone).
+POSIX only. The watcher need not be a worker's parent (the forkserver is): a worker says its exit
+status on its connection just before it ends; one that ends without saying so (a signal, a crash
+in native code, ``os._exit``) is a failure the moment its connection closes, and its exit status
+is read afterwards from the process object elastic started it with.
 """
 
 from __future__ import annotations
@@ -58,6 +69,10 @@ import json
 import logging
 import math
 import mmap
+import multiprocessing
+import multiprocessing.process
+import multiprocessing.reduction
+import multiprocessing.util
 import os
 import pickle
 import secrets
@@ -105,8 +120,16 @@ _HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 a worker sees SIGTERM or SIGUSR1 (preemption: checkpoint, exit) as the launcher did."""
 
 _PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
-# how long the watcher tries to read the exit status of a worker whose socket closed
-_STATUS_WAIT_S = 2.0
+START_METHODS = ("forkserver", "spawn")
+FORKSERVER_PRELOAD = ("shardgnn.distributed.forkserver",)
+"""What the forkserver imports once: torch, and its deafness to the stop signals the launcher
+forwards (:mod:`shardgnn.distributed.forkserver`). Nothing else of shardgnn's: a module imported
+there is imported in the environment of the first launch."""
+# torchrun's variables: a forked worker's values are elastic's, whatever the launcher's environment
+_TORCHRUN_ENV = frozenset(
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE")
+    + ("ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+)
 # A process that dies without raising may close its connections to its peers a few milliseconds
 # before its connection to the watcher (the kernel closes them in no promised order; 3 ms seen on
 # Linux 6.x), so a peer's "raised" can reach the watcher first. Such a death is dated this much
@@ -380,14 +403,16 @@ def launch_local(
     log_dir: str | os.PathLike | None = None,
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
     stopped_timeout_s: float | None = None,
+    start_method: str | None = None,
 ) -> dict[int, Any]:
     """Run ``entrypoint(*args)`` in ``nprocs`` new processes on this machine; return ``{rank:
     value}``.
 
     Each process has the torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
     ``MASTER_ADDR``, ``MASTER_PORT``), so ``entrypoint`` typically starts with
-    ``init_distributed(...)``. Processes are started with ``spawn``: ``entrypoint`` must be a
-    module-level function and ``args`` and the return values must be picklable.
+    ``init_distributed(...)``. Processes are forked from a forkserver (Linux) or spawned, so
+    ``entrypoint`` must be a module-level function and ``args`` and the return values must be
+    picklable.
 
     Args:
         entrypoint: module-level function run by every worker.
@@ -404,6 +429,9 @@ def launch_local(
         stopped_timeout_s: a worker stopped (SIGSTOP, SIGTSTP) this long is SIGKILLed and the
             launch fails naming it (Linux: read from ``/proc``). ``None``: stopped workers are not
             watched. ``shardgnn train`` and ``infer`` pass their collective ``--timeout``.
+        start_method: ``"forkserver"`` (the default on Linux with pidfds: workers forked from a
+            process that has imported torch once) or ``"spawn"`` (the default elsewhere: each
+            worker a fresh interpreter).
 
     Raises:
         WorkerFailedError: a worker raised, exited non-zero or was killed; the message names the
@@ -422,7 +450,13 @@ def launch_local(
         raise ValueError(f"stopped_timeout_s={stopped_timeout_s} must be > 0 (or None)")
     if max_restarts < 0:
         raise ValueError(f"max_restarts={max_restarts} must be >= 0")
+    start_method = default_start_method() if start_method is None else start_method
+    if start_method not in START_METHODS:
+        raise ValueError(f"start_method={start_method!r} must be one of {START_METHODS}")
     payload = _pickle_payload(entrypoint, args)
+    if start_method == "forkserver":
+        # what the forkserver imports when it starts (no effect on one already running)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     log_root = tempfile.mkdtemp(prefix="shardgnn-logs-") if log_dir is None else os.fspath(log_dir)
     os.makedirs(log_root, exist_ok=True)
@@ -443,11 +477,17 @@ def launch_local(
                 os.getpid(),
                 log_root,
                 board.path,
+                # a forked worker's environment and output are the forkserver's: it takes these
+                _LauncherState.now() if start_method == "forkserver" else None,
             )
             signalled: SignalException | None = None
             for attempt in range(_PORT_ATTEMPTS):
                 config = _launch_config(
-                    nprocs, max_restarts, os.path.join(log_root, "elastic"), stop_grace_s
+                    nprocs,
+                    max_restarts,
+                    os.path.join(log_root, "elastic"),
+                    stop_grace_s,
+                    start_method,
                 )
                 try:
                     results = dict(
@@ -520,8 +560,8 @@ def _pickle_payload(entrypoint: Callable[..., Any], args: tuple) -> bytes:
         return pickle.dumps((entrypoint, tuple(args)))
     except (pickle.PicklingError, AttributeError, TypeError) as exc:
         raise TypeError(
-            f"launch_local starts workers with 'spawn': the entrypoint {entrypoint!r} must be a "
-            f"module-level function and its arguments picklable ({exc})"
+            f"launch_local starts workers in new processes: the entrypoint {entrypoint!r} must be "
+            f"a module-level function and its arguments picklable ({exc})"
         ) from exc
 
 
@@ -540,8 +580,21 @@ def _threads_per_worker(nprocs: int) -> int | None:
     return max(1, available_cores() // nprocs)
 
 
+def default_start_method() -> str:
+    """``"forkserver"`` where a worker forked by another process can be watched safely (Linux:
+    ``/proc`` and pidfds, so the watcher signals the worker it registered and never a reused pid);
+    ``"spawn"`` elsewhere."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")):
+        return "spawn"
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # a kernel older than 5.3
+        return "spawn"
+    return "forkserver"
+
+
 def _launch_config(
-    nprocs: int, max_restarts: int, log_root: str, stop_grace_s: float
+    nprocs: int, max_restarts: int, log_root: str, stop_grace_s: float, start_method: str
 ) -> LaunchConfig:
     return LaunchConfig(
         min_nodes=1,
@@ -556,7 +609,7 @@ def _launch_config(
         rdzv_configs={"is_host": True},
         max_restarts=max_restarts,
         monitor_interval=MONITOR_INTERVAL_S,
-        start_method="spawn",
+        start_method=start_method,
         logs_specs=DefaultLogsSpecs(log_dir=log_root),
         **supported_fields(
             LaunchConfig,
@@ -621,8 +674,11 @@ class _WorkerRecord:
     raised_time: float | None = None  # watcher's clock when the worker said it raised
     raised_stamp: float = 0.0  # the worker's time.time() when it raised
     exit_time: float | None = None  # watcher's clock when its connection closed (the process ended)
-    exitcode: int | None = None  # negative: killed by that signal
-    status_known: bool = False
+    exitcode: int | None = None  # as the worker said before it ended
+    status_known: bool = False  # it said so (a worker killed by a signal says nothing)
+    pidfd: int | None = None  # signals this process and no other, even once its pid is reused
+    # elastic's process object for it: its exit status once the launch is over
+    process: multiprocessing.process.BaseProcess | None = None
     killed_by_watcher: bool = False  # still running FAILURE_GRACE_S after a peer failed
     oom: str | None = None  # evidence that the OOM killer sent its SIGKILL
     stopped_s: float | None = None  # killed by the watcher after being stopped this long
@@ -638,12 +694,13 @@ class _WorkerWatch:
     """A background thread that knows every worker of one launch: when it exited, with which status.
 
     Each worker connects to a listening socket at start-up, sends ``token attempt local_rank pid``,
-    sends ``raised <time>`` if its entrypoint raises, and keeps the connection open, as a bare file
-    descriptor, until the process ends; the kernel closes it however the process ends, so
-    end-of-file here dates the exit. The token keeps other local processes from registering pids.
-    When the deadline passes the watcher SIGKILLs every live worker, and any that registers later;
-    with ``stopped_timeout_s`` it reads each live worker's state every ``_STOPPED_POLL_S`` and
-    SIGKILLs one stopped that long.
+    sends ``raised <time>`` if its entrypoint raises and ``exit <status>`` just before it ends,
+    and keeps the connection open, as a bare file descriptor, until the process ends; the kernel
+    closes it however the process ends, so end-of-file here dates the exit, and an end-of-file
+    without ``exit`` is a death (a signal, a crash in native code). The token keeps other local
+    processes from registering pids. When the deadline passes the watcher SIGKILLs every live
+    worker, and any that registers later; with ``stopped_timeout_s`` it reads each live worker's
+    state every ``_STOPPED_POLL_S`` and SIGKILLs one stopped that long.
     """
 
     def __init__(self, deadline: float | None, stopped_timeout_s: float | None = None):
@@ -674,13 +731,16 @@ class _WorkerWatch:
             key.fileobj.close()  # type: ignore[union-attr]
         self._selector.close()
         self._wake_w.close()
+        for record in self.records:
+            if record.pidfd is not None:
+                os.close(record.pidfd)
+                record.pidfd = None
 
     # -------------------------------------------------------------------------- the loop
     def _run(self) -> None:
-        pending: list[_WorkerRecord] = []  # exited, exit status not read yet
         while True:
             now = time.monotonic()
-            timeouts = [0.01] if pending else []
+            timeouts = []
             if self._deadline is not None:
                 timeouts.append(max(0.0, self._deadline - now))
             if self._kill_at is not None and self._kill_at != math.inf:
@@ -696,9 +756,8 @@ class _WorkerWatch:
                     self._accept()
                 else:
                     record = self._read(key, now)
-                    if record is not None:
-                        pending.append(record)
-            pending = [r for r in pending if not self._read_status(r)]
+                    if record is not None and not record.status_known:
+                        self._died(record)
             if self._stopped is not None:
                 self._kill_stopped(now)
             if self._kill_at is None and any(self._failed(r) for r in self.records):
@@ -710,13 +769,13 @@ class _WorkerWatch:
                 for record in self.records:
                     if record.exit_time is None:
                         record.killed_by_watcher = True
-                        _kill_child(record.pid)
+                        _kill_worker(record)
             if self._deadline is not None and time.monotonic() >= self._deadline:
                 self._deadline = None
                 self.timed_out = True
                 for record in self.records:
                     if record.exit_time is None:
-                        _kill_child(record.pid)
+                        _kill_worker(record)
 
     def _kill_stopped(self, now: float) -> None:
         assert self._stopped is not None
@@ -724,15 +783,17 @@ class _WorkerWatch:
         states = {pid: proc_state(pid) for pid in live}
         for pid, stopped_s in self._stopped.overdue(states, now):
             live[pid].stopped_s = stopped_s
-            _kill_child(pid)
+            _kill_worker(live[pid])
 
     @staticmethod
     def _failed(record: _WorkerRecord) -> bool:
-        """The worker raised, or exited with a status known to be other than 0 (a worker that
-        returned exits 0 while its peers still work; an unread status proves nothing)."""
+        """The worker raised, said it exits with a status other than 0, or ended without saying
+        (a worker that returned exits 0 while its peers still work)."""
         if record.raised_time is not None:
             return True
-        return record.status_known and record.exitcode != 0
+        if record.status_known:
+            return record.exitcode != 0
+        return record.exit_time is not None
 
     def _accept(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -764,6 +825,10 @@ class _WorkerWatch:
                     state.record.raised_time = now
                     with contextlib.suppress(ValueError, IndexError):
                         state.record.raised_stamp = float(line.split()[1])
+                elif line.startswith(b"exit "):
+                    with contextlib.suppress(ValueError, IndexError):
+                        state.record.exitcode = int(line.split()[1])
+                        state.record.status_known = True
             if len(state.buffer) > 1024:
                 self._drop(conn)
             return None
@@ -781,10 +846,14 @@ class _WorkerWatch:
         except ValueError:
             return None
         record = _WorkerRecord(attempt, local_rank, pid)
+        # Its connection is open, so it is alive and the pid is its own: pin it down now.
+        with contextlib.suppress(OSError, AttributeError):
+            record.pidfd = os.pidfd_open(pid)
+        record.process = _started_process(pid)
         self.records.append(record)
         self._oom.note_worker(pid)
         if self.timed_out:
-            _kill_child(pid)
+            _kill_worker(record)
         return record
 
     def _drop(self, conn: socket.socket) -> None:
@@ -795,22 +864,35 @@ class _WorkerWatch:
         """The out-of-memory killer's part in the SIGKILL of worker ``pid`` (None: no evidence)."""
         return self._oom.explain(pid)
 
-    def _read_status(self, record: _WorkerRecord) -> bool:
-        """Try to read the exit status of an exited worker without reaping it (elastic reaps it);
-        return True when done (read, or given up)."""
-        if not hasattr(os, "waitid"):
-            return True
+    def _died(self, record: _WorkerRecord) -> None:
+        """A worker ended without saying its exit status: killed by a signal, most often SIGKILL,
+        maybe by the kernel's out-of-memory killer, whose log line is read now (the kernel log
+        moves on; it is used only if the status turns out to be SIGKILL)."""
+        if not (self.timed_out or record.killed_by_watcher or record.stopped_s is not None):
+            record.oom = self._oom.explain(record.pid)
+
+
+def _started_process(pid: int) -> multiprocessing.process.BaseProcess | None:
+    """The process object this process started ``pid`` with (elastic's, for its worker), read
+    from multiprocessing's own set of started children, which elastic's thread may be adding to
+    (hence the retries); None if none (a pid registered by a process not started here)."""
+    for _ in range(10):
         try:
-            info = os.waitid(os.P_PID, record.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # already reaped by elastic
-            return True
-        if info is None:  # connection closed a moment before the process finished exiting
-            return time.monotonic() - (record.exit_time or 0.0) > _STATUS_WAIT_S
-        record.exitcode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-        record.status_known = True
-        if record.exitcode == -signal.SIGKILL and not (self.timed_out or record.killed_by_watcher):
-            record.oom = self._oom.explain(record.pid)  # read now: the kernel log moves on
-        return True
+            started = tuple(multiprocessing.process._children)  # type: ignore[attr-defined]
+        except RuntimeError:  # the set changed size while copied
+            continue
+        return next((p for p in started if p.pid == pid), None)
+    return None
+
+
+def _exit_status(process: multiprocessing.process.BaseProcess | None) -> int | None:
+    """A process object's exit status (negative: killed by that signal), once elastic has waited
+    for it; None if unknown."""
+    if process is None:
+        return None
+    with contextlib.suppress(ValueError, OSError):  # closed, or never started
+        return process.exitcode
+    return None
 
 
 def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
@@ -839,35 +921,48 @@ def proc_table() -> dict[int, tuple[int, str, int, int]]:
     return table
 
 
-def _runs_worker(pid: int) -> bool:
-    """Whether ``pid`` runs a training worker: started by multiprocessing's ``spawn`` (not its
-    resource tracker), or running ``shardgnn.run`` (not a torchrun agent, whose command line
-    names it too)."""
+def _cmdline(pid: int) -> bytes:
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as fh:
-        cmdline = fh.read()
-        return b"spawn_main" in cmdline or (
-            b"shardgnn.run" in cmdline and b"shardgnn.torchrun" not in cmdline
-        )
-    return False
+        return fh.read()
+    return b""
+
+
+_FORKSERVER_CMDLINE = b"multiprocessing.forkserver"  # the forkserver's, and so its children's
+
+
+def _runs_worker(pid: int, parent: int) -> bool:
+    """Whether ``pid`` runs a training worker: started by multiprocessing's ``spawn`` (not its
+    resource tracker) or forked by its forkserver (the child of one, not the forkserver itself),
+    or running ``shardgnn.run`` (not a torchrun agent, whose command line names it too)."""
+    cmdline = _cmdline(pid)
+    if _FORKSERVER_CMDLINE in cmdline:
+        return _FORKSERVER_CMDLINE in _cmdline(parent)
+    return b"spawn_main" in cmdline or (
+        b"shardgnn.run" in cmdline and b"shardgnn.torchrun" not in cmdline
+    )
 
 
 def worker_pids(launcher_pid: int, descendants: bool = False) -> dict[int, int]:
     """``{local rank: pid}`` of a launcher's live worker processes (``shardgnn train --workers``:
-    its children started by multiprocessing's ``spawn``; a torchrun agent: its children running
-    ``shardgnn.run``), in start order: elastic starts workers in local-rank order, so they are
-    ranks 0, 1, ... ``descendants``: workers anywhere below ``launcher_pid`` (an agent behind a
-    shell or ``ip netns exec``; each host's ranks in turn). Linux (``/proc``); for operators'
-    scripts and the fault benchmarks."""
+    its children started by multiprocessing's ``spawn``, or its forkserver's children; a torchrun
+    agent: its children running ``shardgnn.run``), in start order: elastic starts workers in
+    local-rank order, so they are ranks 0, 1, ... ``descendants``: workers anywhere below
+    ``launcher_pid`` (an agent behind a shell or ``ip netns exec``; each host's ranks in turn).
+    Linux (``/proc``); for operators' scripts and the fault benchmarks."""
     table = proc_table()
     children: dict[int, list[int]] = {}
     for pid, (ppid, *_rest) in table.items():
         children.setdefault(ppid, []).append(pid)
     found, frontier = [], [launcher_pid]
     while frontier:
-        for child in children.get(frontier.pop(), ()):
-            if descendants:
+        parent = frontier.pop()
+        for child in children.get(parent, ()):
+            if descendants or (
+                _FORKSERVER_CMDLINE in _cmdline(child)
+                and _FORKSERVER_CMDLINE not in _cmdline(parent)
+            ):  # the forkserver: its children are the launcher's workers
                 frontier.append(child)
-            if table[child][1] not in "ZX" and _runs_worker(child):
+            if table[child][1] not in "ZX" and _runs_worker(child, parent):
                 found.append(child)
     return dict(enumerate(sorted(found, key=lambda pid: (table[pid][2], pid))))
 
@@ -916,16 +1011,15 @@ class StoppedWatch:
         return overdue
 
 
-def _kill_child(pid: int) -> None:
-    """SIGKILL ``pid`` if it is still an unreaped child of this process (so never a reused pid)."""
-    if hasattr(os, "waitid"):
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return  # already exited
-        except ChildProcessError:
-            return
+def _kill_worker(record: _WorkerRecord) -> None:
+    """SIGKILL a registered worker whose connection is still open: through its pidfd, which names
+    that process and no other; without one (no pidfds here), by pid, which is still its own while
+    the connection is open."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+        if record.pidfd is not None:
+            signal.pidfd_send_signal(record.pidfd, signal.SIGKILL)
+        else:
+            os.kill(record.pid, signal.SIGKILL)
 
 
 def _collect_failures(
@@ -957,7 +1051,9 @@ def _collect_failures(
             return reported[rank]
         if record is not None and record.status_known:
             return record.exitcode
-        if record is not None and record.killed_by_watcher:
+        if record is not None and (status := _exit_status(record.process)) is not None:
+            return status
+        if record is not None and (record.killed_by_watcher or record.stopped_s is not None):
             # alive (its connection open) when the watcher SIGKILLed it; elastic reaped it first
             return -signal.SIGKILL
         # A worker that raised exits with 1 (torch's spawn wrapper); elastic may reap it before
@@ -1118,13 +1214,23 @@ def _worker_main(
     launcher_pid: int,
     log_root: str,
     stages_path: str,
+    launcher: _LauncherState | None,
 ) -> Any:
     """The function elastic runs in each worker (it wraps it in ``record``, which writes the
     exception and traceback to the worker's ``error.json``).
 
     ``local_rank`` arrives as the string elastic substitutes for its ``${local_rank}`` macro.
+    ``launcher``: the launcher's environment and output, for a worker forked by the forkserver.
     """
     _die_with_launcher(launcher_pid)
+    if launcher is not None:
+        launcher.take()
+        # Its own processes start as a spawned worker's do: numba, seeing "fork" in the start
+        # method's name, takes a named lock no forked worker ending with os._exit gives back (the
+        # launcher's resource tracker then warns of it at shutdown).
+        multiprocessing.set_start_method("spawn", force=True)
+    if threads is None and (user_threads := os.environ.get("OMP_NUM_THREADS", "")).isdigit():
+        threads = int(user_threads) or None  # a forked worker's torch was loaded without it
     if threads is not None:
         # Torch and its OpenMP runtime are loaded already (elastic's wrapper imports torch), so the
         # environment variable alone would come too late for them; it still reaches libraries
@@ -1132,6 +1238,9 @@ def _worker_main(
         os.environ["OMP_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
     _register_with_launcher(watch_address, token, int(local_rank))
+    # Run once elastic's wrapper has handed the result over (or on SystemExit(0)): multiprocessing
+    # runs its finalizers as a worker ends, forked or spawned; a forked one never reaches atexit.
+    multiprocessing.util.Finalize(None, _end_finished_worker, exitpriority=-(2**31))
     board, slot = StageBoard.open(stages_path), int(local_rank)
     board.write(slot, "")  # not where a worker of an earlier attempt was
     tell_stages_to(lambda where: board.write(slot, where))
@@ -1161,16 +1270,93 @@ def _worker_main(
         code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
         exit_without_teardown(code)
     # Elastic's wrapper sends the result to the launcher and waits until it was read; the
-    # process then exits. It ends there without the interpreter's teardown, as a failed worker
-    # does and for the same reason (gloo's threads; a torchrun worker ends so too): the first
-    # exit hook to run (the last registered) runs the others, then ends it with status 0.
-    atexit.register(_end_finished_worker)
+    # process then ends in _end_finished_worker.
     return result
 
 
 def _end_finished_worker() -> None:
-    atexit.unregister(_end_finished_worker)
+    """End a worker that finished: its other threads joined and its ``atexit`` hooks run, as at
+    an interpreter's exit, then without the interpreter's teardown, as a failed worker ends and for
+    the same reason (gloo's threads; a torchrun worker ends so too)."""
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon and thread.is_alive():
+            thread.join()
     exit_without_teardown(0, run_exit_hooks=True)
+
+
+@dataclasses.dataclass
+class _LauncherState:
+    """What a spawned worker inherits from the launcher at the launch and a forked one inherits from
+    the forkserver as it was at the first launch: the environment, and standard output and error
+    (a caller may redirect them between launches, as pytest's capture does). A forked worker takes
+    the launcher's (:meth:`take`)."""
+
+    environ: dict[str, str]
+    streams: tuple[_LauncherStream | int | None, ...]  # fds 1 and 2 (None: closed)
+
+    @classmethod
+    def now(cls) -> _LauncherState:
+        return cls(dict(os.environ), tuple(_LauncherStream.of(fd) for fd in (1, 2)))
+
+    def take(self) -> None:
+        """Worker side: make this process's environment the launcher's plus what elastic set, and
+        its fds 1 and 2 the launcher's."""
+        _take_environment(self.environ)
+        for target, fd in zip((1, 2), self.streams, strict=True):
+            if isinstance(fd, int):
+                with contextlib.suppress(Exception):
+                    (sys.stdout if target == 1 else sys.stderr).flush()
+                os.dup2(fd, target)
+                os.close(fd)
+
+
+class _LauncherStream:
+    """One of the launcher's file descriptors, for a forked worker: it is reduced while
+    multiprocessing pickles the worker's process object, so the forkserver hands the descriptor
+    over, and arrives as the worker's own copy of it (an int)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    @classmethod
+    def of(cls, fd: int) -> _LauncherStream | None:
+        try:
+            os.fstat(fd)
+        except OSError:  # closed (a daemon's)
+            return None
+        return cls(fd)
+
+    def __reduce__(self) -> tuple:
+        return (_received_fd, (multiprocessing.reduction.DupFd(self.fd),))
+
+
+def _received_fd(wrapper: Any) -> int:
+    return wrapper.detach()
+
+
+def _take_environment(launcher_environ: dict[str, str]) -> None:
+    """Make a forked worker's environment the launcher's at the launch, plus what elastic set.
+
+    A forked worker starts with the forkserver's environment (the launcher's when the forkserver
+    started, ``/proc/<parent>/environ``), updated by elastic with the worker's own variables. Those
+    are the variables whose values differ from the forkserver's, and torchrun's, always elastic's.
+    """
+    try:
+        with open(f"/proc/{os.getppid()}/environ", "rb") as fh:
+            entries = fh.read().split(b"\0")
+        pairs = (entry.partition(b"=") for entry in entries if entry)
+        server = {os.fsdecode(key): os.fsdecode(value) for key, _, value in pairs}
+    except OSError:
+        server = {}
+    elastic = {
+        key: value
+        for key, value in os.environ.items()
+        if server.get(key) != value or key in _TORCHRUN_ENV or key.startswith("TORCHELASTIC_")
+    }
+    os.environ.clear()
+    os.environ.update(launcher_environ)
+    os.environ.update(elastic)
 
 
 def exit_without_teardown(code: int, run_exit_hooks: bool = False) -> None:
@@ -1187,6 +1373,7 @@ def exit_without_teardown(code: int, run_exit_hooks: bool = False) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         logging.shutdown()
+    _tell_launcher(f"exit {code}")  # a worker that ends without saying so was killed
     os._exit(code)
 
 
@@ -1251,7 +1438,8 @@ def _write_rank_error(log_root: str, rank: int, exc: BaseException, token: str) 
 
 
 def _die_with_launcher(launcher_pid: int) -> None:
-    """Linux: have the kernel SIGKILL this worker when the launcher dies, so none is orphaned."""
+    """Linux: have the kernel SIGKILL this worker when its parent dies (the launcher, or the
+    forkserver, which ends when the launcher does), so none is orphaned."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -1259,8 +1447,9 @@ def _die_with_launcher(launcher_pid: int) -> None:
     pr_set_pdeathsig = 1
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
-    if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
-        os._exit(1)
+    parent = os.getppid()
+    if parent != launcher_pid and (proc_stat(parent) or ("", 0))[1] != launcher_pid:
+        os._exit(1)  # the launcher (or the forkserver) died before prctl took effect
 
 
 def _register_with_launcher(address: tuple[str, int], token: str, local_rank: int) -> None:
