@@ -132,6 +132,8 @@ class PeakSampler:
                 try:
                     status = Path(f"/proc/{pid}/status").read_text()
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                    if FORKSERVER in cmd and not _forked_by_forkserver(pid):
+                        cmd = f"[forkserver] {cmd}"  # its workers' command lines are its own
                 except OSError:
                     continue
                 fields = dict(ln.split(":", 1) for ln in status.splitlines() if ":" in ln)
@@ -144,12 +146,27 @@ class PeakSampler:
             self._stop.wait(self.interval)
 
 
+FORKSERVER = "multiprocessing.forkserver"
+
+
+def _forked_by_forkserver(pid: int) -> bool:
+    """Whether ``pid``'s parent is multiprocessing's forkserver (it is one of the workers)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        parent = int(stat[stat.rfind(b")") + 2 :].split()[1])
+        return FORKSERVER.encode() in Path(f"/proc/{parent}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def role(cmd: str) -> str:
     """A short name for a process of the job."""
-    if "multiprocessing" in cmd or "spawn_main" in cmd:
-        return "worker"
     if "resource_tracker" in cmd:
         return "resource tracker"
+    if cmd.startswith("[forkserver]"):
+        return "forkserver"
+    if "multiprocessing" in cmd or "spawn_main" in cmd:
+        return "worker"
     for word in ("convert", "partition", "train", "infer", "generate"):
         if f" {word} " in f" {cmd} " or f"{word}" in cmd.split("bench_out_of_core.py")[-1][:20]:
             return f"shardgnn {word}" if word != "generate" else "generator"

@@ -29,6 +29,7 @@ from shardgnn.distributed.launch import (
     free_port,
     launch_local,
     proc_state,
+    start_forkserver,
 )
 from shardgnn.errors import ConfigError
 
@@ -89,6 +90,10 @@ os.chdir(sys.argv[1])
 names = ["SHARDGNN_TEST_KEPT", "SHARDGNN_TEST_GONE", "SHARDGNN_TEST_NEW", "RANK", "WORLD_SIZE"]
 print(json.dumps(launch_local(_what_a_worker_sees, (names,), 2)))
 """
+
+
+def _parent_pid():
+    return os.getppid()
 
 
 def _write_pid(pid_dir):
@@ -307,6 +312,23 @@ def test_forked_workers_take_the_launchers_environment_of_each_launch(tmp_path):
             "WORLD_SIZE": "2",
         }
         assert (cwd, start_method) == (str(tmp_path), "spawn")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's")
+def test_launches_fork_from_the_forkserver_started_ahead():
+    """``start_forkserver`` (``shardgnn train`` calls it before partitioning) starts the one
+    forkserver the launches fork their workers from; with spawn it starts nothing."""
+    start_forkserver("spawn")
+    start_forkserver()
+    servers = [
+        proc.pid
+        for proc in psutil.Process().children()
+        if "multiprocessing.forkserver" in " ".join(proc.cmdline())
+    ]
+    assert len(servers) == 1
+    assert set(launch_local(_parent_pid, (), 2).values()) == set(servers)
 
 
 @pytest.mark.slow

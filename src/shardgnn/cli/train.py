@@ -222,10 +222,11 @@ def _train_distributed(
 ) -> int:
     """Partition when no --partitions, check everything, then start one worker per part."""
     from shardgnn.distributed.context import check_placement
-    from shardgnn.distributed.launch import launch_local
+    from shardgnn.distributed.launch import launch_local, start_forkserver
     from shardgnn.train.worker import train_worker
 
     refuse_what_one_host_skips(config)
+    start_forkserver()  # its import of torch meanwhile
     if config.run.workers is not None:  # refused before partitioning on the fly
         check_placement(config.device, config.run.backend, config.run.workers)
         if config.mode == "full":

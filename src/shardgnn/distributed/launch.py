@@ -70,6 +70,7 @@ import logging
 import math
 import mmap
 import multiprocessing
+import multiprocessing.forkserver
 import multiprocessing.process
 import multiprocessing.reduction
 import multiprocessing.util
@@ -103,6 +104,7 @@ from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnE
 from shardgnn.timing import tell_stages_to
 
 __all__ = [
+    "START_METHODS",
     "RankFailure",
     "WorkerFailedError",
     "WorkerPreemptedError",
@@ -110,6 +112,7 @@ __all__ = [
     "WorkerTimeoutError",
     "free_port",
     "launch_local",
+    "start_forkserver",
 ]
 
 MONITOR_INTERVAL_S = 0.5
@@ -455,8 +458,7 @@ def launch_local(
         raise ValueError(f"start_method={start_method!r} must be one of {START_METHODS}")
     payload = _pickle_payload(entrypoint, args)
     if start_method == "forkserver":
-        # what the forkserver imports when it starts (no effect on one already running)
-        multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        _preload_forkserver()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     log_root = tempfile.mkdtemp(prefix="shardgnn-logs-") if log_dir is None else os.fspath(log_dir)
     os.makedirs(log_root, exist_ok=True)
@@ -578,6 +580,21 @@ def _threads_per_worker(nprocs: int) -> int | None:
     if "OMP_NUM_THREADS" in os.environ:
         return None
     return max(1, available_cores() // nprocs)
+
+
+def start_forkserver(start_method: str | None = None) -> None:
+    """Start the forkserver that the next launches fork their workers from now, so that its import
+    of torch overlaps what the caller does before its first launch (``shardgnn train`` partitions
+    and checks meanwhile). Nothing where launches spawn (``start_method``: as
+    :func:`launch_local`'s) or when it runs already; it does not wait for the import."""
+    if (start_method or default_start_method()) == "forkserver":
+        _preload_forkserver()
+        multiprocessing.forkserver.ensure_running()
+
+
+def _preload_forkserver() -> None:
+    """What the forkserver imports when it starts (no effect on one already running)."""
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
 
 
 def default_start_method() -> str:
