@@ -4,10 +4,11 @@ the two in turn in one process.
     python benchmarks/bench_launch.py --workers 1,2,4 --repeats 5
 
 Each launch runs a trivial entrypoint (the launch's own cost: start, rendezvous, result, exit) and
-one that imports shardgnn's training package, as every training worker does (the forkserver
-imports torch once, not shardgnn). Reported: the median seconds of ``--repeats`` launches per
-start method and worker count, and the first forked launch apart (it starts the forkserver, which
-imports torch). The suite's share of it: BENCHMARKS.md, "Worker start-up".
+one that imports the modules a training worker imports as it reads its partition and builds its
+model (the forkserver imports torch, numba and scipy once, not shardgnn). Reported: the median
+seconds of ``--repeats`` launches per start method and worker count, and the first forked launch
+apart (it starts the forkserver, which imports torch, numba and scipy). The suite's share of it:
+BENCHMARKS.md, "Worker start-up".
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def imports_training() -> int:
     """An entrypoint that imports what a training worker imports."""
     import os
 
+    import shardgnn.nn.models  # noqa: F401
+    import shardgnn.partition.format  # noqa: F401
     import shardgnn.train.worker  # noqa: F401
 
     return int(os.environ["RANK"])

@@ -66,13 +66,17 @@ def _finish_with_an_exit_hook(ctx, folder):
 
 def _what_a_worker_sees(names):
     """A worker's view of its start: the variables ``names``, its directory, its own processes'
-    start method, and whether the forkserver forked it."""
+    start method, whether the forkserver forked it, and a setting numba read from the
+    environment (numba is imported by the forkserver, in the environment of the first launch)."""
     import multiprocessing
+
+    import numba
 
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
         forked = b"multiprocessing.forkserver" in fh.read()
     environ = {name: os.environ.get(name) for name in names}
-    return environ, os.getcwd(), multiprocessing.get_start_method(), forked
+    numba_setting = numba.config.DISABLE_PERFORMANCE_WARNINGS
+    return environ, os.getcwd(), multiprocessing.get_start_method(), forked, numba_setting
 
 
 # The launcher's environment changes between two launches, after the first started the forkserver.
@@ -84,7 +88,9 @@ from test_launch import _what_a_worker_sees
 
 os.environ.update(SHARDGNN_TEST_KEPT="first", SHARDGNN_TEST_GONE="first")
 launch_local(_what_a_worker_sees, ([],), 1)
-os.environ.update(SHARDGNN_TEST_KEPT="second", SHARDGNN_TEST_NEW="new")
+os.environ.update(
+    SHARDGNN_TEST_KEPT="second", SHARDGNN_TEST_NEW="new", NUMBA_DISABLE_PERFORMANCE_WARNINGS="1"
+)
 del os.environ["SHARDGNN_TEST_GONE"]
 os.chdir(sys.argv[1])
 names = ["SHARDGNN_TEST_KEPT", "SHARDGNN_TEST_GONE", "SHARDGNN_TEST_NEW", "RANK", "WORLD_SIZE"]
@@ -98,6 +104,20 @@ def _parent_pid():
 
 def _write_pid(pid_dir):
     Path(pid_dir, f"{os.getpid()}.pid").write_text(str(os.getpid()))
+
+
+def _fail_in_the_first_attempt():
+    """Rank 1 raises in the first attempt; in the restart both ranks meet and all-reduce."""
+    from shardgnn.distributed.context import init_distributed, shutdown
+
+    ctx = init_distributed(device="cpu", timeout_s=60)
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if attempt == 0 and ctx.rank == 1:
+        raise ValueError("the first attempt fails")
+    t = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(t)
+    shutdown()
+    return attempt, t.item()
 
 
 def _raise_on_rank_1(ctx, pid_dir):
@@ -291,8 +311,8 @@ def test_finished_workers_run_exit_hooks_then_end_without_teardown(tmp_path):
 def test_forked_workers_take_the_launchers_environment_of_each_launch(tmp_path):
     """Workers are forked from a forkserver started by the first launch, whose environment is the
     launcher's of then: each launch's workers see the launcher's environment of that launch (a
-    variable changed, one removed, one added), its directory, elastic's own variables, and start
-    their own processes as spawned workers do."""
+    variable changed, one removed, one added, numba's configuration), its directory, elastic's
+    own variables, and start their own processes as spawned workers do."""
     proc = subprocess.run(
         [sys.executable, "-c", _CHANGING_LAUNCHER, str(tmp_path), str(Path(__file__).parent)],
         capture_output=True,
@@ -302,8 +322,8 @@ def test_forked_workers_take_the_launchers_environment_of_each_launch(tmp_path):
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     for rank in (0, 1):
-        environ, cwd, start_method, forked = seen[str(rank)]
-        assert forked
+        environ, cwd, start_method, forked, numba_setting = seen[str(rank)]
+        assert forked and numba_setting == 1
         assert environ == {
             "SHARDGNN_TEST_KEPT": "second",
             "SHARDGNN_TEST_GONE": None,
@@ -329,6 +349,38 @@ def test_launches_fork_from_the_forkserver_started_ahead():
     ]
     assert len(servers) == 1
     assert set(launch_local(_parent_pid, (), 2).values()) == set(servers)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_failed_attempt_restarts_the_group_and_its_workers_meet_again():
+    """``max_restarts``: elastic restarts the whole group on the same rendezvous store; the
+    workers of the restart meet under their attempt's prefix, not the failed attempt's keys."""
+    assert launch_local(_fail_in_the_first_attempt, (), 2, max_restarts=1, timeout_s=180) == {
+        0: (1, 3.0),
+        1: (1, 3.0),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_port_taken_before_the_rendezvous_binds_it_is_replaced(monkeypatch):
+    """``free_port`` found a port free, someone took it before the rendezvous store bound it:
+    the launch binds another one instead of failing (or joining whoever holds it)."""
+    from shardgnn.distributed import launch
+
+    ports = []
+
+    def free_port_taken_first():
+        ports.append(taken.getsockname()[1] if not ports else free_port())
+        return ports[-1]
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(launch, "free_port", free_port_taken_first)
+        assert launch_local(_parent_pid, (), 1) != {}
+    assert len(ports) == 2
 
 
 @pytest.mark.slow

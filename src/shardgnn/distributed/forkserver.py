@@ -1,7 +1,10 @@
 """What multiprocessing's forkserver imports before it forks the local launcher's workers (Linux;
 :data:`shardgnn.distributed.launch.FORKSERVER_PRELOAD`).
 
-Torch, once, so that no forked worker imports it again. And, in the forkserver process only, a
+Torch, once, so that no forked worker imports it again, and what every worker imports through
+shardgnn's partition reader besides: numba and scipy's sparse graph routines (together 0.3-0.5 s
+a worker on a 2-core machine, more than torch's share of a worker's start-up once torch is
+imported). And, in the forkserver process only, a
 deafness to the stop signals a batch system sends every process of a job (SIGTERM, SIGUSR1,
 SIGHUP, SIGQUIT; SLURM's preemption, ``kill`` of a process group): the launcher handles them and
 forwards them to its workers, which must live to finish their step and save a checkpoint, and a
@@ -9,8 +12,11 @@ forkserver ended by one would take every worker with it (a worker dies with its 
 ``PR_SET_PDEATHSIG``). The forkserver still ends when the launcher does. Each forked worker hears
 the signals again from its first instruction (``os.register_at_fork``).
 
-Importing this module anywhere else imports torch and nothing more. Nothing here reads the
-environment: the forkserver imports it in the environment of the first launch.
+Importing this module anywhere else imports those and nothing more. The forkserver imports it in
+the environment of the first launch, and numba reads its ``NUMBA_*`` variables (and a
+``.numba_config.yaml`` in the working directory) as it is imported: a forked worker, once it has
+taken the launcher's environment and directory, reads them again (:func:`reread_environment`).
+The BLAS thread pools of numpy and scipy are sized as they load, here as in any process.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ import os
 import signal
 import sys
 
+import numba
+import numba.core.config
+import scipy.sparse.csgraph  # noqa: F401
 import torch  # noqa: F401
 import torch.distributed  # noqa: F401
 import torch.distributed.elastic.multiprocessing  # noqa: F401
@@ -35,6 +44,13 @@ def started_as_forkserver() -> bool:
     return any(
         arg.startswith("from multiprocessing.forkserver import main") for arg in sys.orig_argv
     )
+
+
+def reread_environment() -> None:
+    """In a forked worker whose environment and directory are now the launcher's: what the modules
+    imported here read from them as they were imported, read again (numba's configuration; a
+    no-op when its variables are those of the forkserver's start)."""
+    numba.core.config.reload_config()
 
 
 def _deaf_to_stop_signals() -> None:

@@ -3,18 +3,20 @@ well.
 
 ``shardgnn train --workers N`` and the multi-process tests go through :func:`launch_local`. It is
 ``torchrun`` for one machine, as a function: PyTorch's elastic agent (``elastic_launch``) runs in
-the calling process, meets itself at a c10d rendezvous on ``127.0.0.1:<free port>``, starts the
-workers with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` set (read by
-:func:`shardgnn.distributed.context.init_distributed`, nowhere else) and collects their return
-values. Several machines use ``torchrun`` and :mod:`shardgnn.run` instead.
+the calling process, hosts a static rendezvous (one node: the caller) on
+``127.0.0.1:<free port>``, starts the workers with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/
+``MASTER_ADDR``/``MASTER_PORT`` set (read by :func:`shardgnn.distributed.context.init_distributed`,
+nowhere else) and collects their return values. Several machines use ``torchrun`` and
+:mod:`shardgnn.run` instead.
 
-On Linux the workers are forked from multiprocessing's **forkserver**, which imports torch once
-(:data:`FORKSERVER_PRELOAD`), ignores the stop signals the launcher forwards, and lives as long
-as the calling process: a worker then starts in a fraction of a second instead of paying torch's
-import itself (a second or more each, and on a 2-core machine N of them in turn). A forked worker
-takes the launcher's environment and standard output and error of the moment of the launch (not
-the forkserver's, which are those of the first launch), its working directory and ``sys.path``, as
-a spawned one does. Elsewhere, and with ``start_method="spawn"``, workers are spawned.
+On Linux the workers are forked from multiprocessing's **forkserver**, which imports torch, numba
+and scipy once (:data:`FORKSERVER_PRELOAD`), ignores the stop signals the launcher forwards, and
+lives as long as the calling process: a worker then starts in a fraction of a second instead of
+paying those imports itself (a second or more each, and on a 2-core machine N of them in turn).
+A forked worker takes the launcher's environment and standard output and error of the moment of
+the launch (not the forkserver's, which are those of the first launch), its working directory and
+``sys.path``, as a spawned one does. Elsewhere, and with ``start_method="spawn"``, workers are
+spawned.
 
 What this module adds to ``elastic_launch``:
 
@@ -93,7 +95,6 @@ from typing import Any
 import torch
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.utils import macros
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -115,8 +116,11 @@ __all__ = [
     "start_forkserver",
 ]
 
-MONITOR_INTERVAL_S = 0.5
-"""How often elastic's agent polls its workers (detection latency of a failure or of the end)."""
+MONITOR_INTERVAL_S = 0.1
+"""How often elastic's agent polls its workers: how long after a worker ends the launch notices
+the end or the failure. Elastic's default (torchrun's ``--monitor-interval``): a poll is one
+non-blocking wait on N local processes; 0.5 s made every launch 0.25-0.5 s longer (BENCHMARKS.md,
+"Worker start-up")."""
 
 _HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 """The signals elastic's agent turns into a stop of the workers; it forwards the signal itself, so
@@ -125,9 +129,10 @@ a worker sees SIGTERM or SIGUSR1 (preemption: checkpoint, exit) as the launcher 
 _PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
 START_METHODS = ("forkserver", "spawn")
 FORKSERVER_PRELOAD = ("shardgnn.distributed.forkserver",)
-"""What the forkserver imports once: torch, and its deafness to the stop signals the launcher
-forwards (:mod:`shardgnn.distributed.forkserver`). Nothing else of shardgnn's: a module imported
-there is imported in the environment of the first launch."""
+"""What the forkserver imports once: torch, numba and scipy's sparse graph routines, and its
+deafness to the stop signals the launcher forwards (:mod:`shardgnn.distributed.forkserver`).
+Nothing else of shardgnn's: a module imported there is imported in the environment of the first
+launch (numba's configuration is read again in each worker)."""
 # torchrun's variables: a forked worker's values are elastic's, whatever the launcher's environment
 _TORCHRUN_ENV = frozenset(
     ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE")
@@ -497,9 +502,10 @@ def launch_local(
                     )
                     succeeded = True
                     return results
-                except RendezvousConnectionError:
-                    # Raised before any worker starts: the rendezvous store could not bind its port.
-                    if attempt + 1 == _PORT_ATTEMPTS:
+                except torch.distributed.DistNetworkError as exc:
+                    # Raised before any worker starts when the rendezvous store cannot bind its
+                    # port (taken since free_port() found it free): try another port.
+                    if "EADDRINUSE" not in str(exc) or attempt + 1 == _PORT_ATTEMPTS:
                         raise
                 except ChildFailedError as exc:
                     failed, run_id = exc, config.run_id
@@ -619,11 +625,14 @@ def _launch_config(
         nproc_per_node=nprocs,
         run_id=uuid.uuid4().hex,  # fresh: rendezvous keys are namespaced by it
         role="shardgnn",
-        rdzv_backend="c10d",
+        # One node, so a static rendezvous (torchrun's with --master-port): this agent, node rank 0,
+        # hosts the store and binds its port or fails (never connects to whatever took the port).
+        # c10d's dynamic rendezvous, meant for nodes that come and go, first sleeps a random
+        # 0-0.3 s to spread many nodes' joins. A restart (max_restarts) keeps the store; workers
+        # of each attempt meet under their own prefix (TORCHELASTIC_RESTART_COUNT).
+        rdzv_backend="static",
         rdzv_endpoint=f"127.0.0.1:{free_port()}",
-        # is_host: this agent hosts the rendezvous store. Elastic guesses it from the address, and
-        # when the guessed bind fails it silently connects as a client to whatever took the port.
-        rdzv_configs={"is_host": True},
+        rdzv_configs={"rank": 0},
         max_restarts=max_restarts,
         monitor_interval=MONITOR_INTERVAL_S,
         start_method=start_method,
@@ -1319,7 +1328,10 @@ class _LauncherState:
     def take(self) -> None:
         """Worker side: make this process's environment the launcher's plus what elastic set, and
         its fds 1 and 2 the launcher's."""
+        from shardgnn.distributed.forkserver import reread_environment
+
         _take_environment(self.environ)
+        reread_environment()
         for target, fd in zip((1, 2), self.streams, strict=True):
             if isinstance(fd, int):
                 with contextlib.suppress(Exception):
