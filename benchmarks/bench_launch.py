@@ -3,9 +3,11 @@ the two in turn in one process.
 
     python benchmarks/bench_launch.py --workers 1,2,4 --repeats 5
 
-Each launch runs a trivial entrypoint (the launch's own cost: start, rendezvous, result, exit) and
-one that imports the modules a training worker imports as it reads its partition and builds its
-model (the forkserver imports torch, numba and scipy once, not shardgnn). Reported: the median
+Each launch runs a trivial entrypoint (the launch's own cost: start, rendezvous, result, exit), one
+that imports the modules a training worker imports as it reads its partition and builds its model
+(the forkserver imports torch, numba and scipy once, not shardgnn), and one that also joins the
+process group and wraps a model in ``DistributedDataParallel``, as a training worker does before
+its first step (DDP's constructor imports ``torch._dynamo``). Reported: the median
 seconds of ``--repeats`` launches per start method and worker count, and the first forked launch
 apart (it starts the forkserver, which imports torch, numba and scipy). The suite's share of it:
 BENCHMARKS.md, "Worker start-up".
@@ -42,7 +44,24 @@ def imports_training() -> int:
     return int(os.environ["RANK"])
 
 
-ENTRYPOINTS = {"trivial": returns_rank, "imports training": imports_training}
+def wraps_a_model() -> int:
+    """An entrypoint that starts as a training worker does: imports, process group, DDP."""
+    import torch
+
+    from shardgnn.distributed.context import init_distributed, shutdown
+
+    imports_training()
+    ctx = init_distributed(device="cpu")
+    torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+    shutdown()
+    return ctx.rank
+
+
+ENTRYPOINTS = {
+    "trivial": returns_rank,
+    "imports training": imports_training,
+    "joins and wraps a model": wraps_a_model,
+}
 
 
 def main() -> int:

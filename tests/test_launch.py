@@ -98,6 +98,32 @@ print(json.dumps(launch_local(_what_a_worker_sees, (names,), 2)))
 """
 
 
+# Imports what the forkserver imports, noting every question asked of CUDA on the way.
+_CUDA_QUESTIONS = """
+import sys
+QUERIES = {"is_available", "device_count", "_lazy_init", "init", "current_device",
+           "get_device_properties", "mem_get_info", "_cuda_getDeviceCount", "_cuda_init"}
+asked = []
+def note(frame, event, arg):
+    if event == "c_call" and getattr(arg, "__name__", "") in QUERIES:
+        asked.append(arg.__name__)
+    elif event == "call" and frame.f_code.co_name in QUERIES and "cuda" in frame.f_code.co_filename:
+        asked.append(frame.f_code.co_name)
+sys.setprofile(note)
+import shardgnn.distributed.forkserver
+sys.setprofile(None)
+import torch
+print(asked, torch.cuda.is_initialized())
+"""
+
+
+def _frozen_objects():
+    import gc
+
+    gc.collect()  # a worker's full collection: the frozen objects are not in it
+    return gc.get_freeze_count()
+
+
 def _parent_pid():
     return os.getppid()
 
@@ -332,6 +358,29 @@ def test_forked_workers_take_the_launchers_environment_of_each_launch(tmp_path):
             "WORLD_SIZE": "2",
         }
         assert (cwd, start_method) == (str(tmp_path), "spawn")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's")
+def test_forked_workers_leave_the_forkservers_imports_out_of_their_collections():
+    """The forkserver freezes what its imports made (torch's and the others' hundreds of
+    thousands of objects), so a worker's collections do not walk them (a full one took 0.18 s
+    otherwise: BENCHMARKS.md section 33)."""
+    for frozen in launch_local(_frozen_objects, (), 2).values():
+        assert frozen > 100_000
+
+
+@pytest.mark.slow
+def test_the_forkserver_imports_without_asking_about_cuda():
+    """What the forkserver imports (torch, torch._dynamo, numba, scipy) never asks about CUDA:
+    a device query in the forkserver (``torch.cuda.is_available()`` included) would leave every
+    worker forked from it unable to use its GPU."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CUDA_QUESTIONS], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[] False"
 
 
 @pytest.mark.slow

@@ -147,7 +147,7 @@ def _infer(config: InferConfig, checkpoint: Path, where: str, earlier: list[Path
     the ``earlier`` inference's files (``--overwrite``: none of them may be taken for this run's),
     then one worker per part."""
     from shardgnn.distributed.context import check_placement
-    from shardgnn.distributed.launch import launch_local
+    from shardgnn.distributed.launch import launch_local, start_forkserver
     from shardgnn.partition.format import read_partitions
     from shardgnn.train.inference import (
         check_feature_storage,
@@ -157,6 +157,7 @@ def _infer(config: InferConfig, checkpoint: Path, where: str, earlier: list[Path
         read_pairs,
     )
 
+    start_forkserver()  # its imports meanwhile: the partition and checkpoint are read and checked
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
     check_feature_storage(config.feature_storage, pset.kind, where)
