@@ -24,6 +24,7 @@ The BLAS thread pools of numpy and scipy are sized as they load, here as in any 
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import signal
@@ -76,8 +77,13 @@ def _freeze_what_is_imported() -> None:
     generation: a forked worker's collections never walk them again nor write to their pages,
     which stay shared with the forkserver (CPython's advice for a process that forks without
     exec). Unfrozen, a worker's full collection took 0.18 s instead of 0.003 s, and importing
-    pytest in a worker 0.25 s instead of 0.045 s (collections run as it allocates)."""
+    pytest in a worker 0.25 s instead of 0.045 s (collections run as it allocates).
+
+    They are thawed as the forkserver ends, so that the interpreter's last collection frees them:
+    left frozen, triton's bindings (imported with ``torch._dynamo``) report them as leaked on the
+    launcher's standard error after the command has ended."""
     gc.freeze()
+    atexit.register(gc.unfreeze)
 
 
 if started_as_forkserver():
