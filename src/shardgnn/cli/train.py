@@ -226,7 +226,7 @@ def _train_distributed(
     from shardgnn.train.worker import train_worker
 
     refuse_what_one_host_skips(config)
-    start_forkserver()  # its imports (torch, numba, scipy) meanwhile
+    start_forkserver()  # its imports meanwhile
     if config.run.workers is not None:  # refused before partitioning on the fly
         check_placement(config.device, config.run.backend, config.run.workers)
         if config.mode == "full":

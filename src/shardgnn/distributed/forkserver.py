@@ -19,7 +19,10 @@ Importing this module anywhere else imports those and nothing more. The forkserv
 the environment of the first launch, and numba reads its ``NUMBA_*`` variables (and a
 ``.numba_config.yaml`` in the working directory) as it is imported: a forked worker, once it has
 taken the launcher's environment and directory, reads them again (:func:`reread_environment`).
-The BLAS thread pools of numpy and scipy are sized as they load, here as in any process.
+What torch, dynamo and inductor read from the environment as they are imported (``TORCH_LOGS``,
+``TORCHDYNAMO_*``, ``TORCHINDUCTOR_*``) is the first launch's, as for any module imported before
+a variable changes; shardgnn compiles nothing with them. The BLAS thread pools of numpy and scipy
+are sized as they load, here as in any process.
 """
 
 from __future__ import annotations

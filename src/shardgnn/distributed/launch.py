@@ -9,10 +9,12 @@ the calling process, hosts a static rendezvous (one node: the caller) on
 nowhere else) and collects their return values. Several machines use ``torchrun`` and
 :mod:`shardgnn.run` instead.
 
-On Linux the workers are forked from multiprocessing's **forkserver**, which imports torch, numba
-and scipy once (:data:`FORKSERVER_PRELOAD`), ignores the stop signals the launcher forwards, and
-lives as long as the calling process: a worker then starts in a fraction of a second instead of
-paying those imports itself (a second or more each, and on a 2-core machine N of them in turn).
+On Linux the workers are forked from multiprocessing's **forkserver**, which imports torch (with
+``torch._dynamo``, which DDP's constructor imports), numba and scipy once and freezes their
+objects out of the garbage collector's sight (:data:`FORKSERVER_PRELOAD`), ignores the stop
+signals the launcher forwards, and lives as long as the calling process: a worker then starts in
+a fraction of a second instead of paying those imports itself (a second or more each, and on a
+2-core machine N of them in turn).
 A forked worker takes the launcher's environment and standard output and error of the moment of
 the launch (not the forkserver's, which are those of the first launch), its working directory and
 ``sys.path``, as a spawned one does. Elsewhere, and with ``start_method="spawn"``, workers are
@@ -129,8 +131,9 @@ a worker sees SIGTERM or SIGUSR1 (preemption: checkpoint, exit) as the launcher 
 _PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
 START_METHODS = ("forkserver", "spawn")
 FORKSERVER_PRELOAD = ("shardgnn.distributed.forkserver",)
-"""What the forkserver imports once: torch, numba and scipy's sparse graph routines, and its
-deafness to the stop signals the launcher forwards (:mod:`shardgnn.distributed.forkserver`).
+"""What the forkserver imports once: torch and ``torch._dynamo``, numba and scipy's sparse graph
+routines (then frozen out of the garbage collector's sight), and its deafness to the stop
+signals the launcher forwards (:mod:`shardgnn.distributed.forkserver`).
 Nothing else of shardgnn's: a module imported there is imported in the environment of the first
 launch (numba's configuration is read again in each worker)."""
 # torchrun's variables: a forked worker's values are elastic's, whatever the launcher's environment
