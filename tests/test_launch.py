@@ -133,13 +133,17 @@ def _write_pid(pid_dir):
 
 
 def _fail_in_the_first_attempt():
-    """Rank 1 raises in the first attempt; in the restart both ranks meet and all-reduce."""
+    """Rank 1 raises in the first attempt; in the restart both ranks meet and all-reduce, after
+    longer than the watcher's grace for the first attempt's survivors."""
+    from shardgnn.distributed.config import FAILURE_GRACE_S
     from shardgnn.distributed.context import init_distributed, shutdown
 
     ctx = init_distributed(device="cpu", timeout_s=60)
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     if attempt == 0 and ctx.rank == 1:
         raise ValueError("the first attempt fails")
+    if attempt == 1:
+        time.sleep(FAILURE_GRACE_S + 1)
     t = torch.tensor([float(ctx.rank + 1)])
     dist.all_reduce(t)
     shutdown()
@@ -408,7 +412,8 @@ def test_launches_fork_from_the_forkserver_started_ahead():
 @pytest.mark.multiprocess
 def test_a_failed_attempt_restarts_the_group_and_its_workers_meet_again():
     """``max_restarts``: elastic restarts the whole group on the same rendezvous store; the
-    workers of the restart meet under their attempt's prefix, not the failed attempt's keys."""
+    workers of the restart meet under their attempt's prefix, not the failed attempt's keys, and
+    the watcher, which kills a failed attempt's survivors after a grace, leaves them alone."""
     assert launch_local(_fail_in_the_first_attempt, (), 2, max_restarts=1, timeout_s=180) == {
         0: (1, 3.0),
         1: (1, 3.0),

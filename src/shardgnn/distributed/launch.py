@@ -736,7 +736,8 @@ class _WorkerWatch:
         self.token = secrets.token_hex(16)
         self._stopped = None if stopped_timeout_s is None else StoppedWatch(stopped_timeout_s)
         self.timed_out = False
-        self._kill_at: float | None = None  # set when the first worker fails
+        self._kill_at: float | None = None  # set when the first worker of an attempt fails
+        self._failed_attempt = -1  # the latest attempt (elastic's restart count) with a failure
         self._oom = OomWatch.start()
         self.records: list[_WorkerRecord] = []
         self._deadline = deadline
@@ -789,14 +790,17 @@ class _WorkerWatch:
                         self._died(record)
             if self._stopped is not None:
                 self._kill_stopped(now)
-            if self._kill_at is None and any(self._failed(r) for r in self.records):
+            failed = max((r.attempt for r in self.records if self._failed(r)), default=-1)
+            if failed > self._failed_attempt:
+                self._failed_attempt = failed
                 self._kill_at = time.monotonic() + FAILURE_GRACE_S
             if self._kill_at is not None and time.monotonic() >= self._kill_at:
                 # A peer failed; whoever still runs is stuck (stopped, in native code, or in a
                 # collective that has not timed out yet): end the job now, not after elastic's 30 s.
+                # Not the workers of a later attempt (max_restarts): elastic restarted the group.
                 self._kill_at = math.inf
                 for record in self.records:
-                    if record.exit_time is None:
+                    if record.exit_time is None and record.attempt <= self._failed_attempt:
                         record.killed_by_watcher = True
                         _kill_worker(record)
             if self._deadline is not None and time.monotonic() >= self._deadline:
