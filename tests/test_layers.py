@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "shardgnn.devicemem",
         "shardgnn.precision",
         "shardgnn.journal",
+        "shardgnn.exiting",
     ),
     ("shardgnn.graph",),
     ("shardgnn.partition",),

@@ -1,7 +1,5 @@
 """``python -m shardgnn``: the ``shardgnn`` command line."""
 
-import sys
+from shardgnn.cli import cli
 
-from shardgnn.cli import main
-
-sys.exit(main())
+cli()

@@ -248,5 +248,26 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def cli() -> None:
+    """The ``shardgnn`` command (its console script, ``python -m shardgnn``): :func:`main`, then
+    the process ends with its status as at an interpreter's exit (other threads waited for,
+    ``atexit`` hooks run, output flushed) but without the interpreter's teardown, which took
+    0.4-0.7 s after every command that had imported torch (:func:`shardgnn.exiting.end_process`).
+    A ``SystemExit`` (``--help``, a flag argparse refuses) or an exception :func:`main` does not
+    handle ends the process as before. Output cut short by its reader (``shardgnn info ... |
+    head``) ends it quietly with status 141, as a shell reports a process SIGPIPE ended."""
+    import os
+
+    from shardgnn.exiting import end_process
+
+    try:
+        code = main()
+    except BrokenPipeError:
+        # what is still buffered for the closed pipe would fail again at the flush: drop it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + 13  # SIGPIPE
+    end_process(code, join_threads=True, run_exit_hooks=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

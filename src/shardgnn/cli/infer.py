@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn infer``: check the checkpoint against the partition (given, or the
     checkpoint's dataset partitioned on the fly), then launch."""
     from shardgnn.atomic import check_output_path
+    from shardgnn.distributed.start_method import start_forkserver
     from shardgnn.errors import ConfigError
-    from shardgnn.train.inference import resolve_checkpoint
     from shardgnn.train.tables import check_table_format
 
     config = config_from_args(InferConfig, args)
@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if config.log_dir:
         check_output_path(config.log_dir, "--log-dir", folder=True)
+    # the workers' imports, in the forkserver, side by side with this process's own (torch) and its
+    # reading and checking of the checkpoint and partition
+    start_forkserver()
+    from shardgnn.train.inference import resolve_checkpoint
+
     checkpoint = resolve_checkpoint(config.checkpoint)  # a clear error before any worker starts
     with tempfile.TemporaryDirectory(prefix="shardgnn-parts-") as scratch:
         where = config.partitions
@@ -147,7 +152,7 @@ def _infer(config: InferConfig, checkpoint: Path, where: str, earlier: list[Path
     the ``earlier`` inference's files (``--overwrite``: none of them may be taken for this run's),
     then one worker per part."""
     from shardgnn.distributed.context import check_placement
-    from shardgnn.distributed.launch import launch_local, start_forkserver
+    from shardgnn.distributed.launch import launch_local
     from shardgnn.partition.format import read_partitions
     from shardgnn.train.inference import (
         check_feature_storage,
@@ -157,7 +162,6 @@ def _infer(config: InferConfig, checkpoint: Path, where: str, earlier: list[Path
         read_pairs,
     )
 
-    start_forkserver()  # its imports meanwhile: the partition and checkpoint are read and checked
     pset = read_partitions(config.partitions, verify=False)
     trained = check_inference_pair(checkpoint, pset)
     check_feature_storage(config.feature_storage, pset.kind, where)

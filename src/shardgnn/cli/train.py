@@ -127,6 +127,13 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``shardgnn train``."""
+    given = vars(args)
+    if given.get("run.workers") is not None or given.get("run.partitions") is not None:
+        from shardgnn.distributed.start_method import start_forkserver
+
+        # the workers' imports, in the forkserver, side by side with this process's own (torch,
+        # loaded by the checks below) and its checks and partitioning
+        start_forkserver()
     config = train_config(args)
     _check_outputs(config)
     _warn_oversubscribed(config.run.workers, config.threads)
@@ -222,11 +229,10 @@ def _train_distributed(
 ) -> int:
     """Partition when no --partitions, check everything, then start one worker per part."""
     from shardgnn.distributed.context import check_placement
-    from shardgnn.distributed.launch import launch_local, start_forkserver
+    from shardgnn.distributed.launch import launch_local
     from shardgnn.train.worker import train_worker
 
     refuse_what_one_host_skips(config)
-    start_forkserver()  # its imports meanwhile
     if config.run.workers is not None:  # refused before partitioning on the fly
         check_placement(config.device, config.run.backend, config.run.workers)
         if config.mode == "full":

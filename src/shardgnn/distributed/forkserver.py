@@ -1,5 +1,5 @@
 """What multiprocessing's forkserver imports before it forks the local launcher's workers (Linux;
-:data:`shardgnn.distributed.launch.FORKSERVER_PRELOAD`).
+:data:`shardgnn.distributed.start_method.FORKSERVER_PRELOAD`).
 
 Torch, once, so that no forked worker imports it again, and what every worker imports besides:
 torch's compiler front end, ``torch._dynamo``, which ``DistributedDataParallel``'s constructor
@@ -12,8 +12,9 @@ deafness to the stop signals a batch system sends every process of a job (SIGTER
 SIGHUP, SIGQUIT; SLURM's preemption, ``kill`` of a process group): the launcher handles them and
 forwards them to its workers, which must live to finish their step and save a checkpoint, and a
 forkserver ended by one would take every worker with it (a worker dies with its parent,
-``PR_SET_PDEATHSIG``). The forkserver still ends when the launcher does. Each forked worker hears
-the signals again from its first instruction (``os.register_at_fork``).
+``PR_SET_PDEATHSIG``). The forkserver still ends when the launcher does, and at once
+(:func:`_end_without_teardown`). Each forked worker hears the signals again from its first
+instruction (``os.register_at_fork``).
 
 Importing this module anywhere else imports those and nothing more. The forkserver imports it in
 the environment of the first launch, and numba reads its ``NUMBA_*`` variables (and a
@@ -28,6 +29,7 @@ are sized as they load, here as in any process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import os
 import signal
@@ -80,15 +82,26 @@ def _freeze_what_is_imported() -> None:
     generation: a forked worker's collections never walk them again nor write to their pages,
     which stay shared with the forkserver (CPython's advice for a process that forks without
     exec). Unfrozen, a worker's full collection took 0.18 s instead of 0.003 s, and importing
-    pytest in a worker 0.25 s instead of 0.045 s (collections run as it allocates).
-
-    They are thawed as the forkserver ends, so that the interpreter's last collection frees them:
-    left frozen, triton's bindings (imported with ``torch._dynamo``) report them as leaked on the
-    launcher's standard error after the command has ended."""
+    pytest in a worker 0.25 s instead of 0.045 s (collections run as it allocates)."""
     gc.freeze()
-    atexit.register(gc.unfreeze)
+
+
+def _end_without_teardown() -> None:
+    """End the forkserver, once the launcher has gone, without the interpreter's teardown: freeing
+    what torch, dynamo, numba and scipy made took 0.85 s here, and a caller that reads the
+    command's output to its end (a pipe, ``| tee``, a test) waited for it, the forkserver holding
+    the command's standard output and error open. (Teardown with those objects frozen also made
+    triton's bindings report them as leaked on the launcher's standard error.) The ``atexit`` hooks
+    registered before this one (torch's, numba's, multiprocessing's) are skipped, as in every
+    worker forked from here: a process that only forked has nothing for them to do. Nobody reads
+    the forkserver's exit status."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0)
 
 
 if started_as_forkserver():
     _deaf_to_stop_signals()
     _freeze_what_is_imported()
+    atexit.register(_end_without_teardown)

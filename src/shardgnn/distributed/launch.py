@@ -11,9 +11,10 @@ nowhere else) and collects their return values. Several machines use ``torchrun`
 
 On Linux the workers are forked from multiprocessing's **forkserver**, which imports torch (with
 ``torch._dynamo``, which DDP's constructor imports), numba and scipy once and freezes their
-objects out of the garbage collector's sight (:data:`FORKSERVER_PRELOAD`), ignores the stop
-signals the launcher forwards, and lives as long as the calling process: a worker then starts in
-a fraction of a second instead of paying those imports itself (a second or more each, and on a
+objects out of the garbage collector's sight
+(:data:`~shardgnn.distributed.start_method.FORKSERVER_PRELOAD`), ignores the stop signals the
+launcher forwards, and lives as long as the calling process: a worker then starts in a fraction of
+a second instead of paying those imports itself (a second or more each, and on a
 2-core machine N of them in turn).
 A forked worker takes the launcher's environment and standard output and error of the moment of
 the launch (not the forkserver's, which are those of the first launch), its working directory and
@@ -64,7 +65,6 @@ is read afterwards from the process object elastic started it with.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import glob
@@ -74,7 +74,6 @@ import logging
 import math
 import mmap
 import multiprocessing
-import multiprocessing.forkserver
 import multiprocessing.process
 import multiprocessing.reduction
 import multiprocessing.util
@@ -103,7 +102,14 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from shardgnn.distributed.comm import CollectiveError
 from shardgnn.distributed.config import DEFAULT_STOP_GRACE_S, FAILURE_GRACE_S
 from shardgnn.distributed.oom import OomWatch, memory_limit_hint
+from shardgnn.distributed.start_method import (
+    START_METHODS,
+    default_start_method,
+    preload_forkserver,
+    start_forkserver,
+)
 from shardgnn.errors import REQUEUE_EXIT_CODE, OutOfMemory, Preempted, ShardgnnError
+from shardgnn.exiting import end_process
 from shardgnn.timing import tell_stages_to
 
 __all__ = [
@@ -129,13 +135,6 @@ _HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 a worker sees SIGTERM or SIGUSR1 (preemption: checkpoint, exit) as the launcher did."""
 
 _PORT_ATTEMPTS = 3  # a free port can be taken by someone else before the rendezvous store binds it
-START_METHODS = ("forkserver", "spawn")
-FORKSERVER_PRELOAD = ("shardgnn.distributed.forkserver",)
-"""What the forkserver imports once: torch and ``torch._dynamo``, numba and scipy's sparse graph
-routines (then frozen out of the garbage collector's sight), and its deafness to the stop
-signals the launcher forwards (:mod:`shardgnn.distributed.forkserver`).
-Nothing else of shardgnn's: a module imported there is imported in the environment of the first
-launch (numba's configuration is read again in each worker)."""
 # torchrun's variables: a forked worker's values are elastic's, whatever the launcher's environment
 _TORCHRUN_ENV = frozenset(
     ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE")
@@ -466,7 +465,7 @@ def launch_local(
         raise ValueError(f"start_method={start_method!r} must be one of {START_METHODS}")
     payload = _pickle_payload(entrypoint, args)
     if start_method == "forkserver":
-        _preload_forkserver()
+        preload_forkserver()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     log_root = tempfile.mkdtemp(prefix="shardgnn-logs-") if log_dir is None else os.fspath(log_dir)
     os.makedirs(log_root, exist_ok=True)
@@ -589,34 +588,6 @@ def _threads_per_worker(nprocs: int) -> int | None:
     if "OMP_NUM_THREADS" in os.environ:
         return None
     return max(1, available_cores() // nprocs)
-
-
-def start_forkserver(start_method: str | None = None) -> None:
-    """Start the forkserver that the next launches fork their workers from now, so that its import
-    of torch overlaps what the caller does before its first launch (``shardgnn train`` partitions
-    and checks meanwhile). Nothing where launches spawn (``start_method``: as
-    :func:`launch_local`'s) or when it runs already; it does not wait for the import."""
-    if (start_method or default_start_method()) == "forkserver":
-        _preload_forkserver()
-        multiprocessing.forkserver.ensure_running()
-
-
-def _preload_forkserver() -> None:
-    """What the forkserver imports when it starts (no effect on one already running)."""
-    multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
-
-
-def default_start_method() -> str:
-    """``"forkserver"`` where a worker forked by another process can be watched safely (Linux:
-    ``/proc`` and pidfds, so the watcher signals the worker it registered and never a reused pid);
-    ``"spawn"`` elsewhere."""
-    if not (sys.platform.startswith("linux") and hasattr(os, "pidfd_open")):
-        return "spawn"
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # a kernel older than 5.3
-        return "spawn"
-    return "forkserver"
 
 
 def _launch_config(
@@ -1311,11 +1282,9 @@ def _end_finished_worker() -> None:
     """End a worker that finished: its other threads joined and its ``atexit`` hooks run, as at
     an interpreter's exit, then without the interpreter's teardown, as a failed worker ends and for
     the same reason (gloo's threads; a torchrun worker ends so too)."""
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon and thread.is_alive():
-            thread.join()
-    exit_without_teardown(0, run_exit_hooks=True)
+    end_process(
+        0, join_threads=True, run_exit_hooks=True, last_word=lambda: _tell_launcher("exit 0")
+    )
 
 
 @dataclasses.dataclass
@@ -1403,14 +1372,10 @@ def exit_without_teardown(code: int, run_exit_hooks: bool = False) -> None:
     has threads, and tearing down C++ objects under them aborted the process now and then
     (measured under load: about 1 run in 8 ended with SIGABRT, "terminate called without an
     active exception", so the launcher reported exit status -6 instead of 1)."""
-    if run_exit_hooks:
-        atexit._run_exitfuncs()  # each hook's exception is printed, as at a normal exit
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        logging.shutdown()
-    _tell_launcher(f"exit {code}")  # a worker that ends without saying so was killed
-    os._exit(code)
+    # a worker that ends without saying so was killed
+    end_process(
+        code, run_exit_hooks=run_exit_hooks, last_word=lambda: _tell_launcher(f"exit {code}")
+    )
 
 
 def record_elastic_error(exc: BaseException) -> None:
