@@ -132,24 +132,8 @@ def arange_graph(small_graph):
     return shared_graph("arange_graph", dataclasses.replace(small_graph, x=x))
 
 
-def pytest_configure(config):
-    """In each of ``-n N`` pytest-xdist workers, torch's threads are the cores shared out between
-    the workers (unless ``OMP_NUM_THREADS`` is set), as the local launcher shares them out
-    between its workers: two workers of two threads each on two cores spin OpenMP threads that
-    wait, descheduled, at every parallel op's barrier."""
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if workers and "OMP_NUM_THREADS" not in os.environ:
-        import torch
-
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        torch.set_num_threads(max(1, (cores or 1) // int(workers)))
-
-
 def pytest_collection_modifyitems(config, items):
-    """Every multi-process test is slow too, so `-m "not slow"` (the fast tier) starts no job.
-    Under pytest-xdist the slow tests come first: the workers share out the long ones while many
-    short ones are left to even out their ends (in file order, the README's, SLURM's and the
-    plan's longest tests came last, and one worker ran the last of them alone)."""
+    """Every multi-process test is slow too, so `-m "not slow"` (the fast tier) starts no job."""
     unmarked = [
         item.nodeid
         for item in items
@@ -159,8 +143,6 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(
             f"multiprocess tests must also be marked slow: {', '.join(unmarked)}"
         )
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects, and in the same order
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     # The `gpu` tier runs where CUDA is (benchmarks/gpu_check.sh); elsewhere it is skipped.
     import torch
 
