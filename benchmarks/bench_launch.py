@@ -5,11 +5,11 @@ the two in turn in one process.
 
 Each launch runs a trivial entrypoint (the launch's own cost: start, rendezvous, result, exit), one
 that imports the modules a training worker imports as it reads its partition and builds its model
-(the forkserver imports torch, ``torch._dynamo``, numba and scipy once, not shardgnn), and one that also joins the
-process group and wraps a model in ``DistributedDataParallel``, as a training worker does before
-its first step (DDP's constructor imports ``torch._dynamo``). Reported: the median
-seconds of ``--repeats`` launches per start method and worker count, and the first forked launch
-apart (it starts the forkserver, which imports those). The suite's share of it:
+(the forkserver imports torch, ``torch._dynamo``, numba and scipy once, not shardgnn), and one
+that also joins the process group and wraps a model in ``DistributedDataParallel``, as a training
+worker does before its first step (DDP's constructor imports ``torch._dynamo``). Reported: the
+median seconds of ``--repeats`` launches per start method and worker count, and the first forked
+launch apart (it starts the forkserver, which imports those). The suite's share of it:
 BENCHMARKS.md, "Worker start-up".
 """
 
