@@ -13,7 +13,7 @@ SIGHUP, SIGQUIT; SLURM's preemption, ``kill`` of a process group): the launcher 
 forwards them to its workers, which must live to finish their step and save a checkpoint, and a
 forkserver ended by one would take every worker with it (a worker dies with its parent,
 ``PR_SET_PDEATHSIG``). The forkserver still ends when the launcher does, and at once
-(:func:`_end_without_teardown`). Each forked worker hears the signals again from its first
+(without the interpreter's teardown). Each forked worker hears the signals again from its first
 instruction (``os.register_at_fork``).
 
 Importing this module anywhere else imports those and nothing more. The forkserver imports it in
@@ -29,7 +29,6 @@ are sized as they load, here as in any process.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import os
 import signal
@@ -42,6 +41,8 @@ import torch  # noqa: F401
 import torch._dynamo  # noqa: F401
 import torch.distributed  # noqa: F401
 import torch.distributed.elastic.multiprocessing  # noqa: F401
+
+from shardgnn.exiting import end_process
 
 STOP_SIGNALS = tuple(
     getattr(signal, name)
@@ -86,22 +87,14 @@ def _freeze_what_is_imported() -> None:
     gc.freeze()
 
 
-def _end_without_teardown() -> None:
-    """End the forkserver, once the launcher has gone, without the interpreter's teardown: freeing
-    what torch, dynamo, numba and scipy made took 0.85 s here, and a caller that reads the
-    command's output to its end (a pipe, ``| tee``, a test) waited for it, the forkserver holding
-    the command's standard output and error open. (Teardown with those objects frozen also made
-    triton's bindings report them as leaked on the launcher's standard error.) The ``atexit`` hooks
-    registered before this one (torch's, numba's, multiprocessing's) are skipped, as in every
-    worker forked from here: a process that only forked has nothing for them to do. Nobody reads
-    the forkserver's exit status."""
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(0)
-
-
 if started_as_forkserver():
     _deaf_to_stop_signals()
     _freeze_what_is_imported()
-    atexit.register(_end_without_teardown)
+    # Once the launcher has gone, end without the interpreter's teardown: freeing what torch,
+    # dynamo, numba and scipy made took 0.85 s here, and a caller that reads the command's output
+    # to its end (a pipe, `| tee`, a test) waited for it, as the forkserver holds the command's
+    # standard output and error open (teardown with those objects frozen also made triton's
+    # bindings report them as leaked on the launcher's standard error). The atexit hooks
+    # registered before this one (torch's, numba's, multiprocessing's) are skipped, as in every
+    # worker forked from here: a process that only forked has nothing for them to do.
+    atexit.register(end_process, 0)

@@ -18,8 +18,9 @@ FORKSERVER_PRELOAD = ("shardgnn.distributed.forkserver",)
 """What the forkserver imports once: torch and ``torch._dynamo``, numba and scipy's sparse graph
 routines (then frozen out of the garbage collector's sight), and its deafness to the stop
 signals the launcher forwards (:mod:`shardgnn.distributed.forkserver`).
-Nothing else of shardgnn's: a module imported there is imported in the environment of the first
-launch (numba's configuration is read again in each worker)."""
+Nothing else of shardgnn's (but :mod:`shardgnn.exiting`, which ends it): a module imported there
+is imported in the environment of the first launch (numba's configuration is read again in each
+worker)."""
 
 
 def start_forkserver(start_method: str | None = None) -> None:
