@@ -64,6 +64,27 @@ def _finish_with_an_exit_hook(ctx, folder):
     return ctx.rank
 
 
+def _exit_hooks_that_end_the_process():
+    """The statuses this worker's ``atexit`` hooks would end it with, but the launcher's own
+    ending of a finished worker (``os._exit`` caught while they run; they run once, as at the
+    worker's end)."""
+    import atexit
+    import traceback
+
+    ended = []
+
+    def caught(code):
+        if all(frame.name != "_end_finished_worker" for frame in traceback.extract_stack()):
+            ended.append(code)
+
+    real_exit, os._exit = os._exit, caught
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        os._exit = real_exit
+    return ended
+
+
 def _what_a_worker_sees(names):
     """A worker's view of its start: the variables ``names``, its directory, its own processes'
     start method, whether the forkserver forked it, and a setting numba read from the
@@ -377,6 +398,16 @@ def test_forked_workers_leave_the_forkservers_imports_out_of_their_collections()
     otherwise: BENCHMARKS.md section 33)."""
     for frozen in launch_local(_frozen_objects, (), 2).values():
         assert frozen > 100_000
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's")
+def test_forked_workers_do_not_inherit_the_forkservers_ending():
+    """The forkserver ends without the interpreter's teardown from an ``atexit`` hook; a worker
+    forked from it runs its own hooks as it finishes, and must not end at that one (it would skip
+    the hooks registered before it and never tell the launcher its status)."""
+    assert launch_local(_exit_hooks_that_end_the_process, (), 2) == {0: [], 1: []}
 
 
 @pytest.mark.slow

@@ -96,5 +96,9 @@ if started_as_forkserver():
     # standard output and error open (teardown with those objects frozen also made triton's
     # bindings report them as leaked on the launcher's standard error). The atexit hooks
     # registered before this one (torch's, numba's, multiprocessing's) are skipped, as in every
-    # worker forked from here: a process that only forked has nothing for them to do.
+    # worker forked from here: a process that only forked has nothing for them to do. A forked
+    # worker inherits the registration and must not keep it: ending at its first exit hook, a
+    # finished worker would skip the hooks registered before it and not tell the launcher its
+    # status.
     atexit.register(end_process, 0)
+    os.register_at_fork(after_in_child=lambda: atexit.unregister(end_process))
