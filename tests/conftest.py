@@ -5,6 +5,8 @@ absent."""
 from __future__ import annotations
 
 import os
+import random
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +109,29 @@ def _shared_graphs_stay_as_made():
             np.copyto(getattr(graph, k), made[k])
         if changed:
             pytest.fail(f"the test wrote into the shared {name}'s {', '.join(changed)}: copy first")
+
+
+def fixed_port() -> int:
+    """A TCP port, free now, for a process started later to bind (a torchrun rendezvous endpoint,
+    a SLURM job's): below the kernel's ephemeral range, from which every ``bind`` to port 0
+    (``free_port``) and every outgoing connection of the tests running beside it under
+    pytest-xdist draw theirs, so that none of them takes it in the meantime (a SLURM job's
+    rendezvous store once found its port taken, and its agents timed out connecting)."""
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    draw = random.Random()  # not seeded: two pytest workers must not draw alike
+    for _ in range(100):
+        port = draw.randrange(max(1024, low - 16384), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))  # every address, as a rendezvous store binds
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free TCP port below {low} (the ephemeral range's start)")
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import run_training
 
-from conftest import assert_same_weights, final_weights
+from conftest import assert_same_weights, final_weights, fixed_port
 from distributed_helpers import run_workers
 
 
@@ -230,8 +230,6 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph)
     import subprocess
     import sys
 
-    from shardgnn.distributed.launch import free_port
-
     path = _partitions(tmp_path, graph)
     script = tmp_path / "dying_worker.py"
     script.write_text(_DYING_WORKER)
@@ -250,7 +248,7 @@ def test_torchrun_max_restarts_resumes_from_the_last_checkpoint(tmp_path, graph)
             "--rdzv-backend",
             "c10d",
             "--rdzv-endpoint",
-            f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{fixed_port()}",
             *entry,
             "train",
             "--partitions",

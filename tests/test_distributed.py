@@ -368,7 +368,7 @@ def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
     import subprocess
     import sys
 
-    from shardgnn.distributed.launch import free_port
+    from conftest import fixed_port
 
     g = generate(SyntheticConfig(nodes=1500, degree=8, classes=3, features=8, seed=4))
     path = make_partitions(tmp_path / "parts", g, 2)
@@ -384,7 +384,7 @@ def test_torchrun_runs_the_same_worker_entry_point(tmp_path):
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        f"127.0.0.1:{free_port()}",
+        f"127.0.0.1:{fixed_port()}",
         "-m",
         "shardgnn.run",
         "train",

@@ -30,7 +30,7 @@ from shardgnn.train.checkpoint import Checkpointer
 from shardgnn.train.config import CheckpointConfig, OptimConfig, RunConfig, TrainConfig
 from shardgnn.train.single import LocalSteps, run_training
 
-from conftest import assert_same_weights, final_weights, signal_self_at_step
+from conftest import assert_same_weights, final_weights, fixed_port, signal_self_at_step
 from distributed_helpers import run_workers
 
 BATCH = 16  # 10 batches per epoch on this graph's 150 training nodes
@@ -465,14 +465,13 @@ def test_torchrun_watchdog_ends_an_agent_that_stopped_reaping_its_workers(tmp_pa
 def _start_job(tmp_path, graph, *train_args: str, workers: int = 2) -> subprocess.Popen:
     """``workers`` workers under `python -m shardgnn.torchrun` on ``graph`` (saved as a graph
     directory), returned once epoch 2 has begun (200 epochs: it runs until the test stops it)."""
-    from shardgnn.distributed.launch import free_port
     from shardgnn.graph.io import save_graph
 
     data = tmp_path / "graph"
     save_graph(graph, data)
     cmd = [
         sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node",
-        str(workers), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        str(workers), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{fixed_port()}",
         "-m", "shardgnn.run", "train", f"graph:{data}", "--partitions",
         _partitions(tmp_path, graph, workers), "--epochs", "200", "--batch-size", "16",
         "--hidden", "16", "--fanouts", "5,5", "--overlap", "off", "--quiet", *train_args,
@@ -510,11 +509,10 @@ def _stop_a_worker_under_torchrun(tmp_path, graph, workers: int, timeout: int):
 def test_torchrun_wrapper_ends_a_refused_job_with_the_workers_line(tmp_path):
     """Bad input under `python -m shardgnn.torchrun`: each worker's one `error:` line, then one
     line of the wrapper and exit 2, not torchrun's report with the agent's traceback."""
-    from shardgnn.distributed.launch import free_port
 
     cmd = [
         sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1", "--nproc-per-node", "2",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{fixed_port()}",
         "-m", "shardgnn.run", "train", "synthetic:nodes=300", "--epochs", "1",
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -654,13 +652,12 @@ def test_torchrun_wrapper_releases_finished_machines_when_a_peer_fails_last(tmp_
     Plain torchrun keeps the finished machine's agent at its exit barrier for 300 s; here the
     failed agent joins the barrier, so both agents end within seconds, each with its own
     result."""
-    from shardgnn.distributed.launch import free_port
 
     script = tmp_path / "worker.py"
     script.write_text(
         "import os, sys, time\nif os.environ['RANK'] == '1':\n    time.sleep(3)\n    sys.exit(3)\n"
     )
-    port = free_port()
+    port = fixed_port()
     cmd = [
         sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "2", "--nproc-per-node", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "exit",
@@ -691,7 +688,6 @@ def test_elastic_job_that_loses_a_machine_resumes_on_the_rest(tmp_path, graph):
     1 worker from the 2-worker checkpoint (re-sharded) and finishes every epoch."""
     import socket
 
-    from shardgnn.distributed.launch import free_port
     from shardgnn.graph.io import save_graph
 
     data = tmp_path / "graph"
@@ -699,7 +695,7 @@ def test_elastic_job_that_loses_a_machine_resumes_on_the_rest(tmp_path, graph):
     for parts in (1, 2):
         result = partition_graph(graph, PartitionConfig(num_parts=parts, method="random", seed=0))
         write_partitions(graph, result.assignment, tmp_path / f"parts-{parts}", method="random")
-    port, ck, results = free_port(), tmp_path / "ck", tmp_path / "results.json"
+    port, ck, results = fixed_port(), tmp_path / "ck", tmp_path / "results.json"
     cmd = [
         sys.executable, "-m", "shardgnn.torchrun", "--nnodes", "1:2", "--nproc-per-node", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "lost",

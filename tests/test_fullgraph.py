@@ -410,7 +410,8 @@ def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
     import sys
 
     from shardgnn.cli import main
-    from shardgnn.distributed.launch import free_port
+
+    from conftest import fixed_port
 
     spec = "synthetic:nodes=500,degree=7,classes=3,features=9,seed=5"
     parts = tmp_path / "parts"
@@ -422,7 +423,7 @@ def test_2d_spmm_under_torchrun_equals_one_process(tmp_path):
     got = tmp_path / "2d.json"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "4",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{fixed_port()}",
         "-m", "shardgnn.run", "train", "--partitions", str(parts), *flags,
         "--spmm", "2d", "--timeout", "60", "--results", str(got),
     ]  # fmt: skip

@@ -223,9 +223,10 @@ def test_a_rendezvous_nobody_joins_ends_in_one_line_within_the_timeout(monkeypat
     """Rank 0 of 2 alone: torch's DistStoreError traceback, now one line naming the endpoint."""
     from shardgnn.distributed.comm import CollectiveError
     from shardgnn.distributed.context import init_distributed
-    from shardgnn.distributed.launch import free_port
 
-    port = free_port()
+    from conftest import fixed_port
+
+    port = fixed_port()
     env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from shardgnn.distributed.launch import free_port
 from shardgnn.train.checkpoint import Checkpointer
 from slurm_cluster import ClusterUnavailable, SlurmCluster
 
-from conftest import assert_same_weights, final_weights
+from conftest import assert_same_weights, final_weights, fixed_port
 
 EPOCHS = 40  # ~0.15 s each (2 workers, 2 cores): the signal lands well before the end
 
@@ -153,7 +152,7 @@ def _submit(cluster: SlurmCluster, directory: Path, script: str, data: Path, par
     (directory / "graph").symlink_to(data)
     (directory / "parts").symlink_to(parts)
     path = directory / "job.sh"
-    path.write_text(script.replace("{port}", str(free_port())).replace("{epochs}", str(EPOCHS)))
+    path.write_text(script.replace("{port}", str(fixed_port())).replace("{epochs}", str(EPOCHS)))
     return cluster.sbatch(path, f"--output={directory / 'job.out'}", cwd=directory)
 
 
